@@ -1,0 +1,238 @@
+"""Build the local control plane from Go modules and cache the binaries.
+
+Owns: the version pins of kube-apiserver, kube-scheduler, kubectl, etcd and
+KWOK, and the cache under ``~/.cache/ksched/<pins>/bin``.  Promises: a
+binary is rebuilt only when its pin changes; a failed build raises
+:class:`BuildError` carrying the go tool's own output.  Never: downloads a
+release binary — everything is compiled with the local ``go`` toolchain
+(``GOTOOLCHAIN=local``) from modules fetched through the Go module proxy.
+
+Runs with the standard library only, so ``python -m ksched.cluster.build``
+works before the package's dependencies are installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+KUBERNETES_VERSION = "v1.36.3"
+ETCD_VERSION = "v3.6.16"
+KWOK_VERSION = "v0.8.0"
+# k8s.io/kubernetes v1.36 declares `go 1.26.0` in its go.mod; older Go cannot build it.
+MIN_GO = (1, 26)
+
+COMPONENTS = ("kube-apiserver", "kube-scheduler", "kubectl", "etcd", "kwok")
+
+
+class BuildError(RuntimeError):
+    """A control-plane component could not be built; the message says why."""
+
+
+@dataclass(frozen=True)
+class Pins:
+    kubernetes: str = KUBERNETES_VERSION
+    etcd: str = ETCD_VERSION
+    kwok: str = KWOK_VERSION
+
+    @property
+    def key(self) -> str:
+        return f"k8s-{self.kubernetes}_etcd-{self.etcd}_kwok-{self.kwok}"
+
+
+def cache_root() -> Path:
+    base = os.environ.get("KSCHED_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "ksched"
+    )
+    return Path(base)
+
+
+def bin_dir(pins: Pins = Pins()) -> Path:
+    return cache_root() / pins.key / "bin"
+
+
+def missing_binaries(pins: Pins = Pins()) -> list[str]:
+    bdir = bin_dir(pins)
+    return [name for name in COMPONENTS if not (bdir / name).is_file()]
+
+
+def _go_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["GOTOOLCHAIN"] = "local"
+    env.setdefault("CGO_ENABLED", "0")
+    env.setdefault("GOFLAGS", "-buildvcs=false")
+    return env
+
+
+def check_go() -> str:
+    """Return `go version` output, or raise naming the version needed."""
+    need = f"go{MIN_GO[0]}.{MIN_GO[1]}"
+    go = shutil.which("go")
+    if go is None:
+        raise BuildError(
+            f"Go is not installed: building the local control plane needs {need} or newer "
+            "(install Go and put `go` on PATH)"
+        )
+    out = subprocess.run(
+        [go, "version"], capture_output=True, text=True, env=_go_env(), check=False
+    ).stdout.strip()
+    match = re.search(r"go(\d+)\.(\d+)", out)
+    if match is None or (int(match.group(1)), int(match.group(2))) < MIN_GO:
+        raise BuildError(
+            f"Go is too old ({out or 'unknown version'}): Kubernetes {KUBERNETES_VERSION} "
+            f"needs {need} or newer"
+        )
+    return out
+
+
+def _run(cmd: list[str], cwd: Path, what: str) -> None:
+    print(f"[ksched build] {what}: {' '.join(cmd)}", file=sys.stderr, flush=True)
+    proc = subprocess.run(
+        cmd, cwd=cwd, env=_go_env(), capture_output=True, text=True, check=False
+    )
+    if proc.returncode != 0:
+        tail = (proc.stdout + proc.stderr)[-6000:]
+        raise BuildError(f"{what} failed (exit {proc.returncode}):\n{tail}")
+
+
+def _staging_replaces(kubernetes_gomod: str, kubernetes_version: str) -> list[str]:
+    """Every `k8s.io/* v0.0.0` requirement of k8s.io/kubernetes, mapped to v0.<minor>.<patch>."""
+    staging_version = "v0." + kubernetes_version.removeprefix("v1.")
+    modules = sorted(set(re.findall(r"^\s*(k8s\.io/[\w./-]+) v0\.0\.0\s*$", kubernetes_gomod, re.M)))
+    if not modules:
+        raise BuildError("k8s.io/kubernetes go.mod lists no staging modules; cannot build")
+    return [f"replace {m} => {m} {staging_version}" for m in modules]
+
+
+def _kubernetes_gomod(version: str, work: Path) -> str:
+    proc = subprocess.run(
+        ["go", "mod", "download", "-json", f"k8s.io/kubernetes@{version}"],
+        cwd=work,
+        env=_go_env(),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    match = re.search(r'"GoMod":\s*"([^"]+)"', proc.stdout)
+    if proc.returncode != 0 or match is None:
+        raise BuildError(f"downloading k8s.io/kubernetes@{version} failed:\n{proc.stdout}{proc.stderr}")
+    return Path(match.group(1)).read_text()
+
+
+def build_kubernetes(pins: Pins, out: Path, work: Path) -> None:
+    mod = work / "kubernetes"
+    mod.mkdir(parents=True, exist_ok=True)
+    gomod = _kubernetes_gomod(pins.kubernetes, mod)
+    go_directive = re.search(r"^go (\S+)", gomod, re.M)
+    lines = [
+        "module ksched.local/kubernetes-build",
+        "",
+        f"go {go_directive.group(1) if go_directive else '1.26.0'}",
+        "",
+        f"require k8s.io/kubernetes {pins.kubernetes}",
+        "",
+        *_staging_replaces(gomod, pins.kubernetes),
+        "",
+    ]
+    (mod / "go.mod").write_text("\n".join(lines))
+    packages = [f"k8s.io/kubernetes/cmd/{c}" for c in ("kube-apiserver", "kube-scheduler", "kubectl")]
+    _run(["go", "get", *[f"{p}@{pins.kubernetes}" for p in packages]], mod, "resolving Kubernetes modules")
+    major, minor = pins.kubernetes.removeprefix("v").split(".")[:2]
+    build_date = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    ldflags = []
+    for pkg in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
+        ldflags += [
+            f"-X {pkg}.gitVersion={pins.kubernetes}",
+            f"-X {pkg}.gitMajor={major}",
+            f"-X {pkg}.gitMinor={minor}",
+            f"-X {pkg}.gitTreeState=clean",
+            f"-X {pkg}.buildDate={build_date}",
+        ]
+    _run(
+        ["go", "build", "-trimpath", "-ldflags", "-s -w " + " ".join(ldflags), "-o", str(out), *packages],
+        mod,
+        "building kube-apiserver, kube-scheduler, kubectl",
+    )
+
+
+ETCD_MAIN = """package main
+
+import (
+\t"os"
+
+\t"go.etcd.io/etcd/server/v3/etcdmain"
+)
+
+func main() {
+\tetcdmain.Main(os.Args)
+}
+"""
+
+
+def build_etcd(pins: Pins, out: Path, work: Path) -> None:
+    mod = work / "etcd"
+    mod.mkdir(parents=True, exist_ok=True)
+    (mod / "go.mod").write_text(f"module ksched.local/etcd-build\n\ngo 1.24\n\nrequire go.etcd.io/etcd/server/v3 {pins.etcd}\n")
+    (mod / "main.go").write_text(ETCD_MAIN)
+    _run(["go", "mod", "tidy"], mod, "resolving etcd modules")
+    ldflags = f"-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=ksched-{pins.etcd}"
+    _run(["go", "build", "-trimpath", "-ldflags", ldflags, "-o", str(out / "etcd"), "."], mod, "building etcd")
+
+
+def build_kwok(pins: Pins, out: Path, work: Path) -> None:
+    env_out = str(out)
+    cmd = ["go", "install", "-trimpath", "-ldflags", "-s -w", f"sigs.k8s.io/kwok/cmd/kwok@{pins.kwok}"]
+    print(f"[ksched build] building kwok: {' '.join(cmd)}", file=sys.stderr, flush=True)
+    proc = subprocess.run(cmd, cwd=work, env={**_go_env(), "GOBIN": env_out}, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise BuildError(f"building kwok failed (exit {proc.returncode}):\n{(proc.stdout + proc.stderr)[-6000:]}")
+
+
+def ensure_built(pins: Pins = Pins()) -> Path:
+    """Build whatever is missing from the cache and return the bin directory."""
+    out = bin_dir(pins)
+    missing = missing_binaries(pins)
+    if not missing:
+        return out
+    check_go()
+    out.mkdir(parents=True, exist_ok=True)
+    work = out.parent / "src"
+    work.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    if {"kube-apiserver", "kube-scheduler", "kubectl"} & set(missing):
+        build_kubernetes(pins, out, work)
+    if "etcd" in missing:
+        build_etcd(pins, out, work)
+    if "kwok" in missing:
+        build_kwok(pins, out, work)
+    still = missing_binaries(pins)
+    if still:
+        raise BuildError(f"build finished but these binaries are missing: {', '.join(still)}")
+    print(f"[ksched build] built {', '.join(missing)} in {time.monotonic() - started:.0f} s into {out}", file=sys.stderr)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Build the local control plane binaries from Go modules.")
+    parser.add_argument("--print-bin-dir", action="store_true", help="print the cache bin directory and exit")
+    args = parser.parse_args(argv)
+    if args.print_bin_dir:
+        print(bin_dir())
+        return 0
+    try:
+        print(ensure_built())
+    except BuildError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,131 @@
+//! Metric plugins (ksched's own): per-node values from live sources, a hard
+//! threshold filter, a missing-value policy, and `prefer: lower | higher |
+//! target(x)` scoring normalized to 0..=100 by min–max over the feasible
+//! nodes or by a fixed range.
+
+use crate::model::{MetricSpec, Missing, Prefer};
+use crate::reasons::{metric, FEASIBLE, METRIC_ABOVE, METRIC_BELOW, METRIC_MISSING};
+use crate::MAX_NODE_SCORE;
+
+pub const NAME: &str = "Metrics";
+
+/// Score given to a node without a value under the `neutral` policy.
+pub const NEUTRAL_SCORE: f64 = MAX_NODE_SCORE as f64 / 2.0;
+
+/// First failing metric of a node, as a reason code.
+#[inline]
+pub fn filter(specs: &[MetricSpec], values: &[f64], resources: usize) -> u32 {
+    for (m, spec) in specs.iter().enumerate() {
+        let v = values[m];
+        if v.is_nan() {
+            if spec.missing == Missing::Exclude {
+                return metric(resources, m, METRIC_MISSING);
+            }
+            continue;
+        }
+        if spec.above.is_some_and(|limit| v > limit) {
+            return metric(resources, m, METRIC_ABOVE);
+        }
+        if spec.below.is_some_and(|limit| v < limit) {
+            return metric(resources, m, METRIC_BELOW);
+        }
+    }
+    FEASIBLE
+}
+
+/// Lower is better: the quantity min–max normalization works on.
+#[inline]
+pub fn badness(prefer: Prefer, v: f64) -> f64 {
+    match prefer {
+        Prefer::Lower => v,
+        Prefer::Higher => -v,
+        Prefer::Target(x) => (v - x).abs(),
+    }
+}
+
+/// Score of a value given the min and max badness over the feasible nodes
+/// (ignored when the spec has a fixed range).
+#[inline]
+pub fn score(spec: &MetricSpec, v: f64, min_badness: f64, max_badness: f64) -> f64 {
+    if v.is_nan() {
+        return match spec.missing {
+            Missing::Neutral => NEUTRAL_SCORE,
+            Missing::Worst | Missing::Exclude => 0.0,
+        };
+    }
+    let max = MAX_NODE_SCORE as f64;
+    let fraction = match spec.range {
+        Some((lo, hi)) => {
+            let width = hi - lo;
+            if width <= 0.0 {
+                return max;
+            }
+            match spec.prefer {
+                Prefer::Lower => (hi - v) / width,
+                Prefer::Higher => (v - lo) / width,
+                Prefer::Target(x) => 1.0 - (v - x).abs() / (x - lo).max(hi - x).max(f64::MIN_POSITIVE),
+            }
+        }
+        None => {
+            let spread = max_badness - min_badness;
+            if spread <= 0.0 {
+                return max;
+            }
+            (max_badness - badness(spec.prefer, v)) / spread
+        }
+    };
+    (fraction.clamp(0.0, 1.0)) * max
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(prefer: Prefer) -> MetricSpec {
+        MetricSpec { prefer, range: None, above: None, below: None, missing: Missing::Neutral, weight: 1.0 }
+    }
+
+    #[test]
+    fn filter_table() {
+        let above = MetricSpec { above: Some(0.9), ..spec(Prefer::Lower) };
+        let below = MetricSpec { below: Some(10.0), ..spec(Prefer::Higher) };
+        let exclude = MetricSpec { missing: Missing::Exclude, ..spec(Prefer::Lower) };
+        let cases = [
+            ("under threshold", vec![above], vec![0.5], FEASIBLE),
+            ("over threshold", vec![above], vec![0.95], metric(4, 0, METRIC_ABOVE)),
+            ("at threshold", vec![above], vec![0.9], FEASIBLE),
+            ("below minimum", vec![spec(Prefer::Lower), below], vec![1.0, 5.0], metric(4, 1, METRIC_BELOW)),
+            ("missing excluded", vec![exclude], vec![f64::NAN], metric(4, 0, METRIC_MISSING)),
+            ("missing neutral passes", vec![above], vec![f64::NAN], FEASIBLE),
+        ];
+        for (name, specs, values, want) in cases {
+            assert_eq!(filter(&specs, &values, 4), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn score_table() {
+        let lower = spec(Prefer::Lower);
+        let higher = spec(Prefer::Higher);
+        let target = spec(Prefer::Target(0.5));
+        let fixed = MetricSpec { range: Some((0.0, 10.0)), ..spec(Prefer::Lower) };
+        let worst = MetricSpec { missing: Missing::Worst, ..lower };
+        let cases = [
+            ("lower: min gets 100", lower, 1.0, 1.0, 3.0, 100.0),
+            ("lower: max gets 0", lower, 3.0, 1.0, 3.0, 0.0),
+            ("lower: middle", lower, 2.0, 1.0, 3.0, 50.0),
+            ("higher: max gets 100", higher, 3.0, -3.0, -1.0, 100.0),
+            ("target: on target", target, 0.5, 0.0, 0.4, 100.0),
+            ("target: farthest", target, 0.9, 0.0, 0.4, 0.0),
+            ("all equal", lower, 2.0, 2.0, 2.0, 100.0),
+            ("fixed range", fixed, 2.5, 0.0, 0.0, 75.0),
+            ("fixed range clamps", fixed, 20.0, 0.0, 0.0, 0.0),
+            ("missing neutral", lower, f64::NAN, 0.0, 1.0, NEUTRAL_SCORE),
+            ("missing worst", worst, f64::NAN, 0.0, 1.0, 0.0),
+        ];
+        for (name, s, v, lo, hi, want) in cases {
+            let got = score(&s, v, lo, hi);
+            assert!((got - want).abs() < 1e-9, "{name}: want {want} got {got}");
+        }
+    }
+}

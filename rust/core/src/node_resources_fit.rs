@@ -1,0 +1,234 @@
+//! NodeResourcesFit: the pod's effective request must fit in the node's
+//! allocatable minus what its pods already request (and the node must have a
+//! pod slot left); scoring by LeastAllocated, MostAllocated or
+//! RequestedToCapacityRatio over the profile's weighted resources.
+
+use crate::model::{Strategy, CPU, FIRST_SCALAR, MEMORY};
+use crate::reasons::{insufficient, TOO_MANY_PODS};
+use crate::MAX_NODE_SCORE;
+
+pub const NAME: &str = "NodeResourcesFit";
+
+/// Upstream `maxUtilization` of RequestedToCapacityRatio.
+const MAX_UTILIZATION: i64 = 100;
+/// Shape scores are given 0..=10 (`config.MaxCustomPriorityScore`) and scaled to 0..=100.
+const SHAPE_SCORE_SCALE: i64 = MAX_NODE_SCORE / 10;
+
+/// Upstream `fitsRequest`. `requested_columns` are the columns where the pod
+/// requests a non-zero amount. Calls `report` once per failure reason and
+/// returns whether the pod fits.
+#[inline]
+pub fn filter(
+    allocatable: &[i64],
+    requested: &[i64],
+    allowed_pods: i64,
+    pod_count: i64,
+    request: &[i64],
+    requested_columns: &[usize],
+    report: &mut impl FnMut(u32),
+) -> bool {
+    let mut fits = true;
+    if pod_count + 1 > allowed_pods {
+        report(TOO_MANY_PODS);
+        fits = false;
+    }
+    for &r in requested_columns {
+        let want = request[r];
+        // cpu, memory and ephemeral-storage only count a positive request; scalars any non-zero one.
+        let counted = if r < FIRST_SCALAR { want > 0 } else { want != 0 };
+        if counted && want > allocatable[r] - requested[r] {
+            report(insufficient(r));
+            fits = false;
+        }
+    }
+    fits
+}
+
+/// The node-side amount already allocated for scoring: cpu and memory use the
+/// non-zero defaults (upstream `NonZeroRequested`), the rest real requests.
+#[inline]
+fn allocated_for_score(requested: &[i64], nonzero_requested: &[i64], column: usize) -> i64 {
+    match column {
+        CPU => nonzero_requested[0],
+        MEMORY => nonzero_requested[1],
+        _ => requested[column],
+    }
+}
+
+#[inline]
+fn pod_request_for_score(request: &[i64], nonzero_request: &[i64], column: usize) -> i64 {
+    match column {
+        CPU => nonzero_request[0],
+        MEMORY => nonzero_request[1],
+        _ => request[column],
+    }
+}
+
+fn least_requested(requested: i64, capacity: i64) -> i64 {
+    if capacity == 0 || requested > capacity {
+        return 0;
+    }
+    (capacity - requested) * MAX_NODE_SCORE / capacity
+}
+
+fn most_requested(requested: i64, capacity: i64) -> i64 {
+    if capacity == 0 {
+        return 0;
+    }
+    requested.min(capacity) * MAX_NODE_SCORE / capacity
+}
+
+/// Upstream `helper.BuildBrokenLinearFunction` over scaled shape points.
+fn broken_linear(shape: &[(i64, i64)], p: i64) -> i64 {
+    for i in 0..shape.len() {
+        if p <= shape[i].0 {
+            if i == 0 {
+                return shape[0].1 * SHAPE_SCORE_SCALE;
+            }
+            let (u0, s0) = (shape[i - 1].0, shape[i - 1].1 * SHAPE_SCORE_SCALE);
+            let (u1, s1) = (shape[i].0, shape[i].1 * SHAPE_SCORE_SCALE);
+            return s0 + (s1 - s0) * (p - u0) / (u1 - u0);
+        }
+    }
+    shape.last().map_or(0, |s| s.1 * SHAPE_SCORE_SCALE)
+}
+
+/// Score of one node, 0..=100.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+pub fn score(
+    strategy: &Strategy,
+    resources: &[(usize, i64)],
+    allocatable: &[i64],
+    requested: &[i64],
+    nonzero_requested: &[i64],
+    request: &[i64],
+    nonzero_request: &[i64],
+) -> i64 {
+    let mut node_score = 0i64;
+    let mut weight_sum = 0i64;
+    for &(column, weight) in resources {
+        let pod_request = pod_request_for_score(request, nonzero_request, column);
+        if column >= FIRST_SCALAR && pod_request == 0 {
+            continue;
+        }
+        let capacity = allocatable[column];
+        if capacity == 0 {
+            continue;
+        }
+        let total = allocated_for_score(requested, nonzero_requested, column) + pod_request;
+        let resource_score = match strategy {
+            Strategy::LeastAllocated => least_requested(total, capacity),
+            Strategy::MostAllocated => most_requested(total, capacity),
+            Strategy::RequestedToCapacityRatio(shape) => {
+                let utilization = if total > capacity { MAX_UTILIZATION } else { total * MAX_UTILIZATION / capacity };
+                let s = broken_linear(shape, utilization);
+                if s <= 0 {
+                    continue;
+                }
+                s
+            }
+        };
+        node_score += resource_score * weight;
+        weight_sum += weight;
+    }
+    if weight_sum == 0 {
+        return 0;
+    }
+    match strategy {
+        Strategy::RequestedToCapacityRatio(_) => (node_score as f64 / weight_sum as f64).round() as i64,
+        _ => node_score / weight_sum,
+    }
+}
+
+/// Columns in which the pod's request is non-zero (the only ones the filter checks).
+pub fn requested_columns(request: &[i64]) -> Vec<usize> {
+    (0..request.len()).filter(|&r| request[r] != 0).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::EPHEMERAL_STORAGE;
+    use crate::reasons::FIRST_INSUFFICIENT;
+
+    const GIB: i64 = 1 << 30;
+
+    #[test]
+    fn filter_table() {
+        struct Case {
+            name: &'static str,
+            allocatable: [i64; 4],
+            requested: [i64; 4],
+            pods: (i64, i64),
+            request: [i64; 4],
+            want: Vec<u32>,
+        }
+        let cases = vec![
+            Case { name: "fits", allocatable: [4000, 8 * GIB, 0, 0], requested: [1000, GIB, 0, 0], pods: (110, 3), request: [1000, GIB, 0, 0], want: vec![] },
+            Case { name: "exactly full", allocatable: [4000, 8 * GIB, 0, 0], requested: [3000, 7 * GIB, 0, 0], pods: (110, 3), request: [1000, GIB, 0, 0], want: vec![] },
+            Case { name: "insufficient cpu", allocatable: [4000, 8 * GIB, 0, 0], requested: [3500, 0, 0, 0], pods: (110, 3), request: [1000, GIB, 0, 0], want: vec![insufficient(CPU)] },
+            Case {
+                name: "insufficient cpu and memory",
+                allocatable: [4000, 8 * GIB, 0, 0],
+                requested: [3500, 8 * GIB, 0, 0],
+                pods: (110, 3),
+                request: [1000, GIB, 0, 0],
+                want: vec![insufficient(CPU), insufficient(MEMORY)],
+            },
+            Case { name: "too many pods", allocatable: [4000, 8 * GIB, 0, 0], requested: [0; 4], pods: (3, 3), request: [0; 4], want: vec![TOO_MANY_PODS] },
+            Case { name: "ephemeral storage", allocatable: [4000, 8 * GIB, GIB, 0], requested: [0, 0, GIB, 0], pods: (110, 0), request: [0, 0, 1, 0], want: vec![insufficient(EPHEMERAL_STORAGE)] },
+            Case { name: "extended resource missing on node", allocatable: [4000, 8 * GIB, 0, 0], requested: [0; 4], pods: (110, 0), request: [0, 0, 0, 1], want: vec![FIRST_INSUFFICIENT + 3] },
+            Case { name: "extended resource fits", allocatable: [4000, 8 * GIB, 0, 4], requested: [0, 0, 0, 3], pods: (110, 0), request: [0, 0, 0, 1], want: vec![] },
+        ];
+        for case in cases {
+            let mut got = Vec::new();
+            let cols = requested_columns(&case.request);
+            let fits = filter(&case.allocatable, &case.requested, case.pods.0, case.pods.1, &case.request, &cols, &mut |c| got.push(c));
+            assert_eq!(got, case.want, "{}: want {:?} got {:?}", case.name, case.want, got);
+            assert_eq!(fits, case.want.is_empty(), "{}", case.name);
+        }
+    }
+
+    #[test]
+    fn score_table() {
+        let shape = vec![(0, 0), (100, 10)];
+        struct Case {
+            name: &'static str,
+            strategy: Strategy,
+            resources: Vec<(usize, i64)>,
+            want: i64,
+        }
+        // Node: 4000m / 8Gi, already 1000m / 2Gi (non-zero). Pod: 1000m / 2Gi.
+        let cases = vec![
+            Case { name: "least allocated", strategy: Strategy::LeastAllocated, resources: vec![(CPU, 1), (MEMORY, 1)], want: 50 },
+            Case { name: "least allocated cpu-weighted", strategy: Strategy::LeastAllocated, resources: vec![(CPU, 3), (MEMORY, 1)], want: 50 },
+            Case { name: "most allocated", strategy: Strategy::MostAllocated, resources: vec![(CPU, 1), (MEMORY, 1)], want: 50 },
+            Case { name: "rtcr linear", strategy: Strategy::RequestedToCapacityRatio(shape.clone()), resources: vec![(CPU, 1), (MEMORY, 1)], want: 50 },
+            Case { name: "scalar not requested is skipped", strategy: Strategy::LeastAllocated, resources: vec![(CPU, 1), (3, 5)], want: 50 },
+        ];
+        let allocatable = [4000, 8 * GIB, 0, 8];
+        let requested = [1000, 2 * GIB, 0, 0];
+        let nonzero = [1000, 2 * GIB];
+        let request = [1000, 2 * GIB, 0, 0];
+        for case in cases {
+            let got = score(&case.strategy, &case.resources, &allocatable, &requested, &nonzero, &request, &[1000, 2 * GIB]);
+            assert_eq!(got, case.want, "{}: want {} got {}", case.name, case.want, got);
+        }
+        // Uneven: cpu 3000/4000 used after pod -> 25, memory 2Gi/8Gi -> 75; weights 1:1 -> 50, 3:1 -> 37.
+        let requested = [2000, 0, 0, 0];
+        let nonzero = [2000, 0];
+        let got = score(&Strategy::LeastAllocated, &[(CPU, 3), (MEMORY, 1)], &allocatable, &requested, &nonzero, &request, &[1000, 2 * GIB]);
+        assert_eq!(got, (25 * 3 + 75) / 4);
+    }
+
+    #[test]
+    fn broken_linear_interpolates() {
+        let shape = [(0, 10), (50, 0), (100, 10)];
+        assert_eq!(broken_linear(&shape, 0), 100);
+        assert_eq!(broken_linear(&shape, 25), 50);
+        assert_eq!(broken_linear(&shape, 50), 0);
+        assert_eq!(broken_linear(&shape, 75), 50);
+        assert_eq!(broken_linear(&shape, 100), 100);
+    }
+}

@@ -1,0 +1,73 @@
+//! Filter failure reasons as dense integer codes.
+//!
+//! The caller turns codes into upstream's reason strings (the strings live
+//! beside the Python message builder, so nothing but integers crosses the
+//! boundary). Codes are dense so a per-pod histogram is a plain array.
+
+pub const FEASIBLE: u32 = 0;
+/// NodeUnschedulable: "node(s) were unschedulable".
+pub const NODE_UNSCHEDULABLE: u32 = 1;
+/// NodeName: "node(s) didn't match the requested node name".
+pub const NODE_NAME: u32 = 2;
+/// TaintToleration: "node(s) had untolerated taint(s)".
+pub const TAINT_TOLERATION: u32 = 3;
+/// NodeAffinity: "node(s) didn't match Pod's node affinity/selector".
+pub const NODE_AFFINITY: u32 = 4;
+/// Nodes left out by NodeAffinity's PreFilter (matchFields on metadata.name):
+/// "node(s) didn't satisfy plugin(s) [NodeAffinity]".
+pub const NODE_AFFINITY_PREFILTER: u32 = 5;
+/// NodePorts: "node(s) didn't have free ports for the requested pod ports".
+pub const NODE_PORTS: u32 = 6;
+/// NodeResourcesFit: "Too many pods".
+pub const TOO_MANY_PODS: u32 = 7;
+/// NodeResourcesFit: "Insufficient <resource>", one code per resource column.
+pub const FIRST_INSUFFICIENT: u32 = 8;
+
+/// Metric threshold reasons, three per metric after the resource codes.
+pub const METRIC_ABOVE: u32 = 0;
+pub const METRIC_BELOW: u32 = 1;
+pub const METRIC_MISSING: u32 = 2;
+pub const PER_METRIC: u32 = 3;
+
+#[inline]
+pub fn insufficient(resource: usize) -> u32 {
+    FIRST_INSUFFICIENT + resource as u32
+}
+
+#[inline]
+pub fn metric(resources: usize, metric: usize, kind: u32) -> u32 {
+    FIRST_INSUFFICIENT + resources as u32 + metric as u32 * PER_METRIC + kind
+}
+
+/// Size of the dense reason-code space.
+pub fn count(resources: usize, metrics: usize) -> usize {
+    FIRST_INSUFFICIENT as usize + resources + metrics * PER_METRIC as usize
+}
+
+/// Filter plugins, in the order they run (upstream's order, then ksched's metrics).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Plugin {
+    None = 0,
+    NodeUnschedulable = 1,
+    NodeName = 2,
+    TaintToleration = 3,
+    NodeAffinity = 4,
+    NodePorts = 5,
+    NodeResourcesFit = 6,
+    Metric = 7,
+}
+
+/// The filter plugin a reason code belongs to.
+pub fn plugin_of(code: u32, resources: usize) -> Plugin {
+    match code {
+        FEASIBLE => Plugin::None,
+        NODE_UNSCHEDULABLE => Plugin::NodeUnschedulable,
+        NODE_NAME => Plugin::NodeName,
+        TAINT_TOLERATION => Plugin::TaintToleration,
+        NODE_AFFINITY | NODE_AFFINITY_PREFILTER => Plugin::NodeAffinity,
+        NODE_PORTS => Plugin::NodePorts,
+        c if c < FIRST_INSUFFICIENT + resources as u32 => Plugin::NodeResourcesFit,
+        _ => Plugin::Metric,
+    }
+}
