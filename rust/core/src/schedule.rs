@@ -459,11 +459,14 @@ fn explain(engine: &Engine, state: &BatchState, cache: &ClassCache, pod: &PodVie
     ];
     plugins.extend((0..engine.metrics.specs.len()).map(|m| format!("metric:{m}")));
     let k = plugins.len();
+    let p = engine.profile;
+    let mut weights = vec![p.taint_toleration_weight as f64, p.node_affinity_weight as f64, p.fit_weight as f64, p.balanced_weight as f64];
+    weights.extend(engine.metrics.specs.iter().map(|s| s.weight));
     let mut ex = Explanation {
         pod: pod.index,
         reason_offsets: vec![0],
         plugins,
-        weights: vec![0.0; k],
+        weights,
         raw: vec![f64::NAN; k * n],
         normalized: vec![f64::NAN; k * n],
         totals: vec![f64::NAN; n],
@@ -478,7 +481,6 @@ fn explain(engine: &Engine, state: &BatchState, cache: &ClassCache, pod: &PodVie
             for (i, &(raw, normalized, weight)) in scratch.iter().enumerate() {
                 ex.raw[i * n + node] = raw;
                 ex.normalized[i * n + node] = normalized;
-                ex.weights[i] = weight;
                 total += normalized * weight;
             }
             ex.totals[node] = total;

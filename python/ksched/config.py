@@ -1,0 +1,317 @@
+"""``KschedConfiguration``: profiles, plugin weights and args, metric definitions.
+
+Shaped like ``KubeSchedulerConfiguration`` (profiles with ``plugins.multiPoint``
+and ``pluginConfig``) plus ksched's ``metrics`` and ``batch``. Every unknown
+key and bad value is rejected when the file is loaded, with the key path and
+the allowed values; a missing file section takes upstream's default.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ksched.errors import ConfigError
+from ksched.kube import Obj
+
+API_VERSION = "ksched.io/v1alpha1"
+KIND = "KschedConfiguration"
+DEFAULT_PROFILE = "ksched"
+
+FILTER_PLUGINS = (
+    "NodeUnschedulable",
+    "NodeName",
+    "TaintToleration",
+    "NodeAffinity",
+    "NodePorts",
+    "NodeResourcesFit",
+)
+# Upstream default weights (pkg/scheduler/apis/config/v1/default_plugins.go).
+DEFAULT_SCORE_WEIGHTS = {
+    "TaintToleration": 3,
+    "NodeAffinity": 2,
+    "NodeResourcesFit": 1,
+    "NodeResourcesBalancedAllocation": 1,
+}
+ALL_PLUGINS = tuple(dict.fromkeys(FILTER_PLUGINS + tuple(DEFAULT_SCORE_WEIGHTS)))
+STRATEGIES = ("LeastAllocated", "MostAllocated", "RequestedToCapacityRatio")
+PREFER = ("lower", "higher", "target(<number>)")
+MISSING = ("neutral", "worst", "exclude")
+SOURCES = ("prometheus", "annotation")
+_TARGET = re.compile(r"^target\(\s*([-+0-9.eE]+)\s*\)$")
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)$")
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+# Upstream MaxCustomPriorityScore and maxUtilization bound RequestedToCapacityRatio shapes.
+MAX_SHAPE_SCORE = 10
+MAX_UTILIZATION = 100
+MAX_WEIGHT = 100
+
+
+@dataclass(frozen=True)
+class MetricConfig:
+    name: str
+    source: str
+    query: str | None = None
+    annotation: str | None = None
+    node_label: str = "node"
+    prefer: str = "lower"
+    target: float | None = None
+    range: tuple[float, float] | None = None
+    above: float | None = None
+    below: float | None = None
+    missing: str = "neutral"
+    weight: float = 1.0
+    max_age_s: float = 120.0
+    min_refresh_s: float = 5.0
+    max_refresh_s: float = 60.0
+
+
+@dataclass(frozen=True)
+class ProfileConfig:
+    scheduler_name: str = DEFAULT_PROFILE
+    filters: tuple[str, ...] = FILTER_PLUGINS
+    weights: dict[str, int] = field(default_factory=lambda: dict(DEFAULT_SCORE_WEIGHTS))
+    fit_strategy: str = "LeastAllocated"
+    fit_resources: tuple[tuple[str, int], ...] = (("cpu", 1), ("memory", 1))
+    shape: tuple[tuple[int, int], ...] = ((0, 10), (100, 0))
+    balanced_resources: tuple[str, ...] = ("cpu", "memory")
+
+
+@dataclass(frozen=True)
+class BatchConfig:
+    max_size: int = 512
+    max_wait_s: float = 0.05
+
+
+@dataclass(frozen=True)
+class Config:
+    profiles: tuple[ProfileConfig, ...] = (ProfileConfig(),)
+    metrics: tuple[MetricConfig, ...] = ()
+    batch: BatchConfig = BatchConfig()
+
+    def profile(self, scheduler_name: str) -> ProfileConfig | None:
+        for p in self.profiles:
+            if p.scheduler_name == scheduler_name:
+                return p
+        return None
+
+
+def _keys(obj: Any, path: str, allowed: tuple[str, ...], required: tuple[str, ...] = ()) -> dict[str, Any]:
+    if not isinstance(obj, dict):
+        raise ConfigError(f"{path or 'configuration'}: must be a mapping")
+    for k in obj:
+        if k not in allowed:
+            raise ConfigError(f"{path + '.' if path else ''}{k}: unknown key (allowed: {', '.join(allowed)})")
+    for k in required:
+        if k not in obj:
+            raise ConfigError(f"{path + '.' if path else ''}{k}: required")
+    return obj
+
+
+def _list(obj: Any, path: str) -> list[Any]:
+    if not isinstance(obj, list):
+        raise ConfigError(f"{path}: must be a list")
+    return obj
+
+
+def _int(obj: Any, path: str, lo: int, hi: int) -> int:
+    if not isinstance(obj, int) or isinstance(obj, bool) or not lo <= obj <= hi:
+        raise ConfigError(f"{path}: {obj!r} is not an integer in {lo}..{hi}")
+    return obj
+
+
+def _float(obj: Any, path: str) -> float:
+    if not isinstance(obj, int | float) or isinstance(obj, bool) or not math.isfinite(obj):
+        raise ConfigError(f"{path}: {obj!r} is not a number")
+    return float(obj)
+
+
+def _str(obj: Any, path: str, allowed: tuple[str, ...] | None = None) -> str:
+    if not isinstance(obj, str) or not obj:
+        raise ConfigError(f"{path}: must be a non-empty string")
+    if allowed is not None and obj not in allowed:
+        raise ConfigError(f"{path}: {obj!r} is not allowed (allowed: {', '.join(allowed)})")
+    return obj
+
+
+def parse_duration(obj: Any, path: str) -> float:
+    """A duration as ``250ms``, ``30s``, ``5m``, ``1h`` or a number of seconds."""
+    if isinstance(obj, int | float) and not isinstance(obj, bool) and obj >= 0:
+        return float(obj)
+    m = _DURATION.match(obj) if isinstance(obj, str) else None
+    if m is None:
+        raise ConfigError(f"{path}: {obj!r} is not a duration (examples: 250ms, 30s, 5m)")
+    return float(m.group(1)) * _DURATION_UNITS[m.group(2)]
+
+
+def _resources(obj: Any, path: str) -> tuple[tuple[str, int], ...]:
+    out = []
+    for i, r in enumerate(_list(obj, path)):
+        p = f"{path}[{i}]"
+        _keys(r, p, ("name", "weight"), ("name",))
+        out.append((_str(r["name"], f"{p}.name"), _int(r.get("weight", 1), f"{p}.weight", 1, MAX_WEIGHT)))
+    if not out:
+        raise ConfigError(f"{path}: must list at least one resource")
+    return tuple(out)
+
+
+def _profile(obj: Any, path: str) -> ProfileConfig:
+    _keys(obj, path, ("schedulerName", "plugins", "pluginConfig"), ("schedulerName",))
+    name = _str(obj["schedulerName"], f"{path}.schedulerName")
+    filters = list(FILTER_PLUGINS)
+    weights = dict(DEFAULT_SCORE_WEIGHTS)
+    plugins = _keys(obj.get("plugins") or {}, f"{path}.plugins", ("multiPoint",))
+    multi = _keys(plugins.get("multiPoint") or {}, f"{path}.plugins.multiPoint", ("enabled", "disabled"))
+    for i, d in enumerate(_list(multi.get("disabled") or [], f"{path}.plugins.multiPoint.disabled")):
+        p = f"{path}.plugins.multiPoint.disabled[{i}]"
+        plugin = _str(_keys(d, p, ("name",), ("name",))["name"], f"{p}.name", ALL_PLUGINS)
+        if plugin in filters:
+            filters.remove(plugin)
+        weights.pop(plugin, None)
+    for i, e in enumerate(_list(multi.get("enabled") or [], f"{path}.plugins.multiPoint.enabled")):
+        p = f"{path}.plugins.multiPoint.enabled[{i}]"
+        _keys(e, p, ("name", "weight"), ("name",))
+        plugin = _str(e["name"], f"{p}.name", ALL_PLUGINS)
+        if plugin in FILTER_PLUGINS and plugin not in filters:
+            filters.append(plugin)
+        if plugin in DEFAULT_SCORE_WEIGHTS:
+            weights[plugin] = _int(e.get("weight", DEFAULT_SCORE_WEIGHTS[plugin]), f"{p}.weight", 0, MAX_WEIGHT)
+        elif "weight" in e:
+            raise ConfigError(f"{p}.weight: {plugin} does not score (scoring plugins: {', '.join(DEFAULT_SCORE_WEIGHTS)})")
+    fit_strategy, fit_resources = "LeastAllocated", (("cpu", 1), ("memory", 1))
+    shape: tuple[tuple[int, int], ...] = ((0, 10), (100, 0))
+    balanced: tuple[str, ...] = ("cpu", "memory")
+    for i, pc in enumerate(_list(obj.get("pluginConfig") or [], f"{path}.pluginConfig")):
+        p = f"{path}.pluginConfig[{i}]"
+        _keys(pc, p, ("name", "args"), ("name",))
+        plugin = _str(pc["name"], f"{p}.name", ("NodeResourcesFit", "NodeResourcesBalancedAllocation"))
+        args = pc.get("args") or {}
+        if plugin == "NodeResourcesFit":
+            _keys(args, f"{p}.args", ("scoringStrategy",))
+            s = _keys(args.get("scoringStrategy") or {}, f"{p}.args.scoringStrategy", ("type", "resources", "requestedToCapacityRatio"))
+            sp = f"{p}.args.scoringStrategy"
+            fit_strategy = _str(s.get("type", "LeastAllocated"), f"{sp}.type", STRATEGIES)
+            if "resources" in s:
+                fit_resources = _resources(s["resources"], f"{sp}.resources")
+            if fit_strategy == "RequestedToCapacityRatio":
+                rp = f"{sp}.requestedToCapacityRatio"
+                rtcr = _keys(s.get("requestedToCapacityRatio"), rp, ("shape",), ("shape",))
+                points = []
+                for j, pt in enumerate(_list(rtcr["shape"], f"{rp}.shape")):
+                    q = f"{rp}.shape[{j}]"
+                    _keys(pt, q, ("utilization", "score"), ("utilization", "score"))
+                    points.append((_int(pt["utilization"], f"{q}.utilization", 0, MAX_UTILIZATION), _int(pt["score"], f"{q}.score", 0, MAX_SHAPE_SCORE)))
+                if not points or any(a[0] >= b[0] for a, b in zip(points, points[1:], strict=False)):
+                    raise ConfigError(f"{rp}.shape: needs at least one point, utilization strictly increasing")
+                shape = tuple(points)
+        else:
+            _keys(args, f"{p}.args", ("resources",))
+            if "resources" in args:
+                balanced = tuple(r for r, _ in _resources(args["resources"], f"{p}.args.resources"))
+    return ProfileConfig(name, tuple(f for f in FILTER_PLUGINS if f in filters), weights, fit_strategy, fit_resources, shape, balanced)
+
+
+def _metric(obj: Any, path: str) -> MetricConfig:
+    allowed = ("name", "source", "query", "annotation", "nodeLabel", "prefer", "normalization", "filter", "missing", "weight", "maxAge", "refresh")
+    _keys(obj, path, allowed, ("name", "source"))
+    name = _str(obj["name"], f"{path}.name")
+    if not re.match(r"^[a-zA-Z_][a-zA-Z0-9_]*$", name):
+        raise ConfigError(f"{path}.name: {name!r} must be a metric-style identifier ([a-zA-Z_][a-zA-Z0-9_]*)")
+    source = _str(obj["source"], f"{path}.source", SOURCES)
+    query = annotation = None
+    if source == "prometheus":
+        query = _str(obj.get("query"), f"{path}.query")
+    else:
+        annotation = _str(obj.get("annotation"), f"{path}.annotation")
+    prefer_raw = _str(obj.get("prefer", "lower"), f"{path}.prefer")
+    target = None
+    m = _TARGET.match(prefer_raw)
+    if m:
+        try:
+            target = float(m.group(1))
+        except ValueError:
+            raise ConfigError(f"{path}.prefer: {prefer_raw!r} has no numeric target") from None
+        prefer = "target"
+    elif prefer_raw in ("lower", "higher"):
+        prefer = prefer_raw
+    else:
+        raise ConfigError(f"{path}.prefer: {prefer_raw!r} is not allowed (allowed: {', '.join(PREFER)})")
+    rng = None
+    norm = obj.get("normalization", "minmax")
+    if norm != "minmax":
+        n = _keys(norm, f"{path}.normalization", ("range",), ("range",))
+        r = _list(n["range"], f"{path}.normalization.range")
+        if len(r) != 2:
+            raise ConfigError(f"{path}.normalization.range: must be [low, high]")
+        lo, hi = _float(r[0], f"{path}.normalization.range[0]"), _float(r[1], f"{path}.normalization.range[1]")
+        if not lo < hi:
+            raise ConfigError(f"{path}.normalization.range: low must be below high")
+        rng = (lo, hi)
+    f = _keys(obj.get("filter") or {}, f"{path}.filter", ("above", "below"))
+    above = _float(f["above"], f"{path}.filter.above") if "above" in f else None
+    below = _float(f["below"], f"{path}.filter.below") if "below" in f else None
+    refresh = _keys(obj.get("refresh") or {}, f"{path}.refresh", ("min", "max"))
+    min_refresh = parse_duration(refresh.get("min", 5), f"{path}.refresh.min")
+    max_refresh = parse_duration(refresh.get("max", 60), f"{path}.refresh.max")
+    if min_refresh > max_refresh:
+        raise ConfigError(f"{path}.refresh: min must not exceed max")
+    weight = _float(obj.get("weight", 1), f"{path}.weight")
+    if not 0 <= weight <= MAX_WEIGHT:
+        raise ConfigError(f"{path}.weight: {weight!r} is not in 0..{MAX_WEIGHT}")
+    return MetricConfig(
+        name=name,
+        source=source,
+        query=query,
+        annotation=annotation,
+        node_label=_str(obj.get("nodeLabel", "node"), f"{path}.nodeLabel"),
+        prefer=prefer,
+        target=target,
+        range=rng,
+        above=above,
+        below=below,
+        missing=_str(obj.get("missing", "neutral"), f"{path}.missing", MISSING),
+        weight=weight,
+        max_age_s=parse_duration(obj.get("maxAge", 120), f"{path}.maxAge"),
+        min_refresh_s=min_refresh,
+        max_refresh_s=max_refresh,
+    )
+
+
+def parse_config(obj: Obj) -> Config:
+    """Validate a decoded configuration document."""
+    _keys(obj, "", ("apiVersion", "kind", "profiles", "metrics", "batch"), ("apiVersion", "kind"))
+    _str(obj["apiVersion"], "apiVersion", (API_VERSION,))
+    _str(obj["kind"], "kind", (KIND,))
+    profiles = tuple(_profile(p, f"profiles[{i}]") for i, p in enumerate(_list(obj.get("profiles") or [{"schedulerName": DEFAULT_PROFILE}], "profiles")))
+    names = [p.scheduler_name for p in profiles]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"profiles: duplicate schedulerName in {names}")
+    metrics = tuple(_metric(m, f"metrics[{i}]") for i, m in enumerate(_list(obj.get("metrics") or [], "metrics")))
+    if len({m.name for m in metrics}) != len(metrics):
+        raise ConfigError("metrics: duplicate metric name")
+    b = _keys(obj.get("batch") or {}, "batch", ("maxSize", "maxWait"))
+    batch = BatchConfig(
+        max_size=_int(b.get("maxSize", 512), "batch.maxSize", 1, 100_000),
+        max_wait_s=parse_duration(b.get("maxWait", 0.05), "batch.maxWait"),
+    )
+    return Config(profiles, metrics, batch)
+
+
+def load_config(path: str | Path | None) -> Config:
+    """Read a configuration file; None gives the default (one profile named ``ksched``)."""
+    if path is None:
+        return Config()
+    try:
+        text = Path(path).read_text()
+    except OSError as err:
+        raise ConfigError(f"cannot read configuration {path}: {err.strerror}") from None
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: not valid YAML: {err}") from None
+    return parse_config(doc)

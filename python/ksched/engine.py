@@ -1,0 +1,323 @@
+"""The one scheduling algorithm behind ``run``, ``simulate``, ``explain`` and ``bench``.
+
+Owns compiling pending pods into the engine's arrays (pods with equal
+node-level constraints share a class, so those filters run once per class),
+the call into ``ksched._core`` and turning its integer results into
+placements with upstream's FailedScheduling message. A malformed pod becomes
+a placement with an error message; it never stops the batch.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ksched import _core
+from ksched.config import Config, MetricConfig, ProfileConfig
+from ksched.errors import KschedError, MalformedObjectError
+from ksched.kube import Obj, pod_key, stable_key
+from ksched.messages import AFFINITY_CONFLICT, ReasonNames, fit_error, prefilter_error
+from ksched.pods import NodeConstraints, PodRequirements, Term, prefilter_node_names, requirements
+from ksched.snapshot import EFFECTS, PROTOCOLS, Snapshot
+
+OPERATORS = {"In": 0, "NotIn": 1, "Exists": 2, "DoesNotExist": 3, "Gt": 4, "Lt": 5}
+TOLERATION_OPERATORS = {"Equal": 0, "Exists": 1}
+PREFER_CODES = {"lower": 0, "higher": 1, "target": 2}
+MISSING_CODES = {"neutral": 0, "worst": 1, "exclude": 2}
+
+
+@dataclass(frozen=True)
+class Placement:
+    """The engine's verdict on one pending pod."""
+
+    pod: str
+    node: str | None
+    score: float | None
+    message: str | None
+    feasible_nodes: int = 0
+    attempted: bool = True
+    malformed: bool = False
+
+    def as_json(self) -> dict[str, Any]:
+        return {"pod": self.pod, "node": self.node, "score": self.score, "message": self.message}
+
+
+@dataclass
+class NodeExplanation:
+    node: str
+    feasible: bool
+    plugin: str | None
+    reasons: list[str]
+    scores: dict[str, dict[str, float]]
+    total: float | None
+    chosen: bool
+
+
+@dataclass
+class Explanation:
+    pod: str
+    placement: Placement
+    nodes: list[NodeExplanation]
+    weights: dict[str, float]
+
+
+@dataclass
+class BatchResult:
+    placements: list[Placement]
+    explanation: Explanation | None = None
+    engine_seconds: float = 0.0
+
+
+def _i64(values: Sequence[int]) -> npt.NDArray[np.int64]:
+    return np.asarray(values, dtype=np.int64)
+
+
+@dataclass
+class _ClassTable:
+    """Constraint classes of one batch, built as flat columns."""
+
+    snapshot: Snapshot
+    ids: dict[NodeConstraints, int] = field(default_factory=dict)
+    cols: dict[str, list[int]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in (
+            "class_node_names tol_keys tol_operators tol_values tol_effects node_selector_term has_required "
+            "required_terms preferred_terms has_prefilter prefilter_nodes term_weights req_keys req_is_field "
+            "req_operators req_values req_int_values"
+        ).split():
+            self.cols[name] = []
+        for name in ("tol_offsets", "required_offsets", "preferred_offsets", "prefilter_offsets", "term_offsets", "req_value_offsets"):
+            self.cols[name] = [0]
+
+    def _term(self, term: Term, weight: int = 0) -> int:
+        c, s = self.cols, self.snapshot.strings
+        for r in term:
+            c["req_keys"].append(-1 if r.is_field else s(r.key))
+            c["req_is_field"].append(int(r.is_field))
+            c["req_operators"].append(OPERATORS[r.operator])
+            c["req_values"].extend(s(v) for v in r.values)
+            c["req_value_offsets"].append(len(c["req_values"]))
+            c["req_int_values"].append(int(r.values[0]) if r.operator in ("Gt", "Lt") else 0)
+        c["term_weights"].append(weight)
+        c["term_offsets"].append(len(c["req_keys"]))
+        return len(c["term_weights"]) - 1
+
+    def class_of(self, k: NodeConstraints, prefilter: set[str] | None) -> int:
+        existing = self.ids.get(k)
+        if existing is not None:
+            return existing
+        c, s = self.cols, self.snapshot.strings
+        c["class_node_names"].append(s(k.node_name) if k.node_name else -1)
+        for t in k.tolerations:
+            c["tol_keys"].append(s(t.key) if t.key else -1)
+            c["tol_operators"].append(TOLERATION_OPERATORS[t.operator])
+            c["tol_values"].append(s(t.value))
+            c["tol_effects"].append(EFFECTS[t.effect])
+        c["tol_offsets"].append(len(c["tol_keys"]))
+        c["node_selector_term"].append(self._term(k.node_selector) if k.node_selector else -1)
+        c["has_required"].append(int(k.required is not None))
+        for term in k.required or ():
+            c["required_terms"].append(self._term(term))
+        c["required_offsets"].append(len(c["required_terms"]))
+        for weight, term in k.preferred:
+            c["preferred_terms"].append(self._term(term, weight))
+        c["preferred_offsets"].append(len(c["preferred_terms"]))
+        c["has_prefilter"].append(int(prefilter is not None))
+        if prefilter is not None:
+            index = self.snapshot.index
+            c["prefilter_nodes"].extend(sorted(index[n] for n in prefilter if n in index))
+        c["prefilter_offsets"].append(len(c["prefilter_nodes"]))
+        self.ids[k] = len(self.ids)
+        return self.ids[k]
+
+    def engine_classes(self) -> dict[str, Any]:
+        dtypes = {"tol_operators": np.uint8, "tol_effects": np.uint8, "has_required": np.uint8, "has_prefilter": np.uint8,
+                  "req_is_field": np.uint8, "req_operators": np.uint8, "class_node_names": np.int32, "tol_keys": np.int32,
+                  "tol_values": np.int32, "req_keys": np.int32, "req_values": np.int32}
+        out: dict[str, Any] = {k: np.asarray(v, dtype=dtypes.get(k, np.int64)) for k, v in self.cols.items()}
+        out["count"] = len(self.ids)
+        return out
+
+
+def metric_specs(metrics: Sequence[MetricConfig]) -> npt.NDArray[np.float64]:
+    rows = []
+    nan = math.nan
+    for m in metrics:
+        lo, hi = m.range if m.range else (nan, nan)
+        rows.append([PREFER_CODES[m.prefer], m.target if m.target is not None else nan, lo, hi,
+                     nan if m.above is None else m.above, nan if m.below is None else m.below,
+                     MISSING_CODES[m.missing], m.weight])
+    return np.asarray(rows, dtype=np.float64).reshape(-1)
+
+
+def engine_profile(p: ProfileConfig, snapshot: Snapshot) -> dict[str, Any]:
+    res = snapshot.resources
+    return {
+        "taint_toleration_weight": p.weights.get("TaintToleration", 0),
+        "node_affinity_weight": p.weights.get("NodeAffinity", 0),
+        "fit_weight": p.weights.get("NodeResourcesFit", 0),
+        "balanced_weight": p.weights.get("NodeResourcesBalancedAllocation", 0),
+        "fit_strategy": p.fit_strategy,
+        "shape": list(p.shape),
+        "fit_resources": [(res(name), w) for name, w in p.fit_resources],
+        "balanced_resources": [res(name) for name in p.balanced_resources],
+        "filters": [f in p.filters for f in ("NodeUnschedulable", "NodeName", "TaintToleration", "NodeAffinity", "NodePorts", "NodeResourcesFit")],
+    }
+
+
+class Engine:
+    """Schedules batches of pending pods for one profile.
+
+    >>> engine = Engine(Config())                          # doctest: +SKIP
+    >>> result = engine.schedule(snapshot, pending_pods)   # doctest: +SKIP
+    """
+
+    def __init__(self, config: Config, profile: str | None = None, *, seed: int = 0, parallel: bool = True):
+        chosen = config.profile(profile) if profile else config.profiles[0]
+        if chosen is None:
+            raise KschedError(f"no profile named {profile!r} (profiles: {', '.join(p.scheduler_name for p in config.profiles)})")
+        self.config = config
+        self.profile = chosen
+        self.seed = seed
+        self.parallel = parallel
+
+    def schedule(
+        self,
+        snapshot: Snapshot,
+        pods: Sequence[Obj],
+        metric_values: npt.NDArray[np.float64] | None = None,
+        *,
+        deadline_s: float | None = None,
+        explain: str | None = None,
+        use_metrics: bool = True,
+    ) -> BatchResult:
+        """Place ``pods`` (pending, any order) on ``snapshot``; returns one placement per pod, in queue order."""
+        metrics = self.config.metrics if use_metrics else ()
+        parsed: list[tuple[int, Obj, PodRequirements | MalformedObjectError]] = []
+        for i, pod in enumerate(pods):
+            try:
+                parsed.append((i, pod, requirements(pod)))
+            except MalformedObjectError as err:
+                parsed.append((i, pod, err))
+        # Queue order: priority descending, then arrival (upstream PrioritySort).
+        parsed.sort(key=lambda t: (-(t[2].priority if isinstance(t[2], PodRequirements) else 0), t[0]))
+        snapshot.ensure_resources({r for _, _, req in parsed if isinstance(req, PodRequirements) for r in req.requests})
+        classes = _ClassTable(snapshot)
+        res = snapshot.resources
+        names = ReasonNames(res.names, [(m.name, m.above, m.below) for m in metrics])
+        total = snapshot.count
+        engine_rows: list[tuple[int, PodRequirements]] = []
+        results: list[Placement | None] = []
+        requests = []
+        nonzero = []
+        pod_classes = []
+        keys = []
+        hp_offsets = [0]
+        hp: list[tuple[int, int, int]] = []
+        explain_row: int | None = None
+        for _, pod, req in parsed:
+            if isinstance(req, MalformedObjectError):
+                results.append(Placement(pod_key(pod), None, None, f"invalid pod: {req.field}: {req.problem}", malformed=True))
+                continue
+            prefilter = prefilter_node_names(req.constraints.required)
+            if prefilter is not None and not prefilter:
+                results.append(Placement(req.key, None, None, prefilter_error(total, AFFINITY_CONFLICT)))
+                continue
+            row = [0] * len(res)
+            for r, v in req.requests.items():
+                row[res(r)] = v
+            requests.extend(row)
+            nonzero.extend((req.nonzero_cpu, req.nonzero_memory))
+            pod_classes.append(classes.class_of(req.constraints, prefilter))
+            keys.append(stable_key(req.key))
+            for p in req.host_ports:
+                hp.append((PROTOCOLS[p.protocol], snapshot.strings(p.ip), p.port))
+            hp_offsets.append(len(hp))
+            if explain == req.key:
+                explain_row = len(engine_rows)
+            engine_rows.append((len(results), req))
+            results.append(None)
+        engine_pods = {
+            "count": len(engine_rows),
+            "requests": _i64(requests),
+            "nonzero_requests": _i64(nonzero),
+            "pod_classes": _i64(pod_classes),
+            "pod_keys": np.asarray(keys, dtype=np.uint64),
+            "hp_offsets": _i64(hp_offsets),
+            "hp_protocols": np.asarray([p[0] for p in hp], dtype=np.uint8),
+            "hp_ips": np.asarray([p[1] for p in hp], dtype=np.int32),
+            "hp_ports": np.asarray([p[2] for p in hp], dtype=np.int32),
+        }
+        if metric_values is None or not metrics:
+            values = np.full(total * len(metrics), np.nan, dtype=np.float64)
+        else:
+            values = np.ascontiguousarray(metric_values[:, : len(metrics)], dtype=np.float64).reshape(-1)
+        started = time.perf_counter()
+        out = _core.schedule(
+            snapshot.engine_nodes(),
+            classes.engine_classes(),
+            engine_pods,
+            values,
+            metric_specs(metrics),
+            engine_profile(self.profile, snapshot),
+            seed=self.seed,
+            deadline_s=deadline_s,
+            explain=explain_row,
+            parallel=self.parallel,
+        )
+        elapsed = time.perf_counter() - started
+        chosen = out["nodes"]
+        offsets = out["reason_offsets"]
+        codes = out["reason_codes"]
+        counts = out["reason_counts"]
+        for j, (slot, req) in enumerate(engine_rows):
+            node = int(chosen[j])
+            if node >= 0:
+                results[slot] = Placement(req.key, snapshot.node_names[node], float(out["scores"][j]), None, int(out["feasible"][j]))
+            elif node == _core.NOT_ATTEMPTED:
+                results[slot] = Placement(req.key, None, None, None, attempted=False)
+            else:
+                lo, hi = int(offsets[j]), int(offsets[j + 1])
+                reasons = [(names.reason(int(codes[k])), int(counts[k])) for k in range(lo, hi)]
+                results[slot] = Placement(req.key, None, None, fit_error(total, reasons))
+        placements = [p for p in results if p is not None]
+        explanation = None
+        if explain is not None and out["explanation"] is not None and explain_row is not None:
+            explanation = _explanation(out["explanation"], snapshot, names, metrics, results[engine_rows[explain_row][0]])
+        return BatchResult(placements, explanation, elapsed)
+
+
+def _explanation(ex: dict[str, Any], snapshot: Snapshot, names: ReasonNames, metrics: Sequence[MetricConfig], placement: Placement | None) -> Explanation:
+    assert placement is not None
+    plugins = [p if not p.startswith("metric:") else f"Metric/{metrics[int(p.split(':')[1])].name}" for p in ex["plugins"]]
+    n = snapshot.count
+    raw = np.asarray(ex["raw"]).reshape(len(plugins), n)
+    normalized = np.asarray(ex["normalized"]).reshape(len(plugins), n)
+    weights = {p: float(w) for p, w in zip(plugins, ex["weights"], strict=True)}
+    rows = []
+    offsets, codes = ex["reason_offsets"], ex["reason_codes"]
+    for i, node in enumerate(snapshot.node_names):
+        node_codes = [int(c) for c in codes[int(offsets[i]) : int(offsets[i + 1])]]
+        total = float(ex["totals"][i])
+        feasible = not node_codes
+        scores = {}
+        if feasible:
+            for k, p in enumerate(plugins):
+                scores[p] = {"raw": float(raw[k, i]), "normalized": float(normalized[k, i]), "weighted": float(normalized[k, i]) * weights[p]}
+        rows.append(NodeExplanation(
+            node=node,
+            feasible=feasible,
+            plugin=names.plugin(node_codes[0]) if node_codes else None,
+            reasons=[names.reason(c) for c in node_codes],
+            scores=scores,
+            total=total if feasible else None,
+            chosen=placement.node == node,
+        ))
+    return Explanation(placement.pod, placement, rows, weights)

@@ -1,0 +1,371 @@
+"""What a pod asks of a node, read from its spec with upstream's rules.
+
+Owns the effective request (containers summed, init containers as a
+maximum, restartable sidecars added, pod-level requests, overhead), the
+non-zero defaults used for scoring, host ports, tolerations and node
+affinity. Every problem is a :class:`MalformedObjectError` naming the pod
+and the field, so one bad pod never stops the others.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+from ksched.errors import MalformedObjectError, QuantityError
+from ksched.kube import Obj, pod_key, spec
+from ksched.quantity import canonical, parse_quantity
+
+# Upstream schedutil.DefaultMilliCPURequest / DefaultMemoryRequest: what a
+# container without a request counts as when scoring (never when filtering).
+DEFAULT_MILLI_CPU_REQUEST = 100
+DEFAULT_MEMORY_REQUEST = 200 * 1024 * 1024
+# Only these are honoured in pod-level `spec.resources` (upstream IsSupportedPodLevelResource).
+POD_LEVEL_RESOURCES = ("cpu", "memory")
+# A pod whose selectors or label sets exceed this is rejected as malformed
+# rather than slowing every node's filter (the API server caps labels far below this).
+MAX_SELECTOR_ITEMS = 1000
+
+NODE_SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
+TOLERATION_OPERATORS = ("Equal", "Exists")
+TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+PROTOCOLS = ("TCP", "UDP", "SCTP")
+_INT64 = re.compile(r"^[+-]?\d+$")
+
+
+def parse_int64(text: str) -> int | None:
+    """Go's ``strconv.ParseInt(text, 10, 64)``, or None."""
+    if not _INT64.match(text):
+        return None
+    v = int(text)
+    return v if -(2**63) <= v < 2**63 else None
+
+
+@dataclass(frozen=True)
+class Toleration:
+    key: str
+    operator: str
+    value: str
+    effect: str
+
+
+@dataclass(frozen=True)
+class Requirement:
+    key: str
+    operator: str
+    values: tuple[str, ...]
+    is_field: bool = False
+
+
+Term = tuple[Requirement, ...]
+
+
+@dataclass(frozen=True)
+class NodeConstraints:
+    """The node-level constraints of a pod: equal values share one engine class."""
+
+    node_name: str
+    tolerations: tuple[Toleration, ...]
+    node_selector: Term | None
+    required: tuple[Term, ...] | None
+    preferred: tuple[tuple[int, Term], ...]
+
+
+@dataclass(frozen=True)
+class HostPort:
+    protocol: str
+    ip: str
+    port: int
+
+
+@dataclass(frozen=True)
+class PodRequirements:
+    key: str
+    priority: int
+    requests: dict[str, int]
+    nonzero_cpu: int
+    nonzero_memory: int
+    host_ports: tuple[HostPort, ...]
+    constraints: NodeConstraints
+
+
+def _resource_list(pod: str, field: str, raw: Any) -> dict[str, Fraction]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise MalformedObjectError(pod, field, "must be a mapping of resource name to quantity")
+    out: dict[str, Fraction] = {}
+    for resource, q in raw.items():
+        try:
+            out[str(resource)] = parse_quantity(q)
+        except QuantityError as err:
+            raise MalformedObjectError(pod, f"{field}.{resource}", str(err)) from None
+    return out
+
+
+def _add(into: dict[str, Fraction], other: dict[str, Fraction]) -> None:
+    for k, v in other.items():
+        into[k] = into.get(k, Fraction(0)) + v
+
+
+def _max(into: dict[str, Fraction], other: dict[str, Fraction]) -> None:
+    for k, v in other.items():
+        if k not in into or v > into[k]:
+            into[k] = v
+
+
+def _containers(pod: str, s: Obj, field: str) -> list[Obj]:
+    raw = s.get(field) or []
+    if not isinstance(raw, list) or not all(isinstance(c, dict) for c in raw):
+        raise MalformedObjectError(pod, f"spec.{field}", "must be a list of containers")
+    return raw
+
+
+def effective_requests(pod: Obj, *, nonzero_defaults: bool = False) -> dict[str, Fraction]:
+    """Upstream ``resourcehelper.PodRequests``.
+
+    With ``nonzero_defaults``, containers missing a cpu or memory request
+    count as 100m / 200Mi (upstream ``NonMissingContainerRequests``, used for scoring).
+    """
+    key = pod_key(pod)
+    s = spec(pod)
+
+    def container_requests(c: Obj, field: str) -> dict[str, Fraction]:
+        resources = c.get("resources") or {}
+        if not isinstance(resources, dict):
+            raise MalformedObjectError(key, f"{field}.resources", "must be a mapping")
+        reqs = _resource_list(key, f"{field}.resources.requests", resources.get("requests"))
+        if nonzero_defaults:
+            reqs.setdefault("cpu", Fraction(DEFAULT_MILLI_CPU_REQUEST, 1000))
+            reqs.setdefault("memory", Fraction(DEFAULT_MEMORY_REQUEST))
+        return reqs
+
+    total: dict[str, Fraction] = {}
+    for i, c in enumerate(_containers(key, s, "containers")):
+        _add(total, container_requests(c, f"spec.containers[{i}]"))
+    restartable: dict[str, Fraction] = {}
+    init_max: dict[str, Fraction] = {}
+    for i, c in enumerate(_containers(key, s, "initContainers")):
+        reqs = container_requests(c, f"spec.initContainers[{i}]")
+        if c.get("restartPolicy") == "Always":
+            _add(total, reqs)
+            _add(restartable, reqs)
+            step = dict(restartable)
+        else:
+            step = dict(reqs)
+            _add(step, restartable)
+        _max(init_max, step)
+    _max(total, init_max)
+    pod_level = s.get("resources")
+    if isinstance(pod_level, dict):
+        level = _resource_list(key, "spec.resources.requests", pod_level.get("requests"))
+        for r in POD_LEVEL_RESOURCES:
+            if r in level:
+                total[r] = level[r]
+    _add(total, _resource_list(key, "spec.overhead", s.get("overhead")))
+    return total
+
+
+def canonical_requests(pod: Obj) -> dict[str, int]:
+    """Effective requests in the engine's units; zero entries dropped."""
+    out = {}
+    for r, q in effective_requests(pod).items():
+        v = canonical(r, q)
+        if v < 0:
+            raise MalformedObjectError(pod_key(pod), f"requests.{r}", "must not be negative")
+        if v:
+            out[r] = v
+    return out
+
+
+def nonzero_cpu_memory(pod: Obj) -> tuple[int, int]:
+    reqs = effective_requests(pod, nonzero_defaults=True)
+    return canonical("cpu", reqs.get("cpu", Fraction(0))), canonical("memory", reqs.get("memory", Fraction(0)))
+
+
+def host_ports(pod: Obj) -> tuple[HostPort, ...]:
+    """Host ports of the pod's containers (upstream ``GetHostPorts``)."""
+    key = pod_key(pod)
+    out = []
+    for i, c in enumerate(_containers(key, spec(pod), "containers")):
+        ports = c.get("ports") or []
+        if not isinstance(ports, list):
+            raise MalformedObjectError(key, f"spec.containers[{i}].ports", "must be a list")
+        for j, p in enumerate(ports):
+            field = f"spec.containers[{i}].ports[{j}]"
+            if not isinstance(p, dict):
+                raise MalformedObjectError(key, field, "must be a mapping")
+            hp = p.get("hostPort") or 0
+            if not isinstance(hp, int) or isinstance(hp, bool) or not 0 <= hp <= 65535:
+                raise MalformedObjectError(key, f"{field}.hostPort", f"{hp!r} is not a port number (1-65535)")
+            if hp == 0:
+                continue
+            protocol = p.get("protocol") or "TCP"
+            if protocol not in PROTOCOLS:
+                raise MalformedObjectError(
+                    key, f"{field}.protocol", f"unknown protocol {protocol!r} (allowed: {', '.join(PROTOCOLS)})"
+                )
+            out.append(HostPort(protocol, str(p.get("hostIP") or "0.0.0.0"), hp))
+    return tuple(out)
+
+
+def tolerations(pod: Obj) -> tuple[Toleration, ...]:
+    key = pod_key(pod)
+    raw = spec(pod).get("tolerations") or []
+    if not isinstance(raw, list):
+        raise MalformedObjectError(key, "spec.tolerations", "must be a list")
+    out = []
+    for i, t in enumerate(raw):
+        field = f"spec.tolerations[{i}]"
+        if not isinstance(t, dict):
+            raise MalformedObjectError(key, field, "must be a mapping")
+        op = t.get("operator") or "Equal"
+        if op not in TOLERATION_OPERATORS:
+            raise MalformedObjectError(
+                key, f"{field}.operator", f"unknown operator {op!r} (allowed: {', '.join(TOLERATION_OPERATORS)})"
+            )
+        effect = t.get("effect") or ""
+        if effect and effect not in TAINT_EFFECTS:
+            raise MalformedObjectError(
+                key, f"{field}.effect", f"unknown effect {effect!r} (allowed: {', '.join(TAINT_EFFECTS)})"
+            )
+        out.append(Toleration(str(t.get("key") or ""), op, str(t.get("value") or ""), effect))
+    return tuple(out)
+
+
+def _requirements(pod: str, field: str, raw: Any, *, fields: bool) -> Term:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise MalformedObjectError(pod, field, "must be a list of requirements")
+    if len(raw) > MAX_SELECTOR_ITEMS:
+        raise MalformedObjectError(pod, field, f"has {len(raw)} requirements (at most {MAX_SELECTOR_ITEMS})")
+    out = []
+    for i, r in enumerate(raw):
+        f = f"{field}[{i}]"
+        if not isinstance(r, dict) or not isinstance(r.get("key"), str):
+            raise MalformedObjectError(pod, f, "must be a mapping with a string key")
+        op = r.get("operator")
+        if op not in NODE_SELECTOR_OPERATORS:
+            raise MalformedObjectError(
+                pod, f"{f}.operator", f"unknown operator {op!r} (allowed: {', '.join(NODE_SELECTOR_OPERATORS)})"
+            )
+        values = r.get("values") or []
+        if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+            raise MalformedObjectError(pod, f"{f}.values", "must be a list of strings")
+        if len(values) > MAX_SELECTOR_ITEMS:
+            raise MalformedObjectError(pod, f"{f}.values", f"has {len(values)} values (at most {MAX_SELECTOR_ITEMS})")
+        if fields:
+            if r["key"] != "metadata.name":
+                raise MalformedObjectError(
+                    pod, f"{f}.key", f"unsupported field {r['key']!r} (allowed: metadata.name)"
+                )
+            if op not in ("In", "NotIn") or len(values) != 1:
+                raise MalformedObjectError(pod, f, "a metadata.name field selector takes In or NotIn with one value")
+        elif op in ("In", "NotIn") and not values:
+            raise MalformedObjectError(pod, f"{f}.values", f"operator {op} needs at least one value")
+        elif op in ("Exists", "DoesNotExist") and values:
+            raise MalformedObjectError(pod, f"{f}.values", f"operator {op} takes no values")
+        elif op in ("Gt", "Lt") and (len(values) != 1 or parse_int64(values[0]) is None):
+            raise MalformedObjectError(pod, f"{f}.values", f"operator {op} takes exactly one integer value")
+        out.append(Requirement(r["key"], op, tuple(values), is_field=fields))
+    return tuple(out)
+
+
+def _term(pod: str, field: str, raw: Any) -> Term:
+    if not isinstance(raw, dict):
+        raise MalformedObjectError(pod, field, "must be a node selector term")
+    return _requirements(pod, f"{field}.matchExpressions", raw.get("matchExpressions"), fields=False) + (
+        _requirements(pod, f"{field}.matchFields", raw.get("matchFields"), fields=True)
+    )
+
+
+def node_constraints(pod: Obj) -> NodeConstraints:
+    key = pod_key(pod)
+    s = spec(pod)
+    selector = s.get("nodeSelector") or {}
+    if not isinstance(selector, dict) or not all(isinstance(v, str) for v in selector.values()):
+        raise MalformedObjectError(key, "spec.nodeSelector", "must be a mapping of label to string value")
+    if len(selector) > MAX_SELECTOR_ITEMS:
+        raise MalformedObjectError(key, "spec.nodeSelector", f"has {len(selector)} labels (at most {MAX_SELECTOR_ITEMS})")
+    node_selector = tuple(Requirement(k, "In", (v,)) for k, v in sorted(selector.items())) or None
+    affinity = (s.get("affinity") or {}).get("nodeAffinity") or {}
+    if not isinstance(affinity, dict):
+        raise MalformedObjectError(key, "spec.affinity.nodeAffinity", "must be a mapping")
+    base = "spec.affinity.nodeAffinity"
+    required: tuple[Term, ...] | None = None
+    req_raw = affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
+    if req_raw is not None:
+        terms = req_raw.get("nodeSelectorTerms") if isinstance(req_raw, dict) else None
+        if not isinstance(terms, list):
+            raise MalformedObjectError(key, f"{base}.requiredDuringSchedulingIgnoredDuringExecution", "needs nodeSelectorTerms")
+        field = f"{base}.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms"
+        required = tuple(_term(key, f"{field}[{i}]", t) for i, t in enumerate(terms))
+    preferred = []
+    pref_raw = affinity.get("preferredDuringSchedulingIgnoredDuringExecution") or []
+    if not isinstance(pref_raw, list):
+        raise MalformedObjectError(key, f"{base}.preferredDuringSchedulingIgnoredDuringExecution", "must be a list")
+    for i, p in enumerate(pref_raw):
+        field = f"{base}.preferredDuringSchedulingIgnoredDuringExecution[{i}]"
+        if not isinstance(p, dict):
+            raise MalformedObjectError(key, field, "must be a mapping")
+        weight = p.get("weight", 0)
+        if not isinstance(weight, int) or not 0 <= weight <= 100:
+            raise MalformedObjectError(key, f"{field}.weight", f"{weight!r} is not an integer in 0..100")
+        term = _term(key, f"{field}.preference", p.get("preference"))
+        if weight and term:
+            preferred.append((weight, term))
+    return NodeConstraints(
+        node_name=str(s.get("nodeName") or ""),
+        tolerations=tolerations(pod),
+        node_selector=node_selector,
+        required=required,
+        preferred=tuple(preferred),
+    )
+
+
+def priority(pod: Obj) -> int:
+    p = spec(pod).get("priority")
+    if p is None:
+        return 0
+    if not isinstance(p, int) or isinstance(p, bool):
+        raise MalformedObjectError(pod_key(pod), "spec.priority", f"{p!r} is not an integer")
+    return p
+
+
+def requirements(pod: Obj) -> PodRequirements:
+    """Everything the engine needs of one pending pod."""
+    cpu, memory = nonzero_cpu_memory(pod)
+    return PodRequirements(
+        key=pod_key(pod),
+        priority=priority(pod),
+        requests=canonical_requests(pod),
+        nonzero_cpu=cpu,
+        nonzero_memory=memory,
+        host_ports=host_ports(pod),
+        constraints=node_constraints(pod),
+    )
+
+
+def prefilter_node_names(required: Iterable[Term] | None) -> set[str] | None:
+    """NodeAffinity's PreFilter: the node names that `matchFields metadata.name In`
+    restricts every term to, or None when some term does not restrict (all nodes)."""
+    if required is None:
+        return None
+    names: set[str] = set()
+    terms = list(required)
+    if not terms:
+        return None
+    for term in terms:
+        term_names: set[str] | None = None
+        for r in term:
+            if r.is_field and r.operator == "In":
+                s = set(r.values)
+                term_names = s if term_names is None else term_names & s
+        if term_names is None:
+            return None
+        names |= term_names
+    return names

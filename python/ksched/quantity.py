@@ -1,0 +1,86 @@
+"""Exact parsing of Kubernetes resource quantities.
+
+Owns the grammar of ``resource.Quantity`` (decimal SI suffixes, binary
+suffixes, exponents, signs) and the two conversions the scheduler uses:
+``MilliValue`` for CPU and ``Value`` for everything else, both rounding up
+as upstream does. Arithmetic is exact (``Fraction``), never floating point.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from fractions import Fraction
+
+from ksched.errors import QuantityError
+
+_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_DECIMAL = {
+    "n": Fraction(1, 10**9),
+    "u": Fraction(1, 10**6),
+    "m": Fraction(1, 1000),
+    "": Fraction(1),
+    "k": Fraction(10**3),
+    "M": Fraction(10**6),
+    "G": Fraction(10**9),
+    "T": Fraction(10**12),
+    "P": Fraction(10**15),
+    "E": Fraction(10**18),
+}
+_QUANTITY = re.compile(
+    r"^(?P<sign>[+-]?)(?P<number>\d+(?:\.\d*)?|\.\d+)"
+    r"(?:(?P<binary>Ki|Mi|Gi|Ti|Pi|Ei)|[eE](?P<exp>[+-]?\d+)|(?P<decimal>[numkMGTPE]?))$"
+)
+# Upstream caps exponents; anything beyond is not a real quantity.
+_MAX_EXPONENT = 1000
+
+
+def parse_quantity(text: str | int | float) -> Fraction:
+    """Parse a quantity into an exact number of base units.
+
+    >>> parse_quantity("1.5Gi")
+    Fraction(1610612736, 1)
+    >>> parse_quantity("250m")
+    Fraction(1, 4)
+    """
+    if isinstance(text, bool):
+        raise QuantityError(f"quantity must be a string or number, got {text!r}")
+    if isinstance(text, int):
+        return Fraction(text)
+    if isinstance(text, float):
+        if not math.isfinite(text):
+            raise QuantityError(f"quantity {text!r} is not a finite number")
+        return Fraction(str(text))
+    if not isinstance(text, str):
+        raise QuantityError(f"quantity must be a string or number, got {type(text).__name__}")
+    match = _QUANTITY.match(text.strip())
+    if match is None or text.strip() == "":
+        raise QuantityError(f"{text!r} is not a valid quantity (examples: 100m, 1.5, 2Gi, 1e3, 500M)")
+    value = Fraction(match.group("number"))
+    if match.group("binary"):
+        value *= _BINARY[match.group("binary")]
+    elif match.group("exp") is not None:
+        exponent = int(match.group("exp"))
+        if abs(exponent) > _MAX_EXPONENT:
+            raise QuantityError(f"{text!r}: exponent out of range")
+        value *= Fraction(10) ** exponent
+    else:
+        value *= _DECIMAL[match.group("decimal") or ""]
+    if match.group("sign") == "-":
+        value = -value
+    return value
+
+
+def milli_value(q: Fraction) -> int:
+    """Upstream ``Quantity.MilliValue``: thousandths, rounded up."""
+    return math.ceil(q * 1000)
+
+
+def value(q: Fraction) -> int:
+    """Upstream ``Quantity.Value``: whole units, rounded up."""
+    return math.ceil(q)
+
+
+def canonical(resource: str, q: Fraction) -> int:
+    """A quantity in the engine's canonical unit: millicores for CPU, whole units otherwise."""
+    return milli_value(q) if resource == "cpu" else value(q)

@@ -1,0 +1,245 @@
+"""The node table the engine scores: nodes and the pods bound to them.
+
+Owns string interning (every label, taint, node name and IP becomes an
+integer id; id 0 is the empty string) and the numpy columns handed to the
+engine zero-copy. A :class:`Snapshot` is immutable once built; the control
+loop keeps one up to date incrementally, ``simulate`` builds one from a file.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from ksched.errors import KschedError, MalformedObjectError, QuantityError
+from ksched.kube import Obj, StringId, is_terminal, meta, name, spec, stable_key
+from ksched.pods import canonical_requests, host_ports, nonzero_cpu_memory, parse_int64
+from ksched.quantity import canonical, parse_quantity
+
+log = logging.getLogger(__name__)
+
+NATIVE_RESOURCES = ("cpu", "memory", "ephemeral-storage")
+EFFECTS = {"": 0, "NoSchedule": 1, "PreferNoSchedule": 2, "NoExecute": 3}
+PROTOCOLS = {"TCP": 0, "UDP": 1, "SCTP": 2}
+UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
+WILDCARD_IP = "0.0.0.0"
+
+I64 = npt.NDArray[np.int64]
+
+
+class Interner:
+    """String -> dense id; id 0 is always the empty string."""
+
+    def __init__(self) -> None:
+        self._ids: dict[str, int] = {"": 0}
+        self.strings: list[str] = [""]
+
+    def __call__(self, s: str) -> StringId:
+        i = self._ids.get(s)
+        if i is None:
+            i = len(self.strings)
+            self._ids[s] = i
+            self.strings.append(s)
+        return StringId(i)
+
+    def get(self, s: str) -> StringId | None:
+        i = self._ids.get(s)
+        return None if i is None else StringId(i)
+
+
+class ResourceIndex:
+    """Resource name -> column; cpu, memory, ephemeral-storage come first."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = list(NATIVE_RESOURCES)
+        self._cols = {n: i for i, n in enumerate(self.names)}
+
+    def __call__(self, resource: str) -> int:
+        c = self._cols.get(resource)
+        if c is None:
+            c = len(self.names)
+            self._cols[resource] = c
+            self.names.append(resource)
+        return c
+
+    def get(self, resource: str) -> int | None:
+        return self._cols.get(resource)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+
+def _csr(rows: list[list[int]]) -> tuple[I64, I64]:
+    offsets = np.zeros(len(rows) + 1, dtype=np.int64)
+    offsets[1:] = np.cumsum([len(r) for r in rows])
+    flat = np.fromiter((v for r in rows for v in r), dtype=np.int64, count=int(offsets[-1]))
+    return offsets, flat
+
+
+@dataclass
+class Snapshot:
+    """Nodes with their bound pods, as engine columns."""
+
+    node_names: list[str]
+    node_objects: list[Obj]
+    strings: Interner
+    resources: ResourceIndex
+    arrays: dict[str, npt.NDArray[np.generic]]
+    warnings: list[str] = field(default_factory=list)
+    index: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def count(self) -> int:
+        return len(self.node_names)
+
+    def engine_nodes(self) -> dict[str, object]:
+        """The dict `ksched._core.schedule` takes as its `nodes` argument."""
+        s = self.strings
+        return {
+            **self.arrays,
+            "count": self.count,
+            "resources": len(self.resources),
+            "strings": (s(WILDCARD_IP), s(UNSCHEDULABLE_TAINT), 0),
+        }
+
+    def ensure_resources(self, names: set[str]) -> None:
+        """Add zero columns for resources some pending pod requests but no node has."""
+        before = len(self.resources)
+        for r in sorted(names):
+            self.resources(r)
+        extra = len(self.resources) - before
+        if extra:
+            for key in ("allocatable", "requested"):
+                m = self.arrays[key].reshape(self.count, before)
+                self.arrays[key] = np.ascontiguousarray(np.pad(m, ((0, 0), (0, extra)))).reshape(-1)
+
+
+def _node_resources(node: Obj, resources: ResourceIndex) -> tuple[dict[int, int], int]:
+    """Allocatable per resource column, and the allowed pod count."""
+    status = node.get("status") or {}
+    alloc = status.get("allocatable") or status.get("capacity") or {}
+    out: dict[int, int] = {}
+    allowed_pods = 0
+    for r, q in alloc.items():
+        try:
+            v = canonical(str(r), parse_quantity(q))
+        except QuantityError as err:
+            raise MalformedObjectError(f"node {name(node)}", f"status.allocatable.{r}", str(err)) from None
+        if r == "pods":
+            allowed_pods = v
+        else:
+            out[resources(str(r))] = v
+    return out, allowed_pods
+
+
+def build_snapshot(nodes: list[Obj], pods: list[Obj]) -> Snapshot:
+    """Build the node table from nodes and the pods bound to them (``spec.nodeName``)."""
+    strings = Interner()
+    resources = ResourceIndex()
+    warnings: list[str] = []
+    names = [name(n) for n in nodes]
+    index = {n: i for i, n in enumerate(names)}
+    if len(index) != len(names):
+        raise KschedError("duplicate node names in the cluster")
+    allowed = np.zeros(len(nodes), dtype=np.int64)
+    per_node: list[dict[int, int]] = []
+    for i, node in enumerate(nodes):
+        res, allowed[i] = _node_resources(node, resources)
+        per_node.append(res)
+    requested_rows: list[dict[int, int]] = [{} for _ in nodes]
+    nonzero = np.zeros((len(nodes), 2), dtype=np.int64)
+    pod_count = np.zeros(len(nodes), dtype=np.int64)
+    used_ports: list[list[tuple[int, int, int]]] = [[] for _ in nodes]
+    for pod in pods:
+        node_name = spec(pod).get("nodeName")
+        if not node_name or is_terminal(pod):
+            continue
+        i = index.get(str(node_name))
+        if i is None:
+            continue
+        pod_count[i] += 1
+        try:
+            reqs = canonical_requests(pod)
+            cpu, mem = nonzero_cpu_memory(pod)
+            ports = host_ports(pod)
+        except MalformedObjectError as err:
+            warnings.append(f"existing pod counted without requests: {err}")
+            continue
+        row = requested_rows[i]
+        for r, v in reqs.items():
+            c = resources(r)
+            row[c] = row.get(c, 0) + v
+        nonzero[i, 0] += cpu
+        nonzero[i, 1] += mem
+        used_ports[i].extend((PROTOCOLS[p.protocol], strings(p.ip), p.port) for p in ports)
+    r = len(resources)
+    alloc = np.zeros((len(nodes), r), dtype=np.int64)
+    requested = np.zeros((len(nodes), r), dtype=np.int64)
+    for i, res in enumerate(per_node):
+        for c, v in res.items():
+            alloc[i, c] = v
+        for c, v in requested_rows[i].items():
+            requested[i, c] = v
+
+    label_rows: list[list[int]] = []
+    label_vals: list[int] = []
+    label_ints: list[int] = []
+    label_valid: list[int] = []
+    taint_rows: list[list[int]] = []
+    taint_vals: list[int] = []
+    taint_effects: list[int] = []
+    unschedulable = np.zeros(len(nodes), dtype=np.uint8)
+    for i, node in enumerate(nodes):
+        labels = meta(node).get("labels") or {}
+        keyed = sorted((strings(str(k)), str(v)) for k, v in labels.items())
+        label_rows.append([k for k, _ in keyed])
+        for _, v in keyed:
+            label_vals.append(strings(v))
+            parsed = parse_int64(v)
+            label_ints.append(parsed if parsed is not None else 0)
+            label_valid.append(parsed is not None)
+        row_keys = []
+        for t in spec(node).get("taints") or []:
+            effect = EFFECTS.get(str(t.get("effect") or ""))
+            if not effect:
+                warnings.append(f"node {names[i]}: taint {t.get('key')!r} has unknown effect {t.get('effect')!r}; ignored")
+                continue
+            row_keys.append(strings(str(t.get("key") or "")))
+            taint_vals.append(strings(str(t.get("value") or "")))
+            taint_effects.append(effect)
+        taint_rows.append(row_keys)
+        unschedulable[i] = bool(spec(node).get("unschedulable"))
+    label_offsets, label_keys = _csr(label_rows)
+    taint_offsets, taint_keys = _csr(taint_rows)
+    port_offsets = np.zeros(len(nodes) + 1, dtype=np.int64)
+    port_offsets[1:] = np.cumsum([len(p) for p in used_ports])
+    flat_ports = [p for row in used_ports for p in row]
+    arrays: dict[str, npt.NDArray[np.generic]] = {
+        "allocatable": alloc.reshape(-1),
+        "requested": requested.reshape(-1),
+        "nonzero_requested": nonzero.reshape(-1),
+        "allowed_pods": allowed,
+        "pod_count": pod_count,
+        "unschedulable": unschedulable,
+        "names": np.array([strings(n) for n in names], dtype=np.int32),
+        "keys": np.array([stable_key(n) for n in names], dtype=np.uint64),
+        "label_offsets": label_offsets,
+        "label_keys": label_keys.astype(np.int32),
+        "label_values": np.array(label_vals, dtype=np.int32),
+        "label_int_values": np.array(label_ints, dtype=np.int64),
+        "label_int_valid": np.array(label_valid, dtype=np.uint8),
+        "taint_offsets": taint_offsets,
+        "taint_keys": taint_keys.astype(np.int32),
+        "taint_values": np.array(taint_vals, dtype=np.int32),
+        "taint_effects": np.array(taint_effects, dtype=np.uint8),
+        "port_offsets": port_offsets,
+        "port_protocols": np.array([p[0] for p in flat_ports], dtype=np.uint8),
+        "port_ips": np.array([p[1] for p in flat_ports], dtype=np.int32),
+        "port_ports": np.array([p[2] for p in flat_ports], dtype=np.int32),
+    }
+    for w in warnings:
+        log.warning("%s", w)
+    return Snapshot(names, nodes, strings, resources, arrays, warnings, index)

@@ -1,0 +1,125 @@
+//! Python -> engine views and engine results -> Python, written once.
+//!
+//! Inputs arrive as dicts of 1-D numpy arrays; every array is borrowed
+//! read-only and viewed as a slice (no copy). Results go back as new arrays.
+
+use numpy::{Element, PyArray1, PyReadonlyArray1};
+use pyo3::exceptions::{PyKeyError, PyTypeError};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use ksched_core::{Explanation, MetricSpec, Missing, Outcome, Prefer, Profile, Strategy};
+
+/// Borrow `dict[key]` as a read-only 1-D array of `T`.
+pub fn array<'py, T: Element>(dict: &Bound<'py, PyDict>, key: &str) -> PyResult<PyReadonlyArray1<'py, T>> {
+    let item = dict.get_item(key)?.ok_or_else(|| PyKeyError::new_err(format!("missing array {key:?}")))?;
+    item.extract::<PyReadonlyArray1<'py, T>>().map_err(|e| {
+        PyTypeError::new_err(format!("array {key:?} must be a 1-D contiguous numpy array of {}: {e}", std::any::type_name::<T>()))
+    })
+}
+
+/// View a borrowed array as a slice.
+pub fn slice<'a, T: Element>(key: &str, a: &'a PyReadonlyArray1<'_, T>) -> PyResult<&'a [T]> {
+    a.as_slice().map_err(|_| PyTypeError::new_err(format!("array {key:?} must be C-contiguous")))
+}
+
+pub fn value<'py, T: FromPyObjectOwned<'py>>(dict: &Bound<'py, PyDict>, key: &str) -> PyResult<T> {
+    let item = dict.get_item(key)?.ok_or_else(|| PyKeyError::new_err(format!("missing key {key:?}")))?;
+    item.extract::<T>().map_err(|e| PyTypeError::new_err(format!("{key:?}: {}", Into::<PyErr>::into(e))))
+}
+
+use pyo3::conversion::FromPyObjectOwned;
+
+pub fn profile(dict: &Bound<'_, PyDict>) -> PyResult<Profile> {
+    let strategy = match value::<String>(dict, "fit_strategy")?.as_str() {
+        "LeastAllocated" => Strategy::LeastAllocated,
+        "MostAllocated" => Strategy::MostAllocated,
+        "RequestedToCapacityRatio" => Strategy::RequestedToCapacityRatio(value(dict, "shape")?),
+        other => return Err(PyTypeError::new_err(format!("unknown scoring strategy {other:?}"))),
+    };
+    let filters: Vec<bool> = value(dict, "filters")?;
+    if filters.len() != 6 {
+        return Err(PyTypeError::new_err("filters must list 6 flags"));
+    }
+    Ok(Profile {
+        taint_toleration_weight: value(dict, "taint_toleration_weight")?,
+        node_affinity_weight: value(dict, "node_affinity_weight")?,
+        fit_weight: value(dict, "fit_weight")?,
+        balanced_weight: value(dict, "balanced_weight")?,
+        fit_strategy: strategy,
+        fit_resources: value(dict, "fit_resources")?,
+        balanced_resources: value(dict, "balanced_resources")?,
+        filter_node_unschedulable: filters[0],
+        filter_node_name: filters[1],
+        filter_taint_toleration: filters[2],
+        filter_node_affinity: filters[3],
+        filter_node_ports: filters[4],
+        filter_node_resources_fit: filters[5],
+    })
+}
+
+fn optional(x: f64) -> Option<f64> {
+    if x.is_nan() {
+        None
+    } else {
+        Some(x)
+    }
+}
+
+/// Metric specs as rows of 8 floats:
+/// prefer (0 lower, 1 higher, 2 target), target, range low, range high,
+/// above, below (NaN for none), missing (0 neutral, 1 worst, 2 exclude), weight.
+pub fn metric_specs(flat: &[f64]) -> PyResult<Vec<MetricSpec>> {
+    if flat.len() % 8 != 0 {
+        return Err(PyTypeError::new_err("metric specs must be rows of 8 numbers"));
+    }
+    flat.chunks(8)
+        .map(|r| {
+            let prefer = match r[0] as i64 {
+                0 => Prefer::Lower,
+                1 => Prefer::Higher,
+                2 => Prefer::Target(r[1]),
+                k => return Err(PyTypeError::new_err(format!("unknown prefer kind {k}"))),
+            };
+            let missing = match r[6] as i64 {
+                0 => Missing::Neutral,
+                1 => Missing::Worst,
+                2 => Missing::Exclude,
+                k => return Err(PyTypeError::new_err(format!("unknown missing policy {k}"))),
+            };
+            let range = match (optional(r[2]), optional(r[3])) {
+                (Some(lo), Some(hi)) => Some((lo, hi)),
+                _ => None,
+            };
+            Ok(MetricSpec { prefer, range, above: optional(r[4]), below: optional(r[5]), missing, weight: r[7] })
+        })
+        .collect()
+}
+
+pub fn outcome<'py>(py: Python<'py>, out: Outcome) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("nodes", PyArray1::from_vec(py, out.nodes))?;
+    d.set_item("scores", PyArray1::from_vec(py, out.scores))?;
+    d.set_item("feasible", PyArray1::from_vec(py, out.feasible))?;
+    d.set_item("reason_offsets", PyArray1::from_vec(py, out.reason_offsets))?;
+    d.set_item("reason_codes", PyArray1::from_vec(py, out.reason_codes))?;
+    d.set_item("reason_counts", PyArray1::from_vec(py, out.reason_counts))?;
+    match out.explanation {
+        Some(ex) => d.set_item("explanation", explanation(py, ex)?)?,
+        None => d.set_item("explanation", py.None())?,
+    }
+    Ok(d)
+}
+
+fn explanation<'py>(py: Python<'py>, ex: Explanation) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("pod", ex.pod)?;
+    d.set_item("reason_offsets", PyArray1::from_vec(py, ex.reason_offsets))?;
+    d.set_item("reason_codes", PyArray1::from_vec(py, ex.reason_codes))?;
+    d.set_item("plugins", ex.plugins)?;
+    d.set_item("weights", PyArray1::from_vec(py, ex.weights))?;
+    d.set_item("raw", PyArray1::from_vec(py, ex.raw))?;
+    d.set_item("normalized", PyArray1::from_vec(py, ex.normalized))?;
+    d.set_item("totals", PyArray1::from_vec(py, ex.totals))?;
+    Ok(d)
+}
