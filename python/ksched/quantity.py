@@ -8,6 +8,7 @@ as upstream does. Arithmetic is exact (``Fraction``), never floating point.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from fractions import Fraction
@@ -35,6 +36,7 @@ _QUANTITY = re.compile(
 _MAX_EXPONENT = 1000
 
 
+@functools.lru_cache(maxsize=4096)
 def parse_quantity(text: str | int | float) -> Fraction:
     """Parse a quantity into an exact number of base units.
 

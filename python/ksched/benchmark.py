@@ -1,0 +1,223 @@
+"""``ksched bench``: in-process throughput of the engine on a synthetic cluster.
+
+Builds a reproducible cluster (zones, instance types, labels, taints, GPU
+nodes, existing pods, two metrics) and pending pods with mixed constraints,
+then schedules them in batches through :class:`ksched.engine.Engine`, the
+code path ``ksched run`` uses. Prints figures; never asserts timings.
+"""
+
+from __future__ import annotations
+
+import random
+import resource
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ksched.config import Config, MetricConfig
+from ksched.engine import Engine
+from ksched.kube import Obj
+from ksched.snapshot import build_snapshot
+
+INSTANCE_TYPES = (("m5.xlarge", "4", "16Gi"), ("m5.2xlarge", "8", "32Gi"), ("c5.4xlarge", "16", "32Gi"), ("r5.2xlarge", "8", "64Gi"))
+ZONES = ("us-east-1a", "us-east-1b", "us-east-1c", "us-east-1d")
+BENCH_METRICS = (
+    MetricConfig(name="cpu_utilization", source="prometheus", query="node_cpu_utilization", prefer="lower", above=0.9, weight=2.0),
+    MetricConfig(name="price", source="annotation", annotation="ksched.io/price", prefer="lower", weight=1.0),
+)
+# The reference is O(pods × nodes) in Python; this size takes it a few seconds.
+REFERENCE_NODES = 200
+REFERENCE_PODS = 100
+PROGRESS_AFTER_S = 2.0
+
+
+def synthetic_nodes(n: int, rng: random.Random) -> list[Obj]:
+    nodes = []
+    for i in range(n):
+        itype, cpu, mem = INSTANCE_TYPES[i % len(INSTANCE_TYPES)]
+        name = f"node-{i:05d}"
+        alloc = {"cpu": cpu, "memory": mem, "pods": "110", "ephemeral-storage": "100Gi"}
+        taints = []
+        if i % 20 == 0:
+            alloc["nvidia.com/gpu"] = "4"
+            taints.append({"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"})
+        elif i % 17 == 0:
+            taints.append({"key": "spot", "value": "true", "effect": "PreferNoSchedule"})
+        nodes.append({
+            "kind": "Node",
+            "metadata": {
+                "name": name,
+                "labels": {
+                    "kubernetes.io/hostname": name,
+                    "topology.kubernetes.io/zone": ZONES[i % len(ZONES)],
+                    "topology.kubernetes.io/region": "us-east-1",
+                    "node.kubernetes.io/instance-type": itype,
+                    "kubernetes.io/arch": "amd64",
+                    "kubernetes.io/os": "linux",
+                },
+                "annotations": {"ksched.io/price": f"{rng.uniform(0.05, 1.5):.3f}"},
+            },
+            "spec": {"taints": taints},
+            "status": {"allocatable": alloc},
+        })
+    return nodes
+
+
+def _pod(name: str, cpu: str, mem: str, **spec: Any) -> Obj:
+    return {
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "bench"},
+        "spec": {"schedulerName": "ksched", "containers": [{"name": "app", "image": "app", "resources": {"requests": {"cpu": cpu, "memory": mem}}}], **spec},
+    }
+
+
+def synthetic_pending(p: int, rng: random.Random, prefix: str = "pod") -> list[Obj]:
+    pods = []
+    for i in range(p):
+        kind = i % 10
+        cpu = rng.choice(("100m", "250m", "500m", "1"))
+        mem = rng.choice(("128Mi", "256Mi", "512Mi", "1Gi"))
+        spec: dict[str, Any] = {}
+        if kind == 1:
+            spec["nodeSelector"] = {"topology.kubernetes.io/zone": ZONES[i % len(ZONES)]}
+        elif kind == 2:
+            spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                {"matchExpressions": [{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["m5.2xlarge", "r5.2xlarge"]}]}]}}}
+        elif kind == 3:
+            spec["affinity"] = {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 50, "preference": {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": [ZONES[0]]}]}}]}}
+        elif kind == 4:
+            spec["tolerations"] = [{"key": "spot", "operator": "Exists", "effect": "PreferNoSchedule"}]
+        elif kind == 5 and i % 20 == 5:
+            spec["tolerations"] = [{"key": "nvidia.com/gpu", "operator": "Exists"}]
+            pod = _pod(f"{prefix}-{i:06d}", cpu, mem, **spec)
+            pod["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] = "1"
+            pods.append(pod)
+            continue
+        pods.append(_pod(f"{prefix}-{i:06d}", cpu, mem, **spec))
+    return pods
+
+
+def synthetic_existing(e: int, nodes: list[Obj], rng: random.Random) -> list[Obj]:
+    out = []
+    for i in range(e):
+        pod = _pod(f"existing-{i:06d}", rng.choice(("100m", "200m", "500m")), rng.choice(("128Mi", "512Mi")))
+        pod["spec"]["nodeName"] = nodes[rng.randrange(len(nodes))]["metadata"]["name"]
+        out.append(pod)
+    return out
+
+
+def synthetic_cpu_utilization(n: int, rng: random.Random) -> np.ndarray[Any, np.dtype[np.float64]]:
+    return np.array([rng.uniform(0.05, 0.98) if rng.random() > 0.02 else np.nan for _ in range(n)], dtype=np.float64)
+
+
+@dataclass
+class BenchFigures:
+    nodes: int
+    pods: int
+    existing: int
+    placed: int
+    seconds: float
+    pods_per_s: float
+    batch_p50_ms: float
+    batch_p99_ms: float
+    engine_share: float
+    peak_rss_mib: float
+    reference_speedup: float | None
+    reference_workload: str
+
+    def as_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def _progress(done: int, total: int, started: float) -> None:
+    if time.perf_counter() - started < PROGRESS_AFTER_S:
+        return
+    width = 30
+    filled = int(width * done / max(total, 1))
+    sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} pods")
+    if done == total:
+        sys.stderr.write("\n")
+    sys.stderr.flush()
+
+
+def reference_speedup(seed: int) -> float:
+    """Speed-up of the engine over the pure-Python reference on a small workload."""
+    from ksched import reference
+
+    rng = random.Random(seed)
+    nodes = synthetic_nodes(REFERENCE_NODES, rng)
+    pending = synthetic_pending(REFERENCE_PODS, rng)
+    config = Config(metrics=BENCH_METRICS)
+    util = synthetic_cpu_utilization(len(nodes), rng)
+    values = {n["metadata"]["name"]: {"cpu_utilization": float(util[i]), "price": float(n["metadata"]["annotations"]["ksched.io/price"])} for i, n in enumerate(nodes)}
+    started = time.perf_counter()
+    reference.schedule(nodes, [], pending, config, values, seed)
+    ref_s = time.perf_counter() - started
+    snapshot = build_snapshot(nodes, [])
+    matrix = np.array([[values[n]["cpu_utilization"], values[n]["price"]] for n in snapshot.node_names])
+    engine = Engine(config, seed=seed)
+    started = time.perf_counter()
+    engine.schedule(snapshot, pending, matrix)
+    return ref_s / (time.perf_counter() - started)
+
+
+def run_bench(nodes: int, pods: int, existing: int, seed: int, batch_size: int = 512, with_reference: bool = True) -> BenchFigures:
+    rng = random.Random(seed)
+    node_objs = synthetic_nodes(nodes, rng)
+    existing_objs = synthetic_existing(existing, node_objs, rng)
+    pending = synthetic_pending(pods, rng)
+    config = Config(metrics=BENCH_METRICS)
+    engine = Engine(config, seed=seed)
+    snapshot = build_snapshot(node_objs, existing_objs)
+    util = synthetic_cpu_utilization(nodes, rng)
+    price = np.array([float(n["metadata"]["annotations"]["ksched.io/price"]) for n in node_objs])
+    matrix = np.stack([util, price], axis=1)
+    latencies = []
+    engine_s = 0.0
+    placed = 0
+    started = time.perf_counter()
+    for lo in range(0, pods, batch_size):
+        t0 = time.perf_counter()
+        result = engine.schedule(snapshot, pending[lo : lo + batch_size], matrix)
+        # Later batches see earlier placements, as in `ksched run`.
+        for p in result.placements:
+            if p.node is not None:
+                placed += 1
+        snapshot = _commit(snapshot, node_objs, existing_objs, pending[lo : lo + batch_size], result.placements)
+        latencies.append(time.perf_counter() - t0)
+        engine_s += result.engine_seconds
+        _progress(min(lo + batch_size, pods), pods, started)
+    elapsed = time.perf_counter() - started
+    rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    lat = np.array(latencies) * 1000
+    return BenchFigures(
+        nodes=nodes,
+        pods=pods,
+        existing=existing,
+        placed=placed,
+        seconds=elapsed,
+        pods_per_s=pods / elapsed if elapsed else float("inf"),
+        batch_p50_ms=float(np.percentile(lat, 50)),
+        batch_p99_ms=float(np.percentile(lat, 99)),
+        engine_share=engine_s / elapsed if elapsed else 0.0,
+        peak_rss_mib=rss_mib,
+        reference_speedup=reference_speedup(seed) if with_reference else None,
+        reference_workload=f"{REFERENCE_NODES} nodes x {REFERENCE_PODS} pods",
+    )
+
+
+def _commit(snapshot: Any, nodes: list[Obj], existing: list[Obj], batch: list[Obj], placements: Any) -> Any:
+    """Count a batch's placements in the node table (what the informer's watch does in `run`)."""
+    by_key = {f"{p['metadata']['namespace']}/{p['metadata']['name']}": p for p in batch}
+    for pl in placements:
+        if pl.node is not None:
+            pod = by_key[pl.pod]
+            pod["spec"]["nodeName"] = pl.node
+            existing.append(pod)
+    from ksched.snapshot import apply_bound_pods
+
+    return apply_bound_pods(snapshot, [by_key[pl.pod] for pl in placements if pl.node is not None])

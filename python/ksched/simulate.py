@@ -1,0 +1,200 @@
+"""Offline scheduling of a cluster file: ``ksched simulate`` and ``ksched explain``.
+
+Owns reading Kubernetes objects as ``kubectl get -o yaml`` prints them (a
+``kind: List`` or multi-document YAML/JSON), splitting pods into existing
+(``spec.nodeName`` set) and pending (their ``schedulerName`` names a
+profile), offline metric values, and rendering results as a table or JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import yaml
+
+from ksched.config import Config, MetricConfig
+from ksched.engine import BatchResult, Engine, Explanation
+from ksched.errors import ClusterFileError, KschedError
+from ksched.kube import Obj, meta, pod_key, scheduler_name, spec
+from ksched.snapshot import Snapshot, build_snapshot
+
+# A cluster file above this is refused before parsing: it would not fit the
+# machines ksched runs on, and the limit keeps a mistaken path from hanging.
+MAX_CLUSTER_FILE_BYTES = 512 * 1024 * 1024
+
+
+@dataclass
+class ClusterFile:
+    nodes: list[Obj]
+    existing: list[Obj]
+    pending: list[Obj]
+    ignored: int
+
+
+def _documents(text: str, source: str) -> Iterator[Any]:
+    stripped = text.lstrip()
+    if stripped.startswith(("{", "[")):
+        try:
+            yield json.loads(text)
+            return
+        except json.JSONDecodeError as err:
+            raise ClusterFileError(f"{source}: not valid JSON: {err}") from None
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    try:
+        yield from yaml.load_all(text, Loader=loader)
+    except yaml.YAMLError as err:
+        raise ClusterFileError(f"{source}: not valid YAML: {err}") from None
+
+
+def _objects(doc: Any, source: str) -> Iterator[Obj]:
+    if doc is None:
+        return
+    if isinstance(doc, list):
+        for d in doc:
+            yield from _objects(d, source)
+        return
+    if not isinstance(doc, dict):
+        raise ClusterFileError(f"{source}: expected Kubernetes objects, found {type(doc).__name__}")
+    if doc.get("kind") == "List" or (str(doc.get("kind", "")).endswith("List") and "items" in doc):
+        for item in doc.get("items") or []:
+            yield from _objects(item, source)
+        return
+    yield doc
+
+
+def load_cluster(path: str | Path, scheduler_names: set[str]) -> ClusterFile:
+    """Read a cluster file and sort its pods into existing, pending and ignored."""
+    p = Path(path)
+    try:
+        size = p.stat().st_size
+    except OSError as err:
+        raise ClusterFileError(f"cannot read {path}: {err.strerror}") from None
+    if size > MAX_CLUSTER_FILE_BYTES:
+        raise ClusterFileError(f"{path}: {size} bytes is over the {MAX_CLUSTER_FILE_BYTES}-byte limit")
+    text = p.read_text()
+    nodes, existing, pending = [], [], []
+    ignored = 0
+    for doc in _documents(text, str(path)):
+        for obj in _objects(doc, str(path)):
+            kind = obj.get("kind")
+            if kind == "Node":
+                nodes.append(obj)
+            elif kind == "Pod":
+                if spec(obj).get("nodeName"):
+                    existing.append(obj)
+                elif scheduler_name(obj) in scheduler_names:
+                    pending.append(obj)
+                else:
+                    ignored += 1
+            else:
+                ignored += 1
+    return ClusterFile(nodes, existing, pending, ignored)
+
+
+def metric_matrix(snapshot: Snapshot, metrics: tuple[MetricConfig, ...], offline: dict[str, Any] | None) -> npt.NDArray[np.float64]:
+    """Node × metric values: annotation metrics from the nodes, the rest from ``--metrics``."""
+    values = np.full((snapshot.count, len(metrics)), np.nan, dtype=np.float64)
+    for j, m in enumerate(metrics):
+        for i, node in enumerate(snapshot.node_objects):
+            raw: Any = None
+            if m.source == "annotation" and m.annotation:
+                raw = (meta(node).get("annotations") or {}).get(m.annotation)
+            if offline is not None:
+                raw = (offline.get(snapshot.node_names[i]) or {}).get(m.name, raw)
+            if raw is None:
+                continue
+            try:
+                values[i, j] = float(raw)
+            except (TypeError, ValueError):
+                values[i, j] = math.nan
+    return values
+
+
+def load_offline_metrics(path: str | Path | None) -> dict[str, Any] | None:
+    if path is None:
+        return None
+    try:
+        doc = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError) as err:
+        raise KschedError(f"cannot read metrics file {path}: {err}") from None
+    if not isinstance(doc, dict) or not all(isinstance(v, dict) for v in doc.values()):
+        raise KschedError(f"{path}: expected a mapping of node name to {{metric: number}}")
+    return doc
+
+
+def run_simulation(cluster: ClusterFile, config: Config, offline: dict[str, Any] | None, seed: int, explain: str | None = None) -> tuple[list[BatchResult], Snapshot]:
+    """Schedule every pending pod, profile by profile, on one shared snapshot."""
+    snapshot = build_snapshot(cluster.nodes, cluster.existing)
+    values = metric_matrix(snapshot, config.metrics, offline)
+    results = []
+    by_profile: dict[str, list[Obj]] = {}
+    for pod in cluster.pending:
+        by_profile.setdefault(scheduler_name(pod), []).append(pod)
+    placed: list[Obj] = list(cluster.existing)
+    for profile in config.profiles:
+        pods = by_profile.get(profile.scheduler_name, [])
+        if not pods:
+            continue
+        engine = Engine(config, profile.scheduler_name, seed=seed)
+        result = engine.schedule(snapshot, pods, values, explain=explain)
+        results.append(result)
+        by_key = {pod_key(p): p for p in pods}
+        for p in result.placements:
+            if p.node is not None:
+                bound = dict(by_key[p.pod])
+                bound["spec"] = {**spec(bound), "nodeName": p.node}
+                placed.append(bound)
+        snapshot = build_snapshot(cluster.nodes, placed)
+    return results, snapshot
+
+
+def render_table(placements: list[dict[str, Any]]) -> str:
+    rows = [("POD", "NODE", "SCORE", "MESSAGE")]
+    for p in placements:
+        score = "" if p["score"] is None else f"{p['score']:.1f}"
+        rows.append((p["pod"], p["node"] or "<none>", score, p["message"] or ""))
+    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+    return "\n".join(f"{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]:>{widths[2]}}  {r[3]}".rstrip() for r in rows)
+
+
+def explanation_json(ex: Explanation) -> dict[str, Any]:
+    return {
+        "pod": ex.pod,
+        "node": ex.placement.node,
+        "score": ex.placement.score,
+        "message": ex.placement.message,
+        "weights": ex.weights,
+        "nodes": [
+            {
+                "node": n.node,
+                "feasible": n.feasible,
+                "chosen": n.chosen,
+                "filter": None if n.feasible else {"plugin": n.plugin, "reasons": n.reasons},
+                "scores": n.scores,
+                "total": n.total,
+            }
+            for n in ex.nodes
+        ],
+    }
+
+
+def render_explanation(ex: Explanation) -> str:
+    lines = [f"pod {ex.pod}: " + (f"placed on {ex.placement.node} (score {ex.placement.score:.1f})" if ex.placement.node else f"unschedulable: {ex.placement.message}")]
+    plugins = list(ex.weights)
+    lines.append("weights: " + ", ".join(f"{p}={w:g}" for p, w in ex.weights.items()))
+    feasible = sorted((n for n in ex.nodes if n.feasible), key=lambda n: -(n.total or 0.0))
+    for n in feasible:
+        mark = "*" if n.chosen else " "
+        parts = ", ".join(f"{p} {n.scores[p]['raw']:g}->{n.scores[p]['normalized']:g}x{ex.weights[p]:g}" for p in plugins)
+        lines.append(f"{mark} {n.node}: total {n.total:.1f} ({parts})")
+    for n in ex.nodes:
+        if not n.feasible:
+            lines.append(f"  {n.node}: filtered by {n.plugin}: {'; '.join(n.reasons)}")
+    return "\n".join(lines)
