@@ -236,3 +236,22 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+# KWOK stages (from the KWOK module itself): nodes become Ready at once and keep
+# heartbeating through their lease; bound pods become Running; deleted pods go.
+KWOK_STAGE_DIRS = ("node/fast", "node/heartbeat-with-lease", "pod/fast")
+
+
+def kwok_stages(pins: Pins = Pins()) -> str:
+    """The Stage documents of the pinned KWOK module, as one multi-document YAML."""
+    proc = subprocess.run(["go", "env", "GOMODCACHE"], capture_output=True, text=True, env=_go_env(), check=False)
+    root = Path(proc.stdout.strip()) / f"sigs.k8s.io/kwok@{pins.kwok}/kustomize/stage"
+    docs = []
+    for sub in KWOK_STAGE_DIRS:
+        for f in sorted((root / sub).glob("*.yaml")):
+            if f.name != "kustomization.yaml":
+                docs.append(f.read_text())
+    if not docs:
+        raise BuildError(f"KWOK stages not found under {root}: run the build again to download sigs.k8s.io/kwok@{pins.kwok}")
+    return "\n---\n".join(docs)

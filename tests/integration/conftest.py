@@ -1,0 +1,42 @@
+"""Session-scoped local real control plane (etcd, kube-apiserver, KWOK, kube-scheduler, Prometheus)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+
+import pytest
+
+from ksched.cluster import local
+from ksched.cluster.build import BuildError
+
+CLUSTER_NODES = 20
+
+
+def _unavailable(why: str) -> None:
+    if os.environ.get("KSCHED_REQUIRE_CLUSTER") == "1":
+        pytest.fail(f"KSCHED_REQUIRE_CLUSTER=1 but the local control plane is unavailable: {why}")
+    pytest.skip(f"local control plane unavailable: {why}")
+
+
+@pytest.fixture(scope="session")
+def exporter() -> Iterator[str]:
+    from tests.integration.exporter import serve
+
+    with serve() as address:
+        yield address
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory: pytest.TempPathFactory, exporter: str) -> Iterator[local.ClusterState]:
+    os.environ.setdefault("KSCHED_CLUSTER_DIR", str(tmp_path_factory.mktemp("cluster")))
+    if shutil.which("go") is None and not all(p.exists() for p in [local.ensure_built.__globals__["bin_dir"]() / c for c in ("kube-apiserver",)]):
+        _unavailable("Go is not installed and no cached binaries exist")
+    try:
+        state = local.up(nodes=CLUSTER_NODES, zones=3, with_scheduler=True, prometheus_targets=exporter)
+    except (BuildError, local.ClusterError) as err:
+        _unavailable(str(err))
+        raise
+    yield state
+    local.down()
