@@ -7,26 +7,57 @@ from typing import Any
 Obj = dict[str, Any]
 
 
-def node(name: str, cpu: str = "4", memory: str = "8Gi", pods: str = "110", labels: dict[str, str] | None = None,
-         taints: list[Obj] | None = None, unschedulable: bool = False, extra: dict[str, str] | None = None,
-         annotations: dict[str, str] | None = None) -> Obj:
+def node(
+    name: str,
+    cpu: str = "4",
+    memory: str = "8Gi",
+    pods: str = "110",
+    labels: dict[str, str] | None = None,
+    taints: list[Obj] | None = None,
+    unschedulable: bool = False,
+    extra: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
+) -> Obj:
     return {
         "apiVersion": "v1",
         "kind": "Node",
-        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **(labels or {})}, "annotations": annotations or {}},
+        "metadata": {
+            "name": name,
+            "labels": {"kubernetes.io/hostname": name, **(labels or {})},
+            "annotations": annotations or {},
+        },
         "spec": {"taints": taints or [], "unschedulable": unschedulable},
-        "status": {"allocatable": {"cpu": cpu, "memory": memory, "pods": pods, "ephemeral-storage": "100Gi", **(extra or {})}},
+        "status": {
+            "allocatable": {
+                "cpu": cpu,
+                "memory": memory,
+                "pods": pods,
+                "ephemeral-storage": "100Gi",
+                **(extra or {}),
+            }
+        },
     }
 
 
-def pod(name: str, cpu: str | None = "100m", memory: str | None = "128Mi", namespace: str = "default",
-        scheduler: str = "ksched", node_name: str | None = None, **spec: Any) -> Obj:
+def pod(
+    name: str,
+    cpu: str | None = "100m",
+    memory: str | None = "128Mi",
+    namespace: str = "default",
+    scheduler: str = "ksched",
+    node_name: str | None = None,
+    **spec: Any,
+) -> Obj:
     requests = {k: v for k, v in (("cpu", cpu), ("memory", memory)) if v is not None}
     body: Obj = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name, "namespace": namespace},
-        "spec": {"schedulerName": scheduler, "containers": [{"name": "c", "image": "pause", "resources": {"requests": requests}}], **spec},
+        "spec": {
+            "schedulerName": scheduler,
+            "containers": [{"name": "c", "image": "pause", "resources": {"requests": requests}}],
+            **spec,
+        },
     }
     if node_name:
         body["spec"]["nodeName"] = node_name

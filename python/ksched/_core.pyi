@@ -5,6 +5,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+__all__ = ["NOT_ATTEMPTED", "UNSCHEDULABLE", "EngineInputError", "schedule"]
+
 UNSCHEDULABLE: int
 NOT_ATTEMPTED: int
 

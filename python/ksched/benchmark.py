@@ -22,13 +22,25 @@ from ksched.engine import Engine
 from ksched.kube import Obj
 from ksched.snapshot import build_snapshot
 
-INSTANCE_TYPES = (("m5.xlarge", "4", "16Gi"), ("m5.2xlarge", "8", "32Gi"), ("c5.4xlarge", "16", "32Gi"), ("r5.2xlarge", "8", "64Gi"))
+INSTANCE_TYPES = (
+    ("m5.xlarge", "4", "16Gi"),
+    ("m5.2xlarge", "8", "32Gi"),
+    ("c5.4xlarge", "16", "32Gi"),
+    ("r5.2xlarge", "8", "64Gi"),
+)
 ZONES = ("us-east-1a", "us-east-1b", "us-east-1c", "us-east-1d")
 BENCH_METRICS = (
-    MetricConfig(name="cpu_utilization", source="prometheus", query="node_cpu_utilization", prefer="lower", above=0.9, weight=2.0),
+    MetricConfig(
+        name="cpu_utilization",
+        source="prometheus",
+        query="node_cpu_utilization",
+        prefer="lower",
+        above=0.9,
+        weight=2.0,
+    ),
     MetricConfig(name="price", source="annotation", annotation="ksched.io/price", prefer="lower", weight=1.0),
 )
-# The reference is O(pods × nodes) in Python; this size takes it a few seconds.
+# The reference is O(pods x nodes) in Python; this size takes it a few seconds.
 REFERENCE_NODES = 200
 REFERENCE_PODS = 100
 PROGRESS_AFTER_S = 2.0
@@ -46,23 +58,25 @@ def synthetic_nodes(n: int, rng: random.Random) -> list[Obj]:
             taints.append({"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"})
         elif i % 17 == 0:
             taints.append({"key": "spot", "value": "true", "effect": "PreferNoSchedule"})
-        nodes.append({
-            "kind": "Node",
-            "metadata": {
-                "name": name,
-                "labels": {
-                    "kubernetes.io/hostname": name,
-                    "topology.kubernetes.io/zone": ZONES[i % len(ZONES)],
-                    "topology.kubernetes.io/region": "us-east-1",
-                    "node.kubernetes.io/instance-type": itype,
-                    "kubernetes.io/arch": "amd64",
-                    "kubernetes.io/os": "linux",
+        nodes.append(
+            {
+                "kind": "Node",
+                "metadata": {
+                    "name": name,
+                    "labels": {
+                        "kubernetes.io/hostname": name,
+                        "topology.kubernetes.io/zone": ZONES[i % len(ZONES)],
+                        "topology.kubernetes.io/region": "us-east-1",
+                        "node.kubernetes.io/instance-type": itype,
+                        "kubernetes.io/arch": "amd64",
+                        "kubernetes.io/os": "linux",
+                    },
+                    "annotations": {"ksched.io/price": f"{rng.uniform(0.05, 1.5):.3f}"},
                 },
-                "annotations": {"ksched.io/price": f"{rng.uniform(0.05, 1.5):.3f}"},
-            },
-            "spec": {"taints": taints},
-            "status": {"allocatable": alloc},
-        })
+                "spec": {"taints": taints},
+                "status": {"allocatable": alloc},
+            }
+        )
     return nodes
 
 
@@ -70,7 +84,13 @@ def _pod(name: str, cpu: str, mem: str, **spec: Any) -> Obj:
     return {
         "kind": "Pod",
         "metadata": {"name": name, "namespace": "bench"},
-        "spec": {"schedulerName": "ksched", "containers": [{"name": "app", "image": "app", "resources": {"requests": {"cpu": cpu, "memory": mem}}}], **spec},
+        "spec": {
+            "schedulerName": "ksched",
+            "containers": [
+                {"name": "app", "image": "app", "resources": {"requests": {"cpu": cpu, "memory": mem}}}
+            ],
+            **spec,
+        },
     }
 
 
@@ -84,11 +104,42 @@ def synthetic_pending(p: int, rng: random.Random, prefix: str = "pod") -> list[O
         if kind == 1:
             spec["nodeSelector"] = {"topology.kubernetes.io/zone": ZONES[i % len(ZONES)]}
         elif kind == 2:
-            spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-                {"matchExpressions": [{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["m5.2xlarge", "r5.2xlarge"]}]}]}}}
+            spec["affinity"] = {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [
+                            {
+                                "matchExpressions": [
+                                    {
+                                        "key": "node.kubernetes.io/instance-type",
+                                        "operator": "In",
+                                        "values": ["m5.2xlarge", "r5.2xlarge"],
+                                    }
+                                ]
+                            }
+                        ]
+                    }
+                }
+            }
         elif kind == 3:
-            spec["affinity"] = {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
-                {"weight": 50, "preference": {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": [ZONES[0]]}]}}]}}
+            spec["affinity"] = {
+                "nodeAffinity": {
+                    "preferredDuringSchedulingIgnoredDuringExecution": [
+                        {
+                            "weight": 50,
+                            "preference": {
+                                "matchExpressions": [
+                                    {
+                                        "key": "topology.kubernetes.io/zone",
+                                        "operator": "In",
+                                        "values": [ZONES[0]],
+                                    }
+                                ]
+                            },
+                        }
+                    ]
+                }
+            }
         elif kind == 4:
             spec["tolerations"] = [{"key": "spot", "operator": "Exists", "effect": "PreferNoSchedule"}]
         elif kind == 5 and i % 20 == 5:
@@ -111,7 +162,9 @@ def synthetic_existing(e: int, nodes: list[Obj], rng: random.Random) -> list[Obj
 
 
 def synthetic_cpu_utilization(n: int, rng: random.Random) -> np.ndarray[Any, np.dtype[np.float64]]:
-    return np.array([rng.uniform(0.05, 0.98) if rng.random() > 0.02 else np.nan for _ in range(n)], dtype=np.float64)
+    return np.array(
+        [rng.uniform(0.05, 0.98) if rng.random() > 0.02 else np.nan for _ in range(n)], dtype=np.float64
+    )
 
 
 @dataclass
@@ -153,7 +206,13 @@ def reference_speedup(seed: int) -> float:
     pending = synthetic_pending(REFERENCE_PODS, rng)
     config = Config(metrics=BENCH_METRICS)
     util = synthetic_cpu_utilization(len(nodes), rng)
-    values = {n["metadata"]["name"]: {"cpu_utilization": float(util[i]), "price": float(n["metadata"]["annotations"]["ksched.io/price"])} for i, n in enumerate(nodes)}
+    values = {
+        n["metadata"]["name"]: {
+            "cpu_utilization": float(util[i]),
+            "price": float(n["metadata"]["annotations"]["ksched.io/price"]),
+        }
+        for i, n in enumerate(nodes)
+    }
     started = time.perf_counter()
     reference.schedule(nodes, [], pending, config, values, seed)
     ref_s = time.perf_counter() - started
@@ -165,7 +224,9 @@ def reference_speedup(seed: int) -> float:
     return ref_s / (time.perf_counter() - started)
 
 
-def run_bench(nodes: int, pods: int, existing: int, seed: int, batch_size: int = 512, with_reference: bool = True) -> BenchFigures:
+def run_bench(
+    nodes: int, pods: int, existing: int, seed: int, batch_size: int = 512, with_reference: bool = True
+) -> BenchFigures:
     rng = random.Random(seed)
     node_objs = synthetic_nodes(nodes, rng)
     existing_objs = synthetic_existing(existing, node_objs, rng)
@@ -187,7 +248,9 @@ def run_bench(nodes: int, pods: int, existing: int, seed: int, batch_size: int =
         for p in result.placements:
             if p.node is not None:
                 placed += 1
-        snapshot = _commit(snapshot, node_objs, existing_objs, pending[lo : lo + batch_size], result.placements)
+        snapshot = _commit(
+            snapshot, node_objs, existing_objs, pending[lo : lo + batch_size], result.placements
+        )
         latencies.append(time.perf_counter() - t0)
         engine_s += result.engine_seconds
         _progress(min(lo + batch_size, pods), pods, started)

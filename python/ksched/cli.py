@@ -35,13 +35,21 @@ def _simulate(args: argparse.Namespace) -> int:
     else:
         print(render_table(placements))
         placed = sum(1 for p in placements if p["node"])
-        print(f"\n{placed}/{len(placements)} pending pods placed on {len(cluster.nodes)} nodes ({len(cluster.existing)} existing pods)")
+        print(
+            f"\n{placed}/{len(placements)} pending pods placed on {len(cluster.nodes)} nodes ({len(cluster.existing)} existing pods)"
+        )
     return EXIT_OK if all(p["node"] for p in placements) else EXIT_UNPLACED
 
 
 def _explain(args: argparse.Namespace) -> int:
     from ksched.config import load_config
-    from ksched.simulate import explanation_json, load_cluster, load_offline_metrics, render_explanation, run_simulation
+    from ksched.simulate import (
+        explanation_json,
+        load_cluster,
+        load_offline_metrics,
+        render_explanation,
+        run_simulation,
+    )
 
     config = load_config(args.config)
     cluster = load_cluster(args.cluster, {p.scheduler_name for p in config.profiles})
@@ -73,18 +81,26 @@ def _explain(args: argparse.Namespace) -> int:
 def _bench(args: argparse.Namespace) -> int:
     from ksched.benchmark import run_bench
 
-    f = run_bench(args.nodes, args.pods, args.existing, args.seed, args.batch_size, with_reference=not args.no_reference)
+    f = run_bench(
+        args.nodes, args.pods, args.existing, args.seed, args.batch_size, with_reference=not args.no_reference
+    )
     if args.json:
         print(json.dumps(f.as_json(), indent=2))
         return EXIT_OK
-    print(f"ksched bench: {f.nodes} nodes, {f.pods} pending pods, {f.existing} existing pods, batch {args.batch_size}")
+    print(
+        f"ksched bench: {f.nodes} nodes, {f.pods} pending pods, {f.existing} existing pods, batch {args.batch_size}"
+    )
     print(f"  placed          {f.placed}/{f.pods}")
     print(f"  throughput      {f.pods_per_s:,.0f} pods/s ({f.seconds:.2f} s)")
     print(f"  batch latency   p50 {f.batch_p50_ms:.1f} ms, p99 {f.batch_p99_ms:.1f} ms")
-    print(f"  time in engine  {f.engine_share:.0%} (rest: compiling pods and updating the node table in Python)")
+    print(
+        f"  time in engine  {f.engine_share:.0%} (rest: compiling pods and updating the node table in Python)"
+    )
     print(f"  peak RSS        {f.peak_rss_mib:.0f} MiB")
     if f.reference_speedup is not None:
-        print(f"  vs reference    {f.reference_speedup:.0f}x faster than the pure-Python reference ({f.reference_workload})")
+        print(
+            f"  vs reference    {f.reference_speedup:.0f}x faster than the pure-Python reference ({f.reference_workload})"
+        )
     return EXIT_OK
 
 
@@ -92,8 +108,14 @@ def _cluster(args: argparse.Namespace) -> int:
     from ksched.cluster import local
 
     if args.cluster_command == "up":
-        env = local.up(nodes=args.nodes, zones=args.zones, with_scheduler=args.with_scheduler, prometheus_targets=args.with_prometheus,
-                       scheduler_qps=args.scheduler_qps, percentage_of_nodes_to_score=args.percentage_of_nodes_to_score)
+        env = local.up(
+            nodes=args.nodes,
+            zones=args.zones,
+            with_scheduler=args.with_scheduler,
+            prometheus_targets=args.with_prometheus,
+            scheduler_qps=args.scheduler_qps,
+            percentage_of_nodes_to_score=args.percentage_of_nodes_to_score,
+        )
         print(env.describe())
     elif args.cluster_command == "down":
         print(local.down())
@@ -108,9 +130,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("-v", "--verbose", action="store_true", help="log warnings and details to stderr")
     sub = p.add_subparsers(dest="command", required=True)
 
-    s = sub.add_parser("simulate", help="schedule the pending pods of a cluster file offline",
-                       description="Schedule the pending pods of CLUSTER (objects as `kubectl get -o yaml` prints them). "
-                       "Example: ksched simulate cluster.yaml -o json")
+    s = sub.add_parser(
+        "simulate",
+        help="schedule the pending pods of a cluster file offline",
+        description="Schedule the pending pods of CLUSTER (objects as `kubectl get -o yaml` prints them). "
+        "Example: ksched simulate cluster.yaml -o json",
+    )
     s.add_argument("cluster", help="YAML or JSON file of Nodes and Pods (kind: List or multi-document)")
     s.add_argument("--config", help="KschedConfiguration file (default: one profile named ksched)")
     s.add_argument("--metrics", help="YAML mapping node-name: {metric-name: number}")
@@ -118,9 +143,12 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("-o", "--output", choices=("table", "json"), default="table")
     s.set_defaults(func=_simulate)
 
-    e = sub.add_parser("explain", help="show per node why a pod was placed where it was",
-                       description="Per node: the failing filter and reason, or each score plugin's raw, normalized "
-                       "and weighted score. Example: ksched explain cluster.yaml default/web-0")
+    e = sub.add_parser(
+        "explain",
+        help="show per node why a pod was placed where it was",
+        description="Per node: the failing filter and reason, or each score plugin's raw, normalized "
+        "and weighted score. Example: ksched explain cluster.yaml default/web-0",
+    )
     e.add_argument("cluster")
     e.add_argument("pods", nargs="+", metavar="NAMESPACE/POD")
     e.add_argument("--config")
@@ -129,8 +157,11 @@ def parser() -> argparse.ArgumentParser:
     e.add_argument("-o", "--output", choices=("table", "json"), default="table")
     e.set_defaults(func=_explain)
 
-    b = sub.add_parser("bench", help="measure engine throughput in process",
-                       description="Synthetic cluster, no API server. Example: ksched bench --nodes 5000 --pods 10000")
+    b = sub.add_parser(
+        "bench",
+        help="measure engine throughput in process",
+        description="Synthetic cluster, no API server. Example: ksched bench --nodes 5000 --pods 10000",
+    )
     b.add_argument("--nodes", type=int, default=5000)
     b.add_argument("--pods", type=int, default=10000)
     b.add_argument("--existing", type=int, default=0, help="pods already bound (default 0)")
@@ -140,16 +171,30 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--json", action="store_true", help="print figures as JSON (key pods_per_s)")
     b.set_defaults(func=_bench)
 
-    c = sub.add_parser("cluster", help="a local real control plane (etcd, kube-apiserver, KWOK, kube-scheduler)",
-                       description="Example: ksched cluster up --nodes 100 --with-scheduler; eval $(ksched cluster env)")
+    c = sub.add_parser(
+        "cluster",
+        help="a local real control plane (etcd, kube-apiserver, KWOK, kube-scheduler)",
+        description="Example: ksched cluster up --nodes 100 --with-scheduler; eval $(ksched cluster env)",
+    )
     csub = c.add_subparsers(dest="cluster_command", required=True)
     up = csub.add_parser("up", help="build (if needed) and start the control plane with fake nodes")
     up.add_argument("--nodes", type=int, default=10)
     up.add_argument("--zones", type=int, default=3)
     up.add_argument("--with-scheduler", action="store_true", help="also run the real kube-scheduler")
-    up.add_argument("--with-prometheus", metavar="TARGETS", help="also run Prometheus scraping these host:port targets (comma-separated)")
-    up.add_argument("--scheduler-qps", type=float, default=5000.0, help="kube-scheduler client QPS (burst is twice this)")
-    up.add_argument("--percentage-of-nodes-to-score", type=int, default=0, help="kube-scheduler percentageOfNodesToScore (0 = adaptive)")
+    up.add_argument(
+        "--with-prometheus",
+        metavar="TARGETS",
+        help="also run Prometheus scraping these host:port targets (comma-separated)",
+    )
+    up.add_argument(
+        "--scheduler-qps", type=float, default=5000.0, help="kube-scheduler client QPS (burst is twice this)"
+    )
+    up.add_argument(
+        "--percentage-of-nodes-to-score",
+        type=int,
+        default=0,
+        help="kube-scheduler percentageOfNodesToScore (0 = adaptive)",
+    )
     csub.add_parser("down", help="stop exactly the processes `up` started and remove its state")
     csub.add_parser("env", help="print `export KUBECONFIG=...` for the running cluster")
     c.set_defaults(func=_cluster)
@@ -158,7 +203,9 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.ERROR, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.ERROR, format="%(levelname)s %(name)s: %(message)s"
+    )
     try:
         code: int = args.func(args)
     except KschedError as err:

@@ -8,6 +8,7 @@ the allowed values; a missing file section takes upstream's default.
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from dataclasses import dataclass, field
@@ -180,10 +181,15 @@ def _profile(obj: Any, path: str) -> ProfileConfig:
         if plugin in FILTER_PLUGINS and plugin not in filters:
             filters.append(plugin)
         if plugin in DEFAULT_SCORE_WEIGHTS:
-            weights[plugin] = _int(e.get("weight", DEFAULT_SCORE_WEIGHTS[plugin]), f"{p}.weight", 0, MAX_WEIGHT)
+            weights[plugin] = _int(
+                e.get("weight", DEFAULT_SCORE_WEIGHTS[plugin]), f"{p}.weight", 0, MAX_WEIGHT
+            )
         elif "weight" in e:
-            raise ConfigError(f"{p}.weight: {plugin} does not score (scoring plugins: {', '.join(DEFAULT_SCORE_WEIGHTS)})")
-    fit_strategy, fit_resources = "LeastAllocated", (("cpu", 1), ("memory", 1))
+            raise ConfigError(
+                f"{p}.weight: {plugin} does not score (scoring plugins: {', '.join(DEFAULT_SCORE_WEIGHTS)})"
+            )
+    fit_strategy = "LeastAllocated"
+    fit_resources: tuple[tuple[str, int], ...] = (("cpu", 1), ("memory", 1))
     shape: tuple[tuple[int, int], ...] = ((0, 10), (100, 0))
     balanced: tuple[str, ...] = ("cpu", "memory")
     for i, pc in enumerate(_list(obj.get("pluginConfig") or [], f"{path}.pluginConfig")):
@@ -193,7 +199,11 @@ def _profile(obj: Any, path: str) -> ProfileConfig:
         args = pc.get("args") or {}
         if plugin == "NodeResourcesFit":
             _keys(args, f"{p}.args", ("scoringStrategy",))
-            s = _keys(args.get("scoringStrategy") or {}, f"{p}.args.scoringStrategy", ("type", "resources", "requestedToCapacityRatio"))
+            s = _keys(
+                args.get("scoringStrategy") or {},
+                f"{p}.args.scoringStrategy",
+                ("type", "resources", "requestedToCapacityRatio"),
+            )
             sp = f"{p}.args.scoringStrategy"
             fit_strategy = _str(s.get("type", "LeastAllocated"), f"{sp}.type", STRATEGIES)
             if "resources" in s:
@@ -205,19 +215,47 @@ def _profile(obj: Any, path: str) -> ProfileConfig:
                 for j, pt in enumerate(_list(rtcr["shape"], f"{rp}.shape")):
                     q = f"{rp}.shape[{j}]"
                     _keys(pt, q, ("utilization", "score"), ("utilization", "score"))
-                    points.append((_int(pt["utilization"], f"{q}.utilization", 0, MAX_UTILIZATION), _int(pt["score"], f"{q}.score", 0, MAX_SHAPE_SCORE)))
-                if not points or any(a[0] >= b[0] for a, b in zip(points, points[1:], strict=False)):
-                    raise ConfigError(f"{rp}.shape: needs at least one point, utilization strictly increasing")
+                    points.append(
+                        (
+                            _int(pt["utilization"], f"{q}.utilization", 0, MAX_UTILIZATION),
+                            _int(pt["score"], f"{q}.score", 0, MAX_SHAPE_SCORE),
+                        )
+                    )
+                if not points or any(a[0] >= b[0] for a, b in itertools.pairwise(points)):
+                    raise ConfigError(
+                        f"{rp}.shape: needs at least one point, utilization strictly increasing"
+                    )
                 shape = tuple(points)
         else:
             _keys(args, f"{p}.args", ("resources",))
             if "resources" in args:
                 balanced = tuple(r for r, _ in _resources(args["resources"], f"{p}.args.resources"))
-    return ProfileConfig(name, tuple(f for f in FILTER_PLUGINS if f in filters), weights, fit_strategy, fit_resources, shape, balanced)
+    return ProfileConfig(
+        name,
+        tuple(f for f in FILTER_PLUGINS if f in filters),
+        weights,
+        fit_strategy,
+        fit_resources,
+        shape,
+        balanced,
+    )
 
 
 def _metric(obj: Any, path: str) -> MetricConfig:
-    allowed = ("name", "source", "query", "annotation", "nodeLabel", "prefer", "normalization", "filter", "missing", "weight", "maxAge", "refresh")
+    allowed = (
+        "name",
+        "source",
+        "query",
+        "annotation",
+        "nodeLabel",
+        "prefer",
+        "normalization",
+        "filter",
+        "missing",
+        "weight",
+        "maxAge",
+        "refresh",
+    )
     _keys(obj, path, allowed, ("name", "source"))
     name = _str(obj["name"], f"{path}.name")
     if not re.match(r"^[a-zA-Z_][a-zA-Z0-9_]*$", name):
@@ -248,7 +286,10 @@ def _metric(obj: Any, path: str) -> MetricConfig:
         r = _list(n["range"], f"{path}.normalization.range")
         if len(r) != 2:
             raise ConfigError(f"{path}.normalization.range: must be [low, high]")
-        lo, hi = _float(r[0], f"{path}.normalization.range[0]"), _float(r[1], f"{path}.normalization.range[1]")
+        lo, hi = (
+            _float(r[0], f"{path}.normalization.range[0]"),
+            _float(r[1], f"{path}.normalization.range[1]"),
+        )
         if not lo < hi:
             raise ConfigError(f"{path}.normalization.range: low must be below high")
         rng = (lo, hi)
@@ -287,11 +328,16 @@ def parse_config(obj: Obj) -> Config:
     _keys(obj, "", ("apiVersion", "kind", "profiles", "metrics", "batch"), ("apiVersion", "kind"))
     _str(obj["apiVersion"], "apiVersion", (API_VERSION,))
     _str(obj["kind"], "kind", (KIND,))
-    profiles = tuple(_profile(p, f"profiles[{i}]") for i, p in enumerate(_list(obj.get("profiles") or [{"schedulerName": DEFAULT_PROFILE}], "profiles")))
+    profiles = tuple(
+        _profile(p, f"profiles[{i}]")
+        for i, p in enumerate(_list(obj.get("profiles") or [{"schedulerName": DEFAULT_PROFILE}], "profiles"))
+    )
     names = [p.scheduler_name for p in profiles]
     if len(set(names)) != len(names):
         raise ConfigError(f"profiles: duplicate schedulerName in {names}")
-    metrics = tuple(_metric(m, f"metrics[{i}]") for i, m in enumerate(_list(obj.get("metrics") or [], "metrics")))
+    metrics = tuple(
+        _metric(m, f"metrics[{i}]") for i, m in enumerate(_list(obj.get("metrics") or [], "metrics"))
+    )
     if len({m.name for m in metrics}) != len(metrics):
         raise ConfigError("metrics: duplicate metric name")
     b = _keys(obj.get("batch") or {}, "batch", ("maxSize", "maxWait"))

@@ -87,13 +87,34 @@ class _ClassTable:
     cols: dict[str, list[int]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        for name in (
-            "class_node_names tol_keys tol_operators tol_values tol_effects node_selector_term has_required "
-            "required_terms preferred_terms has_prefilter prefilter_nodes term_weights req_keys req_is_field "
-            "req_operators req_values req_int_values"
-        ).split():
+        for name in [
+            "class_node_names",
+            "tol_keys",
+            "tol_operators",
+            "tol_values",
+            "tol_effects",
+            "node_selector_term",
+            "has_required",
+            "required_terms",
+            "preferred_terms",
+            "has_prefilter",
+            "prefilter_nodes",
+            "term_weights",
+            "req_keys",
+            "req_is_field",
+            "req_operators",
+            "req_values",
+            "req_int_values",
+        ]:
             self.cols[name] = []
-        for name in ("tol_offsets", "required_offsets", "preferred_offsets", "prefilter_offsets", "term_offsets", "req_value_offsets"):
+        for name in (
+            "tol_offsets",
+            "required_offsets",
+            "preferred_offsets",
+            "prefilter_offsets",
+            "term_offsets",
+            "req_value_offsets",
+        ):
             self.cols[name] = [0]
 
     def _term(self, term: Term, weight: int = 0) -> int:
@@ -138,9 +159,19 @@ class _ClassTable:
         return self.ids[k]
 
     def engine_classes(self) -> dict[str, Any]:
-        dtypes = {"tol_operators": np.uint8, "tol_effects": np.uint8, "has_required": np.uint8, "has_prefilter": np.uint8,
-                  "req_is_field": np.uint8, "req_operators": np.uint8, "class_node_names": np.int32, "tol_keys": np.int32,
-                  "tol_values": np.int32, "req_keys": np.int32, "req_values": np.int32}
+        dtypes = {
+            "tol_operators": np.uint8,
+            "tol_effects": np.uint8,
+            "has_required": np.uint8,
+            "has_prefilter": np.uint8,
+            "req_is_field": np.uint8,
+            "req_operators": np.uint8,
+            "class_node_names": np.int32,
+            "tol_keys": np.int32,
+            "tol_values": np.int32,
+            "req_keys": np.int32,
+            "req_values": np.int32,
+        }
         out: dict[str, Any] = {k: np.asarray(v, dtype=dtypes.get(k, np.int64)) for k, v in self.cols.items()}
         out["count"] = len(self.ids)
         return out
@@ -151,9 +182,18 @@ def metric_specs(metrics: Sequence[MetricConfig]) -> npt.NDArray[np.float64]:
     nan = math.nan
     for m in metrics:
         lo, hi = m.range if m.range else (nan, nan)
-        rows.append([PREFER_CODES[m.prefer], m.target if m.target is not None else nan, lo, hi,
-                     nan if m.above is None else m.above, nan if m.below is None else m.below,
-                     MISSING_CODES[m.missing], m.weight])
+        rows.append(
+            [
+                PREFER_CODES[m.prefer],
+                m.target if m.target is not None else nan,
+                lo,
+                hi,
+                nan if m.above is None else m.above,
+                nan if m.below is None else m.below,
+                MISSING_CODES[m.missing],
+                m.weight,
+            ]
+        )
     return np.asarray(rows, dtype=np.float64).reshape(-1)
 
 
@@ -168,7 +208,17 @@ def engine_profile(p: ProfileConfig, snapshot: Snapshot) -> dict[str, Any]:
         "shape": list(p.shape),
         "fit_resources": [(res(name), w) for name, w in p.fit_resources],
         "balanced_resources": [res(name) for name in p.balanced_resources],
-        "filters": [f in p.filters for f in ("NodeUnschedulable", "NodeName", "TaintToleration", "NodeAffinity", "NodePorts", "NodeResourcesFit")],
+        "filters": [
+            f in p.filters
+            for f in (
+                "NodeUnschedulable",
+                "NodeName",
+                "TaintToleration",
+                "NodeAffinity",
+                "NodePorts",
+                "NodeResourcesFit",
+            )
+        ],
     }
 
 
@@ -182,7 +232,9 @@ class Engine:
     def __init__(self, config: Config, profile: str | None = None, *, seed: int = 0, parallel: bool = True):
         chosen = config.profile(profile) if profile else config.profiles[0]
         if chosen is None:
-            raise KschedError(f"no profile named {profile!r} (profiles: {', '.join(p.scheduler_name for p in config.profiles)})")
+            raise KschedError(
+                f"no profile named {profile!r} (profiles: {', '.join(p.scheduler_name for p in config.profiles)})"
+            )
         self.config = config
         self.profile = chosen
         self.seed = seed
@@ -208,23 +260,29 @@ class Engine:
                 parsed.append((i, pod, err))
         # Queue order: priority descending, then arrival (upstream PrioritySort).
         parsed.sort(key=lambda t: (-(t[2].priority if isinstance(t[2], PodRequirements) else 0), t[0]))
-        snapshot.ensure_resources({r for _, _, req in parsed if isinstance(req, PodRequirements) for r in req.requests})
+        snapshot.ensure_resources(
+            {r for _, _, req in parsed if isinstance(req, PodRequirements) for r in req.requests}
+        )
         classes = _ClassTable(snapshot)
         res = snapshot.resources
         names = ReasonNames(res.names, [(m.name, m.above, m.below) for m in metrics])
         total = snapshot.count
         engine_rows: list[tuple[int, PodRequirements]] = []
         results: list[Placement | None] = []
-        requests = []
-        nonzero = []
-        pod_classes = []
-        keys = []
+        requests: list[int] = []
+        nonzero: list[int] = []
+        pod_classes: list[int] = []
+        keys: list[int] = []
         hp_offsets = [0]
         hp: list[tuple[int, int, int]] = []
         explain_row: int | None = None
         for _, pod, req in parsed:
             if isinstance(req, MalformedObjectError):
-                results.append(Placement(pod_key(pod), None, None, f"invalid pod: {req.field}: {req.problem}", malformed=True))
+                results.append(
+                    Placement(
+                        pod_key(pod), None, None, f"invalid pod: {req.field}: {req.problem}", malformed=True
+                    )
+                )
                 continue
             prefilter = prefilter_node_names(req.constraints.required)
             if prefilter is not None and not prefilter:
@@ -280,7 +338,9 @@ class Engine:
         for j, (slot, req) in enumerate(engine_rows):
             node = int(chosen[j])
             if node >= 0:
-                results[slot] = Placement(req.key, snapshot.node_names[node], float(out["scores"][j]), None, int(out["feasible"][j]))
+                results[slot] = Placement(
+                    req.key, snapshot.node_names[node], float(out["scores"][j]), None, int(out["feasible"][j])
+                )
             elif node == _core.NOT_ATTEMPTED:
                 results[slot] = Placement(req.key, None, None, None, attempted=False)
             else:
@@ -290,13 +350,24 @@ class Engine:
         placements = [p for p in results if p is not None]
         explanation = None
         if explain is not None and out["explanation"] is not None and explain_row is not None:
-            explanation = _explanation(out["explanation"], snapshot, names, metrics, results[engine_rows[explain_row][0]])
+            explanation = _explanation(
+                out["explanation"], snapshot, names, metrics, results[engine_rows[explain_row][0]]
+            )
         return BatchResult(placements, explanation, elapsed)
 
 
-def _explanation(ex: dict[str, Any], snapshot: Snapshot, names: ReasonNames, metrics: Sequence[MetricConfig], placement: Placement | None) -> Explanation:
+def _explanation(
+    ex: dict[str, Any],
+    snapshot: Snapshot,
+    names: ReasonNames,
+    metrics: Sequence[MetricConfig],
+    placement: Placement | None,
+) -> Explanation:
     assert placement is not None
-    plugins = [p if not p.startswith("metric:") else f"Metric/{metrics[int(p.split(':')[1])].name}" for p in ex["plugins"]]
+    plugins = [
+        p if not p.startswith("metric:") else f"Metric/{metrics[int(p.split(':')[1])].name}"
+        for p in ex["plugins"]
+    ]
     n = snapshot.count
     raw = np.asarray(ex["raw"]).reshape(len(plugins), n)
     normalized = np.asarray(ex["normalized"]).reshape(len(plugins), n)
@@ -310,14 +381,20 @@ def _explanation(ex: dict[str, Any], snapshot: Snapshot, names: ReasonNames, met
         scores = {}
         if feasible:
             for k, p in enumerate(plugins):
-                scores[p] = {"raw": float(raw[k, i]), "normalized": float(normalized[k, i]), "weighted": float(normalized[k, i]) * weights[p]}
-        rows.append(NodeExplanation(
-            node=node,
-            feasible=feasible,
-            plugin=names.plugin(node_codes[0]) if node_codes else None,
-            reasons=[names.reason(c) for c in node_codes],
-            scores=scores,
-            total=total if feasible else None,
-            chosen=placement.node == node,
-        ))
+                scores[p] = {
+                    "raw": float(raw[k, i]),
+                    "normalized": float(normalized[k, i]),
+                    "weighted": float(normalized[k, i]) * weights[p],
+                }
+        rows.append(
+            NodeExplanation(
+                node=node,
+                feasible=feasible,
+                plugin=names.plugin(node_codes[0]) if node_codes else None,
+                reasons=[names.reason(c) for c in node_codes],
+                scores=scores,
+                total=total if feasible else None,
+                chosen=placement.node == node,
+            )
+        )
     return Explanation(placement.pod, placement, rows, weights)

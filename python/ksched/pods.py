@@ -183,7 +183,9 @@ def canonical_requests(pod: Obj) -> dict[str, int]:
 
 def nonzero_cpu_memory(pod: Obj) -> tuple[int, int]:
     reqs = effective_requests(pod, nonzero_defaults=True)
-    return canonical("cpu", reqs.get("cpu", Fraction(0))), canonical("memory", reqs.get("memory", Fraction(0)))
+    return canonical("cpu", reqs.get("cpu", Fraction(0))), canonical(
+        "memory", reqs.get("memory", Fraction(0))
+    )
 
 
 def host_ports(pod: Obj) -> tuple[HostPort, ...]:
@@ -206,7 +208,9 @@ def host_ports(pod: Obj) -> tuple[HostPort, ...]:
             protocol = p.get("protocol") or "TCP"
             if protocol not in PROTOCOLS:
                 raise MalformedObjectError(
-                    key, f"{field}.protocol", f"unknown protocol {protocol!r} (allowed: {', '.join(PROTOCOLS)})"
+                    key,
+                    f"{field}.protocol",
+                    f"unknown protocol {protocol!r} (allowed: {', '.join(PROTOCOLS)})",
                 )
             out.append(HostPort(protocol, str(p.get("hostIP") or "0.0.0.0"), hp))
     return tuple(out)
@@ -225,7 +229,9 @@ def tolerations(pod: Obj) -> tuple[Toleration, ...]:
         op = t.get("operator") or "Equal"
         if op not in TOLERATION_OPERATORS:
             raise MalformedObjectError(
-                key, f"{field}.operator", f"unknown operator {op!r} (allowed: {', '.join(TOLERATION_OPERATORS)})"
+                key,
+                f"{field}.operator",
+                f"unknown operator {op!r} (allowed: {', '.join(TOLERATION_OPERATORS)})",
             )
         effect = t.get("effect") or ""
         if effect and effect not in TAINT_EFFECTS:
@@ -251,20 +257,26 @@ def _requirements(pod: str, field: str, raw: Any, *, fields: bool) -> Term:
         op = r.get("operator")
         if op not in NODE_SELECTOR_OPERATORS:
             raise MalformedObjectError(
-                pod, f"{f}.operator", f"unknown operator {op!r} (allowed: {', '.join(NODE_SELECTOR_OPERATORS)})"
+                pod,
+                f"{f}.operator",
+                f"unknown operator {op!r} (allowed: {', '.join(NODE_SELECTOR_OPERATORS)})",
             )
         values = r.get("values") or []
         if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
             raise MalformedObjectError(pod, f"{f}.values", "must be a list of strings")
         if len(values) > MAX_SELECTOR_ITEMS:
-            raise MalformedObjectError(pod, f"{f}.values", f"has {len(values)} values (at most {MAX_SELECTOR_ITEMS})")
+            raise MalformedObjectError(
+                pod, f"{f}.values", f"has {len(values)} values (at most {MAX_SELECTOR_ITEMS})"
+            )
         if fields:
             if r["key"] != "metadata.name":
                 raise MalformedObjectError(
                     pod, f"{f}.key", f"unsupported field {r['key']!r} (allowed: metadata.name)"
                 )
             if op not in ("In", "NotIn") or len(values) != 1:
-                raise MalformedObjectError(pod, f, "a metadata.name field selector takes In or NotIn with one value")
+                raise MalformedObjectError(
+                    pod, f, "a metadata.name field selector takes In or NotIn with one value"
+                )
         elif op in ("In", "NotIn") and not values:
             raise MalformedObjectError(pod, f"{f}.values", f"operator {op} needs at least one value")
         elif op in ("Exists", "DoesNotExist") and values:
@@ -290,7 +302,9 @@ def node_constraints(pod: Obj) -> NodeConstraints:
     if not isinstance(selector, dict) or not all(isinstance(v, str) for v in selector.values()):
         raise MalformedObjectError(key, "spec.nodeSelector", "must be a mapping of label to string value")
     if len(selector) > MAX_SELECTOR_ITEMS:
-        raise MalformedObjectError(key, "spec.nodeSelector", f"has {len(selector)} labels (at most {MAX_SELECTOR_ITEMS})")
+        raise MalformedObjectError(
+            key, "spec.nodeSelector", f"has {len(selector)} labels (at most {MAX_SELECTOR_ITEMS})"
+        )
     node_selector = tuple(Requirement(k, "In", (v,)) for k, v in sorted(selector.items())) or None
     affinity = (s.get("affinity") or {}).get("nodeAffinity") or {}
     if not isinstance(affinity, dict):
@@ -301,13 +315,17 @@ def node_constraints(pod: Obj) -> NodeConstraints:
     if req_raw is not None:
         terms = req_raw.get("nodeSelectorTerms") if isinstance(req_raw, dict) else None
         if not isinstance(terms, list):
-            raise MalformedObjectError(key, f"{base}.requiredDuringSchedulingIgnoredDuringExecution", "needs nodeSelectorTerms")
+            raise MalformedObjectError(
+                key, f"{base}.requiredDuringSchedulingIgnoredDuringExecution", "needs nodeSelectorTerms"
+            )
         field = f"{base}.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms"
         required = tuple(_term(key, f"{field}[{i}]", t) for i, t in enumerate(terms))
     preferred = []
     pref_raw = affinity.get("preferredDuringSchedulingIgnoredDuringExecution") or []
     if not isinstance(pref_raw, list):
-        raise MalformedObjectError(key, f"{base}.preferredDuringSchedulingIgnoredDuringExecution", "must be a list")
+        raise MalformedObjectError(
+            key, f"{base}.preferredDuringSchedulingIgnoredDuringExecution", "must be a list"
+        )
     for i, p in enumerate(pref_raw):
         field = f"{base}.preferredDuringSchedulingIgnoredDuringExecution[{i}]"
         if not isinstance(p, dict):

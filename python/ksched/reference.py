@@ -81,11 +81,27 @@ def make_nodes(nodes: list[Obj], existing: list[Obj]) -> dict[str, RefNode]:
     out: dict[str, RefNode] = {}
     for n in nodes:
         status = n.get("status") or {}
-        alloc = {str(r): canonical(str(r), parse_quantity(q)) for r, q in (status.get("allocatable") or status.get("capacity") or {}).items()}
-        taints = [{"key": str(t.get("key") or ""), "value": str(t.get("value") or ""), "effect": str(t.get("effect") or "")}
-                  for t in spec(n).get("taints") or [] if t.get("effect") in ("NoSchedule", "PreferNoSchedule", "NoExecute")]
-        out[name(n)] = RefNode(name(n), {str(k): str(v) for k, v in (meta(n).get("labels") or {}).items()}, taints,
-                               bool(spec(n).get("unschedulable")), {k: v for k, v in alloc.items() if k != "pods"}, alloc.get("pods", 0))
+        alloc = {
+            str(r): canonical(str(r), parse_quantity(q))
+            for r, q in (status.get("allocatable") or status.get("capacity") or {}).items()
+        }
+        taints = [
+            {
+                "key": str(t.get("key") or ""),
+                "value": str(t.get("value") or ""),
+                "effect": str(t.get("effect") or ""),
+            }
+            for t in spec(n).get("taints") or []
+            if t.get("effect") in ("NoSchedule", "PreferNoSchedule", "NoExecute")
+        ]
+        out[name(n)] = RefNode(
+            name(n),
+            {str(k): str(v) for k, v in (meta(n).get("labels") or {}).items()},
+            taints,
+            bool(spec(n).get("unschedulable")),
+            {k: v for k, v in alloc.items() if k != "pods"},
+            alloc.get("pods", 0),
+        )
     for p in existing:
         node = out.get(str(spec(p).get("nodeName") or ""))
         if node is None or is_terminal(p):
@@ -139,18 +155,31 @@ def term_matches(term: Term, node: RefNode) -> bool:
     return bool(term) and all(requirement_matches(r, node) for r in term)
 
 
-def filter_node(req: PodRequirements, node: RefNode, profile: ProfileConfig, metrics: tuple[MetricConfig, ...], values: dict[str, float], prefilter: set[str] | None) -> list[str]:
+def filter_node(
+    req: PodRequirements,
+    node: RefNode,
+    profile: ProfileConfig,
+    metrics: tuple[MetricConfig, ...],
+    values: dict[str, float],
+    prefilter: set[str] | None,
+) -> list[str]:
     """Reasons of the first failing plugin, or [] when the node fits."""
     c = req.constraints
     if prefilter is not None and node.name not in prefilter:
         return ["node(s) didn't satisfy plugin(s) [NodeAffinity]"]
-    if "NodeUnschedulable" in profile.filters and node.unschedulable and not tolerated(c.tolerations, "node.kubernetes.io/unschedulable", "", "NoSchedule"):
+    if (
+        "NodeUnschedulable" in profile.filters
+        and node.unschedulable
+        and not tolerated(c.tolerations, "node.kubernetes.io/unschedulable", "", "NoSchedule")
+    ):
         return ["node(s) were unschedulable"]
     if "NodeName" in profile.filters and c.node_name and c.node_name != node.name:
         return ["node(s) didn't match the requested node name"]
     if "TaintToleration" in profile.filters:
         for t in node.taints:
-            if t["effect"] in ("NoSchedule", "NoExecute") and not tolerated(c.tolerations, t["key"], t["value"], t["effect"]):
+            if t["effect"] in ("NoSchedule", "NoExecute") and not tolerated(
+                c.tolerations, t["key"], t["value"], t["effect"]
+            ):
                 return ["node(s) had untolerated taint(s)"]
     if "NodeAffinity" in profile.filters:
         if c.node_selector and not term_matches(c.node_selector, node):
@@ -160,7 +189,11 @@ def filter_node(req: PodRequirements, node: RefNode, profile: ProfileConfig, met
     if "NodePorts" in profile.filters:
         for hp in req.host_ports:
             for proto, ip, port in node.ports:
-                if proto == hp.protocol and port == hp.port and (ip == "0.0.0.0" or hp.ip == "0.0.0.0" or ip == hp.ip):
+                if (
+                    proto == hp.protocol
+                    and port == hp.port
+                    and (ip == "0.0.0.0" or hp.ip == "0.0.0.0" or ip == hp.ip)
+                ):
                     return ["node(s) didn't have free ports for the requested pod ports"]
     if "NodeResourcesFit" in profile.filters:
         reasons = []
@@ -210,7 +243,7 @@ def fit_score(req: PodRequirements, node: RefNode, profile: ProfileConfig) -> in
         return 0
     if profile.fit_strategy == "RequestedToCapacityRatio":
         # Go's math.Round: half away from zero (all values here are non-negative).
-        return int(math.floor(total / weights + 0.5))
+        return math.floor(total / weights + 0.5)
     return total // weights
 
 
@@ -286,13 +319,20 @@ def normalize(raw: int, top: int, reverse: bool) -> int:
     return 100 - s if reverse else s
 
 
-def schedule(nodes: list[Obj], existing: list[Obj], pending: list[Obj], config: Config, metric_values: dict[str, dict[str, float]] | None = None, seed: int = 0) -> list[RefResult]:
+def schedule(
+    nodes: list[Obj],
+    existing: list[Obj],
+    pending: list[Obj],
+    config: Config,
+    metric_values: dict[str, dict[str, float]] | None = None,
+    seed: int = 0,
+) -> list[RefResult]:
     """Schedule ``pending`` in queue order on the given cluster, one pod at a time."""
     profile = config.profiles[0]
     metrics = config.metrics
     table = make_nodes(nodes, existing)
     values = metric_values or {}
-    parsed = []
+    parsed: list[tuple[int, PodRequirements | MalformedObjectError]] = []
     for i, p in enumerate(pending):
         try:
             parsed.append((i, requirements(p)))
@@ -306,9 +346,14 @@ def schedule(nodes: list[Obj], existing: list[Obj], pending: list[Obj], config: 
             continue
         prefilter = prefilter_node_names(req.constraints.required)
         if prefilter is not None and not prefilter:
-            results.append(RefResult(req.key, None, None, prefilter_error(len(table), AFFINITY_CONFLICT), {}, {}))
+            results.append(
+                RefResult(req.key, None, None, prefilter_error(len(table), AFFINITY_CONFLICT), {}, {})
+            )
             continue
-        reasons = {n.name: filter_node(req, n, profile, metrics, values.get(n.name, {}), prefilter) for n in table.values()}
+        reasons = {
+            n.name: filter_node(req, n, profile, metrics, values.get(n.name, {}), prefilter)
+            for n in table.values()
+        }
         feasible = [n for n in table.values() if not reasons[n.name]]
         if not feasible:
             counts: dict[str, int] = {}
@@ -318,8 +363,20 @@ def schedule(nodes: list[Obj], existing: list[Obj], pending: list[Obj], config: 
             results.append(RefResult(req.key, None, None, fit_error(len(table), counts.items()), reasons, {}))
             continue
         c = req.constraints
-        taint_raw = {n.name: sum(1 for t in n.taints if t["effect"] == "PreferNoSchedule" and not tolerated(
-            [x for x in c.tolerations if x.effect in ("", "PreferNoSchedule")], t["key"], t["value"], "PreferNoSchedule")) for n in feasible}
+        taint_raw = {
+            n.name: sum(
+                1
+                for t in n.taints
+                if t["effect"] == "PreferNoSchedule"
+                and not tolerated(
+                    [x for x in c.tolerations if x.effect in ("", "PreferNoSchedule")],
+                    t["key"],
+                    t["value"],
+                    "PreferNoSchedule",
+                )
+            )
+            for n in feasible
+        }
         aff_raw = {n.name: sum(w for w, t in c.preferred if term_matches(t, n)) for n in feasible}
         taint_top, aff_top = max(taint_raw.values()), max(aff_raw.values())
         bounds = {}
@@ -327,13 +384,19 @@ def schedule(nodes: list[Obj], existing: list[Obj], pending: list[Obj], config: 
             bs = [badness(m, values.get(n.name, {}).get(m.name, math.nan)) for n in feasible]
             bs = [b for b in bs if not math.isnan(b)]
             bounds[m.name] = (min(bs), max(bs)) if bs else (math.inf, -math.inf)
-        uses_balanced = profile.weights.get("NodeResourcesBalancedAllocation", 0) and any(req.requests.get(r, 0) for r in profile.balanced_resources)
+        uses_balanced = profile.weights.get("NodeResourcesBalancedAllocation", 0) and any(
+            req.requests.get(r, 0) for r in profile.balanced_resources
+        )
         totals = {}
         for n in feasible:
             total = profile.weights.get("TaintToleration", 0) * normalize(taint_raw[n.name], taint_top, True)
             total += profile.weights.get("NodeAffinity", 0) * normalize(aff_raw[n.name], aff_top, False)
             total += profile.weights.get("NodeResourcesFit", 0) * fit_score(req, n, profile)
-            total += (profile.weights.get("NodeResourcesBalancedAllocation", 0) * balanced_score(req, n, profile)) if uses_balanced else 0
+            total += (
+                (profile.weights.get("NodeResourcesBalancedAllocation", 0) * balanced_score(req, n, profile))
+                if uses_balanced
+                else 0
+            )
             t = float(total)
             for m in metrics:
                 t += m.weight * metric_score(m, values.get(n.name, {}).get(m.name, math.nan), *bounds[m.name])

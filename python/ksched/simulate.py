@@ -98,8 +98,10 @@ def load_cluster(path: str | Path, scheduler_names: set[str]) -> ClusterFile:
     return ClusterFile(nodes, existing, pending, ignored)
 
 
-def metric_matrix(snapshot: Snapshot, metrics: tuple[MetricConfig, ...], offline: dict[str, Any] | None) -> npt.NDArray[np.float64]:
-    """Node × metric values: annotation metrics from the nodes, the rest from ``--metrics``."""
+def metric_matrix(
+    snapshot: Snapshot, metrics: tuple[MetricConfig, ...], offline: dict[str, Any] | None
+) -> npt.NDArray[np.float64]:
+    """Node x metric values: annotation metrics from the nodes, the rest from ``--metrics``."""
     values = np.full((snapshot.count, len(metrics)), np.nan, dtype=np.float64)
     for j, m in enumerate(metrics):
         for i, node in enumerate(snapshot.node_objects):
@@ -129,7 +131,13 @@ def load_offline_metrics(path: str | Path | None) -> dict[str, Any] | None:
     return doc
 
 
-def run_simulation(cluster: ClusterFile, config: Config, offline: dict[str, Any] | None, seed: int, explain: str | None = None) -> tuple[list[BatchResult], Snapshot]:
+def run_simulation(
+    cluster: ClusterFile,
+    config: Config,
+    offline: dict[str, Any] | None,
+    seed: int,
+    explain: str | None = None,
+) -> tuple[list[BatchResult], Snapshot]:
     """Schedule every pending pod, profile by profile, on one shared snapshot."""
     snapshot = build_snapshot(cluster.nodes, cluster.existing)
     values = metric_matrix(snapshot, config.metrics, offline)
@@ -161,7 +169,9 @@ def render_table(placements: list[dict[str, Any]]) -> str:
         score = "" if p["score"] is None else f"{p['score']:.1f}"
         rows.append((p["pod"], p["node"] or "<none>", score, p["message"] or ""))
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
-    return "\n".join(f"{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]:>{widths[2]}}  {r[3]}".rstrip() for r in rows)
+    return "\n".join(
+        f"{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]:>{widths[2]}}  {r[3]}".rstrip() for r in rows
+    )
 
 
 def explanation_json(ex: Explanation) -> dict[str, Any]:
@@ -186,13 +196,22 @@ def explanation_json(ex: Explanation) -> dict[str, Any]:
 
 
 def render_explanation(ex: Explanation) -> str:
-    lines = [f"pod {ex.pod}: " + (f"placed on {ex.placement.node} (score {ex.placement.score:.1f})" if ex.placement.node else f"unschedulable: {ex.placement.message}")]
+    lines = [
+        f"pod {ex.pod}: "
+        + (
+            f"placed on {ex.placement.node} (score {ex.placement.score:.1f})"
+            if ex.placement.node
+            else f"unschedulable: {ex.placement.message}"
+        )
+    ]
     plugins = list(ex.weights)
     lines.append("weights: " + ", ".join(f"{p}={w:g}" for p, w in ex.weights.items()))
     feasible = sorted((n for n in ex.nodes if n.feasible), key=lambda n: -(n.total or 0.0))
     for n in feasible:
         mark = "*" if n.chosen else " "
-        parts = ", ".join(f"{p} {n.scores[p]['raw']:g}->{n.scores[p]['normalized']:g}x{ex.weights[p]:g}" for p in plugins)
+        parts = ", ".join(
+            f"{p} {n.scores[p]['raw']:g}->{n.scores[p]['normalized']:g}x{ex.weights[p]:g}" for p in plugins
+        )
         lines.append(f"{mark} {n.node}: total {n.total:.1f} ({parts})")
     for n in ex.nodes:
         if not n.feasible:

@@ -158,10 +158,10 @@ def build_snapshot(nodes: list[Obj], pods: list[Obj]) -> Snapshot:
         node_name = spec(pod).get("nodeName")
         if not node_name or is_terminal(pod):
             continue
-        i = index.get(str(node_name))
-        if i is None:
+        at = index.get(str(node_name))
+        if at is None:
             continue
-        pod_count[i] += 1
+        pod_count[at] += 1
         try:
             reqs = canonical_requests(pod)
             cpu, mem = nonzero_cpu_memory(pod)
@@ -169,16 +169,16 @@ def build_snapshot(nodes: list[Obj], pods: list[Obj]) -> Snapshot:
         except MalformedObjectError as err:
             warnings.append(f"existing pod counted without requests: {err}")
             continue
-        row = requested_rows[i]
-        for r, v in reqs.items():
-            c = resources(r)
+        row = requested_rows[at]
+        for resource_name, v in reqs.items():
+            c = resources(resource_name)
             row[c] = row.get(c, 0) + v
-        nonzero[i, 0] += cpu
-        nonzero[i, 1] += mem
-        used_ports[i].extend((PROTOCOLS[p.protocol], strings(p.ip), p.port) for p in ports)
-    r = len(resources)
-    alloc = np.zeros((len(nodes), r), dtype=np.int64)
-    requested = np.zeros((len(nodes), r), dtype=np.int64)
+        nonzero[at, 0] += cpu
+        nonzero[at, 1] += mem
+        used_ports[at].extend((PROTOCOLS[p.protocol], strings(p.ip), p.port) for p in ports)
+    columns = len(resources)
+    alloc = np.zeros((len(nodes), columns), dtype=np.int64)
+    requested = np.zeros((len(nodes), columns), dtype=np.int64)
     for i, res in enumerate(per_node):
         for c, v in res.items():
             alloc[i, c] = v
@@ -196,17 +196,19 @@ def build_snapshot(nodes: list[Obj], pods: list[Obj]) -> Snapshot:
     for i, node in enumerate(nodes):
         labels = meta(node).get("labels") or {}
         keyed = sorted((strings(str(k)), str(v)) for k, v in labels.items())
-        label_rows.append([k for k, _ in keyed])
-        for _, v in keyed:
-            label_vals.append(strings(v))
-            parsed = parse_int64(v)
+        label_rows.append([int(k) for k, _ in keyed])
+        for _, label_value in keyed:
+            label_vals.append(strings(label_value))
+            parsed = parse_int64(label_value)
             label_ints.append(parsed if parsed is not None else 0)
             label_valid.append(parsed is not None)
-        row_keys = []
+        row_keys: list[int] = []
         for t in spec(node).get("taints") or []:
             effect = EFFECTS.get(str(t.get("effect") or ""))
             if not effect:
-                warnings.append(f"node {names[i]}: taint {t.get('key')!r} has unknown effect {t.get('effect')!r}; ignored")
+                warnings.append(
+                    f"node {names[i]}: taint {t.get('key')!r} has unknown effect {t.get('effect')!r}; ignored"
+                )
                 continue
             row_keys.append(strings(str(t.get("key") or "")))
             taint_vals.append(strings(str(t.get("value") or "")))
@@ -271,7 +273,9 @@ def apply_bound_pods(snapshot: Snapshot, pods: list[Obj]) -> Snapshot:
         nonzero[2 * i] += cpu
         nonzero[2 * i + 1] += mem
         if ports:
-            new_ports.setdefault(i, []).extend((PROTOCOLS[p.protocol], snapshot.strings(p.ip), p.port) for p in ports)
+            new_ports.setdefault(i, []).extend(
+                (PROTOCOLS[p.protocol], snapshot.strings(p.ip), p.port) for p in ports
+            )
     if new_ports:
         _add_ports(snapshot, new_ports)
     return snapshot
@@ -281,7 +285,14 @@ def _add_ports(snapshot: Snapshot, new_ports: dict[int, list[tuple[int, int, int
     a = snapshot.arrays
     offsets = a["port_offsets"]
     rows = [
-        list(zip(a["port_protocols"][offsets[i] : offsets[i + 1]].tolist(), a["port_ips"][offsets[i] : offsets[i + 1]].tolist(), a["port_ports"][offsets[i] : offsets[i + 1]].tolist(), strict=True))
+        list(
+            zip(
+                a["port_protocols"][offsets[i] : offsets[i + 1]].tolist(),
+                a["port_ips"][offsets[i] : offsets[i + 1]].tolist(),
+                a["port_ports"][offsets[i] : offsets[i + 1]].tolist(),
+                strict=True,
+            )
+        )
         + new_ports.get(i, [])
         for i in range(snapshot.count)
     ]

@@ -17,11 +17,15 @@ from tests.integration.exporter import NODE_VALUES
 pytestmark = pytest.mark.cluster
 
 
-def kubectl(state: local.ClusterState, *args: str, input_: Any = None, token: str | None = None) -> subprocess.CompletedProcess[str]:
+def kubectl(
+    state: local.ClusterState, *args: str, input_: Any = None, token: str | None = None
+) -> subprocess.CompletedProcess[str]:
     cmd = [str(bin_dir() / "kubectl"), "--kubeconfig", state.kubeconfig, *args]
     if token is not None:
         cmd[3:3] = ["--token", token]
-    return subprocess.run(cmd, input=None if input_ is None else json.dumps(input_), capture_output=True, text=True, check=False)
+    return subprocess.run(
+        cmd, input=None if input_ is None else json.dumps(input_), capture_output=True, text=True, check=False
+    )
 
 
 def wait_for(predicate: Any, timeout: float = 60.0) -> Any:
@@ -35,19 +39,36 @@ def wait_for(predicate: Any, timeout: float = 60.0) -> Any:
 
 
 def pod(name: str, scheduler: str) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
-            "spec": {"schedulerName": scheduler, "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": "100m"}}}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "schedulerName": scheduler,
+            "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": "100m"}}}],
+        },
+    }
 
 
 def test_all_nodes_ready(cluster: local.ClusterState) -> None:
     nodes = json.loads(kubectl(cluster, "get", "nodes", "-o", "json").stdout)["items"]
-    ready = [n for n in nodes if any(c["type"] == "Ready" and c["status"] == "True" for c in n["status"]["conditions"])]
+    ready = [
+        n
+        for n in nodes
+        if any(c["type"] == "Ready" and c["status"] == "True" for c in n["status"]["conditions"])
+    ]
     assert len(ready) == CLUSTER_NODES
-    assert {n["metadata"]["labels"]["topology.kubernetes.io/zone"] for n in nodes} == {"local-1a", "local-1b", "local-1c"}
+    assert {n["metadata"]["labels"]["topology.kubernetes.io/zone"] for n in nodes} == {
+        "local-1a",
+        "local-1b",
+        "local-1c",
+    }
 
 
 def test_real_kube_scheduler_binds_and_kwok_runs_the_pod(cluster: local.ClusterState) -> None:
-    assert kubectl(cluster, "create", "-f", "-", input_=pod("by-default", "default-scheduler")).returncode == 0
+    assert (
+        kubectl(cluster, "create", "-f", "-", input_=pod("by-default", "default-scheduler")).returncode == 0
+    )
 
     def running() -> dict[str, Any] | None:
         p = json.loads(kubectl(cluster, "get", "pod", "by-default", "-o", "json").stdout)

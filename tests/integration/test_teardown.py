@@ -11,7 +11,9 @@ from ksched.cluster import local
 pytestmark = pytest.mark.cluster
 
 
-def test_down_leaves_no_process(cluster: local.ClusterState, tmp_path: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_down_leaves_no_process(
+    cluster: local.ClusterState, tmp_path: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("KSCHED_CLUSTER_DIR", str(tmp_path))
     state = local.up(nodes=2)
     pids = dict(state.pids)

@@ -12,42 +12,147 @@ from ksched.snapshot import build_snapshot
 from tests.conftest import node, pod
 
 
-def schedule(nodes: list[dict[str, Any]], pending: list[dict[str, Any]], existing: list[dict[str, Any]] | None = None) -> list[Any]:
+def schedule(
+    nodes: list[dict[str, Any]], pending: list[dict[str, Any]], existing: list[dict[str, Any]] | None = None
+) -> list[Any]:
     return Engine(Config()).schedule(build_snapshot(nodes, existing or []), pending).placements
 
 
 GPU_TAINT = {"key": "gpu", "value": "true", "effect": "NoSchedule"}
 CASES: list[tuple[str, list[dict[str, Any]], dict[str, Any], str | None, str | None]] = [
     ("fits", [node("a")], pod("p"), "a", None),
-    ("cordoned node", [node("a", unschedulable=True)], pod("p"), None, "0/1 nodes are available: 1 node(s) were unschedulable."),
-    ("cordoned but tolerated", [node("a", unschedulable=True)],
-     pod("p", tolerations=[{"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"}]), "a", None),
-    ("untolerated taint", [node("a", taints=[GPU_TAINT])], pod("p"), None, "0/1 nodes are available: 1 node(s) had untolerated taint(s)."),
-    ("tolerated Equal", [node("a", taints=[GPU_TAINT])], pod("p", tolerations=[{"key": "gpu", "value": "true", "effect": "NoSchedule"}]), "a", None),
-    ("empty key Exists tolerates all", [node("a", taints=[GPU_TAINT])], pod("p", tolerations=[{"operator": "Exists"}]), "a", None),
-    ("NoExecute untolerated", [node("a", taints=[{"key": "x", "effect": "NoExecute"}])], pod("p"), None,
-     "0/1 nodes are available: 1 node(s) had untolerated taint(s)."),
-    ("nodeSelector mismatch", [node("a", labels={"zone": "z1"})], pod("p", nodeSelector={"zone": "z2"}), None,
-     "0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector."),
-    ("affinity Gt", [node("a", labels={"cores": "8"}), node("b", labels={"cores": "32"})],
-     pod("p", affinity={"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-         {"matchExpressions": [{"key": "cores", "operator": "Gt", "values": ["16"]}]}]}}}), "b", None),
-    ("matchFields metadata.name", [node("a"), node("b"), node("c")],
-     pod("p", affinity={"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-         {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["zz"]}]}]}}}), None,
-     "0/3 nodes are available: 3 node(s) didn't satisfy plugin(s) [NodeAffinity]."),
-    ("insufficient cpu and memory", [node("a", cpu="1", memory="1Gi")], pod("p", cpu="2", memory="2Gi"), None,
-     "0/1 nodes are available: 1 Insufficient cpu, 1 Insufficient memory."),
-    ("extended resource", [node("a"), node("g", extra={"nvidia.com/gpu": "2"})],
-     {**pod("p"), "spec": {**pod("p")["spec"], "containers": [{"name": "c", "resources": {"requests": {"nvidia.com/gpu": "1"}}}]}}, "g", None),
+    (
+        "cordoned node",
+        [node("a", unschedulable=True)],
+        pod("p"),
+        None,
+        "0/1 nodes are available: 1 node(s) were unschedulable.",
+    ),
+    (
+        "cordoned but tolerated",
+        [node("a", unschedulable=True)],
+        pod(
+            "p",
+            tolerations=[
+                {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"}
+            ],
+        ),
+        "a",
+        None,
+    ),
+    (
+        "untolerated taint",
+        [node("a", taints=[GPU_TAINT])],
+        pod("p"),
+        None,
+        "0/1 nodes are available: 1 node(s) had untolerated taint(s).",
+    ),
+    (
+        "tolerated Equal",
+        [node("a", taints=[GPU_TAINT])],
+        pod("p", tolerations=[{"key": "gpu", "value": "true", "effect": "NoSchedule"}]),
+        "a",
+        None,
+    ),
+    (
+        "empty key Exists tolerates all",
+        [node("a", taints=[GPU_TAINT])],
+        pod("p", tolerations=[{"operator": "Exists"}]),
+        "a",
+        None,
+    ),
+    (
+        "NoExecute untolerated",
+        [node("a", taints=[{"key": "x", "effect": "NoExecute"}])],
+        pod("p"),
+        None,
+        "0/1 nodes are available: 1 node(s) had untolerated taint(s).",
+    ),
+    (
+        "nodeSelector mismatch",
+        [node("a", labels={"zone": "z1"})],
+        pod("p", nodeSelector={"zone": "z2"}),
+        None,
+        "0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector.",
+    ),
+    (
+        "affinity Gt",
+        [node("a", labels={"cores": "8"}), node("b", labels={"cores": "32"})],
+        pod(
+            "p",
+            affinity={
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [
+                            {"matchExpressions": [{"key": "cores", "operator": "Gt", "values": ["16"]}]}
+                        ]
+                    }
+                }
+            },
+        ),
+        "b",
+        None,
+    ),
+    (
+        "matchFields metadata.name",
+        [node("a"), node("b"), node("c")],
+        pod(
+            "p",
+            affinity={
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [
+                            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["zz"]}]}
+                        ]
+                    }
+                }
+            },
+        ),
+        None,
+        "0/3 nodes are available: 3 node(s) didn't satisfy plugin(s) [NodeAffinity].",
+    ),
+    (
+        "insufficient cpu and memory",
+        [node("a", cpu="1", memory="1Gi")],
+        pod("p", cpu="2", memory="2Gi"),
+        None,
+        "0/1 nodes are available: 1 Insufficient cpu, 1 Insufficient memory.",
+    ),
+    (
+        "extended resource",
+        [node("a"), node("g", extra={"nvidia.com/gpu": "2"})],
+        {
+            **pod("p"),
+            "spec": {
+                **pod("p")["spec"],
+                "containers": [{"name": "c", "resources": {"requests": {"nvidia.com/gpu": "1"}}}],
+            },
+        },
+        "g",
+        None,
+    ),
     ("too many pods", [node("a", pods="1")], pod("p"), None, None),
-    ("mixed reasons sorted as strings", [node("a", cpu="100m"), node("b", cpu="100m"), node("c", taints=[GPU_TAINT])] + [node(f"n{i}", cpu="100m") for i in range(8)],
-     pod("p", cpu="1"), None, "0/11 nodes are available: 1 node(s) had untolerated taint(s), 10 Insufficient cpu."),
+    (
+        "mixed reasons sorted as strings",
+        [node("a", cpu="100m"), node("b", cpu="100m"), node("c", taints=[GPU_TAINT])]
+        + [node(f"n{i}", cpu="100m") for i in range(8)],
+        pod("p", cpu="1"),
+        None,
+        "0/11 nodes are available: 1 node(s) had untolerated taint(s), 10 Insufficient cpu.",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("name", "nodes", "pending", "want_node", "want_message"), CASES, ids=[c[0] for c in CASES])
-def test_filter_cases(name: str, nodes: list[dict[str, Any]], pending: dict[str, Any], want_node: str | None, want_message: str | None) -> None:
+@pytest.mark.parametrize(
+    ("name", "nodes", "pending", "want_node", "want_message"), CASES, ids=[c[0] for c in CASES]
+)
+def test_filter_cases(
+    name: str,
+    nodes: list[dict[str, Any]],
+    pending: dict[str, Any],
+    want_node: str | None,
+    want_message: str | None,
+) -> None:
     existing = [pod("old", node_name="a")] if name == "too many pods" else []
     [got] = schedule(nodes, [pending], existing)
     assert got.node == want_node, f"{name}: want node {want_node}, got {got.node} ({got.message})"
@@ -106,20 +211,57 @@ def test_least_allocated_prefers_emptier_node() -> None:
 
 
 def test_preferred_affinity_and_prefer_no_schedule() -> None:
-    pref = pod("p", affinity={"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
-        {"weight": 100, "preference": {"matchExpressions": [{"key": "disk", "operator": "In", "values": ["ssd"]}]}}]}})
+    pref = pod(
+        "p",
+        affinity={
+            "nodeAffinity": {
+                "preferredDuringSchedulingIgnoredDuringExecution": [
+                    {
+                        "weight": 100,
+                        "preference": {
+                            "matchExpressions": [{"key": "disk", "operator": "In", "values": ["ssd"]}]
+                        },
+                    }
+                ]
+            }
+        },
+    )
     assert schedule([node("a"), node("b", labels={"disk": "ssd"})], [pref])[0].node == "b"
     soft = {"key": "spot", "effect": "PreferNoSchedule"}
     assert schedule([node("a", taints=[soft]), node("b")], [pod("q")])[0].node == "b"
 
 
-@pytest.mark.parametrize(("field", "mutate", "fragment"), [
-    ("quantity", lambda p: p["spec"]["containers"][0]["resources"]["requests"].update(cpu="lots"), "spec.containers[0].resources.requests.cpu"),
-    ("operator", lambda p: p["spec"].update(affinity={"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-        {"matchExpressions": [{"key": "a", "operator": "Near", "values": ["b"]}]}]}}}), "unknown operator 'Near'"),
-    ("toleration", lambda p: p["spec"].update(tolerations=[{"key": "a", "operator": "Maybe"}]), "spec.tolerations[0].operator"),
-    ("missing containers", lambda p: p["spec"].update(containers="nope"), "spec.containers"),
-])
+@pytest.mark.parametrize(
+    ("field", "mutate", "fragment"),
+    [
+        (
+            "quantity",
+            lambda p: p["spec"]["containers"][0]["resources"]["requests"].update(cpu="lots"),
+            "spec.containers[0].resources.requests.cpu",
+        ),
+        (
+            "operator",
+            lambda p: p["spec"].update(
+                affinity={
+                    "nodeAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": {
+                            "nodeSelectorTerms": [
+                                {"matchExpressions": [{"key": "a", "operator": "Near", "values": ["b"]}]}
+                            ]
+                        }
+                    }
+                }
+            ),
+            "unknown operator 'Near'",
+        ),
+        (
+            "toleration",
+            lambda p: p["spec"].update(tolerations=[{"key": "a", "operator": "Maybe"}]),
+            "spec.tolerations[0].operator",
+        ),
+        ("missing containers", lambda p: p["spec"].update(containers="nope"), "spec.containers"),
+    ],
+)
 def test_malformed_pod_gets_message_and_others_still_placed(field: str, mutate: Any, fragment: str) -> None:
     bad = pod("bad")
     mutate(bad)
@@ -131,7 +273,15 @@ def test_malformed_pod_gets_message_and_others_still_placed(field: str, mutate: 
 
 def test_seed_makes_ties_reproducible() -> None:
     nodes = [node(f"n{i}") for i in range(8)]
-    runs = {tuple(p.node for p in Engine(Config(), seed=s).schedule(build_snapshot(nodes, []), [pod("p")]).placements) for s in range(20)}
+    runs = {
+        tuple(
+            p.node
+            for p in Engine(Config(), seed=s).schedule(build_snapshot(nodes, []), [pod("p")]).placements
+        )
+        for s in range(20)
+    }
     again = Engine(Config(), seed=3).schedule(build_snapshot(nodes, []), [pod("p")]).placements[0].node
-    assert again == Engine(Config(), seed=3).schedule(build_snapshot(nodes, []), [pod("p")]).placements[0].node
+    assert (
+        again == Engine(Config(), seed=3).schedule(build_snapshot(nodes, []), [pod("p")]).placements[0].node
+    )
     assert len(runs) > 1, "different seeds break ties differently"

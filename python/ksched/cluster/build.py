@@ -94,9 +94,7 @@ def check_go() -> str:
 
 def _run(cmd: list[str], cwd: Path, what: str) -> None:
     print(f"[ksched build] {what}: {' '.join(cmd)}", file=sys.stderr, flush=True)
-    proc = subprocess.run(
-        cmd, cwd=cwd, env=_go_env(), capture_output=True, text=True, check=False
-    )
+    proc = subprocess.run(cmd, cwd=cwd, env=_go_env(), capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         tail = (proc.stdout + proc.stderr)[-6000:]
         raise BuildError(f"{what} failed (exit {proc.returncode}):\n{tail}")
@@ -179,20 +177,28 @@ func main() {
 def build_etcd(pins: Pins, out: Path, work: Path) -> None:
     mod = work / "etcd"
     mod.mkdir(parents=True, exist_ok=True)
-    (mod / "go.mod").write_text(f"module ksched.local/etcd-build\n\ngo 1.24\n\nrequire go.etcd.io/etcd/server/v3 {pins.etcd}\n")
+    (mod / "go.mod").write_text(
+        f"module ksched.local/etcd-build\n\ngo 1.24\n\nrequire go.etcd.io/etcd/server/v3 {pins.etcd}\n"
+    )
     (mod / "main.go").write_text(ETCD_MAIN)
     _run(["go", "mod", "tidy"], mod, "resolving etcd modules")
     ldflags = f"-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=ksched-{pins.etcd}"
-    _run(["go", "build", "-trimpath", "-ldflags", ldflags, "-o", str(out / "etcd"), "."], mod, "building etcd")
+    _run(
+        ["go", "build", "-trimpath", "-ldflags", ldflags, "-o", str(out / "etcd"), "."], mod, "building etcd"
+    )
 
 
 def build_kwok(pins: Pins, out: Path, work: Path) -> None:
     env_out = str(out)
     cmd = ["go", "install", "-trimpath", "-ldflags", "-s -w", f"sigs.k8s.io/kwok/cmd/kwok@{pins.kwok}"]
     print(f"[ksched build] building kwok: {' '.join(cmd)}", file=sys.stderr, flush=True)
-    proc = subprocess.run(cmd, cwd=work, env={**_go_env(), "GOBIN": env_out}, capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        cmd, cwd=work, env={**_go_env(), "GOBIN": env_out}, capture_output=True, text=True, check=False
+    )
     if proc.returncode != 0:
-        raise BuildError(f"building kwok failed (exit {proc.returncode}):\n{(proc.stdout + proc.stderr)[-6000:]}")
+        raise BuildError(
+            f"building kwok failed (exit {proc.returncode}):\n{(proc.stdout + proc.stderr)[-6000:]}"
+        )
 
 
 def ensure_built(pins: Pins = Pins()) -> Path:
@@ -215,7 +221,10 @@ def ensure_built(pins: Pins = Pins()) -> Path:
     still = missing_binaries(pins)
     if still:
         raise BuildError(f"build finished but these binaries are missing: {', '.join(still)}")
-    print(f"[ksched build] built {', '.join(missing)} in {time.monotonic() - started:.0f} s into {out}", file=sys.stderr)
+    print(
+        f"[ksched build] built {', '.join(missing)} in {time.monotonic() - started:.0f} s into {out}",
+        file=sys.stderr,
+    )
     return out
 
 
@@ -245,7 +254,9 @@ KWOK_STAGE_DIRS = ("node/fast", "node/heartbeat-with-lease", "pod/fast")
 
 def kwok_stages(pins: Pins = Pins()) -> str:
     """The Stage documents of the pinned KWOK module, as one multi-document YAML."""
-    proc = subprocess.run(["go", "env", "GOMODCACHE"], capture_output=True, text=True, env=_go_env(), check=False)
+    proc = subprocess.run(
+        ["go", "env", "GOMODCACHE"], capture_output=True, text=True, env=_go_env(), check=False
+    )
     root = Path(proc.stdout.strip()) / f"sigs.k8s.io/kwok@{pins.kwok}/kustomize/stage"
     docs = []
     for sub in KWOK_STAGE_DIRS:
@@ -253,5 +264,7 @@ def kwok_stages(pins: Pins = Pins()) -> str:
             if f.name != "kustomization.yaml":
                 docs.append(f.read_text())
     if not docs:
-        raise BuildError(f"KWOK stages not found under {root}: run the build again to download sigs.k8s.io/kwok@{pins.kwok}")
+        raise BuildError(
+            f"KWOK stages not found under {root}: run the build again to download sigs.k8s.io/kwok@{pins.kwok}"
+        )
     return "\n---\n".join(docs)

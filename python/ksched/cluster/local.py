@@ -10,6 +10,7 @@ while one runs is refused; state left by a crashed run is detected and cleaned.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -30,7 +31,12 @@ STOP_TIMEOUT_S = 10.0
 LOG_TAIL_BYTES = 4000
 FAKE_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 # Realistic shapes for fake nodes: (instance type, cpu, memory).
-INSTANCE_TYPES = (("m5.xlarge", "4", "16Gi"), ("m5.2xlarge", "8", "32Gi"), ("c5.2xlarge", "8", "16Gi"), ("r5.xlarge", "4", "32Gi"))
+INSTANCE_TYPES = (
+    ("m5.xlarge", "4", "16Gi"),
+    ("m5.2xlarge", "8", "32Gi"),
+    ("c5.2xlarge", "8", "16Gi"),
+    ("r5.xlarge", "4", "32Gi"),
+)
 REGION = "local-1"
 
 
@@ -58,7 +64,12 @@ class ClusterState:
         ]
         if self.prometheus:
             lines.append(f"  prometheus: {self.prometheus}")
-        lines += ["use it with:", f"  export KUBECONFIG={self.kubeconfig}", "  kubectl get nodes", "stop it with: ksched cluster down"]
+        lines += [
+            "use it with:",
+            f"  export KUBECONFIG={self.kubeconfig}",
+            "  kubectl get nodes",
+            "stop it with: ksched cluster down",
+        ]
         return "\n".join(lines)
 
 
@@ -113,7 +124,13 @@ class _Launcher:
     def start(self, name: str, binary: str | Path, args: list[str]) -> None:
         log = open(self.dir / f"{name}.log", "wb")  # noqa: SIM115 - owned by the child process
         exe = str(binary) if os.path.isabs(str(binary)) else str(self.bin / str(binary))
-        proc = subprocess.Popen([exe, *args], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        proc = subprocess.Popen(
+            [exe, *args],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         self.procs[name] = proc
         self.state.pids[name] = proc.pid
         _save(self.state)
@@ -121,7 +138,9 @@ class _Launcher:
     def check(self) -> None:
         for name, proc in self.procs.items():
             if proc.poll() is not None:
-                raise ClusterError(f"{name} exited with status {proc.returncode} during start-up; last lines of its log:\n{_tail(self.dir / f'{name}.log')}")
+                raise ClusterError(
+                    f"{name} exited with status {proc.returncode} during start-up; last lines of its log:\n{_tail(self.dir / f'{name}.log')}"
+                )
 
     def wait(self, what: str, ready: Any, timeout: float = READY_TIMEOUT_S) -> None:
         deadline = time.monotonic() + timeout
@@ -139,8 +158,15 @@ def _save(state: ClusterState) -> None:
     _state_file().write_text(json.dumps(asdict(state), indent=2))
 
 
-def _kubectl(state: ClusterState, bin_dir: Path, *args: str, input_: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run([str(bin_dir / "kubectl"), "--kubeconfig", state.kubeconfig, *args], input=input_, capture_output=True, check=False)
+def _kubectl(
+    state: ClusterState, bin_dir: Path, *args: str, input_: bytes | None = None
+) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        [str(bin_dir / "kubectl"), "--kubeconfig", state.kubeconfig, *args],
+        input=input_,
+        capture_output=True,
+        check=False,
+    )
 
 
 def _http_ok(url: str, token: str | None = None) -> bool:
@@ -164,27 +190,29 @@ def fake_nodes(count: int, zones: int) -> dict[str, Any]:
     for i in range(count):
         itype, cpu, mem = INSTANCE_TYPES[i % len(INSTANCE_TYPES)]
         name = f"kwok-node-{i:05d}"
-        items.append({
-            "apiVersion": "v1",
-            "kind": "Node",
-            "metadata": {
-                "name": name,
-                "annotations": {FAKE_NODE_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"},
-                "labels": {
-                    "kubernetes.io/hostname": name,
-                    "kubernetes.io/arch": "amd64",
-                    "kubernetes.io/os": "linux",
-                    "node.kubernetes.io/instance-type": itype,
-                    "topology.kubernetes.io/region": REGION,
-                    "topology.kubernetes.io/zone": f"{REGION}{chr(ord('a') + i % max(zones, 1))}",
-                    "type": "kwok",
+        items.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {
+                    "name": name,
+                    "annotations": {FAKE_NODE_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"},
+                    "labels": {
+                        "kubernetes.io/hostname": name,
+                        "kubernetes.io/arch": "amd64",
+                        "kubernetes.io/os": "linux",
+                        "node.kubernetes.io/instance-type": itype,
+                        "topology.kubernetes.io/region": REGION,
+                        "topology.kubernetes.io/zone": f"{REGION}{chr(ord('a') + i % max(zones, 1))}",
+                        "type": "kwok",
+                    },
                 },
-            },
-            "status": {
-                "allocatable": {"cpu": cpu, "memory": mem, "pods": "110", "ephemeral-storage": "100Gi"},
-                "capacity": {"cpu": cpu, "memory": mem, "pods": "110", "ephemeral-storage": "100Gi"},
-            },
-        })
+                "status": {
+                    "allocatable": {"cpu": cpu, "memory": mem, "pods": "110", "ephemeral-storage": "100Gi"},
+                    "capacity": {"cpu": cpu, "memory": mem, "pods": "110", "ephemeral-storage": "100Gi"},
+                },
+            }
+        )
     return {"apiVersion": "v1", "kind": "List", "items": items}
 
 
@@ -201,26 +229,43 @@ def _ready_nodes(state: ClusterState, bin_dir: Path) -> int:
 
 
 def _prometheus_binary() -> str:
-    found = shutil.which("prometheus") or ("/usr/bin/prometheus" if Path("/usr/bin/prometheus").exists() else None)
+    found = shutil.which("prometheus") or (
+        "/usr/bin/prometheus" if Path("/usr/bin/prometheus").exists() else None
+    )
     if found:
         return found
     if os.geteuid() == 0 and shutil.which("apt-get"):
-        for cmd in (["apt-get", "update", "-q"], ["apt-get", "install", "-y", "-q", "--no-install-recommends", "prometheus"]):
-            proc = subprocess.run(cmd, capture_output=True, check=False, env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
+        for cmd in (
+            ["apt-get", "update", "-q"],
+            ["apt-get", "install", "-y", "-q", "--no-install-recommends", "prometheus"],
+        ):
+            proc = subprocess.run(
+                cmd, capture_output=True, check=False, env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+            )
             if proc.returncode != 0 and cmd[1] == "install":
-                raise ClusterError(f"installing Prometheus with apt-get failed:\n{proc.stdout.decode()[-2000:]}{proc.stderr.decode()[-2000:]}")
+                raise ClusterError(
+                    f"installing Prometheus with apt-get failed:\n{proc.stdout.decode()[-2000:]}{proc.stderr.decode()[-2000:]}"
+                )
         if Path("/usr/bin/prometheus").exists():
             return "/usr/bin/prometheus"
     raise ClusterError("Prometheus is not installed: install Debian's package (apt-get install prometheus)")
 
 
-def up(nodes: int = 10, zones: int = 3, with_scheduler: bool = False, prometheus_targets: str | None = None,
-       scheduler_qps: float = 5000.0, percentage_of_nodes_to_score: int = 0) -> ClusterState:
+def up(
+    nodes: int = 10,
+    zones: int = 3,
+    with_scheduler: bool = False,
+    prometheus_targets: str | None = None,
+    scheduler_qps: float = 5000.0,
+    percentage_of_nodes_to_score: int = 0,
+) -> ClusterState:
     """Build what is missing, start the control plane and wait until every node is Ready."""
     existing = load_state()
     if existing is not None:
         if any(_alive(pid, name) for name, pid in existing.pids.items()):
-            raise ClusterError(f"a local cluster is already running (kubeconfig {existing.kubeconfig}); stop it with `ksched cluster down`")
+            raise ClusterError(
+                f"a local cluster is already running (kubeconfig {existing.kubeconfig}); stop it with `ksched cluster down`"
+            )
         shutil.rmtree(existing.directory, ignore_errors=True)
     bin_dir = ensure_built(Pins())
     directory = state_dir()
@@ -228,98 +273,213 @@ def up(nodes: int = 10, zones: int = 3, with_scheduler: bool = False, prometheus
     directory.mkdir(parents=True)
     ports = {"etcd": free_port(), "etcd-peer": free_port(), "apiserver": free_port()}
     token = secrets.token_hex(16)
-    state = ClusterState(str(directory), str(directory / "kubeconfig"), f"https://127.0.0.1:{ports['apiserver']}", token,
-                         unprivileged_token=secrets.token_hex(16), ports=ports)
+    state = ClusterState(
+        str(directory),
+        str(directory / "kubeconfig"),
+        f"https://127.0.0.1:{ports['apiserver']}",
+        token,
+        unprivileged_token=secrets.token_hex(16),
+        ports=ports,
+    )
     _save(state)
     launcher = _Launcher(directory, bin_dir, state)
     try:
-        _start(launcher, state, bin_dir, directory, nodes, zones, with_scheduler, prometheus_targets, scheduler_qps, percentage_of_nodes_to_score)
+        _start(
+            launcher,
+            state,
+            bin_dir,
+            directory,
+            nodes,
+            zones,
+            with_scheduler,
+            prometheus_targets,
+            scheduler_qps,
+            percentage_of_nodes_to_score,
+        )
     except BaseException:
         down()
         raise
     return state
 
 
-def _start(launcher: _Launcher, state: ClusterState, bin_dir: Path, directory: Path, nodes: int, zones: int, with_scheduler: bool,
-           prometheus_targets: str | None, scheduler_qps: float, percentage: int) -> None:
+def _start(
+    launcher: _Launcher,
+    state: ClusterState,
+    bin_dir: Path,
+    directory: Path,
+    nodes: int,
+    zones: int,
+    with_scheduler: bool,
+    prometheus_targets: str | None,
+    scheduler_qps: float,
+    percentage: int,
+) -> None:
     ports = state.ports
     sa_key = directory / "sa.key"
-    proc = subprocess.run(["openssl", "genrsa", "-out", str(sa_key), "2048"], capture_output=True, check=False)
+    proc = subprocess.run(
+        ["openssl", "genrsa", "-out", str(sa_key), "2048"], capture_output=True, check=False
+    )
     if proc.returncode != 0:
         raise ClusterError(f"generating the service-account key failed: {proc.stderr.decode()}")
     # A second identity with no role bindings, to show authorization is real.
-    (directory / "tokens.csv").write_text(f'{state.token},admin,admin-uid,"system:masters"\n{state.unprivileged_token},nobody,nobody-uid\n')
-    launcher.start("etcd", "etcd", [
-        "--name=default", f"--data-dir={directory / 'etcd'}",
-        f"--listen-client-urls=http://127.0.0.1:{ports['etcd']}", f"--advertise-client-urls=http://127.0.0.1:{ports['etcd']}",
-        f"--listen-peer-urls=http://127.0.0.1:{ports['etcd-peer']}", f"--initial-advertise-peer-urls=http://127.0.0.1:{ports['etcd-peer']}",
-        f"--initial-cluster=default=http://127.0.0.1:{ports['etcd-peer']}", "--unsafe-no-fsync", "--log-level=warn",
-        "--quota-backend-bytes=8589934592",
-    ])
+    (directory / "tokens.csv").write_text(
+        f'{state.token},admin,admin-uid,"system:masters"\n{state.unprivileged_token},nobody,nobody-uid\n'
+    )
+    launcher.start(
+        "etcd",
+        "etcd",
+        [
+            "--name=default",
+            f"--data-dir={directory / 'etcd'}",
+            f"--listen-client-urls=http://127.0.0.1:{ports['etcd']}",
+            f"--advertise-client-urls=http://127.0.0.1:{ports['etcd']}",
+            f"--listen-peer-urls=http://127.0.0.1:{ports['etcd-peer']}",
+            f"--initial-advertise-peer-urls=http://127.0.0.1:{ports['etcd-peer']}",
+            f"--initial-cluster=default=http://127.0.0.1:{ports['etcd-peer']}",
+            "--unsafe-no-fsync",
+            "--log-level=warn",
+            "--quota-backend-bytes=8589934592",
+        ],
+    )
     launcher.wait("etcd", lambda: _http_ok(f"http://127.0.0.1:{ports['etcd']}/health"))
     # No kube-controller-manager runs here, so nothing would remove the not-ready
     # taint that TaintNodesByCondition puts on new nodes: KWOK keeps them Ready instead.
-    launcher.start("kube-apiserver", "kube-apiserver", [
-        f"--etcd-servers=http://127.0.0.1:{ports['etcd']}", "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
-        f"--secure-port={ports['apiserver']}", f"--cert-dir={directory / 'certs'}",
-        "--authorization-mode=RBAC", f"--token-auth-file={directory / 'tokens.csv'}",
-        f"--service-account-key-file={sa_key}", f"--service-account-signing-key-file={sa_key}",
-        "--service-account-issuer=https://kubernetes.default.svc", "--api-audiences=https://kubernetes.default.svc",
-        "--service-cluster-ip-range=10.96.0.0/16", "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
-        "--max-requests-inflight=0", "--max-mutating-requests-inflight=0", "--enable-priority-and-fairness=false",
-        "--watch-cache=true", "--profiling=false",
-    ])
+    launcher.start(
+        "kube-apiserver",
+        "kube-apiserver",
+        [
+            f"--etcd-servers=http://127.0.0.1:{ports['etcd']}",
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            f"--secure-port={ports['apiserver']}",
+            f"--cert-dir={directory / 'certs'}",
+            "--authorization-mode=RBAC",
+            f"--token-auth-file={directory / 'tokens.csv'}",
+            f"--service-account-key-file={sa_key}",
+            f"--service-account-signing-key-file={sa_key}",
+            "--service-account-issuer=https://kubernetes.default.svc",
+            "--api-audiences=https://kubernetes.default.svc",
+            "--service-cluster-ip-range=10.96.0.0/16",
+            "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
+            "--max-requests-inflight=0",
+            "--max-mutating-requests-inflight=0",
+            "--enable-priority-and-fairness=false",
+            "--watch-cache=true",
+            "--profiling=false",
+        ],
+    )
     launcher.wait("kube-apiserver /readyz", lambda: _http_ok(f"{state.apiserver}/readyz", state.token))
     kubeconfig = {
-        "apiVersion": "v1", "kind": "Config", "current-context": "ksched-local",
-        "clusters": [{"name": "ksched-local", "cluster": {"server": state.apiserver, "insecure-skip-tls-verify": True}}],
+        "apiVersion": "v1",
+        "kind": "Config",
+        "current-context": "ksched-local",
+        "clusters": [
+            {"name": "ksched-local", "cluster": {"server": state.apiserver, "insecure-skip-tls-verify": True}}
+        ],
         "users": [{"name": "admin", "user": {"token": state.token}}],
-        "contexts": [{"name": "ksched-local", "context": {"cluster": "ksched-local", "user": "admin", "namespace": "default"}}],
+        "contexts": [
+            {
+                "name": "ksched-local",
+                "context": {"cluster": "ksched-local", "user": "admin", "namespace": "default"},
+            }
+        ],
     }
     Path(state.kubeconfig).write_text(json.dumps(kubeconfig, indent=2))
-    launcher.wait("the default namespace", lambda: _kubectl(state, bin_dir, "get", "namespace", "default").returncode == 0)
+    launcher.wait(
+        "the default namespace",
+        lambda: _kubectl(state, bin_dir, "get", "namespace", "default").returncode == 0,
+    )
     kwok_config = directory / "kwok-stages.yaml"
     kwok_config.write_text(kwok_stages(Pins()))
-    launcher.start("kwok", "kwok", [
-        f"--kubeconfig={state.kubeconfig}", f"--config={kwok_config}", "--manage-all-nodes=false",
-        f"--manage-nodes-with-annotation-selector={FAKE_NODE_ANNOTATION}=fake",
-        "--node-ip=10.244.0.1", "--cidr=10.244.0.0/16", "--node-lease-duration-seconds=40",
-        f"--server-address=127.0.0.1:{free_port()}",
-    ])
+    launcher.start(
+        "kwok",
+        "kwok",
+        [
+            f"--kubeconfig={state.kubeconfig}",
+            f"--config={kwok_config}",
+            "--manage-all-nodes=false",
+            f"--manage-nodes-with-annotation-selector={FAKE_NODE_ANNOTATION}=fake",
+            "--node-ip=10.244.0.1",
+            "--cidr=10.244.0.0/16",
+            "--node-lease-duration-seconds=40",
+            f"--server-address=127.0.0.1:{free_port()}",
+        ],
+    )
     if nodes:
-        created = _kubectl(state, bin_dir, "create", "-f", "-", "-o", "name", input_=json.dumps(fake_nodes(nodes, zones)).encode())
+        created = _kubectl(
+            state,
+            bin_dir,
+            "create",
+            "-f",
+            "-",
+            "-o",
+            "name",
+            input_=json.dumps(fake_nodes(nodes, zones)).encode(),
+        )
         if created.returncode != 0:
             raise ClusterError(f"creating {nodes} fake nodes failed: {created.stderr.decode()[-2000:]}")
     state.nodes = nodes
-    launcher.wait(f"{nodes} Ready nodes", lambda: _ready_nodes(state, bin_dir) >= nodes, timeout=max(READY_TIMEOUT_S, nodes * 0.1))
+    launcher.wait(
+        f"{nodes} Ready nodes",
+        lambda: _ready_nodes(state, bin_dir) >= nodes,
+        timeout=max(READY_TIMEOUT_S, nodes * 0.1),
+    )
     if with_scheduler:
         sched_config = directory / "kube-scheduler.yaml"
-        sched_config.write_text(json.dumps({
-            "apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
-            "clientConnection": {"kubeconfig": state.kubeconfig, "qps": scheduler_qps, "burst": int(scheduler_qps * 2)},
-            "leaderElection": {"leaderElect": False},
-            "percentageOfNodesToScore": percentage,
-        }))
+        sched_config.write_text(
+            json.dumps(
+                {
+                    "apiVersion": "kubescheduler.config.k8s.io/v1",
+                    "kind": "KubeSchedulerConfiguration",
+                    "clientConnection": {
+                        "kubeconfig": state.kubeconfig,
+                        "qps": scheduler_qps,
+                        "burst": int(scheduler_qps * 2),
+                    },
+                    "leaderElection": {"leaderElect": False},
+                    "percentageOfNodesToScore": percentage,
+                }
+            )
+        )
         port = free_port()
         state.ports["kube-scheduler"] = port
-        launcher.start("kube-scheduler", "kube-scheduler", [
-            f"--config={sched_config}", "--bind-address=127.0.0.1", f"--secure-port={port}",
-            f"--authentication-kubeconfig={state.kubeconfig}", f"--authorization-kubeconfig={state.kubeconfig}",
-        ])
+        launcher.start(
+            "kube-scheduler",
+            "kube-scheduler",
+            [
+                f"--config={sched_config}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={port}",
+                f"--authentication-kubeconfig={state.kubeconfig}",
+                f"--authorization-kubeconfig={state.kubeconfig}",
+            ],
+        )
         launcher.wait("kube-scheduler /healthz", lambda: _http_ok(f"https://127.0.0.1:{port}/healthz"))
     if prometheus_targets:
         port = free_port()
         targets = [t.strip() for t in prometheus_targets.split(",") if t.strip()]
         prom_config = directory / "prometheus.yml"
-        prom_config.write_text(json.dumps({
-            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-            "scrape_configs": [{"job_name": "ksched-targets", "static_configs": [{"targets": targets}]}],
-        }))
+        prom_config.write_text(
+            json.dumps(
+                {
+                    "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+                    "scrape_configs": [
+                        {"job_name": "ksched-targets", "static_configs": [{"targets": targets}]}
+                    ],
+                }
+            )
+        )
         state.ports["prometheus"] = port
-        launcher.start("prometheus", _prometheus_binary(), [
-            f"--config.file={prom_config}", f"--storage.tsdb.path={directory / 'prometheus'}",
-            f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=1h",
-        ])
+        launcher.start(
+            "prometheus",
+            _prometheus_binary(),
+            [
+                f"--config.file={prom_config}",
+                f"--storage.tsdb.path={directory / 'prometheus'}",
+                f"--web.listen-address=127.0.0.1:{port}",
+                "--storage.tsdb.retention.time=1h",
+            ],
+        )
         state.prometheus = f"http://127.0.0.1:{port}"
         launcher.wait("Prometheus", lambda: _http_ok(f"{state.prometheus}/-/ready"))
     _save(state)
@@ -350,10 +510,8 @@ def down() -> str:
 
 
 def _reap(pid: int) -> None:
-    try:
+    with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass
 
 
 def env_line() -> str:

@@ -63,7 +63,11 @@ pub fn score(resources: &[usize], allocatable: &[i64], requested: &[i64], reques
         }
         n += 1;
     }
-    let (with, without) = if n <= with_pod.len() { (&with_pod[..n], &without_pod[..n]) } else { (&with_vec[..], &without_vec[..]) };
+    let (with, without) = if n <= with_pod.len() {
+        (&with_pod[..n], &without_pod[..n])
+    } else {
+        (&with_vec[..], &without_vec[..])
+    };
     let half = MAX_NODE_SCORE / 2;
     half + (half + balance(with) - balance(without)) / 2
 }
@@ -84,11 +88,29 @@ mod tests {
         }
         let cases = vec![
             // empty node, pod 1000/4000 cpu and 2/8 memory: both 0.25 -> balance 100 with, 100 without.
-            Case { name: "balanced pod on empty node", allocatable: [4000, 8, 0, 0], requested: [0; 4], request: [1000, 2, 0, 0], want: 75 },
+            Case {
+                name: "balanced pod on empty node",
+                allocatable: [4000, 8, 0, 0],
+                requested: [0; 4],
+                request: [1000, 2, 0, 0],
+                want: 75,
+            },
             // with: cpu 0.5, mem 0.0 -> std 0.25 -> 75; without: 100 -> 50 + (50 + 75 - 100) / 2 = 62.
-            Case { name: "cpu-only pod", allocatable: [4000, 8, 0, 0], requested: [0; 4], request: [2000, 0, 0, 0], want: 62 },
+            Case {
+                name: "cpu-only pod",
+                allocatable: [4000, 8, 0, 0],
+                requested: [0; 4],
+                request: [2000, 0, 0, 0],
+                want: 62,
+            },
             // without: cpu 0.5 mem 0 -> 75; with: 0.5 / 0.5 -> 100 -> 50 + (50 + 100 - 75) / 2 = 87.
-            Case { name: "pod that rebalances", allocatable: [4000, 8, 0, 0], requested: [2000, 0, 0, 0], request: [0, 4, 0, 0], want: 87 },
+            Case {
+                name: "pod that rebalances",
+                allocatable: [4000, 8, 0, 0],
+                requested: [2000, 0, 0, 0],
+                request: [0, 4, 0, 0],
+                want: 87,
+            },
         ];
         for case in cases {
             let got = score(&[CPU, MEMORY], &case.allocatable, &case.requested, &case.request);

@@ -23,8 +23,7 @@ pub mod taint_toleration;
 
 pub use error::EngineError;
 pub use model::{
-    Classes, Labels, MetricSpec, Metrics, Missing, Nodes, Pods, Ports, Prefer, Profile, Selectors,
-    Strategy, Taints, Tolerations,
+    Classes, Labels, MetricSpec, Metrics, Missing, Nodes, Pods, Ports, Prefer, Profile, Selectors, Strategy, Taints, Tolerations,
 };
 pub use schedule::{schedule_batch, Explanation, Outcome, ScheduleOptions};
 

@@ -82,19 +82,40 @@ mod tests {
     use super::*;
 
     fn spec(prefer: Prefer) -> MetricSpec {
-        MetricSpec { prefer, range: None, above: None, below: None, missing: Missing::Neutral, weight: 1.0 }
+        MetricSpec {
+            prefer,
+            range: None,
+            above: None,
+            below: None,
+            missing: Missing::Neutral,
+            weight: 1.0,
+        }
     }
 
     #[test]
     fn filter_table() {
-        let above = MetricSpec { above: Some(0.9), ..spec(Prefer::Lower) };
-        let below = MetricSpec { below: Some(10.0), ..spec(Prefer::Higher) };
-        let exclude = MetricSpec { missing: Missing::Exclude, ..spec(Prefer::Lower) };
+        let above = MetricSpec {
+            above: Some(0.9),
+            ..spec(Prefer::Lower)
+        };
+        let below = MetricSpec {
+            below: Some(10.0),
+            ..spec(Prefer::Higher)
+        };
+        let exclude = MetricSpec {
+            missing: Missing::Exclude,
+            ..spec(Prefer::Lower)
+        };
         let cases = [
             ("under threshold", vec![above], vec![0.5], FEASIBLE),
             ("over threshold", vec![above], vec![0.95], metric(4, 0, METRIC_ABOVE)),
             ("at threshold", vec![above], vec![0.9], FEASIBLE),
-            ("below minimum", vec![spec(Prefer::Lower), below], vec![1.0, 5.0], metric(4, 1, METRIC_BELOW)),
+            (
+                "below minimum",
+                vec![spec(Prefer::Lower), below],
+                vec![1.0, 5.0],
+                metric(4, 1, METRIC_BELOW),
+            ),
             ("missing excluded", vec![exclude], vec![f64::NAN], metric(4, 0, METRIC_MISSING)),
             ("missing neutral passes", vec![above], vec![f64::NAN], FEASIBLE),
         ];
@@ -108,8 +129,14 @@ mod tests {
         let lower = spec(Prefer::Lower);
         let higher = spec(Prefer::Higher);
         let target = spec(Prefer::Target(0.5));
-        let fixed = MetricSpec { range: Some((0.0, 10.0)), ..spec(Prefer::Lower) };
-        let worst = MetricSpec { missing: Missing::Worst, ..lower };
+        let fixed = MetricSpec {
+            range: Some((0.0, 10.0)),
+            ..spec(Prefer::Lower)
+        };
+        let worst = MetricSpec {
+            missing: Missing::Worst,
+            ..lower
+        };
         let cases = [
             ("lower: min gets 100", lower, 1.0, 1.0, 3.0, 100.0),
             ("lower: max gets 0", lower, 3.0, 1.0, 3.0, 0.0),

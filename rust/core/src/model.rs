@@ -138,7 +138,11 @@ impl Nodes<'_> {
         check_len("node names", self.names.len(), n)?;
         check_len("node keys", self.keys.len(), n)?;
         if self.resources < FIRST_SCALAR {
-            return Err(EngineError::Shape { what: "resource columns", expected: FIRST_SCALAR, got: self.resources });
+            return Err(EngineError::Shape {
+                what: "resource columns",
+                expected: FIRST_SCALAR,
+                got: self.resources,
+            });
         }
         self.labels.validate(n)?;
         check_offsets("node taint offsets", self.taints.offsets, n, self.taints.keys.len())?;

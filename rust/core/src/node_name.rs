@@ -25,7 +25,11 @@ mod tests {
         b.node(|n| n.name = 5);
         let owned = b.build();
         let nodes = owned.view();
-        for (name, wanted, want) in [("no node name", -1, FEASIBLE), ("same name", 5, FEASIBLE), ("other name", 6, NODE_NAME)] {
+        for (name, wanted, want) in [
+            ("no node name", -1, FEASIBLE),
+            ("same name", 5, FEASIBLE),
+            ("other name", 6, NODE_NAME),
+        ] {
             assert_eq!(filter(&nodes, 0, wanted), want, "{name}");
         }
     }

@@ -52,18 +52,68 @@ mod tests {
             want: u32,
         }
         let cases = vec![
-            Case { name: "no ports", used: vec![(PROTOCOL_TCP, ANY, 80)], placed: vec![], want_ports: vec![], want: FEASIBLE },
-            Case { name: "same port same protocol", used: vec![(PROTOCOL_TCP, ANY, 80)], placed: vec![], want_ports: vec![(PROTOCOL_TCP, ANY, 80)], want: NODE_PORTS },
-            Case { name: "other protocol", used: vec![(PROTOCOL_TCP, ANY, 80)], placed: vec![], want_ports: vec![(PROTOCOL_UDP, ANY, 80)], want: FEASIBLE },
-            Case { name: "different IPs", used: vec![(PROTOCOL_TCP, IP1, 80)], placed: vec![], want_ports: vec![(PROTOCOL_TCP, IP2, 80)], want: FEASIBLE },
-            Case { name: "wildcard vs specific", used: vec![(PROTOCOL_TCP, IP1, 80)], placed: vec![], want_ports: vec![(PROTOCOL_TCP, ANY, 80)], want: NODE_PORTS },
-            Case { name: "specific vs wildcard", used: vec![(PROTOCOL_TCP, ANY, 80)], placed: vec![], want_ports: vec![(PROTOCOL_TCP, IP1, 80)], want: NODE_PORTS },
-            Case { name: "placed earlier in the batch", used: vec![], placed: vec![(PROTOCOL_TCP, ANY, 8080)], want_ports: vec![(PROTOCOL_TCP, ANY, 8080)], want: NODE_PORTS },
-            Case { name: "other port", used: vec![(PROTOCOL_TCP, ANY, 80)], placed: vec![], want_ports: vec![(PROTOCOL_TCP, ANY, 81)], want: FEASIBLE },
+            Case {
+                name: "no ports",
+                used: vec![(PROTOCOL_TCP, ANY, 80)],
+                placed: vec![],
+                want_ports: vec![],
+                want: FEASIBLE,
+            },
+            Case {
+                name: "same port same protocol",
+                used: vec![(PROTOCOL_TCP, ANY, 80)],
+                placed: vec![],
+                want_ports: vec![(PROTOCOL_TCP, ANY, 80)],
+                want: NODE_PORTS,
+            },
+            Case {
+                name: "other protocol",
+                used: vec![(PROTOCOL_TCP, ANY, 80)],
+                placed: vec![],
+                want_ports: vec![(PROTOCOL_UDP, ANY, 80)],
+                want: FEASIBLE,
+            },
+            Case {
+                name: "different IPs",
+                used: vec![(PROTOCOL_TCP, IP1, 80)],
+                placed: vec![],
+                want_ports: vec![(PROTOCOL_TCP, IP2, 80)],
+                want: FEASIBLE,
+            },
+            Case {
+                name: "wildcard vs specific",
+                used: vec![(PROTOCOL_TCP, IP1, 80)],
+                placed: vec![],
+                want_ports: vec![(PROTOCOL_TCP, ANY, 80)],
+                want: NODE_PORTS,
+            },
+            Case {
+                name: "specific vs wildcard",
+                used: vec![(PROTOCOL_TCP, ANY, 80)],
+                placed: vec![],
+                want_ports: vec![(PROTOCOL_TCP, IP1, 80)],
+                want: NODE_PORTS,
+            },
+            Case {
+                name: "placed earlier in the batch",
+                used: vec![],
+                placed: vec![(PROTOCOL_TCP, ANY, 8080)],
+                want_ports: vec![(PROTOCOL_TCP, ANY, 8080)],
+                want: NODE_PORTS,
+            },
+            Case {
+                name: "other port",
+                used: vec![(PROTOCOL_TCP, ANY, 80)],
+                placed: vec![],
+                want_ports: vec![(PROTOCOL_TCP, ANY, 81)],
+                want: FEASIBLE,
+            },
         ];
         for case in cases {
-            let mut b = NodeBuilder::default();
-            b.wildcard_ip = ANY;
+            let mut b = NodeBuilder {
+                wildcard_ip: ANY,
+                ..NodeBuilder::default()
+            };
             b.node(|n| n.ports = case.used.clone());
             let owned = b.build();
             let pod = OwnedPorts::new(vec![case.want_ports.clone()]);

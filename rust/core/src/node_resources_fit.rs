@@ -121,7 +121,11 @@ pub fn score(
             Strategy::LeastAllocated => least_requested(total, capacity),
             Strategy::MostAllocated => most_requested(total, capacity),
             Strategy::RequestedToCapacityRatio(shape) => {
-                let utilization = if total > capacity { MAX_UTILIZATION } else { total * MAX_UTILIZATION / capacity };
+                let utilization = if total > capacity {
+                    MAX_UTILIZATION
+                } else {
+                    total * MAX_UTILIZATION / capacity
+                };
                 let s = broken_linear(shape, utilization);
                 if s <= 0 {
                     continue;
@@ -165,9 +169,30 @@ mod tests {
             want: Vec<u32>,
         }
         let cases = vec![
-            Case { name: "fits", allocatable: [4000, 8 * GIB, 0, 0], requested: [1000, GIB, 0, 0], pods: (110, 3), request: [1000, GIB, 0, 0], want: vec![] },
-            Case { name: "exactly full", allocatable: [4000, 8 * GIB, 0, 0], requested: [3000, 7 * GIB, 0, 0], pods: (110, 3), request: [1000, GIB, 0, 0], want: vec![] },
-            Case { name: "insufficient cpu", allocatable: [4000, 8 * GIB, 0, 0], requested: [3500, 0, 0, 0], pods: (110, 3), request: [1000, GIB, 0, 0], want: vec![insufficient(CPU)] },
+            Case {
+                name: "fits",
+                allocatable: [4000, 8 * GIB, 0, 0],
+                requested: [1000, GIB, 0, 0],
+                pods: (110, 3),
+                request: [1000, GIB, 0, 0],
+                want: vec![],
+            },
+            Case {
+                name: "exactly full",
+                allocatable: [4000, 8 * GIB, 0, 0],
+                requested: [3000, 7 * GIB, 0, 0],
+                pods: (110, 3),
+                request: [1000, GIB, 0, 0],
+                want: vec![],
+            },
+            Case {
+                name: "insufficient cpu",
+                allocatable: [4000, 8 * GIB, 0, 0],
+                requested: [3500, 0, 0, 0],
+                pods: (110, 3),
+                request: [1000, GIB, 0, 0],
+                want: vec![insufficient(CPU)],
+            },
             Case {
                 name: "insufficient cpu and memory",
                 allocatable: [4000, 8 * GIB, 0, 0],
@@ -176,15 +201,51 @@ mod tests {
                 request: [1000, GIB, 0, 0],
                 want: vec![insufficient(CPU), insufficient(MEMORY)],
             },
-            Case { name: "too many pods", allocatable: [4000, 8 * GIB, 0, 0], requested: [0; 4], pods: (3, 3), request: [0; 4], want: vec![TOO_MANY_PODS] },
-            Case { name: "ephemeral storage", allocatable: [4000, 8 * GIB, GIB, 0], requested: [0, 0, GIB, 0], pods: (110, 0), request: [0, 0, 1, 0], want: vec![insufficient(EPHEMERAL_STORAGE)] },
-            Case { name: "extended resource missing on node", allocatable: [4000, 8 * GIB, 0, 0], requested: [0; 4], pods: (110, 0), request: [0, 0, 0, 1], want: vec![FIRST_INSUFFICIENT + 3] },
-            Case { name: "extended resource fits", allocatable: [4000, 8 * GIB, 0, 4], requested: [0, 0, 0, 3], pods: (110, 0), request: [0, 0, 0, 1], want: vec![] },
+            Case {
+                name: "too many pods",
+                allocatable: [4000, 8 * GIB, 0, 0],
+                requested: [0; 4],
+                pods: (3, 3),
+                request: [0; 4],
+                want: vec![TOO_MANY_PODS],
+            },
+            Case {
+                name: "ephemeral storage",
+                allocatable: [4000, 8 * GIB, GIB, 0],
+                requested: [0, 0, GIB, 0],
+                pods: (110, 0),
+                request: [0, 0, 1, 0],
+                want: vec![insufficient(EPHEMERAL_STORAGE)],
+            },
+            Case {
+                name: "extended resource missing on node",
+                allocatable: [4000, 8 * GIB, 0, 0],
+                requested: [0; 4],
+                pods: (110, 0),
+                request: [0, 0, 0, 1],
+                want: vec![FIRST_INSUFFICIENT + 3],
+            },
+            Case {
+                name: "extended resource fits",
+                allocatable: [4000, 8 * GIB, 0, 4],
+                requested: [0, 0, 0, 3],
+                pods: (110, 0),
+                request: [0, 0, 0, 1],
+                want: vec![],
+            },
         ];
         for case in cases {
             let mut got = Vec::new();
             let cols = requested_columns(&case.request);
-            let fits = filter(&case.allocatable, &case.requested, case.pods.0, case.pods.1, &case.request, &cols, &mut |c| got.push(c));
+            let fits = filter(
+                &case.allocatable,
+                &case.requested,
+                case.pods.0,
+                case.pods.1,
+                &case.request,
+                &cols,
+                &mut |c| got.push(c),
+            );
             assert_eq!(got, case.want, "{}: want {:?} got {:?}", case.name, case.want, got);
             assert_eq!(fits, case.want.is_empty(), "{}", case.name);
         }
@@ -201,24 +262,65 @@ mod tests {
         }
         // Node: 4000m / 8Gi, already 1000m / 2Gi (non-zero). Pod: 1000m / 2Gi.
         let cases = vec![
-            Case { name: "least allocated", strategy: Strategy::LeastAllocated, resources: vec![(CPU, 1), (MEMORY, 1)], want: 50 },
-            Case { name: "least allocated cpu-weighted", strategy: Strategy::LeastAllocated, resources: vec![(CPU, 3), (MEMORY, 1)], want: 50 },
-            Case { name: "most allocated", strategy: Strategy::MostAllocated, resources: vec![(CPU, 1), (MEMORY, 1)], want: 50 },
-            Case { name: "rtcr linear", strategy: Strategy::RequestedToCapacityRatio(shape.clone()), resources: vec![(CPU, 1), (MEMORY, 1)], want: 50 },
-            Case { name: "scalar not requested is skipped", strategy: Strategy::LeastAllocated, resources: vec![(CPU, 1), (3, 5)], want: 50 },
+            Case {
+                name: "least allocated",
+                strategy: Strategy::LeastAllocated,
+                resources: vec![(CPU, 1), (MEMORY, 1)],
+                want: 50,
+            },
+            Case {
+                name: "least allocated cpu-weighted",
+                strategy: Strategy::LeastAllocated,
+                resources: vec![(CPU, 3), (MEMORY, 1)],
+                want: 50,
+            },
+            Case {
+                name: "most allocated",
+                strategy: Strategy::MostAllocated,
+                resources: vec![(CPU, 1), (MEMORY, 1)],
+                want: 50,
+            },
+            Case {
+                name: "rtcr linear",
+                strategy: Strategy::RequestedToCapacityRatio(shape.clone()),
+                resources: vec![(CPU, 1), (MEMORY, 1)],
+                want: 50,
+            },
+            Case {
+                name: "scalar not requested is skipped",
+                strategy: Strategy::LeastAllocated,
+                resources: vec![(CPU, 1), (3, 5)],
+                want: 50,
+            },
         ];
         let allocatable = [4000, 8 * GIB, 0, 8];
         let requested = [1000, 2 * GIB, 0, 0];
         let nonzero = [1000, 2 * GIB];
         let request = [1000, 2 * GIB, 0, 0];
         for case in cases {
-            let got = score(&case.strategy, &case.resources, &allocatable, &requested, &nonzero, &request, &[1000, 2 * GIB]);
+            let got = score(
+                &case.strategy,
+                &case.resources,
+                &allocatable,
+                &requested,
+                &nonzero,
+                &request,
+                &[1000, 2 * GIB],
+            );
             assert_eq!(got, case.want, "{}: want {} got {}", case.name, case.want, got);
         }
         // Uneven: cpu 3000/4000 used after pod -> 25, memory 2Gi/8Gi -> 75; weights 1:1 -> 50, 3:1 -> 37.
         let requested = [2000, 0, 0, 0];
         let nonzero = [2000, 0];
-        let got = score(&Strategy::LeastAllocated, &[(CPU, 3), (MEMORY, 1)], &allocatable, &requested, &nonzero, &request, &[1000, 2 * GIB]);
+        let got = score(
+            &Strategy::LeastAllocated,
+            &[(CPU, 3), (MEMORY, 1)],
+            &allocatable,
+            &requested,
+            &nonzero,
+            &request,
+            &[1000, 2 * GIB],
+        );
         assert_eq!(got, (25 * 3 + 75) / 4);
     }
 

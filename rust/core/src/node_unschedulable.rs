@@ -8,9 +8,7 @@ use crate::taint_toleration::tolerates;
 pub const NAME: &str = "NodeUnschedulable";
 
 pub fn filter(nodes: &Nodes, node: usize, tolerations: &Tolerations, class: usize) -> u32 {
-    if nodes.unschedulable[node] == 0
-        || tolerates(tolerations, class, nodes.unschedulable_key, nodes.empty_string, EFFECT_NO_SCHEDULE)
-    {
+    if nodes.unschedulable[node] == 0 || tolerates(tolerations, class, nodes.unschedulable_key, nodes.empty_string, EFFECT_NO_SCHEDULE) {
         FEASIBLE
     } else {
         NODE_UNSCHEDULABLE
@@ -33,8 +31,18 @@ mod tests {
             want: u32,
         }
         let cases = [
-            Case { name: "schedulable node", unschedulable: false, tolerations: vec![], want: FEASIBLE },
-            Case { name: "cordoned node", unschedulable: true, tolerations: vec![], want: NODE_UNSCHEDULABLE },
+            Case {
+                name: "schedulable node",
+                unschedulable: false,
+                tolerations: vec![],
+                want: FEASIBLE,
+            },
+            Case {
+                name: "cordoned node",
+                unschedulable: true,
+                tolerations: vec![],
+                want: NODE_UNSCHEDULABLE,
+            },
             Case {
                 name: "cordoned, tolerated with Exists",
                 unschedulable: true,
@@ -61,8 +69,10 @@ mod tests {
             },
         ];
         for case in cases {
-            let mut b = NodeBuilder::default();
-            b.unschedulable_key = KEY;
+            let mut b = NodeBuilder {
+                unschedulable_key: KEY,
+                ..NodeBuilder::default()
+            };
             b.node(|n| n.unschedulable = case.unschedulable);
             let owned = b.build();
             let nodes = owned.view();

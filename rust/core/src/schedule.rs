@@ -18,8 +18,7 @@ use crate::node_ports::HostPort;
 use crate::reasons::{self, FEASIBLE, NODE_AFFINITY_PREFILTER};
 use crate::select::{tie_key, Best};
 use crate::{
-    balanced_allocation, metrics, node_affinity, node_name, node_ports, node_resources_fit, node_unschedulable,
-    normalize, taint_toleration,
+    balanced_allocation, metrics, node_affinity, node_name, node_ports, node_resources_fit, node_unschedulable, normalize, taint_toleration,
 };
 
 /// `Outcome::nodes` value of a pod that fits no node.
@@ -138,37 +137,53 @@ impl Engine<'_, '_> {
         let p = self.profile;
         let tolerations = &self.classes.tolerations;
         let wanted_name = self.classes.node_names[class];
-        codes.par_iter_mut().with_min_len(NODES_PER_CHUNK).enumerate().for_each(|(node, code)| {
-            if *code != FEASIBLE as u8 {
-                return;
-            }
-            let mut c = FEASIBLE;
-            if p.filter_node_unschedulable {
-                c = node_unschedulable::filter(self.nodes, node, tolerations, class);
-            }
-            if c == FEASIBLE && p.filter_node_name {
-                c = node_name::filter(self.nodes, node, wanted_name);
-            }
-            if c == FEASIBLE && p.filter_taint_toleration {
-                c = taint_toleration::filter(self.nodes, node, tolerations, class);
-            }
-            if c == FEASIBLE && p.filter_node_affinity {
-                c = node_affinity::filter(self.classes, class, self.nodes, node);
-            }
-            *code = c as u8;
-        });
+        codes
+            .par_iter_mut()
+            .with_min_len(NODES_PER_CHUNK)
+            .enumerate()
+            .for_each(|(node, code)| {
+                if *code != FEASIBLE as u8 {
+                    return;
+                }
+                let mut c = FEASIBLE;
+                if p.filter_node_unschedulable {
+                    c = node_unschedulable::filter(self.nodes, node, tolerations, class);
+                }
+                if c == FEASIBLE && p.filter_node_name {
+                    c = node_name::filter(self.nodes, node, wanted_name);
+                }
+                if c == FEASIBLE && p.filter_taint_toleration {
+                    c = taint_toleration::filter(self.nodes, node, tolerations, class);
+                }
+                if c == FEASIBLE && p.filter_node_affinity {
+                    c = node_affinity::filter(self.classes, class, self.nodes, node);
+                }
+                *code = c as u8;
+            });
         let taint_raw = if p.taint_toleration_weight != 0 {
-            (0..n).into_par_iter().with_min_len(NODES_PER_CHUNK).map(|node| taint_toleration::score(self.nodes, node, tolerations, class)).collect()
+            (0..n)
+                .into_par_iter()
+                .with_min_len(NODES_PER_CHUNK)
+                .map(|node| taint_toleration::score(self.nodes, node, tolerations, class))
+                .collect()
         } else {
             vec![0; n]
         };
         let has_preferred = !row(self.classes.preferred_offsets, class).is_empty();
         let affinity_raw = if p.node_affinity_weight != 0 && has_preferred {
-            (0..n).into_par_iter().with_min_len(NODES_PER_CHUNK).map(|node| node_affinity::score(self.classes, class, self.nodes, node)).collect()
+            (0..n)
+                .into_par_iter()
+                .with_min_len(NODES_PER_CHUNK)
+                .map(|node| node_affinity::score(self.classes, class, self.nodes, node))
+                .collect()
         } else {
             vec![0; n]
         };
-        ClassCache { codes, taint_raw, affinity_raw }
+        ClassCache {
+            codes,
+            taint_raw,
+            affinity_raw,
+        }
     }
 
     fn pod_view(&self, index: usize) -> PodView<'_> {
@@ -264,9 +279,17 @@ impl Engine<'_, '_> {
         out.clear();
         let p = self.profile;
         let taint = cache.taint_raw[node];
-        out.push((taint as f64, normalize::default_normalize(taint, maxima.taint, true) as f64, p.taint_toleration_weight as f64));
+        out.push((
+            taint as f64,
+            normalize::default_normalize(taint, maxima.taint, true) as f64,
+            p.taint_toleration_weight as f64,
+        ));
         let affinity = cache.affinity_raw[node];
-        out.push((affinity as f64, normalize::default_normalize(affinity, maxima.affinity, false) as f64, p.node_affinity_weight as f64));
+        out.push((
+            affinity as f64,
+            normalize::default_normalize(affinity, maxima.affinity, false) as f64,
+            p.node_affinity_weight as f64,
+        ));
         out.push((s.fit as f64, s.fit as f64, p.fit_weight as f64));
         out.push((s.balanced as f64, s.balanced as f64, p.balanced_weight as f64));
         for (m, spec) in self.metrics.specs.iter().enumerate() {
@@ -309,7 +332,14 @@ pub fn schedule_batch(
         crate::error::check_index("explained pod", e as i64, pods.count)?;
     }
 
-    let engine = Engine { nodes, classes, pods, metrics: metrics_in, profile, resources: nodes.resources };
+    let engine = Engine {
+        nodes,
+        classes,
+        pods,
+        metrics: metrics_in,
+        profile,
+        resources: nodes.resources,
+    };
     let n = nodes.count;
     let mut state = BatchState {
         requested: nodes.requested.to_vec(),
@@ -332,7 +362,10 @@ pub fn schedule_batch(
         })
         .collect();
     let mut caches: Vec<Option<ClassCache>> = (0..classes.count).map(|_| None).collect();
-    let mut outcome = Outcome { reason_offsets: vec![0], ..Outcome::default() };
+    let mut outcome = Outcome {
+        reason_offsets: vec![0],
+        ..Outcome::default()
+    };
     let mut histogram = vec![0i64; reason_space];
     let mut feasible: Vec<(u32, i64, i64)> = Vec::with_capacity(n);
     let mut scratch = Vec::new();
@@ -383,7 +416,12 @@ pub fn schedule_batch(
 
         histogram.iter_mut().for_each(|h| *h = 0);
         feasible.clear();
-        let mut maxima = Maxima { taint: 0, affinity: 0, metric_min: vec![f64::INFINITY; m], metric_max: vec![f64::NEG_INFINITY; m] };
+        let mut maxima = Maxima {
+            taint: 0,
+            affinity: 0,
+            metric_min: vec![f64::INFINITY; m],
+            metric_max: vec![f64::NEG_INFINITY; m],
+        };
         for chunk in &chunks {
             feasible.extend_from_slice(&chunk.feasible);
             for (h, c) in histogram.iter_mut().zip(&chunk.histogram) {
@@ -460,7 +498,12 @@ fn explain(engine: &Engine, state: &BatchState, cache: &ClassCache, pod: &PodVie
     plugins.extend((0..engine.metrics.specs.len()).map(|m| format!("metric:{m}")));
     let k = plugins.len();
     let p = engine.profile;
-    let mut weights = vec![p.taint_toleration_weight as f64, p.node_affinity_weight as f64, p.fit_weight as f64, p.balanced_weight as f64];
+    let mut weights = vec![
+        p.taint_toleration_weight as f64,
+        p.node_affinity_weight as f64,
+        p.fit_weight as f64,
+        p.balanced_weight as f64,
+    ];
     weights.extend(engine.metrics.specs.iter().map(|s| s.weight));
     let mut ex = Explanation {
         pod: pod.index,
@@ -495,12 +538,17 @@ fn explain(engine: &Engine, state: &BatchState, cache: &ClassCache, pod: &PodVie
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{Metrics, Missing, MetricSpec, Prefer, CPU, EFFECT_NO_SCHEDULE, MEMORY, PROTOCOL_TCP};
+    use crate::model::{MetricSpec, Metrics, Missing, Prefer, CPU, EFFECT_NO_SCHEDULE, MEMORY, PROTOCOL_TCP};
     use crate::reasons::{insufficient, metric, METRIC_ABOVE, NODE_PORTS, TAINT_TOLERATION};
     use crate::test_support::{NodeBuilder, OwnedClasses, OwnedPods, TestPod};
 
     fn pod(cpu: i64, key: u64) -> TestPod {
-        TestPod { request: vec![cpu, 1 << 30, 0, 0], class: 0, key, ports: vec![] }
+        TestPod {
+            request: vec![cpu, 1 << 30, 0, 0],
+            class: 0,
+            key,
+            ports: vec![],
+        }
     }
 
     fn run(b: &NodeBuilder, pods: &[TestPod], metrics: &Metrics, seed: u64) -> Outcome {
@@ -508,12 +556,19 @@ mod tests {
         let mut classes = OwnedClasses::default();
         classes.add(|_| {});
         let pods = OwnedPods::new(pods);
-        let options = ScheduleOptions { seed, parallel: true, ..ScheduleOptions::default() };
+        let options = ScheduleOptions {
+            seed,
+            parallel: true,
+            ..ScheduleOptions::default()
+        };
         schedule_batch(&nodes.view(), &classes.view(), &pods.view(), metrics, &Profile::default(), &options).expect("valid input")
     }
 
     fn no_metrics() -> Metrics<'static> {
-        Metrics { values: &[], specs: vec![] }
+        Metrics {
+            values: &[],
+            specs: vec![],
+        }
     }
 
     #[test]
@@ -529,7 +584,11 @@ mod tests {
         }
         assert_eq!(per_node, [3000, 2000], "placements {:?}", out.nodes);
         assert_eq!(out.nodes[5], UNSCHEDULABLE);
-        let reasons: Vec<(u32, i64)> = out.reason_codes[out.reason_offsets[5] as usize..].iter().copied().zip(out.reason_counts[out.reason_offsets[5] as usize..].iter().copied()).collect();
+        let reasons: Vec<(u32, i64)> = out.reason_codes[out.reason_offsets[5] as usize..]
+            .iter()
+            .copied()
+            .zip(out.reason_counts[out.reason_offsets[5] as usize..].iter().copied())
+            .collect();
         assert_eq!(reasons, vec![(insufficient(CPU), 2)]);
     }
 
@@ -584,8 +643,18 @@ mod tests {
             b.node(|_| {});
         }
         let values = [0.95, 0.5, 0.2];
-        let spec = MetricSpec { prefer: Prefer::Lower, range: None, above: Some(0.9), below: None, missing: Missing::Neutral, weight: 5.0 };
-        let metrics = Metrics { values: &values, specs: vec![spec] };
+        let spec = MetricSpec {
+            prefer: Prefer::Lower,
+            range: None,
+            above: Some(0.9),
+            below: None,
+            missing: Missing::Neutral,
+            weight: 5.0,
+        };
+        let metrics = Metrics {
+            values: &values,
+            specs: vec![spec],
+        };
         let out = run(&b, &[pod(100, 1)], &metrics, 0);
         assert_eq!(out.nodes, vec![2]);
         assert_eq!(out.reason_codes, vec![metric(4, 0, METRIC_ABOVE)]);
@@ -600,8 +669,19 @@ mod tests {
         let mut classes = OwnedClasses::default();
         classes.add(|_| {});
         let pods = OwnedPods::new(&[pod(1, 1), pod(1, 2)]);
-        let options = ScheduleOptions { deadline: Some(Instant::now()), ..ScheduleOptions::default() };
-        let out = schedule_batch(&nodes.view(), &classes.view(), &pods.view(), &no_metrics(), &Profile::default(), &options).expect("valid");
+        let options = ScheduleOptions {
+            deadline: Some(Instant::now()),
+            ..ScheduleOptions::default()
+        };
+        let out = schedule_batch(
+            &nodes.view(),
+            &classes.view(),
+            &pods.view(),
+            &no_metrics(),
+            &Profile::default(),
+            &options,
+        )
+        .expect("valid");
         assert_eq!(out.nodes, vec![NOT_ATTEMPTED, NOT_ATTEMPTED]);
     }
 
@@ -617,8 +697,19 @@ mod tests {
         let mut classes = OwnedClasses::default();
         classes.add(|_| {});
         let pods = OwnedPods::new(&[pod(500, 1)]);
-        let options = ScheduleOptions { explain: Some(0), ..ScheduleOptions::default() };
-        let out = schedule_batch(&nodes.view(), &classes.view(), &pods.view(), &no_metrics(), &Profile::default(), &options).expect("valid");
+        let options = ScheduleOptions {
+            explain: Some(0),
+            ..ScheduleOptions::default()
+        };
+        let out = schedule_batch(
+            &nodes.view(),
+            &classes.view(),
+            &pods.view(),
+            &no_metrics(),
+            &Profile::default(),
+            &options,
+        )
+        .expect("valid");
         let ex = out.explanation.expect("explained");
         assert_eq!(out.nodes, vec![1]);
         assert!(ex.totals[1] > ex.totals[0]);
@@ -635,7 +726,14 @@ mod tests {
         let mut bad = pod(1, 1);
         bad.class = 3;
         let pods = OwnedPods::new(&[bad]);
-        let err = schedule_batch(&nodes.view(), &classes.view(), &pods.view(), &no_metrics(), &Profile::default(), &ScheduleOptions::default());
+        let err = schedule_batch(
+            &nodes.view(),
+            &classes.view(),
+            &pods.view(),
+            &no_metrics(),
+            &Profile::default(),
+            &ScheduleOptions::default(),
+        );
         assert!(matches!(err, Err(EngineError::Index { what: "pod class", .. })), "{:?}", err.err());
     }
 }

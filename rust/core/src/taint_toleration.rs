@@ -2,8 +2,8 @@
 //! taints score (fewer untolerated is better, normalized in reverse).
 
 use crate::model::{
-    row, Nodes, Tolerations, EFFECT_ALL, EFFECT_NO_EXECUTE, EFFECT_NO_SCHEDULE, EFFECT_PREFER_NO_SCHEDULE,
-    TOLERATION_EQUAL, TOLERATION_EXISTS,
+    row, Nodes, Tolerations, EFFECT_ALL, EFFECT_NO_EXECUTE, EFFECT_NO_SCHEDULE, EFFECT_PREFER_NO_SCHEDULE, TOLERATION_EQUAL,
+    TOLERATION_EXISTS,
 };
 use crate::reasons::{FEASIBLE, TAINT_TOLERATION};
 
@@ -35,9 +35,7 @@ pub fn filter(nodes: &Nodes, node: usize, t: &Tolerations, class: usize) -> u32 
     let taints = &nodes.taints;
     for i in row(taints.offsets, node) {
         let effect = taints.effects[i];
-        if (effect == EFFECT_NO_SCHEDULE || effect == EFFECT_NO_EXECUTE)
-            && !tolerates(t, class, taints.keys[i], taints.values[i], effect)
-        {
+        if (effect == EFFECT_NO_SCHEDULE || effect == EFFECT_NO_EXECUTE) && !tolerates(t, class, taints.keys[i], taints.values[i], effect) {
             return TAINT_TOLERATION;
         }
     }
@@ -83,7 +81,12 @@ mod tests {
             want: u32,
         }
         let cases = vec![
-            Case { name: "no taints", taints: vec![], tolerations: vec![], want: FEASIBLE },
+            Case {
+                name: "no taints",
+                taints: vec![],
+                tolerations: vec![],
+                want: FEASIBLE,
+            },
             Case {
                 name: "NoSchedule untolerated",
                 taints: vec![(K1, V1, EFFECT_NO_SCHEDULE)],
@@ -158,7 +161,12 @@ mod tests {
             want: i64,
         }
         let cases = vec![
-            Case { name: "no taints", taints: vec![], tolerations: vec![], want: 0 },
+            Case {
+                name: "no taints",
+                taints: vec![],
+                tolerations: vec![],
+                want: 0,
+            },
             Case {
                 name: "two untolerated PreferNoSchedule",
                 taints: vec![(K1, V1, EFFECT_PREFER_NO_SCHEDULE), (K2, V2, EFFECT_PREFER_NO_SCHEDULE)],

@@ -30,7 +30,13 @@ pub struct NodeBuilder {
 
 impl Default for NodeBuilder {
     fn default() -> Self {
-        NodeBuilder { resources: 4, nodes: Vec::new(), wildcard_ip: 1, unschedulable_key: 2, empty_string: 0 }
+        NodeBuilder {
+            resources: 4,
+            nodes: Vec::new(),
+            wildcard_ip: 1,
+            unschedulable_key: 2,
+            empty_string: 0,
+        }
     }
 }
 
@@ -153,8 +159,18 @@ impl OwnedNodes {
                 int_values: &self.label_ints,
                 int_valid: &self.label_int_valid,
             },
-            taints: Taints { offsets: &self.taint_offsets, keys: &self.taint_keys, values: &self.taint_values, effects: &self.taint_effects },
-            used_ports: Ports { offsets: &self.port_offsets, protocols: &self.port_protocols, ips: &self.port_ips, ports: &self.port_ports },
+            taints: Taints {
+                offsets: &self.taint_offsets,
+                keys: &self.taint_keys,
+                values: &self.taint_values,
+                effects: &self.taint_effects,
+            },
+            used_ports: Ports {
+                offsets: &self.port_offsets,
+                protocols: &self.port_protocols,
+                ips: &self.port_ips,
+                ports: &self.port_ports,
+            },
             wildcard_ip: self.wildcard_ip,
             unschedulable_key: self.unschedulable_key,
             empty_string: self.empty_string,
@@ -173,7 +189,13 @@ pub struct OwnedTolerations {
 impl OwnedTolerations {
     /// One list of (key, operator, value, effect) per class.
     pub fn new(classes: Vec<Vec<(i32, u8, i32, u8)>>) -> Self {
-        let mut o = OwnedTolerations { offsets: vec![0], keys: vec![], operators: vec![], values: vec![], effects: vec![] };
+        let mut o = OwnedTolerations {
+            offsets: vec![0],
+            keys: vec![],
+            operators: vec![],
+            values: vec![],
+            effects: vec![],
+        };
         for class in classes {
             for (k, op, v, e) in class {
                 o.keys.push(k);
@@ -187,7 +209,13 @@ impl OwnedTolerations {
     }
 
     pub fn view(&self) -> Tolerations<'_> {
-        Tolerations { offsets: &self.offsets, keys: &self.keys, operators: &self.operators, values: &self.values, effects: &self.effects }
+        Tolerations {
+            offsets: &self.offsets,
+            keys: &self.keys,
+            operators: &self.operators,
+            values: &self.values,
+            effects: &self.effects,
+        }
     }
 }
 
@@ -200,7 +228,12 @@ pub struct OwnedPorts {
 
 impl OwnedPorts {
     pub fn new(rows: Vec<Vec<(u8, i32, i32)>>) -> Self {
-        let mut o = OwnedPorts { offsets: vec![0], protocols: vec![], ips: vec![], ports: vec![] };
+        let mut o = OwnedPorts {
+            offsets: vec![0],
+            protocols: vec![],
+            ips: vec![],
+            ports: vec![],
+        };
         for r in rows {
             for (p, ip, port) in r {
                 o.protocols.push(p);
@@ -213,7 +246,12 @@ impl OwnedPorts {
     }
 
     pub fn view(&self) -> Ports<'_> {
-        Ports { offsets: &self.offsets, protocols: &self.protocols, ips: &self.ips, ports: &self.ports }
+        Ports {
+            offsets: &self.offsets,
+            protocols: &self.protocols,
+            ips: &self.ips,
+            ports: &self.ports,
+        }
     }
 }
 
@@ -387,7 +425,10 @@ impl OwnedPods {
         OwnedPods {
             count: pods.len(),
             requests: pods.iter().flat_map(|p| p.request.clone()).collect(),
-            nonzero: pods.iter().flat_map(|p| [p.request[CPU].max(100), p.request[MEMORY].max(200 << 20)]).collect(),
+            nonzero: pods
+                .iter()
+                .flat_map(|p| [p.request[CPU].max(100), p.request[MEMORY].max(200 << 20)])
+                .collect(),
             classes: pods.iter().map(|p| p.class).collect(),
             keys: pods.iter().map(|p| p.key).collect(),
             ports: OwnedPorts::new(pods.iter().map(|p| p.ports.clone()).collect()),

@@ -12,20 +12,29 @@ use ksched_core::{Explanation, MetricSpec, Missing, Outcome, Prefer, Profile, St
 
 /// Borrow `dict[key]` as a read-only 1-D array of `T`.
 pub fn array<'py, T: Element>(dict: &Bound<'py, PyDict>, key: &str) -> PyResult<PyReadonlyArray1<'py, T>> {
-    let item = dict.get_item(key)?.ok_or_else(|| PyKeyError::new_err(format!("missing array {key:?}")))?;
+    let item = dict
+        .get_item(key)?
+        .ok_or_else(|| PyKeyError::new_err(format!("missing array {key:?}")))?;
     item.extract::<PyReadonlyArray1<'py, T>>().map_err(|e| {
-        PyTypeError::new_err(format!("array {key:?} must be a 1-D contiguous numpy array of {}: {e}", std::any::type_name::<T>()))
+        PyTypeError::new_err(format!(
+            "array {key:?} must be a 1-D contiguous numpy array of {}: {e}",
+            std::any::type_name::<T>()
+        ))
     })
 }
 
 /// View a borrowed array as a slice.
 pub fn slice<'a, T: Element>(key: &str, a: &'a PyReadonlyArray1<'_, T>) -> PyResult<&'a [T]> {
-    a.as_slice().map_err(|_| PyTypeError::new_err(format!("array {key:?} must be C-contiguous")))
+    a.as_slice()
+        .map_err(|_| PyTypeError::new_err(format!("array {key:?} must be C-contiguous")))
 }
 
 pub fn value<'py, T: FromPyObjectOwned<'py>>(dict: &Bound<'py, PyDict>, key: &str) -> PyResult<T> {
-    let item = dict.get_item(key)?.ok_or_else(|| PyKeyError::new_err(format!("missing key {key:?}")))?;
-    item.extract::<T>().map_err(|e| PyTypeError::new_err(format!("{key:?}: {}", Into::<PyErr>::into(e))))
+    let item = dict
+        .get_item(key)?
+        .ok_or_else(|| PyKeyError::new_err(format!("missing key {key:?}")))?;
+    item.extract::<T>()
+        .map_err(|e| PyTypeError::new_err(format!("{key:?}: {}", Into::<PyErr>::into(e))))
 }
 
 use pyo3::conversion::FromPyObjectOwned;
@@ -91,7 +100,14 @@ pub fn metric_specs(flat: &[f64]) -> PyResult<Vec<MetricSpec>> {
                 (Some(lo), Some(hi)) => Some((lo, hi)),
                 _ => None,
             };
-            Ok(MetricSpec { prefer, range, above: optional(r[4]), below: optional(r[5]), missing, weight: r[7] })
+            Ok(MetricSpec {
+                prefer,
+                range,
+                above: optional(r[4]),
+                below: optional(r[5]),
+                missing,
+                weight: r[7],
+            })
         })
         .collect()
 }

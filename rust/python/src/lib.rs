@@ -40,26 +40,66 @@ fn schedule<'py>(
         };
     }
     arrays!(nodes {
-        allocatable: i64, requested: i64, nonzero_requested: i64, allowed_pods: i64, pod_count: i64,
-        unschedulable: u8, names: i32, keys: u64,
-        label_offsets: i64, label_keys: i32, label_values: i32, label_int_values: i64, label_int_valid: u8,
-        taint_offsets: i64, taint_keys: i32, taint_values: i32, taint_effects: u8,
-        port_offsets: i64, port_protocols: u8, port_ips: i32, port_ports: i32,
+        allocatable: i64,
+        requested: i64,
+        nonzero_requested: i64,
+        allowed_pods: i64,
+        pod_count: i64,
+        unschedulable: u8,
+        names: i32,
+        keys: u64,
+        label_offsets: i64,
+        label_keys: i32,
+        label_values: i32,
+        label_int_values: i64,
+        label_int_valid: u8,
+        taint_offsets: i64,
+        taint_keys: i32,
+        taint_values: i32,
+        taint_effects: u8,
+        port_offsets: i64,
+        port_protocols: u8,
+        port_ips: i32,
+        port_ports: i32,
     });
     let n_count: usize = convert::value(nodes, "count")?;
     let resources: usize = convert::value(nodes, "resources")?;
     let strings: (i32, i32, i32) = convert::value(nodes, "strings")?;
     arrays!(classes {
-        class_node_names: i32, tol_offsets: i64, tol_keys: i32, tol_operators: u8, tol_values: i32, tol_effects: u8,
-        node_selector_term: i64, has_required: u8, required_offsets: i64, required_terms: i64,
-        preferred_offsets: i64, preferred_terms: i64, has_prefilter: u8, prefilter_offsets: i64, prefilter_nodes: i64,
-        term_offsets: i64, term_weights: i64, req_keys: i32, req_is_field: u8, req_operators: u8,
-        req_value_offsets: i64, req_values: i32, req_int_values: i64,
+        class_node_names: i32,
+        tol_offsets: i64,
+        tol_keys: i32,
+        tol_operators: u8,
+        tol_values: i32,
+        tol_effects: u8,
+        node_selector_term: i64,
+        has_required: u8,
+        required_offsets: i64,
+        required_terms: i64,
+        preferred_offsets: i64,
+        preferred_terms: i64,
+        has_prefilter: u8,
+        prefilter_offsets: i64,
+        prefilter_nodes: i64,
+        term_offsets: i64,
+        term_weights: i64,
+        req_keys: i32,
+        req_is_field: u8,
+        req_operators: u8,
+        req_value_offsets: i64,
+        req_values: i32,
+        req_int_values: i64,
     });
     let c_count: usize = convert::value(classes, "count")?;
     arrays!(pods {
-        requests: i64, nonzero_requests: i64, pod_classes: i64, pod_keys: u64,
-        hp_offsets: i64, hp_protocols: u8, hp_ips: i32, hp_ports: i32,
+        requests: i64,
+        nonzero_requests: i64,
+        pod_classes: i64,
+        pod_keys: u64,
+        hp_offsets: i64,
+        hp_protocols: u8,
+        hp_ips: i32,
+        hp_ports: i32,
     });
     let p_count: usize = convert::value(pods, "count")?;
     let profile = convert::profile(profile)?;
@@ -141,7 +181,10 @@ fn schedule<'py>(
             ports: slice("hp_ports", &hp_ports)?,
         },
     };
-    let metrics = Metrics { values: slice("metric_values", &metric_values)?, specs };
+    let metrics = Metrics {
+        values: slice("metric_values", &metric_values)?,
+        specs,
+    };
     let options = ScheduleOptions {
         seed,
         deadline: deadline_s.map(|s| started + Duration::from_secs_f64(s.max(0.0))),

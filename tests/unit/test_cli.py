@@ -1,0 +1,79 @@
+"""`ksched simulate` / `explain` from the command line: outputs, exit codes, bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from ksched.cli import main
+from tests.conftest import node, pod
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def write(tmp_path: Path, objs: list[Any]) -> str:
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": objs}))
+    return str(path)
+
+
+def test_simulate_example_json(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["simulate", str(EXAMPLES / "cluster.yaml"), "--config", str(EXAMPLES / "price.yaml"), "-o", "json"])
+    out = json.loads(capsys.readouterr().out)
+    by_pod = {p["pod"]: p for p in out["placements"]}
+    assert code == 1, "one pod does not fit anywhere"
+    assert by_pod["default/web-0"]["node"] == "cheap-a", "lowest price wins"
+    assert by_pod["default/train-0"]["node"] == "gpu-c"
+    assert by_pod["default/too-big"]["message"].startswith("0/4 nodes are available: ")
+    assert "default/other" not in by_pod, "pods of other schedulers are ignored"
+
+
+def test_explain_json(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["explain", str(EXAMPLES / "cluster.yaml"), "default/web-0", "-o", "json"]) == 0
+    [ex] = json.loads(capsys.readouterr().out)
+    chosen = [n for n in ex["nodes"] if n["chosen"]]
+    assert len(chosen) == 1 and chosen[0]["node"] == ex["node"]
+    gpu = next(n for n in ex["nodes"] if n["node"] == "gpu-c")
+    assert gpu["filter"] == {"plugin": "TaintToleration", "reasons": ["node(s) had untolerated taint(s)"]}
+
+
+def test_pod_with_10000_labels_in_selector_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    huge = pod("huge", nodeSelector={f"k{i}": "v" for i in range(10_000)})
+    code = main(["simulate", write(tmp_path, [node("a"), huge, pod("ok")]), "-o", "json"])
+    placements = {p["pod"]: p for p in json.loads(capsys.readouterr().out)["placements"]}
+    assert code == 1
+    assert placements["default/ok"]["node"] == "a"
+    assert "spec.nodeSelector" in placements["default/huge"]["message"]
+
+
+def test_missing_fields_and_bad_yaml(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bare = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "bare"}, "spec": {"schedulerName": "ksched"}}
+    assert main(["simulate", write(tmp_path, [node("a"), bare])]) == 0, "a pod without containers requests nothing"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("kind: [unclosed")
+    assert main(["simulate", str(bad)]) == 2
+    assert "not valid YAML" in capsys.readouterr().err
+
+
+def test_bad_config_names_the_key(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("apiVersion: ksched.io/v1alpha1\nkind: KschedConfiguration\nmetrics:\n- name: x\n  source: carrier-pigeon\n")
+    assert main(["simulate", str(EXAMPLES / "cluster.yaml"), "--config", str(cfg)]) == 2
+    assert "metrics[0].source: 'carrier-pigeon' is not allowed (allowed: prometheus, annotation)" in capsys.readouterr().err
+
+
+def test_50mb_cluster_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    nodes = [node(f"n{i}") for i in range(50)]
+    filler = "x" * 1000
+    pods = [pod(f"p{i}", cpu="10m", memory="1Mi") for i in range(200)]
+    for p in pods:
+        p["metadata"]["annotations"] = {f"note{j}": filler for j in range(250)}
+    path = tmp_path / "big.json"
+    path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": nodes + pods}))
+    assert path.stat().st_size > 50_000_000
+    assert main(["simulate", str(path), "-o", "json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)["placements"]) == 200
