@@ -22,7 +22,9 @@ def write(tmp_path: Path, objs: list[Any]) -> str:
 
 
 def test_simulate_example_json(capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["simulate", str(EXAMPLES / "cluster.yaml"), "--config", str(EXAMPLES / "price.yaml"), "-o", "json"])
+    code = main(
+        ["simulate", str(EXAMPLES / "cluster.yaml"), "--config", str(EXAMPLES / "price.yaml"), "-o", "json"]
+    )
     out = json.loads(capsys.readouterr().out)
     by_pod = {p["pod"]: p for p in out["placements"]}
     assert code == 1, "one pod does not fit anywhere"
@@ -41,7 +43,9 @@ def test_explain_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert gpu["filter"] == {"plugin": "TaintToleration", "reasons": ["node(s) had untolerated taint(s)"]}
 
 
-def test_pod_with_10000_labels_in_selector_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_pod_with_10000_labels_in_selector_is_a_clear_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     huge = pod("huge", nodeSelector={f"k{i}": "v" for i in range(10_000)})
     code = main(["simulate", write(tmp_path, [node("a"), huge, pod("ok")]), "-o", "json"])
     placements = {p["pod"]: p for p in json.loads(capsys.readouterr().out)["placements"]}
@@ -51,8 +55,15 @@ def test_pod_with_10000_labels_in_selector_is_a_clear_error(tmp_path: Path, caps
 
 
 def test_missing_fields_and_bad_yaml(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    bare = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "bare"}, "spec": {"schedulerName": "ksched"}}
-    assert main(["simulate", write(tmp_path, [node("a"), bare])]) == 0, "a pod without containers requests nothing"
+    bare = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "bare"},
+        "spec": {"schedulerName": "ksched"},
+    }
+    assert main(["simulate", write(tmp_path, [node("a"), bare])]) == 0, (
+        "a pod without containers requests nothing"
+    )
     bad = tmp_path / "bad.yaml"
     bad.write_text("kind: [unclosed")
     assert main(["simulate", str(bad)]) == 2
@@ -61,9 +72,14 @@ def test_missing_fields_and_bad_yaml(tmp_path: Path, capsys: pytest.CaptureFixtu
 
 def test_bad_config_names_the_key(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     cfg = tmp_path / "c.yaml"
-    cfg.write_text("apiVersion: ksched.io/v1alpha1\nkind: KschedConfiguration\nmetrics:\n- name: x\n  source: carrier-pigeon\n")
+    cfg.write_text(
+        "apiVersion: ksched.io/v1alpha1\nkind: KschedConfiguration\nmetrics:\n- name: x\n  source: carrier-pigeon\n"
+    )
     assert main(["simulate", str(EXAMPLES / "cluster.yaml"), "--config", str(cfg)]) == 2
-    assert "metrics[0].source: 'carrier-pigeon' is not allowed (allowed: prometheus, annotation)" in capsys.readouterr().err
+    assert (
+        "metrics[0].source: 'carrier-pigeon' is not allowed (allowed: prometheus, annotation)"
+        in capsys.readouterr().err
+    )
 
 
 def test_50mb_cluster_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
