@@ -124,33 +124,30 @@ def _containers(pod: str, s: Obj, field: str) -> list[Obj]:
     return raw
 
 
-def effective_requests(pod: Obj, *, nonzero_defaults: bool = False) -> dict[str, Fraction]:
-    """Upstream ``resourcehelper.PodRequests``.
+@dataclass(frozen=True)
+class PodRequests:
+    """A pod's effective request in the engine's units (zero entries dropped), and
+    the cpu and memory it counts as for scoring (upstream ``NonZeroRequested``)."""
 
-    With ``nonzero_defaults``, containers missing a cpu or memory request
-    count as 100m / 200Mi (upstream ``NonMissingContainerRequests``, used for scoring).
-    """
-    key = pod_key(pod)
-    s = spec(pod)
+    requests: dict[str, int]
+    nonzero_cpu: int
+    nonzero_memory: int
 
-    def container_requests(c: Obj, field: str) -> dict[str, Fraction]:
-        resources = c.get("resources") or {}
-        if not isinstance(resources, dict):
-            raise MalformedObjectError(key, f"{field}.resources", "must be a mapping")
-        reqs = _resource_list(key, f"{field}.resources.requests", resources.get("requests"))
-        if nonzero_defaults:
-            reqs.setdefault("cpu", Fraction(DEFAULT_MILLI_CPU_REQUEST, 1000))
-            reqs.setdefault("memory", Fraction(DEFAULT_MEMORY_REQUEST))
-        return reqs
 
+def _total(
+    containers: list[dict[str, Fraction]],
+    init_containers: list[tuple[bool, dict[str, Fraction]]],
+    pod_level: dict[str, Fraction],
+    overhead: dict[str, Fraction],
+) -> dict[str, Fraction]:
+    """Upstream ``resourcehelper.PodRequests`` over already-parsed container requests."""
     total: dict[str, Fraction] = {}
-    for i, c in enumerate(_containers(key, s, "containers")):
-        _add(total, container_requests(c, f"spec.containers[{i}]"))
+    for reqs in containers:
+        _add(total, reqs)
     restartable: dict[str, Fraction] = {}
     init_max: dict[str, Fraction] = {}
-    for i, c in enumerate(_containers(key, s, "initContainers")):
-        reqs = container_requests(c, f"spec.initContainers[{i}]")
-        if c.get("restartPolicy") == "Always":
+    for is_sidecar, reqs in init_containers:
+        if is_sidecar:
             _add(total, reqs)
             _add(restartable, reqs)
             step = dict(restartable)
@@ -159,32 +156,65 @@ def effective_requests(pod: Obj, *, nonzero_defaults: bool = False) -> dict[str,
             _add(step, restartable)
         _max(init_max, step)
     _max(total, init_max)
-    pod_level = s.get("resources")
-    if isinstance(pod_level, dict):
-        level = _resource_list(key, "spec.resources.requests", pod_level.get("requests"))
-        for r in POD_LEVEL_RESOURCES:
-            if r in level:
-                total[r] = level[r]
-    _add(total, _resource_list(key, "spec.overhead", s.get("overhead")))
+    for r in POD_LEVEL_RESOURCES:
+        if r in pod_level:
+            total[r] = pod_level[r]
+    _add(total, overhead)
     return total
 
 
-def canonical_requests(pod: Obj) -> dict[str, int]:
-    """Effective requests in the engine's units; zero entries dropped."""
-    out = {}
-    for r, q in effective_requests(pod).items():
+def _with_nonzero_defaults(reqs: dict[str, Fraction]) -> dict[str, Fraction]:
+    """Upstream ``NonMissingContainerRequests``: a missing cpu or memory request counts as 100m / 200Mi."""
+    return {
+        "cpu": Fraction(DEFAULT_MILLI_CPU_REQUEST, 1000),
+        "memory": Fraction(DEFAULT_MEMORY_REQUEST),
+        **reqs,
+    }
+
+
+def pod_requests(pod: Obj) -> PodRequests:
+    """Parse the pod's requests once and total them with and without the non-zero defaults."""
+    key = pod_key(pod)
+    s = spec(pod)
+
+    def container_requests(c: Obj, field: str) -> dict[str, Fraction]:
+        resources = c.get("resources") or {}
+        if not isinstance(resources, dict):
+            raise MalformedObjectError(key, f"{field}.resources", "must be a mapping")
+        return _resource_list(key, f"{field}.resources.requests", resources.get("requests"))
+
+    containers = [
+        container_requests(c, f"spec.containers[{i}]")
+        for i, c in enumerate(_containers(key, s, "containers"))
+    ]
+    init_containers = [
+        (c.get("restartPolicy") == "Always", container_requests(c, f"spec.initContainers[{i}]"))
+        for i, c in enumerate(_containers(key, s, "initContainers"))
+    ]
+    pod_level_raw = s.get("resources")
+    pod_level = (
+        _resource_list(key, "spec.resources.requests", pod_level_raw.get("requests"))
+        if isinstance(pod_level_raw, dict)
+        else {}
+    )
+    overhead = _resource_list(key, "spec.overhead", s.get("overhead"))
+    requests = {}
+    for r, q in _total(containers, init_containers, pod_level, overhead).items():
         v = canonical(r, q)
         if v < 0:
-            raise MalformedObjectError(pod_key(pod), f"requests.{r}", "must not be negative")
+            raise MalformedObjectError(key, f"requests.{r}", "must not be negative")
         if v:
-            out[r] = v
-    return out
-
-
-def nonzero_cpu_memory(pod: Obj) -> tuple[int, int]:
-    reqs = effective_requests(pod, nonzero_defaults=True)
-    return canonical("cpu", reqs.get("cpu", Fraction(0))), canonical(
-        "memory", reqs.get("memory", Fraction(0))
+            requests[r] = v
+    nonzero = _total(
+        [_with_nonzero_defaults(c) for c in containers],
+        [(sidecar, _with_nonzero_defaults(c)) for sidecar, c in init_containers],
+        pod_level,
+        overhead,
+    )
+    return PodRequests(
+        requests,
+        canonical("cpu", nonzero.get("cpu", Fraction(0))),
+        canonical("memory", nonzero.get("memory", Fraction(0))),
     )
 
 
@@ -356,13 +386,13 @@ def priority(pod: Obj) -> int:
 
 def requirements(pod: Obj) -> PodRequirements:
     """Everything the engine needs of one pending pod."""
-    cpu, memory = nonzero_cpu_memory(pod)
+    reqs = pod_requests(pod)
     return PodRequirements(
         key=pod_key(pod),
         priority=priority(pod),
-        requests=canonical_requests(pod),
-        nonzero_cpu=cpu,
-        nonzero_memory=memory,
+        requests=reqs.requests,
+        nonzero_cpu=reqs.nonzero_cpu,
+        nonzero_memory=reqs.nonzero_memory,
         host_ports=host_ports(pod),
         constraints=node_constraints(pod),
     )

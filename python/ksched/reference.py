@@ -23,10 +23,9 @@ from ksched.pods import (
     PodRequirements,
     Requirement,
     Term,
-    canonical_requests,
     host_ports,
-    nonzero_cpu_memory,
     parse_int64,
+    pod_requests,
     prefilter_node_names,
     requirements,
 )
@@ -108,15 +107,14 @@ def make_nodes(nodes: list[Obj], existing: list[Obj]) -> dict[str, RefNode]:
             continue
         node.pods += 1
         try:
-            reqs = canonical_requests(p)
-            cpu, mem = nonzero_cpu_memory(p)
+            reqs = pod_requests(p)
             ports = host_ports(p)
         except MalformedObjectError:
             continue
-        for r, v in reqs.items():
+        for r, v in reqs.requests.items():
             node.requested[r] = node.requested.get(r, 0) + v
-        node.nonzero[0] += cpu
-        node.nonzero[1] += mem
+        node.nonzero[0] += reqs.nonzero_cpu
+        node.nonzero[1] += reqs.nonzero_memory
         node.ports.extend((hp.protocol, hp.ip, hp.port) for hp in ports)
     return out
 

@@ -17,7 +17,7 @@ import numpy.typing as npt
 
 from ksched.errors import KschedError, MalformedObjectError, QuantityError
 from ksched.kube import Obj, StringId, is_terminal, meta, name, spec, stable_key
-from ksched.pods import canonical_requests, host_ports, nonzero_cpu_memory, parse_int64
+from ksched.pods import HostPort, PodRequests, host_ports, parse_int64, pod_requests
 from ksched.quantity import canonical, parse_quantity
 
 log = logging.getLogger(__name__)
@@ -150,40 +150,11 @@ def build_snapshot(nodes: list[Obj], pods: list[Obj]) -> Snapshot:
     for i, node in enumerate(nodes):
         res, allowed[i] = _node_resources(node, resources)
         per_node.append(res)
-    requested_rows: list[dict[int, int]] = [{} for _ in nodes]
-    nonzero = np.zeros((len(nodes), 2), dtype=np.int64)
-    pod_count = np.zeros(len(nodes), dtype=np.int64)
-    used_ports: list[list[tuple[int, int, int]]] = [[] for _ in nodes]
-    for pod in pods:
-        node_name = spec(pod).get("nodeName")
-        if not node_name or is_terminal(pod):
-            continue
-        at = index.get(str(node_name))
-        if at is None:
-            continue
-        pod_count[at] += 1
-        try:
-            reqs = canonical_requests(pod)
-            cpu, mem = nonzero_cpu_memory(pod)
-            ports = host_ports(pod)
-        except MalformedObjectError as err:
-            warnings.append(f"existing pod counted without requests: {err}")
-            continue
-        row = requested_rows[at]
-        for resource_name, v in reqs.items():
-            c = resources(resource_name)
-            row[c] = row.get(c, 0) + v
-        nonzero[at, 0] += cpu
-        nonzero[at, 1] += mem
-        used_ports[at].extend((PROTOCOLS[p.protocol], strings(p.ip), p.port) for p in ports)
     columns = len(resources)
     alloc = np.zeros((len(nodes), columns), dtype=np.int64)
-    requested = np.zeros((len(nodes), columns), dtype=np.int64)
     for i, res in enumerate(per_node):
         for c, v in res.items():
             alloc[i, c] = v
-        for c, v in requested_rows[i].items():
-            requested[i, c] = v
 
     label_rows: list[list[int]] = []
     label_vals: list[int] = []
@@ -217,15 +188,12 @@ def build_snapshot(nodes: list[Obj], pods: list[Obj]) -> Snapshot:
         unschedulable[i] = bool(spec(node).get("unschedulable"))
     label_offsets, label_keys = _csr(label_rows)
     taint_offsets, taint_keys = _csr(taint_rows)
-    port_offsets = np.zeros(len(nodes) + 1, dtype=np.int64)
-    port_offsets[1:] = np.cumsum([len(p) for p in used_ports])
-    flat_ports = [p for row in used_ports for p in row]
     arrays: dict[str, npt.NDArray[np.generic]] = {
         "allocatable": alloc.reshape(-1),
-        "requested": requested.reshape(-1),
-        "nonzero_requested": nonzero.reshape(-1),
+        "requested": np.zeros(len(nodes) * columns, dtype=np.int64),
+        "nonzero_requested": np.zeros(len(nodes) * 2, dtype=np.int64),
         "allowed_pods": allowed,
-        "pod_count": pod_count,
+        "pod_count": np.zeros(len(nodes), dtype=np.int64),
         "unschedulable": unschedulable,
         "names": np.array([strings(n) for n in names], dtype=np.int32),
         "keys": np.array([stable_key(n) for n in names], dtype=np.uint64),
@@ -238,40 +206,43 @@ def build_snapshot(nodes: list[Obj], pods: list[Obj]) -> Snapshot:
         "taint_keys": taint_keys.astype(np.int32),
         "taint_values": np.array(taint_vals, dtype=np.int32),
         "taint_effects": np.array(taint_effects, dtype=np.uint8),
-        "port_offsets": port_offsets,
-        "port_protocols": np.array([p[0] for p in flat_ports], dtype=np.uint8),
-        "port_ips": np.array([p[1] for p in flat_ports], dtype=np.int32),
-        "port_ports": np.array([p[2] for p in flat_ports], dtype=np.int32),
+        "port_offsets": np.zeros(len(nodes) + 1, dtype=np.int64),
+        "port_protocols": np.zeros(0, dtype=np.uint8),
+        "port_ips": np.zeros(0, dtype=np.int32),
+        "port_ports": np.zeros(0, dtype=np.int32),
     }
     for w in warnings:
         log.warning("%s", w)
-    return Snapshot(names, nodes, strings, resources, arrays, warnings, index)
+    snapshot = Snapshot(names, nodes, strings, resources, arrays, warnings, index)
+    return apply_bound_pods(snapshot, pods)
 
 
 def apply_bound_pods(snapshot: Snapshot, pods: list[Obj]) -> Snapshot:
     """Count newly bound pods on their nodes, in place: O(pods), not O(nodes)."""
-    requests = []
+    requests: list[tuple[int, PodRequests, tuple[HostPort, ...]]] = []
     for pod in pods:
         i = snapshot.index.get(str(spec(pod).get("nodeName") or ""))
         if i is None or is_terminal(pod):
             continue
         try:
-            requests.append((i, canonical_requests(pod), nonzero_cpu_memory(pod), host_ports(pod)))
+            requests.append((i, pod_requests(pod), host_ports(pod)))
         except MalformedObjectError as err:
-            snapshot.warnings.append(f"bound pod counted without requests: {err}")
+            warning = f"bound pod counted without requests: {err}"
+            log.warning("%s", warning)
+            snapshot.warnings.append(warning)
             snapshot.arrays["pod_count"][i] += 1
-    snapshot.ensure_resources({r for _, reqs, _, _ in requests for r in reqs})
+    snapshot.ensure_resources({r for _, reqs, _ in requests for r in reqs.requests})
     r = len(snapshot.resources)
     requested = snapshot.arrays["requested"]
     nonzero = snapshot.arrays["nonzero_requested"]
     pod_count = snapshot.arrays["pod_count"]
     new_ports: dict[int, list[tuple[int, int, int]]] = {}
-    for i, reqs, (cpu, mem), ports in requests:
+    for i, reqs, ports in requests:
         pod_count[i] += 1
-        for name_, v in reqs.items():
-            requested[i * r + snapshot.resources(name_)] += v
-        nonzero[2 * i] += cpu
-        nonzero[2 * i + 1] += mem
+        for resource_name, v in reqs.requests.items():
+            requested[i * r + snapshot.resources(resource_name)] += v
+        nonzero[2 * i] += reqs.nonzero_cpu
+        nonzero[2 * i + 1] += reqs.nonzero_memory
         if ports:
             new_ports.setdefault(i, []).extend(
                 (PROTOCOLS[p.protocol], snapshot.strings(p.ip), p.port) for p in ports
