@@ -7,20 +7,20 @@ use crate::MAX_NODE_SCORE;
 
 pub const NAME: &str = "NodeResourcesBalancedAllocation";
 
-fn balance(values: &[(i64, i64)]) -> i64 {
-    // (requested, allocatable) per resource with non-zero allocatable.
-    let fractions = values.iter().map(|&(req, cap)| (req as f64 / cap as f64).min(1.0));
-    let n = values.len();
+/// Upstream `balancedResourceScore`: 100 × (1 − the standard deviation of the
+/// resource fractions), each fraction capped at 1. Summed in order, as upstream.
+fn balance(fractions: impl Iterator<Item = f64> + Clone) -> i64 {
+    let n = fractions.clone().count();
     let std = match n {
         0 | 1 => 0.0,
         2 => {
-            let f: Vec<f64> = fractions.collect();
-            ((f[0] - f[1]) / 2.0).abs()
+            let mut it = fractions;
+            let (a, b) = (it.next().unwrap_or(0.0), it.next().unwrap_or(0.0));
+            ((a - b) / 2.0).abs()
         }
         _ => {
-            let f: Vec<f64> = fractions.collect();
-            let mean = f.iter().sum::<f64>() / n as f64;
-            (f.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / n as f64).sqrt()
+            let mean = fractions.clone().sum::<f64>() / n as f64;
+            (fractions.map(|x| (x - mean) * (x - mean)).sum::<f64>() / n as f64).sqrt()
         }
     };
     ((1.0 - std) * MAX_NODE_SCORE as f64) as i64
@@ -35,41 +35,13 @@ pub fn applies(resources: &[usize], request: &[i64]) -> bool {
 /// Score of one node, 0..=100 (real requests, not the non-zero defaults).
 #[inline]
 pub fn score(resources: &[usize], allocatable: &[i64], requested: &[i64], request: &[i64]) -> i64 {
-    let mut with_pod = [(0i64, 0i64); 8];
-    let mut without_pod = [(0i64, 0i64); 8];
-    let mut with_vec = Vec::new();
-    let mut without_vec = Vec::new();
-    let mut n = 0;
-    for &r in resources {
-        if r >= FIRST_SCALAR && request[r] == 0 {
-            continue;
-        }
-        let cap = allocatable[r];
-        if cap == 0 {
-            continue;
-        }
-        let pair_with = (requested[r] + request[r], cap);
-        let pair_without = (requested[r], cap);
-        if n < with_pod.len() {
-            with_pod[n] = pair_with;
-            without_pod[n] = pair_without;
-        } else {
-            if n == with_pod.len() {
-                with_vec.extend_from_slice(&with_pod);
-                without_vec.extend_from_slice(&without_pod);
-            }
-            with_vec.push(pair_with);
-            without_vec.push(pair_without);
-        }
-        n += 1;
-    }
-    let (with, without) = if n <= with_pod.len() {
-        (&with_pod[..n], &without_pod[..n])
-    } else {
-        (&with_vec[..], &without_vec[..])
-    };
+    // Scalar resources the pod does not request, and resources the node lacks, are left out.
+    let scored = |r: &&usize| !(**r >= FIRST_SCALAR && request[**r] == 0) && allocatable[**r] != 0;
+    let fraction = |used: i64, r: usize| (used as f64 / allocatable[r] as f64).min(1.0);
+    let with_pod = resources.iter().filter(scored).map(|&r| fraction(requested[r] + request[r], r));
+    let without_pod = resources.iter().filter(scored).map(|&r| fraction(requested[r], r));
     let half = MAX_NODE_SCORE / 2;
-    half + (half + balance(with) - balance(without)) / 2
+    half + (half + balance(with_pod) - balance(without_pod)) / 2
 }
 
 #[cfg(test)]

@@ -43,31 +43,3 @@ pub fn metric(resources: usize, metric: usize, kind: u32) -> u32 {
 pub fn count(resources: usize, metrics: usize) -> usize {
     FIRST_INSUFFICIENT as usize + resources + metrics * PER_METRIC as usize
 }
-
-/// Filter plugins, in the order they run (upstream's order, then ksched's metrics).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u8)]
-pub enum Plugin {
-    None = 0,
-    NodeUnschedulable = 1,
-    NodeName = 2,
-    TaintToleration = 3,
-    NodeAffinity = 4,
-    NodePorts = 5,
-    NodeResourcesFit = 6,
-    Metric = 7,
-}
-
-/// The filter plugin a reason code belongs to.
-pub fn plugin_of(code: u32, resources: usize) -> Plugin {
-    match code {
-        FEASIBLE => Plugin::None,
-        NODE_UNSCHEDULABLE => Plugin::NodeUnschedulable,
-        NODE_NAME => Plugin::NodeName,
-        TAINT_TOLERATION => Plugin::TaintToleration,
-        NODE_AFFINITY | NODE_AFFINITY_PREFILTER => Plugin::NodeAffinity,
-        NODE_PORTS => Plugin::NodePorts,
-        c if c < FIRST_INSUFFICIENT + resources as u32 => Plugin::NodeResourcesFit,
-        _ => Plugin::Metric,
-    }
-}
