@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ksched.config import Config, MetricConfig
-from ksched.engine import Engine
+from ksched.engine import Engine, commit_placements
 from ksched.kube import Obj
 from ksched.snapshot import build_snapshot
 
@@ -243,14 +243,11 @@ def run_bench(
     started = time.perf_counter()
     for lo in range(0, pods, batch_size):
         t0 = time.perf_counter()
-        result = engine.schedule(snapshot, pending[lo : lo + batch_size], matrix)
+        batch = pending[lo : lo + batch_size]
+        result = engine.schedule(snapshot, batch, matrix)
+        placed += sum(1 for p in result.placements if p.node is not None)
         # Later batches see earlier placements, as in `ksched run`.
-        for p in result.placements:
-            if p.node is not None:
-                placed += 1
-        snapshot = _commit(
-            snapshot, node_objs, existing_objs, pending[lo : lo + batch_size], result.placements
-        )
+        snapshot = commit_placements(snapshot, batch, result.placements)
         latencies.append(time.perf_counter() - t0)
         engine_s += result.engine_seconds
         _progress(min(lo + batch_size, pods), pods, started)
@@ -271,16 +268,3 @@ def run_bench(
         reference_speedup=reference_speedup(seed) if with_reference else None,
         reference_workload=f"{REFERENCE_NODES} nodes x {REFERENCE_PODS} pods",
     )
-
-
-def _commit(snapshot: Any, nodes: list[Obj], existing: list[Obj], batch: list[Obj], placements: Any) -> Any:
-    """Count a batch's placements in the node table (what the informer's watch does in `run`)."""
-    by_key = {f"{p['metadata']['namespace']}/{p['metadata']['name']}": p for p in batch}
-    for pl in placements:
-        if pl.node is not None:
-            pod = by_key[pl.pod]
-            pod["spec"]["nodeName"] = pl.node
-            existing.append(pod)
-    from ksched.snapshot import apply_bound_pods
-
-    return apply_bound_pods(snapshot, [by_key[pl.pod] for pl in placements if pl.node is not None])

@@ -21,10 +21,10 @@ import numpy.typing as npt
 from ksched import _core
 from ksched.config import Config, MetricConfig, ProfileConfig
 from ksched.errors import KschedError, MalformedObjectError
-from ksched.kube import Obj, pod_key, stable_key
+from ksched.kube import Obj, pod_key, spec, stable_key
 from ksched.messages import AFFINITY_CONFLICT, ReasonNames, fit_error, prefilter_error
 from ksched.pods import NodeConstraints, PodRequirements, Term, prefilter_node_names, requirements
-from ksched.snapshot import EFFECTS, PROTOCOLS, Snapshot
+from ksched.snapshot import EFFECTS, PROTOCOLS, Snapshot, apply_bound_pods
 
 OPERATORS = {"In": 0, "NotIn": 1, "Exists": 2, "DoesNotExist": 3, "Gt": 4, "Lt": 5}
 TOLERATION_OPERATORS = {"Equal": 0, "Exists": 1}
@@ -42,7 +42,6 @@ class Placement:
     message: str | None
     feasible_nodes: int = 0
     attempted: bool = True
-    malformed: bool = False
 
     def as_json(self) -> dict[str, Any]:
         return {"pod": self.pod, "node": self.node, "score": self.score, "message": self.message}
@@ -279,9 +278,7 @@ class Engine:
         for _, pod, req in parsed:
             if isinstance(req, MalformedObjectError):
                 results.append(
-                    Placement(
-                        pod_key(pod), None, None, f"invalid pod: {req.field}: {req.problem}", malformed=True
-                    )
+                    Placement(pod_key(pod), None, None, f"invalid pod: {req.field}: {req.problem}")
                 )
                 continue
             prefilter = prefilter_node_names(req.constraints.required)
@@ -398,3 +395,14 @@ def _explanation(
             )
         )
     return Explanation(placement.pod, placement, rows, weights)
+
+
+def commit_placements(snapshot: Snapshot, pods: Sequence[Obj], placements: Sequence[Placement]) -> Snapshot:
+    """Count placed pods on their nodes, as the watch confirming the binds would (the pods are not modified)."""
+    by_key = {pod_key(p): p for p in pods}
+    bound = [
+        {**by_key[p.pod], "spec": {**spec(by_key[p.pod]), "nodeName": p.node}}
+        for p in placements
+        if p.node is not None
+    ]
+    return apply_bound_pods(snapshot, bound)

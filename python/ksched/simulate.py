@@ -20,9 +20,9 @@ import numpy.typing as npt
 import yaml
 
 from ksched.config import Config, MetricConfig
-from ksched.engine import BatchResult, Engine, Explanation
+from ksched.engine import BatchResult, Engine, Explanation, commit_placements
 from ksched.errors import ClusterFileError, KschedError
-from ksched.kube import Obj, meta, pod_key, scheduler_name, spec
+from ksched.kube import Obj, meta, scheduler_name, spec
 from ksched.snapshot import Snapshot, build_snapshot
 
 # A cluster file above this is refused before parsing: it would not fit the
@@ -145,7 +145,6 @@ def run_simulation(
     by_profile: dict[str, list[Obj]] = {}
     for pod in cluster.pending:
         by_profile.setdefault(scheduler_name(pod), []).append(pod)
-    placed: list[Obj] = list(cluster.existing)
     for profile in config.profiles:
         pods = by_profile.get(profile.scheduler_name, [])
         if not pods:
@@ -153,13 +152,7 @@ def run_simulation(
         engine = Engine(config, profile.scheduler_name, seed=seed)
         result = engine.schedule(snapshot, pods, values, explain=explain)
         results.append(result)
-        by_key = {pod_key(p): p for p in pods}
-        for p in result.placements:
-            if p.node is not None:
-                bound = dict(by_key[p.pod])
-                bound["spec"] = {**spec(bound), "nodeName": p.node}
-                placed.append(bound)
-        snapshot = build_snapshot(cluster.nodes, placed)
+        snapshot = commit_placements(snapshot, pods, result.placements)
     return results, snapshot
 
 

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from ksched.cluster import local
-from ksched.cluster.build import BuildError
+from ksched.cluster.build import BuildError, missing_binaries
 
 CLUSTER_NODES = 20
 
@@ -31,9 +31,7 @@ def exporter() -> Iterator[str]:
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory: pytest.TempPathFactory, exporter: str) -> Iterator[local.ClusterState]:
     os.environ.setdefault("KSCHED_CLUSTER_DIR", str(tmp_path_factory.mktemp("cluster")))
-    if shutil.which("go") is None and not all(
-        p.exists() for p in [local.ensure_built.__globals__["bin_dir"]() / c for c in ("kube-apiserver",)]
-    ):
+    if shutil.which("go") is None and missing_binaries():
         _unavailable("Go is not installed and no cached binaries exist")
     try:
         state = local.up(nodes=CLUSTER_NODES, zones=3, with_scheduler=True, prometheus_targets=exporter)

@@ -102,7 +102,7 @@ def test_prometheus_scrapes_the_exporter(cluster: local.ClusterState) -> None:
     def query() -> dict[str, float]:
         return {r["metric"]["node"]: float(r["value"][1]) for r in prom.custom_query("node_test_utilization")}
 
-    assert wait_for(lambda: query() == NODE_VALUES, timeout=30) is True or query() == NODE_VALUES
+    assert wait_for(lambda: query() == NODE_VALUES, timeout=30), f"Prometheus returned {query()}"
 
 
 def test_second_up_is_refused(cluster: local.ClusterState) -> None:

@@ -131,7 +131,6 @@ CASES: list[tuple[str, list[dict[str, Any]], dict[str, Any], str | None, str | N
         "g",
         None,
     ),
-    ("too many pods", [node("a", pods="1")], pod("p"), None, None),
     (
         "mixed reasons sorted as strings",
         [node("a", cpu="100m"), node("b", cpu="100m"), node("c", taints=[GPU_TAINT])]
@@ -153,13 +152,16 @@ def test_filter_cases(
     want_node: str | None,
     want_message: str | None,
 ) -> None:
-    existing = [pod("old", node_name="a")] if name == "too many pods" else []
-    [got] = schedule(nodes, [pending], existing)
+    [got] = schedule(nodes, [pending])
     assert got.node == want_node, f"{name}: want node {want_node}, got {got.node} ({got.message})"
-    if name == "too many pods":
-        assert got.message == "0/1 nodes are available: 1 Too many pods."
-    elif want_message is not None:
+    if want_message is not None:
         assert got.message == want_message
+
+
+def test_too_many_pods_counts_existing_pods() -> None:
+    [got] = schedule([node("a", pods="1")], [pod("p")], [pod("old", node_name="a")])
+    assert got.node is None
+    assert got.message == "0/1 nodes are available: 1 Too many pods."
 
 
 def test_host_port_conflict_with_existing_and_in_batch() -> None:

@@ -493,15 +493,15 @@ def down() -> str:
         return "no local cluster is running"
     stopped = []
     for name, pid in reversed(list(state.pids.items())):
-        binary = os.path.basename(name) if name != "prometheus" else "prometheus"
-        if not _alive(pid, binary):
+        # Components are recorded under their executable's name, so the name identifies the process.
+        if not _alive(pid, name):
             continue
         os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + STOP_TIMEOUT_S
-        while _alive(pid, binary) and time.monotonic() < deadline:
+        while _alive(pid, name) and time.monotonic() < deadline:
             _reap(pid)
             time.sleep(0.1)
-        if _alive(pid, binary):
+        if _alive(pid, name):
             os.kill(pid, signal.SIGKILL)
         _reap(pid)
         stopped.append(name)
