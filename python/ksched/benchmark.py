@@ -247,7 +247,7 @@ def run_bench(
         result = engine.schedule(snapshot, batch, matrix)
         placed += sum(1 for p in result.placements if p.node is not None)
         # Later batches see earlier placements, as in `ksched run`.
-        snapshot = commit_placements(snapshot, batch, result.placements)
+        snapshot = commit_placements(snapshot, result.placements)
         latencies.append(time.perf_counter() - t0)
         engine_s += result.engine_seconds
         _progress(min(lo + batch_size, pods), pods, started)

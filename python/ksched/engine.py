@@ -21,10 +21,10 @@ import numpy.typing as npt
 from ksched import _core
 from ksched.config import Config, MetricConfig, ProfileConfig
 from ksched.errors import KschedError, MalformedObjectError
-from ksched.kube import Obj, pod_key, spec, stable_key
+from ksched.kube import Obj, pod_key, stable_key
 from ksched.messages import AFFINITY_CONFLICT, ReasonNames, fit_error, prefilter_error
 from ksched.pods import NodeConstraints, PodRequirements, Term, prefilter_node_names, requirements
-from ksched.snapshot import EFFECTS, PROTOCOLS, Snapshot, apply_bound_pods
+from ksched.snapshot import EFFECTS, PROTOCOLS, Snapshot, add_usage
 
 OPERATORS = {"In": 0, "NotIn": 1, "Exists": 2, "DoesNotExist": 3, "Gt": 4, "Lt": 5}
 TOLERATION_OPERATORS = {"Equal": 0, "Exists": 1}
@@ -42,6 +42,8 @@ class Placement:
     message: str | None
     feasible_nodes: int = 0
     attempted: bool = True
+    # The parsed pod, so committing the placement needs no second parse.
+    requirements: PodRequirements | None = field(default=None, compare=False, repr=False)
 
     def as_json(self) -> dict[str, Any]:
         return {"pod": self.pod, "node": self.node, "score": self.score, "message": self.message}
@@ -336,7 +338,12 @@ class Engine:
             node = int(chosen[j])
             if node >= 0:
                 results[slot] = Placement(
-                    req.key, snapshot.node_names[node], float(out["scores"][j]), None, int(out["feasible"][j])
+                    req.key,
+                    snapshot.node_names[node],
+                    float(out["scores"][j]),
+                    None,
+                    int(out["feasible"][j]),
+                    requirements=req,
                 )
             elif node == _core.NOT_ATTEMPTED:
                 results[slot] = Placement(req.key, None, None, None, attempted=False)
@@ -397,12 +404,14 @@ def _explanation(
     return Explanation(placement.pod, placement, rows, weights)
 
 
-def commit_placements(snapshot: Snapshot, pods: Sequence[Obj], placements: Sequence[Placement]) -> Snapshot:
+def commit_placements(snapshot: Snapshot, placements: Sequence[Placement]) -> Snapshot:
     """Count placed pods on their nodes, as the watch confirming the binds would (the pods are not modified)."""
-    by_key = {pod_key(p): p for p in pods}
-    bound = [
-        {**by_key[p.pod], "spec": {**spec(by_key[p.pod]), "nodeName": p.node}}
-        for p in placements
-        if p.node is not None
-    ]
-    return apply_bound_pods(snapshot, bound)
+    index = snapshot.index
+    return add_usage(
+        snapshot,
+        [
+            (index[p.node], p.requirements, p.requirements.host_ports)
+            for p in placements
+            if p.node is not None and p.requirements is not None
+        ],
+    )

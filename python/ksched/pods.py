@@ -12,12 +12,11 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from fractions import Fraction
-from typing import Any
+from typing import Any, Protocol
 
 from ksched.errors import MalformedObjectError, QuantityError
 from ksched.kube import Obj, pod_key, spec
-from ksched.quantity import canonical, parse_quantity
+from ksched.quantity import NANO, Nano, canonical_nano, parse_nano
 
 # Upstream schedutil.DefaultMilliCPURequest / DefaultMemoryRequest: what a
 # container without a request counts as when scoring (never when filtering).
@@ -92,26 +91,26 @@ class PodRequirements:
     constraints: NodeConstraints
 
 
-def _resource_list(pod: str, field: str, raw: Any) -> dict[str, Fraction]:
+def _resource_list(pod: str, field: str, raw: Any) -> dict[str, Nano]:
     if raw is None:
         return {}
     if not isinstance(raw, dict):
         raise MalformedObjectError(pod, field, "must be a mapping of resource name to quantity")
-    out: dict[str, Fraction] = {}
+    out: dict[str, Nano] = {}
     for resource, q in raw.items():
         try:
-            out[str(resource)] = parse_quantity(q)
+            out[str(resource)] = parse_nano(q)
         except QuantityError as err:
             raise MalformedObjectError(pod, f"{field}.{resource}", str(err)) from None
     return out
 
 
-def _add(into: dict[str, Fraction], other: dict[str, Fraction]) -> None:
+def _add(into: dict[str, Nano], other: dict[str, Nano]) -> None:
     for k, v in other.items():
-        into[k] = into.get(k, Fraction(0)) + v
+        into[k] = into.get(k, 0) + v
 
 
-def _max(into: dict[str, Fraction], other: dict[str, Fraction]) -> None:
+def _max(into: dict[str, Nano], other: dict[str, Nano]) -> None:
     for k, v in other.items():
         if k not in into or v > into[k]:
             into[k] = v
@@ -122,6 +121,17 @@ def _containers(pod: str, s: Obj, field: str) -> list[Obj]:
     if not isinstance(raw, list) or not all(isinstance(c, dict) for c in raw):
         raise MalformedObjectError(pod, f"spec.{field}", "must be a list of containers")
     return raw
+
+
+class CountedRequests(Protocol):
+    """What a node counts of a pod placed on it: requests and the non-zero cpu/memory."""
+
+    @property
+    def requests(self) -> dict[str, int]: ...
+    @property
+    def nonzero_cpu(self) -> int: ...
+    @property
+    def nonzero_memory(self) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -135,17 +145,17 @@ class PodRequests:
 
 
 def _total(
-    containers: list[dict[str, Fraction]],
-    init_containers: list[tuple[bool, dict[str, Fraction]]],
-    pod_level: dict[str, Fraction],
-    overhead: dict[str, Fraction],
-) -> dict[str, Fraction]:
+    containers: list[dict[str, Nano]],
+    init_containers: list[tuple[bool, dict[str, Nano]]],
+    pod_level: dict[str, Nano],
+    overhead: dict[str, Nano],
+) -> dict[str, Nano]:
     """Upstream ``resourcehelper.PodRequests`` over already-parsed container requests."""
-    total: dict[str, Fraction] = {}
+    total: dict[str, Nano] = {}
     for reqs in containers:
         _add(total, reqs)
-    restartable: dict[str, Fraction] = {}
-    init_max: dict[str, Fraction] = {}
+    restartable: dict[str, Nano] = {}
+    init_max: dict[str, Nano] = {}
     for is_sidecar, reqs in init_containers:
         if is_sidecar:
             _add(total, reqs)
@@ -163,21 +173,23 @@ def _total(
     return total
 
 
-def _with_nonzero_defaults(reqs: dict[str, Fraction]) -> dict[str, Fraction]:
+_NONZERO_DEFAULTS: dict[str, Nano] = {
+    "cpu": DEFAULT_MILLI_CPU_REQUEST * (NANO // 1000),
+    "memory": DEFAULT_MEMORY_REQUEST * NANO,
+}
+
+
+def _with_nonzero_defaults(reqs: dict[str, Nano]) -> dict[str, Nano]:
     """Upstream ``NonMissingContainerRequests``: a missing cpu or memory request counts as 100m / 200Mi."""
-    return {
-        "cpu": Fraction(DEFAULT_MILLI_CPU_REQUEST, 1000),
-        "memory": Fraction(DEFAULT_MEMORY_REQUEST),
-        **reqs,
-    }
+    return {**_NONZERO_DEFAULTS, **reqs}
 
 
-def pod_requests(pod: Obj) -> PodRequests:
+def pod_requests(pod: Obj, key: str | None = None) -> PodRequests:
     """Parse the pod's requests once and total them with and without the non-zero defaults."""
-    key = pod_key(pod)
+    key = key or pod_key(pod)
     s = spec(pod)
 
-    def container_requests(c: Obj, field: str) -> dict[str, Fraction]:
+    def container_requests(c: Obj, field: str) -> dict[str, Nano]:
         resources = c.get("resources") or {}
         if not isinstance(resources, dict):
             raise MalformedObjectError(key, f"{field}.resources", "must be a mapping")
@@ -200,27 +212,34 @@ def pod_requests(pod: Obj) -> PodRequests:
     overhead = _resource_list(key, "spec.overhead", s.get("overhead"))
     requests = {}
     for r, q in _total(containers, init_containers, pod_level, overhead).items():
-        v = canonical(r, q)
+        v = canonical_nano(r, q)
         if v < 0:
             raise MalformedObjectError(key, f"requests.{r}", "must not be negative")
         if v:
             requests[r] = v
-    nonzero = _total(
-        [_with_nonzero_defaults(c) for c in containers],
-        [(sidecar, _with_nonzero_defaults(c)) for sidecar, c in init_containers],
-        pod_level,
-        overhead,
-    )
+    if init_containers or pod_level:
+        nonzero = _total(
+            [_with_nonzero_defaults(c) for c in containers],
+            [(sidecar, _with_nonzero_defaults(c)) for sidecar, c in init_containers],
+            pod_level,
+            overhead,
+        )
+    else:
+        # The same total for the common shape (plain containers, maybe overhead), without the copies.
+        nonzero = {
+            r: sum(c.get(r, default) for c in containers) + overhead.get(r, 0)
+            for r, default in _NONZERO_DEFAULTS.items()
+        }
     return PodRequests(
         requests,
-        canonical("cpu", nonzero.get("cpu", Fraction(0))),
-        canonical("memory", nonzero.get("memory", Fraction(0))),
+        canonical_nano("cpu", nonzero.get("cpu", 0)),
+        canonical_nano("memory", nonzero.get("memory", 0)),
     )
 
 
-def host_ports(pod: Obj) -> tuple[HostPort, ...]:
+def host_ports(pod: Obj, key: str | None = None) -> tuple[HostPort, ...]:
     """Host ports of the pod's containers (upstream ``GetHostPorts``)."""
-    key = pod_key(pod)
+    key = key or pod_key(pod)
     out = []
     for i, c in enumerate(_containers(key, spec(pod), "containers")):
         ports = c.get("ports") or []
@@ -246,8 +265,8 @@ def host_ports(pod: Obj) -> tuple[HostPort, ...]:
     return tuple(out)
 
 
-def tolerations(pod: Obj) -> tuple[Toleration, ...]:
-    key = pod_key(pod)
+def tolerations(pod: Obj, key: str | None = None) -> tuple[Toleration, ...]:
+    key = key or pod_key(pod)
     raw = spec(pod).get("tolerations") or []
     if not isinstance(raw, list):
         raise MalformedObjectError(key, "spec.tolerations", "must be a list")
@@ -325,8 +344,8 @@ def _term(pod: str, field: str, raw: Any) -> Term:
     )
 
 
-def node_constraints(pod: Obj) -> NodeConstraints:
-    key = pod_key(pod)
+def node_constraints(pod: Obj, key: str | None = None) -> NodeConstraints:
+    key = key or pod_key(pod)
     s = spec(pod)
     selector = s.get("nodeSelector") or {}
     if not isinstance(selector, dict) or not all(isinstance(v, str) for v in selector.values()):
@@ -368,7 +387,7 @@ def node_constraints(pod: Obj) -> NodeConstraints:
             preferred.append((weight, term))
     return NodeConstraints(
         node_name=str(s.get("nodeName") or ""),
-        tolerations=tolerations(pod),
+        tolerations=tolerations(pod, key),
         node_selector=node_selector,
         required=required,
         preferred=tuple(preferred),
@@ -386,15 +405,16 @@ def priority(pod: Obj) -> int:
 
 def requirements(pod: Obj) -> PodRequirements:
     """Everything the engine needs of one pending pod."""
-    reqs = pod_requests(pod)
+    key = pod_key(pod)
+    reqs = pod_requests(pod, key)
     return PodRequirements(
-        key=pod_key(pod),
+        key=key,
         priority=priority(pod),
         requests=reqs.requests,
         nonzero_cpu=reqs.nonzero_cpu,
         nonzero_memory=reqs.nonzero_memory,
-        host_ports=host_ports(pod),
-        constraints=node_constraints(pod),
+        host_ports=host_ports(pod, key),
+        constraints=node_constraints(pod, key),
     )
 
 

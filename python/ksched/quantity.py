@@ -86,3 +86,25 @@ def value(q: Fraction) -> int:
 def canonical(resource: str, q: Fraction) -> int:
     """A quantity in the engine's canonical unit: millicores for CPU, whole units otherwise."""
     return milli_value(q) if resource == "cpu" else value(q)
+
+
+# Pod requests are summed in nano-units: every quantity with at most nine
+# decimals (all real ones) is then a plain int, and int arithmetic is about
+# ten times faster than Fraction's; a finer one stays an exact Fraction.
+NANO = 10**9
+Nano = int | Fraction
+
+
+@functools.lru_cache(maxsize=4096)
+def parse_nano(text: str | int | float) -> Nano:
+    """A quantity in exact nano-units: an ``int`` whenever that is exact."""
+    q = parse_quantity(text) * NANO
+    return q.numerator if q.denominator == 1 else q
+
+
+def canonical_nano(resource: str, q: Nano) -> int:
+    """:func:`canonical` of a quantity given in nano-units."""
+    unit = NANO // 1000 if resource == "cpu" else NANO
+    if isinstance(q, int):
+        return -(-q // unit)
+    return math.ceil(q / unit)

@@ -152,7 +152,7 @@ def run_simulation(
         engine = Engine(config, profile.scheduler_name, seed=seed)
         result = engine.schedule(snapshot, pods, values, explain=explain)
         results.append(result)
-        snapshot = commit_placements(snapshot, pods, result.placements)
+        snapshot = commit_placements(snapshot, result.placements)
     return results, snapshot
 
 

@@ -10,6 +10,7 @@ engine never waits on an O(nodes) rebuild.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -17,7 +18,7 @@ import numpy.typing as npt
 
 from ksched.errors import KschedError, MalformedObjectError, QuantityError
 from ksched.kube import Obj, StringId, is_terminal, meta, name, spec, stable_key
-from ksched.pods import HostPort, PodRequests, host_ports, parse_int64, pod_requests
+from ksched.pods import CountedRequests, HostPort, PodRequests, host_ports, parse_int64, pod_requests
 from ksched.quantity import canonical, parse_quantity
 
 log = logging.getLogger(__name__)
@@ -219,25 +220,32 @@ def build_snapshot(nodes: list[Obj], pods: list[Obj]) -> Snapshot:
 
 def apply_bound_pods(snapshot: Snapshot, pods: list[Obj]) -> Snapshot:
     """Count newly bound pods on their nodes, in place: O(pods), not O(nodes)."""
-    requests: list[tuple[int, PodRequests, tuple[HostPort, ...]]] = []
+    usage: list[tuple[int, PodRequests, tuple[HostPort, ...]]] = []
     for pod in pods:
         i = snapshot.index.get(str(spec(pod).get("nodeName") or ""))
         if i is None or is_terminal(pod):
             continue
         try:
-            requests.append((i, pod_requests(pod), host_ports(pod)))
+            usage.append((i, pod_requests(pod), host_ports(pod)))
         except MalformedObjectError as err:
             warning = f"bound pod counted without requests: {err}"
             log.warning("%s", warning)
             snapshot.warnings.append(warning)
             snapshot.arrays["pod_count"][i] += 1
-    snapshot.ensure_resources({r for _, reqs, _ in requests for r in reqs.requests})
+    return add_usage(snapshot, usage)
+
+
+def add_usage(
+    snapshot: Snapshot, usage: Sequence[tuple[int, CountedRequests, tuple[HostPort, ...]]]
+) -> Snapshot:
+    """Count already-parsed pods (node index, requests, host ports) on their nodes, in place."""
+    snapshot.ensure_resources({r for _, reqs, _ in usage for r in reqs.requests})
     r = len(snapshot.resources)
     requested = snapshot.arrays["requested"]
     nonzero = snapshot.arrays["nonzero_requested"]
     pod_count = snapshot.arrays["pod_count"]
     new_ports: dict[int, list[tuple[int, int, int]]] = {}
-    for i, reqs, ports in requests:
+    for i, reqs, ports in usage:
         pod_count[i] += 1
         for resource_name, v in reqs.requests.items():
             requested[i * r + snapshot.resources(resource_name)] += v
