@@ -617,6 +617,9 @@ impl Engine<'_, '_> {
         let mut maxima_may_move = false;
         for &node in dirty {
             let node = node as usize;
+            if cache.codes[node] != FEASIBLE as u8 {
+                continue; // the class's own verdict: no placement changes it
+            }
             let old = sig.evals[node];
             let slot = &mut sig.reasons[node * w..(node + 1) * w];
             slot[..old.reasons as usize].iter().for_each(|&c| sig.histogram[c as usize] -= 1);
@@ -653,7 +656,7 @@ impl Engine<'_, '_> {
         for &node in dirty {
             let node = node as usize;
             let e = sig.evals[node];
-            if e.feasible {
+            if e.feasible && cache.codes[node] == FEASIBLE as u8 {
                 sig.totals[node] = self.total(&sig.base, node, e.fit as i64, e.balanced as i64);
             }
         }
