@@ -1,8 +1,9 @@
 """The ``ksched`` command line.
 
-Subcommands share one engine: ``simulate`` and ``explain`` schedule a
-cluster file offline, ``bench`` measures the engine in process, and
-``cluster`` runs a local real control plane for tests and demos.
+Subcommands share one engine: ``run`` schedules a live cluster,
+``simulate`` and ``explain`` schedule a cluster file offline, ``bench``
+measures the engine in process, and ``cluster`` runs a local real control
+plane for tests and demos.
 Exit codes: 0 success, 1 some pod was not placed (simulate) or a command
 failed, 2 bad input or configuration.
 """
@@ -20,6 +21,20 @@ from ksched.errors import KschedError
 EXIT_OK = 0
 EXIT_UNPLACED = 1
 EXIT_BAD_INPUT = 2
+
+
+def _run(args: argparse.Namespace) -> int:
+    from ksched.config import load_config
+    from ksched.run import run
+
+    config = load_config(args.config)
+    if args.no_leader_elect:
+        import dataclasses
+
+        config = dataclasses.replace(
+            config, leader_election=dataclasses.replace(config.leader_election, leader_elect=False)
+        )
+    return run(config, args.kubeconfig, args.address, args.identity)
 
 
 def _simulate(args: argparse.Namespace) -> int:
@@ -156,6 +171,21 @@ def parser() -> argparse.ArgumentParser:
     e.add_argument("--seed", type=int, default=0)
     e.add_argument("-o", "--output", choices=("table", "json"), default="table")
     e.set_defaults(func=_explain)
+
+    r = sub.add_parser(
+        "run",
+        help="schedule pods with schedulerName matching a profile on a live cluster",
+        description="In a pod it uses the service account; elsewhere --kubeconfig, $KUBECONFIG or "
+        "~/.kube/config. Example: ksched run --kubeconfig ~/.kube/config --address 127.0.0.1:10259",
+    )
+    r.add_argument("--config", help="KschedConfiguration file (default: one profile named ksched)")
+    r.add_argument("--kubeconfig")
+    r.add_argument("--address", default="0.0.0.0:10259", help="host:port for /healthz, /readyz and /metrics")
+    r.add_argument("--identity", help="leader-election identity (default: hostname_uuid)")
+    r.add_argument(
+        "--no-leader-elect", action="store_true", help="run without leader election (a single replica only)"
+    )
+    r.set_defaults(func=_run, verbose=True)
 
     b = sub.add_parser(
         "bench",

@@ -51,6 +51,8 @@ _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 MAX_SHAPE_SCORE = 10
 MAX_UTILIZATION = 100
 MAX_WEIGHT = 100
+# The client's leaderelection requires renewDeadline > 1.2 x retryPeriod (its jitter factor).
+LEADER_JITTER = 1.2
 
 
 @dataclass(frozen=True)
@@ -87,6 +89,32 @@ class ProfileConfig:
 class BatchConfig:
     max_size: int = 512
     max_wait_s: float = 0.05
+    # Concurrent binds (and their events): enough to keep a few hundred
+    # binds/s in flight at API-server round trips of tens of milliseconds.
+    bind_workers: int = 16
+
+
+@dataclass(frozen=True)
+class LeaderElectionConfig:
+    """Upstream ``leaderElection`` (component-base defaults: 15 s / 10 s / 2 s)."""
+
+    leader_elect: bool = True
+    lease_duration_s: float = 15.0
+    renew_deadline_s: float = 10.0
+    retry_period_s: float = 2.0
+    resource_name: str = "ksched"
+    resource_namespace: str = "kube-system"
+
+
+@dataclass(frozen=True)
+class ClientConnectionConfig:
+    """Client-side rate limit for writes (binds, events, status patches).
+
+    Upstream kube-scheduler defaults to 50 qps / 100 burst, which caps it near
+    50 binds/s; ksched batches, so its default allows ten times that."""
+
+    qps: float = 500.0
+    burst: int = 1000
 
 
 @dataclass(frozen=True)
@@ -94,6 +122,8 @@ class Config:
     profiles: tuple[ProfileConfig, ...] = (ProfileConfig(),)
     metrics: tuple[MetricConfig, ...] = ()
     batch: BatchConfig = BatchConfig()
+    leader_election: LeaderElectionConfig = LeaderElectionConfig()
+    client_connection: ClientConnectionConfig = ClientConnectionConfig()
 
     def profile(self, scheduler_name: str) -> ProfileConfig | None:
         for p in self.profiles:
@@ -325,7 +355,12 @@ def _metric(obj: Any, path: str) -> MetricConfig:
 
 def parse_config(obj: Obj) -> Config:
     """Validate a decoded configuration document."""
-    _keys(obj, "", ("apiVersion", "kind", "profiles", "metrics", "batch"), ("apiVersion", "kind"))
+    _keys(
+        obj,
+        "",
+        ("apiVersion", "kind", "profiles", "metrics", "batch", "leaderElection", "clientConnection"),
+        ("apiVersion", "kind"),
+    )
     _str(obj["apiVersion"], "apiVersion", (API_VERSION,))
     _str(obj["kind"], "kind", (KIND,))
     profiles = tuple(
@@ -340,12 +375,63 @@ def parse_config(obj: Obj) -> Config:
     )
     if len({m.name for m in metrics}) != len(metrics):
         raise ConfigError("metrics: duplicate metric name")
-    b = _keys(obj.get("batch") or {}, "batch", ("maxSize", "maxWait"))
+    b = _keys(obj.get("batch") or {}, "batch", ("maxSize", "maxWait", "bindWorkers"))
     batch = BatchConfig(
         max_size=_int(b.get("maxSize", 512), "batch.maxSize", 1, 100_000),
         max_wait_s=parse_duration(b.get("maxWait", 0.05), "batch.maxWait"),
+        bind_workers=_int(b.get("bindWorkers", 16), "batch.bindWorkers", 1, 256),
     )
-    return Config(profiles, metrics, batch)
+    return Config(
+        profiles,
+        metrics,
+        batch,
+        _leader_election(obj.get("leaderElection") or {}),
+        _client_connection(obj.get("clientConnection") or {}),
+    )
+
+
+def _leader_election(obj: Any) -> LeaderElectionConfig:
+    path = "leaderElection"
+    le = _keys(
+        obj,
+        path,
+        ("leaderElect", "leaseDuration", "renewDeadline", "retryPeriod", "resourceName", "resourceNamespace"),
+    )
+    default = LeaderElectionConfig()
+    leader_elect = le.get("leaderElect", default.leader_elect)
+    if not isinstance(leader_elect, bool):
+        raise ConfigError(f"{path}.leaderElect: {leader_elect!r} is not a boolean (allowed: true, false)")
+    out = LeaderElectionConfig(
+        leader_elect=leader_elect,
+        lease_duration_s=parse_duration(le.get("leaseDuration", "15s"), f"{path}.leaseDuration"),
+        renew_deadline_s=parse_duration(le.get("renewDeadline", "10s"), f"{path}.renewDeadline"),
+        retry_period_s=parse_duration(le.get("retryPeriod", "2s"), f"{path}.retryPeriod"),
+        resource_name=_str(le.get("resourceName", default.resource_name), f"{path}.resourceName"),
+        resource_namespace=_str(
+            le.get("resourceNamespace", default.resource_namespace), f"{path}.resourceNamespace"
+        ),
+    )
+    # Upstream's validation: the lease must outlast the renew deadline, which must outlast the retry period.
+    if not out.lease_duration_s > out.renew_deadline_s:
+        raise ConfigError(f"{path}.leaseDuration: must be greater than renewDeadline")
+    if out.lease_duration_s != int(out.lease_duration_s):
+        raise ConfigError(f"{path}.leaseDuration: must be whole seconds (a Lease stores seconds)")
+    # The client's leaderelection also wants whole-second periods and 20 % jitter room.
+    if out.retry_period_s < 1:
+        raise ConfigError(f"{path}.retryPeriod: must be at least 1s")
+    if not out.renew_deadline_s > LEADER_JITTER * out.retry_period_s:
+        raise ConfigError(f"{path}.renewDeadline: must be greater than {LEADER_JITTER} x retryPeriod")
+    return out
+
+
+def _client_connection(obj: Any) -> ClientConnectionConfig:
+    cc = _keys(obj, "clientConnection", ("qps", "burst"))
+    qps = _float(cc.get("qps", 500), "clientConnection.qps")
+    if not qps > 0:
+        raise ConfigError(f"clientConnection.qps: {qps!r} must be positive")
+    return ClientConnectionConfig(
+        qps=qps, burst=_int(cc.get("burst", 1000), "clientConnection.burst", 1, 1_000_000)
+    )
 
 
 def load_config(path: str | Path | None) -> Config:

@@ -58,3 +58,69 @@ def is_terminal(pod: Obj) -> bool:
 def stable_key(text: str) -> int:
     """A 64-bit key of a string that is the same in every process (for the seeded tie-break)."""
     return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
+
+
+def object_key(obj: Obj) -> str:
+    """``namespace/name`` for namespaced objects, ``name`` for cluster-scoped ones."""
+    m = meta(obj)
+    ns = m.get("namespace")
+    return f"{ns}/{m.get('name', '')}" if ns else str(m.get("name", ""))
+
+
+def _pick(obj: Any, keys: tuple[str, ...]) -> Obj:
+    return {k: obj[k] for k in keys if k in obj} if isinstance(obj, dict) else {}
+
+
+_POD_META = (
+    "name",
+    "namespace",
+    "uid",
+    "labels",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "ownerReferences",
+)
+_POD_SPEC = (
+    "nodeName",
+    "schedulerName",
+    "priority",
+    "priorityClassName",
+    "preemptionPolicy",
+    "overhead",
+    "resources",
+    "nodeSelector",
+    "affinity",
+    "tolerations",
+    "topologySpreadConstraints",
+    "schedulingGates",
+)
+_CONTAINER = ("name", "resources", "ports", "restartPolicy")
+_NODE_META = ("name", "uid", "labels", "annotations")
+
+
+def slim_pod(pod: Obj) -> Obj:
+    """The fields of a pod ksched reads; everything else (and resourceVersion) is dropped,
+    so an update that changes nothing ksched reads compares equal."""
+    s = pod.get("spec") or {}
+    spec = _pick(s, _POD_SPEC)
+    spec["containers"] = [_pick(c, _CONTAINER) for c in s.get("containers") or []]
+    if s.get("initContainers"):
+        spec["initContainers"] = [_pick(c, _CONTAINER) for c in s["initContainers"]]
+    status = pod.get("status") or {}
+    slim_status: Obj = {"phase": status.get("phase")}
+    scheduled = [c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"]
+    if scheduled:
+        slim_status["conditions"] = [_pick(scheduled[0], ("type", "status", "reason", "message"))]
+    if status.get("nominatedNodeName"):
+        slim_status["nominatedNodeName"] = status["nominatedNodeName"]
+    return {"metadata": _pick(pod.get("metadata"), _POD_META), "spec": spec, "status": slim_status}
+
+
+def slim_node(node: Obj) -> Obj:
+    """The fields of a node ksched reads: heartbeats and condition updates compare equal."""
+    status = node.get("status") or {}
+    return {
+        "metadata": _pick(node.get("metadata"), _NODE_META),
+        "spec": _pick(node.get("spec"), ("unschedulable", "taints")),
+        "status": {"allocatable": status.get("allocatable") or {}},
+    }

@@ -374,7 +374,14 @@ def _start(
         "kind": "Config",
         "current-context": "ksched-local",
         "clusters": [
-            {"name": "ksched-local", "cluster": {"server": state.apiserver, "insecure-skip-tls-verify": True}}
+            {
+                "name": "ksched-local",
+                # kube-apiserver writes its self-signed serving cert followed by the CA that signed it.
+                "cluster": {
+                    "server": state.apiserver,
+                    "certificate-authority": str(directory / "certs" / "apiserver.crt"),
+                },
+            }
         ],
         "users": [{"name": "admin", "user": {"token": state.token}}],
         "contexts": [

@@ -1,0 +1,173 @@
+"""Binder: posts bindings, Events and PodScheduled conditions on a thread pool.
+
+Every write goes through the client's rate limit (``clientConnection``). A
+bind answers with an :class:`Outcome` the cycle turns into queue moves:
+``bound``; ``conflict`` (409: already bound, or the name now belongs to a
+new pod); ``gone`` (404: deleted); ``error`` (5xx, 429, unreachable, other
+4xx: retried after backoff, never in a tight loop); ``not_leader`` (the lease
+was lost before the bind was sent: nothing is written). Events and the
+condition copy upstream's: ``Scheduled`` / "Successfully assigned ns/pod to
+node", and ``FailedScheduling`` with the engine's message plus
+``PodScheduled=False`` reason ``Unschedulable``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+from ksched.kube import Obj, meta
+from ksched.kubeclient import MERGE_PATCH, ApiUnavailableError, Kube, pod_path
+from ksched.telemetry import Telemetry
+
+log = logging.getLogger(__name__)
+
+COMPONENT = "ksched"
+HTTP_NOT_FOUND = 404
+HTTP_CONFLICT = 409
+
+
+class Outcome(enum.Enum):
+    BOUND = "bound"
+    CONFLICT = "conflict"
+    GONE = "gone"
+    ERROR = "error"
+    NOT_LEADER = "not_leader"
+
+
+def _now(micro: bool = False) -> str:
+    now = dt.datetime.now(dt.UTC)
+    return now.strftime("%Y-%m-%dT%H:%M:%S.%fZ" if micro else "%Y-%m-%dT%H:%M:%SZ")
+
+
+def scheduled_message(namespace: str, name: str, node: str) -> str:
+    """Upstream's Scheduled event note."""
+    return f"Successfully assigned {namespace}/{name} to {node}"
+
+
+class Binder:
+    def __init__(
+        self,
+        kube: Kube,
+        workers: int,
+        identity: str,
+        telemetry: Telemetry,
+        is_leader: Callable[[], bool],
+    ) -> None:
+        self.kube = kube
+        self.identity = identity
+        self.telemetry = telemetry
+        self.is_leader = is_leader
+        self._pool = ThreadPoolExecutor(workers, thread_name_prefix="bind")
+
+    def bind(self, pod: Obj, node: str, done: Callable[[Outcome], None]) -> None:
+        """Bind in the background; ``done`` is called from a pool thread."""
+        self._pool.submit(self._bind_and_report, pod, node, done)
+
+    def unschedulable(self, pod: Obj, message: str) -> None:
+        """Post FailedScheduling and set PodScheduled=False (in the background)."""
+        self._pool.submit(self._failed, pod, message)
+
+    def shutdown(self) -> None:
+        """Finish every bind already handed over, then stop."""
+        self._pool.shutdown(wait=True)
+
+    def _bind_and_report(self, pod: Obj, node: str, done: Callable[[Outcome], None]) -> None:
+        try:
+            outcome = self._bind(pod, node)
+        except Exception:  # a bug here must not lose the pod: report it as an error, retried
+            log.exception("binding %s/%s", meta(pod).get("namespace"), meta(pod).get("name"))
+            outcome = Outcome.ERROR
+        if outcome not in (Outcome.BOUND, Outcome.NOT_LEADER):
+            self.telemetry.binding_errors.labels(reason=outcome.value).inc()
+        done(outcome)
+
+    def _bind(self, pod: Obj, node: str) -> Outcome:
+        m = meta(pod)
+        ns, name, uid = str(m.get("namespace")), str(m.get("name")), m.get("uid")
+        # Checked again here: the lease may have been lost while the bind waited in the pool.
+        if not self.is_leader():
+            return Outcome.NOT_LEADER
+        body = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            # The uid makes the API server refuse a different pod that reused the name.
+            "metadata": {"name": name, "namespace": ns, "uid": uid},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+        try:
+            r = self.kube.request("POST", pod_path(ns, name, "binding"), body=body, rate_limited=True)
+        except ApiUnavailableError as err:
+            log.warning("bind %s/%s to %s: %s", ns, name, node, err)
+            return Outcome.ERROR
+        if r.ok:
+            self._event(pod, "Normal", "Scheduled", "Binding", scheduled_message(ns, name, node))
+            return Outcome.BOUND
+        if r.status == HTTP_CONFLICT:
+            return Outcome.CONFLICT
+        if r.status == HTTP_NOT_FOUND:
+            return Outcome.GONE
+        log.warning("bind %s/%s to %s: HTTP %d: %s", ns, name, node, r.status, r.data[:300])
+        return Outcome.ERROR
+
+    def _failed(self, pod: Obj, message: str) -> None:
+        try:
+            self._event(pod, "Warning", "FailedScheduling", "Scheduling", message)
+            self._condition(pod, message)
+        except Exception:
+            log.exception("reporting FailedScheduling")
+
+    def _event(self, pod: Obj, kind: str, reason: str, action: str, note: str) -> None:
+        m = meta(pod)
+        ns, name = str(m.get("namespace")), str(m.get("name"))
+        body = {
+            "apiVersion": "events.k8s.io/v1",
+            "kind": "Event",
+            # Upstream names events <object>.<unix nanoseconds in hex>.
+            "metadata": {"name": f"{name}.{time.time_ns():x}", "namespace": ns},
+            "eventTime": _now(micro=True),
+            "reportingController": COMPONENT,
+            "reportingInstance": self.identity,
+            "action": action,
+            "reason": reason,
+            "note": note[:1024],
+            "type": kind,
+            "regarding": {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "namespace": ns,
+                "name": name,
+                "uid": m.get("uid"),
+            },
+        }
+        try:
+            r = self.kube.request(
+                "POST", f"/apis/events.k8s.io/v1/namespaces/{ns}/events", body=body, rate_limited=True
+            )
+        except ApiUnavailableError as err:
+            log.warning("event %s for %s/%s: %s", reason, ns, name, err)
+            return
+        if not r.ok:
+            log.warning("event %s for %s/%s: HTTP %d: %s", reason, ns, name, r.status, r.data[:300])
+
+    def _condition(self, pod: Obj, message: str) -> None:
+        wanted = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}
+        current = ((pod.get("status") or {}).get("conditions") or [{}])[0]
+        if all(current.get(k) == v for k, v in wanted.items()):
+            return  # already says so: no write
+        m = meta(pod)
+        ns, name = str(m.get("namespace")), str(m.get("name"))
+        patch = {"status": {"conditions": [{**wanted, "lastProbeTime": None, "lastTransitionTime": _now()}]}}
+        try:
+            r = self.kube.request(
+                "PATCH", pod_path(ns, name, "status"), body=patch, content_type=MERGE_PATCH, rate_limited=True
+            )
+        except ApiUnavailableError as err:
+            log.warning("PodScheduled condition for %s/%s: %s", ns, name, err)
+            return
+        if not r.ok and r.status != HTTP_NOT_FOUND:
+            log.warning("PodScheduled condition for %s/%s: HTTP %d: %s", ns, name, r.status, r.data[:300])

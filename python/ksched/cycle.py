@@ -1,0 +1,148 @@
+"""The scheduling loop: one cycle, top to bottom (upstream's schedule_one.go).
+
+A cycle pops a batch from the queue, brings the cluster state up to date,
+calls the engine once per profile present in the batch, then for each pod
+either *assumes* it on its node and hands the bind to the binder, or
+reports it unschedulable (event + condition) and parks it until a cluster
+event may help. Binds finish on the binder's threads and report back here
+(:meth:`Scheduler._bound`). Only the leader runs cycles.
+
+The informer callbacks (:meth:`Scheduler.on_pod`, :meth:`Scheduler.on_node`)
+route watch events to the cluster state and the queue.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable
+
+from ksched.binder import Binder, Outcome
+from ksched.config import Config
+from ksched.engine import Engine, Placement
+from ksched.kube import Obj, is_terminal, meta, object_key, scheduler_name, spec
+from ksched.queue import QueuedPod, SchedulingQueue
+from ksched.state import ClusterState
+from ksched.telemetry import Telemetry
+
+log = logging.getLogger(__name__)
+
+# How long an idle loop waits for work before checking leadership and shutdown again.
+IDLE_WAIT_S = 0.5
+
+
+class Scheduler:
+    def __init__(
+        self,
+        config: Config,
+        state: ClusterState,
+        queue: SchedulingQueue,
+        binder: Binder,
+        telemetry: Telemetry,
+        is_leader: Callable[[], bool],
+        *,
+        seed: int = 0,
+    ) -> None:
+        self.config = config
+        self.state = state
+        self.queue = queue
+        self.binder = binder
+        self.telemetry = telemetry
+        self.is_leader = is_leader
+        self.engines = {
+            p.scheduler_name: Engine(config, p.scheduler_name, seed=seed) for p in config.profiles
+        }
+        self.bound = 0
+
+    # -- informer callbacks (informer threads) -------------------------
+
+    def on_pod(self, kind: str, pod: Obj, old: Obj | None) -> None:
+        self.state.on_pod(kind, pod, old)
+        key = object_key(pod)
+        bound = bool(spec(pod).get("nodeName"))
+        if kind == "DELETED" or bound or is_terminal(pod) or meta(pod).get("deletionTimestamp"):
+            self.queue.remove(key)
+            if kind == "DELETED" and bound:
+                self.queue.move_all("PodDelete")  # its node has room now
+            return
+        if scheduler_name(pod) in self.engines and not spec(pod).get("schedulingGates"):
+            self.queue.add(pod)
+
+    def on_node(self, kind: str, node: Obj, old: Obj | None) -> None:
+        self.state.on_node(kind, node, old)
+        if kind != "DELETED":
+            self.queue.move_all("NodeAdd" if old is None else "NodeUpdate")
+
+    # -- the loop (one thread) ----------------------------------------
+
+    def run(self, stop: threading.Event) -> None:
+        """Schedule until ``stop`` is set; waits while another replica leads."""
+        while not stop.is_set():
+            if not self.is_leader():
+                stop.wait(IDLE_WAIT_S)
+                continue
+            batch = self.queue.pop_batch(
+                self.config.batch.max_size, self.config.batch.max_wait_s, IDLE_WAIT_S
+            )
+            if batch:
+                self.cycle(batch)
+
+    def cycle(self, batch: list[QueuedPod]) -> None:
+        started = time.perf_counter()
+        self.state.sync()
+        if not self.is_leader():
+            for qp in batch:
+                self.queue.requeue(qp)
+            return
+        snapshot = self.state.snapshot()
+        values = self.state.metric_values()
+        by_profile: dict[str, list[QueuedPod]] = defaultdict(list)
+        for qp in batch:
+            by_profile[scheduler_name(qp.pod)].append(qp)
+        self.telemetry.batch_size.observe(len(batch))
+        for profile, pods in by_profile.items():
+            result = self.engines[profile].schedule(snapshot, [qp.pod for qp in pods], values)
+            self.telemetry.engine_duration.observe(result.engine_seconds)
+            elapsed = time.perf_counter() - started
+            by_key = {qp.key: qp for qp in pods}
+            for placement in result.placements:
+                self._place(by_key[placement.pod], placement, profile, elapsed)
+
+    def _place(self, qp: QueuedPod, placement: Placement, profile: str, elapsed: float) -> None:
+        if not placement.attempted:
+            self.queue.requeue(qp)
+            return
+        if placement.node is None or placement.requirements is None:
+            message = placement.message or "no node fits"
+            self.telemetry.schedule_attempts.labels(result="unschedulable", profile=profile).inc()
+            self.telemetry.attempt_duration.labels(result="unschedulable", profile=profile).observe(elapsed)
+            self.queue.done_unschedulable(qp, message)
+            self.binder.unschedulable(qp.pod, message)
+            return
+        req = placement.requirements
+        node = placement.node
+        self.state.assume(qp.key, qp.uid, node, req, req.host_ports)
+        self.telemetry.attempt_duration.labels(result="scheduled", profile=profile).observe(elapsed)
+        self.binder.bind(qp.pod, node, lambda outcome: self._bound(qp, node, profile, outcome))
+
+    # -- bind results (binder threads) ---------------------------------
+
+    def _bound(self, qp: QueuedPod, node: str, profile: str, outcome: Outcome) -> None:
+        if outcome is Outcome.BOUND:
+            self.bound += 1
+            self.telemetry.schedule_attempts.labels(result="scheduled", profile=profile).inc()
+            self.telemetry.sli_duration.labels(attempts=str(qp.attempts + 1)).observe(
+                self.queue.clock() - qp.added
+            )
+            self.queue.done_bound(qp)
+            return
+        self.state.forget(qp.key, qp.uid)
+        if outcome in (Outcome.CONFLICT, Outcome.GONE):
+            # Bound by someone else, or deleted: the watch tells the rest.
+            self.queue.done_bound(qp)
+            return
+        if outcome is Outcome.ERROR:
+            self.telemetry.schedule_attempts.labels(result="error", profile=profile).inc()
+        self.queue.done_error(qp)

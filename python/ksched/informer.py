@@ -1,0 +1,214 @@
+"""List+watch of one kind of object into a local store, parsed with orjson.
+
+Owns a store of slimmed objects (only the fields ksched reads) keyed by
+``namespace/name``, the resourceVersion (advanced by every event and by
+bookmarks), reconnects with jittered exponential backoff, and a relist on
+``410 GoneError`` whose differences from the store are delivered as ordinary
+events, so whoever consumes them ends up equal to the API server. It never
+builds generated model objects and never calls the handler with a lock held.
+
+Why not the client's ``watch.Watch``: with ``deserialize=False`` (the only
+mode that yields plain dicts) it never records the resourceVersion, so a
+watch that ends is resumed from the version it started at (replaying or
+failing with 410), and its ERROR branch reads a ``raw_object`` key that mode
+never sets. It also decodes with the standard ``json`` module: 2,000 pod
+watch events of 1.3 KB took 35-65 ms with ``json`` and 19-38 ms with orjson
+(three runs on the 2-core development VM).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+import urllib3
+
+from ksched.kube import Obj, object_key
+from ksched.kubeclient import ApiUnavailableError, Kube
+
+log = logging.getLogger(__name__)
+
+# A list is fetched in pages of this many objects (client-go's reflector uses 500).
+PAGE_SIZE = 500
+# The server ends each watch after this long; a new one resumes from the last version.
+WATCH_TIMEOUT_S = 300
+BACKOFF_INITIAL_S = 0.2
+BACKOFF_MAX_S = 30.0
+HTTP_GONE = 410
+
+Handler = Callable[[str, Obj, Obj | None], None]
+"""Called with (event type, object, previous object or None) for ADDED, MODIFIED and DELETED."""
+
+
+class GoneError(Exception):
+    """The resourceVersion is too old: relist."""
+
+
+class Backoff:
+    """Jittered exponential backoff (client-go's wait.Backoff shape)."""
+
+    def __init__(self, initial: float = BACKOFF_INITIAL_S, maximum: float = BACKOFF_MAX_S) -> None:
+        self.initial = initial
+        self.maximum = maximum
+        self.current = initial
+
+    def next(self) -> float:
+        delay = self.current * random.uniform(1.0, 1.5)
+        self.current = min(self.current * 2, self.maximum)
+        return min(delay, self.maximum)
+
+    def reset(self) -> None:
+        self.current = self.initial
+
+
+class Informer:
+    """Keeps ``store`` equal to the API server's objects at ``path``; see the module note."""
+
+    def __init__(
+        self,
+        kube: Kube,
+        path: str,
+        slim: Callable[[Obj], Obj],
+        handler: Handler,
+        *,
+        name: str,
+        field_selector: str | None = None,
+        watch_timeout_s: int = WATCH_TIMEOUT_S,
+    ) -> None:
+        self.kube = kube
+        self.path = path
+        self.slim = slim
+        self.handler = handler
+        self.name = name
+        self.field_selector = field_selector
+        self.watch_timeout_s = watch_timeout_s
+        self.store: dict[str, Obj] = {}
+        self.resource_version: str | None = None
+        self.synced = threading.Event()
+        self.relists = 0
+        self._stop = threading.Event()
+        self._response: urllib3.BaseHTTPResponse | None = None
+        self._thread = threading.Thread(target=self._run, name=f"informer-{name}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        response = self._response
+        if response is not None:
+            response.shutdown()
+        self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        backoff = Backoff()
+        while not self._stop.is_set():
+            try:
+                if self.resource_version is None:
+                    self._relist()
+                self._watch()
+                backoff.reset()
+            except GoneError:
+                log.info("%s: resourceVersion %s expired, relisting", self.name, self.resource_version)
+                self.resource_version = None
+            except (ApiUnavailableError, urllib3.exceptions.HTTPError, OSError, ValueError) as err:
+                if self._stop.is_set():
+                    break
+                delay = backoff.next()
+                log.warning("%s: %s; retrying in %.1fs", self.name, err, delay)
+                self._stop.wait(delay)
+
+    def _relist(self) -> None:
+        items: dict[str, Obj] = {}
+        cont: str | None = None
+        while True:
+            r = self.kube.request(
+                "GET",
+                self.path,
+                query={"limit": PAGE_SIZE, "continue": cont, "fieldSelector": self.field_selector},
+            )
+            if r.status == HTTP_GONE:
+                # The continue token expired mid-list: start the list again.
+                items, cont = {}, None
+                continue
+            if not r.ok:
+                raise ApiUnavailableError(f"list {self.path}: HTTP {r.status}: {r.data[:200]!r}")
+            body = r.json()
+            for obj in body.get("items") or []:
+                slim = self.slim(obj)
+                items[object_key(slim)] = slim
+            cont = (body.get("metadata") or {}).get("continue")
+            if not cont:
+                version = str(body["metadata"]["resourceVersion"])
+                break
+        old, self.store = self.store, items
+        for key, obj in items.items():
+            previous = old.get(key)
+            if previous is None:
+                self.handler("ADDED", obj, None)
+            elif previous != obj:
+                self.handler("MODIFIED", obj, previous)
+        for key, obj in old.items():
+            if key not in items:
+                self.handler("DELETED", obj, obj)
+        self.resource_version = version
+        self.relists += 1
+        self.synced.set()
+
+    def _watch(self) -> None:
+        query = {
+            "watch": True,
+            "resourceVersion": self.resource_version,
+            "allowWatchBookmarks": True,
+            "timeoutSeconds": self.watch_timeout_s,
+            "fieldSelector": self.field_selector,
+        }
+        # The read timeout covers a watch that went silent without closing.
+        response = self.kube.stream(self.path, query, timeout=self.watch_timeout_s + 30)
+        self._response = response
+        try:
+            if response.status == HTTP_GONE:
+                raise GoneError()
+            if response.status != 200:
+                raise ApiUnavailableError(f"watch {self.path}: HTTP {response.status}")
+            buffer = b""
+            for chunk in response.stream(65536):
+                buffer += chunk
+                *lines, buffer = buffer.split(b"\n")
+                for line in lines:
+                    if line.strip():
+                        self._event(orjson.loads(line))
+                if self._stop.is_set():
+                    return
+        finally:
+            self._response = None
+            response.release_conn()
+
+    def _event(self, event: dict[str, Any]) -> None:
+        kind = event.get("type")
+        obj = event.get("object") or {}
+        if kind == "ERROR":
+            if obj.get("code") == HTTP_GONE:
+                raise GoneError()
+            raise ApiUnavailableError(f"watch {self.path}: {obj.get('reason')}: {obj.get('message')}")
+        version = (obj.get("metadata") or {}).get("resourceVersion")
+        if kind == "BOOKMARK":
+            self.resource_version = version or self.resource_version
+            return
+        slim = self.slim(obj)
+        key = object_key(slim)
+        previous = self.store.get(key)
+        if kind == "DELETED":
+            self.store.pop(key, None)
+            self.handler("DELETED", slim, previous)
+        elif kind in ("ADDED", "MODIFIED"):
+            self.store[key] = slim
+            if previous is None:
+                self.handler("ADDED", slim, None)
+            elif previous != slim:
+                self.handler("MODIFIED", slim, previous)
+        self.resource_version = version or self.resource_version

@@ -1,0 +1,131 @@
+"""Leader election on a coordination.k8s.io/v1 Lease, through the client's ``leaderelection``.
+
+The library does the election (acquire, renew every retry period, give up
+after the renew deadline). Two things it lacks are added here: releasing the
+lease on shutdown (so a successor need not wait out the lease), and a check
+that is false *at once* when renewals stop succeeding, not only when the
+library notices: :meth:`Leadership.is_leader` also requires the last
+successful renewal to be younger than the renew deadline. Like
+kube-scheduler, a replica that loses the lease stops binding and exits (its
+Deployment restarts it as a follower with fresh caches).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from kubernetes.leaderelection import electionconfig, leaderelection
+from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
+
+from ksched.config import LeaderElectionConfig
+
+log = logging.getLogger(__name__)
+# The library logs every renewal at INFO; keep its warnings only.
+logging.getLogger("leaderelection").setLevel(logging.WARNING)
+
+
+class _ReleasableLeaseLock(LeaseLock):
+    """A LeaseLock that refuses to renew once released."""
+
+    released = False
+
+    def update(self, name: str, namespace: str, updated_record: Any) -> bool:
+        if self.released:
+            return False
+        return bool(super().update(name, namespace, updated_record))
+
+
+class Leadership:
+    def __init__(self, config: LeaderElectionConfig, identity: str, on_lost: Callable[[], None]) -> None:
+        self.config = config
+        self.identity = identity
+        self.on_lost = on_lost
+        self.leading = threading.Event()
+        self._elector: Any = None
+        self._lock: _ReleasableLeaseLock | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return self.config.leader_elect
+
+    def start(self) -> None:
+        if not self.enabled:
+            self.leading.set()
+            return
+        c = self.config
+        self._lock = _ReleasableLeaseLock(c.resource_name, c.resource_namespace, self.identity)
+        election = electionconfig.Config(
+            self._lock,
+            lease_duration=int(c.lease_duration_s),  # the Lease holds whole seconds
+            renew_deadline=c.renew_deadline_s,
+            retry_period=c.retry_period_s,
+            onstarted_leading=self._started,
+            onstopped_leading=self._stopped,
+        )
+        self._elector = leaderelection.LeaderElection(election)
+        self._thread = threading.Thread(target=self._elect, name="leader-election", daemon=True)
+        self._thread.start()
+
+    def is_leader(self) -> bool:
+        if not self.enabled:
+            return True
+        if not self.leading.is_set() or self._elector is None:
+            return False
+        renewed_ms = self._elector.observed_time_milliseconds
+        return bool(time.time() * 1000 - renewed_ms < self.config.renew_deadline_s * 1000)
+
+    def holder(self) -> str | None:
+        """The identity holding the lease as last observed (None: unknown or free)."""
+        if not self.enabled:
+            return self.identity
+        record = getattr(self._elector, "observed_record", None)
+        return getattr(record, "holder_identity", None) or None
+
+    def release(self) -> None:
+        """Stop renewing and hand the lease back (holder cleared, as client-go's ReleaseOnCancel)."""
+        if not self.enabled or self._lock is None:
+            return
+        was_leading = self.leading.is_set()
+        self._lock.released = True
+        self.leading.clear()
+        if not was_leading:
+            return
+        api = client.CoordinationV1Api()
+        c = self.config
+        try:
+            lease = api.read_namespaced_lease(c.resource_name, c.resource_namespace)
+            if lease.spec is None or lease.spec.holder_identity != self.identity:
+                return
+            lease.spec.holder_identity = None
+            lease.spec.lease_duration_seconds = 1
+            api.replace_namespaced_lease(c.resource_name, c.resource_namespace, lease)
+            log.info("released lease %s/%s", c.resource_namespace, c.resource_name)
+        except ApiException as err:
+            log.warning("could not release lease: %s", err)
+
+    def _elect(self) -> None:
+        try:
+            self._elector.run()
+        except Exception:
+            # An election that cannot run must not leave a replica silently idle.
+            log.exception("leader election failed")
+            self.leading.clear()
+            self.on_lost()
+
+    def _started(self) -> None:
+        log.info("%s became the leader", self.identity)
+        self.leading.set()
+
+    def _stopped(self) -> None:
+        self.leading.clear()
+        if self._lock is not None and self._lock.released:
+            return
+        log.error("leader election lost")
+        self.on_lost()

@@ -1,0 +1,153 @@
+"""``ksched run``: wire informers, state, queue, binder, leader election and the HTTP endpoint.
+
+Start-up order: configuration (a bad file stops here, with the key path),
+API connection, informers (nodes, then pods), HTTP endpoint, leader
+election; scheduling starts once the informers have synced and this replica
+leads. SIGTERM or SIGINT: stop taking work, finish the binds already handed
+to the binder, release the lease, stop the watches. Exit status 0 after a
+clean shutdown, 1 when the lease was lost (as kube-scheduler), 2 on bad
+configuration.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import socket
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+
+from ksched.binder import Binder
+from ksched.config import Config
+from ksched.cycle import Scheduler
+from ksched.informer import Informer
+from ksched.kube import slim_node, slim_pod
+from ksched.kubeclient import Kube, load_configuration
+from ksched.leader import Leadership
+from ksched.queue import SchedulingQueue
+from ksched.server import Check, HealthServer
+from ksched.state import ClusterState
+from ksched.telemetry import Telemetry
+
+log = logging.getLogger(__name__)
+
+# Connections beyond the bind workers: two watches, lists, events, the lease.
+EXTRA_CONNECTIONS = 8
+SYNC_LOG_EVERY_S = 10.0
+
+
+def default_identity() -> str:
+    """Upstream's lease identity: hostname plus a unique suffix."""
+    return f"{socket.gethostname()}_{uuid.uuid4()}"
+
+
+@dataclass
+class Running:
+    """A started ksched, for ``ksched run`` and for tests that run it in-process."""
+
+    config: Config
+    scheduler: Scheduler
+    queue: SchedulingQueue
+    state: ClusterState
+    binder: Binder
+    leadership: Leadership
+    informers: list[Informer]
+    server: HealthServer
+    stop: threading.Event = field(default_factory=threading.Event)
+    lost: threading.Event = field(default_factory=threading.Event)
+
+    def synced(self) -> bool:
+        return all(i.synced.is_set() for i in self.informers)
+
+    def checks(self) -> list[Check]:
+        out: list[Check] = []
+        unsynced = [i.name for i in self.informers if not i.synced.is_set()]
+        out.append(
+            ("informers", not unsynced, f"waiting for {', '.join(unsynced)}" if unsynced else "synced")
+        )
+        if self.leadership.enabled:
+            if self.leadership.is_leader():
+                out.append(("leader", True, "this replica leads"))
+            else:
+                holder = self.leadership.holder()
+                out.append(
+                    ("leader", holder is not None, f"following {holder}" if holder else "no leader yet")
+                )
+        return out
+
+    def serve(self) -> int:
+        """Schedule until stopped; then shut down cleanly. Returns the exit status."""
+        last_log = 0.0
+        while not self.synced() and not self.stop.is_set():
+            if time.monotonic() - last_log > SYNC_LOG_EVERY_S:
+                log.info("waiting for informers to sync")
+                last_log = time.monotonic()
+            self.stop.wait(0.1)
+        log.info(
+            "informers synced: %d nodes, %d pods", len(self.informers[0].store), len(self.informers[1].store)
+        )
+        self.scheduler.run(self.stop)
+        self.shutdown()
+        return 1 if self.lost.is_set() else 0
+
+    def shutdown(self) -> None:
+        self.queue.close()
+        self.binder.shutdown()
+        self.leadership.release()
+        for informer in self.informers:
+            informer.stop()
+        self.server.stop()
+        log.info("stopped; %d pods bound", self.scheduler.bound)
+
+
+def start(
+    config: Config, kubeconfig: str | None, address: str, identity: str | None = None, seed: int = 0
+) -> Running:
+    configuration = load_configuration(kubeconfig, config.batch.bind_workers + EXTRA_CONNECTIONS)
+    kube = Kube(configuration, config.client_connection.qps, config.client_connection.burst)
+    identity = identity or default_identity()
+    telemetry = Telemetry()
+    state = ClusterState(config.metrics)
+    queue = SchedulingQueue()
+    lost = threading.Event()
+    stop = threading.Event()
+
+    def on_lost() -> None:
+        lost.set()
+        stop.set()
+
+    leadership = Leadership(config.leader_election, identity, on_lost)
+    binder = Binder(kube, config.batch.bind_workers, identity, telemetry, leadership.is_leader)
+    scheduler = Scheduler(config, state, queue, binder, telemetry, leadership.is_leader, seed=seed)
+    informers = [
+        Informer(kube, "/api/v1/nodes", slim_node, scheduler.on_node, name="nodes"),
+        Informer(kube, "/api/v1/pods", slim_pod, scheduler.on_pod, name="pods"),
+    ]
+
+    def checks() -> list[Check]:
+        return running.checks()
+
+    server = HealthServer(address, telemetry.registry, checks)
+    running = Running(config, scheduler, queue, state, binder, leadership, informers, server, stop, lost)
+    telemetry.watch_queue(queue.counts)
+    telemetry.leader.set_function(lambda: float(leadership.is_leader()))
+    for informer in informers:
+        informer.start()
+    running.server.start()
+    leadership.start()
+    return running
+
+
+def run(config: Config, kubeconfig: str | None, address: str, identity: str | None = None) -> int:
+    running = start(config, kubeconfig, address, identity)
+    log.info("ksched %s serving on %s", running.leadership.identity, address)
+
+    def on_signal(signum: int, frame: object) -> None:
+        log.info("received %s: shutting down", signal.Signals(signum).name)
+        running.stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    return running.serve()

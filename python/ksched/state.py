@@ -1,0 +1,187 @@
+"""ClusterState: the node table and per-node usage, kept current from watch events.
+
+Informer threads and the binder only append to ``inbox``; the scheduling
+thread applies it (``sync``) at the start of each cycle, so the snapshot the
+engine reads is never written while the engine runs. Usage changes are
+applied to the snapshot in place (O(changes)); a node added, removed or
+changed in a field the engine reads, or a host-port pod leaving, rebuilds it
+(O(nodes + bound pods), rare: heartbeats never reach here, see
+:func:`ksched.kube.slim_node`).
+
+Pods bound by any scheduler count. Pods ksched binds count from the moment
+they are *assumed*; the watch confirms them, a failed bind forgets them; a
+pod is never counted twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ksched.config import MetricConfig
+from ksched.errors import MalformedObjectError
+from ksched.kube import Obj, is_terminal, meta, name, object_key, spec
+from ksched.pods import CountedRequests, HostPort, PodRequests, host_ports, pod_requests
+from ksched.simulate import metric_matrix
+from ksched.snapshot import Snapshot, add_usage, build_snapshot
+
+log = logging.getLogger(__name__)
+
+NO_REQUESTS = PodRequests({}, 0, 0)
+
+
+@dataclass
+class Usage:
+    """What one bound (or assumed) pod takes from its node."""
+
+    node: str
+    uid: str
+    requests: CountedRequests
+    ports: tuple[HostPort, ...]
+    assumed: bool
+
+
+def _usage_of(pod: Obj, assumed: bool) -> Usage:
+    key = object_key(pod)
+    try:
+        reqs, ports = pod_requests(pod, key), host_ports(pod, key)
+    except MalformedObjectError as err:
+        log.warning("bound pod counted without requests: %s", err)
+        reqs, ports = NO_REQUESTS, ()
+    return Usage(str(spec(pod).get("nodeName")), str(meta(pod).get("uid", "")), reqs, ports, assumed)
+
+
+class ClusterState:
+    def __init__(self, metrics: tuple[MetricConfig, ...] = ()) -> None:
+        self.metrics = metrics
+        self.inbox: deque[tuple[str, Any, Any]] = deque()
+        self.nodes: dict[str, Obj] = {}
+        self.usage: dict[str, Usage] = {}
+        self._snapshot: Snapshot | None = None
+        self._values: npt.NDArray[np.float64] | None = None
+        self._lock = threading.Lock()
+
+    # -- any thread ----------------------------------------------------
+
+    def on_node(self, kind: str, node: Obj, old: Obj | None) -> None:
+        self.inbox.append(("node", kind, node))
+
+    def on_pod(self, kind: str, pod: Obj, old: Obj | None) -> None:
+        self.inbox.append(("pod", kind, pod))
+
+    def forget(self, key: str, uid: str) -> None:
+        """A bind failed: stop counting the assumed pod (unless the watch has confirmed it)."""
+        self.inbox.append(("forget", key, uid))
+
+    # -- the scheduling thread -----------------------------------------
+
+    def sync(self) -> None:
+        """Apply everything queued in ``inbox``."""
+        while self.inbox:
+            what, a, b = self.inbox.popleft()
+            if what == "node":
+                self._node(a, b)
+            elif what == "pod":
+                self._pod(a, b)
+            else:
+                self._forget(a, b)
+
+    def assume(
+        self, key: str, uid: str, node: str, requests: CountedRequests, ports: tuple[HostPort, ...]
+    ) -> None:
+        """Count a pod on the node ksched is about to bind it to."""
+        if key in self.usage:
+            self._remove(key)
+        self._add(key, Usage(node, uid, requests, ports, assumed=True))
+
+    def snapshot(self) -> Snapshot:
+        """The current node table (rebuilt only when nodes changed)."""
+        if self._snapshot is None:
+            nodes = sorted(self.nodes.values(), key=name)
+            snap = build_snapshot(nodes, [])
+            index = snap.index
+            add_usage(
+                snap, [(index[u.node], u.requests, u.ports) for u in self.usage.values() if u.node in index]
+            )
+            self._snapshot = snap
+            self._values = None
+        return self._snapshot
+
+    def metric_values(self) -> npt.NDArray[np.float64]:
+        """Node x metric matrix for the current snapshot (annotation metrics; live sources in issue 5)."""
+        snap = self.snapshot()
+        if self._values is None:
+            self._values = metric_matrix(snap, self.metrics, None)
+        return self._values
+
+    def counted(self) -> dict[str, str]:
+        """Pod key -> node for every pod counted (bound or assumed)."""
+        return {k: u.node for k, u in self.usage.items()}
+
+    # -- internals -----------------------------------------------------
+
+    def _node(self, kind: str, node: Obj) -> None:
+        node_name = name(node)
+        if kind == "DELETED":
+            if self.nodes.pop(node_name, None) is not None:
+                self._snapshot = None
+        elif self.nodes.get(node_name) != node:
+            self.nodes[node_name] = node
+            self._snapshot = None
+
+    def _pod(self, kind: str, pod: Obj) -> None:
+        key = object_key(pod)
+        current = self.usage.get(key)
+        node = spec(pod).get("nodeName")
+        uid = str(meta(pod).get("uid", ""))
+        if kind == "DELETED" or is_terminal(pod):
+            if current is not None:
+                self._remove(key)
+            return
+        if not node:
+            # An update from before our bind landed says nothing about the assumed pod.
+            if current is not None and (not current.assumed or current.uid != uid):
+                self._remove(key)
+            return
+        if current is not None and current.node == node and current.uid == uid:
+            current.assumed = False  # the watch confirms the bind
+            return
+        if current is not None:
+            self._remove(key)
+        self._add(key, _usage_of(pod, assumed=False))
+
+    def _forget(self, key: str, uid: str) -> None:
+        current = self.usage.get(key)
+        if current is not None and current.assumed and current.uid == uid:
+            self._remove(key)
+
+    def _add(self, key: str, usage: Usage) -> None:
+        self.usage[key] = usage
+        snap = self._snapshot
+        if snap is not None:
+            i = snap.index.get(usage.node)
+            if i is not None:
+                add_usage(snap, [(i, usage.requests, usage.ports)])
+
+    def _remove(self, key: str) -> None:
+        usage = self.usage.pop(key)
+        snap = self._snapshot
+        if snap is None or usage.node not in snap.index:
+            return
+        if usage.ports:
+            self._snapshot = None  # port rows are rebuilt rather than edited
+            return
+        i = snap.index[usage.node]
+        r = len(snap.resources)
+        a = snap.arrays
+        a["pod_count"][i] -= 1
+        for resource, v in usage.requests.requests.items():
+            a["requested"][i * r + snap.resources(resource)] -= v
+        a["nonzero_requested"][2 * i] -= usage.requests.nonzero_cpu
+        a["nonzero_requested"][2 * i + 1] -= usage.requests.nonzero_memory

@@ -1,0 +1,71 @@
+"""Prometheus metrics, named after kube-scheduler's with a ``ksched_`` prefix.
+
+Owns one registry per process (so tests can build several schedulers); the
+HTTP server exposes it at ``/metrics``.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.utils import INF
+
+# Upstream's attempt-duration buckets: exponential from 1 ms, factor 2, 15 buckets.
+ATTEMPT_BUCKETS = (*(0.001 * 2**i for i in range(15)), INF)
+# Upstream's SLI buckets: exponential from 10 ms, factor 2, 20 buckets.
+SLI_BUCKETS = (*(0.01 * 2**i for i in range(20)), INF)
+BATCH_BUCKETS = (*(float(2**i) for i in range(14)), INF)
+QUEUES = ("active", "backoff", "unschedulable", "in_flight")
+
+
+class Telemetry:
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry()
+        self.schedule_attempts = Counter(
+            "ksched_schedule_attempts_total",
+            "Scheduling attempts by result (scheduled, unschedulable, error) and profile.",
+            ["result", "profile"],
+            registry=r,
+        )
+        self.attempt_duration = Histogram(
+            "ksched_scheduling_attempt_duration_seconds",
+            "Scheduling attempt latency (the batch's engine call and the pod's share of it).",
+            ["result", "profile"],
+            buckets=ATTEMPT_BUCKETS,
+            registry=r,
+        )
+        self.pending_pods = Gauge("ksched_pending_pods", "Pending pods by queue.", ["queue"], registry=r)
+        self.sli_duration = Histogram(
+            "ksched_pod_scheduling_sli_duration_seconds",
+            "From a pod entering the queue to its successful bind, by number of attempts.",
+            ["attempts"],
+            buckets=SLI_BUCKETS,
+            registry=r,
+        )
+        self.binding_errors = Counter(
+            "ksched_binding_errors_total",
+            "Failed binds by reason (conflict, not_found, error).",
+            ["reason"],
+            registry=r,
+        )
+        self.batch_size = Histogram(
+            "ksched_batch_size", "Pods per scheduling batch.", buckets=BATCH_BUCKETS, registry=r
+        )
+        self.engine_duration = Histogram(
+            "ksched_engine_duration_seconds",
+            "Time in the Rust engine per batch.",
+            buckets=ATTEMPT_BUCKETS,
+            registry=r,
+        )
+        self.leader = Gauge("ksched_leader", "1 while this replica holds the lease.", registry=r)
+
+    def watch_queue(self, counts: Callable[[], dict[str, int]]) -> None:
+        """Read the queue sizes at scrape time."""
+        for q in QUEUES:
+            self.pending_pods.labels(queue=q).set_function(functools.partial(_count, counts, q))
+
+
+def _count(counts: Callable[[], dict[str, int]], queue: str) -> float:
+    return float(counts().get(queue, 0))
