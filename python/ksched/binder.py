@@ -29,6 +29,11 @@ log = logging.getLogger(__name__)
 COMPONENT = "ksched"
 HTTP_NOT_FOUND = 404
 HTTP_CONFLICT = 409
+HTTP_SERVER_ERROR = 500
+# An event refused by an unavailable API server is retried a few times (upstream's
+# broadcaster retries too), so a short outage does not lose Scheduled events.
+EVENT_TRIES = 3
+EVENT_RETRY_S = 1.0
 
 
 class Outcome(enum.Enum):
@@ -144,12 +149,20 @@ class Binder:
                 "uid": m.get("uid"),
             },
         }
-        try:
-            r = self.kube.request(
-                "POST", f"/apis/events.k8s.io/v1/namespaces/{ns}/events", body=body, rate_limited=True
-            )
-        except ApiUnavailableError as err:
-            log.warning("event %s for %s/%s: %s", reason, ns, name, err)
+        path = f"/apis/events.k8s.io/v1/namespaces/{ns}/events"
+        for attempt in range(EVENT_TRIES):
+            if attempt:
+                time.sleep(EVENT_RETRY_S * attempt)
+            try:
+                r = self.kube.request("POST", path, body=body, rate_limited=True)
+            except ApiUnavailableError as err:
+                problem = str(err)
+                continue
+            if r.ok or r.status < HTTP_SERVER_ERROR:
+                break
+            problem = f"HTTP {r.status}: {r.data[:300]!r}"
+        else:
+            log.warning("event %s for %s/%s not recorded: %s", reason, ns, name, problem)
             return
         if not r.ok:
             log.warning("event %s for %s/%s: HTTP %d: %s", reason, ns, name, r.status, r.data[:300])

@@ -5,9 +5,11 @@ after the renew deadline). Two things it lacks are added here: releasing the
 lease on shutdown (so a successor need not wait out the lease), and a check
 that is false *at once* when renewals stop succeeding, not only when the
 library notices: :meth:`Leadership.is_leader` also requires the last
-successful renewal to be younger than the renew deadline. Like
-kube-scheduler, a replica that loses the lease stops binding and exits (its
-Deployment restarts it as a follower with fresh caches).
+successful renewal to be younger than the renew deadline. A replica that
+loses the lease stops binding at once and stands for election again as a
+follower. (kube-scheduler exits instead, to be restarted with fresh caches;
+ksched's caches are kept by informers that run whatever the leadership, so
+rejoining keeps them warm and spares a relist.)
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from kubernetes.leaderelection import electionconfig, leaderelection
@@ -31,14 +34,34 @@ logging.getLogger("leaderelection").setLevel(logging.WARNING)
 
 
 class _ReleasableLeaseLock(LeaseLock):
-    """A LeaseLock that refuses to renew once released."""
+    """A LeaseLock that refuses to renew once released, and that reports an
+    unreachable API server as a failed attempt: the library only expects
+    ApiException, and a refused connection would end its election thread."""
 
     released = False
+
+    def get(self, name: str, namespace: str) -> tuple[bool, Any]:
+        try:
+            return super().get(name, namespace)  # type: ignore[no-any-return]
+        except (urllib3.exceptions.HTTPError, OSError) as err:
+            log.warning("lease %s/%s: %s", namespace, name, err)
+            return False, err
+
+    def create(self, name: str, namespace: str, election_record: Any) -> bool:
+        try:
+            return bool(super().create(name, namespace, election_record))
+        except (urllib3.exceptions.HTTPError, OSError) as err:
+            log.warning("lease %s/%s: %s", namespace, name, err)
+            return False
 
     def update(self, name: str, namespace: str, updated_record: Any) -> bool:
         if self.released:
             return False
-        return bool(super().update(name, namespace, updated_record))
+        try:
+            return bool(super().update(name, namespace, updated_record))
+        except (urllib3.exceptions.HTTPError, OSError) as err:
+            log.warning("lease %s/%s: %s", namespace, name, err)
+            return False
 
 
 class Leadership:
@@ -46,6 +69,7 @@ class Leadership:
         self.config = config
         self.identity = identity
         self.on_lost = on_lost
+        self.terms = 0
         self.leading = threading.Event()
         self._elector: Any = None
         self._lock: _ReleasableLeaseLock | None = None
@@ -61,15 +85,6 @@ class Leadership:
             return
         c = self.config
         self._lock = _ReleasableLeaseLock(c.resource_name, c.resource_namespace, self.identity)
-        election = electionconfig.Config(
-            self._lock,
-            lease_duration=int(c.lease_duration_s),  # the Lease holds whole seconds
-            renew_deadline=c.renew_deadline_s,
-            retry_period=c.retry_period_s,
-            onstarted_leading=self._started,
-            onstopped_leading=self._stopped,
-        )
-        self._elector = leaderelection.LeaderElection(election)
         self._thread = threading.Thread(target=self._elect, name="leader-election", daemon=True)
         self._thread.start()
 
@@ -111,15 +126,28 @@ class Leadership:
             log.warning("could not release lease: %s", err)
 
     def _elect(self) -> None:
-        try:
-            self._elector.run()
-        except Exception:
-            # An election that cannot run must not leave a replica silently idle.
-            log.exception("leader election failed")
-            self.leading.clear()
-            self.on_lost()
+        """Stand for election until released; a lost term starts a new candidacy."""
+        c = self.config
+        assert self._lock is not None
+        while not self._lock.released:
+            election = electionconfig.Config(
+                self._lock,
+                lease_duration=int(c.lease_duration_s),  # the Lease holds whole seconds
+                renew_deadline=c.renew_deadline_s,
+                retry_period=c.retry_period_s,
+                onstarted_leading=self._started,
+                onstopped_leading=self._stopped,
+            )
+            self._elector = leaderelection.LeaderElection(election)
+            try:
+                self._elector.run()  # returns when a term ends
+            except Exception:
+                log.exception("leader election failed; standing again")
+                self.leading.clear()
+                time.sleep(c.retry_period_s)
 
     def _started(self) -> None:
+        self.terms += 1
         log.info("%s became the leader", self.identity)
         self.leading.set()
 
@@ -127,5 +155,5 @@ class Leadership:
         self.leading.clear()
         if self._lock is not None and self._lock.released:
             return
-        log.error("leader election lost")
+        log.error("lost the lease: binding stopped; standing for election again")
         self.on_lost()

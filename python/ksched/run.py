@@ -5,8 +5,7 @@ API connection, informers (nodes, then pods), HTTP endpoint, leader
 election; scheduling starts once the informers have synced and this replica
 leads. SIGTERM or SIGINT: stop taking work, finish the binds already handed
 to the binder, release the lease, stop the watches. Exit status 0 after a
-clean shutdown, 1 when the lease was lost (as kube-scheduler), 2 on bad
-configuration.
+clean shutdown, 2 on bad configuration.
 """
 
 from __future__ import annotations
@@ -56,7 +55,6 @@ class Running:
     informers: list[Informer]
     server: HealthServer
     stop: threading.Event = field(default_factory=threading.Event)
-    lost: threading.Event = field(default_factory=threading.Event)
 
     def synced(self) -> bool:
         return all(i.synced.is_set() for i in self.informers)
@@ -90,7 +88,7 @@ class Running:
         )
         self.scheduler.run(self.stop)
         self.shutdown()
-        return 1 if self.lost.is_set() else 0
+        return 0
 
     def shutdown(self) -> None:
         self.queue.close()
@@ -111,14 +109,8 @@ def start(
     telemetry = Telemetry()
     state = ClusterState(config.metrics)
     queue = SchedulingQueue()
-    lost = threading.Event()
     stop = threading.Event()
-
-    def on_lost() -> None:
-        lost.set()
-        stop.set()
-
-    leadership = Leadership(config.leader_election, identity, on_lost)
+    leadership = Leadership(config.leader_election, identity, on_lost=telemetry.lost_leases.inc)
     binder = Binder(kube, config.batch.bind_workers, identity, telemetry, leadership.is_leader)
     scheduler = Scheduler(config, state, queue, binder, telemetry, leadership.is_leader, seed=seed)
     informers = [
@@ -130,7 +122,7 @@ def start(
         return running.checks()
 
     server = HealthServer(address, telemetry.registry, checks)
-    running = Running(config, scheduler, queue, state, binder, leadership, informers, server, stop, lost)
+    running = Running(config, scheduler, queue, state, binder, leadership, informers, server, stop)
     telemetry.watch_queue(queue.counts)
     telemetry.leader.set_function(lambda: float(leadership.is_leader()))
     for informer in informers:

@@ -60,6 +60,7 @@ class Telemetry:
             registry=r,
         )
         self.leader = Gauge("ksched_leader", "1 while this replica holds the lease.", registry=r)
+        self.lost_leases = Counter("ksched_leader_lost_total", "Terms ended by a failed renewal.", registry=r)
 
     def watch_queue(self, counts: Callable[[], dict[str, int]]) -> None:
         """Read the queue sizes at scrape time."""

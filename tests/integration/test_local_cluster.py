@@ -83,6 +83,7 @@ def test_ksched_pod_stays_pending_without_ksched(cluster: local.ClusterState) ->
     assert kubectl(cluster, "create", "-f", "-", input_=pod("for-ksched", "ksched")).returncode == 0
     time.sleep(3)
     p = json.loads(kubectl(cluster, "get", "pod", "for-ksched", "-o", "json").stdout)
+    kubectl(cluster, "delete", "pod", "for-ksched", "--wait=false")  # later tests run ksched
     assert p["status"]["phase"] == "Pending"
     assert not p["spec"].get("nodeName")
 

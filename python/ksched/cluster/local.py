@@ -52,6 +52,8 @@ class ClusterState:
     token: str
     unprivileged_token: str = ""
     pids: dict[str, int] = field(default_factory=dict)
+    # Each component's command line, so `restart` can start it again exactly.
+    commands: dict[str, list[str]] = field(default_factory=dict)
     ports: dict[str, int] = field(default_factory=dict)
     nodes: int = 0
     prometheus: str | None = None
@@ -133,6 +135,7 @@ class _Launcher:
         )
         self.procs[name] = proc
         self.state.pids[name] = proc.pid
+        self.state.commands[name] = [exe, *args]
         _save(self.state)
 
     def check(self) -> None:
@@ -501,19 +504,54 @@ def down() -> str:
     stopped = []
     for name, pid in reversed(list(state.pids.items())):
         # Components are recorded under their executable's name, so the name identifies the process.
-        if not _alive(pid, name):
-            continue
-        os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + STOP_TIMEOUT_S
-        while _alive(pid, name) and time.monotonic() < deadline:
-            _reap(pid)
-            time.sleep(0.1)
-        if _alive(pid, name):
-            os.kill(pid, signal.SIGKILL)
-        _reap(pid)
-        stopped.append(name)
+        if _stop(name, pid):
+            stopped.append(name)
     shutil.rmtree(state.directory, ignore_errors=True)
     return f"stopped {', '.join(stopped) or 'nothing (already exited)'}; removed {state.directory}"
+
+
+def _stop(name: str, pid: int) -> bool:
+    """SIGTERM, then SIGKILL after STOP_TIMEOUT_S; False if it was not running."""
+    if not _alive(pid, name):
+        return False
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + STOP_TIMEOUT_S
+    while _alive(pid, name) and time.monotonic() < deadline:
+        _reap(pid)
+        time.sleep(0.1)
+    if _alive(pid, name):
+        os.kill(pid, signal.SIGKILL)
+    _reap(pid)
+    return True
+
+
+def restart(component: str) -> None:
+    """Stop one component and start it again with the same command line (for failure tests).
+
+    kube-apiserver is waited for until /readyz answers again."""
+    state = load_state()
+    if state is None or component not in state.commands:
+        raise ClusterError(f"no running local cluster with a {component!r} component")
+    _stop(component, state.pids[component])
+    directory = Path(state.directory)
+    log = open(directory / f"{component}.log", "ab")  # noqa: SIM115 - owned by the child process
+    proc = subprocess.Popen(
+        state.commands[component],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    state.pids[component] = proc.pid
+    _save(state)
+    if component == "kube-apiserver":
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while not _http_ok(f"{state.apiserver}/readyz", state.token):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise ClusterError(
+                    f"kube-apiserver did not come back:\n{_tail(directory / 'kube-apiserver.log')}"
+                )
+            time.sleep(0.25)
 
 
 def _reap(pid: int) -> None:

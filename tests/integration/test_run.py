@@ -1,0 +1,465 @@
+"""``ksched run`` against the real local control plane.
+
+Each test starts ksched as a subprocess (as it runs in production), creates
+pods through the API and judges only what the API server says afterwards:
+nodeNames, Events, the Lease.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from ksched.cluster import local
+from ksched.config import load_config
+from ksched.kube import object_key
+from ksched.kubeclient import ApiUnavailableError, Kube, load_configuration
+from ksched.pods import pod_requests
+from ksched.simulate import load_cluster, run_simulation
+
+pytestmark = pytest.mark.cluster
+
+Obj = dict[str, Any]
+# Short leases keep the failover test quick: 4 s lease, 3 s renew deadline, 1 s retry.
+FAST_LEASE = {"leaseDuration": "4s", "renewDeadline": "3s", "retryPeriod": "1s"}
+
+
+@pytest.fixture(scope="module")
+def kube(cluster: local.ClusterState) -> Kube:
+    return Kube(load_configuration(cluster.kubeconfig, 32))
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float, interval: float = 0.25) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(interval)
+
+
+def make_pod(name: str, namespace: str, cpu: str = "250m", memory: str = "256Mi", **spec: Any) -> Obj:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "labels": {"app": name.rsplit("-", 1)[0]}},
+        "spec": {
+            "schedulerName": "ksched",
+            "containers": [
+                {"name": "app", "image": "app", "resources": {"requests": {"cpu": cpu, "memory": memory}}}
+            ],
+            **spec,
+        },
+    }
+
+
+def create(kube: Kube, objs: list[Obj], tolerate_outage: bool = False) -> None:
+    def post(obj: Obj) -> None:
+        if obj["kind"] == "Node":
+            path = "/api/v1/nodes"
+        elif obj["kind"] == "Namespace":
+            path = "/api/v1/namespaces"
+        else:
+            path = f"/api/v1/namespaces/{obj['metadata']['namespace']}/{obj['kind'].lower()}s"
+        try:
+            r = kube.request("POST", path, body=obj)
+        except ApiUnavailableError:
+            if tolerate_outage:
+                return
+            raise
+        assert tolerate_outage or r.status in (200, 201, 409), r.data[:300]
+
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(post, objs))
+
+
+def ensure_namespace(kube: Kube, namespace: str) -> None:
+    create(kube, [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}])
+
+
+def pods_in(kube: Kube, namespace: str | None = None) -> list[Obj]:
+    path = f"/api/v1/namespaces/{namespace}/pods" if namespace else "/api/v1/pods"
+    items: list[Obj] = kube.request("GET", path).json()["items"]
+    return items
+
+
+def delete_pods(kube: Kube, namespace: str) -> None:
+    kube.request("DELETE", f"/api/v1/namespaces/{namespace}/pods", query={"gracePeriodSeconds": 0})
+    wait_for(lambda: not pods_in(kube, namespace), 60)
+
+
+def scheduled_events(kube: Kube, namespace: str) -> list[Obj]:
+    events = kube.request("GET", f"/apis/events.k8s.io/v1/namespaces/{namespace}/events").json()["items"]
+    return [e for e in events if e.get("reason") == "Scheduled"]
+
+
+def events_for(kube: Kube, namespace: str, name: str, reason: str) -> list[Obj]:
+    """The pod's events with this reason, oldest first."""
+    events = kube.request("GET", f"/apis/events.k8s.io/v1/namespaces/{namespace}/events").json()["items"]
+    mine = [e for e in events if e.get("reason") == reason and e["regarding"]["name"] == name]
+    return sorted(mine, key=lambda e: e.get("eventTime") or e["metadata"]["creationTimestamp"])
+
+
+def assert_no_node_overcommitted(kube: Kube) -> None:
+    nodes = {n["metadata"]["name"]: n for n in kube.request("GET", "/api/v1/nodes").json()["items"]}
+    used: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+    for p in pods_in(kube):
+        node = p["spec"].get("nodeName")
+        if not node or p["status"].get("phase") in ("Succeeded", "Failed"):
+            continue
+        used[node]["pods"] += 1
+        for resource, v in pod_requests(p).requests.items():
+            used[node][resource] += v
+    for node, counts in used.items():
+        alloc = nodes[node]["status"]["allocatable"]
+        assert counts["pods"] <= int(alloc["pods"]), f"{node}: {counts['pods']} pods"
+        assert counts["cpu"] <= int(float(alloc["cpu"]) * 1000), (
+            f"{node}: cpu {counts['cpu']}m over {alloc['cpu']}"
+        )
+        mem = pod_requests(
+            {"spec": {"containers": [{"resources": {"requests": {"memory": alloc["memory"]}}}]}}
+        )
+        assert counts["memory"] <= mem.requests["memory"], f"{node}: memory over-committed"
+
+
+@dataclass
+class Ksched:
+    proc: subprocess.Popen[bytes]
+    port: int
+    identity: str
+    log: Path
+
+    def get(self, path: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=2) as r:
+                return int(r.status), r.read().decode()
+        except urllib.error.HTTPError as err:
+            return int(err.code), err.read().decode()
+        except OSError:
+            return 0, ""
+
+    def leads(self) -> bool:
+        return "this replica leads" in self.get("/readyz")[1]
+
+    def metric(self, name: str) -> float:
+        total = 0.0
+        for line in self.get("/metrics")[1].splitlines():
+            if line.startswith(name) and not line.startswith("#"):
+                total += float(line.rsplit(" ", 1)[1])
+        return total
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")[-4000:]
+
+
+@contextlib.contextmanager
+def ksched(
+    cluster: local.ClusterState, tmp_path: Path, identity: str, lease: dict[str, str], **config: Any
+) -> Iterator[Ksched]:
+    cfg = {
+        "apiVersion": "ksched.io/v1alpha1",
+        "kind": "KschedConfiguration",
+        "leaderElection": {
+            "resourceName": "ksched-" + tmp_path.name[:40].lower().replace("_", "-").strip("-"),
+            **lease,
+        },
+        **config,
+    }
+    path = tmp_path / f"{identity}.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    port = local.free_port()
+    log = tmp_path / f"{identity}.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "ksched.cli", "run", "--config", str(path)),
+                *(
+                    "--kubeconfig",
+                    cluster.kubeconfig,
+                    "--address",
+                    f"127.0.0.1:{port}",
+                    "--identity",
+                    identity,
+                ),
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+    k = Ksched(proc, port, identity, log)
+    try:
+        assert wait_for(lambda: k.get("/healthz")[0] == 200 or proc.poll() is not None, 30), k.output()
+        assert proc.poll() is None, k.output()
+        yield k
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def test_2000_pods_on_200_nodes_all_bound_without_overcommit(
+    cluster: local.ClusterState, kube: Kube, tmp_path: Path
+) -> None:
+    ns = "run-bulk"
+    ensure_namespace(kube, ns)
+    existing = len(kube.request("GET", "/api/v1/nodes").json()["items"])
+    extra = [
+        n for n in local.fake_nodes(200, 3)["items"] if n["metadata"]["name"] >= f"kwok-node-{existing:05d}"
+    ]
+    create(kube, extra)
+    # About 80 % of the 200 nodes' cpu in all: everything fits, nodes fill unevenly.
+    sizes = [("100m", "128Mi"), ("250m", "256Mi"), ("500m", "512Mi"), ("1", "1Gi")]
+    pods = [make_pod(f"bulk-{i}", ns, *sizes[i % len(sizes)]) for i in range(2000)]
+    try:
+        with ksched(cluster, tmp_path, "bulk", {"leaderElect": False}) as k:
+            assert wait_for(lambda: k.get("/readyz")[0] == 200, 30), k.output()
+            started = time.monotonic()
+            create(kube, pods)
+            unbound = lambda: [p for p in pods_in(kube, ns) if not p["spec"].get("nodeName")]  # noqa: E731
+            assert wait_for(lambda: len(pods_in(kube, ns)) == 2000 and not unbound(), 180, 1.0), k.output()
+            print(f"\n2000 pods on 200 nodes bound {time.monotonic() - started:.1f} s after the first create")
+            assert_no_node_overcommitted(kube)
+            bound = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in pods_in(kube, ns)}
+
+            def one_event_each() -> bool:
+                return len(scheduled_events(kube, ns)) >= 2000
+
+            wait_for(one_event_each, 30, 1.0)
+            events = scheduled_events(kube, ns)
+            per_pod = collections.Counter(e["regarding"]["name"] for e in events)
+            assert set(per_pod) == set(bound) and set(per_pod.values()) == {1}, "one Scheduled event per pod"
+            for e in events:
+                name = e["regarding"]["name"]
+                assert e["note"] == f"Successfully assigned {ns}/{name} to {bound[name]}"
+                assert e["reportingController"] == "ksched" and e["type"] == "Normal"
+    finally:
+        delete_pods(kube, ns)
+        for n in extra:
+            kube.request("DELETE", f"/api/v1/nodes/{n['metadata']['name']}")
+
+
+def test_unschedulable_pod_gets_upstream_message_and_binds_when_a_node_fits(
+    cluster: local.ClusterState, kube: Kube, tmp_path: Path
+) -> None:
+    ns = "run-unsched"
+    ensure_namespace(kube, ns)
+    big = {"cpu": "48", "memory": "1Gi"}
+    mine = make_pod("big", ns, **big)
+    theirs = make_pod("big-upstream", ns, **big)
+    theirs["spec"]["schedulerName"] = "default-scheduler"
+    node = local.fake_nodes(1, 1)["items"][0]
+    node["metadata"]["name"] = node["metadata"]["labels"]["kubernetes.io/hostname"] = "kwok-big-node"
+    node["metadata"]["labels"]["ksched-test"] = "big"
+    node["status"]["allocatable"]["cpu"] = node["status"]["capacity"]["cpu"] = "64"
+    # Keep kube-scheduler's copy off the big node so only ksched's pod is tested there.
+    theirs["spec"]["affinity"] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "ksched-test", "operator": "DoesNotExist"}]}
+                ]
+            }
+        }
+    }
+    try:
+        with ksched(cluster, tmp_path, "unsched", {"leaderElect": False}) as k:
+            create(kube, [mine, theirs])
+            total = len(kube.request("GET", "/api/v1/nodes").json()["items"])
+            ours = wait_for(lambda: events_for(kube, ns, "big", "FailedScheduling"), 30)
+            assert ours, k.output()
+            assert ours[0]["note"] == f"0/{total} nodes are available: {total} Insufficient cpu."
+            upstream = wait_for(lambda: events_for(kube, ns, "big-upstream", "FailedScheduling"), 30)
+            # kube-scheduler appends its PostFilter results (DynamicResources, DefaultPreemption:
+            # "... no new claims to deallocate, preemption: ..."), plugins ksched does not run yet.
+            notes = [e["note"] for e in upstream]
+            assert any(n.startswith(ours[0]["note"] + " ") and "preemption:" in n for n in notes), notes
+            p = kube.request("GET", f"/api/v1/namespaces/{ns}/pods/big").json()
+            cond = p["status"]["conditions"][0]
+            assert (cond["type"], cond["status"], cond["reason"]) == (
+                "PodScheduled",
+                "False",
+                "Unschedulable",
+            )
+            assert cond["message"] == ours[0]["note"]
+
+            added = time.monotonic()
+            create(kube, [node])
+            bound = wait_for(
+                lambda: (
+                    kube.request("GET", f"/api/v1/namespaces/{ns}/pods/big").json()["spec"].get("nodeName")
+                ),
+                15,
+            )
+            waited = time.monotonic() - added
+            assert bound == "kwok-big-node", k.output()
+            assert waited <= 10.0, f"bound {waited:.1f} s after the node was added"
+    finally:
+        delete_pods(kube, ns)
+        kube.request("DELETE", "/api/v1/nodes/kwok-big-node")
+
+
+def test_pod_deleted_while_pending_causes_no_error_loop(
+    cluster: local.ClusterState, kube: Kube, tmp_path: Path
+) -> None:
+    ns = "run-deleted"
+    ensure_namespace(kube, ns)
+    try:
+        with ksched(cluster, tmp_path, "deleted", {"leaderElect": False}) as k:
+            create(kube, [make_pod("never-fits", ns, cpu="1000")])
+            assert wait_for(lambda: events_for(kube, ns, "never-fits", "FailedScheduling"), 30), k.output()
+            # Also a pod deleted at once, racing its own scheduling and bind.
+            create(kube, [make_pod("short-lived", ns)])
+            kube.request(
+                "DELETE", f"/api/v1/namespaces/{ns}/pods/short-lived", query={"gracePeriodSeconds": 0}
+            )
+            kube.request(
+                "DELETE", f"/api/v1/namespaces/{ns}/pods/never-fits", query={"gracePeriodSeconds": 0}
+            )
+            assert wait_for(lambda: k.metric("ksched_pending_pods") == 0, 10), "queue emptied"
+            attempts = k.metric("ksched_schedule_attempts_total")
+            time.sleep(3)
+            assert k.metric("ksched_schedule_attempts_total") == attempts, "no attempts after deletion"
+            assert k.metric('ksched_binding_errors_total{reason="error"}') == 0
+            assert k.proc.poll() is None
+    finally:
+        delete_pods(kube, ns)
+
+
+def test_apiserver_restart_mid_run(cluster: local.ClusterState, kube: Kube, tmp_path: Path) -> None:
+    ns = "run-restart"
+    ensure_namespace(kube, ns)
+    first = [make_pod(f"before-{i}", ns, "100m", "64Mi") for i in range(300)]
+    second = [make_pod(f"after-{i}", ns, "100m", "64Mi") for i in range(300)]
+    try:
+        with ksched(cluster, tmp_path, "restart", {}) as k:
+            assert wait_for(k.leads, 30), k.output()
+            creator = threading.Thread(target=create, args=(kube, first, True))
+            creator.start()
+            wait_for(lambda: any(p["spec"].get("nodeName") for p in pods_in(kube, ns)), 30)
+            local.restart("kube-apiserver")
+            creator.join()
+            create(kube, first + second)  # whatever the outage refused is created now (409 for the rest)
+            everything = {p["metadata"]["name"] for p in first + second}
+
+            def all_bound() -> bool:
+                pods = pods_in(kube, ns)
+                return {p["metadata"]["name"] for p in pods if p["spec"].get("nodeName")} == everything
+
+            assert wait_for(all_bound, 120, 1.0), k.output()
+            assert k.proc.poll() is None, "ksched kept running through the restart"
+            assert_no_node_overcommitted(kube)
+    finally:
+        delete_pods(kube, ns)
+
+
+def test_two_replicas_one_binds_and_the_other_takes_over(
+    cluster: local.ClusterState, kube: Kube, tmp_path: Path
+) -> None:
+    ns = "run-ha"
+    ensure_namespace(kube, ns)
+    lease_s = 4.0
+    try:
+        with ksched(cluster, tmp_path, "replica-a", FAST_LEASE) as a:
+            assert wait_for(a.leads, 30), a.output()
+            with ksched(cluster, tmp_path, "replica-b", FAST_LEASE) as b:
+                assert wait_for(lambda: b.get("/readyz")[0] == 200, 30), b.output()
+                assert not b.leads()
+                create(kube, [make_pod(f"first-{i}", ns, "100m", "64Mi") for i in range(200)])
+                assert wait_for(lambda: len(scheduled_events(kube, ns)) >= 200, 60, 0.5), a.output()
+                assert {e["reportingInstance"] for e in scheduled_events(kube, ns)} == {"replica-a"}
+
+                a.proc.kill()  # no chance to release the lease
+                killed = time.monotonic()
+                create(kube, [make_pod(f"second-{i}", ns, "100m", "64Mi") for i in range(200)])
+                assert wait_for(b.leads, 3 * lease_s), b.output()
+                takeover = time.monotonic() - killed
+                print(
+                    f"\nfollower took over {takeover:.1f} s after the leader was killed (lease {lease_s:.0f} s)"
+                )
+                # The follower must see the lease unrenewed for a full duration, observed at retry-period steps.
+                assert takeover <= lease_s + 2 * 1.0
+                assert wait_for(lambda: len(scheduled_events(kube, ns)) >= 400, 60, 0.5), b.output()
+                events = scheduled_events(kube, ns)
+                per_pod = collections.Counter(e["regarding"]["name"] for e in events)
+                assert len(per_pod) == 400 and set(per_pod.values()) == {1}, "no pod bound twice"
+                assert {
+                    e["reportingInstance"] for e in events if e["regarding"]["name"].startswith("second")
+                } == {"replica-b"}
+    finally:
+        delete_pods(kube, ns)
+
+
+def test_quiet_snapshot_placements_equal_simulate(
+    cluster: local.ClusterState, kube: Kube, tmp_path: Path
+) -> None:
+    ns = "run-quiet"
+    ensure_namespace(kube, ns)
+    zones = sorted(
+        {
+            n["metadata"]["labels"]["topology.kubernetes.io/zone"]
+            for n in kube.request("GET", "/api/v1/nodes").json()["items"]
+        }
+    )
+    pods = []
+    for i in range(150):
+        spec: Obj = {}
+        if i % 3 == 1:
+            spec["nodeSelector"] = {"topology.kubernetes.io/zone": zones[i % len(zones)]}
+        if i % 5 == 2:
+            spec["priorityClassName"] = "ksched-test-high"
+        pods.append(
+            make_pod(f"quiet-{i:03d}", ns, ["100m", "300m", "700m"][i % 3], ["64Mi", "300Mi"][i % 2], **spec)
+        )
+    high = {
+        "apiVersion": "scheduling.k8s.io/v1",
+        "kind": "PriorityClass",
+        "metadata": {"name": "ksched-test-high"},
+    }
+    r = kube.request("POST", "/apis/scheduling.k8s.io/v1/priorityclasses", body={**high, "value": 100})
+    assert r.status in (201, 409), r.data
+    try:
+        create(kube, pods)
+        nodes = kube.request("GET", "/api/v1/nodes").json()["items"]
+        # As `kubectl get nodes,pods -A -o json` prints them: items carry their kind.
+        items = [{"kind": "Node", **n} for n in nodes] + [{"kind": "Pod", **p} for p in pods_in(kube)]
+        dump = {"apiVersion": "v1", "kind": "List", "items": items}
+        cluster_file = tmp_path / "cluster.json"
+        cluster_file.write_text(json.dumps(dump))
+        config = load_config(None)
+        results, _ = run_simulation(load_cluster(str(cluster_file), {"ksched"}), config, None, 0)
+        want = {p.pod: p.node for r in results for p in r.placements}
+        assert len(want) == 150
+
+        with ksched(
+            cluster, tmp_path, "quiet", {"leaderElect": False}, batch={"maxSize": 1000, "maxWait": "1s"}
+        ) as k:
+
+            def placements() -> dict[str, str] | None:
+                got = {object_key(p): p["spec"].get("nodeName") for p in pods_in(kube, ns)}
+                return got if all(got.values()) else None
+
+            got = wait_for(placements, 60, 0.5)
+            assert got, k.output()
+        assert got == want
+    finally:
+        delete_pods(kube, ns)

@@ -1,0 +1,141 @@
+"""SchedulingQueue: order, backoff, unschedulable moves, drops. A fake clock, no sleeps."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from ksched.queue import MAX_BACKOFF_S, UNSCHEDULABLE_FLUSH_S, SchedulingQueue, backoff_s
+from tests.conftest import pod
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def queued(name: str, priority: int = 0, uid: str | None = None) -> dict[str, Any]:
+    p = pod(name, priority=priority)
+    p["metadata"]["uid"] = uid or f"uid-{name}"
+    return p
+
+
+def names(batch: list[Any]) -> list[str]:
+    return [qp.key.split("/")[1] for qp in batch]
+
+
+def pop(q: SchedulingQueue, size: int = 100) -> list[Any]:
+    return q.pop_batch(size, 0.0, timeout_s=0.0)
+
+
+def test_priority_then_arrival() -> None:
+    q = SchedulingQueue(Clock())
+    for name, prio in [("a", 0), ("b", 10), ("c", 0), ("d", 10), ("e", -5)]:
+        q.add(queued(name, prio))
+    assert names(pop(q, 3)) == ["b", "d", "a"]
+    assert names(pop(q)) == ["c", "e"]
+    assert pop(q) == []
+
+
+@pytest.mark.parametrize(("attempts", "want"), [(1, 1.0), (2, 2.0), (3, 4.0), (4, 8.0), (5, 10.0), (9, 10.0)])
+def test_backoff_doubles_to_ten_seconds(attempts: int, want: float) -> None:
+    assert backoff_s(attempts) == want
+
+
+def test_error_waits_out_its_backoff() -> None:
+    clock = Clock()
+    q = SchedulingQueue(clock)
+    q.add(queued("a"))
+    (a,) = pop(q)
+    q.done_error(a)
+    assert pop(q) == [], "still backing off"
+    assert q.counts()["backoff"] == 1
+    clock.now += 1.0
+    (a,) = pop(q)
+    q.done_error(a)
+    clock.now += 1.5
+    assert pop(q) == [], "second failure backs off 2 s"
+    clock.now += 0.5
+    assert names(pop(q)) == ["a"]
+
+
+def test_unschedulable_moves_back_on_a_cluster_event_after_backoff() -> None:
+    clock = Clock()
+    q = SchedulingQueue(clock)
+    q.add(queued("a"))
+    (a,) = pop(q)
+    q.done_unschedulable(a, "0/1 nodes are available")
+    clock.now += 5
+    assert pop(q) == [] and q.counts()["unschedulable"] == 1, "parked until something changes"
+    q.move_all("NodeAdd")
+    assert names(pop(q)) == ["a"]
+
+
+def test_unschedulable_is_retried_every_30_seconds_without_events() -> None:
+    clock = Clock()
+    q = SchedulingQueue(clock)
+    q.add(queued("a"))
+    (a,) = pop(q)
+    q.done_unschedulable(a, "no")
+    clock.now += UNSCHEDULABLE_FLUSH_S - 1
+    assert pop(q) == []
+    clock.now += 1
+    assert names(pop(q)) == ["a"]
+
+
+def test_event_during_the_attempt_sends_the_pod_to_backoff_not_unschedulable() -> None:
+    clock = Clock()
+    q = SchedulingQueue(clock)
+    q.add(queued("a"))
+    (a,) = pop(q)
+    q.move_all("NodeAdd")  # a node arrived while the engine was deciding
+    q.done_unschedulable(a, "no")
+    assert q.counts()["backoff"] == 1
+    clock.now += MAX_BACKOFF_S
+    assert names(pop(q)) == ["a"]
+
+
+def test_deleted_or_bound_pods_are_dropped_wherever_they_wait() -> None:
+    clock = Clock()
+    q = SchedulingQueue(clock)
+    for n in "abc":
+        q.add(queued(n))
+    a, b, _ = pop(q)
+    q.done_error(a)
+    q.done_unschedulable(b, "no")
+    q.add(queued("d"))
+    for n in "abd":
+        q.remove(f"default/{n}")
+    clock.now += 100
+    q.move_all("NodeAdd")
+    assert pop(q) == []
+    assert "default/c" in q, "the pod still in flight is kept"
+    assert all(f"default/{n}" not in q for n in "abd")
+
+
+def test_a_pod_recreated_under_the_same_name_replaces_the_old_one() -> None:
+    q = SchedulingQueue(Clock())
+    q.add(queued("a", uid="one"))
+    (old,) = pop(q)
+    q.add(queued("a", uid="two"))
+    q.done_bound(old)  # the old pod's attempt ends; the new pod stays queued
+    (new,) = pop(q)
+    assert new.uid == "two"
+
+
+def test_an_update_to_an_unschedulable_pod_retries_it() -> None:
+    clock = Clock()
+    q = SchedulingQueue(clock)
+    q.add(queued("a"))
+    (a,) = pop(q)
+    q.done_unschedulable(a, "no")
+    clock.now += 1
+    updated = queued("a")
+    updated["spec"]["tolerations"] = [{"operator": "Exists"}]
+    q.add(updated)
+    (again,) = pop(q)
+    assert again.pod["spec"]["tolerations"]

@@ -1,0 +1,108 @@
+"""ClusterState: the incrementally kept node table equals one built from scratch."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import numpy as np
+
+from ksched.kube import slim_node, slim_pod
+from ksched.pods import pod_requests
+from ksched.snapshot import build_snapshot
+from ksched.state import ClusterState
+from tests.conftest import node, pod
+
+
+def bound(name: str, node_name: str, cpu: str = "250m", **spec: Any) -> dict[str, Any]:
+    p = pod(name, cpu=cpu, node_name=node_name, **spec)
+    p["metadata"]["uid"] = f"uid-{name}"
+    return slim_pod(p)
+
+
+def assert_equal_to_rebuilt(state: ClusterState, pods: dict[str, dict[str, Any]]) -> None:
+    nodes = sorted(state.nodes.values(), key=lambda n: n["metadata"]["name"])
+    want = build_snapshot(nodes, list(pods.values()))
+    got = state.snapshot()
+    assert got.node_names == want.node_names
+    for column in ("pod_count", "nonzero_requested", "allocatable", "allowed_pods"):
+        np.testing.assert_array_equal(got.arrays[column], want.arrays[column], err_msg=column)
+    r = len(want.resources)
+    got_req = got.arrays["requested"].reshape(got.count, -1)[:, :r]
+    np.testing.assert_array_equal(got_req, want.arrays["requested"].reshape(want.count, r))
+    assert not got.arrays["requested"].reshape(got.count, -1)[:, r:].any()
+
+
+def test_random_event_stream_matches_a_rebuild() -> None:
+    rng = random.Random(7)
+    state = ClusterState()
+    live: dict[str, dict[str, Any]] = {}
+    for i in range(6):
+        state.on_node("ADDED", slim_node(node(f"n{i}")), None)
+    for step in range(400):
+        action = rng.random()
+        if action < 0.5 or not live:
+            name = f"p{step}"
+            live[name] = bound(name, f"n{rng.randrange(6)}", cpu=rng.choice(["100m", "1", "250m"]))
+            state.on_pod("ADDED", live[name], None)
+        elif action < 0.8:
+            name = rng.choice(sorted(live))
+            state.on_pod("DELETED", live.pop(name), None)
+        elif action < 0.9:
+            name = rng.choice(sorted(live))
+            done = {**live.pop(name), "status": {"phase": "Succeeded"}}
+            state.on_pod("MODIFIED", done, None)
+        else:
+            i = rng.randrange(6)
+            state.on_node("MODIFIED", slim_node(node(f"n{i}", cpu=rng.choice(["4", "8"]))), None)
+        if step % 37 == 0:
+            state.sync()
+            state.snapshot()  # later events are applied to a live snapshot
+    state.sync()
+    nodes_now = {n["metadata"]["name"]: n for n in state.nodes.values()}
+    assert len(nodes_now) == 6
+    assert_equal_to_rebuilt(state, live)
+
+
+def test_assumed_pod_counts_once_and_a_failed_bind_is_forgotten() -> None:
+    state = ClusterState()
+    state.on_node("ADDED", slim_node(node("n0")), None)
+    state.sync()
+    p = bound("web", "n0")
+    reqs = pod_requests(p)
+    state.assume("default/web", "uid-web", "n0", reqs, ())
+    assert state.snapshot().arrays["pod_count"][0] == 1
+    state.on_pod("MODIFIED", p, None)  # the watch confirms the bind
+    state.forget("default/web", "uid-web")  # a late failure report must not undo a confirmed bind
+    state.sync()
+    assert state.snapshot().arrays["pod_count"][0] == 1
+    assert_equal_to_rebuilt(state, {"web": p})
+
+    state.assume("default/other", "uid-other", "n0", reqs, ())
+    state.forget("default/other", "uid-other")
+    state.sync()
+    assert state.snapshot().arrays["pod_count"][0] == 1, "the failed bind no longer counts"
+
+
+def test_an_update_before_the_bind_lands_keeps_the_assumed_pod() -> None:
+    state = ClusterState()
+    state.on_node("ADDED", slim_node(node("n0")), None)
+    p = bound("web", "n0")
+    unbound = {**p, "spec": {k: v for k, v in p["spec"].items() if k != "nodeName"}}
+    state.sync()
+    state.assume("default/web", "uid-web", "n0", pod_requests(p), ())
+    state.on_pod("MODIFIED", unbound, None)
+    state.sync()
+    assert state.counted() == {"default/web": "n0"}
+
+
+def test_a_node_heartbeat_does_not_rebuild() -> None:
+    state = ClusterState()
+    n = node("n0")
+    state.on_node("ADDED", slim_node(n), None)
+    state.sync()
+    first = state.snapshot()
+    beat = {**n, "status": {**n["status"], "conditions": [{"type": "Ready", "lastHeartbeatTime": "now"}]}}
+    state.on_node("MODIFIED", slim_node(beat), None)
+    state.sync()
+    assert state.snapshot() is first
