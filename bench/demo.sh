@@ -1,14 +1,11 @@
 #!/usr/bin/env bash
-# ksched's main job on an embedded default: schedule the shipped example
-# cluster offline (simulate + explain), then measure the engine in process.
+# ksched's main job end to end: build what is missing, start a local real
+# control plane (etcd, kube-apiserver, KWOK with 1,000 fake nodes,
+# kube-scheduler), run `ksched run`, create 2,000 pods, print where they went,
+# the failures with their reasons and the throughput, run the same workload
+# through kube-scheduler for a side-by-side, and tear everything down.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . tests/setup_env.sh
-echo "== ksched simulate examples/cluster.yaml (cheapest node by price annotation)"
-ksched simulate examples/cluster.yaml --config examples/price.yaml || true
-echo
-echo "== ksched explain examples/cluster.yaml default/web-0"
-ksched explain examples/cluster.yaml default/web-0 --config examples/price.yaml
-echo
-echo "== ksched bench --nodes 5000 --pods 10000"
-ksched bench --nodes 5000 --pods 10000
+export KSCHED_CLUSTER_DIR="${KSCHED_CLUSTER_DIR:-$(mktemp -d)/cluster}"
+ksched demo --nodes "${NODES:-1000}" --pods "${PODS:-2000}" --compare

@@ -49,6 +49,11 @@ def _now(micro: bool = False) -> str:
     return now.strftime("%Y-%m-%dT%H:%M:%S.%fZ" if micro else "%Y-%m-%dT%H:%M:%SZ")
 
 
+def report_workers(bind_workers: int) -> int:
+    """Threads for events and conditions beside ``bind_workers`` binding threads."""
+    return max(2, bind_workers // 2)
+
+
 def scheduled_message(namespace: str, name: str, node: str) -> str:
     """Upstream's Scheduled event note."""
     return f"Successfully assigned {namespace}/{name} to {node}"
@@ -68,6 +73,8 @@ class Binder:
         self.telemetry = telemetry
         self.is_leader = is_leader
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="bind")
+        # Events and conditions have their own threads, so a bind never waits behind a report.
+        self._reports = ThreadPoolExecutor(report_workers(workers), thread_name_prefix="report")
 
     def bind(self, pod: Obj, node: str, done: Callable[[Outcome], None]) -> None:
         """Bind in the background; ``done`` is called from a pool thread."""
@@ -75,11 +82,12 @@ class Binder:
 
     def unschedulable(self, pod: Obj, message: str) -> None:
         """Post FailedScheduling and set PodScheduled=False (in the background)."""
-        self._pool.submit(self._failed, pod, message)
+        self._reports.submit(self._failed, pod, message)
 
     def shutdown(self) -> None:
-        """Finish every bind already handed over, then stop."""
+        """Finish every bind (and report) already handed over, then stop."""
         self._pool.shutdown(wait=True)
+        self._reports.shutdown(wait=True)
 
     def _bind_and_report(self, pod: Obj, node: str, done: Callable[[Outcome], None]) -> None:
         try:
@@ -110,7 +118,9 @@ class Binder:
             log.warning("bind %s/%s to %s: %s", ns, name, node, err)
             return Outcome.ERROR
         if r.ok:
-            self._event(pod, "Normal", "Scheduled", "Binding", scheduled_message(ns, name, node))
+            self._reports.submit(
+                self._event, pod, "Normal", "Scheduled", "Binding", scheduled_message(ns, name, node)
+            )
             return Outcome.BOUND
         if r.status == HTTP_CONFLICT:
             return Outcome.CONFLICT

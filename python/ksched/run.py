@@ -18,7 +18,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
-from ksched.binder import Binder
+from ksched.binder import Binder, report_workers
 from ksched.config import Config
 from ksched.cycle import Scheduler
 from ksched.informer import Informer
@@ -32,7 +32,7 @@ from ksched.telemetry import Telemetry
 
 log = logging.getLogger(__name__)
 
-# Connections beyond the bind workers: two watches, lists, events, the lease.
+# Connections beyond the bind and report workers: two watches, lists, the lease.
 EXTRA_CONNECTIONS = 8
 SYNC_LOG_EVERY_S = 10.0
 
@@ -103,7 +103,8 @@ class Running:
 def start(
     config: Config, kubeconfig: str | None, address: str, identity: str | None = None, seed: int = 0
 ) -> Running:
-    configuration = load_configuration(kubeconfig, config.batch.bind_workers + EXTRA_CONNECTIONS)
+    workers = config.batch.bind_workers
+    configuration = load_configuration(kubeconfig, workers + report_workers(workers) + EXTRA_CONNECTIONS)
     kube = Kube(configuration, config.client_connection.qps, config.client_connection.burst)
     identity = identity or default_identity()
     telemetry = Telemetry()
