@@ -76,9 +76,10 @@ class Binder:
         # Events and conditions have their own threads, so a bind never waits behind a report.
         self._reports = ThreadPoolExecutor(report_workers(workers), thread_name_prefix="report")
 
-    def bind(self, pod: Obj, node: str, done: Callable[[Outcome], None]) -> None:
-        """Bind in the background; ``done`` is called from a pool thread."""
-        self._pool.submit(self._bind_and_report, pod, node, done)
+    def bind(self, pod: Obj, node: str, done: Callable[[Outcome], None], note: str = "") -> None:
+        """Bind in the background; ``done`` is called from a pool thread. ``note`` is
+        appended to the Scheduled event (degraded mode says so there)."""
+        self._pool.submit(self._bind_and_report, pod, node, done, note)
 
     def unschedulable(self, pod: Obj, message: str) -> None:
         """Post FailedScheduling and set PodScheduled=False (in the background)."""
@@ -89,9 +90,9 @@ class Binder:
         self._pool.shutdown(wait=True)
         self._reports.shutdown(wait=True)
 
-    def _bind_and_report(self, pod: Obj, node: str, done: Callable[[Outcome], None]) -> None:
+    def _bind_and_report(self, pod: Obj, node: str, done: Callable[[Outcome], None], note: str) -> None:
         try:
-            outcome = self._bind(pod, node)
+            outcome = self._bind(pod, node, note)
         except Exception:  # a bug here must not lose the pod: report it as an error, retried
             log.exception("binding %s/%s", meta(pod).get("namespace"), meta(pod).get("name"))
             outcome = Outcome.ERROR
@@ -99,7 +100,7 @@ class Binder:
             self.telemetry.binding_errors.labels(reason=outcome.value).inc()
         done(outcome)
 
-    def _bind(self, pod: Obj, node: str) -> Outcome:
+    def _bind(self, pod: Obj, node: str, note: str = "") -> Outcome:
         m = meta(pod)
         ns, name, uid = str(m.get("namespace")), str(m.get("name")), m.get("uid")
         # Checked again here: the lease may have been lost while the bind waited in the pool.
@@ -118,9 +119,8 @@ class Binder:
             log.warning("bind %s/%s to %s: %s", ns, name, node, err)
             return Outcome.ERROR
         if r.ok:
-            self._reports.submit(
-                self._event, pod, "Normal", "Scheduled", "Binding", scheduled_message(ns, name, node)
-            )
+            message = scheduled_message(ns, name, node) + note
+            self._reports.submit(self._event, pod, "Normal", "Scheduled", "Binding", message)
             return Outcome.BOUND
         if r.status == HTTP_CONFLICT:
             return Outcome.CONFLICT

@@ -72,6 +72,10 @@ class MetricConfig:
     max_age_s: float = 120.0
     min_refresh_s: float = 5.0
     max_refresh_s: float = 60.0
+    # Herd avoidance: a pod bound after the sample adds request/allocatable of this
+    # resource times ``herd_factor`` to its node's value (None: off).
+    herd_resource: str | None = None
+    herd_factor: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -89,11 +93,20 @@ class ProfileConfig:
 class BatchConfig:
     max_size: int = 512
     max_wait_s: float = 0.05
+    # A batch's engine call stops placing pods after this long; the rest are
+    # retried without metric plugins (degraded mode).
+    decision_deadline_s: float = 2.0
     # Concurrent binds (events get half as many threads of their own). On the
     # 2-core development VM, draining 2,000 pending pods on 1,000 nodes ran at
     # ~180 binds/s with 16, ~350 with 32 and ~1,200 with 64 (then the client
     # rate limit, not the threads, is the bound).
     bind_workers: int = 64
+
+
+@dataclass(frozen=True)
+class PrometheusConfig:
+    url: str | None = None
+    timeout_s: float = 5.0
 
 
 @dataclass(frozen=True)
@@ -126,6 +139,7 @@ class Config:
     batch: BatchConfig = BatchConfig()
     leader_election: LeaderElectionConfig = LeaderElectionConfig()
     client_connection: ClientConnectionConfig = ClientConnectionConfig()
+    prometheus: PrometheusConfig = PrometheusConfig()
 
     def profile(self, scheduler_name: str) -> ProfileConfig | None:
         for p in self.profiles:
@@ -287,6 +301,7 @@ def _metric(obj: Any, path: str) -> MetricConfig:
         "weight",
         "maxAge",
         "refresh",
+        "herdEstimate",
     )
     _keys(obj, path, allowed, ("name", "source"))
     name = _str(obj["name"], f"{path}.name")
@@ -336,7 +351,14 @@ def _metric(obj: Any, path: str) -> MetricConfig:
     weight = _float(obj.get("weight", 1), f"{path}.weight")
     if not 0 <= weight <= MAX_WEIGHT:
         raise ConfigError(f"{path}.weight: {weight!r} is not in 0..{MAX_WEIGHT}")
+    herd = _keys(obj.get("herdEstimate") or {}, f"{path}.herdEstimate", ("resource", "factor"))
+    herd_resource = _str(herd["resource"], f"{path}.herdEstimate.resource") if "resource" in herd else None
+    herd_factor = _float(herd.get("factor", 1.0), f"{path}.herdEstimate.factor")
+    if herd and herd_resource is None:
+        raise ConfigError(f"{path}.herdEstimate.resource: required (e.g. cpu)")
     return MetricConfig(
+        herd_resource=herd_resource,
+        herd_factor=herd_factor,
         name=name,
         source=source,
         query=query,
@@ -360,7 +382,16 @@ def parse_config(obj: Obj) -> Config:
     _keys(
         obj,
         "",
-        ("apiVersion", "kind", "profiles", "metrics", "batch", "leaderElection", "clientConnection"),
+        (
+            "apiVersion",
+            "kind",
+            "profiles",
+            "metrics",
+            "batch",
+            "leaderElection",
+            "clientConnection",
+            "prometheus",
+        ),
         ("apiVersion", "kind"),
     )
     _str(obj["apiVersion"], "apiVersion", (API_VERSION,))
@@ -377,18 +408,26 @@ def parse_config(obj: Obj) -> Config:
     )
     if len({m.name for m in metrics}) != len(metrics):
         raise ConfigError("metrics: duplicate metric name")
-    b = _keys(obj.get("batch") or {}, "batch", ("maxSize", "maxWait", "bindWorkers"))
+    b = _keys(obj.get("batch") or {}, "batch", ("maxSize", "maxWait", "bindWorkers", "decisionDeadline"))
     batch = BatchConfig(
         max_size=_int(b.get("maxSize", 512), "batch.maxSize", 1, 100_000),
         max_wait_s=parse_duration(b.get("maxWait", 0.05), "batch.maxWait"),
         bind_workers=_int(b.get("bindWorkers", BatchConfig.bind_workers), "batch.bindWorkers", 1, 256),
+        decision_deadline_s=parse_duration(b.get("decisionDeadline", 2.0), "batch.decisionDeadline"),
     )
+    pr = _keys(obj.get("prometheus") or {}, "prometheus", ("url", "timeout"))
+    prometheus = PrometheusConfig(
+        url=_str(pr["url"], "prometheus.url") if "url" in pr else None,
+        timeout_s=parse_duration(pr.get("timeout", 5.0), "prometheus.timeout"),
+    )
+
     return Config(
         profiles,
         metrics,
         batch,
         _leader_election(obj.get("leaderElection") or {}),
         _client_connection(obj.get("clientConnection") or {}),
+        prometheus,
     )
 
 

@@ -24,6 +24,8 @@ from ksched.config import Config
 from ksched.engine import Engine, Placement
 from ksched.kube import Obj, is_terminal, meta, object_key, scheduler_name, spec
 from ksched.queue import QueuedPod, SchedulingQueue
+from ksched.snapshot import Snapshot
+from ksched.sources import MetricStore
 from ksched.state import ClusterState
 from ksched.telemetry import Telemetry
 
@@ -42,6 +44,7 @@ class Scheduler:
         binder: Binder,
         telemetry: Telemetry,
         is_leader: Callable[[], bool],
+        metrics: MetricStore,
         *,
         seed: int = 0,
     ) -> None:
@@ -51,6 +54,7 @@ class Scheduler:
         self.binder = binder
         self.telemetry = telemetry
         self.is_leader = is_leader
+        self.metrics = metrics
         self.engines = {
             p.scheduler_name: Engine(config, p.scheduler_name, seed=seed) for p in config.profiles
         }
@@ -97,35 +101,74 @@ class Scheduler:
                 self.queue.requeue(qp)
             return
         snapshot = self.state.snapshot()
-        values = self.state.metric_values()
-        by_profile: dict[str, list[QueuedPod]] = defaultdict(list)
+        matrix = self.metrics.matrix(snapshot, self.state.herd_estimate)
+        groups: dict[tuple[str, bool], list[QueuedPod]] = defaultdict(list)
         for qp in batch:
-            by_profile[scheduler_name(qp.pod)].append(qp)
+            groups[(scheduler_name(qp.pod), qp.degraded)].append(qp)
         self.telemetry.batch_size.observe(len(batch))
-        for profile, pods in by_profile.items():
-            result = self.engines[profile].schedule(snapshot, [qp.pod for qp in pods], values)
+        for (profile, retry), pods in groups.items():
+            # Pods a previous batch could not decide in time are retried without metrics.
+            degraded = [*matrix.degraded, *(["retried without metrics"] if retry else [])]
+            metrics = () if retry else matrix.metrics
+            values = matrix.values if not retry else None
+            if degraded:
+                self.telemetry.fallbacks.labels(reason="metric_unavailable" if not retry else "deadline").inc(
+                    len(pods)
+                )
+            note = f" (degraded: {'; '.join(degraded)})" if degraded else ""
+            try:
+                result = self.engines[profile].schedule(
+                    snapshot,
+                    [qp.pod for qp in pods],
+                    values,
+                    metrics=metrics,
+                    deadline_s=self.config.batch.decision_deadline_s,
+                )
+            except Exception:
+                log.exception(
+                    "engine error on a batch of %d pods; retrying them one by one without metrics", len(pods)
+                )
+                self.telemetry.fallbacks.labels(reason="engine_error").inc(len(pods))
+                self._one_by_one(snapshot, profile, pods)
+                continue
             self.telemetry.engine_duration.observe(result.engine_seconds)
             elapsed = time.perf_counter() - started
             by_key = {qp.key: qp for qp in pods}
             for placement in result.placements:
-                self._place(by_key[placement.pod], placement, profile, elapsed)
+                self._place(by_key[placement.pod], placement, profile, elapsed, note)
 
-    def _place(self, qp: QueuedPod, placement: Placement, profile: str, elapsed: float) -> None:
+    def _one_by_one(self, snapshot: Snapshot, profile: str, pods: list[QueuedPod]) -> None:
+        for qp in pods:
+            try:
+                result = self.engines[profile].schedule(snapshot, [qp.pod], use_metrics=False)
+            except Exception:
+                log.exception("engine error on %s even alone and without metrics", qp.key)
+                self.telemetry.schedule_attempts.labels(result="error", profile=profile).inc()
+                self.queue.done_error(qp)
+                continue
+            self._place(qp, result.placements[0], profile, 0.0, " (degraded: engine error on its batch)")
+
+    def _place(
+        self, qp: QueuedPod, placement: Placement, profile: str, elapsed: float, note: str = ""
+    ) -> None:
         if not placement.attempted:
+            qp.degraded = True  # past the decision deadline: next time without metrics
+            self.telemetry.fallbacks.labels(reason="deadline").inc()
             self.queue.requeue(qp)
             return
+        qp.degraded = False
         if placement.node is None or placement.requirements is None:
             message = placement.message or "no node fits"
             self.telemetry.schedule_attempts.labels(result="unschedulable", profile=profile).inc()
             self.telemetry.attempt_duration.labels(result="unschedulable", profile=profile).observe(elapsed)
             self.queue.done_unschedulable(qp, message)
-            self.binder.unschedulable(qp.pod, message)
+            self.binder.unschedulable(qp.pod, message + note)
             return
         req = placement.requirements
         node = placement.node
         self.state.assume(qp.key, qp.uid, node, req, req.host_ports)
         self.telemetry.attempt_duration.labels(result="scheduled", profile=profile).observe(elapsed)
-        self.binder.bind(qp.pod, node, lambda outcome: self._bound(qp, node, profile, outcome))
+        self.binder.bind(qp.pod, node, lambda outcome: self._bound(qp, node, profile, outcome), note)
 
     # -- bind results (binder threads) ---------------------------------
 

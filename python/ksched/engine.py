@@ -178,10 +178,11 @@ class _ClassTable:
         return out
 
 
-def metric_specs(metrics: Sequence[MetricConfig]) -> npt.NDArray[np.float64]:
+def metric_specs(metrics: Sequence[MetricConfig], snapshot: Snapshot) -> npt.NDArray[np.float64]:
     rows = []
     nan = math.nan
     for m in metrics:
+        herd_column = -1 if m.herd_resource is None else snapshot.resources(m.herd_resource)
         lo, hi = m.range if m.range else (nan, nan)
         rows.append(
             [
@@ -193,6 +194,8 @@ def metric_specs(metrics: Sequence[MetricConfig]) -> npt.NDArray[np.float64]:
                 nan if m.below is None else m.below,
                 MISSING_CODES[m.missing],
                 m.weight,
+                herd_column,
+                m.herd_factor,
             ]
         )
     return np.asarray(rows, dtype=np.float64).reshape(-1)
@@ -250,9 +253,16 @@ class Engine:
         deadline_s: float | None = None,
         explain: str | None = None,
         use_metrics: bool = True,
+        metrics: Sequence[MetricConfig] | None = None,
     ) -> BatchResult:
-        """Place ``pods`` (pending, any order) on ``snapshot``; returns one placement per pod, in queue order."""
-        metrics = self.config.metrics if use_metrics else ()
+        """Place ``pods`` (pending, any order) on ``snapshot``; returns one placement per pod, in queue order.
+
+        ``metric_values`` has one column per metric of ``metrics`` (default: the
+        configuration's); ``use_metrics=False`` schedules without any."""
+        if metrics is None:
+            metrics = self.config.metrics
+        if not use_metrics:
+            metrics = ()
         parsed: list[tuple[int, Obj, PodRequirements | MalformedObjectError]] = []
         for i, pod in enumerate(pods):
             try:
@@ -263,6 +273,7 @@ class Engine:
         parsed.sort(key=lambda t: (-(t[2].priority if isinstance(t[2], PodRequirements) else 0), t[0]))
         snapshot.ensure_resources(
             {r for _, _, req in parsed if isinstance(req, PodRequirements) for r in req.requests}
+            | {m.herd_resource for m in metrics if m.herd_resource is not None}
         )
         classes = _ClassTable(snapshot)
         res = snapshot.resources
@@ -322,7 +333,7 @@ class Engine:
             classes.engine_classes(),
             engine_pods,
             values,
-            metric_specs(metrics),
+            metric_specs(metrics, snapshot),
             engine_profile(self.profile, snapshot),
             seed=self.seed,
             deadline_s=deadline_s,

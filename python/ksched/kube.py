@@ -122,5 +122,9 @@ def slim_node(node: Obj) -> Obj:
     return {
         "metadata": _pick(node.get("metadata"), _NODE_META),
         "spec": _pick(node.get("spec"), ("unschedulable", "taints")),
-        "status": {"allocatable": status.get("allocatable") or {}},
+        "status": {
+            "allocatable": status.get("allocatable") or {},
+            # Prometheus series name nodes by instance address as often as by name.
+            "addresses": status.get("addresses") or [],
+        },
     }

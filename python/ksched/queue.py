@@ -46,6 +46,8 @@ class QueuedPod:
     move_seq_at_pop: int = 0
     where: str = "active"
     last_message: str | None = None
+    # Not decided within the decision deadline: the next attempt runs without metrics.
+    degraded: bool = False
 
     @property
     def uid(self) -> str:

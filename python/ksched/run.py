@@ -22,11 +22,12 @@ from ksched.binder import Binder, report_workers
 from ksched.config import Config
 from ksched.cycle import Scheduler
 from ksched.informer import Informer
-from ksched.kube import slim_node, slim_pod
+from ksched.kube import Obj, slim_node, slim_pod
 from ksched.kubeclient import Kube, load_configuration
 from ksched.leader import Leadership
 from ksched.queue import SchedulingQueue
 from ksched.server import Check, HealthServer
+from ksched.sources import MetricStore, PrometheusSource
 from ksched.state import ClusterState
 from ksched.telemetry import Telemetry
 
@@ -65,6 +66,8 @@ class Running:
         out.append(
             ("informers", not unsynced, f"waiting for {', '.join(unsynced)}" if unsynced else "synced")
         )
+        if self.scheduler.metrics.live:
+            out.append(("metrics", True, self.scheduler.metrics.status()))
         if self.leadership.enabled:
             if self.leadership.is_leader():
                 out.append(("leader", True, "this replica leads"))
@@ -93,6 +96,7 @@ class Running:
     def shutdown(self) -> None:
         self.queue.close()
         self.binder.shutdown()
+        self.scheduler.metrics.stop()
         self.leadership.release()
         for informer in self.informers:
             informer.stop()
@@ -113,7 +117,17 @@ def start(
     stop = threading.Event()
     leadership = Leadership(config.leader_election, identity, on_lost=telemetry.lost_leases.inc)
     binder = Binder(kube, config.batch.bind_workers, identity, telemetry, leadership.is_leader)
-    scheduler = Scheduler(config, state, queue, binder, telemetry, leadership.is_leader, seed=seed)
+    prometheus = (
+        PrometheusSource(config.prometheus.url, config.prometheus.timeout_s)
+        if config.prometheus.url
+        else None
+    )
+
+    def nodes() -> list[Obj]:
+        return list(informers[0].store.values())
+
+    metrics = MetricStore(config.metrics, prometheus, telemetry, nodes)
+    scheduler = Scheduler(config, state, queue, binder, telemetry, leadership.is_leader, metrics, seed=seed)
     informers = [
         Informer(kube, "/api/v1/nodes", slim_node, scheduler.on_node, name="nodes"),
         Informer(kube, "/api/v1/pods", slim_pod, scheduler.on_pod, name="pods"),
@@ -128,6 +142,7 @@ def start(
     telemetry.leader.set_function(lambda: float(leadership.is_leader()))
     for informer in informers:
         informer.start()
+    metrics.start()
     running.server.start()
     leadership.start()
     return running

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
@@ -28,7 +29,6 @@ from ksched.config import MetricConfig
 from ksched.errors import MalformedObjectError
 from ksched.kube import Obj, is_terminal, meta, name, object_key, spec
 from ksched.pods import CountedRequests, HostPort, PodRequests, host_ports, pod_requests
-from ksched.simulate import metric_matrix
 from ksched.snapshot import Snapshot, add_usage, build_snapshot
 
 log = logging.getLogger(__name__)
@@ -60,11 +60,13 @@ def _usage_of(pod: Obj, assumed: bool) -> Usage:
 class ClusterState:
     def __init__(self, metrics: tuple[MetricConfig, ...] = ()) -> None:
         self.metrics = metrics
+        # Pods ksched assumed recently (wall time, node, requests), for herd estimates.
+        self.recent: deque[tuple[float, str, CountedRequests]] = deque()
+        self._recent_horizon_s = max((m.max_age_s for m in metrics), default=0.0)
         self.inbox: deque[tuple[str, Any, Any]] = deque()
         self.nodes: dict[str, Obj] = {}
         self.usage: dict[str, Usage] = {}
         self._snapshot: Snapshot | None = None
-        self._values: npt.NDArray[np.float64] | None = None
         self._lock = threading.Lock()
 
     # -- any thread ----------------------------------------------------
@@ -99,6 +101,11 @@ class ClusterState:
         if key in self.usage:
             self._remove(key)
         self._add(key, Usage(node, uid, requests, ports, assumed=True))
+        if self._recent_horizon_s:
+            now = time.time()
+            self.recent.append((now, node, requests))
+            while self.recent and now - self.recent[0][0] > self._recent_horizon_s:
+                self.recent.popleft()
 
     def snapshot(self) -> Snapshot:
         """The current node table (rebuilt only when nodes changed)."""
@@ -110,15 +117,23 @@ class ClusterState:
                 snap, [(index[u.node], u.requests, u.ports) for u in self.usage.values() if u.node in index]
             )
             self._snapshot = snap
-            self._values = None
         return self._snapshot
 
-    def metric_values(self) -> npt.NDArray[np.float64]:
-        """Node x metric matrix for the current snapshot (annotation metrics; live sources in issue 5)."""
+    def herd_estimate(self, metric: MetricConfig, sampled_at: float, column: npt.NDArray[np.float64]) -> None:
+        """Add to ``column`` the load of the pods ksched bound after the metric's sample."""
+        if metric.herd_resource is None:
+            return
         snap = self.snapshot()
-        if self._values is None:
-            self._values = metric_matrix(snap, self.metrics, None)
-        return self._values
+        c = snap.resources.get(metric.herd_resource)
+        if c is None:
+            return
+        r = len(snap.resources)
+        alloc = snap.arrays["allocatable"]
+        for t, node, reqs in self.recent:
+            i = snap.index.get(node)
+            if t <= sampled_at or i is None or alloc[i * r + c] <= 0:
+                continue
+            column[i] += reqs.requests.get(metric.herd_resource, 0) / alloc[i * r + c] * metric.herd_factor
 
     def counted(self) -> dict[str, str]:
         """Pod key -> node for every pod counted (bound or assumed)."""

@@ -61,6 +61,21 @@ class Telemetry:
         )
         self.leader = Gauge("ksched_leader", "1 while this replica holds the lease.", registry=r)
         self.lost_leases = Counter("ksched_leader_lost_total", "Terms ended by a failed renewal.", registry=r)
+        self.metric_age = Gauge(
+            "ksched_metric_age_seconds", "Age of each live metric's newest sample.", ["metric"], registry=r
+        )
+        self.degraded = Gauge(
+            "ksched_degraded", "1 while ksched schedules in degraded mode, by reason.", ["reason"], registry=r
+        )
+        self.fallbacks = Counter(
+            "ksched_fallback_total",
+            "Pods scheduled through a fallback: metric_unavailable, deadline, engine_error, handed_off.",
+            ["reason"],
+            registry=r,
+        )
+
+    def set_degraded(self, reason: str, on: bool) -> None:
+        self.degraded.labels(reason=reason).set(1.0 if on else 0.0)
 
     def watch_queue(self, counts: Callable[[], dict[str, int]]) -> None:
         """Read the queue sizes at scrape time."""

@@ -302,6 +302,9 @@ pub struct MetricSpec {
     pub below: Option<f64>,
     pub missing: Missing,
     pub weight: f64,
+    /// Herd estimate: each pod placed in the batch adds request / allocatable of
+    /// this resource column, times the factor, to its node's value.
+    pub herd: Option<(usize, f64)>,
 }
 
 /// Per-node metric values, `nodes × specs.len()`, NaN where missing.

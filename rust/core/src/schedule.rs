@@ -92,6 +92,15 @@ struct BatchState {
     /// Each node's BalancedAllocation balance without the pod, for pods where
     /// it depends on the node alone (empty when the plugin is off).
     balance_without: Vec<i64>,
+    /// Metric values, `metrics` per node: the caller's, plus herd estimates of placements.
+    values: Vec<f64>,
+    /// Each value's badness (NaN where missing) and each node's threshold verdict.
+    badness: Vec<f64>,
+    metric_codes: Vec<u32>,
+    /// Bumped when a herd estimate changes a node's values (see `Base::epochs`).
+    metric_epoch: Vec<u32>,
+    /// Whether any metric has a herd estimate.
+    herd: bool,
 }
 
 struct Engine<'a, 'm> {
@@ -101,10 +110,6 @@ struct Engine<'a, 'm> {
     metrics: &'a Metrics<'m>,
     profile: &'a Profile,
     resources: usize,
-    /// Per batch, node-only: each metric's badness (NaN where missing), `metrics` per node.
-    badness: Vec<f64>,
-    /// Per batch, node-only: the metric threshold verdict.
-    metric_codes: Vec<u32>,
 }
 
 /// Per-pod facts reused across all nodes.
@@ -242,7 +247,7 @@ impl Engine<'_, '_> {
         {
             return None;
         }
-        let code = self.metric_codes[node];
+        let code = state.metric_codes[node];
         if code != FEASIBLE {
             report(code);
             return None;
@@ -269,12 +274,20 @@ impl Engine<'_, '_> {
         Some(NodeScores { fit, balanced })
     }
 
-    fn metric_value(&self, node: usize, m: usize) -> f64 {
-        self.metrics.values[node * self.metrics.specs.len() + m]
+    fn metric_value(&self, state: &BatchState, node: usize, m: usize) -> f64 {
+        state.values[node * self.metrics.specs.len() + m]
     }
 
     /// Every plugin's normalized score of a feasible node, in explanation order.
-    fn plugin_scores(&self, cache: &ClassCache, node: usize, s: &NodeScores, maxima: &Maxima, out: &mut Vec<(f64, f64, f64)>) {
+    fn plugin_scores(
+        &self,
+        state: &BatchState,
+        cache: &ClassCache,
+        node: usize,
+        s: &NodeScores,
+        maxima: &Maxima,
+        out: &mut Vec<(f64, f64, f64)>,
+    ) {
         out.clear();
         let p = self.profile;
         let taint = cache.taint_raw[node];
@@ -292,7 +305,7 @@ impl Engine<'_, '_> {
         out.push((s.fit as f64, s.fit as f64, p.fit_weight as f64));
         out.push((s.balanced as f64, s.balanced as f64, p.balanced_weight as f64));
         for (m, spec) in self.metrics.specs.iter().enumerate() {
-            let v = self.metric_value(node, m);
+            let v = self.metric_value(state, node, m);
             out.push((v, metrics::score(spec, v, maxima.metric_min[m], maxima.metric_max[m]), spec.weight));
         }
     }
@@ -318,25 +331,25 @@ impl Maxima {
     }
 
     #[inline]
-    fn add_node(&mut self, engine: &Engine, cache: &ClassCache, node: usize) {
+    fn add_node(&mut self, state: &BatchState, cache: &ClassCache, node: usize) {
         self.taint = self.taint.max(cache.taint_raw[node]);
         self.affinity = self.affinity.max(cache.affinity_raw[node]);
         let m = self.metric_min.len();
         // f64::min and max ignore a NaN operand: a missing value changes nothing.
-        for (k, &b) in engine.badness[node * m..(node + 1) * m].iter().enumerate() {
+        for (k, &b) in state.badness[node * m..(node + 1) * m].iter().enumerate() {
             self.metric_min[k] = self.metric_min[k].min(b);
             self.metric_max[k] = self.metric_max[k].max(b);
         }
     }
 
     /// Whether the node holds one of the maxima or minima.
-    fn held_by(&self, engine: &Engine, cache: &ClassCache, node: usize) -> bool {
+    fn held_by(&self, state: &BatchState, cache: &ClassCache, node: usize) -> bool {
         let m = self.metric_min.len();
         let held = |(k, &b): (usize, &f64)| b == self.metric_min[k] || b == self.metric_max[k];
         // Maxima start at 0 and raw scores are never negative: a maximum of 0 cannot move.
         (self.taint > 0 && cache.taint_raw[node] == self.taint)
             || (self.affinity > 0 && cache.affinity_raw[node] == self.affinity)
-            || engine.badness[node * m..(node + 1) * m].iter().enumerate().any(held)
+            || state.badness[node * m..(node + 1) * m].iter().enumerate().any(held)
     }
 
     fn merge(&mut self, other: &Maxima) {
@@ -367,14 +380,24 @@ struct Base {
     static_int: Vec<i64>,
     /// `metrics` weighted scores per node.
     metric: Vec<f64>,
+    /// `BatchState::metric_epoch` when built (herd estimates only): a node whose
+    /// epoch moved since has its metric scores computed afresh.
+    epochs: Vec<u32>,
 }
 
 /// The class's current base if it was built for `maxima`, else a new one (kept as current).
-fn class_base(slot: &mut Option<Arc<Base>>, engine: &Engine, cache: &ClassCache, maxima: &Maxima, parallel: bool) -> Arc<Base> {
+fn class_base(
+    slot: &mut Option<Arc<Base>>,
+    engine: &Engine,
+    state: &BatchState,
+    cache: &ClassCache,
+    maxima: &Maxima,
+    parallel: bool,
+) -> Arc<Base> {
     match slot {
         Some(base) if base.maxima == *maxima => Arc::clone(base),
         _ => {
-            let base = Arc::new(engine.base(cache, maxima, parallel));
+            let base = Arc::new(engine.base(state, cache, maxima, parallel));
             *slot = Some(Arc::clone(&base));
             base
         }
@@ -453,7 +476,7 @@ impl Engine<'_, '_> {
     }
 
     /// The node-only part of the totals of a class's nodes under `maxima`.
-    fn base(&self, cache: &ClassCache, maxima: &Maxima, parallel: bool) -> Base {
+    fn base(&self, state: &BatchState, cache: &ClassCache, maxima: &Maxima, parallel: bool) -> Base {
         let n = self.nodes.count;
         let m = self.metrics.specs.len();
         let p = self.profile;
@@ -464,7 +487,7 @@ impl Engine<'_, '_> {
         let mut metric = vec![0.0; n * m];
         let weighted = |(node, row): (usize, &mut [f64])| {
             for (k, spec) in self.metrics.specs.iter().enumerate() {
-                row[k] = metrics::score(spec, self.metric_value(node, k), maxima.metric_min[k], maxima.metric_max[k]) * spec.weight;
+                row[k] = metrics::score(spec, self.metric_value(state, node, k), maxima.metric_min[k], maxima.metric_max[k]) * spec.weight;
             }
         };
         let static_int = if parallel {
@@ -486,16 +509,24 @@ impl Engine<'_, '_> {
             maxima: maxima.clone(),
             static_int,
             metric,
+            epochs: if state.herd { state.metric_epoch.clone() } else { Vec::new() },
         }
     }
 
     /// Weighted total of a feasible node. The integer plugins are summed
     /// exactly, then each metric's weighted score is added in order.
     #[inline]
-    fn total(&self, base: &Base, node: usize, fit: i64, balanced: i64) -> f64 {
+    fn total(&self, state: &BatchState, base: &Base, node: usize, fit: i64, balanced: i64) -> f64 {
         let p = self.profile;
         let m = self.metrics.specs.len();
         let mut total = (base.static_int[node] + fit * p.fit_weight + balanced * p.balanced_weight) as f64;
+        if state.herd && base.epochs[node] != state.metric_epoch[node] {
+            let mx = &base.maxima;
+            for (k, spec) in self.metrics.specs.iter().enumerate() {
+                total += metrics::score(spec, self.metric_value(state, node, k), mx.metric_min[k], mx.metric_max[k]) * spec.weight;
+            }
+            return total;
+        }
         for &score in &base.metric[node * m..(node + 1) * m] {
             total += score;
         }
@@ -530,7 +561,7 @@ impl Engine<'_, '_> {
                 *e = self.evaluate_node(state, cache, pod, node, slot);
                 if e.feasible {
                     s.feasible += 1;
-                    s.maxima.add_node(self, cache, node);
+                    s.maxima.add_node(state, cache, node);
                 } else {
                     slot[..e.reasons as usize].iter().for_each(|&c| s.histogram[c as usize] += 1);
                 }
@@ -557,7 +588,7 @@ impl Engine<'_, '_> {
                 .map(summarize)
                 .fold(empty(), Summary::merge)
         };
-        let base = class_base(base_slot, self, cache, &summary.maxima, parallel);
+        let base = class_base(base_slot, self, state, cache, &summary.maxima, parallel);
         let mut sig = SignatureCache {
             synced: state.log.len(),
             evals,
@@ -568,16 +599,16 @@ impl Engine<'_, '_> {
             maxima: summary.maxima,
             base,
         };
-        self.rescore_all(&mut sig, chunk, parallel);
+        self.rescore_all(state, &mut sig, chunk, parallel);
         sig
     }
 
-    fn rescore_all(&self, sig: &mut SignatureCache, chunk: usize, parallel: bool) {
+    fn rescore_all(&self, state: &BatchState, sig: &mut SignatureCache, chunk: usize, parallel: bool) {
         let base = &sig.base;
         let rescore = |(i, (totals, evals)): (usize, (&mut [f64], &[NodeEval]))| {
             for (k, (t, e)) in totals.iter_mut().zip(evals).enumerate() {
                 if e.feasible {
-                    *t = self.total(base, i * chunk + k, e.fit as i64, e.balanced as i64);
+                    *t = self.total(state, base, i * chunk + k, e.fit as i64, e.balanced as i64);
                 }
             }
         };
@@ -625,8 +656,10 @@ impl Engine<'_, '_> {
             slot[..old.reasons as usize].iter().for_each(|&c| sig.histogram[c as usize] -= 1);
             let new = self.evaluate_node(state, cache, pod, node, slot);
             slot[..new.reasons as usize].iter().for_each(|&c| sig.histogram[c as usize] += 1);
+            // A herd estimate moved the node's metric values: the maxima may follow.
+            maxima_may_move |= state.herd && (old.feasible || new.feasible);
             if old.feasible != new.feasible {
-                maxima_may_move |= new.feasible || sig.maxima.held_by(self, cache, node);
+                maxima_may_move |= new.feasible || sig.maxima.held_by(state, cache, node);
                 if new.feasible {
                     sig.feasible += 1;
                 } else {
@@ -643,13 +676,13 @@ impl Engine<'_, '_> {
             let mut maxima = Maxima::empty(self.metrics.specs.len());
             for (node, e) in sig.evals.iter().enumerate() {
                 if e.feasible {
-                    maxima.add_node(self, cache, node);
+                    maxima.add_node(state, cache, node);
                 }
             }
             if maxima != sig.maxima {
-                sig.base = class_base(base_slot, self, cache, &maxima, parallel);
+                sig.base = class_base(base_slot, self, state, cache, &maxima, parallel);
                 sig.maxima = maxima;
-                self.rescore_all(sig, chunk, parallel);
+                self.rescore_all(state, sig, chunk, parallel);
                 return;
             }
         }
@@ -657,7 +690,7 @@ impl Engine<'_, '_> {
             let node = node as usize;
             let e = sig.evals[node];
             if e.feasible && cache.codes[node] == FEASIBLE as u8 {
-                sig.totals[node] = self.total(&sig.base, node, e.fit as i64, e.balanced as i64);
+                sig.totals[node] = self.total(state, &sig.base, node, e.fit as i64, e.balanced as i64);
             }
         }
     }
@@ -754,6 +787,16 @@ fn schedule_on_this_thread(
         metrics: metrics_in,
         profile,
         resources: nodes.resources,
+    };
+    let n = nodes.count;
+    let mut state = BatchState {
+        requested: nodes.requested.to_vec(),
+        nonzero_requested: nodes.nonzero_requested.to_vec(),
+        pod_count: nodes.pod_count.to_vec(),
+        placed_ports: vec![Vec::new(); n],
+        log: Vec::new(),
+        balance_without: Vec::new(),
+        values: metrics_in.values.to_vec(),
         badness: metrics_in
             .values
             .iter()
@@ -766,18 +809,11 @@ fn schedule_on_this_thread(
                 }
             })
             .collect(),
-        metric_codes: (0..nodes.count)
+        metric_codes: (0..n)
             .map(|node| metrics::filter(&metrics_in.specs, &metrics_in.values[node * m..(node + 1) * m], nodes.resources))
             .collect(),
-    };
-    let n = nodes.count;
-    let mut state = BatchState {
-        requested: nodes.requested.to_vec(),
-        nonzero_requested: nodes.nonzero_requested.to_vec(),
-        pod_count: nodes.pod_count.to_vec(),
-        placed_ports: vec![Vec::new(); n],
-        log: Vec::new(),
-        balance_without: Vec::new(),
+        metric_epoch: vec![0; n],
+        herd: metrics_in.specs.iter().any(|s| s.herd.is_some()),
     };
     if profile.balanced_weight != 0 {
         let r = nodes.resources;
@@ -870,6 +906,9 @@ fn commit(engine: &Engine, state: &mut BatchState, pod: &PodView, node: usize) {
     state.nonzero_requested[node * 2 + 1] += pod.nonzero_request[1];
     state.pod_count[node] += 1;
     state.log.push(node as u32);
+    if state.herd {
+        herd_estimate(engine, state, pod, node);
+    }
     if !state.balance_without.is_empty() {
         state.balance_without[node] = balanced_allocation::without_pod(
             &engine.profile.balanced_resources,
@@ -883,6 +922,24 @@ fn commit(engine: &Engine, state: &mut BatchState, pod: &PodView, node: usize) {
             state.placed_ports[node].push((ports.protocols[i], ports.ips[i], ports.ports[i]));
         }
     }
+}
+
+/// Add the placed pod's estimated load to its node's herd-estimated metrics, so
+/// later pods of the batch do not all chase the value of the last scrape.
+fn herd_estimate(engine: &Engine, state: &mut BatchState, pod: &PodView, node: usize) {
+    let specs = &engine.metrics.specs;
+    let (m, r) = (specs.len(), engine.resources);
+    for (k, spec) in specs.iter().enumerate() {
+        let Some((column, factor)) = spec.herd else { continue };
+        let capacity = engine.nodes.allocatable[node * r + column];
+        let v = &mut state.values[node * m + k];
+        if capacity > 0 && !v.is_nan() {
+            *v += pod.request[column] as f64 / capacity as f64 * factor;
+            state.badness[node * m + k] = metrics::badness(spec.prefer, *v);
+        }
+    }
+    state.metric_codes[node] = metrics::filter(specs, &state.values[node * m..(node + 1) * m], r);
+    state.metric_epoch[node] += 1;
 }
 
 fn explain(engine: &Engine, state: &BatchState, cache: &ClassCache, pod: &PodView, maxima: &Maxima, chosen: Option<usize>) -> Explanation {
@@ -914,16 +971,16 @@ fn explain(engine: &Engine, state: &BatchState, cache: &ClassCache, pod: &PodVie
         ..Explanation::default()
     };
     let mut scratch = Vec::new();
-    let base = engine.base(cache, maxima, false);
+    let base = engine.base(state, cache, maxima, false);
     for node in 0..n {
         let mut codes = Vec::new();
         if let Some(s) = engine.evaluate(state, cache, pod, node, &mut |c| codes.push(c)) {
-            engine.plugin_scores(cache, node, &s, maxima, &mut scratch);
+            engine.plugin_scores(state, cache, node, &s, maxima, &mut scratch);
             for (i, &(raw, normalized, _)) in scratch.iter().enumerate() {
                 ex.raw[i * n + node] = raw;
                 ex.normalized[i * n + node] = normalized;
             }
-            ex.totals[node] = engine.total(&base, node, s.fit, s.balanced);
+            ex.totals[node] = engine.total(state, &base, node, s.fit, s.balanced);
         }
         ex.reason_codes.extend(codes);
         ex.reason_offsets.push(ex.reason_codes.len() as i64);
@@ -974,7 +1031,7 @@ mod tests {
     /// metric's min over feasible nodes moves, so every cache path is taken.
     #[test]
     fn batch_equals_one_pod_at_a_time() {
-        for parallel in [false, true] {
+        for (parallel, herd) in [(false, false), (true, false), (false, true), (true, true)] {
             let mut b = NodeBuilder::default();
             for i in 0..300 {
                 b.node(|n| {
@@ -983,9 +1040,12 @@ mod tests {
                     n.allowed_pods = 1 + (i % 3);
                 });
             }
-            let values: Vec<f64> = (0..300)
+            let mut values: Vec<f64> = (0..300)
                 .map(|i| if i % 11 == 0 { f64::NAN } else { (i * 37 % 100) as f64 / 100.0 })
                 .collect();
+            // With a herd estimate each placement raises the node's value by its cpu share,
+            // which also pushes nodes over the `above` threshold.
+            let herd_factor = 0.5;
             let spec = MetricSpec {
                 prefer: Prefer::Lower,
                 range: None,
@@ -993,9 +1053,11 @@ mod tests {
                 below: None,
                 missing: Missing::Neutral,
                 weight: 3.0,
+                herd: herd.then_some((CPU, herd_factor)),
             };
+            let start = values.clone();
             let metrics = Metrics {
-                values: &values,
+                values: &start,
                 specs: vec![spec],
             };
             let pods: Vec<TestPod> = (0..700)
@@ -1026,11 +1088,15 @@ mod tests {
             assert!(batch.nodes.contains(&UNSCHEDULABLE), "the cluster fills up");
             for (i, p) in pods.iter().enumerate() {
                 let single = OwnedPods::new(std::slice::from_ref(p));
+                let now = Metrics {
+                    values: &values,
+                    specs: vec![spec],
+                };
                 let one = schedule_batch(
                     &b.build().view(),
                     &classes.view(),
                     &single.view(),
-                    &metrics,
+                    &now,
                     &Profile::default(),
                     &options,
                 )
@@ -1042,7 +1108,11 @@ mod tests {
                 assert_eq!(one.reason_counts, batch.reason_counts[lo..hi], "pod {i}");
                 if one.nodes[0] >= 0 {
                     assert_eq!(one.scores[0].to_bits(), batch.scores[i].to_bits(), "pod {i}");
-                    let node = &mut b.nodes[one.nodes[0] as usize];
+                    let chosen = one.nodes[0] as usize;
+                    let node = &mut b.nodes[chosen];
+                    if herd && !values[chosen].is_nan() {
+                        values[chosen] += p.request[CPU] as f64 / node.allocatable[CPU] as f64 * herd_factor;
+                    }
                     node.requested[CPU] += p.request[CPU];
                     node.requested[MEMORY] += p.request[MEMORY];
                     node.nonzero_requested[0] += p.request[CPU].max(100);
@@ -1132,6 +1202,7 @@ mod tests {
             below: None,
             missing: Missing::Neutral,
             weight: 5.0,
+            herd: None,
         };
         let metrics = Metrics {
             values: &values,

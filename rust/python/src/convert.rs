@@ -75,14 +75,17 @@ fn optional(x: f64) -> Option<f64> {
     }
 }
 
-/// Metric specs as rows of 8 floats:
+/// Metric specs as rows of 10 floats:
 /// prefer (0 lower, 1 higher, 2 target), target, range low, range high,
-/// above, below (NaN for none), missing (0 neutral, 1 worst, 2 exclude), weight.
+/// above, below (NaN for none), missing (0 neutral, 1 worst, 2 exclude), weight,
+/// herd resource column (negative for none), herd factor.
+const METRIC_SPEC_WIDTH: usize = 10;
+
 pub fn metric_specs(flat: &[f64]) -> PyResult<Vec<MetricSpec>> {
-    if flat.len() % 8 != 0 {
-        return Err(PyTypeError::new_err("metric specs must be rows of 8 numbers"));
+    if flat.len() % METRIC_SPEC_WIDTH != 0 {
+        return Err(PyTypeError::new_err("metric specs must be rows of 10 numbers"));
     }
-    flat.chunks(8)
+    flat.chunks(METRIC_SPEC_WIDTH)
         .map(|r| {
             let prefer = match r[0] as i64 {
                 0 => Prefer::Lower,
@@ -107,6 +110,7 @@ pub fn metric_specs(flat: &[f64]) -> PyResult<Vec<MetricSpec>> {
                 below: optional(r[5]),
                 missing,
                 weight: r[7],
+                herd: (r[8] >= 0.0).then_some((r[8] as usize, r[9])),
             })
         })
         .collect()

@@ -1,0 +1,302 @@
+"""Live metric values: Prometheus queries refreshed in the background, node annotations.
+
+Owns one refresh thread per Prometheus metric. Each refresh is a single
+instant query returning a vector for every node (never one query per node),
+mapped to nodes by a label holding the node name, or an instance/IP (port
+stripped) matched against the node's addresses. The interval adapts: it
+halves (down to ``refresh.min``) while values move and grows by half (up to
+``refresh.max``) while they hold still. Results live in a cachetools TTL
+cache that forgets them after ``maxAge``; every value carries its sample
+time. The scheduling path only reads the cache (:meth:`MetricStore.matrix`)
+and never waits on Prometheus.
+
+A metric whose source is down or whose values are all older than ``maxAge``
+is *dropped* for the batch (degraded mode) rather than given to the engine
+as missing everywhere, so ``missing: exclude`` can never leave every pod
+pending. Unmapped series and nodes without a value are counted and logged
+once per change, never silently dropped.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from cachetools import TTLCache
+
+from ksched.config import MetricConfig
+from ksched.kube import Obj, meta
+from ksched.snapshot import Snapshot
+from ksched.telemetry import Telemetry
+
+log = logging.getLogger(__name__)
+
+# A refresh counts as "moving" when this share of nodes changed by more than CHANGE_TOLERANCE.
+MOVING_SHARE = 0.1
+CHANGE_TOLERANCE = 0.05
+QUERY_TIMEOUT_S = 5.0
+
+
+class SourceError(Exception):
+    """A query failed: unreachable, an error status, or an answer that is not a vector of numbers."""
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One refresh of one metric: node -> value, with the time Prometheus evaluated it."""
+
+    values: dict[str, float]
+    sampled_at: float
+    unmapped: int = 0
+
+
+def node_addresses(node: Obj) -> list[str]:
+    status = node.get("status") or {}
+    return [str(a.get("address")) for a in status.get("addresses") or [] if a.get("address")]
+
+
+def _strip_port(instance: str) -> str:
+    if instance.startswith("["):  # [ipv6]:port
+        return instance[1 : instance.find("]")]
+    host, sep, port = instance.rpartition(":")
+    return host if sep and port.isdigit() and ":" not in host else instance
+
+
+class NodeResolver:
+    """Maps a series label value to a node name: the name itself, else a node address."""
+
+    def __init__(self, nodes: Sequence[Obj]) -> None:
+        self.names = {str(meta(n).get("name")) for n in nodes}
+        self.by_address: dict[str, str] = {}
+        for n in nodes:
+            for a in node_addresses(n):
+                self.by_address[a] = str(meta(n).get("name"))
+
+    def __call__(self, label: str) -> str | None:
+        if label in self.names:
+            return label
+        host = _strip_port(label)
+        if host in self.names:
+            return host
+        return self.by_address.get(host)
+
+
+class PrometheusSource:
+    """Instant queries through prometheus-api-client."""
+
+    def __init__(self, url: str, timeout_s: float = QUERY_TIMEOUT_S) -> None:
+        from prometheus_api_client import PrometheusConnect
+
+        self.url = url
+        self.timeout_s = timeout_s
+        self.client = PrometheusConnect(url=url, disable_ssl=False, timeout=timeout_s)
+
+    def query(self, metric: MetricConfig, resolve: Callable[[str], str | None]) -> Sample:
+        try:
+            result = self.client.custom_query(metric.query or "", timeout=self.timeout_s)
+        except Exception as err:  # the client raises requests' and its own exception types
+            raise SourceError(f"{metric.name}: query failed: {err}") from None
+        if not isinstance(result, list):
+            raise SourceError(f"{metric.name}: expected an instant vector, got {type(result).__name__}")
+        values: dict[str, float] = {}
+        unmapped = 0
+        sampled_at = time.time()
+        for series in result:
+            if not isinstance(series, dict) or "value" not in series:
+                raise SourceError(f"{metric.name}: the query does not return an instant vector")
+            labels = series.get("metric") or {}
+            ts, raw = series["value"]
+            try:
+                v = float(raw)
+            except (TypeError, ValueError):
+                raise SourceError(f"{metric.name}: value {raw!r} is not a number") from None
+            node = resolve(str(labels.get(metric.node_label, "")))
+            if node is None:
+                unmapped += 1
+                continue
+            if math.isfinite(v):
+                values[node] = v
+            sampled_at = min(sampled_at, float(ts))
+        return Sample(values, sampled_at, unmapped)
+
+
+@dataclass
+class MetricState:
+    """What the store knows of one metric."""
+
+    interval_s: float
+    last_error: str | None = None
+    refreshes: int = 0
+    logged_gaps: tuple[int, int] = (0, 0)
+
+
+@dataclass
+class Matrix:
+    """The engine's metric input for one batch."""
+
+    metrics: tuple[MetricConfig, ...]
+    values: npt.NDArray[np.float64]
+    degraded: list[str] = field(default_factory=list)
+
+
+class MetricStore:
+    def __init__(
+        self,
+        metrics: Sequence[MetricConfig],
+        prometheus: PrometheusSource | None,
+        telemetry: Telemetry | None = None,
+        nodes: Callable[[], Sequence[Obj]] = tuple,
+    ) -> None:
+        self.metrics = tuple(metrics)
+        self.prometheus = prometheus
+        self.telemetry = telemetry
+        self.live = [m for m in self.metrics if m.source == "prometheus"]
+        max_age = max((m.max_age_s for m in self.live), default=1.0)
+        self.cache: TTLCache[str, Sample] = TTLCache(maxsize=max(len(self.live), 1), ttl=max_age)
+        self.state = {m.name: MetricState(m.min_refresh_s) for m in self.live}
+        self._nodes = nodes
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._threads = [
+            threading.Thread(target=self._refresh_loop, args=(m,), name=f"metric-{m.name}", daemon=True)
+            for m in self.live
+        ]
+
+    def start(self) -> None:
+        if self.live and self.prometheus is None:
+            log.warning(
+                "metrics %s need a Prometheus URL (--prometheus-url); they are skipped",
+                [m.name for m in self.live],
+            )
+        for t in self._threads:
+            t.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def refresh(self, metric: MetricConfig) -> None:
+        """One refresh of one metric (the background loop calls this; tests may too)."""
+        st = self.state[metric.name]
+        if self.prometheus is None:
+            st.last_error = "no Prometheus URL configured"
+            return
+        nodes = self._current_nodes()
+        try:
+            sample = self.prometheus.query(metric, NodeResolver(nodes))
+        except SourceError as err:
+            if st.last_error != str(err):
+                log.warning("%s", err)
+            st.last_error = str(err)
+            st.interval_s = metric.min_refresh_s  # retry soon
+            return
+        previous = self.cache.get(metric.name)
+        with self._lock:
+            self.cache[metric.name] = sample
+        if st.last_error is not None:
+            log.info("metric %s is back", metric.name)
+        st.last_error = None
+        st.refreshes += 1
+        gaps = (sample.unmapped, len(nodes) - len(sample.values))
+        if gaps != st.logged_gaps and any(gaps):
+            log.warning(
+                "metric %s: %d series match no node (label %r); %d nodes have no value",
+                metric.name,
+                gaps[0],
+                metric.node_label,
+                gaps[1],
+            )
+        st.logged_gaps = gaps
+        st.interval_s = _next_interval(metric, st.interval_s, previous, sample)
+
+    def _current_nodes(self) -> list[Obj]:
+        # The informer thread may be changing its store; a changed dict is just read again.
+        for _ in range(10):
+            try:
+                return list(self._nodes())
+            except RuntimeError:
+                continue
+        return []
+
+    def _refresh_loop(self, metric: MetricConfig) -> None:
+        while not self._stop.is_set():
+            self.refresh(metric)
+            self._stop.wait(self.state[metric.name].interval_s)
+
+    def matrix(
+        self,
+        snapshot: Snapshot,
+        extra: Callable[[MetricConfig, float, npt.NDArray[np.float64]], None] | None = None,
+    ) -> Matrix:
+        """Node x metric values for the snapshot: annotations from the nodes, live metrics
+        from the cache (dropped, with a reason, when unavailable)."""
+        now = time.time()
+        used: list[MetricConfig] = []
+        columns: list[npt.NDArray[np.float64]] = []
+        degraded: list[str] = []
+        for m in self.metrics:
+            column = np.full(snapshot.count, np.nan, dtype=np.float64)
+            if m.source == "annotation":
+                for i, node in enumerate(snapshot.node_objects):
+                    raw: Any = (meta(node).get("annotations") or {}).get(m.annotation or "")
+                    column[i] = _number(raw)
+            else:
+                with self._lock:
+                    sample = self.cache.get(m.name)
+                st = self.state[m.name]
+                # A source that failed its last refresh is down: drop the metric now rather
+                # than score with values that can only grow staler.
+                if st.last_error is not None or sample is None or now - sample.sampled_at > m.max_age_s:
+                    reason = st.last_error or f"no value younger than {m.max_age_s:g}s"
+                    degraded.append(f"{m.name}: {reason}")
+                    if self.telemetry is not None:
+                        self.telemetry.metric_age.labels(metric=m.name).set(
+                            math.inf if sample is None else now - sample.sampled_at
+                        )
+                    continue
+                if self.telemetry is not None:
+                    self.telemetry.metric_age.labels(metric=m.name).set(now - sample.sampled_at)
+                index = snapshot.index
+                for node_name, v in sample.values.items():
+                    row = index.get(node_name)
+                    if row is not None:
+                        column[row] = v
+                if extra is not None:
+                    extra(m, sample.sampled_at, column)
+            used.append(m)
+            columns.append(column)
+        values = np.stack(columns, axis=1) if columns else np.zeros((snapshot.count, 0), dtype=np.float64)
+        if self.telemetry is not None:
+            self.telemetry.set_degraded("metric_unavailable", bool(degraded))
+        return Matrix(tuple(used), values, degraded)
+
+    def status(self) -> str:
+        down = [f"{n}: {s.last_error}" for n, s in self.state.items() if s.last_error]
+        return "degraded (" + "; ".join(down) + ")" if down else f"{len(self.live)} live metric(s) fresh"
+
+
+def _number(raw: Any) -> float:
+    try:
+        return float(raw) if raw is not None else math.nan
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _next_interval(metric: MetricConfig, interval: float, previous: Sample | None, sample: Sample) -> float:
+    """Shorter while values move, longer while they hold still, within the metric's bounds."""
+    if previous is None:
+        return metric.min_refresh_s
+    changed = sum(
+        1
+        for node, v in sample.values.items()
+        if abs(v - previous.values.get(node, math.inf)) > CHANGE_TOLERANCE * max(abs(v), 1e-9)
+    )
+    if changed > MOVING_SHARE * max(len(sample.values), 1):
+        return max(metric.min_refresh_s, interval / 2)
+    return min(metric.max_refresh_s, interval * 1.5)
