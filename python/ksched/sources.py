@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 from cachetools import TTLCache
+from urllib3.util.retry import Retry
 
 from ksched.config import MetricConfig
 from ksched.kube import Obj, meta
@@ -55,6 +56,7 @@ class Sample:
     values: dict[str, float]
     sampled_at: float
     unmapped: int = 0
+    not_finite: int = 0
 
 
 def node_addresses(node: Obj) -> list[str]:
@@ -96,7 +98,9 @@ class PrometheusSource:
 
         self.url = url
         self.timeout_s = timeout_s
-        self.client = PrometheusConnect(url=url, disable_ssl=False, timeout=timeout_s)
+        # No client-side retries: the refresh loop retries on its own cadence, and a
+        # retrying client would hide an outage for several timeouts.
+        self.client = PrometheusConnect(url=url, disable_ssl=False, timeout=timeout_s, retry=Retry(total=0))
 
     def query(self, metric: MetricConfig, resolve: Callable[[str], str | None]) -> Sample:
         try:
@@ -106,7 +110,7 @@ class PrometheusSource:
         if not isinstance(result, list):
             raise SourceError(f"{metric.name}: expected an instant vector, got {type(result).__name__}")
         values: dict[str, float] = {}
-        unmapped = 0
+        unmapped = not_finite = 0
         sampled_at = time.time()
         for series in result:
             if not isinstance(series, dict) or "value" not in series:
@@ -123,8 +127,10 @@ class PrometheusSource:
                 continue
             if math.isfinite(v):
                 values[node] = v
+            else:
+                not_finite += 1
             sampled_at = min(sampled_at, float(ts))
-        return Sample(values, sampled_at, unmapped)
+        return Sample(values, sampled_at, unmapped, not_finite)
 
 
 @dataclass
@@ -134,7 +140,7 @@ class MetricState:
     interval_s: float
     last_error: str | None = None
     refreshes: int = 0
-    logged_gaps: tuple[int, int] = (0, 0)
+    logged_gaps: tuple[int, int, int] = (0, 0, 0)
 
 
 @dataclass
@@ -188,6 +194,10 @@ class MetricStore:
             st.last_error = "no Prometheus URL configured"
             return
         nodes = self._current_nodes()
+        if not nodes:
+            st.last_error = "no nodes known yet"
+            st.interval_s = metric.min_refresh_s
+            return
         try:
             sample = self.prometheus.query(metric, NodeResolver(nodes))
         except SourceError as err:
@@ -203,13 +213,14 @@ class MetricStore:
             log.info("metric %s is back", metric.name)
         st.last_error = None
         st.refreshes += 1
-        gaps = (sample.unmapped, len(nodes) - len(sample.values))
+        gaps = (sample.unmapped, len(nodes) - len(sample.values), sample.not_finite)
         if gaps != st.logged_gaps and any(gaps):
             log.warning(
-                "metric %s: %d series match no node (label %r); %d nodes have no value",
+                "metric %s: %d series match no node (label %r); %d series have no finite value; %d nodes have no value",
                 metric.name,
                 gaps[0],
                 metric.node_label,
+                gaps[2],
                 gaps[1],
             )
         st.logged_gaps = gaps
@@ -267,6 +278,10 @@ class MetricStore:
                     row = index.get(node_name)
                     if row is not None:
                         column[row] = v
+                if np.isnan(column).all():
+                    # Nothing to score with: drop the metric rather than call every node missing.
+                    degraded.append(f"{m.name}: no value for any node")
+                    continue
                 if extra is not None:
                     extra(m, sample.sampled_at, column)
             used.append(m)
@@ -276,9 +291,21 @@ class MetricStore:
             self.telemetry.set_degraded("metric_unavailable", bool(degraded))
         return Matrix(tuple(used), values, degraded)
 
+    def _has_values(self, name: str) -> bool:
+        with self._lock:
+            sample = self.cache.get(name)
+        return sample is not None and bool(sample.values)
+
     def status(self) -> str:
         down = [f"{n}: {s.last_error}" for n, s in self.state.items() if s.last_error]
-        return "degraded (" + "; ".join(down) + ")" if down else f"{len(self.live)} live metric(s) fresh"
+        empty = [
+            m.name for m in self.live if not self.state[m.name].last_error and not self._has_values(m.name)
+        ]
+        if down:
+            return "degraded (" + "; ".join(down) + ")"
+        if empty:
+            return f"degraded (no value for any node yet: {', '.join(empty)})"
+        return f"{len(self.live)} live metric(s) fresh"
 
 
 def _number(raw: Any) -> float:

@@ -10,6 +10,7 @@ import pytest
 
 from ksched.cluster import local
 from ksched.cluster.build import BuildError, missing_binaries
+from ksched.kubeclient import Kube, load_configuration
 
 CLUSTER_NODES = 20
 
@@ -18,6 +19,12 @@ def _unavailable(why: str) -> None:
     if os.environ.get("KSCHED_REQUIRE_CLUSTER") == "1":
         pytest.fail(f"KSCHED_REQUIRE_CLUSTER=1 but the local control plane is unavailable: {why}")
     pytest.skip(f"local control plane unavailable: {why}")
+
+
+@pytest.fixture(scope="module")
+def kube(cluster: local.ClusterState) -> Kube:
+    """Raw JSON access to the local API server as its admin."""
+    return Kube(load_configuration(cluster.kubeconfig, 32))
 
 
 @pytest.fixture(scope="session")

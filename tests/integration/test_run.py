@@ -8,213 +8,34 @@ nodeNames, Events, the Lease.
 from __future__ import annotations
 
 import collections
-import contextlib
 import json
-import os
-import signal
-import subprocess
-import sys
 import threading
 import time
-import urllib.request
-from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
 
 from ksched.cluster import local
 from ksched.config import load_config
 from ksched.kube import object_key
-from ksched.kubeclient import ApiUnavailableError, Kube, load_configuration
-from ksched.pods import pod_requests
+from ksched.kubeclient import Kube
 from ksched.simulate import load_cluster, run_simulation
+from tests.integration.helpers import (
+    FAST_LEASE,
+    Obj,
+    assert_no_node_overcommitted,
+    create,
+    delete_pods,
+    ensure_namespace,
+    events_for,
+    ksched,
+    make_pod,
+    pods_in,
+    scheduled_events,
+    wait_for,
+)
 
 pytestmark = pytest.mark.cluster
-
-Obj = dict[str, Any]
-# Short leases keep the failover test quick: 4 s lease, 3 s renew deadline, 1 s retry.
-FAST_LEASE = {"leaseDuration": "4s", "renewDeadline": "3s", "retryPeriod": "1s"}
-
-
-@pytest.fixture(scope="module")
-def kube(cluster: local.ClusterState) -> Kube:
-    return Kube(load_configuration(cluster.kubeconfig, 32))
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float, interval: float = 0.25) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(interval)
-
-
-def make_pod(name: str, namespace: str, cpu: str = "250m", memory: str = "256Mi", **spec: Any) -> Obj:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": namespace, "labels": {"app": name.rsplit("-", 1)[0]}},
-        "spec": {
-            "schedulerName": "ksched",
-            "containers": [
-                {"name": "app", "image": "app", "resources": {"requests": {"cpu": cpu, "memory": memory}}}
-            ],
-            **spec,
-        },
-    }
-
-
-def create(kube: Kube, objs: list[Obj], tolerate_outage: bool = False) -> None:
-    def post(obj: Obj) -> None:
-        if obj["kind"] == "Node":
-            path = "/api/v1/nodes"
-        elif obj["kind"] == "Namespace":
-            path = "/api/v1/namespaces"
-        else:
-            path = f"/api/v1/namespaces/{obj['metadata']['namespace']}/{obj['kind'].lower()}s"
-        try:
-            r = kube.request("POST", path, body=obj)
-        except ApiUnavailableError:
-            if tolerate_outage:
-                return
-            raise
-        assert tolerate_outage or r.status in (200, 201, 409), r.data[:300]
-
-    with ThreadPoolExecutor(16) as pool:
-        list(pool.map(post, objs))
-
-
-def ensure_namespace(kube: Kube, namespace: str) -> None:
-    create(kube, [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}])
-
-
-def pods_in(kube: Kube, namespace: str | None = None) -> list[Obj]:
-    path = f"/api/v1/namespaces/{namespace}/pods" if namespace else "/api/v1/pods"
-    items: list[Obj] = kube.request("GET", path).json()["items"]
-    return items
-
-
-def delete_pods(kube: Kube, namespace: str) -> None:
-    kube.request("DELETE", f"/api/v1/namespaces/{namespace}/pods", query={"gracePeriodSeconds": 0})
-    wait_for(lambda: not pods_in(kube, namespace), 60)
-
-
-def scheduled_events(kube: Kube, namespace: str) -> list[Obj]:
-    events = kube.request("GET", f"/apis/events.k8s.io/v1/namespaces/{namespace}/events").json()["items"]
-    return [e for e in events if e.get("reason") == "Scheduled"]
-
-
-def events_for(kube: Kube, namespace: str, name: str, reason: str) -> list[Obj]:
-    """The pod's events with this reason, oldest first."""
-    events = kube.request("GET", f"/apis/events.k8s.io/v1/namespaces/{namespace}/events").json()["items"]
-    mine = [e for e in events if e.get("reason") == reason and e["regarding"]["name"] == name]
-    return sorted(mine, key=lambda e: e.get("eventTime") or e["metadata"]["creationTimestamp"])
-
-
-def assert_no_node_overcommitted(kube: Kube) -> None:
-    nodes = {n["metadata"]["name"]: n for n in kube.request("GET", "/api/v1/nodes").json()["items"]}
-    used: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
-    for p in pods_in(kube):
-        node = p["spec"].get("nodeName")
-        if not node or p["status"].get("phase") in ("Succeeded", "Failed"):
-            continue
-        used[node]["pods"] += 1
-        for resource, v in pod_requests(p).requests.items():
-            used[node][resource] += v
-    for node, counts in used.items():
-        alloc = nodes[node]["status"]["allocatable"]
-        assert counts["pods"] <= int(alloc["pods"]), f"{node}: {counts['pods']} pods"
-        assert counts["cpu"] <= int(float(alloc["cpu"]) * 1000), (
-            f"{node}: cpu {counts['cpu']}m over {alloc['cpu']}"
-        )
-        mem = pod_requests(
-            {"spec": {"containers": [{"resources": {"requests": {"memory": alloc["memory"]}}}]}}
-        )
-        assert counts["memory"] <= mem.requests["memory"], f"{node}: memory over-committed"
-
-
-@dataclass
-class Ksched:
-    proc: subprocess.Popen[bytes]
-    port: int
-    identity: str
-    log: Path
-
-    def get(self, path: str) -> tuple[int, str]:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=2) as r:
-                return int(r.status), r.read().decode()
-        except urllib.error.HTTPError as err:
-            return int(err.code), err.read().decode()
-        except OSError:
-            return 0, ""
-
-    def leads(self) -> bool:
-        return "this replica leads" in self.get("/readyz")[1]
-
-    def metric(self, name: str) -> float:
-        total = 0.0
-        for line in self.get("/metrics")[1].splitlines():
-            if line.startswith(name) and not line.startswith("#"):
-                total += float(line.rsplit(" ", 1)[1])
-        return total
-
-    def output(self) -> str:
-        return self.log.read_text(errors="replace")[-4000:]
-
-
-@contextlib.contextmanager
-def ksched(
-    cluster: local.ClusterState, tmp_path: Path, identity: str, lease: dict[str, str], **config: Any
-) -> Iterator[Ksched]:
-    cfg = {
-        "apiVersion": "ksched.io/v1alpha1",
-        "kind": "KschedConfiguration",
-        "leaderElection": {
-            "resourceName": "ksched-" + tmp_path.name[:40].lower().replace("_", "-").strip("-"),
-            **lease,
-        },
-        **config,
-    }
-    path = tmp_path / f"{identity}.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    port = local.free_port()
-    log = tmp_path / f"{identity}.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [
-                *(sys.executable, "-m", "ksched.cli", "run", "--config", str(path)),
-                *(
-                    "--kubeconfig",
-                    cluster.kubeconfig,
-                    "--address",
-                    f"127.0.0.1:{port}",
-                    "--identity",
-                    identity,
-                ),
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
-    k = Ksched(proc, port, identity, log)
-    try:
-        assert wait_for(lambda: k.get("/healthz")[0] == 200 or proc.poll() is not None, 30), k.output()
-        assert proc.poll() is None, k.output()
-        yield k
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
 
 
 def test_2000_pods_on_200_nodes_all_bound_without_overcommit(
