@@ -43,6 +43,17 @@ def _demo(args: argparse.Namespace) -> int:
     return demo(args.nodes, args.pods, args.compare)
 
 
+def _annotate(args: argparse.Namespace) -> int:
+    from ksched.annotate import annotate
+
+    rows = annotate(args.kubeconfig, args.key, args.assignments)
+    width = max((len(n) for n, _ in rows), default=4)
+    print(f"{'NODE':<{width}}  {args.key}")
+    for node, value in rows:
+        print(f"{node:<{width}}  {value}")
+    return EXIT_OK
+
+
 def _simulate(args: argparse.Namespace) -> int:
     from ksched.config import load_config
     from ksched.simulate import load_cluster, load_offline_metrics, render_table, run_simulation
@@ -204,6 +215,17 @@ def parser() -> argparse.ArgumentParser:
     d.add_argument("--pods", type=int, default=2000)
     d.add_argument("--compare", action="store_true", help="then run the same workload through kube-scheduler")
     d.set_defaults(func=_demo)
+
+    a = sub.add_parser(
+        "annotate",
+        help="set, remove or list a per-node annotation metric such as a price",
+        description="NODE=VALUE sets, NODE- removes; then every node's value is listed. "
+        "Example: ksched annotate kwok-node-00000=0.12 kwok-node-00001=0.40",
+    )
+    a.add_argument("assignments", nargs="*", metavar="NODE=VALUE|NODE-")
+    a.add_argument("--key", default="ksched.io/price", help="annotation key (default ksched.io/price)")
+    a.add_argument("--kubeconfig")
+    a.set_defaults(func=_annotate)
 
     b = sub.add_parser(
         "bench",

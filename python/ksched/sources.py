@@ -25,6 +25,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -168,6 +169,10 @@ class MetricStore:
         self.cache: TTLCache[str, Sample] = TTLCache(maxsize=max(len(self.live), 1), ttl=max_age)
         self.state = {m.name: MetricState(m.min_refresh_s) for m in self.live}
         self._nodes = nodes
+        # Columns for the current snapshot: annotations change only with a rebuilt
+        # snapshot, a live column only with a new sample, so a cycle copies them
+        # instead of walking every node (9 ms a cycle at 5,000 nodes otherwise).
+        self._columns: dict[str, tuple[object, object, npt.NDArray[np.float64]]] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._threads = [
@@ -252,11 +257,10 @@ class MetricStore:
         columns: list[npt.NDArray[np.float64]] = []
         degraded: list[str] = []
         for m in self.metrics:
-            column = np.full(snapshot.count, np.nan, dtype=np.float64)
             if m.source == "annotation":
-                for i, node in enumerate(snapshot.node_objects):
-                    raw: Any = (meta(node).get("annotations") or {}).get(m.annotation or "")
-                    column[i] = _number(raw)
+                column = self._column(
+                    m.name, snapshot, None, partial(_annotations, snapshot, m.annotation or "")
+                )
             else:
                 with self._lock:
                     sample = self.cache.get(m.name)
@@ -273,11 +277,7 @@ class MetricStore:
                     continue
                 if self.telemetry is not None:
                     self.telemetry.metric_age.labels(metric=m.name).set(now - sample.sampled_at)
-                index = snapshot.index
-                for node_name, v in sample.values.items():
-                    row = index.get(node_name)
-                    if row is not None:
-                        column[row] = v
+                column = self._column(m.name, snapshot, sample, partial(_live, snapshot, sample))
                 if np.isnan(column).all():
                     # Nothing to score with: drop the metric rather than call every node missing.
                     degraded.append(f"{m.name}: no value for any node")
@@ -290,6 +290,20 @@ class MetricStore:
         if self.telemetry is not None:
             self.telemetry.set_degraded("metric_unavailable", bool(degraded))
         return Matrix(tuple(used), values, degraded)
+
+    def _column(
+        self,
+        name: str,
+        snapshot: Snapshot,
+        sample: Sample | None,
+        build: Callable[[], npt.NDArray[np.float64]],
+    ) -> npt.NDArray[np.float64]:
+        """A copy of the metric's column, rebuilt only for a new snapshot or sample."""
+        cached = self._columns.get(name)
+        if cached is None or cached[0] is not snapshot or cached[1] is not sample:
+            cached = (snapshot, sample, build())
+            self._columns[name] = cached
+        return cached[2].copy()
 
     def _has_values(self, name: str) -> bool:
         with self._lock:
@@ -306,6 +320,23 @@ class MetricStore:
         if empty:
             return f"degraded (no value for any node yet: {', '.join(empty)})"
         return f"{len(self.live)} live metric(s) fresh"
+
+
+def _annotations(snapshot: Snapshot, key: str) -> npt.NDArray[np.float64]:
+    return np.array(
+        [_number((meta(node).get("annotations") or {}).get(key)) for node in snapshot.node_objects],
+        dtype=np.float64,
+    )
+
+
+def _live(snapshot: Snapshot, sample: Sample) -> npt.NDArray[np.float64]:
+    column = np.full(snapshot.count, np.nan, dtype=np.float64)
+    index = snapshot.index
+    for node_name, v in sample.values.items():
+        row = index.get(node_name)
+        if row is not None:
+            column[row] = v
+    return column
 
 
 def _number(raw: Any) -> float:

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from ksched.cli import main
 from ksched.cluster import local
 from ksched.kubeclient import Kube
 from tests.integration.exporter import NODE_VALUES
@@ -58,17 +59,16 @@ def bound_nodes(kube: Kube, ns: str) -> dict[str, str]:
 
 
 def test_pod_goes_to_the_cheapest_node_by_price_annotation(
-    cluster: local.ClusterState, kube: Kube, tmp_path: Path
+    cluster: local.ClusterState, kube: Kube, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     ns = "metrics-price"
     ensure_namespace(kube, ns)
     prices = {"kwok-node-00003": "0.90", "kwok-node-00004": "0.12", "kwok-node-00005": "0.40"}
-    for node, price in prices.items():
-        patch = {"metadata": {"annotations": {"ksched.io/price": price}}}
-        r = kube.request(
-            "PATCH", f"/api/v1/nodes/{node}", body=patch, content_type="application/merge-patch+json"
-        )
-        assert r.ok, r.data
+    assert (
+        main(["annotate", "--kubeconfig", cluster.kubeconfig, *(f"{n}={p}" for n, p in prices.items())]) == 0
+    )
+    listed = dict(line.split() for line in capsys.readouterr().out.splitlines()[1:])
+    assert {n: listed[n] for n in prices} == prices and listed["kwok-node-00000"] == "-"
     price = {"name": "price", "source": "annotation", "annotation": "ksched.io/price", "prefer": "lower"}
     try:
         with ksched(
@@ -78,11 +78,7 @@ def test_pod_goes_to_the_cheapest_node_by_price_annotation(
             assert wait_for(lambda: bound_nodes(kube, ns).get("cheap-0"), 30) == "kwok-node-00004", k.output()
     finally:
         delete_pods(kube, ns)
-        for node in prices:
-            patch = {"metadata": {"annotations": {"ksched.io/price": None}}}
-            kube.request(
-                "PATCH", f"/api/v1/nodes/{node}", body=patch, content_type="application/merge-patch+json"
-            )
+        main(["annotate", "--kubeconfig", cluster.kubeconfig, *(f"{n}-" for n in prices)])
 
 
 def test_pod_goes_to_the_lowest_prometheus_value(

@@ -93,3 +93,24 @@ def test_50mb_cluster_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert path.stat().st_size > 50_000_000
     assert main(["simulate", str(path), "-o", "json"]) == 0
     assert len(json.loads(capsys.readouterr().out)["placements"]) == 200
+
+
+@pytest.mark.parametrize(
+    "example", sorted(p.name for p in Path("examples").glob("*.yaml") if p.name != "cluster.yaml")
+)
+def test_every_example_configuration_loads_and_simulates(
+    example: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["simulate", "examples/cluster.yaml", "--config", f"examples/{example}", "-o", "json"])
+    assert code in (0, 1), capsys.readouterr().err
+    assert json.loads(capsys.readouterr().out)["placements"]
+
+
+def test_annotate_rejects_what_is_not_a_number() -> None:
+    from ksched.annotate import parse_assignments
+    from ksched.errors import KschedError
+
+    assert parse_assignments(["n1=0.12", "n2-"]) == {"n1": "0.12", "n2": None}
+    for bad in ["n1=cheap", "n1", "=3", "n1=nan"]:
+        with pytest.raises(KschedError):
+            parse_assignments([bad])
