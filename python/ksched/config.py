@@ -104,6 +104,22 @@ class BatchConfig:
 
 
 @dataclass(frozen=True)
+class WebhookConfig:
+    """The mutating admission webhook that routes opted-in pods to ksched."""
+
+    enabled: bool = False
+    address: str = "0.0.0.0:9443"
+    cert_file: str | None = None
+    key_file: str | None = None
+    # Names in a self-generated serving certificate (the webhook Service's DNS names).
+    hosts: tuple[str, ...] = ("ksched.kube-system.svc", "ksched.kube-system.svc.cluster.local")
+    # The MutatingWebhookConfiguration whose caBundle a self-generated CA is written into.
+    configuration_name: str | None = "ksched"
+    # The profile routed pods get (default: the first profile).
+    scheduler_name: str | None = None
+
+
+@dataclass(frozen=True)
 class PrometheusConfig:
     url: str | None = None
     timeout_s: float = 5.0
@@ -140,6 +156,7 @@ class Config:
     leader_election: LeaderElectionConfig = LeaderElectionConfig()
     client_connection: ClientConnectionConfig = ClientConnectionConfig()
     prometheus: PrometheusConfig = PrometheusConfig()
+    webhook: WebhookConfig = WebhookConfig()
 
     def profile(self, scheduler_name: str) -> ProfileConfig | None:
         for p in self.profiles:
@@ -391,6 +408,7 @@ def parse_config(obj: Obj) -> Config:
             "leaderElection",
             "clientConnection",
             "prometheus",
+            "webhook",
         ),
         ("apiVersion", "kind"),
     )
@@ -428,6 +446,45 @@ def parse_config(obj: Obj) -> Config:
         _leader_election(obj.get("leaderElection") or {}),
         _client_connection(obj.get("clientConnection") or {}),
         prometheus,
+        _webhook(obj.get("webhook") or {}, names),
+    )
+
+
+def _webhook(obj: Any, profiles: list[str]) -> WebhookConfig:
+    path = "webhook"
+    w = _keys(
+        obj,
+        path,
+        ("enabled", "address", "certFile", "keyFile", "hosts", "configurationName", "schedulerName"),
+    )
+    default = WebhookConfig()
+    enabled = w.get("enabled", False)
+    if not isinstance(enabled, bool):
+        raise ConfigError(f"{path}.enabled: {enabled!r} is not a boolean (allowed: true, false)")
+    cert = _str(w["certFile"], f"{path}.certFile") if "certFile" in w else None
+    key = _str(w["keyFile"], f"{path}.keyFile") if "keyFile" in w else None
+    if (cert is None) != (key is None):
+        raise ConfigError(
+            f"{path}: certFile and keyFile go together (or neither, for a self-generated certificate)"
+        )
+    raw_hosts = _list(w.get("hosts", list(default.hosts)), f"{path}.hosts")
+    hosts = tuple(_str(h, f"{path}.hosts[{i}]") for i, h in enumerate(raw_hosts))
+    if not hosts:
+        raise ConfigError(f"{path}.hosts: must name at least one host")
+    scheduler = (
+        _str(w["schedulerName"], f"{path}.schedulerName", tuple(profiles))
+        if "schedulerName" in w
+        else profiles[0]
+    )
+    name = w.get("configurationName", default.configuration_name)
+    return WebhookConfig(
+        enabled=enabled,
+        address=_str(w.get("address", default.address), f"{path}.address"),
+        cert_file=cert,
+        key_file=key,
+        hosts=hosts,
+        configuration_name=None if name is None else _str(name, f"{path}.configurationName"),
+        scheduler_name=scheduler,
     )
 
 

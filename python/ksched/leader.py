@@ -96,6 +96,17 @@ class Leadership:
         renewed_ms = self._elector.observed_time_milliseconds
         return bool(time.time() * 1000 - renewed_ms < self.config.renew_deadline_s * 1000)
 
+    def leader_alive(self) -> bool:
+        """Whether some replica (this one or another) holds a lease that has not run out."""
+        if not self.enabled or self.is_leader():
+            return True
+        elector = self._elector
+        record = getattr(elector, "observed_record", None)
+        if elector is None or not getattr(record, "holder_identity", None):
+            return False
+        age_ms = time.time() * 1000 - elector.observed_time_milliseconds
+        return bool(age_ms < self.config.lease_duration_s * 1000)
+
     def holder(self) -> str | None:
         """The identity holding the lease as last observed (None: unknown or free)."""
         if not self.enabled:

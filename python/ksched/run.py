@@ -30,6 +30,7 @@ from ksched.server import Check, HealthServer
 from ksched.sources import MetricStore, PrometheusSource
 from ksched.state import ClusterState
 from ksched.telemetry import Telemetry
+from ksched.webhook import Webhook
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +57,7 @@ class Running:
     informers: list[Informer]
     server: HealthServer
     stop: threading.Event = field(default_factory=threading.Event)
+    webhook: Webhook | None = None
 
     def synced(self) -> bool:
         return all(i.synced.is_set() for i in self.informers)
@@ -101,6 +103,8 @@ class Running:
         for informer in self.informers:
             informer.stop()
         self.server.stop()
+        if self.webhook is not None:
+            self.webhook.stop()
         log.info("stopped; %d pods bound", self.scheduler.bound)
 
 
@@ -137,13 +141,23 @@ def start(
         return running.checks()
 
     server = HealthServer(address, telemetry.registry, checks)
-    running = Running(config, scheduler, queue, state, binder, leadership, informers, server, stop)
+    webhook = None
+    if config.webhook.enabled:
+
+        def can_route() -> bool:
+            return running.synced() and leadership.leader_alive()
+
+        scheduler_name = config.webhook.scheduler_name or config.profiles[0].scheduler_name
+        webhook = Webhook(config.webhook, scheduler_name, can_route, kube)
+    running = Running(config, scheduler, queue, state, binder, leadership, informers, server, stop, webhook)
     telemetry.watch_queue(queue.counts)
     telemetry.leader.set_function(lambda: float(leadership.is_leader()))
     for informer in informers:
         informer.start()
     metrics.start()
     running.server.start()
+    if webhook is not None:
+        webhook.start()
     leadership.start()
     return running
 
