@@ -104,6 +104,15 @@ class BatchConfig:
 
 
 @dataclass(frozen=True)
+class HandoffConfig:
+    """Pods ksched has not placed for ``after_s`` are handed to default-scheduler
+    (off by default: it needs RBAC to delete and create pods)."""
+
+    enabled: bool = False
+    after_s: float = 300.0
+
+
+@dataclass(frozen=True)
 class WebhookConfig:
     """The mutating admission webhook that routes opted-in pods to ksched."""
 
@@ -157,6 +166,7 @@ class Config:
     client_connection: ClientConnectionConfig = ClientConnectionConfig()
     prometheus: PrometheusConfig = PrometheusConfig()
     webhook: WebhookConfig = WebhookConfig()
+    handoff: HandoffConfig = HandoffConfig()
 
     def profile(self, scheduler_name: str) -> ProfileConfig | None:
         for p in self.profiles:
@@ -409,6 +419,7 @@ def parse_config(obj: Obj) -> Config:
             "clientConnection",
             "prometheus",
             "webhook",
+            "handoff",
         ),
         ("apiVersion", "kind"),
     )
@@ -447,7 +458,16 @@ def parse_config(obj: Obj) -> Config:
         _client_connection(obj.get("clientConnection") or {}),
         prometheus,
         _webhook(obj.get("webhook") or {}, names),
+        _handoff(obj.get("handoff") or {}),
     )
+
+
+def _handoff(obj: Any) -> HandoffConfig:
+    h = _keys(obj, "handoff", ("enabled", "after"))
+    enabled = h.get("enabled", False)
+    if not isinstance(enabled, bool):
+        raise ConfigError(f"handoff.enabled: {enabled!r} is not a boolean (allowed: true, false)")
+    return HandoffConfig(enabled=enabled, after_s=parse_duration(h.get("after", "5m"), "handoff.after"))
 
 
 def _webhook(obj: Any, profiles: list[str]) -> WebhookConfig:

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from ksched.binder import Binder, Outcome
 from ksched.config import Config
 from ksched.engine import Engine, Placement
+from ksched.handoff import Handoff, opted_out
 from ksched.kube import Obj, is_terminal, meta, object_key, scheduler_name, spec
 from ksched.queue import QueuedPod, SchedulingQueue
 from ksched.snapshot import Snapshot
@@ -45,6 +46,7 @@ class Scheduler:
         telemetry: Telemetry,
         is_leader: Callable[[], bool],
         metrics: MetricStore,
+        handoff: Handoff | None = None,
         *,
         seed: int = 0,
     ) -> None:
@@ -55,6 +57,7 @@ class Scheduler:
         self.telemetry = telemetry
         self.is_leader = is_leader
         self.metrics = metrics
+        self.handoff = handoff
         self.engines = {
             p.scheduler_name: Engine(config, p.scheduler_name, seed=seed) for p in config.profiles
         }
@@ -87,6 +90,7 @@ class Scheduler:
             if not self.is_leader():
                 stop.wait(IDLE_WAIT_S)
                 continue
+            self._hand_off_overdue()
             batch = self.queue.pop_batch(
                 self.config.batch.max_size, self.config.batch.max_wait_s, IDLE_WAIT_S
             )
@@ -144,7 +148,11 @@ class Scheduler:
             except Exception:
                 log.exception("engine error on %s even alone and without metrics", qp.key)
                 self.telemetry.schedule_attempts.labels(result="error", profile=profile).inc()
-                self.queue.done_error(qp)
+                if self.handoff is not None:
+                    # Never retried forever: default-scheduler gets it.
+                    self.handoff.submit(qp.pod, "engine error", lambda ok, qp=qp: self._handed_off(qp, ok))
+                else:
+                    self.queue.done_error(qp)
                 continue
             self._place(qp, result.placements[0], profile, 0.0, " (degraded: engine error on its batch)")
 
@@ -169,6 +177,23 @@ class Scheduler:
         self.state.assume(qp.key, qp.uid, node, req, req.host_ports)
         self.telemetry.attempt_duration.labels(result="scheduled", profile=profile).observe(elapsed)
         self.binder.bind(qp.pod, node, lambda outcome: self._bound(qp, node, profile, outcome), note)
+
+    def _hand_off_overdue(self) -> None:
+        """Give pods ksched has failed to place for too long to default-scheduler."""
+        if self.handoff is None or not self.config.handoff.enabled:
+            return
+        for qp in self.queue.take_overdue(self.config.handoff.after_s):
+            if opted_out(qp.pod):
+                self.queue.done_unschedulable(qp, qp.last_message)
+                continue
+            reason = f"not placed for {self.config.handoff.after_s:g}s: {qp.last_message}"
+            self.handoff.submit(qp.pod, reason, lambda ok, qp=qp: self._handed_off(qp, ok))
+
+    def _handed_off(self, qp: QueuedPod, ok: bool) -> None:
+        if ok:
+            self.queue.done_bound(qp)
+        else:
+            self.queue.done_error(qp)
 
     # -- bind results (binder threads) ---------------------------------
 

@@ -113,7 +113,16 @@ def slim_pod(pod: Obj) -> Obj:
         slim_status["conditions"] = [_pick(scheduled[0], ("type", "status", "reason", "message"))]
     if status.get("nominatedNodeName"):
         slim_status["nominatedNodeName"] = status["nominatedNodeName"]
-    return {"metadata": _pick(pod.get("metadata"), _POD_META), "spec": spec, "status": slim_status}
+    metadata = _pick(pod.get("metadata"), _POD_META)
+    # Only ksched's own annotations (opt-outs, markers): others can be large and change often.
+    ours = {
+        k: v
+        for k, v in ((pod.get("metadata") or {}).get("annotations") or {}).items()
+        if k.startswith("ksched.io/")
+    }
+    if ours:
+        metadata["annotations"] = ours
+    return {"metadata": metadata, "spec": spec, "status": slim_status}
 
 
 def slim_node(node: Obj) -> Obj:

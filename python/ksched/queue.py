@@ -173,6 +173,18 @@ class SchedulingQueue:
             qp.backoff_until = self.clock() + backoff_s(qp.attempts)
             self._push_backoff(qp)
 
+    def take_overdue(self, after_s: float) -> list[QueuedPod]:
+        """Unschedulable pods first queued at least ``after_s`` ago, taken out of rotation
+        (``where == "handoff"``) until ``done_bound`` or ``done_error``."""
+        with self._cond:
+            now = self.clock()
+            out = [
+                qp for qp in self._pods.values() if qp.where == "unschedulable" and now - qp.added >= after_s
+            ]
+            for qp in out:
+                qp.where = "handoff"
+            return out
+
     def requeue(self, qp: QueuedPod) -> None:
         """Give a popped pod back untried (e.g. leadership lost before the attempt)."""
         with self._cond:
@@ -187,7 +199,7 @@ class SchedulingQueue:
     def counts(self) -> dict[str, int]:
         """Pods per place: active, backoff, unschedulable, in_flight."""
         with self._cond:
-            out = dict.fromkeys(("active", "backoff", "unschedulable", "in_flight"), 0)
+            out = dict.fromkeys(("active", "backoff", "unschedulable", "in_flight", "handoff"), 0)
             for qp in self._pods.values():
                 out[qp.where] += 1
             return out

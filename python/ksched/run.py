@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from ksched.binder import Binder, report_workers
 from ksched.config import Config
 from ksched.cycle import Scheduler
+from ksched.handoff import Handoff
 from ksched.informer import Informer
 from ksched.kube import Obj, slim_node, slim_pod
 from ksched.kubeclient import Kube, load_configuration
@@ -98,6 +99,8 @@ class Running:
     def shutdown(self) -> None:
         self.queue.close()
         self.binder.shutdown()
+        if self.scheduler.handoff is not None:
+            self.scheduler.handoff.shutdown()
         self.scheduler.metrics.stop()
         self.leadership.release()
         for informer in self.informers:
@@ -131,7 +134,10 @@ def start(
         return list(informers[0].store.values())
 
     metrics = MetricStore(config.metrics, prometheus, telemetry, nodes)
-    scheduler = Scheduler(config, state, queue, binder, telemetry, leadership.is_leader, metrics, seed=seed)
+    handoff = Handoff(kube, config.handoff, telemetry) if config.handoff.enabled else None
+    scheduler = Scheduler(
+        config, state, queue, binder, telemetry, leadership.is_leader, metrics, handoff, seed=seed
+    )
     informers = [
         Informer(kube, "/api/v1/nodes", slim_node, scheduler.on_node, name="nodes"),
         Informer(kube, "/api/v1/pods", slim_pod, scheduler.on_pod, name="pods"),
@@ -144,7 +150,9 @@ def start(
     webhook = None
     if config.webhook.enabled:
 
-        def can_route() -> bool:
+        def can_route(pod: Obj) -> bool:
+            if handoff is not None and handoff.skip_owner(pod):
+                return False  # the replacement of a pod ksched handed off
             return running.synced() and leadership.leader_alive()
 
         scheduler_name = config.webhook.scheduler_name or config.profiles[0].scheduler_name

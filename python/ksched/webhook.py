@@ -34,7 +34,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from ksched.config import WebhookConfig
-from ksched.kube import DEFAULT_SCHEDULER
+from ksched.kube import DEFAULT_SCHEDULER, Obj
 from ksched.kubeclient import Kube
 from ksched.server import parse_address
 
@@ -102,7 +102,7 @@ def review_response(review: dict[str, Any], scheduler: str, route: bool) -> dict
 
 class Webhook:
     def __init__(
-        self, config: WebhookConfig, scheduler: str, can_route: Callable[[], bool], kube: Kube
+        self, config: WebhookConfig, scheduler: str, can_route: Callable[[Obj], bool], kube: Kube
     ) -> None:
         self.config = config
         self.scheduler = scheduler
@@ -116,7 +116,8 @@ class Webhook:
                 length = int(self.headers.get("Content-Length") or 0)
                 try:
                     review = json.loads(self.rfile.read(length))
-                    answer = review_response(review, outer.scheduler, outer.can_route())
+                    pod = (review.get("request") or {}).get("object") or {}
+                    answer = review_response(review, outer.scheduler, outer.can_route(pod))
                 except (ValueError, AttributeError) as err:
                     self.send_error(400, f"not an AdmissionReview: {err}")
                     return
