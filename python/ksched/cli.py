@@ -144,6 +144,7 @@ def _cluster(args: argparse.Namespace) -> int:
             nodes=args.nodes,
             zones=args.zones,
             with_scheduler=args.with_scheduler,
+            with_controllers=args.with_controllers,
             prometheus_targets=args.with_prometheus,
             scheduler_qps=args.scheduler_qps,
             percentage_of_nodes_to_score=args.percentage_of_nodes_to_score,
@@ -251,6 +252,11 @@ def parser() -> argparse.ArgumentParser:
     up.add_argument("--nodes", type=int, default=10)
     up.add_argument("--zones", type=int, default=3)
     up.add_argument("--with-scheduler", action="store_true", help="also run the real kube-scheduler")
+    up.add_argument(
+        "--with-controllers",
+        action="store_true",
+        help="also run kube-controller-manager's workload controllers (Deployments, ReplicaSets, GC, PDBs)",
+    )
     up.add_argument(
         "--with-prometheus",
         metavar="TARGETS",

@@ -41,7 +41,13 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, exporter: str) -> Iterator
     if shutil.which("go") is None and missing_binaries():
         _unavailable("Go is not installed and no cached binaries exist")
     try:
-        state = local.up(nodes=CLUSTER_NODES, zones=3, with_scheduler=True, prometheus_targets=exporter)
+        state = local.up(
+            nodes=CLUSTER_NODES,
+            zones=3,
+            with_scheduler=True,
+            with_controllers=True,
+            prometheus_targets=exporter,
+        )
     except (BuildError, local.ClusterError) as err:
         _unavailable(str(err))
         raise

@@ -198,3 +198,32 @@ def ksched(
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+
+
+def webhook_configuration(name: str, port: int, label: str = "ksched.io/route") -> Obj:
+    """A MutatingWebhookConfiguration sending pod creations in namespaces labelled
+    ``label=true`` to ksched's webhook on loopback (failurePolicy Ignore)."""
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": name},
+        "webhooks": [
+            {
+                "name": "route.ksched.io",
+                "clientConfig": {"url": f"https://127.0.0.1:{port}/mutate"},
+                "rules": [
+                    {
+                        "operations": ["CREATE"],
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "resources": ["pods"],
+                    }
+                ],
+                "namespaceSelector": {"matchLabels": {label: "true"}},
+                "failurePolicy": "Ignore",
+                "sideEffects": "None",
+                "admissionReviewVersions": ["v1"],
+                "timeoutSeconds": 3,
+            }
+        ],
+    }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,6 +18,7 @@ from tests.integration.helpers import (
     ksched,
     make_pod,
     wait_for,
+    webhook_configuration,
 )
 
 pytestmark = pytest.mark.cluster
@@ -69,4 +71,81 @@ def test_bare_pod_ksched_cannot_place_is_recreated_for_default_scheduler(
             opted_out = kube.request("GET", f"/api/v1/namespaces/{ns}/pods/kept-0").json()
             assert opted_out["spec"]["schedulerName"] == "ksched" and not opted_out["spec"].get("nodeName")
     finally:
+        delete_pods(kube, ns)
+
+
+def test_controller_owned_pod_is_evicted_and_its_replacement_left_to_default_scheduler(
+    cluster: local.ClusterState, kube: Kube, tmp_path: Path
+) -> None:
+    ns, mwc = "handoff-owned", "ksched-test-handoff"
+    labelled = {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": ns, "labels": {"ksched.io/route": "true"}},
+    }
+    create(kube, [labelled])
+    port = local.free_port()
+    mwc_path = f"/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/{mwc}"
+    r = kube.request(
+        "POST",
+        "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations",
+        body=webhook_configuration(mwc, port),
+    )
+    assert r.ok, r.data
+    template = make_pod("owned", ns)
+    del template["spec"]["schedulerName"]  # the webhook routes it
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "owned", "namespace": ns},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": "owned"}},
+            "template": {"metadata": {"labels": {"app": "owned"}}, "spec": template["spec"]},
+        },
+    }
+    price = {
+        "name": "price",
+        "source": "annotation",
+        "annotation": "ksched.io/no-such-price",
+        "missing": "exclude",
+    }
+    webhook = {
+        "enabled": True,
+        "address": f"127.0.0.1:{port}",
+        "hosts": ["127.0.0.1"],
+        "configurationName": mwc,
+    }
+    config = {"metrics": [price], "handoff": {"enabled": True, "after": f"{AFTER_S:g}s"}, "webhook": webhook}
+
+    def pods() -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = kube.request("GET", f"/api/v1/namespaces/{ns}/pods").json()["items"]
+        return items
+
+    try:
+        with ksched(cluster, tmp_path, "owned", {"leaderElect": False}, **config) as k:
+            assert wait_for(
+                lambda: kube.request("GET", mwc_path).json()["webhooks"][0]["clientConfig"].get("caBundle"),
+                20,
+            )
+            time.sleep(2)  # the API server picks up the new caBundle
+            r = kube.request("POST", f"/apis/apps/v1/namespaces/{ns}/deployments", body=deployment)
+            assert r.ok, r.data
+            first = wait_for(lambda: [p for p in pods() if p["spec"]["schedulerName"] == "ksched"], 30)
+            assert first, (k.output(), pods())
+            owner = first[0]["metadata"]["ownerReferences"][0]["uid"]
+            replacement = wait_for(
+                lambda: [
+                    p
+                    for p in pods()
+                    if p["spec"]["schedulerName"] == "default-scheduler" and p["spec"].get("nodeName")
+                ],
+                40,
+            )
+            assert replacement, (k.output(), pods())
+            assert replacement[0]["metadata"]["ownerReferences"][0]["uid"] == owner, "the same ReplicaSet"
+            assert k.metric('ksched_fallback_total{reason="handed_off"}') == 1
+    finally:
+        kube.request("DELETE", mwc_path)
+        kube.request("DELETE", f"/apis/apps/v1/namespaces/{ns}/deployments/owned")
         delete_pods(kube, ns)

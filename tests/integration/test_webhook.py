@@ -17,6 +17,7 @@ from tests.integration.helpers import (
     make_pod,
     pods_in,
     wait_for,
+    webhook_configuration,
 )
 
 pytestmark = pytest.mark.cluster
@@ -56,30 +57,7 @@ def test_opted_in_pods_go_to_ksched_only_while_it_runs(
         ],
     )
     port = local.free_port()
-    config = {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "MutatingWebhookConfiguration",
-        "metadata": {"name": MWC},
-        "webhooks": [
-            {
-                "name": "route.ksched.io",
-                "clientConfig": {"url": f"https://127.0.0.1:{port}/mutate"},
-                "rules": [
-                    {
-                        "operations": ["CREATE"],
-                        "apiGroups": [""],
-                        "apiVersions": ["v1"],
-                        "resources": ["pods"],
-                    }
-                ],
-                "namespaceSelector": {"matchLabels": {"ksched.io/route": "true"}},
-                "failurePolicy": "Ignore",
-                "sideEffects": "None",
-                "admissionReviewVersions": ["v1"],
-                "timeoutSeconds": 3,
-            }
-        ],
-    }
+    config = webhook_configuration(MWC, port)
     r = kube.request(
         "POST", "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations", body=config
     )

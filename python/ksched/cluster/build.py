@@ -29,7 +29,8 @@ KWOK_VERSION = "v0.8.0"
 # k8s.io/kubernetes v1.36 declares `go 1.26.0` in its go.mod; older Go cannot build it.
 MIN_GO = (1, 26)
 
-COMPONENTS = ("kube-apiserver", "kube-scheduler", "kubectl", "etcd", "kwok")
+COMPONENTS = ("kube-apiserver", "kube-scheduler", "kube-controller-manager", "kubectl", "etcd", "kwok")
+KUBERNETES_COMMANDS = ("kube-apiserver", "kube-scheduler", "kube-controller-manager", "kubectl")
 
 
 class BuildError(RuntimeError):
@@ -140,7 +141,7 @@ def build_kubernetes(pins: Pins, out: Path, work: Path) -> None:
         "",
     ]
     (mod / "go.mod").write_text("\n".join(lines))
-    packages = [f"k8s.io/kubernetes/cmd/{c}" for c in ("kube-apiserver", "kube-scheduler", "kubectl")]
+    packages = [f"k8s.io/kubernetes/cmd/{c}" for c in KUBERNETES_COMMANDS]
     _run(["go", "get", *[f"{p}@{pins.kubernetes}" for p in packages]], mod, "resolving Kubernetes modules")
     major, minor = pins.kubernetes.removeprefix("v").split(".")[:2]
     build_date = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -156,7 +157,7 @@ def build_kubernetes(pins: Pins, out: Path, work: Path) -> None:
     _run(
         ["go", "build", "-trimpath", "-ldflags", "-s -w " + " ".join(ldflags), "-o", str(out), *packages],
         mod,
-        "building kube-apiserver, kube-scheduler, kubectl",
+        f"building {', '.join(KUBERNETES_COMMANDS)}",
     )
 
 
@@ -212,7 +213,7 @@ def ensure_built(pins: Pins = Pins()) -> Path:
     work = out.parent / "src"
     work.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    if {"kube-apiserver", "kube-scheduler", "kubectl"} & set(missing):
+    if set(KUBERNETES_COMMANDS) & set(missing):
         build_kubernetes(pins, out, work)
     if "etcd" in missing:
         build_etcd(pins, out, work)

@@ -258,6 +258,7 @@ def up(
     nodes: int = 10,
     zones: int = 3,
     with_scheduler: bool = False,
+    with_controllers: bool = False,
     prometheus_targets: str | None = None,
     scheduler_qps: float = 5000.0,
     percentage_of_nodes_to_score: int = 0,
@@ -295,6 +296,7 @@ def up(
             nodes,
             zones,
             with_scheduler,
+            with_controllers,
             prometheus_targets,
             scheduler_qps,
             percentage_of_nodes_to_score,
@@ -313,6 +315,7 @@ def _start(
     nodes: int,
     zones: int,
     with_scheduler: bool,
+    with_controllers: bool,
     prometheus_targets: str | None,
     scheduler_qps: float,
     percentage: int,
@@ -465,6 +468,29 @@ def _start(
             ],
         )
         launcher.wait("kube-scheduler /healthz", lambda: _http_ok(f"https://127.0.0.1:{port}/healthz"))
+    if with_controllers:
+        # The workload controllers only (Deployments, ReplicaSets, garbage collection,
+        # namespaces, PodDisruptionBudgets): no node lifecycle, so KWOK nodes stay untainted.
+        port = free_port()
+        state.ports["kube-controller-manager"] = port
+        launcher.start(
+            "kube-controller-manager",
+            "kube-controller-manager",
+            [
+                f"--kubeconfig={state.kubeconfig}",
+                f"--authentication-kubeconfig={state.kubeconfig}",
+                f"--authorization-kubeconfig={state.kubeconfig}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={port}",
+                "--leader-elect=false",
+                "--use-service-account-credentials=false",
+                "--controllers=deployment-controller,replicaset-controller,garbage-collector-controller,"
+                "namespace-controller,disruption-controller",
+            ],
+        )
+        launcher.wait(
+            "kube-controller-manager /healthz", lambda: _http_ok(f"https://127.0.0.1:{port}/healthz")
+        )
     if prometheus_targets:
         port = free_port()
         targets = [t.strip() for t in prometheus_targets.split(",") if t.strip()]
