@@ -16,6 +16,8 @@ ruff check python tests
 ruff format --check python tests
 mypy --strict python/ksched
 python -m mypy.stubtest ksched._core
+echo "== image build steps: the Dockerfile's wheel, installed alone; hadolint"
+bash tests/test_wheel.sh
 echo "== control plane binaries (built from Go modules when missing)"
 python -m ksched.cluster.build
 echo "== pytest"

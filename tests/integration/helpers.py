@@ -153,7 +153,12 @@ class Ksched:
 
 @contextlib.contextmanager
 def ksched(
-    cluster: local.ClusterState, tmp_path: Path, identity: str, lease: dict[str, str], **config: Any
+    cluster: local.ClusterState,
+    tmp_path: Path,
+    identity: str,
+    lease: dict[str, Any],
+    kubeconfig: str | None = None,
+    **config: Any,
 ) -> Iterator[Ksched]:
     cfg = {
         "apiVersion": "ksched.io/v1alpha1",
@@ -174,7 +179,7 @@ def ksched(
                 *(sys.executable, "-m", "ksched.cli", "run", "--config", str(path)),
                 *(
                     "--kubeconfig",
-                    cluster.kubeconfig,
+                    kubeconfig or cluster.kubeconfig,
                     "--address",
                     f"127.0.0.1:{port}",
                     "--identity",

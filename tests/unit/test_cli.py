@@ -114,3 +114,52 @@ def test_annotate_rejects_what_is_not_a_number() -> None:
     for bad in ["n1=cheap", "n1", "=3", "n1=nan"]:
         with pytest.raises(KschedError):
             parse_assignments([bad])
+
+
+COMMANDS = [
+    "run",
+    "demo",
+    "simulate",
+    "explain",
+    "bench",
+    "annotate",
+    "cluster",
+    "cluster up",
+    "cluster down",
+    "cluster env",
+]
+
+
+def cli_reference() -> str:
+    """docs/cli.md: every command's --help as printed at 80 columns."""
+    import contextlib
+    import io
+
+    from ksched.cli import parser
+
+    def helptext(args: list[str]) -> str:
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf), contextlib.suppress(SystemExit):
+            parser().parse_args(args)
+        return buf.getvalue().rstrip()
+
+    out = [
+        "# Command line",
+        "",
+        "Every command's `--help`, as printed (kept in sync by `tests/unit/test_cli.py`).",
+        "",
+    ]
+    out += ["## ksched", "", "```", helptext(["--help"]), "```", ""]
+    for cmd in COMMANDS:
+        out += [f"## ksched {cmd}", "", "```", helptext([*cmd.split(), "--help"]), "```", ""]
+    return "\n".join(out)
+
+
+def test_docs_list_every_command_help_and_each_has_an_example(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    reference = cli_reference()
+    assert Path("docs/cli.md").read_text() == reference, "regenerate docs/cli.md from cli_reference()"
+    for cmd in COMMANDS:
+        if cmd != "cluster":
+            section = reference.split(f"## ksched {cmd}\n", 1)[1].split("## ksched", 1)[0]
+            assert "xample" in section or cmd.startswith("cluster "), f"ksched {cmd} --help has no example"

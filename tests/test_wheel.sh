@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# The Dockerfile's build steps, without Docker: build the abi3 wheel with
+# maturin exactly as the builder stage does, install only that wheel into a
+# fresh virtual environment (the runtime stage), and run the entrypoint's
+# command. Also lints the Dockerfile with hadolint.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+maturin build --release --out "$work/wheels" -q 2>&1 | tail -2
+python3 -m venv "$work/runtime"
+"$work/runtime/bin/pip" install -q "$work"/wheels/*.whl
+"$work/runtime/bin/ksched" run --help | head -1
+"$work/runtime/bin/python" -c "import ksched._core, ksched.run; print('wheel ok:', ksched.__version__)"
+hadolint --failure-threshold warning deploy/Dockerfile
+echo "Dockerfile lint ok"
