@@ -106,3 +106,34 @@ def test_herd_estimate_adds_the_load_bound_after_the_sample() -> None:
     later = np.array([0.25])
     state.herd_estimate(m, time.time() + 1, later)
     assert later[0] == 0.25, "binds before the sample are already in it"
+
+
+@pytest.mark.parametrize("status", [500, 503])
+def test_a_prometheus_answering_an_error_status_is_a_source_error(status: int) -> None:
+    """prometheus-api-client against an HTTP server that answers every query with an error
+    (a real Prometheus cannot be made to; the real one's bad-query, hang and NaN answers are
+    in tests/integration/test_metrics.py)."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from ksched.sources import PrometheusSource
+
+    class Failing(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(status)
+            self.end_headers()
+            self.wfile.write(b'{"status":"error","error":"internal"}')
+
+        def log_message(self, *args: object) -> None:
+            return
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Failing)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        source = PrometheusSource(f"http://127.0.0.1:{server.server_address[1]}", timeout_s=2)
+        m = MetricConfig(name="u", source="prometheus", query="up")
+        with pytest.raises(SourceError, match="u: query failed"):
+            source.query(m, NodeResolver([]))
+    finally:
+        server.shutdown()
+        server.server_close()
