@@ -7,6 +7,7 @@ kube-apiserver does (``[+]informers ok`` / ``[-]leader failed: ...``);
 
 from __future__ import annotations
 
+import ssl
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -25,7 +26,35 @@ def parse_address(address: str) -> tuple[str, int]:
     return host or "0.0.0.0", int(port)
 
 
-class HealthServer:
+class BackgroundServer:
+    """A threading HTTP(S) server on its own daemon thread (health endpoint, webhook)."""
+
+    def __init__(
+        self,
+        address: str,
+        handler: type[BaseHTTPRequestHandler],
+        name: str,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
+        self.httpd = ThreadingHTTPServer(parse_address(address), handler)
+        self.httpd.daemon_threads = True
+        if tls is not None:
+            self.httpd.socket = tls.wrap_socket(self.httpd.socket, server_side=True)
+        self._thread = threading.Thread(target=self.httpd.serve_forever, name=name, daemon=True)
+
+    @property
+    def port(self) -> int:
+        return int(self.httpd.server_address[1])
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+class HealthServer(BackgroundServer):
     def __init__(self, address: str, registry: CollectorRegistry, checks: Callable[[], list[Check]]) -> None:
         outer = self
 
@@ -59,17 +88,4 @@ class HealthServer:
                 return
 
         self.registry = registry
-        self.httpd = ThreadingHTTPServer(parse_address(address), Handler)
-        self.httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self.httpd.serve_forever, name="http", daemon=True)
-
-    @property
-    def port(self) -> int:
-        return int(self.httpd.server_address[1])
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        super().__init__(address, Handler, "http")

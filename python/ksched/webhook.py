@@ -22,9 +22,8 @@ import json
 import logging
 import ssl
 import tempfile
-import threading
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +35,7 @@ from cryptography.x509.oid import NameOID
 from ksched.config import WebhookConfig
 from ksched.kube import DEFAULT_SCHEDULER, Obj
 from ksched.kubeclient import Kube
-from ksched.server import parse_address
+from ksched.server import BackgroundServer
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +99,7 @@ def review_response(review: dict[str, Any], scheduler: str, route: bool) -> dict
     return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
 
 
-class Webhook:
+class Webhook(BackgroundServer):
     def __init__(
         self, config: WebhookConfig, scheduler: str, can_route: Callable[[Obj], bool], kube: Kube
     ) -> None:
@@ -133,8 +132,6 @@ class Webhook:
             def log_message(self, format: str, *args: object) -> None:
                 return
 
-        self.httpd = ThreadingHTTPServer(parse_address(config.address), Handler)
-        self.httpd.daemon_threads = True
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         self.ca_pem: bytes | None = None
         if config.cert_file and config.key_file:
@@ -145,15 +142,10 @@ class Webhook:
                 Path(d, "tls.crt").write_bytes(cert)
                 Path(d, "tls.key").write_bytes(key)
                 context.load_cert_chain(str(Path(d, "tls.crt")), str(Path(d, "tls.key")))
-        self.httpd.socket = context.wrap_socket(self.httpd.socket, server_side=True)
-        self._thread = threading.Thread(target=self.httpd.serve_forever, name="webhook", daemon=True)
-
-    @property
-    def port(self) -> int:
-        return int(self.httpd.server_address[1])
+        super().__init__(config.address, Handler, "webhook", context)
 
     def start(self) -> None:
-        self._thread.start()
+        super().start()
         if self.ca_pem is not None and self.config.configuration_name:
             self.publish_ca()
 
@@ -177,7 +169,3 @@ class Webhook:
             log.error("webhook: cannot write caBundle into %s: HTTP %d: %s", path, r.status, r.data[:200])
         else:
             log.info("webhook: caBundle written into %s", self.config.configuration_name)
-
-    def stop(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
