@@ -17,7 +17,7 @@ ATTEMPT_BUCKETS = (*(0.001 * 2**i for i in range(15)), INF)
 # Upstream's SLI buckets: exponential from 10 ms, factor 2, 20 buckets.
 SLI_BUCKETS = (*(0.01 * 2**i for i in range(20)), INF)
 BATCH_BUCKETS = (*(float(2**i) for i in range(14)), INF)
-QUEUES = ("active", "backoff", "unschedulable", "in_flight")
+QUEUES = ("active", "backoff", "unschedulable", "in_flight", "handoff")
 
 
 class Telemetry:
