@@ -94,8 +94,16 @@ class Scheduler:
             batch = self.queue.pop_batch(
                 self.config.batch.max_size, self.config.batch.max_wait_s, IDLE_WAIT_S
             )
-            if batch:
+            if not batch:
+                continue
+            try:
                 self.cycle(batch)
+            except Exception:
+                # A bug must not stop scheduling: the batch backs off and the loop goes on.
+                log.exception("scheduling cycle failed; %d pods back off", len(batch))
+                for qp in batch:
+                    if qp.where == "in_flight":
+                        self.queue.done_error(qp)
 
     def cycle(self, batch: list[QueuedPod]) -> None:
         started = time.perf_counter()

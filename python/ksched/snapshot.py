@@ -137,6 +137,15 @@ def _node_resources(node: Obj, resources: ResourceIndex) -> tuple[dict[int, int]
     return out, allowed_pods
 
 
+def node_problem(node: Obj) -> str | None:
+    """Why the node cannot enter a node table (a malformed allocatable), or None."""
+    try:
+        _node_resources(node, ResourceIndex())
+    except MalformedObjectError as err:
+        return str(err)
+    return None
+
+
 def build_snapshot(nodes: list[Obj], pods: list[Obj]) -> Snapshot:
     """Build the node table from nodes and the pods bound to them (``spec.nodeName``)."""
     strings = Interner()

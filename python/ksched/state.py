@@ -29,7 +29,7 @@ from ksched.config import MetricConfig
 from ksched.errors import MalformedObjectError
 from ksched.kube import Obj, is_terminal, meta, name, object_key, spec
 from ksched.pods import CountedRequests, HostPort, PodRequests, host_ports, pod_requests
-from ksched.snapshot import Snapshot, add_usage, build_snapshot
+from ksched.snapshot import Snapshot, add_usage, build_snapshot, node_problem
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +67,7 @@ class ClusterState:
         self.nodes: dict[str, Obj] = {}
         self.usage: dict[str, Usage] = {}
         self._snapshot: Snapshot | None = None
+        self._reported: set[str] = set()
         self._lock = threading.Lock()
 
     # -- any thread ----------------------------------------------------
@@ -110,7 +111,15 @@ class ClusterState:
     def snapshot(self) -> Snapshot:
         """The current node table (rebuilt only when nodes changed)."""
         if self._snapshot is None:
-            nodes = sorted(self.nodes.values(), key=name)
+            nodes = []
+            for node in sorted(self.nodes.values(), key=name):
+                problem = node_problem(node)
+                if problem is None:
+                    nodes.append(node)
+                elif name(node) not in self._reported:
+                    # One bad node must not stop scheduling on the others.
+                    log.warning("node %s left out of scheduling: %s", name(node), problem)
+                    self._reported.add(name(node))
             snap = build_snapshot(nodes, [])
             index = snap.index
             add_usage(

@@ -106,3 +106,12 @@ def test_a_node_heartbeat_does_not_rebuild() -> None:
     state.on_node("MODIFIED", slim_node(beat), None)
     state.sync()
     assert state.snapshot() is first
+
+
+def test_a_node_with_a_malformed_allocatable_is_left_out_not_fatal() -> None:
+    state = ClusterState()
+    bad = node("bad", cpu="lots")
+    state.on_node("ADDED", slim_node(bad), None)
+    state.on_node("ADDED", slim_node(node("good")), None)
+    state.sync()
+    assert state.snapshot().node_names == ["good"]
