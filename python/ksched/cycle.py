@@ -152,7 +152,7 @@ class Scheduler:
     def _one_by_one(self, snapshot: Snapshot, profile: str, pods: list[QueuedPod]) -> None:
         for qp in pods:
             try:
-                result = self.engines[profile].schedule(snapshot, [qp.pod], use_metrics=False)
+                result = self.engines[profile].schedule(snapshot, [qp.pod], metrics=())
             except Exception:
                 log.exception("engine error on %s even alone and without metrics", qp.key)
                 self.telemetry.schedule_attempts.labels(result="error", profile=profile).inc()

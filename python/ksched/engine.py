@@ -252,17 +252,14 @@ class Engine:
         *,
         deadline_s: float | None = None,
         explain: str | None = None,
-        use_metrics: bool = True,
         metrics: Sequence[MetricConfig] | None = None,
     ) -> BatchResult:
         """Place ``pods`` (pending, any order) on ``snapshot``; returns one placement per pod, in queue order.
 
         ``metric_values`` has one column per metric of ``metrics`` (default: the
-        configuration's); ``use_metrics=False`` schedules without any."""
+        configuration's); ``metrics=()`` schedules without any."""
         if metrics is None:
             metrics = self.config.metrics
-        if not use_metrics:
-            metrics = ()
         parsed: list[tuple[int, Obj, PodRequirements | MalformedObjectError]] = []
         for i, pod in enumerate(pods):
             try:

@@ -69,7 +69,6 @@ class Leadership:
         self.config = config
         self.identity = identity
         self.on_lost = on_lost
-        self.terms = 0
         self.leading = threading.Event()
         self._elector: Any = None
         self._lock: _ReleasableLeaseLock | None = None
@@ -158,7 +157,6 @@ class Leadership:
                 time.sleep(c.retry_period_s)
 
     def _started(self) -> None:
-        self.terms += 1
         log.info("%s became the leader", self.identity)
         self.leading.set()
 

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ksched.kube import Obj, meta, spec
+from ksched.kube import Obj, meta, object_key, spec
 
 # Upstream DefaultPodInitialBackoffDuration / DefaultPodMaxBackoffDuration.
 INITIAL_BACKOFF_S = 1.0
@@ -75,7 +75,7 @@ class SchedulingQueue:
 
     def add(self, pod: Obj) -> None:
         """A pending pod appeared or changed. A changed pod waiting as unschedulable is retried."""
-        key = f"{meta(pod).get('namespace')}/{meta(pod).get('name')}"
+        key = object_key(pod)
         priority = spec(pod).get("priority")
         priority = priority if isinstance(priority, int) and not isinstance(priority, bool) else 0
         with self._cond:
@@ -83,7 +83,7 @@ class SchedulingQueue:
             if qp is not None and qp.uid == str(meta(pod).get("uid", "")):
                 qp.pod = pod
                 if qp.where == "unschedulable":
-                    self._move(qp)
+                    self._push_backoff(qp)
                 return
             if qp is not None:
                 self._forget(key)  # deleted and recreated under the same name
@@ -102,7 +102,7 @@ class SchedulingQueue:
             self._move_seq += 1
             for qp in list(self._pods.values()):
                 if qp.where == "unschedulable":
-                    self._move(qp)
+                    self._push_backoff(qp)
 
     # -- scheduler side ------------------------------------------------
 
@@ -220,15 +220,13 @@ class SchedulingQueue:
         self._cond.notify_all()
 
     def _push_backoff(self, qp: QueuedPod) -> None:
+        """Back to active once its backoff is over (at once if it already is)."""
         if qp.backoff_until <= self.clock():
             self._push_active(qp)
             return
         qp.where = "backoff"
         heapq.heappush(self._backoff, (qp.backoff_until, qp.seq, qp.key))
         self._cond.notify_all()
-
-    def _move(self, qp: QueuedPod) -> None:
-        self._push_backoff(qp)
 
     def _forget(self, key: str) -> None:
         qp = self._pods.pop(key, None)
@@ -246,7 +244,7 @@ class SchedulingQueue:
             self._last_flush = now
             for qp in list(self._pods.values()):
                 if qp.where == "unschedulable" and now - qp.unschedulable_since >= UNSCHEDULABLE_FLUSH_S:
-                    self._move(qp)
+                    self._push_backoff(qp)
 
     def _next_wakeup(self) -> float | None:
         """Seconds until the next backoff expiry or unschedulable flush (None: nothing pending)."""

@@ -9,7 +9,6 @@ profile), offline metric values, and rendering results as a table or JSON.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,8 +21,9 @@ import yaml
 from ksched.config import Config, MetricConfig
 from ksched.engine import BatchResult, Engine, Explanation, commit_placements
 from ksched.errors import ClusterFileError, KschedError
-from ksched.kube import Obj, meta, scheduler_name, spec
+from ksched.kube import Obj, scheduler_name, spec
 from ksched.snapshot import Snapshot, build_snapshot
+from ksched.sources import annotation_column, to_number
 
 # A cluster file above this is refused before parsing: it would not fit the
 # machines ksched runs on, and the limit keeps a mistaken path from hanging.
@@ -104,18 +104,12 @@ def metric_matrix(
     """Node x metric values: annotation metrics from the nodes, the rest from ``--metrics``."""
     values = np.full((snapshot.count, len(metrics)), np.nan, dtype=np.float64)
     for j, m in enumerate(metrics):
-        for i, node in enumerate(snapshot.node_objects):
-            raw: Any = None
-            if m.source == "annotation" and m.annotation:
-                raw = (meta(node).get("annotations") or {}).get(m.annotation)
-            if offline is not None:
-                raw = (offline.get(snapshot.node_names[i]) or {}).get(m.name, raw)
-            if raw is None:
-                continue
-            try:
-                values[i, j] = float(raw)
-            except (TypeError, ValueError):
-                values[i, j] = math.nan
+        if m.source == "annotation" and m.annotation:
+            values[:, j] = annotation_column(snapshot, m.annotation)
+        for i, node in enumerate(snapshot.node_names):
+            given = (offline or {}).get(node) or {}
+            if m.name in given:
+                values[i, j] = to_number(given[m.name])
     return values
 
 

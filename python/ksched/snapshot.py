@@ -249,17 +249,9 @@ def add_usage(
 ) -> Snapshot:
     """Count already-parsed pods (node index, requests, host ports) on their nodes, in place."""
     snapshot.ensure_resources({r for _, reqs, _ in usage for r in reqs.requests})
-    r = len(snapshot.resources)
-    requested = snapshot.arrays["requested"]
-    nonzero = snapshot.arrays["nonzero_requested"]
-    pod_count = snapshot.arrays["pod_count"]
     new_ports: dict[int, list[tuple[int, int, int]]] = {}
     for i, reqs, ports in usage:
-        pod_count[i] += 1
-        for resource_name, v in reqs.requests.items():
-            requested[i * r + snapshot.resources(resource_name)] += v
-        nonzero[2 * i] += reqs.nonzero_cpu
-        nonzero[2 * i + 1] += reqs.nonzero_memory
+        _count(snapshot, i, reqs, 1)
         if ports:
             new_ports.setdefault(i, []).extend(
                 (PROTOCOLS[p.protocol], snapshot.strings(p.ip), p.port) for p in ports
@@ -267,6 +259,21 @@ def add_usage(
     if new_ports:
         _add_ports(snapshot, new_ports)
     return snapshot
+
+
+def remove_usage(snapshot: Snapshot, node: int, reqs: CountedRequests) -> None:
+    """Stop counting a pod without host ports on its node, in place (port rows are rebuilt instead)."""
+    _count(snapshot, node, reqs, -1)
+
+
+def _count(snapshot: Snapshot, i: int, reqs: CountedRequests, sign: int) -> None:
+    r = len(snapshot.resources)
+    a = snapshot.arrays
+    a["pod_count"][i] += sign
+    for resource_name, v in reqs.requests.items():
+        a["requested"][i * r + snapshot.resources(resource_name)] += sign * v
+    a["nonzero_requested"][2 * i] += sign * reqs.nonzero_cpu
+    a["nonzero_requested"][2 * i + 1] += sign * reqs.nonzero_memory
 
 
 def _add_ports(snapshot: Snapshot, new_ports: dict[int, list[tuple[int, int, int]]]) -> None:

@@ -259,24 +259,21 @@ class MetricStore:
         for m in self.metrics:
             if m.source == "annotation":
                 column = self._column(
-                    m.name, snapshot, None, partial(_annotations, snapshot, m.annotation or "")
+                    m.name, snapshot, None, partial(annotation_column, snapshot, m.annotation or "")
                 )
             else:
                 with self._lock:
                     sample = self.cache.get(m.name)
                 st = self.state[m.name]
+                age = math.inf if sample is None else now - sample.sampled_at
+                if self.telemetry is not None:
+                    self.telemetry.metric_age.labels(metric=m.name).set(age)
                 # A source that failed its last refresh is down: drop the metric now rather
                 # than score with values that can only grow staler.
-                if st.last_error is not None or sample is None or now - sample.sampled_at > m.max_age_s:
+                if st.last_error is not None or sample is None or age > m.max_age_s:
                     reason = st.last_error or f"no value younger than {m.max_age_s:g}s"
                     degraded.append(f"{m.name}: {reason}")
-                    if self.telemetry is not None:
-                        self.telemetry.metric_age.labels(metric=m.name).set(
-                            math.inf if sample is None else now - sample.sampled_at
-                        )
                     continue
-                if self.telemetry is not None:
-                    self.telemetry.metric_age.labels(metric=m.name).set(now - sample.sampled_at)
                 column = self._column(m.name, snapshot, sample, partial(_live, snapshot, sample))
                 if np.isnan(column).all():
                     # Nothing to score with: drop the metric rather than call every node missing.
@@ -322,9 +319,10 @@ class MetricStore:
         return f"{len(self.live)} live metric(s) fresh"
 
 
-def _annotations(snapshot: Snapshot, key: str) -> npt.NDArray[np.float64]:
+def annotation_column(snapshot: Snapshot, key: str) -> npt.NDArray[np.float64]:
+    """Each node's annotation ``key`` as a number (NaN where absent or not a number)."""
     return np.array(
-        [_number((meta(node).get("annotations") or {}).get(key)) for node in snapshot.node_objects],
+        [to_number((meta(node).get("annotations") or {}).get(key)) for node in snapshot.node_objects],
         dtype=np.float64,
     )
 
@@ -339,7 +337,8 @@ def _live(snapshot: Snapshot, sample: Sample) -> npt.NDArray[np.float64]:
     return column
 
 
-def _number(raw: Any) -> float:
+def to_number(raw: Any) -> float:
+    """A metric value, or NaN for anything that is not a number."""
     try:
         return float(raw) if raw is not None else math.nan
     except (TypeError, ValueError):

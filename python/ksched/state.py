@@ -29,7 +29,7 @@ from ksched.config import MetricConfig
 from ksched.errors import MalformedObjectError
 from ksched.kube import Obj, is_terminal, meta, name, object_key, spec
 from ksched.pods import CountedRequests, HostPort, PodRequests, host_ports, pod_requests
-from ksched.snapshot import Snapshot, add_usage, build_snapshot, node_problem
+from ksched.snapshot import Snapshot, add_usage, build_snapshot, node_problem, remove_usage
 
 log = logging.getLogger(__name__)
 
@@ -201,11 +201,4 @@ class ClusterState:
         if usage.ports:
             self._snapshot = None  # port rows are rebuilt rather than edited
             return
-        i = snap.index[usage.node]
-        r = len(snap.resources)
-        a = snap.arrays
-        a["pod_count"][i] -= 1
-        for resource, v in usage.requests.requests.items():
-            a["requested"][i * r + snap.resources(resource)] -= v
-        a["nonzero_requested"][2 * i] -= usage.requests.nonzero_cpu
-        a["nonzero_requested"][2 * i + 1] -= usage.requests.nonzero_memory
+        remove_usage(snap, snap.index[usage.node], usage.requests)

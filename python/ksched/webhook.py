@@ -107,7 +107,6 @@ class Webhook(BackgroundServer):
         self.scheduler = scheduler
         self.can_route = can_route
         self.kube = kube
-        self.routed = 0
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -120,8 +119,6 @@ class Webhook(BackgroundServer):
                 except (ValueError, AttributeError) as err:
                     self.send_error(400, f"not an AdmissionReview: {err}")
                     return
-                if "patch" in answer["response"]:
-                    outer.routed += 1
                 body = json.dumps(answer).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")

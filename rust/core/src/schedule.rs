@@ -278,7 +278,8 @@ impl Engine<'_, '_> {
         state.values[node * self.metrics.specs.len() + m]
     }
 
-    /// Every plugin's normalized score of a feasible node, in explanation order.
+    /// Every plugin's (raw, normalized) score of a feasible node, in explanation order
+    /// (the weights are the explanation's own column).
     fn plugin_scores(
         &self,
         state: &BatchState,
@@ -286,27 +287,21 @@ impl Engine<'_, '_> {
         node: usize,
         s: &NodeScores,
         maxima: &Maxima,
-        out: &mut Vec<(f64, f64, f64)>,
+        out: &mut Vec<(f64, f64)>,
     ) {
         out.clear();
-        let p = self.profile;
         let taint = cache.taint_raw[node];
-        out.push((
-            taint as f64,
-            normalize::default_normalize(taint, maxima.taint, true) as f64,
-            p.taint_toleration_weight as f64,
-        ));
+        out.push((taint as f64, normalize::default_normalize(taint, maxima.taint, true) as f64));
         let affinity = cache.affinity_raw[node];
         out.push((
             affinity as f64,
             normalize::default_normalize(affinity, maxima.affinity, false) as f64,
-            p.node_affinity_weight as f64,
         ));
-        out.push((s.fit as f64, s.fit as f64, p.fit_weight as f64));
-        out.push((s.balanced as f64, s.balanced as f64, p.balanced_weight as f64));
+        out.push((s.fit as f64, s.fit as f64));
+        out.push((s.balanced as f64, s.balanced as f64));
         for (m, spec) in self.metrics.specs.iter().enumerate() {
             let v = self.metric_value(state, node, m);
-            out.push((v, metrics::score(spec, v, maxima.metric_min[m], maxima.metric_max[m]), spec.weight));
+            out.push((v, metrics::score(spec, v, maxima.metric_min[m], maxima.metric_max[m])));
         }
     }
 }
@@ -549,12 +544,13 @@ impl Engine<'_, '_> {
         let space = reasons::count(self.resources, m);
         let mut evals = vec![NodeEval::default(); n];
         let mut reasons = vec![0u32; n * w];
+        let empty = || Summary {
+            histogram: vec![0; space],
+            feasible: 0,
+            maxima: Maxima::empty(m),
+        };
         let summarize = |(i, (evals, reasons)): (usize, (&mut [NodeEval], &mut [u32]))| {
-            let mut s = Summary {
-                histogram: vec![0; space],
-                feasible: 0,
-                maxima: Maxima::empty(m),
-            };
+            let mut s = empty();
             for (k, e) in evals.iter_mut().enumerate() {
                 let node = i * chunk + k;
                 let slot = &mut reasons[k * w..(k + 1) * w];
@@ -567,11 +563,6 @@ impl Engine<'_, '_> {
                 }
             }
             s
-        };
-        let empty = || Summary {
-            histogram: vec![0; space],
-            feasible: 0,
-            maxima: Maxima::empty(m),
         };
         let summary = if parallel {
             evals
@@ -976,7 +967,7 @@ fn explain(engine: &Engine, state: &BatchState, cache: &ClassCache, pod: &PodVie
         let mut codes = Vec::new();
         if let Some(s) = engine.evaluate(state, cache, pod, node, &mut |c| codes.push(c)) {
             engine.plugin_scores(state, cache, node, &s, maxima, &mut scratch);
-            for (i, &(raw, normalized, _)) in scratch.iter().enumerate() {
+            for (i, &(raw, normalized)) in scratch.iter().enumerate() {
                 ex.raw[i * n + node] = raw;
                 ex.normalized[i * n + node] = normalized;
             }
