@@ -31,6 +31,8 @@ FILTER_PLUGINS = (
     "NodeAffinity",
     "NodePorts",
     "NodeResourcesFit",
+    "PodTopologySpread",
+    "InterPodAffinity",
 )
 # Upstream default weights (pkg/scheduler/apis/config/v1/default_plugins.go).
 DEFAULT_SCORE_WEIGHTS = {
@@ -38,6 +40,8 @@ DEFAULT_SCORE_WEIGHTS = {
     "NodeAffinity": 2,
     "NodeResourcesFit": 1,
     "NodeResourcesBalancedAllocation": 1,
+    "PodTopologySpread": 2,
+    "InterPodAffinity": 2,
 }
 ALL_PLUGINS = tuple(dict.fromkeys(FILTER_PLUGINS + tuple(DEFAULT_SCORE_WEIGHTS)))
 STRATEGIES = ("LeastAllocated", "MostAllocated", "RequestedToCapacityRatio")
@@ -87,6 +91,8 @@ class ProfileConfig:
     fit_resources: tuple[tuple[str, int], ...] = (("cpu", 1), ("memory", 1))
     shape: tuple[tuple[int, int], ...] = ((0, 10), (100, 0))
     balanced_resources: tuple[str, ...] = ("cpu", "memory")
+    # InterPodAffinity args: the score an existing pod's required affinity term gives.
+    hard_pod_affinity_weight: int = 1
 
 
 @dataclass(frozen=True)
@@ -265,12 +271,22 @@ def _profile(obj: Any, path: str) -> ProfileConfig:
     fit_resources: tuple[tuple[str, int], ...] = (("cpu", 1), ("memory", 1))
     shape: tuple[tuple[int, int], ...] = ((0, 10), (100, 0))
     balanced: tuple[str, ...] = ("cpu", "memory")
+    hard_weight = 1
     for i, pc in enumerate(_list(obj.get("pluginConfig") or [], f"{path}.pluginConfig")):
         p = f"{path}.pluginConfig[{i}]"
         _keys(pc, p, ("name", "args"), ("name",))
-        plugin = _str(pc["name"], f"{p}.name", ("NodeResourcesFit", "NodeResourcesBalancedAllocation"))
+        plugin = _str(
+            pc["name"],
+            f"{p}.name",
+            ("NodeResourcesFit", "NodeResourcesBalancedAllocation", "InterPodAffinity"),
+        )
         args = pc.get("args") or {}
-        if plugin == "NodeResourcesFit":
+        if plugin == "InterPodAffinity":
+            _keys(args, f"{p}.args", ("hardPodAffinityWeight",))
+            hard_weight = _int(
+                args.get("hardPodAffinityWeight", 1), f"{p}.args.hardPodAffinityWeight", 0, MAX_WEIGHT
+            )
+        elif plugin == "NodeResourcesFit":
             _keys(args, f"{p}.args", ("scoringStrategy",))
             s = _keys(
                 args.get("scoringStrategy") or {},
@@ -311,6 +327,7 @@ def _profile(obj: Any, path: str) -> ProfileConfig:
         fit_resources,
         shape,
         balanced,
+        hard_weight,
     )
 
 

@@ -24,6 +24,7 @@ from ksched.errors import KschedError, MalformedObjectError
 from ksched.kube import Obj, pod_key, stable_key
 from ksched.messages import AFFINITY_CONFLICT, ReasonNames, fit_error, prefilter_error
 from ksched.pods import NodeConstraints, PodRequirements, Term, prefilter_node_names, requirements
+from ksched.podtable import PendingPod
 from ksched.snapshot import EFFECTS, PROTOCOLS, Snapshot, add_usage
 
 OPERATORS = {"In": 0, "NotIn": 1, "Exists": 2, "DoesNotExist": 3, "Gt": 4, "Lt": 5}
@@ -208,6 +209,9 @@ def engine_profile(p: ProfileConfig, snapshot: Snapshot) -> dict[str, Any]:
         "node_affinity_weight": p.weights.get("NodeAffinity", 0),
         "fit_weight": p.weights.get("NodeResourcesFit", 0),
         "balanced_weight": p.weights.get("NodeResourcesBalancedAllocation", 0),
+        "inter_pod_affinity_weight": p.weights.get("InterPodAffinity", 0),
+        "pod_topology_spread_weight": p.weights.get("PodTopologySpread", 0),
+        "hard_pod_affinity_weight": p.hard_pod_affinity_weight,
         "fit_strategy": p.fit_strategy,
         "shape": list(p.shape),
         "fit_resources": [(res(name), w) for name, w in p.fit_resources],
@@ -221,6 +225,8 @@ def engine_profile(p: ProfileConfig, snapshot: Snapshot) -> dict[str, Any]:
                 "NodeAffinity",
                 "NodePorts",
                 "NodeResourcesFit",
+                "PodTopologySpread",
+                "InterPodAffinity",
             )
         ],
     }
@@ -284,6 +290,7 @@ class Engine:
         keys: list[int] = []
         hp_offsets = [0]
         hp: list[tuple[int, int, int]] = []
+        pending: list[PendingPod] = []
         explain_row: int | None = None
         for _, pod, req in parsed:
             if isinstance(req, MalformedObjectError):
@@ -305,6 +312,7 @@ class Engine:
             for p in req.host_ports:
                 hp.append((PROTOCOLS[p.protocol], snapshot.strings(p.ip), p.port))
             hp_offsets.append(len(hp))
+            pending.append(PendingPod(req.info, req.spread))
             if explain == req.key:
                 explain_row = len(engine_rows)
             engine_rows.append((len(results), req))
@@ -319,6 +327,7 @@ class Engine:
             "hp_protocols": np.asarray([p[0] for p in hp], dtype=np.uint8),
             "hp_ips": np.asarray([p[1] for p in hp], dtype=np.int32),
             "hp_ports": np.asarray([p[2] for p in hp], dtype=np.int32),
+            "table": snapshot.pods.engine_table(pending, snapshot.namespaces),
         }
         if metric_values is None or not metrics:
             values = np.full(total * len(metrics), np.nan, dtype=np.float64)
@@ -415,6 +424,9 @@ def _explanation(
 def commit_placements(snapshot: Snapshot, placements: Sequence[Placement]) -> Snapshot:
     """Count placed pods on their nodes, as the watch confirming the binds would (the pods are not modified)."""
     index = snapshot.index
+    for p in placements:
+        if p.node is not None and p.requirements is not None:
+            snapshot.pods.add(p.pod, index[p.node], p.requirements.info)
     return add_usage(
         snapshot,
         [

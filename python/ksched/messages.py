@@ -18,7 +18,12 @@ NODE_AFFINITY = 4
 NODE_AFFINITY_PREFILTER = 5
 NODE_PORTS = 6
 TOO_MANY_PODS = 7
-FIRST_INSUFFICIENT = 8
+SPREAD = 8
+SPREAD_MISSING_LABEL = 9
+POD_AFFINITY = 10
+POD_ANTI_AFFINITY = 11
+EXISTING_ANTI_AFFINITY = 12
+FIRST_INSUFFICIENT = 13
 PER_METRIC = 3
 
 FIXED_REASONS = {
@@ -29,6 +34,11 @@ FIXED_REASONS = {
     NODE_AFFINITY_PREFILTER: "node(s) didn't satisfy plugin(s) [NodeAffinity]",
     NODE_PORTS: "node(s) didn't have free ports for the requested pod ports",
     TOO_MANY_PODS: "Too many pods",
+    SPREAD: "node(s) didn't match pod topology spread constraints",
+    SPREAD_MISSING_LABEL: "node(s) didn't match pod topology spread constraints (missing required label)",
+    POD_AFFINITY: "node(s) didn't match pod affinity rules",
+    POD_ANTI_AFFINITY: "node(s) didn't match pod anti-affinity rules",
+    EXISTING_ANTI_AFFINITY: "node(s) didn't satisfy existing pods anti-affinity rules",
 }
 PLUGIN_OF_REASON = {
     NODE_UNSCHEDULABLE: "NodeUnschedulable",
@@ -38,6 +48,11 @@ PLUGIN_OF_REASON = {
     NODE_AFFINITY_PREFILTER: "NodeAffinity",
     NODE_PORTS: "NodePorts",
     TOO_MANY_PODS: "NodeResourcesFit",
+    SPREAD: "PodTopologySpread",
+    SPREAD_MISSING_LABEL: "PodTopologySpread",
+    POD_AFFINITY: "InterPodAffinity",
+    POD_ANTI_AFFINITY: "InterPodAffinity",
+    EXISTING_ANTI_AFFINITY: "InterPodAffinity",
 }
 # NodeAffinity PreFilter: matchFields terms whose node names cannot all hold.
 AFFINITY_CONFLICT = "pod affinity terms conflict"

@@ -17,8 +17,18 @@ import numpy as np
 import numpy.typing as npt
 
 from ksched.errors import KschedError, MalformedObjectError, QuantityError
-from ksched.kube import Obj, StringId, is_terminal, meta, name, spec, stable_key
-from ksched.pods import CountedRequests, HostPort, PodRequests, host_ports, parse_int64, pod_requests
+from ksched.kube import Obj, StringId, is_terminal, meta, name, object_key, spec, stable_key
+from ksched.pods import (
+    CountedRequests,
+    HostPort,
+    PodInfo,
+    PodRequests,
+    host_ports,
+    parse_int64,
+    pod_info,
+    pod_requests,
+)
+from ksched.podtable import PodTable
 from ksched.quantity import canonical, parse_quantity
 
 log = logging.getLogger(__name__)
@@ -92,6 +102,13 @@ class Snapshot:
     arrays: dict[str, npt.NDArray[np.generic]]
     warnings: list[str] = field(default_factory=list)
     index: dict[str, int] = field(default_factory=dict)
+    # Labels, namespaces and affinity terms of the bound pods (pod-level plugins).
+    pods: PodTable = field(init=False)
+    # Namespace -> labels, for affinity terms' namespaceSelector.
+    namespaces: dict[str, dict[str, str]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.pods = PodTable(self.strings)
 
     @property
     def count(self) -> int:
@@ -234,6 +251,7 @@ def apply_bound_pods(snapshot: Snapshot, pods: list[Obj]) -> Snapshot:
         i = snapshot.index.get(str(spec(pod).get("nodeName") or ""))
         if i is None or is_terminal(pod):
             continue
+        snapshot.pods.add(object_key(pod), i, safe_pod_info(pod))
         try:
             usage.append((i, pod_requests(pod), host_ports(pod)))
         except MalformedObjectError as err:
@@ -242,6 +260,22 @@ def apply_bound_pods(snapshot: Snapshot, pods: list[Obj]) -> Snapshot:
             snapshot.warnings.append(warning)
             snapshot.arrays["pod_count"][i] += 1
     return add_usage(snapshot, usage)
+
+
+def safe_pod_info(pod: Obj) -> PodInfo:
+    """The pod's labels and affinity terms; a bound pod with malformed terms still counts by its labels."""
+    try:
+        return pod_info(pod)
+    except MalformedObjectError as err:
+        log.warning("bound pod's affinity terms ignored: %s", err)
+        m = pod.get("metadata") or {}
+        labels = m.get("labels") or {}
+        return PodInfo(
+            str(m.get("namespace") or "default"),
+            tuple(sorted((str(k), str(v)) for k, v in labels.items())) if isinstance(labels, dict) else (),
+            None,
+            m.get("deletionTimestamp") is not None,
+        )
 
 
 def add_usage(

@@ -8,6 +8,7 @@
 
 pub mod balanced_allocation;
 pub mod error;
+pub mod inter_pod_affinity;
 pub mod metrics;
 pub mod model;
 pub mod node_affinity;
@@ -16,6 +17,8 @@ pub mod node_ports;
 pub mod node_resources_fit;
 pub mod node_unschedulable;
 pub mod normalize;
+pub mod pod_table;
+pub mod pod_topology_spread;
 pub mod reasons;
 pub mod schedule;
 pub mod select;
@@ -25,6 +28,7 @@ pub use error::EngineError;
 pub use model::{
     Classes, Labels, MetricSpec, Metrics, Missing, Nodes, Pods, Ports, Prefer, Profile, Selectors, Strategy, Taints, Tolerations,
 };
+pub use pod_table::{LabelSets, PodSelectors, PodTable, PodTerms, SpreadConstraints, TermSets};
 pub use schedule::{schedule_batch, Explanation, Outcome, ScheduleOptions};
 
 /// Upstream `framework.MaxNodeScore`: every plugin score is normalized to 0..=100.

@@ -259,6 +259,9 @@ pub struct Pods<'a> {
     /// Stable per-pod key for the seeded tie-break (e.g. a hash of namespace/name).
     pub keys: &'a [u64],
     pub host_ports: Ports<'a>,
+    /// Labels, namespaces and affinity terms of the bound and pending pods, for
+    /// the pod-level plugins (None: they have nothing to act on).
+    pub table: Option<crate::pod_table::PodTable<'a>>,
 }
 
 impl Pods<'_> {
@@ -329,6 +332,10 @@ pub struct Profile {
     pub node_affinity_weight: i64,
     pub fit_weight: i64,
     pub balanced_weight: i64,
+    pub inter_pod_affinity_weight: i64,
+    pub pod_topology_spread_weight: i64,
+    /// InterPodAffinity's `hardPodAffinityWeight`.
+    pub hard_pod_affinity_weight: i64,
     pub fit_strategy: Strategy,
     /// (resource column, weight) scored by NodeResourcesFit.
     pub fit_resources: Vec<(usize, i64)>,
@@ -340,6 +347,8 @@ pub struct Profile {
     pub filter_node_affinity: bool,
     pub filter_node_ports: bool,
     pub filter_node_resources_fit: bool,
+    pub filter_pod_topology_spread: bool,
+    pub filter_inter_pod_affinity: bool,
 }
 
 impl Default for Profile {
@@ -350,6 +359,9 @@ impl Default for Profile {
             node_affinity_weight: 2,
             fit_weight: 1,
             balanced_weight: 1,
+            inter_pod_affinity_weight: 2,
+            pod_topology_spread_weight: 2,
+            hard_pod_affinity_weight: crate::inter_pod_affinity::HARD_POD_AFFINITY_WEIGHT,
             fit_strategy: Strategy::LeastAllocated,
             fit_resources: vec![(CPU, 1), (MEMORY, 1)],
             balanced_resources: vec![CPU, MEMORY],
@@ -359,6 +371,8 @@ impl Default for Profile {
             filter_node_affinity: true,
             filter_node_ports: true,
             filter_node_resources_fit: true,
+            filter_pod_topology_spread: true,
+            filter_inter_pod_affinity: true,
         }
     }
 }

@@ -20,8 +20,18 @@ pub const NODE_AFFINITY_PREFILTER: u32 = 5;
 pub const NODE_PORTS: u32 = 6;
 /// NodeResourcesFit: "Too many pods".
 pub const TOO_MANY_PODS: u32 = 7;
+/// PodTopologySpread: "node(s) didn't match pod topology spread constraints".
+pub const SPREAD: u32 = 8;
+/// PodTopologySpread: "... (missing required label)".
+pub const SPREAD_MISSING_LABEL: u32 = 9;
+/// InterPodAffinity: "node(s) didn't match pod affinity rules".
+pub const POD_AFFINITY: u32 = 10;
+/// InterPodAffinity: "node(s) didn't match pod anti-affinity rules".
+pub const POD_ANTI_AFFINITY: u32 = 11;
+/// InterPodAffinity: "node(s) didn't satisfy existing pods anti-affinity rules".
+pub const EXISTING_ANTI_AFFINITY: u32 = 12;
 /// NodeResourcesFit: "Insufficient <resource>", one code per resource column.
-pub const FIRST_INSUFFICIENT: u32 = 8;
+pub const FIRST_INSUFFICIENT: u32 = 13;
 
 /// Metric threshold reasons, three per metric after the resource codes.
 pub const METRIC_ABOVE: u32 = 0;

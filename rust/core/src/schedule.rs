@@ -17,10 +17,12 @@ use rayon::prelude::*;
 use crate::error::EngineError;
 use crate::model::{row, Classes, Metrics, Nodes, Pods, Profile};
 use crate::node_ports::HostPort;
+use crate::pod_table::PodTable;
 use crate::reasons::{self, FEASIBLE, NODE_AFFINITY_PREFILTER};
 use crate::select::{tie_key, Best};
 use crate::{
-    balanced_allocation, metrics, node_affinity, node_name, node_ports, node_resources_fit, node_unschedulable, normalize, taint_toleration,
+    balanced_allocation, inter_pod_affinity, metrics, node_affinity, node_name, node_ports, node_resources_fit, node_unschedulable,
+    normalize, pod_topology_spread, taint_toleration,
 };
 
 /// `Outcome::nodes` value of a pod that fits no node.
@@ -101,6 +103,42 @@ struct BatchState {
     metric_epoch: Vec<u32>,
     /// Whether any metric has a herd estimate.
     herd: bool,
+    /// Every pod on a node (pod table row, node): bound pods, then placements.
+    on_nodes: Vec<(u32, u32)>,
+    /// The subset with affinity terms.
+    affine: Vec<(u32, u32)>,
+}
+
+/// The pod-level plugins' state for one pod (their PreFilter and PreScore).
+struct PodLevel {
+    row: usize,
+    spread: Option<pod_topology_spread::Filter>,
+    affinity: Option<inter_pod_affinity::Filter>,
+    affinity_scores: Option<std::collections::HashMap<i32, std::collections::HashMap<i32, i64>>>,
+    spread_scores: bool,
+}
+
+impl PodLevel {
+    /// PodTopologySpread, then InterPodAffinity, as upstream orders them.
+    #[inline]
+    fn filter(&self, nodes: &Nodes, node: usize) -> u32 {
+        if let Some(f) = &self.spread {
+            let code = f.filter(nodes, node);
+            if code != FEASIBLE {
+                return code;
+            }
+        }
+        match &self.affinity {
+            Some(f) => f.filter(nodes, node),
+            None => FEASIBLE,
+        }
+    }
+}
+
+/// Raw and normalized pod-level scores per node (NaN where infeasible), for explanations.
+struct PodScores {
+    affinity: Vec<(f64, f64)>,
+    spread: Vec<(f64, f64)>,
 }
 
 struct Engine<'a, 'm> {
@@ -216,6 +254,7 @@ impl Engine<'_, '_> {
         cache: &ClassCache,
         pod: &PodView,
         node: usize,
+        pod_level: Option<&PodLevel>,
         report: &mut impl FnMut(u32),
     ) -> Option<NodeScores> {
         let code = cache.codes[node] as u32;
@@ -246,6 +285,13 @@ impl Engine<'_, '_> {
             )
         {
             return None;
+        }
+        if let Some(pl) = pod_level {
+            let code = pl.filter(self.nodes, node);
+            if code != FEASIBLE {
+                report(code);
+                return None;
+            }
         }
         let code = state.metric_codes[node];
         if code != FEASIBLE {
@@ -280,6 +326,7 @@ impl Engine<'_, '_> {
 
     /// Every plugin's (raw, normalized) score of a feasible node, in explanation order
     /// (the weights are the explanation's own column).
+    #[allow(clippy::too_many_arguments)]
     fn plugin_scores(
         &self,
         state: &BatchState,
@@ -287,6 +334,8 @@ impl Engine<'_, '_> {
         node: usize,
         s: &NodeScores,
         maxima: &Maxima,
+        pod_affinity: (f64, f64),
+        spread: (f64, f64),
         out: &mut Vec<(f64, f64)>,
     ) {
         out.clear();
@@ -299,6 +348,8 @@ impl Engine<'_, '_> {
         ));
         out.push((s.fit as f64, s.fit as f64));
         out.push((s.balanced as f64, s.balanced as f64));
+        out.push(pod_affinity);
+        out.push(spread);
         for (m, spec) in self.metrics.specs.iter().enumerate() {
             let v = self.metric_value(state, node, m);
             out.push((v, metrics::score(spec, v, maxima.metric_min[m], maxima.metric_max[m])));
@@ -450,9 +501,17 @@ const SIGNATURE_CACHE_BYTES: usize = 64 << 20;
 
 impl Engine<'_, '_> {
     /// Evaluate one node into its eval and reason slot.
-    fn evaluate_node(&self, state: &BatchState, cache: &ClassCache, pod: &PodView, node: usize, slot: &mut [u32]) -> NodeEval {
+    fn evaluate_node(
+        &self,
+        state: &BatchState,
+        cache: &ClassCache,
+        pod: &PodView,
+        node: usize,
+        pod_level: Option<&PodLevel>,
+        slot: &mut [u32],
+    ) -> NodeEval {
         let mut count = 0usize;
-        let scores = self.evaluate(state, cache, pod, node, &mut |code| {
+        let scores = self.evaluate(state, cache, pod, node, pod_level, &mut |code| {
             slot[count] = code;
             count += 1;
         });
@@ -529,12 +588,14 @@ impl Engine<'_, '_> {
     }
 
     /// Evaluate every node for a pod (in parallel chunks), then its totals.
+    #[allow(clippy::too_many_arguments)]
     fn evaluate_all(
         &self,
         state: &BatchState,
         cache: &ClassCache,
         base_slot: &mut Option<Arc<Base>>,
         pod: &PodView,
+        pod_level: Option<&PodLevel>,
         chunk: usize,
         parallel: bool,
     ) -> SignatureCache {
@@ -554,7 +615,7 @@ impl Engine<'_, '_> {
             for (k, e) in evals.iter_mut().enumerate() {
                 let node = i * chunk + k;
                 let slot = &mut reasons[k * w..(k + 1) * w];
-                *e = self.evaluate_node(state, cache, pod, node, slot);
+                *e = self.evaluate_node(state, cache, pod, node, pod_level, slot);
                 if e.feasible {
                     s.feasible += 1;
                     s.maxima.add_node(state, cache, node);
@@ -645,7 +706,7 @@ impl Engine<'_, '_> {
             let old = sig.evals[node];
             let slot = &mut sig.reasons[node * w..(node + 1) * w];
             slot[..old.reasons as usize].iter().for_each(|&c| sig.histogram[c as usize] -= 1);
-            let new = self.evaluate_node(state, cache, pod, node, slot);
+            let new = self.evaluate_node(state, cache, pod, node, None, slot);
             slot[..new.reasons as usize].iter().for_each(|&c| sig.histogram[c as usize] += 1);
             // A herd estimate moved the node's metric values: the maxima may follow.
             maxima_may_move |= state.herd && (old.feasible || new.feasible);
@@ -684,6 +745,111 @@ impl Engine<'_, '_> {
                 sig.totals[node] = self.total(state, &sig.base, node, e.fit as i64, e.balanced as i64);
             }
         }
+    }
+}
+
+impl<'a> Engine<'a, '_> {
+    /// Whether a node passes spread constraint `c`'s inclusion policies
+    /// (`nodeAffinityPolicy`, `nodeTaintsPolicy`) for pods of `class`.
+    fn inclusion(&self, table: &'a PodTable<'a>, class: usize) -> impl Fn(usize, usize) -> bool + Sync + 'a {
+        let (classes, nodes, sp) = (self.classes, self.nodes, &table.spread);
+        move |c: usize, node: usize| {
+            (sp.honor_affinity[c] == 0 || node_affinity::filter(classes, class, nodes, node) == FEASIBLE)
+                && (sp.honor_taints[c] == 0 || taint_toleration::filter(nodes, node, &classes.tolerations, class) == FEASIBLE)
+        }
+    }
+
+    /// The pod-level plugins' PreFilter and PreScore for a pod, or None when
+    /// none of them has anything to do for it (then the signature caches hold).
+    fn pod_level(&self, state: &BatchState, pod: &PodView) -> Option<PodLevel> {
+        let table = self.pods.table.as_ref()?;
+        let p = self.profile;
+        let pod_row = table.bound + pod.index;
+        let nodes = self.nodes;
+        let sp = &table.spread;
+        let include = self.inclusion(table, pod.class);
+        let ctx = pod_topology_spread::Context {
+            table,
+            nodes,
+            placed: &state.on_nodes,
+            row: pod_row,
+            index: pod.index,
+            include: &include,
+        };
+        let spread = if p.filter_pod_topology_spread {
+            pod_topology_spread::prefilter(&ctx)
+        } else {
+            None
+        };
+        let spread_scores = p.pod_topology_spread_weight != 0 && row(sp.offsets, pod.index).any(|c| sp.hard[c] == 0);
+        let affinity = if p.filter_inter_pod_affinity {
+            inter_pod_affinity::prefilter(table, nodes, &state.on_nodes, &state.affine, pod_row)
+        } else {
+            None
+        };
+        let affinity_scores = if p.inter_pod_affinity_weight != 0 {
+            inter_pod_affinity::prescore(table, nodes, &state.on_nodes, &state.affine, pod_row, p.hard_pod_affinity_weight)
+        } else {
+            None
+        };
+        if spread.is_none() && affinity.is_none() && affinity_scores.is_none() && !spread_scores {
+            return None;
+        }
+        Some(PodLevel {
+            row: pod_row,
+            spread,
+            affinity,
+            affinity_scores,
+            spread_scores,
+        })
+    }
+
+    /// Add the pod-level plugins' weighted scores to a pod's totals; returns
+    /// each node's raw and normalized scores for an explanation.
+    fn add_pod_level_scores(&self, state: &BatchState, pod: &PodView, pl: &PodLevel, sig: &mut SignatureCache) -> PodScores {
+        let n = self.nodes.count;
+        let p = self.profile;
+        let feasible: Vec<usize> = (0..n).filter(|&node| sig.evals[node].feasible).collect();
+        let mut out = PodScores {
+            affinity: vec![(f64::NAN, f64::NAN); n],
+            spread: vec![(f64::NAN, f64::NAN); n],
+        };
+        for &node in &feasible {
+            out.affinity[node] = (0.0, 0.0);
+            out.spread[node] = (0.0, 0.0);
+        }
+        if let Some(map) = &pl.affinity_scores {
+            let raw: Vec<i64> = feasible
+                .iter()
+                .map(|&node| inter_pod_affinity::score(map, self.nodes, node))
+                .collect();
+            let mut normalized = raw.clone();
+            inter_pod_affinity::normalize(&mut normalized);
+            for (i, &node) in feasible.iter().enumerate() {
+                out.affinity[node] = (raw[i] as f64, normalized[i] as f64);
+                sig.totals[node] += (normalized[i] * p.inter_pod_affinity_weight) as f64;
+            }
+        }
+        if pl.spread_scores {
+            let table = self.pods.table.as_ref().expect("pod level implies a pod table");
+            let nodes = self.nodes;
+            let include = self.inclusion(table, pod.class);
+            let ctx = pod_topology_spread::Context {
+                table,
+                nodes,
+                placed: &state.on_nodes,
+                row: pl.row,
+                index: pod.index,
+                include: &include,
+            };
+            if let Some((raw, normalized)) = pod_topology_spread::score(&ctx, &feasible) {
+                for (i, &node) in feasible.iter().enumerate() {
+                    out.spread[node] = (raw[i] as f64, normalized[i] as f64);
+                    sig.totals[node] += (normalized[i] * p.pod_topology_spread_weight) as f64;
+                }
+            }
+        }
+        out
     }
 }
 
@@ -759,6 +925,9 @@ fn schedule_on_this_thread(
     nodes.validate()?;
     classes.validate(nodes.count)?;
     pods.validate(nodes.resources, classes.count)?;
+    if let Some(table) = &pods.table {
+        table.validate(nodes.count, pods.count)?;
+    }
     let m = metrics_in.specs.len();
     crate::error::check_len("metric values", metrics_in.values.len(), nodes.count * m)?;
     for &(column, _) in &profile.fit_resources {
@@ -805,7 +974,18 @@ fn schedule_on_this_thread(
             .collect(),
         metric_epoch: vec![0; n],
         herd: metrics_in.specs.iter().any(|s| s.herd.is_some()),
+        on_nodes: Vec::new(),
+        affine: Vec::new(),
     };
+    if let Some(table) = &pods.table {
+        state.on_nodes = (0..table.bound).map(|r| (r as u32, table.nodes[r] as u32)).collect();
+        state.affine = state
+            .on_nodes
+            .iter()
+            .copied()
+            .filter(|&(r, _)| table.term_sets[r as usize] >= 0)
+            .collect();
+    }
     if profile.balanced_weight != 0 {
         let r = nodes.resources;
         state.balance_without = (0..n)
@@ -843,17 +1023,31 @@ fn schedule_on_this_thread(
             caches[pod.class] = Some(engine.class_cache(pod.class));
         }
         let cache = caches[pod.class].as_ref().expect("class cache was just filled");
-        let key = signature(&engine, &pod);
-        if !signatures.contains_key(&key) && signatures.len() >= max_signatures {
-            signatures.clear();
-        }
-        let sig = match signatures.entry(key) {
-            Entry::Occupied(e) => {
-                let sig = e.into_mut();
-                engine.refresh(sig, &state, cache, &mut bases[pod.class], &pod, chunk, parallel);
-                sig
+        // A pod that a pod-level plugin applies to is evaluated afresh; the
+        // signature caches serve the pods whose verdicts depend on the node alone.
+        let pod_level = engine.pod_level(&state, &pod);
+        let mut own: SignatureCache;
+        let mut pod_scores = None;
+        let sig = match &pod_level {
+            Some(pl) => {
+                own = engine.evaluate_all(&state, cache, &mut bases[pod.class], &pod, Some(pl), chunk, parallel);
+                pod_scores = Some(engine.add_pod_level_scores(&state, &pod, pl, &mut own));
+                &own
             }
-            Entry::Vacant(e) => e.insert(engine.evaluate_all(&state, cache, &mut bases[pod.class], &pod, chunk, parallel)),
+            None => {
+                let key = signature(&engine, &pod);
+                if !signatures.contains_key(&key) && signatures.len() >= max_signatures {
+                    signatures.clear();
+                }
+                match signatures.entry(key) {
+                    Entry::Occupied(e) => {
+                        let sig = e.into_mut();
+                        engine.refresh(sig, &state, cache, &mut bases[pod.class], &pod, chunk, parallel);
+                        &*sig
+                    }
+                    Entry::Vacant(e) => &*e.insert(engine.evaluate_all(&state, cache, &mut bases[pod.class], &pod, None, chunk, parallel)),
+                }
+            }
         };
 
         let best = select(&sig.totals, sig.feasible, |node| {
@@ -861,7 +1055,8 @@ fn schedule_on_this_thread(
         });
 
         if options.explain == Some(index) {
-            outcome.explanation = Some(explain(&engine, &state, cache, &pod, &sig.maxima, best.map(|b| b.node)));
+            let pod_level = pod_level.as_ref().zip(pod_scores.as_ref());
+            outcome.explanation = Some(explain(&engine, &state, cache, &pod, &sig.maxima, pod_level, best.map(|b| b.node)));
         }
 
         for (code, &count) in sig.histogram.iter().enumerate() {
@@ -897,6 +1092,13 @@ fn commit(engine: &Engine, state: &mut BatchState, pod: &PodView, node: usize) {
     state.nonzero_requested[node * 2 + 1] += pod.nonzero_request[1];
     state.pod_count[node] += 1;
     state.log.push(node as u32);
+    if let Some(table) = &engine.pods.table {
+        let row = (table.bound + pod.index) as u32;
+        state.on_nodes.push((row, node as u32));
+        if table.term_sets[row as usize] >= 0 {
+            state.affine.push((row, node as u32));
+        }
+    }
     if state.herd {
         herd_estimate(engine, state, pod, node);
     }
@@ -933,13 +1135,23 @@ fn herd_estimate(engine: &Engine, state: &mut BatchState, pod: &PodView, node: u
     state.metric_epoch[node] += 1;
 }
 
-fn explain(engine: &Engine, state: &BatchState, cache: &ClassCache, pod: &PodView, maxima: &Maxima, chosen: Option<usize>) -> Explanation {
+fn explain(
+    engine: &Engine,
+    state: &BatchState,
+    cache: &ClassCache,
+    pod: &PodView,
+    maxima: &Maxima,
+    pod_level: Option<(&PodLevel, &PodScores)>,
+    chosen: Option<usize>,
+) -> Explanation {
     let n = engine.nodes.count;
     let mut plugins = vec![
         taint_toleration::NAME.to_string(),
         node_affinity::NAME.to_string(),
         node_resources_fit::NAME.to_string(),
         balanced_allocation::NAME.to_string(),
+        inter_pod_affinity::NAME.to_string(),
+        pod_topology_spread::NAME.to_string(),
     ];
     plugins.extend((0..engine.metrics.specs.len()).map(|m| format!("metric:{m}")));
     let k = plugins.len();
@@ -949,6 +1161,8 @@ fn explain(engine: &Engine, state: &BatchState, cache: &ClassCache, pod: &PodVie
         p.node_affinity_weight as f64,
         p.fit_weight as f64,
         p.balanced_weight as f64,
+        p.inter_pod_affinity_weight as f64,
+        p.pod_topology_spread_weight as f64,
     ];
     weights.extend(engine.metrics.specs.iter().map(|s| s.weight));
     let mut ex = Explanation {
@@ -965,13 +1179,19 @@ fn explain(engine: &Engine, state: &BatchState, cache: &ClassCache, pod: &PodVie
     let base = engine.base(state, cache, maxima, false);
     for node in 0..n {
         let mut codes = Vec::new();
-        if let Some(s) = engine.evaluate(state, cache, pod, node, &mut |c| codes.push(c)) {
-            engine.plugin_scores(state, cache, node, &s, maxima, &mut scratch);
+        if let Some(s) = engine.evaluate(state, cache, pod, node, pod_level.map(|(pl, _)| pl), &mut |c| codes.push(c)) {
+            let (affinity, spread) = match pod_level {
+                Some((_, ps)) => (ps.affinity[node], ps.spread[node]),
+                None => ((0.0, 0.0), (0.0, 0.0)),
+            };
+            engine.plugin_scores(state, cache, node, &s, maxima, affinity, spread, &mut scratch);
             for (i, &(raw, normalized)) in scratch.iter().enumerate() {
                 ex.raw[i * n + node] = raw;
                 ex.normalized[i * n + node] = normalized;
             }
-            ex.totals[node] = engine.total(state, &base, node, s.fit, s.balanced);
+            let p = engine.profile;
+            let extra = affinity.1 as i64 * p.inter_pod_affinity_weight + spread.1 as i64 * p.pod_topology_spread_weight;
+            ex.totals[node] = engine.total(state, &base, node, s.fit, s.balanced) + extra as f64;
         }
         ex.reason_codes.extend(codes);
         ex.reason_offsets.push(ex.reason_codes.len() as i64);

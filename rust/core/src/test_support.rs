@@ -443,6 +443,7 @@ impl OwnedPods {
             classes: &self.classes,
             keys: &self.keys,
             host_ports: self.ports.view(),
+            table: None,
         }
     }
 }

@@ -47,14 +47,17 @@ pub fn profile(dict: &Bound<'_, PyDict>) -> PyResult<Profile> {
         other => return Err(PyTypeError::new_err(format!("unknown scoring strategy {other:?}"))),
     };
     let filters: Vec<bool> = value(dict, "filters")?;
-    if filters.len() != 6 {
-        return Err(PyTypeError::new_err("filters must list 6 flags"));
+    if filters.len() != 8 {
+        return Err(PyTypeError::new_err("filters must list 8 flags"));
     }
     Ok(Profile {
         taint_toleration_weight: value(dict, "taint_toleration_weight")?,
         node_affinity_weight: value(dict, "node_affinity_weight")?,
         fit_weight: value(dict, "fit_weight")?,
         balanced_weight: value(dict, "balanced_weight")?,
+        inter_pod_affinity_weight: value(dict, "inter_pod_affinity_weight")?,
+        pod_topology_spread_weight: value(dict, "pod_topology_spread_weight")?,
+        hard_pod_affinity_weight: value(dict, "hard_pod_affinity_weight")?,
         fit_strategy: strategy,
         fit_resources: value(dict, "fit_resources")?,
         balanced_resources: value(dict, "balanced_resources")?,
@@ -64,6 +67,8 @@ pub fn profile(dict: &Bound<'_, PyDict>) -> PyResult<Profile> {
         filter_node_affinity: filters[3],
         filter_node_ports: filters[4],
         filter_node_resources_fit: filters[5],
+        filter_pod_topology_spread: filters[6],
+        filter_inter_pod_affinity: filters[7],
     })
 }
 

@@ -12,7 +12,10 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use convert::{array, slice};
-use ksched_core::{Classes, Labels, Metrics, Nodes, Pods, Ports, ScheduleOptions, Selectors, Taints, Tolerations};
+use ksched_core::{
+    Classes, LabelSets, Labels, Metrics, Nodes, PodSelectors, PodTable, PodTerms, Pods, Ports, ScheduleOptions, Selectors,
+    SpreadConstraints, Taints, TermSets, Tolerations,
+};
 
 /// Schedule one batch of pending pods against the node table.
 ///
@@ -102,6 +105,105 @@ fn schedule<'py>(
         hp_ports: i32,
     });
     let p_count: usize = convert::value(pods, "count")?;
+    let table_dict = match pods.get_item("table")? {
+        Some(t) if !t.is_none() => Some(t.cast_into::<PyDict>()?),
+        _ => None,
+    };
+    let empty = PyDict::new(py);
+    let t = table_dict.as_ref().unwrap_or(&empty);
+    let has_table = table_dict.is_some();
+    macro_rules! table_arrays {
+        ($($name:ident : $ty:ty),* $(,)?) => {
+            $( let $name = if has_table { Some(array::<$ty>(t, stringify!($name))?) } else { None }; )*
+        };
+    }
+    table_arrays!(
+        pt_nodes: i64,
+        pt_namespaces: i32,
+        pt_label_sets: i64,
+        pt_term_sets: i64,
+        pt_terminating: u8,
+        ls_offsets: i64,
+        ls_keys: i32,
+        ls_values: i32,
+        sel_offsets: i64,
+        sel_nothing: u8,
+        sel_keys: i32,
+        sel_operators: u8,
+        sel_value_offsets: i64,
+        sel_values: i32,
+        term_selectors: i64,
+        term_topology_keys: i32,
+        term_weights_pod: i64,
+        term_all_namespaces: u8,
+        term_namespace_offsets: i64,
+        term_namespaces: i32,
+        ts_offsets: i64,
+        ts_terms: i64,
+        sp_offsets: i64,
+        sp_max_skew: i64,
+        sp_min_domains: i64,
+        sp_topology_keys: i32,
+        sp_hard: u8,
+        sp_selectors: i64,
+        sp_honor_affinity: u8,
+        sp_honor_taints: u8,
+        sp_system_default: u8,
+    );
+    macro_rules! s {
+        ($name:ident) => {
+            slice(stringify!($name), $name.as_ref().expect("table arrays are present"))?
+        };
+    }
+    let table = if has_table {
+        Some(PodTable {
+            bound: convert::value(t, "bound")?,
+            nodes: s!(pt_nodes),
+            namespaces: s!(pt_namespaces),
+            label_sets: s!(pt_label_sets),
+            term_sets: s!(pt_term_sets),
+            terminating: s!(pt_terminating),
+            labels: LabelSets {
+                offsets: s!(ls_offsets),
+                keys: s!(ls_keys),
+                values: s!(ls_values),
+            },
+            selectors: PodSelectors {
+                offsets: s!(sel_offsets),
+                nothing: s!(sel_nothing),
+                keys: s!(sel_keys),
+                operators: s!(sel_operators),
+                value_offsets: s!(sel_value_offsets),
+                values: s!(sel_values),
+            },
+            terms: PodTerms {
+                selectors: s!(term_selectors),
+                topology_keys: s!(term_topology_keys),
+                weights: s!(term_weights_pod),
+                all_namespaces: s!(term_all_namespaces),
+                namespace_offsets: s!(term_namespace_offsets),
+                namespaces: s!(term_namespaces),
+            },
+            term_set_table: TermSets {
+                offsets: s!(ts_offsets),
+                terms: s!(ts_terms),
+            },
+            spread: SpreadConstraints {
+                offsets: s!(sp_offsets),
+                max_skew: s!(sp_max_skew),
+                min_domains: s!(sp_min_domains),
+                topology_keys: s!(sp_topology_keys),
+                hard: s!(sp_hard),
+                selectors: s!(sp_selectors),
+                honor_affinity: s!(sp_honor_affinity),
+                honor_taints: s!(sp_honor_taints),
+                system_default: s!(sp_system_default),
+            },
+            hostname_key: convert::value(t, "hostname_key")?,
+        })
+    } else {
+        None
+    };
     let profile = convert::profile(profile)?;
     let specs = convert::metric_specs(slice("metric_specs", &metric_specs)?)?;
     let node_view = Nodes {
@@ -180,6 +282,7 @@ fn schedule<'py>(
             ips: slice("hp_ips", &hp_ips)?,
             ports: slice("hp_ports", &hp_ports)?,
         },
+        table,
     };
     let metrics = Metrics {
         values: slice("metric_values", &metric_values)?,

@@ -1,0 +1,292 @@
+"""The pods the pod-level plugins read (InterPodAffinity, PodTopologySpread).
+
+Owns one row per bound pod (node index, namespace, interned label set,
+interned affinity term set, terminating), kept current in place as pods come
+and go (O(changes)), and compiling it with a batch's pending pods into the
+engine's ``table`` arrays. Whole label sets and whole term sets are
+interned: the pods of one workload share one of each, so the engine matches
+a selector once per label set, and per batch only the distinct term sets are
+compiled (their namespaceSelectors resolved against the namespaces known now).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ksched.pods import (
+    AffinityTerm,
+    LabelSelector,
+    PodAffinityTerms,
+    PodInfo,
+    SpreadConstraint,
+    selector_matches,
+)
+
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+SELECTOR_OPERATORS = {"In": 0, "NotIn": 1, "Exists": 2, "DoesNotExist": 3}
+# Interned term set: the owning pod's namespace (terms without namespaces mean it) and the terms.
+TermSetKey = tuple[str, PodAffinityTerms]
+
+
+@dataclass
+class PendingPod:
+    """A pending pod's row in one engine call."""
+
+    info: PodInfo
+    spread: tuple[SpreadConstraint, ...]
+    system_default: bool = False
+
+
+@dataclass
+class _Compiler:
+    """Selectors and terms of one engine call, as flat columns."""
+
+    strings: Any
+    namespaces: Mapping[str, Mapping[str, str]]
+    selector_ids: dict[LabelSelector | None, int] = field(default_factory=dict)
+    term_ids: dict[tuple[str, AffinityTerm], int] = field(default_factory=dict)
+    cols: dict[str, list[int]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in (
+            "sel_nothing",
+            "sel_keys",
+            "sel_operators",
+            "sel_values",
+            "term_selectors",
+            "term_topology_keys",
+            "term_weights_pod",
+            "term_all_namespaces",
+            "term_namespaces",
+            "ts_terms",
+        ):
+            self.cols[name] = []
+        for name in ("sel_offsets", "sel_value_offsets", "term_namespace_offsets", "ts_offsets"):
+            self.cols[name] = [0]
+
+    def selector(self, sel: LabelSelector | None) -> int:
+        found = self.selector_ids.get(sel)
+        if found is not None:
+            return found
+        c, s = self.cols, self.strings
+        c["sel_nothing"].append(int(sel is None))
+        for r in sel or ():
+            c["sel_keys"].append(s(r.key))
+            c["sel_operators"].append(SELECTOR_OPERATORS[r.operator])
+            c["sel_values"].extend(s(v) for v in r.values)
+            c["sel_value_offsets"].append(len(c["sel_values"]))
+        c["sel_offsets"].append(len(c["sel_keys"]))
+        self.selector_ids[sel] = len(self.selector_ids)
+        return self.selector_ids[sel]
+
+    def term(self, owner_namespace: str, t: AffinityTerm) -> int:
+        k = (owner_namespace, t)
+        found = self.term_ids.get(k)
+        if found is not None:
+            return found
+        c, s = self.cols, self.strings
+        c["term_selectors"].append(self.selector(t.selector))
+        c["term_topology_keys"].append(s(t.topology_key))
+        c["term_weights_pod"].append(t.weight)
+        everything = t.namespace_selector == ()
+        c["term_all_namespaces"].append(int(everything))
+        names: set[str] = set()
+        if not everything:
+            if not t.namespaces and t.namespace_selector is None:
+                names = {owner_namespace}
+            else:
+                names = set(t.namespaces)
+                if t.namespace_selector:
+                    names |= {
+                        ns
+                        for ns, labels in self.namespaces.items()
+                        if selector_matches(t.namespace_selector, dict(labels))
+                    }
+        c["term_namespaces"].extend(sorted(int(s(n)) for n in names))
+        c["term_namespace_offsets"].append(len(c["term_namespaces"]))
+        self.term_ids[k] = len(self.term_ids)
+        return self.term_ids[k]
+
+    def term_set(self, key: TermSetKey) -> None:
+        namespace, terms = key
+        for lst in terms.lists():
+            self.cols["ts_terms"].extend(self.term(namespace, t) for t in lst)
+            self.cols["ts_offsets"].append(len(self.cols["ts_terms"]))
+
+
+class PodTable:
+    """Bound pods as rows (see the module docstring); ``strings`` is the snapshot's interner."""
+
+    def __init__(self, strings: Any) -> None:
+        self.strings = strings
+        self.rows: dict[str, int] = {}
+        self._free: list[int] = []
+        self._high = 0
+        cap = 64
+        self.node = np.full(cap, -1, dtype=np.int64)
+        self.namespace = np.zeros(cap, dtype=np.int32)
+        self.label_set = np.zeros(cap, dtype=np.int64)
+        self.term_set = np.full(cap, -1, dtype=np.int64)
+        self.terminating = np.zeros(cap, dtype=np.uint8)
+        self._label_set_ids: dict[tuple[tuple[str, str], ...], int] = {}
+        self._ls = {"ls_offsets": [0], "ls_keys": [], "ls_values": []}
+        self._ls_arrays: dict[str, npt.NDArray[Any]] | None = None
+        self._term_set_ids: dict[TermSetKey, int] = {}
+        self.term_set_keys: list[TermSetKey] = []
+        # Bound pods with affinity terms: while none, pods without their own
+        # constraints need no table at all.
+        self.with_terms = 0
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def _label_set_id(self, labels: tuple[tuple[str, str], ...]) -> int:
+        found = self._label_set_ids.get(labels)
+        if found is not None:
+            return found
+        s = self.strings
+        keyed = sorted((int(s(k)), int(s(v))) for k, v in labels)
+        self._ls["ls_keys"].extend(k for k, _ in keyed)
+        self._ls["ls_values"].extend(v for _, v in keyed)
+        self._ls["ls_offsets"].append(len(self._ls["ls_keys"]))
+        self._ls_arrays = None
+        self._label_set_ids[labels] = len(self._label_set_ids)
+        return self._label_set_ids[labels]
+
+    def _term_set_id(self, info: PodInfo) -> int:
+        if info.affinity is None:
+            return -1
+        key = (info.namespace, info.affinity)
+        found = self._term_set_ids.get(key)
+        if found is None:
+            found = self._term_set_ids[key] = len(self.term_set_keys)
+            self.term_set_keys.append(key)
+        return found
+
+    def _grow(self) -> None:
+        cap = len(self.node) * 2
+        for name, fill in (
+            ("node", -1),
+            ("namespace", 0),
+            ("label_set", 0),
+            ("term_set", -1),
+            ("terminating", 0),
+        ):
+            old = getattr(self, name)
+            new = np.full(cap, fill, dtype=old.dtype)
+            new[: len(old)] = old
+            setattr(self, name, new)
+
+    def add(self, key: str, node: int, info: PodInfo) -> None:
+        """Count (or re-count) a bound pod on node index ``node``."""
+        self.remove(key)
+        if self._free:
+            row = self._free.pop()
+        else:
+            if self._high == len(self.node):
+                self._grow()
+            row = self._high
+            self._high += 1
+        self.rows[key] = row
+        self.node[row] = node
+        self.namespace[row] = self.strings(info.namespace)
+        self.label_set[row] = self._label_set_id(info.labels)
+        self.term_set[row] = self._term_set_id(info)
+        self.terminating[row] = int(info.terminating)
+        self.with_terms += int(self.term_set[row] >= 0)
+
+    def remove(self, key: str) -> None:
+        row = self.rows.pop(key, None)
+        if row is None:
+            return
+        self.with_terms -= int(self.term_set[row] >= 0)
+        self.node[row] = -1
+        self.term_set[row] = -1
+        self._free.append(row)
+
+    def label_set_arrays(self) -> dict[str, npt.NDArray[Any]]:
+        if self._ls_arrays is None:
+            self._ls_arrays = {
+                "ls_offsets": np.asarray(self._ls["ls_offsets"], dtype=np.int64),
+                "ls_keys": np.asarray(self._ls["ls_keys"], dtype=np.int32),
+                "ls_values": np.asarray(self._ls["ls_values"], dtype=np.int32),
+            }
+        return self._ls_arrays
+
+    def engine_table(
+        self, pending: Sequence[PendingPod], namespaces: Mapping[str, Mapping[str, str]]
+    ) -> dict[str, Any] | None:
+        """The engine's ``pods["table"]`` for a batch, or None when no plugin has anything to act on."""
+        if not self.with_terms and not any(p.info.affinity is not None or p.spread for p in pending):
+            return None
+        high = self._high
+        alive = self.node[:high] >= 0
+        p_ns = np.asarray([self.strings(p.info.namespace) for p in pending], dtype=np.int32)
+        p_ls = np.asarray([self._label_set_id(p.info.labels) for p in pending], dtype=np.int64)
+        p_ts = np.asarray([self._term_set_id(p.info) for p in pending], dtype=np.int64)
+        term_sets = np.concatenate((self.term_set[:high][alive], p_ts))
+        compiler = _Compiler(self.strings, namespaces)
+        used = sorted({int(t) for t in np.unique(term_sets) if t >= 0})
+        engine_ids = np.full(len(self.term_set_keys) + 1, -1, dtype=np.int64)
+        for i, ts in enumerate(used):
+            compiler.term_set(self.term_set_keys[ts])
+            engine_ids[ts] = i
+        sp: dict[str, list[int]] = {
+            k: []
+            for k in (
+                "sp_max_skew",
+                "sp_min_domains",
+                "sp_topology_keys",
+                "sp_hard",
+                "sp_selectors",
+                "sp_honor_affinity",
+                "sp_honor_taints",
+            )
+        }
+        sp_offsets = [0]
+        for p in pending:
+            for c in p.spread:
+                sp["sp_max_skew"].append(c.max_skew)
+                sp["sp_min_domains"].append(c.min_domains)
+                sp["sp_topology_keys"].append(self.strings(c.topology_key))
+                sp["sp_hard"].append(int(c.hard))
+                sp["sp_selectors"].append(compiler.selector(c.selector))
+                sp["sp_honor_affinity"].append(int(c.honor_affinity))
+                sp["sp_honor_taints"].append(int(c.honor_taints))
+            sp_offsets.append(len(sp["sp_max_skew"]))
+        u8 = {
+            "sel_nothing",
+            "sel_operators",
+            "term_all_namespaces",
+            "sp_hard",
+            "sp_honor_affinity",
+            "sp_honor_taints",
+        }
+        i32 = {"sel_keys", "sel_values", "term_topology_keys", "term_namespaces", "sp_topology_keys"}
+
+        def dtype(name: str) -> type[np.generic]:
+            return np.uint8 if name in u8 else np.int32 if name in i32 else np.int64
+
+        out: dict[str, Any] = {k: np.asarray(v, dtype=dtype(k)) for k, v in {**compiler.cols, **sp}.items()}
+        out.update(self.label_set_arrays())
+        out.update(
+            {
+                "bound": int(alive.sum()),
+                "pt_nodes": np.ascontiguousarray(self.node[:high][alive]),
+                "pt_namespaces": np.concatenate((self.namespace[:high][alive], p_ns)),
+                "pt_label_sets": np.concatenate((self.label_set[:high][alive], p_ls)),
+                "pt_term_sets": np.where(term_sets >= 0, engine_ids[term_sets], -1).astype(np.int64),
+                "pt_terminating": np.concatenate(
+                    (self.terminating[:high][alive], np.zeros(len(pending), dtype=np.uint8))
+                ),
+                "sp_offsets": np.asarray(sp_offsets, dtype=np.int64),
+                "sp_system_default": np.asarray([int(p.system_default) for p in pending], dtype=np.uint8),
+                "hostname_key": int(self.strings(HOSTNAME_LABEL)),
+            }
+        )
+        return out

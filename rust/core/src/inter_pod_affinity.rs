@@ -1,0 +1,230 @@
+//! InterPodAffinity: required affinity and anti-affinity of the incoming pod,
+//! the required anti-affinity of the pods already placed toward it
+//! (symmetry), and the preferred terms of both sides in scoring, as upstream
+//! (`plugins/interpodaffinity`). Pods placed earlier in the batch count like
+//! bound pods.
+
+use std::collections::{HashMap, HashSet};
+
+use crate::model::{row, Nodes};
+use crate::pod_table::{PodTable, PREFERRED_AFFINITY, PREFERRED_ANTI_AFFINITY, REQUIRED_AFFINITY, REQUIRED_ANTI_AFFINITY};
+use crate::reasons::{EXISTING_ANTI_AFFINITY, FEASIBLE, POD_AFFINITY, POD_ANTI_AFFINITY};
+
+pub const NAME: &str = "InterPodAffinity";
+
+/// Upstream's default `hardPodAffinityWeight`.
+pub const HARD_POD_AFFINITY_WEIGHT: i64 = 1;
+
+/// A (topology key, value) pair.
+type Pair = (i32, i32);
+
+#[inline]
+pub fn node_label(nodes: &Nodes, node: usize, key: i32) -> Option<i32> {
+    nodes.labels.find(node, key).map(|i| nodes.labels.values[i])
+}
+
+/// PreFilter state: what the incoming pod's filter needs.
+pub struct Filter {
+    /// Topology keys of the incoming pod's required affinity and anti-affinity terms.
+    affinity_keys: Vec<i32>,
+    anti_keys: Vec<i32>,
+    affinity_counts: HashMap<Pair, i64>,
+    anti_counts: HashMap<Pair, i64>,
+    /// Pairs where some placed pod's required anti-affinity matches the incoming pod.
+    existing_anti: HashSet<Pair>,
+    /// Upstream's escape for the first pod of a group affine to itself.
+    first_pod: bool,
+}
+
+/// PreFilter. `placed` lists every pod on a node (table row, node): bound
+/// pods and the batch's placements; `affine` the subset with affinity terms.
+/// None when the plugin has nothing to check (upstream's Skip).
+pub fn prefilter(table: &PodTable, nodes: &Nodes, placed: &[(u32, u32)], affine: &[(u32, u32)], pod: usize) -> Option<Filter> {
+    let mut existing_anti = HashSet::new();
+    for &(other, node) in affine {
+        for &t in table.term_list(other as usize, REQUIRED_ANTI_AFFINITY) {
+            let t = t as usize;
+            if table.term_matches(t, pod) {
+                let key = table.terms.topology_keys[t];
+                if let Some(v) = node_label(nodes, node as usize, key) {
+                    existing_anti.insert((key, v));
+                }
+            }
+        }
+    }
+    let required_affinity: Vec<usize> = table.term_list(pod, REQUIRED_AFFINITY).iter().map(|&t| t as usize).collect();
+    let required_anti: Vec<usize> = table.term_list(pod, REQUIRED_ANTI_AFFINITY).iter().map(|&t| t as usize).collect();
+    if required_affinity.is_empty() && required_anti.is_empty() && existing_anti.is_empty() {
+        return None;
+    }
+    let key = |t: usize| table.terms.topology_keys[t];
+    let mut affinity_counts = HashMap::new();
+    let mut anti_counts = HashMap::new();
+    if !required_affinity.is_empty() || !required_anti.is_empty() {
+        for &(other, node) in placed {
+            let (other, node) = (other as usize, node as usize);
+            if !required_affinity.is_empty() && required_affinity.iter().all(|&t| table.term_matches(t, other)) {
+                for &t in &required_affinity {
+                    if let Some(v) = node_label(nodes, node, key(t)) {
+                        *affinity_counts.entry((key(t), v)).or_insert(0) += 1;
+                    }
+                }
+            }
+            for &t in &required_anti {
+                if table.term_matches(t, other) {
+                    if let Some(v) = node_label(nodes, node, key(t)) {
+                        *anti_counts.entry((key(t), v)).or_insert(0) += 1;
+                    }
+                }
+            }
+        }
+    }
+    let first_pod =
+        affinity_counts.is_empty() && !required_affinity.is_empty() && required_affinity.iter().all(|&t| table.term_matches(t, pod));
+    Some(Filter {
+        affinity_keys: required_affinity.iter().map(|&t| key(t)).collect(),
+        anti_keys: required_anti.iter().map(|&t| key(t)).collect(),
+        affinity_counts,
+        anti_counts,
+        existing_anti,
+        first_pod,
+    })
+}
+
+impl Filter {
+    /// Upstream's Filter: affinity, then anti-affinity, then the existing pods' anti-affinity.
+    pub fn filter(&self, nodes: &Nodes, node: usize) -> u32 {
+        let mut pods_exist = true;
+        for &key in &self.affinity_keys {
+            match node_label(nodes, node, key) {
+                Some(v) => {
+                    if self.affinity_counts.get(&(key, v)).copied().unwrap_or(0) <= 0 {
+                        pods_exist = false;
+                    }
+                }
+                // All topology labels must exist on the node.
+                None => return POD_AFFINITY,
+            }
+        }
+        if !pods_exist && !self.first_pod {
+            return POD_AFFINITY;
+        }
+        if !self.anti_counts.is_empty() {
+            for &key in &self.anti_keys {
+                if let Some(v) = node_label(nodes, node, key) {
+                    if self.anti_counts.get(&(key, v)).copied().unwrap_or(0) > 0 {
+                        return POD_ANTI_AFFINITY;
+                    }
+                }
+            }
+        }
+        if !self.existing_anti.is_empty() {
+            let l = &nodes.labels;
+            for i in row(l.offsets, node) {
+                if self.existing_anti.contains(&(l.keys[i], l.values[i])) {
+                    return EXISTING_ANTI_AFFINITY;
+                }
+            }
+        }
+        FEASIBLE
+    }
+}
+
+/// PreScore: topology key -> value -> summed weight. None when no term
+/// applies (upstream's Skip: every node scores 0).
+pub fn prescore(
+    table: &PodTable,
+    nodes: &Nodes,
+    placed: &[(u32, u32)],
+    affine: &[(u32, u32)],
+    pod: usize,
+    hard_weight: i64,
+) -> Option<HashMap<i32, HashMap<i32, i64>>> {
+    let preferred = table.term_list(pod, PREFERRED_AFFINITY);
+    let preferred_anti = table.term_list(pod, PREFERRED_ANTI_AFFINITY);
+    // Unless the pod has preferred terms, only pods with affinity terms matter.
+    let pods = if preferred.is_empty() && preferred_anti.is_empty() {
+        affine
+    } else {
+        placed
+    };
+    let mut map: HashMap<i32, HashMap<i32, i64>> = HashMap::new();
+    let t = &table.terms;
+    let mut add = |term: usize, node: usize, weight: i64| {
+        let key = t.topology_keys[term];
+        if let Some(v) = node_label(nodes, node, key) {
+            *map.entry(key).or_default().entry(v).or_insert(0) += weight;
+        }
+    };
+    for &(other, node) in pods {
+        let (other, node) = (other as usize, node as usize);
+        if row(nodes.labels.offsets, node).is_empty() {
+            continue;
+        }
+        for &term in preferred {
+            if table.term_matches(term as usize, other) {
+                add(term as usize, node, t.weights[term as usize]);
+            }
+        }
+        for &term in preferred_anti {
+            if table.term_matches(term as usize, other) {
+                add(term as usize, node, -t.weights[term as usize]);
+            }
+        }
+        if hard_weight > 0 {
+            for &term in table.term_list(other, REQUIRED_AFFINITY) {
+                if table.term_matches(term as usize, pod) {
+                    add(term as usize, node, hard_weight);
+                }
+            }
+        }
+        for &term in table.term_list(other, PREFERRED_AFFINITY) {
+            if table.term_matches(term as usize, pod) {
+                add(term as usize, node, t.weights[term as usize]);
+            }
+        }
+        for &term in table.term_list(other, PREFERRED_ANTI_AFFINITY) {
+            if table.term_matches(term as usize, pod) {
+                add(term as usize, node, -t.weights[term as usize]);
+            }
+        }
+    }
+    (!map.is_empty()).then_some(map)
+}
+
+/// Raw score of a node: the summed weights of its topology pairs.
+pub fn score(map: &HashMap<i32, HashMap<i32, i64>>, nodes: &Nodes, node: usize) -> i64 {
+    map.iter()
+        .filter_map(|(&key, values)| node_label(nodes, node, key).map(|v| values.get(&v).copied().unwrap_or(0)))
+        .sum()
+}
+
+/// Upstream's NormalizeScore: min-max to 0..=100, truncated.
+pub fn normalize(scores: &mut [i64]) {
+    let (Some(&min), Some(&max)) = (scores.iter().min(), scores.iter().max()) else {
+        return;
+    };
+    let diff = max - min;
+    for s in scores.iter_mut() {
+        *s = if diff > 0 {
+            (crate::MAX_NODE_SCORE as f64 * ((*s - min) as f64 / diff as f64)) as i64
+        } else {
+            0
+        };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn normalize_is_min_max_truncated() {
+        let mut s = vec![-3, 0, 4];
+        normalize(&mut s);
+        assert_eq!(s, vec![0, 42, 100]);
+        let mut flat = vec![5, 5];
+        normalize(&mut flat);
+        assert_eq!(flat, vec![0, 0]);
+    }
+}
