@@ -73,6 +73,8 @@ class Scheduler:
             self.queue.remove(key)
             if kind == "DELETED" and bound:
                 self.queue.move_all("PodDelete")  # its node has room now
+            elif bound and kind != "DELETED" and not (old and spec(old).get("nodeName")):
+                self.queue.move_pod_level()  # newly bound: affinity, spread or a gang may hold now
             return
         if scheduler_name(pod) in self.engines and not spec(pod).get("schedulingGates"):
             self.queue.add(pod)
@@ -182,7 +184,7 @@ class Scheduler:
             return
         req = placement.requirements
         node = placement.node
-        self.state.assume(qp.key, qp.uid, node, req, req.host_ports)
+        self.state.assume(qp.key, qp.uid, node, req, req.host_ports, req.info)
         self.telemetry.attempt_duration.labels(result="scheduled", profile=profile).observe(elapsed)
         self.binder.bind(qp.pod, node, lambda outcome: self._bound(qp, node, profile, outcome), note)
 

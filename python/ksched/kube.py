@@ -125,6 +125,11 @@ def slim_pod(pod: Obj) -> Obj:
     return {"metadata": metadata, "spec": spec, "status": slim_status}
 
 
+def slim_namespace(ns: Obj) -> Obj:
+    """Name and labels: what affinity terms' namespaceSelector reads."""
+    return {"metadata": _pick(ns.get("metadata"), ("name", "labels"))}
+
+
 def slim_node(node: Obj) -> Obj:
     """The fields of a node ksched reads: heartbeats and condition updates compare equal."""
     status = node.get("status") or {}

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 
 from ksched.kube import Obj, meta, object_key, spec
 
+# Pods labelled with it belong to the PodGroup it names (scheduler-plugins coscheduling).
+POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 # Upstream DefaultPodInitialBackoffDuration / DefaultPodMaxBackoffDuration.
 INITIAL_BACKOFF_S = 1.0
 MAX_BACKOFF_S = 10.0
@@ -48,10 +50,25 @@ class QueuedPod:
     last_message: str | None = None
     # Not decided within the decision deadline: the next attempt runs without metrics.
     degraded: bool = False
+    # Has pod affinity terms, topology spread constraints or a pod group: other
+    # pods being bound can make it fit.
+    pod_level: bool = False
+    pod_level_seq_at_pop: int = 0
 
     @property
     def uid(self) -> str:
         return str(meta(self.pod).get("uid", ""))
+
+
+def has_pod_level_constraints(pod: Obj) -> bool:
+    s = spec(pod)
+    affinity = s.get("affinity") or {}
+    labels = meta(pod).get("labels") or {}
+    return bool(
+        (isinstance(affinity, dict) and (affinity.get("podAffinity") or affinity.get("podAntiAffinity")))
+        or s.get("topologySpreadConstraints")
+        or (isinstance(labels, dict) and POD_GROUP_LABEL in labels)
+    )
 
 
 def backoff_s(attempts: int) -> float:
@@ -68,6 +85,9 @@ class SchedulingQueue:
         self._backoff: list[tuple[float, int, str]] = []
         self._seq = itertools.count()
         self._move_seq = 0
+        # Move requests that only help pods with pod-level constraints (a pod bound).
+        self._pod_level_seq = 0
+        self._pod_level_count = 0
         self._last_flush = clock()
         self._closed = False
 
@@ -88,6 +108,8 @@ class SchedulingQueue:
             if qp is not None:
                 self._forget(key)  # deleted and recreated under the same name
             qp = QueuedPod(key, pod, priority, self.clock(), next(self._seq))
+            qp.pod_level = has_pod_level_constraints(pod)
+            self._pod_level_count += qp.pod_level
             self._pods[key] = qp
             self._push_active(qp)
 
@@ -102,6 +124,17 @@ class SchedulingQueue:
             self._move_seq += 1
             for qp in list(self._pods.values()):
                 if qp.where == "unschedulable":
+                    self._push_backoff(qp)
+
+    def move_pod_level(self) -> None:
+        """A pod was bound: it may satisfy the affinity, spread or gang of unschedulable
+        pods that have such constraints (upstream's AssignedPodAdd); others stay parked."""
+        with self._cond:
+            self._pod_level_seq += 1
+            if not self._pod_level_count:
+                return
+            for qp in list(self._pods.values()):
+                if qp.where == "unschedulable" and qp.pod_level:
                     self._push_backoff(qp)
 
     # -- scheduler side ------------------------------------------------
@@ -139,6 +172,7 @@ class SchedulingQueue:
                     continue  # removed or moved since it was pushed
                 qp.where = "in_flight"
                 qp.move_seq_at_pop = self._move_seq
+                qp.pod_level_seq_at_pop = self._pod_level_seq
                 out.append(qp)
             return out
 
@@ -158,7 +192,9 @@ class SchedulingQueue:
             qp.last_message = message
             now = self.clock()
             qp.backoff_until = now + backoff_s(qp.attempts)
-            if self._move_seq != qp.move_seq_at_pop:
+            if self._move_seq != qp.move_seq_at_pop or (
+                qp.pod_level and self._pod_level_seq != qp.pod_level_seq_at_pop
+            ):
                 self._push_backoff(qp)
             else:
                 qp.where = "unschedulable"
@@ -232,6 +268,7 @@ class SchedulingQueue:
         qp = self._pods.pop(key, None)
         if qp is not None:
             qp.where = "gone"
+            self._pod_level_count -= qp.pod_level
 
     def _flush(self) -> None:
         now = self.clock()

@@ -23,7 +23,7 @@ from ksched.config import Config
 from ksched.cycle import Scheduler
 from ksched.handoff import Handoff
 from ksched.informer import Informer
-from ksched.kube import Obj, slim_node, slim_pod
+from ksched.kube import Obj, slim_namespace, slim_node, slim_pod
 from ksched.kubeclient import Kube, load_configuration
 from ksched.leader import Leadership
 from ksched.queue import SchedulingQueue
@@ -141,6 +141,7 @@ def start(
     informers = [
         Informer(kube, "/api/v1/nodes", slim_node, scheduler.on_node, name="nodes"),
         Informer(kube, "/api/v1/pods", slim_pod, scheduler.on_pod, name="pods"),
+        Informer(kube, "/api/v1/namespaces", slim_namespace, state.on_namespace, name="namespaces"),
     ]
 
     def checks() -> list[Check]:

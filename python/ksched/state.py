@@ -28,8 +28,8 @@ import numpy.typing as npt
 from ksched.config import MetricConfig
 from ksched.errors import MalformedObjectError
 from ksched.kube import Obj, is_terminal, meta, name, object_key, spec
-from ksched.pods import CountedRequests, HostPort, PodRequests, host_ports, pod_requests
-from ksched.snapshot import Snapshot, add_usage, build_snapshot, node_problem, remove_usage
+from ksched.pods import CountedRequests, HostPort, PodInfo, PodRequests, host_ports, pod_requests
+from ksched.snapshot import Snapshot, add_usage, build_snapshot, node_problem, remove_usage, safe_pod_info
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +45,8 @@ class Usage:
     requests: CountedRequests
     ports: tuple[HostPort, ...]
     assumed: bool
+    # Labels, namespace and affinity terms (pod-level plugins).
+    info: PodInfo | None = None
 
 
 def _usage_of(pod: Obj, assumed: bool) -> Usage:
@@ -54,7 +56,14 @@ def _usage_of(pod: Obj, assumed: bool) -> Usage:
     except MalformedObjectError as err:
         log.warning("bound pod counted without requests: %s", err)
         reqs, ports = NO_REQUESTS, ()
-    return Usage(str(spec(pod).get("nodeName")), str(meta(pod).get("uid", "")), reqs, ports, assumed)
+    return Usage(
+        str(spec(pod).get("nodeName")),
+        str(meta(pod).get("uid", "")),
+        reqs,
+        ports,
+        assumed,
+        safe_pod_info(pod),
+    )
 
 
 class ClusterState:
@@ -66,6 +75,8 @@ class ClusterState:
         self.inbox: deque[tuple[str, Any, Any]] = deque()
         self.nodes: dict[str, Obj] = {}
         self.usage: dict[str, Usage] = {}
+        # Namespace -> labels (affinity terms' namespaceSelector), shared with the snapshot.
+        self.namespaces: dict[str, dict[str, str]] = {}
         self._snapshot: Snapshot | None = None
         self._reported: set[str] = set()
         self._lock = threading.Lock()
@@ -77,6 +88,9 @@ class ClusterState:
 
     def on_pod(self, kind: str, pod: Obj, old: Obj | None) -> None:
         self.inbox.append(("pod", kind, pod))
+
+    def on_namespace(self, kind: str, ns: Obj, old: Obj | None) -> None:
+        self.inbox.append(("namespace", kind, ns))
 
     def forget(self, key: str, uid: str) -> None:
         """A bind failed: stop counting the assumed pod (unless the watch has confirmed it)."""
@@ -92,16 +106,24 @@ class ClusterState:
                 self._node(a, b)
             elif what == "pod":
                 self._pod(a, b)
+            elif what == "namespace":
+                self._namespace(a, b)
             else:
                 self._forget(a, b)
 
     def assume(
-        self, key: str, uid: str, node: str, requests: CountedRequests, ports: tuple[HostPort, ...]
+        self,
+        key: str,
+        uid: str,
+        node: str,
+        requests: CountedRequests,
+        ports: tuple[HostPort, ...],
+        info: PodInfo | None = None,
     ) -> None:
         """Count a pod on the node ksched is about to bind it to."""
         if key in self.usage:
             self._remove(key)
-        self._add(key, Usage(node, uid, requests, ports, assumed=True))
+        self._add(key, Usage(node, uid, requests, ports, assumed=True, info=info))
         if self._recent_horizon_s:
             now = time.time()
             self.recent.append((now, node, requests))
@@ -121,10 +143,14 @@ class ClusterState:
                     log.warning("node %s left out of scheduling: %s", name(node), problem)
                     self._reported.add(name(node))
             snap = build_snapshot(nodes, [])
+            snap.namespaces = self.namespaces
             index = snap.index
             add_usage(
                 snap, [(index[u.node], u.requests, u.ports) for u in self.usage.values() if u.node in index]
             )
+            for key, u in self.usage.items():
+                if u.info is not None and u.node in index:
+                    snap.pods.add(key, index[u.node], u.info)
             self._snapshot = snap
         return self._snapshot
 
@@ -175,10 +201,23 @@ class ClusterState:
             return
         if current is not None and current.node == node and current.uid == uid:
             current.assumed = False  # the watch confirms the bind
+            info = safe_pod_info(pod)
+            if info != current.info:  # labels changed, or the pod is being deleted
+                current.info = info
+                snap = self._snapshot
+                if snap is not None and node in snap.index:
+                    snap.pods.add(key, snap.index[node], info)
             return
         if current is not None:
             self._remove(key)
         self._add(key, _usage_of(pod, assumed=False))
+
+    def _namespace(self, kind: str, ns: Obj) -> None:
+        if kind == "DELETED":
+            self.namespaces.pop(name(ns), None)
+        else:
+            labels = meta(ns).get("labels") or {}
+            self.namespaces[name(ns)] = {str(k): str(v) for k, v in labels.items()}
 
     def _forget(self, key: str, uid: str) -> None:
         current = self.usage.get(key)
@@ -192,12 +231,15 @@ class ClusterState:
             i = snap.index.get(usage.node)
             if i is not None:
                 add_usage(snap, [(i, usage.requests, usage.ports)])
+                if usage.info is not None:
+                    snap.pods.add(key, i, usage.info)
 
     def _remove(self, key: str) -> None:
         usage = self.usage.pop(key)
         snap = self._snapshot
         if snap is None or usage.node not in snap.index:
             return
+        snap.pods.remove(key)
         if usage.ports:
             self._snapshot = None  # port rows are rebuilt rather than edited
             return

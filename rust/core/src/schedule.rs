@@ -1205,7 +1205,7 @@ mod tests {
     use super::*;
     use crate::model::{MetricSpec, Metrics, Missing, Prefer, CPU, EFFECT_NO_SCHEDULE, MEMORY, PROTOCOL_TCP};
     use crate::reasons::{insufficient, metric, METRIC_ABOVE, NODE_PORTS, TAINT_TOLERATION};
-    use crate::test_support::{NodeBuilder, OwnedClasses, OwnedPods, TestPod};
+    use crate::test_support::{NodeBuilder, OwnedClasses, OwnedPodTable, OwnedPods, TestPod, TestSpread};
 
     fn pod(cpu: i64, key: u64) -> TestPod {
         TestPod {
@@ -1332,6 +1332,80 @@ mod tests {
                 }
             }
         }
+    }
+
+    const HOSTNAME: i32 = 10;
+    const ZONE: i32 = 11;
+    const APP: i32 = 20;
+    const WEB: i32 = 200;
+
+    /// `nodes` nodes named by hostname, zone A for the first `in_a`, zone B for the rest.
+    fn zoned(nodes: usize, in_a: usize) -> NodeBuilder {
+        let mut b = NodeBuilder::default();
+        for i in 0..nodes {
+            b.node(|n| {
+                n.labels = vec![(HOSTNAME, 100 + i as i32, None), (ZONE, if i < in_a { 110 } else { 111 }, None)];
+            });
+        }
+        b
+    }
+
+    /// `count` pending pods labelled app=web, with the given term set / spread constraints.
+    fn web_table(count: usize, term_set: i64, spread: Vec<TestSpread>) -> OwnedPodTable {
+        let mut t = OwnedPodTable {
+            label_sets: vec![vec![(APP, WEB)]],
+            selectors: vec![(APP, WEB)],
+            terms: vec![(0, HOSTNAME, 0)],
+            term_sets: vec![[vec![], vec![0], vec![], vec![]]],
+            label_sets_of_pods: vec![0; count],
+            term_sets_of_pods: vec![term_set; count],
+            namespaces: vec![1; count],
+            terminating: vec![0; count],
+            spread: vec![spread; count],
+            hostname_key: HOSTNAME,
+            ..OwnedPodTable::default()
+        };
+        t.flatten();
+        t
+    }
+
+    fn run_with_table(b: &NodeBuilder, count: usize, table: &OwnedPodTable) -> Outcome {
+        let nodes = b.build();
+        let mut classes = OwnedClasses::default();
+        classes.add(|_| {});
+        let test_pods: Vec<TestPod> = (0..count as u64).map(|k| pod(100, k)).collect();
+        let owned = OwnedPods::new(&test_pods);
+        let mut pods = owned.view();
+        pods.table = Some(table.view());
+        let options = ScheduleOptions {
+            seed: 3,
+            ..ScheduleOptions::default()
+        };
+        schedule_batch(&nodes.view(), &classes.view(), &pods, &no_metrics(), &Profile::default(), &options).unwrap()
+    }
+
+    #[test]
+    fn anti_affinity_sees_pods_placed_earlier_in_the_batch() {
+        let out = run_with_table(&zoned(3, 3), 4, &web_table(4, 0, vec![]));
+        let mut placed: Vec<i64> = out.nodes[..3].to_vec();
+        placed.sort();
+        assert_eq!(placed, vec![0, 1, 2], "one web pod per host");
+        assert_eq!(out.nodes[3], UNSCHEDULABLE);
+        let r = row(&out.reason_offsets, 3);
+        assert_eq!(&out.reason_codes[r.clone()], &[reasons::POD_ANTI_AFFINITY]);
+        assert_eq!(&out.reason_counts[r], &[3]);
+    }
+
+    #[test]
+    fn spread_counts_pods_placed_earlier_in_the_batch() {
+        // Zone A has three nodes, zone B one: least-allocated alone would fill zone A.
+        let out = run_with_table(&zoned(4, 3), 6, &web_table(6, -1, vec![(1, 1, ZONE, 1, 0)]));
+        let in_b = out.nodes.iter().filter(|&&n| n == 3).count();
+        assert!(out.nodes.iter().all(|&n| n >= 0));
+        assert_eq!(in_b, 3, "maxSkew 1 over two zones: 3 and 3, got {:?}", out.nodes);
+        // ScheduleAnyway does not filter, but scores the emptier zone higher.
+        let out = run_with_table(&zoned(4, 3), 2, &web_table(2, -1, vec![(1, 1, ZONE, 0, 0)]));
+        assert!(out.nodes.contains(&3), "one of two pods goes to zone B: {:?}", out.nodes);
     }
 
     #[test]

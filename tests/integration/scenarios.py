@@ -1,0 +1,242 @@
+"""Seeded random scheduling scenarios for the differential test against kube-scheduler.
+
+A scenario is a handful of nodes (labels, taints, capacity), pods already
+bound to them (labels, namespaces, affinity terms) and one pending pod whose
+constraints are drawn from everything ksched mirrors: resources, host ports,
+taints and tolerations, node selectors and node affinity, inter-pod affinity
+and anti-affinity (required and preferred, namespaces and namespaceSelector,
+matchLabelKeys/mismatchLabelKeys) and topology spread (maxSkew, minDomains,
+whenUnsatisfiable, inclusion policies, matchLabelKeys).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+Obj = dict[str, Any]
+
+NAMESPACES = ("diff-a", "diff-b")
+NAMESPACE_LABELS = {"diff-a": {"team": "red"}, "diff-b": {"team": "blue"}}
+ZONE = "topology.kubernetes.io/zone"
+HOSTNAME = "kubernetes.io/hostname"
+TOPOLOGY_KEYS = (HOSTNAME, ZONE, ZONE, "rack")
+APPS = ("web", "db", "cache")
+TIERS = ("fe", "be")
+
+
+@dataclass
+class Scenario:
+    seed: int
+    nodes: list[Obj]
+    existing: list[Obj]
+    pending: Obj
+    # Plugins the scenario exercises (for the per-plugin agreement report).
+    plugins: set[str] = field(default_factory=set)
+
+
+def _labels(rng: random.Random) -> dict[str, str]:
+    labels = {"app": rng.choice(APPS)}
+    if rng.random() < 0.6:
+        labels["tier"] = rng.choice(TIERS)
+    if rng.random() < 0.3:
+        labels["version"] = rng.choice(("v1", "v2"))
+    return labels
+
+
+def _selector(rng: random.Random, own: dict[str, str]) -> Obj:
+    kind = rng.random()
+    if kind < 0.5:
+        return {
+            "matchLabels": {
+                "app": own.get("app", rng.choice(APPS)) if rng.random() < 0.7 else rng.choice(APPS)
+            }
+        }
+    if kind < 0.75:
+        return {
+            "matchExpressions": [
+                {"key": "app", "operator": "In", "values": rng.sample(APPS, rng.randint(1, 2))}
+            ]
+        }
+    if kind < 0.9:
+        return {"matchExpressions": [{"key": "tier", "operator": rng.choice(("Exists", "DoesNotExist"))}]}
+    return {
+        "matchLabels": {"app": rng.choice(APPS)},
+        "matchExpressions": [{"key": "tier", "operator": "NotIn", "values": [rng.choice(TIERS)]}],
+    }
+
+
+def _affinity_term(rng: random.Random, own: dict[str, str], plugins: set[str]) -> Obj:
+    term: Obj = {"labelSelector": _selector(rng, own), "topologyKey": rng.choice(TOPOLOGY_KEYS)}
+    r = rng.random()
+    if r < 0.15:
+        term["namespaces"] = rng.sample(NAMESPACES, rng.randint(1, 2))
+        plugins.add("InterPodAffinity/namespaces")
+    elif r < 0.3:
+        term["namespaceSelector"] = rng.choice(({}, {"matchLabels": {"team": rng.choice(("red", "blue"))}}))
+        plugins.add("InterPodAffinity/namespaceSelector")
+    if rng.random() < 0.15:
+        term["matchLabelKeys" if rng.random() < 0.5 else "mismatchLabelKeys"] = ["version"]
+        plugins.add("InterPodAffinity/matchLabelKeys")
+    return term
+
+
+def _affinity(rng: random.Random, own: dict[str, str], plugins: set[str], required_share: float) -> Obj:
+    out: Obj = {}
+    for kind in ("podAffinity", "podAntiAffinity"):
+        if rng.random() > 0.45:
+            continue
+        block: Obj = {}
+        if rng.random() < required_share:
+            block["requiredDuringSchedulingIgnoredDuringExecution"] = [
+                _affinity_term(rng, own, plugins) for _ in range(rng.randint(1, 2))
+            ]
+            plugins.add(f"InterPodAffinity/required-{kind}")
+        if rng.random() < 0.6:
+            block["preferredDuringSchedulingIgnoredDuringExecution"] = [
+                {"weight": rng.randint(1, 100), "podAffinityTerm": _affinity_term(rng, own, plugins)}
+                for _ in range(rng.randint(1, 2))
+            ]
+            plugins.add(f"InterPodAffinity/preferred-{kind}")
+        if block:
+            out[kind] = block
+    return out
+
+
+def _spread(rng: random.Random, own: dict[str, str], plugins: set[str]) -> list[Obj]:
+    out = []
+    for _ in range(rng.randint(1, 2)):
+        hard = rng.random() < 0.6
+        c: Obj = {
+            "maxSkew": rng.randint(1, 2),
+            "topologyKey": rng.choice(TOPOLOGY_KEYS),
+            "whenUnsatisfiable": "DoNotSchedule" if hard else "ScheduleAnyway",
+            "labelSelector": _selector(rng, own),
+        }
+        if hard and rng.random() < 0.25:
+            c["minDomains"] = rng.randint(2, 4)
+            plugins.add("PodTopologySpread/minDomains")
+        if rng.random() < 0.2:
+            c["nodeAffinityPolicy"] = rng.choice(("Honor", "Ignore"))
+            plugins.add("PodTopologySpread/nodeAffinityPolicy")
+        if rng.random() < 0.2:
+            c["nodeTaintsPolicy"] = rng.choice(("Honor", "Ignore"))
+            plugins.add("PodTopologySpread/nodeTaintsPolicy")
+        if rng.random() < 0.15:
+            c["matchLabelKeys"] = ["version"]
+            plugins.add("PodTopologySpread/matchLabelKeys")
+        plugins.add("PodTopologySpread/" + ("DoNotSchedule" if hard else "ScheduleAnyway"))
+        out.append(c)
+    # Two constraints may not share topologyKey and whenUnsatisfiable (API validation).
+    seen, unique = set(), []
+    for c in out:
+        k = (c["topologyKey"], c["whenUnsatisfiable"])
+        if k not in seen:
+            seen.add(k)
+            unique.append(c)
+    return unique
+
+
+def _pod(name: str, namespace: str, labels: dict[str, str], cpu: int, memory_mi: int) -> Obj:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": {
+            "containers": [
+                {
+                    "name": "app",
+                    "image": "app",
+                    "resources": {"requests": {"cpu": f"{cpu}m", "memory": f"{memory_mi}Mi"}},
+                }
+            ],
+            "terminationGracePeriodSeconds": 0,
+        },
+    }
+
+
+def generate(seed: int, prefix: str) -> Scenario:
+    rng = random.Random(seed)
+    plugins: set[str] = set()
+    nodes = []
+    for i in range(rng.randint(2, 7)):
+        name = f"{prefix}-n{i}"
+        labels = {HOSTNAME: name, "kubernetes.io/os": "linux"}
+        if rng.random() < 0.9:
+            labels[ZONE] = f"zone-{rng.randint(1, 3)}"
+        if rng.random() < 0.6:
+            labels["rack"] = f"rack-{rng.randint(1, 2)}"
+        if rng.random() < 0.3:
+            labels["disk"] = rng.choice(("ssd", "hdd"))
+        taints = []
+        if rng.random() < 0.2:
+            taints.append({"key": "dedicated", "value": rng.choice(("gpu", "infra")), "effect": "NoSchedule"})
+        if rng.random() < 0.15:
+            taints.append({"key": "spot", "effect": "PreferNoSchedule"})
+        cpu = rng.choice((1000, 2000, 4000))
+        nodes.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {"name": name, "labels": labels},
+                "spec": {"taints": taints} if taints else {},
+                "status": {
+                    "allocatable": {"cpu": f"{cpu}m", "memory": "4Gi", "pods": str(rng.choice((4, 8, 110)))},
+                    "capacity": {"cpu": f"{cpu}m", "memory": "4Gi", "pods": "110"},
+                },
+            }
+        )
+    existing = []
+    for j in range(rng.randint(0, 10)):
+        labels = _labels(rng)
+        pod = _pod(
+            f"e{j}", rng.choice(NAMESPACES), labels, rng.choice((100, 200, 500)), rng.choice((64, 256))
+        )
+        pod["spec"]["nodeName"] = rng.choice(nodes)["metadata"]["name"]
+        if rng.random() < 0.3:
+            existing_plugins: set[str] = set()
+            affinity = _affinity(rng, labels, existing_plugins, required_share=0.5)
+            if affinity:
+                pod["spec"]["affinity"] = affinity
+                plugins.add("InterPodAffinity/existing-pods-terms")
+        existing.append(pod)
+
+    labels = _labels(rng)
+    pending = _pod("pending", NAMESPACES[0], labels, rng.choice((100, 500, 1500)), rng.choice((128, 1024)))
+    s = pending["spec"]
+    if rng.random() < 0.55:
+        affinity = _affinity(rng, labels, plugins, required_share=0.6)
+        if affinity:
+            s["affinity"] = affinity
+    if rng.random() < 0.5:
+        s["topologySpreadConstraints"] = _spread(rng, labels, plugins)
+    if rng.random() < 0.2:
+        plugins.add("NodeAffinity")
+        if rng.random() < 0.5:
+            s["nodeSelector"] = {"disk": "ssd"}
+        else:
+            s.setdefault("affinity", {})["nodeAffinity"] = {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [{"matchExpressions": [{"key": "rack", "operator": "Exists"}]}]
+                },
+                "preferredDuringSchedulingIgnoredDuringExecution": [
+                    {
+                        "weight": 10,
+                        "preference": {
+                            "matchExpressions": [{"key": "disk", "operator": "In", "values": ["ssd"]}]
+                        },
+                    }
+                ],
+            }
+    if rng.random() < 0.3:
+        plugins.add("TaintToleration")
+        s["tolerations"] = [{"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}]
+    if rng.random() < 0.1:
+        plugins.add("NodePorts")
+        s["containers"][0]["ports"] = [{"containerPort": 80, "hostPort": 8080}]
+        for pod in existing[: rng.randint(0, 2)]:
+            pod["spec"]["containers"][0]["ports"] = [{"containerPort": 80, "hostPort": 8080}]
+    if not plugins:
+        plugins.add("NodeResourcesFit")
+    return Scenario(seed, nodes, existing, pending, plugins)

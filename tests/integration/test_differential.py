@@ -1,0 +1,186 @@
+"""Differential test: ksched's default-equivalent profile against the real kube-scheduler.
+
+Each seeded scenario (see ``scenarios.py``) is created on a dedicated local
+control plane whose kube-scheduler scores every node
+(``percentageOfNodesToScore: 100``); the pending pod is left to
+kube-scheduler, and ksched's engine is run on the same objects as the API
+server stored them. Asserted per scenario:
+
+- both agree whether the pod is schedulable;
+- unschedulable: the FailedScheduling messages are identical up to the
+  PostFilter (preemption) suffix kube-scheduler appends;
+- schedulable: kube-scheduler's node is feasible for ksched and among its
+  top-scoring nodes (kube-scheduler breaks ties at random).
+
+``KSCHED_DIFF_SCENARIOS`` sets the count (300 in CI; the README documents a
+nightly-size run) and ``KSCHED_DIFF_SEED`` the first seed.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from ksched.cluster import local
+from ksched.config import Config
+from ksched.engine import Engine
+from ksched.kubeclient import Kube, load_configuration
+from ksched.snapshot import build_snapshot
+from tests.integration.helpers import create, wait_for
+from tests.integration.scenarios import NAMESPACE_LABELS, NAMESPACES, Scenario, generate
+
+pytestmark = pytest.mark.cluster
+
+SCENARIOS = int(os.environ.get("KSCHED_DIFF_SCENARIOS", "300"))
+FIRST_SEED = int(os.environ.get("KSCHED_DIFF_SEED", "0"))
+Obj = dict[str, Any]
+
+
+@pytest.fixture(scope="module")
+def diff_kube(cluster: local.ClusterState, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kube]:
+    """A second control plane of its own: no node but the scenario's is ever in kube-scheduler's view."""
+    saved = os.environ.get("KSCHED_CLUSTER_DIR")
+    os.environ["KSCHED_CLUSTER_DIR"] = str(tmp_path_factory.mktemp("diff-cluster"))
+    try:
+        state = local.up(nodes=0, with_scheduler=True, percentage_of_nodes_to_score=100)
+        kube = Kube(load_configuration(state.kubeconfig, 32))
+        create(
+            kube,
+            [
+                {
+                    "apiVersion": "v1",
+                    "kind": "Namespace",
+                    "metadata": {"name": ns, "labels": NAMESPACE_LABELS[ns]},
+                }
+                for ns in NAMESPACES
+            ],
+        )
+        # The namespaces' default ServiceAccount is not needed: ServiceAccount admission is off.
+        yield kube
+    finally:
+        local.down()
+        if saved is None:
+            os.environ.pop("KSCHED_CLUSTER_DIR", None)
+        else:
+            os.environ["KSCHED_CLUSTER_DIR"] = saved
+
+
+def _post(kube: Kube, obj: Obj) -> Obj:
+    if obj["kind"] == "Node":
+        path = "/api/v1/nodes"
+    else:
+        path = f"/api/v1/namespaces/{obj['metadata']['namespace']}/pods"
+    r = kube.request("POST", path, body=obj)
+    assert r.status in (200, 201), r.data[:500]
+    stored: Obj = r.json()
+    return stored
+
+
+def _kube_scheduler_verdict(kube: Kube, namespace: str, name: str) -> tuple[str | None, str | None]:
+    """(node, None) once bound, or (None, message) once kube-scheduler marks it Unschedulable."""
+
+    def verdict() -> tuple[str | None, str | None] | None:
+        pod = kube.request("GET", f"/api/v1/namespaces/{namespace}/pods/{name}").json()
+        if pod["spec"].get("nodeName"):
+            return pod["spec"]["nodeName"], None
+        for c in pod["status"].get("conditions") or []:
+            if c["type"] == "PodScheduled" and c.get("reason") == "Unschedulable":
+                return None, c.get("message", "")
+        return None
+
+    found = wait_for(verdict, 30, 0.05)
+    assert found, f"kube-scheduler decided nothing for {namespace}/{name} in 30 s"
+    return found  # type: ignore[no-any-return]
+
+
+def _cleanup(kube: Kube, sc: Scenario) -> None:
+    for ns in NAMESPACES:
+        kube.request("DELETE", f"/api/v1/namespaces/{ns}/pods", query={"gracePeriodSeconds": 0})
+    for node in sc.nodes:
+        kube.request("DELETE", f"/api/v1/nodes/{node['metadata']['name']}")
+
+
+def _run(kube: Kube, sc: Scenario, namespaces: dict[str, dict[str, str]]) -> str | None:
+    """Run one scenario; returns None on agreement, else what differed."""
+    nodes = [_post(kube, n) for n in sc.nodes]
+    # Pods come through one watch in order, nodes through another: give the
+    # node watch time to deliver before the pods that refer to them.
+    time.sleep(0.25)
+    existing = [_post(kube, p) for p in sc.existing]
+    pending = _post(kube, sc.pending)
+    ns, name = pending["metadata"]["namespace"], pending["metadata"]["name"]
+    kube_node, kube_message = _kube_scheduler_verdict(kube, ns, name)
+
+    snapshot = build_snapshot(nodes, existing)
+    snapshot.namespaces = namespaces
+    result = Engine(Config(), seed=sc.seed).schedule(snapshot, [pending], explain=f"{ns}/{name}")
+    placement = result.placements[0]
+    ex = result.explanation
+    assert ex is not None
+    if kube_node is None:
+        if placement.node is not None:
+            return f"kube-scheduler: unschedulable ({kube_message}); ksched: {placement.node}"
+        assert kube_message is not None and placement.message is not None
+        if kube_message != placement.message and not kube_message.startswith(placement.message + " "):
+            return (
+                f"messages differ:\n  kube-scheduler: {kube_message}\n  ksched:         {placement.message}"
+            )
+        return None
+    if placement.node is None:
+        return f"kube-scheduler: {kube_node}; ksched: unschedulable ({placement.message})"
+    rows = {n.node: n for n in ex.nodes}
+    chosen = rows[kube_node]
+    if not chosen.feasible:
+        return f"kube-scheduler chose {kube_node}, which ksched filters: {chosen.plugin}: {chosen.reasons}"
+    best = max(n.total or 0.0 for n in ex.nodes if n.feasible)
+    if chosen.total != best:
+        totals = {n.node: n.total for n in ex.nodes if n.feasible}
+        scores = {n.node: n.scores for n in ex.nodes if n.feasible}
+        return (
+            f"kube-scheduler chose {kube_node} (ksched total {chosen.total}), ksched's best is {best}: "
+            f"{totals}\n{json.dumps(scores, indent=1)[:3000]}"
+        )
+    return None
+
+
+def test_ksched_agrees_with_kube_scheduler(diff_kube: Kube, capsys: pytest.CaptureFixture[str]) -> None:
+    kube = diff_kube
+    namespaces = {
+        n["metadata"]["name"]: n["metadata"].get("labels") or {}
+        for n in kube.request("GET", "/api/v1/namespaces").json()["items"]
+    }
+    runs: collections.Counter[str] = collections.Counter()
+    disagreements: collections.Counter[str] = collections.Counter()
+    outcomes: collections.Counter[str] = collections.Counter()
+    failures = []
+    started = time.monotonic()
+    for k in range(SCENARIOS):
+        seed = FIRST_SEED + k
+        sc = generate(seed, f"s{seed}")
+        try:
+            problem = _run(kube, sc, namespaces)
+        finally:
+            _cleanup(kube, sc)
+        for p in sc.plugins:
+            runs[p] += 1
+            if problem:
+                disagreements[p] += 1
+        if problem:
+            failures.append(f"seed {seed}: {problem}")
+        outcomes["disagree" if problem else "agree"] += 1
+    elapsed = time.monotonic() - started
+    with capsys.disabled():
+        print(f"\ndifferential: {SCENARIOS} scenarios in {elapsed:.0f} s, {dict(outcomes)}")
+        for p in sorted(runs):
+            print(f"  {p:45s} {runs[p]:5d} scenarios  {disagreements[p]:3d} disagreements")
+    report = os.environ.get("KSCHED_DIFF_REPORT")
+    if report:
+        with open(report, "w") as f:
+            json.dump({"runs": runs, "disagreements": disagreements, "failures": failures}, f, indent=1)
+    assert not failures, f"{len(failures)} of {SCENARIOS} scenarios disagree:\n" + "\n".join(failures[:10])
