@@ -21,9 +21,10 @@ from collections.abc import Callable
 
 from ksched.binder import Binder, Outcome
 from ksched.config import Config
-from ksched.engine import Engine, Placement
+from ksched.engine import Engine, GangStatus, Placement
 from ksched.handoff import Handoff, opted_out
 from ksched.kube import Obj, is_terminal, meta, object_key, scheduler_name, spec
+from ksched.pods import pod_group_of
 from ksched.queue import QueuedPod, SchedulingQueue
 from ksched.snapshot import Snapshot
 from ksched.sources import MetricStore
@@ -79,6 +80,10 @@ class Scheduler:
         if scheduler_name(pod) in self.engines and not spec(pod).get("schedulingGates"):
             self.queue.add(pod)
 
+    def on_pod_group(self, kind: str, group: Obj, old: Obj | None) -> None:
+        self.state.on_pod_group(kind, group, old)
+        self.queue.move_pod_level()  # a gang waiting for its PodGroup, or for a lower minMember
+
     def on_node(self, kind: str, node: Obj, old: Obj | None) -> None:
         self.state.on_node(kind, node, old)
         if kind != "DELETED":
@@ -115,6 +120,7 @@ class Scheduler:
                 self.queue.requeue(qp)
             return
         snapshot = self.state.snapshot()
+        gangs = self._gangs(batch)
         matrix = self.metrics.matrix(snapshot, self.state.herd_estimate)
         groups: dict[tuple[str, bool], list[QueuedPod]] = defaultdict(list)
         for qp in batch:
@@ -137,6 +143,7 @@ class Scheduler:
                     values,
                     metrics=metrics,
                     deadline_s=self.config.batch.decision_deadline_s,
+                    groups=gangs,
                 )
             except Exception:
                 log.exception(
@@ -150,6 +157,19 @@ class Scheduler:
             by_key = {qp.key: qp for qp in pods}
             for placement in result.placements:
                 self._place(by_key[placement.pod], placement, profile, elapsed, note)
+
+    def _gangs(self, batch: list[QueuedPod]) -> dict[str, GangStatus]:
+        """Complete the batch's gangs with their members waiting elsewhere in the queue
+        (a gang is placed in one engine call or not at all), and their PodGroups' status."""
+        wanted = {g for g in (pod_group_of(qp.pod) for qp in batch) if g is not None}
+        if not wanted:
+            return {}
+        batch.extend(self.queue.take_members(lambda pod: pod_group_of(pod) in wanted))
+        return {
+            key: GangStatus(group.min_member, self.state.group_bound.get(key, 0))
+            for key, group in self.state.pod_groups.items()
+            if key in wanted
+        }
 
     def _one_by_one(self, snapshot: Snapshot, profile: str, pods: list[QueuedPod]) -> None:
         for qp in pods:

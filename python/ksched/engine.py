@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -259,11 +259,15 @@ class Engine:
         deadline_s: float | None = None,
         explain: str | None = None,
         metrics: Sequence[MetricConfig] | None = None,
+        groups: Mapping[str, GangStatus] | None = None,
     ) -> BatchResult:
         """Place ``pods`` (pending, any order) on ``snapshot``; returns one placement per pod, in queue order.
 
         ``metric_values`` has one column per metric of ``metrics`` (default: the
-        configuration's); ``metrics=()`` schedules without any."""
+        configuration's); ``metrics=()`` schedules without any. ``groups`` maps
+        each PodGroup (``namespace/name``) to its minMember and members already
+        bound: a gang is placed only if at least minMember of it can be placed
+        together, else none of it is (see :func:`_gang_order`)."""
         if metrics is None:
             metrics = self.config.metrics
         parsed: list[tuple[int, Obj, PodRequirements | MalformedObjectError]] = []
@@ -274,6 +278,7 @@ class Engine:
                 parsed.append((i, pod, err))
         # Queue order: priority descending, then arrival (upstream PrioritySort).
         parsed.sort(key=lambda t: (-(t[2].priority if isinstance(t[2], PodRequirements) else 0), t[0]))
+        parsed = _gang_order(parsed)
         snapshot.ensure_resources(
             {r for _, _, req in parsed if isinstance(req, PodRequirements) for r in req.requests}
             | {m.herd_resource for m in metrics if m.herd_resource is not None}
@@ -282,59 +287,121 @@ class Engine:
         res = snapshot.resources
         names = ReasonNames(res.names, [(m.name, m.above, m.below) for m in metrics])
         total = snapshot.count
-        engine_rows: list[tuple[int, PodRequirements]] = []
+        rows: list[_Row] = []
         results: list[Placement | None] = []
-        requests: list[int] = []
-        nonzero: list[int] = []
-        pod_classes: list[int] = []
-        keys: list[int] = []
-        hp_offsets = [0]
-        hp: list[tuple[int, int, int]] = []
-        pending: list[PendingPod] = []
-        explain_row: int | None = None
+        explain_slot: int | None = None
         for _, pod, req in parsed:
             if isinstance(req, MalformedObjectError):
                 results.append(
                     Placement(pod_key(pod), None, None, f"invalid pod: {req.field}: {req.problem}")
                 )
                 continue
+            if req.group is not None and (groups is None or req.group not in groups):
+                results.append(Placement(req.key, None, None, f'pod group "{req.group}" not found'))
+                continue
             prefilter = prefilter_node_names(req.constraints.required)
             if prefilter is not None and not prefilter:
                 results.append(Placement(req.key, None, None, prefilter_error(total, AFFINITY_CONFLICT)))
                 continue
-            row = [0] * len(res)
-            for r, v in req.requests.items():
-                row[res(r)] = v
-            requests.extend(row)
-            nonzero.extend((req.nonzero_cpu, req.nonzero_memory))
-            pod_classes.append(classes.class_of(req.constraints, prefilter))
-            keys.append(stable_key(req.key))
-            for p in req.host_ports:
-                hp.append((PROTOCOLS[p.protocol], snapshot.strings(p.ip), p.port))
-            hp_offsets.append(len(hp))
-            pending.append(PendingPod(req.info, req.spread))
+            request_row = [0] * len(res)
+            for resource, v in req.requests.items():
+                request_row[res(resource)] = v
             if explain == req.key:
-                explain_row = len(engine_rows)
-            engine_rows.append((len(results), req))
+                explain_slot = len(results)
+            rows.append(
+                _Row(
+                    slot=len(results),
+                    req=req,
+                    requests=request_row,
+                    klass=classes.class_of(req.constraints, prefilter),
+                    ports=[(PROTOCOLS[p.protocol], snapshot.strings(p.ip), p.port) for p in req.host_ports],
+                )
+            )
             results.append(None)
+        started = time.perf_counter()
+        # Gangs that cannot reach minMember are taken out and the batch placed
+        # again without them, until every remaining gang is whole: no partial
+        # gang is ever placed, and no later pod sees a placement that is undone.
+        while True:
+            out = self._call(snapshot, classes, rows, metrics, metric_values, deadline_s, explain_slot)
+            short = _short_gangs(rows, out["nodes"], groups or {})
+            if not short:
+                break
+            kept: list[_Row] = []
+            for gang_row in rows:
+                group = gang_row.req.group
+                if group is not None and group in short:
+                    results[gang_row.slot] = Placement(gang_row.req.key, None, None, short[group])
+                else:
+                    kept.append(gang_row)
+            rows = kept
+        elapsed = time.perf_counter() - started
+        chosen = out["nodes"]
+        offsets = out["reason_offsets"]
+        codes = out["reason_codes"]
+        counts = out["reason_counts"]
+        explain_row = None
+        for j, row in enumerate(rows):
+            req = row.req
+            node = int(chosen[j])
+            if row.slot == explain_slot:
+                explain_row = j
+            if node >= 0:
+                results[row.slot] = Placement(
+                    req.key,
+                    snapshot.node_names[node],
+                    float(out["scores"][j]),
+                    None,
+                    int(out["feasible"][j]),
+                    requirements=req,
+                )
+            elif node == _core.NOT_ATTEMPTED:
+                results[row.slot] = Placement(req.key, None, None, None, attempted=False)
+            else:
+                lo, hi = int(offsets[j]), int(offsets[j + 1])
+                reasons = [(names.reason(int(codes[k])), int(counts[k])) for k in range(lo, hi)]
+                results[row.slot] = Placement(req.key, None, None, fit_error(total, reasons))
+        placements = [p for p in results if p is not None]
+        explanation = None
+        if explain is not None and out["explanation"] is not None and explain_row is not None:
+            explanation = _explanation(
+                out["explanation"], snapshot, names, metrics, results[rows[explain_row].slot]
+            )
+        return BatchResult(placements, explanation, elapsed)
+
+    def _call(
+        self,
+        snapshot: Snapshot,
+        classes: _ClassTable,
+        rows: Sequence[_Row],
+        metrics: Sequence[MetricConfig],
+        metric_values: npt.NDArray[np.float64] | None,
+        deadline_s: float | None,
+        explain_slot: int | None,
+    ) -> dict[str, Any]:
+        """One engine call on ``rows`` (in order)."""
+        hp = [p for r in rows for p in r.ports]
         engine_pods = {
-            "count": len(engine_rows),
-            "requests": _i64(requests),
-            "nonzero_requests": _i64(nonzero),
-            "pod_classes": _i64(pod_classes),
-            "pod_keys": np.asarray(keys, dtype=np.uint64),
-            "hp_offsets": _i64(hp_offsets),
+            "count": len(rows),
+            "requests": _i64([v for r in rows for v in r.requests]),
+            "nonzero_requests": _i64([v for r in rows for v in (r.req.nonzero_cpu, r.req.nonzero_memory)]),
+            "pod_classes": _i64([r.klass for r in rows]),
+            "pod_keys": np.asarray([stable_key(r.req.key) for r in rows], dtype=np.uint64),
+            "hp_offsets": _i64(np.cumsum([0] + [len(r.ports) for r in rows]).tolist()),
             "hp_protocols": np.asarray([p[0] for p in hp], dtype=np.uint8),
             "hp_ips": np.asarray([p[1] for p in hp], dtype=np.int32),
             "hp_ports": np.asarray([p[2] for p in hp], dtype=np.int32),
-            "table": snapshot.pods.engine_table(pending, snapshot.namespaces),
+            "table": snapshot.pods.engine_table(
+                [PendingPod(r.req.info, r.req.spread) for r in rows], snapshot.namespaces
+            ),
         }
+        total = snapshot.count
         if metric_values is None or not metrics:
             values = np.full(total * len(metrics), np.nan, dtype=np.float64)
         else:
             values = np.ascontiguousarray(metric_values[:, : len(metrics)], dtype=np.float64).reshape(-1)
-        started = time.perf_counter()
-        out = _core.schedule(
+        explain_row = next((j for j, r in enumerate(rows) if r.slot == explain_slot), None)
+        out: dict[str, Any] = _core.schedule(
             snapshot.engine_nodes(),
             classes.engine_classes(),
             engine_pods,
@@ -346,35 +413,69 @@ class Engine:
             explain=explain_row,
             parallel=self.parallel,
         )
-        elapsed = time.perf_counter() - started
-        chosen = out["nodes"]
-        offsets = out["reason_offsets"]
-        codes = out["reason_codes"]
-        counts = out["reason_counts"]
-        for j, (slot, req) in enumerate(engine_rows):
-            node = int(chosen[j])
-            if node >= 0:
-                results[slot] = Placement(
-                    req.key,
-                    snapshot.node_names[node],
-                    float(out["scores"][j]),
-                    None,
-                    int(out["feasible"][j]),
-                    requirements=req,
-                )
-            elif node == _core.NOT_ATTEMPTED:
-                results[slot] = Placement(req.key, None, None, None, attempted=False)
-            else:
-                lo, hi = int(offsets[j]), int(offsets[j + 1])
-                reasons = [(names.reason(int(codes[k])), int(counts[k])) for k in range(lo, hi)]
-                results[slot] = Placement(req.key, None, None, fit_error(total, reasons))
-        placements = [p for p in results if p is not None]
-        explanation = None
-        if explain is not None and out["explanation"] is not None and explain_row is not None:
-            explanation = _explanation(
-                out["explanation"], snapshot, names, metrics, results[engine_rows[explain_row][0]]
+        return out
+
+
+@dataclass
+class _Row:
+    """A pending pod as one engine row."""
+
+    slot: int
+    req: PodRequirements
+    requests: list[int]
+    klass: int
+    ports: list[tuple[int, int, int]]
+
+
+@dataclass(frozen=True)
+class GangStatus:
+    """A PodGroup as the engine sees it: its minMember and how many members are bound."""
+
+    min_member: int
+    bound: int = 0
+
+
+def _gang_order(
+    parsed: list[tuple[int, Obj, PodRequirements | MalformedObjectError]],
+) -> list[tuple[int, Obj, PodRequirements | MalformedObjectError]]:
+    """Each gang's members moved together to the place of its first member, so two
+    gangs competing for the same room are never interleaved (the first placed whole
+    wins instead of both stopping short: the deadlock of one-pod-at-a-time schedulers)."""
+    members: dict[str, list[tuple[int, Obj, PodRequirements | MalformedObjectError]]] = {}
+    for t in parsed:
+        group = t[2].group if isinstance(t[2], PodRequirements) else None
+        if group is not None:
+            members.setdefault(group, []).append(t)
+    if not members:
+        return parsed
+    out = []
+    for t in parsed:
+        group = t[2].group if isinstance(t[2], PodRequirements) else None
+        if group is None:
+            out.append(t)
+        elif group in members:
+            out.extend(members.pop(group))
+    return out
+
+
+def _short_gangs(rows: Sequence[_Row], nodes: Any, groups: Mapping[str, GangStatus]) -> dict[str, str]:
+    """Gangs in ``rows`` whose placed members plus bound ones fall short of minMember -> why."""
+    placed: dict[str, int] = {}
+    pending: dict[str, int] = {}
+    for j, r in enumerate(rows):
+        if r.req.group is not None:
+            pending[r.req.group] = pending.get(r.req.group, 0) + 1
+            placed[r.req.group] = placed.get(r.req.group, 0) + (int(nodes[j]) >= 0)
+    short = {}
+    for group, n in placed.items():
+        status = groups[group]
+        if n + status.bound < status.min_member:
+            short[group] = (
+                f'pod group "{group}": {n + status.bound} of minMember {status.min_member} members '
+                f"can be placed together ({status.bound} bound, {n} of {pending[group]} pending placeable); "
+                "none of the gang is bound until enough fit"
             )
-        return BatchResult(placements, explanation, elapsed)
+    return short
 
 
 def _explanation(

@@ -39,6 +39,7 @@ WATCH_TIMEOUT_S = 300
 BACKOFF_INITIAL_S = 0.2
 BACKOFF_MAX_S = 30.0
 HTTP_GONE = 410
+HTTP_NOT_FOUND = 404
 
 Handler = Callable[[str, Obj, Obj | None], None]
 """Called with (event type, object, previous object or None) for ADDED, MODIFIED and DELETED."""
@@ -78,6 +79,7 @@ class Informer:
         name: str,
         field_selector: str | None = None,
         watch_timeout_s: int = WATCH_TIMEOUT_S,
+        optional: bool = False,
     ) -> None:
         self.kube = kube
         self.path = path
@@ -86,6 +88,8 @@ class Informer:
         self.name = name
         self.field_selector = field_selector
         self.watch_timeout_s = watch_timeout_s
+        # A resource that may not be installed (a CRD): 404 counts as synced and empty.
+        self.optional = optional
         self.store: dict[str, Obj] = {}
         self.resource_version: str | None = None
         self.synced = threading.Event()
@@ -135,6 +139,13 @@ class Informer:
                 # The continue token expired mid-list: start the list again.
                 items, cont = {}, None
                 continue
+            if r.status == HTTP_NOT_FOUND and self.optional:
+                if not self.synced.is_set():
+                    log.warning(
+                        "%s: %s is not served (CRD not installed?); retrying later", self.name, self.path
+                    )
+                    self.synced.set()
+                raise ApiUnavailableError(f"list {self.path}: not installed")
             if not r.ok:
                 raise ApiUnavailableError(f"list {self.path}: HTTP {r.status}: {r.data[:200]!r}")
             body = r.json()

@@ -130,6 +130,14 @@ def slim_namespace(ns: Obj) -> Obj:
     return {"metadata": _pick(ns.get("metadata"), ("name", "labels"))}
 
 
+def slim_pod_group(group: Obj) -> Obj:
+    """Identity and spec (minMember, scheduleTimeoutSeconds): status changes compare equal."""
+    return {
+        "metadata": _pick(group.get("metadata"), ("name", "namespace", "uid")),
+        "spec": group.get("spec") or {},
+    }
+
+
 def slim_node(node: Obj) -> Obj:
     """The fields of a node ksched reads: heartbeats and condition updates compare equal."""
     status = node.get("status") or {}

@@ -22,9 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ksched.kube import Obj, meta, object_key, spec
+from ksched.pods import POD_GROUP_LABEL
 
-# Pods labelled with it belong to the PodGroup it names (scheduler-plugins coscheduling).
-POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 # Upstream DefaultPodInitialBackoffDuration / DefaultPodMaxBackoffDuration.
 INITIAL_BACKOFF_S = 1.0
 MAX_BACKOFF_S = 10.0
@@ -174,6 +173,19 @@ class SchedulingQueue:
                 qp.move_seq_at_pop = self._move_seq
                 qp.pod_level_seq_at_pop = self._pod_level_seq
                 out.append(qp)
+            return out
+
+    def take_members(self, belongs: Callable[[Obj], bool]) -> list[QueuedPod]:
+        """Waiting pods (active, backing off or unschedulable) for which ``belongs(pod)``,
+        handed out as ``pop_batch`` does: a gang's members join the batch of its first."""
+        with self._cond:
+            out = []
+            for qp in self._pods.values():
+                if qp.where in ("active", "backoff", "unschedulable") and qp.pod_level and belongs(qp.pod):
+                    qp.where = "in_flight"
+                    qp.move_seq_at_pop = self._move_seq
+                    qp.pod_level_seq_at_pop = self._pod_level_seq
+                    out.append(qp)
             return out
 
     def done_bound(self, qp: QueuedPod) -> None:

@@ -23,9 +23,10 @@ from ksched.config import Config
 from ksched.cycle import Scheduler
 from ksched.handoff import Handoff
 from ksched.informer import Informer
-from ksched.kube import Obj, slim_namespace, slim_node, slim_pod
+from ksched.kube import Obj, slim_namespace, slim_node, slim_pod, slim_pod_group
 from ksched.kubeclient import Kube, load_configuration
 from ksched.leader import Leadership
+from ksched.pods import POD_GROUP_API
 from ksched.queue import SchedulingQueue
 from ksched.server import Check, HealthServer
 from ksched.sources import MetricStore, PrometheusSource
@@ -142,6 +143,14 @@ def start(
         Informer(kube, "/api/v1/nodes", slim_node, scheduler.on_node, name="nodes"),
         Informer(kube, "/api/v1/pods", slim_pod, scheduler.on_pod, name="pods"),
         Informer(kube, "/api/v1/namespaces", slim_namespace, state.on_namespace, name="namespaces"),
+        Informer(
+            kube,
+            f"/apis/{POD_GROUP_API}/podgroups",
+            slim_pod_group,
+            scheduler.on_pod_group,
+            name="podgroups",
+            optional=True,
+        ),
     ]
 
     def checks() -> list[Check]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +19,10 @@ import numpy.typing as npt
 import yaml
 
 from ksched.config import Config, MetricConfig
-from ksched.engine import BatchResult, Engine, Explanation, commit_placements
-from ksched.errors import ClusterFileError, KschedError
-from ksched.kube import Obj, scheduler_name, spec
+from ksched.engine import BatchResult, Engine, Explanation, GangStatus, commit_placements
+from ksched.errors import ClusterFileError, KschedError, MalformedObjectError
+from ksched.kube import Obj, meta, scheduler_name, spec
+from ksched.pods import POD_GROUP_API, PodGroup, pod_group, pod_group_of
 from ksched.snapshot import Snapshot, build_snapshot
 from ksched.sources import annotation_column, to_number
 
@@ -36,6 +37,9 @@ class ClusterFile:
     existing: list[Obj]
     pending: list[Obj]
     ignored: int
+    # Namespace -> labels (affinity terms' namespaceSelector) and PodGroups (gangs).
+    namespaces: dict[str, dict[str, str]] = field(default_factory=dict)
+    pod_groups: list[PodGroup] = field(default_factory=list)
 
 
 def _documents(text: str, source: str) -> Iterator[Any]:
@@ -80,12 +84,22 @@ def load_cluster(path: str | Path, scheduler_names: set[str]) -> ClusterFile:
         raise ClusterFileError(f"{path}: {size} bytes is over the {MAX_CLUSTER_FILE_BYTES}-byte limit")
     text = p.read_text()
     nodes, existing, pending = [], [], []
+    namespaces: dict[str, dict[str, str]] = {}
+    groups: list[PodGroup] = []
     ignored = 0
     for doc in _documents(text, str(path)):
         for obj in _objects(doc, str(path)):
             kind = obj.get("kind")
             if kind == "Node":
                 nodes.append(obj)
+            elif kind == "Namespace":
+                labels = meta(obj).get("labels") or {}
+                namespaces[str(meta(obj).get("name", ""))] = {str(k): str(v) for k, v in labels.items()}
+            elif kind == "PodGroup" and obj.get("apiVersion") == POD_GROUP_API:
+                try:
+                    groups.append(pod_group(obj))
+                except MalformedObjectError as err:
+                    raise ClusterFileError(f"{path}: {err}") from None
             elif kind == "Pod":
                 if spec(obj).get("nodeName"):
                     existing.append(obj)
@@ -95,7 +109,7 @@ def load_cluster(path: str | Path, scheduler_names: set[str]) -> ClusterFile:
                     ignored += 1
             else:
                 ignored += 1
-    return ClusterFile(nodes, existing, pending, ignored)
+    return ClusterFile(nodes, existing, pending, ignored, namespaces, groups)
 
 
 def metric_matrix(
@@ -134,7 +148,14 @@ def run_simulation(
 ) -> tuple[list[BatchResult], Snapshot]:
     """Schedule every pending pod, profile by profile, on one shared snapshot."""
     snapshot = build_snapshot(cluster.nodes, cluster.existing)
+    snapshot.namespaces = cluster.namespaces
     values = metric_matrix(snapshot, config.metrics, offline)
+    bound: dict[str, int] = {}
+    for pod in cluster.existing:
+        group = pod_group_of(pod)
+        if group is not None:
+            bound[group] = bound.get(group, 0) + 1
+    groups = {g.key: GangStatus(g.min_member, bound.get(g.key, 0)) for g in cluster.pod_groups}
     results = []
     by_profile: dict[str, list[Obj]] = {}
     for pod in cluster.pending:
@@ -144,7 +165,7 @@ def run_simulation(
         if not pods:
             continue
         engine = Engine(config, profile.scheduler_name, seed=seed)
-        result = engine.schedule(snapshot, pods, values, explain=explain)
+        result = engine.schedule(snapshot, pods, values, explain=explain, groups=groups)
         results.append(result)
         snapshot = commit_placements(snapshot, result.placements)
     return results, snapshot

@@ -28,7 +28,17 @@ import numpy.typing as npt
 from ksched.config import MetricConfig
 from ksched.errors import MalformedObjectError
 from ksched.kube import Obj, is_terminal, meta, name, object_key, spec
-from ksched.pods import CountedRequests, HostPort, PodInfo, PodRequests, host_ports, pod_requests
+from ksched.pods import (
+    POD_GROUP_LABEL,
+    CountedRequests,
+    HostPort,
+    PodGroup,
+    PodInfo,
+    PodRequests,
+    host_ports,
+    pod_group,
+    pod_requests,
+)
 from ksched.snapshot import Snapshot, add_usage, build_snapshot, node_problem, remove_usage, safe_pod_info
 
 log = logging.getLogger(__name__)
@@ -77,6 +87,9 @@ class ClusterState:
         self.usage: dict[str, Usage] = {}
         # Namespace -> labels (affinity terms' namespaceSelector), shared with the snapshot.
         self.namespaces: dict[str, dict[str, str]] = {}
+        # PodGroups by namespace/name, and how many members of each are counted on nodes.
+        self.pod_groups: dict[str, PodGroup] = {}
+        self.group_bound: dict[str, int] = {}
         self._snapshot: Snapshot | None = None
         self._reported: set[str] = set()
         self._lock = threading.Lock()
@@ -91,6 +104,9 @@ class ClusterState:
 
     def on_namespace(self, kind: str, ns: Obj, old: Obj | None) -> None:
         self.inbox.append(("namespace", kind, ns))
+
+    def on_pod_group(self, kind: str, group: Obj, old: Obj | None) -> None:
+        self.inbox.append(("podgroup", kind, group))
 
     def forget(self, key: str, uid: str) -> None:
         """A bind failed: stop counting the assumed pod (unless the watch has confirmed it)."""
@@ -108,6 +124,8 @@ class ClusterState:
                 self._pod(a, b)
             elif what == "namespace":
                 self._namespace(a, b)
+            elif what == "podgroup":
+                self._pod_group(a, b)
             else:
                 self._forget(a, b)
 
@@ -203,7 +221,9 @@ class ClusterState:
             current.assumed = False  # the watch confirms the bind
             info = safe_pod_info(pod)
             if info != current.info:  # labels changed, or the pod is being deleted
+                self._count_group(current, -1)
                 current.info = info
+                self._count_group(current, 1)
                 snap = self._snapshot
                 if snap is not None and node in snap.index:
                     snap.pods.add(key, snap.index[node], info)
@@ -219,6 +239,25 @@ class ClusterState:
             labels = meta(ns).get("labels") or {}
             self.namespaces[name(ns)] = {str(k): str(v) for k, v in labels.items()}
 
+    def _pod_group(self, kind: str, obj: Obj) -> None:
+        key = object_key(obj)
+        if kind == "DELETED":
+            self.pod_groups.pop(key, None)
+            return
+        try:
+            self.pod_groups[key] = pod_group(obj)
+        except MalformedObjectError as err:
+            log.warning("pod group ignored: %s", err)
+            self.pod_groups.pop(key, None)
+
+    def _count_group(self, usage: Usage, sign: int) -> None:
+        if usage.info is None:
+            return
+        name = dict(usage.info.labels).get(POD_GROUP_LABEL)
+        if name:
+            key = f"{usage.info.namespace}/{name}"
+            self.group_bound[key] = self.group_bound.get(key, 0) + sign
+
     def _forget(self, key: str, uid: str) -> None:
         current = self.usage.get(key)
         if current is not None and current.assumed and current.uid == uid:
@@ -226,6 +265,7 @@ class ClusterState:
 
     def _add(self, key: str, usage: Usage) -> None:
         self.usage[key] = usage
+        self._count_group(usage, 1)
         snap = self._snapshot
         if snap is not None:
             i = snap.index.get(usage.node)
@@ -236,6 +276,7 @@ class ClusterState:
 
     def _remove(self, key: str) -> None:
         usage = self.usage.pop(key)
+        self._count_group(usage, -1)
         snap = self._snapshot
         if snap is None or usage.node not in snap.index:
             return

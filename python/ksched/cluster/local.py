@@ -402,6 +402,24 @@ def _start(
         "the default namespace",
         lambda: _kubectl(state, bin_dir, "get", "namespace", "default").returncode == 0,
     )
+    crd = Path(__file__).with_name("podgroup-crd.yaml")
+    applied = _kubectl(state, bin_dir, "apply", "-f", str(crd))
+    if applied.returncode != 0:
+        raise ClusterError(f"installing the PodGroup CRD failed: {applied.stderr.decode()[-2000:]}")
+    launcher.wait(
+        "the PodGroup CRD",
+        lambda: (
+            _kubectl(
+                state,
+                bin_dir,
+                "wait",
+                "--for=condition=established",
+                "--timeout=5s",
+                "crd/podgroups.scheduling.x-k8s.io",
+            ).returncode
+            == 0
+        ),
+    )
     kwok_config = directory / "kwok-stages.yaml"
     kwok_config.write_text(kwok_stages(Pins()))
     launcher.start(
