@@ -1,0 +1,190 @@
+"""``ksched run`` with pod-level constraints: inter-pod affinity, topology spread and gangs.
+
+Pods are created at once, so most land in one batch: what is asserted is the
+in-batch accounting (pods placed earlier in a batch count for later ones) and
+the all-or-nothing placement of gangs, judged from what the API server says.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ksched.cluster import local
+from ksched.kubeclient import Kube
+from ksched.pods import POD_GROUP_API, POD_GROUP_LABEL
+from tests.integration.helpers import (
+    Obj,
+    create,
+    delete_pods,
+    ensure_namespace,
+    events_for,
+    ksched,
+    make_pod,
+    pods_in,
+    wait_for,
+)
+
+pytestmark = pytest.mark.cluster
+
+ZONE = "topology.kubernetes.io/zone"
+GANG_TAINT = {"key": "ksched-test", "value": "gang", "effect": "NoSchedule"}
+
+
+def _bound(kube: Kube, ns: str) -> dict[str, str]:
+    return {
+        p["metadata"]["name"]: p["spec"]["nodeName"] for p in pods_in(kube, ns) if p["spec"].get("nodeName")
+    }
+
+
+def test_anti_affinity_and_spread_hold_within_one_batch(
+    cluster: local.ClusterState, kube: Kube, tmp_path: Path
+) -> None:
+    ns = "podlevel-spread"
+    ensure_namespace(kube, ns)
+    nodes = {n["metadata"]["name"]: n for n in kube.request("GET", "/api/v1/nodes").json()["items"]}
+    zone_of = {
+        name: n["metadata"]["labels"][ZONE] for name, n in nodes.items() if ZONE in n["metadata"]["labels"]
+    }
+    term = {"labelSelector": {"matchLabels": {"app": "spread"}}, "topologyKey": "kubernetes.io/hostname"}
+    pods = []
+    for i in range(9):
+        p = make_pod(f"spread-{i}", ns, "100m", "64Mi")
+        p["spec"]["affinity"] = {
+            "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}
+        }
+        p["spec"]["topologySpreadConstraints"] = [
+            {
+                "maxSkew": 1,
+                "topologyKey": ZONE,
+                "whenUnsatisfiable": "DoNotSchedule",
+                "labelSelector": {"matchLabels": {"app": "spread"}},
+            }
+        ]
+        pods.append(p)
+    follower = make_pod("follower-0", ns, "100m", "64Mi")
+    follower["spec"]["affinity"] = {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
+    try:
+        with ksched(cluster, tmp_path, "podlevel", {"leaderElect": False}) as k:
+            assert wait_for(lambda: k.get("/readyz")[0] == 200, 30), k.output()
+            create(kube, pods)
+            assert wait_for(lambda: len(_bound(kube, ns)) == 9, 60), k.output()
+            bound = _bound(kube, ns)
+            assert len(set(bound.values())) == 9, f"anti-affinity: one pod per node, got {bound}"
+            per_zone = collections.Counter(zone_of[n] for n in bound.values())
+            assert max(per_zone.values()) - min(per_zone.values()) <= 1, f"maxSkew 1 across zones: {per_zone}"
+            assert len(per_zone) == len(set(zone_of.values()))
+            create(kube, [follower])
+            assert wait_for(lambda: "follower-0" in _bound(kube, ns), 30), k.output()
+            assert _bound(kube, ns)["follower-0"] in set(bound.values()), "affinity: next to a spread pod"
+    finally:
+        delete_pods(kube, ns)
+
+
+@pytest.fixture
+def gang_nodes(kube: Kube) -> Iterator[list[str]]:
+    """Two 4-cpu nodes only gang pods tolerate: room for four 1500m members."""
+    names = ["gang-node-0", "gang-node-1"]
+    nodes = [
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": n, "labels": {"kubernetes.io/hostname": n, "ksched-test": "gang"}},
+            "spec": {"taints": [GANG_TAINT]},
+            "status": {"allocatable": {"cpu": "4", "memory": "16Gi", "pods": "110"}},
+        }
+        for n in names
+    ]
+    create(kube, nodes)
+    yield names
+    for n in names:
+        kube.request("DELETE", f"/api/v1/nodes/{n}")
+
+
+def _gang(ns: str, group: str, members: int) -> list[Obj]:
+    out = []
+    for i in range(members):
+        p = make_pod(f"{group}-{i}", ns, "1500m", "1Gi")
+        p["metadata"]["labels"][POD_GROUP_LABEL] = group
+        p["spec"]["nodeSelector"] = {"ksched-test": "gang"}
+        p["spec"]["tolerations"] = [{**GANG_TAINT, "operator": "Equal"}]
+        out.append(p)
+    return out
+
+
+def _pod_group(ns: str, name: str, min_member: int) -> Obj:
+    return {
+        "apiVersion": POD_GROUP_API,
+        "kind": "PodGroup",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"minMember": min_member, "scheduleTimeoutSeconds": 60},
+    }
+
+
+def _create_groups(kube: Kube, groups: list[Obj]) -> None:
+    for g in groups:
+        r = kube.request(
+            "POST", f"/apis/{POD_GROUP_API}/namespaces/{g['metadata']['namespace']}/podgroups", body=g
+        )
+        assert r.status in (200, 201), r.data[:300]
+
+
+def test_competing_gangs_one_placed_whole_the_other_not_at_all(
+    cluster: local.ClusterState, kube: Kube, tmp_path: Path, gang_nodes: list[str]
+) -> None:
+    ns = "podlevel-gangs"
+    ensure_namespace(kube, ns)
+    _create_groups(kube, [_pod_group(ns, "alpha", 3), _pod_group(ns, "beta", 3)])
+    # Interleaved, as two jobs submitted together would be: room for four members, each gang needs three.
+    pods = [p for pair in zip(_gang(ns, "alpha", 3), _gang(ns, "beta", 3), strict=True) for p in pair]
+    try:
+        with ksched(cluster, tmp_path, "gangs", {"leaderElect": False}) as k:
+            assert wait_for(lambda: k.get("/readyz")[0] == 200, 30), k.output()
+            create(kube, pods)
+            assert wait_for(lambda: len(_bound(kube, ns)) >= 3, 30), k.output()
+            wait_for(
+                lambda: (
+                    events_for(kube, ns, "beta-0", "FailedScheduling")
+                    or events_for(kube, ns, "alpha-0", "FailedScheduling")
+                ),
+                10,
+            )
+            bound = _bound(kube, ns)
+            per_gang = collections.Counter(name.split("-")[0] for name in bound)
+            assert sorted(per_gang.values()) == [3], f"one gang whole, none of the other: {bound}"
+            loser = ({"alpha", "beta"} - set(per_gang)).pop()
+            events = events_for(kube, ns, f"{loser}-0", "FailedScheduling")
+            assert events and "minMember 3" in events[-1]["note"], events
+            # Lowering the loser's minMember to 1 lets its one member that fits go.
+            r = kube.request(
+                "PATCH",
+                f"/apis/{POD_GROUP_API}/namespaces/{ns}/podgroups/{loser}",
+                body={"spec": {"minMember": 1}},
+                content_type="application/merge-patch+json",
+            )
+            assert r.status == 200, r.data[:300]
+            assert wait_for(lambda: len(_bound(kube, ns)) == 4, 30), k.output()
+    finally:
+        delete_pods(kube, ns)
+        for g in ("alpha", "beta"):
+            kube.request("DELETE", f"/apis/{POD_GROUP_API}/namespaces/{ns}/podgroups/{g}")
+
+
+def test_gang_without_its_pod_group_waits(cluster: local.ClusterState, kube: Kube, tmp_path: Path) -> None:
+    ns = "podlevel-nogroup"
+    ensure_namespace(kube, ns)
+    pods = _gang(ns, "orphan", 2)
+    try:
+        with ksched(cluster, tmp_path, "nogroup", {"leaderElect": False}) as k:
+            assert wait_for(lambda: k.get("/readyz")[0] == 200, 30), k.output()
+            create(kube, pods)
+            events = wait_for(lambda: events_for(kube, ns, "orphan-0", "FailedScheduling"), 20)
+            assert events and 'pod group "podlevel-nogroup/orphan" not found' in events[-1]["note"], (
+                k.output()
+            )
+            assert not _bound(kube, ns)
+    finally:
+        delete_pods(kube, ns)
