@@ -27,6 +27,7 @@ from ksched.telemetry import Telemetry
 log = logging.getLogger(__name__)
 
 COMPONENT = "ksched"
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 HTTP_NOT_FOUND = 404
 HTTP_CONFLICT = 409
 HTTP_SERVER_ERROR = 500
@@ -85,6 +86,12 @@ class Binder:
         """Post FailedScheduling and set PodScheduled=False (in the background)."""
         self._reports.submit(self._failed, pod, message)
 
+    def preempt(self, pod: Obj, node: str, victims: list[tuple[str, str, str]]) -> None:
+        """Nominate ``node`` for the pod and evict the victims (namespace, name, uid) there,
+        as upstream's DefaultPreemption does: a DisruptionTarget condition, then a delete
+        (the victims' own grace period), and a ``Preempted`` event on each (in the background)."""
+        self._reports.submit(self._preempt, pod, node, victims)
+
     def shutdown(self) -> None:
         """Finish every bind (and report) already handed over, then stop."""
         self._pool.shutdown(wait=True)
@@ -128,6 +135,54 @@ class Binder:
             return Outcome.GONE
         log.warning("bind %s/%s to %s: HTTP %d: %s", ns, name, node, r.status, r.data[:300])
         return Outcome.ERROR
+
+    def _preempt(self, pod: Obj, node: str, victims: list[tuple[str, str, str]]) -> None:
+        if not self.is_leader():
+            return
+        m = meta(pod)
+        ns, name, uid = str(m.get("namespace")), str(m.get("name")), str(m.get("uid", ""))
+        try:
+            r = self.kube.request(
+                "PATCH",
+                pod_path(ns, name, "status"),
+                body={"status": {"nominatedNodeName": node}},
+                content_type=MERGE_PATCH,
+                rate_limited=True,
+            )
+            if not r.ok:
+                log.warning("nominating %s for %s/%s: HTTP %d: %s", node, ns, name, r.status, r.data[:300])
+                return
+            for v_ns, v_name, v_uid in victims:
+                condition = {
+                    "type": "DisruptionTarget",
+                    "status": "True",
+                    "reason": "PreemptionByScheduler",
+                    "message": f"{COMPONENT}: preempting to accommodate a higher priority pod",
+                    "lastTransitionTime": _now(),
+                }
+                self.kube.request(
+                    "PATCH",
+                    pod_path(v_ns, v_name, "status"),
+                    body={"status": {"conditions": [condition]}},
+                    content_type=STRATEGIC_MERGE_PATCH,
+                    rate_limited=True,
+                )
+                r = self.kube.request(
+                    "DELETE",
+                    pod_path(v_ns, v_name),
+                    body={"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": v_uid}},
+                    rate_limited=True,
+                )
+                if r.ok or r.status == HTTP_NOT_FOUND:
+                    victim = {"metadata": {"namespace": v_ns, "name": v_name, "uid": v_uid}}
+                    self._event(
+                        victim, "Normal", "Preempted", "Preempting", f"Preempted by pod {uid} on node {node}"
+                    )
+                    self.telemetry.preemption_victims.inc()
+                else:
+                    log.warning("evicting %s/%s: HTTP %d: %s", v_ns, v_name, r.status, r.data[:300])
+        except ApiUnavailableError as err:
+            log.warning("preemption for %s/%s: %s", ns, name, err)
 
     def _failed(self, pod: Obj, message: str) -> None:
         try:

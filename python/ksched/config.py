@@ -43,7 +43,9 @@ DEFAULT_SCORE_WEIGHTS = {
     "PodTopologySpread": 2,
     "InterPodAffinity": 2,
 }
-ALL_PLUGINS = tuple(dict.fromkeys(FILTER_PLUGINS + tuple(DEFAULT_SCORE_WEIGHTS)))
+# PostFilter: preemption when a pod fits nowhere.
+POST_FILTER_PLUGINS = ("DefaultPreemption",)
+ALL_PLUGINS = tuple(dict.fromkeys(FILTER_PLUGINS + tuple(DEFAULT_SCORE_WEIGHTS) + POST_FILTER_PLUGINS))
 STRATEGIES = ("LeastAllocated", "MostAllocated", "RequestedToCapacityRatio")
 PREFER = ("lower", "higher", "target(<number>)")
 MISSING = ("neutral", "worst", "exclude")
@@ -93,6 +95,8 @@ class ProfileConfig:
     balanced_resources: tuple[str, ...] = ("cpu", "memory")
     # InterPodAffinity args: the score an existing pod's required affinity term gives.
     hard_pod_affinity_weight: int = 1
+    # DefaultPreemption enabled.
+    preemption: bool = True
 
 
 @dataclass(frozen=True)
@@ -245,6 +249,7 @@ def _profile(obj: Any, path: str) -> ProfileConfig:
     name = _str(obj["schedulerName"], f"{path}.schedulerName")
     filters = list(FILTER_PLUGINS)
     weights = dict(DEFAULT_SCORE_WEIGHTS)
+    preemption = True
     plugins = _keys(obj.get("plugins") or {}, f"{path}.plugins", ("multiPoint",))
     multi = _keys(plugins.get("multiPoint") or {}, f"{path}.plugins.multiPoint", ("enabled", "disabled"))
     for i, d in enumerate(_list(multi.get("disabled") or [], f"{path}.plugins.multiPoint.disabled")):
@@ -253,12 +258,16 @@ def _profile(obj: Any, path: str) -> ProfileConfig:
         if plugin in filters:
             filters.remove(plugin)
         weights.pop(plugin, None)
+        if plugin in POST_FILTER_PLUGINS:
+            preemption = False
     for i, e in enumerate(_list(multi.get("enabled") or [], f"{path}.plugins.multiPoint.enabled")):
         p = f"{path}.plugins.multiPoint.enabled[{i}]"
         _keys(e, p, ("name", "weight"), ("name",))
         plugin = _str(e["name"], f"{p}.name", ALL_PLUGINS)
         if plugin in FILTER_PLUGINS and plugin not in filters:
             filters.append(plugin)
+        if plugin in POST_FILTER_PLUGINS:
+            preemption = True
         if plugin in DEFAULT_SCORE_WEIGHTS:
             weights[plugin] = _int(
                 e.get("weight", DEFAULT_SCORE_WEIGHTS[plugin]), f"{p}.weight", 0, MAX_WEIGHT
@@ -328,6 +337,7 @@ def _profile(obj: Any, path: str) -> ProfileConfig:
         shape,
         balanced,
         hard_weight,
+        preemption,
     )
 
 

@@ -144,6 +144,7 @@ class Scheduler:
                     metrics=metrics,
                     deadline_s=self.config.batch.decision_deadline_s,
                     groups=gangs,
+                    nominated=self.queue.nominated(),
                 )
             except Exception:
                 log.exception(
@@ -195,6 +196,8 @@ class Scheduler:
             self.queue.requeue(qp)
             return
         qp.degraded = False
+        if placement.nominated_node is not None:
+            self._preempt(qp, placement)
         if placement.node is None or placement.requirements is None:
             message = placement.message or "no node fits"
             self.telemetry.schedule_attempts.labels(result="unschedulable", profile=profile).inc()
@@ -204,9 +207,21 @@ class Scheduler:
             return
         req = placement.requirements
         node = placement.node
-        self.state.assume(qp.key, qp.uid, node, req, req.host_ports, req.info)
+        self.state.assume(qp.key, qp.uid, node, req, req.host_ports, req.info, req.priority)
         self.telemetry.attempt_duration.labels(result="scheduled", profile=profile).observe(elapsed)
         self.binder.bind(qp.pod, node, lambda outcome: self._bound(qp, node, profile, outcome), note)
+
+    def _preempt(self, qp: QueuedPod, placement: Placement) -> None:
+        """Nominate the node and evict the victims; the pod is retried as they go."""
+        assert placement.nominated_node is not None
+        victims = []
+        for key in placement.victims:
+            usage = self.state.usage.get(key)
+            namespace, _, name = key.partition("/")
+            if usage is not None:
+                victims.append((namespace, name, usage.uid))
+        self.telemetry.preemption_attempts.inc()
+        self.binder.preempt(qp.pod, placement.nominated_node, victims)
 
     def _hand_off_overdue(self) -> None:
         """Give pods ksched has failed to place for too long to default-scheduler."""

@@ -24,7 +24,7 @@ from ksched.errors import KschedError, MalformedObjectError
 from ksched.kube import Obj, pod_key, stable_key
 from ksched.messages import AFFINITY_CONFLICT, ReasonNames, fit_error, prefilter_error
 from ksched.pods import NodeConstraints, PodRequirements, Term, prefilter_node_names, requirements
-from ksched.podtable import PendingPod
+from ksched.podtable import Evictable, PendingPod
 from ksched.snapshot import EFFECTS, PROTOCOLS, Snapshot, add_usage
 
 OPERATORS = {"In": 0, "NotIn": 1, "Exists": 2, "DoesNotExist": 3, "Gt": 4, "Lt": 5}
@@ -45,9 +45,19 @@ class Placement:
     attempted: bool = True
     # The parsed pod, so committing the placement needs no second parse.
     requirements: PodRequirements | None = field(default=None, compare=False, repr=False)
+    # Preemption (DefaultPreemption): the node nominated for the pod and the pods to evict there.
+    nominated_node: str | None = None
+    victims: tuple[str, ...] = ()
 
     def as_json(self) -> dict[str, Any]:
-        return {"pod": self.pod, "node": self.node, "score": self.score, "message": self.message}
+        return {
+            "pod": self.pod,
+            "node": self.node,
+            "score": self.score,
+            "message": self.message,
+            "nominatedNode": self.nominated_node,
+            "victims": list(self.victims),
+        }
 
 
 @dataclass
@@ -212,6 +222,7 @@ def engine_profile(p: ProfileConfig, snapshot: Snapshot) -> dict[str, Any]:
         "inter_pod_affinity_weight": p.weights.get("InterPodAffinity", 0),
         "pod_topology_spread_weight": p.weights.get("PodTopologySpread", 0),
         "hard_pod_affinity_weight": p.hard_pod_affinity_weight,
+        "preemption": p.preemption,
         "fit_strategy": p.fit_strategy,
         "shape": list(p.shape),
         "fit_resources": [(res(name), w) for name, w in p.fit_resources],
@@ -260,6 +271,7 @@ class Engine:
         explain: str | None = None,
         metrics: Sequence[MetricConfig] | None = None,
         groups: Mapping[str, GangStatus] | None = None,
+        nominated: Sequence[Obj] = (),
     ) -> BatchResult:
         """Place ``pods`` (pending, any order) on ``snapshot``; returns one placement per pod, in queue order.
 
@@ -267,7 +279,9 @@ class Engine:
         configuration's); ``metrics=()`` schedules without any. ``groups`` maps
         each PodGroup (``namespace/name``) to its minMember and members already
         bound: a gang is placed only if at least minMember of it can be placed
-        together, else none of it is (see :func:`_gang_order`)."""
+        together, else none of it is (see :func:`_gang_order`). ``nominated`` are
+        pending pods outside the batch that an earlier preemption nominated to a
+        node: that room is held for pods of lower or equal priority."""
         if metrics is None:
             metrics = self.config.metrics
         parsed: list[tuple[int, Obj, PodRequirements | MalformedObjectError]] = []
@@ -323,7 +337,9 @@ class Engine:
         # again without them, until every remaining gang is whole: no partial
         # gang is ever placed, and no later pod sees a placement that is undone.
         while True:
-            out = self._call(snapshot, classes, rows, metrics, metric_values, deadline_s, explain_slot)
+            out, victim_keys = self._call(
+                snapshot, classes, rows, metrics, metric_values, deadline_s, explain_slot, nominated
+            )
             short = _short_gangs(rows, out["nodes"], groups or {})
             if not short:
                 break
@@ -346,7 +362,23 @@ class Engine:
             node = int(chosen[j])
             if row.slot == explain_slot:
                 explain_row = j
-            if node >= 0:
+            nominee = int(out["nominated"][j])
+            if nominee >= 0:
+                lo, hi = int(out["victim_offsets"][j]), int(out["victim_offsets"][j + 1])
+                victims = tuple(victim_keys[int(v)] for v in out["victims"][lo:hi])
+                lo, hi = int(offsets[j]), int(offsets[j + 1])
+                reasons = [(names.reason(int(codes[k])), int(counts[k])) for k in range(lo, hi)]
+                results[row.slot] = Placement(
+                    req.key,
+                    None,
+                    None,
+                    f"{fit_error(total, reasons)} preemption: nominated node {snapshot.node_names[nominee]}, "
+                    f"evicting {len(victims)} pod(s) of lower priority",
+                    requirements=req,
+                    nominated_node=snapshot.node_names[nominee],
+                    victims=victims,
+                )
+            elif node >= 0:
                 results[row.slot] = Placement(
                     req.key,
                     snapshot.node_names[node],
@@ -378,8 +410,9 @@ class Engine:
         metric_values: npt.NDArray[np.float64] | None,
         deadline_s: float | None,
         explain_slot: int | None,
-    ) -> dict[str, Any]:
-        """One engine call on ``rows`` (in order)."""
+        nominated: Sequence[Obj],
+    ) -> tuple[dict[str, Any], list[str]]:
+        """One engine call on ``rows`` (in order); also the keys of the evictable pods."""
         hp = [p for r in rows for p in r.ports]
         engine_pods = {
             "count": len(rows),
@@ -395,6 +428,10 @@ class Engine:
                 [PendingPod(r.req.info, r.req.spread) for r in rows], snapshot.namespaces
             ),
         }
+        victim_keys: list[str] = []
+        engine_pods["preemption"], victim_keys = self._preemption(
+            snapshot, rows, nominated, engine_pods["table"] is not None
+        )
         total = snapshot.count
         if metric_values is None or not metrics:
             values = np.full(total * len(metrics), np.nan, dtype=np.float64)
@@ -413,7 +450,50 @@ class Engine:
             explain=explain_row,
             parallel=self.parallel,
         )
-        return out
+        return out, victim_keys
+
+    def _preemption(
+        self, snapshot: Snapshot, rows: Sequence[_Row], nominated: Sequence[Obj], with_rows: bool
+    ) -> tuple[dict[str, Any] | None, list[str]]:
+        """The engine's ``preemption`` input, or None when no pod could preempt and nothing is held."""
+        reservations = []
+        in_batch = {r.req.key for r in rows}
+        for pod in nominated:
+            try:
+                req = requirements(pod)
+            except MalformedObjectError:
+                continue
+            node = snapshot.index.get(req.nominated_node)
+            if node is not None and req.key not in in_batch:
+                reservations.append((node, req))
+        lowest = snapshot.pods.min_evictable_priority()
+        preemptors = [
+            r.req.priority
+            for r in rows
+            if self.profile.preemption and r.req.may_preempt and lowest is not None
+        ]
+        below = max(preemptors, default=None)
+        if not reservations and (below is None or lowest is None or below <= lowest):
+            return None, []
+        res = snapshot.resources
+        victims, keys = snapshot.pods.victims(
+            below if below is not None else -(2**62), snapshot.budgets, snapshot.strings, res, with_rows
+        )
+        requests = np.zeros(len(reservations) * len(res), dtype=np.int64)
+        for k, (_, req) in enumerate(reservations):
+            for resource, v in req.requests.items():
+                column = res.get(resource)  # a resource no node has holds nothing back
+                if column is not None:
+                    requests[k * len(res) + column] = v
+        return {
+            **victims,
+            "pod_priorities": _i64([r.req.priority for r in rows]),
+            "pod_preempt": np.asarray([int(r.req.may_preempt) for r in rows], dtype=np.uint8),
+            "pod_nominated": _i64([snapshot.index.get(r.req.nominated_node, -1) for r in rows]),
+            "r_nodes": _i64([n for n, _ in reservations]),
+            "r_priorities": _i64([req.priority for _, req in reservations]),
+            "r_requests": requests,
+        }, keys
 
 
 @dataclass
@@ -525,9 +605,13 @@ def _explanation(
 def commit_placements(snapshot: Snapshot, placements: Sequence[Placement]) -> Snapshot:
     """Count placed pods on their nodes, as the watch confirming the binds would (the pods are not modified)."""
     index = snapshot.index
+    now = time.time()
     for p in placements:
         if p.node is not None and p.requirements is not None:
-            snapshot.pods.add(p.pod, index[p.node], p.requirements.info)
+            req = p.requirements
+            snapshot.pods.add(
+                p.pod, index[p.node], req.info, Evictable(req.priority, now, req, req.host_ports)
+            )
     return add_usage(
         snapshot,
         [

@@ -113,6 +113,8 @@ def slim_pod(pod: Obj) -> Obj:
         slim_status["conditions"] = [_pick(scheduled[0], ("type", "status", "reason", "message"))]
     if status.get("nominatedNodeName"):
         slim_status["nominatedNodeName"] = status["nominatedNodeName"]
+    if status.get("startTime"):
+        slim_status["startTime"] = status["startTime"]
     metadata = _pick(pod.get("metadata"), _POD_META)
     # Only ksched's own annotations (opt-outs, markers): others can be large and change often.
     ours = {
@@ -135,6 +137,19 @@ def slim_pod_group(group: Obj) -> Obj:
     return {
         "metadata": _pick(group.get("metadata"), ("name", "namespace", "uid")),
         "spec": group.get("spec") or {},
+    }
+
+
+def slim_budget(pdb: Obj) -> Obj:
+    """Selector and the disruptions allowed: what preemption reads of a PodDisruptionBudget."""
+    status = pdb.get("status") or {}
+    return {
+        "metadata": _pick(pdb.get("metadata"), ("name", "namespace")),
+        "spec": {"selector": (pdb.get("spec") or {}).get("selector")},
+        "status": {
+            "disruptionsAllowed": status.get("disruptionsAllowed", 0),
+            "disruptedPods": status.get("disruptedPods") or {},
+        },
     }
 
 

@@ -10,8 +10,10 @@ and the field, so one bad pod never stops the others.
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Protocol
 
 from ksched.errors import MalformedObjectError, QuantityError
@@ -93,6 +95,9 @@ class PodRequirements:
     spread: tuple[SpreadConstraint, ...] = ()
     # The PodGroup (``namespace/name``) the pod is a member of, if any.
     group: str | None = None
+    # preemptionPolicy is not Never, and the node an earlier preemption nominated ("" for none).
+    may_preempt: bool = True
+    nominated_node: str = ""
 
 
 def _resource_list(pod: str, field: str, raw: Any) -> dict[str, Nano]:
@@ -407,6 +412,29 @@ def priority(pod: Obj) -> int:
     return p
 
 
+PREEMPTION_POLICIES = ("PreemptLowerPriority", "Never")
+
+
+def preemption_policy(pod: Obj) -> str:
+    p = spec(pod).get("preemptionPolicy") or "PreemptLowerPriority"
+    if p not in PREEMPTION_POLICIES:
+        raise MalformedObjectError(
+            pod_key(pod), "spec.preemptionPolicy", f"{p!r} (allowed: {', '.join(PREEMPTION_POLICIES)})"
+        )
+    return str(p)
+
+
+def start_time(pod: Obj) -> float:
+    """``status.startTime`` as epoch seconds; a pod not started counts as starting now (upstream GetPodStartTime)."""
+    raw = (pod.get("status") or {}).get("startTime")
+    if isinstance(raw, str):
+        try:
+            return datetime.fromisoformat(raw.replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            pass
+    return time.time()
+
+
 def requirements(pod: Obj) -> PodRequirements:
     """Everything the engine needs of one pending pod."""
     key = pod_key(pod)
@@ -422,6 +450,8 @@ def requirements(pod: Obj) -> PodRequirements:
         info=pod_info(pod, key),
         spread=spread_constraints(pod, key),
         group=pod_group_of(pod),
+        may_preempt=preemption_policy(pod) != "Never",
+        nominated_node=str((pod.get("status") or {}).get("nominatedNodeName") or ""),
     )
 
 
@@ -746,3 +776,41 @@ def pod_group(obj: Obj) -> PodGroup:
             f"podgroup {key}", "spec.scheduleTimeoutSeconds", f"{timeout!r} is not an integer >= 0"
         )
     return PodGroup(key, min_member, timeout)
+
+
+# -- PodDisruptionBudgets (preemption prefers not to violate them) -------------
+
+
+@dataclass(frozen=True)
+class DisruptionBudget:
+    namespace: str
+    selector: LabelSelector | None
+    disruptions_allowed: int
+    disrupted: frozenset[str] = frozenset()
+
+    def covers(self, namespace: str, name: str, labels: dict[str, str]) -> bool:
+        """Upstream filterPodsWithPDBViolation: same namespace, a non-empty selector that
+        matches, and not already being disrupted (a pod without labels matches none)."""
+        return (
+            bool(labels)
+            and namespace == self.namespace
+            and bool(self.selector)
+            and name not in self.disrupted
+            and selector_matches(self.selector, labels)
+        )
+
+
+def disruption_budget(obj: Obj) -> DisruptionBudget:
+    m = obj.get("metadata") or {}
+    key = f"pdb {m.get('namespace')}/{m.get('name')}"
+    s = obj.get("spec") or {}
+    status = obj.get("status") or {}
+    allowed = status.get("disruptionsAllowed", 0)
+    if not isinstance(allowed, int):
+        raise MalformedObjectError(key, "status.disruptionsAllowed", f"{allowed!r} is not an integer")
+    return DisruptionBudget(
+        namespace=str(m.get("namespace") or "default"),
+        selector=label_selector(key, "spec.selector", s.get("selector")),
+        disruptions_allowed=allowed,
+        disrupted=frozenset(status.get("disruptedPods") or {}),
+    )

@@ -20,6 +20,9 @@ import numpy.typing as npt
 
 from ksched.pods import (
     AffinityTerm,
+    CountedRequests,
+    DisruptionBudget,
+    HostPort,
     LabelSelector,
     PodAffinityTerms,
     PodInfo,
@@ -28,9 +31,20 @@ from ksched.pods import (
 )
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
+PROTOCOL_IDS = {"TCP": 0, "UDP": 1, "SCTP": 2}
 SELECTOR_OPERATORS = {"In": 0, "NotIn": 1, "Exists": 2, "DoesNotExist": 3}
 # Interned term set: the owning pod's namespace (terms without namespaces mean it) and the terms.
 TermSetKey = tuple[str, PodAffinityTerms]
+
+
+@dataclass(frozen=True)
+class Evictable:
+    """What preemption needs of a bound pod besides its labels."""
+
+    priority: int
+    start_time: float
+    requests: CountedRequests
+    ports: tuple[HostPort, ...] = ()
 
 
 @dataclass
@@ -141,6 +155,11 @@ class PodTable:
         # Bound pods with affinity terms: while none, pods without their own
         # constraints need no table at all.
         self.with_terms = 0
+        # Per row: pod key, labels and what preemption needs (None: not evictable).
+        self.keys: dict[int, str] = {}
+        self.infos: dict[int, PodInfo] = {}
+        self.evictable: dict[int, Evictable] = {}
+        self.priority = np.zeros(cap, dtype=np.int64)
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -176,13 +195,14 @@ class PodTable:
             ("label_set", 0),
             ("term_set", -1),
             ("terminating", 0),
+            ("priority", 0),
         ):
             old = getattr(self, name)
             new = np.full(cap, fill, dtype=old.dtype)
             new[: len(old)] = old
             setattr(self, name, new)
 
-    def add(self, key: str, node: int, info: PodInfo) -> None:
+    def add(self, key: str, node: int, info: PodInfo, evictable: Evictable | None = None) -> None:
         """Count (or re-count) a bound pod on node index ``node``."""
         self.remove(key)
         if self._free:
@@ -199,6 +219,11 @@ class PodTable:
         self.term_set[row] = self._term_set_id(info)
         self.terminating[row] = int(info.terminating)
         self.with_terms += int(self.term_set[row] >= 0)
+        self.keys[row] = key
+        self.infos[row] = info
+        self.priority[row] = evictable.priority if evictable is not None else 2**62
+        if evictable is not None:
+            self.evictable[row] = evictable
 
     def remove(self, key: str) -> None:
         row = self.rows.pop(key, None)
@@ -207,6 +232,9 @@ class PodTable:
         self.with_terms -= int(self.term_set[row] >= 0)
         self.node[row] = -1
         self.term_set[row] = -1
+        self.keys.pop(row, None)
+        self.infos.pop(row, None)
+        self.evictable.pop(row, None)
         self._free.append(row)
 
     def label_set_arrays(self) -> dict[str, npt.NDArray[Any]]:
@@ -290,3 +318,64 @@ class PodTable:
             }
         )
         return out
+
+    def victims(
+        self,
+        below: int,
+        budgets: Sequence[DisruptionBudget],
+        strings: Any,
+        resources: Any,
+        with_rows: bool,
+    ) -> tuple[dict[str, Any], list[str]]:
+        """The engine's ``Victims`` arrays for the evictable bound pods of priority
+        below ``below``, and their keys. Rows index the compacted pod table (the
+        order ``engine_table`` uses) when ``with_rows``."""
+        high = self._high
+        alive = self.node[:high] >= 0
+        rank = np.cumsum(alive) - 1
+        chosen = [
+            int(r) for r in np.nonzero(alive & (self.priority[:high] < below))[0] if int(r) in self.evictable
+        ]
+        width = len(resources)
+        requests = np.zeros(len(chosen) * width, dtype=np.int64)
+        port_offsets = [0]
+        ports: list[tuple[int, int, int]] = []
+        pdb_offsets = [0]
+        pdbs: list[int] = []
+        starts = []
+        for i, r in enumerate(chosen):
+            e = self.evictable[r]
+            for resource, v in e.requests.requests.items():
+                requests[i * width + resources(resource)] = v
+            ports.extend((PROTOCOL_IDS[p.protocol], int(strings(p.ip)), p.port) for p in e.ports)
+            port_offsets.append(len(ports))
+            info = self.infos[r]
+            name = self.keys[r].rsplit("/", 1)[-1]
+            labels = dict(info.labels)
+            pdbs.extend(k for k, b in enumerate(budgets) if b.covers(info.namespace, name, labels))
+            pdb_offsets.append(len(pdbs))
+            starts.append(int(e.start_time * 1000))
+        out = {
+            "victims": len(chosen),
+            "v_rows": (rank[chosen] if with_rows else np.full(len(chosen), -1)).astype(np.int64),
+            "v_nodes": self.node[chosen].astype(np.int64),
+            "v_priorities": self.priority[chosen].astype(np.int64),
+            "v_requests": requests,
+            "v_start_times": np.asarray(starts, dtype=np.int64),
+            "v_terminating": self.terminating[chosen].astype(np.uint8),
+            "v_port_offsets": np.asarray(port_offsets, dtype=np.int64),
+            "v_port_protocols": np.asarray([p[0] for p in ports], dtype=np.uint8),
+            "v_port_ips": np.asarray([p[1] for p in ports], dtype=np.int32),
+            "v_port_ports": np.asarray([p[2] for p in ports], dtype=np.int32),
+            "v_pdb_offsets": np.asarray(pdb_offsets, dtype=np.int64),
+            "v_pdbs": np.asarray(pdbs, dtype=np.int64),
+            "pdb_allowed": np.asarray([b.disruptions_allowed for b in budgets], dtype=np.int64),
+        }
+        return out, [self.keys[r] for r in chosen]
+
+    def min_evictable_priority(self) -> int | None:
+        """The lowest priority of a bound pod preemption could evict (None: there is none)."""
+        high = self._high
+        alive = self.priority[:high][self.node[:high] >= 0]
+        low = int(alive.min()) if len(alive) else None
+        return low if low is not None and low < 2**62 else None

@@ -188,6 +188,15 @@ class SchedulingQueue:
                     out.append(qp)
             return out
 
+    def nominated(self) -> list[Obj]:
+        """Waiting pods an earlier preemption nominated to a node (their room is held)."""
+        with self._cond:
+            return [
+                qp.pod
+                for qp in self._pods.values()
+                if qp.where != "in_flight" and (qp.pod.get("status") or {}).get("nominatedNodeName")
+            ]
+
     def done_bound(self, qp: QueuedPod) -> None:
         """Bound (or the pod turned out bound already): it leaves the queue."""
         with self._cond:

@@ -23,7 +23,7 @@ from ksched.config import Config
 from ksched.cycle import Scheduler
 from ksched.handoff import Handoff
 from ksched.informer import Informer
-from ksched.kube import Obj, slim_namespace, slim_node, slim_pod, slim_pod_group
+from ksched.kube import Obj, slim_budget, slim_namespace, slim_node, slim_pod, slim_pod_group
 from ksched.kubeclient import Kube, load_configuration
 from ksched.leader import Leadership
 from ksched.pods import POD_GROUP_API
@@ -151,6 +151,7 @@ def start(
             name="podgroups",
             optional=True,
         ),
+        Informer(kube, "/apis/policy/v1/poddisruptionbudgets", slim_budget, state.on_budget, name="pdbs"),
     ]
 
     def checks() -> list[Check]:

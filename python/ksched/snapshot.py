@@ -20,6 +20,7 @@ from ksched.errors import KschedError, MalformedObjectError, QuantityError
 from ksched.kube import Obj, StringId, is_terminal, meta, name, object_key, spec, stable_key
 from ksched.pods import (
     CountedRequests,
+    DisruptionBudget,
     HostPort,
     PodInfo,
     PodRequests,
@@ -27,8 +28,10 @@ from ksched.pods import (
     parse_int64,
     pod_info,
     pod_requests,
+    priority,
+    start_time,
 )
-from ksched.podtable import PodTable
+from ksched.podtable import Evictable, PodTable
 from ksched.quantity import canonical, parse_quantity
 
 log = logging.getLogger(__name__)
@@ -106,6 +109,8 @@ class Snapshot:
     pods: PodTable = field(init=False)
     # Namespace -> labels, for affinity terms' namespaceSelector.
     namespaces: dict[str, dict[str, str]] = field(default_factory=dict)
+    # PodDisruptionBudgets, which preemption prefers not to violate.
+    budgets: list[DisruptionBudget] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.pods = PodTable(self.strings)
@@ -251,15 +256,25 @@ def apply_bound_pods(snapshot: Snapshot, pods: list[Obj]) -> Snapshot:
         i = snapshot.index.get(str(spec(pod).get("nodeName") or ""))
         if i is None or is_terminal(pod):
             continue
-        snapshot.pods.add(object_key(pod), i, safe_pod_info(pod))
         try:
-            usage.append((i, pod_requests(pod), host_ports(pod)))
+            reqs, ports = pod_requests(pod), host_ports(pod)
+            usage.append((i, reqs, ports))
+            snapshot.pods.add(object_key(pod), i, safe_pod_info(pod), evictable(pod, reqs, ports))
         except MalformedObjectError as err:
+            snapshot.pods.add(object_key(pod), i, safe_pod_info(pod))
             warning = f"bound pod counted without requests: {err}"
             log.warning("%s", warning)
             snapshot.warnings.append(warning)
             snapshot.arrays["pod_count"][i] += 1
     return add_usage(snapshot, usage)
+
+
+def evictable(pod: Obj, reqs: CountedRequests, ports: tuple[HostPort, ...]) -> Evictable | None:
+    """What preemption needs of a bound pod (None when its priority is malformed)."""
+    try:
+        return Evictable(priority(pod), start_time(pod), reqs, ports)
+    except MalformedObjectError:
+        return None
 
 
 def safe_pod_info(pod: Obj) -> PodInfo:

@@ -31,15 +31,26 @@ from ksched.kube import Obj, is_terminal, meta, name, object_key, spec
 from ksched.pods import (
     POD_GROUP_LABEL,
     CountedRequests,
+    DisruptionBudget,
     HostPort,
     PodGroup,
     PodInfo,
     PodRequests,
+    disruption_budget,
     host_ports,
     pod_group,
     pod_requests,
 )
-from ksched.snapshot import Snapshot, add_usage, build_snapshot, node_problem, remove_usage, safe_pod_info
+from ksched.podtable import Evictable
+from ksched.snapshot import (
+    Snapshot,
+    add_usage,
+    build_snapshot,
+    evictable,
+    node_problem,
+    remove_usage,
+    safe_pod_info,
+)
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +68,8 @@ class Usage:
     assumed: bool
     # Labels, namespace and affinity terms (pod-level plugins).
     info: PodInfo | None = None
+    # Priority and start time (preemption); None when not evictable.
+    evictable: Evictable | None = None
 
 
 def _usage_of(pod: Obj, assumed: bool) -> Usage:
@@ -73,6 +86,7 @@ def _usage_of(pod: Obj, assumed: bool) -> Usage:
         ports,
         assumed,
         safe_pod_info(pod),
+        evictable(pod, reqs, ports),
     )
 
 
@@ -90,6 +104,9 @@ class ClusterState:
         # PodGroups by namespace/name, and how many members of each are counted on nodes.
         self.pod_groups: dict[str, PodGroup] = {}
         self.group_bound: dict[str, int] = {}
+        # PodDisruptionBudgets (preemption), by namespace/name; ``budgets`` is the snapshot's list.
+        self._budgets: dict[str, DisruptionBudget] = {}
+        self.budgets: list[DisruptionBudget] = []
         self._snapshot: Snapshot | None = None
         self._reported: set[str] = set()
         self._lock = threading.Lock()
@@ -107,6 +124,9 @@ class ClusterState:
 
     def on_pod_group(self, kind: str, group: Obj, old: Obj | None) -> None:
         self.inbox.append(("podgroup", kind, group))
+
+    def on_budget(self, kind: str, pdb: Obj, old: Obj | None) -> None:
+        self.inbox.append(("pdb", kind, pdb))
 
     def forget(self, key: str, uid: str) -> None:
         """A bind failed: stop counting the assumed pod (unless the watch has confirmed it)."""
@@ -126,6 +146,8 @@ class ClusterState:
                 self._namespace(a, b)
             elif what == "podgroup":
                 self._pod_group(a, b)
+            elif what == "pdb":
+                self._budget(a, b)
             else:
                 self._forget(a, b)
 
@@ -137,11 +159,13 @@ class ClusterState:
         requests: CountedRequests,
         ports: tuple[HostPort, ...],
         info: PodInfo | None = None,
+        priority: int = 0,
     ) -> None:
         """Count a pod on the node ksched is about to bind it to."""
         if key in self.usage:
             self._remove(key)
-        self._add(key, Usage(node, uid, requests, ports, assumed=True, info=info))
+        e = Evictable(priority, time.time(), requests, ports)
+        self._add(key, Usage(node, uid, requests, ports, assumed=True, info=info, evictable=e))
         if self._recent_horizon_s:
             now = time.time()
             self.recent.append((now, node, requests))
@@ -166,9 +190,10 @@ class ClusterState:
             add_usage(
                 snap, [(index[u.node], u.requests, u.ports) for u in self.usage.values() if u.node in index]
             )
+            snap.budgets = self.budgets
             for key, u in self.usage.items():
                 if u.info is not None and u.node in index:
-                    snap.pods.add(key, index[u.node], u.info)
+                    snap.pods.add(key, index[u.node], u.info, u.evictable)
             self._snapshot = snap
         return self._snapshot
 
@@ -226,7 +251,7 @@ class ClusterState:
                 self._count_group(current, 1)
                 snap = self._snapshot
                 if snap is not None and node in snap.index:
-                    snap.pods.add(key, snap.index[node], info)
+                    snap.pods.add(key, snap.index[node], info, current.evictable)
             return
         if current is not None:
             self._remove(key)
@@ -250,6 +275,18 @@ class ClusterState:
             log.warning("pod group ignored: %s", err)
             self.pod_groups.pop(key, None)
 
+    def _budget(self, kind: str, obj: Obj) -> None:
+        key = object_key(obj)
+        if kind == "DELETED":
+            self._budgets.pop(key, None)
+        else:
+            try:
+                self._budgets[key] = disruption_budget(obj)
+            except MalformedObjectError as err:
+                log.warning("PodDisruptionBudget ignored: %s", err)
+                self._budgets.pop(key, None)
+        self.budgets[:] = list(self._budgets.values())
+
     def _count_group(self, usage: Usage, sign: int) -> None:
         if usage.info is None:
             return
@@ -272,7 +309,7 @@ class ClusterState:
             if i is not None:
                 add_usage(snap, [(i, usage.requests, usage.ports)])
                 if usage.info is not None:
-                    snap.pods.add(key, i, usage.info)
+                    snap.pods.add(key, i, usage.info, usage.evictable)
 
     def _remove(self, key: str) -> None:
         usage = self.usage.pop(key)

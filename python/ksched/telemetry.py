@@ -61,6 +61,17 @@ class Telemetry:
         )
         self.leader = Gauge("ksched_leader", "1 while this replica holds the lease.", registry=r)
         self.lost_leases = Counter("ksched_leader_lost_total", "Terms ended by a failed renewal.", registry=r)
+        # Upstream's preemption_victims / preemption_attempts_total, as counters.
+        self.preemption_attempts = Counter(
+            "ksched_preemption_attempts_total",
+            "Pods that fit nowhere and preempted lower-priority pods.",
+            registry=r,
+        )
+        self.preemption_victims = Counter(
+            "ksched_preemption_victims_total",
+            "Pods evicted to make room for higher-priority pods.",
+            registry=r,
+        )
         self.metric_age = Gauge(
             "ksched_metric_age_seconds", "Age of each live metric's newest sample.", ["metric"], registry=r
         )

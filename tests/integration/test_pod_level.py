@@ -188,3 +188,84 @@ def test_gang_without_its_pod_group_waits(cluster: local.ClusterState, kube: Kub
             assert not _bound(kube, ns)
     finally:
         delete_pods(kube, ns)
+
+
+def test_preemption_evicts_a_lower_priority_pod_and_the_preemptor_binds_there(
+    cluster: local.ClusterState, kube: Kube, tmp_path: Path
+) -> None:
+    ns = "podlevel-preempt"
+    ensure_namespace(kube, ns)
+    node = "preempt-node-0"
+    classes = {"ksched-test-low": 10, "ksched-test-high": 1000}
+    for name, value in classes.items():
+        kube.request(
+            "POST",
+            "/apis/scheduling.k8s.io/v1/priorityclasses",
+            body={
+                "apiVersion": "scheduling.k8s.io/v1",
+                "kind": "PriorityClass",
+                "metadata": {"name": name},
+                "value": value,
+            },
+        )
+    create(
+        kube,
+        [
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {
+                    "name": node,
+                    # KWOK runs the node's pods, and finishes deleting the evicted one.
+                    "annotations": {local.FAKE_NODE_ANNOTATION: "fake"},
+                    "labels": {"kubernetes.io/hostname": node, "ksched-test": "preempt"},
+                },
+                "spec": {"taints": [{"key": "ksched-test", "value": "preempt", "effect": "NoSchedule"}]},
+                "status": {"allocatable": {"cpu": "4", "memory": "16Gi", "pods": "110"}},
+            }
+        ],
+    )
+    toleration = [{"key": "ksched-test", "operator": "Equal", "value": "preempt", "effect": "NoSchedule"}]
+
+    def pod(name: str, cpu: str, klass: str, bound: bool) -> Obj:
+        p = make_pod(name, ns, cpu, "256Mi")
+        p["spec"].update(priorityClassName=klass, tolerations=toleration, terminationGracePeriodSeconds=0)
+        if bound:
+            p["spec"]["nodeName"] = node
+        else:
+            p["spec"]["nodeSelector"] = {"ksched-test": "preempt"}
+        return p
+
+    try:
+        assert wait_for(lambda: _node_ready(kube, node), 30)
+        create(kube, [pod("low-0", "1500m", "ksched-test-low", True)])
+        wait_for(lambda: _running(kube, ns, "low-0"), 20)
+        create(kube, [pod("low-1", "1500m", "ksched-test-low", True)])
+        assert wait_for(lambda: _running(kube, ns, "low-0") and _running(kube, ns, "low-1"), 30)
+        with ksched(cluster, tmp_path, "preempt", {"leaderElect": False}) as k:
+            assert wait_for(lambda: k.get("/readyz")[0] == 200, 30), k.output()
+            create(kube, [pod("urgent-0", "2000m", "ksched-test-high", False)])
+            # One victim is enough; of two equal victims the one that started later goes.
+            assert wait_for(lambda: _bound(kube, ns).get("urgent-0") == node, 60), k.output()
+            left = {p["metadata"]["name"] for p in pods_in(kube, ns)}
+            assert left == {"low-0", "urgent-0"}, left
+            preempted = events_for(kube, ns, "low-1", "Preempted")
+            assert preempted and preempted[-1]["note"].endswith(f"on node {node}"), preempted
+            assert k.metric("ksched_preemption_victims_total") == 1
+    finally:
+        delete_pods(kube, ns)
+        kube.request("DELETE", f"/api/v1/nodes/{node}")
+        for name in classes:
+            kube.request("DELETE", f"/apis/scheduling.k8s.io/v1/priorityclasses/{name}")
+
+
+def _node_ready(kube: Kube, name: str) -> bool:
+    n = kube.request("GET", f"/api/v1/nodes/{name}").json()
+    return any(
+        c["type"] == "Ready" and c["status"] == "True" for c in n.get("status", {}).get("conditions") or []
+    )
+
+
+def _running(kube: Kube, ns: str, name: str) -> bool:
+    p = kube.request("GET", f"/api/v1/namespaces/{ns}/pods/{name}").json()
+    return bool((p.get("status") or {}).get("phase") == "Running" and p["status"].get("startTime"))

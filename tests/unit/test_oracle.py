@@ -134,7 +134,8 @@ def clusters(draw: Any) -> tuple[list[Any], list[Any], list[Any], dict[str, dict
             p["spec"]["containers"][0]["ports"] = [{"containerPort": 80, "hostPort": 8080}]
         pending.append(p)
     strategy = draw(st.sampled_from(["LeastAllocated", "MostAllocated", "RequestedToCapacityRatio"]))
-    profile = ProfileConfig(fit_strategy=strategy, shape=((0, 0), (50, 7), (100, 10)))
+    # The reference covers filters and scores; preemption has its own tests.
+    profile = ProfileConfig(fit_strategy=strategy, shape=((0, 0), (50, 7), (100, 10)), preemption=False)
     metrics = METRICS if draw(st.booleans()) else ()
     return nodes, existing, pending, values, Config(profiles=(profile,), metrics=metrics)
 

@@ -7,6 +7,7 @@
 //! crate has no Python dependency and is tested with `cargo test` alone.
 
 pub mod balanced_allocation;
+pub mod default_preemption;
 pub mod error;
 pub mod inter_pod_affinity;
 pub mod metrics;
@@ -24,10 +25,12 @@ pub mod schedule;
 pub mod select;
 pub mod taint_toleration;
 
+pub use default_preemption::Victims;
 pub use error::EngineError;
 pub use model::{
     Classes, Labels, MetricSpec, Metrics, Missing, Nodes, Pods, Ports, Prefer, Profile, Selectors, Strategy, Taints, Tolerations,
 };
+pub use model::{Preemption, Reservations};
 pub use pod_table::{LabelSets, PodSelectors, PodTable, PodTerms, SpreadConstraints, TermSets};
 pub use schedule::{schedule_batch, Explanation, Outcome, ScheduleOptions};
 

@@ -262,6 +262,52 @@ pub struct Pods<'a> {
     /// Labels, namespaces and affinity terms of the bound and pending pods, for
     /// the pod-level plugins (None: they have nothing to act on).
     pub table: Option<crate::pod_table::PodTable<'a>>,
+    /// Priorities, preemption and nominated reservations (None: all pods of equal
+    /// priority and nothing nominated).
+    pub preemption: Option<Preemption<'a>>,
+}
+
+/// Pods nominated to a node by an earlier preemption and not placed yet: their
+/// requests are held on that node for pods of lower or equal priority.
+#[derive(Clone, Copy)]
+pub struct Reservations<'a> {
+    pub nodes: &'a [i64],
+    pub priorities: &'a [i64],
+    /// `count × resources`.
+    pub requests: &'a [i64],
+}
+
+#[derive(Clone, Copy)]
+pub struct Preemption<'a> {
+    /// Per pending pod.
+    pub priorities: &'a [i64],
+    /// 1 where the pod may preempt (`preemptionPolicy` is not `Never`).
+    pub allowed: &'a [u8],
+    /// The node an earlier preemption nominated, -1 for none.
+    pub nominated: &'a [i64],
+    pub victims: crate::default_preemption::Victims<'a>,
+    pub reservations: Reservations<'a>,
+}
+
+impl Preemption<'_> {
+    pub fn validate(&self, pods: usize, nodes: usize, resources: usize) -> Result<(), EngineError> {
+        check_len("pod priorities", self.priorities.len(), pods)?;
+        check_len("pod preemption allowed", self.allowed.len(), pods)?;
+        check_len("pod nominated nodes", self.nominated.len(), pods)?;
+        for &n in self.nominated {
+            if n >= 0 {
+                check_index("nominated node", n, nodes)?;
+            }
+        }
+        self.victims.validate(nodes, resources)?;
+        let r = &self.reservations;
+        check_len("reservation priorities", r.priorities.len(), r.nodes.len())?;
+        check_len("reservation requests", r.requests.len(), r.nodes.len() * resources)?;
+        for &n in r.nodes {
+            check_index("reservation node", n, nodes)?;
+        }
+        Ok(())
+    }
 }
 
 impl Pods<'_> {
@@ -349,6 +395,8 @@ pub struct Profile {
     pub filter_node_resources_fit: bool,
     pub filter_pod_topology_spread: bool,
     pub filter_inter_pod_affinity: bool,
+    /// DefaultPreemption (PostFilter).
+    pub preemption: bool,
 }
 
 impl Default for Profile {
@@ -373,6 +421,7 @@ impl Default for Profile {
             filter_node_resources_fit: true,
             filter_pod_topology_spread: true,
             filter_inter_pod_affinity: true,
+            preemption: true,
         }
     }
 }

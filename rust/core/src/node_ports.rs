@@ -10,7 +10,7 @@ pub const NAME: &str = "NodePorts";
 pub type HostPort = (u8, i32, i32);
 
 #[inline]
-fn conflict(wildcard: i32, a: HostPort, b: HostPort) -> bool {
+pub fn conflict(wildcard: i32, a: HostPort, b: HostPort) -> bool {
     a.0 == b.0 && a.2 == b.2 && (a.1 == wildcard || b.1 == wildcard || a.1 == b.1)
 }
 

@@ -21,8 +21,8 @@ use crate::pod_table::PodTable;
 use crate::reasons::{self, FEASIBLE, NODE_AFFINITY_PREFILTER};
 use crate::select::{tie_key, Best};
 use crate::{
-    balanced_allocation, inter_pod_affinity, metrics, node_affinity, node_name, node_ports, node_resources_fit, node_unschedulable,
-    normalize, pod_topology_spread, taint_toleration,
+    balanced_allocation, default_preemption, inter_pod_affinity, metrics, node_affinity, node_name, node_ports, node_resources_fit,
+    node_unschedulable, normalize, pod_topology_spread, taint_toleration,
 };
 
 /// `Outcome::nodes` value of a pod that fits no node.
@@ -74,6 +74,11 @@ pub struct Outcome {
     pub reason_codes: Vec<u32>,
     pub reason_counts: Vec<i64>,
     pub explanation: Option<Explanation>,
+    /// Node nominated by preemption per pod (-1 for none), and the chosen
+    /// victims (`Victims` indices) per pod.
+    pub nominated: Vec<i64>,
+    pub victim_offsets: Vec<i64>,
+    pub victims: Vec<i64>,
 }
 
 /// Node-level filter verdicts and raw scores of one constraint class.
@@ -107,6 +112,12 @@ struct BatchState {
     on_nodes: Vec<(u32, u32)>,
     /// The subset with affinity terms.
     affine: Vec<(u32, u32)>,
+    /// Per node: the reservations (nominated pods) held on it.
+    reserved: Vec<Vec<usize>>,
+    /// Per node: the evictable bound pods (`Victims` indices) on it.
+    victims_on: Vec<Vec<usize>>,
+    /// Victims a preemption earlier in the batch already chose.
+    taken: Vec<bool>,
 }
 
 /// The pod-level plugins' state for one pod (their PreFilter and PreScore).
@@ -161,6 +172,7 @@ struct PodView<'p> {
     balanced: bool,
     /// The balance without the pod is the node's cached one.
     balanced_node_only: bool,
+    priority: i64,
 }
 
 struct NodeScores {
@@ -242,7 +254,36 @@ impl Engine<'_, '_> {
             has_ports: !row(self.pods.host_ports.offsets, index).is_empty(),
             balanced: self.profile.balanced_weight != 0 && balanced_allocation::applies(&self.profile.balanced_resources, request),
             balanced_node_only: balanced_allocation::node_only(&self.profile.balanced_resources, request),
+            priority: self.pods.preemption.as_ref().map_or(0, |pre| pre.priorities[index]),
         }
+    }
+
+    /// The node's requested resources and pod count for a pod's filters: the
+    /// batch's, plus the reservations of nominated pods of equal or higher priority.
+    #[inline]
+    fn requested_for_filter<'s>(&self, state: &'s BatchState, pod: &PodView, node: usize, buf: &'s mut Vec<i64>) -> (&'s [i64], i64) {
+        let r = self.resources;
+        let requested = &state.requested[node * r..(node + 1) * r];
+        let reserved = &state.reserved[node];
+        if reserved.is_empty() {
+            return (requested, state.pod_count[node]);
+        }
+        let res = &self
+            .pods
+            .preemption
+            .as_ref()
+            .expect("reservations imply preemption data")
+            .reservations;
+        buf.clear();
+        buf.extend_from_slice(requested);
+        let mut count = state.pod_count[node];
+        for &k in reserved {
+            if res.priorities[k] >= pod.priority {
+                buf.iter_mut().zip(&res.requests[k * r..(k + 1) * r]).for_each(|(b, &q)| *b += q);
+                count += 1;
+            }
+        }
+        (&buf[..], count)
     }
 
     /// Filters, then the per-node scores that need no normalization.
@@ -273,12 +314,14 @@ impl Engine<'_, '_> {
         let r = self.resources;
         let allocatable = &self.nodes.allocatable[node * r..(node + 1) * r];
         let requested = &state.requested[node * r..(node + 1) * r];
+        let mut buf = Vec::new();
+        let (filter_requested, filter_count) = self.requested_for_filter(state, pod, node, &mut buf);
         if p.filter_node_resources_fit
             && !node_resources_fit::filter(
                 allocatable,
-                requested,
+                filter_requested,
                 self.nodes.allowed_pods[node],
-                state.pod_count[node],
+                filter_count,
                 pod.request,
                 &pod.columns,
                 report,
@@ -762,6 +805,11 @@ impl<'a> Engine<'a, '_> {
     /// The pod-level plugins' PreFilter and PreScore for a pod, or None when
     /// none of them has anything to do for it (then the signature caches hold).
     fn pod_level(&self, state: &BatchState, pod: &PodView) -> Option<PodLevel> {
+        self.pod_level_on(pod, &state.on_nodes, &state.affine)
+    }
+
+    /// `pod_level` with the pods on nodes given (preemption removes some).
+    fn pod_level_on(&self, pod: &PodView, on_nodes: &[(u32, u32)], affine: &[(u32, u32)]) -> Option<PodLevel> {
         let table = self.pods.table.as_ref()?;
         let p = self.profile;
         let pod_row = table.bound + pod.index;
@@ -771,7 +819,7 @@ impl<'a> Engine<'a, '_> {
         let ctx = pod_topology_spread::Context {
             table,
             nodes,
-            placed: &state.on_nodes,
+            placed: on_nodes,
             row: pod_row,
             index: pod.index,
             include: &include,
@@ -783,12 +831,12 @@ impl<'a> Engine<'a, '_> {
         };
         let spread_scores = p.pod_topology_spread_weight != 0 && row(sp.offsets, pod.index).any(|c| sp.hard[c] == 0);
         let affinity = if p.filter_inter_pod_affinity {
-            inter_pod_affinity::prefilter(table, nodes, &state.on_nodes, &state.affine, pod_row)
+            inter_pod_affinity::prefilter(table, nodes, on_nodes, affine, pod_row)
         } else {
             None
         };
         let affinity_scores = if p.inter_pod_affinity_weight != 0 {
-            inter_pod_affinity::prescore(table, nodes, &state.on_nodes, &state.affine, pod_row, p.hard_pod_affinity_weight)
+            inter_pod_affinity::prescore(table, nodes, on_nodes, affine, pod_row, p.hard_pod_affinity_weight)
         } else {
             None
         };
@@ -853,6 +901,122 @@ impl<'a> Engine<'a, '_> {
     }
 }
 
+impl Engine<'_, '_> {
+    /// DefaultPreemption for a pod that fits nowhere: the candidate node and its
+    /// victims, or None (not allowed, nothing to evict, or no node it would fit).
+    fn preempt(
+        &self,
+        state: &BatchState,
+        cache: &ClassCache,
+        pod: &PodView,
+        sig: &SignatureCache,
+    ) -> Option<default_preemption::Candidate> {
+        let pre = self.pods.preemption.as_ref()?;
+        if !self.profile.preemption || pre.allowed[pod.index] == 0 {
+            return None;
+        }
+        let v = &pre.victims;
+        // A pod whose earlier preemption is still evicting waits for it (upstream PodEligibleToPreemptOthers).
+        let nominated = pre.nominated[pod.index];
+        if nominated >= 0
+            && state.victims_on[nominated as usize]
+                .iter()
+                .any(|&i| v.terminating[i] != 0 && v.priorities[i] < pod.priority)
+        {
+            return None;
+        }
+        let w = reason_slots(self.resources);
+        let mut candidates = Vec::new();
+        for node in 0..self.nodes.count {
+            let e = sig.evals[node];
+            if e.feasible || e.reasons == 0 || !default_preemption::resolvable(sig.reasons[node * w], self.resources) {
+                continue;
+            }
+            let on_node: Vec<usize> = state.victims_on[node].iter().copied().filter(|&i| !state.taken[i]).collect();
+            let mut fits = |removed: &[usize]| self.fits_without(state, cache, pod, node, removed, v);
+            if let Some(c) = default_preemption::select_victims(v, node, &on_node, pod.priority, &mut fits) {
+                candidates.push(c);
+            }
+        }
+        let best = default_preemption::pick(v, &candidates)?;
+        Some(candidates.swap_remove(best))
+    }
+
+    /// Whether the pod passes every filter on `node` with the `removed` victims gone.
+    fn fits_without(
+        &self,
+        state: &BatchState,
+        cache: &ClassCache,
+        pod: &PodView,
+        node: usize,
+        removed: &[usize],
+        v: &default_preemption::Victims,
+    ) -> bool {
+        if cache.codes[node] != FEASIBLE as u8 || state.metric_codes[node] != FEASIBLE {
+            return false;
+        }
+        let p = self.profile;
+        if p.filter_node_ports && pod.has_ports {
+            let used = &self.nodes.used_ports;
+            let mut ports: Vec<HostPort> = row(used.offsets, node)
+                .map(|j| (used.protocols[j], used.ips[j], used.ports[j]))
+                .chain(state.placed_ports[node].iter().copied())
+                .collect();
+            for &i in removed {
+                for j in row(v.ports.offsets, i) {
+                    let port = (v.ports.protocols[j], v.ports.ips[j], v.ports.ports[j]);
+                    if let Some(k) = ports.iter().position(|&q| q == port) {
+                        ports.swap_remove(k);
+                    }
+                }
+            }
+            let hp = &self.pods.host_ports;
+            let wildcard = self.nodes.wildcard_ip;
+            for i in row(hp.offsets, pod.index) {
+                let want = (hp.protocols[i], hp.ips[i], hp.ports[i]);
+                if want.2 > 0 && ports.iter().any(|&q| node_ports::conflict(wildcard, want, q)) {
+                    return false;
+                }
+            }
+        }
+        let r = self.resources;
+        let mut buf = Vec::new();
+        let (requested, count) = self.requested_for_filter(state, pod, node, &mut buf);
+        let mut requested = requested.to_vec();
+        for &i in removed {
+            for (c, q) in requested.iter_mut().enumerate() {
+                if default_preemption::counted(&v.requests[i * r..(i + 1) * r], c) {
+                    *q -= v.requests[i * r + c];
+                }
+            }
+        }
+        if p.filter_node_resources_fit
+            && !node_resources_fit::filter(
+                &self.nodes.allocatable[node * r..(node + 1) * r],
+                &requested,
+                self.nodes.allowed_pods[node],
+                count - removed.len() as i64,
+                pod.request,
+                &pod.columns,
+                &mut |_| {},
+            )
+        {
+            return false;
+        }
+        if self.pods.table.is_some() {
+            let gone: std::collections::HashSet<u32> = removed.iter().filter(|&&i| v.rows[i] >= 0).map(|&i| v.rows[i] as u32).collect();
+            let on_nodes: Vec<(u32, u32)> = state.on_nodes.iter().copied().filter(|(row, _)| !gone.contains(row)).collect();
+            let affine: Vec<(u32, u32)> = state.affine.iter().copied().filter(|(row, _)| !gone.contains(row)).collect();
+            if let Some(pl) = self.pod_level_on(pod, &on_nodes, &affine) {
+                if pl.filter(self.nodes, node) != FEASIBLE {
+                    return false;
+                }
+            }
+        }
+        true
+    }
+}
+
 /// The feasible node with the highest total; among equal totals, the highest
 /// tie key (the first such node if keys collide). Two flat passes: the maximum,
 /// then the tie keys of the nodes that reach it.
@@ -888,6 +1052,15 @@ fn signature(engine: &Engine, pod: &PodView) -> Vec<i64> {
     key.extend_from_slice(pod.nonzero_request);
     for i in row(ports.offsets, pod.index) {
         key.extend([ports.protocols[i] as i64, ports.ips[i] as i64, ports.ports[i] as i64]);
+    }
+    // Which reservations hold back a node depends on the pod's priority.
+    if engine
+        .pods
+        .preemption
+        .as_ref()
+        .is_some_and(|pre| !pre.reservations.nodes.is_empty())
+    {
+        key.push(pod.priority);
     }
     key
 }
@@ -976,7 +1149,20 @@ fn schedule_on_this_thread(
         herd: metrics_in.specs.iter().any(|s| s.herd.is_some()),
         on_nodes: Vec::new(),
         affine: Vec::new(),
+        reserved: vec![Vec::new(); n],
+        victims_on: vec![Vec::new(); n],
+        taken: Vec::new(),
     };
+    if let Some(pre) = &pods.preemption {
+        pre.validate(pods.count, n, nodes.resources)?;
+        for (k, &node) in pre.reservations.nodes.iter().enumerate() {
+            state.reserved[node as usize].push(k);
+        }
+        for (i, &node) in pre.victims.nodes.iter().enumerate() {
+            state.victims_on[node as usize].push(i);
+        }
+        state.taken = vec![false; pre.victims.count];
+    }
     if let Some(table) = &pods.table {
         state.on_nodes = (0..table.bound).map(|r| (r as u32, table.nodes[r] as u32)).collect();
         state.affine = state
@@ -1007,6 +1193,7 @@ fn schedule_on_this_thread(
     let mut signatures: HashMap<Vec<i64>, SignatureCache> = HashMap::new();
     let mut outcome = Outcome {
         reason_offsets: vec![0],
+        victim_offsets: vec![0],
         ..Outcome::default()
     };
 
@@ -1016,6 +1203,8 @@ fn schedule_on_this_thread(
             outcome.scores.push(f64::NAN);
             outcome.feasible.push(0);
             outcome.reason_offsets.push(outcome.reason_codes.len() as i64);
+            outcome.nominated.push(-1);
+            outcome.victim_offsets.push(outcome.victims.len() as i64);
             continue;
         }
         let pod = engine.pod_view(index);
@@ -1067,10 +1256,21 @@ fn schedule_on_this_thread(
         }
         outcome.reason_offsets.push(outcome.reason_codes.len() as i64);
         outcome.feasible.push(sig.feasible as i64);
+        let mut nominated = -1;
         match best {
             None => {
                 outcome.nodes.push(UNSCHEDULABLE);
                 outcome.scores.push(f64::NAN);
+                if let Some(c) = engine.preempt(&state, cache, &pod, sig) {
+                    nominated = c.node as i64;
+                    for &v in &c.victims {
+                        state.taken[v] = true;
+                        outcome.victims.push(v as i64);
+                    }
+                    // The nominated pod holds its place for the rest of the batch
+                    // (upstream adds nominated pods to their node for lower priorities).
+                    commit(&engine, &mut state, &pod, c.node);
+                }
             }
             Some(b) => {
                 commit(&engine, &mut state, &pod, b.node);
@@ -1078,6 +1278,8 @@ fn schedule_on_this_thread(
                 outcome.scores.push(b.total);
             }
         }
+        outcome.nominated.push(nominated);
+        outcome.victim_offsets.push(outcome.victims.len() as i64);
     }
     Ok(outcome)
 }
@@ -1203,7 +1405,7 @@ fn explain(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{MetricSpec, Metrics, Missing, Prefer, CPU, EFFECT_NO_SCHEDULE, MEMORY, PROTOCOL_TCP};
+    use crate::model::{MetricSpec, Metrics, Missing, Ports, Prefer, CPU, EFFECT_NO_SCHEDULE, MEMORY, PROTOCOL_TCP};
     use crate::reasons::{insufficient, metric, METRIC_ABOVE, NODE_PORTS, TAINT_TOLERATION};
     use crate::test_support::{NodeBuilder, OwnedClasses, OwnedPodTable, OwnedPods, TestPod, TestSpread};
 
@@ -1406,6 +1608,95 @@ mod tests {
         // ScheduleAnyway does not filter, but scores the emptier zone higher.
         let out = run_with_table(&zoned(4, 3), 2, &web_table(2, -1, vec![(1, 1, ZONE, 0, 0)]));
         assert!(out.nodes.contains(&3), "one of two pods goes to zone B: {:?}", out.nodes);
+    }
+
+    #[test]
+    fn preemption_evicts_the_fewest_lowest_priority_pods_and_reserves_the_node() {
+        // Two 4-cpu nodes. Node 0 runs pods of priority 1, 1 and 5 (1 cpu each) with
+        // 1 cpu free; node 1 is full with one 4-cpu pod of priority 5. A 2-cpu pod of
+        // priority 10 fits nowhere: on node 0 evicting one priority-1 pod frees enough.
+        let mut b = NodeBuilder::default();
+        b.node(|n| {
+            n.requested[CPU] = 3000;
+            n.pod_count = 3;
+        });
+        b.node(|n| {
+            n.requested[CPU] = 4000;
+            n.pod_count = 1;
+        });
+        let nodes = b.build();
+        let mut classes = OwnedClasses::default();
+        classes.add(|_| {});
+        let test_pods = vec![pod(2000, 1), pod(1000, 2)];
+        let owned = OwnedPods::new(&test_pods);
+        let mut pods = owned.view();
+        let r = 4;
+        let mut requests = vec![0i64; 4 * r];
+        for (i, cpu) in [1000, 1000, 1000, 4000].into_iter().enumerate() {
+            requests[i * r + CPU] = cpu;
+        }
+        let none = Ports {
+            offsets: &[0, 0, 0, 0, 0],
+            protocols: &[],
+            ips: &[],
+            ports: &[],
+        };
+        let victims = crate::default_preemption::Victims {
+            count: 4,
+            rows: &[-1, -1, -1, -1],
+            nodes: &[0, 0, 0, 1],
+            priorities: &[1, 1, 5, 5],
+            requests: &requests,
+            start_times: &[10, 20, 0, 0],
+            terminating: &[0, 0, 0, 0],
+            ports: none,
+            pdb_offsets: &[0, 0, 0, 0, 0],
+            pdbs: &[],
+            pdb_allowed: &[],
+        };
+        pods.preemption = Some(crate::model::Preemption {
+            priorities: &[10, 0],
+            allowed: &[1, 1],
+            nominated: &[-1, -1],
+            victims,
+            reservations: crate::model::Reservations {
+                nodes: &[],
+                priorities: &[],
+                requests: &[],
+            },
+        });
+        let out = schedule_batch(
+            &nodes.view(),
+            &classes.view(),
+            &pods,
+            &no_metrics(),
+            &Profile::default(),
+            &ScheduleOptions::default(),
+        )
+        .unwrap();
+        assert_eq!(out.nodes[0], UNSCHEDULABLE);
+        assert_eq!(out.nominated[0], 0);
+        // Of the two priority-1 pods the one that started later goes.
+        assert_eq!(&out.victims[row(&out.victim_offsets, 0)], &[1]);
+        // The 1-cpu pod of priority 0 would have fit node 0; the nomination holds it.
+        assert_eq!(out.nodes[1], UNSCHEDULABLE, "node 0 is held for the nominated pod");
+        assert_eq!(out.nominated[1], -1);
+
+        // preemptionPolicy: Never.
+        if let Some(pre) = pods.preemption.as_mut() {
+            pre.allowed = &[0, 1];
+        }
+        let out = schedule_batch(
+            &nodes.view(),
+            &classes.view(),
+            &pods,
+            &no_metrics(),
+            &Profile::default(),
+            &ScheduleOptions::default(),
+        )
+        .unwrap();
+        assert_eq!(out.nominated[0], -1);
+        assert_eq!(out.nodes[1], 0);
     }
 
     #[test]

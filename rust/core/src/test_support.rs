@@ -444,6 +444,7 @@ impl OwnedPods {
             keys: &self.keys,
             host_ports: self.ports.view(),
             table: None,
+            preemption: None,
         }
     }
 }

@@ -69,6 +69,7 @@ pub fn profile(dict: &Bound<'_, PyDict>) -> PyResult<Profile> {
         filter_node_resources_fit: filters[5],
         filter_pod_topology_spread: filters[6],
         filter_inter_pod_affinity: filters[7],
+        preemption: value(dict, "preemption")?,
     })
 }
 
@@ -129,6 +130,9 @@ pub fn outcome<'py>(py: Python<'py>, out: Outcome) -> PyResult<Bound<'py, PyDict
     d.set_item("reason_offsets", PyArray1::from_vec(py, out.reason_offsets))?;
     d.set_item("reason_codes", PyArray1::from_vec(py, out.reason_codes))?;
     d.set_item("reason_counts", PyArray1::from_vec(py, out.reason_counts))?;
+    d.set_item("nominated", PyArray1::from_vec(py, out.nominated))?;
+    d.set_item("victim_offsets", PyArray1::from_vec(py, out.victim_offsets))?;
+    d.set_item("victims", PyArray1::from_vec(py, out.victims))?;
     match out.explanation {
         Some(ex) => d.set_item("explanation", explanation(py, ex)?)?,
         None => d.set_item("explanation", py.None())?,

@@ -13,8 +13,8 @@ use pyo3::types::PyDict;
 
 use convert::{array, slice};
 use ksched_core::{
-    Classes, LabelSets, Labels, Metrics, Nodes, PodSelectors, PodTable, PodTerms, Pods, Ports, ScheduleOptions, Selectors,
-    SpreadConstraints, Taints, TermSets, Tolerations,
+    Classes, LabelSets, Labels, Metrics, Nodes, PodSelectors, PodTable, PodTerms, Pods, Ports, Preemption, Reservations, ScheduleOptions,
+    Selectors, SpreadConstraints, Taints, TermSets, Tolerations, Victims,
 };
 
 /// Schedule one batch of pending pods against the node table.
@@ -270,6 +270,70 @@ fn schedule<'py>(
             int_values: slice("req_int_values", &req_int_values)?,
         },
     };
+    let pre_dict = match pods.get_item("preemption")? {
+        Some(t) if !t.is_none() => Some(t.cast_into::<PyDict>()?),
+        _ => None,
+    };
+    let pre = pre_dict.as_ref().unwrap_or(&empty);
+    let has_pre = pre_dict.is_some();
+    macro_rules! pre_arrays {
+        ($($name:ident : $ty:ty),* $(,)?) => {
+            $( let $name = if has_pre { Some(array::<$ty>(pre, stringify!($name))?) } else { None }; )*
+        };
+    }
+    pre_arrays!(
+        pod_priorities: i64,
+        pod_preempt: u8,
+        pod_nominated: i64,
+        v_rows: i64,
+        v_nodes: i64,
+        v_priorities: i64,
+        v_requests: i64,
+        v_start_times: i64,
+        v_terminating: u8,
+        v_port_offsets: i64,
+        v_port_protocols: u8,
+        v_port_ips: i32,
+        v_port_ports: i32,
+        v_pdb_offsets: i64,
+        v_pdbs: i64,
+        pdb_allowed: i64,
+        r_nodes: i64,
+        r_priorities: i64,
+        r_requests: i64,
+    );
+    let preemption = if has_pre {
+        Some(Preemption {
+            priorities: s!(pod_priorities),
+            allowed: s!(pod_preempt),
+            nominated: s!(pod_nominated),
+            victims: Victims {
+                count: convert::value(pre, "victims")?,
+                rows: s!(v_rows),
+                nodes: s!(v_nodes),
+                priorities: s!(v_priorities),
+                requests: s!(v_requests),
+                start_times: s!(v_start_times),
+                terminating: s!(v_terminating),
+                ports: Ports {
+                    offsets: s!(v_port_offsets),
+                    protocols: s!(v_port_protocols),
+                    ips: s!(v_port_ips),
+                    ports: s!(v_port_ports),
+                },
+                pdb_offsets: s!(v_pdb_offsets),
+                pdbs: s!(v_pdbs),
+                pdb_allowed: s!(pdb_allowed),
+            },
+            reservations: Reservations {
+                nodes: s!(r_nodes),
+                priorities: s!(r_priorities),
+                requests: s!(r_requests),
+            },
+        })
+    } else {
+        None
+    };
     let pod_view = Pods {
         count: p_count,
         requests: slice("requests", &requests)?,
@@ -283,6 +347,7 @@ fn schedule<'py>(
             ports: slice("hp_ports", &hp_ports)?,
         },
         table,
+        preemption,
     };
     let metrics = Metrics {
         values: slice("metric_values", &metric_values)?,

@@ -1,0 +1,248 @@
+//! DefaultPreemption (PostFilter), as upstream (`plugins/defaultpreemption`
+//! and `framework/preemption`): for a pod that fits nowhere, on every node
+//! whose failure removing pods could resolve, remove the pods of lower
+//! priority, check the pod fits, then reprieve as many as possible (PodDisruptionBudget
+//! violators first, higher priority first); pick the node with the fewest
+//! PDB violations, then the lowest highest victim priority, the lowest sum of
+//! priorities, the fewest victims, the latest start of its most important
+//! victims, then the first node.
+
+use crate::error::{check_index, check_len, check_offsets, EngineError};
+use crate::model::{row, Ports, FIRST_SCALAR};
+use crate::reasons::{self, FIRST_INSUFFICIENT};
+
+pub const NAME: &str = "DefaultPreemption";
+
+/// Bound pods that a preemptor may evict (the caller passes the pods of lower
+/// priority than some pending preemptor).
+#[derive(Clone, Copy)]
+pub struct Victims<'a> {
+    pub count: usize,
+    /// Row in the pod table (for the pod-level plugins), -1 when there is none.
+    pub rows: &'a [i64],
+    pub nodes: &'a [i64],
+    pub priorities: &'a [i64],
+    /// `count × resources`.
+    pub requests: &'a [i64],
+    /// Start time (any monotonic unit); earlier is more important at equal priority.
+    pub start_times: &'a [i64],
+    /// 1 for a pod already being deleted.
+    pub terminating: &'a [u8],
+    pub ports: Ports<'a>,
+    /// Victim -> the PodDisruptionBudgets that select it.
+    pub pdb_offsets: &'a [i64],
+    pub pdbs: &'a [i64],
+    /// Each PDB's `status.disruptionsAllowed`.
+    pub pdb_allowed: &'a [i64],
+}
+
+impl Victims<'_> {
+    pub fn validate(&self, nodes: usize, resources: usize) -> Result<(), EngineError> {
+        let c = self.count;
+        check_len("victim rows", self.rows.len(), c)?;
+        check_len("victim nodes", self.nodes.len(), c)?;
+        check_len("victim priorities", self.priorities.len(), c)?;
+        check_len("victim requests", self.requests.len(), c * resources)?;
+        check_len("victim start times", self.start_times.len(), c)?;
+        check_len("victim terminating", self.terminating.len(), c)?;
+        check_offsets("victim ports", self.ports.offsets, c, self.ports.ports.len())?;
+        check_len("victim port protocols", self.ports.protocols.len(), self.ports.ports.len())?;
+        check_len("victim port ips", self.ports.ips.len(), self.ports.ports.len())?;
+        check_offsets("victim pdb offsets", self.pdb_offsets, c, self.pdbs.len())?;
+        for &n in self.nodes {
+            check_index("victim node", n, nodes)?;
+        }
+        for &p in self.pdbs {
+            check_index("victim pdb", p, self.pdb_allowed.len())?;
+        }
+        Ok(())
+    }
+
+    /// Upstream `MoreImportantPod`: higher priority, then earlier start.
+    fn more_important(&self, a: usize, b: usize) -> std::cmp::Ordering {
+        self.priorities[b]
+            .cmp(&self.priorities[a])
+            .then(self.start_times[a].cmp(&self.start_times[b]))
+    }
+}
+
+/// Whether removing pods can resolve a node's failure (upstream `Unschedulable`,
+/// as opposed to `UnschedulableAndUnresolvable`).
+pub fn resolvable(code: u32, resources: usize) -> bool {
+    matches!(
+        code,
+        reasons::NODE_PORTS | reasons::TOO_MANY_PODS | reasons::SPREAD | reasons::POD_ANTI_AFFINITY | reasons::EXISTING_ANTI_AFFINITY
+    ) || (FIRST_INSUFFICIENT..FIRST_INSUFFICIENT + resources as u32).contains(&code)
+}
+
+/// A node where preemption makes the pod fit.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Candidate {
+    pub node: usize,
+    /// Most important first.
+    pub victims: Vec<usize>,
+    pub pdb_violations: usize,
+}
+
+/// Upstream `filterPodsWithPDBViolation`: split pods (in order) into those whose
+/// eviction would exceed a budget and the rest.
+fn split_by_pdb(v: &Victims, pods: &[usize]) -> (Vec<usize>, Vec<usize>) {
+    let mut allowed = v.pdb_allowed.to_vec();
+    let (mut violating, mut fine) = (Vec::new(), Vec::new());
+    for &p in pods {
+        let mut violated = false;
+        for j in row(v.pdb_offsets, p) {
+            let k = v.pdbs[j] as usize;
+            allowed[k] -= 1;
+            violated |= allowed[k] < 0;
+        }
+        if violated {
+            violating.push(p);
+        } else {
+            fine.push(p);
+        }
+    }
+    (violating, fine)
+}
+
+/// Upstream `SelectVictimsOnNode`. `on_node` are the node's evictable pods;
+/// `fits(removed)` says whether the preemptor fits with those pods removed.
+pub fn select_victims(
+    v: &Victims,
+    node: usize,
+    on_node: &[usize],
+    priority: i64,
+    fits: &mut impl FnMut(&[usize]) -> bool,
+) -> Option<Candidate> {
+    let mut potential: Vec<usize> = on_node.iter().copied().filter(|&i| v.priorities[i] < priority).collect();
+    if potential.is_empty() || !fits(&potential) {
+        return None;
+    }
+    potential.sort_by(|&a, &b| v.more_important(a, b));
+    let (violating, fine) = split_by_pdb(v, &potential);
+    let mut removed = potential;
+    let mut victims = Vec::new();
+    let mut pdb_violations = 0;
+    for (list, counts) in [(violating, true), (fine, false)] {
+        for p in list {
+            removed.retain(|&x| x != p);
+            if !fits(&removed) {
+                removed.push(p);
+                victims.push(p);
+                pdb_violations += counts as usize;
+            }
+        }
+    }
+    victims.sort_by(|&a, &b| v.more_important(a, b));
+    Some(Candidate {
+        node,
+        victims,
+        pdb_violations,
+    })
+}
+
+/// Upstream `pickOneNodeForPreemption` over candidates in node order.
+pub fn pick(v: &Victims, candidates: &[Candidate]) -> Option<usize> {
+    if let Some(i) = candidates.iter().position(|c| c.victims.is_empty()) {
+        return Some(i);
+    }
+    // Offset keeps negative priorities positive, as upstream's MaxInt32 + 1.
+    let offset = i32::MAX as i64 + 1;
+    let key = |c: &Candidate| {
+        let highest = v.priorities[c.victims[0]];
+        let sum: i64 = c.victims.iter().map(|&p| v.priorities[p] + offset).sum();
+        // The earliest start among the most important victims: later is better.
+        let earliest = c
+            .victims
+            .iter()
+            .filter(|&&p| v.priorities[p] == highest)
+            .map(|&p| v.start_times[p])
+            .min()
+            .unwrap_or(i64::MAX);
+        (c.pdb_violations, highest, sum, c.victims.len(), std::cmp::Reverse(earliest))
+    };
+    (0..candidates.len()).min_by_key(|&i| key(&candidates[i]))
+}
+
+/// Resource columns a victim's request occupies (cpu, memory, storage when positive; scalars when non-zero).
+pub fn counted(request: &[i64], column: usize) -> bool {
+    if column < FIRST_SCALAR {
+        request[column] > 0
+    } else {
+        request[column] != 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn victims<'a>(priorities: &'a [i64], starts: &'a [i64], pdbs: (&'a [i64], &'a [i64], &'a [i64])) -> Victims<'a> {
+        Victims {
+            count: priorities.len(),
+            rows: &[],
+            nodes: &[],
+            priorities,
+            requests: &[],
+            start_times: starts,
+            terminating: &[],
+            ports: Ports {
+                offsets: &[],
+                protocols: &[],
+                ips: &[],
+                ports: &[],
+            },
+            pdb_offsets: pdbs.0,
+            pdbs: pdbs.1,
+            pdb_allowed: pdbs.2,
+        }
+    }
+
+    #[test]
+    fn reprieves_the_most_important_pods_that_can_stay() {
+        // Four pods of 1 unit each on a node with room for the preemptor only if two leave.
+        let prio = [5, 1, 3, 1];
+        let starts = [0, 0, 0, 1];
+        let offsets = [0, 0, 0, 0, 0];
+        let v = victims(&prio, &starts, (&offsets, &[], &[]));
+        let mut fits = |removed: &[usize]| removed.len() >= 2;
+        let c = select_victims(&v, 0, &[0, 1, 2, 3], 10, &mut fits).unwrap();
+        // Pods 0 (prio 5) and 2 (prio 3) are reprieved; the two of priority 1 go.
+        assert_eq!(c.victims, vec![1, 3]);
+        assert_eq!(c.pdb_violations, 0);
+        // Nothing of lower priority: not a candidate.
+        assert!(select_victims(&v, 0, &[0, 1, 2, 3], 1, &mut fits).is_none());
+    }
+
+    #[test]
+    fn pdb_violators_are_reprieved_first_and_counted() {
+        let prio = [1, 1];
+        let starts = [0, 1];
+        // Pod 0 is covered by a budget with no disruptions allowed.
+        let v = victims(&prio, &starts, (&[0, 1, 1], &[0], &[0]));
+        let mut fits = |removed: &[usize]| !removed.is_empty();
+        let c = select_victims(&v, 0, &[0, 1], 10, &mut fits).unwrap();
+        assert_eq!(c.victims, vec![1], "the violator stays, the other goes");
+        assert_eq!(c.pdb_violations, 0);
+    }
+
+    #[test]
+    fn pick_prefers_fewer_violations_then_lower_priorities() {
+        let prio = [1, 2, 1, 1];
+        let starts = [0, 0, 5, 3];
+        let v = victims(&prio, &starts, (&[0, 0, 0, 0, 0], &[], &[]));
+        let c = |node, victims: Vec<usize>, pdb_violations| Candidate {
+            node,
+            victims,
+            pdb_violations,
+        };
+        assert_eq!(pick(&v, &[c(0, vec![0], 1), c(1, vec![1], 0)]), Some(1));
+        assert_eq!(
+            pick(&v, &[c(0, vec![1], 0), c(1, vec![0, 2], 0)]),
+            Some(1),
+            "lower highest priority"
+        );
+        assert_eq!(pick(&v, &[c(0, vec![0, 2], 0), c(1, vec![3], 0)]), Some(1), "lower sum");
+        assert_eq!(pick(&v, &[c(0, vec![3], 0), c(1, vec![2], 0)]), Some(1), "later start");
+    }
+}
