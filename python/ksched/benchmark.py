@@ -268,3 +268,141 @@ def run_bench(
         reference_speedup=reference_speedup(seed) if with_reference else None,
         reference_workload=f"{REFERENCE_NODES} nodes x {REFERENCE_PODS} pods",
     )
+
+
+# -- pod-level workloads, shaped like kube-scheduler's scheduler_perf ----------
+#
+# Each mirrors a scheduler_perf test case at 5,000 nodes (nodes of 4 cpu,
+# 32Gi, 110 pods; pods of 100m / 500Mi): ``initPods`` are placed first
+# (not timed), then ``measurePods`` are timed. The thresholds are the ones
+# the ksched issue quotes for kube-scheduler at this size.
+POD_LEVEL_WORKLOADS = {
+    # SchedulingPodAntiAffinity/5000Nodes_2000Pods
+    "anti-affinity": {"init": 1000, "measure": 2000, "threshold": 60.0},
+    # SchedulingPreferredPodAffinity/5000Nodes_5000Pods
+    "preferred-affinity": {"init": 5000, "measure": 5000, "threshold": 90.0},
+    # TopologySpreading/5000Nodes_5000Pods
+    "spread": {"init": 5000, "measure": 5000, "threshold": 460.0},
+}
+WORKLOADS = ("mixed", *POD_LEVEL_WORKLOADS)
+PERF_ZONES = ("moon-1", "moon-2", "moon-3")
+
+
+def perf_nodes(n: int) -> list[Obj]:
+    return [
+        {
+            "kind": "Node",
+            "metadata": {
+                "name": f"scheduler-perf-{i:05d}",
+                "labels": {
+                    "kubernetes.io/hostname": f"scheduler-perf-{i:05d}",
+                    "topology.kubernetes.io/zone": PERF_ZONES[i % len(PERF_ZONES)],
+                },
+            },
+            "status": {"allocatable": {"cpu": "4", "memory": "32Gi", "pods": "110"}},
+        }
+        for i in range(n)
+    ]
+
+
+def perf_pod(workload: str, name: str, namespace: str, measured: bool) -> Obj:
+    pod = _pod(name, "100m", "500Mi")
+    pod["metadata"]["namespace"] = namespace
+    term = {"topologyKey": "kubernetes.io/hostname", "namespaces": ["sched-1", "sched-0"]}
+    if workload == "anti-affinity":
+        pod["metadata"]["labels"] = {"color": "green"}
+        pod["spec"]["affinity"] = {
+            "podAntiAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": [
+                    {"labelSelector": {"matchLabels": {"color": "green"}}, **term}
+                ]
+            }
+        }
+    elif workload == "preferred-affinity":
+        pod["metadata"]["labels"] = {"color": "red"}
+        pod["spec"]["affinity"] = {
+            "podAffinity": {
+                "preferredDuringSchedulingIgnoredDuringExecution": [
+                    {
+                        "weight": 1,
+                        "podAffinityTerm": {"labelSelector": {"matchLabels": {"color": "red"}}, **term},
+                    }
+                ]
+            }
+        }
+    elif workload == "spread" and measured:
+        pod["metadata"]["labels"] = {"color": "blue"}
+        pod["spec"]["topologySpreadConstraints"] = [
+            {
+                "maxSkew": 5,
+                "topologyKey": "topology.kubernetes.io/zone",
+                "whenUnsatisfiable": "DoNotSchedule",
+                "labelSelector": {"matchLabels": {"color": "blue"}},
+            }
+        ]
+    return pod
+
+
+@dataclass
+class PodLevelFigures:
+    workload: str
+    nodes: int
+    init_pods: int
+    pods: int
+    placed: int
+    seconds: float
+    pods_per_s: float
+    batch_p50_ms: float
+    batch_p99_ms: float
+    engine_share: float
+    peak_rss_mib: float
+    threshold: float
+
+    def as_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def run_pod_level_bench(
+    workload: str, nodes: int, seed: int, batch_size: int = 512, scale: float = 1.0
+) -> PodLevelFigures:
+    """A scheduler_perf-shaped workload: place the init pods, then time the measured ones."""
+    spec = POD_LEVEL_WORKLOADS[workload]
+    init, measure = int(spec["init"] * scale), int(spec["measure"] * scale)
+    engine = Engine(Config(), seed=seed)
+    snapshot = build_snapshot(perf_nodes(nodes), [])
+
+    def place(pods: list[Obj], timed: bool) -> tuple[int, list[float], float]:
+        nonlocal snapshot
+        placed, latencies, engine_s = 0, [], 0.0
+        started = time.perf_counter()
+        for lo in range(0, len(pods), batch_size):
+            t0 = time.perf_counter()
+            result = engine.schedule(snapshot, pods[lo : lo + batch_size], metrics=())
+            placed += sum(1 for p in result.placements if p.node is not None)
+            snapshot = commit_placements(snapshot, result.placements)
+            latencies.append(time.perf_counter() - t0)
+            engine_s += result.engine_seconds
+            if timed:
+                _progress(min(lo + batch_size, len(pods)), len(pods), started)
+        return placed, latencies, engine_s
+
+    place([perf_pod(workload, f"init-{i:06d}", "sched-0", False) for i in range(init)], timed=False)
+    pods = [perf_pod(workload, f"pod-{i:06d}", "sched-1", True) for i in range(measure)]
+    started = time.perf_counter()
+    placed, latencies, engine_s = place(pods, timed=True)
+    elapsed = time.perf_counter() - started
+    lat = np.array(latencies) * 1000
+    return PodLevelFigures(
+        workload=workload,
+        nodes=nodes,
+        init_pods=init,
+        pods=measure,
+        placed=placed,
+        seconds=elapsed,
+        pods_per_s=measure / elapsed if elapsed else float("inf"),
+        batch_p50_ms=float(np.percentile(lat, 50)),
+        batch_p99_ms=float(np.percentile(lat, 99)),
+        engine_share=engine_s / elapsed if elapsed else 0.0,
+        peak_rss_mib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        threshold=float(spec["threshold"]),
+    )

@@ -111,7 +111,24 @@ def _explain(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from ksched.benchmark import run_bench
+    from ksched.benchmark import run_bench, run_pod_level_bench
+
+    if args.workload != "mixed":
+        w = run_pod_level_bench(args.workload, args.nodes, args.seed, args.batch_size, args.scale)
+        if args.json:
+            print(json.dumps(w.as_json(), indent=2))
+            return EXIT_OK
+        print(
+            f"ksched bench --workload {w.workload}: {w.nodes} nodes, {w.init_pods} pods placed first, "
+            f"{w.pods} timed, batch {args.batch_size}"
+        )
+        print(f"  placed          {w.placed}/{w.pods}")
+        print(f"  throughput      {w.pods_per_s:,.0f} pods/s ({w.seconds:.2f} s)")
+        print(f"  batch latency   p50 {w.batch_p50_ms:.1f} ms, p99 {w.batch_p99_ms:.1f} ms")
+        print(f"  time in engine  {w.engine_share:.0%}")
+        print(f"  peak RSS        {w.peak_rss_mib:.0f} MiB")
+        print(f"  kube-scheduler  scheduler_perf threshold at this size: {w.threshold:g} pods/s")
+        return EXIT_OK
 
     f = run_bench(
         args.nodes, args.pods, args.existing, args.seed, args.batch_size, with_reference=not args.no_reference
@@ -240,6 +257,16 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--batch-size", type=int, default=512)
     b.add_argument("--no-reference", action="store_true", help="skip the pure-Python reference comparison")
     b.add_argument("--json", action="store_true", help="print figures as JSON (key pods_per_s)")
+    b.add_argument(
+        "--workload",
+        choices=("mixed", "anti-affinity", "preferred-affinity", "spread"),
+        default="mixed",
+        help="mixed (default): node-level constraints and metrics; the others mirror kube-scheduler's "
+        "scheduler_perf pod-level cases (required anti-affinity, preferred affinity, topology spread)",
+    )
+    b.add_argument(
+        "--scale", type=float, default=1.0, help="pod-level workloads: multiply their pod counts (default 1)"
+    )
     b.set_defaults(func=_bench)
 
     c = sub.add_parser(

@@ -633,6 +633,8 @@ def pod_affinity_terms(pod: Obj, key: str | None = None) -> PodAffinityTerms | N
     affinity = spec(pod).get("affinity") or {}
     if not isinstance(affinity, dict):
         raise MalformedObjectError(key, "spec.affinity", "must be a mapping")
+    if not affinity.get("podAffinity") and not affinity.get("podAntiAffinity"):
+        return None
     labels = (pod.get("metadata") or {}).get("labels") or {}
     lists: list[tuple[AffinityTerm, ...]] = []
     for kind in ("podAffinity", "podAntiAffinity"):
@@ -668,6 +670,8 @@ def pod_affinity_terms(pod: Obj, key: str | None = None) -> PodAffinityTerms | N
 def spread_constraints(pod: Obj, key: str | None = None) -> tuple[SpreadConstraint, ...]:
     key = key or pod_key(pod)
     raw = spec(pod).get("topologySpreadConstraints") or []
+    if not raw:
+        return ()
     if not isinstance(raw, list):
         raise MalformedObjectError(key, "spec.topologySpreadConstraints", "must be a list")
     labels = (pod.get("metadata") or {}).get("labels") or {}
@@ -728,7 +732,7 @@ def pod_info(pod: Obj, key: str | None = None) -> PodInfo:
         raise MalformedObjectError(key, "metadata.labels", "must be a mapping")
     return PodInfo(
         namespace=str(m.get("namespace") or "default"),
-        labels=tuple(sorted((str(k), str(v)) for k, v in labels.items())),
+        labels=tuple(sorted((str(k), str(v)) for k, v in labels.items())) if labels else (),
         affinity=pod_affinity_terms(pod, key),
         terminating=m.get("deletionTimestamp") is not None,
     )

@@ -112,7 +112,7 @@ struct BatchState {
     on_nodes: Vec<(u32, u32)>,
     /// The subset with affinity terms.
     affine: Vec<(u32, u32)>,
-    /// Per node: the reservations (nominated pods) held on it.
+    /// Per node: the reservations (nominated pods) held on it; empty when there are none.
     reserved: Vec<Vec<usize>>,
     /// Per node: the evictable bound pods (`Victims` indices) on it.
     victims_on: Vec<Vec<usize>>,
@@ -264,10 +264,10 @@ impl Engine<'_, '_> {
     fn requested_for_filter<'s>(&self, state: &'s BatchState, pod: &PodView, node: usize, buf: &'s mut Vec<i64>) -> (&'s [i64], i64) {
         let r = self.resources;
         let requested = &state.requested[node * r..(node + 1) * r];
-        let reserved = &state.reserved[node];
-        if reserved.is_empty() {
+        if state.reserved.is_empty() || state.reserved[node].is_empty() {
             return (requested, state.pod_count[node]);
         }
+        let reserved = &state.reserved[node];
         let res = &self
             .pods
             .preemption
@@ -1149,14 +1149,17 @@ fn schedule_on_this_thread(
         herd: metrics_in.specs.iter().any(|s| s.herd.is_some()),
         on_nodes: Vec::new(),
         affine: Vec::new(),
-        reserved: vec![Vec::new(); n],
+        reserved: Vec::new(),
         victims_on: vec![Vec::new(); n],
         taken: Vec::new(),
     };
     if let Some(pre) = &pods.preemption {
         pre.validate(pods.count, n, nodes.resources)?;
-        for (k, &node) in pre.reservations.nodes.iter().enumerate() {
-            state.reserved[node as usize].push(k);
+        if !pre.reservations.nodes.is_empty() {
+            state.reserved = vec![Vec::new(); n];
+            for (k, &node) in pre.reservations.nodes.iter().enumerate() {
+                state.reserved[node as usize].push(k);
+            }
         }
         for (i, &node) in pre.victims.nodes.iter().enumerate() {
             state.victims_on[node as usize].push(i);
