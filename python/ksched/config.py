@@ -43,6 +43,10 @@ DEFAULT_SCORE_WEIGHTS = {
     "PodTopologySpread": 2,
     "InterPodAffinity": 2,
 }
+# Upstream PodTopologySpread systemDefaultConstraints (ScheduleAnyway).
+SYSTEM_DEFAULT_SPREAD = (("kubernetes.io/hostname", 3, False), ("topology.kubernetes.io/zone", 5, False))
+DEFAULTING_TYPES = ("System", "List")
+WHEN_UNSATISFIABLE = ("DoNotSchedule", "ScheduleAnyway")
 # PostFilter: preemption when a pod fits nowhere.
 POST_FILTER_PLUGINS = ("DefaultPreemption",)
 ALL_PLUGINS = tuple(dict.fromkeys(FILTER_PLUGINS + tuple(DEFAULT_SCORE_WEIGHTS) + POST_FILTER_PLUGINS))
@@ -97,6 +101,10 @@ class ProfileConfig:
     hard_pod_affinity_weight: int = 1
     # DefaultPreemption enabled.
     preemption: bool = True
+    # PodTopologySpread defaults for pods without constraints: (topology key, maxSkew,
+    # DoNotSchedule), and whether they are upstream's system defaults.
+    spread_defaults: tuple[tuple[str, int, bool], ...] = SYSTEM_DEFAULT_SPREAD
+    spread_system_defaulted: bool = True
 
 
 @dataclass(frozen=True)
@@ -244,6 +252,29 @@ def _resources(obj: Any, path: str) -> tuple[tuple[str, int], ...]:
     return tuple(out)
 
 
+def _spread_defaults(args: Any, path: str) -> tuple[tuple[tuple[str, int, bool], ...], bool]:
+    """PodTopologySpreadArgs: the default constraints, and whether they are the system's."""
+    _keys(args, path, ("defaultingType", "defaultConstraints"))
+    defaulting = _str(args.get("defaultingType", "System"), f"{path}.defaultingType", DEFAULTING_TYPES)
+    if defaulting == "System":
+        if args.get("defaultConstraints"):
+            raise ConfigError(f"{path}.defaultConstraints: must be empty when defaultingType is System")
+        return SYSTEM_DEFAULT_SPREAD, True
+    items = []
+    for j, c in enumerate(_list(args.get("defaultConstraints") or [], f"{path}.defaultConstraints")):
+        q = f"{path}.defaultConstraints[{j}]"
+        _keys(c, q, ("maxSkew", "topologyKey", "whenUnsatisfiable"), ("maxSkew", "topologyKey"))
+        when = _str(c.get("whenUnsatisfiable", "DoNotSchedule"), f"{q}.whenUnsatisfiable", WHEN_UNSATISFIABLE)
+        items.append(
+            (
+                _str(c["topologyKey"], f"{q}.topologyKey"),
+                _int(c["maxSkew"], f"{q}.maxSkew", 1, 2**31 - 1),
+                when == "DoNotSchedule",
+            )
+        )
+    return tuple(items), False
+
+
 def _profile(obj: Any, path: str) -> ProfileConfig:
     _keys(obj, path, ("schedulerName", "plugins", "pluginConfig"), ("schedulerName",))
     name = _str(obj["schedulerName"], f"{path}.schedulerName")
@@ -281,16 +312,20 @@ def _profile(obj: Any, path: str) -> ProfileConfig:
     shape: tuple[tuple[int, int], ...] = ((0, 10), (100, 0))
     balanced: tuple[str, ...] = ("cpu", "memory")
     hard_weight = 1
+    spread_defaults: tuple[tuple[str, int, bool], ...] = SYSTEM_DEFAULT_SPREAD
+    system_defaulted = True
     for i, pc in enumerate(_list(obj.get("pluginConfig") or [], f"{path}.pluginConfig")):
         p = f"{path}.pluginConfig[{i}]"
         _keys(pc, p, ("name", "args"), ("name",))
         plugin = _str(
             pc["name"],
             f"{p}.name",
-            ("NodeResourcesFit", "NodeResourcesBalancedAllocation", "InterPodAffinity"),
+            ("NodeResourcesFit", "NodeResourcesBalancedAllocation", "InterPodAffinity", "PodTopologySpread"),
         )
         args = pc.get("args") or {}
-        if plugin == "InterPodAffinity":
+        if plugin == "PodTopologySpread":
+            spread_defaults, system_defaulted = _spread_defaults(args, f"{p}.args")
+        elif plugin == "InterPodAffinity":
             _keys(args, f"{p}.args", ("hardPodAffinityWeight",))
             hard_weight = _int(
                 args.get("hardPodAffinityWeight", 1), f"{p}.args.hardPodAffinityWeight", 0, MAX_WEIGHT
@@ -338,6 +373,8 @@ def _profile(obj: Any, path: str) -> ProfileConfig:
         balanced,
         hard_weight,
         preemption,
+        spread_defaults,
+        system_defaulted,
     )
 
 

@@ -23,7 +23,14 @@ from ksched.config import Config, MetricConfig, ProfileConfig
 from ksched.errors import KschedError, MalformedObjectError
 from ksched.kube import Obj, pod_key, stable_key
 from ksched.messages import AFFINITY_CONFLICT, ReasonNames, fit_error, prefilter_error
-from ksched.pods import NodeConstraints, PodRequirements, Term, prefilter_node_names, requirements
+from ksched.pods import (
+    NodeConstraints,
+    PodRequirements,
+    SpreadConstraint,
+    Term,
+    prefilter_node_names,
+    requirements,
+)
 from ksched.podtable import Evictable, PendingPod
 from ksched.snapshot import EFFECTS, PROTOCOLS, Snapshot, add_usage
 
@@ -329,6 +336,9 @@ class Engine:
                     requests=request_row,
                     klass=classes.class_of(req.constraints, prefilter),
                     ports=[(PROTOCOLS[p.protocol], snapshot.strings(p.ip), p.port) for p in req.host_ports],
+                    default_spread=()
+                    if req.spread
+                    else snapshot.spread_selectors.defaults(pod, self.profile.spread_defaults),
                 )
             )
             results.append(None)
@@ -425,7 +435,13 @@ class Engine:
             "hp_ips": np.asarray([p[1] for p in hp], dtype=np.int32),
             "hp_ports": np.asarray([p[2] for p in hp], dtype=np.int32),
             "table": snapshot.pods.engine_table(
-                [PendingPod(r.req.info, r.req.spread) for r in rows], snapshot.namespaces
+                [
+                    PendingPod(r.req.info, r.default_spread, self.profile.spread_system_defaulted)
+                    if r.default_spread
+                    else PendingPod(r.req.info, r.req.spread)
+                    for r in rows
+                ],
+                snapshot.namespaces,
             ),
         }
         victim_keys: list[str] = []
@@ -505,6 +521,8 @@ class _Row:
     requests: list[int]
     klass: int
     ports: list[tuple[int, int, int]]
+    # The profile's default spread constraints, for a pod without constraints of its own.
+    default_spread: tuple[SpreadConstraint, ...] = ()
 
 
 @dataclass(frozen=True)

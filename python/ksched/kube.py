@@ -140,6 +140,14 @@ def slim_pod_group(group: Obj) -> Obj:
     }
 
 
+def slim_selector_owner(obj: Obj) -> Obj:
+    """Identity and selector of a Service or workload controller (default topology spreading)."""
+    return {
+        "metadata": _pick(obj.get("metadata"), ("name", "namespace")),
+        "spec": {"selector": (obj.get("spec") or {}).get("selector")},
+    }
+
+
 def slim_budget(pdb: Obj) -> Obj:
     """Selector and the disruptions allowed: what preemption reads of a PodDisruptionBudget."""
     status = pdb.get("status") or {}

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from ksched.errors import MalformedObjectError
 from ksched.pods import (
     AffinityTerm,
     CountedRequests,
@@ -26,7 +27,9 @@ from ksched.pods import (
     LabelSelector,
     PodAffinityTerms,
     PodInfo,
+    Requirement,
     SpreadConstraint,
+    label_selector,
     selector_matches,
 )
 
@@ -379,3 +382,76 @@ class PodTable:
         alive = self.priority[:high][self.node[:high] >= 0]
         low = int(alive.min()) if len(alive) else None
         return low if low is not None and low < 2**62 else None
+
+
+# Owner kinds upstream's DefaultSelector follows: (apiVersion, kind).
+_RC = ("v1", "ReplicationController")
+_SELECTOR_OWNERS = {_RC, ("apps/v1", "ReplicaSet"), ("apps/v1", "StatefulSet")}
+
+
+class SpreadSelectors:
+    """Services, ReplicationControllers, ReplicaSets and StatefulSets by their
+    selectors: what upstream's ``DefaultSelector`` builds a pod's default
+    spreading selector from (the profile's default constraints apply to a pod
+    without constraints of its own only when that selector is not empty)."""
+
+    def __init__(self) -> None:
+        # namespace -> service name -> selector (None: selects nothing).
+        self.services: dict[str, dict[str, dict[str, str] | None]] = {}
+        # (apiVersion, kind, namespace, name) -> selector.
+        self.controllers: dict[tuple[str, str, str, str], Any] = {}
+
+    def update(self, api_version: str, kind: str, obj: Any, deleted: bool = False) -> None:
+        m = obj.get("metadata") or {}
+        ns, name = str(m.get("namespace") or "default"), str(m.get("name", ""))
+        selector = (obj.get("spec") or {}).get("selector")
+        if kind == "Service":
+            if deleted:
+                self.services.get(ns, {}).pop(name, None)
+            else:
+                self.services.setdefault(ns, {})[name] = (
+                    {str(k): str(v) for k, v in selector.items()} if isinstance(selector, dict) else None
+                )
+        elif deleted:
+            self.controllers.pop((api_version, kind, ns, name), None)
+        else:
+            self.controllers[(api_version, kind, ns, name)] = selector
+
+    def selector_for(self, pod: Any) -> LabelSelector | None:
+        """The default spreading selector of ``pod``, None when it is empty."""
+        m = pod.get("metadata") or {}
+        ns = str(m.get("namespace") or "default")
+        labels = m.get("labels") or {}
+        label_set: dict[str, str] = {}
+        for selector in self.services.get(ns, {}).values():
+            if selector is not None and all(labels.get(k) == v for k, v in selector.items()):
+                label_set.update(selector)
+        extra: tuple[Requirement, ...] = ()
+        owner = next((o for o in m.get("ownerReferences") or [] if o.get("controller")), None)
+        if owner is not None:
+            gvk = (str(owner.get("apiVersion")), str(owner.get("kind")))
+            key = (*gvk, ns, str(owner.get("name")))
+            if gvk in _SELECTOR_OWNERS and key in self.controllers:
+                selector = self.controllers[key]
+                if gvk == _RC:
+                    if isinstance(selector, dict):
+                        label_set.update({str(k): str(v) for k, v in selector.items()})
+                else:
+                    try:
+                        extra = label_selector(f"{ns}/{owner.get('name')}", "spec.selector", selector) or ()
+                    except MalformedObjectError:
+                        extra = ()
+        reqs = tuple(Requirement(k, "In", (v,)) for k, v in sorted(label_set.items())) + extra
+        return reqs or None
+
+    def defaults(
+        self, pod: Any, constraints: Sequence[tuple[str, int, bool]]
+    ) -> tuple[SpreadConstraint, ...]:
+        """The profile's default constraints (topology key, maxSkew, DoNotSchedule) for a pod
+        without constraints of its own, with its default selector; () when that is empty."""
+        if not constraints:
+            return ()
+        selector = self.selector_for(pod)
+        if selector is None:
+            return ()
+        return tuple(SpreadConstraint(skew, key, hard, selector) for key, skew, hard in constraints)

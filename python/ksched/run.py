@@ -23,7 +23,15 @@ from ksched.config import Config
 from ksched.cycle import Scheduler
 from ksched.handoff import Handoff
 from ksched.informer import Informer
-from ksched.kube import Obj, slim_budget, slim_namespace, slim_node, slim_pod, slim_pod_group
+from ksched.kube import (
+    Obj,
+    slim_budget,
+    slim_namespace,
+    slim_node,
+    slim_pod,
+    slim_pod_group,
+    slim_selector_owner,
+)
 from ksched.kubeclient import Kube, load_configuration
 from ksched.leader import Leadership
 from ksched.pods import POD_GROUP_API
@@ -38,6 +46,14 @@ log = logging.getLogger(__name__)
 
 # Connections beyond the bind and report workers: two watches, lists, the lease.
 EXTRA_CONNECTIONS = 8
+# Whose selectors make a pod's default topology spreading (upstream DefaultSelector):
+# (list path, apiVersion, kind, informer name).
+SELECTOR_OWNERS = (
+    ("/api/v1/services", "v1", "Service", "services"),
+    ("/api/v1/replicationcontrollers", "v1", "ReplicationController", "replicationcontrollers"),
+    ("/apis/apps/v1/replicasets", "apps/v1", "ReplicaSet", "replicasets"),
+    ("/apis/apps/v1/statefulsets", "apps/v1", "StatefulSet", "statefulsets"),
+)
 SYNC_LOG_EVERY_S = 10.0
 
 
@@ -152,6 +168,10 @@ def start(
             optional=True,
         ),
         Informer(kube, "/apis/policy/v1/poddisruptionbudgets", slim_budget, state.on_budget, name="pdbs"),
+        *(
+            Informer(kube, path, slim_selector_owner, state.selector_owner_handler(api, kind), name=name)
+            for path, api, kind, name in SELECTOR_OWNERS
+        ),
     ]
 
     def checks() -> list[Check]:

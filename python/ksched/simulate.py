@@ -23,9 +23,17 @@ from ksched.engine import BatchResult, Engine, Explanation, GangStatus, commit_p
 from ksched.errors import ClusterFileError, KschedError, MalformedObjectError
 from ksched.kube import Obj, meta, scheduler_name, spec
 from ksched.pods import POD_GROUP_API, PodGroup, pod_group, pod_group_of
+from ksched.podtable import SpreadSelectors
 from ksched.snapshot import Snapshot, build_snapshot
 from ksched.sources import annotation_column, to_number
 
+# Objects whose selectors make a pod's default topology spreading.
+SELECTOR_OWNER_KINDS = {
+    ("v1", "Service"),
+    ("v1", "ReplicationController"),
+    ("apps/v1", "ReplicaSet"),
+    ("apps/v1", "StatefulSet"),
+}
 # A cluster file above this is refused before parsing: it would not fit the
 # machines ksched runs on, and the limit keeps a mistaken path from hanging.
 MAX_CLUSTER_FILE_BYTES = 512 * 1024 * 1024
@@ -40,6 +48,8 @@ class ClusterFile:
     # Namespace -> labels (affinity terms' namespaceSelector) and PodGroups (gangs).
     namespaces: dict[str, dict[str, str]] = field(default_factory=dict)
     pod_groups: list[PodGroup] = field(default_factory=list)
+    # Services and workload controllers (default topology spreading).
+    spread_selectors: SpreadSelectors = field(default_factory=SpreadSelectors)
 
 
 def _documents(text: str, source: str) -> Iterator[Any]:
@@ -86,6 +96,7 @@ def load_cluster(path: str | Path, scheduler_names: set[str]) -> ClusterFile:
     nodes, existing, pending = [], [], []
     namespaces: dict[str, dict[str, str]] = {}
     groups: list[PodGroup] = []
+    selectors = SpreadSelectors()
     ignored = 0
     for doc in _documents(text, str(path)):
         for obj in _objects(doc, str(path)):
@@ -95,6 +106,8 @@ def load_cluster(path: str | Path, scheduler_names: set[str]) -> ClusterFile:
             elif kind == "Namespace":
                 labels = meta(obj).get("labels") or {}
                 namespaces[str(meta(obj).get("name", ""))] = {str(k): str(v) for k, v in labels.items()}
+            elif (str(obj.get("apiVersion")), str(kind)) in SELECTOR_OWNER_KINDS:
+                selectors.update(str(obj.get("apiVersion")), str(kind), obj)
             elif kind == "PodGroup" and obj.get("apiVersion") == POD_GROUP_API:
                 try:
                     groups.append(pod_group(obj))
@@ -109,7 +122,7 @@ def load_cluster(path: str | Path, scheduler_names: set[str]) -> ClusterFile:
                     ignored += 1
             else:
                 ignored += 1
-    return ClusterFile(nodes, existing, pending, ignored, namespaces, groups)
+    return ClusterFile(nodes, existing, pending, ignored, namespaces, groups, selectors)
 
 
 def metric_matrix(
@@ -149,6 +162,7 @@ def run_simulation(
     """Schedule every pending pod, profile by profile, on one shared snapshot."""
     snapshot = build_snapshot(cluster.nodes, cluster.existing)
     snapshot.namespaces = cluster.namespaces
+    snapshot.spread_selectors = cluster.spread_selectors
     values = metric_matrix(snapshot, config.metrics, offline)
     bound: dict[str, int] = {}
     for pod in cluster.existing:

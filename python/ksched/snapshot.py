@@ -31,7 +31,7 @@ from ksched.pods import (
     priority,
     start_time,
 )
-from ksched.podtable import Evictable, PodTable
+from ksched.podtable import Evictable, PodTable, SpreadSelectors
 from ksched.quantity import canonical, parse_quantity
 
 log = logging.getLogger(__name__)
@@ -111,6 +111,8 @@ class Snapshot:
     namespaces: dict[str, dict[str, str]] = field(default_factory=dict)
     # PodDisruptionBudgets, which preemption prefers not to violate.
     budgets: list[DisruptionBudget] = field(default_factory=list)
+    # Services and controllers' selectors, for default topology spreading.
+    spread_selectors: SpreadSelectors = field(default_factory=SpreadSelectors)
 
     def __post_init__(self) -> None:
         self.pods = PodTable(self.strings)

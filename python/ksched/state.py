@@ -19,6 +19,7 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,7 +42,7 @@ from ksched.pods import (
     pod_group,
     pod_requests,
 )
-from ksched.podtable import Evictable
+from ksched.podtable import Evictable, SpreadSelectors
 from ksched.snapshot import (
     Snapshot,
     add_usage,
@@ -107,6 +108,8 @@ class ClusterState:
         # PodDisruptionBudgets (preemption), by namespace/name; ``budgets`` is the snapshot's list.
         self._budgets: dict[str, DisruptionBudget] = {}
         self.budgets: list[DisruptionBudget] = []
+        # Services and workload controllers' selectors (default topology spreading), shared with the snapshot.
+        self.spread_selectors = SpreadSelectors()
         self._snapshot: Snapshot | None = None
         self._reported: set[str] = set()
         self._lock = threading.Lock()
@@ -128,6 +131,14 @@ class ClusterState:
     def on_budget(self, kind: str, pdb: Obj, old: Obj | None) -> None:
         self.inbox.append(("pdb", kind, pdb))
 
+    def selector_owner_handler(self, api_version: str, kind: str) -> Callable[[str, Obj, Obj | None], None]:
+        """An informer handler for Services, ReplicationControllers, ReplicaSets or StatefulSets."""
+
+        def handle(event: str, obj: Obj, old: Obj | None) -> None:
+            self.inbox.append(("selector", event, (api_version, kind, obj)))
+
+        return handle
+
     def forget(self, key: str, uid: str) -> None:
         """A bind failed: stop counting the assumed pod (unless the watch has confirmed it)."""
         self.inbox.append(("forget", key, uid))
@@ -148,6 +159,9 @@ class ClusterState:
                 self._pod_group(a, b)
             elif what == "pdb":
                 self._budget(a, b)
+            elif what == "selector":
+                api_version, kind, obj = b
+                self.spread_selectors.update(api_version, kind, obj, deleted=a == "DELETED")
             else:
                 self._forget(a, b)
 
@@ -191,6 +205,7 @@ class ClusterState:
                 snap, [(index[u.node], u.requests, u.ports) for u in self.usage.values() if u.node in index]
             )
             snap.budgets = self.budgets
+            snap.spread_selectors = self.spread_selectors
             for key, u in self.usage.items():
                 if u.info is not None and u.node in index:
                     snap.pods.add(key, index[u.node], u.info, u.evictable)

@@ -34,6 +34,10 @@ class Scenario:
     pending: Obj
     # Plugins the scenario exercises (for the per-plugin agreement report).
     plugins: set[str] = field(default_factory=set)
+    # Services and a ReplicaSet owning the pending pod: their selectors make
+    # upstream's default (system) topology spreading for a pod without constraints.
+    services: list[Obj] = field(default_factory=list)
+    replica_set: Obj | None = None
 
 
 def _labels(rng: random.Random) -> dict[str, str]:
@@ -237,6 +241,36 @@ def generate(seed: int, prefix: str) -> Scenario:
         s["containers"][0]["ports"] = [{"containerPort": 80, "hostPort": 8080}]
         for pod in existing[: rng.randint(0, 2)]:
             pod["spec"]["containers"][0]["ports"] = [{"containerPort": 80, "hostPort": 8080}]
+    services: list[Obj] = []
+    replica_set = None
+    if "topologySpreadConstraints" not in s and rng.random() < 0.35:
+        plugins.add("PodTopologySpread/system-defaults")
+        if rng.random() < 0.7:
+            services.append(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Service",
+                    "metadata": {"name": "svc", "namespace": NAMESPACES[0]},
+                    "spec": {"selector": {"app": labels["app"]}, "ports": [{"port": 80}]},
+                }
+            )
+        if rng.random() < 0.6:
+            selector = {"matchLabels": {"app": labels["app"]}}
+            if "tier" in labels and rng.random() < 0.5:
+                selector["matchExpressions"] = [{"key": "tier", "operator": "In", "values": [labels["tier"]]}]
+            replica_set = {
+                "apiVersion": "apps/v1",
+                "kind": "ReplicaSet",
+                "metadata": {"name": "rs", "namespace": NAMESPACES[0]},
+                "spec": {
+                    "replicas": 0,
+                    "selector": selector,
+                    "template": {
+                        "metadata": {"labels": labels},
+                        "spec": {"containers": [{"name": "app", "image": "app"}]},
+                    },
+                },
+            }
     if not plugins:
         plugins.add("NodeResourcesFit")
-    return Scenario(seed, nodes, existing, pending, plugins)
+    return Scenario(seed, nodes, existing, pending, plugins, services, replica_set)

@@ -31,6 +31,7 @@ from ksched.cluster import local
 from ksched.config import Config
 from ksched.engine import Engine
 from ksched.kubeclient import Kube, load_configuration
+from ksched.podtable import SpreadSelectors
 from ksched.snapshot import build_snapshot
 from tests.integration.helpers import create, wait_for
 from tests.integration.scenarios import NAMESPACE_LABELS, NAMESPACES, Scenario, generate
@@ -72,10 +73,13 @@ def diff_kube(cluster: local.ClusterState, tmp_path_factory: pytest.TempPathFact
 
 
 def _post(kube: Kube, obj: Obj) -> Obj:
-    if obj["kind"] == "Node":
-        path = "/api/v1/nodes"
-    else:
-        path = f"/api/v1/namespaces/{obj['metadata']['namespace']}/pods"
+    ns = obj["metadata"].get("namespace")
+    path = {
+        "Node": "/api/v1/nodes",
+        "Pod": f"/api/v1/namespaces/{ns}/pods",
+        "Service": f"/api/v1/namespaces/{ns}/services",
+        "ReplicaSet": f"/apis/apps/v1/namespaces/{ns}/replicasets",
+    }[obj["kind"]]
     r = kube.request("POST", path, body=obj)
     assert r.status in (200, 201), r.data[:500]
     stored: Obj = r.json()
@@ -102,6 +106,13 @@ def _kube_scheduler_verdict(kube: Kube, namespace: str, name: str) -> tuple[str 
 def _cleanup(kube: Kube, sc: Scenario) -> None:
     for ns in NAMESPACES:
         kube.request("DELETE", f"/api/v1/namespaces/{ns}/pods", query={"gracePeriodSeconds": 0})
+    for svc in sc.services:
+        kube.request(
+            "DELETE", f"/api/v1/namespaces/{svc['metadata']['namespace']}/services/{svc['metadata']['name']}"
+        )
+    if sc.replica_set is not None:
+        m = sc.replica_set["metadata"]
+        kube.request("DELETE", f"/apis/apps/v1/namespaces/{m['namespace']}/replicasets/{m['name']}")
     for node in sc.nodes:
         kube.request("DELETE", f"/api/v1/nodes/{node['metadata']['name']}")
 
@@ -112,13 +123,26 @@ def _run(kube: Kube, sc: Scenario, namespaces: dict[str, dict[str, str]]) -> str
     # Pods come through one watch in order, nodes through another: give the
     # node watch time to deliver before the pods that refer to them.
     time.sleep(0.25)
+    selectors = SpreadSelectors()
+    for svc in sc.services:
+        selectors.update("v1", "Service", _post(kube, svc))
+    pod = sc.pending
+    if sc.replica_set is not None:
+        rs = _post(kube, sc.replica_set)
+        selectors.update("apps/v1", "ReplicaSet", rs)
+        owner = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": rs["metadata"]["name"]}
+        owner |= {"uid": rs["metadata"]["uid"], "controller": True}
+        pod = {**pod, "metadata": {**pod["metadata"], "ownerReferences": [owner]}}
+    if sc.services or sc.replica_set is not None:
+        time.sleep(0.25)  # the Service and ReplicaSet watches deliver on their own
     existing = [_post(kube, p) for p in sc.existing]
-    pending = _post(kube, sc.pending)
+    pending = _post(kube, pod)
     ns, name = pending["metadata"]["namespace"], pending["metadata"]["name"]
     kube_node, kube_message = _kube_scheduler_verdict(kube, ns, name)
 
     snapshot = build_snapshot(nodes, existing)
     snapshot.namespaces = namespaces
+    snapshot.spread_selectors = selectors
     result = Engine(Config(), seed=sc.seed).schedule(snapshot, [pending], explain=f"{ns}/{name}")
     placement = result.placements[0]
     ex = result.explanation
