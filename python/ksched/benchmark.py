@@ -20,7 +20,7 @@ import numpy as np
 from ksched.config import Config, MetricConfig
 from ksched.engine import Engine, commit_placements
 from ksched.kube import Obj
-from ksched.snapshot import build_snapshot
+from ksched.snapshot import Snapshot, build_snapshot
 
 INSTANCE_TYPES = (
     ("m5.xlarge", "4", "16Gi"),
@@ -168,6 +168,47 @@ def synthetic_cpu_utilization(n: int, rng: random.Random) -> np.ndarray[Any, np.
 
 
 @dataclass
+class _Run:
+    snapshot: Snapshot
+    placed: int
+    seconds: float
+    engine_s: float
+    latencies_s: list[float]
+
+    def percentile_ms(self, q: float) -> float:
+        return float(np.percentile(np.array(self.latencies_s) * 1000, q))
+
+
+def _peak_rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _place_in_batches(
+    engine: Engine,
+    snapshot: Snapshot,
+    pods: list[Obj],
+    batch_size: int,
+    matrix: np.ndarray[Any, np.dtype[np.float64]] | None,
+    metrics: tuple[()] | None,
+    progress: bool,
+) -> _Run:
+    """Schedule ``pods`` batch by batch, each batch seeing the earlier ones' placements
+    (as in ``ksched run``), timing every batch."""
+    placed, latencies, engine_s = 0, [], 0.0
+    started = time.perf_counter()
+    for lo in range(0, len(pods), batch_size):
+        t0 = time.perf_counter()
+        result = engine.schedule(snapshot, pods[lo : lo + batch_size], matrix, metrics=metrics)
+        placed += sum(1 for p in result.placements if p.node is not None)
+        snapshot = commit_placements(snapshot, result.placements)
+        latencies.append(time.perf_counter() - t0)
+        engine_s += result.engine_seconds
+        if progress:
+            _progress(min(lo + batch_size, len(pods)), len(pods), started)
+    return _Run(snapshot, placed, time.perf_counter() - started, engine_s, latencies)
+
+
+@dataclass
 class BenchFigures:
     nodes: int
     pods: int
@@ -237,34 +278,18 @@ def run_bench(
     util = synthetic_cpu_utilization(nodes, rng)
     price = np.array([float(n["metadata"]["annotations"]["ksched.io/price"]) for n in node_objs])
     matrix = np.stack([util, price], axis=1)
-    latencies = []
-    engine_s = 0.0
-    placed = 0
-    started = time.perf_counter()
-    for lo in range(0, pods, batch_size):
-        t0 = time.perf_counter()
-        batch = pending[lo : lo + batch_size]
-        result = engine.schedule(snapshot, batch, matrix)
-        placed += sum(1 for p in result.placements if p.node is not None)
-        # Later batches see earlier placements, as in `ksched run`.
-        snapshot = commit_placements(snapshot, result.placements)
-        latencies.append(time.perf_counter() - t0)
-        engine_s += result.engine_seconds
-        _progress(min(lo + batch_size, pods), pods, started)
-    elapsed = time.perf_counter() - started
-    rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    lat = np.array(latencies) * 1000
+    run = _place_in_batches(engine, snapshot, pending, batch_size, matrix, None, progress=True)
     return BenchFigures(
         nodes=nodes,
         pods=pods,
         existing=existing,
-        placed=placed,
-        seconds=elapsed,
-        pods_per_s=pods / elapsed if elapsed else float("inf"),
-        batch_p50_ms=float(np.percentile(lat, 50)),
-        batch_p99_ms=float(np.percentile(lat, 99)),
-        engine_share=engine_s / elapsed if elapsed else 0.0,
-        peak_rss_mib=rss_mib,
+        placed=run.placed,
+        seconds=run.seconds,
+        pods_per_s=pods / run.seconds if run.seconds else float("inf"),
+        batch_p50_ms=run.percentile_ms(50),
+        batch_p99_ms=run.percentile_ms(99),
+        engine_share=run.engine_s / run.seconds if run.seconds else 0.0,
+        peak_rss_mib=_peak_rss_mib(),
         reference_speedup=reference_speedup(seed) if with_reference else None,
         reference_workload=f"{REFERENCE_NODES} nodes x {REFERENCE_PODS} pods",
     )
@@ -370,39 +395,21 @@ def run_pod_level_bench(
     init, measure = int(spec["init"] * scale), int(spec["measure"] * scale)
     engine = Engine(Config(), seed=seed)
     snapshot = build_snapshot(perf_nodes(nodes), [])
-
-    def place(pods: list[Obj], timed: bool) -> tuple[int, list[float], float]:
-        nonlocal snapshot
-        placed, latencies, engine_s = 0, [], 0.0
-        started = time.perf_counter()
-        for lo in range(0, len(pods), batch_size):
-            t0 = time.perf_counter()
-            result = engine.schedule(snapshot, pods[lo : lo + batch_size], metrics=())
-            placed += sum(1 for p in result.placements if p.node is not None)
-            snapshot = commit_placements(snapshot, result.placements)
-            latencies.append(time.perf_counter() - t0)
-            engine_s += result.engine_seconds
-            if timed:
-                _progress(min(lo + batch_size, len(pods)), len(pods), started)
-        return placed, latencies, engine_s
-
-    place([perf_pod(workload, f"init-{i:06d}", "sched-0", False) for i in range(init)], timed=False)
+    init_pods = [perf_pod(workload, f"init-{i:06d}", "sched-0", False) for i in range(init)]
+    snapshot = _place_in_batches(engine, snapshot, init_pods, batch_size, None, (), progress=False).snapshot
     pods = [perf_pod(workload, f"pod-{i:06d}", "sched-1", True) for i in range(measure)]
-    started = time.perf_counter()
-    placed, latencies, engine_s = place(pods, timed=True)
-    elapsed = time.perf_counter() - started
-    lat = np.array(latencies) * 1000
+    run = _place_in_batches(engine, snapshot, pods, batch_size, None, (), progress=True)
     return PodLevelFigures(
         workload=workload,
         nodes=nodes,
         init_pods=init,
         pods=measure,
-        placed=placed,
-        seconds=elapsed,
-        pods_per_s=measure / elapsed if elapsed else float("inf"),
-        batch_p50_ms=float(np.percentile(lat, 50)),
-        batch_p99_ms=float(np.percentile(lat, 99)),
-        engine_share=engine_s / elapsed if elapsed else 0.0,
-        peak_rss_mib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        placed=run.placed,
+        seconds=run.seconds,
+        pods_per_s=measure / run.seconds if run.seconds else float("inf"),
+        batch_p50_ms=run.percentile_ms(50),
+        batch_p99_ms=run.percentile_ms(99),
+        engine_share=run.engine_s / run.seconds if run.seconds else 0.0,
+        peak_rss_mib=_peak_rss_mib(),
         threshold=float(spec["threshold"]),
     )

@@ -300,7 +300,10 @@ def tolerations(pod: Obj, key: str | None = None) -> tuple[Toleration, ...]:
     return tuple(out)
 
 
-def _requirements(pod: str, field: str, raw: Any, *, fields: bool) -> Term:
+def _requirements(
+    pod: str, field: str, raw: Any, *, fields: bool, operators: tuple[str, ...] = NODE_SELECTOR_OPERATORS
+) -> Term:
+    """Node selector requirements (``operators`` narrows them to a label selector's)."""
     if raw is None:
         return ()
     if not isinstance(raw, list):
@@ -313,11 +316,9 @@ def _requirements(pod: str, field: str, raw: Any, *, fields: bool) -> Term:
         if not isinstance(r, dict) or not isinstance(r.get("key"), str):
             raise MalformedObjectError(pod, f, "must be a mapping with a string key")
         op = r.get("operator")
-        if op not in NODE_SELECTOR_OPERATORS:
+        if op not in operators:
             raise MalformedObjectError(
-                pod,
-                f"{f}.operator",
-                f"unknown operator {op!r} (allowed: {', '.join(NODE_SELECTOR_OPERATORS)})",
+                pod, f"{f}.operator", f"unknown operator {op!r} (allowed: {', '.join(operators)})"
             )
         values = r.get("values") or []
         if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
@@ -544,28 +545,15 @@ def label_selector(pod: str, field: str, raw: Any) -> LabelSelector | None:
     if not isinstance(match_labels, dict) or not all(isinstance(v, str) for v in match_labels.values()):
         raise MalformedObjectError(pod, f"{field}.matchLabels", "must be a mapping of label to string value")
     out.extend(Requirement(str(k), "In", (v,)) for k, v in sorted(match_labels.items()))
-    exprs = raw.get("matchExpressions") or []
-    if not isinstance(exprs, list) or len(exprs) > MAX_SELECTOR_ITEMS:
-        raise MalformedObjectError(pod, f"{field}.matchExpressions", "must be a list of requirements")
-    for i, r in enumerate(exprs):
-        f = f"{field}.matchExpressions[{i}]"
-        if not isinstance(r, dict) or not isinstance(r.get("key"), str):
-            raise MalformedObjectError(pod, f, "must be a mapping with a string key")
-        op = r.get("operator")
-        if op not in LABEL_SELECTOR_OPERATORS:
-            raise MalformedObjectError(
-                pod,
-                f"{f}.operator",
-                f"unknown operator {op!r} (allowed: {', '.join(LABEL_SELECTOR_OPERATORS)})",
-            )
-        values = r.get("values") or []
-        if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
-            raise MalformedObjectError(pod, f"{f}.values", "must be a list of strings")
-        if op in ("In", "NotIn") and not values:
-            raise MalformedObjectError(pod, f"{f}.values", f"operator {op} needs at least one value")
-        if op in ("Exists", "DoesNotExist") and values:
-            raise MalformedObjectError(pod, f"{f}.values", f"operator {op} takes no values")
-        out.append(Requirement(r["key"], op, tuple(values)))
+    out.extend(
+        _requirements(
+            pod,
+            f"{field}.matchExpressions",
+            raw.get("matchExpressions"),
+            fields=False,
+            operators=LABEL_SELECTOR_OPERATORS,
+        )
+    )
     return tuple(out)
 
 

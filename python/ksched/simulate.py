@@ -202,6 +202,8 @@ def explanation_json(ex: Explanation) -> dict[str, Any]:
         "node": ex.placement.node,
         "score": ex.placement.score,
         "message": ex.placement.message,
+        "nominatedNode": ex.placement.nominated_node,
+        "victims": list(ex.placement.victims),
         "weights": ex.weights,
         "nodes": [
             {
@@ -226,6 +228,10 @@ def render_explanation(ex: Explanation) -> str:
             else f"unschedulable: {ex.placement.message}"
         )
     ]
+    if ex.placement.nominated_node:
+        lines.append(
+            f"preemption: nominated node {ex.placement.nominated_node}, victims: {', '.join(ex.placement.victims) or 'none'}"
+        )
     plugins = list(ex.weights)
     lines.append("weights: " + ", ".join(f"{p}={w:g}" for p, w in ex.weights.items()))
     feasible = sorted((n for n in ex.nodes if n.feasible), key=lambda n: -(n.total or 0.0))

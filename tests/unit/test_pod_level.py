@@ -1,0 +1,152 @@
+"""Gangs, preemption, default spreading and their configuration, through ``Engine.schedule``
+(the path ``run``, ``simulate`` and ``explain`` share). Inter-pod affinity and
+topology spread themselves are checked against the real kube-scheduler in
+``tests/integration/test_differential.py``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from ksched.config import Config, ProfileConfig, parse_config
+from ksched.engine import Engine, GangStatus
+from ksched.errors import ConfigError
+from ksched.pods import POD_GROUP_LABEL
+from ksched.snapshot import build_snapshot
+from tests.conftest import node, pod
+
+Obj = dict[str, Any]
+
+
+def member(name: str, group: str, cpu: str = "1") -> Obj:
+    p = pod(name, cpu=cpu)
+    p["metadata"]["labels"] = {POD_GROUP_LABEL: group}
+    return p
+
+
+def test_competing_gangs_one_whole_the_other_none() -> None:
+    snapshot = build_snapshot([node("n0", cpu="2"), node("n1", cpu="2")], [])
+    # Interleaved; room for four members, each gang needs three.
+    pods = [member(f"{g}-{i}", g) for i in range(3) for g in ("a", "b")]
+    groups = {"default/a": GangStatus(3), "default/b": GangStatus(3)}
+    out = {p.pod: p for p in Engine(Config()).schedule(snapshot, pods, groups=groups).placements}
+    assert all(out[f"default/a-{i}"].node for i in range(3))
+    assert not any(out[f"default/b-{i}"].node for i in range(3))
+    assert "minMember 3" in (out["default/b-0"].message or "")
+
+
+def test_gang_counts_members_already_bound_and_needs_its_pod_group() -> None:
+    snapshot = build_snapshot([node("n0", cpu="1")], [])
+    pods = [member("a-0", "a")]
+    engine = Engine(Config())
+    assert (
+        engine.schedule(snapshot, pods, groups={"default/a": GangStatus(3, bound=2)}).placements[0].node
+        == "n0"
+    )
+    assert (
+        engine.schedule(snapshot, pods, groups={"default/a": GangStatus(3, bound=1)}).placements[0].node
+        is None
+    )
+    missing = engine.schedule(snapshot, pods, groups={}).placements[0]
+    assert missing.node is None and missing.message == 'pod group "default/a" not found'
+
+
+def _priority(p: Obj, value: int, start: str | None = None) -> Obj:
+    p["spec"]["priority"] = value
+    if start:
+        p["status"] = {"startTime": start}
+    return p
+
+
+def test_preemption_picks_the_node_with_the_least_important_victims() -> None:
+    nodes = [node("n0", cpu="2"), node("n1", cpu="2")]
+    existing = [
+        _priority(pod("low", cpu="2", node_name="n0"), 1),
+        _priority(pod("mid", cpu="2", node_name="n1"), 50),
+    ]
+    snapshot = build_snapshot(nodes, existing)
+    urgent = _priority(pod("urgent", cpu="1"), 100)
+    polite = _priority(pod("polite", cpu="1", preemptionPolicy="Never"), 100)
+    out = {p.pod: p for p in Engine(Config()).schedule(snapshot, [urgent, polite]).placements}
+    assert out["default/urgent"].nominated_node == "n0"
+    assert out["default/urgent"].victims == ("default/low",)
+    assert out["default/urgent"].as_json()["victims"] == ["default/low"]
+    assert "preemption: nominated node n0" in (out["default/urgent"].message or "")
+    assert out["default/polite"].nominated_node is None and out["default/polite"].victims == ()
+    # Disabled in the profile: nobody preempts.
+    config = Config(profiles=(ProfileConfig(preemption=False),))
+    assert Engine(config).schedule(snapshot, [urgent]).placements[0].nominated_node is None
+
+
+def test_nominated_pod_holds_its_room_for_lower_priorities_only() -> None:
+    snapshot = build_snapshot([node("n0", cpu="2")], [])
+    nominated = _priority(pod("nominee", cpu="2"), 100)
+    nominated["status"] = {"nominatedNodeName": "n0"}
+    engine = Engine(Config())
+    low = _priority(pod("low", cpu="1"), 10)
+    assert engine.schedule(snapshot, [low], nominated=[nominated]).placements[0].node is None
+    high = _priority(pod("high", cpu="1"), 1000)
+    assert engine.schedule(snapshot, [high], nominated=[nominated]).placements[0].node == "n0"
+
+
+def test_default_spreading_follows_the_pods_service() -> None:
+    nodes = [
+        node("n0", labels={"topology.kubernetes.io/zone": "a"}),
+        node("n1", labels={"topology.kubernetes.io/zone": "b"}),
+    ]
+    web = pod("web-0", node_name="n0")
+    web["metadata"]["labels"] = {"app": "web"}
+    snapshot = build_snapshot(nodes, [web])
+    pending = pod("web-1")
+    pending["metadata"]["labels"] = {"app": "web"}
+
+    def spread_scores() -> dict[str, float]:
+        ex = Engine(Config()).schedule(snapshot, [pending], explain="default/web-1").explanation
+        assert ex is not None
+        return {n.node: n.scores["PodTopologySpread"]["normalized"] for n in ex.nodes}
+
+    assert spread_scores() == {"n0": 0.0, "n1": 0.0}, "no Service, no owner: no default constraints"
+    snapshot.spread_selectors.update(
+        "v1",
+        "Service",
+        {"metadata": {"name": "web", "namespace": "default"}, "spec": {"selector": {"app": "web"}}},
+    )
+    scores = spread_scores()
+    assert scores["n1"] > scores["n0"], scores
+
+
+def test_pod_topology_spread_and_preemption_config() -> None:
+    def profile(**kw: Any) -> dict[str, Any]:
+        return {
+            "apiVersion": "ksched.io/v1alpha1",
+            "kind": "KschedConfiguration",
+            "profiles": [{"schedulerName": "ksched", **kw}],
+        }
+
+    listed = parse_config(
+        profile(
+            pluginConfig=[
+                {
+                    "name": "PodTopologySpread",
+                    "args": {
+                        "defaultingType": "List",
+                        "defaultConstraints": [
+                            {"topologyKey": "rack", "maxSkew": 2, "whenUnsatisfiable": "ScheduleAnyway"}
+                        ],
+                    },
+                }
+            ],
+            plugins={"multiPoint": {"disabled": [{"name": "DefaultPreemption"}]}},
+        )
+    ).profiles[0]
+    assert listed.spread_defaults == (("rack", 2, False),) and not listed.spread_system_defaulted
+    assert not listed.preemption
+    with pytest.raises(ConfigError, match=r"pluginConfig\[0\]\.args\.defaultingType"):
+        parse_config(
+            profile(pluginConfig=[{"name": "PodTopologySpread", "args": {"defaultingType": "Sometimes"}}])
+        )
+    with pytest.raises(ConfigError, match=r"hardPodAffinityWeight"):
+        parse_config(
+            profile(pluginConfig=[{"name": "InterPodAffinity", "args": {"hardPodAffinityWeight": 101}}])
+        )
