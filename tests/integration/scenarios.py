@@ -24,6 +24,9 @@ HOSTNAME = "kubernetes.io/hostname"
 TOPOLOGY_KEYS = (HOSTNAME, ZONE, ZONE, "rack")
 APPS = ("web", "db", "cache")
 TIERS = ("fe", "be")
+# PriorityClasses the differential cluster creates: name -> value.
+# A pod's preemptionPolicy must be its class's (Priority admission), hence "diff-high-never".
+PRIORITY_CLASSES = {"diff-low": 10, "diff-mid": 100, "diff-high": 1000, "diff-high-never": 1000}
 
 
 @dataclass
@@ -38,6 +41,8 @@ class Scenario:
     # upstream's default (system) topology spreading for a pod without constraints.
     services: list[Obj] = field(default_factory=list)
     replica_set: Obj | None = None
+    # PodDisruptionBudgets (preemption reprieves the pods they cover first).
+    budgets: list[Obj] = field(default_factory=list)
 
 
 def _labels(rng: random.Random) -> dict[str, str]:
@@ -163,7 +168,7 @@ def _pod(name: str, namespace: str, labels: dict[str, str], cpu: int, memory_mi:
 def generate(seed: int, prefix: str) -> Scenario:
     rng = random.Random(seed)
     plugins: set[str] = set()
-    nodes = []
+    nodes: list[Obj] = []
     for i in range(rng.randint(2, 7)):
         name = f"{prefix}-n{i}"
         labels = {HOSTNAME: name, "kubernetes.io/os": "linux"}
@@ -198,6 +203,8 @@ def generate(seed: int, prefix: str) -> Scenario:
             f"e{j}", rng.choice(NAMESPACES), labels, rng.choice((100, 200, 500)), rng.choice((64, 256))
         )
         pod["spec"]["nodeName"] = rng.choice(nodes)["metadata"]["name"]
+        if rng.random() < 0.6:
+            pod["spec"]["priorityClassName"] = rng.choice(("diff-low", "diff-mid"))
         if rng.random() < 0.3:
             existing_plugins: set[str] = set()
             affinity = _affinity(rng, labels, existing_plugins, required_share=0.5)
@@ -241,6 +248,25 @@ def generate(seed: int, prefix: str) -> Scenario:
         s["containers"][0]["ports"] = [{"containerPort": 80, "hostPort": 8080}]
         for pod in existing[: rng.randint(0, 2)]:
             pod["spec"]["containers"][0]["ports"] = [{"containerPort": 80, "hostPort": 8080}]
+    budgets: list[Obj] = []
+    if rng.random() < 0.35:
+        plugins.add("DefaultPreemption")
+        s["priorityClassName"] = "diff-high"
+        # Big enough that room is often only made by evicting.
+        s["containers"][0]["resources"]["requests"]["cpu"] = f"{rng.choice((800, 1500, 2500))}m"
+        if rng.random() < 0.15:
+            s["priorityClassName"] = "diff-high-never"
+            plugins.add("DefaultPreemption/Never")
+        if rng.random() < 0.3:
+            plugins.add("DefaultPreemption/PDB")
+            budgets.append(
+                {
+                    "apiVersion": "policy/v1",
+                    "kind": "PodDisruptionBudget",
+                    "metadata": {"name": "pdb", "namespace": rng.choice(NAMESPACES)},
+                    "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": rng.choice(APPS)}}},
+                }
+            )
     services: list[Obj] = []
     replica_set = None
     if "topologySpreadConstraints" not in s and rng.random() < 0.35:
@@ -255,7 +281,7 @@ def generate(seed: int, prefix: str) -> Scenario:
                 }
             )
         if rng.random() < 0.6:
-            selector = {"matchLabels": {"app": labels["app"]}}
+            selector: dict[str, Any] = {"matchLabels": {"app": labels["app"]}}
             if "tier" in labels and rng.random() < 0.5:
                 selector["matchExpressions"] = [{"key": "tier", "operator": "In", "values": [labels["tier"]]}]
             replica_set = {
@@ -273,4 +299,4 @@ def generate(seed: int, prefix: str) -> Scenario:
             }
     if not plugins:
         plugins.add("NodeResourcesFit")
-    return Scenario(seed, nodes, existing, pending, plugins, services, replica_set)
+    return Scenario(seed, nodes, existing, pending, plugins, services, replica_set, budgets)

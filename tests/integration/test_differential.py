@@ -23,18 +23,20 @@ import json
 import os
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
 from ksched.cluster import local
 from ksched.config import Config
-from ksched.engine import Engine
-from ksched.kubeclient import Kube, load_configuration
+from ksched.engine import Engine, Placement
+from ksched.kubeclient import MERGE_PATCH, Kube, load_configuration
+from ksched.pods import disruption_budget
 from ksched.podtable import SpreadSelectors
 from ksched.snapshot import build_snapshot
-from tests.integration.helpers import create, wait_for
-from tests.integration.scenarios import NAMESPACE_LABELS, NAMESPACES, Scenario, generate
+from tests.integration.helpers import create, events_for, pods_in, wait_for
+from tests.integration.scenarios import NAMESPACE_LABELS, NAMESPACES, PRIORITY_CLASSES, Scenario, generate
 
 pytestmark = pytest.mark.cluster
 
@@ -62,6 +64,14 @@ def diff_kube(cluster: local.ClusterState, tmp_path_factory: pytest.TempPathFact
                 for ns in NAMESPACES
             ],
         )
+        for name, value in PRIORITY_CLASSES.items():
+            body = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name}}
+            if name.endswith("-never"):
+                body["preemptionPolicy"] = "Never"
+            r = kube.request(
+                "POST", "/apis/scheduling.k8s.io/v1/priorityclasses", body={**body, "value": value}
+            )
+            assert r.status in (200, 201, 409), r.data[:300]
         # The namespaces' default ServiceAccount is not needed: ServiceAccount admission is off.
         yield kube
     finally:
@@ -79,6 +89,7 @@ def _post(kube: Kube, obj: Obj) -> Obj:
         "Pod": f"/api/v1/namespaces/{ns}/pods",
         "Service": f"/api/v1/namespaces/{ns}/services",
         "ReplicaSet": f"/apis/apps/v1/namespaces/{ns}/replicasets",
+        "PodDisruptionBudget": f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets",
     }[obj["kind"]]
     r = kube.request("POST", path, body=obj)
     assert r.status in (200, 201), r.data[:500]
@@ -86,21 +97,43 @@ def _post(kube: Kube, obj: Obj) -> Obj:
     return stored
 
 
-def _kube_scheduler_verdict(kube: Kube, namespace: str, name: str) -> tuple[str | None, str | None]:
-    """(node, None) once bound, or (None, message) once kube-scheduler marks it Unschedulable."""
+@dataclass
+class Verdict:
+    node: str | None  # where it was bound (after preempting, where it was nominated)
+    message: str | None  # the first FailedScheduling message, if any
+    nominated: str | None  # set when kube-scheduler preempted
 
-    def verdict() -> tuple[str | None, str | None] | None:
+
+def _kube_scheduler_verdict(kube: Kube, namespace: str, name: str) -> Verdict:
+    """Bound at once; unschedulable without preemption; or preempted, nominated and then bound."""
+
+    def verdict() -> Verdict | None:
         pod = kube.request("GET", f"/api/v1/namespaces/{namespace}/pods/{name}").json()
         if pod["spec"].get("nodeName"):
-            return pod["spec"]["nodeName"], None
+            return Verdict(pod["spec"]["nodeName"], None, None)
         for c in pod["status"].get("conditions") or []:
             if c["type"] == "PodScheduled" and c.get("reason") == "Unschedulable":
-                return None, c.get("message", "")
+                return Verdict(None, c.get("message", ""), pod["status"].get("nominatedNodeName"))
         return None
 
-    found = wait_for(verdict, 30, 0.05)
+    found: Verdict | None = wait_for(verdict, 30, 0.05)
     assert found, f"kube-scheduler decided nothing for {namespace}/{name} in 30 s"
-    return found  # type: ignore[no-any-return]
+    if found.nominated:
+        # Its victims go (grace period 0); it is retried and usually bound.
+        def bound() -> str | None:
+            pod = kube.request("GET", f"/api/v1/namespaces/{namespace}/pods/{name}").json()
+            return pod["spec"].get("nodeName")  # type: ignore[no-any-return]
+
+        found.node = wait_for(bound, 5, 0.1)
+    return found
+
+
+def _preemption_key(victims: list[Obj]) -> tuple[int, int, int]:
+    """Upstream's node choice among candidates: lowest highest victim priority,
+    lowest sum of priorities, fewest victims (PDB violations and start times
+    decide only between candidates equal on these)."""
+    priorities = [int(v["spec"].get("priority") or 0) for v in victims]
+    return (max(priorities, default=0), sum(priorities), len(priorities))
 
 
 def _cleanup(kube: Kube, sc: Scenario) -> None:
@@ -113,6 +146,11 @@ def _cleanup(kube: Kube, sc: Scenario) -> None:
     if sc.replica_set is not None:
         m = sc.replica_set["metadata"]
         kube.request("DELETE", f"/apis/apps/v1/namespaces/{m['namespace']}/replicasets/{m['name']}")
+    for pdb in sc.budgets:
+        m = pdb["metadata"]
+        kube.request(
+            "DELETE", f"/apis/policy/v1/namespaces/{m['namespace']}/poddisruptionbudgets/{m['name']}"
+        )
     for node in sc.nodes:
         kube.request("DELETE", f"/api/v1/nodes/{node['metadata']['name']}")
 
@@ -135,18 +173,48 @@ def _run(kube: Kube, sc: Scenario, namespaces: dict[str, dict[str, str]]) -> str
         pod = {**pod, "metadata": {**pod["metadata"], "ownerReferences": [owner]}}
     if sc.services or sc.replica_set is not None:
         time.sleep(0.25)  # the Service and ReplicaSet watches deliver on their own
-    existing = [_post(kube, p) for p in sc.existing]
+    budgets = [_post(kube, b) for b in sc.budgets]
+    existing = []
+    for j, p in enumerate(sc.existing):
+        stored = _post(kube, p)
+        # Distinct start times: preemption orders equal priorities by them
+        # (with none, kube-scheduler takes "now" for each, an arbitrary order).
+        started = {"status": {"startTime": f"2026-01-01T00:{j:02d}:00Z"}}
+        m = stored["metadata"]
+        r = kube.request(
+            "PATCH",
+            f"/api/v1/namespaces/{m['namespace']}/pods/{m['name']}/status",
+            body=started,
+            content_type=MERGE_PATCH,
+        )
+        assert r.ok, r.data[:300]
+        existing.append(r.json())
     pending = _post(kube, pod)
     ns, name = pending["metadata"]["namespace"], pending["metadata"]["name"]
-    kube_node, kube_message = _kube_scheduler_verdict(kube, ns, name)
+    kube_verdict = _kube_scheduler_verdict(kube, ns, name)
+    left = {(p["metadata"]["namespace"], p["metadata"]["name"]) for n in NAMESPACES for p in pods_in(kube, n)}
+    if not kube_verdict.nominated and any(
+        (p["metadata"]["namespace"], p["metadata"]["name"]) not in left for p in existing
+    ):
+        # It preempted, and its victims went and it was bound before the first poll.
+        kube_verdict.nominated = kube_verdict.node
+        uid = pending["metadata"]["uid"]
+        failed = [
+            e for e in events_for(kube, ns, name, "FailedScheduling") if e["regarding"].get("uid") == uid
+        ]
+        kube_verdict.message = failed[0]["note"] if failed else None
+    kube_node, kube_message = kube_verdict.node, kube_verdict.message
 
     snapshot = build_snapshot(nodes, existing)
     snapshot.namespaces = namespaces
     snapshot.spread_selectors = selectors
+    snapshot.budgets = [disruption_budget(b) for b in budgets]
     result = Engine(Config(), seed=sc.seed).schedule(snapshot, [pending], explain=f"{ns}/{name}")
     placement = result.placements[0]
     ex = result.explanation
     assert ex is not None
+    if kube_verdict.nominated or placement.nominated_node:
+        return _compare_preemption(kube, kube_verdict, placement, existing)
     if kube_node is None:
         if placement.node is not None:
             return f"kube-scheduler: unschedulable ({kube_message}); ksched: {placement.node}"
@@ -169,6 +237,45 @@ def _run(kube: Kube, sc: Scenario, namespaces: dict[str, dict[str, str]]) -> str
         return (
             f"kube-scheduler chose {kube_node} (ksched total {chosen.total}), ksched's best is {best}: "
             f"{totals}\n{json.dumps(scores, indent=1)[:3000]}"
+        )
+    return None
+
+
+def _compare_preemption(
+    kube: Kube, kube_verdict: Verdict, placement: Placement, existing: list[Obj]
+) -> str | None:
+    """Both preempt; kube-scheduler's node is as good a candidate as ksched's by
+    upstream's criteria; on the same node, the same victims; the FitError texts agree."""
+    if not kube_verdict.nominated or not placement.nominated_node:
+        return (
+            f"preemption: kube-scheduler nominated {kube_verdict.nominated} (bound {kube_verdict.node}), "
+            f"ksched nominated {placement.nominated_node} (node {placement.node}, victims {placement.victims})"
+        )
+    fit = (placement.message or "").split(" preemption: ")[0]
+    theirs_message = kube_verdict.message or ""
+    if theirs_message != fit and not theirs_message.startswith(fit + " "):
+        return f"messages differ:\n  kube-scheduler: {theirs_message}\n  ksched:         {fit}"
+    # Victims: the bound pods deleted (grace period 0) or being deleted. Whether and
+    # when kube-scheduler then binds the pod is its queue's business, not compared.
+    left = {
+        (p["metadata"]["namespace"], p["metadata"]["name"])
+        for ns in NAMESPACES
+        for p in pods_in(kube, ns)
+        if not p["metadata"].get("deletionTimestamp")
+    }
+    by_key = {f"{p['metadata']['namespace']}/{p['metadata']['name']}": p for p in existing}
+    kube_victims = sorted(
+        k for k, p in by_key.items() if (p["metadata"]["namespace"], p["metadata"]["name"]) not in left
+    )
+    ours = [by_key[k] for k in placement.victims]
+    theirs = [by_key[k] for k in kube_victims]
+    if placement.nominated_node == kube_verdict.nominated:
+        if sorted(placement.victims) != kube_victims:
+            return f"on {kube_verdict.nominated}: kube-scheduler evicted {kube_victims}, ksched {sorted(placement.victims)}"
+    elif _preemption_key(ours) != _preemption_key(theirs):
+        return (
+            f"kube-scheduler preempted on {kube_verdict.nominated} ({kube_victims}), "
+            f"ksched on {placement.nominated_node} ({list(placement.victims)}), which upstream would not rank equal"
         )
     return None
 
