@@ -86,6 +86,11 @@ class Binder:
         """Post FailedScheduling and set PodScheduled=False (in the background)."""
         self._reports.submit(self._failed, pod, message)
 
+    def clear_nomination(self, pod: Obj) -> None:
+        """The pod fits nowhere, even by preempting: drop its nominated node (upstream
+        clears it), so the room it held is free again (in the background)."""
+        self._reports.submit(self._preempt, pod, None, [])
+
     def preempt(self, pod: Obj, node: str, victims: list[tuple[str, str, str]]) -> None:
         """Nominate ``node`` for the pod and evict the victims (namespace, name, uid) there,
         as upstream's DefaultPreemption does: a DisruptionTarget condition, then a delete
@@ -136,11 +141,13 @@ class Binder:
         log.warning("bind %s/%s to %s: HTTP %d: %s", ns, name, node, r.status, r.data[:300])
         return Outcome.ERROR
 
-    def _preempt(self, pod: Obj, node: str, victims: list[tuple[str, str, str]]) -> None:
+    def _preempt(self, pod: Obj, node: str | None, victims: list[tuple[str, str, str]]) -> None:
         if not self.is_leader():
             return
         m = meta(pod)
         ns, name, uid = str(m.get("namespace")), str(m.get("name")), str(m.get("uid", ""))
+        if (pod.get("status") or {}).get("nominatedNodeName") == node and not victims:
+            return  # still waiting on the same node: nothing to write
         try:
             r = self.kube.request(
                 "PATCH",

@@ -198,6 +198,8 @@ class Scheduler:
         qp.degraded = False
         if placement.nominated_node is not None:
             self._preempt(qp, placement)
+        elif placement.node is None and (qp.pod.get("status") or {}).get("nominatedNodeName"):
+            self.binder.clear_nomination(qp.pod)
         if placement.node is None or placement.requirements is None:
             message = placement.message or "no node fits"
             self.telemetry.schedule_attempts.labels(result="unschedulable", profile=profile).inc()
@@ -220,7 +222,8 @@ class Scheduler:
             namespace, _, name = key.partition("/")
             if usage is not None:
                 victims.append((namespace, name, usage.uid))
-        self.telemetry.preemption_attempts.inc()
+        if victims:
+            self.telemetry.preemption_attempts.inc()
         self.binder.preempt(qp.pod, placement.nominated_node, victims)
 
     def _hand_off_overdue(self) -> None:

@@ -383,7 +383,11 @@ class Engine:
                     None,
                     None,
                     f"{fit_error(total, reasons)} preemption: nominated node {snapshot.node_names[nominee]}, "
-                    f"evicting {len(victims)} pod(s) of lower priority",
+                    + (
+                        f"evicting {len(victims)} pod(s) of lower priority"
+                        if victims
+                        else "waiting for the pods preempted there to terminate"
+                    ),
                     requirements=req,
                     nominated_node=snapshot.node_names[nominee],
                     victims=victims,

@@ -916,14 +916,19 @@ impl Engine<'_, '_> {
             return None;
         }
         let v = &pre.victims;
-        // A pod whose earlier preemption is still evicting waits for it (upstream PodEligibleToPreemptOthers).
+        // A pod whose earlier preemption is still evicting waits for it, keeping its
+        // nomination (upstream PodEligibleToPreemptOthers): no new victims.
         let nominated = pre.nominated[pod.index];
         if nominated >= 0
             && state.victims_on[nominated as usize]
                 .iter()
                 .any(|&i| v.terminating[i] != 0 && v.priorities[i] < pod.priority)
         {
-            return None;
+            return Some(default_preemption::Candidate {
+                node: nominated as usize,
+                victims: Vec::new(),
+                pdb_violations: 0,
+            });
         }
         let w = reason_slots(self.resources);
         let mut candidates = Vec::new();
@@ -1684,6 +1689,28 @@ mod tests {
         // The 1-cpu pod of priority 0 would have fit node 0; the nomination holds it.
         assert_eq!(out.nodes[1], UNSCHEDULABLE, "node 0 is held for the nominated pod");
         assert_eq!(out.nominated[1], -1);
+
+        // Already nominated to node 0 while a victim there is still terminating:
+        // it waits, keeping the nomination, and evicts nobody else.
+        if let Some(pre) = pods.preemption.as_mut() {
+            pre.nominated = &[0, -1];
+            pre.victims.terminating = &[1, 0, 0, 0];
+        }
+        let out = schedule_batch(
+            &nodes.view(),
+            &classes.view(),
+            &pods,
+            &no_metrics(),
+            &Profile::default(),
+            &ScheduleOptions::default(),
+        )
+        .unwrap();
+        assert_eq!(out.nominated[0], 0);
+        assert!(row(&out.victim_offsets, 0).is_empty());
+        if let Some(pre) = pods.preemption.as_mut() {
+            pre.nominated = &[-1, -1];
+            pre.victims.terminating = &[0, 0, 0, 0];
+        }
 
         // preemptionPolicy: Never.
         if let Some(pre) = pods.preemption.as_mut() {
