@@ -150,3 +150,17 @@ def test_pod_topology_spread_and_preemption_config() -> None:
         parse_config(
             profile(pluginConfig=[{"name": "InterPodAffinity", "args": {"hardPodAffinityWeight": 101}}])
         )
+
+
+def test_pod_level_example_simulates_as_documented(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from ksched.cli import main
+
+    assert main(["simulate", "examples/pod-level.yaml", "-o", "json"]) == 1  # some pods stay pending
+    out = {p["pod"]: p for p in json.loads(capsys.readouterr().out)["placements"]}
+    assert out["default/urgent"]["nominatedNode"] == "node-b1"
+    assert out["default/urgent"]["victims"] == ["default/batch-0"]
+    # The nomination holds node-b1, so zone spreading (maxSkew 1) lets one web replica in.
+    assert sum(1 for i in range(3) if out[f"default/web-{i}"]["node"]) == 1
+    assert not any(out[f"default/worker-{i}"]["node"] for i in range(3)), "the gang waits whole"
