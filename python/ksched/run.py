@@ -44,8 +44,9 @@ from ksched.webhook import Webhook
 
 log = logging.getLogger(__name__)
 
-# Connections beyond the bind and report workers: two watches, lists, the lease.
-EXTRA_CONNECTIONS = 8
+# Connections beyond the bind and report workers: one watch per informer (nine),
+# their relists, the lease, hand-off.
+EXTRA_CONNECTIONS = 16
 # Whose selectors make a pod's default topology spreading (upstream DefaultSelector):
 # (list path, apiVersion, kind, informer name).
 SELECTOR_OWNERS = (
