@@ -174,9 +174,24 @@ class _Run:
     seconds: float
     engine_s: float
     latencies_s: list[float]
+    # Pods attempted (the throughput counts every attempt, placed or not).
+    attempted: int
 
     def percentile_ms(self, q: float) -> float:
         return float(np.percentile(np.array(self.latencies_s) * 1000, q))
+
+    def figures(self) -> dict[str, Any]:
+        """The figures both bench kinds print."""
+        pods = self.attempted
+        return {
+            "placed": self.placed,
+            "seconds": self.seconds,
+            "pods_per_s": pods / self.seconds if self.seconds else float("inf"),
+            "batch_p50_ms": self.percentile_ms(50),
+            "batch_p99_ms": self.percentile_ms(99),
+            "engine_share": self.engine_s / self.seconds if self.seconds else 0.0,
+            "peak_rss_mib": _peak_rss_mib(),
+        }
 
 
 def _peak_rss_mib() -> float:
@@ -205,7 +220,7 @@ def _place_in_batches(
         engine_s += result.engine_seconds
         if progress:
             _progress(min(lo + batch_size, len(pods)), len(pods), started)
-    return _Run(snapshot, placed, time.perf_counter() - started, engine_s, latencies)
+    return _Run(snapshot, placed, time.perf_counter() - started, engine_s, latencies, len(pods))
 
 
 @dataclass
@@ -283,13 +298,7 @@ def run_bench(
         nodes=nodes,
         pods=pods,
         existing=existing,
-        placed=run.placed,
-        seconds=run.seconds,
-        pods_per_s=pods / run.seconds if run.seconds else float("inf"),
-        batch_p50_ms=run.percentile_ms(50),
-        batch_p99_ms=run.percentile_ms(99),
-        engine_share=run.engine_s / run.seconds if run.seconds else 0.0,
-        peak_rss_mib=_peak_rss_mib(),
+        **run.figures(),
         reference_speedup=reference_speedup(seed) if with_reference else None,
         reference_workload=f"{REFERENCE_NODES} nodes x {REFERENCE_PODS} pods",
     )
@@ -404,12 +413,6 @@ def run_pod_level_bench(
         nodes=nodes,
         init_pods=init,
         pods=measure,
-        placed=run.placed,
-        seconds=run.seconds,
-        pods_per_s=measure / run.seconds if run.seconds else float("inf"),
-        batch_p50_ms=run.percentile_ms(50),
-        batch_p99_ms=run.percentile_ms(99),
-        engine_share=run.engine_s / run.seconds if run.seconds else 0.0,
-        peak_rss_mib=_peak_rss_mib(),
+        **run.figures(),
         threshold=float(spec["threshold"]),
     )
