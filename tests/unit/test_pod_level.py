@@ -157,7 +157,7 @@ def test_pod_level_example_simulates_as_documented(capsys: pytest.CaptureFixture
 
     from ksched.cli import main
 
-    assert main(["simulate", "examples/pod-level.yaml", "-o", "json"]) == 1  # some pods stay pending
+    assert main(["simulate", "examples/cluster-pod-level.yaml", "-o", "json"]) == 1  # some pods stay pending
     out = {p["pod"]: p for p in json.loads(capsys.readouterr().out)["placements"]}
     assert out["default/urgent"]["nominatedNode"] == "node-b1"
     assert out["default/urgent"]["victims"] == ["default/batch-0"]
