@@ -151,7 +151,7 @@ class Scheduler:
                     "engine error on a batch of %d pods; retrying them one by one without metrics", len(pods)
                 )
                 self.telemetry.fallbacks.labels(reason="engine_error").inc(len(pods))
-                self._one_by_one(snapshot, profile, pods)
+                self._one_by_one(snapshot, profile, pods, gangs)
                 continue
             self.telemetry.engine_duration.observe(result.engine_seconds)
             elapsed = time.perf_counter() - started
@@ -172,10 +172,13 @@ class Scheduler:
             if key in wanted
         }
 
-    def _one_by_one(self, snapshot: Snapshot, profile: str, pods: list[QueuedPod]) -> None:
+    def _one_by_one(
+        self, snapshot: Snapshot, profile: str, pods: list[QueuedPod], gangs: dict[str, GangStatus]
+    ) -> None:
         for qp in pods:
             try:
-                result = self.engines[profile].schedule(snapshot, [qp.pod], metrics=())
+                # A gang member alone places only if the gang's bound members already reach minMember.
+                result = self.engines[profile].schedule(snapshot, [qp.pod], metrics=(), groups=gangs)
             except Exception:
                 log.exception("engine error on %s even alone and without metrics", qp.key)
                 self.telemetry.schedule_attempts.labels(result="error", profile=profile).inc()
