@@ -164,3 +164,11 @@ def test_pod_level_example_simulates_as_documented(capsys: pytest.CaptureFixture
     # The nomination holds node-b1, so zone spreading (maxSkew 1) lets one web replica in.
     assert sum(1 for i in range(3) if out[f"default/web-{i}"]["node"]) == 1
     assert not any(out[f"default/worker-{i}"]["node"] for i in range(3)), "the gang waits whole"
+
+
+def test_local_cluster_installs_the_pod_group_crd_deploy_ships() -> None:
+    from pathlib import Path
+
+    packaged = Path("python/ksched/cluster/podgroup-crd.yaml").read_text()
+    assert packaged == Path("deploy/podgroup-crd.yaml").read_text()
+    assert "name: podgroups.scheduling.x-k8s.io" in packaged and "name: v1alpha1" in packaged
