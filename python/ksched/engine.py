@@ -357,7 +357,10 @@ class Engine:
             for gang_row in rows:
                 group = gang_row.req.group
                 if group is not None and group in short:
-                    results[gang_row.slot] = Placement(gang_row.req.key, None, None, short[group])
+                    why = short[group]
+                    results[gang_row.slot] = Placement(
+                        gang_row.req.key, None, None, why, attempted=why is not None
+                    )
                 else:
                     kept.append(gang_row)
             rows = kept
@@ -560,22 +563,30 @@ def _gang_order(
     return out
 
 
-def _short_gangs(rows: Sequence[_Row], nodes: Any, groups: Mapping[str, GangStatus]) -> dict[str, str]:
-    """Gangs in ``rows`` whose placed members plus bound ones fall short of minMember -> why."""
+def _short_gangs(rows: Sequence[_Row], nodes: Any, groups: Mapping[str, GangStatus]) -> dict[str, str | None]:
+    """Gangs in ``rows`` whose placed members plus bound ones fall short of minMember -> why
+    (None: the decision deadline cut the gang short, so it is retried, not reported)."""
     placed: dict[str, int] = {}
     pending: dict[str, int] = {}
+    cut: set[str] = set()
     for j, r in enumerate(rows):
         if r.req.group is not None:
             pending[r.req.group] = pending.get(r.req.group, 0) + 1
             placed[r.req.group] = placed.get(r.req.group, 0) + (int(nodes[j]) >= 0)
-    short = {}
+            if int(nodes[j]) == _core.NOT_ATTEMPTED:
+                cut.add(r.req.group)
+    short: dict[str, str | None] = {}
     for group, n in placed.items():
         status = groups[group]
         if n + status.bound < status.min_member:
             short[group] = (
-                f'pod group "{group}": {n + status.bound} of minMember {status.min_member} members '
-                f"can be placed together ({status.bound} bound, {n} of {pending[group]} pending placeable); "
-                "none of the gang is bound until enough fit"
+                None
+                if group in cut
+                else (
+                    f'pod group "{group}": {n + status.bound} of minMember {status.min_member} members '
+                    f"can be placed together ({status.bound} bound, {n} of {pending[group]} pending placeable); "
+                    "none of the gang is bound until enough fit"
+                )
             )
     return short
 

@@ -50,6 +50,11 @@ def test_gang_counts_members_already_bound_and_needs_its_pod_group() -> None:
     )
     missing = engine.schedule(snapshot, pods, groups={}).placements[0]
     assert missing.node is None and missing.message == 'pod group "default/a" not found'
+    # Cut short by the decision deadline: retried (not attempted), not reported as short.
+    late = engine.schedule(
+        snapshot, pods, groups={"default/a": GangStatus(3, bound=1)}, deadline_s=0
+    ).placements[0]
+    assert not late.attempted and late.message is None
 
 
 def _priority(p: Obj, value: int, start: str | None = None) -> Obj:
