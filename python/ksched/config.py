@@ -24,6 +24,7 @@ API_VERSION = "ksched.io/v1alpha1"
 KIND = "KschedConfiguration"
 DEFAULT_PROFILE = "ksched"
 
+# In the order the engine's filter flags take them (the profile's "filters" for ksched._core).
 FILTER_PLUGINS = (
     "NodeUnschedulable",
     "NodeName",

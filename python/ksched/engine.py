@@ -19,7 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ksched import _core
-from ksched.config import Config, MetricConfig, ProfileConfig
+from ksched.config import FILTER_PLUGINS, Config, MetricConfig, ProfileConfig
 from ksched.errors import KschedError, MalformedObjectError
 from ksched.kube import Obj, pod_key, stable_key
 from ksched.messages import AFFINITY_CONFLICT, ReasonNames, fit_error, prefilter_error
@@ -234,19 +234,7 @@ def engine_profile(p: ProfileConfig, snapshot: Snapshot) -> dict[str, Any]:
         "shape": list(p.shape),
         "fit_resources": [(res(name), w) for name, w in p.fit_resources],
         "balanced_resources": [res(name) for name in p.balanced_resources],
-        "filters": [
-            f in p.filters
-            for f in (
-                "NodeUnschedulable",
-                "NodeName",
-                "TaintToleration",
-                "NodeAffinity",
-                "NodePorts",
-                "NodeResourcesFit",
-                "PodTopologySpread",
-                "InterPodAffinity",
-            )
-        ],
+        "filters": [f in p.filters for f in FILTER_PLUGINS],
     }
 
 
@@ -489,15 +477,15 @@ class Engine:
             node = snapshot.index.get(req.nominated_node)
             if node is not None and req.key not in in_batch:
                 reservations.append((node, req))
-        lowest = snapshot.pods.min_evictable_priority()
-        preemptors = [
-            r.req.priority
-            for r in rows
-            if self.profile.preemption and r.req.may_preempt and lowest is not None
-        ]
-        below = max(preemptors, default=None)
-        if not reservations and (below is None or lowest is None or below <= lowest):
-            return None, []
+        # The bound pods' lowest priority is only looked up when some pod may preempt.
+        below = max(
+            (r.req.priority for r in rows if self.profile.preemption and r.req.may_preempt), default=None
+        )
+        lowest = snapshot.pods.min_evictable_priority() if below is not None else None
+        if lowest is None or below is None or below <= lowest:
+            below = None  # nobody here can evict anybody
+            if not reservations:
+                return None, []
         res = snapshot.resources
         victims, keys = snapshot.pods.victims(
             below if below is not None else -(2**62), snapshot.budgets, snapshot.strings, res, with_rows

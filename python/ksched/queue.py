@@ -87,6 +87,9 @@ class SchedulingQueue:
         # Move requests that only help pods with pod-level constraints (a pod bound).
         self._pod_level_seq = 0
         self._pod_level_count = 0
+        # Keys of queued pods an earlier preemption nominated to a node, kept as pods
+        # change, so each cycle's ``nominated`` need not scan the whole queue.
+        self._nominated: set[str] = set()
         self._last_flush = clock()
         self._closed = False
 
@@ -99,6 +102,7 @@ class SchedulingQueue:
         priority = priority if isinstance(priority, int) and not isinstance(priority, bool) else 0
         with self._cond:
             qp = self._pods.get(key)
+            self._note_nomination(key, pod)
             if qp is not None and qp.uid == str(meta(pod).get("uid", "")):
                 qp.pod = pod
                 if qp.where == "unschedulable":
@@ -106,6 +110,7 @@ class SchedulingQueue:
                 return
             if qp is not None:
                 self._forget(key)  # deleted and recreated under the same name
+                self._note_nomination(key, pod)
             qp = QueuedPod(key, pod, priority, self.clock(), next(self._seq))
             qp.pod_level = has_pod_level_constraints(pod)
             self._pod_level_count += qp.pod_level
@@ -193,15 +198,15 @@ class SchedulingQueue:
         with self._cond:
             return [
                 qp.pod
-                for qp in self._pods.values()
-                if qp.where != "in_flight" and (qp.pod.get("status") or {}).get("nominatedNodeName")
+                for qp in (self._pods[k] for k in self._nominated if k in self._pods)
+                if qp.where != "in_flight"
             ]
 
     def done_bound(self, qp: QueuedPod) -> None:
         """Bound (or the pod turned out bound already): it leaves the queue."""
         with self._cond:
             if self._pods.get(qp.key) is qp:
-                del self._pods[qp.key]
+                self._forget(qp.key)  # the same bookkeeping as any pod leaving
 
     def done_unschedulable(self, qp: QueuedPod, message: str | None) -> None:
         """No node fits. If a helpful event arrived during the attempt, retry after backoff
@@ -290,6 +295,13 @@ class SchedulingQueue:
         if qp is not None:
             qp.where = "gone"
             self._pod_level_count -= qp.pod_level
+            self._nominated.discard(key)
+
+    def _note_nomination(self, key: str, pod: Obj) -> None:
+        if (pod.get("status") or {}).get("nominatedNodeName"):
+            self._nominated.add(key)
+        else:
+            self._nominated.discard(key)
 
     def _flush(self) -> None:
         now = self.clock()

@@ -139,3 +139,31 @@ def test_an_update_to_an_unschedulable_pod_retries_it() -> None:
     q.add(updated)
     (again,) = pop(q)
     assert again.pod["spec"]["tolerations"]
+
+
+def test_nominated_pods_are_listed_while_waiting_and_until_bound() -> None:
+    clock = Clock()
+    q = SchedulingQueue(clock)
+    nominee = queued("nominee", 100)
+    nominee["status"] = {"nominatedNodeName": "n0"}
+    q.add(nominee)
+    q.add(queued("plain"))
+    assert [object_name(p) for p in q.nominated()] == ["nominee"]
+    batch = pop(q)
+    assert q.nominated() == [], "a pod in flight holds nothing: it is being placed"
+    for qp in batch:
+        q.done_unschedulable(qp, "no room")
+    assert [object_name(p) for p in q.nominated()] == ["nominee"]
+    cleared = queued("nominee", 100)
+    cleared["status"] = {}
+    q.add(cleared)  # the nomination was cleared
+    assert q.nominated() == []
+    q.add(nominee)
+    clock.now += MAX_BACKOFF_S  # past its backoff
+    (qp,) = [qp for qp in pop(q) if qp.key.endswith("nominee")]
+    q.done_bound(qp)
+    assert q.nominated() == [] and "default/nominee" not in q
+
+
+def object_name(p: dict[str, Any]) -> str:
+    return str(p["metadata"]["name"])
