@@ -16,7 +16,7 @@ ruff check python tests
 ruff format --check python tests
 mypy --strict python/ksched
 python -m mypy.stubtest ksched._core
-lint-imports   # layering and "only kubeclient/leader import the Kubernetes client" (.importlinter)
+lint-imports   # layering and "only loop.client/loop.leader import the Kubernetes client" (.importlinter)
 echo "== image build steps: the Dockerfile's wheel, installed alone; hadolint"
 bash tests/test_wheel.sh
 echo "== control plane binaries (built from Go modules when missing)"

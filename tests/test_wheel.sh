@@ -11,6 +11,6 @@ maturin build --release --out "$work/wheels" -q 2>&1 | tail -2
 python3 -m venv "$work/runtime"
 "$work/runtime/bin/pip" install -q "$work"/wheels/*.whl
 "$work/runtime/bin/ksched" run --help | head -1
-"$work/runtime/bin/python" -c "import ksched._core, ksched.run; print('wheel ok:', ksched.__version__)"
+"$work/runtime/bin/python" -c "import ksched._core, ksched.loop.run; print('wheel ok:', ksched.__version__)"
 hadolint --failure-threshold warning deploy/Dockerfile
 echo "Dockerfile lint ok"

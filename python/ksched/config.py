@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from ksched.errors import ConfigError
-from ksched.kube import Obj
+from ksched.objects import Obj
 
 API_VERSION = "ksched.io/v1alpha1"
 KIND = "KschedConfiguration"

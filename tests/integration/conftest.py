@@ -10,7 +10,7 @@ import pytest
 
 from ksched.cluster import local
 from ksched.cluster.build import BuildError, missing_binaries
-from ksched.kubeclient import Kube, load_configuration
+from ksched.loop.client import Kube, load_configuration
 
 CLUSTER_NODES = 20
 

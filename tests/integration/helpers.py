@@ -20,8 +20,8 @@ from typing import Any
 import yaml
 
 from ksched.cluster import local
-from ksched.kubeclient import ApiUnavailableError, Kube
-from ksched.pods import pod_requests
+from ksched.engine.pods import pod_requests
+from ksched.loop.client import ApiUnavailableError, Kube
 
 Obj = dict[str, Any]
 # Short leases keep the failover test quick: 4 s lease, 3 s renew deadline, 1 s retry.
@@ -176,7 +176,7 @@ def ksched(
     with open(log, "wb") as out:
         proc = subprocess.Popen(
             [
-                *(sys.executable, "-m", "ksched.cli", "run", "--config", str(path)),
+                *(sys.executable, "-m", "ksched.commands.cli", "run", "--config", str(path)),
                 *(
                     "--kubeconfig",
                     kubeconfig or cluster.kubeconfig,

@@ -14,7 +14,7 @@ import yaml
 
 from ksched.cluster import local
 from ksched.cluster.build import bin_dir
-from ksched.kubeclient import Kube
+from ksched.loop.client import Kube
 from tests.integration.helpers import (
     create,
     delete_pods,

@@ -31,10 +31,10 @@ import pytest
 from ksched.cluster import local
 from ksched.config import Config
 from ksched.engine import Engine, Placement
-from ksched.kubeclient import MERGE_PATCH, Kube, load_configuration
-from ksched.pods import disruption_budget
-from ksched.podtable import SpreadSelectors
-from ksched.snapshot import build_snapshot
+from ksched.engine.pods import disruption_budget
+from ksched.engine.podtable import SpreadSelectors
+from ksched.engine.snapshot import build_snapshot
+from ksched.loop.client import MERGE_PATCH, Kube, load_configuration
 from tests.integration.helpers import create, events_for, pods_in, wait_for
 from tests.integration.scenarios import NAMESPACE_LABELS, NAMESPACES, PRIORITY_CLASSES, Scenario, generate
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from ksched.cluster import local
-from ksched.kubeclient import Kube
+from ksched.loop.client import Kube
 from tests.integration.helpers import (
     create,
     delete_pods,

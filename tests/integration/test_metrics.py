@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from ksched.cli import main
 from ksched.cluster import local
-from ksched.kubeclient import Kube
+from ksched.commands.cli import main
+from ksched.loop.client import Kube
 from tests.integration.exporter import NODE_VALUES
 from tests.integration.helpers import (
     create,

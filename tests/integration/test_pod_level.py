@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from ksched.cluster import local
-from ksched.kubeclient import Kube
-from ksched.pods import POD_GROUP_API, POD_GROUP_LABEL
+from ksched.engine.pods import POD_GROUP_API, POD_GROUP_LABEL
+from ksched.loop.client import Kube
 from tests.integration.helpers import (
     Obj,
     create,

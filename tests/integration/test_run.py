@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 from ksched.cluster import local
+from ksched.commands.simulate import load_cluster, run_simulation
 from ksched.config import load_config
-from ksched.kube import object_key
-from ksched.kubeclient import Kube
-from ksched.simulate import load_cluster, run_simulation
+from ksched.loop.client import Kube
+from ksched.objects import object_key
 from tests.integration.helpers import (
     FAST_LEASE,
     Obj,

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from ksched.cli import main
+from ksched.commands.cli import main
 from tests.conftest import node, pod
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -107,7 +107,7 @@ def test_every_example_configuration_loads_and_simulates(
 
 
 def test_annotate_rejects_what_is_not_a_number() -> None:
-    from ksched.annotate import parse_assignments
+    from ksched.commands.annotate import parse_assignments
     from ksched.errors import KschedError
 
     assert parse_assignments(["n1=0.12", "n2-"]) == {"n1": "0.12", "n2": None}
@@ -135,7 +135,7 @@ def cli_reference() -> str:
     import contextlib
     import io
 
-    from ksched.cli import parser
+    from ksched.commands.cli import parser
 
     def helptext(args: list[str]) -> str:
         buf = io.StringIO()

@@ -8,7 +8,7 @@ import pytest
 
 from ksched.config import Config
 from ksched.engine import Engine
-from ksched.snapshot import build_snapshot
+from ksched.engine.snapshot import build_snapshot
 from tests.conftest import node, pod
 
 

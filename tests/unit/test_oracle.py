@@ -9,10 +9,9 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ksched import reference
 from ksched.config import Config, MetricConfig, ProfileConfig
-from ksched.engine import Engine
-from ksched.snapshot import build_snapshot
+from ksched.engine import Engine, reference
+from ksched.engine.snapshot import build_snapshot
 from tests.conftest import node, pod
 
 ZONES = ["z1", "z2", "z3"]

@@ -11,9 +11,9 @@ import pytest
 
 from ksched.config import Config, ProfileConfig, parse_config
 from ksched.engine import Engine, GangStatus
+from ksched.engine.pods import POD_GROUP_LABEL
+from ksched.engine.snapshot import build_snapshot
 from ksched.errors import ConfigError
-from ksched.pods import POD_GROUP_LABEL
-from ksched.snapshot import build_snapshot
 from tests.conftest import node, pod
 
 Obj = dict[str, Any]
@@ -160,7 +160,7 @@ def test_pod_topology_spread_and_preemption_config() -> None:
 def test_pod_level_example_simulates_as_documented(capsys: pytest.CaptureFixture[str]) -> None:
     import json
 
-    from ksched.cli import main
+    from ksched.commands.cli import main
 
     assert main(["simulate", "examples/cluster-pod-level.yaml", "-o", "json"]) == 1  # some pods stay pending
     out = {p["pod"]: p for p in json.loads(capsys.readouterr().out)["placements"]}

@@ -2,8 +2,8 @@ from fractions import Fraction
 
 import pytest
 
+from ksched.engine.quantity import canonical, parse_quantity
 from ksched.errors import QuantityError
-from ksched.quantity import canonical, parse_quantity
 
 CASES = [
     ("millicores", "250m", "cpu", 250),

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from ksched.queue import MAX_BACKOFF_S, UNSCHEDULABLE_FLUSH_S, SchedulingQueue, backoff_s
+from ksched.loop.queue import MAX_BACKOFF_S, UNSCHEDULABLE_FLUSH_S, SchedulingQueue, backoff_s
 from tests.conftest import pod
 
 

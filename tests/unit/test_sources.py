@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 
 from ksched.config import MetricConfig
-from ksched.kube import slim_node
-from ksched.pods import pod_requests
-from ksched.snapshot import build_snapshot
-from ksched.sources import MetricStore, NodeResolver, Sample, SourceError, _next_interval
-from ksched.state import ClusterState
+from ksched.engine.pods import pod_requests
+from ksched.engine.snapshot import build_snapshot
+from ksched.loop.metric_sources import MetricStore, NodeResolver, Sample, SourceError, _next_interval
+from ksched.loop.slim import slim_node
+from ksched.loop.state import ClusterState
 from tests.conftest import node, pod
 
 
@@ -116,7 +116,7 @@ def test_a_prometheus_answering_an_error_status_is_a_source_error(status: int) -
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-    from ksched.sources import PrometheusSource
+    from ksched.loop.metric_sources import PrometheusSource
 
     class Failing(BaseHTTPRequestHandler):
         def do_GET(self) -> None:

@@ -7,10 +7,10 @@ from typing import Any
 
 import numpy as np
 
-from ksched.kube import slim_node, slim_pod
-from ksched.pods import pod_requests
-from ksched.snapshot import build_snapshot
-from ksched.state import ClusterState
+from ksched.engine.pods import pod_requests
+from ksched.engine.snapshot import build_snapshot
+from ksched.loop.slim import slim_node, slim_pod
+from ksched.loop.state import ClusterState
 from tests.conftest import node, pod
 
 

@@ -33,9 +33,9 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from ksched.config import WebhookConfig
-from ksched.kube import DEFAULT_SCHEDULER, Obj
-from ksched.kubeclient import Kube
-from ksched.server import BackgroundServer
+from ksched.loop.client import Kube
+from ksched.loop.server import BackgroundServer
+from ksched.objects import DEFAULT_SCHEDULER, Obj
 
 log = logging.getLogger(__name__)
 

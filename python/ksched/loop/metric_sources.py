@@ -34,9 +34,9 @@ from cachetools import TTLCache
 from urllib3.util.retry import Retry
 
 from ksched.config import MetricConfig
-from ksched.kube import Obj, meta
-from ksched.snapshot import Snapshot
-from ksched.telemetry import Telemetry
+from ksched.engine.snapshot import Snapshot
+from ksched.loop.telemetry import Telemetry
+from ksched.objects import Obj, meta
 
 log = logging.getLogger(__name__)
 

@@ -20,12 +20,12 @@ import yaml
 
 from ksched.config import Config, MetricConfig
 from ksched.engine import BatchResult, Engine, Explanation, GangStatus, commit_placements
+from ksched.engine.pods import POD_GROUP_API, PodGroup, pod_group, pod_group_of
+from ksched.engine.podtable import SpreadSelectors
+from ksched.engine.snapshot import Snapshot, build_snapshot
 from ksched.errors import ClusterFileError, KschedError, MalformedObjectError
-from ksched.kube import Obj, meta, scheduler_name, spec
-from ksched.pods import POD_GROUP_API, PodGroup, pod_group, pod_group_of
-from ksched.podtable import SpreadSelectors
-from ksched.snapshot import Snapshot, build_snapshot
-from ksched.sources import annotation_column, to_number
+from ksched.loop.metric_sources import annotation_column, to_number
+from ksched.objects import Obj, meta, scheduler_name, spec
 
 # Objects whose selectors make a pod's default topology spreading.
 SELECTOR_OWNER_KINDS = {

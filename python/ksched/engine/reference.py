@@ -2,7 +2,7 @@
 
 It is the oracle the property tests compare ``ksched._core`` against on
 random clusters, and the baseline ``ksched bench`` reports the speed-up
-over. It reads the same parsed pod requirements (``ksched.pods``) but
+over. It reads the same parsed pod requirements (``ksched.engine.pods``) but
 re-implements every filter, score, normalization and the in-batch
 accounting from upstream's definitions with dicts and loops. It ships in
 the package (not only in tests/) because ``ksched bench`` runs it.
@@ -16,10 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ksched.config import Config, MetricConfig, ProfileConfig
-from ksched.errors import MalformedObjectError
-from ksched.kube import Obj, is_terminal, meta, name, spec, stable_key
-from ksched.messages import AFFINITY_CONFLICT, fit_error, prefilter_error
-from ksched.pods import (
+from ksched.engine.messages import AFFINITY_CONFLICT, fit_error, prefilter_error
+from ksched.engine.pods import (
     PodRequirements,
     Requirement,
     Term,
@@ -29,7 +27,9 @@ from ksched.pods import (
     prefilter_node_names,
     requirements,
 )
-from ksched.quantity import canonical, parse_quantity
+from ksched.engine.quantity import canonical, parse_quantity
+from ksched.errors import MalformedObjectError
+from ksched.objects import Obj, is_terminal, meta, name, spec, stable_key
 
 MASK = (1 << 64) - 1
 NATIVE = ("cpu", "memory", "ephemeral-storage")

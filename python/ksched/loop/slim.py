@@ -1,70 +1,15 @@
-"""Types for the raw Kubernetes JSON ksched reads.
+"""What the informers keep of each watched object.
 
-ksched keeps API objects as the plain dicts the API server sends (parsed by
-orjson), never generated model classes: this module names their shape for
-readers and the type checker, and holds the few accessors every layer uses.
+An informer stores the projection of each object that ksched reads, never the
+whole object: an update that changes nothing ksched reads then compares equal
+and costs no work, and the cache holds a fraction of the cluster's bytes.
 """
 
 from __future__ import annotations
 
-import hashlib
-from typing import Any, NewType
+from typing import Any
 
-Obj = dict[str, Any]
-"""A Kubernetes object as decoded JSON."""
-
-NodeIndex = NewType("NodeIndex", int)
-"""Row of a node in the node table."""
-
-StringId = NewType("StringId", int)
-"""An interned string (label key or value, taint, node name, IP)."""
-
-DEFAULT_SCHEDULER = "default-scheduler"
-
-
-def meta(obj: Obj) -> Obj:
-    m = obj.get("metadata")
-    return m if isinstance(m, dict) else {}
-
-
-def name(obj: Obj) -> str:
-    return str(meta(obj).get("name", ""))
-
-
-def namespace(obj: Obj) -> str:
-    return str(meta(obj).get("namespace") or "default")
-
-
-def pod_key(pod: Obj) -> str:
-    """``namespace/name``, as upstream logs and events name pods."""
-    return f"{namespace(pod)}/{name(pod)}"
-
-
-def spec(obj: Obj) -> Obj:
-    s = obj.get("spec")
-    return s if isinstance(s, dict) else {}
-
-
-def scheduler_name(pod: Obj) -> str:
-    return str(spec(pod).get("schedulerName") or DEFAULT_SCHEDULER)
-
-
-def is_terminal(pod: Obj) -> bool:
-    """Succeeded and Failed pods hold no resources (upstream drops them from the cache)."""
-    status = pod.get("status")
-    return isinstance(status, dict) and status.get("phase") in ("Succeeded", "Failed")
-
-
-def stable_key(text: str) -> int:
-    """A 64-bit key of a string that is the same in every process (for the seeded tie-break)."""
-    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
-
-
-def object_key(obj: Obj) -> str:
-    """``namespace/name`` for namespaced objects, ``name`` for cluster-scoped ones."""
-    m = meta(obj)
-    ns = m.get("namespace")
-    return f"{ns}/{m.get('name', '')}" if ns else str(m.get("name", ""))
+from ksched.objects import Obj
 
 
 def _pick(obj: Any, keys: tuple[str, ...]) -> Obj:

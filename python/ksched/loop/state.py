@@ -6,7 +6,7 @@ engine reads is never written while the engine runs. Usage changes are
 applied to the snapshot in place (O(changes)); a node added, removed or
 changed in a field the engine reads, or a host-port pod leaving, rebuilds it
 (O(nodes + bound pods), rare: heartbeats never reach here, see
-:func:`ksched.kube.slim_node`).
+:func:`ksched.loop.slim.slim_node`).
 
 Pods bound by any scheduler count. Pods ksched binds count from the moment
 they are *assumed*; the watch confirms them, a failed bind forgets them; a
@@ -27,9 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ksched.config import MetricConfig
-from ksched.errors import MalformedObjectError
-from ksched.kube import Obj, is_terminal, meta, name, object_key, spec
-from ksched.pods import (
+from ksched.engine.pods import (
     POD_GROUP_LABEL,
     CountedRequests,
     DisruptionBudget,
@@ -42,8 +40,8 @@ from ksched.pods import (
     pod_group,
     pod_requests,
 )
-from ksched.podtable import Evictable, SpreadSelectors
-from ksched.snapshot import (
+from ksched.engine.podtable import Evictable, SpreadSelectors
+from ksched.engine.snapshot import (
     Snapshot,
     add_usage,
     build_snapshot,
@@ -52,6 +50,8 @@ from ksched.snapshot import (
     remove_usage,
     safe_pod_info,
 )
+from ksched.errors import MalformedObjectError
+from ksched.objects import Obj, is_terminal, meta, name, object_key, spec
 
 log = logging.getLogger(__name__)
 

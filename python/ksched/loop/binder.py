@@ -20,9 +20,9 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
-from ksched.kube import Obj, meta
-from ksched.kubeclient import MERGE_PATCH, ApiUnavailableError, Kube, pod_path
-from ksched.telemetry import Telemetry
+from ksched.loop.client import MERGE_PATCH, ApiUnavailableError, Kube, pod_path
+from ksched.loop.telemetry import Telemetry
+from ksched.objects import Obj, meta
 
 log = logging.getLogger(__name__)
 

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
+from ksched.engine.quantity import NANO, Nano, canonical_nano, parse_nano
 from ksched.errors import MalformedObjectError, QuantityError
-from ksched.kube import Obj, pod_key, spec
-from ksched.quantity import NANO, Nano, canonical_nano, parse_nano
+from ksched.objects import Obj, pod_key, spec
 
 # Upstream schedutil.DefaultMilliCPURequest / DefaultMemoryRequest: what a
 # container without a request counts as when scoring (never when filtering).

@@ -25,7 +25,7 @@ EXIT_BAD_INPUT = 2
 
 def _run(args: argparse.Namespace) -> int:
     from ksched.config import load_config
-    from ksched.run import run
+    from ksched.loop.run import run
 
     config = load_config(args.config)
     if args.no_leader_elect:
@@ -38,13 +38,13 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from ksched.demo import demo
+    from ksched.commands.demo import demo
 
     return demo(args.nodes, args.pods, args.compare)
 
 
 def _annotate(args: argparse.Namespace) -> int:
-    from ksched.annotate import annotate
+    from ksched.commands.annotate import annotate
 
     rows = annotate(args.kubeconfig, args.key, args.assignments)
     width = max((len(n) for n, _ in rows), default=4)
@@ -55,8 +55,8 @@ def _annotate(args: argparse.Namespace) -> int:
 
 
 def _simulate(args: argparse.Namespace) -> int:
+    from ksched.commands.simulate import load_cluster, load_offline_metrics, render_table, run_simulation
     from ksched.config import load_config
-    from ksched.simulate import load_cluster, load_offline_metrics, render_table, run_simulation
 
     config = load_config(args.config)
     cluster = load_cluster(args.cluster, {p.scheduler_name for p in config.profiles})
@@ -74,14 +74,14 @@ def _simulate(args: argparse.Namespace) -> int:
 
 
 def _explain(args: argparse.Namespace) -> int:
-    from ksched.config import load_config
-    from ksched.simulate import (
+    from ksched.commands.simulate import (
         explanation_json,
         load_cluster,
         load_offline_metrics,
         render_explanation,
         run_simulation,
     )
+    from ksched.config import load_config
 
     config = load_config(args.config)
     cluster = load_cluster(args.cluster, {p.scheduler_name for p in config.profiles})
@@ -111,7 +111,7 @@ def _explain(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from ksched.benchmark import run_bench, run_pod_level_bench
+    from ksched.commands.bench import run_bench, run_pod_level_bench
 
     if args.workload != "mixed":
         w = run_pod_level_bench(args.workload, args.nodes, args.seed, args.batch_size, args.scale)

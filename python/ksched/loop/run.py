@@ -18,13 +18,18 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
-from ksched.binder import Binder, report_workers
 from ksched.config import Config
-from ksched.cycle import Scheduler
-from ksched.handoff import Handoff
-from ksched.informer import Informer
-from ksched.kube import (
-    Obj,
+from ksched.engine.pods import POD_GROUP_API
+from ksched.loop.binder import Binder, report_workers
+from ksched.loop.client import Kube, load_configuration
+from ksched.loop.cycle import Scheduler
+from ksched.loop.handoff import Handoff
+from ksched.loop.informer import Informer
+from ksched.loop.leader import Leadership
+from ksched.loop.metric_sources import MetricStore, PrometheusSource
+from ksched.loop.queue import SchedulingQueue
+from ksched.loop.server import Check, HealthServer
+from ksched.loop.slim import (
     slim_budget,
     slim_namespace,
     slim_node,
@@ -32,15 +37,10 @@ from ksched.kube import (
     slim_pod_group,
     slim_selector_owner,
 )
-from ksched.kubeclient import Kube, load_configuration
-from ksched.leader import Leadership
-from ksched.pods import POD_GROUP_API
-from ksched.queue import SchedulingQueue
-from ksched.server import Check, HealthServer
-from ksched.sources import MetricStore, PrometheusSource
-from ksched.state import ClusterState
-from ksched.telemetry import Telemetry
-from ksched.webhook import Webhook
+from ksched.loop.state import ClusterState
+from ksched.loop.telemetry import Telemetry
+from ksched.loop.webhook import Webhook
+from ksched.objects import Obj
 
 log = logging.getLogger(__name__)
 
@@ -73,17 +73,18 @@ class Running:
     state: ClusterState
     binder: Binder
     leadership: Leadership
-    informers: list[Informer]
+    # By the name each logs and reports its sync under ("nodes", "pods", ...).
+    informers: dict[str, Informer]
     server: HealthServer
     stop: threading.Event = field(default_factory=threading.Event)
     webhook: Webhook | None = None
 
     def synced(self) -> bool:
-        return all(i.synced.is_set() for i in self.informers)
+        return all(i.synced.is_set() for i in self.informers.values())
 
     def checks(self) -> list[Check]:
         out: list[Check] = []
-        unsynced = [i.name for i in self.informers if not i.synced.is_set()]
+        unsynced = [name for name, i in self.informers.items() if not i.synced.is_set()]
         out.append(
             ("informers", not unsynced, f"waiting for {', '.join(unsynced)}" if unsynced else "synced")
         )
@@ -108,7 +109,9 @@ class Running:
                 last_log = time.monotonic()
             self.stop.wait(0.1)
         log.info(
-            "informers synced: %d nodes, %d pods", len(self.informers[0].store), len(self.informers[1].store)
+            "informers synced: %d nodes, %d pods",
+            len(self.informers["nodes"].store),
+            len(self.informers["pods"].store),
         )
         self.scheduler.run(self.stop)
         self.shutdown()
@@ -121,7 +124,7 @@ class Running:
             self.scheduler.handoff.shutdown()
         self.scheduler.metrics.stop()
         self.leadership.release()
-        for informer in self.informers:
+        for informer in self.informers.values():
             informer.stop()
         self.server.stop()
         if self.webhook is not None:
@@ -149,15 +152,16 @@ def start(
     )
 
     def nodes() -> list[Obj]:
-        return list(informers[0].store.values())
+        return list(node_informer.store.values())
 
     metrics = MetricStore(config.metrics, prometheus, telemetry, nodes)
     handoff = Handoff(kube, config.handoff, telemetry) if config.handoff.enabled else None
     scheduler = Scheduler(
         config, state, queue, binder, telemetry, leadership.is_leader, metrics, handoff, seed=seed
     )
+    node_informer = Informer(kube, "/api/v1/nodes", slim_node, scheduler.on_node, name="nodes")
     informers = [
-        Informer(kube, "/api/v1/nodes", slim_node, scheduler.on_node, name="nodes"),
+        node_informer,
         Informer(kube, "/api/v1/pods", slim_pod, scheduler.on_pod, name="pods"),
         Informer(kube, "/api/v1/namespaces", slim_namespace, state.on_namespace, name="namespaces"),
         Informer(
@@ -189,7 +193,18 @@ def start(
 
         scheduler_name = config.webhook.scheduler_name or config.profiles[0].scheduler_name
         webhook = Webhook(config.webhook, scheduler_name, can_route, kube)
-    running = Running(config, scheduler, queue, state, binder, leadership, informers, server, stop, webhook)
+    running = Running(
+        config,
+        scheduler,
+        queue,
+        state,
+        binder,
+        leadership,
+        {i.name: i for i in informers},
+        server,
+        stop,
+        webhook,
+    )
     telemetry.watch_queue(queue.counts)
     telemetry.leader.set_function(lambda: float(leadership.is_leader()))
     for informer in informers:

@@ -19,8 +19,8 @@ import numpy as np
 
 from ksched.config import Config, MetricConfig
 from ksched.engine import Engine, commit_placements
-from ksched.kube import Obj
-from ksched.snapshot import Snapshot, build_snapshot
+from ksched.engine.snapshot import Snapshot, build_snapshot
+from ksched.objects import Obj
 
 INSTANCE_TYPES = (
     ("m5.xlarge", "4", "16Gi"),
@@ -255,7 +255,7 @@ def _progress(done: int, total: int, started: float) -> None:
 
 def reference_speedup(seed: int) -> float:
     """Speed-up of the engine over the pure-Python reference on a small workload."""
-    from ksched import reference
+    from ksched.engine import reference
 
     rng = random.Random(seed)
     nodes = synthetic_nodes(REFERENCE_NODES, rng)

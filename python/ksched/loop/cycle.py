@@ -19,17 +19,17 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 
-from ksched.binder import Binder, Outcome
 from ksched.config import Config
 from ksched.engine import Engine, GangStatus, Placement
-from ksched.handoff import Handoff, opted_out
-from ksched.kube import Obj, is_terminal, meta, object_key, scheduler_name, spec
-from ksched.pods import pod_group_of
-from ksched.queue import QueuedPod, SchedulingQueue
-from ksched.snapshot import Snapshot
-from ksched.sources import MetricStore
-from ksched.state import ClusterState
-from ksched.telemetry import Telemetry
+from ksched.engine.pods import pod_group_of
+from ksched.engine.snapshot import Snapshot
+from ksched.loop.binder import Binder, Outcome
+from ksched.loop.handoff import Handoff, opted_out
+from ksched.loop.metric_sources import MetricStore
+from ksched.loop.queue import QueuedPod, SchedulingQueue
+from ksched.loop.state import ClusterState
+from ksched.loop.telemetry import Telemetry
+from ksched.objects import Obj, is_terminal, meta, object_key, scheduler_name, spec
 
 log = logging.getLogger(__name__)
 

@@ -18,8 +18,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ksched.errors import MalformedObjectError
-from ksched.pods import (
+from ksched.engine.pods import (
     AffinityTerm,
     CountedRequests,
     DisruptionBudget,
@@ -32,6 +31,7 @@ from ksched.pods import (
     label_selector,
     selector_matches,
 )
+from ksched.errors import MalformedObjectError
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 PROTOCOL_IDS = {"TCP": 0, "UDP": 1, "SCTP": 2}

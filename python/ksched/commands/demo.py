@@ -25,8 +25,8 @@ from typing import Any
 
 from ksched.cluster import local
 from ksched.errors import KschedError
-from ksched.kube import Obj
-from ksched.kubeclient import Kube, load_configuration
+from ksched.loop.client import Kube, load_configuration
+from ksched.objects import Obj
 
 # Enough parallel creates that the API server, not the client, limits the creation rate.
 CREATE_WORKERS = 32
@@ -216,7 +216,7 @@ def demo(nodes: int, pods: int, compare: bool) -> int:
         with open(log, "wb") as out:
             proc = subprocess.Popen(
                 [
-                    *(sys.executable, "-m", "ksched.cli", "run", "--kubeconfig", state.kubeconfig),
+                    *(sys.executable, "-m", "ksched.commands.cli", "run", "--kubeconfig", state.kubeconfig),
                     *("--address", f"127.0.0.1:{port}", "--no-leader-elect"),
                 ],
                 stdout=out,

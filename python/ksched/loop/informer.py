@@ -27,8 +27,8 @@ from typing import Any
 import orjson
 import urllib3
 
-from ksched.kube import Obj, object_key
-from ksched.kubeclient import ApiUnavailableError, Kube
+from ksched.loop.client import ApiUnavailableError, Kube
+from ksched.objects import Obj, object_key
 
 log = logging.getLogger(__name__)
 

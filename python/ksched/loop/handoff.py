@@ -19,9 +19,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ksched.config import HandoffConfig
-from ksched.kube import DEFAULT_SCHEDULER, Obj, meta
-from ksched.kubeclient import ApiUnavailableError, Kube, pod_path
-from ksched.telemetry import Telemetry
+from ksched.loop.client import ApiUnavailableError, Kube, pod_path
+from ksched.loop.telemetry import Telemetry
+from ksched.objects import DEFAULT_SCHEDULER, Obj, meta
 
 log = logging.getLogger(__name__)
 

@@ -21,8 +21,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ksched.kube import Obj, meta, object_key, spec
-from ksched.pods import POD_GROUP_LABEL
+from ksched.engine.pods import POD_GROUP_LABEL
+from ksched.objects import Obj, meta, object_key, spec
 
 # Upstream DefaultPodInitialBackoffDuration / DefaultPodMaxBackoffDuration.
 INITIAL_BACKOFF_S = 1.0

@@ -16,9 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from ksched.errors import KschedError, MalformedObjectError, QuantityError
-from ksched.kube import Obj, StringId, is_terminal, meta, name, object_key, spec, stable_key
-from ksched.pods import (
+from ksched.engine.pods import (
     CountedRequests,
     DisruptionBudget,
     HostPort,
@@ -31,8 +29,10 @@ from ksched.pods import (
     priority,
     start_time,
 )
-from ksched.podtable import Evictable, PodTable, SpreadSelectors
-from ksched.quantity import canonical, parse_quantity
+from ksched.engine.podtable import Evictable, PodTable, SpreadSelectors
+from ksched.engine.quantity import canonical, parse_quantity
+from ksched.errors import KschedError, MalformedObjectError, QuantityError
+from ksched.objects import Obj, StringId, is_terminal, meta, name, object_key, spec, stable_key
 
 log = logging.getLogger(__name__)
 

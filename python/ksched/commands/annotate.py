@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 
 from ksched.errors import KschedError
-from ksched.kubeclient import Kube, load_configuration
+from ksched.loop.client import Kube, load_configuration
 
 MERGE = "application/merge-patch+json"
 

@@ -1,0 +1,30 @@
+"""The scheduling algorithm: Kubernetes objects in, placements out.
+
+Parses pods (:mod:`~ksched.engine.pods`, :mod:`~ksched.engine.quantity`),
+keeps the node and pod tables (:mod:`~ksched.engine.snapshot`,
+:mod:`~ksched.engine.podtable`), compiles a batch into the Rust engine's
+inputs (:mod:`~ksched.engine.inputs`), calls it and explains its verdicts
+(:mod:`~ksched.engine.scheduler`, :mod:`~ksched.engine.messages`), and holds
+the pure-Python oracle it is checked against (:mod:`~ksched.engine.reference`).
+It never talks to the API server: the loop and the commands feed it objects.
+"""
+
+from ksched.engine.scheduler import (
+    BatchResult,
+    Engine,
+    Explanation,
+    GangStatus,
+    NodeExplanation,
+    Placement,
+    commit_placements,
+)
+
+__all__ = [
+    "BatchResult",
+    "Engine",
+    "Explanation",
+    "GangStatus",
+    "NodeExplanation",
+    "Placement",
+    "commit_placements",
+]
