@@ -127,26 +127,36 @@ class Engine:
         node: that room is held for pods of lower or equal priority."""
         if metrics is None:
             metrics = self.config.metrics
-        parsed: list[tuple[int, Obj, PodRequirements | MalformedObjectError]] = []
-        for i, pod in enumerate(pods):
-            try:
-                parsed.append((i, pod, requirements(pod)))
-            except MalformedObjectError as err:
-                parsed.append((i, pod, err))
-        # Queue order: priority descending, then arrival (upstream PrioritySort).
-        parsed.sort(key=lambda t: (-(t[2].priority if isinstance(t[2], PodRequirements) else 0), t[0]))
-        parsed = _gang_order(parsed)
+        batch = self._compile(snapshot, _gang_order(_in_queue_order(pods)), metrics, groups, explain)
+        started = time.perf_counter()
+        out, victim_keys = self._place_whole_gangs(
+            snapshot, batch, metrics, metric_values, deadline_s, nominated, groups or {}
+        )
+        elapsed = time.perf_counter() - started
+        _read_verdicts(snapshot, batch, out, victim_keys)
+        placements = [p for p in batch.results if p is not None]
+        return BatchResult(placements, _explain(snapshot, batch, out, metrics), elapsed)
+
+    def _compile(
+        self,
+        snapshot: Snapshot,
+        parsed: Sequence[_Parsed],
+        metrics: Sequence[MetricConfig],
+        groups: Mapping[str, GangStatus] | None,
+        explain: str | None,
+    ) -> _Batch:
+        """An engine row per pod the engine can attempt, in queue order. The others get
+        their placement here: a malformed pod, a pod of an unknown PodGroup, and a pod
+        whose required node affinity names no node."""
         snapshot.ensure_resources(
             {r for _, _, req in parsed if isinstance(req, PodRequirements) for r in req.requests}
             | {m.herd_resource for m in metrics if m.herd_resource is not None}
         )
-        classes = _ClassTable(snapshot)
         res = snapshot.resources
-        names = ReasonNames(res.names, [(m.name, m.above, m.below) for m in metrics])
-        total = snapshot.count
-        rows: list[_Row] = []
-        results: list[Placement | None] = []
-        explain_slot: int | None = None
+        batch = _Batch(
+            _ClassTable(snapshot), ReasonNames(res.names, [(m.name, m.above, m.below) for m in metrics])
+        )
+        results = batch.results
         for _, pod, req in parsed:
             if isinstance(req, MalformedObjectError):
                 results.append(
@@ -158,19 +168,21 @@ class Engine:
                 continue
             prefilter = prefilter_node_names(req.constraints.required)
             if prefilter is not None and not prefilter:
-                results.append(Placement(req.key, None, None, prefilter_error(total, AFFINITY_CONFLICT)))
+                results.append(
+                    Placement(req.key, None, None, prefilter_error(snapshot.count, AFFINITY_CONFLICT))
+                )
                 continue
             request_row = [0] * len(res)
             for resource, v in req.requests.items():
                 request_row[res(resource)] = v
             if explain == req.key:
-                explain_slot = len(results)
-            rows.append(
+                batch.explain_slot = len(results)
+            batch.rows.append(
                 _Row(
                     slot=len(results),
                     req=req,
                     requests=request_row,
-                    klass=classes.class_of(req.constraints, prefilter),
+                    klass=batch.classes.class_of(req.constraints, prefilter),
                     ports=[(PROTOCOLS[p.protocol], snapshot.strings(p.ip), p.port) for p in req.host_ports],
                     default_spread=()
                     if req.spread
@@ -178,94 +190,41 @@ class Engine:
                 )
             )
             results.append(None)
-        started = time.perf_counter()
-        # Gangs that cannot reach minMember are taken out and the batch placed
-        # again without them, until every remaining gang is whole: no partial
-        # gang is ever placed, and no later pod sees a placement that is undone.
+        return batch
+
+    def _place_whole_gangs(
+        self,
+        snapshot: Snapshot,
+        batch: _Batch,
+        metrics: Sequence[MetricConfig],
+        metric_values: npt.NDArray[np.float64] | None,
+        deadline_s: float | None,
+        nominated: Sequence[Obj],
+        groups: Mapping[str, GangStatus],
+    ) -> tuple[dict[str, Any], list[str]]:
+        """Run the engine on the batch until every gang left in it reaches minMember.
+
+        Gangs that cannot are taken out and the batch placed again without them:
+        no partial gang is ever placed, and no later pod sees a placement that is
+        undone. Returns the last run's output and the keys of its evictable pods."""
         while True:
-            out, victim_keys = self._call(
-                snapshot, classes, rows, metrics, metric_values, deadline_s, explain_slot, nominated
-            )
-            short = _short_gangs(rows, out["nodes"], groups or {})
+            out, victim_keys = self._call(snapshot, batch, metrics, metric_values, deadline_s, nominated)
+            short = _short_gangs(batch.rows, out["nodes"], groups)
             if not short:
-                break
-            kept: list[_Row] = []
-            for gang_row in rows:
-                group = gang_row.req.group
-                if group is not None and group in short:
-                    why = short[group]
-                    results[gang_row.slot] = Placement(
-                        gang_row.req.key, None, None, why, attempted=why is not None
-                    )
-                else:
-                    kept.append(gang_row)
-            rows = kept
-        elapsed = time.perf_counter() - started
-        chosen = out["nodes"]
-        offsets = out["reason_offsets"]
-        codes = out["reason_codes"]
-        counts = out["reason_counts"]
-        explain_row = None
-        for j, row in enumerate(rows):
-            req = row.req
-            node = int(chosen[j])
-            if row.slot == explain_slot:
-                explain_row = j
-            nominee = int(out["nominated"][j])
-            if nominee >= 0:
-                lo, hi = int(out["victim_offsets"][j]), int(out["victim_offsets"][j + 1])
-                victims = tuple(victim_keys[int(v)] for v in out["victims"][lo:hi])
-                lo, hi = int(offsets[j]), int(offsets[j + 1])
-                reasons = [(names.reason(int(codes[k])), int(counts[k])) for k in range(lo, hi)]
-                results[row.slot] = Placement(
-                    req.key,
-                    None,
-                    None,
-                    f"{fit_error(total, reasons)} preemption: nominated node {snapshot.node_names[nominee]}, "
-                    + (
-                        f"evicting {len(victims)} pod(s) of lower priority"
-                        if victims
-                        else "waiting for the pods preempted there to terminate"
-                    ),
-                    requirements=req,
-                    nominated_node=snapshot.node_names[nominee],
-                    victims=victims,
-                )
-            elif node >= 0:
-                results[row.slot] = Placement(
-                    req.key,
-                    snapshot.node_names[node],
-                    float(out["scores"][j]),
-                    None,
-                    int(out["feasible"][j]),
-                    requirements=req,
-                )
-            elif node == _core.NOT_ATTEMPTED:
-                results[row.slot] = Placement(req.key, None, None, None, attempted=False)
-            else:
-                lo, hi = int(offsets[j]), int(offsets[j + 1])
-                reasons = [(names.reason(int(codes[k])), int(counts[k])) for k in range(lo, hi)]
-                results[row.slot] = Placement(req.key, None, None, fit_error(total, reasons))
-        placements = [p for p in results if p is not None]
-        explanation = None
-        if explain is not None and out["explanation"] is not None and explain_row is not None:
-            explanation = _explanation(
-                out["explanation"], snapshot, names, metrics, results[rows[explain_row].slot]
-            )
-        return BatchResult(placements, explanation, elapsed)
+                return out, victim_keys
+            batch.drop_gangs(short)
 
     def _call(
         self,
         snapshot: Snapshot,
-        classes: _ClassTable,
-        rows: Sequence[_Row],
+        batch: _Batch,
         metrics: Sequence[MetricConfig],
         metric_values: npt.NDArray[np.float64] | None,
         deadline_s: float | None,
-        explain_slot: int | None,
         nominated: Sequence[Obj],
     ) -> tuple[dict[str, Any], list[str]]:
-        """One engine call on ``rows`` (in order); also the keys of the evictable pods."""
+        """One engine call on the batch's rows (in order); also the keys of the evictable pods."""
+        rows = batch.rows
         hp = [p for r in rows for p in r.ports]
         engine_pods = {
             "count": len(rows),
@@ -296,17 +255,16 @@ class Engine:
             values = np.full(total * len(metrics), np.nan, dtype=np.float64)
         else:
             values = np.ascontiguousarray(metric_values[:, : len(metrics)], dtype=np.float64).reshape(-1)
-        explain_row = next((j for j, r in enumerate(rows) if r.slot == explain_slot), None)
         out: dict[str, Any] = _core.schedule(
             snapshot.engine_nodes(),
-            classes.engine_classes(),
+            batch.classes.engine_classes(),
             engine_pods,
             values,
             metric_specs(metrics, snapshot),
             engine_profile(self.profile, snapshot),
             seed=self.seed,
             deadline_s=deadline_s,
-            explain=explain_row,
+            explain=batch.explain_row(),
             parallel=self.parallel,
         )
         return out, victim_keys
@@ -368,6 +326,40 @@ class _Row:
     default_spread: tuple[SpreadConstraint, ...] = ()
 
 
+_Parsed = tuple[int, Obj, PodRequirements | MalformedObjectError]
+"""A pod's arrival index, the pod, and its parsed requirements (or why they cannot be parsed)."""
+
+
+@dataclass
+class _Batch:
+    """One batch compiled for the engine: the rows it runs on, and a result slot
+    per pod in queue order (None until the engine's verdict is read)."""
+
+    classes: _ClassTable
+    names: ReasonNames
+    rows: list[_Row] = field(default_factory=list)
+    results: list[Placement | None] = field(default_factory=list)
+    # The slot of the pod ``explain`` names, when the engine attempts it.
+    explain_slot: int | None = None
+
+    def explain_row(self) -> int | None:
+        """The row of the explained pod, None when it has none (or was dropped with its gang)."""
+        return next((j for j, r in enumerate(self.rows) if r.slot == self.explain_slot), None)
+
+    def drop_gangs(self, short: Mapping[str, str | None]) -> None:
+        """Take the members of the ``short`` gangs out of the rows and give each its
+        verdict (a None reason: the deadline cut the gang short; it is retried, not attempted)."""
+        kept: list[_Row] = []
+        for row in self.rows:
+            group = row.req.group
+            if group is not None and group in short:
+                why = short[group]
+                self.results[row.slot] = Placement(row.req.key, None, None, why, attempted=why is not None)
+            else:
+                kept.append(row)
+        self.rows = kept
+
+
 @dataclass(frozen=True)
 class GangStatus:
     """A PodGroup as the engine sees it: its minMember and how many members are bound."""
@@ -376,13 +368,24 @@ class GangStatus:
     bound: int = 0
 
 
-def _gang_order(
-    parsed: list[tuple[int, Obj, PodRequirements | MalformedObjectError]],
-) -> list[tuple[int, Obj, PodRequirements | MalformedObjectError]]:
+def _in_queue_order(pods: Sequence[Obj]) -> list[_Parsed]:
+    """Each pod parsed, by priority descending, then arrival (upstream PrioritySort);
+    a pod that cannot be parsed keeps its place with its error."""
+    parsed: list[_Parsed] = []
+    for i, pod in enumerate(pods):
+        try:
+            parsed.append((i, pod, requirements(pod)))
+        except MalformedObjectError as err:
+            parsed.append((i, pod, err))
+    parsed.sort(key=lambda t: (-(t[2].priority if isinstance(t[2], PodRequirements) else 0), t[0]))
+    return parsed
+
+
+def _gang_order(parsed: list[_Parsed]) -> list[_Parsed]:
     """Each gang's members moved together to the place of its first member, so two
     gangs competing for the same room are never interleaved (the first placed whole
     wins instead of both stopping short: the deadlock of one-pod-at-a-time schedulers)."""
-    members: dict[str, list[tuple[int, Obj, PodRequirements | MalformedObjectError]]] = {}
+    members: dict[str, list[_Parsed]] = {}
     for t in parsed:
         group = t[2].group if isinstance(t[2], PodRequirements) else None
         if group is not None:
@@ -425,6 +428,68 @@ def _short_gangs(rows: Sequence[_Row], nodes: Any, groups: Mapping[str, GangStat
                 )
             )
     return short
+
+
+def _read_verdicts(
+    snapshot: Snapshot, batch: _Batch, out: dict[str, Any], victim_keys: Sequence[str]
+) -> None:
+    """Each row's placement from the engine's output: a node, a nomination with the
+    pods to evict, not attempted (the decision deadline), or upstream's FitError text."""
+    total = snapshot.count
+    chosen, offsets, codes, counts = (
+        out["nodes"],
+        out["reason_offsets"],
+        out["reason_codes"],
+        out["reason_counts"],
+    )
+
+    def fit_error_of(j: int) -> str:
+        lo, hi = int(offsets[j]), int(offsets[j + 1])
+        return fit_error(total, [(batch.names.reason(int(codes[k])), int(counts[k])) for k in range(lo, hi)])
+
+    for j, row in enumerate(batch.rows):
+        req = row.req
+        node = int(chosen[j])
+        nominee = int(out["nominated"][j])
+        if nominee >= 0:
+            lo, hi = int(out["victim_offsets"][j]), int(out["victim_offsets"][j + 1])
+            victims = tuple(victim_keys[int(v)] for v in out["victims"][lo:hi])
+            batch.results[row.slot] = Placement(
+                req.key,
+                None,
+                None,
+                f"{fit_error_of(j)} preemption: nominated node {snapshot.node_names[nominee]}, "
+                + (
+                    f"evicting {len(victims)} pod(s) of lower priority"
+                    if victims
+                    else "waiting for the pods preempted there to terminate"
+                ),
+                requirements=req,
+                nominated_node=snapshot.node_names[nominee],
+                victims=victims,
+            )
+        elif node >= 0:
+            batch.results[row.slot] = Placement(
+                req.key,
+                snapshot.node_names[node],
+                float(out["scores"][j]),
+                None,
+                int(out["feasible"][j]),
+                requirements=req,
+            )
+        elif node == _core.NOT_ATTEMPTED:
+            batch.results[row.slot] = Placement(req.key, None, None, None, attempted=False)
+        else:
+            batch.results[row.slot] = Placement(req.key, None, None, fit_error_of(j))
+
+
+def _explain(
+    snapshot: Snapshot, batch: _Batch, out: dict[str, Any], metrics: Sequence[MetricConfig]
+) -> Explanation | None:
+    """The per-node breakdown of the pod ``explain`` named, when the engine's last run attempted it."""
+    if out["explanation"] is None or batch.explain_slot is None or batch.explain_row() is None:
+        return None
+    return _explanation(out["explanation"], snapshot, batch.names, metrics, batch.results[batch.explain_slot])
 
 
 def _explanation(
