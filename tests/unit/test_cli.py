@@ -116,6 +116,32 @@ def test_annotate_rejects_what_is_not_a_number() -> None:
             parse_assignments([bad])
 
 
+def test_bench_splits_its_time_into_rust_python_and_the_rest(capsys: pytest.CaptureFixture[str]) -> None:
+    args = [
+        "bench",
+        "--nodes",
+        "40",
+        "--pods",
+        "120",
+        "--existing",
+        "20",
+        "--batch-size",
+        "32",
+        "--no-reference",
+    ]
+    assert main([*args, "--json"]) == 0
+    f = json.loads(capsys.readouterr().out)
+    assert f["placed"] > 0
+    assert f["rust_seconds"] > 0 and f["python_seconds"] > 0
+    assert f["rust_seconds"] + f["python_seconds"] <= f["seconds"], "both are parts of the wall time"
+    assert f["rust_share"] == pytest.approx(f["rust_seconds"] / f["seconds"])
+    assert f["python_share"] == pytest.approx(f["python_seconds"] / f["seconds"])
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert "Rust engine" in text and "inside ksched._core.schedule" in text
+    assert "Python" in text and "parsing pods" in text
+
+
 COMMANDS = [
     "run",
     "demo",

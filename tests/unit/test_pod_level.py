@@ -177,3 +177,44 @@ def test_local_cluster_installs_the_pod_group_crd_deploy_ships() -> None:
     packaged = Path("python/ksched/cluster/podgroup-crd.yaml").read_text()
     assert packaged == Path("deploy/podgroup-crd.yaml").read_text()
     assert "name: podgroups.scheduling.x-k8s.io" in packaged and "name: v1alpha1" in packaged
+
+
+def test_rust_time_is_the_engine_call_alone_summed_over_gang_reruns(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A slow engine call counts as Rust time once per run; slow input building
+    (the pod table, rebuilt for each run) counts as Python time, never as Rust."""
+    import time
+
+    from ksched import _core
+    from ksched.engine.podtable import PodTable
+
+    pause_s = 0.1
+    calls: list[float] = []
+    real_schedule, real_table = _core.schedule, PodTable.engine_table
+
+    def slow_schedule(*args: Any, **kwargs: Any) -> Any:
+        calls.append(pause_s)
+        time.sleep(pause_s)
+        return real_schedule(*args, **kwargs)
+
+    def slow_table(self: PodTable, *args: Any, **kwargs: Any) -> Any:
+        time.sleep(pause_s)
+        return real_table(self, *args, **kwargs)
+
+    monkeypatch.setattr(_core, "schedule", slow_schedule)
+    monkeypatch.setattr(PodTable, "engine_table", slow_table)
+    snapshot = build_snapshot([node("n0", cpu="2"), node("n1", cpu="2")], [])
+    # Gang b cannot reach minMember: the batch runs again without it.
+    pods = [member(f"{g}-{i}", g) for i in range(3) for g in ("a", "b")]
+    groups = {"default/a": GangStatus(3), "default/b": GangStatus(3)}
+    started = time.perf_counter()
+    result = Engine(Config()).schedule(snapshot, pods, groups=groups)
+    wall_s = time.perf_counter() - started
+    assert len(calls) == 2, "one run, and one re-run without the short gang"
+    assert sum(calls) <= result.rust_seconds < sum(calls) + pause_s, (
+        "each engine call once, no input building"
+    )
+    assert len(calls) * pause_s <= result.python_seconds < (len(calls) + 1) * pause_s, (
+        "the pod table of each run is Python time"
+    )
+    assert result.rust_seconds + result.python_seconds <= wall_s
+    assert wall_s - (result.rust_seconds + result.python_seconds) < pause_s, "nothing of schedule() uncounted"

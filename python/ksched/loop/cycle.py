@@ -153,7 +153,8 @@ class Scheduler:
                 self.telemetry.fallbacks.labels(reason="engine_error").inc(len(pods))
                 self._one_by_one(snapshot, profile, pods, gangs)
                 continue
-            self.telemetry.engine_duration.observe(result.engine_seconds)
+            self.telemetry.engine_duration.observe(result.rust_seconds)
+            self.telemetry.engine_python.observe(result.python_seconds)
             elapsed = time.perf_counter() - started
             by_key = {qp.key: qp for qp in pods}
             for placement in result.placements:

@@ -55,7 +55,14 @@ class Telemetry:
         )
         self.engine_duration = Histogram(
             "ksched_engine_duration_seconds",
-            "Time in the Rust engine per batch.",
+            "Time inside the Rust engine (ksched._core) per engine call on a batch, summed over its gang re-runs.",
+            buckets=ATTEMPT_BUCKETS,
+            registry=r,
+        )
+        self.engine_python = Histogram(
+            "ksched_engine_python_seconds",
+            "Python time of the same engine calls around the Rust engine: parsing the pods, "
+            "compiling the engine's inputs for each run, reading its results.",
             buckets=ATTEMPT_BUCKETS,
             registry=r,
         )
