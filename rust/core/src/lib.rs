@@ -2,40 +2,32 @@
 //!
 //! Filters and scores a batch of pending pods against a whole node table in
 //! one call, with kube-scheduler semantics for every upstream plugin it
-//! mirrors (one file per plugin, named after it) and ksched's metric plugins.
-//! Inputs are flat integer tables (strings are interned by the caller); the
-//! crate has no Python dependency and is tested with `cargo test` alone.
+//! mirrors and ksched's metric plugins. Inputs are flat integer tables
+//! (strings are interned by the caller); the crate has no Python dependency
+//! and is tested with `cargo test` alone.
+//!
+//! Layers, each depending only on those before it:
+//! - `model`: the input tables and the profile (a leaf);
+//! - `plugins`: one file per plugin, named after the upstream plugin, with
+//!   its reason codes and strings;
+//! - `registry` (runs plugins by id, in the rows' order) and `reasons` (the dense
+//!   reason-code space);
+//! - `schedule`: the batch loop, which reads like upstream's `schedule_one.go`.
 
-pub mod balanced_allocation;
-pub mod default_preemption;
-pub mod error;
-pub mod inter_pod_affinity;
-pub mod metrics;
 pub mod model;
-pub mod node_affinity;
-pub mod node_name;
-pub mod node_ports;
-pub mod node_resources_fit;
-pub mod node_unschedulable;
-pub mod normalize;
-pub mod pod_table;
-pub mod pod_topology_spread;
+pub mod plugins;
 pub mod reasons;
+pub mod registry;
 pub mod schedule;
-pub mod select;
-pub mod taint_toleration;
 
-pub use default_preemption::Victims;
-pub use error::EngineError;
+pub use model::error::{self, EngineError};
 pub use model::{
-    Classes, Labels, MetricSpec, Metrics, Missing, Nodes, Pods, Ports, Prefer, Profile, Selectors, Strategy, Taints, Tolerations,
+    Classes, LabelSets, Labels, MetricSpec, Metrics, Missing, Nodes, PodSelectors, PodTable, PodTerms, Pods, Ports, Preemption, Prefer,
+    Profile, Reservations, Selectors, SpreadConstraints, Strategy, Taints, TermSets, Tolerations, Victims,
 };
-pub use model::{Preemption, Reservations};
-pub use pod_table::{LabelSets, PodSelectors, PodTable, PodTerms, SpreadConstraints, TermSets};
-pub use schedule::{schedule_batch, Explanation, Outcome, ScheduleOptions};
-
-/// Upstream `framework.MaxNodeScore`: every plugin score is normalized to 0..=100.
-pub const MAX_NODE_SCORE: i64 = 100;
+pub use plugins::MAX_NODE_SCORE;
+pub use registry::{plugin_by_name, Level, PluginId, PluginInfo, ReasonInfo, FIXED_REASONS, PLUGINS, PLUGIN_COUNT};
+pub use schedule::{schedule_batch, Explanation, Outcome, ScheduleOptions, NOT_ATTEMPTED, UNSCHEDULABLE};
 
 #[cfg(test)]
 pub(crate) mod test_support;

@@ -530,8 +530,8 @@ impl OwnedPodTable {
         ];
     }
 
-    pub fn view(&self) -> crate::pod_table::PodTable<'_> {
-        use crate::pod_table::*;
+    pub fn view(&self) -> crate::model::pod_table::PodTable<'_> {
+        use crate::model::pod_table::*;
         let (f, f32_, f8) = (&self.flat, &self.flat32, &self.flat8);
         PodTable {
             bound: self.bound_nodes.len(),

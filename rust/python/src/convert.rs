@@ -8,7 +8,7 @@ use pyo3::exceptions::{PyKeyError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use ksched_core::{Explanation, MetricSpec, Missing, Outcome, Prefer, Profile, Strategy};
+use ksched_core::{Explanation, MetricSpec, Missing, Outcome, PluginId, Prefer, Profile, Strategy, PLUGIN_COUNT};
 
 /// Borrow `dict[key]` as a read-only 1-D array of `T`.
 pub fn array<'py, T: Element>(dict: &Bound<'py, PyDict>, key: &str) -> PyResult<PyReadonlyArray1<'py, T>> {
@@ -47,28 +47,42 @@ pub fn profile(dict: &Bound<'_, PyDict>) -> PyResult<Profile> {
         other => return Err(PyTypeError::new_err(format!("unknown scoring strategy {other:?}"))),
     };
     let filters: Vec<bool> = value(dict, "filters")?;
-    if filters.len() != 8 {
+    // The caller's filter switches, in upstream's filter order.
+    const FILTERS: [PluginId; 8] = [
+        PluginId::NodeUnschedulable,
+        PluginId::NodeName,
+        PluginId::TaintToleration,
+        PluginId::NodeAffinity,
+        PluginId::NodePorts,
+        PluginId::NodeResourcesFit,
+        PluginId::PodTopologySpread,
+        PluginId::InterPodAffinity,
+    ];
+    if filters.len() != FILTERS.len() {
         return Err(PyTypeError::new_err("filters must list 8 flags"));
     }
+    let mut filter = [false; PLUGIN_COUNT];
+    for (id, on) in FILTERS.into_iter().zip(filters) {
+        filter[id as usize] = on;
+    }
+    let mut weight = [0; PLUGIN_COUNT];
+    for (id, key) in [
+        (PluginId::TaintToleration, "taint_toleration_weight"),
+        (PluginId::NodeAffinity, "node_affinity_weight"),
+        (PluginId::NodeResourcesFit, "fit_weight"),
+        (PluginId::NodeResourcesBalancedAllocation, "balanced_weight"),
+        (PluginId::InterPodAffinity, "inter_pod_affinity_weight"),
+        (PluginId::PodTopologySpread, "pod_topology_spread_weight"),
+    ] {
+        weight[id as usize] = value(dict, key)?;
+    }
     Ok(Profile {
-        taint_toleration_weight: value(dict, "taint_toleration_weight")?,
-        node_affinity_weight: value(dict, "node_affinity_weight")?,
-        fit_weight: value(dict, "fit_weight")?,
-        balanced_weight: value(dict, "balanced_weight")?,
-        inter_pod_affinity_weight: value(dict, "inter_pod_affinity_weight")?,
-        pod_topology_spread_weight: value(dict, "pod_topology_spread_weight")?,
+        filter,
+        weight,
         hard_pod_affinity_weight: value(dict, "hard_pod_affinity_weight")?,
         fit_strategy: strategy,
         fit_resources: value(dict, "fit_resources")?,
         balanced_resources: value(dict, "balanced_resources")?,
-        filter_node_unschedulable: filters[0],
-        filter_node_name: filters[1],
-        filter_taint_toleration: filters[2],
-        filter_node_affinity: filters[3],
-        filter_node_ports: filters[4],
-        filter_node_resources_fit: filters[5],
-        filter_pod_topology_spread: filters[6],
-        filter_inter_pod_affinity: filters[7],
         preemption: value(dict, "preemption")?,
     })
 }

@@ -7,12 +7,26 @@
 
 use std::collections::{HashMap, HashSet};
 
-use crate::inter_pod_affinity::node_label;
-use crate::model::{row, Nodes};
-use crate::pod_table::PodTable;
-use crate::reasons::{FEASIBLE, SPREAD, SPREAD_MISSING_LABEL};
+use super::{ReasonInfo, FEASIBLE};
+use crate::model::{row, Nodes, PluginId, PodTable};
 
-pub const NAME: &str = "PodTopologySpread";
+pub const SPREAD: u32 = 8;
+pub const SPREAD_MISSING_LABEL: u32 = 9;
+
+pub const REASONS: &[ReasonInfo] = &[
+    ReasonInfo {
+        code: SPREAD,
+        plugin: PluginId::PodTopologySpread,
+        message: "node(s) didn't match pod topology spread constraints",
+        resolvable: true,
+    },
+    ReasonInfo {
+        code: SPREAD_MISSING_LABEL,
+        plugin: PluginId::PodTopologySpread,
+        message: "node(s) didn't match pod topology spread constraints (missing required label)",
+        resolvable: false,
+    },
+];
 
 /// What a spread computation needs besides the tables: the incoming pod's
 /// row and batch index, and whether a node passes a constraint's inclusion
@@ -38,7 +52,7 @@ impl Context<'_, '_> {
     }
 
     fn has_keys(&self, constraints: &[usize], node: usize) -> bool {
-        constraints.iter().all(|&c| node_label(self.nodes, node, self.key(c)).is_some())
+        constraints.iter().all(|&c| self.nodes.label(node, self.key(c)).is_some())
     }
 
     /// Pods per node matching constraint `c`'s selector in the pod's
@@ -101,7 +115,7 @@ pub fn prefilter(ctx: &Context) -> Option<Filter> {
             if !(ctx.include)(c, node) {
                 continue;
             }
-            let value = node_label(ctx.nodes, node, ctx.key(c)).expect("checked by has_keys");
+            let value = ctx.nodes.label(node, ctx.key(c)).expect("checked by has_keys");
             *counts[i].entry(value).or_insert(0) += per_node[i][node];
         }
     }
@@ -130,7 +144,7 @@ pub fn prefilter(ctx: &Context) -> Option<Filter> {
 impl Filter {
     pub fn filter(&self, nodes: &Nodes, node: usize) -> u32 {
         for c in &self.constraints {
-            let Some(value) = node_label(nodes, node, c.key) else {
+            let Some(value) = nodes.label(node, c.key) else {
                 return SPREAD_MISSING_LABEL;
             };
             let matching = c.counts.get(&value).copied().unwrap_or(0);
@@ -155,7 +169,7 @@ pub fn score(ctx: &Context, feasible: &[usize]) -> Option<(Vec<i64>, Vec<i64>)> 
     let nodes = ctx.nodes;
     let require_all = t.spread.system_default[ctx.index] == 0;
     let empty = nodes.empty_string;
-    let value_of = |c: usize, node: usize| node_label(nodes, node, ctx.key(c)).unwrap_or(empty);
+    let value_of = |c: usize, node: usize| nodes.label(node, ctx.key(c)).unwrap_or(empty);
     let ignored: Vec<bool> = feasible.iter().map(|&n| require_all && !ctx.has_keys(&soft, n)).collect();
     let scored = ignored.iter().filter(|&&i| !i).count();
     let hostname = |c: usize| ctx.key(c) == t.hostname_key;
@@ -203,7 +217,7 @@ pub fn score(ctx: &Context, feasible: &[usize]) -> Option<(Vec<i64>, Vec<i64>)> 
             }
             let mut s = 0.0;
             for (i, &c) in soft.iter().enumerate() {
-                if let Some(v) = node_label(nodes, node, ctx.key(c)) {
+                if let Some(v) = nodes.label(node, ctx.key(c)) {
                     let cnt = if hostname(c) {
                         per_node[i][node]
                     } else {
@@ -223,7 +237,7 @@ pub fn score(ctx: &Context, feasible: &[usize]) -> Option<(Vec<i64>, Vec<i64>)> 
             max = max.max(s);
         }
     }
-    let max_score = crate::MAX_NODE_SCORE;
+    let max_score = super::MAX_NODE_SCORE;
     let normalized = raw
         .iter()
         .zip(&ignored)

@@ -4,10 +4,27 @@
 //! The PreFilter restriction to `matchFields` node names is applied by the
 //! batch loop from the class's prefilter node list.
 
-use crate::model::{row, Classes, Nodes, Selectors, OP_DOES_NOT_EXIST, OP_EXISTS, OP_GT, OP_IN, OP_LT, OP_NOT_IN};
-use crate::reasons::{FEASIBLE, NODE_AFFINITY};
+use super::{ReasonInfo, FEASIBLE};
+use crate::model::{row, Classes, Nodes, PluginId, Selectors, OP_DOES_NOT_EXIST, OP_EXISTS, OP_GT, OP_IN, OP_LT, OP_NOT_IN};
 
-pub const NAME: &str = "NodeAffinity";
+pub const NODE_AFFINITY: u32 = 4;
+/// Nodes left out by the PreFilter (matchFields on metadata.name).
+pub const NODE_AFFINITY_PREFILTER: u32 = 5;
+
+pub const REASONS: &[ReasonInfo] = &[
+    ReasonInfo {
+        code: NODE_AFFINITY,
+        plugin: PluginId::NodeAffinity,
+        message: "node(s) didn't match Pod's node affinity/selector",
+        resolvable: false,
+    },
+    ReasonInfo {
+        code: NODE_AFFINITY_PREFILTER,
+        plugin: PluginId::NodeAffinity,
+        message: "node(s) didn't satisfy plugin(s) [NodeAffinity]",
+        resolvable: false,
+    },
+];
 
 #[inline]
 fn requirement_matches(sel: &Selectors, req: usize, nodes: &Nodes, node: usize) -> bool {

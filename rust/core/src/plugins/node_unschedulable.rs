@@ -1,11 +1,18 @@
 //! NodeUnschedulable: a cordoned node (`spec.unschedulable`) takes only pods
 //! that tolerate the `node.kubernetes.io/unschedulable:NoSchedule` taint.
 
-use crate::model::{Nodes, Tolerations, EFFECT_NO_SCHEDULE};
-use crate::reasons::{FEASIBLE, NODE_UNSCHEDULABLE};
-use crate::taint_toleration::tolerates;
+use super::taint_toleration::tolerates;
+use super::{ReasonInfo, FEASIBLE};
+use crate::model::{Nodes, PluginId, Tolerations, EFFECT_NO_SCHEDULE};
 
-pub const NAME: &str = "NodeUnschedulable";
+pub const NODE_UNSCHEDULABLE: u32 = 1;
+
+pub const REASONS: &[ReasonInfo] = &[ReasonInfo {
+    code: NODE_UNSCHEDULABLE,
+    plugin: PluginId::NodeUnschedulable,
+    message: "node(s) were unschedulable",
+    resolvable: false,
+}];
 
 pub fn filter(nodes: &Nodes, node: usize, tolerations: &Tolerations, class: usize) -> u32 {
     if nodes.unschedulable[node] == 0 || tolerates(tolerations, class, nodes.unschedulable_key, nodes.empty_string, EFFECT_NO_SCHEDULE) {

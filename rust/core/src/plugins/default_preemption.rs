@@ -7,72 +7,11 @@
 //! priorities, the fewest victims, the latest start of its most important
 //! victims, then the first node.
 
-use crate::error::{check_index, check_len, check_offsets, EngineError};
-use crate::model::{row, Ports, FIRST_SCALAR};
-use crate::reasons::{self, FIRST_INSUFFICIENT};
+use crate::model::{row, Victims, FIRST_SCALAR};
 
-pub const NAME: &str = "DefaultPreemption";
-
-/// Bound pods that a preemptor may evict (the caller passes the pods of lower
-/// priority than some pending preemptor).
-#[derive(Clone, Copy)]
-pub struct Victims<'a> {
-    pub count: usize,
-    /// Row in the pod table (for the pod-level plugins), -1 when there is none.
-    pub rows: &'a [i64],
-    pub nodes: &'a [i64],
-    pub priorities: &'a [i64],
-    /// `count × resources`.
-    pub requests: &'a [i64],
-    /// Start time (any monotonic unit); earlier is more important at equal priority.
-    pub start_times: &'a [i64],
-    /// 1 for a pod already being deleted.
-    pub terminating: &'a [u8],
-    pub ports: Ports<'a>,
-    /// Victim -> the PodDisruptionBudgets that select it.
-    pub pdb_offsets: &'a [i64],
-    pub pdbs: &'a [i64],
-    /// Each PDB's `status.disruptionsAllowed`.
-    pub pdb_allowed: &'a [i64],
-}
-
-impl Victims<'_> {
-    pub fn validate(&self, nodes: usize, resources: usize) -> Result<(), EngineError> {
-        let c = self.count;
-        check_len("victim rows", self.rows.len(), c)?;
-        check_len("victim nodes", self.nodes.len(), c)?;
-        check_len("victim priorities", self.priorities.len(), c)?;
-        check_len("victim requests", self.requests.len(), c * resources)?;
-        check_len("victim start times", self.start_times.len(), c)?;
-        check_len("victim terminating", self.terminating.len(), c)?;
-        check_offsets("victim ports", self.ports.offsets, c, self.ports.ports.len())?;
-        check_len("victim port protocols", self.ports.protocols.len(), self.ports.ports.len())?;
-        check_len("victim port ips", self.ports.ips.len(), self.ports.ports.len())?;
-        check_offsets("victim pdb offsets", self.pdb_offsets, c, self.pdbs.len())?;
-        for &n in self.nodes {
-            check_index("victim node", n, nodes)?;
-        }
-        for &p in self.pdbs {
-            check_index("victim pdb", p, self.pdb_allowed.len())?;
-        }
-        Ok(())
-    }
-
-    /// Upstream `MoreImportantPod`: higher priority, then earlier start.
-    fn more_important(&self, a: usize, b: usize) -> std::cmp::Ordering {
-        self.priorities[b]
-            .cmp(&self.priorities[a])
-            .then(self.start_times[a].cmp(&self.start_times[b]))
-    }
-}
-
-/// Whether removing pods can resolve a node's failure (upstream `Unschedulable`,
-/// as opposed to `UnschedulableAndUnresolvable`).
-pub fn resolvable(code: u32, resources: usize) -> bool {
-    matches!(
-        code,
-        reasons::NODE_PORTS | reasons::TOO_MANY_PODS | reasons::SPREAD | reasons::POD_ANTI_AFFINITY | reasons::EXISTING_ANTI_AFFINITY
-    ) || (FIRST_INSUFFICIENT..FIRST_INSUFFICIENT + resources as u32).contains(&code)
+/// Upstream `MoreImportantPod`: higher priority, then earlier start.
+fn more_important(v: &Victims, a: usize, b: usize) -> std::cmp::Ordering {
+    v.priorities[b].cmp(&v.priorities[a]).then(v.start_times[a].cmp(&v.start_times[b]))
 }
 
 /// A node where preemption makes the pod fit.
@@ -118,7 +57,7 @@ pub fn select_victims(
     if potential.is_empty() || !fits(&potential) {
         return None;
     }
-    potential.sort_by(|&a, &b| v.more_important(a, b));
+    potential.sort_by(|&a, &b| more_important(v, a, b));
     let (violating, fine) = split_by_pdb(v, &potential);
     let mut removed = potential;
     let mut victims = Vec::new();
@@ -133,7 +72,7 @@ pub fn select_victims(
             }
         }
     }
-    victims.sort_by(|&a, &b| v.more_important(a, b));
+    victims.sort_by(|&a, &b| more_important(v, a, b));
     Some(Candidate {
         node,
         victims,
@@ -176,6 +115,7 @@ pub fn counted(request: &[i64], column: usize) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::Ports;
 
     fn victims<'a>(priorities: &'a [i64], starts: &'a [i64], pdbs: (&'a [i64], &'a [i64], &'a [i64])) -> Victims<'a> {
         Victims {

@@ -14,16 +14,18 @@ use std::time::Instant;
 
 use rayon::prelude::*;
 
-use crate::error::EngineError;
-use crate::model::{row, Classes, Metrics, Nodes, Pods, Profile};
-use crate::node_ports::HostPort;
-use crate::pod_table::PodTable;
-use crate::reasons::{self, FEASIBLE, NODE_AFFINITY_PREFILTER};
-use crate::select::{tie_key, Best};
-use crate::{
+mod select;
+
+use crate::model::error::{self, EngineError};
+use crate::model::{row, Classes, Metrics, Nodes, PluginId, PodTable, Pods, Profile, Victims};
+use crate::plugins::node_ports::HostPort;
+use crate::plugins::{
     balanced_allocation, default_preemption, inter_pod_affinity, metrics, node_affinity, node_name, node_ports, node_resources_fit,
     node_unschedulable, normalize, pod_topology_spread, taint_toleration,
 };
+use crate::reasons::{self, FEASIBLE, NODE_AFFINITY_PREFILTER};
+use crate::registry;
+use select::{tie_key, Best};
 
 /// `Outcome::nodes` value of a pod that fits no node.
 pub const UNSCHEDULABLE: i64 = -1;
@@ -202,21 +204,21 @@ impl Engine<'_, '_> {
                     return;
                 }
                 let mut c = FEASIBLE;
-                if p.filter_node_unschedulable {
+                if p.filters(PluginId::NodeUnschedulable) {
                     c = node_unschedulable::filter(self.nodes, node, tolerations, class);
                 }
-                if c == FEASIBLE && p.filter_node_name {
+                if c == FEASIBLE && p.filters(PluginId::NodeName) {
                     c = node_name::filter(self.nodes, node, wanted_name);
                 }
-                if c == FEASIBLE && p.filter_taint_toleration {
+                if c == FEASIBLE && p.filters(PluginId::TaintToleration) {
                     c = taint_toleration::filter(self.nodes, node, tolerations, class);
                 }
-                if c == FEASIBLE && p.filter_node_affinity {
+                if c == FEASIBLE && p.filters(PluginId::NodeAffinity) {
                     c = node_affinity::filter(self.classes, class, self.nodes, node);
                 }
                 *code = c as u8;
             });
-        let taint_raw = if p.taint_toleration_weight != 0 {
+        let taint_raw = if p.weight_of(PluginId::TaintToleration) != 0 {
             (0..n)
                 .into_par_iter()
                 .with_min_len(NODES_PER_CHUNK)
@@ -226,7 +228,7 @@ impl Engine<'_, '_> {
             vec![0; n]
         };
         let has_preferred = !row(self.classes.preferred_offsets, class).is_empty();
-        let affinity_raw = if p.node_affinity_weight != 0 && has_preferred {
+        let affinity_raw = if p.weight_of(PluginId::NodeAffinity) != 0 && has_preferred {
             (0..n)
                 .into_par_iter()
                 .with_min_len(NODES_PER_CHUNK)
@@ -252,7 +254,8 @@ impl Engine<'_, '_> {
             nonzero_request: &self.pods.nonzero_requests[index * 2..index * 2 + 2],
             columns: node_resources_fit::requested_columns(request),
             has_ports: !row(self.pods.host_ports.offsets, index).is_empty(),
-            balanced: self.profile.balanced_weight != 0 && balanced_allocation::applies(&self.profile.balanced_resources, request),
+            balanced: self.profile.weight_of(PluginId::NodeResourcesBalancedAllocation) != 0
+                && balanced_allocation::applies(&self.profile.balanced_resources, request),
             balanced_node_only: balanced_allocation::node_only(&self.profile.balanced_resources, request),
             priority: self.pods.preemption.as_ref().map_or(0, |pre| pre.priorities[index]),
         }
@@ -304,8 +307,8 @@ impl Engine<'_, '_> {
             return None;
         }
         let p = self.profile;
-        if p.filter_node_ports && pod.has_ports {
-            let code = node_ports::filter(self.nodes, node, &self.pods.host_ports, pod.index, &state.placed_ports[node]);
+        if p.filters(PluginId::NodePorts) && pod.has_ports {
+            let code = node_ports::filter(self.nodes, node, &self.pods.host_ports, pod.index, &state.placed_ports[node], &[]);
             if code != FEASIBLE {
                 report(code);
                 return None;
@@ -316,7 +319,7 @@ impl Engine<'_, '_> {
         let requested = &state.requested[node * r..(node + 1) * r];
         let mut buf = Vec::new();
         let (filter_requested, filter_count) = self.requested_for_filter(state, pod, node, &mut buf);
-        if p.filter_node_resources_fit
+        if p.filters(PluginId::NodeResourcesFit)
             && !node_resources_fit::filter(
                 allocatable,
                 filter_requested,
@@ -341,7 +344,7 @@ impl Engine<'_, '_> {
             report(code);
             return None;
         }
-        let fit = if p.fit_weight != 0 {
+        let fit = if p.weight_of(PluginId::NodeResourcesFit) != 0 {
             node_resources_fit::score(
                 &p.fit_strategy,
                 &p.fit_resources,
@@ -578,8 +581,8 @@ impl Engine<'_, '_> {
         let m = self.metrics.specs.len();
         let p = self.profile;
         let static_int = |node: usize| {
-            normalize::default_normalize(cache.taint_raw[node], maxima.taint, true) * p.taint_toleration_weight
-                + normalize::default_normalize(cache.affinity_raw[node], maxima.affinity, false) * p.node_affinity_weight
+            normalize::default_normalize(cache.taint_raw[node], maxima.taint, true) * p.weight_of(PluginId::TaintToleration)
+                + normalize::default_normalize(cache.affinity_raw[node], maxima.affinity, false) * p.weight_of(PluginId::NodeAffinity)
         };
         let mut metric = vec![0.0; n * m];
         let weighted = |(node, row): (usize, &mut [f64])| {
@@ -616,7 +619,9 @@ impl Engine<'_, '_> {
     fn total(&self, state: &BatchState, base: &Base, node: usize, fit: i64, balanced: i64) -> f64 {
         let p = self.profile;
         let m = self.metrics.specs.len();
-        let mut total = (base.static_int[node] + fit * p.fit_weight + balanced * p.balanced_weight) as f64;
+        let mut total = (base.static_int[node]
+            + fit * p.weight_of(PluginId::NodeResourcesFit)
+            + balanced * p.weight_of(PluginId::NodeResourcesBalancedAllocation)) as f64;
         if state.herd && base.epochs[node] != state.metric_epoch[node] {
             let mx = &base.maxima;
             for (k, spec) in self.metrics.specs.iter().enumerate() {
@@ -824,18 +829,18 @@ impl<'a> Engine<'a, '_> {
             index: pod.index,
             include: &include,
         };
-        let spread = if p.filter_pod_topology_spread {
+        let spread = if p.filters(PluginId::PodTopologySpread) {
             pod_topology_spread::prefilter(&ctx)
         } else {
             None
         };
-        let spread_scores = p.pod_topology_spread_weight != 0 && row(sp.offsets, pod.index).any(|c| sp.hard[c] == 0);
-        let affinity = if p.filter_inter_pod_affinity {
+        let spread_scores = p.weight_of(PluginId::PodTopologySpread) != 0 && row(sp.offsets, pod.index).any(|c| sp.hard[c] == 0);
+        let affinity = if p.filters(PluginId::InterPodAffinity) {
             inter_pod_affinity::prefilter(table, nodes, on_nodes, affine, pod_row)
         } else {
             None
         };
-        let affinity_scores = if p.inter_pod_affinity_weight != 0 {
+        let affinity_scores = if p.weight_of(PluginId::InterPodAffinity) != 0 {
             inter_pod_affinity::prescore(table, nodes, on_nodes, affine, pod_row, p.hard_pod_affinity_weight)
         } else {
             None
@@ -875,7 +880,7 @@ impl<'a> Engine<'a, '_> {
             inter_pod_affinity::normalize(&mut normalized);
             for (i, &node) in feasible.iter().enumerate() {
                 out.affinity[node] = (raw[i] as f64, normalized[i] as f64);
-                sig.totals[node] += (normalized[i] * p.inter_pod_affinity_weight) as f64;
+                sig.totals[node] += (normalized[i] * p.weight_of(PluginId::InterPodAffinity)) as f64;
             }
         }
         if pl.spread_scores {
@@ -893,7 +898,7 @@ impl<'a> Engine<'a, '_> {
             if let Some((raw, normalized)) = pod_topology_spread::score(&ctx, &feasible) {
                 for (i, &node) in feasible.iter().enumerate() {
                     out.spread[node] = (raw[i] as f64, normalized[i] as f64);
-                    sig.totals[node] += (normalized[i] * p.pod_topology_spread_weight) as f64;
+                    sig.totals[node] += (normalized[i] * p.weight_of(PluginId::PodTopologySpread)) as f64;
                 }
             }
         }
@@ -934,7 +939,7 @@ impl Engine<'_, '_> {
         let mut candidates = Vec::new();
         for node in 0..self.nodes.count {
             let e = sig.evals[node];
-            if e.feasible || e.reasons == 0 || !default_preemption::resolvable(sig.reasons[node * w], self.resources) {
+            if e.feasible || e.reasons == 0 || !registry::resolvable(sig.reasons[node * w], self.resources) {
                 continue;
             }
             let on_node: Vec<usize> = state.victims_on[node].iter().copied().filter(|&i| !state.taken[i]).collect();
@@ -948,20 +953,12 @@ impl Engine<'_, '_> {
     }
 
     /// Whether the pod passes every filter on `node` with the `removed` victims gone.
-    fn fits_without(
-        &self,
-        state: &BatchState,
-        cache: &ClassCache,
-        pod: &PodView,
-        node: usize,
-        removed: &[usize],
-        v: &default_preemption::Victims,
-    ) -> bool {
+    fn fits_without(&self, state: &BatchState, cache: &ClassCache, pod: &PodView, node: usize, removed: &[usize], v: &Victims) -> bool {
         if cache.codes[node] != FEASIBLE as u8 || state.metric_codes[node] != FEASIBLE {
             return false;
         }
         let p = self.profile;
-        if p.filter_node_ports && pod.has_ports {
+        if p.filters(PluginId::NodePorts) && pod.has_ports {
             let used = &self.nodes.used_ports;
             let mut ports: Vec<HostPort> = row(used.offsets, node)
                 .map(|j| (used.protocols[j], used.ips[j], used.ports[j]))
@@ -995,7 +992,7 @@ impl Engine<'_, '_> {
                 }
             }
         }
-        if p.filter_node_resources_fit
+        if p.filters(PluginId::NodeResourcesFit)
             && !node_resources_fit::filter(
                 &self.nodes.allocatable[node * r..(node + 1) * r],
                 &requested,
@@ -1107,15 +1104,15 @@ fn schedule_on_this_thread(
         table.validate(nodes.count, pods.count)?;
     }
     let m = metrics_in.specs.len();
-    crate::error::check_len("metric values", metrics_in.values.len(), nodes.count * m)?;
+    error::check_len("metric values", metrics_in.values.len(), nodes.count * m)?;
     for &(column, _) in &profile.fit_resources {
-        crate::error::check_index("fit resource column", column as i64, nodes.resources)?;
+        error::check_index("fit resource column", column as i64, nodes.resources)?;
     }
     for &column in &profile.balanced_resources {
-        crate::error::check_index("balanced resource column", column as i64, nodes.resources)?;
+        error::check_index("balanced resource column", column as i64, nodes.resources)?;
     }
     if let Some(e) = options.explain {
-        crate::error::check_index("explained pod", e as i64, pods.count)?;
+        error::check_index("explained pod", e as i64, pods.count)?;
     }
 
     let engine = Engine {
@@ -1180,7 +1177,7 @@ fn schedule_on_this_thread(
             .filter(|&(r, _)| table.term_sets[r as usize] >= 0)
             .collect();
     }
-    if profile.balanced_weight != 0 {
+    if profile.weight_of(PluginId::NodeResourcesBalancedAllocation) != 0 {
         let r = nodes.resources;
         state.balance_without = (0..n)
             .map(|node| {
@@ -1356,23 +1353,23 @@ fn explain(
 ) -> Explanation {
     let n = engine.nodes.count;
     let mut plugins = vec![
-        taint_toleration::NAME.to_string(),
-        node_affinity::NAME.to_string(),
-        node_resources_fit::NAME.to_string(),
-        balanced_allocation::NAME.to_string(),
-        inter_pod_affinity::NAME.to_string(),
-        pod_topology_spread::NAME.to_string(),
+        PluginId::TaintToleration.name().to_string(),
+        PluginId::NodeAffinity.name().to_string(),
+        PluginId::NodeResourcesFit.name().to_string(),
+        PluginId::NodeResourcesBalancedAllocation.name().to_string(),
+        PluginId::InterPodAffinity.name().to_string(),
+        PluginId::PodTopologySpread.name().to_string(),
     ];
     plugins.extend((0..engine.metrics.specs.len()).map(|m| format!("metric:{m}")));
     let k = plugins.len();
     let p = engine.profile;
     let mut weights = vec![
-        p.taint_toleration_weight as f64,
-        p.node_affinity_weight as f64,
-        p.fit_weight as f64,
-        p.balanced_weight as f64,
-        p.inter_pod_affinity_weight as f64,
-        p.pod_topology_spread_weight as f64,
+        p.weight_of(PluginId::TaintToleration) as f64,
+        p.weight_of(PluginId::NodeAffinity) as f64,
+        p.weight_of(PluginId::NodeResourcesFit) as f64,
+        p.weight_of(PluginId::NodeResourcesBalancedAllocation) as f64,
+        p.weight_of(PluginId::InterPodAffinity) as f64,
+        p.weight_of(PluginId::PodTopologySpread) as f64,
     ];
     weights.extend(engine.metrics.specs.iter().map(|s| s.weight));
     let mut ex = Explanation {
@@ -1400,7 +1397,8 @@ fn explain(
                 ex.normalized[i * n + node] = normalized;
             }
             let p = engine.profile;
-            let extra = affinity.1 as i64 * p.inter_pod_affinity_weight + spread.1 as i64 * p.pod_topology_spread_weight;
+            let extra =
+                affinity.1 as i64 * p.weight_of(PluginId::InterPodAffinity) + spread.1 as i64 * p.weight_of(PluginId::PodTopologySpread);
             ex.totals[node] = engine.total(state, &base, node, s.fit, s.balanced) + extra as f64;
         }
         ex.reason_codes.extend(codes);
@@ -1649,7 +1647,7 @@ mod tests {
             ips: &[],
             ports: &[],
         };
-        let victims = crate::default_preemption::Victims {
+        let victims = crate::model::Victims {
             count: 4,
             rows: &[-1, -1, -1, -1],
             nodes: &[0, 0, 0, 1],

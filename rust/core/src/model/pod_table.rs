@@ -6,14 +6,8 @@
 //! `LabelSets`), and so are whole sets of affinity terms (`TermSets`), so a
 //! selector is matched once per label set, not once per pod.
 
-use crate::error::{check_index, check_len, check_offsets, EngineError};
-use crate::model::row;
-
-/// Label selector operators (metav1.LabelSelectorOperator).
-pub const SEL_IN: u8 = 0;
-pub const SEL_NOT_IN: u8 = 1;
-pub const SEL_EXISTS: u8 = 2;
-pub const SEL_DOES_NOT_EXIST: u8 = 3;
+use super::error::{check_index, check_len, check_offsets, EngineError};
+use super::{row, SEL_EXISTS, SEL_IN, SEL_NOT_IN};
 
 /// The four term lists of a term set, in `TermSets` order.
 pub const REQUIRED_AFFINITY: usize = 0;

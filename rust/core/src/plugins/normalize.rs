@@ -1,7 +1,7 @@
 //! Score normalization as upstream `helper.DefaultNormalizeScore`: scale raw
 //! scores so the highest becomes 100 (integer arithmetic), optionally reversed.
 
-use crate::MAX_NODE_SCORE;
+use super::MAX_NODE_SCORE;
 
 /// Normalize one raw score given the maximum raw score over the feasible nodes.
 #[inline]

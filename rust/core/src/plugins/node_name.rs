@@ -1,9 +1,16 @@
 //! NodeName: a pod that names a node (`spec.nodeName`) fits only that node.
 
-use crate::model::Nodes;
-use crate::reasons::{FEASIBLE, NODE_NAME};
+use super::{ReasonInfo, FEASIBLE};
+use crate::model::{Nodes, PluginId};
 
-pub const NAME: &str = "NodeName";
+pub const NODE_NAME: u32 = 2;
+
+pub const REASONS: &[ReasonInfo] = &[ReasonInfo {
+    code: NODE_NAME,
+    plugin: PluginId::NodeName,
+    message: "node(s) didn't match the requested node name",
+    resolvable: false,
+}];
 
 /// `wanted` is the interned node name the pod asks for, or -1.
 pub fn filter(nodes: &Nodes, node: usize, wanted: i32) -> u32 {

@@ -3,11 +3,25 @@
 //! pod slot left); scoring by LeastAllocated, MostAllocated or
 //! RequestedToCapacityRatio over the profile's weighted resources.
 
-use crate::model::{Strategy, CPU, FIRST_SCALAR, MEMORY};
-use crate::reasons::{insufficient, TOO_MANY_PODS};
-use crate::MAX_NODE_SCORE;
+use super::{ReasonInfo, MAX_NODE_SCORE};
+use crate::model::{PluginId, Strategy, CPU, FIRST_SCALAR, MEMORY};
 
-pub const NAME: &str = "NodeResourcesFit";
+pub const TOO_MANY_PODS: u32 = 7;
+/// "Insufficient <resource>": one code per resource column from here on
+/// (the caller names the resource).
+pub const FIRST_INSUFFICIENT: u32 = 13;
+
+pub const REASONS: &[ReasonInfo] = &[ReasonInfo {
+    code: TOO_MANY_PODS,
+    plugin: PluginId::NodeResourcesFit,
+    message: "Too many pods",
+    resolvable: true,
+}];
+
+#[inline]
+pub fn insufficient(resource: usize) -> u32 {
+    FIRST_INSUFFICIENT + resource as u32
+}
 
 /// Upstream `maxUtilization` of RequestedToCapacityRatio.
 const MAX_UTILIZATION: i64 = 100;
@@ -154,7 +168,6 @@ pub fn requested_columns(request: &[i64]) -> Vec<usize> {
 mod tests {
     use super::*;
     use crate::model::EPHEMERAL_STORAGE;
-    use crate::reasons::FIRST_INSUFFICIENT;
 
     const GIB: i64 = 1 << 30;
 

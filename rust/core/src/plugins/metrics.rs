@@ -3,11 +3,21 @@
 //! target(x)` scoring normalized to 0..=100 by min–max over the feasible
 //! nodes or by a fixed range.
 
+use super::node_resources_fit::FIRST_INSUFFICIENT;
+use super::{FEASIBLE, MAX_NODE_SCORE};
 use crate::model::{MetricSpec, Missing, Prefer};
-use crate::reasons::{metric, FEASIBLE, METRIC_ABOVE, METRIC_BELOW, METRIC_MISSING};
-use crate::MAX_NODE_SCORE;
 
-pub const NAME: &str = "Metrics";
+/// Threshold reasons, `PER_METRIC` codes per metric after the resource codes:
+/// "node(s) had <metric> above <x>", "... below <x>", "node(s) had no value for <metric>".
+pub const METRIC_ABOVE: u32 = 0;
+pub const METRIC_BELOW: u32 = 1;
+pub const METRIC_MISSING: u32 = 2;
+pub const PER_METRIC: u32 = 3;
+
+#[inline]
+pub fn metric(resources: usize, metric: usize, kind: u32) -> u32 {
+    FIRST_INSUFFICIENT + resources as u32 + metric as u32 * PER_METRIC + kind
+}
 
 /// Score given to a node without a value under the `neutral` policy.
 pub const NEUTRAL_SCORE: f64 = MAX_NODE_SCORE as f64 / 2.0;

@@ -1,13 +1,20 @@
 //! TaintToleration: NoSchedule and NoExecute taints filter, PreferNoSchedule
 //! taints score (fewer untolerated is better, normalized in reverse).
 
+use super::{ReasonInfo, FEASIBLE};
 use crate::model::{
-    row, Nodes, Tolerations, EFFECT_ALL, EFFECT_NO_EXECUTE, EFFECT_NO_SCHEDULE, EFFECT_PREFER_NO_SCHEDULE, TOLERATION_EQUAL,
+    row, Nodes, PluginId, Tolerations, EFFECT_ALL, EFFECT_NO_EXECUTE, EFFECT_NO_SCHEDULE, EFFECT_PREFER_NO_SCHEDULE, TOLERATION_EQUAL,
     TOLERATION_EXISTS,
 };
-use crate::reasons::{FEASIBLE, TAINT_TOLERATION};
 
-pub const NAME: &str = "TaintToleration";
+pub const TAINT_TOLERATION: u32 = 3;
+
+pub const REASONS: &[ReasonInfo] = &[ReasonInfo {
+    code: TAINT_TOLERATION,
+    plugin: PluginId::TaintToleration,
+    message: "node(s) had untolerated taint(s)",
+    resolvable: false,
+}];
 
 /// Upstream `Toleration.ToleratesTaint` for one toleration.
 #[inline]

@@ -2,10 +2,8 @@
 //! stay close to each other once the pod is placed, relative to before
 //! (upstream 1.36 scores the change: 50 + (50 + with - without) / 2).
 
+use super::MAX_NODE_SCORE;
 use crate::model::FIRST_SCALAR;
-use crate::MAX_NODE_SCORE;
-
-pub const NAME: &str = "NodeResourcesBalancedAllocation";
 
 /// Upstream `balancedResourceScore`: 100 × (1 − the standard deviation of the
 /// resource fractions), each fraction capped at 1. Summed in order, as upstream.

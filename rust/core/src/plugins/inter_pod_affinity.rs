@@ -6,22 +6,37 @@
 
 use std::collections::{HashMap, HashSet};
 
-use crate::model::{row, Nodes};
-use crate::pod_table::{PodTable, PREFERRED_AFFINITY, PREFERRED_ANTI_AFFINITY, REQUIRED_AFFINITY, REQUIRED_ANTI_AFFINITY};
-use crate::reasons::{EXISTING_ANTI_AFFINITY, FEASIBLE, POD_AFFINITY, POD_ANTI_AFFINITY};
+use super::{ReasonInfo, FEASIBLE, MAX_NODE_SCORE};
+use crate::model::pod_table::{PREFERRED_AFFINITY, PREFERRED_ANTI_AFFINITY, REQUIRED_AFFINITY, REQUIRED_ANTI_AFFINITY};
+use crate::model::{row, Nodes, PluginId, PodTable};
 
-pub const NAME: &str = "InterPodAffinity";
+pub const POD_AFFINITY: u32 = 10;
+pub const POD_ANTI_AFFINITY: u32 = 11;
+pub const EXISTING_ANTI_AFFINITY: u32 = 12;
 
-/// Upstream's default `hardPodAffinityWeight`.
-pub const HARD_POD_AFFINITY_WEIGHT: i64 = 1;
+pub const REASONS: &[ReasonInfo] = &[
+    ReasonInfo {
+        code: POD_AFFINITY,
+        plugin: PluginId::InterPodAffinity,
+        message: "node(s) didn't match pod affinity rules",
+        resolvable: false,
+    },
+    ReasonInfo {
+        code: POD_ANTI_AFFINITY,
+        plugin: PluginId::InterPodAffinity,
+        message: "node(s) didn't match pod anti-affinity rules",
+        resolvable: true,
+    },
+    ReasonInfo {
+        code: EXISTING_ANTI_AFFINITY,
+        plugin: PluginId::InterPodAffinity,
+        message: "node(s) didn't satisfy existing pods anti-affinity rules",
+        resolvable: true,
+    },
+];
 
 /// A (topology key, value) pair.
 type Pair = (i32, i32);
-
-#[inline]
-pub fn node_label(nodes: &Nodes, node: usize, key: i32) -> Option<i32> {
-    nodes.labels.find(node, key).map(|i| nodes.labels.values[i])
-}
 
 /// PreFilter state: what the incoming pod's filter needs.
 pub struct Filter {
@@ -46,7 +61,7 @@ pub fn prefilter(table: &PodTable, nodes: &Nodes, placed: &[(u32, u32)], affine:
             let t = t as usize;
             if table.term_matches(t, pod) {
                 let key = table.terms.topology_keys[t];
-                if let Some(v) = node_label(nodes, node as usize, key) {
+                if let Some(v) = nodes.label(node as usize, key) {
                     existing_anti.insert((key, v));
                 }
             }
@@ -65,14 +80,14 @@ pub fn prefilter(table: &PodTable, nodes: &Nodes, placed: &[(u32, u32)], affine:
             let (other, node) = (other as usize, node as usize);
             if !required_affinity.is_empty() && required_affinity.iter().all(|&t| table.term_matches(t, other)) {
                 for &t in &required_affinity {
-                    if let Some(v) = node_label(nodes, node, key(t)) {
+                    if let Some(v) = nodes.label(node, key(t)) {
                         *affinity_counts.entry((key(t), v)).or_insert(0) += 1;
                     }
                 }
             }
             for &t in &required_anti {
                 if table.term_matches(t, other) {
-                    if let Some(v) = node_label(nodes, node, key(t)) {
+                    if let Some(v) = nodes.label(node, key(t)) {
                         *anti_counts.entry((key(t), v)).or_insert(0) += 1;
                     }
                 }
@@ -96,7 +111,7 @@ impl Filter {
     pub fn filter(&self, nodes: &Nodes, node: usize) -> u32 {
         let mut pods_exist = true;
         for &key in &self.affinity_keys {
-            match node_label(nodes, node, key) {
+            match nodes.label(node, key) {
                 Some(v) => {
                     if self.affinity_counts.get(&(key, v)).copied().unwrap_or(0) <= 0 {
                         pods_exist = false;
@@ -111,7 +126,7 @@ impl Filter {
         }
         if !self.anti_counts.is_empty() {
             for &key in &self.anti_keys {
-                if let Some(v) = node_label(nodes, node, key) {
+                if let Some(v) = nodes.label(node, key) {
                     if self.anti_counts.get(&(key, v)).copied().unwrap_or(0) > 0 {
                         return POD_ANTI_AFFINITY;
                     }
@@ -152,7 +167,7 @@ pub fn prescore(
     let t = &table.terms;
     let mut add = |term: usize, node: usize, weight: i64| {
         let key = t.topology_keys[term];
-        if let Some(v) = node_label(nodes, node, key) {
+        if let Some(v) = nodes.label(node, key) {
             *map.entry(key).or_default().entry(v).or_insert(0) += weight;
         }
     };
@@ -195,7 +210,7 @@ pub fn prescore(
 /// Raw score of a node: the summed weights of its topology pairs.
 pub fn score(map: &HashMap<i32, HashMap<i32, i64>>, nodes: &Nodes, node: usize) -> i64 {
     map.iter()
-        .filter_map(|(&key, values)| node_label(nodes, node, key).map(|v| values.get(&v).copied().unwrap_or(0)))
+        .filter_map(|(&key, values)| nodes.label(node, key).map(|v| values.get(&v).copied().unwrap_or(0)))
         .sum()
 }
 
@@ -207,7 +222,7 @@ pub fn normalize(scores: &mut [i64]) {
     let diff = max - min;
     for s in scores.iter_mut() {
         *s = if diff > 0 {
-            (crate::MAX_NODE_SCORE as f64 * ((*s - min) as f64 / diff as f64)) as i64
+            (MAX_NODE_SCORE as f64 * ((*s - min) as f64 / diff as f64)) as i64
         } else {
             0
         };

@@ -1,10 +1,17 @@
 //! NodePorts: a pod's host ports must be free on the node. A (protocol, port)
 //! pair conflicts when either side binds the wildcard IP or both bind the same IP.
 
-use crate::model::{row, Nodes, Ports};
-use crate::reasons::{FEASIBLE, NODE_PORTS};
+use super::{ReasonInfo, FEASIBLE};
+use crate::model::{row, Nodes, PluginId, Ports};
 
-pub const NAME: &str = "NodePorts";
+pub const NODE_PORTS: u32 = 6;
+
+pub const REASONS: &[ReasonInfo] = &[ReasonInfo {
+    code: NODE_PORTS,
+    plugin: PluginId::NodePorts,
+    message: "node(s) didn't have free ports for the requested pod ports",
+    resolvable: true,
+}];
 
 /// One bound host port: (protocol, interned IP, port).
 pub type HostPort = (u8, i32, i32);
@@ -14,22 +21,36 @@ pub fn conflict(wildcard: i32, a: HostPort, b: HostPort) -> bool {
     a.0 == b.0 && a.2 == b.2 && (a.1 == wildcard || b.1 == wildcard || a.1 == b.1)
 }
 
-/// Whether pod `pod`'s host ports fit on `node`, given the node's bound ports
-/// and those placed earlier in the batch (`placed`).
-pub fn filter(nodes: &Nodes, node: usize, pod_ports: &Ports, pod: usize, placed: &[HostPort]) -> u32 {
+/// Whether pod `pod`'s host ports fit on `node`, given the node's bound ports,
+/// those placed earlier in the batch (`placed`) and those a preemption dry
+/// run's victims would free (`freed`: each frees one bound copy).
+pub fn filter(nodes: &Nodes, node: usize, pod_ports: &Ports, pod: usize, placed: &[HostPort], freed: &[HostPort]) -> u32 {
     let used = &nodes.used_ports;
     let wildcard = nodes.wildcard_ip;
+    let bound = || {
+        row(used.offsets, node)
+            .map(|j| (used.protocols[j], used.ips[j], used.ports[j]))
+            .chain(placed.iter().copied())
+    };
     for i in row(pod_ports.offsets, pod) {
         let want = (pod_ports.protocols[i], pod_ports.ips[i], pod_ports.ports[i]);
         if want.2 <= 0 {
             continue;
         }
-        let on_node = row(used.offsets, node).any(|j| conflict(wildcard, want, (used.protocols[j], used.ips[j], used.ports[j])));
-        if on_node || placed.iter().any(|&p| conflict(wildcard, want, p)) {
+        let taken = if freed.is_empty() {
+            bound().any(|q| conflict(wildcard, want, q))
+        } else {
+            bound().any(|q| conflict(wildcard, want, q) && copies(q, bound()) > copies(q, freed.iter().copied()))
+        };
+        if taken {
             return NODE_PORTS;
         }
     }
     FEASIBLE
+}
+
+fn copies(port: HostPort, of: impl Iterator<Item = HostPort>) -> usize {
+    of.filter(|&p| p == port).count()
 }
 
 #[cfg(test)]
@@ -48,6 +69,7 @@ mod tests {
             name: &'static str,
             used: Vec<HostPort>,
             placed: Vec<HostPort>,
+            freed: Vec<HostPort>,
             want_ports: Vec<HostPort>,
             want: u32,
         }
@@ -56,6 +78,7 @@ mod tests {
                 name: "no ports",
                 used: vec![(PROTOCOL_TCP, ANY, 80)],
                 placed: vec![],
+                freed: vec![],
                 want_ports: vec![],
                 want: FEASIBLE,
             },
@@ -63,6 +86,7 @@ mod tests {
                 name: "same port same protocol",
                 used: vec![(PROTOCOL_TCP, ANY, 80)],
                 placed: vec![],
+                freed: vec![],
                 want_ports: vec![(PROTOCOL_TCP, ANY, 80)],
                 want: NODE_PORTS,
             },
@@ -70,6 +94,7 @@ mod tests {
                 name: "other protocol",
                 used: vec![(PROTOCOL_TCP, ANY, 80)],
                 placed: vec![],
+                freed: vec![],
                 want_ports: vec![(PROTOCOL_UDP, ANY, 80)],
                 want: FEASIBLE,
             },
@@ -77,6 +102,7 @@ mod tests {
                 name: "different IPs",
                 used: vec![(PROTOCOL_TCP, IP1, 80)],
                 placed: vec![],
+                freed: vec![],
                 want_ports: vec![(PROTOCOL_TCP, IP2, 80)],
                 want: FEASIBLE,
             },
@@ -84,6 +110,7 @@ mod tests {
                 name: "wildcard vs specific",
                 used: vec![(PROTOCOL_TCP, IP1, 80)],
                 placed: vec![],
+                freed: vec![],
                 want_ports: vec![(PROTOCOL_TCP, ANY, 80)],
                 want: NODE_PORTS,
             },
@@ -91,6 +118,7 @@ mod tests {
                 name: "specific vs wildcard",
                 used: vec![(PROTOCOL_TCP, ANY, 80)],
                 placed: vec![],
+                freed: vec![],
                 want_ports: vec![(PROTOCOL_TCP, IP1, 80)],
                 want: NODE_PORTS,
             },
@@ -98,6 +126,7 @@ mod tests {
                 name: "placed earlier in the batch",
                 used: vec![],
                 placed: vec![(PROTOCOL_TCP, ANY, 8080)],
+                freed: vec![],
                 want_ports: vec![(PROTOCOL_TCP, ANY, 8080)],
                 want: NODE_PORTS,
             },
@@ -105,8 +134,41 @@ mod tests {
                 name: "other port",
                 used: vec![(PROTOCOL_TCP, ANY, 80)],
                 placed: vec![],
+                freed: vec![],
                 want_ports: vec![(PROTOCOL_TCP, ANY, 81)],
                 want: FEASIBLE,
+            },
+            Case {
+                name: "the victim holding the port is evicted",
+                used: vec![(PROTOCOL_TCP, IP1, 80)],
+                placed: vec![],
+                freed: vec![(PROTOCOL_TCP, IP1, 80)],
+                want_ports: vec![(PROTOCOL_TCP, ANY, 80)],
+                want: FEASIBLE,
+            },
+            Case {
+                name: "one of two copies is freed",
+                used: vec![(PROTOCOL_TCP, IP1, 80), (PROTOCOL_TCP, IP1, 80)],
+                placed: vec![],
+                freed: vec![(PROTOCOL_TCP, IP1, 80)],
+                want_ports: vec![(PROTOCOL_TCP, IP1, 80)],
+                want: NODE_PORTS,
+            },
+            Case {
+                name: "freeing another port does not help",
+                used: vec![(PROTOCOL_TCP, ANY, 80)],
+                placed: vec![],
+                freed: vec![(PROTOCOL_UDP, ANY, 80)],
+                want_ports: vec![(PROTOCOL_TCP, ANY, 80)],
+                want: NODE_PORTS,
+            },
+            Case {
+                name: "a port placed in the batch is not freed by a victim",
+                used: vec![(PROTOCOL_TCP, ANY, 80)],
+                placed: vec![(PROTOCOL_TCP, ANY, 80)],
+                freed: vec![(PROTOCOL_TCP, ANY, 80)],
+                want_ports: vec![(PROTOCOL_TCP, ANY, 80)],
+                want: NODE_PORTS,
             },
         ];
         for case in cases {
@@ -117,7 +179,7 @@ mod tests {
             b.node(|n| n.ports = case.used.clone());
             let owned = b.build();
             let pod = OwnedPorts::new(vec![case.want_ports.clone()]);
-            let got = filter(&owned.view(), 0, &pod.view(), 0, &case.placed);
+            let got = filter(&owned.view(), 0, &pod.view(), 0, &case.placed, &case.freed);
             assert_eq!(got, case.want, "{}: want {} got {}", case.name, case.want, got);
         }
     }

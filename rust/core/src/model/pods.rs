@@ -1,0 +1,127 @@
+//! The pending pods of one batch, and what preemption needs: their
+//! priorities, the bound pods they may evict and the nominated reservations.
+
+use super::error::{check_index, check_len, check_offsets, EngineError};
+use super::{PodTable, Ports};
+
+/// The pending pods of one batch, in queue order.
+#[derive(Clone, Copy)]
+pub struct Pods<'a> {
+    pub count: usize,
+    /// `count × resources`: the effective request (upstream's formula).
+    pub requests: &'a [i64],
+    /// `count × 2`: cpu and memory with upstream's non-zero defaults, for scoring.
+    pub nonzero_requests: &'a [i64],
+    pub classes: &'a [i64],
+    /// Stable per-pod key for the seeded tie-break (e.g. a hash of namespace/name).
+    pub keys: &'a [u64],
+    pub host_ports: Ports<'a>,
+    /// Labels, namespaces and affinity terms of the bound and pending pods, for
+    /// the pod-level plugins (None: they have nothing to act on).
+    pub table: Option<PodTable<'a>>,
+    /// Priorities, preemption and nominated reservations (None: all pods of equal
+    /// priority and nothing nominated).
+    pub preemption: Option<Preemption<'a>>,
+}
+
+/// Pods nominated to a node by an earlier preemption and not placed yet: their
+/// requests are held on that node for pods of lower or equal priority.
+#[derive(Clone, Copy)]
+pub struct Reservations<'a> {
+    pub nodes: &'a [i64],
+    pub priorities: &'a [i64],
+    /// `count × resources`.
+    pub requests: &'a [i64],
+}
+
+#[derive(Clone, Copy)]
+pub struct Preemption<'a> {
+    /// Per pending pod.
+    pub priorities: &'a [i64],
+    /// 1 where the pod may preempt (`preemptionPolicy` is not `Never`).
+    pub allowed: &'a [u8],
+    /// The node an earlier preemption nominated, -1 for none.
+    pub nominated: &'a [i64],
+    pub victims: Victims<'a>,
+    pub reservations: Reservations<'a>,
+}
+
+impl Preemption<'_> {
+    pub fn validate(&self, pods: usize, nodes: usize, resources: usize) -> Result<(), EngineError> {
+        check_len("pod priorities", self.priorities.len(), pods)?;
+        check_len("pod preemption allowed", self.allowed.len(), pods)?;
+        check_len("pod nominated nodes", self.nominated.len(), pods)?;
+        for &n in self.nominated {
+            if n >= 0 {
+                check_index("nominated node", n, nodes)?;
+            }
+        }
+        self.victims.validate(nodes, resources)?;
+        let r = &self.reservations;
+        check_len("reservation priorities", r.priorities.len(), r.nodes.len())?;
+        check_len("reservation requests", r.requests.len(), r.nodes.len() * resources)?;
+        for &n in r.nodes {
+            check_index("reservation node", n, nodes)?;
+        }
+        Ok(())
+    }
+}
+
+impl Pods<'_> {
+    pub fn validate(&self, resources: usize, classes: usize) -> Result<(), EngineError> {
+        check_len("pod requests", self.requests.len(), self.count * resources)?;
+        check_len("pod non-zero requests", self.nonzero_requests.len(), self.count * 2)?;
+        check_len("pod classes", self.classes.len(), self.count)?;
+        check_len("pod keys", self.keys.len(), self.count)?;
+        for &c in self.classes {
+            check_index("pod class", c, classes)?;
+        }
+        self.host_ports.validate("pod host ports", self.count)
+    }
+}
+
+/// Bound pods that a preemptor may evict (the caller passes the pods of lower
+/// priority than some pending preemptor).
+#[derive(Clone, Copy)]
+pub struct Victims<'a> {
+    pub count: usize,
+    /// Row in the pod table (for the pod-level plugins), -1 when there is none.
+    pub rows: &'a [i64],
+    pub nodes: &'a [i64],
+    pub priorities: &'a [i64],
+    /// `count × resources`.
+    pub requests: &'a [i64],
+    /// Start time (any monotonic unit); earlier is more important at equal priority.
+    pub start_times: &'a [i64],
+    /// 1 for a pod already being deleted.
+    pub terminating: &'a [u8],
+    pub ports: Ports<'a>,
+    /// Victim -> the PodDisruptionBudgets that select it.
+    pub pdb_offsets: &'a [i64],
+    pub pdbs: &'a [i64],
+    /// Each PDB's `status.disruptionsAllowed`.
+    pub pdb_allowed: &'a [i64],
+}
+
+impl Victims<'_> {
+    pub fn validate(&self, nodes: usize, resources: usize) -> Result<(), EngineError> {
+        let c = self.count;
+        check_len("victim rows", self.rows.len(), c)?;
+        check_len("victim nodes", self.nodes.len(), c)?;
+        check_len("victim priorities", self.priorities.len(), c)?;
+        check_len("victim requests", self.requests.len(), c * resources)?;
+        check_len("victim start times", self.start_times.len(), c)?;
+        check_len("victim terminating", self.terminating.len(), c)?;
+        check_offsets("victim ports", self.ports.offsets, c, self.ports.ports.len())?;
+        check_len("victim port protocols", self.ports.protocols.len(), self.ports.ports.len())?;
+        check_len("victim port ips", self.ports.ips.len(), self.ports.ports.len())?;
+        check_offsets("victim pdb offsets", self.pdb_offsets, c, self.pdbs.len())?;
+        for &n in self.nodes {
+            check_index("victim node", n, nodes)?;
+        }
+        for &p in self.pdbs {
+            check_index("victim pdb", p, self.pdb_allowed.len())?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,210 @@
+//! Which plugins exist, in what order, with which extension points and
+//! default weights (upstream `apis/config/v1/default_plugins.go`), and the
+//! compiled profile that switches and weights them.
+//!
+//! The rows live here, in the leaf, because the profile is indexed by them;
+//! `crate::registry` dispatches on them. Adding a plugin: its file under
+//! `plugins/`, a `PluginId` variant and a `PLUGINS` row here, and its arms in
+//! the registry's dispatch functions.
+
+use super::{CPU, MEMORY};
+
+/// A plugin's index in `PLUGINS` (and in `Profile::filter` / `Profile::weight`).
+#[repr(usize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PluginId {
+    NodeUnschedulable,
+    NodeName,
+    TaintToleration,
+    NodeAffinity,
+    NodePorts,
+    NodeResourcesFit,
+    PodTopologySpread,
+    InterPodAffinity,
+    NodeResourcesBalancedAllocation,
+}
+
+pub const PLUGIN_COUNT: usize = 9;
+
+/// What a plugin's verdict and score depend on besides the node, which
+/// decides where the batch loop computes and caches them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Level {
+    /// The pod's constraint class alone (tolerations, node selector and
+    /// affinity, node name): computed once per class for the whole batch.
+    Class,
+    /// The pod's own requests or host ports and what the batch placed on the
+    /// node: evaluated per pod, shared by pods of one signature.
+    Node,
+    /// The pods on other nodes (a PreFilter / PreScore over the pod table):
+    /// evaluated per pod, afresh.
+    Pod,
+}
+
+/// One registry row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PluginInfo {
+    pub id: PluginId,
+    /// Upstream's plugin name.
+    pub name: &'static str,
+    /// Has a Filter extension point.
+    pub filter: bool,
+    /// Has a Score extension point.
+    pub score: bool,
+    /// Upstream's default score weight (0 where `score` is false).
+    pub default_weight: i64,
+    pub level: Level,
+}
+
+const fn row(id: PluginId, name: &'static str, filter: bool, default_weight: i64, level: Level) -> PluginInfo {
+    PluginInfo {
+        id,
+        name,
+        filter,
+        score: default_weight > 0,
+        default_weight,
+        level,
+    }
+}
+
+/// Every plugin, in upstream's `multiPoint` order: Filter plugins run in this
+/// order (the first failing one reports), Score plugins are listed in it.
+/// Every `Level::Class` filter comes before the others, so the per-class
+/// verdict can stand for them without reordering reasons (checked by a test).
+pub const PLUGINS: [PluginInfo; PLUGIN_COUNT] = [
+    row(PluginId::NodeUnschedulable, "NodeUnschedulable", true, 0, Level::Class),
+    row(PluginId::NodeName, "NodeName", true, 0, Level::Class),
+    row(PluginId::TaintToleration, "TaintToleration", true, 3, Level::Class),
+    row(PluginId::NodeAffinity, "NodeAffinity", true, 2, Level::Class),
+    row(PluginId::NodePorts, "NodePorts", true, 0, Level::Node),
+    row(PluginId::NodeResourcesFit, "NodeResourcesFit", true, 1, Level::Node),
+    row(PluginId::PodTopologySpread, "PodTopologySpread", true, 2, Level::Pod),
+    row(PluginId::InterPodAffinity, "InterPodAffinity", true, 2, Level::Pod),
+    row(
+        PluginId::NodeResourcesBalancedAllocation,
+        "NodeResourcesBalancedAllocation",
+        false,
+        1,
+        Level::Node,
+    ),
+];
+
+pub fn plugin_by_name(name: &str) -> Option<PluginId> {
+    PLUGINS.iter().find(|p| p.name == name).map(|p| p.id)
+}
+
+impl PluginId {
+    #[inline]
+    pub const fn info(self) -> &'static PluginInfo {
+        &PLUGINS[self as usize]
+    }
+
+    pub const fn name(self) -> &'static str {
+        self.info().name
+    }
+}
+
+/// Upstream's default InterPodAffinity `hardPodAffinityWeight`.
+pub const HARD_POD_AFFINITY_WEIGHT: i64 = 1;
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Strategy {
+    LeastAllocated,
+    MostAllocated,
+    /// Shape points (utilization 0..=100, score 0..=10), sorted by utilization.
+    RequestedToCapacityRatio(Vec<(i64, i64)>),
+}
+
+/// A compiled scheduling profile: which plugins run and with what weights.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Profile {
+    /// Per plugin (`PluginId` index): whether its Filter runs.
+    pub filter: [bool; PLUGIN_COUNT],
+    /// Per plugin: its score weight, 0 when its Score is off.
+    pub weight: [i64; PLUGIN_COUNT],
+    /// InterPodAffinity's `hardPodAffinityWeight`.
+    pub hard_pod_affinity_weight: i64,
+    pub fit_strategy: Strategy,
+    /// (resource column, weight) scored by NodeResourcesFit.
+    pub fit_resources: Vec<(usize, i64)>,
+    /// Resource columns scored by NodeResourcesBalancedAllocation.
+    pub balanced_resources: Vec<usize>,
+    /// DefaultPreemption (PostFilter).
+    pub preemption: bool,
+}
+
+impl Profile {
+    #[inline]
+    pub fn filters(&self, id: PluginId) -> bool {
+        self.filter[id as usize]
+    }
+
+    #[inline]
+    pub fn weight_of(&self, id: PluginId) -> i64 {
+        self.weight[id as usize]
+    }
+}
+
+impl Default for Profile {
+    /// The default-equivalent profile: upstream's plugins and weights.
+    fn default() -> Self {
+        Profile {
+            filter: PLUGINS.map(|p| p.filter),
+            weight: PLUGINS.map(|p| p.default_weight),
+            hard_pod_affinity_weight: HARD_POD_AFFINITY_WEIGHT,
+            fit_strategy: Strategy::LeastAllocated,
+            fit_resources: vec![(CPU, 1), (MEMORY, 1)],
+            balanced_resources: vec![CPU, MEMORY],
+            preemption: true,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_are_indexed_by_their_id() {
+        for (i, p) in PLUGINS.iter().enumerate() {
+            assert_eq!(p.id as usize, i, "{}", p.name);
+            assert_eq!(plugin_by_name(p.name), Some(p.id));
+        }
+        assert_eq!(plugin_by_name("DefaultBinder"), None);
+    }
+
+    #[test]
+    fn class_level_filters_come_first() {
+        let first_other = PLUGINS.iter().position(|p| p.filter && p.level != Level::Class);
+        let last_class = PLUGINS.iter().rposition(|p| p.filter && p.level == Level::Class);
+        assert!(last_class < first_other, "a class-level filter after a per-pod one");
+    }
+
+    #[test]
+    fn default_weights_are_upstreams() {
+        let want = [
+            ("TaintToleration", 3),
+            ("NodeAffinity", 2),
+            ("NodeResourcesFit", 1),
+            ("PodTopologySpread", 2),
+            ("InterPodAffinity", 2),
+            ("NodeResourcesBalancedAllocation", 1),
+        ];
+        let got: Vec<(&str, i64)> = PLUGINS.iter().filter(|p| p.score).map(|p| (p.name, p.default_weight)).collect();
+        assert_eq!(got, want);
+        let filters: Vec<&str> = PLUGINS.iter().filter(|p| p.filter).map(|p| p.name).collect();
+        assert_eq!(
+            filters,
+            [
+                "NodeUnschedulable",
+                "NodeName",
+                "TaintToleration",
+                "NodeAffinity",
+                "NodePorts",
+                "NodeResourcesFit",
+                "PodTopologySpread",
+                "InterPodAffinity"
+            ]
+        );
+    }
+}

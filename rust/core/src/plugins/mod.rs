@@ -1,0 +1,37 @@
+//! The plugins, one file each, named after the upstream plugin it mirrors:
+//! its Filter and Score (and PreFilter / PreScore state where it has them),
+//! its reason codes and upstream's reason strings. Plugins depend on the
+//! input tables (`crate::model`) and nothing else; `crate::registry` runs them.
+
+pub mod balanced_allocation;
+pub mod default_preemption;
+pub mod inter_pod_affinity;
+pub mod metrics;
+pub mod node_affinity;
+pub mod node_name;
+pub mod node_ports;
+pub mod node_resources_fit;
+pub mod node_unschedulable;
+pub mod normalize;
+pub mod pod_topology_spread;
+pub mod taint_toleration;
+
+use crate::model::PluginId;
+
+/// Upstream `framework.MaxNodeScore`: every plugin score is normalized to 0..=100.
+pub const MAX_NODE_SCORE: i64 = 100;
+
+/// The reason code of a node that passes a filter.
+pub const FEASIBLE: u32 = 0;
+
+/// A fixed filter failure reason: its dense code, the plugin that reports it
+/// and upstream's message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReasonInfo {
+    pub code: u32,
+    pub plugin: PluginId,
+    pub message: &'static str,
+    /// Whether evicting pods could resolve it: upstream's `Unschedulable`, as
+    /// opposed to `UnschedulableAndUnresolvable` (preemption skips the node).
+    pub resolvable: bool,
+}

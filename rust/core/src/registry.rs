@@ -1,0 +1,483 @@
+//! The plugin registry: which plugins exist and in what order (the rows,
+//! `model::PLUGINS`, upstream's `default_plugins.go`), and one function per
+//! extension point that runs a plugin by id (upstream's `registry.go` plus
+//! the framework runtime). Every path that filters or scores — the class
+//! cache, the per-pod evaluation, preemption's dry run and `explain` —
+//! iterates the rows and calls these; none names a plugin itself.
+//!
+//! Dispatch is a `match` on `PluginId` with no wildcard arm, so a new row
+//! does not compile until each extension point says what the plugin does
+//! there. No boxing, no allocation: the per-node calls inline into the
+//! batch loop's hot loops.
+
+use std::collections::HashMap;
+
+pub use crate::model::{plugin_by_name, Level, PluginId, PluginInfo, PLUGINS, PLUGIN_COUNT};
+pub use crate::plugins::ReasonInfo;
+
+use crate::model::{Classes, Nodes, PodTable, Ports, Profile};
+use crate::plugins::node_ports::HostPort;
+use crate::plugins::{
+    balanced_allocation, inter_pod_affinity, node_affinity, node_name, node_ports, node_resources_fit, node_unschedulable, normalize,
+    pod_topology_spread, taint_toleration, FEASIBLE,
+};
+
+/// A plugin's fixed reasons (the codes and messages in its file).
+const fn reasons_of(id: PluginId) -> &'static [ReasonInfo] {
+    match id {
+        PluginId::NodeUnschedulable => node_unschedulable::REASONS,
+        PluginId::NodeName => node_name::REASONS,
+        PluginId::TaintToleration => taint_toleration::REASONS,
+        PluginId::NodeAffinity => node_affinity::REASONS,
+        PluginId::NodePorts => node_ports::REASONS,
+        PluginId::NodeResourcesFit => node_resources_fit::REASONS,
+        PluginId::PodTopologySpread => pod_topology_spread::REASONS,
+        PluginId::InterPodAffinity => inter_pod_affinity::REASONS,
+        PluginId::NodeResourcesBalancedAllocation => &[],
+    }
+}
+
+const fn fixed_reason_count() -> usize {
+    let (mut n, mut i) = (0, 0);
+    while i < PLUGIN_COUNT {
+        n += reasons_of(PLUGINS[i].id).len();
+        i += 1;
+    }
+    n
+}
+
+const FIXED_REASON_COUNT: usize = fixed_reason_count();
+
+const fn collect_fixed_reasons() -> [ReasonInfo; FIXED_REASON_COUNT] {
+    let mut out = [node_unschedulable::REASONS[0]; FIXED_REASON_COUNT];
+    let (mut k, mut i) = (0, 0);
+    while i < PLUGIN_COUNT {
+        let reasons = reasons_of(PLUGINS[i].id);
+        let mut j = 0;
+        while j < reasons.len() {
+            out[k] = reasons[j];
+            k += 1;
+            j += 1;
+        }
+        i += 1;
+    }
+    out
+}
+
+/// Every fixed reason, in registry order, which is also code order: codes
+/// 1..=N, then `reasons::FIRST_INSUFFICIENT` (checked by a test).
+pub const FIXED_REASONS: &[ReasonInfo] = &collect_fixed_reasons();
+
+/// Whether evicting pods could resolve a node's failure with `code`.
+pub fn resolvable(code: u32, resources: usize) -> bool {
+    use node_resources_fit::FIRST_INSUFFICIENT;
+    match code.checked_sub(1).and_then(|i| FIXED_REASONS.get(i as usize)) {
+        Some(r) => r.resolvable,
+        None => (FIRST_INSUFFICIENT..FIRST_INSUFFICIENT + resources as u32).contains(&code),
+    }
+}
+
+const fn score_count(level: Level) -> usize {
+    let (mut n, mut i) = (0, 0);
+    while i < PLUGIN_COUNT {
+        n += (PLUGINS[i].score && PLUGINS[i].level as usize == level as usize) as usize;
+        i += 1;
+    }
+    n
+}
+
+/// Score plugins per level: each keeps its raw scores in slot
+/// `score_slot(id)` of that level's arrays.
+pub const CLASS_SCORES: usize = score_count(Level::Class);
+pub const NODE_SCORES: usize = score_count(Level::Node);
+pub const POD_SCORES: usize = score_count(Level::Pod);
+
+/// A score plugin's index among the score plugins of its level, in registry order.
+pub const fn score_slot(id: PluginId) -> usize {
+    let level = PLUGINS[id as usize].level as usize;
+    let (mut slot, mut i) = (0, 0);
+    while i < id as usize {
+        slot += (PLUGINS[i].score && PLUGINS[i].level as usize == level) as usize;
+        i += 1;
+    }
+    slot
+}
+
+/// Plugin ids of one kind, in registry order, without a heap allocation.
+#[derive(Clone, Copy, Debug)]
+pub struct IdList {
+    ids: [PluginId; PLUGIN_COUNT],
+    len: usize,
+}
+
+impl IdList {
+    /// The rows that pass `keep`, in registry order.
+    pub fn of(keep: impl Fn(&PluginInfo) -> bool) -> IdList {
+        let mut list = IdList {
+            ids: [PluginId::NodeUnschedulable; PLUGIN_COUNT],
+            len: 0,
+        };
+        for p in PLUGINS.iter().filter(|p| keep(p)) {
+            list.ids[list.len] = p.id;
+            list.len += 1;
+        }
+        list
+    }
+
+    #[inline]
+    pub fn as_slice(&self) -> &[PluginId] {
+        &self.ids[..self.len]
+    }
+}
+
+/// The Filter plugins a profile runs, split by level, in registry order.
+#[derive(Clone, Copy, Debug)]
+pub struct Filters {
+    /// Run once per constraint class and node.
+    pub class: IdList,
+    /// Run per pod and node after the class verdict: the node-level ones, then the pod-level ones.
+    pub after_class: IdList,
+    /// `after_class` without the pod-level ones, for a pod none of them applies to.
+    pub node_only: IdList,
+}
+
+impl Filters {
+    pub fn of(profile: &Profile) -> Filters {
+        let on = |p: &PluginInfo| p.filter && profile.filter[p.id as usize];
+        Filters {
+            class: IdList::of(|p| on(p) && p.level == Level::Class),
+            after_class: IdList::of(|p| on(p) && p.level != Level::Class),
+            node_only: IdList::of(|p| on(p) && p.level == Level::Node),
+        }
+    }
+}
+
+/// Filter of a class-level plugin: the first failing reason code, or `FEASIBLE`.
+#[inline]
+pub fn filter_class(id: PluginId, nodes: &Nodes, classes: &Classes, class: usize, node: usize) -> u32 {
+    match id {
+        PluginId::NodeUnschedulable => node_unschedulable::filter(nodes, node, &classes.tolerations, class),
+        PluginId::NodeName => node_name::filter(nodes, node, classes.node_names[class]),
+        PluginId::TaintToleration => taint_toleration::filter(nodes, node, &classes.tolerations, class),
+        PluginId::NodeAffinity => node_affinity::filter(classes, class, nodes, node),
+        PluginId::NodePorts
+        | PluginId::NodeResourcesFit
+        | PluginId::PodTopologySpread
+        | PluginId::InterPodAffinity
+        | PluginId::NodeResourcesBalancedAllocation => unreachable!("{id:?} is not a class-level filter"),
+    }
+}
+
+/// Whether a class-level score plugin can score anything for `class` (else every node scores 0).
+pub fn scores_class(id: PluginId, classes: &Classes, class: usize) -> bool {
+    match id {
+        PluginId::NodeAffinity => !crate::model::row(classes.preferred_offsets, class).is_empty(),
+        _ => true,
+    }
+}
+
+/// Raw Score of a class-level plugin.
+#[inline]
+pub fn score_class(id: PluginId, nodes: &Nodes, classes: &Classes, class: usize, node: usize) -> i64 {
+    match id {
+        PluginId::TaintToleration => taint_toleration::score(nodes, node, &classes.tolerations, class),
+        PluginId::NodeAffinity => node_affinity::score(classes, class, nodes, node),
+        PluginId::NodeUnschedulable
+        | PluginId::NodeName
+        | PluginId::NodePorts
+        | PluginId::NodeResourcesFit
+        | PluginId::PodTopologySpread
+        | PluginId::InterPodAffinity
+        | PluginId::NodeResourcesBalancedAllocation => unreachable!("{id:?} has no class-level score"),
+    }
+}
+
+/// NormalizeScore of a class-level plugin, given the maximum raw score over the feasible nodes.
+#[inline]
+pub fn normalize_class(id: PluginId, raw: i64, max: i64) -> i64 {
+    match id {
+        // Fewer untolerated PreferNoSchedule taints is better.
+        PluginId::TaintToleration => normalize::default_normalize(raw, max, true),
+        PluginId::NodeAffinity => normalize::default_normalize(raw, max, false),
+        PluginId::NodeUnschedulable
+        | PluginId::NodeName
+        | PluginId::NodePorts
+        | PluginId::NodeResourcesFit
+        | PluginId::PodTopologySpread
+        | PluginId::InterPodAffinity
+        | PluginId::NodeResourcesBalancedAllocation => unreachable!("{id:?} has no class-level score"),
+    }
+}
+
+/// The pod-level plugins' PreFilter results for one pod (None: the plugin
+/// has nothing to check for it, upstream's Skip).
+#[derive(Default)]
+pub struct PreFilter {
+    pub spread: Option<pod_topology_spread::Filter>,
+    pub affinity: Option<inter_pod_affinity::Filter>,
+}
+
+impl PreFilter {
+    pub fn is_empty(&self) -> bool {
+        self.spread.is_none() && self.affinity.is_none()
+    }
+}
+
+/// The pod-level plugins' PreScore results for one pod (None / false: every node scores 0).
+#[derive(Default)]
+pub struct PreScore {
+    pub spread: bool,
+    pub affinity: Option<HashMap<i32, HashMap<i32, i64>>>,
+}
+
+impl PreScore {
+    pub fn is_empty(&self) -> bool {
+        !self.spread && self.affinity.is_none()
+    }
+}
+
+/// What the pod-level plugins read: the pod table, the pods on nodes (bound,
+/// then placed in the batch; preemption's dry run leaves victims out), the
+/// pod's row and batch index, and the spread inclusion policies.
+pub struct PodContext<'a, 'b> {
+    pub table: &'a PodTable<'b>,
+    pub nodes: &'a Nodes<'b>,
+    pub on_nodes: &'a [(u32, u32)],
+    /// The subset of `on_nodes` with affinity terms.
+    pub affine: &'a [(u32, u32)],
+    pub row: usize,
+    pub index: usize,
+    pub include: &'a (dyn Fn(usize, usize) -> bool + Sync),
+    pub hard_pod_affinity_weight: i64,
+}
+
+impl<'a, 'b> PodContext<'a, 'b> {
+    fn spread(&self) -> pod_topology_spread::Context<'a, 'b> {
+        pod_topology_spread::Context {
+            table: self.table,
+            nodes: self.nodes,
+            placed: self.on_nodes,
+            row: self.row,
+            index: self.index,
+            include: self.include,
+        }
+    }
+}
+
+/// PreFilter of a pod-level plugin, into its slot of `out`.
+pub fn prefilter(id: PluginId, ctx: &PodContext, out: &mut PreFilter) {
+    match id {
+        PluginId::PodTopologySpread => out.spread = pod_topology_spread::prefilter(&ctx.spread()),
+        PluginId::InterPodAffinity => out.affinity = inter_pod_affinity::prefilter(ctx.table, ctx.nodes, ctx.on_nodes, ctx.affine, ctx.row),
+        PluginId::NodeUnschedulable
+        | PluginId::NodeName
+        | PluginId::TaintToleration
+        | PluginId::NodeAffinity
+        | PluginId::NodePorts
+        | PluginId::NodeResourcesFit
+        | PluginId::NodeResourcesBalancedAllocation => unreachable!("{id:?} is not a pod-level filter"),
+    }
+}
+
+/// PreScore of a pod-level plugin, into its slot of `out`.
+pub fn prescore(id: PluginId, ctx: &PodContext, out: &mut PreScore) {
+    match id {
+        PluginId::PodTopologySpread => {
+            let sp = &ctx.table.spread;
+            out.spread = crate::model::row(sp.offsets, ctx.index).any(|c| sp.hard[c] == 0);
+        }
+        PluginId::InterPodAffinity => {
+            out.affinity = inter_pod_affinity::prescore(
+                ctx.table,
+                ctx.nodes,
+                ctx.on_nodes,
+                ctx.affine,
+                ctx.row,
+                ctx.hard_pod_affinity_weight,
+            )
+        }
+        PluginId::NodeUnschedulable
+        | PluginId::NodeName
+        | PluginId::TaintToleration
+        | PluginId::NodeAffinity
+        | PluginId::NodePorts
+        | PluginId::NodeResourcesFit
+        | PluginId::NodeResourcesBalancedAllocation => unreachable!("{id:?} has no pod-level score"),
+    }
+}
+
+/// Score and NormalizeScore of a pod-level plugin over the feasible nodes:
+/// raw and normalized scores in `feasible` order, or None when every node scores 0.
+pub fn score_pod(id: PluginId, ctx: &PodContext, pre: &PreScore, feasible: &[usize]) -> Option<(Vec<i64>, Vec<i64>)> {
+    match id {
+        PluginId::PodTopologySpread => pre.spread.then(|| pod_topology_spread::score(&ctx.spread(), feasible)).flatten(),
+        PluginId::InterPodAffinity => pre.affinity.as_ref().map(|map| {
+            let raw: Vec<i64> = feasible
+                .iter()
+                .map(|&node| inter_pod_affinity::score(map, ctx.nodes, node))
+                .collect();
+            let mut normalized = raw.clone();
+            inter_pod_affinity::normalize(&mut normalized);
+            (raw, normalized)
+        }),
+        PluginId::NodeUnschedulable
+        | PluginId::NodeName
+        | PluginId::TaintToleration
+        | PluginId::NodeAffinity
+        | PluginId::NodePorts
+        | PluginId::NodeResourcesFit
+        | PluginId::NodeResourcesBalancedAllocation => unreachable!("{id:?} has no pod-level score"),
+    }
+}
+
+/// What the node- and pod-level plugins read about one pod on one node, as
+/// the batch left the node.
+pub struct NodeInput<'x> {
+    pub nodes: &'x Nodes<'x>,
+    pub node: usize,
+    pub profile: &'x Profile,
+    /// The pod's batch index, its host ports (`has_ports`: any at all) and requests.
+    pub pod: usize,
+    pub pod_ports: &'x Ports<'x>,
+    pub has_ports: bool,
+    pub request: &'x [i64],
+    pub nonzero_request: &'x [i64],
+    /// Columns of `request` that are non-zero.
+    pub columns: &'x [usize],
+    pub allocatable: &'x [i64],
+    /// Requests and pod count the filters see: the batch's, plus reservations
+    /// held for the pod's betters, minus victims in a preemption dry run.
+    pub filter_requested: &'x [i64],
+    pub filter_pod_count: i64,
+    /// Host ports placed in the batch, and those a dry run's victims free.
+    pub placed_ports: &'x [HostPort],
+    pub freed_ports: &'x [HostPort],
+    /// Requests the scores see: the batch's.
+    pub requested: &'x [i64],
+    pub nonzero_requested: &'x [i64],
+    /// BalancedAllocation: whether it scores the pod, and the node's balance
+    /// without it where that depends on the node alone.
+    pub balanced: bool,
+    pub balance_without: Option<i64>,
+    pub prefilter: Option<&'x PreFilter>,
+}
+
+/// Filter of a node- or pod-level plugin; `report` receives its reason codes.
+#[inline]
+pub fn filter(id: PluginId, x: &NodeInput, report: &mut impl FnMut(u32)) -> bool {
+    let code = match id {
+        PluginId::NodePorts if x.has_ports => node_ports::filter(x.nodes, x.node, x.pod_ports, x.pod, x.placed_ports, x.freed_ports),
+        PluginId::NodePorts => FEASIBLE,
+        PluginId::NodeResourcesFit => {
+            return node_resources_fit::filter(
+                x.allocatable,
+                x.filter_requested,
+                x.nodes.allowed_pods[x.node],
+                x.filter_pod_count,
+                x.request,
+                x.columns,
+                report,
+            )
+        }
+        PluginId::PodTopologySpread => match x.prefilter.and_then(|p| p.spread.as_ref()) {
+            Some(f) => f.filter(x.nodes, x.node),
+            None => FEASIBLE,
+        },
+        PluginId::InterPodAffinity => match x.prefilter.and_then(|p| p.affinity.as_ref()) {
+            Some(f) => f.filter(x.nodes, x.node),
+            None => FEASIBLE,
+        },
+        PluginId::NodeUnschedulable
+        | PluginId::NodeName
+        | PluginId::TaintToleration
+        | PluginId::NodeAffinity
+        | PluginId::NodeResourcesBalancedAllocation => unreachable!("{id:?} is not a node- or pod-level filter"),
+    };
+    if code != FEASIBLE {
+        report(code);
+    }
+    code == FEASIBLE
+}
+
+/// Score of a node-level plugin, already normalized (0..=100).
+#[inline]
+pub fn score_node(id: PluginId, x: &NodeInput) -> i64 {
+    let p = x.profile;
+    match id {
+        PluginId::NodeResourcesFit => node_resources_fit::score(
+            &p.fit_strategy,
+            &p.fit_resources,
+            x.allocatable,
+            x.requested,
+            x.nonzero_requested,
+            x.request,
+            x.nonzero_request,
+        ),
+        PluginId::NodeResourcesBalancedAllocation if x.balanced => {
+            balanced_allocation::score(&p.balanced_resources, x.allocatable, x.requested, x.request, x.balance_without)
+        }
+        PluginId::NodeResourcesBalancedAllocation => 0,
+        PluginId::NodeUnschedulable
+        | PluginId::NodeName
+        | PluginId::TaintToleration
+        | PluginId::NodeAffinity
+        | PluginId::NodePorts
+        | PluginId::PodTopologySpread
+        | PluginId::InterPodAffinity => unreachable!("{id:?} has no node-level score"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::reasons::FIRST_INSUFFICIENT;
+
+    #[test]
+    fn fixed_reasons_are_dense_and_come_before_the_resource_codes() {
+        let codes: Vec<u32> = FIXED_REASONS.iter().map(|r| r.code).collect();
+        let want: Vec<u32> = (1..=FIXED_REASONS.len() as u32).collect();
+        assert_eq!(codes, want);
+        assert_eq!(FIRST_INSUFFICIENT, FIXED_REASONS.len() as u32 + 1);
+    }
+
+    #[test]
+    fn every_reason_belongs_to_a_filter_plugin() {
+        for r in FIXED_REASONS {
+            assert!(r.plugin.info().filter, "{} reports {:?}", r.plugin.name(), r.message);
+        }
+    }
+
+    #[test]
+    fn score_slots_are_dense_per_level() {
+        for (level, count) in [(Level::Class, CLASS_SCORES), (Level::Node, NODE_SCORES), (Level::Pod, POD_SCORES)] {
+            let slots: Vec<usize> = PLUGINS
+                .iter()
+                .filter(|p| p.score && p.level == level)
+                .map(|p| score_slot(p.id))
+                .collect();
+            assert_eq!(slots, (0..count).collect::<Vec<_>>(), "{level:?}");
+        }
+    }
+
+    #[test]
+    fn resolvable_by_preemption() {
+        use crate::reasons::*;
+        let cases = [
+            ("NodeUnschedulable", NODE_UNSCHEDULABLE, false),
+            ("NodeAffinity", NODE_AFFINITY, false),
+            ("NodePorts", NODE_PORTS, true),
+            ("Too many pods", TOO_MANY_PODS, true),
+            ("spread skew", SPREAD, true),
+            ("spread missing label", SPREAD_MISSING_LABEL, false),
+            ("pod affinity", POD_AFFINITY, false),
+            ("pod anti-affinity", POD_ANTI_AFFINITY, true),
+            ("existing anti-affinity", EXISTING_ANTI_AFFINITY, true),
+            ("Insufficient cpu", insufficient(0), true),
+            ("Insufficient last resource", insufficient(3), true),
+            ("a metric", metric(4, 0, METRIC_ABOVE), false),
+        ];
+        for (name, code, want) in cases {
+            assert_eq!(resolvable(code, 4), want, "{name}");
+        }
+    }
+}
