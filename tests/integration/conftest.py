@@ -11,6 +11,7 @@ import pytest
 from ksched.cluster import local
 from ksched.cluster.build import BuildError, missing_binaries
 from ksched.loop.client import Kube, load_configuration
+from tests.integration.helpers import Namespaces, create, delete_pods
 
 CLUSTER_NODES = 20
 
@@ -25,6 +26,24 @@ def _unavailable(why: str) -> None:
 def kube(cluster: local.ClusterState) -> Kube:
     """Raw JSON access to the local API server as its admin."""
     return Kube(load_configuration(cluster.kubeconfig, 32))
+
+
+@pytest.fixture
+def namespace(kube: Kube) -> Iterator[Namespaces]:
+    """Namespaces for one test (see :class:`Namespaces`); their pods are deleted afterwards."""
+    made: list[str] = []
+
+    def make(name: str, labels: dict[str, str] | None = None) -> str:
+        metadata: dict[str, object] = {"name": name}
+        if labels:
+            metadata["labels"] = labels
+        create(kube, [{"apiVersion": "v1", "kind": "Namespace", "metadata": metadata}])
+        made.append(name)
+        return name
+
+    yield make
+    for name in made:
+        delete_pods(kube, name)
 
 
 @pytest.fixture(scope="session")

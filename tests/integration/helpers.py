@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import yaml
 
@@ -72,8 +72,12 @@ def create(kube: Kube, objs: list[Obj], tolerate_outage: bool = False) -> None:
         list(pool.map(post, objs))
 
 
-def ensure_namespace(kube: Kube, namespace: str) -> None:
-    create(kube, [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}])
+class Namespaces(Protocol):
+    """The ``namespace`` fixture: ``ns = namespace("run-bulk")`` creates the namespace
+    (with ``labels`` when given; an existing one is kept) and returns its name; the
+    pods in every namespace a test made are deleted when the test ends, however it ends."""
+
+    def __call__(self, name: str, labels: dict[str, str] | None = None) -> str: ...
 
 
 def pods_in(kube: Kube, namespace: str | None = None) -> list[Obj]:

@@ -16,9 +16,8 @@ from ksched.cluster import local
 from ksched.cluster.build import bin_dir
 from ksched.loop.client import Kube
 from tests.integration.helpers import (
+    Namespaces,
     create,
-    delete_pods,
-    ensure_namespace,
     ksched,
     make_pod,
     pods_in,
@@ -51,9 +50,11 @@ def as_token(
         return int(err.code)
 
 
-def test_manifests_apply_with_server_side_dry_run(cluster: local.ClusterState, kube: Kube) -> None:
+def test_manifests_apply_with_server_side_dry_run(
+    cluster: local.ClusterState, kube: Kube, namespace: Namespaces
+) -> None:
     # A dry-run namespace does not exist for the dry-run objects inside it: create it for real.
-    ensure_namespace(kube, "ksched-system")
+    namespace("ksched-system")
     out = kubectl(cluster, "apply", "--dry-run=server", "-k", str(DEPLOY))
     assert out.returncode == 0, out.stderr
     for kind in (
@@ -67,11 +68,10 @@ def test_manifests_apply_with_server_side_dry_run(cluster: local.ClusterState, k
 
 
 def test_the_service_account_can_schedule_and_nothing_more(
-    cluster: local.ClusterState, kube: Kube, tmp_path: Path
+    cluster: local.ClusterState, kube: Kube, tmp_path: Path, namespace: Namespaces
 ) -> None:
     rbac = [d for d in yaml.safe_load_all((DEPLOY / "rbac.yaml").read_text()) if d]
-    ns = "ksched-system"
-    ensure_namespace(kube, ns)
+    ns = namespace("ksched-system")
     try:
         for doc in rbac:
             if doc["kind"] in ("ServiceAccount", "Role", "RoleBinding"):
@@ -104,8 +104,7 @@ def test_the_service_account_can_schedule_and_nothing_more(
         assert as_token(cluster, token, "/api/v1/namespaces/default/secrets") == 403
         assert as_token(cluster, token, "/api/v1/nodes", {"Impersonate-User": "system:admin"}) == 403
 
-        work = "deploy-rbac"
-        ensure_namespace(kube, work)
+        work = namespace("deploy-rbac")
         lease = {"leaderElect": True, "resourceName": "ksched", "resourceNamespace": ns}
         lease.update({"leaseDuration": "4s", "renewDeadline": "3s", "retryPeriod": "1s"})
         with ksched(cluster, tmp_path, "as-service-account", lease, kubeconfig=str(kubeconfig)) as k:
@@ -126,7 +125,6 @@ def test_the_service_account_can_schedule_and_nothing_more(
             )
             assert big, "the PodScheduled condition was written with the service account's rights"
             assert "403" not in k.output() and "Forbidden" not in k.output(), k.output()
-        delete_pods(kube, work)
     finally:
         for doc in reversed(rbac):
             kind = {

@@ -11,9 +11,8 @@ import pytest
 from ksched.cluster import local
 from ksched.loop.client import Kube
 from tests.integration.helpers import (
+    Namespaces,
     create,
-    delete_pods,
-    ensure_namespace,
     events_for,
     ksched,
     make_pod,
@@ -27,10 +26,9 @@ AFTER_S = 3.0
 
 
 def test_bare_pod_ksched_cannot_place_is_recreated_for_default_scheduler(
-    cluster: local.ClusterState, kube: Kube, tmp_path: Path
+    cluster: local.ClusterState, kube: Kube, tmp_path: Path, namespace: Namespaces
 ) -> None:
-    ns = "handoff"
-    ensure_namespace(kube, ns)
+    ns = namespace("handoff")
     # Only nodes with a price annotation qualify for ksched, and none has one:
     # ksched cannot place the pod, while default-scheduler (no metrics) can.
     price = {
@@ -44,46 +42,37 @@ def test_bare_pod_ksched_cannot_place_is_recreated_for_default_scheduler(
     kept = make_pod("kept-0", ns)
     kept["metadata"]["annotations"] = {"ksched.io/handoff": "false"}
     config = {"metrics": [price], "handoff": {"enabled": True, "after": f"{AFTER_S:g}s"}}
-    try:
-        with ksched(cluster, tmp_path, "handoff", {"leaderElect": False}, **config) as k:
-            created = time.monotonic()
-            create(kube, [stuck, kept])
-            assert wait_for(lambda: events_for(kube, ns, "stuck-0", "FailedScheduling"), 20), k.output()
+    with ksched(cluster, tmp_path, "handoff", {"leaderElect": False}, **config) as k:
+        created = time.monotonic()
+        create(kube, [stuck, kept])
+        assert wait_for(lambda: events_for(kube, ns, "stuck-0", "FailedScheduling"), 20), k.output()
 
-            def recreated() -> dict[str, object] | None:
-                r = kube.request("GET", f"/api/v1/namespaces/{ns}/pods/stuck-0")
-                p = r.json() if r.ok else None
-                return (
-                    p
-                    if p and p["spec"]["schedulerName"] == "default-scheduler" and p["spec"].get("nodeName")
-                    else None
-                )
-
-            pod = wait_for(recreated, 30)
-            assert pod, k.output()
-            print(
-                f"\nhanded off and bound by kube-scheduler {time.monotonic() - created:.1f} s after creation (after {AFTER_S:g}s)"
+        def recreated() -> dict[str, object] | None:
+            r = kube.request("GET", f"/api/v1/namespaces/{ns}/pods/stuck-0")
+            p = r.json() if r.ok else None
+            return (
+                p
+                if p and p["spec"]["schedulerName"] == "default-scheduler" and p["spec"].get("nodeName")
+                else None
             )
-            # Labels kept (the API server adds the node's topology labels on binding).
-            assert stuck["metadata"]["labels"].items() <= pod["metadata"]["labels"].items()
-            assert pod["metadata"]["annotations"]["ksched.io/handed-off"] == "true"
-            assert k.metric('ksched_fallback_total{reason="handed_off"}') == 1
-            opted_out = kube.request("GET", f"/api/v1/namespaces/{ns}/pods/kept-0").json()
-            assert opted_out["spec"]["schedulerName"] == "ksched" and not opted_out["spec"].get("nodeName")
-    finally:
-        delete_pods(kube, ns)
+
+        pod = wait_for(recreated, 30)
+        assert pod, k.output()
+        print(
+            f"\nhanded off and bound by kube-scheduler {time.monotonic() - created:.1f} s after creation (after {AFTER_S:g}s)"
+        )
+        # Labels kept (the API server adds the node's topology labels on binding).
+        assert stuck["metadata"]["labels"].items() <= pod["metadata"]["labels"].items()
+        assert pod["metadata"]["annotations"]["ksched.io/handed-off"] == "true"
+        assert k.metric('ksched_fallback_total{reason="handed_off"}') == 1
+        opted_out = kube.request("GET", f"/api/v1/namespaces/{ns}/pods/kept-0").json()
+        assert opted_out["spec"]["schedulerName"] == "ksched" and not opted_out["spec"].get("nodeName")
 
 
 def test_controller_owned_pod_is_evicted_and_its_replacement_left_to_default_scheduler(
-    cluster: local.ClusterState, kube: Kube, tmp_path: Path
+    cluster: local.ClusterState, kube: Kube, tmp_path: Path, namespace: Namespaces
 ) -> None:
-    ns, mwc = "handoff-owned", "ksched-test-handoff"
-    labelled = {
-        "apiVersion": "v1",
-        "kind": "Namespace",
-        "metadata": {"name": ns, "labels": {"ksched.io/route": "true"}},
-    }
-    create(kube, [labelled])
+    ns, mwc = namespace("handoff-owned", labels={"ksched.io/route": "true"}), "ksched-test-handoff"
     port = local.free_port()
     mwc_path = f"/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/{mwc}"
     r = kube.request(
@@ -148,4 +137,3 @@ def test_controller_owned_pod_is_evicted_and_its_replacement_left_to_default_sch
     finally:
         kube.request("DELETE", mwc_path)
         kube.request("DELETE", f"/apis/apps/v1/namespaces/{ns}/deployments/owned")
-        delete_pods(kube, ns)

@@ -21,9 +21,8 @@ from ksched.commands.cli import main
 from ksched.loop.client import Kube
 from tests.integration.exporter import NODE_VALUES
 from tests.integration.helpers import (
+    Namespaces,
     create,
-    delete_pods,
-    ensure_namespace,
     events_for,
     ksched,
     make_pod,
@@ -59,10 +58,13 @@ def bound_nodes(kube: Kube, ns: str) -> dict[str, str]:
 
 
 def test_pod_goes_to_the_cheapest_node_by_price_annotation(
-    cluster: local.ClusterState, kube: Kube, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    cluster: local.ClusterState,
+    kube: Kube,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    namespace: Namespaces,
 ) -> None:
-    ns = "metrics-price"
-    ensure_namespace(kube, ns)
+    ns = namespace("metrics-price")
     prices = {"kwok-node-00003": "0.90", "kwok-node-00004": "0.12", "kwok-node-00005": "0.40"}
     assert (
         main(["annotate", "--kubeconfig", cluster.kubeconfig, *(f"{n}={p}" for n, p in prices.items())]) == 0
@@ -77,90 +79,73 @@ def test_pod_goes_to_the_cheapest_node_by_price_annotation(
             create(kube, [make_pod("cheap-0", ns)])
             assert wait_for(lambda: bound_nodes(kube, ns).get("cheap-0"), 30) == "kwok-node-00004", k.output()
     finally:
-        delete_pods(kube, ns)
         main(["annotate", "--kubeconfig", cluster.kubeconfig, *(f"{n}-" for n in prices)])
 
 
 def test_pod_goes_to_the_lowest_prometheus_value(
-    cluster: local.ClusterState, kube: Kube, tmp_path: Path
+    cluster: local.ClusterState, kube: Kube, tmp_path: Path, namespace: Namespaces
 ) -> None:
-    ns = "metrics-prom"
-    ensure_namespace(kube, ns)
+    ns = namespace("metrics-prom")
     best = min(NODE_VALUES, key=NODE_VALUES.__getitem__)
     config = {"metrics": [utilization()], "prometheus": {"url": cluster.prometheus}}
-    try:
-        with ksched(cluster, tmp_path, "prom", NO_LEADER, **config) as k:
-            assert wait_for(lambda: "fresh" in k.get("/readyz")[1], 30), k.get("/readyz")
-            create(kube, [make_pod("lowest-0", ns)])
-            assert wait_for(lambda: bound_nodes(kube, ns).get("lowest-0"), 30) == best, k.output()
-            (event,) = scheduled_events(kube, ns)
-            assert "degraded" not in event["note"]
-    finally:
-        delete_pods(kube, ns)
+    with ksched(cluster, tmp_path, "prom", NO_LEADER, **config) as k:
+        assert wait_for(lambda: "fresh" in k.get("/readyz")[1], 30), k.get("/readyz")
+        create(kube, [make_pod("lowest-0", ns)])
+        assert wait_for(lambda: bound_nodes(kube, ns).get("lowest-0"), 30) == best, k.output()
+        (event,) = scheduled_events(kube, ns)
+        assert "degraded" not in event["note"]
 
 
 @pytest.mark.parametrize("herd", [False, True], ids=["without-herd-estimate", "with-herd-estimate"])
 def test_identical_pods_do_not_all_chase_the_idle_node(
-    cluster: local.ClusterState, kube: Kube, tmp_path: Path, herd: bool
+    cluster: local.ClusterState, kube: Kube, tmp_path: Path, herd: bool, namespace: Namespaces
 ) -> None:
-    ns = f"metrics-herd-{'on' if herd else 'off'}"
-    ensure_namespace(kube, ns)
+    ns = namespace(f"metrics-herd-{'on' if herd else 'off'}")
     metric = utilization(**({"herdEstimate": {"resource": "cpu", "factor": 1.0}} if herd else {}))
     config = {"metrics": [metric], "prometheus": {"url": cluster.prometheus}}
     pods = [make_pod(f"same-{i}", ns, "100m", "64Mi") for i in range(50)]
-    try:
-        with ksched(cluster, tmp_path, f"herd-{herd}", NO_LEADER, **config) as k:
-            assert wait_for(lambda: "fresh" in k.get("/readyz")[1], 30), k.get("/readyz")
-            create(kube, pods)
-            assert wait_for(
-                lambda: all(bound_nodes(kube, ns).values()) and len(bound_nodes(kube, ns)) == 50, 60
-            )
-            spread = collections.Counter(bound_nodes(kube, ns).values())
-            print(
-                f"\n50 identical pods, herd estimate {'on' if herd else 'off'}: {dict(sorted(spread.items()))}"
-            )
-            idle = min(NODE_VALUES, key=NODE_VALUES.__getitem__)
-            if herd:
-                assert spread[idle] < 50 and len(spread) > 1, spread
-            else:
-                assert spread[idle] > 25, "without the estimate the idle-looking node takes most"
-    finally:
-        delete_pods(kube, ns)
+    with ksched(cluster, tmp_path, f"herd-{herd}", NO_LEADER, **config) as k:
+        assert wait_for(lambda: "fresh" in k.get("/readyz")[1], 30), k.get("/readyz")
+        create(kube, pods)
+        assert wait_for(lambda: all(bound_nodes(kube, ns).values()) and len(bound_nodes(kube, ns)) == 50, 60)
+        spread = collections.Counter(bound_nodes(kube, ns).values())
+        print(f"\n50 identical pods, herd estimate {'on' if herd else 'off'}: {dict(sorted(spread.items()))}")
+        idle = min(NODE_VALUES, key=NODE_VALUES.__getitem__)
+        if herd:
+            assert spread[idle] < 50 and len(spread) > 1, spread
+        else:
+            assert spread[idle] > 25, "without the estimate the idle-looking node takes most"
 
 
 def test_prometheus_outage_degrades_then_recovers(
-    cluster: local.ClusterState, kube: Kube, tmp_path: Path
+    cluster: local.ClusterState, kube: Kube, tmp_path: Path, namespace: Namespaces
 ) -> None:
-    ns = "metrics-outage"
-    ensure_namespace(kube, ns)
+    ns = namespace("metrics-outage")
     config = {"metrics": [utilization()], "prometheus": {"url": cluster.prometheus, "timeout": "1s"}}
-    try:
-        with ksched(cluster, tmp_path, "outage", NO_LEADER, **config) as k:
-            assert wait_for(lambda: "fresh" in k.get("/readyz")[1], 30), k.get("/readyz")
-            os.kill(cluster.pids["prometheus"], signal.SIGSTOP)  # a hung Prometheus: queries time out
-            stopped = time.monotonic()
-            try:
-                assert wait_for(lambda: "degraded" in k.get("/readyz")[1], 15), k.get("/readyz")
-                create(kube, [make_pod("during-0", ns)])
-                assert wait_for(lambda: bound_nodes(kube, ns).get("during-0"), 30), k.output()
-                print(
-                    f"\nfirst degraded bind {time.monotonic() - stopped:.1f} s after Prometheus stopped answering"
-                )
-                assert wait_for(lambda: scheduled_events(kube, ns), 10)
-                (event,) = scheduled_events(kube, ns)
-                assert "(degraded: utilization:" in event["note"], event["note"]
-                assert k.metric('ksched_degraded{reason="metric_unavailable"}') == 1
-                assert "degraded" in k.get("/readyz")[1] and k.get("/readyz")[0] == 200
-            finally:
-                os.kill(cluster.pids["prometheus"], signal.SIGCONT)
-            assert wait_for(lambda: "fresh" in k.get("/readyz")[1], 30), k.get("/readyz")
-            create(kube, [make_pod("after-0", ns)])
-            best = min(NODE_VALUES, key=NODE_VALUES.__getitem__)
-            assert wait_for(lambda: bound_nodes(kube, ns).get("after-0"), 30) == best
-            after = [e for e in scheduled_events(kube, ns) if e["regarding"]["name"] == "after-0"]
-            assert after and "degraded" not in after[0]["note"]
-    finally:
-        delete_pods(kube, ns)
+    with ksched(cluster, tmp_path, "outage", NO_LEADER, **config) as k:
+        assert wait_for(lambda: "fresh" in k.get("/readyz")[1], 30), k.get("/readyz")
+        os.kill(cluster.pids["prometheus"], signal.SIGSTOP)  # a hung Prometheus: queries time out
+        stopped = time.monotonic()
+        try:
+            assert wait_for(lambda: "degraded" in k.get("/readyz")[1], 15), k.get("/readyz")
+            create(kube, [make_pod("during-0", ns)])
+            assert wait_for(lambda: bound_nodes(kube, ns).get("during-0"), 30), k.output()
+            print(
+                f"\nfirst degraded bind {time.monotonic() - stopped:.1f} s after Prometheus stopped answering"
+            )
+            assert wait_for(lambda: scheduled_events(kube, ns), 10)
+            (event,) = scheduled_events(kube, ns)
+            assert "(degraded: utilization:" in event["note"], event["note"]
+            assert k.metric('ksched_degraded{reason="metric_unavailable"}') == 1
+            assert "degraded" in k.get("/readyz")[1] and k.get("/readyz")[0] == 200
+        finally:
+            os.kill(cluster.pids["prometheus"], signal.SIGCONT)
+        assert wait_for(lambda: "fresh" in k.get("/readyz")[1], 30), k.get("/readyz")
+        create(kube, [make_pod("after-0", ns)])
+        best = min(NODE_VALUES, key=NODE_VALUES.__getitem__)
+        assert wait_for(lambda: bound_nodes(kube, ns).get("after-0"), 30) == best
+        after = [e for e in scheduled_events(kube, ns) if e["regarding"]["name"] == "after-0"]
+        assert after and "degraded" not in after[0]["note"]
 
 
 @pytest.mark.parametrize(
@@ -176,20 +161,16 @@ def test_prometheus_outage_degrades_then_recovers(
     ids=["bad-promql", "string-result", "nan-values"],
 )
 def test_bad_metric_answers_never_stop_scheduling(
-    cluster: local.ClusterState, kube: Kube, tmp_path: Path, query: str, logged: str
+    cluster: local.ClusterState, kube: Kube, tmp_path: Path, query: str, logged: str, namespace: Namespaces
 ) -> None:
-    ns = f"metrics-bad-{len(query)}"
-    ensure_namespace(kube, ns)
+    ns = namespace(f"metrics-bad-{len(query)}")
     metric = utilization(query=query, missing="neutral")
     config = {"metrics": [metric], "prometheus": {"url": cluster.prometheus}}
-    try:
-        with ksched(cluster, tmp_path, "bad", NO_LEADER, **config) as k:
-            create(kube, [make_pod("still-0", ns)])
-            assert wait_for(lambda: bound_nodes(kube, ns).get("still-0"), 30), k.output()
-            # A bad answer drops the metric (degraded) rather than making every node "missing".
-            assert k.metric('ksched_degraded{reason="metric_unavailable"}') == 1
-            assert wait_for(lambda: logged in k.output(), 15), k.output()
-            (event,) = events_for(kube, ns, "still-0", "Scheduled")
-            assert "(degraded: utilization:" in event["note"]
-    finally:
-        delete_pods(kube, ns)
+    with ksched(cluster, tmp_path, "bad", NO_LEADER, **config) as k:
+        create(kube, [make_pod("still-0", ns)])
+        assert wait_for(lambda: bound_nodes(kube, ns).get("still-0"), 30), k.output()
+        # A bad answer drops the metric (degraded) rather than making every node "missing".
+        assert k.metric('ksched_degraded{reason="metric_unavailable"}') == 1
+        assert wait_for(lambda: logged in k.output(), 15), k.output()
+        (event,) = events_for(kube, ns, "still-0", "Scheduled")
+        assert "(degraded: utilization:" in event["note"]

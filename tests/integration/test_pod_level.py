@@ -17,10 +17,9 @@ from ksched.cluster import local
 from ksched.engine.pods import POD_GROUP_API, POD_GROUP_LABEL
 from ksched.loop.client import Kube
 from tests.integration.helpers import (
+    Namespaces,
     Obj,
     create,
-    delete_pods,
-    ensure_namespace,
     events_for,
     ksched,
     make_pod,
@@ -41,10 +40,9 @@ def _bound(kube: Kube, ns: str) -> dict[str, str]:
 
 
 def test_anti_affinity_and_spread_hold_within_one_batch(
-    cluster: local.ClusterState, kube: Kube, tmp_path: Path
+    cluster: local.ClusterState, kube: Kube, tmp_path: Path, namespace: Namespaces
 ) -> None:
-    ns = "podlevel-spread"
-    ensure_namespace(kube, ns)
+    ns = namespace("podlevel-spread")
     nodes = {n["metadata"]["name"]: n for n in kube.request("GET", "/api/v1/nodes").json()["items"]}
     zone_of = {
         name: n["metadata"]["labels"][ZONE] for name, n in nodes.items() if ZONE in n["metadata"]["labels"]
@@ -67,21 +65,18 @@ def test_anti_affinity_and_spread_hold_within_one_batch(
         pods.append(p)
     follower = make_pod("follower-0", ns, "100m", "64Mi")
     follower["spec"]["affinity"] = {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
-    try:
-        with ksched(cluster, tmp_path, "podlevel", {"leaderElect": False}) as k:
-            assert wait_for(lambda: k.get("/readyz")[0] == 200, 30), k.output()
-            create(kube, pods)
-            assert wait_for(lambda: len(_bound(kube, ns)) == 9, 60), k.output()
-            bound = _bound(kube, ns)
-            assert len(set(bound.values())) == 9, f"anti-affinity: one pod per node, got {bound}"
-            per_zone = collections.Counter(zone_of[n] for n in bound.values())
-            assert max(per_zone.values()) - min(per_zone.values()) <= 1, f"maxSkew 1 across zones: {per_zone}"
-            assert len(per_zone) == len(set(zone_of.values()))
-            create(kube, [follower])
-            assert wait_for(lambda: "follower-0" in _bound(kube, ns), 30), k.output()
-            assert _bound(kube, ns)["follower-0"] in set(bound.values()), "affinity: next to a spread pod"
-    finally:
-        delete_pods(kube, ns)
+    with ksched(cluster, tmp_path, "podlevel", {"leaderElect": False}) as k:
+        assert wait_for(lambda: k.get("/readyz")[0] == 200, 30), k.output()
+        create(kube, pods)
+        assert wait_for(lambda: len(_bound(kube, ns)) == 9, 60), k.output()
+        bound = _bound(kube, ns)
+        assert len(set(bound.values())) == 9, f"anti-affinity: one pod per node, got {bound}"
+        per_zone = collections.Counter(zone_of[n] for n in bound.values())
+        assert max(per_zone.values()) - min(per_zone.values()) <= 1, f"maxSkew 1 across zones: {per_zone}"
+        assert len(per_zone) == len(set(zone_of.values()))
+        create(kube, [follower])
+        assert wait_for(lambda: "follower-0" in _bound(kube, ns), 30), k.output()
+        assert _bound(kube, ns)["follower-0"] in set(bound.values()), "affinity: next to a spread pod"
 
 
 @pytest.fixture
@@ -133,10 +128,9 @@ def _create_groups(kube: Kube, groups: list[Obj]) -> None:
 
 
 def test_competing_gangs_one_placed_whole_the_other_not_at_all(
-    cluster: local.ClusterState, kube: Kube, tmp_path: Path, gang_nodes: list[str]
+    cluster: local.ClusterState, kube: Kube, tmp_path: Path, gang_nodes: list[str], namespace: Namespaces
 ) -> None:
-    ns = "podlevel-gangs"
-    ensure_namespace(kube, ns)
+    ns = namespace("podlevel-gangs")
     _create_groups(kube, [_pod_group(ns, "alpha", 3), _pod_group(ns, "beta", 3)])
     # Interleaved, as two jobs submitted together would be: room for four members, each gang needs three.
     pods = [p for pair in zip(_gang(ns, "alpha", 3), _gang(ns, "beta", 3), strict=True) for p in pair]
@@ -168,33 +162,27 @@ def test_competing_gangs_one_placed_whole_the_other_not_at_all(
             assert r.status == 200, r.data[:300]
             assert wait_for(lambda: len(_bound(kube, ns)) == 4, 30), k.output()
     finally:
-        delete_pods(kube, ns)
         for g in ("alpha", "beta"):
             kube.request("DELETE", f"/apis/{POD_GROUP_API}/namespaces/{ns}/podgroups/{g}")
 
 
-def test_gang_without_its_pod_group_waits(cluster: local.ClusterState, kube: Kube, tmp_path: Path) -> None:
-    ns = "podlevel-nogroup"
-    ensure_namespace(kube, ns)
+def test_gang_without_its_pod_group_waits(
+    cluster: local.ClusterState, kube: Kube, tmp_path: Path, namespace: Namespaces
+) -> None:
+    ns = namespace("podlevel-nogroup")
     pods = _gang(ns, "orphan", 2)
-    try:
-        with ksched(cluster, tmp_path, "nogroup", {"leaderElect": False}) as k:
-            assert wait_for(lambda: k.get("/readyz")[0] == 200, 30), k.output()
-            create(kube, pods)
-            events = wait_for(lambda: events_for(kube, ns, "orphan-0", "FailedScheduling"), 20)
-            assert events and 'pod group "podlevel-nogroup/orphan" not found' in events[-1]["note"], (
-                k.output()
-            )
-            assert not _bound(kube, ns)
-    finally:
-        delete_pods(kube, ns)
+    with ksched(cluster, tmp_path, "nogroup", {"leaderElect": False}) as k:
+        assert wait_for(lambda: k.get("/readyz")[0] == 200, 30), k.output()
+        create(kube, pods)
+        events = wait_for(lambda: events_for(kube, ns, "orphan-0", "FailedScheduling"), 20)
+        assert events and 'pod group "podlevel-nogroup/orphan" not found' in events[-1]["note"], k.output()
+        assert not _bound(kube, ns)
 
 
 def test_preemption_evicts_a_lower_priority_pod_and_the_preemptor_binds_there(
-    cluster: local.ClusterState, kube: Kube, tmp_path: Path
+    cluster: local.ClusterState, kube: Kube, tmp_path: Path, namespace: Namespaces
 ) -> None:
-    ns = "podlevel-preempt"
-    ensure_namespace(kube, ns)
+    ns = namespace("podlevel-preempt")
     node = "preempt-node-0"
     classes = {"ksched-test-low": 10, "ksched-test-high": 1000}
     for name, value in classes.items():
@@ -253,7 +241,6 @@ def test_preemption_evicts_a_lower_priority_pod_and_the_preemptor_binds_there(
             assert preempted and preempted[-1]["note"].endswith(f"on node {node}"), preempted
             assert k.metric("ksched_preemption_victims_total") == 1
     finally:
-        delete_pods(kube, ns)
         kube.request("DELETE", f"/api/v1/nodes/{node}")
         for name in classes:
             kube.request("DELETE", f"/apis/scheduling.k8s.io/v1/priorityclasses/{name}")

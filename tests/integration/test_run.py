@@ -22,11 +22,10 @@ from ksched.loop.client import Kube
 from ksched.objects import object_key
 from tests.integration.helpers import (
     FAST_LEASE,
+    Namespaces,
     Obj,
     assert_no_node_overcommitted,
     create,
-    delete_pods,
-    ensure_namespace,
     events_for,
     ksched,
     make_pod,
@@ -39,10 +38,9 @@ pytestmark = pytest.mark.cluster
 
 
 def test_2000_pods_on_200_nodes_all_bound_without_overcommit(
-    cluster: local.ClusterState, kube: Kube, tmp_path: Path
+    cluster: local.ClusterState, kube: Kube, tmp_path: Path, namespace: Namespaces
 ) -> None:
-    ns = "run-bulk"
-    ensure_namespace(kube, ns)
+    ns = namespace("run-bulk")
     existing = len(kube.request("GET", "/api/v1/nodes").json()["items"])
     extra = [
         n for n in local.fake_nodes(200, 3)["items"] if n["metadata"]["name"] >= f"kwok-node-{existing:05d}"
@@ -74,16 +72,14 @@ def test_2000_pods_on_200_nodes_all_bound_without_overcommit(
                 assert e["note"] == f"Successfully assigned {ns}/{name} to {bound[name]}"
                 assert e["reportingController"] == "ksched" and e["type"] == "Normal"
     finally:
-        delete_pods(kube, ns)
         for n in extra:
             kube.request("DELETE", f"/api/v1/nodes/{n['metadata']['name']}")
 
 
 def test_unschedulable_pod_gets_upstream_message_and_binds_when_a_node_fits(
-    cluster: local.ClusterState, kube: Kube, tmp_path: Path
+    cluster: local.ClusterState, kube: Kube, tmp_path: Path, namespace: Namespaces
 ) -> None:
-    ns = "run-unsched"
-    ensure_namespace(kube, ns)
+    ns = namespace("run-unsched")
     big = {"cpu": "48", "memory": "1Gi"}
     mine = make_pod("big", ns, **big)
     theirs = make_pod("big-upstream", ns, **big)
@@ -135,106 +131,90 @@ def test_unschedulable_pod_gets_upstream_message_and_binds_when_a_node_fits(
             assert bound == "kwok-big-node", k.output()
             assert waited <= 10.0, f"bound {waited:.1f} s after the node was added"
     finally:
-        delete_pods(kube, ns)
         kube.request("DELETE", "/api/v1/nodes/kwok-big-node")
 
 
 def test_pod_deleted_while_pending_causes_no_error_loop(
-    cluster: local.ClusterState, kube: Kube, tmp_path: Path
+    cluster: local.ClusterState, kube: Kube, tmp_path: Path, namespace: Namespaces
 ) -> None:
-    ns = "run-deleted"
-    ensure_namespace(kube, ns)
-    try:
-        with ksched(cluster, tmp_path, "deleted", {"leaderElect": False}) as k:
-            create(kube, [make_pod("never-fits", ns, cpu="1000")])
-            assert wait_for(lambda: events_for(kube, ns, "never-fits", "FailedScheduling"), 30), k.output()
-            # Also a pod deleted at once, racing its own scheduling and bind.
-            create(kube, [make_pod("short-lived", ns)])
-            kube.request(
-                "DELETE", f"/api/v1/namespaces/{ns}/pods/short-lived", query={"gracePeriodSeconds": 0}
-            )
-            kube.request(
-                "DELETE", f"/api/v1/namespaces/{ns}/pods/never-fits", query={"gracePeriodSeconds": 0}
-            )
-            assert wait_for(lambda: k.metric("ksched_pending_pods") == 0, 10), "queue emptied"
-            attempts = k.metric("ksched_schedule_attempts_total")
-            time.sleep(3)
-            assert k.metric("ksched_schedule_attempts_total") == attempts, "no attempts after deletion"
-            assert k.metric('ksched_binding_errors_total{reason="error"}') == 0
-            assert k.proc.poll() is None
-    finally:
-        delete_pods(kube, ns)
+    ns = namespace("run-deleted")
+    with ksched(cluster, tmp_path, "deleted", {"leaderElect": False}) as k:
+        create(kube, [make_pod("never-fits", ns, cpu="1000")])
+        assert wait_for(lambda: events_for(kube, ns, "never-fits", "FailedScheduling"), 30), k.output()
+        # Also a pod deleted at once, racing its own scheduling and bind.
+        create(kube, [make_pod("short-lived", ns)])
+        kube.request("DELETE", f"/api/v1/namespaces/{ns}/pods/short-lived", query={"gracePeriodSeconds": 0})
+        kube.request("DELETE", f"/api/v1/namespaces/{ns}/pods/never-fits", query={"gracePeriodSeconds": 0})
+        assert wait_for(lambda: k.metric("ksched_pending_pods") == 0, 10), "queue emptied"
+        attempts = k.metric("ksched_schedule_attempts_total")
+        time.sleep(3)
+        assert k.metric("ksched_schedule_attempts_total") == attempts, "no attempts after deletion"
+        assert k.metric('ksched_binding_errors_total{reason="error"}') == 0
+        assert k.proc.poll() is None
 
 
-def test_apiserver_restart_mid_run(cluster: local.ClusterState, kube: Kube, tmp_path: Path) -> None:
-    ns = "run-restart"
-    ensure_namespace(kube, ns)
+def test_apiserver_restart_mid_run(
+    cluster: local.ClusterState, kube: Kube, tmp_path: Path, namespace: Namespaces
+) -> None:
+    ns = namespace("run-restart")
     first = [make_pod(f"before-{i}", ns, "100m", "64Mi") for i in range(300)]
     second = [make_pod(f"after-{i}", ns, "100m", "64Mi") for i in range(300)]
-    try:
-        with ksched(cluster, tmp_path, "restart", {}) as k:
-            assert wait_for(k.leads, 30), k.output()
-            creator = threading.Thread(target=create, args=(kube, first, True))
-            creator.start()
-            wait_for(lambda: any(p["spec"].get("nodeName") for p in pods_in(kube, ns)), 30)
-            local.restart("kube-apiserver")
-            creator.join()
-            create(kube, first + second)  # whatever the outage refused is created now (409 for the rest)
-            everything = {p["metadata"]["name"] for p in first + second}
+    with ksched(cluster, tmp_path, "restart", {}) as k:
+        assert wait_for(k.leads, 30), k.output()
+        creator = threading.Thread(target=create, args=(kube, first, True))
+        creator.start()
+        wait_for(lambda: any(p["spec"].get("nodeName") for p in pods_in(kube, ns)), 30)
+        local.restart("kube-apiserver")
+        creator.join()
+        create(kube, first + second)  # whatever the outage refused is created now (409 for the rest)
+        everything = {p["metadata"]["name"] for p in first + second}
 
-            def all_bound() -> bool:
-                pods = pods_in(kube, ns)
-                return {p["metadata"]["name"] for p in pods if p["spec"].get("nodeName")} == everything
+        def all_bound() -> bool:
+            pods = pods_in(kube, ns)
+            return {p["metadata"]["name"] for p in pods if p["spec"].get("nodeName")} == everything
 
-            assert wait_for(all_bound, 120, 1.0), k.output()
-            assert k.proc.poll() is None, "ksched kept running through the restart"
-            assert_no_node_overcommitted(kube)
-    finally:
-        delete_pods(kube, ns)
+        assert wait_for(all_bound, 120, 1.0), k.output()
+        assert k.proc.poll() is None, "ksched kept running through the restart"
+        assert_no_node_overcommitted(kube)
 
 
 def test_two_replicas_one_binds_and_the_other_takes_over(
-    cluster: local.ClusterState, kube: Kube, tmp_path: Path
+    cluster: local.ClusterState, kube: Kube, tmp_path: Path, namespace: Namespaces
 ) -> None:
-    ns = "run-ha"
-    ensure_namespace(kube, ns)
+    ns = namespace("run-ha")
     lease_s = 4.0
-    try:
-        with ksched(cluster, tmp_path, "replica-a", FAST_LEASE) as a:
-            assert wait_for(a.leads, 30), a.output()
-            with ksched(cluster, tmp_path, "replica-b", FAST_LEASE) as b:
-                assert wait_for(lambda: b.get("/readyz")[0] == 200, 30), b.output()
-                assert not b.leads()
-                create(kube, [make_pod(f"first-{i}", ns, "100m", "64Mi") for i in range(200)])
-                assert wait_for(lambda: len(scheduled_events(kube, ns)) >= 200, 60, 0.5), a.output()
-                assert {e["reportingInstance"] for e in scheduled_events(kube, ns)} == {"replica-a"}
+    with ksched(cluster, tmp_path, "replica-a", FAST_LEASE) as a:
+        assert wait_for(a.leads, 30), a.output()
+        with ksched(cluster, tmp_path, "replica-b", FAST_LEASE) as b:
+            assert wait_for(lambda: b.get("/readyz")[0] == 200, 30), b.output()
+            assert not b.leads()
+            create(kube, [make_pod(f"first-{i}", ns, "100m", "64Mi") for i in range(200)])
+            assert wait_for(lambda: len(scheduled_events(kube, ns)) >= 200, 60, 0.5), a.output()
+            assert {e["reportingInstance"] for e in scheduled_events(kube, ns)} == {"replica-a"}
 
-                a.proc.kill()  # no chance to release the lease
-                killed = time.monotonic()
-                create(kube, [make_pod(f"second-{i}", ns, "100m", "64Mi") for i in range(200)])
-                assert wait_for(b.leads, 3 * lease_s), b.output()
-                takeover = time.monotonic() - killed
-                print(
-                    f"\nfollower took over {takeover:.1f} s after the leader was killed (lease {lease_s:.0f} s)"
-                )
-                # The follower must see the lease unrenewed for a full duration, observed at retry-period steps.
-                assert takeover <= lease_s + 2 * 1.0
-                assert wait_for(lambda: len(scheduled_events(kube, ns)) >= 400, 60, 0.5), b.output()
-                events = scheduled_events(kube, ns)
-                per_pod = collections.Counter(e["regarding"]["name"] for e in events)
-                assert len(per_pod) == 400 and set(per_pod.values()) == {1}, "no pod bound twice"
-                assert {
-                    e["reportingInstance"] for e in events if e["regarding"]["name"].startswith("second")
-                } == {"replica-b"}
-    finally:
-        delete_pods(kube, ns)
+            a.proc.kill()  # no chance to release the lease
+            killed = time.monotonic()
+            create(kube, [make_pod(f"second-{i}", ns, "100m", "64Mi") for i in range(200)])
+            assert wait_for(b.leads, 3 * lease_s), b.output()
+            takeover = time.monotonic() - killed
+            print(
+                f"\nfollower took over {takeover:.1f} s after the leader was killed (lease {lease_s:.0f} s)"
+            )
+            # The follower must see the lease unrenewed for a full duration, observed at retry-period steps.
+            assert takeover <= lease_s + 2 * 1.0
+            assert wait_for(lambda: len(scheduled_events(kube, ns)) >= 400, 60, 0.5), b.output()
+            events = scheduled_events(kube, ns)
+            per_pod = collections.Counter(e["regarding"]["name"] for e in events)
+            assert len(per_pod) == 400 and set(per_pod.values()) == {1}, "no pod bound twice"
+            assert {
+                e["reportingInstance"] for e in events if e["regarding"]["name"].startswith("second")
+            } == {"replica-b"}
 
 
 def test_quiet_snapshot_placements_equal_simulate(
-    cluster: local.ClusterState, kube: Kube, tmp_path: Path
+    cluster: local.ClusterState, kube: Kube, tmp_path: Path, namespace: Namespaces
 ) -> None:
-    ns = "run-quiet"
-    ensure_namespace(kube, ns)
+    ns = namespace("run-quiet")
     zones = sorted(
         {
             n["metadata"]["labels"]["topology.kubernetes.io/zone"]
@@ -258,29 +238,26 @@ def test_quiet_snapshot_placements_equal_simulate(
     }
     r = kube.request("POST", "/apis/scheduling.k8s.io/v1/priorityclasses", body={**high, "value": 100})
     assert r.status in (201, 409), r.data
-    try:
-        create(kube, pods)
-        nodes = kube.request("GET", "/api/v1/nodes").json()["items"]
-        # As `kubectl get nodes,pods -A -o json` prints them: items carry their kind.
-        items = [{"kind": "Node", **n} for n in nodes] + [{"kind": "Pod", **p} for p in pods_in(kube)]
-        dump = {"apiVersion": "v1", "kind": "List", "items": items}
-        cluster_file = tmp_path / "cluster.json"
-        cluster_file.write_text(json.dumps(dump))
-        config = load_config(None)
-        results, _ = run_simulation(load_cluster(str(cluster_file), {"ksched"}), config, None, 0)
-        want = {p.pod: p.node for r in results for p in r.placements}
-        assert len(want) == 150
+    create(kube, pods)
+    nodes = kube.request("GET", "/api/v1/nodes").json()["items"]
+    # As `kubectl get nodes,pods -A -o json` prints them: items carry their kind.
+    items = [{"kind": "Node", **n} for n in nodes] + [{"kind": "Pod", **p} for p in pods_in(kube)]
+    dump = {"apiVersion": "v1", "kind": "List", "items": items}
+    cluster_file = tmp_path / "cluster.json"
+    cluster_file.write_text(json.dumps(dump))
+    config = load_config(None)
+    results, _ = run_simulation(load_cluster(str(cluster_file), {"ksched"}), config, None, 0)
+    want = {p.pod: p.node for r in results for p in r.placements}
+    assert len(want) == 150
 
-        with ksched(
-            cluster, tmp_path, "quiet", {"leaderElect": False}, batch={"maxSize": 1000, "maxWait": "1s"}
-        ) as k:
+    with ksched(
+        cluster, tmp_path, "quiet", {"leaderElect": False}, batch={"maxSize": 1000, "maxWait": "1s"}
+    ) as k:
 
-            def placements() -> dict[str, str] | None:
-                got = {object_key(p): p["spec"].get("nodeName") for p in pods_in(kube, ns)}
-                return got if all(got.values()) else None
+        def placements() -> dict[str, str] | None:
+            got = {object_key(p): p["spec"].get("nodeName") for p in pods_in(kube, ns)}
+            return got if all(got.values()) else None
 
-            got = wait_for(placements, 60, 0.5)
-            assert got, k.output()
-        assert got == want
-    finally:
-        delete_pods(kube, ns)
+        got = wait_for(placements, 60, 0.5)
+        assert got, k.output()
+    assert got == want

@@ -10,9 +10,8 @@ import pytest
 from ksched.cluster import local
 from ksched.loop.client import Kube
 from tests.integration.helpers import (
+    Namespaces,
     create,
-    delete_pods,
-    ensure_namespace,
     ksched,
     make_pod,
     pods_in,
@@ -42,20 +41,10 @@ def admitted_scheduler(kube: Kube, ns: str) -> str | None:
 
 
 def test_opted_in_pods_go_to_ksched_only_while_it_runs(
-    cluster: local.ClusterState, kube: Kube, tmp_path: Path
+    cluster: local.ClusterState, kube: Kube, tmp_path: Path, namespace: Namespaces
 ) -> None:
-    routed, other = "webhook-routed", "webhook-other"
-    ensure_namespace(kube, other)
-    create(
-        kube,
-        [
-            {
-                "apiVersion": "v1",
-                "kind": "Namespace",
-                "metadata": {"name": routed, "labels": {"ksched.io/route": "true"}},
-            }
-        ],
-    )
+    routed = namespace("webhook-routed", labels={"ksched.io/route": "true"})
+    other = namespace("webhook-other")
     port = local.free_port()
     config = webhook_configuration(MWC, port)
     r = kube.request(
@@ -94,5 +83,3 @@ def test_opted_in_pods_go_to_ksched_only_while_it_runs(
         assert after and after[0]["spec"]["schedulerName"] == "default-scheduler"
     finally:
         kube.request("DELETE", MWC_PATH)
-        delete_pods(kube, routed)
-        delete_pods(kube, other)
