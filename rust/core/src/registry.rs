@@ -130,24 +130,22 @@ impl IdList {
     }
 }
 
-/// The Filter plugins a profile runs, split by level, in registry order.
+/// The Filter plugins a profile runs, by level, each in registry order
+/// (which puts every class-level filter first and every pod-level one last).
 #[derive(Clone, Copy, Debug)]
 pub struct Filters {
-    /// Run once per constraint class and node.
     pub class: IdList,
-    /// Run per pod and node after the class verdict: the node-level ones, then the pod-level ones.
-    pub after_class: IdList,
-    /// `after_class` without the pod-level ones, for a pod none of them applies to.
-    pub node_only: IdList,
+    pub node: IdList,
+    pub pod: IdList,
 }
 
 impl Filters {
     pub fn of(profile: &Profile) -> Filters {
-        let on = |p: &PluginInfo| p.filter && profile.filter[p.id as usize];
+        let on = |p: &PluginInfo, level: Level| p.filter && p.level == level && profile.filter[p.id as usize];
         Filters {
-            class: IdList::of(|p| on(p) && p.level == Level::Class),
-            after_class: IdList::of(|p| on(p) && p.level != Level::Class),
-            node_only: IdList::of(|p| on(p) && p.level == Level::Node),
+            class: IdList::of(|p| on(p, Level::Class)),
+            node: IdList::of(|p| on(p, Level::Node)),
+            pod: IdList::of(|p| on(p, Level::Pod)),
         }
     }
 }

@@ -69,8 +69,8 @@ const fn row(id: PluginId, name: &'static str, filter: bool, default_weight: i64
 
 /// Every plugin, in upstream's `multiPoint` order: Filter plugins run in this
 /// order (the first failing one reports), Score plugins are listed in it.
-/// Every `Level::Class` filter comes before the others, so the per-class
-/// verdict can stand for them without reordering reasons (checked by a test).
+/// Filters are ordered by level (class, node, pod), so the batch loop's
+/// caching keeps that order (checked by a test).
 pub const PLUGINS: [PluginInfo; PLUGIN_COUNT] = [
     row(PluginId::NodeUnschedulable, "NodeUnschedulable", true, 0, Level::Class),
     row(PluginId::NodeName, "NodeName", true, 0, Level::Class),
@@ -174,10 +174,13 @@ mod tests {
     }
 
     #[test]
-    fn class_level_filters_come_first() {
-        let first_other = PLUGINS.iter().position(|p| p.filter && p.level != Level::Class);
-        let last_class = PLUGINS.iter().rposition(|p| p.filter && p.level == Level::Class);
-        assert!(last_class < first_other, "a class-level filter after a per-pod one");
+    fn filters_are_ordered_by_level() {
+        // The batch loop runs class-level filters (cached), then node-level,
+        // then pod-level ones: that must be the registry's order too.
+        let levels: Vec<(usize, &str)> = PLUGINS.iter().filter(|p| p.filter).map(|p| (p.level as usize, p.name)).collect();
+        let mut sorted = levels.clone();
+        sorted.sort_by_key(|&(level, _)| level);
+        assert_eq!(levels, sorted);
     }
 
     #[test]

@@ -43,6 +43,32 @@ impl Best {
     }
 }
 
+/// The feasible node with the highest total; among equal totals, the highest
+/// tie key (the first such node if keys collide). Two flat passes: the maximum,
+/// then the tie keys of the nodes that reach it.
+pub fn select(totals: &[f64], feasible: usize, tie: impl Fn(usize) -> u64) -> Option<Best> {
+    if feasible == 0 {
+        return None;
+    }
+    const LANES: usize = 8;
+    let mut lanes = [f64::NEG_INFINITY; LANES];
+    let chunks = totals.chunks_exact(LANES);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for (l, &t) in lanes.iter_mut().zip(c) {
+            *l = if t > *l { t } else { *l };
+        }
+    }
+    let max = lanes.iter().chain(rest).fold(f64::NEG_INFINITY, |a, &t| if t > a { t } else { a });
+    let mut best: Option<Best> = None;
+    for (node, &t) in totals.iter().enumerate() {
+        if t == max {
+            Best::offer(&mut best, node, max, || tie(node));
+        }
+    }
+    best
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,160 @@
+//! Filtering one pod on one node, in the registry's order: the class-level
+//! plugins' verdicts and raw scores, computed once per constraint class for
+//! the whole batch, then the node- and pod-level plugins per pod, then the
+//! metric thresholds; and the node-level scores of a node that passes.
+
+use rayon::prelude::*;
+
+use super::pod_level::PodLevel;
+use super::state::BatchState;
+use super::{Engine, PodView, NODES_PER_CHUNK};
+use crate::model::row;
+use crate::plugins::node_ports::HostPort;
+use crate::plugins::FEASIBLE;
+use crate::reasons::NODE_AFFINITY_PREFILTER;
+use crate::registry::{self, NodeInput, CLASS_SCORES, NODE_SCORES};
+
+/// The class-level filters' verdicts (first failing reason code per node)
+/// and the class-level plugins' raw scores (`score_slot` order; zeros where
+/// a plugin is off or cannot score the class).
+pub(super) struct ClassCache {
+    pub codes: Vec<u8>,
+    pub raw: [Vec<i64>; CLASS_SCORES],
+}
+
+/// The node-level plugins' scores of a feasible node (`score_slot` order, 0..=100).
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct NodeScores(pub [i64; NODE_SCORES]);
+
+impl Engine<'_, '_> {
+    pub(super) fn class_cache(&self, class: usize) -> ClassCache {
+        let n = self.nodes.count;
+        let mut codes = vec![FEASIBLE as u8; n];
+        // The class's matchFields restriction (NodeAffinity's PreFilter), resolved by the caller.
+        if self.classes.has_prefilter[class] != 0 {
+            codes.iter_mut().for_each(|c| *c = NODE_AFFINITY_PREFILTER as u8);
+            for &node in &self.classes.prefilter_nodes[row(self.classes.prefilter_offsets, class)] {
+                codes[node as usize] = FEASIBLE as u8;
+            }
+        }
+        let filters = self.filters.class;
+        let (nodes, classes) = (self.nodes, self.classes);
+        codes
+            .par_iter_mut()
+            .with_min_len(NODES_PER_CHUNK)
+            .enumerate()
+            .for_each(|(node, code)| {
+                if *code != FEASIBLE as u8 {
+                    return;
+                }
+                let mut c = FEASIBLE;
+                for &id in filters.as_slice() {
+                    c = registry::filter_class(id, nodes, classes, class, node);
+                    if c != FEASIBLE {
+                        break;
+                    }
+                }
+                *code = c as u8;
+            });
+        let mut raw: [Vec<i64>; CLASS_SCORES] = std::array::from_fn(|_| Vec::new());
+        for &(id, slot, _) in &self.class_scores {
+            if registry::scores_class(id, classes, class) {
+                raw[slot] = (0..n)
+                    .into_par_iter()
+                    .with_min_len(NODES_PER_CHUNK)
+                    .map(|node| registry::score_class(id, nodes, classes, class, node))
+                    .collect();
+            }
+        }
+        for r in raw.iter_mut().filter(|r| r.is_empty()) {
+            *r = vec![0; n];
+        }
+        ClassCache { codes, raw }
+    }
+
+    /// What the node- and pod-level plugins read about `pod` on `node`.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    pub(super) fn node_input<'x>(
+        &'x self,
+        state: &'x BatchState,
+        pod: &'x PodView,
+        node: usize,
+        filter_requested: &'x [i64],
+        filter_pod_count: i64,
+        freed_ports: &'x [HostPort],
+        pod_level: Option<&'x PodLevel>,
+    ) -> NodeInput<'x> {
+        let r = self.resources;
+        NodeInput {
+            nodes: self.nodes,
+            node,
+            profile: self.profile,
+            pod: pod.index,
+            pod_ports: &self.pods.host_ports,
+            has_ports: pod.has_ports,
+            request: pod.request,
+            nonzero_request: pod.nonzero_request,
+            columns: &pod.columns,
+            allocatable: &self.nodes.allocatable[node * r..(node + 1) * r],
+            filter_requested,
+            filter_pod_count,
+            placed_ports: &state.placed_ports[node],
+            freed_ports,
+            requested: &state.requested[node * r..(node + 1) * r],
+            nonzero_requested: &state.nonzero_requested[node * 2..node * 2 + 2],
+            balanced: pod.balanced,
+            balance_without: (pod.balanced && pod.balanced_node_only).then(|| state.balance_without[node]),
+            prefilter: pod_level.map(|pl| &pl.prefilter),
+        }
+    }
+
+    /// Every filter on one node, then the node-level scores of a node that
+    /// passes. `report` receives the failing plugin's reason codes.
+    #[inline]
+    pub(super) fn evaluate(
+        &self,
+        state: &BatchState,
+        cache: &ClassCache,
+        pod: &PodView,
+        node: usize,
+        pod_level: Option<&PodLevel>,
+        report: &mut impl FnMut(u32),
+    ) -> Option<NodeScores> {
+        let code = cache.codes[node] as u32;
+        if code != FEASIBLE {
+            report(code);
+            return None;
+        }
+        let mut buf = Vec::new();
+        let (filter_requested, filter_pod_count) = state.requested_for_filter(self, pod, node, &mut buf);
+        let input = self.node_input(state, pod, node, filter_requested, filter_pod_count, &[], pod_level);
+        if !self.passes(&input, report) {
+            return None;
+        }
+        let code = state.metric_codes[node];
+        if code != FEASIBLE {
+            report(code);
+            return None;
+        }
+        Some(self.node_scores(&input))
+    }
+
+    /// The node-level filters, then (where the pod has pod-level state) the
+    /// pod-level ones: the registry's order after the class-level filters.
+    #[inline]
+    pub(super) fn passes(&self, input: &NodeInput, report: &mut impl FnMut(u32)) -> bool {
+        let pod_level = input.prefilter.is_some();
+        self.filters.node.as_slice().iter().all(|&id| registry::filter(id, input, report))
+            && (!pod_level || self.filters.pod.as_slice().iter().all(|&id| registry::filter(id, input, report)))
+    }
+
+    #[inline]
+    fn node_scores(&self, input: &NodeInput) -> NodeScores {
+        let mut s = NodeScores::default();
+        for &(id, slot, _) in &self.node_scores {
+            s.0[slot] = registry::score_node(id, input);
+        }
+        s
+    }
+}

@@ -1,0 +1,111 @@
+//! The pod-level plugins (PodTopologySpread, InterPodAffinity: every row of
+//! `Level::Pod`): their PreFilter and PreScore for one pod over the pods on
+//! nodes, and their scores added to the pod's totals.
+
+use super::signature::SignatureCache;
+use super::state::BatchState;
+use super::{Engine, PodView};
+use crate::model::PodTable;
+use crate::plugins::{node_affinity, taint_toleration, FEASIBLE};
+use crate::registry::{self, PodContext, PreFilter, PreScore, POD_SCORES};
+
+/// The pod-level plugins' state for one pod.
+pub(super) struct PodLevel {
+    pub prefilter: PreFilter,
+    pub prescore: PreScore,
+}
+
+/// Raw and normalized pod-level scores per node (`score_slot` order; NaN
+/// where infeasible), for explanations.
+pub(super) struct PodScores {
+    pub scores: [Vec<(f64, f64)>; POD_SCORES],
+}
+
+impl<'a> Engine<'a, '_> {
+    /// Whether a node passes spread constraint `c`'s inclusion policies
+    /// (`nodeAffinityPolicy`, `nodeTaintsPolicy`) for pods of `class`.
+    fn inclusion(&self, table: &'a PodTable<'a>, class: usize) -> impl Fn(usize, usize) -> bool + Sync + 'a {
+        let (classes, nodes, sp) = (self.classes, self.nodes, &table.spread);
+        move |c: usize, node: usize| {
+            (sp.honor_affinity[c] == 0 || node_affinity::filter(classes, class, nodes, node) == FEASIBLE)
+                && (sp.honor_taints[c] == 0 || taint_toleration::filter(nodes, node, &classes.tolerations, class) == FEASIBLE)
+        }
+    }
+
+    /// The pod-level plugins' PreFilter and PreScore for a pod, or None when
+    /// none of them has anything to do for it (then the signature caches hold).
+    pub(super) fn pod_level(&self, state: &BatchState, pod: &PodView) -> Option<PodLevel> {
+        self.pod_level_on(pod, &state.on_nodes, &state.affine)
+    }
+
+    /// `pod_level` with the pods on nodes given (preemption's dry run leaves victims out).
+    pub(super) fn pod_level_on(&self, pod: &PodView, on_nodes: &[(u32, u32)], affine: &[(u32, u32)]) -> Option<PodLevel> {
+        let table = self.pods.table.as_ref()?;
+        let include = self.inclusion(table, pod.class);
+        let ctx = self.pod_context(table, pod, on_nodes, affine, &include);
+        let mut prefilter = PreFilter::default();
+        for &id in self.filters.pod.as_slice() {
+            registry::prefilter(id, &ctx, &mut prefilter);
+        }
+        let mut prescore = PreScore::default();
+        for &(id, _, _) in &self.pod_scores {
+            registry::prescore(id, &ctx, &mut prescore);
+        }
+        if prefilter.is_empty() && prescore.is_empty() {
+            return None;
+        }
+        Some(PodLevel { prefilter, prescore })
+    }
+
+    fn pod_context<'c>(
+        &'c self,
+        table: &'c PodTable<'a>,
+        pod: &PodView,
+        on_nodes: &'c [(u32, u32)],
+        affine: &'c [(u32, u32)],
+        include: &'c (dyn Fn(usize, usize) -> bool + Sync),
+    ) -> PodContext<'c, 'a> {
+        PodContext {
+            table,
+            nodes: self.nodes,
+            on_nodes,
+            affine,
+            row: table.bound + pod.index,
+            index: pod.index,
+            include,
+            hard_pod_affinity_weight: self.profile.hard_pod_affinity_weight,
+        }
+    }
+
+    /// Add the pod-level plugins' weighted scores to a pod's totals; returns
+    /// each node's raw and normalized scores for an explanation.
+    pub(super) fn add_pod_level_scores(&self, state: &BatchState, pod: &PodView, pl: &PodLevel, sig: &mut SignatureCache) -> PodScores {
+        let n = self.nodes.count;
+        let feasible: Vec<usize> = (0..n).filter(|&node| sig.evals[node].feasible).collect();
+        let mut out = PodScores {
+            scores: std::array::from_fn(|_| vec![(f64::NAN, f64::NAN); n]),
+        };
+        for column in out.scores.iter_mut() {
+            for &node in &feasible {
+                column[node] = (0.0, 0.0);
+            }
+        }
+        let table = self.pods.table.as_ref().expect("pod level implies a pod table");
+        let include = self.inclusion(table, pod.class);
+        let ctx = self.pod_context(table, pod, &state.on_nodes, &state.affine, &include);
+        // Summed as integers, then added to each total once.
+        let mut weighted = vec![0i64; feasible.len()];
+        for &(id, slot, weight) in &self.pod_scores {
+            if let Some((raw, normalized)) = registry::score_pod(id, &ctx, &pl.prescore, &feasible) {
+                for (i, &node) in feasible.iter().enumerate() {
+                    out.scores[slot][node] = (raw[i] as f64, normalized[i] as f64);
+                    weighted[i] += normalized[i] * weight;
+                }
+            }
+        }
+        for (&node, &w) in feasible.iter().zip(&weighted) {
+            sig.totals[node] += w as f64;
+        }
+        out
+    }
+}

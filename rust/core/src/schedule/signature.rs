@@ -1,0 +1,428 @@
+//! Evaluating every node for a pod, and keeping those evaluations in step
+//! with the batch for the pods that share a signature.
+//!
+//! Pods of one signature (constraint class, requests, host ports) see the
+//! same verdicts and scores on a node until a placement changes that node,
+//! so a later pod of the signature re-evaluates only the nodes placed on
+//! since, and re-scores every node only when the feasible set's maxima (the
+//! normalization inputs) move.
+
+use std::sync::Arc;
+
+use rayon::prelude::*;
+
+use super::filtering::{ClassCache, NodeScores};
+use super::pod_level::PodLevel;
+use super::state::BatchState;
+use super::{Engine, PodView};
+use crate::plugins::{metrics, FEASIBLE};
+use crate::reasons;
+use crate::registry::{self, CLASS_SCORES, NODE_SCORES};
+
+/// Signature caches kept per batch, bounded by the memory they take.
+const SIGNATURE_CACHE_BYTES: usize = 64 << 20;
+
+/// Reason codes one node can report for one pod: NodeResourcesFit reports
+/// "Too many pods" and every insufficient resource; the other filters one code.
+fn reason_slots(resources: usize) -> usize {
+    resources + 1
+}
+
+/// How many signature caches fit in `SIGNATURE_CACHE_BYTES`.
+pub(super) fn max_signatures(nodes: usize, resources: usize) -> usize {
+    let per_signature = nodes * (std::mem::size_of::<NodeEval>() + 4 * reason_slots(resources)) + 1;
+    (SIGNATURE_CACHE_BYTES / per_signature).max(1)
+}
+
+/// Maxima and minima over a pod's feasible nodes, for normalization.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) struct Maxima {
+    /// The class-level plugins' highest raw score (`score_slot` order).
+    pub class: [i64; CLASS_SCORES],
+    pub metric_min: Vec<f64>,
+    pub metric_max: Vec<f64>,
+}
+
+impl Maxima {
+    fn empty(metrics: usize) -> Maxima {
+        Maxima {
+            class: [0; CLASS_SCORES],
+            metric_min: vec![f64::INFINITY; metrics],
+            metric_max: vec![f64::NEG_INFINITY; metrics],
+        }
+    }
+
+    #[inline]
+    fn add_node(&mut self, state: &BatchState, cache: &ClassCache, node: usize) {
+        for (max, raw) in self.class.iter_mut().zip(&cache.raw) {
+            *max = (*max).max(raw[node]);
+        }
+        let m = self.metric_min.len();
+        // f64::min and max ignore a NaN operand: a missing value changes nothing.
+        for (k, &b) in state.badness[node * m..(node + 1) * m].iter().enumerate() {
+            self.metric_min[k] = self.metric_min[k].min(b);
+            self.metric_max[k] = self.metric_max[k].max(b);
+        }
+    }
+
+    /// Whether the node holds one of the maxima or minima.
+    fn held_by(&self, state: &BatchState, cache: &ClassCache, node: usize) -> bool {
+        let m = self.metric_min.len();
+        let held = |(k, &b): (usize, &f64)| b == self.metric_min[k] || b == self.metric_max[k];
+        // Maxima start at 0 and raw scores are never negative: a maximum of 0 cannot move.
+        self.class.iter().zip(&cache.raw).any(|(&max, raw)| max > 0 && raw[node] == max)
+            || state.badness[node * m..(node + 1) * m].iter().enumerate().any(held)
+    }
+
+    fn merge(&mut self, other: &Maxima) {
+        for (max, &o) in self.class.iter_mut().zip(&other.class) {
+            *max = (*max).max(o);
+        }
+        for k in 0..self.metric_min.len() {
+            self.metric_min[k] = self.metric_min[k].min(other.metric_min[k]);
+            self.metric_max[k] = self.metric_max[k].max(other.metric_max[k]);
+        }
+    }
+}
+
+/// One node's verdict and node-level scores for one pod signature.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct NodeEval {
+    pub feasible: bool,
+    /// Number of reason codes in the node's slot of `SignatureCache::reasons`.
+    pub reasons: u8,
+    pub scores: [i32; NODE_SCORES],
+}
+
+/// The node-only part of the totals for one constraint class and one set of
+/// maxima: the class-level plugins' weighted scores (integers) and each
+/// metric's weighted score. Every signature of the class shares it.
+pub(super) struct Base {
+    maxima: Maxima,
+    static_int: Vec<i64>,
+    /// `metrics` weighted scores per node.
+    metric: Vec<f64>,
+    /// `BatchState::metric_epoch` when built (herd estimates only): a node whose
+    /// epoch moved since has its metric scores computed afresh.
+    epochs: Vec<u32>,
+}
+
+/// The class's current base if it was built for `maxima`, else a new one (kept as current).
+fn class_base(
+    slot: &mut Option<Arc<Base>>,
+    engine: &Engine,
+    state: &BatchState,
+    cache: &ClassCache,
+    maxima: &Maxima,
+    parallel: bool,
+) -> Arc<Base> {
+    match slot {
+        Some(base) if base.maxima == *maxima => Arc::clone(base),
+        _ => {
+            let base = Arc::new(engine.base(state, cache, maxima, parallel));
+            *slot = Some(Arc::clone(&base));
+            base
+        }
+    }
+}
+
+/// Histogram, feasible count and maxima of a run of nodes.
+struct Summary {
+    histogram: Vec<i64>,
+    feasible: usize,
+    maxima: Maxima,
+}
+
+impl Summary {
+    fn merge(mut self, other: Summary) -> Summary {
+        for (h, c) in self.histogram.iter_mut().zip(&other.histogram) {
+            *h += c;
+        }
+        self.feasible += other.feasible;
+        self.maxima.merge(&other.maxima);
+        self
+    }
+}
+
+/// Every node's evaluation for one pod signature, kept in step with the batch's placements.
+pub(super) struct SignatureCache {
+    /// Placements (`BatchState::log`) already reflected.
+    synced: usize,
+    pub evals: Vec<NodeEval>,
+    /// Weighted totals, minus infinity where infeasible: a flat array, so
+    /// selection is two vectorized passes with no branch on feasibility.
+    pub totals: Vec<f64>,
+    /// `reason_slots(resources)` codes per node.
+    reasons: Vec<u32>,
+    pub histogram: Vec<i64>,
+    pub feasible: usize,
+    pub maxima: Maxima,
+    /// The class base the totals were computed with (its maxima equal `maxima`).
+    base: Arc<Base>,
+}
+
+impl SignatureCache {
+    /// The first reason code of an infeasible node (the failing plugin's).
+    pub fn first_reason(&self, node: usize, resources: usize) -> Option<u32> {
+        let e = self.evals[node];
+        (!e.feasible && e.reasons > 0).then(|| self.reasons[node * reason_slots(resources)])
+    }
+}
+
+impl Engine<'_, '_> {
+    /// Evaluate one node into its eval and reason slot.
+    fn evaluate_node(
+        &self,
+        state: &BatchState,
+        cache: &ClassCache,
+        pod: &PodView,
+        node: usize,
+        pod_level: Option<&PodLevel>,
+        slot: &mut [u32],
+    ) -> NodeEval {
+        let mut count = 0usize;
+        let scores = self.evaluate(state, cache, pod, node, pod_level, &mut |code| {
+            slot[count] = code;
+            count += 1;
+        });
+        match scores {
+            Some(NodeScores(s)) => NodeEval {
+                feasible: true,
+                scores: s.map(|v| v as i32),
+                ..NodeEval::default()
+            },
+            None => NodeEval {
+                reasons: count as u8,
+                ..NodeEval::default()
+            },
+        }
+    }
+
+    /// The node-only part of the totals of a class's nodes under `maxima`.
+    pub(super) fn base(&self, state: &BatchState, cache: &ClassCache, maxima: &Maxima, parallel: bool) -> Base {
+        let n = self.nodes.count;
+        let m = self.metrics.specs.len();
+        let static_int = |node: usize| {
+            let mut total = 0;
+            for &(id, slot, weight) in &self.class_scores {
+                total += registry::normalize_class(id, cache.raw[slot][node], maxima.class[slot]) * weight;
+            }
+            total
+        };
+        let mut metric = vec![0.0; n * m];
+        let weighted = |(node, row): (usize, &mut [f64])| {
+            for (k, spec) in self.metrics.specs.iter().enumerate() {
+                row[k] = metrics::score(spec, self.metric_value(state, node, k), maxima.metric_min[k], maxima.metric_max[k]) * spec.weight;
+            }
+        };
+        let static_int = if parallel {
+            if m > 0 {
+                metric
+                    .par_chunks_mut(m)
+                    .with_min_len(super::NODES_PER_CHUNK)
+                    .enumerate()
+                    .for_each(weighted);
+            }
+            (0..n)
+                .into_par_iter()
+                .with_min_len(super::NODES_PER_CHUNK)
+                .map(static_int)
+                .collect()
+        } else {
+            if m > 0 {
+                metric.chunks_mut(m).enumerate().for_each(weighted);
+            }
+            (0..n).map(static_int).collect()
+        };
+        Base {
+            maxima: maxima.clone(),
+            static_int,
+            metric,
+            epochs: if state.herd { state.metric_epoch.clone() } else { Vec::new() },
+        }
+    }
+
+    /// Weighted total of a feasible node without the pod-level scores. The
+    /// integer plugins are summed exactly, then each metric's weighted score
+    /// is added in order.
+    #[inline]
+    pub(super) fn total(&self, state: &BatchState, base: &Base, node: usize, scores: &[i32; NODE_SCORES]) -> f64 {
+        let m = self.metrics.specs.len();
+        let mut int = base.static_int[node];
+        for &(_, slot, weight) in &self.node_scores {
+            int += scores[slot] as i64 * weight;
+        }
+        let mut total = int as f64;
+        if state.herd && base.epochs[node] != state.metric_epoch[node] {
+            let mx = &base.maxima;
+            for (k, spec) in self.metrics.specs.iter().enumerate() {
+                total += metrics::score(spec, self.metric_value(state, node, k), mx.metric_min[k], mx.metric_max[k]) * spec.weight;
+            }
+            return total;
+        }
+        for &score in &base.metric[node * m..(node + 1) * m] {
+            total += score;
+        }
+        total
+    }
+
+    /// Evaluate every node for a pod (in parallel chunks), then its totals.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn evaluate_all(
+        &self,
+        state: &BatchState,
+        cache: &ClassCache,
+        base_slot: &mut Option<Arc<Base>>,
+        pod: &PodView,
+        pod_level: Option<&PodLevel>,
+        chunk: usize,
+        parallel: bool,
+    ) -> SignatureCache {
+        let n = self.nodes.count;
+        let w = reason_slots(self.resources);
+        let m = self.metrics.specs.len();
+        let space = reasons::count(self.resources, m);
+        let mut evals = vec![NodeEval::default(); n];
+        let mut reasons = vec![0u32; n * w];
+        let empty = || Summary {
+            histogram: vec![0; space],
+            feasible: 0,
+            maxima: Maxima::empty(m),
+        };
+        let summarize = |(i, (evals, reasons)): (usize, (&mut [NodeEval], &mut [u32]))| {
+            let mut s = empty();
+            for (k, e) in evals.iter_mut().enumerate() {
+                let node = i * chunk + k;
+                let slot = &mut reasons[k * w..(k + 1) * w];
+                *e = self.evaluate_node(state, cache, pod, node, pod_level, slot);
+                if e.feasible {
+                    s.feasible += 1;
+                    s.maxima.add_node(state, cache, node);
+                } else {
+                    slot[..e.reasons as usize].iter().for_each(|&c| s.histogram[c as usize] += 1);
+                }
+            }
+            s
+        };
+        let summary = if parallel {
+            evals
+                .par_chunks_mut(chunk)
+                .zip(reasons.par_chunks_mut(chunk * w))
+                .enumerate()
+                .map(summarize)
+                .reduce(empty, Summary::merge)
+        } else {
+            evals
+                .chunks_mut(chunk)
+                .zip(reasons.chunks_mut(chunk * w))
+                .enumerate()
+                .map(summarize)
+                .fold(empty(), Summary::merge)
+        };
+        let base = class_base(base_slot, self, state, cache, &summary.maxima, parallel);
+        let mut sig = SignatureCache {
+            synced: state.log.len(),
+            evals,
+            totals: vec![f64::NEG_INFINITY; n],
+            reasons,
+            histogram: summary.histogram,
+            feasible: summary.feasible,
+            maxima: summary.maxima,
+            base,
+        };
+        self.rescore_all(state, &mut sig, chunk, parallel);
+        sig
+    }
+
+    fn rescore_all(&self, state: &BatchState, sig: &mut SignatureCache, chunk: usize, parallel: bool) {
+        let base = &sig.base;
+        let rescore = |(i, (totals, evals)): (usize, (&mut [f64], &[NodeEval]))| {
+            for (k, (t, e)) in totals.iter_mut().zip(evals).enumerate() {
+                if e.feasible {
+                    *t = self.total(state, base, i * chunk + k, &e.scores);
+                }
+            }
+        };
+        if parallel {
+            sig.totals
+                .par_chunks_mut(chunk)
+                .zip(sig.evals.par_chunks(chunk))
+                .enumerate()
+                .for_each(rescore);
+        } else {
+            sig.totals
+                .chunks_mut(chunk)
+                .zip(sig.evals.chunks(chunk))
+                .enumerate()
+                .for_each(rescore);
+        }
+    }
+
+    /// Bring a signature's cache up to date with the placements made since it was last used.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn refresh(
+        &self,
+        sig: &mut SignatureCache,
+        state: &BatchState,
+        cache: &ClassCache,
+        base_slot: &mut Option<Arc<Base>>,
+        pod: &PodView,
+        chunk: usize,
+        parallel: bool,
+    ) {
+        let w = reason_slots(self.resources);
+        let dirty = &state.log[sig.synced..];
+        if dirty.is_empty() {
+            return;
+        }
+        // A node leaving the feasible set moves the maxima only if it held one.
+        let mut maxima_may_move = false;
+        for &node in dirty {
+            let node = node as usize;
+            if cache.codes[node] != FEASIBLE as u8 {
+                continue; // the class's own verdict: no placement changes it
+            }
+            let old = sig.evals[node];
+            let slot = &mut sig.reasons[node * w..(node + 1) * w];
+            slot[..old.reasons as usize].iter().for_each(|&c| sig.histogram[c as usize] -= 1);
+            let new = self.evaluate_node(state, cache, pod, node, None, slot);
+            slot[..new.reasons as usize].iter().for_each(|&c| sig.histogram[c as usize] += 1);
+            // A herd estimate moved the node's metric values: the maxima may follow.
+            maxima_may_move |= state.herd && (old.feasible || new.feasible);
+            if old.feasible != new.feasible {
+                maxima_may_move |= new.feasible || sig.maxima.held_by(state, cache, node);
+                if new.feasible {
+                    sig.feasible += 1;
+                } else {
+                    sig.feasible -= 1;
+                }
+            }
+            sig.evals[node] = new;
+            if !new.feasible {
+                sig.totals[node] = f64::NEG_INFINITY;
+            }
+        }
+        sig.synced = state.log.len();
+        if maxima_may_move {
+            let mut maxima = Maxima::empty(self.metrics.specs.len());
+            for (node, e) in sig.evals.iter().enumerate() {
+                if e.feasible {
+                    maxima.add_node(state, cache, node);
+                }
+            }
+            if maxima != sig.maxima {
+                sig.base = class_base(base_slot, self, state, cache, &maxima, parallel);
+                sig.maxima = maxima;
+                self.rescore_all(state, sig, chunk, parallel);
+                return;
+            }
+        }
+        for &node in dirty {
+            let node = node as usize;
+            let e = sig.evals[node];
+            if e.feasible && cache.codes[node] == FEASIBLE as u8 {
+                sig.totals[node] = self.total(state, &sig.base, node, &e.scores);
+            }
+        }
+    }
+}

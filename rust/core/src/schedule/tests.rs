@@ -1,0 +1,485 @@
+//! The batch loop's behaviour as a whole: placements, reasons, caches, preemption.
+use super::*;
+use crate::model::row;
+use crate::model::{MetricSpec, Metrics, Missing, Ports, Prefer, CPU, EFFECT_NO_SCHEDULE, MEMORY, PROTOCOL_TCP};
+use crate::reasons::{self, insufficient, metric, METRIC_ABOVE, NODE_PORTS, TAINT_TOLERATION};
+use crate::test_support::{NodeBuilder, OwnedClasses, OwnedPodTable, OwnedPods, TestPod, TestSpread};
+
+fn pod(cpu: i64, key: u64) -> TestPod {
+    TestPod {
+        request: vec![cpu, 1 << 30, 0, 0],
+        class: 0,
+        key,
+        ports: vec![],
+    }
+}
+
+fn run(b: &NodeBuilder, pods: &[TestPod], metrics: &Metrics, seed: u64) -> Outcome {
+    let nodes = b.build();
+    let mut classes = OwnedClasses::default();
+    classes.add(|_| {});
+    let pods = OwnedPods::new(pods);
+    let options = ScheduleOptions {
+        seed,
+        parallel: true,
+        ..ScheduleOptions::default()
+    };
+    schedule_batch(&nodes.view(), &classes.view(), &pods.view(), metrics, &Profile::default(), &options).expect("valid input")
+}
+
+fn no_metrics() -> Metrics<'static> {
+    Metrics {
+        values: &[],
+        specs: vec![],
+    }
+}
+
+/// A batch must place exactly as scheduling its pods one by one against the
+/// updated node table would: same node, score, feasible count and reasons.
+/// Pods share a few signatures, nodes fill up (feasibility changes) and the
+/// metric's min over feasible nodes moves, so every cache path is taken.
+#[test]
+fn batch_equals_one_pod_at_a_time() {
+    for (parallel, herd) in [(false, false), (true, false), (false, true), (true, true)] {
+        let mut b = NodeBuilder::default();
+        for i in 0..300 {
+            b.node(|n| {
+                n.allocatable[CPU] = 1000 + 500 * (i % 4);
+                n.allocatable[MEMORY] = (2 + (i % 3)) << 30;
+                n.allowed_pods = 1 + (i % 3);
+            });
+        }
+        let mut values: Vec<f64> = (0..300)
+            .map(|i| if i % 11 == 0 { f64::NAN } else { (i * 37 % 100) as f64 / 100.0 })
+            .collect();
+        // With a herd estimate each placement raises the node's value by its cpu share,
+        // which also pushes nodes over the `above` threshold.
+        let herd_factor = 0.5;
+        let spec = MetricSpec {
+            prefer: Prefer::Lower,
+            range: None,
+            above: Some(0.9),
+            below: None,
+            missing: Missing::Neutral,
+            weight: 3.0,
+            herd: herd.then_some((CPU, herd_factor)),
+        };
+        let start = values.clone();
+        let metrics = Metrics {
+            values: &start,
+            specs: vec![spec],
+        };
+        let pods: Vec<TestPod> = (0..700)
+            .map(|i| TestPod {
+                request: vec![[250, 500, 1000][i % 3], [256 << 20, 1 << 30, 0][i % 3], 0, 0],
+                class: 0,
+                key: i as u64,
+                ports: vec![],
+            })
+            .collect();
+        let mut classes = OwnedClasses::default();
+        classes.add(|_| {});
+        let options = ScheduleOptions {
+            seed: 3,
+            parallel,
+            ..ScheduleOptions::default()
+        };
+        let owned = OwnedPods::new(&pods);
+        let batch = schedule_batch(
+            &b.build().view(),
+            &classes.view(),
+            &owned.view(),
+            &metrics,
+            &Profile::default(),
+            &options,
+        )
+        .unwrap();
+        assert!(batch.nodes.contains(&UNSCHEDULABLE), "the cluster fills up");
+        for (i, p) in pods.iter().enumerate() {
+            let single = OwnedPods::new(std::slice::from_ref(p));
+            let now = Metrics {
+                values: &values,
+                specs: vec![spec],
+            };
+            let one = schedule_batch(
+                &b.build().view(),
+                &classes.view(),
+                &single.view(),
+                &now,
+                &Profile::default(),
+                &options,
+            )
+            .unwrap();
+            assert_eq!(one.nodes[0], batch.nodes[i], "pod {i}");
+            assert_eq!(one.feasible[0], batch.feasible[i], "pod {i}");
+            let (lo, hi) = (batch.reason_offsets[i] as usize, batch.reason_offsets[i + 1] as usize);
+            assert_eq!(one.reason_codes, batch.reason_codes[lo..hi], "pod {i}");
+            assert_eq!(one.reason_counts, batch.reason_counts[lo..hi], "pod {i}");
+            if one.nodes[0] >= 0 {
+                assert_eq!(one.scores[0].to_bits(), batch.scores[i].to_bits(), "pod {i}");
+                let chosen = one.nodes[0] as usize;
+                let node = &mut b.nodes[chosen];
+                if herd && !values[chosen].is_nan() {
+                    values[chosen] += p.request[CPU] as f64 / node.allocatable[CPU] as f64 * herd_factor;
+                }
+                node.requested[CPU] += p.request[CPU];
+                node.requested[MEMORY] += p.request[MEMORY];
+                node.nonzero_requested[0] += p.request[CPU].max(100);
+                node.nonzero_requested[1] += p.request[MEMORY].max(200 << 20);
+                node.pod_count += 1;
+            }
+        }
+    }
+}
+
+const HOSTNAME: i32 = 10;
+const ZONE: i32 = 11;
+const APP: i32 = 20;
+const WEB: i32 = 200;
+
+/// `nodes` nodes named by hostname, zone A for the first `in_a`, zone B for the rest.
+fn zoned(nodes: usize, in_a: usize) -> NodeBuilder {
+    let mut b = NodeBuilder::default();
+    for i in 0..nodes {
+        b.node(|n| {
+            n.labels = vec![(HOSTNAME, 100 + i as i32, None), (ZONE, if i < in_a { 110 } else { 111 }, None)];
+        });
+    }
+    b
+}
+
+/// `count` pending pods labelled app=web, with the given term set / spread constraints.
+fn web_table(count: usize, term_set: i64, spread: Vec<TestSpread>) -> OwnedPodTable {
+    let mut t = OwnedPodTable {
+        label_sets: vec![vec![(APP, WEB)]],
+        selectors: vec![(APP, WEB)],
+        terms: vec![(0, HOSTNAME, 0)],
+        term_sets: vec![[vec![], vec![0], vec![], vec![]]],
+        label_sets_of_pods: vec![0; count],
+        term_sets_of_pods: vec![term_set; count],
+        namespaces: vec![1; count],
+        terminating: vec![0; count],
+        spread: vec![spread; count],
+        hostname_key: HOSTNAME,
+        ..OwnedPodTable::default()
+    };
+    t.flatten();
+    t
+}
+
+fn run_with_table(b: &NodeBuilder, count: usize, table: &OwnedPodTable) -> Outcome {
+    let nodes = b.build();
+    let mut classes = OwnedClasses::default();
+    classes.add(|_| {});
+    let test_pods: Vec<TestPod> = (0..count as u64).map(|k| pod(100, k)).collect();
+    let owned = OwnedPods::new(&test_pods);
+    let mut pods = owned.view();
+    pods.table = Some(table.view());
+    let options = ScheduleOptions {
+        seed: 3,
+        ..ScheduleOptions::default()
+    };
+    schedule_batch(&nodes.view(), &classes.view(), &pods, &no_metrics(), &Profile::default(), &options).unwrap()
+}
+
+#[test]
+fn anti_affinity_sees_pods_placed_earlier_in_the_batch() {
+    let out = run_with_table(&zoned(3, 3), 4, &web_table(4, 0, vec![]));
+    let mut placed: Vec<i64> = out.nodes[..3].to_vec();
+    placed.sort();
+    assert_eq!(placed, vec![0, 1, 2], "one web pod per host");
+    assert_eq!(out.nodes[3], UNSCHEDULABLE);
+    let r = row(&out.reason_offsets, 3);
+    assert_eq!(&out.reason_codes[r.clone()], &[reasons::POD_ANTI_AFFINITY]);
+    assert_eq!(&out.reason_counts[r], &[3]);
+}
+
+#[test]
+fn spread_counts_pods_placed_earlier_in_the_batch() {
+    // Zone A has three nodes, zone B one: least-allocated alone would fill zone A.
+    let out = run_with_table(&zoned(4, 3), 6, &web_table(6, -1, vec![(1, 1, ZONE, 1, 0)]));
+    let in_b = out.nodes.iter().filter(|&&n| n == 3).count();
+    assert!(out.nodes.iter().all(|&n| n >= 0));
+    assert_eq!(in_b, 3, "maxSkew 1 over two zones: 3 and 3, got {:?}", out.nodes);
+    // ScheduleAnyway does not filter, but scores the emptier zone higher.
+    let out = run_with_table(&zoned(4, 3), 2, &web_table(2, -1, vec![(1, 1, ZONE, 0, 0)]));
+    assert!(out.nodes.contains(&3), "one of two pods goes to zone B: {:?}", out.nodes);
+}
+
+#[test]
+fn preemption_evicts_the_fewest_lowest_priority_pods_and_reserves_the_node() {
+    // Two 4-cpu nodes. Node 0 runs pods of priority 1, 1 and 5 (1 cpu each) with
+    // 1 cpu free; node 1 is full with one 4-cpu pod of priority 5. A 2-cpu pod of
+    // priority 10 fits nowhere: on node 0 evicting one priority-1 pod frees enough.
+    let mut b = NodeBuilder::default();
+    b.node(|n| {
+        n.requested[CPU] = 3000;
+        n.pod_count = 3;
+    });
+    b.node(|n| {
+        n.requested[CPU] = 4000;
+        n.pod_count = 1;
+    });
+    let nodes = b.build();
+    let mut classes = OwnedClasses::default();
+    classes.add(|_| {});
+    let test_pods = vec![pod(2000, 1), pod(1000, 2)];
+    let owned = OwnedPods::new(&test_pods);
+    let mut pods = owned.view();
+    let r = 4;
+    let mut requests = vec![0i64; 4 * r];
+    for (i, cpu) in [1000, 1000, 1000, 4000].into_iter().enumerate() {
+        requests[i * r + CPU] = cpu;
+    }
+    let none = Ports {
+        offsets: &[0, 0, 0, 0, 0],
+        protocols: &[],
+        ips: &[],
+        ports: &[],
+    };
+    let victims = crate::model::Victims {
+        count: 4,
+        rows: &[-1, -1, -1, -1],
+        nodes: &[0, 0, 0, 1],
+        priorities: &[1, 1, 5, 5],
+        requests: &requests,
+        start_times: &[10, 20, 0, 0],
+        terminating: &[0, 0, 0, 0],
+        ports: none,
+        pdb_offsets: &[0, 0, 0, 0, 0],
+        pdbs: &[],
+        pdb_allowed: &[],
+    };
+    pods.preemption = Some(crate::model::Preemption {
+        priorities: &[10, 0],
+        allowed: &[1, 1],
+        nominated: &[-1, -1],
+        victims,
+        reservations: crate::model::Reservations {
+            nodes: &[],
+            priorities: &[],
+            requests: &[],
+        },
+    });
+    let out = schedule_batch(
+        &nodes.view(),
+        &classes.view(),
+        &pods,
+        &no_metrics(),
+        &Profile::default(),
+        &ScheduleOptions::default(),
+    )
+    .unwrap();
+    assert_eq!(out.nodes[0], UNSCHEDULABLE);
+    assert_eq!(out.nominated[0], 0);
+    // Of the two priority-1 pods the one that started later goes.
+    assert_eq!(&out.victims[row(&out.victim_offsets, 0)], &[1]);
+    // The 1-cpu pod of priority 0 would have fit node 0; the nomination holds it.
+    assert_eq!(out.nodes[1], UNSCHEDULABLE, "node 0 is held for the nominated pod");
+    assert_eq!(out.nominated[1], -1);
+
+    // Already nominated to node 0 while a victim there is still terminating:
+    // it waits, keeping the nomination, and evicts nobody else.
+    if let Some(pre) = pods.preemption.as_mut() {
+        pre.nominated = &[0, -1];
+        pre.victims.terminating = &[1, 0, 0, 0];
+    }
+    let out = schedule_batch(
+        &nodes.view(),
+        &classes.view(),
+        &pods,
+        &no_metrics(),
+        &Profile::default(),
+        &ScheduleOptions::default(),
+    )
+    .unwrap();
+    assert_eq!(out.nominated[0], 0);
+    assert!(row(&out.victim_offsets, 0).is_empty());
+    if let Some(pre) = pods.preemption.as_mut() {
+        pre.nominated = &[-1, -1];
+        pre.victims.terminating = &[0, 0, 0, 0];
+    }
+
+    // preemptionPolicy: Never.
+    if let Some(pre) = pods.preemption.as_mut() {
+        pre.allowed = &[0, 1];
+    }
+    let out = schedule_batch(
+        &nodes.view(),
+        &classes.view(),
+        &pods,
+        &no_metrics(),
+        &Profile::default(),
+        &ScheduleOptions::default(),
+    )
+    .unwrap();
+    assert_eq!(out.nominated[0], -1);
+    assert_eq!(out.nodes[1], 0);
+}
+
+#[test]
+fn batch_never_overcommits_a_node() {
+    let mut b = NodeBuilder::default();
+    b.node(|n| n.allocatable[CPU] = 3000);
+    b.node(|n| n.allocatable[CPU] = 2000);
+    let pods: Vec<TestPod> = (0..6).map(|i| pod(1000, i)).collect();
+    let out = run(&b, &pods, &no_metrics(), 1);
+    let mut per_node = [0i64; 2];
+    for &n in &out.nodes[..5] {
+        per_node[n as usize] += 1000;
+    }
+    assert_eq!(per_node, [3000, 2000], "placements {:?}", out.nodes);
+    assert_eq!(out.nodes[5], UNSCHEDULABLE);
+    let reasons: Vec<(u32, i64)> = out.reason_codes[out.reason_offsets[5] as usize..]
+        .iter()
+        .copied()
+        .zip(out.reason_counts[out.reason_offsets[5] as usize..].iter().copied())
+        .collect();
+    assert_eq!(reasons, vec![(insufficient(CPU), 2)]);
+}
+
+#[test]
+fn least_allocated_spreads_and_ties_are_seeded() {
+    let mut b = NodeBuilder::default();
+    for _ in 0..4 {
+        b.node(|_| {});
+    }
+    let pods: Vec<TestPod> = (0..4).map(|i| pod(500, i)).collect();
+    let first = run(&b, &pods, &no_metrics(), 7);
+    let mut sorted = first.nodes.clone();
+    sorted.sort();
+    assert_eq!(sorted, vec![0, 1, 2, 3], "identical pods spread over identical nodes");
+    assert_eq!(run(&b, &pods, &no_metrics(), 7).nodes, first.nodes, "same seed, same result");
+    let differs = (0..20).any(|seed| run(&b, &pods, &no_metrics(), seed).nodes != first.nodes);
+    assert!(differs, "the seed changes the tie-break");
+}
+
+#[test]
+fn host_ports_in_batch() {
+    let mut b = NodeBuilder::default();
+    b.node(|_| {});
+    let mut p = pod(100, 1);
+    p.ports = vec![(PROTOCOL_TCP, 1, 8080)];
+    let mut q = p.clone();
+    q.key = 2;
+    let out = run(&b, &[p, q], &no_metrics(), 0);
+    assert_eq!(out.nodes, vec![0, UNSCHEDULABLE]);
+    assert_eq!(out.reason_codes, vec![NODE_PORTS]);
+}
+
+#[test]
+fn first_failing_plugin_reports() {
+    let mut b = NodeBuilder::default();
+    b.node(|n| {
+        n.taints = vec![(5, 6, EFFECT_NO_SCHEDULE)];
+        n.allocatable[CPU] = 10;
+    });
+    b.node(|n| n.allocatable[MEMORY] = 10);
+    let out = run(&b, &[pod(1000, 1)], &no_metrics(), 0);
+    assert_eq!(out.nodes, vec![UNSCHEDULABLE]);
+    let mut got: Vec<(u32, i64)> = out.reason_codes.iter().copied().zip(out.reason_counts.iter().copied()).collect();
+    got.sort();
+    assert_eq!(got, vec![(TAINT_TOLERATION, 1), (insufficient(MEMORY), 1)]);
+}
+
+#[test]
+fn metrics_filter_and_prefer_lower() {
+    let mut b = NodeBuilder::default();
+    for _ in 0..3 {
+        b.node(|_| {});
+    }
+    let values = [0.95, 0.5, 0.2];
+    let spec = MetricSpec {
+        prefer: Prefer::Lower,
+        range: None,
+        above: Some(0.9),
+        below: None,
+        missing: Missing::Neutral,
+        weight: 5.0,
+        herd: None,
+    };
+    let metrics = Metrics {
+        values: &values,
+        specs: vec![spec],
+    };
+    let out = run(&b, &[pod(100, 1)], &metrics, 0);
+    assert_eq!(out.nodes, vec![2]);
+    assert_eq!(out.reason_codes, vec![metric(4, 0, METRIC_ABOVE)]);
+    assert_eq!(out.feasible, vec![2]);
+}
+
+#[test]
+fn deadline_leaves_rest_not_attempted() {
+    let mut b = NodeBuilder::default();
+    b.node(|_| {});
+    let nodes = b.build();
+    let mut classes = OwnedClasses::default();
+    classes.add(|_| {});
+    let pods = OwnedPods::new(&[pod(1, 1), pod(1, 2)]);
+    let options = ScheduleOptions {
+        deadline: Some(Instant::now()),
+        ..ScheduleOptions::default()
+    };
+    let out = schedule_batch(
+        &nodes.view(),
+        &classes.view(),
+        &pods.view(),
+        &no_metrics(),
+        &Profile::default(),
+        &options,
+    )
+    .expect("valid");
+    assert_eq!(out.nodes, vec![NOT_ATTEMPTED, NOT_ATTEMPTED]);
+}
+
+#[test]
+fn explanation_matches_choice() {
+    let mut b = NodeBuilder::default();
+    b.node(|n| {
+        n.requested[CPU] = 3000;
+        n.nonzero_requested[0] = 3000;
+    });
+    b.node(|_| {});
+    let nodes = b.build();
+    let mut classes = OwnedClasses::default();
+    classes.add(|_| {});
+    let pods = OwnedPods::new(&[pod(500, 1)]);
+    let options = ScheduleOptions {
+        explain: Some(0),
+        ..ScheduleOptions::default()
+    };
+    let out = schedule_batch(
+        &nodes.view(),
+        &classes.view(),
+        &pods.view(),
+        &no_metrics(),
+        &Profile::default(),
+        &options,
+    )
+    .expect("valid");
+    let ex = out.explanation.expect("explained");
+    assert_eq!(out.nodes, vec![1]);
+    assert!(ex.totals[1] > ex.totals[0]);
+    assert_eq!(ex.totals[1], out.scores[0]);
+}
+
+#[test]
+fn bad_shapes_are_errors() {
+    let mut b = NodeBuilder::default();
+    b.node(|_| {});
+    let nodes = b.build();
+    let mut classes = OwnedClasses::default();
+    classes.add(|_| {});
+    let mut bad = pod(1, 1);
+    bad.class = 3;
+    let pods = OwnedPods::new(&[bad]);
+    let err = schedule_batch(
+        &nodes.view(),
+        &classes.view(),
+        &pods.view(),
+        &no_metrics(),
+        &Profile::default(),
+        &ScheduleOptions::default(),
+    );
+    assert!(matches!(err, Err(EngineError::Index { what: "pod class", .. })), "{:?}", err.err());
+}
