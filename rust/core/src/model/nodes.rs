@@ -1,8 +1,8 @@
 //! The node table: allocatable and requested resources, labels, taints and
 //! host ports in use, one row per node.
 
+use super::encoding::{row, FIRST_SCALAR};
 use super::error::{check_len, check_offsets, EngineError};
-use super::{row, FIRST_SCALAR};
 
 /// Node labels, sorted by key within each node.
 #[derive(Clone, Copy)]

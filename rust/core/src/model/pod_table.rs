@@ -6,8 +6,8 @@
 //! `LabelSets`), and so are whole sets of affinity terms (`TermSets`), so a
 //! selector is matched once per label set, not once per pod.
 
+use super::encoding::{row, SEL_EXISTS, SEL_IN, SEL_NOT_IN};
 use super::error::{check_index, check_len, check_offsets, EngineError};
-use super::{row, SEL_EXISTS, SEL_IN, SEL_NOT_IN};
 
 /// The four term lists of a term set, in `TermSets` order.
 pub const REQUIRED_AFFINITY: usize = 0;

@@ -2,7 +2,8 @@
 //! priorities, the bound pods they may evict and the nominated reservations.
 
 use super::error::{check_index, check_len, check_offsets, EngineError};
-use super::{PodTable, Ports};
+use super::nodes::Ports;
+use super::pod_table::PodTable;
 
 /// The pending pods of one batch, in queue order.
 #[derive(Clone, Copy)]

@@ -7,7 +7,7 @@
 //! `plugins/`, a `PluginId` variant and a `PLUGINS` row here, and its arms in
 //! the registry's dispatch functions.
 
-use super::{CPU, MEMORY};
+use super::encoding::{CPU, MEMORY};
 
 /// A plugin's index in `PLUGINS` (and in `Profile::filter` / `Profile::weight`).
 #[repr(usize)]

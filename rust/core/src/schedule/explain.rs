@@ -2,14 +2,31 @@
 //! plugin's raw and normalized score (the registry's score plugins in order,
 //! then the metrics), computed by the same functions as the batch.
 
+use super::engine::{Engine, PodView};
 use super::filtering::ClassCache;
 use super::pod_level::{PodLevel, PodScores};
 use super::signature::Maxima;
 use super::state::BatchState;
-use super::{Engine, Explanation, PodView};
 use crate::model::{Level, PLUGINS};
 use crate::plugins::metrics;
 use crate::registry::{self, score_slot};
+
+/// Per-node detail of one pod's scheduling, for `ksched explain`.
+#[derive(Clone, Debug, Default)]
+pub struct Explanation {
+    pub pod: usize,
+    /// Node -> the failing plugin's reason codes (empty where feasible).
+    pub reason_offsets: Vec<i64>,
+    pub reason_codes: Vec<u32>,
+    /// Score plugins (registry order, then the metrics, named `metric:<index>`):
+    /// name, weight, and `plugins × nodes` raw and normalized scores (NaN for
+    /// infeasible nodes).
+    pub plugins: Vec<String>,
+    pub weights: Vec<f64>,
+    pub raw: Vec<f64>,
+    pub normalized: Vec<f64>,
+    pub totals: Vec<f64>,
+}
 
 impl Engine<'_, '_> {
     pub(super) fn explain(
@@ -42,7 +59,9 @@ impl Engine<'_, '_> {
         let base = self.base(state, cache, maxima, false);
         for node in 0..n {
             let mut codes = Vec::new();
-            let evaluated = self.evaluate(state, cache, pod, node, pod_level.map(|(pl, _)| pl), &mut |c| codes.push(c));
+            let evaluated = self.evaluate(state, cache, pod, node, pod_level.map(|(pl, _)| &pl.prefilter), &mut |c| {
+                codes.push(c)
+            });
             if let Some(s) = evaluated {
                 let mut column = 0;
                 let mut record = |(raw, normalized): (f64, f64)| {
@@ -62,7 +81,7 @@ impl Engine<'_, '_> {
                     });
                 }
                 for (m, spec) in specs.iter().enumerate() {
-                    let v = self.metric_value(state, node, m);
+                    let v = state.metric_value(node, m);
                     record((v, metrics::score(spec, v, maxima.metric_min[m], maxima.metric_max[m])));
                 }
                 let pod_weighted: i64 = match pod_level {

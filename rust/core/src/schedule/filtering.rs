@@ -5,14 +5,13 @@
 
 use rayon::prelude::*;
 
-use super::pod_level::PodLevel;
+use super::engine::{Engine, PodView, NODES_PER_CHUNK};
 use super::state::BatchState;
-use super::{Engine, PodView, NODES_PER_CHUNK};
 use crate::model::row;
 use crate::plugins::node_ports::HostPort;
 use crate::plugins::FEASIBLE;
 use crate::reasons::NODE_AFFINITY_PREFILTER;
-use crate::registry::{self, NodeInput, CLASS_SCORES, NODE_SCORES};
+use crate::registry::{self, NodeInput, PreFilter, CLASS_SCORES, NODE_SCORES};
 
 /// The class-level filters' verdicts (first failing reason code per node)
 /// and the class-level plugins' raw scores (`score_slot` order; zeros where
@@ -83,7 +82,7 @@ impl Engine<'_, '_> {
         filter_requested: &'x [i64],
         filter_pod_count: i64,
         freed_ports: &'x [HostPort],
-        pod_level: Option<&'x PodLevel>,
+        prefilter: Option<&'x PreFilter>,
     ) -> NodeInput<'x> {
         let r = self.resources;
         NodeInput {
@@ -105,7 +104,7 @@ impl Engine<'_, '_> {
             nonzero_requested: &state.nonzero_requested[node * 2..node * 2 + 2],
             balanced: pod.balanced,
             balance_without: (pod.balanced && pod.balanced_node_only).then(|| state.balance_without[node]),
-            prefilter: pod_level.map(|pl| &pl.prefilter),
+            prefilter,
         }
     }
 
@@ -118,7 +117,7 @@ impl Engine<'_, '_> {
         cache: &ClassCache,
         pod: &PodView,
         node: usize,
-        pod_level: Option<&PodLevel>,
+        prefilter: Option<&PreFilter>,
         report: &mut impl FnMut(u32),
     ) -> Option<NodeScores> {
         let code = cache.codes[node] as u32;
@@ -128,7 +127,7 @@ impl Engine<'_, '_> {
         }
         let mut buf = Vec::new();
         let (filter_requested, filter_pod_count) = state.requested_for_filter(self, pod, node, &mut buf);
-        let input = self.node_input(state, pod, node, filter_requested, filter_pod_count, &[], pod_level);
+        let input = self.node_input(state, pod, node, filter_requested, filter_pod_count, &[], prefilter);
         if !self.passes(&input, report) {
             return None;
         }

@@ -12,6 +12,7 @@
 //! pod-level plugin applies to are evaluated afresh (`pod_level`). Nodes are
 //! evaluated in parallel chunks.
 
+mod engine;
 mod explain;
 mod filtering;
 mod pod_level;
@@ -27,9 +28,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::model::error::{self, EngineError};
-use crate::model::{row, Classes, Level, Metrics, Nodes, PluginId, Pods, Profile};
-use crate::plugins::{balanced_allocation, node_resources_fit};
-use crate::registry::{self, Filters, PLUGINS};
+use crate::model::{Classes, Metrics, Nodes, Pods, Profile};
+use engine::{Engine, NODES_PER_CHUNK};
+pub use explain::Explanation;
 use filtering::ClassCache;
 use select::{select, tie_key};
 use signature::{Base, SignatureCache};
@@ -40,10 +41,6 @@ pub const UNSCHEDULABLE: i64 = -1;
 /// `Outcome::nodes` value of a pod not attempted because the deadline passed.
 pub const NOT_ATTEMPTED: i64 = -2;
 
-/// Nodes per parallel work item: small enough to balance two to a few dozen
-/// threads, large enough that scheduling overhead stays under the work.
-const NODES_PER_CHUNK: usize = 256;
-
 #[derive(Clone, Debug, Default)]
 pub struct ScheduleOptions {
     pub seed: u64,
@@ -53,23 +50,6 @@ pub struct ScheduleOptions {
     pub explain: Option<usize>,
     /// Evaluate nodes in parallel on rayon's pool.
     pub parallel: bool,
-}
-
-/// Per-node detail of one pod's scheduling, for `ksched explain`.
-#[derive(Clone, Debug, Default)]
-pub struct Explanation {
-    pub pod: usize,
-    /// Node -> the failing plugin's reason codes (empty where feasible).
-    pub reason_offsets: Vec<i64>,
-    pub reason_codes: Vec<u32>,
-    /// Score plugins (registry order, then the metrics, named `metric:<index>`):
-    /// name, weight, and `plugins × nodes` raw and normalized scores (NaN for
-    /// infeasible nodes).
-    pub plugins: Vec<String>,
-    pub weights: Vec<f64>,
-    pub raw: Vec<f64>,
-    pub normalized: Vec<f64>,
-    pub totals: Vec<f64>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -90,104 +70,6 @@ pub struct Outcome {
     pub nominated: Vec<i64>,
     pub victim_offsets: Vec<i64>,
     pub victims: Vec<i64>,
-}
-
-/// The batch's inputs, and the registry's rows the profile turns on.
-struct Engine<'a, 'm> {
-    nodes: &'a Nodes<'a>,
-    classes: &'a Classes<'a>,
-    pods: &'a Pods<'a>,
-    metrics: &'a Metrics<'m>,
-    profile: &'a Profile,
-    resources: usize,
-    filters: Filters,
-    /// Score plugins with a non-zero weight, per level: (plugin, its slot in
-    /// that level's score arrays, weight).
-    class_scores: Vec<(PluginId, usize, i64)>,
-    node_scores: Vec<(PluginId, usize, i64)>,
-    pod_scores: Vec<(PluginId, usize, i64)>,
-}
-
-/// Per-pod facts reused across all nodes.
-struct PodView<'p> {
-    index: usize,
-    class: usize,
-    request: &'p [i64],
-    nonzero_request: &'p [i64],
-    columns: Vec<usize>,
-    has_ports: bool,
-    balanced: bool,
-    /// The balance without the pod is the node's cached one.
-    balanced_node_only: bool,
-    priority: i64,
-}
-
-impl<'a, 'm> Engine<'a, 'm> {
-    fn new(nodes: &'a Nodes, classes: &'a Classes, pods: &'a Pods, metrics: &'a Metrics<'m>, profile: &'a Profile) -> Self {
-        let scores = |level: Level| -> Vec<(PluginId, usize, i64)> {
-            PLUGINS
-                .iter()
-                .filter(|p| p.score && p.level == level && profile.weight_of(p.id) != 0)
-                .map(|p| (p.id, registry::score_slot(p.id), profile.weight_of(p.id)))
-                .collect()
-        };
-        Engine {
-            nodes,
-            classes,
-            pods,
-            metrics,
-            profile,
-            resources: nodes.resources,
-            filters: Filters::of(profile),
-            class_scores: scores(Level::Class),
-            node_scores: scores(Level::Node),
-            pod_scores: scores(Level::Pod),
-        }
-    }
-
-    fn pod_view(&self, index: usize) -> PodView<'_> {
-        let r = self.resources;
-        let request = &self.pods.requests[index * r..(index + 1) * r];
-        let balanced_resources = &self.profile.balanced_resources;
-        PodView {
-            index,
-            class: self.pods.classes[index] as usize,
-            request,
-            nonzero_request: &self.pods.nonzero_requests[index * 2..index * 2 + 2],
-            columns: node_resources_fit::requested_columns(request),
-            has_ports: !row(self.pods.host_ports.offsets, index).is_empty(),
-            balanced: self.profile.weight_of(PluginId::NodeResourcesBalancedAllocation) != 0
-                && balanced_allocation::applies(balanced_resources, request),
-            balanced_node_only: balanced_allocation::node_only(balanced_resources, request),
-            priority: self.pods.preemption.as_ref().map_or(0, |pre| pre.priorities[index]),
-        }
-    }
-
-    fn metric_value(&self, state: &BatchState, node: usize, m: usize) -> f64 {
-        state.values[node * self.metrics.specs.len() + m]
-    }
-}
-
-/// A pod's signature: everything besides the node table its verdicts and scores depend on.
-fn signature(engine: &Engine, pod: &PodView) -> Vec<i64> {
-    let ports = &engine.pods.host_ports;
-    let mut key = Vec::with_capacity(3 + pod.request.len());
-    key.push(pod.class as i64);
-    key.extend_from_slice(pod.request);
-    key.extend_from_slice(pod.nonzero_request);
-    for i in row(ports.offsets, pod.index) {
-        key.extend([ports.protocols[i] as i64, ports.ips[i] as i64, ports.ports[i] as i64]);
-    }
-    // Which reservations hold back a node depends on the pod's priority.
-    if engine
-        .pods
-        .preemption
-        .as_ref()
-        .is_some_and(|pre| !pre.reservations.nodes.is_empty())
-    {
-        key.push(pod.priority);
-    }
-    key
 }
 
 /// Schedule a batch. Pods are placed in the order given (the caller orders
@@ -288,12 +170,13 @@ fn schedule_on_this_thread(
         let mut pod_scores = None;
         let sig = match &pod_level {
             Some(pl) => {
-                own = engine.evaluate_all(&state, cache, &mut bases[pod.class], &pod, Some(pl), chunk, parallel);
-                pod_scores = Some(engine.add_pod_level_scores(&state, &pod, pl, &mut own));
+                own = engine.evaluate_all(&state, cache, &mut bases[pod.class], &pod, Some(&pl.prefilter), chunk, parallel);
+                let feasible = own.feasible_nodes();
+                pod_scores = Some(engine.add_pod_level_scores(&state, &pod, pl, &feasible, &mut own.totals));
                 &own
             }
             None => {
-                let key = signature(&engine, &pod);
+                let key = signature::key(&engine, &pod);
                 if !signatures.contains_key(&key) && signatures.len() >= max_signatures {
                     signatures.clear();
                 }

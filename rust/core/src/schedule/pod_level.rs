@@ -2,9 +2,8 @@
 //! `Level::Pod`): their PreFilter and PreScore for one pod over the pods on
 //! nodes, and their scores added to the pod's totals.
 
-use super::signature::SignatureCache;
+use super::engine::{Engine, PodView};
 use super::state::BatchState;
-use super::{Engine, PodView};
 use crate::model::PodTable;
 use crate::plugins::{node_affinity, taint_toleration, FEASIBLE};
 use crate::registry::{self, PodContext, PreFilter, PreScore, POD_SCORES};
@@ -77,16 +76,23 @@ impl<'a> Engine<'a, '_> {
         }
     }
 
-    /// Add the pod-level plugins' weighted scores to a pod's totals; returns
-    /// each node's raw and normalized scores for an explanation.
-    pub(super) fn add_pod_level_scores(&self, state: &BatchState, pod: &PodView, pl: &PodLevel, sig: &mut SignatureCache) -> PodScores {
+    /// Add the pod-level plugins' weighted scores to the totals of a pod's
+    /// `feasible` nodes; returns each node's raw and normalized scores for an
+    /// explanation.
+    pub(super) fn add_pod_level_scores(
+        &self,
+        state: &BatchState,
+        pod: &PodView,
+        pl: &PodLevel,
+        feasible: &[usize],
+        totals: &mut [f64],
+    ) -> PodScores {
         let n = self.nodes.count;
-        let feasible: Vec<usize> = (0..n).filter(|&node| sig.evals[node].feasible).collect();
         let mut out = PodScores {
             scores: std::array::from_fn(|_| vec![(f64::NAN, f64::NAN); n]),
         };
         for column in out.scores.iter_mut() {
-            for &node in &feasible {
+            for &node in feasible {
                 column[node] = (0.0, 0.0);
             }
         }
@@ -96,7 +102,7 @@ impl<'a> Engine<'a, '_> {
         // Summed as integers, then added to each total once.
         let mut weighted = vec![0i64; feasible.len()];
         for &(id, slot, weight) in &self.pod_scores {
-            if let Some((raw, normalized)) = registry::score_pod(id, &ctx, &pl.prescore, &feasible) {
+            if let Some((raw, normalized)) = registry::score_pod(id, &ctx, &pl.prescore, feasible) {
                 for (i, &node) in feasible.iter().enumerate() {
                     out.scores[slot][node] = (raw[i] as f64, normalized[i] as f64);
                     weighted[i] += normalized[i] * weight;
@@ -104,7 +110,7 @@ impl<'a> Engine<'a, '_> {
             }
         }
         for (&node, &w) in feasible.iter().zip(&weighted) {
-            sig.totals[node] += w as f64;
+            totals[node] += w as f64;
         }
         out
     }

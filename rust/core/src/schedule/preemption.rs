@@ -5,10 +5,10 @@
 
 use std::collections::HashSet;
 
+use super::engine::{Engine, PodView};
 use super::filtering::ClassCache;
 use super::signature::SignatureCache;
 use super::state::BatchState;
-use super::{Engine, PodView};
 use crate::model::{row, Victims};
 use crate::plugins::node_ports::HostPort;
 use crate::plugins::{default_preemption, FEASIBLE};
@@ -96,7 +96,15 @@ impl Engine<'_, '_> {
         let affine: Vec<(u32, u32)> = state.affine.iter().copied().filter(|(row, _)| !gone.contains(row)).collect();
         match self.pod_level_on(pod, &on_nodes, &affine) {
             Some(pl) => {
-                let input = self.node_input(state, pod, node, &requested, count - removed.len() as i64, &freed, Some(&pl));
+                let input = self.node_input(
+                    state,
+                    pod,
+                    node,
+                    &requested,
+                    count - removed.len() as i64,
+                    &freed,
+                    Some(&pl.prefilter),
+                );
                 self.filters
                     .pod
                     .as_slice()

@@ -11,13 +11,13 @@ use std::sync::Arc;
 
 use rayon::prelude::*;
 
+use super::engine::{Engine, PodView, NODES_PER_CHUNK};
 use super::filtering::{ClassCache, NodeScores};
-use super::pod_level::PodLevel;
 use super::state::BatchState;
-use super::{Engine, PodView};
+use crate::model::row;
 use crate::plugins::{metrics, FEASIBLE};
 use crate::reasons;
-use crate::registry::{self, CLASS_SCORES, NODE_SCORES};
+use crate::registry::{self, PreFilter, CLASS_SCORES, NODE_SCORES};
 
 /// Signature caches kept per batch, bounded by the memory they take.
 const SIGNATURE_CACHE_BYTES: usize = 64 << 20;
@@ -162,11 +162,37 @@ pub(super) struct SignatureCache {
 }
 
 impl SignatureCache {
+    pub fn feasible_nodes(&self) -> Vec<usize> {
+        (0..self.evals.len()).filter(|&node| self.evals[node].feasible).collect()
+    }
+
     /// The first reason code of an infeasible node (the failing plugin's).
     pub fn first_reason(&self, node: usize, resources: usize) -> Option<u32> {
         let e = self.evals[node];
         (!e.feasible && e.reasons > 0).then(|| self.reasons[node * reason_slots(resources)])
     }
+}
+
+/// A pod's signature: everything besides the node table its verdicts and scores depend on.
+pub(super) fn key(engine: &Engine, pod: &PodView) -> Vec<i64> {
+    let ports = &engine.pods.host_ports;
+    let mut key = Vec::with_capacity(3 + pod.request.len());
+    key.push(pod.class as i64);
+    key.extend_from_slice(pod.request);
+    key.extend_from_slice(pod.nonzero_request);
+    for i in row(ports.offsets, pod.index) {
+        key.extend([ports.protocols[i] as i64, ports.ips[i] as i64, ports.ports[i] as i64]);
+    }
+    // Which reservations hold back a node depends on the pod's priority.
+    if engine
+        .pods
+        .preemption
+        .as_ref()
+        .is_some_and(|pre| !pre.reservations.nodes.is_empty())
+    {
+        key.push(pod.priority);
+    }
+    key
 }
 
 impl Engine<'_, '_> {
@@ -177,11 +203,11 @@ impl Engine<'_, '_> {
         cache: &ClassCache,
         pod: &PodView,
         node: usize,
-        pod_level: Option<&PodLevel>,
+        prefilter: Option<&PreFilter>,
         slot: &mut [u32],
     ) -> NodeEval {
         let mut count = 0usize;
-        let scores = self.evaluate(state, cache, pod, node, pod_level, &mut |code| {
+        let scores = self.evaluate(state, cache, pod, node, prefilter, &mut |code| {
             slot[count] = code;
             count += 1;
         });
@@ -212,22 +238,18 @@ impl Engine<'_, '_> {
         let mut metric = vec![0.0; n * m];
         let weighted = |(node, row): (usize, &mut [f64])| {
             for (k, spec) in self.metrics.specs.iter().enumerate() {
-                row[k] = metrics::score(spec, self.metric_value(state, node, k), maxima.metric_min[k], maxima.metric_max[k]) * spec.weight;
+                row[k] = metrics::score(spec, state.metric_value(node, k), maxima.metric_min[k], maxima.metric_max[k]) * spec.weight;
             }
         };
         let static_int = if parallel {
             if m > 0 {
                 metric
                     .par_chunks_mut(m)
-                    .with_min_len(super::NODES_PER_CHUNK)
+                    .with_min_len(NODES_PER_CHUNK)
                     .enumerate()
                     .for_each(weighted);
             }
-            (0..n)
-                .into_par_iter()
-                .with_min_len(super::NODES_PER_CHUNK)
-                .map(static_int)
-                .collect()
+            (0..n).into_par_iter().with_min_len(NODES_PER_CHUNK).map(static_int).collect()
         } else {
             if m > 0 {
                 metric.chunks_mut(m).enumerate().for_each(weighted);
@@ -256,7 +278,7 @@ impl Engine<'_, '_> {
         if state.herd && base.epochs[node] != state.metric_epoch[node] {
             let mx = &base.maxima;
             for (k, spec) in self.metrics.specs.iter().enumerate() {
-                total += metrics::score(spec, self.metric_value(state, node, k), mx.metric_min[k], mx.metric_max[k]) * spec.weight;
+                total += metrics::score(spec, state.metric_value(node, k), mx.metric_min[k], mx.metric_max[k]) * spec.weight;
             }
             return total;
         }
@@ -274,7 +296,7 @@ impl Engine<'_, '_> {
         cache: &ClassCache,
         base_slot: &mut Option<Arc<Base>>,
         pod: &PodView,
-        pod_level: Option<&PodLevel>,
+        prefilter: Option<&PreFilter>,
         chunk: usize,
         parallel: bool,
     ) -> SignatureCache {
@@ -294,7 +316,7 @@ impl Engine<'_, '_> {
             for (k, e) in evals.iter_mut().enumerate() {
                 let node = i * chunk + k;
                 let slot = &mut reasons[k * w..(k + 1) * w];
-                *e = self.evaluate_node(state, cache, pod, node, pod_level, slot);
+                *e = self.evaluate_node(state, cache, pod, node, prefilter, slot);
                 if e.feasible {
                     s.feasible += 1;
                     s.maxima.add_node(state, cache, node);

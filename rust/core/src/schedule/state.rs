@@ -1,6 +1,6 @@
 //! What placements earlier in the batch changed, and committing one more.
 
-use super::{Engine, PodView};
+use super::engine::{Engine, PodView};
 use crate::model::{row, PluginId};
 use crate::plugins::node_ports::HostPort;
 use crate::plugins::{balanced_allocation, metrics};
@@ -17,6 +17,7 @@ pub(super) struct BatchState {
     pub balance_without: Vec<i64>,
     /// Metric values, `metrics` per node: the caller's, plus herd estimates of placements.
     pub values: Vec<f64>,
+    pub metrics: usize,
     /// Each value's badness (NaN where missing) and each node's threshold verdict.
     pub badness: Vec<f64>,
     pub metric_codes: Vec<u32>,
@@ -50,6 +51,7 @@ impl BatchState {
             log: Vec::new(),
             balance_without: Vec::new(),
             values: metrics_in.values.to_vec(),
+            metrics: m,
             badness: metrics_in
                 .values
                 .iter()
@@ -108,6 +110,11 @@ impl BatchState {
                 .collect();
         }
         state
+    }
+
+    #[inline]
+    pub fn metric_value(&self, node: usize, k: usize) -> f64 {
+        self.values[node * self.metrics + k]
     }
 
     /// The node's requested resources and pod count for a pod's filters: the

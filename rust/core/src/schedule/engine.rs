@@ -1,0 +1,82 @@
+//! The batch's inputs and the profile's plugins, and the per-pod facts
+//! every node's evaluation reuses.
+
+use crate::model::{row, Classes, Level, Metrics, Nodes, PluginId, Pods, Profile};
+use crate::plugins::{balanced_allocation, node_resources_fit};
+use crate::registry::{self, Filters, PLUGINS};
+
+/// Nodes per parallel work item: small enough to balance two to a few dozen
+/// threads, large enough that scheduling overhead stays under the work.
+pub(super) const NODES_PER_CHUNK: usize = 256;
+
+/// The batch's inputs, and the registry's rows the profile turns on.
+pub(super) struct Engine<'a, 'm> {
+    pub nodes: &'a Nodes<'a>,
+    pub classes: &'a Classes<'a>,
+    pub pods: &'a Pods<'a>,
+    pub metrics: &'a Metrics<'m>,
+    pub profile: &'a Profile,
+    pub resources: usize,
+    pub filters: Filters,
+    /// Score plugins with a non-zero weight, per level: (plugin, its slot in
+    /// that level's score arrays, weight).
+    pub class_scores: Vec<(PluginId, usize, i64)>,
+    pub node_scores: Vec<(PluginId, usize, i64)>,
+    pub pod_scores: Vec<(PluginId, usize, i64)>,
+}
+
+/// Per-pod facts reused across all nodes.
+pub(super) struct PodView<'p> {
+    pub index: usize,
+    pub class: usize,
+    pub request: &'p [i64],
+    pub nonzero_request: &'p [i64],
+    pub columns: Vec<usize>,
+    pub has_ports: bool,
+    pub balanced: bool,
+    /// The balance without the pod is the node's cached one.
+    pub balanced_node_only: bool,
+    pub priority: i64,
+}
+
+impl<'a, 'm> Engine<'a, 'm> {
+    pub fn new(nodes: &'a Nodes, classes: &'a Classes, pods: &'a Pods, metrics: &'a Metrics<'m>, profile: &'a Profile) -> Self {
+        let scores = |level: Level| -> Vec<(PluginId, usize, i64)> {
+            PLUGINS
+                .iter()
+                .filter(|p| p.score && p.level == level && profile.weight_of(p.id) != 0)
+                .map(|p| (p.id, registry::score_slot(p.id), profile.weight_of(p.id)))
+                .collect()
+        };
+        Engine {
+            nodes,
+            classes,
+            pods,
+            metrics,
+            profile,
+            resources: nodes.resources,
+            filters: Filters::of(profile),
+            class_scores: scores(Level::Class),
+            node_scores: scores(Level::Node),
+            pod_scores: scores(Level::Pod),
+        }
+    }
+
+    pub fn pod_view(&self, index: usize) -> PodView<'_> {
+        let r = self.resources;
+        let request = &self.pods.requests[index * r..(index + 1) * r];
+        let balanced_resources = &self.profile.balanced_resources;
+        PodView {
+            index,
+            class: self.pods.classes[index] as usize,
+            request,
+            nonzero_request: &self.pods.nonzero_requests[index * 2..index * 2 + 2],
+            columns: node_resources_fit::requested_columns(request),
+            has_ports: !row(self.pods.host_ports.offsets, index).is_empty(),
+            balanced: self.profile.weight_of(PluginId::NodeResourcesBalancedAllocation) != 0
+                && balanced_allocation::applies(balanced_resources, request),
+            balanced_node_only: balanced_allocation::node_only(balanced_resources, request),
+            priority: self.pods.preemption.as_ref().map_or(0, |pre| pre.priorities[index]),
+        }
+    }
+}
