@@ -15,7 +15,7 @@ use std::collections::HashMap;
 pub use crate::model::{plugin_by_name, Level, PluginId, PluginInfo, PLUGINS, PLUGIN_COUNT};
 pub use crate::plugins::ReasonInfo;
 
-use crate::model::{Classes, Nodes, PodTable, Ports, Profile};
+use crate::model::{row, Classes, Nodes, PodTable, Ports, Profile};
 use crate::plugins::node_ports::HostPort;
 use crate::plugins::{
     balanced_allocation, inter_pod_affinity, node_affinity, node_name, node_ports, node_resources_fit, node_unschedulable, normalize,
@@ -169,8 +169,15 @@ pub fn filter_class(id: PluginId, nodes: &Nodes, classes: &Classes, class: usize
 /// Whether a class-level score plugin can score anything for `class` (else every node scores 0).
 pub fn scores_class(id: PluginId, classes: &Classes, class: usize) -> bool {
     match id {
-        PluginId::NodeAffinity => !crate::model::row(classes.preferred_offsets, class).is_empty(),
-        _ => true,
+        PluginId::TaintToleration => true,
+        PluginId::NodeAffinity => !row(classes.preferred_offsets, class).is_empty(),
+        PluginId::NodeUnschedulable
+        | PluginId::NodeName
+        | PluginId::NodePorts
+        | PluginId::NodeResourcesFit
+        | PluginId::PodTopologySpread
+        | PluginId::InterPodAffinity
+        | PluginId::NodeResourcesBalancedAllocation => unreachable!("{id:?} has no class-level score"),
     }
 }
 
@@ -282,7 +289,7 @@ pub fn prescore(id: PluginId, ctx: &PodContext, out: &mut PreScore) {
     match id {
         PluginId::PodTopologySpread => {
             let sp = &ctx.table.spread;
-            out.spread = crate::model::row(sp.offsets, ctx.index).any(|c| sp.hard[c] == 0);
+            out.spread = row(sp.offsets, ctx.index).any(|c| sp.hard[c] == 0);
         }
         PluginId::InterPodAffinity => {
             out.affinity = inter_pod_affinity::prescore(

@@ -219,3 +219,168 @@ impl PodTable<'_> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::encoding::SEL_DOES_NOT_EXIST;
+    use super::*;
+    use crate::test_support::{label_is, term, OwnedPodTable, TablePod, TestSelector, TestTerm};
+
+    const APP: i32 = 1;
+    const TIER: i32 = 2;
+    const WEB: i32 = 10;
+    const DB: i32 = 11;
+    const FRONT: i32 = 20;
+
+    /// One pending pod per label set, each in namespace 1 + its index.
+    fn table(label_sets: &[&[(i32, i32)]], selectors: Vec<TestSelector>, terms: Vec<TestTerm>) -> OwnedPodTable {
+        let pods: Vec<TablePod> = label_sets.iter().enumerate().map(|(i, l)| TablePod::new(l, 1 + i as i32)).collect();
+        let mut t = OwnedPodTable::with_pods(&[], &pods);
+        t.selectors = selectors;
+        t.terms = terms;
+        t.flatten();
+        t
+    }
+
+    #[test]
+    fn selector_table() {
+        let pods: [&[(i32, i32)]; 3] = [&[(APP, WEB), (TIER, FRONT)], &[(APP, DB)], &[]];
+        let cases: Vec<(&str, TestSelector, [bool; 3])> = vec![
+            ("matchLabels", label_is(APP, WEB), [true, false, false]),
+            ("In with two values", Some(vec![(APP, SEL_IN, vec![WEB, DB])]), [true, true, false]),
+            (
+                "NotIn matches a pod without the key",
+                Some(vec![(APP, SEL_NOT_IN, vec![WEB])]),
+                [false, true, true],
+            ),
+            ("Exists", Some(vec![(TIER, SEL_EXISTS, vec![])]), [true, false, false]),
+            ("DoesNotExist", Some(vec![(TIER, SEL_DOES_NOT_EXIST, vec![])]), [false, true, true]),
+            (
+                "requirements are ANDed",
+                Some(vec![(APP, SEL_IN, vec![WEB, DB]), (TIER, SEL_DOES_NOT_EXIST, vec![])]),
+                [false, true, false],
+            ),
+            ("an empty selector matches every pod", Some(vec![]), [true, true, true]),
+            ("a nil selector matches no pod", None, [false, false, false]),
+        ];
+        for (name, selector, want) in cases {
+            let t = table(&pods, vec![selector], vec![]);
+            let v = t.view();
+            let got = [0, 1, 2].map(|set| v.selectors.matches(0, &v.labels, set));
+            assert_eq!(got, want, "{name}: want {want:?} got {got:?}");
+        }
+        let t = table(&pods, vec![Some(vec![]), None, label_is(APP, WEB)], vec![]);
+        let v = t.view();
+        let empty = [0, 1, 2].map(|s| v.selectors.is_empty(s));
+        assert_eq!(empty, [true, false, false], "only the empty selector is empty; nil is not");
+        assert_eq!(v.labels.get(0, TIER), Some(FRONT));
+        assert_eq!(v.labels.get(1, TIER), None);
+    }
+
+    #[test]
+    fn term_namespaces() {
+        // Pods 0, 1, 2 run in namespaces 1, 2, 3 and are all app=web.
+        let web: &[(i32, i32)] = &[(APP, WEB)];
+        let in_ns = |ns: Vec<i32>| TestTerm {
+            namespaces: Some(ns),
+            ..term(0, 0)
+        };
+        let cases = vec![
+            ("all namespaces", term(0, 0), [true, true, true]),
+            ("one namespace", in_ns(vec![2]), [false, true, false]),
+            ("a namespace list", in_ns(vec![3, 1]), [true, false, true]),
+            ("no namespace matches nothing", in_ns(vec![]), [false, false, false]),
+        ];
+        for (name, t, want) in cases {
+            let owned = table(&[web, web, web], vec![label_is(APP, WEB)], vec![t]);
+            let got = [0, 1, 2].map(|pod| owned.view().term_matches(0, pod));
+            assert_eq!(got, want, "{name}: want {want:?} got {got:?}");
+        }
+        let owned = table(&[&[(APP, DB)]], vec![label_is(APP, WEB)], vec![term(0, 0)]);
+        assert!(!owned.view().term_matches(0, 0), "the selector must match too");
+    }
+
+    #[test]
+    fn validation_table() {
+        let ok = || {
+            let mut t = OwnedPodTable::with_pods(
+                &[(0, TablePod::new(&[(APP, WEB)], 1))],
+                &[TablePod {
+                    term_set: 0,
+                    ..TablePod::new(&[(APP, DB)], 1)
+                }],
+            );
+            t.selectors = vec![label_is(APP, WEB)];
+            t.terms = vec![term(0, 0)];
+            t.term_sets = vec![[vec![0], vec![], vec![], vec![]]];
+            t
+        };
+        let check = |t: &mut OwnedPodTable| {
+            t.flatten();
+            t.view().validate(2, 1)
+        };
+        assert_eq!(check(&mut ok()), Ok(()));
+        type Break = fn(&mut OwnedPodTable);
+        let cases: Vec<(&str, Break, EngineError)> = vec![
+            (
+                "a namespace per pod",
+                |t| t.namespaces.truncate(1),
+                EngineError::Shape {
+                    what: "pod table namespaces",
+                    expected: 2,
+                    got: 1,
+                },
+            ),
+            (
+                "bound pods on known nodes",
+                |t| t.bound_nodes[0] = 2,
+                EngineError::Index {
+                    what: "pod table node",
+                    index: 2,
+                    len: 2,
+                },
+            ),
+            (
+                "label sets that exist",
+                |t| t.label_sets_of_pods[1] = 5,
+                EngineError::Index {
+                    what: "pod label set",
+                    index: 5,
+                    len: 2,
+                },
+            ),
+            (
+                "terms with known selectors",
+                |t| t.terms[0].selector = 1,
+                EngineError::Index {
+                    what: "pod term selector",
+                    index: 1,
+                    len: 1,
+                },
+            ),
+            (
+                "term sets that exist",
+                |t| t.term_sets_of_pods[1] = 1,
+                EngineError::Index {
+                    what: "pod term set",
+                    index: 1,
+                    len: 1,
+                },
+            ),
+            (
+                "spread constraints for every pending pod",
+                |t| t.spread.clear(),
+                EngineError::Shape {
+                    what: "spread offsets",
+                    expected: 2,
+                    got: 1,
+                },
+            ),
+        ];
+        for (name, breaks, want) in cases {
+            let mut t = ok();
+            breaks(&mut t);
+            assert_eq!(check(&mut t), Err(want), "{name}");
+        }
+    }
+}

@@ -115,27 +115,19 @@ pub fn counted(request: &[i64], column: usize) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::Ports;
+    use crate::test_support::{OwnedVictims, TestVictim};
 
-    fn victims<'a>(priorities: &'a [i64], starts: &'a [i64], pdbs: (&'a [i64], &'a [i64], &'a [i64])) -> Victims<'a> {
-        Victims {
-            count: priorities.len(),
-            rows: &[],
-            nodes: &[],
-            priorities,
-            requests: &[],
-            start_times: starts,
-            terminating: &[],
-            ports: Ports {
-                offsets: &[],
-                protocols: &[],
-                ips: &[],
-                ports: &[],
-            },
-            pdb_offsets: pdbs.0,
-            pdbs: pdbs.1,
-            pdb_allowed: pdbs.2,
-        }
+    /// Victims on one node with the given priorities, start times and PodDisruptionBudgets.
+    fn victims(priorities: &[i64], starts: &[i64], pdbs: &[Vec<i64>], pdb_allowed: Vec<i64>) -> OwnedVictims {
+        let list: Vec<TestVictim> = (0..priorities.len())
+            .map(|i| TestVictim {
+                priority: priorities[i],
+                start_time: starts[i],
+                pdbs: pdbs.get(i).cloned().unwrap_or_default(),
+                ..TestVictim::default()
+            })
+            .collect();
+        OwnedVictims::new(&list, 0, pdb_allowed)
     }
 
     #[test]
@@ -143,8 +135,8 @@ mod tests {
         // Four pods of 1 unit each on a node with room for the preemptor only if two leave.
         let prio = [5, 1, 3, 1];
         let starts = [0, 0, 0, 1];
-        let offsets = [0, 0, 0, 0, 0];
-        let v = victims(&prio, &starts, (&offsets, &[], &[]));
+        let owned = victims(&prio, &starts, &[], vec![]);
+        let v = owned.view();
         let mut fits = |removed: &[usize]| removed.len() >= 2;
         let c = select_victims(&v, 0, &[0, 1, 2, 3], 10, &mut fits).unwrap();
         // Pods 0 (prio 5) and 2 (prio 3) are reprieved; the two of priority 1 go.
@@ -159,7 +151,8 @@ mod tests {
         let prio = [1, 1];
         let starts = [0, 1];
         // Pod 0 is covered by a budget with no disruptions allowed.
-        let v = victims(&prio, &starts, (&[0, 1, 1], &[0], &[0]));
+        let owned = victims(&prio, &starts, &[vec![0]], vec![0]);
+        let v = owned.view();
         let mut fits = |removed: &[usize]| !removed.is_empty();
         let c = select_victims(&v, 0, &[0, 1], 10, &mut fits).unwrap();
         assert_eq!(c.victims, vec![1], "the violator stays, the other goes");
@@ -170,7 +163,8 @@ mod tests {
     fn pick_prefers_fewer_violations_then_lower_priorities() {
         let prio = [1, 2, 1, 1];
         let starts = [0, 0, 5, 3];
-        let v = victims(&prio, &starts, (&[0, 0, 0, 0, 0], &[], &[]));
+        let owned = victims(&prio, &starts, &[], vec![]);
+        let v = owned.view();
         let c = |node, victims: Vec<usize>, pdb_violations| Candidate {
             node,
             victims,

@@ -231,7 +231,251 @@ pub fn normalize(scores: &mut [i64]) {
 
 #[cfg(test)]
 mod tests {
+    //! Upstream-style cases (`interpodaffinity/filtering_test.go`,
+    //! `scoring_test.go`): a small cluster, existing pods with their terms,
+    //! one incoming pod, and each node's verdict or score.
+
     use super::*;
+    use crate::test_support::{
+        explain_first, label_is, pod, scores_of, term, verdicts, zoned_nodes, OwnedClasses, OwnedPodTable, TablePod, TestTerm, HOSTNAME,
+        ZONE,
+    };
+
+    const APP: i32 = 20;
+    const WEB: i32 = 200;
+    const DB: i32 = 201;
+    /// Selectors of every case: 0 is app=web, 1 is app=db.
+    const SELECTS_WEB: i64 = 0;
+    const SELECTS_DB: i64 = 1;
+    const NS: i32 = 1;
+    const OTHER_NS: i32 = 2;
+    const F: u32 = FEASIBLE;
+
+    struct Case {
+        name: &'static str,
+        /// Bound pods: (node, pod).
+        existing: Vec<(i64, TablePod)>,
+        incoming: TablePod,
+        terms: Vec<TestTerm>,
+        term_sets: Vec<[Vec<i64>; 4]>,
+    }
+
+    fn labelled(value: i32, namespace: i32, term_set: i64) -> TablePod {
+        TablePod {
+            term_set,
+            ..TablePod::new(&[(APP, value)], namespace)
+        }
+    }
+
+    /// Nodes 0 and 1 in zone 110, node 2 in zone 111, node 3 without a zone.
+    fn run(c: &Case) -> crate::schedule::Explanation {
+        let nodes = zoned_nodes(&[Some(110), Some(110), Some(111), None]);
+        let mut classes = OwnedClasses::default();
+        classes.add(|_| {});
+        let mut table = OwnedPodTable::with_pods(&c.existing, std::slice::from_ref(&c.incoming));
+        table.selectors = vec![label_is(APP, WEB), label_is(APP, DB)];
+        table.terms = c.terms.clone();
+        table.term_sets = c.term_sets.clone();
+        table.flatten();
+        explain_first(&nodes, &mut classes, &[pod(100, 1)], Some(&table)).1
+    }
+
+    fn in_namespaces(t: TestTerm, namespaces: &[i32]) -> TestTerm {
+        TestTerm {
+            namespaces: Some(namespaces.to_vec()),
+            ..t
+        }
+    }
+
+    fn weighted(t: TestTerm, weight: i64) -> TestTerm {
+        TestTerm { weight, ..t }
+    }
+
+    /// A term set with one list filled (`REQUIRED_AFFINITY` ..).
+    fn only(kind: usize, terms: Vec<i64>) -> [Vec<i64>; 4] {
+        let mut set: [Vec<i64>; 4] = Default::default();
+        set[kind] = terms;
+        set
+    }
+
+    #[test]
+    fn filter_table() {
+        let existing_anti = |topology, namespaces: Option<&[i32]>| {
+            let t = term(SELECTS_WEB, topology);
+            vec![namespaces.map_or(t.clone(), |ns| in_namespaces(t, ns))]
+        };
+        let cases: Vec<(Case, Vec<u32>)> = vec![
+            (
+                Case {
+                    name: "an existing pod's anti-affinity rejects the pod it matches on its node",
+                    existing: vec![(0, labelled(DB, NS, 0))],
+                    incoming: labelled(WEB, NS, -1),
+                    terms: existing_anti(HOSTNAME, None),
+                    term_sets: vec![only(REQUIRED_ANTI_AFFINITY, vec![0])],
+                },
+                vec![EXISTING_ANTI_AFFINITY, F, F, F],
+            ),
+            (
+                Case {
+                    name: "... and in its whole zone; a node without the key passes",
+                    existing: vec![(0, labelled(DB, NS, 0))],
+                    incoming: labelled(WEB, NS, -1),
+                    terms: existing_anti(ZONE, None),
+                    term_sets: vec![only(REQUIRED_ANTI_AFFINITY, vec![0])],
+                },
+                vec![EXISTING_ANTI_AFFINITY, EXISTING_ANTI_AFFINITY, F, F],
+            ),
+            (
+                Case {
+                    name: "existing anti-affinity naming another namespace ignores the pod",
+                    existing: vec![(0, labelled(DB, NS, 0))],
+                    incoming: labelled(WEB, NS, -1),
+                    terms: existing_anti(HOSTNAME, Some(&[OTHER_NS])),
+                    term_sets: vec![only(REQUIRED_ANTI_AFFINITY, vec![0])],
+                },
+                vec![F, F, F, F],
+            ),
+            (
+                Case {
+                    name: "existing anti-affinity whose namespace list holds the pod's",
+                    existing: vec![(0, labelled(DB, OTHER_NS, 0))],
+                    incoming: labelled(WEB, NS, -1),
+                    terms: existing_anti(HOSTNAME, Some(&[OTHER_NS, NS])),
+                    term_sets: vec![only(REQUIRED_ANTI_AFFINITY, vec![0])],
+                },
+                vec![EXISTING_ANTI_AFFINITY, F, F, F],
+            ),
+            (
+                Case {
+                    name: "existing anti-affinity with an empty namespaceSelector (all namespaces)",
+                    existing: vec![(0, labelled(DB, OTHER_NS, 0))],
+                    incoming: labelled(WEB, NS, -1),
+                    terms: existing_anti(HOSTNAME, None),
+                    term_sets: vec![only(REQUIRED_ANTI_AFFINITY, vec![0])],
+                },
+                vec![EXISTING_ANTI_AFFINITY, F, F, F],
+            ),
+            (
+                Case {
+                    name: "an existing pod's required affinity does not filter others",
+                    existing: vec![(0, labelled(DB, NS, 0))],
+                    incoming: labelled(WEB, NS, -1),
+                    terms: vec![term(SELECTS_DB, HOSTNAME)],
+                    term_sets: vec![only(REQUIRED_AFFINITY, vec![0])],
+                },
+                vec![F, F, F, F],
+            ),
+            (
+                Case {
+                    name: "required affinity: only the zone of a matching pod; keyless nodes fail",
+                    existing: vec![(2, labelled(DB, NS, -1))],
+                    incoming: labelled(WEB, NS, 0),
+                    terms: vec![term(SELECTS_DB, ZONE)],
+                    term_sets: vec![only(REQUIRED_AFFINITY, vec![0])],
+                },
+                vec![POD_AFFINITY, POD_AFFINITY, F, POD_AFFINITY],
+            ),
+            (
+                Case {
+                    name: "required affinity to pods of another namespace finds none",
+                    existing: vec![(2, labelled(DB, OTHER_NS, -1))],
+                    incoming: labelled(WEB, NS, 0),
+                    terms: vec![in_namespaces(term(SELECTS_DB, ZONE), &[NS])],
+                    term_sets: vec![only(REQUIRED_AFFINITY, vec![0])],
+                },
+                vec![POD_AFFINITY, POD_AFFINITY, POD_AFFINITY, POD_AFFINITY],
+            ),
+            (
+                Case {
+                    name: "first pod of a group affine to itself: no match anywhere is allowed",
+                    existing: vec![],
+                    incoming: labelled(WEB, NS, 0),
+                    terms: vec![term(SELECTS_WEB, ZONE)],
+                    term_sets: vec![only(REQUIRED_AFFINITY, vec![0])],
+                },
+                vec![F, F, F, POD_AFFINITY],
+            ),
+            (
+                Case {
+                    name: "the first-pod exception needs the pod to match its own term",
+                    existing: vec![],
+                    incoming: labelled(WEB, NS, 0),
+                    terms: vec![term(SELECTS_DB, ZONE)],
+                    term_sets: vec![only(REQUIRED_AFFINITY, vec![0])],
+                },
+                vec![POD_AFFINITY, POD_AFFINITY, POD_AFFINITY, POD_AFFINITY],
+            ),
+            (
+                Case {
+                    name: "the incoming pod's anti-affinity: not beside a matching pod",
+                    existing: vec![(0, labelled(WEB, NS, -1))],
+                    incoming: labelled(WEB, NS, 0),
+                    terms: vec![term(SELECTS_WEB, HOSTNAME)],
+                    term_sets: vec![only(REQUIRED_ANTI_AFFINITY, vec![0])],
+                },
+                vec![POD_ANTI_AFFINITY, F, F, F],
+            ),
+            (
+                Case {
+                    name: "the incoming pod's zone anti-affinity; a keyless node passes",
+                    existing: vec![(0, labelled(WEB, NS, -1))],
+                    incoming: labelled(WEB, NS, 0),
+                    terms: vec![term(SELECTS_WEB, ZONE)],
+                    term_sets: vec![only(REQUIRED_ANTI_AFFINITY, vec![0])],
+                },
+                vec![POD_ANTI_AFFINITY, POD_ANTI_AFFINITY, F, F],
+            ),
+        ];
+        for (c, want) in cases {
+            let got = verdicts(&run(&c));
+            assert_eq!(got, want, "{}: want {:?} got {:?}", c.name, want, got);
+        }
+    }
+
+    #[test]
+    fn score_table() {
+        // Raw: summed weights of the node's topology pairs; normalized min-max to 0..=100.
+        let cases: Vec<(Case, Vec<f64>, Vec<f64>)> = vec![
+            (
+                Case {
+                    name: "preferred affinity toward the zone of a matching pod",
+                    existing: vec![(2, labelled(DB, NS, -1))],
+                    incoming: labelled(WEB, NS, 0),
+                    terms: vec![weighted(term(SELECTS_DB, ZONE), 5)],
+                    term_sets: vec![only(PREFERRED_AFFINITY, vec![0])],
+                },
+                vec![0.0, 0.0, 5.0, 0.0],
+                vec![0.0, 0.0, 100.0, 0.0],
+            ),
+            (
+                Case {
+                    name: "an existing pod's required affinity toward the pod adds hardPodAffinityWeight",
+                    existing: vec![(2, labelled(DB, NS, -1)), (0, labelled(DB, NS, 1))],
+                    incoming: labelled(WEB, NS, 0),
+                    terms: vec![weighted(term(SELECTS_DB, ZONE), 5), term(SELECTS_WEB, HOSTNAME)],
+                    term_sets: vec![only(PREFERRED_AFFINITY, vec![0]), only(REQUIRED_AFFINITY, vec![1])],
+                },
+                vec![6.0, 5.0, 5.0, 0.0],
+                vec![100.0, 83.0, 83.0, 0.0],
+            ),
+            (
+                Case {
+                    name: "an existing pod's preferred anti-affinity toward the pod subtracts",
+                    existing: vec![(0, labelled(DB, NS, 0))],
+                    incoming: labelled(WEB, NS, -1),
+                    terms: vec![weighted(term(SELECTS_WEB, ZONE), 4)],
+                    term_sets: vec![only(PREFERRED_ANTI_AFFINITY, vec![0])],
+                },
+                vec![-4.0, -4.0, 0.0, 0.0],
+                vec![0.0, 0.0, 100.0, 100.0],
+            ),
+        ];
+        for (c, raw, normalized) in cases {
+            let (got_raw, got_normalized) = scores_of(&run(&c), PluginId::InterPodAffinity.name());
+            assert_eq!(got_raw, raw, "{}: raw", c.name);
+            assert_eq!(got_normalized, normalized, "{}: normalized", c.name);
+        }
+    }
 
     #[test]
     fn normalize_is_min_max_truncated() {

@@ -337,6 +337,91 @@ mod tests {
         assert_eq!(got, (25 * 3 + 75) / 4);
     }
 
+    /// Rows whose expected score differs by strategy, from upstream's
+    /// `least_allocated_test.go`, `most_allocated_test.go` and
+    /// `requested_to_capacity_ratio_test.go` (pod: 3000m cpu, 5000 memory;
+    /// node: 4000m / 10000, nothing scheduled, unless a row says otherwise).
+    /// Least: (capacity − requested) × 100 / capacity per resource; most:
+    /// requested × 100 / capacity; RTCR: the shape at utilization, rounded
+    /// after the weighted mean; the others truncate it.
+    #[test]
+    fn score_differs_per_strategy() {
+        let least = || Strategy::LeastAllocated;
+        let most = || Strategy::MostAllocated;
+        let rising = || Strategy::RequestedToCapacityRatio(vec![(0, 0), (100, 10)]);
+        let falling = || Strategy::RequestedToCapacityRatio(vec![(0, 10), (100, 0)]);
+        let even = vec![(CPU, 1), (MEMORY, 1)];
+        let memory_twice = vec![(MEMORY, 2), (CPU, 1)];
+        struct Case {
+            name: &'static str,
+            strategy: Strategy,
+            resources: Vec<(usize, i64)>,
+            allocatable: [i64; 4],
+            requested: [i64; 4],
+            request: [i64; 4],
+            want: i64,
+        }
+        let node = [4000, 10000, 0, 0];
+        let pod = [3000, 5000, 0, 0];
+        let row = |name, strategy, resources: &Vec<(usize, i64)>, want| Case {
+            name,
+            strategy,
+            resources: resources.clone(),
+            allocatable: node,
+            requested: [0; 4],
+            request: pod,
+            want,
+        };
+        let busy = |name, strategy, want| Case {
+            allocatable: [10000, 20000, 0, 0],
+            requested: [3000, 0, 0, 0],
+            ..row(name, strategy, &even, want)
+        };
+        let over = |name, strategy, want| Case {
+            requested: [3000, 0, 0, 0],
+            ..row(name, strategy, &even, want)
+        };
+        let scalar = |name, strategy, want| Case {
+            resources: vec![(CPU, 1), (3, 5)],
+            allocatable: [4000, 10000, 0, 8],
+            requested: [0, 0, 0, 2],
+            request: [1000, 0, 0, 2],
+            ..row(name, strategy, &even, want)
+        };
+        let cases = vec![
+            // cpu 25, memory 50.
+            row("least: (25 + 50) / 2", least(), &even, 37),
+            row("most: (75 + 50) / 2", most(), &even, 62),
+            row("rtcr, falling shape: 37.5 rounds up", falling(), &even, 38),
+            row("rtcr, rising shape: 62.5 rounds up", rising(), &even, 63),
+            row("least, memory weighted 2: (25 + 2 × 50) / 3", least(), &memory_twice, 41),
+            row("most, memory weighted 2: (75 + 2 × 50) / 3", most(), &memory_twice, 58),
+            // Node 10000m / 20000 with 3000m requested: cpu 60% used, memory 25%.
+            busy("least, pods scheduled: (40 + 75) / 2", least(), 57),
+            busy("most, pods scheduled: (60 + 25) / 2", most(), 42),
+            busy("rtcr falling, pods scheduled: 57.5 rounds up", falling(), 58),
+            // 6000m asked of 4000m: least scores the resource 0, most caps it at 100.
+            over("least, cpu over capacity: (0 + 50) / 2", least(), 25),
+            over("most, cpu over capacity: (100 + 50) / 2", most(), 75),
+            over("rtcr rising, utilization capped at 100", rising(), 75),
+            // The pod asks for 2 of the node's 8 of a scalar resource, 2 already in use.
+            scalar("least, scalar requested: (75 + 5 × 50) / 6", least(), 54),
+            scalar("most, scalar requested: (25 + 5 × 50) / 6", most(), 45),
+        ];
+        for case in cases {
+            let got = score(
+                &case.strategy,
+                &case.resources,
+                &case.allocatable,
+                &case.requested,
+                &case.requested[..2],
+                &case.request,
+                &case.request[..2],
+            );
+            assert_eq!(got, case.want, "{}: want {} got {}", case.name, case.want, got);
+        }
+    }
+
     #[test]
     fn broken_linear_interpolates() {
         let shape = [(0, 10), (50, 0), (100, 10)];

@@ -253,3 +253,333 @@ pub fn score(ctx: &Context, feasible: &[usize]) -> Option<(Vec<i64>, Vec<i64>)> 
         .collect();
     Some((raw, normalized))
 }
+
+#[cfg(test)]
+mod tests {
+    //! Upstream-style cases (`podtopologyspread/filtering_test.go`,
+    //! `scoring_test.go`): a small cluster, existing pods, one incoming pod,
+    //! and each node's verdict or score, run through the whole engine so the
+    //! inclusion policies and class filters are the real ones.
+
+    use super::*;
+    use crate::model::{EFFECT_NO_SCHEDULE, SEL_IN};
+    use crate::reasons::{NODE_AFFINITY, TAINT_TOLERATION};
+    use crate::test_support::{
+        explain_first, label_is, pod, scores_of, spread, verdicts, zoned_nodes, OwnedClasses, OwnedPodTable, Req, TablePod, TestSelector,
+        TestSpread, HOSTNAME, ZONE,
+    };
+
+    const APP: i32 = 20;
+    const VERSION: i32 = 21;
+    const FOO: i32 = 200;
+    const BAR: i32 = 201;
+    const V1: i32 = 210;
+    const V2: i32 = 211;
+    const Z1: i32 = 110;
+    const Z2: i32 = 111;
+    const Z3: i32 = 112;
+    const NS: i32 = 1;
+    const OTHER_NS: i32 = 2;
+    const TAINT: i32 = 30;
+    const F: u32 = FEASIBLE;
+
+    struct Case {
+        name: &'static str,
+        /// Zone of each node (None: no zone label).
+        zones: Vec<Option<i32>>,
+        /// Nodes with an untolerated NoSchedule taint.
+        tainted: Vec<usize>,
+        /// The incoming pod's required node affinity: zone In these.
+        affinity_zones: Option<Vec<i32>>,
+        /// Bound pods: (node, pod).
+        existing: Vec<(i64, TablePod)>,
+        labels: Vec<(i32, i32)>,
+        selectors: Vec<TestSelector>,
+        constraints: Vec<TestSpread>,
+        system_default: bool,
+    }
+
+    fn case(name: &'static str, zones: Vec<Option<i32>>, constraints: Vec<TestSpread>) -> Case {
+        Case {
+            name,
+            zones,
+            tainted: vec![],
+            affinity_zones: None,
+            existing: vec![],
+            labels: vec![(APP, FOO)],
+            selectors: vec![label_is(APP, FOO)],
+            constraints,
+            system_default: false,
+        }
+    }
+
+    fn foo_on(nodes: &[i64]) -> Vec<(i64, TablePod)> {
+        nodes.iter().map(|&n| (n, TablePod::new(&[(APP, FOO)], NS))).collect()
+    }
+
+    fn terminating(labels: &[(i32, i32)]) -> TablePod {
+        TablePod {
+            terminating: true,
+            ..TablePod::new(labels, NS)
+        }
+    }
+
+    fn run(c: &Case) -> crate::schedule::Explanation {
+        let mut nodes = zoned_nodes(&c.zones);
+        for &n in &c.tainted {
+            nodes.nodes[n].taints.push((TAINT, 0, EFFECT_NO_SCHEDULE));
+        }
+        let mut classes = OwnedClasses::default();
+        classes.add(|k| k.required = c.affinity_zones.clone().map(|z| vec![vec![Req::In(ZONE, z)]]));
+        let mut table = OwnedPodTable::with_pods(&c.existing, &[TablePod::new(&c.labels, NS)]);
+        table.selectors = c.selectors.clone();
+        table.spread = vec![c.constraints.clone()];
+        table.system_default = vec![c.system_default as u8];
+        table.flatten();
+        explain_first(&nodes, &mut classes, &[pod(100, 1)], Some(&table)).1
+    }
+
+    #[test]
+    fn filter_table() {
+        let hard_zone = || spread(1, ZONE, true, 0);
+        let two_zones = || vec![Some(Z1), Some(Z1), Some(Z2), Some(Z2)];
+        let cases: Vec<(Case, Vec<u32>)> = vec![
+            (
+                Case {
+                    existing: foo_on(&[0, 1, 2]),
+                    ..case("maxSkew 1: only the emptier zone", two_zones(), vec![hard_zone()])
+                },
+                vec![SPREAD, SPREAD, F, F],
+            ),
+            (
+                Case {
+                    existing: foo_on(&[0, 1, 2]),
+                    ..case("maxSkew 2 admits both zones", two_zones(), vec![spread(2, ZONE, true, 0)])
+                },
+                vec![F, F, F, F],
+            ),
+            (
+                Case {
+                    existing: foo_on(&[0, 1, 2, 2]),
+                    ..case(
+                        "missing topology key: the node fails and its pods do not count",
+                        vec![Some(Z1), Some(Z2), None],
+                        vec![hard_zone()],
+                    )
+                },
+                vec![F, F, SPREAD_MISSING_LABEL],
+            ),
+            (
+                Case {
+                    existing: foo_on(&[0, 2]),
+                    ..case("minDomains met: the minimum is the emptiest zone", two_zones(), vec![hard_zone()])
+                },
+                vec![F, F, F, F],
+            ),
+            (
+                Case {
+                    existing: foo_on(&[0, 2]),
+                    ..case(
+                        "minDomains 3 over two zones: the global minimum is 0",
+                        two_zones(),
+                        vec![TestSpread {
+                            min_domains: 3,
+                            ..hard_zone()
+                        }],
+                    )
+                },
+                vec![SPREAD, SPREAD, SPREAD, SPREAD],
+            ),
+            (
+                Case {
+                    existing: foo_on(&[0, 1]),
+                    affinity_zones: Some(vec![Z1, Z2]),
+                    ..case(
+                        "nodeAffinityPolicy Honor: the zone the pod cannot use does not count",
+                        vec![Some(Z1), Some(Z2), Some(Z3)],
+                        vec![hard_zone()],
+                    )
+                },
+                vec![F, F, NODE_AFFINITY],
+            ),
+            (
+                Case {
+                    existing: foo_on(&[0, 1]),
+                    affinity_zones: Some(vec![Z1, Z2]),
+                    ..case(
+                        "nodeAffinityPolicy Ignore: the empty zone sets the minimum",
+                        vec![Some(Z1), Some(Z2), Some(Z3)],
+                        vec![TestSpread {
+                            honor_affinity: false,
+                            ..hard_zone()
+                        }],
+                    )
+                },
+                vec![SPREAD, SPREAD, NODE_AFFINITY],
+            ),
+            (
+                Case {
+                    existing: foo_on(&[0, 1]),
+                    tainted: vec![2],
+                    ..case(
+                        "nodeTaintsPolicy Ignore: the tainted empty zone sets the minimum",
+                        vec![Some(Z1), Some(Z2), Some(Z3)],
+                        vec![hard_zone()],
+                    )
+                },
+                vec![SPREAD, SPREAD, TAINT_TOLERATION],
+            ),
+            (
+                Case {
+                    existing: foo_on(&[0, 1]),
+                    tainted: vec![2],
+                    ..case(
+                        "nodeTaintsPolicy Honor: the tainted zone does not count",
+                        vec![Some(Z1), Some(Z2), Some(Z3)],
+                        vec![TestSpread {
+                            honor_taints: true,
+                            ..hard_zone()
+                        }],
+                    )
+                },
+                vec![F, F, TAINT_TOLERATION],
+            ),
+            (
+                Case {
+                    existing: vec![
+                        (0, TablePod::new(&[(APP, FOO), (VERSION, V1)], NS)),
+                        (0, TablePod::new(&[(APP, FOO), (VERSION, V1)], NS)),
+                        (2, TablePod::new(&[(APP, FOO), (VERSION, V2)], NS)),
+                    ],
+                    labels: vec![(APP, FOO), (VERSION, V2)],
+                    ..case("selector app=foo counts every version", two_zones(), vec![hard_zone()])
+                },
+                vec![SPREAD, SPREAD, F, F],
+            ),
+            (
+                Case {
+                    existing: vec![
+                        (0, TablePod::new(&[(APP, FOO), (VERSION, V1)], NS)),
+                        (0, TablePod::new(&[(APP, FOO), (VERSION, V1)], NS)),
+                        (2, TablePod::new(&[(APP, FOO), (VERSION, V2)], NS)),
+                    ],
+                    labels: vec![(APP, FOO), (VERSION, V2)],
+                    // matchLabelKeys [version], resolved by the caller into `version In [v2]`.
+                    selectors: vec![Some(vec![(APP, SEL_IN, vec![FOO]), (VERSION, SEL_IN, vec![V2])])],
+                    ..case("matchLabelKeys: only the pod's own version counts", two_zones(), vec![hard_zone()])
+                },
+                vec![F, F, SPREAD, SPREAD],
+            ),
+            (
+                Case {
+                    existing: vec![
+                        (0, TablePod::new(&[(APP, FOO)], OTHER_NS)),
+                        (0, TablePod::new(&[(APP, FOO)], OTHER_NS)),
+                        (2, TablePod::new(&[(APP, FOO)], NS)),
+                    ],
+                    ..case("pods of other namespaces do not count", two_zones(), vec![hard_zone()])
+                },
+                vec![F, F, SPREAD, SPREAD],
+            ),
+            (
+                Case {
+                    existing: vec![
+                        (0, terminating(&[(APP, FOO)])),
+                        (0, terminating(&[(APP, FOO)])),
+                        (2, TablePod::new(&[(APP, FOO)], NS)),
+                    ],
+                    ..case("terminating pods do not count", two_zones(), vec![hard_zone()])
+                },
+                vec![F, F, SPREAD, SPREAD],
+            ),
+            (
+                Case {
+                    existing: foo_on(&[0, 2, 2]),
+                    labels: vec![(APP, BAR)],
+                    ..case(
+                        "an incoming pod its selector does not match adds nothing to the skew",
+                        two_zones(),
+                        vec![hard_zone()],
+                    )
+                },
+                vec![F, F, F, F],
+            ),
+            (
+                Case {
+                    existing: foo_on(&[0, 2, 2]),
+                    ..case("an incoming pod it matches counts itself", two_zones(), vec![hard_zone()])
+                },
+                vec![F, F, SPREAD, SPREAD],
+            ),
+            (
+                Case {
+                    existing: foo_on(&[0, 0, 0]),
+                    ..case(
+                        "two constraints: hostname and zone must both hold",
+                        two_zones(),
+                        vec![spread(1, HOSTNAME, true, 0), spread(4, ZONE, true, 0)],
+                    )
+                },
+                vec![SPREAD, F, F, F],
+            ),
+        ];
+        for (c, want) in cases {
+            let got = verdicts(&run(&c));
+            assert_eq!(got, want, "{}: want {:?} got {:?}", c.name, want, got);
+        }
+    }
+
+    #[test]
+    fn score_table() {
+        let soft_zone = || spread(1, ZONE, false, 0);
+        // Raw: matching pods in the node's zone × ln(zones + 2) + maxSkew − 1,
+        // rounded; normalized: 100 × (max + min − raw) / max over scored nodes.
+        let cases = vec![
+            (
+                Case {
+                    existing: foo_on(&[0, 0]),
+                    ..case("emptier zone scores higher", vec![Some(Z1), Some(Z1), Some(Z2)], vec![soft_zone()])
+                },
+                // ln 4 × 2 = 2.77 → 3.
+                (vec![3.0, 3.0, 0.0], vec![0.0, 0.0, 100.0]),
+            ),
+            (
+                Case {
+                    existing: foo_on(&[0, 0, 0, 2]),
+                    ..case("skew proportional to counts", vec![Some(Z1), Some(Z1), Some(Z2)], vec![soft_zone()])
+                },
+                // ln 4 × 3 = 4.16 → 4; ln 4 × 1 = 1.39 → 1; normalized 100 × (4 + 1 − s) / 4.
+                (vec![4.0, 4.0, 1.0], vec![25.0, 25.0, 100.0]),
+            ),
+            (
+                Case {
+                    existing: foo_on(&[0, 0]),
+                    ..case(
+                        "a node without the key is not scored",
+                        vec![Some(Z1), Some(Z2), None],
+                        vec![soft_zone()],
+                    )
+                },
+                (vec![3.0, 0.0, 0.0], vec![0.0, 100.0, 0.0]),
+            ),
+            (
+                Case {
+                    existing: foo_on(&[0, 0]),
+                    system_default: true,
+                    ..case(
+                        "system default constraints score a node without the key",
+                        vec![Some(Z1), Some(Z2), None],
+                        vec![soft_zone()],
+                    )
+                },
+                // The keyless node's zone is the empty value: 0 matching, a third domain (ln 5).
+                (vec![3.0, 0.0, 0.0], vec![0.0, 100.0, 100.0]),
+            ),
+        ];
+        for (c, (raw, normalized)) in cases {
+            let (got_raw, got_normalized) = scores_of(&run(&c), PluginId::PodTopologySpread.name());
+            assert_eq!(got_raw, raw, "{}: raw", c.name);
+            assert_eq!(got_normalized, normalized, "{}: normalized", c.name);
+        }
+    }
+}

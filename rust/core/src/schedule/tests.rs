@@ -1,18 +1,12 @@
 //! The batch loop's behaviour as a whole: placements, reasons, caches, preemption.
-use super::*;
-use crate::model::row;
-use crate::model::{MetricSpec, Metrics, Missing, Ports, Prefer, CPU, EFFECT_NO_SCHEDULE, MEMORY, PROTOCOL_TCP};
-use crate::reasons::{self, insufficient, metric, METRIC_ABOVE, NODE_PORTS, TAINT_TOLERATION};
-use crate::test_support::{NodeBuilder, OwnedClasses, OwnedPodTable, OwnedPods, TestPod, TestSpread};
 
-fn pod(cpu: i64, key: u64) -> TestPod {
-    TestPod {
-        request: vec![cpu, 1 << 30, 0, 0],
-        class: 0,
-        key,
-        ports: vec![],
-    }
-}
+use super::*;
+use crate::model::{row, MetricSpec, Metrics, Missing, Prefer, CPU, EFFECT_NO_SCHEDULE, MEMORY, PROTOCOL_TCP};
+use crate::reasons::{self, insufficient, metric, METRIC_ABOVE, NODE_PORTS, TAINT_TOLERATION};
+use crate::test_support::{
+    label_is, no_metrics, pod, spread, term, zoned_nodes, NodeBuilder, OwnedClasses, OwnedPodTable, OwnedPods, OwnedVictims, TestPod,
+    TestSpread, TestVictim, HOSTNAME, ZONE,
+};
 
 fn run(b: &NodeBuilder, pods: &[TestPod], metrics: &Metrics, seed: u64) -> Outcome {
     let nodes = b.build();
@@ -25,13 +19,6 @@ fn run(b: &NodeBuilder, pods: &[TestPod], metrics: &Metrics, seed: u64) -> Outco
         ..ScheduleOptions::default()
     };
     schedule_batch(&nodes.view(), &classes.view(), &pods.view(), metrics, &Profile::default(), &options).expect("valid input")
-}
-
-fn no_metrics() -> Metrics<'static> {
-    Metrics {
-        values: &[],
-        specs: vec![],
-    }
 }
 
 /// A batch must place exactly as scheduling its pods one by one against the
@@ -132,28 +119,21 @@ fn batch_equals_one_pod_at_a_time() {
     }
 }
 
-const HOSTNAME: i32 = 10;
-const ZONE: i32 = 11;
 const APP: i32 = 20;
 const WEB: i32 = 200;
 
-/// `nodes` nodes named by hostname, zone A for the first `in_a`, zone B for the rest.
+/// `nodes` nodes, zone A (110) for the first `in_a`, zone B (111) for the rest.
 fn zoned(nodes: usize, in_a: usize) -> NodeBuilder {
-    let mut b = NodeBuilder::default();
-    for i in 0..nodes {
-        b.node(|n| {
-            n.labels = vec![(HOSTNAME, 100 + i as i32, None), (ZONE, if i < in_a { 110 } else { 111 }, None)];
-        });
-    }
-    b
+    let zones: Vec<Option<i32>> = (0..nodes).map(|i| Some(if i < in_a { 110 } else { 111 })).collect();
+    zoned_nodes(&zones)
 }
 
 /// `count` pending pods labelled app=web, with the given term set / spread constraints.
 fn web_table(count: usize, term_set: i64, spread: Vec<TestSpread>) -> OwnedPodTable {
     let mut t = OwnedPodTable {
         label_sets: vec![vec![(APP, WEB)]],
-        selectors: vec![(APP, WEB)],
-        terms: vec![(0, HOSTNAME, 0)],
+        selectors: vec![label_is(APP, WEB)],
+        terms: vec![term(0, HOSTNAME)],
         term_sets: vec![[vec![], vec![0], vec![], vec![]]],
         label_sets_of_pods: vec![0; count],
         term_sets_of_pods: vec![term_set; count],
@@ -197,12 +177,12 @@ fn anti_affinity_sees_pods_placed_earlier_in_the_batch() {
 #[test]
 fn spread_counts_pods_placed_earlier_in_the_batch() {
     // Zone A has three nodes, zone B one: least-allocated alone would fill zone A.
-    let out = run_with_table(&zoned(4, 3), 6, &web_table(6, -1, vec![(1, 1, ZONE, 1, 0)]));
+    let out = run_with_table(&zoned(4, 3), 6, &web_table(6, -1, vec![spread(1, ZONE, true, 0)]));
     let in_b = out.nodes.iter().filter(|&&n| n == 3).count();
     assert!(out.nodes.iter().all(|&n| n >= 0));
     assert_eq!(in_b, 3, "maxSkew 1 over two zones: 3 and 3, got {:?}", out.nodes);
     // ScheduleAnyway does not filter, but scores the emptier zone higher.
-    let out = run_with_table(&zoned(4, 3), 2, &web_table(2, -1, vec![(1, 1, ZONE, 0, 0)]));
+    let out = run_with_table(&zoned(4, 3), 2, &web_table(2, -1, vec![spread(1, ZONE, false, 0)]));
     assert!(out.nodes.contains(&3), "one of two pods goes to zone B: {:?}", out.nodes);
 }
 
@@ -226,30 +206,25 @@ fn preemption_evicts_the_fewest_lowest_priority_pods_and_reserves_the_node() {
     let test_pods = vec![pod(2000, 1), pod(1000, 2)];
     let owned = OwnedPods::new(&test_pods);
     let mut pods = owned.view();
-    let r = 4;
-    let mut requests = vec![0i64; 4 * r];
-    for (i, cpu) in [1000, 1000, 1000, 4000].into_iter().enumerate() {
-        requests[i * r + CPU] = cpu;
-    }
-    let none = Ports {
-        offsets: &[0, 0, 0, 0, 0],
-        protocols: &[],
-        ips: &[],
-        ports: &[],
+    let victim = |node, priority, cpu, start_time| TestVictim {
+        row: -1,
+        node,
+        priority,
+        request: vec![cpu],
+        start_time,
+        ..TestVictim::default()
     };
-    let victims = crate::model::Victims {
-        count: 4,
-        rows: &[-1, -1, -1, -1],
-        nodes: &[0, 0, 0, 1],
-        priorities: &[1, 1, 5, 5],
-        requests: &requests,
-        start_times: &[10, 20, 0, 0],
-        terminating: &[0, 0, 0, 0],
-        ports: none,
-        pdb_offsets: &[0, 0, 0, 0, 0],
-        pdbs: &[],
-        pdb_allowed: &[],
-    };
+    let owned_victims = OwnedVictims::new(
+        &[
+            victim(0, 1, 1000, 10),
+            victim(0, 1, 1000, 20),
+            victim(0, 5, 1000, 0),
+            victim(1, 5, 4000, 0),
+        ],
+        4,
+        vec![],
+    );
+    let victims = owned_victims.view();
     pods.preemption = Some(crate::model::Preemption {
         priorities: &[10, 0],
         allowed: &[1, 1],

@@ -1,7 +1,16 @@
 //! Owned fixtures for the table-driven tests: build small clusters as plain
-//! vectors and borrow them as the engine's input views.
+//! vectors and borrow them as the engine's input views. The one place tests
+//! build inputs; test modules add only their own named cases.
+
+mod pod_table;
+mod victims;
+
+pub use pod_table::*;
+pub use victims::*;
 
 use crate::model::*;
+use crate::plugins::FEASIBLE;
+use crate::schedule::{schedule_batch, Explanation, Outcome, ScheduleOptions};
 
 /// Label (key, value, parsed int) of a test node.
 pub type TestLabel = (i32, i32, Option<i64>);
@@ -449,134 +458,54 @@ impl OwnedPods {
     }
 }
 
-/// A test spread constraint: (max skew, min domains, topology key, hard, selector).
-pub type TestSpread = (i64, i64, i32, u8, i64);
-
-/// A pod table where every pod has one label set and at most one term set;
-/// selectors are `key In [value]` (one requirement) and terms span all namespaces.
-#[derive(Default)]
-pub struct OwnedPodTable {
-    pub bound_nodes: Vec<i64>,
-    pub label_sets_of_pods: Vec<i64>,
-    pub term_sets_of_pods: Vec<i64>,
-    pub namespaces: Vec<i32>,
-    pub terminating: Vec<u8>,
-    pub label_sets: Vec<Vec<(i32, i32)>>,
-    /// (key, value) of each selector.
-    pub selectors: Vec<(i32, i32)>,
-    /// (selector, topology key, weight) of each term.
-    pub terms: Vec<(i64, i32, i64)>,
-    /// Four term lists per set.
-    pub term_sets: Vec<[Vec<i64>; 4]>,
-    /// Per pending pod: (max skew, min domains, key, hard, selector).
-    pub spread: Vec<Vec<TestSpread>>,
-    pub hostname_key: i32,
-    // Flattened views, filled by `flatten`.
-    pub flat: Vec<Vec<i64>>,
-    pub flat32: Vec<Vec<i32>>,
-    pub flat8: Vec<Vec<u8>>,
+/// A pending pod of class 0 requesting `cpu` millicores and 1Gi of memory.
+pub fn pod(cpu: i64, key: u64) -> TestPod {
+    TestPod {
+        request: vec![cpu, 1 << 30, 0, 0],
+        class: 0,
+        key,
+        ports: vec![],
+    }
 }
 
-impl OwnedPodTable {
-    /// Flatten the CSR tables; call before `view`.
-    pub fn flatten(&mut self) {
-        fn csr<T: Clone>(rows: &[Vec<T>]) -> (Vec<i64>, Vec<T>) {
-            let mut offsets = vec![0i64];
-            let mut flat = Vec::new();
-            for r in rows {
-                flat.extend(r.iter().cloned());
-                offsets.push(flat.len() as i64);
-            }
-            (offsets, flat)
-        }
-        let (ls_offsets, ls_pairs) = csr(&self.label_sets);
-        let ts_rows: Vec<Vec<i64>> = self.term_sets.iter().flat_map(|s| s.iter().cloned()).collect();
-        let (ts_offsets, ts_terms) = csr(&ts_rows);
-        let sp_rows = &self.spread;
-        let (sp_offsets, sp) = csr(sp_rows);
-        let n_sel = self.selectors.len() as i64;
-        let n_terms = self.terms.len();
-        self.flat = vec![
-            ls_offsets,                               // 0
-            (0..=n_sel).collect(),                    // 1 selector offsets (one requirement each)
-            (0..=n_sel).collect(),                    // 2 value offsets (one value each)
-            self.terms.iter().map(|t| t.0).collect(), // 3 term selectors
-            self.terms.iter().map(|t| t.2).collect(), // 4 term weights
-            vec![0; n_terms + 1],                     // 5 term namespace offsets
-            ts_offsets,                               // 6
-            ts_terms,                                 // 7
-            sp_offsets,                               // 8
-            sp.iter().map(|c| c.0).collect(),         // 9 max skew
-            sp.iter().map(|c| c.1).collect(),         // 10 min domains
-            sp.iter().map(|c| c.4).collect(),         // 11 spread selectors
-        ];
-        self.flat32 = vec![
-            ls_pairs.iter().map(|p| p.0).collect(),       // 0 label keys
-            ls_pairs.iter().map(|p| p.1).collect(),       // 1 label values
-            self.selectors.iter().map(|s| s.0).collect(), // 2 selector keys
-            self.selectors.iter().map(|s| s.1).collect(), // 3 selector values
-            self.terms.iter().map(|t| t.1).collect(),     // 4 term topology keys
-            Vec::new(),                                   // 5 term namespaces
-            sp.iter().map(|c| c.2).collect(),             // 6 spread keys
-        ];
-        self.flat8 = vec![
-            vec![0; self.selectors.len()],    // 0 nothing
-            vec![0; self.selectors.len()],    // 1 operators (In)
-            vec![1; n_terms],                 // 2 all namespaces
-            sp.iter().map(|c| c.3).collect(), // 3 hard
-            vec![1; sp.len()],                // 4 honor affinity
-            vec![0; sp.len()],                // 5 honor taints
-            vec![0; sp_rows.len()],           // 6 system default
-        ];
+pub fn no_metrics() -> Metrics<'static> {
+    Metrics {
+        values: &[],
+        specs: vec![],
     }
+}
 
-    pub fn view(&self) -> crate::model::pod_table::PodTable<'_> {
-        use crate::model::pod_table::*;
-        let (f, f32_, f8) = (&self.flat, &self.flat32, &self.flat8);
-        PodTable {
-            bound: self.bound_nodes.len(),
-            nodes: &self.bound_nodes,
-            namespaces: &self.namespaces,
-            label_sets: &self.label_sets_of_pods,
-            term_sets: &self.term_sets_of_pods,
-            terminating: &self.terminating,
-            labels: LabelSets {
-                offsets: &f[0],
-                keys: &f32_[0],
-                values: &f32_[1],
-            },
-            selectors: PodSelectors {
-                offsets: &f[1],
-                nothing: &f8[0],
-                keys: &f32_[2],
-                operators: &f8[1],
-                value_offsets: &f[2],
-                values: &f32_[3],
-            },
-            terms: PodTerms {
-                selectors: &f[3],
-                topology_keys: &f32_[4],
-                weights: &f[4],
-                all_namespaces: &f8[2],
-                namespace_offsets: &f[5],
-                namespaces: &f32_[5],
-            },
-            term_set_table: TermSets {
-                offsets: &f[6],
-                terms: &f[7],
-            },
-            spread: SpreadConstraints {
-                offsets: &f[8],
-                max_skew: &f[9],
-                min_domains: &f[10],
-                topology_keys: &f32_[6],
-                hard: &f8[3],
-                selectors: &f[11],
-                honor_affinity: &f8[4],
-                honor_taints: &f8[5],
-                system_default: &f8[6],
-            },
-            hostname_key: self.hostname_key,
-        }
-    }
+/// Schedule `pods` (with `table`, if any) under the default profile and
+/// explain pod 0: its verdict and scores on every node.
+pub fn explain_first(
+    nodes: &NodeBuilder,
+    classes: &mut OwnedClasses,
+    pods: &[TestPod],
+    table: Option<&OwnedPodTable>,
+) -> (Outcome, Explanation) {
+    let nodes = nodes.build();
+    let owned = OwnedPods::new(pods);
+    let mut pods = owned.view();
+    pods.table = table.map(|t| t.view());
+    let options = ScheduleOptions {
+        explain: Some(0),
+        ..ScheduleOptions::default()
+    };
+    let mut out = schedule_batch(&nodes.view(), &classes.view(), &pods, &no_metrics(), &Profile::default(), &options).expect("valid input");
+    let ex = out.explanation.take().expect("explained");
+    (out, ex)
+}
+
+/// Each node's first failing reason code in an explanation (`FEASIBLE` where it passes).
+pub fn verdicts(ex: &Explanation) -> Vec<u32> {
+    (0..ex.reason_offsets.len() - 1)
+        .map(|node| ex.reason_codes[row(&ex.reason_offsets, node)].first().copied().unwrap_or(FEASIBLE))
+        .collect()
+}
+
+/// A score plugin's raw and normalized scores per node in an explanation.
+pub fn scores_of(ex: &Explanation, plugin: &str) -> (Vec<f64>, Vec<f64>) {
+    let k = ex.plugins.iter().position(|p| p == plugin).expect("a score plugin");
+    let n = ex.totals.len();
+    (ex.raw[k * n..(k + 1) * n].to_vec(), ex.normalized[k * n..(k + 1) * n].to_vec())
 }
