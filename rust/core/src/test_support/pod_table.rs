@@ -1,7 +1,7 @@
 //! Pod tables for the pod-level plugins' tests: label sets, selectors,
 //! affinity terms, spread constraints, and small zoned clusters.
 
-use super::NodeBuilder;
+use super::nodes::NodeBuilder;
 use crate::model::*;
 
 /// A pod label selector: None for a nil selector (matches no pod), else its

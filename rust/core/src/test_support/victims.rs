@@ -1,6 +1,6 @@
 //! Evictable bound pods for the preemption tests.
 
-use super::OwnedPorts;
+use super::nodes::OwnedPorts;
 use crate::model::Victims;
 
 /// An evictable bound pod, for preemption tests.
