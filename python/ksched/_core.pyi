@@ -1,27 +1,62 @@
-"""Type stub of the Rust engine module (rust/python)."""
-
-from typing import Any
+"""Type stub of the Rust engine module (rust/python). The dict shapes live in ``ksched.core_types``."""
 
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["NOT_ATTEMPTED", "UNSCHEDULABLE", "EngineInputError", "schedule"]
+from ksched.core_types import (
+    ClassTable,
+    MetricSpec,
+    NodeTable,
+    Outcome,
+    PluginInfo,
+    PodBatch,
+    Profile,
+    ReasonInfo,
+    ReasonLayout,
+)
 
+__all__ = [
+    "EFFECTS",
+    "NOT_ATTEMPTED",
+    "PLUGINS",
+    "POD_SELECTOR_OPERATORS",
+    "PROTOCOLS",
+    "REASONS",
+    "REASON_LAYOUT",
+    "SELECTOR_OPERATORS",
+    "TOLERATION_OPERATORS",
+    "UNSCHEDULABLE",
+    "EngineInputError",
+    "schedule",
+]
+
+# `Outcome["nodes"]` of a pod that fits no node, and of one the deadline left unattempted.
 UNSCHEDULABLE: int
 NOT_ATTEMPTED: int
+# The plugin registry, in filter order.
+PLUGINS: list[PluginInfo]
+# The fixed filter-failure reasons, and where the per-resource and per-metric ones sit.
+REASONS: list[ReasonInfo]
+REASON_LAYOUT: ReasonLayout
+# Enum values of the input tables, by their Kubernetes names ("" is a toleration's empty effect).
+EFFECTS: dict[str, int]
+TOLERATION_OPERATORS: dict[str, int]
+SELECTOR_OPERATORS: dict[str, int]
+POD_SELECTOR_OPERATORS: dict[str, int]
+PROTOCOLS: dict[str, int]
 
 class EngineInputError(ValueError): ...
 
 def schedule(
-    nodes: dict[str, Any],
-    classes: dict[str, Any],
-    pods: dict[str, Any],
+    nodes: NodeTable,
+    classes: ClassTable,
+    pods: PodBatch,
     metric_values: npt.NDArray[np.float64],
-    metric_specs: npt.NDArray[np.float64],
-    profile: dict[str, Any],
+    metric_specs: list[MetricSpec],
+    profile: Profile,
     *,
     seed: int = 0,
     deadline_s: float | None = None,
     explain: int | None = None,
     parallel: bool = True,
-) -> dict[str, Any]: ...
+) -> Outcome: ...

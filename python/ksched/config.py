@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from ksched import _core
 from ksched.errors import ConfigError
 from ksched.objects import Obj
 
@@ -24,26 +25,10 @@ API_VERSION = "ksched.io/v1alpha1"
 KIND = "KschedConfiguration"
 DEFAULT_PROFILE = "ksched"
 
-# In the order the engine's filter flags take them (the profile's "filters" for ksched._core).
-FILTER_PLUGINS = (
-    "NodeUnschedulable",
-    "NodeName",
-    "TaintToleration",
-    "NodeAffinity",
-    "NodePorts",
-    "NodeResourcesFit",
-    "PodTopologySpread",
-    "InterPodAffinity",
-)
-# Upstream default weights (pkg/scheduler/apis/config/v1/default_plugins.go).
-DEFAULT_SCORE_WEIGHTS = {
-    "TaintToleration": 3,
-    "NodeAffinity": 2,
-    "NodeResourcesFit": 1,
-    "NodeResourcesBalancedAllocation": 1,
-    "PodTopologySpread": 2,
-    "InterPodAffinity": 2,
-}
+# The engine's plugin registry: filters in the order they run, and upstream's
+# default score weights (pkg/scheduler/apis/config/v1/default_plugins.go).
+FILTER_PLUGINS = tuple(p["name"] for p in _core.PLUGINS if p["filter"])
+DEFAULT_SCORE_WEIGHTS = {p["name"]: p["default_weight"] for p in _core.PLUGINS if p["score"]}
 # Upstream PodTopologySpread systemDefaultConstraints (ScheduleAnyway).
 SYSTEM_DEFAULT_SPREAD = (("kubernetes.io/hostname", 3, False), ("topology.kubernetes.io/zone", 5, False))
 DEFAULTING_TYPES = ("System", "List")

@@ -1,8 +1,9 @@
 """Reason strings and the FailedScheduling message, character for character as upstream.
 
-The engine reports integer reason codes counted per node; this module owns
-the strings (upstream's constants, in the plugin that defines each) and
-``FitError.Error()``'s layout: ``0/N nodes are available: <count> <reason>, ...``
+The engine reports integer reason codes counted per node. Upstream's fixed
+strings live in the engine beside the plugin that defines each and come from
+``_core.REASONS``; this module adds the parameterized ones (``Insufficient
+<resource>``, metric thresholds) and ``FitError.Error()``'s layout: ``0/N nodes are available: <count> <reason>, ...``
 with the entries sorted as strings.
 """
 
@@ -10,50 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-# Codes of ksched-core's reasons.rs.
-NODE_UNSCHEDULABLE = 1
-NODE_NAME = 2
-TAINT_TOLERATION = 3
-NODE_AFFINITY = 4
-NODE_AFFINITY_PREFILTER = 5
-NODE_PORTS = 6
-TOO_MANY_PODS = 7
-SPREAD = 8
-SPREAD_MISSING_LABEL = 9
-POD_AFFINITY = 10
-POD_ANTI_AFFINITY = 11
-EXISTING_ANTI_AFFINITY = 12
-FIRST_INSUFFICIENT = 13
-PER_METRIC = 3
+from ksched import _core
 
-FIXED_REASONS = {
-    NODE_UNSCHEDULABLE: "node(s) were unschedulable",
-    NODE_NAME: "node(s) didn't match the requested node name",
-    TAINT_TOLERATION: "node(s) had untolerated taint(s)",
-    NODE_AFFINITY: "node(s) didn't match Pod's node affinity/selector",
-    NODE_AFFINITY_PREFILTER: "node(s) didn't satisfy plugin(s) [NodeAffinity]",
-    NODE_PORTS: "node(s) didn't have free ports for the requested pod ports",
-    TOO_MANY_PODS: "Too many pods",
-    SPREAD: "node(s) didn't match pod topology spread constraints",
-    SPREAD_MISSING_LABEL: "node(s) didn't match pod topology spread constraints (missing required label)",
-    POD_AFFINITY: "node(s) didn't match pod affinity rules",
-    POD_ANTI_AFFINITY: "node(s) didn't match pod anti-affinity rules",
-    EXISTING_ANTI_AFFINITY: "node(s) didn't satisfy existing pods anti-affinity rules",
-}
-PLUGIN_OF_REASON = {
-    NODE_UNSCHEDULABLE: "NodeUnschedulable",
-    NODE_NAME: "NodeName",
-    TAINT_TOLERATION: "TaintToleration",
-    NODE_AFFINITY: "NodeAffinity",
-    NODE_AFFINITY_PREFILTER: "NodeAffinity",
-    NODE_PORTS: "NodePorts",
-    TOO_MANY_PODS: "NodeResourcesFit",
-    SPREAD: "PodTopologySpread",
-    SPREAD_MISSING_LABEL: "PodTopologySpread",
-    POD_AFFINITY: "InterPodAffinity",
-    POD_ANTI_AFFINITY: "InterPodAffinity",
-    EXISTING_ANTI_AFFINITY: "InterPodAffinity",
-}
+# The engine's fixed reasons (code -> upstream's string, and the plugin that reports it)
+# and where the per-resource and per-metric codes start.
+FIXED_REASONS = {r["code"]: r["message"] for r in _core.REASONS}
+PLUGIN_OF_REASON = {r["code"]: r["plugin"] for r in _core.REASONS}
+_LAYOUT = _core.REASON_LAYOUT
+FIRST_INSUFFICIENT = _LAYOUT["first_insufficient"]
+PER_METRIC = _LAYOUT["per_metric"]
 # NodeAffinity PreFilter: matchFields terms whose node names cannot all hold.
 AFFINITY_CONFLICT = "pod affinity terms conflict"
 
@@ -77,9 +43,9 @@ class ReasonNames:
             return f"Insufficient {self.resources[r]}"
         m, kind = divmod(r - len(self.resources), PER_METRIC)
         metric, above, below = self.metrics[m]
-        if kind == 0:
+        if kind == _LAYOUT["metric_above"]:
             return f"node(s) had {metric} above {_number(above or 0.0)}"
-        if kind == 1:
+        if kind == _LAYOUT["metric_below"]:
             return f"node(s) had {metric} below {_number(below or 0.0)}"
         return f"node(s) had no value for {metric}"
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
+from ksched import _core
 from ksched.engine.quantity import NANO, Nano, canonical_nano, parse_nano
 from ksched.errors import MalformedObjectError, QuantityError
 from ksched.objects import Obj, pod_key, spec
@@ -30,10 +31,10 @@ POD_LEVEL_RESOURCES = ("cpu", "memory")
 # rather than slowing every node's filter (the API server caps labels far below this).
 MAX_SELECTOR_ITEMS = 1000
 
-NODE_SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
-TOLERATION_OPERATORS = ("Equal", "Exists")
-TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
-PROTOCOLS = ("TCP", "UDP", "SCTP")
+NODE_SELECTOR_OPERATORS = tuple(_core.SELECTOR_OPERATORS)
+TOLERATION_OPERATORS = tuple(_core.TOLERATION_OPERATORS)
+TAINT_EFFECTS = tuple(e for e in _core.EFFECTS if e)
+PROTOCOLS = tuple(_core.PROTOCOLS)
 _INT64 = re.compile(r"^[+-]?\d+$")
 
 
@@ -479,7 +480,7 @@ def prefilter_node_names(required: Iterable[Term] | None) -> set[str] | None:
 
 # -- pod-level constraints (InterPodAffinity, PodTopologySpread) ---------------
 
-LABEL_SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
+LABEL_SELECTOR_OPERATORS = tuple(_core.POD_SELECTOR_OPERATORS)
 WHEN_UNSATISFIABLE = ("DoNotSchedule", "ScheduleAnyway")
 INCLUSION_POLICIES = ("Honor", "Ignore")
 # A label selector's requirements (matchLabels become In with one value); None is a nil selector.

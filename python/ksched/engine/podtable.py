@@ -13,11 +13,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
 
+from ksched import _core
+from ksched.core_types import PodTableArrays, VictimArrays
 from ksched.engine.pods import (
     AffinityTerm,
     CountedRequests,
@@ -34,8 +36,6 @@ from ksched.engine.pods import (
 from ksched.errors import MalformedObjectError
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
-PROTOCOL_IDS = {"TCP": 0, "UDP": 1, "SCTP": 2}
-SELECTOR_OPERATORS = {"In": 0, "NotIn": 1, "Exists": 2, "DoesNotExist": 3}
 # Interned term set: the owning pod's namespace (terms without namespaces mean it) and the terms.
 TermSetKey = tuple[str, PodAffinityTerms]
 
@@ -94,7 +94,7 @@ class _Compiler:
         c["sel_nothing"].append(int(sel is None))
         for r in sel or ():
             c["sel_keys"].append(s(r.key))
-            c["sel_operators"].append(SELECTOR_OPERATORS[r.operator])
+            c["sel_operators"].append(_core.POD_SELECTOR_OPERATORS[r.operator])
             c["sel_values"].extend(s(v) for v in r.values)
             c["sel_value_offsets"].append(len(c["sel_values"]))
         c["sel_offsets"].append(len(c["sel_keys"]))
@@ -251,7 +251,7 @@ class PodTable:
 
     def engine_table(
         self, pending: Sequence[PendingPod], namespaces: Mapping[str, Mapping[str, str]]
-    ) -> dict[str, Any] | None:
+    ) -> PodTableArrays | None:
         """The engine's ``pods["table"]`` for a batch, or None when no plugin has anything to act on."""
         if not self.with_terms and not any(p.info.affinity is not None or p.spread for p in pending):
             return None
@@ -320,7 +320,8 @@ class PodTable:
                 "hostname_key": int(self.strings(HOSTNAME_LABEL)),
             }
         )
-        return out
+        # Every key of PodTableArrays, as the binding checks: the columns above and the compiler's.
+        return cast(PodTableArrays, out)
 
     def victims(
         self,
@@ -329,7 +330,7 @@ class PodTable:
         strings: Any,
         resources: Any,
         with_rows: bool,
-    ) -> tuple[dict[str, Any], list[str]]:
+    ) -> tuple[VictimArrays, list[str]]:
         """The engine's ``Victims`` arrays for the evictable bound pods of priority
         below ``below``, and their keys. Rows index the compacted pod table (the
         order ``engine_table`` uses) when ``with_rows``."""
@@ -350,7 +351,7 @@ class PodTable:
             e = self.evictable[r]
             for resource, v in e.requests.requests.items():
                 requests[i * width + resources(resource)] = v
-            ports.extend((PROTOCOL_IDS[p.protocol], int(strings(p.ip)), p.port) for p in e.ports)
+            ports.extend((_core.PROTOCOLS[p.protocol], int(strings(p.ip)), p.port) for p in e.ports)
             port_offsets.append(len(ports))
             info = self.infos[r]
             name = self.keys[r].rsplit("/", 1)[-1]
@@ -358,7 +359,7 @@ class PodTable:
             pdbs.extend(k for k, b in enumerate(budgets) if b.covers(info.namespace, name, labels))
             pdb_offsets.append(len(pdbs))
             starts.append(int(e.start_time * 1000))
-        out = {
+        out: VictimArrays = {
             "victims": len(chosen),
             "v_rows": (rank[chosen] if with_rows else np.full(len(chosen), -1)).astype(np.int64),
             "v_nodes": self.node[chosen].astype(np.int64),

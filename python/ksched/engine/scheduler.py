@@ -19,7 +19,8 @@ import numpy.typing as npt
 
 from ksched import _core
 from ksched.config import Config, MetricConfig
-from ksched.engine.inputs import _ClassTable, _i64, engine_profile, metric_specs
+from ksched.core_types import ExplanationArrays, Outcome, PodBatch, PreemptionArrays
+from ksched.engine.inputs import ClassColumns, engine_profile, i64, metric_specs
 from ksched.engine.messages import AFFINITY_CONFLICT, ReasonNames, fit_error, prefilter_error
 from ksched.engine.pods import (
     PodRequirements,
@@ -28,7 +29,7 @@ from ksched.engine.pods import (
     requirements,
 )
 from ksched.engine.podtable import Evictable, PendingPod
-from ksched.engine.snapshot import PROTOCOLS, Snapshot, add_usage
+from ksched.engine.snapshot import Snapshot, add_usage
 from ksched.errors import KschedError, MalformedObjectError
 from ksched.objects import Obj, pod_key, stable_key
 
@@ -160,7 +161,7 @@ class Engine:
         )
         res = snapshot.resources
         batch = _Batch(
-            _ClassTable(snapshot), ReasonNames(res.names, [(m.name, m.above, m.below) for m in metrics])
+            ClassColumns(snapshot), ReasonNames(res.names, [(m.name, m.above, m.below) for m in metrics])
         )
         results = batch.results
         for _, pod, req in parsed:
@@ -189,7 +190,9 @@ class Engine:
                     req=req,
                     requests=request_row,
                     klass=batch.classes.class_of(req.constraints, prefilter),
-                    ports=[(PROTOCOLS[p.protocol], snapshot.strings(p.ip), p.port) for p in req.host_ports],
+                    ports=[
+                        (_core.PROTOCOLS[p.protocol], snapshot.strings(p.ip), p.port) for p in req.host_ports
+                    ],
                     default_spread=()
                     if req.spread
                     else snapshot.spread_selectors.defaults(pod, self.profile.spread_defaults),
@@ -207,7 +210,7 @@ class Engine:
         deadline_s: float | None,
         nominated: Sequence[Obj],
         groups: Mapping[str, GangStatus],
-    ) -> tuple[dict[str, Any], list[str]]:
+    ) -> tuple[Outcome, list[str]]:
         """Run the engine on the batch until every gang left in it reaches minMember.
 
         Gangs that cannot are taken out and the batch placed again without them:
@@ -228,47 +231,46 @@ class Engine:
         metric_values: npt.NDArray[np.float64] | None,
         deadline_s: float | None,
         nominated: Sequence[Obj],
-    ) -> tuple[dict[str, Any], list[str]]:
+    ) -> tuple[Outcome, list[str]]:
         """One engine call on the batch's rows (in order); also the keys of the evictable pods.
         Only the call itself counts as the batch's Rust time: its inputs are built first."""
         rows = batch.rows
         hp = [p for r in rows for p in r.ports]
-        engine_pods = {
+        table = snapshot.pods.engine_table(
+            [
+                PendingPod(r.req.info, r.default_spread, self.profile.spread_system_defaulted)
+                if r.default_spread
+                else PendingPod(r.req.info, r.req.spread)
+                for r in rows
+            ],
+            snapshot.namespaces,
+        )
+        preemption, victim_keys = self._preemption(snapshot, rows, nominated, table is not None)
+        engine_pods: PodBatch = {
             "count": len(rows),
-            "requests": _i64([v for r in rows for v in r.requests]),
-            "nonzero_requests": _i64([v for r in rows for v in (r.req.nonzero_cpu, r.req.nonzero_memory)]),
-            "pod_classes": _i64([r.klass for r in rows]),
+            "requests": i64([v for r in rows for v in r.requests]),
+            "nonzero_requests": i64([v for r in rows for v in (r.req.nonzero_cpu, r.req.nonzero_memory)]),
+            "pod_classes": i64([r.klass for r in rows]),
             "pod_keys": np.asarray([stable_key(r.req.key) for r in rows], dtype=np.uint64),
-            "hp_offsets": _i64(np.cumsum([0] + [len(r.ports) for r in rows]).tolist()),
+            "hp_offsets": i64(np.cumsum([0] + [len(r.ports) for r in rows]).tolist()),
             "hp_protocols": np.asarray([p[0] for p in hp], dtype=np.uint8),
             "hp_ips": np.asarray([p[1] for p in hp], dtype=np.int32),
             "hp_ports": np.asarray([p[2] for p in hp], dtype=np.int32),
-            "table": snapshot.pods.engine_table(
-                [
-                    PendingPod(r.req.info, r.default_spread, self.profile.spread_system_defaulted)
-                    if r.default_spread
-                    else PendingPod(r.req.info, r.req.spread)
-                    for r in rows
-                ],
-                snapshot.namespaces,
-            ),
+            "table": table,
+            "preemption": preemption,
         }
-        victim_keys: list[str] = []
-        engine_pods["preemption"], victim_keys = self._preemption(
-            snapshot, rows, nominated, engine_pods["table"] is not None
-        )
         total = snapshot.count
         if metric_values is None or not metrics:
             values = np.full(total * len(metrics), np.nan, dtype=np.float64)
         else:
             values = np.ascontiguousarray(metric_values[:, : len(metrics)], dtype=np.float64).reshape(-1)
         nodes = snapshot.engine_nodes()
-        classes = batch.classes.engine_classes()
+        classes = batch.classes.table()
         specs = metric_specs(metrics, snapshot)
         profile = engine_profile(self.profile, snapshot)
         explain_row = batch.explain_row()
         started = time.perf_counter()
-        out: dict[str, Any] = _core.schedule(
+        out = _core.schedule(
             nodes,
             classes,
             engine_pods,
@@ -285,7 +287,7 @@ class Engine:
 
     def _preemption(
         self, snapshot: Snapshot, rows: Sequence[_Row], nominated: Sequence[Obj], with_rows: bool
-    ) -> tuple[dict[str, Any] | None, list[str]]:
+    ) -> tuple[PreemptionArrays | None, list[str]]:
         """The engine's ``preemption`` input, or None when no pod could preempt and nothing is held."""
         reservations = []
         in_batch = {r.req.key for r in rows}
@@ -318,11 +320,11 @@ class Engine:
                     requests[k * len(res) + column] = v
         return {
             **victims,
-            "pod_priorities": _i64([r.req.priority for r in rows]),
+            "pod_priorities": i64([r.req.priority for r in rows]),
             "pod_preempt": np.asarray([int(r.req.may_preempt) for r in rows], dtype=np.uint8),
-            "pod_nominated": _i64([snapshot.index.get(r.req.nominated_node, -1) for r in rows]),
-            "r_nodes": _i64([n for n, _ in reservations]),
-            "r_priorities": _i64([req.priority for _, req in reservations]),
+            "pod_nominated": i64([snapshot.index.get(r.req.nominated_node, -1) for r in rows]),
+            "r_nodes": i64([n for n, _ in reservations]),
+            "r_priorities": i64([req.priority for _, req in reservations]),
             "r_requests": requests,
         }, keys
 
@@ -349,7 +351,7 @@ class _Batch:
     """One batch compiled for the engine: the rows it runs on, and a result slot
     per pod in queue order (None until the engine's verdict is read)."""
 
-    classes: _ClassTable
+    classes: ClassColumns
     names: ReasonNames
     rows: list[_Row] = field(default_factory=list)
     results: list[Placement | None] = field(default_factory=list)
@@ -446,9 +448,7 @@ def _short_gangs(rows: Sequence[_Row], nodes: Any, groups: Mapping[str, GangStat
     return short
 
 
-def _read_verdicts(
-    snapshot: Snapshot, batch: _Batch, out: dict[str, Any], victim_keys: Sequence[str]
-) -> None:
+def _read_verdicts(snapshot: Snapshot, batch: _Batch, out: Outcome, victim_keys: Sequence[str]) -> None:
     """Each row's placement from the engine's output: a node, a nomination with the
     pods to evict, not attempted (the decision deadline), or upstream's FitError text."""
     total = snapshot.count
@@ -500,7 +500,7 @@ def _read_verdicts(
 
 
 def _explain(
-    snapshot: Snapshot, batch: _Batch, out: dict[str, Any], metrics: Sequence[MetricConfig]
+    snapshot: Snapshot, batch: _Batch, out: Outcome, metrics: Sequence[MetricConfig]
 ) -> Explanation | None:
     """The per-node breakdown of the pod ``explain`` named, when the engine's last run attempted it."""
     if out["explanation"] is None or batch.explain_slot is None or batch.explain_row() is None:
@@ -509,7 +509,7 @@ def _explain(
 
 
 def _explanation(
-    ex: dict[str, Any],
+    ex: ExplanationArrays,
     snapshot: Snapshot,
     names: ReasonNames,
     metrics: Sequence[MetricConfig],

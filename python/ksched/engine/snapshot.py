@@ -12,10 +12,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
 import numpy.typing as npt
 
+from ksched import _core
+from ksched.core_types import NodeTable
 from ksched.engine.pods import (
     CountedRequests,
     DisruptionBudget,
@@ -37,8 +40,6 @@ from ksched.objects import Obj, StringId, is_terminal, meta, name, object_key, s
 log = logging.getLogger(__name__)
 
 NATIVE_RESOURCES = ("cpu", "memory", "ephemeral-storage")
-EFFECTS = {"": 0, "NoSchedule": 1, "PreferNoSchedule": 2, "NoExecute": 3}
-PROTOCOLS = {"TCP": 0, "UDP": 1, "SCTP": 2}
 UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
 WILDCARD_IP = "0.0.0.0"
 
@@ -121,15 +122,19 @@ class Snapshot:
     def count(self) -> int:
         return len(self.node_names)
 
-    def engine_nodes(self) -> dict[str, object]:
-        """The dict `ksched._core.schedule` takes as its `nodes` argument."""
+    def engine_nodes(self) -> NodeTable:
+        """The node table `ksched._core.schedule` takes as its `nodes` argument."""
         s = self.strings
-        return {
-            **self.arrays,
-            "count": self.count,
-            "resources": len(self.resources),
-            "strings": (s(WILDCARD_IP), s(UNSCHEDULABLE_TAINT), 0),
-        }
+        # ``arrays`` holds every array column of NodeTable (kept up to date in place).
+        return cast(
+            NodeTable,
+            {
+                **self.arrays,
+                "count": self.count,
+                "resources": len(self.resources),
+                "strings": (s(WILDCARD_IP), s(UNSCHEDULABLE_TAINT), 0),
+            },
+        )
 
     def ensure_resources(self, names: set[str]) -> None:
         """Add zero columns for resources some pending pod requests but no node has."""
@@ -209,7 +214,7 @@ def build_snapshot(nodes: list[Obj], pods: list[Obj]) -> Snapshot:
             label_valid.append(parsed is not None)
         row_keys: list[int] = []
         for t in spec(node).get("taints") or []:
-            effect = EFFECTS.get(str(t.get("effect") or ""))
+            effect = _core.EFFECTS.get(str(t.get("effect") or ""))
             if not effect:
                 warnings.append(
                     f"node {names[i]}: taint {t.get('key')!r} has unknown effect {t.get('effect')!r}; ignored"
@@ -305,7 +310,7 @@ def add_usage(
         _count(snapshot, i, reqs, 1)
         if ports:
             new_ports.setdefault(i, []).extend(
-                (PROTOCOLS[p.protocol], snapshot.strings(p.ip), p.port) for p in ports
+                (_core.PROTOCOLS[p.protocol], snapshot.strings(p.ip), p.port) for p in ports
             )
     if new_ports:
         _add_ports(snapshot, new_ports)

@@ -1,142 +1,88 @@
-//! Python -> engine views and engine results -> Python, written once.
+//! Python values -> engine settings, and engine results -> Python, written once.
 //!
-//! Inputs arrive as dicts of 1-D numpy arrays; every array is borrowed
-//! read-only and viewed as a slice (no copy). Results go back as new arrays.
+//! The profile and the metric specs arrive as dicts with named fields
+//! (`ksched.core_types.Profile`, `MetricSpec`); plugins are named as in the
+//! engine's registry, and an unknown name is an error that lists the known ones.
 
-use numpy::{Element, PyArray1, PyReadonlyArray1};
-use pyo3::exceptions::{PyKeyError, PyTypeError};
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::{PyDict, PyList};
 
-use ksched_core::{Explanation, MetricSpec, Missing, Outcome, PluginId, Prefer, Profile, Strategy, PLUGIN_COUNT};
+use crate::arrays::value;
+use ksched_core::registry::{plugin_by_name, PluginId, PLUGINS, PLUGIN_COUNT};
+use ksched_core::{Explanation, MetricSpec, Missing, Outcome, Prefer, Profile, Strategy};
 
-/// Borrow `dict[key]` as a read-only 1-D array of `T`.
-pub fn array<'py, T: Element>(dict: &Bound<'py, PyDict>, key: &str) -> PyResult<PyReadonlyArray1<'py, T>> {
-    let item = dict
-        .get_item(key)?
-        .ok_or_else(|| PyKeyError::new_err(format!("missing array {key:?}")))?;
-    item.extract::<PyReadonlyArray1<'py, T>>().map_err(|e| {
-        PyTypeError::new_err(format!(
-            "array {key:?} must be a 1-D contiguous numpy array of {}: {e}",
-            std::any::type_name::<T>()
-        ))
+/// The registry plugin `name`, which must have the extension point `has`.
+fn plugin(name: &str, point: &str, has: impl Fn(usize) -> bool) -> PyResult<PluginId> {
+    let id = plugin_by_name(name).filter(|&id| has(id as usize));
+    id.ok_or_else(|| {
+        let known: Vec<&str> = (0..PLUGIN_COUNT).filter(|&i| has(i)).map(|i| PLUGINS[i].name).collect();
+        PyValueError::new_err(format!("profile: {name:?} is not a {point} plugin (known: {})", known.join(", ")))
     })
 }
 
-/// View a borrowed array as a slice.
-pub fn slice<'a, T: Element>(key: &str, a: &'a PyReadonlyArray1<'_, T>) -> PyResult<&'a [T]> {
-    a.as_slice()
-        .map_err(|_| PyTypeError::new_err(format!("array {key:?} must be C-contiguous")))
-}
-
-pub fn value<'py, T: FromPyObjectOwned<'py>>(dict: &Bound<'py, PyDict>, key: &str) -> PyResult<T> {
-    let item = dict
-        .get_item(key)?
-        .ok_or_else(|| PyKeyError::new_err(format!("missing key {key:?}")))?;
-    item.extract::<T>()
-        .map_err(|e| PyTypeError::new_err(format!("{key:?}: {}", Into::<PyErr>::into(e))))
-}
-
-use pyo3::conversion::FromPyObjectOwned;
-
-pub fn profile(dict: &Bound<'_, PyDict>) -> PyResult<Profile> {
-    let strategy = match value::<String>(dict, "fit_strategy")?.as_str() {
+pub fn profile(d: &Bound<'_, PyDict>) -> PyResult<Profile> {
+    const WHAT: &str = "profile";
+    let fit_strategy = match value::<String>(WHAT, d, "fit_strategy")?.as_str() {
         "LeastAllocated" => Strategy::LeastAllocated,
         "MostAllocated" => Strategy::MostAllocated,
-        "RequestedToCapacityRatio" => Strategy::RequestedToCapacityRatio(value(dict, "shape")?),
-        other => return Err(PyTypeError::new_err(format!("unknown scoring strategy {other:?}"))),
+        "RequestedToCapacityRatio" => Strategy::RequestedToCapacityRatio(value(WHAT, d, "shape")?),
+        other => return Err(PyValueError::new_err(format!("profile: unknown scoring strategy {other:?}"))),
     };
-    let filters: Vec<bool> = value(dict, "filters")?;
-    // The caller's filter switches, in upstream's filter order.
-    const FILTERS: [PluginId; 8] = [
-        PluginId::NodeUnschedulable,
-        PluginId::NodeName,
-        PluginId::TaintToleration,
-        PluginId::NodeAffinity,
-        PluginId::NodePorts,
-        PluginId::NodeResourcesFit,
-        PluginId::PodTopologySpread,
-        PluginId::InterPodAffinity,
-    ];
-    if filters.len() != FILTERS.len() {
-        return Err(PyTypeError::new_err("filters must list 8 flags"));
-    }
     let mut filter = [false; PLUGIN_COUNT];
-    for (id, on) in FILTERS.into_iter().zip(filters) {
-        filter[id as usize] = on;
+    for name in value::<Vec<String>>(WHAT, d, "filters")? {
+        filter[plugin(&name, "filter", |i| PLUGINS[i].filter)? as usize] = true;
     }
-    let mut weight = [0; PLUGIN_COUNT];
-    for (id, key) in [
-        (PluginId::TaintToleration, "taint_toleration_weight"),
-        (PluginId::NodeAffinity, "node_affinity_weight"),
-        (PluginId::NodeResourcesFit, "fit_weight"),
-        (PluginId::NodeResourcesBalancedAllocation, "balanced_weight"),
-        (PluginId::InterPodAffinity, "inter_pod_affinity_weight"),
-        (PluginId::PodTopologySpread, "pod_topology_spread_weight"),
-    ] {
-        weight[id as usize] = value(dict, key)?;
+    let mut weight = [0i64; PLUGIN_COUNT];
+    for (name, w) in value::<std::collections::HashMap<String, i64>>(WHAT, d, "weights")? {
+        weight[plugin(&name, "score", |i| PLUGINS[i].score)? as usize] = w;
     }
     Ok(Profile {
         filter,
         weight,
-        hard_pod_affinity_weight: value(dict, "hard_pod_affinity_weight")?,
-        fit_strategy: strategy,
-        fit_resources: value(dict, "fit_resources")?,
-        balanced_resources: value(dict, "balanced_resources")?,
-        preemption: value(dict, "preemption")?,
+        hard_pod_affinity_weight: value(WHAT, d, "hard_pod_affinity_weight")?,
+        fit_strategy,
+        fit_resources: value(WHAT, d, "fit_resources")?,
+        balanced_resources: value(WHAT, d, "balanced_resources")?,
+        preemption: value(WHAT, d, "preemption")?,
     })
 }
 
-fn optional(x: f64) -> Option<f64> {
-    if x.is_nan() {
-        None
-    } else {
-        Some(x)
-    }
-}
-
-/// Metric specs as rows of 10 floats:
-/// prefer (0 lower, 1 higher, 2 target), target, range low, range high,
-/// above, below (NaN for none), missing (0 neutral, 1 worst, 2 exclude), weight,
-/// herd resource column (negative for none), herd factor.
-const METRIC_SPEC_WIDTH: usize = 10;
-
-pub fn metric_specs(flat: &[f64]) -> PyResult<Vec<MetricSpec>> {
-    if flat.len() % METRIC_SPEC_WIDTH != 0 {
-        return Err(PyTypeError::new_err("metric specs must be rows of 10 numbers"));
-    }
-    flat.chunks(METRIC_SPEC_WIDTH)
-        .map(|r| {
-            let prefer = match r[0] as i64 {
-                0 => Prefer::Lower,
-                1 => Prefer::Higher,
-                2 => Prefer::Target(r[1]),
-                k => return Err(PyTypeError::new_err(format!("unknown prefer kind {k}"))),
+pub fn metric_specs(specs: &Bound<'_, PyList>) -> PyResult<Vec<MetricSpec>> {
+    specs
+        .iter()
+        .map(|item| {
+            let d = item
+                .cast_into::<PyDict>()
+                .map_err(|_| PyTypeError::new_err("metric_specs: each spec must be a dict"))?;
+            const WHAT: &str = "metric spec";
+            let prefer = match value::<String>(WHAT, &d, "prefer")?.as_str() {
+                "lower" => Prefer::Lower,
+                "higher" => Prefer::Higher,
+                "target" => Prefer::Target(value(WHAT, &d, "target")?),
+                other => return Err(PyValueError::new_err(format!("metric spec: unknown prefer {other:?}"))),
             };
-            let missing = match r[6] as i64 {
-                0 => Missing::Neutral,
-                1 => Missing::Worst,
-                2 => Missing::Exclude,
-                k => return Err(PyTypeError::new_err(format!("unknown missing policy {k}"))),
-            };
-            let range = match (optional(r[2]), optional(r[3])) {
-                (Some(lo), Some(hi)) => Some((lo, hi)),
-                _ => None,
+            let missing = match value::<String>(WHAT, &d, "missing")?.as_str() {
+                "neutral" => Missing::Neutral,
+                "worst" => Missing::Worst,
+                "exclude" => Missing::Exclude,
+                other => return Err(PyValueError::new_err(format!("metric spec: unknown missing policy {other:?}"))),
             };
             Ok(MetricSpec {
                 prefer,
-                range,
-                above: optional(r[4]),
-                below: optional(r[5]),
+                range: value(WHAT, &d, "range")?,
+                above: value(WHAT, &d, "above")?,
+                below: value(WHAT, &d, "below")?,
                 missing,
-                weight: r[7],
-                herd: (r[8] >= 0.0).then_some((r[8] as usize, r[9])),
+                weight: value(WHAT, &d, "weight")?,
+                herd: value(WHAT, &d, "herd")?,
             })
         })
         .collect()
 }
 
 pub fn outcome<'py>(py: Python<'py>, out: Outcome) -> PyResult<Bound<'py, PyDict>> {
+    use numpy::PyArray1;
     let d = PyDict::new(py);
     d.set_item("nodes", PyArray1::from_vec(py, out.nodes))?;
     d.set_item("scores", PyArray1::from_vec(py, out.scores))?;
@@ -155,6 +101,7 @@ pub fn outcome<'py>(py: Python<'py>, out: Outcome) -> PyResult<Bound<'py, PyDict
 }
 
 fn explanation<'py>(py: Python<'py>, ex: Explanation) -> PyResult<Bound<'py, PyDict>> {
+    use numpy::PyArray1;
     let d = PyDict::new(py);
     d.set_item("pod", ex.pod)?;
     d.set_item("reason_offsets", PyArray1::from_vec(py, ex.reason_offsets))?;

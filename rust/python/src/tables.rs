@@ -1,0 +1,59 @@
+//! The engine's code tables, exported so Python reads them instead of copying them.
+//!
+//! `PLUGINS` (registry order, extension points, default weights), `REASONS`
+//! (fixed filter-failure reasons: code, plugin, upstream's string) with
+//! `REASON_LAYOUT` for the parameterized ones, and the enum values the input
+//! tables use (`EFFECTS`, `TOLERATION_OPERATORS`, `SELECTOR_OPERATORS`,
+//! `POD_SELECTOR_OPERATORS`, `PROTOCOLS`). Types: `ksched.core_types`.
+
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList};
+
+use ksched_core::registry::{FIXED_REASONS, PLUGINS};
+use ksched_core::{model, reasons};
+
+fn names<'py>(py: Python<'py>, table: &[(&str, u8)]) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    for &(name, code) in table {
+        d.set_item(name, code)?;
+    }
+    Ok(d)
+}
+
+pub fn add(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    let plugins = PyList::empty(py);
+    for p in &PLUGINS {
+        let d = PyDict::new(py);
+        d.set_item("name", p.name)?;
+        d.set_item("filter", p.filter)?;
+        d.set_item("score", p.score)?;
+        d.set_item("default_weight", p.default_weight)?;
+        plugins.append(d)?;
+    }
+    m.add("PLUGINS", plugins)?;
+    let fixed = PyList::empty(py);
+    for r in FIXED_REASONS {
+        let d = PyDict::new(py);
+        d.set_item("code", r.code)?;
+        d.set_item("plugin", PLUGINS[r.plugin as usize].name)?;
+        d.set_item("message", r.message)?;
+        fixed.append(d)?;
+    }
+    m.add("REASONS", fixed)?;
+    let layout = PyDict::new(py);
+    layout.set_item("first_insufficient", reasons::FIRST_INSUFFICIENT)?;
+    layout.set_item("per_metric", reasons::PER_METRIC)?;
+    layout.set_item("metric_above", reasons::METRIC_ABOVE)?;
+    layout.set_item("metric_below", reasons::METRIC_BELOW)?;
+    layout.set_item("metric_missing", reasons::METRIC_MISSING)?;
+    m.add("REASON_LAYOUT", layout)?;
+    m.add("EFFECTS", names(py, &model::EFFECTS)?)?;
+    m.add("TOLERATION_OPERATORS", names(py, &model::TOLERATION_OPERATORS)?)?;
+    m.add("SELECTOR_OPERATORS", names(py, &model::SELECTOR_OPERATORS)?)?;
+    m.add("POD_SELECTOR_OPERATORS", names(py, &model::POD_SELECTOR_OPERATORS)?)?;
+    m.add("PROTOCOLS", names(py, &model::PROTOCOLS)?)?;
+    m.add("UNSCHEDULABLE", ksched_core::UNSCHEDULABLE)?;
+    m.add("NOT_ATTEMPTED", ksched_core::NOT_ATTEMPTED)?;
+    Ok(())
+}
