@@ -31,7 +31,7 @@ import pytest
 from ksched.cluster import local
 from ksched.config import Config
 from ksched.engine import Engine, Placement
-from ksched.engine.pods import disruption_budget
+from ksched.engine.disruption_budgets import disruption_budget
 from ksched.engine.podtable import SpreadSelectors
 from ksched.engine.snapshot import build_snapshot
 from ksched.loop.client import MERGE_PATCH, Kube, load_configuration

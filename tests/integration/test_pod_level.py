@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from ksched.cluster import local
-from ksched.engine.pods import POD_GROUP_API, POD_GROUP_LABEL
+from ksched.engine.gangs import POD_GROUP_API, POD_GROUP_LABEL
 from ksched.loop.client import Kube
 from tests.integration.helpers import (
     Namespaces,

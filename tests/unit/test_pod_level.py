@@ -11,7 +11,7 @@ import pytest
 
 from ksched.config import Config, ProfileConfig, parse_config
 from ksched.engine import Engine, GangStatus
-from ksched.engine.pods import POD_GROUP_LABEL
+from ksched.engine.gangs import POD_GROUP_LABEL
 from ksched.engine.snapshot import build_snapshot
 from ksched.errors import ConfigError
 from tests.conftest import node, pod

@@ -20,7 +20,7 @@ import yaml
 
 from ksched.config import Config, MetricConfig
 from ksched.engine import BatchResult, Engine, Explanation, GangStatus, commit_placements
-from ksched.engine.pods import POD_GROUP_API, PodGroup, pod_group, pod_group_of
+from ksched.engine.gangs import POD_GROUP_API, PodGroup, pod_group, pod_group_of
 from ksched.engine.podtable import SpreadSelectors
 from ksched.engine.snapshot import Snapshot, build_snapshot
 from ksched.errors import ClusterFileError, KschedError, MalformedObjectError

@@ -19,7 +19,8 @@ import numpy.typing as npt
 from ksched import _core
 from ksched.config import MetricConfig, ProfileConfig
 from ksched.core_types import ClassTable, MetricSpec, Missing, Prefer, Profile, Strategy
-from ksched.engine.pods import NodeConstraints, Term
+from ksched.engine.pods import NodeConstraints
+from ksched.engine.selectors import Term
 from ksched.engine.snapshot import Snapshot
 
 

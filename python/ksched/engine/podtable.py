@@ -20,19 +20,10 @@ import numpy.typing as npt
 
 from ksched import _core
 from ksched.core_types import PodTableArrays, VictimArrays
-from ksched.engine.pods import (
-    AffinityTerm,
-    CountedRequests,
-    DisruptionBudget,
-    HostPort,
-    LabelSelector,
-    PodAffinityTerms,
-    PodInfo,
-    Requirement,
-    SpreadConstraint,
-    label_selector,
-    selector_matches,
-)
+from ksched.engine.disruption_budgets import DisruptionBudget
+from ksched.engine.pod_level import AffinityTerm, PodAffinityTerms, PodInfo, SpreadConstraint
+from ksched.engine.pods import CountedRequests, HostPort
+from ksched.engine.selectors import LabelSelector, Requirement, label_selector, selector_matches
 from ksched.errors import MalformedObjectError
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"

@@ -17,17 +17,9 @@ from typing import Any
 
 from ksched.config import Config, MetricConfig, ProfileConfig
 from ksched.engine.messages import AFFINITY_CONFLICT, fit_error, prefilter_error
-from ksched.engine.pods import (
-    PodRequirements,
-    Requirement,
-    Term,
-    host_ports,
-    parse_int64,
-    pod_requests,
-    prefilter_node_names,
-    requirements,
-)
+from ksched.engine.pods import PodRequirements, host_ports, pod_requests, requirements
 from ksched.engine.quantity import canonical, parse_quantity
+from ksched.engine.selectors import Requirement, Term, parse_int64, prefilter_node_names
 from ksched.errors import MalformedObjectError
 from ksched.objects import Obj, is_terminal, meta, name, spec, stable_key
 

@@ -22,13 +22,10 @@ from ksched.config import Config, MetricConfig
 from ksched.core_types import ExplanationArrays, Outcome, PodBatch, PreemptionArrays
 from ksched.engine.inputs import ClassColumns, engine_profile, i64, metric_specs
 from ksched.engine.messages import AFFINITY_CONFLICT, ReasonNames, fit_error, prefilter_error
-from ksched.engine.pods import (
-    PodRequirements,
-    SpreadConstraint,
-    prefilter_node_names,
-    requirements,
-)
+from ksched.engine.pod_level import SpreadConstraint
+from ksched.engine.pods import PodRequirements, requirements
 from ksched.engine.podtable import Evictable, PendingPod
+from ksched.engine.selectors import prefilter_node_names
 from ksched.engine.snapshot import Snapshot, add_usage
 from ksched.errors import KschedError, MalformedObjectError
 from ksched.objects import Obj, pod_key, stable_key

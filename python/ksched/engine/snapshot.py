@@ -19,21 +19,20 @@ import numpy.typing as npt
 
 from ksched import _core
 from ksched.core_types import NodeTable
+from ksched.engine.disruption_budgets import DisruptionBudget
+from ksched.engine.pod_level import PodInfo, pod_info
 from ksched.engine.pods import (
     CountedRequests,
-    DisruptionBudget,
     HostPort,
-    PodInfo,
     PodRequests,
     host_ports,
-    parse_int64,
-    pod_info,
     pod_requests,
     priority,
     start_time,
 )
 from ksched.engine.podtable import Evictable, PodTable, SpreadSelectors
 from ksched.engine.quantity import canonical, parse_quantity
+from ksched.engine.selectors import parse_int64
 from ksched.errors import KschedError, MalformedObjectError, QuantityError
 from ksched.objects import Obj, StringId, is_terminal, meta, name, object_key, spec, stable_key
 

@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 from ksched.config import Config
 from ksched.engine import Engine, GangStatus, Placement
-from ksched.engine.pods import pod_group_of
+from ksched.engine.gangs import pod_group_of
 from ksched.engine.snapshot import Snapshot
 from ksched.loop.binder import Binder, Outcome
 from ksched.loop.handoff import Handoff, opted_out

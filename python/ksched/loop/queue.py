@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ksched.engine.pods import POD_GROUP_LABEL
+from ksched.engine.gangs import POD_GROUP_LABEL
 from ksched.objects import Obj, meta, object_key, spec
 
 # Upstream DefaultPodInitialBackoffDuration / DefaultPodMaxBackoffDuration.

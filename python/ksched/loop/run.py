@@ -19,7 +19,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from ksched.config import Config
-from ksched.engine.pods import POD_GROUP_API
+from ksched.engine.gangs import POD_GROUP_API
 from ksched.loop.binder import Binder, report_workers
 from ksched.loop.client import Kube, load_configuration
 from ksched.loop.cycle import Scheduler

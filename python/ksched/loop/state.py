@@ -27,19 +27,10 @@ import numpy as np
 import numpy.typing as npt
 
 from ksched.config import MetricConfig
-from ksched.engine.pods import (
-    POD_GROUP_LABEL,
-    CountedRequests,
-    DisruptionBudget,
-    HostPort,
-    PodGroup,
-    PodInfo,
-    PodRequests,
-    disruption_budget,
-    host_ports,
-    pod_group,
-    pod_requests,
-)
+from ksched.engine.disruption_budgets import DisruptionBudget, disruption_budget
+from ksched.engine.gangs import POD_GROUP_LABEL, PodGroup, pod_group
+from ksched.engine.pod_level import PodInfo
+from ksched.engine.pods import CountedRequests, HostPort, PodRequests, host_ports, pod_requests
 from ksched.engine.podtable import Evictable, SpreadSelectors
 from ksched.engine.snapshot import (
     Snapshot,
