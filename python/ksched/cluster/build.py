@@ -1,7 +1,9 @@
 """Build the local control plane from Go modules and cache the binaries.
 
 Owns: the version pins of kube-apiserver, kube-scheduler, kubectl, etcd and
-KWOK, and the cache under ``~/.cache/ksched/<pins>/bin``.  Promises: a
+KWOK, and the cache under ``~/.cache/ksched/<pins>/bin``; also helm's pin and
+its own cache ``~/.cache/ksched/helm-<version>/bin`` (the chart tests use it),
+kept apart so that moving one pin never rebuilds the other.  Promises: a
 binary is rebuilt only when its pin changes; a failed build raises
 :class:`BuildError` carrying the go tool's own output.  Never: downloads a
 release binary — everything is compiled with the local ``go`` toolchain
@@ -26,11 +28,13 @@ from pathlib import Path
 KUBERNETES_VERSION = "v1.36.3"
 ETCD_VERSION = "v3.6.16"
 KWOK_VERSION = "v0.8.0"
+HELM_VERSION = "v3.22.0"
 # k8s.io/kubernetes v1.36 declares `go 1.26.0` in its go.mod; older Go cannot build it.
 MIN_GO = (1, 26)
 
 COMPONENTS = ("kube-apiserver", "kube-scheduler", "kube-controller-manager", "kubectl", "etcd", "kwok")
 KUBERNETES_COMMANDS = ("kube-apiserver", "kube-scheduler", "kube-controller-manager", "kubectl")
+HELM = "helm"
 
 
 class BuildError(RuntimeError):
@@ -42,9 +46,11 @@ class Pins:
     kubernetes: str = KUBERNETES_VERSION
     etcd: str = ETCD_VERSION
     kwok: str = KWOK_VERSION
+    helm: str = HELM_VERSION
 
     @property
     def key(self) -> str:
+        """The control plane's cache directory; helm has its own (:func:`helm_binary`)."""
         return f"k8s-{self.kubernetes}_etcd-{self.etcd}_kwok-{self.kwok}"
 
 
@@ -59,9 +65,16 @@ def bin_dir(pins: Pins = Pins()) -> Path:
     return cache_root() / pins.key / "bin"
 
 
+def helm_binary(pins: Pins = Pins()) -> Path:
+    return cache_root() / f"helm-{pins.helm}" / "bin" / HELM
+
+
 def missing_binaries(pins: Pins = Pins()) -> list[str]:
     bdir = bin_dir(pins)
-    return [name for name in COMPONENTS if not (bdir / name).is_file()]
+    missing = [name for name in COMPONENTS if not (bdir / name).is_file()]
+    if not helm_binary(pins).is_file():
+        missing.append(HELM)
+    return missing
 
 
 def _go_env() -> dict[str, str]:
@@ -110,9 +123,10 @@ def _staging_replaces(kubernetes_gomod: str, kubernetes_version: str) -> list[st
     return [f"replace {m} => {m} {staging_version}" for m in modules]
 
 
-def _kubernetes_gomod(version: str, work: Path) -> str:
+def _module_gomod(module: str, version: str, work: Path) -> str:
+    """The go.mod of ``module@version``, downloaded through the module proxy."""
     proc = subprocess.run(
-        ["go", "mod", "download", "-json", f"k8s.io/kubernetes@{version}"],
+        ["go", "mod", "download", "-json", f"{module}@{version}"],
         cwd=work,
         env=_go_env(),
         capture_output=True,
@@ -121,14 +135,14 @@ def _kubernetes_gomod(version: str, work: Path) -> str:
     )
     match = re.search(r'"GoMod":\s*"([^"]+)"', proc.stdout)
     if proc.returncode != 0 or match is None:
-        raise BuildError(f"downloading k8s.io/kubernetes@{version} failed:\n{proc.stdout}{proc.stderr}")
+        raise BuildError(f"downloading {module}@{version} failed:\n{proc.stdout}{proc.stderr}")
     return Path(match.group(1)).read_text()
 
 
 def build_kubernetes(pins: Pins, out: Path, work: Path) -> None:
     mod = work / "kubernetes"
     mod.mkdir(parents=True, exist_ok=True)
-    gomod = _kubernetes_gomod(pins.kubernetes, mod)
+    gomod = _module_gomod("k8s.io/kubernetes", pins.kubernetes, mod)
     go_directive = re.search(r"^go (\S+)", gomod, re.M)
     lines = [
         "module ksched.local/kubernetes-build",
@@ -189,21 +203,43 @@ def build_etcd(pins: Pins, out: Path, work: Path) -> None:
     )
 
 
-def build_kwok(pins: Pins, out: Path, work: Path) -> None:
-    env_out = str(out)
-    cmd = ["go", "install", "-trimpath", "-ldflags", "-s -w", f"sigs.k8s.io/kwok/cmd/kwok@{pins.kwok}"]
-    print(f"[ksched build] building kwok: {' '.join(cmd)}", file=sys.stderr, flush=True)
+def _go_install(package: str, ldflags: str, out: Path, work: Path, what: str) -> None:
+    """``go install package`` (a ``path@version``, built in module mode) with its binary written to ``out``."""
+    cmd = ["go", "install", "-trimpath", "-ldflags", ldflags, package]
+    print(f"[ksched build] {what}: {' '.join(cmd)}", file=sys.stderr, flush=True)
     proc = subprocess.run(
-        cmd, cwd=work, env={**_go_env(), "GOBIN": env_out}, capture_output=True, text=True, check=False
+        cmd, cwd=work, env={**_go_env(), "GOBIN": str(out)}, capture_output=True, text=True, check=False
     )
     if proc.returncode != 0:
-        raise BuildError(
-            f"building kwok failed (exit {proc.returncode}):\n{(proc.stdout + proc.stderr)[-6000:]}"
-        )
+        raise BuildError(f"{what} failed (exit {proc.returncode}):\n{(proc.stdout + proc.stderr)[-6000:]}")
+
+
+def build_kwok(pins: Pins, out: Path, work: Path) -> None:
+    _go_install(f"sigs.k8s.io/kwok/cmd/kwok@{pins.kwok}", "-s -w", out, work, "building kwok")
+
+
+def build_helm(pins: Pins, work: Path) -> None:
+    """helm, stamped as its Makefile stamps a release.
+
+    The Makefile sets the version and the Kubernetes version that `helm template`
+    and `helm lint` assume when no cluster is asked (derived from client-go:
+    v0.37 is 1.37); without them helm reports itself as unreleased and assumes 1.20.
+    """
+    gomod = _module_gomod("helm.sh/helm/v3", pins.helm, work)
+    client_go = re.search(r"^\s*k8s\.io/client-go v0\.(\d+)\.", gomod, re.M)
+    if client_go is None:
+        raise BuildError(f"helm.sh/helm/v3@{pins.helm} go.mod does not require k8s.io/client-go")
+    ldflags = ["-s -w", f"-X helm.sh/helm/v3/internal/version.version={pins.helm}"]
+    ldflags.append("-X helm.sh/helm/v3/internal/version.gitTreeState=clean")
+    for pkg in ("helm.sh/helm/v3/pkg/lint/rules", "helm.sh/helm/v3/pkg/chartutil"):
+        ldflags += [f"-X {pkg}.k8sVersionMajor=1", f"-X {pkg}.k8sVersionMinor={client_go.group(1)}"]
+    out = helm_binary(pins).parent
+    out.mkdir(parents=True, exist_ok=True)
+    _go_install(f"helm.sh/helm/v3/cmd/helm@{pins.helm}", " ".join(ldflags), out, work, "building helm")
 
 
 def ensure_built(pins: Pins = Pins()) -> Path:
-    """Build whatever is missing from the cache and return the bin directory."""
+    """Build whatever is missing from the cache (helm included) and return the control plane's bin directory."""
     out = bin_dir(pins)
     missing = missing_binaries(pins)
     if not missing:
@@ -219,11 +255,14 @@ def ensure_built(pins: Pins = Pins()) -> Path:
         build_etcd(pins, out, work)
     if "kwok" in missing:
         build_kwok(pins, out, work)
+    if HELM in missing:
+        build_helm(pins, work)
     still = missing_binaries(pins)
     if still:
         raise BuildError(f"build finished but these binaries are missing: {', '.join(still)}")
+    where = f"{out}" + (f" and {helm_binary(pins).parent}" if HELM in missing else "")
     print(
-        f"[ksched build] built {', '.join(missing)} in {time.monotonic() - started:.0f} s into {out}",
+        f"[ksched build] built {', '.join(missing)} in {time.monotonic() - started:.0f} s into {where}",
         file=sys.stderr,
     )
     return out
@@ -232,9 +271,15 @@ def ensure_built(pins: Pins = Pins()) -> Path:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Build the local control plane binaries from Go modules.")
     parser.add_argument("--print-bin-dir", action="store_true", help="print the cache bin directory and exit")
+    parser.add_argument(
+        "--print-helm", action="store_true", help="print the cached helm binary's path and exit"
+    )
     args = parser.parse_args(argv)
     if args.print_bin_dir:
         print(bin_dir())
+        return 0
+    if args.print_helm:
+        print(helm_binary())
         return 0
     try:
         print(ensure_built())
