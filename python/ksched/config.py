@@ -117,6 +117,22 @@ class HandoffConfig:
 
 
 @dataclass(frozen=True)
+class ShadowConfig:
+    """Shadow mode: ksched binds nothing and writes nothing to pods; for each pod another
+    scheduler binds, it records where ``profile`` would have placed it (see ksched.loop.shadow)."""
+
+    enabled: bool = False
+    # The profile the pods are scored under (default: the first profile).
+    profile: str | None = None
+    # Only pods of these namespaces are compared (empty: every namespace).
+    namespaces: tuple[str, ...] = ()
+    # Decisions kept in memory for ``/shadow`` (the counters cover every decision).
+    keep: int = 1000
+    # A file each decision is appended to as one JSON line (``ksched shadow report --file``).
+    log: str | None = None
+
+
+@dataclass(frozen=True)
 class WebhookConfig:
     """The mutating admission webhook that routes opted-in pods to ksched."""
 
@@ -171,6 +187,7 @@ class Config:
     prometheus: PrometheusConfig = PrometheusConfig()
     webhook: WebhookConfig = WebhookConfig()
     handoff: HandoffConfig = HandoffConfig()
+    shadow: ShadowConfig = ShadowConfig()
 
     def profile(self, scheduler_name: str) -> ProfileConfig | None:
         for p in self.profiles:
@@ -470,6 +487,7 @@ def parse_config(obj: Obj) -> Config:
             "prometheus",
             "webhook",
             "handoff",
+            "shadow",
         ),
         ("apiVersion", "kind"),
     )
@@ -509,6 +527,7 @@ def parse_config(obj: Obj) -> Config:
         prometheus,
         _webhook(obj.get("webhook") or {}, names),
         _handoff(obj.get("handoff") or {}),
+        _shadow(obj.get("shadow") or {}, names),
     )
 
 
@@ -518,6 +537,22 @@ def _handoff(obj: Any) -> HandoffConfig:
     if not isinstance(enabled, bool):
         raise ConfigError(f"handoff.enabled: {enabled!r} is not a boolean (allowed: true, false)")
     return HandoffConfig(enabled=enabled, after_s=parse_duration(h.get("after", "5m"), "handoff.after"))
+
+
+def _shadow(obj: Any, profiles: list[str]) -> ShadowConfig:
+    path = "shadow"
+    sh = _keys(obj, path, ("enabled", "profile", "namespaces", "keep", "log"))
+    enabled = sh.get("enabled", False)
+    if not isinstance(enabled, bool):
+        raise ConfigError(f"{path}.enabled: {enabled!r} is not a boolean (allowed: true, false)")
+    raw = _list(sh.get("namespaces", []), f"{path}.namespaces")
+    return ShadowConfig(
+        enabled=enabled,
+        profile=_str(sh["profile"], f"{path}.profile", tuple(profiles)) if "profile" in sh else profiles[0],
+        namespaces=tuple(_str(n, f"{path}.namespaces[{i}]") for i, n in enumerate(raw)),
+        keep=_int(sh.get("keep", ShadowConfig.keep), f"{path}.keep", 1, 100_000),
+        log=_str(sh["log"], f"{path}.log") if "log" in sh else None,
+    )
 
 
 def _webhook(obj: Any, profiles: list[str]) -> WebhookConfig:

@@ -11,6 +11,7 @@ failed, 2 bad input or configuration.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import sys
@@ -21,6 +22,8 @@ from ksched.errors import KschedError
 EXIT_OK = 0
 EXIT_UNPLACED = 1
 EXIT_BAD_INPUT = 2
+# Where `ksched status` and `ksched shadow report` look for a running ksched: `run`'s default address.
+DEFAULT_ADDRESS = "127.0.0.1:10259"
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -29,12 +32,37 @@ def _run(args: argparse.Namespace) -> int:
 
     config = load_config(args.config)
     if args.no_leader_elect:
-        import dataclasses
-
         config = dataclasses.replace(
             config, leader_election=dataclasses.replace(config.leader_election, leader_elect=False)
         )
+    if args.shadow:
+        config = dataclasses.replace(config, shadow=dataclasses.replace(config.shadow, enabled=True))
     return run(config, args.kubeconfig, args.address, args.identity)
+
+
+def _shadow_report(args: argparse.Namespace) -> int:
+    from ksched.commands.shadow import fetch, render_report, report_from_log
+
+    if args.file:
+        report, source = report_from_log(args.file, args.keep), args.file
+    else:
+        report, source = fetch(args.address, "/shadow"), args.address
+    if args.output == "json":
+        print(json.dumps(report, indent=2))
+    else:
+        print(render_report(report, source))
+    return EXIT_OK
+
+
+def _status(args: argparse.Namespace) -> int:
+    from ksched.commands.shadow import fetch, render_status
+
+    status = fetch(args.address, "/status")
+    if args.output == "json":
+        print(json.dumps(status, indent=2))
+    else:
+        print(render_status(status, args.address))
+    return EXIT_OK
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -223,12 +251,56 @@ def parser() -> argparse.ArgumentParser:
     )
     r.add_argument("--config", help="KschedConfiguration file (default: one profile named ksched)")
     r.add_argument("--kubeconfig")
-    r.add_argument("--address", default="0.0.0.0:10259", help="host:port for /healthz, /readyz and /metrics")
+    r.add_argument(
+        "--address",
+        default="0.0.0.0:10259",
+        help="host:port for /healthz, /readyz, /metrics, /status and /shadow",
+    )
     r.add_argument("--identity", help="leader-election identity (default: hostname_uuid)")
     r.add_argument(
         "--no-leader-elect", action="store_true", help="run without leader election (a single replica only)"
     )
+    r.add_argument(
+        "--shadow",
+        action="store_true",
+        help="bind nothing: compare with where other schedulers bind pods (same as shadow.enabled: true)",
+    )
     r.set_defaults(func=_run, verbose=True)
+
+    sh = sub.add_parser(
+        "shadow",
+        help="read what a shadow-mode ksched would have done with the pods other schedulers bound",
+        description="Example: ksched shadow report --address 127.0.0.1:10259",
+    )
+    shsub = sh.add_subparsers(dest="shadow_command", required=True)
+    rep = shsub.add_parser(
+        "report",
+        help="agreement rate, disagreements by plugin and metric, the pods that differ most",
+        description="Reads /shadow from a running `ksched run --shadow`, or the JSON lines of its "
+        "shadow.log. Example: ksched shadow report --address 127.0.0.1:10259",
+    )
+    rep.add_argument(
+        "--address",
+        default=DEFAULT_ADDRESS,
+        help=f"the running ksched's host:port (default {DEFAULT_ADDRESS})",
+    )
+    rep.add_argument("--file", help="read a shadow.log file instead of a running ksched")
+    rep.add_argument("--keep", type=int, default=1000, help="with --file: decisions listed (default 1000)")
+    rep.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    rep.set_defaults(func=_shadow_report)
+
+    st = sub.add_parser(
+        "status",
+        help="leader, queue sizes, degraded metrics and recent failures of a running ksched",
+        description="Reads /status from a running ksched. Example: ksched status --address 127.0.0.1:10259",
+    )
+    st.add_argument(
+        "--address",
+        default=DEFAULT_ADDRESS,
+        help=f"the running ksched's host:port (default {DEFAULT_ADDRESS})",
+    )
+    st.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    st.set_defaults(func=_status)
 
     d = sub.add_parser(
         "demo",

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Callable
 
 from ksched.config import Config
@@ -35,6 +35,8 @@ log = logging.getLogger(__name__)
 
 # How long an idle loop waits for work before checking leadership and shutdown again.
 IDLE_WAIT_S = 0.5
+# Failures kept for ``/status`` (``ksched status``): enough for a screen.
+RECENT_FAILURES = 20
 
 
 class Scheduler:
@@ -63,6 +65,8 @@ class Scheduler:
             p.scheduler_name: Engine(config, p.scheduler_name, seed=seed) for p in config.profiles
         }
         self.bound = 0
+        # The last failures (unschedulable pods, failed binds) as {pod, reason, message, at}.
+        self.failures: deque[dict[str, object]] = deque(maxlen=RECENT_FAILURES)
 
     # -- informer callbacks (informer threads) -------------------------
 
@@ -210,6 +214,7 @@ class Scheduler:
             self.telemetry.attempt_duration.labels(result="unschedulable", profile=profile).observe(elapsed)
             self.queue.done_unschedulable(qp, message)
             self.binder.unschedulable(qp.pod, message + note)
+            self._failed(qp, "Unschedulable", message + note)
             return
         req = placement.requirements
         node = placement.node
@@ -265,4 +270,8 @@ class Scheduler:
             return
         if outcome is Outcome.ERROR:
             self.telemetry.schedule_attempts.labels(result="error", profile=profile).inc()
+            self._failed(qp, "BindingError", f"binding to {node} failed; retried with backoff")
         self.queue.done_error(qp)
+
+    def _failed(self, qp: QueuedPod, reason: str, message: str) -> None:
+        self.failures.append({"pod": qp.key, "reason": reason, "message": message, "at": time.time()})

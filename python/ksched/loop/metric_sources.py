@@ -307,6 +307,16 @@ class MetricStore:
             sample = self.cache.get(name)
         return sample is not None and bool(sample.values)
 
+    def degraded(self) -> list[str]:
+        """Each live metric that is down or has no value for any node, with why."""
+        down = [f"{n}: {s.last_error}" for n, s in self.state.items() if s.last_error]
+        empty = [
+            f"{m.name}: no value for any node yet"
+            for m in self.live
+            if not self.state[m.name].last_error and not self._has_values(m.name)
+        ]
+        return down + empty
+
     def status(self) -> str:
         down = [f"{n}: {s.last_error}" for n, s in self.state.items() if s.last_error]
         empty = [

@@ -3,13 +3,16 @@
 Start-up order: configuration (a bad file stops here, with the key path),
 API connection, informers (nodes, then pods), HTTP endpoint, leader
 election; scheduling starts once the informers have synced and this replica
-leads. SIGTERM or SIGINT: stop taking work, finish the binds already handed
+leads. In shadow mode (``shadow.enabled``) there is no election, binder use,
+hand-off or webhook: the shadow loop (:mod:`ksched.loop.shadow`) compares
+instead of scheduling. SIGTERM or SIGINT: stop taking work, finish the binds already handed
 to the binder, release the lease, stop the watches. Exit status 0 after a
 clean shutdown, 2 on bad configuration.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import signal
 import socket
@@ -29,6 +32,7 @@ from ksched.loop.leader import Leadership
 from ksched.loop.metric_sources import MetricStore, PrometheusSource
 from ksched.loop.queue import SchedulingQueue
 from ksched.loop.server import Check, HealthServer
+from ksched.loop.shadow import Shadow
 from ksched.loop.slim import (
     slim_budget,
     slim_namespace,
@@ -78,6 +82,7 @@ class Running:
     server: HealthServer
     stop: threading.Event = field(default_factory=threading.Event)
     webhook: Webhook | None = None
+    shadow: Shadow | None = None
 
     def synced(self) -> bool:
         return all(i.synced.is_set() for i in self.informers.values())
@@ -98,7 +103,34 @@ class Running:
                 out.append(
                     ("leader", holder is not None, f"following {holder}" if holder else "no leader yet")
                 )
+        if self.shadow is not None:
+            counts = self.shadow.ledger.counts
+            out.append(("shadow", True, f"binding nothing; {sum(counts.values())} pods compared"))
         return out
+
+    def status(self) -> dict[str, object]:
+        """``/status``: what ``ksched status`` shows."""
+        leadership = self.leadership
+        shadow = None
+        if self.shadow is not None:
+            report = self.shadow.ledger.report(top=0)
+            shadow = {k: report[k] for k in ("total", "counts", "agreement")}
+        return {
+            "identity": leadership.identity,
+            "mode": "shadow" if self.shadow is not None else "scheduling",
+            "leaderElection": leadership.enabled,
+            "leading": self.shadow is None and leadership.is_leader(),
+            "leader": leadership.holder() if leadership.enabled else None,
+            "synced": self.synced(),
+            "queues": self.queue.counts(),
+            "bound": self.scheduler.bound,
+            "metrics": {
+                "live": [m.name for m in self.scheduler.metrics.live],
+                "degraded": self.scheduler.metrics.degraded(),
+            },
+            "failures": list(self.scheduler.failures),
+            "shadow": shadow,
+        }
 
     def serve(self) -> int:
         """Schedule until stopped; then shut down cleanly. Returns the exit status."""
@@ -113,7 +145,10 @@ class Running:
             len(self.informers["nodes"].store),
             len(self.informers["pods"].store),
         )
-        self.scheduler.run(self.stop)
+        if self.shadow is not None:
+            self.shadow.run(self.stop)
+        else:
+            self.scheduler.run(self.stop)
         self.shutdown()
         return 0
 
@@ -139,6 +174,14 @@ def start(
     configuration = load_configuration(kubeconfig, workers + report_workers(workers) + EXTRA_CONNECTIONS)
     kube = Kube(configuration, config.client_connection.qps, config.client_connection.burst)
     identity = identity or default_identity()
+    shadowing = config.shadow.enabled
+    if shadowing:
+        # A shadow must never take the lease from the ksched it runs beside.
+        config = dataclasses.replace(
+            config, leader_election=dataclasses.replace(config.leader_election, leader_elect=False)
+        )
+        if config.webhook.enabled or config.handoff.enabled:
+            log.info("shadow mode: webhook and hand-off stay off")
     telemetry = Telemetry()
     state = ClusterState(config.metrics)
     queue = SchedulingQueue()
@@ -155,14 +198,17 @@ def start(
         return list(node_informer.store.values())
 
     metrics = MetricStore(config.metrics, prometheus, telemetry, nodes)
-    handoff = Handoff(kube, config.handoff, telemetry) if config.handoff.enabled else None
+    handoff = Handoff(kube, config.handoff, telemetry) if config.handoff.enabled and not shadowing else None
     scheduler = Scheduler(
         config, state, queue, binder, telemetry, leadership.is_leader, metrics, handoff, seed=seed
     )
-    node_informer = Informer(kube, "/api/v1/nodes", slim_node, scheduler.on_node, name="nodes")
+    shadow = Shadow(config, state, metrics, telemetry, seed) if shadowing else None
+    node_informer = Informer(
+        kube, "/api/v1/nodes", slim_node, state.on_node if shadow else scheduler.on_node, name="nodes"
+    )
     informers = [
         node_informer,
-        Informer(kube, "/api/v1/pods", slim_pod, scheduler.on_pod, name="pods"),
+        Informer(kube, "/api/v1/pods", slim_pod, shadow.on_pod if shadow else scheduler.on_pod, name="pods"),
         Informer(kube, "/api/v1/namespaces", slim_namespace, state.on_namespace, name="namespaces"),
         Informer(
             kube,
@@ -182,9 +228,15 @@ def start(
     def checks() -> list[Check]:
         return running.checks()
 
-    server = HealthServer(address, telemetry.registry, checks)
+    def status() -> object:
+        return running.status()
+
+    def shadow_report() -> object:
+        return shadow.ledger.report() if shadow is not None else None
+
+    server = HealthServer(address, telemetry.registry, checks, {"/status": status, "/shadow": shadow_report})
     webhook = None
-    if config.webhook.enabled:
+    if config.webhook.enabled and not shadowing:
 
         def can_route(pod: Obj) -> bool:
             if handoff is not None and handoff.skip_owner(pod):
@@ -204,9 +256,10 @@ def start(
         server,
         stop,
         webhook,
+        shadow,
     )
     telemetry.watch_queue(queue.counts)
-    telemetry.leader.set_function(lambda: float(leadership.is_leader()))
+    telemetry.leader.set_function(lambda: float(not shadowing and leadership.is_leader()))
     for informer in informers:
         informer.start()
     metrics.start()

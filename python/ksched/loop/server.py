@@ -1,12 +1,15 @@
-"""``/healthz``, ``/readyz`` and ``/metrics`` over plain HTTP.
+"""``/healthz``, ``/readyz``, ``/metrics`` and small JSON documents over plain HTTP.
 
 ``/readyz`` answers 200 only when every check passes and lists each one as
 kube-apiserver does (``[+]informers ok`` / ``[-]leader failed: ...``);
-``/metrics`` is the process's Prometheus registry.
+``/metrics`` is the process's Prometheus registry. Each of ``documents``
+(``/status``, ``/shadow``) is served as JSON; a document that answers None
+is not available in this mode (404).
 """
 
 from __future__ import annotations
 
+import json
 import ssl
 import threading
 from collections.abc import Callable
@@ -16,6 +19,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 
 Check = tuple[str, bool, str]
 """(name, passed, detail)."""
+Document = Callable[[], object]
+"""A JSON document served at a path (None: not available)."""
 
 
 def parse_address(address: str) -> tuple[str, int]:
@@ -55,8 +60,15 @@ class BackgroundServer:
 
 
 class HealthServer(BackgroundServer):
-    def __init__(self, address: str, registry: CollectorRegistry, checks: Callable[[], list[Check]]) -> None:
+    def __init__(
+        self,
+        address: str,
+        registry: CollectorRegistry,
+        checks: Callable[[], list[Check]],
+        documents: dict[str, Document] | None = None,
+    ) -> None:
         outer = self
+        served = dict(documents or {})
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
@@ -74,6 +86,12 @@ class HealthServer(BackgroundServer):
                     self._reply(200 if ready else 503, body.encode(), "text/plain")
                 elif path == "/metrics":
                     self._reply(200, generate_latest(outer.registry), CONTENT_TYPE_LATEST)
+                elif path in served:
+                    doc = served[path]()
+                    if doc is None:
+                        self._reply(404, b'{"error": "not available in this mode"}', "application/json")
+                    else:
+                        self._reply(200, json.dumps(doc).encode(), "application/json")
                 else:
                     self._reply(404, b"not found", "text/plain")
 

@@ -130,6 +130,11 @@ class ClusterState:
 
         return handle
 
+    def at_this_point(self, call: Callable[[], None]) -> None:
+        """Have ``sync`` run ``call`` once the events queued before it are applied and
+        none after it (shadow mode decides on the state just before a binding lands)."""
+        self.inbox.append(("call", call, None))
+
     def forget(self, key: str, uid: str) -> None:
         """A bind failed: stop counting the assumed pod (unless the watch has confirmed it)."""
         self.inbox.append(("forget", key, uid))
@@ -153,6 +158,8 @@ class ClusterState:
             elif what == "selector":
                 api_version, kind, obj = b
                 self.spread_selectors.update(api_version, kind, obj, deleted=a == "DELETED")
+            elif what == "call":
+                a()
             else:
                 self._forget(a, b)
 

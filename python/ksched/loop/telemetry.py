@@ -18,6 +18,10 @@ ATTEMPT_BUCKETS = (*(0.001 * 2**i for i in range(15)), INF)
 SLI_BUCKETS = (*(0.01 * 2**i for i in range(20)), INF)
 BATCH_BUCKETS = (*(float(2**i) for i in range(14)), INF)
 QUEUES = ("active", "backoff", "unschedulable", "in_flight", "handoff")
+SHADOW_OUTCOMES = ("same", "other", "pending")
+# Score totals are sums of weighted 0-100 plugin scores (upstream weights sum to 7,
+# metric weights add to that): gaps run from 0 (same node) to several hundred.
+SHADOW_GAP_BUCKETS = (0.0, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, INF)
 
 
 class Telemetry:
@@ -89,6 +93,22 @@ class Telemetry:
             "ksched_fallback_total",
             "Pods scheduled through a fallback: metric_unavailable, deadline, engine_error, handed_off.",
             ["reason"],
+            registry=r,
+        )
+        self.shadow_decisions = Counter(
+            "ksched_shadow_decisions_total",
+            "Shadow mode: pods another scheduler bound, by what ksched would have done "
+            "(same node, other node, pending).",
+            ["outcome"],
+            registry=r,
+        )
+        for outcome in SHADOW_OUTCOMES:
+            self.shadow_decisions.labels(outcome=outcome)
+        self.shadow_score_gap = Histogram(
+            "ksched_shadow_score_gap",
+            "Shadow mode: ksched's score of its own choice minus its score of the node the other "
+            "scheduler chose (0 when the same node), for decisions where ksched scored both nodes.",
+            buckets=SHADOW_GAP_BUCKETS,
             registry=r,
         )
 

@@ -1,0 +1,171 @@
+"""``ksched shadow report`` and ``ksched status``: read a running ksched and print it.
+
+Both read the JSON the running process serves on its health address
+(``/shadow``, ``/status``; see :mod:`ksched.loop.server`); the shadow
+report can also be built from the JSON lines ``shadow.log`` appends, through
+the same :class:`~ksched.loop.shadow.ShadowLedger` the process keeps.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ksched.errors import KschedError
+from ksched.loop.shadow import OTHER, PENDING, Decision, ShadowLedger
+
+# A running ksched answers from memory; anything slower is not answering.
+HTTP_TIMEOUT_S = 5.0
+# Longest message shown in a table cell.
+CELL = 100
+
+
+def fetch(address: str, path: str) -> Any:
+    """GET ``path`` from a running ksched at ``HOST:PORT`` and decode its JSON."""
+    host, _, port = address.rpartition(":")
+    if not port.isdigit():
+        raise KschedError(f"--address {address!r}: expected HOST:PORT")
+    url = f"http://{host if host not in ('', '0.0.0.0') else '127.0.0.1'}:{port}{path}"
+    try:
+        with urllib.request.urlopen(url, timeout=HTTP_TIMEOUT_S) as r:
+            return json.loads(r.read())
+    except urllib.error.HTTPError as err:
+        if err.code == 404 and path == "/shadow":
+            raise KschedError(f"ksched at {address} is not in shadow mode (`ksched run --shadow`)") from None
+        raise KschedError(f"{url}: HTTP {err.code}") from None
+    except (OSError, ValueError) as err:
+        raise KschedError(f"cannot read {url}: {err}") from None
+
+
+def report_from_log(path: str | Path, keep: int) -> dict[str, Any]:
+    """The report of the decisions a ``shadow.log`` file holds (the last ``keep`` listed)."""
+    ledger = ShadowLedger(keep)
+    try:
+        lines = Path(path).read_text().splitlines()
+    except OSError as err:
+        raise KschedError(f"cannot read shadow log {path}: {err.strerror}") from None
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            ledger.record(Decision.from_json(json.loads(line)))
+        except (ValueError, TypeError) as err:
+            raise KschedError(f"{path}:{i}: not a shadow decision: {err}") from None
+    if ledger.recent:
+        ledger.started = ledger.recent[0].at
+    return ledger.report()
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= CELL else text[: CELL - 3] + "..."
+
+
+def _table(rows: Sequence[tuple[str, ...]], right: tuple[int, ...] = ()) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    out = []
+    for r in rows:
+        cells = [c.rjust(widths[i]) if i in right else c.ljust(widths[i]) for i, c in enumerate(r)]
+        out.append("  " + "  ".join(cells).rstrip())
+    return out
+
+
+def _when(ts: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ts))
+
+
+def render_report(report: dict[str, Any], source: str) -> str:
+    counts = report["counts"]
+    total = report["total"]
+    agreement = report["agreement"]
+    lines = [
+        f"shadow report from {source} (since {_when(report['since'])})",
+        f"{total} pods compared: {counts.get('same', 0)} same node, {counts.get('other', 0)} other node, "
+        f"{counts.get('pending', 0)} pending; agreement "
+        + (f"{agreement:.1%}" if agreement is not None else "n/a"),
+    ]
+    if report["reasons"]:
+        lines += ["", "disagreements by plugin and metric:"]
+        rows: list[tuple[str, ...]] = [("OUTCOME", "REASON", "PODS", "MEAN GAP")]
+        for r in report["reasons"]:
+            gap = "-" if r["meanGap"] is None else f"{r['meanGap']:.1f}"
+            rows.append((r["outcome"], r["reason"], str(r["decisions"]), gap))
+        lines += _table(rows, right=(2, 3))
+    if report["differMost"]:
+        lines += ["", "pods that differ most:"]
+        rows = [("POD", "BOUND TO", "BY", "KSCHED", "GAP", "WHY")]
+        for d in report["differMost"]:
+            rows.append(
+                (
+                    d["pod"],
+                    d["node"],
+                    d["scheduler"],
+                    "pending" if d["outcome"] == PENDING else str(d["ksched_node"]),
+                    "-" if d["gap"] is None else f"{d['gap']:.1f}",
+                    _clip(_why(d)),
+                )
+            )
+        lines += _table(rows, right=(4,))
+    return "\n".join(lines)
+
+
+def _why(d: dict[str, Any]) -> str:
+    reason = d["reason"] or "unknown"
+    if d["outcome"] == OTHER and d["gap"] is not None:
+        return (
+            f"{reason} (+{d['differences'].get(reason, 0.0):.1f}); "
+            f"scores {d['ksched_score']:.1f} vs {d['node_score']:.1f}"
+        )
+    if d["outcome"] == OTHER:
+        return f"{reason} filters {d['node']}: {d['detail'] or ''}".rstrip(": ")
+    return f"{reason}: {d['detail'] or ''}".rstrip(": ")
+
+
+def render_status(status: dict[str, Any], address: str) -> str:
+    lines = [f"ksched at {address}: {status['mode']} (identity {status['identity']})"]
+    if not status["leaderElection"]:
+        lead = "leader election off" + (" (shadow mode binds nothing)" if status["mode"] == "shadow" else "")
+    elif status["leading"]:
+        lead = f"{status['identity']} (this replica)"
+    elif status["leader"]:
+        lead = f"{status['leader']} (this replica follows)"
+    else:
+        lead = "none"
+    lines.append(f"leader:    {lead}")
+    lines.append(f"informers: {'synced' if status['synced'] else 'not synced yet'}")
+    queues = status["queues"]
+    lines.append(
+        "queues:    "
+        + ", ".join(f"{q} {n}" for q, n in queues.items())
+        + f"; {status['bound']} pods bound since start"
+    )
+    metrics = status["metrics"]
+    if metrics["degraded"]:
+        lines.append("metrics:   degraded: " + "; ".join(metrics["degraded"]))
+    elif metrics["live"]:
+        lines.append(f"metrics:   {len(metrics['live'])} live metric(s) fresh: {', '.join(metrics['live'])}")
+    else:
+        lines.append("metrics:   no live metrics configured")
+    shadow = status.get("shadow")
+    if shadow:
+        agreement = shadow["agreement"]
+        lines.append(
+            f"shadow:    {shadow['total']} pods compared, agreement "
+            + (f"{agreement:.1%}" if agreement is not None else "n/a")
+        )
+    failures = status["failures"]
+    if failures:
+        lines.append(f"recent failures ({len(failures)}):")
+        rows: list[tuple[str, ...]] = [("WHEN", "POD", "REASON", "MESSAGE")]
+        for f in reversed(failures):
+            rows.append(
+                (time.strftime("%H:%M:%S", time.gmtime(f["at"])), f["pod"], f["reason"], _clip(f["message"]))
+            )
+        lines += _table(rows)
+    else:
+        lines.append("recent failures: none")
+    return "\n".join(lines)

@@ -1,0 +1,297 @@
+"""Shadow mode: where ksched would have placed the pods another scheduler binds.
+
+A shadow ksched binds nothing, posts no events and writes nothing to pods
+(no nominations, evictions, hand-offs or webhook routing); it does not stand
+for leader election either, so it can run beside a real ksched. It watches
+pods; for each pod that goes from no node to a node, whoever bound it, it
+asks the same engine call a scheduling cycle makes (profile
+``shadow.profile``, the live metric matrix, the pod's gang) where the pod
+would go on the cluster state *just before* that binding is applied, so the
+pod itself is not counted. A pod whose ``schedulerName`` is a ksched profile
+is bound only by a non-shadow ksched: comparing it is comparing the shadow's
+configuration with the one in production.
+
+Each comparison is a :class:`Decision`: ``same`` node, ``other`` node (with
+ksched's score of both nodes and the plugin whose weighted score differed
+most, or the filter that rejected the other scheduler's node), or ``pending``
+(ksched would have left the pod pending; its FailedScheduling message). The
+:class:`ShadowLedger` keeps running counters and a ring of the last
+``shadow.keep`` decisions: memory stays bounded however long it runs.
+``/shadow`` serves :meth:`ShadowLedger.report`; ``shadow.log`` appends each
+decision as a JSON line.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import threading
+import time
+from collections import deque
+from dataclasses import asdict, dataclass, field, replace
+from functools import partial
+from typing import IO, Any
+
+from ksched.config import Config
+from ksched.engine import Engine, Explanation, GangStatus, NodeExplanation, Placement
+from ksched.engine.gangs import pod_group_of
+from ksched.loop.metric_sources import MetricStore
+from ksched.loop.state import ClusterState
+from ksched.loop.telemetry import Telemetry
+from ksched.objects import Obj, is_terminal, meta, object_key, scheduler_name, spec
+
+log = logging.getLogger(__name__)
+
+SAME, OTHER, PENDING = "same", "other", "pending"
+OUTCOMES = (SAME, OTHER, PENDING)
+# The reason of a disagreement on a node ksched does not know (deleted, or left out as malformed).
+UNKNOWN_NODE = "node unknown to ksched"
+# How long the shadow loop waits for a binding before applying other watch events anyway.
+IDLE_WAIT_S = 0.5
+# Pods listed by ``report`` as differing most.
+TOP_PODS = 10
+
+
+@dataclass(frozen=True)
+class Decision:
+    """ksched's verdict on one pod another scheduler bound."""
+
+    pod: str
+    scheduler: str
+    node: str
+    outcome: str
+    # ksched's choice and its score there; ksched's score of ``node`` (None: filtered or unknown).
+    ksched_node: str | None = None
+    ksched_score: float | None = None
+    node_score: float | None = None
+    # ksched_score - node_score, when ksched scored both nodes.
+    gap: float | None = None
+    # The plugin (``Metric/<name>`` for a metric) that made the difference.
+    reason: str | None = None
+    # pending: ksched's FailedScheduling message; a filtered node: the filter's reasons.
+    detail: str | None = None
+    # Per plugin: weighted score on ksched's node minus on ``node``.
+    differences: dict[str, float] = field(default_factory=dict)
+    degraded: tuple[str, ...] = ()
+    at: float = 0.0
+
+    def as_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["degraded"] = list(self.degraded)
+        return out
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> Decision:
+        known = {k: v for k, v in obj.items() if k in cls.__dataclass_fields__}
+        known["degraded"] = tuple(known.get("degraded") or ())
+        return cls(**known)
+
+    def severity(self) -> float:
+        """How far ksched disagrees: a node ksched would not use at all ranks above any score gap."""
+        if self.outcome == SAME:
+            return 0.0
+        if self.gap is None:
+            return math.inf
+        return self.gap
+
+
+def decide(
+    pod: str,
+    scheduler: str,
+    node: str,
+    placement: Placement,
+    explanation: Explanation | None,
+    degraded: tuple[str, ...] = (),
+    at: float = 0.0,
+) -> Decision:
+    """Compare the engine's verdict on a pod (with its explanation) with the node it was bound to."""
+    rows = {n.node: n for n in explanation.nodes} if explanation is not None else {}
+    theirs = rows.get(node)
+    base = Decision(pod, scheduler, node, SAME, degraded=degraded, at=at)
+    if placement.node is None:
+        return replace(
+            base,
+            outcome=PENDING,
+            node_score=theirs.total if theirs is not None else None,
+            reason=_rejection(theirs, placement, explanation is not None),
+            detail=placement.message,
+        )
+    mine = rows.get(placement.node)
+    score = mine.total if mine is not None and mine.total is not None else placement.score
+    if placement.node == node:
+        return replace(base, ksched_node=node, ksched_score=score, node_score=score, gap=0.0)
+    other = replace(base, outcome=OTHER, ksched_node=placement.node, ksched_score=score)
+    if theirs is None or not theirs.feasible or mine is None:
+        return replace(
+            other,
+            reason=theirs.plugin if theirs is not None else UNKNOWN_NODE,
+            detail="; ".join(theirs.reasons) if theirs is not None else None,
+        )
+    differences = {
+        p: mine.scores[p]["weighted"] - theirs.scores[p]["weighted"]
+        for p in mine.scores
+        if p in theirs.scores
+    }
+    return replace(
+        other,
+        node_score=theirs.total,
+        gap=(mine.total or 0.0) - (theirs.total or 0.0),
+        reason=max(differences, key=lambda p: differences[p]) if differences else None,
+        differences=differences,
+    )
+
+
+def _rejection(theirs: NodeExplanation | None, placement: Placement, explained: bool) -> str | None:
+    """Why ksched left the pod pending although another scheduler found a node: the filter
+    that rejected that node (None: the pod itself, as its message says, or its gang)."""
+    if placement.nominated_node is not None:
+        return "DefaultPreemption"
+    if not explained:
+        return None
+    if theirs is None:
+        return UNKNOWN_NODE
+    return theirs.plugin
+
+
+class ShadowLedger:
+    """Running counters over every decision and a ring of the last ``keep``; thread-safe."""
+
+    def __init__(self, keep: int) -> None:
+        self.started = time.time()
+        self.counts = dict.fromkeys(OUTCOMES, 0)
+        # (outcome, reason) -> [decisions, sum of score gaps, decisions with a gap]
+        self.reasons: dict[tuple[str, str], list[float]] = {}
+        self.recent: deque[Decision] = deque(maxlen=keep)
+        self._lock = threading.Lock()
+
+    def record(self, d: Decision) -> None:
+        with self._lock:
+            self.counts[d.outcome] = self.counts.get(d.outcome, 0) + 1
+            if d.outcome != SAME:
+                # Reasons are plugin names: a bounded set.
+                entry = self.reasons.setdefault((d.outcome, d.reason or "unknown"), [0, 0.0, 0])
+                entry[0] += 1
+                if d.gap is not None:
+                    entry[1] += d.gap
+                    entry[2] += 1
+            self.recent.append(d)
+
+    def report(self, top: int = TOP_PODS) -> dict[str, Any]:
+        """The JSON ``/shadow`` serves and ``ksched shadow report`` prints."""
+        with self._lock:
+            total = sum(self.counts.values())
+            counted = sorted(self.reasons.items(), key=lambda kv: (-kv[1][0], kv[0]))
+            recent = list(self.recent)
+        reasons = [
+            {
+                "outcome": outcome,
+                "reason": reason,
+                "decisions": int(n),
+                "meanGap": gaps / scored if scored else None,
+            }
+            for (outcome, reason), (n, gaps, scored) in counted
+        ]
+        differ = sorted((d for d in recent if d.outcome != SAME), key=lambda d: (-d.severity(), -d.at))
+        return {
+            "since": self.started,
+            "total": total,
+            "counts": dict(self.counts),
+            "agreement": self.counts[SAME] / total if total else None,
+            "reasons": reasons,
+            "differMost": [d.as_json() for d in differ[:top]],
+            "recent": [d.as_json() for d in recent],
+        }
+
+
+class Shadow:
+    """The shadow loop: informer callbacks queue a decision before the binding they saw;
+    :meth:`run` applies the watch events in order and decides on the way."""
+
+    def __init__(
+        self, config: Config, state: ClusterState, metrics: MetricStore, telemetry: Telemetry, seed: int = 0
+    ) -> None:
+        self.config = config.shadow
+        self.state = state
+        self.metrics = metrics
+        self.telemetry = telemetry
+        self.engine = Engine(config, config.shadow.profile, seed=seed)
+        self.ledger = ShadowLedger(config.shadow.keep)
+        self._namespaces = set(config.shadow.namespaces)
+        self._log: IO[str] | None = None
+        self._wake = threading.Event()
+
+    # -- informer threads ------------------------------------------------
+
+    def on_pod(self, kind: str, pod: Obj, old: Obj | None) -> None:
+        if kind == "MODIFIED" and self._newly_bound(pod, old):
+            self.state.at_this_point(partial(self._decide, pod))
+            self._wake.set()
+        self.state.on_pod(kind, pod, old)
+
+    def _newly_bound(self, pod: Obj, old: Obj | None) -> bool:
+        if old is None or spec(old).get("nodeName") or not spec(pod).get("nodeName"):
+            return False
+        if is_terminal(pod) or meta(pod).get("deletionTimestamp"):
+            return False
+        return not self._namespaces or str(meta(pod).get("namespace")) in self._namespaces
+
+    # -- the shadow thread -------------------------------------------------
+
+    def run(self, stop: threading.Event) -> None:
+        if self.config.log:
+            self._log = open(self.config.log, "a", encoding="utf-8")  # noqa: SIM115 (closed when stopped)
+        try:
+            while not stop.is_set():
+                self._wake.wait(IDLE_WAIT_S)
+                self._wake.clear()
+                self.state.sync()
+        finally:
+            if self._log is not None:
+                self._log.close()
+                self._log = None
+
+    def _decide(self, pod: Obj) -> None:
+        key = object_key(pod)
+        node = str(spec(pod)["nodeName"])
+        unbound = {**pod, "spec": {k: v for k, v in spec(pod).items() if k != "nodeName"}}
+        try:
+            snapshot = self.state.snapshot()
+            matrix = self.metrics.matrix(snapshot)
+            group = pod_group_of(pod)
+            groups = {}
+            if group is not None and group in self.state.pod_groups:
+                groups[group] = GangStatus(
+                    self.state.pod_groups[group].min_member, self.state.group_bound.get(group, 0)
+                )
+            result = self.engine.schedule(
+                snapshot, [unbound], matrix.values, metrics=matrix.metrics, explain=key, groups=groups
+            )
+        except Exception:
+            # A bug must not stop the watch events behind this one from being applied.
+            log.exception("shadow decision on %s failed", key)
+            return
+        d = decide(
+            key,
+            scheduler_name(pod),
+            node,
+            result.placements[0],
+            result.explanation,
+            tuple(matrix.degraded),
+            time.time(),
+        )
+        self.ledger.record(d)
+        self.telemetry.shadow_decisions.labels(outcome=d.outcome).inc()
+        if d.gap is not None:
+            self.telemetry.shadow_score_gap.observe(d.gap)
+        if self._log is not None:
+            self._log.write(json.dumps(d.as_json()) + "\n")
+            self._log.flush()
+        log.info(
+            "shadow: %s bound to %s by %s; ksched: %s%s",
+            key,
+            node,
+            d.scheduler,
+            d.outcome if d.outcome != OTHER else f"other ({d.ksched_node})",
+            f" because of {d.reason}" if d.reason else "",
+        )

@@ -1,0 +1,225 @@
+"""Shadow mode without a cluster: decisions on watch events, the ledger, the report and status text."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from ksched.commands.shadow import render_report, render_status
+from ksched.config import parse_config
+from ksched.errors import ConfigError
+from ksched.loop.metric_sources import MetricStore
+from ksched.loop.shadow import Decision, Shadow, ShadowLedger
+from ksched.loop.state import ClusterState
+from ksched.loop.telemetry import Telemetry
+from tests.conftest import Obj, node, pod
+
+PRICE = "ksched.io/price"
+CONFIG = {
+    "apiVersion": "ksched.io/v1alpha1",
+    "kind": "KschedConfiguration",
+    "metrics": [
+        {
+            "name": "price",
+            "source": "annotation",
+            "annotation": PRICE,
+            "prefer": "lower",
+            "missing": "exclude",
+        }
+    ],
+    "shadow": {"enabled": True, "namespaces": ["default"]},
+}
+# "a" is cheapest but has room for one 1-cpu pod only; "c" has no price (ksched excludes it).
+NODES = [
+    node("a", cpu="1", annotations={PRICE: "0.1"}),
+    node("b", annotations={PRICE: "0.9"}),
+    node("c"),
+]
+
+
+def shadow_of(config: dict[str, Any] = CONFIG) -> tuple[Shadow, ClusterState, Telemetry]:
+    cfg = parse_config(config)
+    telemetry = Telemetry()
+    state = ClusterState(cfg.metrics)
+    shadow = Shadow(cfg, state, MetricStore(cfg.metrics, None, telemetry), telemetry)
+    for n in NODES:
+        state.on_node("ADDED", n, None)
+    return shadow, state, telemetry
+
+
+def bind(shadow: Shadow, state: ClusterState, p: Obj, node_name: str) -> None:
+    """The watch events of a pod created unbound, then bound by another scheduler."""
+    bound = {**p, "spec": {**p["spec"], "nodeName": node_name}}
+    shadow.on_pod("ADDED", p, None)
+    shadow.on_pod("MODIFIED", bound, p)
+    state.sync()
+
+
+CASES = [
+    # name, pod, node it was bound to, want (outcome, ksched node, reason)
+    ("ksched agrees", pod("web", scheduler="default-scheduler"), "a", ("same", "a", None)),
+    (
+        "the pod itself is not counted",
+        pod("big", cpu="1", scheduler="default-scheduler"),
+        "a",
+        ("same", "a", None),
+    ),
+    ("a dearer node", pod("web", scheduler="default-scheduler"), "b", ("other", "a", "Metric/price")),
+    (
+        "a node ksched excludes",
+        pod("web", scheduler="default-scheduler"),
+        "c",
+        ("other", "a", "Metric/price"),
+    ),
+    (
+        "only a node ksched excludes fits",
+        pod("pinned", scheduler="default-scheduler", nodeSelector={"kubernetes.io/hostname": "c"}),
+        "c",
+        ("pending", None, "Metric/price"),
+    ),
+    (
+        "only an over-full node fits",
+        pod("huge", cpu="2", scheduler="default-scheduler", nodeSelector={"kubernetes.io/hostname": "a"}),
+        "a",
+        ("pending", None, "NodeResourcesFit"),
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "p", "bound_to", "want"), CASES, ids=[c[0] for c in CASES])
+def test_shadow_decision_on_a_pod_another_scheduler_binds(
+    name: str, p: Obj, bound_to: str, want: tuple[str, str | None, str | None]
+) -> None:
+    shadow, state, telemetry = shadow_of()
+    bind(shadow, state, p, bound_to)
+    [d] = shadow.ledger.recent
+    got = (d.outcome, d.ksched_node, d.reason)
+    assert got == want, f"want {want}, got {got}: {d}"
+    assert (d.pod, d.node, d.scheduler) == (f"default/{p['metadata']['name']}", bound_to, "default-scheduler")
+    assert telemetry.registry.get_sample_value("ksched_shadow_decisions_total", {"outcome": want[0]}) == 1
+    if d.outcome == "same":
+        assert d.gap == 0.0
+    if name == "a dearer node":
+        assert d.gap is not None and d.gap > 0 and d.differences["Metric/price"] > 0
+        assert d.ksched_score is not None and d.node_score is not None
+        assert d.ksched_score - d.node_score == pytest.approx(d.gap)
+    if name == "a node ksched excludes":
+        assert d.gap is None and d.detail == "node(s) had no value for price"
+    if d.outcome == "pending":
+        assert d.detail is not None and d.detail.startswith("0/3 nodes are available: ")
+
+
+def test_shadow_skips_pods_it_saw_bound_pods_elsewhere_and_still_counts_them() -> None:
+    shadow, state, _ = shadow_of()
+    # Already bound when first seen (listed at start): no decision, but it fills node "a".
+    shadow.on_pod("ADDED", pod("old", cpu="1", node_name="a"), None)
+    # Another namespace than shadow.namespaces: no decision.
+    bind(shadow, state, pod("elsewhere", namespace="kube-system", scheduler="default-scheduler"), "b")
+    bind(shadow, state, pod("web", cpu="500m", scheduler="default-scheduler"), "b")
+    assert [(d.pod, d.outcome, d.ksched_node) for d in shadow.ledger.recent] == [("default/web", "same", "b")]
+
+
+def decision(pod_name: str, outcome: str, gap: float | None = None, reason: str | None = None) -> Decision:
+    return Decision(
+        f"ns/{pod_name}",
+        "default-scheduler",
+        "n1",
+        outcome,
+        ksched_node=None if outcome == "pending" else "n2",
+        ksched_score=None if gap is None else 100.0,
+        node_score=None if gap is None else 100.0 - gap,
+        gap=gap,
+        reason=reason,
+        detail="0/2 nodes are available: 2 Insufficient cpu." if outcome == "pending" else None,
+        differences={} if reason is None else {reason: gap or 0.0},
+    )
+
+
+def test_ledger_keeps_counters_for_all_and_a_bounded_ring() -> None:
+    ledger = ShadowLedger(keep=3)
+    for d in [
+        decision("a", "same", 0.0),
+        decision("b", "other", 5.0, "NodeResourcesFit"),
+        decision("c", "other", 50.0, "Metric/price"),
+        decision("d", "pending", reason="NodeResourcesFit"),
+        decision("e", "other", 30.0, "Metric/price"),
+    ]:
+        ledger.record(d)
+    report = ledger.report()
+    assert report["total"] == 5 and report["counts"] == {"same": 1, "other": 3, "pending": 1}
+    assert report["agreement"] == pytest.approx(0.2)
+    assert [d["pod"] for d in report["recent"]] == ["ns/c", "ns/d", "ns/e"], "only the last 3 kept"
+    assert [(r["outcome"], r["reason"], r["decisions"], r["meanGap"]) for r in report["reasons"]] == [
+        ("other", "Metric/price", 2, 40.0),
+        ("other", "NodeResourcesFit", 1, 5.0),
+        ("pending", "NodeResourcesFit", 1, None),
+    ]
+    # Pending first (ksched would not use the node at all), then the largest score gap.
+    assert [d["pod"] for d in report["differMost"]] == ["ns/d", "ns/c", "ns/e"]
+    assert Decision.from_json(report["recent"][0]) == ledger.recent[0]
+
+
+def test_report_text_names_agreement_reasons_and_pods() -> None:
+    ledger = ShadowLedger(keep=10)
+    for d in [
+        decision("a", "same", 0.0),
+        decision("b", "other", 12.5, "Metric/price"),
+        decision("c", "pending"),
+    ]:
+        ledger.record(d)
+    text = render_report(ledger.report(), "127.0.0.1:10259")
+    lines = text.splitlines()
+    assert lines[1] == "3 pods compared: 1 same node, 1 other node, 1 pending; agreement 33.3%"
+    assert any(line.split() == ["other", "Metric/price", "1", "12.5"] for line in lines), text
+    assert any(line.split()[:5] == ["ns/c", "n1", "default-scheduler", "pending", "-"] for line in lines), (
+        text
+    )
+    assert "Metric/price (+12.5); scores 100.0 vs 87.5" in text
+    assert "unknown: 0/2 nodes are available: 2 Insufficient cpu." in text
+
+
+def test_status_text_shows_leader_queues_degraded_metrics_and_failures() -> None:
+    status = {
+        "identity": "ksched-0",
+        "mode": "scheduling",
+        "leaderElection": True,
+        "leading": False,
+        "leader": "ksched-1",
+        "synced": True,
+        "queues": {"active": 3, "backoff": 1, "unschedulable": 2, "in_flight": 0, "handoff": 0},
+        "bound": 42,
+        "metrics": {"live": ["cpu"], "degraded": ["cpu: query failed: connection refused"]},
+        "failures": [
+            {"pod": "ns/a", "reason": "Unschedulable", "message": "0/3 nodes are available.", "at": 0.0},
+            {"pod": "ns/b", "reason": "BindingError", "message": "binding to n1 failed", "at": 60.0},
+        ],
+        "shadow": None,
+    }
+    lines = render_status(status, "127.0.0.1:10259").splitlines()
+    assert "leader:    ksched-1 (this replica follows)" in lines
+    assert (
+        "queues:    active 3, backoff 1, unschedulable 2, in_flight 0, handoff 0; 42 pods bound since start"
+        in lines
+    )
+    assert "metrics:   degraded: cpu: query failed: connection refused" in lines
+    failures = lines[lines.index("recent failures (2):") + 2 :]
+    assert [f.split()[:3] for f in failures] == [
+        ["00:01:00", "ns/b", "BindingError"],
+        ["00:00:00", "ns/a", "Unschedulable"],
+    ]
+
+
+@pytest.mark.parametrize(
+    ("shadow", "error"),
+    [
+        ({"enabled": "yes"}, r"shadow\.enabled: 'yes' is not a boolean"),
+        ({"profile": "nope"}, r"shadow\.profile: 'nope' is not allowed \(allowed: ksched\)"),
+        ({"keep": 0}, r"shadow\.keep: 0 is not an integer in 1\.\.100000"),
+        ({"namespaces": "default"}, r"shadow\.namespaces: must be a list"),
+        ({"logs": "x"}, r"shadow\.logs: unknown key \(allowed: enabled, profile, namespaces, keep, log\)"),
+    ],
+)
+def test_bad_shadow_configuration_names_the_key(shadow: dict[str, Any], error: str) -> None:
+    with pytest.raises(ConfigError, match=error):
+        parse_config({"apiVersion": "ksched.io/v1alpha1", "kind": "KschedConfiguration", "shadow": shadow})
