@@ -11,15 +11,9 @@ import pytest
 from ksched.cluster import local
 from ksched.cluster.build import BuildError, missing_binaries
 from ksched.loop.client import Kube, load_configuration
-from tests.integration.helpers import Namespaces, create, delete_pods
+from tests.integration.helpers import Namespaces, create, delete_pods, unavailable
 
 CLUSTER_NODES = 20
-
-
-def _unavailable(why: str) -> None:
-    if os.environ.get("KSCHED_REQUIRE_CLUSTER") == "1":
-        pytest.fail(f"KSCHED_REQUIRE_CLUSTER=1 but the local control plane is unavailable: {why}")
-    pytest.skip(f"local control plane unavailable: {why}")
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +52,7 @@ def exporter() -> Iterator[str]:
 def cluster(tmp_path_factory: pytest.TempPathFactory, exporter: str) -> Iterator[local.ClusterState]:
     os.environ.setdefault("KSCHED_CLUSTER_DIR", str(tmp_path_factory.mktemp("cluster")))
     if shutil.which("go") is None and missing_binaries():
-        _unavailable("Go is not installed and no cached binaries exist")
+        unavailable("Go is not installed and no cached binaries exist")
     try:
         state = local.up(
             nodes=CLUSTER_NODES,
@@ -68,7 +62,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, exporter: str) -> Iterator
             prometheus_targets=exporter,
         )
     except (BuildError, local.ClusterError) as err:
-        _unavailable(str(err))
+        unavailable(str(err))
         raise
     yield state
     local.down()

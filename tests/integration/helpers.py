@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import json
 import os
 import signal
+import ssl
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -17,15 +20,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+import pytest
 import yaml
 
 from ksched.cluster import local
+from ksched.cluster.build import bin_dir
 from ksched.engine.pods import pod_requests
 from ksched.loop.client import ApiUnavailableError, Kube
 
 Obj = dict[str, Any]
 # Short leases keep the failover test quick: 4 s lease, 3 s renew deadline, 1 s retry.
 FAST_LEASE = {"leaseDuration": "4s", "renewDeadline": "3s", "retryPeriod": "1s"}
+
+
+def unavailable(why: str) -> None:
+    """Skip a test whose local component cannot be had, or fail it under KSCHED_REQUIRE_CLUSTER=1 (CI)."""
+    if os.environ.get("KSCHED_REQUIRE_CLUSTER") == "1":
+        pytest.fail(f"KSCHED_REQUIRE_CLUSTER=1 but the local control plane is unavailable: {why}")
+    pytest.skip(f"local control plane unavailable: {why}")
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float, interval: float = 0.25) -> Any:
@@ -236,3 +248,99 @@ def webhook_configuration(name: str, port: int, label: str = "ksched.io/route") 
             }
         ],
     }
+
+
+def kubectl(
+    cluster: local.ClusterState, *args: str, input_: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    cmd = [str(bin_dir() / "kubectl"), "--kubeconfig", cluster.kubeconfig, *args]
+    return subprocess.run(cmd, input=input_, capture_output=True, text=True, check=False)
+
+
+def as_token(
+    cluster: local.ClusterState, token: str, path: str, headers: dict[str, str] | None = None
+) -> int:
+    """The HTTP status of a GET of ``path`` with a bearer token."""
+    ca = Path(cluster.directory) / "certs" / "apiserver.crt"
+    request = urllib.request.Request(
+        cluster.apiserver + path, headers={"Authorization": f"Bearer {token}", **(headers or {})}
+    )
+    try:
+        with urllib.request.urlopen(
+            request, context=ssl.create_default_context(cafile=str(ca)), timeout=10
+        ) as r:
+            return int(r.status)
+    except urllib.error.HTTPError as err:
+        return int(err.code)
+
+
+RBAC_KINDS = {
+    "ServiceAccount": "serviceaccount",
+    "ClusterRole": "clusterrole",
+    "ClusterRoleBinding": "clusterrolebinding",
+    "Role": "role",
+    "RoleBinding": "rolebinding",
+}
+
+
+def assert_service_account_schedules_and_nothing_more(
+    cluster: local.ClusterState,
+    kube: Kube,
+    tmp_path: Path,
+    namespace: Namespaces,
+    rbac: list[Obj],
+    lease: dict[str, Any],
+) -> None:
+    """Apply ``rbac`` (namespaced objects already in their namespace), then check with a token
+    of its ServiceAccount that reading Secrets and impersonating are refused and that ksched,
+    electing itself through ``lease``, binds a pod and writes PodScheduled=False on one that
+    fits nowhere without a single 403. The objects are deleted afterwards."""
+    (account,) = [d for d in rbac if d["kind"] == "ServiceAccount"]
+    ns, name = account["metadata"]["namespace"], account["metadata"]["name"]
+    try:
+        for doc in rbac:
+            applied = kubectl(cluster, "apply", "-f", "-", input_=json.dumps(doc))
+            assert applied.returncode == 0, applied.stderr
+        r = kube.request(
+            "POST",
+            f"/api/v1/namespaces/{ns}/serviceaccounts/{name}/token",
+            body={
+                "apiVersion": "authentication.k8s.io/v1",
+                "kind": "TokenRequest",
+                "spec": {"expirationSeconds": 3600},
+            },
+        )
+        assert r.ok, r.data
+        token = r.json()["status"]["token"]
+        config = yaml.safe_load(Path(cluster.kubeconfig).read_text())
+        config["users"] = [{"name": "admin", "user": {"token": token}}]
+        kubeconfig = tmp_path / f"{name}-sa.kubeconfig"
+        kubeconfig.write_text(yaml.safe_dump(config))
+
+        # Outside the role: reading Secrets, and acting as someone else.
+        assert as_token(cluster, token, "/api/v1/namespaces/default/secrets") == 403
+        assert as_token(cluster, token, "/api/v1/nodes", {"Impersonate-User": "system:admin"}) == 403
+
+        work = namespace(f"{name}-rbac-work")
+        with ksched(cluster, tmp_path, "as-service-account", lease, kubeconfig=str(kubeconfig)) as k:
+            assert wait_for(k.leads, 30), k.output()
+            create(kube, [make_pod("rbac-0", work), make_pod("rbac-big", work, cpu="500")])
+            assert wait_for(lambda: [p for p in pods_in(kube, work) if p["spec"].get("nodeName")], 30), (
+                k.output()
+            )
+            big = wait_for(
+                lambda: [
+                    c
+                    for p in pods_in(kube, work)
+                    if p["metadata"]["name"] == "rbac-big"
+                    for c in (p["status"].get("conditions") or [])
+                    if c["reason"] == "Unschedulable"
+                ],
+                30,
+            )
+            assert big, "the PodScheduled condition was written with the service account's rights"
+            assert "403" not in k.output() and "Forbidden" not in k.output(), k.output()
+    finally:
+        for doc in reversed(rbac):
+            kind, obj = RBAC_KINDS[doc["kind"]], doc["metadata"]["name"]
+            kubectl(cluster, "delete", kind, obj, "-n", ns, "--ignore-not-found")

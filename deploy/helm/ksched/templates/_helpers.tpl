@@ -1,0 +1,58 @@
+{{/*
+Names: the release name when it contains "ksched" (release "ksched" renders the
+kustomize base's names), else "<release>-ksched". The ClusterRole's
+resourceNames, the Lease, the webhook configuration and the Service DNS names
+in the configuration all derive from it, so they always agree.
+*/}}
+{{- define "ksched.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "ksched.selectorLabels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "ksched.labels" -}}
+{{ include "ksched.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{/* The webhook is rendered when enabled, except in shadow mode (ksched binds nothing there). */}}
+{{- define "ksched.webhookEnabled" -}}
+{{- if and .Values.webhook.enabled (not .Values.shadow.enabled) -}}true{{- end -}}
+{{- end -}}
+
+{{/*
+The KschedConfiguration: the configuration block, with the keys whose values
+other objects of the chart depend on set from the chart.
+*/}}
+{{- define "ksched.configuration" -}}
+{{- $name := include "ksched.fullname" . -}}
+{{- $ns := .Release.Namespace -}}
+{{- $chart := dict
+  "apiVersion" "ksched.io/v1alpha1"
+  "kind" "KschedConfiguration"
+  "leaderElection" (dict "resourceName" $name "resourceNamespace" $ns)
+  "handoff" (dict "enabled" .Values.handoff.enabled "after" .Values.handoff.after)
+-}}
+{{- if include "ksched.webhookEnabled" . -}}
+{{- $_ := set $chart "webhook" (dict
+  "enabled" true
+  "address" "0.0.0.0:9443"
+  "hosts" (list (printf "%s.%s.svc" $name $ns) (printf "%s.%s.svc.cluster.local" $name $ns))
+  "configurationName" $name) -}}
+{{- end -}}
+{{- if .Values.shadow.enabled -}}
+{{- $_ := set $chart "shadow" (merge (dict "enabled" true) (omit .Values.shadow "enabled")) -}}
+{{- end -}}
+{{- toYaml (mergeOverwrite (deepCopy .Values.configuration) $chart) -}}
+{{- end -}}

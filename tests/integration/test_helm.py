@@ -1,0 +1,279 @@
+"""deploy/helm/ksched: it lints, renders the kustomize base's objects, its values reach the
+objects and the configuration, and its rendering applies (server-side dry run) on the local
+control plane with a ServiceAccount that can schedule and do nothing more."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from ksched.cluster import local
+from ksched.cluster.build import BuildError, bin_dir, ensure_built, helm_binary
+from ksched.config import Config, parse_config
+from ksched.loop.client import Kube
+from tests.integration.helpers import (
+    FAST_LEASE,
+    RBAC_KINDS,
+    Namespaces,
+    Obj,
+    assert_service_account_schedules_and_nothing_more,
+    kubectl,
+    unavailable,
+)
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+CHART = DEPLOY / "helm" / "ksched"
+# The kustomize base's namespace: rendering the chart into it gives the base's objects.
+BASE_NAMESPACE = "ksched-system"
+# Labels the chart adds to tell releases apart; the base has one ksched per cluster.
+RELEASE_LABEL = "app.kubernetes.io/instance"
+
+
+@pytest.fixture(scope="module")
+def helm() -> Path:
+    """helm, built from its Go module when missing (with the control plane's kubectl)."""
+    try:
+        ensure_built()
+    except BuildError as err:
+        unavailable(str(err))
+    return helm_binary()
+
+
+def helm_run(helm: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(helm), *args], capture_output=True, text=True, check=False)
+
+
+def template(helm: Path, *args: str, release: str = "ksched", namespace: str = BASE_NAMESPACE) -> str:
+    out = helm_run(helm, "template", release, str(CHART), "--namespace", namespace, *args)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def render(helm: Path, *args: str, release: str = "ksched", namespace: str = BASE_NAMESPACE) -> list[Obj]:
+    return [d for d in yaml.safe_load_all(template(helm, *args, release=release, namespace=namespace)) if d]
+
+
+def kustomize(path: Path) -> list[Obj]:
+    out = subprocess.run(
+        [str(bin_dir() / "kubectl"), "kustomize", str(path)], capture_output=True, text=True, check=False
+    )
+    assert out.returncode == 0, out.stderr
+    return [d for d in yaml.safe_load_all(out.stdout) if d]
+
+
+def by_name(objs: list[Obj]) -> dict[tuple[str, str], Obj]:
+    return {(o["kind"], o["metadata"]["name"]): o for o in objs}
+
+
+def without_key(value: Any, key: str) -> Any:
+    if isinstance(value, dict):
+        return {k: without_key(v, key) for k, v in value.items() if k != key}
+    if isinstance(value, list):
+        return [without_key(v, key) for v in value]
+    return value
+
+
+def comparable(obj: Obj) -> Obj:
+    """An object as both renderings must agree on it: labels, and the annotation that rolls
+    the pods on a configuration change, are the chart's own; the configuration is compared
+    as data, not as text."""
+    obj = copy.deepcopy(obj)
+    obj["metadata"] = {k: v for k, v in obj["metadata"].items() if k in ("name", "namespace")}
+    if obj["kind"] == "ConfigMap":
+        obj["data"] = {k: yaml.safe_load(v) for k, v in obj["data"].items()}
+    if obj["kind"] == "Deployment":
+        obj["spec"]["template"]["metadata"].pop("annotations", None)
+    return without_key(obj, RELEASE_LABEL)  # type: ignore[no-any-return]
+
+
+def assert_same_objects(chart: list[Obj], base: list[Obj]) -> None:
+    got, want = by_name(chart), by_name(base)
+    assert sorted(got) == sorted(want)
+    for key, obj in want.items():
+        assert comparable(got[key]) == comparable(obj), key
+        labels = got[key]["metadata"].get("labels") or {}
+        assert (obj["metadata"].get("labels") or {}).items() <= labels.items(), key
+
+
+def configuration(objs: list[Obj]) -> dict[str, Any]:
+    (cm,) = [o for o in objs if o["kind"] == "ConfigMap"]
+    doc: dict[str, Any] = yaml.safe_load(cm["data"]["config.yaml"])
+    return doc
+
+
+def parsed(objs: list[Obj]) -> Config:
+    return parse_config(configuration(objs))
+
+
+def one(objs: list[Obj], kind: str, name: str) -> Obj:
+    return by_name(objs)[(kind, name)]
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        [],
+        ["--set", "handoff.enabled=true"],
+        ["--set", "shadow.enabled=true"],
+        ["--set", "webhook.enabled=false", "--set", "namespace.create=true"],
+    ],
+    ids=["default", "handoff", "shadow", "no-webhook"],
+)
+def test_chart_lints(helm: Path, values: list[str]) -> None:
+    out = helm_run(helm, "lint", "--strict", str(CHART), *values)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "1 chart(s) linted, 0 chart(s) failed" in out.stdout
+
+
+def test_default_rendering_is_the_kustomize_base(helm: Path) -> None:
+    base = kustomize(DEPLOY)
+    namespaces = [o for o in base if o["kind"] == "Namespace"]
+    assert [o["metadata"]["name"] for o in namespaces] == [BASE_NAMESPACE]
+    # helm creates the release namespace (--create-namespace); the chart renders it on request.
+    assert_same_objects(render(helm, "--include-crds"), [o for o in base if o["kind"] != "Namespace"])
+    assert_same_objects(render(helm, "--include-crds", "--set", "namespace.create=true"), base)
+
+
+def test_handoff_adds_the_handoff_component(helm: Path) -> None:
+    default = render(helm)
+    handoff = render(helm, "--set", "handoff.enabled=true", "--set", "handoff.after=90s")
+    added = [o for o in handoff if (o["kind"], o["metadata"]["name"]) not in by_name(default)]
+    assert_same_objects(added, kustomize(DEPLOY / "handoff"))
+    cfg = parsed(handoff)
+    assert cfg.handoff.enabled and cfg.handoff.after_s == 90
+
+
+def test_values_reach_the_objects_and_the_configuration(helm: Path, tmp_path: Path) -> None:
+    selector = {"matchExpressions": [{"key": "team", "operator": "In", "values": ["web", "batch"]}]}
+    resources = {"requests": {"cpu": "1", "memory": "512Mi"}, "limits": {"memory": "2Gi"}}
+    values = {
+        "replicas": 3,
+        "image": {"repository": "internal/ksched", "tag": "0.2.0"},
+        "resources": resources,
+        "configuration": {
+            "profiles": [{"schedulerName": "ksched"}, {"schedulerName": "ksched-cheap"}],
+            "metrics": [
+                {"name": "cpu", "source": "prometheus", "query": "node_load1", "nodeLabel": "node"},
+            ],
+            "prometheus": {"url": "http://prometheus.monitoring:9090"},
+            "leaderElection": {"leaseDuration": "30s"},
+        },
+        "webhook": {"namespaceSelector": selector},
+    }
+    path = tmp_path / "values.yaml"
+    path.write_text(yaml.safe_dump(values))
+    objs = render(helm, "-f", str(path), release="edge", namespace="sched")
+    name = "edge-ksched"
+
+    cfg = parsed(objs)
+    assert [p.scheduler_name for p in cfg.profiles] == ["ksched", "ksched-cheap"]
+    assert [m.name for m in cfg.metrics] == ["cpu"]
+    assert cfg.prometheus.url == "http://prometheus.monitoring:9090"
+    assert (cfg.leader_election.resource_name, cfg.leader_election.resource_namespace) == (name, "sched")
+    assert cfg.leader_election.lease_duration_s == 30 and cfg.leader_election.leader_elect
+    assert cfg.webhook.enabled and cfg.webhook.configuration_name == name
+    assert cfg.webhook.hosts == (f"{name}.sched.svc", f"{name}.sched.svc.cluster.local")
+
+    deployment = one(objs, "Deployment", name)
+    pod = deployment["spec"]["template"]["spec"]
+    assert deployment["spec"]["replicas"] == 3
+    assert pod["containers"][0]["image"] == "internal/ksched:0.2.0"
+    assert pod["containers"][0]["resources"] == resources
+    assert pod["serviceAccountName"] == name
+    assert pod["volumes"][0]["configMap"]["name"] == f"{name}-config"
+    assert one(objs, "ConfigMap", f"{name}-config")["metadata"]["namespace"] == "sched"
+
+    webhook = one(objs, "MutatingWebhookConfiguration", name)["webhooks"][0]
+    assert webhook["namespaceSelector"] == selector
+    service = webhook["clientConfig"]["service"]
+    assert (service["name"], service["namespace"]) == (name, "sched")
+    rules = one(objs, "ClusterRole", name)["rules"]
+    assert [r["resourceNames"] for r in rules if "resourceNames" in r] == [[name]]
+    assert one(objs, "Role", f"{name}-leader-election")["rules"][1]["resourceNames"] == [name]
+    for binding in ("ClusterRoleBinding", "RoleBinding"):
+        subjects = one(objs, binding, name if binding == "ClusterRoleBinding" else f"{name}-leader-election")
+        assert subjects["subjects"] == [{"kind": "ServiceAccount", "name": name, "namespace": "sched"}]
+
+
+def test_a_configuration_change_rolls_the_pods(helm: Path) -> None:
+    def checksum(*args: str) -> str:
+        objs = render(helm, *args)
+        annotations = one(objs, "Deployment", "ksched")["spec"]["template"]["metadata"]["annotations"]
+        return str(annotations["ksched.io/config-checksum"])
+
+    assert checksum() == checksum("--set", "replicas=4")
+    assert checksum() != checksum("--set", "configuration.batch.maxSize=256")
+
+
+@pytest.mark.parametrize(
+    "values", [["--set", "webhook.enabled=false"], ["--set", "shadow.enabled=true"]], ids=["off", "shadow"]
+)
+def test_without_the_webhook_nothing_routes_pods_to_ksched(helm: Path, values: list[str]) -> None:
+    objs = render(helm, *values)
+    assert not [o for o in objs if o["kind"] == "MutatingWebhookConfiguration"]
+    assert "webhook" not in configuration(objs)
+    assert not parsed(objs).webhook.enabled
+    rules = one(objs, "ClusterRole", "ksched")["rules"]
+    assert not [r for r in rules if "admissionregistration.k8s.io" in r["apiGroups"]]
+
+
+def test_shadow_mode_is_a_configuration_key_only_when_enabled(helm: Path) -> None:
+    assert "shadow" not in configuration(render(helm))
+    shadow = render(helm, "--set", "shadow.enabled=true", "--set", "shadow.namespaces={web}")
+    assert configuration(shadow)["shadow"] == {"enabled": True, "namespaces": ["web"]}
+    cfg = parsed(shadow)
+    assert cfg.shadow.enabled and cfg.shadow.namespaces == ("web",)
+
+
+def test_shadow_mode_refuses_handoff(helm: Path) -> None:
+    out = helm_run(
+        helm,
+        "template",
+        "ksched",
+        str(CHART),
+        "--set",
+        "shadow.enabled=true",
+        "--set",
+        "handoff.enabled=true",
+    )
+    assert out.returncode != 0
+    assert "handoff.enabled and shadow.enabled exclude each other" in out.stderr
+
+
+@pytest.mark.cluster
+def test_rendering_applies_with_server_side_dry_run(
+    cluster: local.ClusterState, kube: Kube, namespace: Namespaces, helm: Path
+) -> None:
+    # A dry-run namespace does not exist for the dry-run objects inside it: create it for real.
+    ns = namespace("ksched-helm")
+    rendering = template(helm, "--include-crds", "--set", "handoff.enabled=true", namespace=ns)
+    out = kubectl(cluster, "apply", "--dry-run=server", "-f", "-", input_=rendering)
+    assert out.returncode == 0, out.stderr
+    applied = out.stdout.splitlines()
+    objs = [d for d in yaml.safe_load_all(rendering) if d]
+    assert len(applied) == len(objs), out.stdout
+    for obj in objs:
+        group = obj["apiVersion"].rpartition("/")[0]
+        resource = obj["kind"].lower() + (f".{group}" if group else "")
+        assert any(line.startswith(f"{resource}/{obj['metadata']['name']} ") for line in applied), (
+            resource,
+            out.stdout,
+        )
+    assert all(line.endswith("(server dry run)") for line in applied), out.stdout
+
+
+@pytest.mark.cluster
+def test_the_charts_service_account_can_schedule_and_nothing_more(
+    cluster: local.ClusterState, kube: Kube, tmp_path: Path, namespace: Namespaces, helm: Path
+) -> None:
+    ns = namespace("ksched-helm-rbac")
+    objs = render(helm, release="rbac", namespace=ns)
+    rbac = [o for o in objs if o["kind"] in RBAC_KINDS]
+    # The Lease the chart's configuration names is the one its Role lets ksched update.
+    lease = {**configuration(objs)["leaderElection"], **FAST_LEASE}
+    assert_service_account_schedules_and_nothing_more(cluster, kube, tmp_path, namespace, rbac, lease)
