@@ -192,3 +192,18 @@ def test_docs_list_every_command_help_and_each_has_an_example(monkeypatch: pytes
         if cmd != "cluster":
             section = reference.split(f"## ksched {cmd}\n", 1)[1].split("## ksched", 1)[0]
             assert "xample" in section or cmd.startswith("cluster "), f"ksched {cmd} --help has no example"
+
+
+def test_explain_names_a_bound_pod_and_explains_it_without_itself(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # "a" has room for the 1-cpu pod only once: counted there, it would fit nowhere.
+    objs = [node("a", cpu="1"), node("b", cpu="1", taints=[{"key": "k", "effect": "NoSchedule"}])]
+    objs.append(pod("web", cpu="1", scheduler="default-scheduler", node_name="a"))
+    assert main(["explain", write(tmp_path, objs), "default/web", "-o", "json"]) == 0
+    captured = capsys.readouterr()
+    [ex] = json.loads(captured.out)
+    assert ex["node"] == "a"
+    assert "default/web is bound to a: explained as if pending, without it (ksched)" in captured.err
+    assert main(["explain", write(tmp_path, objs), "default/nope"]) == 2
+    assert "default/nope: no such pod in " in capsys.readouterr().err

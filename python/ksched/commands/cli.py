@@ -15,6 +15,7 @@ import dataclasses
 import json
 import logging
 import sys
+from pathlib import Path
 
 from ksched import __version__
 from ksched.errors import KschedError
@@ -101,25 +102,52 @@ def _simulate(args: argparse.Namespace) -> int:
     return EXIT_OK if all(p["node"] for p in placements) else EXIT_UNPLACED
 
 
+def _is_cluster_file(arg: str) -> bool:
+    """``explain``'s first argument is a cluster file unless it reads as NAMESPACE/POD."""
+    return Path(arg).is_file() or arg.endswith((".yaml", ".yml", ".json")) or arg.count("/") != 1
+
+
 def _explain(args: argparse.Namespace) -> int:
     from ksched.commands.simulate import (
+        as_pending,
         explanation_json,
         load_cluster,
         load_offline_metrics,
         render_explanation,
         run_simulation,
+        sort_objects,
     )
     from ksched.config import load_config
 
     config = load_config(args.config)
-    cluster = load_cluster(args.cluster, {p.scheduler_name for p in config.profiles})
+    names = {p.scheduler_name for p in config.profiles}
+    targets = list(args.targets)
     offline = load_offline_metrics(args.metrics)
+    if _is_cluster_file(targets[0]):
+        source = targets.pop(0)
+        cluster = load_cluster(source, names)
+    else:
+        from ksched.commands.live import connect, live_metrics, live_objects
+
+        source = "the live cluster"
+        cluster = sort_objects(live_objects(connect(args.kubeconfig)), names, source)
+        config, values, degraded = live_metrics(config, cluster.nodes)
+        for why in degraded:
+            print(f"note: metric {why}: left out, as the running scheduler would", file=sys.stderr)
+        for node, given in (offline or {}).items():
+            values.setdefault(node, {}).update(given)
+        offline = dict(values)
+    if not targets:
+        raise KschedError("name at least one pod as NAMESPACE/NAME")
     out = []
     status = EXIT_OK
-    for pod in args.pods:
+    for pod in targets:
         if "/" not in pod:
             raise KschedError(f"{pod!r}: name pods as NAMESPACE/NAME")
-        results, _ = run_simulation(cluster, config, offline, args.seed, explain=pod)
+        pod_cluster, note = as_pending(cluster, pod, config.profiles[0].scheduler_name)
+        if note is not None:
+            print(f"note: {note}", file=sys.stderr)
+        results, _ = run_simulation(pod_cluster, config, offline, args.seed, explain=pod)
         ex = next((r.explanation for r in results if r.explanation is not None), None)
         if ex is None:
             malformed = next((p for r in results for p in r.placements if p.pod == pod), None)
@@ -127,7 +155,7 @@ def _explain(args: argparse.Namespace) -> int:
                 print(f"pod {pod}: {malformed.message}", file=sys.stderr)
                 status = EXIT_UNPLACED
                 continue
-            raise KschedError(f"{pod}: not a pending pod of any ksched profile in {args.cluster}")
+            raise KschedError(f"{pod}: no such pod in {source}")
         out.append(ex)
         if ex.placement.node is None:
             status = EXIT_UNPLACED
@@ -233,12 +261,20 @@ def parser() -> argparse.ArgumentParser:
         "explain",
         help="show per node why a pod was placed where it was",
         description="Per node: the failing filter and reason, or each score plugin's raw, normalized "
-        "and weighted score. Example: ksched explain cluster.yaml default/web-0",
+        "and weighted score. With a cluster file first, offline; without, the live cluster through "
+        "the kubeconfig and one read of the configured live metrics. A bound pod is explained as "
+        "if pending, without it; a pod of another scheduler under the first profile. "
+        "Examples: ksched explain cluster.yaml default/web-0; ksched explain default/web-0",
     )
-    e.add_argument("cluster")
-    e.add_argument("pods", nargs="+", metavar="NAMESPACE/POD")
+    e.add_argument(
+        "targets",
+        nargs="+",
+        metavar="[CLUSTER] NAMESPACE/POD",
+        help="a cluster file (omit it to read the live cluster), then one or more pods",
+    )
     e.add_argument("--config")
-    e.add_argument("--metrics")
+    e.add_argument("--kubeconfig", help="live form: default $KUBECONFIG or ~/.kube/config")
+    e.add_argument("--metrics", help="YAML mapping node-name: {metric-name: number} (overrides live values)")
     e.add_argument("--seed", type=int, default=0)
     e.add_argument("-o", "--output", choices=("table", "json"), default="table")
     e.set_defaults(func=_explain)

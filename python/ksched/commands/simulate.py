@@ -4,13 +4,16 @@ Owns reading Kubernetes objects as ``kubectl get -o yaml`` prints them (a
 ``kind: List`` or multi-document YAML/JSON), splitting pods into existing
 (``spec.nodeName`` set) and pending (their ``schedulerName`` names a
 profile), offline metric values, and rendering results as a table or JSON.
+Live explain (:mod:`ksched.commands.live`) reads the same objects from the
+API server and feeds them to the same :func:`sort_objects` and
+:func:`run_simulation`.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -20,12 +23,13 @@ import yaml
 
 from ksched.config import Config, MetricConfig
 from ksched.engine import BatchResult, Engine, Explanation, GangStatus, commit_placements
+from ksched.engine.disruption_budgets import DisruptionBudget, disruption_budget
 from ksched.engine.gangs import POD_GROUP_API, PodGroup, pod_group, pod_group_of
 from ksched.engine.podtable import SpreadSelectors
 from ksched.engine.snapshot import Snapshot, build_snapshot
 from ksched.errors import ClusterFileError, KschedError, MalformedObjectError
 from ksched.loop.metric_sources import annotation_column, to_number
-from ksched.objects import Obj, meta, scheduler_name, spec
+from ksched.objects import Obj, meta, pod_key, scheduler_name, spec
 
 # Objects whose selectors make a pod's default topology spreading.
 SELECTOR_OWNER_KINDS = {
@@ -50,6 +54,10 @@ class ClusterFile:
     pod_groups: list[PodGroup] = field(default_factory=list)
     # Services and workload controllers (default topology spreading).
     spread_selectors: SpreadSelectors = field(default_factory=SpreadSelectors)
+    # PodDisruptionBudgets (preemption prefers victims no budget protects).
+    budgets: list[DisruptionBudget] = field(default_factory=list)
+    # Unbound pods of other schedulers (counted in ``ignored``; ``explain`` can name them).
+    others: list[Obj] = field(default_factory=list)
 
 
 def _documents(text: str, source: str) -> Iterator[Any]:
@@ -83,8 +91,8 @@ def _objects(doc: Any, source: str) -> Iterator[Obj]:
     yield doc
 
 
-def load_cluster(path: str | Path, scheduler_names: set[str]) -> ClusterFile:
-    """Read a cluster file and sort its pods into existing, pending and ignored."""
+def read_objects(path: str | Path) -> list[Obj]:
+    """The Kubernetes objects of a cluster file."""
     p = Path(path)
     try:
         size = p.stat().st_size
@@ -93,36 +101,77 @@ def load_cluster(path: str | Path, scheduler_names: set[str]) -> ClusterFile:
     if size > MAX_CLUSTER_FILE_BYTES:
         raise ClusterFileError(f"{path}: {size} bytes is over the {MAX_CLUSTER_FILE_BYTES}-byte limit")
     text = p.read_text()
-    nodes, existing, pending = [], [], []
+    return [obj for doc in _documents(text, str(path)) for obj in _objects(doc, str(path))]
+
+
+def load_cluster(path: str | Path, scheduler_names: set[str]) -> ClusterFile:
+    """Read a cluster file and sort its pods into existing, pending and ignored."""
+    return sort_objects(read_objects(path), scheduler_names, str(path))
+
+
+def sort_objects(objects: list[Obj], scheduler_names: set[str], source: str) -> ClusterFile:
+    """Nodes, pods (existing, pending for a profile, ignored) and the objects scheduling reads."""
+    nodes, existing, pending, others = [], [], [], []
     namespaces: dict[str, dict[str, str]] = {}
     groups: list[PodGroup] = []
+    budgets: list[DisruptionBudget] = []
     selectors = SpreadSelectors()
     ignored = 0
-    for doc in _documents(text, str(path)):
-        for obj in _objects(doc, str(path)):
-            kind = obj.get("kind")
-            if kind == "Node":
-                nodes.append(obj)
-            elif kind == "Namespace":
-                labels = meta(obj).get("labels") or {}
-                namespaces[str(meta(obj).get("name", ""))] = {str(k): str(v) for k, v in labels.items()}
-            elif (str(obj.get("apiVersion")), str(kind)) in SELECTOR_OWNER_KINDS:
-                selectors.update(str(obj.get("apiVersion")), str(kind), obj)
-            elif kind == "PodGroup" and obj.get("apiVersion") == POD_GROUP_API:
-                try:
-                    groups.append(pod_group(obj))
-                except MalformedObjectError as err:
-                    raise ClusterFileError(f"{path}: {err}") from None
-            elif kind == "Pod":
-                if spec(obj).get("nodeName"):
-                    existing.append(obj)
-                elif scheduler_name(obj) in scheduler_names:
-                    pending.append(obj)
-                else:
-                    ignored += 1
+    for obj in objects:
+        kind = obj.get("kind")
+        if kind == "Node":
+            nodes.append(obj)
+        elif kind == "Namespace":
+            labels = meta(obj).get("labels") or {}
+            namespaces[str(meta(obj).get("name", ""))] = {str(k): str(v) for k, v in labels.items()}
+        elif (str(obj.get("apiVersion")), str(kind)) in SELECTOR_OWNER_KINDS:
+            selectors.update(str(obj.get("apiVersion")), str(kind), obj)
+        elif kind == "PodGroup" and obj.get("apiVersion") == POD_GROUP_API:
+            try:
+                groups.append(pod_group(obj))
+            except MalformedObjectError as err:
+                raise ClusterFileError(f"{source}: {err}") from None
+        elif kind == "PodDisruptionBudget" and obj.get("apiVersion") == "policy/v1":
+            try:
+                budgets.append(disruption_budget(obj))
+            except MalformedObjectError as err:
+                raise ClusterFileError(f"{source}: {err}") from None
+        elif kind == "Pod":
+            if spec(obj).get("nodeName"):
+                existing.append(obj)
+            elif scheduler_name(obj) in scheduler_names:
+                pending.append(obj)
             else:
+                others.append(obj)
                 ignored += 1
-    return ClusterFile(nodes, existing, pending, ignored, namespaces, groups, selectors)
+        else:
+            ignored += 1
+    return ClusterFile(nodes, existing, pending, ignored, namespaces, groups, selectors, budgets, others)
+
+
+def as_pending(cluster: ClusterFile, key: str, profile: str) -> tuple[ClusterFile, str | None]:
+    """The cluster with pod ``key`` pending for a profile, so ``explain`` can name any pod:
+    a bound pod is taken off its node (where would ksched place it now, without it), a pod
+    of another scheduler gets ``profile``. Returns the cluster and a note saying what changed."""
+    if any(pod_key(p) == key for p in cluster.pending):
+        return cluster, None
+    bound = next((p for p in cluster.existing if pod_key(p) == key), None)
+    if bound is not None:
+        name = scheduler_name(bound)
+        if name not in {scheduler_name(p) for p in cluster.pending} | {profile}:
+            name = profile
+        unbound = {**bound, "spec": {**spec(bound), "schedulerName": name}}
+        del unbound["spec"]["nodeName"]
+        note = f"{key} is bound to {spec(bound)['nodeName']}: explained as if pending, without it ({name})"
+        existing = [p for p in cluster.existing if p is not bound]
+        return replace(cluster, existing=existing, pending=[*cluster.pending, unbound]), note
+    other = next((p for p in cluster.others if pod_key(p) == key), None)
+    if other is None:
+        return cluster, None
+    moved = {**other, "spec": {**spec(other), "schedulerName": profile}}
+    note = f"{key} is for {scheduler_name(other)}: explained under profile {profile}"
+    others = [p for p in cluster.others if p is not other]
+    return replace(cluster, pending=[*cluster.pending, moved], others=others), note
 
 
 def metric_matrix(
@@ -163,6 +212,7 @@ def run_simulation(
     snapshot = build_snapshot(cluster.nodes, cluster.existing)
     snapshot.namespaces = cluster.namespaces
     snapshot.spread_selectors = cluster.spread_selectors
+    snapshot.budgets = cluster.budgets
     values = metric_matrix(snapshot, config.metrics, offline)
     bound: dict[str, int] = {}
     for pod in cluster.existing:
