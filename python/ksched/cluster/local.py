@@ -231,7 +231,10 @@ def _ready_nodes(state: ClusterState, bin_dir: Path) -> int:
     return count
 
 
-def _prometheus_binary() -> str:
+def prometheus_binary() -> str:
+    """Prometheus from Debian's package, installed with apt-get when missing and run as root.
+
+    The package also ships promtool beside it (the test suite checks the alerting rules with it)."""
     found = shutil.which("prometheus") or (
         "/usr/bin/prometheus" if Path("/usr/bin/prometheus").exists() else None
     )
@@ -526,7 +529,7 @@ def _start(
         state.ports["prometheus"] = port
         launcher.start(
             "prometheus",
-            _prometheus_binary(),
+            prometheus_binary(),
             [
                 f"--config.file={prom_config}",
                 f"--storage.tsdb.path={directory / 'prometheus'}",
