@@ -117,9 +117,20 @@ def test_shadow_ksched_binds_nothing_and_accounts_for_every_pod_default_schedule
                 text=True,
                 check=True,
             ).stdout
+            status = subprocess.run(
+                [sys.executable, "-m", "ksched.commands.cli", "status", "--address", f"127.0.0.1:{k.port}"],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
             metric_total = k.metric("ksched_shadow_decisions_total")
+            leader_gauge = [
+                float(line.split()[1])
+                for line in k.get("/metrics")[1].splitlines()
+                if line.startswith("ksched_leader ")
+            ]
             events = kube.request("GET", f"/apis/events.k8s.io/v1/namespaces/{ns}/events").json()["items"]
-        print(f"\n{text}")
+        print(f"\n{text}\n\n{status}")
 
         # One decision per pod default-scheduler bound, at the node it bound the pod to.
         decisions = {d["pod"]: d for d in report["recent"]}
@@ -129,6 +140,9 @@ def test_shadow_ksched_binds_nothing_and_accounts_for_every_pod_default_schedule
         }
         assert sum(report["counts"].values()) == report["total"]
         assert metric_total == report["total"]
+        assert leader_gauge == [0.0], "a shadow never counts as a leader"
+        assert "leader:    leader election off (shadow mode binds nothing)" in status
+        assert f"shadow:    {report['total']} pods compared" in status
         assert all(d["scheduler"] == "default-scheduler" for d in decisions.values())
         assert decisions[f"{ns}/pinned-0"]["outcome"] == "same"
         stuck = decisions[f"{ns}/unpriced-0"]
