@@ -336,7 +336,9 @@ pub fn score_pod(id: PluginId, ctx: &PodContext, pre: &PreScore, feasible: &[usi
 }
 
 /// What the node- and pod-level plugins read about one pod on one node, as
-/// the batch left the node.
+/// the batch left the node. Per-node tables are passed whole and sliced by
+/// the plugin that reads them, so building an input costs no work for the
+/// plugins a pod or profile does not run.
 pub struct NodeInput<'x> {
     pub nodes: &'x Nodes<'x>,
     pub node: usize,
@@ -349,33 +351,44 @@ pub struct NodeInput<'x> {
     pub nonzero_request: &'x [i64],
     /// Columns of `request` that are non-zero.
     pub columns: &'x [usize],
-    pub allocatable: &'x [i64],
-    /// Requests and pod count the filters see: the batch's, plus reservations
-    /// held for the pod's betters, minus victims in a preemption dry run.
+    /// The node's requests and pod count as the filters see them: the
+    /// batch's, plus reservations held for the pod's betters, minus victims
+    /// in a preemption dry run.
     pub filter_requested: &'x [i64],
     pub filter_pod_count: i64,
-    /// Host ports placed in the batch, and those a dry run's victims free.
-    pub placed_ports: &'x [HostPort],
+    /// Per node: host ports placed in the batch. And the ports a dry run's victims free.
+    pub placed_ports: &'x [Vec<HostPort>],
     pub freed_ports: &'x [HostPort],
-    /// Requests the scores see: the batch's.
+    /// Per node (`nodes × resources`, `nodes × 2`): the requests the scores see, the batch's.
     pub requested: &'x [i64],
     pub nonzero_requested: &'x [i64],
-    /// BalancedAllocation: whether it scores the pod, and the node's balance
-    /// without it where that depends on the node alone.
+    /// BalancedAllocation: whether it scores the pod, whether the balance
+    /// without the pod is the node's cached one, and those cached balances.
     pub balanced: bool,
-    pub balance_without: Option<i64>,
+    pub balanced_node_only: bool,
+    pub balance_without: &'x [i64],
     pub prefilter: Option<&'x PreFilter>,
 }
 
+impl NodeInput<'_> {
+    #[inline(always)]
+    fn resource_row<'s>(&self, table: &'s [i64]) -> &'s [i64] {
+        let r = self.nodes.resources;
+        &table[self.node * r..(self.node + 1) * r]
+    }
+}
+
 /// Filter of a node- or pod-level plugin; `report` receives its reason codes.
-#[inline]
+#[inline(always)]
 pub fn filter(id: PluginId, x: &NodeInput, report: &mut impl FnMut(u32)) -> bool {
     let code = match id {
-        PluginId::NodePorts if x.has_ports => node_ports::filter(x.nodes, x.node, x.pod_ports, x.pod, x.placed_ports, x.freed_ports),
+        PluginId::NodePorts if x.has_ports => {
+            node_ports::filter(x.nodes, x.node, x.pod_ports, x.pod, &x.placed_ports[x.node], x.freed_ports)
+        }
         PluginId::NodePorts => FEASIBLE,
         PluginId::NodeResourcesFit => {
             return node_resources_fit::filter(
-                x.allocatable,
+                x.resource_row(x.nodes.allocatable),
                 x.filter_requested,
                 x.nodes.allowed_pods[x.node],
                 x.filter_pod_count,
@@ -405,22 +418,26 @@ pub fn filter(id: PluginId, x: &NodeInput, report: &mut impl FnMut(u32)) -> bool
 }
 
 /// Score of a node-level plugin, already normalized (0..=100).
-#[inline]
+#[inline(always)]
 pub fn score_node(id: PluginId, x: &NodeInput) -> i64 {
     let p = x.profile;
     match id {
         PluginId::NodeResourcesFit => node_resources_fit::score(
             &p.fit_strategy,
             &p.fit_resources,
-            x.allocatable,
-            x.requested,
-            x.nonzero_requested,
+            x.resource_row(x.nodes.allocatable),
+            x.resource_row(x.requested),
+            &x.nonzero_requested[x.node * 2..x.node * 2 + 2],
             x.request,
             x.nonzero_request,
         ),
-        PluginId::NodeResourcesBalancedAllocation if x.balanced => {
-            balanced_allocation::score(&p.balanced_resources, x.allocatable, x.requested, x.request, x.balance_without)
-        }
+        PluginId::NodeResourcesBalancedAllocation if x.balanced => balanced_allocation::score(
+            &p.balanced_resources,
+            x.resource_row(x.nodes.allocatable),
+            x.resource_row(x.requested),
+            x.request,
+            x.balanced_node_only.then(|| x.balance_without[x.node]),
+        ),
         PluginId::NodeResourcesBalancedAllocation => 0,
         PluginId::NodeUnschedulable
         | PluginId::NodeName

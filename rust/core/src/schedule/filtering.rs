@@ -73,7 +73,7 @@ impl Engine<'_, '_> {
 
     /// What the node- and pod-level plugins read about `pod` on `node`.
     #[allow(clippy::too_many_arguments)]
-    #[inline]
+    #[inline(always)]
     pub(super) fn node_input<'x>(
         &'x self,
         state: &'x BatchState,
@@ -84,7 +84,6 @@ impl Engine<'_, '_> {
         freed_ports: &'x [HostPort],
         prefilter: Option<&'x PreFilter>,
     ) -> NodeInput<'x> {
-        let r = self.resources;
         NodeInput {
             nodes: self.nodes,
             node,
@@ -95,15 +94,15 @@ impl Engine<'_, '_> {
             request: pod.request,
             nonzero_request: pod.nonzero_request,
             columns: &pod.columns,
-            allocatable: &self.nodes.allocatable[node * r..(node + 1) * r],
             filter_requested,
             filter_pod_count,
-            placed_ports: &state.placed_ports[node],
+            placed_ports: &state.placed_ports,
             freed_ports,
-            requested: &state.requested[node * r..(node + 1) * r],
-            nonzero_requested: &state.nonzero_requested[node * 2..node * 2 + 2],
+            requested: &state.requested,
+            nonzero_requested: &state.nonzero_requested,
             balanced: pod.balanced,
-            balance_without: (pod.balanced && pod.balanced_node_only).then(|| state.balance_without[node]),
+            balanced_node_only: pod.balanced_node_only,
+            balance_without: &state.balance_without,
             prefilter,
         }
     }
@@ -141,14 +140,14 @@ impl Engine<'_, '_> {
 
     /// The node-level filters, then (where the pod has pod-level state) the
     /// pod-level ones: the registry's order after the class-level filters.
-    #[inline]
+    #[inline(always)]
     pub(super) fn passes(&self, input: &NodeInput, report: &mut impl FnMut(u32)) -> bool {
         let pod_level = input.prefilter.is_some();
         self.filters.node.as_slice().iter().all(|&id| registry::filter(id, input, report))
             && (!pod_level || self.filters.pod.as_slice().iter().all(|&id| registry::filter(id, input, report)))
     }
 
-    #[inline]
+    #[inline(always)]
     fn node_scores(&self, input: &NodeInput) -> NodeScores {
         let mut s = NodeScores::default();
         for &(id, slot, _) in &self.node_scores {
