@@ -77,77 +77,58 @@ pub fn resolvable(code: u32, resources: usize) -> bool {
     }
 }
 
-const fn score_count(level: Level) -> usize {
+/// Whether a row is a Filter (`score` false) or Score plugin of `level`.
+const fn is(p: &PluginInfo, score: bool, level: Level) -> bool {
+    (if score { p.score } else { p.filter }) && p.level as usize == level as usize
+}
+
+const fn count(score: bool, level: Level) -> usize {
     let (mut n, mut i) = (0, 0);
     while i < PLUGIN_COUNT {
-        n += (PLUGINS[i].score && PLUGINS[i].level as usize == level as usize) as usize;
+        n += is(&PLUGINS[i], score, level) as usize;
         i += 1;
     }
     n
 }
 
-/// Score plugins per level: each keeps its raw scores in slot
-/// `score_slot(id)` of that level's arrays.
-pub const CLASS_SCORES: usize = score_count(Level::Class);
-pub const NODE_SCORES: usize = score_count(Level::Node);
-pub const POD_SCORES: usize = score_count(Level::Pod);
+const fn ids<const N: usize>(score: bool, level: Level) -> [PluginId; N] {
+    let mut out = [PluginId::NodeUnschedulable; N];
+    let (mut k, mut i) = (0, 0);
+    while i < PLUGIN_COUNT {
+        if is(&PLUGINS[i], score, level) {
+            out[k] = PLUGINS[i].id;
+            k += 1;
+        }
+        i += 1;
+    }
+    out
+}
 
-/// A score plugin's index among the score plugins of its level, in registry order.
+/// The Filter plugins of each level, in registry order (which runs every
+/// class-level filter first and every pod-level one last). Constant, so a
+/// loop over one unrolls and each dispatch folds to a direct call.
+pub const CLASS_FILTERS: [PluginId; count(false, Level::Class)] = ids(false, Level::Class);
+pub const NODE_FILTERS: [PluginId; count(false, Level::Node)] = ids(false, Level::Node);
+pub const POD_FILTERS: [PluginId; count(false, Level::Pod)] = ids(false, Level::Pod);
+
+/// The Score plugins of each level, in registry order; a plugin's index
+/// here is its slot in that level's score arrays.
+pub const CLASS_SCORES: usize = count(true, Level::Class);
+pub const NODE_SCORES: usize = count(true, Level::Node);
+pub const POD_SCORES: usize = count(true, Level::Pod);
+pub const CLASS_SCORERS: [PluginId; CLASS_SCORES] = ids(true, Level::Class);
+pub const NODE_SCORERS: [PluginId; NODE_SCORES] = ids(true, Level::Node);
+pub const POD_SCORERS: [PluginId; POD_SCORES] = ids(true, Level::Pod);
+
+/// A score plugin's index among the score plugins of its level.
 pub const fn score_slot(id: PluginId) -> usize {
-    let level = PLUGINS[id as usize].level as usize;
+    let level = PLUGINS[id as usize].level;
     let (mut slot, mut i) = (0, 0);
     while i < id as usize {
-        slot += (PLUGINS[i].score && PLUGINS[i].level as usize == level) as usize;
+        slot += is(&PLUGINS[i], true, level) as usize;
         i += 1;
     }
     slot
-}
-
-/// Plugin ids of one kind, in registry order, without a heap allocation.
-#[derive(Clone, Copy, Debug)]
-pub struct IdList {
-    ids: [PluginId; PLUGIN_COUNT],
-    len: usize,
-}
-
-impl IdList {
-    /// The rows that pass `keep`, in registry order.
-    pub fn of(keep: impl Fn(&PluginInfo) -> bool) -> IdList {
-        let mut list = IdList {
-            ids: [PluginId::NodeUnschedulable; PLUGIN_COUNT],
-            len: 0,
-        };
-        for p in PLUGINS.iter().filter(|p| keep(p)) {
-            list.ids[list.len] = p.id;
-            list.len += 1;
-        }
-        list
-    }
-
-    #[inline]
-    pub fn as_slice(&self) -> &[PluginId] {
-        &self.ids[..self.len]
-    }
-}
-
-/// The Filter plugins a profile runs, by level, each in registry order
-/// (which puts every class-level filter first and every pod-level one last).
-#[derive(Clone, Copy, Debug)]
-pub struct Filters {
-    pub class: IdList,
-    pub node: IdList,
-    pub pod: IdList,
-}
-
-impl Filters {
-    pub fn of(profile: &Profile) -> Filters {
-        let on = |p: &PluginInfo, level: Level| p.filter && p.level == level && profile.filter[p.id as usize];
-        Filters {
-            class: IdList::of(|p| on(p, Level::Class)),
-            node: IdList::of(|p| on(p, Level::Node)),
-            pod: IdList::of(|p| on(p, Level::Pod)),
-        }
-    }
 }
 
 /// Filter of a class-level plugin: the first failing reason code, or `FEASIBLE`.
@@ -470,15 +451,16 @@ mod tests {
     }
 
     #[test]
-    fn score_slots_are_dense_per_level() {
-        for (level, count) in [(Level::Class, CLASS_SCORES), (Level::Node, NODE_SCORES), (Level::Pod, POD_SCORES)] {
-            let slots: Vec<usize> = PLUGINS
-                .iter()
-                .filter(|p| p.score && p.level == level)
-                .map(|p| score_slot(p.id))
-                .collect();
-            assert_eq!(slots, (0..count).collect::<Vec<_>>(), "{level:?}");
+    fn level_lists_partition_the_rows_in_order() {
+        let filters: Vec<PluginId> = CLASS_FILTERS.iter().chain(&NODE_FILTERS).chain(&POD_FILTERS).copied().collect();
+        let want: Vec<PluginId> = PLUGINS.iter().filter(|p| p.filter).map(|p| p.id).collect();
+        assert_eq!(filters, want, "filters by level, in registry order");
+        for scorers in [&CLASS_SCORERS[..], &NODE_SCORERS[..], &POD_SCORERS[..]] {
+            for (slot, &id) in scorers.iter().enumerate() {
+                assert_eq!(score_slot(id), slot, "{id:?}");
+            }
         }
+        assert_eq!(CLASS_SCORES + NODE_SCORES + POD_SCORES, PLUGINS.iter().filter(|p| p.score).count());
     }
 
     #[test]

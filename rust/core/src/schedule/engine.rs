@@ -1,15 +1,14 @@
 //! The batch's inputs and the profile's plugins, and the per-pod facts
 //! every node's evaluation reuses.
 
-use crate::model::{row, Classes, Level, Metrics, Nodes, PluginId, Pods, Profile};
+use crate::model::{row, Classes, Metrics, Nodes, PluginId, Pods, Profile};
 use crate::plugins::{balanced_allocation, node_resources_fit};
-use crate::registry::{self, Filters, PLUGINS};
 
 /// Nodes per parallel work item: small enough to balance two to a few dozen
 /// threads, large enough that scheduling overhead stays under the work.
 pub(super) const NODES_PER_CHUNK: usize = 256;
 
-/// The batch's inputs, and the registry's rows the profile turns on.
+/// The batch's inputs.
 pub(super) struct Engine<'a, 'm> {
     pub nodes: &'a Nodes<'a>,
     pub classes: &'a Classes<'a>,
@@ -17,12 +16,6 @@ pub(super) struct Engine<'a, 'm> {
     pub metrics: &'a Metrics<'m>,
     pub profile: &'a Profile,
     pub resources: usize,
-    pub filters: Filters,
-    /// Score plugins with a non-zero weight, per level: (plugin, its slot in
-    /// that level's score arrays, weight).
-    pub class_scores: Vec<(PluginId, usize, i64)>,
-    pub node_scores: Vec<(PluginId, usize, i64)>,
-    pub pod_scores: Vec<(PluginId, usize, i64)>,
 }
 
 /// Per-pod facts reused across all nodes.
@@ -41,13 +34,6 @@ pub(super) struct PodView<'p> {
 
 impl<'a, 'm> Engine<'a, 'm> {
     pub fn new(nodes: &'a Nodes, classes: &'a Classes, pods: &'a Pods, metrics: &'a Metrics<'m>, profile: &'a Profile) -> Self {
-        let scores = |level: Level| -> Vec<(PluginId, usize, i64)> {
-            PLUGINS
-                .iter()
-                .filter(|p| p.score && p.level == level && profile.weight_of(p.id) != 0)
-                .map(|p| (p.id, registry::score_slot(p.id), profile.weight_of(p.id)))
-                .collect()
-        };
         Engine {
             nodes,
             classes,
@@ -55,10 +41,6 @@ impl<'a, 'm> Engine<'a, 'm> {
             metrics,
             profile,
             resources: nodes.resources,
-            filters: Filters::of(profile),
-            class_scores: scores(Level::Class),
-            node_scores: scores(Level::Node),
-            pod_scores: scores(Level::Pod),
         }
     }
 

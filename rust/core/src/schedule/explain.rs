@@ -9,7 +9,7 @@ use super::signature::Maxima;
 use super::state::BatchState;
 use crate::model::{Level, PLUGINS};
 use crate::plugins::metrics;
-use crate::registry::{self, score_slot};
+use crate::registry::{self, score_slot, POD_SCORERS};
 
 /// Per-node detail of one pod's scheduling, for `ksched explain`.
 #[derive(Clone, Debug, Default)]
@@ -85,7 +85,11 @@ impl Engine<'_, '_> {
                     record((v, metrics::score(spec, v, maxima.metric_min[m], maxima.metric_max[m])));
                 }
                 let pod_weighted: i64 = match pod_level {
-                    Some((_, ps)) => self.pod_scores.iter().map(|&(_, slot, w)| ps.scores[slot][node].1 as i64 * w).sum(),
+                    Some((_, ps)) => POD_SCORERS
+                        .iter()
+                        .enumerate()
+                        .map(|(slot, &id)| ps.scores[slot][node].1 as i64 * self.profile.weight_of(id))
+                        .sum(),
                     None => 0,
                 };
                 let node_scores = s.0.map(|v| v as i32);

@@ -11,7 +11,9 @@ use crate::model::row;
 use crate::plugins::node_ports::HostPort;
 use crate::plugins::FEASIBLE;
 use crate::reasons::NODE_AFFINITY_PREFILTER;
-use crate::registry::{self, NodeInput, PreFilter, CLASS_SCORES, NODE_SCORES};
+use crate::registry::{
+    self, NodeInput, PreFilter, CLASS_FILTERS, CLASS_SCORERS, CLASS_SCORES, NODE_FILTERS, NODE_SCORERS, NODE_SCORES, POD_FILTERS,
+};
 
 /// The class-level filters' verdicts (first failing reason code per node)
 /// and the class-level plugins' raw scores (`score_slot` order; zeros where
@@ -36,8 +38,7 @@ impl Engine<'_, '_> {
                 codes[node as usize] = FEASIBLE as u8;
             }
         }
-        let filters = self.filters.class;
-        let (nodes, classes) = (self.nodes, self.classes);
+        let (nodes, classes, on) = (self.nodes, self.classes, &self.profile.filter);
         codes
             .par_iter_mut()
             .with_min_len(NODES_PER_CHUNK)
@@ -47,17 +48,19 @@ impl Engine<'_, '_> {
                     return;
                 }
                 let mut c = FEASIBLE;
-                for &id in filters.as_slice() {
-                    c = registry::filter_class(id, nodes, classes, class, node);
-                    if c != FEASIBLE {
-                        break;
+                for &id in &CLASS_FILTERS {
+                    if on[id as usize] {
+                        c = registry::filter_class(id, nodes, classes, class, node);
+                        if c != FEASIBLE {
+                            break;
+                        }
                     }
                 }
                 *code = c as u8;
             });
         let mut raw: [Vec<i64>; CLASS_SCORES] = std::array::from_fn(|_| Vec::new());
-        for &(id, slot, _) in &self.class_scores {
-            if registry::scores_class(id, classes, class) {
+        for (slot, &id) in CLASS_SCORERS.iter().enumerate() {
+            if self.profile.weight_of(id) != 0 && registry::scores_class(id, classes, class) {
                 raw[slot] = (0..n)
                     .into_par_iter()
                     .with_min_len(NODES_PER_CHUNK)
@@ -142,16 +145,32 @@ impl Engine<'_, '_> {
     /// pod-level ones: the registry's order after the class-level filters.
     #[inline(always)]
     pub(super) fn passes(&self, input: &NodeInput, report: &mut impl FnMut(u32)) -> bool {
-        let pod_level = input.prefilter.is_some();
-        self.filters.node.as_slice().iter().all(|&id| registry::filter(id, input, report))
-            && (!pod_level || self.filters.pod.as_slice().iter().all(|&id| registry::filter(id, input, report)))
+        self.passes_node_level(input, report) && (input.prefilter.is_none() || self.passes_pod_level(input, report))
+    }
+
+    #[inline(always)]
+    pub(super) fn passes_node_level(&self, input: &NodeInput, report: &mut impl FnMut(u32)) -> bool {
+        let on = &self.profile.filter;
+        NODE_FILTERS
+            .iter()
+            .all(|&id| !on[id as usize] || registry::filter(id, input, report))
+    }
+
+    #[inline(always)]
+    pub(super) fn passes_pod_level(&self, input: &NodeInput, report: &mut impl FnMut(u32)) -> bool {
+        let on = &self.profile.filter;
+        POD_FILTERS
+            .iter()
+            .all(|&id| !on[id as usize] || registry::filter(id, input, report))
     }
 
     #[inline(always)]
     fn node_scores(&self, input: &NodeInput) -> NodeScores {
         let mut s = NodeScores::default();
-        for &(id, slot, _) in &self.node_scores {
-            s.0[slot] = registry::score_node(id, input);
+        for (slot, &id) in NODE_SCORERS.iter().enumerate() {
+            if self.profile.weight_of(id) != 0 {
+                s.0[slot] = registry::score_node(id, input);
+            }
         }
         s
     }

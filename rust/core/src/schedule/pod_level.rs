@@ -6,7 +6,7 @@ use super::engine::{Engine, PodView};
 use super::state::BatchState;
 use crate::model::PodTable;
 use crate::plugins::{node_affinity, taint_toleration, FEASIBLE};
-use crate::registry::{self, PodContext, PreFilter, PreScore, POD_SCORES};
+use crate::registry::{self, PodContext, PreFilter, PreScore, POD_FILTERS, POD_SCORERS, POD_SCORES};
 
 /// The pod-level plugins' state for one pod.
 pub(super) struct PodLevel {
@@ -43,11 +43,11 @@ impl<'a> Engine<'a, '_> {
         let include = self.inclusion(table, pod.class);
         let ctx = self.pod_context(table, pod, on_nodes, affine, &include);
         let mut prefilter = PreFilter::default();
-        for &id in self.filters.pod.as_slice() {
+        for &id in POD_FILTERS.iter().filter(|&&id| self.profile.filters(id)) {
             registry::prefilter(id, &ctx, &mut prefilter);
         }
         let mut prescore = PreScore::default();
-        for &(id, _, _) in &self.pod_scores {
+        for &id in POD_SCORERS.iter().filter(|&&id| self.profile.weight_of(id) != 0) {
             registry::prescore(id, &ctx, &mut prescore);
         }
         if prefilter.is_empty() && prescore.is_empty() {
@@ -101,7 +101,11 @@ impl<'a> Engine<'a, '_> {
         let ctx = self.pod_context(table, pod, &state.on_nodes, &state.affine, &include);
         // Summed as integers, then added to each total once.
         let mut weighted = vec![0i64; feasible.len()];
-        for &(id, slot, weight) in &self.pod_scores {
+        for (slot, &id) in POD_SCORERS.iter().enumerate() {
+            let weight = self.profile.weight_of(id);
+            if weight == 0 {
+                continue;
+            }
             if let Some((raw, normalized)) = registry::score_pod(id, &ctx, &pl.prescore, feasible) {
                 for (i, &node) in feasible.iter().enumerate() {
                     out.scores[slot][node] = (raw[i] as f64, normalized[i] as f64);

@@ -85,7 +85,7 @@ impl Engine<'_, '_> {
             .map(|j| (v.ports.protocols[j], v.ports.ips[j], v.ports.ports[j]))
             .collect();
         let input = self.node_input(state, pod, node, &requested, count - removed.len() as i64, &freed, None);
-        if !self.passes(&input, &mut |_| {}) {
+        if !self.passes_node_level(&input, &mut |_| {}) {
             return false;
         }
         if self.pods.table.is_none() {
@@ -105,11 +105,7 @@ impl Engine<'_, '_> {
                     &freed,
                     Some(&pl.prefilter),
                 );
-                self.filters
-                    .pod
-                    .as_slice()
-                    .iter()
-                    .all(|&id| registry::filter(id, &input, &mut |_| {}))
+                self.passes_pod_level(&input, &mut |_| {})
             }
             None => true,
         }

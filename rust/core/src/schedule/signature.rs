@@ -17,7 +17,7 @@ use super::state::BatchState;
 use crate::model::row;
 use crate::plugins::{metrics, FEASIBLE};
 use crate::reasons;
-use crate::registry::{self, PreFilter, CLASS_SCORES, NODE_SCORES};
+use crate::registry::{self, PreFilter, CLASS_SCORERS, CLASS_SCORES, NODE_SCORERS, NODE_SCORES};
 
 /// Signature caches kept per batch, bounded by the memory they take.
 const SIGNATURE_CACHE_BYTES: usize = 64 << 20;
@@ -230,8 +230,11 @@ impl Engine<'_, '_> {
         let m = self.metrics.specs.len();
         let static_int = |node: usize| {
             let mut total = 0;
-            for &(id, slot, weight) in &self.class_scores {
-                total += registry::normalize_class(id, cache.raw[slot][node], maxima.class[slot]) * weight;
+            for (slot, &id) in CLASS_SCORERS.iter().enumerate() {
+                let weight = self.profile.weight_of(id);
+                if weight != 0 {
+                    total += registry::normalize_class(id, cache.raw[slot][node], maxima.class[slot]) * weight;
+                }
             }
             total
         };
@@ -271,8 +274,8 @@ impl Engine<'_, '_> {
     pub(super) fn total(&self, state: &BatchState, base: &Base, node: usize, scores: &[i32; NODE_SCORES]) -> f64 {
         let m = self.metrics.specs.len();
         let mut int = base.static_int[node];
-        for &(_, slot, weight) in &self.node_scores {
-            int += scores[slot] as i64 * weight;
+        for (slot, &id) in NODE_SCORERS.iter().enumerate() {
+            int += scores[slot] as i64 * self.profile.weight_of(id);
         }
         let mut total = int as f64;
         if state.herd && base.epochs[node] != state.metric_epoch[node] {
