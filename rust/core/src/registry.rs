@@ -465,7 +465,13 @@ mod tests {
 
     #[test]
     fn resolvable_by_preemption() {
-        use crate::reasons::*;
+        use crate::plugins::inter_pod_affinity::{EXISTING_ANTI_AFFINITY, POD_AFFINITY, POD_ANTI_AFFINITY};
+        use crate::plugins::node_affinity::NODE_AFFINITY;
+        use crate::plugins::node_ports::NODE_PORTS;
+        use crate::plugins::node_resources_fit::TOO_MANY_PODS;
+        use crate::plugins::node_unschedulable::NODE_UNSCHEDULABLE;
+        use crate::plugins::pod_topology_spread::{SPREAD, SPREAD_MISSING_LABEL};
+        use crate::reasons::{insufficient, metric, METRIC_ABOVE};
         let cases = [
             ("NodeUnschedulable", NODE_UNSCHEDULABLE, false),
             ("NodeAffinity", NODE_AFFINITY, false),

@@ -263,7 +263,8 @@ mod tests {
 
     use super::*;
     use crate::model::{EFFECT_NO_SCHEDULE, SEL_IN};
-    use crate::reasons::{NODE_AFFINITY, TAINT_TOLERATION};
+    use crate::plugins::node_affinity::NODE_AFFINITY;
+    use crate::plugins::taint_toleration::TAINT_TOLERATION;
     use crate::test_support::{
         explain_first, label_is, pod, scores_of, spread, verdicts, zoned_nodes, OwnedClasses, OwnedPodTable, Req, TablePod, TestSelector,
         TestSpread, HOSTNAME, ZONE,

@@ -8,9 +8,9 @@ use rayon::prelude::*;
 use super::engine::{Engine, PodView, NODES_PER_CHUNK};
 use super::state::BatchState;
 use crate::model::row;
+use crate::plugins::node_affinity::NODE_AFFINITY_PREFILTER;
 use crate::plugins::node_ports::HostPort;
 use crate::plugins::FEASIBLE;
-use crate::reasons::NODE_AFFINITY_PREFILTER;
 use crate::registry::{
     self, NodeInput, PreFilter, CLASS_FILTERS, CLASS_SCORERS, CLASS_SCORES, NODE_FILTERS, NODE_SCORERS, NODE_SCORES, POD_FILTERS,
 };

@@ -2,7 +2,10 @@
 
 use super::*;
 use crate::model::{row, MetricSpec, Metrics, Missing, Prefer, CPU, EFFECT_NO_SCHEDULE, MEMORY, PROTOCOL_TCP};
-use crate::reasons::{self, insufficient, metric, METRIC_ABOVE, NODE_PORTS, TAINT_TOLERATION};
+use crate::plugins::inter_pod_affinity::POD_ANTI_AFFINITY;
+use crate::plugins::node_ports::NODE_PORTS;
+use crate::plugins::taint_toleration::TAINT_TOLERATION;
+use crate::reasons::{insufficient, metric, METRIC_ABOVE};
 use crate::test_support::{
     label_is, no_metrics, pod, spread, term, zoned_nodes, NodeBuilder, OwnedClasses, OwnedPodTable, OwnedPods, OwnedVictims, TestPod,
     TestSpread, TestVictim, HOSTNAME, ZONE,
@@ -170,7 +173,7 @@ fn anti_affinity_sees_pods_placed_earlier_in_the_batch() {
     assert_eq!(placed, vec![0, 1, 2], "one web pod per host");
     assert_eq!(out.nodes[3], UNSCHEDULABLE);
     let r = row(&out.reason_offsets, 3);
-    assert_eq!(&out.reason_codes[r.clone()], &[reasons::POD_ANTI_AFFINITY]);
+    assert_eq!(&out.reason_codes[r.clone()], &[POD_ANTI_AFFINITY]);
     assert_eq!(&out.reason_counts[r], &[3]);
 }
 
