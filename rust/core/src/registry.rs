@@ -3,12 +3,15 @@
 //! extension point that runs a plugin by id (upstream's `registry.go` plus
 //! the framework runtime). Every path that filters or scores — the class
 //! cache, the per-pod evaluation, preemption's dry run and `explain` —
-//! iterates the rows and calls these; none names a plugin itself.
+//! iterates the per-level lists below and calls these; none lists plugins
+//! itself. (What the batch loop keeps for one plugin is its own state: the
+//! class's NodeAffinity PreFilter restriction, BalancedAllocation's cached
+//! balance per node, PodTopologySpread's inclusion policies.)
 //!
 //! Dispatch is a `match` on `PluginId` with no wildcard arm, so a new row
 //! does not compile until each extension point says what the plugin does
-//! there. No boxing, no allocation: the per-node calls inline into the
-//! batch loop's hot loops.
+//! there. No boxing, no allocation: the lists are constants, so the per-node
+//! loops unroll and each call folds to the plugin's function.
 
 use std::collections::HashMap;
 

@@ -1,4 +1,4 @@
-//! The batch's inputs and the profile's plugins, and the per-pod facts
+//! The batch's inputs and profile, and the per-pod facts
 //! every node's evaluation reuses.
 
 use crate::model::{row, Classes, Metrics, Nodes, PluginId, Pods, Profile};
