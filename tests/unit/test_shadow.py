@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 from typing import Any
 
 import pytest
@@ -118,6 +119,22 @@ def test_shadow_skips_pods_it_saw_bound_pods_elsewhere_and_still_counts_them() -
     bind(shadow, state, pod("elsewhere", namespace="kube-system", scheduler="default-scheduler"), "b")
     bind(shadow, state, pod("web", cpu="500m", scheduler="default-scheduler"), "b")
     assert [(d.pod, d.outcome, d.ksched_node) for d in shadow.ledger.recent] == [("default/web", "same", "b")]
+
+
+def test_a_failing_shadow_log_stops_neither_the_decisions_nor_the_watch_events() -> None:
+    shadow, state, _ = shadow_of()
+
+    class FullDisk(io.StringIO):
+        def write(self, s: str) -> int:
+            raise OSError(28, "No space left on device")
+
+    shadow._log = FullDisk()
+    bind(shadow, state, pod("web", scheduler="default-scheduler"), "a")
+    bind(shadow, state, pod("api", scheduler="default-scheduler"), "b")
+    assert [d.pod for d in shadow.ledger.recent] == ["default/web", "default/api"]
+    assert state.counted() == {"default/web": "a", "default/api": "b"}, (
+        "the bindings behind a failed write apply"
+    )
 
 
 def decision(pod_name: str, outcome: str, gap: float | None = None, reason: str | None = None) -> Decision:

@@ -252,25 +252,28 @@ class Shadow:
                 self._log = None
 
     def _decide(self, pod: Obj) -> None:
+        try:
+            self._compare(pod)
+        except Exception:
+            # A bug (or a full disk under ``shadow.log``) must not stop the watch
+            # events behind this one from being applied, nor the shadow loop.
+            log.exception("shadow decision on %s failed", object_key(pod))
+
+    def _compare(self, pod: Obj) -> None:
         key = object_key(pod)
         node = str(spec(pod)["nodeName"])
         unbound = {**pod, "spec": {k: v for k, v in spec(pod).items() if k != "nodeName"}}
-        try:
-            snapshot = self.state.snapshot()
-            matrix = self.metrics.matrix(snapshot)
-            group = pod_group_of(pod)
-            groups = {}
-            if group is not None and group in self.state.pod_groups:
-                groups[group] = GangStatus(
-                    self.state.pod_groups[group].min_member, self.state.group_bound.get(group, 0)
-                )
-            result = self.engine.schedule(
-                snapshot, [unbound], matrix.values, metrics=matrix.metrics, explain=key, groups=groups
+        snapshot = self.state.snapshot()
+        matrix = self.metrics.matrix(snapshot)
+        group = pod_group_of(pod)
+        groups = {}
+        if group is not None and group in self.state.pod_groups:
+            groups[group] = GangStatus(
+                self.state.pod_groups[group].min_member, self.state.group_bound.get(group, 0)
             )
-        except Exception:
-            # A bug must not stop the watch events behind this one from being applied.
-            log.exception("shadow decision on %s failed", key)
-            return
+        result = self.engine.schedule(
+            snapshot, [unbound], matrix.values, metrics=matrix.metrics, explain=key, groups=groups
+        )
         d = decide(
             key,
             scheduler_name(pod),
