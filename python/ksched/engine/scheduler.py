@@ -10,8 +10,9 @@ pod becomes a placement with an error message; it never stops the batch.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -132,9 +133,8 @@ class Engine:
         if metrics is None:
             metrics = self.config.metrics
         batch = self._compile(snapshot, _gang_order(_in_queue_order(pods)), metrics, groups, explain)
-        out, victim_keys = self._place_whole_gangs(
-            snapshot, batch, metrics, metric_values, deadline_s, nominated, groups or {}
-        )
+        run = partial(self._call, snapshot, batch, metrics, metric_values, deadline_s, nominated)
+        out, victim_keys = _place_whole_gangs(batch, groups or {}, run)
         _read_verdicts(snapshot, batch, out, victim_keys)
         placements = [p for p in batch.results if p is not None]
         explanation = _explain(snapshot, batch, out, metrics)
@@ -197,28 +197,6 @@ class Engine:
             )
             results.append(None)
         return batch
-
-    def _place_whole_gangs(
-        self,
-        snapshot: Snapshot,
-        batch: _Batch,
-        metrics: Sequence[MetricConfig],
-        metric_values: npt.NDArray[np.float64] | None,
-        deadline_s: float | None,
-        nominated: Sequence[Obj],
-        groups: Mapping[str, GangStatus],
-    ) -> tuple[Outcome, list[str]]:
-        """Run the engine on the batch until every gang left in it reaches minMember.
-
-        Gangs that cannot are taken out and the batch placed again without them:
-        no partial gang is ever placed, and no later pod sees a placement that is
-        undone. Returns the last run's output and the keys of its evictable pods."""
-        while True:
-            out, victim_keys = self._call(snapshot, batch, metrics, metric_values, deadline_s, nominated)
-            short = _short_gangs(batch.rows, out["nodes"], groups)
-            if not short:
-                return out, victim_keys
-            batch.drop_gangs(short)
 
     def _call(
         self,
@@ -415,6 +393,22 @@ def _gang_order(parsed: list[_Parsed]) -> list[_Parsed]:
         elif group in members:
             out.extend(members.pop(group))
     return out
+
+
+def _place_whole_gangs(
+    batch: _Batch, groups: Mapping[str, GangStatus], run: Callable[[], tuple[Outcome, list[str]]]
+) -> tuple[Outcome, list[str]]:
+    """Run the engine on the batch (``run``) until every gang left in it reaches minMember.
+
+    Gangs that cannot are taken out and the batch placed again without them:
+    no partial gang is ever placed, and no later pod sees a placement that is
+    undone. Returns the last run's output and the keys of its evictable pods."""
+    while True:
+        out, victim_keys = run()
+        short = _short_gangs(batch.rows, out["nodes"], groups)
+        if not short:
+            return out, victim_keys
+        batch.drop_gangs(short)
 
 
 def _short_gangs(rows: Sequence[_Row], nodes: Any, groups: Mapping[str, GangStatus]) -> dict[str, str | None]:
