@@ -231,10 +231,9 @@ def _place_in_batches(
 
 
 @dataclass
-class BenchFigures:
-    nodes: int
-    pods: int
-    existing: int
+class RunFigures:
+    """The figures both bench kinds print, from :meth:`_Run.figures`."""
+
     placed: int
     seconds: float
     pods_per_s: float
@@ -245,11 +244,18 @@ class BenchFigures:
     rust_share: float
     python_share: float
     peak_rss_mib: float
-    reference_speedup: float | None
-    reference_workload: str
 
     def as_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
+
+
+@dataclass(kw_only=True)
+class BenchFigures(RunFigures):
+    nodes: int
+    pods: int
+    existing: int
+    reference_speedup: float | None
+    reference_workload: str
 
 
 def _progress(done: int, total: int, started: float) -> None:
@@ -391,26 +397,13 @@ def perf_pod(workload: str, name: str, namespace: str, measured: bool) -> Obj:
     return pod
 
 
-@dataclass
-class PodLevelFigures:
+@dataclass(kw_only=True)
+class PodLevelFigures(RunFigures):
     workload: str
     nodes: int
     init_pods: int
     pods: int
-    placed: int
-    seconds: float
-    pods_per_s: float
-    batch_p50_ms: float
-    batch_p99_ms: float
-    rust_seconds: float
-    python_seconds: float
-    rust_share: float
-    python_share: float
-    peak_rss_mib: float
     threshold: float
-
-    def as_json(self) -> dict[str, Any]:
-        return dict(self.__dict__)
 
 
 def run_pod_level_bench(

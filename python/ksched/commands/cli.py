@@ -1,9 +1,11 @@
 """The ``ksched`` command line.
 
-Subcommands share one engine: ``run`` schedules a live cluster,
-``simulate`` and ``explain`` schedule a cluster file offline, ``bench``
-measures the engine in process, and ``cluster`` runs a local real control
-plane for tests and demos.
+Subcommands share one engine: ``run`` schedules a live cluster (with
+``--shadow``, it only compares with the scheduler that binds), ``simulate``
+schedules a cluster file offline, ``explain`` explains a pod of a cluster
+file or of the live cluster, ``shadow report`` and ``status`` read a running
+ksched, ``bench`` measures the engine in process, and ``cluster`` runs a
+local real control plane for tests and demos.
 Exit codes: 0 success, 1 some pod was not placed (simulate) or a command
 failed, 2 bad input or configuration.
 """
@@ -15,10 +17,15 @@ import dataclasses
 import json
 import logging
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ksched import __version__
 from ksched.errors import KschedError
+
+if TYPE_CHECKING:
+    from ksched.commands.bench import RunFigures
 
 EXIT_OK = 0
 EXIT_UNPLACED = 1
@@ -48,10 +55,7 @@ def _shadow_report(args: argparse.Namespace) -> int:
         report, source = report_from_log(args.file, args.keep), args.file
     else:
         report, source = fetch(args.address, "/shadow"), args.address
-    if args.output == "json":
-        print(json.dumps(report, indent=2))
-    else:
-        print(render_report(report, source))
+    _print_document(args.output, report, lambda: render_report(report, source))
     return EXIT_OK
 
 
@@ -59,11 +63,21 @@ def _status(args: argparse.Namespace) -> int:
     from ksched.commands.shadow import fetch, render_status
 
     status = fetch(args.address, "/status")
-    if args.output == "json":
-        print(json.dumps(status, indent=2))
-    else:
-        print(render_status(status, args.address))
+    _print_document(args.output, status, lambda: render_status(status, args.address))
     return EXIT_OK
+
+
+def _print_document(output: str, document: object, table: Callable[[], str]) -> None:
+    """A running ksched's JSON document as ``-o json`` or ``-o table`` prints it."""
+    print(json.dumps(document, indent=2) if output == "json" else table())
+
+
+def _add_address(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--address",
+        default=DEFAULT_ADDRESS,
+        help=f"the running ksched's host:port (default {DEFAULT_ADDRESS})",
+    )
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -178,11 +192,7 @@ def _bench(args: argparse.Namespace) -> int:
             f"ksched bench --workload {w.workload}: {w.nodes} nodes, {w.init_pods} pods placed first, "
             f"{w.pods} timed, batch {args.batch_size}"
         )
-        print(f"  placed          {w.placed}/{w.pods}")
-        print(f"  throughput      {w.pods_per_s:,.0f} pods/s ({w.seconds:.2f} s)")
-        print(f"  batch latency   p50 {w.batch_p50_ms:.1f} ms, p99 {w.batch_p99_ms:.1f} ms")
-        _print_time_split(w.rust_seconds, w.rust_share, w.python_seconds, w.python_share)
-        print(f"  peak RSS        {w.peak_rss_mib:.0f} MiB")
+        _print_run_figures(w, w.pods)
         print(f"  kube-scheduler  scheduler_perf threshold at this size: {w.threshold:g} pods/s")
         return EXIT_OK
 
@@ -195,11 +205,7 @@ def _bench(args: argparse.Namespace) -> int:
     print(
         f"ksched bench: {f.nodes} nodes, {f.pods} pending pods, {f.existing} existing pods, batch {args.batch_size}"
     )
-    print(f"  placed          {f.placed}/{f.pods}")
-    print(f"  throughput      {f.pods_per_s:,.0f} pods/s ({f.seconds:.2f} s)")
-    print(f"  batch latency   p50 {f.batch_p50_ms:.1f} ms, p99 {f.batch_p99_ms:.1f} ms")
-    _print_time_split(f.rust_seconds, f.rust_share, f.python_seconds, f.python_share)
-    print(f"  peak RSS        {f.peak_rss_mib:.0f} MiB")
+    _print_run_figures(f, f.pods)
     if f.reference_speedup is not None:
         print(
             f"  vs reference    {f.reference_speedup:.0f}x faster than the pure-Python reference ({f.reference_workload})"
@@ -207,14 +213,18 @@ def _bench(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _print_time_split(rust_s: float, rust_share: float, python_s: float, python_share: float) -> None:
-    print(f"  Rust engine     {rust_s:.2f} s ({rust_share:.0%}): inside ksched._core.schedule")
+def _print_run_figures(f: RunFigures, pods: int) -> None:
+    print(f"  placed          {f.placed}/{pods}")
+    print(f"  throughput      {f.pods_per_s:,.0f} pods/s ({f.seconds:.2f} s)")
+    print(f"  batch latency   p50 {f.batch_p50_ms:.1f} ms, p99 {f.batch_p99_ms:.1f} ms")
+    print(f"  Rust engine     {f.rust_seconds:.2f} s ({f.rust_share:.0%}): inside ksched._core.schedule")
     print(
-        f"  Python          {python_s:.2f} s ({python_share:.0%}): parsing pods, compiling the engine's inputs, "
-        "reading its results"
+        f"  Python          {f.python_seconds:.2f} s ({f.python_share:.0%}): parsing pods, compiling the engine's "
+        "inputs, reading its results"
     )
-    rest = max(0.0, 1.0 - rust_share - python_share)
+    rest = max(0.0, 1.0 - f.rust_share - f.python_share)
     print(f"  node table      {rest:.0%}: committing each batch's placements in Python")
+    print(f"  peak RSS        {f.peak_rss_mib:.0f} MiB")
 
 
 def _cluster(args: argparse.Namespace) -> int:
@@ -315,11 +325,7 @@ def parser() -> argparse.ArgumentParser:
         description="Reads /shadow from a running `ksched run --shadow`, or the JSON lines of its "
         "shadow.log. Example: ksched shadow report --address 127.0.0.1:10259",
     )
-    rep.add_argument(
-        "--address",
-        default=DEFAULT_ADDRESS,
-        help=f"the running ksched's host:port (default {DEFAULT_ADDRESS})",
-    )
+    _add_address(rep)
     rep.add_argument("--file", help="read a shadow.log file instead of a running ksched")
     rep.add_argument("--keep", type=int, default=1000, help="with --file: decisions listed (default 1000)")
     rep.add_argument("-o", "--output", choices=("table", "json"), default="table")
@@ -330,11 +336,7 @@ def parser() -> argparse.ArgumentParser:
         help="leader, queue sizes, degraded metrics and recent failures of a running ksched",
         description="Reads /status from a running ksched. Example: ksched status --address 127.0.0.1:10259",
     )
-    st.add_argument(
-        "--address",
-        default=DEFAULT_ADDRESS,
-        help=f"the running ksched's host:port (default {DEFAULT_ADDRESS})",
-    )
+    _add_address(st)
     st.add_argument("-o", "--output", choices=("table", "json"), default="table")
     st.set_defaults(func=_status)
 
