@@ -7,6 +7,11 @@ from typing import Any
 Obj = dict[str, Any]
 
 
+def annotation_metric(annotation: str, **extra: Any) -> Obj:
+    """A metric named price read from a node annotation; a node without it is excluded."""
+    return {"name": "price", "source": "annotation", "annotation": annotation, "missing": "exclude", **extra}
+
+
 def node(
     name: str,
     cpu: str = "4",

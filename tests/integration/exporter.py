@@ -6,8 +6,23 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 NODE_VALUES = {"kwok-node-00000": 0.25, "kwok-node-00001": 0.75, "kwok-node-00002": 0.5}
+
+
+def utilization_metric(**extra: Any) -> dict[str, Any]:
+    """ksched's metric on the exported gauge: the lowest utilization wins, a node without one is excluded."""
+    return {
+        "name": "utilization",
+        "source": "prometheus",
+        "query": "node_test_utilization",
+        "nodeLabel": "node",
+        "prefer": "lower",
+        "missing": "exclude",
+        "weight": 10,
+        **extra,
+    }
 
 
 class _Handler(BaseHTTPRequestHandler):

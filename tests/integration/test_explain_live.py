@@ -16,7 +16,7 @@ import yaml
 
 from ksched.cluster import local
 from ksched.loop.client import Kube
-from tests.integration.exporter import NODE_VALUES
+from tests.integration.exporter import NODE_VALUES, utilization_metric
 from tests.integration.helpers import Namespaces, create, kubectl, make_pod, wait_for
 
 pytestmark = pytest.mark.cluster
@@ -41,21 +41,12 @@ def test_live_explain_prints_what_offline_explain_prints_for_the_same_objects(
     # No ksched runs here: both pods stay pending.
     create(kube, [make_pod("waiting-0", ns, "500m", "256Mi"), make_pod("huge-0", ns, "1000", "1Gi")])
     config = tmp_path / "config.yaml"
-    utilization = {
-        "name": "utilization",
-        "source": "prometheus",
-        "query": "node_test_utilization",
-        "nodeLabel": "node",
-        "prefer": "lower",
-        "missing": "exclude",
-        "weight": 10,
-    }
     config.write_text(
         yaml.safe_dump(
             {
                 "apiVersion": "ksched.io/v1alpha1",
                 "kind": "KschedConfiguration",
-                "metrics": [utilization],
+                "metrics": [utilization_metric()],
                 "prometheus": {"url": cluster.prometheus},
             }
         )

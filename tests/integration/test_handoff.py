@@ -10,6 +10,7 @@ import pytest
 
 from ksched.cluster import local
 from ksched.loop.client import Kube
+from tests.conftest import annotation_metric
 from tests.integration.helpers import (
     Namespaces,
     create,
@@ -31,12 +32,7 @@ def test_bare_pod_ksched_cannot_place_is_recreated_for_default_scheduler(
     ns = namespace("handoff")
     # Only nodes with a price annotation qualify for ksched, and none has one:
     # ksched cannot place the pod, while default-scheduler (no metrics) can.
-    price = {
-        "name": "price",
-        "source": "annotation",
-        "annotation": "ksched.io/no-such-price",
-        "missing": "exclude",
-    }
+    price = annotation_metric("ksched.io/no-such-price")
     stuck = make_pod("stuck-0", ns)
     stuck["metadata"]["labels"]["team"] = "a"
     kept = make_pod("kept-0", ns)
@@ -93,12 +89,7 @@ def test_controller_owned_pod_is_evicted_and_its_replacement_left_to_default_sch
             "template": {"metadata": {"labels": {"app": "owned"}}, "spec": template["spec"]},
         },
     }
-    price = {
-        "name": "price",
-        "source": "annotation",
-        "annotation": "ksched.io/no-such-price",
-        "missing": "exclude",
-    }
+    price = annotation_metric("ksched.io/no-such-price")
     webhook = {
         "enabled": True,
         "address": f"127.0.0.1:{port}",

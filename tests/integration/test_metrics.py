@@ -19,7 +19,7 @@ import pytest
 from ksched.cluster import local
 from ksched.commands.cli import main
 from ksched.loop.client import Kube
-from tests.integration.exporter import NODE_VALUES
+from tests.integration.exporter import NODE_VALUES, utilization_metric
 from tests.integration.helpers import (
     Namespaces,
     create,
@@ -39,18 +39,7 @@ REFRESH = {"min": "500ms", "max": "1s"}
 
 
 def utilization(**extra: Any) -> dict[str, Any]:
-    return {
-        "name": "utilization",
-        "source": "prometheus",
-        "query": "node_test_utilization",
-        "nodeLabel": "node",
-        "prefer": "lower",
-        "missing": "exclude",
-        "weight": 10,
-        "maxAge": "30s",
-        "refresh": REFRESH,
-        **extra,
-    }
+    return utilization_metric(**{"maxAge": "30s", "refresh": REFRESH, **extra})
 
 
 def bound_nodes(kube: Kube, ns: str) -> dict[str, str]:

@@ -17,6 +17,7 @@ import pytest
 
 from ksched.cluster import local
 from ksched.loop.client import Kube
+from tests.conftest import annotation_metric
 from tests.integration.helpers import Namespaces, Obj, create, ksched, make_pod, pods_in, wait_for
 
 pytestmark = pytest.mark.cluster
@@ -78,16 +79,7 @@ def test_shadow_ksched_binds_nothing_and_accounts_for_every_pod_default_schedule
         pod["spec"]["schedulerName"] = "default-scheduler"
     log = tmp_path / "shadow.jsonl"
     config = {
-        "metrics": [
-            {
-                "name": "price",
-                "source": "annotation",
-                "annotation": PRICE,
-                "prefer": "lower",
-                "missing": "exclude",
-                "weight": 5,
-            }
-        ],
+        "metrics": [annotation_metric(PRICE, prefer="lower", weight=5)],
         "shadow": {"enabled": True, "namespaces": [ns], "log": str(log)},
     }
     nodes = _priced_nodes()

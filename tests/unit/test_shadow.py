@@ -14,21 +14,13 @@ from ksched.loop.metric_sources import MetricStore
 from ksched.loop.shadow import Decision, Shadow, ShadowLedger
 from ksched.loop.state import ClusterState
 from ksched.loop.telemetry import Telemetry
-from tests.conftest import Obj, node, pod
+from tests.conftest import Obj, annotation_metric, node, pod
 
 PRICE = "ksched.io/price"
 CONFIG = {
     "apiVersion": "ksched.io/v1alpha1",
     "kind": "KschedConfiguration",
-    "metrics": [
-        {
-            "name": "price",
-            "source": "annotation",
-            "annotation": PRICE,
-            "prefer": "lower",
-            "missing": "exclude",
-        }
-    ],
+    "metrics": [annotation_metric(PRICE, prefer="lower")],
     "shadow": {"enabled": True, "namespaces": ["default"]},
 }
 # "a" is cheapest but has room for one 1-cpu pod only; "c" has no price (ksched excludes it).
