@@ -2,10 +2,11 @@
 
 ``_core.pyi`` imports these, as pydantic-core's stub imports ``core_schema``:
 every input of ``_core.schedule`` and its result is a TypedDict whose keys are
-exactly the names the binding (``rust/python/src/lib.rs``) reads, each array
-with its dtype. Integer codes (plugins, reasons, enum values) are not copied
-here: ``_core`` exports its own tables (``PLUGINS``, ``REASONS``, ``EFFECTS``, ...)
-and Python reads them.
+exactly the names the binding reads (the arrays in ``rust/python/src/views.rs``,
+the profile and metric specs in ``convert.rs``), each array with its dtype.
+Integer codes (plugins, reasons, enum values) are not copied here: ``_core``
+exports its own tables (``PLUGINS``, ``REASONS``, ``EFFECTS``, ...) and Python
+reads them.
 
 This module imports nothing from ksched: it is the leaf both sides agree on.
 """
