@@ -226,6 +226,12 @@ def _float(obj: Any, path: str) -> float:
     return float(obj)
 
 
+def _bool(obj: Any, path: str) -> bool:
+    if not isinstance(obj, bool):
+        raise ConfigError(f"{path}: {obj!r} is not a boolean (allowed: true, false)")
+    return obj
+
+
 def _str(obj: Any, path: str, allowed: tuple[str, ...] | None = None) -> str:
     if not isinstance(obj, str) or not obj:
         raise ConfigError(f"{path}: must be a non-empty string")
@@ -533,18 +539,14 @@ def parse_config(obj: Obj) -> Config:
 
 def _handoff(obj: Any) -> HandoffConfig:
     h = _keys(obj, "handoff", ("enabled", "after"))
-    enabled = h.get("enabled", False)
-    if not isinstance(enabled, bool):
-        raise ConfigError(f"handoff.enabled: {enabled!r} is not a boolean (allowed: true, false)")
+    enabled = _bool(h.get("enabled", False), "handoff.enabled")
     return HandoffConfig(enabled=enabled, after_s=parse_duration(h.get("after", "5m"), "handoff.after"))
 
 
 def _shadow(obj: Any, profiles: list[str]) -> ShadowConfig:
     path = "shadow"
     sh = _keys(obj, path, ("enabled", "profile", "namespaces", "keep", "log"))
-    enabled = sh.get("enabled", False)
-    if not isinstance(enabled, bool):
-        raise ConfigError(f"{path}.enabled: {enabled!r} is not a boolean (allowed: true, false)")
+    enabled = _bool(sh.get("enabled", False), f"{path}.enabled")
     raw = _list(sh.get("namespaces", []), f"{path}.namespaces")
     return ShadowConfig(
         enabled=enabled,
@@ -563,9 +565,7 @@ def _webhook(obj: Any, profiles: list[str]) -> WebhookConfig:
         ("enabled", "address", "certFile", "keyFile", "hosts", "configurationName", "schedulerName"),
     )
     default = WebhookConfig()
-    enabled = w.get("enabled", False)
-    if not isinstance(enabled, bool):
-        raise ConfigError(f"{path}.enabled: {enabled!r} is not a boolean (allowed: true, false)")
+    enabled = _bool(w.get("enabled", False), f"{path}.enabled")
     cert = _str(w["certFile"], f"{path}.certFile") if "certFile" in w else None
     key = _str(w["keyFile"], f"{path}.keyFile") if "keyFile" in w else None
     if (cert is None) != (key is None):
@@ -601,9 +601,7 @@ def _leader_election(obj: Any) -> LeaderElectionConfig:
         ("leaderElect", "leaseDuration", "renewDeadline", "retryPeriod", "resourceName", "resourceNamespace"),
     )
     default = LeaderElectionConfig()
-    leader_elect = le.get("leaderElect", default.leader_elect)
-    if not isinstance(leader_elect, bool):
-        raise ConfigError(f"{path}.leaderElect: {leader_elect!r} is not a boolean (allowed: true, false)")
+    leader_elect = _bool(le.get("leaderElect", default.leader_elect), f"{path}.leaderElect")
     out = LeaderElectionConfig(
         leader_elect=leader_elect,
         lease_duration_s=parse_duration(le.get("leaseDuration", "15s"), f"{path}.leaseDuration"),

@@ -38,13 +38,14 @@ from ksched.engine import Engine, Explanation, GangStatus, NodeExplanation, Plac
 from ksched.engine.gangs import pod_group_of
 from ksched.loop.metric_sources import MetricStore
 from ksched.loop.state import ClusterState
-from ksched.loop.telemetry import Telemetry
+from ksched.loop.telemetry import SHADOW_OUTCOMES, Telemetry
 from ksched.objects import Obj, is_terminal, meta, object_key, scheduler_name, spec
 
 log = logging.getLogger(__name__)
 
-SAME, OTHER, PENDING = "same", "other", "pending"
-OUTCOMES = (SAME, OTHER, PENDING)
+# What ksched would have done, as ``ksched_shadow_decisions_total`` labels it.
+OUTCOMES = SHADOW_OUTCOMES
+SAME, OTHER, PENDING = OUTCOMES
 # The reason of a disagreement on a node ksched does not know (deleted, or left out as malformed).
 UNKNOWN_NODE = "node unknown to ksched"
 # How long the shadow loop waits for a binding before applying other watch events anyway.
