@@ -18,6 +18,7 @@ from typing import Any
 
 from ksched.config import Config
 from ksched.engine.gangs import POD_GROUP_API
+from ksched.engine.podtable import SELECTOR_OWNERS
 from ksched.errors import KschedError
 from ksched.loop.client import Kube, load_configuration
 from ksched.loop.metric_sources import NodeResolver, PrometheusSource, SourceError
@@ -30,10 +31,7 @@ LIVE_KINDS = (
     ("/api/v1/pods", "v1", "Pod", False),
     ("/apis/policy/v1/poddisruptionbudgets", "policy/v1", "PodDisruptionBudget", False),
     (f"/apis/{POD_GROUP_API}/podgroups", POD_GROUP_API, "PodGroup", True),
-    ("/api/v1/services", "v1", "Service", False),
-    ("/api/v1/replicationcontrollers", "v1", "ReplicationController", False),
-    ("/apis/apps/v1/replicasets", "apps/v1", "ReplicaSet", False),
-    ("/apis/apps/v1/statefulsets", "apps/v1", "StatefulSet", False),
+    *((path, api_version, kind, False) for path, api_version, kind, _ in SELECTOR_OWNERS),
 )
 PAGE_SIZE = 500
 # One list at a time: a handful of connections is plenty.

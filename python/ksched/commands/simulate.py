@@ -25,19 +25,12 @@ from ksched.config import Config, MetricConfig
 from ksched.engine import BatchResult, Engine, Explanation, GangStatus, commit_placements
 from ksched.engine.disruption_budgets import DisruptionBudget, disruption_budget
 from ksched.engine.gangs import POD_GROUP_API, PodGroup, pod_group, pod_group_of
-from ksched.engine.podtable import SpreadSelectors
+from ksched.engine.podtable import SELECTOR_OWNER_KINDS, SpreadSelectors
 from ksched.engine.snapshot import Snapshot, build_snapshot
 from ksched.errors import ClusterFileError, KschedError, MalformedObjectError
 from ksched.loop.metric_sources import annotation_column, to_number
 from ksched.objects import Obj, meta, pod_key, scheduler_name, spec
 
-# Objects whose selectors make a pod's default topology spreading.
-SELECTOR_OWNER_KINDS = {
-    ("v1", "Service"),
-    ("v1", "ReplicationController"),
-    ("apps/v1", "ReplicaSet"),
-    ("apps/v1", "StatefulSet"),
-}
 # A cluster file above this is refused before parsing: it would not fit the
 # machines ksched runs on, and the limit keeps a mistaken path from hanging.
 MAX_CLUSTER_FILE_BYTES = 512 * 1024 * 1024

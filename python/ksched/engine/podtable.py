@@ -376,9 +376,18 @@ class PodTable:
         return low if low is not None and low < 2**62 else None
 
 
-# Owner kinds upstream's DefaultSelector follows: (apiVersion, kind).
 _RC = ("v1", "ReplicationController")
-_SELECTOR_OWNERS = {_RC, ("apps/v1", "ReplicaSet"), ("apps/v1", "StatefulSet")}
+# Whose selectors make a pod's default topology spreading (upstream DefaultSelector):
+# (list path, apiVersion, kind, informer name).
+SELECTOR_OWNERS = (
+    ("/api/v1/services", "v1", "Service", "services"),
+    ("/api/v1/replicationcontrollers", *_RC, "replicationcontrollers"),
+    ("/apis/apps/v1/replicasets", "apps/v1", "ReplicaSet", "replicasets"),
+    ("/apis/apps/v1/statefulsets", "apps/v1", "StatefulSet", "statefulsets"),
+)
+SELECTOR_OWNER_KINDS = {(api_version, kind) for _, api_version, kind, _ in SELECTOR_OWNERS}
+# The workload controllers among them, found through a pod's controller reference.
+_CONTROLLER_KINDS = SELECTOR_OWNER_KINDS - {("v1", "Service")}
 
 
 class SpreadSelectors:
@@ -423,7 +432,7 @@ class SpreadSelectors:
         if owner is not None:
             gvk = (str(owner.get("apiVersion")), str(owner.get("kind")))
             key = (*gvk, ns, str(owner.get("name")))
-            if gvk in _SELECTOR_OWNERS and key in self.controllers:
+            if gvk in _CONTROLLER_KINDS and key in self.controllers:
                 selector = self.controllers[key]
                 if gvk == _RC:
                     if isinstance(selector, dict):

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from ksched.config import Config
 from ksched.engine.gangs import POD_GROUP_API
+from ksched.engine.podtable import SELECTOR_OWNERS
 from ksched.loop.binder import Binder, report_workers
 from ksched.loop.client import Kube, load_configuration
 from ksched.loop.cycle import Scheduler
@@ -51,14 +52,6 @@ log = logging.getLogger(__name__)
 # Connections beyond the bind and report workers: one watch per informer (nine),
 # their relists, the lease, hand-off.
 EXTRA_CONNECTIONS = 16
-# Whose selectors make a pod's default topology spreading (upstream DefaultSelector):
-# (list path, apiVersion, kind, informer name).
-SELECTOR_OWNERS = (
-    ("/api/v1/services", "v1", "Service", "services"),
-    ("/api/v1/replicationcontrollers", "v1", "ReplicationController", "replicationcontrollers"),
-    ("/apis/apps/v1/replicasets", "apps/v1", "ReplicaSet", "replicasets"),
-    ("/apis/apps/v1/statefulsets", "apps/v1", "StatefulSet", "statefulsets"),
-)
 SYNC_LOG_EVERY_S = 10.0
 
 
