@@ -12,16 +12,21 @@ use crate::test_support::{
 };
 
 fn run(b: &NodeBuilder, pods: &[TestPod], metrics: &Metrics, seed: u64) -> Outcome {
-    let nodes = b.build();
-    let mut classes = OwnedClasses::default();
-    classes.add(|_| {});
-    let pods = OwnedPods::new(pods);
     let options = ScheduleOptions {
         seed,
         parallel: true,
         ..ScheduleOptions::default()
     };
-    schedule_batch(&nodes.view(), &classes.view(), &pods.view(), metrics, &Profile::default(), &options).expect("valid input")
+    try_run(b, pods, metrics, &options).expect("valid input")
+}
+
+/// Schedule `pods`, all of one unconstrained class, on `b`'s nodes under the default profile.
+fn try_run(b: &NodeBuilder, pods: &[TestPod], metrics: &Metrics, options: &ScheduleOptions) -> Result<Outcome, EngineError> {
+    let nodes = b.build();
+    let mut classes = OwnedClasses::default();
+    classes.add(|_| {});
+    let pods = OwnedPods::new(pods);
+    schedule_batch(&nodes.view(), &classes.view(), &pods.view(), metrics, &Profile::default(), options)
 }
 
 /// A batch must place exactly as scheduling its pods one by one against the
@@ -239,15 +244,18 @@ fn preemption_evicts_the_fewest_lowest_priority_pods_and_reserves_the_node() {
             requests: &[],
         },
     });
-    let out = schedule_batch(
-        &nodes.view(),
-        &classes.view(),
-        &pods,
-        &no_metrics(),
-        &Profile::default(),
-        &ScheduleOptions::default(),
-    )
-    .unwrap();
+    let mut schedule = |pods: &Pods| {
+        schedule_batch(
+            &nodes.view(),
+            &classes.view(),
+            pods,
+            &no_metrics(),
+            &Profile::default(),
+            &ScheduleOptions::default(),
+        )
+        .unwrap()
+    };
+    let out = schedule(&pods);
     assert_eq!(out.nodes[0], UNSCHEDULABLE);
     assert_eq!(out.nominated[0], 0);
     // Of the two priority-1 pods the one that started later goes.
@@ -262,15 +270,7 @@ fn preemption_evicts_the_fewest_lowest_priority_pods_and_reserves_the_node() {
         pre.nominated = &[0, -1];
         pre.victims.terminating = &[1, 0, 0, 0];
     }
-    let out = schedule_batch(
-        &nodes.view(),
-        &classes.view(),
-        &pods,
-        &no_metrics(),
-        &Profile::default(),
-        &ScheduleOptions::default(),
-    )
-    .unwrap();
+    let out = schedule(&pods);
     assert_eq!(out.nominated[0], 0);
     assert!(row(&out.victim_offsets, 0).is_empty());
     if let Some(pre) = pods.preemption.as_mut() {
@@ -282,15 +282,7 @@ fn preemption_evicts_the_fewest_lowest_priority_pods_and_reserves_the_node() {
     if let Some(pre) = pods.preemption.as_mut() {
         pre.allowed = &[0, 1];
     }
-    let out = schedule_batch(
-        &nodes.view(),
-        &classes.view(),
-        &pods,
-        &no_metrics(),
-        &Profile::default(),
-        &ScheduleOptions::default(),
-    )
-    .unwrap();
+    let out = schedule(&pods);
     assert_eq!(out.nominated[0], -1);
     assert_eq!(out.nodes[1], 0);
 }
@@ -390,23 +382,11 @@ fn metrics_filter_and_prefer_lower() {
 fn deadline_leaves_rest_not_attempted() {
     let mut b = NodeBuilder::default();
     b.node(|_| {});
-    let nodes = b.build();
-    let mut classes = OwnedClasses::default();
-    classes.add(|_| {});
-    let pods = OwnedPods::new(&[pod(1, 1), pod(1, 2)]);
     let options = ScheduleOptions {
         deadline: Some(Instant::now()),
         ..ScheduleOptions::default()
     };
-    let out = schedule_batch(
-        &nodes.view(),
-        &classes.view(),
-        &pods.view(),
-        &no_metrics(),
-        &Profile::default(),
-        &options,
-    )
-    .expect("valid");
+    let out = try_run(&b, &[pod(1, 1), pod(1, 2)], &no_metrics(), &options).expect("valid");
     assert_eq!(out.nodes, vec![NOT_ATTEMPTED, NOT_ATTEMPTED]);
 }
 
@@ -418,23 +398,11 @@ fn explanation_matches_choice() {
         n.nonzero_requested[0] = 3000;
     });
     b.node(|_| {});
-    let nodes = b.build();
-    let mut classes = OwnedClasses::default();
-    classes.add(|_| {});
-    let pods = OwnedPods::new(&[pod(500, 1)]);
     let options = ScheduleOptions {
         explain: Some(0),
         ..ScheduleOptions::default()
     };
-    let out = schedule_batch(
-        &nodes.view(),
-        &classes.view(),
-        &pods.view(),
-        &no_metrics(),
-        &Profile::default(),
-        &options,
-    )
-    .expect("valid");
+    let out = try_run(&b, &[pod(500, 1)], &no_metrics(), &options).expect("valid");
     let ex = out.explanation.expect("explained");
     assert_eq!(out.nodes, vec![1]);
     assert!(ex.totals[1] > ex.totals[0]);
@@ -445,19 +413,8 @@ fn explanation_matches_choice() {
 fn bad_shapes_are_errors() {
     let mut b = NodeBuilder::default();
     b.node(|_| {});
-    let nodes = b.build();
-    let mut classes = OwnedClasses::default();
-    classes.add(|_| {});
     let mut bad = pod(1, 1);
     bad.class = 3;
-    let pods = OwnedPods::new(&[bad]);
-    let err = schedule_batch(
-        &nodes.view(),
-        &classes.view(),
-        &pods.view(),
-        &no_metrics(),
-        &Profile::default(),
-        &ScheduleOptions::default(),
-    );
+    let err = try_run(&b, &[bad], &no_metrics(), &ScheduleOptions::default());
     assert!(matches!(err, Err(EngineError::Index { what: "pod class", .. })), "{:?}", err.err());
 }
