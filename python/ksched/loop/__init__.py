@@ -4,6 +4,8 @@
 cluster state (:mod:`~ksched.loop.state`) and the queue
 (:mod:`~ksched.loop.queue`); one cycle (:mod:`~ksched.loop.cycle`) hands a
 batch to :class:`ksched.engine.Engine` and the binder
-(:mod:`~ksched.loop.binder`) posts the results. Only :mod:`~ksched.loop.client`
+(:mod:`~ksched.loop.binder`) posts the results. In shadow mode
+(:mod:`~ksched.loop.shadow`) nothing is bound: each pod another scheduler binds
+is compared with where the engine would have placed it. Only :mod:`~ksched.loop.client`
 and :mod:`~ksched.loop.leader` import the Kubernetes client library.
 """
