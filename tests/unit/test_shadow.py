@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import io
+import json
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from ksched.commands.shadow import render_report, render_status
+from ksched.commands.shadow import render_report, render_status, report_from_log
 from ksched.config import parse_config
-from ksched.errors import ConfigError
+from ksched.errors import ConfigError, KschedError
 from ksched.loop.metric_sources import MetricStore
 from ksched.loop.shadow import Decision, Shadow, ShadowLedger
 from ksched.loop.state import ClusterState
@@ -167,6 +170,23 @@ def test_ledger_keeps_counters_for_all_and_a_bounded_ring() -> None:
     # Pending first (ksched would not use the node at all), then the largest score gap.
     assert [d["pod"] for d in report["differMost"]] == ["ns/d", "ns/c", "ns/e"]
     assert Decision.from_json(report["recent"][0]) == ledger.recent[0]
+
+
+def test_report_from_a_shadow_log_counts_every_line_and_lists_the_last(tmp_path: Path) -> None:
+    log = tmp_path / "shadow.jsonl"
+    decisions = [
+        replace(decision("a", "same", 0.0), at=100.0),
+        replace(decision("b", "other", 5.0, "Metric/price"), at=200.0),
+        replace(decision("c", "pending", reason="NodeResourcesFit"), at=300.0),
+    ]
+    log.write_text("".join(json.dumps(d.as_json()) + "\n" for d in decisions) + "\n")
+    report = report_from_log(log, keep=2)
+    assert report["counts"] == {"same": 1, "other": 1, "pending": 1}
+    assert [d["pod"] for d in report["recent"]] == ["ns/b", "ns/c"]
+    assert report["since"] == 100.0, "since the first decision in the file, not the first listed"
+    log.write_text(log.read_text() + "not json\n")
+    with pytest.raises(KschedError, match=r"shadow\.jsonl:5: not a shadow decision"):
+        report_from_log(log, keep=2)
 
 
 def test_report_text_names_agreement_reasons_and_pods() -> None:

@@ -49,15 +49,19 @@ def report_from_log(path: str | Path, keep: int) -> dict[str, Any]:
         lines = Path(path).read_text().splitlines()
     except OSError as err:
         raise KschedError(f"cannot read shadow log {path}: {err.strerror}") from None
+    first: Decision | None = None
     for i, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
-            ledger.record(Decision.from_json(json.loads(line)))
+            d = Decision.from_json(json.loads(line))
         except (ValueError, TypeError) as err:
             raise KschedError(f"{path}:{i}: not a shadow decision: {err}") from None
-    if ledger.recent:
-        ledger.started = ledger.recent[0].at
+        ledger.record(d)
+        first = first or d
+    if first is not None:
+        # The counters cover the whole file, beyond the ``keep`` decisions listed.
+        ledger.started = first.at
     return ledger.report()
 
 
