@@ -187,6 +187,8 @@ def test_report_from_a_shadow_log_counts_every_line_and_lists_the_last(tmp_path:
     log.write_text(log.read_text() + "not json\n")
     with pytest.raises(KschedError, match=r"shadow\.jsonl:5: not a shadow decision"):
         report_from_log(log, keep=2)
+    with pytest.raises(KschedError, match=r"--keep 0: list at least 1 decision"):
+        report_from_log(log, keep=0)
 
 
 def test_report_text_names_agreement_reasons_and_pods() -> None:

@@ -44,6 +44,8 @@ def fetch(address: str, path: str) -> Any:
 
 def report_from_log(path: str | Path, keep: int) -> dict[str, Any]:
     """The report of the decisions a ``shadow.log`` file holds (the last ``keep`` listed)."""
+    if keep < 1:
+        raise KschedError(f"--keep {keep}: list at least 1 decision")
     ledger = ShadowLedger(keep)
     try:
         lines = Path(path).read_text().splitlines()
