@@ -72,6 +72,14 @@ def _print_document(output: str, document: object, table: Callable[[], str]) -> 
     print(json.dumps(document, indent=2) if output == "json" else table())
 
 
+def _add_engine_options(p: argparse.ArgumentParser, metrics_help: str) -> None:
+    """What ``simulate`` and ``explain`` schedule with: the configuration, metric values, seed, output."""
+    p.add_argument("--config", help="KschedConfiguration file (default: one profile named ksched)")
+    p.add_argument("--metrics", help=metrics_help)
+    p.add_argument("--seed", type=int, default=0, help="tie-break seed (default 0)")
+    p.add_argument("-o", "--output", choices=("table", "json"), default="table")
+
+
 def _add_address(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--address",
@@ -261,10 +269,7 @@ def parser() -> argparse.ArgumentParser:
         "Example: ksched simulate cluster.yaml -o json",
     )
     s.add_argument("cluster", help="YAML or JSON file of Nodes and Pods (kind: List or multi-document)")
-    s.add_argument("--config", help="KschedConfiguration file (default: one profile named ksched)")
-    s.add_argument("--metrics", help="YAML mapping node-name: {metric-name: number}")
-    s.add_argument("--seed", type=int, default=0, help="tie-break seed (default 0)")
-    s.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    _add_engine_options(s, "YAML mapping node-name: {metric-name: number}")
     s.set_defaults(func=_simulate)
 
     e = sub.add_parser(
@@ -282,11 +287,8 @@ def parser() -> argparse.ArgumentParser:
         metavar="[CLUSTER] NAMESPACE/POD",
         help="a cluster file (omit it to read the live cluster), then one or more pods",
     )
-    e.add_argument("--config")
+    _add_engine_options(e, "YAML mapping node-name: {metric-name: number} (overrides live values)")
     e.add_argument("--kubeconfig", help="live form: default $KUBECONFIG or ~/.kube/config")
-    e.add_argument("--metrics", help="YAML mapping node-name: {metric-name: number} (overrides live values)")
-    e.add_argument("--seed", type=int, default=0)
-    e.add_argument("-o", "--output", choices=("table", "json"), default="table")
     e.set_defaults(func=_explain)
 
     r = sub.add_parser(
