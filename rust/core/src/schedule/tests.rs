@@ -72,39 +72,19 @@ fn batch_equals_one_pod_at_a_time() {
                 ports: vec![],
             })
             .collect();
-        let mut classes = OwnedClasses::default();
-        classes.add(|_| {});
         let options = ScheduleOptions {
             seed: 3,
             parallel,
             ..ScheduleOptions::default()
         };
-        let owned = OwnedPods::new(&pods);
-        let batch = schedule_batch(
-            &b.build().view(),
-            &classes.view(),
-            &owned.view(),
-            &metrics,
-            &Profile::default(),
-            &options,
-        )
-        .unwrap();
+        let batch = try_run(&b, &pods, &metrics, &options).unwrap();
         assert!(batch.nodes.contains(&UNSCHEDULABLE), "the cluster fills up");
         for (i, p) in pods.iter().enumerate() {
-            let single = OwnedPods::new(std::slice::from_ref(p));
             let now = Metrics {
                 values: &values,
                 specs: vec![spec],
             };
-            let one = schedule_batch(
-                &b.build().view(),
-                &classes.view(),
-                &single.view(),
-                &now,
-                &Profile::default(),
-                &options,
-            )
-            .unwrap();
+            let one = try_run(&b, std::slice::from_ref(p), &now, &options).unwrap();
             assert_eq!(one.nodes[0], batch.nodes[i], "pod {i}");
             assert_eq!(one.feasible[0], batch.feasible[i], "pod {i}");
             let (lo, hi) = (batch.reason_offsets[i] as usize, batch.reason_offsets[i + 1] as usize);
