@@ -12,9 +12,10 @@ import pytest
 
 from ksched.commands.shadow import render_report, render_status, report_from_log
 from ksched.config import parse_config
+from ksched.engine import Explanation, NodeExplanation, Placement
 from ksched.errors import ConfigError, KschedError
 from ksched.loop.metric_sources import MetricStore
-from ksched.loop.shadow import Decision, Shadow, ShadowLedger
+from ksched.loop.shadow import Decision, Shadow, ShadowLedger, decide
 from ksched.loop.state import ClusterState
 from ksched.loop.telemetry import Telemetry
 from tests.conftest import Obj, annotation_metric, node, pod
@@ -104,6 +105,20 @@ def test_shadow_decision_on_a_pod_another_scheduler_binds(
         assert d.gap is None and d.detail == "node(s) had no value for price"
     if d.outcome == "pending":
         assert d.detail is not None and d.detail.startswith("0/3 nodes are available: ")
+
+
+def test_two_nodes_ksched_scores_alike_are_a_tie_not_a_plugin() -> None:
+    def row(name: str, fit: float, taints: float) -> NodeExplanation:
+        scores = {"NodeResourcesFit": {"weighted": fit}, "TaintToleration": {"weighted": taints}}
+        return NodeExplanation(name, True, None, [], scores, fit + taints, name == "x")
+
+    placement = Placement("default/web", "x", 350.0, None)
+    tie = Explanation("default/web", placement, [row("x", 50.0, 300.0), row("y", 50.0, 300.0)], {})
+    d = decide("default/web", "default-scheduler", "y", placement, tie)
+    assert (d.outcome, d.gap, d.reason) == ("other", 0.0, "equal scores")
+    fuller = Explanation("default/web", placement, [row("x", 50.0, 300.0), row("y", 40.0, 300.0)], {})
+    d = decide("default/web", "default-scheduler", "y", placement, fuller)
+    assert (d.outcome, d.gap, d.reason) == ("other", 10.0, "NodeResourcesFit")
 
 
 def test_shadow_skips_pods_it_saw_bound_pods_elsewhere_and_still_counts_them() -> None:

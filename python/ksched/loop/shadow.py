@@ -13,7 +13,8 @@ configuration with the one in production.
 
 Each comparison is a :class:`Decision`: ``same`` node, ``other`` node (with
 ksched's score of both nodes and the plugin whose weighted score differed
-most, or the filter that rejected the other scheduler's node), or ``pending``
+most, ``equal scores`` when ksched's tie-break chose the other of two equal
+nodes, or the filter that rejected the other scheduler's node), or ``pending``
 (ksched would have left the pod pending; its FailedScheduling message). The
 :class:`ShadowLedger` keeps running counters and a ring of the last
 ``shadow.keep`` decisions: memory stays bounded however long it runs.
@@ -48,6 +49,8 @@ OUTCOMES = SHADOW_OUTCOMES
 SAME, OTHER, PENDING = OUTCOMES
 # The reason of a disagreement on a node ksched does not know (deleted, or left out as malformed).
 UNKNOWN_NODE = "node unknown to ksched"
+# The reason of a disagreement between two nodes ksched scores alike: its tie-break chose the other.
+EQUAL_SCORES = "equal scores"
 # How long the shadow loop waits for a binding before applying other watch events anyway.
 IDLE_WAIT_S = 0.5
 # Pods listed by ``report`` as differing most.
@@ -68,7 +71,7 @@ class Decision:
     node_score: float | None = None
     # ksched_score - node_score, when ksched scored both nodes.
     gap: float | None = None
-    # The plugin (``Metric/<name>`` for a metric) that made the difference.
+    # The plugin (``Metric/<name>`` for a metric) that made the difference; EQUAL_SCORES for a tie.
     reason: str | None = None
     # pending: ksched's FailedScheduling message; a filtered node: the filter's reasons.
     detail: str | None = None
@@ -138,9 +141,15 @@ def decide(
         other,
         node_score=theirs.total,
         gap=(mine.total or 0.0) - (theirs.total or 0.0),
-        reason=max(differences, key=lambda p: differences[p]) if differences else None,
+        reason=_most_different(differences),
         differences=differences,
     )
+
+
+def _most_different(differences: dict[str, float]) -> str:
+    """The plugin whose weighted score favoured ksched's node most; a tie when none did."""
+    best = max(differences, key=lambda p: differences[p], default=None)
+    return best if best is not None and differences[best] > 0 else EQUAL_SCORES
 
 
 def _rejection(theirs: NodeExplanation | None, placement: Placement, explained: bool) -> str | None:
