@@ -84,6 +84,11 @@ class NodeTable(TypedDict):
     port_protocols: U8
     port_ips: I32
     port_ports: I32
+    # ImageLocality: node -> image ids (sorted per node); per image id its size and node count.
+    image_offsets: I64
+    image_ids: I32
+    image_sizes: I64
+    image_node_counts: I64
 
 
 class ClassTable(TypedDict):
@@ -195,6 +200,10 @@ class PodBatch(TypedDict):
     hp_protocols: U8
     hp_ips: I32
     hp_ports: I32
+    # ImageLocality: pod -> ids of its images some node has; init containers plus containers.
+    img_offsets: I64
+    img_ids: I32
+    img_containers: I64
     table: PodTableArrays | None
     preemption: PreemptionArrays | None
 

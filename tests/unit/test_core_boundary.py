@@ -39,6 +39,7 @@ UPSTREAM_WEIGHTS = {
     "PodTopologySpread": 2,
     "InterPodAffinity": 2,
     "NodeResourcesBalancedAllocation": 1,
+    "ImageLocality": 1,
 }
 
 

@@ -76,6 +76,10 @@ class PodRequirements:
     # preemptionPolicy is not Never, and the node an earlier preemption nominated ("" for none).
     may_preempt: bool = True
     nominated_node: str = ""
+    # ImageLocality: normalized image names of the init containers, containers
+    # and image volumes, and the number of init containers plus containers.
+    images: tuple[str, ...] = ()
+    containers: int = 0
 
 
 def _resource_list(pod: str, field: str, raw: Any) -> dict[str, Nano]:
@@ -252,6 +256,25 @@ def host_ports(pod: Obj, key: str | None = None) -> tuple[HostPort, ...]:
     return tuple(out)
 
 
+def normalized_image_name(image: str) -> str:
+    """Upstream ``normalizedImageName``: an image without a tag is ``:latest``."""
+    return image if image.rfind(":") > image.rfind("/") else image + ":latest"
+
+
+def container_images(pod: Obj, key: str | None = None) -> tuple[tuple[str, ...], int]:
+    """The normalized images ImageLocality scores (init containers, containers,
+    image volumes, one entry each) and the count of init containers plus containers."""
+    key = key or pod_key(pod)
+    s = spec(pod)
+    containers = _containers(key, s, "initContainers") + _containers(key, s, "containers")
+    images = [normalized_image_name(str(c.get("image") or "")) for c in containers]
+    for v in s.get("volumes") or []:
+        reference = (v.get("image") or {}).get("reference") if isinstance(v, dict) else None
+        if isinstance(reference, str):
+            images.append(normalized_image_name(reference))
+    return tuple(images), len(containers)
+
+
 def tolerations(pod: Obj, key: str | None = None) -> tuple[Toleration, ...]:
     key = key or pod_key(pod)
     raw = spec(pod).get("tolerations") or []
@@ -364,6 +387,7 @@ def requirements(pod: Obj) -> PodRequirements:
     """Everything the engine needs of one pending pod."""
     key = pod_key(pod)
     reqs = pod_requests(pod, key)
+    images, containers = container_images(pod, key)
     return PodRequirements(
         key=key,
         priority=priority(pod),
@@ -377,4 +401,6 @@ def requirements(pod: Obj) -> PodRequirements:
         group=pod_group_of(pod),
         may_preempt=preemption_policy(pod) != "Never",
         nominated_node=str((pod.get("status") or {}).get("nominatedNodeName") or ""),
+        images=images,
+        containers=containers,
     )

@@ -190,6 +190,7 @@ class Engine:
                     ports=[
                         (_core.PROTOCOLS[p.protocol], snapshot.strings(p.ip), p.port) for p in req.host_ports
                     ],
+                    images=snapshot.image_ids(req.images),
                     default_spread=()
                     if req.spread
                     else snapshot.spread_selectors.defaults(pod, self.profile.spread_defaults),
@@ -231,6 +232,9 @@ class Engine:
             "hp_protocols": np.asarray([p[0] for p in hp], dtype=np.uint8),
             "hp_ips": np.asarray([p[1] for p in hp], dtype=np.int32),
             "hp_ports": np.asarray([p[2] for p in hp], dtype=np.int32),
+            "img_offsets": i64(np.cumsum([0] + [len(r.images) for r in rows]).tolist()),
+            "img_ids": np.asarray([i for r in rows for i in r.images], dtype=np.int32),
+            "img_containers": i64([r.req.containers for r in rows]),
             "table": table,
             "preemption": preemption,
         }
@@ -313,6 +317,8 @@ class _Row:
     requests: list[int]
     klass: int
     ports: list[tuple[int, int, int]]
+    # Ids of the pod's images that some node has (ImageLocality).
+    images: list[int]
     # The profile's default spread constraints, for a pod without constraints of its own.
     default_spread: tuple[SpreadConstraint, ...] = ()
 

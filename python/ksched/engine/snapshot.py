@@ -113,6 +113,8 @@ class Snapshot:
     budgets: list[DisruptionBudget] = field(default_factory=list)
     # Services and controllers' selectors, for default topology spreading.
     spread_selectors: SpreadSelectors = field(default_factory=SpreadSelectors)
+    # Image name -> id (ImageLocality), apart from ``strings`` so the per-image columns are dense.
+    images: Interner = field(default_factory=Interner)
 
     def __post_init__(self) -> None:
         self.pods = PodTable(self.strings)
@@ -134,6 +136,11 @@ class Snapshot:
                 "strings": (s(WILDCARD_IP), s(UNSCHEDULABLE_TAINT), 0),
             },
         )
+
+    def image_ids(self, names: Sequence[str]) -> list[int]:
+        """Ids of the images some node has, one per name (ImageLocality: the others add nothing)."""
+        known = (self.images.get(n) for n in names)
+        return [i for i in known if i]
 
     def ensure_resources(self, names: set[str]) -> None:
         """Add zero columns for resources some pending pod requests but no node has."""
@@ -172,6 +179,36 @@ def node_problem(node: Obj) -> str | None:
     except MalformedObjectError as err:
         return str(err)
     return None
+
+
+def _node_images(nodes: list[Obj]) -> tuple[Interner, dict[str, npt.NDArray[np.generic]]]:
+    """The nodes' ``status.images`` as upstream's image states: every name of
+    an image is an entry with the image's size (as first reported) and the
+    number of nodes that have it."""
+    images = Interner()
+    sizes = [0]
+    counts = [0]
+    rows: list[list[int]] = []
+    for node in nodes:
+        row: set[int] = set()
+        for image in (node.get("status") or {}).get("images") or []:
+            size = image.get("sizeBytes") if isinstance(image, dict) else None
+            for image_name in (image.get("names") if isinstance(image, dict) else None) or []:
+                i = images(str(image_name))
+                if i == len(sizes):
+                    sizes.append(size if isinstance(size, int) and not isinstance(size, bool) else 0)
+                    counts.append(0)
+                if i not in row:
+                    row.add(i)
+                    counts[i] += 1
+        rows.append(sorted(row))
+    offsets, ids = _csr(rows)
+    return images, {
+        "image_offsets": offsets,
+        "image_ids": ids.astype(np.int32),
+        "image_sizes": np.array(sizes, dtype=np.int64),
+        "image_node_counts": np.array(counts, dtype=np.int64),
+    }
 
 
 def build_snapshot(nodes: list[Obj], pods: list[Obj]) -> Snapshot:
@@ -226,6 +263,7 @@ def build_snapshot(nodes: list[Obj], pods: list[Obj]) -> Snapshot:
         unschedulable[i] = bool(spec(node).get("unschedulable"))
     label_offsets, label_keys = _csr(label_rows)
     taint_offsets, taint_keys = _csr(taint_rows)
+    images, image_arrays = _node_images(nodes)
     arrays: dict[str, npt.NDArray[np.generic]] = {
         "allocatable": alloc.reshape(-1),
         "requested": np.zeros(len(nodes) * columns, dtype=np.int64),
@@ -248,10 +286,11 @@ def build_snapshot(nodes: list[Obj], pods: list[Obj]) -> Snapshot:
         "port_protocols": np.zeros(0, dtype=np.uint8),
         "port_ips": np.zeros(0, dtype=np.int32),
         "port_ports": np.zeros(0, dtype=np.int32),
+        **image_arrays,
     }
     for w in warnings:
         log.warning("%s", w)
-    snapshot = Snapshot(names, nodes, strings, resources, arrays, warnings, index)
+    snapshot = Snapshot(names, nodes, strings, resources, arrays, warnings, index, images=images)
     return apply_bound_pods(snapshot, pods)
 
 

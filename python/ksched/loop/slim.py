@@ -39,7 +39,7 @@ _POD_SPEC = (
     "topologySpreadConstraints",
     "schedulingGates",
 )
-_CONTAINER = ("name", "resources", "ports", "restartPolicy")
+_CONTAINER = ("name", "image", "resources", "ports", "restartPolicy")
 _NODE_META = ("name", "uid", "labels", "annotations")
 
 
@@ -51,6 +51,9 @@ def slim_pod(pod: Obj) -> Obj:
     spec["containers"] = [_pick(c, _CONTAINER) for c in s.get("containers") or []]
     if s.get("initContainers"):
         spec["initContainers"] = [_pick(c, _CONTAINER) for c in s["initContainers"]]
+    image_volumes = [_pick(v, ("name", "image")) for v in s.get("volumes") or [] if v.get("image")]
+    if image_volumes:
+        spec["volumes"] = image_volumes
     status = pod.get("status") or {}
     slim_status: Obj = {"phase": status.get("phase")}
     scheduled = [c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"]
@@ -116,5 +119,7 @@ def slim_node(node: Obj) -> Obj:
             "allocatable": status.get("allocatable") or {},
             # Prometheus series name nodes by instance address as often as by name.
             "addresses": status.get("addresses") or [],
+            # ImageLocality reads the names and sizes of the node's images.
+            "images": [_pick(i, ("names", "sizeBytes")) for i in status.get("images") or []],
         },
     }

@@ -21,8 +21,8 @@ pub use crate::plugins::ReasonInfo;
 use crate::model::{row, Classes, Nodes, PodTable, Ports, Profile};
 use crate::plugins::node_ports::HostPort;
 use crate::plugins::{
-    balanced_allocation, inter_pod_affinity, node_affinity, node_name, node_ports, node_resources_fit, node_unschedulable, normalize,
-    pod_topology_spread, taint_toleration, FEASIBLE,
+    balanced_allocation, image_locality, inter_pod_affinity, node_affinity, node_name, node_ports, node_resources_fit, node_unschedulable,
+    normalize, pod_topology_spread, taint_toleration, FEASIBLE,
 };
 
 /// A plugin's fixed reasons (the codes and messages in its file).
@@ -36,7 +36,7 @@ const fn reasons_of(id: PluginId) -> &'static [ReasonInfo] {
         PluginId::NodeResourcesFit => node_resources_fit::REASONS,
         PluginId::PodTopologySpread => pod_topology_spread::REASONS,
         PluginId::InterPodAffinity => inter_pod_affinity::REASONS,
-        PluginId::NodeResourcesBalancedAllocation => &[],
+        PluginId::NodeResourcesBalancedAllocation | PluginId::ImageLocality => &[],
     }
 }
 
@@ -146,7 +146,8 @@ pub fn filter_class(id: PluginId, nodes: &Nodes, classes: &Classes, class: usize
         | PluginId::NodeResourcesFit
         | PluginId::PodTopologySpread
         | PluginId::InterPodAffinity
-        | PluginId::NodeResourcesBalancedAllocation => unreachable!("{id:?} is not a class-level filter"),
+        | PluginId::NodeResourcesBalancedAllocation
+        | PluginId::ImageLocality => unreachable!("{id:?} is not a class-level filter"),
     }
 }
 
@@ -161,7 +162,8 @@ pub fn scores_class(id: PluginId, classes: &Classes, class: usize) -> bool {
         | PluginId::NodeResourcesFit
         | PluginId::PodTopologySpread
         | PluginId::InterPodAffinity
-        | PluginId::NodeResourcesBalancedAllocation => unreachable!("{id:?} has no class-level score"),
+        | PluginId::NodeResourcesBalancedAllocation
+        | PluginId::ImageLocality => unreachable!("{id:?} has no class-level score"),
     }
 }
 
@@ -177,7 +179,8 @@ pub fn score_class(id: PluginId, nodes: &Nodes, classes: &Classes, class: usize,
         | PluginId::NodeResourcesFit
         | PluginId::PodTopologySpread
         | PluginId::InterPodAffinity
-        | PluginId::NodeResourcesBalancedAllocation => unreachable!("{id:?} has no class-level score"),
+        | PluginId::NodeResourcesBalancedAllocation
+        | PluginId::ImageLocality => unreachable!("{id:?} has no class-level score"),
     }
 }
 
@@ -194,7 +197,8 @@ pub fn normalize_class(id: PluginId, raw: i64, max: i64) -> i64 {
         | PluginId::NodeResourcesFit
         | PluginId::PodTopologySpread
         | PluginId::InterPodAffinity
-        | PluginId::NodeResourcesBalancedAllocation => unreachable!("{id:?} has no class-level score"),
+        | PluginId::NodeResourcesBalancedAllocation
+        | PluginId::ImageLocality => unreachable!("{id:?} has no class-level score"),
     }
 }
 
@@ -264,7 +268,8 @@ pub fn prefilter(id: PluginId, ctx: &PodContext, out: &mut PreFilter) {
         | PluginId::NodeAffinity
         | PluginId::NodePorts
         | PluginId::NodeResourcesFit
-        | PluginId::NodeResourcesBalancedAllocation => unreachable!("{id:?} is not a pod-level filter"),
+        | PluginId::NodeResourcesBalancedAllocation
+        | PluginId::ImageLocality => unreachable!("{id:?} is not a pod-level filter"),
     }
 }
 
@@ -291,7 +296,8 @@ pub fn prescore(id: PluginId, ctx: &PodContext, out: &mut PreScore) {
         | PluginId::NodeAffinity
         | PluginId::NodePorts
         | PluginId::NodeResourcesFit
-        | PluginId::NodeResourcesBalancedAllocation => unreachable!("{id:?} has no pod-level score"),
+        | PluginId::NodeResourcesBalancedAllocation
+        | PluginId::ImageLocality => unreachable!("{id:?} has no pod-level score"),
     }
 }
 
@@ -315,7 +321,8 @@ pub fn score_pod(id: PluginId, ctx: &PodContext, pre: &PreScore, feasible: &[usi
         | PluginId::NodeAffinity
         | PluginId::NodePorts
         | PluginId::NodeResourcesFit
-        | PluginId::NodeResourcesBalancedAllocation => unreachable!("{id:?} has no pod-level score"),
+        | PluginId::NodeResourcesBalancedAllocation
+        | PluginId::ImageLocality => unreachable!("{id:?} has no pod-level score"),
     }
 }
 
@@ -351,6 +358,10 @@ pub struct NodeInput<'x> {
     pub balanced: bool,
     pub balanced_node_only: bool,
     pub balance_without: &'x [i64],
+    /// ImageLocality: the pod's images that some node has (empty: every
+    /// node scores 0) and its container count.
+    pub images: &'x [i32],
+    pub containers: i64,
     pub prefilter: Option<&'x PreFilter>,
 }
 
@@ -393,7 +404,8 @@ pub fn filter(id: PluginId, x: &NodeInput, report: &mut impl FnMut(u32)) -> bool
         | PluginId::NodeName
         | PluginId::TaintToleration
         | PluginId::NodeAffinity
-        | PluginId::NodeResourcesBalancedAllocation => unreachable!("{id:?} is not a node- or pod-level filter"),
+        | PluginId::NodeResourcesBalancedAllocation
+        | PluginId::ImageLocality => unreachable!("{id:?} is not a node- or pod-level filter"),
     };
     if code != FEASIBLE {
         report(code);
@@ -423,6 +435,10 @@ pub fn score_node(id: PluginId, x: &NodeInput) -> i64 {
             x.balanced_node_only.then(|| x.balance_without[x.node]),
         ),
         PluginId::NodeResourcesBalancedAllocation => 0,
+        PluginId::ImageLocality if !x.images.is_empty() => {
+            image_locality::score(&x.nodes.images, x.nodes.count, x.node, x.images, x.containers)
+        }
+        PluginId::ImageLocality => 0,
         PluginId::NodeUnschedulable
         | PluginId::NodeName
         | PluginId::TaintToleration

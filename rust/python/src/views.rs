@@ -7,8 +7,8 @@ use pyo3::prelude::*;
 
 use crate::arrays::Arrays;
 use ksched_core::{
-    Classes, LabelSets, Labels, Nodes, PodSelectors, PodTable, PodTerms, Pods, Ports, Preemption, Reservations, Selectors,
-    SpreadConstraints, Taints, TermSets, Tolerations, Victims,
+    Classes, Images, LabelSets, Labels, Nodes, PodImages, PodSelectors, PodTable, PodTerms, Pods, Ports, Preemption, Reservations,
+    Selectors, SpreadConstraints, Taints, TermSets, Tolerations, Victims,
 };
 
 pub fn nodes<'a>(a: &'a Arrays) -> PyResult<Nodes<'a>> {
@@ -42,6 +42,12 @@ pub fn nodes<'a>(a: &'a Arrays) -> PyResult<Nodes<'a>> {
             protocols: a.slice("port_protocols")?,
             ips: a.slice("port_ips")?,
             ports: a.slice("port_ports")?,
+        },
+        images: Images {
+            offsets: a.slice("image_offsets")?,
+            ids: a.slice("image_ids")?,
+            sizes: a.slice("image_sizes")?,
+            node_counts: a.slice("image_node_counts")?,
         },
         wildcard_ip,
         unschedulable_key,
@@ -94,6 +100,11 @@ pub fn pods<'a>(a: &'a Arrays, table: Option<&'a Arrays>, preemption: Option<&'a
             protocols: a.slice("hp_protocols")?,
             ips: a.slice("hp_ips")?,
             ports: a.slice("hp_ports")?,
+        },
+        images: PodImages {
+            offsets: a.slice("img_offsets")?,
+            ids: a.slice("img_ids")?,
+            containers: a.slice("img_containers")?,
         },
         table: table.map(pod_table).transpose()?,
         preemption: preemption.map(self::preemption).transpose()?,

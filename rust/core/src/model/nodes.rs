@@ -1,8 +1,8 @@
-//! The node table: allocatable and requested resources, labels, taints and
-//! host ports in use, one row per node.
+//! The node table: allocatable and requested resources, labels, taints,
+//! host ports in use and container images, one row per node.
 
 use super::encoding::{row, FIRST_SCALAR};
-use super::error::{check_len, check_offsets, EngineError};
+use super::error::{check_index, check_len, check_offsets, EngineError};
 
 /// Node labels, sorted by key within each node.
 #[derive(Clone, Copy)]
@@ -57,6 +57,37 @@ impl Ports<'_> {
     }
 }
 
+/// The container images on each node (`status.images`), every name of an
+/// image its own entry as upstream's image states keep them. Image ids are
+/// interned apart from other strings, so the per-image columns are dense.
+#[derive(Clone, Copy)]
+pub struct Images<'a> {
+    /// Node -> its image ids, sorted within each node.
+    pub offsets: &'a [i64],
+    pub ids: &'a [i32],
+    /// Per image id: its size in bytes (`sizeBytes` where first reported)
+    /// and how many nodes have it.
+    pub sizes: &'a [i64],
+    pub node_counts: &'a [i64],
+}
+
+impl Images<'_> {
+    /// Whether node `node` has the image `id`.
+    #[inline]
+    pub fn has(&self, node: usize, id: i32) -> bool {
+        self.ids[row(self.offsets, node)].binary_search(&id).is_ok()
+    }
+
+    fn validate(&self, nodes: usize) -> Result<(), EngineError> {
+        check_offsets("node image offsets", self.offsets, nodes, self.ids.len())?;
+        check_len("image node counts", self.node_counts.len(), self.sizes.len())?;
+        for &id in self.ids {
+            check_index("node image", id as i64, self.sizes.len())?;
+        }
+        Ok(())
+    }
+}
+
 /// The node table, with the requests of the pods already bound to each node.
 #[derive(Clone, Copy)]
 pub struct Nodes<'a> {
@@ -77,6 +108,7 @@ pub struct Nodes<'a> {
     pub labels: Labels<'a>,
     pub taints: Taints<'a>,
     pub used_ports: Ports<'a>,
+    pub images: Images<'a>,
     /// The interned id of the wildcard host IP "0.0.0.0".
     pub wildcard_ip: i32,
     /// The interned id of the taint key `node.kubernetes.io/unschedulable`.
@@ -113,6 +145,7 @@ impl Nodes<'_> {
         check_offsets("node taint offsets", self.taints.offsets, n, self.taints.keys.len())?;
         check_len("node taint values", self.taints.values.len(), self.taints.keys.len())?;
         check_len("node taint effects", self.taints.effects.len(), self.taints.keys.len())?;
-        self.used_ports.validate("node used ports", n)
+        self.used_ports.validate("node used ports", n)?;
+        self.images.validate(n)
     }
 }

@@ -17,12 +17,25 @@ pub struct Pods<'a> {
     /// Stable per-pod key for the seeded tie-break (e.g. a hash of namespace/name).
     pub keys: &'a [u64],
     pub host_ports: Ports<'a>,
+    pub images: PodImages<'a>,
     /// Labels, namespaces and affinity terms of the bound and pending pods, for
     /// the pod-level plugins (None: they have nothing to act on).
     pub table: Option<PodTable<'a>>,
     /// Priorities, preemption and nominated reservations (None: all pods of equal
     /// priority and nothing nominated).
     pub preemption: Option<Preemption<'a>>,
+}
+
+/// The container images of each pending pod that some node has (ImageLocality).
+#[derive(Clone, Copy)]
+pub struct PodImages<'a> {
+    /// Pod -> image ids (`Images` ids), one per container, init container
+    /// or image volume whose normalized image name a node reports; images
+    /// no node has are left out (they add nothing on any node).
+    pub offsets: &'a [i64],
+    pub ids: &'a [i32],
+    /// Per pod: its init containers plus containers (upstream's `numContainers`).
+    pub containers: &'a [i64],
 }
 
 /// Pods nominated to a node by an earlier preemption and not placed yet: their
@@ -77,7 +90,9 @@ impl Pods<'_> {
         for &c in self.classes {
             check_index("pod class", c, classes)?;
         }
-        self.host_ports.validate("pod host ports", self.count)
+        self.host_ports.validate("pod host ports", self.count)?;
+        check_offsets("pod image offsets", self.images.offsets, self.count, self.images.ids.len())?;
+        check_len("pod containers", self.images.containers.len(), self.count)
     }
 }
 

@@ -22,9 +22,10 @@ pub enum PluginId {
     PodTopologySpread,
     InterPodAffinity,
     NodeResourcesBalancedAllocation,
+    ImageLocality,
 }
 
-pub const PLUGIN_COUNT: usize = 9;
+pub const PLUGIN_COUNT: usize = 10;
 
 /// What a plugin's verdict and score depend on besides the node, which
 /// decides where the batch loop computes and caches them.
@@ -87,6 +88,7 @@ pub const PLUGINS: [PluginInfo; PLUGIN_COUNT] = [
         1,
         Level::Node,
     ),
+    row(PluginId::ImageLocality, "ImageLocality", false, 1, Level::Node),
 ];
 
 pub fn plugin_by_name(name: &str) -> Option<PluginId> {
@@ -192,6 +194,7 @@ mod tests {
             ("PodTopologySpread", 2),
             ("InterPodAffinity", 2),
             ("NodeResourcesBalancedAllocation", 1),
+            ("ImageLocality", 1),
         ];
         let got: Vec<(&str, i64)> = PLUGINS.iter().filter(|p| p.score).map(|p| (p.name, p.default_weight)).collect();
         assert_eq!(got, want);

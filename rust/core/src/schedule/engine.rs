@@ -29,6 +29,10 @@ pub(super) struct PodView<'p> {
     pub balanced: bool,
     /// The balance without the pod is the node's cached one.
     pub balanced_node_only: bool,
+    /// ImageLocality: the pod's images some node has (empty where the
+    /// plugin is off) and its container count.
+    pub images: &'p [i32],
+    pub containers: i64,
     pub priority: i64,
 }
 
@@ -48,6 +52,7 @@ impl<'a, 'm> Engine<'a, 'm> {
         let r = self.resources;
         let request = &self.pods.requests[index * r..(index + 1) * r];
         let balanced_resources = &self.profile.balanced_resources;
+        let images = &self.pods.images;
         PodView {
             index,
             class: self.pods.classes[index] as usize,
@@ -58,6 +63,12 @@ impl<'a, 'm> Engine<'a, 'm> {
             balanced: self.profile.weight_of(PluginId::NodeResourcesBalancedAllocation) != 0
                 && balanced_allocation::applies(balanced_resources, request),
             balanced_node_only: balanced_allocation::node_only(balanced_resources, request),
+            images: if self.profile.weight_of(PluginId::ImageLocality) != 0 {
+                &images.ids[row(images.offsets, index)]
+            } else {
+                &[]
+            },
+            containers: images.containers[index],
             priority: self.pods.preemption.as_ref().map_or(0, |pre| pre.priorities[index]),
         }
     }

@@ -106,6 +106,8 @@ impl Engine<'_, '_> {
             balanced: pod.balanced,
             balanced_node_only: pod.balanced_node_only,
             balance_without: &state.balance_without,
+            images: pod.images,
+            containers: pod.containers,
             prefilter,
         }
     }

@@ -105,6 +105,9 @@ fn validate(
     nodes.validate()?;
     classes.validate(nodes.count)?;
     pods.validate(nodes.resources, classes.count)?;
+    for &id in pods.images.ids {
+        error::check_index("pod image", id as i64, nodes.images.sizes.len())?;
+    }
     if let Some(table) = &pods.table {
         table.validate(nodes.count, pods.count)?;
     }

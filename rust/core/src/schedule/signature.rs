@@ -183,6 +183,12 @@ pub(super) fn key(engine: &Engine, pod: &PodView) -> Vec<i64> {
     for i in row(ports.offsets, pod.index) {
         key.extend([ports.protocols[i] as i64, ports.ips[i] as i64, ports.ports[i] as i64]);
     }
+    // ImageLocality: the container count (negative, so it cannot be read as
+    // a port) and the images, for pods with any.
+    if !pod.images.is_empty() {
+        key.push(-1 - pod.containers);
+        key.extend(pod.images.iter().map(|&id| id as i64));
+    }
     // Which reservations hold back a node depends on the pod's priority.
     if engine
         .pods

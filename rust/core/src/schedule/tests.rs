@@ -69,7 +69,7 @@ fn batch_equals_one_pod_at_a_time() {
                 request: vec![[250, 500, 1000][i % 3], [256 << 20, 1 << 30, 0][i % 3], 0, 0],
                 class: 0,
                 key: i as u64,
-                ports: vec![],
+                ..pod(0, 0)
             })
             .collect();
         let options = ScheduleOptions {
@@ -397,4 +397,39 @@ fn bad_shapes_are_errors() {
     bad.class = 3;
     let err = try_run(&b, &[bad], &no_metrics(), &ScheduleOptions::default());
     assert!(matches!(err, Err(EngineError::Index { what: "pod class", .. })), "{:?}", err.err());
+}
+
+#[test]
+fn image_locality_prefers_the_node_with_the_pods_image() {
+    use crate::test_support::{explain_first, scores_of};
+    let mut b = NodeBuilder {
+        image_sizes: vec![2000 << 20, 500 << 20],
+        ..NodeBuilder::default()
+    };
+    b.node(|n| n.images = vec![1]);
+    b.node(|n| n.images = vec![0, 1]);
+    b.node(|_| {});
+    let with_image = |images: Vec<i32>| TestPod {
+        images,
+        containers: 1,
+        ..pod(500, 1)
+    };
+    let cases = [
+        // 2000Mi × 1/3 = 666Mi on node 1 only: 100 × (666 − 23) / (1000 − 23) = 65.
+        ("an image one node has", with_image(vec![0]), vec![0.0, 65.0, 0.0], Some(1)),
+        // 500Mi × 2/3 = 333Mi on nodes 0 and 1: 100 × (333 − 23) / 977 = 31.
+        ("an image two nodes have", with_image(vec![1]), vec![31.0, 31.0, 0.0], None),
+        ("no image any node has", with_image(vec![]), vec![0.0, 0.0, 0.0], None),
+    ];
+    for (name, p, want, chosen) in cases {
+        let mut classes = OwnedClasses::default();
+        classes.add(|_| {});
+        let (out, ex) = explain_first(&b, &mut classes, &[p], None);
+        let (raw, normalized) = scores_of(&ex, "ImageLocality");
+        assert_eq!(raw, want, "{name}: raw");
+        assert_eq!(normalized, want, "{name}: normalized");
+        if let Some(node) = chosen {
+            assert_eq!(out.nodes, vec![node], "{name}: chosen");
+        }
+    }
 }

@@ -17,10 +17,14 @@ pub struct TestNode {
     pub labels: Vec<TestLabel>,
     pub taints: Vec<(i32, i32, u8)>,
     pub ports: Vec<(u8, i32, i32)>,
+    /// Image ids (indexes into `NodeBuilder::image_sizes`).
+    pub images: Vec<i32>,
 }
 
 pub struct NodeBuilder {
     pub resources: usize,
+    /// Per image id: its size in bytes.
+    pub image_sizes: Vec<i64>,
     pub nodes: Vec<TestNode>,
     pub wildcard_ip: i32,
     pub unschedulable_key: i32,
@@ -31,6 +35,7 @@ impl Default for NodeBuilder {
     fn default() -> Self {
         NodeBuilder {
             resources: 4,
+            image_sizes: Vec::new(),
             nodes: Vec::new(),
             wildcard_ip: 1,
             unschedulable_key: 2,
@@ -56,9 +61,11 @@ impl NodeBuilder {
             labels: Vec::new(),
             taints: Vec::new(),
             ports: Vec::new(),
+            images: Vec::new(),
         };
         f(&mut n);
         n.labels.sort_by_key(|l| l.0);
+        n.images.sort_unstable();
         self.nodes.push(n);
         self
     }
@@ -73,6 +80,9 @@ impl NodeBuilder {
             label_offsets: vec![0],
             taint_offsets: vec![0],
             port_offsets: vec![0],
+            image_offsets: vec![0],
+            image_sizes: self.image_sizes.clone(),
+            image_node_counts: vec![0; self.image_sizes.len()],
             ..OwnedNodes::default()
         };
         for n in &self.nodes {
@@ -103,6 +113,11 @@ impl NodeBuilder {
                 o.port_ports.push(port);
             }
             o.port_offsets.push(o.port_ports.len() as i64);
+            for &id in &n.images {
+                o.image_ids.push(id);
+                o.image_node_counts[id as usize] += 1;
+            }
+            o.image_offsets.push(o.image_ids.len() as i64);
         }
         o
     }
@@ -136,6 +151,10 @@ pub struct OwnedNodes {
     pub port_protocols: Vec<u8>,
     pub port_ips: Vec<i32>,
     pub port_ports: Vec<i32>,
+    pub image_offsets: Vec<i64>,
+    pub image_ids: Vec<i32>,
+    pub image_sizes: Vec<i64>,
+    pub image_node_counts: Vec<i64>,
 }
 
 impl OwnedNodes {
@@ -169,6 +188,12 @@ impl OwnedNodes {
                 protocols: &self.port_protocols,
                 ips: &self.port_ips,
                 ports: &self.port_ports,
+            },
+            images: Images {
+                offsets: &self.image_offsets,
+                ids: &self.image_ids,
+                sizes: &self.image_sizes,
+                node_counts: &self.image_node_counts,
             },
             wildcard_ip: self.wildcard_ip,
             unschedulable_key: self.unschedulable_key,

@@ -14,6 +14,9 @@ pub struct TestPod {
     pub class: i64,
     pub key: u64,
     pub ports: Vec<(u8, i32, i32)>,
+    /// Image ids of its containers that some node has, and its container count.
+    pub images: Vec<i32>,
+    pub containers: i64,
 }
 
 pub struct OwnedPods {
@@ -23,6 +26,9 @@ pub struct OwnedPods {
     classes: Vec<i64>,
     keys: Vec<u64>,
     ports: OwnedPorts,
+    image_offsets: Vec<i64>,
+    image_ids: Vec<i32>,
+    containers: Vec<i64>,
 }
 
 impl OwnedPods {
@@ -37,6 +43,14 @@ impl OwnedPods {
             classes: pods.iter().map(|p| p.class).collect(),
             keys: pods.iter().map(|p| p.key).collect(),
             ports: OwnedPorts::new(pods.iter().map(|p| p.ports.clone()).collect()),
+            image_offsets: std::iter::once(0)
+                .chain(pods.iter().scan(0, |n, p| {
+                    *n += p.images.len() as i64;
+                    Some(*n)
+                }))
+                .collect(),
+            image_ids: pods.iter().flat_map(|p| p.images.clone()).collect(),
+            containers: pods.iter().map(|p| p.containers).collect(),
         }
     }
 
@@ -48,6 +62,11 @@ impl OwnedPods {
             classes: &self.classes,
             keys: &self.keys,
             host_ports: self.ports.view(),
+            images: PodImages {
+                offsets: &self.image_offsets,
+                ids: &self.image_ids,
+                containers: &self.containers,
+            },
             table: None,
             preemption: None,
         }
@@ -61,6 +80,8 @@ pub fn pod(cpu: i64, key: u64) -> TestPod {
         class: 0,
         key,
         ports: vec![],
+        images: vec![],
+        containers: 1,
     }
 }
 
