@@ -18,7 +18,14 @@ from ksched import _core
 from ksched.engine.gangs import pod_group_of
 from ksched.engine.pod_level import PodInfo, SpreadConstraint, pod_info, spread_constraints
 from ksched.engine.quantity import NANO, Nano, canonical_nano, parse_nano
-from ksched.engine.selectors import MAX_SELECTOR_ITEMS, Requirement, Term, node_selector_term
+from ksched.engine.selectors import (
+    MAX_SELECTOR_ITEMS,
+    Requirement,
+    Term,
+    invalid_label_value,
+    node_selector_term,
+    required_term,
+)
 from ksched.errors import MalformedObjectError, QuantityError
 from ksched.objects import Obj, pod_key, spec
 
@@ -26,8 +33,15 @@ from ksched.objects import Obj, pod_key, spec
 # container without a request counts as when scoring (never when filtering).
 DEFAULT_MILLI_CPU_REQUEST = 100
 DEFAULT_MEMORY_REQUEST = 200 * 1024 * 1024
-# Only these are honoured in pod-level `spec.resources` (upstream IsSupportedPodLevelResource).
+# Only these (and every ``hugepages-<size>``) are honoured in pod-level
+# `spec.resources` (upstream IsSupportedPodLevelResource).
 POD_LEVEL_RESOURCES = ("cpu", "memory")
+HUGEPAGES_PREFIX = "hugepages-"
+
+
+def is_supported_pod_level_resource(resource: str) -> bool:
+    return resource in POD_LEVEL_RESOURCES or resource.startswith(HUGEPAGES_PREFIX)
+
 
 TOLERATION_OPERATORS = tuple(_core.TOLERATION_OPERATORS)
 TAINT_EFFECTS = tuple(e for e in _core.EFFECTS if e)
@@ -157,9 +171,7 @@ def _total(
             _add(step, restartable)
         _max(init_max, step)
     _max(total, init_max)
-    for r in POD_LEVEL_RESOURCES:
-        if r in pod_level:
-            total[r] = pod_level[r]
+    total.update(pod_level)
     _add(total, overhead)
     return total
 
@@ -175,31 +187,86 @@ def _with_nonzero_defaults(reqs: dict[str, Nano]) -> dict[str, Nano]:
     return {**_NONZERO_DEFAULTS, **reqs}
 
 
+def resize_infeasible(pod: Obj) -> bool:
+    """Upstream ``IsPodResizeInfeasible``: the PodResizePending condition says Infeasible."""
+    for c in (pod.get("status") or {}).get("conditions") or []:
+        if isinstance(c, dict) and c.get("type") == "PodResizePending":
+            return c.get("reason") == "Infeasible"
+    return False
+
+
+def _effective(
+    spec_requests: dict[str, Nano], actuated: dict[str, Nano], allocated: dict[str, Nano], infeasible: bool
+) -> dict[str, Nano]:
+    """Upstream ``determineEffectiveRequests``: what a running pod holds while a
+    resize is pending: the larger of the spec, the actuated and the allocated
+    requests, per resource; the spec does not count when the resize is infeasible."""
+    out = {} if infeasible else dict(spec_requests)
+    for other in (actuated, allocated):
+        _max(out, other)
+    return out
+
+
 def pod_requests(pod: Obj, key: str | None = None) -> PodRequests:
-    """Parse the pod's requests once and total them with and without the non-zero defaults."""
+    """Parse the pod's requests once and total them with and without the non-zero defaults.
+
+    A running pod's containers (and sidecars) count with their in-place resize
+    state as upstream's resource helpers read ``status.containerStatuses``
+    (``allocatedResources``, ``resources``) in v1.36."""
     key = key or pod_key(pod)
     s = spec(pod)
+    status = pod.get("status") or {}
+    infeasible = resize_infeasible(pod)
+    statuses: dict[str, Obj] = {}
+    for list_field in ("containerStatuses", "initContainerStatuses"):
+        for cs in status.get(list_field) or []:
+            if isinstance(cs, dict) and isinstance(cs.get("name"), str):
+                statuses[cs["name"]] = cs
 
-    def container_requests(c: Obj, field: str) -> dict[str, Nano]:
+    def container_requests(c: Obj, field: str, with_status: bool) -> dict[str, Nano]:
         resources = c.get("resources") or {}
         if not isinstance(resources, dict):
             raise MalformedObjectError(key, f"{field}.resources", "must be a mapping")
-        return _resource_list(key, f"{field}.resources.requests", resources.get("requests"))
+        requests = _resource_list(key, f"{field}.resources.requests", resources.get("requests"))
+        cs = statuses.get(str(c.get("name"))) if with_status else None
+        if cs is None or not isinstance(cs.get("resources"), dict):
+            return requests
+        name = c.get("name")
+        actuated = _resource_list(
+            key, f"status.containerStatuses[{name}].resources.requests", cs["resources"].get("requests")
+        )
+        allocated = _resource_list(
+            key, f"status.containerStatuses[{name}].allocatedResources", cs.get("allocatedResources")
+        )
+        return _effective(requests, actuated, allocated, infeasible)
 
     containers = [
-        container_requests(c, f"spec.containers[{i}]")
+        container_requests(c, f"spec.containers[{i}]", True)
         for i, c in enumerate(_containers(key, s, "containers"))
     ]
     init_containers = [
-        (c.get("restartPolicy") == "Always", container_requests(c, f"spec.initContainers[{i}]"))
+        (
+            c.get("restartPolicy") == "Always",
+            container_requests(c, f"spec.initContainers[{i}]", c.get("restartPolicy") == "Always"),
+        )
         for i, c in enumerate(_containers(key, s, "initContainers"))
     ]
     pod_level_raw = s.get("resources")
-    pod_level = (
+    pod_level_spec = (
         _resource_list(key, "spec.resources.requests", pod_level_raw.get("requests"))
         if isinstance(pod_level_raw, dict)
         else {}
     )
+    pod_level = {r: q for r, q in pod_level_spec.items() if is_supported_pod_level_resource(r)}
+    pod_status_resources = status.get("resources")
+    if pod_level and isinstance(pod_status_resources, dict):
+        effective = _effective(
+            pod_level,
+            _resource_list(key, "status.resources.requests", pod_status_resources.get("requests")),
+            _resource_list(key, "status.allocatedResources", status.get("allocatedResources")),
+            infeasible,
+        )
+        pod_level = {r: effective.get(r, 0) for r in pod_level}
     overhead = _resource_list(key, "spec.overhead", s.get("overhead"))
     requests = {}
     for r, q in _total(containers, init_containers, pod_level, overhead).items():
@@ -229,15 +296,22 @@ def pod_requests(pod: Obj, key: str | None = None) -> PodRequests:
 
 
 def host_ports(pod: Obj, key: str | None = None) -> tuple[HostPort, ...]:
-    """Host ports of the pod's containers (upstream ``GetHostPorts``)."""
+    """Host ports of the pod's sidecars and containers (upstream ``GetHostPorts``)."""
     key = key or pod_key(pod)
+    s = spec(pod)
     out = []
-    for i, c in enumerate(_containers(key, spec(pod), "containers")):
+    # Sidecars (restartable init containers) run as long as the pod: their ports count.
+    containers = [
+        (f"spec.initContainers[{i}]", c)
+        for i, c in enumerate(_containers(key, s, "initContainers"))
+        if c.get("restartPolicy") == "Always"
+    ] + [(f"spec.containers[{i}]", c) for i, c in enumerate(_containers(key, s, "containers"))]
+    for container_field, c in containers:
         ports = c.get("ports") or []
         if not isinstance(ports, list):
-            raise MalformedObjectError(key, f"spec.containers[{i}].ports", "must be a list")
+            raise MalformedObjectError(key, f"{container_field}.ports", "must be a list")
         for j, p in enumerate(ports):
-            field = f"spec.containers[{i}].ports[{j}]"
+            field = f"{container_field}.ports[{j}]"
             if not isinstance(p, dict):
                 raise MalformedObjectError(key, field, "must be a mapping")
             hp = p.get("hostPort") or 0
@@ -325,7 +399,9 @@ def node_constraints(pod: Obj, key: str | None = None) -> NodeConstraints:
                 key, f"{base}.requiredDuringSchedulingIgnoredDuringExecution", "needs nodeSelectorTerms"
             )
         field = f"{base}.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms"
-        required = tuple(node_selector_term(key, f"{field}[{i}]", t) for i, t in enumerate(terms))
+        required = tuple(
+            required_term(node_selector_term(key, f"{field}[{i}]", t)) for i, t in enumerate(terms)
+        )
     preferred = []
     pref_raw = affinity.get("preferredDuringSchedulingIgnoredDuringExecution") or []
     if not isinstance(pref_raw, list):
@@ -340,6 +416,14 @@ def node_constraints(pod: Obj, key: str | None = None) -> NodeConstraints:
         if not isinstance(weight, int) or not 0 <= weight <= 100:
             raise MalformedObjectError(key, f"{field}.weight", f"{weight!r} is not an integer in 0..100")
         term = node_selector_term(key, f"{field}.preference", p.get("preference"))
+        bad = invalid_label_value(term)
+        if weight and bad is not None:
+            # Upstream's PreScore fails the pod's scheduling cycle with the parse error.
+            raise MalformedObjectError(
+                key,
+                f"{field}.preference",
+                f"{bad!r} is not a valid label value (In and NotIn values must be)",
+            )
         if weight and term:
             preferred.append((weight, term))
     return NodeConstraints(

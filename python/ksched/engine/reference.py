@@ -73,8 +73,7 @@ def make_nodes(nodes: list[Obj], existing: list[Obj]) -> dict[str, RefNode]:
     for n in nodes:
         status = n.get("status") or {}
         alloc = {
-            str(r): canonical(str(r), parse_quantity(q))
-            for r, q in (status.get("allocatable") or status.get("capacity") or {}).items()
+            str(r): canonical(str(r), parse_quantity(q)) for r, q in (status.get("allocatable") or {}).items()
         }
         taints = [
             {

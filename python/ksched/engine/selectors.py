@@ -45,6 +45,32 @@ class Requirement:
 
 Term = tuple[Requirement, ...]
 
+# Upstream validation.IsValidLabelValue, which labels.NewRequirement applies to In/NotIn values.
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+MAX_LABEL_VALUE_LENGTH = 63
+# A requirement no node meets: no node has a label with the empty key.
+NO_NODE = Requirement("", "Exists", ())
+
+
+def invalid_label_value(term: Term) -> str | None:
+    """The first In/NotIn label value of ``term`` that upstream's ``labels.NewRequirement`` rejects."""
+    for r in term:
+        if not r.is_field and r.operator in ("In", "NotIn"):
+            for v in r.values:
+                if len(v) > MAX_LABEL_VALUE_LENGTH or not _LABEL_VALUE.match(v):
+                    return v
+    return None
+
+
+def required_term(term: Term) -> Term:
+    """A required node selector term as upstream's LazyErrorNodeSelector reads it: a
+    term whose label requirements do not parse (an invalid In/NotIn value, which the
+    API server does not reject) matches no node; its field requirements still
+    restrict NodeAffinity's PreFilter, which reads the raw terms."""
+    if invalid_label_value(term) is None:
+        return term
+    return (NO_NODE, *(r for r in term if r.is_field))
+
 
 def requirement_list(
     pod: str, field: str, raw: Any, *, fields: bool, operators: tuple[str, ...] = NODE_SELECTOR_OPERATORS

@@ -157,7 +157,8 @@ class Snapshot:
 def _node_resources(node: Obj, resources: ResourceIndex) -> tuple[dict[int, int], int]:
     """Allocatable per resource column, and the allowed pod count."""
     status = node.get("status") or {}
-    alloc = status.get("allocatable") or status.get("capacity") or {}
+    # Allocatable only, as upstream: a node that reports none offers nothing.
+    alloc = status.get("allocatable") or {}
     out: dict[int, int] = {}
     allowed_pods = 0
     for r, q in alloc.items():

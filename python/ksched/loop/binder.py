@@ -241,7 +241,8 @@ class Binder:
 
     def _condition(self, pod: Obj, message: str) -> None:
         wanted = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}
-        current = ((pod.get("status") or {}).get("conditions") or [{}])[0]
+        conditions = (pod.get("status") or {}).get("conditions") or []
+        current: Obj = next((c for c in conditions if c.get("type") == "PodScheduled"), {})
         if all(current.get(k) == v for k, v in wanted.items()):
             return  # already says so: no write
         m = meta(pod)

@@ -39,6 +39,8 @@ _POD_SPEC = (
     "topologySpreadConstraints",
     "schedulingGates",
 )
+# PodScheduled (the scheduler's own verdict) and PodResizePending (an infeasible resize).
+_POD_CONDITIONS = ("PodScheduled", "PodResizePending")
 _CONTAINER = ("name", "image", "resources", "ports", "restartPolicy")
 _NODE_META = ("name", "uid", "labels", "annotations")
 
@@ -56,9 +58,21 @@ def slim_pod(pod: Obj) -> Obj:
         spec["volumes"] = image_volumes
     status = pod.get("status") or {}
     slim_status: Obj = {"phase": status.get("phase")}
-    scheduled = [c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"]
-    if scheduled:
-        slim_status["conditions"] = [_pick(scheduled[0], ("type", "status", "reason", "message"))]
+    conditions = [c for c in status.get("conditions") or [] if c.get("type") in _POD_CONDITIONS]
+    if conditions:
+        slim_status["conditions"] = [_pick(c, ("type", "status", "reason", "message")) for c in conditions]
+    # In-place resize: what the kubelet allocated and actuated counts while a resize is pending.
+    for list_field in ("containerStatuses", "initContainerStatuses"):
+        resized = [
+            _pick(cs, ("name", "allocatedResources", "resources"))
+            for cs in status.get(list_field) or []
+            if cs.get("allocatedResources") or cs.get("resources")
+        ]
+        if resized:
+            slim_status[list_field] = resized
+    for pod_level in ("resources", "allocatedResources"):
+        if status.get(pod_level):
+            slim_status[pod_level] = status[pod_level]
     if status.get("nominatedNodeName"):
         slim_status["nominatedNodeName"] = status["nominatedNodeName"]
     if status.get("startTime"):
