@@ -51,7 +51,7 @@ def exporter() -> Iterator[str]:
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory: pytest.TempPathFactory, exporter: str) -> Iterator[local.ClusterState]:
     os.environ.setdefault("KSCHED_CLUSTER_DIR", str(tmp_path_factory.mktemp("cluster")))
-    if shutil.which("go") is None and missing_binaries():
+    if shutil.which("go") is None and missing_binaries(with_helm=False):
         unavailable("Go is not installed and no cached binaries exist")
     try:
         state = local.up(

@@ -69,10 +69,10 @@ def helm_binary(pins: Pins = Pins()) -> Path:
     return cache_root() / f"helm-{pins.helm}" / "bin" / HELM
 
 
-def missing_binaries(pins: Pins = Pins()) -> list[str]:
+def missing_binaries(pins: Pins = Pins(), with_helm: bool = True) -> list[str]:
     bdir = bin_dir(pins)
     missing = [name for name in COMPONENTS if not (bdir / name).is_file()]
-    if not helm_binary(pins).is_file():
+    if with_helm and not helm_binary(pins).is_file():
         missing.append(HELM)
     return missing
 
@@ -238,10 +238,11 @@ def build_helm(pins: Pins, work: Path) -> None:
     _go_install(f"helm.sh/helm/v3/cmd/helm@{pins.helm}", " ".join(ldflags), out, work, "building helm")
 
 
-def ensure_built(pins: Pins = Pins()) -> Path:
-    """Build whatever is missing from the cache (helm included) and return the control plane's bin directory."""
+def ensure_built(pins: Pins = Pins(), with_helm: bool = True) -> Path:
+    """Build whatever is missing from the cache (helm too, unless ``with_helm`` is false:
+    running the control plane needs no helm) and return the control plane's bin directory."""
     out = bin_dir(pins)
-    missing = missing_binaries(pins)
+    missing = missing_binaries(pins, with_helm)
     if not missing:
         return out
     check_go()
@@ -257,7 +258,7 @@ def ensure_built(pins: Pins = Pins()) -> Path:
         build_kwok(pins, out, work)
     if HELM in missing:
         build_helm(pins, work)
-    still = missing_binaries(pins)
+    still = missing_binaries(pins, with_helm)
     if still:
         raise BuildError(f"build finished but these binaries are missing: {', '.join(still)}")
     where = f"{out}" + (f" and {helm_binary(pins).parent}" if HELM in missing else "")

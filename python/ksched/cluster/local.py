@@ -274,7 +274,7 @@ def up(
                 f"a local cluster is already running (kubeconfig {existing.kubeconfig}); stop it with `ksched cluster down`"
             )
         shutil.rmtree(existing.directory, ignore_errors=True)
-    bin_dir = ensure_built(Pins())
+    bin_dir = ensure_built(Pins(), with_helm=False)
     directory = state_dir()
     shutil.rmtree(directory, ignore_errors=True)
     directory.mkdir(parents=True)
