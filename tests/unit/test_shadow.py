@@ -131,6 +131,12 @@ def test_shadow_skips_pods_it_saw_bound_pods_elsewhere_and_still_counts_them() -
     assert [(d.pod, d.outcome, d.ksched_node) for d in shadow.ledger.recent] == [("default/web", "same", "b")]
 
 
+def test_a_shadow_log_that_cannot_be_written_stops_the_start(tmp_path: Path) -> None:
+    config = {**CONFIG, "shadow": {**CONFIG["shadow"], "log": str(tmp_path / "no-such-dir" / "shadow.jsonl")}}
+    with pytest.raises(KschedError, match=r"shadow\.log: cannot append to .*no-such-dir.*: No such file"):
+        shadow_of(config)
+
+
 def test_a_failing_shadow_log_stops_neither_the_decisions_nor_the_watch_events() -> None:
     shadow, state, _ = shadow_of()
 

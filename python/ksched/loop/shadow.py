@@ -37,6 +37,7 @@ from typing import IO, Any
 from ksched.config import Config
 from ksched.engine import Engine, Explanation, GangStatus, NodeExplanation, Placement
 from ksched.engine.gangs import pod_group_of
+from ksched.errors import KschedError
 from ksched.loop.metric_sources import MetricStore
 from ksched.loop.state import ClusterState
 from ksched.loop.telemetry import SHADOW_OUTCOMES, Telemetry
@@ -230,6 +231,12 @@ class Shadow:
         self._namespaces = set(config.shadow.namespaces)
         self._log: IO[str] | None = None
         self._wake = threading.Event()
+        if self.config.log:
+            # Checked at start, like the rest of the configuration, not when the loop starts.
+            try:
+                open(self.config.log, "a", encoding="utf-8").close()
+            except OSError as err:
+                raise KschedError(f"shadow.log: cannot append to {self.config.log}: {err.strerror}") from None
 
     # -- informer threads ------------------------------------------------
 
