@@ -49,6 +49,12 @@ def scheduler_name(pod: Obj) -> str:
     return str(spec(pod).get("schedulerName") or DEFAULT_SCHEDULER)
 
 
+def uses_resource_claims(pod: Obj) -> bool:
+    """Whether the pod asks for dynamic resources (``spec.resourceClaims``), which ksched
+    never allocates: such a pod is default-scheduler's (see docs/differences.md)."""
+    return bool(spec(pod).get("resourceClaims"))
+
+
 def is_terminal(pod: Obj) -> bool:
     """Succeeded and Failed pods hold no resources (upstream drops them from the cache)."""
     status = pod.get("status")

@@ -22,6 +22,11 @@ FIRST_INSUFFICIENT = _LAYOUT["first_insufficient"]
 PER_METRIC = _LAYOUT["per_metric"]
 # NodeAffinity PreFilter: matchFields terms whose node names cannot all hold.
 AFFINITY_CONFLICT = "pod affinity terms conflict"
+# A pod with spec.resourceClaims: DRA claims are allocated by default-scheduler only.
+RESOURCE_CLAIMS_UNSUPPORTED = (
+    "pod has spec.resourceClaims: ksched does not allocate ResourceClaims "
+    "(dynamic resource allocation); schedule it with default-scheduler"
+)
 
 
 def _number(x: float) -> str:

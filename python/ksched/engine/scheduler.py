@@ -22,14 +22,20 @@ from ksched import _core
 from ksched.config import Config, MetricConfig
 from ksched.core_types import ExplanationArrays, Outcome, PodBatch, PreemptionArrays
 from ksched.engine.inputs import ClassColumns, engine_profile, i64, metric_specs
-from ksched.engine.messages import AFFINITY_CONFLICT, ReasonNames, fit_error, prefilter_error
+from ksched.engine.messages import (
+    AFFINITY_CONFLICT,
+    RESOURCE_CLAIMS_UNSUPPORTED,
+    ReasonNames,
+    fit_error,
+    prefilter_error,
+)
 from ksched.engine.pod_level import SpreadConstraint
 from ksched.engine.pods import PodRequirements, requirements
 from ksched.engine.podtable import Evictable, PendingPod
 from ksched.engine.selectors import prefilter_node_names
 from ksched.engine.snapshot import Snapshot, add_usage
 from ksched.errors import KschedError, MalformedObjectError
-from ksched.objects import Obj, pod_key, stable_key
+from ksched.objects import Obj, pod_key, stable_key, uses_resource_claims
 
 
 @dataclass(frozen=True)
@@ -150,8 +156,8 @@ class Engine:
         explain: str | None,
     ) -> _Batch:
         """An engine row per pod the engine can attempt, in queue order. The others get
-        their placement here: a malformed pod, a pod of an unknown PodGroup, and a pod
-        whose required node affinity names no node."""
+        their placement here: a malformed pod, a pod with ResourceClaims (never ksched's),
+        a pod of an unknown PodGroup, and a pod whose required node affinity names no node."""
         snapshot.ensure_resources(
             {r for _, _, req in parsed if isinstance(req, PodRequirements) for r in req.requests}
             | {m.herd_resource for m in metrics if m.herd_resource is not None}
@@ -166,6 +172,9 @@ class Engine:
                 results.append(
                     Placement(pod_key(pod), None, None, f"invalid pod: {req.field}: {req.problem}")
                 )
+                continue
+            if uses_resource_claims(pod):
+                results.append(Placement(req.key, None, None, RESOURCE_CLAIMS_UNSUPPORTED))
                 continue
             if req.group is not None and (groups is None or req.group not in groups):
                 results.append(Placement(req.key, None, None, f'pod group "{req.group}" not found'))

@@ -4,7 +4,9 @@ A cycle pops a batch from the queue, brings the cluster state up to date,
 calls the engine once per profile present in the batch, then for each pod
 either *assumes* it on its node and hands the bind to the binder, or
 reports it unschedulable (event + condition) and parks it until a cluster
-event may help. Binds finish on the binder's threads and report back here
+event may help. A pod with ResourceClaims is never placed: it goes to
+default-scheduler at once through the hand-off, or (hand-off off or opted
+out) gets one FailedScheduling event and stays parked. Binds finish on the binder's threads and report back here
 (:meth:`Scheduler._bound`). Only the leader runs cycles.
 
 The informer callbacks (:meth:`Scheduler.on_pod`, :meth:`Scheduler.on_node`)
@@ -22,6 +24,7 @@ from collections.abc import Callable
 from ksched.config import Config
 from ksched.engine import Engine, GangStatus, Placement
 from ksched.engine.gangs import pod_group_of
+from ksched.engine.messages import RESOURCE_CLAIMS_UNSUPPORTED
 from ksched.engine.snapshot import Snapshot
 from ksched.loop.binder import Binder, Outcome
 from ksched.loop.handoff import Handoff, opted_out
@@ -29,7 +32,7 @@ from ksched.loop.metric_sources import MetricStore
 from ksched.loop.queue import QueuedPod, SchedulingQueue
 from ksched.loop.state import ClusterState
 from ksched.loop.telemetry import Telemetry
-from ksched.objects import Obj, is_terminal, meta, object_key, scheduler_name, spec
+from ksched.objects import Obj, is_terminal, meta, object_key, scheduler_name, spec, uses_resource_claims
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +125,9 @@ class Scheduler:
         if not self.is_leader():
             for qp in batch:
                 self.queue.requeue(qp)
+            return
+        batch = [qp for qp in batch if not self._not_ours(qp)]
+        if not batch:
             return
         snapshot = self.state.snapshot()
         gangs = self._gangs(batch)
@@ -234,6 +240,20 @@ class Scheduler:
         if victims:
             self.telemetry.preemption_attempts.inc()
         self.binder.preempt(qp.pod, placement.nominated_node, victims)
+
+    def _not_ours(self, qp: QueuedPod) -> bool:
+        """Whether the pod is one ksched never places (it uses ResourceClaims), now dealt with:
+        handed to default-scheduler at once, or reported and parked."""
+        if not uses_resource_claims(qp.pod):
+            return False
+        if self.handoff is not None and self.config.handoff.enabled and not opted_out(qp.pod):
+            # A failed hand-off backs off and comes back here.
+            self.handoff.submit(qp.pod, "uses ResourceClaims", lambda ok, qp=qp: self._handed_off(qp, ok))
+            return True
+        self.queue.done_parked(qp, RESOURCE_CLAIMS_UNSUPPORTED)
+        self.binder.unschedulable(qp.pod, RESOURCE_CLAIMS_UNSUPPORTED)
+        self._failed(qp, "Unschedulable", RESOURCE_CLAIMS_UNSUPPORTED)
+        return True
 
     def _hand_off_overdue(self) -> None:
         """Give pods ksched has failed to place for too long to default-scheduler."""

@@ -5,7 +5,8 @@ active queue ordered by priority then age; a backoff queue for pods that
 failed and wait out an exponential backoff (1 s doubling to 10 s); and an
 unschedulable set whose pods are moved back when a cluster event could help
 them (a node added or changed, a pod deleted) and at least every 30 s. A pod
-deleted or bound elsewhere while queued is dropped. Time comes from an
+ksched will never place (it uses ResourceClaims) is parked: no event or flush
+retries it. A pod deleted or bound elsewhere while queued is dropped. Time comes from an
 injectable clock so tests need no sleeps.
 
 It promises: a pod is handed out by at most one ``pop_batch`` until its
@@ -22,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ksched.engine.gangs import POD_GROUP_LABEL
+from ksched.loop.telemetry import QUEUES
 from ksched.objects import Obj, meta, object_key, spec
 
 # Upstream DefaultPodInitialBackoffDuration / DefaultPodMaxBackoffDuration.
@@ -226,6 +228,16 @@ class SchedulingQueue:
                 qp.where = "unschedulable"
                 qp.unschedulable_since = now
 
+    def done_parked(self, qp: QueuedPod, message: str) -> None:
+        """ksched will never place this pod: it stays queued (so it is not re-added by every
+        update) but no cluster event, flush or hand-off sweep retries it."""
+        with self._cond:
+            if self._pods.get(qp.key) is not qp:
+                return
+            qp.attempts += 1
+            qp.last_message = message
+            qp.where = "parked"
+
     def done_error(self, qp: QueuedPod) -> None:
         """An error (bind failed, API unavailable, not leader): retry after backoff."""
         with self._cond:
@@ -259,9 +271,9 @@ class SchedulingQueue:
             self._cond.notify_all()
 
     def counts(self) -> dict[str, int]:
-        """Pods per place: active, backoff, unschedulable, in_flight."""
+        """Pods per place: active, backoff, unschedulable, in_flight, handoff, parked."""
         with self._cond:
-            out = dict.fromkeys(("active", "backoff", "unschedulable", "in_flight", "handoff"), 0)
+            out = dict.fromkeys(QUEUES, 0)
             for qp in self._pods.values():
                 out[qp.where] += 1
             return out

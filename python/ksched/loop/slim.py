@@ -38,6 +38,7 @@ _POD_SPEC = (
     "tolerations",
     "topologySpreadConstraints",
     "schedulingGates",
+    "resourceClaims",
 )
 # PodScheduled (the scheduler's own verdict) and PodResizePending (an infeasible resize).
 _POD_CONDITIONS = ("PodScheduled", "PodResizePending")

@@ -17,7 +17,8 @@ ATTEMPT_BUCKETS = (*(0.001 * 2**i for i in range(15)), INF)
 # Upstream's SLI buckets: exponential from 10 ms, factor 2, 20 buckets.
 SLI_BUCKETS = (*(0.01 * 2**i for i in range(20)), INF)
 BATCH_BUCKETS = (*(float(2**i) for i in range(14)), INF)
-QUEUES = ("active", "backoff", "unschedulable", "in_flight", "handoff")
+# Where a queued pod can be (the queue's ``QueuedPod.where``); parked: never ksched's to place.
+QUEUES = ("active", "backoff", "unschedulable", "in_flight", "handoff", "parked")
 SHADOW_OUTCOMES = ("same", "other", "pending")
 # Score totals are sums of weighted 0-100 plugin scores (upstream weights sum to 7,
 # metric weights add to that): gaps run from 0 (same node) to several hundred.

@@ -7,7 +7,9 @@ and ksched answers with a patch setting ``schedulerName`` to its profile
 only while a leader holds a fresh lease and this replica's informers are
 synced. Otherwise it allows the pod unchanged, and with ``failurePolicy:
 Ignore`` a ksched that is down leaves new pods on default-scheduler. Pods
-that name a scheduler other than default-scheduler are never touched.
+that name a scheduler other than default-scheduler are never touched, nor
+are pods with ``spec.resourceClaims``: ksched does not allocate dynamic
+resources, so those stay with default-scheduler.
 
 TLS: a certificate and key from files, or a self-generated CA and serving
 certificate whose CA is written into the configuration's ``caBundle``.
@@ -35,7 +37,7 @@ from cryptography.x509.oid import NameOID
 from ksched.config import WebhookConfig
 from ksched.loop.client import Kube
 from ksched.loop.server import BackgroundServer
-from ksched.objects import DEFAULT_SCHEDULER, Obj
+from ksched.objects import DEFAULT_SCHEDULER, Obj, uses_resource_claims
 
 log = logging.getLogger(__name__)
 
@@ -84,12 +86,17 @@ def self_signed(hosts: list[str]) -> tuple[bytes, bytes, bytes]:
 
 
 def review_response(review: dict[str, Any], scheduler: str, route: bool) -> dict[str, Any]:
-    """The AdmissionReview answer: allowed always; a patch only when routing."""
+    """The AdmissionReview answer: allowed always; a patch only when routing a pod ksched can place."""
     request = review.get("request") or {}
     response: dict[str, Any] = {"uid": request.get("uid", ""), "allowed": True}
     pod = request.get("object") or {}
     current = (pod.get("spec") or {}).get("schedulerName")
-    if route and request.get("operation") == "CREATE" and current in (None, "", DEFAULT_SCHEDULER):
+    if (
+        route
+        and request.get("operation") == "CREATE"
+        and current in (None, "", DEFAULT_SCHEDULER)
+        and not uses_resource_claims(pod)
+    ):
         patch: list[dict[str, Any]] = [{"op": "add", "path": "/spec/schedulerName", "value": scheduler}]
         if not (pod.get("metadata") or {}).get("annotations"):
             patch.append({"op": "add", "path": "/metadata/annotations", "value": {}})
