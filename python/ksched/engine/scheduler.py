@@ -9,6 +9,7 @@ pod becomes a placement with an error message; it never stops the batch.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -276,7 +277,8 @@ class Engine:
     def _preemption(
         self, snapshot: Snapshot, rows: Sequence[_Row], nominated: Sequence[Obj], with_rows: bool
     ) -> tuple[PreemptionArrays | None, list[str]]:
-        """The engine's ``preemption`` input, or None when no pod could preempt and nothing is held."""
+        """The engine's ``preemption`` input, or None when no pod could preempt, nothing is
+        held and no pod has a nominated node to try first."""
         reservations = []
         in_batch = {r.req.key for r in rows}
         for pod in nominated:
@@ -294,7 +296,7 @@ class Engine:
         lowest = snapshot.pods.min_evictable_priority() if below is not None else None
         if lowest is None or below is None or below <= lowest:
             below = None  # nobody here can evict anybody
-            if not reservations:
+            if not reservations and not any(r.req.nominated_node for r in rows):
                 return None, []
         res = snapshot.resources
         victims, keys = snapshot.pods.victims(
@@ -491,10 +493,11 @@ def _read_verdicts(snapshot: Snapshot, batch: _Batch, out: Outcome, victim_keys:
                 victims=victims,
             )
         elif node >= 0:
+            score = float(out["scores"][j])
             batch.results[row.slot] = Placement(
                 req.key,
                 snapshot.node_names[node],
-                float(out["scores"][j]),
+                None if math.isnan(score) else score,  # NaN: its nominated node, taken unscored
                 None,
                 int(out["feasible"][j]),
                 requirements=req,

@@ -1,7 +1,9 @@
 //! One scheduling call: place a batch of pending pods, in the order given,
 //! against the whole node table (upstream's `schedule_one.go`, once per pod).
 //!
-//! For each pod: run the Filter plugins on every node in the registry's order
+//! A pod nominated to a node by an earlier preemption tries that node first
+//! and takes it when every filter passes there (`nominated`). Otherwise, for
+//! each pod: run the Filter plugins on every node in the registry's order
 //! (the class-level ones, which cannot change within a batch, once per
 //! constraint class: `filtering`), count the first failing plugin's reasons
 //! per node, score the feasible nodes, select the best (seeded tie-break),
@@ -15,6 +17,7 @@
 mod engine;
 mod explain;
 mod filtering;
+mod nominated;
 mod pod_level;
 mod preemption;
 mod select;
@@ -169,6 +172,19 @@ fn schedule_on_this_thread(
         // evaluated afresh; the signature caches serve the pods whose
         // verdicts depend on the node alone.
         let pod_level = engine.pod_level(&state, &pod);
+        let on_nominated = engine.nominated_node_fits(&state, cache, &pod, pod_level.as_ref());
+        // An explained pod is evaluated on every node for its explanation, and
+        // still goes to its nominated node (below).
+        if let (Some(node), false) = (on_nominated, options.explain == Some(index)) {
+            state.commit(&engine, &pod, node);
+            outcome.nodes.push(node as i64);
+            outcome.scores.push(f64::NAN); // placed without scoring, as upstream
+            outcome.feasible.push(1);
+            outcome.reason_offsets.push(outcome.reason_codes.len() as i64);
+            outcome.nominated.push(-1);
+            outcome.victim_offsets.push(outcome.victims.len() as i64);
+            continue;
+        }
         let mut own: SignatureCache;
         let mut pod_scores = None;
         let sig = match &pod_level {
@@ -195,9 +211,16 @@ fn schedule_on_this_thread(
         };
 
         // Select.
-        let best = select(&sig.totals, sig.feasible, |node| {
-            tie_key(options.seed, pods.keys[index], nodes.keys[node])
-        });
+        let best = match on_nominated {
+            Some(node) => Some(select::Best {
+                node,
+                total: sig.totals[node],
+                tie: 0,
+            }),
+            None => select(&sig.totals, sig.feasible, |node| {
+                tie_key(options.seed, pods.keys[index], nodes.keys[node])
+            }),
+        };
 
         if options.explain == Some(index) {
             let pod_level = pod_level.as_ref().zip(pod_scores.as_ref());

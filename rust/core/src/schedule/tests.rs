@@ -433,3 +433,65 @@ fn image_locality_prefers_the_node_with_the_pods_image() {
         }
     }
 }
+
+#[test]
+fn nominated_node_is_tried_first() {
+    // Node 0 is empty (LeastAllocated's favourite), node 1 has room for the
+    // 500m pod, node 2 has not. Upstream's evaluateNominatedNode: a pod
+    // nominated to a node that passes every filter goes there, no other node
+    // scored; otherwise every node is evaluated as usual.
+    let mut b = NodeBuilder::default();
+    b.node(|_| {});
+    b.node(|n| {
+        n.requested[CPU] = 3000;
+        n.nonzero_requested[0] = 3000;
+        n.pod_count = 1;
+    });
+    b.node(|n| {
+        n.requested[CPU] = 3900;
+        n.nonzero_requested[0] = 3900;
+        n.pod_count = 1;
+    });
+    let nodes = b.build();
+    let mut classes = OwnedClasses::default();
+    classes.add(|_| {});
+    let owned = OwnedPods::new(&[pod(500, 1)]);
+    let no_victims = OwnedVictims::new(&[], 4, vec![]);
+    let held = [1000, 0, 0, 0];
+    // (name, nominated node, a higher-priority reservation on node 1, explain,
+    //  want node, want feasible, want unscored)
+    let cases: [(&str, i64, bool, bool, i64, i64, bool); 5] = [
+        ("no nomination", -1, false, false, 0, 2, false),
+        ("nominated node fits: taken unscored", 1, false, false, 1, 1, true),
+        ("explained: every node evaluated, nominated node taken", 1, false, true, 1, 2, false),
+        ("nominated node full: every node evaluated", 2, false, false, 0, 2, false),
+        ("nominated node held by a higher-priority nominee", 1, true, false, 0, 1, false),
+    ];
+    for (name, nominated, reserved, explain, want_node, want_feasible, want_unscored) in cases {
+        let mut pods = owned.view();
+        let nominated = [nominated];
+        pods.preemption = Some(crate::model::Preemption {
+            priorities: &[5],
+            allowed: &[1],
+            nominated: &nominated,
+            victims: no_victims.view(),
+            reservations: crate::model::Reservations {
+                nodes: if reserved { &[1] } else { &[] },
+                priorities: if reserved { &[10] } else { &[] },
+                requests: if reserved { &held } else { &[] },
+            },
+        });
+        let options = ScheduleOptions {
+            explain: explain.then_some(0),
+            ..ScheduleOptions::default()
+        };
+        let out = schedule_batch(&nodes.view(), &classes.view(), &pods, &no_metrics(), &Profile::default(), &options).unwrap();
+        assert_eq!(
+            (out.nodes[0], out.feasible[0]),
+            (want_node, want_feasible),
+            "{name}: (node, feasible)"
+        );
+        assert_eq!(out.scores[0].is_nan(), want_unscored, "{name}: unscored");
+        assert_eq!(out.explanation.is_some(), explain, "{name}: explanation");
+    }
+}
