@@ -55,6 +55,25 @@ def uses_resource_claims(pod: Obj) -> bool:
     return bool(spec(pod).get("resourceClaims"))
 
 
+# The condition a scheduler's preemption sets on its victims (upstream
+# v1.DisruptionTarget with reason v1.PodReasonPreemptionByScheduler).
+DISRUPTION_TARGET = "DisruptionTarget"
+PREEMPTION_BY_SCHEDULER = "PreemptionByScheduler"
+
+
+def terminating_by_preemption(pod: Obj) -> bool:
+    """Upstream podTerminatingByPreemption: being deleted, and its first DisruptionTarget
+    condition is True with reason PreemptionByScheduler (another cause, e.g. a drain, is not)."""
+    if meta(pod).get("deletionTimestamp") is None:
+        return False
+    for condition in (pod.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == DISRUPTION_TARGET:
+            return bool(
+                condition.get("status") == "True" and condition.get("reason") == PREEMPTION_BY_SCHEDULER
+            )
+    return False
+
+
 def is_terminal(pod: Obj) -> bool:
     """Succeeded and Failed pods hold no resources (upstream drops them from the cache)."""
     status = pod.get("status")

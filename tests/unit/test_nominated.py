@@ -9,6 +9,8 @@ import pytest
 from ksched.config import Config
 from ksched.engine import Engine
 from ksched.engine.snapshot import build_snapshot
+from ksched.loop.slim import slim_pod
+from ksched.objects import terminating_by_preemption
 from tests.conftest import node, pod
 
 
@@ -70,3 +72,43 @@ def test_nominated_node_first(
     placements = Engine(Config()).schedule(snapshot, pending, nominated=nominees).placements
     got = {p.pod: (p.node, p.score is not None) for p in placements}
     assert got == want, f"{name}: want {want}, got {got}"
+
+
+def victim(name: str, deleting: bool, conditions: list[dict[str, str]]) -> dict[str, Any]:
+    p = pod(name, cpu="2", node_name="n0", priority=1)
+    if deleting:
+        p["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    p["status"] = {"conditions": conditions}
+    return p
+
+
+PREEMPTED = {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"}
+DRAINED = {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"}
+
+
+@pytest.mark.parametrize(
+    ("name", "victim_pod", "want_victims"),
+    [
+        # Upstream podTerminatingByPreemption: only a scheduler's preemption makes the
+        # preemptor wait for its nominated node instead of evicting again.
+        ("victim deleted by a preemption: wait for it", victim("v", True, [PREEMPTED]), ()),
+        ("deleted for another reason: preempt again", victim("v", True, [DRAINED]), ("default/v",)),
+        ("condition but not deleted: preempt again", victim("v", False, [PREEMPTED]), ("default/v",)),
+        ("deleted, no condition: preempt again", victim("v", True, []), ("default/v",)),
+    ],
+)
+def test_a_nominated_preemptor_waits_only_for_victims_terminating_by_preemption(
+    name: str, victim_pod: dict[str, Any], want_victims: tuple[str, ...]
+) -> None:
+    snapshot = build_snapshot([node("n0", cpu="3")], [victim_pod])
+    preemptor = nominated("p", "n0", cpu="2", priority=100)
+    (placement,) = Engine(Config()).schedule(snapshot, [preemptor]).placements
+    assert (placement.nominated_node, placement.victims) == ("n0", want_victims), name
+
+
+def test_the_informers_keep_what_terminating_by_preemption_reads() -> None:
+    scheduled = {"type": "PodScheduled", "status": "True"}
+    p = victim("v", True, [scheduled, DRAINED, PREEMPTED])
+    assert not terminating_by_preemption(slim_pod(p)), "the first DisruptionTarget decides, as upstream"
+    p = victim("v", True, [scheduled, PREEMPTED])
+    assert terminating_by_preemption(slim_pod(p))

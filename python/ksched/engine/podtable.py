@@ -39,6 +39,9 @@ class Evictable:
     start_time: float
     requests: CountedRequests
     ports: tuple[HostPort, ...] = ()
+    # Being deleted by a scheduler's preemption (upstream podTerminatingByPreemption):
+    # a preemptor nominated to its node waits for it instead of evicting more.
+    preempted: bool = False
 
 
 @dataclass
@@ -357,7 +360,7 @@ class PodTable:
             "v_priorities": self.priority[chosen].astype(np.int64),
             "v_requests": requests,
             "v_start_times": np.asarray(starts, dtype=np.int64),
-            "v_terminating": self.terminating[chosen].astype(np.uint8),
+            "v_terminating": np.asarray([self.evictable[r].preempted for r in chosen], dtype=np.uint8),
             "v_port_offsets": np.asarray(port_offsets, dtype=np.int64),
             "v_port_protocols": np.asarray([p[0] for p in ports], dtype=np.uint8),
             "v_port_ips": np.asarray([p[1] for p in ports], dtype=np.int32),

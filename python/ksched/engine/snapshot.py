@@ -34,7 +34,17 @@ from ksched.engine.podtable import Evictable, PodTable, SpreadSelectors
 from ksched.engine.quantity import canonical, parse_quantity
 from ksched.engine.selectors import parse_int64
 from ksched.errors import KschedError, MalformedObjectError, QuantityError
-from ksched.objects import Obj, StringId, is_terminal, meta, name, object_key, spec, stable_key
+from ksched.objects import (
+    Obj,
+    StringId,
+    is_terminal,
+    meta,
+    name,
+    object_key,
+    spec,
+    stable_key,
+    terminating_by_preemption,
+)
 
 log = logging.getLogger(__name__)
 
@@ -318,7 +328,7 @@ def apply_bound_pods(snapshot: Snapshot, pods: list[Obj]) -> Snapshot:
 def evictable(pod: Obj, reqs: CountedRequests, ports: tuple[HostPort, ...]) -> Evictable | None:
     """What preemption needs of a bound pod (None when its priority is malformed)."""
     try:
-        return Evictable(priority(pod), start_time(pod), reqs, ports)
+        return Evictable(priority(pod), start_time(pod), reqs, ports, terminating_by_preemption(pod))
     except MalformedObjectError:
         return None
 

@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ksched.loop.client import MERGE_PATCH, ApiUnavailableError, Kube, pod_path
 from ksched.loop.telemetry import Telemetry
-from ksched.objects import Obj, meta
+from ksched.objects import DISRUPTION_TARGET, PREEMPTION_BY_SCHEDULER, Obj, meta
 
 log = logging.getLogger(__name__)
 
@@ -161,9 +161,9 @@ class Binder:
                 return
             for v_ns, v_name, v_uid in victims:
                 condition = {
-                    "type": "DisruptionTarget",
+                    "type": DISRUPTION_TARGET,
                     "status": "True",
-                    "reason": "PreemptionByScheduler",
+                    "reason": PREEMPTION_BY_SCHEDULER,
                     "message": f"{COMPONENT}: preempting to accommodate a higher priority pod",
                     "lastTransitionTime": _now(),
                 }

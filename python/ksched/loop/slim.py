@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ksched.objects import Obj
+from ksched.objects import DISRUPTION_TARGET, Obj
 
 
 def _pick(obj: Any, keys: tuple[str, ...]) -> Obj:
@@ -40,8 +40,9 @@ _POD_SPEC = (
     "schedulingGates",
     "resourceClaims",
 )
-# PodScheduled (the scheduler's own verdict) and PodResizePending (an infeasible resize).
-_POD_CONDITIONS = ("PodScheduled", "PodResizePending")
+# PodScheduled (the scheduler's own verdict), PodResizePending (an infeasible resize) and
+# DisruptionTarget (a victim of preemption: upstream podTerminatingByPreemption).
+_POD_CONDITIONS = ("PodScheduled", "PodResizePending", DISRUPTION_TARGET)
 _CONTAINER = ("name", "image", "resources", "ports", "restartPolicy")
 _NODE_META = ("name", "uid", "labels", "annotations")
 

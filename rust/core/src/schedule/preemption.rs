@@ -30,9 +30,13 @@ impl Engine<'_, '_> {
         }
         let v = &pre.victims;
         // A pod whose earlier preemption is still evicting waits for it, keeping its
-        // nomination (upstream PodEligibleToPreemptOthers): no new victims.
+        // nomination (upstream PodEligibleToPreemptOthers): no new victims. Unless its
+        // nominated node now fails a filter no eviction resolves: then it may preempt again.
         let nominated = pre.nominated[pod.index];
         if nominated >= 0
+            && sig
+                .first_reason(nominated as usize, self.resources)
+                .is_none_or(|code| registry::resolvable(code, self.resources))
             && state.victims_on[nominated as usize]
                 .iter()
                 .any(|&i| v.terminating[i] != 0 && v.priorities[i] < pod.priority)

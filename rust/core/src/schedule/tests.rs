@@ -224,9 +224,9 @@ fn preemption_evicts_the_fewest_lowest_priority_pods_and_reserves_the_node() {
             requests: &[],
         },
     });
-    let mut schedule = |pods: &Pods| {
+    let mut schedule = |nodes: &Nodes, pods: &Pods| {
         schedule_batch(
-            &nodes.view(),
+            nodes,
             &classes.view(),
             pods,
             &no_metrics(),
@@ -235,7 +235,7 @@ fn preemption_evicts_the_fewest_lowest_priority_pods_and_reserves_the_node() {
         )
         .unwrap()
     };
-    let out = schedule(&pods);
+    let out = schedule(&nodes.view(), &pods);
     assert_eq!(out.nodes[0], UNSCHEDULABLE);
     assert_eq!(out.nominated[0], 0);
     // Of the two priority-1 pods the one that started later goes.
@@ -250,9 +250,18 @@ fn preemption_evicts_the_fewest_lowest_priority_pods_and_reserves_the_node() {
         pre.nominated = &[0, -1];
         pre.victims.terminating = &[1, 0, 0, 0];
     }
-    let out = schedule(&pods);
+    let out = schedule(&nodes.view(), &pods);
     assert_eq!(out.nominated[0], 0);
     assert!(row(&out.victim_offsets, 0).is_empty());
+
+    // The same, but node 0 was cordoned since: a failure no eviction resolves,
+    // so the pod may preempt again (upstream PodEligibleToPreemptOthers), on node 1.
+    b.nodes[0].unschedulable = true;
+    let cordoned = b.build();
+    let out = schedule(&cordoned.view(), &pods);
+    assert_eq!(out.nominated[0], 1, "preempts again elsewhere");
+    assert_eq!(&out.victims[row(&out.victim_offsets, 0)], &[3]);
+    b.nodes[0].unschedulable = false;
     if let Some(pre) = pods.preemption.as_mut() {
         pre.nominated = &[-1, -1];
         pre.victims.terminating = &[0, 0, 0, 0];
@@ -262,7 +271,7 @@ fn preemption_evicts_the_fewest_lowest_priority_pods_and_reserves_the_node() {
     if let Some(pre) = pods.preemption.as_mut() {
         pre.allowed = &[0, 1];
     }
-    let out = schedule(&pods);
+    let out = schedule(&nodes.view(), &pods);
     assert_eq!(out.nominated[0], -1);
     assert_eq!(out.nodes[1], 0);
 }
