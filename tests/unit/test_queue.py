@@ -167,3 +167,18 @@ def test_nominated_pods_are_listed_while_waiting_and_until_bound() -> None:
 
 def object_name(p: dict[str, Any]) -> str:
     return str(p["metadata"]["name"])
+
+
+def test_a_preemption_takes_the_nominations_of_lower_priority_pods_on_its_node() -> None:
+    q = SchedulingQueue(Clock())
+    for name, priority, node in [("low", 1, "n0"), ("equal", 5, "n0"), ("elsewhere", 1, "n1")]:
+        p = queued(name, priority)
+        p["status"] = {"nominatedNodeName": node}
+        q.add(p)
+    for qp in pop(q):
+        q.done_unschedulable(qp, "no room")
+    taken = q.take_nominations("n0", below=5)
+    assert [object_name(p) for p in taken] == ["low"]
+    assert taken[0]["status"]["nominatedNodeName"] == "n0", "the pod as the API server has it, to patch"
+    assert sorted(object_name(p) for p in q.nominated()) == ["elsewhere", "equal"], "low holds nothing now"
+    assert q.take_nominations("n0", below=5) == []

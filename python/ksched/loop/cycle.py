@@ -239,6 +239,10 @@ class Scheduler:
                 victims.append((namespace, name, usage.uid))
         if victims:
             self.telemetry.preemption_attempts.inc()
+            # Lower-priority pods nominated to that node lose their nomination (upstream
+            # prepareCandidate): the room they held is the preemptor's now.
+            for pod in self.queue.take_nominations(placement.nominated_node, qp.priority):
+                self.binder.clear_nomination(pod)
         self.binder.preempt(qp.pod, placement.nominated_node, victims)
 
     def _not_ours(self, qp: QueuedPod) -> bool:

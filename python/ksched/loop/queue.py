@@ -204,6 +204,26 @@ class SchedulingQueue:
                 if qp.where != "in_flight"
             ]
 
+    def take_nominations(self, node: str, below: int) -> list[Obj]:
+        """Waiting pods nominated to ``node`` with priority below ``below`` (upstream's
+        getLowerPriorityNominatedPods): their nomination is dropped here at once, so they
+        hold nothing from the next cycle on; the caller clears it on the API server."""
+        with self._cond:
+            out = []
+            for key in list(self._nominated):
+                qp = self._pods.get(key)
+                if qp is None or qp.where == "in_flight" or qp.priority >= below:
+                    continue
+                status = qp.pod.get("status") or {}
+                if status.get("nominatedNodeName") == node:
+                    out.append(qp.pod)
+                    qp.pod = {
+                        **qp.pod,
+                        "status": {k: v for k, v in status.items() if k != "nominatedNodeName"},
+                    }
+                    self._nominated.discard(key)
+            return out
+
     def done_bound(self, qp: QueuedPod) -> None:
         """Bound (or the pod turned out bound already): it leaves the queue."""
         with self._cond:
