@@ -26,6 +26,7 @@ __all__ = [
     "SELECTOR_OPERATORS",
     "TOLERATION_OPERATORS",
     "UNSCHEDULABLE",
+    "VOLUME_CODES",
     "EngineInputError",
     "schedule",
 ]
@@ -44,6 +45,9 @@ TOLERATION_OPERATORS: dict[str, int]
 SELECTOR_OPERATORS: dict[str, int]
 POD_SELECTOR_OPERATORS: dict[str, int]
 PROTOCOLS: dict[str, int]
+# The volume tables' sentinels: "unbound" and "missing_pv" (a claim's volume),
+# "no_selected_node" and "unknown_node" (its selected node), "provision" (Outcome["volumes"]).
+VOLUME_CODES: dict[str, int]
 
 class EngineInputError(ValueError): ...
 

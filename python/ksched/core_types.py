@@ -188,6 +188,31 @@ class PreemptionArrays(VictimArrays):
     r_requests: I64
 
 
+class VolumeArrays(TypedDict):
+    """The batch's PersistentVolumeClaims and the PersistentVolumes they may bind (VolumeBinding, VolumeZone).
+
+    Node affinity and ``allowedTopologies`` terms index the class table's selector terms."""
+
+    pvs: int
+    pv_has_affinity: U8
+    pv_term_offsets: I64
+    pv_terms: I64
+    claim_offsets: I64
+    claim_pvs: I64
+    claim_selected_nodes: I64
+    candidate_offsets: I64
+    candidates: I64
+    provisionable: U8
+    topology_offsets: I64
+    topology_terms: I64
+    zone_label_keys: I32
+    zone_offsets: I64
+    zone_keys: I32
+    zone_alt_keys: I32
+    zone_value_offsets: I64
+    zone_values: I32
+
+
 class PodBatch(TypedDict):
     """The batch's pending pods, in queue order."""
 
@@ -206,6 +231,8 @@ class PodBatch(TypedDict):
     img_containers: I64
     table: PodTableArrays | None
     preemption: PreemptionArrays | None
+    # Needs ``table`` where present.
+    volumes: VolumeArrays | None
 
 
 Prefer = Literal["lower", "higher", "target"]
@@ -276,4 +303,7 @@ class Outcome(TypedDict):
     nominated: I64
     victim_offsets: I64
     victims: I64
+    # Per placed pod, per claim (``VolumeArrays`` order): the PersistentVolume it binds, or ``VOLUME_CODES["provision"]``.
+    volume_offsets: I64
+    volumes: I64
     explanation: ExplanationArrays | None

@@ -18,11 +18,11 @@ use std::collections::HashMap;
 pub use crate::model::{plugin_by_name, Level, PluginId, PluginInfo, PLUGINS, PLUGIN_COUNT};
 pub use crate::plugins::ReasonInfo;
 
-use crate::model::{row, Classes, Nodes, PodTable, Ports, Profile};
+use crate::model::{row, Classes, Nodes, PodTable, Ports, Profile, Selectors, Volumes};
 use crate::plugins::node_ports::HostPort;
 use crate::plugins::{
     balanced_allocation, image_locality, inter_pod_affinity, node_affinity, node_name, node_ports, node_resources_fit, node_unschedulable,
-    normalize, pod_topology_spread, taint_toleration, FEASIBLE,
+    normalize, pod_topology_spread, taint_toleration, volume_binding, volume_zone, FEASIBLE,
 };
 
 /// A plugin's fixed reasons (the codes and messages in its file).
@@ -35,6 +35,8 @@ const fn reasons_of(id: PluginId) -> &'static [ReasonInfo] {
         PluginId::NodePorts => node_ports::REASONS,
         PluginId::NodeResourcesFit => node_resources_fit::REASONS,
         PluginId::PodTopologySpread => pod_topology_spread::REASONS,
+        PluginId::VolumeBinding => volume_binding::REASONS,
+        PluginId::VolumeZone => volume_zone::REASONS,
         PluginId::InterPodAffinity => inter_pod_affinity::REASONS,
         PluginId::NodeResourcesBalancedAllocation | PluginId::ImageLocality => &[],
     }
@@ -144,6 +146,8 @@ pub fn filter_class(id: PluginId, nodes: &Nodes, classes: &Classes, class: usize
         PluginId::NodeAffinity => node_affinity::filter(classes, class, nodes, node),
         PluginId::NodePorts
         | PluginId::NodeResourcesFit
+        | PluginId::VolumeBinding
+        | PluginId::VolumeZone
         | PluginId::PodTopologySpread
         | PluginId::InterPodAffinity
         | PluginId::NodeResourcesBalancedAllocation
@@ -160,6 +164,8 @@ pub fn scores_class(id: PluginId, classes: &Classes, class: usize) -> bool {
         | PluginId::NodeName
         | PluginId::NodePorts
         | PluginId::NodeResourcesFit
+        | PluginId::VolumeBinding
+        | PluginId::VolumeZone
         | PluginId::PodTopologySpread
         | PluginId::InterPodAffinity
         | PluginId::NodeResourcesBalancedAllocation
@@ -177,6 +183,8 @@ pub fn score_class(id: PluginId, nodes: &Nodes, classes: &Classes, class: usize,
         | PluginId::NodeName
         | PluginId::NodePorts
         | PluginId::NodeResourcesFit
+        | PluginId::VolumeBinding
+        | PluginId::VolumeZone
         | PluginId::PodTopologySpread
         | PluginId::InterPodAffinity
         | PluginId::NodeResourcesBalancedAllocation
@@ -195,6 +203,8 @@ pub fn normalize_class(id: PluginId, raw: i64, max: i64) -> i64 {
         | PluginId::NodeName
         | PluginId::NodePorts
         | PluginId::NodeResourcesFit
+        | PluginId::VolumeBinding
+        | PluginId::VolumeZone
         | PluginId::PodTopologySpread
         | PluginId::InterPodAffinity
         | PluginId::NodeResourcesBalancedAllocation
@@ -206,13 +216,15 @@ pub fn normalize_class(id: PluginId, raw: i64, max: i64) -> i64 {
 /// has nothing to check for it, upstream's Skip).
 #[derive(Default)]
 pub struct PreFilter {
+    pub volume_binding: Option<volume_binding::Filter>,
+    pub volume_zone: Option<volume_zone::Filter>,
     pub spread: Option<pod_topology_spread::Filter>,
     pub affinity: Option<inter_pod_affinity::Filter>,
 }
 
 impl PreFilter {
     pub fn is_empty(&self) -> bool {
-        self.spread.is_none() && self.affinity.is_none()
+        self.volume_binding.is_none() && self.volume_zone.is_none() && self.spread.is_none() && self.affinity.is_none()
     }
 }
 
@@ -231,9 +243,12 @@ impl PreScore {
 
 /// What the pod-level plugins read: the pod table, the pods on nodes (bound,
 /// then placed in the batch; preemption's dry run leaves victims out), the
-/// pod's row and batch index, and the spread inclusion policies.
+/// pod's row and batch index, the spread inclusion policies, and the
+/// batch's claims with the volumes earlier placements took.
 pub struct PodContext<'a, 'b> {
     pub table: &'a PodTable<'b>,
+    pub volumes: Option<&'a Volumes<'b>>,
+    pub taken_volumes: &'a [bool],
     pub nodes: &'a Nodes<'b>,
     pub on_nodes: &'a [(u32, u32)],
     /// The subset of `on_nodes` with affinity terms.
@@ -260,6 +275,10 @@ impl<'a, 'b> PodContext<'a, 'b> {
 /// PreFilter of a pod-level plugin, into its slot of `out`.
 pub fn prefilter(id: PluginId, ctx: &PodContext, out: &mut PreFilter) {
     match id {
+        PluginId::VolumeBinding => {
+            out.volume_binding = ctx.volumes.and_then(|v| volume_binding::prefilter(v, ctx.index, ctx.taken_volumes))
+        }
+        PluginId::VolumeZone => out.volume_zone = ctx.volumes.and_then(|v| volume_zone::prefilter(v, ctx.index)),
         PluginId::PodTopologySpread => out.spread = pod_topology_spread::prefilter(&ctx.spread()),
         PluginId::InterPodAffinity => out.affinity = inter_pod_affinity::prefilter(ctx.table, ctx.nodes, ctx.on_nodes, ctx.affine, ctx.row),
         PluginId::NodeUnschedulable
@@ -296,6 +315,8 @@ pub fn prescore(id: PluginId, ctx: &PodContext, out: &mut PreScore) {
         | PluginId::NodeAffinity
         | PluginId::NodePorts
         | PluginId::NodeResourcesFit
+        | PluginId::VolumeBinding
+        | PluginId::VolumeZone
         | PluginId::NodeResourcesBalancedAllocation
         | PluginId::ImageLocality => unreachable!("{id:?} has no pod-level score"),
     }
@@ -321,6 +342,8 @@ pub fn score_pod(id: PluginId, ctx: &PodContext, pre: &PreScore, feasible: &[usi
         | PluginId::NodeAffinity
         | PluginId::NodePorts
         | PluginId::NodeResourcesFit
+        | PluginId::VolumeBinding
+        | PluginId::VolumeZone
         | PluginId::NodeResourcesBalancedAllocation
         | PluginId::ImageLocality => unreachable!("{id:?} has no pod-level score"),
     }
@@ -332,6 +355,9 @@ pub fn score_pod(id: PluginId, ctx: &PodContext, pre: &PreScore, feasible: &[usi
 /// plugins a pod or profile does not run.
 pub struct NodeInput<'x> {
     pub nodes: &'x Nodes<'x>,
+    /// The batch's claims, and the selector terms their volumes' node affinity refers to.
+    pub volumes: Option<&'x Volumes<'x>>,
+    pub selectors: &'x Selectors<'x>,
     pub node: usize,
     pub profile: &'x Profile,
     /// The pod's batch index, its host ports (`has_ports`: any at all) and requests.
@@ -392,6 +418,14 @@ pub fn filter(id: PluginId, x: &NodeInput, report: &mut impl FnMut(u32)) -> bool
                 report,
             )
         }
+        PluginId::VolumeBinding => match (x.prefilter.and_then(|p| p.volume_binding.as_ref()), x.volumes) {
+            (Some(f), Some(v)) => return f.filter(v, x.selectors, x.nodes, x.node, report),
+            _ => FEASIBLE,
+        },
+        PluginId::VolumeZone => match (x.prefilter.and_then(|p| p.volume_zone.as_ref()), x.volumes) {
+            (Some(f), Some(v)) => f.filter(v, x.nodes, x.node),
+            _ => FEASIBLE,
+        },
         PluginId::PodTopologySpread => match x.prefilter.and_then(|p| p.spread.as_ref()) {
             Some(f) => f.filter(x.nodes, x.node),
             None => FEASIBLE,
@@ -444,6 +478,8 @@ pub fn score_node(id: PluginId, x: &NodeInput) -> i64 {
         | PluginId::TaintToleration
         | PluginId::NodeAffinity
         | PluginId::NodePorts
+        | PluginId::VolumeBinding
+        | PluginId::VolumeZone
         | PluginId::PodTopologySpread
         | PluginId::InterPodAffinity => unreachable!("{id:?} has no node-level score"),
     }

@@ -93,6 +93,8 @@ pub fn outcome<'py>(py: Python<'py>, out: Outcome) -> PyResult<Bound<'py, PyDict
     d.set_item("nominated", PyArray1::from_vec(py, out.nominated))?;
     d.set_item("victim_offsets", PyArray1::from_vec(py, out.victim_offsets))?;
     d.set_item("victims", PyArray1::from_vec(py, out.victims))?;
+    d.set_item("volume_offsets", PyArray1::from_vec(py, out.volume_offsets))?;
+    d.set_item("volumes", PyArray1::from_vec(py, out.volumes))?;
     match out.explanation {
         Some(ex) => d.set_item("explanation", explanation(py, ex)?)?,
         None => d.set_item("explanation", py.None())?,

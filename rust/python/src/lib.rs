@@ -45,15 +45,22 @@ fn schedule<'py>(
     let pod_arrays = Arrays::new("pods", pods)?;
     let table_arrays = pod_arrays.nested("pods[\"table\"]", "table")?;
     let preemption_arrays = pod_arrays.nested("pods[\"preemption\"]", "preemption")?;
+    let volume_arrays = pod_arrays.nested("pods[\"volumes\"]", "volumes")?;
     let node_view = views::nodes(&node_arrays)?;
     let class_view = views::classes(&class_arrays)?;
-    let pod_view = views::pods(&pod_arrays, table_arrays.as_ref(), preemption_arrays.as_ref())?;
+    let pod_view = views::pods(
+        &pod_arrays,
+        table_arrays.as_ref(),
+        preemption_arrays.as_ref(),
+        volume_arrays.as_ref(),
+    )?;
     for arrays in [
         Some(&node_arrays),
         Some(&class_arrays),
         Some(&pod_arrays),
         table_arrays.as_ref(),
         preemption_arrays.as_ref(),
+        volume_arrays.as_ref(),
     ]
     .into_iter()
     .flatten()

@@ -4,7 +4,7 @@
 //! (fixed filter-failure reasons: code, plugin, upstream's string) with
 //! `REASON_LAYOUT` for the parameterized ones, and the enum values the input
 //! tables use (`EFFECTS`, `TOLERATION_OPERATORS`, `SELECTOR_OPERATORS`,
-//! `POD_SELECTOR_OPERATORS`, `PROTOCOLS`). Types: `ksched.core_types`.
+//! `POD_SELECTOR_OPERATORS`, `PROTOCOLS`, `VOLUME_CODES`). Types: `ksched.core_types`.
 
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
@@ -55,5 +55,12 @@ pub fn add(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("PROTOCOLS", names(py, &model::PROTOCOLS)?)?;
     m.add("UNSCHEDULABLE", ksched_core::UNSCHEDULABLE)?;
     m.add("NOT_ATTEMPTED", ksched_core::NOT_ATTEMPTED)?;
+    let volumes = PyDict::new(py);
+    volumes.set_item("unbound", model::UNBOUND)?;
+    volumes.set_item("missing_pv", model::MISSING_PV)?;
+    volumes.set_item("no_selected_node", model::NO_SELECTED_NODE)?;
+    volumes.set_item("unknown_node", model::UNKNOWN_NODE)?;
+    volumes.set_item("provision", ksched_core::plugins::volume_binding::PROVISION)?;
+    m.add("VOLUME_CODES", volumes)?;
     Ok(())
 }

@@ -8,7 +8,7 @@ use pyo3::prelude::*;
 use crate::arrays::Arrays;
 use ksched_core::{
     Classes, Images, LabelSets, Labels, Nodes, PodImages, PodSelectors, PodTable, PodTerms, Pods, Ports, Preemption, Reservations,
-    Selectors, SpreadConstraints, Taints, TermSets, Tolerations, Victims,
+    Selectors, SpreadConstraints, Taints, TermSets, Tolerations, Victims, Volumes,
 };
 
 pub fn nodes<'a>(a: &'a Arrays) -> PyResult<Nodes<'a>> {
@@ -88,7 +88,12 @@ pub fn classes<'a>(a: &'a Arrays) -> PyResult<Classes<'a>> {
     })
 }
 
-pub fn pods<'a>(a: &'a Arrays, table: Option<&'a Arrays>, preemption: Option<&'a Arrays>) -> PyResult<Pods<'a>> {
+pub fn pods<'a>(
+    a: &'a Arrays,
+    table: Option<&'a Arrays>,
+    preemption: Option<&'a Arrays>,
+    volumes: Option<&'a Arrays>,
+) -> PyResult<Pods<'a>> {
     Ok(Pods {
         count: a.value("count")?,
         requests: a.slice("requests")?,
@@ -108,6 +113,30 @@ pub fn pods<'a>(a: &'a Arrays, table: Option<&'a Arrays>, preemption: Option<&'a
         },
         table: table.map(pod_table).transpose()?,
         preemption: preemption.map(self::preemption).transpose()?,
+        volumes: volumes.map(self::volumes).transpose()?,
+    })
+}
+
+fn volumes<'a>(v: &'a Arrays) -> PyResult<Volumes<'a>> {
+    Ok(Volumes {
+        pvs: v.value("pvs")?,
+        pv_has_affinity: v.slice("pv_has_affinity")?,
+        pv_term_offsets: v.slice("pv_term_offsets")?,
+        pv_terms: v.slice("pv_terms")?,
+        claim_offsets: v.slice("claim_offsets")?,
+        claim_pvs: v.slice("claim_pvs")?,
+        claim_selected_nodes: v.slice("claim_selected_nodes")?,
+        candidate_offsets: v.slice("candidate_offsets")?,
+        candidates: v.slice("candidates")?,
+        provisionable: v.slice("provisionable")?,
+        topology_offsets: v.slice("topology_offsets")?,
+        topology_terms: v.slice("topology_terms")?,
+        zone_label_keys: v.slice("zone_label_keys")?,
+        zone_offsets: v.slice("zone_offsets")?,
+        zone_keys: v.slice("zone_keys")?,
+        zone_alt_keys: v.slice("zone_alt_keys")?,
+        zone_value_offsets: v.slice("zone_value_offsets")?,
+        zone_values: v.slice("zone_values")?,
     })
 }
 

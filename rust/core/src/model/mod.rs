@@ -17,6 +17,7 @@ pub mod nodes;
 pub mod pod_table;
 pub mod pods;
 pub mod profile;
+pub mod volumes;
 
 pub use classes::{Classes, Selectors, Tolerations};
 pub use encoding::*;
@@ -25,3 +26,4 @@ pub use nodes::{Images, Labels, Nodes, Ports, Taints};
 pub use pod_table::{LabelSets, PodSelectors, PodTable, PodTerms, SpreadConstraints, TermSets};
 pub use pods::{PodImages, Pods, Preemption, Reservations, Victims};
 pub use profile::{plugin_by_name, Level, PluginId, PluginInfo, Profile, Strategy, PLUGINS, PLUGIN_COUNT};
+pub use volumes::{Volumes, MISSING_PV, NO_SELECTED_NODE, UNBOUND, UNKNOWN_NODE};

@@ -4,6 +4,7 @@
 use super::error::{check_index, check_len, check_offsets, EngineError};
 use super::nodes::Ports;
 use super::pod_table::PodTable;
+use super::volumes::Volumes;
 
 /// The pending pods of one batch, in queue order.
 #[derive(Clone, Copy)]
@@ -24,6 +25,9 @@ pub struct Pods<'a> {
     /// Priorities, preemption and nominated reservations (None: all pods of equal
     /// priority and nothing nominated).
     pub preemption: Option<Preemption<'a>>,
+    /// The pods' PersistentVolumeClaims (None: no pod of the batch has one).
+    /// Claims are evaluated by pod-level plugins, so they need `table`.
+    pub volumes: Option<Volumes<'a>>,
 }
 
 /// The container images of each pending pod that some node has (ImageLocality).

@@ -19,13 +19,15 @@ pub enum PluginId {
     NodeAffinity,
     NodePorts,
     NodeResourcesFit,
+    VolumeBinding,
+    VolumeZone,
     PodTopologySpread,
     InterPodAffinity,
     NodeResourcesBalancedAllocation,
     ImageLocality,
 }
 
-pub const PLUGIN_COUNT: usize = 10;
+pub const PLUGIN_COUNT: usize = 12;
 
 /// What a plugin's verdict and score depend on besides the node, which
 /// decides where the batch loop computes and caches them.
@@ -37,7 +39,8 @@ pub enum Level {
     /// The pod's own requests or host ports and what the batch placed on the
     /// node: evaluated per pod, shared by pods of one signature.
     Node,
-    /// The pods on other nodes (a PreFilter / PreScore over the pod table):
+    /// The pods on other nodes, or the volumes earlier placements took (a
+    /// PreFilter / PreScore over the pod table or the pod's claims):
     /// evaluated per pod, afresh.
     Pod,
 }
@@ -79,6 +82,8 @@ pub const PLUGINS: [PluginInfo; PLUGIN_COUNT] = [
     row(PluginId::NodeAffinity, "NodeAffinity", true, 2, Level::Class),
     row(PluginId::NodePorts, "NodePorts", true, 0, Level::Node),
     row(PluginId::NodeResourcesFit, "NodeResourcesFit", true, 1, Level::Node),
+    row(PluginId::VolumeBinding, "VolumeBinding", true, 0, Level::Pod),
+    row(PluginId::VolumeZone, "VolumeZone", true, 0, Level::Pod),
     row(PluginId::PodTopologySpread, "PodTopologySpread", true, 2, Level::Pod),
     row(PluginId::InterPodAffinity, "InterPodAffinity", true, 2, Level::Pod),
     row(
@@ -208,6 +213,8 @@ mod tests {
                 "NodeAffinity",
                 "NodePorts",
                 "NodeResourcesFit",
+                "VolumeBinding",
+                "VolumeZone",
                 "PodTopologySpread",
                 "InterPodAffinity"
             ]

@@ -16,6 +16,8 @@ pub mod node_unschedulable;
 pub mod normalize;
 pub mod pod_topology_spread;
 pub mod taint_toleration;
+pub mod volume_binding;
+pub mod volume_zone;
 
 use crate::model::PluginId;
 

@@ -9,7 +9,7 @@ use crate::model::{PluginId, Strategy, CPU, FIRST_SCALAR, MEMORY};
 pub const TOO_MANY_PODS: u32 = 7;
 /// "Insufficient <resource>": one code per resource column from here on
 /// (the caller names the resource).
-pub const FIRST_INSUFFICIENT: u32 = 13;
+pub const FIRST_INSUFFICIENT: u32 = 17;
 
 pub const REASONS: &[ReasonInfo] = &[ReasonInfo {
     code: TOO_MANY_PODS,

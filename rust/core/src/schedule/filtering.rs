@@ -89,6 +89,8 @@ impl Engine<'_, '_> {
     ) -> NodeInput<'x> {
         NodeInput {
             nodes: self.nodes,
+            volumes: self.pods.volumes.as_ref(),
+            selectors: &self.classes.selectors,
             node,
             profile: self.profile,
             pod: pod.index,

@@ -73,6 +73,11 @@ pub struct Outcome {
     pub nominated: Vec<i64>,
     pub victim_offsets: Vec<i64>,
     pub victims: Vec<i64>,
+    /// Per placed pod, per claim (in `Volumes` order): the PersistentVolume
+    /// it binds (`Volumes` index), or `volume_binding::PROVISION`. Empty for
+    /// pods not placed.
+    pub volume_offsets: Vec<i64>,
+    pub volumes: Vec<i64>,
 }
 
 /// Schedule a batch. Pods are placed in the order given (the caller orders
@@ -128,6 +133,16 @@ fn validate(
     if let Some(pre) = &pods.preemption {
         pre.validate(pods.count, nodes.count, nodes.resources)?;
     }
+    if let Some(v) = &pods.volumes {
+        if pods.table.is_none() {
+            return Err(EngineError::Shape {
+                what: "pod table (required with volumes)",
+                expected: 1,
+                got: 0,
+            });
+        }
+        v.validate(pods.count, nodes.count, classes.selectors.term_weights.len())?;
+    }
     Ok(())
 }
 
@@ -152,6 +167,7 @@ fn schedule_on_this_thread(
     let mut outcome = Outcome {
         reason_offsets: vec![0],
         victim_offsets: vec![0],
+        volume_offsets: vec![0],
         ..Outcome::default()
     };
 
@@ -163,6 +179,7 @@ fn schedule_on_this_thread(
             outcome.reason_offsets.push(outcome.reason_codes.len() as i64);
             outcome.nominated.push(-1);
             outcome.victim_offsets.push(outcome.victims.len() as i64);
+            outcome.volume_offsets.push(outcome.volumes.len() as i64);
             continue;
         }
         let pod = engine.pod_view(index);
@@ -240,6 +257,8 @@ fn schedule_on_this_thread(
         let mut nominated = -1;
         match best {
             Some(b) => {
+                let volumes = state.bind_volumes(&engine, &pod, b.node);
+                outcome.volumes.extend(volumes);
                 state.commit(&engine, &pod, b.node);
                 outcome.nodes.push(b.node as i64);
                 outcome.scores.push(b.total);
@@ -261,6 +280,7 @@ fn schedule_on_this_thread(
         }
         outcome.nominated.push(nominated);
         outcome.victim_offsets.push(outcome.victims.len() as i64);
+        outcome.volume_offsets.push(outcome.volumes.len() as i64);
     }
     Ok(outcome)
 }

@@ -34,14 +34,20 @@ impl<'a> Engine<'a, '_> {
     /// The pod-level plugins' PreFilter and PreScore for a pod, or None when
     /// none of them has anything to do for it (then the signature caches hold).
     pub(super) fn pod_level(&self, state: &BatchState, pod: &PodView) -> Option<PodLevel> {
-        self.pod_level_on(pod, &state.on_nodes, &state.affine)
+        self.pod_level_on(state, pod, &state.on_nodes, &state.affine)
     }
 
     /// `pod_level` with the pods on nodes given (preemption's dry run leaves victims out).
-    pub(super) fn pod_level_on(&self, pod: &PodView, on_nodes: &[(u32, u32)], affine: &[(u32, u32)]) -> Option<PodLevel> {
+    pub(super) fn pod_level_on(
+        &self,
+        state: &BatchState,
+        pod: &PodView,
+        on_nodes: &[(u32, u32)],
+        affine: &[(u32, u32)],
+    ) -> Option<PodLevel> {
         let table = self.pods.table.as_ref()?;
         let include = self.inclusion(table, pod.class);
-        let ctx = self.pod_context(table, pod, on_nodes, affine, &include);
+        let ctx = self.pod_context(table, state, pod, on_nodes, affine, &include);
         let mut prefilter = PreFilter::default();
         for &id in POD_FILTERS.iter().filter(|&&id| self.profile.filters(id)) {
             registry::prefilter(id, &ctx, &mut prefilter);
@@ -56,9 +62,11 @@ impl<'a> Engine<'a, '_> {
         Some(PodLevel { prefilter, prescore })
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn pod_context<'c>(
         &'c self,
         table: &'c PodTable<'a>,
+        state: &'c BatchState,
         pod: &PodView,
         on_nodes: &'c [(u32, u32)],
         affine: &'c [(u32, u32)],
@@ -66,6 +74,8 @@ impl<'a> Engine<'a, '_> {
     ) -> PodContext<'c, 'a> {
         PodContext {
             table,
+            volumes: self.pods.volumes.as_ref(),
+            taken_volumes: &state.taken_volumes,
             nodes: self.nodes,
             on_nodes,
             affine,
@@ -98,7 +108,7 @@ impl<'a> Engine<'a, '_> {
         }
         let table = self.pods.table.as_ref().expect("pod level implies a pod table");
         let include = self.inclusion(table, pod.class);
-        let ctx = self.pod_context(table, pod, &state.on_nodes, &state.affine, &include);
+        let ctx = self.pod_context(table, state, pod, &state.on_nodes, &state.affine, &include);
         // Summed as integers, then added to each total once.
         let mut weighted = vec![0i64; feasible.len()];
         for (slot, &id) in POD_SCORERS.iter().enumerate() {

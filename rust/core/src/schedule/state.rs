@@ -1,9 +1,10 @@
 //! What placements earlier in the batch changed, and committing one more.
 
 use super::engine::{Engine, PodView};
+use crate::model::UNBOUND;
 use crate::model::{row, PluginId};
 use crate::plugins::node_ports::HostPort;
-use crate::plugins::{balanced_allocation, metrics};
+use crate::plugins::{balanced_allocation, metrics, volume_binding};
 
 pub(super) struct BatchState {
     pub requested: Vec<i64>,
@@ -35,6 +36,8 @@ pub(super) struct BatchState {
     pub victims_on: Vec<Vec<usize>>,
     /// Victims a preemption earlier in the batch already chose.
     pub taken: Vec<bool>,
+    /// PersistentVolumes placements earlier in the batch bound (empty without volumes).
+    pub taken_volumes: Vec<bool>,
 }
 
 impl BatchState {
@@ -74,6 +77,7 @@ impl BatchState {
             reserved: Vec::new(),
             victims_on: vec![Vec::new(); n],
             taken: Vec::new(),
+            taken_volumes: vec![false; pods.volumes.as_ref().map_or(0, |v| v.pvs)],
         };
         if let Some(pre) = &pods.preemption {
             if !pre.reservations.nodes.is_empty() {
@@ -177,6 +181,27 @@ impl BatchState {
                 self.placed_ports[node].push((ports.protocols[i], ports.ips[i], ports.ports[i]));
             }
         }
+    }
+
+    /// Bind the placed pod's claims on its node for the rest of the batch:
+    /// per claim (in `Volumes` order) the volume it binds, or
+    /// `volume_binding::PROVISION`; the volumes matched to unbound claims
+    /// are taken.
+    pub fn bind_volumes(&mut self, engine: &Engine, pod: &PodView, node: usize) -> Vec<i64> {
+        let Some(v) = engine.pods.volumes.as_ref() else {
+            return Vec::new();
+        };
+        let Some(filter) = volume_binding::prefilter(v, pod.index, &self.taken_volumes) else {
+            return Vec::new();
+        };
+        let mut chosen = Vec::new();
+        filter.find(v, &engine.classes.selectors, engine.nodes, node, &mut chosen);
+        for (c, &pv) in row(v.claim_offsets, pod.index).zip(&chosen) {
+            if v.claim_pvs[c] == UNBOUND && pv >= 0 {
+                self.taken_volumes[pv as usize] = true;
+            }
+        }
+        chosen
     }
 
     /// Add the placed pod's estimated load to its node's herd-estimated metrics, so

@@ -504,3 +504,44 @@ fn nominated_node_is_tried_first() {
         assert_eq!(out.explanation.is_some(), explain, "{name}: explanation");
     }
 }
+
+/// Claims in one batch: two pods whose claims could each take either local
+/// volume get one each, on that volume's node; the third finds none left
+/// and reports it; a pod without claims beside them is placed as ever.
+#[test]
+fn batch_never_gives_one_volume_twice() {
+    use crate::plugins::volume_binding::VOLUME_BIND_CONFLICT;
+    use crate::test_support::{wffc, OwnedVolumes, Req, TablePod};
+    let b = zoned_nodes(&[None, None, None]);
+    let nodes = b.build();
+    let mut classes = OwnedClasses::default();
+    classes.add(|_| {});
+    let local = |h: i32| Some(vec![vec![Req::In(HOSTNAME, vec![h])]]);
+    let claims = vec![vec![wffc(&[0, 1])], vec![wffc(&[0, 1])], vec![wffc(&[0, 1])], vec![]];
+    let volumes = OwnedVolumes::new(&mut classes, &[local(100), local(101)], &claims, &[], [-1; 4]);
+    let mut table = OwnedPodTable::with_pods(&[], &vec![TablePod::new(&[], 0); 4]);
+    table.flatten();
+    let owned = OwnedPods::new(&[pod(100, 1), pod(100, 2), pod(100, 3), pod(100, 4)]);
+    let mut pods = owned.view();
+    pods.table = Some(table.view());
+    pods.volumes = Some(volumes.view());
+    let out = schedule_batch(
+        &nodes.view(),
+        &classes.view(),
+        &pods,
+        &no_metrics(),
+        &Profile::default(),
+        &ScheduleOptions::default(),
+    )
+    .expect("valid");
+    let mut placed: Vec<(i64, i64)> = (0..2).map(|p| (out.nodes[p], out.volumes[p])).collect();
+    placed.sort();
+    assert_eq!(placed, vec![(0, 0), (1, 1)], "each claim's volume on its node");
+    assert_eq!(out.nodes[2], UNSCHEDULABLE);
+    let reasons: Vec<(u32, i64)> = row(&out.reason_offsets, 2)
+        .map(|i| (out.reason_codes[i], out.reason_counts[i]))
+        .collect();
+    assert_eq!(reasons, vec![(VOLUME_BIND_CONFLICT, 3)]);
+    assert_ne!(out.nodes[3], UNSCHEDULABLE);
+    assert_eq!(out.volume_offsets, vec![0, 1, 2, 2, 2]);
+}

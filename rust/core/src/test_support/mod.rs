@@ -7,9 +7,11 @@ mod nodes;
 mod pod_table;
 mod pods;
 mod victims;
+mod volumes;
 
 pub use classes::*;
 pub use nodes::*;
 pub use pod_table::*;
 pub use pods::*;
 pub use victims::*;
+pub use volumes::*;

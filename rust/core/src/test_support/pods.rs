@@ -69,6 +69,7 @@ impl OwnedPods {
             },
             table: None,
             preemption: None,
+            volumes: None,
         }
     }
 }
