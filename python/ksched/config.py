@@ -47,6 +47,8 @@ _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 MAX_SHAPE_SCORE = 10
 MAX_UTILIZATION = 100
 MAX_WEIGHT = 100
+# Upstream VolumeBindingArgs.bindTimeoutSeconds default.
+DEFAULT_BIND_TIMEOUT_S = 600
 # The client's leaderelection requires renewDeadline > 1.2 x retryPeriod (its jitter factor).
 LEADER_JITTER = 1.2
 
@@ -91,6 +93,8 @@ class ProfileConfig:
     # DoNotSchedule), and whether they are upstream's system defaults.
     spread_defaults: tuple[tuple[str, int, bool], ...] = SYSTEM_DEFAULT_SPREAD
     spread_system_defaulted: bool = True
+    # VolumeBindingArgs.bindTimeoutSeconds: how long binding waits for a pod's claims to be bound.
+    volume_bind_timeout_s: int = DEFAULT_BIND_TIMEOUT_S
 
 
 @dataclass(frozen=True)
@@ -323,16 +327,32 @@ def _profile(obj: Any, path: str) -> ProfileConfig:
     hard_weight = 1
     spread_defaults: tuple[tuple[str, int, bool], ...] = SYSTEM_DEFAULT_SPREAD
     system_defaulted = True
+    bind_timeout = DEFAULT_BIND_TIMEOUT_S
     for i, pc in enumerate(_list(obj.get("pluginConfig") or [], f"{path}.pluginConfig")):
         p = f"{path}.pluginConfig[{i}]"
         _keys(pc, p, ("name", "args"), ("name",))
         plugin = _str(
             pc["name"],
             f"{p}.name",
-            ("NodeResourcesFit", "NodeResourcesBalancedAllocation", "InterPodAffinity", "PodTopologySpread"),
+            (
+                "NodeResourcesFit",
+                "NodeResourcesBalancedAllocation",
+                "InterPodAffinity",
+                "PodTopologySpread",
+                "VolumeBinding",
+            ),
         )
         args = pc.get("args") or {}
-        if plugin == "PodTopologySpread":
+        if plugin == "VolumeBinding":
+            # ``shape`` needs the alpha StorageCapacityScoring gate, off in v1.36 as in ksched.
+            _keys(args, f"{p}.args", ("bindTimeoutSeconds",))
+            bind_timeout = _int(
+                args.get("bindTimeoutSeconds", DEFAULT_BIND_TIMEOUT_S),
+                f"{p}.args.bindTimeoutSeconds",
+                0,
+                2**31 - 1,
+            )
+        elif plugin == "PodTopologySpread":
             spread_defaults, system_defaulted = _spread_defaults(args, f"{p}.args")
         elif plugin == "InterPodAffinity":
             _keys(args, f"{p}.args", ("hardPodAffinityWeight",))
@@ -384,6 +404,7 @@ def _profile(obj: Any, path: str) -> ProfileConfig:
         preemption,
         spread_defaults,
         system_defaulted,
+        bind_timeout,
     )
 
 

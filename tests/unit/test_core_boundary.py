@@ -29,6 +29,8 @@ UPSTREAM_FILTERS = [
     "NodeAffinity",
     "NodePorts",
     "NodeResourcesFit",
+    "VolumeBinding",
+    "VolumeZone",
     "PodTopologySpread",
     "InterPodAffinity",
 ]

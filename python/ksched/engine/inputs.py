@@ -86,6 +86,10 @@ class ClassColumns:
         t.offsets.append(len(t.keys))
         return len(t.weights) - 1
 
+    def term(self, term: Term) -> int:
+        """Add a required term outside any class (volume node affinity, provisioning topology)."""
+        return self._term(term)
+
     def class_of(self, k: NodeConstraints, prefilter: set[str] | None) -> int:
         existing = self.ids.get(k)
         if existing is not None:

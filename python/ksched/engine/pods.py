@@ -26,6 +26,7 @@ from ksched.engine.selectors import (
     node_selector_term,
     required_term,
 )
+from ksched.engine.volumes import PodClaim, pod_claims
 from ksched.errors import MalformedObjectError, QuantityError
 from ksched.objects import Obj, pod_key, spec
 
@@ -94,6 +95,8 @@ class PodRequirements:
     # and image volumes, and the number of init containers plus containers.
     images: tuple[str, ...] = ()
     containers: int = 0
+    # The PersistentVolumeClaims its volumes use.
+    claims: tuple[PodClaim, ...] = ()
 
 
 def _resource_list(pod: str, field: str, raw: Any) -> dict[str, Nano]:
@@ -487,4 +490,5 @@ def requirements(pod: Obj) -> PodRequirements:
         nominated_node=str((pod.get("status") or {}).get("nominatedNodeName") or ""),
         images=images,
         containers=containers,
+        claims=pod_claims(pod),
     )

@@ -244,10 +244,19 @@ class PodTable:
         return self._ls_arrays
 
     def engine_table(
-        self, pending: Sequence[PendingPod], namespaces: Mapping[str, Mapping[str, str]]
+        self,
+        pending: Sequence[PendingPod],
+        namespaces: Mapping[str, Mapping[str, str]],
+        *,
+        required: bool = False,
     ) -> PodTableArrays | None:
-        """The engine's ``pods["table"]`` for a batch, or None when no plugin has anything to act on."""
-        if not self.with_terms and not any(p.info.affinity is not None or p.spread for p in pending):
+        """The engine's ``pods["table"]`` for a batch, or None when no plugin has anything
+        to act on (``required``: the batch's claims need one)."""
+        if (
+            not required
+            and not self.with_terms
+            and not any(p.info.affinity is not None or p.spread for p in pending)
+        ):
             return None
         high = self._high
         alive = self.node[:high] >= 0

@@ -35,6 +35,7 @@ from ksched.engine.pods import PodRequirements, requirements
 from ksched.engine.podtable import Evictable, PendingPod
 from ksched.engine.selectors import prefilter_node_names
 from ksched.engine.snapshot import Snapshot, add_usage
+from ksched.engine.volumes import ClaimBinding, PodVolumes, VolumeColumns, pod_volumes
 from ksched.errors import KschedError, MalformedObjectError
 from ksched.objects import Obj, pod_key, stable_key, uses_resource_claims
 
@@ -54,6 +55,8 @@ class Placement:
     # Preemption (DefaultPreemption): the node nominated for the pod and the pods to evict there.
     nominated_node: str | None = None
     victims: tuple[str, ...] = ()
+    # VolumeBinding: the pod's unbound claims and the volume each binds (None: provisioned on ``node``).
+    volumes: tuple[ClaimBinding, ...] = ()
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -63,6 +66,7 @@ class Placement:
             "message": self.message,
             "nominatedNode": self.nominated_node,
             "victims": list(self.victims),
+            "volumes": [{"claim": b.claim, "volume": b.volume} for b in self.volumes],
         }
 
 
@@ -186,6 +190,15 @@ class Engine:
                     Placement(req.key, None, None, prefilter_error(snapshot.count, AFFINITY_CONFLICT))
                 )
                 continue
+            volumes = pod_volumes(
+                snapshot.storage,
+                req.claims,
+                binding="VolumeBinding" in self.profile.filters,
+                zone="VolumeZone" in self.profile.filters,
+            )
+            if isinstance(volumes, str):
+                results.append(Placement(req.key, None, None, prefilter_error(snapshot.count, volumes)))
+                continue
             request_row = [0] * len(res)
             for resource, v in req.requests.items():
                 request_row[res(resource)] = v
@@ -204,6 +217,7 @@ class Engine:
                     default_spread=()
                     if req.spread
                     else snapshot.spread_selectors.defaults(pod, self.profile.spread_defaults),
+                    volumes=volumes,
                 )
             )
             results.append(None)
@@ -222,6 +236,10 @@ class Engine:
         Only the call itself counts as the batch's Rust time: its inputs are built first."""
         rows = batch.rows
         hp = [p for r in rows for p in r.ports]
+        batch.volumes = VolumeColumns(snapshot.storage, snapshot.index, snapshot.strings, batch.classes.term)
+        for r in rows:
+            batch.volumes.add(r.volumes)
+        volumes = batch.volumes.arrays()
         table = snapshot.pods.engine_table(
             [
                 PendingPod(r.req.info, r.default_spread, self.profile.spread_system_defaulted)
@@ -230,6 +248,7 @@ class Engine:
                 for r in rows
             ],
             snapshot.namespaces,
+            required=volumes is not None,
         )
         preemption, victim_keys = self._preemption(snapshot, rows, nominated, table is not None)
         engine_pods: PodBatch = {
@@ -247,6 +266,7 @@ class Engine:
             "img_containers": i64([r.req.containers for r in rows]),
             "table": table,
             "preemption": preemption,
+            "volumes": volumes,
         }
         total = snapshot.count
         if metric_values is None or not metrics:
@@ -332,6 +352,7 @@ class _Row:
     images: list[int]
     # The profile's default spread constraints, for a pod without constraints of its own.
     default_spread: tuple[SpreadConstraint, ...] = ()
+    volumes: PodVolumes = field(default_factory=PodVolumes)
 
 
 _Parsed = tuple[int, Obj, PodRequirements | MalformedObjectError]
@@ -351,6 +372,8 @@ class _Batch:
     explain_slot: int | None = None
     # Time inside ``_core.schedule``, summed over the gang re-runs.
     rust_seconds: float = 0.0
+    # The last engine call's claims, to read the volumes it chose.
+    volumes: VolumeColumns | None = None
 
     def explain_row(self) -> int | None:
         """The row of the explained pod, None when it has none (or was dropped with its gang)."""
@@ -494,6 +517,7 @@ def _read_verdicts(snapshot: Snapshot, batch: _Batch, out: Outcome, victim_keys:
             )
         elif node >= 0:
             score = float(out["scores"][j])
+            lo, hi = int(out["volume_offsets"][j]), int(out["volume_offsets"][j + 1])
             batch.results[row.slot] = Placement(
                 req.key,
                 snapshot.node_names[node],
@@ -501,6 +525,9 @@ def _read_verdicts(snapshot: Snapshot, batch: _Batch, out: Outcome, victim_keys:
                 None,
                 int(out["feasible"][j]),
                 requirements=req,
+                volumes=batch.volumes.bindings(j, [int(v) for v in out["volumes"][lo:hi]])
+                if batch.volumes is not None and hi > lo
+                else (),
             )
         elif node == _core.NOT_ATTEMPTED:
             batch.results[row.slot] = Placement(req.key, None, None, None, attempted=False)
@@ -566,6 +593,8 @@ def commit_placements(snapshot: Snapshot, placements: Sequence[Placement]) -> Sn
     index = snapshot.index
     now = time.time()
     for p in placements:
+        if p.node is not None and p.volumes:
+            snapshot.storage.assume(p.volumes, p.node)
         if p.node is not None and p.requirements is not None:
             req = p.requirements
             snapshot.pods.add(

@@ -33,6 +33,7 @@ from ksched.engine.pods import (
 from ksched.engine.podtable import Evictable, PodTable, SpreadSelectors
 from ksched.engine.quantity import canonical, parse_quantity
 from ksched.engine.selectors import parse_int64
+from ksched.engine.volumes import Storage
 from ksched.errors import KschedError, MalformedObjectError, QuantityError
 from ksched.objects import (
     Obj,
@@ -125,6 +126,8 @@ class Snapshot:
     spread_selectors: SpreadSelectors = field(default_factory=SpreadSelectors)
     # Image name -> id (ImageLocality), apart from ``strings`` so the per-image columns are dense.
     images: Interner = field(default_factory=Interner)
+    # PersistentVolumes, claims, StorageClasses and CSINodes (the volume plugins).
+    storage: Storage = field(default_factory=Storage)
 
     def __post_init__(self) -> None:
         self.pods = PodTable(self.strings)

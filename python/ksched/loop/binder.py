@@ -9,6 +9,14 @@ was lost before the bind was sent: nothing is written). Events and the
 condition copy upstream's: ``Scheduled`` / "Successfully assigned ns/pod to
 node", and ``FailedScheduling`` with the engine's message plus
 ``PodScheduled=False`` reason ``Unschedulable``.
+
+A pod with unbound claims has its volumes bound first, as upstream's volume
+binder does (``BindPodVolumes``): each chosen PersistentVolume gets the
+claim as its ``claimRef``, each claim to provision gets
+``volume.kubernetes.io/selected-node``; then the bind waits (bounded) until
+the PV controller has bound every claim. If that fails, what was written is
+undone where the claim is still unbound, a ``FailedScheduling`` event says
+why, and the pod is retried.
 """
 
 from __future__ import annotations
@@ -20,9 +28,10 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
+from ksched.engine.volumes import BIND_COMPLETED, BOUND_BY_CONTROLLER, SELECTED_NODE, ClaimBinding
 from ksched.loop.client import MERGE_PATCH, ApiUnavailableError, Kube, pod_path
 from ksched.loop.telemetry import Telemetry
-from ksched.objects import DISRUPTION_TARGET, PREEMPTION_BY_SCHEDULER, Obj, meta
+from ksched.objects import DISRUPTION_TARGET, PREEMPTION_BY_SCHEDULER, Obj, meta, spec
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +44,12 @@ HTTP_SERVER_ERROR = 500
 # broadcaster retries too), so a short outage does not lose Scheduled events.
 EVENT_TRIES = 3
 EVENT_RETRY_S = 1.0
+# How often a volume binding in progress is checked (upstream's binder polls every second).
+VOLUME_POLL_S = 0.5
+
+
+class VolumeBindingError(Exception):
+    """Binding a pod's volumes failed; the message says why."""
 
 
 class Outcome(enum.Enum):
@@ -77,10 +92,19 @@ class Binder:
         # Events and conditions have their own threads, so a bind never waits behind a report.
         self._reports = ThreadPoolExecutor(report_workers(workers), thread_name_prefix="report")
 
-    def bind(self, pod: Obj, node: str, done: Callable[[Outcome], None], note: str = "") -> None:
+    def bind(
+        self,
+        pod: Obj,
+        node: str,
+        done: Callable[[Outcome], None],
+        note: str = "",
+        volumes: tuple[ClaimBinding, ...] = (),
+        volume_timeout_s: float = 600.0,
+    ) -> None:
         """Bind in the background; ``done`` is called from a pool thread. ``note`` is
-        appended to the Scheduled event (degraded mode says so there)."""
-        self._pool.submit(self._bind_and_report, pod, node, done, note)
+        appended to the Scheduled event (degraded mode says so there). ``volumes`` are
+        bound first, waiting up to ``volume_timeout_s`` for the claims to be bound."""
+        self._pool.submit(self._bind_and_report, pod, node, done, note, volumes, volume_timeout_s)
 
     def unschedulable(self, pod: Obj, message: str) -> None:
         """Post FailedScheduling and set PodScheduled=False (in the background)."""
@@ -102,9 +126,19 @@ class Binder:
         self._pool.shutdown(wait=True)
         self._reports.shutdown(wait=True)
 
-    def _bind_and_report(self, pod: Obj, node: str, done: Callable[[Outcome], None], note: str) -> None:
+    def _bind_and_report(
+        self,
+        pod: Obj,
+        node: str,
+        done: Callable[[Outcome], None],
+        note: str,
+        volumes: tuple[ClaimBinding, ...],
+        volume_timeout_s: float,
+    ) -> None:
         try:
-            outcome = self._bind(pod, node, note)
+            outcome = self._bind_volumes(pod, node, volumes, volume_timeout_s) if volumes else None
+            if outcome is None:
+                outcome = self._bind(pod, node, note)
         except Exception:  # a bug here must not lose the pod: report it as an error, retried
             log.exception("binding %s/%s", meta(pod).get("namespace"), meta(pod).get("name"))
             outcome = Outcome.ERROR
@@ -140,6 +174,122 @@ class Binder:
             return Outcome.GONE
         log.warning("bind %s/%s to %s: HTTP %d: %s", ns, name, node, r.status, r.data[:300])
         return Outcome.ERROR
+
+    def _bind_volumes(
+        self, pod: Obj, node: str, volumes: tuple[ClaimBinding, ...], timeout_s: float
+    ) -> Outcome | None:
+        """Bind the pod's claims (upstream ``BindPodVolumes``); None when they are bound."""
+        if not self.is_leader():
+            return Outcome.NOT_LEADER
+        written: list[ClaimBinding] = []
+        try:
+            for b in volumes:
+                self._write_binding(b, node)
+                written.append(b)
+            self._wait_bound(volumes, time.monotonic() + timeout_s)
+            return None
+        except (VolumeBindingError, ApiUnavailableError) as err:
+            m = meta(pod)
+            why = f"binding volumes: {err}"
+            log.warning("pod %s/%s on %s: %s", m.get("namespace"), m.get("name"), node, why)
+            self._undo(written)
+            self._reports.submit(self._failed, pod, why)
+            return Outcome.ERROR
+
+    def _write_binding(self, b: ClaimBinding, node: str) -> None:
+        ns, claim_name = b.claim.split("/", 1)
+        claim_path = f"/api/v1/namespaces/{ns}/persistentvolumeclaims/{claim_name}"
+        if b.volume is None:
+            body = {"metadata": {"annotations": {SELECTED_NODE: node}}}
+            r = self.kube.request("PATCH", claim_path, body=body, content_type=MERGE_PATCH, rate_limited=True)
+            if not r.ok:
+                raise VolumeBindingError(f'selecting node {node} for claim "{claim_name}": HTTP {r.status}')
+            return
+        claim = self._get(claim_path, f'persistentvolumeclaim "{claim_name}"')
+        pv_path = f"/api/v1/persistentvolumes/{b.volume}"
+        pv = self._get(pv_path, f'persistentvolume "{b.volume}"')
+        ref = spec(pv).get("claimRef")
+        if ref and (ref.get("namespace"), ref.get("name")) != (ns, claim_name):
+            raise VolumeBindingError(f'persistentvolume "{b.volume}" was bound to another claim')
+        cm = meta(claim)
+        pv.setdefault("spec", {})["claimRef"] = {
+            "kind": "PersistentVolumeClaim",
+            "apiVersion": "v1",
+            "namespace": ns,
+            "name": claim_name,
+            "uid": cm.get("uid"),
+            "resourceVersion": cm.get("resourceVersion"),
+        }
+        pv.setdefault("metadata", {}).setdefault("annotations", {})[BOUND_BY_CONTROLLER] = "yes"
+        # An update (not a patch) carries the read resourceVersion: a volume taken since is a 409.
+        r = self.kube.request("PUT", pv_path, body=pv, rate_limited=True)
+        if not r.ok:
+            raise VolumeBindingError(
+                f'binding persistentvolume "{b.volume}" to claim "{claim_name}": HTTP {r.status}'
+            )
+
+    def _get(self, path: str, what: str) -> Obj:
+        r = self.kube.request("GET", path, rate_limited=True)
+        if not r.ok:
+            raise VolumeBindingError(f"{what}: HTTP {r.status}")
+        obj: Obj = r.json()
+        return obj
+
+    def _wait_bound(self, volumes: tuple[ClaimBinding, ...], deadline: float) -> None:
+        """Until the PV controller has bound every claim (upstream ``checkBindings``)."""
+        waiting = list(volumes)
+        while True:
+            still = []
+            for b in waiting:
+                ns, claim_name = b.claim.split("/", 1)
+                claim = self._get(
+                    f"/api/v1/namespaces/{ns}/persistentvolumeclaims/{claim_name}",
+                    f'persistentvolumeclaim "{claim_name}"',
+                )
+                annotations = meta(claim).get("annotations") or {}
+                if spec(claim).get("volumeName") and BIND_COMPLETED in annotations:
+                    continue
+                if b.volume is None and SELECTED_NODE not in annotations:
+                    raise VolumeBindingError(
+                        f'provisioning claim "{claim_name}" failed: its selected node was removed'
+                    )
+                still.append(b)
+            if not still:
+                return
+            if time.monotonic() >= deadline:
+                names = ", ".join(f'"{b.claim.split("/", 1)[1]}"' for b in still)
+                raise VolumeBindingError(f"timed out waiting for claims {names} to be bound")
+            waiting = still
+            time.sleep(VOLUME_POLL_S)
+
+    def _undo(self, written: list[ClaimBinding]) -> None:
+        """Take back what ``_write_binding`` wrote, where the claim is still unbound."""
+        for b in written:
+            ns, claim_name = b.claim.split("/", 1)
+            claim_path = f"/api/v1/namespaces/{ns}/persistentvolumeclaims/{claim_name}"
+            try:
+                r = self.kube.request("GET", claim_path, rate_limited=True)
+                if r.ok and spec(r.json()).get("volumeName"):
+                    continue  # bound after all: leave it
+                if b.volume is None:
+                    body: Obj = {"metadata": {"annotations": {SELECTED_NODE: None}}}
+                    self.kube.request(
+                        "PATCH", claim_path, body=body, content_type=MERGE_PATCH, rate_limited=True
+                    )
+                else:
+                    body = {
+                        "metadata": {"annotations": {BOUND_BY_CONTROLLER: None}},
+                        "spec": {"claimRef": None},
+                    }
+                    self.kube.request(
+                        "PATCH",
+                        f"/api/v1/persistentvolumes/{b.volume}",
+                        body=body,
+                        content_type=MERGE_PATCH,
+                        rate_limited=True,
+                    )
+            except ApiUnavailableError as err:
+                log.warning("undoing the binding of claim %s: %s", b.claim, err)
 
     def _preempt(self, pod: Obj, node: str | None, victims: list[tuple[str, str, str]]) -> None:
         if not self.is_leader():

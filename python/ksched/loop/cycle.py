@@ -26,6 +26,7 @@ from ksched.engine import Engine, GangStatus, Placement
 from ksched.engine.gangs import pod_group_of
 from ksched.engine.messages import RESOURCE_CLAIMS_UNSUPPORTED
 from ksched.engine.snapshot import Snapshot
+from ksched.engine.volumes import ClaimBinding
 from ksched.loop.binder import Binder, Outcome
 from ksched.loop.handoff import Handoff, opted_out
 from ksched.loop.metric_sources import MetricStore
@@ -90,6 +91,17 @@ class Scheduler:
     def on_pod_group(self, kind: str, group: Obj, old: Obj | None) -> None:
         self.state.on_pod_group(kind, group, old)
         self.queue.move_pod_level()  # a gang waiting for its PodGroup, or for a lower minMember
+
+    def storage_handler(self, kind: str) -> Callable[[str, Obj, Obj | None], None]:
+        """An informer handler for a volume kind (PersistentVolume, PersistentVolumeClaim,
+        StorageClass, CSINode): a change may let a pod waiting on its volumes fit."""
+        into_state = self.state.storage_handler(kind)
+
+        def handle(event: str, obj: Obj, old: Obj | None) -> None:
+            into_state(event, obj, old)
+            self.queue.move_all(f"{kind}{'Add' if old is None else 'Update'}")
+
+        return handle
 
     def on_node(self, kind: str, node: Obj, old: Obj | None) -> None:
         self.state.on_node(kind, node, old)
@@ -224,9 +236,18 @@ class Scheduler:
             return
         req = placement.requirements
         node = placement.node
+        volumes = placement.volumes
         self.state.assume(qp.key, qp.uid, node, req, req.host_ports, req.info, req.priority)
+        self.state.storage.assume(volumes, node)
         self.telemetry.attempt_duration.labels(result="scheduled", profile=profile).observe(elapsed)
-        self.binder.bind(qp.pod, node, lambda outcome: self._bound(qp, node, profile, outcome), note)
+        self.binder.bind(
+            qp.pod,
+            node,
+            lambda outcome: self._bound(qp, node, profile, outcome, volumes),
+            note,
+            volumes,
+            self.engines[profile].profile.volume_bind_timeout_s,
+        )
 
     def _preempt(self, qp: QueuedPod, placement: Placement) -> None:
         """Nominate the node and evict the victims; the pod is retried as they go."""
@@ -278,7 +299,9 @@ class Scheduler:
 
     # -- bind results (binder threads) ---------------------------------
 
-    def _bound(self, qp: QueuedPod, node: str, profile: str, outcome: Outcome) -> None:
+    def _bound(
+        self, qp: QueuedPod, node: str, profile: str, outcome: Outcome, volumes: tuple[ClaimBinding, ...] = ()
+    ) -> None:
         if outcome is Outcome.BOUND:
             self.bound += 1
             self.telemetry.schedule_attempts.labels(result="scheduled", profile=profile).inc()
@@ -288,6 +311,8 @@ class Scheduler:
             self.queue.done_bound(qp)
             return
         self.state.forget(qp.key, qp.uid)
+        if volumes:
+            self.state.forget_volumes(volumes)
         if outcome in (Outcome.CONFLICT, Outcome.GONE):
             # Bound by someone else, or deleted: the watch tells the rest.
             self.queue.done_bound(qp)

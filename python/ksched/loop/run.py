@@ -36,11 +36,15 @@ from ksched.loop.server import Check, HealthServer
 from ksched.loop.shadow import Shadow
 from ksched.loop.slim import (
     slim_budget,
+    slim_claim,
+    slim_csi_node,
     slim_namespace,
     slim_node,
     slim_pod,
     slim_pod_group,
     slim_selector_owner,
+    slim_storage_class,
+    slim_volume,
 )
 from ksched.loop.state import ClusterState
 from ksched.loop.telemetry import Telemetry
@@ -49,9 +53,16 @@ from ksched.objects import Obj
 
 log = logging.getLogger(__name__)
 
-# Connections beyond the bind and report workers: one watch per informer (nine),
+# Connections beyond the bind and report workers: one watch per informer (thirteen),
 # their relists, the lease, hand-off.
-EXTRA_CONNECTIONS = 16
+EXTRA_CONNECTIONS = 24
+# The objects the volume plugins read (list path, kind, slim projection, informer name).
+STORAGE_KINDS = (
+    ("/api/v1/persistentvolumes", "PersistentVolume", slim_volume, "persistentvolumes"),
+    ("/api/v1/persistentvolumeclaims", "PersistentVolumeClaim", slim_claim, "persistentvolumeclaims"),
+    ("/apis/storage.k8s.io/v1/storageclasses", "StorageClass", slim_storage_class, "storageclasses"),
+    ("/apis/storage.k8s.io/v1/csinodes", "CSINode", slim_csi_node, "csinodes"),
+)
 SYNC_LOG_EVERY_S = 10.0
 
 
@@ -215,6 +226,10 @@ def start(
         *(
             Informer(kube, path, slim_selector_owner, state.selector_owner_handler(api, kind), name=name)
             for path, api, kind, name in SELECTOR_OWNERS
+        ),
+        *(
+            Informer(kube, path, slim, scheduler.storage_handler(kind), name=name)
+            for path, kind, slim, name in STORAGE_KINDS
         ),
     ]
 

@@ -55,9 +55,20 @@ def slim_pod(pod: Obj) -> Obj:
     spec["containers"] = [_pick(c, _CONTAINER) for c in s.get("containers") or []]
     if s.get("initContainers"):
         spec["initContainers"] = [_pick(c, _CONTAINER) for c in s["initContainers"]]
-    image_volumes = [_pick(v, ("name", "image")) for v in s.get("volumes") or [] if v.get("image")]
-    if image_volumes:
-        spec["volumes"] = image_volumes
+    # Image volumes (ImageLocality) and the volumes that use a claim (the volume
+    # plugins), each with only what names the image or the claim.
+    volumes: list[Obj] = []
+    for v in s.get("volumes") or []:
+        if not isinstance(v, dict):
+            continue
+        if v.get("image"):
+            volumes.append(_pick(v, ("name", "image")))
+        elif "persistentVolumeClaim" in v:
+            volumes.append(_pick(v, ("name", "persistentVolumeClaim")))
+        elif "ephemeral" in v:
+            volumes.append({"name": v.get("name"), "ephemeral": {}})
+    if volumes:
+        spec["volumes"] = volumes
     status = pod.get("status") or {}
     slim_status: Obj = {"phase": status.get("phase")}
     conditions = [c for c in status.get("conditions") or [] if c.get("type") in _POD_CONDITIONS]
@@ -138,4 +149,78 @@ def slim_node(node: Obj) -> Obj:
             # ImageLocality reads the names and sizes of the node's images.
             "images": [_pick(i, ("names", "sizeBytes")) for i in status.get("images") or []],
         },
+    }
+
+
+_VOLUME_ANNOTATIONS = (
+    "volume.beta.kubernetes.io/storage-class",
+    "volume.kubernetes.io/selected-node",
+    "pv.kubernetes.io/bind-completed",
+    "pv.kubernetes.io/bound-by-controller",
+)
+
+
+def _volume_meta(obj: Obj) -> Obj:
+    m = obj.get("metadata") or {}
+    out = _pick(m, ("name", "namespace", "uid", "labels", "deletionTimestamp"))
+    annotations = {k: v for k, v in (m.get("annotations") or {}).items() if k in _VOLUME_ANNOTATIONS}
+    if annotations:
+        out["annotations"] = annotations
+    return out
+
+
+def slim_volume(pv: Obj) -> Obj:
+    """What VolumeBinding and VolumeZone read of a PersistentVolume."""
+    return {
+        "metadata": _volume_meta(pv),
+        "spec": _pick(
+            pv.get("spec"),
+            (
+                "capacity",
+                "accessModes",
+                "storageClassName",
+                "volumeMode",
+                "volumeAttributesClassName",
+                "claimRef",
+                "nodeAffinity",
+                "csi",
+            ),
+        ),
+        "status": _pick(pv.get("status"), ("phase",)),
+    }
+
+
+def slim_claim(claim: Obj) -> Obj:
+    """What VolumeBinding and VolumeZone read of a PersistentVolumeClaim."""
+    return {
+        "metadata": _volume_meta(claim),
+        "spec": _pick(
+            claim.get("spec"),
+            (
+                "accessModes",
+                "resources",
+                "selector",
+                "storageClassName",
+                "volumeMode",
+                "volumeName",
+                "volumeAttributesClassName",
+            ),
+        ),
+        "status": _pick(claim.get("status"), ("phase",)),
+    }
+
+
+def slim_storage_class(cls: Obj) -> Obj:
+    """Provisioner, binding mode and allowed topologies of a StorageClass."""
+    return {
+        "metadata": _pick(cls.get("metadata"), ("name",)),
+        **_pick(cls, ("provisioner", "volumeBindingMode", "allowedTopologies")),
+    }
+
+
+def slim_csi_node(csi_node: Obj) -> Obj:
+    """The drivers of a CSINode (NodeVolumeLimits reads their allocatable counts)."""
+    return {
+        "metadata": _pick(csi_node.get("metadata"), ("name",)),
+        "spec": _pick(csi_node.get("spec"), ("drivers",)),
     }

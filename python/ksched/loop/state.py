@@ -41,6 +41,7 @@ from ksched.engine.snapshot import (
     remove_usage,
     safe_pod_info,
 )
+from ksched.engine.volumes import ClaimBinding, Storage
 from ksched.errors import MalformedObjectError
 from ksched.objects import Obj, is_terminal, meta, name, object_key, spec
 
@@ -101,6 +102,8 @@ class ClusterState:
         self.budgets: list[DisruptionBudget] = []
         # Services and workload controllers' selectors (default topology spreading), shared with the snapshot.
         self.spread_selectors = SpreadSelectors()
+        # PersistentVolumes, claims, StorageClasses and CSINodes, shared with the snapshot.
+        self.storage = Storage()
         self._snapshot: Snapshot | None = None
         self._reported: set[str] = set()
         self._lock = threading.Lock()
@@ -121,6 +124,18 @@ class ClusterState:
 
     def on_budget(self, kind: str, pdb: Obj, old: Obj | None) -> None:
         self.inbox.append(("pdb", kind, pdb))
+
+    def storage_handler(self, kind: str) -> Callable[[str, Obj, Obj | None], None]:
+        """An informer handler for PersistentVolumes, PersistentVolumeClaims, StorageClasses or CSINodes."""
+
+        def handle(event: str, obj: Obj, old: Obj | None) -> None:
+            self.inbox.append(("storage", event, (kind, obj)))
+
+        return handle
+
+    def forget_volumes(self, bindings: tuple[ClaimBinding, ...]) -> None:
+        """Binding a pod's volumes failed: its volumes are available again (any thread)."""
+        self.inbox.append(("forget_volumes", bindings, None))
 
     def selector_owner_handler(self, api_version: str, kind: str) -> Callable[[str, Obj, Obj | None], None]:
         """An informer handler for Services, ReplicationControllers, ReplicaSets or StatefulSets."""
@@ -158,6 +173,11 @@ class ClusterState:
             elif what == "selector":
                 api_version, kind, obj = b
                 self.spread_selectors.update(api_version, kind, obj, deleted=a == "DELETED")
+            elif what == "storage":
+                kind, obj = b
+                self.storage.update(kind, obj, deleted=a == "DELETED")
+            elif what == "forget_volumes":
+                self.storage.forget(a)
             elif what == "call":
                 a()
             else:
@@ -204,6 +224,7 @@ class ClusterState:
             )
             snap.budgets = self.budgets
             snap.spread_selectors = self.spread_selectors
+            snap.storage = self.storage
             for key, u in self.usage.items():
                 if u.info is not None and u.node in index:
                     snap.pods.add(key, index[u.node], u.info, u.evictable)

@@ -23,7 +23,7 @@ pub mod schedule;
 pub use model::error::{self, EngineError};
 pub use model::{
     Classes, Images, LabelSets, Labels, MetricSpec, Metrics, Missing, Nodes, PodImages, PodSelectors, PodTable, PodTerms, Pods, Ports,
-    Preemption, Prefer, Profile, Reservations, Selectors, SpreadConstraints, Strategy, Taints, TermSets, Tolerations, Victims,
+    Preemption, Prefer, Profile, Reservations, Selectors, SpreadConstraints, Strategy, Taints, TermSets, Tolerations, Victims, Volumes,
 };
 pub use plugins::MAX_NODE_SCORE;
 pub use registry::{plugin_by_name, Level, PluginId, PluginInfo, ReasonInfo, FIXED_REASONS, PLUGINS, PLUGIN_COUNT};

@@ -193,6 +193,9 @@ fn schedule_on_this_thread(
         // An explained pod is evaluated on every node for its explanation, and
         // still goes to its nominated node (below).
         if let (Some(node), false) = (on_nominated, options.explain == Some(index)) {
+            let volumes = state.bind_volumes(&engine, &pod, node);
+            outcome.volumes.extend(volumes);
+            outcome.volume_offsets.push(outcome.volumes.len() as i64);
             state.commit(&engine, &pod, node);
             outcome.nodes.push(node as i64);
             outcome.scores.push(f64::NAN); // placed without scoring, as upstream

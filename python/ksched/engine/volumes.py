@@ -1,0 +1,494 @@
+"""PersistentVolumeClaims as upstream's VolumeBinding and VolumeZone read them.
+
+Owns :class:`Storage` (the cluster's PersistentVolumes, claims and
+StorageClasses, plus the bindings ksched has chosen and not yet seen
+confirmed), the two plugins' PreFilter (a missing claim, an unbound
+Immediate claim, a missing volume: a message for the whole pod, with
+upstream's wording), and the compilation of a batch's claims into the
+engine's ``VolumeArrays``: per claim its bound volume, or the volumes that
+could serve it on some node (upstream's ``FindMatchingVolume`` without the
+node, smallest first), whether its class provisions and where
+(``allowedTopologies``). The engine decides per node; nothing here looks at nodes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+import numpy as np
+import numpy.typing as npt
+
+from ksched import _core
+from ksched.core_types import VolumeArrays
+from ksched.engine.quantity import parse_quantity
+from ksched.engine.selectors import Requirement, Term, label_selector, node_selector_term, selector_matches
+from ksched.errors import MalformedObjectError, QuantityError
+from ksched.objects import Obj, meta, name, namespace, spec
+
+# Annotations of upstream's volume binder and PV controller.
+SELECTED_NODE = "volume.kubernetes.io/selected-node"
+BIND_COMPLETED = "pv.kubernetes.io/bind-completed"
+BOUND_BY_CONTROLLER = "pv.kubernetes.io/bound-by-controller"
+# A StorageClass that cannot provision (local volumes).
+NO_PROVISIONER = "kubernetes.io/no-provisioner"
+# VolumeZone's topology labels, in upstream's order, and the GA key of each beta one.
+ZONE_LABELS = (
+    "failure-domain.beta.kubernetes.io/zone",
+    "failure-domain.beta.kubernetes.io/region",
+    "topology.kubernetes.io/zone",
+    "topology.kubernetes.io/region",
+)
+_GA_LABEL = {ZONE_LABELS[0]: ZONE_LABELS[2], ZONE_LABELS[1]: ZONE_LABELS[3]}
+
+_CODES = _core.VOLUME_CODES
+
+
+@dataclass(frozen=True)
+class PodClaim:
+    """A claim a pod's volume refers to: ``namespace/name``, and whether it is a generic ephemeral volume's."""
+
+    key: str
+    ephemeral: bool = False
+
+    @property
+    def name(self) -> str:
+        return self.key.split("/", 1)[1]
+
+
+def pod_claims(pod: Obj) -> tuple[PodClaim, ...]:
+    """The claims of a pod's ``persistentVolumeClaim`` and ``ephemeral`` volumes, once each, in order."""
+    ns, pod_name = namespace(pod), name(pod)
+    out: dict[str, PodClaim] = {}
+    for v in spec(pod).get("volumes") or ():
+        if not isinstance(v, dict):
+            continue
+        pvc = v.get("persistentVolumeClaim")
+        if isinstance(pvc, dict) and pvc.get("claimName"):
+            claim = PodClaim(f"{ns}/{pvc['claimName']}")
+        elif v.get("ephemeral") is not None:
+            claim = PodClaim(f"{ns}/{pod_name}-{v.get('name', '')}", ephemeral=True)
+        else:
+            continue
+        out.setdefault(claim.key, claim)
+    return tuple(out.values())
+
+
+def _storage(resources: object, kind: str) -> Fraction:
+    """``storage`` of a PV's capacity or a claim's requests (0 where absent or malformed)."""
+    raw = resources.get("storage") if isinstance(resources, dict) else None
+    if raw is None:
+        return Fraction(0)
+    try:
+        return parse_quantity(raw)
+    except QuantityError:
+        return Fraction(-1) if kind == "capacity" else Fraction(0)
+
+
+def claim_request(claim: Obj) -> Fraction:
+    return _storage((spec(claim).get("resources") or {}).get("requests"), "request")
+
+
+def volume_capacity(pv: Obj) -> Fraction:
+    return _storage(spec(pv).get("capacity"), "capacity")
+
+
+def claim_class(claim: Obj) -> str:
+    """Upstream ``GetPersistentVolumeClaimClass``: the beta annotation, else ``storageClassName``."""
+    ann = meta(claim).get("annotations") or {}
+    if "volume.beta.kubernetes.io/storage-class" in ann:
+        return str(ann["volume.beta.kubernetes.io/storage-class"])
+    return str(spec(claim).get("storageClassName") or "")
+
+
+def volume_class(pv: Obj) -> str:
+    ann = meta(pv).get("annotations") or {}
+    if "volume.beta.kubernetes.io/storage-class" in ann:
+        return str(ann["volume.beta.kubernetes.io/storage-class"])
+    return str(spec(pv).get("storageClassName") or "")
+
+
+@dataclass
+class Storage:
+    """PersistentVolumes (by name), claims (``namespace/name``), StorageClasses and
+    CSINodes (by name) as the informers or a cluster file give them, and what
+    ksched assumed: volumes it chose for a claim and claims it selected a node
+    for, until the watch shows the API server has them (or the binder forgets them)."""
+
+    volumes: dict[str, Obj] = field(default_factory=dict)
+    claims: dict[str, Obj] = field(default_factory=dict)
+    classes: dict[str, Obj] = field(default_factory=dict)
+    csi_nodes: dict[str, Obj] = field(default_factory=dict)
+    # PV name -> the claim key ksched bound it to.
+    assumed_volumes: dict[str, str] = field(default_factory=dict)
+    # Claim key -> the node ksched selected for provisioning it.
+    assumed_selected: dict[str, str] = field(default_factory=dict)
+
+    def update(self, kind: str, obj: Obj, deleted: bool) -> None:
+        """Apply one object of ``kind`` (PersistentVolume, PersistentVolumeClaim, StorageClass, CSINode)."""
+        table, key = {
+            "PersistentVolume": (self.volumes, name(obj)),
+            "PersistentVolumeClaim": (self.claims, f"{namespace(obj)}/{name(obj)}"),
+            "StorageClass": (self.classes, name(obj)),
+            "CSINode": (self.csi_nodes, name(obj)),
+        }[kind]
+        if deleted:
+            table.pop(key, None)
+        else:
+            table[key] = obj
+        if kind == "PersistentVolume" and (deleted or spec(obj).get("claimRef")):
+            self.assumed_volumes.pop(key, None)
+        if kind == "PersistentVolumeClaim" and (deleted or spec(obj).get("volumeName")):
+            self.assumed_selected.pop(key, None)
+
+    def assume(self, bindings: Sequence[ClaimBinding], node: str) -> None:
+        for b in bindings:
+            if b.volume is None:
+                self.assumed_selected[b.claim] = node
+            else:
+                self.assumed_volumes[b.volume] = b.claim
+
+    def forget(self, bindings: Sequence[ClaimBinding]) -> None:
+        for b in bindings:
+            if b.volume is None:
+                self.assumed_selected.pop(b.claim, None)
+            else:
+                self.assumed_volumes.pop(b.volume, None)
+
+    def claim_ref(self, pv: Obj) -> str | None:
+        """The claim a volume is bound or assumed to (``namespace/name``), None if available."""
+        ref = spec(pv).get("claimRef")
+        if isinstance(ref, dict):
+            return f"{ref.get('namespace') or 'default'}/{ref.get('name', '')}"
+        return self.assumed_volumes.get(name(pv))
+
+    def selected_node(self, key: str, claim: Obj) -> str | None:
+        ann = meta(claim).get("annotations") or {}
+        return str(ann[SELECTED_NODE]) if SELECTED_NODE in ann else self.assumed_selected.get(key)
+
+
+@dataclass(frozen=True)
+class ClaimBinding:
+    """What binding a placed pod does for one unbound claim: bind ``volume``, or provision (None)."""
+
+    claim: str
+    volume: str | None
+
+
+@dataclass(frozen=True)
+class ClaimPlan:
+    """One claim of a pending pod as the engine needs it."""
+
+    key: str
+    # The volume it is bound to ("" when unbound); whether that volume is missing.
+    bound_to: str = ""
+    missing: bool = False
+    selected_node: str | None = None
+    candidates: tuple[str, ...] = ()
+    provisioner: bool = False
+    topology: tuple[Term, ...] = ()
+
+
+@dataclass(frozen=True)
+class PodVolumes:
+    """A pending pod's claims in upstream's order (bound, selected, then by increasing
+    request) and its bound volumes' zone constraints (label key, alternative key, values)."""
+
+    claims: tuple[ClaimPlan, ...] = ()
+    zones: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
+
+    @property
+    def empty(self) -> bool:
+        return not self.claims and not self.zones
+
+
+def _is_bound(claim: Obj) -> bool:
+    """Upstream ``isPVCFullyBound``: a volume name and the bind-completed annotation."""
+    return bool(spec(claim).get("volumeName")) and BIND_COMPLETED in (meta(claim).get("annotations") or {})
+
+
+def _delay_binding(storage: Storage, claim: Obj) -> bool:
+    cls = storage.classes.get(claim_class(claim))
+    return cls is not None and cls.get("volumeBindingMode") == "WaitForFirstConsumer"
+
+
+def _claim_errors(storage: Storage, claims: Sequence[PodClaim]) -> str | None:
+    """VolumeBinding's PreFilter on the claims themselves (upstream ``podHasPVCs``)."""
+    for c in claims:
+        claim = storage.claims.get(c.key)
+        if claim is None:
+            if c.ephemeral:
+                return (
+                    f'waiting for ephemeral volume controller to create the persistentvolumeclaim "{c.name}"'
+                )
+            return f'persistentvolumeclaim "{c.name}" not found'
+        if (claim.get("status") or {}).get("phase") == "Lost":
+            return (
+                f'persistentvolumeclaim "{c.name}" bound to non-existent persistentvolume '
+                f'"{spec(claim).get("volumeName", "")}"'
+            )
+        if meta(claim).get("deletionTimestamp"):
+            return f'persistentvolumeclaim "{c.name}" is being deleted'
+    return None
+
+
+def _topology(cls: Obj) -> tuple[Term, ...]:
+    """A StorageClass's ``allowedTopologies`` as node selector terms (each expression an ``In``)."""
+    out = []
+    for t in cls.get("allowedTopologies") or ():
+        exprs = t.get("matchLabelExpressions") if isinstance(t, dict) else None
+        out.append(
+            tuple(
+                Requirement(str(e.get("key", "")), "In", tuple(str(v) for v in e.get("values") or ()))
+                for e in exprs or ()
+                if isinstance(e, dict)
+            )
+        )
+    return tuple(out)
+
+
+def _candidates(storage: Storage, key: str, claim: Obj) -> tuple[str, ...]:
+    """Upstream ``FindMatchingVolume`` without the node: the volume pre-bound to the claim
+    alone, else every available volume that could serve it, smallest first (then by name)."""
+    request = claim_request(claim)
+    wanted_class = claim_class(claim)
+    claim_spec = spec(claim)
+    modes = set(claim_spec.get("accessModes") or ())
+    mode = claim_spec.get("volumeMode") or "Filesystem"
+    try:
+        selector = label_selector(key, "spec.selector", claim_spec.get("selector"))
+    except MalformedObjectError:
+        return ()
+    fits: list[tuple[Fraction, str]] = []
+    for pv_name in sorted(storage.volumes):
+        pv = storage.volumes[pv_name]
+        pv_spec = spec(pv)
+        ref = storage.claim_ref(pv)
+        if ref is not None and ref != key:
+            continue
+        capacity = volume_capacity(pv)
+        if capacity < request or (pv_spec.get("volumeMode") or "Filesystem") != mode:
+            continue
+        if pv_spec.get("volumeAttributesClassName") or claim_spec.get("volumeAttributesClassName"):
+            continue
+        if meta(pv).get("deletionTimestamp"):
+            continue
+        if ref == key:
+            return (pv_name,)
+        if (pv.get("status") or {}).get("phase") != "Available":
+            continue
+        if claim_spec.get("selector") is not None and not selector_matches(
+            selector, meta(pv).get("labels") or {}
+        ):
+            continue
+        if volume_class(pv) != wanted_class or not modes <= set(pv_spec.get("accessModes") or ()):
+            continue
+        fits.append((capacity, pv_name))
+    return tuple(n for _, n in sorted(fits))
+
+
+def volume_affinity(pv: Obj) -> tuple[Term, ...] | None:
+    """A volume's required node affinity terms (ORed), None where it has none.
+    A malformed one admits no node."""
+    required = (spec(pv).get("nodeAffinity") or {}).get("required")
+    if required is None:
+        return None
+    try:
+        return tuple(
+            node_selector_term(name(pv), f"spec.nodeAffinity.required.nodeSelectorTerms[{i}]", t)
+            for i, t in enumerate(required.get("nodeSelectorTerms") or ())
+        )
+    except (MalformedObjectError, AttributeError):
+        return ()
+
+
+def pod_volumes(
+    storage: Storage, claims: Sequence[PodClaim], *, binding: bool, zone: bool
+) -> PodVolumes | str:
+    """A pending pod's claims for the engine, or the PreFilter message that rejects it.
+    ``binding`` and ``zone``: whether VolumeBinding and VolumeZone run."""
+    if not claims or not (binding or zone):
+        return PodVolumes()
+    if binding:
+        error = _claim_errors(storage, claims)
+        if error is not None:
+            return error
+    plans: list[ClaimPlan] = []
+    selected: list[ClaimPlan] = []
+    unbound: list[tuple[Fraction, int, ClaimPlan]] = []
+    zones: list[tuple[str, str, tuple[str, ...]]] = []
+    for c in claims:
+        claim = storage.claims.get(c.key)
+        if claim is None:  # VolumeZone alone (VolumeBinding off)
+            return f'persistentvolumeclaim "{c.name}" not found'
+        volume_name = str(spec(claim).get("volumeName") or "")
+        if binding and not _is_bound(claim):
+            if volume_name or not _delay_binding(storage, claim):
+                return "pod has unbound immediate PersistentVolumeClaims"
+            cls = storage.classes[claim_class(claim)]
+            provisioner = str(cls.get("provisioner") or "")
+            plan = ClaimPlan(
+                c.key,
+                selected_node=storage.selected_node(c.key, claim),
+                candidates=_candidates(storage, c.key, claim),
+                provisioner=provisioner not in ("", NO_PROVISIONER),
+                topology=_topology(cls),
+            )
+            if plan.selected_node is not None:
+                selected.append(plan)
+            else:
+                unbound.append((claim_request(claim), len(unbound), plan))
+        elif binding:
+            plans.append(ClaimPlan(c.key, bound_to=volume_name, missing=volume_name not in storage.volumes))
+        if zone:
+            why = _zone_constraints(storage, c, claim, zones)
+            if why is not None:
+                return why
+    plans.extend(selected)
+    plans.extend(plan for _, _, plan in sorted(unbound, key=lambda t: (t[0], t[1])))
+    return PodVolumes(tuple(plans), tuple(zones))
+
+
+def _zone_constraints(
+    storage: Storage, c: PodClaim, claim: Obj, out: list[tuple[str, str, tuple[str, ...]]]
+) -> str | None:
+    """VolumeZone's PreFilter for one claim (upstream ``getPVbyPod``): its bound volume's
+    zone constraints into ``out``, or the message that rejects the pod."""
+    volume_name = str(spec(claim).get("volumeName") or "")
+    if not volume_name:
+        class_name = claim_class(claim)
+        if not class_name:
+            return "PersistentVolumeClaim had no pv name and storageClass name"
+        cls = storage.classes.get(class_name)
+        if cls is None:
+            return f'storageclass.storage.k8s.io "{class_name}" not found'
+        if cls.get("volumeBindingMode") == "WaitForFirstConsumer":
+            return None
+        return "PersistentVolume had no name"
+    pv = storage.volumes.get(volume_name)
+    if pv is None:
+        return f'persistentvolume "{volume_name}" not found'
+    labels = meta(pv).get("labels") or {}
+    for key in ZONE_LABELS:
+        if key in labels:
+            values = tuple(sorted(v for v in str(labels[key]).split("__") if v))
+            out.append((key, _GA_LABEL.get(key, key), values))
+    return None
+
+
+class VolumeColumns:
+    """The batch's claims compiled into ``VolumeArrays``; volume node affinity and
+    provisioning topology become terms of the class table (``add_term``)."""
+
+    def __init__(
+        self,
+        storage: Storage,
+        node_index: Mapping[str, int],
+        intern: Callable[[str], int],
+        add_term: Callable[[Term], int],
+    ) -> None:
+        self.storage = storage
+        self.node_index = node_index
+        self.intern = intern
+        self.add_term = add_term
+        self.pv_index: dict[str, int] = {}
+        self.pv_names: list[str] = []
+        self.pv_has_affinity: list[int] = []
+        self.pv_term_offsets = [0]
+        self.pv_terms: list[int] = []
+        self.claim_offsets = [0]
+        self.claim_keys: list[str] = []
+        self.claim_pvs: list[int] = []
+        self.claim_selected: list[int] = []
+        self.candidate_offsets = [0]
+        self.candidates: list[int] = []
+        self.provisionable: list[int] = []
+        self.topology_offsets = [0]
+        self.topology_terms: list[int] = []
+        self.zone_offsets = [0]
+        self.zone_keys: list[int] = []
+        self.zone_alt_keys: list[int] = []
+        self.zone_value_offsets = [0]
+        self.zone_values: list[int] = []
+        self.any = False
+
+    def _pv(self, pv_name: str) -> int:
+        i = self.pv_index.get(pv_name)
+        if i is None:
+            i = self.pv_index[pv_name] = len(self.pv_names)
+            self.pv_names.append(pv_name)
+            affinity = volume_affinity(self.storage.volumes[pv_name])
+            self.pv_has_affinity.append(int(affinity is not None))
+            self.pv_terms.extend(self.add_term(t) for t in affinity or ())
+            self.pv_term_offsets.append(len(self.pv_terms))
+        return i
+
+    def add(self, pod: PodVolumes) -> None:
+        """The next pending pod's row."""
+        self.any = self.any or not pod.empty
+        for plan in pod.claims:
+            self.claim_keys.append(plan.key)
+            if plan.bound_to:
+                self.claim_pvs.append(_CODES["missing_pv"] if plan.missing else self._pv(plan.bound_to))
+            else:
+                self.claim_pvs.append(_CODES["unbound"])
+            if plan.selected_node is None:
+                self.claim_selected.append(_CODES["no_selected_node"])
+            else:
+                self.claim_selected.append(self.node_index.get(plan.selected_node, _CODES["unknown_node"]))
+            self.candidates.extend(self._pv(n) for n in plan.candidates)
+            self.candidate_offsets.append(len(self.candidates))
+            self.provisionable.append(int(plan.provisioner))
+            self.topology_terms.extend(self.add_term(t) for t in plan.topology)
+            self.topology_offsets.append(len(self.topology_terms))
+        self.claim_offsets.append(len(self.claim_keys))
+        for key, alt, values in pod.zones:
+            self.zone_keys.append(self.intern(key))
+            self.zone_alt_keys.append(self.intern(alt))
+            self.zone_values.extend(self.intern(v) for v in values)
+            self.zone_value_offsets.append(len(self.zone_values))
+        self.zone_offsets.append(len(self.zone_keys))
+
+    def arrays(self) -> VolumeArrays | None:
+        """The engine's ``pods["volumes"]``, or None when no pod of the batch has a claim."""
+        if not self.any:
+            return None
+
+        def i64(v: list[int]) -> npt.NDArray[np.int64]:
+            return np.asarray(v, dtype=np.int64)
+
+        def i32(v: list[int]) -> npt.NDArray[np.int32]:
+            return np.asarray(v, dtype=np.int32)
+
+        return {
+            "pvs": len(self.pv_names),
+            "pv_has_affinity": np.asarray(self.pv_has_affinity, dtype=np.uint8),
+            "pv_term_offsets": i64(self.pv_term_offsets),
+            "pv_terms": i64(self.pv_terms),
+            "claim_offsets": i64(self.claim_offsets),
+            "claim_pvs": i64(self.claim_pvs),
+            "claim_selected_nodes": i64(self.claim_selected),
+            "candidate_offsets": i64(self.candidate_offsets),
+            "candidates": i64(self.candidates),
+            "provisionable": np.asarray(self.provisionable, dtype=np.uint8),
+            "topology_offsets": i64(self.topology_offsets),
+            "topology_terms": i64(self.topology_terms),
+            "zone_label_keys": i32([self.intern(k) for k in ZONE_LABELS]),
+            "zone_offsets": i64(self.zone_offsets),
+            "zone_keys": i32(self.zone_keys),
+            "zone_alt_keys": i32(self.zone_alt_keys),
+            "zone_value_offsets": i64(self.zone_value_offsets),
+            "zone_values": i32(self.zone_values),
+        }
+
+    def bindings(self, row: int, chosen: Sequence[int]) -> tuple[ClaimBinding, ...]:
+        """A placed row's unbound claims with the volume each binds (None: provision),
+        from the engine's ``Outcome["volumes"]`` entries of that row."""
+        lo = self.claim_offsets[row]
+        out = []
+        for k, pv in enumerate(chosen):
+            if self.claim_pvs[lo + k] != _CODES["unbound"]:
+                continue
+            out.append(ClaimBinding(self.claim_keys[lo + k], None if pv < 0 else self.pv_names[pv]))
+        return tuple(out)

@@ -1,0 +1,226 @@
+"""VolumeBinding and VolumeZone through the engine: each case a small cluster of
+nodes, volumes, claims and classes, and the placement or upstream's message."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from ksched.config import Config
+from ksched.engine import Engine
+from ksched.engine.scheduler import Placement, commit_placements
+from ksched.engine.snapshot import build_snapshot
+from ksched.engine.volumes import SELECTED_NODE, ClaimBinding, Storage
+from tests.conftest import node, pod
+
+Obj = dict[str, Any]
+ZONE = "topology.kubernetes.io/zone"
+
+
+def storage_class(
+    name: str,
+    mode: str = "WaitForFirstConsumer",
+    provisioner: str = "kubernetes.io/no-provisioner",
+    **extra: Any,
+) -> Obj:
+    return {"metadata": {"name": name}, "provisioner": provisioner, "volumeBindingMode": mode, **extra}
+
+
+def local_pv(name: str, host: str, size: str = "10Gi", cls: str = "local", **labels: str) -> Obj:
+    return {
+        "metadata": {"name": name, "labels": labels},
+        "spec": {
+            "capacity": {"storage": size},
+            "accessModes": ["ReadWriteOnce"],
+            "storageClassName": cls,
+            "nodeAffinity": {
+                "required": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchExpressions": [
+                                {"key": "kubernetes.io/hostname", "operator": "In", "values": [host]}
+                            ]
+                        }
+                    ]
+                }
+            },
+        },
+        "status": {"phase": "Available"},
+    }
+
+
+def claim(name: str, cls: str = "local", size: str = "5Gi", volume: str = "", **annotations: str) -> Obj:
+    c: Obj = {
+        "metadata": {"name": name, "namespace": "default", "annotations": annotations},
+        "spec": {
+            "storageClassName": cls,
+            "accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": size}},
+        },
+        "status": {"phase": "Pending"},
+    }
+    if volume:
+        c["spec"]["volumeName"] = volume
+        c["metadata"]["annotations"]["pv.kubernetes.io/bind-completed"] = "yes"
+        c["status"]["phase"] = "Bound"
+    return c
+
+
+def with_claims(name: str, *claims: str) -> Obj:
+    return pod(name, volumes=[{"name": c, "persistentVolumeClaim": {"claimName": c}} for c in claims])
+
+
+NODES = [node(n, labels={ZONE: z}) for n, z in (("a", "z1"), ("b", "z2"), ("c", "z3"))]
+
+
+def schedule(objects: list[Obj], pending: list[Obj]) -> list[Placement]:
+    snap = build_snapshot(NODES, [])
+    storage = Storage()
+    for o in objects:
+        kind = (
+            "StorageClass"
+            if "provisioner" in o
+            else "PersistentVolumeClaim"
+            if o["metadata"].get("namespace")
+            else "PersistentVolume"
+        )
+        storage.update(kind, o, deleted=False)
+    snap.storage = storage
+    return Engine(Config()).schedule(snap, pending).placements
+
+
+LOCAL = storage_class("local")
+CASES: list[tuple[str, list[Obj], list[Obj], list[str | None], list[str | None]]] = [
+    (
+        "missing claim: PreFilter, with the claim's name",
+        [],
+        [with_claims("p", "data")],
+        [None],
+        ['0/3 nodes are available: persistentvolumeclaim "data" not found.'],
+    ),
+    (
+        "unbound Immediate claim",
+        [storage_class("fast", mode="Immediate"), claim("data", cls="fast")],
+        [with_claims("p", "data")],
+        [None],
+        ["0/3 nodes are available: pod has unbound immediate PersistentVolumeClaims."],
+    ),
+    (
+        "bound claim: the volume's node",
+        [LOCAL, local_pv("pv-b", "b"), claim("data", volume="pv-b")],
+        [with_claims("p", "data")],
+        ["b"],
+        [None],
+    ),
+    (
+        "WaitForFirstConsumer: the node of the only available volume",
+        [LOCAL, local_pv("pv-c", "c"), claim("data")],
+        [with_claims("p", "data")],
+        ["c"],
+        [None],
+    ),
+    (
+        "no volume large enough, no provisioner",
+        [LOCAL, local_pv("pv-a", "a", size="1Gi"), claim("data")],
+        [with_claims("p", "data")],
+        [None],
+        ["0/3 nodes are available: 3 node(s) didn't find available persistent volumes to bind."],
+    ),
+    (
+        "two pods never get the same volume",
+        [LOCAL, local_pv("pv-a", "a"), claim("d1"), claim("d2")],
+        [with_claims("p1", "d1"), with_claims("p2", "d2")],
+        ["a", None],
+        [None, "0/3 nodes are available: 3 node(s) didn't find available persistent volumes to bind."],
+    ),
+    (
+        "provisioning where allowedTopologies admit the node",
+        [
+            storage_class(
+                "zonal",
+                provisioner="csi.example.com",
+                allowedTopologies=[{"matchLabelExpressions": [{"key": ZONE, "values": ["z2"]}]}],
+            ),
+            claim("data", cls="zonal"),
+        ],
+        [with_claims("p", "data")],
+        ["b"],
+        [None],
+    ),
+    (
+        "bound zonal volume: VolumeZone keeps the pod in its zone",
+        [
+            storage_class("std", mode="Immediate", provisioner="csi.example.com"),
+            {
+                "metadata": {"name": "pv-z3", "labels": {ZONE: "z3"}},
+                "spec": {"capacity": {"storage": "10Gi"}, "storageClassName": "std"},
+                "status": {"phase": "Bound"},
+            },
+            claim("data", cls="std", volume="pv-z3"),
+        ],
+        [with_claims("p", "data")],
+        ["c"],
+        [None],
+    ),
+    (
+        "bound claim to a missing volume: VolumeZone's PreFilter names it",
+        [LOCAL, claim("data", volume="gone")],
+        [with_claims("p", "data")],
+        [None],
+        ['0/3 nodes are available: persistentvolume "gone" not found.'],
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "objects", "pending", "want_nodes", "want_messages"), CASES, ids=[c[0] for c in CASES]
+)
+def test_volume_filters(
+    name: str,
+    objects: list[Obj],
+    pending: list[Obj],
+    want_nodes: list[str | None],
+    want_messages: list[str | None],
+) -> None:
+    got = schedule(objects, pending)
+    assert [p.node for p in got] == want_nodes
+    assert [p.message for p in got] == want_messages
+
+
+def test_bindings_name_the_volume_or_provisioning() -> None:
+    provisioning = storage_class("zonal", provisioner="csi.example.com")
+    got = schedule(
+        [
+            LOCAL,
+            provisioning,
+            local_pv("pv-small", "a", size="5Gi"),
+            local_pv("pv-big", "a", size="50Gi"),
+            claim("d"),
+            claim("z", cls="zonal"),
+        ],
+        [with_claims("p", "d", "z")],
+    )
+    assert got[0].node == "a"
+    assert set(got[0].volumes) == {ClaimBinding("default/d", "pv-small"), ClaimBinding("default/z", None)}
+
+
+def test_selected_node_claim_goes_to_that_node() -> None:
+    provisioning = storage_class("zonal", provisioner="csi.example.com")
+    got = schedule([provisioning, claim("z", cls="zonal", **{SELECTED_NODE: "c"})], [with_claims("p", "z")])
+    assert got[0].node == "c"
+
+
+def test_assumed_volume_is_not_offered_again() -> None:
+    """A volume chosen in one batch is taken in the next, before the watch shows its claimRef."""
+    snap = build_snapshot(NODES, [])
+    for kind, o in (("StorageClass", LOCAL), ("PersistentVolume", local_pv("pv-a", "a"))):
+        snap.storage.update(kind, o, deleted=False)
+    for c in ("d1", "d2"):
+        snap.storage.update("PersistentVolumeClaim", claim(c), deleted=False)
+    engine = Engine(Config())
+    first = engine.schedule(snap, [with_claims("p1", "d1")]).placements
+    assert first[0].volumes == (ClaimBinding("default/d1", "pv-a"),)
+    commit_placements(snap, first)
+    second = engine.schedule(snap, [with_claims("p2", "d2")]).placements
+    assert second[0].node is None
