@@ -3,10 +3,14 @@ nodes, volumes, claims and classes, and the placement or upstream's message."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
+from ksched.commands.cli import main
 from ksched.config import Config
 from ksched.engine import Engine
 from ksched.engine.scheduler import Placement, commit_placements
@@ -224,3 +228,26 @@ def test_assumed_volume_is_not_offered_again() -> None:
     commit_placements(snap, first)
     second = engine.schedule(snap, [with_claims("p2", "d2")]).placements
     assert second[0].node is None
+
+
+def test_explain_reads_volumes_from_the_cluster_file_and_shows_their_verdicts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    items = [
+        *NODES,
+        {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", **LOCAL},
+        {"apiVersion": "v1", "kind": "PersistentVolume", **local_pv("pv-b", "b")},
+        {"apiVersion": "v1", "kind": "PersistentVolumeClaim", **claim("data")},
+        with_claims("p", "data"),
+    ]
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": items}))
+    assert main(["explain", str(path), "default/p", "-o", "json"]) == 0
+    [ex] = json.loads(capsys.readouterr().out)
+    assert ex["node"] == "b"
+    filters = {n["node"]: n["filter"] for n in ex["nodes"] if not n["feasible"]}
+    want = {
+        "plugin": "VolumeBinding",
+        "reasons": ["node(s) didn't find available persistent volumes to bind"],
+    }
+    assert filters == {"a": want, "c": want}

@@ -2,7 +2,8 @@
 
 Lists, through the kubeconfig, every kind the offline form reads from a file
 (nodes, pods, namespaces, PodDisruptionBudgets, PodGroups when the CRD is
-served, Services and workload controllers) and gives each item the
+served, Services and workload controllers, PersistentVolumes, claims,
+StorageClasses and CSINodes) and gives each item the
 ``apiVersion`` and ``kind`` a list response leaves out, so the objects go to
 the same :func:`~ksched.commands.simulate.sort_objects` and
 :func:`~ksched.commands.simulate.run_simulation` as a file's. Live metrics
@@ -19,6 +20,7 @@ from typing import Any
 from ksched.config import Config
 from ksched.engine.gangs import POD_GROUP_API
 from ksched.engine.podtable import SELECTOR_OWNERS
+from ksched.engine.volumes import STORAGE_KINDS
 from ksched.errors import KschedError
 from ksched.loop.client import Kube, load_configuration
 from ksched.loop.metric_sources import NodeResolver, PrometheusSource, SourceError
@@ -32,6 +34,7 @@ LIVE_KINDS = (
     ("/apis/policy/v1/poddisruptionbudgets", "policy/v1", "PodDisruptionBudget", False),
     (f"/apis/{POD_GROUP_API}/podgroups", POD_GROUP_API, "PodGroup", True),
     *((path, api_version, kind, False) for path, api_version, kind, _ in SELECTOR_OWNERS),
+    *((path, api_version, kind, False) for path, api_version, kind in STORAGE_KINDS),
 )
 PAGE_SIZE = 500
 # One list at a time: a handful of connections is plenty.

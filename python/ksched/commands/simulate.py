@@ -27,10 +27,13 @@ from ksched.engine.disruption_budgets import DisruptionBudget, disruption_budget
 from ksched.engine.gangs import POD_GROUP_API, PodGroup, pod_group, pod_group_of
 from ksched.engine.podtable import SELECTOR_OWNER_KINDS, SpreadSelectors
 from ksched.engine.snapshot import Snapshot, build_snapshot
+from ksched.engine.volumes import STORAGE_KINDS, Storage
 from ksched.errors import ClusterFileError, KschedError, MalformedObjectError
 from ksched.loop.metric_sources import annotation_column, to_number
 from ksched.objects import Obj, meta, pod_key, scheduler_name, spec
 
+# (apiVersion, kind) of the objects the volume plugins read.
+STORAGE_OBJECT_KINDS = {(api_version, kind) for _, api_version, kind in STORAGE_KINDS}
 # A cluster file above this is refused before parsing: it would not fit the
 # machines ksched runs on, and the limit keeps a mistaken path from hanging.
 MAX_CLUSTER_FILE_BYTES = 512 * 1024 * 1024
@@ -51,6 +54,8 @@ class ClusterFile:
     budgets: list[DisruptionBudget] = field(default_factory=list)
     # Unbound pods of other schedulers (counted in ``ignored``; ``explain`` can name them).
     others: list[Obj] = field(default_factory=list)
+    # PersistentVolumes, PersistentVolumeClaims, StorageClasses and CSINodes (the volume plugins).
+    storage: Storage = field(default_factory=Storage)
 
 
 def _documents(text: str, source: str) -> Iterator[Any]:
@@ -109,10 +114,13 @@ def sort_objects(objects: list[Obj], scheduler_names: set[str], source: str) -> 
     groups: list[PodGroup] = []
     budgets: list[DisruptionBudget] = []
     selectors = SpreadSelectors()
+    storage = Storage()
     ignored = 0
     for obj in objects:
         kind = obj.get("kind")
-        if kind == "Node":
+        if (str(obj.get("apiVersion")), str(kind)) in STORAGE_OBJECT_KINDS:
+            storage.update(str(kind), obj, deleted=False)
+        elif kind == "Node":
             nodes.append(obj)
         elif kind == "Namespace":
             labels = meta(obj).get("labels") or {}
@@ -139,7 +147,9 @@ def sort_objects(objects: list[Obj], scheduler_names: set[str], source: str) -> 
                 ignored += 1
         else:
             ignored += 1
-    return ClusterFile(nodes, existing, pending, ignored, namespaces, groups, selectors, budgets, others)
+    return ClusterFile(
+        nodes, existing, pending, ignored, namespaces, groups, selectors, budgets, others, storage
+    )
 
 
 def as_pending(cluster: ClusterFile, key: str, profile: str) -> tuple[ClusterFile, str | None]:
@@ -206,6 +216,7 @@ def run_simulation(
     snapshot.namespaces = cluster.namespaces
     snapshot.spread_selectors = cluster.spread_selectors
     snapshot.budgets = cluster.budgets
+    snapshot.storage = cluster.storage
     values = metric_matrix(snapshot, config.metrics, offline)
     bound: dict[str, int] = {}
     for pod in cluster.existing:

@@ -41,6 +41,14 @@ ZONE_LABELS = (
     "topology.kubernetes.io/region",
 )
 _GA_LABEL = {ZONE_LABELS[0]: ZONE_LABELS[2], ZONE_LABELS[1]: ZONE_LABELS[3]}
+# The objects the volume plugins read (list path, apiVersion, kind): run's informers,
+# live explain's lists and cluster files read this list.
+STORAGE_KINDS = (
+    ("/api/v1/persistentvolumes", "v1", "PersistentVolume"),
+    ("/api/v1/persistentvolumeclaims", "v1", "PersistentVolumeClaim"),
+    ("/apis/storage.k8s.io/v1/storageclasses", "storage.k8s.io/v1", "StorageClass"),
+    ("/apis/storage.k8s.io/v1/csinodes", "storage.k8s.io/v1", "CSINode"),
+)
 
 _CODES = _core.VOLUME_CODES
 

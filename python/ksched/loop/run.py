@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from ksched.config import Config
 from ksched.engine.gangs import POD_GROUP_API
 from ksched.engine.podtable import SELECTOR_OWNERS
+from ksched.engine.volumes import STORAGE_KINDS
 from ksched.loop.binder import Binder, report_workers
 from ksched.loop.client import Kube, load_configuration
 from ksched.loop.cycle import Scheduler
@@ -56,13 +57,13 @@ log = logging.getLogger(__name__)
 # Connections beyond the bind and report workers: one watch per informer (thirteen),
 # their relists, the lease, hand-off.
 EXTRA_CONNECTIONS = 24
-# The objects the volume plugins read (list path, kind, slim projection, informer name).
-STORAGE_KINDS = (
-    ("/api/v1/persistentvolumes", "PersistentVolume", slim_volume, "persistentvolumes"),
-    ("/api/v1/persistentvolumeclaims", "PersistentVolumeClaim", slim_claim, "persistentvolumeclaims"),
-    ("/apis/storage.k8s.io/v1/storageclasses", "StorageClass", slim_storage_class, "storageclasses"),
-    ("/apis/storage.k8s.io/v1/csinodes", "CSINode", slim_csi_node, "csinodes"),
-)
+# What the informers keep of each object the volume plugins read.
+STORAGE_SLIM = {
+    "PersistentVolume": slim_volume,
+    "PersistentVolumeClaim": slim_claim,
+    "StorageClass": slim_storage_class,
+    "CSINode": slim_csi_node,
+}
 SYNC_LOG_EVERY_S = 10.0
 
 
@@ -228,8 +229,10 @@ def start(
             for path, api, kind, name in SELECTOR_OWNERS
         ),
         *(
-            Informer(kube, path, slim, scheduler.storage_handler(kind), name=name)
-            for path, kind, slim, name in STORAGE_KINDS
+            Informer(
+                kube, path, STORAGE_SLIM[kind], scheduler.storage_handler(kind), name=path.rsplit("/", 1)[1]
+            )
+            for path, _, kind in STORAGE_KINDS
         ),
     ]
 
