@@ -490,8 +490,10 @@ def _start(
         )
         launcher.wait("kube-scheduler /healthz", lambda: _http_ok(f"https://127.0.0.1:{port}/healthz"))
     if with_controllers:
-        # The workload controllers only (Deployments, ReplicaSets, garbage collection,
-        # namespaces, PodDisruptionBudgets): no node lifecycle, so KWOK nodes stay untainted.
+        # The workload controllers only (Deployments, ReplicaSets, StatefulSets, garbage
+        # collection, namespaces, PodDisruptionBudgets) and the PersistentVolume binder,
+        # which completes the claims a scheduler binds: no node lifecycle, so KWOK nodes
+        # stay untainted. Claims are resynced every second (upstream: 15 s) so tests wait less.
         port = free_port()
         state.ports["kube-controller-manager"] = port
         launcher.start(
@@ -505,8 +507,10 @@ def _start(
                 f"--secure-port={port}",
                 "--leader-elect=false",
                 "--use-service-account-credentials=false",
-                "--controllers=deployment-controller,replicaset-controller,garbage-collector-controller,"
-                "namespace-controller,disruption-controller",
+                "--controllers=deployment-controller,replicaset-controller,statefulset-controller,"
+                "garbage-collector-controller,namespace-controller,disruption-controller,"
+                "persistentvolume-binder-controller",
+                "--pvclaimbinder-sync-period=1s",
             ],
         )
         launcher.wait(
