@@ -283,6 +283,38 @@ RBAC_KINDS = {
 }
 
 
+def _rbac_volume(kube: Kube, storage_class: str, volume: str) -> None:
+    """A WaitForFirstConsumer class without a provisioner and one volume of it, any node."""
+    for path, obj in (
+        (
+            "/apis/storage.k8s.io/v1/storageclasses",
+            {
+                "apiVersion": "storage.k8s.io/v1",
+                "kind": "StorageClass",
+                "metadata": {"name": storage_class},
+                "provisioner": "kubernetes.io/no-provisioner",
+                "volumeBindingMode": "WaitForFirstConsumer",
+            },
+        ),
+        (
+            "/api/v1/persistentvolumes",
+            {
+                "apiVersion": "v1",
+                "kind": "PersistentVolume",
+                "metadata": {"name": volume},
+                "spec": {
+                    "capacity": {"storage": "1Gi"},
+                    "accessModes": ["ReadWriteOnce"],
+                    "storageClassName": storage_class,
+                    "hostPath": {"path": f"/tmp/{volume}"},
+                },
+            },
+        ),
+    ):
+        r = kube.request("POST", path, body=obj)
+        assert r.status in (200, 201, 409), r.data[:300]
+
+
 def assert_service_account_schedules_and_nothing_more(
     cluster: local.ClusterState,
     kube: Kube,
@@ -294,7 +326,8 @@ def assert_service_account_schedules_and_nothing_more(
     """Apply ``rbac`` (namespaced objects already in their namespace), then check with a token
     of its ServiceAccount that reading Secrets and impersonating are refused and that ksched,
     electing itself through ``lease``, binds a pod and writes PodScheduled=False on one that
-    fits nowhere without a single 403. The objects are deleted afterwards."""
+    fits nowhere without a single 403, and binds the volume of a pod with a
+    WaitForFirstConsumer claim. The objects are deleted afterwards."""
     (account,) = [d for d in rbac if d["kind"] == "ServiceAccount"]
     ns, name = account["metadata"]["namespace"], account["metadata"]["name"]
     try:
@@ -322,9 +355,28 @@ def assert_service_account_schedules_and_nothing_more(
         assert as_token(cluster, token, "/api/v1/nodes", {"Impersonate-User": "system:admin"}) == 403
 
         work = namespace(f"{name}-rbac-work")
+        # A pod whose claim ksched binds: the volume verbs (claimRef update, claim reads).
+        volume_class, volume = f"{name}-rbac-local", f"{name}-rbac-volume"
+        _rbac_volume(kube, volume_class, volume)
+        claim = {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "rbac-data", "namespace": work},
+            "spec": {
+                "storageClassName": volume_class,
+                "accessModes": ["ReadWriteOnce"],
+                "resources": {"requests": {"storage": "1Gi"}},
+            },
+        }
+        with_claim = make_pod(
+            "rbac-volume",
+            work,
+            volumes=[{"name": "data", "persistentVolumeClaim": {"claimName": "rbac-data"}}],
+        )
         with ksched(cluster, tmp_path, "as-service-account", lease, kubeconfig=str(kubeconfig)) as k:
             assert wait_for(k.leads, 30), k.output()
-            create(kube, [make_pod("rbac-0", work), make_pod("rbac-big", work, cpu="500")])
+            create(kube, [claim])
+            create(kube, [make_pod("rbac-0", work), make_pod("rbac-big", work, cpu="500"), with_claim])
             assert wait_for(lambda: [p for p in pods_in(kube, work) if p["spec"].get("nodeName")], 30), (
                 k.output()
             )
@@ -339,8 +391,22 @@ def assert_service_account_schedules_and_nothing_more(
                 30,
             )
             assert big, "the PodScheduled condition was written with the service account's rights"
+            assert wait_for(
+                lambda: [
+                    p
+                    for p in pods_in(kube, work)
+                    if p["metadata"]["name"] == "rbac-volume" and p["spec"].get("nodeName")
+                ],
+                60,
+            ), k.output()
+            bound = kube.request("GET", f"/api/v1/namespaces/{work}/persistentvolumeclaims/rbac-data").json()
+            assert bound["spec"].get("volumeName") == volume, (
+                "the claim was bound with the service account's rights"
+            )
             assert "403" not in k.output() and "Forbidden" not in k.output(), k.output()
     finally:
+        kube.request("DELETE", f"/apis/storage.k8s.io/v1/storageclasses/{name}-rbac-local")
+        kube.request("DELETE", f"/api/v1/persistentvolumes/{name}-rbac-volume")
         for doc in reversed(rbac):
             kind, obj = RBAC_KINDS[doc["kind"]], doc["metadata"]["name"]
             kubectl(cluster, "delete", kind, obj, "-n", ns, "--ignore-not-found")
