@@ -11,11 +11,12 @@ import pytest
 import yaml
 
 from ksched.commands.cli import main
-from ksched.config import Config
+from ksched.config import Config, parse_config
 from ksched.engine import Engine
 from ksched.engine.scheduler import Placement, commit_placements
 from ksched.engine.snapshot import build_snapshot
 from ksched.engine.volumes import SELECTED_NODE, ClaimBinding, Storage
+from ksched.errors import ConfigError
 from tests.conftest import node, pod
 
 Obj = dict[str, Any]
@@ -251,3 +252,21 @@ def test_explain_reads_volumes_from_the_cluster_file_and_shows_their_verdicts(
         "reasons": ["node(s) didn't find available persistent volumes to bind"],
     }
     assert filters == {"a": want, "c": want}
+
+
+def test_bind_timeout_is_volume_binding_args() -> None:
+    def config(args: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "apiVersion": "ksched.io/v1alpha1",
+            "kind": "KschedConfiguration",
+            "profiles": [
+                {"schedulerName": "ksched", "pluginConfig": [{"name": "VolumeBinding", "args": args}]}
+            ],
+        }
+
+    assert parse_config(config({})).profiles[0].volume_bind_timeout_s == 600
+    assert parse_config(config({"bindTimeoutSeconds": 30})).profiles[0].volume_bind_timeout_s == 30
+    with pytest.raises(ConfigError, match=r"pluginConfig\[0\]\.args\.bindTimeoutSeconds"):
+        parse_config(config({"bindTimeoutSeconds": -1}))
+    with pytest.raises(ConfigError, match=r"pluginConfig\[0\]\.args"):
+        parse_config(config({"shape": []}))
