@@ -35,7 +35,7 @@ from ksched.engine.pods import PodRequirements, requirements
 from ksched.engine.podtable import Evictable, PendingPod
 from ksched.engine.selectors import prefilter_node_names
 from ksched.engine.snapshot import Snapshot, add_usage
-from ksched.engine.volumes import ClaimBinding, PodVolumes, VolumeColumns, pod_volumes
+from ksched.engine.volumes import NO_VOLUMES, ClaimBinding, PodVolumes, VolumeColumns, pod_volumes
 from ksched.errors import KschedError, MalformedObjectError
 from ksched.objects import Obj, pod_key, stable_key, uses_resource_claims
 
@@ -190,11 +190,15 @@ class Engine:
                     Placement(req.key, None, None, prefilter_error(snapshot.count, AFFINITY_CONFLICT))
                 )
                 continue
-            volumes = pod_volumes(
-                snapshot.storage,
-                req.claims,
-                binding="VolumeBinding" in self.profile.filters,
-                zone="VolumeZone" in self.profile.filters,
+            volumes = (
+                pod_volumes(
+                    snapshot.storage,
+                    req.claims,
+                    binding="VolumeBinding" in self.profile.filters,
+                    zone="VolumeZone" in self.profile.filters,
+                )
+                if req.claims
+                else NO_VOLUMES
             )
             if isinstance(volumes, str):
                 results.append(Placement(req.key, None, None, prefilter_error(snapshot.count, volumes)))
@@ -236,10 +240,16 @@ class Engine:
         Only the call itself counts as the batch's Rust time: its inputs are built first."""
         rows = batch.rows
         hp = [p for r in rows for p in r.ports]
-        batch.volumes = VolumeColumns(snapshot.storage, snapshot.index, snapshot.strings, batch.classes.term)
-        for r in rows:
-            batch.volumes.add(r.volumes)
-        volumes = batch.volumes.arrays()
+        # Pods without claims (most batches hold none) cost nothing here.
+        batch.volumes = None
+        volumes = None
+        if any(not r.volumes.empty for r in rows):
+            batch.volumes = VolumeColumns(
+                snapshot.storage, snapshot.index, snapshot.strings, batch.classes.term
+            )
+            for r in rows:
+                batch.volumes.add(r.volumes)
+            volumes = batch.volumes.arrays()
         table = snapshot.pods.engine_table(
             [
                 PendingPod(r.req.info, r.default_spread, self.profile.spread_system_defaulted)
@@ -352,7 +362,7 @@ class _Row:
     images: list[int]
     # The profile's default spread constraints, for a pod without constraints of its own.
     default_spread: tuple[SpreadConstraint, ...] = ()
-    volumes: PodVolumes = field(default_factory=PodVolumes)
+    volumes: PodVolumes = NO_VOLUMES
 
 
 _Parsed = tuple[int, Obj, PodRequirements | MalformedObjectError]

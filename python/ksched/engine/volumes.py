@@ -211,6 +211,10 @@ class PodVolumes:
         return not self.claims and not self.zones
 
 
+# A pod without claims.
+NO_VOLUMES = PodVolumes()
+
+
 def _is_bound(claim: Obj) -> bool:
     """Upstream ``isPVCFullyBound``: a volume name and the bind-completed annotation."""
     return bool(spec(claim).get("volumeName")) and BIND_COMPLETED in (meta(claim).get("annotations") or {})
@@ -317,7 +321,7 @@ def pod_volumes(
     """A pending pod's claims for the engine, or the PreFilter message that rejects it.
     ``binding`` and ``zone``: whether VolumeBinding and VolumeZone run."""
     if not claims or not (binding or zone):
-        return PodVolumes()
+        return NO_VOLUMES
     if binding:
         error = _claim_errors(storage, claims)
         if error is not None:
