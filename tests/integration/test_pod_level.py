@@ -8,6 +8,7 @@ the all-or-nothing placement of gangs, judged from what the API server says.
 from __future__ import annotations
 
 import collections
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -244,6 +245,112 @@ def test_preemption_evicts_a_lower_priority_pod_and_the_preemptor_binds_there(
         kube.request("DELETE", f"/api/v1/nodes/{node}")
         for name in classes:
             kube.request("DELETE", f"/apis/scheduling.k8s.io/v1/priorityclasses/{name}")
+
+
+HOLD = "ksched.io/test-hold"
+
+
+def test_a_preemptor_waits_for_its_victims_and_then_takes_its_nominated_node(
+    cluster: local.ClusterState, kube: Kube, tmp_path: Path, namespace: Namespaces
+) -> None:
+    """Upstream's evaluateNominatedNode: once its victims are gone, the preemptor goes to
+    the node it was nominated to although another node has become emptier meanwhile."""
+    ns = namespace("podlevel-nominated")
+    a, b = "nominated-node-a", "nominated-node-b"
+    classes = {"ksched-test-nom-low": 10, "ksched-test-nom-high": 1000}
+    for klass, value in classes.items():
+        kube.request(
+            "POST",
+            "/apis/scheduling.k8s.io/v1/priorityclasses",
+            body={
+                "apiVersion": "scheduling.k8s.io/v1",
+                "kind": "PriorityClass",
+                "metadata": {"name": klass},
+                "value": value,
+            },
+        )
+    taint = {"key": "ksched-test", "value": "nominated", "effect": "NoSchedule"}
+    create(
+        kube,
+        [
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {
+                    "name": node,
+                    "annotations": {local.FAKE_NODE_ANNOTATION: "fake"},
+                    "labels": {"kubernetes.io/hostname": node, "ksched-test": "nominated"},
+                },
+                "spec": {"taints": [taint]},
+                "status": {"allocatable": {"cpu": "4", "memory": "16Gi", "pods": "110"}},
+            }
+            for node in (a, b)
+        ],
+    )
+    toleration = [{"key": "ksched-test", "operator": "Equal", "value": "nominated", "effect": "NoSchedule"}]
+
+    def pod(name: str, cpu: str, klass: str, node: str | None) -> Obj:
+        p = make_pod(name, ns, cpu, "256Mi")
+        p["spec"].update(priorityClassName=klass, tolerations=toleration, terminationGracePeriodSeconds=0)
+        if node:
+            p["spec"]["nodeName"] = node
+        else:
+            p["spec"]["nodeSelector"] = {"ksched-test": "nominated"}
+        return p
+
+    def get(name: str) -> Obj:
+        r = kube.request("GET", f"/api/v1/namespaces/{ns}/pods/{name}")
+        return r.json() if r.ok else {}
+
+    low, high = classes
+    # Node a: 1 cpu that stays and a 2-cpu victim held in deletion by a finalizer;
+    # node b: 3 cpu of the preemptor's own priority (not evictable). The 2-cpu
+    # preemptor fits neither, so it evicts the victim and is nominated to a.
+    victim = pod("low-0", "2", low, a)
+    victim["metadata"]["finalizers"] = [HOLD]
+    try:
+        assert wait_for(lambda: _node_ready(kube, a) and _node_ready(kube, b), 30)
+        create(kube, [pod("keep-0", "1", high, a), victim, pod("mid-0", "3", high, b)])
+        assert wait_for(lambda: all(_running(kube, ns, n) for n in ("keep-0", "low-0", "mid-0")), 30)
+        with ksched(cluster, tmp_path, "nominated", {"leaderElect": False}) as k:
+            assert wait_for(lambda: k.get("/readyz")[0] == 200, 30), k.output()
+            create(kube, [pod("urgent-0", "2", high, None)])
+            nominated = wait_for(lambda: (get("urgent-0").get("status") or {}).get("nominatedNodeName"), 30)
+            assert nominated == a, k.output()
+            deleting = wait_for(
+                lambda: get("low-0")["metadata"].get("deletionTimestamp") and get("low-0"), 20
+            )
+            assert deleting, k.output()
+            target = [c for c in deleting["status"]["conditions"] if c["type"] == "DisruptionTarget"]
+            assert [(c["status"], c["reason"]) for c in target] == [("True", "PreemptionByScheduler")]
+            # While its victim terminates the preemptor waits on its nominated node.
+            time.sleep(2)
+            assert not get("urgent-0")["spec"].get("nodeName")
+            assert get("urgent-0")["status"]["nominatedNodeName"] == a
+        # ksched is stopped while the victim goes and node b empties: when it starts
+        # again, b is the emptier node, yet the nominated node a is tried first and fits.
+        kube.request("DELETE", f"/api/v1/namespaces/{ns}/pods/mid-0", query={"gracePeriodSeconds": 0})
+        kube.request(
+            "PATCH",
+            f"/api/v1/namespaces/{ns}/pods/low-0",
+            body={"metadata": {"finalizers": None}},
+            content_type="application/merge-patch+json",
+        )
+        assert wait_for(lambda: not get("low-0") and not get("mid-0"), 30)
+        with ksched(cluster, tmp_path, "nominated-again", {"leaderElect": False}) as k:
+            assert wait_for(lambda: _bound(kube, ns).get("urgent-0"), 30), k.output()
+            assert _bound(kube, ns)["urgent-0"] == a, "its nominated node, not the emptier one"
+    finally:
+        kube.request(
+            "PATCH",
+            f"/api/v1/namespaces/{ns}/pods/low-0",
+            body={"metadata": {"finalizers": None}},
+            content_type="application/merge-patch+json",
+        )
+        for node in (a, b):
+            kube.request("DELETE", f"/api/v1/nodes/{node}")
+        for klass in classes:
+            kube.request("DELETE", f"/apis/scheduling.k8s.io/v1/priorityclasses/{klass}")
 
 
 def _node_ready(kube: Kube, name: str) -> bool:
