@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from ksched.commands.bench import run_preemption_bench
 from ksched.config import Config
 from ksched.engine import Engine
 from ksched.engine.snapshot import build_snapshot
@@ -112,3 +113,10 @@ def test_the_informers_keep_what_terminating_by_preemption_reads() -> None:
     assert not terminating_by_preemption(slim_pod(p)), "the first DisruptionTarget decides, as upstream"
     p = victim("v", True, [scheduled, PREEMPTED])
     assert terminating_by_preemption(slim_pod(p))
+
+
+def test_preemption_bench_places_every_preemptor_where_it_was_nominated() -> None:
+    # PreemptionBasic at 20 nodes: each 3-cpu pod evicts 3 of the 4 low pods on a
+    # node, and is placed on that node once they are gone; one preemptor per node.
+    figures = run_preemption_bench(20, seed=1, batch_size=8)
+    assert (figures.placed, figures.pods, figures.init_pods) == (20, 20, 80)

@@ -189,10 +189,13 @@ def _explain(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from ksched.commands.bench import run_bench, run_pod_level_bench
+    from ksched.commands.bench import PREEMPTION, run_bench, run_pod_level_bench, run_preemption_bench
 
     if args.workload != "mixed":
-        w = run_pod_level_bench(args.workload, args.nodes, args.seed, args.batch_size, args.scale)
+        if args.workload == PREEMPTION:
+            w = run_preemption_bench(args.nodes, args.seed, args.batch_size, args.scale)
+        else:
+            w = run_pod_level_bench(args.workload, args.nodes, args.seed, args.batch_size, args.scale)
         if args.json:
             print(json.dumps(w.as_json(), indent=2))
             return EXIT_OK
@@ -201,7 +204,8 @@ def _bench(args: argparse.Namespace) -> int:
             f"{w.pods} timed, batch {args.batch_size}"
         )
         _print_run_figures(w, w.pods)
-        print(f"  kube-scheduler  scheduler_perf threshold at this size: {w.threshold:g} pods/s")
+        if w.threshold is not None:
+            print(f"  kube-scheduler  scheduler_perf threshold at this size: {w.threshold:g} pods/s")
         return EXIT_OK
 
     f = run_bench(
@@ -379,13 +383,16 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--json", action="store_true", help="print figures as JSON (key pods_per_s)")
     b.add_argument(
         "--workload",
-        choices=("mixed", "anti-affinity", "preferred-affinity", "spread"),
+        choices=("mixed", "anti-affinity", "preferred-affinity", "spread", "preemption"),
         default="mixed",
         help="mixed (default): node-level constraints and metrics; the others mirror kube-scheduler's "
-        "scheduler_perf pod-level cases (required anti-affinity, preferred affinity, topology spread)",
+        "scheduler_perf cases (required anti-affinity, preferred affinity, topology spread, PreemptionBasic)",
     )
     b.add_argument(
-        "--scale", type=float, default=1.0, help="pod-level workloads: multiply their pod counts (default 1)"
+        "--scale",
+        type=float,
+        default=1.0,
+        help="pod-level and preemption workloads: multiply their pod counts (default 1)",
     )
     b.set_defaults(func=_bench)
 

@@ -1,6 +1,7 @@
 //! DefaultPreemption (PostFilter), as upstream (`plugins/defaultpreemption`
-//! and `framework/preemption`): for a pod that fits nowhere, on every node
-//! whose failure removing pods could resolve, remove the pods of lower
+//! and `framework/preemption`): for a pod that fits nowhere, on the nodes
+//! whose failure removing pods could resolve (a sample of them: from a
+//! random offset until `num_candidates` are found), remove the pods of lower
 //! priority, check the pod fits, then reprieve as many as possible (PodDisruptionBudget
 //! violators first, higher priority first); pick the node with the fewest
 //! PDB violations, then the lowest highest victim priority, the lowest sum of
@@ -8,6 +9,20 @@
 //! victims, then the first node.
 
 use crate::model::{row, Victims, FIRST_SCALAR};
+
+/// Upstream DefaultPreemptionArgs defaults: the dry run stops once it has found
+/// candidates on this share of the potential nodes (percent)...
+pub const MIN_CANDIDATE_NODES_PERCENTAGE: usize = 10;
+/// ...or at least this many, so small clusters are searched whole.
+pub const MIN_CANDIDATE_NODES_ABSOLUTE: usize = 100;
+
+/// Upstream `calculateNumCandidates`: how many candidates the dry run looks for
+/// among `potential` nodes (never more than there are).
+pub fn num_candidates(potential: usize) -> usize {
+    (potential * MIN_CANDIDATE_NODES_PERCENTAGE / 100)
+        .max(MIN_CANDIDATE_NODES_ABSOLUTE)
+        .min(potential)
+}
 
 /// Upstream `MoreImportantPod`: higher priority, then earlier start.
 fn more_important(v: &Victims, a: usize, b: usize) -> std::cmp::Ordering {
@@ -116,6 +131,21 @@ pub fn counted(request: &[i64], column: usize) -> bool {
 mod tests {
     use super::*;
     use crate::test_support::{OwnedVictims, TestVictim};
+
+    #[test]
+    fn num_candidates_as_upstream() {
+        // Upstream TestCalculateNumCandidates (default args: 10 %, at least 100).
+        for (name, potential, want) in [
+            ("fewer nodes than the minimum: all", 10, 10),
+            ("the minimum", 100, 100),
+            ("10 % below the minimum", 500, 100),
+            ("10 % above the minimum", 5000, 500),
+            ("10 % rounds down", 2345, 234),
+            ("none", 0, 0),
+        ] {
+            assert_eq!(num_candidates(potential), want, "{name}");
+        }
+    }
 
     /// Victims on one node with the given priorities, start times and PodDisruptionBudgets.
     fn victims(priorities: &[i64], starts: &[i64], pdbs: &[Vec<i64>], pdb_allowed: Vec<i64>) -> OwnedVictims {

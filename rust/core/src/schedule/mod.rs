@@ -269,7 +269,7 @@ fn schedule_on_this_thread(
             None => {
                 outcome.nodes.push(UNSCHEDULABLE);
                 outcome.scores.push(f64::NAN);
-                if let Some(c) = engine.preempt(&state, cache, &pod, sig) {
+                if let Some(c) = engine.preempt(&state, cache, &pod, sig, options.seed) {
                     nominated = c.node as i64;
                     for &v in &c.victims {
                         state.taken[v] = true;

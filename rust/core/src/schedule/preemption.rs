@@ -7,6 +7,7 @@ use std::collections::HashSet;
 
 use super::engine::{Engine, PodView};
 use super::filtering::ClassCache;
+use super::select::splitmix64;
 use super::signature::SignatureCache;
 use super::state::BatchState;
 use crate::model::{row, Victims};
@@ -23,6 +24,7 @@ impl Engine<'_, '_> {
         cache: &ClassCache,
         pod: &PodView,
         sig: &SignatureCache,
+        seed: u64,
     ) -> Option<default_preemption::Candidate> {
         let pre = self.pods.preemption.as_ref()?;
         if !self.profile.preemption || pre.allowed[pod.index] == 0 {
@@ -47,16 +49,30 @@ impl Engine<'_, '_> {
                 pdb_violations: 0,
             });
         }
+        // Upstream findCandidates and DryRunPreemption: the nodes whose failure evicting
+        // pods could resolve, tried from a random offset (the seeded tie-break's hash, so
+        // reproducible) until candidates are found on `num_candidates` of them, at least one
+        // of which violates no PodDisruptionBudget.
+        let potential: Vec<usize> = (0..self.nodes.count)
+            .filter(|&node| matches!(sig.first_reason(node, self.resources), Some(code) if registry::resolvable(code, self.resources)))
+            .collect();
+        if potential.is_empty() {
+            return None;
+        }
+        let wanted = default_preemption::num_candidates(potential.len());
+        let offset = (splitmix64(seed ^ splitmix64(self.pods.keys[pod.index])) % potential.len() as u64) as usize;
         let mut candidates = Vec::new();
-        for node in 0..self.nodes.count {
-            match sig.first_reason(node, self.resources) {
-                Some(code) if registry::resolvable(code, self.resources) => {}
-                _ => continue,
-            }
+        let mut non_violating = 0;
+        for i in 0..potential.len() {
+            let node = potential[(offset + i) % potential.len()];
             let on_node: Vec<usize> = state.victims_on[node].iter().copied().filter(|&i| !state.taken[i]).collect();
             let mut fits = |removed: &[usize]| self.fits_without(state, cache, pod, node, removed, v);
             if let Some(c) = default_preemption::select_victims(v, node, &on_node, pod.priority, &mut fits) {
+                non_violating += usize::from(c.pdb_violations == 0);
                 candidates.push(c);
+                if non_violating > 0 && candidates.len() >= wanted {
+                    break;
+                }
             }
         }
         let best = default_preemption::pick(v, &candidates)?;

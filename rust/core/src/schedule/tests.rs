@@ -545,3 +545,63 @@ fn batch_never_gives_one_volume_twice() {
     assert_ne!(out.nodes[3], UNSCHEDULABLE);
     assert_eq!(out.volume_offsets, vec![0, 1, 2, 2, 2]);
 }
+
+#[test]
+fn preemption_samples_candidates_from_a_seeded_offset() {
+    // 300 full nodes, each with one evictable pod of priority 5; one node's pod
+    // has priority 1 (the better candidate). Upstream's dry run starts at a
+    // random offset and stops after num_candidates(300) = 100 candidates: a
+    // better node beyond them is never seen.
+    const N: usize = 300;
+    let mut b = NodeBuilder::default();
+    for _ in 0..N {
+        b.node(|n| {
+            n.requested[CPU] = 4000;
+            n.pod_count = 1;
+        });
+    }
+    let nodes = b.build();
+    let mut classes = OwnedClasses::default();
+    classes.add(|_| {});
+    let owned = OwnedPods::new(&[pod(1000, 42)]);
+    let seed = 7;
+    let offset = (select::splitmix64(seed ^ select::splitmix64(42)) % N as u64) as usize;
+    // (name, distance from the offset of the cheaper victim's node, want the nominated node at distance)
+    let cases = [
+        ("cheaper node inside the sample", 50, 50),
+        ("cheaper node beyond the sample: the first candidate", 200, 0),
+        ("cheaper node is the last of the sample", 99, 99),
+        ("cheaper node just past the sample", 100, 0),
+    ];
+    for (name, cheaper_at, want_at) in cases {
+        let cheaper = (offset + cheaper_at) % N;
+        let victims: Vec<TestVictim> = (0..N)
+            .map(|node| TestVictim {
+                row: -1,
+                node: node as i64,
+                priority: if node == cheaper { 1 } else { 5 },
+                request: vec![4000],
+                ..TestVictim::default()
+            })
+            .collect();
+        let owned_victims = OwnedVictims::new(&victims, 4, vec![]);
+        let mut pods = owned.view();
+        pods.preemption = Some(crate::model::Preemption {
+            priorities: &[10],
+            allowed: &[1],
+            nominated: &[-1],
+            victims: owned_victims.view(),
+            reservations: crate::model::Reservations {
+                nodes: &[],
+                priorities: &[],
+                requests: &[],
+            },
+        });
+        let options = ScheduleOptions {
+            seed,
+            ..ScheduleOptions::default()
+        };
+        let out = schedule_batch(&nodes.view(), &classes.view(), &pods, &no_metrics(), &Profile::default(), &options).unwrap();
+        assert_eq!(out.nominated[0], ((offset + want_at) % N) as i64, "{name}");
+    }
+}
