@@ -49,6 +49,13 @@ MAX_UTILIZATION = 100
 MAX_WEIGHT = 100
 # Upstream VolumeBindingArgs.bindTimeoutSeconds default.
 DEFAULT_BIND_TIMEOUT_S = 600
+# Upstream ValidateLabelName (a qualified name: optional DNS subdomain prefix, then a name).
+_LABEL_NAME = re.compile(
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)$"
+)
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+NODE_SELECTOR_OPERATORS = tuple(_core.SELECTOR_OPERATORS)
 # The client's leaderelection requires renewDeadline > 1.2 x retryPeriod (its jitter factor).
 LEADER_JITTER = 1.2
 
@@ -95,6 +102,16 @@ class ProfileConfig:
     spread_system_defaulted: bool = True
     # VolumeBindingArgs.bindTimeoutSeconds: how long binding waits for a pod's claims to be bound.
     volume_bind_timeout_s: int = DEFAULT_BIND_TIMEOUT_S
+    # NodeResourcesFit args: extended resources (by name, and by the part of the
+    # name before "/") its filter does not check.
+    fit_ignored_resources: tuple[str, ...] = ()
+    fit_ignored_groups: tuple[str, ...] = ()
+    # NodeAffinity args: ``addedAffinity`` (a nodeAffinity object, validated),
+    # required of and preferred for every pod of the profile.
+    added_affinity: Obj | None = None
+    # InterPodAffinity args: a pod without preferred pod (anti-)affinity terms
+    # is not scored by the existing pods' terms.
+    ignore_preferred_terms_of_existing_pods: bool = False
 
 
 @dataclass(frozen=True)
@@ -265,6 +282,76 @@ def _resources(obj: Any, path: str) -> tuple[tuple[str, int], ...]:
     return tuple(out)
 
 
+def _label_names(obj: Any, path: str, groups: bool = False) -> tuple[str, ...]:
+    """NodeResourcesFitArgs ``ignoredResources`` / ``ignoredResourceGroups`` (upstream validation)."""
+    out = []
+    for i, name in enumerate(_list(obj, path)):
+        p = f"{path}[{i}]"
+        if not isinstance(name, str):
+            raise ConfigError(f"{p}: must be a string")
+        if groups and "/" in name:
+            raise ConfigError(f"{p}: {name!r}: resource group name can't contain '/'")
+        if len(name.rpartition("/")[2]) > 63 or not _LABEL_NAME.match(name):
+            raise ConfigError(
+                f"{p}: {name!r} is not a valid resource name (a qualified name, e.g. example.com/gpu)"
+            )
+        out.append(name)
+    return tuple(out)
+
+
+def _node_selector_term(obj: Any, path: str) -> None:
+    """One node selector term as upstream's ``NewNodeSelector`` accepts it: every
+    requirement must parse (addedAffinity is checked strictly, unlike pods' terms)."""
+    _keys(obj, path, ("matchExpressions", "matchFields"))
+    for part in ("matchExpressions", "matchFields"):
+        for i, r in enumerate(_list(obj.get(part) or [], f"{path}.{part}")):
+            p = f"{path}.{part}[{i}]"
+            _keys(r, p, ("key", "operator", "values"), ("key", "operator"))
+            key = _str(r["key"], f"{p}.key")
+            op = _str(
+                r["operator"],
+                f"{p}.operator",
+                ("In", "NotIn") if part == "matchFields" else NODE_SELECTOR_OPERATORS,
+            )
+            values = _list(r.get("values") or [], f"{p}.values")
+            if not all(isinstance(v, str) for v in values):
+                raise ConfigError(f"{p}.values: must be a list of strings")
+            if part == "matchFields":
+                if key != "metadata.name" or len(values) != 1:
+                    raise ConfigError(f"{p}: a field selector takes key metadata.name and exactly one value")
+            elif op in ("In", "NotIn"):
+                bad = [v for v in values if len(v) > 63 or not _LABEL_VALUE.match(v)]
+                if not values or bad:
+                    raise ConfigError(
+                        f"{p}.values: {op} takes one or more valid label values (invalid: {bad})"
+                    )
+            elif op in ("Exists", "DoesNotExist") and values:
+                raise ConfigError(f"{p}.values: {op} takes no values")
+            elif op in ("Gt", "Lt") and (len(values) != 1 or not re.match(r"^[+-]?\d+$", values[0])):
+                raise ConfigError(f"{p}.values: {op} takes exactly one integer value")
+
+
+def _added_affinity(obj: Any, path: str) -> Obj:
+    """NodeAffinityArgs ``addedAffinity``: a nodeAffinity with required and preferred terms."""
+    required_key = "requiredDuringSchedulingIgnoredDuringExecution"
+    preferred_key = "preferredDuringSchedulingIgnoredDuringExecution"
+    _keys(obj, path, (required_key, preferred_key))
+    if required_key in obj:
+        rp = f"{path}.{required_key}"
+        required = _keys(obj[required_key], rp, ("nodeSelectorTerms",), ("nodeSelectorTerms",))
+        terms = _list(required["nodeSelectorTerms"], f"{rp}.nodeSelectorTerms")
+        if not terms:
+            raise ConfigError(f"{rp}.nodeSelectorTerms: must have at least one term")
+        for i, t in enumerate(terms):
+            _node_selector_term(t, f"{rp}.nodeSelectorTerms[{i}]")
+    for i, t in enumerate(_list(obj.get(preferred_key) or [], f"{path}.{preferred_key}")):
+        p = f"{path}.{preferred_key}[{i}]"
+        _keys(t, p, ("weight", "preference"), ("weight", "preference"))
+        _int(t["weight"], f"{p}.weight", 1, MAX_WEIGHT)
+        _node_selector_term(t["preference"], f"{p}.preference")
+    return dict(obj)
+
+
 def _spread_defaults(args: Any, path: str) -> tuple[tuple[tuple[str, int, bool], ...], bool]:
     """PodTopologySpreadArgs: the default constraints, and whether they are the system's."""
     _keys(args, path, ("defaultingType", "defaultConstraints"))
@@ -328,6 +415,10 @@ def _profile(obj: Any, path: str) -> ProfileConfig:
     spread_defaults: tuple[tuple[str, int, bool], ...] = SYSTEM_DEFAULT_SPREAD
     system_defaulted = True
     bind_timeout = DEFAULT_BIND_TIMEOUT_S
+    ignored: tuple[str, ...] = ()
+    ignored_groups: tuple[str, ...] = ()
+    added_affinity: Obj | None = None
+    ignore_existing = False
     for i, pc in enumerate(_list(obj.get("pluginConfig") or [], f"{path}.pluginConfig")):
         p = f"{path}.pluginConfig[{i}]"
         _keys(pc, p, ("name", "args"), ("name",))
@@ -337,6 +428,7 @@ def _profile(obj: Any, path: str) -> ProfileConfig:
             (
                 "NodeResourcesFit",
                 "NodeResourcesBalancedAllocation",
+                "NodeAffinity",
                 "InterPodAffinity",
                 "PodTopologySpread",
                 "VolumeBinding",
@@ -355,12 +447,24 @@ def _profile(obj: Any, path: str) -> ProfileConfig:
         elif plugin == "PodTopologySpread":
             spread_defaults, system_defaulted = _spread_defaults(args, f"{p}.args")
         elif plugin == "InterPodAffinity":
-            _keys(args, f"{p}.args", ("hardPodAffinityWeight",))
+            _keys(args, f"{p}.args", ("hardPodAffinityWeight", "ignorePreferredTermsOfExistingPods"))
             hard_weight = _int(
                 args.get("hardPodAffinityWeight", 1), f"{p}.args.hardPodAffinityWeight", 0, MAX_WEIGHT
             )
+            ignore_existing = _bool(
+                args.get("ignorePreferredTermsOfExistingPods", False),
+                f"{p}.args.ignorePreferredTermsOfExistingPods",
+            )
+        elif plugin == "NodeAffinity":
+            _keys(args, f"{p}.args", ("addedAffinity",))
+            if args.get("addedAffinity") is not None:
+                added_affinity = _added_affinity(args["addedAffinity"], f"{p}.args.addedAffinity")
         elif plugin == "NodeResourcesFit":
-            _keys(args, f"{p}.args", ("scoringStrategy",))
+            _keys(args, f"{p}.args", ("scoringStrategy", "ignoredResources", "ignoredResourceGroups"))
+            ignored = _label_names(args.get("ignoredResources") or [], f"{p}.args.ignoredResources")
+            ignored_groups = _label_names(
+                args.get("ignoredResourceGroups") or [], f"{p}.args.ignoredResourceGroups", groups=True
+            )
             s = _keys(
                 args.get("scoringStrategy") or {},
                 f"{p}.args.scoringStrategy",
@@ -405,6 +509,10 @@ def _profile(obj: Any, path: str) -> ProfileConfig:
         spread_defaults,
         system_defaulted,
         bind_timeout,
+        fit_ignored_resources=ignored,
+        fit_ignored_groups=ignored_groups,
+        added_affinity=added_affinity,
+        ignore_preferred_terms_of_existing_pods=ignore_existing,
     )
 
 

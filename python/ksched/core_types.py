@@ -110,6 +110,8 @@ class ClassTable(TypedDict):
     has_prefilter: U8
     prefilter_offsets: I64
     prefilter_nodes: I64
+    # The profile's NodeAffinity addedAffinity required terms (ORed), for every class.
+    enforced_terms: I64
     term_offsets: I64
     term_weights: I64
     req_keys: I32
@@ -264,11 +266,15 @@ class Profile(TypedDict):
     # Score weight per scoring plugin (a plugin left out does not score).
     weights: dict[str, int]
     hard_pod_affinity_weight: int
+    # InterPodAffinity's ignorePreferredTermsOfExistingPods.
+    ignore_preferred_terms_of_existing_pods: bool
     fit_strategy: Strategy
     # RequestedToCapacityRatio's shape: (utilization 0..100, score 0..10) points.
     shape: list[tuple[int, int]]
     # (resource column, weight) scored by NodeResourcesFit.
     fit_resources: list[tuple[int, int]]
+    # Resource columns NodeResourcesFit's filter does not check (ignoredResources, ignoredResourceGroups).
+    fit_ignored: list[int]
     # Resource columns scored by NodeResourcesBalancedAllocation.
     balanced_resources: list[int]
     # DefaultPreemption (PostFilter).

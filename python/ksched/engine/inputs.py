@@ -72,6 +72,12 @@ class ClassColumns:
     prefilter_offsets: list[int] = field(default_factory=lambda: [0])
     prefilter_nodes: list[int] = field(default_factory=list)
     terms: _Terms = field(default_factory=_Terms)
+    # The profile's addedAffinity required terms, and their term ids.
+    enforced: tuple[Term, ...] = ()
+    enforced_terms: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.enforced_terms = [self._term(term) for term in self.enforced]
 
     def _term(self, term: Term, weight: int = 0) -> int:
         t, s = self.terms, self.snapshot.strings
@@ -135,6 +141,7 @@ class ClassColumns:
             "has_prefilter": _u8(self.has_prefilter),
             "prefilter_offsets": i64(self.prefilter_offsets),
             "prefilter_nodes": i64(self.prefilter_nodes),
+            "enforced_terms": i64(self.enforced_terms),
             "term_offsets": i64(t.offsets),
             "term_weights": i64(t.weights),
             "req_keys": _i32(t.keys),
@@ -163,16 +170,29 @@ def metric_specs(metrics: Sequence[MetricConfig], snapshot: Snapshot) -> list[Me
     ]
 
 
+def is_extended_resource(name: str) -> bool:
+    """Upstream ``IsExtendedResourceName``: a qualified name outside ``kubernetes.io``."""
+    return "/" in name and "kubernetes.io/" not in name and not name.startswith("requests.")
+
+
 def engine_profile(p: ProfileConfig, snapshot: Snapshot) -> Profile:
     """The profile with plugins by registry name and resources by the snapshot's columns."""
     res = snapshot.resources
+    ignored = set(p.fit_ignored_resources)
+    groups = set(p.fit_ignored_groups)
     return {
         "filters": list(p.filters),
         "weights": dict(p.weights),
         "hard_pod_affinity_weight": p.hard_pod_affinity_weight,
+        "ignore_preferred_terms_of_existing_pods": p.ignore_preferred_terms_of_existing_pods,
         "fit_strategy": cast(Strategy, p.fit_strategy),
         "shape": list(p.shape),
         "fit_resources": [(res(name), w) for name, w in p.fit_resources],
+        "fit_ignored": [
+            c
+            for c, name in enumerate(res.names)
+            if is_extended_resource(name) and (name in ignored or name.partition("/")[0] in groups)
+        ],
         "balanced_resources": [res(name) for name in p.balanced_resources],
         "preemption": p.preemption,
     }

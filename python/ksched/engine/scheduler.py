@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
@@ -33,7 +33,7 @@ from ksched.engine.messages import (
 from ksched.engine.pod_level import SpreadConstraint
 from ksched.engine.pods import PodRequirements, requirements
 from ksched.engine.podtable import Evictable, PendingPod
-from ksched.engine.selectors import prefilter_node_names
+from ksched.engine.selectors import added_affinity, prefilter_node_names
 from ksched.engine.snapshot import Snapshot, add_usage
 from ksched.engine.volumes import NO_VOLUMES, ClaimBinding, PodVolumes, VolumeColumns, pod_volumes
 from ksched.errors import KschedError, MalformedObjectError
@@ -116,6 +116,8 @@ class Engine:
             )
         self.config = config
         self.profile = chosen
+        # NodeAffinity's addedAffinity: required of every pod (its own reason), preferred merged into each pod's.
+        self.enforced, self.added_preferred = added_affinity(chosen.added_affinity)
         self.seed = seed
         self.parallel = parallel
 
@@ -169,7 +171,8 @@ class Engine:
         )
         res = snapshot.resources
         batch = _Batch(
-            ClassColumns(snapshot), ReasonNames(res.names, [(m.name, m.above, m.below) for m in metrics])
+            ClassColumns(snapshot, enforced=self.enforced or ()),
+            ReasonNames(res.names, [(m.name, m.above, m.below) for m in metrics]),
         )
         results = batch.results
         for _, pod, req in parsed:
@@ -213,7 +216,12 @@ class Engine:
                     slot=len(results),
                     req=req,
                     requests=request_row,
-                    klass=batch.classes.class_of(req.constraints, prefilter),
+                    klass=batch.classes.class_of(
+                        replace(req.constraints, preferred=req.constraints.preferred + self.added_preferred)
+                        if self.added_preferred
+                        else req.constraints,
+                        prefilter,
+                    ),
                     ports=[
                         (_core.PROTOCOLS[p.protocol], snapshot.strings(p.ip), p.port) for p in req.host_ports
                     ],

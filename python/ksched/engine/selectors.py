@@ -16,6 +16,7 @@ from typing import Any
 
 from ksched import _core
 from ksched.errors import MalformedObjectError
+from ksched.objects import Obj
 
 # A pod whose selectors or label sets exceed this is rejected as malformed
 # rather than slowing every node's filter (the API server caps labels far below this).
@@ -145,6 +146,28 @@ def prefilter_node_names(required: Iterable[Term] | None) -> set[str] | None:
             return None
         names |= term_names
     return names
+
+
+def added_affinity(raw: Obj | None) -> tuple[tuple[Term, ...] | None, tuple[tuple[int, Term], ...]]:
+    """NodeAffinityArgs ``addedAffinity`` (validated with the configuration) as
+    required terms (None: none) and weighted preferred terms."""
+    if raw is None:
+        return None, ()
+    field = "addedAffinity"
+    required_raw = raw.get("requiredDuringSchedulingIgnoredDuringExecution")
+    required = (
+        None
+        if required_raw is None
+        else tuple(
+            node_selector_term(field, f"{field}.required[{i}]", t)
+            for i, t in enumerate(required_raw["nodeSelectorTerms"])
+        )
+    )
+    preferred = tuple(
+        (int(p["weight"]), node_selector_term(field, f"{field}.preferred[{i}]", p["preference"]))
+        for i, p in enumerate(raw.get("preferredDuringSchedulingIgnoredDuringExecution") or [])
+    )
+    return required, preferred
 
 
 # -- pod-level constraints (InterPodAffinity, PodTopologySpread) ---------------

@@ -257,6 +257,7 @@ pub struct PodContext<'a, 'b> {
     pub index: usize,
     pub include: &'a (dyn Fn(usize, usize) -> bool + Sync),
     pub hard_pod_affinity_weight: i64,
+    pub ignore_preferred_terms_of_existing_pods: bool,
 }
 
 impl<'a, 'b> PodContext<'a, 'b> {
@@ -307,6 +308,7 @@ pub fn prescore(id: PluginId, ctx: &PodContext, out: &mut PreScore) {
                 ctx.affine,
                 ctx.row,
                 ctx.hard_pod_affinity_weight,
+                ctx.ignore_preferred_terms_of_existing_pods,
             )
         }
         PluginId::NodeUnschedulable

@@ -41,8 +41,10 @@ pub fn profile(d: &Bound<'_, PyDict>) -> PyResult<Profile> {
         filter,
         weight,
         hard_pod_affinity_weight: value(WHAT, d, "hard_pod_affinity_weight")?,
+        ignore_preferred_terms_of_existing_pods: value(WHAT, d, "ignore_preferred_terms_of_existing_pods")?,
         fit_strategy,
         fit_resources: value(WHAT, d, "fit_resources")?,
+        fit_ignored: value(WHAT, d, "fit_ignored")?,
         balanced_resources: value(WHAT, d, "balanced_resources")?,
         preemption: value(WHAT, d, "preemption")?,
     })

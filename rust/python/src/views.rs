@@ -75,6 +75,7 @@ pub fn classes<'a>(a: &'a Arrays) -> PyResult<Classes<'a>> {
         has_prefilter: a.slice("has_prefilter")?,
         prefilter_offsets: a.slice("prefilter_offsets")?,
         prefilter_nodes: a.slice("prefilter_nodes")?,
+        enforced_terms: a.slice("enforced_terms")?,
         selectors: Selectors {
             term_offsets: a.slice("term_offsets")?,
             term_weights: a.slice("term_weights")?,

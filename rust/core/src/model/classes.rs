@@ -63,6 +63,9 @@ pub struct Classes<'a> {
     pub has_prefilter: &'a [u8],
     pub prefilter_offsets: &'a [i64],
     pub prefilter_nodes: &'a [i64],
+    /// The profile's NodeAffinity `addedAffinity` required terms (ORed), for
+    /// every class; empty for none.
+    pub enforced_terms: &'a [i64],
     pub selectors: Selectors<'a>,
 }
 
@@ -83,7 +86,7 @@ impl Classes<'_> {
         check_offsets("class prefilter offsets", self.prefilter_offsets, c, self.prefilter_nodes.len())?;
         self.selectors.validate()?;
         let terms = self.selectors.term_weights.len();
-        for &term in self.required_terms.iter().chain(self.preferred_terms) {
+        for &term in self.required_terms.iter().chain(self.preferred_terms).chain(self.enforced_terms) {
             check_index("selector term", term, terms)?;
         }
         for &term in self.node_selector_term {

@@ -131,9 +131,15 @@ pub struct Profile {
     pub weight: [i64; PLUGIN_COUNT],
     /// InterPodAffinity's `hardPodAffinityWeight`.
     pub hard_pod_affinity_weight: i64,
+    /// InterPodAffinity's `ignorePreferredTermsOfExistingPods`: a pod without
+    /// preferred terms of its own is not scored by the others' terms.
+    pub ignore_preferred_terms_of_existing_pods: bool,
     pub fit_strategy: Strategy,
     /// (resource column, weight) scored by NodeResourcesFit.
     pub fit_resources: Vec<(usize, i64)>,
+    /// Extended resource columns NodeResourcesFit's filter does not check
+    /// (its `ignoredResources` and `ignoredResourceGroups`).
+    pub fit_ignored: Vec<usize>,
     /// Resource columns scored by NodeResourcesBalancedAllocation.
     pub balanced_resources: Vec<usize>,
     /// DefaultPreemption (PostFilter).
@@ -159,8 +165,10 @@ impl Default for Profile {
             filter: PLUGINS.map(|p| p.filter),
             weight: PLUGINS.map(|p| p.default_weight),
             hard_pod_affinity_weight: HARD_POD_AFFINITY_WEIGHT,
+            ignore_preferred_terms_of_existing_pods: false,
             fit_strategy: Strategy::LeastAllocated,
             fit_resources: vec![(CPU, 1), (MEMORY, 1)],
+            fit_ignored: Vec::new(),
             balanced_resources: vec![CPU, MEMORY],
             preemption: true,
         }

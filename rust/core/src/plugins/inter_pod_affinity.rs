@@ -10,9 +10,9 @@ use super::{ReasonInfo, FEASIBLE, MAX_NODE_SCORE};
 use crate::model::pod_table::{PREFERRED_AFFINITY, PREFERRED_ANTI_AFFINITY, REQUIRED_AFFINITY, REQUIRED_ANTI_AFFINITY};
 use crate::model::{row, Nodes, PluginId, PodTable};
 
-pub const POD_AFFINITY: u32 = 14;
-pub const POD_ANTI_AFFINITY: u32 = 15;
-pub const EXISTING_ANTI_AFFINITY: u32 = 16;
+pub const POD_AFFINITY: u32 = 15;
+pub const POD_ANTI_AFFINITY: u32 = 16;
+pub const EXISTING_ANTI_AFFINITY: u32 = 17;
 
 pub const REASONS: &[ReasonInfo] = &[
     ReasonInfo {
@@ -154,9 +154,14 @@ pub fn prescore(
     affine: &[(u32, u32)],
     pod: usize,
     hard_weight: i64,
+    ignore_existing: bool,
 ) -> Option<HashMap<i32, HashMap<i32, i64>>> {
     let preferred = table.term_list(pod, PREFERRED_AFFINITY);
     let preferred_anti = table.term_list(pod, PREFERRED_ANTI_AFFINITY);
+    // `ignorePreferredTermsOfExistingPods`: a pod without preferred terms is not scored at all.
+    if ignore_existing && preferred.is_empty() && preferred_anti.is_empty() {
+        return None;
+    }
     // Unless the pod has preferred terms, only pods with affinity terms matter.
     let pods = if preferred.is_empty() && preferred_anti.is_empty() {
         affine

@@ -1,6 +1,8 @@
 //! NodeAffinity: `nodeSelector` and required node affinity filter (terms are
 //! ORed, a term's requirements ANDed, an empty term matches nothing); the
 //! weights of matching preferred terms score (normalized over feasible nodes).
+//! The profile's `addedAffinity` required terms filter every pod first, with
+//! their own reason; its preferred terms are merged into each pod's by the caller.
 //! The PreFilter restriction to `matchFields` node names is applied by the
 //! batch loop from the class's prefilter node list.
 
@@ -10,6 +12,8 @@ use crate::model::{row, Classes, Nodes, PluginId, Selectors, OP_DOES_NOT_EXIST, 
 pub const NODE_AFFINITY: u32 = 4;
 /// Nodes left out by the PreFilter (matchFields on metadata.name).
 pub const NODE_AFFINITY_PREFILTER: u32 = 5;
+/// Nodes the profile's `addedAffinity` (NodeAffinity args) leaves out.
+pub const NODE_AFFINITY_ENFORCED: u32 = 6;
 
 pub const REASONS: &[ReasonInfo] = &[
     ReasonInfo {
@@ -22,6 +26,12 @@ pub const REASONS: &[ReasonInfo] = &[
         code: NODE_AFFINITY_PREFILTER,
         plugin: PluginId::NodeAffinity,
         message: "node(s) didn't satisfy plugin(s) [NodeAffinity]",
+        resolvable: false,
+    },
+    ReasonInfo {
+        code: NODE_AFFINITY_ENFORCED,
+        plugin: PluginId::NodeAffinity,
+        message: "node(s) didn't match scheduler-enforced node affinity",
         resolvable: false,
     },
 ];
@@ -67,18 +77,28 @@ pub fn term_matches(sel: &Selectors, term: usize, nodes: &Nodes, node: usize) ->
 
 pub fn filter(classes: &Classes, class: usize, nodes: &Nodes, node: usize) -> u32 {
     let sel = &classes.selectors;
-    let selector_term = classes.node_selector_term[class];
-    if selector_term >= 0 && !term_matches(sel, selector_term as usize, nodes, node) {
-        return NODE_AFFINITY;
+    // The profile's addedAffinity, checked first as upstream does.
+    if !classes.enforced_terms.is_empty() && !classes.enforced_terms.iter().any(|&t| term_matches(sel, t as usize, nodes, node)) {
+        return NODE_AFFINITY_ENFORCED;
     }
-    if classes.has_required[class] != 0
-        && !classes.required_terms[row(classes.required_offsets, class)]
-            .iter()
-            .any(|&t| term_matches(sel, t as usize, nodes, node))
-    {
+    if !required_matches(classes, class, nodes, node) {
         return NODE_AFFINITY;
     }
     FEASIBLE
+}
+
+/// The pod's own `nodeSelector` and required node affinity (upstream
+/// `RequiredNodeAffinity.Match`, which PodTopologySpread's `nodeAffinityPolicy` also reads).
+pub fn required_matches(classes: &Classes, class: usize, nodes: &Nodes, node: usize) -> bool {
+    let sel = &classes.selectors;
+    let selector_term = classes.node_selector_term[class];
+    if selector_term >= 0 && !term_matches(sel, selector_term as usize, nodes, node) {
+        return false;
+    }
+    classes.has_required[class] == 0
+        || classes.required_terms[row(classes.required_offsets, class)]
+            .iter()
+            .any(|&t| term_matches(sel, t as usize, nodes, node))
 }
 
 /// Raw score: the sum of the weights of the preferred terms the node matches.
@@ -266,5 +286,70 @@ mod tests {
             ];
         });
         assert_eq!(score(&classes.view(), 0, &owned.view(), 0), 16);
+    }
+
+    /// Upstream `TestNodeAffinity`'s addedAffinity cases: the profile's terms
+    /// filter every pod first, with their own reason, and the pod's own still apply.
+    #[test]
+    fn added_affinity_table() {
+        struct Case {
+            name: &'static str,
+            enforced: Vec<Vec<Req>>,
+            required: Option<Vec<Vec<Req>>>,
+            want: u32,
+        }
+        let cases = vec![
+            Case {
+                name: "no added affinity",
+                enforced: vec![],
+                required: None,
+                want: FEASIBLE,
+            },
+            Case {
+                name: "added affinity matches",
+                enforced: vec![vec![Req::In(ZONE, vec![A])]],
+                required: None,
+                want: FEASIBLE,
+            },
+            Case {
+                name: "added affinity does not match",
+                enforced: vec![vec![Req::In(ZONE, vec![B])]],
+                required: None,
+                want: NODE_AFFINITY_ENFORCED,
+            },
+            Case {
+                name: "added terms are ORed",
+                enforced: vec![vec![Req::In(ZONE, vec![B])], vec![Req::Exists(CORES)]],
+                required: None,
+                want: FEASIBLE,
+            },
+            Case {
+                name: "added matches, the pod's own does not",
+                enforced: vec![vec![Req::In(ZONE, vec![A])]],
+                required: Some(vec![vec![Req::Exists(GPU)]]),
+                want: NODE_AFFINITY,
+            },
+            Case {
+                name: "neither matches: the added affinity reports",
+                enforced: vec![vec![Req::In(ZONE, vec![B])]],
+                required: Some(vec![vec![Req::Exists(GPU)]]),
+                want: NODE_AFFINITY_ENFORCED,
+            },
+        ];
+        let nodes = node();
+        for case in cases {
+            let mut classes = OwnedClasses::default();
+            classes.enforced = case.enforced.clone();
+            classes.add(|c| c.required = case.required.clone());
+            let got = filter(&classes.view(), 0, &nodes.view(), 0);
+            assert_eq!(got, case.want, "{}: want {} got {}", case.name, case.want, got);
+            let own = required_matches(&classes.view(), 0, &nodes.view(), 0);
+            assert_eq!(
+                own,
+                case.required.is_none(),
+                "{}: the pod's own affinity ignores the added one",
+                case.name
+            );
+        }
     }
 }

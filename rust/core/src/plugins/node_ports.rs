@@ -4,7 +4,7 @@
 use super::{ReasonInfo, FEASIBLE};
 use crate::model::{row, Nodes, PluginId, Ports};
 
-pub const NODE_PORTS: u32 = 6;
+pub const NODE_PORTS: u32 = 7;
 
 pub const REASONS: &[ReasonInfo] = &[ReasonInfo {
     code: NODE_PORTS,

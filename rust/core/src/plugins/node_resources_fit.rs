@@ -6,10 +6,10 @@
 use super::{ReasonInfo, MAX_NODE_SCORE};
 use crate::model::{PluginId, Strategy, CPU, FIRST_SCALAR, MEMORY};
 
-pub const TOO_MANY_PODS: u32 = 7;
+pub const TOO_MANY_PODS: u32 = 8;
 /// "Insufficient <resource>": one code per resource column from here on
 /// (the caller names the resource).
-pub const FIRST_INSUFFICIENT: u32 = 17;
+pub const FIRST_INSUFFICIENT: u32 = 18;
 
 pub const REASONS: &[ReasonInfo] = &[ReasonInfo {
     code: TOO_MANY_PODS,
@@ -159,9 +159,15 @@ pub fn score(
     }
 }
 
-/// Columns in which the pod's request is non-zero (the only ones the filter checks).
+/// Columns in which the pod's request is non-zero.
 pub fn requested_columns(request: &[i64]) -> Vec<usize> {
     (0..request.len()).filter(|&r| request[r] != 0).collect()
+}
+
+/// The requested columns the filter checks: those not in `ignored` (the
+/// extended resources of the plugin's `ignoredResources` / `ignoredResourceGroups`).
+pub fn checked_columns(requested: &[usize], ignored: &[usize]) -> Vec<usize> {
+    requested.iter().copied().filter(|c| !ignored.contains(c)).collect()
 }
 
 #[cfg(test)]

@@ -25,6 +25,8 @@ pub(super) struct PodView<'p> {
     pub request: &'p [i64],
     pub nonzero_request: &'p [i64],
     pub columns: Vec<usize>,
+    /// The columns NodeResourcesFit's filter checks: `columns` less the profile's ignored ones.
+    pub fit_columns: Vec<usize>,
     pub has_ports: bool,
     pub balanced: bool,
     /// The balance without the pod is the node's cached one.
@@ -53,12 +55,14 @@ impl<'a, 'm> Engine<'a, 'm> {
         let request = &self.pods.requests[index * r..(index + 1) * r];
         let balanced_resources = &self.profile.balanced_resources;
         let images = &self.pods.images;
+        let columns = node_resources_fit::requested_columns(request);
         PodView {
             index,
             class: self.pods.classes[index] as usize,
             request,
             nonzero_request: &self.pods.nonzero_requests[index * 2..index * 2 + 2],
-            columns: node_resources_fit::requested_columns(request),
+            fit_columns: node_resources_fit::checked_columns(&columns, &self.profile.fit_ignored),
+            columns,
             has_ports: !row(self.pods.host_ports.offsets, index).is_empty(),
             balanced: self.profile.weight_of(PluginId::NodeResourcesBalancedAllocation) != 0
                 && balanced_allocation::applies(balanced_resources, request),

@@ -98,7 +98,7 @@ impl Engine<'_, '_> {
             has_ports: pod.has_ports,
             request: pod.request,
             nonzero_request: pod.nonzero_request,
-            columns: &pod.columns,
+            columns: &pod.fit_columns,
             filter_requested,
             filter_pod_count,
             placed_ports: &state.placed_ports,

@@ -124,6 +124,9 @@ fn validate(
     for &(column, _) in &profile.fit_resources {
         error::check_index("fit resource column", column as i64, nodes.resources)?;
     }
+    for &column in &profile.fit_ignored {
+        error::check_index("fit ignored resource column", column as i64, nodes.resources)?;
+    }
     for &column in &profile.balanced_resources {
         error::check_index("balanced resource column", column as i64, nodes.resources)?;
     }

@@ -26,7 +26,7 @@ impl<'a> Engine<'a, '_> {
     fn inclusion(&self, table: &'a PodTable<'a>, class: usize) -> impl Fn(usize, usize) -> bool + Sync + 'a {
         let (classes, nodes, sp) = (self.classes, self.nodes, &table.spread);
         move |c: usize, node: usize| {
-            (sp.honor_affinity[c] == 0 || node_affinity::filter(classes, class, nodes, node) == FEASIBLE)
+            (sp.honor_affinity[c] == 0 || node_affinity::required_matches(classes, class, nodes, node))
                 && (sp.honor_taints[c] == 0 || taint_toleration::filter(nodes, node, &classes.tolerations, class) == FEASIBLE)
         }
     }
@@ -83,6 +83,7 @@ impl<'a> Engine<'a, '_> {
             index: pod.index,
             include,
             hard_pod_affinity_weight: self.profile.hard_pod_affinity_weight,
+            ignore_preferred_terms_of_existing_pods: self.profile.ignore_preferred_terms_of_existing_pods,
         }
     }
 

@@ -29,6 +29,8 @@ pub struct TestClass {
 #[derive(Default)]
 pub struct OwnedClasses {
     pub classes: Vec<TestClass>,
+    /// The profile's addedAffinity required terms.
+    pub enforced: Vec<Vec<Req>>,
     built: Option<BuiltClasses>,
 }
 
@@ -45,6 +47,7 @@ struct BuiltClasses {
     has_prefilter: Vec<u8>,
     prefilter_offsets: Vec<i64>,
     prefilter_nodes: Vec<i64>,
+    enforced_terms: Vec<i64>,
     term_offsets: Vec<i64>,
     term_weights: Vec<i64>,
     keys: Vec<i32>,
@@ -120,6 +123,10 @@ impl OwnedClasses {
                 b.prefilter_nodes.extend(c.prefilter.iter().flatten());
                 b.prefilter_offsets.push(b.prefilter_nodes.len() as i64);
             }
+            for term in &self.enforced {
+                let t = b.add_term(0, term);
+                b.enforced_terms.push(t);
+            }
             self.built = Some(b);
         }
         let b = self.built.as_ref().expect("built above");
@@ -136,6 +143,7 @@ impl OwnedClasses {
             has_prefilter: &b.has_prefilter,
             prefilter_offsets: &b.prefilter_offsets,
             prefilter_nodes: &b.prefilter_nodes,
+            enforced_terms: &b.enforced_terms,
             selectors: Selectors {
                 term_offsets: &b.term_offsets,
                 term_weights: &b.term_weights,
