@@ -5,8 +5,12 @@ bound to them (labels, namespaces, affinity terms) and one pending pod whose
 constraints are drawn from everything ksched mirrors: resources, host ports,
 taints and tolerations, node selectors and node affinity, inter-pod affinity
 and anti-affinity (required and preferred, namespaces and namespaceSelector,
-matchLabelKeys/mismatchLabelKeys) and topology spread (maxSkew, minDomains,
-whenUnsatisfiable, inclusion policies, matchLabelKeys).
+matchLabelKeys/mismatchLabelKeys), topology spread (maxSkew, minDomains,
+whenUnsatisfiable, inclusion policies, matchLabelKeys), node images
+(ImageLocality) and sidecars' host ports.
+
+Images and sidecars are drawn from a second generator seeded from the same
+seed, so adding them left every other draw of a seed as it was.
 """
 
 from __future__ import annotations
@@ -27,6 +31,11 @@ TIERS = ("fe", "be")
 # PriorityClasses the differential cluster creates: name -> value.
 # A pod's preemptionPolicy must be its class's (Priority admission), hence "diff-high-never".
 PRIORITY_CLASSES = {"diff-low": 10, "diff-mid": 100, "diff-high": 1000, "diff-high-never": 1000}
+# Images nodes may report: (name without a tag, size in MiB). Sizes straddle
+# ImageLocality's 23 MiB floor and its 1000 MiB per-container ceiling.
+IMAGES = (("registry.example/base", 40), ("registry.example/app", 300), ("registry.example/ml", 2500))
+MIB = 1024 * 1024
+SIDECAR_PORT = 9090
 
 
 @dataclass
@@ -165,6 +174,47 @@ def _pod(name: str, namespace: str, labels: dict[str, str], cpu: int, memory_mi:
     }
 
 
+def _sidecar(port: int) -> Obj:
+    return {
+        "name": "proxy",
+        "image": "registry.example/proxy",
+        "restartPolicy": "Always",
+        "ports": [{"containerPort": port, "hostPort": port}],
+    }
+
+
+def _images_and_sidecars(
+    rng: random.Random, nodes: list[Obj], existing: list[Obj], pending: Obj, plugins: set[str]
+) -> None:
+    """Node ``status.images`` with the pending pod's containers using some of
+    them (ImageLocality), and sidecars holding a host port the pending pod
+    wants (NodePorts counts restartable init containers)."""
+    if rng.random() < 0.35:
+        plugins.add("ImageLocality")
+        for node in nodes:
+            chosen = [img for img in IMAGES if rng.random() < 0.4]
+            node["status"]["images"] = [
+                {"names": [f"{name}:latest", f"{name}@sha256:{i:064x}"], "sizeBytes": size * MIB}
+                for i, (name, size) in enumerate(chosen)
+            ]
+        s = pending["spec"]
+        s["containers"][0]["image"] = rng.choice(IMAGES)[0]
+        if rng.random() < 0.5:
+            s["initContainers"] = [{"name": "init", "image": rng.choice(IMAGES)[0]}]
+    if existing and rng.random() < 0.12:
+        plugins.add("NodePorts/sidecar")
+        for pod in rng.sample(existing, rng.randint(1, min(2, len(existing)))):
+            pod["spec"]["initContainers"] = [_sidecar(SIDECAR_PORT)]
+        s = pending["spec"]
+        if rng.random() < 0.5:
+            s["initContainers"] = [*s.get("initContainers", []), _sidecar(SIDECAR_PORT)]
+        else:
+            s["containers"][0]["ports"] = [
+                *s["containers"][0].get("ports", []),
+                {"containerPort": SIDECAR_PORT, "hostPort": SIDECAR_PORT},
+            ]
+
+
 def generate(seed: int, prefix: str) -> Scenario:
     rng = random.Random(seed)
     plugins: set[str] = set()
@@ -297,6 +347,7 @@ def generate(seed: int, prefix: str) -> Scenario:
                     },
                 },
             }
+    _images_and_sidecars(random.Random(f"images-{seed}"), nodes, existing, pending, plugins)
     if not plugins:
         plugins.add("NodeResourcesFit")
     return Scenario(seed, nodes, existing, pending, plugins, services, replica_set, budgets)
