@@ -188,6 +188,10 @@ class PreemptionArrays(VictimArrays):
     r_nodes: I64
     r_priorities: I64
     r_requests: I64
+    r_port_offsets: I64
+    r_port_protocols: U8
+    r_port_ips: I32
+    r_port_ports: I32
 
 
 class VolumeArrays(TypedDict):

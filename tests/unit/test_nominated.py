@@ -120,3 +120,29 @@ def test_preemption_bench_places_every_preemptor_where_it_was_nominated() -> Non
     # node, and is placed on that node once they are gone; one preemptor per node.
     figures = run_preemption_bench(20, seed=1, batch_size=8)
     assert (figures.placed, figures.pods, figures.init_pods) == (20, 20, 80)
+
+
+def with_port(p: dict[str, Any], port: int) -> dict[str, Any]:
+    p["spec"]["containers"][0]["ports"] = [{"containerPort": port, "hostPort": port}]
+    return p
+
+
+@pytest.mark.parametrize(
+    ("name", "priority", "port", "want_on_busy"),
+    [
+        ("lower priority, same host port: busy is held", 1, 8080, False),
+        ("equal priority, same host port: busy is held", 100, 8080, False),
+        ("higher priority: nothing held", 200, 8080, True),
+        ("another host port: busy fits", 1, 9090, True),
+    ],
+)
+def test_a_nominated_pod_holds_its_host_ports(
+    name: str, priority: int, port: int, want_on_busy: bool
+) -> None:
+    # Only "busy" and "full" exist; busy has room for both pods, but "vip" (priority
+    # 100, nominated to busy) holds host port 8080 there.
+    snapshot = build_snapshot([node("busy"), node("full", cpu="1")], [])
+    vip = with_port(nominated("vip", "busy", cpu="1", priority=100), 8080)
+    p = with_port(nominated("p", None, cpu="2", priority=priority), port)
+    (placement,) = Engine(Config()).schedule(snapshot, [p], nominated=[vip]).placements
+    assert (placement.node == "busy") == want_on_busy, f"{name}: {placement}"

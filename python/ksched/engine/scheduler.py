@@ -340,6 +340,12 @@ class Engine:
         victims, keys = snapshot.pods.victims(
             below if below is not None else -(2**62), snapshot.budgets, snapshot.strings, res, with_rows
         )
+        # The nominated pods' host ports are held on their nodes as their requests are.
+        held_ports = [
+            (_core.PROTOCOLS[p.protocol], snapshot.strings(p.ip), p.port)
+            for _, req in reservations
+            for p in req.host_ports
+        ]
         requests = np.zeros(len(reservations) * len(res), dtype=np.int64)
         for k, (_, req) in enumerate(reservations):
             for resource, v in req.requests.items():
@@ -354,6 +360,10 @@ class Engine:
             "r_nodes": i64([n for n, _ in reservations]),
             "r_priorities": i64([req.priority for _, req in reservations]),
             "r_requests": requests,
+            "r_port_offsets": i64(np.cumsum([0] + [len(req.host_ports) for _, req in reservations]).tolist()),
+            "r_port_protocols": np.asarray([p[0] for p in held_ports], dtype=np.uint8),
+            "r_port_ips": np.asarray([p[1] for p in held_ports], dtype=np.int32),
+            "r_port_ports": np.asarray([p[2] for p in held_ports], dtype=np.int32),
         }, keys
 
 

@@ -376,7 +376,9 @@ pub struct NodeInput<'x> {
     pub filter_requested: &'x [i64],
     pub filter_pod_count: i64,
     /// Per node: host ports placed in the batch. And the ports a dry run's victims free.
-    pub placed_ports: &'x [Vec<HostPort>],
+    /// Host ports in use on the node besides its bound pods' (placements earlier
+    /// in the batch, nominated pods held there).
+    pub placed_ports: &'x [HostPort],
     pub freed_ports: &'x [HostPort],
     /// Per node (`nodes × resources`, `nodes × 2`): the requests the scores see, the batch's.
     pub requested: &'x [i64],
@@ -405,9 +407,7 @@ impl NodeInput<'_> {
 #[inline(always)]
 pub fn filter(id: PluginId, x: &NodeInput, report: &mut impl FnMut(u32)) -> bool {
     let code = match id {
-        PluginId::NodePorts if x.has_ports => {
-            node_ports::filter(x.nodes, x.node, x.pod_ports, x.pod, &x.placed_ports[x.node], x.freed_ports)
-        }
+        PluginId::NodePorts if x.has_ports => node_ports::filter(x.nodes, x.node, x.pod_ports, x.pod, x.placed_ports, x.freed_ports),
         PluginId::NodePorts => FEASIBLE,
         PluginId::NodeResourcesFit => {
             return node_resources_fit::filter(

@@ -216,6 +216,12 @@ fn preemption<'a>(p: &'a Arrays) -> PyResult<Preemption<'a>> {
             nodes: p.slice("r_nodes")?,
             priorities: p.slice("r_priorities")?,
             requests: p.slice("r_requests")?,
+            ports: Ports {
+                offsets: p.slice("r_port_offsets")?,
+                protocols: p.slice("r_port_protocols")?,
+                ips: p.slice("r_port_ips")?,
+                ports: p.slice("r_port_ports")?,
+            },
         },
     })
 }

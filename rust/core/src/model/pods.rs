@@ -43,13 +43,14 @@ pub struct PodImages<'a> {
 }
 
 /// Pods nominated to a node by an earlier preemption and not placed yet: their
-/// requests are held on that node for pods of lower or equal priority.
+/// requests and host ports are held on that node for pods of lower or equal priority.
 #[derive(Clone, Copy)]
 pub struct Reservations<'a> {
     pub nodes: &'a [i64],
     pub priorities: &'a [i64],
     /// `count × resources`.
     pub requests: &'a [i64],
+    pub ports: Ports<'a>,
 }
 
 #[derive(Clone, Copy)]
@@ -78,6 +79,7 @@ impl Preemption<'_> {
         let r = &self.reservations;
         check_len("reservation priorities", r.priorities.len(), r.nodes.len())?;
         check_len("reservation requests", r.requests.len(), r.nodes.len() * resources)?;
+        r.ports.validate("reservation host ports", r.nodes.len())?;
         for &n in r.nodes {
             check_index("reservation node", n, nodes)?;
         }

@@ -84,6 +84,7 @@ impl Engine<'_, '_> {
         node: usize,
         filter_requested: &'x [i64],
         filter_pod_count: i64,
+        placed_ports: &'x [HostPort],
         freed_ports: &'x [HostPort],
         prefilter: Option<&'x PreFilter>,
     ) -> NodeInput<'x> {
@@ -101,7 +102,7 @@ impl Engine<'_, '_> {
             columns: &pod.fit_columns,
             filter_requested,
             filter_pod_count,
-            placed_ports: &state.placed_ports,
+            placed_ports,
             freed_ports,
             requested: &state.requested,
             nonzero_requested: &state.nonzero_requested,
@@ -133,7 +134,9 @@ impl Engine<'_, '_> {
         }
         let mut buf = Vec::new();
         let (filter_requested, filter_pod_count) = state.requested_for_filter(self, pod, node, &mut buf);
-        let input = self.node_input(state, pod, node, filter_requested, filter_pod_count, &[], prefilter);
+        let mut ports_buf = Vec::new();
+        let placed_ports = state.ports_for_filter(self, pod, node, &mut ports_buf);
+        let input = self.node_input(state, pod, node, filter_requested, filter_pod_count, placed_ports, &[], prefilter);
         if !self.passes(&input, report) {
             return None;
         }

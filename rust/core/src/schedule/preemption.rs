@@ -104,7 +104,18 @@ impl Engine<'_, '_> {
             .flat_map(|&i| row(v.ports.offsets, i))
             .map(|j| (v.ports.protocols[j], v.ports.ips[j], v.ports.ports[j]))
             .collect();
-        let input = self.node_input(state, pod, node, &requested, count - removed.len() as i64, &freed, None);
+        let mut ports_buf = Vec::new();
+        let placed_ports = state.ports_for_filter(self, pod, node, &mut ports_buf);
+        let input = self.node_input(
+            state,
+            pod,
+            node,
+            &requested,
+            count - removed.len() as i64,
+            placed_ports,
+            &freed,
+            None,
+        );
         if !self.passes_node_level(&input, &mut |_| {}) {
             return false;
         }
@@ -122,6 +133,7 @@ impl Engine<'_, '_> {
                     node,
                     &requested,
                     count - removed.len() as i64,
+                    placed_ports,
                     &freed,
                     Some(&pl.prefilter),
                 );

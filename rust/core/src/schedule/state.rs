@@ -148,6 +148,29 @@ impl BatchState {
         (&buf[..], count)
     }
 
+    /// The host ports in use on the node for a pod's NodePorts filter: the
+    /// batch's placements, plus the ports of nominated pods of equal or higher
+    /// priority held there (upstream adds nominated pods to every filter).
+    #[inline]
+    pub fn ports_for_filter<'s>(&'s self, engine: &Engine, pod: &PodView, node: usize, buf: &'s mut Vec<HostPort>) -> &'s [HostPort] {
+        let placed = &self.placed_ports[node];
+        if !pod.has_ports || self.reserved.is_empty() || self.reserved[node].is_empty() {
+            return placed;
+        }
+        let res = &engine
+            .pods
+            .preemption
+            .as_ref()
+            .expect("reservations imply preemption data")
+            .reservations;
+        buf.clear();
+        buf.extend_from_slice(placed);
+        for &k in self.reserved[node].iter().filter(|&&k| res.priorities[k] >= pod.priority) {
+            buf.extend(row(res.ports.offsets, k).map(|i| (res.ports.protocols[i], res.ports.ips[i], res.ports.ports[i])));
+        }
+        &buf[..]
+    }
+
     /// Count the pod on its node for the rest of the batch.
     pub fn commit(&mut self, engine: &Engine, pod: &PodView, node: usize) {
         let r = engine.resources;

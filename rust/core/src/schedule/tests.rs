@@ -7,8 +7,8 @@ use crate::plugins::node_ports::NODE_PORTS;
 use crate::plugins::taint_toleration::TAINT_TOLERATION;
 use crate::reasons::{insufficient, metric, METRIC_ABOVE};
 use crate::test_support::{
-    label_is, no_metrics, pod, spread, term, zoned_nodes, NodeBuilder, OwnedClasses, OwnedPodTable, OwnedPods, OwnedVictims, TestPod,
-    TestSpread, TestVictim, HOSTNAME, ZONE,
+    label_is, no_metrics, pod, spread, term, zoned_nodes, NodeBuilder, OwnedClasses, OwnedPodTable, OwnedPods, OwnedPorts, OwnedVictims,
+    TestPod, TestSpread, TestVictim, HOSTNAME, ZONE,
 };
 
 fn run(b: &NodeBuilder, pods: &[TestPod], metrics: &Metrics, seed: u64) -> Outcome {
@@ -213,6 +213,7 @@ fn preemption_evicts_the_fewest_lowest_priority_pods_and_reserves_the_node() {
         vec![],
     );
     let victims = owned_victims.view();
+    let no_ports = OwnedPorts::new(vec![]);
     pods.preemption = Some(crate::model::Preemption {
         priorities: &[10, 0],
         allowed: &[1, 1],
@@ -222,6 +223,7 @@ fn preemption_evicts_the_fewest_lowest_priority_pods_and_reserves_the_node() {
             nodes: &[],
             priorities: &[],
             requests: &[],
+            ports: no_ports.view(),
         },
     });
     let mut schedule = |nodes: &Nodes, pods: &Pods| {
@@ -467,6 +469,8 @@ fn nominated_node_is_tried_first() {
     let owned = OwnedPods::new(&[pod(500, 1)]);
     let no_victims = OwnedVictims::new(&[], 4, vec![]);
     let held = [1000, 0, 0, 0];
+    let held_ports = OwnedPorts::new(vec![vec![]]);
+    let no_ports = OwnedPorts::new(vec![]);
     // (name, nominated node, a higher-priority reservation on node 1, explain,
     //  want node, want feasible, want unscored)
     let cases: [(&str, i64, bool, bool, i64, i64, bool); 5] = [
@@ -488,6 +492,7 @@ fn nominated_node_is_tried_first() {
                 nodes: if reserved { &[1] } else { &[] },
                 priorities: if reserved { &[10] } else { &[] },
                 requests: if reserved { &held } else { &[] },
+                ports: if reserved { held_ports.view() } else { no_ports.view() },
             },
         });
         let options = ScheduleOptions {
@@ -585,6 +590,7 @@ fn preemption_samples_candidates_from_a_seeded_offset() {
             })
             .collect();
         let owned_victims = OwnedVictims::new(&victims, 4, vec![]);
+        let no_ports = OwnedPorts::new(vec![]);
         let mut pods = owned.view();
         pods.preemption = Some(crate::model::Preemption {
             priorities: &[10],
@@ -595,6 +601,7 @@ fn preemption_samples_candidates_from_a_seeded_offset() {
                 nodes: &[],
                 priorities: &[],
                 requests: &[],
+                ports: no_ports.view(),
             },
         });
         let options = ScheduleOptions {
@@ -603,5 +610,55 @@ fn preemption_samples_candidates_from_a_seeded_offset() {
         };
         let out = schedule_batch(&nodes.view(), &classes.view(), &pods, &no_metrics(), &Profile::default(), &options).unwrap();
         assert_eq!(out.nominated[0], ((offset + want_at) % N) as i64, "{name}");
+    }
+}
+
+#[test]
+fn nominated_pods_hold_their_host_ports() {
+    // Two empty nodes; a pod nominated to node 0 (priority 10) holds host port
+    // 80 there. Upstream runs every filter with the nominated pods of equal or
+    // higher priority added: NodePorts rejects node 0 for them, not for pods
+    // of higher priority or without that port.
+    let mut b = NodeBuilder::default();
+    b.node(|_| {});
+    b.node(|_| {});
+    let nodes = b.build();
+    let mut classes = OwnedClasses::default();
+    classes.add(|_| {});
+    let http = (PROTOCOL_TCP, 1, 80);
+    let no_victims = OwnedVictims::new(&[], 4, vec![]);
+    let held_ports = OwnedPorts::new(vec![vec![http]]);
+    let cases = [
+        ("lower priority, same port", 5, vec![http], 1),
+        ("equal priority, same port", 10, vec![http], 1),
+        ("higher priority, same port: nothing held", 20, vec![http], 0),
+        ("lower priority, another port", 5, vec![(PROTOCOL_TCP, 1, 443)], 0),
+    ];
+    for (name, priority, ports, want) in cases {
+        let owned = OwnedPods::new(&[TestPod { ports, ..pod(100, 3) }]);
+        let mut pods = owned.view();
+        let priorities = [priority];
+        pods.preemption = Some(crate::model::Preemption {
+            priorities: &priorities,
+            allowed: &[0],
+            nominated: &[-1],
+            victims: no_victims.view(),
+            reservations: crate::model::Reservations {
+                nodes: &[0],
+                priorities: &[10],
+                requests: &[0, 0, 0, 0],
+                ports: held_ports.view(),
+            },
+        });
+        // Both nodes tie on score: the seed that puts the pod on node 0 when
+        // nothing holds it, so node 1 shows the held port.
+        let options = ScheduleOptions {
+            seed: (0..64)
+                .find(|&seed| select::tie_key(seed, 3, nodes.view().keys[0]) > select::tie_key(seed, 3, nodes.view().keys[1]))
+                .expect("a seed preferring node 0"),
+            ..ScheduleOptions::default()
+        };
+        let out = schedule_batch(&nodes.view(), &classes.view(), &pods, &no_metrics(), &Profile::default(), &options).unwrap();
+        assert_eq!(out.nodes[0], want, "{name}");
     }
 }
