@@ -8,9 +8,12 @@ import pytest
 
 from ksched.commands.bench import run_preemption_bench
 from ksched.config import Config
-from ksched.engine import Engine
+from ksched.engine import Engine, Placement
 from ksched.engine.snapshot import build_snapshot
+from ksched.loop.cycle import Scheduler
+from ksched.loop.queue import SchedulingQueue
 from ksched.loop.slim import slim_pod
+from ksched.loop.telemetry import Telemetry
 from ksched.objects import terminating_by_preemption
 from tests.conftest import node, pod
 
@@ -146,3 +149,48 @@ def test_a_nominated_pod_holds_its_host_ports(
     p = with_port(nominated("p", None, cpu="2", priority=priority), port)
     (placement,) = Engine(Config()).schedule(snapshot, [p], nominated=[vip]).placements
     assert (placement.node == "busy") == want_on_busy, f"{name}: {placement}"
+
+
+class VictimUsage:
+    def __init__(self, uid: str) -> None:
+        self.uid = uid
+
+
+class UsageState:
+    def __init__(self) -> None:
+        self.usage = {"default/victim": VictimUsage("uid-victim")}
+
+
+class RecordingBinder:
+    def __init__(self) -> None:
+        self.cleared: list[str] = []
+        self.preempted: list[tuple[str, str, list[tuple[str, str, str]]]] = []
+
+    def clear_nomination(self, p: dict[str, Any]) -> None:
+        self.cleared.append(p["metadata"]["name"])
+
+    def preempt(self, p: dict[str, Any], node: str, victims: list[tuple[str, str, str]]) -> None:
+        self.preempted.append((p["metadata"]["name"], node, victims))
+
+
+def test_a_preemption_clears_lower_nominations_on_its_node() -> None:
+    # Upstream prepareCandidate: pods of lower priority nominated to the chosen
+    # node lose their nomination; equal priority or another node keep theirs.
+    queue = SchedulingQueue(lambda: 1000.0)
+    for name, priority, to in [("low", 1, "n0"), ("peer", 50, "n0"), ("away", 1, "n1")]:
+        p = nominated(name, to, priority=priority)
+        p["metadata"]["uid"] = f"uid-{name}"
+        queue.add(p)
+    for qp in queue.pop_batch(10, 0.0, 0.0):
+        queue.done_unschedulable(qp, "no room")
+    urgent = nominated("urgent", None, priority=50)
+    urgent["metadata"]["uid"] = "uid-urgent"
+    queue.add(urgent)
+    (qp,) = queue.pop_batch(10, 0.0, 0.0)
+    binder = RecordingBinder()
+    scheduler = Scheduler(Config(), UsageState(), queue, binder, Telemetry(), lambda: True, None)  # type: ignore[arg-type]
+    placement = Placement("default/urgent", None, None, "", nominated_node="n0", victims=("default/victim",))
+    scheduler._preempt(qp, placement)
+    assert binder.preempted == [("urgent", "n0", [("default", "victim", "uid-victim")])]
+    assert binder.cleared == ["low"]
+    assert sorted(p["metadata"]["name"] for p in queue.nominated()) == ["away", "peer"]
