@@ -65,9 +65,10 @@ def invalid_label_value(term: Term) -> str | None:
 
 def required_term(term: Term) -> Term:
     """A required node selector term as upstream's LazyErrorNodeSelector reads it: a
-    term whose label requirements do not parse (an invalid In/NotIn value, which the
-    API server does not reject) matches no node; its field requirements still
-    restrict NodeAffinity's PreFilter, which reads the raw terms."""
+    term whose label requirements do not parse (an invalid In/NotIn value, which
+    the API server rejects in new pods but pods stored before it did keep)
+    matches no node; its field requirements still restrict NodeAffinity's
+    PreFilter, which reads the raw terms."""
     if invalid_label_value(term) is None:
         return term
     return (NO_NODE, *(r for r in term if r.is_field))
