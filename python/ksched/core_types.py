@@ -217,6 +217,10 @@ class VolumeArrays(TypedDict):
     zone_alt_keys: I32
     zone_value_offsets: I64
     zone_values: I32
+    rwop_offsets: I64
+    rwop_claims: I64
+    rwop_user_offsets: I64
+    rwop_users: I64
 
 
 class PodBatch(TypedDict):

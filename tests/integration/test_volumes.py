@@ -16,7 +16,7 @@ import pytest
 from ksched.cluster import local
 from ksched.engine.volumes import SELECTED_NODE
 from ksched.loop.client import Kube
-from tests.integration.helpers import Namespaces, Obj, ksched, make_pod, pods_in, wait_for
+from tests.integration.helpers import Namespaces, Obj, events_for, ksched, make_pod, pods_in, wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -243,3 +243,38 @@ def test_dynamic_provisioning_selects_the_node_and_binds_once_provisioned(
         node = wait_for(lambda: next((p["spec"].get("nodeName") for p in pods_in(kube, ns)), None), 60)
         assert node == selected, k.output()
         assert _claims(kube, ns)["fresh"]["spec"].get("volumeName") == "ksched-test-provisioned"
+
+
+def test_read_write_once_pod_claim_in_use_gets_upstreams_message(
+    cluster: local.ClusterState,
+    kube: Kube,
+    tmp_path: Path,
+    namespace: Namespaces,
+    storage: Callable[[Obj], Obj],
+) -> None:
+    ns = namespace("volumes-rwop")
+    claim = _claim("solo", ns, "", volumeName="ksched-test-rwop", accessModes=["ReadWriteOncePod"])
+    created = _post(kube, f"/api/v1/namespaces/{ns}/persistentvolumeclaims", claim)
+    storage(
+        _volume(
+            "ksched-test-rwop",
+            "",
+            accessModes=["ReadWriteOncePod"],
+            claimRef={"namespace": ns, "name": "solo", "uid": created["metadata"]["uid"]},
+        )
+    )
+    assert wait_for(lambda: _claims(kube, ns)["solo"]["status"].get("phase") == "Bound", 30)
+    with ksched(cluster, tmp_path, "volumes-rwop", {"leaderElect": False}) as k:
+        assert wait_for(lambda: k.get("/readyz")[0] == 200, 30), k.output()
+        _post(kube, f"/api/v1/namespaces/{ns}/pods", _pod_with_claim("first-0", ns, "solo"))
+        assert wait_for(lambda: any(p["spec"].get("nodeName") for p in pods_in(kube, ns)), 30), k.output()
+        _post(kube, f"/api/v1/namespaces/{ns}/pods", _pod_with_claim("second-0", ns, "solo"))
+        events = wait_for(lambda: events_for(kube, ns, "second-0", "FailedScheduling"), 30)
+        assert events, k.output()
+        kwok = sum(len(names) for names in _nodes_by_zone(kube).values())
+        note = events[-1]["note"]
+        assert note.startswith("0/"), note
+        assert (
+            f"{kwok} node(s) unavailable due to PersistentVolumeClaim with ReadWriteOncePod access mode "
+            "already in-use by another pod" in note
+        ), note

@@ -29,6 +29,7 @@ UPSTREAM_FILTERS = [
     "NodeAffinity",
     "NodePorts",
     "NodeResourcesFit",
+    "VolumeRestrictions",
     "VolumeBinding",
     "VolumeZone",
     "PodTopologySpread",

@@ -79,8 +79,8 @@ def with_claims(name: str, *claims: str) -> Obj:
 NODES = [node(n, labels={ZONE: z}) for n, z in (("a", "z1"), ("b", "z2"), ("c", "z3"))]
 
 
-def schedule(objects: list[Obj], pending: list[Obj]) -> list[Placement]:
-    snap = build_snapshot(NODES, [])
+def schedule(objects: list[Obj], pending: list[Obj], existing: list[Obj] | None = None) -> list[Placement]:
+    snap = build_snapshot(NODES, existing or [])
     storage = Storage()
     for o in objects:
         kind = (
@@ -270,3 +270,36 @@ def test_bind_timeout_is_volume_binding_args() -> None:
         parse_config(config({"bindTimeoutSeconds": -1}))
     with pytest.raises(ConfigError, match=r"pluginConfig\[0\]\.args"):
         parse_config(config({"shape": []}))
+
+
+RWOP_CONFLICT = (
+    "0/3 nodes are available: 3 node(s) unavailable due to PersistentVolumeClaim "
+    "with ReadWriteOncePod access mode already in-use by another pod."
+)
+
+
+def rwop_claim(name: str) -> Obj:
+    c = claim(name, cls="std", volume=f"pv-{name}")
+    c["spec"]["accessModes"] = ["ReadWriteOncePod"]
+    return c
+
+
+def test_read_write_once_pod_claim_in_use_by_a_bound_pod() -> None:
+    objects = [storage_class("std", mode="Immediate", provisioner="csi.example.com"), rwop_claim("solo")]
+    objects.append({"metadata": {"name": "pv-solo"}, "spec": {"capacity": {"storage": "10Gi"}}})
+    holder = {
+        **with_claims("holder", "solo"),
+        "spec": {**with_claims("holder", "solo")["spec"], "nodeName": "a"},
+    }
+    got = schedule(objects, [with_claims("p", "solo")], existing=[holder])
+    assert (got[0].node, got[0].message) == (None, RWOP_CONFLICT)
+    free = schedule(objects, [with_claims("p", "solo")])
+    assert free[0].node is not None
+
+
+def test_read_write_once_pod_claim_serves_one_pod_of_a_batch() -> None:
+    objects = [storage_class("std", mode="Immediate", provisioner="csi.example.com"), rwop_claim("solo")]
+    objects.append({"metadata": {"name": "pv-solo"}, "spec": {"capacity": {"storage": "10Gi"}}})
+    got = schedule(objects, [with_claims("p1", "solo"), with_claims("p2", "solo")])
+    assert got[0].node is not None
+    assert (got[1].node, got[1].message) == (None, RWOP_CONFLICT)

@@ -13,7 +13,7 @@ from typing import Any
 
 from ksched.engine.selectors import LabelSelector, Requirement, label_selector
 from ksched.errors import MalformedObjectError
-from ksched.objects import Obj, pod_key, spec
+from ksched.objects import Obj, name, namespace, pod_key, spec
 
 WHEN_UNSATISFIABLE = ("DoNotSchedule", "ScheduleAnyway")
 
@@ -68,6 +68,38 @@ class PodInfo:
     labels: tuple[tuple[str, str], ...]
     affinity: PodAffinityTerms | None
     terminating: bool = False
+    # The claims of its ``persistentVolumeClaim`` volumes (VolumeRestrictions: ReadWriteOncePod users).
+    claims: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class PodClaim:
+    """A claim a pod's volume refers to: ``namespace/name``, and whether it is a generic ephemeral volume's."""
+
+    key: str
+    ephemeral: bool = False
+
+    @property
+    def name(self) -> str:
+        return self.key.split("/", 1)[1]
+
+
+def pod_claims(pod: Obj) -> tuple[PodClaim, ...]:
+    """The claims of a pod's ``persistentVolumeClaim`` and ``ephemeral`` volumes, once each, in order."""
+    ns, pod_name = namespace(pod), name(pod)
+    out: dict[str, PodClaim] = {}
+    for v in spec(pod).get("volumes") or ():
+        if not isinstance(v, dict):
+            continue
+        pvc = v.get("persistentVolumeClaim")
+        if isinstance(pvc, dict) and pvc.get("claimName"):
+            claim = PodClaim(f"{ns}/{pvc['claimName']}")
+        elif v.get("ephemeral") is not None:
+            claim = PodClaim(f"{ns}/{pod_name}-{v.get('name', '')}", ephemeral=True)
+        else:
+            continue
+        out.setdefault(claim.key, claim)
+    return tuple(out.values())
 
 
 def _with_label_keys(
@@ -218,6 +250,7 @@ def pod_info(pod: Obj, key: str | None = None) -> PodInfo:
         labels=tuple(sorted((str(k), str(v)) for k, v in labels.items())) if labels else (),
         affinity=pod_affinity_terms(pod, key),
         terminating=m.get("deletionTimestamp") is not None,
+        claims=tuple(c.key for c in pod_claims(pod) if not c.ephemeral),
     )
 
 

@@ -16,7 +16,14 @@ from typing import Any, Protocol
 
 from ksched import _core
 from ksched.engine.gangs import pod_group_of
-from ksched.engine.pod_level import PodInfo, SpreadConstraint, pod_info, spread_constraints
+from ksched.engine.pod_level import (
+    PodClaim,
+    PodInfo,
+    SpreadConstraint,
+    pod_claims,
+    pod_info,
+    spread_constraints,
+)
 from ksched.engine.quantity import NANO, Nano, canonical_nano, parse_nano
 from ksched.engine.selectors import (
     MAX_SELECTOR_ITEMS,
@@ -26,7 +33,6 @@ from ksched.engine.selectors import (
     node_selector_term,
     required_term,
 )
-from ksched.engine.volumes import PodClaim, pod_claims
 from ksched.errors import MalformedObjectError, QuantityError
 from ksched.objects import Obj, pod_key, spec
 

@@ -157,6 +157,8 @@ class PodTable:
         self.infos: dict[int, PodInfo] = {}
         self.evictable: dict[int, Evictable] = {}
         self.priority = np.zeros(cap, dtype=np.int64)
+        # Claim (``namespace/name``) -> the rows of the pods whose volumes use it.
+        self._claim_rows: dict[str, set[int]] = {}
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -218,6 +220,8 @@ class PodTable:
         self.with_terms += int(self.term_set[row] >= 0)
         self.keys[row] = key
         self.infos[row] = info
+        for claim in info.claims:
+            self._claim_rows.setdefault(claim, set()).add(row)
         self.priority[row] = evictable.priority if evictable is not None else 2**62
         if evictable is not None:
             self.evictable[row] = evictable
@@ -230,9 +234,23 @@ class PodTable:
         self.node[row] = -1
         self.term_set[row] = -1
         self.keys.pop(row, None)
-        self.infos.pop(row, None)
+        info = self.infos.pop(row, None)
+        for claim in info.claims if info is not None else ():
+            users = self._claim_rows.get(claim)
+            if users is not None:
+                users.discard(row)
+                if not users:
+                    del self._claim_rows[claim]
         self.evictable.pop(row, None)
         self._free.append(row)
+
+    def claim_users(self, claim: str) -> list[int]:
+        """The rows (in ``engine_table``'s compacted order) of the pods that use ``claim``."""
+        rows = self._claim_rows.get(claim)
+        if not rows:
+            return []
+        rank = np.cumsum(self.node[: self._high] >= 0) - 1
+        return sorted(int(rank[r]) for r in rows)
 
     def label_set_arrays(self) -> dict[str, npt.NDArray[Any]]:
         if self._ls_arrays is None:

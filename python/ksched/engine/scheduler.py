@@ -197,6 +197,7 @@ class Engine:
                 pod_volumes(
                     snapshot.storage,
                     req.claims,
+                    restrictions="VolumeRestrictions" in self.profile.filters,
                     binding="VolumeBinding" in self.profile.filters,
                     zone="VolumeZone" in self.profile.filters,
                 )
@@ -253,7 +254,11 @@ class Engine:
         volumes = None
         if any(not r.volumes.empty for r in rows):
             batch.volumes = VolumeColumns(
-                snapshot.storage, snapshot.index, snapshot.strings, batch.classes.term
+                snapshot.storage,
+                snapshot.index,
+                snapshot.strings,
+                batch.classes.term,
+                snapshot.pods.claim_users,
             )
             for r in rows:
                 batch.volumes.add(r.volumes)

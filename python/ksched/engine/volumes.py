@@ -22,6 +22,7 @@ import numpy.typing as npt
 
 from ksched import _core
 from ksched.core_types import VolumeArrays
+from ksched.engine.pod_level import PodClaim
 from ksched.engine.quantity import parse_quantity
 from ksched.engine.selectors import Requirement, Term, label_selector, node_selector_term, selector_matches
 from ksched.errors import MalformedObjectError, QuantityError
@@ -51,36 +52,6 @@ STORAGE_KINDS = (
 )
 
 _CODES = _core.VOLUME_CODES
-
-
-@dataclass(frozen=True)
-class PodClaim:
-    """A claim a pod's volume refers to: ``namespace/name``, and whether it is a generic ephemeral volume's."""
-
-    key: str
-    ephemeral: bool = False
-
-    @property
-    def name(self) -> str:
-        return self.key.split("/", 1)[1]
-
-
-def pod_claims(pod: Obj) -> tuple[PodClaim, ...]:
-    """The claims of a pod's ``persistentVolumeClaim`` and ``ephemeral`` volumes, once each, in order."""
-    ns, pod_name = namespace(pod), name(pod)
-    out: dict[str, PodClaim] = {}
-    for v in spec(pod).get("volumes") or ():
-        if not isinstance(v, dict):
-            continue
-        pvc = v.get("persistentVolumeClaim")
-        if isinstance(pvc, dict) and pvc.get("claimName"):
-            claim = PodClaim(f"{ns}/{pvc['claimName']}")
-        elif v.get("ephemeral") is not None:
-            claim = PodClaim(f"{ns}/{pod_name}-{v.get('name', '')}", ephemeral=True)
-        else:
-            continue
-        out.setdefault(claim.key, claim)
-    return tuple(out.values())
 
 
 def _storage(resources: object, kind: str) -> Fraction:
@@ -205,10 +176,12 @@ class PodVolumes:
 
     claims: tuple[ClaimPlan, ...] = ()
     zones: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
+    # VolumeRestrictions: its ReadWriteOncePod claims.
+    rwop: tuple[str, ...] = ()
 
     @property
     def empty(self) -> bool:
-        return not self.claims and not self.zones
+        return not self.claims and not self.zones and not self.rwop
 
 
 # A pod without claims.
@@ -316,16 +289,29 @@ def volume_affinity(pv: Obj) -> tuple[Term, ...] | None:
 
 
 def pod_volumes(
-    storage: Storage, claims: Sequence[PodClaim], *, binding: bool, zone: bool
+    storage: Storage, claims: Sequence[PodClaim], *, restrictions: bool, binding: bool, zone: bool
 ) -> PodVolumes | str:
     """A pending pod's claims for the engine, or the PreFilter message that rejects it.
-    ``binding`` and ``zone``: whether VolumeBinding and VolumeZone run."""
-    if not claims or not (binding or zone):
+    ``restrictions``, ``binding`` and ``zone``: whether VolumeRestrictions,
+    VolumeBinding and VolumeZone run (their PreFilters run in that order)."""
+    if not claims or not (restrictions or binding or zone):
         return NO_VOLUMES
+    rwop: list[str] = []
+    if restrictions:
+        for c in claims:
+            if c.ephemeral:
+                continue
+            claim = storage.claims.get(c.key)
+            if claim is None:
+                return f'persistentvolumeclaim "{c.name}" not found'
+            if "ReadWriteOncePod" in (spec(claim).get("accessModes") or ()):
+                rwop.append(c.key)
     if binding:
         error = _claim_errors(storage, claims)
         if error is not None:
             return error
+    elif not zone:
+        return PodVolumes(rwop=tuple(rwop))
     plans: list[ClaimPlan] = []
     selected: list[ClaimPlan] = []
     unbound: list[tuple[Fraction, int, ClaimPlan]] = []
@@ -359,7 +345,7 @@ def pod_volumes(
                 return why
     plans.extend(selected)
     plans.extend(plan for _, _, plan in sorted(unbound, key=lambda t: (t[0], t[1])))
-    return PodVolumes(tuple(plans), tuple(zones))
+    return PodVolumes(tuple(plans), tuple(zones), tuple(rwop))
 
 
 def _zone_constraints(
@@ -399,6 +385,7 @@ class VolumeColumns:
         node_index: Mapping[str, int],
         intern: Callable[[str], int],
         add_term: Callable[[Term], int],
+        users: Callable[[str], list[int]],
     ) -> None:
         self.storage = storage
         self.node_index = node_index
@@ -423,6 +410,12 @@ class VolumeColumns:
         self.zone_alt_keys: list[int] = []
         self.zone_value_offsets = [0]
         self.zone_values: list[int] = []
+        self.users = users
+        self.rwop_ids: dict[str, int] = {}
+        self.rwop_offsets = [0]
+        self.rwop_claims: list[int] = []
+        self.rwop_user_offsets = [0]
+        self.rwop_users: list[int] = []
         self.any = False
 
     def _pv(self, pv_name: str) -> int:
@@ -461,6 +454,14 @@ class VolumeColumns:
             self.zone_values.extend(self.intern(v) for v in values)
             self.zone_value_offsets.append(len(self.zone_values))
         self.zone_offsets.append(len(self.zone_keys))
+        for key in pod.rwop:
+            c = self.rwop_ids.get(key)
+            if c is None:
+                c = self.rwop_ids[key] = len(self.rwop_ids)
+                self.rwop_users.extend(self.users(key))
+                self.rwop_user_offsets.append(len(self.rwop_users))
+            self.rwop_claims.append(c)
+        self.rwop_offsets.append(len(self.rwop_claims))
 
     def arrays(self) -> VolumeArrays | None:
         """The engine's ``pods["volumes"]``, or None when no pod of the batch has a claim."""
@@ -492,6 +493,10 @@ class VolumeColumns:
             "zone_alt_keys": i32(self.zone_alt_keys),
             "zone_value_offsets": i64(self.zone_value_offsets),
             "zone_values": i32(self.zone_values),
+            "rwop_offsets": i64(self.rwop_offsets),
+            "rwop_claims": i64(self.rwop_claims),
+            "rwop_user_offsets": i64(self.rwop_user_offsets),
+            "rwop_users": i64(self.rwop_users),
         }
 
     def bindings(self, row: int, chosen: Sequence[int]) -> tuple[ClaimBinding, ...]:

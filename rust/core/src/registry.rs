@@ -22,7 +22,7 @@ use crate::model::{row, Classes, Nodes, PodTable, Ports, Profile, Selectors, Vol
 use crate::plugins::node_ports::HostPort;
 use crate::plugins::{
     balanced_allocation, image_locality, inter_pod_affinity, node_affinity, node_name, node_ports, node_resources_fit, node_unschedulable,
-    normalize, pod_topology_spread, taint_toleration, volume_binding, volume_zone, FEASIBLE,
+    normalize, pod_topology_spread, taint_toleration, volume_binding, volume_restrictions, volume_zone, FEASIBLE,
 };
 
 /// A plugin's fixed reasons (the codes and messages in its file).
@@ -35,6 +35,7 @@ const fn reasons_of(id: PluginId) -> &'static [ReasonInfo] {
         PluginId::NodePorts => node_ports::REASONS,
         PluginId::NodeResourcesFit => node_resources_fit::REASONS,
         PluginId::PodTopologySpread => pod_topology_spread::REASONS,
+        PluginId::VolumeRestrictions => volume_restrictions::REASONS,
         PluginId::VolumeBinding => volume_binding::REASONS,
         PluginId::VolumeZone => volume_zone::REASONS,
         PluginId::InterPodAffinity => inter_pod_affinity::REASONS,
@@ -146,6 +147,7 @@ pub fn filter_class(id: PluginId, nodes: &Nodes, classes: &Classes, class: usize
         PluginId::NodeAffinity => node_affinity::filter(classes, class, nodes, node),
         PluginId::NodePorts
         | PluginId::NodeResourcesFit
+        | PluginId::VolumeRestrictions
         | PluginId::VolumeBinding
         | PluginId::VolumeZone
         | PluginId::PodTopologySpread
@@ -164,6 +166,7 @@ pub fn scores_class(id: PluginId, classes: &Classes, class: usize) -> bool {
         | PluginId::NodeName
         | PluginId::NodePorts
         | PluginId::NodeResourcesFit
+        | PluginId::VolumeRestrictions
         | PluginId::VolumeBinding
         | PluginId::VolumeZone
         | PluginId::PodTopologySpread
@@ -183,6 +186,7 @@ pub fn score_class(id: PluginId, nodes: &Nodes, classes: &Classes, class: usize,
         | PluginId::NodeName
         | PluginId::NodePorts
         | PluginId::NodeResourcesFit
+        | PluginId::VolumeRestrictions
         | PluginId::VolumeBinding
         | PluginId::VolumeZone
         | PluginId::PodTopologySpread
@@ -203,6 +207,7 @@ pub fn normalize_class(id: PluginId, raw: i64, max: i64) -> i64 {
         | PluginId::NodeName
         | PluginId::NodePorts
         | PluginId::NodeResourcesFit
+        | PluginId::VolumeRestrictions
         | PluginId::VolumeBinding
         | PluginId::VolumeZone
         | PluginId::PodTopologySpread
@@ -216,6 +221,7 @@ pub fn normalize_class(id: PluginId, raw: i64, max: i64) -> i64 {
 /// has nothing to check for it, upstream's Skip).
 #[derive(Default)]
 pub struct PreFilter {
+    pub volume_restrictions: Option<volume_restrictions::Filter>,
     pub volume_binding: Option<volume_binding::Filter>,
     pub volume_zone: Option<volume_zone::Filter>,
     pub spread: Option<pod_topology_spread::Filter>,
@@ -224,7 +230,11 @@ pub struct PreFilter {
 
 impl PreFilter {
     pub fn is_empty(&self) -> bool {
-        self.volume_binding.is_none() && self.volume_zone.is_none() && self.spread.is_none() && self.affinity.is_none()
+        self.volume_restrictions.is_none()
+            && self.volume_binding.is_none()
+            && self.volume_zone.is_none()
+            && self.spread.is_none()
+            && self.affinity.is_none()
     }
 }
 
@@ -249,6 +259,10 @@ pub struct PodContext<'a, 'b> {
     pub table: &'a PodTable<'b>,
     pub volumes: Option<&'a Volumes<'b>>,
     pub taken_volumes: &'a [bool],
+    /// ReadWriteOncePod claims that pods of the batch use, and whether a
+    /// bound pod (pod table row) is gone in preemption's dry run.
+    pub taken_claims: &'a [bool],
+    pub removed: &'a dyn Fn(u32) -> bool,
     pub nodes: &'a Nodes<'b>,
     pub on_nodes: &'a [(u32, u32)],
     /// The subset of `on_nodes` with affinity terms.
@@ -276,6 +290,11 @@ impl<'a, 'b> PodContext<'a, 'b> {
 /// PreFilter of a pod-level plugin, into its slot of `out`.
 pub fn prefilter(id: PluginId, ctx: &PodContext, out: &mut PreFilter) {
     match id {
+        PluginId::VolumeRestrictions => {
+            out.volume_restrictions = ctx
+                .volumes
+                .and_then(|v| volume_restrictions::prefilter(v, ctx.index, ctx.taken_claims, ctx.removed))
+        }
         PluginId::VolumeBinding => {
             out.volume_binding = ctx.volumes.and_then(|v| volume_binding::prefilter(v, ctx.index, ctx.taken_volumes))
         }
@@ -317,6 +336,7 @@ pub fn prescore(id: PluginId, ctx: &PodContext, out: &mut PreScore) {
         | PluginId::NodeAffinity
         | PluginId::NodePorts
         | PluginId::NodeResourcesFit
+        | PluginId::VolumeRestrictions
         | PluginId::VolumeBinding
         | PluginId::VolumeZone
         | PluginId::NodeResourcesBalancedAllocation
@@ -344,6 +364,7 @@ pub fn score_pod(id: PluginId, ctx: &PodContext, pre: &PreScore, feasible: &[usi
         | PluginId::NodeAffinity
         | PluginId::NodePorts
         | PluginId::NodeResourcesFit
+        | PluginId::VolumeRestrictions
         | PluginId::VolumeBinding
         | PluginId::VolumeZone
         | PluginId::NodeResourcesBalancedAllocation
@@ -420,6 +441,10 @@ pub fn filter(id: PluginId, x: &NodeInput, report: &mut impl FnMut(u32)) -> bool
                 report,
             )
         }
+        PluginId::VolumeRestrictions => match x.prefilter.and_then(|p| p.volume_restrictions.as_ref()) {
+            Some(f) => f.filter(),
+            None => FEASIBLE,
+        },
         PluginId::VolumeBinding => match (x.prefilter.and_then(|p| p.volume_binding.as_ref()), x.volumes) {
             (Some(f), Some(v)) => return f.filter(v, x.selectors, x.nodes, x.node, report),
             _ => FEASIBLE,
@@ -480,6 +505,7 @@ pub fn score_node(id: PluginId, x: &NodeInput) -> i64 {
         | PluginId::TaintToleration
         | PluginId::NodeAffinity
         | PluginId::NodePorts
+        | PluginId::VolumeRestrictions
         | PluginId::VolumeBinding
         | PluginId::VolumeZone
         | PluginId::PodTopologySpread

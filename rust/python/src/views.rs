@@ -138,6 +138,10 @@ fn volumes<'a>(v: &'a Arrays) -> PyResult<Volumes<'a>> {
         zone_alt_keys: v.slice("zone_alt_keys")?,
         zone_value_offsets: v.slice("zone_value_offsets")?,
         zone_values: v.slice("zone_values")?,
+        rwop_offsets: v.slice("rwop_offsets")?,
+        rwop_claims: v.slice("rwop_claims")?,
+        rwop_user_offsets: v.slice("rwop_user_offsets")?,
+        rwop_users: v.slice("rwop_users")?,
     })
 }
 

@@ -19,6 +19,7 @@ pub enum PluginId {
     NodeAffinity,
     NodePorts,
     NodeResourcesFit,
+    VolumeRestrictions,
     VolumeBinding,
     VolumeZone,
     PodTopologySpread,
@@ -27,7 +28,7 @@ pub enum PluginId {
     ImageLocality,
 }
 
-pub const PLUGIN_COUNT: usize = 12;
+pub const PLUGIN_COUNT: usize = 13;
 
 /// What a plugin's verdict and score depend on besides the node, which
 /// decides where the batch loop computes and caches them.
@@ -82,6 +83,7 @@ pub const PLUGINS: [PluginInfo; PLUGIN_COUNT] = [
     row(PluginId::NodeAffinity, "NodeAffinity", true, 2, Level::Class),
     row(PluginId::NodePorts, "NodePorts", true, 0, Level::Node),
     row(PluginId::NodeResourcesFit, "NodeResourcesFit", true, 1, Level::Node),
+    row(PluginId::VolumeRestrictions, "VolumeRestrictions", true, 0, Level::Pod),
     row(PluginId::VolumeBinding, "VolumeBinding", true, 0, Level::Pod),
     row(PluginId::VolumeZone, "VolumeZone", true, 0, Level::Pod),
     row(PluginId::PodTopologySpread, "PodTopologySpread", true, 2, Level::Pod),
@@ -221,6 +223,7 @@ mod tests {
                 "NodeAffinity",
                 "NodePorts",
                 "NodeResourcesFit",
+                "VolumeRestrictions",
                 "VolumeBinding",
                 "VolumeZone",
                 "PodTopologySpread",

@@ -56,9 +56,21 @@ pub struct Volumes<'a> {
     pub zone_alt_keys: &'a [i32],
     pub zone_value_offsets: &'a [i64],
     pub zone_values: &'a [i32],
+    /// VolumeRestrictions: pending pod -> its ReadWriteOncePod claims (ids
+    /// 0..n of this table, shared by pods of the batch naming one claim), and
+    /// per such claim the pod table rows of the bound pods that use it.
+    pub rwop_offsets: &'a [i64],
+    pub rwop_claims: &'a [i64],
+    pub rwop_user_offsets: &'a [i64],
+    pub rwop_users: &'a [i64],
 }
 
 impl Volumes<'_> {
+    /// Number of ReadWriteOncePod claims.
+    pub fn rwop_count(&self) -> usize {
+        self.rwop_user_offsets.len().saturating_sub(1)
+    }
+
     pub fn validate(&self, pods: usize, nodes: usize, terms: usize) -> Result<(), EngineError> {
         let p = self.pvs;
         check_len("pv has affinity", self.pv_has_affinity.len(), p)?;
@@ -80,6 +92,12 @@ impl Volumes<'_> {
         )?;
         for &term in self.pv_terms.iter().chain(self.topology_terms) {
             check_index("volume selector term", term, terms)?;
+        }
+        check_offsets("rwop offsets", self.rwop_offsets, pods, self.rwop_claims.len())?;
+        let rwop = self.rwop_user_offsets.len().saturating_sub(1);
+        check_offsets("rwop user offsets", self.rwop_user_offsets, rwop, self.rwop_users.len())?;
+        for &c in self.rwop_claims {
+            check_index("rwop claim", c, rwop)?;
         }
         for &pv in self.claim_pvs {
             if pv != UNBOUND && pv != MISSING_PV {

@@ -17,6 +17,7 @@ pub mod normalize;
 pub mod pod_topology_spread;
 pub mod taint_toleration;
 pub mod volume_binding;
+pub mod volume_restrictions;
 pub mod volume_zone;
 
 use crate::model::PluginId;

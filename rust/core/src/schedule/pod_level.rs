@@ -34,20 +34,22 @@ impl<'a> Engine<'a, '_> {
     /// The pod-level plugins' PreFilter and PreScore for a pod, or None when
     /// none of them has anything to do for it (then the signature caches hold).
     pub(super) fn pod_level(&self, state: &BatchState, pod: &PodView) -> Option<PodLevel> {
-        self.pod_level_on(state, pod, &state.on_nodes, &state.affine)
+        self.pod_level_on(state, pod, &state.on_nodes, &state.affine, &|_| false)
     }
 
-    /// `pod_level` with the pods on nodes given (preemption's dry run leaves victims out).
+    /// `pod_level` with the pods on nodes given (preemption's dry run leaves victims
+    /// out; `removed` says whether a bound pod, by pod table row, is one of them).
     pub(super) fn pod_level_on(
         &self,
         state: &BatchState,
         pod: &PodView,
         on_nodes: &[(u32, u32)],
         affine: &[(u32, u32)],
+        removed: &dyn Fn(u32) -> bool,
     ) -> Option<PodLevel> {
         let table = self.pods.table.as_ref()?;
         let include = self.inclusion(table, pod.class);
-        let ctx = self.pod_context(table, state, pod, on_nodes, affine, &include);
+        let ctx = self.pod_context(table, state, pod, on_nodes, affine, &include, removed);
         let mut prefilter = PreFilter::default();
         for &id in POD_FILTERS.iter().filter(|&&id| self.profile.filters(id)) {
             registry::prefilter(id, &ctx, &mut prefilter);
@@ -71,11 +73,14 @@ impl<'a> Engine<'a, '_> {
         on_nodes: &'c [(u32, u32)],
         affine: &'c [(u32, u32)],
         include: &'c (dyn Fn(usize, usize) -> bool + Sync),
+        removed: &'c dyn Fn(u32) -> bool,
     ) -> PodContext<'c, 'a> {
         PodContext {
             table,
             volumes: self.pods.volumes.as_ref(),
             taken_volumes: &state.taken_volumes,
+            taken_claims: &state.taken_claims,
+            removed,
             nodes: self.nodes,
             on_nodes,
             affine,
@@ -109,7 +114,7 @@ impl<'a> Engine<'a, '_> {
         }
         let table = self.pods.table.as_ref().expect("pod level implies a pod table");
         let include = self.inclusion(table, pod.class);
-        let ctx = self.pod_context(table, state, pod, &state.on_nodes, &state.affine, &include);
+        let ctx = self.pod_context(table, state, pod, &state.on_nodes, &state.affine, &include, &|_| false);
         // Summed as integers, then added to each total once.
         let mut weighted = vec![0i64; feasible.len()];
         for (slot, &id) in POD_SCORERS.iter().enumerate() {

@@ -125,7 +125,7 @@ impl Engine<'_, '_> {
         let gone: HashSet<u32> = removed.iter().filter(|&&i| v.rows[i] >= 0).map(|&i| v.rows[i] as u32).collect();
         let on_nodes: Vec<(u32, u32)> = state.on_nodes.iter().copied().filter(|(row, _)| !gone.contains(row)).collect();
         let affine: Vec<(u32, u32)> = state.affine.iter().copied().filter(|(row, _)| !gone.contains(row)).collect();
-        match self.pod_level_on(state, pod, &on_nodes, &affine) {
+        match self.pod_level_on(state, pod, &on_nodes, &affine, &|row| gone.contains(&row)) {
             Some(pl) => {
                 let input = self.node_input(
                     state,

@@ -38,6 +38,9 @@ pub(super) struct BatchState {
     pub taken: Vec<bool>,
     /// PersistentVolumes placements earlier in the batch bound (empty without volumes).
     pub taken_volumes: Vec<bool>,
+    /// ReadWriteOncePod claims (`Volumes::rwop_claims` ids) that pods placed
+    /// or nominated earlier in the batch use.
+    pub taken_claims: Vec<bool>,
 }
 
 impl BatchState {
@@ -78,6 +81,7 @@ impl BatchState {
             victims_on: vec![Vec::new(); n],
             taken: Vec::new(),
             taken_volumes: vec![false; pods.volumes.as_ref().map_or(0, |v| v.pvs)],
+            taken_claims: vec![false; pods.volumes.as_ref().map_or(0, |v| v.rwop_count())],
         };
         if let Some(pre) = &pods.preemption {
             if !pre.reservations.nodes.is_empty() {
@@ -181,6 +185,11 @@ impl BatchState {
         self.nonzero_requested[node * 2 + 1] += pod.nonzero_request[1];
         self.pod_count[node] += 1;
         self.log.push(node as u32);
+        if let Some(v) = &engine.pods.volumes {
+            for &c in &v.rwop_claims[row(v.rwop_offsets, pod.index)] {
+                self.taken_claims[c as usize] = true;
+            }
+        }
         if let Some(table) = &engine.pods.table {
             let row = (table.bound + pod.index) as u32;
             self.on_nodes.push((row, node as u32));

@@ -61,6 +61,10 @@ pub struct OwnedVolumes {
     zone_alt_keys: Vec<i32>,
     zone_value_offsets: Vec<i64>,
     zone_values: Vec<i32>,
+    rwop_offsets: Vec<i64>,
+    rwop_claims: Vec<i64>,
+    rwop_user_offsets: Vec<i64>,
+    rwop_users: Vec<i64>,
 }
 
 impl OwnedVolumes {
@@ -98,6 +102,8 @@ impl OwnedVolumes {
             zone_label_keys: zone_label_keys.to_vec(),
             zone_offsets: vec![0],
             zone_value_offsets: vec![0],
+            rwop_offsets: vec![0; pods.len() + 1],
+            rwop_user_offsets: vec![0],
             ..OwnedVolumes::default()
         };
         for class in &pv_classes {
@@ -129,6 +135,22 @@ impl OwnedVolumes {
         o
     }
 
+    /// ReadWriteOncePod claims: per pending pod its claim ids, per claim its users' rows.
+    pub fn set_rwop(&mut self, pods: &[Vec<i64>], users: &[Vec<i64>]) {
+        self.rwop_offsets = vec![0];
+        self.rwop_claims.clear();
+        for claims in pods {
+            self.rwop_claims.extend(claims);
+            self.rwop_offsets.push(self.rwop_claims.len() as i64);
+        }
+        self.rwop_user_offsets = vec![0];
+        self.rwop_users.clear();
+        for u in users {
+            self.rwop_users.extend(u);
+            self.rwop_user_offsets.push(self.rwop_users.len() as i64);
+        }
+    }
+
     pub fn view(&self) -> Volumes<'_> {
         Volumes {
             pvs: self.pvs,
@@ -149,6 +171,10 @@ impl OwnedVolumes {
             zone_alt_keys: &self.zone_alt_keys,
             zone_value_offsets: &self.zone_value_offsets,
             zone_values: &self.zone_values,
+            rwop_offsets: &self.rwop_offsets,
+            rwop_claims: &self.rwop_claims,
+            rwop_user_offsets: &self.rwop_user_offsets,
+            rwop_users: &self.rwop_users,
         }
     }
 }
