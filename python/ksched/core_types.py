@@ -221,6 +221,16 @@ class VolumeArrays(TypedDict):
     rwop_claims: I64
     rwop_user_offsets: I64
     rwop_users: I64
+    # NodeVolumeLimits (empty per-node tables: no node has a limit).
+    limit_offsets: I64
+    limit_drivers: I32
+    limit_counts: I64
+    attached_offsets: I64
+    attached_volumes: I32
+    attached_drivers: I32
+    attach_offsets: I64
+    attach_volumes: I32
+    attach_drivers: I32
 
 
 class PodBatch(TypedDict):

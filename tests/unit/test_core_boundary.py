@@ -30,6 +30,7 @@ UPSTREAM_FILTERS = [
     "NodePorts",
     "NodeResourcesFit",
     "VolumeRestrictions",
+    "NodeVolumeLimits",
     "VolumeBinding",
     "VolumeZone",
     "PodTopologySpread",

@@ -303,3 +303,47 @@ def test_read_write_once_pod_claim_serves_one_pod_of_a_batch() -> None:
     got = schedule(objects, [with_claims("p1", "solo"), with_claims("p2", "solo")])
     assert got[0].node is not None
     assert (got[1].node, got[1].message) == (None, RWOP_CONFLICT)
+
+
+def csi_volume(name: str, handle: str) -> Obj:
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            "capacity": {"storage": "10Gi"},
+            "csi": {"driver": "csi.example.com", "volumeHandle": handle},
+        },
+    }
+
+
+def csi_node(name: str, count: int) -> Obj:
+    return {
+        "metadata": {"name": name},
+        "spec": {"drivers": [{"name": "csi.example.com", "nodeID": name, "allocatable": {"count": count}}]},
+    }
+
+
+def test_node_volume_limits_count_the_volumes_attached_there() -> None:
+    snap = build_snapshot(NODES, [])
+    holder = pod(
+        "holder", node_name="a", volumes=[{"name": "d", "persistentVolumeClaim": {"claimName": "old"}}]
+    )
+    snap = build_snapshot(NODES, [holder])
+    std = storage_class("std", mode="Immediate", provisioner="csi.example.com")
+    for kind, o in (
+        ("StorageClass", std),
+        ("PersistentVolume", csi_volume("pv-old", "h1")),
+        ("PersistentVolume", csi_volume("pv-new", "h2")),
+        ("PersistentVolumeClaim", claim("old", cls="std", volume="pv-old")),
+        ("PersistentVolumeClaim", claim("new", cls="std", volume="pv-new")),
+        *(("CSINode", csi_node(n, 1)) for n in ("a", "b", "c")),
+    ):
+        snap.storage.update(kind, o, deleted=False)
+    pinned, sharing = with_claims("p", "new"), with_claims("q", "old")
+    for p in (pinned, sharing):
+        p["spec"]["nodeSelector"] = {ZONE: "z1"}
+    got = Engine(Config()).schedule(snap, [pinned, sharing]).placements
+    assert got[0].message == (
+        "0/3 nodes are available: 1 node(s) exceed max volume count, "
+        "2 node(s) didn't match Pod's node affinity/selector."
+    )
+    assert got[1].node == "a", "a volume already attached there counts once"

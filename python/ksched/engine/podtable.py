@@ -252,6 +252,10 @@ class PodTable:
         rank = np.cumsum(self.node[: self._high] >= 0) - 1
         return sorted(int(rank[r]) for r in rows)
 
+    def claims_on_nodes(self) -> dict[str, list[int]]:
+        """Each claim bound pods use, with the node indices of those pods."""
+        return {claim: [int(self.node[r]) for r in rows] for claim, rows in self._claim_rows.items()}
+
     def label_set_arrays(self) -> dict[str, npt.NDArray[Any]]:
         if self._ls_arrays is None:
             self._ls_arrays = {

@@ -200,6 +200,7 @@ class Engine:
                     restrictions="VolumeRestrictions" in self.profile.filters,
                     binding="VolumeBinding" in self.profile.filters,
                     zone="VolumeZone" in self.profile.filters,
+                    limits="NodeVolumeLimits" in self.profile.filters,
                 )
                 if req.claims
                 else NO_VOLUMES
@@ -259,6 +260,8 @@ class Engine:
                 snapshot.strings,
                 batch.classes.term,
                 snapshot.pods.claim_users,
+                snapshot.node_names,
+                snapshot.pods.claims_on_nodes,
             )
             for r in rows:
                 batch.volumes.add(r.volumes)

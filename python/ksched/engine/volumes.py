@@ -178,10 +178,12 @@ class PodVolumes:
     zones: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
     # VolumeRestrictions: its ReadWriteOncePod claims.
     rwop: tuple[str, ...] = ()
+    # NodeVolumeLimits: the (volume, CSI driver) pairs it attaches.
+    attach: tuple[tuple[str, str], ...] = ()
 
     @property
     def empty(self) -> bool:
-        return not self.claims and not self.zones and not self.rwop
+        return not self.claims and not self.zones and not self.rwop and not self.attach
 
 
 # A pod without claims.
@@ -288,14 +290,52 @@ def volume_affinity(pv: Obj) -> tuple[Term, ...] | None:
         return ()
 
 
+def attachable(storage: Storage, key: str) -> tuple[str, str] | None:
+    """NodeVolumeLimits' unique name and CSI driver of a claim's volume (upstream
+    ``getCSIDriverInfo``): the bound volume's CSI driver and handle, or for a claim
+    without a volume its class's provisioner; None where neither is known."""
+    claim = storage.claims.get(key)
+    if claim is None:
+        return None
+    pv = storage.volumes.get(str(spec(claim).get("volumeName") or ""))
+    if pv is not None:
+        csi = spec(pv).get("csi")
+        if not isinstance(csi, dict) or not csi.get("driver") or not csi.get("volumeHandle"):
+            return None
+        return f"{csi['driver']}/{csi['volumeHandle']}", str(csi["driver"])
+    cls = storage.classes.get(claim_class(claim))
+    if cls is None or not cls.get("provisioner"):
+        return None
+    provisioner = str(cls["provisioner"])
+    return f"{provisioner}/-{key}", provisioner
+
+
+def node_volume_limits(storage: Storage, node: str) -> list[tuple[str, int]]:
+    """A node's CSINode attach limits: (driver, ``allocatable.count``)."""
+    csi_node = storage.csi_nodes.get(node)
+    out = []
+    for d in spec(csi_node).get("drivers") or () if csi_node is not None else ():
+        count = (d.get("allocatable") or {}).get("count") if isinstance(d, dict) else None
+        if isinstance(count, int):
+            out.append((str(d.get("name", "")), count))
+    return out
+
+
 def pod_volumes(
-    storage: Storage, claims: Sequence[PodClaim], *, restrictions: bool, binding: bool, zone: bool
+    storage: Storage,
+    claims: Sequence[PodClaim],
+    *,
+    restrictions: bool,
+    binding: bool,
+    zone: bool,
+    limits: bool = False,
 ) -> PodVolumes | str:
     """A pending pod's claims for the engine, or the PreFilter message that rejects it.
     ``restrictions``, ``binding`` and ``zone``: whether VolumeRestrictions,
     VolumeBinding and VolumeZone run (their PreFilters run in that order)."""
-    if not claims or not (restrictions or binding or zone):
+    if not claims or not (restrictions or binding or zone or limits):
         return NO_VOLUMES
+    attach = tuple(a for a in (attachable(storage, c.key) for c in claims) if a is not None) if limits else ()
     rwop: list[str] = []
     if restrictions:
         for c in claims:
@@ -311,7 +351,7 @@ def pod_volumes(
         if error is not None:
             return error
     elif not zone:
-        return PodVolumes(rwop=tuple(rwop))
+        return PodVolumes(rwop=tuple(rwop), attach=attach)
     plans: list[ClaimPlan] = []
     selected: list[ClaimPlan] = []
     unbound: list[tuple[Fraction, int, ClaimPlan]] = []
@@ -345,7 +385,7 @@ def pod_volumes(
                 return why
     plans.extend(selected)
     plans.extend(plan for _, _, plan in sorted(unbound, key=lambda t: (t[0], t[1])))
-    return PodVolumes(tuple(plans), tuple(zones), tuple(rwop))
+    return PodVolumes(tuple(plans), tuple(zones), tuple(rwop), attach)
 
 
 def _zone_constraints(
@@ -386,6 +426,8 @@ class VolumeColumns:
         intern: Callable[[str], int],
         add_term: Callable[[Term], int],
         users: Callable[[str], list[int]],
+        node_names: Sequence[str] = (),
+        claims_on_nodes: Callable[[], dict[str, list[int]]] = dict,
     ) -> None:
         self.storage = storage
         self.node_index = node_index
@@ -416,6 +458,11 @@ class VolumeColumns:
         self.rwop_claims: list[int] = []
         self.rwop_user_offsets = [0]
         self.rwop_users: list[int] = []
+        self.attach_offsets = [0]
+        self.attach_volumes: list[int] = []
+        self.attach_drivers: list[int] = []
+        self.node_names = node_names
+        self.claims_on_nodes = claims_on_nodes
         self.any = False
 
     def _pv(self, pv_name: str) -> int:
@@ -462,6 +509,49 @@ class VolumeColumns:
                 self.rwop_user_offsets.append(len(self.rwop_users))
             self.rwop_claims.append(c)
         self.rwop_offsets.append(len(self.rwop_claims))
+        for volume, driver in pod.attach:
+            self.attach_volumes.append(self.intern(volume))
+            self.attach_drivers.append(self.intern(driver))
+        self.attach_offsets.append(len(self.attach_volumes))
+
+    def _node_tables(self) -> dict[str, list[int]]:
+        """NodeVolumeLimits' per-node limits and attached volumes, or empty tables
+        when no node has a limit (or no pending pod attaches a volume)."""
+        limits = [node_volume_limits(self.storage, n) for n in self.node_names] if self.attach_volumes else []
+        if not any(limits):
+            return {
+                k: []
+                for k in (
+                    "limit_offsets",
+                    "limit_drivers",
+                    "limit_counts",
+                    "attached_offsets",
+                    "attached_volumes",
+                    "attached_drivers",
+                )
+            }
+        out: dict[str, list[int]] = {
+            k: [] for k in ("limit_drivers", "limit_counts", "attached_volumes", "attached_drivers")
+        }
+        out["limit_offsets"] = [0]
+        for node_limits in limits:
+            out["limit_drivers"].extend(self.intern(d) for d, _ in node_limits)
+            out["limit_counts"].extend(c for _, c in node_limits)
+            out["limit_offsets"].append(len(out["limit_drivers"]))
+        attached: list[dict[str, str]] = [{} for _ in self.node_names]
+        for claim, nodes in self.claims_on_nodes().items():
+            a = attachable(self.storage, claim)
+            if a is not None:
+                for node in nodes:
+                    if 0 <= node < len(attached):
+                        attached[node][a[0]] = a[1]
+        out["attached_offsets"] = [0]
+        for on_node in attached:
+            for volume, driver in sorted(on_node.items()):
+                out["attached_volumes"].append(self.intern(volume))
+                out["attached_drivers"].append(self.intern(driver))
+            out["attached_offsets"].append(len(out["attached_volumes"]))
+        return out
 
     def arrays(self) -> VolumeArrays | None:
         """The engine's ``pods["volumes"]``, or None when no pod of the batch has a claim."""
@@ -473,6 +563,8 @@ class VolumeColumns:
 
         def i32(v: list[int]) -> npt.NDArray[np.int32]:
             return np.asarray(v, dtype=np.int32)
+
+        nodes = self._node_tables()
 
         return {
             "pvs": len(self.pv_names),
@@ -497,6 +589,15 @@ class VolumeColumns:
             "rwop_claims": i64(self.rwop_claims),
             "rwop_user_offsets": i64(self.rwop_user_offsets),
             "rwop_users": i64(self.rwop_users),
+            "limit_offsets": i64(nodes["limit_offsets"]),
+            "limit_drivers": i32(nodes["limit_drivers"]),
+            "limit_counts": i64(nodes["limit_counts"]),
+            "attached_offsets": i64(nodes["attached_offsets"]),
+            "attached_volumes": i32(nodes["attached_volumes"]),
+            "attached_drivers": i32(nodes["attached_drivers"]),
+            "attach_offsets": i64(self.attach_offsets),
+            "attach_volumes": i32(self.attach_volumes),
+            "attach_drivers": i32(self.attach_drivers),
         }
 
     def bindings(self, row: int, chosen: Sequence[int]) -> tuple[ClaimBinding, ...]:

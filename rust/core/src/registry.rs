@@ -22,7 +22,7 @@ use crate::model::{row, Classes, Nodes, PodTable, Ports, Profile, Selectors, Vol
 use crate::plugins::node_ports::HostPort;
 use crate::plugins::{
     balanced_allocation, image_locality, inter_pod_affinity, node_affinity, node_name, node_ports, node_resources_fit, node_unschedulable,
-    normalize, pod_topology_spread, taint_toleration, volume_binding, volume_restrictions, volume_zone, FEASIBLE,
+    node_volume_limits, normalize, pod_topology_spread, taint_toleration, volume_binding, volume_restrictions, volume_zone, FEASIBLE,
 };
 
 /// A plugin's fixed reasons (the codes and messages in its file).
@@ -36,6 +36,7 @@ const fn reasons_of(id: PluginId) -> &'static [ReasonInfo] {
         PluginId::NodeResourcesFit => node_resources_fit::REASONS,
         PluginId::PodTopologySpread => pod_topology_spread::REASONS,
         PluginId::VolumeRestrictions => volume_restrictions::REASONS,
+        PluginId::NodeVolumeLimits => node_volume_limits::REASONS,
         PluginId::VolumeBinding => volume_binding::REASONS,
         PluginId::VolumeZone => volume_zone::REASONS,
         PluginId::InterPodAffinity => inter_pod_affinity::REASONS,
@@ -148,6 +149,7 @@ pub fn filter_class(id: PluginId, nodes: &Nodes, classes: &Classes, class: usize
         PluginId::NodePorts
         | PluginId::NodeResourcesFit
         | PluginId::VolumeRestrictions
+        | PluginId::NodeVolumeLimits
         | PluginId::VolumeBinding
         | PluginId::VolumeZone
         | PluginId::PodTopologySpread
@@ -167,6 +169,7 @@ pub fn scores_class(id: PluginId, classes: &Classes, class: usize) -> bool {
         | PluginId::NodePorts
         | PluginId::NodeResourcesFit
         | PluginId::VolumeRestrictions
+        | PluginId::NodeVolumeLimits
         | PluginId::VolumeBinding
         | PluginId::VolumeZone
         | PluginId::PodTopologySpread
@@ -187,6 +190,7 @@ pub fn score_class(id: PluginId, nodes: &Nodes, classes: &Classes, class: usize,
         | PluginId::NodePorts
         | PluginId::NodeResourcesFit
         | PluginId::VolumeRestrictions
+        | PluginId::NodeVolumeLimits
         | PluginId::VolumeBinding
         | PluginId::VolumeZone
         | PluginId::PodTopologySpread
@@ -208,6 +212,7 @@ pub fn normalize_class(id: PluginId, raw: i64, max: i64) -> i64 {
         | PluginId::NodePorts
         | PluginId::NodeResourcesFit
         | PluginId::VolumeRestrictions
+        | PluginId::NodeVolumeLimits
         | PluginId::VolumeBinding
         | PluginId::VolumeZone
         | PluginId::PodTopologySpread
@@ -222,6 +227,7 @@ pub fn normalize_class(id: PluginId, raw: i64, max: i64) -> i64 {
 #[derive(Default)]
 pub struct PreFilter {
     pub volume_restrictions: Option<volume_restrictions::Filter>,
+    pub volume_limits: Option<node_volume_limits::Filter>,
     pub volume_binding: Option<volume_binding::Filter>,
     pub volume_zone: Option<volume_zone::Filter>,
     pub spread: Option<pod_topology_spread::Filter>,
@@ -231,6 +237,7 @@ pub struct PreFilter {
 impl PreFilter {
     pub fn is_empty(&self) -> bool {
         self.volume_restrictions.is_none()
+            && self.volume_limits.is_none()
             && self.volume_binding.is_none()
             && self.volume_zone.is_none()
             && self.spread.is_none()
@@ -263,6 +270,8 @@ pub struct PodContext<'a, 'b> {
     /// bound pod (pod table row) is gone in preemption's dry run.
     pub taken_claims: &'a [bool],
     pub removed: &'a dyn Fn(u32) -> bool,
+    /// (node, volume, driver) attached by placements earlier in the batch.
+    pub placed_attachments: &'a [(u32, i32, i32)],
     pub nodes: &'a Nodes<'b>,
     pub on_nodes: &'a [(u32, u32)],
     /// The subset of `on_nodes` with affinity terms.
@@ -294,6 +303,11 @@ pub fn prefilter(id: PluginId, ctx: &PodContext, out: &mut PreFilter) {
             out.volume_restrictions = ctx
                 .volumes
                 .and_then(|v| volume_restrictions::prefilter(v, ctx.index, ctx.taken_claims, ctx.removed))
+        }
+        PluginId::NodeVolumeLimits => {
+            out.volume_limits = ctx
+                .volumes
+                .and_then(|v| node_volume_limits::prefilter(v, ctx.index, ctx.placed_attachments))
         }
         PluginId::VolumeBinding => {
             out.volume_binding = ctx.volumes.and_then(|v| volume_binding::prefilter(v, ctx.index, ctx.taken_volumes))
@@ -337,6 +351,7 @@ pub fn prescore(id: PluginId, ctx: &PodContext, out: &mut PreScore) {
         | PluginId::NodePorts
         | PluginId::NodeResourcesFit
         | PluginId::VolumeRestrictions
+        | PluginId::NodeVolumeLimits
         | PluginId::VolumeBinding
         | PluginId::VolumeZone
         | PluginId::NodeResourcesBalancedAllocation
@@ -365,6 +380,7 @@ pub fn score_pod(id: PluginId, ctx: &PodContext, pre: &PreScore, feasible: &[usi
         | PluginId::NodePorts
         | PluginId::NodeResourcesFit
         | PluginId::VolumeRestrictions
+        | PluginId::NodeVolumeLimits
         | PluginId::VolumeBinding
         | PluginId::VolumeZone
         | PluginId::NodeResourcesBalancedAllocation
@@ -445,6 +461,10 @@ pub fn filter(id: PluginId, x: &NodeInput, report: &mut impl FnMut(u32)) -> bool
             Some(f) => f.filter(),
             None => FEASIBLE,
         },
+        PluginId::NodeVolumeLimits => match (x.prefilter.and_then(|p| p.volume_limits.as_ref()), x.volumes) {
+            (Some(f), Some(v)) => f.filter(v, x.node),
+            _ => FEASIBLE,
+        },
         PluginId::VolumeBinding => match (x.prefilter.and_then(|p| p.volume_binding.as_ref()), x.volumes) {
             (Some(f), Some(v)) => return f.filter(v, x.selectors, x.nodes, x.node, report),
             _ => FEASIBLE,
@@ -506,6 +526,7 @@ pub fn score_node(id: PluginId, x: &NodeInput) -> i64 {
         | PluginId::NodeAffinity
         | PluginId::NodePorts
         | PluginId::VolumeRestrictions
+        | PluginId::NodeVolumeLimits
         | PluginId::VolumeBinding
         | PluginId::VolumeZone
         | PluginId::PodTopologySpread

@@ -142,6 +142,15 @@ fn volumes<'a>(v: &'a Arrays) -> PyResult<Volumes<'a>> {
         rwop_claims: v.slice("rwop_claims")?,
         rwop_user_offsets: v.slice("rwop_user_offsets")?,
         rwop_users: v.slice("rwop_users")?,
+        limit_offsets: v.slice("limit_offsets")?,
+        limit_drivers: v.slice("limit_drivers")?,
+        limit_counts: v.slice("limit_counts")?,
+        attached_offsets: v.slice("attached_offsets")?,
+        attached_volumes: v.slice("attached_volumes")?,
+        attached_drivers: v.slice("attached_drivers")?,
+        attach_offsets: v.slice("attach_offsets")?,
+        attach_volumes: v.slice("attach_volumes")?,
+        attach_drivers: v.slice("attach_drivers")?,
     })
 }
 

@@ -20,6 +20,7 @@ pub enum PluginId {
     NodePorts,
     NodeResourcesFit,
     VolumeRestrictions,
+    NodeVolumeLimits,
     VolumeBinding,
     VolumeZone,
     PodTopologySpread,
@@ -28,7 +29,7 @@ pub enum PluginId {
     ImageLocality,
 }
 
-pub const PLUGIN_COUNT: usize = 13;
+pub const PLUGIN_COUNT: usize = 14;
 
 /// What a plugin's verdict and score depend on besides the node, which
 /// decides where the batch loop computes and caches them.
@@ -84,6 +85,7 @@ pub const PLUGINS: [PluginInfo; PLUGIN_COUNT] = [
     row(PluginId::NodePorts, "NodePorts", true, 0, Level::Node),
     row(PluginId::NodeResourcesFit, "NodeResourcesFit", true, 1, Level::Node),
     row(PluginId::VolumeRestrictions, "VolumeRestrictions", true, 0, Level::Pod),
+    row(PluginId::NodeVolumeLimits, "NodeVolumeLimits", true, 0, Level::Pod),
     row(PluginId::VolumeBinding, "VolumeBinding", true, 0, Level::Pod),
     row(PluginId::VolumeZone, "VolumeZone", true, 0, Level::Pod),
     row(PluginId::PodTopologySpread, "PodTopologySpread", true, 2, Level::Pod),
@@ -224,6 +226,7 @@ mod tests {
                 "NodePorts",
                 "NodeResourcesFit",
                 "VolumeRestrictions",
+                "NodeVolumeLimits",
                 "VolumeBinding",
                 "VolumeZone",
                 "PodTopologySpread",

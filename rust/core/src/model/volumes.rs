@@ -63,6 +63,18 @@ pub struct Volumes<'a> {
     pub rwop_claims: &'a [i64],
     pub rwop_user_offsets: &'a [i64],
     pub rwop_users: &'a [i64],
+    /// NodeVolumeLimits: per node its CSI drivers' attach limits; per node
+    /// the (volume, driver) pairs its bound pods attach; per pending pod the
+    /// (volume, driver) pairs it would attach. Volumes and drivers are interned ids.
+    pub limit_offsets: &'a [i64],
+    pub limit_drivers: &'a [i32],
+    pub limit_counts: &'a [i64],
+    pub attached_offsets: &'a [i64],
+    pub attached_volumes: &'a [i32],
+    pub attached_drivers: &'a [i32],
+    pub attach_offsets: &'a [i64],
+    pub attach_volumes: &'a [i32],
+    pub attach_drivers: &'a [i32],
 }
 
 impl Volumes<'_> {
@@ -99,6 +111,15 @@ impl Volumes<'_> {
         for &c in self.rwop_claims {
             check_index("rwop claim", c, rwop)?;
         }
+        // No limits at all (no node's CSINode has one): both per-node tables may be empty.
+        if !self.limit_drivers.is_empty() {
+            check_offsets("limit offsets", self.limit_offsets, nodes, self.limit_drivers.len())?;
+            check_offsets("attached offsets", self.attached_offsets, nodes, self.attached_volumes.len())?;
+        }
+        check_len("limit counts", self.limit_counts.len(), self.limit_drivers.len())?;
+        check_len("attached drivers", self.attached_drivers.len(), self.attached_volumes.len())?;
+        check_offsets("attach offsets", self.attach_offsets, pods, self.attach_volumes.len())?;
+        check_len("attach drivers", self.attach_drivers.len(), self.attach_volumes.len())?;
         for &pv in self.claim_pvs {
             if pv != UNBOUND && pv != MISSING_PV {
                 check_index("claim volume", pv, p)?;

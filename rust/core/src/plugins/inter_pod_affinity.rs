@@ -10,9 +10,9 @@ use super::{ReasonInfo, FEASIBLE, MAX_NODE_SCORE};
 use crate::model::pod_table::{PREFERRED_AFFINITY, PREFERRED_ANTI_AFFINITY, REQUIRED_AFFINITY, REQUIRED_ANTI_AFFINITY};
 use crate::model::{row, Nodes, PluginId, PodTable};
 
-pub const POD_AFFINITY: u32 = 16;
-pub const POD_ANTI_AFFINITY: u32 = 17;
-pub const EXISTING_ANTI_AFFINITY: u32 = 18;
+pub const POD_AFFINITY: u32 = 17;
+pub const POD_ANTI_AFFINITY: u32 = 18;
+pub const EXISTING_ANTI_AFFINITY: u32 = 19;
 
 pub const REASONS: &[ReasonInfo] = &[
     ReasonInfo {

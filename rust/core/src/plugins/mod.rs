@@ -13,6 +13,7 @@ pub mod node_name;
 pub mod node_ports;
 pub mod node_resources_fit;
 pub mod node_unschedulable;
+pub mod node_volume_limits;
 pub mod normalize;
 pub mod pod_topology_spread;
 pub mod taint_toleration;

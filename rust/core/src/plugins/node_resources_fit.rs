@@ -9,7 +9,7 @@ use crate::model::{PluginId, Strategy, CPU, FIRST_SCALAR, MEMORY};
 pub const TOO_MANY_PODS: u32 = 8;
 /// "Insufficient <resource>": one code per resource column from here on
 /// (the caller names the resource).
-pub const FIRST_INSUFFICIENT: u32 = 19;
+pub const FIRST_INSUFFICIENT: u32 = 20;
 
 pub const REASONS: &[ReasonInfo] = &[ReasonInfo {
     code: TOO_MANY_PODS,

@@ -10,8 +10,8 @@ use std::collections::{HashMap, HashSet};
 use super::{ReasonInfo, FEASIBLE};
 use crate::model::{row, Nodes, PluginId, PodTable};
 
-pub const SPREAD: u32 = 14;
-pub const SPREAD_MISSING_LABEL: u32 = 15;
+pub const SPREAD: u32 = 15;
+pub const SPREAD_MISSING_LABEL: u32 = 16;
 
 pub const REASONS: &[ReasonInfo] = &[
     ReasonInfo {

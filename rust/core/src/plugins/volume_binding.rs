@@ -15,11 +15,11 @@ use super::ReasonInfo;
 use crate::model::{row, Nodes, PluginId, Selectors, Volumes, MISSING_PV, NO_SELECTED_NODE, UNBOUND};
 
 /// A bound claim's volume does not admit the node (upstream `ErrReasonNodeConflict`).
-pub const VOLUME_NODE_CONFLICT: u32 = 10;
+pub const VOLUME_NODE_CONFLICT: u32 = 11;
 /// An unbound claim finds no volume and cannot be provisioned there (`ErrReasonBindConflict`).
-pub const VOLUME_BIND_CONFLICT: u32 = 11;
+pub const VOLUME_BIND_CONFLICT: u32 = 12;
 /// A bound claim's volume does not exist (`ErrReasonPVNotExist`).
-pub const VOLUME_PV_MISSING: u32 = 12;
+pub const VOLUME_PV_MISSING: u32 = 13;
 
 pub const REASONS: &[ReasonInfo] = &[
     ReasonInfo {

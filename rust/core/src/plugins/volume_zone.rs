@@ -7,7 +7,7 @@
 use super::{ReasonInfo, FEASIBLE};
 use crate::model::{row, Nodes, PluginId, Volumes};
 
-pub const VOLUME_ZONE_CONFLICT: u32 = 13;
+pub const VOLUME_ZONE_CONFLICT: u32 = 14;
 
 pub const REASONS: &[ReasonInfo] = &[ReasonInfo {
     code: VOLUME_ZONE_CONFLICT,

@@ -80,6 +80,7 @@ impl<'a> Engine<'a, '_> {
             volumes: self.pods.volumes.as_ref(),
             taken_volumes: &state.taken_volumes,
             taken_claims: &state.taken_claims,
+            placed_attachments: &state.placed_attachments,
             removed,
             nodes: self.nodes,
             on_nodes,

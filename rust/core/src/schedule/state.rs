@@ -41,6 +41,8 @@ pub(super) struct BatchState {
     /// ReadWriteOncePod claims (`Volumes::rwop_claims` ids) that pods placed
     /// or nominated earlier in the batch use.
     pub taken_claims: Vec<bool>,
+    /// (node, volume, driver) for each volume pods placed in the batch attach (NodeVolumeLimits).
+    pub placed_attachments: Vec<(u32, i32, i32)>,
 }
 
 impl BatchState {
@@ -82,6 +84,7 @@ impl BatchState {
             taken: Vec::new(),
             taken_volumes: vec![false; pods.volumes.as_ref().map_or(0, |v| v.pvs)],
             taken_claims: vec![false; pods.volumes.as_ref().map_or(0, |v| v.rwop_count())],
+            placed_attachments: Vec::new(),
         };
         if let Some(pre) = &pods.preemption {
             if !pre.reservations.nodes.is_empty() {
@@ -188,6 +191,10 @@ impl BatchState {
         if let Some(v) = &engine.pods.volumes {
             for &c in &v.rwop_claims[row(v.rwop_offsets, pod.index)] {
                 self.taken_claims[c as usize] = true;
+            }
+            for i in row(v.attach_offsets, pod.index) {
+                self.placed_attachments
+                    .push((node as u32, v.attach_volumes[i], v.attach_drivers[i]));
             }
         }
         if let Some(table) = &engine.pods.table {

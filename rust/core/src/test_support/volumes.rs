@@ -65,6 +65,15 @@ pub struct OwnedVolumes {
     rwop_claims: Vec<i64>,
     rwop_user_offsets: Vec<i64>,
     rwop_users: Vec<i64>,
+    limit_offsets: Vec<i64>,
+    limit_drivers: Vec<i32>,
+    limit_counts: Vec<i64>,
+    attached_offsets: Vec<i64>,
+    attached_volumes: Vec<i32>,
+    attached_drivers: Vec<i32>,
+    attach_offsets: Vec<i64>,
+    attach_volumes: Vec<i32>,
+    attach_drivers: Vec<i32>,
 }
 
 impl OwnedVolumes {
@@ -104,6 +113,7 @@ impl OwnedVolumes {
             zone_value_offsets: vec![0],
             rwop_offsets: vec![0; pods.len() + 1],
             rwop_user_offsets: vec![0],
+            attach_offsets: vec![0; pods.len() + 1],
             ..OwnedVolumes::default()
         };
         for class in &pv_classes {
@@ -151,6 +161,29 @@ impl OwnedVolumes {
         }
     }
 
+    /// Attach limits: per node its (driver, limit) and attached (volume, driver)
+    /// pairs; per pending pod its (volume, driver) pairs.
+    pub fn set_limits(&mut self, limits: &[Vec<(i32, i64)>], attached: &[Vec<(i32, i32)>], pods: &[Vec<(i32, i32)>]) {
+        self.limit_offsets = vec![0];
+        for l in limits {
+            self.limit_drivers.extend(l.iter().map(|p| p.0));
+            self.limit_counts.extend(l.iter().map(|p| p.1));
+            self.limit_offsets.push(self.limit_drivers.len() as i64);
+        }
+        self.attached_offsets = vec![0];
+        for a in attached {
+            self.attached_volumes.extend(a.iter().map(|p| p.0));
+            self.attached_drivers.extend(a.iter().map(|p| p.1));
+            self.attached_offsets.push(self.attached_volumes.len() as i64);
+        }
+        self.attach_offsets = vec![0];
+        for a in pods {
+            self.attach_volumes.extend(a.iter().map(|p| p.0));
+            self.attach_drivers.extend(a.iter().map(|p| p.1));
+            self.attach_offsets.push(self.attach_volumes.len() as i64);
+        }
+    }
+
     pub fn view(&self) -> Volumes<'_> {
         Volumes {
             pvs: self.pvs,
@@ -175,6 +208,15 @@ impl OwnedVolumes {
             rwop_claims: &self.rwop_claims,
             rwop_user_offsets: &self.rwop_user_offsets,
             rwop_users: &self.rwop_users,
+            limit_offsets: &self.limit_offsets,
+            limit_drivers: &self.limit_drivers,
+            limit_counts: &self.limit_counts,
+            attached_offsets: &self.attached_offsets,
+            attached_volumes: &self.attached_volumes,
+            attached_drivers: &self.attached_drivers,
+            attach_offsets: &self.attach_offsets,
+            attach_volumes: &self.attach_volumes,
+            attach_drivers: &self.attach_drivers,
         }
     }
 }
