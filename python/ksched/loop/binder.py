@@ -181,11 +181,13 @@ class Binder:
         """Bind the pod's claims (upstream ``BindPodVolumes``); None when they are bound."""
         if not self.is_leader():
             return Outcome.NOT_LEADER
+        # A binding counts as written once it is sent: a write whose answer was lost may
+        # have landed, and the undo checks what is there before taking anything back.
         written: list[ClaimBinding] = []
         try:
             for b in volumes:
-                self._write_binding(b, node)
                 written.append(b)
+                self._write_binding(b, node)
             self._wait_bound(volumes, time.monotonic() + timeout_s)
             return None
         except (VolumeBindingError, ApiUnavailableError) as err:
@@ -195,6 +197,9 @@ class Binder:
             self._undo(written)
             self._reports.submit(self._failed, pod, why)
             return Outcome.ERROR
+        except Exception:
+            self._undo(written)  # a bug must not leave a volume claimed for a pod not placed
+            raise
 
     def _write_binding(self, b: ClaimBinding, node: str) -> None:
         ns, claim_name = b.claim.split("/", 1)
@@ -277,19 +282,27 @@ class Binder:
                         "PATCH", claim_path, body=body, content_type=MERGE_PATCH, rate_limited=True
                     )
                 else:
-                    body = {
-                        "metadata": {"annotations": {BOUND_BY_CONTROLLER: None}},
-                        "spec": {"claimRef": None},
-                    }
-                    self.kube.request(
-                        "PATCH",
-                        f"/api/v1/persistentvolumes/{b.volume}",
-                        body=body,
-                        content_type=MERGE_PATCH,
-                        rate_limited=True,
-                    )
+                    self._release_volume(b.volume, ns, claim_name)
             except ApiUnavailableError as err:
                 log.warning("undoing the binding of claim %s: %s", b.claim, err)
+
+    def _release_volume(self, volume: str, ns: str, claim_name: str) -> None:
+        """Clear the volume's ``claimRef`` if it still names the claim. An update carrying
+        the read resourceVersion: a volume the PV controller or another binder touched since
+        is a 409 and stays as it is."""
+        pv_path = f"/api/v1/persistentvolumes/{volume}"
+        r = self.kube.request("GET", pv_path, rate_limited=True)
+        if not r.ok:
+            return
+        pv: Obj = r.json()
+        ref = spec(pv).get("claimRef")
+        if not isinstance(ref, dict) or (ref.get("namespace"), ref.get("name")) != (ns, claim_name):
+            return  # never written, or bound to another claim since: not ours to clear
+        del pv["spec"]["claimRef"]
+        (meta(pv).get("annotations") or {}).pop(BOUND_BY_CONTROLLER, None)
+        r = self.kube.request("PUT", pv_path, body=pv, rate_limited=True)
+        if not r.ok:
+            log.warning("releasing persistentvolume %s: HTTP %d", volume, r.status)
 
     def _preempt(self, pod: Obj, node: str | None, victims: list[tuple[str, str, str]]) -> None:
         if not self.is_leader():

@@ -1,0 +1,108 @@
+"""The binder's volume binding against a fake API server: what a failed bind
+leaves behind on PersistentVolumes and claims."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import orjson
+
+from ksched.engine.volumes import BOUND_BY_CONTROLLER, ClaimBinding
+from ksched.loop.binder import Binder, Outcome
+from ksched.loop.client import ApiUnavailableError, Response
+from ksched.loop.telemetry import Telemetry
+
+Obj = dict[str, Any]
+CLAIM_PATH = "/api/v1/namespaces/default/persistentvolumeclaims/data"
+PV_PATH = "/api/v1/persistentvolumes/pv0"
+
+
+def merge(target: Obj, patch: Obj) -> Obj:
+    """RFC 7386 merge patch."""
+    out = dict(target)
+    for k, v in patch.items():
+        if v is None:
+            out.pop(k, None)
+        elif isinstance(v, dict):
+            out[k] = merge(out.get(k) or {}, v)
+        else:
+            out[k] = v
+    return out
+
+
+class FakeApi:
+    """Objects by path; PUT checks resourceVersion, PATCH merges; ``lose_answer`` drops
+    the answer of that method+path once, after applying the write."""
+
+    def __init__(self, objects: dict[str, Obj], lose_answer: str = "") -> None:
+        self.objects = objects
+        self.lose_answer = lose_answer
+        self.version = 1
+
+    def request(self, method: str, path: str, *, body: Any = None, **_: Any) -> Response:
+        if method == "GET":
+            obj = self.objects.get(path)
+            return Response(200, orjson.dumps(obj)) if obj is not None else Response(404, b"")
+        if method == "PUT":
+            if body["metadata"].get("resourceVersion") != self.objects[path]["metadata"]["resourceVersion"]:
+                return Response(409, b"")
+            self.version += 1
+            self.objects[path] = {
+                **body,
+                "metadata": {**body["metadata"], "resourceVersion": str(self.version)},
+            }
+        elif method == "PATCH":
+            self.version += 1
+            self.objects[path] = merge(self.objects[path], body)
+            self.objects[path]["metadata"]["resourceVersion"] = str(self.version)
+        elif method == "POST":
+            return Response(201, b"{}")
+        if f"{method} {path}" == self.lose_answer:
+            self.lose_answer = ""
+            raise ApiUnavailableError(f"{method} {path}: connection reset")
+        return Response(200, b"{}")
+
+
+def cluster() -> dict[str, Obj]:
+    claim = {
+        "metadata": {"name": "data", "namespace": "default", "uid": "c1", "resourceVersion": "1"},
+        "spec": {},
+    }
+    pv = {"metadata": {"name": "pv0", "resourceVersion": "1"}, "spec": {"capacity": {"storage": "1Gi"}}}
+    return {CLAIM_PATH: claim, PV_PATH: pv}
+
+
+def bind_volume(api: FakeApi, timeout_s: float = 0.0) -> Outcome | None:
+    binder = Binder(api, 1, "ksched", Telemetry(), lambda: True)  # type: ignore[arg-type]
+    pod = {"metadata": {"name": "p", "namespace": "default", "uid": "u"}}
+    try:
+        return binder._bind_volumes(pod, "n0", (ClaimBinding("default/data", "pv0"),), timeout_s)
+    finally:
+        binder.shutdown()
+
+
+def test_a_timed_out_binding_releases_the_volume() -> None:
+    api = FakeApi(cluster())
+    assert bind_volume(api) is Outcome.ERROR
+    pv = api.objects[PV_PATH]
+    assert "claimRef" not in pv["spec"]
+    assert BOUND_BY_CONTROLLER not in (pv["metadata"].get("annotations") or {})
+
+
+def test_a_binding_whose_answer_was_lost_is_released_too() -> None:
+    api = FakeApi(cluster(), lose_answer=f"PUT {PV_PATH}")
+    assert bind_volume(api) is Outcome.ERROR
+    assert "claimRef" not in api.objects[PV_PATH]["spec"]
+
+
+def test_undo_leaves_a_volume_bound_to_another_claim_since() -> None:
+    api = FakeApi(cluster())
+    binder = Binder(api, 1, "ksched", Telemetry(), lambda: True)  # type: ignore[arg-type]
+    other = {"kind": "PersistentVolumeClaim", "namespace": "default", "name": "other", "uid": "c2"}
+    api.objects[PV_PATH]["spec"]["claimRef"] = copy.deepcopy(other)
+    try:
+        binder._undo([ClaimBinding("default/data", "pv0")])
+    finally:
+        binder.shutdown()
+    assert api.objects[PV_PATH]["spec"]["claimRef"] == other
