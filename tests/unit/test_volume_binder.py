@@ -4,6 +4,7 @@ leaves behind on PersistentVolumes and claims."""
 from __future__ import annotations
 
 import copy
+import threading
 from typing import Any
 
 import orjson
@@ -106,3 +107,39 @@ def test_undo_leaves_a_volume_bound_to_another_claim_since() -> None:
     finally:
         binder.shutdown()
     assert api.objects[PV_PATH]["spec"]["claimRef"] == other
+
+
+class SlowProvisioner(FakeApi):
+    """The claim's GETs block until ``release`` is set: a provisioner that takes its time."""
+
+    def __init__(self, objects: dict[str, Obj]) -> None:
+        super().__init__(objects)
+        self.release = threading.Event()
+
+    def request(self, method: str, path: str, *, body: Any = None, **kw: Any) -> Response:
+        if method == "GET" and path == CLAIM_PATH:
+            self.release.wait(10.0)
+        return super().request(method, path, body=body, **kw)
+
+
+def test_a_pod_without_volumes_does_not_wait_behind_a_volume_binding() -> None:
+    api = SlowProvisioner(cluster())
+    binder = Binder(api, 1, "ksched", Telemetry(), lambda: True)  # type: ignore[arg-type]
+    plain_bound = threading.Event()
+    outcomes: list[Outcome] = []
+    try:
+        waiting = {"metadata": {"name": "claims", "namespace": "default", "uid": "u1"}}
+        binder.bind(
+            waiting,
+            "n0",
+            outcomes.append,
+            volumes=(ClaimBinding("default/data", None),),
+            volume_timeout_s=0.0,
+        )
+        plain = {"metadata": {"name": "plain", "namespace": "default", "uid": "u2"}}
+        binder.bind(plain, "n0", lambda outcome: plain_bound.set())
+        assert plain_bound.wait(5.0), "the plain pod's bind waited behind the volume binding"
+    finally:
+        api.release.set()
+        binder.shutdown()
+    assert outcomes == [Outcome.ERROR]

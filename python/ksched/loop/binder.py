@@ -89,6 +89,9 @@ class Binder:
         self.telemetry = telemetry
         self.is_leader = is_leader
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="bind")
+        # Pods with volumes to bind wait (up to bindTimeoutSeconds) for the PV controller:
+        # on their own threads, so no pod without volumes waits behind them.
+        self._volume_pool = ThreadPoolExecutor(workers, thread_name_prefix="bind-volumes")
         # Events and conditions have their own threads, so a bind never waits behind a report.
         self._reports = ThreadPoolExecutor(report_workers(workers), thread_name_prefix="report")
 
@@ -104,7 +107,8 @@ class Binder:
         """Bind in the background; ``done`` is called from a pool thread. ``note`` is
         appended to the Scheduled event (degraded mode says so there). ``volumes`` are
         bound first, waiting up to ``volume_timeout_s`` for the claims to be bound."""
-        self._pool.submit(self._bind_and_report, pod, node, done, note, volumes, volume_timeout_s)
+        pool = self._volume_pool if volumes else self._pool
+        pool.submit(self._bind_and_report, pod, node, done, note, volumes, volume_timeout_s)
 
     def unschedulable(self, pod: Obj, message: str) -> None:
         """Post FailedScheduling and set PodScheduled=False (in the background)."""
@@ -124,6 +128,7 @@ class Binder:
     def shutdown(self) -> None:
         """Finish every bind (and report) already handed over, then stop."""
         self._pool.shutdown(wait=True)
+        self._volume_pool.shutdown(wait=True)
         self._reports.shutdown(wait=True)
 
     def _bind_and_report(
