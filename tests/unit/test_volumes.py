@@ -15,7 +15,7 @@ from ksched.config import Config, parse_config
 from ksched.engine import Engine
 from ksched.engine.scheduler import Placement, commit_placements
 from ksched.engine.snapshot import build_snapshot
-from ksched.engine.volumes import SELECTED_NODE, ClaimBinding, Storage
+from ksched.engine.volumes import SELECTED_NODE, ClaimBinding, Storage, node_volume_limits
 from ksched.errors import ConfigError
 from tests.conftest import node, pod
 
@@ -347,3 +347,29 @@ def test_node_volume_limits_count_the_volumes_attached_there() -> None:
         "2 node(s) didn't match Pod's node affinity/selector."
     )
     assert got[1].node == "a", "a volume already attached there counts once"
+
+
+def test_malformed_storage_objects_in_a_cluster_file_reject_nodes_not_the_run() -> None:
+    # simulate and explain read unvalidated cluster files: a wrongly typed field
+    # admits no node (or counts nothing) instead of raising.
+    odd_claim = claim("data", cls="zonal")
+    odd_claim["spec"]["resources"] = "5Gi"
+    odd_pv = local_pv("pv-odd", "a", cls="zonal")
+    odd_pv["spec"]["nodeAffinity"] = "a"
+    zonal = storage_class(
+        "zonal",
+        provisioner="csi.example.com",
+        allowedTopologies=[{"matchLabelExpressions": [{"key": ZONE, "values": "z1"}]}],
+    )
+    got = schedule([zonal, odd_pv, odd_claim], [with_claims("p", "data")])
+    assert got[0].node is None
+    assert got[0].message == (
+        "0/3 nodes are available: 3 node(s) didn't find available persistent volumes to bind."
+    )
+    storage = Storage()
+    storage.update(
+        "CSINode",
+        {"metadata": {"name": "a"}, "spec": {"drivers": [{"name": "d", "allocatable": [1]}]}},
+        deleted=False,
+    )
+    assert node_volume_limits(storage, "a") == []

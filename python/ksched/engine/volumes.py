@@ -65,8 +65,14 @@ def _storage(resources: object, kind: str) -> Fraction:
         return Fraction(-1) if kind == "capacity" else Fraction(0)
 
 
+def _field(obj: Obj, key: str) -> Obj:
+    """``obj[key]`` where it is an object, else empty (cluster files are not validated)."""
+    value = obj.get(key)
+    return value if isinstance(value, dict) else {}
+
+
 def claim_request(claim: Obj) -> Fraction:
-    return _storage((spec(claim).get("resources") or {}).get("requests"), "request")
+    return _storage(_field(spec(claim), "resources").get("requests"), "request")
 
 
 def volume_capacity(pv: Obj) -> Fraction:
@@ -220,6 +226,11 @@ def _claim_errors(storage: Storage, claims: Sequence[PodClaim]) -> str | None:
     return None
 
 
+def _strings(values: object) -> tuple[str, ...]:
+    """A list of label values; anything else has none (so it matches no node)."""
+    return tuple(str(v) for v in values) if isinstance(values, list) else ()
+
+
 def _topology(cls: Obj) -> tuple[Term, ...]:
     """A StorageClass's ``allowedTopologies`` as node selector terms (each expression an ``In``)."""
     out = []
@@ -227,7 +238,7 @@ def _topology(cls: Obj) -> tuple[Term, ...]:
         exprs = t.get("matchLabelExpressions") if isinstance(t, dict) else None
         out.append(
             tuple(
-                Requirement(str(e.get("key", "")), "In", tuple(str(v) for v in e.get("values") or ()))
+                Requirement(str(e.get("key", "")), "In", _strings(e.get("values")))
                 for e in exprs or ()
                 if isinstance(e, dict)
             )
@@ -278,7 +289,12 @@ def _candidates(storage: Storage, key: str, claim: Obj) -> tuple[str, ...]:
 def volume_affinity(pv: Obj) -> tuple[Term, ...] | None:
     """A volume's required node affinity terms (ORed), None where it has none.
     A malformed one admits no node."""
-    required = (spec(pv).get("nodeAffinity") or {}).get("required")
+    affinity = spec(pv).get("nodeAffinity")
+    if affinity is None:
+        return None
+    if not isinstance(affinity, dict):
+        return ()
+    required = affinity.get("required")
     if required is None:
         return None
     try:
@@ -315,8 +331,8 @@ def node_volume_limits(storage: Storage, node: str) -> list[tuple[str, int]]:
     csi_node = storage.csi_nodes.get(node)
     out = []
     for d in spec(csi_node).get("drivers") or () if csi_node is not None else ():
-        count = (d.get("allocatable") or {}).get("count") if isinstance(d, dict) else None
-        if isinstance(count, int):
+        count = _field(d, "allocatable").get("count") if isinstance(d, dict) else None
+        if isinstance(count, int) and not isinstance(count, bool):
             out.append((str(d.get("name", "")), count))
     return out
 
