@@ -32,6 +32,7 @@ from ksched.objects import Obj, meta, name, namespace, spec
 SELECTED_NODE = "volume.kubernetes.io/selected-node"
 BIND_COMPLETED = "pv.kubernetes.io/bind-completed"
 BOUND_BY_CONTROLLER = "pv.kubernetes.io/bound-by-controller"
+BETA_STORAGE_CLASS = "volume.beta.kubernetes.io/storage-class"
 # A StorageClass that cannot provision (local volumes).
 NO_PROVISIONER = "kubernetes.io/no-provisioner"
 # VolumeZone's topology labels, in upstream's order, and the GA key of each beta one.
@@ -79,19 +80,14 @@ def volume_capacity(pv: Obj) -> Fraction:
     return _storage(spec(pv).get("capacity"), "capacity")
 
 
-def claim_class(claim: Obj) -> str:
-    """Upstream ``GetPersistentVolumeClaimClass``: the beta annotation, else ``storageClassName``."""
-    ann = meta(claim).get("annotations") or {}
-    if "volume.beta.kubernetes.io/storage-class" in ann:
-        return str(ann["volume.beta.kubernetes.io/storage-class"])
-    return str(spec(claim).get("storageClassName") or "")
-
-
-def volume_class(pv: Obj) -> str:
-    ann = meta(pv).get("annotations") or {}
-    if "volume.beta.kubernetes.io/storage-class" in ann:
-        return str(ann["volume.beta.kubernetes.io/storage-class"])
-    return str(spec(pv).get("storageClassName") or "")
+def storage_class_of(obj: Obj) -> str:
+    """A claim's or a volume's StorageClass (upstream ``GetPersistentVolumeClaimClass`` and
+    ``GetPersistentVolumeClass`` read both the same way): the beta annotation, else
+    ``storageClassName``."""
+    ann = meta(obj).get("annotations") or {}
+    if BETA_STORAGE_CLASS in ann:
+        return str(ann[BETA_STORAGE_CLASS])
+    return str(spec(obj).get("storageClassName") or "")
 
 
 @dataclass
@@ -202,7 +198,7 @@ def _is_bound(claim: Obj) -> bool:
 
 
 def _delay_binding(storage: Storage, claim: Obj) -> bool:
-    cls = storage.classes.get(claim_class(claim))
+    cls = storage.classes.get(storage_class_of(claim))
     return cls is not None and cls.get("volumeBindingMode") == "WaitForFirstConsumer"
 
 
@@ -250,7 +246,7 @@ def _candidates(storage: Storage, key: str, claim: Obj) -> tuple[str, ...]:
     """Upstream ``FindMatchingVolume`` without the node: the volume pre-bound to the claim
     alone, else every available volume that could serve it, smallest first (then by name)."""
     request = claim_request(claim)
-    wanted_class = claim_class(claim)
+    wanted_class = storage_class_of(claim)
     claim_spec = spec(claim)
     modes = set(claim_spec.get("accessModes") or ())
     mode = claim_spec.get("volumeMode") or "Filesystem"
@@ -280,7 +276,7 @@ def _candidates(storage: Storage, key: str, claim: Obj) -> tuple[str, ...]:
             selector, meta(pv).get("labels") or {}
         ):
             continue
-        if volume_class(pv) != wanted_class or not modes <= set(pv_spec.get("accessModes") or ()):
+        if storage_class_of(pv) != wanted_class or not modes <= set(pv_spec.get("accessModes") or ()):
             continue
         fits.append((capacity, pv_name))
     return tuple(n for _, n in sorted(fits))
@@ -319,7 +315,7 @@ def attachable(storage: Storage, key: str) -> tuple[str, str] | None:
         if not isinstance(csi, dict) or not csi.get("driver") or not csi.get("volumeHandle"):
             return None
         return f"{csi['driver']}/{csi['volumeHandle']}", str(csi["driver"])
-    cls = storage.classes.get(claim_class(claim))
+    cls = storage.classes.get(storage_class_of(claim))
     if cls is None or not cls.get("provisioner"):
         return None
     provisioner = str(cls["provisioner"])
@@ -380,7 +376,7 @@ def pod_volumes(
         if binding and not _is_bound(claim):
             if volume_name or not _delay_binding(storage, claim):
                 return "pod has unbound immediate PersistentVolumeClaims"
-            cls = storage.classes[claim_class(claim)]
+            cls = storage.classes[storage_class_of(claim)]
             provisioner = str(cls.get("provisioner") or "")
             plan = ClaimPlan(
                 c.key,
@@ -411,7 +407,7 @@ def _zone_constraints(
     zone constraints into ``out``, or the message that rejects the pod."""
     volume_name = str(spec(claim).get("volumeName") or "")
     if not volume_name:
-        class_name = claim_class(claim)
+        class_name = storage_class_of(claim)
         if not class_name:
             return "PersistentVolumeClaim had no pv name and storageClass name"
         cls = storage.classes.get(class_name)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ksched.engine.volumes import BETA_STORAGE_CLASS, BIND_COMPLETED, BOUND_BY_CONTROLLER, SELECTED_NODE
 from ksched.objects import DISRUPTION_TARGET, Obj
 
 
@@ -152,12 +153,7 @@ def slim_node(node: Obj) -> Obj:
     }
 
 
-_VOLUME_ANNOTATIONS = (
-    "volume.beta.kubernetes.io/storage-class",
-    "volume.kubernetes.io/selected-node",
-    "pv.kubernetes.io/bind-completed",
-    "pv.kubernetes.io/bound-by-controller",
-)
+_VOLUME_ANNOTATIONS = (BETA_STORAGE_CLASS, SELECTED_NODE, BIND_COMPLETED, BOUND_BY_CONTROLLER)
 
 
 def _volume_meta(obj: Obj) -> Obj:
