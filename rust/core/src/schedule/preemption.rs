@@ -106,17 +106,9 @@ impl Engine<'_, '_> {
             .collect();
         let mut ports_buf = Vec::new();
         let placed_ports = state.ports_for_filter(self, pod, node, &mut ports_buf);
-        let input = self.node_input(
-            state,
-            pod,
-            node,
-            &requested,
-            count - removed.len() as i64,
-            placed_ports,
-            &freed,
-            None,
-        );
-        if !self.passes_node_level(&input, &mut |_| {}) {
+        let count = count - removed.len() as i64;
+        let input = |prefilter| self.node_input(state, pod, node, &requested, count, placed_ports, &freed, prefilter);
+        if !self.passes_node_level(&input(None), &mut |_| {}) {
             return false;
         }
         if self.pods.table.is_none() {
@@ -126,19 +118,7 @@ impl Engine<'_, '_> {
         let on_nodes: Vec<(u32, u32)> = state.on_nodes.iter().copied().filter(|(row, _)| !gone.contains(row)).collect();
         let affine: Vec<(u32, u32)> = state.affine.iter().copied().filter(|(row, _)| !gone.contains(row)).collect();
         match self.pod_level_on(state, pod, &on_nodes, &affine, &|row| gone.contains(&row)) {
-            Some(pl) => {
-                let input = self.node_input(
-                    state,
-                    pod,
-                    node,
-                    &requested,
-                    count - removed.len() as i64,
-                    placed_ports,
-                    &freed,
-                    Some(&pl.prefilter),
-                );
-                self.passes_pod_level(&input, &mut |_| {})
-            }
+            Some(pl) => self.passes_pod_level(&input(Some(&pl.prefilter)), &mut |_| {}),
             None => true,
         }
     }

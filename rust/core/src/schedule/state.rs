@@ -2,9 +2,19 @@
 
 use super::engine::{Engine, PodView};
 use crate::model::UNBOUND;
-use crate::model::{row, PluginId};
+use crate::model::{row, PluginId, Reservations};
 use crate::plugins::node_ports::HostPort;
 use crate::plugins::{balanced_allocation, metrics, volume_binding};
+
+/// The nominated pods' reservations, which `BatchState::reserved` indexes.
+fn reservations<'e>(engine: &'e Engine) -> &'e Reservations<'e> {
+    &engine
+        .pods
+        .preemption
+        .as_ref()
+        .expect("reservations imply preemption data")
+        .reservations
+}
 
 pub(super) struct BatchState {
     pub requested: Vec<i64>,
@@ -137,12 +147,7 @@ impl BatchState {
         if self.reserved.is_empty() || self.reserved[node].is_empty() {
             return (requested, self.pod_count[node]);
         }
-        let res = &engine
-            .pods
-            .preemption
-            .as_ref()
-            .expect("reservations imply preemption data")
-            .reservations;
+        let res = reservations(engine);
         buf.clear();
         buf.extend_from_slice(requested);
         let mut count = self.pod_count[node];
@@ -164,12 +169,7 @@ impl BatchState {
         if !pod.has_ports || self.reserved.is_empty() || self.reserved[node].is_empty() {
             return placed;
         }
-        let res = &engine
-            .pods
-            .preemption
-            .as_ref()
-            .expect("reservations imply preemption data")
-            .reservations;
+        let res = reservations(engine);
         buf.clear();
         buf.extend_from_slice(placed);
         for &k in self.reserved[node].iter().filter(|&&k| res.priorities[k] >= pod.priority) {
