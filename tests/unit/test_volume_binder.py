@@ -9,10 +9,16 @@ from typing import Any
 
 import orjson
 
+from ksched.config import Config
 from ksched.engine.volumes import BOUND_BY_CONTROLLER, ClaimBinding
 from ksched.loop.binder import Binder, Outcome
 from ksched.loop.client import ApiUnavailableError, Response
+from ksched.loop.cycle import Scheduler
+from ksched.loop.metric_sources import MetricStore
+from ksched.loop.queue import SchedulingQueue
+from ksched.loop.state import ClusterState
 from ksched.loop.telemetry import Telemetry
+from tests.unit.test_volumes import LOCAL, NODES, claim, local_pv, with_claims
 
 Obj = dict[str, Any]
 CLAIM_PATH = "/api/v1/namespaces/default/persistentvolumeclaims/data"
@@ -143,3 +149,43 @@ def test_a_pod_without_volumes_does_not_wait_behind_a_volume_binding() -> None:
         api.release.set()
         binder.shutdown()
     assert outcomes == [Outcome.ERROR]
+
+
+class RecordingBinder:
+    def __init__(self) -> None:
+        self.bound: list[tuple[str, str, tuple[ClaimBinding, ...]]] = []
+
+    def bind(self, pod: Obj, node: str, done: Any, note: str, volumes: Any, timeout_s: float) -> None:
+        self.bound.append((pod["metadata"]["name"], node, volumes))
+
+
+def test_two_pods_of_a_batch_naming_one_unbound_claim_bind_it_once() -> None:
+    # Upstream's assume cache: the second pod sees the claim bound to the first's
+    # volume and follows it to its node, never a second volume for the same claim.
+    state = ClusterState()
+    for n in NODES:
+        state.on_node("ADDED", n, None)
+    for o in (LOCAL, local_pv("pv-a", "a"), local_pv("pv-b", "b"), claim("data")):
+        kind = (
+            "StorageClass"
+            if "provisioner" in o
+            else "PersistentVolume"
+            if "capacity" in o["spec"]
+            else "PersistentVolumeClaim"
+        )
+        state.storage_handler(kind)("ADDED", o, None)
+    queue = SchedulingQueue(lambda: 1000.0)
+    binder = RecordingBinder()
+    s = Scheduler(
+        Config(), state, queue, binder, Telemetry(), lambda: True, MetricStore((), None, Telemetry())
+    )  # type: ignore[arg-type]
+    for name, uid in (("p", "u1"), ("q", "u2")):
+        p = with_claims(name, "data")
+        p["metadata"]["uid"] = uid
+        queue.add(p)
+    s.cycle(queue.pop_batch(10, 0.0, 0.0))
+    s.cycle(queue.pop_batch(10, 0.0, 0.0))
+    (first, node, volumes), (second, second_node, second_volumes) = binder.bound
+    assert (first, second) == ("p", "q")
+    assert second_node == node
+    assert second_volumes == volumes

@@ -148,6 +148,9 @@ class Scheduler:
         for qp in batch:
             groups[(scheduler_name(qp.pod), qp.degraded)].append(qp)
         self.telemetry.batch_size.observe(len(batch))
+        # Unbound claims a placement of this cycle binds: the engine does not know that two
+        # pods of a batch name one claim, so each may pick another volume or node for it.
+        claimed: set[str] = set()
         for (profile, retry), pods in groups.items():
             # Pods a previous batch could not decide in time are retried without metrics.
             degraded = [*matrix.degraded, *(["retried without metrics"] if retry else [])]
@@ -180,6 +183,13 @@ class Scheduler:
             elapsed = time.perf_counter() - started
             by_key = {qp.key: qp for qp in pods}
             for placement in result.placements:
+                shared = {b.claim for b in placement.volumes} if placement.node is not None else set()
+                if shared & claimed:
+                    # Placed next cycle, where the earlier pod's binding of the claim is assumed
+                    # (upstream's assume cache): binding it here would bind the claim twice.
+                    self.queue.requeue(by_key[placement.pod])
+                    continue
+                claimed |= shared
                 self._place(by_key[placement.pod], placement, profile, elapsed, note)
 
     def _gangs(self, batch: list[QueuedPod]) -> dict[str, GangStatus]:
