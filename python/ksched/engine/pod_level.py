@@ -239,7 +239,8 @@ def spread_constraints(pod: Obj, key: str | None = None) -> tuple[SpreadConstrai
     return tuple(out)
 
 
-def pod_info(pod: Obj, key: str | None = None) -> PodInfo:
+def pod_info(pod: Obj, key: str | None = None, claims: tuple[PodClaim, ...] | None = None) -> PodInfo:
+    """What the pod-level plugins read of ``pod``; ``claims`` are its :func:`pod_claims` when the caller has them."""
     key = key or pod_key(pod)
     m = pod.get("metadata") or {}
     labels = m.get("labels") or {}
@@ -250,7 +251,7 @@ def pod_info(pod: Obj, key: str | None = None) -> PodInfo:
         labels=tuple(sorted((str(k), str(v)) for k, v in labels.items())) if labels else (),
         affinity=pod_affinity_terms(pod, key),
         terminating=m.get("deletionTimestamp") is not None,
-        claims=tuple(c.key for c in pod_claims(pod) if not c.ephemeral),
+        claims=tuple(c.key for c in (pod_claims(pod) if claims is None else claims) if not c.ephemeral),
     )
 
 

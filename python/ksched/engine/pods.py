@@ -481,6 +481,7 @@ def requirements(pod: Obj) -> PodRequirements:
     key = pod_key(pod)
     reqs = pod_requests(pod, key)
     images, containers = container_images(pod, key)
+    claims = pod_claims(pod)
     return PodRequirements(
         key=key,
         priority=priority(pod),
@@ -489,12 +490,12 @@ def requirements(pod: Obj) -> PodRequirements:
         nonzero_memory=reqs.nonzero_memory,
         host_ports=host_ports(pod, key),
         constraints=node_constraints(pod, key),
-        info=pod_info(pod, key),
+        info=pod_info(pod, key, claims),
         spread=spread_constraints(pod, key),
         group=pod_group_of(pod),
         may_preempt=preemption_policy(pod) != "Never",
         nominated_node=str((pod.get("status") or {}).get("nominatedNodeName") or ""),
         images=images,
         containers=containers,
-        claims=pod_claims(pod),
+        claims=claims,
     )
