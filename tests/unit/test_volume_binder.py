@@ -46,6 +46,7 @@ class FakeApi:
         self.objects = objects
         self.lose_answer = lose_answer
         self.version = 1
+        self.posted: list[Obj] = []
 
     def request(self, method: str, path: str, *, body: Any = None, **_: Any) -> Response:
         if method == "GET":
@@ -64,6 +65,7 @@ class FakeApi:
             self.objects[path] = merge(self.objects[path], body)
             self.objects[path]["metadata"]["resourceVersion"] = str(self.version)
         elif method == "POST":
+            self.posted.append(body)
             return Response(201, b"{}")
         if f"{method} {path}" == self.lose_answer:
             self.lose_answer = ""
@@ -189,3 +191,20 @@ def test_two_pods_of_a_batch_naming_one_unbound_claim_bind_it_once() -> None:
     assert (first, second) == ("p", "q")
     assert second_node == node
     assert second_volumes == volumes
+
+
+class ResetsClaimRef(FakeApi):
+    """The PV controller takes the volume back (its claim was recreated) right after the bind."""
+
+    def request(self, method: str, path: str, *, body: Any = None, **kw: Any) -> Response:
+        r = super().request(method, path, body=body, **kw)
+        if method == "PUT" and path == PV_PATH and "claimRef" in body["spec"]:
+            del self.objects[PV_PATH]["spec"]["claimRef"]
+        return r
+
+
+def test_a_volume_whose_claim_ref_is_reset_fails_the_bind_at_once() -> None:
+    api = ResetsClaimRef(cluster())
+    assert bind_volume(api, timeout_s=30.0) is Outcome.ERROR
+    notes = [e.get("note", "") for e in api.posted]
+    assert any('claimRef of persistentvolume "pv0" was reset' in n for n in notes), notes

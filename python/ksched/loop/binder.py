@@ -193,7 +193,7 @@ class Binder:
             for b in volumes:
                 written.append(b)
                 self._write_binding(b, node)
-            self._wait_bound(volumes, time.monotonic() + timeout_s)
+            self._wait_bound(volumes, node, time.monotonic() + timeout_s)
             return None
         except (VolumeBindingError, ApiUnavailableError) as err:
             m = meta(pod)
@@ -245,8 +245,10 @@ class Binder:
         obj: Obj = r.json()
         return obj
 
-    def _wait_bound(self, volumes: tuple[ClaimBinding, ...], deadline: float) -> None:
-        """Until the PV controller has bound every claim (upstream ``checkBindings``)."""
+    def _wait_bound(self, volumes: tuple[ClaimBinding, ...], node: str, deadline: float) -> None:
+        """Until the PV controller has bound every claim (upstream ``checkBindings``); a
+        volume whose claimRef was reset or taken, or a claim whose selected node was
+        removed or changed, fails at once."""
         waiting = list(volumes)
         while True:
             still = []
@@ -259,10 +261,18 @@ class Binder:
                 annotations = meta(claim).get("annotations") or {}
                 if spec(claim).get("volumeName") and BIND_COMPLETED in annotations:
                     continue
-                if b.volume is None and SELECTED_NODE not in annotations:
+                if b.volume is None and annotations.get(SELECTED_NODE) != node:
                     raise VolumeBindingError(
                         f'provisioning claim "{claim_name}" failed: its selected node was removed'
                     )
+                if b.volume is not None:
+                    pv = self._get(f"/api/v1/persistentvolumes/{b.volume}", f'persistentvolume "{b.volume}"')
+                    ref = spec(pv).get("claimRef")
+                    if not isinstance(ref, dict) or (ref.get("namespace"), ref.get("name")) != (
+                        ns,
+                        claim_name,
+                    ):
+                        raise VolumeBindingError(f'claimRef of persistentvolume "{b.volume}" was reset')
                 still.append(b)
             if not still:
                 return
