@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 
 from ksched.config import Config
-from ksched.engine.volumes import BOUND_BY_CONTROLLER, ClaimBinding
+from ksched.engine.volumes import BOUND_BY_CONTROLLER, SELECTED_NODE, ClaimBinding
 from ksched.loop.binder import Binder, Outcome
 from ksched.loop.client import ApiUnavailableError, Response
 from ksched.loop.cycle import Scheduler
@@ -111,7 +111,7 @@ def test_undo_leaves_a_volume_bound_to_another_claim_since() -> None:
     other = {"kind": "PersistentVolumeClaim", "namespace": "default", "name": "other", "uid": "c2"}
     api.objects[PV_PATH]["spec"]["claimRef"] = copy.deepcopy(other)
     try:
-        binder._undo([ClaimBinding("default/data", "pv0")])
+        binder._undo([ClaimBinding("default/data", "pv0")], "n0")
     finally:
         binder.shutdown()
     assert api.objects[PV_PATH]["spec"]["claimRef"] == other
@@ -208,3 +208,24 @@ def test_a_volume_whose_claim_ref_is_reset_fails_the_bind_at_once() -> None:
     assert bind_volume(api, timeout_s=30.0) is Outcome.ERROR
     notes = [e.get("note", "") for e in api.posted]
     assert any('claimRef of persistentvolume "pv0" was reset' in n for n in notes), notes
+
+
+class RefusesPatch(FakeApi):
+    def request(self, method: str, path: str, *, body: Any = None, **kw: Any) -> Response:
+        if method == "PATCH" and body["metadata"]["annotations"].get(SELECTED_NODE):
+            return Response(500, b"")
+        return super().request(method, path, body=body, **kw)
+
+
+def test_a_selection_that_failed_leaves_another_nodes_selection_alone() -> None:
+    objects = cluster()
+    objects[CLAIM_PATH]["metadata"]["annotations"] = {SELECTED_NODE: "n1"}
+    api = RefusesPatch(objects)
+    binder = Binder(api, 1, "ksched", Telemetry(), lambda: True)  # type: ignore[arg-type]
+    pod = {"metadata": {"name": "p", "namespace": "default", "uid": "u"}}
+    try:
+        outcome = binder._bind_volumes(pod, "n0", (ClaimBinding("default/data", None),), 0.0)
+    finally:
+        binder.shutdown()
+    assert outcome is Outcome.ERROR
+    assert api.objects[CLAIM_PATH]["metadata"]["annotations"] == {SELECTED_NODE: "n1"}

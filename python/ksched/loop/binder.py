@@ -199,11 +199,11 @@ class Binder:
             m = meta(pod)
             why = f"binding volumes: {err}"
             log.warning("pod %s/%s on %s: %s", m.get("namespace"), m.get("name"), node, why)
-            self._undo(written)
+            self._undo(written, node)
             self._reports.submit(self._failed, pod, why)
             return Outcome.ERROR
         except Exception:
-            self._undo(written)  # a bug must not leave a volume claimed for a pod not placed
+            self._undo(written, node)  # a bug must not leave a volume claimed for a pod not placed
             raise
 
     def _write_binding(self, b: ClaimBinding, node: str) -> None:
@@ -282,16 +282,20 @@ class Binder:
             waiting = still
             time.sleep(VOLUME_POLL_S)
 
-    def _undo(self, written: list[ClaimBinding]) -> None:
-        """Take back what ``_write_binding`` wrote, where the claim is still unbound."""
+    def _undo(self, written: list[ClaimBinding], node: str) -> None:
+        """Take back what ``_write_binding`` wrote, where the claim is still unbound
+        and still names what ksched wrote (another node's selection is not ours)."""
         for b in written:
             ns, claim_name = b.claim.split("/", 1)
             claim_path = f"/api/v1/namespaces/{ns}/persistentvolumeclaims/{claim_name}"
             try:
                 r = self.kube.request("GET", claim_path, rate_limited=True)
-                if r.ok and spec(r.json()).get("volumeName"):
+                claim: Obj = r.json() if r.ok else {}  # a claim gone still frees its volume
+                if spec(claim).get("volumeName"):
                     continue  # bound after all: leave it
                 if b.volume is None:
+                    if (meta(claim).get("annotations") or {}).get(SELECTED_NODE) != node:
+                        continue
                     body: Obj = {"metadata": {"annotations": {SELECTED_NODE: None}}}
                     self.kube.request(
                         "PATCH", claim_path, body=body, content_type=MERGE_PATCH, rate_limited=True
