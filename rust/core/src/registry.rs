@@ -8,10 +8,13 @@
 //! class's NodeAffinity PreFilter restriction, BalancedAllocation's cached
 //! balance per node, PodTopologySpread's inclusion policies.)
 //!
-//! Dispatch is a `match` on `PluginId` with no wildcard arm, so a new row
-//! does not compile until each extension point says what the plugin does
-//! there. No boxing, no allocation: the lists are constants, so the per-node
-//! loops unroll and each call folds to the plugin's function.
+//! Dispatch is a `match` on `PluginId` in each extension point's function,
+//! naming only the plugins that have that point at that level: a new plugin
+//! is its file, its row, and an arm in the functions of the points its row
+//! declares (the rows decide which plugin reaches which function; the batch
+//! tests run every default plugin through each of its points, so a missing
+//! arm fails them). No boxing, no allocation: the lists are constants, so the
+//! per-node loops unroll and each call folds to the plugin's function.
 
 use std::collections::HashMap;
 
@@ -146,16 +149,7 @@ pub fn filter_class(id: PluginId, nodes: &Nodes, classes: &Classes, class: usize
         PluginId::NodeName => node_name::filter(nodes, node, classes.node_names[class]),
         PluginId::TaintToleration => taint_toleration::filter(nodes, node, &classes.tolerations, class),
         PluginId::NodeAffinity => node_affinity::filter(classes, class, nodes, node),
-        PluginId::NodePorts
-        | PluginId::NodeResourcesFit
-        | PluginId::VolumeRestrictions
-        | PluginId::NodeVolumeLimits
-        | PluginId::VolumeBinding
-        | PluginId::VolumeZone
-        | PluginId::PodTopologySpread
-        | PluginId::InterPodAffinity
-        | PluginId::NodeResourcesBalancedAllocation
-        | PluginId::ImageLocality => unreachable!("{id:?} is not a class-level filter"),
+        _ => unreachable!("{id:?} is not a class-level filter"),
     }
 }
 
@@ -164,18 +158,7 @@ pub fn scores_class(id: PluginId, classes: &Classes, class: usize) -> bool {
     match id {
         PluginId::TaintToleration => true,
         PluginId::NodeAffinity => !row(classes.preferred_offsets, class).is_empty(),
-        PluginId::NodeUnschedulable
-        | PluginId::NodeName
-        | PluginId::NodePorts
-        | PluginId::NodeResourcesFit
-        | PluginId::VolumeRestrictions
-        | PluginId::NodeVolumeLimits
-        | PluginId::VolumeBinding
-        | PluginId::VolumeZone
-        | PluginId::PodTopologySpread
-        | PluginId::InterPodAffinity
-        | PluginId::NodeResourcesBalancedAllocation
-        | PluginId::ImageLocality => unreachable!("{id:?} has no class-level score"),
+        _ => unreachable!("{id:?} has no class-level score"),
     }
 }
 
@@ -185,18 +168,7 @@ pub fn score_class(id: PluginId, nodes: &Nodes, classes: &Classes, class: usize,
     match id {
         PluginId::TaintToleration => taint_toleration::score(nodes, node, &classes.tolerations, class),
         PluginId::NodeAffinity => node_affinity::score(classes, class, nodes, node),
-        PluginId::NodeUnschedulable
-        | PluginId::NodeName
-        | PluginId::NodePorts
-        | PluginId::NodeResourcesFit
-        | PluginId::VolumeRestrictions
-        | PluginId::NodeVolumeLimits
-        | PluginId::VolumeBinding
-        | PluginId::VolumeZone
-        | PluginId::PodTopologySpread
-        | PluginId::InterPodAffinity
-        | PluginId::NodeResourcesBalancedAllocation
-        | PluginId::ImageLocality => unreachable!("{id:?} has no class-level score"),
+        _ => unreachable!("{id:?} has no class-level score"),
     }
 }
 
@@ -207,18 +179,7 @@ pub fn normalize_class(id: PluginId, raw: i64, max: i64) -> i64 {
         // Fewer untolerated PreferNoSchedule taints is better.
         PluginId::TaintToleration => normalize::default_normalize(raw, max, true),
         PluginId::NodeAffinity => normalize::default_normalize(raw, max, false),
-        PluginId::NodeUnschedulable
-        | PluginId::NodeName
-        | PluginId::NodePorts
-        | PluginId::NodeResourcesFit
-        | PluginId::VolumeRestrictions
-        | PluginId::NodeVolumeLimits
-        | PluginId::VolumeBinding
-        | PluginId::VolumeZone
-        | PluginId::PodTopologySpread
-        | PluginId::InterPodAffinity
-        | PluginId::NodeResourcesBalancedAllocation
-        | PluginId::ImageLocality => unreachable!("{id:?} has no class-level score"),
+        _ => unreachable!("{id:?} has no class-level score"),
     }
 }
 
@@ -315,14 +276,7 @@ pub fn prefilter(id: PluginId, ctx: &PodContext, out: &mut PreFilter) {
         PluginId::VolumeZone => out.volume_zone = ctx.volumes.and_then(|v| volume_zone::prefilter(v, ctx.index)),
         PluginId::PodTopologySpread => out.spread = pod_topology_spread::prefilter(&ctx.spread()),
         PluginId::InterPodAffinity => out.affinity = inter_pod_affinity::prefilter(ctx.table, ctx.nodes, ctx.on_nodes, ctx.affine, ctx.row),
-        PluginId::NodeUnschedulable
-        | PluginId::NodeName
-        | PluginId::TaintToleration
-        | PluginId::NodeAffinity
-        | PluginId::NodePorts
-        | PluginId::NodeResourcesFit
-        | PluginId::NodeResourcesBalancedAllocation
-        | PluginId::ImageLocality => unreachable!("{id:?} is not a pod-level filter"),
+        _ => unreachable!("{id:?} is not a pod-level filter"),
     }
 }
 
@@ -344,18 +298,7 @@ pub fn prescore(id: PluginId, ctx: &PodContext, out: &mut PreScore) {
                 ctx.ignore_preferred_terms_of_existing_pods,
             )
         }
-        PluginId::NodeUnschedulable
-        | PluginId::NodeName
-        | PluginId::TaintToleration
-        | PluginId::NodeAffinity
-        | PluginId::NodePorts
-        | PluginId::NodeResourcesFit
-        | PluginId::VolumeRestrictions
-        | PluginId::NodeVolumeLimits
-        | PluginId::VolumeBinding
-        | PluginId::VolumeZone
-        | PluginId::NodeResourcesBalancedAllocation
-        | PluginId::ImageLocality => unreachable!("{id:?} has no pod-level score"),
+        _ => unreachable!("{id:?} has no pod-level score"),
     }
 }
 
@@ -373,18 +316,7 @@ pub fn score_pod(id: PluginId, ctx: &PodContext, pre: &PreScore, feasible: &[usi
             inter_pod_affinity::normalize(&mut normalized);
             (raw, normalized)
         }),
-        PluginId::NodeUnschedulable
-        | PluginId::NodeName
-        | PluginId::TaintToleration
-        | PluginId::NodeAffinity
-        | PluginId::NodePorts
-        | PluginId::NodeResourcesFit
-        | PluginId::VolumeRestrictions
-        | PluginId::NodeVolumeLimits
-        | PluginId::VolumeBinding
-        | PluginId::VolumeZone
-        | PluginId::NodeResourcesBalancedAllocation
-        | PluginId::ImageLocality => unreachable!("{id:?} has no pod-level score"),
+        _ => unreachable!("{id:?} has no pod-level score"),
     }
 }
 
@@ -481,12 +413,7 @@ pub fn filter(id: PluginId, x: &NodeInput, report: &mut impl FnMut(u32)) -> bool
             Some(f) => f.filter(x.nodes, x.node),
             None => FEASIBLE,
         },
-        PluginId::NodeUnschedulable
-        | PluginId::NodeName
-        | PluginId::TaintToleration
-        | PluginId::NodeAffinity
-        | PluginId::NodeResourcesBalancedAllocation
-        | PluginId::ImageLocality => unreachable!("{id:?} is not a node- or pod-level filter"),
+        _ => unreachable!("{id:?} is not a node- or pod-level filter"),
     };
     if code != FEASIBLE {
         report(code);
@@ -520,17 +447,7 @@ pub fn score_node(id: PluginId, x: &NodeInput) -> i64 {
             image_locality::score(&x.nodes.images, x.nodes.count, x.node, x.images, x.containers)
         }
         PluginId::ImageLocality => 0,
-        PluginId::NodeUnschedulable
-        | PluginId::NodeName
-        | PluginId::TaintToleration
-        | PluginId::NodeAffinity
-        | PluginId::NodePorts
-        | PluginId::VolumeRestrictions
-        | PluginId::NodeVolumeLimits
-        | PluginId::VolumeBinding
-        | PluginId::VolumeZone
-        | PluginId::PodTopologySpread
-        | PluginId::InterPodAffinity => unreachable!("{id:?} has no node-level score"),
+        _ => unreachable!("{id:?} has no node-level score"),
     }
 }
 
