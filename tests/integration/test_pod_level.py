@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import collections
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -180,20 +181,24 @@ def test_gang_without_its_pod_group_waits(
         assert not _bound(kube, ns)
 
 
-def test_preemption_evicts_a_lower_priority_pod_and_the_preemptor_binds_there(
-    cluster: local.ClusterState, kube: Kube, tmp_path: Path, namespace: Namespaces
-) -> None:
-    ns = namespace("podlevel-preempt")
-    node = "preempt-node-0"
-    classes = {"ksched-test-low": 10, "ksched-test-high": 1000}
-    for name, value in classes.items():
+PodMaker = Callable[[str, str, str, str | None], Obj]
+
+
+@contextmanager
+def _priority_nodes(
+    kube: Kube, ns: str, tag: str, nodes: list[str], classes: dict[str, int]
+) -> Iterator[PodMaker]:
+    """Priority classes and fake nodes tainted ``ksched-test=<tag>`` for one preemption test,
+    removed afterwards. Yields a pod builder: bound to a node, or pending with a selector
+    for these nodes (every pod tolerates the taint and terminates at once)."""
+    for klass, value in classes.items():
         kube.request(
             "POST",
             "/apis/scheduling.k8s.io/v1/priorityclasses",
             body={
                 "apiVersion": "scheduling.k8s.io/v1",
                 "kind": "PriorityClass",
-                "metadata": {"name": name},
+                "metadata": {"name": klass},
                 "value": value,
             },
         )
@@ -205,35 +210,51 @@ def test_preemption_evicts_a_lower_priority_pod_and_the_preemptor_binds_there(
                 "kind": "Node",
                 "metadata": {
                     "name": node,
-                    # KWOK runs the node's pods, and finishes deleting the evicted one.
+                    # KWOK runs the node's pods, and finishes deleting evicted ones.
                     "annotations": {local.FAKE_NODE_ANNOTATION: "fake"},
-                    "labels": {"kubernetes.io/hostname": node, "ksched-test": "preempt"},
+                    "labels": {"kubernetes.io/hostname": node, "ksched-test": tag},
                 },
-                "spec": {"taints": [{"key": "ksched-test", "value": "preempt", "effect": "NoSchedule"}]},
+                "spec": {"taints": [{"key": "ksched-test", "value": tag, "effect": "NoSchedule"}]},
                 "status": {"allocatable": {"cpu": "4", "memory": "16Gi", "pods": "110"}},
             }
+            for node in nodes
         ],
     )
-    toleration = [{"key": "ksched-test", "operator": "Equal", "value": "preempt", "effect": "NoSchedule"}]
+    toleration = [{"key": "ksched-test", "operator": "Equal", "value": tag, "effect": "NoSchedule"}]
 
-    def pod(name: str, cpu: str, klass: str, bound: bool) -> Obj:
+    def pod(name: str, cpu: str, klass: str, node: str | None) -> Obj:
         p = make_pod(name, ns, cpu, "256Mi")
         p["spec"].update(priorityClassName=klass, tolerations=toleration, terminationGracePeriodSeconds=0)
-        if bound:
+        if node:
             p["spec"]["nodeName"] = node
         else:
-            p["spec"]["nodeSelector"] = {"ksched-test": "preempt"}
+            p["spec"]["nodeSelector"] = {"ksched-test": tag}
         return p
 
     try:
-        assert wait_for(lambda: _node_ready(kube, node), 30)
-        create(kube, [pod("low-0", "1500m", "ksched-test-low", True)])
+        assert wait_for(lambda: all(_node_ready(kube, n) for n in nodes), 30)
+        yield pod
+    finally:
+        for node in nodes:
+            kube.request("DELETE", f"/api/v1/nodes/{node}")
+        for klass in classes:
+            kube.request("DELETE", f"/apis/scheduling.k8s.io/v1/priorityclasses/{klass}")
+
+
+def test_preemption_evicts_a_lower_priority_pod_and_the_preemptor_binds_there(
+    cluster: local.ClusterState, kube: Kube, tmp_path: Path, namespace: Namespaces
+) -> None:
+    ns = namespace("podlevel-preempt")
+    node = "preempt-node-0"
+    classes = {"ksched-test-low": 10, "ksched-test-high": 1000}
+    with _priority_nodes(kube, ns, "preempt", [node], classes) as pod:
+        create(kube, [pod("low-0", "1500m", "ksched-test-low", node)])
         wait_for(lambda: _running(kube, ns, "low-0"), 20)
-        create(kube, [pod("low-1", "1500m", "ksched-test-low", True)])
+        create(kube, [pod("low-1", "1500m", "ksched-test-low", node)])
         assert wait_for(lambda: _running(kube, ns, "low-0") and _running(kube, ns, "low-1"), 30)
         with ksched(cluster, tmp_path, "preempt", {"leaderElect": False}) as k:
             assert wait_for(lambda: k.get("/readyz")[0] == 200, 30), k.output()
-            create(kube, [pod("urgent-0", "2000m", "ksched-test-high", False)])
+            create(kube, [pod("urgent-0", "2000m", "ksched-test-high", None)])
             # One victim is enough; of two equal victims the one that started later goes.
             assert wait_for(lambda: _bound(kube, ns).get("urgent-0") == node, 60), k.output()
             left = {p["metadata"]["name"] for p in pods_in(kube, ns)}
@@ -241,10 +262,6 @@ def test_preemption_evicts_a_lower_priority_pod_and_the_preemptor_binds_there(
             preempted = events_for(kube, ns, "low-1", "Preempted")
             assert preempted and preempted[-1]["note"].endswith(f"on node {node}"), preempted
             assert k.metric("ksched_preemption_victims_total") == 1
-    finally:
-        kube.request("DELETE", f"/api/v1/nodes/{node}")
-        for name in classes:
-            kube.request("DELETE", f"/apis/scheduling.k8s.io/v1/priorityclasses/{name}")
 
 
 HOLD = "ksched.io/test-hold"
@@ -258,45 +275,6 @@ def test_a_preemptor_waits_for_its_victims_and_then_takes_its_nominated_node(
     ns = namespace("podlevel-nominated")
     a, b = "nominated-node-a", "nominated-node-b"
     classes = {"ksched-test-nom-low": 10, "ksched-test-nom-high": 1000}
-    for klass, value in classes.items():
-        kube.request(
-            "POST",
-            "/apis/scheduling.k8s.io/v1/priorityclasses",
-            body={
-                "apiVersion": "scheduling.k8s.io/v1",
-                "kind": "PriorityClass",
-                "metadata": {"name": klass},
-                "value": value,
-            },
-        )
-    taint = {"key": "ksched-test", "value": "nominated", "effect": "NoSchedule"}
-    create(
-        kube,
-        [
-            {
-                "apiVersion": "v1",
-                "kind": "Node",
-                "metadata": {
-                    "name": node,
-                    "annotations": {local.FAKE_NODE_ANNOTATION: "fake"},
-                    "labels": {"kubernetes.io/hostname": node, "ksched-test": "nominated"},
-                },
-                "spec": {"taints": [taint]},
-                "status": {"allocatable": {"cpu": "4", "memory": "16Gi", "pods": "110"}},
-            }
-            for node in (a, b)
-        ],
-    )
-    toleration = [{"key": "ksched-test", "operator": "Equal", "value": "nominated", "effect": "NoSchedule"}]
-
-    def pod(name: str, cpu: str, klass: str, node: str | None) -> Obj:
-        p = make_pod(name, ns, cpu, "256Mi")
-        p["spec"].update(priorityClassName=klass, tolerations=toleration, terminationGracePeriodSeconds=0)
-        if node:
-            p["spec"]["nodeName"] = node
-        else:
-            p["spec"]["nodeSelector"] = {"ksched-test": "nominated"}
-        return p
 
     def get(name: str) -> Obj:
         r = kube.request("GET", f"/api/v1/namespaces/{ns}/pods/{name}")
@@ -306,51 +284,49 @@ def test_a_preemptor_waits_for_its_victims_and_then_takes_its_nominated_node(
     # Node a: 1 cpu that stays and a 2-cpu victim held in deletion by a finalizer;
     # node b: 3 cpu of the preemptor's own priority (not evictable). The 2-cpu
     # preemptor fits neither, so it evicts the victim and is nominated to a.
-    victim = pod("low-0", "2", low, a)
-    victim["metadata"]["finalizers"] = [HOLD]
-    try:
-        assert wait_for(lambda: _node_ready(kube, a) and _node_ready(kube, b), 30)
-        create(kube, [pod("keep-0", "1", high, a), victim, pod("mid-0", "3", high, b)])
-        assert wait_for(lambda: all(_running(kube, ns, n) for n in ("keep-0", "low-0", "mid-0")), 30)
-        with ksched(cluster, tmp_path, "nominated", {"leaderElect": False}) as k:
-            assert wait_for(lambda: k.get("/readyz")[0] == 200, 30), k.output()
-            create(kube, [pod("urgent-0", "2", high, None)])
-            nominated = wait_for(lambda: (get("urgent-0").get("status") or {}).get("nominatedNodeName"), 30)
-            assert nominated == a, k.output()
-            deleting = wait_for(
-                lambda: get("low-0")["metadata"].get("deletionTimestamp") and get("low-0"), 20
+    with _priority_nodes(kube, ns, "nominated", [a, b], classes) as pod:
+        victim = pod("low-0", "2", low, a)
+        victim["metadata"]["finalizers"] = [HOLD]
+        try:
+            create(kube, [pod("keep-0", "1", high, a), victim, pod("mid-0", "3", high, b)])
+            assert wait_for(lambda: all(_running(kube, ns, n) for n in ("keep-0", "low-0", "mid-0")), 30)
+            with ksched(cluster, tmp_path, "nominated", {"leaderElect": False}) as k:
+                assert wait_for(lambda: k.get("/readyz")[0] == 200, 30), k.output()
+                create(kube, [pod("urgent-0", "2", high, None)])
+                nominated = wait_for(
+                    lambda: (get("urgent-0").get("status") or {}).get("nominatedNodeName"), 30
+                )
+                assert nominated == a, k.output()
+                deleting = wait_for(
+                    lambda: get("low-0")["metadata"].get("deletionTimestamp") and get("low-0"), 20
+                )
+                assert deleting, k.output()
+                target = [c for c in deleting["status"]["conditions"] if c["type"] == "DisruptionTarget"]
+                assert [(c["status"], c["reason"]) for c in target] == [("True", "PreemptionByScheduler")]
+                # While its victim terminates the preemptor waits on its nominated node.
+                time.sleep(2)
+                assert not get("urgent-0")["spec"].get("nodeName")
+                assert get("urgent-0")["status"]["nominatedNodeName"] == a
+            # ksched is stopped while the victim goes and node b empties: when it starts
+            # again, b is the emptier node, yet the nominated node a is tried first and fits.
+            kube.request("DELETE", f"/api/v1/namespaces/{ns}/pods/mid-0", query={"gracePeriodSeconds": 0})
+            kube.request(
+                "PATCH",
+                f"/api/v1/namespaces/{ns}/pods/low-0",
+                body={"metadata": {"finalizers": None}},
+                content_type="application/merge-patch+json",
             )
-            assert deleting, k.output()
-            target = [c for c in deleting["status"]["conditions"] if c["type"] == "DisruptionTarget"]
-            assert [(c["status"], c["reason"]) for c in target] == [("True", "PreemptionByScheduler")]
-            # While its victim terminates the preemptor waits on its nominated node.
-            time.sleep(2)
-            assert not get("urgent-0")["spec"].get("nodeName")
-            assert get("urgent-0")["status"]["nominatedNodeName"] == a
-        # ksched is stopped while the victim goes and node b empties: when it starts
-        # again, b is the emptier node, yet the nominated node a is tried first and fits.
-        kube.request("DELETE", f"/api/v1/namespaces/{ns}/pods/mid-0", query={"gracePeriodSeconds": 0})
-        kube.request(
-            "PATCH",
-            f"/api/v1/namespaces/{ns}/pods/low-0",
-            body={"metadata": {"finalizers": None}},
-            content_type="application/merge-patch+json",
-        )
-        assert wait_for(lambda: not get("low-0") and not get("mid-0"), 30)
-        with ksched(cluster, tmp_path, "nominated-again", {"leaderElect": False}) as k:
-            assert wait_for(lambda: _bound(kube, ns).get("urgent-0"), 30), k.output()
-            assert _bound(kube, ns)["urgent-0"] == a, "its nominated node, not the emptier one"
-    finally:
-        kube.request(
-            "PATCH",
-            f"/api/v1/namespaces/{ns}/pods/low-0",
-            body={"metadata": {"finalizers": None}},
-            content_type="application/merge-patch+json",
-        )
-        for node in (a, b):
-            kube.request("DELETE", f"/api/v1/nodes/{node}")
-        for klass in classes:
-            kube.request("DELETE", f"/apis/scheduling.k8s.io/v1/priorityclasses/{klass}")
+            assert wait_for(lambda: not get("low-0") and not get("mid-0"), 30)
+            with ksched(cluster, tmp_path, "nominated-again", {"leaderElect": False}) as k:
+                assert wait_for(lambda: _bound(kube, ns).get("urgent-0"), 30), k.output()
+                assert _bound(kube, ns)["urgent-0"] == a, "its nominated node, not the emptier one"
+        finally:
+            kube.request(
+                "PATCH",
+                f"/api/v1/namespaces/{ns}/pods/low-0",
+                body={"metadata": {"finalizers": None}},
+                content_type="application/merge-patch+json",
+            )
 
 
 def _node_ready(kube: Kube, name: str) -> bool:
