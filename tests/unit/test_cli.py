@@ -207,3 +207,30 @@ def test_explain_names_a_bound_pod_and_explains_it_without_itself(
     assert "default/web is bound to a: explained as if pending, without it (ksched)" in captured.err
     assert main(["explain", write(tmp_path, objs), "default/nope"]) == 2
     assert "default/nope: no such pod in " in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--ksched", "old"], "give LABEL=COMMAND"),
+        (["--ksched", "kube-scheduler=/bin/true"], "the label 'kube-scheduler' is taken"),
+        (["--workloads", "bare,gpu"], "unknown workload(s) gpu"),
+        (["--schedulers", "volcano"], "unknown scheduler 'volcano'"),
+        (["--rate", "0"], "--rate above 0"),
+    ],
+)
+def test_bench_cluster_bad_options_are_clear_errors_before_any_cluster_starts(
+    args: list[str], message: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    assert main(["bench", "--cluster", "--out", str(tmp_path / "out"), *args]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_null_binder_uses_the_client_go_of_the_pinned_kubernetes() -> None:
+    from ksched.cluster.build import KUBERNETES_VERSION, NULLBINDER_SOURCE
+
+    gomod = (NULLBINDER_SOURCE / "go.mod").read_text()
+    want = "v0." + KUBERNETES_VERSION.removeprefix("v1.")
+    for module in ("k8s.io/client-go", "k8s.io/api", "k8s.io/apimachinery"):
+        assert f"\t{module} {want}\n" in gomod, module

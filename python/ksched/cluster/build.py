@@ -16,6 +16,7 @@ works before the package's dependencies are installed.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import re
 import shutil
@@ -69,9 +70,36 @@ def helm_binary(pins: Pins = Pins()) -> Path:
     return cache_root() / f"helm-{pins.helm}" / "bin" / HELM
 
 
+# The null binder of `ksched bench --cluster`: Go source shipped inside the package.
+NULLBINDER_SOURCE = Path(__file__).with_name("nullbinder")
+NULLBINDER = "nullbinder"
+
+
+def nullbinder_binary(pins: Pins = Pins()) -> Path:
+    """The null binder, named by a digest of its source so that a changed source is rebuilt."""
+    digest = hashlib.sha256()
+    for name in ("go.mod", "go.sum", "main.go"):
+        digest.update((NULLBINDER_SOURCE / name).read_bytes())
+    return bin_dir(pins) / f"{NULLBINDER}-{digest.hexdigest()[:12]}"
+
+
+def build_nullbinder(pins: Pins, work: Path) -> None:
+    """``go build`` of the null binder against client-go v0.<minor>.<patch> of the pinned Kubernetes."""
+    mod = work / NULLBINDER
+    shutil.rmtree(mod, ignore_errors=True)
+    shutil.copytree(NULLBINDER_SOURCE, mod)
+    _run(
+        ["go", "build", "-trimpath", "-ldflags", "-s -w", "-o", str(nullbinder_binary(pins)), "."],
+        mod,
+        "building the null binder",
+    )
+
+
 def missing_binaries(pins: Pins = Pins(), with_helm: bool = True) -> list[str]:
     bdir = bin_dir(pins)
     missing = [name for name in COMPONENTS if not (bdir / name).is_file()]
+    if not nullbinder_binary(pins).is_file():
+        missing.append(NULLBINDER)
     if with_helm and not helm_binary(pins).is_file():
         missing.append(HELM)
     return missing
@@ -256,6 +284,8 @@ def ensure_built(pins: Pins = Pins(), with_helm: bool = True) -> Path:
         build_etcd(pins, out, work)
     if "kwok" in missing:
         build_kwok(pins, out, work)
+    if NULLBINDER in missing:
+        build_nullbinder(pins, work)
     if HELM in missing:
         build_helm(pins, work)
     still = missing_binaries(pins, with_helm)

@@ -172,7 +172,7 @@ def _kubectl(
     )
 
 
-def _http_ok(url: str, token: str | None = None) -> bool:
+def http_ok(url: str, token: str | None = None) -> bool:
     import ssl
     import urllib.request
 
@@ -350,7 +350,7 @@ def _start(
             "--quota-backend-bytes=8589934592",
         ],
     )
-    launcher.wait("etcd", lambda: _http_ok(f"http://127.0.0.1:{ports['etcd']}/health"))
+    launcher.wait("etcd", lambda: http_ok(f"http://127.0.0.1:{ports['etcd']}/health"))
     # No kube-controller-manager runs here, so nothing would remove the not-ready
     # taint that TaintNodesByCondition puts on new nodes: KWOK keeps them Ready instead.
     launcher.start(
@@ -377,7 +377,7 @@ def _start(
             "--profiling=false",
         ],
     )
-    launcher.wait("kube-apiserver /readyz", lambda: _http_ok(f"{state.apiserver}/readyz", state.token))
+    launcher.wait("kube-apiserver /readyz", lambda: http_ok(f"{state.apiserver}/readyz", state.token))
     kubeconfig = {
         "apiVersion": "v1",
         "kind": "Config",
@@ -459,36 +459,9 @@ def _start(
         timeout=max(READY_TIMEOUT_S, nodes * 0.1),
     )
     if with_scheduler:
-        sched_config = directory / "kube-scheduler.yaml"
-        sched_config.write_text(
-            json.dumps(
-                {
-                    "apiVersion": "kubescheduler.config.k8s.io/v1",
-                    "kind": "KubeSchedulerConfiguration",
-                    "clientConnection": {
-                        "kubeconfig": state.kubeconfig,
-                        "qps": scheduler_qps,
-                        "burst": int(scheduler_qps * 2),
-                    },
-                    "leaderElection": {"leaderElect": False},
-                    "percentageOfNodesToScore": percentage,
-                }
-            )
-        )
-        port = free_port()
-        state.ports["kube-scheduler"] = port
-        launcher.start(
-            "kube-scheduler",
-            "kube-scheduler",
-            [
-                f"--config={sched_config}",
-                "--bind-address=127.0.0.1",
-                f"--secure-port={port}",
-                f"--authentication-kubeconfig={state.kubeconfig}",
-                f"--authorization-kubeconfig={state.kubeconfig}",
-            ],
-        )
-        launcher.wait("kube-scheduler /healthz", lambda: _http_ok(f"https://127.0.0.1:{port}/healthz"))
+        args, port = kube_scheduler_args(state, scheduler_qps, percentage)
+        launcher.start("kube-scheduler", "kube-scheduler", args)
+        launcher.wait("kube-scheduler /healthz", lambda: http_ok(f"https://127.0.0.1:{port}/healthz"))
     if with_controllers:
         # The workload controllers only (Deployments, ReplicaSets, StatefulSets, garbage
         # collection, namespaces, PodDisruptionBudgets) and the PersistentVolume binder,
@@ -514,7 +487,7 @@ def _start(
             ],
         )
         launcher.wait(
-            "kube-controller-manager /healthz", lambda: _http_ok(f"https://127.0.0.1:{port}/healthz")
+            "kube-controller-manager /healthz", lambda: http_ok(f"https://127.0.0.1:{port}/healthz")
         )
     if prometheus_targets:
         port = free_port()
@@ -542,8 +515,38 @@ def _start(
             ],
         )
         state.prometheus = f"http://127.0.0.1:{port}"
-        launcher.wait("Prometheus", lambda: _http_ok(f"{state.prometheus}/-/ready"))
+        launcher.wait("Prometheus", lambda: http_ok(f"{state.prometheus}/-/ready"))
     _save(state)
+
+
+def kube_scheduler_args(
+    state: ClusterState, qps: float, percentage: int, name: str = "kube-scheduler"
+) -> tuple[list[str], int]:
+    """kube-scheduler's arguments for this cluster (its configuration file written as ``NAME.yaml``)
+    and the port of its /healthz and /readyz: client QPS ``qps`` (burst twice that), no leader
+    election, ``percentageOfNodesToScore`` ``percentage`` (0 = upstream's adaptive default)."""
+    config = Path(state.directory) / f"{name}.yaml"
+    config.write_text(
+        json.dumps(
+            {
+                "apiVersion": "kubescheduler.config.k8s.io/v1",
+                "kind": "KubeSchedulerConfiguration",
+                "clientConnection": {"kubeconfig": state.kubeconfig, "qps": qps, "burst": int(qps * 2)},
+                "leaderElection": {"leaderElect": False},
+                "percentageOfNodesToScore": percentage,
+            }
+        )
+    )
+    port = free_port()
+    state.ports[name] = port
+    args = [
+        f"--config={config}",
+        "--bind-address=127.0.0.1",
+        f"--secure-port={port}",
+        f"--authentication-kubeconfig={state.kubeconfig}",
+        f"--authorization-kubeconfig={state.kubeconfig}",
+    ]
+    return args, port
 
 
 def down() -> str:
@@ -597,7 +600,7 @@ def restart(component: str) -> None:
     _save(state)
     if component == "kube-apiserver":
         deadline = time.monotonic() + READY_TIMEOUT_S
-        while not _http_ok(f"{state.apiserver}/readyz", state.token):
+        while not http_ok(f"{state.apiserver}/readyz", state.token):
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise ClusterError(
                     f"kube-apiserver did not come back:\n{_tail(directory / 'kube-apiserver.log')}"

@@ -191,6 +191,23 @@ def _explain(args: argparse.Namespace) -> int:
 def _bench(args: argparse.Namespace) -> int:
     from ksched.commands.bench import PREEMPTION, run_bench, run_pod_level_bench, run_preemption_bench
 
+    if args.cluster:
+        from ksched.commands import sidebyside
+
+        return sidebyside.main(
+            nodes=args.nodes,
+            pods=args.pods if args.pods is not None else args.nodes,
+            workloads=[w.strip() for w in args.workloads.split(",") if w.strip()],
+            schedulers=[s.strip() for s in args.schedulers.split(",") if s.strip()],
+            extra=args.ksched,
+            rate=args.rate,
+            steady_pods=args.steady_pods,
+            out=args.out,
+            stall_s=args.stall,
+            as_json=args.json,
+        )
+    if args.pods is None:
+        args.pods = 10000
     if args.workload != "mixed":
         if args.workload == PREEMPTION:
             w = run_preemption_bench(args.nodes, args.seed, args.batch_size, args.scale)
@@ -371,11 +388,23 @@ def parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser(
         "bench",
-        help="measure engine throughput in process",
-        description="Synthetic cluster, no API server. Example: ksched bench --nodes 5000 --pods 10000",
+        help="measure engine throughput in process, or (--cluster) ksched beside kube-scheduler and a "
+        "null binder on a local control plane",
+        description="Without --cluster: a synthetic cluster, no API server. With --cluster: a local real "
+        "control plane with N KWOK nodes where a null binder (the API server's ceiling), kube-scheduler "
+        "and ksched run in turn on the same workloads; per scheduler and workload it prints backlog "
+        "drain pods/s, p50/p99 create-to-bind latency at a steady rate, CPU ms per pod, peak RSS and "
+        "over-committed nodes, and writes results.json, table.md and bound-over-time.png under --out. "
+        "Examples: ksched bench --nodes 5000 --pods 10000; "
+        "ksched bench --cluster --nodes 1000 --workloads bare,replicaset --ksched before=/opt/old/bin/ksched",
     )
     b.add_argument("--nodes", type=int, default=5000)
-    b.add_argument("--pods", type=int, default=10000)
+    b.add_argument(
+        "--pods",
+        type=int,
+        default=None,
+        help="pending pods (default 10000; with --cluster: backlog pods per workload, default --nodes)",
+    )
     b.add_argument("--existing", type=int, default=0, help="pods already bound (default 0)")
     b.add_argument("--seed", type=int, default=1)
     b.add_argument("--batch-size", type=int, default=512)
@@ -393,6 +422,42 @@ def parser() -> argparse.ArgumentParser:
         type=float,
         default=1.0,
         help="pod-level and preemption workloads: multiply their pod counts (default 1)",
+    )
+    cl = b.add_argument_group("side by side on a local control plane (--cluster)")
+    cl.add_argument(
+        "--cluster", action="store_true", help="run the side-by-side benchmark on a local control plane"
+    )
+    cl.add_argument(
+        "--workloads",
+        default="bare,replicaset,anti-affinity,spread,metrics",
+        help="comma-separated, from bare, replicaset, anti-affinity, spread, metrics (default: all)",
+    )
+    cl.add_argument(
+        "--schedulers",
+        default="null-binder,kube-scheduler,ksched",
+        help="comma-separated, from null-binder, kube-scheduler, ksched (default: all three)",
+    )
+    cl.add_argument(
+        "--ksched",
+        action="append",
+        default=[],
+        metavar="LABEL=COMMAND",
+        help="also run another ksched command (say an older build's venv/bin/ksched) under LABEL; repeatable",
+    )
+    cl.add_argument(
+        "--rate", type=float, default=50.0, help="steady phase: pods created per second (default 50)"
+    )
+    cl.add_argument(
+        "--steady-pods",
+        type=int,
+        default=1000,
+        help="steady phase: pods per workload (default 1000; 0 skips it)",
+    )
+    cl.add_argument(
+        "--stall", type=float, default=60.0, help="give up on a phase after this many seconds without a bind"
+    )
+    cl.add_argument(
+        "--out", default="ksched-bench-cluster", help="directory for results.json, table.md, the PNG and logs"
     )
     b.set_defaults(func=_bench)
 

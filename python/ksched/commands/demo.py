@@ -84,7 +84,7 @@ def workload(pods: int, namespace: str, scheduler: str, zones: list[str]) -> lis
     return out
 
 
-def _create(kube: Kube, pods: list[Obj]) -> None:
+def create_pods(kube: Kube, pods: list[Obj]) -> None:
     def post(p: Obj) -> None:
         r = kube.request("POST", f"/api/v1/namespaces/{p['metadata']['namespace']}/pods", body=p)
         if not r.ok:
@@ -94,7 +94,7 @@ def _create(kube: Kube, pods: list[Obj]) -> None:
         list(pool.map(post, pods))
 
 
-def _process_usage(pid: int) -> tuple[float, float]:
+def process_usage(pid: int) -> tuple[float, float]:
     """CPU seconds (user+system) and peak RSS in MiB of a running process."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     cpu = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
@@ -117,17 +117,17 @@ def run_workload(
     create; with ``backlog`` the scheduler is paused (SIGSTOP) while the pods are
     created and timed from when it resumes, so the API server's creation rate is
     left out of the figure."""
-    cpu_before, _ = _process_usage(pid)
+    cpu_before, _ = process_usage(pid)
     if backlog:
         os.kill(pid, signal.SIGSTOP)
         try:
-            _create(kube, pods)
+            create_pods(kube, pods)
         finally:
             os.kill(pid, signal.SIGCONT)
         started = time.monotonic()
     else:
         started = time.monotonic()
-        _create(kube, pods)
+        create_pods(kube, pods)
     expected_failures = {"train-0", "huge-0"}
     last_bind = started
     bound_count = -1
@@ -142,7 +142,7 @@ def run_workload(
         ):
             break
         time.sleep(0.2)
-    cpu_after, rss = _process_usage(pid)
+    cpu_after, rss = process_usage(pid)
     figures = Figures(scheduler, len(pods), bound_count, last_bind - started, cpu_after - cpu_before, rss)
     return figures, items
 
@@ -176,10 +176,10 @@ def _print_figures(f: Figures, timed: str = "first create to last bind") -> None
     )
 
 
-def _clear(kube: Kube, namespace: str) -> None:
+def clear_pods(kube: Kube, namespace: str) -> None:
     kube.request("DELETE", f"/api/v1/namespaces/{namespace}/pods", query={"gracePeriodSeconds": 0})
     deadline = time.monotonic() + SETTLE_TIMEOUT_S
-    while kube.request("GET", f"/api/v1/namespaces/{namespace}/pods").json()["items"]:
+    while kube.request("GET", f"/api/v1/namespaces/{namespace}/pods", query={"limit": 1}).json()["items"]:
         if time.monotonic() > deadline:
             raise KschedError(f"the pods in {namespace} were not deleted")
         time.sleep(0.5)
@@ -233,7 +233,7 @@ def demo(nodes: int, pods: int, compare: bool) -> int:
         _print_figures(figures)
         if compare:
             ns = "demo-kube-scheduler"
-            _clear(kube, "demo")
+            clear_pods(kube, "demo")
             print(f"== the same {pods} pods through kube-scheduler (namespace {ns})")
             upstream, items = run_workload(
                 kube,
@@ -250,8 +250,8 @@ def demo(nodes: int, pods: int, compare: bool) -> int:
                 ("ksched", "demo", "ksched", proc.pid),
                 ("kube-scheduler", ns, "default-scheduler", state.pids["kube-scheduler"]),
             ):
-                _clear(kube, ns)
-                _clear(kube, "demo")
+                clear_pods(kube, ns)
+                clear_pods(kube, "demo")
                 f, _ = run_workload(
                     kube, workload(pods, namespace, scheduler, zones), namespace, name, pid, True
                 )

@@ -1,0 +1,169 @@
+// nullbinder binds the pending pods of one schedulerName round-robin over the
+// nodes, with no scheduling logic: it makes exactly the API writes a scheduler
+// must make for each pod (the pods/binding subresource and the `Scheduled`
+// event) and nothing else. `ksched bench --cluster` runs it as the ceiling the
+// API server allows on a given machine.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+type work struct {
+	namespace, name string
+	uid             types.UID
+}
+
+func main() {
+	kubeconfig := flag.String("kubeconfig", "", "kubeconfig of the cluster")
+	schedulerName := flag.String("scheduler-name", "null-binder", "bind the pending pods with this spec.schedulerName")
+	workers := flag.Int("workers", 32, "concurrent binds")
+	qps := flag.Float64("qps", 20000, "client QPS")
+	burst := flag.Int("burst", 40000, "client burst")
+	events := flag.Bool("events", true, "post a Scheduled event for each bound pod")
+	readyFile := flag.String("ready-file", "", "written once the nodes and pending pods are listed")
+	flag.Parse()
+
+	config, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
+	if err != nil {
+		fail("kubeconfig: %v", err)
+	}
+	config.QPS = float32(*qps)
+	config.Burst = *burst
+	config.UserAgent = "nullbinder"
+	client, err := kubernetes.NewForConfig(config)
+	if err != nil {
+		fail("client: %v", err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+
+	list, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		fail("listing nodes: %v", err)
+	}
+	nodes := make([]string, 0, len(list.Items))
+	for _, n := range list.Items {
+		nodes = append(nodes, n.Name)
+	}
+	sort.Strings(nodes)
+	if len(nodes) == 0 {
+		fail("the cluster has no nodes")
+	}
+
+	queue := make(chan work, 1<<20)
+	var seen sync.Map
+	enqueue := func(obj interface{}) {
+		pod, ok := obj.(*corev1.Pod)
+		if !ok || pod.Spec.NodeName != "" || pod.DeletionTimestamp != nil {
+			return
+		}
+		if _, dup := seen.LoadOrStore(pod.UID, struct{}{}); dup {
+			return
+		}
+		queue <- work{pod.Namespace, pod.Name, pod.UID}
+	}
+	selector := fields.AndSelectors(
+		fields.OneTermEqualSelector("spec.schedulerName", *schedulerName),
+		fields.OneTermEqualSelector("spec.nodeName", ""),
+	).String()
+	factory := informers.NewSharedInformerFactoryWithOptions(client, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = selector }))
+	informer := factory.Core().V1().Pods().Informer()
+	if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    enqueue,
+		UpdateFunc: func(_, obj interface{}) { enqueue(obj) },
+	}); err != nil {
+		fail("informer: %v", err)
+	}
+	factory.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
+		fail("the pod informer did not sync")
+	}
+
+	var next atomic.Uint64
+	var bound, failed atomic.Int64
+	host, _ := os.Hostname()
+	var wg sync.WaitGroup
+	for range *workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case w := <-queue:
+					node := nodes[next.Add(1)%uint64(len(nodes))]
+					if bind(ctx, client, w, node, *schedulerName, host, *events) {
+						bound.Add(1)
+					} else {
+						failed.Add(1)
+					}
+				}
+			}
+		}()
+	}
+	if *readyFile != "" {
+		if err := os.WriteFile(*readyFile, []byte("ready\n"), 0o644); err != nil {
+			fail("ready file: %v", err)
+		}
+	}
+	fmt.Printf("nullbinder: %d nodes, %d workers, binding pods of %q\n", len(nodes), *workers, *schedulerName)
+	wg.Wait()
+	fmt.Printf("nullbinder: bound %d pods, %d failed\n", bound.Load(), failed.Load())
+}
+
+func bind(ctx context.Context, client kubernetes.Interface, w work, node, schedulerName, host string, events bool) bool {
+	binding := &corev1.Binding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: w.namespace, Name: w.name, UID: w.uid},
+		Target:     corev1.ObjectReference{Kind: "Node", Name: node},
+	}
+	if err := client.CoreV1().Pods(w.namespace).Bind(ctx, binding, metav1.CreateOptions{}); err != nil {
+		fmt.Fprintf(os.Stderr, "binding %s/%s: %v\n", w.namespace, w.name, err)
+		return false
+	}
+	if !events {
+		return true
+	}
+	now := metav1.NewMicroTime(time.Now())
+	event := &eventsv1.Event{
+		ObjectMeta:          metav1.ObjectMeta{Namespace: w.namespace, GenerateName: w.name + "."},
+		EventTime:           now,
+		ReportingController: schedulerName,
+		ReportingInstance:   schedulerName + "-" + host,
+		Action:              "Binding",
+		Reason:              "Scheduled",
+		Regarding:           corev1.ObjectReference{Kind: "Pod", Namespace: w.namespace, Name: w.name, UID: w.uid, APIVersion: "v1"},
+		Note:                fmt.Sprintf("Successfully assigned %s/%s to %s", w.namespace, w.name, node),
+		Type:                corev1.EventTypeNormal,
+	}
+	if _, err := client.EventsV1().Events(w.namespace).Create(ctx, event, metav1.CreateOptions{}); err != nil {
+		fmt.Fprintf(os.Stderr, "event for %s/%s: %v\n", w.namespace, w.name, err)
+	}
+	return true
+}
+
+func fail(format string, args ...interface{}) {
+	fmt.Fprintf(os.Stderr, "nullbinder: "+format+"\n", args...)
+	os.Exit(1)
+}

@@ -1,0 +1,810 @@
+"""``ksched bench --cluster``: a null binder, kube-scheduler and ksched side by side on a real API server.
+
+One run brings up the local control plane (:mod:`ksched.cluster.local`) with N
+KWOK nodes and, when the metrics workload is asked for, a real Prometheus
+scraping an exporter of two per-node gauges served from this process. Then,
+for each scheduler and each workload, in its own namespace:
+
+1. the scheduler is started and waited for (ready), then paused (SIGSTOP);
+2. *backlog*: the workload's pods are created, the scheduler resumed (SIGCONT)
+   and timed from then to its last bind (pods/s), with its CPU time (utime +
+   stime from /proc) over the drain per bound pod;
+3. the pods are deleted; *steady*: pods are created at a fixed rate and each
+   pod's create→bind latency is taken (p50, p99);
+4. the bound pods are checked against the nodes' allocatable (over-committed
+   nodes) and the workload's own constraint (anti-affinity, zone spread);
+5. its peak RSS (VmHWM) is read, it is stopped and the pods are deleted.
+
+The schedulers: a null binder (a small Go program built with the control
+plane, :mod:`ksched.cluster.build`: it binds round-robin and posts the
+``Scheduled`` event, nothing else: the API server's ceiling), kube-scheduler
+(QPS 5000, its default percentageOfNodesToScore) and ``ksched run`` (this
+checkout, and any other ksched command given with ``--ksched LABEL=COMMAND``,
+say an older build's, for before/after figures in one run).
+
+Binds are seen through a watch of the namespace from this process; times are
+taken on receipt. Results: a JSON document, a table, and a PNG chart of bound
+pods over time in each backlog drain.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import platform
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+import zlib
+from collections import Counter
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from ksched.cluster import local
+from ksched.cluster.build import Pins, ensure_built, nullbinder_binary
+from ksched.commands.demo import CREATE_WORKERS, clear_pods, create_pods, process_usage
+from ksched.engine.quantity import milli_value, parse_quantity
+from ksched.errors import KschedError
+from ksched.loop.client import ApiUnavailableError, Kube, load_configuration
+from ksched.objects import Obj
+
+NULL = "null-binder"
+KUBE_SCHEDULER = "kube-scheduler"
+KSCHED = "ksched"
+SCHEDULER_NAMES = {NULL: "null-binder", KUBE_SCHEDULER: "default-scheduler"}
+WORKLOADS = ("bare", "replicaset", "anti-affinity", "spread", "metrics")
+WORKLOAD_TITLES = {
+    "bare": "bare pods, cpu/memory requests",
+    "replicaset": "pods owned by a ReplicaSet behind a Service",
+    "anti-affinity": "required pod anti-affinity (hostname)",
+    "spread": "zone topology spread (maxSkew 1, DoNotSchedule)",
+    "metrics": "bare pods under two live Prometheus metrics",
+}
+ZONE = "topology.kubernetes.io/zone"
+HOSTNAME = "kubernetes.io/hostname"
+KUBE_SCHEDULER_QPS = 5000.0
+READY_TIMEOUT_S = 180.0
+STOP_TIMEOUT_S = 20.0
+# The exporter's two gauges, per node; the values move every few seconds (live metrics).
+UTILIZATION = "ksched_bench_node_utilization"
+POWER = "ksched_bench_node_power_watts"
+METRIC_PERIOD_S = 5
+
+
+@dataclass
+class Phase:
+    """One scheduler's figures for one workload."""
+
+    scheduler: str
+    workload: str
+    pods: int
+    bound: int = 0
+    drain_seconds: float = 0.0
+    pods_per_s: float = 0.0
+    cpu_ms_per_pod: float = 0.0
+    peak_rss_mib: float = 0.0
+    steady_pods: int = 0
+    steady_bound: int = 0
+    steady_rate: float = 0.0
+    p50_ms: float | None = None
+    p99_ms: float | None = None
+    overcommitted_nodes: int = 0
+    constraint_violations: int = 0
+    # Seconds from the resumption to each bind of the backlog, sorted (the chart).
+    bind_times: list[float] = field(default_factory=list)
+    error: str | None = None
+
+
+@dataclass
+class Options:
+    nodes: int
+    pods: int
+    workloads: list[str]
+    schedulers: list[str]
+    kscheds: dict[str, list[str]]
+    rate: float
+    steady_pods: int
+    stall_s: float
+    out: Path
+    zones: int = 3
+
+
+# ---------------------------------------------------------------------------
+# Workloads
+
+
+def _container(cpu: str, memory: str) -> list[Obj]:
+    return [{"name": "app", "image": "app", "resources": {"requests": {"cpu": cpu, "memory": memory}}}]
+
+
+def workload_pods(
+    workload: str, namespace: str, scheduler_name: str, count: int, prefix: str, nodes: int, owner: Obj | None
+) -> list[Obj]:
+    """``count`` pods of ``workload``; ``owner`` is the ReplicaSet of the replicaset workload."""
+    pods = []
+    # Anti-affinity: groups small enough that each fits on half the nodes.
+    groups = max(1, math.ceil(2 * count / max(nodes, 1)))
+    for i in range(count):
+        labels = {"app": workload}
+        spec: Obj = {"schedulerName": scheduler_name, "containers": _container("100m", "128Mi")}
+        meta: Obj = {"name": f"{prefix}-{i}", "namespace": namespace, "labels": labels}
+        if workload == "replicaset" and owner is not None:
+            meta["ownerReferences"] = [
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "ReplicaSet",
+                    "name": owner["metadata"]["name"],
+                    "uid": owner["metadata"]["uid"],
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ]
+        elif workload == "anti-affinity":
+            labels["group"] = f"g{i % groups}"
+            spec["affinity"] = {
+                "podAntiAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": [
+                        {
+                            "labelSelector": {"matchLabels": {"group": labels["group"]}},
+                            "topologyKey": HOSTNAME,
+                        }
+                    ]
+                }
+            }
+        elif workload == "spread":
+            spec["topologySpreadConstraints"] = [
+                {
+                    "maxSkew": 1,
+                    "topologyKey": ZONE,
+                    "whenUnsatisfiable": "DoNotSchedule",
+                    "labelSelector": {"matchLabels": {"app": workload}},
+                }
+            ]
+        pods.append({"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec})
+    return pods
+
+
+def _setup_namespace(kube: Kube, namespace: str, workload: str, count: int) -> Obj | None:
+    """The namespace, and for the replicaset workload its Service and ReplicaSet (returned).
+
+    No controller-manager runs: the bench creates the ReplicaSet's pods itself, with the
+    ownerReference the ReplicaSet controller would set, so the creation rate is the same
+    for every scheduler and no controller competes for the CPU."""
+    r = kube.request("POST", "/api/v1/namespaces", body={"metadata": {"name": namespace}})
+    if not r.ok and r.status != 409:
+        raise KschedError(f"creating namespace {namespace}: HTTP {r.status}: {r.data[:200]!r}")
+    if workload != "replicaset":
+        return None
+    selector = {"app": workload}
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "web", "namespace": namespace},
+        "spec": {"selector": selector, "ports": [{"port": 80}]},
+    }
+    kube.request("POST", f"/api/v1/namespaces/{namespace}/services", body=service)
+    rs = {
+        "apiVersion": "apps/v1",
+        "kind": "ReplicaSet",
+        "metadata": {"name": "web", "namespace": namespace},
+        "spec": {
+            "replicas": count,
+            "selector": {"matchLabels": selector},
+            "template": {
+                "metadata": {"labels": selector},
+                "spec": {"containers": _container("100m", "128Mi")},
+            },
+        },
+    }
+    r = kube.request("POST", f"/apis/apps/v1/namespaces/{namespace}/replicasets", body=rs)
+    if r.status == 409:
+        r = kube.request("GET", f"/apis/apps/v1/namespaces/{namespace}/replicasets/web")
+    if not r.ok:
+        raise KschedError(f"creating the ReplicaSet in {namespace}: HTTP {r.status}: {r.data[:200]!r}")
+    owner: Obj = r.json()
+    return owner
+
+
+# ---------------------------------------------------------------------------
+# Exporter of two live per-node gauges
+
+
+def _metric_values(nodes: list[str], now: float) -> str:
+    period = int(now // METRIC_PERIOD_S)
+    lines = [f"# TYPE {UTILIZATION} gauge\n"]
+    power = [f"# TYPE {POWER} gauge\n"]
+    for n in nodes:
+        h = zlib.crc32(f"{n}/{period}".encode())
+        lines.append(f'{UTILIZATION}{{node="{n}"}} {(h % 1000) / 1000:.3f}\n')
+        power.append(f'{POWER}{{node="{n}"}} {100 + (h >> 10) % 300}\n')
+    return "".join(lines + power)
+
+
+@contextlib.contextmanager
+def exporter(nodes: list[str]) -> Iterator[str]:
+    """Serve the gauges on loopback for Prometheus to scrape; yields host:port."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            data = _metric_values(nodes, time.time()).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args: object) -> None:
+            return
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def ksched_config(workload: str, prometheus: str | None) -> Obj:
+    config: Obj = {
+        "apiVersion": "ksched.io/v1alpha1",
+        "kind": "KschedConfiguration",
+        "leaderElection": {"leaderElect": False},
+    }
+    if workload == "metrics":
+        refresh = {"min": "1s", "max": "5s"}
+        config["prometheus"] = {"url": prometheus}
+        config["metrics"] = [
+            {"name": "utilization", "source": "prometheus", "query": UTILIZATION, "nodeLabel": "node"}
+            | {"prefer": "lower", "missing": "neutral", "weight": 2, "maxAge": "1m", "refresh": refresh},
+            {"name": "power", "source": "prometheus", "query": POWER, "nodeLabel": "node"}
+            | {"prefer": "lower", "missing": "neutral", "weight": 1, "maxAge": "1m", "refresh": refresh},
+        ]
+    return config
+
+
+# ---------------------------------------------------------------------------
+# Schedulers as processes
+
+
+class Scheduler:
+    """One scheduler process, started for one workload and stopped after it."""
+
+    def __init__(self, label: str, state: local.ClusterState, workdir: Path, ksched_cmd: list[str] | None):
+        self.label = label
+        self.state = state
+        self.workdir = workdir
+        self.ksched_cmd = ksched_cmd
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log = workdir / f"{label}.log"
+
+    @property
+    def scheduler_name(self) -> str:
+        return SCHEDULER_NAMES.get(self.label, KSCHED)
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def start(self, workload: str, prometheus: str | None) -> None:
+        ready: Callable[[], bool]
+        if self.label == NULL:
+            ready_file = self.workdir / f"{self.label}-{workload}.ready"
+            ready_file.unlink(missing_ok=True)
+            cmd = [str(nullbinder_binary()), f"--kubeconfig={self.state.kubeconfig}"]
+            cmd += [f"--scheduler-name={self.scheduler_name}", f"--ready-file={ready_file}"]
+            ready = ready_file.exists
+        elif self.label == KUBE_SCHEDULER:
+            args, port = local.kube_scheduler_args(self.state, KUBE_SCHEDULER_QPS, 0, "bench-kube-scheduler")
+            cmd = [str(ensure_built(Pins(), with_helm=False) / "kube-scheduler"), *args]
+
+            def ready() -> bool:
+                return local.http_ok(f"https://127.0.0.1:{port}/readyz")
+        else:
+            assert self.ksched_cmd is not None
+            config = self.workdir / f"{self.label}-{workload}.json"
+            config.write_text(json.dumps(ksched_config(workload, prometheus)))
+            port = local.free_port()
+            cmd = [*self.ksched_cmd, "run", "--config", str(config), "--kubeconfig", self.state.kubeconfig]
+            cmd += ["--address", f"127.0.0.1:{port}", "--no-leader-elect"]
+            with_metrics = workload == "metrics"
+
+            def ready() -> bool:
+                return _ksched_ready(port, with_metrics)
+
+        with open(self.log, "ab") as out:
+            out.write(f"=== {workload}: {shlex.join(cmd)}\n".encode())
+            out.flush()
+            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while not ready():
+            if self.proc.poll() is not None:
+                raise KschedError(f"{self.label} exited with {self.proc.returncode}:\n{_tail(self.log)}")
+            if time.monotonic() > deadline:
+                raise KschedError(
+                    f"{self.label} was not ready after {READY_TIMEOUT_S:.0f} s:\n{_tail(self.log)}"
+                )
+            time.sleep(0.2)
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.proc.pid, signal.SIGCONT)
+                self.proc.terminate()
+            try:
+                self.proc.wait(STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+
+def _ksched_ready(port: int, with_metrics: bool) -> bool:
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as r:
+            body = r.read().decode(errors="replace")
+            return bool(r.status == 200) and (not with_metrics or "fresh" in body)
+    except OSError:
+        return False
+
+
+def _tail(path: Path) -> str:
+    try:
+        return path.read_bytes()[-3000:].decode(errors="replace")
+    except OSError:
+        return "(no log)"
+
+
+# ---------------------------------------------------------------------------
+# Watching binds
+
+
+class BindWatch:
+    """Records when each pod of a namespace is first seen bound (monotonic clock)."""
+
+    def __init__(self, kubeconfig: str, namespace: str):
+        self.kube = Kube(load_configuration(kubeconfig, 2))
+        self.namespace = namespace
+        self.bound: dict[str, float] = {}
+        self.lock = threading.Lock()
+        self.changed = threading.Condition(self.lock)
+        self._stop = threading.Event()
+        self._response: Any = None
+        listing = self.kube.request("GET", f"/api/v1/namespaces/{namespace}/pods", query={"limit": 1}).json()
+        self.resource_version = listing["metadata"]["resourceVersion"]
+        self.thread = threading.Thread(target=self._run, name=f"watch-{namespace}", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._watch()
+            except Exception:  # a dropped watch (any transport error): watch again from the last version
+                if self._stop.is_set():
+                    return
+                time.sleep(0.2)
+
+    def _watch(self) -> None:
+        query = {"watch": True, "resourceVersion": self.resource_version, "timeoutSeconds": 3600}
+        query["fieldSelector"] = "spec.nodeName!="
+        response = self.kube.stream(f"/api/v1/namespaces/{self.namespace}/pods", query, timeout=3700)
+        self._response = response
+        try:
+            if response.status != 200:
+                raise ApiUnavailableError(f"watch: HTTP {response.status}")
+            buffer = b""
+            for chunk in response.stream(65536):
+                now = time.monotonic()
+                buffer += chunk
+                *lines, buffer = buffer.split(b"\n")
+                for line in lines:
+                    if line.strip():
+                        self._event(orjson.loads(line), now)
+                if self._stop.is_set():
+                    return
+        finally:
+            response.release_conn()
+
+    def _event(self, event: Obj, now: float) -> None:
+        obj = event.get("object") or {}
+        if event.get("type") == "ERROR":
+            # 410 Gone: start again from now on; binds seen so far are kept.
+            listing = self.kube.request(
+                "GET", f"/api/v1/namespaces/{self.namespace}/pods", query={"limit": 1}
+            ).json()
+            self.resource_version = listing["metadata"]["resourceVersion"]
+            raise ApiUnavailableError(f"watch: {obj.get('message')}")
+        meta = obj.get("metadata") or {}
+        self.resource_version = meta.get("resourceVersion", self.resource_version)
+        if event.get("type") in ("ADDED", "MODIFIED") and (obj.get("spec") or {}).get("nodeName"):
+            name = meta.get("name", "")
+            with self.changed:
+                if name not in self.bound:
+                    self.bound[name] = now
+                    self.changed.notify_all()
+
+    def wait(self, names: set[str], stall_s: float) -> bool:
+        """Until every pod in ``names`` is bound (True) or no new bind came for ``stall_s``."""
+        with self.changed:
+            last, seen = time.monotonic(), -1
+            while not names <= self.bound.keys():
+                if len(self.bound) != seen:
+                    last, seen = time.monotonic(), len(self.bound)
+                if time.monotonic() - last > stall_s:
+                    return False
+                self.changed.wait(0.5)
+        return True
+
+    def close(self) -> None:
+        self._stop.set()
+        response = self._response
+        if response is not None:
+            with contextlib.suppress(Exception):
+                response.shutdown()
+        self.thread.join(5)
+
+
+# ---------------------------------------------------------------------------
+# Checks on the bound pods
+
+
+def _requests(pod: Obj) -> tuple[int, int]:
+    cpu = mem = 0
+    for c in pod["spec"].get("containers") or []:
+        req = (c.get("resources") or {}).get("requests") or {}
+        cpu += milli_value(parse_quantity(req.get("cpu", "0")))
+        mem += milli_value(parse_quantity(req.get("memory", "0"))) // 1000
+    return cpu, mem
+
+
+def check_placements(kube: Kube, nodes: dict[str, Obj], workload: str) -> tuple[int, int]:
+    """(over-committed nodes, constraint violations) over every bound pod of the cluster.
+
+    A node is over-committed when its pods request more cpu or memory than its allocatable or
+    are more than its pod capacity. Violations: pods sharing a node with a pod of the same
+    anti-affinity group; for the spread workload, the zone skew above maxSkew 1."""
+    pods = kube.request("GET", "/api/v1/pods", query={"fieldSelector": "spec.nodeName!="}).json()["items"]
+    used: dict[str, list[int]] = {}
+    for p in pods:
+        if p.get("status", {}).get("phase") in ("Succeeded", "Failed"):
+            continue
+        cpu, mem = _requests(p)
+        u = used.setdefault(p["spec"]["nodeName"], [0, 0, 0])
+        u[0] += cpu
+        u[1] += mem
+        u[2] += 1
+    over = 0
+    for name, (cpu, mem, count) in used.items():
+        alloc = (nodes.get(name) or {}).get("status", {}).get("allocatable") or {}
+        if (
+            cpu > milli_value(parse_quantity(alloc.get("cpu", "0")))
+            or mem > milli_value(parse_quantity(alloc.get("memory", "0"))) // 1000
+            or count > int(alloc.get("pods", "0"))
+        ):
+            over += 1
+    violations = 0
+    if workload == "anti-affinity":
+        per: Counter[tuple[str, str]] = Counter(
+            (p["spec"]["nodeName"], p["metadata"]["labels"].get("group", ""))
+            for p in pods
+            if p["metadata"].get("labels", {}).get("app") == "anti-affinity"
+        )
+        violations = sum(n for n in per.values() if n > 1)
+    elif workload == "spread":
+        zones = Counter(
+            nodes[p["spec"]["nodeName"]]["metadata"]["labels"].get(ZONE, "")
+            for p in pods
+            if p["metadata"].get("labels", {}).get("app") == "spread" and p["spec"]["nodeName"] in nodes
+        )
+        all_zones = {n["metadata"]["labels"].get(ZONE, "") for n in nodes.values()}
+        counts = [zones.get(z, 0) for z in all_zones]
+        violations = max(0, max(counts, default=0) - min(counts, default=0) - 1)
+    return over, violations
+
+
+# ---------------------------------------------------------------------------
+# One scheduler on one workload
+
+
+def _percentile(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, max(0, math.ceil(q * len(s)) - 1))]
+
+
+def run_phase(
+    kube: Kube,
+    state: local.ClusterState,
+    sched: Scheduler,
+    workload: str,
+    opts: Options,
+    nodes: dict[str, Obj],
+) -> Phase:
+    phase = Phase(sched.label, workload, opts.pods)
+    namespace = f"{workload}-{sched.label}".lower()
+    owner = _setup_namespace(kube, namespace, workload, opts.pods + opts.steady_pods)
+    sched.start(workload, state.prometheus)
+    watch = BindWatch(state.kubeconfig, namespace)
+    try:
+        # Backlog: created while the scheduler is paused, timed from its resumption.
+        pods = workload_pods(workload, namespace, sched.scheduler_name, opts.pods, "b", opts.nodes, owner)
+        os.kill(sched.pid, signal.SIGSTOP)
+        try:
+            create_pods(kube, pods)
+            cpu_before, _ = process_usage(sched.pid)
+        finally:
+            os.kill(sched.pid, signal.SIGCONT)
+        resumed = time.monotonic()
+        names = {p["metadata"]["name"] for p in pods}
+        watch.wait(names, opts.stall_s)
+        cpu_after, _ = process_usage(sched.pid)
+        with watch.lock:
+            times = sorted(t - resumed for n, t in watch.bound.items() if n in names)
+        phase.bound = len(times)
+        phase.bind_times = [round(t, 4) for t in times]
+        phase.drain_seconds = times[-1] if times else 0.0
+        phase.pods_per_s = phase.bound / phase.drain_seconds if phase.drain_seconds > 0 else 0.0
+        phase.cpu_ms_per_pod = (cpu_after - cpu_before) * 1000 / max(phase.bound, 1)
+        over, violations = check_placements(kube, nodes, workload)
+        clear_pods(kube, namespace)
+
+        # Steady: a fixed arrival rate, create→bind latency per pod.
+        if opts.steady_pods:
+            steady = workload_pods(
+                workload, namespace, sched.scheduler_name, opts.steady_pods, "s", opts.nodes, owner
+            )
+            sent = _create_at_rate(kube, steady, opts.rate)
+            snames = set(sent)
+            watch.wait(snames, opts.stall_s)
+            with watch.lock:
+                latencies = [(watch.bound[n] - sent[n]) * 1000 for n in snames if n in watch.bound]
+            phase.steady_pods, phase.steady_bound, phase.steady_rate = len(steady), len(latencies), opts.rate
+            if latencies:
+                phase.p50_ms = round(_percentile(latencies, 0.50), 1)
+                phase.p99_ms = round(_percentile(latencies, 0.99), 1)
+            over2, violations2 = check_placements(kube, nodes, workload)
+            over, violations = max(over, over2), max(violations, violations2)
+        phase.overcommitted_nodes, phase.constraint_violations = over, violations
+        _, phase.peak_rss_mib = process_usage(sched.pid)
+    finally:
+        watch.close()
+        sched.stop()
+        clear_pods(kube, namespace)
+    return phase
+
+
+def _create_at_rate(kube: Kube, pods: list[Obj], rate: float) -> dict[str, float]:
+    """Create ``pods`` at ``rate`` per second; the monotonic time each create was sent."""
+    sent: dict[str, float] = {}
+    errors: list[str] = []
+
+    def post(p: Obj) -> None:
+        sent[p["metadata"]["name"]] = time.monotonic()
+        r = kube.request("POST", f"/api/v1/namespaces/{p['metadata']['namespace']}/pods", body=p)
+        if not r.ok:
+            errors.append(f"creating {p['metadata']['name']}: HTTP {r.status}: {r.data[:200]!r}")
+
+    start = time.monotonic()
+    with ThreadPoolExecutor(CREATE_WORKERS) as pool:
+        for i, p in enumerate(pods):
+            delay = start + i / rate - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            pool.submit(post, p)
+    if errors:
+        raise KschedError(errors[0])
+    return sent
+
+
+# ---------------------------------------------------------------------------
+# The whole run
+
+
+def _machine() -> str:
+    cpus = os.cpu_count() or 0
+    mem = 0.0
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                mem = int(line.split()[1]) / 1024 / 1024
+    model = ""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    return f"{cpus} cores ({model or platform.machine()}), {mem:.0f} GiB, shared with the API server"
+
+
+def side_by_side(opts: Options) -> dict[str, Any]:
+    """Run every scheduler on every workload; returns the JSON document (also written under ``opts.out``)."""
+    plot = _pyplot()  # fail before the long run when matplotlib is missing
+    opts.out.mkdir(parents=True, exist_ok=True)
+    workdir = opts.out / "logs"
+    workdir.mkdir(exist_ok=True)
+    print(f"== building what is missing, then a local control plane with {opts.nodes} KWOK nodes", flush=True)
+    ensure_built(Pins(), with_helm=False)
+    node_names = [f"kwok-node-{i:05d}" for i in range(opts.nodes)]
+    started = time.monotonic()
+    phases: list[Phase] = []
+    with contextlib.ExitStack() as stack:
+        targets = stack.enter_context(exporter(node_names)) if "metrics" in opts.workloads else None
+        state = local.up(nodes=opts.nodes, zones=opts.zones, prometheus_targets=targets)
+        stack.callback(lambda: print("== " + local.down(), flush=True))
+        print(f"  up in {time.monotonic() - started:.0f} s: {state.apiserver}", flush=True)
+        kube = Kube(load_configuration(state.kubeconfig, CREATE_WORKERS + 4))
+        nodes = {n["metadata"]["name"]: n for n in kube.request("GET", "/api/v1/nodes").json()["items"]}
+        for label in opts.schedulers:
+            sched = Scheduler(label, state, workdir, opts.kscheds.get(label))
+            for workload in opts.workloads:
+                print(f"== {label}: {WORKLOAD_TITLES[workload]}", flush=True)
+                try:
+                    phase = run_phase(kube, state, sched, workload, opts, nodes)
+                except KschedError as err:
+                    phase = Phase(label, workload, opts.pods, error=str(err))
+                    sched.stop()
+                print("  " + _phase_line(phase), flush=True)
+                phases.append(phase)
+    doc: dict[str, Any] = {
+        "machine": _machine(),
+        "nodes": opts.nodes,
+        "pods": opts.pods,
+        "steady_pods": opts.steady_pods,
+        "steady_rate": opts.rate,
+        "schedulers": opts.schedulers,
+        "kube_scheduler": {"qps": KUBE_SCHEDULER_QPS, "percentageOfNodesToScore": "default (adaptive)"},
+        "seconds": round(time.monotonic() - started, 1),
+        "phases": [asdict(p) for p in phases],
+    }
+    (opts.out / "results.json").write_text(json.dumps(doc, indent=2))
+    table = render_table(doc)
+    (opts.out / "table.md").write_text(table + "\n")
+    chart(plot, phases, opts, opts.out / "bound-over-time.png")
+    return doc
+
+
+def _phase_line(p: Phase) -> str:
+    if p.error:
+        return f"error: {p.error.splitlines()[0]}"
+    lat = (
+        f"p50 {p.p50_ms} ms, p99 {p.p99_ms} ms at {p.steady_rate:g} pods/s"
+        if p.steady_pods
+        else "no steady phase"
+    )
+    return (
+        f"{p.bound}/{p.pods} bound in {p.drain_seconds:.2f} s = {p.pods_per_s:,.0f} pods/s; {lat}; "
+        f"{p.cpu_ms_per_pod:.2f} CPU ms/pod, peak RSS {p.peak_rss_mib:.0f} MiB; "
+        f"{p.overcommitted_nodes} over-committed nodes, {p.constraint_violations} constraint violations"
+    )
+
+
+def _fmt(v: float | None, spec: str) -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def render_table(doc: dict[str, Any]) -> str:
+    rows = [
+        f"{doc['nodes']:,} KWOK nodes, {doc['pods']:,} backlog pods and {doc['steady_pods']:,} steady pods "
+        f"at {doc['steady_rate']:g} pods/s per workload; {doc['machine']}",
+        "",
+        "| workload | scheduler | backlog drain pods/s | bound | p50 / p99 create→bind ms | CPU ms per pod "
+        "| peak RSS MiB | over-committed nodes | constraint violations |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for p in doc["phases"]:
+        if p["error"]:
+            rows.append(
+                f"| {p['workload']} | {p['scheduler']} | error: {p['error'].splitlines()[0][:120]} |||||||"
+            )
+            continue
+        lat = f"{_fmt(p['p50_ms'], '.0f')} / {_fmt(p['p99_ms'], '.0f')}"
+        if p["steady_pods"] and p["steady_bound"] < p["steady_pods"]:
+            lat += f" ({p['steady_bound']}/{p['steady_pods']} bound)"
+        rows.append(
+            f"| {p['workload']} | {p['scheduler']} | {p['pods_per_s']:,.0f} | {p['bound']}/{p['pods']} | {lat} "
+            f"| {p['cpu_ms_per_pod']:.2f} | {p['peak_rss_mib']:.0f} | {p['overcommitted_nodes']} "
+            f"| {p['constraint_violations']} |"
+        )
+    return "\n".join(rows)
+
+
+def _pyplot() -> Any:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise KschedError(
+            "ksched bench --cluster draws its chart with matplotlib: pip install 'ksched[bench]'"
+        ) from None
+    return plt
+
+
+def chart(plt: Any, phases: list[Phase], opts: Options, path: Path) -> None:
+    """Bound pods over time from the resumption, one panel per workload, one line per scheduler."""
+    workloads = [w for w in opts.workloads if any(p.workload == w for p in phases)]
+    cols = min(3, max(1, len(workloads)))
+    rows = math.ceil(len(workloads) / cols) if workloads else 1
+    fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3.6 * rows), squeeze=False)
+    for ax, w in zip(axes.flat, workloads, strict=False):
+        for p in phases:
+            if p.workload == w and p.bind_times:
+                ax.step([0.0, *p.bind_times], range(len(p.bind_times) + 1), where="post", label=p.scheduler)
+        ax.set_title(WORKLOAD_TITLES[w], fontsize=9)
+        ax.set_xlabel("seconds since the scheduler resumed")
+        ax.set_ylabel("pods bound")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    for ax in list(axes.flat)[len(workloads) :]:
+        ax.set_visible(False)
+    fig.suptitle(f"Backlog of {opts.pods:,} pods on {opts.nodes:,} KWOK nodes", fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def parse_kscheds(values: list[str]) -> dict[str, list[str]]:
+    """``--ksched LABEL=COMMAND`` values: extra ksched builds to run beside this checkout's."""
+    out: dict[str, list[str]] = {}
+    for v in values:
+        label, sep, cmd = v.partition("=")
+        if not sep or not label or not cmd.strip():
+            raise KschedError(f"--ksched {v!r}: give LABEL=COMMAND, e.g. before=/opt/old/.venv/bin/ksched")
+        if label in (NULL, KUBE_SCHEDULER, KSCHED):
+            raise KschedError(f"--ksched {v!r}: the label {label!r} is taken; choose another")
+        out[label] = shlex.split(cmd)
+    return out
+
+
+def main(
+    nodes: int,
+    pods: int,
+    workloads: list[str],
+    schedulers: list[str],
+    extra: list[str],
+    rate: float,
+    steady_pods: int,
+    out: str,
+    stall_s: float,
+    as_json: bool,
+) -> int:
+    kscheds = {KSCHED: [sys.executable, "-m", "ksched.commands.cli"], **parse_kscheds(extra)}
+    labels = [*schedulers, *(k for k in kscheds if k != KSCHED)]
+    for s in schedulers:
+        if s not in (NULL, KUBE_SCHEDULER, KSCHED):
+            raise KschedError(f"unknown scheduler {s!r}: choose from {NULL}, {KUBE_SCHEDULER}, {KSCHED}")
+    unknown = set(workloads) - set(WORKLOADS)
+    if unknown or not workloads:
+        raise KschedError(
+            f"unknown workload(s) {', '.join(sorted(unknown)) or '(none given)'}: choose from {', '.join(WORKLOADS)}"
+        )
+    if nodes < 1 or pods < 1 or rate <= 0 or steady_pods < 0:
+        raise KschedError("--nodes and --pods must be at least 1, --rate above 0, --steady-pods at least 0")
+    opts = Options(nodes, pods, workloads, labels, kscheds, rate, steady_pods, stall_s, Path(out))
+    doc = side_by_side(opts)
+    if as_json:
+        print(json.dumps(doc, indent=2))
+    else:
+        print(render_table(doc))
+        print(
+            f"\nwrote {opts.out / 'results.json'}, {opts.out / 'table.md'}, {opts.out / 'bound-over-time.png'}"
+        )
+    bad = [p for p in doc["phases"] if p["error"] or p["bound"] < p["pods"]]
+    return 1 if bad else 0

@@ -1,0 +1,62 @@
+"""``ksched bench --cluster`` at a small size: the side-by-side runs to the end on its own control plane.
+
+It asserts what must hold whatever the machine: every pod is bound by kube-scheduler and ksched with
+no node over-committed and no constraint broken, the null binder binds every pod, and the JSON,
+table and chart are written. Timings are printed (the table), never asserted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ksched.cluster.build import missing_binaries
+from ksched.commands.sidebyside import WORKLOADS
+from tests.integration.helpers import unavailable
+
+pytestmark = pytest.mark.cluster
+
+NODES = 50
+PODS = 100
+STEADY = 40
+
+
+def test_side_by_side_binds_every_pod_without_overcommit(tmp_path: Path) -> None:
+    if shutil.which("go") is None and missing_binaries(with_helm=False):
+        unavailable("Go is not installed and no cached binaries exist")
+    out = tmp_path / "out"
+    # Its own control plane, beside the session's (a separate state directory).
+    env = {**os.environ, "KSCHED_CLUSTER_DIR": str(tmp_path / "cluster")}
+    args = ["--nodes", str(NODES), "--pods", str(PODS), "--steady-pods", str(STEADY), "--rate", "40"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "ksched.commands.cli", "bench", "--cluster", *args, "--out", str(out)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    print(proc.stdout[-6000:])
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    doc = json.loads((out / "results.json").read_text())
+    phases = {(p["scheduler"], p["workload"]): p for p in doc["phases"]}
+    assert set(phases) == {(s, w) for s in ("null-binder", "kube-scheduler", "ksched") for w in WORKLOADS}
+    for (scheduler, workload), p in phases.items():
+        assert p["error"] is None, (scheduler, workload, p["error"])
+        assert (p["bound"], p["steady_bound"]) == (PODS, STEADY), (scheduler, workload)
+        assert len(p["bind_times"]) == PODS and p["p99_ms"] is not None
+        assert p["peak_rss_mib"] > 0, (scheduler, workload)
+        if scheduler != "null-binder":
+            # The null binder binds round-robin: it may over-commit or break a constraint.
+            assert p["overcommitted_nodes"] == 0 and p["constraint_violations"] == 0, (scheduler, workload, p)
+            assert p["cpu_ms_per_pod"] > 0, (scheduler, workload)
+    table = (out / "table.md").read_text()
+    assert all(f"| {w} | ksched |" in table for w in WORKLOADS)
+    assert (out / "bound-over-time.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not list(tmp_path.glob("cluster/state.json")), "the control plane was torn down"
