@@ -11,7 +11,7 @@ import pytest
 
 from ksched.config import Config
 from ksched.engine import Engine, Placement
-from ksched.engine.pods import host_ports, pod_requests
+from ksched.engine.pods import counted_requests, host_ports, pod_requests
 from ksched.engine.snapshot import build_snapshot
 from ksched.loop.slim import slim_node, slim_pod
 from tests.conftest import node, pod
@@ -213,3 +213,19 @@ def test_nodes_offer_allocatable_never_capacity() -> None:
         [got] = schedule([table], [pod("p")])
         assert got.node is None, name
         assert got.message == NO_ALLOCATABLE, name
+
+
+def test_pods_sharing_a_spec_each_count_their_own_resize_and_name_their_own_errors() -> None:
+    # Parses are shared by pods of one spec: a pod whose status holds a resize still counts it.
+    plain, held = slim_pod(resized("1", "1", "1")), slim_pod(resized("1", "3", "3"))
+    assert counted_requests(plain)[0].requests["cpu"] == 1000
+    assert counted_requests(held)[0].requests["cpu"] == 3000
+    # A 4 cpu node holding the resized pod (3 cpu) after its plain twin was counted: 2 cpu do not fit.
+    schedule([node("a", cpu="4")], [], [plain])
+    [got] = schedule([node("a", cpu="4")], [pod("p", cpu="2")], [held])
+    assert got.message == "0/1 nodes are available: 1 Insufficient cpu."
+    # A malformed spec is reported for every pod that has it, each by its own name.
+    bad = [pod(f"bad-{i}", cpu="lots") for i in range(2)]
+    got_bad = schedule([node("a")], bad)
+    assert [p.message.split(":")[0] for p in got_bad] == ["invalid pod", "invalid pod"]
+    assert [p.pod for p in got_bad] == ["default/bad-0", "default/bad-1"]

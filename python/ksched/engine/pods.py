@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
+import orjson
+
 from ksched import _core
 from ksched.engine.gangs import pod_group_of
 from ksched.engine.pod_level import (
@@ -476,26 +478,111 @@ def start_time(pod: Obj) -> float:
     return time.time()
 
 
+# Parses memoised by the JSON of what they read (see _spec_memo_key); cleared when full.
+MEMO_SIZE = 4096
+
+
+@dataclass(frozen=True)
+class _SpecParts:
+    """What :func:`requirements` reads of the spec alone (the memoised part)."""
+
+    requests: PodRequests
+    images: tuple[str, ...]
+    containers: int
+    priority: int
+    host_ports: tuple[HostPort, ...]
+    constraints: NodeConstraints
+
+
+_spec_memo: dict[bytes, _SpecParts] = {}
+_counted_memo: dict[bytes, tuple[PodRequests, tuple[HostPort, ...]]] = {}
+
+
+def _resize_free(pod: Obj) -> bool:
+    """The pod's status holds nothing its requests read (no in-place resize state):
+    they follow from the spec alone."""
+    status = pod.get("status")
+    if status is None:
+        return True
+    return isinstance(status, dict) and not (
+        status.get("containerStatuses") or status.get("initContainerStatuses") or status.get("resources")
+    )
+
+
+def _memo_key(value: Any) -> bytes | None:
+    """The JSON of ``value``: equal bytes, equal parse (objects are decoded JSON); None when it has none."""
+    try:
+        return orjson.dumps(value)
+    except TypeError:
+        return None
+
+
+def _remember(memo: dict[bytes, Any], key: bytes, value: Any) -> None:
+    if len(memo) >= MEMO_SIZE:
+        memo.clear()
+    memo[key] = value
+
+
+def counted_requests(pod: Obj, key: str | None = None) -> tuple[PodRequests, tuple[HostPort, ...]]:
+    """:func:`pod_requests` and :func:`host_ports`, parsed once per distinct container
+    spec (a Deployment's pods share one), as bound pods on every node repeat them."""
+    s = pod.get("spec")
+    memo_key = None
+    if isinstance(s, dict) and _resize_free(pod):
+        memo_key = _memo_key(
+            (s.get("containers"), s.get("initContainers"), s.get("overhead"), s.get("resources"))
+        )
+        if memo_key is not None:
+            hit = _counted_memo.get(memo_key)
+            if hit is not None:
+                return hit
+    key = key or pod_key(pod)
+    counted = (pod_requests(pod, key), host_ports(pod, key))
+    if memo_key is not None:
+        _remember(_counted_memo, memo_key, counted)
+    return counted
+
+
+def _spec_parts(pod: Obj, key: str) -> _SpecParts:
+    """The spec's parse, memoised by the spec's JSON: pending pods of one workload share it.
+    A spec that fails to parse raises each time (nothing is remembered)."""
+    s = pod.get("spec")
+    memo_key = _memo_key(s) if isinstance(s, dict) and _resize_free(pod) else None
+    if memo_key is not None:
+        hit = _spec_memo.get(memo_key)
+        if hit is not None:
+            return hit
+    # In the order the fields were always checked, so the first problem named is the same.
+    reqs = pod_requests(pod, key)
+    images, containers = container_images(pod, key)
+    parts = _SpecParts(
+        reqs, images, containers, priority(pod), host_ports(pod, key), node_constraints(pod, key)
+    )
+    if memo_key is not None:
+        _remember(_spec_memo, memo_key, parts)
+    return parts
+
+
 def requirements(pod: Obj) -> PodRequirements:
     """Everything the engine needs of one pending pod."""
     key = pod_key(pod)
-    reqs = pod_requests(pod, key)
-    images, containers = container_images(pod, key)
+    parts = _spec_parts(pod, key)
+    reqs = parts.requests
     claims = pod_claims(pod)
     return PodRequirements(
         key=key,
-        priority=priority(pod),
+        priority=parts.priority,
         requests=reqs.requests,
         nonzero_cpu=reqs.nonzero_cpu,
         nonzero_memory=reqs.nonzero_memory,
-        host_ports=host_ports(pod, key),
-        constraints=node_constraints(pod, key),
+        host_ports=parts.host_ports,
+        constraints=parts.constraints,
         info=pod_info(pod, key, claims),
         spread=spread_constraints(pod, key),
         group=pod_group_of(pod),
         may_preempt=preemption_policy(pod) != "Never",
         nominated_node=str((pod.get("status") or {}).get("nominatedNodeName") or ""),
-        images=images,
-        containers=containers,
+        images=parts.images,
+        containers=parts.containers,
         claims=claims,
     )

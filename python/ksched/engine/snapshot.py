@@ -25,8 +25,7 @@ from ksched.engine.pods import (
     CountedRequests,
     HostPort,
     PodRequests,
-    host_ports,
-    pod_requests,
+    counted_requests,
     priority,
     start_time,
 )
@@ -316,7 +315,7 @@ def apply_bound_pods(snapshot: Snapshot, pods: list[Obj]) -> Snapshot:
         if i is None or is_terminal(pod):
             continue
         try:
-            reqs, ports = pod_requests(pod), host_ports(pod)
+            reqs, ports = counted_requests(pod)
             usage.append((i, reqs, ports))
             snapshot.pods.add(object_key(pod), i, safe_pod_info(pod), evictable(pod, reqs, ports))
         except MalformedObjectError as err:

@@ -30,7 +30,7 @@ from ksched.config import MetricConfig
 from ksched.engine.disruption_budgets import DisruptionBudget, disruption_budget
 from ksched.engine.gangs import POD_GROUP_LABEL, PodGroup, pod_group
 from ksched.engine.pod_level import PodInfo
-from ksched.engine.pods import CountedRequests, HostPort, PodRequests, host_ports, pod_requests
+from ksched.engine.pods import CountedRequests, HostPort, PodRequests, counted_requests
 from ksched.engine.podtable import Evictable, SpreadSelectors
 from ksched.engine.snapshot import (
     Snapshot,
@@ -68,7 +68,7 @@ class Usage:
 def _usage_of(pod: Obj, assumed: bool) -> Usage:
     key = object_key(pod)
     try:
-        reqs, ports = pod_requests(pod, key), host_ports(pod, key)
+        reqs, ports = counted_requests(pod, key)
     except MalformedObjectError as err:
         log.warning("bound pod counted without requests: %s", err)
         reqs, ports = NO_REQUESTS, ()
