@@ -33,40 +33,64 @@ log = logging.getLogger(__name__)
 logging.getLogger("leaderelection").setLevel(logging.WARNING)
 
 
-class _ReleasableLeaseLock(LeaseLock):
-    """A LeaseLock that refuses to renew once released, and that reports an
-    unreachable API server as a failed attempt: the library only expects
-    ApiException, and a refused connection would end its election thread."""
+class _ReleasableLeaseLock:
+    """The Lease lock the library drives (``store``: a client LeaseLock), with three additions:
+    it refuses to renew once released; it reports an unreachable API server as a failed
+    attempt (the library only expects ApiException, and a refused connection would end its
+    election thread); and it records when this replica's last successful write was sent
+    (``renewed_at``): the lease it wrote runs from then, whatever the library observes later."""
 
-    released = False
+    def __init__(self, name: str, namespace: str, identity: str, store: Any = None) -> None:
+        self.name = name
+        self.namespace = namespace
+        self.identity = identity
+        self.store = store if store is not None else LeaseLock(name, namespace, identity)
+        self.released = False
+        self.renewed_at = 0.0
 
     def get(self, name: str, namespace: str) -> tuple[bool, Any]:
         try:
-            return super().get(name, namespace)  # type: ignore[no-any-return]
+            return self.store.get(name, namespace)  # type: ignore[no-any-return]
         except (urllib3.exceptions.HTTPError, OSError) as err:
             log.warning("lease %s/%s: %s", namespace, name, err)
             return False, err
 
     def create(self, name: str, namespace: str, election_record: Any) -> bool:
+        sent = time.time()
         try:
-            return bool(super().create(name, namespace, election_record))
+            created = bool(self.store.create(name, namespace, election_record))
         except (urllib3.exceptions.HTTPError, OSError) as err:
             log.warning("lease %s/%s: %s", namespace, name, err)
             return False
+        if created and election_record.holder_identity == self.identity:
+            self.renewed_at = sent
+        return created
 
     def update(self, name: str, namespace: str, updated_record: Any) -> bool:
         if self.released:
             return False
+        sent = time.time()
         try:
-            return bool(super().update(name, namespace, updated_record))
+            updated = bool(self.store.update(name, namespace, updated_record))
         except (urllib3.exceptions.HTTPError, OSError) as err:
             log.warning("lease %s/%s: %s", namespace, name, err)
             return False
+        if updated and updated_record.holder_identity == self.identity:
+            self.renewed_at = sent
+        return updated
 
 
 class Leadership:
-    def __init__(self, config: LeaderElectionConfig, identity: str, on_lost: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        config: LeaderElectionConfig,
+        identity: str,
+        on_lost: Callable[[], None],
+        store: Any = None,
+    ) -> None:
+        """``store``: what reads and writes the Lease (default: the client's LeaseLock)."""
         self.config = config
+        self.store = store
         self.identity = identity
         self.on_lost = on_lost
         self.leading = threading.Event()
@@ -83,17 +107,25 @@ class Leadership:
             self.leading.set()
             return
         c = self.config
-        self._lock = _ReleasableLeaseLock(c.resource_name, c.resource_namespace, self.identity)
+        self._lock = _ReleasableLeaseLock(c.resource_name, c.resource_namespace, self.identity, self.store)
         self._thread = threading.Thread(target=self._elect, name="leader-election", daemon=True)
         self._thread.start()
 
     def is_leader(self) -> bool:
+        """True only while the Lease last seen names this replica and this replica's own last
+        write of it was sent within the renew deadline. (The library's observed time is not
+        enough: it is refreshed when another replica's record is read, so a leader that wakes
+        after a freeze and finds the lease taken would otherwise count as leading until its
+        renew loop gives up.)"""
         if not self.enabled:
             return True
-        if not self.leading.is_set() or self._elector is None:
+        lock, elector = self._lock, self._elector
+        if not self.leading.is_set() or lock is None or elector is None:
             return False
-        renewed_ms = self._elector.observed_time_milliseconds
-        return bool(time.time() * 1000 - renewed_ms < self.config.renew_deadline_s * 1000)
+        record = getattr(elector, "observed_record", None)
+        if getattr(record, "holder_identity", None) != self.identity:
+            return False
+        return time.time() - lock.renewed_at < self.config.renew_deadline_s
 
     def leader_alive(self) -> bool:
         """Whether some replica (this one or another) holds a lease that has not run out."""
