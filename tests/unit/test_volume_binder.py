@@ -12,7 +12,7 @@ import orjson
 from ksched.config import Config
 from ksched.engine.volumes import BOUND_BY_CONTROLLER, SELECTED_NODE, ClaimBinding
 from ksched.loop.binder import Binder, Outcome
-from ksched.loop.client import ApiUnavailableError, Response
+from ksched.loop.client import ApiUnavailableError, RateLimiter, Response
 from ksched.loop.cycle import Scheduler
 from ksched.loop.metric_sources import MetricStore
 from ksched.loop.queue import SchedulingQueue
@@ -47,6 +47,7 @@ class FakeApi:
         self.lose_answer = lose_answer
         self.version = 1
         self.posted: list[Obj] = []
+        self.writes = RateLimiter(1e9, 1_000_000)
 
     def request(self, method: str, path: str, *, body: Any = None, **_: Any) -> Response:
         if method == "GET":

@@ -154,9 +154,6 @@ class Binder:
     def _bind(self, pod: Obj, node: str, note: str = "") -> Outcome:
         m = meta(pod)
         ns, name, uid = str(m.get("namespace")), str(m.get("name")), m.get("uid")
-        # Checked again here: the lease may have been lost while the bind waited in the pool.
-        if not self.is_leader():
-            return Outcome.NOT_LEADER
         body = {
             "apiVersion": "v1",
             "kind": "Binding",
@@ -164,8 +161,13 @@ class Binder:
             "metadata": {"name": name, "namespace": ns, "uid": uid},
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
+        # The rate limit is waited out first, then the lease checked, then the bind sent: the
+        # lease may have been lost while the bind waited in the pool or for a token.
+        self.kube.writes.acquire()
+        if not self.is_leader():
+            return Outcome.NOT_LEADER
         try:
-            r = self.kube.request("POST", pod_path(ns, name, "binding"), body=body, rate_limited=True)
+            r = self.kube.request("POST", pod_path(ns, name, "binding"), body=body)
         except ApiUnavailableError as err:
             log.warning("bind %s/%s to %s: %s", ns, name, node, err)
             return Outcome.ERROR
