@@ -187,10 +187,11 @@ def http_ok(url: str, token: str | None = None) -> bool:
         return False
 
 
-def fake_nodes(count: int, zones: int) -> dict[str, Any]:
-    """Node objects KWOK manages: realistic allocatable and well-known labels."""
+def fake_nodes(count: int, zones: int, first: int = 0) -> dict[str, Any]:
+    """Node objects KWOK manages: realistic allocatable and well-known labels
+    (named ``kwok-node-NNNNN`` from ``first``)."""
     items = []
-    for i in range(count):
+    for i in range(first, first + count):
         itype, cpu, mem = INSTANCE_TYPES[i % len(INSTANCE_TYPES)]
         name = f"kwok-node-{i:05d}"
         items.append(
@@ -265,8 +266,12 @@ def up(
     prometheus_targets: str | None = None,
     scheduler_qps: float = 5000.0,
     percentage_of_nodes_to_score: int = 0,
+    audit_policy: dict[str, Any] | None = None,
 ) -> ClusterState:
-    """Build what is missing, start the control plane and wait until every node is Ready."""
+    """Build what is missing, start the control plane and wait until every node is Ready.
+
+    With ``audit_policy`` (an audit.k8s.io/v1 Policy) kube-apiserver writes the
+    requests it selects to ``audit.log`` in the state directory, one JSON event a line."""
     existing = load_state()
     if existing is not None:
         if any(_alive(pid, name) for name, pid in existing.pids.items()):
@@ -303,6 +308,7 @@ def up(
             prometheus_targets,
             scheduler_qps,
             percentage_of_nodes_to_score,
+            audit_policy,
         )
     except BaseException:
         down()
@@ -322,6 +328,7 @@ def _start(
     prometheus_targets: str | None,
     scheduler_qps: float,
     percentage: int,
+    audit_policy: dict[str, Any] | None,
 ) -> None:
     ports = state.ports
     sa_key = directory / "sa.key"
@@ -351,6 +358,16 @@ def _start(
         ],
     )
     launcher.wait("etcd", lambda: http_ok(f"http://127.0.0.1:{ports['etcd']}/health"))
+    audit_args: list[str] = []
+    if audit_policy is not None:
+        policy = directory / "audit-policy.json"
+        policy.write_text(json.dumps(audit_policy))
+        audit_args = [
+            f"--audit-policy-file={policy}",
+            f"--audit-log-path={audit_log_path(state)}",
+            "--audit-log-format=json",
+            "--audit-log-mode=blocking",
+        ]
     # No kube-controller-manager runs here, so nothing would remove the not-ready
     # taint that TaintNodesByCondition puts on new nodes: KWOK keeps them Ready instead.
     launcher.start(
@@ -375,6 +392,7 @@ def _start(
             "--enable-priority-and-fairness=false",
             "--watch-cache=true",
             "--profiling=false",
+            *audit_args,
         ],
     )
     launcher.wait("kube-apiserver /readyz", lambda: http_ok(f"{state.apiserver}/readyz", state.token))
@@ -579,14 +597,61 @@ def _stop(name: str, pid: int) -> bool:
     return True
 
 
-def restart(component: str) -> None:
-    """Stop one component and start it again with the same command line (for failure tests).
+def audit_log_path(state: ClusterState) -> Path:
+    """Where kube-apiserver writes its audit log when ``up`` was given a policy."""
+    return Path(state.directory) / "audit.log"
 
-    kube-apiserver is waited for until /readyz answers again."""
+
+def _running(component: str) -> ClusterState:
     state = load_state()
     if state is None or component not in state.commands:
         raise ClusterError(f"no running local cluster with a {component!r} component")
+    return state
+
+
+def stop(component: str) -> None:
+    """Stop one component (SIGTERM, then SIGKILL); :func:`restart` starts it again."""
+    state = _running(component)
     _stop(component, state.pids[component])
+
+
+def signal_component(component: str, signum: int) -> None:
+    """Send a signal to one running component (SIGSTOP / SIGCONT to hang and resume it)."""
+    state = _running(component)
+    if _alive(state.pids[component], component):
+        os.kill(state.pids[component], signum)
+
+
+def etcd_compact() -> int:
+    """Compact etcd up to its current revision, so that watches resumed from an older
+    resourceVersion are answered ``410 Gone``. Returns the revision."""
+    import urllib.request
+
+    state = _running("etcd")
+    base = f"http://127.0.0.1:{state.ports['etcd']}/v3/kv"
+
+    def post(path: str, body: dict[str, Any]) -> Any:
+        req = urllib.request.Request(
+            f"{base}/{path}", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+        )
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return json.loads(resp.read())
+
+    # A range over one (absent) key answers with the store's current revision.
+    revision = int(post("range", {"key": "AA=="})["header"]["revision"])
+    post("compaction", {"revision": revision, "physical": True})
+    return revision
+
+
+def restart(component: str, down_s: float = 0.0) -> None:
+    """Stop one component and start it again with the same command line (for failure tests),
+    after ``down_s`` seconds stopped.
+
+    kube-apiserver is waited for until /readyz answers again, etcd until /health does."""
+    state = _running(component)
+    _stop(component, state.pids[component])
+    if down_s > 0:
+        time.sleep(down_s)
     directory = Path(state.directory)
     log = open(directory / f"{component}.log", "ab")  # noqa: SIM115 - owned by the child process
     proc = subprocess.Popen(
@@ -605,6 +670,12 @@ def restart(component: str) -> None:
                 raise ClusterError(
                     f"kube-apiserver did not come back:\n{_tail(directory / 'kube-apiserver.log')}"
                 )
+            time.sleep(0.25)
+    elif component == "etcd":
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while not http_ok(f"http://127.0.0.1:{state.ports['etcd']}/health"):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise ClusterError(f"etcd did not come back:\n{_tail(directory / 'etcd.log')}")
             time.sleep(0.25)
 
 

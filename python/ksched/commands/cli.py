@@ -17,6 +17,7 @@ import dataclasses
 import json
 import logging
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
 EXIT_OK = 0
 EXIT_UNPLACED = 1
 EXIT_BAD_INPUT = 2
+EXIT_VIOLATED = 1  # bench --chaos: an invariant failed
 # Where `ksched status` and `ksched shadow report` look for a running ksched: `run`'s default address.
 DEFAULT_ADDRESS = "127.0.0.1:10259"
 
@@ -188,9 +190,27 @@ def _explain(args: argparse.Namespace) -> int:
     return status
 
 
+def _chaos(args: argparse.Namespace) -> int:
+    from ksched.commands.chaos import render, run_chaos
+
+    def progress(line: str) -> None:
+        print(f"[chaos {time.strftime('%H:%M:%S')}] {line}", file=sys.stderr, flush=True)
+
+    f = run_chaos(args.nodes or 2000, args.minutes, args.rate or 10.0, args.seed, progress)
+    if args.json:
+        print(json.dumps(f.as_json(), indent=2))
+    else:
+        print(render(f))
+    return EXIT_OK if f.ok() else EXIT_VIOLATED
+
+
 def _bench(args: argparse.Namespace) -> int:
     from ksched.commands.bench import PREEMPTION, run_bench, run_pod_level_bench, run_preemption_bench
 
+    if args.chaos:
+        return _chaos(args)
+    if args.nodes is None:
+        args.nodes = 5000
     if args.cluster:
         from ksched.commands import sidebyside
 
@@ -200,7 +220,7 @@ def _bench(args: argparse.Namespace) -> int:
             workloads=[w.strip() for w in args.workloads.split(",") if w.strip()],
             schedulers=[s.strip() for s in args.schedulers.split(",") if s.strip()],
             extra=args.ksched,
-            rate=args.rate,
+            rate=args.rate if args.rate is not None else 50.0,
             steady_pods=args.steady_pods,
             out=args.out,
             stall_s=args.stall,
@@ -395,10 +415,11 @@ def parser() -> argparse.ArgumentParser:
         "and ksched run in turn on the same workloads; per scheduler and workload it prints backlog "
         "drain pods/s, p50/p99 create-to-bind latency at a steady rate, CPU ms per pod, peak RSS and "
         "over-committed nodes, and writes results.json, table.md and bound-over-time.png under --out. "
-        "Examples: ksched bench --nodes 5000 --pods 10000; "
+        "With --chaos: a soak of two leader-elected ksched replicas under faults (see --chaos). "
+        "Examples: ksched bench --nodes 5000 --pods 10000; ksched bench --chaos --nodes 2000 --minutes 10 --seed 1; "
         "ksched bench --cluster --nodes 1000 --workloads bare,replicaset --ksched before=/opt/old/bin/ksched",
     )
-    b.add_argument("--nodes", type=int, default=5000)
+    b.add_argument("--nodes", type=int, help="nodes (default 5000; with --chaos 2000)")
     b.add_argument(
         "--pods",
         type=int,
@@ -445,7 +466,9 @@ def parser() -> argparse.ArgumentParser:
         help="also run another ksched command (say an older build's venv/bin/ksched) under LABEL; repeatable",
     )
     cl.add_argument(
-        "--rate", type=float, default=50.0, help="steady phase: pods created per second (default 50)"
+        "--rate",
+        type=float,
+        help="steady phase: pods created per second (default 50; with --chaos: arrivals, default 10)",
     )
     cl.add_argument(
         "--steady-pods",
@@ -459,6 +482,14 @@ def parser() -> argparse.ArgumentParser:
     cl.add_argument(
         "--out", default="ksched-bench-cluster", help="directory for results.json, table.md, the PNG and logs"
     )
+    ch = b.add_argument_group("chaos soak (--chaos)")
+    ch.add_argument(
+        "--chaos",
+        action="store_true",
+        help="a soak of two leader-elected ksched replicas on a local control plane of its own "
+        "under seeded, overlapping faults; checks the invariants at the end (exit 1 if one fails)",
+    )
+    ch.add_argument("--minutes", type=float, default=10.0, help="how long pods arrive (default 10)")
     b.set_defaults(func=_bench)
 
     c = sub.add_parser(
