@@ -177,7 +177,13 @@ def _print_figures(f: Figures, timed: str = "first create to last bind") -> None
 
 
 def clear_pods(kube: Kube, namespace: str) -> None:
-    kube.request("DELETE", f"/api/v1/namespaces/{namespace}/pods", query={"gracePeriodSeconds": 0})
+    # Thousands of pods take the API server longer than a request's default timeout.
+    kube.request(
+        "DELETE",
+        f"/api/v1/namespaces/{namespace}/pods",
+        query={"gracePeriodSeconds": 0},
+        timeout=SETTLE_TIMEOUT_S,
+    )
     deadline = time.monotonic() + SETTLE_TIMEOUT_S
     while kube.request("GET", f"/api/v1/namespaces/{namespace}/pods", query={"limit": 1}).json()["items"]:
         if time.monotonic() > deadline:

@@ -582,10 +582,16 @@ def run_phase(
             over, violations = max(over, over2), max(violations, violations2)
         phase.overcommitted_nodes, phase.constraint_violations = over, violations
         _, phase.peak_rss_mib = process_usage(sched.pid)
-    finally:
+    except BaseException:
         watch.close()
         sched.stop()
-        clear_pods(kube, namespace)
+        # Best effort: the error (or an interrupt) in flight is what to report.
+        with contextlib.suppress(KschedError):
+            clear_pods(kube, namespace)
+        raise
+    watch.close()
+    sched.stop()
+    clear_pods(kube, namespace)
     return phase
 
 
@@ -669,12 +675,13 @@ def side_by_side(opts: Options) -> dict[str, Any]:
         "steady_rate": opts.rate,
         "schedulers": opts.schedulers,
         "kube_scheduler": {"qps": KUBE_SCHEDULER_QPS, "percentageOfNodesToScore": "default (adaptive)"},
+        "ksched_commands": {k: shlex.join(v) for k, v in opts.kscheds.items()},
+        "checkout": _checkout(),
         "seconds": round(time.monotonic() - started, 1),
         "phases": [asdict(p) for p in phases],
     }
     (opts.out / "results.json").write_text(json.dumps(doc, indent=2))
-    table = render_table(doc)
-    (opts.out / "table.md").write_text(table + "\n")
+    (opts.out / "table.md").write_text(render_table(doc) + "\n\n" + render_summary(doc) + "\n")
     chart(plot, phases, opts, opts.out / "bound-over-time.png")
     return doc
 
@@ -724,6 +731,57 @@ def render_table(doc: dict[str, Any]) -> str:
     return "\n".join(rows)
 
 
+def render_summary(doc: dict[str, Any]) -> str:
+    """One row per workload, each cell the schedulers' figures in run order (as the README shows them)."""
+    labels: list[str] = doc["schedulers"]
+    by = {(p["scheduler"], p["workload"]): p for p in doc["phases"]}
+    workloads = list(dict.fromkeys(p["workload"] for p in doc["phases"]))
+    order = " / ".join(labels)
+    rows = [
+        f"| workload | backlog drain pods/s ({order}) | ksched ÷ null binder | CPU ms per pod ({order}) "
+        f"| peak RSS MiB ({order}) | p50 create→bind ms ({order}) | p99 create→bind ms ({order}) | over-committed nodes ({order}) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+
+    def cells(workload: str, fmt: Callable[[Obj], str]) -> str:
+        out = []
+        for label in labels:
+            p = by.get((label, workload))
+            out.append("error" if p is None or p["error"] else fmt(p))
+        return " / ".join(out)
+
+    for w in workloads:
+        null, ours = by.get((NULL, w)), by.get((KSCHED, w))
+        ratio = (
+            f"{ours['pods_per_s'] / null['pods_per_s']:.2f}"
+            if null and ours and not null["error"] and not ours["error"] and null["pods_per_s"]
+            else "-"
+        )
+        rows.append(
+            f"| {WORKLOAD_TITLES.get(w, w)} | {cells(w, lambda p: format(p['pods_per_s'], ',.0f'))} | {ratio} "
+            f"| {cells(w, lambda p: format(p['cpu_ms_per_pod'], '.2f'))} "
+            f"| {cells(w, lambda p: format(p['peak_rss_mib'], '.0f'))} "
+            f"| {cells(w, lambda p: _fmt(p['p50_ms'], '.0f'))} | {cells(w, lambda p: _fmt(p['p99_ms'], '.0f'))} "
+            f"| {cells(w, lambda p: str(p['overcommitted_nodes']))} |"
+        )
+    return "\n".join(rows)
+
+
+def _checkout() -> str | None:
+    """The commit of the checkout this ksched runs from, if it is one."""
+    try:
+        proc = subprocess.run(
+            ["git", "-C", str(Path(__file__).parent), "describe", "--always", "--dirty"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
+    except OSError:
+        return None
+    return proc.stdout.strip() or None
+
+
 def _pyplot() -> Any:
     try:
         import matplotlib
@@ -758,6 +816,10 @@ def chart(plt: Any, phases: list[Phase], opts: Options, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def parse_kscheds(values: list[str]) -> dict[str, list[str]]:
@@ -798,11 +860,18 @@ def main(
     if nodes < 1 or pods < 1 or rate <= 0 or steady_pods < 0:
         raise KschedError("--nodes and --pods must be at least 1, --rate above 0, --steady-pods at least 0")
     opts = Options(nodes, pods, workloads, labels, kscheds, rate, steady_pods, stall_s, Path(out))
-    doc = side_by_side(opts)
+    # SIGTERM stops the run as Ctrl-C does: the schedulers and the control plane are torn down.
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        doc = side_by_side(opts)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     if as_json:
         print(json.dumps(doc, indent=2))
     else:
         print(render_table(doc))
+        print()
+        print(render_summary(doc))
         print(
             f"\nwrote {opts.out / 'results.json'}, {opts.out / 'table.md'}, {opts.out / 'bound-over-time.png'}"
         )
