@@ -186,6 +186,7 @@ class PreemptionArrays(VictimArrays):
     pod_preempt: U8
     pod_nominated: I64
     r_nodes: I64
+    r_rows: I64
     r_priorities: I64
     r_requests: I64
     r_port_offsets: I64

@@ -95,6 +95,42 @@ def test_nominated_pod_holds_its_room_for_lower_priorities_only() -> None:
     assert engine.schedule(snapshot, [high], nominated=[nominated]).placements[0].node == "n0"
 
 
+def test_nominated_pods_count_for_affinity_and_spread() -> None:
+    """Upstream adds nominated pods of equal or higher priority to every filter: a
+    web pod nominated to n0 repels an anti-affine pod and counts in its spreading;
+    a pod whose required affinity only that nominee satisfies is placed nowhere
+    (the filters also run without it, as it may never land)."""
+    snapshot = build_snapshot([node("n0"), node("n1")], [])
+    nominee = _priority(pod("nominee"), 100)
+    nominee["metadata"]["labels"] = {"app": "web"}
+    nominee["status"] = {"nominatedNodeName": "n0"}
+    term = {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": "kubernetes.io/hostname"}
+
+    def placed(name: str, priority: int, spec: dict[str, Any], labels: dict[str, str]) -> str | None:
+        p = _priority(pod(name), priority)
+        p["metadata"]["labels"] = labels
+        p["spec"].update(spec)
+        result = Engine(Config()).schedule(snapshot, [p], nominated=[nominee])
+        return result.placements[0].node
+
+    anti = {"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}}
+    assert placed("anti", 10, anti, {"app": "db"}) == "n1"
+    assert placed("anti-high", 1000, anti, {"app": "db"}) in ("n0", "n1")
+    affine = {"affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}}
+    assert placed("affine", 10, affine, {"app": "db"}) is None
+    spread = {
+        "topologySpreadConstraints": [
+            {
+                "maxSkew": 1,
+                "topologyKey": "kubernetes.io/hostname",
+                "whenUnsatisfiable": "DoNotSchedule",
+                "labelSelector": {"matchLabels": {"app": "web"}},
+            }
+        ]
+    }
+    assert placed("spread", 10, spread, {"app": "web"}) == "n1"
+
+
 def test_default_spreading_follows_the_pods_service() -> None:
     nodes = [
         node("n0", labels={"topology.kubernetes.io/zone": "a"}),

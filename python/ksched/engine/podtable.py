@@ -271,9 +271,12 @@ class PodTable:
         namespaces: Mapping[str, Mapping[str, str]],
         *,
         required: bool = False,
+        nominated: Sequence[PodInfo] = (),
     ) -> PodTableArrays | None:
         """The engine's ``pods["table"]`` for a batch, or None when no plugin has anything
-        to act on (``required``: the batch's claims need one)."""
+        to act on (``required``: the batch's claims need one). ``nominated`` are pods
+        outside the batch nominated to a node: rows after the pending pods', counted
+        on their node for pods of lower or equal priority (the engine's reservations)."""
         if (
             not required
             and not self.with_terms
@@ -282,9 +285,10 @@ class PodTable:
             return None
         high = self._high
         alive = self.node[:high] >= 0
-        p_ns = np.asarray([self.strings(p.info.namespace) for p in pending], dtype=np.int32)
-        p_ls = np.asarray([self._label_set_id(p.info.labels) for p in pending], dtype=np.int64)
-        p_ts = np.asarray([self._term_set_id(p.info) for p in pending], dtype=np.int64)
+        infos = [p.info for p in pending] + list(nominated)
+        p_ns = np.asarray([self.strings(i.namespace) for i in infos], dtype=np.int32)
+        p_ls = np.asarray([self._label_set_id(i.labels) for i in infos], dtype=np.int64)
+        p_ts = np.asarray([self._term_set_id(i) for i in infos], dtype=np.int64)
         term_sets = np.concatenate((self.term_set[:high][alive], p_ts))
         compiler = _Compiler(self.strings, namespaces)
         used = sorted({int(t) for t in np.unique(term_sets) if t >= 0})
@@ -338,7 +342,7 @@ class PodTable:
                 "pt_label_sets": np.concatenate((self.label_set[:high][alive], p_ls)),
                 "pt_term_sets": np.where(term_sets >= 0, engine_ids[term_sets], -1).astype(np.int64),
                 "pt_terminating": np.concatenate(
-                    (self.terminating[:high][alive], np.zeros(len(pending), dtype=np.uint8))
+                    (self.terminating[:high][alive], np.zeros(len(infos), dtype=np.uint8))
                 ),
                 "sp_offsets": np.asarray(sp_offsets, dtype=np.int64),
                 "sp_system_default": np.asarray([int(p.system_default) for p in pending], dtype=np.uint8),

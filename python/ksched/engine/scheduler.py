@@ -266,6 +266,7 @@ class Engine:
             for r in rows:
                 batch.volumes.add(r.volumes)
             volumes = batch.volumes.arrays()
+        reservations = _reservations(snapshot, rows, nominated)
         table = snapshot.pods.engine_table(
             [
                 PendingPod(r.req.info, r.default_spread, self.profile.spread_system_defaulted)
@@ -275,8 +276,11 @@ class Engine:
             ],
             snapshot.namespaces,
             required=volumes is not None,
+            nominated=[req.info for _, req in reservations],
         )
-        preemption, victim_keys = self._preemption(snapshot, rows, nominated, table is not None)
+        # The nominated pods' rows follow the pending pods'.
+        first_row = table["bound"] + len(rows) if table is not None else None
+        preemption, victim_keys = self._preemption(snapshot, rows, reservations, first_row)
         engine_pods: PodBatch = {
             "count": len(rows),
             "requests": i64([v for r in rows for v in r.requests]),
@@ -321,20 +325,16 @@ class Engine:
         return out, victim_keys
 
     def _preemption(
-        self, snapshot: Snapshot, rows: Sequence[_Row], nominated: Sequence[Obj], with_rows: bool
+        self,
+        snapshot: Snapshot,
+        rows: Sequence[_Row],
+        reservations: Sequence[tuple[int, PodRequirements]],
+        first_row: int | None,
     ) -> tuple[PreemptionArrays | None, list[str]]:
         """The engine's ``preemption`` input, or None when no pod could preempt, nothing is
-        held and no pod has a nominated node to try first."""
-        reservations = []
-        in_batch = {r.req.key for r in rows}
-        for pod in nominated:
-            try:
-                req = requirements(pod)
-            except MalformedObjectError:
-                continue
-            node = snapshot.index.get(req.nominated_node)
-            if node is not None and req.key not in in_batch:
-                reservations.append((node, req))
+        held and no pod has a nominated node to try first. ``first_row``: the pod table
+        row of the first reservation (None: no table)."""
+        with_rows = first_row is not None
         # The bound pods' lowest priority is only looked up when some pod may preempt.
         below = max(
             (r.req.priority for r in rows if self.profile.preemption and r.req.may_preempt), default=None
@@ -366,6 +366,7 @@ class Engine:
             "pod_preempt": np.asarray([int(r.req.may_preempt) for r in rows], dtype=np.uint8),
             "pod_nominated": i64([snapshot.index.get(r.req.nominated_node, -1) for r in rows]),
             "r_nodes": i64([n for n, _ in reservations]),
+            "r_rows": i64([first_row + k if first_row is not None else -1 for k in range(len(reservations))]),
             "r_priorities": i64([req.priority for _, req in reservations]),
             "r_requests": requests,
             "r_port_offsets": i64(np.cumsum([0] + [len(req.host_ports) for _, req in reservations]).tolist()),
@@ -373,6 +374,24 @@ class Engine:
             "r_port_ips": np.asarray([p[1] for p in held_ports], dtype=np.int32),
             "r_port_ports": np.asarray([p[2] for p in held_ports], dtype=np.int32),
         }, keys
+
+
+def _reservations(
+    snapshot: Snapshot, rows: Sequence[_Row], nominated: Sequence[Obj]
+) -> list[tuple[int, PodRequirements]]:
+    """The pods outside the batch nominated to a known node, with that node's index
+    (a pod of the batch holds its own nomination in the engine)."""
+    reservations = []
+    in_batch = {r.req.key for r in rows}
+    for pod in nominated:
+        try:
+            req = requirements(pod)
+        except MalformedObjectError:
+            continue
+        node = snapshot.index.get(req.nominated_node)
+        if node is not None and req.key not in in_batch:
+            reservations.append((node, req))
+    return reservations
 
 
 @dataclass

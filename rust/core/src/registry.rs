@@ -206,6 +206,16 @@ impl PreFilter {
     }
 }
 
+/// The pod-level filters' PreFilter state with the nominated pods held on one
+/// node added (upstream's `addGENominatedPods` and each plugin's AddPod);
+/// None where the plugin's PreFilter has nothing to check (upstream skips it,
+/// AddPod included).
+#[derive(Default)]
+pub struct WithNominated {
+    pub spread: Option<pod_topology_spread::Filter>,
+    pub affinity: Option<inter_pod_affinity::Filter>,
+}
+
 /// The pod-level plugins' PreScore results for one pod (None / false: every node scores 0).
 #[derive(Default)]
 pub struct PreScore {
@@ -362,6 +372,9 @@ pub struct NodeInput<'x> {
     pub images: &'x [i32],
     pub containers: i64,
     pub prefilter: Option<&'x PreFilter>,
+    /// The spread and affinity state with the nominated pods held on the node
+    /// added, in place of `prefilter`'s (the first of upstream's two passes).
+    pub with_nominated: Option<&'x WithNominated>,
 }
 
 impl NodeInput<'_> {
@@ -405,11 +418,17 @@ pub fn filter(id: PluginId, x: &NodeInput, report: &mut impl FnMut(u32)) -> bool
             (Some(f), Some(v)) => f.filter(v, x.nodes, x.node),
             _ => FEASIBLE,
         },
-        PluginId::PodTopologySpread => match x.prefilter.and_then(|p| p.spread.as_ref()) {
+        PluginId::PodTopologySpread => match x
+            .with_nominated
+            .map_or_else(|| x.prefilter.and_then(|p| p.spread.as_ref()), |n| n.spread.as_ref())
+        {
             Some(f) => f.filter(x.nodes, x.node),
             None => FEASIBLE,
         },
-        PluginId::InterPodAffinity => match x.prefilter.and_then(|p| p.affinity.as_ref()) {
+        PluginId::InterPodAffinity => match x
+            .with_nominated
+            .map_or_else(|| x.prefilter.and_then(|p| p.affinity.as_ref()), |n| n.affinity.as_ref())
+        {
             Some(f) => f.filter(x.nodes, x.node),
             None => FEASIBLE,
         },

@@ -227,6 +227,7 @@ fn preemption<'a>(p: &'a Arrays) -> PyResult<Preemption<'a>> {
         },
         reservations: Reservations {
             nodes: p.slice("r_nodes")?,
+            rows: p.slice("r_rows")?,
             priorities: p.slice("r_priorities")?,
             requests: p.slice("r_requests")?,
             ports: Ports {

@@ -121,7 +121,8 @@ pub struct SpreadConstraints<'a> {
     pub system_default: &'a [u8],
 }
 
-/// Bound pods (rows `0..bound`), then the batch's pending pods in batch order.
+/// Bound pods (rows `0..bound`), then the batch's pending pods in batch
+/// order, then nominated pods outside the batch (`Reservations::rows`).
 #[derive(Clone, Copy)]
 pub struct PodTable<'a> {
     pub bound: usize,
@@ -162,8 +163,14 @@ impl PodTable<'_> {
         }
     }
 
+    /// Rows: the bound pods, the batch's pending pods, then any nominated
+    /// pods outside the batch (`Reservations::rows`).
+    pub fn rows(&self) -> usize {
+        self.namespaces.len()
+    }
+
     pub fn validate(&self, nodes: usize, pending: usize) -> Result<(), EngineError> {
-        let rows = self.bound + pending;
+        let rows = self.namespaces.len().max(self.bound + pending);
         check_len("pod table nodes", self.nodes.len(), self.bound)?;
         check_len("pod table namespaces", self.namespaces.len(), rows)?;
         check_len("pod table label sets", self.label_sets.len(), rows)?;

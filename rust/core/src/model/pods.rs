@@ -42,11 +42,16 @@ pub struct PodImages<'a> {
     pub containers: &'a [i64],
 }
 
-/// Pods nominated to a node by an earlier preemption and not placed yet: their
-/// requests and host ports are held on that node for pods of lower or equal priority.
+/// Pods outside the batch nominated to a node by an earlier preemption and
+/// not placed yet: they count on that node in the filters of pods of lower or
+/// equal priority (requests, host ports, and through their pod table rows,
+/// inter-pod affinity and topology spreading).
 #[derive(Clone, Copy)]
 pub struct Reservations<'a> {
     pub nodes: &'a [i64],
+    /// Each one's row in the pod table (after the batch's pending pods), -1
+    /// where there is no table.
+    pub rows: &'a [i64],
     pub priorities: &'a [i64],
     /// `count × resources`.
     pub requests: &'a [i64],
@@ -78,6 +83,7 @@ impl Preemption<'_> {
         self.victims.validate(nodes, resources)?;
         let r = &self.reservations;
         check_len("reservation priorities", r.priorities.len(), r.nodes.len())?;
+        check_len("reservation rows", r.rows.len(), r.nodes.len())?;
         check_len("reservation requests", r.requests.len(), r.nodes.len() * resources)?;
         r.ports.validate("reservation host ports", r.nodes.len())?;
         for &n in r.nodes {

@@ -39,6 +39,7 @@ pub const REASONS: &[ReasonInfo] = &[
 type Pair = (i32, i32);
 
 /// PreFilter state: what the incoming pod's filter needs.
+#[derive(Clone)]
 pub struct Filter {
     /// Topology keys of the incoming pod's required affinity and anti-affinity terms.
     affinity_keys: Vec<i32>,
@@ -47,8 +48,13 @@ pub struct Filter {
     anti_counts: HashMap<Pair, i64>,
     /// Pairs where some placed pod's required anti-affinity matches the incoming pod.
     existing_anti: HashSet<Pair>,
-    /// Upstream's escape for the first pod of a group affine to itself.
-    first_pod: bool,
+    /// The incoming pod matches all its own required affinity terms (there
+    /// are some): upstream's escape for the first pod of such a group, taken
+    /// while no pod matches them (`affinity_counts` empty).
+    matches_own_terms: bool,
+    /// The incoming pod's required affinity and anti-affinity terms.
+    affinity_terms: Vec<usize>,
+    anti_terms: Vec<usize>,
 }
 
 /// PreFilter. `placed` lists every pod on a node (table row, node): bound
@@ -94,19 +100,49 @@ pub fn prefilter(table: &PodTable, nodes: &Nodes, placed: &[(u32, u32)], affine:
             }
         }
     }
-    let first_pod =
-        affinity_counts.is_empty() && !required_affinity.is_empty() && required_affinity.iter().all(|&t| table.term_matches(t, pod));
+    let matches_own_terms = !required_affinity.is_empty() && required_affinity.iter().all(|&t| table.term_matches(t, pod));
     Some(Filter {
         affinity_keys: required_affinity.iter().map(|&t| key(t)).collect(),
         anti_keys: required_anti.iter().map(|&t| key(t)).collect(),
         affinity_counts,
         anti_counts,
         existing_anti,
-        first_pod,
+        matches_own_terms,
+        affinity_terms: required_affinity,
+        anti_terms: required_anti,
     })
 }
 
 impl Filter {
+    /// Count pod table row `other` on `node` for the incoming pod `pod`
+    /// (upstream's AddPod, `updateWithPod`): a nominated pod held there.
+    pub fn add_pod(&mut self, table: &PodTable, nodes: &Nodes, pod: usize, other: usize, node: usize) {
+        for &t in table.term_list(other, REQUIRED_ANTI_AFFINITY) {
+            let t = t as usize;
+            if table.term_matches(t, pod) {
+                if let Some(v) = nodes.label(node, table.terms.topology_keys[t]) {
+                    self.existing_anti.insert((table.terms.topology_keys[t], v));
+                }
+            }
+        }
+        if !self.affinity_terms.is_empty() && self.affinity_terms.iter().all(|&t| table.term_matches(t, other)) {
+            for &t in &self.affinity_terms {
+                let key = table.terms.topology_keys[t];
+                if let Some(v) = nodes.label(node, key) {
+                    *self.affinity_counts.entry((key, v)).or_insert(0) += 1;
+                }
+            }
+        }
+        for &t in &self.anti_terms {
+            if table.term_matches(t, other) {
+                let key = table.terms.topology_keys[t];
+                if let Some(v) = nodes.label(node, key) {
+                    *self.anti_counts.entry((key, v)).or_insert(0) += 1;
+                }
+            }
+        }
+    }
+
     /// Upstream's Filter: affinity, then anti-affinity, then the existing pods' anti-affinity.
     pub fn filter(&self, nodes: &Nodes, node: usize) -> u32 {
         let mut pods_exist = true;
@@ -121,7 +157,8 @@ impl Filter {
                 None => return POD_AFFINITY,
             }
         }
-        if !pods_exist && !self.first_pod {
+        let first_pod = self.affinity_counts.is_empty() && self.matches_own_terms;
+        if !pods_exist && !first_pod {
             return POD_AFFINITY;
         }
         if !self.anti_counts.is_empty() {

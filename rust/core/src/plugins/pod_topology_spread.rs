@@ -84,7 +84,10 @@ impl Context<'_, '_> {
     }
 }
 
+#[derive(Clone)]
 struct HardConstraint {
+    /// The constraint's index in `SpreadConstraints`.
+    index: usize,
     key: i32,
     max_skew: i64,
     counts: HashMap<i32, i64>,
@@ -93,6 +96,7 @@ struct HardConstraint {
 }
 
 /// PreFilter state of the `DoNotSchedule` constraints.
+#[derive(Clone)]
 pub struct Filter {
     constraints: Vec<HardConstraint>,
 }
@@ -123,13 +127,10 @@ pub fn prefilter(ctx: &Context) -> Option<Filter> {
         .iter()
         .zip(counts)
         .map(|(&c, counts)| {
-            let min_match = if (counts.len() as i64) < t.spread.min_domains[c] {
-                0
-            } else {
-                counts.values().copied().min().unwrap_or(i32::MAX as i64)
-            };
+            let min_match = min_match(&counts, t.spread.min_domains[c]);
             let selector = t.spread.selectors[c] as usize;
             HardConstraint {
+                index: c,
                 key: ctx.key(c),
                 max_skew: t.spread.max_skew[c],
                 counts,
@@ -141,7 +142,45 @@ pub fn prefilter(ctx: &Context) -> Option<Filter> {
     Some(Filter { constraints })
 }
 
+/// The lowest count of a constraint's domains, 0 while fewer domains than
+/// `minDomains` exist (upstream's `minMatchNum`).
+fn min_match(counts: &HashMap<i32, i64>, min_domains: i64) -> i64 {
+    if (counts.len() as i64) < min_domains {
+        0
+    } else {
+        counts.values().copied().min().unwrap_or(i32::MAX as i64)
+    }
+}
+
 impl Filter {
+    /// Count pod table row `other` on `node` for the incoming pod (row `pod`;
+    /// `include` as in `Context`): upstream's AddPod (`updateWithPod`) for a
+    /// nominated pod held there. Upstream matches the selector here even
+    /// where it is empty (PreFilter's counting counts no pod for one).
+    pub fn add_pod(
+        &mut self,
+        table: &PodTable,
+        nodes: &Nodes,
+        include: &dyn Fn(usize, usize) -> bool,
+        pod: usize,
+        other: usize,
+        node: usize,
+    ) {
+        if table.namespaces[other] != table.namespaces[pod] || self.constraints.iter().any(|c| nodes.label(node, c.key).is_none()) {
+            return;
+        }
+        let set = table.label_sets[other] as usize;
+        for c in &mut self.constraints {
+            let selector = table.spread.selectors[c.index] as usize;
+            if !table.selectors.matches(selector, &table.labels, set) || !include(c.index, node) {
+                continue;
+            }
+            let value = nodes.label(node, c.key).expect("checked above");
+            *c.counts.entry(value).or_insert(0) += 1;
+            c.min_match = min_match(&c.counts, table.spread.min_domains[c.index]);
+        }
+    }
+
     pub fn filter(&self, nodes: &Nodes, node: usize) -> u32 {
         for c in &self.constraints {
             let Some(value) = nodes.label(node, c.key) else {

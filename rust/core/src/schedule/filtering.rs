@@ -12,7 +12,8 @@ use crate::plugins::node_affinity::NODE_AFFINITY_PREFILTER;
 use crate::plugins::node_ports::HostPort;
 use crate::plugins::FEASIBLE;
 use crate::registry::{
-    self, NodeInput, PreFilter, CLASS_FILTERS, CLASS_SCORERS, CLASS_SCORES, NODE_FILTERS, NODE_SCORERS, NODE_SCORES, POD_FILTERS,
+    self, NodeInput, PreFilter, WithNominated, CLASS_FILTERS, CLASS_SCORERS, CLASS_SCORES, NODE_FILTERS, NODE_SCORERS, NODE_SCORES,
+    POD_FILTERS,
 };
 
 /// The class-level filters' verdicts (first failing reason code per node)
@@ -112,11 +113,18 @@ impl Engine<'_, '_> {
             images: pod.images,
             containers: pod.containers,
             prefilter,
+            with_nominated: None,
         }
     }
 
     /// Every filter on one node, then the node-level scores of a node that
     /// passes. `report` receives the failing plugin's reason codes.
+    ///
+    /// Upstream's `RunFilterPluginsWithNominatedPods`: where nominated pods of
+    /// equal or higher priority are held on the node, the filters run first
+    /// with them counted (requests, pod count, host ports, and added to the
+    /// spread and affinity state), then again without them; the node passes
+    /// only if both passes do (a nominated pod may never land there).
     #[inline]
     pub(super) fn evaluate(
         &self,
@@ -132,11 +140,34 @@ impl Engine<'_, '_> {
             report(code);
             return None;
         }
-        let mut buf = Vec::new();
-        let (filter_requested, filter_pod_count) = state.requested_for_filter(self, pod, node, &mut buf);
-        let mut ports_buf = Vec::new();
-        let placed_ports = state.ports_for_filter(self, pod, node, &mut ports_buf);
-        let input = self.node_input(state, pod, node, filter_requested, filter_pod_count, placed_ports, &[], prefilter);
+        let r = self.resources;
+        let requested = &state.requested[node * r..(node + 1) * r];
+        let input = self.node_input(
+            state,
+            pod,
+            node,
+            requested,
+            state.pod_count[node],
+            &state.placed_ports[node],
+            &[],
+            prefilter,
+        );
+        if state.has_nominated_for(pod, node) {
+            let (mut buf, mut ports_buf) = (Vec::new(), Vec::new());
+            let (filter_requested, filter_pod_count) = state.requested_with_nominated(self, pod, node, &mut buf);
+            let placed_ports = state.ports_with_nominated(self, pod, node, &mut ports_buf);
+            let with = prefilter.map(|pf| self.with_nominated(state, pod, node, pf));
+            let first = NodeInput {
+                filter_requested,
+                filter_pod_count,
+                placed_ports,
+                with_nominated: with.as_ref(),
+                ..input
+            };
+            if !self.passes(&first, report) {
+                return None;
+            }
+        }
         if !self.passes(&input, report) {
             return None;
         }
@@ -146,6 +177,32 @@ impl Engine<'_, '_> {
             return None;
         }
         Some(self.node_scores(&input))
+    }
+
+    /// The spread and affinity PreFilter state with the nominated pods that
+    /// count for `pod` on `node` added (upstream's AddPod for each).
+    pub(super) fn with_nominated(&self, state: &BatchState, pod: &PodView, node: usize, prefilter: &PreFilter) -> WithNominated {
+        let mut out = WithNominated {
+            spread: prefilter.spread.clone(),
+            affinity: prefilter.affinity.clone(),
+        };
+        let Some(table) = self.pods.table.as_ref() else {
+            return out;
+        };
+        if out.spread.is_none() && out.affinity.is_none() {
+            return out;
+        }
+        let include = self.inclusion(table, pod.class);
+        let row = table.bound + pod.index;
+        for other in state.nominated_for(pod, node).filter_map(|h| h.table_row(self)) {
+            if let Some(f) = &mut out.spread {
+                f.add_pod(table, self.nodes, &include, row, other, node);
+            }
+            if let Some(f) = &mut out.affinity {
+                f.add_pod(table, self.nodes, row, other, node);
+            }
+        }
+        out
     }
 
     /// The node-level filters, then (where the pod has pod-level state) the

@@ -135,6 +135,12 @@ fn validate(
     }
     if let Some(pre) = &pods.preemption {
         pre.validate(pods.count, nodes.count, nodes.resources)?;
+        let rows = pods.table.as_ref().map_or(0, |t| t.rows());
+        for &row in pre.reservations.rows {
+            if row >= 0 {
+                error::check_index("reservation row", row, rows)?;
+            }
+        }
     }
     if let Some(v) = &pods.volumes {
         if pods.table.is_none() {
@@ -280,7 +286,7 @@ fn schedule_on_this_thread(
                     }
                     // The nominated pod holds its place for the rest of the batch
                     // (upstream adds nominated pods to their node for lower priorities).
-                    state.commit(&engine, &pod, c.node);
+                    state.nominate(&pod, c.node);
                 }
             }
         }

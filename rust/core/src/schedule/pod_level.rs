@@ -23,7 +23,7 @@ pub(super) struct PodScores {
 impl<'a> Engine<'a, '_> {
     /// Whether a node passes spread constraint `c`'s inclusion policies
     /// (`nodeAffinityPolicy`, `nodeTaintsPolicy`) for pods of `class`.
-    fn inclusion(&self, table: &'a PodTable<'a>, class: usize) -> impl Fn(usize, usize) -> bool + Sync + 'a {
+    pub(super) fn inclusion(&self, table: &'a PodTable<'a>, class: usize) -> impl Fn(usize, usize) -> bool + Sync + 'a {
         let (classes, nodes, sp) = (self.classes, self.nodes, &table.spread);
         move |c: usize, node: usize| {
             (sp.honor_affinity[c] == 0 || node_affinity::required_matches(classes, class, nodes, node))

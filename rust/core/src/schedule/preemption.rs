@@ -7,13 +7,14 @@ use std::collections::HashSet;
 
 use super::engine::{Engine, PodView};
 use super::filtering::ClassCache;
+use super::pod_level::PodLevel;
 use super::select::splitmix64;
 use super::signature::SignatureCache;
 use super::state::BatchState;
 use crate::model::{row, Victims};
 use crate::plugins::node_ports::HostPort;
 use crate::plugins::{default_preemption, FEASIBLE};
-use crate::registry;
+use crate::registry::{self, NodeInput};
 
 impl Engine<'_, '_> {
     /// The candidate node and its victims, or None (not allowed, nothing to
@@ -83,43 +84,68 @@ impl Engine<'_, '_> {
     /// victims gone: the class verdict and metric thresholds (no eviction
     /// changes them), then the registry's node-level filters on the node's
     /// requests, pod count and host ports without the victims, then the
-    /// pod-level ones over the pods on nodes without them.
+    /// pod-level ones over the pods on nodes without them. Where nominated
+    /// pods count for the pod there, twice as `evaluate`: with them, then
+    /// without them (upstream's dry run runs the filters with nominated pods).
     fn fits_without(&self, state: &BatchState, cache: &ClassCache, pod: &PodView, node: usize, removed: &[usize], v: &Victims) -> bool {
         if cache.codes[node] != FEASIBLE as u8 || state.metric_codes[node] != FEASIBLE {
             return false;
         }
         let r = self.resources;
-        let mut buf = Vec::new();
-        let (requested, count) = state.requested_for_filter(self, pod, node, &mut buf);
-        let mut requested = requested.to_vec();
-        for &i in removed {
-            for (c, q) in requested.iter_mut().enumerate() {
-                if default_preemption::counted(&v.requests[i * r..(i + 1) * r], c) {
-                    *q -= v.requests[i * r + c];
+        let without_victims = |requested: &[i64]| -> Vec<i64> {
+            let mut requested = requested.to_vec();
+            for &i in removed {
+                for (c, q) in requested.iter_mut().enumerate() {
+                    if default_preemption::counted(&v.requests[i * r..(i + 1) * r], c) {
+                        *q -= v.requests[i * r + c];
+                    }
                 }
             }
-        }
+            requested
+        };
         let freed: Vec<HostPort> = removed
             .iter()
             .flat_map(|&i| row(v.ports.offsets, i))
             .map(|j| (v.ports.protocols[j], v.ports.ips[j], v.ports.ports[j]))
             .collect();
-        let mut ports_buf = Vec::new();
-        let placed_ports = state.ports_for_filter(self, pod, node, &mut ports_buf);
-        let count = count - removed.len() as i64;
-        let input = |prefilter| self.node_input(state, pod, node, &requested, count, placed_ports, &freed, prefilter);
-        if !self.passes_node_level(&input(None), &mut |_| {}) {
-            return false;
-        }
-        if self.pods.table.is_none() {
-            return true;
-        }
         let gone: HashSet<u32> = removed.iter().filter(|&&i| v.rows[i] >= 0).map(|&i| v.rows[i] as u32).collect();
-        let on_nodes: Vec<(u32, u32)> = state.on_nodes.iter().copied().filter(|(row, _)| !gone.contains(row)).collect();
-        let affine: Vec<(u32, u32)> = state.affine.iter().copied().filter(|(row, _)| !gone.contains(row)).collect();
-        match self.pod_level_on(state, pod, &on_nodes, &affine, &|row| gone.contains(&row)) {
-            Some(pl) => self.passes_pod_level(&input(Some(&pl.prefilter)), &mut |_| {}),
-            None => true,
+        // The pod-level state without the victims, computed once when first needed.
+        let mut pod_level: Option<Option<PodLevel>> = None;
+        let mut pod_level_of = || -> Option<PodLevel> {
+            let on_nodes: Vec<(u32, u32)> = state.on_nodes.iter().copied().filter(|(row, _)| !gone.contains(row)).collect();
+            let affine: Vec<(u32, u32)> = state.affine.iter().copied().filter(|(row, _)| !gone.contains(row)).collect();
+            self.pod_level_on(state, pod, &on_nodes, &affine, &|row| gone.contains(&row))
+        };
+        let mut passes = |requested: &[i64], count: i64, placed_ports: &[HostPort], nominated: bool| -> bool {
+            let requested = without_victims(requested);
+            let count = count - removed.len() as i64;
+            let input = self.node_input(state, pod, node, &requested, count, placed_ports, &freed, None);
+            if !self.passes_node_level(&input, &mut |_| {}) {
+                return false;
+            }
+            if self.pods.table.is_none() {
+                return true;
+            }
+            let Some(pl) = pod_level.get_or_insert_with(&mut pod_level_of) else {
+                return true;
+            };
+            let with = nominated.then(|| self.with_nominated(state, pod, node, &pl.prefilter));
+            let input = NodeInput {
+                prefilter: Some(&pl.prefilter),
+                with_nominated: with.as_ref(),
+                ..input
+            };
+            self.passes_pod_level(&input, &mut |_| {})
+        };
+        if state.has_nominated_for(pod, node) {
+            let (mut buf, mut ports_buf) = (Vec::new(), Vec::new());
+            let (requested, count) = state.requested_with_nominated(self, pod, node, &mut buf);
+            let placed_ports = state.ports_with_nominated(self, pod, node, &mut ports_buf);
+            if !passes(requested, count, placed_ports, true) {
+                return false;
+            }
         }
+        let requested = &state.requested[node * r..(node + 1) * r];
+        passes(requested, state.pod_count[node], &state.placed_ports[node], false)
     }
 }

@@ -189,14 +189,14 @@ pub(super) fn key(engine: &Engine, pod: &PodView) -> Vec<i64> {
         key.push(-1 - pod.containers);
         key.extend(pod.images.iter().map(|&id| id as i64));
     }
-    // Which reservations hold back a node depends on the pod's priority.
-    if engine
-        .pods
-        .preemption
-        .as_ref()
-        .is_some_and(|pre| !pre.reservations.nodes.is_empty())
-    {
+    // Which nominated pods hold back a node depends on the pod's priority
+    // (and preemptions in the batch nominate more); a nominated pod does
+    // not count its own nomination, so it shares no signature.
+    if let Some(pre) = &engine.pods.preemption {
         key.push(pod.priority);
+        if pre.nominated[pod.index] >= 0 {
+            key.push(i64::MIN + pod.index as i64);
+        }
     }
     key
 }

@@ -6,7 +6,7 @@ use crate::model::{row, PluginId, Reservations};
 use crate::plugins::node_ports::HostPort;
 use crate::plugins::{balanced_allocation, metrics, volume_binding};
 
-/// The nominated pods' reservations, which `BatchState::reserved` indexes.
+/// The nominated pods' reservations given with the batch.
 fn reservations<'e>(engine: &'e Engine) -> &'e Reservations<'e> {
     &engine
         .pods
@@ -14,6 +14,55 @@ fn reservations<'e>(engine: &'e Engine) -> &'e Reservations<'e> {
         .as_ref()
         .expect("reservations imply preemption data")
         .reservations
+}
+
+/// A nominated pod not placed yet: a reservation given with the batch (a
+/// pod outside it), or a pod of the batch nominated before the batch or by
+/// a preemption earlier in it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) enum Nominee {
+    Reservation(usize),
+    Batch(usize),
+}
+
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Holder {
+    pub nominee: Nominee,
+    pub node: usize,
+    pub priority: i64,
+    /// False once the pod is placed or nominated elsewhere.
+    pub active: bool,
+}
+
+impl Holder {
+    fn request<'e>(&self, engine: &'e Engine) -> &'e [i64] {
+        let r = engine.resources;
+        match self.nominee {
+            Nominee::Reservation(k) => &reservations(engine).requests[k * r..(k + 1) * r],
+            Nominee::Batch(i) => &engine.pods.requests[i * r..(i + 1) * r],
+        }
+    }
+
+    fn ports(&self, engine: &Engine, out: &mut Vec<HostPort>) {
+        let (ports, k) = match self.nominee {
+            Nominee::Reservation(k) => (&reservations(engine).ports, k),
+            Nominee::Batch(i) => (&engine.pods.host_ports, i),
+        };
+        out.extend(
+            row(ports.offsets, k)
+                .filter(|&i| ports.ports[i] > 0)
+                .map(|i| (ports.protocols[i], ports.ips[i], ports.ports[i])),
+        );
+    }
+
+    /// The pod's row in the pod table (None: the caller gave it none).
+    pub fn table_row(&self, engine: &Engine) -> Option<usize> {
+        let table = engine.pods.table.as_ref()?;
+        match self.nominee {
+            Nominee::Reservation(k) => usize::try_from(reservations(engine).rows[k]).ok(),
+            Nominee::Batch(i) => Some(table.bound + i),
+        }
+    }
 }
 
 pub(super) struct BatchState {
@@ -40,8 +89,12 @@ pub(super) struct BatchState {
     pub on_nodes: Vec<(u32, u32)>,
     /// The subset with affinity terms.
     pub affine: Vec<(u32, u32)>,
-    /// Per node: the reservations (nominated pods) held on it; empty when there are none.
+    /// Nominated pods not placed yet (upstream's nominator), and per node
+    /// the `holders` nominated to it (empty without preemption data).
+    pub holders: Vec<Holder>,
     pub reserved: Vec<Vec<usize>>,
+    /// Per pod of the batch: its holder while it is nominated.
+    pub holder_of: Vec<Option<usize>>,
     /// Per node: the evictable bound pods (`Victims` indices) on it.
     pub victims_on: Vec<Vec<usize>>,
     /// Victims a preemption earlier in the batch already chose.
@@ -89,7 +142,9 @@ impl BatchState {
             herd: metrics_in.specs.iter().any(|s| s.herd.is_some()),
             on_nodes: Vec::new(),
             affine: Vec::new(),
+            holders: Vec::new(),
             reserved: Vec::new(),
+            holder_of: vec![None; pods.count],
             victims_on: vec![Vec::new(); n],
             taken: Vec::new(),
             taken_volumes: vec![false; pods.volumes.as_ref().map_or(0, |v| v.pvs)],
@@ -97,12 +152,16 @@ impl BatchState {
             placed_attachments: Vec::new(),
         };
         if let Some(pre) = &pods.preemption {
-            if !pre.reservations.nodes.is_empty() {
-                state.reserved = vec![Vec::new(); n];
-                for (k, &node) in pre.reservations.nodes.iter().enumerate() {
-                    state.reserved[node as usize].push(k);
+            state.reserved = vec![Vec::new(); n];
+            for (k, (&node, &priority)) in pre.reservations.nodes.iter().zip(pre.reservations.priorities).enumerate() {
+                state.hold(Nominee::Reservation(k), node as usize, priority);
+            }
+            for (i, (&node, &priority)) in pre.nominated.iter().zip(pre.priorities).enumerate() {
+                if node >= 0 {
+                    state.hold(Nominee::Batch(i), node as usize, priority);
                 }
             }
+            state.log.clear();
             for (i, &node) in pre.victims.nodes.iter().enumerate() {
                 state.victims_on[node as usize].push(i);
             }
@@ -138,48 +197,88 @@ impl BatchState {
         self.values[node * self.metrics + k]
     }
 
-    /// The node's requested resources and pod count for a pod's filters: the
-    /// batch's, plus the reservations of nominated pods of equal or higher priority.
-    #[inline]
-    pub fn requested_for_filter<'s>(&'s self, engine: &Engine, pod: &PodView, node: usize, buf: &'s mut Vec<i64>) -> (&'s [i64], i64) {
-        let r = engine.resources;
-        let requested = &self.requested[node * r..(node + 1) * r];
-        if self.reserved.is_empty() || self.reserved[node].is_empty() {
-            return (requested, self.pod_count[node]);
+    /// Hold `node` for a nominated pod (upstream's nominator adds it): pods
+    /// of lower or equal priority see it there in their filters' first pass.
+    fn hold(&mut self, nominee: Nominee, node: usize, priority: i64) {
+        let id = self.holders.len();
+        self.holders.push(Holder {
+            nominee,
+            node,
+            priority,
+            active: true,
+        });
+        self.reserved[node].push(id);
+        if let Nominee::Batch(i) = nominee {
+            self.holder_of[i] = Some(id);
         }
-        let res = reservations(engine);
+        self.log.push(node as u32);
+    }
+
+    /// The batch pod's nomination ends (it is placed, or nominated anew).
+    fn release(&mut self, pod: usize) {
+        if let Some(id) = self.holder_of.get_mut(pod).and_then(Option::take) {
+            let h = &mut self.holders[id];
+            h.active = false;
+            let node = h.node;
+            self.reserved[node].retain(|&k| k != id);
+            self.log.push(node as u32);
+        }
+    }
+
+    /// A preemption in the batch nominated the pod to `node`: it holds its
+    /// place there, for the pods of lower or equal priority after it.
+    pub fn nominate(&mut self, pod: &PodView, node: usize) {
+        self.release(pod.index);
+        self.hold(Nominee::Batch(pod.index), node, pod.priority);
+    }
+
+    /// The nominated pods that count for `pod`'s filters on `node`
+    /// (upstream's `addGENominatedPods`): those of equal or higher priority,
+    /// not the pod itself.
+    #[inline]
+    pub fn nominated_for<'s>(&'s self, pod: &'s PodView, node: usize) -> impl Iterator<Item = &'s Holder> + 's {
+        self.reserved
+            .get(node)
+            .into_iter()
+            .flatten()
+            .map(|&k| &self.holders[k])
+            .filter(move |h| h.active && h.priority >= pod.priority && h.nominee != Nominee::Batch(pod.index))
+    }
+
+    /// Whether any nominated pod counts for `pod` on `node`.
+    #[inline]
+    pub fn has_nominated_for(&self, pod: &PodView, node: usize) -> bool {
+        !self.reserved.is_empty() && !self.reserved[node].is_empty() && self.nominated_for(pod, node).next().is_some()
+    }
+
+    /// The node's requested resources and pod count for a pod's filters
+    /// with the nominated pods that count for it added (into `buf`).
+    pub fn requested_with_nominated<'s>(&'s self, engine: &Engine, pod: &PodView, node: usize, buf: &'s mut Vec<i64>) -> (&'s [i64], i64) {
+        let r = engine.resources;
         buf.clear();
-        buf.extend_from_slice(requested);
+        buf.extend_from_slice(&self.requested[node * r..(node + 1) * r]);
         let mut count = self.pod_count[node];
-        for &k in &self.reserved[node] {
-            if res.priorities[k] >= pod.priority {
-                buf.iter_mut().zip(&res.requests[k * r..(k + 1) * r]).for_each(|(b, &q)| *b += q);
-                count += 1;
-            }
+        for h in self.nominated_for(pod, node) {
+            buf.iter_mut().zip(h.request(engine)).for_each(|(b, &q)| *b += q);
+            count += 1;
         }
         (&buf[..], count)
     }
 
-    /// The host ports in use on the node for a pod's NodePorts filter: the
-    /// batch's placements, plus the ports of nominated pods of equal or higher
-    /// priority held there (upstream adds nominated pods to every filter).
-    #[inline]
-    pub fn ports_for_filter<'s>(&'s self, engine: &Engine, pod: &PodView, node: usize, buf: &'s mut Vec<HostPort>) -> &'s [HostPort] {
-        let placed = &self.placed_ports[node];
-        if !pod.has_ports || self.reserved.is_empty() || self.reserved[node].is_empty() {
-            return placed;
-        }
-        let res = reservations(engine);
+    /// The host ports in use on the node with those of the nominated pods
+    /// that count for `pod` added (into `buf`).
+    pub fn ports_with_nominated<'s>(&'s self, engine: &Engine, pod: &PodView, node: usize, buf: &'s mut Vec<HostPort>) -> &'s [HostPort] {
         buf.clear();
-        buf.extend_from_slice(placed);
-        for &k in self.reserved[node].iter().filter(|&&k| res.priorities[k] >= pod.priority) {
-            buf.extend(row(res.ports.offsets, k).map(|i| (res.ports.protocols[i], res.ports.ips[i], res.ports.ports[i])));
+        buf.extend_from_slice(&self.placed_ports[node]);
+        for h in self.nominated_for(pod, node) {
+            h.ports(engine, buf);
         }
         &buf[..]
     }
 
     /// Count the pod on its node for the rest of the batch.
     pub fn commit(&mut self, engine: &Engine, pod: &PodView, node: usize) {
+        self.release(pod.index);
         let r = engine.resources;
         for &c in &pod.columns {
             self.requested[node * r + c] += pod.request[c];

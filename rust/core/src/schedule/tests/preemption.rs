@@ -49,6 +49,7 @@ fn preemption_evicts_the_fewest_lowest_priority_pods_and_reserves_the_node() {
         victims,
         reservations: crate::model::Reservations {
             nodes: &[],
+            rows: &[],
             priorities: &[],
             requests: &[],
             ports: no_ports.view(),
@@ -151,6 +152,7 @@ fn nominated_node_is_tried_first() {
             victims: no_victims.view(),
             reservations: crate::model::Reservations {
                 nodes: if reserved { &[1] } else { &[] },
+                rows: if reserved { &[-1] } else { &[] },
                 priorities: if reserved { &[10] } else { &[] },
                 requests: if reserved { &held } else { &[] },
                 ports: if reserved { held_ports.view() } else { no_ports.view() },
@@ -219,6 +221,7 @@ fn preemption_samples_candidates_from_a_seeded_offset() {
             victims: owned_victims.view(),
             reservations: crate::model::Reservations {
                 nodes: &[],
+                rows: &[],
                 priorities: &[],
                 requests: &[],
                 ports: no_ports.view(),
@@ -265,6 +268,7 @@ fn nominated_pods_hold_their_host_ports() {
             victims: no_victims.view(),
             reservations: crate::model::Reservations {
                 nodes: &[0],
+                rows: &[-1],
                 priorities: &[10],
                 requests: &[0, 0, 0, 0],
                 ports: held_ports.view(),

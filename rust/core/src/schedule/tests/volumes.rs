@@ -101,6 +101,7 @@ fn read_write_once_pod_claims_serve_one_pod() {
         victims: owned_victims.view(),
         reservations: crate::model::Reservations {
             nodes: &[],
+            rows: &[],
             priorities: &[],
             requests: &[],
             ports: no_ports.view(),
