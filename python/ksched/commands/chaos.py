@@ -118,6 +118,8 @@ class ChaosFigures:
     victims: int = 0
     replicas_running: int = 0
     replica_restarts: int = 0
+    watch_relists: int = 0  # relists after 410 Gone, from the replicas' logs
+    terms_lost: int = 0  # "lost the lease" in the replicas' logs
     faults: dict[str, int] = field(default_factory=dict)
     violations: list[str] = field(default_factory=list)
 
@@ -312,9 +314,10 @@ class Replica:
                 self.proc.kill()
                 self.proc.wait()
 
-    def tail(self) -> str:
+    def tail(self, chars: int | None = 3000) -> str:
         try:
-            return self.log.read_text(errors="replace")[-3000:]
+            text = self.log.read_text(errors="replace")
+            return text if chars is None else text[-chars:]
         except OSError:
             return ""
 
@@ -1163,6 +1166,9 @@ class Soak:
 
         f.replicas_running = sum(1 for r in self.replicas if r.running() and r.healthy())
         f.replica_restarts = sum(r.restarts for r in self.replicas)
+        logs = "".join(r.tail(None) for r in self.replicas)
+        f.watch_relists = logs.count("expired, relisting")
+        f.terms_lost = logs.count("lost the lease")
         if f.replicas_running != len(self.replicas):
             f.violations.append(
                 f"only {f.replicas_running} of {len(self.replicas)} replicas running at the end"
@@ -1213,6 +1219,8 @@ def render(f: ChaosFigures) -> str:
         ("gangs partly bound", f"{f.gangs_partly_bound}"),
         ("victims w/o preemptor", f"{f.victims_without_preemptor} of {f.victims} victims"),
         ("replicas running", f"{f.replicas_running} ({f.replica_restarts} restarts)"),
+        ("terms lost", f"{f.terms_lost} (a leader's renewals failing past the renew deadline)"),
+        ("watch relists (410)", f"{f.watch_relists}"),
         ("faults injected", ", ".join(f"{k} {v}" for k, v in sorted(f.faults.items()))),
     ]
     width = max(len(k) for k, _ in rows)
