@@ -118,6 +118,7 @@ class ChaosFigures:
     victims: int = 0
     replicas_running: int = 0
     replica_restarts: int = 0
+    pending_reasons: dict[str, int] = field(default_factory=dict)  # "kind: message" -> pods
     watch_relists: int = 0  # relists after 410 Gone, from the replicas' logs
     terms_lost: int = 0  # "lost the lease" in the replicas' logs
     faults: dict[str, int] = field(default_factory=dict)
@@ -1059,7 +1060,13 @@ class Soak:
         f = self.figures
         pods = self._pods()
         uids = {p["metadata"]["uid"]: p for p in pods}
-        failed = {e["regarding"].get("uid"): e for e in self._events("FailedScheduling")}
+        failed = {
+            e["regarding"].get("uid"): e
+            for e in sorted(
+                self._events("FailedScheduling"),
+                key=lambda e: e.get("eventTime") or e["metadata"]["creationTimestamp"],
+            )
+        }
         bound = [p for p in pods if p["spec"].get("nodeName")]
         pending = [
             p for p in pods if not p["spec"].get("nodeName") and not p["metadata"].get("deletionTimestamp")
@@ -1068,6 +1075,13 @@ class Soak:
         f.pods_bound = len(bound)
         f.pods_pending_with_reason = len(pending) - len(lost)
         f.pods_lost = len(lost)
+        reasons: collections.Counter[str] = collections.Counter()
+        for p in pending:
+            event = failed.get(p["metadata"]["uid"])
+            if event is not None:
+                kind = p["metadata"]["name"].split("-", 1)[0]
+                reasons[f"{kind}: {(event.get('note') or '')[:160]}"] += 1
+        f.pending_reasons = dict(reasons.most_common(8))
         leases, binds, creates = read_audit(local.audit_log_path(state))
         f.pods_created = len(creates)
         with self.lock:
@@ -1229,6 +1243,9 @@ def render(f: ChaosFigures) -> str:
         f"{f.duration_s:.0f} s in all"
     ]
     lines += [f"  {k.ljust(width)}  {v}" for k, v in rows]
+    if f.pending_reasons:
+        lines.append("  pending at the end, by kind and FailedScheduling message:")
+        lines += [f"    {n:5d}  {reason}" for reason, n in f.pending_reasons.items()]
     lines.append("  invariants      " + ("all hold" if f.ok() else "VIOLATED:"))
     lines += [f"    {v}" for v in f.violations]
     return "\n".join(lines)
