@@ -149,6 +149,13 @@ def _p99(values: list[float]) -> float | None:
 # --- the exporter Prometheus scrapes ---------------------------------------------------------
 
 
+class _QuietServer(ThreadingHTTPServer):
+    """A scrape cut short (Prometheus stopped or timing out) is no error worth a traceback."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        return
+
+
 class _Exporter:
     """Per-node utilization gauges that drift with time, for the real Prometheus to scrape."""
 
@@ -174,7 +181,7 @@ class _Exporter:
             def log_message(self, format: str, *args: object) -> None:
                 return
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = _QuietServer(("127.0.0.1", 0), Handler)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     @property
