@@ -47,3 +47,4 @@ def test_short_chaos_soak_loses_no_pod_and_binds_only_as_leader() -> None:
     assert set(figures["faults"]) == set(FAULT_KINDS)
     assert figures["leader_changes"] >= 1
     assert figures["victims"] > 0
+    assert figures["watch_relists"] > 0, "the compaction made the replicas relist"
