@@ -20,6 +20,9 @@ StringId = NewType("StringId", int)
 """An interned string (label key or value, taint, node name, IP)."""
 
 DEFAULT_SCHEDULER = "default-scheduler"
+# The widths of the API's integer fields (int32: priority, maxSkew, minDomains; int64: quantities' values).
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+INT64_MAX = 2**63 - 1
 
 
 def meta(obj: Obj) -> Obj:

@@ -13,7 +13,7 @@ from typing import Any
 
 from ksched.engine.selectors import LabelSelector, Requirement, label_selector
 from ksched.errors import MalformedObjectError
-from ksched.objects import Obj, name, namespace, pod_key, spec
+from ksched.objects import INT32_MAX, Obj, name, namespace, pod_key, spec
 
 WHEN_UNSATISFIABLE = ("DoNotSchedule", "ScheduleAnyway")
 
@@ -196,8 +196,8 @@ def spread_constraints(pod: Obj, key: str | None = None) -> tuple[SpreadConstrai
         if not isinstance(c, dict):
             raise MalformedObjectError(key, field, "must be a mapping")
         skew = c.get("maxSkew")
-        if not isinstance(skew, int) or isinstance(skew, bool) or skew < 1:
-            raise MalformedObjectError(key, f"{field}.maxSkew", f"{skew!r} is not an integer >= 1")
+        if not isinstance(skew, int) or isinstance(skew, bool) or not 1 <= skew <= INT32_MAX:
+            raise MalformedObjectError(key, f"{field}.maxSkew", f"{skew!r} is not a 32-bit integer >= 1")
         topology_key = c.get("topologyKey")
         if not isinstance(topology_key, str) or not topology_key:
             raise MalformedObjectError(key, f"{field}.topologyKey", "must be a non-empty label key")
@@ -207,8 +207,14 @@ def spread_constraints(pod: Obj, key: str | None = None) -> tuple[SpreadConstrai
                 key, f"{field}.whenUnsatisfiable", f"{when!r} (allowed: {', '.join(WHEN_UNSATISFIABLE)})"
             )
         min_domains = c.get("minDomains")
-        if min_domains is not None and (not isinstance(min_domains, int) or min_domains < 1):
-            raise MalformedObjectError(key, f"{field}.minDomains", f"{min_domains!r} is not an integer >= 1")
+        if min_domains is not None and (
+            not isinstance(min_domains, int)
+            or isinstance(min_domains, bool)
+            or not 1 <= min_domains <= INT32_MAX
+        ):
+            raise MalformedObjectError(
+                key, f"{field}.minDomains", f"{min_domains!r} is not a 32-bit integer >= 1"
+            )
         policies = []
         for p, default in (("nodeAffinityPolicy", "Honor"), ("nodeTaintsPolicy", "Ignore")):
             v = c.get(p) or default
@@ -243,6 +249,8 @@ def pod_info(pod: Obj, key: str | None = None, claims: tuple[PodClaim, ...] | No
     """What the pod-level plugins read of ``pod``; ``claims`` are its :func:`pod_claims` when the caller has them."""
     key = key or pod_key(pod)
     m = pod.get("metadata") or {}
+    if not isinstance(m, dict):
+        raise MalformedObjectError(key, "metadata", "must be a mapping")
     labels = m.get("labels") or {}
     if not isinstance(labels, dict):
         raise MalformedObjectError(key, "metadata.labels", "must be a mapping")

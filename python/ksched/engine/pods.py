@@ -36,7 +36,7 @@ from ksched.engine.selectors import (
     required_term,
 )
 from ksched.errors import MalformedObjectError, QuantityError
-from ksched.objects import Obj, pod_key, spec
+from ksched.objects import INT32_MAX, INT32_MIN, INT64_MAX, Obj, pod_key, spec
 
 # Upstream schedutil.DefaultMilliCPURequest / DefaultMemoryRequest: what a
 # container without a request counts as when scoring (never when filtering).
@@ -284,6 +284,7 @@ def pod_requests(pod: Obj, key: str | None = None) -> PodRequests:
         v = canonical_nano(r, q)
         if v < 0:
             raise MalformedObjectError(key, f"requests.{r}", "must not be negative")
+        _within_int64(key, r, v)
         if v:
             requests[r] = v
     if init_containers or pod_level:
@@ -299,11 +300,21 @@ def pod_requests(pod: Obj, key: str | None = None) -> PodRequests:
             r: sum(c.get(r, default) for c in containers) + overhead.get(r, 0)
             for r, default in _NONZERO_DEFAULTS.items()
         }
-    return PodRequests(
-        requests,
-        canonical_nano("cpu", nonzero.get("cpu", 0)),
-        canonical_nano("memory", nonzero.get("memory", 0)),
-    )
+    nonzero_cpu = canonical_nano("cpu", nonzero.get("cpu", 0))
+    nonzero_memory = canonical_nano("memory", nonzero.get("memory", 0))
+    _within_int64(key, "cpu", nonzero_cpu)
+    _within_int64(key, "memory", nonzero_memory)
+    return PodRequests(requests, nonzero_cpu, nonzero_memory)
+
+
+def _within_int64(key: str, resource: str, v: int) -> None:
+    """The engine counts in 64-bit integers (upstream's ``MilliValue``/``Value`` are int64 too,
+    and wrap past it): a larger request is refused, not wrapped."""
+    if v > INT64_MAX:
+        unit = "millicores" if resource == "cpu" else "units"
+        raise MalformedObjectError(
+            key, f"requests.{resource}", f"{v} {unit} is over the largest count, 2^63-1"
+        )
 
 
 def host_ports(pod: Obj, key: str | None = None) -> tuple[HostPort, ...]:
@@ -353,7 +364,10 @@ def container_images(pod: Obj, key: str | None = None) -> tuple[tuple[str, ...],
     s = spec(pod)
     containers = _containers(key, s, "initContainers") + _containers(key, s, "containers")
     images = [normalized_image_name(str(c.get("image") or "")) for c in containers]
-    for v in s.get("volumes") or []:
+    volumes = s.get("volumes") or []
+    if not isinstance(volumes, list):
+        raise MalformedObjectError(key, "spec.volumes", "must be a list")
+    for v in volumes:
         reference = (v.get("image") or {}).get("reference") if isinstance(v, dict) else None
         if isinstance(reference, str):
             images.append(normalized_image_name(reference))
@@ -397,7 +411,10 @@ def node_constraints(pod: Obj, key: str | None = None) -> NodeConstraints:
             key, "spec.nodeSelector", f"has {len(selector)} labels (at most {MAX_SELECTOR_ITEMS})"
         )
     node_selector = tuple(Requirement(k, "In", (v,)) for k, v in sorted(selector.items())) or None
-    affinity = (s.get("affinity") or {}).get("nodeAffinity") or {}
+    affinity_raw = s.get("affinity") or {}
+    if not isinstance(affinity_raw, dict):
+        raise MalformedObjectError(key, "spec.affinity", "must be a mapping")
+    affinity = affinity_raw.get("nodeAffinity") or {}
     if not isinstance(affinity, dict):
         raise MalformedObjectError(key, "spec.affinity.nodeAffinity", "must be a mapping")
     base = "spec.affinity.nodeAffinity"
@@ -450,8 +467,8 @@ def priority(pod: Obj) -> int:
     p = spec(pod).get("priority")
     if p is None:
         return 0
-    if not isinstance(p, int) or isinstance(p, bool):
-        raise MalformedObjectError(pod_key(pod), "spec.priority", f"{p!r} is not an integer")
+    if not isinstance(p, int) or isinstance(p, bool) or not INT32_MIN <= p <= INT32_MAX:
+        raise MalformedObjectError(pod_key(pod), "spec.priority", f"{p!r} is not a 32-bit integer")
     return p
 
 

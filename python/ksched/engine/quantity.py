@@ -36,7 +36,14 @@ _QUANTITY = re.compile(
 _MAX_EXPONENT = 1000
 
 
-@functools.lru_cache(maxsize=4096)
+def _check_type(text: object) -> None:
+    """A quantity is a string or a number; anything else (a mapping, a list, a boolean)
+    is refused here, before a cache that would fail on an unhashable value."""
+    if isinstance(text, bool) or not isinstance(text, str | int | float):
+        shown = repr(text) if isinstance(text, bool) else type(text).__name__
+        raise QuantityError(f"quantity must be a string or number, got {shown}")
+
+
 def parse_quantity(text: str | int | float) -> Fraction:
     """Parse a quantity into an exact number of base units.
 
@@ -45,16 +52,18 @@ def parse_quantity(text: str | int | float) -> Fraction:
     >>> parse_quantity("250m")
     Fraction(1, 4)
     """
-    if isinstance(text, bool):
-        raise QuantityError(f"quantity must be a string or number, got {text!r}")
+    _check_type(text)
+    return _parse_quantity(text)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_quantity(text: str | int | float) -> Fraction:
     if isinstance(text, int):
         return Fraction(text)
     if isinstance(text, float):
         if not math.isfinite(text):
             raise QuantityError(f"quantity {text!r} is not a finite number")
         return Fraction(str(text))
-    if not isinstance(text, str):
-        raise QuantityError(f"quantity must be a string or number, got {type(text).__name__}")
     match = _QUANTITY.match(text.strip())
     if match is None or text.strip() == "":
         raise QuantityError(f"{text!r} is not a valid quantity (examples: 100m, 1.5, 2Gi, 1e3, 500M)")
@@ -95,10 +104,15 @@ NANO = 10**9
 Nano = int | Fraction
 
 
-@functools.lru_cache(maxsize=4096)
 def parse_nano(text: str | int | float) -> Nano:
     """A quantity in exact nano-units: an ``int`` whenever that is exact."""
-    q = parse_quantity(text) * NANO
+    _check_type(text)
+    return _parse_nano(text)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_nano(text: str | int | float) -> Nano:
+    q = _parse_quantity(text) * NANO
     return q.numerator if q.denominator == 1 else q
 
 

@@ -1,0 +1,87 @@
+"""Odd pod specs `ksched bench --fuzz` found raising instead of being reported: each is now an
+invalid pod naming its field (simulate exits 1 with the message), never a traceback."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ksched.commands.cli import main
+from ksched.engine.quantity import parse_nano, parse_quantity
+from ksched.errors import QuantityError
+from tests.conftest import node, pod
+
+Obj = dict[str, Any]
+
+
+def _requests(p: Obj) -> dict[str, Any]:
+    requests: dict[str, Any] = p["spec"]["containers"][0]["resources"]["requests"]
+    return requests
+
+
+def _set_cpu(value: Any) -> Callable[[Obj], None]:
+    return lambda p: _requests(p).update(cpu=value)
+
+
+def _spec(**fields: Any) -> Callable[[Obj], None]:
+    return lambda p: p["spec"].update(fields)
+
+
+def _metadata_string(p: Obj) -> None:
+    p["metadata"] = "fuzz"
+
+
+def _spread(**fields: Any) -> Callable[[Obj], None]:
+    constraint = {
+        "maxSkew": 1,
+        "topologyKey": "kubernetes.io/hostname",
+        "whenUnsatisfiable": "DoNotSchedule",
+        "labelSelector": {"matchLabels": {"app": "x"}},
+        **fields,
+    }
+    return _spec(topologySpreadConstraints=[constraint])
+
+
+CASES: list[tuple[str, Callable[[Obj], None], str]] = [
+    # parse_quantity's cache hashed its argument before checking its type: TypeError.
+    ("quantity a mapping", _set_cpu({}), "requests.cpu: quantity must be a string or number, got dict"),
+    ("quantity a list", _set_cpu(["1"]), "requests.cpu: quantity must be a string or number, got list"),
+    # Past int64 the engine's numpy columns raised OverflowError.
+    ("cpu 2^70 as an integer", _set_cpu(2**70), "requests.cpu: 1180591620717411303424000 millicores"),
+    ("cpu 1e30", _set_cpu("1e30"), "is over the largest count, 2^63-1"),
+    ("memory 1e30", lambda p: _requests(p).update(memory="1e30"), "requests.memory: 1000000000000000"),
+    ("priority 2^40", _spec(priority=2**40), "spec.priority: 1099511627776 is not a 32-bit integer"),
+    ("maxSkew 1e30", _spread(maxSkew=10**30), "maxSkew: 1000000000000000000000000000000 is not a 32-bit"),
+    ("minDomains 2^31", _spread(minDomains=2**31), "minDomains: 2147483648 is not a 32-bit integer"),
+    # A non-mapping affinity, metadata or volumes raised AttributeError / TypeError.
+    ("affinity a string", _spec(affinity="\U0001f600"), "spec.affinity: must be a mapping"),
+    ("volumes true", _spec(volumes=True), "spec.volumes: must be a list"),
+    ("metadata a string", _metadata_string, "metadata: must be a mapping"),
+]
+
+
+@pytest.mark.parametrize(("name", "mutate", "message"), CASES, ids=[c[0] for c in CASES])
+def test_invalid_pod_is_reported_not_raised(
+    name: str, mutate: Callable[[Obj], None], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = pod("bad")
+    mutate(bad)
+    path = tmp_path / "cluster.json"
+    path.write_text(json.dumps({"kind": "List", "items": [node("a"), bad, pod("good")]}))
+    assert main(["simulate", str(path), "-o", "json"]) == 1
+    placements = {p["pod"]: p for p in json.loads(capsys.readouterr().out)["placements"]}
+    assert placements["default/good"]["node"] == "a", "the other pod of the batch is still placed"
+    (unplaced,) = [p for p in placements.values() if p["node"] is None]
+    assert unplaced["message"].startswith("invalid pod: "), unplaced
+    assert message in unplaced["message"]
+
+
+@pytest.mark.parametrize("value", [{}, [], {"a": 1}, [1], None, True])
+def test_quantity_of_the_wrong_type_is_a_quantity_error(value: Any) -> None:
+    for parse in (parse_quantity, parse_nano):
+        with pytest.raises(QuantityError, match="must be a string or number"):
+            parse(value)
