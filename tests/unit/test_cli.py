@@ -234,3 +234,18 @@ def test_null_binder_uses_the_client_go_of_the_pinned_kubernetes() -> None:
     want = "v0." + KUBERNETES_VERSION.removeprefix("v1.")
     for module in ("k8s.io/client-go", "k8s.io/api", "k8s.io/apimachinery"):
         assert f"\t{module} {want}\n" in gomod, module
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--rate", "0"], "--minutes and --rate must be positive"),
+        (["--minutes", "-1"], "--minutes and --rate must be positive"),
+        (["--nodes", "5"], "--nodes: the soak needs at least 20 nodes"),
+    ],
+)
+def test_bench_chaos_bad_options_are_clear_errors_before_any_cluster_starts(
+    args: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["bench", "--chaos", *args]) == 2
+    assert message in capsys.readouterr().err

@@ -196,7 +196,13 @@ def _chaos(args: argparse.Namespace) -> int:
     def progress(line: str) -> None:
         print(f"[chaos {time.strftime('%H:%M:%S')}] {line}", file=sys.stderr, flush=True)
 
-    f = run_chaos(args.nodes or 2000, args.minutes, args.rate or 10.0, args.seed, progress)
+    f = run_chaos(
+        2000 if args.nodes is None else args.nodes,
+        args.minutes,
+        10.0 if args.rate is None else args.rate,
+        args.seed,
+        progress,
+    )
     if args.json:
         print(json.dumps(f.as_json(), indent=2))
     else:
