@@ -215,6 +215,12 @@ def _bench(args: argparse.Namespace) -> int:
 
     if args.chaos:
         return _chaos(args)
+    if args.fuzz:
+        from ksched.commands.fuzz import run_fuzz
+
+        report = run_fuzz(args.specs, args.seed, args.live)
+        print(json.dumps(report.as_json(), indent=2) if args.json else report.render())
+        return EXIT_UNPLACED if report.defect_count else EXIT_OK
     if args.nodes is None:
         args.nodes = 5000
     if args.cluster:
@@ -422,7 +428,10 @@ def parser() -> argparse.ArgumentParser:
         "drain pods/s, p50/p99 create-to-bind latency at a steady rate, CPU ms per pod, peak RSS and "
         "over-committed nodes, and writes results.json, table.md and bound-over-time.png under --out. "
         "With --chaos: a soak of two leader-elected ksched replicas under faults (see --chaos). "
+        "With --fuzz: mutated pod specs through a local control plane (KWOK nodes, ksched run and its "
+        "webhook) and simulate, and malformed AdmissionReviews at the webhook; any defect exits 1. "
         "Examples: ksched bench --nodes 5000 --pods 10000; ksched bench --chaos --nodes 2000 --minutes 10 --seed 1; "
+        "ksched bench --fuzz --specs 10000 --seed 1; "
         "ksched bench --cluster --nodes 1000 --workloads bare,replicaset --ksched before=/opt/old/bin/ksched",
     )
     b.add_argument("--nodes", type=int, help="nodes (default 5000; with --chaos 2000)")
@@ -496,6 +505,19 @@ def parser() -> argparse.ArgumentParser:
         "under seeded, overlapping faults; checks the invariants at the end (exit 1 if one fails)",
     )
     ch.add_argument("--minutes", type=float, default=10.0, help="how long pods arrive (default 10)")
+    fz = b.add_argument_group("fuzzer (--fuzz)")
+    fz.add_argument(
+        "--fuzz",
+        action="store_true",
+        help="mutated pod specs through a local control plane (API server, ksched run, its webhook) "
+        "and simulate, malformed AdmissionReviews at the webhook; exit 1 on any defect",
+    )
+    fz.add_argument("--specs", type=int, default=10000, help="pod specs generated (default 10000)")
+    fz.add_argument(
+        "--live",
+        type=int,
+        help="how many of the specs go through the API server (default all; 0: simulate only)",
+    )
     b.set_defaults(func=_bench)
 
     c = sub.add_parser(

@@ -130,11 +130,13 @@ class Kube:
         content_type: str = JSON,
         timeout: float = REQUEST_TIMEOUT_S,
         rate_limited: bool = False,
+        raw: bytes | None = None,
     ) -> Response:
-        """One request; raises :class:`ApiUnavailableError` only when no HTTP answer came back."""
+        """One request; raises :class:`ApiUnavailableError` only when no HTTP answer came back.
+        ``raw`` is a body already encoded (``body`` is encoded as JSON)."""
         if rate_limited:
             self.writes.acquire()
-        data = None if body is None else orjson.dumps(body)
+        data = raw if raw is not None else None if body is None else orjson.dumps(body)
         try:
             r = self._pool.request(
                 method,
