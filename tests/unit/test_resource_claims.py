@@ -31,7 +31,11 @@ def claiming(name: str, **extra: Any) -> dict[str, Any]:
 
 
 def review(obj: dict[str, Any]) -> dict[str, Any]:
-    return {"request": {"uid": "r1", "operation": "CREATE", "object": obj}}
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {"uid": "r1", "kind": {"kind": "Pod"}, "operation": "CREATE", "object": obj},
+    }
 
 
 @pytest.mark.parametrize(
@@ -43,7 +47,7 @@ def review(obj: dict[str, Any]) -> dict[str, Any]:
     ],
 )
 def test_webhook_routes_only_pods_without_claims(name: str, obj: dict[str, Any], routed: bool) -> None:
-    response = review_response(review(obj), "ksched", route=True)["response"]
+    response = review_response(review(obj), "ksched", lambda _: True)["response"]
     assert response["allowed"]
     got = "patch" in response
     assert got == routed, f"{name}: want routed={routed}, got {got}"

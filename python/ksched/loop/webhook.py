@@ -18,6 +18,7 @@ certificate whose CA is written into the configuration's ``caBundle``.
 from __future__ import annotations
 
 import base64
+import contextlib
 import datetime as dt
 import ipaddress
 import json
@@ -37,11 +38,18 @@ from cryptography.x509.oid import NameOID
 from ksched.config import WebhookConfig
 from ksched.loop.client import Kube
 from ksched.loop.server import BackgroundServer
-from ksched.objects import DEFAULT_SCHEDULER, Obj, uses_resource_claims
+from ksched.objects import DEFAULT_SCHEDULER, Obj, meta, spec, uses_resource_claims
 
 log = logging.getLogger(__name__)
 
 CERT_DAYS = 365
+REVIEW_API_VERSION = "admission.k8s.io/v1"
+# The API server's request bodies are at most 3 MiB; a review holds the object and its old version.
+MAX_REVIEW_BYTES = 8 * 1024 * 1024
+# The API server sends a review at once, and waits 10 s for a webhook by default (timeoutSeconds).
+READ_TIMEOUT_S = 10.0
+DRAIN_TIMEOUT_S = 1.0
+DRAIN_LIMIT_BYTES = 64 * 1024 * 1024
 # Marks pods the webhook routed, so operators can tell them from pods that asked for ksched.
 ROUTED_ANNOTATION = "ksched.io/routed-by"
 
@@ -85,20 +93,67 @@ def self_signed(hosts: list[str]) -> tuple[bytes, bytes, bytes]:
     return ca.public_bytes(pem), cert.public_bytes(pem), key_pem
 
 
-def review_response(review: dict[str, Any], scheduler: str, route: bool) -> dict[str, Any]:
-    """The AdmissionReview answer: allowed always; a patch only when routing a pod ksched can place."""
-    request = review.get("request") or {}
-    response: dict[str, Any] = {"uid": request.get("uid", ""), "allowed": True}
-    pod = request.get("object") or {}
-    current = (pod.get("spec") or {}).get("schedulerName")
+class BadReviewError(ValueError):
+    """A request that is not an AdmissionReview ksched can answer (HTTP 400 or the status given)."""
+
+    def __init__(self, message: str, status: int = 400, unread: int = 0) -> None:
+        super().__init__(message)
+        self.status = status
+        # Bytes of the body the client is still sending (read and dropped before closing).
+        self.unread = unread
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def parse_review(body: bytes) -> dict[str, Any]:
+    """An ``admission.k8s.io/v1`` AdmissionReview with a request and its uid, or :class:`BadReviewError`."""
+    try:
+        review = json.loads(body, parse_constant=_reject_constant)
+    except RecursionError:
+        raise BadReviewError("not an AdmissionReview: nested too deeply") from None
+    except ValueError as err:
+        raise BadReviewError(f"not an AdmissionReview: {err}") from None
+    if not isinstance(review, dict):
+        raise BadReviewError(f"not an AdmissionReview: a JSON {type(review).__name__}")
+    if review.get("kind") != "AdmissionReview" or review.get("apiVersion") != REVIEW_API_VERSION:
+        raise BadReviewError(
+            f"expected kind AdmissionReview, apiVersion {REVIEW_API_VERSION}; "
+            f"got {str(review.get('kind'))[:60]!r}, {str(review.get('apiVersion'))[:60]!r}"
+        )
+    request = review.get("request")
+    if not isinstance(request, dict):
+        raise BadReviewError("AdmissionReview without a request")
+    uid = request.get("uid")
+    if not isinstance(uid, str) or not uid:
+        raise BadReviewError("AdmissionReview request without a uid")
+    return review
+
+
+def review_response(
+    review: dict[str, Any], scheduler: str, can_route: Callable[[Obj], bool]
+) -> dict[str, Any]:
+    """The answer to a :func:`parse_review` review: allowed always; a patch only when routing a
+    pod ksched can place (``can_route``, asked last)."""
+    request = review["request"]
+    response: dict[str, Any] = {"uid": request["uid"], "allowed": True}
+    pod = request.get("object")
+    kind = request.get("kind")
     if (
-        route
+        isinstance(pod, dict)
+        and isinstance(pod.get("metadata"), dict)
+        and isinstance(pod.get("spec"), dict)
+        and isinstance(kind, dict)
+        and kind.get("kind") == "Pod"
         and request.get("operation") == "CREATE"
-        and current in (None, "", DEFAULT_SCHEDULER)
+        and spec(pod).get("schedulerName") in (None, "", DEFAULT_SCHEDULER)
         and not uses_resource_claims(pod)
+        and isinstance(meta(pod).get("annotations") or {}, dict)
+        and can_route(pod)
     ):
         patch: list[dict[str, Any]] = [{"op": "add", "path": "/spec/schedulerName", "value": scheduler}]
-        if not (pod.get("metadata") or {}).get("annotations"):
+        if not meta(pod).get("annotations"):
             patch.append({"op": "add", "path": "/metadata/annotations", "value": {}})
         patch.append({"op": "add", "path": "/metadata/annotations/ksched.io~1routed-by", "value": "webhook"})
         response["patchType"] = "JSONPatch"
@@ -117,14 +172,15 @@ class Webhook(BackgroundServer):
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
+            # A client that stops sending mid-request is answered 408 after this, not waited on forever.
+            timeout = READ_TIMEOUT_S
+
             def do_POST(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
                 try:
-                    review = json.loads(self.rfile.read(length))
-                    pod = (review.get("request") or {}).get("object") or {}
-                    answer = review_response(review, outer.scheduler, outer.can_route(pod))
-                except (ValueError, AttributeError) as err:
-                    self.send_error(400, f"not an AdmissionReview: {err}")
+                    review = parse_review(self._body())
+                    answer = review_response(review, outer.scheduler, outer.can_route)
+                except BadReviewError as err:
+                    self._refuse(err.status, str(err), err.unread)
                     return
                 body = json.dumps(answer).encode()
                 self.send_response(200)
@@ -132,6 +188,75 @@ class Webhook(BackgroundServer):
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
+
+            def _body(self) -> bytes:
+                raw = self.headers.get("Content-Length")
+                if raw is None or not raw.strip().isdigit():
+                    raise BadReviewError(f"Content-Length {raw!r}: an AdmissionReview needs its length", 411)
+                length = int(raw)
+                if length > MAX_REVIEW_BYTES:
+                    raise BadReviewError(
+                        f"{length} bytes is over the {MAX_REVIEW_BYTES}-byte limit", 413, unread=length
+                    )
+                try:
+                    body = self.rfile.read(length)
+                except TimeoutError:
+                    raise BadReviewError("the request body did not arrive in time", 408) from None
+                except OSError as err:
+                    raise BadReviewError(f"reading the request body: {err}") from None
+                if len(body) < length:
+                    raise BadReviewError(f"truncated body: {len(body)} of {length} bytes")
+                content_type = (self.headers.get("Content-Type") or "").split(";", 1)[0].strip().lower()
+                if content_type != "application/json":
+                    raise BadReviewError(f"contentType={content_type or '(none)'}, expected application/json")
+                return body
+
+            def _refuse(self, status: int, message: str, unread: int = 0) -> None:
+                body = json.dumps({"error": message}).encode()
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(body)))
+                    self.send_header("Connection", "close")
+                    self.end_headers()
+                    self.wfile.write(body)
+                    self.wfile.flush()
+                except OSError:
+                    return  # the client is gone
+                self.close_connection = True
+                if unread:
+                    self._drain(min(unread, DRAIN_LIMIT_BYTES))
+
+            def _drain(self, left: int) -> None:
+                """Read the body the client is still sending (up to a limit, briefly) before the
+                connection closes: closing with unread data resets it, and the client may lose the answer."""
+                with contextlib.suppress(OSError):
+                    self.connection.settimeout(DRAIN_TIMEOUT_S)
+                    while left > 0 and (chunk := self.connection.recv(min(left, 1 << 20))):
+                        left -= len(chunk)
+
+            def _not_allowed(self) -> None:
+                self._refuse(405, f"method {self.command} not allowed: POST an AdmissionReview")
+
+            def do_GET(self) -> None:
+                self._not_allowed()
+
+            def do_PUT(self) -> None:
+                self._not_allowed()
+
+            def do_DELETE(self) -> None:
+                self._not_allowed()
+
+            def do_PATCH(self) -> None:
+                self._not_allowed()
+
+            def do_OPTIONS(self) -> None:
+                self._not_allowed()
+
+            def do_HEAD(self) -> None:
+                self.send_response(405)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
 
             def log_message(self, format: str, *args: object) -> None:
                 return
