@@ -6,6 +6,7 @@
 //! in the batch count like bound pods.
 
 use std::collections::{HashMap, HashSet};
+use std::hash::{BuildHasherDefault, Hasher};
 
 use super::{ReasonInfo, FEASIBLE};
 use crate::model::{row, Nodes, PluginId, PodTable};
@@ -83,6 +84,29 @@ impl Context<'_, '_> {
         counts
     }
 }
+
+/// Hashes an interned string id (a label value) with one multiplication: the
+/// scores' per-node domain sets and counts hash every node's value for every pod.
+#[derive(Default)]
+struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+
+    fn write_i32(&mut self, i: i32) {
+        self.0 = (u64::from(i as u32) ^ self.0).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+type IdBuild = BuildHasherDefault<IdHasher>;
 
 #[derive(Clone)]
 struct HardConstraint {
@@ -212,7 +236,7 @@ pub fn score(ctx: &Context, feasible: &[usize]) -> Option<(Vec<i64>, Vec<i64>)> 
     let ignored: Vec<bool> = feasible.iter().map(|&n| require_all && !ctx.has_keys(&soft, n)).collect();
     let scored = ignored.iter().filter(|&&i| !i).count();
     let hostname = |c: usize| ctx.key(c) == t.hostname_key;
-    let mut domains: Vec<HashSet<i32>> = vec![HashSet::new(); soft.len()];
+    let mut domains: Vec<HashSet<i32, IdBuild>> = vec![HashSet::default(); soft.len()];
     for (&node, &ign) in feasible.iter().zip(&ignored) {
         if ign {
             continue;
@@ -224,7 +248,7 @@ pub fn score(ctx: &Context, feasible: &[usize]) -> Option<(Vec<i64>, Vec<i64>)> 
         }
     }
     let per_node: Vec<Vec<i64>> = soft.iter().map(|&c| ctx.matching_per_node(c)).collect();
-    let mut counts: Vec<HashMap<i32, i64>> = vec![HashMap::new(); soft.len()];
+    let mut counts: Vec<HashMap<i32, i64, IdBuild>> = vec![HashMap::default(); soft.len()];
     for node in 0..nodes.count {
         if require_all && !ctx.has_keys(&soft, node) {
             continue;

@@ -217,26 +217,43 @@ fn schedule_on_this_thread(
         let mut own: SignatureCache;
         let mut pod_scores = None;
         let sig = match &pod_level {
-            Some(pl) => {
+            Some(pl) if !pl.prefilter.is_empty() => {
                 own = engine.evaluate_all(&state, cache, &mut bases[pod.class], &pod, Some(&pl.prefilter), chunk, parallel);
                 let feasible = own.feasible_nodes();
                 pod_scores = Some(engine.add_pod_level_scores(&state, &pod, pl, &feasible, &mut own.totals));
                 &own
             }
-            None => {
-                let key = signature::key(&engine, &pod);
-                if !signatures.contains_key(&key) && signatures.len() >= max_signatures {
-                    signatures.clear();
-                }
-                match signatures.entry(key) {
-                    Entry::Occupied(e) => {
-                        let sig = e.into_mut();
-                        engine.refresh(sig, &state, cache, &mut bases[pod.class], &pod, chunk, parallel);
-                        &*sig
-                    }
-                    Entry::Vacant(e) => &*e.insert(engine.evaluate_all(&state, cache, &mut bases[pod.class], &pod, None, chunk, parallel)),
-                }
+            // Pod-level scores only (ScheduleAnyway spreading, the default constraints,
+            // preferred affinity): the node-level verdicts and scores are the signature's,
+            // so a copy of its cache gets the pod-level scores added.
+            Some(pl) => {
+                own = shared_signature(
+                    &engine,
+                    &mut signatures,
+                    max_signatures,
+                    &state,
+                    cache,
+                    &mut bases[pod.class],
+                    &pod,
+                    chunk,
+                    parallel,
+                )
+                .clone();
+                let feasible = own.feasible_nodes();
+                pod_scores = Some(engine.add_pod_level_scores(&state, &pod, pl, &feasible, &mut own.totals));
+                &own
             }
+            None => shared_signature(
+                &engine,
+                &mut signatures,
+                max_signatures,
+                &state,
+                cache,
+                &mut bases[pod.class],
+                &pod,
+                chunk,
+                parallel,
+            ),
         };
 
         // Select.
@@ -295,4 +312,32 @@ fn schedule_on_this_thread(
         outcome.volume_offsets.push(outcome.volumes.len() as i64);
     }
     Ok(outcome)
+}
+
+/// The signature cache of the pod's signature, brought up to date with the batch's
+/// placements (evaluated on every node the first time).
+#[allow(clippy::too_many_arguments)]
+fn shared_signature<'s>(
+    engine: &Engine,
+    signatures: &'s mut HashMap<Vec<i64>, SignatureCache>,
+    max_signatures: usize,
+    state: &BatchState,
+    cache: &ClassCache,
+    base: &mut Option<Arc<Base>>,
+    pod: &engine::PodView,
+    chunk: usize,
+    parallel: bool,
+) -> &'s SignatureCache {
+    let key = signature::key(engine, pod);
+    if !signatures.contains_key(&key) && signatures.len() >= max_signatures {
+        signatures.clear();
+    }
+    match signatures.entry(key) {
+        Entry::Occupied(e) => {
+            let sig = e.into_mut();
+            engine.refresh(sig, state, cache, base, pod, chunk, parallel);
+            &*sig
+        }
+        Entry::Vacant(e) => &*e.insert(engine.evaluate_all(state, cache, base, pod, None, chunk, parallel)),
+    }
 }

@@ -145,6 +145,7 @@ impl Summary {
 }
 
 /// Every node's evaluation for one pod signature, kept in step with the batch's placements.
+#[derive(Clone)]
 pub(super) struct SignatureCache {
     /// Placements (`BatchState::log`) already reflected.
     synced: usize,
