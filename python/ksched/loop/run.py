@@ -13,6 +13,7 @@ clean shutdown, 2 on bad configuration.
 from __future__ import annotations
 
 import dataclasses
+import gc
 import logging
 import signal
 import socket
@@ -150,6 +151,13 @@ class Running:
             len(self.informers["nodes"].store),
             len(self.informers["pods"].store),
         )
+        # The node table is built now rather than by the first cycle, so a backlog waiting
+        # at start (5,000 nodes: about half a second) starts binding without that delay.
+        self.scheduler.state.sync()
+        self.scheduler.state.snapshot()
+        # The objects alive now (the informers' stores and the node table, mostly) stay:
+        # the collector stops walking them in every full collection.
+        gc.freeze()
         if self.shadow is not None:
             self.shadow.run(self.stop)
         else:
