@@ -7,10 +7,19 @@ taints and tolerations, node selectors and node affinity, inter-pod affinity
 and anti-affinity (required and preferred, namespaces and namespaceSelector,
 matchLabelKeys/mismatchLabelKeys), topology spread (maxSkew, minDomains,
 whenUnsatisfiable, inclusion policies, matchLabelKeys), node images
-(ImageLocality) and sidecars' host ports.
+(ImageLocality), sidecars' host ports, volumes (PersistentVolumes, claims,
+StorageClasses, CSINodes: VolumeBinding, VolumeZone, VolumeRestrictions,
+NodeVolumeLimits) and nominated pods.
 
 Images and sidecars are drawn from a second generator seeded from the same
-seed, so adding them left every other draw of a seed as it was.
+seed, volumes and nominated pods from a third, so adding them left every
+other draw of a seed as it was.
+
+Nominated pods are pending pods kube-scheduler cannot place (a nodeSelector
+no node matches) and that may not preempt (``preemptionPolicy: Never``), so
+kube-scheduler keeps the ``status.nominatedNodeName`` the test patches in:
+its queue adds a pod to the nominator from that field, and a pod not
+eligible to preempt keeps its nomination when it fails again.
 """
 
 from __future__ import annotations
@@ -30,12 +39,22 @@ APPS = ("web", "db", "cache")
 TIERS = ("fe", "be")
 # PriorityClasses the differential cluster creates: name -> value.
 # A pod's preemptionPolicy must be its class's (Priority admission), hence "diff-high-never".
-PRIORITY_CLASSES = {"diff-low": 10, "diff-mid": 100, "diff-high": 1000, "diff-high-never": 1000}
+PRIORITY_CLASSES = {
+    "diff-low": 10,
+    "diff-mid": 100,
+    "diff-high": 1000,
+    "diff-high-never": 1000,
+    "diff-low-never": 10,
+}
 # Images nodes may report: (name without a tag, size in MiB). Sizes straddle
 # ImageLocality's 23 MiB floor and its 1000 MiB per-container ceiling.
 IMAGES = (("registry.example/base", 40), ("registry.example/app", 300), ("registry.example/ml", 2500))
 MIB = 1024 * 1024
 SIDECAR_PORT = 9090
+CSI_DRIVER = "csi.diff.example"
+GI = "Gi"
+# A node label no node has: nominated pods select it, so they stay pending.
+NEVER_LABEL = "diff/never"
 
 
 @dataclass
@@ -52,6 +71,14 @@ class Scenario:
     replica_set: Obj | None = None
     # PodDisruptionBudgets (preemption reprieves the pods they cover first).
     budgets: list[Obj] = field(default_factory=list)
+    # StorageClasses, CSINodes, PersistentVolumes and claims, in creation order.
+    storage: list[Obj] = field(default_factory=list)
+    # Local PersistentVolume -> the one node it is pinned to: kube-scheduler's
+    # choice of volume for an unbound claim shows its choice of node before
+    # the (absent) PV controller would complete the binding.
+    volume_nodes: dict[str, str] = field(default_factory=dict)
+    # Pending pods nominated to a node (``status.nominatedNodeName``, patched in).
+    nominated: list[Obj] = field(default_factory=list)
 
 
 def _labels(rng: random.Random) -> dict[str, str]:
@@ -215,6 +242,208 @@ def _images_and_sidecars(
             ]
 
 
+def _claim(name: str, namespace: str, cls: str, size_gi: int, *, mode: str = "ReadWriteOnce") -> Obj:
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "storageClassName": cls,
+            "accessModes": [mode],
+            "resources": {"requests": {"storage": f"{size_gi}{GI}"}},
+        },
+    }
+
+
+def _volume(name: str, cls: str, size_gi: int, *, mode: str = "ReadWriteOnce", **spec: Any) -> Obj:
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": name},
+        "spec": {
+            "capacity": {"storage": f"{size_gi}{GI}"},
+            "accessModes": [mode],
+            "storageClassName": cls,
+            "persistentVolumeReclaimPolicy": "Retain",
+            **spec,
+        },
+    }
+
+
+def _bind(pv: Obj, claim: Obj) -> None:
+    """Bound both ways, as the PV controller leaves them (upstream's isPVCFullyBound)."""
+    m = claim["metadata"]
+    pv["spec"]["claimRef"] = {"kind": "PersistentVolumeClaim", "namespace": m["namespace"], "name": m["name"]}
+    claim["spec"]["volumeName"] = pv["metadata"]["name"]
+    m["annotations"] = {"pv.kubernetes.io/bind-completed": "yes"}
+
+
+def _storage_class(name: str, mode: str) -> Obj:
+    return {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "StorageClass",
+        "metadata": {"name": name},
+        "provisioner": "kubernetes.io/no-provisioner",
+        "volumeBindingMode": mode,
+    }
+
+
+def _use(pod: Obj, claim: str) -> None:
+    vols = pod["spec"].setdefault("volumes", [])
+    vols.append({"name": f"v{len(vols)}", "persistentVolumeClaim": {"claimName": claim}})
+
+
+def _volumes(rng: random.Random, prefix: str, sc: Scenario) -> None:
+    """PersistentVolumes, claims, StorageClasses and CSINodes for the pending pod."""
+    names = [n["metadata"]["name"] for n in sc.nodes]
+    ns = sc.pending["metadata"]["namespace"]
+    kind = rng.choice(
+        ("local", "local", "local", "zonal", "zonal", "csi", "csi", "rwop", "unbound", "missing")
+    )
+    out = sc.storage
+    if kind == "local":
+        # WaitForFirstConsumer, no provisioner: local volumes pinned to nodes.
+        sc.plugins.add("VolumeBinding/local")
+        # kube-scheduler's binding of this pod outlives the scenario (it waits for a
+        # PV controller); its failure must not land on a later scenario's pod.
+        sc.pending["metadata"]["name"] = f"pending-{prefix}"
+        cls = f"{prefix}-local"
+        out.append(_storage_class(cls, "WaitForFirstConsumer"))
+        for i in range(rng.randint(1, 5)):
+            node = rng.choice(names)
+            pv = _volume(
+                f"{prefix}-pv{i}",
+                cls,
+                rng.choice((1, 2, 5)),
+                mode=rng.choice(("ReadWriteOnce", "ReadWriteOnce", "ReadOnlyMany")),
+                local={"path": f"/mnt/{prefix}-{i}"},
+                nodeAffinity={
+                    "required": {
+                        "nodeSelectorTerms": [
+                            {"matchExpressions": [{"key": HOSTNAME, "operator": "In", "values": [node]}]}
+                        ]
+                    }
+                },
+            )
+            if rng.random() < 0.2:  # already bound to another claim: not available
+                pv["spec"]["claimRef"] = {
+                    "kind": "PersistentVolumeClaim",
+                    "namespace": NAMESPACES[1],
+                    "name": "other",
+                }
+            sc.volume_nodes[pv["metadata"]["name"]] = node
+            out.append(pv)
+        for j in range(1 if rng.random() < 0.75 else 2):
+            claim = _claim(f"{prefix}-data{j}", ns, cls, rng.choice((1, 2, 3)))
+            out.append(claim)
+            _use(sc.pending, claim["metadata"]["name"])
+    elif kind == "zonal":
+        # Immediate, bound to a zonal volume (node affinity and zone label).
+        sc.plugins.update(("VolumeBinding/bound", "VolumeZone"))
+        cls = f"{prefix}-zonal"
+        out.append(_storage_class(cls, "Immediate"))
+        zone = f"zone-{rng.randint(1, 3)}"
+        pv = _volume(f"{prefix}-zpv", cls, 1, csi={"driver": CSI_DRIVER, "volumeHandle": f"{prefix}-zpv"})
+        pv["metadata"]["labels"] = {ZONE: zone}
+        if rng.random() < 0.6:
+            pv["spec"]["nodeAffinity"] = {
+                "required": {
+                    "nodeSelectorTerms": [
+                        {"matchExpressions": [{"key": ZONE, "operator": "In", "values": [zone]}]}
+                    ]
+                }
+            }
+        claim = _claim(f"{prefix}-zdata", ns, cls, 1)
+        _bind(pv, claim)
+        out += [pv, claim]
+        _use(sc.pending, claim["metadata"]["name"])
+    elif kind == "csi":
+        # CSINodes with allocatable counts; bound CSI volumes on existing pods.
+        sc.plugins.add("NodeVolumeLimits")
+        cls = f"{prefix}-csi"
+        out.append(_storage_class(cls, "Immediate"))
+        for name in names:
+            driver: Obj = {"name": CSI_DRIVER, "nodeID": name}
+            if rng.random() < 0.8:
+                driver["allocatable"] = {"count": rng.randint(1, 3)}
+            out.append(
+                {
+                    "apiVersion": "storage.k8s.io/v1",
+                    "kind": "CSINode",
+                    "metadata": {"name": name},
+                    "spec": {"drivers": [driver]},
+                }
+            )
+        users = [p for p in sc.existing if rng.random() < 0.7]
+        users.append(sc.pending)
+        for k, pod in enumerate(users):
+            m = pod["metadata"]
+            pv = _volume(
+                f"{prefix}-cpv{k}", cls, 1, csi={"driver": CSI_DRIVER, "volumeHandle": f"{prefix}-h{k}"}
+            )
+            claim = _claim(f"{prefix}-c{k}", m["namespace"], cls, 1)
+            _bind(pv, claim)
+            out += [pv, claim]
+            _use(pod, claim["metadata"]["name"])
+    elif kind == "rwop":
+        # A ReadWriteOncePod claim an existing pod may already use.
+        sc.plugins.add("VolumeRestrictions")
+        cls = f"{prefix}-rwop"
+        out.append(_storage_class(cls, "Immediate"))
+        pv = _volume(
+            f"{prefix}-rpv",
+            cls,
+            1,
+            mode="ReadWriteOncePod",
+            csi={"driver": CSI_DRIVER, "volumeHandle": prefix},
+        )
+        claim = _claim(f"{prefix}-rdata", ns, cls, 1, mode="ReadWriteOncePod")
+        _bind(pv, claim)
+        out += [pv, claim]
+        same_ns = [p for p in sc.existing if p["metadata"]["namespace"] == ns]
+        if same_ns and rng.random() < 0.7:
+            _use(rng.choice(same_ns), claim["metadata"]["name"])
+        _use(sc.pending, claim["metadata"]["name"])
+    elif kind == "unbound":
+        sc.plugins.add("VolumeBinding/unbound-immediate")
+        cls = f"{prefix}-imm"
+        out += [_storage_class(cls, "Immediate"), _claim(f"{prefix}-u", ns, cls, 1)]
+        _use(sc.pending, f"{prefix}-u")
+    else:
+        sc.plugins.add("VolumeBinding/missing-claim")
+        _use(sc.pending, f"{prefix}-absent")
+
+
+def _nominated(rng: random.Random, sc: Scenario) -> None:
+    """Pending pods nominated to nodes, of the pending pod's priority or another."""
+    sc.plugins.add("Nominated")
+    pending_labels = sc.pending["metadata"]["labels"]
+    for k in range(rng.randint(1, 2)):
+        labels = dict(pending_labels) if rng.random() < 0.5 else _labels(rng)
+        ns = sc.pending["metadata"]["namespace"]
+        pod = _pod(f"nom{k}-{sc.nodes[0]['metadata']['name']}", ns, labels, rng.choice((200, 800, 2000)), 128)
+        s = pod["spec"]
+        s["priorityClassName"] = "diff-high-never" if rng.random() < 0.75 else "diff-low-never"
+        s["nodeSelector"] = {NEVER_LABEL: "true"}
+        if rng.random() < 0.3:
+            sc.plugins.add("Nominated/anti-affinity")
+            s["affinity"] = {
+                "podAntiAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": [
+                        {
+                            "labelSelector": {"matchLabels": {"app": pending_labels["app"]}},
+                            "topologyKey": HOSTNAME,
+                        }
+                    ]
+                }
+            }
+        if rng.random() < 0.2:
+            sc.plugins.add("Nominated/ports")
+            s["containers"][0]["ports"] = [{"containerPort": 80, "hostPort": 8080}]
+        pod["status"] = {"nominatedNodeName": rng.choice(sc.nodes)["metadata"]["name"]}
+        sc.nominated.append(pod)
+
+
 def generate(seed: int, prefix: str) -> Scenario:
     rng = random.Random(seed)
     plugins: set[str] = set()
@@ -348,6 +577,12 @@ def generate(seed: int, prefix: str) -> Scenario:
                 },
             }
     _images_and_sidecars(random.Random(f"images-{seed}"), nodes, existing, pending, plugins)
+    sc = Scenario(seed, nodes, existing, pending, plugins, services, replica_set, budgets)
+    more = random.Random(f"volumes-{seed}")
+    if more.random() < 0.22:
+        _volumes(more, prefix, sc)
+    if more.random() < 0.2:
+        _nominated(more, sc)
     if not plugins:
         plugins.add("NodeResourcesFit")
-    return Scenario(seed, nodes, existing, pending, plugins, services, replica_set, budgets)
+    return sc

@@ -34,6 +34,7 @@ from ksched.engine import Engine, Placement
 from ksched.engine.disruption_budgets import disruption_budget
 from ksched.engine.podtable import SpreadSelectors
 from ksched.engine.snapshot import build_snapshot
+from ksched.engine.volumes import Storage
 from ksched.loop.client import MERGE_PATCH, Kube, load_configuration
 from tests.integration.helpers import create, events_for, pods_in, wait_for
 from tests.integration.scenarios import NAMESPACE_LABELS, NAMESPACES, PRIORITY_CLASSES, Scenario, generate
@@ -82,19 +83,48 @@ def diff_kube(cluster: local.ClusterState, tmp_path_factory: pytest.TempPathFact
             os.environ["KSCHED_CLUSTER_DIR"] = saved
 
 
-def _post(kube: Kube, obj: Obj) -> Obj:
+def _path(obj: Obj) -> str:
     ns = obj["metadata"].get("namespace")
-    path = {
+    return {
         "Node": "/api/v1/nodes",
         "Pod": f"/api/v1/namespaces/{ns}/pods",
         "Service": f"/api/v1/namespaces/{ns}/services",
         "ReplicaSet": f"/apis/apps/v1/namespaces/{ns}/replicasets",
         "PodDisruptionBudget": f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets",
+        "PersistentVolume": "/api/v1/persistentvolumes",
+        "PersistentVolumeClaim": f"/api/v1/namespaces/{ns}/persistentvolumeclaims",
+        "StorageClass": "/apis/storage.k8s.io/v1/storageclasses",
+        "CSINode": "/apis/storage.k8s.io/v1/csinodes",
     }[obj["kind"]]
-    r = kube.request("POST", path, body=obj)
+
+
+def _post(kube: Kube, obj: Obj) -> Obj:
+    r = kube.request("POST", _path(obj), body=obj)
     assert r.status in (200, 201), r.data[:500]
     stored: Obj = r.json()
     return stored
+
+
+def _nominate(kube: Kube, pod: Obj) -> Obj:
+    """Create a pod kube-scheduler cannot place, wait for its verdict, then patch in
+    its ``status.nominatedNodeName``: kube-scheduler's queue adds it to the
+    nominator from that field, and (``preemptionPolicy: Never``) keeps it there."""
+    node = pod["status"]["nominatedNodeName"]
+    stored = _post(kube, {k: v for k, v in pod.items() if k != "status"})
+    m = stored["metadata"]
+    path = f"/api/v1/namespaces/{m['namespace']}/pods/{m['name']}"
+
+    def unschedulable() -> bool:
+        conditions = kube.request("GET", path).json()["status"].get("conditions") or []
+        return any(c["type"] == "PodScheduled" and c.get("reason") == "Unschedulable" for c in conditions)
+
+    assert wait_for(unschedulable, 30, 0.02), f"kube-scheduler never tried {m['name']}"
+    r = kube.request(
+        "PATCH", f"{path}/status", body={"status": {"nominatedNodeName": node}}, content_type=MERGE_PATCH
+    )
+    assert r.ok, r.data[:300]
+    patched: Obj = r.json()
+    return patched
 
 
 @dataclass
@@ -104,13 +134,33 @@ class Verdict:
     nominated: str | None  # set when kube-scheduler preempted
 
 
-def _kube_scheduler_verdict(kube: Kube, namespace: str, name: str) -> Verdict:
+def _volume_choice(kube: Kube, sc: Scenario, claims: set[tuple[str, str]]) -> str | None:
+    """The node kube-scheduler chose for a pod whose unbound claims it is binding:
+    the node of a local volume it gave one of them (its PreBind then waits for a
+    PV controller this control plane does not run)."""
+    for pv_name, node in sc.volume_nodes.items():
+        pv = kube.request("GET", f"/api/v1/persistentvolumes/{pv_name}").json()
+        ref = pv["spec"].get("claimRef") or {}
+        if (ref.get("namespace"), ref.get("name")) in claims:
+            return node
+    return None
+
+
+def _kube_scheduler_verdict(kube: Kube, sc: Scenario, namespace: str, name: str) -> Verdict:
     """Bound at once; unschedulable without preemption; or preempted, nominated and then bound."""
+    claims = {
+        (namespace, v["persistentVolumeClaim"]["claimName"])
+        for v in sc.pending["spec"].get("volumes") or []
+        if "persistentVolumeClaim" in v
+    }
 
     def verdict() -> Verdict | None:
         pod = kube.request("GET", f"/api/v1/namespaces/{namespace}/pods/{name}").json()
         if pod["spec"].get("nodeName"):
             return Verdict(pod["spec"]["nodeName"], None, None)
+        chosen = _volume_choice(kube, sc, claims) if sc.volume_nodes else None
+        if chosen is not None:
+            return Verdict(chosen, None, None)
         for c in pod["status"].get("conditions") or []:
             if c["type"] == "PodScheduled" and c.get("reason") == "Unschedulable":
                 return Verdict(None, c.get("message", ""), pod["status"].get("nominatedNodeName"))
@@ -122,7 +172,9 @@ def _kube_scheduler_verdict(kube: Kube, namespace: str, name: str) -> Verdict:
         # Its victims go (grace period 0); it is retried and usually bound.
         def bound() -> str | None:
             pod = kube.request("GET", f"/api/v1/namespaces/{namespace}/pods/{name}").json()
-            return pod["spec"].get("nodeName")  # type: ignore[no-any-return]
+            if pod["spec"].get("nodeName"):
+                return pod["spec"]["nodeName"]  # type: ignore[no-any-return]
+            return _volume_choice(kube, sc, claims) if sc.volume_nodes else None
 
         found.node = wait_for(bound, 5, 0.1)
     return found
@@ -153,6 +205,12 @@ def _cleanup(kube: Kube, sc: Scenario) -> None:
         )
     for node in sc.nodes:
         kube.request("DELETE", f"/api/v1/nodes/{node['metadata']['name']}")
+    for obj in sc.storage:
+        # No controller removes the protection finalizers here.
+        path = f"{_path(obj)}/{obj['metadata']['name']}"
+        if obj["kind"] in ("PersistentVolume", "PersistentVolumeClaim"):
+            kube.request("PATCH", path, body={"metadata": {"finalizers": None}}, content_type=MERGE_PATCH)
+        kube.request("DELETE", path)
 
 
 def _run(kube: Kube, sc: Scenario, namespaces: dict[str, dict[str, str]]) -> str | None:
@@ -174,6 +232,11 @@ def _run(kube: Kube, sc: Scenario, namespaces: dict[str, dict[str, str]]) -> str
     if sc.services or sc.replica_set is not None:
         time.sleep(0.25)  # the Service and ReplicaSet watches deliver on their own
     budgets = [_post(kube, b) for b in sc.budgets]
+    storage = Storage()
+    for obj in sc.storage:
+        storage.update(obj["kind"], _post(kube, obj), deleted=False)
+    if sc.storage:
+        time.sleep(0.25)  # the volume, claim, class and CSINode watches deliver on their own
     existing = []
     for j, p in enumerate(sc.existing):
         stored = _post(kube, p)
@@ -189,9 +252,10 @@ def _run(kube: Kube, sc: Scenario, namespaces: dict[str, dict[str, str]]) -> str
         )
         assert r.ok, r.data[:300]
         existing.append(r.json())
+    nominated = [_nominate(kube, p) for p in sc.nominated]
     pending = _post(kube, pod)
     ns, name = pending["metadata"]["namespace"], pending["metadata"]["name"]
-    kube_verdict = _kube_scheduler_verdict(kube, ns, name)
+    kube_verdict = _kube_scheduler_verdict(kube, sc, ns, name)
     left = {(p["metadata"]["namespace"], p["metadata"]["name"]) for n in NAMESPACES for p in pods_in(kube, n)}
     if not kube_verdict.nominated and any(
         (p["metadata"]["namespace"], p["metadata"]["name"]) not in left for p in existing
@@ -206,10 +270,13 @@ def _run(kube: Kube, sc: Scenario, namespaces: dict[str, dict[str, str]]) -> str
     kube_node, kube_message = kube_verdict.node, kube_verdict.message
 
     snapshot = build_snapshot(nodes, existing)
+    snapshot.storage = storage
     snapshot.namespaces = namespaces
     snapshot.spread_selectors = selectors
     snapshot.budgets = [disruption_budget(b) for b in budgets]
-    result = Engine(Config(), seed=sc.seed).schedule(snapshot, [pending], explain=f"{ns}/{name}")
+    result = Engine(Config(), seed=sc.seed).schedule(
+        snapshot, [pending], explain=f"{ns}/{name}", nominated=nominated
+    )
     placement = result.placements[0]
     ex = result.explanation
     assert ex is not None
