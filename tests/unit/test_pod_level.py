@@ -95,6 +95,23 @@ def test_nominated_pod_holds_its_room_for_lower_priorities_only() -> None:
     assert engine.schedule(snapshot, [high], nominated=[nominated]).placements[0].node == "n0"
 
 
+def test_preemption_dry_run_counts_nominated_pods_of_higher_priority() -> None:
+    """Upstream's dry run filters with nominated pods too: evicting the 2-cpu pod
+    on n0 frees room the 3-cpu nominee holds for pods below it, so a pod below
+    the nominee does not preempt there; one above it does."""
+    snapshot = build_snapshot([node("n0", cpu="4")], [_priority(pod("low", cpu="2", node_name="n0"), 1)])
+    nominee = _priority(pod("nominee", cpu="3"), 500)
+    nominee["status"] = {"nominatedNodeName": "n0"}
+    engine = Engine(Config())
+    below = engine.schedule(snapshot, [_priority(pod("below", cpu="2"), 100)], nominated=[nominee])
+    assert below.placements[0].nominated_node is None and below.placements[0].node is None
+    above = engine.schedule(snapshot, [_priority(pod("above", cpu="2"), 1000)], nominated=[nominee])
+    assert above.placements[0].node == "n0", "2 cpu free: it fits without evicting"
+    above = engine.schedule(snapshot, [_priority(pod("above", cpu="3"), 1000)], nominated=[nominee])
+    assert above.placements[0].nominated_node == "n0"
+    assert above.placements[0].victims == ("default/low",)
+
+
 def test_nominated_pods_count_for_affinity_and_spread() -> None:
     """Upstream adds nominated pods of equal or higher priority to every filter: a
     web pod nominated to n0 repels an anti-affine pod and counts in its spreading;
