@@ -444,7 +444,7 @@ def _nominated(rng: random.Random, sc: Scenario) -> None:
         sc.nominated.append(pod)
 
 
-def generate(seed: int, prefix: str) -> Scenario:
+def generate(seed: int, prefix: str, *, volumes_and_nominations: bool = True) -> Scenario:
     rng = random.Random(seed)
     plugins: set[str] = set()
     nodes: list[Obj] = []
@@ -579,9 +579,9 @@ def generate(seed: int, prefix: str) -> Scenario:
     _images_and_sidecars(random.Random(f"images-{seed}"), nodes, existing, pending, plugins)
     sc = Scenario(seed, nodes, existing, pending, plugins, services, replica_set, budgets)
     more = random.Random(f"volumes-{seed}")
-    if more.random() < 0.22:
+    if volumes_and_nominations and more.random() < 0.22:
         _volumes(more, prefix, sc)
-    if more.random() < 0.2:
+    if volumes_and_nominations and more.random() < 0.2:
         _nominated(more, sc)
     if not plugins:
         plugins.add("NodeResourcesFit")
