@@ -56,6 +56,8 @@ def test_side_by_side_binds_every_pod_without_overcommit(tmp_path: Path) -> None
             # The null binder binds round-robin: it may over-commit or break a constraint.
             assert p["overcommitted_nodes"] == 0 and p["constraint_violations"] == 0, (scheduler, workload, p)
             assert p["cpu_ms_per_pod"] > 0, (scheduler, workload)
+    # ksched scheduled the metrics workload with both Prometheus metrics live, not degraded.
+    assert "2 live metric(s) fresh" in phases[("ksched", "metrics")]["metrics_status"]
     table = (out / "table.md").read_text()
     assert all(f"| {w} | ksched |" in table for w in WORKLOADS)
     assert (out / "bound-over-time.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

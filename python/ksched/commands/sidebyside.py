@@ -101,6 +101,8 @@ class Phase:
     p99_ms: float | None = None
     overcommitted_nodes: int = 0
     constraint_violations: int = 0
+    # ksched on the metrics workload: its /readyz line for metrics after the phases ("2 live metric(s) fresh").
+    metrics_status: str | None = None
     # Seconds from the resumption to each bind of the backlog, sorted (the chart).
     bind_times: list[float] = field(default_factory=list)
     error: str | None = None
@@ -235,14 +237,27 @@ def _metric_values(nodes: list[str], now: float) -> str:
 def exporter(nodes: list[str]) -> Iterator[str]:
     """Serve the gauges on loopback for Prometheus to scrape; yields host:port."""
 
+    cache: dict[int, bytes] = {}
+
+    def body() -> bytes:
+        # Rendered once per period: thousands of nodes, scraped every second.
+        now = time.time()
+        period = int(now // METRIC_PERIOD_S)
+        if period not in cache:
+            cache.clear()
+            cache[period] = _metric_values(nodes, now).encode()
+        return cache[period]
+
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
-            data = _metric_values(nodes, time.time()).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            data = body()
+            # A scrape that timed out closes the connection: the next one comes within a second.
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
 
         def log_message(self, *args: object) -> None:
             return
@@ -288,6 +303,7 @@ class Scheduler:
         self.workdir = workdir
         self.ksched_cmd = ksched_cmd
         self.proc: subprocess.Popen[bytes] | None = None
+        self.port: int | None = None
         self.log = workdir / f"{label}.log"
 
     @property
@@ -317,7 +333,7 @@ class Scheduler:
             assert self.ksched_cmd is not None
             config = self.workdir / f"{self.label}-{workload}.json"
             config.write_text(json.dumps(ksched_config(workload, prometheus)))
-            port = local.free_port()
+            port = self.port = local.free_port()
             cmd = [*self.ksched_cmd, "run", "--config", str(config), "--kubeconfig", self.state.kubeconfig]
             cmd += ["--address", f"127.0.0.1:{port}", "--no-leader-elect"]
             with_metrics = workload == "metrics"
@@ -354,15 +370,28 @@ class Scheduler:
         self.proc = None
 
 
-def _ksched_ready(port: int, with_metrics: bool) -> bool:
+def _readyz(port: int) -> tuple[int, str]:
+    import urllib.error
     import urllib.request
 
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as r:
-            body = r.read().decode(errors="replace")
-            return bool(r.status == 200) and (not with_metrics or "fresh" in body)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as r:
+            return int(r.status), r.read().decode(errors="replace")
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode(errors="replace")
     except OSError:
-        return False
+        return 0, ""
+
+
+def _ksched_ready(port: int, with_metrics: bool) -> bool:
+    status, body = _readyz(port)
+    return status == 200 and (not with_metrics or "fresh" in body)
+
+
+def metrics_status(port: int) -> str:
+    """The metrics line of a running ksched's /readyz."""
+    _, body = _readyz(port)
+    return next((line.strip() for line in body.splitlines() if "metric" in line), body.strip()[:200])
 
 
 def _tail(path: Path) -> str:
@@ -582,6 +611,8 @@ def run_phase(
             over, violations = max(over, over2), max(violations, violations2)
         phase.overcommitted_nodes, phase.constraint_violations = over, violations
         _, phase.peak_rss_mib = process_usage(sched.pid)
+        if workload == "metrics" and sched.port is not None:
+            phase.metrics_status = metrics_status(sched.port)
     except BaseException:
         watch.close()
         sched.stop()
@@ -698,6 +729,7 @@ def _phase_line(p: Phase) -> str:
         f"{p.bound}/{p.pods} bound in {p.drain_seconds:.2f} s = {p.pods_per_s:,.0f} pods/s; {lat}; "
         f"{p.cpu_ms_per_pod:.2f} CPU ms/pod, peak RSS {p.peak_rss_mib:.0f} MiB; "
         f"{p.overcommitted_nodes} over-committed nodes, {p.constraint_violations} constraint violations"
+        + (f"; ksched /readyz: {p.metrics_status}" if p.metrics_status else "")
     )
 
 
