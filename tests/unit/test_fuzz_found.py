@@ -85,3 +85,37 @@ def test_quantity_of_the_wrong_type_is_a_quantity_error(value: Any) -> None:
     for parse in (parse_quantity, parse_nano):
         with pytest.raises(QuantityError, match="must be a string or number"):
             parse(value)
+
+
+class _EventApi:
+    def __init__(self) -> None:
+        self.bodies: list[Any] = []
+
+    def request(self, method: str, path: str, **kwargs: Any) -> Any:
+        from ksched.loop.client import Response
+
+        self.bodies.append(kwargs.get("body"))
+        return Response(201, b"{}")
+
+
+def test_a_pod_with_a_253_character_name_still_gets_its_event() -> None:
+    # Found live: the event of a pod named with 253 characters was named 270 and refused,
+    # so the unschedulable pod stayed pending with no FailedScheduling event.
+    from ksched.loop.binder import Binder
+    from ksched.loop.telemetry import Telemetry
+
+    api = _EventApi()
+    binder = Binder(api, 1, "ksched", Telemetry(), lambda: True)  # type: ignore[arg-type]
+    name = "fuzz-" + "z" * 248
+    binder._event(
+        {"metadata": {"name": name, "namespace": "ns", "uid": "u"}},
+        "Warning",
+        "FailedScheduling",
+        "Scheduling",
+        "no",
+    )
+    binder.shutdown()
+    (event,) = [b for b in api.bodies if isinstance(b, dict) and b.get("kind") == "Event"]
+    assert len(event["metadata"]["name"]) <= 253
+    assert event["metadata"]["name"].startswith(name[:200])
+    assert event["regarding"]["name"] == name

@@ -388,8 +388,9 @@ class Binder:
         body = {
             "apiVersion": "events.k8s.io/v1",
             "kind": "Event",
-            # Upstream names events <object>.<unix nanoseconds in hex>.
-            "metadata": {"name": f"{name}.{time.time_ns():x}", "namespace": ns},
+            # Upstream names events <object>.<unix nanoseconds in hex>; the object's name is cut so
+            # the event's stays within 253 characters (a longer name is refused: no event at all).
+            "metadata": {"name": f"{name[: 253 - 17]}.{time.time_ns():016x}", "namespace": ns},
             "eventTime": _now(micro=True),
             "reportingController": COMPONENT,
             "reportingInstance": self.identity,
