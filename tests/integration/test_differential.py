@@ -14,9 +14,8 @@ server stored them. Asserted per scenario:
 
 ``KSCHED_DIFF_SCENARIOS`` sets the count (300 in CI; the README documents a
 nightly-size run) and ``KSCHED_DIFF_SEED`` the first seed.
-``KSCHED_DIFF_VOLUMES=1`` adds the volume and nominated-pod scenarios
-(``scenarios.py``); they are off by default until a full run of them has
-been checked against kube-scheduler.
+The scenarios include volumes and nominated pods (``scenarios.py``);
+``KSCHED_DIFF_VOLUMES=0`` leaves them out.
 """
 
 from __future__ import annotations
@@ -46,7 +45,7 @@ pytestmark = pytest.mark.cluster
 
 SCENARIOS = int(os.environ.get("KSCHED_DIFF_SCENARIOS", "300"))
 FIRST_SEED = int(os.environ.get("KSCHED_DIFF_SEED", "0"))
-VOLUMES = os.environ.get("KSCHED_DIFF_VOLUMES", "0") == "1"
+VOLUMES = os.environ.get("KSCHED_DIFF_VOLUMES", "1") == "1"
 Obj = dict[str, Any]
 
 
