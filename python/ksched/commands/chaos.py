@@ -103,6 +103,7 @@ class ChaosFigures:
     pods_pending_with_reason: int = 0
     pods_lost: int = 0
     pods_deleted_by_soak: int = 0
+    pods_gone_by: dict[str, int] = field(default_factory=dict)  # who deleted the pods gone at the end
     overcommitted_nodes: int = 0
     binds_by_ksched: int = 0
     binds_by_kube_scheduler: int = 0
@@ -346,10 +347,19 @@ def audit_policy() -> dict[str, Any]:
                 "resources": [{"group": "", "resources": ["pods/binding"]}],
             },
             {
-                "level": "Metadata",
+                # RequestResponse: a pod made from generateName (a Deployment's) has its name
+                # only in the response.
+                "level": "RequestResponse",
                 "verbs": ["create"],
                 "namespaces": [NS, ROUTED_NS],
                 "resources": [{"group": "", "resources": ["pods"]}],
+            },
+            {
+                # Who removed each pod that is gone at the end: the soak, a preemption, a controller.
+                "level": "Metadata",
+                "verbs": ["delete", "create"],
+                "namespaces": [NS, ROUTED_NS],
+                "resources": [{"group": "", "resources": ["pods", "pods/eviction"]}],
             },
             {
                 "level": "RequestResponse",
@@ -380,15 +390,39 @@ class BindRecord:
     code: int
 
 
-def read_audit(path: Path) -> tuple[list[LeaseWrite], list[BindRecord], list[BindRecord]]:
-    """The Lease writes, binding requests and pod creations the audit log recorded."""
-    leases: list[LeaseWrite] = []
-    binds: list[BindRecord] = []
-    creates: list[BindRecord] = []
+@dataclass
+class AuditRecords:
+    """What the soak reads back from kube-apiserver's audit log."""
+
+    leases: list[LeaseWrite] = field(default_factory=list)
+    binds: list[BindRecord] = field(default_factory=list)
+    creates: list[BindRecord] = field(default_factory=list)
+    deletes: list[BindRecord] = field(default_factory=list)  # successful pod deletes and evictions
+
+
+def _deleter_kind(user: str) -> str:
+    """A readable name for who sent a pod's delete: a ksched replica (preemption), a
+    controller, or the soak itself (the cluster's admin user)."""
+    if user.startswith("controller:"):
+        return user.split(":", 1)[1]
+    prefix = f"system:serviceaccount:{LEASE_NS}:"
+    if user.startswith(prefix) and user[len(prefix) :] in REPLICAS:
+        return "ksched preemption"
+    if user.startswith("system:serviceaccount:kube-system:"):
+        return user.rsplit(":", 1)[1]
+    if user.startswith("system:"):
+        return user
+    return "the soak"
+
+
+def read_audit(path: Path) -> AuditRecords:
+    """The Lease writes, binding requests, pod creations and pod deletions the audit log recorded."""
+    records = AuditRecords()
+    leases, binds, creates, deletes = records.leases, records.binds, records.creates, records.deletes
     try:
         lines = path.read_text(errors="replace").splitlines()
     except OSError:
-        return leases, binds, creates
+        return records
     for line in lines:
         try:
             event = json.loads(line)
@@ -410,6 +444,24 @@ def read_audit(path: Path) -> tuple[list[LeaseWrite], list[BindRecord], list[Bin
                     float(lease_spec.get("leaseDurationSeconds") or 0),
                 )
             )
+        elif ref.get("resource") == "pods" and (
+            (event.get("verb") == "delete" and not ref.get("subresource"))
+            or ref.get("subresource") == "eviction"
+        ):
+            if code in (200, 201, 202):
+                agent = event.get("userAgent") or ""
+                if agent.startswith("kube-controller-manager/"):
+                    # It runs with the admin's kubeconfig; its user agent names the controller.
+                    user = "controller:" + agent.rsplit("/", 1)[1]
+                deletes.append(
+                    BindRecord(
+                        _ts(event["requestReceivedTimestamp"]),
+                        user,
+                        ref.get("namespace", ""),
+                        ref.get("name", ""),
+                        code,
+                    )
+                )
         elif ref.get("resource") == "pods" and not ref.get("subresource"):
             if code == 201:
                 creates.append(
@@ -434,7 +486,7 @@ def read_audit(path: Path) -> tuple[list[LeaseWrite], list[BindRecord], list[Bin
             )
     leases.sort(key=lambda w: w.at)
     binds.sort(key=lambda b: b.at)
-    return leases, binds, creates
+    return records
 
 
 def holder_at(leases: list[LeaseWrite], t: float) -> str | None:
@@ -1089,10 +1141,22 @@ class Soak:
                 kind = p["metadata"]["name"].split("-", 1)[0]
                 reasons[f"{kind}: {(event.get('note') or '')[:160]}"] += 1
         f.pending_reasons = dict(reasons.most_common(8))
-        leases, binds, creates = read_audit(local.audit_log_path(state))
+        audit = read_audit(local.audit_log_path(state))
+        leases, binds, creates = audit.leases, audit.binds, audit.creates
         f.pods_created = len(creates)
         with self.lock:
             f.pods_deleted_by_soak = len(self.deleted)
+        # Every created pod is still there or was deleted by a request the audit log holds:
+        # one gone with no such request is lost too.
+        present = {(p["metadata"]["namespace"], p["metadata"]["name"]) for p in pods}
+        deleter = {(d.namespace, d.name): d.user for d in audit.deletes}
+        gone = {(c.namespace, c.name) for c in creates if c.name} - present
+        vanished = sorted(gone - deleter.keys())
+        f.pods_gone_by = dict(
+            collections.Counter(_deleter_kind(deleter[k]) for k in gone if k in deleter).most_common()
+        )
+        f.pods_lost += len(vanished)
+        f.violations += [f"lost: {ns}/{name} gone with no delete request" for ns, name in vanished[:10]]
         for p in lost[:10]:
             md = p["metadata"]
             f.violations.append(
@@ -1223,6 +1287,7 @@ def render(f: ChaosFigures) -> str:
         ("pending with a reason", f"{f.pods_pending_with_reason}"),
         ("pods lost (must be 0)", f"{f.pods_lost}"),
         ("deleted by the soak", f"{f.pods_deleted_by_soak}"),
+        ("gone at the end, by", ", ".join(f"{k} {v}" for k, v in f.pods_gone_by.items()) or "-"),
         ("over-committed nodes", f"{f.overcommitted_nodes}"),
         ("binds by ksched", f"{f.binds_by_ksched}"),
         ("binds by kube-scheduler", f"{f.binds_by_kube_scheduler} (pods the webhook left to it)"),

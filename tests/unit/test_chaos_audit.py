@@ -1,0 +1,76 @@
+"""The chaos soak's reading of kube-apiserver's audit log: which pods were created, bound
+and deleted, and by whom, so a pod gone with no delete request counts as lost."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from ksched.commands.chaos import NS, _deleter_kind, read_audit
+
+
+def _event(verb: str, code: int, user: str, name: str, sub: str = "", **extra: Any) -> str:
+    ref = {"resource": "pods", "namespace": NS, "name": name}
+    if sub:
+        ref["subresource"] = sub
+    event = {
+        "stage": "ResponseComplete",
+        "verb": verb,
+        "objectRef": ref,
+        "responseStatus": {"code": code},
+        "user": {"username": user},
+        "requestReceivedTimestamp": "2026-11-22T10:00:00.000000Z",
+        "stageTimestamp": "2026-11-22T10:00:00.100000Z",
+        **extra,
+    }
+    return json.dumps(event)
+
+
+def test_audit_log_names_generated_pods_and_who_deleted_each(tmp_path: Path) -> None:
+    replica = "system:serviceaccount:kube-system:chaos-a"
+    lines = [
+        # A Deployment's pod: the request has only generateName, the response has the name.
+        _event(
+            "create",
+            201,
+            "system:serviceaccount:kube-system:replicaset-controller",
+            "",
+            responseObject={"metadata": {"name": "web-7d9f-abcde"}},
+        ),
+        _event("create", 201, "admin", "bare-1"),
+        _event("create", 409, "admin", "bare-1"),  # refused: not a second pod
+        _event("create", 201, replica, "bare-1", sub="binding"),
+        _event("delete", 200, replica, "bare-1"),  # a preemption
+        _event("delete", 404, "admin", "web-7d9f-abcde"),  # not found: deleted nothing
+        _event("create", 201, "admin", "web-7d9f-abcde", sub="eviction"),
+        # kube-controller-manager runs as the admin; its user agent names the controller.
+        _event(
+            "delete",
+            200,
+            "admin",
+            "web-7d9f-fghij",
+            userAgent="kube-controller-manager/v1.36.3 (linux/amd64) kubernetes/abc/replicaset-controller",
+        ),
+        "{cut short by a restart",
+    ]
+    path = tmp_path / "audit.log"
+    path.write_text("\n".join(lines) + "\n")
+    audit = read_audit(path)
+    assert [(c.name, c.user) for c in audit.creates] == [
+        ("web-7d9f-abcde", "system:serviceaccount:kube-system:replicaset-controller"),
+        ("bare-1", "admin"),
+    ]
+    assert [(b.name, b.code) for b in audit.binds] == [("bare-1", 201)]
+    assert [(d.name, _deleter_kind(d.user)) for d in audit.deletes] == [
+        ("bare-1", "ksched preemption"),
+        ("web-7d9f-abcde", "the soak"),
+        ("web-7d9f-fghij", "replicaset-controller"),
+    ]
+
+
+def test_deleter_kinds_name_controllers_and_components() -> None:
+    assert _deleter_kind("system:serviceaccount:kube-system:chaos-b") == "ksched preemption"
+    assert _deleter_kind("system:serviceaccount:kube-system:replicaset-controller") == "replicaset-controller"
+    assert _deleter_kind("system:kube-controller-manager") == "system:kube-controller-manager"
+    assert _deleter_kind("admin") == "the soak"
