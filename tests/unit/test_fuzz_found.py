@@ -4,6 +4,7 @@ invalid pod naming its field (simulate exits 1 with the message), never a traceb
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -98,7 +99,16 @@ class _EventApi:
         return Response(201, b"{}")
 
 
-def test_a_pod_with_a_253_character_name_still_gets_its_event() -> None:
+@pytest.mark.parametrize(
+    "name",
+    [
+        "fuzz-" + "z" * 248,
+        # The cut falls just after a "-" or a ".": "name-.<hex>" is no valid name either.
+        "fuzz-" + "z" * 230 + "-" + "z" * 17,
+        "fuzz-" + "z" * 229 + ".-" + "z" * 17,
+    ],
+)
+def test_a_pod_with_a_253_character_name_still_gets_its_event(name: str) -> None:
     # Found live: the event of a pod named with 253 characters was named 270 and refused,
     # so the unschedulable pod stayed pending with no FailedScheduling event.
     from ksched.loop.binder import Binder
@@ -106,7 +116,6 @@ def test_a_pod_with_a_253_character_name_still_gets_its_event() -> None:
 
     api = _EventApi()
     binder = Binder(api, 1, "ksched", Telemetry(), lambda: True)  # type: ignore[arg-type]
-    name = "fuzz-" + "z" * 248
     binder._event(
         {"metadata": {"name": name, "namespace": "ns", "uid": "u"}},
         "Warning",
@@ -116,6 +125,9 @@ def test_a_pod_with_a_253_character_name_still_gets_its_event() -> None:
     )
     binder.shutdown()
     (event,) = [b for b in api.bodies if isinstance(b, dict) and b.get("kind") == "Event"]
+    # events.k8s.io/v1 validates the name as a DNS subdomain (apimachinery's IsDNS1123Subdomain).
+    label = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+    assert re.fullmatch(rf"{label}(\.{label})*", event["metadata"]["name"])
     assert len(event["metadata"]["name"]) <= 253
     assert event["metadata"]["name"].startswith(name[:200])
     assert event["regarding"]["name"] == name

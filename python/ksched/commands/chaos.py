@@ -1001,17 +1001,20 @@ class Soak:
         directory = Path(tempfile.mkdtemp(prefix="ksched-chaos-"))
         previous = os.environ.get("KSCHED_CLUSTER_DIR")
         os.environ["KSCHED_CLUSTER_DIR"] = str(directory / "cluster")
+        finished = False  # an exception keeps the logs too: that is when they are wanted
         try:
             state = self.setup(directory, exporter)
             self.setup_deployments(10)
             self.soak(exporter)
             self.settle()
             self.check(state)
+            finished = True
         finally:
             self.stop.set()
             for r in self.replicas:
                 r.stop()
-            if not self.figures.ok():
+            keep = not (finished and self.figures.ok())
+            if keep:
                 with contextlib.suppress(OSError):
                     shutil.copy(directory / "cluster" / "audit.log", directory / "audit.log")
             local.down()
@@ -1020,7 +1023,7 @@ class Soak:
                 os.environ.pop("KSCHED_CLUSTER_DIR", None)
             else:
                 os.environ["KSCHED_CLUSTER_DIR"] = previous
-            if self.figures.ok():
+            if not keep:
                 shutil.rmtree(directory, ignore_errors=True)
             else:
                 self.log(f"logs kept in {directory}")

@@ -9,6 +9,7 @@ and the field, so one bad pod never stops the others.
 
 from __future__ import annotations
 
+import hashlib
 import time
 from dataclasses import dataclass
 from datetime import datetime
@@ -527,9 +528,10 @@ def _resize_free(pod: Obj) -> bool:
 
 
 def _memo_key(value: Any) -> bytes | None:
-    """The JSON of ``value``: equal bytes, equal parse (objects are decoded JSON); None when it has none."""
+    """A digest of the JSON of ``value``: equal bytes, equal parse (objects are decoded JSON);
+    None when it has none. A digest, so a table of huge specs holds 16 bytes a key."""
     try:
-        return orjson.dumps(value)
+        return hashlib.blake2b(orjson.dumps(value), digest_size=16).digest()
     except TypeError:
         return None
 

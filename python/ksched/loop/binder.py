@@ -389,8 +389,9 @@ class Binder:
             "apiVersion": "events.k8s.io/v1",
             "kind": "Event",
             # Upstream names events <object>.<unix nanoseconds in hex>; the object's name is cut so
-            # the event's stays within 253 characters (a longer name is refused: no event at all).
-            "metadata": {"name": f"{name[: 253 - 17]}.{time.time_ns():016x}", "namespace": ns},
+            # the event's stays within 253 characters (a longer name is refused: no event at all),
+            # and a cut that ends in "-" or "." is trimmed (an invalid name too).
+            "metadata": {"name": f"{name[: 253 - 17].rstrip('-.')}.{time.time_ns():016x}", "namespace": ns},
             "eventTime": _now(micro=True),
             "reportingController": COMPONENT,
             "reportingInstance": self.identity,

@@ -56,7 +56,7 @@ class _ReleasableLeaseLock:
             return False, err
 
     def create(self, name: str, namespace: str, election_record: Any) -> bool:
-        sent = time.time()
+        sent = time.monotonic()  # a wall-clock step must not stretch the lease
         try:
             created = bool(self.store.create(name, namespace, election_record))
         except (urllib3.exceptions.HTTPError, OSError) as err:
@@ -69,7 +69,7 @@ class _ReleasableLeaseLock:
     def update(self, name: str, namespace: str, updated_record: Any) -> bool:
         if self.released:
             return False
-        sent = time.time()
+        sent = time.monotonic()  # a wall-clock step must not stretch the lease
         try:
             updated = bool(self.store.update(name, namespace, updated_record))
         except (urllib3.exceptions.HTTPError, OSError) as err:
@@ -125,7 +125,7 @@ class Leadership:
         record = getattr(elector, "observed_record", None)
         if getattr(record, "holder_identity", None) != self.identity:
             return False
-        return time.time() - lock.renewed_at < self.config.renew_deadline_s
+        return time.monotonic() - lock.renewed_at < self.config.renew_deadline_s
 
     def leader_alive(self) -> bool:
         """Whether some replica (this one or another) holds a lease that has not run out."""
