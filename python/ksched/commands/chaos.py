@@ -1099,9 +1099,23 @@ class Soak:
             ]
         return items
 
+    def _current_failures(self) -> dict[str, Obj]:
+        """Each pod's latest FailedScheduling event (by uid), where it was last observed after
+        the faults ended: an older one may be about a fault long gone (a cordon, a restart),
+        and a pod the loop then dropped would pass as explained. The loop retries
+        unschedulable pods at least every 30 s, so a pod still pending is told again."""
+        latest: dict[str, tuple[float, Obj]] = {}
+        for e in self._events("FailedScheduling"):
+            seen = (e.get("series") or {}).get("lastObservedTime") or e.get("eventTime")
+            at = _ts(seen or e["metadata"]["creationTimestamp"])
+            uid = e["regarding"].get("uid")
+            if uid and at >= self.soak_end and at >= latest.get(uid, (0.0, e))[0]:
+                latest[uid] = (at, e)
+        return {uid: e for uid, (_, e) in latest.items()}
+
     def _unaccounted(self) -> list[Obj]:
-        """Pods neither bound nor pending with a FailedScheduling event of their own."""
-        failed = {e["regarding"].get("uid") for e in self._events("FailedScheduling")}
+        """Pods neither bound nor pending with a current FailedScheduling event of their own."""
+        failed = self._current_failures()
         return [
             p
             for p in self._pods()
@@ -1122,13 +1136,7 @@ class Soak:
         f = self.figures
         pods = self._pods()
         uids = {p["metadata"]["uid"]: p for p in pods}
-        failed = {
-            e["regarding"].get("uid"): e
-            for e in sorted(
-                self._events("FailedScheduling"),
-                key=lambda e: e.get("eventTime") or e["metadata"]["creationTimestamp"],
-            )
-        }
+        failed = self._current_failures()
         bound = [p for p in pods if p["spec"].get("nodeName")]
         pending = [
             p for p in pods if not p["spec"].get("nodeName") and not p["metadata"].get("deletionTimestamp")
@@ -1163,7 +1171,7 @@ class Soak:
         for p in lost[:10]:
             md = p["metadata"]
             f.violations.append(
-                f"lost: {md['namespace']}/{md['name']} pending with no FailedScheduling event"
+                f"lost: {md['namespace']}/{md['name']} pending with no FailedScheduling event since the faults ended"
             )
         if len(lost) > 10:
             f.violations.append(f"lost: {len(lost) - 10} more")
