@@ -433,6 +433,9 @@ def read_audit(path: Path) -> AuditRecords:
         ref = event.get("objectRef") or {}
         code = int((event.get("responseStatus") or {}).get("code") or 0)
         user = (event.get("user") or {}).get("username", "")
+        # A create's name may be in its response only (generateName).
+        name = (event.get("responseObject") or {}).get("metadata", {}).get("name") or ref.get("name", "")
+        received = _ts(event["requestReceivedTimestamp"])
         if ref.get("resource") == "leases":
             if code not in (200, 201):
                 continue
@@ -454,36 +457,13 @@ def read_audit(path: Path) -> AuditRecords:
                     # It runs with the admin's kubeconfig; its user agent names the controller.
                     user = "controller:" + agent.rsplit("/", 1)[1]
                 deletes.append(
-                    BindRecord(
-                        _ts(event["requestReceivedTimestamp"]),
-                        user,
-                        ref.get("namespace", ""),
-                        ref.get("name", ""),
-                        code,
-                    )
+                    BindRecord(received, user, ref.get("namespace", ""), ref.get("name", ""), code)
                 )
         elif ref.get("resource") == "pods" and not ref.get("subresource"):
             if code == 201:
-                creates.append(
-                    BindRecord(
-                        _ts(event["requestReceivedTimestamp"]),
-                        user,
-                        ref.get("namespace", ""),
-                        (event.get("responseObject") or {}).get("metadata", {}).get("name")
-                        or ref.get("name", ""),
-                        code,
-                    )
-                )
+                creates.append(BindRecord(received, user, ref.get("namespace", ""), name, code))
         elif ref.get("subresource") == "binding":
-            binds.append(
-                BindRecord(
-                    _ts(event["requestReceivedTimestamp"]),
-                    user,
-                    ref.get("namespace", ""),
-                    ref.get("name", ""),
-                    code,
-                )
-            )
+            binds.append(BindRecord(received, user, ref.get("namespace", ""), ref.get("name", ""), code))
     leases.sort(key=lambda w: w.at)
     binds.sort(key=lambda b: b.at)
     return records
