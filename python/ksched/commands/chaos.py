@@ -39,11 +39,11 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 from ksched.cluster import local
+from ksched.cluster.gauges import GaugeServer
 from ksched.engine.gangs import POD_GROUP_API, POD_GROUP_LABEL
 from ksched.engine.pods import pod_requests
 from ksched.errors import KschedError
@@ -150,51 +150,23 @@ def _p99(values: list[float]) -> float | None:
 # --- the exporter Prometheus scrapes ---------------------------------------------------------
 
 
-class _QuietServer(ThreadingHTTPServer):
-    """A scrape cut short (Prometheus stopped or timing out) is no error worth a traceback."""
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        return
-
-
-class _Exporter:
+class _Exporter(GaugeServer):
     """Per-node utilization gauges that drift with time, for the real Prometheus to scrape."""
 
     def __init__(self, seed: int) -> None:
         self.nodes: list[str] = []
         self.seed = seed
-        owner = self
+        super().__init__(self._render)
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                tick = int(time.time() // 10)
-                body = f"# TYPE {METRIC_QUERY} gauge\n" + "".join(
-                    f'{METRIC_QUERY}{{node="{n}"}} {random.Random(f"{owner.seed}/{n}/{tick}").random():.3f}\n'
-                    for n in list(owner.nodes)
-                )
-                data = body.encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, format: str, *args: object) -> None:
-                return
-
-        self.server = _QuietServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    @property
-    def address(self) -> str:
-        return f"127.0.0.1:{self.server.server_address[1]}"
-
-    def start(self) -> None:
-        self.thread.start()
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+    def _render(self) -> bytes:
+        tick = int(time.time() // 10)
+        return (
+            f"# TYPE {METRIC_QUERY} gauge\n"
+            + "".join(
+                f'{METRIC_QUERY}{{node="{n}"}} {random.Random(f"{self.seed}/{n}/{tick}").random():.3f}\n'
+                for n in list(self.nodes)
+            )
+        ).encode()
 
 
 # --- the two replicas ------------------------------------------------------------------------

@@ -45,7 +45,6 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +52,7 @@ import orjson
 
 from ksched.cluster import local
 from ksched.cluster.build import Pins, ensure_built, nullbinder_binary
+from ksched.cluster.gauges import GaugeServer
 from ksched.commands.demo import CREATE_WORKERS, clear_pods, create_pods, process_usage
 from ksched.engine.quantity import milli_value, parse_quantity
 from ksched.errors import KschedError
@@ -248,28 +248,8 @@ def exporter(nodes: list[str]) -> Iterator[str]:
             cache[period] = _metric_values(nodes, now).encode()
         return cache[period]
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            data = body()
-            # A scrape that timed out closes the connection: the next one comes within a second.
-            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        def log_message(self, *args: object) -> None:
-            return
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with GaugeServer(body) as server:
+        yield server.address
 
 
 def ksched_config(workload: str, prometheus: str | None) -> Obj:
