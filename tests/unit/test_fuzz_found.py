@@ -131,3 +131,18 @@ def test_a_pod_with_a_253_character_name_still_gets_its_event(name: str) -> None
     assert len(event["metadata"]["name"]) <= 253
     assert event["metadata"]["name"].startswith(name[:200])
     assert event["regarding"]["name"] == name
+
+
+def test_a_bound_pod_with_a_non_mapping_metadata_is_no_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Found by the full run (seed 1, spec 5562): metadata ".5" and a truthy spec.nodeName made
+    # the pod an existing one, whose gang lookup raised AttributeError in simulate.
+    bound = pod("bound")
+    bound["metadata"] = ".5"
+    bound["spec"]["nodeName"] = -1
+    path = tmp_path / "cluster.json"
+    path.write_text(json.dumps({"kind": "List", "items": [node("a"), bound, pod("good")]}))
+    assert main(["simulate", str(path), "-o", "json"]) == 0
+    placements = {p["pod"]: p for p in json.loads(capsys.readouterr().out)["placements"]}
+    assert placements["default/good"]["node"] == "a"

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from ksched.engine.selectors import LabelSelector, label_selector, selector_matches
 from ksched.errors import MalformedObjectError
-from ksched.objects import Obj
+from ksched.objects import Obj, meta
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,7 @@ class DisruptionBudget:
 
 
 def disruption_budget(obj: Obj) -> DisruptionBudget:
-    m = obj.get("metadata") or {}
+    m = meta(obj)
     key = f"pdb {m.get('namespace')}/{m.get('name')}"
     s = obj.get("spec") or {}
     status = obj.get("status") or {}

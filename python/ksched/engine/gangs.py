@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ksched.errors import MalformedObjectError
-from ksched.objects import Obj
+from ksched.objects import Obj, meta
 
 # Pods labelled with it belong to the PodGroup it names, in their own namespace.
 POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
@@ -29,7 +29,7 @@ class PodGroup:
 
 
 def pod_group_of(pod: Obj) -> str | None:
-    m = pod.get("metadata") or {}
+    m = meta(pod)
     labels = m.get("labels") or {}
     name = labels.get(POD_GROUP_LABEL) if isinstance(labels, dict) else None
     if not name:
@@ -38,7 +38,7 @@ def pod_group_of(pod: Obj) -> str | None:
 
 
 def pod_group(obj: Obj) -> PodGroup:
-    m = obj.get("metadata") or {}
+    m = meta(obj)
     key = f"{m.get('namespace') or 'default'}/{m.get('name', '')}"
     s = obj.get("spec") or {}
     if not isinstance(s, dict):

@@ -13,7 +13,7 @@ from typing import Any
 
 from ksched.engine.selectors import LabelSelector, Requirement, label_selector
 from ksched.errors import MalformedObjectError
-from ksched.objects import INT32_MAX, Obj, name, namespace, pod_key, spec
+from ksched.objects import INT32_MAX, Obj, meta, name, namespace, pod_key, spec
 
 WHEN_UNSATISFIABLE = ("DoNotSchedule", "ScheduleAnyway")
 
@@ -150,7 +150,7 @@ def pod_affinity_terms(pod: Obj, key: str | None = None) -> PodAffinityTerms | N
         raise MalformedObjectError(key, "spec.affinity", "must be a mapping")
     if not affinity.get("podAffinity") and not affinity.get("podAntiAffinity"):
         return None
-    labels = (pod.get("metadata") or {}).get("labels") or {}
+    labels = meta(pod).get("labels") or {}
     lists: list[tuple[AffinityTerm, ...]] = []
     for kind in ("podAffinity", "podAntiAffinity"):
         base = f"spec.affinity.{kind}"
@@ -189,7 +189,7 @@ def spread_constraints(pod: Obj, key: str | None = None) -> tuple[SpreadConstrai
         return ()
     if not isinstance(raw, list):
         raise MalformedObjectError(key, "spec.topologySpreadConstraints", "must be a list")
-    labels = (pod.get("metadata") or {}).get("labels") or {}
+    labels = meta(pod).get("labels") or {}
     out = []
     for i, c in enumerate(raw):
         field = f"spec.topologySpreadConstraints[{i}]"

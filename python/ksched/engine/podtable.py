@@ -25,6 +25,7 @@ from ksched.engine.pod_level import AffinityTerm, PodAffinityTerms, PodInfo, Spr
 from ksched.engine.pods import CountedRequests, HostPort
 from ksched.engine.selectors import LabelSelector, Requirement, label_selector, selector_matches
 from ksched.errors import MalformedObjectError
+from ksched.objects import meta
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 # Interned term set: the owning pod's namespace (terms without namespaces mean it) and the terms.
@@ -441,7 +442,7 @@ class SpreadSelectors:
         self.controllers: dict[tuple[str, str, str, str], Any] = {}
 
     def update(self, api_version: str, kind: str, obj: Any, deleted: bool = False) -> None:
-        m = obj.get("metadata") or {}
+        m = meta(obj)
         ns, name = str(m.get("namespace") or "default"), str(m.get("name", ""))
         selector = (obj.get("spec") or {}).get("selector")
         if kind == "Service":
@@ -458,7 +459,7 @@ class SpreadSelectors:
 
     def selector_for(self, pod: Any) -> LabelSelector | None:
         """The default spreading selector of ``pod``, None when it is empty."""
-        m = pod.get("metadata") or {}
+        m = meta(pod)
         ns = str(m.get("namespace") or "default")
         labels = m.get("labels") or {}
         label_set: dict[str, str] = {}

@@ -341,7 +341,7 @@ def safe_pod_info(pod: Obj) -> PodInfo:
         return pod_info(pod)
     except MalformedObjectError as err:
         log.warning("bound pod's affinity terms ignored: %s", err)
-        m = pod.get("metadata") or {}
+        m = meta(pod)
         labels = m.get("labels") or {}
         return PodInfo(
             str(m.get("namespace") or "default"),
