@@ -256,8 +256,6 @@ class Shadow:
     # -- the shadow thread -------------------------------------------------
 
     def run(self, stop: threading.Event) -> None:
-        if self.config.log:
-            self._log = open(self.config.log, "a", encoding="utf-8")  # noqa: SIM115 (closed when stopped)
         try:
             while not stop.is_set():
                 self._wake.wait(IDLE_WAIT_S)
@@ -267,6 +265,14 @@ class Shadow:
             if self._log is not None:
                 self._log.close()
                 self._log = None
+
+    def _append(self, path: str, line: str) -> None:
+        """Append one decision to ``shadow.log``, opened on the first: decisions are also made
+        by the state sync ``run`` does once the informers have synced, before this loop."""
+        if self._log is None:
+            self._log = open(path, "a", encoding="utf-8")  # noqa: SIM115 (closed when stopped)
+        self._log.write(line)
+        self._log.flush()
 
     def _decide(self, pod: Obj) -> None:
         try:
@@ -304,9 +310,8 @@ class Shadow:
         self.telemetry.shadow_decisions.labels(outcome=d.outcome).inc()
         if d.gap is not None:
             self.telemetry.shadow_score_gap.observe(d.gap)
-        if self._log is not None:
-            self._log.write(json.dumps(d.as_json()) + "\n")
-            self._log.flush()
+        if self.config.log:
+            self._append(self.config.log, json.dumps(d.as_json()) + "\n")
         log.info(
             "shadow: %s bound to %s by %s; ksched: %s%s",
             key,
