@@ -223,11 +223,8 @@ fn schedule_on_this_thread(
                 pod_scores = Some(engine.add_pod_level_scores(&state, &pod, pl, &feasible, &mut own.totals));
                 &own
             }
-            // Pod-level scores only (ScheduleAnyway spreading, the default constraints,
-            // preferred affinity): the node-level verdicts and scores are the signature's,
-            // so a copy of its cache gets the pod-level scores added.
-            Some(pl) => {
-                own = shared_signature(
+            _ => {
+                let shared = shared_signature(
                     &engine,
                     &mut signatures,
                     max_signatures,
@@ -237,23 +234,20 @@ fn schedule_on_this_thread(
                     &pod,
                     chunk,
                     parallel,
-                )
-                .clone();
-                let feasible = own.feasible_nodes();
-                pod_scores = Some(engine.add_pod_level_scores(&state, &pod, pl, &feasible, &mut own.totals));
-                &own
+                );
+                match &pod_level {
+                    // Pod-level scores only (ScheduleAnyway spreading, the default constraints,
+                    // preferred affinity): the node-level verdicts and scores are the signature's,
+                    // so a copy of its cache gets the pod-level scores added.
+                    Some(pl) => {
+                        own = shared.clone();
+                        let feasible = own.feasible_nodes();
+                        pod_scores = Some(engine.add_pod_level_scores(&state, &pod, pl, &feasible, &mut own.totals));
+                        &own
+                    }
+                    None => shared,
+                }
             }
-            None => shared_signature(
-                &engine,
-                &mut signatures,
-                max_signatures,
-                &state,
-                cache,
-                &mut bases[pod.class],
-                &pod,
-                chunk,
-                parallel,
-            ),
         };
 
         // Select.
