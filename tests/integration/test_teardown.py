@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -21,3 +27,39 @@ def test_down_leaves_no_process(
     local.down()
     assert not any(local._alive(pid, name) for name, pid in pids.items())
     assert not os.path.exists(state.directory)
+
+
+def test_sigterm_tears_down_a_bench_run(cluster: local.ClusterState, tmp_path: Path) -> None:
+    """A bench run that started its own control plane (here the fuzzer) and is stopped with
+    SIGTERM, as a CI timeout or `kill` would, stops every component it started and removes
+    their state, as Ctrl-C does."""
+    env = dict(os.environ, KSCHED_CLUSTER_DIR=str(tmp_path / "cluster"))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ksched.commands.cli", "bench", "--fuzz", "--specs", "5000", "--seed", "3"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        state_file = tmp_path / "cluster" / "state.json"
+        deadline = time.monotonic() + 180
+        state = None
+        # Wait until the control plane is up and the specs are being created through it.
+        while time.monotonic() < deadline and proc.poll() is None:
+            state = json.loads(state_file.read_text()) if state_file.exists() else None
+            if state and "kwok" in state.get("pids", {}):
+                break
+            time.sleep(0.5)
+        assert state is not None and proc.poll() is None, "the fuzzer did not start its control plane"
+        pids = dict(state["pids"])
+        time.sleep(3)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err[-2000:]
+    assert "Traceback" not in err, err[-2000:]
+    assert not [name for name, pid in pids.items() if local._alive(pid, name)]
+    assert not state_file.exists()

@@ -17,6 +17,7 @@ import dataclasses
 import gc
 import json
 import logging
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -564,12 +565,23 @@ def parser() -> argparse.ArgumentParser:
 GC_THRESHOLD = 50_000
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+# Commands that start a local control plane or schedulers of their own and tear them down
+# when they end: SIGTERM (a CI timeout, `kill`) stops them as Ctrl-C does, through that teardown,
+# instead of leaving etcd, the API server, KWOK and schedulers running.
+TEARS_DOWN = (_demo, _bench)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     gc.set_threshold(GC_THRESHOLD, *gc.get_threshold()[1:])
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.ERROR, format="%(levelname)s %(name)s: %(message)s"
     )
+    previous = signal.signal(signal.SIGTERM, _interrupt) if args.func in TEARS_DOWN else None
     try:
         code: int = args.func(args)
     except KschedError as err:
@@ -577,6 +589,9 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         return 130
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     return code
 
 

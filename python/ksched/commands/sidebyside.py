@@ -830,10 +830,6 @@ def chart(plt: Any, phases: list[Phase], opts: Options, path: Path) -> None:
     plt.close(fig)
 
 
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
-
-
 def parse_kscheds(values: list[str]) -> dict[str, list[str]]:
     """``--ksched LABEL=COMMAND`` values: extra ksched builds to run beside this checkout's."""
     out: dict[str, list[str]] = {}
@@ -872,12 +868,7 @@ def main(
     if nodes < 1 or pods < 1 or rate <= 0 or steady_pods < 0:
         raise KschedError("--nodes and --pods must be at least 1, --rate above 0, --steady-pods at least 0")
     opts = Options(nodes, pods, workloads, labels, kscheds, rate, steady_pods, stall_s, Path(out))
-    # SIGTERM stops the run as Ctrl-C does: the schedulers and the control plane are torn down.
-    previous = signal.signal(signal.SIGTERM, _interrupt)
-    try:
-        doc = side_by_side(opts)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    doc = side_by_side(opts)
     if as_json:
         print(json.dumps(doc, indent=2))
     else:
