@@ -40,6 +40,7 @@ def test_short_chaos_soak_loses_no_pod_and_binds_only_as_leader() -> None:
     assert figures["gangs_partly_bound"] == 0
     assert figures["victims_without_preemptor"] == 0
     assert figures["replicas_running"] == 2
+    assert figures["replica_exits"] == 0, "a replica exited without being told to"
     # The soak did what it says: pods arrived and were bound by ksched, every kind of fault was
     # injected, the leader changed hands, and preemptors evicted their victims.
     assert figures["pods_bound"] >= 0.8 * figures["pods_created"] - figures["pods_deleted_by_soak"]

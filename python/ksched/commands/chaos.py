@@ -119,6 +119,7 @@ class ChaosFigures:
     victims: int = 0
     replicas_running: int = 0
     replica_restarts: int = 0
+    replica_exits: int = 0  # exits the soak did not cause (each one a violation)
     pending_reasons: dict[str, int] = field(default_factory=dict)  # "kind: message" -> pods
     watch_relists: int = 0  # relists after 410 Gone, from the replicas' logs
     terms_lost: int = 0  # "lost the lease" in the replicas' logs
@@ -183,6 +184,8 @@ class Replica:
         self.webhook_port = local.free_port()
         self.log = directory / f"{identity}.log"
         self.restarts = 0
+        # Exits the soak did not cause (a crash, an error exit): how each ended, from its log.
+        self.exits: list[str] = []
         self.frozen = False
         self.lock = threading.Lock()
         self.proc: subprocess.Popen[bytes] | None = None
@@ -260,6 +263,20 @@ class Replica:
                 self.proc.kill()
                 self.proc.wait()
             time.sleep(down_s)
+            self.start()
+            self.restarts += 1
+
+    def restart_if_exited(self) -> None:
+        """A replica that exited on its own is recorded (exit code, last log lines) and
+        restarted, as the kubelet would restart its container."""
+        with self.lock:
+            if self.proc is None or self.proc.poll() is None:
+                return
+            code = self.proc.returncode
+            last = [line for line in self.tail(4000).splitlines() if line.strip()][-3:]
+            self.exits.append(
+                f"{self.identity} exited on its own with code {code}: {' | '.join(last)[-600:]}"
+            )
             self.start()
             self.restarts += 1
 
@@ -1022,6 +1039,9 @@ class Soak:
             w.start()
             workers.append(w)
             n += 1
+            if n % max(1, int(self.rate)) == 0:  # about once a second
+                for r in self.replicas:
+                    r.restart_if_exited()
             with self.node_lock:
                 exporter.nodes = list(self.node_names)
         self.log("arrivals over; waiting for the faults in progress")
@@ -1031,9 +1051,10 @@ class Soak:
             w.join(60)
         self.soak_end = _now()
         for r in self.replicas:
-            if not r.running():
-                self.log(f"{r.identity} found dead at the end: restarted")
-                r.kill_and_restart(0)
+            r.restart_if_exited()
+        for r in self.replicas:
+            for e in r.exits:
+                self.log(e)
 
     def _pods(self) -> list[Obj]:
         items: list[Obj] = []
@@ -1214,6 +1235,10 @@ class Soak:
 
         f.replicas_running = sum(1 for r in self.replicas if r.running() and r.healthy())
         f.replica_restarts = sum(r.restarts for r in self.replicas)
+        exits = [e for r in self.replicas for e in r.exits]
+        f.replica_exits = len(exits)
+        # ksched exits only when told to: an exit the soak did not cause is a defect.
+        f.violations += exits[:10]
         logs = "".join(r.tail(None) for r in self.replicas)
         f.watch_relists = logs.count("expired, relisting")
         f.terms_lost = logs.count("lost the lease")
@@ -1267,7 +1292,10 @@ def render(f: ChaosFigures) -> str:
         ),
         ("gangs partly bound", f"{f.gangs_partly_bound}"),
         ("victims w/o preemptor", f"{f.victims_without_preemptor} of {f.victims} victims"),
-        ("replicas running", f"{f.replicas_running} ({f.replica_restarts} restarts)"),
+        (
+            "replicas running",
+            f"{f.replicas_running} ({f.replica_restarts} restarts, {f.replica_exits} exits the soak did not cause)",
+        ),
         ("terms lost", f"{f.terms_lost} (a leader's renewals failing past the renew deadline)"),
         ("watch relists (410)", f"{f.watch_relists}"),
         ("faults injected", ", ".join(f"{k} {v}" for k, v in sorted(f.faults.items()))),

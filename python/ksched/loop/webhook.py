@@ -25,6 +25,7 @@ import json
 import logging
 import ssl
 import tempfile
+import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
@@ -36,7 +37,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from ksched.config import WebhookConfig
-from ksched.loop.client import Kube
+from ksched.loop.client import ApiUnavailableError, Kube
 from ksched.loop.server import BackgroundServer
 from ksched.objects import DEFAULT_SCHEDULER, Obj, meta, spec, uses_resource_claims
 
@@ -50,6 +51,9 @@ MAX_REVIEW_BYTES = 8 * 1024 * 1024
 READ_TIMEOUT_S = 10.0
 DRAIN_TIMEOUT_S = 1.0
 DRAIN_LIMIT_BYTES = 64 * 1024 * 1024
+# Publishing the CA is retried until it lands: first after a second, doubling up to 30 s.
+PUBLISH_RETRY_FIRST_S = 1.0
+PUBLISH_RETRY_MAX_S = 30.0
 # Marks pods the webhook routed, so operators can tell them from pods that asked for ksched.
 ROUTED_ANNOTATION = "ksched.io/routed-by"
 
@@ -169,6 +173,7 @@ class Webhook(BackgroundServer):
         self.scheduler = scheduler
         self.can_route = can_route
         self.kube = kube
+        self._stopped = threading.Event()
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -276,17 +281,41 @@ class Webhook(BackgroundServer):
     def start(self) -> None:
         super().start()
         if self.ca_pem is not None and self.config.configuration_name:
-            self.publish_ca()
+            # Tried once here, so the CA is in place when start returns; if that fails, retried in
+            # the background until it lands: a replica (re)started while the API server is down
+            # or restarting must not exit for it, and serves meanwhile.
+            try:
+                if self.publish_ca():
+                    return
+            except ApiUnavailableError as err:
+                log.warning("webhook: cannot publish the caBundle yet: %s; retrying", err)
+            threading.Thread(target=self._publish_until_done, name="webhook-ca", daemon=True).start()
 
-    def publish_ca(self) -> None:
-        """Write the self-generated CA into every webhook of the MutatingWebhookConfiguration."""
+    def stop(self) -> None:
+        self._stopped.set()
+        super().stop()
+
+    def _publish_until_done(self) -> None:
+        delay = PUBLISH_RETRY_FIRST_S
+        while not self._stopped.wait(delay):
+            delay = min(2 * delay, PUBLISH_RETRY_MAX_S)
+            try:
+                if self.publish_ca():
+                    return
+            except ApiUnavailableError as err:
+                log.warning("webhook: cannot publish the caBundle yet: %s; retrying in %.0f s", err, delay)
+
+    def publish_ca(self) -> bool:
+        """Write the self-generated CA into every webhook of the MutatingWebhookConfiguration;
+        False (said in the log) if the API server refused. Raises ApiUnavailableError when
+        the API server cannot be reached."""
         path = f"/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/{self.config.configuration_name}"
         r = self.kube.request("GET", path)
         if not r.ok:
             log.error(
                 "webhook: cannot read %s: HTTP %d (pods will stay with their own scheduler)", path, r.status
             )
-            return
+            return False
         hooks = r.json().get("webhooks") or []
         bundle = base64.b64encode(self.ca_pem or b"").decode()
         patch = [
@@ -296,5 +325,6 @@ class Webhook(BackgroundServer):
         r = self.kube.request("PATCH", path, body=patch, content_type="application/json-patch+json")
         if not r.ok:
             log.error("webhook: cannot write caBundle into %s: HTTP %d: %s", path, r.status, r.data[:200])
-        else:
-            log.info("webhook: caBundle written into %s", self.config.configuration_name)
+            return False
+        log.info("webhook: caBundle written into %s", self.config.configuration_name)
+        return True
