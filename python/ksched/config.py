@@ -121,10 +121,10 @@ class BatchConfig:
     # A batch's engine call stops placing pods after this long; the rest are
     # retried without metric plugins (degraded mode).
     decision_deadline_s: float = 2.0
-    # Concurrent binds (events get half as many threads of their own). On the
-    # 2-core development VM, draining 2,000 pending pods on 1,000 nodes ran at
-    # ~180 binds/s with 16, ~350 with 32 and ~1,200 with 64 (then the client
-    # rate limit, not the threads, is the bound).
+    # Concurrent binds of pods with volumes to bind (each may wait for the PV
+    # controller); reports get half as many threads. Binds of other pods and their
+    # Scheduled events go through min(bind_workers, binder.WRITERS) writer threads,
+    # each with one persistent connection.
     bind_workers: int = 64
 
 

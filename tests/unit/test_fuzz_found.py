@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from ksched.commands.cli import main
@@ -92,10 +93,14 @@ class _EventApi:
     def __init__(self) -> None:
         self.bodies: list[Any] = []
 
+    def connection(self) -> _EventApi:
+        return self
+
     def request(self, method: str, path: str, **kwargs: Any) -> Any:
         from ksched.loop.client import Response
 
-        self.bodies.append(kwargs.get("body"))
+        raw = kwargs.get("raw")
+        self.bodies.append(orjson.loads(raw) if raw is not None else kwargs.get("body"))
         return Response(201, b"{}")
 
 

@@ -112,6 +112,9 @@ class RecordingApi:
         self.writes = LeaseLostWhileWaiting(leading)
         self.sent: list[str] = []
 
+    def connection(self) -> RecordingApi:
+        return self
+
     def request(self, method: str, path: str, **_: Any) -> Response:
         self.sent.append(f"{method} {path}")
         return Response(201, b"{}")

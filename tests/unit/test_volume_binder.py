@@ -49,7 +49,14 @@ class FakeApi:
         self.posted: list[Obj] = []
         self.writes = RateLimiter(1e9, 1_000_000)
 
-    def request(self, method: str, path: str, *, body: Any = None, **_: Any) -> Response:
+    def connection(self) -> FakeApi:
+        return self
+
+    def request(
+        self, method: str, path: str, *, body: Any = None, raw: bytes | None = None, **_: Any
+    ) -> Response:
+        if raw is not None:
+            body = orjson.loads(raw)
         if method == "GET":
             obj = self.objects.get(path)
             return Response(200, orjson.dumps(obj)) if obj is not None else Response(404, b"")

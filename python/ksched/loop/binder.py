@@ -17,6 +17,12 @@ claim as its ``claimRef``, each claim to provision gets
 the PV controller has bound every claim. If that fails, what was written is
 undone where the claim is still unbound, a ``FailedScheduling`` event says
 why, and the pod is retried.
+
+Binds of pods without volumes and their ``Scheduled`` events are written by
+a few writer threads, each with one persistent connection of its own
+(:class:`~ksched.loop.client.Connection`), fed from one queue: a writer takes
+a waiting bind before any event, so events never hold a bind back. An event
+refused by an unavailable API server is retried on the report threads.
 """
 
 from __future__ import annotations
@@ -24,12 +30,17 @@ from __future__ import annotations
 import datetime as dt
 import enum
 import logging
+import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Protocol
+
+import orjson
 
 from ksched.engine.volumes import BIND_COMPLETED, BOUND_BY_CONTROLLER, SELECTED_NODE, ClaimBinding
-from ksched.loop.client import MERGE_PATCH, ApiUnavailableError, Kube, pod_path
+from ksched.loop.client import MERGE_PATCH, ApiUnavailableError, Connection, Kube, Response, pod_path
 from ksched.loop.telemetry import Telemetry
 from ksched.objects import DISRUPTION_TARGET, PREEMPTION_BY_SCHEDULER, Obj, meta, spec
 
@@ -46,6 +57,16 @@ EVENT_TRIES = 3
 EVENT_RETRY_S = 1.0
 # How often a volume binding in progress is checked (upstream's binder polls every second).
 VOLUME_POLL_S = 0.5
+# Writer threads (one connection each) for binds and Scheduled events. On the 2-core
+# development VM the API server, not the writers, is the limit from about 4.
+WRITERS = 8
+
+
+class Writer(Protocol):
+    """What a writer thread sends through: a :class:`~ksched.loop.client.Connection`, or
+    the client's pool (:class:`~ksched.loop.client.Kube`)."""
+
+    def request(self, method: str, path: str, *, raw: bytes, rate_limited: bool = ...) -> Response: ...
 
 
 class VolumeBindingError(Exception):
@@ -70,6 +91,11 @@ def report_workers(bind_workers: int) -> int:
     return max(2, bind_workers // 2)
 
 
+def writers(bind_workers: int) -> int:
+    """Writer threads (and connections) for binds and Scheduled events."""
+    return max(1, min(bind_workers, WRITERS))
+
+
 def scheduled_message(namespace: str, name: str, node: str) -> str:
     """Upstream's Scheduled event note."""
     return f"Successfully assigned {namespace}/{name} to {node}"
@@ -88,7 +114,17 @@ class Binder:
         self.identity = identity
         self.telemetry = telemetry
         self.is_leader = is_leader
-        self._pool = ThreadPoolExecutor(workers, thread_name_prefix="bind")
+        # Binds (and, behind them, Scheduled events) for the writer threads.
+        self._binds: deque[tuple[Obj, str, Callable[[Outcome], None], str]] = deque()
+        self._events: deque[tuple[Obj, str, str, str, str]] = deque()
+        self._wake = threading.Condition()
+        self._stopping = False
+        self._writers = [
+            threading.Thread(target=self._write, name=f"write-{i}", daemon=True)
+            for i in range(writers(workers))
+        ]
+        for t in self._writers:
+            t.start()
         # Pods with volumes to bind wait (up to bindTimeoutSeconds) for the PV controller:
         # on their own threads, so no pod without volumes waits behind them.
         self._volume_pool = ThreadPoolExecutor(workers, thread_name_prefix="bind-volumes")
@@ -107,8 +143,12 @@ class Binder:
         """Bind in the background; ``done`` is called from a pool thread. ``note`` is
         appended to the Scheduled event (degraded mode says so there). ``volumes`` are
         bound first, waiting up to ``volume_timeout_s`` for the claims to be bound."""
-        pool = self._volume_pool if volumes else self._pool
-        pool.submit(self._bind_and_report, pod, node, done, note, volumes, volume_timeout_s)
+        if volumes:
+            self._volume_pool.submit(self._bind_and_report, pod, node, done, note, volumes, volume_timeout_s)
+            return
+        with self._wake:
+            self._binds.append((pod, node, done, note))
+            self._wake.notify()
 
     def unschedulable(self, pod: Obj, message: str) -> None:
         """Post FailedScheduling and set PodScheduled=False (in the background)."""
@@ -127,9 +167,38 @@ class Binder:
 
     def shutdown(self) -> None:
         """Finish every bind (and report) already handed over, then stop."""
-        self._pool.shutdown(wait=True)
+        # Binds with volumes queue their events for the writers: they finish first.
         self._volume_pool.shutdown(wait=True)
+        with self._wake:
+            self._stopping = True
+            self._wake.notify_all()
+        for t in self._writers:
+            t.join()
         self._reports.shutdown(wait=True)
+
+    def _write(self) -> None:
+        """A writer thread: binds first, then events, on a connection of its own."""
+        conn: Writer = self.kube.connection()
+        wake, binds, events = self._wake, self._binds, self._events
+        try:
+            while True:
+                with wake:
+                    while not binds and not events:
+                        if self._stopping:
+                            return
+                        wake.wait()
+                    job = binds.popleft() if binds else None
+                    event = None if job is not None else events.popleft()
+                try:
+                    if job is not None:
+                        self._bind_and_report(*job, (), 0.0, conn)
+                    elif event is not None:
+                        self._event(*event, conn=conn)
+                except Exception:  # a bug here must not stop the writer: every later bind waits on it
+                    log.exception("writer")
+        finally:
+            if isinstance(conn, Connection):
+                conn.close()
 
     def _bind_and_report(
         self,
@@ -139,11 +208,12 @@ class Binder:
         note: str,
         volumes: tuple[ClaimBinding, ...],
         volume_timeout_s: float,
+        conn: Writer | None = None,
     ) -> None:
         try:
             outcome = self._bind_volumes(pod, node, volumes, volume_timeout_s) if volumes else None
             if outcome is None:
-                outcome = self._bind(pod, node, note)
+                outcome = self._bind(pod, node, note, conn or self.kube)
         except Exception:  # a bug here must not lose the pod: report it as an error, retried
             log.exception("binding %s/%s", meta(pod).get("namespace"), meta(pod).get("name"))
             outcome = Outcome.ERROR
@@ -151,7 +221,7 @@ class Binder:
             self.telemetry.binding_errors.labels(reason=outcome.value).inc()
         done(outcome)
 
-    def _bind(self, pod: Obj, node: str, note: str = "") -> Outcome:
+    def _bind(self, pod: Obj, node: str, note: str, conn: Writer) -> Outcome:
         m = meta(pod)
         ns, name, uid = str(m.get("namespace")), str(m.get("name")), m.get("uid")
         body = {
@@ -161,19 +231,22 @@ class Binder:
             "metadata": {"name": name, "namespace": ns, "uid": uid},
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
+        raw = orjson.dumps(body)
         # The rate limit is waited out first, then the lease checked, then the bind sent: the
-        # lease may have been lost while the bind waited in the pool or for a token.
+        # lease may have been lost while the bind waited in the queue or for a token.
         self.kube.writes.acquire()
         if not self.is_leader():
             return Outcome.NOT_LEADER
         try:
-            r = self.kube.request("POST", pod_path(ns, name, "binding"), body=body)
+            r = conn.request("POST", pod_path(ns, name, "binding"), raw=raw)
         except ApiUnavailableError as err:
             log.warning("bind %s/%s to %s: %s", ns, name, node, err)
             return Outcome.ERROR
         if r.ok:
             message = scheduled_message(ns, name, node) + note
-            self._reports.submit(self._event, pod, "Normal", "Scheduled", "Binding", message)
+            with self._wake:
+                self._events.append((pod, "Normal", "Scheduled", "Binding", message))
+                self._wake.notify()
             return Outcome.BOUND
         if r.status == HTTP_CONFLICT:
             return Outcome.CONFLICT
@@ -382,7 +455,11 @@ class Binder:
         except Exception:
             log.exception("reporting FailedScheduling")
 
-    def _event(self, pod: Obj, kind: str, reason: str, action: str, note: str) -> None:
+    def _event(
+        self, pod: Obj, kind: str, reason: str, action: str, note: str, conn: Writer | None = None
+    ) -> None:
+        """Post an event. With a writer's ``conn``, one try: an event the API server
+        refused as unavailable is retried on a report thread (a writer never sleeps)."""
         m = meta(pod)
         ns, name = str(m.get("namespace")), str(m.get("name"))
         body = {
@@ -408,11 +485,15 @@ class Binder:
             },
         }
         path = f"/apis/events.k8s.io/v1/namespaces/{ns}/events"
+        raw = orjson.dumps(body)
         for attempt in range(EVENT_TRIES):
             if attempt:
+                if conn is not None:
+                    self._reports.submit(self._retry_event, path, raw, ns, name, reason, attempt)
+                    return
                 time.sleep(EVENT_RETRY_S * attempt)
             try:
-                r = self.kube.request("POST", path, body=body, rate_limited=True)
+                r = (conn or self.kube).request("POST", path, raw=raw, rate_limited=True)
             except ApiUnavailableError as err:
                 problem = str(err)
                 continue
@@ -424,6 +505,23 @@ class Binder:
             return
         if not r.ok:
             log.warning("event %s for %s/%s: HTTP %d: %s", reason, ns, name, r.status, r.data[:300])
+
+    def _retry_event(self, path: str, raw: bytes, ns: str, name: str, reason: str, attempt: int) -> None:
+        """The rest of an event's tries, after a writer's first was refused."""
+        problem = ""
+        for tried in range(attempt, EVENT_TRIES):
+            time.sleep(EVENT_RETRY_S * tried)
+            try:
+                r = self.kube.request("POST", path, raw=raw, rate_limited=True)
+            except ApiUnavailableError as err:
+                problem = str(err)
+                continue
+            if r.ok or r.status < HTTP_SERVER_ERROR:
+                if not r.ok:
+                    log.warning("event %s for %s/%s: HTTP %d: %s", reason, ns, name, r.status, r.data[:300])
+                return
+            problem = f"HTTP {r.status}: {r.data[:300]!r}"
+        log.warning("event %s for %s/%s not recorded: %s", reason, ns, name, problem)
 
     def _condition(self, pod: Obj, message: str) -> None:
         wanted = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}

@@ -184,8 +184,9 @@ def start(
     config: Config, kubeconfig: str | None, address: str, identity: str | None = None, seed: int = 0
 ) -> Running:
     workers = config.batch.bind_workers
-    # Bind workers twice over: pods without volumes, and pods with volumes to bind.
-    configuration = load_configuration(kubeconfig, 2 * workers + report_workers(workers) + EXTRA_CONNECTIONS)
+    # Pods with volumes to bind and reports use the client's pool; binds of other pods and
+    # their Scheduled events have connections of their own (the binder's writers).
+    configuration = load_configuration(kubeconfig, workers + report_workers(workers) + EXTRA_CONNECTIONS)
     kube = Kube(configuration, config.client_connection.qps, config.client_connection.burst)
     identity = identity or default_identity()
     shadowing = config.shadow.enabled

@@ -1,0 +1,322 @@
+"""The write path of binds and Scheduled events: the writer threads' outcomes and the
+persistent connection they write through."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import orjson
+import pytest
+from kubernetes import client
+
+from ksched.loop.binder import Binder, Outcome
+from ksched.loop.client import ApiUnavailableError, Connection, Kube, Response
+from ksched.loop.telemetry import Telemetry
+
+POD = {"metadata": {"name": "p", "namespace": "default", "uid": "u1"}, "spec": {}}
+
+
+class Api:
+    """Answers binds with ``bind_status``; records every write and what came before it."""
+
+    def __init__(self, bind_status: int = 201, event_status: int = 201) -> None:
+        self.bind_status = bind_status
+        self.event_status = event_status
+        self.log: list[str] = []
+        self.sent: list[tuple[str, str, Any]] = []
+        self.lock = threading.Lock()
+        api = self
+
+        class Writes:
+            def acquire(self) -> None:
+                api.log.append("token")
+
+        self.writes = Writes()
+
+    def connection(self) -> Api:
+        return self
+
+    def request(self, method: str, path: str, *, raw: bytes | None = None, **kw: Any) -> Response:
+        if kw.get("rate_limited"):
+            self.writes.acquire()
+        with self.lock:
+            self.log.append(f"{method} {path.rsplit('/', 1)[-1]}")
+            self.sent.append((method, path, orjson.loads(raw) if raw else kw.get("body")))
+        status = self.bind_status if path.endswith("/binding") else self.event_status
+        return Response(status, b"{}")
+
+
+def bind(api: Api, is_leader: Callable[[], bool] = lambda: True, workers: int = 4) -> Outcome:
+    outcomes: list[Outcome] = []
+    binder = Binder(api, workers, "ksched-a", Telemetry(), is_leader)  # type: ignore[arg-type]
+    binder.bind(POD, "node-1", outcomes.append)
+    binder.shutdown()
+    (outcome,) = outcomes
+    return outcome
+
+
+@pytest.mark.parametrize(
+    ("status", "outcome"),
+    [
+        (201, Outcome.BOUND),
+        (409, Outcome.CONFLICT),
+        (404, Outcome.GONE),
+        (500, Outcome.ERROR),
+        (503, Outcome.ERROR),
+        (429, Outcome.ERROR),
+        (403, Outcome.ERROR),
+    ],
+)
+def test_each_answer_to_a_bind_is_its_outcome(status: int, outcome: Outcome) -> None:
+    api = Api(bind_status=status)
+    assert bind(api) is outcome
+    (binding,) = [body for _, path, body in api.sent if path.endswith("/binding")]
+    assert binding["metadata"] == {"name": "p", "namespace": "default", "uid": "u1"}
+    assert binding["target"]["name"] == "node-1"
+    events = [body for _, path, body in api.sent if path.endswith("/events")]
+    if outcome is Outcome.BOUND:
+        (event,) = events
+        assert event["reason"] == "Scheduled"
+        assert event["note"] == "Successfully assigned default/p to node-1"
+        assert event["reportingInstance"] == "ksched-a"
+    else:
+        assert not events, "a bind that failed has no Scheduled event"
+
+
+def test_the_rate_limit_is_waited_out_before_the_lease_is_checked_and_the_bind_sent() -> None:
+    api = Api()
+    order = api.log
+
+    def is_leader() -> bool:
+        order.append("lease")
+        return True
+
+    assert bind(api, is_leader) is Outcome.BOUND
+    assert order[:3] == ["token", "lease", "POST binding"]
+    # The event takes a token of its own.
+    assert order[3:] == ["token", "POST events"]
+
+
+def test_a_replica_that_is_not_leader_writes_nothing() -> None:
+    api = Api()
+    assert bind(api, lambda: False) is Outcome.NOT_LEADER
+    assert api.sent == []
+
+
+def test_an_unreachable_api_server_is_an_error_and_the_writer_goes_on() -> None:
+    class Down(Api):
+        def request(self, method: str, path: str, **kw: Any) -> Response:
+            if path.endswith("/binding") and not self.sent:
+                self.sent.append((method, path, None))
+                raise ApiUnavailableError("connection refused")
+            return super().request(method, path, **kw)
+
+    api = Down()
+    outcomes: list[Outcome] = []
+    binder = Binder(api, 1, "ksched-a", Telemetry(), lambda: True)  # type: ignore[arg-type]
+    binder.bind(POD, "node-1", outcomes.append)
+    binder.bind({**POD, "metadata": {**POD["metadata"], "name": "q"}}, "node-2", outcomes.append)
+    binder.shutdown()
+    assert outcomes == [Outcome.ERROR, Outcome.BOUND]
+
+
+def test_binds_go_before_events_waiting_for_the_same_writer() -> None:
+    api = Api()
+    gate = threading.Event()
+    outcomes: list[Outcome] = []
+    binder = Binder(api, 1, "ksched-a", Telemetry(), lambda: True)  # type: ignore[arg-type]
+    # The one writer is held in the first bind's callback while more binds queue up.
+    binder.bind(POD, "node-1", lambda o: (outcomes.append(o), gate.wait(5)))
+    for i in range(3):
+        binder.bind({**POD, "metadata": {**POD["metadata"], "name": f"q{i}"}}, "node-2", outcomes.append)
+    gate.set()
+    binder.shutdown()
+    writes = [line for line in api.log if line.startswith("POST")]
+    assert writes == ["POST binding"] * 4 + ["POST events"] * 4
+    assert outcomes == [Outcome.BOUND] * 4
+
+
+def test_a_scheduled_event_refused_as_unavailable_is_retried(monkeypatch: pytest.MonkeyPatch) -> None:
+    import ksched.loop.binder as binder_module
+
+    monkeypatch.setattr(binder_module, "EVENT_RETRY_S", 0.01)
+
+    class Flaky(Api):
+        tries = 0
+
+        def request(self, method: str, path: str, **kw: Any) -> Response:
+            if path.endswith("/events"):
+                self.tries += 1
+                if self.tries == 1:
+                    return Response(503, b"")
+            return super().request(method, path, **kw)
+
+    api = Flaky()
+    assert bind(api) is Outcome.BOUND
+    assert api.tries == 2
+    assert [body["reason"] for _, path, body in api.sent if path.endswith("/events")] == ["Scheduled"]
+
+
+# -- the connection ---------------------------------------------------------------------
+
+
+class Server:
+    """An HTTP/1.1 server on a local port that answers from a script and records requests:
+    (connection number, request head lines, body)."""
+
+    def __init__(self, answers: list[bytes | None]) -> None:
+        self.answers = answers
+        self.requests: list[tuple[int, list[str], bytes]] = []
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.connections = 0
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.connections += 1
+            threading.Thread(target=self._serve, args=(conn, self.connections), daemon=True).start()
+
+    def _serve(self, conn: socket.socket, number: int) -> None:
+        buf = b""
+        with conn:
+            while self.answers:
+                while b"\r\n\r\n" not in buf:
+                    chunk = conn.recv(65536)
+                    if not chunk:
+                        return
+                    buf += chunk
+                head, _, buf = buf.partition(b"\r\n\r\n")
+                lines = head.decode().split("\r\n")
+                length = next(
+                    (
+                        int(v)
+                        for k, _, v in (x.partition(":") for x in lines)
+                        if k.lower() == "content-length"
+                    ),
+                    0,
+                )
+                while len(buf) < length:
+                    buf += conn.recv(65536)
+                self.requests.append((number, lines, buf[:length]))
+                buf = buf[length:]
+                answer = self.answers.pop(0)
+                if answer is None:
+                    return  # close without answering
+                conn.sendall(answer)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+@pytest.fixture
+def server() -> Iterator[Callable[[list[bytes | None]], tuple[Server, Kube]]]:
+    servers: list[Server] = []
+
+    def start(answers: list[bytes | None]) -> tuple[Server, Kube]:
+        s = Server(answers)
+        servers.append(s)
+        configuration = client.Configuration()
+        configuration.host = f"http://127.0.0.1:{s.port}"
+        configuration.api_key = {"BearerToken": "first"}
+        configuration.api_key_prefix = {"BearerToken": "Bearer"}
+        return s, Kube(configuration)
+
+    yield start
+    for s in servers:
+        s.close()
+
+
+def created(body: bytes) -> bytes:
+    return b"HTTP/1.1 201 Created\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (
+        len(body),
+        body,
+    )
+
+
+def test_one_connection_carries_every_write_with_the_current_token(
+    server: Callable[[list[bytes | None]], tuple[Server, Kube]],
+) -> None:
+    s, kube = server([created(b'{"n":1}'), created(b'{"n":2}'), created(b"")])
+    tokens = iter(["first", "second", "third"])
+
+    def refresh(configuration: client.Configuration) -> None:
+        configuration.api_key["BearerToken"] = next(tokens)
+
+    kube.configuration.refresh_api_key_hook = refresh
+    conn = kube.connection()
+    assert isinstance(conn, Connection)
+    answers = [conn.request("POST", f"/api/v1/x/{i}", raw=b'{"i":%d}' % i) for i in range(3)]
+    conn.close()
+    assert [(a.status, a.data) for a in answers] == [(201, b'{"n":1}'), (201, b'{"n":2}'), (201, b"")]
+    assert s.connections == 1
+    assert [r[1][0] for r in s.requests] == [f"POST /api/v1/x/{i} HTTP/1.1" for i in range(3)]
+    assert [r[2] for r in s.requests] == [b'{"i":0}', b'{"i":1}', b'{"i":2}']
+    auth = [next(h for h in r[1] if h.lower().startswith("authorization:")) for r in s.requests]
+    assert auth == [
+        "authorization: Bearer first",
+        "authorization: Bearer second",
+        "authorization: Bearer third",
+    ]
+
+
+def test_a_chunked_answer_is_read_whole(server: Callable[[list[bytes | None]], tuple[Server, Kube]]) -> None:
+    chunked = b"HTTP/1.1 409 Conflict\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6;x=y\r\n world\r\n0\r\n\r\n"
+    s, kube = server([chunked, created(b"{}")])
+    conn = kube.connection()
+    assert isinstance(conn, Connection)
+    r = conn.request("POST", "/a", raw=b"{}")
+    assert (r.status, r.data) == (409, b"hello world")
+    assert conn.request("POST", "/b", raw=b"{}").status == 201
+    assert s.connections == 1
+
+
+def test_a_connection_the_server_closed_is_opened_again(
+    server: Callable[[list[bytes | None]], tuple[Server, Kube]],
+) -> None:
+    closing = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}"
+    s, kube = server([closing, created(b"{}")])
+    conn = kube.connection()
+    assert isinstance(conn, Connection)
+    assert conn.request("POST", "/a", raw=b"{}").status == 200
+    assert conn.request("POST", "/b", raw=b"{}").status == 201
+    assert s.connections == 2
+
+
+def test_no_answer_is_unavailable_and_the_next_request_reconnects(
+    server: Callable[[list[bytes | None]], tuple[Server, Kube]],
+) -> None:
+    s, kube = server([None, created(b"{}")])
+    conn = kube.connection()
+    assert isinstance(conn, Connection)
+    with pytest.raises(ApiUnavailableError, match="POST /a"):
+        conn.request("POST", "/a", raw=b"{}")
+    assert conn.request("POST", "/b", raw=b"{}").status == 201
+    assert s.connections == 2
+
+
+def test_a_closed_port_is_unavailable() -> None:
+    sock = socket.create_server(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    configuration = client.Configuration()
+    configuration.host = f"http://127.0.0.1:{port}"
+    conn = Kube(configuration).connection()
+    assert isinstance(conn, Connection)
+    with pytest.raises(ApiUnavailableError):
+        conn.request("POST", "/a", raw=b"{}")
+
+
+def test_a_proxy_in_the_way_sends_writes_through_the_clients_pool() -> None:
+    configuration = client.Configuration()
+    configuration.host = "https://10.0.0.1:6443"
+    configuration.proxy = "http://proxy.internal:3128"
+    kube = Kube(configuration)
+    assert kube.connection() is kube
