@@ -13,10 +13,12 @@ pod read took 863 us against 606 us.
 The two writes every scheduled pod costs (its binding and its ``Scheduled``
 event) go through :class:`Connection` instead: one persistent HTTP/1.1
 connection per writer thread, the request written as bytes and the answer read
-with only what the writer needs (status, body). Through urllib3 each of them
-took about 0.3 ms of CPU (header objects, ``email`` header parsing, pool
-bookkeeping) and each of the ~100 threads that shared the GIL opened a TLS
-connection of its own.
+with only what the writer needs (status, body). Measured on one thread against
+a local plain-HTTP server: 529 us of client CPU per binding POST through
+``Kube.request`` (urllib3: header objects, ``email`` header parsing, pool
+bookkeeping), 57 us through :class:`Connection`. Drained through the binder,
+2,000 binds and their events on the local control plane cost 2.77 ms of CPU
+per pod on 64 bind and 32 report threads and 0.91 ms on 8 writers.
 
 This module and the leader module are the only ones that import the Kubernetes
 client.
