@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -12,10 +13,13 @@ import orjson
 import pytest
 from kubernetes import client
 
+import ksched.loop.client as client_module
 from ksched.loop.binder import Binder, Outcome
 from ksched.loop.client import ApiUnavailableError, Connection, Kube, Response
 from ksched.loop.telemetry import Telemetry
 
+# Appended to a scripted answer: the server closes the connection after sending it.
+CLOSE = b"<close>"
 POD = {"metadata": {"name": "p", "namespace": "default", "uid": "u1"}, "spec": {}}
 
 
@@ -210,7 +214,9 @@ class Server:
                 answer = self.answers.pop(0)
                 if answer is None:
                     return  # close without answering
-                conn.sendall(answer)
+                conn.sendall(answer.removesuffix(CLOSE))
+                if answer.endswith(CLOSE):
+                    return  # answer, then close while the client is idle
 
     def close(self) -> None:
         self.sock.close()
@@ -242,8 +248,9 @@ def created(body: bytes) -> bytes:
 
 
 def test_one_connection_carries_every_write_with_the_current_token(
-    server: Callable[[list[bytes | None]], tuple[Server, Kube]],
+    server: Callable[[list[bytes | None]], tuple[Server, Kube]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(client_module, "AUTH_REFRESH_S", 0.0)
     s, kube = server([created(b'{"n":1}'), created(b'{"n":2}'), created(b"")])
     tokens = iter(["first", "second", "third"])
 
@@ -267,6 +274,30 @@ def test_one_connection_carries_every_write_with_the_current_token(
     ]
 
 
+def test_the_token_is_read_from_the_configuration_at_most_once_a_refresh_interval(
+    server: Callable[[list[bytes | None]], tuple[Server, Kube]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    now = [100.0]
+    monkeypatch.setattr(client_module.time, "monotonic", lambda: now[0])
+    s, kube = server([created(b"{}")] * 3)
+    calls = []
+
+    def refresh(configuration: client.Configuration) -> None:
+        calls.append(now[0])
+        configuration.api_key["BearerToken"] = f"t{len(calls)}"
+
+    kube.configuration.refresh_api_key_hook = refresh
+    conn = kube.connection()
+    assert isinstance(conn, Connection)
+    conn.request("POST", "/a", raw=b"{}")
+    now[0] += client_module.AUTH_REFRESH_S / 2
+    conn.request("POST", "/b", raw=b"{}")
+    now[0] += client_module.AUTH_REFRESH_S
+    conn.request("POST", "/c", raw=b"{}")
+    auth = [next(h for h in r[1] if h.lower().startswith("authorization:")) for r in s.requests]
+    assert auth == ["authorization: Bearer t1", "authorization: Bearer t1", "authorization: Bearer t2"]
+
+
 def test_a_chunked_answer_is_read_whole(server: Callable[[list[bytes | None]], tuple[Server, Kube]]) -> None:
     chunked = b"HTTP/1.1 409 Conflict\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6;x=y\r\n world\r\n0\r\n\r\n"
     s, kube = server([chunked, created(b"{}")])
@@ -286,6 +317,21 @@ def test_a_connection_the_server_closed_is_opened_again(
     conn = kube.connection()
     assert isinstance(conn, Connection)
     assert conn.request("POST", "/a", raw=b"{}").status == 200
+    assert conn.request("POST", "/b", raw=b"{}").status == 201
+    assert s.connections == 2
+
+
+def test_a_connection_closed_while_idle_is_opened_again(
+    server: Callable[[list[bytes | None]], tuple[Server, Kube]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    now = [100.0]
+    monkeypatch.setattr(client_module.time, "monotonic", lambda: now[0])
+    s, kube = server([created(b"{}") + CLOSE, created(b"{}")])
+    conn = kube.connection()
+    assert isinstance(conn, Connection)
+    assert conn.request("POST", "/a", raw=b"{}").status == 201
+    now[0] += client_module.IDLE_CHECK_S + 1
+    time.sleep(0.2)  # the server's close reaches this side
     assert conn.request("POST", "/b", raw=b"{}").status == 201
     assert s.connections == 2
 

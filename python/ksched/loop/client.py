@@ -49,6 +49,13 @@ MERGE_PATCH = "application/strategic-merge-patch+json"
 # A request that takes longer is abandoned and retried by its caller.
 REQUEST_TIMEOUT_S = 30.0
 CONNECT_TIMEOUT_S = 5.0
+# A connection idle for longer is checked before use (the server may have closed it);
+# a busy one is not: the check is a system call that hands the GIL over.
+IDLE_CHECK_S = 1.0
+# The authorization header is read from the client's configuration (which runs its
+# token refresh) at most this often: the refresh hook of a kubeconfig resets the
+# configuration's proxy, which scans the environment: 110 us per request.
+AUTH_REFRESH_S = 1.0
 
 
 class ApiUnavailableError(KschedError):
@@ -121,6 +128,7 @@ class Kube:
         self.host = configuration.host.rstrip("/")
         self.writes = RateLimiter(qps, burst)
         self._tls: ssl.SSLContext | None = None
+        self._auth_cache: tuple[float, tuple[tuple[str, str], ...], bytes] | None = None
         self._tls_lock = threading.Lock()
 
     def direct(self) -> bool:
@@ -152,21 +160,30 @@ class Kube:
 
     def auth_header(self) -> bytes:
         """The authorization header line(s), the token refreshed as the client does."""
+        return self._auth()[1]
+
+    def _auth(self) -> tuple[tuple[tuple[str, str], ...], bytes]:
+        """The authorization headers, as pairs and as header lines, the token refreshed
+        as the client does (at most every ``AUTH_REFRESH_S``)."""
+        now = time.monotonic()
+        cached = self._auth_cache
+        if cached is not None and now - cached[0] < AUTH_REFRESH_S:
+            return cached[1], cached[2]
         settings: dict[str, Any] = dict(self.configuration.auth_settings())
-        return "".join(
-            f"{auth['key']}: {auth['value']}\r\n"
+        pairs = tuple(
+            (str(auth["key"]), str(auth["value"]))
             for auth in settings.values()
             if auth.get("in") == "header" and auth.get("value")
-        ).encode("latin-1")
+        )
+        lines = "".join(f"{k}: {v}\r\n" for k, v in pairs).encode("latin-1")
+        self._auth_cache = (now, pairs, lines)
+        return pairs, lines
 
     def _headers(self, content_type: str | None) -> dict[str, str]:
         headers = {"Accept": JSON, "User-Agent": "ksched"}
         if content_type:
             headers["Content-Type"] = content_type
-        settings: dict[str, Any] = dict(self.configuration.auth_settings())
-        for auth in settings.values():
-            if auth.get("in") == "header" and auth.get("value"):
-                headers[str(auth["key"])] = str(auth["value"])
+        headers.update(self._auth()[0])
         return headers
 
     def url(self, path: str, query: dict[str, Any] | None = None) -> str:
@@ -240,6 +257,7 @@ class Connection:
         self.prefix = parts.path.rstrip("/")
         self._sock: socket.socket | None = None
         self._buf = b""
+        self._used = 0.0
 
     def close(self) -> None:
         if self._sock is not None:
@@ -257,7 +275,7 @@ class Connection:
 
     def _usable(self) -> socket.socket:
         sock = self._sock
-        if sock is not None:
+        if sock is not None and (self._buf or time.monotonic() - self._used > IDLE_CHECK_S):
             # An idle connection the server closed (or wrote to) reads as ready: open a new one.
             readable, _, _ = select.select([sock], [], [], 0)
             if readable or self._buf:
@@ -296,7 +314,9 @@ class Connection:
             sock = self._usable()
             sock.settimeout(timeout)
             sock.sendall(head + raw)
-            return self._answer(sock)
+            answer = self._answer(sock)
+            self._used = time.monotonic()
+            return answer
         except (OSError, ValueError, ssl.SSLError) as err:
             self.close()
             raise ApiUnavailableError(f"{method} {path}: {err or type(err).__name__}") from None
