@@ -366,3 +366,63 @@ def test_a_proxy_in_the_way_sends_writes_through_the_clients_pool() -> None:
     configuration.proxy = "http://proxy.internal:3128"
     kube = Kube(configuration)
     assert kube.connection() is kube
+
+
+def test_pipelined_requests_get_their_own_answers_and_those_cut_off_are_unavailable(
+    server: Callable[[list[bytes | None]], tuple[Server, Kube]],
+) -> None:
+    closing = b"HTTP/1.1 404 Not Found\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}"
+    s, kube = server([created(b'{"a":1}'), closing + CLOSE, created(b"{}")])
+    conn = kube.connection()
+    assert isinstance(conn, Connection)
+    answers = conn.pipeline([("POST", f"/p{i}", b"{}") for i in range(3)])
+    assert [(a.status, a.data) for a in answers[:2] if isinstance(a, Response)] == [
+        (201, b'{"a":1}'),
+        (404, b"{}"),
+    ]
+    assert isinstance(answers[2], ApiUnavailableError)
+    assert "POST /p2" in str(answers[2])
+    # The next request goes out on a new connection.
+    assert conn.request("POST", "/q", raw=b"{}").status == 201
+    assert s.connections == 2
+
+
+def status_line(code: int) -> bytes:
+    return b"HTTP/1.1 %d X\r\nContent-Length: 2\r\n\r\n{}" % code
+
+
+def pods(n: int) -> list[dict[str, Any]]:
+    return [{"metadata": {"name": f"p{i}", "namespace": "default", "uid": f"u{i}"}} for i in range(n)]
+
+
+def test_binds_sent_together_each_get_their_outcome_and_only_the_bound_pod_an_event(
+    server: Callable[[list[bytes | None]], tuple[Server, Kube]],
+) -> None:
+    s, kube = server([status_line(c) for c in (201, 409, 404, 503, 201)])
+    binder = Binder(kube, 1, "ksched-a", Telemetry(), lambda: True)
+    outcomes: dict[str, Outcome] = {}
+    # The writer waits for the lock the binder's queue is guarded by: it takes all four at once.
+    with binder._wake:
+        for pod in pods(4):
+            binder.bind(pod, "n1", lambda o, name=pod["metadata"]["name"]: outcomes.__setitem__(name, o))
+    binder.shutdown()
+    assert outcomes == {"p0": Outcome.BOUND, "p1": Outcome.CONFLICT, "p2": Outcome.GONE, "p3": Outcome.ERROR}
+    lines = [r[1][0] for r in s.requests]
+    assert lines[:4] == [f"POST /api/v1/namespaces/default/pods/p{i}/binding HTTP/1.1" for i in range(4)]
+    assert lines[4:] == ["POST /apis/events.k8s.io/v1/namespaces/default/events HTTP/1.1"]
+    assert orjson.loads(s.requests[4][2])["regarding"]["name"] == "p0"
+    assert s.connections == 1
+
+
+def test_binds_sent_together_after_the_lease_was_lost_write_nothing(
+    server: Callable[[list[bytes | None]], tuple[Server, Kube]],
+) -> None:
+    s, kube = server([status_line(201)] * 4)
+    binder = Binder(kube, 1, "ksched-a", Telemetry(), lambda: False)
+    outcomes: list[Outcome] = []
+    with binder._wake:
+        for pod in pods(4):
+            binder.bind(pod, "n1", outcomes.append)
+    binder.shutdown()
+    assert outcomes == [Outcome.NOT_LEADER] * 4
+    assert s.requests == []

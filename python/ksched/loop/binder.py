@@ -60,6 +60,8 @@ VOLUME_POLL_S = 0.5
 # Writer threads (one connection each) for binds and Scheduled events. On the 2-core
 # development VM the API server, not the writers, is the limit from about 4.
 WRITERS = 8
+# Binds (or events) a writer takes at once and sends in one write (HTTP/1.1 pipelining).
+PIPELINE = 16
 
 
 class Writer(Protocol):
@@ -67,6 +69,19 @@ class Writer(Protocol):
     the client's pool (:class:`~ksched.loop.client.Kube`)."""
 
     def request(self, method: str, path: str, *, raw: bytes, rate_limited: bool = ...) -> Response: ...
+
+
+def send_all(conn: Writer, requests: list[tuple[str, str, bytes]]) -> list[Response | ApiUnavailableError]:
+    """The requests' answers: pipelined on a :class:`Connection`, else one after the other."""
+    if isinstance(conn, Connection):
+        return conn.pipeline(requests)
+    answers: list[Response | ApiUnavailableError] = []
+    for method, path, raw in requests:
+        try:
+            answers.append(conn.request(method, path, raw=raw))
+        except ApiUnavailableError as err:
+            answers.append(err)
+    return answers
 
 
 class VolumeBindingError(Exception):
@@ -94,6 +109,18 @@ def report_workers(bind_workers: int) -> int:
 def writers(bind_workers: int) -> int:
     """Writer threads (and connections) for binds and Scheduled events."""
     return max(1, min(bind_workers, WRITERS))
+
+
+def _binding(namespace: str, name: str, uid: object, node: str) -> bytes:
+    # The uid makes the API server refuse a different pod that reused the name.
+    return orjson.dumps(
+        {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": name, "namespace": namespace, "uid": uid},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+    )
 
 
 def scheduled_message(namespace: str, name: str, node: str) -> str:
@@ -187,18 +214,89 @@ class Binder:
                         if self._stopping:
                             return
                         wake.wait()
-                    job = binds.popleft() if binds else None
-                    event = None if job is not None else events.popleft()
+                    if binds:
+                        jobs = [binds.popleft() for _ in range(min(len(binds), PIPELINE))]
+                        reports = []
+                    else:
+                        jobs = []
+                        reports = [events.popleft() for _ in range(min(len(events), PIPELINE))]
                 try:
-                    if job is not None:
-                        self._bind_and_report(*job, (), 0.0, conn)
-                    elif event is not None:
-                        self._event(*event, conn=conn)
+                    if jobs:
+                        self._bind_all(jobs, conn)
+                    else:
+                        self._post_events(reports, conn)
                 except Exception:  # a bug here must not stop the writer: every later bind waits on it
                     log.exception("writer")
         finally:
             if isinstance(conn, Connection):
                 conn.close()
+
+    def _bind_all(self, jobs: list[tuple[Obj, str, Callable[[Outcome], None], str]], conn: Writer) -> None:
+        """Binds taken together by a writer, sent in one write."""
+        requests = []
+        for pod, node, _, _ in jobs:
+            m = meta(pod)
+            ns, name = str(m.get("namespace")), str(m.get("name"))
+            requests.append(("POST", pod_path(ns, name, "binding"), _binding(ns, name, m.get("uid"), node)))
+            # The rate limit is waited out first, then the lease checked, then the binds sent:
+            # the lease may have been lost while they waited in the queue or for tokens.
+            self.kube.writes.acquire()
+        if not self.is_leader():
+            answers: list[Response | ApiUnavailableError | None] = [None] * len(jobs)
+        else:
+            answers = list(send_all(conn, requests))
+        for (pod, node, done, note), answer in zip(jobs, answers, strict=True):
+            try:
+                outcome = Outcome.NOT_LEADER if answer is None else self._outcome(pod, node, note, answer)
+            except Exception:  # a bug here must not lose the pod: report it as an error, retried
+                log.exception("binding %s/%s", meta(pod).get("namespace"), meta(pod).get("name"))
+                outcome = Outcome.ERROR
+            if outcome not in (Outcome.BOUND, Outcome.NOT_LEADER):
+                self.telemetry.binding_errors.labels(reason=outcome.value).inc()
+            try:
+                done(outcome)
+            except Exception:
+                log.exception("after binding %s/%s", meta(pod).get("namespace"), meta(pod).get("name"))
+
+    def _outcome(self, pod: Obj, node: str, note: str, answer: Response | ApiUnavailableError) -> Outcome:
+        """What the API server's answer to a bind means; a Scheduled event is queued on success."""
+        m = meta(pod)
+        ns, name = str(m.get("namespace")), str(m.get("name"))
+        if isinstance(answer, ApiUnavailableError):
+            log.warning("bind %s/%s to %s: %s", ns, name, node, answer)
+            return Outcome.ERROR
+        if answer.ok:
+            message = scheduled_message(ns, name, node) + note
+            with self._wake:
+                self._events.append((pod, "Normal", "Scheduled", "Binding", message))
+                self._wake.notify()
+            return Outcome.BOUND
+        if answer.status == HTTP_CONFLICT:
+            return Outcome.CONFLICT
+        if answer.status == HTTP_NOT_FOUND:
+            return Outcome.GONE
+        log.warning("bind %s/%s to %s: HTTP %d: %s", ns, name, node, answer.status, answer.data[:300])
+        return Outcome.ERROR
+
+    def _post_events(self, reports: list[tuple[Obj, str, str, str, str]], conn: Writer) -> None:
+        """Events taken together by a writer, sent in one write; one refused as unavailable
+        is retried on a report thread (a writer never sleeps)."""
+        requests = []
+        for report in reports:
+            path, raw = self._event_request(*report)
+            self.kube.writes.acquire()
+            requests.append(("POST", path, raw))
+        for (pod, _, reason, _, _), (_, path, raw), answer in zip(
+            reports, requests, send_all(conn, requests), strict=True
+        ):
+            m = meta(pod)
+            ns, name = str(m.get("namespace")), str(m.get("name"))
+            if isinstance(answer, ApiUnavailableError) or answer.status >= HTTP_SERVER_ERROR:
+                self._reports.submit(self._retry_event, path, raw, ns, name, reason, 1)
+            elif not answer.ok:
+                log.warning(
+                    "event %s for %s/%s: HTTP %d: %s", reason, ns, name, answer.status, answer.data[:300]
+                )
 
     def _bind_and_report(
         self,
@@ -223,37 +321,20 @@ class Binder:
 
     def _bind(self, pod: Obj, node: str, note: str, conn: Writer) -> Outcome:
         m = meta(pod)
-        ns, name, uid = str(m.get("namespace")), str(m.get("name")), m.get("uid")
-        body = {
-            "apiVersion": "v1",
-            "kind": "Binding",
-            # The uid makes the API server refuse a different pod that reused the name.
-            "metadata": {"name": name, "namespace": ns, "uid": uid},
-            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
-        }
-        raw = orjson.dumps(body)
+        ns, name = str(m.get("namespace")), str(m.get("name"))
+        raw = _binding(ns, name, m.get("uid"), node)
         # The rate limit is waited out first, then the lease checked, then the bind sent: the
         # lease may have been lost while the bind waited in the queue or for a token.
         self.kube.writes.acquire()
         if not self.is_leader():
             return Outcome.NOT_LEADER
         try:
-            r = conn.request("POST", pod_path(ns, name, "binding"), raw=raw)
+            answer: Response | ApiUnavailableError = conn.request(
+                "POST", pod_path(ns, name, "binding"), raw=raw
+            )
         except ApiUnavailableError as err:
-            log.warning("bind %s/%s to %s: %s", ns, name, node, err)
-            return Outcome.ERROR
-        if r.ok:
-            message = scheduled_message(ns, name, node) + note
-            with self._wake:
-                self._events.append((pod, "Normal", "Scheduled", "Binding", message))
-                self._wake.notify()
-            return Outcome.BOUND
-        if r.status == HTTP_CONFLICT:
-            return Outcome.CONFLICT
-        if r.status == HTTP_NOT_FOUND:
-            return Outcome.GONE
-        log.warning("bind %s/%s to %s: HTTP %d: %s", ns, name, node, r.status, r.data[:300])
-        return Outcome.ERROR
+            answer = err
+        return self._outcome(pod, node, note, answer)
 
     def _bind_volumes(
         self, pod: Obj, node: str, volumes: tuple[ClaimBinding, ...], timeout_s: float
@@ -455,11 +536,14 @@ class Binder:
         except Exception:
             log.exception("reporting FailedScheduling")
 
-    def _event(
-        self, pod: Obj, kind: str, reason: str, action: str, note: str, conn: Writer | None = None
-    ) -> None:
-        """Post an event. With a writer's ``conn``, one try: an event the API server
-        refused as unavailable is retried on a report thread (a writer never sleeps)."""
+    def _event(self, pod: Obj, kind: str, reason: str, action: str, note: str) -> None:
+        """Post an event, retried a few times while the API server is unavailable."""
+        path, raw = self._event_request(pod, kind, reason, action, note)
+        m = meta(pod)
+        self._retry_event(path, raw, str(m.get("namespace")), str(m.get("name")), reason, 0)
+
+    def _event_request(self, pod: Obj, kind: str, reason: str, action: str, note: str) -> tuple[str, bytes]:
+        """The path and body of an event about the pod."""
         m = meta(pod)
         ns, name = str(m.get("namespace")), str(m.get("name"))
         body = {
@@ -484,33 +568,15 @@ class Binder:
                 "uid": m.get("uid"),
             },
         }
-        path = f"/apis/events.k8s.io/v1/namespaces/{ns}/events"
-        raw = orjson.dumps(body)
-        for attempt in range(EVENT_TRIES):
-            if attempt:
-                if conn is not None:
-                    self._reports.submit(self._retry_event, path, raw, ns, name, reason, attempt)
-                    return
-                time.sleep(EVENT_RETRY_S * attempt)
-            try:
-                r = (conn or self.kube).request("POST", path, raw=raw, rate_limited=True)
-            except ApiUnavailableError as err:
-                problem = str(err)
-                continue
-            if r.ok or r.status < HTTP_SERVER_ERROR:
-                break
-            problem = f"HTTP {r.status}: {r.data[:300]!r}"
-        else:
-            log.warning("event %s for %s/%s not recorded: %s", reason, ns, name, problem)
-            return
-        if not r.ok:
-            log.warning("event %s for %s/%s: HTTP %d: %s", reason, ns, name, r.status, r.data[:300])
+        return f"/apis/events.k8s.io/v1/namespaces/{ns}/events", orjson.dumps(body)
 
     def _retry_event(self, path: str, raw: bytes, ns: str, name: str, reason: str, attempt: int) -> None:
-        """The rest of an event's tries, after a writer's first was refused."""
+        """An event's tries from ``attempt`` on (a writer made the first); an event refused by
+        an unavailable API server is retried (upstream's broadcaster retries too)."""
         problem = ""
         for tried in range(attempt, EVENT_TRIES):
-            time.sleep(EVENT_RETRY_S * tried)
+            if tried:
+                time.sleep(EVENT_RETRY_S * tried)
             try:
                 r = self.kube.request("POST", path, raw=raw, rate_limited=True)
             except ApiUnavailableError as err:

@@ -258,6 +258,7 @@ class Connection:
         self._sock: socket.socket | None = None
         self._buf = b""
         self._used = 0.0
+        self._timeout: float | None = None
 
     def close(self) -> None:
         if self._sock is not None:
@@ -265,6 +266,7 @@ class Connection:
                 self._sock.close()
             self._sock = None
         self._buf = b""
+        self._timeout = None
 
     def _connect(self) -> socket.socket:
         sock = socket.create_connection(self.address, timeout=CONNECT_TIMEOUT_S)
@@ -299,27 +301,51 @@ class Connection:
         :class:`ApiUnavailableError` only when no HTTP answer came back."""
         if rate_limited:
             self.kube.writes.acquire()
-        head = (
-            b"%s %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: ksched\r\nAccept: application/json\r\n"
-            b"Content-Type: %s\r\nContent-Length: %d\r\n%s\r\n"
-        ) % (
-            method.encode(),
-            (self.prefix + path).encode(),
-            self.host_header,
-            content_type.encode(),
-            len(raw),
-            self.kube.auth_header(),
+        (answer,) = self.pipeline([(method, path, raw)], content_type=content_type, timeout=timeout)
+        if isinstance(answer, ApiUnavailableError):
+            raise answer
+        return answer
+
+    def pipeline(
+        self,
+        requests: list[tuple[str, str, bytes]],
+        *,
+        content_type: str = JSON,
+        timeout: float = REQUEST_TIMEOUT_S,
+    ) -> list[Response | ApiUnavailableError]:
+        """Send (method, path, encoded body) requests at once and read their answers in
+        order (HTTP/1.1 pipelining: the server answers them one after the other). A request
+        whose answer did not come back has an :class:`ApiUnavailableError` in its place; it
+        may or may not have been applied."""
+        auth = self.kube.auth_header()
+        ctype = content_type.encode()
+        data = b"".join(
+            (
+                b"%s %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: ksched\r\nAccept: application/json\r\n"
+                b"Content-Type: %s\r\nContent-Length: %d\r\n%s\r\n%s"
+            )
+            % (method.encode(), (self.prefix + path).encode(), self.host_header, ctype, len(raw), auth, raw)
+            for method, path, raw in requests
         )
+        answers: list[Response | ApiUnavailableError] = []
+        problem = "the API server closed the connection"
         try:
             sock = self._usable()
-            sock.settimeout(timeout)
-            sock.sendall(head + raw)
-            answer = self._answer(sock)
+            if timeout != self._timeout:
+                sock.settimeout(timeout)
+                self._timeout = timeout
+            sock.sendall(data)
+            for _ in requests:
+                answers.append(self._answer(sock))
+                if self._sock is None:
+                    break  # closed after that answer: the rest were not read
             self._used = time.monotonic()
-            return answer
         except (OSError, ValueError, ssl.SSLError) as err:
             self.close()
-            raise ApiUnavailableError(f"{method} {path}: {err or type(err).__name__}") from None
+            problem = str(err) or type(err).__name__
+        for method, path, _ in requests[len(answers) :]:
+            answers.append(ApiUnavailableError(f"{method} {path}: {problem}"))
+        return answers
 
     def _read(self, sock: socket.socket) -> None:
         chunk = sock.recv(65536)
