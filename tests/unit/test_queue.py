@@ -1,7 +1,10 @@
-"""SchedulingQueue: order, backoff, unschedulable moves, drops. A fake clock, no sleeps."""
+"""SchedulingQueue: order, backoff, unschedulable moves, drops. A fake clock and no sleeps, but for
+the batch window, which waits on the real clock (short waits)."""
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any
 
 import pytest
@@ -182,3 +185,61 @@ def test_a_preemption_takes_the_nominations_of_lower_priority_pods_on_its_node()
     assert taken[0]["status"]["nominatedNodeName"] == "n0", "the pod as the API server has it, to patch"
     assert sorted(object_name(p) for p in q.nominated()) == ["elsewhere", "equal"], "low holds nothing now"
     assert q.take_nominations("n0", below=5) == []
+
+
+def _add_later(q: SchedulingQueue, delay_s: float, *pods: dict[str, Any]) -> threading.Thread:
+    def run() -> None:
+        time.sleep(delay_s)
+        for p in pods:
+            q.add(p)
+
+    t = threading.Thread(target=run)
+    t.start()
+    return t
+
+
+def test_an_idle_loop_schedules_a_lone_pod_without_waiting_for_the_batch_to_fill() -> None:
+    # The loop waits on an empty queue; one pod arrives. It is handed out at once, not after
+    # maxWait (30 s here): at a steady trickle every pod would otherwise wait the whole window.
+    q = SchedulingQueue()
+    adder = _add_later(q, 0.05, queued("a"))
+    started = time.monotonic()
+    batch = q.pop_batch(100, 30.0, timeout_s=20.0)
+    elapsed = time.monotonic() - started
+    adder.join()
+    assert names(batch) == ["a"]
+    assert elapsed < 10.0, f"waited {elapsed:.1f} s for a batch to fill"
+
+
+def test_a_busy_loop_still_waits_for_its_batch_to_fill() -> None:
+    # Pods were waiting when the loop came back (it is behind): it waits up to maxWait for
+    # more, so the pods arriving meanwhile share one engine call.
+    q = SchedulingQueue()
+    q.add(queued("a"))
+    adder = _add_later(q, 0.1, queued("b"), queued("c"))
+    batch = q.pop_batch(3, 30.0, timeout_s=20.0)
+    adder.join()
+    assert names(batch) == ["a", "b", "c"]
+
+
+def test_a_busy_loop_waits_no_longer_than_max_wait() -> None:
+    q = SchedulingQueue()
+    q.add(queued("a"))
+    started = time.monotonic()
+    batch = q.pop_batch(100, 0.2, timeout_s=20.0)
+    elapsed = time.monotonic() - started
+    assert names(batch) == ["a"]
+    assert 0.2 <= elapsed < 10.0
+
+
+def test_wake_ends_an_idle_wait_and_is_ignored_by_a_loop_with_pods() -> None:
+    q = SchedulingQueue()
+    waker = threading.Thread(target=lambda: (time.sleep(0.05), q.wake()))
+    waker.start()
+    started = time.monotonic()
+    assert q.pop_batch(100, 0.0, timeout_s=20.0) == []
+    waker.join()
+    assert time.monotonic() - started < 10.0, "woken, not timed out"
+    q.wake()  # nobody waits: nothing to end
+    q.add(queued("a"))
+    assert names(q.pop_batch(100, 0.0, timeout_s=20.0)) == ["a"]

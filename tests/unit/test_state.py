@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import random
+import threading
+import time
 from typing import Any
 
 import numpy as np
 
+from ksched.config import Config
 from ksched.engine.pods import pod_requests
 from ksched.engine.snapshot import build_snapshot
+from ksched.loop.cycle import Scheduler
+from ksched.loop.queue import SchedulingQueue
 from ksched.loop.slim import slim_node, slim_pod
-from ksched.loop.state import ClusterState
+from ksched.loop.state import WAKE_AT, ClusterState
+from ksched.loop.telemetry import Telemetry
 from tests.conftest import node, pod
 
 
@@ -115,3 +121,26 @@ def test_a_node_with_a_malformed_allocatable_is_left_out_not_fatal() -> None:
     state.on_node("ADDED", slim_node(node("good")), None)
     state.sync()
     assert state.snapshot().node_names == ["good"]
+
+
+def test_an_idle_loop_applies_watch_events_without_waiting_for_a_pod() -> None:
+    # After a mass deletion (or any burst of events) the idle loop applies them as they
+    # come, so the next pod's cycle does not start by applying thousands of them.
+    state, queue = ClusterState(), SchedulingQueue()
+    scheduler = Scheduler(Config(), state, queue, None, Telemetry(), lambda: True, None)  # type: ignore[arg-type]
+    stop = threading.Event()
+    loop = threading.Thread(target=scheduler.run, args=(stop,))
+    loop.start()
+    try:
+        state.on_node("ADDED", slim_node(node("n0")), None)
+        for i in range(WAKE_AT * 3):
+            scheduler.on_pod("ADDED", bound(f"p{i}", "n0", cpu="1m"), None)
+        deadline = time.monotonic() + 20
+        while state.inbox and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not state.inbox, f"{len(state.inbox)} events still waiting"
+        assert len(state.usage) == WAKE_AT * 3
+    finally:
+        stop.set()
+        queue.close()
+        loop.join()

@@ -69,6 +69,7 @@ class Scheduler:
             p.scheduler_name: Engine(config, p.scheduler_name, seed=seed) for p in config.profiles
         }
         self.bound = 0
+        state.wake = queue.wake
         # The last failures (unschedulable pods, failed binds) as {pod, reason, message, at}.
         self.failures: deque[dict[str, object]] = deque(maxlen=RECENT_FAILURES)
 
@@ -121,6 +122,9 @@ class Scheduler:
                 self.config.batch.max_size, self.config.batch.max_wait_s, IDLE_WAIT_S
             )
             if not batch:
+                # Idle (or woken by the state's inbox filling): apply the watch events now, so
+                # the next pod's cycle does not start by applying all of them.
+                self.state.sync()
                 continue
             try:
                 self.cycle(batch)

@@ -94,6 +94,10 @@ class SchedulingQueue:
         self._nominated: set[str] = set()
         self._last_flush = clock()
         self._closed = False
+        # ``wake`` was called: a ``pop_batch`` waiting for its first pod returns empty.
+        self._woken = False
+        # A ``pop_batch`` is waiting for its first pod (read without the lock by ``wake``).
+        self._idle = False
 
     # -- informer side -------------------------------------------------
 
@@ -146,24 +150,37 @@ class SchedulingQueue:
     # -- scheduler side ------------------------------------------------
 
     def pop_batch(self, max_size: int, max_wait_s: float, timeout_s: float | None = None) -> list[QueuedPod]:
-        """Up to ``max_size`` pods in priority order. Waits (up to ``timeout_s``) for the first,
-        then up to ``max_wait_s`` more for the batch to fill. An empty list on timeout or close."""
+        """Up to ``max_size`` pods in priority order. Waits (up to ``timeout_s``) for the first.
+        If pods were already waiting when called (the loop is behind: a backlog, or pods that
+        came during the last cycle), waits up to ``max_wait_s`` more for the batch to fill;
+        if the queue was empty (the loop was idle), the pods that woke it are handed out at
+        once, as upstream schedules a pod as soon as it is popped. An empty list on timeout
+        or close."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         with self._cond:
-            while True:
-                self._flush()
-                if self._active or self._closed:
-                    break
-                wait = self._next_wakeup()
-                if deadline is not None:
-                    left = deadline - time.monotonic()
-                    if left <= 0:
+            idle: bool | None = None
+            try:
+                while True:
+                    self._flush()
+                    if idle is None:
+                        idle = not self._active
+                    if self._active or self._closed:
+                        break
+                    if self._woken:
                         return []
-                    wait = left if wait is None else min(wait, left)
-                self._cond.wait(wait)
+                    wait = self._next_wakeup()
+                    if deadline is not None:
+                        left = deadline - time.monotonic()
+                        if left <= 0:
+                            return []
+                        wait = left if wait is None else min(wait, left)
+                    self._idle = True
+                    self._cond.wait(wait)
+            finally:
+                self._idle = self._woken = False
             if self._closed:
                 return []
-            fill_by = time.monotonic() + max_wait_s
+            fill_by = time.monotonic() + (0.0 if idle else max_wait_s)
             while len(self._active) < max_size and not self._closed:
                 left = fill_by - time.monotonic()
                 if left <= 0:
@@ -181,6 +198,16 @@ class SchedulingQueue:
                 qp.pod_level_seq_at_pop = self._pod_level_seq
                 out.append(qp)
             return out
+
+    def wake(self) -> None:
+        """Have a ``pop_batch`` that waits for its first pod return empty now, so the idle
+        loop can do other work (apply the watch events queued for the cluster state). Cheap
+        when nothing waits: any thread may call it for every event."""
+        if not self._idle:
+            return
+        with self._cond:
+            self._woken = True
+            self._cond.notify_all()
 
     def take_members(self, belongs: Callable[[Obj], bool]) -> list[QueuedPod]:
         """Waiting pods (active, backing off or unschedulable) for which ``belongs(pod)``,
