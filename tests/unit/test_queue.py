@@ -212,9 +212,9 @@ def test_an_idle_loop_schedules_a_lone_pod_without_waiting_for_the_batch_to_fill
 
 
 def test_a_busy_loop_still_waits_for_its_batch_to_fill() -> None:
-    # Pods were waiting when the loop came back (it is behind): it waits up to maxWait for
-    # more, so the pods arriving meanwhile share one engine call.
-    q = SchedulingQueue()
+    # Pods were waiting when the loop came back (it is behind) and more keep coming: it
+    # waits for them (up to maxWait), so they share one engine call.
+    q = SchedulingQueue(fill_gap_s=20.0)
     q.add(queued("a"))
     adder = _add_later(q, 0.1, queued("b"), queued("c"))
     batch = q.pop_batch(3, 30.0, timeout_s=20.0)
@@ -223,13 +223,23 @@ def test_a_busy_loop_still_waits_for_its_batch_to_fill() -> None:
 
 
 def test_a_busy_loop_waits_no_longer_than_max_wait() -> None:
-    q = SchedulingQueue()
+    q = SchedulingQueue(fill_gap_s=20.0)
     q.add(queued("a"))
     started = time.monotonic()
     batch = q.pop_batch(100, 0.2, timeout_s=20.0)
     elapsed = time.monotonic() - started
     assert names(batch) == ["a"]
     assert 0.2 <= elapsed < 10.0
+
+
+def test_a_busy_loop_stops_waiting_once_pods_stop_coming() -> None:
+    # A pod came during the last cycle, then nothing: it is not held for the batch window.
+    q = SchedulingQueue(fill_gap_s=0.05)
+    q.add(queued("a"))
+    started = time.monotonic()
+    batch = q.pop_batch(100, 30.0, timeout_s=20.0)
+    assert names(batch) == ["a"]
+    assert time.monotonic() - started < 10.0, "waited for the whole batch window"
 
 
 def test_wake_ends_an_idle_wait_and_is_ignored_by_a_loop_with_pods() -> None:

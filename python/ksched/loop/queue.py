@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -32,6 +33,10 @@ MAX_BACKOFF_S = 10.0
 # Unschedulable pods are retried at least this often even without a helpful event
 # (upstream flushes after podMaxInUnschedulablePodsDuration; the issue asks for 30 s).
 UNSCHEDULABLE_FLUSH_S = 30.0
+# A batch stops waiting to fill once no pod has joined the active queue for this long: pods
+# stream in from the watch (a backlog, a burst of creations) far faster; at a trickle,
+# waiting the whole batch window would only add to each pod's latency.
+FILL_GAP_S = 0.01
 
 
 @dataclass
@@ -78,8 +83,11 @@ def backoff_s(attempts: int) -> float:
 
 
 class SchedulingQueue:
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic, fill_gap_s: float = FILL_GAP_S) -> None:
         self.clock = clock
+        self.fill_gap_s = fill_gap_s
+        # When a pod last joined the active queue (monotonic; the batch window's clock).
+        self._last_push = -math.inf
         self._cond = threading.Condition()
         self._pods: dict[str, QueuedPod] = {}
         self._active: list[tuple[int, int, str]] = []
@@ -151,11 +159,11 @@ class SchedulingQueue:
 
     def pop_batch(self, max_size: int, max_wait_s: float, timeout_s: float | None = None) -> list[QueuedPod]:
         """Up to ``max_size`` pods in priority order. Waits (up to ``timeout_s``) for the first.
-        If pods were already waiting when called (the loop is behind: a backlog, or pods that
-        came during the last cycle), waits up to ``max_wait_s`` more for the batch to fill;
-        if the queue was empty (the loop was idle), the pods that woke it are handed out at
-        once, as upstream schedules a pod as soon as it is popped. An empty list on timeout
-        or close."""
+        If the queue was empty (the loop was idle), the pods that woke it are handed out at
+        once, as upstream schedules a pod as soon as it is popped. If pods were already
+        waiting (the loop is behind: a backlog, or pods that came during the last cycle), it
+        waits for the batch to fill while pods keep coming (none for ``fill_gap_s``: stop),
+        up to ``max_wait_s``. An empty list on timeout or close."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         with self._cond:
             idle: bool | None = None
@@ -182,7 +190,7 @@ class SchedulingQueue:
                 return []
             fill_by = time.monotonic() + (0.0 if idle else max_wait_s)
             while len(self._active) < max_size and not self._closed:
-                left = fill_by - time.monotonic()
+                left = min(fill_by, self._last_push + self.fill_gap_s) - time.monotonic()
                 if left <= 0:
                     break
                 self._cond.wait(left)
@@ -337,6 +345,7 @@ class SchedulingQueue:
 
     def _push_active(self, qp: QueuedPod) -> None:
         qp.where = "active"
+        self._last_push = time.monotonic()
         heapq.heappush(self._active, (-qp.priority, qp.seq, qp.key))
         self._cond.notify_all()
 
