@@ -28,6 +28,7 @@ __all__ = [
     "UNSCHEDULABLE",
     "VOLUME_CODES",
     "EngineInputError",
+    "ScheduleCache",
     "schedule",
 ]
 
@@ -51,6 +52,15 @@ VOLUME_CODES: dict[str, int]
 
 class EngineInputError(ValueError): ...
 
+class ScheduleCache:
+    """What one ``schedule`` call leaves for the next given the same cache (the engine's
+    class and signature caches), reused only where the later call's inputs show them valid."""
+
+    def __new__(cls) -> ScheduleCache: ...
+    def clear(self) -> None: ...
+    @property
+    def signatures(self) -> int: ...
+
 def schedule(
     nodes: NodeTable,
     classes: ClassTable,
@@ -63,4 +73,5 @@ def schedule(
     deadline_s: float | None = None,
     explain: int | None = None,
     parallel: bool = True,
+    cache: ScheduleCache | None = None,
 ) -> Outcome: ...

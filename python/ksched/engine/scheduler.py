@@ -108,7 +108,15 @@ class Engine:
     >>> result = engine.schedule(snapshot, pending_pods)   # doctest: +SKIP
     """
 
-    def __init__(self, config: Config, profile: str | None = None, *, seed: int = 0, parallel: bool = True):
+    def __init__(
+        self,
+        config: Config,
+        profile: str | None = None,
+        *,
+        seed: int = 0,
+        parallel: bool = True,
+        reuse: bool = True,
+    ):
         chosen = config.profile(profile) if profile else config.profiles[0]
         if chosen is None:
             raise KschedError(
@@ -120,6 +128,10 @@ class Engine:
         self.enforced, self.added_preferred = added_affinity(chosen.added_affinity)
         self.seed = seed
         self.parallel = parallel
+        # The engine's class and signature caches, kept from one call to the next: the
+        # engine reuses them only where this call's inputs equal those they were computed
+        # from (nodes whose state moved are re-evaluated), so placements never depend on it.
+        self.cache = _core.ScheduleCache() if reuse else None
 
     def schedule(
         self,
@@ -320,6 +332,7 @@ class Engine:
             deadline_s=deadline_s,
             explain=explain_row,
             parallel=self.parallel,
+            cache=self.cache,
         )
         batch.rust_seconds += time.perf_counter() - started
         return out, victim_keys

@@ -27,7 +27,9 @@ pub use model::{
 };
 pub use plugins::MAX_NODE_SCORE;
 pub use registry::{plugin_by_name, Level, PluginId, PluginInfo, ReasonInfo, FIXED_REASONS, PLUGINS, PLUGIN_COUNT};
-pub use schedule::{schedule_batch, Explanation, Outcome, ScheduleOptions, NOT_ATTEMPTED, UNSCHEDULABLE};
+pub use schedule::{
+    schedule_batch, schedule_batch_cached, Explanation, Outcome, ScheduleCache, ScheduleOptions, NOT_ATTEMPTED, UNSCHEDULABLE,
+};
 
 #[cfg(test)]
 pub(crate) mod test_support;

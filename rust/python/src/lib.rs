@@ -12,6 +12,7 @@ mod errors;
 mod tables;
 mod views;
 
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use pyo3::prelude::*;
@@ -20,11 +21,48 @@ use pyo3::types::{PyDict, PyList};
 use arrays::Arrays;
 use ksched_core::{Metrics, ScheduleOptions};
 
+/// What one `schedule` call leaves for the next one given the same cache: the
+/// engine's class and signature caches, reused only where the later call's
+/// inputs show them valid (the result is always the one a call without a
+/// cache gives). Calls sharing a cache run one at a time.
+#[pyclass(frozen, module = "ksched._core")]
+struct ScheduleCache {
+    inner: Mutex<ksched_core::ScheduleCache>,
+}
+
+impl ScheduleCache {
+    fn lock(&self) -> std::sync::MutexGuard<'_, ksched_core::ScheduleCache> {
+        // A call that panicked took what was kept out first: what is left is empty, not stale.
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+#[pymethods]
+impl ScheduleCache {
+    #[new]
+    fn new() -> Self {
+        ScheduleCache {
+            inner: Mutex::new(ksched_core::ScheduleCache::new()),
+        }
+    }
+
+    /// Drop everything kept: the next call evaluates from scratch.
+    fn clear(&self, py: Python<'_>) {
+        py.detach(|| self.lock().clear());
+    }
+
+    /// How many signature caches are kept.
+    #[getter]
+    fn signatures(&self, py: Python<'_>) -> usize {
+        py.detach(|| self.lock().signatures())
+    }
+}
+
 /// Schedule one batch of pending pods against the node table.
 ///
 /// The arguments are the TypedDicts of `ksched.core_types`, built by `ksched.engine`.
 #[pyfunction]
-#[pyo3(signature = (nodes, classes, pods, metric_values, metric_specs, profile, *, seed=0, deadline_s=None, explain=None, parallel=true))]
+#[pyo3(signature = (nodes, classes, pods, metric_values, metric_specs, profile, *, seed=0, deadline_s=None, explain=None, parallel=true, cache=None))]
 #[allow(clippy::too_many_arguments)]
 fn schedule<'py>(
     py: Python<'py>,
@@ -38,6 +76,7 @@ fn schedule<'py>(
     deadline_s: Option<f64>,
     explain: Option<usize>,
     parallel: bool,
+    cache: Option<&Bound<'py, ScheduleCache>>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let started = Instant::now();
     let node_arrays = Arrays::new("nodes", nodes)?;
@@ -80,13 +119,18 @@ fn schedule<'py>(
         explain,
         parallel,
     };
-    let result = py.detach(|| ksched_core::schedule_batch(&node_view, &class_view, &pod_view, &metrics, &profile, &options));
+    let cache = cache.map(Bound::get);
+    let result = py.detach(|| match cache {
+        Some(c) => ksched_core::schedule_batch_cached(&node_view, &class_view, &pod_view, &metrics, &profile, &options, &mut c.lock()),
+        None => ksched_core::schedule_batch(&node_view, &class_view, &pod_view, &metrics, &profile, &options),
+    });
     convert::outcome(py, result.map_err(errors::to_py)?)
 }
 
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(schedule, m)?)?;
+    m.add_class::<ScheduleCache>()?;
     m.add("EngineInputError", m.py().get_type::<errors::EngineInputError>())?;
     tables::add(m)
 }

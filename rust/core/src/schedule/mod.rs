@@ -12,8 +12,11 @@
 //! (`preemption`) and hold the nominated node. Pods whose verdicts depend on
 //! the node alone share evaluations by signature (`signature`); pods a
 //! pod-level plugin applies to are evaluated afresh (`pod_level`). Nodes are
-//! evaluated in parallel chunks.
+//! evaluated in parallel chunks. With a `ScheduleCache`, the class and
+//! signature caches outlive the call, for the next one to reuse where its
+//! inputs show that sound (`carry`).
 
+mod carry;
 mod engine;
 mod explain;
 mod filtering;
@@ -32,6 +35,8 @@ use std::time::Instant;
 
 use crate::model::error::{self, EngineError};
 use crate::model::{Classes, Metrics, Nodes, Pods, Profile};
+use carry::Kept;
+pub use carry::ScheduleCache;
 use engine::{Engine, NODES_PER_CHUNK};
 pub use explain::Explanation;
 use filtering::ClassCache;
@@ -95,10 +100,37 @@ pub fn schedule_batch(
     profile: &Profile,
     options: &ScheduleOptions,
 ) -> Result<Outcome, EngineError> {
+    schedule_batch_with(nodes, classes, pods, metrics_in, profile, options, None)
+}
+
+/// `schedule_batch`, reusing what earlier calls with the same `cache` evaluated
+/// where that gives the same result, and leaving this call's evaluations for the
+/// next. The outcome is the one `schedule_batch` gives.
+pub fn schedule_batch_cached(
+    nodes: &Nodes,
+    classes: &Classes,
+    pods: &Pods,
+    metrics_in: &Metrics,
+    profile: &Profile,
+    options: &ScheduleOptions,
+    cache: &mut ScheduleCache,
+) -> Result<Outcome, EngineError> {
+    schedule_batch_with(nodes, classes, pods, metrics_in, profile, options, Some(cache))
+}
+
+fn schedule_batch_with(
+    nodes: &Nodes,
+    classes: &Classes,
+    pods: &Pods,
+    metrics_in: &Metrics,
+    profile: &Profile,
+    options: &ScheduleOptions,
+    cache: Option<&mut ScheduleCache>,
+) -> Result<Outcome, EngineError> {
     if options.parallel && rayon::current_thread_index().is_none() {
-        rayon::scope(|_| schedule_on_this_thread(nodes, classes, pods, metrics_in, profile, options))
+        rayon::scope(|_| schedule_on_this_thread(nodes, classes, pods, metrics_in, profile, options, cache))
     } else {
-        schedule_on_this_thread(nodes, classes, pods, metrics_in, profile, options)
+        schedule_on_this_thread(nodes, classes, pods, metrics_in, profile, options, cache)
     }
 }
 
@@ -162,6 +194,7 @@ fn schedule_on_this_thread(
     metrics_in: &Metrics,
     profile: &Profile,
     options: &ScheduleOptions,
+    mut carried: Option<&mut ScheduleCache>,
 ) -> Result<Outcome, EngineError> {
     validate(nodes, classes, pods, metrics_in, profile, options)?;
     let engine = Engine::new(nodes, classes, pods, metrics_in, profile);
@@ -170,9 +203,17 @@ fn schedule_on_this_thread(
     let chunk = if options.parallel { NODES_PER_CHUNK } else { n.max(1) };
     let parallel = options.parallel && n > chunk;
     let max_signatures = signature::max_signatures(n, nodes.resources);
-    let mut caches: Vec<Option<ClassCache>> = (0..classes.count).map(|_| None).collect();
-    let mut bases: Vec<Option<Arc<Base>>> = (0..classes.count).map(|_| None).collect();
-    let mut signatures: HashMap<Vec<i64>, SignatureCache> = HashMap::new();
+    // Taken out for the call, so a call that panics leaves nothing behind.
+    let mut kept = Kept::resume(carried.as_mut().and_then(|c| c.take()), &engine, &mut state);
+    let slots: Vec<usize> = (0..classes.count).map(|class| kept.slot_of(classes, class)).collect();
+    let call = kept.call;
+    let Kept {
+        caches,
+        bases,
+        signatures,
+        fresh,
+        ..
+    } = &mut kept;
     let mut outcome = Outcome {
         reason_offsets: vec![0],
         victim_offsets: vec![0],
@@ -192,7 +233,8 @@ fn schedule_on_this_thread(
             continue;
         }
         let pod = engine.pod_view(index);
-        let cache = &*caches[pod.class].get_or_insert_with(|| engine.class_cache(pod.class));
+        let slot = slots[pod.class];
+        let cache = &*caches[slot].get_or_insert_with(|| engine.class_cache(pod.class));
 
         // Filter and score. A pod that a pod-level plugin applies to is
         // evaluated afresh; the signature caches serve the pods whose
@@ -216,21 +258,32 @@ fn schedule_on_this_thread(
         }
         let mut own: SignatureCache;
         let mut pod_scores = None;
-        let sig = match &pod_level {
-            Some(pl) if !pl.prefilter.is_empty() => {
-                own = engine.evaluate_all(&state, cache, &mut bases[pod.class], &pod, Some(&pl.prefilter), chunk, parallel);
+        let key = signature::key(&engine, &pod, slot);
+        let sig = match (&pod_level, key) {
+            (Some(pl), _) if !pl.prefilter.is_empty() => {
+                own = engine.evaluate_all(&state, cache, &mut bases[slot], &pod, Some(&pl.prefilter), chunk, parallel);
                 let feasible = own.feasible_nodes();
                 pod_scores = Some(engine.add_pod_level_scores(&state, &pod, pl, &feasible, &mut own.totals));
                 &own
             }
-            _ => {
+            (_, None) => {
+                own = engine.evaluate_all(&state, cache, &mut bases[slot], &pod, None, chunk, parallel);
+                if let Some(pl) = &pod_level {
+                    let feasible = own.feasible_nodes();
+                    pod_scores = Some(engine.add_pod_level_scores(&state, &pod, pl, &feasible, &mut own.totals));
+                }
+                &own
+            }
+            (_, Some(key)) => {
                 let shared = shared_signature(
                     &engine,
-                    &mut signatures,
+                    signatures,
                     max_signatures,
+                    key,
+                    (call, fresh),
                     &state,
                     cache,
-                    &mut bases[pod.class],
+                    &mut bases[slot],
                     &pod,
                     chunk,
                     parallel,
@@ -305,16 +358,22 @@ fn schedule_on_this_thread(
         outcome.victim_offsets.push(outcome.victims.len() as i64);
         outcome.volume_offsets.push(outcome.volumes.len() as i64);
     }
+    if let Some(c) = carried {
+        c.put(kept.suspend(&engine, &state));
+    }
     Ok(outcome)
 }
 
 /// The signature cache of the pod's signature, brought up to date with the batch's
 /// placements (evaluated on every node the first time).
+/// Over the bound, the caches this call has not used go first, then all.
 #[allow(clippy::too_many_arguments)]
 fn shared_signature<'s>(
     engine: &Engine,
     signatures: &'s mut HashMap<Vec<i64>, SignatureCache>,
     max_signatures: usize,
+    key: Vec<i64>,
+    (call, fresh): (u64, &mut usize),
     state: &BatchState,
     cache: &ClassCache,
     base: &mut Option<Arc<Base>>,
@@ -322,16 +381,23 @@ fn shared_signature<'s>(
     chunk: usize,
     parallel: bool,
 ) -> &'s SignatureCache {
-    let key = signature::key(engine, pod);
     if !signatures.contains_key(&key) && signatures.len() >= max_signatures {
-        signatures.clear();
+        signatures.retain(|_, sig| sig.used == call);
+        if signatures.len() >= max_signatures {
+            signatures.clear();
+        }
     }
-    match signatures.entry(key) {
+    let sig = match signatures.entry(key) {
         Entry::Occupied(e) => {
             let sig = e.into_mut();
             engine.refresh(sig, state, cache, base, pod, chunk, parallel);
-            &*sig
+            sig
         }
-        Entry::Vacant(e) => &*e.insert(engine.evaluate_all(state, cache, base, pod, None, chunk, parallel)),
-    }
+        Entry::Vacant(e) => {
+            *fresh += 1;
+            e.insert(engine.evaluate_all(state, cache, base, pod, None, chunk, parallel))
+        }
+    };
+    sig.used = call;
+    &*sig
 }

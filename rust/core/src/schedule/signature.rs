@@ -19,7 +19,8 @@ use crate::plugins::{metrics, FEASIBLE};
 use crate::reasons;
 use crate::registry::{self, PreFilter, CLASS_SCORERS, CLASS_SCORES, NODE_SCORERS, NODE_SCORES};
 
-/// Signature caches kept per batch, bounded by the memory they take.
+/// Signature caches kept (within a call, and between calls with a `ScheduleCache`),
+/// bounded by the memory they take.
 const SIGNATURE_CACHE_BYTES: usize = 64 << 20;
 
 /// Reason codes one node can report for one pod: NodeResourcesFit reports
@@ -30,7 +31,7 @@ fn reason_slots(resources: usize) -> usize {
 
 /// How many signature caches fit in `SIGNATURE_CACHE_BYTES`.
 pub(super) fn max_signatures(nodes: usize, resources: usize) -> usize {
-    let per_signature = nodes * (std::mem::size_of::<NodeEval>() + 4 * reason_slots(resources)) + 1;
+    let per_signature = nodes * (std::mem::size_of::<NodeEval>() + std::mem::size_of::<f64>() + 4 * reason_slots(resources)) + 1;
     (SIGNATURE_CACHE_BYTES / per_signature).max(1)
 }
 
@@ -160,6 +161,14 @@ pub(super) struct SignatureCache {
     pub maxima: Maxima,
     /// The class base the totals were computed with (its maxima equal `maxima`).
     base: Arc<Base>,
+    /// Nodes changed in earlier calls that this cache has not re-evaluated
+    /// (they come before `BatchState::log[synced..]`), see `carry`.
+    pending: Vec<u32>,
+    /// The metric values moved since `base` was built: the maxima are
+    /// recomputed and every node rescored before the cache is used.
+    rebase: bool,
+    /// The call (`carry::Kept::call`) that last used the cache.
+    pub used: u64,
 }
 
 impl SignatureCache {
@@ -172,13 +181,35 @@ impl SignatureCache {
         let e = self.evals[node];
         (!e.feasible && e.reasons > 0).then(|| self.reasons[node * reason_slots(resources)])
     }
+
+    /// The next call's metric values differ from those `base` was built with.
+    pub fn must_rebase(&mut self) {
+        self.rebase = true;
+    }
+
+    /// The call that logged `log` ends: the nodes it changed that the cache has
+    /// not seen become pending for the next call. Whether the cache is worth
+    /// keeping (no more than `limit` nodes pending).
+    pub fn suspend(&mut self, log: &[u32], limit: usize) -> bool {
+        self.pending.extend_from_slice(&log[self.synced..]);
+        self.pending.sort_unstable();
+        self.pending.dedup();
+        self.synced = 0;
+        self.pending.len() <= limit
+    }
 }
 
-/// A pod's signature: everything besides the node table its verdicts and scores depend on.
-pub(super) fn key(engine: &Engine, pod: &PodView) -> Vec<i64> {
+/// A pod's signature: everything besides the node table its verdicts and
+/// scores depend on. `slot` stands for the pod's constraint class (its
+/// `carry` slot: one per class content). None for a nominated pod, which
+/// does not count its own nomination: it shares no signature.
+pub(super) fn key(engine: &Engine, pod: &PodView, slot: usize) -> Option<Vec<i64>> {
     let ports = &engine.pods.host_ports;
-    let mut key = Vec::with_capacity(3 + pod.request.len());
-    key.push(pod.class as i64);
+    let mut key = Vec::with_capacity(4 + pod.request.len());
+    key.push(slot as i64);
+    // Whether a priority ends the key (below), so keys of calls with and
+    // without preemption data never meet.
+    key.push(engine.pods.preemption.is_some() as i64);
     key.extend_from_slice(pod.request);
     key.extend_from_slice(pod.nonzero_request);
     for i in row(ports.offsets, pod.index) {
@@ -191,15 +222,14 @@ pub(super) fn key(engine: &Engine, pod: &PodView) -> Vec<i64> {
         key.extend(pod.images.iter().map(|&id| id as i64));
     }
     // Which nominated pods hold back a node depends on the pod's priority
-    // (and preemptions in the batch nominate more); a nominated pod does
-    // not count its own nomination, so it shares no signature.
+    // (and preemptions in the batch nominate more).
     if let Some(pre) = &engine.pods.preemption {
-        key.push(pod.priority);
         if pre.nominated[pod.index] >= 0 {
-            key.push(i64::MIN + pod.index as i64);
+            return None;
         }
+        key.push(pod.priority);
     }
-    key
+    Some(key)
 }
 
 impl Engine<'_, '_> {
@@ -361,6 +391,9 @@ impl Engine<'_, '_> {
             feasible: summary.feasible,
             maxima: summary.maxima,
             base,
+            pending: Vec::new(),
+            rebase: false,
+            used: 0,
         };
         self.rescore_all(state, &mut sig, chunk, parallel);
         sig
@@ -390,7 +423,8 @@ impl Engine<'_, '_> {
         }
     }
 
-    /// Bring a signature's cache up to date with the placements made since it was last used.
+    /// Bring a signature's cache up to date with the placements made since it
+    /// was last used (and the nodes pending from earlier calls).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn refresh(
         &self,
@@ -403,12 +437,20 @@ impl Engine<'_, '_> {
         parallel: bool,
     ) {
         let w = reason_slots(self.resources);
-        let dirty = &state.log[sig.synced..];
-        if dirty.is_empty() {
+        let pending = std::mem::take(&mut sig.pending);
+        let with_pending: Vec<u32>;
+        let dirty = if pending.is_empty() {
+            &state.log[sig.synced..]
+        } else {
+            with_pending = [&pending[..], &state.log[sig.synced..]].concat();
+            &with_pending[..]
+        };
+        if dirty.is_empty() && !sig.rebase {
             return;
         }
-        // A node leaving the feasible set moves the maxima only if it held one.
-        let mut maxima_may_move = false;
+        // A node leaving the feasible set moves the maxima only if it held one
+        // (metric values that moved since the last call may move them anywhere).
+        let mut maxima_may_move = sig.rebase;
         for &node in dirty {
             let node = node as usize;
             if cache.codes[node] != FEASIBLE as u8 {
@@ -442,9 +484,10 @@ impl Engine<'_, '_> {
                     maxima.add_node(state, cache, node);
                 }
             }
-            if maxima != sig.maxima {
+            if sig.rebase || maxima != sig.maxima {
                 sig.base = class_base(base_slot, self, state, cache, &maxima, parallel);
                 sig.maxima = maxima;
+                sig.rebase = false;
                 self.rescore_all(state, sig, chunk, parallel);
                 return;
             }

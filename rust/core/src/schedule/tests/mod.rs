@@ -1,6 +1,7 @@
 //! The batch loop's behaviour as a whole: placements, reasons, caches;
 //! preemption and nominated pods in `preemption.rs`, volumes in `volumes.rs`.
 
+mod carry;
 mod nominated;
 mod preemption;
 mod volumes;
