@@ -1,5 +1,7 @@
 """Type stub of the Rust engine module (rust/python). The dict shapes live in ``ksched.core_types``."""
 
+from typing import final
+
 import numpy as np
 import numpy.typing as npt
 
@@ -52,6 +54,7 @@ VOLUME_CODES: dict[str, int]
 
 class EngineInputError(ValueError): ...
 
+@final
 class ScheduleCache:
     """What one ``schedule`` call leaves for the next given the same cache (the engine's
     class and signature caches), reused only where the later call's inputs show them valid."""
