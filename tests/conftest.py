@@ -67,3 +67,20 @@ def pod(
     if node_name:
         body["spec"]["nodeName"] = node_name
     return body
+
+
+def failed_scheduling(fit: str, preemption: str) -> str:
+    """Upstream v1.36's FailedScheduling text for a pod without claims that fits nowhere:
+    the FitError, then the PostFilter reasons of the default profile (DynamicResources'
+    then DefaultPreemption's, joined by ", ")."""
+    return f"{fit} no new claims to deallocate, preemption: {preemption}"
+
+
+def not_helpful(total: int) -> str:
+    """DefaultPreemption's FitError when no node's failure is one eviction resolves."""
+    return f"0/{total} nodes are available: {total} Preemption is not helpful for scheduling."
+
+
+def no_victims(total: int) -> str:
+    """DefaultPreemption's FitError when no node runs a pod of lower priority to evict."""
+    return f"0/{total} nodes are available: {total} No preemption victims found for incoming pod."

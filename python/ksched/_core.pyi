@@ -22,6 +22,7 @@ __all__ = [
     "NOT_ATTEMPTED",
     "PLUGINS",
     "POD_SELECTOR_OPERATORS",
+    "POSTFILTER_CODES",
     "PROTOCOLS",
     "REASONS",
     "REASON_LAYOUT",
@@ -51,6 +52,10 @@ PROTOCOLS: dict[str, int]
 # The volume tables' sentinels: "unbound" and "missing_pv" (a claim's volume),
 # "no_selected_node" and "unknown_node" (its selected node), "provision" (Outcome["volumes"]).
 VOLUME_CODES: dict[str, int]
+# DefaultPreemption's verdicts in Outcome["postfilter_verdicts"] ("nominated", "never",
+# "terminating", "no_candidate") and the pseudo reason codes of its FitError
+# in Outcome["postfilter_codes"] ("not_helpful", "no_victims").
+POSTFILTER_CODES: dict[str, int]
 
 class EngineInputError(ValueError): ...
 

@@ -328,6 +328,13 @@ class Outcome(TypedDict):
     nominated: I64
     victim_offsets: I64
     victims: I64
+    # DefaultPreemption's PostFilter per pod that fits nowhere: the pod's row, its verdict
+    # (``POSTFILTER_CODES``), and the (reason code, nodes) of its FitError for "no_candidate".
+    postfilter_pods: I64
+    postfilter_verdicts: npt.NDArray[np.uint8]
+    postfilter_offsets: I64
+    postfilter_codes: npt.NDArray[np.uint32]
+    postfilter_counts: I64
     # Per placed pod, per claim (``VolumeArrays`` order): the PersistentVolume it binds, or ``VOLUME_CODES["provision"]``.
     volume_offsets: I64
     volumes: I64

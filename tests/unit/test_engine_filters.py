@@ -9,7 +9,7 @@ import pytest
 from ksched.config import Config
 from ksched.engine import Engine
 from ksched.engine.snapshot import build_snapshot
-from tests.conftest import node, pod
+from tests.conftest import failed_scheduling, no_victims, node, not_helpful, pod
 
 
 def schedule(
@@ -26,7 +26,7 @@ CASES: list[tuple[str, list[dict[str, Any]], dict[str, Any], str | None, str | N
         [node("a", unschedulable=True)],
         pod("p"),
         None,
-        "0/1 nodes are available: 1 node(s) were unschedulable.",
+        failed_scheduling("0/1 nodes are available: 1 node(s) were unschedulable.", not_helpful(1)),
     ),
     (
         "cordoned but tolerated",
@@ -45,7 +45,7 @@ CASES: list[tuple[str, list[dict[str, Any]], dict[str, Any], str | None, str | N
         [node("a", taints=[GPU_TAINT])],
         pod("p"),
         None,
-        "0/1 nodes are available: 1 node(s) had untolerated taint(s).",
+        failed_scheduling("0/1 nodes are available: 1 node(s) had untolerated taint(s).", not_helpful(1)),
     ),
     (
         "tolerated Equal",
@@ -66,14 +66,16 @@ CASES: list[tuple[str, list[dict[str, Any]], dict[str, Any], str | None, str | N
         [node("a", taints=[{"key": "x", "effect": "NoExecute"}])],
         pod("p"),
         None,
-        "0/1 nodes are available: 1 node(s) had untolerated taint(s).",
+        failed_scheduling("0/1 nodes are available: 1 node(s) had untolerated taint(s).", not_helpful(1)),
     ),
     (
         "nodeSelector mismatch",
         [node("a", labels={"zone": "z1"})],
         pod("p", nodeSelector={"zone": "z2"}),
         None,
-        "0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector.",
+        failed_scheduling(
+            "0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector.", not_helpful(1)
+        ),
     ),
     (
         "affinity Gt",
@@ -109,14 +111,18 @@ CASES: list[tuple[str, list[dict[str, Any]], dict[str, Any], str | None, str | N
             },
         ),
         None,
-        "0/3 nodes are available: 3 node(s) didn't satisfy plugin(s) [NodeAffinity].",
+        failed_scheduling(
+            "0/3 nodes are available: 3 node(s) didn't satisfy plugin(s) [NodeAffinity].", not_helpful(3)
+        ),
     ),
     (
         "insufficient cpu and memory",
         [node("a", cpu="1", memory="1Gi")],
         pod("p", cpu="2", memory="2Gi"),
         None,
-        "0/1 nodes are available: 1 Insufficient cpu, 1 Insufficient memory.",
+        failed_scheduling(
+            "0/1 nodes are available: 1 Insufficient cpu, 1 Insufficient memory.", not_helpful(1)
+        ),
     ),
     (
         "extended resource",
@@ -137,7 +143,10 @@ CASES: list[tuple[str, list[dict[str, Any]], dict[str, Any], str | None, str | N
         + [node(f"n{i}", cpu="100m") for i in range(8)],
         pod("p", cpu="1"),
         None,
-        "0/11 nodes are available: 1 node(s) had untolerated taint(s), 10 Insufficient cpu.",
+        failed_scheduling(
+            "0/11 nodes are available: 1 node(s) had untolerated taint(s), 10 Insufficient cpu.",
+            not_helpful(11),
+        ),
     ),
 ]
 
@@ -161,7 +170,7 @@ def test_filter_cases(
 def test_too_many_pods_counts_existing_pods() -> None:
     [got] = schedule([node("a", pods="1")], [pod("p")], [pod("old", node_name="a")])
     assert got.node is None
-    assert got.message == "0/1 nodes are available: 1 Too many pods."
+    assert got.message == failed_scheduling("0/1 nodes are available: 1 Too many pods.", no_victims(1))
 
 
 def test_host_port_conflict_with_existing_and_in_batch() -> None:
@@ -188,7 +197,9 @@ def test_init_containers_count_as_max_and_sidecars_add() -> None:
 def test_overhead_counts() -> None:
     p = pod("p", cpu="900m")
     p["spec"]["overhead"] = {"cpu": "200m"}
-    assert schedule([node("a", cpu="1")], [p])[0].message == "0/1 nodes are available: 1 Insufficient cpu."
+    assert schedule([node("a", cpu="1")], [p])[0].message == failed_scheduling(
+        "0/1 nodes are available: 1 Insufficient cpu.", not_helpful(1)
+    )
 
 
 def test_batch_never_overcommits() -> None:

@@ -14,7 +14,7 @@ from ksched.config import Config, parse_config
 from ksched.engine import Engine
 from ksched.engine.snapshot import build_snapshot
 from ksched.errors import ConfigError
-from tests.conftest import node, pod
+from tests.conftest import failed_scheduling, node, not_helpful, pod
 
 ZONE = "topology.kubernetes.io/zone"
 
@@ -114,6 +114,8 @@ GPU_POD = pod(
     resources={},
     containers=[{"name": "c", "image": "app", "resources": {"requests": {"example.com/gpu": "1"}}}],
 )
+# The node has none of it: more than its allocatable, which no eviction resolves.
+NO_GPU = failed_scheduling("0/1 nodes are available: 1 Insufficient example.com/gpu.", not_helpful(1))
 HUGEPAGES_POD = pod(
     "p", containers=[{"name": "c", "image": "app", "resources": {"requests": {"hugepages-2Mi": "2Mi"}}}]
 )
@@ -122,21 +124,21 @@ HUGEPAGES_POD = pod(
 @pytest.mark.parametrize(
     ("name", "fit_args", "pending", "want"),
     [
-        ("not ignored", {}, GPU_POD, "0/1 nodes are available: 1 Insufficient example.com/gpu."),
+        ("not ignored", {}, GPU_POD, NO_GPU),
         ("ignoredResources", {"ignoredResources": ["example.com/gpu"]}, GPU_POD, None),
         ("ignoredResourceGroups", {"ignoredResourceGroups": ["example.com"]}, GPU_POD, None),
         (
             "another group",
             {"ignoredResourceGroups": ["example.org"]},
             GPU_POD,
-            "0/1 nodes are available: 1 Insufficient example.com/gpu.",
+            NO_GPU,
         ),
         # Only extended resources are ever ignored (upstream IsExtendedResourceName).
         (
             "hugepages are not extended",
             {"ignoredResources": ["hugepages-2Mi"]},
             HUGEPAGES_POD,
-            "0/1 nodes are available: 1 Insufficient hugepages-2Mi.",
+            failed_scheduling("0/1 nodes are available: 1 Insufficient hugepages-2Mi.", not_helpful(1)),
         ),
     ],
 )
@@ -169,9 +171,10 @@ def test_added_affinity_is_required_of_every_pod_with_its_own_reason() -> None:
     placed = schedule(cfg, ZONED, [pod(f"p{i}") for i in range(4)]).placements
     assert {p.node for p in placed} == {"n1", "n2"}
     [got] = schedule(cfg, ZONED, [pod("p", nodeSelector={ZONE: "z3"})]).placements
-    assert got.message == (
+    assert got.message == failed_scheduling(
         "0/3 nodes are available: 1 node(s) didn't match scheduler-enforced node affinity, "
-        "2 node(s) didn't match Pod's node affinity/selector."
+        "2 node(s) didn't match Pod's node affinity/selector.",
+        not_helpful(3),
     )
 
 

@@ -14,11 +14,19 @@ from ksched.engine import Engine, Placement
 from ksched.engine.pods import counted_requests, host_ports, pod_requests
 from ksched.engine.snapshot import build_snapshot
 from ksched.loop.slim import slim_node, slim_pod
-from tests.conftest import node, pod
+from tests.conftest import failed_scheduling, no_victims, node, not_helpful, pod
 
-NO_PORTS = "0/1 nodes are available: 1 node(s) didn't have free ports for the requested pod ports."
-NO_ALLOCATABLE = "0/1 nodes are available: 1 Insufficient cpu, 1 Insufficient memory, 1 Too many pods."
-NO_AFFINITY = "0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector."
+NO_PORTS = failed_scheduling(
+    "0/1 nodes are available: 1 node(s) didn't have free ports for the requested pod ports.", no_victims(1)
+)
+# Asking more than a node's whole allocatable: no eviction helps (upstream Unresolvable).
+NO_ALLOCATABLE = failed_scheduling(
+    "0/1 nodes are available: 1 Insufficient cpu, 1 Insufficient memory, 1 Too many pods.", not_helpful(1)
+)
+NO_AFFINITY = failed_scheduling(
+    "0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector.", not_helpful(1)
+)
+INSUFFICIENT_CPU = failed_scheduling("0/1 nodes are available: 1 Insufficient cpu.", no_victims(1))
 
 
 def schedule(
@@ -125,7 +133,7 @@ def test_in_place_resize_counts_the_largest_of_spec_actuated_allocated(
 def test_a_pending_resize_holds_the_node() -> None:
     # 4 cpu node; the running pod asks 1 but still holds 3 actuated: a 2 cpu pod does not fit.
     [got] = schedule([node("a", cpu="4")], [pod("p", cpu="2")], [slim_pod(resized("1", "3", "3"))])
-    assert got.message == "0/1 nodes are available: 1 Insufficient cpu."
+    assert got.message == INSUFFICIENT_CPU
     [got] = schedule([node("a", cpu="4")], [pod("p", cpu="2")], [slim_pod(resized("1", "1", "1"))])
     assert got.node == "a"
 
@@ -148,7 +156,11 @@ def test_pod_level_hugepages_are_requested() -> None:
     assert requests.get("hugepages-2Mi") == 1 << 30
     assert "example.com/gpu" not in requests, "only cpu, memory and hugepages-* are pod-level resources"
     cases = [
-        ("too few hugepages", "512Mi", "0/1 nodes are available: 1 Insufficient hugepages-2Mi."),
+        (
+            "too few hugepages",
+            "512Mi",
+            failed_scheduling("0/1 nodes are available: 1 Insufficient hugepages-2Mi.", not_helpful(1)),
+        ),
         ("enough", "2Gi", None),
     ]
     for name, have, want in cases:
@@ -223,7 +235,7 @@ def test_pods_sharing_a_spec_each_count_their_own_resize_and_name_their_own_erro
     # A 4 cpu node holding the resized pod (3 cpu) after its plain twin was counted: 2 cpu do not fit.
     schedule([node("a", cpu="4")], [], [plain])
     [got] = schedule([node("a", cpu="4")], [pod("p", cpu="2")], [held])
-    assert got.message == "0/1 nodes are available: 1 Insufficient cpu."
+    assert got.message == INSUFFICIENT_CPU
     # A malformed spec is reported for every pod that has it, each by its own name.
     bad = [pod(f"bad-{i}", cpu="lots") for i in range(2)]
     got_bad = schedule([node("a")], bad)

@@ -17,7 +17,7 @@ from ksched.engine.scheduler import Placement, commit_placements
 from ksched.engine.snapshot import build_snapshot
 from ksched.engine.volumes import SELECTED_NODE, ClaimBinding, Storage, node_volume_limits
 from ksched.errors import ConfigError
-from tests.conftest import node, pod
+from tests.conftest import failed_scheduling, no_victims, node, not_helpful, pod
 
 Obj = dict[str, Any]
 ZONE = "topology.kubernetes.io/zone"
@@ -96,20 +96,24 @@ def schedule(objects: list[Obj], pending: list[Obj], existing: list[Obj] | None 
 
 
 LOCAL = storage_class("local")
+# VolumeBinding's Filter failure is UnschedulableAndUnresolvable: preemption does not help.
+NO_VOLUME = failed_scheduling(
+    "0/3 nodes are available: 3 node(s) didn't find available persistent volumes to bind.", not_helpful(3)
+)
 CASES: list[tuple[str, list[Obj], list[Obj], list[str | None], list[str | None]]] = [
     (
         "missing claim: PreFilter, with the claim's name",
         [],
         [with_claims("p", "data")],
         [None],
-        ['0/3 nodes are available: persistentvolumeclaim "data" not found.'],
+        ['0/3 nodes are available: persistentvolumeclaim "data" not found. not found'],
     ),
     (
         "unbound Immediate claim",
         [storage_class("fast", mode="Immediate"), claim("data", cls="fast")],
         [with_claims("p", "data")],
         [None],
-        ["0/3 nodes are available: pod has unbound immediate PersistentVolumeClaims."],
+        ["0/3 nodes are available: pod has unbound immediate PersistentVolumeClaims. not found"],
     ),
     (
         "bound claim: the volume's node",
@@ -130,14 +134,14 @@ CASES: list[tuple[str, list[Obj], list[Obj], list[str | None], list[str | None]]
         [LOCAL, local_pv("pv-a", "a", size="1Gi"), claim("data")],
         [with_claims("p", "data")],
         [None],
-        ["0/3 nodes are available: 3 node(s) didn't find available persistent volumes to bind."],
+        [NO_VOLUME],
     ),
     (
         "two pods never get the same volume",
         [LOCAL, local_pv("pv-a", "a"), claim("d1"), claim("d2")],
         [with_claims("p1", "d1"), with_claims("p2", "d2")],
         ["a", None],
-        [None, "0/3 nodes are available: 3 node(s) didn't find available persistent volumes to bind."],
+        [None, NO_VOLUME],
     ),
     (
         "provisioning where allowedTopologies admit the node",
@@ -173,7 +177,7 @@ CASES: list[tuple[str, list[Obj], list[Obj], list[str | None], list[str | None]]
         [LOCAL, claim("data", volume="gone")],
         [with_claims("p", "data")],
         [None],
-        ['0/3 nodes are available: persistentvolume "gone" not found.'],
+        ['0/3 nodes are available: persistentvolume "gone" not found. not found'],
     ),
 ]
 
@@ -272,9 +276,11 @@ def test_bind_timeout_is_volume_binding_args() -> None:
         parse_config(config({"shape": []}))
 
 
-RWOP_CONFLICT = (
+# A conflict eviction could resolve, but no pod of lower priority runs anywhere.
+RWOP_CONFLICT = failed_scheduling(
     "0/3 nodes are available: 3 node(s) unavailable due to PersistentVolumeClaim "
-    "with ReadWriteOncePod access mode already in-use by another pod."
+    "with ReadWriteOncePod access mode already in-use by another pod.",
+    no_victims(3),
 )
 
 
@@ -342,9 +348,11 @@ def test_node_volume_limits_count_the_volumes_attached_there() -> None:
     for p in (pinned, sharing):
         p["spec"]["nodeSelector"] = {ZONE: "z1"}
     got = Engine(Config()).schedule(snap, [pinned, sharing]).placements
-    assert got[0].message == (
+    assert got[0].message == failed_scheduling(
         "0/3 nodes are available: 1 node(s) exceed max volume count, "
-        "2 node(s) didn't match Pod's node affinity/selector."
+        "2 node(s) didn't match Pod's node affinity/selector.",
+        "0/3 nodes are available: 1 No preemption victims found for incoming pod, "
+        "2 Preemption is not helpful for scheduling.",
     )
     assert got[1].node == "a", "a volume already attached there counts once"
 
@@ -363,9 +371,7 @@ def test_malformed_storage_objects_in_a_cluster_file_reject_nodes_not_the_run() 
     )
     got = schedule([zonal, odd_pv, odd_claim], [with_claims("p", "data")])
     assert got[0].node is None
-    assert got[0].message == (
-        "0/3 nodes are available: 3 node(s) didn't find available persistent volumes to bind."
-    )
+    assert got[0].message == NO_VOLUME
     storage = Storage()
     storage.update(
         "CSINode",

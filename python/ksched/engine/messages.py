@@ -28,6 +28,21 @@ RESOURCE_CLAIMS_UNSUPPORTED = (
     "(dynamic resource allocation); schedule it with default-scheduler"
 )
 
+# PostFilter: the default profile runs DynamicResources, then DefaultPreemption
+# (v1.36 default_plugins.go). Upstream RunPostFilterPlugins joins the reasons of
+# the Unschedulable statuses with ", "; a Success (a node nominated) has no message.
+# DynamicResources' status for a pod without claims (ksched places no other):
+NO_CLAIMS_TO_DEALLOCATE = "no new claims to deallocate"
+# ...and after a PreFilter rejection that stopped before its own PreFilter ran:
+# its cycle state is missing, an Error whose message ends the list.
+DRA_STATE_NOT_FOUND = "not found"
+# DefaultPreemption (PodEligibleToPreemptOthers, Evaluator.Preempt).
+NOT_ELIGIBLE_NEVER = "not eligible due to preemptionPolicy=Never."
+NOT_ELIGIBLE_TERMINATING = "not eligible due to a terminating pod on the nominated node."
+NOT_HELPFUL = "Preemption is not helpful for scheduling"
+NO_VICTIMS = "No preemption victims found for incoming pod"
+POSTFILTER = _core.POSTFILTER_CODES
+
 
 def _number(x: float) -> str:
     return f"{x:g}"
@@ -41,6 +56,10 @@ class ReasonNames:
         self.metrics = list(metrics)
 
     def reason(self, code: int) -> str:
+        if code == POSTFILTER["not_helpful"]:
+            return NOT_HELPFUL
+        if code == POSTFILTER["no_victims"]:
+            return NO_VICTIMS
         if code in FIXED_REASONS:
             return FIXED_REASONS[code]
         r = code - FIRST_INSUFFICIENT
@@ -65,7 +84,7 @@ class ReasonNames:
 
 
 def fit_error(total_nodes: int, reason_counts: Iterable[tuple[str, int]]) -> str:
-    """Upstream ``FitError.Error()`` without a PostFilter (preemption) suffix."""
+    """Upstream ``FitError.Error()`` without a PostFilter suffix (``with_post_filter`` adds it)."""
     counts: dict[str, int] = {}
     for reason, n in reason_counts:
         counts[reason] = counts.get(reason, 0) + n
@@ -77,5 +96,25 @@ def fit_error(total_nodes: int, reason_counts: Iterable[tuple[str, int]]) -> str
 
 
 def prefilter_error(total_nodes: int, message: str) -> str:
-    """Upstream ``FitError.Error()`` when a PreFilter plugin rejected the pod."""
-    return f"0/{total_nodes} nodes are available: {message}."
+    """Upstream ``FitError.Error()`` when a PreFilter plugin before DynamicResources
+    rejected the pod as UnschedulableAndUnresolvable (every PreFilter ksched runs:
+    NodeAffinity, VolumeRestrictions, VolumeBinding): DynamicResources' PostFilter
+    finds no state of its own and fails, so DefaultPreemption never runs."""
+    return f"0/{total_nodes} nodes are available: {message}. {DRA_STATE_NOT_FOUND}"
+
+
+def post_filter(preemption: str | None) -> str:
+    """Upstream ``RunPostFilterPlugins``' message for a pod without claims that fits
+    nowhere: DynamicResources' reason, then DefaultPreemption's (``preemption``:
+    None where it is disabled, "" where it nominated a node: a Success, which
+    ends the run with no message)."""
+    if preemption == "":
+        return ""
+    if preemption is None:
+        return NO_CLAIMS_TO_DEALLOCATE
+    return f"{NO_CLAIMS_TO_DEALLOCATE}, preemption: {preemption}"
+
+
+def with_post_filter(fit: str, post: str) -> str:
+    """``FitError.Error()`` with its PostFilter message."""
+    return f"{fit} {post}" if post else fit

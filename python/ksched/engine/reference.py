@@ -16,7 +16,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ksched.config import Config, MetricConfig, ProfileConfig
-from ksched.engine.messages import AFFINITY_CONFLICT, fit_error, prefilter_error
+from ksched.engine.messages import (
+    AFFINITY_CONFLICT,
+    fit_error,
+    post_filter,
+    prefilter_error,
+    with_post_filter,
+)
 from ksched.engine.pods import PodRequirements, host_ports, pod_requests, requirements
 from ksched.engine.quantity import canonical, parse_quantity
 from ksched.engine.selectors import Requirement, Term, parse_int64, prefilter_node_names
@@ -349,7 +355,9 @@ def schedule(
             for rs in reasons.values():
                 for r in rs:
                     counts[r] = counts.get(r, 0) + 1
-            results.append(RefResult(req.key, None, None, fit_error(len(table), counts.items()), reasons, {}))
+            # No preemption here (the property tests turn it off): DynamicResources' PostFilter only.
+            message = with_post_filter(fit_error(len(table), counts.items()), post_filter(None))
+            results.append(RefResult(req.key, None, None, message, reasons, {}))
             continue
         c = req.constraints
         taint_raw = {

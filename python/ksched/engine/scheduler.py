@@ -25,10 +25,15 @@ from ksched.core_types import ExplanationArrays, Outcome, PodBatch, PreemptionAr
 from ksched.engine.inputs import ClassColumns, engine_profile, i64, metric_specs
 from ksched.engine.messages import (
     AFFINITY_CONFLICT,
+    NOT_ELIGIBLE_NEVER,
+    NOT_ELIGIBLE_TERMINATING,
+    POSTFILTER,
     RESOURCE_CLAIMS_UNSUPPORTED,
     ReasonNames,
     fit_error,
+    post_filter,
     prefilter_error,
+    with_post_filter,
 )
 from ksched.engine.pod_level import SpreadConstraint
 from ksched.engine.pods import PodRequirements, requirements
@@ -562,6 +567,33 @@ def _read_verdicts(snapshot: Snapshot, batch: _Batch, out: Outcome, victim_keys:
         lo, hi = int(offsets[j]), int(offsets[j + 1])
         return fit_error(total, [(batch.names.reason(int(codes[k])), int(counts[k])) for k in range(lo, hi)])
 
+    # DefaultPreemption's verdict per pod that fits nowhere (none: preemption disabled).
+    verdicts: dict[int, tuple[int, int]] = {
+        int(row): (int(out["postfilter_verdicts"][k]), k) for k, row in enumerate(out["postfilter_pods"])
+    }
+
+    def preemption_of(j: int, may_preempt: bool) -> str | None:
+        """DefaultPreemption's PostFilter message: None where it does not run, "" where
+        it nominated a node (upstream: Success, no message)."""
+        if j not in verdicts:
+            return None
+        verdict, k = verdicts[j]
+        if not may_preempt or verdict == POSTFILTER["never"]:
+            return NOT_ELIGIBLE_NEVER
+        if verdict == POSTFILTER["nominated"]:
+            return ""
+        if verdict == POSTFILTER["terminating"]:
+            return NOT_ELIGIBLE_TERMINATING
+        lo, hi = int(out["postfilter_offsets"][k]), int(out["postfilter_offsets"][k + 1])
+        pcodes, pcounts = out["postfilter_codes"], out["postfilter_counts"]
+        return fit_error(
+            total, [(batch.names.reason(int(pcodes[i])), int(pcounts[i])) for i in range(lo, hi)]
+        )
+
+    def failed(j: int, may_preempt: bool) -> str:
+        """Upstream's FailedScheduling message: the FitError and its PostFilter message."""
+        return with_post_filter(fit_error_of(j), post_filter(preemption_of(j, may_preempt)))
+
     for j, row in enumerate(batch.rows):
         req = row.req
         node = int(chosen[j])
@@ -569,16 +601,13 @@ def _read_verdicts(snapshot: Snapshot, batch: _Batch, out: Outcome, victim_keys:
         if nominee >= 0:
             lo, hi = int(out["victim_offsets"][j]), int(out["victim_offsets"][j + 1])
             victims = tuple(victim_keys[int(v)] for v in out["victims"][lo:hi])
+            # The nomination and victims are the Placement's; the message is upstream's
+            # (no PostFilter text for a nominating preemption).
             batch.results[row.slot] = Placement(
                 req.key,
                 None,
                 None,
-                f"{fit_error_of(j)} preemption: nominated node {snapshot.node_names[nominee]}, "
-                + (
-                    f"evicting {len(victims)} pod(s) of lower priority"
-                    if victims
-                    else "waiting for the pods preempted there to terminate"
-                ),
+                failed(j, req.may_preempt),
                 requirements=req,
                 nominated_node=snapshot.node_names[nominee],
                 victims=victims,
@@ -600,7 +629,7 @@ def _read_verdicts(snapshot: Snapshot, batch: _Batch, out: Outcome, victim_keys:
         elif node == _core.NOT_ATTEMPTED:
             batch.results[row.slot] = Placement(req.key, None, None, None, attempted=False)
         else:
-            batch.results[row.slot] = Placement(req.key, None, None, fit_error_of(j))
+            batch.results[row.slot] = Placement(req.key, None, None, failed(j, req.may_preempt))
 
 
 def _explain(

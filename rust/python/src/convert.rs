@@ -95,6 +95,11 @@ pub fn outcome<'py>(py: Python<'py>, out: Outcome) -> PyResult<Bound<'py, PyDict
     d.set_item("nominated", PyArray1::from_vec(py, out.nominated))?;
     d.set_item("victim_offsets", PyArray1::from_vec(py, out.victim_offsets))?;
     d.set_item("victims", PyArray1::from_vec(py, out.victims))?;
+    d.set_item("postfilter_pods", PyArray1::from_vec(py, out.postfilter_pods))?;
+    d.set_item("postfilter_verdicts", PyArray1::from_vec(py, out.postfilter_verdicts))?;
+    d.set_item("postfilter_offsets", PyArray1::from_vec(py, out.postfilter_offsets))?;
+    d.set_item("postfilter_codes", PyArray1::from_vec(py, out.postfilter_codes))?;
+    d.set_item("postfilter_counts", PyArray1::from_vec(py, out.postfilter_counts))?;
     d.set_item("volume_offsets", PyArray1::from_vec(py, out.volume_offsets))?;
     d.set_item("volumes", PyArray1::from_vec(py, out.volumes))?;
     match out.explanation {

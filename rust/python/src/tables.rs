@@ -4,7 +4,8 @@
 //! (fixed filter-failure reasons: code, plugin, upstream's string) with
 //! `REASON_LAYOUT` for the parameterized ones, and the enum values the input
 //! tables use (`EFFECTS`, `TOLERATION_OPERATORS`, `SELECTOR_OPERATORS`,
-//! `POD_SELECTOR_OPERATORS`, `PROTOCOLS`, `VOLUME_CODES`). Types: `ksched.core_types`.
+//! `POD_SELECTOR_OPERATORS`, `PROTOCOLS`, `VOLUME_CODES`), and DefaultPreemption's
+//! verdicts and pseudo reason codes (`POSTFILTER_CODES`). Types: `ksched.core_types`.
 
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
@@ -62,5 +63,16 @@ pub fn add(m: &Bound<'_, PyModule>) -> PyResult<()> {
     volumes.set_item("unknown_node", model::UNKNOWN_NODE)?;
     volumes.set_item("provision", ksched_core::plugins::volume_binding::PROVISION)?;
     m.add("VOLUME_CODES", volumes)?;
+    {
+        use ksched_core::plugins::default_preemption::{verdict, NOT_HELPFUL, NO_VICTIMS};
+        let pre = PyDict::new(py);
+        pre.set_item("nominated", verdict::NOMINATED)?;
+        pre.set_item("never", verdict::NEVER)?;
+        pre.set_item("terminating", verdict::TERMINATING)?;
+        pre.set_item("no_candidate", verdict::NO_CANDIDATE)?;
+        pre.set_item("not_helpful", NOT_HELPFUL)?;
+        pre.set_item("no_victims", NO_VICTIMS)?;
+        m.add("POSTFILTER_CODES", pre)?;
+    }
     Ok(())
 }

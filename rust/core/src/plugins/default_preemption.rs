@@ -38,6 +38,38 @@ pub struct Candidate {
     pub pdb_violations: usize,
 }
 
+/// What DefaultPreemption's PostFilter concluded for a pod that fits nowhere
+/// (`Outcome::postfilter_verdicts`); upstream's status message for each is in
+/// `ksched.engine.messages`.
+pub mod verdict {
+    /// A node was nominated (upstream: Success, no message).
+    pub const NOMINATED: u8 = 1;
+    /// `preemptionPolicy: Never`: "not eligible due to preemptionPolicy=Never."
+    pub const NEVER: u8 = 2;
+    /// Its victims on the nominated node are still terminating: "not eligible
+    /// due to a terminating pod on the nominated node." (the nomination stays).
+    pub const TERMINATING: u8 = 3;
+    /// No candidate: a FitError over the nodes, whose histogram holds the dry
+    /// run's reason codes and the two pseudo-codes below.
+    pub const NO_CANDIDATE: u8 = 4;
+}
+
+/// Pseudo reason code of the dry run's FitError: a node whose filter failure
+/// no eviction resolves ("Preemption is not helpful for scheduling").
+pub const NOT_HELPFUL: u32 = u32::MAX;
+/// Pseudo reason code: a node with no pod of lower priority to evict
+/// ("No preemption victims found for incoming pod").
+pub const NO_VICTIMS: u32 = u32::MAX - 1;
+
+/// Why `select_victims` found no candidate on a node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rejected {
+    /// No pod of lower priority (upstream: UnschedulableAndUnresolvable, `NO_VICTIMS`).
+    NoVictims,
+    /// The pod does not fit even with all of them removed (upstream: the failing filter's status).
+    StillUnfit,
+}
+
 /// Upstream `filterPodsWithPDBViolation`: split pods (in order) into those whose
 /// eviction would exceed a budget and the rest.
 fn split_by_pdb(v: &Victims, pods: &[usize]) -> (Vec<usize>, Vec<usize>) {
@@ -67,10 +99,13 @@ pub fn select_victims(
     on_node: &[usize],
     priority: i64,
     fits: &mut impl FnMut(&[usize]) -> bool,
-) -> Option<Candidate> {
+) -> Result<Candidate, Rejected> {
     let mut potential: Vec<usize> = on_node.iter().copied().filter(|&i| v.priorities[i] < priority).collect();
-    if potential.is_empty() || !fits(&potential) {
-        return None;
+    if potential.is_empty() {
+        return Err(Rejected::NoVictims);
+    }
+    if !fits(&potential) {
+        return Err(Rejected::StillUnfit);
     }
     potential.sort_by(|&a, &b| more_important(v, a, b));
     let (violating, fine) = split_by_pdb(v, &potential);
@@ -88,7 +123,7 @@ pub fn select_victims(
         }
     }
     victims.sort_by(|&a, &b| more_important(v, a, b));
-    Some(Candidate {
+    Ok(Candidate {
         node,
         victims,
         pdb_violations,
@@ -172,8 +207,14 @@ mod tests {
         // Pods 0 (prio 5) and 2 (prio 3) are reprieved; the two of priority 1 go.
         assert_eq!(c.victims, vec![1, 3]);
         assert_eq!(c.pdb_violations, 0);
-        // Nothing of lower priority: not a candidate.
-        assert!(select_victims(&v, 0, &[0, 1, 2, 3], 1, &mut fits).is_none());
+        // Nothing of lower priority: not a candidate (upstream TestPostFilter
+        // "pod with tied priority is still unschedulable").
+        assert_eq!(select_victims(&v, 0, &[0, 1, 2, 3], 1, &mut fits), Err(Rejected::NoVictims));
+        // Upstream "no candidate nodes found, no enough resource after removing low priority pods".
+        assert_eq!(
+            select_victims(&v, 0, &[0, 1, 2, 3], 10, &mut |_: &[usize]| false),
+            Err(Rejected::StillUnfit)
+        );
     }
 
     #[test]

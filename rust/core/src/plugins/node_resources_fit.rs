@@ -58,6 +58,23 @@ pub fn filter(
     fits
 }
 
+/// Upstream `InsufficientResource.Unresolvable`: the pod asks more of a checked
+/// resource than the node's whole allocatable, so the node's failure is
+/// UnschedulableAndUnresolvable and no eviction can make room (preemption
+/// skips the node: "Preemption is not helpful for scheduling").
+pub fn exceeds_allocatable(allocatable: &[i64], request: &[i64], requested_columns: &[usize]) -> bool {
+    requested_columns.iter().any(|&r| {
+        let want = request[r];
+        let counted = if r < FIRST_SCALAR { want > 0 } else { want != 0 };
+        counted && want > allocatable[r]
+    })
+}
+
+/// Whether `code` is one of this plugin's reasons.
+pub fn reports(code: u32, resources: usize) -> bool {
+    code == TOO_MANY_PODS || (FIRST_INSUFFICIENT..FIRST_INSUFFICIENT + resources as u32).contains(&code)
+}
+
 /// The node-side amount already allocated for scoring: cpu and memory use the
 /// non-zero defaults (upstream `NonZeroRequested`), the rest real requests.
 #[inline]

@@ -78,6 +78,15 @@ pub struct Outcome {
     pub nominated: Vec<i64>,
     pub victim_offsets: Vec<i64>,
     pub victims: Vec<i64>,
+    /// DefaultPreemption's PostFilter per pod that fits nowhere (none where
+    /// preemption is disabled): the pod, its `default_preemption::verdict`, and
+    /// for `NO_CANDIDATE` the (reason code, nodes) of its FitError, where
+    /// `default_preemption::NOT_HELPFUL` and `NO_VICTIMS` are pseudo-codes.
+    pub postfilter_pods: Vec<i64>,
+    pub postfilter_verdicts: Vec<u8>,
+    pub postfilter_offsets: Vec<i64>,
+    pub postfilter_codes: Vec<u32>,
+    pub postfilter_counts: Vec<i64>,
     /// Per placed pod, per claim (in `Volumes` order): the PersistentVolume
     /// it binds (`Volumes` index), or `volume_binding::PROVISION`. Empty for
     /// pods not placed.
@@ -218,6 +227,7 @@ fn schedule_on_this_thread(
         reason_offsets: vec![0],
         victim_offsets: vec![0],
         volume_offsets: vec![0],
+        postfilter_offsets: vec![0],
         ..Outcome::default()
     };
 
@@ -342,7 +352,17 @@ fn schedule_on_this_thread(
             None => {
                 outcome.nodes.push(UNSCHEDULABLE);
                 outcome.scores.push(f64::NAN);
-                if let Some(c) = engine.preempt(&state, cache, &pod, sig, options.seed) {
+                let post = engine.preempt(&state, cache, &pod, sig, options.seed);
+                if post.verdict != 0 {
+                    outcome.postfilter_pods.push(index as i64);
+                    outcome.postfilter_verdicts.push(post.verdict);
+                    for &(code, count) in &post.histogram {
+                        outcome.postfilter_codes.push(code);
+                        outcome.postfilter_counts.push(count);
+                    }
+                    outcome.postfilter_offsets.push(outcome.postfilter_codes.len() as i64);
+                }
+                if let Some(c) = post.candidate {
                     nominated = c.node as i64;
                     for &v in &c.victims {
                         state.taken[v] = true;

@@ -12,72 +12,125 @@ use super::select::splitmix64;
 use super::signature::SignatureCache;
 use super::state::BatchState;
 use crate::model::{row, Victims};
+use crate::plugins::default_preemption::{verdict, Rejected};
 use crate::plugins::node_ports::HostPort;
-use crate::plugins::{default_preemption, FEASIBLE};
+use crate::plugins::{default_preemption, node_resources_fit, FEASIBLE};
 use crate::registry::{self, NodeInput};
 
-impl Engine<'_, '_> {
-    /// The candidate node and its victims, or None (not allowed, nothing to
-    /// evict, or no node where the pod would fit).
-    pub(super) fn preempt(
-        &self,
-        state: &BatchState,
-        cache: &ClassCache,
-        pod: &PodView,
-        sig: &SignatureCache,
-        seed: u64,
-    ) -> Option<default_preemption::Candidate> {
-        let pre = self.pods.preemption.as_ref()?;
-        if !self.profile.preemption || pre.allowed[pod.index] == 0 {
-            return None;
+/// DefaultPreemption's PostFilter verdict for a pod that fits nowhere.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(super) struct PostFilter {
+    /// A `default_preemption::verdict` code, 0 when preemption is disabled.
+    pub verdict: u8,
+    /// The node to nominate (with victims, or none while earlier ones terminate).
+    pub candidate: Option<default_preemption::Candidate>,
+    /// `NO_CANDIDATE`'s FitError: (reason code, nodes) by code, over every node.
+    pub histogram: Vec<(u32, i64)>,
+}
+
+impl PostFilter {
+    fn verdict(verdict: u8) -> Self {
+        PostFilter {
+            verdict,
+            ..PostFilter::default()
         }
+    }
+}
+
+impl Engine<'_, '_> {
+    /// Upstream `DefaultPreemption.PostFilter` (`Evaluator.Preempt`): the candidate
+    /// node and its victims, or why there is none.
+    pub(super) fn preempt(&self, state: &BatchState, cache: &ClassCache, pod: &PodView, sig: &SignatureCache, seed: u64) -> PostFilter {
+        if !self.profile.preemption {
+            return PostFilter::default();
+        }
+        // Upstream PodEligibleToPreemptOthers, first: preemptionPolicy Never.
+        if self.pods.preemption.as_ref().is_some_and(|pre| pre.allowed[pod.index] == 0) {
+            return PostFilter::verdict(verdict::NEVER);
+        }
+        // The nodes whose failure evicting pods could resolve (upstream: status
+        // Unschedulable); the others are "not helpful" in the FitError.
+        let potential: Vec<usize> = (0..self.nodes.count).filter(|&node| self.resolvable_on(sig, pod, node)).collect();
+        let mut why: Vec<u32> = vec![default_preemption::NOT_HELPFUL; self.nodes.count - potential.len()];
+        let Some(pre) = self.pods.preemption.as_ref() else {
+            // The caller leaves the input out when no pod of the batch has a pod of
+            // lower priority to evict (and none is nominated): nothing to evict anywhere.
+            why.extend(potential.iter().map(|_| default_preemption::NO_VICTIMS));
+            return no_candidate(why);
+        };
         let v = &pre.victims;
         // A pod whose earlier preemption is still evicting waits for it, keeping its
         // nomination (upstream PodEligibleToPreemptOthers): no new victims. Unless its
         // nominated node now fails a filter no eviction resolves: then it may preempt again.
         let nominated = pre.nominated[pod.index];
         if nominated >= 0
-            && sig
-                .first_reason(nominated as usize, self.resources)
-                .is_none_or(|code| registry::resolvable(code, self.resources))
+            && (sig.first_reason(nominated as usize, self.resources).is_none() || self.resolvable_on(sig, pod, nominated as usize))
             && state.victims_on[nominated as usize]
                 .iter()
                 .any(|&i| v.terminating[i] != 0 && v.priorities[i] < pod.priority)
         {
-            return Some(default_preemption::Candidate {
-                node: nominated as usize,
-                victims: Vec::new(),
-                pdb_violations: 0,
-            });
+            return PostFilter {
+                verdict: verdict::TERMINATING,
+                candidate: Some(default_preemption::Candidate {
+                    node: nominated as usize,
+                    victims: Vec::new(),
+                    pdb_violations: 0,
+                }),
+                histogram: Vec::new(),
+            };
         }
-        // Upstream findCandidates and DryRunPreemption: the nodes whose failure evicting
-        // pods could resolve, tried from a random offset (the seeded tie-break's hash, so
-        // reproducible) until candidates are found on `num_candidates` of them, at least one
-        // of which violates no PodDisruptionBudget.
-        let potential: Vec<usize> = (0..self.nodes.count)
-            .filter(|&node| matches!(sig.first_reason(node, self.resources), Some(code) if registry::resolvable(code, self.resources)))
-            .collect();
         if potential.is_empty() {
-            return None;
+            return no_candidate(why);
         }
+        // Upstream findCandidates and DryRunPreemption: the potential nodes, tried from
+        // a random offset (the seeded tie-break's hash, so reproducible) until candidates
+        // are found on `num_candidates` of them, at least one of which violates no
+        // PodDisruptionBudget. Each node that yields none records why (upstream's
+        // per-node dry-run status) for the FitError when no node does.
         let wanted = default_preemption::num_candidates(potential.len());
         let offset = (splitmix64(seed ^ splitmix64(self.pods.keys[pod.index])) % potential.len() as u64) as usize;
         let mut candidates = Vec::new();
         let mut non_violating = 0;
+        let mut unfit = Vec::new();
         for i in 0..potential.len() {
             let node = potential[(offset + i) % potential.len()];
             let on_node: Vec<usize> = state.victims_on[node].iter().copied().filter(|&i| !state.taken[i]).collect();
-            let mut fits = |removed: &[usize]| self.fits_without(state, cache, pod, node, removed, v);
-            if let Some(c) = default_preemption::select_victims(v, node, &on_node, pod.priority, &mut fits) {
-                non_violating += usize::from(c.pdb_violations == 0);
-                candidates.push(c);
-                if non_violating > 0 && candidates.len() >= wanted {
-                    break;
+            let mut fits = |removed: &[usize]| self.fits_without(state, cache, pod, node, removed, v, &mut unfit);
+            match default_preemption::select_victims(v, node, &on_node, pod.priority, &mut fits) {
+                Ok(c) => {
+                    non_violating += usize::from(c.pdb_violations == 0);
+                    candidates.push(c);
+                    if non_violating > 0 && candidates.len() >= wanted {
+                        break;
+                    }
                 }
+                Err(Rejected::NoVictims) => why.push(default_preemption::NO_VICTIMS),
+                // The first failing filter's reasons with every lower-priority pod removed.
+                Err(Rejected::StillUnfit) => why.extend_from_slice(&unfit),
             }
         }
-        let best = default_preemption::pick(v, &candidates)?;
-        Some(candidates.swap_remove(best))
+        match default_preemption::pick(v, &candidates) {
+            Some(best) => PostFilter {
+                verdict: verdict::NOMINATED,
+                candidate: Some(candidates.swap_remove(best)),
+                histogram: Vec::new(),
+            },
+            None => no_candidate(why),
+        }
+    }
+
+    /// Whether evicting pods could resolve the node's filter failure (upstream: its
+    /// status is Unschedulable, not UnschedulableAndUnresolvable): a reason eviction
+    /// can resolve, and for NodeResourcesFit no request above the node's allocatable.
+    fn resolvable_on(&self, sig: &SignatureCache, pod: &PodView, node: usize) -> bool {
+        let r = self.resources;
+        match sig.first_reason(node, r) {
+            Some(code) if node_resources_fit::reports(code, r) => {
+                !node_resources_fit::exceeds_allocatable(&self.nodes.allocatable[node * r..(node + 1) * r], pod.request, &pod.fit_columns)
+            }
+            Some(code) => registry::resolvable(code, r),
+            None => false,
+        }
     }
 
     /// Whether the pod passes every filter on `node` with the `removed`
@@ -87,8 +140,25 @@ impl Engine<'_, '_> {
     /// pod-level ones over the pods on nodes without them. Where nominated
     /// pods count for the pod there, twice as `evaluate`: with them, then
     /// without them (upstream's dry run runs the filters with nominated pods).
-    fn fits_without(&self, state: &BatchState, cache: &ClassCache, pod: &PodView, node: usize, removed: &[usize], v: &Victims) -> bool {
-        if cache.codes[node] != FEASIBLE as u8 || state.metric_codes[node] != FEASIBLE {
+    /// `why` gets the failing filter's reason codes.
+    #[allow(clippy::too_many_arguments)]
+    fn fits_without(
+        &self,
+        state: &BatchState,
+        cache: &ClassCache,
+        pod: &PodView,
+        node: usize,
+        removed: &[usize],
+        v: &Victims,
+        why: &mut Vec<u32>,
+    ) -> bool {
+        why.clear();
+        if cache.codes[node] != FEASIBLE as u8 {
+            why.push(cache.codes[node] as u32);
+            return false;
+        }
+        if state.metric_codes[node] != FEASIBLE {
+            why.push(state.metric_codes[node]);
             return false;
         }
         let r = self.resources;
@@ -120,7 +190,7 @@ impl Engine<'_, '_> {
             let requested = without_victims(requested);
             let count = count - removed.len() as i64;
             let input = self.node_input(state, pod, node, &requested, count, placed_ports, &freed, None);
-            if !self.passes_node_level(&input, &mut |_| {}) {
+            if !self.passes_node_level(&input, &mut |code| why.push(code)) {
                 return false;
             }
             if self.pods.table.is_none() {
@@ -135,7 +205,7 @@ impl Engine<'_, '_> {
                 with_nominated: with.as_ref(),
                 ..input
             };
-            self.passes_pod_level(&input, &mut |_| {})
+            self.passes_pod_level(&input, &mut |code| why.push(code))
         };
         if state.has_nominated_for(pod, node) {
             let (mut buf, mut ports_buf) = (Vec::new(), Vec::new());
@@ -147,5 +217,22 @@ impl Engine<'_, '_> {
         }
         let requested = &state.requested[node * r..(node + 1) * r];
         passes(requested, state.pod_count[node], &state.placed_ports[node], false)
+    }
+}
+
+/// `NO_CANDIDATE` with the per-node reasons counted by code (upstream FitError's histogram).
+fn no_candidate(mut why: Vec<u32>) -> PostFilter {
+    why.sort_unstable();
+    let mut histogram: Vec<(u32, i64)> = Vec::new();
+    for code in why {
+        match histogram.last_mut() {
+            Some((c, n)) if *c == code => *n += 1,
+            _ => histogram.push((code, 1)),
+        }
+    }
+    PostFilter {
+        verdict: verdict::NO_CANDIDATE,
+        candidate: None,
+        histogram,
     }
 }

@@ -1,6 +1,15 @@
 //! Preemption and nominated pods: victims, candidate sampling, the nominated node first, what nominated pods hold.
 
 use super::*;
+use crate::plugins::default_preemption::{verdict, NOT_HELPFUL, NO_VICTIMS};
+
+/// DefaultPreemption's PostFilter verdict for `pod` and its FitError histogram (None: not run).
+fn postfilter(out: &Outcome, pod: usize) -> Option<(u8, Vec<(u32, i64)>)> {
+    let k = out.postfilter_pods.iter().position(|&p| p == pod as i64)?;
+    let (lo, hi) = (out.postfilter_offsets[k] as usize, out.postfilter_offsets[k + 1] as usize);
+    let histogram = (lo..hi).map(|i| (out.postfilter_codes[i], out.postfilter_counts[i])).collect();
+    Some((out.postfilter_verdicts[k], histogram))
+}
 
 #[test]
 fn preemption_evicts_the_fewest_lowest_priority_pods_and_reserves_the_node() {
@@ -74,6 +83,10 @@ fn preemption_evicts_the_fewest_lowest_priority_pods_and_reserves_the_node() {
     // The 1-cpu pod of priority 0 would have fit node 0; the nomination holds it.
     assert_eq!(out.nodes[1], UNSCHEDULABLE, "node 0 is held for the nominated pod");
     assert_eq!(out.nominated[1], -1);
+    // Upstream TestPostFilter "pod with higher priority can be made schedulable" (Success)
+    // and "pod with tied priority is still unschedulable": nothing of lower priority anywhere.
+    assert_eq!(postfilter(&out, 0), Some((verdict::NOMINATED, vec![])));
+    assert_eq!(postfilter(&out, 1), Some((verdict::NO_CANDIDATE, vec![(NO_VICTIMS, 2)])));
 
     // Already nominated to node 0 while a victim there is still terminating:
     // it waits, keeping the nomination, and evicts nobody else.
@@ -84,6 +97,7 @@ fn preemption_evicts_the_fewest_lowest_priority_pods_and_reserves_the_node() {
     let out = schedule(&nodes.view(), &pods);
     assert_eq!(out.nominated[0], 0);
     assert!(row(&out.victim_offsets, 0).is_empty());
+    assert_eq!(postfilter(&out, 0), Some((verdict::TERMINATING, vec![])));
 
     // The same, but node 0 was cordoned since: a failure no eviction resolves,
     // so the pod may preempt again (upstream PodEligibleToPreemptOthers), on node 1.
@@ -105,6 +119,114 @@ fn preemption_evicts_the_fewest_lowest_priority_pods_and_reserves_the_node() {
     let out = schedule(&nodes.view(), &pods);
     assert_eq!(out.nominated[0], -1);
     assert_eq!(out.nodes[1], 0);
+    assert_eq!(postfilter(&out, 0), Some((verdict::NEVER, vec![])));
+
+    // Disabled in the profile: no verdict at all.
+    let profile = Profile {
+        preemption: false,
+        ..Profile::default()
+    };
+    let out = schedule_batch(
+        &nodes.view(),
+        &classes.view(),
+        &pods,
+        &no_metrics(),
+        &profile,
+        &ScheduleOptions::default(),
+    )
+    .unwrap();
+    assert_eq!(postfilter(&out, 0), None);
+}
+
+#[test]
+fn no_candidate_reports_each_nodes_dry_run_status() {
+    // Upstream TestPostFilter "no candidate nodes found with mixed reason, 2
+    // UnschedulableAndUnresolvable nodes and 2 nodes don't have enough CPU resource":
+    // nodes 0 and 1 (4 cpu) each run a 1-cpu pod of priority 0 and 2 cpu of pods
+    // that may not be evicted, nodes 2 and 3 are cordoned. A 3-cpu pod of priority
+    // 10 fits nowhere, even with the 1-cpu pods gone.
+    let mut b = NodeBuilder::default();
+    for i in 0..4 {
+        b.node(|n| {
+            n.allocatable[CPU] = 4000;
+            n.unschedulable = i >= 2;
+            if i < 2 {
+                n.requested[CPU] = 3000;
+                n.pod_count = 2;
+            }
+        });
+    }
+    let nodes = b.build();
+    let mut classes = OwnedClasses::default();
+    classes.add(|_| {});
+    let owned = OwnedPods::new(&[pod(3000, 1), pod(1500, 2)]);
+    let mut pods = owned.view();
+    let victim = |node| TestVictim {
+        row: -1,
+        node,
+        priority: 0,
+        request: vec![1000],
+        ..TestVictim::default()
+    };
+    let owned_victims = OwnedVictims::new(&[victim(0), victim(1)], 4, vec![]);
+    let no_ports = OwnedPorts::new(vec![]);
+    pods.preemption = Some(crate::model::Preemption {
+        priorities: &[10, 10],
+        allowed: &[1, 1],
+        nominated: &[-1, -1],
+        victims: owned_victims.view(),
+        reservations: crate::model::Reservations {
+            nodes: &[],
+            rows: &[],
+            priorities: &[],
+            requests: &[],
+            ports: no_ports.view(),
+        },
+    });
+    let out = schedule_batch(
+        &nodes.view(),
+        &classes.view(),
+        &pods,
+        &no_metrics(),
+        &Profile::default(),
+        &ScheduleOptions::default(),
+    )
+    .unwrap();
+    assert_eq!(out.nominated[0], -1);
+    assert_eq!(
+        postfilter(&out, 0),
+        Some((verdict::NO_CANDIDATE, vec![(insufficient(CPU), 2), (NOT_HELPFUL, 2)]))
+    );
+    // The 1.5-cpu pod fits once the 1-cpu pod leaves: nominated.
+    assert_eq!(postfilter(&out, 1), Some((verdict::NOMINATED, vec![])));
+
+    // Asking more than a node's whole allocatable (upstream InsufficientResource.Unresolvable):
+    // no eviction helps there.
+    let big = OwnedPods::new(&[pod(5000, 1)]);
+    let mut pods = big.view();
+    pods.preemption = Some(crate::model::Preemption {
+        priorities: &[10],
+        allowed: &[1],
+        nominated: &[-1],
+        victims: owned_victims.view(),
+        reservations: crate::model::Reservations {
+            nodes: &[],
+            rows: &[],
+            priorities: &[],
+            requests: &[],
+            ports: no_ports.view(),
+        },
+    });
+    let out = schedule_batch(
+        &nodes.view(),
+        &classes.view(),
+        &pods,
+        &no_metrics(),
+        &Profile::default(),
+        &ScheduleOptions::default(),
+    )
+    .unwrap();
+    assert_eq!(postfilter(&out, 0), Some((verdict::NO_CANDIDATE, vec![(NOT_HELPFUL, 4)])));
 }
 
 #[test]
