@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ksched.commands.chaos import NS, _deleter_kind, read_audit
+from ksched.commands.chaos import EVICTING_CLIENTS, NS, _deleter_kind, read_audit
 
 
 def _event(verb: str, code: int, user: str, name: str, sub: str = "", **extra: Any) -> str:
@@ -52,6 +52,21 @@ def test_audit_log_names_generated_pods_and_who_deleted_each(tmp_path: Path) -> 
             "web-7d9f-fghij",
             userAgent="kube-controller-manager/v1.36.3 (linux/amd64) kubernetes/abc/replicaset-controller",
         ),
+        # The taint manager evicts with the node controller's client; the pod collector with its own.
+        _event(
+            "delete",
+            200,
+            "admin",
+            "gang-7-m0",
+            userAgent="kube-controller-manager/v1.36.3 (linux/amd64) kubernetes/abc/node-controller",
+        ),
+        _event(
+            "delete",
+            200,
+            "admin",
+            "bare-2",
+            userAgent="kube-controller-manager/v1.36.3 (linux/amd64) kubernetes/abc/pod-garbage-collector",
+        ),
         "{cut short by a restart",
     ]
     path = tmp_path / "audit.log"
@@ -66,7 +81,10 @@ def test_audit_log_names_generated_pods_and_who_deleted_each(tmp_path: Path) -> 
         ("bare-1", "ksched preemption"),
         ("web-7d9f-abcde", "the soak"),
         ("web-7d9f-fghij", "replicaset-controller"),
+        ("gang-7-m0", "node-controller"),
+        ("bare-2", "pod-garbage-collector"),
     ]
+    assert {_deleter_kind(d.user) for d in audit.deletes[-2:]} == set(EVICTING_CLIENTS)
 
 
 def test_deleter_kinds_name_controllers_and_components() -> None:

@@ -263,6 +263,7 @@ def up(
     zones: int = 3,
     with_scheduler: bool = False,
     with_controllers: bool = False,
+    extra_controllers: tuple[str, ...] = (),
     prometheus_targets: str | None = None,
     scheduler_qps: float = 5000.0,
     percentage_of_nodes_to_score: int = 0,
@@ -270,6 +271,8 @@ def up(
 ) -> ClusterState:
     """Build what is missing, start the control plane and wait until every node is Ready.
 
+    ``extra_controllers`` are kube-controller-manager controllers to run beside the workload
+    controllers (``with_controllers``), e.g. ``taint-eviction-controller``.
     With ``audit_policy`` (an audit.k8s.io/v1 Policy) kube-apiserver writes the
     requests it selects to ``audit.log`` in the state directory, one JSON event a line."""
     existing = load_state()
@@ -305,6 +308,7 @@ def up(
             zones,
             with_scheduler,
             with_controllers,
+            extra_controllers,
             prometheus_targets,
             scheduler_qps,
             percentage_of_nodes_to_score,
@@ -325,6 +329,7 @@ def _start(
     zones: int,
     with_scheduler: bool,
     with_controllers: bool,
+    extra_controllers: tuple[str, ...],
     prometheus_targets: str | None,
     scheduler_qps: float,
     percentage: int,
@@ -500,9 +505,19 @@ def _start(
                 f"--secure-port={port}",
                 "--leader-elect=false",
                 "--use-service-account-credentials=false",
-                "--controllers=deployment-controller,replicaset-controller,statefulset-controller,"
-                "garbage-collector-controller,namespace-controller,disruption-controller,"
-                "persistentvolume-binder-controller",
+                "--controllers="
+                + ",".join(
+                    (
+                        "deployment-controller",
+                        "replicaset-controller",
+                        "statefulset-controller",
+                        "garbage-collector-controller",
+                        "namespace-controller",
+                        "disruption-controller",
+                        "persistentvolume-binder-controller",
+                        *extra_controllers,
+                    )
+                ),
                 "--pvclaimbinder-sync-period=1s",
             ],
         )
