@@ -144,3 +144,26 @@ def test_an_idle_loop_applies_watch_events_without_waiting_for_a_pod() -> None:
         stop.set()
         queue.close()
         loop.join()
+
+
+def test_a_follower_applies_watch_events_while_another_replica_leads() -> None:
+    # A replica that is not leader never schedules, but keeps its state current: its inbox
+    # does not grow for as long as the other leads, and a takeover starts from a fresh state.
+    state, queue = ClusterState(), SchedulingQueue()
+    scheduler = Scheduler(Config(), state, queue, None, Telemetry(), lambda: False, None)  # type: ignore[arg-type]
+    stop = threading.Event()
+    loop = threading.Thread(target=scheduler.run, args=(stop,))
+    loop.start()
+    try:
+        state.on_node("ADDED", slim_node(node("n0")), None)
+        for i in range(10):
+            scheduler.on_pod("ADDED", bound(f"p{i}", "n0", cpu="1m"), None)
+        deadline = time.monotonic() + 10
+        while state.inbox and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not state.inbox, f"{len(state.inbox)} events still waiting"
+        assert len(state.usage) == 10
+    finally:
+        stop.set()
+        queue.close()
+        loop.join()

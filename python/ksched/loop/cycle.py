@@ -115,6 +115,9 @@ class Scheduler:
         """Schedule until ``stop`` is set; waits while another replica leads."""
         while not stop.is_set():
             if not self.is_leader():
+                # A follower applies the watch events too: its inbox would otherwise grow for as
+                # long as another replica leads, and its first cycle as leader apply all of them.
+                self.state.sync()
                 stop.wait(IDLE_WAIT_S)
                 continue
             self._hand_off_overdue()
