@@ -59,8 +59,14 @@ LEASE_S = 6.0
 REPLICAS = ("chaos-a", "chaos-b")
 POOL_LABEL = "chaos.ksched.io/pool"
 # Controllers that delete bound pods: NoExecute taints evict, pods on deleted nodes are collected;
-# and the names their requests carry (the taint manager uses the node controller's client).
-EVICTING_CONTROLLERS = ("taint-eviction-controller", "pod-garbage-collector-controller")
+# and the names their requests carry (the taint manager uses the node controller's client). The
+# taint manager finds a node's pods through an index of pods by node that it does not add itself
+# (the node lifecycle or DaemonSet controller does); the DaemonSet controller, idle here, adds it.
+EVICTING_CONTROLLERS = (
+    "taint-eviction-controller",
+    "pod-garbage-collector-controller",
+    "daemonset-controller",
+)
 EVICTING_CLIENTS = ("node-controller", "pod-garbage-collector")
 POOL_TAINT = {"key": "chaos.ksched.io/preempt", "value": "true", "effect": "NoSchedule"}
 CHAOS_TAINT = {"key": "chaos.ksched.io/evict", "value": "true", "effect": "NoExecute"}
