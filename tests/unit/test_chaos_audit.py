@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ksched.commands.chaos import EVICTING_CLIENTS, NS, _deleter_kind, read_audit
+from ksched.commands.chaos import EVICTING_CLIENTS, NS, _deleter_kind, first_deleters, read_audit
 
 
 def _event(verb: str, code: int, user: str, name: str, sub: str = "", **extra: Any) -> str:
@@ -85,6 +85,20 @@ def test_audit_log_names_generated_pods_and_who_deleted_each(tmp_path: Path) -> 
         ("bare-2", "pod-garbage-collector"),
     ]
     assert {_deleter_kind(d.user) for d in audit.deletes[-2:]} == set(EVICTING_CLIENTS)
+
+
+def test_the_first_delete_names_who_deleted_a_pod(tmp_path: Path) -> None:
+    # The full soak counted a gang member the taint manager evicted as deleted by the soak: KWOK
+    # finishes a graceful delete with a second delete, as the cluster's admin.
+    agent = "kube-controller-manager/v1.36.3 (linux/amd64) kubernetes/abc/node-controller"
+    lines = [
+        _event("delete", 200, "admin", "gang-1-m5", userAgent=agent),
+        _event("delete", 200, "admin", "gang-1-m5", userAgent="kwok/v0.8.0 (linux/amd64)"),
+    ]
+    path = tmp_path / "audit.log"
+    path.write_text("\n".join(lines) + "\n")
+    deleter = first_deleters(read_audit(path).deletes)
+    assert {k: _deleter_kind(v) for k, v in deleter.items()} == {(NS, "gang-1-m5"): "node-controller"}
 
 
 def test_deleter_kinds_name_controllers_and_components() -> None:

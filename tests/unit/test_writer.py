@@ -426,3 +426,34 @@ def test_binds_sent_together_after_the_lease_was_lost_write_nothing(
     binder.shutdown()
     assert outcomes == [Outcome.NOT_LEADER] * 4
     assert s.requests == []
+
+
+def test_a_victim_already_gone_gets_no_preempted_event() -> None:
+    # The chaos soak found ksched posting "Preempted by pod X" on victims an earlier preemption had
+    # already deleted (its watch lagging after an API server restart), naming preemptors that took
+    # nothing from them. Upstream's executor stops at NotFound without an event; so does ksched.
+    statuses = {
+        ("PATCH", "present/status"): 200,
+        ("DELETE", "present"): 200,
+        ("PATCH", "gone/status"): 404,
+        ("PATCH", "raced/status"): 200,
+        ("DELETE", "raced"): 404,
+    }
+    sent: list[tuple[str, str, Any]] = []
+
+    class Kube(Api):
+        def request(self, method: str, path: str, *, raw: bytes | None = None, **kw: Any) -> Response:
+            body = orjson.loads(raw) if raw else kw.get("body")
+            sent.append((method, path, body))
+            tail = "/".join(path.rsplit("/", 2)[-2:]) if path.endswith("/status") else path.rsplit("/", 1)[-1]
+            return Response(statuses.get((method, tail), 201), b"{}")
+
+    binder = Binder(Kube(), 2, "ksched-a", Telemetry(), lambda: True)  # type: ignore[arg-type]
+    victims = [("default", name, f"uid-{name}") for name in ("present", "gone", "raced")]
+    binder.preempt(POD, "node-1", victims)
+    binder.shutdown()
+    deletes = [path.rsplit("/", 1)[-1] for method, path, _ in sent if method == "DELETE"]
+    assert deletes == ["present", "raced"], "a victim whose condition patch found it gone is not deleted"
+    events = [body for method, path, body in sent if path.endswith("/events")]
+    assert [(e["reason"], e["regarding"]["name"]) for e in events] == [("Preempted", "present")]
+    assert events[0]["note"] == "Preempted by pod u1 on node node-1"

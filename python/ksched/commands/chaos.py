@@ -414,6 +414,15 @@ def _deleter_kind(user: str) -> str:
     return "the soak"
 
 
+def first_deleters(deletes: list[BindRecord]) -> dict[tuple[str, str], str]:
+    """Who deleted each pod: the user of its first successful delete. A graceful delete is
+    finished by a second one from KWOK (the kubelet's part), which is no one's decision."""
+    out: dict[tuple[str, str], str] = {}
+    for d in sorted(deletes, key=lambda d: d.at):
+        out.setdefault((d.namespace, d.name), d.user)
+    return out
+
+
 def read_audit(path: Path) -> AuditRecords:
     """The Lease writes, binding requests, pod creations and pod deletions the audit log recorded."""
     records = AuditRecords()
@@ -465,6 +474,7 @@ def read_audit(path: Path) -> AuditRecords:
             binds.append(BindRecord(received, user, ref.get("namespace", ""), ref.get("name", ""), code))
     leases.sort(key=lambda w: w.at)
     binds.sort(key=lambda b: b.at)
+    deletes.sort(key=lambda b: b.at)
     return records
 
 
@@ -1144,7 +1154,7 @@ class Soak:
         # Every created pod is still there or was deleted by a request the audit log holds:
         # one gone with no such request is lost too.
         present = {(p["metadata"]["namespace"], p["metadata"]["name"]) for p in pods}
-        deleter = {(d.namespace, d.name): d.user for d in audit.deletes}
+        deleter = first_deleters(audit.deletes)
         gone = {(c.namespace, c.name) for c in creates if c.name} - present
         vanished = sorted(gone - deleter.keys())
         f.pods_gone_by = dict(

@@ -505,25 +505,30 @@ class Binder:
                     "message": f"{COMPONENT}: preempting to accommodate a higher priority pod",
                     "lastTransitionTime": _now(),
                 }
-                self.kube.request(
+                r = self.kube.request(
                     "PATCH",
                     pod_path(v_ns, v_name, "status"),
                     body={"status": {"conditions": [condition]}},
                     content_type=STRATEGIC_MERGE_PATCH,
                     rate_limited=True,
                 )
-                r = self.kube.request(
-                    "DELETE",
-                    pod_path(v_ns, v_name),
-                    body={"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": v_uid}},
-                    rate_limited=True,
-                )
-                if r.ok or r.status == HTTP_NOT_FOUND:
+                if r.status != HTTP_NOT_FOUND:
+                    r = self.kube.request(
+                        "DELETE",
+                        pod_path(v_ns, v_name),
+                        body={"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": v_uid}},
+                        rate_limited=True,
+                    )
+                if r.ok:
                     victim = {"metadata": {"namespace": v_ns, "name": v_name, "uid": v_uid}}
                     self._event(
                         victim, "Normal", "Preempted", "Preempting", f"Preempted by pod {uid} on node {node}"
                     )
                     self.telemetry.preemption_victims.inc()
+                elif r.status == HTTP_NOT_FOUND:
+                    # Already gone (deleted by someone else, or by an earlier preemption this replica's
+                    # watch had not yet shown): upstream's executor posts no Preempted event then.
+                    log.info("victim %s/%s of %s/%s is already deleted", v_ns, v_name, ns, name)
                 else:
                     log.warning("evicting %s/%s: HTTP %d: %s", v_ns, v_name, r.status, r.data[:300])
         except ApiUnavailableError as err:
