@@ -19,7 +19,7 @@ a local plain-HTTP server: 529 us of client CPU per binding POST through
 bookkeeping), 57 us through :class:`Connection`. Drained through the binder,
 2,000 binds and their events on the local control plane cost 2.77 ms of CPU
 per pod on 64 bind and 32 report threads and 0.91 ms on 8 writers, before the
-token was cached and the binds pipelined (the README has the later figures).
+token was cached and the events pipelined (the README has the later figures).
 
 This module and the leader module are the only ones that import the Kubernetes
 client.
