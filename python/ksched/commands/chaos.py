@@ -278,8 +278,11 @@ class Replica:
 
     def restart_if_exited(self) -> None:
         """A replica that exited on its own is recorded (exit code, last log lines) and
-        restarted, as the kubelet would restart its container."""
-        with self.lock:
+        restarted, as the kubelet would restart its container. A replica being killed or
+        frozen by a fault (its lock held) is left to that fault: the arrivals do not wait."""
+        if not self.lock.acquire(blocking=False):
+            return
+        try:
             if self.proc is None or self.proc.poll() is None:
                 return
             code = self.proc.returncode
@@ -289,6 +292,8 @@ class Replica:
             )
             self.start()
             self.restarts += 1
+        finally:
+            self.lock.release()
 
     def freeze(self, seconds: float) -> None:
         with self.lock:
