@@ -123,47 +123,36 @@ def test_a_node_with_a_malformed_allocatable_is_left_out_not_fatal() -> None:
     assert state.snapshot().node_names == ["good"]
 
 
-def test_an_idle_loop_applies_watch_events_without_waiting_for_a_pod() -> None:
-    # After a mass deletion (or any burst of events) the idle loop applies them as they
-    # come, so the next pod's cycle does not start by applying thousands of them.
+def assert_loop_applies_watch_events(leading: bool, pods: int, within_s: float) -> None:
+    """Run the scheduling loop (as leader or follower), feed it ``pods`` bound pods' watch
+    events and no pending pod: within ``within_s`` every event is applied."""
     state, queue = ClusterState(), SchedulingQueue()
-    scheduler = Scheduler(Config(), state, queue, None, Telemetry(), lambda: True, None)  # type: ignore[arg-type]
+    scheduler = Scheduler(Config(), state, queue, None, Telemetry(), lambda: leading, None)  # type: ignore[arg-type]
     stop = threading.Event()
     loop = threading.Thread(target=scheduler.run, args=(stop,))
     loop.start()
     try:
         state.on_node("ADDED", slim_node(node("n0")), None)
-        for i in range(WAKE_AT * 3):
+        for i in range(pods):
             scheduler.on_pod("ADDED", bound(f"p{i}", "n0", cpu="1m"), None)
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + within_s
         while state.inbox and time.monotonic() < deadline:
             time.sleep(0.01)
         assert not state.inbox, f"{len(state.inbox)} events still waiting"
-        assert len(state.usage) == WAKE_AT * 3
+        assert len(state.usage) == pods
     finally:
         stop.set()
         queue.close()
         loop.join()
+
+
+def test_an_idle_loop_applies_watch_events_without_waiting_for_a_pod() -> None:
+    # After a mass deletion (or any burst of events) the idle loop applies them as they
+    # come, so the next pod's cycle does not start by applying thousands of them.
+    assert_loop_applies_watch_events(leading=True, pods=WAKE_AT * 3, within_s=20)
 
 
 def test_a_follower_applies_watch_events_while_another_replica_leads() -> None:
     # A replica that is not leader never schedules, but keeps its state current: its inbox
     # does not grow for as long as the other leads, and a takeover starts from a fresh state.
-    state, queue = ClusterState(), SchedulingQueue()
-    scheduler = Scheduler(Config(), state, queue, None, Telemetry(), lambda: False, None)  # type: ignore[arg-type]
-    stop = threading.Event()
-    loop = threading.Thread(target=scheduler.run, args=(stop,))
-    loop.start()
-    try:
-        state.on_node("ADDED", slim_node(node("n0")), None)
-        for i in range(10):
-            scheduler.on_pod("ADDED", bound(f"p{i}", "n0", cpu="1m"), None)
-        deadline = time.monotonic() + 10
-        while state.inbox and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert not state.inbox, f"{len(state.inbox)} events still waiting"
-        assert len(state.usage) == 10
-    finally:
-        stop.set()
-        queue.close()
-        loop.join()
+    assert_loop_applies_watch_events(leading=False, pods=10, within_s=10)
