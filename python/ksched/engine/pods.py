@@ -13,7 +13,7 @@ import hashlib
 import time
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import orjson
 
@@ -527,13 +527,21 @@ def _resize_free(pod: Obj) -> bool:
     )
 
 
+# JSON up to this long is its own memo key; a longer one is keyed by a 16-byte digest.
+MEMO_KEY_BYTES = 512
+
+
 def _memo_key(value: Any) -> bytes | None:
-    """A digest of the JSON of ``value``: equal bytes, equal parse (objects are decoded JSON);
-    None when it has none. A digest, so a table of huge specs holds 16 bytes a key."""
+    """The JSON of ``value``: equal bytes, equal parse (objects are decoded JSON); None when
+    it has none. Past MEMO_KEY_BYTES a digest (``#``, which no JSON starts with, and 16 bytes),
+    so a table of huge specs holds at most MEMO_SIZE * MEMO_KEY_BYTES of keys."""
     try:
-        return hashlib.blake2b(orjson.dumps(value), digest_size=16).digest()
+        raw = orjson.dumps(value)
     except TypeError:
         return None
+    if len(raw) <= MEMO_KEY_BYTES:
+        return raw
+    return b"#" + hashlib.blake2b(raw, digest_size=16).digest()
 
 
 def _remember(memo: dict[bytes, Any], key: bytes, value: Any) -> None:
@@ -582,9 +590,66 @@ def _spec_parts(pod: Obj, key: str) -> _SpecParts:
     return parts
 
 
+# Whole parses by the JSON of everything they read but the pod's name (see _shape_key).
+_pod_memo: dict[bytes, PodRequirements] = {}
+
+
+def _shape_key(pod: Obj) -> bytes | None:
+    """A digest of everything :func:`requirements` reads of ``pod`` except its name:
+    the spec, namespace, labels, whether it is being deleted, its nominated node.
+    None where the parse reads more (in-place resize state, generic ephemeral
+    volumes, whose claims are named after the pod) or the pod is not decoded JSON."""
+    m = pod.get("metadata")
+    s = pod.get("spec")
+    status = pod.get("status")
+    if not isinstance(m, dict) or not isinstance(s, dict) or not _resize_free(pod):
+        return None
+    volumes = s.get("volumes")
+    if volumes and (
+        not isinstance(volumes, list)
+        or any(not isinstance(v, dict) or v.get("ephemeral") is not None for v in volumes)
+    ):
+        return None
+    return _memo_key(
+        (
+            s,
+            m.get("namespace"),
+            m.get("labels"),
+            m.get("deletionTimestamp") is not None,
+            status.get("nominatedNodeName") if status else None,
+        )
+    )
+
+
+_Frozen = TypeVar("_Frozen")
+
+
+def shallow_replace(template: _Frozen, **changes: Any) -> _Frozen:
+    """``dataclasses.replace`` for a frozen dataclass without running its ``__init__``
+    again (a checked setattr per field): for objects made once per pod. The other
+    fields are shared with ``template``, not copied (they are immutable)."""
+    out = object.__new__(type(template))
+    out.__dict__.update(template.__dict__, **changes)
+    return out
+
+
 def requirements(pod: Obj) -> PodRequirements:
-    """Everything the engine needs of one pending pod."""
+    """Everything the engine needs of one pending pod. Parsed once per shape (the
+    pods of one workload differ only in name): a pod that fails to parse raises each time."""
     key = pod_key(pod)
+    shape = _shape_key(pod)
+    if shape is not None:
+        hit = _pod_memo.get(shape)
+        if hit is not None:
+            # The other fields are shared: the engine's per-shape work is keyed on their identity.
+            return hit if hit.key == key else shallow_replace(hit, key=key)
+    req = _parse(pod, key)
+    if shape is not None:
+        _remember(_pod_memo, shape, req)
+    return req
+
+
+def _parse(pod: Obj, key: str) -> PodRequirements:
     parts = _spec_parts(pod, key)
     reqs = parts.requests
     claims = pod_claims(pod)

@@ -227,6 +227,47 @@ class PodTable:
         if evictable is not None:
             self.evictable[row] = evictable
 
+    def add_many(self, pods: Sequence[tuple[str, int, PodInfo, Evictable | None]]) -> None:
+        """:meth:`add` for each of ``pods`` (a batch's placements), the table's columns
+        written once: the same rows, ids and counts as adding them one by one."""
+        keys = [key for key, _, _, _ in pods]
+        if len(set(keys)) != len(keys) or any(key in self.rows for key in keys):
+            for pod in pods:  # re-counted pods: each removed first, as add does
+                self.add(*pod)
+            return
+        while self._high + max(0, len(pods) - len(self._free)) > len(self.node):
+            self._grow()
+        rows, nodes, namespaces, label_sets, term_sets, terminating, priorities = [], [], [], [], [], [], []
+        for key, node, info, evictable in pods:
+            if self._free:
+                row = self._free.pop()
+            else:
+                row = self._high
+                self._high += 1
+            self.rows[key] = row
+            rows.append(row)
+            nodes.append(node)
+            namespaces.append(self.strings(info.namespace))
+            label_sets.append(self._label_set_id(info.labels))
+            term_set = self._term_set_id(info)
+            term_sets.append(term_set)
+            terminating.append(int(info.terminating))
+            self.with_terms += int(term_set >= 0)
+            self.keys[row] = key
+            self.infos[row] = info
+            for claim in info.claims:
+                self._claim_rows.setdefault(claim, set()).add(row)
+            priorities.append(evictable.priority if evictable is not None else 2**62)
+            if evictable is not None:
+                self.evictable[row] = evictable
+        at = np.asarray(rows, dtype=np.int64)
+        self.node[at] = nodes
+        self.namespace[at] = namespaces
+        self.label_set[at] = label_sets
+        self.term_set[at] = term_sets
+        self.terminating[at] = terminating
+        self.priority[at] = priorities
+
     def remove(self, key: str) -> None:
         row = self.rows.pop(key, None)
         if row is None:
@@ -467,7 +508,8 @@ class SpreadSelectors:
             if selector is not None and all(labels.get(k) == v for k, v in selector.items()):
                 label_set.update(selector)
         extra: tuple[Requirement, ...] = ()
-        owner = next((o for o in m.get("ownerReferences") or [] if o.get("controller")), None)
+        refs = m.get("ownerReferences")
+        owner = next((o for o in refs if o.get("controller")), None) if refs else None
         if owner is not None:
             gvk = (str(owner.get("apiVersion")), str(owner.get("kind")))
             key = (*gvk, ns, str(owner.get("name")))

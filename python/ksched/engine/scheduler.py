@@ -36,7 +36,7 @@ from ksched.engine.messages import (
     with_post_filter,
 )
 from ksched.engine.pod_level import SpreadConstraint
-from ksched.engine.pods import PodRequirements, requirements
+from ksched.engine.pods import HostPort, NodeConstraints, PodRequirements, requirements, shallow_replace
 from ksched.engine.podtable import Evictable, PendingPod
 from ksched.engine.selectors import added_affinity, prefilter_node_names
 from ksched.engine.snapshot import Snapshot, add_usage
@@ -73,6 +73,10 @@ class Placement:
             "victims": list(self.victims),
             "volumes": [{"claim": b.claim, "volume": b.volume} for b in self.volumes],
         }
+
+
+# What every placed pod's Placement shares (one is made per placed pod, see shallow_replace).
+_PLACED = Placement("", None, None, None)
 
 
 @dataclass
@@ -192,6 +196,13 @@ class Engine:
             ReasonNames(res.names, [(m.name, m.above, m.below) for m in metrics]),
         )
         results = batch.results
+        # What follows from a pod's constraints, requests, ports and images alone, by the
+        # identity of those (immutable) parts: the pods of one shape share them (see requirements).
+        prefilters: dict[int, tuple[NodeConstraints, set[str] | None]] = {}
+        klasses: dict[int, tuple[NodeConstraints, int]] = {}
+        request_rows: dict[int, tuple[dict[str, int], list[int]]] = {}
+        port_rows: dict[int, tuple[tuple[HostPort, ...], list[tuple[int, int, int]]]] = {}
+        image_rows: dict[int, tuple[tuple[str, ...], list[int]]] = {}
         for _, pod, req in parsed:
             if isinstance(req, MalformedObjectError):
                 results.append(
@@ -204,7 +215,14 @@ class Engine:
             if req.group is not None and (groups is None or req.group not in groups):
                 results.append(Placement(req.key, None, None, f'pod group "{req.group}" not found'))
                 continue
-            prefilter = prefilter_node_names(req.constraints.required)
+            constraints = req.constraints
+            known_prefilter = prefilters.get(id(constraints))
+            if known_prefilter is None:
+                known_prefilter = prefilters[id(constraints)] = (
+                    constraints,
+                    prefilter_node_names(constraints.required),
+                )
+            prefilter = known_prefilter[1]
             if prefilter is not None and not prefilter:
                 results.append(
                     Placement(req.key, None, None, prefilter_error(snapshot.count, AFFINITY_CONFLICT))
@@ -225,26 +243,42 @@ class Engine:
             if isinstance(volumes, str):
                 results.append(Placement(req.key, None, None, prefilter_error(snapshot.count, volumes)))
                 continue
-            request_row = [0] * len(res)
-            for resource, v in req.requests.items():
-                request_row[res(resource)] = v
+            known_requests = request_rows.get(id(req.requests))
+            if known_requests is None:
+                request_row = [0] * len(res)
+                for resource, v in req.requests.items():
+                    request_row[res(resource)] = v
+                known_requests = request_rows[id(req.requests)] = (req.requests, request_row)
+            known_class = klasses.get(id(constraints))
+            if known_class is None:
+                known_class = klasses[id(constraints)] = (
+                    constraints,
+                    batch.classes.class_of(
+                        replace(constraints, preferred=constraints.preferred + self.added_preferred)
+                        if self.added_preferred
+                        else constraints,
+                        prefilter,
+                    ),
+                )
+            known_ports = port_rows.get(id(req.host_ports))
+            if known_ports is None:
+                known_ports = port_rows[id(req.host_ports)] = (
+                    req.host_ports,
+                    [(_core.PROTOCOLS[p.protocol], snapshot.strings(p.ip), p.port) for p in req.host_ports],
+                )
+            known_images = image_rows.get(id(req.images))
+            if known_images is None:
+                known_images = image_rows[id(req.images)] = (req.images, snapshot.image_ids(req.images))
             if explain == req.key:
                 batch.explain_slot = len(results)
             batch.rows.append(
                 _Row(
                     slot=len(results),
                     req=req,
-                    requests=request_row,
-                    klass=batch.classes.class_of(
-                        replace(req.constraints, preferred=req.constraints.preferred + self.added_preferred)
-                        if self.added_preferred
-                        else req.constraints,
-                        prefilter,
-                    ),
-                    ports=[
-                        (_core.PROTOCOLS[p.protocol], snapshot.strings(p.ip), p.port) for p in req.host_ports
-                    ],
-                    images=snapshot.image_ids(req.images),
+                    requests=known_requests[1],
+                    klass=known_class[1],
+                    ports=known_ports[1],
+                    images=known_images[1],
                     default_spread=()
                     if req.spread
                     else snapshot.spread_selectors.defaults(pod, self.profile.spread_defaults),
@@ -270,7 +304,7 @@ class Engine:
         # Pods without claims (most batches hold none) cost nothing here.
         batch.volumes = None
         volumes = None
-        if any(not r.volumes.empty for r in rows):
+        if any(r.volumes is not NO_VOLUMES and not r.volumes.empty for r in rows):
             batch.volumes = VolumeColumns(
                 snapshot.storage,
                 snapshot.index,
@@ -412,7 +446,7 @@ def _reservations(
     return reservations
 
 
-@dataclass
+@dataclass(slots=True)
 class _Row:
     """A pending pod as one engine row."""
 
@@ -594,10 +628,18 @@ def _read_verdicts(snapshot: Snapshot, batch: _Batch, out: Outcome, victim_keys:
         """Upstream's FailedScheduling message: the FitError and its PostFilter message."""
         return with_post_filter(fit_error_of(j), post_filter(preemption_of(j, may_preempt)))
 
+    # As Python ints and floats once, not one numpy scalar per pod.
+    nodes, nominees, scores, feasible, volume_offsets = (
+        chosen.tolist(),
+        out["nominated"].tolist(),
+        out["scores"].tolist(),
+        out["feasible"].tolist(),
+        out["volume_offsets"].tolist(),
+    )
     for j, row in enumerate(batch.rows):
         req = row.req
-        node = int(chosen[j])
-        nominee = int(out["nominated"][j])
+        node = nodes[j]
+        nominee = nominees[j]
         if nominee >= 0:
             lo, hi = int(out["victim_offsets"][j]), int(out["victim_offsets"][j + 1])
             victims = tuple(victim_keys[int(v)] for v in out["victims"][lo:hi])
@@ -613,14 +655,14 @@ def _read_verdicts(snapshot: Snapshot, batch: _Batch, out: Outcome, victim_keys:
                 victims=victims,
             )
         elif node >= 0:
-            score = float(out["scores"][j])
-            lo, hi = int(out["volume_offsets"][j]), int(out["volume_offsets"][j + 1])
-            batch.results[row.slot] = Placement(
-                req.key,
-                snapshot.node_names[node],
-                None if math.isnan(score) else score,  # NaN: its nominated node, taken unscored
-                None,
-                int(out["feasible"][j]),
+            score = scores[j]
+            lo, hi = volume_offsets[j], volume_offsets[j + 1]
+            batch.results[row.slot] = shallow_replace(
+                _PLACED,
+                pod=req.key,
+                node=snapshot.node_names[node],
+                score=None if math.isnan(score) else score,  # NaN: its nominated node, taken unscored
+                feasible_nodes=feasible[j],
                 requirements=req,
                 volumes=batch.volumes.bindings(j, [int(v) for v in out["volumes"][lo:hi]])
                 if batch.volumes is not None and hi > lo
@@ -692,11 +734,18 @@ def commit_placements(snapshot: Snapshot, placements: Sequence[Placement]) -> Sn
     for p in placements:
         if p.node is not None and p.volumes:
             snapshot.storage.assume(p.volumes, p.node)
-        if p.node is not None and p.requirements is not None:
-            req = p.requirements
-            snapshot.pods.add(
-                p.pod, index[p.node], req.info, Evictable(req.priority, now, req, req.host_ports)
+    snapshot.pods.add_many(
+        [
+            (
+                p.pod,
+                index[p.node],
+                p.requirements.info,
+                Evictable(p.requirements.priority, now, p.requirements, p.requirements.host_ports),
             )
+            for p in placements
+            if p.node is not None and p.requirements is not None
+        ]
+    )
     return add_usage(
         snapshot,
         [

@@ -356,9 +356,9 @@ def add_usage(
 ) -> Snapshot:
     """Count already-parsed pods (node index, requests, host ports) on their nodes, in place."""
     snapshot.ensure_resources({r for _, reqs, _ in usage for r in reqs.requests})
+    _count_many(snapshot, usage)
     new_ports: dict[int, list[tuple[int, int, int]]] = {}
-    for i, reqs, ports in usage:
-        _count(snapshot, i, reqs, 1)
+    for i, _, ports in usage:
         if ports:
             new_ports.setdefault(i, []).extend(
                 (_core.PROTOCOLS[p.protocol], snapshot.strings(p.ip), p.port) for p in ports
@@ -381,6 +381,39 @@ def _count(snapshot: Snapshot, i: int, reqs: CountedRequests, sign: int) -> None
         a["requested"][i * r + snapshot.resources(resource_name)] += sign * v
     a["nonzero_requested"][2 * i] += sign * reqs.nonzero_cpu
     a["nonzero_requested"][2 * i + 1] += sign * reqs.nonzero_memory
+
+
+def _count_many(snapshot: Snapshot, usage: Sequence[tuple[int, CountedRequests, object]]) -> None:
+    """:func:`_count` (sign 1) for every pod of ``usage``, each column written once."""
+    if not usage:
+        return
+    r = len(snapshot.resources)
+    a = snapshot.arrays
+    # Column and value per resource, once per distinct requests mapping (a workload's pods share one).
+    columns: dict[int, tuple[dict[str, int], list[tuple[int, int]]]] = {}
+    flat: list[int] = []
+    values: list[int] = []
+    for i, reqs, _ in usage:
+        known = columns.get(id(reqs.requests))
+        if known is None:
+            known = columns[id(reqs.requests)] = (
+                reqs.requests,
+                [(snapshot.resources(name), v) for name, v in reqs.requests.items()],
+            )
+        for column, v in known[1]:
+            flat.append(i * r + column)
+            values.append(v)
+    nodes = np.asarray([i for i, _, _ in usage], dtype=np.int64)
+    np.add.at(a["pod_count"], nodes, 1)
+    np.add.at(a["requested"], np.asarray(flat, dtype=np.int64), np.asarray(values, dtype=np.int64))
+    np.add.at(
+        a["nonzero_requested"], 2 * nodes, np.asarray([q.nonzero_cpu for _, q, _ in usage], dtype=np.int64)
+    )
+    np.add.at(
+        a["nonzero_requested"],
+        2 * nodes + 1,
+        np.asarray([q.nonzero_memory for _, q, _ in usage], dtype=np.int64),
+    )
 
 
 def _add_ports(snapshot: Snapshot, new_ports: dict[int, list[tuple[int, int, int]]]) -> None:
