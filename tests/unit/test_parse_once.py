@@ -1,0 +1,97 @@
+"""Pods of one shape are parsed once (see ``ksched.engine.pods.requirements``) and a
+batch's placements are counted in one pass (``commit_placements``): each pod still
+gets its own name, labels, namespace, deletion and nomination, and the node and pod
+tables end as counting the pods one by one would leave them."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import numpy as np
+
+from ksched.config import Config
+from ksched.engine import Engine, commit_placements
+from ksched.engine.pods import requirements
+from ksched.engine.podtable import Evictable, PendingPod
+from ksched.engine.snapshot import add_usage, build_snapshot
+from ksched.objects import Obj
+from tests.conftest import node, pod
+
+ANTI_AFFINITY = {
+    "podAntiAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": [
+            {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": "kubernetes.io/hostname"}
+        ]
+    }
+}
+
+
+def _variant(base: Obj, name: str, **changes: Any) -> Obj:
+    out = copy.deepcopy(base)
+    out["metadata"]["name"] = name
+    for key, value in changes.items():
+        if key == "status":
+            out["status"] = value
+        else:
+            out["metadata"][key] = value
+    return out
+
+
+def test_pods_of_one_shape_keep_what_is_their_own() -> None:
+    web = pod("web-0", affinity=ANTI_AFFINITY, volumes=[{"name": "scratch", "ephemeral": {}}])
+    web["metadata"]["labels"] = {"app": "web"}
+    same = requirements(_variant(web, "web-1"))
+    first = requirements(web)
+    assert (first.key, same.key) == ("default/web-0", "default/web-1")
+    # Generic ephemeral volumes' claims are named after their pod.
+    assert [c.key for c in first.claims] == ["default/web-0-scratch"]
+    assert [c.key for c in same.claims] == ["default/web-1-scratch"]
+
+    plain = pod("app-0", affinity=ANTI_AFFINITY)
+    plain["metadata"]["labels"] = {"app": "web"}
+    base = requirements(plain)
+    other_labels = requirements(_variant(plain, "app-1", labels={"app": "db"}))
+    other_namespace = requirements(_variant(plain, "app-2", namespace="prod"))
+    deleted = requirements(_variant(plain, "app-3", deletionTimestamp="2026-01-01T00:00:00Z"))
+    nominated = requirements(_variant(plain, "app-4", status={"nominatedNodeName": "n1"}))
+    assert base.info.labels == (("app", "web"),) and other_labels.info.labels == (("app", "db"),)
+    assert other_namespace.key == "prod/app-2" and other_namespace.info.namespace == "prod"
+    assert deleted.info.terminating and not base.info.terminating
+    assert (base.nominated_node, nominated.nominated_node) == ("", "n1")
+    # The same shape: everything but the name is the first pod's.
+    again = requirements(_variant(plain, "app-5"))
+    assert again.key == "default/app-5" and again.info == base.info and again.requests == base.requests
+
+
+def test_a_batch_is_counted_as_one_pod_at_a_time_would() -> None:
+    nodes = [node(f"n{i}", cpu="8", labels={"zone": f"z{i % 2}"}) for i in range(4)]
+    pending = []
+    for i in range(12):
+        p = pod(
+            f"p{i}", cpu=("250m", "500m")[i % 2], priority=i % 3, affinity=ANTI_AFFINITY if i % 4 == 0 else {}
+        )
+        p["metadata"]["labels"] = {"app": ("web", "db")[i % 2]}
+        pending.append(p)
+    placements = Engine(Config()).schedule(build_snapshot(nodes, []), pending).placements
+    placed = [p for p in placements if p.node is not None and p.requirements is not None]
+    assert len(placed) > 4
+
+    batch = commit_placements(build_snapshot(nodes, []), placements)
+    one_by_one = build_snapshot(nodes, [])
+    for p in placed:
+        req = p.requirements
+        assert req is not None and p.node is not None
+        one_by_one.pods.add(p.pod, one_by_one.index[p.node], req.info, Evictable(req.priority, 0.0, req))
+        add_usage(one_by_one, [(one_by_one.index[p.node], req, req.host_ports)])
+
+    for key in ("requested", "nonzero_requested", "pod_count"):
+        assert np.array_equal(batch.arrays[key], one_by_one.arrays[key]), key
+    probe = [PendingPod(requirements(pending[0]).info, ())]
+    tables = [s.pods.engine_table(probe, s.namespaces) for s in (batch, one_by_one)]
+    assert tables[0] is not None and tables[1] is not None
+    assert tables[0].keys() == tables[1].keys()
+    for key, value in tables[0].items():
+        assert np.array_equal(np.asarray(value), np.asarray(tables[1][key])), key
+    for s in (batch, one_by_one):
+        assert s.pods.min_evictable_priority() == 0
