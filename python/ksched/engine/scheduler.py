@@ -35,8 +35,14 @@ from ksched.engine.messages import (
     prefilter_error,
     with_post_filter,
 )
-from ksched.engine.pod_level import SpreadConstraint
-from ksched.engine.pods import HostPort, NodeConstraints, PodRequirements, requirements, shallow_replace
+from ksched.engine.pod_level import PodInfo, SpreadConstraint
+from ksched.engine.pods import (
+    HostPort,
+    NodeConstraints,
+    PodRequirements,
+    requirements,
+    shallow_replace,
+)
 from ksched.engine.podtable import Evictable, PendingPod
 from ksched.engine.selectors import added_affinity, prefilter_node_names
 from ksched.engine.snapshot import Snapshot, add_usage
@@ -433,6 +439,8 @@ def _reservations(
 ) -> list[tuple[int, PodRequirements]]:
     """The pods outside the batch nominated to a known node, with that node's index
     (a pod of the batch holds its own nomination in the engine)."""
+    if not nominated:
+        return []
     reservations = []
     in_batch = {r.req.key for r in rows}
     for pod in nominated:
@@ -731,26 +739,18 @@ def commit_placements(snapshot: Snapshot, placements: Sequence[Placement]) -> Sn
     """Count placed pods on their nodes, as the watch confirming the binds would (the pods are not modified)."""
     index = snapshot.index
     now = time.time()
+    bound: list[tuple[str, int, PodInfo, Evictable]] = []
+    usage: list[tuple[int, PodRequirements, tuple[HostPort, ...]]] = []
     for p in placements:
-        if p.node is not None and p.volumes:
+        if p.node is None:
+            continue
+        if p.volumes:
             snapshot.storage.assume(p.volumes, p.node)
-    snapshot.pods.add_many(
-        [
-            (
-                p.pod,
-                index[p.node],
-                p.requirements.info,
-                Evictable(p.requirements.priority, now, p.requirements, p.requirements.host_ports),
-            )
-            for p in placements
-            if p.node is not None and p.requirements is not None
-        ]
-    )
-    return add_usage(
-        snapshot,
-        [
-            (index[p.node], p.requirements, p.requirements.host_ports)
-            for p in placements
-            if p.node is not None and p.requirements is not None
-        ],
-    )
+        req = p.requirements
+        if req is not None:
+            node = index[p.node]
+            evictable = Evictable(req.priority, now, req, req.host_ports)
+            bound.append((p.pod, node, req.info, evictable))
+            usage.append((node, req, req.host_ports))
+    snapshot.pods.add_many(bound)
+    return add_usage(snapshot, usage)
