@@ -178,6 +178,13 @@ def test_default_spreading_follows_the_pods_service() -> None:
     )
     scores = spread_scores()
     assert scores["n1"] > scores["n0"], scores
+    assert spread_scores() == scores, "the same pod again: the same constraints"
+    snapshot.spread_selectors.update(
+        "v1",
+        "Service",
+        {"metadata": {"name": "web", "namespace": "default"}, "spec": {"selector": {"app": "db"}}},
+    )
+    assert spread_scores() == {"n0": 0.0, "n1": 0.0}, "its Service selects others now: no default constraints"
 
 
 def test_pod_topology_spread_and_preemption_config() -> None:

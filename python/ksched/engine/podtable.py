@@ -470,6 +470,27 @@ SELECTOR_OWNER_KINDS = {(api_version, kind) for _, api_version, kind, _ in SELEC
 _CONTROLLER_KINDS = SELECTOR_OWNER_KINDS - {("v1", "Service")}
 
 
+# Workloads whose default spreading constraints SpreadSelectors remembers; emptied when full.
+DEFAULTS_MEMO_SIZE = 4096
+
+
+def _defaults_key(m: Any, refs: Any, constraints: Sequence[tuple[str, int, bool]]) -> tuple[Any, ...] | None:
+    """What a pod's default constraints follow from; None when some of it is not hashable
+    (not decoded JSON: ``selector_for`` says why, or copes)."""
+    try:
+        owner = next((o for o in refs if o.get("controller")), None) if refs else None
+        key = (
+            m.get("namespace"),
+            tuple((m.get("labels") or {}).items()),
+            None if owner is None else (owner.get("apiVersion"), owner.get("kind"), owner.get("name")),
+            tuple(constraints),
+        )
+        hash(key)
+    except (AttributeError, TypeError):
+        return None
+    return key
+
+
 class SpreadSelectors:
     """Services, ReplicationControllers, ReplicaSets and StatefulSets by their
     selectors: what upstream's ``DefaultSelector`` builds a pod's default
@@ -481,8 +502,12 @@ class SpreadSelectors:
         self.services: dict[str, dict[str, dict[str, str] | None]] = {}
         # (apiVersion, kind, namespace, name) -> selector.
         self.controllers: dict[tuple[str, str, str, str], Any] = {}
+        # Default constraints by all they follow from (namespace, labels, controller reference,
+        # the profile's constraints): the pods of one workload share them. Emptied on every update.
+        self._defaults: dict[tuple[Any, ...], tuple[SpreadConstraint, ...]] = {}
 
     def update(self, api_version: str, kind: str, obj: Any, deleted: bool = False) -> None:
+        self._defaults.clear()
         m = meta(obj)
         ns, name = str(m.get("namespace") or "default"), str(m.get("name", ""))
         selector = (obj.get("spec") or {}).get("selector")
@@ -533,7 +558,22 @@ class SpreadSelectors:
         without constraints of its own, with its default selector; () when that is empty."""
         if not constraints:
             return ()
+        m = meta(pod)
+        refs = m.get("ownerReferences")
+        if not refs and not self.services.get(str(m.get("namespace") or "default")):
+            return ()  # no Service in its namespace and no controller: an empty selector
+        memo_key = _defaults_key(m, refs, constraints)
+        found = self._defaults.get(memo_key) if memo_key is not None else None
+        if found is not None:
+            return found
         selector = self.selector_for(pod)
-        if selector is None:
-            return ()
-        return tuple(SpreadConstraint(skew, key, hard, selector) for key, skew, hard in constraints)
+        out = (
+            ()
+            if selector is None
+            else tuple(SpreadConstraint(skew, key, hard, selector) for key, skew, hard in constraints)
+        )
+        if memo_key is not None:
+            if len(self._defaults) >= DEFAULTS_MEMO_SIZE:
+                self._defaults.clear()
+            self._defaults[memo_key] = out
+        return out
