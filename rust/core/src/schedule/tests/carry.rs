@@ -361,3 +361,14 @@ fn carried_cache_is_dropped_when_a_node_changes() {
     assert_eq!(cache.evaluated(), 1, "evaluated afresh");
     assert!(out.nodes.iter().all(|&n| n == UNSCHEDULABLE), "{:?}", out.nodes);
 }
+
+#[test]
+fn signature_bound_holds_typical_workloads_within_its_memory() {
+    // 15,000 nodes, cpu/memory/pods/one extended resource: `ksched bench --nodes 15000`'s
+    // 112 distinct signatures must all be kept, in at most 128 MiB.
+    let (nodes, resources) = (15_000, 4);
+    let kept = crate::schedule::signature::max_signatures(nodes, resources);
+    assert!(kept >= 112, "only {kept} signatures kept at {nodes} nodes");
+    let per_node = std::mem::size_of::<crate::schedule::signature::NodeEval>() + std::mem::size_of::<f64>() + 4 * (resources + 1);
+    assert!(kept * nodes * per_node <= 128 << 20, "{kept} signatures take over 128 MiB");
+}
