@@ -62,6 +62,9 @@ def test_pods_of_one_shape_keep_what_is_their_own() -> None:
     # The same shape: everything but the name is the first pod's.
     again = requirements(_variant(plain, "app-5"))
     assert again.key == "default/app-5" and again.info == base.info and again.requests == base.requests
+    # The engine builds a shape's row once a batch: only pods parsed alike may share one.
+    assert again.shape_id == base.shape_id
+    assert len({r.shape_id for r in (base, other_labels, other_namespace, deleted, nominated)}) == 5
 
 
 def test_a_batch_is_counted_as_one_pod_at_a_time_would() -> None:

@@ -10,8 +10,9 @@ and the field, so one bad pod never stops the others.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
@@ -106,6 +107,9 @@ class PodRequirements:
     containers: int = 0
     # The PersistentVolumeClaims its volumes use.
     claims: tuple[PodClaim, ...] = ()
+    # Which parse this is (see requirements): the pods of one shape share it, and with it
+    # every field but ``key``. -1: made by hand, shared with nothing.
+    shape_id: int = field(default=-1, compare=False, repr=False)
 
 
 def _resource_list(pod: str, field: str, raw: Any) -> dict[str, Nano]:
@@ -592,6 +596,7 @@ def _spec_parts(pod: Obj, key: str) -> _SpecParts:
 
 # Whole parses by the JSON of everything they read but the pod's name (see _shape_key).
 _pod_memo: dict[bytes, PodRequirements] = {}
+_shape_ids = itertools.count()
 
 
 def _shape_key(pod: Obj) -> bytes | None:
@@ -636,12 +641,14 @@ def shallow_replace(template: _Frozen, **changes: Any) -> _Frozen:
 def requirements(pod: Obj) -> PodRequirements:
     """Everything the engine needs of one pending pod. Parsed once per shape (the
     pods of one workload differ only in name): a pod that fails to parse raises each time."""
-    key = pod_key(pod)
+    m = pod.get("metadata")
+    known = m if isinstance(m, dict) else {}
+    key = f"{known.get('namespace') or 'default'}/{known.get('name', '')}"  # pod_key
     shape = _shape_key(pod)
     if shape is not None:
         hit = _pod_memo.get(shape)
         if hit is not None:
-            # The other fields are shared: the engine's per-shape work is keyed on their identity.
+            # The other fields (and shape_id) are shared: the engine's per-shape work is done once.
             return hit if hit.key == key else shallow_replace(hit, key=key)
     req = _parse(pod, key)
     if shape is not None:
@@ -669,4 +676,5 @@ def _parse(pod: Obj, key: str) -> PodRequirements:
         images=parts.images,
         containers=parts.containers,
         claims=claims,
+        shape_id=next(_shape_ids),
     )

@@ -238,6 +238,8 @@ class PodTable:
         while self._high + max(0, len(pods) - len(self._free)) > len(self.node):
             self._grow()
         rows, nodes, namespaces, label_sets, term_sets, terminating, priorities = [], [], [], [], [], [], []
+        # Namespace, label set and term set ids by PodInfo: the pods of one shape share it.
+        ids: dict[int, tuple[PodInfo, int, int, int]] = {}
         for key, node, info, evictable in pods:
             if self._free:
                 row = self._free.pop()
@@ -247,9 +249,17 @@ class PodTable:
             self.rows[key] = row
             rows.append(row)
             nodes.append(node)
-            namespaces.append(self.strings(info.namespace))
-            label_sets.append(self._label_set_id(info.labels))
-            term_set = self._term_set_id(info)
+            known = ids.get(id(info))
+            if known is None:
+                known = ids[id(info)] = (
+                    info,
+                    self.strings(info.namespace),
+                    self._label_set_id(info.labels),
+                    self._term_set_id(info),
+                )
+            _, namespace, label_set, term_set = known
+            namespaces.append(namespace)
+            label_sets.append(label_set)
             term_sets.append(term_set)
             terminating.append(int(info.terminating))
             self.with_terms += int(term_set >= 0)

@@ -38,7 +38,6 @@ from ksched.engine.messages import (
 from ksched.engine.pod_level import PodInfo, SpreadConstraint
 from ksched.engine.pods import (
     HostPort,
-    NodeConstraints,
     PodRequirements,
     requirements,
     shallow_replace,
@@ -202,33 +201,28 @@ class Engine:
             ReasonNames(res.names, [(m.name, m.above, m.below) for m in metrics]),
         )
         results = batch.results
-        # What follows from a pod's constraints, requests, ports and images alone, by the
-        # identity of those (immutable) parts: the pods of one shape share them (see requirements).
-        prefilters: dict[int, tuple[NodeConstraints, set[str] | None]] = {}
-        klasses: dict[int, tuple[NodeConstraints, int]] = {}
-        request_rows: dict[int, tuple[dict[str, int], list[int]]] = {}
-        port_rows: dict[int, tuple[tuple[HostPort, ...], list[tuple[int, int, int]]]] = {}
-        image_rows: dict[int, tuple[tuple[str, ...], list[int]]] = {}
+        rows = batch.rows
+        selectors, spread_defaults = snapshot.spread_selectors, self.profile.spread_defaults
+        # What follows from a pod's spec alone, once per shape (see PodRequirements.shape_id).
+        shapes: dict[int, _Shape] = {}
         for _, pod, req in parsed:
             if isinstance(req, MalformedObjectError):
                 results.append(
                     Placement(pod_key(pod), None, None, f"invalid pod: {req.field}: {req.problem}")
                 )
                 continue
-            if uses_resource_claims(pod):
+            shape = shapes.get(req.shape_id)
+            if shape is None:
+                shape = _Shape(uses_resource_claims(pod), prefilter_node_names(req.constraints.required))
+                if req.shape_id >= 0:
+                    shapes[req.shape_id] = shape
+            if shape.resource_claims:
                 results.append(Placement(req.key, None, None, RESOURCE_CLAIMS_UNSUPPORTED))
                 continue
             if req.group is not None and (groups is None or req.group not in groups):
                 results.append(Placement(req.key, None, None, f'pod group "{req.group}" not found'))
                 continue
-            constraints = req.constraints
-            known_prefilter = prefilters.get(id(constraints))
-            if known_prefilter is None:
-                known_prefilter = prefilters[id(constraints)] = (
-                    constraints,
-                    prefilter_node_names(constraints.required),
-                )
-            prefilter = known_prefilter[1]
+            prefilter = shape.prefilter
             if prefilter is not None and not prefilter:
                 results.append(
                     Placement(req.key, None, None, prefilter_error(snapshot.count, AFFINITY_CONFLICT))
@@ -249,50 +243,43 @@ class Engine:
             if isinstance(volumes, str):
                 results.append(Placement(req.key, None, None, prefilter_error(snapshot.count, volumes)))
                 continue
-            known_requests = request_rows.get(id(req.requests))
-            if known_requests is None:
-                request_row = [0] * len(res)
-                for resource, v in req.requests.items():
-                    request_row[res(resource)] = v
-                known_requests = request_rows[id(req.requests)] = (req.requests, request_row)
-            known_class = klasses.get(id(constraints))
-            if known_class is None:
-                known_class = klasses[id(constraints)] = (
-                    constraints,
-                    batch.classes.class_of(
-                        replace(constraints, preferred=constraints.preferred + self.added_preferred)
-                        if self.added_preferred
-                        else constraints,
-                        prefilter,
-                    ),
-                )
-            known_ports = port_rows.get(id(req.host_ports))
-            if known_ports is None:
-                known_ports = port_rows[id(req.host_ports)] = (
-                    req.host_ports,
-                    [(_core.PROTOCOLS[p.protocol], snapshot.strings(p.ip), p.port) for p in req.host_ports],
-                )
-            known_images = image_rows.get(id(req.images))
-            if known_images is None:
-                known_images = image_rows[id(req.images)] = (req.images, snapshot.image_ids(req.images))
+            if shape.row is None:
+                shape.row = self._shape_row(snapshot, batch, req, prefilter)
+            requests, klass, ports, images = shape.row
             if explain == req.key:
                 batch.explain_slot = len(results)
-            batch.rows.append(
+            rows.append(
                 _Row(
-                    slot=len(results),
-                    req=req,
-                    requests=known_requests[1],
-                    klass=known_class[1],
-                    ports=known_ports[1],
-                    images=known_images[1],
-                    default_spread=()
-                    if req.spread
-                    else snapshot.spread_selectors.defaults(pod, self.profile.spread_defaults),
-                    volumes=volumes,
+                    len(results),
+                    req,
+                    requests,
+                    klass,
+                    ports,
+                    images,
+                    () if req.spread else selectors.defaults(pod, spread_defaults),
+                    volumes,
                 )
             )
             results.append(None)
         return batch
+
+    def _shape_row(
+        self, snapshot: Snapshot, batch: _Batch, req: PodRequirements, prefilter: set[str] | None
+    ) -> _ShapeRow:
+        """The engine row parts every pod of ``req``'s shape shares."""
+        res = snapshot.resources
+        requests = [0] * len(res)
+        for resource, v in req.requests.items():
+            requests[res(resource)] = v
+        constraints = req.constraints
+        klass = batch.classes.class_of(
+            replace(constraints, preferred=constraints.preferred + self.added_preferred)
+            if self.added_preferred
+            else constraints,
+            prefilter,
+        )
+        ports = [(_core.PROTOCOLS[p.protocol], snapshot.strings(p.ip), p.port) for p in req.host_ports]
+        return requests, klass, ports, snapshot.image_ids(req.images)
 
     def _call(
         self,
@@ -470,6 +457,20 @@ class _Row:
     volumes: PodVolumes = NO_VOLUMES
 
 
+# A shape's engine row parts: request row, constraint class, host ports, image ids.
+_ShapeRow = tuple[list[int], int, list[tuple[int, int, int]], list[int]]
+
+
+@dataclass(slots=True)
+class _Shape:
+    """What one batch's pods of one shape share (see ``Engine._compile``)."""
+
+    resource_claims: bool
+    prefilter: set[str] | None
+    # Its engine row's parts, once a pod of the shape gets a row.
+    row: _ShapeRow | None = None
+
+
 _Parsed = tuple[int, Obj, PodRequirements | MalformedObjectError]
 """A pod's arrival index, the pod, and its parsed requirements (or why they cannot be parsed)."""
 
@@ -525,7 +526,8 @@ def _in_queue_order(pods: Sequence[Obj]) -> list[_Parsed]:
             parsed.append((i, pod, requirements(pod)))
         except MalformedObjectError as err:
             parsed.append((i, pod, err))
-    parsed.sort(key=lambda t: (-(t[2].priority if isinstance(t[2], PodRequirements) else 0), t[0]))
+    # A stable sort: pods of equal priority stay in arrival order.
+    parsed.sort(key=lambda t: -t[2].priority if isinstance(t[2], PodRequirements) else 0)
     return parsed
 
 
