@@ -278,7 +278,9 @@ class Engine:
             else constraints,
             prefilter,
         )
-        ports = [(_core.PROTOCOLS[p.protocol], snapshot.strings(p.ip), p.port) for p in req.host_ports]
+        ports: list[tuple[int, int, int]] = [
+            (_core.PROTOCOLS[p.protocol], snapshot.strings(p.ip), p.port) for p in req.host_ports
+        ]
         return requests, klass, ports, snapshot.image_ids(req.images)
 
     def _call(
