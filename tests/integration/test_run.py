@@ -52,6 +52,8 @@ def test_2000_pods_on_200_nodes_all_bound_without_overcommit(
     try:
         with ksched(cluster, tmp_path, "bulk", {"leaderElect": False}) as k:
             assert wait_for(lambda: k.get("/readyz")[0] == 200, 30), k.output()
+            # Ready means ready to schedule: the node table is built, not only the informers synced.
+            assert "[+]node table ok: built" in k.get("/readyz")[1]
             started = time.monotonic()
             create(kube, pods)
             unbound = lambda: [p for p in pods_in(kube, ns) if not p["spec"].get("nodeName")]  # noqa: E731

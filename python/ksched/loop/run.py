@@ -89,6 +89,8 @@ class Running:
     stop: threading.Event = field(default_factory=threading.Event)
     webhook: Webhook | None = None
     shadow: Shadow | None = None
+    # Set once the first node table is built after the informers synced: ready to schedule.
+    table_built: threading.Event = field(default_factory=threading.Event)
 
     def synced(self) -> bool:
         return all(i.synced.is_set() for i in self.informers.values())
@@ -99,6 +101,10 @@ class Running:
         out.append(
             ("informers", not unsynced, f"waiting for {', '.join(unsynced)}" if unsynced else "synced")
         )
+        if not unsynced:
+            # Ready means ready to schedule: at 5,000 nodes the table takes about half a second.
+            built = self.table_built.is_set()
+            out.append(("node table", built, "built" if built else "building"))
         if self.scheduler.metrics.live:
             out.append(("metrics", True, self.scheduler.metrics.status()))
         if self.leadership.enabled:
@@ -155,6 +161,7 @@ class Running:
         # at start (5,000 nodes: about half a second) starts binding without that delay.
         self.scheduler.state.sync()
         self.scheduler.state.snapshot()
+        self.table_built.set()
         # The objects alive now (the informers' stores and the node table, mostly) stay:
         # the collector stops walking them in every full collection.
         gc.freeze()
