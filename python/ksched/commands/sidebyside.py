@@ -263,6 +263,9 @@ def ksched_config(workload: str, prometheus: str | None) -> Obj:
         "apiVersion": "ksched.io/v1alpha1",
         "kind": "KschedConfiguration",
         "leaderElection": {"leaderElect": False},
+        # The client rate limit kube-scheduler gets here: its own default (500 qps) would cap
+        # ksched's binds and events at 500 writes/s, below the API server's ceiling.
+        "clientConnection": {"qps": KUBE_SCHEDULER_QPS, "burst": int(KUBE_SCHEDULER_QPS * 2)},
     }
     if workload == "metrics":
         refresh = {"min": "1s", "max": "5s"}
