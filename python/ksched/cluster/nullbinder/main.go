@@ -28,6 +28,9 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 )
 
+// Scheduled events the API server refused (printed at the end: the bench's ceiling counts them).
+var eventErrors atomic.Int64
+
 type work struct {
 	namespace, name string
 	uid             types.UID
@@ -130,7 +133,7 @@ func main() {
 	}
 	fmt.Printf("nullbinder: %d nodes, %d workers, binding pods of %q\n", len(nodes), *workers, *schedulerName)
 	wg.Wait()
-	fmt.Printf("nullbinder: bound %d pods, %d failed\n", bound.Load(), failed.Load())
+	fmt.Printf("nullbinder: bound %d pods, %d failed, %d events refused\n", bound.Load(), failed.Load(), eventErrors.Load())
 }
 
 func bind(ctx context.Context, client kubernetes.Interface, w work, node, schedulerName, host string, events bool) bool {
@@ -145,9 +148,12 @@ func bind(ctx context.Context, client kubernetes.Interface, w work, node, schedu
 	if !events {
 		return true
 	}
-	now := metav1.NewMicroTime(time.Now())
+	t := time.Now()
+	now := metav1.NewMicroTime(t)
 	event := &eventsv1.Event{
-		ObjectMeta:          metav1.ObjectMeta{Namespace: w.namespace, GenerateName: w.name + "."},
+		// Named as client-go's events recorder names them: a generateName ending in "." is
+		// not a valid name prefix, and the API server rejects the event.
+		ObjectMeta:          metav1.ObjectMeta{Namespace: w.namespace, Name: fmt.Sprintf("%s.%x", w.name, t.UnixNano())},
 		EventTime:           now,
 		ReportingController: schedulerName,
 		ReportingInstance:   schedulerName + "-" + host,
@@ -159,6 +165,7 @@ func bind(ctx context.Context, client kubernetes.Interface, w work, node, schedu
 	}
 	if _, err := client.EventsV1().Events(w.namespace).Create(ctx, event, metav1.CreateOptions{}); err != nil {
 		fmt.Fprintf(os.Stderr, "event for %s/%s: %v\n", w.namespace, w.name, err)
+		eventErrors.Add(1)
 	}
 	return true
 }
