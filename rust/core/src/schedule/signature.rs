@@ -20,7 +20,7 @@ use crate::reasons;
 use crate::registry::{self, PreFilter, CLASS_SCORERS, CLASS_SCORES, NODE_SCORERS, NODE_SCORES};
 
 /// Signature caches kept (within a call, and between calls with a `ScheduleCache`),
-/// bounded by the memory they take: about 44 bytes a node each with four resources,
+/// bounded by the memory they take: about 44 bytes a node each in `ksched bench`,
 /// so 128 MiB holds ~600 signatures at 5,000 nodes and ~200 at 15,000, more than
 /// the distinct pod shapes of typical workloads (`ksched bench` has 112); beyond
 /// that, the signatures not used in the current call are dropped first.
