@@ -77,6 +77,16 @@ class NodeConstraints:
     required: tuple[Term, ...] | None
     preferred: tuple[tuple[int, Term], ...]
 
+    def __hash__(self) -> int:
+        # Hashed once (the fields are immutable): it keys every batch's class table.
+        cached: int | None = self.__dict__.get("_hash")
+        if cached is None:
+            cached = hash(
+                (self.node_name, self.tolerations, self.node_selector, self.required, self.preferred)
+            )
+            object.__setattr__(self, "_hash", cached)
+        return cached
+
 
 @dataclass(frozen=True)
 class HostPort:
@@ -574,6 +584,19 @@ def counted_requests(pod: Obj, key: str | None = None) -> tuple[PodRequests, tup
     return counted
 
 
+# Equal NodeConstraints as one object, so a batch's class lookups find them by identity.
+_constraints: dict[NodeConstraints, NodeConstraints] = {}
+
+
+def _interned(constraints: NodeConstraints) -> NodeConstraints:
+    found = _constraints.get(constraints)
+    if found is None:
+        if len(_constraints) >= MEMO_SIZE:
+            _constraints.clear()
+        found = _constraints[constraints] = constraints
+    return found
+
+
 def _spec_parts(pod: Obj, key: str) -> _SpecParts:
     """The spec's parse, memoised by the spec's JSON: pending pods of one workload share it.
     A spec that fails to parse raises each time (nothing is remembered)."""
@@ -587,7 +610,7 @@ def _spec_parts(pod: Obj, key: str) -> _SpecParts:
     reqs = pod_requests(pod, key)
     images, containers = container_images(pod, key)
     parts = _SpecParts(
-        reqs, images, containers, priority(pod), host_ports(pod, key), node_constraints(pod, key)
+        reqs, images, containers, priority(pod), host_ports(pod, key), _interned(node_constraints(pod, key))
     )
     if memo_key is not None:
         _remember(_spec_memo, memo_key, parts)
