@@ -98,3 +98,33 @@ def test_a_batch_is_counted_as_one_pod_at_a_time_would() -> None:
         assert np.array_equal(np.asarray(value), np.asarray(tables[1][key])), key
     for s in (batch, one_by_one):
         assert s.pods.min_evictable_priority() == 0
+
+
+def test_a_batch_of_shapes_keeps_each_pods_own_ports_and_images() -> None:
+    nodes = [node("n0"), node("n1")]
+    nodes[1]["status"]["images"] = [{"names": ["cache:v1"], "sizeBytes": 500 * 1024 * 1024}]
+
+    def with_ports(name: str, *ports: int, image: str = "pause") -> Obj:
+        p = pod(name)
+        container = p["spec"]["containers"][0]
+        container["image"] = image
+        container["ports"] = [{"containerPort": port, "hostPort": port} for port in ports]
+        return p
+
+    # Interleaved shapes with 2, 0 and 1 host ports: each row must get its own.
+    pending = [
+        with_ports("web-0", 80, 443),
+        with_ports("plain-0", image="cache:v1"),
+        with_ports("web-1", 80, 443),
+        with_ports("api-0", 8080),
+        with_ports("web-2", 80, 443),
+        with_ports("api-1", 8080),
+        with_ports("api-2", 8080),
+    ]
+    placements = {p.pod: p for p in Engine(Config()).schedule(build_snapshot(nodes, []), pending).placements}
+    assert {placements["default/web-0"].node, placements["default/web-1"].node} == {"n0", "n1"}
+    assert {placements["default/api-0"].node, placements["default/api-1"].node} == {"n0", "n1"}
+    for unplaced in ("default/web-2", "default/api-2"):
+        assert placements[unplaced].node is None
+        assert "didn't have free ports" in (placements[unplaced].message or "")
+    assert placements["default/plain-0"].node == "n1", "the node with its image"

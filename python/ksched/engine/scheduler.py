@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -243,19 +243,16 @@ class Engine:
             if isinstance(volumes, str):
                 results.append(Placement(req.key, None, None, prefilter_error(snapshot.count, volumes)))
                 continue
-            if shape.row is None:
-                shape.row = self._shape_row(snapshot, batch, req, prefilter)
-            requests, klass, ports, images = shape.row
+            if shape.index < 0:
+                shape.index = len(batch.shapes)
+                batch.shapes.append(self._shape_row(snapshot, batch, req, prefilter))
             if explain == req.key:
                 batch.explain_slot = len(results)
             rows.append(
                 _Row(
                     len(results),
                     req,
-                    requests,
-                    klass,
-                    ports,
-                    images,
+                    shape.index,
                     () if req.spread else selectors.defaults(pod, spread_defaults),
                     volumes,
                 )
@@ -281,7 +278,14 @@ class Engine:
         ports: list[tuple[int, int, int]] = [
             (_core.PROTOCOLS[p.protocol], snapshot.strings(p.ip), p.port) for p in req.host_ports
         ]
-        return requests, klass, ports, snapshot.image_ids(req.images)
+        return _ShapeRow(
+            requests,
+            klass,
+            ports,
+            snapshot.image_ids(req.images),
+            (req.nonzero_cpu, req.nonzero_memory),
+            req.containers,
+        )
 
     def _call(
         self,
@@ -295,7 +299,13 @@ class Engine:
         """One engine call on the batch's rows (in order); also the keys of the evictable pods.
         Only the call itself counts as the batch's Rust time: its inputs are built first."""
         rows = batch.rows
-        hp = [p for r in rows for p in r.ports]
+        # Each row's shape: its request row, class, host ports and images are its shape's.
+        shapes = batch.shapes
+        at = np.asarray([r.shape for r in rows], dtype=np.int64)
+        width = len(snapshot.resources)
+        hp_offsets, hp_at = _ragged(shapes, at, lambda s: s.ports)
+        img_offsets, img_at = _ragged(shapes, at, lambda s: s.images)
+        hp = [p for s in shapes for p in s.ports]
         # Pods without claims (most batches hold none) cost nothing here.
         batch.volumes = None
         volumes = None
@@ -329,17 +339,21 @@ class Engine:
         preemption, victim_keys = self._preemption(snapshot, rows, reservations, first_row)
         engine_pods: PodBatch = {
             "count": len(rows),
-            "requests": i64([v for r in rows for v in r.requests]),
-            "nonzero_requests": i64([v for r in rows for v in (r.req.nonzero_cpu, r.req.nonzero_memory)]),
-            "pod_classes": i64([r.klass for r in rows]),
+            "requests": i64([v for s in shapes for v in s.requests])
+            .reshape(len(shapes), width)[at]
+            .reshape(-1),
+            "nonzero_requests": i64([v for s in shapes for v in s.nonzero])
+            .reshape(len(shapes), 2)[at]
+            .reshape(-1),
+            "pod_classes": i64([s.klass for s in shapes])[at],
             "pod_keys": np.asarray([stable_key(r.req.key) for r in rows], dtype=np.uint64),
-            "hp_offsets": i64(np.cumsum([0] + [len(r.ports) for r in rows]).tolist()),
-            "hp_protocols": np.asarray([p[0] for p in hp], dtype=np.uint8),
-            "hp_ips": np.asarray([p[1] for p in hp], dtype=np.int32),
-            "hp_ports": np.asarray([p[2] for p in hp], dtype=np.int32),
-            "img_offsets": i64(np.cumsum([0] + [len(r.images) for r in rows]).tolist()),
-            "img_ids": np.asarray([i for r in rows for i in r.images], dtype=np.int32),
-            "img_containers": i64([r.req.containers for r in rows]),
+            "hp_offsets": hp_offsets,
+            "hp_protocols": np.asarray([p[0] for p in hp], dtype=np.uint8)[hp_at],
+            "hp_ips": np.asarray([p[1] for p in hp], dtype=np.int32)[hp_at],
+            "hp_ports": np.asarray([p[2] for p in hp], dtype=np.int32)[hp_at],
+            "img_offsets": img_offsets,
+            "img_ids": np.asarray([i for s in shapes for i in s.images], dtype=np.int32)[img_at],
+            "img_containers": i64([s.containers for s in shapes])[at],
             "table": table,
             "preemption": preemption,
             "volumes": volumes,
@@ -449,18 +463,36 @@ class _Row:
 
     slot: int
     req: PodRequirements
-    requests: list[int]
-    klass: int
-    ports: list[tuple[int, int, int]]
-    # Ids of the pod's images that some node has (ImageLocality).
-    images: list[int]
+    # Its shape's index in the batch (``_Batch.shapes``): the row's requests, class, ports, images.
+    shape: int
     # The profile's default spread constraints, for a pod without constraints of its own.
     default_spread: tuple[SpreadConstraint, ...] = ()
     volumes: PodVolumes = NO_VOLUMES
 
 
-# A shape's engine row parts: request row, constraint class, host ports, image ids.
-_ShapeRow = tuple[list[int], int, list[tuple[int, int, int]], list[int]]
+class _ShapeRow(NamedTuple):
+    """The engine row parts all pods of one shape share in a batch."""
+
+    requests: list[int]
+    klass: int
+    ports: list[tuple[int, int, int]]
+    # Ids of the shape's images that some node has (ImageLocality).
+    images: list[int]
+    nonzero: tuple[int, int]
+    containers: int
+
+
+def _ragged(
+    shapes: Sequence[_ShapeRow], at: npt.NDArray[np.int64], entries: Callable[[_ShapeRow], Sequence[Any]]
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """The offsets of each row's ``entries`` (its shape's, ``at``: each row's shape) and,
+    per entry in row order, its index among all shapes' entries laid end to end."""
+    counts = np.asarray([len(entries(s)) for s in shapes], dtype=np.int64)
+    row_counts = counts[at]
+    offsets = np.concatenate((np.zeros(1, dtype=np.int64), np.cumsum(row_counts, dtype=np.int64)))
+    starts = np.cumsum(counts, dtype=np.int64) - counts
+    index = np.repeat(starts[at] - offsets[:-1], row_counts) + np.arange(offsets[-1], dtype=np.int64)
+    return offsets, index
 
 
 @dataclass(slots=True)
@@ -469,8 +501,8 @@ class _Shape:
 
     resource_claims: bool
     prefilter: set[str] | None
-    # Its engine row's parts, once a pod of the shape gets a row.
-    row: _ShapeRow | None = None
+    # Its index in the batch's shapes, once a pod of the shape gets a row.
+    index: int = -1
 
 
 _Parsed = tuple[int, Obj, PodRequirements | MalformedObjectError]
@@ -485,6 +517,8 @@ class _Batch:
     classes: ClassColumns
     names: ReasonNames
     rows: list[_Row] = field(default_factory=list)
+    # The engine row parts of each shape with a row (``_Row.shape``).
+    shapes: list[_ShapeRow] = field(default_factory=list)
     results: list[Placement | None] = field(default_factory=list)
     # The slot of the pod ``explain`` names, when the engine attempts it.
     explain_slot: int | None = None
