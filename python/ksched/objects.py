@@ -8,6 +8,7 @@ readers and the type checker, and holds the few accessors every layer uses.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from typing import Any, NewType
 
 Obj = dict[str, Any]
@@ -86,6 +87,12 @@ def is_terminal(pod: Obj) -> bool:
 def stable_key(text: str) -> int:
     """A 64-bit key of a string that is the same in every process (for the seeded tie-break)."""
     return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
+
+
+def stable_keys(texts: Iterable[str]) -> bytes:
+    """:func:`stable_key` of each text as consecutive little-endian 64-bit words
+    (``numpy.frombuffer(..., "<u8")`` reads them), without an int per text."""
+    return b"".join([hashlib.blake2b(t.encode(), digest_size=8).digest() for t in texts])
 
 
 def object_key(obj: Obj) -> str:

@@ -47,7 +47,7 @@ from ksched.engine.selectors import added_affinity, prefilter_node_names
 from ksched.engine.snapshot import Snapshot, add_usage
 from ksched.engine.volumes import NO_VOLUMES, ClaimBinding, PodVolumes, VolumeColumns, pod_volumes
 from ksched.errors import KschedError, MalformedObjectError
-from ksched.objects import Obj, pod_key, stable_key, uses_resource_claims
+from ksched.objects import Obj, pod_key, stable_keys, uses_resource_claims
 
 
 @dataclass(frozen=True)
@@ -346,7 +346,7 @@ class Engine:
             .reshape(len(shapes), 2)[at]
             .reshape(-1),
             "pod_classes": i64([s.klass for s in shapes])[at],
-            "pod_keys": np.asarray([stable_key(r.req.key) for r in rows], dtype=np.uint64),
+            "pod_keys": np.frombuffer(stable_keys(r.req.key for r in rows), dtype="<u8").astype(np.uint64),
             "hp_offsets": hp_offsets,
             "hp_protocols": np.asarray([p[0] for p in hp], dtype=np.uint8)[hp_at],
             "hp_ips": np.asarray([p[1] for p in hp], dtype=np.int32)[hp_at],
