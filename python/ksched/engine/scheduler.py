@@ -191,8 +191,12 @@ class Engine:
         """An engine row per pod the engine can attempt, in queue order. The others get
         their placement here: a malformed pod, a pod with ResourceClaims (never ksched's),
         a pod of an unknown PodGroup, and a pod whose required node affinity names no node."""
+        # Each distinct requests mapping once (the pods of a shape share one).
+        requested = {
+            id(req.requests): req.requests for _, _, req in parsed if isinstance(req, PodRequirements)
+        }
         snapshot.ensure_resources(
-            {r for _, _, req in parsed if isinstance(req, PodRequirements) for r in req.requests}
+            {r for requests in requested.values() for r in requests}
             | {m.herd_resource for m in metrics if m.herd_resource is not None}
         )
         res = snapshot.resources
@@ -682,6 +686,7 @@ def _read_verdicts(snapshot: Snapshot, batch: _Batch, out: Outcome, victim_keys:
         out["feasible"].tolist(),
         out["volume_offsets"].tolist(),
     )
+    results, node_names, claims = batch.results, snapshot.node_names, batch.volumes
     for j, row in enumerate(batch.rows):
         req = row.req
         node = nodes[j]
@@ -703,15 +708,15 @@ def _read_verdicts(snapshot: Snapshot, batch: _Batch, out: Outcome, victim_keys:
         elif node >= 0:
             score = scores[j]
             lo, hi = volume_offsets[j], volume_offsets[j + 1]
-            batch.results[row.slot] = shallow_replace(
+            results[row.slot] = shallow_replace(
                 _PLACED,
                 pod=req.key,
-                node=snapshot.node_names[node],
+                node=node_names[node],
                 score=None if math.isnan(score) else score,  # NaN: its nominated node, taken unscored
                 feasible_nodes=feasible[j],
                 requirements=req,
-                volumes=batch.volumes.bindings(j, [int(v) for v in out["volumes"][lo:hi]])
-                if batch.volumes is not None and hi > lo
+                volumes=claims.bindings(j, [int(v) for v in out["volumes"][lo:hi]])
+                if claims is not None and hi > lo
                 else (),
             )
         elif node == _core.NOT_ATTEMPTED:
