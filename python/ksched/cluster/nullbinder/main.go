@@ -9,6 +9,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"os/signal"
 	"sort"
@@ -24,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 )
@@ -44,6 +46,7 @@ func main() {
 	burst := flag.Int("burst", 40000, "client burst")
 	events := flag.Bool("events", true, "post a Scheduled event for each bound pod")
 	readyFile := flag.String("ready-file", "", "written once the nodes and pending pods are listed")
+	shared := flag.Bool("shared-connection", false, "all workers on client-go's one HTTP/2 connection (as kube-scheduler)")
 	flag.Parse()
 
 	config, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
@@ -108,6 +111,12 @@ func main() {
 	host, _ := os.Hostname()
 	var wg sync.WaitGroup
 	for range *workers {
+		var writer kubernetes.Interface = client
+		if !*shared {
+			if writer, err = workerClient(config); err != nil {
+				fail("client: %v", err)
+			}
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -117,7 +126,7 @@ func main() {
 					return
 				case w := <-queue:
 					node := nodes[next.Add(1)%uint64(len(nodes))]
-					if bind(ctx, client, w, node, *schedulerName, host, *events) {
+					if bind(ctx, writer, w, node, *schedulerName, host, *events) {
 						bound.Add(1)
 					} else {
 						failed.Add(1)
@@ -134,6 +143,17 @@ func main() {
 	fmt.Printf("nullbinder: %d nodes, %d workers, binding pods of %q\n", len(nodes), *workers, *schedulerName)
 	wg.Wait()
 	fmt.Printf("nullbinder: bound %d pods, %d failed, %d events refused\n", bound.Load(), failed.Load(), eventErrors.Load())
+}
+
+// workerClient is a client of a worker's own: HTTP/1.1 on a connection of its own (a dialer
+// of its own keeps client-go from handing every client its one cached transport), so the
+// workers' requests reach the API server side by side rather than as streams of one
+// HTTP/2 connection, which held the binder well below the API server's ceiling here.
+func workerClient(base *rest.Config) (kubernetes.Interface, error) {
+	config := rest.CopyConfig(base)
+	config.TLSClientConfig.NextProtos = []string{"http/1.1"}
+	config.Dial = (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	return kubernetes.NewForConfig(config)
 }
 
 func bind(ctx context.Context, client kubernetes.Interface, w work, node, schedulerName, host string, events bool) bool {
