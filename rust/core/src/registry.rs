@@ -16,7 +16,7 @@
 //! arm fails them). No boxing, no allocation: the lists are constants, so the
 //! per-node loops unroll and each call folds to the plugin's function.
 
-use std::collections::HashMap;
+use std::cell::RefCell;
 
 pub use crate::model::{plugin_by_name, Level, PluginId, PluginInfo, PLUGINS, PLUGIN_COUNT};
 pub use crate::plugins::ReasonInfo;
@@ -220,7 +220,7 @@ pub struct WithNominated {
 #[derive(Default)]
 pub struct PreScore {
     pub spread: bool,
-    pub affinity: Option<HashMap<i32, HashMap<i32, i64>>>,
+    pub affinity: Option<inter_pod_affinity::TopologyScore>,
 }
 
 impl PreScore {
@@ -249,7 +249,12 @@ pub struct PodContext<'a, 'b> {
     pub affine: &'a [(u32, u32)],
     pub row: usize,
     pub index: usize,
+    /// The pod's constraint class (`include` depends on it).
+    pub class: usize,
     pub include: &'a (dyn Fn(usize, usize) -> bool + Sync),
+    /// What the plugins keep across the pods of the call, where `on_nodes`
+    /// is the batch's own list (which only grows); None: compute afresh.
+    pub kept: Option<&'a RefCell<PodLevelKept>>,
     pub hard_pod_affinity_weight: i64,
     pub ignore_preferred_terms_of_existing_pods: bool,
 }
@@ -262,9 +267,16 @@ impl<'a, 'b> PodContext<'a, 'b> {
             placed: self.on_nodes,
             row: self.row,
             index: self.index,
+            class: self.class,
             include: self.include,
         }
     }
+}
+
+/// The pod-level plugins' state kept across the pods of one call (see `PodContext::kept`).
+#[derive(Default)]
+pub struct PodLevelKept {
+    pub spread: pod_topology_spread::Counters,
 }
 
 /// PreFilter of a pod-level plugin, into its slot of `out`.
@@ -284,7 +296,12 @@ pub fn prefilter(id: PluginId, ctx: &PodContext, out: &mut PreFilter) {
             out.volume_binding = ctx.volumes.and_then(|v| volume_binding::prefilter(v, ctx.index, ctx.taken_volumes))
         }
         PluginId::VolumeZone => out.volume_zone = ctx.volumes.and_then(|v| volume_zone::prefilter(v, ctx.index)),
-        PluginId::PodTopologySpread => out.spread = pod_topology_spread::prefilter(&ctx.spread()),
+        PluginId::PodTopologySpread => {
+            out.spread = match ctx.kept {
+                Some(kept) => kept.borrow_mut().spread.prefilter(&ctx.spread()),
+                None => pod_topology_spread::prefilter(&ctx.spread()),
+            }
+        }
         PluginId::InterPodAffinity => out.affinity = inter_pod_affinity::prefilter(ctx.table, ctx.nodes, ctx.on_nodes, ctx.affine, ctx.row),
         _ => unreachable!("{id:?} is not a pod-level filter"),
     }

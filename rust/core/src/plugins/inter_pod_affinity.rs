@@ -4,9 +4,9 @@
 //! (`plugins/interpodaffinity`). Pods placed earlier in the batch count like
 //! bound pods.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
-use super::{ReasonInfo, FEASIBLE, MAX_NODE_SCORE};
+use super::{IdBuild, IdMap, ReasonInfo, FEASIBLE, MAX_NODE_SCORE};
 use crate::model::pod_table::{PREFERRED_AFFINITY, PREFERRED_ANTI_AFFINITY, REQUIRED_AFFINITY, REQUIRED_ANTI_AFFINITY};
 use crate::model::{row, Nodes, PluginId, PodTable};
 
@@ -38,16 +38,19 @@ pub const REASONS: &[ReasonInfo] = &[
 /// A (topology key, value) pair.
 type Pair = (i32, i32);
 
+/// PreScore's summed weights: topology key -> value -> weight.
+pub type TopologyScore = IdMap<i32, IdMap<i32, i64>>;
+
 /// PreFilter state: what the incoming pod's filter needs.
 #[derive(Clone)]
 pub struct Filter {
     /// Topology keys of the incoming pod's required affinity and anti-affinity terms.
     affinity_keys: Vec<i32>,
     anti_keys: Vec<i32>,
-    affinity_counts: HashMap<Pair, i64>,
-    anti_counts: HashMap<Pair, i64>,
+    affinity_counts: IdMap<Pair, i64>,
+    anti_counts: IdMap<Pair, i64>,
     /// Pairs where some placed pod's required anti-affinity matches the incoming pod.
-    existing_anti: HashSet<Pair>,
+    existing_anti: HashSet<Pair, IdBuild>,
     /// The incoming pod matches all its own required affinity terms (there
     /// are some): upstream's escape for the first pod of such a group, taken
     /// while no pod matches them (`affinity_counts` empty).
@@ -61,7 +64,7 @@ pub struct Filter {
 /// pods and the batch's placements; `affine` the subset with affinity terms.
 /// None when the plugin has nothing to check (upstream's Skip).
 pub fn prefilter(table: &PodTable, nodes: &Nodes, placed: &[(u32, u32)], affine: &[(u32, u32)], pod: usize) -> Option<Filter> {
-    let mut existing_anti = HashSet::new();
+    let mut existing_anti = HashSet::default();
     for &(other, node) in affine {
         for &t in table.term_list(other as usize, REQUIRED_ANTI_AFFINITY) {
             let t = t as usize;
@@ -79,8 +82,8 @@ pub fn prefilter(table: &PodTable, nodes: &Nodes, placed: &[(u32, u32)], affine:
         return None;
     }
     let key = |t: usize| table.terms.topology_keys[t];
-    let mut affinity_counts = HashMap::new();
-    let mut anti_counts = HashMap::new();
+    let mut affinity_counts = IdMap::default();
+    let mut anti_counts = IdMap::default();
     if !required_affinity.is_empty() || !required_anti.is_empty() {
         for &(other, node) in placed {
             let (other, node) = (other as usize, node as usize);
@@ -192,7 +195,7 @@ pub fn prescore(
     pod: usize,
     hard_weight: i64,
     ignore_existing: bool,
-) -> Option<HashMap<i32, HashMap<i32, i64>>> {
+) -> Option<TopologyScore> {
     let preferred = table.term_list(pod, PREFERRED_AFFINITY);
     let preferred_anti = table.term_list(pod, PREFERRED_ANTI_AFFINITY);
     // `ignorePreferredTermsOfExistingPods`: a pod without preferred terms is not scored at all.
@@ -205,7 +208,7 @@ pub fn prescore(
     } else {
         placed
     };
-    let mut map: HashMap<i32, HashMap<i32, i64>> = HashMap::new();
+    let mut map = TopologyScore::default();
     let t = &table.terms;
     let mut add = |term: usize, node: usize, weight: i64| {
         let key = t.topology_keys[term];
@@ -250,7 +253,7 @@ pub fn prescore(
 }
 
 /// Raw score of a node: the summed weights of its topology pairs.
-pub fn score(map: &HashMap<i32, HashMap<i32, i64>>, nodes: &Nodes, node: usize) -> i64 {
+pub fn score(map: &TopologyScore, nodes: &Nodes, node: usize) -> i64 {
     map.iter()
         .filter_map(|(&key, values)| nodes.label(node, key).map(|v| values.get(&v).copied().unwrap_or(0)))
         .sum()

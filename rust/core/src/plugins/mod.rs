@@ -21,6 +21,9 @@ pub mod volume_binding;
 pub mod volume_restrictions;
 pub mod volume_zone;
 
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
 use crate::model::PluginId;
 
 /// Upstream `framework.MaxNodeScore`: every plugin score is normalized to 0..=100.
@@ -40,3 +43,29 @@ pub struct ReasonInfo {
     /// opposed to `UnschedulableAndUnresolvable` (preemption skips the node).
     pub resolvable: bool,
 }
+
+/// Hashes interned ids (label keys and values) with one multiplication each:
+/// the pod-level plugins hash a node's label value per node and per pod.
+#[derive(Default)]
+pub struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+
+    fn write_i32(&mut self, i: i32) {
+        self.0 = (self.0.rotate_left(32) ^ u64::from(i as u32)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+pub type IdBuild = BuildHasherDefault<IdHasher>;
+
+/// A map keyed by interned ids.
+pub type IdMap<K, V> = HashMap<K, V, IdBuild>;

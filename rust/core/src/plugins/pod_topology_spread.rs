@@ -6,9 +6,8 @@
 //! in the batch count like bound pods.
 
 use std::collections::{HashMap, HashSet};
-use std::hash::{BuildHasherDefault, Hasher};
 
-use super::{ReasonInfo, FEASIBLE};
+use super::{IdBuild, IdMap, ReasonInfo, FEASIBLE};
 use crate::model::{row, Nodes, PluginId, PodTable};
 
 pub const SPREAD: u32 = 15;
@@ -39,6 +38,8 @@ pub struct Context<'a, 'b> {
     pub placed: &'a [(u32, u32)],
     pub row: usize,
     pub index: usize,
+    /// The pod's constraint class: what `include` depends on besides the node.
+    pub class: usize,
     pub include: &'a (dyn Fn(usize, usize) -> bool + Sync),
 }
 
@@ -85,42 +86,19 @@ impl Context<'_, '_> {
     }
 }
 
-/// Hashes an interned string id (a label value) with one multiplication: the
-/// scores' per-node domain sets and counts hash every node's value for every pod.
-#[derive(Default)]
-struct IdHasher(u64);
-
-impl Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        }
-    }
-
-    fn write_i32(&mut self, i: i32) {
-        self.0 = (u64::from(i as u32) ^ self.0).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    }
-}
-
-type IdBuild = BuildHasherDefault<IdHasher>;
-
-#[derive(Clone)]
+#[derive(Clone, Debug, PartialEq)]
 struct HardConstraint {
     /// The constraint's index in `SpreadConstraints`.
     index: usize,
     key: i32,
     max_skew: i64,
-    counts: HashMap<i32, i64>,
+    counts: IdMap<i32, i64>,
     min_match: i64,
     self_match: i64,
 }
 
 /// PreFilter state of the `DoNotSchedule` constraints.
-#[derive(Clone)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Filter {
     constraints: Vec<HardConstraint>,
 }
@@ -134,7 +112,7 @@ pub fn prefilter(ctx: &Context) -> Option<Filter> {
     }
     let t = ctx.table;
     let per_node: Vec<Vec<i64>> = hard.iter().map(|&c| ctx.matching_per_node(c)).collect();
-    let mut counts: Vec<HashMap<i32, i64>> = vec![HashMap::new(); hard.len()];
+    let mut counts: Vec<IdMap<i32, i64>> = vec![IdMap::default(); hard.len()];
     for node in 0..ctx.nodes.count {
         if !ctx.has_keys(&hard, node) {
             continue;
@@ -166,9 +144,130 @@ pub fn prefilter(ctx: &Context) -> Option<Filter> {
     Some(Filter { constraints })
 }
 
+/// `prefilter`'s counts kept across the pods of one call. Pods of one
+/// namespace and constraint class with the same `DoNotSchedule` constraints
+/// (selector, topology key, inclusion policies) count the same pods in the
+/// same domains, so each such group counts only the pods placed since its
+/// last pod. For the batch's own list of pods on nodes, which only grows
+/// (preemption's dry run, which leaves victims out, uses `prefilter`).
+#[derive(Default)]
+pub struct Counters {
+    groups: HashMap<GroupKey, Group>,
+}
+
+#[derive(PartialEq, Eq, Hash)]
+struct GroupKey {
+    class: usize,
+    namespace: i32,
+    /// Per `DoNotSchedule` constraint: selector, topology key, nodeAffinityPolicy, nodeTaintsPolicy.
+    constraints: Vec<(i64, i32, u8, u8)>,
+}
+
+struct Group {
+    /// Entries of `Context::placed` counted so far.
+    counted: usize,
+    /// Per constraint: each node's domain where its pods count (it has every
+    /// constraint's topology key and passes this constraint's policies).
+    domains: Vec<Vec<Option<i32>>>,
+    /// Per constraint: matching pods per domain, every domain of `domains` present.
+    counts: Vec<IdMap<i32, i64>>,
+    /// Per constraint: its selector's verdict per label set (0 unknown, 1 no, 2 yes).
+    verdicts: Vec<Vec<u8>>,
+}
+
+impl Group {
+    fn new(ctx: &Context, hard: &[usize]) -> Group {
+        let n = ctx.nodes.count;
+        let keyed: Vec<bool> = (0..n).map(|node| ctx.has_keys(hard, node)).collect();
+        let domains: Vec<Vec<Option<i32>>> = hard
+            .iter()
+            .map(|&c| {
+                (0..n)
+                    .map(|node| {
+                        (keyed[node] && (ctx.include)(c, node)).then(|| ctx.nodes.label(node, ctx.key(c)).expect("checked by has_keys"))
+                    })
+                    .collect()
+            })
+            .collect();
+        let counts = domains.iter().map(|d| d.iter().flatten().map(|&v| (v, 0)).collect()).collect();
+        Group {
+            counted: 0,
+            domains,
+            counts,
+            verdicts: vec![vec![0; ctx.table.labels.count()]; hard.len()],
+        }
+    }
+
+    /// Count the pods placed since the last call (`countPodsMatchSelector`:
+    /// the pod's namespace, no terminating pod, none for an empty selector).
+    fn count_new(&mut self, ctx: &Context, hard: &[usize]) {
+        let t = ctx.table;
+        let ns = t.namespaces[ctx.row];
+        for &(other, node) in &ctx.placed[self.counted..] {
+            let (other, node) = (other as usize, node as usize);
+            if t.terminating[other] != 0 || t.namespaces[other] != ns {
+                continue;
+            }
+            let set = t.label_sets[other] as usize;
+            for (i, &c) in hard.iter().enumerate() {
+                let Some(value) = self.domains[i][node] else {
+                    continue;
+                };
+                let selector = t.spread.selectors[c] as usize;
+                let verdict = &mut self.verdicts[i][set];
+                if *verdict == 0 {
+                    *verdict = 1 + (!t.selectors.is_empty(selector) && t.selectors.matches(selector, &t.labels, set)) as u8;
+                }
+                if *verdict == 2 {
+                    *self.counts[i].get_mut(&value).expect("every domain is counted") += 1;
+                }
+            }
+        }
+        self.counted = ctx.placed.len();
+    }
+}
+
+impl Counters {
+    /// `prefilter(ctx)`, counting only the pods placed since the group's last pod.
+    pub fn prefilter(&mut self, ctx: &Context) -> Option<Filter> {
+        let hard = ctx.constraints(true);
+        if hard.is_empty() {
+            return None;
+        }
+        let t = ctx.table;
+        let sp = &t.spread;
+        let key = GroupKey {
+            class: ctx.class,
+            namespace: t.namespaces[ctx.row],
+            constraints: hard
+                .iter()
+                .map(|&c| (sp.selectors[c], sp.topology_keys[c], sp.honor_affinity[c], sp.honor_taints[c]))
+                .collect(),
+        };
+        let group = self.groups.entry(key).or_insert_with(|| Group::new(ctx, &hard));
+        debug_assert!(group.counted <= ctx.placed.len(), "the pods on nodes only grow");
+        group.count_new(ctx, &hard);
+        let constraints = hard
+            .iter()
+            .zip(&group.counts)
+            .map(|(&c, counts)| HardConstraint {
+                index: c,
+                key: ctx.key(c),
+                max_skew: sp.max_skew[c],
+                counts: counts.clone(),
+                min_match: min_match(counts, sp.min_domains[c]),
+                self_match: t
+                    .selectors
+                    .matches(sp.selectors[c] as usize, &t.labels, t.label_sets[ctx.row] as usize) as i64,
+            })
+            .collect();
+        Some(Filter { constraints })
+    }
+}
+
 /// The lowest count of a constraint's domains, 0 while fewer domains than
 /// `minDomains` exist (upstream's `minMatchNum`).
-fn min_match(counts: &HashMap<i32, i64>, min_domains: i64) -> i64 {
+fn min_match(counts: &IdMap<i32, i64>, min_domains: i64) -> i64 {
     if (counts.len() as i64) < min_domains {
         0
     } else {
@@ -590,6 +689,54 @@ mod tests {
         for (c, want) in cases {
             let got = verdicts(&run(&c));
             assert_eq!(got, want, "{}: want {:?} got {:?}", c.name, want, got);
+        }
+    }
+
+    /// `Counters` counts each group's new pods only; after every placement
+    /// its PreFilter state must equal `prefilter`'s, which counts every pod
+    /// on every node afresh. Pods of two namespaces, terminating pods, nodes
+    /// without the zone key, a policy that leaves some nodes out, two groups
+    /// (one with a second, hostname constraint) taking turns.
+    #[test]
+    fn counters_match_prefilter_after_every_placement() {
+        let zones: Vec<Option<i32>> = (0..10).map(|i| (i % 4 != 3).then_some(Z1 + (i % 3))).collect();
+        let built = zoned_nodes(&zones).build();
+        let nodes = built.view();
+        let labels = [vec![(APP, FOO)], vec![(APP, BAR)], vec![(APP, FOO), (VERSION, V1)]];
+        let bound: Vec<(i64, TablePod)> = (0..40)
+            .map(|i| {
+                let p = TablePod {
+                    terminating: i % 7 == 0,
+                    ..TablePod::new(&labels[i % 3], if i % 5 == 0 { OTHER_NS } else { NS })
+                };
+                ((i * 7 % 10) as i64, p)
+            })
+            .collect();
+        let pending = [TablePod::new(&[(APP, FOO)], NS), TablePod::new(&[(APP, FOO)], NS)];
+        let mut table = OwnedPodTable::with_pods(&bound, &pending);
+        table.selectors = vec![label_is(APP, FOO), Some(vec![])];
+        table.spread = vec![
+            vec![spread(1, ZONE, true, 0)],
+            vec![spread(2, ZONE, true, 0), spread(1, HOSTNAME, true, 0), spread(1, ZONE, true, 1)],
+        ];
+        table.flatten();
+        let view = table.view();
+        let placed: Vec<(u32, u32)> = bound.iter().enumerate().map(|(r, &(n, _))| (r as u32, n as u32)).collect();
+        let include = |c: usize, node: usize| c == 0 || node % 3 != 2;
+        let mut counters = Counters::default();
+        for k in 0..=placed.len() {
+            for index in [k % 2, 1 - k % 2] {
+                let ctx = Context {
+                    table: &view,
+                    nodes: &nodes,
+                    placed: &placed[..k],
+                    row: bound.len() + index,
+                    index,
+                    class: 0,
+                    include: &include,
+                };
+                assert_eq!(counters.prefilter(&ctx), prefilter(&ctx), "pod {index} after {k} placements");
+            }
         }
     }
 

@@ -29,12 +29,14 @@ mod state;
 #[cfg(test)]
 mod tests;
 
+use std::cell::RefCell;
 use std::collections::hash_map::{Entry, HashMap};
 use std::sync::Arc;
 use std::time::Instant;
 
 use crate::model::error::{self, EngineError};
 use crate::model::{Classes, Metrics, Nodes, Pods, Profile};
+use crate::registry::PodLevelKept;
 use carry::Kept;
 pub use carry::ScheduleCache;
 use engine::{Engine, NODES_PER_CHUNK};
@@ -223,6 +225,7 @@ fn schedule_on_this_thread(
         fresh,
         ..
     } = &mut kept;
+    let pod_level_kept = RefCell::new(PodLevelKept::default());
     let mut outcome = Outcome {
         reason_offsets: vec![0],
         victim_offsets: vec![0],
@@ -249,7 +252,7 @@ fn schedule_on_this_thread(
         // Filter and score. A pod that a pod-level plugin applies to is
         // evaluated afresh; the signature caches serve the pods whose
         // verdicts depend on the node alone.
-        let pod_level = engine.pod_level(&state, &pod);
+        let pod_level = engine.pod_level(&state, &pod, &pod_level_kept);
         let on_nominated = engine.nominated_node_fits(&state, cache, &pod, pod_level.as_ref());
         // An explained pod is evaluated on every node for its explanation, and
         // still goes to its nominated node (below).
@@ -270,7 +273,27 @@ fn schedule_on_this_thread(
         let mut pod_scores = None;
         let key = signature::key(&engine, &pod, slot);
         let sig = match (&pod_level, key) {
-            (Some(pl), _) if !pl.prefilter.is_empty() => {
+            // Pod-level filters: the signature's evaluation with them applied.
+            (Some(pl), Some(key)) if !pl.prefilter.is_empty() => {
+                let shared = shared_signature(
+                    &engine,
+                    signatures,
+                    max_signatures,
+                    key,
+                    (call, fresh),
+                    &state,
+                    cache,
+                    &mut bases[slot],
+                    &pod,
+                    chunk,
+                    parallel,
+                );
+                own = engine.with_pod_filters(shared, &state, cache, &mut bases[slot], &pod, &pl.prefilter, chunk, parallel);
+                let feasible = own.feasible_nodes();
+                pod_scores = Some(engine.add_pod_level_scores(&state, &pod, pl, &feasible, &mut own.totals));
+                &own
+            }
+            (Some(pl), None) if !pl.prefilter.is_empty() => {
                 own = engine.evaluate_all(&state, cache, &mut bases[slot], &pod, Some(&pl.prefilter), chunk, parallel);
                 let feasible = own.feasible_nodes();
                 pod_scores = Some(engine.add_pod_level_scores(&state, &pod, pl, &feasible, &mut own.totals));

@@ -2,11 +2,13 @@
 //! `Level::Pod`): their PreFilter and PreScore for one pod over the pods on
 //! nodes, and their scores added to the pod's totals.
 
+use std::cell::RefCell;
+
 use super::engine::{Engine, PodView};
 use super::state::BatchState;
 use crate::model::PodTable;
 use crate::plugins::{node_affinity, taint_toleration, FEASIBLE};
-use crate::registry::{self, PodContext, PreFilter, PreScore, POD_FILTERS, POD_SCORERS, POD_SCORES};
+use crate::registry::{self, PodContext, PodLevelKept, PreFilter, PreScore, POD_FILTERS, POD_SCORERS, POD_SCORES};
 
 /// The pod-level plugins' state for one pod.
 pub(super) struct PodLevel {
@@ -33,8 +35,9 @@ impl<'a> Engine<'a, '_> {
 
     /// The pod-level plugins' PreFilter and PreScore for a pod, or None when
     /// none of them has anything to do for it (then the signature caches hold).
-    pub(super) fn pod_level(&self, state: &BatchState, pod: &PodView) -> Option<PodLevel> {
-        self.pod_level_on(state, pod, &state.on_nodes, &state.affine, &|_| false)
+    /// `kept` carries the plugins' counts from the call's earlier pods.
+    pub(super) fn pod_level(&self, state: &BatchState, pod: &PodView, kept: &RefCell<PodLevelKept>) -> Option<PodLevel> {
+        self.pod_level_with(state, pod, &state.on_nodes, &state.affine, &|_| false, Some(kept))
     }
 
     /// `pod_level` with the pods on nodes given (preemption's dry run leaves victims
@@ -47,9 +50,22 @@ impl<'a> Engine<'a, '_> {
         affine: &[(u32, u32)],
         removed: &dyn Fn(u32) -> bool,
     ) -> Option<PodLevel> {
+        self.pod_level_with(state, pod, on_nodes, affine, removed, None)
+    }
+
+    fn pod_level_with(
+        &self,
+        state: &BatchState,
+        pod: &PodView,
+        on_nodes: &[(u32, u32)],
+        affine: &[(u32, u32)],
+        removed: &dyn Fn(u32) -> bool,
+        kept: Option<&RefCell<PodLevelKept>>,
+    ) -> Option<PodLevel> {
         let table = self.pods.table.as_ref()?;
         let include = self.inclusion(table, pod.class);
-        let ctx = self.pod_context(table, state, pod, on_nodes, affine, &include, removed);
+        let mut ctx = self.pod_context(table, state, pod, on_nodes, affine, &include, removed);
+        ctx.kept = kept;
         let mut prefilter = PreFilter::default();
         for &id in POD_FILTERS.iter().filter(|&&id| self.profile.filters(id)) {
             registry::prefilter(id, &ctx, &mut prefilter);
@@ -87,7 +103,9 @@ impl<'a> Engine<'a, '_> {
             affine,
             row: table.bound + pod.index,
             index: pod.index,
+            class: pod.class,
             include,
+            kept: None,
             hard_pod_affinity_weight: self.profile.hard_pod_affinity_weight,
             ignore_preferred_terms_of_existing_pods: self.profile.ignore_preferred_terms_of_existing_pods,
         }

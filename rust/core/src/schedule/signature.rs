@@ -402,6 +402,95 @@ impl Engine<'_, '_> {
         sig
     }
 
+    /// A pod's evaluation where it has pod-level filters, from its signature's
+    /// (`evaluate_all` with `prefilter` gives the same). The pod-level filters
+    /// run after every class- and node-level one and before the metric
+    /// thresholds, so on a node without nominated pods they decide only where
+    /// the signature found the node feasible or failing a metric threshold
+    /// alone; they only take nodes out, and the node-level scores stay. A
+    /// node with nominated pods held for the pod is evaluated afresh (its
+    /// first pass counts them in the pod-level state too).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn with_pod_filters(
+        &self,
+        shared: &SignatureCache,
+        state: &BatchState,
+        cache: &ClassCache,
+        base_slot: &mut Option<Arc<Base>>,
+        pod: &PodView,
+        prefilter: &PreFilter,
+        chunk: usize,
+        parallel: bool,
+    ) -> SignatureCache {
+        let mut sig = shared.clone();
+        let w = reason_slots(self.resources);
+        let r = self.resources;
+        let mut codes = vec![0u32; w];
+        let mut maxima_may_move = false;
+        for node in 0..sig.evals.len() {
+            if cache.codes[node] != FEASIBLE as u8 {
+                continue;
+            }
+            let old = sig.evals[node];
+            let new = if state.has_nominated_for(pod, node) {
+                self.evaluate_node(state, cache, pod, node, Some(prefilter), &mut codes)
+            } else if old.feasible
+                || (old.reasons == 1 && state.metric_codes[node] != FEASIBLE && sig.reasons[node * w] == state.metric_codes[node])
+            {
+                let requested = &state.requested[node * r..(node + 1) * r];
+                let input = self.node_input(
+                    state,
+                    pod,
+                    node,
+                    requested,
+                    state.pod_count[node],
+                    &state.placed_ports[node],
+                    &[],
+                    Some(prefilter),
+                );
+                let mut count = 0;
+                if self.passes_pod_level(&input, &mut |code| {
+                    codes[count] = code;
+                    count += 1;
+                }) {
+                    continue;
+                }
+                NodeEval {
+                    reasons: count as u8,
+                    ..NodeEval::default()
+                }
+            } else {
+                continue;
+            };
+            let slot = &mut sig.reasons[node * w..(node + 1) * w];
+            slot[..old.reasons as usize].iter().for_each(|&c| sig.histogram[c as usize] -= 1);
+            slot[..new.reasons as usize].copy_from_slice(&codes[..new.reasons as usize]);
+            slot[..new.reasons as usize].iter().for_each(|&c| sig.histogram[c as usize] += 1);
+            if old.feasible && !new.feasible {
+                sig.feasible -= 1;
+                sig.totals[node] = f64::NEG_INFINITY;
+                maxima_may_move |= sig.maxima.held_by(state, cache, node);
+            }
+            // Pod-level filters take nodes out, never in: a node feasible now was before, with these scores.
+            debug_assert!(old.feasible || !new.feasible, "a pod-level filter let a node in");
+            sig.evals[node] = new;
+        }
+        if maxima_may_move {
+            let mut maxima = Maxima::empty(self.metrics.specs.len());
+            for (node, e) in sig.evals.iter().enumerate() {
+                if e.feasible {
+                    maxima.add_node(state, cache, node);
+                }
+            }
+            if maxima != sig.maxima {
+                sig.base = class_base(base_slot, self, state, cache, &maxima, parallel);
+                sig.maxima = maxima;
+                self.rescore_all(state, &mut sig, chunk, parallel);
+            }
+        }
+        sig
+    }
+
     fn rescore_all(&self, state: &BatchState, sig: &mut SignatureCache, chunk: usize, parallel: bool) {
         let base = &sig.base;
         let rescore = |(i, (totals, evals)): (usize, (&mut [f64], &[NodeEval]))| {

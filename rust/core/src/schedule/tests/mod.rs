@@ -346,3 +346,83 @@ fn image_locality_prefers_the_node_with_the_pods_image() {
         }
     }
 }
+
+/// Pods with pod-level filters take their signature's evaluation and apply
+/// those filters on top; each pod's verdicts, feasible count and choice must
+/// be what evaluating every filter on every node afresh gives (the
+/// explanation's). Zone spread with the counts kept across the batch, host
+/// anti-affinity, and a metric threshold that fails some nodes on its own.
+#[test]
+fn pod_filters_over_the_signature_match_a_fresh_evaluation() {
+    let nodes = 12;
+    let zones: Vec<Option<i32>> = (0..nodes).map(|i| (i != 11).then_some(110 + (i % 3) as i32)).collect();
+    let mut b = zoned_nodes(&zones);
+    for (i, n) in b.nodes.iter_mut().enumerate() {
+        n.allocatable[CPU] = 500 + 250 * (i as i64 % 3);
+    }
+    let values: Vec<f64> = (0..nodes).map(|i| if i % 4 == 1 { 0.95 } else { 0.1 * (i % 5) as f64 }).collect();
+    let spec = MetricSpec {
+        prefer: Prefer::Lower,
+        range: None,
+        above: Some(0.9),
+        below: None,
+        missing: Missing::Neutral,
+        weight: 2.0,
+        herd: None,
+    };
+    let metrics = Metrics {
+        values: &values,
+        specs: vec![spec],
+    };
+    let count = 18;
+    let mut table = web_table(count, -1, vec![spread(1, ZONE, true, 0)]);
+    // Every third pod also keeps away from web pods on its host.
+    for i in (0..count).step_by(3) {
+        table.term_sets_of_pods[i] = 0;
+    }
+    table.flatten();
+    let built = b.build();
+    let mut classes = OwnedClasses::default();
+    classes.add(|_| {});
+    let test_pods: Vec<TestPod> = (0..count as u64).map(|k| pod(200 + 50 * (k as i64 % 2), k)).collect();
+    let owned = OwnedPods::new(&test_pods);
+    let mut pods = owned.view();
+    pods.table = Some(table.view());
+    let mut placed = 0;
+    for i in 0..count {
+        let options = ScheduleOptions {
+            seed: 5,
+            explain: Some(i),
+            parallel: i % 2 == 0,
+            ..ScheduleOptions::default()
+        };
+        let out = schedule_batch(&built.view(), &classes.view(), &pods, &metrics, &Profile::default(), &options).unwrap();
+        let ex = out.explanation.as_ref().expect("explained");
+        let mut histogram: Vec<(u32, i64)> = Vec::new();
+        for node in 0..nodes {
+            for &code in &ex.reason_codes[row(&ex.reason_offsets, node)] {
+                match histogram.iter_mut().find(|(c, _)| *c == code) {
+                    Some((_, n)) => *n += 1,
+                    None => histogram.push((code, 1)),
+                }
+            }
+        }
+        histogram.sort_unstable();
+        let r = row(&out.reason_offsets, i);
+        let got: Vec<(u32, i64)> = out.reason_codes[r.clone()]
+            .iter()
+            .copied()
+            .zip(out.reason_counts[r].iter().copied())
+            .collect();
+        assert_eq!(got, histogram, "pod {i}: reasons");
+        let feasible: Vec<usize> = (0..nodes).filter(|&n| row(&ex.reason_offsets, n).is_empty()).collect();
+        assert_eq!(out.feasible[i], feasible.len() as i64, "pod {i}: feasible");
+        if out.nodes[i] >= 0 {
+            placed += 1;
+            let best = feasible.iter().map(|&n| ex.totals[n]).fold(f64::NEG_INFINITY, f64::max);
+            assert_eq!(out.scores[i].to_bits(), best.to_bits(), "pod {i}: score");
+            assert_eq!(ex.totals[out.nodes[i] as usize].to_bits(), best.to_bits(), "pod {i}: node");
+        }
+    }
+    assert!(placed > 3, "pods placed: {placed}");
+}
