@@ -11,9 +11,11 @@ from typing import Any
 import numpy as np
 
 from ksched.config import Config
-from ksched.engine import Engine, commit_placements
-from ksched.engine.pods import requirements
-from ksched.engine.podtable import Evictable, PendingPod
+from ksched.engine import Engine, commit_placements, pods
+from ksched.engine.gangs import POD_GROUP_LABEL
+from ksched.engine.pods import PodRequirements, requirements
+from ksched.engine.podtable import Evictable, PendingPod, SpreadSelectors
+from ksched.engine.selectors import Requirement
 from ksched.engine.snapshot import add_usage, build_snapshot
 from ksched.objects import Obj
 from tests.conftest import node, pod
@@ -128,3 +130,86 @@ def test_a_batch_of_shapes_keeps_each_pods_own_ports_and_images() -> None:
         assert placements[unplaced].node is None
         assert "didn't have free ports" in (placements[unplaced].message or "")
     assert placements["default/plain-0"].node == "n1", "the node with its image"
+
+
+def _fresh(p: Obj) -> PodRequirements:
+    """``requirements`` with nothing remembered: what the pod parses to on its own."""
+    pods._pod_memo.clear()
+    pods._spec_memo.clear()
+    return requirements(p)
+
+
+def test_a_remembered_parse_is_what_each_pod_parses_to_alone() -> None:
+    # Every part of the parse that reads the pod's labels (matchLabelKeys, the PodGroup label)
+    # or its namespace (claims), so a shape key missing one of them shows here.
+    base = pod(
+        "web-0",
+        affinity={
+            "podAntiAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": [
+                    {
+                        "labelSelector": {"matchLabels": {"tier": "x"}},
+                        "topologyKey": "h",
+                        "matchLabelKeys": ["app"],
+                    }
+                ]
+            }
+        },
+        topologySpreadConstraints=[
+            {
+                "maxSkew": 1,
+                "topologyKey": "zone",
+                "whenUnsatisfiable": "DoNotSchedule",
+                "labelSelector": {"matchLabels": {"tier": "x"}},
+                "matchLabelKeys": ["app"],
+            }
+        ],
+        volumes=[{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}],
+    )
+    base["metadata"]["labels"] = {"app": "web", "tier": "x", POD_GROUP_LABEL: "g1"}
+    variants: dict[str, Any] = {
+        "labels": {"app": "db", "tier": "x", POD_GROUP_LABEL: "g2"},
+        "namespace": "prod",
+        "deletionTimestamp": "2026-01-01T00:00:00Z",
+        "annotations": {"note": "x"},
+        "ownerReferences": [
+            {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "controller": True}
+        ],
+        "uid": "u-1",
+        "generateName": "web-",
+        "creationTimestamp": "2026-01-01T00:00:00Z",
+        "status": {"nominatedNodeName": "n1", "phase": "Pending", "conditions": [{"type": "PodScheduled"}]},
+    }
+    requirements(base)  # remembered first: every variant below is looked up against it
+    for i, (what, value) in enumerate(variants.items()):
+        variant = _variant(base, f"web-{i + 1}", **{what: value})
+        remembered = requirements(variant)
+        assert remembered == _fresh(variant), what
+        requirements(base)
+    db = requirements(_variant(base, "db-0", labels=variants["labels"]))
+    assert db.group == "default/g2" and db.spread[0].selector != requirements(base).spread[0].selector
+    assert [c.key for c in requirements(_variant(base, "p-0", namespace="prod")).claims] == ["prod/data"]
+
+
+def test_default_spreading_follows_the_pods_controller() -> None:
+    selectors = SpreadSelectors()
+    rs = {
+        "metadata": {"name": "web", "namespace": "default"},
+        "spec": {"selector": {"matchLabels": {"app": "web"}}},
+    }
+    owned = pod("web-0")
+    owned["metadata"]["labels"] = {"app": "web", "tier": "x"}
+    owned["metadata"]["ownerReferences"] = [
+        {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "controller": True}
+    ]
+    defaults = [("zone", 1, False)]
+    assert selectors.defaults(owned, defaults) == (), "no ReplicaSet known yet"
+    selectors.update("apps/v1", "ReplicaSet", rs)
+    (first,) = selectors.defaults(owned, defaults)
+    assert first.selector == (Requirement("app", "In", ("web",)),)
+    rs["spec"]["selector"] = {"matchLabels": {"tier": "x"}}
+    selectors.update("apps/v1", "ReplicaSet", rs)
+    (changed,) = selectors.defaults(owned, defaults)
+    assert changed.selector == (Requirement("tier", "In", ("x",)),), "the ReplicaSet's new selector"
+    selectors.update("apps/v1", "ReplicaSet", rs, deleted=True)
+    assert selectors.defaults(owned, defaults) == (), "its ReplicaSet is gone"
