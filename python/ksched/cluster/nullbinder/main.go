@@ -41,7 +41,7 @@ type work struct {
 func main() {
 	kubeconfig := flag.String("kubeconfig", "", "kubeconfig of the cluster")
 	schedulerName := flag.String("scheduler-name", "null-binder", "bind the pending pods with this spec.schedulerName")
-	workers := flag.Int("workers", 32, "concurrent binds")
+	workers := flag.Int("workers", 64, "concurrent binds")
 	qps := flag.Float64("qps", 20000, "client QPS")
 	burst := flag.Int("burst", 40000, "client burst")
 	events := flag.Bool("events", true, "post a Scheduled event for each bound pod")
