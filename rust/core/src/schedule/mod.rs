@@ -289,8 +289,11 @@ fn schedule_on_this_thread(
                     parallel,
                 );
                 own = engine.with_pod_filters(shared, &state, cache, &mut bases[slot], &pod, &pl.prefilter, chunk, parallel);
-                let feasible = own.feasible_nodes();
-                pod_scores = Some(engine.add_pod_level_scores(&state, &pod, pl, &feasible, &mut own.totals));
+                // Without pod-level scores every node scores 0 there (an explanation still shows them).
+                if !pl.prescore.is_empty() || options.explain == Some(index) {
+                    let feasible = own.feasible_nodes();
+                    pod_scores = Some(engine.add_pod_level_scores(&state, &pod, pl, &feasible, &mut own.totals));
+                }
                 &own
             }
             (Some(pl), None) if !pl.prefilter.is_empty() => {

@@ -148,6 +148,14 @@ impl Summary {
     }
 }
 
+/// A run of nodes (its index) in a signature cache: evals, reason slots, totals.
+type NodeRun<'r> = (usize, ((&'r mut [NodeEval], &'r mut [u32]), &'r mut [f64]));
+
+/// What applying a pod's pod-level filters changed in a run of nodes: the
+/// histogram's counts, the nodes that left the feasible set, and whether one
+/// of them held one of the maxima.
+type RunChange = (Vec<i64>, usize, bool);
+
 /// Every node's evaluation for one pod signature, kept in step with the batch's placements.
 #[derive(Clone)]
 pub(super) struct SignatureCache {
@@ -425,56 +433,92 @@ impl Engine<'_, '_> {
         let mut sig = shared.clone();
         let w = reason_slots(self.resources);
         let r = self.resources;
-        let mut codes = vec![0u32; w];
-        let mut maxima_may_move = false;
-        for node in 0..sig.evals.len() {
-            if cache.codes[node] != FEASIBLE as u8 {
-                continue;
-            }
-            let old = sig.evals[node];
-            let new = if state.has_nominated_for(pod, node) {
-                self.evaluate_node(state, cache, pod, node, Some(prefilter), &mut codes)
-            } else if old.feasible
-                || (old.reasons == 1 && state.metric_codes[node] != FEASIBLE && sig.reasons[node * w] == state.metric_codes[node])
-            {
-                let requested = &state.requested[node * r..(node + 1) * r];
-                let input = self.node_input(
-                    state,
-                    pod,
-                    node,
-                    requested,
-                    state.pod_count[node],
-                    &state.placed_ports[node],
-                    &[],
-                    Some(prefilter),
-                );
-                let mut count = 0;
-                if self.passes_pod_level(&input, &mut |code| {
-                    codes[count] = code;
-                    count += 1;
-                }) {
+        let space = sig.histogram.len();
+        let maxima = &sig.maxima;
+        // One run of nodes: their evals, reason slots and totals updated; the
+        // histogram's and the feasible count's changes, and whether a node
+        // that left held one of the maxima.
+        let apply = |(i, ((evals, reasons), totals)): NodeRun| {
+            let mut change = vec![0i64; space];
+            let mut left = 0usize;
+            let mut held = false;
+            let mut codes = vec![0u32; w];
+            for (k, e) in evals.iter_mut().enumerate() {
+                let node = i * chunk + k;
+                if cache.codes[node] != FEASIBLE as u8 {
                     continue;
                 }
-                NodeEval {
-                    reasons: count as u8,
-                    ..NodeEval::default()
+                let old = *e;
+                let slot = &mut reasons[k * w..(k + 1) * w];
+                let new = if state.has_nominated_for(pod, node) {
+                    self.evaluate_node(state, cache, pod, node, Some(prefilter), &mut codes)
+                } else if old.feasible || (old.reasons == 1 && state.metric_codes[node] != FEASIBLE && slot[0] == state.metric_codes[node])
+                {
+                    let requested = &state.requested[node * r..(node + 1) * r];
+                    let input = self.node_input(
+                        state,
+                        pod,
+                        node,
+                        requested,
+                        state.pod_count[node],
+                        &state.placed_ports[node],
+                        &[],
+                        Some(prefilter),
+                    );
+                    let mut count = 0;
+                    if self.passes_pod_level(&input, &mut |code| {
+                        codes[count] = code;
+                        count += 1;
+                    }) {
+                        continue;
+                    }
+                    NodeEval {
+                        reasons: count as u8,
+                        ..NodeEval::default()
+                    }
+                } else {
+                    continue;
+                };
+                // Pod-level filters take nodes out, never in: a node feasible now was before, with these scores.
+                debug_assert!(old.feasible || !new.feasible, "a pod-level filter let a node in");
+                slot[..old.reasons as usize].iter().for_each(|&c| change[c as usize] -= 1);
+                slot[..new.reasons as usize].copy_from_slice(&codes[..new.reasons as usize]);
+                slot[..new.reasons as usize].iter().for_each(|&c| change[c as usize] += 1);
+                if old.feasible && !new.feasible {
+                    left += 1;
+                    totals[k] = f64::NEG_INFINITY;
+                    held |= maxima.held_by(state, cache, node);
                 }
-            } else {
-                continue;
-            };
-            let slot = &mut sig.reasons[node * w..(node + 1) * w];
-            slot[..old.reasons as usize].iter().for_each(|&c| sig.histogram[c as usize] -= 1);
-            slot[..new.reasons as usize].copy_from_slice(&codes[..new.reasons as usize]);
-            slot[..new.reasons as usize].iter().for_each(|&c| sig.histogram[c as usize] += 1);
-            if old.feasible && !new.feasible {
-                sig.feasible -= 1;
-                sig.totals[node] = f64::NEG_INFINITY;
-                maxima_may_move |= sig.maxima.held_by(state, cache, node);
+                *e = new;
             }
-            // Pod-level filters take nodes out, never in: a node feasible now was before, with these scores.
-            debug_assert!(old.feasible || !new.feasible, "a pod-level filter let a node in");
-            sig.evals[node] = new;
+            (change, left, held)
+        };
+        let merge = |(mut a, left_a, held_a): RunChange, (b, left_b, held_b): RunChange| {
+            a.iter_mut().zip(&b).for_each(|(x, y)| *x += y);
+            (a, left_a + left_b, held_a || held_b)
+        };
+        let none = || (vec![0i64; space], 0, false);
+        let (change, left, maxima_may_move) = if parallel {
+            sig.evals
+                .par_chunks_mut(chunk)
+                .zip(sig.reasons.par_chunks_mut(chunk * w))
+                .zip(sig.totals.par_chunks_mut(chunk))
+                .enumerate()
+                .map(apply)
+                .reduce(none, merge)
+        } else {
+            sig.evals
+                .chunks_mut(chunk)
+                .zip(sig.reasons.chunks_mut(chunk * w))
+                .zip(sig.totals.chunks_mut(chunk))
+                .enumerate()
+                .map(apply)
+                .fold(none(), merge)
+        };
+        for (h, c) in sig.histogram.iter_mut().zip(&change) {
+            *h += c;
         }
+        sig.feasible -= left;
         if maxima_may_move {
             let mut maxima = Maxima::empty(self.metrics.specs.len());
             for (node, e) in sig.evals.iter().enumerate() {
