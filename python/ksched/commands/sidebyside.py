@@ -25,8 +25,8 @@ checkout, and any other ksched command given with ``--ksched LABEL=COMMAND``,
 say an older build's, for before/after figures in one run).
 
 Binds and ``Scheduled`` events are seen through two watches of the namespace
-from this process; times are taken on receipt. Results: a JSON document, a table, and a PNG chart of bound
-pods over time in each backlog drain.
+from this process; times are taken on receipt. Results: a JSON document, a
+table, and a PNG chart of bound pods over time in each backlog drain.
 """
 
 from __future__ import annotations
@@ -401,11 +401,19 @@ class FirstSeen:
     with reason ``Scheduled`` (the event each scheduler must post; events.k8s.io events show
     there too), keyed by the pod they are about."""
 
-    def __init__(self, kubeconfig: str, namespace: str, resource: str, field_selector: str):
+    def __init__(
+        self,
+        kubeconfig: str,
+        namespace: str,
+        resource: str,
+        field_selector: str,
+        pod_of: Callable[[Obj], str],
+    ):
         self.kube = Kube(load_configuration(kubeconfig, 2))
         self.path = f"/api/v1/namespaces/{namespace}/{resource}"
         self.field_selector = field_selector
-        self.events = resource == "events"
+        # The name of the pod an object of the watch is about ("" for one to pass over).
+        self.pod_of = pod_of
         self.seen: dict[str, float] = {}
         self.lock = threading.Lock()
         self.changed = threading.Condition(self.lock)
@@ -418,11 +426,21 @@ class FirstSeen:
 
     @classmethod
     def binds(cls, kubeconfig: str, namespace: str) -> FirstSeen:
-        return cls(kubeconfig, namespace, "pods", "spec.nodeName!=")
+        def bound(pod: Obj) -> str:
+            return (
+                str((pod.get("metadata") or {}).get("name", ""))
+                if (pod.get("spec") or {}).get("nodeName")
+                else ""
+            )
+
+        return cls(kubeconfig, namespace, "pods", "spec.nodeName!=", bound)
 
     @classmethod
     def scheduled_events(cls, kubeconfig: str, namespace: str) -> FirstSeen:
-        return cls(kubeconfig, namespace, "events", "reason=Scheduled")
+        def about(event: Obj) -> str:
+            return str((event.get("involvedObject") or {}).get("name", ""))
+
+        return cls(kubeconfig, namespace, "events", "reason=Scheduled", about)
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -469,10 +487,7 @@ class FirstSeen:
         self.resource_version = meta.get("resourceVersion", self.resource_version)
         if event.get("type") not in ("ADDED", "MODIFIED"):
             return
-        if self.events:
-            name = (obj.get("involvedObject") or {}).get("name", "")
-        else:
-            name = meta.get("name", "") if (obj.get("spec") or {}).get("nodeName") else ""
+        name = self.pod_of(obj)
         if name:
             with self.changed:
                 if name not in self.seen:
