@@ -14,7 +14,7 @@ import itertools
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
 import orjson
 
@@ -545,12 +545,15 @@ def _resize_free(pod: Obj) -> bool:
 MEMO_KEY_BYTES = 512
 
 
+_dumps = orjson.dumps
+
+
 def _memo_key(value: Any) -> bytes | None:
     """The JSON of ``value``: equal bytes, equal parse (objects are decoded JSON); None when
     it has none. Past MEMO_KEY_BYTES a digest (``#``, which no JSON starts with, and 16 bytes),
     so a table of huge specs holds at most MEMO_SIZE * MEMO_KEY_BYTES of keys."""
     try:
-        raw = orjson.dumps(value)
+        raw = _dumps(value)
     except TypeError:
         return None
     if len(raw) <= MEMO_KEY_BYTES:
@@ -622,15 +625,15 @@ _pod_memo: dict[bytes, PodRequirements] = {}
 _shape_ids = itertools.count()
 
 
-def _shape_key(pod: Obj) -> bytes | None:
-    """A digest of everything :func:`requirements` reads of ``pod`` except its name:
-    the spec, namespace, labels, whether it is being deleted, its nominated node.
-    None where the parse reads more (in-place resize state, generic ephemeral
-    volumes, whose claims are named after the pod) or the pod is not decoded JSON."""
-    m = pod.get("metadata")
+def _shape_key(pod: Obj, m: Any) -> bytes | None:
+    """A digest of everything :func:`requirements` reads of ``pod`` (``m``: its metadata)
+    except its name: the spec, namespace, labels, whether it is being deleted, its
+    nominated node. None where the parse reads more (in-place resize state, generic
+    ephemeral volumes, whose claims are named after the pod) or the pod is not decoded JSON.
+    (:func:`_memo_key` of that, inline: it runs for every pending pod.)"""
     s = pod.get("spec")
     status = pod.get("status")
-    if not isinstance(m, dict) or not isinstance(s, dict) or not _resize_free(pod):
+    if not isinstance(m, dict) or not isinstance(s, dict) or (status is not None and not _resize_free(pod)):
         return None
     volumes = s.get("volumes")
     if volumes and (
@@ -638,27 +641,27 @@ def _shape_key(pod: Obj) -> bytes | None:
         or any(not isinstance(v, dict) or v.get("ephemeral") is not None for v in volumes)
     ):
         return None
-    return _memo_key(
-        (
-            s,
-            m.get("namespace"),
-            m.get("labels"),
-            m.get("deletionTimestamp") is not None,
-            status.get("nominatedNodeName") if status else None,
+    try:
+        raw = _dumps(
+            (
+                s,
+                m.get("namespace"),
+                m.get("labels"),
+                m.get("deletionTimestamp") is not None,
+                status.get("nominatedNodeName") if status else None,
+            )
         )
-    )
+    except TypeError:
+        return None
+    if len(raw) <= MEMO_KEY_BYTES:
+        return raw
+    return b"#" + hashlib.blake2b(raw, digest_size=16).digest()
 
 
-_Frozen = TypeVar("_Frozen")
-
-
-def shallow_replace(template: _Frozen, **changes: Any) -> _Frozen:
-    """``dataclasses.replace`` for a frozen dataclass without running its ``__init__``
-    again (a checked setattr per field): for objects made once per pod. The other
-    fields are shared with ``template``, not copied (they are immutable)."""
-    out = object.__new__(type(template))
-    out.__dict__.update(template.__dict__, **changes)
-    return out
+# Objects made once per pod are made as a copy of a template's attribute dict with the
+# fields that differ set: a frozen dataclass's __init__ checks a setattr per field.
+_new = object.__new__
+_set = object.__setattr__
 
 
 def requirements(pod: Obj) -> PodRequirements:
@@ -667,12 +670,19 @@ def requirements(pod: Obj) -> PodRequirements:
     m = pod.get("metadata")
     known = m if isinstance(m, dict) else {}
     key = f"{known.get('namespace') or 'default'}/{known.get('name', '')}"  # pod_key
-    shape = _shape_key(pod)
+    shape = _shape_key(pod, m)
     if shape is not None:
         hit = _pod_memo.get(shape)
         if hit is not None:
             # The other fields (and shape_id) are shared: the engine's per-shape work is done once.
-            return hit if hit.key == key else shallow_replace(hit, key=key)
+            if hit.key == key:
+                return hit
+            # A copy of the parse with the pod's own name (see _new).
+            values = hit.__dict__.copy()
+            values["key"] = key
+            renamed: PodRequirements = _new(PodRequirements)
+            _set(renamed, "__dict__", values)
+            return renamed
     req = _parse(pod, key)
     if shape is not None:
         _remember(_pod_memo, shape, req)

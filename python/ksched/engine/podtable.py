@@ -533,6 +533,10 @@ class SpreadSelectors:
         else:
             self.controllers[(api_version, kind, ns, name)] = selector
 
+    def selects_nothing(self) -> bool:
+        """No Service or controller is known: every pod's default spreading selector is empty."""
+        return not self.controllers and not any(self.services.values())
+
     def selector_for(self, pod: Any) -> LabelSelector | None:
         """The default spreading selector of ``pod``, None when it is empty."""
         m = meta(pod)

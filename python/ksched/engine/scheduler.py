@@ -40,7 +40,6 @@ from ksched.engine.pods import (
     HostPort,
     PodRequirements,
     requirements,
-    shallow_replace,
 )
 from ksched.engine.podtable import Evictable, PendingPod
 from ksched.engine.selectors import added_affinity, prefilter_node_names
@@ -80,7 +79,8 @@ class Placement:
         }
 
 
-# What every placed pod's Placement shares (one is made per placed pod, see shallow_replace).
+# What every placed pod's Placement shares: each is a copy of its fields with the pod's set
+# (see _read_verdicts; no __init__, which checks a setattr per field, per placed pod).
 _PLACED = Placement("", None, None, None)
 
 
@@ -191,24 +191,19 @@ class Engine:
         """An engine row per pod the engine can attempt, in queue order. The others get
         their placement here: a malformed pod, a pod with ResourceClaims (never ksched's),
         a pod of an unknown PodGroup, and a pod whose required node affinity names no node."""
-        # Each distinct requests mapping once (the pods of a shape share one).
-        requested = {
-            id(req.requests): req.requests for _, _, req in parsed if isinstance(req, PodRequirements)
-        }
-        snapshot.ensure_resources(
-            {r for requests in requested.values() for r in requests}
-            | {m.herd_resource for m in metrics if m.herd_resource is not None}
-        )
-        res = snapshot.resources
-        batch = _Batch(
-            ClassColumns(snapshot, enforced=self.enforced or ()),
-            ReasonNames(res.names, [(m.name, m.above, m.below) for m in metrics]),
-        )
-        results = batch.results
-        rows = batch.rows
-        selectors, spread_defaults = snapshot.spread_selectors, self.profile.spread_defaults
-        # What follows from a pod's spec alone, once per shape (see PodRequirements.shape_id).
+        selectors = snapshot.spread_selectors
+        # With no Service or controller known, every pod's default spreading selector is
+        # empty (no default constraints): not looked up pod by pod.
+        spread_defaults = () if selectors.selects_nothing() else self.profile.spread_defaults
+        results: list[Placement | None] = []
+        rows: list[_Row] = []
+        explain_slot = None
+        pod_level = False
+        # What follows from a pod's spec alone, once per shape (see PodRequirements.shape_id):
+        # the shapes met, and those with a row (their engine rows are built below).
         shapes: dict[int, _Shape] = {}
+        requested: list[dict[str, int]] = []
+        with_rows: list[tuple[PodRequirements, set[str] | None]] = []
         for _, pod, req in parsed:
             if isinstance(req, MalformedObjectError):
                 results.append(
@@ -220,6 +215,8 @@ class Engine:
                 shape = _Shape(uses_resource_claims(pod), prefilter_node_names(req.constraints.required))
                 if req.shape_id >= 0:
                     shapes[req.shape_id] = shape
+                # The pods of a shape share its requests mapping.
+                requested.append(req.requests)
             if shape.resource_claims:
                 results.append(Placement(req.key, None, None, RESOURCE_CLAIMS_UNSUPPORTED))
                 continue
@@ -232,8 +229,9 @@ class Engine:
                     Placement(req.key, None, None, prefilter_error(snapshot.count, AFFINITY_CONFLICT))
                 )
                 continue
-            volumes = (
-                pod_volumes(
+            volumes = NO_VOLUMES
+            if req.claims:
+                claimed = pod_volumes(
                     snapshot.storage,
                     req.claims,
                     restrictions="VolumeRestrictions" in self.profile.filters,
@@ -241,27 +239,37 @@ class Engine:
                     zone="VolumeZone" in self.profile.filters,
                     limits="NodeVolumeLimits" in self.profile.filters,
                 )
-                if req.claims
-                else NO_VOLUMES
-            )
-            if isinstance(volumes, str):
-                results.append(Placement(req.key, None, None, prefilter_error(snapshot.count, volumes)))
-                continue
+                if isinstance(claimed, str):
+                    results.append(Placement(req.key, None, None, prefilter_error(snapshot.count, claimed)))
+                    continue
+                volumes = claimed
             if shape.index < 0:
-                shape.index = len(batch.shapes)
-                batch.shapes.append(self._shape_row(snapshot, batch, req, prefilter))
+                shape.index = len(with_rows)
+                with_rows.append((req, prefilter))
+                # Affinity and spreading are the shape's.
+                pod_level = pod_level or req.info.affinity is not None or bool(req.spread)
             if explain == req.key:
-                batch.explain_slot = len(results)
-            rows.append(
-                _Row(
-                    len(results),
-                    req,
-                    shape.index,
-                    () if req.spread else selectors.defaults(pod, spread_defaults),
-                    volumes,
-                )
-            )
+                explain_slot = len(results)
+            default_spread: tuple[SpreadConstraint, ...] = ()
+            if spread_defaults and not req.spread:
+                default_spread = selectors.defaults(pod, spread_defaults)
+                pod_level = pod_level or bool(default_spread)
+            rows.append(_Row(len(results), req, shape.index, default_spread, volumes))
             results.append(None)
+        snapshot.ensure_resources(
+            {r for requests in requested for r in requests}
+            | {m.herd_resource for m in metrics if m.herd_resource is not None}
+        )
+        res = snapshot.resources
+        batch = _Batch(
+            ClassColumns(snapshot, enforced=self.enforced or ()),
+            ReasonNames(res.names, [(m.name, m.above, m.below) for m in metrics]),
+            rows,
+            results=results,
+            explain_slot=explain_slot,
+            pod_level=pod_level,
+        )
+        batch.shapes = [self._shape_row(snapshot, batch, req, prefilter) for req, prefilter in with_rows]
         return batch
 
     def _shape_row(
@@ -327,13 +335,19 @@ class Engine:
                 batch.volumes.add(r.volumes)
             volumes = batch.volumes.arrays()
         reservations = _reservations(snapshot, rows, nominated)
+        # The pending pods' rows of the pod table, built only where the table may be: with no
+        # claims, no bound pod with terms and no pending pod with affinity or spreading, no
+        # pod-level plugin has anything to act on and engine_table returns None whatever they are.
+        pod_level = volumes is not None or snapshot.pods.with_terms > 0 or batch.pod_level
         table = snapshot.pods.engine_table(
             [
                 PendingPod(r.req.info, r.default_spread, self.profile.spread_system_defaulted)
                 if r.default_spread
                 else PendingPod(r.req.info, r.req.spread)
                 for r in rows
-            ],
+            ]
+            if pod_level
+            else [],
             snapshot.namespaces,
             required=volumes is not None,
             nominated=[req.info for _, req in reservations],
@@ -401,8 +415,10 @@ class Engine:
         row of the first reservation (None: no table)."""
         with_rows = first_row is not None
         # The bound pods' lowest priority is only looked up when some pod may preempt.
-        below = max(
-            (r.req.priority for r in rows if self.profile.preemption and r.req.may_preempt), default=None
+        below = (
+            max((r.req.priority for r in rows if r.req.may_preempt), default=None)
+            if self.profile.preemption
+            else None
         )
         lowest = snapshot.pods.min_evictable_priority() if below is not None else None
         if lowest is None or below is None or below <= lowest:
@@ -530,6 +546,8 @@ class _Batch:
     rust_seconds: float = 0.0
     # The last engine call's claims, to read the volumes it chose.
     volumes: VolumeColumns | None = None
+    # Some row (dropped gangs' included) has pod affinity or spreading, its own or by default.
+    pod_level: bool = False
 
     def explain_row(self) -> int | None:
         """The row of the explained pod, None when it has none (or was dropped with its gang)."""
@@ -561,13 +579,19 @@ def _in_queue_order(pods: Sequence[Obj]) -> list[_Parsed]:
     """Each pod parsed, by priority descending, then arrival (upstream PrioritySort);
     a pod that cannot be parsed keeps its place with its error."""
     parsed: list[_Parsed] = []
+    priorities: set[int] = set()
     for i, pod in enumerate(pods):
         try:
-            parsed.append((i, pod, requirements(pod)))
+            req = requirements(pod)
         except MalformedObjectError as err:
             parsed.append((i, pod, err))
-    # A stable sort: pods of equal priority stay in arrival order.
-    parsed.sort(key=lambda t: -t[2].priority if isinstance(t[2], PodRequirements) else 0)
+            priorities.add(0)
+            continue
+        parsed.append((i, pod, req))
+        priorities.add(req.priority)
+    # A stable sort: pods of equal priority stay in arrival order (all of one priority: as they came).
+    if len(priorities) > 1:
+        parsed.sort(key=lambda t: -t[2].priority if isinstance(t[2], PodRequirements) else 0)
     return parsed
 
 
@@ -687,6 +711,7 @@ def _read_verdicts(snapshot: Snapshot, batch: _Batch, out: Outcome, victim_keys:
         out["volume_offsets"].tolist(),
     )
     results, node_names, claims = batch.results, snapshot.node_names, batch.volumes
+    placed, new_placement, set_attributes = _PLACED.__dict__, object.__new__, object.__setattr__
     for j, row in enumerate(batch.rows):
         req = row.req
         node = nodes[j]
@@ -708,17 +733,18 @@ def _read_verdicts(snapshot: Snapshot, batch: _Batch, out: Outcome, victim_keys:
         elif node >= 0:
             score = scores[j]
             lo, hi = volume_offsets[j], volume_offsets[j + 1]
-            results[row.slot] = shallow_replace(
-                _PLACED,
-                pod=req.key,
-                node=node_names[node],
-                score=None if math.isnan(score) else score,  # NaN: its nominated node, taken unscored
-                feasible_nodes=feasible[j],
-                requirements=req,
-                volumes=claims.bindings(j, [int(v) for v in out["volumes"][lo:hi]])
-                if claims is not None and hi > lo
-                else (),
-            )
+            # _PLACED's fields with the pod's own (one dict copy, no __init__).
+            values = placed.copy()
+            values["pod"] = req.key
+            values["node"] = node_names[node]
+            values["score"] = None if math.isnan(score) else score  # NaN: its nominated node, taken unscored
+            values["feasible_nodes"] = feasible[j]
+            values["requirements"] = req
+            if claims is not None and hi > lo:
+                values["volumes"] = claims.bindings(j, [int(v) for v in out["volumes"][lo:hi]])
+            result = new_placement(Placement)
+            set_attributes(result, "__dict__", values)
+            results[row.slot] = result
         elif node == _core.NOT_ATTEMPTED:
             batch.results[row.slot] = Placement(req.key, None, None, None, attempted=False)
         else:
