@@ -89,10 +89,19 @@ def stable_key(text: str) -> int:
     return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
 
 
+# An empty 8-byte BLAKE2b, copied per text by stable_keys (a third cheaper than a new one).
+_EMPTY_KEY = hashlib.blake2b(digest_size=8)
+
+
 def stable_keys(texts: Iterable[str]) -> bytes:
     """:func:`stable_key` of each text as consecutive little-endian 64-bit words
     (``numpy.frombuffer(..., "<u8")`` reads them), without an int per text."""
-    return b"".join([hashlib.blake2b(t.encode(), digest_size=8).digest() for t in texts])
+    out = []
+    for t in texts:
+        h = _EMPTY_KEY.copy()
+        h.update(t.encode())
+        out.append(h.digest())
+    return b"".join(out)
 
 
 def object_key(obj: Obj) -> str:

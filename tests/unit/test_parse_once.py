@@ -213,3 +213,27 @@ def test_default_spreading_follows_the_pods_controller() -> None:
     assert changed.selector == (Requirement("tier", "In", ("x",)),), "the ReplicaSet's new selector"
     selectors.update("apps/v1", "ReplicaSet", rs, deleted=True)
     assert selectors.defaults(owned, defaults) == (), "its ReplicaSet is gone"
+
+
+def test_default_spreading_is_looked_up_only_while_a_service_or_controller_is_known() -> None:
+    selectors = SpreadSelectors()
+    web = pod("web-0")
+    web["metadata"]["labels"] = {"app": "web"}
+    defaults = [("zone", 1, False)]
+    assert selectors.selects_nothing() and selectors.defaults(web, defaults) == ()
+    service = {"metadata": {"name": "web", "namespace": "default"}, "spec": {"selector": {"app": "web"}}}
+    selectors.update("v1", "Service", service)
+    assert not selectors.selects_nothing()
+    (constraint,) = selectors.defaults(web, defaults)
+    assert constraint.selector == (Requirement("app", "In", ("web",)),)
+    selectors.update("v1", "Service", service, deleted=True)
+    assert selectors.selects_nothing() and selectors.defaults(web, defaults) == ()
+
+
+def test_stable_keys_are_each_texts_stable_key() -> None:
+    from ksched.objects import stable_key, stable_keys
+
+    texts = ["", "default/web-0", "ns/pöd-ü", "x" * 300, *(f"bench/pod-{i:06d}" for i in range(100))]
+    words = np.frombuffer(stable_keys(texts), dtype="<u8")
+    assert [int(w) for w in words] == [stable_key(t) for t in texts]
+    assert len(set(words.tolist())) == len(texts)

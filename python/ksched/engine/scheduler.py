@@ -171,7 +171,7 @@ class Engine:
         started = time.perf_counter()
         if metrics is None:
             metrics = self.config.metrics
-        batch = self._compile(snapshot, _gang_order(_in_queue_order(pods)), metrics, groups, explain)
+        batch = self._compile(snapshot, _in_queue_order(pods), metrics, groups, explain)
         run = partial(self._call, snapshot, batch, metrics, metric_values, deadline_s, nominated)
         out, victim_keys = _place_whole_gangs(batch, groups or {}, run)
         _read_verdicts(snapshot, batch, out, victim_keys)
@@ -551,6 +551,8 @@ class _Batch:
 
     def explain_row(self) -> int | None:
         """The row of the explained pod, None when it has none (or was dropped with its gang)."""
+        if self.explain_slot is None:
+            return None
         return next((j for j, r in enumerate(self.rows) if r.slot == self.explain_slot), None)
 
     def drop_gangs(self, short: Mapping[str, str | None]) -> None:
@@ -577,9 +579,11 @@ class GangStatus:
 
 def _in_queue_order(pods: Sequence[Obj]) -> list[_Parsed]:
     """Each pod parsed, by priority descending, then arrival (upstream PrioritySort);
-    a pod that cannot be parsed keeps its place with its error."""
+    a pod that cannot be parsed keeps its place with its error. Gangs' members are
+    then moved together (:func:`_gang_order`) when the batch holds any."""
     parsed: list[_Parsed] = []
     priorities: set[int] = set()
+    grouped = False
     for i, pod in enumerate(pods):
         try:
             req = requirements(pod)
@@ -589,10 +593,11 @@ def _in_queue_order(pods: Sequence[Obj]) -> list[_Parsed]:
             continue
         parsed.append((i, pod, req))
         priorities.add(req.priority)
+        grouped = grouped or req.group is not None
     # A stable sort: pods of equal priority stay in arrival order (all of one priority: as they came).
     if len(priorities) > 1:
         parsed.sort(key=lambda t: -t[2].priority if isinstance(t[2], PodRequirements) else 0)
-    return parsed
+    return _gang_order(parsed) if grouped else parsed
 
 
 def _gang_order(parsed: list[_Parsed]) -> list[_Parsed]:
