@@ -629,6 +629,8 @@ def _place_whole_gangs(
     Gangs that cannot are taken out and the batch placed again without them:
     no partial gang is ever placed, and no later pod sees a placement that is
     undone. Returns the last run's output and the keys of its evictable pods."""
+    if not groups:
+        return run()  # no gang: a pod of a PodGroup gets a row only when groups holds it
     while True:
         out, victim_keys = run()
         short = _short_gangs(batch.rows, out["nodes"], groups)
@@ -737,7 +739,6 @@ def _read_verdicts(snapshot: Snapshot, batch: _Batch, out: Outcome, victim_keys:
             )
         elif node >= 0:
             score = scores[j]
-            lo, hi = volume_offsets[j], volume_offsets[j + 1]
             # _PLACED's fields with the pod's own (one dict copy, no __init__).
             values = placed.copy()
             values["pod"] = req.key
@@ -745,8 +746,10 @@ def _read_verdicts(snapshot: Snapshot, batch: _Batch, out: Outcome, victim_keys:
             values["score"] = None if math.isnan(score) else score  # NaN: its nominated node, taken unscored
             values["feasible_nodes"] = feasible[j]
             values["requirements"] = req
-            if claims is not None and hi > lo:
-                values["volumes"] = claims.bindings(j, [int(v) for v in out["volumes"][lo:hi]])
+            if claims is not None:
+                lo, hi = volume_offsets[j], volume_offsets[j + 1]
+                if hi > lo:
+                    values["volumes"] = claims.bindings(j, [int(v) for v in out["volumes"][lo:hi]])
             result = new_placement(Placement)
             set_attributes(result, "__dict__", values)
             results[row.slot] = result
