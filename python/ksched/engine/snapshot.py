@@ -383,9 +383,17 @@ def _count(snapshot: Snapshot, i: int, reqs: CountedRequests, sign: int) -> None
     a["nonzero_requested"][2 * i + 1] += sign * reqs.nonzero_memory
 
 
+# Up to this many pods are counted item by item rather than with array operations.
+FEW = 8
+
+
 def _count_many(snapshot: Snapshot, usage: Sequence[tuple[int, CountedRequests, object]]) -> None:
     """:func:`_count` (sign 1) for every pod of ``usage``, each column written once."""
-    if not usage:
+    if len(usage) <= FEW:
+        # One pod (a bind assumed, a watch event): item by item. ``np.add.at`` costs more here,
+        # and under load waiting for the GIL again after it made the scheduling thread slower.
+        for i, reqs, _ in usage:
+            _count(snapshot, i, reqs, 1)
         return
     r = len(snapshot.resources)
     a = snapshot.arrays

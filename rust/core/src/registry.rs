@@ -219,13 +219,13 @@ pub struct WithNominated {
 /// The pod-level plugins' PreScore results for one pod (None / false: every node scores 0).
 #[derive(Default)]
 pub struct PreScore {
-    pub spread: bool,
+    pub spread: Option<pod_topology_spread::ScoreState>,
     pub affinity: Option<inter_pod_affinity::TopologyScore>,
 }
 
 impl PreScore {
     pub fn is_empty(&self) -> bool {
-        !self.spread && self.affinity.is_none()
+        self.spread.is_none() && self.affinity.is_none()
     }
 }
 
@@ -277,6 +277,7 @@ impl<'a, 'b> PodContext<'a, 'b> {
 #[derive(Default)]
 pub struct PodLevelKept {
     pub spread: pod_topology_spread::Counters,
+    pub spread_score: pod_topology_spread::ScoreCounters,
 }
 
 /// PreFilter of a pod-level plugin, into its slot of `out`.
@@ -311,8 +312,10 @@ pub fn prefilter(id: PluginId, ctx: &PodContext, out: &mut PreFilter) {
 pub fn prescore(id: PluginId, ctx: &PodContext, out: &mut PreScore) {
     match id {
         PluginId::PodTopologySpread => {
-            let sp = &ctx.table.spread;
-            out.spread = row(sp.offsets, ctx.index).any(|c| sp.hard[c] == 0);
+            out.spread = match ctx.kept {
+                Some(kept) => kept.borrow_mut().spread_score.prescore(&ctx.spread()),
+                None => pod_topology_spread::prescore(&ctx.spread()),
+            }
         }
         PluginId::InterPodAffinity => {
             out.affinity = inter_pod_affinity::prescore(
@@ -333,7 +336,10 @@ pub fn prescore(id: PluginId, ctx: &PodContext, out: &mut PreScore) {
 /// raw and normalized scores in `feasible` order, or None when every node scores 0.
 pub fn score_pod(id: PluginId, ctx: &PodContext, pre: &PreScore, feasible: &[usize]) -> Option<(Vec<i64>, Vec<i64>)> {
     match id {
-        PluginId::PodTopologySpread => pre.spread.then(|| pod_topology_spread::score(&ctx.spread(), feasible)).flatten(),
+        PluginId::PodTopologySpread => pre
+            .spread
+            .as_ref()
+            .and_then(|state| pod_topology_spread::score(state, &ctx.spread(), feasible)),
         PluginId::InterPodAffinity => pre.affinity.as_ref().map(|map| {
             let raw: Vec<i64> = feasible
                 .iter()

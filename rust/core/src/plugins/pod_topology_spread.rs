@@ -5,9 +5,10 @@
 //! `nodeTaintsPolicy` deciding which nodes' pods count. Pods placed earlier
 //! in the batch count like bound pods.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
+use std::sync::Arc;
 
-use super::{IdBuild, IdMap, ReasonInfo, FEASIBLE};
+use super::{IdMap, ReasonInfo, FEASIBLE};
 use crate::model::{row, Nodes, PluginId, PodTable};
 
 pub const SPREAD: u32 = 15;
@@ -318,58 +319,226 @@ impl Filter {
     }
 }
 
-/// Score the feasible nodes (upstream PreScore, Score and NormalizeScore):
-/// raw and normalized scores in `feasible` order, or None when the pod has no
-/// `ScheduleAnyway` constraint (every node scores 0).
-#[allow(clippy::needless_range_loop)] // nodes index several per-node tables
-pub fn score(ctx: &Context, feasible: &[usize]) -> Option<(Vec<i64>, Vec<i64>)> {
-    let soft = ctx.constraints(false);
-    if soft.is_empty() || feasible.is_empty() {
-        return None;
+/// PreScore state of the `ScheduleAnyway` constraints (upstream's
+/// `preScoreState`): matching pods per node (hostname constraints) and per
+/// domain (the others), for Score over the feasible nodes. None when the
+/// pod has no `ScheduleAnyway` constraint (every node scores 0).
+#[derive(Clone)]
+pub struct ScoreState {
+    shape: Arc<ScoreShape>,
+    counts: Arc<ScoreCounts>,
+}
+
+/// What a `ScheduleAnyway` group's counting depends on besides the pods.
+struct ScoreShape {
+    /// Per node: left out of scoring (the pod's own constraints need every
+    /// topology key, and the node lacks one; upstream's `IgnoredNodes`).
+    ignored: Vec<bool>,
+    constraints: Vec<SoftShape>,
+}
+
+struct SoftShape {
+    hostname: bool,
+    /// Per node: whether it has the constraint's topology key.
+    labeled: Vec<bool>,
+    /// Per node: its domain (the key's value, the empty string where it has
+    /// none), numbered from 0.
+    domain: Vec<u32>,
+    domains: usize,
+    /// Per node: whether its pods count in its domain (not ignored, and it
+    /// passes the constraint's inclusion policies).
+    counted: Vec<bool>,
+}
+
+#[derive(Clone)]
+struct ScoreCounts {
+    /// Per constraint: matching pods per node (hostname constraints only).
+    per_node: Vec<Vec<i64>>,
+    /// Per constraint: matching pods per domain (the others).
+    per_domain: Vec<Vec<i64>>,
+}
+
+/// A `ScheduleAnyway` group: its shape, the pods counted so far and the
+/// selectors' verdicts per label set (0 unknown, 1 no, 2 yes).
+struct ScoreGroup {
+    state: ScoreState,
+    counted: usize,
+    verdicts: Vec<Vec<u8>>,
+}
+
+impl ScoreGroup {
+    fn new(ctx: &Context, soft: &[usize], require_all: bool) -> ScoreGroup {
+        let n = ctx.nodes.count;
+        let ignored: Vec<bool> = (0..n).map(|node| require_all && !ctx.has_keys(soft, node)).collect();
+        let empty = ctx.nodes.empty_string;
+        let constraints: Vec<SoftShape> = soft
+            .iter()
+            .map(|&c| {
+                let values: Vec<Option<i32>> = (0..n).map(|node| ctx.nodes.label(node, ctx.key(c))).collect();
+                let mut numbers: IdMap<i32, u32> = IdMap::default();
+                let domain = values
+                    .iter()
+                    .map(|v| {
+                        let next = numbers.len() as u32;
+                        *numbers.entry(v.unwrap_or(empty)).or_insert(next)
+                    })
+                    .collect();
+                SoftShape {
+                    hostname: ctx.key(c) == ctx.table.hostname_key,
+                    labeled: values.iter().map(Option::is_some).collect(),
+                    domain,
+                    domains: numbers.len(),
+                    counted: (0..n).map(|node| !ignored[node] && (ctx.include)(c, node)).collect(),
+                }
+            })
+            .collect();
+        let counts = ScoreCounts {
+            per_node: constraints
+                .iter()
+                .map(|s| if s.hostname { vec![0; n] } else { Vec::new() })
+                .collect(),
+            per_domain: constraints
+                .iter()
+                .map(|s| if s.hostname { Vec::new() } else { vec![0; s.domains] })
+                .collect(),
+        };
+        ScoreGroup {
+            state: ScoreState {
+                shape: Arc::new(ScoreShape { ignored, constraints }),
+                counts: Arc::new(counts),
+            },
+            counted: 0,
+            verdicts: vec![vec![0; ctx.table.labels.count()]; soft.len()],
+        }
     }
-    let t = ctx.table;
-    let nodes = ctx.nodes;
-    let require_all = t.spread.system_default[ctx.index] == 0;
-    let empty = nodes.empty_string;
-    let value_of = |c: usize, node: usize| nodes.label(node, ctx.key(c)).unwrap_or(empty);
-    let ignored: Vec<bool> = feasible.iter().map(|&n| require_all && !ctx.has_keys(&soft, n)).collect();
-    let scored = ignored.iter().filter(|&&i| !i).count();
-    let hostname = |c: usize| ctx.key(c) == t.hostname_key;
-    let mut domains: Vec<HashSet<i32, IdBuild>> = vec![HashSet::default(); soft.len()];
-    for (&node, &ign) in feasible.iter().zip(&ignored) {
-        if ign {
-            continue;
-        }
-        for (i, &c) in soft.iter().enumerate() {
-            if !hostname(c) {
-                domains[i].insert(value_of(c, node));
-            }
-        }
-    }
-    let per_node: Vec<Vec<i64>> = soft.iter().map(|&c| ctx.matching_per_node(c)).collect();
-    let mut counts: Vec<HashMap<i32, i64, IdBuild>> = vec![HashMap::default(); soft.len()];
-    for node in 0..nodes.count {
-        if require_all && !ctx.has_keys(&soft, node) {
-            continue;
-        }
-        for (i, &c) in soft.iter().enumerate() {
-            if hostname(c) || !(ctx.include)(c, node) {
+
+    /// Count the pods placed since the last call (`countPodsMatchSelector`:
+    /// the pod's namespace, no terminating pod, none for an empty selector).
+    fn count_new(&mut self, ctx: &Context, soft: &[usize]) {
+        let t = ctx.table;
+        let ns = t.namespaces[ctx.row];
+        let shape = &self.state.shape;
+        // Copied only while an earlier pod's PreScore still holds the counts.
+        let counts = Arc::make_mut(&mut self.state.counts);
+        for &(other, node) in &ctx.placed[self.counted..] {
+            let (other, node) = (other as usize, node as usize);
+            if t.terminating[other] != 0 || t.namespaces[other] != ns {
                 continue;
             }
-            let v = value_of(c, node);
-            if domains[i].contains(&v) {
-                *counts[i].entry(v).or_insert(0) += per_node[i][node];
+            let set = t.label_sets[other] as usize;
+            for (i, &c) in soft.iter().enumerate() {
+                let selector = t.spread.selectors[c] as usize;
+                let verdict = &mut self.verdicts[i][set];
+                if *verdict == 0 {
+                    *verdict = 1 + (!t.selectors.is_empty(selector) && t.selectors.matches(selector, &t.labels, set)) as u8;
+                }
+                if *verdict != 2 {
+                    continue;
+                }
+                let s = &shape.constraints[i];
+                if s.hostname {
+                    counts.per_node[i][node] += 1;
+                } else if s.counted[node] {
+                    counts.per_domain[i][s.domain[node] as usize] += 1;
+                }
             }
         }
+        self.counted = ctx.placed.len();
     }
-    let weights: Vec<f64> = soft
+}
+
+/// The pod's `ScheduleAnyway` constraints and whether they need every topology
+/// key on a node (its own constraints do; the profile's system defaults do not).
+fn soft_constraints(ctx: &Context) -> (Vec<usize>, bool) {
+    (ctx.constraints(false), ctx.table.spread.system_default[ctx.index] == 0)
+}
+
+/// PreScore, counting every pod on nodes afresh.
+pub fn prescore(ctx: &Context) -> Option<ScoreState> {
+    let (soft, require_all) = soft_constraints(ctx);
+    if soft.is_empty() {
+        return None;
+    }
+    let mut group = ScoreGroup::new(ctx, &soft, require_all);
+    group.count_new(ctx, &soft);
+    Some(group.state)
+}
+
+/// `prescore`'s counts kept across the pods of one call, as `Counters` keeps
+/// PreFilter's: pods of one namespace and constraint class with the same
+/// `ScheduleAnyway` constraints (selector, topology key, inclusion policies)
+/// count the same pods in the same domains; for the batch's own list of pods
+/// on nodes, which only grows.
+#[derive(Default)]
+pub struct ScoreCounters {
+    groups: HashMap<ScoreKey, ScoreGroup>,
+}
+
+#[derive(PartialEq, Eq, Hash)]
+struct ScoreKey {
+    class: usize,
+    namespace: i32,
+    require_all: bool,
+    constraints: Vec<(i64, i32, u8, u8)>,
+}
+
+impl ScoreCounters {
+    /// `prescore(ctx)`, counting only the pods placed since the group's last pod.
+    pub fn prescore(&mut self, ctx: &Context) -> Option<ScoreState> {
+        let (soft, require_all) = soft_constraints(ctx);
+        if soft.is_empty() {
+            return None;
+        }
+        let sp = &ctx.table.spread;
+        let key = ScoreKey {
+            class: ctx.class,
+            namespace: ctx.table.namespaces[ctx.row],
+            require_all,
+            constraints: soft
+                .iter()
+                .map(|&c| (sp.selectors[c], sp.topology_keys[c], sp.honor_affinity[c], sp.honor_taints[c]))
+                .collect(),
+        };
+        let group = self.groups.entry(key).or_insert_with(|| ScoreGroup::new(ctx, &soft, require_all));
+        debug_assert!(group.counted <= ctx.placed.len(), "the pods on nodes only grow");
+        group.count_new(ctx, &soft);
+        Some(group.state.clone())
+    }
+}
+
+/// Score the feasible nodes (upstream Score and NormalizeScore): raw and
+/// normalized scores in `feasible` order.
+pub fn score(state: &ScoreState, ctx: &Context, feasible: &[usize]) -> Option<(Vec<i64>, Vec<i64>)> {
+    if feasible.is_empty() {
+        return None;
+    }
+    let (soft, _) = soft_constraints(ctx);
+    let (shape, counts) = (&state.shape, &state.counts);
+    let ignored: Vec<bool> = feasible.iter().map(|&n| shape.ignored[n]).collect();
+    let scored = ignored.iter().filter(|&&i| !i).count();
+    // Each constraint's weight: the log of its number of domains among the scored nodes.
+    let weights: Vec<f64> = shape
+        .constraints
         .iter()
-        .enumerate()
-        .map(|(i, &c)| {
-            let size = if hostname(c) { scored } else { domains[i].len() };
+        .map(|s| {
+            let size = if s.hostname {
+                scored
+            } else {
+                let mut seen = vec![false; s.domains];
+                let mut size = 0;
+                for (&node, &ign) in feasible.iter().zip(&ignored) {
+                    let d = s.domain[node] as usize;
+                    if !ign && !seen[d] {
+                        seen[d] = true;
+                        size += 1;
+                    }
+                }
+                size
+            };
             ((size + 2) as f64).ln()
         })
         .collect();
+    let max_skew = &ctx.table.spread.max_skew;
     let raw: Vec<i64> = feasible
         .iter()
         .zip(&ignored)
@@ -378,14 +547,14 @@ pub fn score(ctx: &Context, feasible: &[usize]) -> Option<(Vec<i64>, Vec<i64>)> 
                 return 0;
             }
             let mut s = 0.0;
-            for (i, &c) in soft.iter().enumerate() {
-                if let Some(v) = nodes.label(node, ctx.key(c)) {
-                    let cnt = if hostname(c) {
-                        per_node[i][node]
+            for (i, (sh, &c)) in shape.constraints.iter().zip(&soft).enumerate() {
+                if sh.labeled[node] {
+                    let cnt = if sh.hostname {
+                        counts.per_node[i][node]
                     } else {
-                        counts[i].get(&v).copied().unwrap_or(0)
+                        counts.per_domain[i][sh.domain[node] as usize]
                     };
-                    s += cnt as f64 * weights[i] + (t.spread.max_skew[c] - 1) as f64;
+                    s += cnt as f64 * weights[i] + (max_skew[c] - 1) as f64;
                 }
             }
             s.round() as i64
@@ -423,10 +592,13 @@ mod tests {
     //! and each node's verdict or score, run through the whole engine so the
     //! inclusion policies and class filters are the real ones.
 
+    use std::collections::HashSet;
+
     use super::*;
     use crate::model::{EFFECT_NO_SCHEDULE, SEL_IN};
     use crate::plugins::node_affinity::NODE_AFFINITY;
     use crate::plugins::taint_toleration::TAINT_TOLERATION;
+    use crate::plugins::IdBuild;
     use crate::test_support::{
         explain_first, label_is, pod, scores_of, spread, verdicts, zoned_nodes, OwnedClasses, OwnedPodTable, Req, TablePod, TestSelector,
         TestSpread, HOSTNAME, ZONE,
@@ -736,6 +908,170 @@ mod tests {
                     include: &include,
                 };
                 assert_eq!(counters.prefilter(&ctx), prefilter(&ctx), "pod {index} after {k} placements");
+            }
+        }
+    }
+
+    /// Score as upstream's PreScore and Score compute it for one pod: every
+    /// pod on nodes counted afresh, domains and counts in hash maps.
+    #[allow(clippy::needless_range_loop)]
+    fn direct_score(ctx: &Context, feasible: &[usize]) -> Option<(Vec<i64>, Vec<i64>)> {
+        let soft = ctx.constraints(false);
+        if soft.is_empty() || feasible.is_empty() {
+            return None;
+        }
+        let t = ctx.table;
+        let nodes = ctx.nodes;
+        let require_all = t.spread.system_default[ctx.index] == 0;
+        let empty = nodes.empty_string;
+        let value_of = |c: usize, node: usize| nodes.label(node, ctx.key(c)).unwrap_or(empty);
+        let ignored: Vec<bool> = feasible.iter().map(|&n| require_all && !ctx.has_keys(&soft, n)).collect();
+        let scored = ignored.iter().filter(|&&i| !i).count();
+        let hostname = |c: usize| ctx.key(c) == t.hostname_key;
+        let mut domains: Vec<HashSet<i32, IdBuild>> = vec![HashSet::default(); soft.len()];
+        for (&node, &ign) in feasible.iter().zip(&ignored) {
+            if ign {
+                continue;
+            }
+            for (i, &c) in soft.iter().enumerate() {
+                if !hostname(c) {
+                    domains[i].insert(value_of(c, node));
+                }
+            }
+        }
+        let per_node: Vec<Vec<i64>> = soft.iter().map(|&c| ctx.matching_per_node(c)).collect();
+        let mut counts: Vec<HashMap<i32, i64, IdBuild>> = vec![HashMap::default(); soft.len()];
+        for node in 0..nodes.count {
+            if require_all && !ctx.has_keys(&soft, node) {
+                continue;
+            }
+            for (i, &c) in soft.iter().enumerate() {
+                if hostname(c) || !(ctx.include)(c, node) {
+                    continue;
+                }
+                let v = value_of(c, node);
+                if domains[i].contains(&v) {
+                    *counts[i].entry(v).or_insert(0) += per_node[i][node];
+                }
+            }
+        }
+        let weights: Vec<f64> = soft
+            .iter()
+            .enumerate()
+            .map(|(i, &c)| {
+                let size = if hostname(c) { scored } else { domains[i].len() };
+                ((size + 2) as f64).ln()
+            })
+            .collect();
+        let raw: Vec<i64> = feasible
+            .iter()
+            .zip(&ignored)
+            .map(|(&node, &ign)| {
+                if ign {
+                    return 0;
+                }
+                let mut s = 0.0;
+                for (i, &c) in soft.iter().enumerate() {
+                    if let Some(v) = nodes.label(node, ctx.key(c)) {
+                        let cnt = if hostname(c) {
+                            per_node[i][node]
+                        } else {
+                            counts[i].get(&v).copied().unwrap_or(0)
+                        };
+                        s += cnt as f64 * weights[i] + (t.spread.max_skew[c] - 1) as f64;
+                    }
+                }
+                s.round() as i64
+            })
+            .collect();
+        let mut min = i64::MAX;
+        let mut max = 0i64;
+        for (&s, &ign) in raw.iter().zip(&ignored) {
+            if !ign {
+                min = min.min(s);
+                max = max.max(s);
+            }
+        }
+        let max_score = crate::plugins::MAX_NODE_SCORE;
+        let normalized = raw
+            .iter()
+            .zip(&ignored)
+            .map(|(&s, &ign)| {
+                if ign {
+                    0
+                } else if max == 0 {
+                    max_score
+                } else {
+                    max_score * (max + min - s) / max
+                }
+            })
+            .collect();
+        Some((raw, normalized))
+    }
+
+    /// `ScoreCounters` counts each group's new pods only, and scoring reads
+    /// numbered domains: after every placement, for a pod with its own
+    /// constraints and two with the profile's system defaults (one with a
+    /// policy that leaves some nodes out), over all nodes and over a subset,
+    /// its scores must equal `direct_score`'s. Pods of two namespaces,
+    /// terminating pods, nodes without the zone key.
+    #[test]
+    fn kept_scores_match_a_direct_count_after_every_placement() {
+        let zones: Vec<Option<i32>> = (0..10).map(|i| (i % 4 != 3).then_some(Z1 + (i % 3))).collect();
+        let built = zoned_nodes(&zones).build();
+        let nodes = built.view();
+        let labels = [vec![(APP, FOO)], vec![(APP, BAR)], vec![(APP, FOO), (VERSION, V1)]];
+        let bound: Vec<(i64, TablePod)> = (0..40)
+            .map(|i| {
+                let p = TablePod {
+                    terminating: i % 7 == 0,
+                    ..TablePod::new(&labels[i % 3], if i % 5 == 0 { OTHER_NS } else { NS })
+                };
+                ((i * 7 % 10) as i64, p)
+            })
+            .collect();
+        let pending = [
+            TablePod::new(&[(APP, FOO)], NS),
+            TablePod::new(&[(APP, FOO)], NS),
+            TablePod::new(&[(APP, FOO)], NS),
+        ];
+        let mut table = OwnedPodTable::with_pods(&bound, &pending);
+        table.selectors = vec![label_is(APP, FOO), Some(vec![])];
+        let unpolicied = TestSpread {
+            honor_affinity: false,
+            ..spread(5, ZONE, false, 0)
+        };
+        table.spread = vec![
+            vec![spread(2, ZONE, false, 0)],
+            vec![spread(3, HOSTNAME, false, 0), spread(5, ZONE, false, 0)],
+            vec![spread(3, HOSTNAME, false, 0), unpolicied],
+        ];
+        table.system_default = vec![0, 1, 1];
+        table.flatten();
+        let view = table.view();
+        let placed: Vec<(u32, u32)> = bound.iter().enumerate().map(|(r, &(n, _))| (r as u32, n as u32)).collect();
+        let include = |c: usize, node: usize| view.spread.honor_affinity[c] == 0 || node % 3 != 2;
+        let all: Vec<usize> = (0..nodes.count).collect();
+        let some: Vec<usize> = (0..nodes.count).filter(|n| n % 4 != 1).collect();
+        let mut counters = ScoreCounters::default();
+        for k in 0..=placed.len() {
+            for index in [k % 3, (k + 1) % 3, (k + 2) % 3] {
+                let ctx = Context {
+                    table: &view,
+                    nodes: &nodes,
+                    placed: &placed[..k],
+                    row: bound.len() + index,
+                    index,
+                    class: 0,
+                    include: &include,
+                };
+                let kept = counters.prescore(&ctx).expect("every pod has a ScheduleAnyway constraint");
+                let fresh = prescore(&ctx).expect("every pod has a ScheduleAnyway constraint");
+                for feasible in [&all, &some] {
+                    let want = direct_score(&ctx, feasible);
+                    assert_eq!(score(&kept, &ctx, feasible), want, "pod {index} after {k} placements, kept");
+                    assert_eq!(score(&fresh, &ctx, feasible), want, "pod {index} after {k} placements, fresh");
+                }
             }
         }
     }
