@@ -59,6 +59,7 @@ def test_side_by_side_binds_every_pod_without_overcommit(tmp_path: Path) -> None
             # The null binder binds round-robin: it may over-commit or break a constraint.
             assert p["overcommitted_nodes"] == 0 and p["constraint_violations"] == 0, (scheduler, workload, p)
             assert p["cpu_ms_per_pod"] > 0, (scheduler, workload)
+            assert p["control_plane_cpu_ms_per_pod"] > 0, (scheduler, workload)
     # ksched scheduled the metrics workload with both Prometheus metrics live, not degraded.
     assert "2 live metric(s) fresh" in phases[("ksched", "metrics")]["metrics_status"]
     table = (out / "table.md").read_text()
