@@ -78,6 +78,9 @@ HOSTNAME = "kubernetes.io/hostname"
 KUBE_SCHEDULER_QPS = 5000.0
 READY_TIMEOUT_S = 180.0
 STOP_TIMEOUT_S = 20.0
+# Before each drain: the control plane quiet (under this many cores for a second), or this long waited.
+QUIET_CORES = 0.25
+SETTLE_MAX_S = 30.0
 # The exporter's two gauges, per node; the values move every few seconds (live metrics).
 UTILIZATION = "ksched_bench_node_utilization"
 POWER = "ksched_bench_node_power_watts"
@@ -600,6 +603,9 @@ def run_phase(
     watch = FirstSeen.binds(state.kubeconfig, namespace)
     events = FirstSeen.scheduled_events(state.kubeconfig, namespace)
     try:
+        # Each drain starts on a quiet control plane, not while it still works off the last phase
+        # (the deletion of its pods) or the scheduler's start (its lists).
+        settle(state)
         # Backlog: created while the scheduler is paused, timed from its resumption.
         pods = workload_pods(workload, namespace, sched.scheduler_name, opts.pods, "b", opts.nodes, owner)
         os.kill(sched.pid, signal.SIGSTOP)
@@ -668,6 +674,18 @@ def run_phase(
     sched.stop()
     clear_pods(kube, namespace)
     return phase
+
+
+def settle(state: local.ClusterState) -> None:
+    """Wait (up to ``SETTLE_MAX_S``) until the control plane uses under ``QUIET_CORES`` for a second."""
+    deadline = time.monotonic() + SETTLE_MAX_S
+    before = control_plane_cpu(state)
+    while time.monotonic() < deadline:
+        time.sleep(1.0)
+        now = control_plane_cpu(state)
+        if now - before < QUIET_CORES:
+            return
+        before = now
 
 
 def control_plane_cpu(state: local.ClusterState) -> float:
@@ -740,9 +758,14 @@ def side_by_side(opts: Options) -> dict[str, Any]:
         print(f"  up in {time.monotonic() - started:.0f} s: {state.apiserver}", flush=True)
         kube = Kube(load_configuration(state.kubeconfig, CREATE_WORKERS + 4))
         nodes = {n["metadata"]["name"]: n for n in kube.request("GET", "/api/v1/nodes").json()["items"]}
-        for label in opts.schedulers:
-            sched = Scheduler(label, state, workdir, opts.kscheds.get(label))
-            for workload in opts.workloads:
+        scheds = {
+            label: Scheduler(label, state, workdir, opts.kscheds.get(label)) for label in opts.schedulers
+        }
+        # Workload by workload, the schedulers one after the other: the control plane's cost per
+        # pod grows through a run (etcd and the event store fill up), so the schedulers compared on
+        # a workload run close together rather than a whole scheduler's round apart.
+        for workload in opts.workloads:
+            for label, sched in scheds.items():
                 print(f"== {label}: {WORKLOAD_TITLES[workload]}", flush=True)
                 try:
                     phase = run_phase(kube, state, sched, workload, opts, nodes)

@@ -560,18 +560,23 @@ pub fn score(state: &ScoreState, ctx: &Context, feasible: &[usize]) -> Option<(V
             s.round() as i64
         })
         .collect();
+    let normalized = normalize(&raw, &ignored);
+    Some((raw, normalized))
+}
+
+/// NormalizeScore: the fewer matching pods, the higher; ignored nodes score 0.
+fn normalize(raw: &[i64], ignored: &[bool]) -> Vec<i64> {
     let mut min = i64::MAX;
     let mut max = 0i64;
-    for (&s, &ign) in raw.iter().zip(&ignored) {
+    for (&s, &ign) in raw.iter().zip(ignored) {
         if !ign {
             min = min.min(s);
             max = max.max(s);
         }
     }
     let max_score = super::MAX_NODE_SCORE;
-    let normalized = raw
-        .iter()
-        .zip(&ignored)
+    raw.iter()
+        .zip(ignored)
         .map(|(&s, &ign)| {
             if ign {
                 0
@@ -581,8 +586,7 @@ pub fn score(state: &ScoreState, ctx: &Context, feasible: &[usize]) -> Option<(V
                 max_score * (max + min - s) / max
             }
         })
-        .collect();
-    Some((raw, normalized))
+        .collect()
 }
 
 #[cfg(test)]
@@ -864,16 +868,10 @@ mod tests {
         }
     }
 
-    /// `Counters` counts each group's new pods only; after every placement
-    /// its PreFilter state must equal `prefilter`'s, which counts every pod
-    /// on every node afresh. Pods of two namespaces, terminating pods, nodes
-    /// without the zone key, a policy that leaves some nodes out, two groups
-    /// (one with a second, hostname constraint) taking turns.
-    #[test]
-    fn counters_match_prefilter_after_every_placement() {
+    /// Ten nodes in three zones (every fourth without the zone key) and 40
+    /// bound pods of three label sets in two namespaces, some terminating.
+    fn mixed_cluster() -> (Vec<Option<i32>>, Vec<(i64, TablePod)>) {
         let zones: Vec<Option<i32>> = (0..10).map(|i| (i % 4 != 3).then_some(Z1 + (i % 3))).collect();
-        let built = zoned_nodes(&zones).build();
-        let nodes = built.view();
         let labels = [vec![(APP, FOO)], vec![(APP, BAR)], vec![(APP, FOO), (VERSION, V1)]];
         let bound: Vec<(i64, TablePod)> = (0..40)
             .map(|i| {
@@ -884,6 +882,19 @@ mod tests {
                 ((i * 7 % 10) as i64, p)
             })
             .collect();
+        (zones, bound)
+    }
+
+    /// `Counters` counts each group's new pods only; after every placement
+    /// its PreFilter state must equal `prefilter`'s, which counts every pod
+    /// on every node afresh. Pods of two namespaces, terminating pods, nodes
+    /// without the zone key, a policy that leaves some nodes out, two groups
+    /// (one with a second, hostname constraint) taking turns.
+    #[test]
+    fn counters_match_prefilter_after_every_placement() {
+        let (zones, bound) = mixed_cluster();
+        let built = zoned_nodes(&zones).build();
+        let nodes = built.view();
         let pending = [TablePod::new(&[(APP, FOO)], NS), TablePod::new(&[(APP, FOO)], NS)];
         let mut table = OwnedPodTable::with_pods(&bound, &pending);
         table.selectors = vec![label_is(APP, FOO), Some(vec![])];
@@ -984,28 +995,7 @@ mod tests {
                 s.round() as i64
             })
             .collect();
-        let mut min = i64::MAX;
-        let mut max = 0i64;
-        for (&s, &ign) in raw.iter().zip(&ignored) {
-            if !ign {
-                min = min.min(s);
-                max = max.max(s);
-            }
-        }
-        let max_score = crate::plugins::MAX_NODE_SCORE;
-        let normalized = raw
-            .iter()
-            .zip(&ignored)
-            .map(|(&s, &ign)| {
-                if ign {
-                    0
-                } else if max == 0 {
-                    max_score
-                } else {
-                    max_score * (max + min - s) / max
-                }
-            })
-            .collect();
+        let normalized = normalize(&raw, &ignored);
         Some((raw, normalized))
     }
 
@@ -1017,19 +1007,9 @@ mod tests {
     /// terminating pods, nodes without the zone key.
     #[test]
     fn kept_scores_match_a_direct_count_after_every_placement() {
-        let zones: Vec<Option<i32>> = (0..10).map(|i| (i % 4 != 3).then_some(Z1 + (i % 3))).collect();
+        let (zones, bound) = mixed_cluster();
         let built = zoned_nodes(&zones).build();
         let nodes = built.view();
-        let labels = [vec![(APP, FOO)], vec![(APP, BAR)], vec![(APP, FOO), (VERSION, V1)]];
-        let bound: Vec<(i64, TablePod)> = (0..40)
-            .map(|i| {
-                let p = TablePod {
-                    terminating: i % 7 == 0,
-                    ..TablePod::new(&labels[i % 3], if i % 5 == 0 { OTHER_NS } else { NS })
-                };
-                ((i * 7 % 10) as i64, p)
-            })
-            .collect();
         let pending = [
             TablePod::new(&[(APP, FOO)], NS),
             TablePod::new(&[(APP, FOO)], NS),
