@@ -105,6 +105,8 @@ class Phase:
     # The control plane's processes (API server, etcd, KWOK, ...) over the same drain: the work
     # the scheduler's writes and watches cost them, on the cores the scheduler shares.
     control_plane_cpu_ms_per_pod: float = 0.0
+    # The same by process (kube-apiserver, etcd, kwok, prometheus).
+    control_plane_by_process: dict[str, float] = field(default_factory=dict)
     peak_rss_mib: float = 0.0
     steady_pods: int = 0
     steady_bound: int = 0
@@ -612,7 +614,7 @@ def run_phase(
         try:
             create_pods(kube, pods)
             cpu_before, _ = process_usage(sched.pid)
-            control_before = control_plane_cpu(state)
+            control_before = control_plane_usage(state)
         finally:
             os.kill(sched.pid, signal.SIGCONT)
         resumed = time.monotonic()
@@ -624,7 +626,7 @@ def run_phase(
         # posts events after its binds has not finished its writes at its last bind.
         events.wait(bound, opts.stall_s)
         cpu_after, _ = process_usage(sched.pid)
-        control_after = control_plane_cpu(state)
+        control_after = control_plane_usage(state)
         with watch.lock:
             times = sorted(watch.seen[n] - resumed for n in bound)
         with events.lock:
@@ -637,7 +639,12 @@ def run_phase(
         phase.writes_seconds = max([*times, *event_times], default=0.0)
         phase.writes_pods_per_s = phase.bound / phase.writes_seconds if phase.writes_seconds > 0 else 0.0
         phase.cpu_ms_per_pod = (cpu_after - cpu_before) * 1000 / max(phase.bound, 1)
-        phase.control_plane_cpu_ms_per_pod = (control_after - control_before) * 1000 / max(phase.bound, 1)
+        per_pod = {
+            name: round((cpu - control_before.get(name, 0.0)) * 1000 / max(phase.bound, 1), 3)
+            for name, cpu in control_after.items()
+        }
+        phase.control_plane_by_process = per_pod
+        phase.control_plane_cpu_ms_per_pod = sum(per_pod.values())
         over, violations = check_placements(kube, nodes, workload)
         clear_pods(kube, namespace)
 
@@ -688,13 +695,18 @@ def settle(state: local.ClusterState) -> None:
         before = now
 
 
+def control_plane_usage(state: local.ClusterState) -> dict[str, float]:
+    """CPU seconds (user+system) each of the control plane's processes has used so far."""
+    usage: dict[str, float] = {}
+    for name, pid in state.pids.items():
+        with contextlib.suppress(OSError):
+            usage[name] = process_usage(pid)[0]
+    return usage
+
+
 def control_plane_cpu(state: local.ClusterState) -> float:
     """CPU seconds (user+system) the control plane's processes have used so far."""
-    total = 0.0
-    for pid in state.pids.values():
-        with contextlib.suppress(OSError):
-            total += process_usage(pid)[0]
-    return total
+    return sum(control_plane_usage(state).values())
 
 
 def _create_at_rate(kube: Kube, pods: list[Obj], rate: float) -> dict[str, float]:
@@ -805,7 +817,9 @@ def _phase_line(p: Phase) -> str:
         f"{p.bound}/{p.pods} bound in {p.drain_seconds:.2f} s = {p.pods_per_s:,.0f} pods/s; "
         f"{p.scheduled_events} Scheduled events, last write at {p.writes_seconds:.2f} s = "
         f"{p.writes_pods_per_s:,.0f} pods/s; {lat}; "
-        f"{p.cpu_ms_per_pod:.2f} CPU ms/pod (control plane {p.control_plane_cpu_ms_per_pod:.2f}), "
+        f"{p.cpu_ms_per_pod:.2f} CPU ms/pod (control plane {p.control_plane_cpu_ms_per_pod:.2f}: "
+        + ", ".join(f"{k} {v:.2f}" for k, v in p.control_plane_by_process.items())
+        + "), "
         f"peak RSS {p.peak_rss_mib:.0f} MiB; "
         f"{p.overcommitted_nodes} over-committed nodes, {p.constraint_violations} constraint violations"
         + (f"; ksched /readyz: {p.metrics_status}" if p.metrics_status else "")
