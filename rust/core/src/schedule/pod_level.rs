@@ -37,11 +37,12 @@ impl<'a> Engine<'a, '_> {
     /// none of them has anything to do for it (then the signature caches hold).
     /// `kept` carries the plugins' counts from the call's earlier pods.
     pub(super) fn pod_level(&self, state: &BatchState, pod: &PodView, kept: &RefCell<PodLevelKept>) -> Option<PodLevel> {
-        self.pod_level_with(state, pod, &state.on_nodes, &state.affine, &|_| false, Some(kept))
+        self.pod_level_with(state, pod, &state.on_nodes, &state.affine, &|_| false, Some(kept), true)
     }
 
-    /// `pod_level` with the pods on nodes given (preemption's dry run leaves victims
-    /// out; `removed` says whether a bound pod, by pod table row, is one of them).
+    /// `pod_level`'s filters with the pods on nodes given (preemption's dry run leaves
+    /// victims out; `removed` says whether a bound pod, by pod table row, is one of them).
+    /// Nothing is scored there, so no PreScore is computed.
     pub(super) fn pod_level_on(
         &self,
         state: &BatchState,
@@ -50,9 +51,10 @@ impl<'a> Engine<'a, '_> {
         affine: &[(u32, u32)],
         removed: &dyn Fn(u32) -> bool,
     ) -> Option<PodLevel> {
-        self.pod_level_with(state, pod, on_nodes, affine, removed, None)
+        self.pod_level_with(state, pod, on_nodes, affine, removed, None, false)
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn pod_level_with(
         &self,
         state: &BatchState,
@@ -61,6 +63,7 @@ impl<'a> Engine<'a, '_> {
         affine: &[(u32, u32)],
         removed: &dyn Fn(u32) -> bool,
         kept: Option<&RefCell<PodLevelKept>>,
+        scored: bool,
     ) -> Option<PodLevel> {
         let table = self.pods.table.as_ref()?;
         let include = self.inclusion(table, pod.class);
@@ -71,7 +74,7 @@ impl<'a> Engine<'a, '_> {
             registry::prefilter(id, &ctx, &mut prefilter);
         }
         let mut prescore = PreScore::default();
-        for &id in POD_SCORERS.iter().filter(|&&id| self.profile.weight_of(id) != 0) {
+        for &id in POD_SCORERS.iter().filter(|&&id| scored && self.profile.weight_of(id) != 0) {
             registry::prescore(id, &ctx, &mut prescore);
         }
         if prefilter.is_empty() && prescore.is_empty() {
