@@ -75,6 +75,30 @@ impl Engine<'_, '_> {
         ClassCache { codes, raw }
     }
 
+    /// `node_input` on the node as the batch has it now: its requests, pod count and host
+    /// ports, none freed.
+    #[inline(always)]
+    pub(super) fn current_input<'x>(
+        &'x self,
+        state: &'x BatchState,
+        pod: &'x PodView,
+        node: usize,
+        prefilter: Option<&'x PreFilter>,
+    ) -> NodeInput<'x> {
+        let r = self.resources;
+        let requested = &state.requested[node * r..(node + 1) * r];
+        self.node_input(
+            state,
+            pod,
+            node,
+            requested,
+            state.pod_count[node],
+            &state.placed_ports[node],
+            &[],
+            prefilter,
+        )
+    }
+
     /// What the node- and pod-level plugins read about `pod` on `node`.
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
@@ -140,18 +164,7 @@ impl Engine<'_, '_> {
             report(code);
             return None;
         }
-        let r = self.resources;
-        let requested = &state.requested[node * r..(node + 1) * r];
-        let input = self.node_input(
-            state,
-            pod,
-            node,
-            requested,
-            state.pod_count[node],
-            &state.placed_ports[node],
-            &[],
-            prefilter,
-        );
+        let input = self.current_input(state, pod, node, prefilter);
         if state.has_nominated_for(pod, node) {
             let (mut buf, mut ports_buf) = (Vec::new(), Vec::new());
             let (filter_requested, filter_pod_count) = state.requested_with_nominated(self, pod, node, &mut buf);

@@ -432,7 +432,6 @@ impl Engine<'_, '_> {
     ) -> SignatureCache {
         let mut sig = shared.clone();
         let w = reason_slots(self.resources);
-        let r = self.resources;
         let space = sig.histogram.len();
         let maxima = &sig.maxima;
         // One run of nodes: their evals, reason slots and totals updated; the
@@ -454,17 +453,7 @@ impl Engine<'_, '_> {
                     self.evaluate_node(state, cache, pod, node, Some(prefilter), &mut codes)
                 } else if old.feasible || (old.reasons == 1 && state.metric_codes[node] != FEASIBLE && slot[0] == state.metric_codes[node])
                 {
-                    let requested = &state.requested[node * r..(node + 1) * r];
-                    let input = self.node_input(
-                        state,
-                        pod,
-                        node,
-                        requested,
-                        state.pod_count[node],
-                        &state.placed_ports[node],
-                        &[],
-                        Some(prefilter),
-                    );
+                    let input = self.current_input(state, pod, node, Some(prefilter));
                     let mut count = 0;
                     if self.passes_pod_level(&input, &mut |code| {
                         codes[count] = code;
