@@ -32,6 +32,7 @@ __all__ = [
     "VOLUME_CODES",
     "EngineInputError",
     "ScheduleCache",
+    "decode_instant_vector",
     "schedule",
 ]
 
@@ -83,3 +84,8 @@ def schedule(
     parallel: bool = True,
     cache: ScheduleCache | None = None,
 ) -> Outcome: ...
+def decode_instant_vector(body: bytes, label: str) -> tuple[list[str], list[float], float | None, int]:
+    """A Prometheus instant query's JSON answer: each series' ``label`` value ("" where it has
+    none) and value, finite values only; the oldest sample time (None for an empty vector);
+    how many series had a NaN or infinite value. Decoded with the GIL released; raises
+    ValueError, saying why, for an answer that is not an instant vector of numbers."""

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
+import threading
 import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
 import pytest
@@ -10,7 +15,14 @@ import pytest
 from ksched.config import MetricConfig
 from ksched.engine.pods import pod_requests
 from ksched.engine.snapshot import build_snapshot
-from ksched.loop.metric_sources import MetricStore, NodeResolver, Sample, SourceError, _next_interval
+from ksched.loop.metric_sources import (
+    MetricStore,
+    NodeResolver,
+    PrometheusSource,
+    Sample,
+    SourceError,
+    _next_interval,
+)
 from ksched.loop.slim import slim_node
 from ksched.loop.state import ClusterState
 from tests.conftest import node, pod
@@ -108,32 +120,97 @@ def test_herd_estimate_adds_the_load_bound_after_the_sample() -> None:
     assert later[0] == 0.25, "binds before the sample are already in it"
 
 
-@pytest.mark.parametrize("status", [500, 503])
-def test_a_prometheus_answering_an_error_status_is_a_source_error(status: int) -> None:
-    """prometheus-api-client against an HTTP server that answers every query with an error
-    (a real Prometheus cannot be made to; the real one's bad-query, hang and NaN answers are
-    in tests/integration/test_metrics.py)."""
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+@contextlib.contextmanager
+def answering(status: int, body: bytes) -> Iterator[PrometheusSource]:
+    """A PrometheusSource on an HTTP server that answers every query with ``status`` and ``body``
+    (a real Prometheus cannot be made to give most of these; the real one's bad-query, hang and
+    NaN answers are in tests/integration/test_metrics.py)."""
 
-    from ksched.loop.metric_sources import PrometheusSource
-
-    class Failing(BaseHTTPRequestHandler):
+    class Answer(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             self.send_response(status)
+            self.send_header("Content-Type", "application/json")
             self.end_headers()
-            self.wfile.write(b'{"status":"error","error":"internal"}')
+            self.wfile.write(body)
 
         def log_message(self, *args: object) -> None:
             return
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Failing)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Answer)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        source = PrometheusSource(f"http://127.0.0.1:{server.server_address[1]}", timeout_s=2)
-        m = MetricConfig(name="u", source="prometheus", query="up")
-        with pytest.raises(SourceError, match="u: query failed"):
-            source.query(m, NodeResolver([]))
+        yield PrometheusSource(f"http://127.0.0.1:{server.server_address[1]}", timeout_s=2)
     finally:
         server.shutdown()
         server.server_close()
+
+
+def vector(*series: tuple[dict[str, str], float, str]) -> bytes:
+    result = [{"metric": labels, "value": [at, raw]} for labels, at, raw in series]
+    return json.dumps({"status": "success", "data": {"resultType": "vector", "result": result}}).encode()
+
+
+@pytest.mark.parametrize("status", [500, 503])
+def test_a_prometheus_answering_an_error_status_is_a_source_error(status: int) -> None:
+    m = MetricConfig(name="u", source="prometheus", query="up")
+    with (
+        answering(status, b'{"status":"error","error":"internal"}') as source,
+        pytest.raises(SourceError, match=f"u: query failed: HTTP status {status} .*internal"),
+    ):
+        source.query(m, NodeResolver([]))
+
+
+def test_an_instant_vector_maps_to_nodes_by_name_and_address() -> None:
+    nodes = [with_address("n1", "10.0.0.1"), with_address("n2", "10.0.0.2"), with_address("n3", "10.0.0.3")]
+    body = vector(
+        ({"node": "n1", "job": "x"}, 1000.5, "0.25"),
+        ({"node": "10.0.0.2:9100"}, 999.0, "1e-3"),
+        ({"node": "n3"}, 1001.0, "NaN"),
+        ({"node": "elsewhere"}, 1002.0, "+Inf"),
+        ({"node": "10.9.9.9:9100"}, 1003.0, "7"),
+        ({"job": "no node label"}, 1004.0, "-2"),
+    )
+    m = MetricConfig(name="u", source="prometheus", query="q", node_label="node")
+    with answering(200, body) as source:
+        sample = source.query(m, NodeResolver(nodes))
+    assert sample.values == {"n1": 0.25, "n2": 0.001}
+    assert sample.not_finite == 2, "NaN and +Inf are counted, never scored"
+    assert sample.unmapped == 2, "an unknown address and a series without the label match no node"
+    assert sample.sampled_at == 999.0, "the oldest sample time, not the newest"
+
+
+def test_node_names_alone_take_the_same_values_as_the_series_by_series_mapping() -> None:
+    nodes = [with_address(f"n{i}", f"10.0.0.{i}") for i in range(5)]
+    by_name = NodeResolver(nodes)
+    labels, values = [f"n{i}" for i in (0, 1, 3, 1)], [0.1, 0.2, 0.3, 0.4]
+    assert by_name.values(labels, values) == ({"n0": 0.1, "n1": 0.4, "n3": 0.3}, 0), "a later series wins"
+    mixed = [*labels, "10.0.0.4:9100", "nowhere"]
+    assert by_name.values(mixed, [*values, 0.5, 0.6]) == ({"n0": 0.1, "n1": 0.4, "n3": 0.3, "n4": 0.5}, 1)
+
+
+@pytest.mark.parametrize(
+    ("body", "error"),
+    [
+        (
+            b'{"status":"success","data":{"resultType":"scalar","result":[1000,"2"]}}',
+            "not return an instant vector",
+        ),
+        (
+            b'{"status":"success","data":{"resultType":"string","result":[1000,"a"]}}',
+            "not return an instant vector",
+        ),
+        (
+            b'{"status":"success","data":{"resultType":"matrix","result":[{"metric":{},"values":[[1,"1"]]}]}}',
+            "not return an instant vector",
+        ),
+        (b'{"status":"success","data":{"result":{"x":1}}}', "expected an instant vector, got object"),
+        (b'{"status":"success"}', "the answer has no data.result"),
+        (b"<html>proxy error</html>", "the answer is not JSON"),
+        (vector(({"node": "n1"}, 1.0, "fast")), 'value "fast" is not a number'),
+    ],
+    ids=["scalar", "string", "matrix", "not-a-list", "no-result", "not-json", "not-a-number"],
+)
+def test_an_answer_that_is_not_a_vector_of_numbers_is_a_source_error(body: bytes, error: str) -> None:
+    m = MetricConfig(name="u", source="prometheus", query="q")
+    with answering(200, body) as source, pytest.raises(SourceError, match=f"^u: .*{error}"):
+        source.query(m, NodeResolver([with_address("n1", "10.0.0.1")]))

@@ -4,11 +4,14 @@
 //! (`arrays.rs`), build the engine's views field by field (`views.rs`),
 //! release the GIL for the engine call, convert the results (`convert.rs`).
 //! The module also exports the engine's code tables (plugins, reasons, enum
-//! values) so Python reads them instead of copying them.
+//! values) so Python reads them instead of copying them, and decodes
+//! Prometheus' instant-query answers for the metric refresh threads
+//! (`prometheus.rs`), again with the GIL released.
 
 mod arrays;
 mod convert;
 mod errors;
+mod prometheus;
 mod tables;
 mod views;
 
@@ -127,9 +130,23 @@ fn schedule<'py>(
     convert::outcome(py, result.map_err(errors::to_py)?)
 }
 
+/// A Prometheus instant query's JSON answer as `(labels, values, oldest, not_finite)`: each
+/// series' `label` value ("" where it has none) and value, finite values only; the oldest
+/// sample time (None for an empty vector); how many series had a NaN or infinite value.
+/// Raises ValueError, saying why, for an answer that is not an instant vector of numbers.
+#[pyfunction]
+#[allow(clippy::type_complexity)]
+fn decode_instant_vector(py: Python<'_>, body: &[u8], label: &str) -> PyResult<(Vec<String>, Vec<f64>, Option<f64>, usize)> {
+    let decoded = py
+        .detach(|| prometheus::decode(body, label))
+        .map_err(pyo3::exceptions::PyValueError::new_err)?;
+    Ok((decoded.labels, decoded.values, decoded.oldest, decoded.not_finite))
+}
+
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(schedule, m)?)?;
+    m.add_function(wrap_pyfunction!(decode_instant_vector, m)?)?;
     m.add_class::<ScheduleCache>()?;
     m.add("EngineInputError", m.py().get_type::<errors::EngineInputError>())?;
     tables::add(m)
