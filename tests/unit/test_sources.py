@@ -206,9 +206,21 @@ def test_node_names_alone_take_the_same_values_as_the_series_by_series_mapping()
         (b'{"status":"success","data":{"result":{"x":1}}}', "expected an instant vector, got object"),
         (b'{"status":"success"}', "the answer has no data.result"),
         (b"<html>proxy error</html>", "the answer is not JSON"),
+        (vector(({"node": "n1"}, 1.0, "1")) + b" {}", "the answer is not JSON: trailing characters"),
+        (b"[1]", "expected a Prometheus API answer"),
         (vector(({"node": "n1"}, 1.0, "fast")), 'value "fast" is not a number'),
     ],
-    ids=["scalar", "string", "matrix", "not-a-list", "no-result", "not-json", "not-a-number"],
+    ids=[
+        "scalar",
+        "string",
+        "matrix",
+        "not-a-list",
+        "no-result",
+        "not-json",
+        "trailing",
+        "not-an-object",
+        "not-a-number",
+    ],
 )
 def test_an_answer_that_is_not_a_vector_of_numbers_is_a_source_error(body: bytes, error: str) -> None:
     m = MetricConfig(name="u", source="prometheus", query="q")

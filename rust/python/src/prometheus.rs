@@ -3,14 +3,19 @@
 //! The metric refresh threads ask Prometheus for one vector per metric with a
 //! series for every node (770 KB of JSON at 5,000 nodes). Parsed in Python,
 //! that held the GIL for about 20 ms a refresh, twice a second with two live
-//! metrics, and pods waiting on the scheduling thread paid for it; here the
-//! parse runs beside the scheduling thread, and only the node label's values
-//! and the numbers cross back.
+//! metrics, and pods waiting on the scheduling thread paid for it. Here the
+//! answer is read in one pass that keeps only each series' node label and
+//! value (no map of every label, no tree of the document), beside the
+//! scheduling thread.
 
-use serde_json::Value;
+use std::fmt;
+
+use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde_json::error::Category;
 
 /// The answer of `/api/v1/query` for an instant vector: each series' node label
 /// value (empty where the series has no such label) and value, finite values only.
+#[derive(Default)]
 pub struct InstantVector {
     pub labels: Vec<String>,
     pub values: Vec<f64>,
@@ -22,57 +27,335 @@ pub struct InstantVector {
 
 const NOT_A_VECTOR: &str = "the query does not return an instant vector";
 
-fn kind(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "bool",
-        Value::Number(_) => "number",
-        Value::String(_) => "string",
-        Value::Array(_) => "list",
-        Value::Object(_) => "object",
-    }
-}
-
-/// A sample value as Prometheus writes it: a string such as `"0.25"`, `"NaN"` or `"+Inf"`.
-fn number(raw: &Value) -> Option<f64> {
-    match raw {
-        Value::String(s) => s.trim().parse::<f64>().ok(),
-        Value::Number(n) => n.as_f64(),
-        _ => None,
-    }
-}
-
 /// Decode `body`, the JSON answer of an instant query, keeping each series' `label`.
 pub fn decode(body: &[u8], label: &str) -> Result<InstantVector, String> {
-    let root: Value = serde_json::from_slice(body).map_err(|err| format!("the answer is not JSON: {err}"))?;
-    let result = root
-        .get("data")
-        .and_then(|data| data.get("result"))
-        .ok_or_else(|| "the answer has no data.result".to_string())?;
-    let Value::Array(series) = result else {
-        return Err(format!("expected an instant vector, got {}", kind(result)));
+    let mut reader = Reader {
+        label,
+        out: InstantVector::default(),
+        why: None,
     };
-    let mut out = InstantVector {
-        labels: Vec::with_capacity(series.len()),
-        values: Vec::with_capacity(series.len()),
-        oldest: None,
-        not_finite: 0,
-    };
-    for one in series {
-        // A scalar or string result is `[time, "value"]`, a matrix's series have `values`.
-        let Some([time, raw]) = one.get("value").and_then(Value::as_array).map(Vec::as_slice) else {
-            return Err(NOT_A_VECTOR.to_string());
-        };
-        let time = time.as_f64().ok_or_else(|| NOT_A_VECTOR.to_string())?;
-        let value = number(raw).ok_or_else(|| format!("value {raw} is not a number"))?;
-        out.oldest = Some(out.oldest.map_or(time, |oldest: f64| oldest.min(time)));
-        if !value.is_finite() {
-            out.not_finite += 1;
-            continue;
-        }
-        let name = one.get("metric").and_then(|m| m.get(label)).and_then(Value::as_str);
-        out.labels.push(name.unwrap_or_default().to_string());
-        out.values.push(value);
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let read = Answer(&mut reader).deserialize(&mut de).and_then(|found| de.end().map(|()| found));
+    match read {
+        Ok(true) => Ok(reader.out),
+        Ok(false) => Err("the answer has no data.result".to_string()),
+        Err(err) if err.classify() == Category::Data => Err(reader.why.unwrap_or_else(|| without_position(&err))),
+        Err(err) => Err(format!("the answer is not JSON: {err}")),
     }
-    Ok(out)
+}
+
+/// serde_json's message without its " at line 1 column 42".
+fn without_position(err: &serde_json::Error) -> String {
+    let message = err.to_string();
+    match message.rfind(" at line ") {
+        Some(at) => message[..at].to_string(),
+        None => message,
+    }
+}
+
+/// What the decoding keeps, and why it stopped where it did (serde's own
+/// message would say "invalid type" where the user needs to hear the query's fault).
+struct Reader<'l> {
+    label: &'l str,
+    out: InstantVector,
+    why: Option<String>,
+}
+
+impl Reader<'_> {
+    fn fail<E: de::Error>(&mut self, why: String) -> E {
+        let error = E::custom(&why);
+        self.why.get_or_insert(why);
+        error
+    }
+}
+
+/// Which of `names` a map key is (`None`: a key of no interest), read without a copy.
+struct Key(&'static [&'static str]);
+
+impl<'de> DeserializeSeed<'de> for Key {
+    type Value = Option<usize>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_str(self)
+    }
+}
+
+impl Visitor<'_> for Key {
+    type Value = Option<usize>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a key")
+    }
+
+    fn visit_str<E: de::Error>(self, key: &str) -> Result<Self::Value, E> {
+        Ok(self.0.iter().position(|&name| name == key))
+    }
+}
+
+/// The answer's object: `data.result`, whether it was there.
+struct Answer<'r, 'l>(&'r mut Reader<'l>);
+
+impl<'de> DeserializeSeed<'de> for Answer<'_, '_> {
+    type Value = bool;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<bool, D::Error> {
+        deserializer.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Answer<'_, '_> {
+    type Value = bool;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a Prometheus API answer (an object)")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<bool, A::Error> {
+        let mut found = false;
+        while let Some(key) = map.next_key_seed(Key(&["data"]))? {
+            match key {
+                Some(_) => found |= map.next_value_seed(Data(&mut *self.0))?,
+                None => drop(map.next_value::<IgnoredAny>()?),
+            }
+        }
+        Ok(found)
+    }
+}
+
+/// `data`: its `result`, whether it was there.
+struct Data<'r, 'l>(&'r mut Reader<'l>);
+
+impl<'de> DeserializeSeed<'de> for Data<'_, '_> {
+    type Value = bool;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<bool, D::Error> {
+        deserializer.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Data<'_, '_> {
+    type Value = bool;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("the answer's data (an object)")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<bool, A::Error> {
+        let mut found = false;
+        while let Some(key) = map.next_key_seed(Key(&["result"]))? {
+            match key {
+                Some(_) => {
+                    map.next_value_seed(Series(&mut *self.0))?;
+                    found = true;
+                }
+                None => drop(map.next_value::<IgnoredAny>()?),
+            }
+        }
+        Ok(found)
+    }
+}
+
+/// `data.result`: a list of series (an instant vector), anything else refused.
+struct Series<'r, 'l>(&'r mut Reader<'l>);
+
+impl<'de> DeserializeSeed<'de> for Series<'_, '_> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl Series<'_, '_> {
+    fn not_a_list<E: de::Error>(self, kind: &str) -> Result<(), E> {
+        Err(self.0.fail(format!("expected an instant vector, got {kind}")))
+    }
+}
+
+impl<'de> Visitor<'de> for Series<'_, '_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an instant vector")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        loop {
+            match seq.next_element_seed(OneSeries(&mut *self.0)) {
+                Ok(Some(())) => {}
+                Ok(None) => return Ok(()),
+                Err(err) => {
+                    // A scalar's or a string's `[time, "value"]` has no series objects.
+                    self.0.why.get_or_insert_with(|| NOT_A_VECTOR.to_string());
+                    return Err(err);
+                }
+            }
+        }
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, _: A) -> Result<(), A::Error> {
+        self.not_a_list("object")
+    }
+
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<(), E> {
+        self.not_a_list("string")
+    }
+
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<(), E> {
+        self.not_a_list("number")
+    }
+
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<(), E> {
+        self.not_a_list("number")
+    }
+
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<(), E> {
+        self.not_a_list("number")
+    }
+
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<(), E> {
+        self.not_a_list("bool")
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
+        self.not_a_list("null")
+    }
+}
+
+/// One series, `{"metric": {labels}, "value": [time, "value"]}`, added to the vector.
+struct OneSeries<'r, 'l>(&'r mut Reader<'l>);
+
+impl<'de> DeserializeSeed<'de> for OneSeries<'_, '_> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for OneSeries<'_, '_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a series")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let mut label = None;
+        let mut sample = None;
+        while let Some(key) = map.next_key_seed(Key(&["metric", "value"]))? {
+            match key {
+                Some(0) => label = map.next_value_seed(Labels(self.0.label))?,
+                Some(_) => sample = Some(map.next_value_seed(Sample(&mut *self.0))?),
+                None => drop(map.next_value::<IgnoredAny>()?),
+            }
+        }
+        // A matrix's series have `values`, not `value`.
+        let Some((time, value)) = sample else {
+            return Err(self.0.fail(NOT_A_VECTOR.to_string()));
+        };
+        let out = &mut self.0.out;
+        out.oldest = Some(out.oldest.map_or(time, |oldest| oldest.min(time)));
+        if value.is_finite() {
+            out.labels.push(label.unwrap_or_default());
+            out.values.push(value);
+        } else {
+            out.not_finite += 1;
+        }
+        Ok(())
+    }
+}
+
+/// A series' labels: the value of one of them (`None` where it is absent or not a string).
+struct Labels<'l>(&'l str);
+
+impl<'de> DeserializeSeed<'de> for Labels<'_> {
+    type Value = Option<String>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Labels<'_> {
+    type Value = Option<String>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a series' labels (an object)")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut found = None;
+        while let Some(wanted) = map.next_key_seed(LabelName(self.0))? {
+            if wanted {
+                found = map.next_value::<serde_json::Value>()?.as_str().map(str::to_string);
+            } else {
+                map.next_value::<IgnoredAny>()?;
+            }
+        }
+        Ok(found)
+    }
+}
+
+/// Whether a label's name is the one wanted.
+struct LabelName<'l>(&'l str);
+
+impl<'de> DeserializeSeed<'de> for LabelName<'_> {
+    type Value = bool;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<bool, D::Error> {
+        deserializer.deserialize_str(self)
+    }
+}
+
+impl Visitor<'_> for LabelName<'_> {
+    type Value = bool;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a label name")
+    }
+
+    fn visit_str<E: de::Error>(self, name: &str) -> Result<bool, E> {
+        Ok(name == self.0)
+    }
+}
+
+/// A sample, `[time, "value"]`: the time and the value (Prometheus writes `"NaN"`, `"+Inf"`).
+struct Sample<'r, 'l>(&'r mut Reader<'l>);
+
+impl<'de> DeserializeSeed<'de> for Sample<'_, '_> {
+    type Value = (f64, f64);
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_seq(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Sample<'_, '_> {
+    type Value = (f64, f64);
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a sample [time, value]")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let Some(time) = seq.next_element::<f64>()? else {
+            return Err(self.0.fail(NOT_A_VECTOR.to_string()));
+        };
+        let Some(raw) = seq.next_element::<serde_json::Value>()? else {
+            return Err(self.0.fail(NOT_A_VECTOR.to_string()));
+        };
+        if seq.next_element::<IgnoredAny>()?.is_some() {
+            return Err(self.0.fail(NOT_A_VECTOR.to_string()));
+        }
+        let value = match &raw {
+            serde_json::Value::String(s) => s.trim().parse::<f64>().ok(),
+            serde_json::Value::Number(n) => n.as_f64(),
+            _ => None,
+        };
+        match value {
+            Some(value) => Ok((time, value)),
+            None => Err(self.0.fail(format!("value {raw} is not a number"))),
+        }
+    }
 }
