@@ -78,7 +78,8 @@ HOSTNAME = "kubernetes.io/hostname"
 KUBE_SCHEDULER_QPS = 5000.0
 READY_TIMEOUT_S = 180.0
 STOP_TIMEOUT_S = 20.0
-# Before each drain: the control plane quiet (under this many cores for a second), or this long waited.
+# Before each drain and each steady phase: the control plane and the scheduler quiet (under this
+# many cores together for a second), or this long waited.
 QUIET_CORES = 0.25
 SETTLE_MAX_S = 30.0
 # The exporter's two gauges, per node; the values move every few seconds (live metrics).
@@ -607,7 +608,7 @@ def run_phase(
     try:
         # Each drain starts on a quiet control plane, not while it still works off the last phase
         # (the deletion of its pods) or the scheduler's start (its lists).
-        settle(state)
+        settle(state, sched.pid)
         # Backlog: created while the scheduler is paused, timed from its resumption.
         pods = workload_pods(workload, namespace, sched.scheduler_name, opts.pods, "b", opts.nodes, owner)
         os.kill(sched.pid, signal.SIGSTOP)
@@ -648,8 +649,10 @@ def run_phase(
         over, violations = check_placements(kube, nodes, workload)
         clear_pods(kube, namespace)
 
-        # Steady: a fixed arrival rate, create→bind latency per pod.
+        # Steady: a fixed arrival rate, create→bind latency per pod, from a quiet control plane
+        # and scheduler too (not while they still work off the deletion of the backlog).
         if opts.steady_pods:
+            settle(state, sched.pid)
             steady = workload_pods(
                 workload, namespace, sched.scheduler_name, opts.steady_pods, "s", opts.nodes, owner
             )
@@ -683,13 +686,18 @@ def run_phase(
     return phase
 
 
-def settle(state: local.ClusterState) -> None:
-    """Wait (up to ``SETTLE_MAX_S``) until the control plane uses under ``QUIET_CORES`` for a second."""
+def settle(state: local.ClusterState, scheduler_pid: int) -> None:
+    """Wait (up to ``SETTLE_MAX_S``) until the control plane and the scheduler together use under
+    ``QUIET_CORES`` for a second."""
+
+    def used() -> float:
+        return control_plane_cpu(state) + process_usage(scheduler_pid)[0]
+
     deadline = time.monotonic() + SETTLE_MAX_S
-    before = control_plane_cpu(state)
+    before = used()
     while time.monotonic() < deadline:
         time.sleep(1.0)
-        now = control_plane_cpu(state)
+        now = used()
         if now - before < QUIET_CORES:
             return
         before = now
