@@ -98,6 +98,28 @@ def test_a_failed_source_drops_the_metric_instead_of_excluding_every_node() -> N
     assert store.matrix(snap).degraded == ["u: no value for any node"]  # type: ignore[arg-type]
 
 
+def test_the_metrics_first_refreshes_are_spread_over_the_shortest_interval() -> None:
+    """Two metrics do not query Prometheus at the same moment (each query takes a core there)."""
+    metrics = [MetricConfig(name=n, source="prometheus", query="q", min_refresh_s=0.6) for n in ("a", "b")]
+    first: dict[str, float] = {}
+
+    class Recording(FakeSource):
+        def query(self, metric: MetricConfig, resolve: object) -> Sample:
+            first.setdefault(metric.name, time.monotonic())
+            return super().query(metric, resolve)
+
+    nodes = [slim_node(node("n0"))]
+    store = MetricStore(metrics, Recording(), None, lambda: nodes)  # type: ignore[arg-type]
+    store.start()
+    try:
+        deadline = time.monotonic() + 5
+        while len(first) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        store.stop()
+    assert first["b"] - first["a"] >= 0.2, "b starts half the shortest interval (0.3 s) after a"
+
+
 def test_a_sample_older_than_max_age_is_dropped() -> None:
     m = MetricConfig(name="u", source="prometheus", query="q", max_age_s=30)
     store, _, snap = store_and_snapshot(m)
