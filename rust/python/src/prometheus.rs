@@ -35,10 +35,19 @@ pub fn decode(body: &[u8], label: &str) -> Result<InstantVector, String> {
         why: None,
     };
     let mut de = serde_json::Deserializer::from_slice(body);
-    let read = Answer(&mut reader).deserialize(&mut de).and_then(|found| de.end().map(|()| found));
+    let answer = Field {
+        key: "data",
+        what: "a Prometheus API answer (an object)",
+        seed: Field {
+            key: "result",
+            what: "the answer's data (an object)",
+            seed: Series(&mut reader),
+        },
+    };
+    let read = answer.deserialize(&mut de).and_then(|found| de.end().map(|()| found));
     match read {
-        Ok(true) => Ok(reader.out),
-        Ok(false) => Err("the answer has no data.result".to_string()),
+        Ok(Some(Some(()))) => Ok(reader.out),
+        Ok(_) => Err("the answer has no data.result".to_string()),
         Err(err) if err.classify() == Category::Data => Err(reader.why.unwrap_or_else(|| without_position(&err))),
         Err(err) => Err(format!("the answer is not JSON: {err}")),
     }
@@ -70,9 +79,9 @@ impl Reader<'_> {
 }
 
 /// Which of `names` a map key is (`None`: a key of no interest), read without a copy.
-struct Key(&'static [&'static str]);
+struct Key<'k>(&'k [&'k str]);
 
-impl<'de> DeserializeSeed<'de> for Key {
+impl<'de> DeserializeSeed<'de> for Key<'_> {
     type Value = Option<usize>;
 
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
@@ -80,7 +89,7 @@ impl<'de> DeserializeSeed<'de> for Key {
     }
 }
 
-impl Visitor<'_> for Key {
+impl Visitor<'_> for Key<'_> {
     type Value = Option<usize>;
 
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
@@ -92,63 +101,39 @@ impl Visitor<'_> for Key {
     }
 }
 
-/// The answer's object: `data.result`, whether it was there.
-struct Answer<'r, 'l>(&'r mut Reader<'l>);
+/// An object of which one key matters: its value, read by `seed` (`None` where the key is
+/// absent); every other key, and a repeated one, is skipped.
+struct Field<S> {
+    key: &'static str,
+    what: &'static str,
+    seed: S,
+}
 
-impl<'de> DeserializeSeed<'de> for Answer<'_, '_> {
-    type Value = bool;
+impl<'de, S: DeserializeSeed<'de>> DeserializeSeed<'de> for Field<S> {
+    type Value = Option<S::Value>;
 
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<bool, D::Error> {
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
         deserializer.deserialize_map(self)
     }
 }
 
-impl<'de> Visitor<'de> for Answer<'_, '_> {
-    type Value = bool;
+impl<'de, S: DeserializeSeed<'de>> Visitor<'de> for Field<S> {
+    type Value = Option<S::Value>;
 
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a Prometheus API answer (an object)")
+        f.write_str(self.what)
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<bool, A::Error> {
-        let mut found = false;
-        while let Some(key) = map.next_key_seed(Key(&["data"]))? {
-            match key {
-                Some(_) => found |= map.next_value_seed(Data(&mut *self.0))?,
-                None => drop(map.next_value::<IgnoredAny>()?),
-            }
-        }
-        Ok(found)
-    }
-}
-
-/// `data`: its `result`, whether it was there.
-struct Data<'r, 'l>(&'r mut Reader<'l>);
-
-impl<'de> DeserializeSeed<'de> for Data<'_, '_> {
-    type Value = bool;
-
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<bool, D::Error> {
-        deserializer.deserialize_map(self)
-    }
-}
-
-impl<'de> Visitor<'de> for Data<'_, '_> {
-    type Value = bool;
-
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("the answer's data (an object)")
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<bool, A::Error> {
-        let mut found = false;
-        while let Some(key) = map.next_key_seed(Key(&["result"]))? {
-            match key {
-                Some(_) => {
-                    map.next_value_seed(Series(&mut *self.0))?;
-                    found = true;
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut seed = Some(self.seed);
+        let mut found = None;
+        while let Some(key) = map.next_key_seed(Key(std::slice::from_ref(&self.key)))? {
+            match (key, seed.take()) {
+                (Some(_), Some(wanted)) => found = Some(map.next_value_seed(wanted)?),
+                (_, unused) => {
+                    seed = unused;
+                    map.next_value::<IgnoredAny>()?;
                 }
-                None => drop(map.next_value::<IgnoredAny>()?),
             }
         }
         Ok(found)
