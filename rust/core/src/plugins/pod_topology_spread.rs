@@ -538,30 +538,47 @@ pub fn score(state: &ScoreState, ctx: &Context, feasible: &[usize]) -> Option<(V
             ((size + 2) as f64).ln()
         })
         .collect();
+    // Summed constraint by constraint (in the same order per node as upstream's loop), each
+    // a tight pass over the feasible nodes.
     let max_skew = &ctx.table.spread.max_skew;
-    let raw: Vec<i64> = feasible
-        .iter()
-        .zip(&ignored)
-        .map(|(&node, &ign)| {
-            if ign {
-                return 0;
-            }
-            let mut s = 0.0;
-            for (i, (sh, &c)) in shape.constraints.iter().zip(&soft).enumerate() {
-                if sh.labeled[node] {
-                    let cnt = if sh.hostname {
-                        counts.per_node[i][node]
-                    } else {
-                        counts.per_domain[i][sh.domain[node] as usize]
-                    };
-                    s += cnt as f64 * weights[i] + (max_skew[c] - 1) as f64;
+    let mut sums = vec![0.0f64; feasible.len()];
+    for (i, (sh, &c)) in shape.constraints.iter().zip(&soft).enumerate() {
+        let (weight, skew) = (weights[i], (max_skew[c] - 1) as f64);
+        let nodes = feasible.iter().zip(&ignored).zip(sums.iter_mut());
+        if sh.hostname {
+            let per_node = &counts.per_node[i];
+            for ((&node, &ign), sum) in nodes {
+                if !ign && sh.labeled[node] {
+                    *sum += per_node[node] as f64 * weight + skew;
                 }
             }
-            s.round() as i64
-        })
-        .collect();
+        } else {
+            let per_domain = &counts.per_domain[i];
+            for ((&node, &ign), sum) in nodes {
+                if !ign && sh.labeled[node] {
+                    *sum += per_domain[sh.domain[node] as usize] as f64 * weight + skew;
+                }
+            }
+        }
+    }
+    let raw: Vec<i64> = sums.into_iter().map(round_non_negative).collect();
     let normalized = normalize(&raw, &ignored);
     Some((raw, normalized))
+}
+
+/// `x.round() as i64` (half away from zero, Go's `math.Round`) for `0 <= x < 2^52`,
+/// inline: on baseline x86-64 `f64::round` is a call into libm, once per feasible
+/// node of every spread pod.
+fn round_non_negative(x: f64) -> i64 {
+    debug_assert!((0.0..4_503_599_627_370_496.0).contains(&x));
+    let r = (x + 0.5) as i64;
+    // `x + 0.5` may round up to the next integer (0.49999999999999994 + 0.5 == 1.0);
+    // `r - 0.5` is exact, so the comparison is too.
+    if r as f64 - 0.5 > x {
+        r - 1
+    } else {
+        r
+    }
 }
 
 /// NormalizeScore: the fewer matching pods, the higher; ignored nodes score 0.
@@ -1053,6 +1070,30 @@ mod tests {
                     assert_eq!(score(&fresh, &ctx, feasible), want, "pod {index} after {k} placements, fresh");
                 }
             }
+        }
+    }
+
+    #[test]
+    fn rounding_matches_f64_round() {
+        let mut cases = vec![
+            0.0,
+            0.5,
+            1.5,
+            2.5,
+            0.49999999999999994,
+            1.4999999999999998,
+            2.5000000000000004,
+            1e15 + 0.5,
+        ];
+        let mut x = 0.0f64;
+        for i in 0..100_000 {
+            x += 0.013_7 * (1 + i % 7) as f64;
+            cases.push(x);
+            cases.push(x.floor() + 0.5);
+            cases.push(f64::from_bits((x.floor() + 0.5).to_bits() - 1));
+        }
+        for x in cases {
+            assert_eq!(round_non_negative(x), x.round() as i64, "round({x:e})");
         }
     }
 

@@ -271,6 +271,9 @@ fn schedule_on_this_thread(
         }
         let mut own: SignatureCache;
         let mut pod_scores = None;
+        // The totals with pod-level scores added, where the signature's cache serves the rest.
+        let mut pod_totals: Option<Vec<f64>> = None;
+        let explained = options.explain == Some(index);
         let key = signature::key(&engine, &pod, slot);
         let sig = match (&pod_level, key) {
             // Pod-level filters: the signature's evaluation with them applied.
@@ -290,23 +293,23 @@ fn schedule_on_this_thread(
                 );
                 own = engine.with_pod_filters(shared, &state, cache, &mut bases[slot], &pod, &pl.prefilter, chunk, parallel);
                 // Without pod-level scores every node scores 0 there (an explanation still shows them).
-                if !pl.prescore.is_empty() || options.explain == Some(index) {
+                if !pl.prescore.is_empty() || explained {
                     let feasible = own.feasible_nodes();
-                    pod_scores = Some(engine.add_pod_level_scores(&state, &pod, pl, &feasible, &mut own.totals));
+                    pod_scores = engine.add_pod_level_scores(&state, &pod, pl, &feasible, &mut own.totals, explained);
                 }
                 &own
             }
             (Some(pl), None) if !pl.prefilter.is_empty() => {
                 own = engine.evaluate_all(&state, cache, &mut bases[slot], &pod, Some(&pl.prefilter), chunk, parallel);
                 let feasible = own.feasible_nodes();
-                pod_scores = Some(engine.add_pod_level_scores(&state, &pod, pl, &feasible, &mut own.totals));
+                pod_scores = engine.add_pod_level_scores(&state, &pod, pl, &feasible, &mut own.totals, explained);
                 &own
             }
             (_, None) => {
                 own = engine.evaluate_all(&state, cache, &mut bases[slot], &pod, None, chunk, parallel);
                 if let Some(pl) = &pod_level {
                     let feasible = own.feasible_nodes();
-                    pod_scores = Some(engine.add_pod_level_scores(&state, &pod, pl, &feasible, &mut own.totals));
+                    pod_scores = engine.add_pod_level_scores(&state, &pod, pl, &feasible, &mut own.totals, explained);
                 }
                 &own
             }
@@ -324,34 +327,33 @@ fn schedule_on_this_thread(
                     chunk,
                     parallel,
                 );
-                match &pod_level {
-                    // Pod-level scores only (ScheduleAnyway spreading, the default constraints,
-                    // preferred affinity): the node-level verdicts and scores are the signature's,
-                    // so a copy of its cache gets the pod-level scores added.
-                    Some(pl) => {
-                        own = shared.clone();
-                        let feasible = own.feasible_nodes();
-                        pod_scores = Some(engine.add_pod_level_scores(&state, &pod, pl, &feasible, &mut own.totals));
-                        &own
-                    }
-                    None => shared,
+                // Pod-level scores only (ScheduleAnyway spreading, the default constraints,
+                // preferred affinity): the node-level verdicts and scores are the signature's,
+                // so only a copy of its totals gets the pod-level scores added.
+                if let Some(pl) = &pod_level {
+                    let feasible = shared.feasible_nodes();
+                    let mut totals = shared.totals.clone();
+                    pod_scores = engine.add_pod_level_scores(&state, &pod, pl, &feasible, &mut totals, explained);
+                    pod_totals = Some(totals);
                 }
+                shared
             }
         };
 
         // Select.
+        let totals = pod_totals.as_deref().unwrap_or(&sig.totals);
         let best = match on_nominated {
             Some(node) => Some(select::Best {
                 node,
-                total: sig.totals[node],
+                total: totals[node],
                 tie: 0,
             }),
-            None => select(&sig.totals, sig.feasible, |node| {
+            None => select(totals, sig.feasible, |node| {
                 tie_key(options.seed, pods.keys[index], nodes.keys[node])
             }),
         };
 
-        if options.explain == Some(index) {
+        if explained {
             let pod_level = pod_level.as_ref().zip(pod_scores.as_ref());
             outcome.explanation = Some(engine.explain(&state, cache, &pod, &sig.maxima, pod_level, best.map(|b| b.node)));
         }

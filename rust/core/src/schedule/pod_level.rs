@@ -115,8 +115,8 @@ impl<'a> Engine<'a, '_> {
     }
 
     /// Add the pod-level plugins' weighted scores to the totals of a pod's
-    /// `feasible` nodes; returns each node's raw and normalized scores for an
-    /// explanation.
+    /// `feasible` nodes; with `explain`, returns each node's raw and normalized
+    /// scores for its explanation (two node-sized columns, built only then).
     pub(super) fn add_pod_level_scores(
         &self,
         state: &BatchState,
@@ -124,12 +124,13 @@ impl<'a> Engine<'a, '_> {
         pl: &PodLevel,
         feasible: &[usize],
         totals: &mut [f64],
-    ) -> PodScores {
+        explain: bool,
+    ) -> Option<PodScores> {
         let n = self.nodes.count;
-        let mut out = PodScores {
+        let mut out = explain.then(|| PodScores {
             scores: std::array::from_fn(|_| vec![(f64::NAN, f64::NAN); n]),
-        };
-        for column in out.scores.iter_mut() {
+        });
+        for column in out.iter_mut().flat_map(|o| o.scores.iter_mut()) {
             for &node in feasible {
                 column[node] = (0.0, 0.0);
             }
@@ -145,9 +146,13 @@ impl<'a> Engine<'a, '_> {
                 continue;
             }
             if let Some((raw, normalized)) = registry::score_pod(id, &ctx, &pl.prescore, feasible) {
-                for (i, &node) in feasible.iter().enumerate() {
-                    out.scores[slot][node] = (raw[i] as f64, normalized[i] as f64);
-                    weighted[i] += normalized[i] * weight;
+                for (w, &s) in weighted.iter_mut().zip(&normalized) {
+                    *w += s * weight;
+                }
+                if let Some(out) = out.as_mut() {
+                    for (i, &node) in feasible.iter().enumerate() {
+                        out.scores[slot][node] = (raw[i] as f64, normalized[i] as f64);
+                    }
                 }
             }
         }
