@@ -483,3 +483,39 @@ def test_each_bind_is_sent_alone_right_after_its_lease_check(monkeypatch: pytest
     assert outcomes == [Outcome.BOUND] * 5
     bind_writes = [w for w in writes if "event" not in w]
     assert bind_writes and all(len(w) == 1 for w in bind_writes), writes
+
+
+def test_the_writers_connect_before_the_first_bind_and_carry_it_on_those_connections(
+    server: Callable[[list[bytes | None]], tuple[Server, Kube]],
+) -> None:
+    s, kube = server([created(b"{}"), created(b"{}")])
+    binder = Binder(kube, 4, "ksched-a", Telemetry(), lambda: True)
+    try:
+        deadline = time.monotonic() + 5
+        while s.connections < 4 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert (s.connections, s.requests) == (4, [])
+        outcomes: list[Outcome] = []
+        binder.bind(POD, "node-1", outcomes.append)
+    finally:
+        binder.shutdown()
+    assert outcomes == [Outcome.BOUND]
+    assert [r[1][0] for r in s.requests] == [
+        "POST /api/v1/namespaces/default/pods/p/binding HTTP/1.1",
+        "POST /apis/events.k8s.io/v1/namespaces/default/events HTTP/1.1",
+    ]
+    assert s.connections == 4
+
+
+def test_a_writer_that_cannot_connect_at_start_connects_for_its_first_write(
+    server: Callable[[list[bytes | None]], tuple[Server, Kube]],
+) -> None:
+    s, kube = server([created(b"{}")])
+    s.close()  # nothing listens yet: the start's connect fails
+    conn = kube.connection()
+    assert isinstance(conn, Connection)
+    conn.open()
+    s.sock = socket.create_server(("127.0.0.1", s.port))
+    threading.Thread(target=s._accept, daemon=True).start()
+    assert conn.request("POST", "/a", raw=b"{}").status == 201
+    assert s.connections == 1

@@ -269,6 +269,13 @@ class Connection:
         self._buf = b""
         self._timeout = None
 
+    def open(self) -> None:
+        """Connect now (TCP and TLS), so that the first request does not wait for the
+        handshake; where that fails, the first request connects (and reports) as usual."""
+        with contextlib.suppress(OSError):  # ssl.SSLError and socket timeouts are OSErrors
+            self._usable()
+            self._used = time.monotonic()
+
     def _connect(self) -> socket.socket:
         sock = socket.create_connection(self.address, timeout=CONNECT_TIMEOUT_S)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

@@ -117,6 +117,11 @@ func main() {
 				fail("client: %v", err)
 			}
 		}
+		// Connected (TCP and TLS) before it is ready, as ksched's writers are: no handshake
+		// in the timed drain.
+		if _, err := writer.Discovery().ServerVersion(); err != nil {
+			fail("connecting worker: %v", err)
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
