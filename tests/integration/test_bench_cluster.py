@@ -66,3 +66,41 @@ def test_side_by_side_binds_every_pod_without_overcommit(tmp_path: Path) -> None
     assert all(f"| {w} | ksched |" in table for w in WORKLOADS)
     assert (out / "bound-over-time.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert not list(tmp_path.glob("cluster/state.json")), "the control plane was torn down"
+
+
+def test_rounds_alternate_the_order_and_the_summary_takes_medians(tmp_path: Path) -> None:
+    if shutil.which("go") is None and missing_binaries(with_helm=False):
+        unavailable("Go is not installed and no cached binaries exist")
+    out = tmp_path / "out"
+    env = {**os.environ, "KSCHED_CLUSTER_DIR": str(tmp_path / "cluster")}
+    args = ["--nodes", str(NODES), "--pods", str(PODS), "--steady-pods", "0", "--rounds", "2"]
+    args += ["--workloads", "bare", "--schedulers", "null-binder,ksched"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "ksched.commands.cli", "bench", "--cluster", *args, "--out", str(out)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    print(proc.stdout[-4000:])
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    doc = json.loads((out / "results.json").read_text())
+    # Every pod of both rounds bound (a round's own namespace: the first round's pods and
+    # events do not count in the second's), the second round in the reverse order.
+    assert [(p["round"], p["scheduler"], p["bound"]) for p in doc["phases"]] == [
+        (0, "null-binder", PODS),
+        (0, "ksched", PODS),
+        (1, "ksched", PODS),
+        (1, "null-binder", PODS),
+    ]
+    ratios = [
+        next(p for p in doc["phases"] if p["round"] == r and p["scheduler"] == "ksched")["writes_pods_per_s"]
+        / next(p for p in doc["phases"] if p["round"] == r and p["scheduler"] == "null-binder")[
+            "writes_pods_per_s"
+        ]
+        for r in (0, 1)
+    ]
+    summary = (out / "table.md").read_text()
+    assert f"| {sum(ratios) / 2:.2f} ({ratios[0]:.2f}, {ratios[1]:.2f}) |" in summary
+    assert "median of 2 rounds" in summary

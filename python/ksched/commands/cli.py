@@ -239,6 +239,7 @@ def _bench(args: argparse.Namespace) -> int:
             out=args.out,
             stall_s=args.stall,
             as_json=args.json,
+            rounds=args.rounds,
         )
     if args.pods is None:
         args.pods = 10000
@@ -492,6 +493,13 @@ def parser() -> argparse.ArgumentParser:
         type=int,
         default=1000,
         help="steady phase: pods per workload (default 1000; 0 skips it)",
+    )
+    cl.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="run each workload this many times per scheduler, every other round in reverse order; "
+        "the summary gives the medians (default 1)",
     )
     cl.add_argument(
         "--stall", type=float, default=60.0, help="give up on a phase after this many seconds without a bind"

@@ -38,6 +38,7 @@ import os
 import platform
 import shlex
 import signal
+import statistics
 import subprocess
 import sys
 import threading
@@ -95,6 +96,8 @@ class Phase:
     scheduler: str
     workload: str
     pods: int
+    # Which of ``--rounds`` (from 0).
+    round: int = 0
     bound: int = 0
     drain_seconds: float = 0.0
     pods_per_s: float = 0.0
@@ -135,6 +138,7 @@ class Options:
     stall_s: float
     out: Path
     zones: int = 3
+    rounds: int = 1
 
 
 # ---------------------------------------------------------------------------
@@ -598,9 +602,12 @@ def run_phase(
     workload: str,
     opts: Options,
     nodes: dict[str, Obj],
+    round_: int = 0,
 ) -> Phase:
-    phase = Phase(sched.label, workload, opts.pods)
-    namespace = f"{workload}-{sched.label}".lower()
+    phase = Phase(sched.label, workload, opts.pods, round_)
+    # A namespace per round too: a later round's pods take the same names, and its watches
+    # must not see the earlier round's events.
+    namespace = f"{workload}-{sched.label}{f'-{round_}' if round_ else ''}".lower()
     owner = _setup_namespace(kube, namespace, workload, opts.pods + opts.steady_pods)
     sched.start(workload, state.prometheus)
     watch = FirstSeen.binds(state.kubeconfig, namespace)
@@ -783,23 +790,28 @@ def side_by_side(opts: Options) -> dict[str, Any]:
         }
         # Workload by workload, the schedulers one after the other: the control plane's cost per
         # pod grows through a run (etcd and the event store fill up), so the schedulers compared on
-        # a workload run close together rather than a whole scheduler's round apart.
+        # a workload run close together rather than a whole scheduler's round apart. With several
+        # rounds every other one runs them in reverse order, so none is always first or last.
         for workload in opts.workloads:
-            for label, sched in scheds.items():
-                print(f"== {label}: {WORKLOAD_TITLES[workload]}", flush=True)
-                try:
-                    phase = run_phase(kube, state, sched, workload, opts, nodes)
-                except KschedError as err:
-                    phase = Phase(label, workload, opts.pods, error=str(err))
-                    sched.stop()
-                print("  " + _phase_line(phase), flush=True)
-                phases.append(phase)
+            for round_ in range(opts.rounds):
+                order = list(scheds.items())
+                for label, sched in order if round_ % 2 == 0 else reversed(order):
+                    title = WORKLOAD_TITLES[workload] + (f" (round {round_ + 1})" if opts.rounds > 1 else "")
+                    print(f"== {label}: {title}", flush=True)
+                    try:
+                        phase = run_phase(kube, state, sched, workload, opts, nodes, round_)
+                    except KschedError as err:
+                        phase = Phase(label, workload, opts.pods, round_, error=str(err))
+                        sched.stop()
+                    print("  " + _phase_line(phase), flush=True)
+                    phases.append(phase)
     doc: dict[str, Any] = {
         "machine": _machine(),
         "nodes": opts.nodes,
         "pods": opts.pods,
         "steady_pods": opts.steady_pods,
         "steady_rate": opts.rate,
+        "rounds": opts.rounds,
         "schedulers": opts.schedulers,
         "kube_scheduler": {"qps": KUBE_SCHEDULER_QPS, "percentageOfNodesToScore": "default (adaptive)"},
         "ksched_commands": {k: shlex.join(v) for k, v in opts.kscheds.items()},
@@ -854,6 +866,7 @@ def render_table(doc: dict[str, Any]) -> str:
                 f"| {p['workload']} | {p['scheduler']} | error: {p['error'].splitlines()[0][:120]} |||||||||"
             )
             continue
+        who = p["scheduler"] + (f" (round {p.get('round', 0) + 1})" if doc.get("rounds", 1) > 1 else "")
         lat = f"{_fmt(p['p50_ms'], '.0f')} / {_fmt(p['p99_ms'], '.0f')}"
         if p["steady_pods"] and p["steady_bound"] < p["steady_pods"]:
             lat += f" ({p['steady_bound']}/{p['steady_pods']} bound)"
@@ -861,7 +874,7 @@ def render_table(doc: dict[str, Any]) -> str:
         if p.get("scheduled_events", 0) < p["bound"]:
             writes += f" ({p.get('scheduled_events', 0)} events)"
         rows.append(
-            f"| {p['workload']} | {p['scheduler']} | {p['pods_per_s']:,.0f} | {writes} | {p['bound']}/{p['pods']} "
+            f"| {p['workload']} | {who} | {p['pods_per_s']:,.0f} | {writes} | {p['bound']}/{p['pods']} "
             f"| {lat} "
             f"| {p['cpu_ms_per_pod']:.2f} | {p.get('control_plane_cpu_ms_per_pod', 0.0):.2f} "
             f"| {p['peak_rss_mib']:.0f} | {p['overcommitted_nodes']} "
@@ -870,14 +883,50 @@ def render_table(doc: dict[str, Any]) -> str:
     return "\n".join(rows)
 
 
+_MEDIAN_FIELDS = ("pods_per_s", "writes_pods_per_s", "cpu_ms_per_pod", "peak_rss_mib", "p50_ms", "p99_ms")
+
+
+def _combined(phases: list[Obj]) -> Obj:
+    """One scheduler's rounds on one workload as one row: the median of each figure, the
+    most over-committed nodes of any round, an error if any round failed."""
+    errors = [p["error"] for p in phases if p["error"]]
+    if errors:
+        return {"error": errors[0]}
+    out: Obj = {"error": None, "overcommitted_nodes": max(p["overcommitted_nodes"] for p in phases)}
+    for name in _MEDIAN_FIELDS:
+        values: list[float] = [p[name] for p in phases if p.get(name) is not None]
+        out[name] = statistics.median(values) if values else None
+    return out
+
+
+def null_ratios(doc: dict[str, Any], workload: str) -> list[float]:
+    """ksched's pods/s to the last write over the null binder's, one per round both completed."""
+    rounds: dict[int, dict[str, Obj]] = {}
+    for p in doc["phases"]:
+        if p["workload"] == workload and not p["error"]:
+            rounds.setdefault(p.get("round", 0), {})[p["scheduler"]] = p
+    return [
+        r[KSCHED]["writes_pods_per_s"] / r[NULL]["writes_pods_per_s"]
+        for _, r in sorted(rounds.items())
+        if KSCHED in r and NULL in r and r[NULL].get("writes_pods_per_s")
+    ]
+
+
 def render_summary(doc: dict[str, Any]) -> str:
-    """One row per workload, each cell the schedulers' figures in run order (as the README shows them)."""
+    """One row per workload, each cell the schedulers' figures in run order (as the README shows them);
+    with several rounds each figure is the median of the rounds, and the ratio the median of the
+    rounds' ratios (each listed)."""
     labels: list[str] = doc["schedulers"]
-    by = {(p["scheduler"], p["workload"]): p for p in doc["phases"]}
+    grouped: dict[tuple[str, str], list[Obj]] = {}
+    for p in doc["phases"]:
+        grouped.setdefault((p["scheduler"], p["workload"]), []).append(p)
+    by = {key: _combined(ps) for key, ps in grouped.items()}
     workloads = list(dict.fromkeys(p["workload"] for p in doc["phases"]))
     order = " / ".join(labels)
+    rounds = doc.get("rounds", 1)
+    of = f", median of {rounds} rounds" if rounds > 1 else ""
     rows = [
-        f"| workload | backlog drain pods/s ({order}) | with Scheduled events ({order}) | ksched ÷ null binder "
+        f"| workload | backlog drain pods/s ({order}{of}) | with Scheduled events ({order}) | ksched ÷ null binder "
         f"| CPU ms per pod ({order}) | peak RSS MiB ({order}) | p50 create→bind ms ({order}) "
         f"| p99 create→bind ms ({order}) | over-committed nodes ({order}) |",
         "|---|---|---|---|---|---|---|---|---|",
@@ -891,13 +940,11 @@ def render_summary(doc: dict[str, Any]) -> str:
         return " / ".join(out)
 
     for w in workloads:
-        null, ours = by.get((NULL, w)), by.get((KSCHED, w))
         # Like for like: both to their last write, binds and Scheduled events.
-        ratio = (
-            f"{ours['writes_pods_per_s'] / null['writes_pods_per_s']:.2f}"
-            if null and ours and not null["error"] and not ours["error"] and null.get("writes_pods_per_s")
-            else "-"
-        )
+        ratios = null_ratios(doc, w)
+        ratio = f"{statistics.median(ratios):.2f}" if ratios else "-"
+        if len(ratios) > 1:
+            ratio += f" ({', '.join(f'{r:.2f}' for r in ratios)})"
         rows.append(
             f"| {WORKLOAD_TITLES.get(w, w)} | {cells(w, lambda p: format(p['pods_per_s'], ',.0f'))} "
             f"| {cells(w, lambda p: format(p.get('writes_pods_per_s', 0.0), ',.0f'))} | {ratio} "
@@ -946,7 +993,8 @@ def chart(plt: Any, phases: list[Phase], opts: Options, path: Path) -> None:
     for ax, w in zip(axes.flat, workloads, strict=False):
         for p in phases:
             if p.workload == w and p.bind_times:
-                ax.step([0.0, *p.bind_times], range(len(p.bind_times) + 1), where="post", label=p.scheduler)
+                label = p.scheduler + (f" (round {p.round + 1})" if opts.rounds > 1 else "")
+                ax.step([0.0, *p.bind_times], range(len(p.bind_times) + 1), where="post", label=label)
         ax.set_title(WORKLOAD_TITLES[w], fontsize=9)
         ax.set_xlabel("seconds since the scheduler resumed")
         ax.set_ylabel("pods bound")
@@ -984,6 +1032,7 @@ def main(
     out: str,
     stall_s: float,
     as_json: bool,
+    rounds: int = 1,
 ) -> int:
     kscheds = {KSCHED: [sys.executable, "-m", "ksched.commands.cli"], **parse_kscheds(extra)}
     labels = [*schedulers, *(k for k in kscheds if k != KSCHED)]
@@ -995,9 +1044,13 @@ def main(
         raise KschedError(
             f"unknown workload(s) {', '.join(sorted(unknown)) or '(none given)'}: choose from {', '.join(WORKLOADS)}"
         )
-    if nodes < 1 or pods < 1 or rate <= 0 or steady_pods < 0:
-        raise KschedError("--nodes and --pods must be at least 1, --rate above 0, --steady-pods at least 0")
-    opts = Options(nodes, pods, workloads, labels, kscheds, rate, steady_pods, stall_s, Path(out))
+    if nodes < 1 or pods < 1 or rate <= 0 or steady_pods < 0 or rounds < 1:
+        raise KschedError(
+            "--nodes, --pods and --rounds must be at least 1, --rate above 0, --steady-pods at least 0"
+        )
+    opts = Options(
+        nodes, pods, workloads, labels, kscheds, rate, steady_pods, stall_s, Path(out), rounds=rounds
+    )
     doc = side_by_side(opts)
     if as_json:
         print(json.dumps(doc, indent=2))
