@@ -1,6 +1,6 @@
 """Type stub of the Rust engine module (rust/python). The dict shapes live in ``ksched.core_types``."""
 
-from typing import final
+from typing import Any, final
 
 import numpy as np
 import numpy.typing as npt
@@ -33,6 +33,7 @@ __all__ = [
     "EngineInputError",
     "ScheduleCache",
     "decode_instant_vector",
+    "decode_pod_event",
     "schedule",
 ]
 
@@ -84,6 +85,12 @@ def schedule(
     parallel: bool = True,
     cache: ScheduleCache | None = None,
 ) -> Outcome: ...
+def decode_pod_event(line: bytes) -> tuple[Any, Any, dict[str, Any], dict[str, Any]]:
+    """One line of a pod watch: the event's type, the object's resourceVersion, the object's
+    projection (what ``ksched.loop.slim.slim_pod`` keeps, in its key order) and its Status
+    fields (code, reason, message where present). Holds the GIL; raises ValueError for a line
+    that is not a JSON object or is nested deeper than 127 levels."""
+
 def decode_instant_vector(body: bytes, label: str) -> tuple[list[str], list[float], float | None, int]:
     """A Prometheus instant query's JSON answer: each series' ``label`` value ("" where it has
     none) and value, finite values only; the oldest sample time (None for an empty vector);

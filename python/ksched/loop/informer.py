@@ -44,6 +44,11 @@ HTTP_NOT_FOUND = 404
 Handler = Callable[[str, Obj, Obj | None], None]
 """Called with (event type, object, previous object or None) for ADDED, MODIFIED and DELETED."""
 
+Decoder = Callable[[bytes], tuple[Any, Any, Obj, Obj]]
+"""One watch line read straight into (event type, resourceVersion, the object's projection,
+its Status fields): what ``orjson.loads`` and the informer's ``slim`` make of it, in one pass
+(``ksched._core.decode_pod_event`` for pods)."""
+
 
 class GoneError(Exception):
     """The resourceVersion is too old: relist."""
@@ -80,6 +85,7 @@ class Informer:
         field_selector: str | None = None,
         watch_timeout_s: int = WATCH_TIMEOUT_S,
         optional: bool = False,
+        decode: Decoder | None = None,
     ) -> None:
         self.kube = kube
         self.path = path
@@ -90,6 +96,8 @@ class Informer:
         self.watch_timeout_s = watch_timeout_s
         # A resource that may not be installed (a CRD): 404 counts as synced and empty.
         self.optional = optional
+        # Watch lines read by ``decode`` instead of parsed whole and projected by ``slim``.
+        self.decode = decode
         self.store: dict[str, Obj] = {}
         self.resource_version: str | None = None
         self.synced = threading.Event()
@@ -192,25 +200,40 @@ class Informer:
                 *lines, buffer = buffer.split(b"\n")
                 for line in lines:
                     if line.strip():
-                        self._event(orjson.loads(line))
+                        self._line(line)
                 if self._stop.is_set():
                     return
         finally:
             self._response = None
             response.release_conn()
 
-    def _event(self, event: dict[str, Any]) -> None:
-        kind = event.get("type")
+    def _line(self, line: bytes) -> None:
+        if self.decode is not None:
+            try:
+                kind, version, slim, status = self.decode(line)
+            except ValueError:
+                pass  # nested deeper than the decoder reads, or not JSON: parsed (and reported) below
+            else:
+                self._apply(kind, version, status, lambda: slim)
+                return
+        event = orjson.loads(line)
+        if not isinstance(event, dict):
+            raise ValueError(f"watch {self.path}: an event that is not a JSON object")
         obj = event.get("object") or {}
-        if kind == "ERROR":
-            if obj.get("code") == HTTP_GONE:
-                raise GoneError()
-            raise ApiUnavailableError(f"watch {self.path}: {obj.get('reason')}: {obj.get('message')}")
         version = (obj.get("metadata") or {}).get("resourceVersion")
+        self._apply(event.get("type"), version, obj, lambda: self.slim(obj))
+
+    def _apply(self, kind: Any, version: Any, status: Obj, slim_object: Callable[[], Obj]) -> None:
+        """One event: ``status`` is what an ERROR event's Status says, ``slim_object`` the
+        object's projection."""
+        if kind == "ERROR":
+            if status.get("code") == HTTP_GONE:
+                raise GoneError()
+            raise ApiUnavailableError(f"watch {self.path}: {status.get('reason')}: {status.get('message')}")
         if kind == "BOOKMARK":
             self.resource_version = version or self.resource_version
             return
-        slim = self.slim(obj)
+        slim = slim_object()
         key = object_key(slim)
         previous = self.store.get(key)
         if kind == "DELETED":

@@ -37,6 +37,7 @@ from ksched.loop.queue import SchedulingQueue
 from ksched.loop.server import Check, HealthServer
 from ksched.loop.shadow import Shadow
 from ksched.loop.slim import (
+    decode_pod_event,
     slim_budget,
     slim_claim,
     slim_csi_node,
@@ -230,7 +231,14 @@ def start(
     )
     informers = [
         node_informer,
-        Informer(kube, "/api/v1/pods", slim_pod, shadow.on_pod if shadow else scheduler.on_pod, name="pods"),
+        Informer(
+            kube,
+            "/api/v1/pods",
+            slim_pod,
+            shadow.on_pod if shadow else scheduler.on_pod,
+            name="pods",
+            decode=decode_pod_event,
+        ),
         Informer(kube, "/api/v1/namespaces", slim_namespace, state.on_namespace, name="namespaces"),
         Informer(
             kube,

@@ -6,7 +6,8 @@
 //! The module also exports the engine's code tables (plugins, reasons, enum
 //! values) so Python reads them instead of copying them, and decodes
 //! Prometheus' instant-query answers for the metric refresh threads
-//! (`prometheus.rs`), again with the GIL released.
+//! (`prometheus.rs`), again with the GIL released, and the pod informer's
+//! watch events straight into the projection it keeps (`watch.rs`).
 
 mod arrays;
 mod convert;
@@ -14,6 +15,7 @@ mod errors;
 mod prometheus;
 mod tables;
 mod views;
+mod watch;
 
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -143,10 +145,28 @@ fn decode_instant_vector(py: Python<'_>, body: &[u8], label: &str) -> PyResult<(
     Ok((decoded.labels, decoded.values, decoded.oldest, decoded.not_finite))
 }
 
+/// One line of a pod watch: the event's type, the object's resourceVersion, the
+/// object's projection (`slim_pod`'s) and its Status fields (code, reason, message).
+#[pyfunction]
+#[allow(clippy::type_complexity)]
+fn decode_pod_event<'py>(
+    py: Python<'py>,
+    line: &[u8],
+) -> PyResult<(
+    Option<Bound<'py, PyAny>>,
+    Option<Bound<'py, PyAny>>,
+    Bound<'py, PyDict>,
+    Bound<'py, PyDict>,
+)> {
+    let event = watch::decode_pod_event(py, line).map_err(pyo3::exceptions::PyValueError::new_err)?;
+    Ok((event.kind, event.version, event.slim, event.error))
+}
+
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(schedule, m)?)?;
     m.add_function(wrap_pyfunction!(decode_instant_vector, m)?)?;
+    m.add_function(wrap_pyfunction!(decode_pod_event, m)?)?;
     m.add_class::<ScheduleCache>()?;
     m.add("EngineInputError", m.py().get_type::<errors::EngineInputError>())?;
     tables::add(m)

@@ -1,0 +1,678 @@
+//! A pod watch event, decoded straight into the projection ksched keeps.
+//!
+//! The pod informer receives every pod's every change (created, bound, its
+//! status written by the kubelet): about three 4 KB events per pod, most of
+//! each one `managedFields`, container statuses and volumes ksched never
+//! reads. Parsed whole with orjson and then projected (`loop/slim.py`'s
+//! `slim_pod`), one event cost about 20 us of the GIL; here the event is read
+//! in one pass that builds Python objects only for the fields `slim_pod`
+//! keeps and skips the rest unbuilt. The result equals `slim_pod` of the
+//! parsed object, key order included (`tests/unit/test_watch_decode.py` holds
+//! the two together); a value that is not an object where one is expected
+//! reads as an empty object, as `slim_pod`'s `x.get(...) or {}` does.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyDict, PyFloat, PyList, PyString};
+use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+
+// What `slim_pod` keeps (the same tuples, in the same order).
+const POD_META: &[&str] = &[
+    "name",
+    "namespace",
+    "uid",
+    "labels",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "ownerReferences",
+];
+const POD_SPEC: &[&str] = &[
+    "nodeName",
+    "schedulerName",
+    "priority",
+    "priorityClassName",
+    "preemptionPolicy",
+    "overhead",
+    "resources",
+    "nodeSelector",
+    "affinity",
+    "tolerations",
+    "topologySpreadConstraints",
+    "schedulingGates",
+    "resourceClaims",
+];
+const POD_CONDITIONS: &[&str] = &["PodScheduled", "PodResizePending", "DisruptionTarget"];
+const CONDITION: &[&str] = &["type", "status", "reason", "message"];
+const CONTAINER: &[&str] = &["name", "image", "resources", "ports", "restartPolicy"];
+const CONTAINER_STATUS: &[&str] = &["name", "allocatedResources", "resources"];
+const STATUS_ERROR: &[&str] = &["code", "reason", "message"];
+const OURS: &str = "ksched.io/";
+
+/// One decoded event: its type, the object's `metadata.resourceVersion`, the
+/// projection of the object, and the object's `code`, `reason` and `message`
+/// (what an ERROR event's Status says).
+pub struct Event<'py> {
+    pub kind: Option<Bound<'py, PyAny>>,
+    pub version: Option<Bound<'py, PyAny>>,
+    pub slim: Bound<'py, PyDict>,
+    pub error: Bound<'py, PyDict>,
+}
+
+/// Decode one line of a pod watch.
+pub fn decode_pod_event<'py>(py: Python<'py>, line: &[u8]) -> Result<Event<'py>, String> {
+    let mut de = serde_json::Deserializer::from_slice(line);
+    let event = Object(EventFields::new(py)).deserialize(&mut de).map_err(|e| e.to_string())?;
+    de.end().map_err(|e| e.to_string())?;
+    let event = event.ok_or("a watch event is a JSON object")?;
+    let (version, slim, error) = event.object.unwrap_or_else(|| PodFields::new(py)).finish()?;
+    Ok(Event {
+        kind: event.kind,
+        version,
+        slim,
+        error,
+    })
+}
+
+fn py_err<E: de::Error>(err: PyErr) -> E {
+    E::custom(err)
+}
+
+/// A JSON key, borrowed from the input where it has no escapes.
+struct Key;
+
+impl<'de> DeserializeSeed<'de> for Key {
+    type Value = Cow<'de, str>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Key {
+    type Value = Cow<'de, str>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a key")
+    }
+    fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+        Ok(Cow::Borrowed(v))
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+        Ok(Cow::Owned(v.to_owned()))
+    }
+}
+
+/// Any JSON value as the Python object orjson makes of it.
+#[derive(Clone, Copy)]
+struct Value<'py>(Python<'py>);
+
+impl<'de, 'py> DeserializeSeed<'de> for Value<'py> {
+    type Value = Bound<'py, PyAny>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de, 'py> Visitor<'de> for Value<'py> {
+    type Value = Bound<'py, PyAny>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Self::Value, E> {
+        Ok(PyBool::new(self.0, v).to_owned().into_any())
+    }
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
+        Ok(v.into_pyobject(self.0).unwrap_or_else(|never| match never {}).into_any())
+    }
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+        Ok(v.into_pyobject(self.0).unwrap_or_else(|never| match never {}).into_any())
+    }
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
+        Ok(PyFloat::new(self.0, v).into_any())
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+        Ok(PyString::new(self.0, v).into_any())
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(self.0.None().into_bound(self.0))
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let list = PyList::empty(self.0);
+        while let Some(item) = seq.next_element_seed(self)? {
+            list.append(item).map_err(py_err)?;
+        }
+        Ok(list.into_any())
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let dict = PyDict::new(self.0);
+        while let Some(key) = map.next_key_seed(Key)? {
+            let value = map.next_value_seed(self)?;
+            dict.set_item(PyString::new(self.0, &key), value).map_err(py_err)?;
+        }
+        Ok(dict.into_any())
+    }
+}
+
+/// The fields of a JSON object that a projection reads; every value it does
+/// not read is skipped unbuilt.
+trait Fields<'de>: Sized {
+    type Out;
+    /// Read (or skip) the value of `key`.
+    fn field<A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<(), A::Error>;
+    fn finish(self) -> Self::Out;
+}
+
+/// A JSON object read through its `Fields`; any other value is skipped and reads as None.
+struct Object<F>(F);
+
+impl<'de, F: Fields<'de>> DeserializeSeed<'de> for Object<F> {
+    type Value = Option<F::Out>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de, F: Fields<'de>> Visitor<'de> for Object<F> {
+    type Value = Option<F::Out>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_map<A: MapAccess<'de>>(mut self, mut map: A) -> Result<Self::Value, A::Error> {
+        while let Some(key) = map.next_key_seed(Key)? {
+            self.0.field(&key, &mut map)?;
+        }
+        Ok(Some(self.0.finish()))
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(None)
+    }
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+}
+
+/// A JSON list of objects, each read through fields made by its function; a
+/// non-object item reads as None in its place, null, a number or a boolean as
+/// no list.
+struct List<M>(M);
+
+impl<'de, F: Fields<'de>, M: Fn() -> F> DeserializeSeed<'de> for List<M> {
+    type Value = Option<Vec<Option<F::Out>>>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de, F: Fields<'de>, M: Fn() -> F> Visitor<'de> for List<M> {
+    type Value = Option<Vec<Option<F::Out>>>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let mut out = Vec::new();
+        while let Some(item) = seq.next_element_seed(Object((self.0)()))? {
+            out.push(item);
+        }
+        Ok(Some(out))
+    }
+    // Iterated as Python iterates them: an object by its (distinct) keys, a string by its
+    // characters; neither item is an object.
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut keys = std::collections::HashSet::new();
+        while let Some(key) = map.next_key_seed(Key)? {
+            map.next_value::<IgnoredAny>()?;
+            keys.insert(key);
+        }
+        Ok(Some(keys.iter().map(|_| None).collect()))
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+        Ok(Some(v.chars().map(|_| None).collect()))
+    }
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+}
+
+fn skip<'de, A: MapAccess<'de>>(map: &mut A) -> Result<(), A::Error> {
+    map.next_value::<IgnoredAny>().map(|_| ())
+}
+
+/// `_pick(obj, keys)`: the listed keys present, whole, in the list's order.
+struct Pick<'py> {
+    py: Python<'py>,
+    keys: &'static [&'static str],
+    values: Vec<Option<Bound<'py, PyAny>>>,
+}
+
+impl<'py> Pick<'py> {
+    fn new(py: Python<'py>, keys: &'static [&'static str]) -> Pick<'py> {
+        Pick {
+            py,
+            keys,
+            values: vec![None; keys.len()],
+        }
+    }
+
+    fn get(&self, key: &str) -> Option<&Bound<'py, PyAny>> {
+        self.keys.iter().position(|k| *k == key).and_then(|i| self.values[i].as_ref())
+    }
+
+    fn dict(self) -> PyResult<Bound<'py, PyDict>> {
+        let dict = PyDict::new(self.py);
+        for (key, value) in self.keys.iter().zip(self.values) {
+            if let Some(value) = value {
+                dict.set_item(key, value)?;
+            }
+        }
+        Ok(dict)
+    }
+}
+
+impl<'de> Fields<'de> for Pick<'_> {
+    type Out = Self;
+    fn field<A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<(), A::Error> {
+        match self.keys.iter().position(|k| *k == key) {
+            Some(i) => self.values[i] = Some(map.next_value_seed(Value(self.py))?),
+            None => skip(map)?,
+        }
+        Ok(())
+    }
+    fn finish(self) -> Self {
+        self
+    }
+}
+
+fn picked<'py>(py: Python<'py>, pick: Option<Pick<'py>>) -> PyResult<Bound<'py, PyDict>> {
+    pick.map_or_else(|| Ok(PyDict::new(py)), Pick::dict)
+}
+
+fn truthy(value: Option<&Bound<'_, PyAny>>) -> PyResult<bool> {
+    value.map_or(Ok(false), |v| v.is_truthy())
+}
+
+struct EventFields<'py> {
+    py: Python<'py>,
+    kind: Option<Bound<'py, PyAny>>,
+    object: Option<PodFields<'py>>,
+}
+
+impl<'py> EventFields<'py> {
+    fn new(py: Python<'py>) -> Self {
+        EventFields {
+            py,
+            kind: None,
+            object: None,
+        }
+    }
+}
+
+impl<'de, 'py> Fields<'de> for EventFields<'py> {
+    type Out = Self;
+    fn field<A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<(), A::Error> {
+        match key {
+            "type" => self.kind = Some(map.next_value_seed(Value(self.py))?),
+            "object" => self.object = map.next_value_seed(Object(PodFields::new(self.py)))?,
+            _ => skip(map)?,
+        }
+        Ok(())
+    }
+    fn finish(self) -> Self {
+        self
+    }
+}
+
+struct PodFields<'py> {
+    py: Python<'py>,
+    metadata: Option<MetaFields<'py>>,
+    spec: Option<SpecFields<'py>>,
+    status: Option<StatusFields<'py>>,
+    error: Pick<'py>,
+}
+
+type Parts<'py> = (Option<Bound<'py, PyAny>>, Bound<'py, PyDict>, Bound<'py, PyDict>);
+
+impl<'py> PodFields<'py> {
+    fn new(py: Python<'py>) -> Self {
+        PodFields {
+            py,
+            metadata: None,
+            spec: None,
+            status: None,
+            error: Pick::new(py, STATUS_ERROR),
+        }
+    }
+
+    /// The resourceVersion, `slim_pod`'s projection and the Status fields.
+    fn finish(self) -> Result<Parts<'py>, String> {
+        self.build().map_err(|e| e.to_string())
+    }
+
+    fn build(self) -> PyResult<Parts<'py>> {
+        let py = self.py;
+        let slim = PyDict::new(py);
+        let (version, metadata) = match self.metadata {
+            Some(m) => (m.version.clone(), m.build()?),
+            None => (None, PyDict::new(py)),
+        };
+        slim.set_item("metadata", metadata)?;
+        slim.set_item("spec", self.spec.unwrap_or_else(|| SpecFields::new(py)).build()?)?;
+        slim.set_item("status", self.status.unwrap_or_else(|| StatusFields::new(py)).build()?)?;
+        Ok((version, slim, self.error.dict()?))
+    }
+}
+
+impl<'de, 'py> Fields<'de> for PodFields<'py> {
+    type Out = Self;
+    fn field<A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<(), A::Error> {
+        let py = self.py;
+        match key {
+            "metadata" => self.metadata = map.next_value_seed(Object(MetaFields::new(py)))?,
+            "spec" => self.spec = map.next_value_seed(Object(SpecFields::new(py)))?,
+            "status" => self.status = map.next_value_seed(Object(StatusFields::new(py)))?,
+            _ => self.error.field(key, map)?,
+        }
+        Ok(())
+    }
+    fn finish(self) -> Self {
+        self
+    }
+}
+
+struct MetaFields<'py> {
+    pick: Pick<'py>,
+    version: Option<Bound<'py, PyAny>>,
+    /// ksched's own annotations (`ksched.io/...`), in their order.
+    ours: Vec<(String, Bound<'py, PyAny>)>,
+}
+
+impl<'py> MetaFields<'py> {
+    fn new(py: Python<'py>) -> Self {
+        MetaFields {
+            pick: Pick::new(py, POD_META),
+            version: None,
+            ours: Vec::new(),
+        }
+    }
+
+    fn build(self) -> PyResult<Bound<'py, PyDict>> {
+        let dict = self.pick.dict()?;
+        if !self.ours.is_empty() {
+            let ours = PyDict::new(dict.py());
+            for (key, value) in self.ours {
+                ours.set_item(key, value)?;
+            }
+            dict.set_item("annotations", ours)?;
+        }
+        Ok(dict)
+    }
+}
+
+impl<'de, 'py> Fields<'de> for MetaFields<'py> {
+    type Out = Self;
+    fn field<A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<(), A::Error> {
+        let py = self.pick.py;
+        match key {
+            "resourceVersion" => self.version = Some(map.next_value_seed(Value(py))?),
+            "annotations" => self.ours = map.next_value_seed(Object(Ours(py, Vec::new())))?.unwrap_or_default(),
+            _ => self.pick.field(key, map)?,
+        }
+        Ok(())
+    }
+    fn finish(self) -> Self {
+        self
+    }
+}
+
+struct Ours<'py>(Python<'py>, Vec<(String, Bound<'py, PyAny>)>);
+
+impl<'de, 'py> Fields<'de> for Ours<'py> {
+    type Out = Vec<(String, Bound<'py, PyAny>)>;
+    fn field<A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<(), A::Error> {
+        if key.starts_with(OURS) {
+            let value = map.next_value_seed(Value(self.0))?;
+            // A repeated key keeps its first place and its last value, as a dict does.
+            match self.1.iter_mut().find(|(k, _)| k == key) {
+                Some(slot) => slot.1 = value,
+                None => self.1.push((key.to_owned(), value)),
+            }
+            Ok(())
+        } else {
+            skip(map)
+        }
+    }
+    fn finish(self) -> Self::Out {
+        self.1
+    }
+}
+
+struct SpecFields<'py> {
+    pick: Pick<'py>,
+    containers: Option<Vec<Option<Pick<'py>>>>,
+    init_containers: Option<Vec<Option<Pick<'py>>>>,
+    volumes: Option<Vec<Option<VolumeFields<'py>>>>,
+}
+
+impl<'py> SpecFields<'py> {
+    fn new(py: Python<'py>) -> Self {
+        SpecFields {
+            pick: Pick::new(py, POD_SPEC),
+            containers: None,
+            init_containers: None,
+            volumes: None,
+        }
+    }
+
+    fn build(self) -> PyResult<Bound<'py, PyDict>> {
+        let py = self.pick.py;
+        let dict = self.pick.dict()?;
+        let containers = |list: Vec<Option<Pick<'py>>>| -> PyResult<Bound<'py, PyList>> {
+            let out = PyList::empty(py);
+            for c in list {
+                out.append(picked(py, c)?)?;
+            }
+            Ok(out)
+        };
+        dict.set_item("containers", containers(self.containers.unwrap_or_default())?)?;
+        if let Some(init) = self.init_containers.filter(|l| !l.is_empty()) {
+            dict.set_item("initContainers", containers(init)?)?;
+        }
+        let volumes = PyList::empty(py);
+        for v in self.volumes.unwrap_or_default().into_iter().flatten() {
+            if let Some(kept) = v.build()? {
+                volumes.append(kept)?;
+            }
+        }
+        if !volumes.is_empty() {
+            dict.set_item("volumes", volumes)?;
+        }
+        Ok(dict)
+    }
+}
+
+impl<'de, 'py> Fields<'de> for SpecFields<'py> {
+    type Out = Self;
+    fn field<A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<(), A::Error> {
+        let py = self.pick.py;
+        match key {
+            "containers" => self.containers = map.next_value_seed(List(|| Pick::new(py, CONTAINER)))?,
+            "initContainers" => self.init_containers = map.next_value_seed(List(|| Pick::new(py, CONTAINER)))?,
+            "volumes" => self.volumes = map.next_value_seed(List(|| VolumeFields::new(py)))?,
+            _ => self.pick.field(key, map)?,
+        }
+        Ok(())
+    }
+    fn finish(self) -> Self {
+        self
+    }
+}
+
+/// An image volume (ImageLocality) or a volume that uses a claim, with only
+/// what names the image or the claim.
+struct VolumeFields<'py> {
+    py: Python<'py>,
+    name: Option<Bound<'py, PyAny>>,
+    image: Option<Bound<'py, PyAny>>,
+    claim: Option<Bound<'py, PyAny>>,
+    ephemeral: bool,
+}
+
+impl<'py> VolumeFields<'py> {
+    fn new(py: Python<'py>) -> Self {
+        VolumeFields {
+            py,
+            name: None,
+            image: None,
+            claim: None,
+            ephemeral: false,
+        }
+    }
+
+    fn build(self) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let dict = PyDict::new(self.py);
+        if truthy(self.image.as_ref())? {
+            if let Some(name) = self.name {
+                dict.set_item("name", name)?;
+            }
+            dict.set_item("image", self.image)?;
+        } else if let Some(claim) = self.claim {
+            if let Some(name) = self.name {
+                dict.set_item("name", name)?;
+            }
+            dict.set_item("persistentVolumeClaim", claim)?;
+        } else if self.ephemeral {
+            dict.set_item("name", self.name)?;
+            dict.set_item("ephemeral", PyDict::new(self.py))?;
+        } else {
+            return Ok(None);
+        }
+        Ok(Some(dict))
+    }
+}
+
+impl<'de, 'py> Fields<'de> for VolumeFields<'py> {
+    type Out = Self;
+    fn field<A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<(), A::Error> {
+        let value = Value(self.py);
+        match key {
+            "name" => self.name = Some(map.next_value_seed(value)?),
+            "image" => self.image = Some(map.next_value_seed(value)?),
+            "persistentVolumeClaim" => self.claim = Some(map.next_value_seed(value)?),
+            "ephemeral" => {
+                self.ephemeral = true;
+                skip(map)?;
+            }
+            _ => skip(map)?,
+        }
+        Ok(())
+    }
+    fn finish(self) -> Self {
+        self
+    }
+}
+
+struct StatusFields<'py> {
+    pick: Pick<'py>,
+    conditions: Option<Vec<Option<Pick<'py>>>>,
+    container_statuses: Option<Vec<Option<Pick<'py>>>>,
+    init_container_statuses: Option<Vec<Option<Pick<'py>>>>,
+}
+
+/// The status fields `slim_pod` keeps whole, in its order (each where truthy, `phase` always).
+const STATUS_KEPT: &[&str] = &["phase", "resources", "allocatedResources", "nominatedNodeName", "startTime"];
+
+impl<'py> StatusFields<'py> {
+    fn new(py: Python<'py>) -> Self {
+        StatusFields {
+            pick: Pick::new(py, STATUS_KEPT),
+            conditions: None,
+            container_statuses: None,
+            init_container_statuses: None,
+        }
+    }
+
+    fn build(self) -> PyResult<Bound<'py, PyDict>> {
+        let py = self.pick.py;
+        let dict = PyDict::new(py);
+        dict.set_item("phase", self.pick.get("phase"))?;
+        let conditions = PyList::empty(py);
+        for c in self.conditions.unwrap_or_default().into_iter().flatten() {
+            let wanted = match c.get("type") {
+                Some(t) => POD_CONDITIONS
+                    .iter()
+                    .try_fold(false, |found, name| Ok::<_, PyErr>(found || t.eq(*name)?))?,
+                None => false,
+            };
+            if wanted {
+                conditions.append(c.dict()?)?;
+            }
+        }
+        if !conditions.is_empty() {
+            dict.set_item("conditions", conditions)?;
+        }
+        for (field, statuses) in [
+            ("containerStatuses", self.container_statuses),
+            ("initContainerStatuses", self.init_container_statuses),
+        ] {
+            let resized = PyList::empty(py);
+            for cs in statuses.unwrap_or_default().into_iter().flatten() {
+                if truthy(cs.get("allocatedResources"))? || truthy(cs.get("resources"))? {
+                    resized.append(cs.dict()?)?;
+                }
+            }
+            if !resized.is_empty() {
+                dict.set_item(field, resized)?;
+            }
+        }
+        for field in &STATUS_KEPT[1..] {
+            if let Some(value) = self.pick.get(field).filter(|v| v.is_truthy().unwrap_or(false)) {
+                dict.set_item(field, value)?;
+            }
+        }
+        Ok(dict)
+    }
+}
+
+impl<'de, 'py> Fields<'de> for StatusFields<'py> {
+    type Out = Self;
+    fn field<A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<(), A::Error> {
+        let py = self.pick.py;
+        match key {
+            "conditions" => self.conditions = map.next_value_seed(List(|| Pick::new(py, CONDITION)))?,
+            "containerStatuses" => self.container_statuses = map.next_value_seed(List(|| Pick::new(py, CONTAINER_STATUS)))?,
+            "initContainerStatuses" => self.init_container_statuses = map.next_value_seed(List(|| Pick::new(py, CONTAINER_STATUS)))?,
+            _ => self.pick.field(key, map)?,
+        }
+        Ok(())
+    }
+    fn finish(self) -> Self {
+        self
+    }
+}

@@ -1,0 +1,226 @@
+"""The pod informer's Rust decoder of watch events equals ``slim_pod`` of the parsed event.
+
+``ksched._core.decode_pod_event`` reads one watch line straight into the projection the
+informer keeps; ``slim_pod(orjson.loads(line)["object"])`` is the definition it must
+match, values and key order alike (memo keys are built from the projection's JSON)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+from typing import Any
+
+import orjson
+import pytest
+
+from ksched._core import decode_pod_event
+from ksched.commands.fuzz import generate
+from ksched.loop.slim import slim_pod
+from ksched.objects import Obj
+
+# A pod as the API server sends it once the kubelet (here KWOK) reported it running.
+RUNNING: Obj = {
+    "kind": "Pod",
+    "apiVersion": "v1",
+    "metadata": {
+        "name": "web-7",
+        "generateName": "web-",
+        "namespace": "shop",
+        "uid": "6c1f1d2e",
+        "resourceVersion": "123456",
+        "creationTimestamp": "2026-11-26T11:00:00Z",
+        "labels": {"app": "web", "topology.kubernetes.io/zone": "zone-1"},
+        "annotations": {"ksched.io/opt-out": "true", "other/huge": "x" * 500, "ksched.io/marker": "1"},
+        "ownerReferences": [
+            {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "uid": "0b1c", "controller": True}
+        ],
+        "managedFields": [
+            {
+                "manager": "kwok",
+                "operation": "Update",
+                "fieldsType": "FieldsV1",
+                "fieldsV1": {"f:status": {"f:conditions": {'k:{"type":"Ready"}': {".": {}, "f:status": {}}}}},
+                "subresource": "status",
+            }
+        ],
+    },
+    "spec": {
+        "volumes": [
+            {"name": "token", "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]}},
+            {"name": "data", "persistentVolumeClaim": {"claimName": "data-web-7"}},
+            {"name": "model", "image": {"reference": "registry.example/model:1"}},
+            {"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}},
+            {"name": "empty-image", "image": "", "emptyDir": {}},
+            "not-a-volume",
+        ],
+        "initContainers": [{"name": "init", "image": "busybox", "command": ["true"], "resources": {}}],
+        "containers": [
+            {
+                "name": "app",
+                "image": "registry.example/app:1",
+                "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}},
+                "ports": [{"containerPort": 80, "hostPort": 8080}],
+                "volumeMounts": [{"name": "token", "mountPath": "/var/run"}],
+                "restartPolicy": "Always",
+            },
+            7,
+        ],
+        "nodeName": "kwok-node-00001",
+        "schedulerName": "ksched",
+        "priority": 1000,
+        "preemptionPolicy": "PreemptLowerPriority",
+        "tolerations": [{"key": "k", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}],
+        "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": []}},
+        "topologySpreadConstraints": [
+            {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule"}
+        ],
+        "overhead": {"cpu": "10m"},
+        "enableServiceLinks": True,
+    },
+    "status": {
+        "phase": "Running",
+        "conditions": [
+            {"type": "Ready", "status": "True", "lastTransitionTime": "2026-11-26T11:00:05Z"},
+            {"type": "PodScheduled", "status": "True", "lastProbeTime": None, "reason": "r", "message": "m"},
+            {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"},
+            {"type": 3, "status": "True"},
+        ],
+        "containerStatuses": [
+            {"name": "app", "ready": True, "allocatedResources": {"cpu": "100m"}, "resources": {}},
+            {"name": "side", "ready": True, "resources": {}},
+        ],
+        "initContainerStatuses": [{"name": "init", "resources": {"requests": {"cpu": "1"}}}],
+        "resources": {},
+        "allocatedResources": {"cpu": "110m"},
+        "nominatedNodeName": "",
+        "startTime": "2026-11-26T11:00:05Z",
+        "podIP": "10.244.1.23",
+        "qosClass": "Burstable",
+    },
+}
+
+
+# serde_json's nesting limit; the API server's validation keeps pods far shallower.
+DECODER_DEPTH = 127
+
+
+def nesting(value: Any) -> int:
+    if isinstance(value, dict):
+        return 1 + max((nesting(v) for v in value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max((nesting(v) for v in value), default=0)
+    return 0
+
+
+def decoded(event: Any) -> tuple[Any, Any, Obj, Obj]:
+    return decode_pod_event(orjson.dumps(event))
+
+
+def expected(event: dict[str, Any]) -> tuple[Any, Any, Obj]:
+    obj = event.get("object") or {}
+    return event.get("type"), (obj.get("metadata") or {}).get("resourceVersion"), slim_pod(obj)
+
+
+def assert_same(event: dict[str, Any]) -> None:
+    kind, version, slim, _ = decoded(event)
+    want_kind, want_version, want = expected(event)
+    assert (kind, version) == (want_kind, want_version)
+    assert slim == want
+    assert orjson.dumps(slim) == orjson.dumps(want), "same keys, same order"
+
+
+@pytest.mark.parametrize("kind", ["ADDED", "MODIFIED", "DELETED"])
+def test_a_running_pod_reads_as_its_projection(kind: str) -> None:
+    assert_same({"type": kind, "object": RUNNING})
+
+
+def test_every_fuzzed_pod_reads_as_its_projection() -> None:
+    for spec in generate(2000, seed=3):
+        line = json.dumps({"type": "ADDED", "object": spec.pod}).encode()
+        try:
+            event = orjson.loads(line)
+            slim_pod(event["object"])
+        except orjson.JSONDecodeError:
+            # Unreadable as JSON here too (an integer beyond 64 bits): the informer reconnects.
+            with pytest.raises(ValueError):
+                decode_pod_event(line)
+            continue
+        except (AttributeError, TypeError):
+            continue  # a spec slim_pod itself cannot read (the API server never sends one)
+        if nesting(event) > DECODER_DEPTH:
+            # Deeper than the decoder reads (the informer parses those lines with orjson).
+            with pytest.raises(ValueError, match="recursion limit"):
+                decode_pod_event(line)
+            continue
+        assert_same(event)
+
+
+def test_fields_missing_null_or_of_another_type_read_as_slim_pod_reads_them() -> None:
+    rng = random.Random(5)
+    paths = [
+        ("metadata",),
+        ("metadata", "labels"),
+        ("metadata", "annotations"),
+        ("spec",),
+        ("spec", "containers"),
+        ("spec", "initContainers"),
+        ("spec", "volumes"),
+        ("spec", "nodeName"),
+        ("status",),
+        ("status", "phase"),
+        ("status", "conditions"),
+        ("status", "containerStatuses"),
+        ("status", "startTime"),
+    ]
+    replacements: list[Any] = ["<missing>", None, {}, [], "", 0, False]
+    for _ in range(400):
+        pod = copy.deepcopy(RUNNING)
+        for _ in range(rng.randint(1, 3)):
+            *parents, leaf = rng.choice(paths)
+            holder: Any = pod
+            for p in parents:
+                holder = holder.get(p) if isinstance(holder, dict) else None
+            if not isinstance(holder, dict):
+                continue
+            value = rng.choice(replacements)
+            if value == "<missing>":
+                holder.pop(leaf, None)
+            else:
+                holder[leaf] = copy.deepcopy(value)
+        assert_same({"type": "MODIFIED", "object": pod})
+
+
+def test_a_repeated_key_keeps_its_last_value_as_a_parsed_dict_does() -> None:
+    line = (
+        b'{"type":"ADDED","object":{"metadata":{"name":"a","name":"b","annotations":'
+        b'{"ksched.io/x":"1","ksched.io/y":"2","ksched.io/x":"3"}},"spec":{"nodeName":"n1"},'
+        b'"spec":{"nodeName":"n2","nodeName":"n3"}}}'
+    )
+    _, _, slim, _ = decode_pod_event(line)
+    want = slim_pod(orjson.loads(line)["object"])
+    assert slim == want and orjson.dumps(slim) == orjson.dumps(want)
+    assert slim["metadata"] == {"name": "b", "annotations": {"ksched.io/x": "3", "ksched.io/y": "2"}}
+
+
+def test_a_bookmark_and_an_error_give_what_the_informer_reads_of_them() -> None:
+    kind, version, _, _ = decoded(
+        {"type": "BOOKMARK", "object": {"kind": "Pod", "metadata": {"resourceVersion": "99"}}}
+    )
+    assert (kind, version) == ("BOOKMARK", "99")
+    status = {
+        "kind": "Status",
+        "status": "Failure",
+        "message": "too old resource version",
+        "reason": "Expired",
+        "code": 410,
+    }
+    kind, _, _, error = decoded({"type": "ERROR", "object": status})
+    assert kind == "ERROR"
+    assert error == {"code": 410, "reason": "Expired", "message": "too old resource version"}
+
+
+@pytest.mark.parametrize("line", [b"", b"{", b'{"type":"ADDED"} x', b"[1, 2]"])
+def test_a_line_that_is_no_watch_event_is_a_value_error(line: bytes) -> None:
+    with pytest.raises(ValueError):
+        decode_pod_event(line)
