@@ -256,7 +256,7 @@ class Scheduler:
         volumes = placement.volumes
         self.state.assume(qp.key, qp.uid, node, req, req.host_ports, req.info, req.priority)
         self.state.storage.assume(volumes, node)
-        self.telemetry.attempt_duration.labels(result="scheduled", profile=profile).observe(elapsed)
+        self.telemetry.placed(profile, elapsed)
         self.binder.bind(
             qp.pod,
             node,
@@ -321,10 +321,7 @@ class Scheduler:
     ) -> None:
         if outcome is Outcome.BOUND:
             self.bound += 1
-            self.telemetry.schedule_attempts.labels(result="scheduled", profile=profile).inc()
-            self.telemetry.sli_duration.labels(attempts=str(qp.attempts + 1)).observe(
-                self.queue.clock() - qp.added
-            )
+            self.telemetry.bound(profile, qp.attempts + 1, self.queue.clock() - qp.added)
             self.queue.done_bound(qp)
             return
         self.state.forget(qp.key, qp.uid)

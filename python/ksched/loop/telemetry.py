@@ -28,6 +28,11 @@ SHADOW_GAP_BUCKETS = (0.0, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0,
 class Telemetry:
     def __init__(self) -> None:
         r = self.registry = CollectorRegistry()
+        # The per-pod series, looked up once: ``labels()`` cost 7 us of the 10 that a bound
+        # pod's three observations took.
+        self._placed: dict[str, Histogram] = {}
+        self._bound: dict[str, Counter] = {}
+        self._sli: dict[int, Histogram] = {}
         self.schedule_attempts = Counter(
             "ksched_schedule_attempts_total",
             "Scheduling attempts by result (scheduled, unschedulable, error) and profile.",
@@ -112,6 +117,24 @@ class Telemetry:
             buckets=SHADOW_GAP_BUCKETS,
             registry=r,
         )
+
+    def placed(self, profile: str, elapsed_s: float) -> None:
+        """A pod's attempt placed it (its bind follows)."""
+        series = self._placed.get(profile)
+        if series is None:
+            series = self._placed[profile] = self.attempt_duration.labels(result="scheduled", profile=profile)
+        series.observe(elapsed_s)
+
+    def bound(self, profile: str, attempts: int, since_queued_s: float) -> None:
+        """A pod bound: the scheduled count and the SLI duration."""
+        count = self._bound.get(profile)
+        if count is None:
+            count = self._bound[profile] = self.schedule_attempts.labels(result="scheduled", profile=profile)
+        count.inc()
+        sli = self._sli.get(attempts)
+        if sli is None:
+            sli = self._sli[attempts] = self.sli_duration.labels(attempts=str(attempts))
+        sli.observe(since_queued_s)
 
     def set_degraded(self, reason: str, on: bool) -> None:
         self.degraded.labels(reason=reason).set(1.0 if on else 0.0)
