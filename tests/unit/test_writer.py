@@ -171,10 +171,10 @@ class Server:
     """An HTTP/1.1 server on a local port that answers from a script and records requests:
     (connection number, request head lines, body)."""
 
-    def __init__(self, answers: list[bytes | None]) -> None:
+    def __init__(self, answers: list[bytes | None], port: int = 0) -> None:
         self.answers = answers
         self.requests: list[tuple[int, list[str], bytes]] = []
-        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.sock = socket.create_server(("127.0.0.1", port))
         self.port = self.sock.getsockname()[1]
         self.connections = 0
         threading.Thread(target=self._accept, daemon=True).start()
@@ -507,15 +507,19 @@ def test_the_writers_connect_before_the_first_bind_and_carry_it_on_those_connect
     assert s.connections == 4
 
 
-def test_a_writer_that_cannot_connect_at_start_connects_for_its_first_write(
-    server: Callable[[list[bytes | None]], tuple[Server, Kube]],
-) -> None:
-    s, kube = server([created(b"{}")])
-    s.close()  # nothing listens yet: the start's connect fails
+def test_a_writer_that_cannot_connect_at_start_connects_for_its_first_write() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as probe:
+        port = probe.getsockname()[1]
+    # Nothing listens on that port yet: the start's connect fails.
+    configuration = client.Configuration()
+    configuration.host = f"http://127.0.0.1:{port}"
+    kube = Kube(configuration)
     conn = kube.connection()
     assert isinstance(conn, Connection)
     conn.open()
-    s.sock = socket.create_server(("127.0.0.1", s.port))
-    threading.Thread(target=s._accept, daemon=True).start()
-    assert conn.request("POST", "/a", raw=b"{}").status == 201
+    s = Server([created(b"{}")], port=port)
+    try:
+        assert conn.request("POST", "/a", raw=b"{}").status == 201
+    finally:
+        s.close()
     assert s.connections == 1

@@ -364,20 +364,16 @@ class Connection:
     def _answer(self, sock: socket.socket) -> Response:
         while (end := self._buf.find(b"\r\n\r\n")) < 0:
             self._read(sock)
-        lines = self._buf[:end].split(b"\r\n")
+        head = self._buf[:end]
         self._buf = self._buf[end + 4 :]
-        status = int(lines[0].split(b" ", 2)[1])
-        length = -1
-        chunked = close = False
-        for line in lines[1:]:
-            name, _, value = line.partition(b":")
-            name = name.strip().lower()
-            if name == b"content-length":
-                length = int(value)
-            elif name == b"transfer-encoding":
-                chunked = b"chunked" in value.lower()
-            elif name == b"connection":
-                close = b"close" in value.lower()
+        status = int(head.split(b" ", 2)[1])
+        # Three headers matter; found in the lowered head rather than by splitting every line
+        # (the API server sends seven: 7 us an answer, two answers a pod).
+        lower = head.lower() + b"\r\n"
+        value = _header(lower, b"content-length")
+        length = int(value) if value is not None else -1
+        chunked = b"chunked" in (_header(lower, b"transfer-encoding") or b"")
+        close = b"close" in (_header(lower, b"connection") or b"")
         if chunked:
             data = self._chunks(sock)
         elif length >= 0:
@@ -415,6 +411,15 @@ class Connection:
                 return b"".join(parts)
             parts.append(self._buf[start : start + size])
             self._buf = self._buf[start + size + 2 :]
+
+
+def _header(lower_head: bytes, name: bytes) -> bytes | None:
+    """The value of header ``name`` (lowercase) in a lowered response head ending in CRLF."""
+    start = lower_head.find(b"\r\n" + name + b":")
+    if start < 0:
+        return None
+    start += len(name) + 3
+    return lower_head[start : lower_head.index(b"\r\n", start)]
 
 
 def pod_path(namespace: str, name: str, sub: str = "") -> str:
