@@ -21,6 +21,7 @@ __all__ = [
     "EFFECTS",
     "NOT_ATTEMPTED",
     "PLUGINS",
+    "POD_PROJECTION",
     "POD_SELECTOR_OPERATORS",
     "POSTFILTER_CODES",
     "PROTOCOLS",
@@ -40,6 +41,8 @@ __all__ = [
 # `Outcome["nodes"]` of a pod that fits no node, and of one the deadline left unattempted.
 UNSCHEDULABLE: int
 NOT_ATTEMPTED: int
+# The fields a pod's projection keeps (``ksched.loop.slim``): metadata, spec, condition types, container.
+POD_PROJECTION: dict[str, list[str]]
 # The plugin registry, in filter order.
 PLUGINS: list[PluginInfo]
 # The fixed filter-failure reasons, and where the per-resource and per-metric ones sit.

@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -27,15 +28,17 @@ PODS = 100
 STEADY = 40
 
 
-def test_side_by_side_binds_every_pod_without_overcommit(tmp_path: Path) -> None:
+def side_by_side(tmp_path: Path, *args: str) -> tuple[Path, dict[str, Any]]:
+    """``ksched bench --cluster`` with ``args`` on a control plane of its own, beside the session's
+    (a separate state directory): its output directory and results."""
     if shutil.which("go") is None and missing_binaries(with_helm=False):
         unavailable("Go is not installed and no cached binaries exist")
     out = tmp_path / "out"
-    # Its own control plane, beside the session's (a separate state directory).
     env = {**os.environ, "KSCHED_CLUSTER_DIR": str(tmp_path / "cluster")}
-    args = ["--nodes", str(NODES), "--pods", str(PODS), "--steady-pods", str(STEADY), "--rate", "40"]
+    command = [sys.executable, "-m", "ksched.commands.cli", "bench", "--cluster"]
+    command += ["--nodes", str(NODES), "--pods", str(PODS), *args, "--out", str(out)]
     proc = subprocess.run(
-        [sys.executable, "-m", "ksched.commands.cli", "bench", "--cluster", *args, "--out", str(out)],
+        command,
         env=env,
         capture_output=True,
         text=True,
@@ -44,7 +47,11 @@ def test_side_by_side_binds_every_pod_without_overcommit(tmp_path: Path) -> None
     )
     print(proc.stdout[-6000:])
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    doc = json.loads((out / "results.json").read_text())
+    return out, json.loads((out / "results.json").read_text())
+
+
+def test_side_by_side_binds_every_pod_without_overcommit(tmp_path: Path) -> None:
+    out, doc = side_by_side(tmp_path, "--steady-pods", str(STEADY), "--rate", "40")
     phases = {(p["scheduler"], p["workload"]): p for p in doc["phases"]}
     assert set(phases) == {(s, w) for s in ("null-binder", "kube-scheduler", "ksched") for w in WORKLOADS}
     for (scheduler, workload), p in phases.items():
@@ -69,23 +76,17 @@ def test_side_by_side_binds_every_pod_without_overcommit(tmp_path: Path) -> None
 
 
 def test_rounds_alternate_the_order_and_the_summary_takes_medians(tmp_path: Path) -> None:
-    if shutil.which("go") is None and missing_binaries(with_helm=False):
-        unavailable("Go is not installed and no cached binaries exist")
-    out = tmp_path / "out"
-    env = {**os.environ, "KSCHED_CLUSTER_DIR": str(tmp_path / "cluster")}
-    args = ["--nodes", str(NODES), "--pods", str(PODS), "--steady-pods", "0", "--rounds", "2"]
-    args += ["--workloads", "bare", "--schedulers", "null-binder,ksched"]
-    proc = subprocess.run(
-        [sys.executable, "-m", "ksched.commands.cli", "bench", "--cluster", *args, "--out", str(out)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
+    out, doc = side_by_side(
+        tmp_path,
+        "--steady-pods",
+        "0",
+        "--rounds",
+        "2",
+        "--workloads",
+        "bare",
+        "--schedulers",
+        "null-binder,ksched",
     )
-    print(proc.stdout[-4000:])
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    doc = json.loads((out / "results.json").read_text())
     # Every pod of both rounds bound (a round's own namespace: the first round's pods and
     # events do not count in the second's), the second round in the reverse order.
     assert [(p["round"], p["scheduler"], p["bound"]) for p in doc["phases"]] == [

@@ -14,10 +14,10 @@ from typing import Any
 import orjson
 import pytest
 
-from ksched._core import decode_pod_event
+from ksched._core import POD_PROJECTION, decode_pod_event
 from ksched.commands.fuzz import generate
 from ksched.loop.slim import slim_pod
-from ksched.objects import Obj
+from ksched.objects import DISRUPTION_TARGET, Obj
 
 # A pod as the API server sends it once the kubelet (here KWOK) reported it running.
 RUNNING: Obj = {
@@ -224,3 +224,9 @@ def test_a_bookmark_and_an_error_give_what_the_informer_reads_of_them() -> None:
 def test_a_line_that_is_no_watch_event_is_a_value_error(line: bytes) -> None:
     with pytest.raises(ValueError):
         decode_pod_event(line)
+
+
+def test_the_projection_keeps_the_conditions_the_scheduler_reads() -> None:
+    # A victim of preemption (upstream podTerminatingByPreemption), the scheduler's own verdict
+    # and an infeasible resize: what the loop reads of a pod's conditions.
+    assert set(POD_PROJECTION["conditions"]) == {DISRUPTION_TARGET, "PodScheduled", "PodResizePending"}

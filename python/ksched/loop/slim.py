@@ -11,41 +11,18 @@ from typing import Any
 
 from ksched import _core
 from ksched.engine.volumes import BETA_STORAGE_CLASS, BIND_COMPLETED, BOUND_BY_CONTROLLER, SELECTED_NODE
-from ksched.objects import DISRUPTION_TARGET, Obj
+from ksched.objects import Obj
 
 
 def _pick(obj: Any, keys: tuple[str, ...]) -> Obj:
     return {k: obj[k] for k in keys if k in obj} if isinstance(obj, dict) else {}
 
 
-_POD_META = (
-    "name",
-    "namespace",
-    "uid",
-    "labels",
-    "creationTimestamp",
-    "deletionTimestamp",
-    "ownerReferences",
-)
-_POD_SPEC = (
-    "nodeName",
-    "schedulerName",
-    "priority",
-    "priorityClassName",
-    "preemptionPolicy",
-    "overhead",
-    "resources",
-    "nodeSelector",
-    "affinity",
-    "tolerations",
-    "topologySpreadConstraints",
-    "schedulingGates",
-    "resourceClaims",
-)
-# PodScheduled (the scheduler's own verdict), PodResizePending (an infeasible resize) and
-# DisruptionTarget (a victim of preemption: upstream podTerminatingByPreemption).
-_POD_CONDITIONS = ("PodScheduled", "PodResizePending", DISRUPTION_TARGET)
-_CONTAINER = ("name", "image", "resources", "ports", "restartPolicy")
+# What a pod's projection keeps, defined once beside its Rust decoder (``decode_pod_event``).
+_POD_META = tuple(_core.POD_PROJECTION["metadata"])
+_POD_SPEC = tuple(_core.POD_PROJECTION["spec"])
+_POD_CONDITIONS = tuple(_core.POD_PROJECTION["conditions"])
+_CONTAINER = tuple(_core.POD_PROJECTION["container"])
 _NODE_META = ("name", "uid", "labels", "annotations")
 
 

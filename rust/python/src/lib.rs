@@ -169,5 +169,15 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(decode_pod_event, m)?)?;
     m.add_class::<ScheduleCache>()?;
     m.add("EngineInputError", m.py().get_type::<errors::EngineInputError>())?;
+    let projection = PyDict::new(m.py());
+    for (part, fields) in [
+        ("metadata", watch::POD_META),
+        ("spec", watch::POD_SPEC),
+        ("conditions", watch::POD_CONDITIONS),
+        ("container", watch::CONTAINER),
+    ] {
+        projection.set_item(part, PyList::new(m.py(), fields)?)?;
+    }
+    m.add("POD_PROJECTION", projection)?;
     tables::add(m)
 }

@@ -18,8 +18,9 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyList, PyString};
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
-// What `slim_pod` keeps (the same tuples, in the same order).
-const POD_META: &[&str] = &[
+// What a pod's projection keeps, by part (exported as `_core.POD_PROJECTION`; `loop/slim.py`
+// reads its lists from there).
+pub const POD_META: &[&str] = &[
     "name",
     "namespace",
     "uid",
@@ -28,7 +29,7 @@ const POD_META: &[&str] = &[
     "deletionTimestamp",
     "ownerReferences",
 ];
-const POD_SPEC: &[&str] = &[
+pub const POD_SPEC: &[&str] = &[
     "nodeName",
     "schedulerName",
     "priority",
@@ -43,9 +44,11 @@ const POD_SPEC: &[&str] = &[
     "schedulingGates",
     "resourceClaims",
 ];
-const POD_CONDITIONS: &[&str] = &["PodScheduled", "PodResizePending", "DisruptionTarget"];
+/// PodScheduled (the scheduler's own verdict), PodResizePending (an infeasible resize) and
+/// DisruptionTarget (a victim of preemption: upstream `podTerminatingByPreemption`).
+pub const POD_CONDITIONS: &[&str] = &["PodScheduled", "PodResizePending", "DisruptionTarget"];
+pub const CONTAINER: &[&str] = &["name", "image", "resources", "ports", "restartPolicy"];
 const CONDITION: &[&str] = &["type", "status", "reason", "message"];
-const CONTAINER: &[&str] = &["name", "image", "resources", "ports", "restartPolicy"];
 const CONTAINER_STATUS: &[&str] = &["name", "allocatedResources", "resources"];
 const STATUS_ERROR: &[&str] = &["code", "reason", "message"];
 const OURS: &str = "ksched.io/";
@@ -156,24 +159,41 @@ impl<'de, 'py> Visitor<'de> for Value<'py> {
 /// The fields of a JSON object that a projection reads; every value it does
 /// not read is skipped unbuilt.
 trait Fields<'de>: Sized {
-    type Out;
     /// Read (or skip) the value of `key`.
     fn field<A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<(), A::Error>;
-    fn finish(self) -> Self::Out;
+}
+
+/// Visitor methods for scalars that read as None (what is not an object or a list).
+macro_rules! none_for {
+    ($($method:ident: $ty:ty),*) => {
+        $(fn $method<E: de::Error>(self, _: $ty) -> Result<Self::Value, E> {
+            Ok(None)
+        })*
+    };
+}
+
+/// Booleans, numbers and null read as None.
+macro_rules! none_for_numbers {
+    () => {
+        none_for!(visit_bool: bool, visit_i64: i64, visit_u64: u64, visit_f64: f64);
+        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+    };
 }
 
 /// A JSON object read through its `Fields`; any other value is skipped and reads as None.
 struct Object<F>(F);
 
 impl<'de, F: Fields<'de>> DeserializeSeed<'de> for Object<F> {
-    type Value = Option<F::Out>;
+    type Value = Option<F>;
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
         d.deserialize_any(self)
     }
 }
 
 impl<'de, F: Fields<'de>> Visitor<'de> for Object<F> {
-    type Value = Option<F::Out>;
+    type Value = Option<F>;
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("a JSON value")
     }
@@ -181,30 +201,14 @@ impl<'de, F: Fields<'de>> Visitor<'de> for Object<F> {
         while let Some(key) = map.next_key_seed(Key)? {
             self.0.field(&key, &mut map)?;
         }
-        Ok(Some(self.0.finish()))
+        Ok(Some(self.0))
     }
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
         while seq.next_element::<IgnoredAny>()?.is_some() {}
         Ok(None)
     }
-    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-    fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-        Ok(None)
-    }
+    none_for!(visit_str: &str);
+    none_for_numbers!();
 }
 
 /// A JSON list of objects, each read through fields made by its function; a
@@ -213,14 +217,14 @@ impl<'de, F: Fields<'de>> Visitor<'de> for Object<F> {
 struct List<M>(M);
 
 impl<'de, F: Fields<'de>, M: Fn() -> F> DeserializeSeed<'de> for List<M> {
-    type Value = Option<Vec<Option<F::Out>>>;
+    type Value = Option<Vec<Option<F>>>;
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
         d.deserialize_any(self)
     }
 }
 
 impl<'de, F: Fields<'de>, M: Fn() -> F> Visitor<'de> for List<M> {
-    type Value = Option<Vec<Option<F::Out>>>;
+    type Value = Option<Vec<Option<F>>>;
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("a JSON value")
     }
@@ -244,21 +248,7 @@ impl<'de, F: Fields<'de>, M: Fn() -> F> Visitor<'de> for List<M> {
     fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
         Ok(Some(v.chars().map(|_| None).collect()))
     }
-    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-        Ok(None)
-    }
+    none_for_numbers!();
 }
 
 fn skip<'de, A: MapAccess<'de>>(map: &mut A) -> Result<(), A::Error> {
@@ -297,16 +287,12 @@ impl<'py> Pick<'py> {
 }
 
 impl<'de> Fields<'de> for Pick<'_> {
-    type Out = Self;
     fn field<A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<(), A::Error> {
         match self.keys.iter().position(|k| *k == key) {
             Some(i) => self.values[i] = Some(map.next_value_seed(Value(self.py))?),
             None => skip(map)?,
         }
         Ok(())
-    }
-    fn finish(self) -> Self {
-        self
     }
 }
 
@@ -335,7 +321,6 @@ impl<'py> EventFields<'py> {
 }
 
 impl<'de, 'py> Fields<'de> for EventFields<'py> {
-    type Out = Self;
     fn field<A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<(), A::Error> {
         match key {
             "type" => self.kind = Some(map.next_value_seed(Value(self.py))?),
@@ -343,9 +328,6 @@ impl<'de, 'py> Fields<'de> for EventFields<'py> {
             _ => skip(map)?,
         }
         Ok(())
-    }
-    fn finish(self) -> Self {
-        self
     }
 }
 
@@ -390,7 +372,6 @@ impl<'py> PodFields<'py> {
 }
 
 impl<'de, 'py> Fields<'de> for PodFields<'py> {
-    type Out = Self;
     fn field<A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<(), A::Error> {
         let py = self.py;
         match key {
@@ -400,9 +381,6 @@ impl<'de, 'py> Fields<'de> for PodFields<'py> {
             _ => self.error.field(key, map)?,
         }
         Ok(())
-    }
-    fn finish(self) -> Self {
-        self
     }
 }
 
@@ -436,25 +414,20 @@ impl<'py> MetaFields<'py> {
 }
 
 impl<'de, 'py> Fields<'de> for MetaFields<'py> {
-    type Out = Self;
     fn field<A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<(), A::Error> {
         let py = self.pick.py;
         match key {
             "resourceVersion" => self.version = Some(map.next_value_seed(Value(py))?),
-            "annotations" => self.ours = map.next_value_seed(Object(Ours(py, Vec::new())))?.unwrap_or_default(),
+            "annotations" => self.ours = map.next_value_seed(Object(Ours(py, Vec::new())))?.map(|o| o.1).unwrap_or_default(),
             _ => self.pick.field(key, map)?,
         }
         Ok(())
-    }
-    fn finish(self) -> Self {
-        self
     }
 }
 
 struct Ours<'py>(Python<'py>, Vec<(String, Bound<'py, PyAny>)>);
 
 impl<'de, 'py> Fields<'de> for Ours<'py> {
-    type Out = Vec<(String, Bound<'py, PyAny>)>;
     fn field<A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<(), A::Error> {
         if key.starts_with(OURS) {
             let value = map.next_value_seed(Value(self.0))?;
@@ -467,9 +440,6 @@ impl<'de, 'py> Fields<'de> for Ours<'py> {
         } else {
             skip(map)
         }
-    }
-    fn finish(self) -> Self::Out {
-        self.1
     }
 }
 
@@ -518,7 +488,6 @@ impl<'py> SpecFields<'py> {
 }
 
 impl<'de, 'py> Fields<'de> for SpecFields<'py> {
-    type Out = Self;
     fn field<A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<(), A::Error> {
         let py = self.pick.py;
         match key {
@@ -528,9 +497,6 @@ impl<'de, 'py> Fields<'de> for SpecFields<'py> {
             _ => self.pick.field(key, map)?,
         }
         Ok(())
-    }
-    fn finish(self) -> Self {
-        self
     }
 }
 
@@ -578,7 +544,6 @@ impl<'py> VolumeFields<'py> {
 }
 
 impl<'de, 'py> Fields<'de> for VolumeFields<'py> {
-    type Out = Self;
     fn field<A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<(), A::Error> {
         let value = Value(self.py);
         match key {
@@ -592,9 +557,6 @@ impl<'de, 'py> Fields<'de> for VolumeFields<'py> {
             _ => skip(map)?,
         }
         Ok(())
-    }
-    fn finish(self) -> Self {
-        self
     }
 }
 
@@ -661,7 +623,6 @@ impl<'py> StatusFields<'py> {
 }
 
 impl<'de, 'py> Fields<'de> for StatusFields<'py> {
-    type Out = Self;
     fn field<A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<(), A::Error> {
         let py = self.pick.py;
         match key {
@@ -671,8 +632,5 @@ impl<'de, 'py> Fields<'de> for StatusFields<'py> {
             _ => self.pick.field(key, map)?,
         }
         Ok(())
-    }
-    fn finish(self) -> Self {
-        self
     }
 }
