@@ -213,8 +213,8 @@ class Binder:
         conn: Writer = self.kube.connection()
         if isinstance(conn, Connection):
             # Each writer's TLS handshake at start, not in front of the first binds (a new
-            # leader's, or a backlog's), one writer at a time: 64 handshakes at once raised
-            # the process' peak RSS by about 20 MiB.
+            # leader's, or a backlog's), one writer at a time, so 64 handshakes' buffers are
+            # not all held at once.
             with self._opening:
                 conn.open()
         wake, binds, events = self._wake, self._binds, self._events
