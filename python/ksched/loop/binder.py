@@ -149,7 +149,6 @@ class Binder:
         self._binds: deque[tuple[Obj, str, Callable[[Outcome], None], str]] = deque()
         self._events: deque[tuple[Obj, str, str, str, str]] = deque()
         self._wake = threading.Condition()
-        self._opening = threading.Lock()
         self._stopping = False
         self._writers = [
             threading.Thread(target=self._write, name=f"write-{i}", daemon=True)
@@ -213,10 +212,8 @@ class Binder:
         conn: Writer = self.kube.connection()
         if isinstance(conn, Connection):
             # Each writer's TLS handshake at start, not in front of the first binds (a new
-            # leader's, or a backlog's), one writer at a time, so 64 handshakes' buffers are
-            # not all held at once.
-            with self._opening:
-                conn.open()
+            # leader's, or a backlog's).
+            conn.open()
         wake, binds, events = self._wake, self._binds, self._events
         try:
             while True:
