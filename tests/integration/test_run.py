@@ -8,6 +8,7 @@ nodeNames, Events, the Lease.
 from __future__ import annotations
 
 import collections
+import datetime as dt
 import json
 import threading
 import time
@@ -61,6 +62,7 @@ def test_2000_pods_on_200_nodes_all_bound_without_overcommit(
             print(f"\n2000 pods on 200 nodes bound {time.monotonic() - started:.1f} s after the first create")
             assert_no_node_overcommitted(kube)
             bound = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in pods_in(kube, ns)}
+            uids = {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods_in(kube, ns)}
 
             def one_event_each() -> bool:
                 return len(scheduled_events(kube, ns)) >= 2000
@@ -73,6 +75,18 @@ def test_2000_pods_on_200_nodes_all_bound_without_overcommit(
                 name = e["regarding"]["name"]
                 assert e["note"] == f"Successfully assigned {ns}/{name} to {bound[name]}"
                 assert e["reportingController"] == "ksched" and e["type"] == "Normal"
+                # Every field ksched writes (as protobuf), as the API server stored it.
+                assert e["action"] == "Binding" and e["reportingInstance"]
+                assert e["regarding"] == {
+                    "kind": "Pod",
+                    "namespace": ns,
+                    "name": name,
+                    "uid": uids[name],
+                    "apiVersion": "v1",
+                }
+                assert e["metadata"]["name"].startswith(f"{name}.")
+                when = dt.datetime.strptime(e["eventTime"], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=dt.UTC)
+                assert abs(when.timestamp() - time.time()) < 600, e["eventTime"]
     finally:
         for n in extra:
             kube.request("DELETE", f"/api/v1/nodes/{n['metadata']['name']}")

@@ -9,13 +9,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import orjson
 import pytest
 
 from ksched.commands.cli import main
 from ksched.engine.quantity import parse_nano, parse_quantity
 from ksched.errors import QuantityError
 from tests.conftest import node, pod
+from tests.unit.wire_bodies import body as wire_body
 
 Obj = dict[str, Any]
 
@@ -100,7 +100,7 @@ class _EventApi:
         from ksched.loop.client import Response
 
         raw = kwargs.get("raw")
-        self.bodies.append(orjson.loads(raw) if raw is not None else kwargs.get("body"))
+        self.bodies.append(wire_body(raw) if raw is not None else kwargs.get("body"))
         return Response(201, b"{}")
 
 

@@ -19,6 +19,7 @@ from ksched.loop.queue import SchedulingQueue
 from ksched.loop.state import ClusterState
 from ksched.loop.telemetry import Telemetry
 from tests.unit.test_volumes import LOCAL, NODES, claim, local_pv, with_claims
+from tests.unit.wire_bodies import body as wire_body
 
 Obj = dict[str, Any]
 CLAIM_PATH = "/api/v1/namespaces/default/persistentvolumeclaims/data"
@@ -56,7 +57,7 @@ class FakeApi:
         self, method: str, path: str, *, body: Any = None, raw: bytes | None = None, **_: Any
     ) -> Response:
         if raw is not None:
-            body = orjson.loads(raw)
+            body = wire_body(raw)
         if method == "GET":
             obj = self.objects.get(path)
             return Response(200, orjson.dumps(obj)) if obj is not None else Response(404, b"")

@@ -9,7 +9,6 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import orjson
 import pytest
 from kubernetes import client
 
@@ -17,6 +16,7 @@ import ksched.loop.client as client_module
 from ksched.loop.binder import Binder, Outcome
 from ksched.loop.client import ApiUnavailableError, Connection, Kube, Response
 from ksched.loop.telemetry import Telemetry
+from tests.unit.wire_bodies import body as wire_body
 
 # Appended to a scripted answer: the server closes the connection after sending it.
 CLOSE = b"<close>"
@@ -48,7 +48,7 @@ class Api:
             self.writes.acquire()
         with self.lock:
             self.log.append(f"{method} {path.rsplit('/', 1)[-1]}")
-            self.sent.append((method, path, orjson.loads(raw) if raw else kw.get("body")))
+            self.sent.append((method, path, wire_body(raw) if raw else kw.get("body")))
         status = self.bind_status if path.endswith("/binding") else self.event_status
         return Response(status, b"{}")
 
@@ -410,7 +410,12 @@ def test_binds_sent_together_each_get_their_outcome_and_only_the_bound_pod_an_ev
     lines = [r[1][0] for r in s.requests]
     assert lines[:4] == [f"POST /api/v1/namespaces/default/pods/p{i}/binding HTTP/1.1" for i in range(4)]
     assert lines[4:] == ["POST /apis/events.k8s.io/v1/namespaces/default/events HTTP/1.1"]
-    assert orjson.loads(s.requests[4][2])["regarding"]["name"] == "p0"
+    assert wire_body(s.requests[4][2])["regarding"]["name"] == "p0"
+    # Binds and events go as protobuf, as kube-scheduler sends them, and ask for protobuf back.
+    for _, head, _ in s.requests:
+        headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in head[1:])}
+        assert headers["content-type"] == "application/vnd.kubernetes.protobuf"
+        assert headers["accept"] == "application/vnd.kubernetes.protobuf, application/json"
     assert s.connections == 1
 
 
@@ -443,7 +448,7 @@ def test_a_victim_already_gone_gets_no_preempted_event() -> None:
 
     class Kube(Api):
         def request(self, method: str, path: str, *, raw: bytes | None = None, **kw: Any) -> Response:
-            body = orjson.loads(raw) if raw else kw.get("body")
+            body = wire_body(raw) if raw else kw.get("body")
             sent.append((method, path, body))
             tail = "/".join(path.rsplit("/", 2)[-2:]) if path.endswith("/status") else path.rsplit("/", 1)[-1]
             return Response(statuses.get((method, tail), 201), b"{}")

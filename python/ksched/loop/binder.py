@@ -22,7 +22,8 @@ Binds of pods without volumes and their ``Scheduled`` events are written by
 a few writer threads, each with one persistent connection of its own
 (:class:`~ksched.loop.client.Connection`), fed from one queue: a writer takes
 a waiting bind before any event, so events never hold a bind back. The writers
-connect when they start, so no bind waits for a handshake. An event
+connect when they start, so no bind waits for a handshake. Bindings and events
+are sent as protobuf (:mod:`ksched.loop.protobuf`), as kube-scheduler sends them. An event
 refused by an unavailable API server is retried on the report threads.
 """
 
@@ -38,10 +39,10 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
-import orjson
-
 from ksched.engine.volumes import BIND_COMPLETED, BOUND_BY_CONTROLLER, SELECTED_NODE, ClaimBinding
+from ksched.loop import protobuf
 from ksched.loop.client import MERGE_PATCH, ApiUnavailableError, Connection, Kube, Response, pod_path
+from ksched.loop.protobuf import PROTOBUF
 from ksched.loop.telemetry import Telemetry
 from ksched.objects import DISRUPTION_TARGET, PREEMPTION_BY_SCHEDULER, Obj, meta, spec
 
@@ -72,17 +73,20 @@ class Writer(Protocol):
     """What a writer thread sends through: a :class:`~ksched.loop.client.Connection`, or
     the client's pool (:class:`~ksched.loop.client.Kube`)."""
 
-    def request(self, method: str, path: str, *, raw: bytes, rate_limited: bool = ...) -> Response: ...
+    def request(
+        self, method: str, path: str, *, raw: bytes, content_type: str = ..., rate_limited: bool = ...
+    ) -> Response: ...
 
 
 def send_all(conn: Writer, requests: list[tuple[str, str, bytes]]) -> list[Response | ApiUnavailableError]:
-    """The requests' answers: pipelined on a :class:`Connection`, else one after the other."""
+    """The requests' answers (protobuf bodies): pipelined on a :class:`Connection`, else one
+    after the other."""
     if isinstance(conn, Connection):
-        return conn.pipeline(requests)
+        return conn.pipeline(requests, content_type=PROTOBUF)
     answers: list[Response | ApiUnavailableError] = []
     for method, path, raw in requests:
         try:
-            answers.append(conn.request(method, path, raw=raw))
+            answers.append(conn.request(method, path, raw=raw, content_type=PROTOBUF))
         except ApiUnavailableError as err:
             answers.append(err)
     return answers
@@ -100,9 +104,8 @@ class Outcome(enum.Enum):
     NOT_LEADER = "not_leader"
 
 
-def _now(micro: bool = False) -> str:
-    now = dt.datetime.now(dt.UTC)
-    return now.strftime("%Y-%m-%dT%H:%M:%S.%fZ" if micro else "%Y-%m-%dT%H:%M:%SZ")
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def report_workers(bind_workers: int) -> int:
@@ -117,14 +120,7 @@ def writers(bind_workers: int) -> int:
 
 def _binding(namespace: str, name: str, uid: object, node: str) -> bytes:
     # The uid makes the API server refuse a different pod that reused the name.
-    return orjson.dumps(
-        {
-            "apiVersion": "v1",
-            "kind": "Binding",
-            "metadata": {"name": name, "namespace": namespace, "uid": uid},
-            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
-        }
-    )
+    return protobuf.binding(namespace, name, str(uid) if uid else None, node)
 
 
 def scheduled_message(namespace: str, name: str, node: str) -> str:
@@ -288,7 +284,9 @@ class Binder:
             return Outcome.CONFLICT
         if answer.status == HTTP_NOT_FOUND:
             return Outcome.GONE
-        log.warning("bind %s/%s to %s: HTTP %d: %s", ns, name, node, answer.status, answer.data[:300])
+        log.warning(
+            "bind %s/%s to %s: HTTP %d: %s", ns, name, node, answer.status, protobuf.readable(answer.data)
+        )
         return Outcome.ERROR
 
     def _post_events(self, reports: list[tuple[Obj, str, str, str, str]], conn: Writer) -> None:
@@ -308,7 +306,12 @@ class Binder:
                 self._reports.submit(self._retry_event, path, raw, ns, name, reason, 1)
             elif not answer.ok:
                 log.warning(
-                    "event %s for %s/%s: HTTP %d: %s", reason, ns, name, answer.status, answer.data[:300]
+                    "event %s for %s/%s: HTTP %d: %s",
+                    reason,
+                    ns,
+                    name,
+                    answer.status,
+                    protobuf.readable(answer.data),
                 )
 
     def _bind_and_report(
@@ -343,7 +346,7 @@ class Binder:
             return Outcome.NOT_LEADER
         try:
             answer: Response | ApiUnavailableError = conn.request(
-                "POST", pod_path(ns, name, "binding"), raw=raw
+                "POST", pod_path(ns, name, "binding"), raw=raw, content_type=PROTOBUF
             )
         except ApiUnavailableError as err:
             answer = err
@@ -564,29 +567,24 @@ class Binder:
         """The path and body of an event about the pod."""
         m = meta(pod)
         ns, name = str(m.get("namespace")), str(m.get("name"))
-        body = {
-            "apiVersion": "events.k8s.io/v1",
-            "kind": "Event",
+        now = time.time_ns()
+        uid = m.get("uid")
+        raw = protobuf.event(
             # Upstream names events <object>.<unix nanoseconds in hex>; the object's name is cut so
             # the event's stays within 253 characters (a longer name is refused: no event at all),
             # and a cut that ends in "-" or "." is trimmed (an invalid name too).
-            "metadata": {"name": f"{name[: 253 - 17].rstrip('-.')}.{time.time_ns():016x}", "namespace": ns},
-            "eventTime": _now(micro=True),
-            "reportingController": COMPONENT,
-            "reportingInstance": self.identity,
-            "action": action,
-            "reason": reason,
-            "note": note[:1024],
-            "type": kind,
-            "regarding": {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "namespace": ns,
-                "name": name,
-                "uid": m.get("uid"),
-            },
-        }
-        return f"/apis/events.k8s.io/v1/namespaces/{ns}/events", orjson.dumps(body)
+            name=f"{name[: 253 - 17].rstrip('-.')}.{now:016x}",
+            namespace=ns,
+            time_ns=now,
+            controller=COMPONENT,
+            instance=self.identity,
+            action=action,
+            reason=reason,
+            note=note[:1024],
+            type_=kind,
+            regarding=(ns, name, str(uid) if uid else None),
+        )
+        return f"/apis/events.k8s.io/v1/namespaces/{ns}/events", raw
 
     def _retry_event(self, path: str, raw: bytes, ns: str, name: str, reason: str, attempt: int) -> None:
         """An event's tries from ``attempt`` on (a writer made the first); an event refused by
@@ -596,15 +594,22 @@ class Binder:
             if tried:
                 time.sleep(EVENT_RETRY_S * tried)
             try:
-                r = self.kube.request("POST", path, raw=raw, rate_limited=True)
+                r = self.kube.request("POST", path, raw=raw, content_type=PROTOBUF, rate_limited=True)
             except ApiUnavailableError as err:
                 problem = str(err)
                 continue
             if r.ok or r.status < HTTP_SERVER_ERROR:
                 if not r.ok:
-                    log.warning("event %s for %s/%s: HTTP %d: %s", reason, ns, name, r.status, r.data[:300])
+                    log.warning(
+                        "event %s for %s/%s: HTTP %d: %s",
+                        reason,
+                        ns,
+                        name,
+                        r.status,
+                        protobuf.readable(r.data),
+                    )
                 return
-            problem = f"HTTP {r.status}: {r.data[:300]!r}"
+            problem = f"HTTP {r.status}: {protobuf.readable(r.data)}"
         log.warning("event %s for %s/%s not recorded: %s", reason, ns, name, problem)
 
     def _condition(self, pod: Obj, message: str) -> None:

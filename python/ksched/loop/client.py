@@ -44,6 +44,8 @@ from kubernetes import client, config
 from kubernetes.client.rest import should_bypass_proxies
 
 from ksched.errors import KschedError
+from ksched.loop.protobuf import ACCEPT as ACCEPT_PROTOBUF
+from ksched.loop.protobuf import PROTOBUF
 
 JSON = "application/json"
 MERGE_PATCH = "application/strategic-merge-patch+json"
@@ -181,7 +183,7 @@ class Kube:
         return pairs, lines
 
     def _headers(self, content_type: str | None) -> dict[str, str]:
-        headers = {"Accept": JSON, "User-Agent": "ksched"}
+        headers = {"Accept": accept(content_type), "User-Agent": "ksched"}
         if content_type:
             headers["Content-Type"] = content_type
         headers.update(self._auth()[0])
@@ -326,13 +328,22 @@ class Connection:
         whose answer did not come back has an :class:`ApiUnavailableError` in its place; it
         may or may not have been applied."""
         auth = self.kube.auth_header()
-        ctype = content_type.encode()
+        ctype, acc = content_type.encode(), accept(content_type).encode()
         data = b"".join(
             (
-                b"%s %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: ksched\r\nAccept: application/json\r\n"
+                b"%s %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: ksched\r\nAccept: %s\r\n"
                 b"Content-Type: %s\r\nContent-Length: %d\r\n%s\r\n%s"
             )
-            % (method.encode(), (self.prefix + path).encode(), self.host_header, ctype, len(raw), auth, raw)
+            % (
+                method.encode(),
+                (self.prefix + path).encode(),
+                self.host_header,
+                acc,
+                ctype,
+                len(raw),
+                auth,
+                raw,
+            )
             for method, path, raw in requests
         )
         answers: list[Response | ApiUnavailableError] = []
@@ -420,6 +431,11 @@ def _header(lower_head: bytes, name: bytes) -> bytes | None:
         return None
     start += len(name) + 3
     return lower_head[start : lower_head.index(b"\r\n", start)]
+
+
+def accept(content_type: str | None) -> str:
+    """The Accept header for a request sending ``content_type``: protobuf answers to protobuf."""
+    return ACCEPT_PROTOBUF if content_type == PROTOBUF else JSON
 
 
 def pod_path(namespace: str, name: str, sub: str = "") -> str:
