@@ -75,3 +75,14 @@ def _status(reason: str, message: str, code: int) -> bytes:
 )
 def test_an_error_answer_reads_as_its_reason_and_message(data: bytes, text: str) -> None:
     assert protobuf.readable(data) == text
+
+
+def test_fields_reads_every_wire_type_ksched_meets_and_refuses_the_rest() -> None:
+    data = b"\x08\x96\x01" + b"\x12\x02hi" + b"\x19" + bytes(range(8)) + b"\x25" + b"abcd"
+    assert protobuf.fields(data) == [(1, 150), (2, b"hi"), (3, bytes(range(8))), (4, b"abcd")]
+    with pytest.raises(ValueError, match="wire type 3"):
+        protobuf.fields(b"\x0b")
+    with pytest.raises(ValueError, match="truncated"):
+        protobuf.fields(b"\x12\x05hi")
+    with pytest.raises(ValueError, match="truncated"):
+        protobuf.fields(b"\x08\x96")

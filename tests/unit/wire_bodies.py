@@ -1,12 +1,15 @@
 """Request bodies as the API server reads them, for fakes that check what the binder sent:
 JSON as is, and the protobuf Binding and Event (``ksched.loop.protobuf``) decoded by their
-field numbers in ``k8s.io/api``'s ``generated.proto``, written out here a second time."""
+field numbers in ``k8s.io/api``'s ``generated.proto``, written out here a second time (only
+the generic wire reader is ksched's)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import orjson
+
+from ksched.loop.protobuf import fields
 
 MAGIC = b"k8s\x00"
 # Field number -> (JSON name, nested schema or None for a string, or "time" for a MicroTime).
@@ -34,41 +37,13 @@ _TYPES: dict[str, dict[int, tuple[str, Any]]] = {
 }
 
 
-def _varint(data: bytes, i: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        b = data[i]
-        i += 1
-        value |= (b & 0x7F) << shift
-        if b < 0x80:
-            return value, i
-        shift += 7
-
-
-def _message(data: bytes) -> list[tuple[int, int | bytes]]:
-    out: list[tuple[int, int | bytes]] = []
-    i = 0
-    while i < len(data):
-        key, i = _varint(data, i)
-        if key & 7 == 0:
-            value, i = _varint(data, i)
-            out.append((key >> 3, value))
-        else:
-            assert key & 7 == 2, f"unexpected wire type {key & 7}"
-            size, i = _varint(data, i)
-            out.append((key >> 3, data[i : i + size]))
-            i += size
-    assert i == len(data)
-    return out
-
-
 def _decode(data: bytes, schema: dict[int, tuple[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for number, value in _message(data):
+    for number, value in fields(data):
         name, nested = schema[number]  # a field the schema lacks fails the test
         assert isinstance(value, bytes)
         if nested == "time":
-            parts = dict(_message(value))
+            parts = dict(fields(value))
             out[name] = {"seconds": parts.get(1, 0), "nanos": parts.get(2, 0)}
         elif nested is None:
             out[name] = value.decode()
@@ -81,8 +56,8 @@ def body(raw: bytes) -> Any:
     """The object a request body carries: JSON, or a protobuf Binding or Event."""
     if not raw.startswith(MAGIC):
         return orjson.loads(raw)
-    envelope = dict(_message(raw[len(MAGIC) :]))
-    type_meta = dict(_message(envelope[1]))  # type: ignore[arg-type]
+    envelope = dict(fields(raw[len(MAGIC) :]))
+    type_meta = dict(fields(envelope[1]))  # type: ignore[arg-type]
     kind = type_meta[2].decode()  # type: ignore[union-attr]
     obj = _decode(envelope[2], _TYPES[kind])  # type: ignore[arg-type]
     return {"apiVersion": type_meta[1].decode(), "kind": kind, **obj}  # type: ignore[union-attr]

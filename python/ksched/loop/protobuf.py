@@ -113,28 +113,37 @@ def event(
     return _EVENT + _varint(len(raw)) + raw
 
 
-def _fields(data: bytes) -> dict[int, bytes]:
-    """The length-delimited fields of one message (the last of each number); varints skipped."""
-    out: dict[int, bytes] = {}
+def fields(data: bytes) -> list[tuple[int, int | bytes]]:
+    """One message's fields in order, as (number, value): a varint's value, or the bytes of a
+    length-delimited or fixed-size field. Raises ValueError on a truncated message."""
+    out: list[tuple[int, int | bytes]] = []
     i = 0
     while i < len(data):
         key, i = _read_varint(data, i)
         number, wire = key >> 3, key & 7
+        value: int | bytes
         if wire == _VARINT:
-            _, i = _read_varint(data, i)
-        elif wire == _LEN:
-            size, i = _read_varint(data, i)
-            out[number] = data[i : i + size]
-            i += size
-        elif wire == 1:
-            i += 8
-        elif wire == 5:
-            i += 4
+            value, i = _read_varint(data, i)
         else:
-            raise ValueError(f"protobuf wire type {wire}")
+            if wire == _LEN:
+                size, i = _read_varint(data, i)
+            elif wire in _FIXED:
+                size = _FIXED[wire]
+            else:
+                raise ValueError(f"protobuf wire type {wire}")
+            value, i = data[i : i + size], i + size
+        out.append((number, value))
     if i != len(data):
         raise ValueError("truncated protobuf message")
     return out
+
+
+# Wire types 1 and 5: 64 and 32 bits.
+_FIXED = {1: 8, 5: 4}
+
+
+def _strings(data: bytes) -> dict[int, bytes]:
+    return {number: value for number, value in fields(data) if isinstance(value, bytes)}
 
 
 def _read_varint(data: bytes, i: int) -> tuple[int, int]:
@@ -155,7 +164,7 @@ def readable(data: bytes) -> str:
     anything else as text."""
     if data.startswith(MAGIC):
         try:
-            status = _fields(_fields(data[len(MAGIC) :]).get(2, b""))
+            status = _strings(_strings(data[len(MAGIC) :]).get(2, b""))
             # Status: status = 2, message = 3, reason = 4.
             reason, message = status.get(4, b"").decode(), status.get(3, b"").decode()
             return f"{reason}: {message}" if reason else message
