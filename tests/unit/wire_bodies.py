@@ -9,9 +9,8 @@ from typing import Any
 
 import orjson
 
-from ksched.loop.protobuf import fields
+from ksched.loop.protobuf import MAGIC, fields
 
-MAGIC = b"k8s\x00"
 # Field number -> (JSON name, nested schema or None for a string, or "time" for a MicroTime).
 _META = {1: ("name", None), 3: ("namespace", None), 5: ("uid", None)}
 _REFERENCE = {
