@@ -35,6 +35,7 @@ __all__ = [
     "ScheduleCache",
     "decode_instant_vector",
     "decode_pod_event",
+    "decode_pod_frame",
     "schedule",
 ]
 
@@ -93,6 +94,11 @@ def decode_pod_event(line: bytes) -> tuple[Any, Any, dict[str, Any], dict[str, A
     projection (what ``ksched.loop.slim.slim_pod`` keeps, in its key order) and its Status
     fields (code, reason, message where present). Holds the GIL; raises ValueError for a line
     that is not a JSON object or is nested deeper than 127 levels."""
+
+def decode_pod_frame(frame: bytes) -> tuple[Any, Any, dict[str, Any], dict[str, Any]]:
+    """One frame of a protobuf pod watch (after its 4-byte length): what ``decode_pod_event``
+    gives for the same event's JSON line, the projection in the same key order. Holds the GIL;
+    raises ValueError for a frame that is not a Pod (or Status) watch event."""
 
 def decode_instant_vector(body: bytes, label: str) -> tuple[list[str], list[float], float | None, int]:
     """A Prometheus instant query's JSON answer: each series' ``label`` value ("" where it has

@@ -224,13 +224,18 @@ class Kube:
             raise ApiUnavailableError(f"{method} {path}: {err}") from None
         return Response(r.status, r.data)
 
-    def stream(self, path: str, query: dict[str, Any], timeout: float) -> urllib3.BaseHTTPResponse:
-        """Open a streaming GET (a watch); the caller reads and closes it."""
+    def stream(
+        self, path: str, query: dict[str, Any], timeout: float, content_type: str | None = None
+    ) -> urllib3.BaseHTTPResponse:
+        """Open a streaming GET (a watch) asking for ``content_type`` (protobuf, or JSON where
+        the server has none) or JSON; the caller reads and closes it."""
+        headers = self._headers(None)
+        headers["Accept"] = accept(content_type)
         try:
             return self._pool.request(
                 "GET",
                 self.url(path, query),
-                headers=self._headers(None),
+                headers=headers,
                 timeout=urllib3.Timeout(connect=CONNECT_TIMEOUT_S, read=timeout),
                 retries=False,
                 preload_content=False,

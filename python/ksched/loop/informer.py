@@ -28,6 +28,7 @@ import orjson
 import urllib3
 
 from ksched.loop.client import ApiUnavailableError, Kube
+from ksched.loop.protobuf import PROTOBUF
 from ksched.objects import Obj, object_key
 
 log = logging.getLogger(__name__)
@@ -47,7 +48,11 @@ Handler = Callable[[str, Obj, Obj | None], None]
 Decoder = Callable[[bytes], tuple[Any, Any, Obj, Obj]]
 """One watch line read straight into (event type, resourceVersion, the object's projection,
 its Status fields): what ``orjson.loads`` and the informer's ``slim`` make of it, in one pass
-(``ksched._core.decode_pod_event`` for pods)."""
+(``ksched._core.decode_pod_event`` for pods). A frame decoder reads one protobuf watch frame
+into the same (``ksched._core.decode_pod_frame``)."""
+
+# A protobuf watch's frames: each a 4-byte big-endian length, then that many bytes.
+FRAME_HEADER = 4
 
 
 class GoneError(Exception):
@@ -86,6 +91,7 @@ class Informer:
         watch_timeout_s: int = WATCH_TIMEOUT_S,
         optional: bool = False,
         decode: Decoder | None = None,
+        decode_frame: Decoder | None = None,
     ) -> None:
         self.kube = kube
         self.path = path
@@ -98,6 +104,11 @@ class Informer:
         self.optional = optional
         # Watch lines read by ``decode`` instead of parsed whole and projected by ``slim``.
         self.decode = decode
+        # Watched as protobuf, each frame read by ``decode_frame``: a JSON watch makes the API
+        # server encode every event as JSON for this watch alone (its other watchers, the
+        # kubelet and kube-scheduler among them, take protobuf). Cleared, for JSON from then
+        # on, when a frame cannot be read.
+        self.decode_frame = decode_frame
         self.store: dict[str, Obj] = {}
         self.resource_version: str | None = None
         self.synced = threading.Event()
@@ -187,25 +198,65 @@ class Informer:
             "fieldSelector": self.field_selector,
         }
         # The read timeout covers a watch that went silent without closing.
-        response = self.kube.stream(self.path, query, timeout=self.watch_timeout_s + 30)
+        response = self.kube.stream(
+            self.path,
+            query,
+            timeout=self.watch_timeout_s + 30,
+            content_type=PROTOBUF if self.decode_frame is not None else None,
+        )
         self._response = response
         try:
             if response.status == HTTP_GONE:
                 raise GoneError()
             if response.status != 200:
                 raise ApiUnavailableError(f"watch {self.path}: HTTP {response.status}")
-            buffer = b""
-            for chunk in response.stream(65536):
-                buffer += chunk
-                *lines, buffer = buffer.split(b"\n")
-                for line in lines:
-                    if line.strip():
-                        self._line(line)
-                if self._stop.is_set():
-                    return
+            # A server (or proxy) without protobuf answers JSON.
+            if (response.headers.get("Content-Type") or "").startswith(PROTOBUF):
+                self._read_frames(response)
+            else:
+                self._read_lines(response)
         finally:
             self._response = None
             response.release_conn()
+
+    def _read_lines(self, response: urllib3.BaseHTTPResponse) -> None:
+        buffer = b""
+        for chunk in response.stream(65536):
+            buffer += chunk
+            *lines, buffer = buffer.split(b"\n")
+            for line in lines:
+                if line.strip():
+                    self._line(line)
+            if self._stop.is_set():
+                return
+
+    def _read_frames(self, response: urllib3.BaseHTTPResponse) -> None:
+        buffer = b""
+        for chunk in response.stream(65536):
+            buffer = buffer + chunk if buffer else chunk
+            start = 0
+            while len(buffer) - start >= FRAME_HEADER:
+                end = start + FRAME_HEADER + int.from_bytes(buffer[start : start + FRAME_HEADER], "big")
+                if end > len(buffer):
+                    break
+                self._frame(buffer[start + FRAME_HEADER : end])
+                start = end
+            buffer = buffer[start:]
+            if self._stop.is_set():
+                return
+
+    def _frame(self, frame: bytes) -> None:
+        assert self.decode_frame is not None
+        try:
+            kind, version, slim, status = self.decode_frame(frame)
+        except ValueError as err:
+            # The event is not applied and the version not advanced: the JSON watch that
+            # follows starts from the last event read, this one included.
+            self.decode_frame = None
+            raise ApiUnavailableError(
+                f"watch {self.path}: a protobuf event ksched cannot read ({err}); watching as JSON from now on"
+            ) from None
+        self._apply(kind, version, status, lambda: slim)
 
     def _line(self, line: bytes) -> None:
         if self.decode is not None:

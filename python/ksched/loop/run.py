@@ -38,6 +38,7 @@ from ksched.loop.server import Check, HealthServer
 from ksched.loop.shadow import Shadow
 from ksched.loop.slim import (
     decode_pod_event,
+    decode_pod_frame,
     slim_budget,
     slim_claim,
     slim_csi_node,
@@ -238,6 +239,7 @@ def start(
             shadow.on_pod if shadow else scheduler.on_pod,
             name="pods",
             decode=decode_pod_event,
+            decode_frame=decode_pod_frame,
         ),
         Informer(kube, "/api/v1/namespaces", slim_namespace, state.on_namespace, name="namespaces"),
         Informer(

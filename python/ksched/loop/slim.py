@@ -86,6 +86,7 @@ def slim_pod(pod: Obj) -> Obj:
 # ``slim_pod`` drops (about 40 % of the pod informer's parsing; ``tests/unit/test_watch_decode.py``
 # holds it equal to ``slim_pod``).
 decode_pod_event = _core.decode_pod_event
+decode_pod_frame = _core.decode_pod_frame
 
 
 def slim_namespace(ns: Obj) -> Obj:

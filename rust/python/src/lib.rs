@@ -16,6 +16,7 @@ mod prometheus;
 mod tables;
 mod views;
 mod watch;
+mod watch_proto;
 
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -162,11 +163,29 @@ fn decode_pod_event<'py>(
     Ok((event.kind, event.version, event.slim, event.error))
 }
 
+/// One frame of a protobuf pod watch (its length prefix removed), read as `decode_pod_event`
+/// reads a JSON line.
+#[pyfunction]
+#[allow(clippy::type_complexity)]
+fn decode_pod_frame<'py>(
+    py: Python<'py>,
+    frame: &[u8],
+) -> PyResult<(
+    Option<Bound<'py, PyAny>>,
+    Option<Bound<'py, PyAny>>,
+    Bound<'py, PyDict>,
+    Bound<'py, PyDict>,
+)> {
+    let event = watch::decode_pod_frame(py, frame).map_err(pyo3::exceptions::PyValueError::new_err)?;
+    Ok((event.kind, event.version, event.slim, event.error))
+}
+
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(schedule, m)?)?;
     m.add_function(wrap_pyfunction!(decode_instant_vector, m)?)?;
     m.add_function(wrap_pyfunction!(decode_pod_event, m)?)?;
+    m.add_function(wrap_pyfunction!(decode_pod_frame, m)?)?;
     m.add_class::<ScheduleCache>()?;
     m.add("EngineInputError", m.py().get_type::<errors::EngineInputError>())?;
     let projection = PyDict::new(m.py());

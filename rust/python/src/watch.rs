@@ -70,7 +70,17 @@ pub fn decode_pod_event<'py>(py: Python<'py>, line: &[u8]) -> Result<Event<'py>,
     let mut de = serde_json::Deserializer::from_slice(line);
     let event = Object(EventFields::new(py)).deserialize(&mut de).map_err(|e| e.to_string())?;
     de.end().map_err(|e| e.to_string())?;
-    let event = event.ok_or("a watch event is a JSON object")?;
+    finish(py, event.ok_or("a watch event is a JSON object")?)
+}
+
+/// Decode one frame of a protobuf pod watch (`watch_proto`) into the same projection.
+pub fn decode_pod_frame<'py>(py: Python<'py>, frame: &[u8]) -> Result<Event<'py>, String> {
+    let value = crate::watch_proto::event_value(frame)?;
+    let event = Object(EventFields::new(py)).deserialize(value).map_err(|e| e.to_string())?;
+    finish(py, event.ok_or("a watch event is an object")?)
+}
+
+fn finish<'py>(py: Python<'py>, event: EventFields<'py>) -> Result<Event<'py>, String> {
     let (version, slim, error) = event.object.unwrap_or_else(|| PodFields::new(py)).finish()?;
     Ok(Event {
         kind: event.kind,
