@@ -1,4 +1,5 @@
-"""List+watch of one kind of object into a local store, parsed with orjson.
+"""List+watch of one kind of object into a local store, parsed with orjson (pods: watched as
+protobuf, each frame read in Rust into the same projection).
 
 Owns a store of slimmed objects (only the fields ksched reads) keyed by
 ``namespace/name``, the resourceVersion (advanced by every event and by
