@@ -12,23 +12,15 @@ from collections.abc import Iterator
 import pytest
 
 from ksched.loop.client import ApiUnavailableError
-from ksched.loop.informer import FRAME_HEADER, Informer
+from ksched.loop.informer import FRAME_HEADER
 from ksched.loop.protobuf import MAGIC
-from ksched.loop.slim import decode_pod_event, decode_pod_frame, slim_pod
-from ksched.objects import Obj
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while n > 0x7F:
-        out.append(n & 0x7F | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
+from ksched.loop.protobuf import _varint as varint  # the binding writer's; the frames are this test's own
+from ksched.loop.slim import decode_pod_frame
+from tests.unit.test_informer_lines import informer
 
 
 def _len(number: int, data: bytes) -> bytes:
-    return _varint(number << 3 | 2) + _varint(len(data)) + data
+    return varint(number << 3 | 2) + varint(len(data)) + data
 
 
 def _typed(kind: str, raw: bytes) -> bytes:
@@ -52,20 +44,6 @@ class Response:
         yield from self.chunks
 
 
-def informer() -> tuple[Informer, list[tuple[str, Obj, Obj | None]]]:
-    calls: list[tuple[str, Obj, Obj | None]] = []
-    inf = Informer(
-        None,  # type: ignore[arg-type]  # no request is made: frames are fed to it
-        "/api/v1/pods",
-        slim_pod,
-        lambda kind, obj, old: calls.append((kind, obj, old)),
-        name="pods",
-        decode=decode_pod_event,
-        decode_frame=decode_pod_frame,
-    )
-    return inf, calls
-
-
 def test_a_frame_reads_as_the_json_event_it_stands_for() -> None:
     kind, version, slim, status = decode_pod_frame(pod_frame("ADDED", "web-1", "7")[FRAME_HEADER:])
     assert (kind, version, status) == ("ADDED", "7", {})
@@ -84,7 +62,7 @@ def test_frames_are_read_however_the_stream_cuts_them(size: int) -> None:
         + pod_frame("MODIFIED", "web-1", "9", node="n1")
         + pod_frame("DELETED", "web-2", "10")
     )
-    inf, calls = informer()
+    inf, calls = informer(decode=True, frames=True)
     inf._read_frames(Response([stream[i : i + size] for i in range(0, len(stream), size)]))  # type: ignore[arg-type]
     assert [(kind, obj["metadata"]["name"]) for kind, obj, _ in calls] == [
         ("ADDED", "web-1"),
@@ -98,7 +76,7 @@ def test_frames_are_read_however_the_stream_cuts_them(size: int) -> None:
 
 def test_an_unreadable_frame_switches_the_watch_to_json_without_applying_it() -> None:
     broken = b"\x00\x00\x00\x03\x0a\x05A"  # a string longer than its frame
-    inf, calls = informer()
+    inf, calls = informer(decode=True, frames=True)
     with pytest.raises(ApiUnavailableError, match="watching as JSON"):
         inf._read_frames(
             Response([pod_frame("ADDED", "web-1", "7") + broken + pod_frame("ADDED", "web-3", "9")])

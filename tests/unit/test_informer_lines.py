@@ -11,20 +11,22 @@ import pytest
 
 from ksched.loop.client import ApiUnavailableError
 from ksched.loop.informer import GoneError, Informer
-from ksched.loop.slim import decode_pod_event, slim_pod
+from ksched.loop.slim import decode_pod_event, decode_pod_frame, slim_pod
 from ksched.objects import Obj
 from tests.unit.test_watch_decode import RUNNING
 
 
-def informer(decode: bool) -> tuple[Informer, list[tuple[str, Obj, Obj | None]]]:
+def informer(decode: bool, frames: bool = False) -> tuple[Informer, list[tuple[str, Obj, Obj | None]]]:
+    """A pod informer fed by hand (lines, or with ``frames`` protobuf frames); its handler's calls."""
     calls: list[tuple[str, Obj, Obj | None]] = []
     inf = Informer(
-        None,  # type: ignore[arg-type]  # no request is made: lines are fed to it
+        None,  # type: ignore[arg-type]  # no request is made: events are fed to it
         "/api/v1/pods",
         slim_pod,
         lambda kind, obj, old: calls.append((kind, obj, old)),
         name="pods",
         decode=decode_pod_event if decode else None,
+        decode_frame=decode_pod_frame if frames else None,
     )
     return inf, calls
 

@@ -146,38 +146,32 @@ fn decode_instant_vector(py: Python<'_>, body: &[u8], label: &str) -> PyResult<(
     Ok((decoded.labels, decoded.values, decoded.oldest, decoded.not_finite))
 }
 
-/// One line of a pod watch: the event's type, the object's resourceVersion, the
-/// object's projection (`slim_pod`'s) and its Status fields (code, reason, message).
-#[pyfunction]
-#[allow(clippy::type_complexity)]
-fn decode_pod_event<'py>(
-    py: Python<'py>,
-    line: &[u8],
-) -> PyResult<(
+/// A decoded pod watch event as Python receives it: the event's type, the object's
+/// resourceVersion, the object's projection (`slim_pod`'s) and its Status fields (code, reason,
+/// message).
+type PodEvent<'py> = (
     Option<Bound<'py, PyAny>>,
     Option<Bound<'py, PyAny>>,
     Bound<'py, PyDict>,
     Bound<'py, PyDict>,
-)> {
-    let event = watch::decode_pod_event(py, line).map_err(pyo3::exceptions::PyValueError::new_err)?;
+);
+
+fn pod_event(event: Result<watch::Event<'_>, String>) -> PyResult<PodEvent<'_>> {
+    let event = event.map_err(pyo3::exceptions::PyValueError::new_err)?;
     Ok((event.kind, event.version, event.slim, event.error))
+}
+
+/// One line of a JSON pod watch.
+#[pyfunction]
+fn decode_pod_event<'py>(py: Python<'py>, line: &[u8]) -> PyResult<PodEvent<'py>> {
+    pod_event(watch::decode_pod_event(py, line))
 }
 
 /// One frame of a protobuf pod watch (its length prefix removed), read as `decode_pod_event`
 /// reads a JSON line.
 #[pyfunction]
-#[allow(clippy::type_complexity)]
-fn decode_pod_frame<'py>(
-    py: Python<'py>,
-    frame: &[u8],
-) -> PyResult<(
-    Option<Bound<'py, PyAny>>,
-    Option<Bound<'py, PyAny>>,
-    Bound<'py, PyDict>,
-    Bound<'py, PyDict>,
-)> {
-    let event = watch::decode_pod_frame(py, frame).map_err(pyo3::exceptions::PyValueError::new_err)?;
-    Ok((event.kind, event.version, event.slim, event.error))
+fn decode_pod_frame<'py>(py: Python<'py>, frame: &[u8]) -> PyResult<PodEvent<'py>> {
+    pod_event(watch::decode_pod_frame(py, frame))
 }
 
 #[pymodule]
