@@ -5,7 +5,7 @@
 //! server encodes an event once per format. Here a protobuf frame is read into the JSON value
 //! the API server would have sent, only for the fields the projection keeps (every other field
 //! is skipped unread), and that value goes through the JSON decoder's projection
-//! (`watch::event_from`), so the two agree by construction wherever the value does.
+//! (`watch::decode_pod_frame`), so the two agree by construction wherever the value does.
 //!
 //! The value follows Kubernetes' JSON rules per field, from the Go types (`k8s.io/api`,
 //! `k8s.io/apimachinery`): a pointer appears when set; a value with `omitempty` only when not
