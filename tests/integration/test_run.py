@@ -129,8 +129,17 @@ def test_unschedulable_pod_gets_upstream_message_and_binds_when_a_node_fits(
             # The same text as kube-scheduler's, PostFilter part (DynamicResources, DefaultPreemption) included.
             notes = [e["note"] for e in upstream]
             assert ours[0]["note"] in notes, notes
-            p = kube.request("GET", f"/api/v1/namespaces/{ns}/pods/big").json()
-            cond = p["status"]["conditions"][0]
+            # The event and the PodScheduled condition are written independently (as kube-scheduler
+            # writes them): the condition may land just after the event.
+            conditions = wait_for(
+                lambda: (
+                    kube.request("GET", f"/api/v1/namespaces/{ns}/pods/big")
+                    .json()["status"]
+                    .get("conditions")
+                ),
+                30,
+            )
+            cond = conditions[0]
             assert (cond["type"], cond["status"], cond["reason"]) == (
                 "PodScheduled",
                 "False",
