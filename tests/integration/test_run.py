@@ -19,7 +19,7 @@ import pytest
 from ksched.cluster import local
 from ksched.commands.simulate import load_cluster, run_simulation
 from ksched.config import load_config
-from ksched.loop.client import Kube
+from ksched.loop.client import MERGE_PATCH, Kube
 from ksched.objects import object_key
 from tests.integration.helpers import (
     FAST_LEASE,
@@ -160,6 +160,70 @@ def test_unschedulable_pod_gets_upstream_message_and_binds_when_a_node_fits(
             assert waited <= 10.0, f"bound {waited:.1f} s after the node was added"
     finally:
         kube.request("DELETE", "/api/v1/nodes/kwok-big-node")
+
+
+def test_a_pod_resized_in_place_holds_its_new_requests(
+    cluster: local.ClusterState, kube: Kube, tmp_path: Path, namespace: Namespaces
+) -> None:
+    ns = namespace("run-resize")
+    node = local.fake_nodes(1, 1)["items"][0]
+    node["metadata"]["name"] = node["metadata"]["labels"]["kubernetes.io/hostname"] = "kwok-resize-node"
+    node["metadata"]["labels"]["ksched-test"] = "resize"
+    node["status"]["allocatable"]["cpu"] = node["status"]["capacity"]["cpu"] = "4"
+    # Only this test's pods (which tolerate it) go there.
+    node["spec"] = {"taints": [{"key": "ksched-test", "value": "resize", "effect": "NoSchedule"}]}
+    here = {
+        "nodeSelector": {"ksched-test": "resize"},
+        "tolerations": [
+            {"key": "ksched-test", "operator": "Equal", "value": "resize", "effect": "NoSchedule"}
+        ],
+    }
+    pods = f"/api/v1/namespaces/{ns}/pods"
+
+    def node_of(name: str) -> str | None:
+        return kube.request("GET", f"{pods}/{name}").json()["spec"].get("nodeName")  # type: ignore[no-any-return]
+
+    try:
+        create(kube, [node])
+        with ksched(cluster, tmp_path, "resize", {"leaderElect": False}) as k:
+            create(kube, [make_pod("grows", ns, "1", **here)])
+            assert wait_for(lambda: node_of("grows"), 30) == "kwok-resize-node", k.output()
+            running = lambda: kube.request("GET", f"{pods}/grows").json()["status"].get("phase") == "Running"  # noqa: E731
+            assert wait_for(running, 30), "KWOK did not run the pod"
+
+            def report(cpu: str) -> None:
+                """The container's resources as a kubelet that resizes in place reports them."""
+                resources = {"cpu": cpu, "memory": "256Mi"}
+                status = {
+                    "status": {
+                        "containerStatuses": [
+                            {
+                                "name": "app",
+                                "allocatedResources": resources,
+                                "resources": {"requests": resources},
+                            }
+                        ]
+                    }
+                }
+                r = kube.request("PATCH", f"{pods}/grows/status", body=status, content_type=MERGE_PATCH)
+                assert r.ok, r.data[:300]
+
+            report("1")
+            # Resized in place from 1 to 3 cpu, then reported once the kubelet has allocated it.
+            resize = {"spec": {"containers": [{"name": "app", "resources": {"requests": {"cpu": "3"}}}]}}
+            r = kube.request("PATCH", f"{pods}/grows/resize", body=resize, content_type=MERGE_PATCH)
+            assert r.ok, r.data[:300]
+            report("3")
+            # 3 of the node's 4 cpu are taken: 2 more do not fit, 1 does.
+            create(kube, [make_pod("two", ns, "2", **here)])
+            refused = wait_for(lambda: events_for(kube, ns, "two", "FailedScheduling"), 30)
+            assert refused, f"bound to {node_of('two')}: the node counted the pod's old request\n{k.output()}"
+            assert "Insufficient cpu" in refused[0]["note"]
+            create(kube, [make_pod("one", ns, "1", **here)])
+            assert wait_for(lambda: node_of("one"), 30) == "kwok-resize-node", k.output()
+            assert node_of("two") is None
+    finally:
+        kube.request("DELETE", "/api/v1/nodes/kwok-resize-node")
 
 
 def test_pod_deleted_while_pending_causes_no_error_loop(

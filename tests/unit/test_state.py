@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import datetime as dt
 import random
 import threading
 import time
@@ -11,7 +13,7 @@ import numpy as np
 
 from ksched.config import Config
 from ksched.engine.pods import pod_requests
-from ksched.engine.snapshot import build_snapshot
+from ksched.engine.snapshot import build_snapshot, safe_pod_info
 from ksched.loop.cycle import Scheduler
 from ksched.loop.queue import SchedulingQueue
 from ksched.loop.slim import slim_node, slim_pod
@@ -37,6 +39,31 @@ def assert_equal_to_rebuilt(state: ClusterState, pods: dict[str, dict[str, Any]]
     got_req = got.arrays["requested"].reshape(got.count, -1)[:, :r]
     np.testing.assert_array_equal(got_req, want.arrays["requested"].reshape(want.count, r))
     assert not got.arrays["requested"].reshape(got.count, -1)[:, r:].any()
+    # The pod-level plugins' table: each pod's labels and terms on its node.
+    got_pods = {k: (got.pods.node[row], got.pods.infos[row]) for k, row in got.pods.rows.items()}
+    want_pods = {k: (want.pods.node[row], want.pods.infos[row]) for k, row in want.pods.rows.items()}
+    assert got_pods == want_pods
+
+
+def updated(p: dict[str, Any], rng: random.Random) -> dict[str, Any]:
+    """``p`` after one of the updates a bound pod sees."""
+    p = copy.deepcopy(p)
+    change = rng.randrange(4)
+    if change == 0:  # the kubelet reports it running
+        p["status"] = {**p.get("status", {}), "phase": "Running", "startTime": "2026-01-02T03:04:05Z"}
+    elif change == 1:  # an in-place resize, actuated
+        cpu = rng.choice(["100m", "2", "500m"])
+        p["spec"]["containers"][0]["resources"]["requests"]["cpu"] = cpu
+        p.setdefault("status", {})["containerStatuses"] = [
+            {"name": "c", "allocatedResources": {"cpu": cpu}, "resources": {"requests": {"cpu": cpu}}}
+        ]
+    elif change == 2:  # a resize the kubelet has not actuated yet: the larger counts
+        p.setdefault("status", {})["containerStatuses"] = [
+            {"name": "c", "allocatedResources": {"cpu": "3"}, "resources": {"requests": {"cpu": "3"}}}
+        ]
+    else:  # relabelled
+        p["metadata"]["labels"] = {"app": rng.choice(["a", "b"])}
+    return p
 
 
 def test_random_event_stream_matches_a_rebuild() -> None:
@@ -54,10 +81,15 @@ def test_random_event_stream_matches_a_rebuild() -> None:
         elif action < 0.8:
             name = rng.choice(sorted(live))
             state.on_pod("DELETED", live.pop(name), None)
-        elif action < 0.9:
+        elif action < 0.85:
             name = rng.choice(sorted(live))
             done = {**live.pop(name), "status": {"phase": "Succeeded"}}
             state.on_pod("MODIFIED", done, None)
+        elif action < 0.95:
+            # An update of a running pod: the kubelet's status, an in-place resize, a label.
+            name = rng.choice(sorted(live))
+            live[name] = updated(live[name], rng)
+            state.on_pod("MODIFIED", live[name], None)
         else:
             i = rng.randrange(6)
             state.on_node("MODIFIED", slim_node(node(f"n{i}", cpu=rng.choice(["4", "8"]))), None)
@@ -88,6 +120,61 @@ def test_assumed_pod_counts_once_and_a_failed_bind_is_forgotten() -> None:
     state.forget("default/other", "uid-other")
     state.sync()
     assert state.snapshot().arrays["pod_count"][0] == 1, "the failed bind no longer counts"
+
+
+def test_a_bound_pod_resized_in_place_counts_its_new_requests() -> None:
+    state = ClusterState()
+    state.on_node("ADDED", slim_node(node("n0", cpu="4")), None)
+    p = bound("web", "n0", cpu="1")
+    state.on_pod("ADDED", p, None)
+    state.sync()
+    state.snapshot()
+    grown = copy.deepcopy(p)
+    grown["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "3"
+    grown["status"] = {
+        "phase": "Running",
+        "containerStatuses": [
+            {"name": "c", "allocatedResources": {"cpu": "3"}, "resources": {"requests": {"cpu": "3"}}}
+        ],
+    }
+    state.on_pod("MODIFIED", grown, None)
+    state.sync()
+    cpu = state.snapshot().resources.get("cpu")
+    assert cpu is not None
+    assert state.snapshot().arrays["requested"][cpu] == 3000, "the node counts the resized request"
+    assert_equal_to_rebuilt(state, {"web": grown})
+
+
+def test_confirmed_assumed_pod_keeps_its_counts_and_takes_its_labels_and_start_time() -> None:
+    state = ClusterState()
+    state.on_node("ADDED", slim_node(node("n0")), None)
+    state.sync()
+    pending = slim_pod({**pod("web", cpu="500m"), "status": {"phase": "Pending"}})
+    pending["metadata"]["uid"] = "uid-web"
+    reqs = pod_requests(pending)
+    state.assume("default/web", "uid-web", "n0", reqs, (), safe_pod_info(pending), 0, pending)
+    snap = state.snapshot()
+    confirmed = copy.deepcopy(pending)
+    confirmed["spec"]["nodeName"] = "n0"
+    confirmed["status"]["conditions"] = [{"type": "PodScheduled", "status": "True"}]
+    state.on_pod("MODIFIED", confirmed, None)
+    state.sync()
+    assert state.snapshot() is snap, "confirming a bind rebuilds nothing"
+    assert_equal_to_rebuilt(state, {"web": confirmed})
+    running = {
+        **confirmed,
+        "status": {**confirmed["status"], "phase": "Running", "startTime": "2026-01-02T03:04:05Z"},
+    }
+    state.on_pod("MODIFIED", running, None)
+    state.sync()
+    row = snap.pods.rows["default/web"]
+    assert snap.pods.evictable[row].start_time == dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC).timestamp()
+    relabelled = copy.deepcopy(running)
+    relabelled["metadata"]["labels"] = {"app": "web"}
+    state.on_pod("MODIFIED", relabelled, None)
+    state.sync()
+    assert snap.pods.infos[snap.pods.rows["default/web"]].labels == (("app", "web"),)
+    assert_equal_to_rebuilt(state, {"web": relabelled})
 
 
 def test_an_update_before_the_bind_lands_keeps_the_assumed_pod() -> None:

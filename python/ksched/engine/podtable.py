@@ -227,6 +227,13 @@ class PodTable:
         if evictable is not None:
             self.evictable[row] = evictable
 
+    def set_evictable(self, key: str, evictable: Evictable) -> None:
+        """What preemption reads of a counted pod changed (its start time): its labels and terms did not."""
+        row = self.rows.get(key)
+        if row is not None:
+            self.evictable[row] = evictable
+            self.priority[row] = evictable.priority
+
     def add_many(self, pods: Sequence[tuple[str, int, PodInfo, Evictable | None]]) -> None:
         """:meth:`add` for each of ``pods`` (a batch's placements), the table's columns
         written once: the same rows, ids and counts as adding them one by one."""

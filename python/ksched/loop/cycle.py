@@ -254,7 +254,7 @@ class Scheduler:
         req = placement.requirements
         node = placement.node
         volumes = placement.volumes
-        self.state.assume(qp.key, qp.uid, node, req, req.host_ports, req.info, req.priority)
+        self.state.assume(qp.key, qp.uid, node, req, req.host_ports, req.info, req.priority, qp.pod)
         self.state.storage.assume(volumes, node)
         self.telemetry.placed(profile, elapsed)
         self.binder.bind(

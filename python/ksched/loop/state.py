@@ -10,7 +10,10 @@ changed in a field the engine reads, or a host-port pod leaving, rebuilds it
 
 Pods bound by any scheduler count. Pods ksched binds count from the moment
 they are *assumed*; the watch confirms them, a failed bind forgets them; a
-pod is never counted twice.
+pod is never counted twice. An update that changes what a bound pod counts as
+(an in-place resize, its labels, its deletion starting) re-counts it; one that
+does not (the bind confirmed, the kubelet's phase) is told apart by comparing
+the fields counts read (:func:`same_counts`), not by parsing it again.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -30,7 +33,7 @@ from ksched.config import MetricConfig
 from ksched.engine.disruption_budgets import DisruptionBudget, disruption_budget
 from ksched.engine.gangs import POD_GROUP_LABEL, PodGroup, pod_group
 from ksched.engine.pod_level import PodInfo
-from ksched.engine.pods import CountedRequests, HostPort, PodRequests, counted_requests
+from ksched.engine.pods import CountedRequests, HostPort, PodRequests, counted_requests, start_time
 from ksched.engine.podtable import Evictable, SpreadSelectors
 from ksched.engine.snapshot import (
     Snapshot,
@@ -65,6 +68,8 @@ class Usage:
     info: PodInfo | None = None
     # Priority and start time (preemption); None when not evictable.
     evictable: Evictable | None = None
+    # The (slim) pod these were read from, to tell which of its updates change them.
+    pod: Obj | None = None
 
 
 def _usage_of(pod: Obj, assumed: bool) -> Usage:
@@ -82,7 +87,50 @@ def _usage_of(pod: Obj, assumed: bool) -> Usage:
         assumed,
         safe_pod_info(pod),
         evictable(pod, reqs, ports),
+        pod,
     )
+
+
+# Status fields no count of a bound pod reads: its phase (a terminal pod is removed before),
+# the node a preemption nominated, and the PodScheduled condition its bind adds. Its start
+# time is read by preemption alone (``Usage.evictable``).
+_UNCOUNTED_STATUS = frozenset(("phase", "startTime", "nominatedNodeName", "conditions"))
+
+
+def _counted_status(status: Any) -> Any:
+    if not isinstance(status, dict):
+        return status
+    counted = {k: v for k, v in status.items() if k not in _UNCOUNTED_STATUS}
+    conditions = status.get("conditions")
+    if isinstance(conditions, list):
+        conditions = [c for c in conditions if not isinstance(c, dict) or c.get("type") != "PodScheduled"]
+    if conditions:
+        counted["conditions"] = conditions
+    return counted
+
+
+def _without_node(pod_spec: Any) -> Any:
+    if isinstance(pod_spec, dict) and "nodeName" in pod_spec:
+        return {k: v for k, v in pod_spec.items() if k != "nodeName"}
+    return pod_spec
+
+
+def same_counts(old: Obj, new: Obj) -> bool:
+    """Whether a counted pod's update leaves what it counts as (requests, host ports, labels,
+    affinity terms, priority, claims) as it was: equal metadata, spec but for the node name,
+    and status but for the fields no count reads. The watch confirming a bind, and the kubelet
+    reporting the pod running, change nothing else; an in-place resize, a label or a deletion does."""
+    if old.get("metadata") != new.get("metadata"):
+        return False
+    old_spec, new_spec = old.get("spec"), new.get("spec")
+    if old_spec != new_spec and _without_node(old_spec) != _without_node(new_spec):
+        return False
+    old_status, new_status = old.get("status"), new.get("status")
+    return old_status == new_status or _counted_status(old_status) == _counted_status(new_status)
+
+
+def _same_requests(a: CountedRequests, b: CountedRequests) -> bool:
+    return (a.requests, a.nonzero_cpu, a.nonzero_memory) == (b.requests, b.nonzero_cpu, b.nonzero_memory)
 
 
 class ClusterState:
@@ -204,12 +252,14 @@ class ClusterState:
         ports: tuple[HostPort, ...],
         info: PodInfo | None = None,
         priority: int = 0,
+        pod: Obj | None = None,
     ) -> None:
-        """Count a pod on the node ksched is about to bind it to."""
+        """Count a pod on the node ksched is about to bind it to; ``pod`` is the (slim) pod
+        ``requests``, ``ports`` and ``info`` were read from."""
         if key in self.usage:
             self._remove(key)
         e = Evictable(priority, time.time(), requests, ports)
-        self._add(key, Usage(node, uid, requests, ports, assumed=True, info=info, evictable=e))
+        self._add(key, Usage(node, uid, requests, ports, assumed=True, info=info, evictable=e, pod=pod))
         if self._recent_horizon_s:
             now = time.time()
             self.recent.append((now, node, requests))
@@ -289,19 +339,39 @@ class ClusterState:
                 self._remove(key)
             return
         if current is not None and current.node == node and current.uid == uid:
-            current.assumed = False  # the watch confirms the bind
-            info = safe_pod_info(pod)
-            if info != current.info:  # labels changed, or the pod is being deleted
-                self._count_group(current, -1)
-                current.info = info
-                self._count_group(current, 1)
-                snap = self._snapshot
-                if snap is not None and node in snap.index:
-                    snap.pods.add(key, snap.index[node], info, current.evictable)
+            self._update(key, current, pod)
             return
         if current is not None:
             self._remove(key)
         self._add(key, _usage_of(pod, assumed=False))
+
+    def _update(self, key: str, current: Usage, pod: Obj) -> None:
+        """A counted pod changed on its node: the watch confirming ksched's bind, the kubelet's
+        status, a label, a deletion starting, an in-place resize."""
+        current.assumed = False
+        seen, current.pod = current.pod, pod
+        snap = self._snapshot
+        node_index = snap.index.get(current.node) if snap is not None else None
+        if seen is not None and same_counts(seen, pod):
+            # Nothing counted changed; preemption orders victims by start time.
+            start = (pod.get("status") or {}).get("startTime")
+            if current.evictable is not None and start != (seen.get("status") or {}).get("startTime"):
+                current.evictable = replace(current.evictable, start_time=start_time(pod))
+                if snap is not None and node_index is not None:
+                    snap.pods.set_evictable(key, current.evictable)
+            return
+        fresh = _usage_of(pod, assumed=False)
+        if not _same_requests(fresh.requests, current.requests) or fresh.ports != current.ports:
+            self._remove(key)  # an in-place resize: the node counts the pod's new requests
+            self._add(key, fresh)
+            return
+        if fresh.info != current.info:  # labels changed, or the pod is being deleted
+            self._count_group(current, -1)
+            current.info = fresh.info
+            self._count_group(current, 1)
+        current.evictable = fresh.evictable
+        if snap is not None and node_index is not None and current.info is not None:
+            snap.pods.add(key, node_index, current.info, current.evictable)
 
     def _namespace(self, kind: str, ns: Obj) -> None:
         if kind == "DELETED":
