@@ -86,7 +86,12 @@ def test_rounds_alternate_the_order_and_the_summary_takes_medians(tmp_path: Path
         "bare",
         "--schedulers",
         "null-binder,ksched",
+        "--node-lease-seconds",
+        "600",
     )
+    # KWOK keeps the nodes' Leases as asked (the default, a day, keeps their renewals out of the drains).
+    assert doc["node_lease_seconds"] == 600
+    assert "node Leases of 600 s" in (out / "table.md").read_text()
     # Every pod of both rounds bound (a round's own namespace: the first round's pods and
     # events do not count in the second's), the second round in the reverse order.
     assert [(p["round"], p["scheduler"], p["bound"]) for p in doc["phases"]] == [

@@ -83,6 +83,13 @@ STOP_TIMEOUT_S = 20.0
 # many cores together for a second), or this long waited.
 QUIET_CORES = 0.25
 SETTLE_MAX_S = 30.0
+# KWOK's node Lease duration here: renewed every quarter of it. A kubelet's 40 s renews 5,000
+# Leases 500 times a second, which took about 1.3 of this 2-core machine's cores (API server,
+# etcd, KWOK) from every scheduler alike, and moved with the renewals' timing by more than the
+# schedulers differ. Nothing here reads them (no node lifecycle controller runs; scheduler_perf
+# has no Leases at all): a day keeps them out of the drains. --node-lease-seconds 40 puts them back.
+BENCH_NODE_LEASE_S = 86400
+NODE_LEASES = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
 # The exporter's two gauges, per node; the values move every few seconds (live metrics).
 UTILIZATION = "ksched_bench_node_utilization"
 POWER = "ksched_bench_node_power_watts"
@@ -139,6 +146,7 @@ class Options:
     out: Path
     zones: int = 3
     rounds: int = 1
+    node_lease_s: int = BENCH_NODE_LEASE_S
 
 
 # ---------------------------------------------------------------------------
@@ -767,6 +775,19 @@ def _machine() -> str:
     return f"{cpus} cores ({model or platform.machine()}), {mem:.0f} GiB, shared with the API server"
 
 
+def node_lease_seconds(kube: Kube, within_s: float = 60.0) -> int | None:
+    """The duration of the node Leases KWOK keeps (one read), once one exists."""
+    deadline = time.monotonic() + within_s
+    while True:
+        r = kube.request("GET", NODE_LEASES, query={"limit": "1"})
+        items = r.json().get("items") if r.ok else None
+        if items:
+            return int((items[0].get("spec") or {}).get("leaseDurationSeconds") or 0) or None
+        if time.monotonic() > deadline:
+            return None
+        time.sleep(1.0)
+
+
 def side_by_side(opts: Options) -> dict[str, Any]:
     """Run every scheduler on every workload; returns the JSON document (also written under ``opts.out``)."""
     plot = _pyplot()  # fail before the long run when matplotlib is missing
@@ -780,11 +801,14 @@ def side_by_side(opts: Options) -> dict[str, Any]:
     phases: list[Phase] = []
     with contextlib.ExitStack() as stack:
         targets = stack.enter_context(exporter(node_names)) if "metrics" in opts.workloads else None
-        state = local.up(nodes=opts.nodes, zones=opts.zones, prometheus_targets=targets)
+        state = local.up(
+            nodes=opts.nodes, zones=opts.zones, prometheus_targets=targets, node_lease_s=opts.node_lease_s
+        )
         stack.callback(lambda: print("== " + local.down(), flush=True))
         print(f"  up in {time.monotonic() - started:.0f} s: {state.apiserver}", flush=True)
         kube = Kube(load_configuration(state.kubeconfig, CREATE_WORKERS + 4))
         nodes = {n["metadata"]["name"]: n for n in kube.request("GET", "/api/v1/nodes").json()["items"]}
+        lease_s = node_lease_seconds(kube)
         scheds = {
             label: Scheduler(label, state, workdir, opts.kscheds.get(label)) for label in opts.schedulers
         }
@@ -812,6 +836,8 @@ def side_by_side(opts: Options) -> dict[str, Any]:
         "steady_pods": opts.steady_pods,
         "steady_rate": opts.rate,
         "rounds": opts.rounds,
+        # As KWOK wrote them (None if no node's Lease showed up within a minute).
+        "node_lease_seconds": lease_s,
         "schedulers": opts.schedulers,
         "kube_scheduler": {"qps": KUBE_SCHEDULER_QPS, "percentageOfNodesToScore": "default (adaptive)"},
         "ksched_commands": {k: shlex.join(v) for k, v in opts.kscheds.items()},
@@ -853,7 +879,8 @@ def _fmt(v: float | None, spec: str) -> str:
 def render_table(doc: dict[str, Any]) -> str:
     rows = [
         f"{doc['nodes']:,} KWOK nodes, {doc['pods']:,} backlog pods and {doc['steady_pods']:,} steady pods "
-        f"at {doc['steady_rate']:g} pods/s per workload; {doc['machine']}",
+        f"at {doc['steady_rate']:g} pods/s per workload; node Leases of {doc.get('node_lease_seconds') or '?'} s; "
+        f"{doc['machine']}",
         "",
         "| workload | scheduler | backlog drain pods/s (to last bind) | with Scheduled events (to last write) "
         "| bound | p50 / p99 create→bind ms | CPU ms per pod | control plane CPU ms per pod | peak RSS MiB "
@@ -1033,6 +1060,7 @@ def main(
     stall_s: float,
     as_json: bool,
     rounds: int = 1,
+    node_lease_s: int = BENCH_NODE_LEASE_S,
 ) -> int:
     kscheds = {KSCHED: [sys.executable, "-m", "ksched.commands.cli"], **parse_kscheds(extra)}
     labels = [*schedulers, *(k for k in kscheds if k != KSCHED)]
@@ -1044,12 +1072,23 @@ def main(
         raise KschedError(
             f"unknown workload(s) {', '.join(sorted(unknown)) or '(none given)'}: choose from {', '.join(WORKLOADS)}"
         )
-    if nodes < 1 or pods < 1 or rate <= 0 or steady_pods < 0 or rounds < 1:
+    if nodes < 1 or pods < 1 or rate <= 0 or steady_pods < 0 or rounds < 1 or node_lease_s < 1:
         raise KschedError(
-            "--nodes, --pods and --rounds must be at least 1, --rate above 0, --steady-pods at least 0"
+            "--nodes, --pods, --rounds and --node-lease-seconds must be at least 1, --rate above 0, "
+            "--steady-pods at least 0"
         )
     opts = Options(
-        nodes, pods, workloads, labels, kscheds, rate, steady_pods, stall_s, Path(out), rounds=rounds
+        nodes,
+        pods,
+        workloads,
+        labels,
+        kscheds,
+        rate,
+        steady_pods,
+        stall_s,
+        Path(out),
+        rounds=rounds,
+        node_lease_s=node_lease_s,
     )
     doc = side_by_side(opts)
     if as_json:
