@@ -59,6 +59,8 @@ def test_side_by_side_binds_every_pod_without_overcommit(tmp_path: Path) -> None
         assert (p["bound"], p["steady_bound"]) == (PODS, STEADY), (scheduler, workload)
         assert len(p["bind_times"]) == PODS and p["p99_ms"] is not None
         assert p["peak_rss_mib"] > 0, (scheduler, workload)
+        # Read from the API server's metrics: how many watchers it closed for falling behind.
+        assert isinstance(p["watchers_closed"], int), (scheduler, workload)
         # Every scheduler posts a Scheduled event per bound pod; the drain's writes end at or after its binds.
         assert p["scheduled_events"] == PODS, (scheduler, workload, p["scheduled_events"])
         assert p["writes_seconds"] >= p["drain_seconds"] > 0, (scheduler, workload)

@@ -90,6 +90,7 @@ SETTLE_MAX_S = 30.0
 # has no Leases at all): a day keeps them out of the drains. --node-lease-seconds 40 puts them back.
 BENCH_NODE_LEASE_S = 86400
 NODE_LEASES = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
+TERMINATED_WATCHERS = "apiserver_terminated_watchers_total{"
 # The exporter's two gauges, per node; the values move every few seconds (live metrics).
 UTILIZATION = "ksched_bench_node_utilization"
 POWER = "ksched_bench_node_power_watts"
@@ -126,6 +127,10 @@ class Phase:
     p99_ms: float | None = None
     overcommitted_nodes: int = 0
     constraint_violations: int = 0
+    # Watchers the API server closed for falling behind (``apiserver_terminated_watchers_total``), from
+    # the backlog's creation to the drain's end: the paused scheduler's, or any other. A closed watcher
+    # watches again and is sent the events it missed, at the drain's cost; None if not read.
+    watchers_closed: int | None = None
     # ksched on the metrics workload: its /readyz line for metrics after the phases ("2 live metric(s) fresh").
     metrics_status: str | None = None
     # Seconds from the resumption to each bind of the backlog, sorted (the chart).
@@ -626,6 +631,7 @@ def run_phase(
         settle(state, sched.pid)
         # Backlog: created while the scheduler is paused, timed from its resumption.
         pods = workload_pods(workload, namespace, sched.scheduler_name, opts.pods, "b", opts.nodes, owner)
+        closed_before = terminated_watchers(kube)
         os.kill(sched.pid, signal.SIGSTOP)
         try:
             create_pods(kube, pods)
@@ -643,6 +649,9 @@ def run_phase(
         events.wait(bound, opts.stall_s)
         cpu_after, _ = process_usage(sched.pid)
         control_after = control_plane_usage(state)
+        closed_after = terminated_watchers(kube)
+        if closed_before is not None and closed_after is not None:
+            phase.watchers_closed = int(closed_after - closed_before)
         with watch.lock:
             times = sorted(watch.seen[n] - resumed for n in bound)
         with events.lock:
@@ -699,6 +708,23 @@ def run_phase(
     sched.stop()
     clear_pods(kube, namespace)
     return phase
+
+
+def terminated_watchers(kube: Kube) -> float | None:
+    """How many watchers the API server has closed for falling behind, all resources; None if
+    its metrics could not be read."""
+    try:
+        r = kube.request("GET", "/metrics", timeout=30)
+    except KschedError:
+        return None
+    if not r.ok:
+        return None
+    total = 0.0
+    for line in r.data.decode(errors="replace").splitlines():
+        if line.startswith(TERMINATED_WATCHERS):
+            with contextlib.suppress(ValueError):
+                total += float(line.rsplit(" ", 1)[1])
+    return total
 
 
 def settle(state: local.ClusterState, scheduler_pid: int) -> None:
@@ -868,6 +894,7 @@ def _phase_line(p: Phase) -> str:
         + "), "
         f"peak RSS {p.peak_rss_mib:.0f} MiB; "
         f"{p.overcommitted_nodes} over-committed nodes, {p.constraint_violations} constraint violations"
+        + (f"; {p.watchers_closed} watcher(s) closed for falling behind" if p.watchers_closed else "")
         + (f"; ksched /readyz: {p.metrics_status}" if p.metrics_status else "")
     )
 
