@@ -84,9 +84,9 @@ STOP_TIMEOUT_S = 20.0
 QUIET_CORES = 0.25
 SETTLE_MAX_S = 30.0
 # KWOK's node Lease duration here: renewed every quarter of it. A kubelet's 40 s renews 5,000
-# Leases 500 times a second, which took about 1.3 of this 2-core machine's cores (API server,
-# etcd, KWOK) from every scheduler alike, and moved with the renewals' timing by more than the
-# schedulers differ. Nothing here reads them (no node lifecycle controller runs; scheduler_perf
+# Leases about 480 times a second, which took 1.40 of the 2-core development machine's cores on
+# an idle cluster (API server, etcd, KWOK; 0.91-2.02 in 5-second windows), taken from every
+# scheduler's drains and moving with the renewals' timing by more than the schedulers differ. Nothing here reads them (no node lifecycle controller runs; scheduler_perf
 # has no Leases at all): a day keeps them out of the drains. --node-lease-seconds 40 puts them back.
 BENCH_NODE_LEASE_S = 86400
 NODE_LEASES = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
