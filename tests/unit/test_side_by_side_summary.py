@@ -55,3 +55,21 @@ def test_one_round_reads_as_before() -> None:
     (row,) = [r for r in render_summary(d).splitlines() if r.startswith("| bare pods")]
     assert [c.strip() for c in row.split("|")[1:-1]][1:4] == ["500 / 800", "500 / 475", "0.95"]
     assert "median" not in render_summary(d)
+
+
+def test_p50_and_p99_are_those_of_every_rounds_steady_pods_together() -> None:
+    # Round 0's slow pods are 3 of its 100; round 1 has none. The median of the rounds' p99s
+    # would read 25 ms (45 and 5), a latency no pod had; of all 200 pods 1.5 % took 45 ms.
+    slow = [(i * 0.04, 45.0 if i < 3 else 5.0) for i in range(100)]
+    fast = [(i * 0.04, 5.0) for i in range(100)]
+    d = doc(
+        phase("null-binder", 0, 500, 500, 6) | {"steady_pods": 100, "steady_latencies": fast},
+        phase("ksched", 0, 500, 800, 45) | {"steady_pods": 100, "steady_latencies": slow},
+        phase("ksched", 1, 500, 800, 5) | {"steady_pods": 100, "steady_latencies": fast},
+        phase("null-binder", 1, 500, 500, 6) | {"steady_pods": 100, "steady_latencies": fast},
+        rounds=2,
+    )
+    (row,) = [r for r in render_summary(d).splitlines() if r.startswith("| bare pods")]
+    cells = [c.strip() for c in row.split("|")[1:-1]]
+    assert cells[6:8] == ["5 / 5", "5 / 45"]
+    assert "p99 create→bind ms (null-binder / ksched, 2 rounds' steady pods)" in render_summary(d)

@@ -501,7 +501,7 @@ def parser() -> argparse.ArgumentParser:
         type=int,
         default=1,
         help="run each workload this many times per scheduler, every other round in reverse order; "
-        "the summary gives the medians (default 1)",
+        "the summary gives the medians, and p50/p99 of every round's steady pods together (default 1)",
     )
     cl.add_argument(
         "--node-lease-seconds",
