@@ -12,12 +12,14 @@ from typing import Any
 import numpy as np
 
 from ksched.config import Config
+from ksched.engine import Engine
 from ksched.engine.pods import pod_requests
 from ksched.engine.snapshot import build_snapshot, safe_pod_info
+from ksched.loop import state as state_module
 from ksched.loop.cycle import Scheduler
 from ksched.loop.queue import SchedulingQueue
 from ksched.loop.slim import slim_node, slim_pod
-from ksched.loop.state import WAKE_AT, ClusterState
+from ksched.loop.state import WAKE_AT, ClusterState, interned
 from ksched.loop.telemetry import Telemetry
 from tests.conftest import node, pod
 
@@ -243,3 +245,98 @@ def test_a_follower_applies_watch_events_while_another_replica_leads() -> None:
     # A replica that is not leader never schedules, but keeps its state current: its inbox
     # does not grow for as long as the other leads, and a takeover starts from a fresh state.
     assert_loop_applies_watch_events(leading=False, pods=10, within_s=10)
+
+
+def test_pods_with_a_label_of_their_own_coming_and_going_leave_nothing_behind(monkeypatch: Any) -> None:
+    # A StatefulSet's pods each carry their own name as a label (a Job's pods, its uid): every
+    # pod interns a string and a label set. 3,000 of them come and go, 20 bound at a time, seen
+    # as a follower (or an idle leader) sees them: applied by ``sync`` alone.
+    monkeypatch.setattr(state_module, "REBUILD_INTERNED", 500)
+    state = ClusterState()
+    for i in range(3):
+        state.on_node("ADDED", slim_node(node(f"n{i}")), None)
+    state.sync()
+    built = interned(state.snapshot())
+    live: dict[str, dict[str, Any]] = {}
+    most = 0
+    for i in range(3000):
+        p = bound(f"web-{i}", f"n{i % 3}")
+        p["metadata"]["labels"] = {"app": "web", "statefulset.kubernetes.io/pod-name": f"web-{i}"}
+        live[p["metadata"]["name"]] = p
+        state.on_pod("ADDED", p, None)
+        if len(live) > 20:
+            gone = live.pop(f"web-{i - 20}")
+            state.on_pod("DELETED", gone, None)
+        state.sync()
+        assert state._snapshot is not None
+        most = max(most, interned(state._snapshot))
+    # Bounded by the table as built (its 20 pods' names and label sets) and the 500 allowed,
+    # not by the 3,000 pods that came and went (6,000 ids).
+    assert most <= built + 2 * 21 + 500 + 10, most
+    assert state.builds > 2
+    # Each rebuild kept what the pods counted now hold.
+    assert_equal_to_rebuilt(state, live)
+    assert {state.snapshot().pods.infos[r].labels for r in state.snapshot().pods.rows.values()} == {
+        tuple(sorted(p["metadata"]["labels"].items())) for p in live.values()
+    }
+
+
+def test_an_engine_keeping_its_caches_across_a_rebuild_places_as_a_fresh_one(monkeypatch: Any) -> None:
+    # A rebuild renumbers the strings only pods had; the engine's kept caches compare integers.
+    # Pending pods name node labels and values only gone pods had; churn rebuilds the table
+    # between their batches; an engine that kept its caches must place them as a fresh one.
+    monkeypatch.setattr(state_module, "REBUILD_INTERNED", 40)
+    state = ClusterState()
+    for i in range(4):
+        labels = {"disk": "ssd" if i % 2 else "hdd", "rack": f"r{i // 2}"}
+        state.on_node("ADDED", slim_node(node(f"n{i}", cpu="64", labels=labels)), None)
+    state.sync()
+    kept = Engine(Config())
+    n = 0
+    for batch in range(8):
+        for _ in range(30):
+            p = bound(f"web-{n}", f"n{n % 4}", cpu="10m")
+            p["metadata"]["labels"] = {"app": "web", "statefulset.kubernetes.io/pod-name": f"web-{n}"}
+            state.on_pod("ADDED", p, None)
+            if n >= 10:
+                state.on_pod("DELETED", bound(f"web-{n - 10}", f"n{(n - 10) % 4}", cpu="10m"), None)
+            n += 1
+        state.sync()
+        gone = f"web-{n - 25}"
+        pending = [
+            pod(f"p{batch}-0", nodeSelector={"disk": "ssd"}),
+            pod(f"p{batch}-1", nodeSelector={"disk": gone}),
+            pod(
+                f"p{batch}-2",
+                affinity={
+                    "nodeAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": {
+                            "nodeSelectorTerms": [
+                                {
+                                    "matchExpressions": [
+                                        {"key": "rack", "operator": "NotIn", "values": [gone, "r1"]}
+                                    ]
+                                }
+                            ]
+                        },
+                        "preferredDuringSchedulingIgnoredDuringExecution": [
+                            {
+                                "weight": 5,
+                                "preference": {
+                                    "matchExpressions": [
+                                        {"key": "disk", "operator": "In", "values": [gone, "hdd"]}
+                                    ]
+                                },
+                            }
+                        ],
+                    }
+                },
+            ),
+            pod(f"p{batch}-3", tolerations=[{"key": gone, "operator": "Exists"}]),
+        ]
+        snap = state.snapshot()
+        got = kept.schedule(snap, pending).placements
+        want = Engine(Config(), reuse=False).schedule(snap, pending).placements
+        assert [(p.pod, p.node, p.message) for p in got] == [(p.pod, p.node, p.message) for p in want], batch
+        assert [p.node is None for p in got] == [False, True, False, False], batch
+    assert state.builds > 3

@@ -164,6 +164,11 @@ class PodTable:
     def __len__(self) -> int:
         return len(self.rows)
 
+    def interned(self) -> int:
+        """How many label sets and term sets are interned: every one a pod counted here (or a
+        pending pod compiled here) has had since the table was built, gone pods' included."""
+        return len(self._label_set_ids) + len(self.term_set_keys)
+
     def _label_set_id(self, labels: tuple[tuple[str, str], ...]) -> int:
         found = self._label_set_ids.get(labels)
         if found is not None:

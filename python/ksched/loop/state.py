@@ -6,7 +6,9 @@ engine reads is never written while the engine runs. Usage changes are
 applied to the snapshot in place (O(changes)); a node added, removed or
 changed in a field the engine reads, or a host-port pod leaving, rebuilds it
 (O(nodes + bound pods), rare: heartbeats never reach here, see
-:func:`ksched.loop.slim.slim_node`).
+:func:`ksched.loop.slim.slim_node`). So does its interning outgrowing what it
+was built with (``REBUILD_INTERNED``): pods with labels of their own leave
+their strings and label sets behind when they go.
 
 Pods bound by any scheduler count. Pods ksched binds count from the moment
 they are *assumed*; the watch confirms them, a failed bind forgets them; a
@@ -51,6 +53,12 @@ from ksched.objects import Obj, is_terminal, meta, name, object_key, spec
 log = logging.getLogger(__name__)
 
 NO_REQUESTS = PodRequests({}, 0, 0)
+# A node table keeps every string and pod label or term set interned since it was built, and
+# pods that each have a label of their own (a StatefulSet pod's name, a Job's controller-uid)
+# add some with every pod that comes and goes. Once the table holds this many more than it was
+# built with (and at least twice as many), it is rebuilt from the nodes and the pods counted
+# now, as after a node change: memory stays bounded in a cluster with churn.
+REBUILD_INTERNED = 50_000
 # Watch events waiting in ``inbox`` that make an idle scheduling loop apply them (see ``wake``).
 WAKE_AT = 64
 
@@ -133,6 +141,11 @@ def _same_requests(a: CountedRequests, b: CountedRequests) -> bool:
     return (a.requests, a.nonzero_cpu, a.nonzero_memory) == (b.requests, b.nonzero_cpu, b.nonzero_memory)
 
 
+def interned(snapshot: Snapshot) -> int:
+    """Strings, label sets and term sets the snapshot has interned (ids are never reused)."""
+    return len(snapshot.strings.strings) + snapshot.pods.interned()
+
+
 class ClusterState:
     def __init__(self, metrics: tuple[MetricConfig, ...] = ()) -> None:
         self.metrics = metrics
@@ -155,6 +168,10 @@ class ClusterState:
         # PersistentVolumes, claims, StorageClasses and CSINodes, shared with the snapshot.
         self.storage = Storage()
         self._snapshot: Snapshot | None = None
+        # The snapshot is rebuilt once it has interned this many strings and sets (``interned``).
+        self._rebuild_at = 0
+        # How many times the snapshot has been built (the first time included).
+        self.builds = 0
         self._reported: set[str] = set()
         self._lock = threading.Lock()
         # Called (from the informer's thread) whenever ``inbox`` holds ``WAKE_AT`` entries or
@@ -242,6 +259,15 @@ class ClusterState:
                 a()
             else:
                 self._forget(a, b)
+        # Checked here, not in ``snapshot``: a follower (and an idle leader) only syncs. Rebuilt at
+        # once: most syncs run while the loop is idle, so it seldom adds to a pod's latency.
+        if self._snapshot is not None and interned(self._snapshot) > self._rebuild_at:
+            log.info(
+                "rebuilding the node table: %d strings and pod label or term sets interned, most by pods now gone",
+                interned(self._snapshot),
+            )
+            self._snapshot = None
+            self.snapshot()
 
     def assume(
         self,
@@ -267,7 +293,8 @@ class ClusterState:
                 self.recent.popleft()
 
     def snapshot(self) -> Snapshot:
-        """The current node table (rebuilt only when nodes changed)."""
+        """The current node table (rebuilt only when nodes changed, or when it had interned
+        many times what it was built with: ``REBUILD_INTERNED``)."""
         if self._snapshot is None:
             nodes = []
             for node in sorted(self.nodes.values(), key=name):
@@ -290,6 +317,9 @@ class ClusterState:
             for key, u in self.usage.items():
                 if u.info is not None and u.node in index:
                     snap.pods.add(key, index[u.node], u.info, u.evictable)
+            built = interned(snap)
+            self._rebuild_at = max(2 * built, built + REBUILD_INTERNED)
+            self.builds += 1
             self._snapshot = snap
         return self._snapshot
 
