@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from ksched.cluster.build import missing_binaries
-from ksched.commands.sidebyside import WORKLOADS
+from ksched.commands.sidebyside import WORKLOADS, _percentile
 from tests.integration.helpers import unavailable
 
 pytestmark = pytest.mark.cluster
@@ -58,10 +58,12 @@ def test_side_by_side_binds_every_pod_without_overcommit(tmp_path: Path) -> None
         assert p["error"] is None, (scheduler, workload, p["error"])
         assert (p["bound"], p["steady_bound"]) == (PODS, STEADY), (scheduler, workload)
         assert len(p["bind_times"]) == PODS and p["p99_ms"] is not None
-        # Each steady pod's latency, in the order sent, the slowest of them p99 or above.
+        # Each steady pod's latency, in the order sent: those the phase's p99 was taken from
+        # (recorded to 0.01 ms, the p99 to 0.1 ms).
         sent_at = [t for t, _ in p["steady_latencies"]]
         assert len(sent_at) == STEADY and sent_at == sorted(sent_at), (scheduler, workload)
-        assert max(ms for _, ms in p["steady_latencies"]) >= p["p99_ms"], (scheduler, workload)
+        recorded = [ms for _, ms in p["steady_latencies"]]
+        assert abs(_percentile(recorded, 0.99) - p["p99_ms"]) <= 0.06, (scheduler, workload)
         assert p["peak_rss_mib"] > 0, (scheduler, workload)
         # Read from the API server's metrics: how many watchers it closed for falling behind.
         assert isinstance(p["watchers_closed"], int), (scheduler, workload)
