@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from ksched.cluster.build import missing_binaries
-from ksched.commands.sidebyside import WORKLOADS, _percentile
+from ksched.commands.sidebyside import WORKLOADS, percentile
 from tests.integration.helpers import unavailable
 
 pytestmark = pytest.mark.cluster
@@ -63,7 +63,7 @@ def test_side_by_side_binds_every_pod_without_overcommit(tmp_path: Path) -> None
         sent_at = [t for t, _ in p["steady_latencies"]]
         assert len(sent_at) == STEADY and sent_at == sorted(sent_at), (scheduler, workload)
         recorded = [ms for _, ms in p["steady_latencies"]]
-        assert abs(_percentile(recorded, 0.99) - p["p99_ms"]) <= 0.06, (scheduler, workload)
+        assert abs(percentile(recorded, 0.99) - p["p99_ms"]) <= 0.06, (scheduler, workload)
         assert p["peak_rss_mib"] > 0, (scheduler, workload)
         # Read from the API server's metrics: how many watchers it closed for falling behind.
         assert isinstance(p["watchers_closed"], int), (scheduler, workload)

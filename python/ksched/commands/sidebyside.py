@@ -86,8 +86,9 @@ SETTLE_MAX_S = 30.0
 # KWOK's node Lease duration here: renewed every quarter of it. A kubelet's 40 s renews 5,000
 # Leases about 480 times a second, which took 1.40 of the 2-core development machine's cores on
 # an idle cluster (API server, etcd, KWOK; 0.91-2.02 in 5-second windows), taken from every
-# scheduler's drains and moving with the renewals' timing by more than the schedulers differ. Nothing here reads them (no node lifecycle controller runs; scheduler_perf
-# has no Leases at all): a day keeps them out of the drains. --node-lease-seconds 40 puts them back.
+# scheduler's drains and moving with the renewals' timing by more than the schedulers differ.
+# Nothing here reads them (no node lifecycle controller runs; scheduler_perf has no Leases at
+# all): a day keeps them out of the drains. --node-lease-seconds 40 puts them back.
 BENCH_NODE_LEASE_S = 86400
 NODE_LEASES = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
 TERMINATED_WATCHERS = "apiserver_terminated_watchers_total{"
@@ -606,7 +607,8 @@ def check_placements(kube: Kube, nodes: dict[str, Obj], workload: str) -> tuple[
 # One scheduler on one workload
 
 
-def _percentile(values: list[float], q: float) -> float:
+def percentile(values: list[float], q: float) -> float:
+    """The nearest-rank ``q`` quantile of ``values`` (the value at or below which ``q`` of them lie)."""
     s = sorted(values)
     return s[min(len(s) - 1, max(0, math.ceil(q * len(s)) - 1))]
 
@@ -687,17 +689,16 @@ def run_phase(
             snames = set(sent)
             watch.wait(snames, opts.stall_s)
             with watch.lock:
-                latencies = [(watch.seen[n] - sent[n]) * 1000 for n in snames if n in watch.seen]
-                first = min(sent.values(), default=0.0)
-                phase.steady_latencies = [
-                    (round(t - first, 4), round((watch.seen[n] - t) * 1000, 2))
-                    for n, t in sorted(sent.items(), key=lambda kv: kv[1])
-                    if n in watch.seen
-                ]
+                order = sorted((t, n) for n, t in sent.items() if n in watch.seen)
+                latencies = [(watch.seen[n] - t) * 1000 for t, n in order]
+            first = min(sent.values(), default=0.0)
+            phase.steady_latencies = [
+                (round(t - first, 4), round(ms, 2)) for (t, _), ms in zip(order, latencies, strict=True)
+            ]
             phase.steady_pods, phase.steady_bound, phase.steady_rate = len(steady), len(latencies), opts.rate
             if latencies:
-                phase.p50_ms = round(_percentile(latencies, 0.50), 1)
-                phase.p99_ms = round(_percentile(latencies, 0.99), 1)
+                phase.p50_ms = round(percentile(latencies, 0.50), 1)
+                phase.p99_ms = round(percentile(latencies, 0.99), 1)
             over2, violations2 = check_placements(kube, nodes, workload)
             over, violations = max(over, over2), max(violations, violations2)
         phase.overcommitted_nodes, phase.constraint_violations = over, violations
@@ -964,8 +965,8 @@ def _combined(phases: list[Obj]) -> Obj:
     steady = [p for p in phases if p.get("steady_pods")]
     if len(steady) > 1 and all(p.get("steady_latencies") for p in steady):
         pooled = [ms for p in steady for _, ms in p["steady_latencies"]]
-        out["p50_ms"] = round(_percentile(pooled, 0.50), 1)
-        out["p99_ms"] = round(_percentile(pooled, 0.99), 1)
+        out["p50_ms"] = round(percentile(pooled, 0.50), 1)
+        out["p99_ms"] = round(percentile(pooled, 0.99), 1)
     return out
 
 
