@@ -75,6 +75,9 @@ class Clock:
 
 
 class FakeState:
+    def __init__(self) -> None:
+        self.inbox: list[object] = []  # no watch events waiting
+
     def sync(self) -> None:
         pass
 
