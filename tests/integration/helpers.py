@@ -329,26 +329,9 @@ def assert_service_account_schedules_and_nothing_more(
     fits nowhere without a single 403, and binds the volume of a pod with a
     WaitForFirstConsumer claim. The objects are deleted afterwards."""
     (account,) = [d for d in rbac if d["kind"] == "ServiceAccount"]
-    ns, name = account["metadata"]["namespace"], account["metadata"]["name"]
+    name = account["metadata"]["name"]
     try:
-        for doc in rbac:
-            applied = kubectl(cluster, "apply", "-f", "-", input_=json.dumps(doc))
-            assert applied.returncode == 0, applied.stderr
-        r = kube.request(
-            "POST",
-            f"/api/v1/namespaces/{ns}/serviceaccounts/{name}/token",
-            body={
-                "apiVersion": "authentication.k8s.io/v1",
-                "kind": "TokenRequest",
-                "spec": {"expirationSeconds": 3600},
-            },
-        )
-        assert r.ok, r.data
-        token = r.json()["status"]["token"]
-        config = yaml.safe_load(Path(cluster.kubeconfig).read_text())
-        config["users"] = [{"name": "admin", "user": {"token": token}}]
-        kubeconfig = tmp_path / f"{name}-sa.kubeconfig"
-        kubeconfig.write_text(yaml.safe_dump(config))
+        token, kubeconfig = apply_service_account(cluster, kube, tmp_path, rbac)
 
         # Outside the role: reading Secrets, and acting as someone else.
         assert as_token(cluster, token, "/api/v1/namespaces/default/secrets") == 403
@@ -407,6 +390,40 @@ def assert_service_account_schedules_and_nothing_more(
     finally:
         kube.request("DELETE", f"/apis/storage.k8s.io/v1/storageclasses/{name}-rbac-local")
         kube.request("DELETE", f"/api/v1/persistentvolumes/{name}-rbac-volume")
-        for doc in reversed(rbac):
-            kind, obj = RBAC_KINDS[doc["kind"]], doc["metadata"]["name"]
-            kubectl(cluster, "delete", kind, obj, "-n", ns, "--ignore-not-found")
+        delete_rbac(cluster, rbac)
+
+
+def apply_service_account(
+    cluster: local.ClusterState, kube: Kube, tmp_path: Path, rbac: list[Obj]
+) -> tuple[str, Path]:
+    """Apply ``rbac`` (one ServiceAccount and its roles); a token of the account and a
+    kubeconfig that uses it."""
+    (account,) = [d for d in rbac if d["kind"] == "ServiceAccount"]
+    ns, name = account["metadata"]["namespace"], account["metadata"]["name"]
+    for doc in rbac:
+        applied = kubectl(cluster, "apply", "-f", "-", input_=json.dumps(doc))
+        assert applied.returncode == 0, applied.stderr
+    r = kube.request(
+        "POST",
+        f"/api/v1/namespaces/{ns}/serviceaccounts/{name}/token",
+        body={
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {"expirationSeconds": 3600},
+        },
+    )
+    assert r.ok, r.data
+    token = str(r.json()["status"]["token"])
+    config = yaml.safe_load(Path(cluster.kubeconfig).read_text())
+    config["users"] = [{"name": "admin", "user": {"token": token}}]
+    kubeconfig = tmp_path / f"{name}-sa.kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump(config))
+    return token, kubeconfig
+
+
+def delete_rbac(cluster: local.ClusterState, rbac: list[Obj]) -> None:
+    """Delete what :func:`apply_service_account` applied."""
+    (account,) = [d for d in rbac if d["kind"] == "ServiceAccount"]
+    for doc in reversed(rbac):
+        kind, obj = RBAC_KINDS[doc["kind"]], doc["metadata"]["name"]
+        kubectl(cluster, "delete", kind, obj, "-n", account["metadata"]["namespace"], "--ignore-not-found")

@@ -5,6 +5,7 @@ control plane with a ServiceAccount that can schedule and do nothing more."""
 from __future__ import annotations
 
 import copy
+import json
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -21,9 +22,16 @@ from tests.integration.helpers import (
     RBAC_KINDS,
     Namespaces,
     Obj,
+    apply_service_account,
     assert_service_account_schedules_and_nothing_more,
+    create,
+    delete_rbac,
+    ksched,
     kubectl,
+    make_pod,
+    pods_in,
     unavailable,
+    wait_for,
 )
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
@@ -277,3 +285,62 @@ def test_the_charts_service_account_can_schedule_and_nothing_more(
     # The Lease the chart's configuration names is the one its Role lets ksched update.
     lease = {**configuration(objs)["leaderElection"], **FAST_LEASE}
     assert_service_account_schedules_and_nothing_more(cluster, kube, tmp_path, namespace, rbac, lease)
+
+
+# What a shadow never does, as ``kubectl auth can-i`` asks it: bind, post events, write a pod's
+# status, evict or delete pods, write volumes or claims, take a Lease.
+SHADOW_NEVER = (
+    ("create", "pods", "binding"),
+    ("create", "events.events.k8s.io", ""),
+    ("patch", "pods", "status"),
+    ("create", "pods", "eviction"),
+    ("delete", "pods", ""),
+    ("update", "persistentvolumes", ""),
+    ("patch", "persistentvolumeclaims", ""),
+    ("create", "leases.coordination.k8s.io", ""),
+    ("update", "leases.coordination.k8s.io", ""),
+)
+
+
+@pytest.mark.cluster
+def test_the_shadow_charts_service_account_compares_and_can_write_nothing(
+    cluster: local.ClusterState, kube: Kube, tmp_path: Path, namespace: Namespaces, helm: Path
+) -> None:
+    # An operator trying ksched on production traffic installs it in shadow mode: its account
+    # must be unable to touch a pod, and still able to do the shadow's work.
+    ns = namespace("ksched-helm-shadow")
+    objs = render(helm, "--set", "shadow.enabled=true", release="shadow", namespace=ns)
+    rbac = [o for o in objs if o["kind"] in RBAC_KINDS]
+    assert sorted(o["kind"] for o in rbac) == ["ClusterRole", "ClusterRoleBinding", "ServiceAccount"]
+    (account,) = [o for o in rbac if o["kind"] == "ServiceAccount"]
+    who = f"system:serviceaccount:{ns}:{account['metadata']['name']}"
+    work = namespace("ksched-helm-shadow-work")
+    try:
+        _, kubeconfig = apply_service_account(cluster, kube, tmp_path, rbac)
+        for verb, resource, sub in SHADOW_NEVER:
+            args = ("auth", "can-i", verb, resource, *(("--subresource", sub) if sub else ()))
+            out = kubectl(cluster, *args, "--as", who, "-n", work)
+            assert out.stdout.strip() == "no", (verb, resource, sub, out.stdout, out.stderr)
+        # The reads it does need are granted (a check that can fail, unlike "no" above alone).
+        out = kubectl(cluster, "auth", "can-i", "watch", "pods", "--as", who, "-A")
+        assert out.stdout.strip() == "yes", out.stdout + out.stderr
+
+        config = configuration(objs)
+        with ksched(
+            cluster,
+            tmp_path,
+            "shadow-sa",
+            {},
+            kubeconfig=str(kubeconfig),
+            **{"shadow": {**config["shadow"], "namespaces": [work]}},
+        ) as k:
+            assert wait_for(lambda: k.get("/readyz")[0] == 200, 30), k.output()
+            pod = make_pod("compared", work)
+            pod["spec"]["schedulerName"] = "default-scheduler"
+            create(kube, [pod])
+            assert wait_for(lambda: all(p["spec"].get("nodeName") for p in pods_in(kube, work)), 60)
+            report = lambda: json.loads(k.get("/shadow")[1])  # noqa: E731
+            assert wait_for(lambda: report()["total"] == 1, 30), k.output()
+            assert "403" not in k.output() and "Forbidden" not in k.output(), k.output()
+    finally:
+        delete_rbac(cluster, rbac)
