@@ -75,9 +75,6 @@ class Clock:
 
 
 class FakeState:
-    def __init__(self) -> None:
-        self.inbox: list[object] = []  # no watch events waiting
-
     def sync(self) -> None:
         pass
 

@@ -15,12 +15,11 @@ from ksched.config import Config
 from ksched.engine import Engine
 from ksched.engine.pods import pod_requests
 from ksched.engine.snapshot import build_snapshot, safe_pod_info
-from ksched.loop import cycle as cycle_module
 from ksched.loop import state as state_module
 from ksched.loop.cycle import Scheduler
 from ksched.loop.queue import SchedulingQueue
 from ksched.loop.slim import slim_node, slim_pod
-from ksched.loop.state import ClusterState, interned
+from ksched.loop.state import WAKE_AT, ClusterState, interned
 from ksched.loop.telemetry import Telemetry
 from tests.conftest import node, pod
 
@@ -213,23 +212,15 @@ def test_a_node_with_a_malformed_allocatable_is_left_out_not_fatal() -> None:
     assert state.snapshot().node_names == ["good"]
 
 
-def assert_loop_applies_watch_events(
-    leading: bool, pods: int, within_s: float, idle_first: bool = False
-) -> None:
+def assert_loop_applies_watch_events(leading: bool, pods: int, within_s: float) -> None:
     """Run the scheduling loop (as leader or follower), feed it ``pods`` bound pods' watch
-    events and no pending pod: within ``within_s`` every event is applied. With
-    ``idle_first``, the events come once the loop waits for work."""
+    events and no pending pod: within ``within_s`` every event is applied."""
     state, queue = ClusterState(), SchedulingQueue()
     scheduler = Scheduler(Config(), state, queue, None, Telemetry(), lambda: leading, None)  # type: ignore[arg-type]
     stop = threading.Event()
     loop = threading.Thread(target=scheduler.run, args=(stop,))
     loop.start()
     try:
-        if idle_first:
-            deadline = time.monotonic() + 5
-            while not queue._idle and time.monotonic() < deadline:
-                time.sleep(0.01)
-            assert queue._idle, "the loop never waited for work"
         state.on_node("ADDED", slim_node(node("n0")), None)
         for i in range(pods):
             scheduler.on_pod("ADDED", bound(f"p{i}", "n0", cpu="1m"), None)
@@ -247,15 +238,7 @@ def assert_loop_applies_watch_events(
 def test_an_idle_loop_applies_watch_events_without_waiting_for_a_pod() -> None:
     # After a mass deletion (or any burst of events) the idle loop applies them as they
     # come, so the next pod's cycle does not start by applying thousands of them.
-    assert_loop_applies_watch_events(leading=True, pods=200, within_s=20)
-
-
-def test_an_idle_loop_applies_a_lone_watch_event_at_once(monkeypatch: Any) -> None:
-    # Between pods arriving at a steady rate, the last pod's bind comes back through the watch
-    # while the loop waits: applied then, not at the start of the next pod's cycle (nor when
-    # the idle wait ends, made far longer than the test's bound here).
-    monkeypatch.setattr(cycle_module, "IDLE_WAIT_S", 60.0)
-    assert_loop_applies_watch_events(leading=True, pods=1, within_s=5, idle_first=True)
+    assert_loop_applies_watch_events(leading=True, pods=WAKE_AT * 3, within_s=20)
 
 
 def test_a_follower_applies_watch_events_while_another_replica_leads() -> None:

@@ -70,16 +70,13 @@ class Scheduler:
         }
         self.bound = 0
         state.wake = queue.wake
-        queue.idle_work = lambda: bool(state.inbox)
         # The last failures (unschedulable pods, failed binds) as {pod, reason, message, at}.
         self.failures: deque[dict[str, object]] = deque(maxlen=RECENT_FAILURES)
 
     # -- informer callbacks (informer threads) -------------------------
 
     def on_pod(self, kind: str, pod: Obj, old: Obj | None) -> None:
-        # The idle loop is woken once the pod is in the queue (if it goes there), not before:
-        # woken first, it would apply this event and then wait again for the pod.
-        self.state.on_pod(kind, pod, old, wake=False)
+        self.state.on_pod(kind, pod, old)
         key = object_key(pod)
         bound = bool(spec(pod).get("nodeName"))
         if kind == "DELETED" or bound or is_terminal(pod) or meta(pod).get("deletionTimestamp"):
@@ -88,10 +85,9 @@ class Scheduler:
                 self.queue.move_all("PodDelete")  # its node has room now
             elif bound and kind != "DELETED" and not (old and spec(old).get("nodeName")):
                 self.queue.move_pod_level()  # newly bound: affinity, spread or a gang may hold now
-        elif scheduler_name(pod) in self.engines and not spec(pod).get("schedulingGates"):
-            self.queue.add(pod)
             return
-        self.queue.wake()
+        if scheduler_name(pod) in self.engines and not spec(pod).get("schedulingGates"):
+            self.queue.add(pod)
 
     def on_pod_group(self, kind: str, group: Obj, old: Obj | None) -> None:
         self.state.on_pod_group(kind, group, old)

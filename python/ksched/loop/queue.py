@@ -106,9 +106,6 @@ class SchedulingQueue:
         self._woken = False
         # A ``pop_batch`` is waiting for its first pod (read without the lock by ``wake``).
         self._idle = False
-        # Whether the loop has other work (watch events to apply): a ``pop_batch`` about to
-        # wait for its first pod returns empty instead. Whoever adds such work calls ``wake``.
-        self.idle_work: Callable[[], bool] | None = None
 
     # -- informer side -------------------------------------------------
 
@@ -177,10 +174,7 @@ class SchedulingQueue:
                         idle = not self._active
                     if self._active or self._closed:
                         break
-                    # Idle first, then the checks: work added after them finds the loop idle,
-                    # and its ``wake`` ends the wait (none is lost in between).
-                    self._idle = True
-                    if self._woken or (self.idle_work is not None and self.idle_work()):
+                    if self._woken:
                         return []
                     wait = self._next_wakeup()
                     if deadline is not None:
@@ -188,6 +182,7 @@ class SchedulingQueue:
                         if left <= 0:
                             return []
                         wait = left if wait is None else min(wait, left)
+                    self._idle = True
                     self._cond.wait(wait)
             finally:
                 self._idle = self._woken = False

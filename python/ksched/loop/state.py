@@ -59,6 +59,8 @@ NO_REQUESTS = PodRequests({}, 0, 0)
 # built with (and at least twice as many), it is rebuilt from the nodes and the pods counted
 # now, as after a node change: memory stays bounded in a cluster with churn.
 REBUILD_INTERNED = 50_000
+# Watch events waiting in ``inbox`` that make an idle scheduling loop apply them (see ``wake``).
+WAKE_AT = 64
 
 
 @dataclass
@@ -172,17 +174,15 @@ class ClusterState:
         self.builds = 0
         self._reported: set[str] = set()
         self._lock = threading.Lock()
-        # Called (from the informer's thread) for every entry put in ``inbox``: the scheduling
-        # loop, if idle, applies it then rather than at the start of its next cycle, which
-        # would otherwise add it to the next pod's latency. Between pods arriving at a steady
-        # rate, the events of the last ones bound (the bind seen, the kubelet's status) took
-        # 0.27 ms of each one-pod cycle at 5,000 nodes; after a mass deletion, thousands of
-        # events took hundreds of milliseconds. Cheap while the loop is busy.
+        # Called (from the informer's thread) whenever ``inbox`` holds ``WAKE_AT`` entries or
+        # more: the scheduling loop, if idle, applies them then rather than at its next
+        # cycle, which would otherwise start with all of them (after a mass deletion,
+        # thousands: hundreds of milliseconds added to the first pod that arrives).
         self.wake: Callable[[], None] | None = None
 
-    def _put(self, item: tuple[str, Any, Any], wake: bool = True) -> None:
+    def _put(self, item: tuple[str, Any, Any]) -> None:
         self.inbox.append(item)
-        if wake and self.wake is not None:
+        if self.wake is not None and len(self.inbox) >= WAKE_AT:
             self.wake()
 
     # -- any thread ----------------------------------------------------
@@ -190,9 +190,8 @@ class ClusterState:
     def on_node(self, kind: str, node: Obj, old: Obj | None) -> None:
         self._put(("node", kind, node))
 
-    def on_pod(self, kind: str, pod: Obj, old: Obj | None, wake: bool = True) -> None:
-        """``wake=False``: the caller wakes the loop itself once it has queued the pod, if it does."""
-        self._put(("pod", kind, pod), wake)
+    def on_pod(self, kind: str, pod: Obj, old: Obj | None) -> None:
+        self._put(("pod", kind, pod))
 
     def on_namespace(self, kind: str, ns: Obj, old: Obj | None) -> None:
         self._put(("namespace", kind, ns))
