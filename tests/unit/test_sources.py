@@ -127,6 +127,28 @@ def test_a_sample_older_than_max_age_is_dropped() -> None:
     assert store.matrix(snap).degraded == ["u: no value younger than 30s"]  # type: ignore[arg-type]
 
 
+def test_each_new_samples_column_holds_its_values_at_their_nodes_rows() -> None:
+    # The rows of a sample's nodes are kept for the next sample; every column must still be
+    # each node's own value, whatever the next sample names, in whatever order, and on a
+    # rebuilt node table.
+    m = MetricConfig(name="u", source="prometheus", query="q")
+    store, _, snap = store_and_snapshot(m)
+    other = build_snapshot([slim_node(node("n1")), slim_node(node("n2")), slim_node(node("n0"))], [])
+    samples = [
+        (snap, {"n0": 0.1, "n1": 0.2}),
+        (snap, {"n0": 0.3, "n1": 0.4}),  # the same nodes in the same order: the kept rows
+        (snap, {"n1": 0.5, "n0": 0.6}),  # reordered
+        (snap, {"n0": 0.7, "gone": 0.9}),  # a node the table does not have, one missing
+        (other, {"n0": 0.7, "gone": 0.9}),  # the same names on a rebuilt table
+        (other, {"n2": 1.0, "n0": float("nan")}),
+    ]
+    for table, values in samples:
+        store.cache["u"] = Sample(values, time.time())
+        column = store.matrix(table).values[:, 0]  # type: ignore[arg-type]
+        want = [values.get(name, np.nan) for name in table.node_names]  # type: ignore[attr-defined]
+        assert np.array_equal(column, np.array(want), equal_nan=True), (values, column)
+
+
 def test_herd_estimate_adds_the_load_bound_after_the_sample() -> None:
     m = MetricConfig(name="u", source="prometheus", query="q", herd_resource="cpu", herd_factor=1.0)
     state = ClusterState((m,))
