@@ -402,10 +402,10 @@ class RowMap:
         return self.rows, self.known
 
 
-def _live(snapshot: Snapshot, sample: Sample, rows: RowMap | None = None) -> npt.NDArray[np.float64]:
+def _live(snapshot: Snapshot, sample: Sample, rows: RowMap) -> npt.NDArray[np.float64]:
     column = np.full(snapshot.count, np.nan, dtype=np.float64)
     names = list(sample.values)
-    at, known = (rows or RowMap()).of(snapshot, names)
+    at, known = rows.of(snapshot, names)
     values = np.fromiter(sample.values.values(), dtype=np.float64, count=len(names))
     column[at[known]] = values[known]
     return column
