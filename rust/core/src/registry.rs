@@ -260,7 +260,7 @@ pub struct PodContext<'a, 'b> {
 }
 
 impl<'a, 'b> PodContext<'a, 'b> {
-    fn spread(&self) -> pod_topology_spread::Context<'a, 'b> {
+    pub(crate) fn spread(&self) -> pod_topology_spread::Context<'a, 'b> {
         pod_topology_spread::Context {
             table: self.table,
             nodes: self.nodes,

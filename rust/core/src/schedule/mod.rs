@@ -23,7 +23,7 @@ mod filtering;
 mod nominated;
 mod pod_level;
 mod preemption;
-mod select;
+pub(crate) mod select;
 mod signature;
 mod state;
 #[cfg(test)]
@@ -36,6 +36,7 @@ use std::time::Instant;
 
 use crate::model::error::{self, EngineError};
 use crate::model::{Classes, Metrics, Nodes, Pods, Profile};
+use crate::plugins::pod_topology_spread;
 use crate::registry::PodLevelKept;
 use carry::Kept;
 pub use carry::ScheduleCache;
@@ -95,6 +96,11 @@ pub struct Outcome {
     pub volume_offsets: Vec<i64>,
     pub volumes: Vec<i64>,
 }
+
+/// The pods left in a call from which a spread pod's signature ranks its nodes
+/// (`Engine::select_spread`): building a ranking costs about what scoring every
+/// node for a few pods does.
+const RANKED_PODS: usize = 16;
 
 /// Schedule a batch. Pods are placed in the order given (the caller orders
 /// them by priority, then arrival).
@@ -226,6 +232,11 @@ fn schedule_on_this_thread(
         ..
     } = &mut kept;
     let pod_level_kept = RefCell::new(PodLevelKept::default());
+    // A spread pod's totals (`Engine::add_spread_scores`), kept from pod to pod.
+    let mut spread_totals: Vec<f64> = Vec::new();
+    let mut spread_scratch = pod_topology_spread::Scratch::default();
+    // The call's rankings of spread pods' nodes (`Engine::select_spread`).
+    let mut ranked = HashMap::new();
     let mut outcome = Outcome {
         reason_offsets: vec![0],
         victim_offsets: vec![0],
@@ -273,6 +284,10 @@ fn schedule_on_this_thread(
         let mut pod_scores = None;
         // The totals with pod-level scores added, where the signature's cache serves the rest.
         let mut pod_totals: Option<Vec<f64>> = None;
+        let mut in_spread_totals = false;
+        // The pod's best node, where selected by ranked nodes.
+        let mut ranked_best = None;
+        let tie = |node: usize| tie_key(options.seed, pods.keys[index], nodes.keys[node]);
         let explained = options.explain == Some(index);
         let key = signature::key(&engine, &pod, slot);
         let sig = match (&pod_level, key) {
@@ -330,7 +345,14 @@ fn schedule_on_this_thread(
                 // Pod-level scores only (ScheduleAnyway spreading, the default constraints,
                 // preferred affinity): the node-level verdicts and scores are the signature's,
                 // so only a copy of its totals gets the pod-level scores added.
-                if let Some(pl) = &pod_level {
+                if let (Some(pl), false) = (&pod_level, explained) {
+                    // A ranking pays for its building over many pods of the call.
+                    let build = pods.count - index >= RANKED_PODS;
+                    ranked_best = engine.select_spread(&state, &pod, pl, shared, &mut ranked, build, tie);
+                    in_spread_totals = ranked_best.is_none()
+                        && engine.add_spread_scores(&state, &pod, pl, shared, &mut spread_totals, &mut spread_scratch);
+                }
+                if let (Some(pl), false, None) = (&pod_level, in_spread_totals, ranked_best) {
                     let feasible = shared.feasible_nodes();
                     let mut totals = shared.totals.clone();
                     pod_scores = engine.add_pod_level_scores(&state, &pod, pl, &feasible, &mut totals, explained);
@@ -341,16 +363,19 @@ fn schedule_on_this_thread(
         };
 
         // Select.
-        let totals = pod_totals.as_deref().unwrap_or(&sig.totals);
-        let best = match on_nominated {
-            Some(node) => Some(select::Best {
+        let totals = match (in_spread_totals, pod_totals.as_deref()) {
+            (true, _) => &spread_totals[..],
+            (false, Some(totals)) => totals,
+            (false, None) => &sig.totals[..],
+        };
+        let best = match (on_nominated, ranked_best) {
+            (Some(node), _) => Some(select::Best {
                 node,
                 total: totals[node],
                 tie: 0,
             }),
-            None => select(totals, sig.feasible, |node| {
-                tie_key(options.seed, pods.keys[index], nodes.keys[node])
-            }),
+            (None, Some(best)) => best,
+            (None, None) => select(totals, sig.feasible, tie),
         };
 
         if explained {

@@ -7,6 +7,7 @@
 //! since, and re-scores every node only when the feasible set's maxima (the
 //! normalization inputs) move.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use rayon::prelude::*;
@@ -180,6 +181,16 @@ pub(super) struct SignatureCache {
     rebase: bool,
     /// The call (`carry::Kept::call`) that last used the cache.
     pub used: u64,
+    /// Changes whenever every total is computed afresh (unique across caches), so a
+    /// structure built on the totals knows to rebuild; between, only the nodes of
+    /// `BatchState::log` change.
+    pub generation: u64,
+}
+
+/// A new `SignatureCache::generation`.
+fn next_generation() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
 impl SignatureCache {
@@ -405,6 +416,7 @@ impl Engine<'_, '_> {
             pending: Vec::new(),
             rebase: false,
             used: 0,
+            generation: 0,
         };
         self.rescore_all(state, &mut sig, chunk, parallel);
         sig
@@ -525,6 +537,7 @@ impl Engine<'_, '_> {
     }
 
     fn rescore_all(&self, state: &BatchState, sig: &mut SignatureCache, chunk: usize, parallel: bool) {
+        sig.generation = next_generation();
         let base = &sig.base;
         let rescore = |(i, (totals, evals)): (usize, (&mut [f64], &[NodeEval]))| {
             for (k, (t, e)) in totals.iter_mut().zip(evals).enumerate() {

@@ -180,6 +180,24 @@ fn spread_counts_pods_placed_earlier_in_the_batch() {
     assert!(out.nodes.contains(&3), "one of two pods goes to zone B: {:?}", out.nodes);
 }
 
+/// A call of many ReplicaSet-like pods (the profile's system-default spreading:
+/// ScheduleAnyway by hostname and zone) selects through ranked nodes from its
+/// first pod on (debug builds check each pick against scoring every node): 48
+/// identical pods over 12 identical nodes in two zones end up 4 to a node.
+#[test]
+fn a_call_of_default_spread_pods_spreads_over_hosts_and_zones() {
+    let mut table = web_table(48, -1, vec![spread(3, HOSTNAME, false, 0), spread(5, ZONE, false, 0)]);
+    table.system_default = vec![1; 48];
+    table.flatten();
+    let out = run_with_table(&zoned(12, 6), 48, &table);
+    let mut per_node = [0; 12];
+    for &n in &out.nodes {
+        assert!(n >= 0, "every pod fits: {:?}", out.nodes);
+        per_node[n as usize] += 1;
+    }
+    assert_eq!(per_node, [4; 12], "placements {:?}", out.nodes);
+}
+
 #[test]
 fn batch_never_overcommits_a_node() {
     let mut b = NodeBuilder::default();
