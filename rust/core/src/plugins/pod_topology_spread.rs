@@ -837,7 +837,7 @@ impl Ranked {
         }
     }
 
-    /// Apply the nodes the batch changed since the last call (`log`).
+    /// Apply the nodes the batch changed since the last pod (`log`).
     fn sync(&mut self, state: &ScoreState, feasible: &impl Fn(usize) -> bool, base: &[f64], log: &[u32]) {
         for &node in &log[self.synced.min(log.len())..] {
             let node = node as usize;

@@ -196,9 +196,9 @@ impl<'a> Engine<'a, '_> {
 
     /// `add_spread_scores` then `select::select` for the same pods, through the
     /// signature's `Ranked` nodes for its `ScheduleAnyway` group (`ranked`, the
-    /// call's, built here when `build`): the best node, None where no node is
-    /// feasible. None for any other pod, or where no ranking is kept and `build`
-    /// is false, or where a total is not finite.
+    /// call's; built here for the group's second pod when `build`): the best node,
+    /// None where no node is feasible. None for any other pod, where no ranking
+    /// is kept (and none is built), or where a total is not finite.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn select_spread(
         &self,
@@ -206,7 +206,7 @@ impl<'a> Engine<'a, '_> {
         pod: &PodView,
         pl: &PodLevel,
         sig: &SignatureCache,
-        ranked: &mut HashMap<(u64, usize), pod_topology_spread::Ranked>,
+        ranked: &mut HashMap<(u64, usize), Option<pod_topology_spread::Ranked>>,
         build: bool,
         tie: impl Fn(usize) -> u64,
     ) -> Option<Option<Best>> {
@@ -217,15 +217,21 @@ impl<'a> Engine<'a, '_> {
         let feasible = |node: usize| totals[node] != f64::NEG_INFINITY || evals[node].feasible;
         let key = (sig.generation, spread.shape_id());
         let ranking = match ranked.entry(key) {
-            Entry::Occupied(e) => e.into_mut(),
-            Entry::Vacant(e) if build => e.insert(pod_topology_spread::Ranked::new(
-                spread,
-                feasible,
-                totals,
-                sig.generation,
-                state.log.len(),
-            )),
-            Entry::Vacant(_) => return None,
+            Entry::Occupied(e) => match e.into_mut() {
+                Some(ranking) => ranking,
+                slot if build => slot.insert(pod_topology_spread::Ranked::new(
+                    spread,
+                    feasible,
+                    totals,
+                    sig.generation,
+                    state.log.len(),
+                )),
+                _ => return None,
+            },
+            Entry::Vacant(e) => {
+                e.insert(None); // the group's first pod: it may be the only one
+                return None;
+            }
         };
         debug_assert!(ranking.fits(spread, sig.generation));
         let table = self.pods.table.as_ref().expect("pod level implies a pod table");
