@@ -284,3 +284,28 @@ def test_rust_time_is_the_engine_call_alone_summed_over_gang_reruns(monkeypatch:
     )
     assert result.rust_seconds + result.python_seconds <= wall_s
     assert wall_s - (result.rust_seconds + result.python_seconds) < pause_s, "nothing of schedule() uncounted"
+
+
+def test_the_preferred_spread_workloads_pods_spread_over_zones_within_one_call() -> None:
+    """``ksched bench --workload preferred-spread`` (scheduler_perf's
+    PreferredTopologySpreading): ScheduleAnyway zone spreading scores rather than
+    filters. With 40 nodes in one zone and 10 in each of two others, 30 such pods in
+    one call (selected through ranked nodes from the second pod on) go 10 to each
+    zone, each on a node of its own; least-allocated alone would put about two
+    thirds of them in the big zone."""
+    from collections import Counter
+
+    from ksched.commands.bench import perf_nodes, perf_pod
+
+    nodes = perf_nodes(60)
+    for i, n in enumerate(nodes):
+        n["metadata"]["labels"]["topology.kubernetes.io/zone"] = "big" if i < 40 else f"small-{i % 2}"
+    zone = {n["metadata"]["name"]: n["metadata"]["labels"]["topology.kubernetes.io/zone"] for n in nodes}
+    pods = [perf_pod("preferred-spread", f"pod-{i}", "sched-1", True) for i in range(30)]
+    assert pods[0]["spec"]["topologySpreadConstraints"][0]["whenUnsatisfiable"] == "ScheduleAnyway"
+    for seed in range(3):
+        placements = Engine(Config(), seed=seed).schedule(build_snapshot(nodes, []), pods).placements
+        chosen = [p.node for p in placements]
+        assert None not in chosen
+        assert Counter(zone[n] for n in chosen if n) == {"big": 10, "small-0": 10, "small-1": 10}
+        assert len(set(chosen)) == 30

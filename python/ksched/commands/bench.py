@@ -347,6 +347,10 @@ POD_LEVEL_WORKLOADS = {
     "preferred-affinity": {"init": 5000, "measure": 5000, "threshold": 90.0},
     # TopologySpreading/5000Nodes_5000Pods
     "spread": {"init": 5000, "measure": 5000, "threshold": 460.0},
+    # PreferredTopologySpreading/5000Nodes_5000Pods: the same pods with ScheduleAnyway,
+    # scored rather than filtered, as a ReplicaSet's pods are by default spreading. The
+    # issue quotes no threshold; this is the one in v1.36's performance-config.yaml.
+    "preferred-spread": {"init": 5000, "measure": 5000, "threshold": 125.0},
 }
 PREEMPTION = "preemption"
 WORKLOADS = ("mixed", *POD_LEVEL_WORKLOADS, PREEMPTION)
@@ -395,13 +399,13 @@ def perf_pod(workload: str, name: str, namespace: str, measured: bool) -> Obj:
                 ]
             }
         }
-    elif workload == "spread" and measured:
+    elif workload in ("spread", "preferred-spread") and measured:
         pod["metadata"]["labels"] = {"color": "blue"}
         pod["spec"]["topologySpreadConstraints"] = [
             {
                 "maxSkew": 5,
                 "topologyKey": "topology.kubernetes.io/zone",
-                "whenUnsatisfiable": "DoNotSchedule",
+                "whenUnsatisfiable": "DoNotSchedule" if workload == "spread" else "ScheduleAnyway",
                 "labelSelector": {"matchLabels": {"color": "blue"}},
             }
         ]

@@ -453,10 +453,11 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--json", action="store_true", help="print figures as JSON (key pods_per_s)")
     b.add_argument(
         "--workload",
-        choices=("mixed", "anti-affinity", "preferred-affinity", "spread", "preemption"),
+        choices=("mixed", "anti-affinity", "preferred-affinity", "spread", "preferred-spread", "preemption"),
         default="mixed",
         help="mixed (default): node-level constraints and metrics; the others mirror kube-scheduler's "
-        "scheduler_perf cases (required anti-affinity, preferred affinity, topology spread, PreemptionBasic)",
+        "scheduler_perf cases (required anti-affinity, preferred affinity, topology spread, "
+        "preferred topology spread, PreemptionBasic)",
     )
     b.add_argument(
         "--scale",
