@@ -1328,15 +1328,7 @@ mod tests {
         let mut counters = Counters::default();
         for k in 0..=placed.len() {
             for index in [k % 2, 1 - k % 2] {
-                let ctx = Context {
-                    table: &view,
-                    nodes: &nodes,
-                    placed: &placed[..k],
-                    row: bound.len() + index,
-                    index,
-                    class: 0,
-                    include: &include,
-                };
+                let ctx = pending_ctx(&view, &nodes, &placed[..k], bound.len(), index, &include);
                 assert_eq!(counters.prefilter(&ctx), prefilter(&ctx), "pod {index} after {k} placements");
             }
         }
@@ -1418,23 +1410,36 @@ mod tests {
         Some((raw, normalized))
     }
 
-    /// `ScoreCounters` counts each group's new pods only, and scoring reads
-    /// numbered domains: after every placement, for a pod with its own
-    /// constraints and two with the profile's system defaults (one with a
-    /// policy that leaves some nodes out), over all nodes and over a subset,
-    /// its scores must equal `direct_score`'s. Pods of two namespaces,
-    /// terminating pods, nodes without the zone key.
-    #[test]
-    fn kept_scores_match_a_direct_count_after_every_placement() {
-        let (zones, bound) = mixed_cluster();
-        let built = zoned_nodes(&zones).build();
-        let nodes = built.view();
+    /// The context of pending pod `index` of a table with `bound` bound pods.
+    fn pending_ctx<'a, 'b>(
+        view: &'a PodTable<'b>,
+        nodes: &'a Nodes<'b>,
+        placed: &'a [(u32, u32)],
+        bound: usize,
+        index: usize,
+        include: &'a (dyn Fn(usize, usize) -> bool + Sync),
+    ) -> Context<'a, 'b> {
+        Context {
+            table: view,
+            nodes,
+            placed,
+            row: bound + index,
+            index,
+            class: 0,
+            include,
+        }
+    }
+
+    /// `bound` and three pending app=foo pods: one with its own `ScheduleAnyway`
+    /// constraint (zone), two with system defaults (hostname and zone; the second's
+    /// zone constraint ignores node affinity).
+    fn three_scored_pods(bound: &[(i64, TablePod)]) -> OwnedPodTable {
         let pending = [
             TablePod::new(&[(APP, FOO)], NS),
             TablePod::new(&[(APP, FOO)], NS),
             TablePod::new(&[(APP, FOO)], NS),
         ];
-        let mut table = OwnedPodTable::with_pods(&bound, &pending);
+        let mut table = OwnedPodTable::with_pods(bound, &pending);
         table.selectors = vec![label_is(APP, FOO), Some(vec![])];
         let unpolicied = TestSpread {
             honor_affinity: false,
@@ -1447,6 +1452,21 @@ mod tests {
         ];
         table.system_default = vec![0, 1, 1];
         table.flatten();
+        table
+    }
+
+    /// `ScoreCounters` counts each group's new pods only, and scoring reads
+    /// numbered domains: after every placement, for a pod with its own
+    /// constraints and two with the profile's system defaults (one with a
+    /// policy that leaves some nodes out), over all nodes and over a subset,
+    /// its scores must equal `direct_score`'s. Pods of two namespaces,
+    /// terminating pods, nodes without the zone key.
+    #[test]
+    fn kept_scores_match_a_direct_count_after_every_placement() {
+        let (zones, bound) = mixed_cluster();
+        let built = zoned_nodes(&zones).build();
+        let nodes = built.view();
+        let table = three_scored_pods(&bound);
         let view = table.view();
         let placed: Vec<(u32, u32)> = bound.iter().enumerate().map(|(r, &(n, _))| (r as u32, n as u32)).collect();
         let include = |c: usize, node: usize| view.spread.honor_affinity[c] == 0 || node % 3 != 2;
@@ -1455,15 +1475,7 @@ mod tests {
         let mut counters = ScoreCounters::default();
         for k in 0..=placed.len() {
             for index in [k % 3, (k + 1) % 3, (k + 2) % 3] {
-                let ctx = Context {
-                    table: &view,
-                    nodes: &nodes,
-                    placed: &placed[..k],
-                    row: bound.len() + index,
-                    index,
-                    class: 0,
-                    include: &include,
-                };
+                let ctx = pending_ctx(&view, &nodes, &placed[..k], bound.len(), index, &include);
                 let kept = counters.prescore(&ctx).expect("every pod has a ScheduleAnyway constraint");
                 let fresh = prescore(&ctx).expect("every pod has a ScheduleAnyway constraint");
                 for feasible in [&all, &some] {
@@ -1481,9 +1493,10 @@ mod tests {
     /// normalized score times the weight, after every placement: for a pod
     /// with its own constraints (nodes without the zone key left out), and
     /// two with the system defaults (one with a policy that leaves nodes
-    /// out). The totals without spread take few values, so many nodes tie;
-    /// the tie keys do too, where the first node must win; nodes turn
-    /// infeasible and back.
+    /// out). The totals without spread take few values (-0.0 and 0.0
+    /// among them), so many nodes tie; the tie keys do too, where the first
+    /// node must win; nodes turn infeasible and back. A total that is not
+    /// finite makes the ranking give way.
     #[test]
     fn ranked_selection_matches_scoring_every_node() {
         let mut rng = 0x2545_f491_4f6c_dd1d_u64;
@@ -1505,33 +1518,16 @@ mod tests {
                 (next(n as u64) as i64, p)
             })
             .collect();
-        let pending = [
-            TablePod::new(&[(APP, FOO)], NS),
-            TablePod::new(&[(APP, FOO)], NS),
-            TablePod::new(&[(APP, FOO)], NS),
-        ];
-        let mut table = OwnedPodTable::with_pods(&bound, &pending);
-        table.selectors = vec![label_is(APP, FOO), Some(vec![])];
-        let unpolicied = TestSpread {
-            honor_affinity: false,
-            ..spread(5, ZONE, false, 0)
-        };
-        table.spread = vec![
-            vec![spread(2, ZONE, false, 0)],
-            vec![spread(3, HOSTNAME, false, 0), spread(5, ZONE, false, 0)],
-            vec![spread(3, HOSTNAME, false, 0), unpolicied],
-        ];
-        table.system_default = vec![0, 1, 1];
-        table.flatten();
+        let table = three_scored_pods(&bound);
         let view = table.view();
         let placed: Vec<(u32, u32)> = bound.iter().enumerate().map(|(r, &(node, _))| (r as u32, node as u32)).collect();
         let log: Vec<u32> = placed.iter().map(|&(_, node)| node).collect();
         let include = |c: usize, node: usize| view.spread.honor_affinity[c] == 0 || node % 3 != 2;
-        let values = [10.0, 12.0, 12.5, 14.0, 14.25];
+        let values = [-0.0, 0.0, 12.0, 12.5, 14.25];
         let mut base: Vec<f64> = (0..n).map(|_| values[next(5) as usize]).collect();
         let mut feasible = vec![true; n];
         let mut counters = ScoreCounters::default();
-        let mut rankings: Vec<Option<Ranked>> = (0..pending.len()).map(|_| None).collect();
+        let mut rankings: Vec<Option<Ranked>> = (0..3).map(|_| None).collect();
         let (mut out, mut scratch) = (Vec::new(), Scratch::default());
         let weight = 2;
         for k in 0..=placed.len() {
@@ -1556,15 +1552,7 @@ mod tests {
                 }
             };
             for (index, ranking) in rankings.iter_mut().enumerate() {
-                let ctx = Context {
-                    table: &view,
-                    nodes: &nodes,
-                    placed: &placed[..k],
-                    row: bound.len() + index,
-                    index,
-                    class: 0,
-                    include: &include,
-                };
+                let ctx = pending_ctx(&view, &nodes, &placed[..k], bound.len(), index, &include);
                 let state = counters.prescore(&ctx).expect("every pod has a ScheduleAnyway constraint");
                 add_scores(&state, &ctx, weight, is_feasible, &totals, &mut out, &mut scratch);
                 let scored = score(&state, &ctx, &feasible_nodes);
@@ -1588,6 +1576,18 @@ mod tests {
                     assert_eq!(got, want, "pod {index} after {k} placements: selection");
                 }
             }
+        }
+        // A feasible node whose total is infinite: the ranking gives way, for good.
+        let (infinite, mut log) = (placed[0].1 as usize, log);
+        base[infinite] = f64::INFINITY;
+        feasible[infinite] = true;
+        log.push(infinite as u32);
+        let ctx = pending_ctx(&view, &nodes, &placed, bound.len(), 0, &include);
+        let state = counters.prescore(&ctx).expect("every pod has a ScheduleAnyway constraint");
+        let ranking = rankings[0].as_mut().expect("built at the start");
+        for _ in 0..2 {
+            let got = ranking.select(&state, &ctx, weight, |node| feasible[node], &base, &log, |node| node as u64);
+            assert_eq!(got, Err(()), "an infinite total is not ranked");
         }
     }
 

@@ -99,7 +99,7 @@ pub struct Outcome {
 
 /// The pods left in a call from which a spread pod's signature ranks its nodes
 /// (`Engine::select_spread`), at the second pod of its group: building a ranking
-/// costs about what scoring every node does for a few pods.
+/// costs about what scoring every node does for a dozen pods.
 const RANKED_PODS: usize = 16;
 
 /// Schedule a batch. Pods are placed in the order given (the caller orders

@@ -3,7 +3,7 @@
 //! nodes, and their scores added to the pod's totals.
 
 use std::cell::RefCell;
-use std::collections::hash_map::{Entry, HashMap};
+use std::collections::HashMap;
 
 use super::engine::{Engine, PodView};
 use super::select::Best;
@@ -13,6 +13,21 @@ use crate::model::PluginId;
 use crate::model::PodTable;
 use crate::plugins::{node_affinity, pod_topology_spread, taint_toleration, FEASIBLE};
 use crate::registry::{self, PodContext, PodLevelKept, PreFilter, PreScore, POD_FILTERS, POD_SCORERS, POD_SCORES};
+
+/// A signature's `Ranked` nodes for one `ScheduleAnyway` group, kept through a call
+/// (`Engine::select_spread`).
+pub(super) struct Ranking {
+    /// The signature's totals it ranks (`SignatureCache::generation`).
+    generation: u64,
+    ranked: Option<pod_topology_spread::Ranked>,
+    /// The group's pods so far in the call, and the rankings built for them.
+    pods: usize,
+    builds: usize,
+}
+
+/// Pods a ranking must have served, per ranking built, before the next is built:
+/// building one costs about what scoring every node does for a dozen pods.
+const REBUILD_PODS: usize = 16;
 
 /// The pod-level plugins' state for one pod.
 pub(super) struct PodLevel {
@@ -196,9 +211,9 @@ impl<'a> Engine<'a, '_> {
 
     /// `add_spread_scores` then `select::select` for the same pods, through the
     /// signature's `Ranked` nodes for its `ScheduleAnyway` group (`ranked`, the
-    /// call's; built here for the group's second pod when `build`): the best node,
-    /// None where no node is feasible. None for any other pod, where no ranking
-    /// is kept (and none is built), or where a total is not finite.
+    /// call's; built here from the group's second pod on where `build`): the best
+    /// node, None where no node is feasible. None for any other pod, where no
+    /// ranking is kept (and none is built), or where a total is not finite.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn select_spread(
         &self,
@@ -206,7 +221,7 @@ impl<'a> Engine<'a, '_> {
         pod: &PodView,
         pl: &PodLevel,
         sig: &SignatureCache,
-        ranked: &mut HashMap<(u64, usize), Option<pod_topology_spread::Ranked>>,
+        ranked: &mut HashMap<(u64, usize), Ranking>,
         build: bool,
         tie: impl Fn(usize) -> u64,
     ) -> Option<Option<Best>> {
@@ -215,24 +230,26 @@ impl<'a> Engine<'a, '_> {
         };
         let (evals, totals) = (&sig.evals, &sig.totals);
         let feasible = |node: usize| totals[node] != f64::NEG_INFINITY || evals[node].feasible;
-        let key = (sig.generation, spread.shape_id());
-        let ranking = match ranked.entry(key) {
-            Entry::Occupied(e) => match e.into_mut() {
-                Some(ranking) => ranking,
-                slot if build => slot.insert(pod_topology_spread::Ranked::new(
-                    spread,
-                    feasible,
-                    totals,
-                    sig.generation,
-                    state.log.len(),
-                )),
-                _ => return None,
-            },
-            Entry::Vacant(e) => {
-                e.insert(None); // the group's first pod: it may be the only one
-                return None;
-            }
-        };
+        let entry = ranked.entry((sig.id, spread.shape_id())).or_insert_with(|| Ranking {
+            generation: sig.generation,
+            ranked: None,
+            pods: 0,
+            builds: 0,
+        });
+        if entry.generation != sig.generation {
+            // Every total moved (`rescore_all`): the ranking is rebuilt, if it pays.
+            entry.generation = sig.generation;
+            entry.ranked = None;
+        }
+        entry.pods += 1;
+        // Built at the group's second pod (the first may be the only one), and after a
+        // rescore only where the group's pods so far paid for the builds before.
+        if entry.ranked.is_none() && build && entry.pods >= 2 && entry.pods >= REBUILD_PODS * entry.builds {
+            let new = pod_topology_spread::Ranked::new(spread, feasible, totals, sig.generation, state.log.len());
+            entry.ranked = Some(new);
+            entry.builds += 1;
+        }
+        let ranking = entry.ranked.as_mut()?;
         debug_assert!(ranking.fits(spread, sig.generation));
         let table = self.pods.table.as_ref().expect("pod level implies a pod table");
         let include = self.inclusion(table, pod.class);

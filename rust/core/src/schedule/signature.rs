@@ -181,13 +181,14 @@ pub(super) struct SignatureCache {
     rebase: bool,
     /// The call (`carry::Kept::call`) that last used the cache.
     pub used: u64,
-    /// Changes whenever every total is computed afresh (unique across caches), so a
-    /// structure built on the totals knows to rebuild; between, only the nodes of
-    /// `BatchState::log` change.
+    /// The cache's own number, and one that changes whenever every total is
+    /// computed afresh, so a structure built on the totals knows to rebuild; in
+    /// between, only the totals of the nodes in `BatchState::log` change.
+    pub id: u64,
     pub generation: u64,
 }
 
-/// A new `SignatureCache::generation`.
+/// A new `SignatureCache::id` or `generation`, unique in the process.
 fn next_generation() -> u64 {
     static NEXT: AtomicU64 = AtomicU64::new(1);
     NEXT.fetch_add(1, Ordering::Relaxed)
@@ -416,6 +417,7 @@ impl Engine<'_, '_> {
             pending: Vec::new(),
             rebase: false,
             used: 0,
+            id: next_generation(),
             generation: 0,
         };
         self.rescore_all(state, &mut sig, chunk, parallel);

@@ -182,7 +182,7 @@ fn spread_counts_pods_placed_earlier_in_the_batch() {
 
 /// A call of many ReplicaSet-like pods (the profile's system-default spreading:
 /// ScheduleAnyway by hostname and zone) selects through ranked nodes from its
-/// first pod on (debug builds check each pick against scoring every node): 48
+/// second pod on (debug builds check each pick against scoring every node): 48
 /// identical pods over 12 identical nodes in two zones end up 4 to a node.
 #[test]
 fn a_call_of_default_spread_pods_spreads_over_hosts_and_zones() {
