@@ -26,7 +26,7 @@ import yaml
 from ksched.cluster import local
 from ksched.cluster.build import bin_dir
 from ksched.engine.pods import pod_requests
-from ksched.loop.client import ApiUnavailableError, Kube
+from ksched.loop.client import ApiUnavailableError, Kube, service_account_kubeconfig
 
 Obj = dict[str, Any]
 # Short leases keep the failover test quick: 4 s lease, 3 s renew deadline, 1 s retry.
@@ -403,21 +403,8 @@ def apply_service_account(
     for doc in rbac:
         applied = kubectl(cluster, "apply", "-f", "-", input_=json.dumps(doc))
         assert applied.returncode == 0, applied.stderr
-    r = kube.request(
-        "POST",
-        f"/api/v1/namespaces/{ns}/serviceaccounts/{name}/token",
-        body={
-            "apiVersion": "authentication.k8s.io/v1",
-            "kind": "TokenRequest",
-            "spec": {"expirationSeconds": 3600},
-        },
-    )
-    assert r.ok, r.data
-    token = str(r.json()["status"]["token"])
-    config = yaml.safe_load(Path(cluster.kubeconfig).read_text())
-    config["users"] = [{"name": "admin", "user": {"token": token}}]
     kubeconfig = tmp_path / f"{name}-sa.kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump(config))
+    token = service_account_kubeconfig(kube, Path(cluster.kubeconfig), (ns, name), 3600, kubeconfig)
     return token, kubeconfig
 
 

@@ -47,7 +47,7 @@ from ksched.cluster.gauges import GaugeServer
 from ksched.engine.gangs import POD_GROUP_API, POD_GROUP_LABEL
 from ksched.engine.pods import pod_requests
 from ksched.errors import KschedError
-from ksched.loop.client import ApiUnavailableError, Kube, load_configuration
+from ksched.loop.client import ApiUnavailableError, Kube, load_configuration, service_account_kubeconfig
 from ksched.objects import Obj
 
 NS = "chaos"  # pods that name ksched (bare, affinity, gangs, preemptors)
@@ -670,21 +670,8 @@ class Soak:
             "subjects": [{"kind": "ServiceAccount", "name": identity, "namespace": LEASE_NS}],
         }
         self.request("POST", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", body=binding)
-        r = self.api.request(
-            "POST",
-            f"/api/v1/namespaces/{LEASE_NS}/serviceaccounts/{identity}/token",
-            body={
-                "apiVersion": "authentication.k8s.io/v1",
-                "kind": "TokenRequest",
-                "spec": {"expirationSeconds": 86400},
-            },
-        )
-        if not r.ok:
-            raise ChaosError(f"token for {identity}: HTTP {r.status} {r.data[:200]!r}")
-        config = json.loads(Path(state.kubeconfig).read_text())
-        config["users"] = [{"name": "admin", "user": {"token": r.json()["status"]["token"]}}]
         path = directory / f"{identity}.kubeconfig"
-        path.write_text(json.dumps(config))
+        service_account_kubeconfig(self.api, Path(state.kubeconfig), (LEASE_NS, identity), 86400, path)
         return path
 
     def _webhook_configuration(self, replica: Replica) -> None:

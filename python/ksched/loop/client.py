@@ -35,11 +35,13 @@ import ssl
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
 
 import orjson
 import urllib3
+import yaml
 from kubernetes import client, config
 from kubernetes.client.rest import should_bypass_proxies
 
@@ -102,6 +104,30 @@ class RateLimiter:
         wait = self.reserve()
         if wait > 0:
             time.sleep(wait)
+
+
+def service_account_kubeconfig(
+    kube: Kube, kubeconfig: Path, account: tuple[str, str], seconds: int, out: Path
+) -> str:
+    """A token of the ServiceAccount ``account`` (namespace, name), valid ``seconds``, and at
+    ``out`` a copy of ``kubeconfig`` whose users present it instead of their own credentials."""
+    ns, name = account
+    r = kube.request(
+        "POST",
+        f"/api/v1/namespaces/{ns}/serviceaccounts/{name}/token",
+        body={
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {"expirationSeconds": seconds},
+        },
+    )
+    if not r.ok:
+        raise KschedError(f"token for service account {ns}/{name}: HTTP {r.status} {r.data[:200]!r}")
+    token = str(r.json()["status"]["token"])
+    config = yaml.safe_load(kubeconfig.read_text())
+    config["users"] = [{"name": user["name"], "user": {"token": token}} for user in config["users"]]
+    out.write_text(yaml.safe_dump(config))
+    return token
 
 
 def load_configuration(kubeconfig: str | None, pool_size: int) -> client.Configuration:
