@@ -25,6 +25,7 @@ mod pod_level;
 mod preemption;
 pub(crate) mod select;
 mod signature;
+mod spread_ranking;
 mod state;
 #[cfg(test)]
 mod tests;
@@ -36,7 +37,6 @@ use std::time::Instant;
 
 use crate::model::error::{self, EngineError};
 use crate::model::{Classes, Metrics, Nodes, Pods, Profile};
-use crate::plugins::pod_topology_spread;
 use crate::registry::PodLevelKept;
 use carry::Kept;
 pub use carry::ScheduleCache;
@@ -234,7 +234,7 @@ fn schedule_on_this_thread(
     let pod_level_kept = RefCell::new(PodLevelKept::default());
     // A spread pod's totals (`Engine::add_spread_scores`), kept from pod to pod.
     let mut spread_totals: Vec<f64> = Vec::new();
-    let mut spread_scratch = pod_topology_spread::Scratch::default();
+    let mut spread_scratch = spread_ranking::Scratch::default();
     // The call's rankings of spread pods' nodes (`Engine::select_spread`).
     let mut ranked = HashMap::new();
     let mut outcome = Outcome {

@@ -3,31 +3,12 @@
 //! nodes, and their scores added to the pod's totals.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
 
 use super::engine::{Engine, PodView};
-use super::select::Best;
-use super::signature::SignatureCache;
 use super::state::BatchState;
-use crate::model::PluginId;
 use crate::model::PodTable;
-use crate::plugins::{node_affinity, pod_topology_spread, taint_toleration, FEASIBLE};
+use crate::plugins::{node_affinity, taint_toleration, FEASIBLE};
 use crate::registry::{self, PodContext, PodLevelKept, PreFilter, PreScore, POD_FILTERS, POD_SCORERS, POD_SCORES};
-
-/// A signature's `Ranked` nodes for one `ScheduleAnyway` group, kept through a call
-/// (`Engine::select_spread`).
-pub(super) struct Ranking {
-    /// The signature's totals it ranks (`SignatureCache::generation`).
-    generation: u64,
-    ranked: Option<pod_topology_spread::Ranked>,
-    /// The group's pods so far in the call, and the rankings built for them.
-    pods: usize,
-    builds: usize,
-}
-
-/// Pods a ranking must have served, per ranking built, before the next is built:
-/// building one costs about what scoring every node does for a dozen pods.
-const REBUILD_PODS: usize = 16;
 
 /// The pod-level plugins' state for one pod.
 pub(super) struct PodLevel {
@@ -103,7 +84,7 @@ impl<'a> Engine<'a, '_> {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn pod_context<'c>(
+    pub(super) fn pod_context<'c>(
         &'c self,
         table: &'c PodTable<'a>,
         state: &'c BatchState,
@@ -179,95 +160,5 @@ impl<'a> Engine<'a, '_> {
             totals[node] += w as f64;
         }
         out
-    }
-
-    /// `add_pod_level_scores` for a pod whose one pod-level score is PodTopologySpread's
-    /// (the profile's system defaults, or `ScheduleAnyway` constraints, and no inter-pod
-    /// affinity score), over `sig`'s feasible nodes: `sig`'s totals with the spread
-    /// scores added, into `out`, reused from pod to pod. False, and nothing written,
-    /// for any other pod.
-    pub(super) fn add_spread_scores(
-        &self,
-        state: &BatchState,
-        pod: &PodView,
-        pl: &PodLevel,
-        sig: &SignatureCache,
-        out: &mut Vec<f64>,
-        scratch: &mut pod_topology_spread::Scratch,
-    ) -> bool {
-        let (Some(spread), None) = (&pl.prescore.spread, &pl.prescore.affinity) else {
-            return false;
-        };
-        let table = self.pods.table.as_ref().expect("pod level implies a pod table");
-        let include = self.inclusion(table, pod.class);
-        let ctx = self.pod_context(table, state, pod, &state.on_nodes, &state.affine, &include, &|_| false);
-        let weight = self.profile.weight_of(PluginId::PodTopologySpread);
-        let (evals, totals) = (&sig.evals, &sig.totals);
-        // An infeasible node's total is minus infinity, so the evals are read only there.
-        let feasible = |node: usize| totals[node] != f64::NEG_INFINITY || evals[node].feasible;
-        pod_topology_spread::add_scores(spread, &ctx.spread(), weight, feasible, totals, out, scratch);
-        true
-    }
-
-    /// `add_spread_scores` then `select::select` for the same pods, through the
-    /// signature's `Ranked` nodes for its `ScheduleAnyway` group (`ranked`, the
-    /// call's; built here from the group's second pod on where `build`): the best
-    /// node, None where no node is feasible. None for any other pod, where no
-    /// ranking is kept (and none is built), or where a total is not finite.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn select_spread(
-        &self,
-        state: &BatchState,
-        pod: &PodView,
-        pl: &PodLevel,
-        sig: &SignatureCache,
-        ranked: &mut HashMap<(u64, usize), Ranking>,
-        build: bool,
-        tie: impl Fn(usize) -> u64,
-    ) -> Option<Option<Best>> {
-        let (Some(spread), None) = (&pl.prescore.spread, &pl.prescore.affinity) else {
-            return None;
-        };
-        let (evals, totals) = (&sig.evals, &sig.totals);
-        let feasible = |node: usize| totals[node] != f64::NEG_INFINITY || evals[node].feasible;
-        let entry = ranked.entry((sig.id, spread.shape_id())).or_insert_with(|| Ranking {
-            generation: sig.generation,
-            ranked: None,
-            pods: 0,
-            builds: 0,
-        });
-        if entry.generation != sig.generation {
-            // Every total moved (`rescore_all`): the ranking is rebuilt, if it pays.
-            entry.generation = sig.generation;
-            entry.ranked = None;
-        }
-        entry.pods += 1;
-        // Built at the group's second pod (the first may be the only one), and after a
-        // rescore only where the group's pods so far paid for the builds before.
-        if entry.ranked.is_none() && build && entry.pods >= 2 && entry.pods >= REBUILD_PODS * entry.builds {
-            let new = pod_topology_spread::Ranked::new(spread, feasible, totals, sig.generation, state.log.len());
-            entry.ranked = Some(new);
-            entry.builds += 1;
-        }
-        let ranking = entry.ranked.as_mut()?;
-        debug_assert!(ranking.fits(spread, sig.generation));
-        let table = self.pods.table.as_ref().expect("pod level implies a pod table");
-        let include = self.inclusion(table, pod.class);
-        let ctx = self.pod_context(table, state, pod, &state.on_nodes, &state.affine, &include, &|_| false);
-        let weight = self.profile.weight_of(PluginId::PodTopologySpread);
-        let best = ranking
-            .select(spread, &ctx.spread(), weight, feasible, totals, &state.log, &tie)
-            .ok()?
-            .map(|(node, total, tie)| Best { node, total, tie });
-        #[cfg(debug_assertions)]
-        {
-            // Every node scored, as `add_spread_scores` and `select` do.
-            let (mut out, mut scratch) = (Vec::new(), pod_topology_spread::Scratch::default());
-            pod_topology_spread::add_scores(spread, &ctx.spread(), weight, feasible, totals, &mut out, &mut scratch);
-            let want = super::select::select(&out, sig.feasible, &tie);
-            let key = |b: Option<Best>| b.map(|b| (b.node, b.total.to_bits(), b.tie));
-            assert_eq!(key(best), key(want), "ranked selection differs from scoring every node");
-        }
-        Some(best)
     }
 }

@@ -6,6 +6,7 @@ mod classes;
 mod nodes;
 mod pod_table;
 mod pods;
+mod spread;
 mod victims;
 mod volumes;
 
@@ -13,5 +14,6 @@ pub use classes::*;
 pub use nodes::*;
 pub use pod_table::*;
 pub use pods::*;
+pub use spread::*;
 pub use victims::*;
 pub use volumes::*;

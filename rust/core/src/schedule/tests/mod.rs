@@ -4,6 +4,7 @@
 mod carry;
 mod nominated;
 mod preemption;
+mod spread_ranking;
 mod volumes;
 
 use super::*;
