@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
+from ksched.bench.sidebyside import WORKLOADS, percentile
 from ksched.cluster.build import missing_binaries
-from ksched.commands.sidebyside import WORKLOADS, percentile
 from tests.integration.helpers import unavailable
 
 pytestmark = pytest.mark.cluster

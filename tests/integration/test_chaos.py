@@ -14,8 +14,8 @@ import sys
 
 import pytest
 
+from ksched.bench.chaos import FAULT_KINDS
 from ksched.cluster.build import missing_binaries
-from ksched.commands.chaos import FAULT_KINDS
 from tests.integration.helpers import unavailable
 
 pytestmark = pytest.mark.cluster

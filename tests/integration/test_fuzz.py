@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pytest
 
+from ksched.bench.fuzz import FuzzReport, malformed_requests, run_fuzz
 from ksched.cluster import local
-from ksched.commands.fuzz import FuzzReport, malformed_requests, run_fuzz
+from ksched.commands.cli import main
 
 pytestmark = pytest.mark.cluster
 
@@ -16,7 +17,7 @@ LIVE = 600
 
 
 def test_fuzz_finds_no_defect(cluster: local.ClusterState) -> None:
-    report: FuzzReport = run_fuzz(SPECS, seed=7, live=LIVE, state=cluster)
+    report: FuzzReport = run_fuzz(SPECS, seed=7, live=LIVE, state=cluster, cli=main)
     print(report.render())
     # Nothing raised, hung or died: the loop stayed up, every accepted pod has an outcome,
     # the webhook never answered 5xx or nothing, simulate never escaped with a traceback.

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ksched.commands.chaos import EVICTING_CLIENTS, NS, _deleter_kind, first_deleters, read_audit
+from ksched.bench.chaos import EVICTING_CLIENTS, NS, _deleter_kind, first_deleters, read_audit
 
 
 def _event(verb: str, code: int, user: str, name: str, sub: str = "", **extra: Any) -> str:

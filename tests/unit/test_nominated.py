@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from ksched.commands.bench import run_preemption_bench
+from ksched.bench.engine import run_preemption_bench
 from ksched.config import Config
 from ksched.engine import Engine, Placement
 from ksched.engine.snapshot import build_snapshot

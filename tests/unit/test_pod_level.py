@@ -295,7 +295,7 @@ def test_the_preferred_spread_workloads_pods_spread_over_zones_within_one_call()
     thirds of them in the big zone."""
     from collections import Counter
 
-    from ksched.commands.bench import perf_nodes, perf_pod
+    from ksched.bench.engine import perf_nodes, perf_pod
 
     nodes = perf_nodes(60)
     for i, n in enumerate(nodes):

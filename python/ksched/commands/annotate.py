@@ -7,8 +7,10 @@ listed for every node (``-`` where a node has none).
 
 from __future__ import annotations
 
+import argparse
 import math
 
+from ksched.commands.exit_codes import EXIT_OK
 from ksched.errors import KschedError
 from ksched.loop.client import Kube, load_configuration
 
@@ -53,3 +55,25 @@ def annotate(kubeconfig: str | None, key: str, pairs: list[str]) -> list[tuple[s
         annotations = n["metadata"].get("annotations") or {}
         rows.append((n["metadata"]["name"], str(annotations.get(key, "-"))))
     return sorted(rows)
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    a = sub.add_parser(
+        "annotate",
+        help="set, remove or list a per-node annotation metric such as a price",
+        description="NODE=VALUE sets, NODE- removes; then every node's value is listed. "
+        "Example: ksched annotate kwok-node-00000=0.12 kwok-node-00001=0.40",
+    )
+    a.add_argument("assignments", nargs="*", metavar="NODE=VALUE|NODE-")
+    a.add_argument("--key", default="ksched.io/price", help="annotation key (default ksched.io/price)")
+    a.add_argument("--kubeconfig")
+    a.set_defaults(func=_annotate)
+
+
+def _annotate(args: argparse.Namespace) -> int:
+    rows = annotate(args.kubeconfig, args.key, args.assignments)
+    width = max((len(n) for n, _ in rows), default=4)
+    print(f"{'NODE':<{width}}  {args.key}")
+    for node, value in rows:
+        print(f"{node:<{width}}  {value}")
+    return EXIT_OK

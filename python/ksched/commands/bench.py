@@ -1,522 +1,245 @@
-"""``ksched bench``: in-process throughput of the engine on a synthetic cluster.
+"""``ksched bench``: its arguments, and which harness of :mod:`ksched.bench` they run.
 
-Builds a reproducible cluster (zones, instance types, labels, taints, GPU
-nodes, existing pods, two metrics) and pending pods with mixed constraints,
-then schedules them in batches through :class:`ksched.engine.Engine`, the
-code path ``ksched run`` uses. Prints figures; never asserts timings.
+Without a mode flag the engine's in-process throughput (:mod:`ksched.bench.engine`);
+``--cluster`` the side by side on a local control plane (:mod:`ksched.bench.sidebyside`);
+``--chaos`` the soak under faults (:mod:`ksched.bench.chaos`); ``--fuzz`` the fuzzer
+(:mod:`ksched.bench.fuzz`). This module parses and prints; the harnesses measure.
 """
 
 from __future__ import annotations
 
-import gc
-import random
-import resource
+import argparse
+import functools
+import json
 import sys
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-import numpy as np
+from ksched.commands.exit_codes import EXIT_OK, EXIT_UNPLACED, EXIT_VIOLATED
 
-from ksched.config import Config, MetricConfig
-from ksched.engine import Engine, commit_placements
-from ksched.engine.snapshot import Snapshot, build_snapshot, remove_usage
-from ksched.objects import Obj
-
-INSTANCE_TYPES = (
-    ("m5.xlarge", "4", "16Gi"),
-    ("m5.2xlarge", "8", "32Gi"),
-    ("c5.4xlarge", "16", "32Gi"),
-    ("r5.2xlarge", "8", "64Gi"),
-)
-ZONES = ("us-east-1a", "us-east-1b", "us-east-1c", "us-east-1d")
-BENCH_METRICS = (
-    MetricConfig(
-        name="cpu_utilization",
-        source="prometheus",
-        query="node_cpu_utilization",
-        prefer="lower",
-        above=0.9,
-        weight=2.0,
-    ),
-    MetricConfig(name="price", source="annotation", annotation="ksched.io/price", prefer="lower", weight=1.0),
-)
-# The reference is O(pods x nodes) in Python; this size takes it a few seconds.
-REFERENCE_NODES = 200
-REFERENCE_PODS = 100
-PROGRESS_AFTER_S = 2.0
+if TYPE_CHECKING:
+    from ksched.bench.engine import RunFigures
 
 
-def synthetic_nodes(n: int, rng: random.Random) -> list[Obj]:
-    nodes = []
-    for i in range(n):
-        itype, cpu, mem = INSTANCE_TYPES[i % len(INSTANCE_TYPES)]
-        name = f"node-{i:05d}"
-        alloc = {"cpu": cpu, "memory": mem, "pods": "110", "ephemeral-storage": "100Gi"}
-        taints = []
-        if i % 20 == 0:
-            alloc["nvidia.com/gpu"] = "4"
-            taints.append({"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"})
-        elif i % 17 == 0:
-            taints.append({"key": "spot", "value": "true", "effect": "PreferNoSchedule"})
-        nodes.append(
-            {
-                "kind": "Node",
-                "metadata": {
-                    "name": name,
-                    "labels": {
-                        "kubernetes.io/hostname": name,
-                        "topology.kubernetes.io/zone": ZONES[i % len(ZONES)],
-                        "topology.kubernetes.io/region": "us-east-1",
-                        "node.kubernetes.io/instance-type": itype,
-                        "kubernetes.io/arch": "amd64",
-                        "kubernetes.io/os": "linux",
-                    },
-                    "annotations": {"ksched.io/price": f"{rng.uniform(0.05, 1.5):.3f}"},
-                },
-                "spec": {"taints": taints},
-                "status": {"allocatable": alloc},
-            }
+def add_parser(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], cli: Callable[[list[str]], int]
+) -> None:
+    """``ksched bench``; ``cli`` is the command line's entry, which ``--fuzz`` runs ``simulate`` through."""
+    b = sub.add_parser(
+        "bench",
+        help="measure engine throughput in process, or (--cluster) ksched beside kube-scheduler and a "
+        "null binder on a local control plane",
+        description="Without --cluster: a synthetic cluster, no API server. With --cluster: a local real "
+        "control plane with N KWOK nodes where a null binder (the API server's ceiling), kube-scheduler "
+        "and ksched run in turn on the same workloads; per scheduler and workload it prints backlog "
+        "drain pods/s, p50/p99 create-to-bind latency at a steady rate, CPU ms per pod, peak RSS and "
+        "over-committed nodes, and writes results.json, table.md and bound-over-time.png under --out. "
+        "With --chaos: a soak of two leader-elected ksched replicas under faults (see --chaos). "
+        "With --fuzz: mutated pod specs through a local control plane (KWOK nodes, ksched run and its "
+        "webhook) and simulate, and malformed AdmissionReviews at the webhook; any defect exits 1. "
+        "Examples: ksched bench --nodes 5000 --pods 10000; ksched bench --chaos --nodes 2000 --minutes 10 --seed 1; "
+        "ksched bench --fuzz --specs 10000 --seed 1; "
+        "ksched bench --cluster --nodes 1000 --workloads bare,replicaset --ksched before=/opt/old/bin/ksched",
+    )
+    b.add_argument("--nodes", type=int, help="nodes (default 5000; with --chaos 2000)")
+    b.add_argument(
+        "--pods",
+        type=int,
+        default=None,
+        help="pending pods (default 10000; with --cluster: backlog pods per workload, default --nodes)",
+    )
+    b.add_argument("--existing", type=int, default=0, help="pods already bound (default 0)")
+    b.add_argument("--seed", type=int, default=1)
+    b.add_argument("--batch-size", type=int, default=512)
+    b.add_argument("--no-reference", action="store_true", help="skip the pure-Python reference comparison")
+    b.add_argument("--json", action="store_true", help="print figures as JSON (key pods_per_s)")
+    b.add_argument(
+        "--workload",
+        choices=("mixed", "anti-affinity", "preferred-affinity", "spread", "preferred-spread", "preemption"),
+        default="mixed",
+        help="mixed (default): node-level constraints and metrics; the others mirror kube-scheduler's "
+        "scheduler_perf cases (required anti-affinity, preferred affinity, topology spread, "
+        "preferred topology spread, PreemptionBasic)",
+    )
+    b.add_argument(
+        "--scale",
+        type=float,
+        default=1.0,
+        help="pod-level and preemption workloads: multiply their pod counts (default 1)",
+    )
+    cl = b.add_argument_group("side by side on a local control plane (--cluster)")
+    cl.add_argument(
+        "--cluster", action="store_true", help="run the side-by-side benchmark on a local control plane"
+    )
+    cl.add_argument(
+        "--workloads",
+        default="bare,replicaset,anti-affinity,spread,metrics",
+        help="comma-separated, from bare, replicaset, anti-affinity, spread, metrics (default: all)",
+    )
+    cl.add_argument(
+        "--schedulers",
+        default="null-binder,kube-scheduler,ksched",
+        help="comma-separated, from null-binder, kube-scheduler, ksched (default: all three)",
+    )
+    cl.add_argument(
+        "--ksched",
+        action="append",
+        default=[],
+        metavar="LABEL=COMMAND",
+        help="also run another ksched command (say an older build's venv/bin/ksched) under LABEL; repeatable",
+    )
+    cl.add_argument(
+        "--rate",
+        type=float,
+        help="steady phase: pods created per second (default 50; with --chaos: arrivals, default 10)",
+    )
+    cl.add_argument(
+        "--steady-pods",
+        type=int,
+        default=1000,
+        help="steady phase: pods per workload (default 1000; 0 skips it)",
+    )
+    cl.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="run each workload this many times per scheduler, every other round in reverse order; "
+        "the summary gives the medians, and p50/p99 of every round's steady pods together (default 1)",
+    )
+    cl.add_argument(
+        "--node-lease-seconds",
+        type=int,
+        default=86400,
+        help="KWOK's node Lease duration, renewed every quarter of it (default a day: a kubelet's 40 s "
+        "renews 5,000 nodes' Leases 500 times a second, most of a 2-core machine, in every scheduler's drain)",
+    )
+    cl.add_argument(
+        "--stall", type=float, default=60.0, help="give up on a phase after this many seconds without a bind"
+    )
+    cl.add_argument(
+        "--out", default="ksched-bench-cluster", help="directory for results.json, table.md, the PNG and logs"
+    )
+    ch = b.add_argument_group("chaos soak (--chaos)")
+    ch.add_argument(
+        "--chaos",
+        action="store_true",
+        help="a soak of two leader-elected ksched replicas on a local control plane of its own "
+        "under seeded, overlapping faults; checks the invariants at the end (exit 1 if one fails)",
+    )
+    ch.add_argument("--minutes", type=float, default=10.0, help="how long pods arrive (default 10)")
+    fz = b.add_argument_group("fuzzer (--fuzz)")
+    fz.add_argument(
+        "--fuzz",
+        action="store_true",
+        help="mutated pod specs through a local control plane (API server, ksched run, its webhook) "
+        "and simulate, malformed AdmissionReviews at the webhook; exit 1 on any defect",
+    )
+    fz.add_argument("--specs", type=int, default=10000, help="pod specs generated (default 10000)")
+    fz.add_argument(
+        "--live",
+        type=int,
+        help="how many of the specs go through the API server (default all; 0: simulate only)",
+    )
+    # Every mode but the in-process one starts a control plane and schedulers and tears them down.
+    b.set_defaults(func=functools.partial(_bench, cli=cli), tears_down=True)
+
+
+def _bench(args: argparse.Namespace, cli: Callable[[list[str]], int]) -> int:
+    from ksched.bench.engine import PREEMPTION, run_bench, run_pod_level_bench, run_preemption_bench
+
+    if args.chaos:
+        return _chaos(args)
+    if args.fuzz:
+        from ksched.bench.fuzz import run_fuzz
+
+        report = run_fuzz(args.specs, args.seed, args.live, cli=cli)
+        print(json.dumps(report.as_json(), indent=2) if args.json else report.render())
+        return EXIT_UNPLACED if report.defect_count else EXIT_OK
+    if args.nodes is None:
+        args.nodes = 5000
+    if args.cluster:
+        from ksched.bench import sidebyside
+
+        return sidebyside.main(
+            nodes=args.nodes,
+            pods=args.pods if args.pods is not None else args.nodes,
+            workloads=[w.strip() for w in args.workloads.split(",") if w.strip()],
+            schedulers=[s.strip() for s in args.schedulers.split(",") if s.strip()],
+            extra=args.ksched,
+            rate=args.rate if args.rate is not None else 50.0,
+            steady_pods=args.steady_pods,
+            out=args.out,
+            stall_s=args.stall,
+            as_json=args.json,
+            rounds=args.rounds,
+            node_lease_s=args.node_lease_seconds,
         )
-    return nodes
+    if args.pods is None:
+        args.pods = 10000
+    if args.workload != "mixed":
+        if args.workload == PREEMPTION:
+            w = run_preemption_bench(args.nodes, args.seed, args.batch_size, args.scale)
+        else:
+            w = run_pod_level_bench(args.workload, args.nodes, args.seed, args.batch_size, args.scale)
+        if args.json:
+            print(json.dumps(w.as_json(), indent=2))
+            return EXIT_OK
+        print(
+            f"ksched bench --workload {w.workload}: {w.nodes} nodes, {w.init_pods} pods placed first, "
+            f"{w.pods} timed, batch {args.batch_size}"
+        )
+        _print_run_figures(w, w.pods)
+        if w.threshold is not None:
+            print(f"  kube-scheduler  scheduler_perf threshold at this size: {w.threshold:g} pods/s")
+        return EXIT_OK
 
-
-def _pod(name: str, cpu: str, mem: str, **spec: Any) -> Obj:
-    return {
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": "bench"},
-        "spec": {
-            "schedulerName": "ksched",
-            "containers": [
-                {"name": "app", "image": "app", "resources": {"requests": {"cpu": cpu, "memory": mem}}}
-            ],
-            **spec,
-        },
-    }
-
-
-def synthetic_pending(p: int, rng: random.Random, prefix: str = "pod") -> list[Obj]:
-    pods = []
-    for i in range(p):
-        kind = i % 10
-        cpu = rng.choice(("100m", "250m", "500m", "1"))
-        mem = rng.choice(("128Mi", "256Mi", "512Mi", "1Gi"))
-        spec: dict[str, Any] = {}
-        if kind == 1:
-            spec["nodeSelector"] = {"topology.kubernetes.io/zone": ZONES[i % len(ZONES)]}
-        elif kind == 2:
-            spec["affinity"] = {
-                "nodeAffinity": {
-                    "requiredDuringSchedulingIgnoredDuringExecution": {
-                        "nodeSelectorTerms": [
-                            {
-                                "matchExpressions": [
-                                    {
-                                        "key": "node.kubernetes.io/instance-type",
-                                        "operator": "In",
-                                        "values": ["m5.2xlarge", "r5.2xlarge"],
-                                    }
-                                ]
-                            }
-                        ]
-                    }
-                }
-            }
-        elif kind == 3:
-            spec["affinity"] = {
-                "nodeAffinity": {
-                    "preferredDuringSchedulingIgnoredDuringExecution": [
-                        {
-                            "weight": 50,
-                            "preference": {
-                                "matchExpressions": [
-                                    {
-                                        "key": "topology.kubernetes.io/zone",
-                                        "operator": "In",
-                                        "values": [ZONES[0]],
-                                    }
-                                ]
-                            },
-                        }
-                    ]
-                }
-            }
-        elif kind == 4:
-            spec["tolerations"] = [{"key": "spot", "operator": "Exists", "effect": "PreferNoSchedule"}]
-        elif kind == 5 and i % 20 == 5:
-            spec["tolerations"] = [{"key": "nvidia.com/gpu", "operator": "Exists"}]
-            pod = _pod(f"{prefix}-{i:06d}", cpu, mem, **spec)
-            pod["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] = "1"
-            pods.append(pod)
-            continue
-        pods.append(_pod(f"{prefix}-{i:06d}", cpu, mem, **spec))
-    return pods
-
-
-def synthetic_existing(e: int, nodes: list[Obj], rng: random.Random) -> list[Obj]:
-    out = []
-    for i in range(e):
-        pod = _pod(f"existing-{i:06d}", rng.choice(("100m", "200m", "500m")), rng.choice(("128Mi", "512Mi")))
-        pod["spec"]["nodeName"] = nodes[rng.randrange(len(nodes))]["metadata"]["name"]
-        out.append(pod)
-    return out
-
-
-def synthetic_cpu_utilization(n: int, rng: random.Random) -> np.ndarray[Any, np.dtype[np.float64]]:
-    return np.array(
-        [rng.uniform(0.05, 0.98) if rng.random() > 0.02 else np.nan for _ in range(n)], dtype=np.float64
+    f = run_bench(
+        args.nodes, args.pods, args.existing, args.seed, args.batch_size, with_reference=not args.no_reference
     )
-
-
-@dataclass
-class _Run:
-    snapshot: Snapshot
-    placed: int
-    seconds: float
-    # Of ``seconds``: inside the Rust engine, and in Python around it (see BatchResult);
-    # the rest is committing each batch's placements to the node table.
-    rust_s: float
-    python_s: float
-    latencies_s: list[float]
-    # Pods attempted (the throughput counts every attempt, placed or not).
-    attempted: int
-
-    def percentile_ms(self, q: float) -> float:
-        return float(np.percentile(np.array(self.latencies_s) * 1000, q))
-
-    def figures(self) -> dict[str, Any]:
-        """The figures both bench kinds print."""
-        pods = self.attempted
-        return {
-            "placed": self.placed,
-            "seconds": self.seconds,
-            "pods_per_s": pods / self.seconds if self.seconds else float("inf"),
-            "batch_p50_ms": self.percentile_ms(50),
-            "batch_p99_ms": self.percentile_ms(99),
-            "rust_seconds": self.rust_s,
-            "python_seconds": self.python_s,
-            "rust_share": self.rust_s / self.seconds if self.seconds else 0.0,
-            "python_share": self.python_s / self.seconds if self.seconds else 0.0,
-            "peak_rss_mib": _peak_rss_mib(),
-        }
-
-
-def _peak_rss_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def _as_run_starts() -> None:
-    """What ``ksched run`` does once its node table is built, before it schedules (see
-    ``loop.run``): the objects alive now (there the informers' stores and the node table,
-    here the nodes, the pods and the node table) are frozen out of the cyclic collector."""
-    gc.freeze()
-
-
-def _place_in_batches(
-    engine: Engine,
-    snapshot: Snapshot,
-    pods: list[Obj],
-    batch_size: int,
-    matrix: np.ndarray[Any, np.dtype[np.float64]] | None,
-    metrics: tuple[()] | None,
-    progress: bool,
-) -> _Run:
-    """Schedule ``pods`` batch by batch, each batch seeing the earlier ones' placements
-    (as in ``ksched run``), timing every batch."""
-    placed, latencies, rust_s, python_s = 0, [], 0.0, 0.0
-    started = time.perf_counter()
-    for lo in range(0, len(pods), batch_size):
-        t0 = time.perf_counter()
-        result = engine.schedule(snapshot, pods[lo : lo + batch_size], matrix, metrics=metrics)
-        placed += sum(1 for p in result.placements if p.node is not None)
-        snapshot = commit_placements(snapshot, result.placements)
-        latencies.append(time.perf_counter() - t0)
-        rust_s += result.rust_seconds
-        python_s += result.python_seconds
-        if progress:
-            _progress(min(lo + batch_size, len(pods)), len(pods), started)
-    return _Run(snapshot, placed, time.perf_counter() - started, rust_s, python_s, latencies, len(pods))
-
-
-@dataclass
-class RunFigures:
-    """The figures both bench kinds print, from :meth:`_Run.figures`."""
-
-    placed: int
-    seconds: float
-    pods_per_s: float
-    batch_p50_ms: float
-    batch_p99_ms: float
-    rust_seconds: float
-    python_seconds: float
-    rust_share: float
-    python_share: float
-    peak_rss_mib: float
-
-    def as_json(self) -> dict[str, Any]:
-        return dict(self.__dict__)
-
-
-@dataclass(kw_only=True)
-class BenchFigures(RunFigures):
-    nodes: int
-    pods: int
-    existing: int
-    reference_speedup: float | None
-    reference_workload: str
-
-
-def _progress(done: int, total: int, started: float) -> None:
-    if time.perf_counter() - started < PROGRESS_AFTER_S:
-        return
-    width = 30
-    filled = int(width * done / max(total, 1))
-    sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} pods")
-    if done == total:
-        sys.stderr.write("\n")
-    sys.stderr.flush()
-
-
-def reference_speedup(seed: int) -> float:
-    """Speed-up of the engine over the pure-Python reference on a small workload.
-
-    Both sides are timed from the same objects to the same verdicts: parsing the
-    nodes (the reference's node table, the engine's ``build_snapshot``), reading
-    the metric values, parsing and placing the pods."""
-    from ksched.engine import reference
-
-    rng = random.Random(seed)
-    nodes = synthetic_nodes(REFERENCE_NODES, rng)
-    pending = synthetic_pending(REFERENCE_PODS, rng)
-    config = Config(metrics=BENCH_METRICS)
-    util = synthetic_cpu_utilization(len(nodes), rng)
-    values = {
-        n["metadata"]["name"]: {
-            "cpu_utilization": float(util[i]),
-            "price": float(n["metadata"]["annotations"]["ksched.io/price"]),
-        }
-        for i, n in enumerate(nodes)
-    }
-    started = time.perf_counter()
-    reference.schedule(nodes, [], pending, config, values, seed)
-    ref_s = time.perf_counter() - started
-    engine = Engine(config, seed=seed)
-    started = time.perf_counter()
-    snapshot = build_snapshot(nodes, [])
-    matrix = np.array([[values[n]["cpu_utilization"], values[n]["price"]] for n in snapshot.node_names])
-    engine.schedule(snapshot, pending, matrix)
-    return ref_s / (time.perf_counter() - started)
-
-
-def run_bench(
-    nodes: int, pods: int, existing: int, seed: int, batch_size: int = 512, with_reference: bool = True
-) -> BenchFigures:
-    rng = random.Random(seed)
-    node_objs = synthetic_nodes(nodes, rng)
-    existing_objs = synthetic_existing(existing, node_objs, rng)
-    pending = synthetic_pending(pods, rng)
-    config = Config(metrics=BENCH_METRICS)
-    engine = Engine(config, seed=seed)
-    snapshot = build_snapshot(node_objs, existing_objs)
-    util = synthetic_cpu_utilization(nodes, rng)
-    price = np.array([float(n["metadata"]["annotations"]["ksched.io/price"]) for n in node_objs])
-    matrix = np.stack([util, price], axis=1)
-    _as_run_starts()
-    run = _place_in_batches(engine, snapshot, pending, batch_size, matrix, None, progress=True)
-    return BenchFigures(
-        nodes=nodes,
-        pods=pods,
-        existing=existing,
-        **run.figures(),
-        reference_speedup=reference_speedup(seed) if with_reference else None,
-        reference_workload=f"{REFERENCE_NODES} nodes x {REFERENCE_PODS} pods",
+    if args.json:
+        print(json.dumps(f.as_json(), indent=2))
+        return EXIT_OK
+    print(
+        f"ksched bench: {f.nodes} nodes, {f.pods} pending pods, {f.existing} existing pods, batch {args.batch_size}"
     )
+    _print_run_figures(f, f.pods)
+    if f.reference_speedup is not None:
+        print(
+            f"  vs reference    {f.reference_speedup:.0f}x faster than the pure-Python reference ({f.reference_workload})"
+        )
+    return EXIT_OK
 
 
-# -- pod-level workloads, shaped like kube-scheduler's scheduler_perf ----------
-#
-# Each mirrors a scheduler_perf test case at 5,000 nodes (nodes of 4 cpu,
-# 32Gi, 110 pods; pods of 100m / 500Mi): ``initPods`` are placed first
-# (not timed), then ``measurePods`` are timed. The thresholds are the ones
-# the ksched issue quotes for kube-scheduler at this size.
-POD_LEVEL_WORKLOADS = {
-    # SchedulingPodAntiAffinity/5000Nodes_2000Pods
-    "anti-affinity": {"init": 1000, "measure": 2000, "threshold": 60.0},
-    # SchedulingPreferredPodAffinity/5000Nodes_5000Pods
-    "preferred-affinity": {"init": 5000, "measure": 5000, "threshold": 90.0},
-    # TopologySpreading/5000Nodes_5000Pods
-    "spread": {"init": 5000, "measure": 5000, "threshold": 460.0},
-    # PreferredTopologySpreading/5000Nodes_5000Pods: the same pods with ScheduleAnyway,
-    # scored rather than filtered, as a ReplicaSet's pods are by default spreading. The
-    # issue quotes no threshold; this is the one in v1.36's performance-config.yaml.
-    "preferred-spread": {"init": 5000, "measure": 5000, "threshold": 125.0},
-}
-PREEMPTION = "preemption"
-WORKLOADS = ("mixed", *POD_LEVEL_WORKLOADS, PREEMPTION)
-PERF_ZONES = ("moon-1", "moon-2", "moon-3")
+def _chaos(args: argparse.Namespace) -> int:
+    from ksched.bench.chaos import render, run_chaos
 
+    def progress(line: str) -> None:
+        print(f"[chaos {time.strftime('%H:%M:%S')}] {line}", file=sys.stderr, flush=True)
 
-def perf_nodes(n: int) -> list[Obj]:
-    return [
-        {
-            "kind": "Node",
-            "metadata": {
-                "name": f"scheduler-perf-{i:05d}",
-                "labels": {
-                    "kubernetes.io/hostname": f"scheduler-perf-{i:05d}",
-                    "topology.kubernetes.io/zone": PERF_ZONES[i % len(PERF_ZONES)],
-                },
-            },
-            "status": {"allocatable": {"cpu": "4", "memory": "32Gi", "pods": "110"}},
-        }
-        for i in range(n)
-    ]
-
-
-def perf_pod(workload: str, name: str, namespace: str, measured: bool) -> Obj:
-    pod = _pod(name, "100m", "500Mi")
-    pod["metadata"]["namespace"] = namespace
-    term = {"topologyKey": "kubernetes.io/hostname", "namespaces": ["sched-1", "sched-0"]}
-    if workload == "anti-affinity":
-        pod["metadata"]["labels"] = {"color": "green"}
-        pod["spec"]["affinity"] = {
-            "podAntiAffinity": {
-                "requiredDuringSchedulingIgnoredDuringExecution": [
-                    {"labelSelector": {"matchLabels": {"color": "green"}}, **term}
-                ]
-            }
-        }
-    elif workload == "preferred-affinity":
-        pod["metadata"]["labels"] = {"color": "red"}
-        pod["spec"]["affinity"] = {
-            "podAffinity": {
-                "preferredDuringSchedulingIgnoredDuringExecution": [
-                    {
-                        "weight": 1,
-                        "podAffinityTerm": {"labelSelector": {"matchLabels": {"color": "red"}}, **term},
-                    }
-                ]
-            }
-        }
-    elif workload in ("spread", "preferred-spread") and measured:
-        pod["metadata"]["labels"] = {"color": "blue"}
-        pod["spec"]["topologySpreadConstraints"] = [
-            {
-                "maxSkew": 5,
-                "topologyKey": "topology.kubernetes.io/zone",
-                "whenUnsatisfiable": "DoNotSchedule" if workload == "spread" else "ScheduleAnyway",
-                "labelSelector": {"matchLabels": {"color": "blue"}},
-            }
-        ]
-    return pod
-
-
-@dataclass(kw_only=True)
-class PodLevelFigures(RunFigures):
-    workload: str
-    nodes: int
-    init_pods: int
-    pods: int
-    # scheduler_perf's threshold for kube-scheduler at this size (None: it has none).
-    threshold: float | None
-
-
-def run_pod_level_bench(
-    workload: str, nodes: int, seed: int, batch_size: int = 512, scale: float = 1.0
-) -> PodLevelFigures:
-    """A scheduler_perf-shaped workload: place the init pods, then time the measured ones."""
-    spec = POD_LEVEL_WORKLOADS[workload]
-    init, measure = int(spec["init"] * scale), int(spec["measure"] * scale)
-    engine = Engine(Config(), seed=seed)
-    snapshot = build_snapshot(perf_nodes(nodes), [])
-    init_pods = [perf_pod(workload, f"init-{i:06d}", "sched-0", False) for i in range(init)]
-    snapshot = _place_in_batches(engine, snapshot, init_pods, batch_size, None, (), progress=False).snapshot
-    pods = [perf_pod(workload, f"pod-{i:06d}", "sched-1", True) for i in range(measure)]
-    _as_run_starts()
-    run = _place_in_batches(engine, snapshot, pods, batch_size, None, (), progress=True)
-    return PodLevelFigures(
-        workload=workload,
-        nodes=nodes,
-        init_pods=init,
-        pods=measure,
-        **run.figures(),
-        threshold=float(spec["threshold"]),
+    f = run_chaos(
+        2000 if args.nodes is None else args.nodes,
+        args.minutes,
+        10.0 if args.rate is None else args.rate,
+        args.seed,
+        progress,
     )
+    if args.json:
+        print(json.dumps(f.as_json(), indent=2))
+    else:
+        print(render(f))
+    return EXIT_OK if f.ok() else EXIT_VIOLATED
 
 
-# -- preemption, shaped like scheduler_perf's PreemptionBasic/5000Nodes ---------
-#
-# 4 low-priority pods of 900m / 500Mi on every node (20,000 at 5,000 nodes,
-# bound from the start), then 5,000 pods of priority 10 and 3 cpu, timed: each
-# fits nowhere, preempts (a dry run on the sampled candidate nodes), its
-# victims go as their deletion would, and the next batch places it on its
-# nominated node. scheduler_perf sets no threshold for this size (its 5000Nodes
-# case is disabled upstream).
-PREEMPTION_INIT_PER_NODE = 4
-PREEMPTION_MEASURE_PER_NODE = 1.0
-
-
-def preemption_pod(name: str, namespace: str, high: bool) -> Obj:
-    """scheduler_perf's pod-low-priority.yaml / pod-high-priority.yaml."""
-    pod = _pod(name, "3" if high else "900m", "500Mi")
-    pod["metadata"]["namespace"] = namespace
-    pod["spec"]["priority"] = 10 if high else 0
-    return pod
-
-
-def _evict(snapshot: Snapshot, keys: Sequence[str]) -> None:
-    """The victims' deletion as the watch would report it: no longer counted on their nodes."""
-    table = snapshot.pods
-    for key in keys:
-        row = table.rows.get(key)
-        if row is None:
-            continue
-        remove_usage(snapshot, int(table.node[row]), table.evictable[row].requests)
-        table.remove(key)
-
-
-def run_preemption_bench(nodes: int, seed: int, batch_size: int = 512, scale: float = 1.0) -> PodLevelFigures:
-    """PreemptionBasic: every measured pod preempts, then lands where it was nominated."""
-    node_objs = perf_nodes(nodes)
-    init = [
-        {
-            **preemption_pod(f"low-{i:06d}", "sched-0", high=False),
-            "status": {"phase": "Running", "startTime": "2026-01-01T00:00:00Z"},
-        }
-        for i in range(nodes * PREEMPTION_INIT_PER_NODE)
-    ]
-    for i, pod in enumerate(init):
-        pod["spec"]["nodeName"] = node_objs[i // PREEMPTION_INIT_PER_NODE]["metadata"]["name"]
-    snapshot = build_snapshot(node_objs, init)
-    engine = Engine(Config(), seed=seed)
-    measure = int(nodes * PREEMPTION_MEASURE_PER_NODE * scale)
-    pods = [preemption_pod(f"pod-{i:06d}", "sched-1", high=True) for i in range(measure)]
-    placed, latencies, rust_s, python_s = 0, [], 0.0, 0.0
-    _as_run_starts()
-    started = time.perf_counter()
-    waiting: list[Obj] = []
-    for lo in range(0, len(pods) + batch_size, batch_size):
-        # Pods nominated by the previous batch (their victims gone) go first, as the queue orders them.
-        batch = waiting + pods[lo : lo + batch_size]
-        if not batch:
-            break
-        t0 = time.perf_counter()
-        result = engine.schedule(snapshot, batch, None, metrics=())
-        by_key = {f"{p['metadata']['namespace']}/{p['metadata']['name']}": p for p in batch}
-        waiting = []
-        for placement in result.placements:
-            if placement.nominated_node is not None:
-                _evict(snapshot, placement.victims)
-                pod = by_key[placement.pod]
-                waiting.append({**pod, "status": {"nominatedNodeName": placement.nominated_node}})
-        placed += sum(1 for p in result.placements if p.node is not None)
-        snapshot = commit_placements(snapshot, result.placements)
-        latencies.append(time.perf_counter() - t0)
-        rust_s += result.rust_seconds
-        python_s += result.python_seconds
-        _progress(min(lo + batch_size, len(pods)), len(pods), started)
-    run = _Run(snapshot, placed, time.perf_counter() - started, rust_s, python_s, latencies, measure)
-    return PodLevelFigures(
-        workload=PREEMPTION, nodes=nodes, init_pods=len(init), pods=measure, **run.figures(), threshold=None
+def _print_run_figures(f: RunFigures, pods: int) -> None:
+    print(f"  placed          {f.placed}/{pods}")
+    print(f"  throughput      {f.pods_per_s:,.0f} pods/s ({f.seconds:.2f} s)")
+    print(f"  batch latency   p50 {f.batch_p50_ms:.1f} ms, p99 {f.batch_p99_ms:.1f} ms")
+    print(f"  Rust engine     {f.rust_seconds:.2f} s ({f.rust_share:.0%}): inside ksched._core.schedule")
+    print(
+        f"  Python          {f.python_seconds:.2f} s ({f.python_share:.0%}): parsing pods, compiling the engine's "
+        "inputs, reading its results"
     )
+    rest = max(0.0, 1.0 - f.rust_share - f.python_share)
+    print(f"  node table      {rest:.0%}: committing each batch's placements in Python")
+    print(f"  peak RSS        {f.peak_rss_mib:.0f} MiB")

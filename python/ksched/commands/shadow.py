@@ -8,17 +8,21 @@ the same :class:`~ksched.loop.shadow.ShadowLedger` the process keeps.
 
 from __future__ import annotations
 
+import argparse
 import json
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from ksched.commands.exit_codes import EXIT_OK
 from ksched.errors import KschedError
 from ksched.loop.shadow import OTHER, PENDING, Decision, ShadowLedger
 
+# Where `ksched status` and `ksched shadow report` look for a running ksched: `run`'s default address.
+DEFAULT_ADDRESS = "127.0.0.1:10259"
 # A running ksched answers from memory; anything slower is not answering.
 HTTP_TIMEOUT_S = 5.0
 # Longest message shown in a table cell.
@@ -175,3 +179,61 @@ def render_status(status: dict[str, Any], address: str) -> str:
     else:
         lines.append("recent failures: none")
     return "\n".join(lines)
+
+
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``ksched shadow report`` and ``ksched status``."""
+    sh = sub.add_parser(
+        "shadow",
+        help="read what a shadow-mode ksched would have done with the pods other schedulers bound",
+        description="Example: ksched shadow report --address 127.0.0.1:10259",
+    )
+    shsub = sh.add_subparsers(dest="shadow_command", required=True)
+    rep = shsub.add_parser(
+        "report",
+        help="agreement rate, disagreements by plugin and metric, the pods that differ most",
+        description="Reads /shadow from a running `ksched run --shadow`, or the JSON lines of its "
+        "shadow.log. Example: ksched shadow report --address 127.0.0.1:10259",
+    )
+    _add_address(rep)
+    rep.add_argument("--file", help="read a shadow.log file instead of a running ksched")
+    rep.add_argument("--keep", type=int, default=1000, help="with --file: decisions listed (default 1000)")
+    rep.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    rep.set_defaults(func=_shadow_report)
+
+    st = sub.add_parser(
+        "status",
+        help="leader, queue sizes, degraded metrics and recent failures of a running ksched",
+        description="Reads /status from a running ksched. Example: ksched status --address 127.0.0.1:10259",
+    )
+    _add_address(st)
+    st.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    st.set_defaults(func=_status)
+
+
+def _add_address(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--address",
+        default=DEFAULT_ADDRESS,
+        help=f"the running ksched's host:port (default {DEFAULT_ADDRESS})",
+    )
+
+
+def _shadow_report(args: argparse.Namespace) -> int:
+    if args.file:
+        report, source = report_from_log(args.file, args.keep), args.file
+    else:
+        report, source = fetch(args.address, "/shadow"), args.address
+    _print_document(args.output, report, lambda: render_report(report, source))
+    return EXIT_OK
+
+
+def _status(args: argparse.Namespace) -> int:
+    status = fetch(args.address, "/status")
+    _print_document(args.output, status, lambda: render_status(status, args.address))
+    return EXIT_OK
+
+
+def _print_document(output: str, document: object, table: Callable[[], str]) -> None:
+    """A running ksched's JSON document as ``-o json`` or ``-o table`` prints it."""
+    print(json.dumps(document, indent=2) if output == "json" else table())

@@ -11,7 +11,9 @@ API server and feeds them to the same :func:`sort_objects` and
 
 from __future__ import annotations
 
+import argparse
 import json
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -21,7 +23,8 @@ import numpy as np
 import numpy.typing as npt
 import yaml
 
-from ksched.config import Config, MetricConfig
+from ksched.commands.exit_codes import EXIT_OK, EXIT_UNPLACED
+from ksched.config import Config, MetricConfig, load_config
 from ksched.engine import BatchResult, Engine, Explanation, GangStatus, commit_placements
 from ksched.engine.disruption_budgets import DisruptionBudget, disruption_budget
 from ksched.engine.gangs import POD_GROUP_API, PodGroup, pod_group, pod_group_of
@@ -299,3 +302,112 @@ def render_explanation(ex: Explanation) -> str:
         if not n.feasible:
             lines.append(f"  {n.node}: filtered by {n.plugin}: {'; '.join(n.reasons)}")
     return "\n".join(lines)
+
+
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``ksched simulate`` and ``ksched explain``."""
+    s = sub.add_parser(
+        "simulate",
+        help="schedule the pending pods of a cluster file offline",
+        description="Schedule the pending pods of CLUSTER (objects as `kubectl get -o yaml` prints them). "
+        "Example: ksched simulate cluster.yaml -o json",
+    )
+    s.add_argument("cluster", help="YAML or JSON file of Nodes and Pods (kind: List or multi-document)")
+    _add_engine_options(s, "YAML mapping node-name: {metric-name: number}")
+    s.set_defaults(func=_simulate)
+
+    e = sub.add_parser(
+        "explain",
+        help="show per node why a pod was placed where it was",
+        description="Per node: the failing filter and reason, or each score plugin's raw, normalized "
+        "and weighted score. With a cluster file first, offline; without, the live cluster through "
+        "the kubeconfig and one read of the configured live metrics. A bound pod is explained as "
+        "if pending, without it; a pod of another scheduler under the first profile. "
+        "Examples: ksched explain cluster.yaml default/web-0; ksched explain default/web-0",
+    )
+    e.add_argument(
+        "targets",
+        nargs="+",
+        metavar="[CLUSTER] NAMESPACE/POD",
+        help="a cluster file (omit it to read the live cluster), then one or more pods",
+    )
+    _add_engine_options(e, "YAML mapping node-name: {metric-name: number} (overrides live values)")
+    e.add_argument("--kubeconfig", help="live form: default $KUBECONFIG or ~/.kube/config")
+    e.set_defaults(func=_explain)
+
+
+def _add_engine_options(p: argparse.ArgumentParser, metrics_help: str) -> None:
+    """What ``simulate`` and ``explain`` schedule with: the configuration, metric values, seed, output."""
+    p.add_argument("--config", help="KschedConfiguration file (default: one profile named ksched)")
+    p.add_argument("--metrics", help=metrics_help)
+    p.add_argument("--seed", type=int, default=0, help="tie-break seed (default 0)")
+    p.add_argument("-o", "--output", choices=("table", "json"), default="table")
+
+
+def _simulate(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    cluster = load_cluster(args.cluster, {p.scheduler_name for p in config.profiles})
+    results, _ = run_simulation(cluster, config, load_offline_metrics(args.metrics), args.seed)
+    placements = [p.as_json() for r in results for p in r.placements]
+    if args.output == "json":
+        print(json.dumps({"placements": placements}, indent=2))
+    else:
+        print(render_table(placements))
+        placed = sum(1 for p in placements if p["node"])
+        print(
+            f"\n{placed}/{len(placements)} pending pods placed on {len(cluster.nodes)} nodes ({len(cluster.existing)} existing pods)"
+        )
+    return EXIT_OK if all(p["node"] for p in placements) else EXIT_UNPLACED
+
+
+def _is_cluster_file(arg: str) -> bool:
+    """``explain``'s first argument is a cluster file unless it reads as NAMESPACE/POD."""
+    return Path(arg).is_file() or arg.endswith((".yaml", ".yml", ".json")) or arg.count("/") != 1
+
+
+def _explain(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    names = {p.scheduler_name for p in config.profiles}
+    targets = list(args.targets)
+    offline = load_offline_metrics(args.metrics)
+    if _is_cluster_file(targets[0]):
+        source = targets.pop(0)
+        cluster = load_cluster(source, names)
+    else:
+        from ksched.commands.live import connect, live_metrics, live_objects
+
+        source = "the live cluster"
+        cluster = sort_objects(live_objects(connect(args.kubeconfig)), names, source)
+        config, values, degraded = live_metrics(config, cluster.nodes)
+        for why in degraded:
+            print(f"note: metric {why}: left out, as the running scheduler would", file=sys.stderr)
+        for node, given in (offline or {}).items():
+            values.setdefault(node, {}).update(given)
+        offline = dict(values)
+    if not targets:
+        raise KschedError("name at least one pod as NAMESPACE/NAME")
+    out = []
+    status = EXIT_OK
+    for pod in targets:
+        if "/" not in pod:
+            raise KschedError(f"{pod!r}: name pods as NAMESPACE/NAME")
+        pod_cluster, note = as_pending(cluster, pod, config.profiles[0].scheduler_name)
+        if note is not None:
+            print(f"note: {note}", file=sys.stderr)
+        results, _ = run_simulation(pod_cluster, config, offline, args.seed, explain=pod)
+        ex = next((r.explanation for r in results if r.explanation is not None), None)
+        if ex is None:
+            malformed = next((p for r in results for p in r.placements if p.pod == pod), None)
+            if malformed is not None:
+                print(f"pod {pod}: {malformed.message}", file=sys.stderr)
+                status = EXIT_UNPLACED
+                continue
+            raise KschedError(f"{pod}: no such pod in {source}")
+        out.append(ex)
+        if ex.placement.node is None:
+            status = EXIT_UNPLACED
+    if args.output == "json":
+        print(json.dumps([explanation_json(e) for e in out], indent=2))
+    else:
+        print("\n\n".join(render_explanation(e) for e in out))
+    return status

@@ -66,6 +66,8 @@ SETTLE_TIMEOUT_S = 120.0
 SIM_BATCH = 250
 # Defects listed in full (the counts are always complete).
 DEFECTS_KEPT = 200
+# The command line's entry: arguments in, exit code out.
+Cli = Callable[[list[str]], int]
 
 ODD_QUANTITIES: list[Any] = [
     "1e3", "0.0001m", "1Ki", "1e30", "-1", "", " 1", "1.5.5", "abc", "1E", "0x10", "1m", "0", "+1",
@@ -826,14 +828,12 @@ def _simulate_nodes() -> list[Obj]:
     return nodes
 
 
-def _call_simulate(path: Path) -> tuple[int | None, str, str, str | None]:
+def _call_simulate(cli: Cli, path: Path) -> tuple[int | None, str, str, str | None]:
     """``ksched simulate PATH -o json`` in process: (exit code, stdout, stderr, escaped exception)."""
-    from ksched.commands.cli import main
-
     out, err = io.StringIO(), io.StringIO()
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            code = main(["simulate", str(path), "-o", "json"])
+            code = cli(["simulate", str(path), "-o", "json"])
     except BaseException as exc:  # a traceback is what the fuzzer looks for
         if isinstance(exc, KeyboardInterrupt):
             raise
@@ -888,7 +888,9 @@ def _write_cluster(path: Path, objects: list[Any], as_yaml: bool) -> None:
         path.write_text(json.dumps(doc))
 
 
-def simulate_phase(report: FuzzReport, specs: list[Spec], accepted: list[Obj], workdir: Path) -> None:
+def simulate_phase(
+    report: FuzzReport, specs: list[Spec], accepted: list[Obj], workdir: Path, cli: Cli
+) -> None:
     """Every spec alone, then the accepted pods (as the API server returned them) in batches."""
     nodes = _simulate_nodes()
     namespace = {
@@ -903,13 +905,13 @@ def simulate_phase(report: FuzzReport, specs: list[Spec], accepted: list[Obj], w
         except (ValueError, TypeError, RecursionError, yaml.YAMLError):
             _write_cluster(path, [*nodes, namespace, s.pod], as_yaml=False)
         report.simulate_calls += 1
-        code = _check_simulate(report, "simulate", s.index, _call_simulate(path), 1)
+        code = _check_simulate(report, "simulate", s.index, _call_simulate(cli, path), 1)
         report.simulate_exit[-1 if code is None else code] += 1
     for start in range(0, len(accepted), SIM_BATCH):
         batch = [_as_pending(p) for p in accepted[start : start + SIM_BATCH]]
         _write_cluster(path, [*nodes, namespace, *batch], as_yaml=(start // SIM_BATCH) % 2 == 1)
         report.simulate_batches += 1
-        code = _check_simulate(report, "simulate batch", None, _call_simulate(path), len(batch))
+        code = _check_simulate(report, "simulate batch", None, _call_simulate(cli, path), len(batch))
         report.simulate_batch_exit[-1 if code is None else code] += 1
 
 
@@ -1434,11 +1436,12 @@ def webhook_phase(report: FuzzReport, port: int, healthy: Callable[[], bool]) ->
 
 
 def run_fuzz(
-    specs: int, seed: int, live: int | None = None, state: local.ClusterState | None = None
+    specs: int, seed: int, live: int | None = None, state: local.ClusterState | None = None, *, cli: Cli
 ) -> FuzzReport:
     """Generate ``specs`` specs; create the first ``live`` (default all) through a local control
     plane (``state``, or one started here with KWOK nodes and torn down after), then feed every
-    spec and the accepted pods to ``simulate``."""
+    spec and the accepted pods to ``simulate`` through ``cli``, the command line's entry
+    (:func:`ksched.commands.cli.main`, passed in because the command line runs this harness)."""
     if specs < 1:
         raise KschedError("--specs must be at least 1")
     started = time.monotonic()
@@ -1465,6 +1468,6 @@ def run_fuzz(
             if own:
                 local.down()
     print(f"== {len(generated)} specs and {len(accepted)} accepted pods through simulate", file=sys.stderr)
-    simulate_phase(report, generated, accepted, workdir)
+    simulate_phase(report, generated, accepted, workdir, cli)
     report.seconds = time.monotonic() - started
     return report

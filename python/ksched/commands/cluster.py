@@ -1,0 +1,70 @@
+"""``ksched cluster up|down|env``: the arguments of the local control plane, handed to :mod:`ksched.cluster.local`."""
+
+from __future__ import annotations
+
+import argparse
+
+from ksched.commands.exit_codes import EXIT_OK
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    c = sub.add_parser(
+        "cluster",
+        help="a local real control plane (etcd, kube-apiserver, KWOK, kube-scheduler)",
+        description="Example: ksched cluster up --nodes 100 --with-scheduler; eval $(ksched cluster env)",
+    )
+    csub = c.add_subparsers(dest="cluster_command", required=True)
+    up = csub.add_parser("up", help="build (if needed) and start the control plane with fake nodes")
+    up.add_argument("--nodes", type=int, default=10)
+    up.add_argument("--zones", type=int, default=3)
+    up.add_argument("--with-scheduler", action="store_true", help="also run the real kube-scheduler")
+    up.add_argument(
+        "--with-controllers",
+        action="store_true",
+        help="also run kube-controller-manager's workload controllers (Deployments, ReplicaSets, GC, PDBs)",
+    )
+    up.add_argument(
+        "--with-prometheus",
+        metavar="TARGETS",
+        help="also run Prometheus scraping these host:port targets (comma-separated)",
+    )
+    up.add_argument(
+        "--node-lease-seconds",
+        type=int,
+        default=40,
+        help="the fake nodes' Lease duration, renewed every quarter of it (default 40, a kubelet's)",
+    )
+    up.add_argument(
+        "--scheduler-qps", type=float, default=5000.0, help="kube-scheduler client QPS (burst is twice this)"
+    )
+    up.add_argument(
+        "--percentage-of-nodes-to-score",
+        type=int,
+        default=0,
+        help="kube-scheduler percentageOfNodesToScore (0 = adaptive)",
+    )
+    csub.add_parser("down", help="stop exactly the processes `up` started and remove its state")
+    csub.add_parser("env", help="print `export KUBECONFIG=...` for the running cluster")
+    c.set_defaults(func=_cluster)
+
+
+def _cluster(args: argparse.Namespace) -> int:
+    from ksched.cluster import local
+
+    if args.cluster_command == "up":
+        env = local.up(
+            nodes=args.nodes,
+            zones=args.zones,
+            with_scheduler=args.with_scheduler,
+            with_controllers=args.with_controllers,
+            prometheus_targets=args.with_prometheus,
+            scheduler_qps=args.scheduler_qps,
+            percentage_of_nodes_to_score=args.percentage_of_nodes_to_score,
+            node_lease_s=args.node_lease_seconds,
+        )
+        print(env.describe())
+    elif args.cluster_command == "down":
+        print(local.down())
+    elif args.cluster_command == "env":
+        print(local.env_line())
+    return EXIT_OK
