@@ -10,6 +10,7 @@ real kube-scheduler on the same cluster afterwards, for a side-by-side.
 
 from __future__ import annotations
 
+import argparse
 import collections
 import os
 import signal
@@ -273,3 +274,17 @@ def demo(nodes: int, pods: int, compare: bool) -> int:
             proc.send_signal(signal.SIGTERM)
             proc.wait(30)
         print("== " + local.down())
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    d = sub.add_parser(
+        "demo",
+        help="the main job end to end: local control plane, ksched run, a sample workload, a summary",
+        description="Builds what is missing, starts a local control plane with fake nodes, runs ksched, "
+        "creates a workload, prints placements, failures and throughput, and tears down. "
+        "Example: ksched demo --nodes 1000 --pods 2000 --compare",
+    )
+    d.add_argument("--nodes", type=int, default=1000)
+    d.add_argument("--pods", type=int, default=2000)
+    d.add_argument("--compare", action="store_true", help="then run the same workload through kube-scheduler")
+    d.set_defaults(func=lambda args: demo(args.nodes, args.pods, args.compare), tears_down=True)
