@@ -1,7 +1,7 @@
 """Upstream's plugin args: NodeResourcesFit ``ignoredResources`` /
 ``ignoredResourceGroups``, NodeAffinity ``addedAffinity`` and InterPodAffinity
 ``ignorePreferredTermsOfExistingPods``, validated with the configuration and
-honoured by the engine."""
+honoured by the engine; and the defaults every plugin's args take."""
 
 from __future__ import annotations
 
@@ -10,8 +10,12 @@ from typing import Any
 
 import pytest
 
-from ksched.config import Config, parse_config
+from ksched import _core
+from ksched.config import Config, ProfileConfig, parse_config
+from ksched.config.profiles import PLUGIN_ARGS
+from ksched.core_types import Profile
 from ksched.engine import Engine
+from ksched.engine.inputs import engine_profile
 from ksched.engine.snapshot import build_snapshot
 from ksched.errors import ConfigError
 from tests.conftest import failed_scheduling, node, not_helpful, pod
@@ -39,6 +43,37 @@ def schedule(cfg: Config, nodes: list[dict[str, Any]], pending: list[dict[str, A
 
 def term(key: str, operator: str, *values: str) -> dict[str, Any]:
     return {"matchExpressions": [{"key": key, "operator": operator, "values": list(values)}]}
+
+
+@pytest.mark.parametrize("plugin", list(PLUGIN_ARGS))
+def test_args_left_out_take_the_profiles_defaults(plugin: str) -> None:
+    # Each plugin's parser reads its defaults from ProfileConfig's fields: an empty args
+    # object, and no pluginConfig at all, give the same profile as ProfileConfig().
+    assert config().profiles == (ProfileConfig(),)
+    assert config(args(plugin)).profiles == (ProfileConfig(),), plugin
+
+
+def test_the_engine_is_sent_upstreams_defaults() -> None:
+    # Python sends every field of the profile on every call (the binding has no defaults of
+    # its own): what the engine runs with by default is this, upstream's default profile.
+    # Filters and weights come from the engine's own registry (``_core.PLUGINS``); Rust's
+    # ``Profile::default`` is only the engine's tests' fixture.
+    snapshot = build_snapshot([node("a")], [])
+    cpu, memory = snapshot.resources("cpu"), snapshot.resources("memory")
+    want: Profile = {
+        "filters": [p["name"] for p in _core.PLUGINS if p["filter"]],
+        "weights": {p["name"]: p["default_weight"] for p in _core.PLUGINS if p["score"]},
+        "hard_pod_affinity_weight": 1,
+        "ignore_preferred_terms_of_existing_pods": False,
+        "fit_strategy": "LeastAllocated",
+        "shape": [(0, 10), (100, 0)],
+        "fit_resources": [(cpu, 1), (memory, 1)],
+        "fit_ignored": [],
+        "balanced_resources": [cpu, memory],
+        "preemption": True,
+    }
+    assert set(want) == set(Profile.__annotations__)
+    assert engine_profile(ProfileConfig(), snapshot) == want
 
 
 @pytest.mark.parametrize(

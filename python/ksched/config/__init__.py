@@ -1,0 +1,144 @@
+"""``KschedConfiguration``: profiles, plugin weights and args, metric definitions.
+
+Shaped like ``KubeSchedulerConfiguration`` (profiles with ``plugins.multiPoint``
+and ``pluginConfig``) plus ksched's ``metrics`` and ``batch``. Every unknown
+key and bad value is rejected when the file is loaded, with the key path and
+the allowed values; a missing file section takes upstream's default.
+
+This module reads the document and its top-level keys; each part has its own
+module: :mod:`~ksched.config.profiles` (plugins and their args),
+:mod:`~ksched.config.metrics`, :mod:`~ksched.config.sections` (batch, leader
+election, client connection, Prometheus, webhook, hand-off, shadow) and
+:mod:`~ksched.config.values` (the readers of one value they share).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from ksched.config.metrics import MetricConfig, parse_metric
+from ksched.config.profiles import DEFAULT_PROFILE, ProfileConfig, parse_profile
+from ksched.config.sections import (
+    BatchConfig,
+    ClientConnectionConfig,
+    HandoffConfig,
+    LeaderElectionConfig,
+    PrometheusConfig,
+    ShadowConfig,
+    WebhookConfig,
+    parse_batch,
+    parse_client_connection,
+    parse_handoff,
+    parse_leader_election,
+    parse_prometheus,
+    parse_shadow,
+    parse_webhook,
+)
+from ksched.config.values import as_list, as_str, check_keys, parse_duration
+from ksched.errors import ConfigError
+from ksched.objects import Obj
+
+__all__ = [
+    "API_VERSION",
+    "KIND",
+    "BatchConfig",
+    "ClientConnectionConfig",
+    "Config",
+    "HandoffConfig",
+    "LeaderElectionConfig",
+    "MetricConfig",
+    "ProfileConfig",
+    "PrometheusConfig",
+    "ShadowConfig",
+    "WebhookConfig",
+    "load_config",
+    "parse_config",
+    "parse_duration",
+]
+
+API_VERSION = "ksched.io/v1alpha1"
+KIND = "KschedConfiguration"
+_KEYS = (
+    "apiVersion",
+    "kind",
+    "profiles",
+    "metrics",
+    "batch",
+    "leaderElection",
+    "clientConnection",
+    "prometheus",
+    "webhook",
+    "handoff",
+    "shadow",
+)
+
+
+@dataclass(frozen=True)
+class Config:
+    profiles: tuple[ProfileConfig, ...] = (ProfileConfig(),)
+    metrics: tuple[MetricConfig, ...] = ()
+    batch: BatchConfig = field(default_factory=BatchConfig)
+    leader_election: LeaderElectionConfig = field(default_factory=LeaderElectionConfig)
+    client_connection: ClientConnectionConfig = field(default_factory=ClientConnectionConfig)
+    prometheus: PrometheusConfig = field(default_factory=PrometheusConfig)
+    webhook: WebhookConfig = field(default_factory=WebhookConfig)
+    handoff: HandoffConfig = field(default_factory=HandoffConfig)
+    shadow: ShadowConfig = field(default_factory=ShadowConfig)
+
+    def profile(self, scheduler_name: str) -> ProfileConfig | None:
+        for p in self.profiles:
+            if p.scheduler_name == scheduler_name:
+                return p
+        return None
+
+
+def parse_config(obj: Obj) -> Config:
+    """Validate a decoded configuration document."""
+    check_keys(obj, "", _KEYS, ("apiVersion", "kind"))
+    as_str(obj["apiVersion"], "apiVersion", (API_VERSION,))
+    as_str(obj["kind"], "kind", (KIND,))
+    profiles = tuple(
+        parse_profile(p, f"profiles[{i}]")
+        for i, p in enumerate(
+            as_list(obj.get("profiles") or [{"schedulerName": DEFAULT_PROFILE}], "profiles")
+        )
+    )
+    names = [p.scheduler_name for p in profiles]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"profiles: duplicate schedulerName in {names}")
+    metrics = tuple(
+        parse_metric(m, f"metrics[{i}]") for i, m in enumerate(as_list(obj.get("metrics") or [], "metrics"))
+    )
+    if len({m.name for m in metrics}) != len(metrics):
+        raise ConfigError("metrics: duplicate metric name")
+    batch = parse_batch(obj.get("batch") or {})
+    prometheus = parse_prometheus(obj.get("prometheus") or {})
+    return Config(
+        profiles,
+        metrics,
+        batch,
+        parse_leader_election(obj.get("leaderElection") or {}),
+        parse_client_connection(obj.get("clientConnection") or {}),
+        prometheus,
+        parse_webhook(obj.get("webhook") or {}, names),
+        parse_handoff(obj.get("handoff") or {}),
+        parse_shadow(obj.get("shadow") or {}, names),
+    )
+
+
+def load_config(path: str | Path | None) -> Config:
+    """Read a configuration file; None gives the default (one profile named ``ksched``)."""
+    if path is None:
+        return Config()
+    try:
+        text = Path(path).read_text()
+    except OSError as err:
+        raise ConfigError(f"cannot read configuration {path}: {err.strerror}") from None
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: not valid YAML: {err}") from None
+    return parse_config(doc)

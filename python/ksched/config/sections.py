@@ -1,0 +1,231 @@
+"""The configuration's runtime sections: ``batch``, ``leaderElection``,
+``clientConnection``, ``prometheus``, ``webhook``, ``handoff`` and ``shadow``.
+
+Each is a frozen dataclass whose field defaults are the section's defaults (a
+missing key or section takes them) and a parser that validates the section.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ksched.config.values import as_bool, as_float, as_int, as_list, as_str, check_keys, parse_duration
+from ksched.errors import ConfigError
+
+# The client's leaderelection requires renewDeadline > 1.2 x retryPeriod (its jitter factor).
+LEADER_JITTER = 1.2
+
+
+@dataclass(frozen=True)
+class BatchConfig:
+    max_size: int = 512
+    max_wait_s: float = 0.05
+    # A batch's engine call stops placing pods after this long; the rest are
+    # retried without metric plugins (degraded mode).
+    decision_deadline_s: float = 2.0
+    # Concurrent binds of pods with volumes to bind (each may wait for the PV
+    # controller); reports get half as many threads. Binds of other pods and their
+    # Scheduled events go through min(bind_workers, binder.WRITERS) writer threads,
+    # each with one persistent connection.
+    bind_workers: int = 64
+
+
+@dataclass(frozen=True)
+class HandoffConfig:
+    """Pods ksched has not placed for ``after_s`` are handed to default-scheduler
+    (off by default: it needs RBAC to delete and create pods)."""
+
+    enabled: bool = False
+    after_s: float = 300.0
+
+
+@dataclass(frozen=True)
+class ShadowConfig:
+    """Shadow mode: ksched binds nothing and writes nothing to pods; for each pod another
+    scheduler binds, it records where ``profile`` would have placed it (see ksched.loop.shadow)."""
+
+    enabled: bool = False
+    # The profile the pods are scored under (default: the first profile).
+    profile: str | None = None
+    # Only pods of these namespaces are compared (empty: every namespace).
+    namespaces: tuple[str, ...] = ()
+    # Decisions kept in memory for ``/shadow`` (the counters cover every decision).
+    keep: int = 1000
+    # A file each decision is appended to as one JSON line (``ksched shadow report --file``).
+    log: str | None = None
+
+
+@dataclass(frozen=True)
+class WebhookConfig:
+    """The mutating admission webhook that routes opted-in pods to ksched."""
+
+    enabled: bool = False
+    address: str = "0.0.0.0:9443"
+    cert_file: str | None = None
+    key_file: str | None = None
+    # Names in a self-generated serving certificate (the webhook Service's DNS names).
+    hosts: tuple[str, ...] = ("ksched.kube-system.svc", "ksched.kube-system.svc.cluster.local")
+    # The MutatingWebhookConfiguration whose caBundle a self-generated CA is written into.
+    configuration_name: str | None = "ksched"
+    # The profile routed pods get (default: the first profile).
+    scheduler_name: str | None = None
+
+
+@dataclass(frozen=True)
+class PrometheusConfig:
+    url: str | None = None
+    timeout_s: float = 5.0
+
+
+@dataclass(frozen=True)
+class LeaderElectionConfig:
+    """Upstream ``leaderElection`` (component-base defaults: 15 s / 10 s / 2 s)."""
+
+    leader_elect: bool = True
+    lease_duration_s: float = 15.0
+    renew_deadline_s: float = 10.0
+    retry_period_s: float = 2.0
+    resource_name: str = "ksched"
+    resource_namespace: str = "kube-system"
+
+
+@dataclass(frozen=True)
+class ClientConnectionConfig:
+    """Client-side rate limit for writes (binds, events, status patches).
+
+    Upstream kube-scheduler defaults to 50 qps / 100 burst, which caps it near
+    50 binds/s; ksched batches, so its default allows ten times that."""
+
+    qps: float = 500.0
+    burst: int = 1000
+
+
+def parse_batch(obj: Any) -> BatchConfig:
+    path = "batch"
+    b = check_keys(obj, path, ("maxSize", "maxWait", "bindWorkers", "decisionDeadline"))
+    return BatchConfig(
+        max_size=as_int(b.get("maxSize", BatchConfig.max_size), f"{path}.maxSize", 1, 100_000),
+        max_wait_s=parse_duration(b.get("maxWait", BatchConfig.max_wait_s), f"{path}.maxWait"),
+        bind_workers=as_int(b.get("bindWorkers", BatchConfig.bind_workers), f"{path}.bindWorkers", 1, 256),
+        decision_deadline_s=parse_duration(
+            b.get("decisionDeadline", BatchConfig.decision_deadline_s), f"{path}.decisionDeadline"
+        ),
+    )
+
+
+def parse_prometheus(obj: Any) -> PrometheusConfig:
+    path = "prometheus"
+    pr = check_keys(obj, path, ("url", "timeout"))
+    return PrometheusConfig(
+        url=as_str(pr["url"], f"{path}.url") if "url" in pr else None,
+        timeout_s=parse_duration(pr.get("timeout", PrometheusConfig.timeout_s), f"{path}.timeout"),
+    )
+
+
+def parse_handoff(obj: Any) -> HandoffConfig:
+    path = "handoff"
+    h = check_keys(obj, path, ("enabled", "after"))
+    enabled = as_bool(h.get("enabled", HandoffConfig.enabled), f"{path}.enabled")
+    return HandoffConfig(
+        enabled=enabled, after_s=parse_duration(h.get("after", HandoffConfig.after_s), f"{path}.after")
+    )
+
+
+def parse_shadow(obj: Any, profiles: list[str]) -> ShadowConfig:
+    path = "shadow"
+    sh = check_keys(obj, path, ("enabled", "profile", "namespaces", "keep", "log"))
+    enabled = as_bool(sh.get("enabled", ShadowConfig.enabled), f"{path}.enabled")
+    raw = as_list(sh.get("namespaces", []), f"{path}.namespaces")
+    return ShadowConfig(
+        enabled=enabled,
+        profile=as_str(sh["profile"], f"{path}.profile", tuple(profiles)) if "profile" in sh else profiles[0],
+        namespaces=tuple(as_str(n, f"{path}.namespaces[{i}]") for i, n in enumerate(raw)),
+        keep=as_int(sh.get("keep", ShadowConfig.keep), f"{path}.keep", 1, 100_000),
+        log=as_str(sh["log"], f"{path}.log") if "log" in sh else None,
+    )
+
+
+def parse_webhook(obj: Any, profiles: list[str]) -> WebhookConfig:
+    path = "webhook"
+    w = check_keys(
+        obj,
+        path,
+        ("enabled", "address", "certFile", "keyFile", "hosts", "configurationName", "schedulerName"),
+    )
+    enabled = as_bool(w.get("enabled", WebhookConfig.enabled), f"{path}.enabled")
+    cert = as_str(w["certFile"], f"{path}.certFile") if "certFile" in w else None
+    key = as_str(w["keyFile"], f"{path}.keyFile") if "keyFile" in w else None
+    if (cert is None) != (key is None):
+        raise ConfigError(
+            f"{path}: certFile and keyFile go together (or neither, for a self-generated certificate)"
+        )
+    raw_hosts = as_list(w.get("hosts", list(WebhookConfig.hosts)), f"{path}.hosts")
+    hosts = tuple(as_str(h, f"{path}.hosts[{i}]") for i, h in enumerate(raw_hosts))
+    if not hosts:
+        raise ConfigError(f"{path}.hosts: must name at least one host")
+    scheduler = (
+        as_str(w["schedulerName"], f"{path}.schedulerName", tuple(profiles))
+        if "schedulerName" in w
+        else profiles[0]
+    )
+    name = w.get("configurationName", WebhookConfig.configuration_name)
+    return WebhookConfig(
+        enabled=enabled,
+        address=as_str(w.get("address", WebhookConfig.address), f"{path}.address"),
+        cert_file=cert,
+        key_file=key,
+        hosts=hosts,
+        configuration_name=None if name is None else as_str(name, f"{path}.configurationName"),
+        scheduler_name=scheduler,
+    )
+
+
+def parse_leader_election(obj: Any) -> LeaderElectionConfig:
+    path = "leaderElection"
+    le = check_keys(
+        obj,
+        path,
+        ("leaderElect", "leaseDuration", "renewDeadline", "retryPeriod", "resourceName", "resourceNamespace"),
+    )
+    leader_elect = as_bool(le.get("leaderElect", LeaderElectionConfig.leader_elect), f"{path}.leaderElect")
+    out = LeaderElectionConfig(
+        leader_elect=leader_elect,
+        lease_duration_s=parse_duration(
+            le.get("leaseDuration", LeaderElectionConfig.lease_duration_s), f"{path}.leaseDuration"
+        ),
+        renew_deadline_s=parse_duration(
+            le.get("renewDeadline", LeaderElectionConfig.renew_deadline_s), f"{path}.renewDeadline"
+        ),
+        retry_period_s=parse_duration(
+            le.get("retryPeriod", LeaderElectionConfig.retry_period_s), f"{path}.retryPeriod"
+        ),
+        resource_name=as_str(
+            le.get("resourceName", LeaderElectionConfig.resource_name), f"{path}.resourceName"
+        ),
+        resource_namespace=as_str(
+            le.get("resourceNamespace", LeaderElectionConfig.resource_namespace), f"{path}.resourceNamespace"
+        ),
+    )
+    # Upstream's validation: the lease must outlast the renew deadline, which must outlast the retry period.
+    if not out.lease_duration_s > out.renew_deadline_s:
+        raise ConfigError(f"{path}.leaseDuration: must be greater than renewDeadline")
+    if out.lease_duration_s != int(out.lease_duration_s):
+        raise ConfigError(f"{path}.leaseDuration: must be whole seconds (a Lease stores seconds)")
+    # The client's leaderelection also wants whole-second periods and 20 % jitter room.
+    if out.retry_period_s < 1:
+        raise ConfigError(f"{path}.retryPeriod: must be at least 1s")
+    if not out.renew_deadline_s > LEADER_JITTER * out.retry_period_s:
+        raise ConfigError(f"{path}.renewDeadline: must be greater than {LEADER_JITTER} x retryPeriod")
+    return out
+
+
+def parse_client_connection(obj: Any) -> ClientConnectionConfig:
+    path = "clientConnection"
+    cc = check_keys(obj, path, ("qps", "burst"))
+    qps = as_float(cc.get("qps", ClientConnectionConfig.qps), f"{path}.qps")
+    if not qps > 0:
+        raise ConfigError(f"{path}.qps: {qps!r} must be positive")
+    return ClientConnectionConfig(
+        qps=qps, burst=as_int(cc.get("burst", ClientConnectionConfig.burst), f"{path}.burst", 1, 1_000_000)
+    )
