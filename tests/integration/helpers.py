@@ -3,7 +3,6 @@ pod factories, and ksched itself as a subprocess (as it runs in production)."""
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import json
 import os
@@ -23,9 +22,9 @@ from typing import Any, Protocol
 import pytest
 import yaml
 
+from ksched.bench import invariants
 from ksched.cluster import local
 from ksched.cluster.build import bin_dir
-from ksched.engine.pods import pod_requests
 from ksched.loop.client import ApiUnavailableError, Kube, service_account_kubeconfig
 
 Obj = dict[str, Any]
@@ -116,25 +115,13 @@ def events_for(kube: Kube, namespace: str, name: str, reason: str) -> list[Obj]:
 
 
 def assert_no_node_overcommitted(kube: Kube) -> None:
-    nodes = {n["metadata"]["name"]: n for n in kube.request("GET", "/api/v1/nodes").json()["items"]}
-    used: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
-    for p in pods_in(kube):
-        node = p["spec"].get("nodeName")
-        if not node or p["status"].get("phase") in ("Succeeded", "Failed"):
-            continue
-        used[node]["pods"] += 1
-        for resource, v in pod_requests(p).requests.items():
-            used[node][resource] += v
-    for node, counts in used.items():
-        alloc = nodes[node]["status"]["allocatable"]
-        assert counts["pods"] <= int(alloc["pods"]), f"{node}: {counts['pods']} pods"
-        assert counts["cpu"] <= int(float(alloc["cpu"]) * 1000), (
-            f"{node}: cpu {counts['cpu']}m over {alloc['cpu']}"
-        )
-        mem = pod_requests(
-            {"spec": {"containers": [{"resources": {"requests": {"memory": alloc["memory"]}}}]}}
-        )
-        assert counts["memory"] <= mem.requests["memory"], f"{node}: memory over-committed"
+    """No node's bound pods request more of any resource (or are more pods) than it allocates,
+    and none is bound to a node that does not exist: :mod:`ksched.bench.invariants`."""
+    nodes = kube.request("GET", "/api/v1/nodes").json()["items"]
+    pods = pods_in(kube)
+    assert not invariants.unknown_nodes(nodes, pods), "pods bound to nodes that do not exist"
+    over = invariants.overcommitted(nodes, pods)
+    assert not over, f"over-committed: {'; '.join(map(str, over))}"
 
 
 @dataclass

@@ -36,6 +36,7 @@ def test_short_chaos_soak_loses_no_pod_and_binds_only_as_leader() -> None:
     assert proc.returncode == 0
     assert figures["pods_lost"] == 0
     assert figures["overcommitted_nodes"] == 0
+    assert figures["constraint_violations"] == 0
     assert figures["binds_by_non_leader"] == 0
     assert figures["gangs_partly_bound"] == 0
     assert figures["victims_without_preemptor"] == 0

@@ -42,10 +42,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ksched.bench import invariants
 from ksched.cluster import local
 from ksched.cluster.gauges import GaugeServer
 from ksched.engine.gangs import POD_GROUP_API, POD_GROUP_LABEL
-from ksched.engine.pods import pod_requests
 from ksched.errors import KschedError
 from ksched.loop.client import ApiUnavailableError, Kube, load_configuration, service_account_kubeconfig
 from ksched.objects import Obj
@@ -115,6 +115,7 @@ class ChaosFigures:
     pods_deleted_by_soak: int = 0
     pods_gone_by: dict[str, int] = field(default_factory=dict)  # who deleted the pods gone at the end
     overcommitted_nodes: int = 0
+    constraint_violations: int = 0  # nodeSelector, node affinity, anti-affinity, spread
     binds_by_ksched: int = 0
     binds_by_kube_scheduler: int = 0
     binds_by_non_leader: int = 0
@@ -1101,14 +1102,7 @@ class Soak:
 
     def _unaccounted(self) -> list[Obj]:
         """Pods neither bound nor pending with a current FailedScheduling event of their own."""
-        failed = self._current_failures()
-        return [
-            p
-            for p in self._pods()
-            if not p["spec"].get("nodeName")
-            and not p["metadata"].get("deletionTimestamp")
-            and p["metadata"]["uid"] not in failed
-        ]
+        return invariants.unaccounted(self._pods(), self._current_failures())
 
     def settle(self) -> None:
         self.log("faults over; waiting for every pod to be bound or reported unschedulable")
@@ -1127,7 +1121,7 @@ class Soak:
         pending = [
             p for p in pods if not p["spec"].get("nodeName") and not p["metadata"].get("deletionTimestamp")
         ]
-        lost = [p for p in pending if p["metadata"]["uid"] not in failed]
+        lost = invariants.unaccounted(pods, failed)
         f.pods_bound = len(bound)
         f.pods_pending_with_reason = len(pending) - len(lost)
         f.pods_lost = len(lost)
@@ -1148,7 +1142,9 @@ class Soak:
         present = {(p["metadata"]["namespace"], p["metadata"]["name"]) for p in pods}
         deleter = first_deleters(audit.deletes)
         gone = {(c.namespace, c.name) for c in creates if c.name} - present
-        vanished = sorted(gone - deleter.keys())
+        vanished = invariants.vanished(
+            ((c.namespace, c.name) for c in creates if c.name), pods, deleter.keys()
+        )
         f.pods_gone_by = dict(
             collections.Counter(_deleter_kind(deleter[k]) for k in gone if k in deleter).most_common()
         )
@@ -1162,29 +1158,15 @@ class Soak:
         if len(lost) > 10:
             f.violations.append(f"lost: {len(lost) - 10} more")
 
-        # Over-commitment, per node and resource.
-        nodes = {n["metadata"]["name"]: n for n in self.get_json("/api/v1/nodes")["items"]}
-        used: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
-        for p in self.get_json("/api/v1/pods")["items"]:
-            node = p["spec"].get("nodeName")
-            if not node or p["status"].get("phase") in ("Succeeded", "Failed"):
-                continue
-            used[node]["pods"] += 1
-            for resource, v in pod_requests(p).requests.items():
-                used[node][resource] += v
-        over = []
-        for node, counts in used.items():
-            if node not in nodes:
-                continue
-            alloc = pod_requests(
-                {"spec": {"containers": [{"resources": {"requests": nodes[node]["status"]["allocatable"]}}]}}
-            ).requests
-            allowed_pods = int(nodes[node]["status"]["allocatable"].get("pods", "110"))
-            excess = [r for r, v in counts.items() if (allowed_pods if r == "pods" else alloc.get(r, 0)) < v]
-            if excess:
-                over.append(f"{node}: {', '.join(excess)}")
+        # Over-commitment per node and resource, and the placement constraints (pods on a node a
+        # fault deleted are left out).
+        all_nodes, all_pods = self.get_json("/api/v1/nodes")["items"], self.get_json("/api/v1/pods")["items"]
+        over = invariants.overcommitted(all_nodes, all_pods)
         f.overcommitted_nodes = len(over)
         f.violations += [f"over-committed: {o}" for o in over[:10]]
+        broken = invariants.constraint_violations(all_nodes, all_pods)
+        f.constraint_violations = len(broken)
+        f.violations += [f"constraint broken: {v}" for v in broken[:10]]
 
         # Binds against the Lease history, from the audit log.
         users = {f"system:serviceaccount:{LEASE_NS}:{r}": r for r in REPLICAS}
@@ -1297,6 +1279,7 @@ def render(f: ChaosFigures) -> str:
         ("deleted by the soak", f"{f.pods_deleted_by_soak}"),
         ("gone at the end, by", ", ".join(f"{k} {v}" for k, v in f.pods_gone_by.items()) or "-"),
         ("over-committed nodes", f"{f.overcommitted_nodes}"),
+        ("constraints broken", f"{f.constraint_violations}"),
         ("binds by ksched", f"{f.binds_by_ksched}"),
         ("binds by kube-scheduler", f"{f.binds_by_kube_scheduler} (pods the webhook left to it)"),
         ("binds by a non-leader", f"{f.binds_by_non_leader}"),

@@ -44,7 +44,6 @@ import sys
 import threading
 import time
 import zlib
-from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -53,11 +52,11 @@ from typing import Any
 
 import orjson
 
+from ksched.bench import invariants
 from ksched.cluster import local
 from ksched.cluster.build import Pins, ensure_built, nullbinder_binary
 from ksched.cluster.gauges import GaugeServer
 from ksched.commands.demo import CREATE_WORKERS, clear_pods, create_pods, process_usage
-from ksched.engine.quantity import milli_value, parse_quantity
 from ksched.errors import KschedError
 from ksched.loop.client import ApiUnavailableError, Kube, load_configuration
 from ksched.objects import Obj
@@ -549,57 +548,18 @@ class FirstSeen:
 # Checks on the bound pods
 
 
-def _requests(pod: Obj) -> tuple[int, int]:
-    cpu = mem = 0
-    for c in pod["spec"].get("containers") or []:
-        req = (c.get("resources") or {}).get("requests") or {}
-        cpu += milli_value(parse_quantity(req.get("cpu", "0")))
-        mem += milli_value(parse_quantity(req.get("memory", "0"))) // 1000
-    return cpu, mem
+def check_placements(kube: Kube, nodes: dict[str, Obj]) -> tuple[int, int]:
+    """(over-committed nodes, constraint violations) over every bound pod of the cluster, as
+    :mod:`ksched.bench.invariants` judges them.
 
-
-def check_placements(kube: Kube, nodes: dict[str, Obj], workload: str) -> tuple[int, int]:
-    """(over-committed nodes, constraint violations) over every bound pod of the cluster.
-
-    A node is over-committed when its pods request more cpu or memory than its allocatable or
-    are more than its pod capacity. Violations: pods sharing a node with a pod of the same
-    anti-affinity group; for the spread workload, the zone skew above maxSkew 1."""
+    A node is over-committed when its pods request more of any resource than its allocatable
+    or are more than its pod capacity; a node the pods are bound to but the listing lacks
+    counts too. Violations: each pod on a node with a pod its required anti-affinity selects,
+    each pod off its nodeSelector, and each unit of spread skew above a constraint's maxSkew."""
     pods = kube.request("GET", "/api/v1/pods", query={"fieldSelector": "spec.nodeName!="}).json()["items"]
-    used: dict[str, list[int]] = {}
-    for p in pods:
-        if p.get("status", {}).get("phase") in ("Succeeded", "Failed"):
-            continue
-        cpu, mem = _requests(p)
-        u = used.setdefault(p["spec"]["nodeName"], [0, 0, 0])
-        u[0] += cpu
-        u[1] += mem
-        u[2] += 1
-    over = 0
-    for name, (cpu, mem, count) in used.items():
-        alloc = (nodes.get(name) or {}).get("status", {}).get("allocatable") or {}
-        if (
-            cpu > milli_value(parse_quantity(alloc.get("cpu", "0")))
-            or mem > milli_value(parse_quantity(alloc.get("memory", "0"))) // 1000
-            or count > int(alloc.get("pods", "0"))
-        ):
-            over += 1
-    violations = 0
-    if workload == "anti-affinity":
-        per: Counter[tuple[str, str]] = Counter(
-            (p["spec"]["nodeName"], p["metadata"]["labels"].get("group", ""))
-            for p in pods
-            if p["metadata"].get("labels", {}).get("app") == "anti-affinity"
-        )
-        violations = sum(n for n in per.values() if n > 1)
-    elif workload == "spread":
-        zones = Counter(
-            nodes[p["spec"]["nodeName"]]["metadata"]["labels"].get(ZONE, "")
-            for p in pods
-            if p["metadata"].get("labels", {}).get("app") == "spread" and p["spec"]["nodeName"] in nodes
-        )
-        all_zones = {n["metadata"]["labels"].get(ZONE, "") for n in nodes.values()}
-        counts = [zones.get(z, 0) for z in all_zones]
-        violations = max(0, max(counts, default=0) - min(counts, default=0) - 1)
+    listed = list(nodes.values())
+    over = len(invariants.overcommitted(listed, pods)) + len(invariants.unknown_nodes(listed, pods))
+    violations = sum(v.excess for v in invariants.constraint_violations(listed, pods))
     return over, violations
 
 
@@ -675,7 +635,7 @@ def run_phase(
         }
         phase.control_plane_by_process = per_pod
         phase.control_plane_cpu_ms_per_pod = sum(per_pod.values())
-        over, violations = check_placements(kube, nodes, workload)
+        over, violations = check_placements(kube, nodes)
         clear_pods(kube, namespace)
 
         # Steady: a fixed arrival rate, create→bind latency per pod, from a quiet control plane
@@ -699,7 +659,7 @@ def run_phase(
             if latencies:
                 phase.p50_ms = round(percentile(latencies, 0.50), 1)
                 phase.p99_ms = round(percentile(latencies, 0.99), 1)
-            over2, violations2 = check_placements(kube, nodes, workload)
+            over2, violations2 = check_placements(kube, nodes)
             over, violations = max(over, over2), max(violations, violations2)
         phase.overcommitted_nodes, phase.constraint_violations = over, violations
         _, phase.peak_rss_mib = process_usage(sched.pid)
