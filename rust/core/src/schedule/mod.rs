@@ -11,16 +11,21 @@
 //! pods see it — or, for a pod that fits nowhere, run preemption's dry run
 //! (`preemption`) and hold the nominated node. Pods whose verdicts depend on
 //! the node alone share evaluations by signature (`signature`); pods a
-//! pod-level plugin applies to are evaluated afresh (`pod_level`). Nodes are
-//! evaluated in parallel chunks. With a `ScheduleCache`, the class and
-//! signature caches outlive the call, for the next one to reuse where its
+//! pod-level plugin applies to are evaluated afresh (`pod_level`); those whose
+//! one pod-level score is spread's select by ranked nodes (`spread_ranking`).
+//! Nodes are evaluated in parallel chunks. With a `ScheduleCache`, the class
+//! and signature caches outlive the call, for the next one to reuse where its
 //! inputs show that sound (`carry`).
+//!
+//! The loop below reads as those steps (`PodStep`: evaluate, select, then
+//! commit or preempt); each pod's result is appended in one place (`outcome`).
 
 mod carry;
 mod engine;
 mod explain;
 mod filtering;
 mod nominated;
+mod outcome;
 mod pod_level;
 mod preemption;
 pub(crate) mod select;
@@ -30,6 +35,7 @@ mod state;
 #[cfg(test)]
 mod tests;
 
+use std::borrow::Cow;
 use std::cell::RefCell;
 use std::collections::hash_map::{Entry, HashMap};
 use std::sync::Arc;
@@ -40,17 +46,16 @@ use crate::model::{Classes, Metrics, Nodes, Pods, Profile};
 use crate::registry::PodLevelKept;
 use carry::Kept;
 pub use carry::ScheduleCache;
-use engine::{Engine, NODES_PER_CHUNK};
+use engine::{Engine, PodView, NODES_PER_CHUNK};
 pub use explain::Explanation;
 use filtering::ClassCache;
-use select::{select, tie_key};
+pub use outcome::{Outcome, NOT_ATTEMPTED, UNSCHEDULABLE};
+use outcome::{OutcomeBuilder, PodOutcome};
+use pod_level::{PodLevel, PodScores};
+use select::{tie_key, Best};
 use signature::{Base, SignatureCache};
+use spread_ranking::SpreadSelection;
 use state::BatchState;
-
-/// `Outcome::nodes` value of a pod that fits no node.
-pub const UNSCHEDULABLE: i64 = -1;
-/// `Outcome::nodes` value of a pod not attempted because the deadline passed.
-pub const NOT_ATTEMPTED: i64 = -2;
 
 #[derive(Clone, Debug, Default)]
 pub struct ScheduleOptions {
@@ -62,45 +67,6 @@ pub struct ScheduleOptions {
     /// Evaluate nodes in parallel on rayon's pool.
     pub parallel: bool,
 }
-
-#[derive(Clone, Debug, Default)]
-pub struct Outcome {
-    /// Chosen node per pod, or `UNSCHEDULABLE` / `NOT_ATTEMPTED`.
-    pub nodes: Vec<i64>,
-    /// Total weighted score of the chosen node (NaN when none).
-    pub scores: Vec<f64>,
-    /// Number of feasible nodes per pod.
-    pub feasible: Vec<i64>,
-    /// Pod -> (reason code, number of nodes) for the nodes that failed a filter.
-    pub reason_offsets: Vec<i64>,
-    pub reason_codes: Vec<u32>,
-    pub reason_counts: Vec<i64>,
-    pub explanation: Option<Explanation>,
-    /// Node nominated by preemption per pod (-1 for none), and the chosen
-    /// victims (`Victims` indices) per pod.
-    pub nominated: Vec<i64>,
-    pub victim_offsets: Vec<i64>,
-    pub victims: Vec<i64>,
-    /// DefaultPreemption's PostFilter per pod that fits nowhere (none where
-    /// preemption is disabled): the pod, its `default_preemption::verdict`, and
-    /// for `NO_CANDIDATE` the (reason code, nodes) of its FitError, where
-    /// `default_preemption::NOT_HELPFUL` and `NO_VICTIMS` are pseudo-codes.
-    pub postfilter_pods: Vec<i64>,
-    pub postfilter_verdicts: Vec<u8>,
-    pub postfilter_offsets: Vec<i64>,
-    pub postfilter_codes: Vec<u32>,
-    pub postfilter_counts: Vec<i64>,
-    /// Per placed pod, per claim (in `Volumes` order): the PersistentVolume
-    /// it binds (`Volumes` index), or `volume_binding::PROVISION`. Empty for
-    /// pods not placed.
-    pub volume_offsets: Vec<i64>,
-    pub volumes: Vec<i64>,
-}
-
-/// The pods left in a call from which a spread pod's signature ranks its nodes
-/// (`Engine::select_spread`), at the second pod of its group: building a ranking
-/// costs about what scoring every node does for a dozen pods.
-const RANKED_PODS: usize = 16;
 
 /// Schedule a batch. Pods are placed in the order given (the caller orders
 /// them by priority, then arrival).
@@ -219,258 +185,299 @@ fn schedule_on_this_thread(
     let n = nodes.count;
     let chunk = if options.parallel { NODES_PER_CHUNK } else { n.max(1) };
     let parallel = options.parallel && n > chunk;
-    let max_signatures = signature::max_signatures(n, nodes.resources);
     // Taken out for the call, so a call that panics leaves nothing behind.
     let mut kept = Kept::resume(carried.as_mut().and_then(|c| c.take()), &engine, &mut state);
     let slots: Vec<usize> = (0..classes.count).map(|class| kept.slot_of(classes, class)).collect();
-    let call = kept.call;
     let Kept {
         caches,
         bases,
         signatures,
         fresh,
+        call,
         ..
     } = &mut kept;
-    let pod_level_kept = RefCell::new(PodLevelKept::default());
-    // A spread pod's totals (`Engine::add_spread_scores`), kept from pod to pod.
-    let mut spread_totals: Vec<f64> = Vec::new();
-    let mut spread_scratch = spread_ranking::Scratch::default();
-    // The call's rankings of spread pods' nodes (`Engine::select_spread`).
-    let mut ranked = HashMap::new();
-    let mut outcome = Outcome {
-        reason_offsets: vec![0],
-        victim_offsets: vec![0],
-        volume_offsets: vec![0],
-        postfilter_offsets: vec![0],
-        ..Outcome::default()
+    let mut signatures = Signatures {
+        map: signatures,
+        max: signature::max_signatures(n, nodes.resources),
+        call: *call,
+        fresh,
     };
-
+    let pod_level_kept = RefCell::new(PodLevelKept::default());
+    let mut spread = SpreadSelection::default();
+    let mut outcome = OutcomeBuilder::new();
     for index in 0..pods.count {
         if options.deadline.is_some_and(|d| Instant::now() >= d) {
-            outcome.nodes.push(NOT_ATTEMPTED);
-            outcome.scores.push(f64::NAN);
-            outcome.feasible.push(0);
-            outcome.reason_offsets.push(outcome.reason_codes.len() as i64);
-            outcome.nominated.push(-1);
-            outcome.victim_offsets.push(outcome.victims.len() as i64);
-            outcome.volume_offsets.push(outcome.volumes.len() as i64);
+            outcome.push(PodOutcome::not_attempted());
             continue;
         }
         let pod = engine.pod_view(index);
         let slot = slots[pod.class];
-        let cache = &*caches[slot].get_or_insert_with(|| engine.class_cache(pod.class));
-
-        // Filter and score. A pod that a pod-level plugin applies to is
-        // evaluated afresh; the signature caches serve the pods whose
-        // verdicts depend on the node alone.
-        let pod_level = engine.pod_level(&state, &pod, &pod_level_kept);
-        let on_nominated = engine.nominated_node_fits(&state, cache, &pod, pod_level.as_ref());
-        // An explained pod is evaluated on every node for its explanation, and
-        // still goes to its nominated node (below).
-        if let (Some(node), false) = (on_nominated, options.explain == Some(index)) {
-            let volumes = state.bind_volumes(&engine, &pod, node);
-            outcome.volumes.extend(volumes);
-            outcome.volume_offsets.push(outcome.volumes.len() as i64);
-            state.commit(&engine, &pod, node);
-            outcome.nodes.push(node as i64);
-            outcome.scores.push(f64::NAN); // placed without scoring, as upstream
-            outcome.feasible.push(1);
-            outcome.reason_offsets.push(outcome.reason_codes.len() as i64);
-            outcome.nominated.push(-1);
-            outcome.victim_offsets.push(outcome.victims.len() as i64);
+        let step = PodStep {
+            engine: &engine,
+            cache: &*caches[slot].get_or_insert_with(|| engine.class_cache(pod.class)),
+            pod_level: engine.pod_level(&state, &pod, &pod_level_kept),
+            explained: options.explain == Some(index),
+            seed: options.seed,
+            chunk,
+            parallel,
+            pod,
+            slot,
+        };
+        // A pod nominated by an earlier preemption takes its node where every filter
+        // passes there, without scoring, as upstream. An explained pod is evaluated on
+        // every node for its explanation, and still goes to its nominated node.
+        let on_nominated = engine.nominated_node_fits(&state, step.cache, &step.pod, step.pod_level.as_ref());
+        if let (Some(node), false) = (on_nominated, step.explained) {
+            outcome.push(step.commit(&mut state, node, f64::NAN, 1, &[]));
             continue;
         }
-        let mut own: SignatureCache;
-        let mut pod_scores = None;
-        // The totals with pod-level scores added, where the signature's cache serves the rest.
-        let mut pod_totals: Option<Vec<f64>> = None;
-        let mut in_spread_totals = false;
-        // The pod's best node, where selected by ranked nodes.
-        let mut ranked_best = None;
-        let tie = |node: usize| tie_key(options.seed, pods.keys[index], nodes.keys[node]);
-        let explained = options.explain == Some(index);
-        let key = signature::key(&engine, &pod, slot);
-        let sig = match (&pod_level, key) {
-            // Pod-level filters: the signature's evaluation with them applied.
-            (Some(pl), Some(key)) if !pl.prefilter.is_empty() => {
-                let shared = shared_signature(
-                    &engine,
-                    signatures,
-                    max_signatures,
-                    key,
-                    (call, fresh),
-                    &state,
-                    cache,
-                    &mut bases[slot],
-                    &pod,
-                    chunk,
-                    parallel,
-                );
-                own = engine.with_pod_filters(shared, &state, cache, &mut bases[slot], &pod, &pl.prefilter, chunk, parallel);
-                // Without pod-level scores every node scores 0 there (an explanation still shows them).
-                if !pl.prescore.is_empty() || explained {
-                    let feasible = own.feasible_nodes();
-                    pod_scores = engine.add_pod_level_scores(&state, &pod, pl, &feasible, &mut own.totals, explained);
-                }
-                &own
-            }
-            (Some(pl), None) if !pl.prefilter.is_empty() => {
-                own = engine.evaluate_all(&state, cache, &mut bases[slot], &pod, Some(&pl.prefilter), chunk, parallel);
-                let feasible = own.feasible_nodes();
-                pod_scores = engine.add_pod_level_scores(&state, &pod, pl, &feasible, &mut own.totals, explained);
-                &own
-            }
-            (_, None) => {
-                own = engine.evaluate_all(&state, cache, &mut bases[slot], &pod, None, chunk, parallel);
-                if let Some(pl) = &pod_level {
-                    let feasible = own.feasible_nodes();
-                    pod_scores = engine.add_pod_level_scores(&state, &pod, pl, &feasible, &mut own.totals, explained);
-                }
-                &own
-            }
-            (_, Some(key)) => {
-                let shared = shared_signature(
-                    &engine,
-                    signatures,
-                    max_signatures,
-                    key,
-                    (call, fresh),
-                    &state,
-                    cache,
-                    &mut bases[slot],
-                    &pod,
-                    chunk,
-                    parallel,
-                );
-                // Pod-level scores only (ScheduleAnyway spreading, the default constraints,
-                // preferred affinity): the node-level verdicts and scores are the signature's,
-                // so only a copy of its totals gets the pod-level scores added.
-                if let (Some(pl), false) = (&pod_level, explained) {
-                    // A ranking pays for its building over many pods of the call.
-                    let build = pods.count - index >= RANKED_PODS;
-                    ranked_best = engine.select_spread(&state, &pod, pl, shared, &mut ranked, build, tie);
-                    in_spread_totals = ranked_best.is_none()
-                        && engine.add_spread_scores(&state, &pod, pl, shared, &mut spread_totals, &mut spread_scratch);
-                }
-                if let (Some(pl), false, None) = (&pod_level, in_spread_totals, ranked_best) {
-                    let feasible = shared.feasible_nodes();
-                    let mut totals = shared.totals.clone();
-                    pod_scores = engine.add_pod_level_scores(&state, &pod, pl, &feasible, &mut totals, explained);
-                    pod_totals = Some(totals);
-                }
-                shared
-            }
+        let evaluation = step.evaluate(&state, &mut bases[slot], &mut signatures, &mut spread);
+        let best = step.select(&evaluation, &spread, on_nominated);
+        let explanation = step.explained.then(|| step.explain(&state, &evaluation, best));
+        let sig = &*evaluation.sig;
+        let mut pod_outcome = match best {
+            Some(b) => step.commit(&mut state, b.node, b.total, sig.feasible, &sig.histogram),
+            None => step.preempt(&mut state, sig),
         };
-
-        // Select.
-        let totals = match (in_spread_totals, pod_totals.as_deref()) {
-            (true, _) => &spread_totals[..],
-            (false, Some(totals)) => totals,
-            (false, None) => &sig.totals[..],
-        };
-        let best = match (on_nominated, ranked_best) {
-            (Some(node), _) => Some(select::Best {
-                node,
-                total: totals[node],
-                tie: 0,
-            }),
-            (None, Some(best)) => best,
-            (None, None) => select(totals, sig.feasible, tie),
-        };
-
-        if explained {
-            let pod_level = pod_level.as_ref().zip(pod_scores.as_ref());
-            outcome.explanation = Some(engine.explain(&state, cache, &pod, &sig.maxima, pod_level, best.map(|b| b.node)));
-        }
-
-        for (code, &count) in sig.histogram.iter().enumerate() {
-            if count > 0 {
-                outcome.reason_codes.push(code as u32);
-                outcome.reason_counts.push(count);
-            }
-        }
-        outcome.reason_offsets.push(outcome.reason_codes.len() as i64);
-        outcome.feasible.push(sig.feasible as i64);
-
-        // Commit, or preempt (PostFilter) for a pod that fits nowhere.
-        let mut nominated = -1;
-        match best {
-            Some(b) => {
-                let volumes = state.bind_volumes(&engine, &pod, b.node);
-                outcome.volumes.extend(volumes);
-                state.commit(&engine, &pod, b.node);
-                outcome.nodes.push(b.node as i64);
-                outcome.scores.push(b.total);
-            }
-            None => {
-                outcome.nodes.push(UNSCHEDULABLE);
-                outcome.scores.push(f64::NAN);
-                let post = engine.preempt(&state, cache, &pod, sig, options.seed);
-                if post.verdict != 0 {
-                    outcome.postfilter_pods.push(index as i64);
-                    outcome.postfilter_verdicts.push(post.verdict);
-                    for &(code, count) in &post.histogram {
-                        outcome.postfilter_codes.push(code);
-                        outcome.postfilter_counts.push(count);
-                    }
-                    outcome.postfilter_offsets.push(outcome.postfilter_codes.len() as i64);
-                }
-                if let Some(c) = post.candidate {
-                    nominated = c.node as i64;
-                    for &v in &c.victims {
-                        state.taken[v] = true;
-                        outcome.victims.push(v as i64);
-                    }
-                    // The nominated pod holds its place for the rest of the batch
-                    // (upstream adds nominated pods to their node for lower priorities).
-                    state.nominate(&pod, c.node);
-                }
-            }
-        }
-        outcome.nominated.push(nominated);
-        outcome.victim_offsets.push(outcome.victims.len() as i64);
-        outcome.volume_offsets.push(outcome.volumes.len() as i64);
+        pod_outcome.explanation = explanation;
+        outcome.push(pod_outcome);
     }
     if let Some(c) = carried {
         c.put(kept.suspend(&engine, &state));
     }
-    Ok(outcome)
+    Ok(outcome.finish())
 }
 
-/// The signature cache of the pod's signature, brought up to date with the batch's
-/// placements (evaluated on every node the first time).
-/// Over the bound, the caches this call has not used go first, then all.
-#[allow(clippy::too_many_arguments)]
-fn shared_signature<'s>(
-    engine: &Engine,
-    signatures: &'s mut HashMap<Vec<i64>, SignatureCache>,
-    max_signatures: usize,
-    key: Vec<i64>,
-    (call, fresh): (u64, &mut usize),
-    state: &BatchState,
-    cache: &ClassCache,
-    base: &mut Option<Arc<Base>>,
-    pod: &engine::PodView,
+/// The call's signature caches (`carry::Kept::signatures`), bounded by `max`.
+struct Signatures<'k> {
+    map: &'k mut HashMap<Vec<i64>, SignatureCache>,
+    max: usize,
+    /// The call (`Kept::call`), and the signatures it evaluated on every node.
+    call: u64,
+    fresh: &'k mut usize,
+}
+
+/// One pod's pass through the call, in named steps: `evaluate` every node,
+/// `select` the best, then `commit` the placement or `preempt`.
+struct PodStep<'p, 'a, 'm> {
+    engine: &'p Engine<'a, 'm>,
+    pod: PodView<'p>,
+    /// Its constraint class's cache, and the class's `carry` slot.
+    cache: &'p ClassCache,
+    slot: usize,
+    pod_level: Option<PodLevel>,
+    /// Whether the call explains this pod (`ScheduleOptions::explain`).
+    explained: bool,
+    seed: u64,
     chunk: usize,
     parallel: bool,
-) -> &'s SignatureCache {
-    if !signatures.contains_key(&key) && signatures.len() >= max_signatures {
-        signatures.retain(|_, sig| sig.used == call);
-        if signatures.len() >= max_signatures {
-            signatures.clear();
+}
+
+/// A pod's evaluation: its verdicts and where its totals are.
+struct Evaluation<'s> {
+    /// Its signature's evaluation, or its own where pod-level filters apply or it has no signature.
+    sig: Cow<'s, SignatureCache>,
+    totals: Totals,
+    /// Each node's pod-level scores, for an explanation.
+    pod_scores: Option<PodScores>,
+}
+
+/// Where a pod's totals with its pod-level scores are.
+enum Totals {
+    /// In `Evaluation::sig`: its own evaluation's, or its signature's where it has no pod-level score.
+    InEvaluation,
+    /// A copy of the signature's totals with the pod-level scores added.
+    Copied(Vec<f64>),
+    /// In `SpreadSelection::totals` (`Engine::add_spread_scores`).
+    Spread,
+    /// Not computed: the spread ranking selected (`Engine::select_spread`).
+    Ranked(Option<Best>),
+}
+
+impl PodStep<'_, '_, '_> {
+    fn tie(&self) -> impl Fn(usize) -> u64 + '_ {
+        let (pods, nodes) = (self.engine.pods, self.engine.nodes);
+        move |node: usize| tie_key(self.seed, pods.keys[self.pod.index], nodes.keys[node])
+    }
+
+    /// Filter and score every node. A pod that a pod-level plugin filters is
+    /// evaluated afresh (from its signature's evaluation where it has one); the
+    /// signature caches serve the pods whose verdicts depend on the node alone,
+    /// and their pod-level scores, if any, are added to a copy of the totals.
+    fn evaluate<'s>(
+        &self,
+        state: &BatchState,
+        base: &mut Option<Arc<Base>>,
+        signatures: &'s mut Signatures,
+        spread: &mut SpreadSelection,
+    ) -> Evaluation<'s> {
+        let (engine, pod, cache) = (self.engine, &self.pod, self.cache);
+        let (chunk, parallel) = (self.chunk, self.parallel);
+        let pod_level = self.pod_level.as_ref();
+        let pod_filters = pod_level.map(|pl| &pl.prefilter).filter(|pf| !pf.is_empty());
+        let key = signature::key(engine, pod, self.slot);
+        let (mut own, scored) = match (pod_filters, key) {
+            (Some(prefilter), Some(key)) => {
+                let shared = signatures.get(engine, state, cache, base, pod, key, chunk, parallel);
+                let own = engine.with_pod_filters(shared, state, cache, base, pod, prefilter, chunk, parallel);
+                // Without pod-level scores every node scores 0 there (an explanation still shows them).
+                let scored = pod_level.is_some_and(|pl| !pl.prescore.is_empty()) || self.explained;
+                (own, scored)
+            }
+            (prefilter, None) => (engine.evaluate_all(state, cache, base, pod, prefilter, chunk, parallel), true),
+            (None, Some(key)) => {
+                let shared = signatures.get(engine, state, cache, base, pod, key, chunk, parallel);
+                return self.score_shared(state, shared, spread);
+            }
+        };
+        let pod_scores = match pod_level {
+            Some(pl) if scored => {
+                let feasible = own.feasible_nodes();
+                engine.add_pod_level_scores(state, pod, pl, &feasible, &mut own.totals, self.explained)
+            }
+            _ => None,
+        };
+        Evaluation {
+            sig: Cow::Owned(own),
+            totals: Totals::InEvaluation,
+            pod_scores,
         }
     }
-    let sig = match signatures.entry(key) {
-        Entry::Occupied(e) => {
-            let sig = e.into_mut();
-            engine.refresh(sig, state, cache, base, pod, chunk, parallel);
-            sig
+
+    /// The pod-level scores of a pod its signature's evaluation serves (`ScheduleAnyway`
+    /// spreading, the default constraints, preferred affinity): the node-level verdicts
+    /// and scores are the signature's, so only its totals get the pod-level scores
+    /// added: by the spread ranking or into the spread buffer where spread's is the
+    /// pod's one pod-level score, else into a copy.
+    fn score_shared<'s>(&self, state: &BatchState, shared: &'s SignatureCache, spread: &mut SpreadSelection) -> Evaluation<'s> {
+        let (engine, pod) = (self.engine, &self.pod);
+        let mut evaluation = Evaluation {
+            sig: Cow::Borrowed(shared),
+            totals: Totals::InEvaluation,
+            pod_scores: None,
+        };
+        let Some(pl) = &self.pod_level else {
+            return evaluation;
+        };
+        if !self.explained {
+            if let Some(best) = engine.select_spread(state, pod, pl, shared, spread, self.tie()) {
+                evaluation.totals = Totals::Ranked(best);
+                return evaluation;
+            }
+            if engine.add_spread_scores(state, pod, pl, shared, spread) {
+                evaluation.totals = Totals::Spread;
+                return evaluation;
+            }
         }
-        Entry::Vacant(e) => {
-            *fresh += 1;
-            e.insert(engine.evaluate_all(state, cache, base, pod, None, chunk, parallel))
+        let feasible = shared.feasible_nodes();
+        let mut totals = shared.totals.clone();
+        evaluation.pod_scores = engine.add_pod_level_scores(state, pod, pl, &feasible, &mut totals, self.explained);
+        evaluation.totals = Totals::Copied(totals);
+        evaluation
+    }
+
+    /// The feasible node with the highest total (ties broken by the seeded key),
+    /// or the pod's nominated node where it is placed there.
+    fn select(&self, evaluation: &Evaluation, spread: &SpreadSelection, on_nominated: Option<usize>) -> Option<Best> {
+        let sig = &*evaluation.sig;
+        let totals = match &evaluation.totals {
+            Totals::Copied(totals) => &totals[..],
+            Totals::Spread => &spread.totals[..],
+            Totals::InEvaluation | Totals::Ranked(_) => &sig.totals[..],
+        };
+        match (on_nominated, &evaluation.totals) {
+            (Some(node), _) => Some(Best {
+                node,
+                total: totals[node],
+                tie: 0,
+            }),
+            (None, Totals::Ranked(best)) => *best,
+            (None, _) => select::select(totals, sig.feasible, self.tie()),
         }
-    };
-    sig.used = call;
-    &*sig
+    }
+
+    fn explain(&self, state: &BatchState, evaluation: &Evaluation, best: Option<Best>) -> Explanation {
+        let pod_level = self.pod_level.as_ref().zip(evaluation.pod_scores.as_ref());
+        let chosen = best.map(|b| b.node);
+        self.engine
+            .explain(state, self.cache, &self.pod, &evaluation.sig.maxima, pod_level, chosen)
+    }
+
+    /// Place the pod on `node`: its volumes bound, and the placement committed to
+    /// the batch's accounting so later pods see it.
+    fn commit<'s>(&self, state: &mut BatchState, node: usize, score: f64, feasible: usize, histogram: &'s [i64]) -> PodOutcome<'s> {
+        let volumes = state.bind_volumes(self.engine, &self.pod, node);
+        state.commit(self.engine, &self.pod, node);
+        PodOutcome {
+            node: node as i64,
+            score,
+            feasible,
+            histogram,
+            volumes,
+            postfilter: None,
+            explanation: None,
+        }
+    }
+
+    /// PostFilter for a pod that fits nowhere: preemption's dry run. A pod
+    /// nominated to a node holds its place there for the rest of the batch
+    /// (upstream adds nominated pods to their node for lower priorities), and
+    /// its victims are taken.
+    fn preempt<'s>(&self, state: &mut BatchState, sig: &'s SignatureCache) -> PodOutcome<'s> {
+        let post = self.engine.preempt(state, self.cache, &self.pod, sig, self.seed);
+        if let Some(c) = &post.candidate {
+            for &v in &c.victims {
+                state.taken[v] = true;
+            }
+            state.nominate(&self.pod, c.node);
+        }
+        PodOutcome {
+            node: UNSCHEDULABLE,
+            score: f64::NAN,
+            feasible: sig.feasible,
+            histogram: &sig.histogram,
+            volumes: Vec::new(),
+            postfilter: Some(post),
+            explanation: None,
+        }
+    }
+}
+
+impl Signatures<'_> {
+    /// The signature cache of the pod's signature, brought up to date with the batch's
+    /// placements (evaluated on every node the first time).
+    /// Over the bound, the caches this call has not used go first, then all.
+    #[allow(clippy::too_many_arguments)]
+    fn get(
+        &mut self,
+        engine: &Engine,
+        state: &BatchState,
+        cache: &ClassCache,
+        base: &mut Option<Arc<Base>>,
+        pod: &PodView,
+        key: Vec<i64>,
+        chunk: usize,
+        parallel: bool,
+    ) -> &SignatureCache {
+        let call = self.call;
+        if !self.map.contains_key(&key) && self.map.len() >= self.max {
+            self.map.retain(|_, sig| sig.used == call);
+            if self.map.len() >= self.max {
+                self.map.clear();
+            }
+        }
+        let sig = match self.map.entry(key) {
+            Entry::Occupied(e) => {
+                let sig = e.into_mut();
+                engine.refresh(sig, state, cache, base, pod, chunk, parallel);
+                sig
+            }
+            Entry::Vacant(e) => {
+                *self.fresh += 1;
+                e.insert(engine.evaluate_all(state, cache, base, pod, None, chunk, parallel))
+            }
+        };
+        sig.used = call;
+        sig
+    }
 }

@@ -424,7 +424,7 @@ impl Ranked {
 
 /// A signature's `Ranked` nodes for one `ScheduleAnyway` group, kept through a call
 /// (`Engine::select_spread`).
-pub(super) struct Ranking {
+struct Ranking {
     /// The signature's totals it ranks (`SignatureCache::generation`).
     generation: u64,
     ranked: Option<Ranked>,
@@ -437,22 +437,36 @@ pub(super) struct Ranking {
 /// building one costs about what scoring every node does for a dozen pods.
 const REBUILD_PODS: usize = 16;
 
+/// The pods left in a call from which a spread pod's signature ranks its nodes,
+/// at the second pod of its group: building a ranking costs about what scoring
+/// every node does for a dozen pods.
+const RANKED_PODS: usize = 16;
+
+/// What one call keeps for its spread pods: the last spread pod's totals and the
+/// buffers behind them (`Engine::add_spread_scores`), and the rankings of nodes
+/// per signature and group (`Engine::select_spread`).
+#[derive(Default)]
+pub(super) struct SpreadSelection {
+    pub totals: Vec<f64>,
+    scratch: Scratch,
+    rankings: HashMap<(u64, usize), Ranking>,
+}
+
 impl Engine<'_, '_> {
     /// `add_pod_level_scores` for a pod whose one pod-level score is PodTopologySpread's
     /// (the profile's system defaults, or `ScheduleAnyway` constraints, and no inter-pod
     /// affinity score), over `sig`'s feasible nodes: `sig`'s totals with the spread
-    /// scores added, into `out`, reused from pod to pod. False, and nothing written,
-    /// for any other pod.
+    /// scores added, into `spread.totals`, reused from pod to pod. False, and nothing
+    /// written, for any other pod.
     pub(super) fn add_spread_scores(
         &self,
         state: &BatchState,
         pod: &PodView,
         pl: &PodLevel,
         sig: &SignatureCache,
-        out: &mut Vec<f64>,
-        scratch: &mut Scratch,
+        spread: &mut SpreadSelection,
     ) -> bool {
-        let (Some(spread), None) = (&pl.prescore.spread, &pl.prescore.affinity) else {
+        let (Some(score_state), None) = (&pl.prescore.spread, &pl.prescore.affinity) else {
             return false;
         };
         let table = self.pods.table.as_ref().expect("pod level implies a pod table");
@@ -462,15 +476,24 @@ impl Engine<'_, '_> {
         let (evals, totals) = (&sig.evals, &sig.totals);
         // An infeasible node's total is minus infinity, so the evals are read only there.
         let feasible = |node: usize| totals[node] != f64::NEG_INFINITY || evals[node].feasible;
-        add_scores(spread, &ctx.spread(), weight, feasible, totals, out, scratch);
+        add_scores(
+            score_state,
+            &ctx.spread(),
+            weight,
+            feasible,
+            totals,
+            &mut spread.totals,
+            &mut spread.scratch,
+        );
         true
     }
 
     /// `add_spread_scores` then `select::select` for the same pods, through the
-    /// signature's `Ranked` nodes for its `ScheduleAnyway` group (`ranked`, the
-    /// call's; built here from the group's second pod on where `build`): the best
-    /// node, None where no node is feasible. None for any other pod, where no
-    /// ranking is kept (and none is built), or where a total is not finite.
+    /// signature's `Ranked` nodes for its `ScheduleAnyway` group (the call's, in
+    /// `spread`; built here from the group's second pod on, where enough of the
+    /// call's pods are left to pay for it): the best node, None where no node is
+    /// feasible. None for any other pod, where no ranking is kept (and none is
+    /// built), or where a total is not finite.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn select_spread(
         &self,
@@ -478,16 +501,16 @@ impl Engine<'_, '_> {
         pod: &PodView,
         pl: &PodLevel,
         sig: &SignatureCache,
-        ranked: &mut HashMap<(u64, usize), Ranking>,
-        build: bool,
+        spread: &mut SpreadSelection,
         tie: impl Fn(usize) -> u64,
     ) -> Option<Option<Best>> {
-        let (Some(spread), None) = (&pl.prescore.spread, &pl.prescore.affinity) else {
+        let (Some(score_state), None) = (&pl.prescore.spread, &pl.prescore.affinity) else {
             return None;
         };
+        let build = self.pods.count - pod.index >= RANKED_PODS;
         let (evals, totals) = (&sig.evals, &sig.totals);
         let feasible = |node: usize| totals[node] != f64::NEG_INFINITY || evals[node].feasible;
-        let entry = ranked.entry((sig.id, spread.shape_id())).or_insert_with(|| Ranking {
+        let entry = spread.rankings.entry((sig.id, score_state.shape_id())).or_insert_with(|| Ranking {
             generation: sig.generation,
             ranked: None,
             pods: 0,
@@ -502,25 +525,25 @@ impl Engine<'_, '_> {
         // Built at the group's second pod (the first may be the only one), and after a
         // rescore only where the group's pods so far paid for the builds before.
         if entry.ranked.is_none() && build && entry.pods >= 2 && entry.pods >= REBUILD_PODS * entry.builds {
-            let new = Ranked::new(spread, feasible, totals, sig.generation, state.log.len());
+            let new = Ranked::new(score_state, feasible, totals, sig.generation, state.log.len());
             entry.ranked = Some(new);
             entry.builds += 1;
         }
         let ranking = entry.ranked.as_mut()?;
-        debug_assert!(ranking.fits(spread, sig.generation));
+        debug_assert!(ranking.fits(score_state, sig.generation));
         let table = self.pods.table.as_ref().expect("pod level implies a pod table");
         let include = self.inclusion(table, pod.class);
         let ctx = self.pod_context(table, state, pod, &state.on_nodes, &state.affine, &include, &|_| false);
         let weight = self.profile.weight_of(PluginId::PodTopologySpread);
         let best = ranking
-            .select(spread, &ctx.spread(), weight, feasible, totals, &state.log, &tie)
+            .select(score_state, &ctx.spread(), weight, feasible, totals, &state.log, &tie)
             .ok()?
             .map(|(node, total, tie)| Best { node, total, tie });
         #[cfg(debug_assertions)]
         {
             // Every node scored, as `add_spread_scores` and `select` do.
             let (mut out, mut scratch) = (Vec::new(), Scratch::default());
-            add_scores(spread, &ctx.spread(), weight, feasible, totals, &mut out, &mut scratch);
+            add_scores(score_state, &ctx.spread(), weight, feasible, totals, &mut out, &mut scratch);
             let want = super::select::select(&out, sig.feasible, &tie);
             let key = |b: Option<Best>| b.map(|b| (b.node, b.total.to_bits(), b.tie));
             assert_eq!(key(best), key(want), "ranked selection differs from scoring every node");
