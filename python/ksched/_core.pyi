@@ -18,6 +18,7 @@ from ksched.core_types import (
 )
 
 __all__ = [
+    "CLUSTER_EVENTS",
     "EFFECTS",
     "NOT_ATTEMPTED",
     "PLUGINS",
@@ -46,6 +47,8 @@ NOT_ATTEMPTED: int
 POD_PROJECTION: dict[str, list[str]]
 # The plugin registry, in filter order.
 PLUGINS: list[PluginInfo]
+# Every cluster event a plugin may register (``PluginInfo["events"]``), by name.
+CLUSTER_EVENTS: list[str]
 # The fixed filter-failure reasons, and where the per-resource and per-metric ones sit.
 REASONS: list[ReasonInfo]
 REASON_LAYOUT: ReasonLayout

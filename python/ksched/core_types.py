@@ -32,6 +32,8 @@ class PluginInfo(TypedDict):
     filter: bool
     score: bool
     default_weight: int
+    # The cluster events that can make a pod it rejected schedulable (upstream's EventsToRegister).
+    events: list[str]
 
 
 class ReasonInfo(TypedDict):

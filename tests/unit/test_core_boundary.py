@@ -53,6 +53,70 @@ def test_plugin_registry_is_upstreams_default_profile() -> None:
     assert all(set(p) == set(core_types.PluginInfo.__annotations__) for p in _core.PLUGINS)
 
 
+# Upstream v1.36 EventsToRegister with queueing hints on (their default), of the events
+# ksched watches (not CSIDriver, CSIStorageCapacity, VolumeAttachment, nor a pending pod's
+# own update, which always retries it): pkg/scheduler/framework/plugins/*/.
+UPSTREAM_EVENTS = {
+    "NodeUnschedulable": {"NodeAdd", "NodeTaintChange"},
+    "NodeName": {"NodeAdd"},
+    "TaintToleration": {"NodeAdd", "NodeTaintChange"},
+    "NodeAffinity": {"NodeAdd", "NodeLabelChange"},
+    "NodePorts": {"AssignedPodDelete", "NodeAdd"},
+    "NodeResourcesFit": {"AssignedPodDelete", "NodeAdd", "NodeAllocatableChange"},
+    "VolumeRestrictions": {"AssignedPodDelete", "NodeAdd", "PersistentVolumeClaimAdd"},
+    "NodeVolumeLimits": {"CSINodeAdd", "CSINodeUpdate", "AssignedPodDelete", "PersistentVolumeClaimAdd"},
+    "VolumeBinding": {
+        "StorageClassAdd",
+        "StorageClassUpdate",
+        "PersistentVolumeClaimAdd",
+        "PersistentVolumeClaimUpdate",
+        "PersistentVolumeAdd",
+        "PersistentVolumeUpdate",
+        "NodeAdd",
+        "NodeLabelChange",
+        "CSINodeAdd",
+        "CSINodeUpdate",
+    },
+    "VolumeZone": {
+        "StorageClassAdd",
+        "NodeAdd",
+        "NodeLabelChange",
+        "PersistentVolumeClaimAdd",
+        "PersistentVolumeClaimUpdate",
+        "PersistentVolumeAdd",
+        "PersistentVolumeUpdate",
+    },
+    "PodTopologySpread": {
+        "AssignedPodAdd",
+        "AssignedPodLabelChange",
+        "AssignedPodDelete",
+        "NodeAdd",
+        "NodeDelete",
+        "NodeLabelChange",
+        "NodeTaintChange",
+    },
+    "InterPodAffinity": {
+        "AssignedPodAdd",
+        "AssignedPodLabelChange",
+        "AssignedPodDelete",
+        "NodeAdd",
+        "NodeLabelChange",
+    },
+}
+
+
+@pytest.mark.parametrize(("plugin", "events"), sorted(UPSTREAM_EVENTS.items()))
+def test_each_filter_plugin_registers_upstreams_events(plugin: str, events: set[str]) -> None:
+    (row,) = [p for p in _core.PLUGINS if p["name"] == plugin]
+    assert set(row["events"]) == events
+    assert set(row["events"]) <= set(_core.CLUSTER_EVENTS)
+
+
+def test_only_filter_plugins_register_events() -> None:
+    assert all(bool(p["events"]) == p["filter"] for p in _core.PLUGINS)
+    assert len(set(_core.CLUSTER_EVENTS)) == len(_core.CLUSTER_EVENTS)
+
+
 @pytest.mark.parametrize(
     ("plugin", "message"),
     [

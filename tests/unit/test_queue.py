@@ -9,7 +9,18 @@ from typing import Any
 
 import pytest
 
-from ksched.loop.queue import MAX_BACKOFF_S, UNSCHEDULABLE_FLUSH_S, SchedulingQueue, backoff_s
+from ksched.config import Config
+from ksched.engine import Engine
+from ksched.engine.gangs import POD_GROUP_LABEL
+from ksched.engine.snapshot import build_snapshot
+from ksched.loop.queue import (
+    MAX_BACKOFF_S,
+    UNSCHEDULABLE_FLUSH_S,
+    SchedulingQueue,
+    backoff_s,
+    node_events,
+)
+from tests.conftest import node as cluster_node
 from tests.conftest import pod
 
 
@@ -253,3 +264,161 @@ def test_wake_ends_an_idle_wait_and_is_ignored_by_a_loop_with_pods() -> None:
     q.wake()  # nobody waits: nothing to end
     q.add(queued("a"))
     assert names(q.pop_batch(100, 0.0, timeout_s=20.0)) == ["a"]
+
+
+def shaped(name: str, shape: str) -> dict[str, Any]:
+    """A pending pod with no pod-level constraint ("plain"), pod affinity or a pod group."""
+    p = queued(name)
+    if shape == "affinity":
+        p["spec"]["affinity"] = {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": []}}
+    elif shape == "gang":
+        p["metadata"]["labels"] = {POD_GROUP_LABEL: "g"}
+    return p
+
+
+# (case, pod shape, plugins that rejected it (None: no plugin verdict), event, retried)
+ROUTING = [
+    ("fit: a pod deleted frees room", "plain", {"NodeResourcesFit"}, "AssignedPodDelete", True),
+    ("fit: a node's allocatable grew", "plain", {"NodeResourcesFit"}, "NodeAllocatableChange", True),
+    ("fit: a node relabelled cannot help", "plain", {"NodeResourcesFit"}, "NodeLabelChange", False),
+    ("taints: a taint removed", "plain", {"TaintToleration"}, "NodeTaintChange", True),
+    ("taints: a pod deleted cannot help", "plain", {"TaintToleration"}, "AssignedPodDelete", False),
+    ("node affinity: a node relabelled", "plain", {"NodeAffinity"}, "NodeLabelChange", True),
+    ("node affinity: room cannot help", "plain", {"NodeAffinity"}, "NodeAllocatableChange", False),
+    (
+        "either rejecting plugin's event",
+        "plain",
+        {"NodeAffinity", "NodeResourcesFit"},
+        "AssignedPodDelete",
+        True,
+    ),
+    ("pod affinity: a pod bound", "affinity", {"InterPodAffinity"}, "AssignedPodAdd", True),
+    ("pod affinity: a pod relabelled", "affinity", {"InterPodAffinity"}, "AssignedPodLabelChange", True),
+    (
+        "affinity pod rejected for room: a bind cannot help",
+        "affinity",
+        {"NodeResourcesFit"},
+        "AssignedPodAdd",
+        False,
+    ),
+    ("spread: a node deleted", "affinity", {"PodTopologySpread"}, "NodeDelete", True),
+    ("volumes: a volume added", "plain", {"VolumeBinding"}, "PersistentVolumeAdd", True),
+    ("volumes: a CSINode cannot help a zone conflict", "plain", {"VolumeZone"}, "CSINodeUpdate", False),
+    ("unexplained: a node added", "plain", None, "NodeAdd", True),
+    ("unexplained: a node's images changed", "plain", None, "NodeUpdate", True),
+    ("unexplained: another pod's bind", "plain", None, "AssignedPodAdd", False),
+    ("unexplained pod-level pod: another pod's bind", "affinity", None, "AssignedPodAdd", True),
+    ("no nodes at all: a node added", "plain", set(), "NodeAdd", True),
+    ("a metric threshold: a node annotated", "plain", {"Metric/load"}, "NodeAnnotationChange", True),
+    ("gang member: its PodGroup changed", "gang", {"NodeResourcesFit"}, "PodGroupUpdate", True),
+    ("gang member: a member bound", "gang", {"NodeResourcesFit"}, "AssignedPodAdd", True),
+    ("not a gang: a PodGroup changed", "plain", {"NodeResourcesFit"}, "PodGroupUpdate", False),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "shape", "rejected_by", "event", "retried"), ROUTING, ids=[c[0] for c in ROUTING]
+)
+def test_an_event_retries_a_pod_only_if_a_plugin_that_rejected_it_registered_it(
+    case: str, shape: str, rejected_by: set[str] | None, event: str, retried: bool
+) -> None:
+    clock = Clock()
+    q = SchedulingQueue(clock)
+    q.add(shaped("a", shape))
+    (a,) = pop(q)
+    q.done_unschedulable(a, "no", None if rejected_by is None else frozenset(rejected_by))
+    clock.now += MAX_BACKOFF_S
+    q.move_all(event)
+    got = names(pop(q)) == ["a"]
+    assert got == retried, f"{case}: want retried={retried} got {got}"
+
+
+@pytest.mark.parametrize(("event", "backs_off"), [("NodeLabelChange", True), ("AssignedPodDelete", False)])
+def test_an_event_during_the_attempt_counts_only_if_a_rejecting_plugin_registered_it(
+    event: str, backs_off: bool
+) -> None:
+    q = SchedulingQueue(Clock())
+    q.add(queued("a"))
+    (a,) = pop(q)
+    q.move_all(event)
+    q.done_unschedulable(a, "no", frozenset({"NodeAffinity"}))
+    assert q.counts()["backoff" if backs_off else "unschedulable"] == 1
+
+
+def test_an_event_a_pod_waited_for_at_an_earlier_attempt_does_not_move_it() -> None:
+    clock = Clock()
+    q = SchedulingQueue(clock)
+    q.add(queued("a"))
+    (a,) = pop(q)
+    q.done_unschedulable(a, "no", frozenset({"NodeAffinity"}))
+    clock.now += UNSCHEDULABLE_FLUSH_S  # the periodic flush retries it
+    (a,) = pop(q)
+    q.done_unschedulable(a, "no", frozenset({"NodeResourcesFit"}))
+    clock.now += MAX_BACKOFF_S
+    q.move_all("NodeLabelChange")
+    assert pop(q) == [] and q.counts()["unschedulable"] == 1
+    q.move_all("AssignedPodDelete")
+    assert names(pop(q)) == ["a"]
+
+
+def test_an_unknown_event_is_refused() -> None:
+    with pytest.raises(ValueError, match="NodeChange"):
+        SchedulingQueue(Clock()).move_all("NodeChange")
+
+
+def _node(**changes: Any) -> dict[str, Any]:
+    n: dict[str, Any] = {
+        "metadata": {"name": "n0", "labels": {"zone": "a"}, "annotations": {}},
+        "spec": {},
+        "status": {"allocatable": {"cpu": "4"}, "images": []},
+    }
+    for path, value in changes.items():
+        part, key = path.split("__")
+        n[part] = {**n[part], key: value}
+    return n
+
+
+@pytest.mark.parametrize(
+    ("case", "new", "old", "want"),
+    [
+        ("added", _node(), None, ["NodeAdd"]),
+        ("relabelled", _node(metadata__labels={"zone": "b"}), _node(), ["NodeLabelChange"]),
+        ("tainted", _node(spec__taints=[{"key": "k", "effect": "NoSchedule"}]), _node(), ["NodeTaintChange"]),
+        ("cordoned", _node(spec__unschedulable=True), _node(), ["NodeTaintChange"]),
+        ("resized", _node(status__allocatable={"cpu": "8"}), _node(), ["NodeAllocatableChange"]),
+        ("annotated", _node(metadata__annotations={"price": "3"}), _node(), ["NodeAnnotationChange"]),
+        ("images only", _node(status__images=[{"names": ["x"]}]), _node(), ["NodeUpdate"]),
+        (
+            "relabelled and cordoned",
+            _node(metadata__labels={}, spec__unschedulable=True),
+            _node(),
+            ["NodeLabelChange", "NodeTaintChange"],
+        ),
+    ],
+)
+def test_a_node_change_is_reported_as_the_events_of_what_changed(
+    case: str, new: dict[str, Any], old: dict[str, Any] | None, want: list[str]
+) -> None:
+    assert node_events(new, old) == want, case
+
+
+def test_the_engine_names_the_plugins_that_rejected_a_pod_and_the_queue_waits_for_theirs() -> None:
+    nodes = [
+        cluster_node("tainted", taints=[{"key": "k", "value": "v", "effect": "NoSchedule"}]),
+        cluster_node("small", cpu="1"),
+    ]
+    big = queued("big")
+    big["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "2"
+    (placement,) = Engine(Config()).schedule(build_snapshot(nodes, []), [big]).placements
+    assert placement.node is None
+    assert placement.rejected_by == {"TaintToleration", "NodeResourcesFit"}
+    clock = Clock()
+    q = SchedulingQueue(clock)
+    q.add(big)
+    (qp,) = pop(q)
+    q.done_unschedulable(qp, placement.message, placement.rejected_by)
+    clock.now += MAX_BACKOFF_S
+    q.move_all("NodeLabelChange")
+    assert pop(q) == [], "neither plugin registered a label change"
+    q.move_all("NodeTaintChange")
+    assert names(pop(q)) == ["big"]

@@ -150,7 +150,7 @@ def test_otherwise_it_gets_one_event_and_stays_parked(
     assert queue.counts()["parked"] == 1, name
     # Neither cluster events, updates to the pod nor the periodic flush retry it.
     queue.move_all("NodeAdd")
-    queue.move_pod_level()
+    queue.move_all("AssignedPodAdd")
     queue.add(dra)
     queue.clock.now += 10 * UNSCHEDULABLE_FLUSH_S  # type: ignore[attr-defined]
     assert queue.pop_batch(10, 0.0, 0.0) == [], name

@@ -66,6 +66,9 @@ class Placement:
     victims: tuple[str, ...] = ()
     # VolumeBinding: the pod's unbound claims and the volume each binds (None: provisioned on ``node``).
     volumes: tuple[ClaimBinding, ...] = ()
+    # Not placed: the plugins that rejected some node (upstream's UnschedulablePlugins), whose
+    # registered events retry the pod; None where no filter verdict explains the failure.
+    rejected_by: frozenset[str] | None = None
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -682,6 +685,9 @@ def _read_verdicts(snapshot: Snapshot, batch: _Batch, out: Outcome, victim_keys:
         lo, hi = int(offsets[j]), int(offsets[j + 1])
         return fit_error(total, [(batch.names.reason(int(codes[k])), int(counts[k])) for k in range(lo, hi)])
 
+    def rejected_by(j: int) -> frozenset[str]:
+        return frozenset(batch.names.plugin(int(c)) for c in codes[int(offsets[j]) : int(offsets[j + 1])])
+
     # DefaultPreemption's verdict per pod that fits nowhere (none: preemption disabled).
     verdicts: dict[int, tuple[int, int]] = {
         int(row): (int(out["postfilter_verdicts"][k]), k) for k, row in enumerate(out["postfilter_pods"])
@@ -736,6 +742,7 @@ def _read_verdicts(snapshot: Snapshot, batch: _Batch, out: Outcome, victim_keys:
                 requirements=req,
                 nominated_node=snapshot.node_names[nominee],
                 victims=victims,
+                rejected_by=rejected_by(j),
             )
         elif node >= 0:
             score = scores[j]
@@ -756,7 +763,9 @@ def _read_verdicts(snapshot: Snapshot, batch: _Batch, out: Outcome, victim_keys:
         elif node == _core.NOT_ATTEMPTED:
             batch.results[row.slot] = Placement(req.key, None, None, None, attempted=False)
         else:
-            batch.results[row.slot] = Placement(req.key, None, None, failed(j, req.may_preempt))
+            batch.results[row.slot] = Placement(
+                req.key, None, None, failed(j, req.may_preempt), rejected_by=rejected_by(j)
+            )
 
 
 def _explain(

@@ -4,7 +4,8 @@ A cycle pops a batch from the queue, brings the cluster state up to date,
 calls the engine once per profile present in the batch, then for each pod
 either *assumes* it on its node and hands the bind to the binder, or
 reports it unschedulable (event + condition) and parks it until a cluster
-event may help. A pod with ResourceClaims is never placed: it goes to
+event that a plugin which rejected it registered may help (the informer
+callbacks name the events). A pod with ResourceClaims is never placed: it goes to
 default-scheduler at once through the hand-off, or (hand-off off or opted
 out) gets one FailedScheduling event and stays parked. Binds finish on the binder's threads and report back here
 (:meth:`Scheduler._bound`). Only the leader runs cycles.
@@ -30,7 +31,7 @@ from ksched.engine.volumes import ClaimBinding
 from ksched.loop.binder import Binder, Outcome
 from ksched.loop.handoff import Handoff, opted_out
 from ksched.loop.metric_sources import MetricStore
-from ksched.loop.queue import QueuedPod, SchedulingQueue
+from ksched.loop.queue import QueuedPod, SchedulingQueue, node_events
 from ksched.loop.state import ClusterState
 from ksched.loop.telemetry import Telemetry
 from ksched.objects import Obj, is_terminal, meta, object_key, scheduler_name, spec, uses_resource_claims
@@ -81,33 +82,39 @@ class Scheduler:
         bound = bool(spec(pod).get("nodeName"))
         if kind == "DELETED" or bound or is_terminal(pod) or meta(pod).get("deletionTimestamp"):
             self.queue.remove(key)
+            # Each event retries the unschedulable pods whose rejecting plugins registered it.
             if kind == "DELETED" and bound:
-                self.queue.move_all("PodDelete")  # its node has room now
-            elif bound and kind != "DELETED" and not (old and spec(old).get("nodeName")):
-                self.queue.move_pod_level()  # newly bound: affinity, spread or a gang may hold now
+                self.queue.move_all("AssignedPodDelete")  # its node has room now
+            elif bound and not (old and spec(old).get("nodeName")):
+                self.queue.move_all("AssignedPodAdd")  # newly bound: affinity, spread or a gang may hold now
+            elif bound and old is not None and meta(pod).get("labels") != meta(old).get("labels"):
+                self.queue.move_all("AssignedPodLabelChange")  # what affinity and spread select
             return
         if scheduler_name(pod) in self.engines and not spec(pod).get("schedulingGates"):
             self.queue.add(pod)
 
     def on_pod_group(self, kind: str, group: Obj, old: Obj | None) -> None:
         self.state.on_pod_group(kind, group, old)
-        self.queue.move_pod_level()  # a gang waiting for its PodGroup, or for a lower minMember
+        # A gang waiting for its PodGroup, or for a lower minMember.
+        self.queue.move_all("PodGroupAdd" if old is None else "PodGroupUpdate")
 
     def storage_handler(self, kind: str) -> Callable[[str, Obj, Obj | None], None]:
         """An informer handler for a volume kind (PersistentVolume, PersistentVolumeClaim,
-        StorageClass, CSINode): a change may let a pod waiting on its volumes fit."""
+        StorageClass, CSINode): an addition or change may let a pod waiting on its volumes fit
+        (no plugin registers a deletion)."""
         into_state = self.state.storage_handler(kind)
 
         def handle(event: str, obj: Obj, old: Obj | None) -> None:
             into_state(event, obj, old)
-            self.queue.move_all(f"{kind}{'Add' if old is None else 'Update'}")
+            if event != "DELETED":
+                self.queue.move_all(f"{kind}{'Add' if old is None else 'Update'}")
 
         return handle
 
     def on_node(self, kind: str, node: Obj, old: Obj | None) -> None:
         self.state.on_node(kind, node, old)
-        if kind != "DELETED":
-            self.queue.move_all("NodeAdd" if old is None else "NodeUpdate")
+        for event in ["NodeDelete"] if kind == "DELETED" else node_events(node, old):
+            self.queue.move_all(event)
 
     # -- the loop (one thread) ----------------------------------------
 
@@ -247,7 +254,7 @@ class Scheduler:
             message = placement.message or "no node fits"
             self.telemetry.schedule_attempts.labels(result="unschedulable", profile=profile).inc()
             self.telemetry.attempt_duration.labels(result="unschedulable", profile=profile).observe(elapsed)
-            self.queue.done_unschedulable(qp, message)
+            self.queue.done_unschedulable(qp, message, placement.rejected_by)
             self.binder.unschedulable(qp.pod, message + note)
             self._failed(qp, "Unschedulable", message + note)
             return

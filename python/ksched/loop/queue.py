@@ -4,7 +4,11 @@ Shaped like upstream's PriorityQueue (pkg/scheduler/backend/queue): an
 active queue ordered by priority then age; a backoff queue for pods that
 failed and wait out an exponential backoff (1 s doubling to 10 s); and an
 unschedulable set whose pods are moved back when a cluster event could help
-them (a node added or changed, a pod deleted) and at least every 30 s. A pod
+them and at least every 30 s. Which events help is each plugin's to say (its
+registry row's events, upstream's EventsToRegister): a pod is moved by an event
+that one of the plugins that rejected it registered, a gang member also by its
+gang's events, and a pod no plugin verdict explains by any event but another
+pod's binding (that only by pods with affinity, spread or a gang). A pod
 ksched will never place (it uses ResourceClaims) is parked: no event or flush
 retries it. A pod deleted or bound elsewhere while queued is dropped. Time comes from an
 injectable clock so tests need no sleeps.
@@ -23,6 +27,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ksched import _core
 from ksched.engine.gangs import POD_GROUP_LABEL
 from ksched.loop.telemetry import QUEUES
 from ksched.objects import Obj, meta, object_key, spec
@@ -38,6 +43,18 @@ UNSCHEDULABLE_FLUSH_S = 30.0
 # waiting the whole batch window would only add to each pod's latency.
 FILL_GAP_S = 0.01
 
+# The events each engine plugin registered (upstream's EventsToRegister), by plugin name.
+PLUGIN_EVENTS: dict[str, frozenset[str]] = {p["name"]: frozenset(p["events"]) for p in _core.PLUGINS}
+# Another pod bound or relabelled: the events that help only pods with pod-level constraints.
+ASSIGNED_POD_EVENTS = frozenset({"AssignedPodAdd", "AssignedPodLabelChange"})
+# A gang waits for its members to bind and for its PodGroup (upstream GangScheduling's events).
+GANG_EVENTS = frozenset({"AssignedPodAdd", "PodGroupAdd", "PodGroupUpdate"})
+# Every event the loop reports; a node change none of the plugins' names covers is "NodeUpdate".
+CLUSTER_EVENTS = frozenset(_core.CLUSTER_EVENTS) | GANG_EVENTS | {"NodeUpdate", "NodeAnnotationChange"}
+# A pod no plugin verdict explains (no node at all, a gang cut short, a metric threshold):
+# any event may help it.
+UNATTRIBUTED_EVENTS = CLUSTER_EVENTS - ASSIGNED_POD_EVENTS
+
 
 @dataclass
 class QueuedPod:
@@ -50,8 +67,10 @@ class QueuedPod:
     attempts: int = 0
     backoff_until: float = 0.0
     unschedulable_since: float = 0.0
-    # The move-request counter when this attempt started (see ``done_unschedulable``).
+    # The event counter when this attempt started (see ``done_unschedulable``).
     move_seq_at_pop: int = 0
+    # The cluster events that move it out of the unschedulable set (see ``retried_by``).
+    wakes: frozenset[str] = frozenset()
     where: str = "active"
     last_message: str | None = None
     # Not decided within the decision deadline: the next attempt runs without metrics.
@@ -59,7 +78,6 @@ class QueuedPod:
     # Has pod affinity terms, topology spread constraints or a pod group: other
     # pods being bound can make it fit.
     pod_level: bool = False
-    pod_level_seq_at_pop: int = 0
 
     @property
     def uid(self) -> str:
@@ -75,6 +93,44 @@ def has_pod_level_constraints(pod: Obj) -> bool:
         or s.get("topologySpreadConstraints")
         or (isinstance(labels, dict) and POD_GROUP_LABEL in labels)
     )
+
+
+def retried_by(pod: Obj, pod_level: bool, rejected_by: frozenset[str] | None) -> frozenset[str]:
+    """The cluster events that may make an unschedulable pod fit: those the plugins that
+    rejected it registered (upstream's isPodWorthRequeuing without hints), or, where no
+    plugin verdict explains the failure (None, none, or a plugin outside the registry such
+    as a metric), every event but other pods' binding unless it has pod-level constraints."""
+    if rejected_by and all(p in PLUGIN_EVENTS for p in rejected_by):
+        events = frozenset().union(*(PLUGIN_EVENTS[p] for p in rejected_by))
+    else:
+        events = CLUSTER_EVENTS if pod_level else UNATTRIBUTED_EVENTS
+    labels = meta(pod).get("labels") or {}
+    if isinstance(labels, dict) and POD_GROUP_LABEL in labels:
+        events |= GANG_EVENTS
+    return events
+
+
+def node_events(node: Obj, old: Obj | None) -> list[str]:
+    """The cluster events of a node's change (upstream's nodeSchedulingPropertiesChange):
+    what changed of what the filters read, or "NodeUpdate" where only something else did
+    (its addresses or images, which a metric or a score may read)."""
+    if old is None:
+        return ["NodeAdd"]
+    new_spec, old_spec = spec(node), spec(old)
+    changes = [
+        ("NodeLabelChange", meta(node).get("labels") != meta(old).get("labels")),
+        (
+            "NodeTaintChange",
+            new_spec.get("taints") != old_spec.get("taints")
+            or bool(new_spec.get("unschedulable")) != bool(old_spec.get("unschedulable")),
+        ),
+        (
+            "NodeAllocatableChange",
+            (node.get("status") or {}).get("allocatable") != (old.get("status") or {}).get("allocatable"),
+        ),
+        ("NodeAnnotationChange", meta(node).get("annotations") != meta(old).get("annotations")),
+    ]
+    return [event for event, changed in changes if changed] or ["NodeUpdate"]
 
 
 def backoff_s(attempts: int) -> float:
@@ -93,10 +149,12 @@ class SchedulingQueue:
         self._active: list[tuple[int, int, str]] = []
         self._backoff: list[tuple[float, int, str]] = []
         self._seq = itertools.count()
+        # Cluster events so far, the count when each event last came, and the keys of the
+        # unschedulable pods each event moves (with the attempt that parked them: an entry of
+        # an earlier attempt is stale).
         self._move_seq = 0
-        # Move requests that only help pods with pod-level constraints (a pod bound).
-        self._pod_level_seq = 0
-        self._pod_level_count = 0
+        self._event_seq: dict[str, int] = {}
+        self._waiting: dict[str, dict[str, int]] = {}
         # Keys of queued pods an earlier preemption nominated to a node, kept as pods
         # change, so each cycle's ``nominated`` need not scan the whole queue.
         self._nominated: set[str] = set()
@@ -127,7 +185,6 @@ class SchedulingQueue:
                 self._note_nomination(key, pod)
             qp = QueuedPod(key, pod, priority, self.clock(), next(self._seq))
             qp.pod_level = has_pod_level_constraints(pod)
-            self._pod_level_count += qp.pod_level
             self._pods[key] = qp
             self._push_active(qp)
 
@@ -137,22 +194,16 @@ class SchedulingQueue:
             self._forget(key)
 
     def move_all(self, event: str) -> None:
-        """A cluster event that may make unschedulable pods fit (node added/updated, pod deleted)."""
+        """A cluster event (one of ``CLUSTER_EVENTS``): the unschedulable pods it may help
+        are retried after their backoff (upstream's MoveAllToActiveOrBackoffQueue)."""
+        if event not in CLUSTER_EVENTS:
+            raise ValueError(f"unknown cluster event {event!r}")
         with self._cond:
             self._move_seq += 1
-            for qp in list(self._pods.values()):
-                if qp.where == "unschedulable":
-                    self._push_backoff(qp)
-
-    def move_pod_level(self) -> None:
-        """A pod was bound: it may satisfy the affinity, spread or gang of unschedulable
-        pods that have such constraints (upstream's AssignedPodAdd); others stay parked."""
-        with self._cond:
-            self._pod_level_seq += 1
-            if not self._pod_level_count:
-                return
-            for qp in list(self._pods.values()):
-                if qp.where == "unschedulable" and qp.pod_level:
+            self._event_seq[event] = self._move_seq
+            for key, attempts in self._waiting.pop(event, {}).items():
+                qp = self._pods.get(key)
+                if qp is not None and qp.where == "unschedulable" and qp.attempts == attempts:
                     self._push_backoff(qp)
 
     # -- scheduler side ------------------------------------------------
@@ -203,7 +254,6 @@ class SchedulingQueue:
                     continue  # removed or moved since it was pushed
                 qp.where = "in_flight"
                 qp.move_seq_at_pop = self._move_seq
-                qp.pod_level_seq_at_pop = self._pod_level_seq
                 out.append(qp)
             return out
 
@@ -226,7 +276,6 @@ class SchedulingQueue:
                 if qp.where in ("active", "backoff", "unschedulable") and qp.pod_level and belongs(qp.pod):
                     qp.where = "in_flight"
                     qp.move_seq_at_pop = self._move_seq
-                    qp.pod_level_seq_at_pop = self._pod_level_seq
                     out.append(qp)
             return out
 
@@ -265,9 +314,13 @@ class SchedulingQueue:
             if self._pods.get(qp.key) is qp:
                 self._forget(qp.key)  # the same bookkeeping as any pod leaving
 
-    def done_unschedulable(self, qp: QueuedPod, message: str | None) -> None:
-        """No node fits. If a helpful event arrived during the attempt, retry after backoff
-        instead of parking the pod (upstream's moveRequestCycle)."""
+    def done_unschedulable(
+        self, qp: QueuedPod, message: str | None, rejected_by: frozenset[str] | None = None
+    ) -> None:
+        """No node fits; ``rejected_by`` names the plugins that rejected a node (None: no
+        plugin verdict explains it). It waits for an event one of them registered (see
+        ``retried_by``); if such an event came during the attempt, it is retried after its
+        backoff instead (upstream's moveRequestCycle)."""
         with self._cond:
             if self._pods.get(qp.key) is not qp:
                 return
@@ -275,13 +328,14 @@ class SchedulingQueue:
             qp.last_message = message
             now = self.clock()
             qp.backoff_until = now + backoff_s(qp.attempts)
-            if self._move_seq != qp.move_seq_at_pop or (
-                qp.pod_level and self._pod_level_seq != qp.pod_level_seq_at_pop
-            ):
+            qp.wakes = retried_by(qp.pod, qp.pod_level, rejected_by)
+            if any(self._event_seq.get(e, 0) > qp.move_seq_at_pop for e in qp.wakes):
                 self._push_backoff(qp)
-            else:
-                qp.where = "unschedulable"
-                qp.unschedulable_since = now
+                return
+            qp.where = "unschedulable"
+            qp.unschedulable_since = now
+            for event in qp.wakes:
+                self._waiting.setdefault(event, {})[qp.key] = qp.attempts
 
     def done_parked(self, qp: QueuedPod, message: str) -> None:
         """ksched will never place this pod: it stays queued (so it is not re-added by every
@@ -362,8 +416,9 @@ class SchedulingQueue:
         qp = self._pods.pop(key, None)
         if qp is not None:
             qp.where = "gone"
-            self._pod_level_count -= qp.pod_level
             self._nominated.discard(key)
+            for waiting in self._waiting.values():
+                waiting.pop(key, None)
 
     def _note_nomination(self, key: str, pod: Obj) -> None:
         if (pod.get("status") or {}).get("nominatedNodeName"):

@@ -8,6 +8,10 @@
 //! class's NodeAffinity PreFilter restriction, BalancedAllocation's cached
 //! balance per node, PodTopologySpread's inclusion policies.)
 //!
+//! Reason codes are derived here too: each plugin lists its reasons by local
+//! index and its row their count, and `FIXED_REASONS` numbers them in row
+//! order (`model::reason_code`), so adding a plugin renumbers none by hand.
+//!
 //! Dispatch is a `match` on `PluginId` in each extension point's function,
 //! naming only the plugins that have that point at that level: a new plugin
 //! is its file, its row, and an arm in the functions of the points its row
@@ -18,18 +22,28 @@
 
 use std::cell::RefCell;
 
-pub use crate::model::{plugin_by_name, Level, PluginId, PluginInfo, PLUGINS, PLUGIN_COUNT};
-pub use crate::plugins::ReasonInfo;
+pub use crate::model::{plugin_by_name, reason_code, ClusterEvent, Level, PluginId, PluginInfo, PLUGINS, PLUGIN_COUNT};
 
-use crate::model::{row, Classes, Nodes, PodTable, Ports, Profile, Selectors, Volumes};
+use crate::model::{row, Classes, Nodes, PodTable, Ports, Profile, Selectors, Volumes, FIXED_REASON_COUNT};
 use crate::plugins::node_ports::HostPort;
 use crate::plugins::{
     balanced_allocation, image_locality, inter_pod_affinity, node_affinity, node_name, node_ports, node_resources_fit, node_unschedulable,
-    node_volume_limits, normalize, pod_topology_spread, taint_toleration, volume_binding, volume_restrictions, volume_zone, FEASIBLE,
+    node_volume_limits, normalize, pod_topology_spread, taint_toleration, volume_binding, volume_restrictions, volume_zone, Reason,
+    FEASIBLE,
 };
 
-/// A plugin's fixed reasons (the codes and messages in its file).
-const fn reasons_of(id: PluginId) -> &'static [ReasonInfo] {
+/// A fixed filter failure reason with its dense code and the plugin that reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReasonInfo {
+    pub code: u32,
+    pub plugin: PluginId,
+    pub message: &'static str,
+    /// Whether evicting pods could resolve it (see `plugins::Reason`).
+    pub resolvable: bool,
+}
+
+/// A plugin's fixed reasons, by local index (the messages in its file).
+const fn reasons_of(id: PluginId) -> &'static [Reason] {
     match id {
         PluginId::NodeUnschedulable => node_unschedulable::REASONS,
         PluginId::NodeName => node_name::REASONS,
@@ -47,26 +61,39 @@ const fn reasons_of(id: PluginId) -> &'static [ReasonInfo] {
     }
 }
 
-const fn fixed_reason_count() -> usize {
-    let (mut n, mut i) = (0, 0);
+// Each row's reason count is its file's: the codes `reason_code` hands out are the table's.
+const _: () = {
+    let mut i = 0;
     while i < PLUGIN_COUNT {
-        n += reasons_of(PLUGINS[i].id).len();
+        assert!(
+            reasons_of(PLUGINS[i].id).len() == PLUGINS[i].reasons as usize,
+            "a PLUGINS row's reason count differs from its file's REASONS"
+        );
         i += 1;
     }
-    n
-}
+};
 
-const FIXED_REASON_COUNT: usize = fixed_reason_count();
-
-const fn collect_fixed_reasons() -> [ReasonInfo; FIXED_REASON_COUNT] {
-    let mut out = [node_unschedulable::REASONS[0]; FIXED_REASON_COUNT];
-    let (mut k, mut i) = (0, 0);
+const fn collect_fixed_reasons() -> [ReasonInfo; FIXED_REASON_COUNT as usize] {
+    let first = ReasonInfo {
+        code: 0,
+        plugin: PluginId::NodeUnschedulable,
+        message: "",
+        resolvable: false,
+    };
+    let mut out = [first; FIXED_REASON_COUNT as usize];
+    let mut i = 0;
     while i < PLUGIN_COUNT {
-        let reasons = reasons_of(PLUGINS[i].id);
+        let id = PLUGINS[i].id;
+        let reasons = reasons_of(id);
         let mut j = 0;
         while j < reasons.len() {
-            out[k] = reasons[j];
-            k += 1;
+            let code = reason_code(id, j as u32);
+            out[code as usize - 1] = ReasonInfo {
+                code,
+                plugin: id,
+                message: reasons[j].message,
+                resolvable: reasons[j].resolvable,
+            };
             j += 1;
         }
         i += 1;
@@ -504,6 +531,38 @@ mod tests {
         let want: Vec<u32> = (1..=FIXED_REASONS.len() as u32).collect();
         assert_eq!(codes, want);
         assert_eq!(FIRST_INSUFFICIENT, FIXED_REASONS.len() as u32 + 1);
+    }
+
+    #[test]
+    fn a_plugins_code_constants_name_their_messages() {
+        use crate::plugins::{node_affinity, node_resources_fit, pod_topology_spread, volume_binding, volume_zone};
+        let cases = [
+            (
+                node_affinity::NODE_AFFINITY_PREFILTER,
+                "node(s) didn't satisfy plugin(s) [NodeAffinity]",
+            ),
+            (node_resources_fit::TOO_MANY_PODS, "Too many pods"),
+            (
+                volume_binding::VOLUME_PV_MISSING,
+                "node(s) unavailable due to one or more pvc(s) bound to non-existent pv(s)",
+            ),
+            (volume_zone::VOLUME_ZONE_CONFLICT, "node(s) had no available volume zone"),
+            (
+                pod_topology_spread::SPREAD_MISSING_LABEL,
+                "node(s) didn't match pod topology spread constraints (missing required label)",
+            ),
+        ];
+        for (code, want) in cases {
+            let got = FIXED_REASONS[code as usize - 1];
+            assert_eq!((got.code, got.message), (code, want));
+        }
+    }
+
+    #[test]
+    fn filter_plugins_register_events_and_score_plugins_none() {
+        for p in &PLUGINS {
+            assert_eq!(!p.events.is_empty(), p.filter, "{}: {:?}", p.name, p.events);
+        }
     }
 
     #[test]

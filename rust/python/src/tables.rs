@@ -1,6 +1,7 @@
 //! The engine's code tables, exported so Python reads them instead of copying them.
 //!
-//! `PLUGINS` (registry order, extension points, default weights), `REASONS`
+//! `PLUGINS` (registry order, extension points, default weights, the cluster
+//! events each registers), `CLUSTER_EVENTS` (every event name), `REASONS`
 //! (fixed filter-failure reasons: code, plugin, upstream's string) with
 //! `REASON_LAYOUT` for the parameterized ones, and the enum values the input
 //! tables use (`EFFECTS`, `TOLERATION_OPERATORS`, `SELECTOR_OPERATORS`,
@@ -30,9 +31,11 @@ pub fn add(m: &Bound<'_, PyModule>) -> PyResult<()> {
         d.set_item("filter", p.filter)?;
         d.set_item("score", p.score)?;
         d.set_item("default_weight", p.default_weight)?;
+        d.set_item("events", p.events.iter().map(|e| e.name()).collect::<Vec<_>>())?;
         plugins.append(d)?;
     }
     m.add("PLUGINS", plugins)?;
+    m.add("CLUSTER_EVENTS", model::ClusterEvent::ALL.map(|e| e.name()).to_vec())?;
     let fixed = PyList::empty(py);
     for r in FIXED_REASONS {
         let d = PyDict::new(py);

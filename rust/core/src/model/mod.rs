@@ -12,6 +12,7 @@
 pub mod classes;
 pub mod encoding;
 pub mod error;
+pub mod events;
 pub mod metrics;
 pub mod nodes;
 pub mod pod_table;
@@ -21,9 +22,10 @@ pub mod volumes;
 
 pub use classes::{Classes, Selectors, Tolerations};
 pub use encoding::*;
+pub use events::ClusterEvent;
 pub use metrics::{MetricSpec, Metrics, Missing, Prefer};
 pub use nodes::{Images, Labels, Nodes, Ports, Taints};
 pub use pod_table::{LabelSets, PodSelectors, PodTable, PodTerms, SpreadConstraints, TermSets};
 pub use pods::{PodImages, Pods, Preemption, Reservations, Victims};
-pub use profile::{plugin_by_name, Level, PluginId, PluginInfo, Profile, Strategy, PLUGINS, PLUGIN_COUNT};
+pub use profile::{plugin_by_name, reason_code, Level, PluginId, PluginInfo, Profile, Strategy, FIXED_REASON_COUNT, PLUGINS, PLUGIN_COUNT};
 pub use volumes::{Volumes, MISSING_PV, NO_SELECTED_NODE, UNBOUND, UNKNOWN_NODE};

@@ -2,12 +2,12 @@
 //! default weights (upstream `apis/config/v1/default_plugins.go`), and the
 //! compiled profile that switches and weights them.
 //!
-//! The rows live here, in the leaf, because the profile is indexed by them;
-//! `crate::registry` dispatches on them. Adding a plugin: its file under
-//! `plugins/`, a `PluginId` variant and a `PLUGINS` row here, and its arms in
-//! the registry's dispatch functions.
+//! The rows live here, in the leaf, because the profile is indexed by them
+//! and the plugins derive their reason codes from them; `crate::registry`
+//! dispatches on them. Adding a plugin: `docs/adding-a-plugin.md`.
 
 use super::encoding::{CPU, MEMORY};
+use super::events::ClusterEvent::{self, *};
 
 /// A plugin's index in `PLUGINS` (and in `Profile::filter` / `Profile::weight`).
 #[repr(usize)]
@@ -60,6 +60,12 @@ pub struct PluginInfo {
     /// Upstream's default score weight (0 where `score` is false).
     pub default_weight: i64,
     pub level: Level,
+    /// How many fixed reasons the plugin's file lists (its `REASONS`, checked
+    /// by the registry): the codes it takes in the dense space.
+    pub reasons: u32,
+    /// The cluster events that can make a pod it rejected schedulable
+    /// (upstream's `EventsToRegister`, with queueing hints on).
+    pub events: &'static [ClusterEvent],
 }
 
 const fn row(id: PluginId, name: &'static str, filter: bool, default_weight: i64, level: Level) -> PluginInfo {
@@ -70,6 +76,18 @@ const fn row(id: PluginId, name: &'static str, filter: bool, default_weight: i64
         score: default_weight > 0,
         default_weight,
         level,
+        reasons: 0,
+        events: &[],
+    }
+}
+
+impl PluginInfo {
+    const fn reasons(self, reasons: u32) -> Self {
+        PluginInfo { reasons, ..self }
+    }
+
+    const fn events(self, events: &'static [ClusterEvent]) -> Self {
+        PluginInfo { events, ..self }
     }
 }
 
@@ -78,18 +96,67 @@ const fn row(id: PluginId, name: &'static str, filter: bool, default_weight: i64
 /// Filters are ordered by level (class, node, pod), so the batch loop's
 /// caching keeps that order (checked by a test).
 pub const PLUGINS: [PluginInfo; PLUGIN_COUNT] = [
-    row(PluginId::NodeUnschedulable, "NodeUnschedulable", true, 0, Level::Class),
-    row(PluginId::NodeName, "NodeName", true, 0, Level::Class),
-    row(PluginId::TaintToleration, "TaintToleration", true, 3, Level::Class),
-    row(PluginId::NodeAffinity, "NodeAffinity", true, 2, Level::Class),
-    row(PluginId::NodePorts, "NodePorts", true, 0, Level::Node),
-    row(PluginId::NodeResourcesFit, "NodeResourcesFit", true, 1, Level::Node),
-    row(PluginId::VolumeRestrictions, "VolumeRestrictions", true, 0, Level::Pod),
-    row(PluginId::NodeVolumeLimits, "NodeVolumeLimits", true, 0, Level::Pod),
-    row(PluginId::VolumeBinding, "VolumeBinding", true, 0, Level::Pod),
-    row(PluginId::VolumeZone, "VolumeZone", true, 0, Level::Pod),
-    row(PluginId::PodTopologySpread, "PodTopologySpread", true, 2, Level::Pod),
-    row(PluginId::InterPodAffinity, "InterPodAffinity", true, 2, Level::Pod),
+    row(PluginId::NodeUnschedulable, "NodeUnschedulable", true, 0, Level::Class)
+        .reasons(1)
+        .events(&[NodeAdd, NodeTaintChange]),
+    row(PluginId::NodeName, "NodeName", true, 0, Level::Class)
+        .reasons(1)
+        .events(&[NodeAdd]),
+    row(PluginId::TaintToleration, "TaintToleration", true, 3, Level::Class)
+        .reasons(1)
+        .events(&[NodeAdd, NodeTaintChange]),
+    row(PluginId::NodeAffinity, "NodeAffinity", true, 2, Level::Class)
+        .reasons(3)
+        .events(&[NodeAdd, NodeLabelChange]),
+    row(PluginId::NodePorts, "NodePorts", true, 0, Level::Node)
+        .reasons(1)
+        .events(&[AssignedPodDelete, NodeAdd]),
+    row(PluginId::NodeResourcesFit, "NodeResourcesFit", true, 1, Level::Node)
+        .reasons(1)
+        .events(&[AssignedPodDelete, NodeAdd, NodeAllocatableChange]),
+    row(PluginId::VolumeRestrictions, "VolumeRestrictions", true, 0, Level::Pod)
+        .reasons(1)
+        .events(&[AssignedPodDelete, NodeAdd, PersistentVolumeClaimAdd]),
+    row(PluginId::NodeVolumeLimits, "NodeVolumeLimits", true, 0, Level::Pod)
+        .reasons(1)
+        .events(&[CSINodeAdd, CSINodeUpdate, AssignedPodDelete, PersistentVolumeClaimAdd]),
+    row(PluginId::VolumeBinding, "VolumeBinding", true, 0, Level::Pod)
+        .reasons(3)
+        .events(&[
+            StorageClassAdd,
+            StorageClassUpdate,
+            PersistentVolumeClaimAdd,
+            PersistentVolumeClaimUpdate,
+            PersistentVolumeAdd,
+            PersistentVolumeUpdate,
+            NodeAdd,
+            NodeLabelChange,
+            CSINodeAdd,
+            CSINodeUpdate,
+        ]),
+    row(PluginId::VolumeZone, "VolumeZone", true, 0, Level::Pod).reasons(1).events(&[
+        StorageClassAdd,
+        NodeAdd,
+        NodeLabelChange,
+        PersistentVolumeClaimAdd,
+        PersistentVolumeClaimUpdate,
+        PersistentVolumeAdd,
+        PersistentVolumeUpdate,
+    ]),
+    row(PluginId::PodTopologySpread, "PodTopologySpread", true, 2, Level::Pod)
+        .reasons(2)
+        .events(&[
+            AssignedPodAdd,
+            AssignedPodLabelChange,
+            AssignedPodDelete,
+            NodeAdd,
+            NodeDelete,
+            NodeLabelChange,
+            NodeTaintChange,
+        ]),
+    row(PluginId::InterPodAffinity, "InterPodAffinity", true, 2, Level::Pod)
+        .reasons(3)
+        .events(&[AssignedPodAdd, AssignedPodLabelChange, AssignedPodDelete, NodeAdd, NodeLabelChange]),
     row(
         PluginId::NodeResourcesBalancedAllocation,
         "NodeResourcesBalancedAllocation",
@@ -99,6 +166,27 @@ pub const PLUGINS: [PluginInfo; PLUGIN_COUNT] = [
     ),
     row(PluginId::ImageLocality, "ImageLocality", false, 1, Level::Node),
 ];
+
+/// How many fixed reasons the plugins have. Their codes are 1..=this: 0 is
+/// `FEASIBLE`, then each plugin's reasons in registry order, so a plugin added
+/// anywhere moves the codes of the plugins after it without anyone editing them.
+pub const FIXED_REASON_COUNT: u32 = reason_base(PLUGIN_COUNT) - 1;
+
+/// The first code of the plugins from row `end` on.
+const fn reason_base(end: usize) -> u32 {
+    let (mut code, mut i) = (1, 0);
+    while i < end {
+        code += PLUGINS[i].reasons;
+        i += 1;
+    }
+    code
+}
+
+/// The global code of reason `local` (its index in the plugin's `REASONS`).
+pub const fn reason_code(id: PluginId, local: u32) -> u32 {
+    assert!(local < PLUGINS[id as usize].reasons, "a reason index past the row's count");
+    reason_base(id as usize) + local
+}
 
 pub fn plugin_by_name(name: &str) -> Option<PluginId> {
     PLUGINS.iter().find(|p| p.name == name).map(|p| p.id)

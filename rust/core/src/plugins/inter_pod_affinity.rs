@@ -6,33 +6,19 @@
 
 use std::collections::HashSet;
 
-use super::{IdBuild, IdMap, ReasonInfo, FEASIBLE, MAX_NODE_SCORE};
+use super::{IdBuild, IdMap, Reason, FEASIBLE, MAX_NODE_SCORE};
 use crate::model::pod_table::{PREFERRED_AFFINITY, PREFERRED_ANTI_AFFINITY, REQUIRED_AFFINITY, REQUIRED_ANTI_AFFINITY};
-use crate::model::{row, Nodes, PluginId, PodTable};
+use crate::model::{reason_code, row, Nodes, PluginId, PodTable};
 
-pub const POD_AFFINITY: u32 = 17;
-pub const POD_ANTI_AFFINITY: u32 = 18;
-pub const EXISTING_ANTI_AFFINITY: u32 = 19;
+pub const POD_AFFINITY: u32 = reason_code(PluginId::InterPodAffinity, 0);
+pub const POD_ANTI_AFFINITY: u32 = reason_code(PluginId::InterPodAffinity, 1);
+pub const EXISTING_ANTI_AFFINITY: u32 = reason_code(PluginId::InterPodAffinity, 2);
 
-pub const REASONS: &[ReasonInfo] = &[
-    ReasonInfo {
-        code: POD_AFFINITY,
-        plugin: PluginId::InterPodAffinity,
-        message: "node(s) didn't match pod affinity rules",
-        resolvable: false,
-    },
-    ReasonInfo {
-        code: POD_ANTI_AFFINITY,
-        plugin: PluginId::InterPodAffinity,
-        message: "node(s) didn't match pod anti-affinity rules",
-        resolvable: true,
-    },
-    ReasonInfo {
-        code: EXISTING_ANTI_AFFINITY,
-        plugin: PluginId::InterPodAffinity,
-        message: "node(s) didn't satisfy existing pods anti-affinity rules",
-        resolvable: true,
-    },
+/// Its reasons by local index, with upstream's strings; the registry numbers them.
+pub const REASONS: &[Reason] = &[
+    Reason::unresolvable("node(s) didn't match pod affinity rules"),
+    Reason::resolvable("node(s) didn't match pod anti-affinity rules"),
+    Reason::resolvable("node(s) didn't satisfy existing pods anti-affinity rules"),
 ];
 
 /// A (topology key, value) pair.

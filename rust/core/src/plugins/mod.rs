@@ -1,6 +1,7 @@
 //! The plugins, one file each, named after the upstream plugin it mirrors:
 //! its Filter and Score (and PreFilter / PreScore state where it has them),
-//! its reason codes and upstream's reason strings. Plugins depend on the
+//! its reasons (upstream's strings, numbered locally; the registry row gives
+//! their codes). Plugins depend on the
 //! input tables (`crate::model`) and nothing else; `crate::registry` runs them.
 
 pub mod balanced_allocation;
@@ -24,24 +25,34 @@ pub mod volume_zone;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
-use crate::model::PluginId;
-
 /// Upstream `framework.MaxNodeScore`: every plugin score is normalized to 0..=100.
 pub const MAX_NODE_SCORE: i64 = 100;
 
 /// The reason code of a node that passes a filter.
 pub const FEASIBLE: u32 = 0;
 
-/// A fixed filter failure reason: its dense code, the plugin that reports it
-/// and upstream's message.
+/// A fixed filter failure reason as its plugin lists it: upstream's message
+/// and whether evicting pods could resolve it (upstream's `Unschedulable`, as
+/// opposed to `UnschedulableAndUnresolvable`: preemption skips the node). Its
+/// code comes from its index in the plugin's `REASONS` and the plugin's row
+/// (`model::reason_code`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ReasonInfo {
-    pub code: u32,
-    pub plugin: PluginId,
+pub struct Reason {
     pub message: &'static str,
-    /// Whether evicting pods could resolve it: upstream's `Unschedulable`, as
-    /// opposed to `UnschedulableAndUnresolvable` (preemption skips the node).
     pub resolvable: bool,
+}
+
+impl Reason {
+    pub const fn resolvable(message: &'static str) -> Self {
+        Reason { message, resolvable: true }
+    }
+
+    pub const fn unresolvable(message: &'static str) -> Self {
+        Reason {
+            message,
+            resolvable: false,
+        }
+    }
 }
 
 /// Hashes interned ids (label keys and values) with one multiplication each:

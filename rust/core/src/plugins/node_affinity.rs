@@ -6,34 +6,20 @@
 //! The PreFilter restriction to `matchFields` node names is applied by the
 //! batch loop from the class's prefilter node list.
 
-use super::{ReasonInfo, FEASIBLE};
-use crate::model::{row, Classes, Nodes, PluginId, Selectors, OP_DOES_NOT_EXIST, OP_EXISTS, OP_GT, OP_IN, OP_LT, OP_NOT_IN};
+use super::{Reason, FEASIBLE};
+use crate::model::{reason_code, row, Classes, Nodes, PluginId, Selectors, OP_DOES_NOT_EXIST, OP_EXISTS, OP_GT, OP_IN, OP_LT, OP_NOT_IN};
 
-pub const NODE_AFFINITY: u32 = 4;
+pub const NODE_AFFINITY: u32 = reason_code(PluginId::NodeAffinity, 0);
 /// Nodes left out by the PreFilter (matchFields on metadata.name).
-pub const NODE_AFFINITY_PREFILTER: u32 = 5;
+pub const NODE_AFFINITY_PREFILTER: u32 = reason_code(PluginId::NodeAffinity, 1);
 /// Nodes the profile's `addedAffinity` (NodeAffinity args) leaves out.
-pub const NODE_AFFINITY_ENFORCED: u32 = 6;
+pub const NODE_AFFINITY_ENFORCED: u32 = reason_code(PluginId::NodeAffinity, 2);
 
-pub const REASONS: &[ReasonInfo] = &[
-    ReasonInfo {
-        code: NODE_AFFINITY,
-        plugin: PluginId::NodeAffinity,
-        message: "node(s) didn't match Pod's node affinity/selector",
-        resolvable: false,
-    },
-    ReasonInfo {
-        code: NODE_AFFINITY_PREFILTER,
-        plugin: PluginId::NodeAffinity,
-        message: "node(s) didn't satisfy plugin(s) [NodeAffinity]",
-        resolvable: false,
-    },
-    ReasonInfo {
-        code: NODE_AFFINITY_ENFORCED,
-        plugin: PluginId::NodeAffinity,
-        message: "node(s) didn't match scheduler-enforced node affinity",
-        resolvable: false,
-    },
+/// Its reasons by local index, with upstream's strings; the registry numbers them.
+pub const REASONS: &[Reason] = &[
+    Reason::unresolvable("node(s) didn't match Pod's node affinity/selector"),
+    Reason::unresolvable("node(s) didn't satisfy plugin(s) [NodeAffinity]"),
+    Reason::unresolvable("node(s) didn't match scheduler-enforced node affinity"),
 ];
 
 #[inline]

@@ -1,16 +1,12 @@
 //! NodeName: a pod that names a node (`spec.nodeName`) fits only that node.
 
-use super::{ReasonInfo, FEASIBLE};
-use crate::model::{Nodes, PluginId};
+use super::{Reason, FEASIBLE};
+use crate::model::{reason_code, Nodes, PluginId};
 
-pub const NODE_NAME: u32 = 2;
+pub const NODE_NAME: u32 = reason_code(PluginId::NodeName, 0);
 
-pub const REASONS: &[ReasonInfo] = &[ReasonInfo {
-    code: NODE_NAME,
-    plugin: PluginId::NodeName,
-    message: "node(s) didn't match the requested node name",
-    resolvable: false,
-}];
+/// Its reasons by local index, with upstream's strings; the registry numbers them.
+pub const REASONS: &[Reason] = &[Reason::unresolvable("node(s) didn't match the requested node name")];
 
 /// `wanted` is the interned node name the pod asks for, or -1.
 pub fn filter(nodes: &Nodes, node: usize, wanted: i32) -> u32 {

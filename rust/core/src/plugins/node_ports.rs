@@ -1,17 +1,13 @@
 //! NodePorts: a pod's host ports must be free on the node. A (protocol, port)
 //! pair conflicts when either side binds the wildcard IP or both bind the same IP.
 
-use super::{ReasonInfo, FEASIBLE};
-use crate::model::{row, Nodes, PluginId, Ports};
+use super::{Reason, FEASIBLE};
+use crate::model::{reason_code, row, Nodes, PluginId, Ports};
 
-pub const NODE_PORTS: u32 = 7;
+pub const NODE_PORTS: u32 = reason_code(PluginId::NodePorts, 0);
 
-pub const REASONS: &[ReasonInfo] = &[ReasonInfo {
-    code: NODE_PORTS,
-    plugin: PluginId::NodePorts,
-    message: "node(s) didn't have free ports for the requested pod ports",
-    resolvable: true,
-}];
+/// Its reasons by local index, with upstream's strings; the registry numbers them.
+pub const REASONS: &[Reason] = &[Reason::resolvable("node(s) didn't have free ports for the requested pod ports")];
 
 /// One bound host port: (protocol, interned IP, port).
 pub type HostPort = (u8, i32, i32);

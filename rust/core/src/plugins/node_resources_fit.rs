@@ -3,20 +3,16 @@
 //! pod slot left); scoring by LeastAllocated, MostAllocated or
 //! RequestedToCapacityRatio over the profile's weighted resources.
 
-use super::{ReasonInfo, MAX_NODE_SCORE};
-use crate::model::{PluginId, Strategy, CPU, FIRST_SCALAR, MEMORY};
+use super::{Reason, MAX_NODE_SCORE};
+use crate::model::{reason_code, PluginId, Strategy, CPU, FIRST_SCALAR, FIXED_REASON_COUNT, MEMORY};
 
-pub const TOO_MANY_PODS: u32 = 8;
-/// "Insufficient <resource>": one code per resource column from here on
-/// (the caller names the resource).
-pub const FIRST_INSUFFICIENT: u32 = 20;
+pub const TOO_MANY_PODS: u32 = reason_code(PluginId::NodeResourcesFit, 0);
+/// "Insufficient <resource>": one code per resource column from here on, after
+/// every fixed reason (the caller names the resource).
+pub const FIRST_INSUFFICIENT: u32 = FIXED_REASON_COUNT + 1;
 
-pub const REASONS: &[ReasonInfo] = &[ReasonInfo {
-    code: TOO_MANY_PODS,
-    plugin: PluginId::NodeResourcesFit,
-    message: "Too many pods",
-    resolvable: true,
-}];
+/// Its reasons by local index, with upstream's strings; the registry numbers them.
+pub const REASONS: &[Reason] = &[Reason::resolvable("Too many pods")];
 
 #[inline]
 pub fn insufficient(resource: usize) -> u32 {

@@ -2,17 +2,13 @@
 //! that tolerate the `node.kubernetes.io/unschedulable:NoSchedule` taint.
 
 use super::taint_toleration::tolerates;
-use super::{ReasonInfo, FEASIBLE};
-use crate::model::{Nodes, PluginId, Tolerations, EFFECT_NO_SCHEDULE};
+use super::{Reason, FEASIBLE};
+use crate::model::{reason_code, Nodes, PluginId, Tolerations, EFFECT_NO_SCHEDULE};
 
-pub const NODE_UNSCHEDULABLE: u32 = 1;
+pub const NODE_UNSCHEDULABLE: u32 = reason_code(PluginId::NodeUnschedulable, 0);
 
-pub const REASONS: &[ReasonInfo] = &[ReasonInfo {
-    code: NODE_UNSCHEDULABLE,
-    plugin: PluginId::NodeUnschedulable,
-    message: "node(s) were unschedulable",
-    resolvable: false,
-}];
+/// Its reasons by local index, with upstream's strings; the registry numbers them.
+pub const REASONS: &[Reason] = &[Reason::unresolvable("node(s) were unschedulable")];
 
 pub fn filter(nodes: &Nodes, node: usize, tolerations: &Tolerations, class: usize) -> u32 {
     if nodes.unschedulable[node] == 0 || tolerates(tolerations, class, nodes.unschedulable_key, nodes.empty_string, EFFECT_NO_SCHEDULE) {

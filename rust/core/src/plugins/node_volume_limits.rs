@@ -6,17 +6,13 @@
 //! provisioner and the claim) interned by the caller. (VolumeAttachments and
 //! in-tree volumes migrated to CSI are not counted.)
 
-use super::{ReasonInfo, FEASIBLE};
-use crate::model::{row, PluginId, Volumes};
+use super::{Reason, FEASIBLE};
+use crate::model::{reason_code, row, PluginId, Volumes};
 
-pub const MAX_VOLUME_COUNT: u32 = 10;
+pub const MAX_VOLUME_COUNT: u32 = reason_code(PluginId::NodeVolumeLimits, 0);
 
-pub const REASONS: &[ReasonInfo] = &[ReasonInfo {
-    code: MAX_VOLUME_COUNT,
-    plugin: PluginId::NodeVolumeLimits,
-    message: "node(s) exceed max volume count",
-    resolvable: true,
-}];
+/// Its reasons by local index, with upstream's strings; the registry numbers them.
+pub const REASONS: &[Reason] = &[Reason::resolvable("node(s) exceed max volume count")];
 
 /// The plugin's PreFilter state for one pod, with the (node, volume, driver)
 /// attachments of placements earlier in the batch.

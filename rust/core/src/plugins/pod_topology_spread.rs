@@ -8,25 +8,16 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::{IdMap, ReasonInfo, FEASIBLE};
-use crate::model::{row, Nodes, PluginId, PodTable};
+use super::{IdMap, Reason, FEASIBLE};
+use crate::model::{reason_code, row, Nodes, PluginId, PodTable};
 
-pub const SPREAD: u32 = 15;
-pub const SPREAD_MISSING_LABEL: u32 = 16;
+pub const SPREAD: u32 = reason_code(PluginId::PodTopologySpread, 0);
+pub const SPREAD_MISSING_LABEL: u32 = reason_code(PluginId::PodTopologySpread, 1);
 
-pub const REASONS: &[ReasonInfo] = &[
-    ReasonInfo {
-        code: SPREAD,
-        plugin: PluginId::PodTopologySpread,
-        message: "node(s) didn't match pod topology spread constraints",
-        resolvable: true,
-    },
-    ReasonInfo {
-        code: SPREAD_MISSING_LABEL,
-        plugin: PluginId::PodTopologySpread,
-        message: "node(s) didn't match pod topology spread constraints (missing required label)",
-        resolvable: false,
-    },
+/// Its reasons by local index, with upstream's strings; the registry numbers them.
+pub const REASONS: &[Reason] = &[
+    Reason::resolvable("node(s) didn't match pod topology spread constraints"),
+    Reason::unresolvable("node(s) didn't match pod topology spread constraints (missing required label)"),
 ];
 
 /// What a spread computation needs besides the tables: the incoming pod's

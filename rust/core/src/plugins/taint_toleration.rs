@@ -1,20 +1,16 @@
 //! TaintToleration: NoSchedule and NoExecute taints filter, PreferNoSchedule
 //! taints score (fewer untolerated is better, normalized in reverse).
 
-use super::{ReasonInfo, FEASIBLE};
+use super::{Reason, FEASIBLE};
 use crate::model::{
-    row, Nodes, PluginId, Tolerations, EFFECT_ALL, EFFECT_NO_EXECUTE, EFFECT_NO_SCHEDULE, EFFECT_PREFER_NO_SCHEDULE, TOLERATION_EQUAL,
-    TOLERATION_EXISTS,
+    reason_code, row, Nodes, PluginId, Tolerations, EFFECT_ALL, EFFECT_NO_EXECUTE, EFFECT_NO_SCHEDULE, EFFECT_PREFER_NO_SCHEDULE,
+    TOLERATION_EQUAL, TOLERATION_EXISTS,
 };
 
-pub const TAINT_TOLERATION: u32 = 3;
+pub const TAINT_TOLERATION: u32 = reason_code(PluginId::TaintToleration, 0);
 
-pub const REASONS: &[ReasonInfo] = &[ReasonInfo {
-    code: TAINT_TOLERATION,
-    plugin: PluginId::TaintToleration,
-    message: "node(s) had untolerated taint(s)",
-    resolvable: false,
-}];
+/// Its reasons by local index, with upstream's strings; the registry numbers them.
+pub const REASONS: &[Reason] = &[Reason::unresolvable("node(s) had untolerated taint(s)")];
 
 /// Upstream `Toleration.ToleratesTaint` for one toleration.
 #[inline]

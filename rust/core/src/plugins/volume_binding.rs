@@ -11,35 +11,21 @@
 //! `StorageCapacityScoring` gate (off by default): no Score here.
 
 use super::node_affinity::term_matches;
-use super::ReasonInfo;
-use crate::model::{row, Nodes, PluginId, Selectors, Volumes, MISSING_PV, NO_SELECTED_NODE, UNBOUND};
+use super::Reason;
+use crate::model::{reason_code, row, Nodes, PluginId, Selectors, Volumes, MISSING_PV, NO_SELECTED_NODE, UNBOUND};
 
 /// A bound claim's volume does not admit the node (upstream `ErrReasonNodeConflict`).
-pub const VOLUME_NODE_CONFLICT: u32 = 11;
+pub const VOLUME_NODE_CONFLICT: u32 = reason_code(PluginId::VolumeBinding, 0);
 /// An unbound claim finds no volume and cannot be provisioned there (`ErrReasonBindConflict`).
-pub const VOLUME_BIND_CONFLICT: u32 = 12;
+pub const VOLUME_BIND_CONFLICT: u32 = reason_code(PluginId::VolumeBinding, 1);
 /// A bound claim's volume does not exist (`ErrReasonPVNotExist`).
-pub const VOLUME_PV_MISSING: u32 = 13;
+pub const VOLUME_PV_MISSING: u32 = reason_code(PluginId::VolumeBinding, 2);
 
-pub const REASONS: &[ReasonInfo] = &[
-    ReasonInfo {
-        code: VOLUME_NODE_CONFLICT,
-        plugin: PluginId::VolumeBinding,
-        message: "node(s) didn't match PersistentVolume's node affinity",
-        resolvable: false,
-    },
-    ReasonInfo {
-        code: VOLUME_BIND_CONFLICT,
-        plugin: PluginId::VolumeBinding,
-        message: "node(s) didn't find available persistent volumes to bind",
-        resolvable: false,
-    },
-    ReasonInfo {
-        code: VOLUME_PV_MISSING,
-        plugin: PluginId::VolumeBinding,
-        message: "node(s) unavailable due to one or more pvc(s) bound to non-existent pv(s)",
-        resolvable: false,
-    },
+/// Its reasons by local index, with upstream's strings; the registry numbers them.
+pub const REASONS: &[Reason] = &[
+    Reason::unresolvable("node(s) didn't match PersistentVolume's node affinity"),
+    Reason::unresolvable("node(s) didn't find available persistent volumes to bind"),
+    Reason::unresolvable("node(s) unavailable due to one or more pvc(s) bound to non-existent pv(s)"),
 ];
 
 /// `find`'s entry for a claim that is to be provisioned.

@@ -6,17 +6,15 @@
 //! its victims. (Upstream's disk conflicts of in-tree inline volumes — GCE
 //! PD, EBS, iSCSI, RBD — are not checked.)
 
-use super::{ReasonInfo, FEASIBLE};
-use crate::model::{row, PluginId, Volumes};
+use super::{Reason, FEASIBLE};
+use crate::model::{reason_code, row, PluginId, Volumes};
 
-pub const RWOP_CONFLICT: u32 = 9;
+pub const RWOP_CONFLICT: u32 = reason_code(PluginId::VolumeRestrictions, 0);
 
-pub const REASONS: &[ReasonInfo] = &[ReasonInfo {
-    code: RWOP_CONFLICT,
-    plugin: PluginId::VolumeRestrictions,
-    message: "node(s) unavailable due to PersistentVolumeClaim with ReadWriteOncePod access mode already in-use by another pod",
-    resolvable: true,
-}];
+/// Its reasons by local index, with upstream's strings; the registry numbers them.
+pub const REASONS: &[Reason] = &[Reason::resolvable(
+    "node(s) unavailable due to PersistentVolumeClaim with ReadWriteOncePod access mode already in-use by another pod",
+)];
 
 /// The plugin's PreFilter state for one pod: whether one of its
 /// ReadWriteOncePod claims is in use (the verdict is the same on every node).

@@ -4,17 +4,13 @@
 //! with any of those labels must carry each volume's key (or, for a beta
 //! key, the GA one) with one of its values. A node with none of them passes.
 
-use super::{ReasonInfo, FEASIBLE};
-use crate::model::{row, Nodes, PluginId, Volumes};
+use super::{Reason, FEASIBLE};
+use crate::model::{reason_code, row, Nodes, PluginId, Volumes};
 
-pub const VOLUME_ZONE_CONFLICT: u32 = 14;
+pub const VOLUME_ZONE_CONFLICT: u32 = reason_code(PluginId::VolumeZone, 0);
 
-pub const REASONS: &[ReasonInfo] = &[ReasonInfo {
-    code: VOLUME_ZONE_CONFLICT,
-    plugin: PluginId::VolumeZone,
-    message: "node(s) had no available volume zone",
-    resolvable: false,
-}];
+/// Its reasons by local index, with upstream's strings; the registry numbers them.
+pub const REASONS: &[Reason] = &[Reason::unresolvable("node(s) had no available volume zone")];
 
 /// The plugin's PreFilter state for one pod.
 pub struct Filter {
