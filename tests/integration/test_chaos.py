@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from ksched.bench.chaos import FAULT_KINDS
+from ksched.bench.chaos.figures import FAULT_KINDS
 from ksched.cluster.build import missing_binaries
 from tests.integration.helpers import unavailable
 

@@ -7,7 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ksched.bench.chaos import EVICTING_CLIENTS, NS, _deleter_kind, first_deleters, read_audit
+from ksched.bench.chaos.audit import deleter_kind, first_deleters, read_audit
+from ksched.bench.chaos.figures import EVICTING_CLIENTS, NS
 
 
 def _event(verb: str, code: int, user: str, name: str, sub: str = "", **extra: Any) -> str:
@@ -77,14 +78,14 @@ def test_audit_log_names_generated_pods_and_who_deleted_each(tmp_path: Path) -> 
         ("bare-1", "admin"),
     ]
     assert [(b.name, b.code) for b in audit.binds] == [("bare-1", 201)]
-    assert [(d.name, _deleter_kind(d.user)) for d in audit.deletes] == [
+    assert [(d.name, deleter_kind(d.user)) for d in audit.deletes] == [
         ("bare-1", "ksched preemption"),
         ("web-7d9f-abcde", "the soak"),
         ("web-7d9f-fghij", "replicaset-controller"),
         ("gang-7-m0", "node-controller"),
         ("bare-2", "pod-garbage-collector"),
     ]
-    assert {_deleter_kind(d.user) for d in audit.deletes[-2:]} == set(EVICTING_CLIENTS)
+    assert {deleter_kind(d.user) for d in audit.deletes[-2:]} == set(EVICTING_CLIENTS)
 
 
 def test_the_first_delete_names_who_deleted_a_pod(tmp_path: Path) -> None:
@@ -98,11 +99,11 @@ def test_the_first_delete_names_who_deleted_a_pod(tmp_path: Path) -> None:
     path = tmp_path / "audit.log"
     path.write_text("\n".join(lines) + "\n")
     deleter = first_deleters(read_audit(path).deletes)
-    assert {k: _deleter_kind(v) for k, v in deleter.items()} == {(NS, "gang-1-m5"): "node-controller"}
+    assert {k: deleter_kind(v) for k, v in deleter.items()} == {(NS, "gang-1-m5"): "node-controller"}
 
 
 def test_deleter_kinds_name_controllers_and_components() -> None:
-    assert _deleter_kind("system:serviceaccount:kube-system:chaos-b") == "ksched preemption"
-    assert _deleter_kind("system:serviceaccount:kube-system:replicaset-controller") == "replicaset-controller"
-    assert _deleter_kind("system:kube-controller-manager") == "system:kube-controller-manager"
-    assert _deleter_kind("admin") == "the soak"
+    assert deleter_kind("system:serviceaccount:kube-system:chaos-b") == "ksched preemption"
+    assert deleter_kind("system:serviceaccount:kube-system:replicaset-controller") == "replicaset-controller"
+    assert deleter_kind("system:kube-controller-manager") == "system:kube-controller-manager"
+    assert deleter_kind("admin") == "the soak"

@@ -212,7 +212,8 @@ def _bench(args: argparse.Namespace, cli: Callable[[list[str]], int]) -> int:
 
 
 def _chaos(args: argparse.Namespace) -> int:
-    from ksched.bench.chaos import render, run_chaos
+    from ksched.bench.chaos.figures import render
+    from ksched.bench.chaos.run import run_chaos
 
     def progress(line: str) -> None:
         print(f"[chaos {time.strftime('%H:%M:%S')}] {line}", file=sys.stderr, flush=True)

@@ -1,0 +1,176 @@
+"""The API server's audit policy for the soak, and what the soak reads back from its log:
+Lease writes (who led when), binds, creates and deletes with the user that sent them."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ksched.bench.chaos.figures import LEASE_NAME, LEASE_NS, NS, REPLICAS, ROUTED_NS, parse_time
+
+
+def audit_policy() -> dict[str, Any]:
+    """Bindings (who, when) and the soak's Lease writes (with the Lease as written); nothing else."""
+    return {
+        "apiVersion": "audit.k8s.io/v1",
+        "kind": "Policy",
+        "omitStages": ["RequestReceived", "ResponseStarted"],
+        "rules": [
+            {
+                "level": "Metadata",
+                "verbs": ["create"],
+                "resources": [{"group": "", "resources": ["pods/binding"]}],
+            },
+            {
+                # RequestResponse: a pod made from generateName (a Deployment's) has its name
+                # only in the response.
+                "level": "RequestResponse",
+                "verbs": ["create"],
+                "namespaces": [NS, ROUTED_NS],
+                "resources": [{"group": "", "resources": ["pods"]}],
+            },
+            {
+                # Who removed each pod that is gone at the end: the soak, a preemption, a controller.
+                "level": "Metadata",
+                "verbs": ["delete", "create"],
+                "namespaces": [NS, ROUTED_NS],
+                "resources": [{"group": "", "resources": ["pods", "pods/eviction"]}],
+            },
+            {
+                "level": "RequestResponse",
+                "verbs": ["create", "update", "patch"],
+                "namespaces": [LEASE_NS],
+                "resources": [
+                    {"group": "coordination.k8s.io", "resources": ["leases"], "resourceNames": [LEASE_NAME]}
+                ],
+            },
+            {"level": "None"},
+        ],
+    }
+
+
+@dataclass
+class LeaseWrite:
+    at: float  # when the API server completed it
+    holder: str
+    duration_s: float
+
+
+@dataclass
+class BindRecord:
+    at: float  # when the API server received it
+    user: str
+    namespace: str
+    name: str
+    code: int
+
+
+@dataclass
+class AuditRecords:
+    """What the soak reads back from kube-apiserver's audit log."""
+
+    leases: list[LeaseWrite] = field(default_factory=list)
+    binds: list[BindRecord] = field(default_factory=list)
+    creates: list[BindRecord] = field(default_factory=list)
+    deletes: list[BindRecord] = field(default_factory=list)  # successful pod deletes and evictions
+
+
+def deleter_kind(user: str) -> str:
+    """A readable name for who sent a pod's delete: a ksched replica (preemption), a
+    controller, or the soak itself (the cluster's admin user)."""
+    if user.startswith("controller:"):
+        return user.split(":", 1)[1]
+    prefix = f"system:serviceaccount:{LEASE_NS}:"
+    if user.startswith(prefix) and user[len(prefix) :] in REPLICAS:
+        return "ksched preemption"
+    if user.startswith("system:serviceaccount:kube-system:"):
+        return user.rsplit(":", 1)[1]
+    if user.startswith("system:"):
+        return user
+    return "the soak"
+
+
+def first_deleters(deletes: list[BindRecord]) -> dict[tuple[str, str], str]:
+    """Who deleted each pod: the user of its first successful delete. A graceful delete is
+    finished by a second one from KWOK (the kubelet's part), which is no one's decision."""
+    out: dict[tuple[str, str], str] = {}
+    for d in sorted(deletes, key=lambda d: d.at):
+        out.setdefault((d.namespace, d.name), d.user)
+    return out
+
+
+def read_audit(path: Path) -> AuditRecords:
+    """The Lease writes, binding requests, pod creations and pod deletions the audit log recorded."""
+    records = AuditRecords()
+    leases, binds, creates, deletes = records.leases, records.binds, records.creates, records.deletes
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return records
+    for line in lines:
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue  # a line cut by a restart
+        if event.get("stage") != "ResponseComplete":
+            continue
+        ref = event.get("objectRef") or {}
+        code = int((event.get("responseStatus") or {}).get("code") or 0)
+        user = (event.get("user") or {}).get("username", "")
+        # A create's name may be in its response only (generateName).
+        name = (event.get("responseObject") or {}).get("metadata", {}).get("name") or ref.get("name", "")
+        received = parse_time(event["requestReceivedTimestamp"])
+        if ref.get("resource") == "leases":
+            if code not in (200, 201):
+                continue
+            lease_spec = (event.get("responseObject") or {}).get("spec") or {}
+            leases.append(
+                LeaseWrite(
+                    parse_time(event["stageTimestamp"]),
+                    lease_spec.get("holderIdentity") or "",
+                    float(lease_spec.get("leaseDurationSeconds") or 0),
+                )
+            )
+        elif ref.get("resource") == "pods" and (
+            (event.get("verb") == "delete" and not ref.get("subresource"))
+            or ref.get("subresource") == "eviction"
+        ):
+            if code in (200, 201, 202):
+                agent = event.get("userAgent") or ""
+                if agent.startswith("kube-controller-manager/"):
+                    # It runs with the admin's kubeconfig; its user agent names the controller.
+                    user = "controller:" + agent.rsplit("/", 1)[1]
+                deletes.append(
+                    BindRecord(received, user, ref.get("namespace", ""), ref.get("name", ""), code)
+                )
+        elif ref.get("resource") == "pods" and not ref.get("subresource"):
+            if code == 201:
+                creates.append(BindRecord(received, user, ref.get("namespace", ""), name, code))
+        elif ref.get("subresource") == "binding":
+            binds.append(BindRecord(received, user, ref.get("namespace", ""), ref.get("name", ""), code))
+    leases.sort(key=lambda w: w.at)
+    binds.sort(key=lambda b: b.at)
+    deletes.sort(key=lambda b: b.at)
+    return records
+
+
+def holder_at(leases: list[LeaseWrite], t: float) -> str | None:
+    """Who held the Lease at ``t``: the holder of the last write before it, while that
+    write's duration lasts (a renewal extends it; a release clears it)."""
+    last: LeaseWrite | None = None
+    for w in leases:
+        if w.at > t:
+            break
+        last = w
+    if last is None or not last.holder or t > last.at + last.duration_s:
+        return None
+    return last.holder
+
+
+def leaderless_gaps(leases: list[LeaseWrite], start: float, end: float) -> float:
+    """The longest stretch in [start, end] with no successful write by a holder (acquire or renew)."""
+    times = [start] + [w.at for w in leases if w.holder and start <= w.at <= end] + [end]
+    return max((b - a for a, b in itertools.pairwise(times)), default=0.0)
