@@ -18,6 +18,7 @@ from ksched.loop.metric_sources import MetricStore
 from ksched.loop.queue import SchedulingQueue
 from ksched.loop.state import ClusterState
 from ksched.loop.telemetry import Telemetry
+from ksched.loop.volume_binder import VolumeBinder
 from tests.unit.test_volumes import LOCAL, NODES, claim, local_pv, with_claims
 from tests.unit.wire_bodies import body as wire_body
 
@@ -116,13 +117,9 @@ def test_a_binding_whose_answer_was_lost_is_released_too() -> None:
 
 def test_undo_leaves_a_volume_bound_to_another_claim_since() -> None:
     api = FakeApi(cluster())
-    binder = Binder(api, 1, "ksched", Telemetry(), lambda: True)  # type: ignore[arg-type]
     other = {"kind": "PersistentVolumeClaim", "namespace": "default", "name": "other", "uid": "c2"}
     api.objects[PV_PATH]["spec"]["claimRef"] = copy.deepcopy(other)
-    try:
-        binder._undo([ClaimBinding("default/data", "pv0")], "n0")
-    finally:
-        binder.shutdown()
+    VolumeBinder(api).undo([ClaimBinding("default/data", "pv0")], "n0")  # type: ignore[arg-type]
     assert api.objects[PV_PATH]["spec"]["claimRef"] == other
 
 

@@ -10,13 +10,11 @@ condition copy upstream's: ``Scheduled`` / "Successfully assigned ns/pod to
 node", and ``FailedScheduling`` with the engine's message plus
 ``PodScheduled=False`` reason ``Unschedulable``.
 
-A pod with unbound claims has its volumes bound first, as upstream's volume
-binder does (``BindPodVolumes``): each chosen PersistentVolume gets the
-claim as its ``claimRef``, each claim to provision gets
-``volume.kubernetes.io/selected-node``; then the bind waits (bounded) until
-the PV controller has bound every claim. If that fails, what was written is
-undone where the claim is still unbound, a ``FailedScheduling`` event says
-why, and the pod is retried.
+A pod with unbound claims has its volumes bound first, on threads of their own
+(:mod:`ksched.loop.volume_binder` writes and waits); if that fails, a
+``FailedScheduling`` event says why and the pod is retried. Preemption's
+nominations and evictions are written on the report threads by
+:mod:`ksched.loop.evictor`. The bodies of events are :mod:`ksched.loop.events`'.
 
 Binds of pods without volumes and their ``Scheduled`` events are written by
 a few writer threads, each with one persistent connection of its own
@@ -29,7 +27,6 @@ refused by an unavailable API server is retried on the report threads.
 
 from __future__ import annotations
 
-import datetime as dt
 import enum
 import logging
 import threading
@@ -39,17 +36,18 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
-from ksched.engine.volumes import BIND_COMPLETED, BOUND_BY_CONTROLLER, SELECTED_NODE, ClaimBinding
+from ksched.engine.volumes import ClaimBinding
 from ksched.loop import protobuf
 from ksched.loop.client import MERGE_PATCH, ApiUnavailableError, Connection, Kube, Response, pod_path
+from ksched.loop.events import event_request, now, scheduled_message
+from ksched.loop.evictor import Evictor
 from ksched.loop.protobuf import PROTOBUF
 from ksched.loop.telemetry import Telemetry
-from ksched.objects import DISRUPTION_TARGET, PREEMPTION_BY_SCHEDULER, Obj, meta, spec
+from ksched.loop.volume_binder import VolumeBinder, VolumeBindingError
+from ksched.objects import Obj, meta
 
 log = logging.getLogger(__name__)
 
-COMPONENT = "ksched"
-STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 HTTP_NOT_FOUND = 404
 HTTP_CONFLICT = 409
 HTTP_SERVER_ERROR = 500
@@ -57,8 +55,6 @@ HTTP_SERVER_ERROR = 500
 # broadcaster retries too), so a short outage does not lose Scheduled events.
 EVENT_TRIES = 3
 EVENT_RETRY_S = 1.0
-# How often a volume binding in progress is checked (upstream's binder polls every second).
-VOLUME_POLL_S = 0.5
 # Writer threads (one connection each) for binds and Scheduled events: each has one
 # request at the API server at a time (pipelined events are read one after the other), so
 # the writers' number is the concurrency. On the 2-core development VM, 32 drained binds and
@@ -92,20 +88,12 @@ def send_all(conn: Writer, requests: list[tuple[str, str, bytes]]) -> list[Respo
     return answers
 
 
-class VolumeBindingError(Exception):
-    """Binding a pod's volumes failed; the message says why."""
-
-
 class Outcome(enum.Enum):
     BOUND = "bound"
     CONFLICT = "conflict"
     GONE = "gone"
     ERROR = "error"
     NOT_LEADER = "not_leader"
-
-
-def _now() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def report_workers(bind_workers: int) -> int:
@@ -123,12 +111,10 @@ def _binding(namespace: str, name: str, uid: object, node: str) -> bytes:
     return protobuf.binding(namespace, name, str(uid) if uid else None, node)
 
 
-def scheduled_message(namespace: str, name: str, node: str) -> str:
-    """Upstream's Scheduled event note."""
-    return f"Successfully assigned {namespace}/{name} to {node}"
-
-
 class Binder:
+    """The cycle's one writer: binds, their Events and conditions, and (through the
+    volume binder and the evictor it holds) volume binding and preemption."""
+
     def __init__(
         self,
         kube: Kube,
@@ -157,6 +143,8 @@ class Binder:
         self._volume_pool = ThreadPoolExecutor(workers, thread_name_prefix="bind-volumes")
         # Events and conditions have their own threads, so a bind never waits behind a report.
         self._reports = ThreadPoolExecutor(report_workers(workers), thread_name_prefix="report")
+        self.volumes = VolumeBinder(kube)
+        self.evictor = Evictor(kube, is_leader, telemetry, self._event)
 
     def bind(
         self,
@@ -184,13 +172,13 @@ class Binder:
     def clear_nomination(self, pod: Obj) -> None:
         """The pod fits nowhere, even by preempting: drop its nominated node (upstream
         clears it), so the room it held is free again (in the background)."""
-        self._reports.submit(self._preempt, pod, None, [])
+        self._reports.submit(self.evictor.nominate, pod, None, [])
 
     def preempt(self, pod: Obj, node: str, victims: list[tuple[str, str, str]]) -> None:
         """Nominate ``node`` for the pod and evict the victims (namespace, name, uid) there,
         as upstream's DefaultPreemption does: a DisruptionTarget condition, then a delete
         (the victims' own grace period), and a ``Preempted`` event on each (in the background)."""
-        self._reports.submit(self._preempt, pod, node, victims)
+        self._reports.submit(self.evictor.nominate, pod, node, victims)
 
     def shutdown(self) -> None:
         """Finish every bind (and report) already handed over, then stop."""
@@ -294,7 +282,7 @@ class Binder:
         is retried on a report thread (a writer never sleeps)."""
         requests = []
         for report in reports:
-            path, raw = self._event_request(*report)
+            path, raw = event_request(*report, self.identity)
             self.kube.writes.acquire()
             requests.append(("POST", path, raw))
         for (pod, _, reason, _, _), (_, path, raw), answer in zip(
@@ -358,197 +346,15 @@ class Binder:
         """Bind the pod's claims (upstream ``BindPodVolumes``); None when they are bound."""
         if not self.is_leader():
             return Outcome.NOT_LEADER
-        # A binding counts as written once it is sent: a write whose answer was lost may
-        # have landed, and the undo checks what is there before taking anything back.
-        written: list[ClaimBinding] = []
         try:
-            for b in volumes:
-                written.append(b)
-                self._write_binding(b, node)
-            self._wait_bound(volumes, node, time.monotonic() + timeout_s)
+            self.volumes.bind(node, volumes, timeout_s)
             return None
         except (VolumeBindingError, ApiUnavailableError) as err:
             m = meta(pod)
             why = f"binding volumes: {err}"
             log.warning("pod %s/%s on %s: %s", m.get("namespace"), m.get("name"), node, why)
-            self._undo(written, node)
             self._reports.submit(self._failed, pod, why)
             return Outcome.ERROR
-        except Exception:
-            self._undo(written, node)  # a bug must not leave a volume claimed for a pod not placed
-            raise
-
-    def _write_binding(self, b: ClaimBinding, node: str) -> None:
-        ns, claim_name = b.claim.split("/", 1)
-        claim_path = f"/api/v1/namespaces/{ns}/persistentvolumeclaims/{claim_name}"
-        if b.volume is None:
-            body = {"metadata": {"annotations": {SELECTED_NODE: node}}}
-            r = self.kube.request("PATCH", claim_path, body=body, content_type=MERGE_PATCH, rate_limited=True)
-            if not r.ok:
-                raise VolumeBindingError(f'selecting node {node} for claim "{claim_name}": HTTP {r.status}')
-            return
-        claim = self._get(claim_path, f'persistentvolumeclaim "{claim_name}"')
-        pv_path = f"/api/v1/persistentvolumes/{b.volume}"
-        pv = self._get(pv_path, f'persistentvolume "{b.volume}"')
-        ref = spec(pv).get("claimRef")
-        if ref and (ref.get("namespace"), ref.get("name")) != (ns, claim_name):
-            raise VolumeBindingError(f'persistentvolume "{b.volume}" was bound to another claim')
-        cm = meta(claim)
-        pv.setdefault("spec", {})["claimRef"] = {
-            "kind": "PersistentVolumeClaim",
-            "apiVersion": "v1",
-            "namespace": ns,
-            "name": claim_name,
-            "uid": cm.get("uid"),
-            "resourceVersion": cm.get("resourceVersion"),
-        }
-        pv.setdefault("metadata", {}).setdefault("annotations", {})[BOUND_BY_CONTROLLER] = "yes"
-        # An update (not a patch) carries the read resourceVersion: a volume taken since is a 409.
-        r = self.kube.request("PUT", pv_path, body=pv, rate_limited=True)
-        if not r.ok:
-            raise VolumeBindingError(
-                f'binding persistentvolume "{b.volume}" to claim "{claim_name}": HTTP {r.status}'
-            )
-
-    def _get(self, path: str, what: str) -> Obj:
-        r = self.kube.request("GET", path, rate_limited=True)
-        if not r.ok:
-            raise VolumeBindingError(f"{what}: HTTP {r.status}")
-        obj: Obj = r.json()
-        return obj
-
-    def _wait_bound(self, volumes: tuple[ClaimBinding, ...], node: str, deadline: float) -> None:
-        """Until the PV controller has bound every claim (upstream ``checkBindings``); a
-        volume whose claimRef was reset or taken, or a claim whose selected node was
-        removed or changed, fails at once."""
-        waiting = list(volumes)
-        while True:
-            still = []
-            for b in waiting:
-                ns, claim_name = b.claim.split("/", 1)
-                claim = self._get(
-                    f"/api/v1/namespaces/{ns}/persistentvolumeclaims/{claim_name}",
-                    f'persistentvolumeclaim "{claim_name}"',
-                )
-                annotations = meta(claim).get("annotations") or {}
-                if spec(claim).get("volumeName") and BIND_COMPLETED in annotations:
-                    continue
-                if b.volume is None and annotations.get(SELECTED_NODE) != node:
-                    raise VolumeBindingError(
-                        f'provisioning claim "{claim_name}" failed: its selected node was removed'
-                    )
-                if b.volume is not None:
-                    pv = self._get(f"/api/v1/persistentvolumes/{b.volume}", f'persistentvolume "{b.volume}"')
-                    ref = spec(pv).get("claimRef")
-                    if not isinstance(ref, dict) or (ref.get("namespace"), ref.get("name")) != (
-                        ns,
-                        claim_name,
-                    ):
-                        raise VolumeBindingError(f'claimRef of persistentvolume "{b.volume}" was reset')
-                still.append(b)
-            if not still:
-                return
-            if time.monotonic() >= deadline:
-                names = ", ".join(f'"{b.claim.split("/", 1)[1]}"' for b in still)
-                raise VolumeBindingError(f"timed out waiting for claims {names} to be bound")
-            waiting = still
-            time.sleep(VOLUME_POLL_S)
-
-    def _undo(self, written: list[ClaimBinding], node: str) -> None:
-        """Take back what ``_write_binding`` wrote, where the claim is still unbound
-        and still names what ksched wrote (another node's selection is not ours)."""
-        for b in written:
-            ns, claim_name = b.claim.split("/", 1)
-            claim_path = f"/api/v1/namespaces/{ns}/persistentvolumeclaims/{claim_name}"
-            try:
-                r = self.kube.request("GET", claim_path, rate_limited=True)
-                claim: Obj = r.json() if r.ok else {}  # a claim gone still frees its volume
-                if spec(claim).get("volumeName"):
-                    continue  # bound after all: leave it
-                if b.volume is None:
-                    if (meta(claim).get("annotations") or {}).get(SELECTED_NODE) != node:
-                        continue
-                    body: Obj = {"metadata": {"annotations": {SELECTED_NODE: None}}}
-                    self.kube.request(
-                        "PATCH", claim_path, body=body, content_type=MERGE_PATCH, rate_limited=True
-                    )
-                else:
-                    self._release_volume(b.volume, ns, claim_name)
-            except ApiUnavailableError as err:
-                log.warning("undoing the binding of claim %s: %s", b.claim, err)
-
-    def _release_volume(self, volume: str, ns: str, claim_name: str) -> None:
-        """Clear the volume's ``claimRef`` if it still names the claim. An update carrying
-        the read resourceVersion: a volume the PV controller or another binder touched since
-        is a 409 and stays as it is."""
-        pv_path = f"/api/v1/persistentvolumes/{volume}"
-        r = self.kube.request("GET", pv_path, rate_limited=True)
-        if not r.ok:
-            return
-        pv: Obj = r.json()
-        ref = spec(pv).get("claimRef")
-        if not isinstance(ref, dict) or (ref.get("namespace"), ref.get("name")) != (ns, claim_name):
-            return  # never written, or bound to another claim since: not ours to clear
-        del pv["spec"]["claimRef"]
-        (meta(pv).get("annotations") or {}).pop(BOUND_BY_CONTROLLER, None)
-        r = self.kube.request("PUT", pv_path, body=pv, rate_limited=True)
-        if not r.ok:
-            log.warning("releasing persistentvolume %s: HTTP %d", volume, r.status)
-
-    def _preempt(self, pod: Obj, node: str | None, victims: list[tuple[str, str, str]]) -> None:
-        if not self.is_leader():
-            return
-        m = meta(pod)
-        ns, name, uid = str(m.get("namespace")), str(m.get("name")), str(m.get("uid", ""))
-        if (pod.get("status") or {}).get("nominatedNodeName") == node and not victims:
-            return  # still waiting on the same node: nothing to write
-        try:
-            r = self.kube.request(
-                "PATCH",
-                pod_path(ns, name, "status"),
-                body={"status": {"nominatedNodeName": node}},
-                content_type=MERGE_PATCH,
-                rate_limited=True,
-            )
-            if not r.ok:
-                log.warning("nominating %s for %s/%s: HTTP %d: %s", node, ns, name, r.status, r.data[:300])
-                return
-            for v_ns, v_name, v_uid in victims:
-                condition = {
-                    "type": DISRUPTION_TARGET,
-                    "status": "True",
-                    "reason": PREEMPTION_BY_SCHEDULER,
-                    "message": f"{COMPONENT}: preempting to accommodate a higher priority pod",
-                    "lastTransitionTime": _now(),
-                }
-                r = self.kube.request(
-                    "PATCH",
-                    pod_path(v_ns, v_name, "status"),
-                    body={"status": {"conditions": [condition]}},
-                    content_type=STRATEGIC_MERGE_PATCH,
-                    rate_limited=True,
-                )
-                if r.status != HTTP_NOT_FOUND:
-                    r = self.kube.request(
-                        "DELETE",
-                        pod_path(v_ns, v_name),
-                        body={"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": v_uid}},
-                        rate_limited=True,
-                    )
-                if r.ok:
-                    victim = {"metadata": {"namespace": v_ns, "name": v_name, "uid": v_uid}}
-                    self._event(
-                        victim, "Normal", "Preempted", "Preempting", f"Preempted by pod {uid} on node {node}"
-                    )
-                    self.telemetry.preemption_victims.inc()
-                elif r.status == HTTP_NOT_FOUND:
-                    # Already gone (deleted by someone else, or by an earlier preemption this replica's
-                    # watch had not yet shown): upstream's executor posts no Preempted event then.
-                    log.info("victim %s/%s of %s/%s is already deleted", v_ns, v_name, ns, name)
-                else:
-                    log.warning("evicting %s/%s: HTTP %d: %s", v_ns, v_name, r.status, r.data[:300])
-        except ApiUnavailableError as err:
-            log.warning("preemption for %s/%s: %s", ns, name, err)
 
     def _failed(self, pod: Obj, message: str) -> None:
         try:
@@ -559,32 +365,9 @@ class Binder:
 
     def _event(self, pod: Obj, kind: str, reason: str, action: str, note: str) -> None:
         """Post an event, retried a few times while the API server is unavailable."""
-        path, raw = self._event_request(pod, kind, reason, action, note)
+        path, raw = event_request(pod, kind, reason, action, note, self.identity)
         m = meta(pod)
         self._retry_event(path, raw, str(m.get("namespace")), str(m.get("name")), reason, 0)
-
-    def _event_request(self, pod: Obj, kind: str, reason: str, action: str, note: str) -> tuple[str, bytes]:
-        """The path and body of an event about the pod."""
-        m = meta(pod)
-        ns, name = str(m.get("namespace")), str(m.get("name"))
-        now = time.time_ns()
-        uid = m.get("uid")
-        raw = protobuf.event(
-            # Upstream names events <object>.<unix nanoseconds in hex>; the object's name is cut so
-            # the event's stays within 253 characters (a longer name is refused: no event at all),
-            # and a cut that ends in "-" or "." is trimmed (an invalid name too).
-            name=f"{name[: 253 - 17].rstrip('-.')}.{now:016x}",
-            namespace=ns,
-            time_ns=now,
-            controller=COMPONENT,
-            instance=self.identity,
-            action=action,
-            reason=reason,
-            note=note[:1024],
-            type_=kind,
-            regarding=(ns, name, str(uid) if uid else None),
-        )
-        return f"/apis/events.k8s.io/v1/namespaces/{ns}/events", raw
 
     def _retry_event(self, path: str, raw: bytes, ns: str, name: str, reason: str, attempt: int) -> None:
         """An event's tries from ``attempt`` on (a writer made the first); an event refused by
@@ -620,7 +403,7 @@ class Binder:
             return  # already says so: no write
         m = meta(pod)
         ns, name = str(m.get("namespace")), str(m.get("name"))
-        patch = {"status": {"conditions": [{**wanted, "lastProbeTime": None, "lastTransitionTime": _now()}]}}
+        patch = {"status": {"conditions": [{**wanted, "lastProbeTime": None, "lastTransitionTime": now()}]}}
         try:
             r = self.kube.request(
                 "PATCH", pod_path(ns, name, "status"), body=patch, content_type=MERGE_PATCH, rate_limited=True

@@ -1,0 +1,55 @@
+"""The Events and condition timestamps ksched writes about pods, as upstream's recorder
+writes them (events.k8s.io/v1, sent as protobuf).
+
+Owns an event's name, body and path, the component they name, and upstream's
+Scheduled note. Sending and retrying them is the binder's (:mod:`ksched.loop.binder`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+
+from ksched.loop import protobuf
+from ksched.objects import Obj, meta
+
+# The reporting controller of ksched's events, and the name its conditions' messages start with.
+COMPONENT = "ksched"
+# The longest event note the API server takes.
+MAX_NOTE = 1024
+
+
+def now() -> str:
+    """A condition's ``lastTransitionTime``: now, in whole seconds (RFC 3339)."""
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def scheduled_message(namespace: str, name: str, node: str) -> str:
+    """Upstream's Scheduled event note."""
+    return f"Successfully assigned {namespace}/{name} to {node}"
+
+
+def event_request(
+    pod: Obj, kind: str, reason: str, action: str, note: str, instance: str
+) -> tuple[str, bytes]:
+    """The path and body of an event about the pod, reported by this replica (``instance``)."""
+    m = meta(pod)
+    ns, name = str(m.get("namespace")), str(m.get("name"))
+    at = time.time_ns()
+    uid = m.get("uid")
+    raw = protobuf.event(
+        # Upstream names events <object>.<unix nanoseconds in hex>; the object's name is cut so
+        # the event's stays within 253 characters (a longer name is refused: no event at all),
+        # and a cut that ends in "-" or "." is trimmed (an invalid name too).
+        name=f"{name[: 253 - 17].rstrip('-.')}.{at:016x}",
+        namespace=ns,
+        time_ns=at,
+        controller=COMPONENT,
+        instance=instance,
+        action=action,
+        reason=reason,
+        note=note[:MAX_NOTE],
+        type_=kind,
+        regarding=(ns, name, str(uid) if uid else None),
+    )
+    return f"/apis/events.k8s.io/v1/namespaces/{ns}/events", raw

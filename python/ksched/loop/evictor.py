@@ -1,0 +1,95 @@
+"""Preemption's writes: the preemptor's nominated node, and its victims' eviction.
+
+As upstream's DefaultPreemption does, each victim gets a ``DisruptionTarget``
+condition, then a delete (with its own grace period, and its uid as a
+precondition), and a ``Preempted`` event once it is deleted; a victim already
+gone gets no event. The engine chose the node and the victims; this module only
+writes them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from ksched.loop.client import MERGE_PATCH, ApiUnavailableError, Kube, pod_path
+from ksched.loop.events import COMPONENT, now
+from ksched.loop.telemetry import Telemetry
+from ksched.objects import DISRUPTION_TARGET, PREEMPTION_BY_SCHEDULER, Obj, meta
+
+log = logging.getLogger(__name__)
+
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+HTTP_NOT_FOUND = 404
+
+
+class Evictor:
+    def __init__(
+        self,
+        kube: Kube,
+        is_leader: Callable[[], bool],
+        telemetry: Telemetry,
+        event: Callable[[Obj, str, str, str, str], None],
+    ) -> None:
+        self.kube = kube
+        self.is_leader = is_leader
+        self.telemetry = telemetry
+        # Posts an event about a pod: (pod, type, reason, action, note).
+        self.event = event
+
+    def nominate(self, pod: Obj, node: str | None, victims: list[tuple[str, str, str]]) -> None:
+        """Nominate ``node`` for the pod (None: clear its nomination) and evict the victims
+        (namespace, name, uid) there; nothing is written by a replica that is not the leader."""
+        if not self.is_leader():
+            return
+        m = meta(pod)
+        ns, name, uid = str(m.get("namespace")), str(m.get("name")), str(m.get("uid", ""))
+        if (pod.get("status") or {}).get("nominatedNodeName") == node and not victims:
+            return  # still waiting on the same node: nothing to write
+        try:
+            r = self.kube.request(
+                "PATCH",
+                pod_path(ns, name, "status"),
+                body={"status": {"nominatedNodeName": node}},
+                content_type=MERGE_PATCH,
+                rate_limited=True,
+            )
+            if not r.ok:
+                log.warning("nominating %s for %s/%s: HTTP %d: %s", node, ns, name, r.status, r.data[:300])
+                return
+            for v_ns, v_name, v_uid in victims:
+                condition = {
+                    "type": DISRUPTION_TARGET,
+                    "status": "True",
+                    "reason": PREEMPTION_BY_SCHEDULER,
+                    "message": f"{COMPONENT}: preempting to accommodate a higher priority pod",
+                    "lastTransitionTime": now(),
+                }
+                r = self.kube.request(
+                    "PATCH",
+                    pod_path(v_ns, v_name, "status"),
+                    body={"status": {"conditions": [condition]}},
+                    content_type=STRATEGIC_MERGE_PATCH,
+                    rate_limited=True,
+                )
+                if r.status != HTTP_NOT_FOUND:
+                    r = self.kube.request(
+                        "DELETE",
+                        pod_path(v_ns, v_name),
+                        body={"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": v_uid}},
+                        rate_limited=True,
+                    )
+                if r.ok:
+                    victim = {"metadata": {"namespace": v_ns, "name": v_name, "uid": v_uid}}
+                    self.event(
+                        victim, "Normal", "Preempted", "Preempting", f"Preempted by pod {uid} on node {node}"
+                    )
+                    self.telemetry.preemption_victims.inc()
+                elif r.status == HTTP_NOT_FOUND:
+                    # Already gone (deleted by someone else, or by an earlier preemption this replica's
+                    # watch had not yet shown): upstream's executor posts no Preempted event then.
+                    log.info("victim %s/%s of %s/%s is already deleted", v_ns, v_name, ns, name)
+                else:
+                    log.warning("evicting %s/%s: HTTP %d: %s", v_ns, v_name, r.status, r.data[:300])
+        except ApiUnavailableError as err:
+            log.warning("preemption for %s/%s: %s", ns, name, err)
