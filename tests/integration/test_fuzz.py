@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from ksched.bench.fuzz import FuzzReport, malformed_requests, run_fuzz
+from ksched.bench.fuzz.report import FuzzReport
+from ksched.bench.fuzz.run import run_fuzz
+from ksched.bench.fuzz.webhook import malformed_requests
 from ksched.cluster import local
 from ksched.commands.cli import main
 

@@ -15,7 +15,7 @@ import orjson
 import pytest
 
 from ksched._core import POD_PROJECTION, decode_pod_event
-from ksched.bench.fuzz import generate
+from ksched.bench.fuzz.mutations import generate
 from ksched.loop.slim import slim_pod
 from ksched.objects import DISRUPTION_TARGET, Obj
 

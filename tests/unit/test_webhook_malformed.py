@@ -9,7 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from ksched.bench.fuzz import FuzzReport, _exchange, malformed_requests, review, webhook_phase
+from ksched.bench.fuzz.report import FuzzReport
+from ksched.bench.fuzz.webhook import _exchange, malformed_requests, review, webhook_phase
 from ksched.cluster.local import free_port
 from ksched.config import WebhookConfig
 from ksched.loop import webhook as webhook_module

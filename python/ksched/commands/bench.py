@@ -151,7 +151,7 @@ def _bench(args: argparse.Namespace, cli: Callable[[list[str]], int]) -> int:
     if args.chaos:
         return _chaos(args)
     if args.fuzz:
-        from ksched.bench.fuzz import run_fuzz
+        from ksched.bench.fuzz.run import run_fuzz
 
         report = run_fuzz(args.specs, args.seed, args.live, cli=cli)
         print(json.dumps(report.as_json(), indent=2) if args.json else report.render())

@@ -1,0 +1,123 @@
+"""What a fuzz run found (:class:`FuzzReport`, its defects, the specs) and the names and
+limits its phases share."""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ksched.objects import Obj
+
+NAMESPACE = "ksched-fuzz"
+ROUTE_LABEL = "ksched.io/fuzz-route"
+MWC_NAME = "ksched-fuzz"
+FUZZ_NODES = 12
+CREATE_WORKERS = 16
+# Pods created per round: the round settles, its outcomes are read, its pods are deleted.
+ROUND = 1000
+SETTLE_TIMEOUT_S = 120.0
+# Accepted pods per `simulate` batch.
+SIM_BATCH = 250
+# Defects listed in full (the counts are always complete).
+DEFECTS_KEPT = 200
+# The command line's entry: arguments in, exit code out.
+Cli = Callable[[list[str]], int]
+
+
+@dataclass
+class Spec:
+    index: int
+    pod: Obj
+    mutations: list[str]
+
+
+@dataclass
+class Defect:
+    where: str
+    spec: int | None
+    detail: str
+
+    def as_json(self) -> dict[str, Any]:
+        return {"where": self.where, "spec": self.spec, "detail": self.detail}
+
+
+@dataclass
+class FuzzReport:
+    seed: int
+    specs: int
+    live_specs: int = 0
+    accepted: int = 0
+    rejected: int = 0
+    rejected_by_webhook: int = 0
+    outcomes: collections.Counter[str] = field(default_factory=collections.Counter)
+    routed_by_webhook: int = 0
+    simulate_calls: int = 0
+    simulate_exit: collections.Counter[int] = field(default_factory=collections.Counter)
+    simulate_batches: int = 0
+    simulate_batch_exit: collections.Counter[int] = field(default_factory=collections.Counter)
+    webhook_requests: int = 0
+    webhook_seconds: dict[str, float] = field(default_factory=dict)
+    webhook_status: collections.Counter[int] = field(default_factory=collections.Counter)
+    ksched_alive: bool = True
+    ksched_tracebacks: int = 0
+    defects: list[Defect] = field(default_factory=list)
+    defect_count: int = 0
+    seconds: float = 0.0
+
+    def defect(self, where: str, spec: int | None, detail: str) -> None:
+        self.defect_count += 1
+        if len(self.defects) < DEFECTS_KEPT:
+            self.defects.append(Defect(where, spec, detail[:600]))
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "seed": self.seed,
+            "specs": self.specs,
+            "apiServer": {
+                "created": self.live_specs,
+                "accepted": self.accepted,
+                "rejected": self.rejected,
+                "rejectedByWebhook": self.rejected_by_webhook,
+                "routedByWebhook": self.routed_by_webhook,
+                "outcomes": dict(sorted(self.outcomes.items())),
+            },
+            "simulate": {
+                "calls": self.simulate_calls,
+                "exitCodes": {str(k): v for k, v in sorted(self.simulate_exit.items())},
+                "batches": self.simulate_batches,
+                "batchExitCodes": {str(k): v for k, v in sorted(self.simulate_batch_exit.items())},
+            },
+            "webhook": {
+                "requests": self.webhook_requests,
+                "statuses": {str(k): v for k, v in sorted(self.webhook_status.items())},
+            },
+            "ksched": {"alive": self.ksched_alive, "tracebacks": self.ksched_tracebacks},
+            "defects": self.defect_count,
+            "defectList": [d.as_json() for d in self.defects],
+            "seconds": round(self.seconds, 1),
+        }
+
+    def render(self) -> str:
+        j = self.as_json()
+        api, sim, hook = j["apiServer"], j["simulate"], j["webhook"]
+        lines = [
+            f"ksched bench --fuzz: seed {self.seed}, {self.specs} specs, {self.seconds:.0f} s",
+            f"  API server      {api['created']} created: {api['accepted']} accepted, {api['rejected']} rejected "
+            f"({api['rejectedByWebhook']} by the webhook), {api['routedByWebhook']} routed by the webhook",
+            "  accepted pods   "
+            + (", ".join(f"{k} {v}" for k, v in api["outcomes"].items()) or "none")
+            + f"; ksched alive: {'yes' if self.ksched_alive else 'NO'}, tracebacks logged: {self.ksched_tracebacks}",
+            f"  simulate        {sim['calls']} specs alone, exit codes "
+            + ", ".join(f"{k}: {v}" for k, v in sim["exitCodes"].items())
+            + f"; {sim['batches']} batches of accepted pods, exit codes "
+            + (", ".join(f"{k}: {v}" for k, v in sim["batchExitCodes"].items()) or "none"),
+            f"  webhook         {hook['requests']} malformed requests, statuses "
+            + ", ".join(f"{k}: {v}" for k, v in hook["statuses"].items()),
+            f"  defects         {self.defect_count}",
+        ]
+        for d in self.defects[:20]:
+            spec = "" if d.spec is None else f" (spec {d.spec})"
+            lines.append(f"    {d.where}{spec}: {d.detail}")
+        return "\n".join(lines)
