@@ -1,6 +1,7 @@
 //! The batch's inputs and profile, and the per-pod facts
 //! every node's evaluation reuses.
 
+use super::ScheduleOptions;
 use crate::model::{row, Classes, Metrics, Nodes, PluginId, Pods, Profile};
 use crate::plugins::{balanced_allocation, node_resources_fit};
 
@@ -8,7 +9,7 @@ use crate::plugins::{balanced_allocation, node_resources_fit};
 /// threads, large enough that scheduling overhead stays under the work.
 pub(super) const NODES_PER_CHUNK: usize = 256;
 
-/// The batch's inputs.
+/// The batch's inputs, and how the call evaluates them.
 pub(super) struct Engine<'a, 'm> {
     pub nodes: &'a Nodes<'a>,
     pub classes: &'a Classes<'a>,
@@ -16,6 +17,14 @@ pub(super) struct Engine<'a, 'm> {
     pub metrics: &'a Metrics<'m>,
     pub profile: &'a Profile,
     pub resources: usize,
+    /// The seed of the tie-break and of preemption's node order (`ScheduleOptions::seed`).
+    pub seed: u64,
+    /// Nodes per work item of a pass over every node: `NODES_PER_CHUNK`, or every
+    /// node in one where the call is sequential.
+    pub chunk: usize,
+    /// Whether passes over every node run on rayon's pool (`ScheduleOptions::parallel`,
+    /// and more than one chunk of nodes).
+    pub parallel: bool,
 }
 
 /// Per-pod facts reused across all nodes.
@@ -39,7 +48,15 @@ pub(super) struct PodView<'p> {
 }
 
 impl<'a, 'm> Engine<'a, 'm> {
-    pub fn new(nodes: &'a Nodes, classes: &'a Classes, pods: &'a Pods, metrics: &'a Metrics<'m>, profile: &'a Profile) -> Self {
+    pub fn new(
+        nodes: &'a Nodes,
+        classes: &'a Classes,
+        pods: &'a Pods,
+        metrics: &'a Metrics<'m>,
+        profile: &'a Profile,
+        options: &ScheduleOptions,
+    ) -> Self {
+        let chunk = if options.parallel { NODES_PER_CHUNK } else { nodes.count.max(1) };
         Engine {
             nodes,
             classes,
@@ -47,6 +64,9 @@ impl<'a, 'm> Engine<'a, 'm> {
             metrics,
             profile,
             resources: nodes.resources,
+            seed: options.seed,
+            chunk,
+            parallel: options.parallel && nodes.count > chunk,
         }
     }
 

@@ -56,7 +56,7 @@ impl Engine<'_, '_> {
             totals: vec![f64::NAN; n],
             ..Explanation::default()
         };
-        let base = self.base(state, cache, maxima, false);
+        let base = self.base(state, cache, maxima);
         for node in 0..n {
             let mut codes = Vec::new();
             let evaluated = self.evaluate(state, cache, pod, node, pod_level.map(|(pl, _)| &pl.prefilter), &mut |c| {

@@ -24,6 +24,15 @@ pub(super) struct ClassCache {
     pub raw: [Vec<i64>; CLASS_SCORES],
 }
 
+/// A node's usage as the resource and port filters check it: the batch's, or
+/// preemption's dry run's with victims removed (their host ports `freed_ports`).
+pub(super) struct Usage<'x> {
+    pub requested: &'x [i64],
+    pub pod_count: i64,
+    pub placed_ports: &'x [HostPort],
+    pub freed_ports: &'x [HostPort],
+}
+
 /// The node-level plugins' scores of a feasible node (`score_slot` order, 0..=100).
 #[derive(Clone, Copy, Debug, Default)]
 pub(super) struct NodeScores(pub [i64; NODE_SCORES]);
@@ -87,32 +96,32 @@ impl Engine<'_, '_> {
     ) -> NodeInput<'x> {
         let r = self.resources;
         let requested = &state.requested[node * r..(node + 1) * r];
-        self.node_input(
-            state,
-            pod,
-            node,
+        let usage = Usage {
             requested,
-            state.pod_count[node],
-            &state.placed_ports[node],
-            &[],
-            prefilter,
-        )
+            pod_count: state.pod_count[node],
+            placed_ports: &state.placed_ports[node],
+            freed_ports: &[],
+        };
+        self.node_input(state, pod, node, usage, prefilter)
     }
 
-    /// What the node- and pod-level plugins read about `pod` on `node`.
-    #[allow(clippy::too_many_arguments)]
+    /// What the node- and pod-level plugins read about `pod` on `node`, whose
+    /// usage the filters check is `usage`.
     #[inline(always)]
     pub(super) fn node_input<'x>(
         &'x self,
         state: &'x BatchState,
         pod: &'x PodView,
         node: usize,
-        filter_requested: &'x [i64],
-        filter_pod_count: i64,
-        placed_ports: &'x [HostPort],
-        freed_ports: &'x [HostPort],
+        usage: Usage<'x>,
         prefilter: Option<&'x PreFilter>,
     ) -> NodeInput<'x> {
+        let Usage {
+            requested: filter_requested,
+            pod_count: filter_pod_count,
+            placed_ports,
+            freed_ports,
+        } = usage;
         NodeInput {
             nodes: self.nodes,
             volumes: self.pods.volumes.as_ref(),

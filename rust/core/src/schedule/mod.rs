@@ -46,7 +46,7 @@ use crate::model::{Classes, Metrics, Nodes, Pods, Profile};
 use crate::registry::PodLevelKept;
 use carry::Kept;
 pub use carry::ScheduleCache;
-use engine::{Engine, PodView, NODES_PER_CHUNK};
+use engine::{Engine, PodView};
 pub use explain::Explanation;
 use filtering::ClassCache;
 pub use outcome::{Outcome, NOT_ATTEMPTED, UNSCHEDULABLE};
@@ -180,11 +180,8 @@ fn schedule_on_this_thread(
     mut carried: Option<&mut ScheduleCache>,
 ) -> Result<Outcome, EngineError> {
     validate(nodes, classes, pods, metrics_in, profile, options)?;
-    let engine = Engine::new(nodes, classes, pods, metrics_in, profile);
+    let engine = Engine::new(nodes, classes, pods, metrics_in, profile, options);
     let mut state = BatchState::new(&engine);
-    let n = nodes.count;
-    let chunk = if options.parallel { NODES_PER_CHUNK } else { n.max(1) };
-    let parallel = options.parallel && n > chunk;
     // Taken out for the call, so a call that panics leaves nothing behind.
     let mut kept = Kept::resume(carried.as_mut().and_then(|c| c.take()), &engine, &mut state);
     let slots: Vec<usize> = (0..classes.count).map(|class| kept.slot_of(classes, class)).collect();
@@ -198,7 +195,7 @@ fn schedule_on_this_thread(
     } = &mut kept;
     let mut signatures = Signatures {
         map: signatures,
-        max: signature::max_signatures(n, nodes.resources),
+        max: signature::max_signatures(nodes.count, nodes.resources),
         call: *call,
         fresh,
     };
@@ -217,9 +214,6 @@ fn schedule_on_this_thread(
             cache: &*caches[slot].get_or_insert_with(|| engine.class_cache(pod.class)),
             pod_level: engine.pod_level(&state, &pod, &pod_level_kept),
             explained: options.explain == Some(index),
-            seed: options.seed,
-            chunk,
-            parallel,
             pod,
             slot,
         };
@@ -268,9 +262,6 @@ struct PodStep<'p, 'a, 'm> {
     pod_level: Option<PodLevel>,
     /// Whether the call explains this pod (`ScheduleOptions::explain`).
     explained: bool,
-    seed: u64,
-    chunk: usize,
-    parallel: bool,
 }
 
 /// A pod's evaluation: its verdicts and where its totals are.
@@ -297,7 +288,7 @@ enum Totals {
 impl PodStep<'_, '_, '_> {
     fn tie(&self) -> impl Fn(usize) -> u64 + '_ {
         let (pods, nodes) = (self.engine.pods, self.engine.nodes);
-        move |node: usize| tie_key(self.seed, pods.keys[self.pod.index], nodes.keys[node])
+        move |node: usize| tie_key(self.engine.seed, pods.keys[self.pod.index], nodes.keys[node])
     }
 
     /// Filter and score every node. A pod that a pod-level plugin filters is
@@ -312,21 +303,20 @@ impl PodStep<'_, '_, '_> {
         spread: &mut SpreadSelection,
     ) -> Evaluation<'s> {
         let (engine, pod, cache) = (self.engine, &self.pod, self.cache);
-        let (chunk, parallel) = (self.chunk, self.parallel);
         let pod_level = self.pod_level.as_ref();
         let pod_filters = pod_level.map(|pl| &pl.prefilter).filter(|pf| !pf.is_empty());
         let key = signature::key(engine, pod, self.slot);
         let (mut own, scored) = match (pod_filters, key) {
             (Some(prefilter), Some(key)) => {
-                let shared = signatures.get(engine, state, cache, base, pod, key, chunk, parallel);
-                let own = engine.with_pod_filters(shared, state, cache, base, pod, prefilter, chunk, parallel);
+                let shared = signatures.get(engine, state, cache, base, pod, key);
+                let own = engine.with_pod_filters(shared, state, cache, base, pod, prefilter);
                 // Without pod-level scores every node scores 0 there (an explanation still shows them).
                 let scored = pod_level.is_some_and(|pl| !pl.prescore.is_empty()) || self.explained;
                 (own, scored)
             }
-            (prefilter, None) => (engine.evaluate_all(state, cache, base, pod, prefilter, chunk, parallel), true),
+            (prefilter, None) => (engine.evaluate_all(state, cache, base, pod, prefilter), true),
             (None, Some(key)) => {
-                let shared = signatures.get(engine, state, cache, base, pod, key, chunk, parallel);
+                let shared = signatures.get(engine, state, cache, base, pod, key);
                 return self.score_shared(state, shared, spread);
             }
         };
@@ -424,7 +414,7 @@ impl PodStep<'_, '_, '_> {
     /// (upstream adds nominated pods to their node for lower priorities), and
     /// its victims are taken.
     fn preempt<'s>(&self, state: &mut BatchState, sig: &'s SignatureCache) -> PodOutcome<'s> {
-        let post = self.engine.preempt(state, self.cache, &self.pod, sig, self.seed);
+        let post = self.engine.preempt(state, self.cache, &self.pod, sig);
         if let Some(c) = &post.candidate {
             for &v in &c.victims {
                 state.taken[v] = true;
@@ -447,7 +437,6 @@ impl Signatures<'_> {
     /// The signature cache of the pod's signature, brought up to date with the batch's
     /// placements (evaluated on every node the first time).
     /// Over the bound, the caches this call has not used go first, then all.
-    #[allow(clippy::too_many_arguments)]
     fn get(
         &mut self,
         engine: &Engine,
@@ -456,8 +445,6 @@ impl Signatures<'_> {
         base: &mut Option<Arc<Base>>,
         pod: &PodView,
         key: Vec<i64>,
-        chunk: usize,
-        parallel: bool,
     ) -> &SignatureCache {
         let call = self.call;
         if !self.map.contains_key(&key) && self.map.len() >= self.max {
@@ -469,12 +456,12 @@ impl Signatures<'_> {
         let sig = match self.map.entry(key) {
             Entry::Occupied(e) => {
                 let sig = e.into_mut();
-                engine.refresh(sig, state, cache, base, pod, chunk, parallel);
+                engine.refresh(sig, state, cache, base, pod);
                 sig
             }
             Entry::Vacant(e) => {
                 *self.fresh += 1;
-                e.insert(engine.evaluate_all(state, cache, base, pod, None, chunk, parallel))
+                e.insert(engine.evaluate_all(state, cache, base, pod, None))
             }
         };
         sig.used = call;

@@ -16,6 +16,27 @@ pub(super) struct PodLevel {
     pub prescore: PreScore,
 }
 
+/// The pods on nodes the pod-level plugins count (bound pods, then the batch's
+/// placements; `affine`: those with inter-pod affinity terms), and whether a bound
+/// pod, by pod table row, is `removed` (preemption's dry run leaves victims out).
+#[derive(Clone, Copy)]
+pub(super) struct OnNodes<'c> {
+    pub pods: &'c [(u32, u32)],
+    pub affine: &'c [(u32, u32)],
+    pub removed: &'c dyn Fn(u32) -> bool,
+}
+
+impl<'c> OnNodes<'c> {
+    /// The batch's, none removed.
+    pub fn batch(state: &'c BatchState) -> Self {
+        OnNodes {
+            pods: &state.on_nodes,
+            affine: &state.affine,
+            removed: &|_| false,
+        }
+    }
+}
+
 /// Raw and normalized pod-level scores per node (`score_slot` order; NaN
 /// where infeasible), for explanations.
 pub(super) struct PodScores {
@@ -37,37 +58,26 @@ impl<'a> Engine<'a, '_> {
     /// none of them has anything to do for it (then the signature caches hold).
     /// `kept` carries the plugins' counts from the call's earlier pods.
     pub(super) fn pod_level(&self, state: &BatchState, pod: &PodView, kept: &RefCell<PodLevelKept>) -> Option<PodLevel> {
-        self.pod_level_with(state, pod, &state.on_nodes, &state.affine, &|_| false, Some(kept), true)
+        self.pod_level_with(state, pod, OnNodes::batch(state), Some(kept), true)
     }
 
     /// `pod_level`'s filters with the pods on nodes given (preemption's dry run leaves
-    /// victims out; `removed` says whether a bound pod, by pod table row, is one of them).
-    /// Nothing is scored there, so no PreScore is computed.
-    pub(super) fn pod_level_on(
-        &self,
-        state: &BatchState,
-        pod: &PodView,
-        on_nodes: &[(u32, u32)],
-        affine: &[(u32, u32)],
-        removed: &dyn Fn(u32) -> bool,
-    ) -> Option<PodLevel> {
-        self.pod_level_with(state, pod, on_nodes, affine, removed, None, false)
+    /// victims out). Nothing is scored there, so no PreScore is computed.
+    pub(super) fn pod_level_on(&self, state: &BatchState, pod: &PodView, on: OnNodes) -> Option<PodLevel> {
+        self.pod_level_with(state, pod, on, None, false)
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn pod_level_with(
         &self,
         state: &BatchState,
         pod: &PodView,
-        on_nodes: &[(u32, u32)],
-        affine: &[(u32, u32)],
-        removed: &dyn Fn(u32) -> bool,
+        on: OnNodes,
         kept: Option<&RefCell<PodLevelKept>>,
         scored: bool,
     ) -> Option<PodLevel> {
         let table = self.pods.table.as_ref()?;
         let include = self.inclusion(table, pod.class);
-        let mut ctx = self.pod_context(table, state, pod, on_nodes, affine, &include, removed);
+        let mut ctx = self.pod_context(table, state, pod, on, &include);
         ctx.kept = kept;
         let mut prefilter = PreFilter::default();
         for &id in POD_FILTERS.iter().filter(|&&id| self.profile.filters(id)) {
@@ -83,16 +93,13 @@ impl<'a> Engine<'a, '_> {
         Some(PodLevel { prefilter, prescore })
     }
 
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn pod_context<'c>(
         &'c self,
         table: &'c PodTable<'a>,
         state: &'c BatchState,
         pod: &PodView,
-        on_nodes: &'c [(u32, u32)],
-        affine: &'c [(u32, u32)],
+        on: OnNodes<'c>,
         include: &'c (dyn Fn(usize, usize) -> bool + Sync),
-        removed: &'c dyn Fn(u32) -> bool,
     ) -> PodContext<'c, 'a> {
         PodContext {
             table,
@@ -100,10 +107,10 @@ impl<'a> Engine<'a, '_> {
             taken_volumes: &state.taken_volumes,
             taken_claims: &state.taken_claims,
             placed_attachments: &state.placed_attachments,
-            removed,
+            removed: on.removed,
             nodes: self.nodes,
-            on_nodes,
-            affine,
+            on_nodes: on.pods,
+            affine: on.affine,
             row: table.bound + pod.index,
             index: pod.index,
             class: pod.class,
@@ -137,7 +144,7 @@ impl<'a> Engine<'a, '_> {
         }
         let table = self.pods.table.as_ref().expect("pod level implies a pod table");
         let include = self.inclusion(table, pod.class);
-        let ctx = self.pod_context(table, state, pod, &state.on_nodes, &state.affine, &include, &|_| false);
+        let ctx = self.pod_context(table, state, pod, OnNodes::batch(state), &include);
         // Summed as integers, then added to each total once.
         let mut weighted = vec![0i64; feasible.len()];
         for (slot, &id) in POD_SCORERS.iter().enumerate() {

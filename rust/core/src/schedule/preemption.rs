@@ -6,12 +6,12 @@
 use std::collections::HashSet;
 
 use super::engine::{Engine, PodView};
-use super::filtering::ClassCache;
-use super::pod_level::PodLevel;
+use super::filtering::{ClassCache, Usage};
+use super::pod_level::{OnNodes, PodLevel};
 use super::select::splitmix64;
 use super::signature::SignatureCache;
 use super::state::BatchState;
-use crate::model::{row, Victims};
+use crate::model::row;
 use crate::plugins::default_preemption::{verdict, Rejected};
 use crate::plugins::node_ports::HostPort;
 use crate::plugins::{default_preemption, node_resources_fit, FEASIBLE};
@@ -40,7 +40,7 @@ impl PostFilter {
 impl Engine<'_, '_> {
     /// Upstream `DefaultPreemption.PostFilter` (`Evaluator.Preempt`): the candidate
     /// node and its victims, or why there is none.
-    pub(super) fn preempt(&self, state: &BatchState, cache: &ClassCache, pod: &PodView, sig: &SignatureCache, seed: u64) -> PostFilter {
+    pub(super) fn preempt(&self, state: &BatchState, cache: &ClassCache, pod: &PodView, sig: &SignatureCache) -> PostFilter {
         if !self.profile.preemption {
             return PostFilter::default();
         }
@@ -88,14 +88,14 @@ impl Engine<'_, '_> {
         // PodDisruptionBudget. Each node that yields none records why (upstream's
         // per-node dry-run status) for the FitError when no node does.
         let wanted = default_preemption::num_candidates(potential.len());
-        let offset = (splitmix64(seed ^ splitmix64(self.pods.keys[pod.index])) % potential.len() as u64) as usize;
+        let offset = (splitmix64(self.seed ^ splitmix64(self.pods.keys[pod.index])) % potential.len() as u64) as usize;
         let mut candidates = Vec::new();
         let mut non_violating = 0;
         let mut unfit = Vec::new();
         for i in 0..potential.len() {
             let node = potential[(offset + i) % potential.len()];
             let on_node: Vec<usize> = state.victims_on[node].iter().copied().filter(|&i| !state.taken[i]).collect();
-            let mut fits = |removed: &[usize]| self.fits_without(state, cache, pod, node, removed, v, &mut unfit);
+            let mut fits = |removed: &[usize]| self.fits_without(state, cache, pod, node, removed, &mut unfit);
             match default_preemption::select_victims(v, node, &on_node, pod.priority, &mut fits) {
                 Ok(c) => {
                     non_violating += usize::from(c.pdb_violations == 0);
@@ -141,7 +141,6 @@ impl Engine<'_, '_> {
     /// pods count for the pod there, twice as `evaluate`: with them, then
     /// without them (upstream's dry run runs the filters with nominated pods).
     /// `why` gets the failing filter's reason codes.
-    #[allow(clippy::too_many_arguments)]
     fn fits_without(
         &self,
         state: &BatchState,
@@ -149,9 +148,14 @@ impl Engine<'_, '_> {
         pod: &PodView,
         node: usize,
         removed: &[usize],
-        v: &Victims,
         why: &mut Vec<u32>,
     ) -> bool {
+        let v = &self
+            .pods
+            .preemption
+            .as_ref()
+            .expect("victims come with the preemption input")
+            .victims;
         why.clear();
         if cache.codes[node] != FEASIBLE as u8 {
             why.push(cache.codes[node] as u32);
@@ -184,12 +188,23 @@ impl Engine<'_, '_> {
         let mut pod_level_of = || -> Option<PodLevel> {
             let on_nodes: Vec<(u32, u32)> = state.on_nodes.iter().copied().filter(|(row, _)| !gone.contains(row)).collect();
             let affine: Vec<(u32, u32)> = state.affine.iter().copied().filter(|(row, _)| !gone.contains(row)).collect();
-            self.pod_level_on(state, pod, &on_nodes, &affine, &|row| gone.contains(&row))
+            let on = OnNodes {
+                pods: &on_nodes,
+                affine: &affine,
+                removed: &|row| gone.contains(&row),
+            };
+            self.pod_level_on(state, pod, on)
         };
         let mut passes = |requested: &[i64], count: i64, placed_ports: &[HostPort], nominated: bool| -> bool {
             let requested = without_victims(requested);
             let count = count - removed.len() as i64;
-            let input = self.node_input(state, pod, node, &requested, count, placed_ports, &freed, None);
+            let usage = Usage {
+                requested: &requested,
+                pod_count: count,
+                placed_ports,
+                freed_ports: &freed,
+            };
+            let input = self.node_input(state, pod, node, usage, None);
             if !self.passes_node_level(&input, &mut |code| why.push(code)) {
                 return false;
             }

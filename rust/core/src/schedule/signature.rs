@@ -113,18 +113,11 @@ pub(super) struct Base {
 }
 
 /// The class's current base if it was built for `maxima`, else a new one (kept as current).
-fn class_base(
-    slot: &mut Option<Arc<Base>>,
-    engine: &Engine,
-    state: &BatchState,
-    cache: &ClassCache,
-    maxima: &Maxima,
-    parallel: bool,
-) -> Arc<Base> {
+fn class_base(slot: &mut Option<Arc<Base>>, engine: &Engine, state: &BatchState, cache: &ClassCache, maxima: &Maxima) -> Arc<Base> {
     match slot {
         Some(base) if base.maxima == *maxima => Arc::clone(base),
         _ => {
-            let base = Arc::new(engine.base(state, cache, maxima, parallel));
+            let base = Arc::new(engine.base(state, cache, maxima));
             *slot = Some(Arc::clone(&base));
             base
         }
@@ -285,7 +278,7 @@ impl Engine<'_, '_> {
     }
 
     /// The node-only part of the totals of a class's nodes under `maxima`.
-    pub(super) fn base(&self, state: &BatchState, cache: &ClassCache, maxima: &Maxima, parallel: bool) -> Base {
+    pub(super) fn base(&self, state: &BatchState, cache: &ClassCache, maxima: &Maxima) -> Base {
         let n = self.nodes.count;
         let m = self.metrics.specs.len();
         let static_int = |node: usize| {
@@ -304,7 +297,7 @@ impl Engine<'_, '_> {
                 row[k] = metrics::score(spec, state.metric_value(node, k), maxima.metric_min[k], maxima.metric_max[k]) * spec.weight;
             }
         };
-        let static_int = if parallel {
+        let static_int = if self.parallel {
             if m > 0 {
                 metric
                     .par_chunks_mut(m)
@@ -352,7 +345,6 @@ impl Engine<'_, '_> {
     }
 
     /// Evaluate every node for a pod (in parallel chunks), then its totals.
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn evaluate_all(
         &self,
         state: &BatchState,
@@ -360,10 +352,8 @@ impl Engine<'_, '_> {
         base_slot: &mut Option<Arc<Base>>,
         pod: &PodView,
         prefilter: Option<&PreFilter>,
-        chunk: usize,
-        parallel: bool,
     ) -> SignatureCache {
-        let n = self.nodes.count;
+        let (n, chunk) = (self.nodes.count, self.chunk);
         let w = reason_slots(self.resources);
         let m = self.metrics.specs.len();
         let space = reasons::count(self.resources, m);
@@ -389,7 +379,7 @@ impl Engine<'_, '_> {
             }
             s
         };
-        let summary = if parallel {
+        let summary = if self.parallel {
             evals
                 .par_chunks_mut(chunk)
                 .zip(reasons.par_chunks_mut(chunk * w))
@@ -404,7 +394,7 @@ impl Engine<'_, '_> {
                 .map(summarize)
                 .fold(empty(), Summary::merge)
         };
-        let base = class_base(base_slot, self, state, cache, &summary.maxima, parallel);
+        let base = class_base(base_slot, self, state, cache, &summary.maxima);
         let mut sig = SignatureCache {
             synced: state.log.len(),
             evals,
@@ -420,7 +410,7 @@ impl Engine<'_, '_> {
             id: next_generation(),
             generation: 0,
         };
-        self.rescore_all(state, &mut sig, chunk, parallel);
+        self.rescore_all(state, &mut sig);
         sig
     }
 
@@ -432,7 +422,6 @@ impl Engine<'_, '_> {
     /// alone; they only take nodes out, and the node-level scores stay. A
     /// node with nominated pods held for the pod is evaluated afresh (its
     /// first pass counts them in the pod-level state too).
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn with_pod_filters(
         &self,
         shared: &SignatureCache,
@@ -441,9 +430,8 @@ impl Engine<'_, '_> {
         base_slot: &mut Option<Arc<Base>>,
         pod: &PodView,
         prefilter: &PreFilter,
-        chunk: usize,
-        parallel: bool,
     ) -> SignatureCache {
+        let chunk = self.chunk;
         let mut sig = shared.clone();
         let w = reason_slots(self.resources);
         let space = sig.histogram.len();
@@ -501,7 +489,7 @@ impl Engine<'_, '_> {
             (a, left_a + left_b, held_a || held_b)
         };
         let none = || (vec![0i64; space], 0, false);
-        let (change, left, maxima_may_move) = if parallel {
+        let (change, left, maxima_may_move) = if self.parallel {
             sig.evals
                 .par_chunks_mut(chunk)
                 .zip(sig.reasons.par_chunks_mut(chunk * w))
@@ -530,15 +518,16 @@ impl Engine<'_, '_> {
                 }
             }
             if maxima != sig.maxima {
-                sig.base = class_base(base_slot, self, state, cache, &maxima, parallel);
+                sig.base = class_base(base_slot, self, state, cache, &maxima);
                 sig.maxima = maxima;
-                self.rescore_all(state, &mut sig, chunk, parallel);
+                self.rescore_all(state, &mut sig);
             }
         }
         sig
     }
 
-    fn rescore_all(&self, state: &BatchState, sig: &mut SignatureCache, chunk: usize, parallel: bool) {
+    fn rescore_all(&self, state: &BatchState, sig: &mut SignatureCache) {
+        let chunk = self.chunk;
         sig.generation = next_generation();
         let base = &sig.base;
         let rescore = |(i, (totals, evals)): (usize, (&mut [f64], &[NodeEval]))| {
@@ -548,7 +537,7 @@ impl Engine<'_, '_> {
                 }
             }
         };
-        if parallel {
+        if self.parallel {
             sig.totals
                 .par_chunks_mut(chunk)
                 .zip(sig.evals.par_chunks(chunk))
@@ -565,7 +554,6 @@ impl Engine<'_, '_> {
 
     /// Bring a signature's cache up to date with the placements made since it
     /// was last used (and the nodes pending from earlier calls).
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn refresh(
         &self,
         sig: &mut SignatureCache,
@@ -573,8 +561,6 @@ impl Engine<'_, '_> {
         cache: &ClassCache,
         base_slot: &mut Option<Arc<Base>>,
         pod: &PodView,
-        chunk: usize,
-        parallel: bool,
     ) {
         let w = reason_slots(self.resources);
         let pending = std::mem::take(&mut sig.pending);
@@ -625,10 +611,10 @@ impl Engine<'_, '_> {
                 }
             }
             if sig.rebase || maxima != sig.maxima {
-                sig.base = class_base(base_slot, self, state, cache, &maxima, parallel);
+                sig.base = class_base(base_slot, self, state, cache, &maxima);
                 sig.maxima = maxima;
                 sig.rebase = false;
-                self.rescore_all(state, sig, chunk, parallel);
+                self.rescore_all(state, sig);
                 return;
             }
         }

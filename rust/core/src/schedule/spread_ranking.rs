@@ -12,13 +12,22 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use super::engine::{Engine, PodView};
-use super::pod_level::PodLevel;
+use super::pod_level::{OnNodes, PodLevel};
 use super::select::Best;
 use super::signature::SignatureCache;
 use super::state::BatchState;
 use crate::model::PluginId;
 use crate::plugins::pod_topology_spread::{round_non_negative, soft_constraints, Context, ScoreShape, ScoreState};
 use crate::plugins::MAX_NODE_SCORE;
+
+/// What a pod's weighted spread score is computed from: its PreScore state, its
+/// context and the plugin's weight in the profile.
+#[derive(Clone, Copy)]
+pub struct SpreadScore<'s, 'a, 'b> {
+    pub state: &'s ScoreState,
+    pub ctx: &'s Context<'a, 'b>,
+    pub weight: i64,
+}
 
 /// Buffers `add_scores` reuses from pod to pod.
 #[derive(Default)]
@@ -46,15 +55,8 @@ const WEIGHTED_TABLE: i64 = 1 << 12;
 /// but without node lists or columns built per pod, and with each domain's
 /// term computed once. A batch of ReplicaSet pods (the profile's system-default
 /// constraints) scores every node this way for every pod.
-pub fn add_scores(
-    state: &ScoreState,
-    ctx: &Context,
-    weight: i64,
-    feasible: impl Fn(usize) -> bool,
-    base: &[f64],
-    out: &mut Vec<f64>,
-    scratch: &mut Scratch,
-) {
+pub fn add_scores(score: &SpreadScore, feasible: impl Fn(usize) -> bool, base: &[f64], out: &mut Vec<f64>, scratch: &mut Scratch) {
+    let SpreadScore { state, ctx, weight } = *score;
     out.clear();
     out.extend_from_slice(base);
     let n = base.len();
@@ -320,21 +322,19 @@ impl Ranked {
         self.of_node[node] = Some((group as u32, key));
     }
 
-    /// `add_scores(state, ctx, weight, feasible, base, ..)` then `select::select` over
+    /// `add_scores(score, feasible, base, ..)` then `select::select` over
     /// its totals: the node, its total and its tie key, None where no node is
     /// feasible. Err(()) where a feasible node's total is not finite (then the
     /// caller scores every node).
-    #[allow(clippy::too_many_arguments, clippy::result_unit_err)]
     pub fn select(
         &mut self,
-        state: &ScoreState,
-        ctx: &Context,
-        weight: i64,
+        score: &SpreadScore,
         feasible: impl Fn(usize) -> bool,
         base: &[f64],
         log: &[u32],
         tie: impl Fn(usize) -> u64,
     ) -> Result<Option<(usize, f64, u64)>, ()> {
+        let SpreadScore { state, ctx, weight } = *score;
         self.sync(state, &feasible, base, log);
         if self.unranked {
             return Err(());
@@ -471,20 +471,16 @@ impl Engine<'_, '_> {
         };
         let table = self.pods.table.as_ref().expect("pod level implies a pod table");
         let include = self.inclusion(table, pod.class);
-        let ctx = self.pod_context(table, state, pod, &state.on_nodes, &state.affine, &include, &|_| false);
-        let weight = self.profile.weight_of(PluginId::PodTopologySpread);
+        let ctx = self.pod_context(table, state, pod, OnNodes::batch(state), &include).spread();
+        let score = SpreadScore {
+            state: score_state,
+            ctx: &ctx,
+            weight: self.profile.weight_of(PluginId::PodTopologySpread),
+        };
         let (evals, totals) = (&sig.evals, &sig.totals);
         // An infeasible node's total is minus infinity, so the evals are read only there.
         let feasible = |node: usize| totals[node] != f64::NEG_INFINITY || evals[node].feasible;
-        add_scores(
-            score_state,
-            &ctx.spread(),
-            weight,
-            feasible,
-            totals,
-            &mut spread.totals,
-            &mut spread.scratch,
-        );
+        add_scores(&score, feasible, totals, &mut spread.totals, &mut spread.scratch);
         true
     }
 
@@ -494,7 +490,6 @@ impl Engine<'_, '_> {
     /// call's pods are left to pay for it): the best node, None where no node is
     /// feasible. None for any other pod, where no ranking is kept (and none is
     /// built), or where a total is not finite.
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn select_spread(
         &self,
         state: &BatchState,
@@ -533,17 +528,21 @@ impl Engine<'_, '_> {
         debug_assert!(ranking.fits(score_state, sig.generation));
         let table = self.pods.table.as_ref().expect("pod level implies a pod table");
         let include = self.inclusion(table, pod.class);
-        let ctx = self.pod_context(table, state, pod, &state.on_nodes, &state.affine, &include, &|_| false);
-        let weight = self.profile.weight_of(PluginId::PodTopologySpread);
+        let ctx = self.pod_context(table, state, pod, OnNodes::batch(state), &include).spread();
+        let score = SpreadScore {
+            state: score_state,
+            ctx: &ctx,
+            weight: self.profile.weight_of(PluginId::PodTopologySpread),
+        };
         let best = ranking
-            .select(score_state, &ctx.spread(), weight, feasible, totals, &state.log, &tie)
+            .select(&score, feasible, totals, &state.log, &tie)
             .ok()?
             .map(|(node, total, tie)| Best { node, total, tie });
         #[cfg(debug_assertions)]
         {
             // Every node scored, as `add_spread_scores` and `select` do.
             let (mut out, mut scratch) = (Vec::new(), Scratch::default());
-            add_scores(score_state, &ctx.spread(), weight, feasible, totals, &mut out, &mut scratch);
+            add_scores(&score, feasible, totals, &mut out, &mut scratch);
             let want = super::select::select(&out, sig.feasible, &tie);
             let key = |b: Option<Best>| b.map(|b| (b.node, b.total.to_bits(), b.tie));
             assert_eq!(key(best), key(want), "ranked selection differs from scoring every node");

@@ -3,7 +3,7 @@
 
 use crate::plugins::pod_topology_spread::{score, ScoreCounters};
 use crate::schedule::select;
-use crate::schedule::spread_ranking::{add_scores, Ranked, Scratch};
+use crate::schedule::spread_ranking::{add_scores, Ranked, Scratch, SpreadScore};
 use crate::test_support::{spread_context, three_scored_pods, zoned_nodes, TablePod, APP, FOO, NS};
 
 const BAR: i32 = 201;
@@ -76,7 +76,12 @@ fn ranked_selection_matches_scoring_every_node() {
         for (index, ranking) in rankings.iter_mut().enumerate() {
             let ctx = spread_context(&view, &nodes, &placed[..k], bound.len(), index, &include);
             let state = counters.prescore(&ctx).expect("every pod has a ScheduleAnyway constraint");
-            add_scores(&state, &ctx, weight, is_feasible, &totals, &mut out, &mut scratch);
+            let spread_score = SpreadScore {
+                state: &state,
+                ctx: &ctx,
+                weight,
+            };
+            add_scores(&spread_score, is_feasible, &totals, &mut out, &mut scratch);
             let scored = score(&state, &ctx, &feasible_nodes);
             let mut want_totals = totals.clone();
             for (i, &node) in feasible_nodes.iter().enumerate() {
@@ -91,7 +96,7 @@ fn ranked_selection_matches_scoring_every_node() {
             }
             if let Some(r) = ranking.as_mut() {
                 assert!(r.fits(&state, 7));
-                let got = r.select(&state, &ctx, weight, is_feasible, &totals, &log[..k], tie);
+                let got = r.select(&spread_score, is_feasible, &totals, &log[..k], tie);
                 let got = got
                     .expect("every total is finite")
                     .map(|(node, total, tie)| (node, total.to_bits(), tie));
@@ -107,8 +112,13 @@ fn ranked_selection_matches_scoring_every_node() {
     let ctx = spread_context(&view, &nodes, &placed, bound.len(), 0, &include);
     let state = counters.prescore(&ctx).expect("every pod has a ScheduleAnyway constraint");
     let ranking = rankings[0].as_mut().expect("built at the start");
+    let spread_score = SpreadScore {
+        state: &state,
+        ctx: &ctx,
+        weight,
+    };
     for _ in 0..2 {
-        let got = ranking.select(&state, &ctx, weight, |node| feasible[node], &base, &log, |node| node as u64);
+        let got = ranking.select(&spread_score, |node| feasible[node], &base, &log, |node| node as u64);
         assert_eq!(got, Err(()), "an infinite total is not ranked");
     }
 }
