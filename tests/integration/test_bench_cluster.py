@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from ksched.bench.sidebyside import WORKLOADS, percentile
+from ksched.bench.sidebyside.options import WORKLOADS
+from ksched.bench.sidebyside.phase import percentile
 from ksched.cluster.build import missing_binaries
 from tests.integration.helpers import unavailable
 

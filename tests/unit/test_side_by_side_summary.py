@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ksched.bench.sidebyside import null_ratios, render_summary
+from ksched.bench.sidebyside.report import null_ratios, render_summary
 
 
 def phase(

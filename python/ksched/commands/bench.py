@@ -159,9 +159,9 @@ def _bench(args: argparse.Namespace, cli: Callable[[list[str]], int]) -> int:
     if args.nodes is None:
         args.nodes = 5000
     if args.cluster:
-        from ksched.bench import sidebyside
+        from ksched.bench.sidebyside.run import main
 
-        return sidebyside.main(
+        return main(
             nodes=args.nodes,
             pods=args.pods if args.pods is not None else args.nodes,
             workloads=[w.strip() for w in args.workloads.split(",") if w.strip()],

@@ -1,0 +1,102 @@
+"""What a side-by-side run is asked for (:class:`Options`), what it records per scheduler,
+workload and round (:class:`Phase`), and the names and limits its parts share."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+NULL = "null-binder"
+KUBE_SCHEDULER = "kube-scheduler"
+KSCHED = "ksched"
+SCHEDULER_NAMES = {NULL: "null-binder", KUBE_SCHEDULER: "default-scheduler"}
+WORKLOADS = ("bare", "replicaset", "anti-affinity", "spread", "metrics")
+WORKLOAD_TITLES = {
+    "bare": "bare pods, cpu/memory requests",
+    "replicaset": "pods owned by a ReplicaSet behind a Service",
+    "anti-affinity": "required pod anti-affinity (hostname)",
+    "spread": "zone topology spread (maxSkew 1, DoNotSchedule)",
+    "metrics": "bare pods under two live Prometheus metrics",
+}
+ZONE = "topology.kubernetes.io/zone"
+HOSTNAME = "kubernetes.io/hostname"
+KUBE_SCHEDULER_QPS = 5000.0
+READY_TIMEOUT_S = 180.0
+STOP_TIMEOUT_S = 20.0
+# Before each drain and each steady phase: the control plane and the scheduler quiet (under this
+# many cores together for a second), or this long waited.
+QUIET_CORES = 0.25
+SETTLE_MAX_S = 30.0
+# KWOK's node Lease duration here: renewed every quarter of it. A kubelet's 40 s renews 5,000
+# Leases about 480 times a second, which took 1.40 of the 2-core development machine's cores on
+# an idle cluster (API server, etcd, KWOK; 0.91-2.02 in 5-second windows), taken from every
+# scheduler's drains and moving with the renewals' timing by more than the schedulers differ.
+# Nothing here reads them (no node lifecycle controller runs; scheduler_perf has no Leases at
+# all): a day keeps them out of the drains. --node-lease-seconds 40 puts them back.
+BENCH_NODE_LEASE_S = 86400
+NODE_LEASES = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
+TERMINATED_WATCHERS = "apiserver_terminated_watchers_total{"
+# The exporter's two gauges, per node; the values move every few seconds (live metrics).
+UTILIZATION = "ksched_bench_node_utilization"
+POWER = "ksched_bench_node_power_watts"
+METRIC_PERIOD_S = 5
+
+
+@dataclass
+class Phase:
+    """One scheduler's figures for one workload."""
+
+    scheduler: str
+    workload: str
+    pods: int
+    # Which of ``--rounds`` (from 0).
+    round: int = 0
+    bound: int = 0
+    drain_seconds: float = 0.0
+    pods_per_s: float = 0.0
+    # To the last write of the drain, bind or Scheduled event: the work the null binder does per pod.
+    scheduled_events: int = 0
+    writes_seconds: float = 0.0
+    writes_pods_per_s: float = 0.0
+    cpu_ms_per_pod: float = 0.0
+    # The control plane's processes (API server, etcd, KWOK, ...) over the same drain: the work
+    # the scheduler's writes and watches cost them, on the cores the scheduler shares.
+    control_plane_cpu_ms_per_pod: float = 0.0
+    # The same by process (kube-apiserver, etcd, kwok, prometheus).
+    control_plane_by_process: dict[str, float] = field(default_factory=dict)
+    peak_rss_mib: float = 0.0
+    steady_pods: int = 0
+    steady_bound: int = 0
+    steady_rate: float = 0.0
+    p50_ms: float | None = None
+    p99_ms: float | None = None
+    # Each steady pod as [seconds from the first create, create→bind ms], in the order sent: where
+    # in the phase the slow ones fell. Unbound pods are left out.
+    steady_latencies: list[tuple[float, float]] = field(default_factory=list)
+    overcommitted_nodes: int = 0
+    constraint_violations: int = 0
+    # Watchers the API server closed for falling behind (``apiserver_terminated_watchers_total``), from
+    # the backlog's creation to the drain's end: the paused scheduler's, or any other. A closed watcher
+    # watches again and is sent the events it missed, at the drain's cost; None if not read.
+    watchers_closed: int | None = None
+    # ksched on the metrics workload: its /readyz line for metrics after the phases ("2 live metric(s) fresh").
+    metrics_status: str | None = None
+    # Seconds from the resumption to each bind of the backlog, sorted (the chart).
+    bind_times: list[float] = field(default_factory=list)
+    error: str | None = None
+
+
+@dataclass
+class Options:
+    nodes: int
+    pods: int
+    workloads: list[str]
+    schedulers: list[str]
+    kscheds: dict[str, list[str]]
+    rate: float
+    steady_pods: int
+    stall_s: float
+    out: Path
+    zones: int = 3
+    rounds: int = 1
+    node_lease_s: int = BENCH_NODE_LEASE_S
