@@ -1,10 +1,10 @@
 """The engine crate's layering, checked like import-linter checks the Python packages.
 
 Module edges come from the crate's ``use`` paths (``crate::``, ``super::`` and
-child modules), comments and ``#[cfg(test)]`` modules left out: a file is a
-module (``a/b.rs`` and ``a/b/mod.rs`` are ``a::b``), and a path counts as an
-edge to the longest module it names. ``model`` (the input tables) must be a
-leaf, and no modules may form a cycle.
+child modules), comments and ``#[cfg(test)]`` modules left out (inline, or in
+files of their own): a file is a module (``a/b.rs`` and ``a/b/mod.rs`` are
+``a::b``), and a path counts as an edge to the longest module it names.
+``model`` (the input tables) must be a leaf, and no modules may form a cycle.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 CRATE = Path(__file__).resolve().parents[2] / "rust" / "core" / "src"
 _COMMENT = re.compile(r"//[^\n]*")
 _TEST_BLOCK = re.compile(r"#\[cfg\(test\)\]\s*mod \w+ \{.*", re.S)
-_TEST_DECL = re.compile(r"#\[cfg\(test\)\]\s*(pub\(crate\) )?mod \w+;")
+_TEST_DECL = re.compile(r"#\[cfg\(test\)\]\s*(?:pub\(crate\) )?mod (\w+);")
 _USE = re.compile(r"\buse\s+([^;]+);")
 _INLINE = re.compile(r"\b((?:crate|super)::[\w:]+)")
 
@@ -27,7 +27,13 @@ def _modules() -> dict[str, Path]:
         if parts[-1] in ("mod", "lib"):
             parts.pop()
         out["::".join(parts)] = path
-    return out
+    # Test-only modules in files of their own (`#[cfg(test)] mod tests;`), and their children.
+    test_only = {
+        "::".join([*([module] if module else []), name])
+        for module, path in out.items()
+        for name in _TEST_DECL.findall(_COMMENT.sub("", path.read_text()))
+    }
+    return {m: p for m, p in out.items() if not any(m == t or m.startswith(t + "::") for t in test_only)}
 
 
 def _paths(prefix: list[str], tree: str) -> list[list[str]]:

@@ -1,13 +1,26 @@
-//! The batch's inputs and profile, and the per-pod facts
+//! The call's options, the batch's inputs and profile, and the per-pod facts
 //! every node's evaluation reuses.
 
-use super::ScheduleOptions;
+use std::time::Instant;
+
 use crate::model::{row, Classes, Metrics, Nodes, PluginId, Pods, Profile};
 use crate::plugins::{balanced_allocation, node_resources_fit};
 
 /// Nodes per parallel work item: small enough to balance two to a few dozen
 /// threads, large enough that scheduling overhead stays under the work.
 pub(super) const NODES_PER_CHUNK: usize = 256;
+
+/// How one call runs.
+#[derive(Clone, Debug, Default)]
+pub struct ScheduleOptions {
+    pub seed: u64,
+    /// Stop placing pods after this instant; the rest are `NOT_ATTEMPTED`.
+    pub deadline: Option<Instant>,
+    /// Record a per-node explanation for this pod (index in the batch).
+    pub explain: Option<usize>,
+    /// Evaluate nodes in parallel on rayon's pool.
+    pub parallel: bool,
+}
 
 /// The batch's inputs, and how the call evaluates them.
 pub(super) struct Engine<'a, 'm> {

@@ -46,6 +46,7 @@ use crate::model::{Classes, Metrics, Nodes, Pods, Profile};
 use crate::registry::PodLevelKept;
 use carry::Kept;
 pub use carry::ScheduleCache;
+pub use engine::ScheduleOptions;
 use engine::{Engine, PodView};
 pub use explain::Explanation;
 use filtering::ClassCache;
@@ -56,17 +57,6 @@ use select::{tie_key, Best};
 use signature::{Base, SignatureCache};
 use spread_ranking::SpreadSelection;
 use state::BatchState;
-
-#[derive(Clone, Debug, Default)]
-pub struct ScheduleOptions {
-    pub seed: u64,
-    /// Stop placing pods after this instant; the rest are `NOT_ATTEMPTED`.
-    pub deadline: Option<Instant>,
-    /// Record a per-node explanation for this pod (index in the batch).
-    pub explain: Option<usize>,
-    /// Evaluate nodes in parallel on rayon's pool.
-    pub parallel: bool,
-}
 
 /// Schedule a batch. Pods are placed in the order given (the caller orders
 /// them by priority, then arrival).

@@ -3,7 +3,7 @@
 //! `ScheduleAnyway` constraints over a table of bound pods, and the plugin's
 //! context for one of them.
 
-use super::{label_is, spread, OwnedPodTable, TablePod, TestSpread, HOSTNAME, ZONE};
+use super::pod_table::{label_is, spread, OwnedPodTable, TablePod, TestSpread, HOSTNAME, ZONE};
 use crate::model::{Nodes, PodTable};
 use crate::plugins::pod_topology_spread::Context;
 
