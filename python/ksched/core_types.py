@@ -32,6 +32,8 @@ class PluginInfo(TypedDict):
     filter: bool
     score: bool
     default_weight: int
+    # Runs in the default-equivalent profile (every upstream plugin; ksched's own are enabled by a profile).
+    default_enabled: bool
     # The cluster events that can make a pod it rejected schedulable (upstream's EventsToRegister).
     events: list[str]
 

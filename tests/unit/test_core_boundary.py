@@ -48,8 +48,9 @@ UPSTREAM_WEIGHTS = {
 
 
 def test_plugin_registry_is_upstreams_default_profile() -> None:
-    assert [p["name"] for p in _core.PLUGINS if p["filter"]] == UPSTREAM_FILTERS
-    assert {p["name"]: p["default_weight"] for p in _core.PLUGINS if p["score"]} == UPSTREAM_WEIGHTS
+    enabled = [p for p in _core.PLUGINS if p["default_enabled"]]
+    assert [p["name"] for p in enabled if p["filter"]] == UPSTREAM_FILTERS
+    assert {p["name"]: p["default_weight"] for p in enabled if p["score"]} == UPSTREAM_WEIGHTS
     assert all(set(p) == set(core_types.PluginInfo.__annotations__) for p in _core.PLUGINS)
 
 

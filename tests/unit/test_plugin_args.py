@@ -61,8 +61,10 @@ def test_the_engine_is_sent_upstreams_defaults() -> None:
     snapshot = build_snapshot([node("a")], [])
     cpu, memory = snapshot.resources("cpu"), snapshot.resources("memory")
     want: Profile = {
-        "filters": [p["name"] for p in _core.PLUGINS if p["filter"]],
-        "weights": {p["name"]: p["default_weight"] for p in _core.PLUGINS if p["score"]},
+        "filters": [p["name"] for p in _core.PLUGINS if p["filter"] and p["default_enabled"]],
+        "weights": {
+            p["name"]: p["default_weight"] for p in _core.PLUGINS if p["score"] and p["default_enabled"]
+        },
         "hard_pod_affinity_weight": 1,
         "ignore_preferred_terms_of_existing_pods": False,
         "fit_strategy": "LeastAllocated",

@@ -23,9 +23,14 @@ from ksched.objects import Obj
 
 DEFAULT_PROFILE = "ksched"
 # The engine's plugin registry: filters in the order they run, and upstream's
-# default score weights (pkg/scheduler/apis/config/v1/default_plugins.go).
+# default score weights (pkg/scheduler/apis/config/v1/default_plugins.go); the
+# default-equivalent profile runs those the registry enables by default.
 FILTER_PLUGINS = tuple(p["name"] for p in _core.PLUGINS if p["filter"])
 DEFAULT_SCORE_WEIGHTS = {p["name"]: p["default_weight"] for p in _core.PLUGINS if p["score"]}
+DEFAULT_FILTERS = tuple(p["name"] for p in _core.PLUGINS if p["filter"] and p["default_enabled"])
+DEFAULT_WEIGHTS = {
+    p["name"]: p["default_weight"] for p in _core.PLUGINS if p["score"] and p["default_enabled"]
+}
 # PostFilter: preemption when a pod fits nowhere.
 POST_FILTER_PLUGINS = ("DefaultPreemption",)
 ALL_PLUGINS = tuple(dict.fromkeys(FILTER_PLUGINS + tuple(DEFAULT_SCORE_WEIGHTS) + POST_FILTER_PLUGINS))
@@ -51,8 +56,8 @@ NODE_SELECTOR_OPERATORS = tuple(_core.SELECTOR_OPERATORS)
 @dataclass(frozen=True)
 class ProfileConfig:
     scheduler_name: str = DEFAULT_PROFILE
-    filters: tuple[str, ...] = FILTER_PLUGINS
-    weights: dict[str, int] = field(default_factory=lambda: dict(DEFAULT_SCORE_WEIGHTS))
+    filters: tuple[str, ...] = DEFAULT_FILTERS
+    weights: dict[str, int] = field(default_factory=lambda: dict(DEFAULT_WEIGHTS))
     fit_strategy: str = "LeastAllocated"
     fit_resources: tuple[tuple[str, int], ...] = (("cpu", 1), ("memory", 1))
     shape: tuple[tuple[int, int], ...] = ((0, 10), (100, 0))
@@ -98,8 +103,8 @@ def parse_profile(obj: Any, path: str) -> ProfileConfig:
 
 def _multi_point(obj: Any, path: str, name: str) -> ProfileConfig:
     """``plugins.multiPoint``: the plugins disabled, then those enabled (with their weights)."""
-    filters = list(FILTER_PLUGINS)
-    weights = dict(DEFAULT_SCORE_WEIGHTS)
+    filters = list(DEFAULT_FILTERS)
+    weights = dict(DEFAULT_WEIGHTS)
     preemption = _DEFAULT.preemption
     plugins = check_keys(obj, path, ("multiPoint",))
     multi = check_keys(plugins.get("multiPoint") or {}, f"{path}.multiPoint", ("enabled", "disabled"))

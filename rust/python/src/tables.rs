@@ -1,6 +1,7 @@
 //! The engine's code tables, exported so Python reads them instead of copying them.
 //!
-//! `PLUGINS` (registry order, extension points, default weights, the cluster
+//! `PLUGINS` (registry order, extension points, default weights and whether the
+//! default-equivalent profile runs it, the cluster
 //! events each registers), `CLUSTER_EVENTS` (every event name), `REASONS`
 //! (fixed filter-failure reasons: code, plugin, upstream's string) with
 //! `REASON_LAYOUT` for the parameterized ones, and the enum values the input
@@ -31,6 +32,7 @@ pub fn add(m: &Bound<'_, PyModule>) -> PyResult<()> {
         d.set_item("filter", p.filter)?;
         d.set_item("score", p.score)?;
         d.set_item("default_weight", p.default_weight)?;
+        d.set_item("default_enabled", p.default_enabled)?;
         d.set_item("events", p.events.iter().map(|e| e.name()).collect::<Vec<_>>())?;
         plugins.append(d)?;
     }

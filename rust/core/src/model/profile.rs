@@ -60,6 +60,9 @@ pub struct PluginInfo {
     /// Upstream's default score weight (0 where `score` is false).
     pub default_weight: i64,
     pub level: Level,
+    /// Runs in the default-equivalent profile: every upstream plugin does;
+    /// ksched's own plugins are enabled by a profile's `multiPoint`.
+    pub default_enabled: bool,
     /// How many fixed reasons the plugin's file lists (its `REASONS`, checked
     /// by the registry): the codes it takes in the dense space.
     pub reasons: u32,
@@ -76,6 +79,7 @@ const fn row(id: PluginId, name: &'static str, filter: bool, default_weight: i64
         score: default_weight > 0,
         default_weight,
         level,
+        default_enabled: true,
         reasons: 0,
         events: &[],
     }
@@ -254,8 +258,8 @@ impl Default for Profile {
     /// The default-equivalent profile: upstream's plugins and weights.
     fn default() -> Self {
         Profile {
-            filter: PLUGINS.map(|p| p.filter),
-            weight: PLUGINS.map(|p| p.default_weight),
+            filter: PLUGINS.map(|p| p.filter && p.default_enabled),
+            weight: PLUGINS.map(|p| if p.default_enabled { p.default_weight } else { 0 }),
             hard_pod_affinity_weight: HARD_POD_AFFINITY_WEIGHT,
             ignore_preferred_terms_of_existing_pods: false,
             fit_strategy: Strategy::LeastAllocated,
@@ -301,9 +305,14 @@ mod tests {
             ("NodeResourcesBalancedAllocation", 1),
             ("ImageLocality", 1),
         ];
-        let got: Vec<(&str, i64)> = PLUGINS.iter().filter(|p| p.score).map(|p| (p.name, p.default_weight)).collect();
+        let profile = Profile::default();
+        let got: Vec<(&str, i64)> = PLUGINS
+            .iter()
+            .filter(|p| profile.weight_of(p.id) > 0)
+            .map(|p| (p.name, profile.weight_of(p.id)))
+            .collect();
         assert_eq!(got, want);
-        let filters: Vec<&str> = PLUGINS.iter().filter(|p| p.filter).map(|p| p.name).collect();
+        let filters: Vec<&str> = PLUGINS.iter().filter(|p| profile.filters(p.id)).map(|p| p.name).collect();
         assert_eq!(
             filters,
             [
