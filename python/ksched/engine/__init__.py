@@ -7,20 +7,14 @@ PodGroups and disruption budgets (:mod:`~ksched.engine.gangs`,
 keeps the node and pod tables (:mod:`~ksched.engine.snapshot`,
 :mod:`~ksched.engine.podtable`), compiles a batch into the Rust engine's
 inputs (:mod:`~ksched.engine.inputs`), calls it and explains its verdicts
-(:mod:`~ksched.engine.scheduler`, :mod:`~ksched.engine.messages`), and holds
+(:mod:`~ksched.engine.scheduler`, :mod:`~ksched.engine.placements`,
+:mod:`~ksched.engine.messages`), and holds
 the pure-Python oracle it is checked against (:mod:`~ksched.engine.reference`).
 It never talks to the API server: the loop and the commands feed it objects.
 """
 
-from ksched.engine.scheduler import (
-    BatchResult,
-    Engine,
-    Explanation,
-    GangStatus,
-    NodeExplanation,
-    Placement,
-    commit_placements,
-)
+from ksched.engine.placements import BatchResult, Explanation, NodeExplanation, Placement
+from ksched.engine.scheduler import Engine, GangStatus, commit_placements
 
 __all__ = [
     "BatchResult",

@@ -1,27 +1,43 @@
 """The Python objects of one batch compiled into ``_core.schedule``'s inputs.
 
 Owns the constraint classes of a batch (pods with equal node-level
-constraints share a class), the metric specs and the profile, each built as
-the TypedDict of :mod:`ksched.core_types` the binding reads. Integer codes
-(operators, effects) come from ``_core``'s own tables; nothing here calls the
-engine.
+constraints share a class), the pod batch (each pending pod's row: its
+shape's requests, class, ports and images, the pod table, the claims, and
+preemption's victims and reservations), the metric values, the metric specs
+and the profile, each built as the TypedDict or array of
+:mod:`ksched.core_types` the binding reads. Integer codes (operators, effects,
+protocols) come from ``_core``'s own tables; nothing here calls the engine.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import cast
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 import numpy.typing as npt
 
 from ksched import _core
 from ksched.config import MetricConfig, ProfileConfig
-from ksched.core_types import ClassTable, MetricSpec, Missing, Prefer, Profile, Strategy
-from ksched.engine.pods import NodeConstraints
+from ksched.core_types import (
+    ClassTable,
+    MetricSpec,
+    Missing,
+    PodBatch,
+    PreemptionArrays,
+    Prefer,
+    Profile,
+    Strategy,
+)
+from ksched.engine.pod_level import SpreadConstraint
+from ksched.engine.pods import NodeConstraints, PodRequirements, requirements
+from ksched.engine.podtable import PendingPod
 from ksched.engine.selectors import Term
 from ksched.engine.snapshot import Snapshot
+from ksched.engine.volumes import NO_VOLUMES, PodVolumes, VolumeColumns
+from ksched.errors import MalformedObjectError
+from ksched.objects import Obj, stable_keys
 
 
 def i64(values: Sequence[int]) -> npt.NDArray[np.int64]:
@@ -195,4 +211,244 @@ def engine_profile(p: ProfileConfig, snapshot: Snapshot) -> Profile:
         ],
         "balanced_resources": [res(name) for name in p.balanced_resources],
         "preemption": p.preemption,
+        "max_pods_per_node": p.max_pods_per_node,
     }
+
+
+@dataclass(slots=True)
+class Row:
+    """A pending pod as one engine row."""
+
+    slot: int
+    req: PodRequirements
+    # Its shape's index in the batch (``ShapeRow``): the row's requests, class, ports, images.
+    shape: int
+    # The profile's default spread constraints, for a pod without constraints of its own.
+    default_spread: tuple[SpreadConstraint, ...] = ()
+    volumes: PodVolumes = NO_VOLUMES
+
+
+class ShapeRow(NamedTuple):
+    """The engine row parts all pods of one shape share in a batch."""
+
+    requests: list[int]
+    klass: int
+    ports: list[tuple[int, int, int]]
+    # Ids of the shape's images that some node has (ImageLocality).
+    images: list[int]
+    nonzero: tuple[int, int]
+    containers: int
+
+
+def shape_row(
+    snapshot: Snapshot,
+    classes: ClassColumns,
+    req: PodRequirements,
+    prefilter: set[str] | None,
+    added_preferred: tuple[tuple[int, Term], ...],
+) -> ShapeRow:
+    """The engine row parts every pod of ``req``'s shape shares (``added_preferred``: the
+    profile's addedAffinity preferred terms, merged into each pod's)."""
+    res = snapshot.resources
+    requests = [0] * len(res)
+    for resource, v in req.requests.items():
+        requests[res(resource)] = v
+    constraints = req.constraints
+    klass = classes.class_of(
+        replace(constraints, preferred=constraints.preferred + added_preferred)
+        if added_preferred
+        else constraints,
+        prefilter,
+    )
+    ports: list[tuple[int, int, int]] = [
+        (_core.PROTOCOLS[p.protocol], snapshot.strings(p.ip), p.port) for p in req.host_ports
+    ]
+    return ShapeRow(
+        requests,
+        klass,
+        ports,
+        snapshot.image_ids(req.images),
+        (req.nonzero_cpu, req.nonzero_memory),
+        req.containers,
+    )
+
+
+@dataclass(frozen=True)
+class PodInputs:
+    """``_core.schedule``'s ``pods`` for a batch, with what reading its output needs."""
+
+    pods: PodBatch
+    # The claims of the batch's pods (None: no pod has a claim to place).
+    volumes: VolumeColumns | None
+    # The evictable pods' keys, indexed by the output's victims.
+    victim_keys: list[str]
+
+
+def pod_batch(
+    snapshot: Snapshot,
+    rows: Sequence[Row],
+    shapes: Sequence[ShapeRow],
+    classes: ClassColumns,
+    profile: ProfileConfig,
+    *,
+    pod_level: bool,
+    nominated: Sequence[Obj],
+) -> PodInputs:
+    """The engine's ``pods`` for ``rows`` (in order): each row's shape parts, the pod table,
+    the claims, and preemption's victims and reservations. ``pod_level``: some row has pod
+    affinity or spreading; ``nominated``: pending pods outside the batch nominated to a node."""
+    # Each row's shape: its request row, class, host ports and images are its shape's.
+    at = np.asarray([r.shape for r in rows], dtype=np.int64)
+    width = len(snapshot.resources)
+    hp_offsets, hp_at = _ragged(shapes, at, lambda s: s.ports)
+    img_offsets, img_at = _ragged(shapes, at, lambda s: s.images)
+    hp = [p for s in shapes for p in s.ports]
+    # Pods without claims (most batches hold none) cost nothing here.
+    claims = None
+    volumes = None
+    if any(r.volumes is not NO_VOLUMES and not r.volumes.empty for r in rows):
+        claims = VolumeColumns(
+            snapshot.storage,
+            snapshot.index,
+            snapshot.strings,
+            classes.term,
+            snapshot.pods.claim_users,
+            snapshot.node_names,
+            snapshot.pods.claims_on_nodes,
+        )
+        for r in rows:
+            claims.add(r.volumes)
+        volumes = claims.arrays()
+    reservations = _reservations(snapshot, rows, nominated)
+    # The pending pods' rows of the pod table, built only where the table may be: with no
+    # claims, no bound pod with terms and no pending pod with affinity or spreading, no
+    # pod-level plugin has anything to act on and engine_table returns None whatever they are.
+    tabled = volumes is not None or snapshot.pods.with_terms > 0 or pod_level
+    table = snapshot.pods.engine_table(
+        [
+            PendingPod(r.req.info, r.default_spread, profile.spread_system_defaulted)
+            if r.default_spread
+            else PendingPod(r.req.info, r.req.spread)
+            for r in rows
+        ]
+        if tabled
+        else [],
+        snapshot.namespaces,
+        required=volumes is not None,
+        nominated=[req.info for _, req in reservations],
+    )
+    # The nominated pods' rows follow the pending pods'.
+    first_row = table["bound"] + len(rows) if table is not None else None
+    preemption, victim_keys = _preemption(snapshot, rows, reservations, first_row, profile.preemption)
+    pods: PodBatch = {
+        "count": len(rows),
+        "requests": i64([v for s in shapes for v in s.requests]).reshape(len(shapes), width)[at].reshape(-1),
+        "nonzero_requests": i64([v for s in shapes for v in s.nonzero])
+        .reshape(len(shapes), 2)[at]
+        .reshape(-1),
+        "pod_classes": i64([s.klass for s in shapes])[at],
+        "pod_keys": np.frombuffer(stable_keys(r.req.key for r in rows), dtype="<u8").astype(np.uint64),
+        "hp_offsets": hp_offsets,
+        "hp_protocols": np.asarray([p[0] for p in hp], dtype=np.uint8)[hp_at],
+        "hp_ips": np.asarray([p[1] for p in hp], dtype=np.int32)[hp_at],
+        "hp_ports": np.asarray([p[2] for p in hp], dtype=np.int32)[hp_at],
+        "img_offsets": img_offsets,
+        "img_ids": np.asarray([i for s in shapes for i in s.images], dtype=np.int32)[img_at],
+        "img_containers": i64([s.containers for s in shapes])[at],
+        "table": table,
+        "preemption": preemption,
+        "volumes": volumes,
+    }
+    return PodInputs(pods, claims, victim_keys)
+
+
+def metric_columns(
+    snapshot: Snapshot, metrics: Sequence[MetricConfig], values: npt.NDArray[np.float64] | None
+) -> npt.NDArray[np.float64]:
+    """The engine's ``metric_values``: a node-major row of one value per metric (NaN: none)."""
+    if values is None or not metrics:
+        return np.full(snapshot.count * len(metrics), np.nan, dtype=np.float64)
+    return np.ascontiguousarray(values[:, : len(metrics)], dtype=np.float64).reshape(-1)
+
+
+def _ragged(
+    shapes: Sequence[ShapeRow], at: npt.NDArray[np.int64], entries: Callable[[ShapeRow], Sequence[Any]]
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """The offsets of each row's ``entries`` (its shape's, ``at``: each row's shape) and,
+    per entry in row order, its index among all shapes' entries laid end to end."""
+    counts = np.asarray([len(entries(s)) for s in shapes], dtype=np.int64)
+    row_counts = counts[at]
+    offsets = np.concatenate((np.zeros(1, dtype=np.int64), np.cumsum(row_counts, dtype=np.int64)))
+    starts = np.cumsum(counts, dtype=np.int64) - counts
+    index = np.repeat(starts[at] - offsets[:-1], row_counts) + np.arange(offsets[-1], dtype=np.int64)
+    return offsets, index
+
+
+def _reservations(
+    snapshot: Snapshot, rows: Sequence[Row], nominated: Sequence[Obj]
+) -> list[tuple[int, PodRequirements]]:
+    """The pods outside the batch nominated to a known node, with that node's index
+    (a pod of the batch holds its own nomination in the engine)."""
+    if not nominated:
+        return []
+    reservations = []
+    in_batch = {r.req.key for r in rows}
+    for pod in nominated:
+        try:
+            req = requirements(pod)
+        except MalformedObjectError:
+            continue
+        node = snapshot.index.get(req.nominated_node)
+        if node is not None and req.key not in in_batch:
+            reservations.append((node, req))
+    return reservations
+
+
+def _preemption(
+    snapshot: Snapshot,
+    rows: Sequence[Row],
+    reservations: Sequence[tuple[int, PodRequirements]],
+    first_row: int | None,
+    enabled: bool,
+) -> tuple[PreemptionArrays | None, list[str]]:
+    """The engine's ``preemption`` input, or None when no pod could preempt, nothing is
+    held and no pod has a nominated node to try first. ``first_row``: the pod table
+    row of the first reservation (None: no table); ``enabled``: the profile runs DefaultPreemption."""
+    with_rows = first_row is not None
+    # The bound pods' lowest priority is only looked up when some pod may preempt.
+    below = max((r.req.priority for r in rows if r.req.may_preempt), default=None) if enabled else None
+    lowest = snapshot.pods.min_evictable_priority() if below is not None else None
+    if lowest is None or below is None or below <= lowest:
+        below = None  # nobody here can evict anybody
+        if not reservations and not any(r.req.nominated_node for r in rows):
+            return None, []
+    res = snapshot.resources
+    victims, keys = snapshot.pods.victims(
+        below if below is not None else -(2**62), snapshot.budgets, snapshot.strings, res, with_rows
+    )
+    # The nominated pods' host ports are held on their nodes as their requests are.
+    held_ports = [
+        (_core.PROTOCOLS[p.protocol], snapshot.strings(p.ip), p.port)
+        for _, req in reservations
+        for p in req.host_ports
+    ]
+    requests = np.zeros(len(reservations) * len(res), dtype=np.int64)
+    for k, (_, req) in enumerate(reservations):
+        for resource, v in req.requests.items():
+            column = res.get(resource)  # a resource no node has holds nothing back
+            if column is not None:
+                requests[k * len(res) + column] = v
+    return {
+        **victims,
+        "pod_priorities": i64([r.req.priority for r in rows]),
+        "pod_preempt": np.asarray([int(r.req.may_preempt) for r in rows], dtype=np.uint8),
+        "pod_nominated": i64([snapshot.index.get(r.req.nominated_node, -1) for r in rows]),
+        "r_nodes": i64([n for n, _ in reservations]),
+        "r_rows": i64([first_row + k if first_row is not None else -1 for k in range(len(reservations))]),
+        "r_priorities": i64([req.priority for _, req in reservations]),
+        "r_requests": requests,
+        "r_port_offsets": i64(np.cumsum([0] + [len(req.host_ports) for _, req in reservations]).tolist()),
+        "r_port_protocols": np.asarray([p[0] for p in held_ports], dtype=np.uint8),
+        "r_port_ips": np.asarray([p[1] for p in held_ports], dtype=np.int32),
+        "r_port_ports": np.asarray([p[2] for p in held_ports], dtype=np.int32),
+    }, keys

@@ -3,8 +3,9 @@
 Owns parsing and ordering a batch of pending pods (queue order, gangs kept
 together), the call into ``ksched._core`` on the inputs :mod:`ksched.engine.inputs`
 compiles, placing gangs all-or-nothing, and turning the engine's integer
-results into placements with upstream's FailedScheduling message. A malformed
-pod becomes a placement with an error message; it never stops the batch.
+results into placements (:mod:`ksched.engine.placements`) with upstream's
+FailedScheduling message. A malformed pod becomes a placement with an error
+message; it never stops the batch.
 """
 
 from __future__ import annotations
@@ -12,17 +13,26 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from ksched import _core
 from ksched.config import Config, MetricConfig
-from ksched.core_types import ExplanationArrays, Outcome, PodBatch, PreemptionArrays
-from ksched.engine.inputs import ClassColumns, engine_profile, i64, metric_specs
+from ksched.core_types import Outcome
+from ksched.engine.inputs import (
+    ClassColumns,
+    Row,
+    ShapeRow,
+    engine_profile,
+    metric_columns,
+    metric_specs,
+    pod_batch,
+    shape_row,
+)
 from ksched.engine.messages import (
     AFFINITY_CONFLICT,
     NOT_ELIGIBLE_NEVER,
@@ -35,87 +45,23 @@ from ksched.engine.messages import (
     prefilter_error,
     with_post_filter,
 )
+from ksched.engine.placements import BatchResult, Explanation, Placement, explanation
 from ksched.engine.pod_level import PodInfo, SpreadConstraint
 from ksched.engine.pods import (
     HostPort,
     PodRequirements,
     requirements,
 )
-from ksched.engine.podtable import Evictable, PendingPod
+from ksched.engine.podtable import Evictable
 from ksched.engine.selectors import added_affinity, prefilter_node_names
 from ksched.engine.snapshot import Snapshot, add_usage
-from ksched.engine.volumes import NO_VOLUMES, ClaimBinding, PodVolumes, VolumeColumns, pod_volumes
+from ksched.engine.volumes import NO_VOLUMES, VolumeColumns, pod_volumes
 from ksched.errors import KschedError, MalformedObjectError
-from ksched.objects import Obj, pod_key, stable_keys, uses_resource_claims
-
-
-@dataclass(frozen=True)
-class Placement:
-    """The engine's verdict on one pending pod."""
-
-    pod: str
-    node: str | None
-    score: float | None
-    message: str | None
-    feasible_nodes: int = 0
-    attempted: bool = True
-    # The parsed pod, so committing the placement needs no second parse.
-    requirements: PodRequirements | None = field(default=None, compare=False, repr=False)
-    # Preemption (DefaultPreemption): the node nominated for the pod and the pods to evict there.
-    nominated_node: str | None = None
-    victims: tuple[str, ...] = ()
-    # VolumeBinding: the pod's unbound claims and the volume each binds (None: provisioned on ``node``).
-    volumes: tuple[ClaimBinding, ...] = ()
-    # Not placed: the plugins that rejected some node (upstream's UnschedulablePlugins), whose
-    # registered events retry the pod; None where no filter verdict explains the failure.
-    rejected_by: frozenset[str] | None = None
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "pod": self.pod,
-            "node": self.node,
-            "score": self.score,
-            "message": self.message,
-            "nominatedNode": self.nominated_node,
-            "victims": list(self.victims),
-            "volumes": [{"claim": b.claim, "volume": b.volume} for b in self.volumes],
-        }
-
+from ksched.objects import Obj, pod_key, uses_resource_claims
 
 # What every placed pod's Placement shares: each is a copy of its fields with the pod's set
 # (see _read_verdicts; no __init__, which checks a setattr per field, per placed pod).
 _PLACED = Placement("", None, None, None)
-
-
-@dataclass
-class NodeExplanation:
-    node: str
-    feasible: bool
-    plugin: str | None
-    reasons: list[str]
-    scores: dict[str, dict[str, float]]
-    total: float | None
-    chosen: bool
-
-
-@dataclass
-class Explanation:
-    pod: str
-    placement: Placement
-    nodes: list[NodeExplanation]
-    weights: dict[str, float]
-
-
-@dataclass
-class BatchResult:
-    placements: list[Placement]
-    explanation: Explanation | None = None
-    # Time inside the Rust engine (``_core.schedule``), summed over the batch's gang re-runs.
-    rust_seconds: float = 0.0
-    # The rest of ``Engine.schedule``, in Python: parsing the pods, compiling the
-    # engine's inputs for each run (classes, pod table, preemption victims) and
-    # reading its results into placements.
-    python_seconds: float = 0.0
 
 
 class Engine:
@@ -199,7 +145,7 @@ class Engine:
         # empty (no default constraints): not looked up pod by pod.
         spread_defaults = () if selectors.selects_nothing() else self.profile.spread_defaults
         results: list[Placement | None] = []
-        rows: list[_Row] = []
+        rows: list[Row] = []
         explain_slot = None
         pod_level = False
         # What follows from a pod's spec alone, once per shape (see PodRequirements.shape_id):
@@ -257,7 +203,7 @@ class Engine:
             if spread_defaults and not req.spread:
                 default_spread = selectors.defaults(pod, spread_defaults)
                 pod_level = pod_level or bool(default_spread)
-            rows.append(_Row(len(results), req, shape.index, default_spread, volumes))
+            rows.append(Row(len(results), req, shape.index, default_spread, volumes))
             results.append(None)
         snapshot.ensure_resources(
             {r for requests in requested for r in requests}
@@ -272,35 +218,11 @@ class Engine:
             explain_slot=explain_slot,
             pod_level=pod_level,
         )
-        batch.shapes = [self._shape_row(snapshot, batch, req, prefilter) for req, prefilter in with_rows]
-        return batch
-
-    def _shape_row(
-        self, snapshot: Snapshot, batch: _Batch, req: PodRequirements, prefilter: set[str] | None
-    ) -> _ShapeRow:
-        """The engine row parts every pod of ``req``'s shape shares."""
-        res = snapshot.resources
-        requests = [0] * len(res)
-        for resource, v in req.requests.items():
-            requests[res(resource)] = v
-        constraints = req.constraints
-        klass = batch.classes.class_of(
-            replace(constraints, preferred=constraints.preferred + self.added_preferred)
-            if self.added_preferred
-            else constraints,
-            prefilter,
-        )
-        ports: list[tuple[int, int, int]] = [
-            (_core.PROTOCOLS[p.protocol], snapshot.strings(p.ip), p.port) for p in req.host_ports
+        batch.shapes = [
+            shape_row(snapshot, batch.classes, req, prefilter, self.added_preferred)
+            for req, prefilter in with_rows
         ]
-        return _ShapeRow(
-            requests,
-            klass,
-            ports,
-            snapshot.image_ids(req.images),
-            (req.nonzero_cpu, req.nonzero_memory),
-            req.containers,
-        )
+        return batch
 
     def _call(
         self,
@@ -313,77 +235,17 @@ class Engine:
     ) -> tuple[Outcome, list[str]]:
         """One engine call on the batch's rows (in order); also the keys of the evictable pods.
         Only the call itself counts as the batch's Rust time: its inputs are built first."""
-        rows = batch.rows
-        # Each row's shape: its request row, class, host ports and images are its shape's.
-        shapes = batch.shapes
-        at = np.asarray([r.shape for r in rows], dtype=np.int64)
-        width = len(snapshot.resources)
-        hp_offsets, hp_at = _ragged(shapes, at, lambda s: s.ports)
-        img_offsets, img_at = _ragged(shapes, at, lambda s: s.images)
-        hp = [p for s in shapes for p in s.ports]
-        # Pods without claims (most batches hold none) cost nothing here.
-        batch.volumes = None
-        volumes = None
-        if any(r.volumes is not NO_VOLUMES and not r.volumes.empty for r in rows):
-            batch.volumes = VolumeColumns(
-                snapshot.storage,
-                snapshot.index,
-                snapshot.strings,
-                batch.classes.term,
-                snapshot.pods.claim_users,
-                snapshot.node_names,
-                snapshot.pods.claims_on_nodes,
-            )
-            for r in rows:
-                batch.volumes.add(r.volumes)
-            volumes = batch.volumes.arrays()
-        reservations = _reservations(snapshot, rows, nominated)
-        # The pending pods' rows of the pod table, built only where the table may be: with no
-        # claims, no bound pod with terms and no pending pod with affinity or spreading, no
-        # pod-level plugin has anything to act on and engine_table returns None whatever they are.
-        pod_level = volumes is not None or snapshot.pods.with_terms > 0 or batch.pod_level
-        table = snapshot.pods.engine_table(
-            [
-                PendingPod(r.req.info, r.default_spread, self.profile.spread_system_defaulted)
-                if r.default_spread
-                else PendingPod(r.req.info, r.req.spread)
-                for r in rows
-            ]
-            if pod_level
-            else [],
-            snapshot.namespaces,
-            required=volumes is not None,
-            nominated=[req.info for _, req in reservations],
+        pods = pod_batch(
+            snapshot,
+            batch.rows,
+            batch.shapes,
+            batch.classes,
+            self.profile,
+            pod_level=batch.pod_level,
+            nominated=nominated,
         )
-        # The nominated pods' rows follow the pending pods'.
-        first_row = table["bound"] + len(rows) if table is not None else None
-        preemption, victim_keys = self._preemption(snapshot, rows, reservations, first_row)
-        engine_pods: PodBatch = {
-            "count": len(rows),
-            "requests": i64([v for s in shapes for v in s.requests])
-            .reshape(len(shapes), width)[at]
-            .reshape(-1),
-            "nonzero_requests": i64([v for s in shapes for v in s.nonzero])
-            .reshape(len(shapes), 2)[at]
-            .reshape(-1),
-            "pod_classes": i64([s.klass for s in shapes])[at],
-            "pod_keys": np.frombuffer(stable_keys(r.req.key for r in rows), dtype="<u8").astype(np.uint64),
-            "hp_offsets": hp_offsets,
-            "hp_protocols": np.asarray([p[0] for p in hp], dtype=np.uint8)[hp_at],
-            "hp_ips": np.asarray([p[1] for p in hp], dtype=np.int32)[hp_at],
-            "hp_ports": np.asarray([p[2] for p in hp], dtype=np.int32)[hp_at],
-            "img_offsets": img_offsets,
-            "img_ids": np.asarray([i for s in shapes for i in s.images], dtype=np.int32)[img_at],
-            "img_containers": i64([s.containers for s in shapes])[at],
-            "table": table,
-            "preemption": preemption,
-            "volumes": volumes,
-        }
-        total = snapshot.count
-        if metric_values is None or not metrics:
-            values = np.full(total * len(metrics), np.nan, dtype=np.float64)
-        else:
-            values = np.ascontiguousarray(metric_values[:, : len(metrics)], dtype=np.float64).reshape(-1)
+        batch.volumes = pods.volumes
+        values = metric_columns(snapshot, metrics, metric_values)
         nodes = snapshot.engine_nodes()
         classes = batch.classes.table()
         specs = metric_specs(metrics, snapshot)
@@ -393,7 +255,7 @@ class Engine:
         out = _core.schedule(
             nodes,
             classes,
-            engine_pods,
+            pods.pods,
             values,
             specs,
             profile,
@@ -404,118 +266,7 @@ class Engine:
             cache=self.cache,
         )
         batch.rust_seconds += time.perf_counter() - started
-        return out, victim_keys
-
-    def _preemption(
-        self,
-        snapshot: Snapshot,
-        rows: Sequence[_Row],
-        reservations: Sequence[tuple[int, PodRequirements]],
-        first_row: int | None,
-    ) -> tuple[PreemptionArrays | None, list[str]]:
-        """The engine's ``preemption`` input, or None when no pod could preempt, nothing is
-        held and no pod has a nominated node to try first. ``first_row``: the pod table
-        row of the first reservation (None: no table)."""
-        with_rows = first_row is not None
-        # The bound pods' lowest priority is only looked up when some pod may preempt.
-        below = (
-            max((r.req.priority for r in rows if r.req.may_preempt), default=None)
-            if self.profile.preemption
-            else None
-        )
-        lowest = snapshot.pods.min_evictable_priority() if below is not None else None
-        if lowest is None or below is None or below <= lowest:
-            below = None  # nobody here can evict anybody
-            if not reservations and not any(r.req.nominated_node for r in rows):
-                return None, []
-        res = snapshot.resources
-        victims, keys = snapshot.pods.victims(
-            below if below is not None else -(2**62), snapshot.budgets, snapshot.strings, res, with_rows
-        )
-        # The nominated pods' host ports are held on their nodes as their requests are.
-        held_ports = [
-            (_core.PROTOCOLS[p.protocol], snapshot.strings(p.ip), p.port)
-            for _, req in reservations
-            for p in req.host_ports
-        ]
-        requests = np.zeros(len(reservations) * len(res), dtype=np.int64)
-        for k, (_, req) in enumerate(reservations):
-            for resource, v in req.requests.items():
-                column = res.get(resource)  # a resource no node has holds nothing back
-                if column is not None:
-                    requests[k * len(res) + column] = v
-        return {
-            **victims,
-            "pod_priorities": i64([r.req.priority for r in rows]),
-            "pod_preempt": np.asarray([int(r.req.may_preempt) for r in rows], dtype=np.uint8),
-            "pod_nominated": i64([snapshot.index.get(r.req.nominated_node, -1) for r in rows]),
-            "r_nodes": i64([n for n, _ in reservations]),
-            "r_rows": i64([first_row + k if first_row is not None else -1 for k in range(len(reservations))]),
-            "r_priorities": i64([req.priority for _, req in reservations]),
-            "r_requests": requests,
-            "r_port_offsets": i64(np.cumsum([0] + [len(req.host_ports) for _, req in reservations]).tolist()),
-            "r_port_protocols": np.asarray([p[0] for p in held_ports], dtype=np.uint8),
-            "r_port_ips": np.asarray([p[1] for p in held_ports], dtype=np.int32),
-            "r_port_ports": np.asarray([p[2] for p in held_ports], dtype=np.int32),
-        }, keys
-
-
-def _reservations(
-    snapshot: Snapshot, rows: Sequence[_Row], nominated: Sequence[Obj]
-) -> list[tuple[int, PodRequirements]]:
-    """The pods outside the batch nominated to a known node, with that node's index
-    (a pod of the batch holds its own nomination in the engine)."""
-    if not nominated:
-        return []
-    reservations = []
-    in_batch = {r.req.key for r in rows}
-    for pod in nominated:
-        try:
-            req = requirements(pod)
-        except MalformedObjectError:
-            continue
-        node = snapshot.index.get(req.nominated_node)
-        if node is not None and req.key not in in_batch:
-            reservations.append((node, req))
-    return reservations
-
-
-@dataclass(slots=True)
-class _Row:
-    """A pending pod as one engine row."""
-
-    slot: int
-    req: PodRequirements
-    # Its shape's index in the batch (``_Batch.shapes``): the row's requests, class, ports, images.
-    shape: int
-    # The profile's default spread constraints, for a pod without constraints of its own.
-    default_spread: tuple[SpreadConstraint, ...] = ()
-    volumes: PodVolumes = NO_VOLUMES
-
-
-class _ShapeRow(NamedTuple):
-    """The engine row parts all pods of one shape share in a batch."""
-
-    requests: list[int]
-    klass: int
-    ports: list[tuple[int, int, int]]
-    # Ids of the shape's images that some node has (ImageLocality).
-    images: list[int]
-    nonzero: tuple[int, int]
-    containers: int
-
-
-def _ragged(
-    shapes: Sequence[_ShapeRow], at: npt.NDArray[np.int64], entries: Callable[[_ShapeRow], Sequence[Any]]
-) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-    """The offsets of each row's ``entries`` (its shape's, ``at``: each row's shape) and,
-    per entry in row order, its index among all shapes' entries laid end to end."""
-    counts = np.asarray([len(entries(s)) for s in shapes], dtype=np.int64)
-    row_counts = counts[at]
-    offsets = np.concatenate((np.zeros(1, dtype=np.int64), np.cumsum(row_counts, dtype=np.int64)))
-    starts = np.cumsum(counts, dtype=np.int64) - counts
-    index = np.repeat(starts[at] - offsets[:-1], row_counts) + np.arange(offsets[-1], dtype=np.int64)
-    return offsets, index
+        return out, pods.victim_keys
 
 
 @dataclass(slots=True)
@@ -539,9 +290,9 @@ class _Batch:
 
     classes: ClassColumns
     names: ReasonNames
-    rows: list[_Row] = field(default_factory=list)
-    # The engine row parts of each shape with a row (``_Row.shape``).
-    shapes: list[_ShapeRow] = field(default_factory=list)
+    rows: list[Row] = field(default_factory=list)
+    # The engine row parts of each shape with a row (``Row.shape``).
+    shapes: list[ShapeRow] = field(default_factory=list)
     results: list[Placement | None] = field(default_factory=list)
     # The slot of the pod ``explain`` names, when the engine attempts it.
     explain_slot: int | None = None
@@ -561,7 +312,7 @@ class _Batch:
     def drop_gangs(self, short: Mapping[str, str | None]) -> None:
         """Take the members of the ``short`` gangs out of the rows and give each its
         verdict (a None reason: the deadline cut the gang short; it is retried, not attempted)."""
-        kept: list[_Row] = []
+        kept: list[Row] = []
         for row in self.rows:
             group = row.req.group
             if group is not None and group in short:
@@ -642,7 +393,7 @@ def _place_whole_gangs(
         batch.drop_gangs(short)
 
 
-def _short_gangs(rows: Sequence[_Row], nodes: Any, groups: Mapping[str, GangStatus]) -> dict[str, str | None]:
+def _short_gangs(rows: Sequence[Row], nodes: Any, groups: Mapping[str, GangStatus]) -> dict[str, str | None]:
     """Gangs in ``rows`` whose placed members plus bound ones fall short of minMember -> why
     (None: the decision deadline cut the gang short, so it is retried, not reported)."""
     placed: dict[str, int] = {}
@@ -774,51 +525,7 @@ def _explain(
     """The per-node breakdown of the pod ``explain`` named, when the engine's last run attempted it."""
     if out["explanation"] is None or batch.explain_slot is None or batch.explain_row() is None:
         return None
-    return _explanation(out["explanation"], snapshot, batch.names, metrics, batch.results[batch.explain_slot])
-
-
-def _explanation(
-    ex: ExplanationArrays,
-    snapshot: Snapshot,
-    names: ReasonNames,
-    metrics: Sequence[MetricConfig],
-    placement: Placement | None,
-) -> Explanation:
-    assert placement is not None
-    plugins = [
-        p if not p.startswith("metric:") else f"Metric/{metrics[int(p.split(':')[1])].name}"
-        for p in ex["plugins"]
-    ]
-    n = snapshot.count
-    raw = np.asarray(ex["raw"]).reshape(len(plugins), n)
-    normalized = np.asarray(ex["normalized"]).reshape(len(plugins), n)
-    weights = {p: float(w) for p, w in zip(plugins, ex["weights"], strict=True)}
-    rows = []
-    offsets, codes = ex["reason_offsets"], ex["reason_codes"]
-    for i, node in enumerate(snapshot.node_names):
-        node_codes = [int(c) for c in codes[int(offsets[i]) : int(offsets[i + 1])]]
-        total = float(ex["totals"][i])
-        feasible = not node_codes
-        scores = {}
-        if feasible:
-            for k, p in enumerate(plugins):
-                scores[p] = {
-                    "raw": float(raw[k, i]),
-                    "normalized": float(normalized[k, i]),
-                    "weighted": float(normalized[k, i]) * weights[p],
-                }
-        rows.append(
-            NodeExplanation(
-                node=node,
-                feasible=feasible,
-                plugin=names.plugin(node_codes[0]) if node_codes else None,
-                reasons=[names.reason(c) for c in node_codes],
-                scores=scores,
-                total=total if feasible else None,
-                chosen=placement.node == node,
-            )
-        )
-    return Explanation(placement.pod, placement, rows, weights)
+    return explanation(out["explanation"], snapshot, batch.names, metrics, batch.results[batch.explain_slot])
 
 
 def commit_placements(snapshot: Snapshot, placements: Sequence[Placement]) -> Snapshot:
