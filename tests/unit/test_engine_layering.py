@@ -5,6 +5,8 @@ child modules), comments and ``#[cfg(test)]`` modules left out (inline, or in
 files of their own): a file is a module (``a/b.rs`` and ``a/b/mod.rs`` are
 ``a::b``), and a path counts as an edge to the longest module it names.
 ``model`` (the input tables) must be a leaf, and no modules may form a cycle.
+Neither the engine crate nor the wire-format decoders (``rust/wire``) may
+depend on PyO3: ``cargo test`` covers them without libpython.
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-CRATE = Path(__file__).resolve().parents[2] / "rust" / "core" / "src"
+RUST = Path(__file__).resolve().parents[2] / "rust"
+CRATE = RUST / "core" / "src"
 _COMMENT = re.compile(r"//[^\n]*")
 _TEST_BLOCK = re.compile(r"#\[cfg\(test\)\]\s*mod \w+ \{.*", re.S)
 _TEST_DECL = re.compile(r"#\[cfg\(test\)\]\s*(?:pub\(crate\) )?mod (\w+);")
@@ -141,3 +144,16 @@ def test_model_is_a_leaf_and_plugins_do_not_reach_the_batch_loop() -> None:
 def test_a_cycle_would_be_reported() -> None:
     # The crate before the registry: model imported pod_table and default_preemption, which imported model.
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_the_engine_and_the_wire_decoders_do_not_use_pyo3() -> None:
+    workspace = (RUST.parent / "Cargo.toml").read_text()
+    for crate in ("core", "wire"):
+        assert f'"rust/{crate}"' in workspace, f"rust/{crate} is a workspace member, so cargo test covers it"
+        manifest = (RUST / crate / "Cargo.toml").read_text()
+        assert "pyo3" not in manifest
+        assert "numpy" not in manifest
+        using = [
+            p.name for p in (RUST / crate / "src").rglob("*.rs") if re.search(r"\bpyo3::", p.read_text())
+        ]
+        assert using == [], f"rust/{crate} uses pyo3"

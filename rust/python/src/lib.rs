@@ -12,11 +12,9 @@
 mod arrays;
 mod convert;
 mod errors;
-mod prometheus;
 mod tables;
 mod views;
 mod watch;
-mod watch_proto;
 
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -26,6 +24,7 @@ use pyo3::types::{PyDict, PyList};
 
 use arrays::Arrays;
 use ksched_core::{Metrics, ScheduleOptions};
+use ksched_wire::prometheus;
 
 /// What one `schedule` call leaves for the next one given the same cache: the
 /// engine's class and signature caches, reused only where the later call's
@@ -184,10 +183,10 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("EngineInputError", m.py().get_type::<errors::EngineInputError>())?;
     let projection = PyDict::new(m.py());
     for (part, fields) in [
-        ("metadata", watch::POD_META),
-        ("spec", watch::POD_SPEC),
-        ("conditions", watch::POD_CONDITIONS),
-        ("container", watch::CONTAINER),
+        ("metadata", ksched_wire::projection::POD_META),
+        ("spec", ksched_wire::projection::POD_SPEC),
+        ("conditions", ksched_wire::projection::POD_CONDITIONS),
+        ("container", ksched_wire::projection::CONTAINER),
     ] {
         projection.set_item(part, PyList::new(m.py(), fields)?)?;
     }

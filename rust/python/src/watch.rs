@@ -9,51 +9,21 @@
 //! keeps and skips the rest unbuilt. The result equals `slim_pod` of the
 //! parsed object, key order included (`tests/unit/test_watch_decode.py` holds
 //! the two together); a value that is not an object where one is expected
-//! reads as an empty object, as `slim_pod`'s `x.get(...) or {}` does.
+//! reads as an empty object, as `slim_pod`'s `x.get(...) or {}` does. How a
+//! JSON object's fields are read, and which ones each part keeps, is plain
+//! Rust in `ksched_wire::projection`; this module builds the Python objects.
 
-use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Mutex, OnceLock, PoisonError};
 
+use ksched_wire::projection::{
+    skip, Fields, Key, List, Object, CONDITION, CONTAINER, CONTAINER_STATUS, OURS, POD_CONDITIONS, POD_META, POD_SPEC, STATUS_ERROR,
+    STATUS_KEPT,
+};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyList, PyString};
-use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
-
-// What a pod's projection keeps, by part (exported as `_core.POD_PROJECTION`; `loop/slim.py`
-// reads its lists from there).
-pub const POD_META: &[&str] = &[
-    "name",
-    "namespace",
-    "uid",
-    "labels",
-    "creationTimestamp",
-    "deletionTimestamp",
-    "ownerReferences",
-];
-pub const POD_SPEC: &[&str] = &[
-    "nodeName",
-    "schedulerName",
-    "priority",
-    "priorityClassName",
-    "preemptionPolicy",
-    "overhead",
-    "resources",
-    "nodeSelector",
-    "affinity",
-    "tolerations",
-    "topologySpreadConstraints",
-    "schedulingGates",
-    "resourceClaims",
-];
-/// PodScheduled (the scheduler's own verdict), PodResizePending (an infeasible resize) and
-/// DisruptionTarget (a victim of preemption: upstream `podTerminatingByPreemption`).
-pub const POD_CONDITIONS: &[&str] = &["PodScheduled", "PodResizePending", "DisruptionTarget"];
-pub const CONTAINER: &[&str] = &["name", "image", "resources", "ports", "restartPolicy"];
-const CONDITION: &[&str] = &["type", "status", "reason", "message"];
-const CONTAINER_STATUS: &[&str] = &["name", "allocatedResources", "resources"];
-const STATUS_ERROR: &[&str] = &["code", "reason", "message"];
-const OURS: &str = "ksched.io/";
+use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 
 /// One decoded event: its type, the object's `metadata.resourceVersion`, the
 /// projection of the object, and the object's `code`, `reason` and `message`
@@ -75,7 +45,7 @@ pub fn decode_pod_event<'py>(py: Python<'py>, line: &[u8]) -> Result<Event<'py>,
 
 /// Decode one frame of a protobuf pod watch (`watch_proto`) into the same projection.
 pub fn decode_pod_frame<'py>(py: Python<'py>, frame: &[u8]) -> Result<Event<'py>, String> {
-    let value = crate::watch_proto::event_value(frame)?;
+    let value = ksched_wire::watch_proto::event_value(frame)?;
     let event = Object(EventFields::new(py)).deserialize(value).map_err(|e| e.to_string())?;
     finish(py, event.ok_or("a watch event is an object")?)
 }
@@ -117,29 +87,6 @@ fn key<'py>(py: Python<'py>, k: &str) -> Bound<'py, PyString> {
 
 fn py_err<E: de::Error>(err: PyErr) -> E {
     E::custom(err)
-}
-
-/// A JSON key, borrowed from the input where it has no escapes.
-struct Key;
-
-impl<'de> DeserializeSeed<'de> for Key {
-    type Value = Cow<'de, str>;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-        d.deserialize_str(self)
-    }
-}
-
-impl<'de> Visitor<'de> for Key {
-    type Value = Cow<'de, str>;
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a key")
-    }
-    fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
-        Ok(Cow::Borrowed(v))
-    }
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
-        Ok(Cow::Owned(v.to_owned()))
-    }
 }
 
 /// Any JSON value as the Python object orjson makes of it.
@@ -191,105 +138,6 @@ impl<'de, 'py> Visitor<'de> for Value<'py> {
         }
         Ok(dict.into_any())
     }
-}
-
-/// The fields of a JSON object that a projection reads; every value it does
-/// not read is skipped unbuilt.
-trait Fields<'de>: Sized {
-    /// Read (or skip) the value of `key`.
-    fn field<A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<(), A::Error>;
-}
-
-/// Visitor methods for scalars that read as None (what is not an object or a list).
-macro_rules! none_for {
-    ($($method:ident: $ty:ty),*) => {
-        $(fn $method<E: de::Error>(self, _: $ty) -> Result<Self::Value, E> {
-            Ok(None)
-        })*
-    };
-}
-
-/// Booleans, numbers and null read as None.
-macro_rules! none_for_numbers {
-    () => {
-        none_for!(visit_bool: bool, visit_i64: i64, visit_u64: u64, visit_f64: f64);
-        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-            Ok(None)
-        }
-    };
-}
-
-/// A JSON object read through its `Fields`; any other value is skipped and reads as None.
-struct Object<F>(F);
-
-impl<'de, F: Fields<'de>> DeserializeSeed<'de> for Object<F> {
-    type Value = Option<F>;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-        d.deserialize_any(self)
-    }
-}
-
-impl<'de, F: Fields<'de>> Visitor<'de> for Object<F> {
-    type Value = Option<F>;
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a JSON value")
-    }
-    fn visit_map<A: MapAccess<'de>>(mut self, mut map: A) -> Result<Self::Value, A::Error> {
-        while let Some(key) = map.next_key_seed(Key)? {
-            self.0.field(&key, &mut map)?;
-        }
-        Ok(Some(self.0))
-    }
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-        while seq.next_element::<IgnoredAny>()?.is_some() {}
-        Ok(None)
-    }
-    none_for!(visit_str: &str);
-    none_for_numbers!();
-}
-
-/// A JSON list of objects, each read through fields made by its function; a
-/// non-object item reads as None in its place, null, a number or a boolean as
-/// no list.
-struct List<M>(M);
-
-impl<'de, F: Fields<'de>, M: Fn() -> F> DeserializeSeed<'de> for List<M> {
-    type Value = Option<Vec<Option<F>>>;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-        d.deserialize_any(self)
-    }
-}
-
-impl<'de, F: Fields<'de>, M: Fn() -> F> Visitor<'de> for List<M> {
-    type Value = Option<Vec<Option<F>>>;
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a JSON value")
-    }
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-        let mut out = Vec::new();
-        while let Some(item) = seq.next_element_seed(Object((self.0)()))? {
-            out.push(item);
-        }
-        Ok(Some(out))
-    }
-    // Iterated as Python iterates them: an object by its (distinct) keys, a string by its
-    // characters; neither item is an object.
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        let mut keys = std::collections::HashSet::new();
-        while let Some(key) = map.next_key_seed(Key)? {
-            map.next_value::<IgnoredAny>()?;
-            keys.insert(key);
-        }
-        Ok(Some(keys.iter().map(|_| None).collect()))
-    }
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
-        Ok(Some(v.chars().map(|_| None).collect()))
-    }
-    none_for_numbers!();
-}
-
-fn skip<'de, A: MapAccess<'de>>(map: &mut A) -> Result<(), A::Error> {
-    map.next_value::<IgnoredAny>().map(|_| ())
 }
 
 /// `_pick(obj, keys)`: the listed keys present, whole, in the list's order.
@@ -608,8 +456,6 @@ struct StatusFields<'py> {
 }
 
 /// The status fields `slim_pod` keeps whole, in its order (each where truthy, `phase` always).
-const STATUS_KEPT: &[&str] = &["phase", "resources", "allocatedResources", "nominatedNodeName", "startTime"];
-
 impl<'py> StatusFields<'py> {
     fn new(py: Python<'py>) -> Self {
         StatusFields {

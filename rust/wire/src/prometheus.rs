@@ -344,3 +344,88 @@ impl<'de> Visitor<'de> for Sample<'_, '_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! Answers as Prometheus writes them (the cases `tests/unit/test_sources.py`
+    //! sends through a real HTTP source), decoded here without Python.
+
+    use super::*;
+
+    fn vector(series: &[(&str, f64, &str)]) -> Vec<u8> {
+        let result: Vec<String> = series
+            .iter()
+            .map(|(labels, at, raw)| format!(r#"{{"metric":{{{labels}}},"value":[{at},"{raw}"]}}"#))
+            .collect();
+        format!(
+            r#"{{"status":"success","data":{{"resultType":"vector","result":[{}]}}}}"#,
+            result.join(",")
+        )
+        .into_bytes()
+    }
+
+    #[test]
+    fn series_keep_their_label_and_finite_value() {
+        let body = vector(&[
+            (r#""node":"n1","job":"x""#, 1000.5, "0.25"),
+            (r#""node":"10.0.0.2:9100""#, 999.0, "1e-3"),
+            (r#""node":"n3""#, 1001.0, "NaN"),
+            (r#""node":"elsewhere""#, 1002.0, "+Inf"),
+            (r#""job":"no node label""#, 1004.0, "-2"),
+        ]);
+        let got = decode(&body, "node").expect("an instant vector");
+        assert_eq!(got.labels, ["n1", "10.0.0.2:9100", ""], "a series without the label reads as \"\"");
+        assert_eq!(got.values, [0.25, 0.001, -2.0]);
+        assert_eq!(got.not_finite, 2, "NaN and +Inf are counted, never kept");
+        assert_eq!(got.oldest, Some(999.0), "the oldest sample time, not the newest");
+        let by_job = decode(&body, "job").expect("an instant vector");
+        assert_eq!(by_job.labels, ["x", "", "no node label"]);
+    }
+
+    #[test]
+    fn an_empty_vector_has_no_sample_time() {
+        let got = decode(&vector(&[]), "node").expect("an instant vector");
+        assert!(got.labels.is_empty() && got.values.is_empty());
+        assert_eq!((got.oldest, got.not_finite), (None, 0));
+    }
+
+    #[test]
+    fn answers_that_are_not_a_vector_of_numbers_say_why() {
+        let trailing = [vector(&[(r#""node":"n1""#, 1.0, "1")]), b" {}".to_vec()].concat();
+        let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+            (
+                "scalar",
+                br#"{"status":"success","data":{"resultType":"scalar","result":[1000,"2"]}}"#.to_vec(),
+                NOT_A_VECTOR,
+            ),
+            (
+                "string",
+                br#"{"status":"success","data":{"resultType":"string","result":[1000,"a"]}}"#.to_vec(),
+                NOT_A_VECTOR,
+            ),
+            (
+                "matrix",
+                br#"{"status":"success","data":{"resultType":"matrix","result":[{"metric":{},"values":[[1,"1"]]}]}}"#.to_vec(),
+                NOT_A_VECTOR,
+            ),
+            (
+                "not a list",
+                br#"{"status":"success","data":{"result":{"x":1}}}"#.to_vec(),
+                "expected an instant vector, got object",
+            ),
+            ("no result", br#"{"status":"success"}"#.to_vec(), "the answer has no data.result"),
+            ("not JSON", b"<html>proxy error</html>".to_vec(), "the answer is not JSON"),
+            ("trailing", trailing, "the answer is not JSON: trailing characters"),
+            ("not an object", b"[1]".to_vec(), "expected a Prometheus API answer"),
+            (
+                "not a number",
+                vector(&[(r#""node":"n1""#, 1.0, "fast")]),
+                r#"value "fast" is not a number"#,
+            ),
+        ];
+        for (name, body, want) in cases {
+            let got = decode(&body, "node").err().unwrap_or_else(|| panic!("{name}: decoded"));
+            assert!(got.contains(want), "{name}: want {want:?} in {got:?}");
+        }
+    }
+}
