@@ -30,9 +30,10 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use super::base::Base;
 use super::engine::Engine;
 use super::filtering::ClassCache;
-use super::signature::{Base, SignatureCache};
+use super::signature::SignatureCache;
 use super::state::BatchState;
 use crate::model::{row, Classes, MetricSpec, Nodes, Ports, Profile};
 use crate::plugins::node_ports::HostPort;

@@ -2,10 +2,10 @@
 //! plugin's raw and normalized score (the registry's score plugins in order,
 //! then the metrics), computed by the same functions as the batch.
 
+use super::base::Maxima;
 use super::engine::{Engine, PodView};
 use super::filtering::ClassCache;
 use super::pod_level::{PodLevel, PodScores};
-use super::signature::Maxima;
 use super::state::BatchState;
 use crate::model::{Level, PLUGINS};
 use crate::plugins::metrics;

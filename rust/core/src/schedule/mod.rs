@@ -20,6 +20,7 @@
 //! The loop below reads as those steps (`PodStep`: evaluate, select, then
 //! commit or preempt); each pod's result is appended in one place (`outcome`).
 
+mod base;
 mod carry;
 mod engine;
 mod explain;
@@ -44,6 +45,7 @@ use std::time::Instant;
 use crate::model::error::{self, EngineError};
 use crate::model::{Classes, Metrics, Nodes, Pods, Profile};
 use crate::registry::PodLevelKept;
+use base::Base;
 use carry::Kept;
 pub use carry::ScheduleCache;
 pub use engine::ScheduleOptions;
@@ -54,7 +56,7 @@ pub use outcome::{Outcome, NOT_ATTEMPTED, UNSCHEDULABLE};
 use outcome::{OutcomeBuilder, PodOutcome};
 use pod_level::{PodLevel, PodScores};
 use select::{tie_key, Best};
-use signature::{Base, SignatureCache};
+use signature::SignatureCache;
 use spread_ranking::SpreadSelection;
 use state::BatchState;
 

@@ -5,20 +5,22 @@
 //! same verdicts and scores on a node until a placement changes that node,
 //! so a later pod of the signature re-evaluates only the nodes placed on
 //! since, and re-scores every node only when the feasible set's maxima (the
-//! normalization inputs) move.
+//! normalization inputs) move. The node-only part of the totals is the
+//! class's (`base`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use rayon::prelude::*;
 
-use super::engine::{Engine, PodView, NODES_PER_CHUNK};
+use super::base::{class_base, Base, Maxima};
+use super::engine::{Engine, PodView};
 use super::filtering::{ClassCache, NodeScores};
 use super::state::BatchState;
 use crate::model::row;
-use crate::plugins::{metrics, FEASIBLE};
+use crate::plugins::FEASIBLE;
 use crate::reasons;
-use crate::registry::{self, PreFilter, CLASS_SCORERS, CLASS_SCORES, NODE_SCORERS, NODE_SCORES};
+use crate::registry::{PreFilter, NODE_SCORES};
 
 /// Signature caches kept (within a call, and between calls with a `ScheduleCache`),
 /// bounded by the memory they take: about 44 bytes a node each in `ksched bench`,
@@ -39,57 +41,6 @@ pub(super) fn max_signatures(nodes: usize, resources: usize) -> usize {
     (SIGNATURE_CACHE_BYTES / per_signature).max(1)
 }
 
-/// Maxima and minima over a pod's feasible nodes, for normalization.
-#[derive(Clone, Debug, PartialEq)]
-pub(super) struct Maxima {
-    /// The class-level plugins' highest raw score (`score_slot` order).
-    pub class: [i64; CLASS_SCORES],
-    pub metric_min: Vec<f64>,
-    pub metric_max: Vec<f64>,
-}
-
-impl Maxima {
-    fn empty(metrics: usize) -> Maxima {
-        Maxima {
-            class: [0; CLASS_SCORES],
-            metric_min: vec![f64::INFINITY; metrics],
-            metric_max: vec![f64::NEG_INFINITY; metrics],
-        }
-    }
-
-    #[inline]
-    fn add_node(&mut self, state: &BatchState, cache: &ClassCache, node: usize) {
-        for (max, raw) in self.class.iter_mut().zip(&cache.raw) {
-            *max = (*max).max(raw[node]);
-        }
-        let m = self.metric_min.len();
-        // f64::min and max ignore a NaN operand: a missing value changes nothing.
-        for (k, &b) in state.badness[node * m..(node + 1) * m].iter().enumerate() {
-            self.metric_min[k] = self.metric_min[k].min(b);
-            self.metric_max[k] = self.metric_max[k].max(b);
-        }
-    }
-
-    /// Whether the node holds one of the maxima or minima.
-    fn held_by(&self, state: &BatchState, cache: &ClassCache, node: usize) -> bool {
-        let m = self.metric_min.len();
-        let held = |(k, &b): (usize, &f64)| b == self.metric_min[k] || b == self.metric_max[k];
-        // Maxima start at 0 and raw scores are never negative: a maximum of 0 cannot move.
-        self.class.iter().zip(&cache.raw).any(|(&max, raw)| max > 0 && raw[node] == max)
-            || state.badness[node * m..(node + 1) * m].iter().enumerate().any(held)
-    }
-
-    fn merge(&mut self, other: &Maxima) {
-        for (max, &o) in self.class.iter_mut().zip(&other.class) {
-            *max = (*max).max(o);
-        }
-        for k in 0..self.metric_min.len() {
-            self.metric_min[k] = self.metric_min[k].min(other.metric_min[k]);
-            self.metric_max[k] = self.metric_max[k].max(other.metric_max[k]);
-        }
-    }
-}
-
 /// One node's verdict and node-level scores for one pod signature.
 #[derive(Clone, Copy, Debug, Default)]
 pub(super) struct NodeEval {
@@ -97,31 +48,6 @@ pub(super) struct NodeEval {
     /// Number of reason codes in the node's slot of `SignatureCache::reasons`.
     pub reasons: u8,
     pub scores: [i32; NODE_SCORES],
-}
-
-/// The node-only part of the totals for one constraint class and one set of
-/// maxima: the class-level plugins' weighted scores (integers) and each
-/// metric's weighted score. Every signature of the class shares it.
-pub(super) struct Base {
-    maxima: Maxima,
-    static_int: Vec<i64>,
-    /// `metrics` weighted scores per node.
-    metric: Vec<f64>,
-    /// `BatchState::metric_epoch` when built (herd estimates only): a node whose
-    /// epoch moved since has its metric scores computed afresh.
-    epochs: Vec<u32>,
-}
-
-/// The class's current base if it was built for `maxima`, else a new one (kept as current).
-fn class_base(slot: &mut Option<Arc<Base>>, engine: &Engine, state: &BatchState, cache: &ClassCache, maxima: &Maxima) -> Arc<Base> {
-    match slot {
-        Some(base) if base.maxima == *maxima => Arc::clone(base),
-        _ => {
-            let base = Arc::new(engine.base(state, cache, maxima));
-            *slot = Some(Arc::clone(&base));
-            base
-        }
-    }
 }
 
 /// Histogram, feasible count and maxima of a run of nodes.
@@ -275,73 +201,6 @@ impl Engine<'_, '_> {
                 ..NodeEval::default()
             },
         }
-    }
-
-    /// The node-only part of the totals of a class's nodes under `maxima`.
-    pub(super) fn base(&self, state: &BatchState, cache: &ClassCache, maxima: &Maxima) -> Base {
-        let n = self.nodes.count;
-        let m = self.metrics.specs.len();
-        let static_int = |node: usize| {
-            let mut total = 0;
-            for (slot, &id) in CLASS_SCORERS.iter().enumerate() {
-                let weight = self.profile.weight_of(id);
-                if weight != 0 {
-                    total += registry::normalize_class(id, cache.raw[slot][node], maxima.class[slot]) * weight;
-                }
-            }
-            total
-        };
-        let mut metric = vec![0.0; n * m];
-        let weighted = |(node, row): (usize, &mut [f64])| {
-            for (k, spec) in self.metrics.specs.iter().enumerate() {
-                row[k] = metrics::score(spec, state.metric_value(node, k), maxima.metric_min[k], maxima.metric_max[k]) * spec.weight;
-            }
-        };
-        let static_int = if self.parallel {
-            if m > 0 {
-                metric
-                    .par_chunks_mut(m)
-                    .with_min_len(NODES_PER_CHUNK)
-                    .enumerate()
-                    .for_each(weighted);
-            }
-            (0..n).into_par_iter().with_min_len(NODES_PER_CHUNK).map(static_int).collect()
-        } else {
-            if m > 0 {
-                metric.chunks_mut(m).enumerate().for_each(weighted);
-            }
-            (0..n).map(static_int).collect()
-        };
-        Base {
-            maxima: maxima.clone(),
-            static_int,
-            metric,
-            epochs: if state.herd { state.metric_epoch.clone() } else { Vec::new() },
-        }
-    }
-
-    /// Weighted total of a feasible node without the pod-level scores. The
-    /// integer plugins are summed exactly, then each metric's weighted score
-    /// is added in order.
-    #[inline]
-    pub(super) fn total(&self, state: &BatchState, base: &Base, node: usize, scores: &[i32; NODE_SCORES]) -> f64 {
-        let m = self.metrics.specs.len();
-        let mut int = base.static_int[node];
-        for (slot, &id) in NODE_SCORERS.iter().enumerate() {
-            int += scores[slot] as i64 * self.profile.weight_of(id);
-        }
-        let mut total = int as f64;
-        if state.herd && base.epochs[node] != state.metric_epoch[node] {
-            let mx = &base.maxima;
-            for (k, spec) in self.metrics.specs.iter().enumerate() {
-                total += metrics::score(spec, state.metric_value(node, k), mx.metric_min[k], mx.metric_max[k]) * spec.weight;
-            }
-            return total;
-        }
-        for &score in &base.metric[node * m..(node + 1) * m] {
-            total += score;
-        }
-        total
     }
 
     /// Evaluate every node for a pod (in parallel chunks), then its totals.
