@@ -302,6 +302,8 @@ class Profile(TypedDict):
     balanced_resources: list[int]
     # DefaultPreemption (PostFilter).
     preemption: bool
+    # NodePodLimit's maxPods: the most pods a node may hold.
+    max_pods_per_node: int
 
 
 class ExplanationArrays(TypedDict):

@@ -18,7 +18,7 @@ from ksched.engine import Engine
 from ksched.engine.inputs import engine_profile
 from ksched.engine.snapshot import build_snapshot
 from ksched.errors import ConfigError
-from tests.conftest import failed_scheduling, node, not_helpful, pod
+from tests.conftest import failed_scheduling, no_victims, node, not_helpful, pod
 
 ZONE = "topology.kubernetes.io/zone"
 
@@ -73,6 +73,7 @@ def test_the_engine_is_sent_upstreams_defaults() -> None:
         "fit_ignored": [],
         "balanced_resources": [cpu, memory],
         "preemption": True,
+        "max_pods_per_node": 110,
     }
     assert set(want) == set(Profile.__annotations__)
     assert engine_profile(ProfileConfig(), snapshot) == want
@@ -272,3 +273,54 @@ def test_ignore_preferred_terms_of_existing_pods() -> None:
         result = schedule(cfg, nodes, [web], explain="default/web", existing=[existing])
         got = {n.node: n.scores["InterPodAffinity"]["normalized"] for n in result.explanation.nodes}
         assert got == want, f"ignorePreferredTermsOfExistingPods={ignore}"
+
+
+def pod_limit(max_pods: int | None = None) -> Config:
+    """A profile that enables NodePodLimit (off by default), with ``maxPods`` if given."""
+    limit = {"name": "NodePodLimit", "args": {} if max_pods is None else {"maxPods": max_pods}}
+    return parse_config(
+        {
+            "apiVersion": "ksched.io/v1alpha1",
+            "kind": "KschedConfiguration",
+            "profiles": [
+                {
+                    "schedulerName": "ksched",
+                    "plugins": {"multiPoint": {"enabled": [{"name": "NodePodLimit"}]}},
+                    "pluginConfig": [limit],
+                }
+            ],
+        }
+    )
+
+
+def test_node_pod_limit_is_off_by_default_and_takes_max_pods() -> None:
+    assert "NodePodLimit" not in ProfileConfig().filters
+    (profile,) = pod_limit(2).profiles
+    assert "NodePodLimit" in profile.filters and profile.max_pods_per_node == 2
+    assert pod_limit().profiles[0].max_pods_per_node == ProfileConfig().max_pods_per_node
+
+
+@pytest.mark.parametrize(
+    ("max_pods", "fragment"),
+    [(0, r"args\.maxPods: 0 is not an integer in 1\.\.2147483647"), ("3", r"maxPods: '3' is not an integer")],
+)
+def test_node_pod_limit_refuses_a_bad_max_pods(max_pods: Any, fragment: str) -> None:
+    with pytest.raises(ConfigError, match=fragment):
+        pod_limit(max_pods)
+
+
+def test_node_pod_limit_counts_bound_pods_and_the_batchs_own() -> None:
+    # Two places per node: "a" holds one pod already, so the batch fills a's last place and
+    # both of b's, and the fourth pod fits nowhere with the plugin's reason.
+    nodes = [node("a"), node("b")]
+    existing = [pod("bound", node_name="a")]
+    pending = [pod(f"p{i}") for i in range(4)]
+    placements = schedule(pod_limit(2), nodes, pending, existing=existing).placements
+    assert sorted(p.node or "-" for p in placements) == ["-", "a", "b", "b"]
+    (refused,) = [p for p in placements if p.node is None]
+    assert refused.message == failed_scheduling(
+        "0/2 nodes are available: 2 node(s) had reached the profile's pod limit.", no_victims(2)
+    )
+    assert refused.rejected_by == {"NodePodLimit"}
+    # Off by default: the same cluster takes every pod.
+    assert all(p.node for p in schedule(Config(), nodes, pending, existing=existing).placements)

@@ -83,6 +83,9 @@ class ProfileConfig:
     # InterPodAffinity args: a pod without preferred pod (anti-)affinity terms
     # is not scored by the existing pods' terms.
     ignore_preferred_terms_of_existing_pods: bool = False
+    # NodePodLimit args (ksched's own plugin): ``maxPods``, the most pods a node may hold;
+    # the kubelet's default maxPods, so enabling the plugin alone changes nothing on default nodes.
+    max_pods_per_node: int = 110
 
 
 # Where an arg is left out: the defaults, read from the fields above.
@@ -235,6 +238,13 @@ def _volume_binding(profile: ProfileConfig, args: Any, path: str) -> ProfileConf
 
 # Each plugin with args -> its parser: (the profile so far, the args object, its key path) ->
 # the profile with the args set. The order is the one the error for an unknown name lists.
+def _node_pod_limit(profile: ProfileConfig, args: Any, path: str) -> ProfileConfig:
+    """NodePodLimitArgs: ``maxPods``, at least 1 (a node that may hold no pod is cordoned)."""
+    check_keys(args, path, ("maxPods",))
+    max_pods = as_int(args.get("maxPods", _DEFAULT.max_pods_per_node), f"{path}.maxPods", 1, MAX_INT32)
+    return replace(profile, max_pods_per_node=max_pods)
+
+
 PLUGIN_ARGS: dict[str, Callable[[ProfileConfig, Any, str], ProfileConfig]] = {
     "NodeResourcesFit": _node_resources_fit,
     "NodeResourcesBalancedAllocation": _node_resources_balanced_allocation,
@@ -242,6 +252,7 @@ PLUGIN_ARGS: dict[str, Callable[[ProfileConfig, Any, str], ProfileConfig]] = {
     "InterPodAffinity": _inter_pod_affinity,
     "PodTopologySpread": _pod_topology_spread,
     "VolumeBinding": _volume_binding,
+    "NodePodLimit": _node_pod_limit,
 }
 
 

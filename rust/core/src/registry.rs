@@ -27,9 +27,9 @@ pub use crate::model::{plugin_by_name, reason_code, ClusterEvent, Level, PluginI
 use crate::model::{row, Classes, Nodes, PodTable, Ports, Profile, Selectors, Volumes, FIXED_REASON_COUNT};
 use crate::plugins::node_ports::HostPort;
 use crate::plugins::{
-    balanced_allocation, image_locality, inter_pod_affinity, node_affinity, node_name, node_ports, node_resources_fit, node_unschedulable,
-    node_volume_limits, normalize, pod_topology_spread, taint_toleration, volume_binding, volume_restrictions, volume_zone, Reason,
-    FEASIBLE,
+    balanced_allocation, image_locality, inter_pod_affinity, node_affinity, node_name, node_pod_limit, node_ports, node_resources_fit,
+    node_unschedulable, node_volume_limits, normalize, pod_topology_spread, taint_toleration, volume_binding, volume_restrictions,
+    volume_zone, Reason, FEASIBLE,
 };
 
 /// A fixed filter failure reason with its dense code and the plugin that reports it.
@@ -51,6 +51,7 @@ const fn reasons_of(id: PluginId) -> &'static [Reason] {
         PluginId::NodeAffinity => node_affinity::REASONS,
         PluginId::NodePorts => node_ports::REASONS,
         PluginId::NodeResourcesFit => node_resources_fit::REASONS,
+        PluginId::NodePodLimit => node_pod_limit::REASONS,
         PluginId::PodTopologySpread => pod_topology_spread::REASONS,
         PluginId::VolumeRestrictions => volume_restrictions::REASONS,
         PluginId::NodeVolumeLimits => node_volume_limits::REASONS,
@@ -452,6 +453,7 @@ pub fn filter(id: PluginId, x: &NodeInput, report: &mut impl FnMut(u32)) -> bool
                 report,
             )
         }
+        PluginId::NodePodLimit => node_pod_limit::filter(x.filter_pod_count, x.profile.max_pods_per_node),
         PluginId::VolumeRestrictions => match x.prefilter.and_then(|p| p.volume_restrictions.as_ref()) {
             Some(f) => f.filter(),
             None => FEASIBLE,

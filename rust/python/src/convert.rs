@@ -47,6 +47,7 @@ pub fn profile(d: &Bound<'_, PyDict>) -> PyResult<Profile> {
         fit_ignored: value(WHAT, d, "fit_ignored")?,
         balanced_resources: value(WHAT, d, "balanced_resources")?,
         preemption: value(WHAT, d, "preemption")?,
+        max_pods_per_node: value(WHAT, d, "max_pods_per_node")?,
     })
 }
 

@@ -19,6 +19,7 @@ pub enum PluginId {
     NodeAffinity,
     NodePorts,
     NodeResourcesFit,
+    NodePodLimit,
     VolumeRestrictions,
     NodeVolumeLimits,
     VolumeBinding,
@@ -29,7 +30,7 @@ pub enum PluginId {
     ImageLocality,
 }
 
-pub const PLUGIN_COUNT: usize = 14;
+pub const PLUGIN_COUNT: usize = 15;
 
 /// What a plugin's verdict and score depend on besides the node, which
 /// decides where the batch loop computes and caches them.
@@ -93,6 +94,14 @@ impl PluginInfo {
     const fn events(self, events: &'static [ClusterEvent]) -> Self {
         PluginInfo { events, ..self }
     }
+
+    /// A ksched plugin with no upstream counterpart: off unless a profile enables it.
+    const fn off_by_default(self) -> Self {
+        PluginInfo {
+            default_enabled: false,
+            ..self
+        }
+    }
 }
 
 /// Every plugin, in upstream's `multiPoint` order: Filter plugins run in this
@@ -118,6 +127,10 @@ pub const PLUGINS: [PluginInfo; PLUGIN_COUNT] = [
     row(PluginId::NodeResourcesFit, "NodeResourcesFit", true, 1, Level::Node)
         .reasons(1)
         .events(&[AssignedPodDelete, NodeAdd, NodeAllocatableChange]),
+    row(PluginId::NodePodLimit, "NodePodLimit", true, 0, Level::Node)
+        .reasons(1)
+        .events(&[AssignedPodDelete, NodeAdd])
+        .off_by_default(),
     row(PluginId::VolumeRestrictions, "VolumeRestrictions", true, 0, Level::Pod)
         .reasons(1)
         .events(&[AssignedPodDelete, NodeAdd, PersistentVolumeClaimAdd]),
@@ -207,6 +220,10 @@ impl PluginId {
     }
 }
 
+/// NodePodLimit's default `maxPods`: the kubelet's default `maxPods`, so
+/// enabling the plugin without args changes nothing on default nodes.
+pub const DEFAULT_MAX_PODS_PER_NODE: i64 = 110;
+
 /// Upstream's default InterPodAffinity `hardPodAffinityWeight`.
 pub const HARD_POD_AFFINITY_WEIGHT: i64 = 1;
 
@@ -240,6 +257,8 @@ pub struct Profile {
     pub balanced_resources: Vec<usize>,
     /// DefaultPreemption (PostFilter).
     pub preemption: bool,
+    /// NodePodLimit's `maxPods`: the most pods a node may hold.
+    pub max_pods_per_node: i64,
 }
 
 impl Profile {
@@ -267,6 +286,7 @@ impl Default for Profile {
             fit_ignored: Vec::new(),
             balanced_resources: vec![CPU, MEMORY],
             preemption: true,
+            max_pods_per_node: DEFAULT_MAX_PODS_PER_NODE,
         }
     }
 }

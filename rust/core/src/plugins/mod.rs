@@ -11,6 +11,7 @@ pub mod inter_pod_affinity;
 pub mod metrics;
 pub mod node_affinity;
 pub mod node_name;
+pub mod node_pod_limit;
 pub mod node_ports;
 pub mod node_resources_fit;
 pub mod node_unschedulable;
