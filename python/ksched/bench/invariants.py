@@ -242,3 +242,11 @@ def vanished(
     """Created pods (namespace, name) that are gone with no known delete request, sorted."""
     here = {(p["metadata"]["namespace"], p["metadata"]["name"]) for p in present}
     return sorted(set(created) - here - set(deleted))
+
+
+def lost(created: Mapping[str, str], present: Iterable[Obj]) -> list[str]:
+    """Created pods, given as UID by name, whose UID ``present`` no longer holds, sorted by name.
+
+    By UID, not name: a pod deleted and re-created under its name is still lost."""
+    here = {p["metadata"]["uid"] for p in present}
+    return sorted(name for name, uid in created.items() if uid not in here)

@@ -11,12 +11,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from ksched.bench import invariants
+from ksched.bench.pods import CREATE_WORKERS, clear_pods, create_pods, process_usage
 from ksched.bench.sidebyside.options import QUIET_CORES, SETTLE_MAX_S, TERMINATED_WATCHERS, Options, Phase
 from ksched.bench.sidebyside.schedulers import Scheduler, metrics_status
 from ksched.bench.sidebyside.watch import FirstSeen
 from ksched.bench.sidebyside.workloads import setup_namespace, workload_pods
 from ksched.cluster import local
-from ksched.commands.demo import CREATE_WORKERS, clear_pods, create_pods, process_usage
 from ksched.errors import KschedError
 from ksched.loop.client import Kube
 from ksched.objects import Obj

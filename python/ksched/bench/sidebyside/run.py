@@ -14,6 +14,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from ksched.bench.pods import CREATE_WORKERS
 from ksched.bench.sidebyside.options import (
     BENCH_NODE_LEASE_S,
     KSCHED,
@@ -32,7 +33,6 @@ from ksched.bench.sidebyside.schedulers import Scheduler
 from ksched.bench.sidebyside.workloads import exporter
 from ksched.cluster import local
 from ksched.cluster.build import Pins, ensure_built
-from ksched.commands.demo import CREATE_WORKERS
 from ksched.errors import KschedError
 from ksched.loop.client import Kube, load_configuration
 

@@ -1,0 +1,66 @@
+"""Creating, accounting for and clearing a harness's pods on a local control plane.
+
+Owns: the parallel create that the demo and the side by side share, the check that
+every pod a phase created is still there (by UID), the clear between phases, and the
+CPU and peak RSS of a scheduler's process. Never: reuses a namespace between phases —
+that is the caller's rule (see :mod:`ksched.bench.demo` on KWOK's deletes by name).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from ksched.errors import KschedError
+from ksched.loop.client import Kube
+from ksched.objects import Obj
+
+# Enough parallel creates that the API server, not the client, limits the creation rate.
+CREATE_WORKERS = 32
+SETTLE_TIMEOUT_S = 300.0
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+class LostPodsError(KschedError):
+    """Pods that a phase created disappeared before the phase ended: something else deleted them."""
+
+
+def create_pods(kube: Kube, pods: list[Obj]) -> dict[str, str]:
+    """Create the pods; returns each created pod's UID by name."""
+
+    def post(p: Obj) -> tuple[str, str]:
+        r = kube.request("POST", f"/api/v1/namespaces/{p['metadata']['namespace']}/pods", body=p)
+        if not r.ok:
+            raise KschedError(f"creating {p['metadata']['name']}: HTTP {r.status}: {r.data[:200]!r}")
+        return p["metadata"]["name"], r.json()["metadata"]["uid"]
+
+    with ThreadPoolExecutor(CREATE_WORKERS) as pool:
+        return dict(pool.map(post, pods))
+
+
+def process_usage(pid: int) -> tuple[float, float]:
+    """CPU seconds (user+system) and peak RSS in MiB of a running process."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    cpu = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+    rss = 0.0
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            rss = int(line.split()[1]) / 1024
+    return cpu, rss
+
+
+def clear_pods(kube: Kube, namespace: str) -> None:
+    # Thousands of pods take the API server longer than a request's default timeout.
+    kube.request(
+        "DELETE",
+        f"/api/v1/namespaces/{namespace}/pods",
+        query={"gracePeriodSeconds": 0},
+        timeout=SETTLE_TIMEOUT_S,
+    )
+    deadline = time.monotonic() + SETTLE_TIMEOUT_S
+    while kube.request("GET", f"/api/v1/namespaces/{namespace}/pods", query={"limit": 1}).json()["items"]:
+        if time.monotonic() > deadline:
+            raise KschedError(f"the pods in {namespace} were not deleted")
+        time.sleep(0.5)
