@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -27,6 +28,48 @@ def test_down_leaves_no_process(
     local.down()
     assert not any(local._alive(pid, name) for name, pid in pids.items())
     assert not os.path.exists(state.directory)
+
+
+def _processes_naming(path: Path) -> list[str]:
+    """Command lines of the running processes that name ``path`` (a cluster's directory)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if str(path) in cmdline and state != "Z":
+            found.append(cmdline)
+    return found
+
+
+def test_down_during_a_restart_leaves_no_process(
+    cluster: local.ClusterState, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A soak's fault thread may be restarting kube-apiserver when the soak tears down: the
+    restart must not start a kube-apiserver that outlives the cluster."""
+    monkeypatch.setenv("KSCHED_CLUSTER_DIR", str(tmp_path))
+    local.up(nodes=2)
+    outcome: list[BaseException] = []
+
+    def restart() -> None:
+        try:
+            local.restart("kube-apiserver", down_s=2)
+        except BaseException as err:
+            outcome.append(err)
+
+    fault = threading.Thread(target=restart)
+    fault.start()
+    time.sleep(0.5)  # the restart has stopped kube-apiserver and waits to start it again
+    local.down()
+    fault.join(120)
+    assert not fault.is_alive()
+    assert [type(e) for e in outcome] == [local.ClusterError], outcome
+    assert _processes_naming(tmp_path) == []
+    assert not (tmp_path / "state.json").exists()
 
 
 def test_sigterm_tears_down_a_bench_run(cluster: local.ClusterState, tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -593,8 +594,21 @@ def kube_scheduler_args(
     return args, port
 
 
+# `restart` and `down` one at a time in this process: a restart that a fault thread began
+# would otherwise start its component again after `down` had read the state, and that
+# process would outlive the cluster, serving a removed directory.
+_CONTROL = threading.Lock()
+
+
 def down() -> str:
-    """Stop exactly the processes ``up`` recorded and remove the state directory."""
+    """Stop exactly the processes ``up`` recorded and remove the state directory.
+
+    Waits for a :func:`restart` in progress in this process, so what it starts is stopped too."""
+    with _CONTROL:
+        return _down()
+
+
+def _down() -> str:
     state = load_state()
     if state is None:
         shutil.rmtree(state_dir(), ignore_errors=True)
@@ -673,22 +687,24 @@ def restart(component: str, down_s: float = 0.0) -> None:
     """Stop one component and start it again with the same command line (for failure tests),
     after ``down_s`` seconds stopped.
 
-    kube-apiserver is waited for until /readyz answers again, etcd until /health does."""
-    state = _running(component)
-    _stop(component, state.pids[component])
-    if down_s > 0:
-        time.sleep(down_s)
-    directory = Path(state.directory)
-    log = open(directory / f"{component}.log", "ab")  # noqa: SIM115 - owned by the child process
-    proc = subprocess.Popen(
-        state.commands[component],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    state.pids[component] = proc.pid
-    _save(state)
+    kube-apiserver is waited for until /readyz answers again, etcd until /health does.
+    Raises :class:`ClusterError` if the cluster was taken down meanwhile (see ``_CONTROL``)."""
+    with _CONTROL:
+        state = _running(component)
+        _stop(component, state.pids[component])
+        if down_s > 0:
+            time.sleep(down_s)
+        directory = Path(state.directory)
+        log = open(directory / f"{component}.log", "ab")  # noqa: SIM115 - owned by the child process
+        proc = subprocess.Popen(
+            state.commands[component],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        state.pids[component] = proc.pid
+        _save(state)
     if component == "kube-apiserver":
         deadline = time.monotonic() + READY_TIMEOUT_S
         while not http_ok(f"{state.apiserver}/readyz", state.token):
