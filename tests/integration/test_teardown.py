@@ -105,4 +105,6 @@ def test_sigterm_tears_down_a_bench_run(cluster: local.ClusterState, tmp_path: P
     assert proc.returncode == 130, err[-2000:]
     assert "Traceback" not in err, err[-2000:]
     assert not [name for name, pid in pids.items() if local._alive(pid, name)]
+    # Nor anything it started beside the control plane (its `ksched run` names the kubeconfig).
+    assert _processes_naming(tmp_path) == []
     assert not state_file.exists()

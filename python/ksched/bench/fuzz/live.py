@@ -127,15 +127,25 @@ def _start_ksched(state: local.ClusterState, workdir: Path, hook_port: int) -> _
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
     k = _Ksched(proc, port, hook_port, log)
+    # Whatever ends the wait (not ready in time, or SIGTERM's KeyboardInterrupt) stops the
+    # process here: the caller never got it, so its teardown cannot.
+    try:
+        _wait_ready(k)
+    except BaseException:
+        _stop(k)
+        raise
+    return k
+
+
+def _wait_ready(k: _Ksched) -> None:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise KschedError(f"ksched run exited:\n{log.read_text(errors='replace')[-2000:]}")
+        if k.proc.poll() is not None:
+            raise KschedError(f"ksched run exited:\n{k.log.read_text(errors='replace')[-2000:]}")
         if k.get("/readyz") == 200:
-            return k
+            return
         time.sleep(0.2)
-    _stop(k)
-    raise KschedError(f"ksched did not become ready:\n{log.read_text(errors='replace')[-2000:]}")
+    raise KschedError(f"ksched did not become ready:\n{k.log.read_text(errors='replace')[-2000:]}")
 
 
 def _stop(k: _Ksched) -> None:
