@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 import yaml
 
-from ksched.cluster.local import ClusterError, prometheus_binary
+from ksched.cluster.processes import ClusterError
+from ksched.cluster.prometheus import prometheus_binary
 from tests.integration.helpers import unavailable
 
 OBSERVABILITY = Path(__file__).resolve().parents[2] / "deploy" / "observability"

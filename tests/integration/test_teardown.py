@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from ksched.cluster import local
+from ksched.cluster.processes import alive
 
 pytestmark = pytest.mark.cluster
 
@@ -24,9 +25,9 @@ def test_down_leaves_no_process(
     monkeypatch.setenv("KSCHED_CLUSTER_DIR", str(tmp_path))
     state = local.up(nodes=2)
     pids = dict(state.pids)
-    assert all(local._alive(pid, name) for name, pid in pids.items())
+    assert all(alive(pid, name) for name, pid in pids.items())
     local.down()
-    assert not any(local._alive(pid, name) for name, pid in pids.items())
+    assert not any(alive(pid, name) for name, pid in pids.items())
     assert not os.path.exists(state.directory)
 
 
@@ -104,7 +105,7 @@ def test_sigterm_tears_down_a_bench_run(cluster: local.ClusterState, tmp_path: P
             proc.kill()
     assert proc.returncode == 130, err[-2000:]
     assert "Traceback" not in err, err[-2000:]
-    assert not [name for name, pid in pids.items() if local._alive(pid, name)]
+    assert not [name for name, pid in pids.items() if alive(pid, name)]
     # Nor anything it started beside the control plane (its `ksched run` names the kubeconfig).
     assert _processes_naming(tmp_path) == []
     assert not state_file.exists()

@@ -1,11 +1,14 @@
 """``ksched cluster up|down|env``: a real control plane on loopback.
 
 Owns starting etcd, kube-apiserver (RBAC, token-file admin, service-account
-keys, relaxed in-flight limits), the KWOK controller with N fake nodes, and
-optionally the real kube-scheduler and Prometheus, each on a free port, and
-stopping exactly those processes (by recorded pid). State lives under
-``~/.cache/ksched/cluster`` (or ``$KSCHED_CLUSTER_DIR``). A second ``up``
+keys, relaxed in-flight limits), the KWOK controller with N fake nodes
+(:mod:`~ksched.cluster.kwok`), and optionally the real kube-scheduler, the
+workload controllers and Prometheus (:mod:`~ksched.cluster.prometheus`), each on
+a free port, and stopping, restarting or signalling exactly those processes (by
+recorded pid). State lives under ``~/.cache/ksched/cluster`` (or
+``$KSCHED_CLUSTER_DIR``; :mod:`~ksched.cluster.processes`). A second ``up``
 while one runs is refused; state left by a crashed run is detected and cleaned.
+Callers reach all of it through this module (``__all__``).
 """
 
 from __future__ import annotations
@@ -16,249 +19,50 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import threading
 import time
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ksched.cluster.build import Pins, ensure_built, kwok_stages
-from ksched.errors import KschedError
-
-READY_TIMEOUT_S = 120.0
-STOP_TIMEOUT_S = 10.0
-LOG_TAIL_BYTES = 4000
-FAKE_NODE_ANNOTATION = "kwok.x-k8s.io/node"
-# The kubelet's node Lease duration (renewed every quarter of it): at 5,000 nodes, 500 writes a second.
-NODE_LEASE_S = 40
-# Realistic shapes for fake nodes: (instance type, cpu, memory).
-INSTANCE_TYPES = (
-    ("m5.xlarge", "4", "16Gi"),
-    ("m5.2xlarge", "8", "32Gi"),
-    ("c5.2xlarge", "8", "16Gi"),
-    ("r5.xlarge", "4", "32Gi"),
+from ksched.cluster.build import Pins, ensure_built
+from ksched.cluster.kwok import FAKE_NODE_ANNOTATION, NODE_LEASE_S, REGION, fake_nodes, start_nodes
+from ksched.cluster.processes import (
+    READY_TIMEOUT_S,
+    ClusterError,
+    ClusterState,
+    Launcher,
+    alive,
+    free_port,
+    http_ok,
+    kubectl,
+    load_state,
+    save_state,
+    state_dir,
+    tail,
 )
-REGION = "local-1"
+from ksched.cluster.prometheus import start_prometheus
 
+__all__ = [
+    "FAKE_NODE_ANNOTATION",
+    "REGION",
+    "ClusterError",
+    "ClusterState",
+    "audit_log_path",
+    "down",
+    "env_line",
+    "etcd_compact",
+    "fake_nodes",
+    "free_port",
+    "http_ok",
+    "kube_scheduler_args",
+    "restart",
+    "signal_component",
+    "stop",
+    "up",
+]
 
-class ClusterError(KschedError):
-    """The local control plane could not be started or stopped."""
-
-
-@dataclass
-class ClusterState:
-    directory: str
-    kubeconfig: str
-    apiserver: str
-    token: str
-    unprivileged_token: str = ""
-    pids: dict[str, int] = field(default_factory=dict)
-    # Each component's command line, so `restart` can start it again exactly.
-    commands: dict[str, list[str]] = field(default_factory=dict)
-    ports: dict[str, int] = field(default_factory=dict)
-    nodes: int = 0
-    prometheus: str | None = None
-
-    def describe(self) -> str:
-        lines = [
-            f"local cluster up: {self.nodes} fake nodes, API server {self.apiserver}",
-            f"  components: {', '.join(f'{k} (pid {v})' for k, v in self.pids.items())}",
-            f"  kubeconfig: {self.kubeconfig}",
-        ]
-        if self.prometheus:
-            lines.append(f"  prometheus: {self.prometheus}")
-        lines += [
-            "use it with:",
-            f"  export KUBECONFIG={self.kubeconfig}",
-            "  kubectl get nodes",
-            "stop it with: ksched cluster down",
-        ]
-        return "\n".join(lines)
-
-
-def state_dir() -> Path:
-    return Path(os.environ.get("KSCHED_CLUSTER_DIR") or Path.home() / ".cache" / "ksched" / "cluster")
-
-
-def _state_file() -> Path:
-    return state_dir() / "state.json"
-
-
-def load_state() -> ClusterState | None:
-    try:
-        return ClusterState(**json.loads(_state_file().read_text()))
-    except (OSError, ValueError, TypeError):
-        return None
-
-
-def _alive(pid: int, binary: str) -> bool:
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
-    except OSError:
-        return False
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return os.path.basename(cmdline) == binary and ") Z " not in stat
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _tail(path: Path) -> str:
-    try:
-        data = path.read_bytes()[-LOG_TAIL_BYTES:]
-    except OSError:
-        return "(no log)"
-    return data.decode(errors="replace")
-
-
-class _Launcher:
-    def __init__(self, directory: Path, bin_dir: Path, state: ClusterState):
-        self.dir = directory
-        self.bin = bin_dir
-        self.state = state
-        self.procs: dict[str, subprocess.Popen[bytes]] = {}
-
-    def start(self, name: str, binary: str | Path, args: list[str]) -> None:
-        log = open(self.dir / f"{name}.log", "wb")  # noqa: SIM115 - owned by the child process
-        exe = str(binary) if os.path.isabs(str(binary)) else str(self.bin / str(binary))
-        proc = subprocess.Popen(
-            [exe, *args],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        self.procs[name] = proc
-        self.state.pids[name] = proc.pid
-        self.state.commands[name] = [exe, *args]
-        _save(self.state)
-
-    def check(self) -> None:
-        for name, proc in self.procs.items():
-            if proc.poll() is not None:
-                raise ClusterError(
-                    f"{name} exited with status {proc.returncode} during start-up; last lines of its log:\n{_tail(self.dir / f'{name}.log')}"
-                )
-
-    def wait(self, what: str, ready: Any, timeout: float = READY_TIMEOUT_S) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            self.check()
-            if ready():
-                return
-            time.sleep(0.25)
-        logs = "\n".join(f"--- {n}.log ---\n{_tail(self.dir / f'{n}.log')[-1500:]}" for n in self.procs)
-        raise ClusterError(f"timed out after {timeout:.0f} s waiting for {what}\n{logs}")
-
-
-def _save(state: ClusterState) -> None:
-    Path(state.directory).mkdir(parents=True, exist_ok=True)
-    _state_file().write_text(json.dumps(asdict(state), indent=2))
-
-
-def _kubectl(
-    state: ClusterState, bin_dir: Path, *args: str, input_: bytes | None = None
-) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run(
-        [str(bin_dir / "kubectl"), "--kubeconfig", state.kubeconfig, *args],
-        input=input_,
-        capture_output=True,
-        check=False,
-    )
-
-
-def http_ok(url: str, token: str | None = None) -> bool:
-    import ssl
-    import urllib.request
-
-    ctx = ssl.create_default_context()
-    ctx.check_hostname = False
-    ctx.verify_mode = ssl.CERT_NONE
-    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
-    try:
-        with urllib.request.urlopen(req, timeout=2, context=ctx) as resp:
-            return bool(resp.status == 200)
-    except OSError:
-        return False
-
-
-def fake_nodes(count: int, zones: int, first: int = 0) -> dict[str, Any]:
-    """Node objects KWOK manages: realistic allocatable and well-known labels
-    (named ``kwok-node-NNNNN`` from ``first``)."""
-    items = []
-    for i in range(first, first + count):
-        itype, cpu, mem = INSTANCE_TYPES[i % len(INSTANCE_TYPES)]
-        name = f"kwok-node-{i:05d}"
-        items.append(
-            {
-                "apiVersion": "v1",
-                "kind": "Node",
-                "metadata": {
-                    "name": name,
-                    "annotations": {FAKE_NODE_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"},
-                    "labels": {
-                        "kubernetes.io/hostname": name,
-                        "kubernetes.io/arch": "amd64",
-                        "kubernetes.io/os": "linux",
-                        "node.kubernetes.io/instance-type": itype,
-                        "topology.kubernetes.io/region": REGION,
-                        "topology.kubernetes.io/zone": f"{REGION}{chr(ord('a') + i % max(zones, 1))}",
-                        "type": "kwok",
-                    },
-                },
-                "status": {
-                    "allocatable": {"cpu": cpu, "memory": mem, "pods": "110", "ephemeral-storage": "100Gi"},
-                    "capacity": {"cpu": cpu, "memory": mem, "pods": "110", "ephemeral-storage": "100Gi"},
-                },
-            }
-        )
-    return {"apiVersion": "v1", "kind": "List", "items": items}
-
-
-def _ready_nodes(state: ClusterState, bin_dir: Path) -> int:
-    out = _kubectl(state, bin_dir, "get", "nodes", "-o", "json")
-    if out.returncode != 0:
-        return -1
-    count = 0
-    for n in json.loads(out.stdout).get("items", []):
-        for c in (n.get("status") or {}).get("conditions") or []:
-            if c.get("type") == "Ready" and c.get("status") == "True":
-                count += 1
-    return count
-
-
-def prometheus_binary() -> str:
-    """Prometheus from Debian's package, installed with apt-get when missing and run as root.
-
-    The package also ships promtool beside it (the test suite checks the alerting rules with it)."""
-    found = shutil.which("prometheus") or (
-        "/usr/bin/prometheus" if Path("/usr/bin/prometheus").exists() else None
-    )
-    if found:
-        return found
-    if os.geteuid() == 0 and shutil.which("apt-get"):
-        for cmd in (
-            ["apt-get", "update", "-q"],
-            ["apt-get", "install", "-y", "-q", "--no-install-recommends", "prometheus"],
-        ):
-            proc = subprocess.run(
-                cmd, capture_output=True, check=False, env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-            )
-            if proc.returncode != 0 and cmd[1] == "install":
-                raise ClusterError(
-                    f"installing Prometheus with apt-get failed:\n{proc.stdout.decode()[-2000:]}{proc.stderr.decode()[-2000:]}"
-                )
-        if Path("/usr/bin/prometheus").exists():
-            return "/usr/bin/prometheus"
-    raise ClusterError("Prometheus is not installed: install Debian's package (apt-get install prometheus)")
+STOP_TIMEOUT_S = 10.0
 
 
 def up(
@@ -285,7 +89,7 @@ def up(
         raise ClusterError(f"the node Lease duration must be at least 1 s, not {node_lease_s}")
     existing = load_state()
     if existing is not None:
-        if any(_alive(pid, name) for name, pid in existing.pids.items()):
+        if any(alive(pid, name) for name, pid in existing.pids.items()):
             raise ClusterError(
                 f"a local cluster is already running (kubeconfig {existing.kubeconfig}); stop it with `ksched cluster down`"
             )
@@ -304,8 +108,8 @@ def up(
         unprivileged_token=secrets.token_hex(16),
         ports=ports,
     )
-    _save(state)
-    launcher = _Launcher(directory, bin_dir, state)
+    save_state(state)
+    launcher = Launcher(directory, bin_dir, state)
     try:
         _start(
             launcher,
@@ -330,7 +134,7 @@ def up(
 
 
 def _start(
-    launcher: _Launcher,
+    launcher: Launcher,
     state: ClusterState,
     bin_dir: Path,
     directory: Path,
@@ -438,16 +242,16 @@ def _start(
     Path(state.kubeconfig).write_text(json.dumps(kubeconfig, indent=2))
     launcher.wait(
         "the default namespace",
-        lambda: _kubectl(state, bin_dir, "get", "namespace", "default").returncode == 0,
+        lambda: kubectl(state, bin_dir, "get", "namespace", "default").returncode == 0,
     )
     crd = Path(__file__).with_name("podgroup-crd.yaml")
-    applied = _kubectl(state, bin_dir, "apply", "-f", str(crd))
+    applied = kubectl(state, bin_dir, "apply", "-f", str(crd))
     if applied.returncode != 0:
         raise ClusterError(f"installing the PodGroup CRD failed: {applied.stderr.decode()[-2000:]}")
     launcher.wait(
         "the PodGroup CRD",
         lambda: (
-            _kubectl(
+            kubectl(
                 state,
                 bin_dir,
                 "wait",
@@ -458,41 +262,7 @@ def _start(
             == 0
         ),
     )
-    kwok_config = directory / "kwok-stages.yaml"
-    kwok_config.write_text(kwok_stages(Pins()))
-    launcher.start(
-        "kwok",
-        "kwok",
-        [
-            f"--kubeconfig={state.kubeconfig}",
-            f"--config={kwok_config}",
-            "--manage-all-nodes=false",
-            f"--manage-nodes-with-annotation-selector={FAKE_NODE_ANNOTATION}=fake",
-            "--node-ip=10.244.0.1",
-            "--cidr=10.244.0.0/16",
-            f"--node-lease-duration-seconds={node_lease_s}",
-            f"--server-address=127.0.0.1:{free_port()}",
-        ],
-    )
-    if nodes:
-        created = _kubectl(
-            state,
-            bin_dir,
-            "create",
-            "-f",
-            "-",
-            "-o",
-            "name",
-            input_=json.dumps(fake_nodes(nodes, zones)).encode(),
-        )
-        if created.returncode != 0:
-            raise ClusterError(f"creating {nodes} fake nodes failed: {created.stderr.decode()[-2000:]}")
-    state.nodes = nodes
-    launcher.wait(
-        f"{nodes} Ready nodes",
-        lambda: _ready_nodes(state, bin_dir) >= nodes,
-        timeout=max(READY_TIMEOUT_S, nodes * 0.1),
-    )
+    start_nodes(launcher, nodes, zones, node_lease_s)
     if with_scheduler:
         args, port = kube_scheduler_args(state, scheduler_qps, percentage)
         launcher.start("kube-scheduler", "kube-scheduler", args)
@@ -535,33 +305,8 @@ def _start(
             "kube-controller-manager /healthz", lambda: http_ok(f"https://127.0.0.1:{port}/healthz")
         )
     if prometheus_targets:
-        port = free_port()
-        targets = [t.strip() for t in prometheus_targets.split(",") if t.strip()]
-        prom_config = directory / "prometheus.yml"
-        prom_config.write_text(
-            json.dumps(
-                {
-                    "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-                    "scrape_configs": [
-                        {"job_name": "ksched-targets", "static_configs": [{"targets": targets}]}
-                    ],
-                }
-            )
-        )
-        state.ports["prometheus"] = port
-        launcher.start(
-            "prometheus",
-            prometheus_binary(),
-            [
-                f"--config.file={prom_config}",
-                f"--storage.tsdb.path={directory / 'prometheus'}",
-                f"--web.listen-address=127.0.0.1:{port}",
-                "--storage.tsdb.retention.time=1h",
-            ],
-        )
-        state.prometheus = f"http://127.0.0.1:{port}"
-        launcher.wait("Prometheus", lambda: http_ok(f"{state.prometheus}/-/ready"))
-    _save(state)
+        start_prometheus(launcher, prometheus_targets)
+    save_state(state)
 
 
 def kube_scheduler_args(
@@ -624,14 +369,14 @@ def _down() -> str:
 
 def _stop(name: str, pid: int) -> bool:
     """SIGTERM, then SIGKILL after STOP_TIMEOUT_S; False if it was not running."""
-    if not _alive(pid, name):
+    if not alive(pid, name):
         return False
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + STOP_TIMEOUT_S
-    while _alive(pid, name) and time.monotonic() < deadline:
+    while alive(pid, name) and time.monotonic() < deadline:
         _reap(pid)
         time.sleep(0.1)
-    if _alive(pid, name):
+    if alive(pid, name):
         os.kill(pid, signal.SIGKILL)
     _reap(pid)
     return True
@@ -658,7 +403,7 @@ def stop(component: str) -> None:
 def signal_component(component: str, signum: int) -> None:
     """Send a signal to one running component (SIGSTOP / SIGCONT to hang and resume it)."""
     state = _running(component)
-    if _alive(state.pids[component], component):
+    if alive(state.pids[component], component):
         os.kill(state.pids[component], signum)
 
 
@@ -704,20 +449,20 @@ def restart(component: str, down_s: float = 0.0) -> None:
             start_new_session=True,
         )
         state.pids[component] = proc.pid
-        _save(state)
+        save_state(state)
     if component == "kube-apiserver":
         deadline = time.monotonic() + READY_TIMEOUT_S
         while not http_ok(f"{state.apiserver}/readyz", state.token):
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise ClusterError(
-                    f"kube-apiserver did not come back:\n{_tail(directory / 'kube-apiserver.log')}"
+                    f"kube-apiserver did not come back:\n{tail(directory / 'kube-apiserver.log')}"
                 )
             time.sleep(0.25)
     elif component == "etcd":
         deadline = time.monotonic() + READY_TIMEOUT_S
         while not http_ok(f"http://127.0.0.1:{state.ports['etcd']}/health"):
             if proc.poll() is not None or time.monotonic() > deadline:
-                raise ClusterError(f"etcd did not come back:\n{_tail(directory / 'etcd.log')}")
+                raise ClusterError(f"etcd did not come back:\n{tail(directory / 'etcd.log')}")
             time.sleep(0.25)
 
 
