@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 
 from ksched.cluster import local
-from ksched.commands.simulate import load_cluster, run_simulation
 from ksched.config import load_config
+from ksched.engine.cluster_file import load_cluster
+from ksched.engine.simulation import run_simulation
 from ksched.loop.client import MERGE_PATCH, Kube
 from ksched.objects import object_key
 from tests.integration.helpers import (

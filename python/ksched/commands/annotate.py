@@ -2,7 +2,8 @@
 
 The annotation-source counterpart of the seed's price annotator: values are
 written with a merge patch on each node, validated as numbers first, and
-listed for every node (``-`` where a node has none).
+listed for every node (``-`` where a node has none). The Kubernetes client
+(:mod:`ksched.loop.client`) is imported when the command runs, not with the command line.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ import math
 
 from ksched.commands.exit_codes import EXIT_OK
 from ksched.errors import KschedError
-from ksched.loop.client import Kube, load_configuration
 
 MERGE = "application/merge-patch+json"
 
@@ -39,6 +39,8 @@ def parse_assignments(pairs: list[str]) -> dict[str, str | None]:
 
 def annotate(kubeconfig: str | None, key: str, pairs: list[str]) -> list[tuple[str, str]]:
     """Apply the assignments, then return (node, value or "-") for every node."""
+    from ksched.loop.client import Kube, load_configuration
+
     kube = Kube(load_configuration(kubeconfig, 4))
     for node, value in parse_assignments(pairs).items():
         patch = {"metadata": {"annotations": {key: value}}}

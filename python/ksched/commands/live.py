@@ -5,8 +5,8 @@ Lists, through the kubeconfig, every kind the offline form reads from a file
 served, Services and workload controllers, PersistentVolumes, claims,
 StorageClasses and CSINodes) and gives each item the
 ``apiVersion`` and ``kind`` a list response leaves out, so the objects go to
-the same :func:`~ksched.commands.simulate.sort_objects` and
-:func:`~ksched.commands.simulate.run_simulation` as a file's. Live metrics
+the same :func:`~ksched.engine.cluster_file.sort_objects` and
+:func:`~ksched.engine.simulation.run_simulation` as a file's. Live metrics
 are read once from the configured Prometheus into the offline form's
 ``node -> {metric: value}`` mapping; a metric that cannot be read is dropped,
 as the running scheduler drops it (degraded mode).

@@ -3,7 +3,8 @@
 Both read the JSON the running process serves on its health address
 (``/shadow``, ``/status``; see :mod:`ksched.loop.server`); the shadow
 report can also be built from the JSON lines ``shadow.log`` appends, through
-the same :class:`~ksched.loop.shadow.ShadowLedger` the process keeps.
+the same :class:`~ksched.loop.shadow.ShadowLedger` the process keeps, imported
+when a report is built (it brings the engine), not with the command line.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from typing import Any
 
 from ksched.commands.exit_codes import EXIT_OK
 from ksched.errors import KschedError
-from ksched.loop.shadow import OTHER, PENDING, Decision, ShadowLedger
 
 # Where `ksched status` and `ksched shadow report` look for a running ksched: `run`'s default address.
 DEFAULT_ADDRESS = "127.0.0.1:10259"
@@ -48,6 +48,8 @@ def fetch(address: str, path: str) -> Any:
 
 def report_from_log(path: str | Path, keep: int) -> dict[str, Any]:
     """The report of the decisions a ``shadow.log`` file holds (the last ``keep`` listed)."""
+    from ksched.loop.shadow import Decision, ShadowLedger
+
     if keep < 1:
         raise KschedError(f"--keep {keep}: list at least 1 decision")
     ledger = ShadowLedger(keep)
@@ -89,6 +91,8 @@ def _when(ts: float) -> str:
 
 
 def render_report(report: dict[str, Any], source: str) -> str:
+    from ksched.loop.shadow import PENDING
+
     counts = report["counts"]
     total = report["total"]
     agreement = report["agreement"]
@@ -124,6 +128,8 @@ def render_report(report: dict[str, Any], source: str) -> str:
 
 
 def _why(d: dict[str, Any]) -> str:
+    from ksched.loop.shadow import OTHER
+
     reason = d["reason"] or "unknown"
     if d["outcome"] == OTHER and d["gap"] is not None:
         return (

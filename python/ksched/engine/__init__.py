@@ -10,6 +10,8 @@ inputs (:mod:`~ksched.engine.inputs`), calls it and explains its verdicts
 (:mod:`~ksched.engine.scheduler`, :mod:`~ksched.engine.placements`,
 :mod:`~ksched.engine.messages`), and holds
 the pure-Python oracle it is checked against (:mod:`~ksched.engine.reference`).
+A cluster file is read (:mod:`~ksched.engine.cluster_file`) and scheduled offline
+(:mod:`~ksched.engine.simulation`) here too, for ``simulate`` and ``explain``.
 It never talks to the API server: the loop and the commands feed it objects.
 """
 

@@ -4,15 +4,17 @@ Owns string interning (every label, taint, node name and IP becomes an
 integer id; id 0 is the empty string) and the numpy columns handed to the
 engine zero-copy. A :class:`Snapshot` is built once from nodes and pods and
 then kept current in place (:func:`apply_bound_pods`, O(changes)), so the
-engine never waits on an O(nodes) rebuild.
+engine never waits on an O(nodes) rebuild. Also reads a node annotation as a
+metric value for every node (:func:`annotation_column`).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import cast
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -222,6 +224,22 @@ def _node_images(nodes: list[Obj]) -> tuple[Interner, dict[str, npt.NDArray[np.g
         "image_sizes": np.array(sizes, dtype=np.int64),
         "image_node_counts": np.array(counts, dtype=np.int64),
     }
+
+
+def annotation_column(snapshot: Snapshot, key: str) -> npt.NDArray[np.float64]:
+    """Each node's annotation ``key`` as a number (NaN where absent or not a number)."""
+    return np.array(
+        [to_number((meta(node).get("annotations") or {}).get(key)) for node in snapshot.node_objects],
+        dtype=np.float64,
+    )
+
+
+def to_number(raw: Any) -> float:
+    """A metric value, or NaN for anything that is not a number."""
+    try:
+        return float(raw) if raw is not None else math.nan
+    except (TypeError, ValueError):
+        return math.nan
 
 
 def build_snapshot(nodes: list[Obj], pods: list[Obj]) -> Snapshot:

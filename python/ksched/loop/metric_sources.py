@@ -33,7 +33,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -43,7 +42,7 @@ from urllib3.util.retry import Retry
 
 from ksched import _core
 from ksched.config import MetricConfig
-from ksched.engine.snapshot import Snapshot
+from ksched.engine.snapshot import Snapshot, annotation_column
 from ksched.loop.telemetry import Telemetry
 from ksched.objects import Obj, meta
 
@@ -372,14 +371,6 @@ class MetricStore:
         return f"{len(self.live)} live metric(s) fresh"
 
 
-def annotation_column(snapshot: Snapshot, key: str) -> npt.NDArray[np.float64]:
-    """Each node's annotation ``key`` as a number (NaN where absent or not a number)."""
-    return np.array(
-        [to_number((meta(node).get("annotations") or {}).get(key)) for node in snapshot.node_objects],
-        dtype=np.float64,
-    )
-
-
 class RowMap:
     """The snapshot rows of a sample's nodes, kept for the next sample: a metric's refreshes
     name the same nodes in the same order, so a new sample's column is one numpy assignment
@@ -409,14 +400,6 @@ def _live(snapshot: Snapshot, sample: Sample, rows: RowMap) -> npt.NDArray[np.fl
     values = np.fromiter(sample.values.values(), dtype=np.float64, count=len(names))
     column[at[known]] = values[known]
     return column
-
-
-def to_number(raw: Any) -> float:
-    """A metric value, or NaN for anything that is not a number."""
-    try:
-        return float(raw) if raw is not None else math.nan
-    except (TypeError, ValueError):
-        return math.nan
 
 
 def _next_interval(metric: MetricConfig, interval: float, previous: Sample | None, sample: Sample) -> float:
