@@ -1,4 +1,4 @@
-"""Pods of one shape are parsed once (see ``ksched.engine.pods.requirements``) and a
+"""Pods of one shape are parsed once (see ``ksched.engine.requirements.requirements``) and a
 batch's placements are counted in one pass (``commit_placements``): each pod still
 gets its own name, labels, namespace, deletion and nomination, and the node and pod
 tables end as counting the pods one by one would leave them."""
@@ -11,10 +11,11 @@ from typing import Any
 import numpy as np
 
 from ksched.config import Config
-from ksched.engine import Engine, commit_placements, pods
+from ksched.engine import Engine, commit_placements
+from ksched.engine import requirements as parsing
 from ksched.engine.gangs import POD_GROUP_LABEL
-from ksched.engine.pods import PodRequirements, requirements
 from ksched.engine.podtable import Evictable, PendingPod, SpreadSelectors
+from ksched.engine.requirements import PodRequirements, requirements
 from ksched.engine.selectors import Requirement
 from ksched.engine.snapshot import add_usage, build_snapshot
 from ksched.objects import Obj
@@ -134,8 +135,8 @@ def test_a_batch_of_shapes_keeps_each_pods_own_ports_and_images() -> None:
 
 def _fresh(p: Obj) -> PodRequirements:
     """``requirements`` with nothing remembered: what the pod parses to on its own."""
-    pods._pod_memo.clear()
-    pods._spec_memo.clear()
+    parsing._pod_memo.clear()
+    parsing._spec_memo.clear()
     return requirements(p)
 
 

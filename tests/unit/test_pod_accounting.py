@@ -11,7 +11,8 @@ import pytest
 
 from ksched.config import Config
 from ksched.engine import Engine, Placement
-from ksched.engine.pods import counted_requests, host_ports, pod_requests
+from ksched.engine.pods import host_ports, pod_requests
+from ksched.engine.requirements import counted_requests
 from ksched.engine.snapshot import build_snapshot
 from ksched.loop.slim import slim_node, slim_pod
 from tests.conftest import failed_scheduling, no_victims, node, not_helpful, pod

@@ -1,9 +1,9 @@
 """The scheduling algorithm: Kubernetes objects in, placements out.
 
 Parses pods (:mod:`~ksched.engine.pods`, :mod:`~ksched.engine.quantity`,
-:mod:`~ksched.engine.selectors`, :mod:`~ksched.engine.pod_level`) with their
-PodGroups and disruption budgets (:mod:`~ksched.engine.gangs`,
-:mod:`~ksched.engine.disruption_budgets`),
+:mod:`~ksched.engine.selectors`, :mod:`~ksched.engine.pod_level`; once per
+shape, :mod:`~ksched.engine.requirements`) with their PodGroups and disruption
+budgets (:mod:`~ksched.engine.gangs`, :mod:`~ksched.engine.disruption_budgets`),
 keeps the node and pod tables (:mod:`~ksched.engine.snapshot`,
 :mod:`~ksched.engine.podtable`), compiles a batch into the Rust engine's
 inputs (:mod:`~ksched.engine.inputs`), calls it and explains its verdicts

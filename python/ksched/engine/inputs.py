@@ -31,8 +31,9 @@ from ksched.core_types import (
     Strategy,
 )
 from ksched.engine.pod_level import SpreadConstraint
-from ksched.engine.pods import NodeConstraints, PodRequirements, requirements
+from ksched.engine.pods import NodeConstraints
 from ksched.engine.podtable import PendingPod
+from ksched.engine.requirements import PodRequirements, requirements
 from ksched.engine.selectors import Term
 from ksched.engine.snapshot import Snapshot
 from ksched.engine.volumes import NO_VOLUMES, PodVolumes, VolumeColumns

@@ -17,7 +17,7 @@ import numpy as np
 from ksched.config import MetricConfig
 from ksched.core_types import ExplanationArrays
 from ksched.engine.messages import ReasonNames
-from ksched.engine.pods import PodRequirements
+from ksched.engine.requirements import PodRequirements
 from ksched.engine.snapshot import Snapshot
 from ksched.engine.volumes import ClaimBinding
 

@@ -2,7 +2,7 @@
 
 It is the oracle the property tests compare ``ksched._core`` against on
 random clusters, and the baseline ``ksched bench`` reports the speed-up
-over. It reads the same parsed pod requirements (``ksched.engine.pods``) but
+over. It reads the same parsed pod requirements (``ksched.engine.requirements``) but
 re-implements every filter, score, normalization and the in-batch
 accounting from upstream's definitions with dicts and loops. It ships in
 the package (not only in tests/) because ``ksched bench`` runs it.
@@ -23,8 +23,9 @@ from ksched.engine.messages import (
     prefilter_error,
     with_post_filter,
 )
-from ksched.engine.pods import PodRequirements, host_ports, pod_requests, requirements
+from ksched.engine.pods import host_ports, pod_requests
 from ksched.engine.quantity import canonical, parse_quantity
+from ksched.engine.requirements import PodRequirements, requirements
 from ksched.engine.selectors import Requirement, Term, parse_int64, prefilter_node_names
 from ksched.errors import MalformedObjectError
 from ksched.objects import Obj, is_terminal, meta, name, spec, stable_key

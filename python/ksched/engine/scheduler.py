@@ -47,12 +47,9 @@ from ksched.engine.messages import (
 )
 from ksched.engine.placements import BatchResult, Explanation, Placement, explanation
 from ksched.engine.pod_level import PodInfo, SpreadConstraint
-from ksched.engine.pods import (
-    HostPort,
-    PodRequirements,
-    requirements,
-)
+from ksched.engine.pods import HostPort
 from ksched.engine.podtable import Evictable
+from ksched.engine.requirements import PodRequirements, requirements
 from ksched.engine.selectors import added_affinity, prefilter_node_names
 from ksched.engine.snapshot import Snapshot, add_usage
 from ksched.engine.volumes import NO_VOLUMES, VolumeColumns, pod_volumes

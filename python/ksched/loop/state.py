@@ -35,8 +35,9 @@ from ksched.config import MetricConfig
 from ksched.engine.disruption_budgets import DisruptionBudget, disruption_budget
 from ksched.engine.gangs import POD_GROUP_LABEL, PodGroup, pod_group
 from ksched.engine.pod_level import PodInfo
-from ksched.engine.pods import CountedRequests, HostPort, PodRequests, counted_requests, start_time
+from ksched.engine.pods import CountedRequests, HostPort, PodRequests, start_time
 from ksched.engine.podtable import Evictable, SpreadSelectors
+from ksched.engine.requirements import counted_requests
 from ksched.engine.snapshot import (
     Snapshot,
     add_usage,
