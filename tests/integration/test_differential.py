@@ -38,7 +38,7 @@ from ksched.engine import Engine, Placement
 from ksched.engine.disruption_budgets import disruption_budget
 from ksched.engine.podtable import SpreadSelectors
 from ksched.engine.snapshot import build_snapshot
-from ksched.engine.volumes import Storage
+from ksched.engine.storage import Storage
 from ksched.loop.client import MERGE_PATCH, Kube, load_configuration
 from tests.integration.helpers import create, events_for, pods_in, wait_for
 from tests.integration.scenarios import NAMESPACE_LABELS, NAMESPACES, PRIORITY_CLASSES, Scenario, generate

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from ksched.cluster import local
-from ksched.engine.volumes import SELECTED_NODE
+from ksched.engine.storage import SELECTED_NODE
 from ksched.loop.client import Kube
 from tests.integration.helpers import Namespaces, Obj, events_for, ksched, make_pod, pods_in, wait_for
 

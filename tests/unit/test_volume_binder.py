@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 
 from ksched.config import Config
-from ksched.engine.volumes import BOUND_BY_CONTROLLER, SELECTED_NODE, ClaimBinding
+from ksched.engine.storage import BOUND_BY_CONTROLLER, SELECTED_NODE, ClaimBinding
 from ksched.loop.binder import Binder, Outcome
 from ksched.loop.client import ApiUnavailableError, RateLimiter, Response
 from ksched.loop.cycle import Scheduler

@@ -15,7 +15,8 @@ from ksched.config import Config, parse_config
 from ksched.engine import Engine
 from ksched.engine.scheduler import Placement, commit_placements
 from ksched.engine.snapshot import build_snapshot
-from ksched.engine.volumes import SELECTED_NODE, ClaimBinding, Storage, node_volume_limits
+from ksched.engine.storage import SELECTED_NODE, ClaimBinding, Storage
+from ksched.engine.volumes import node_volume_limits
 from ksched.errors import ConfigError
 from tests.conftest import failed_scheduling, no_victims, node, not_helpful, pod
 

@@ -20,7 +20,7 @@ from typing import Any
 from ksched.config import Config
 from ksched.engine.gangs import POD_GROUP_API
 from ksched.engine.podtable import SELECTOR_OWNERS
-from ksched.engine.volumes import STORAGE_KINDS
+from ksched.engine.storage import STORAGE_KINDS
 from ksched.errors import KschedError
 from ksched.loop.client import Kube, load_configuration
 from ksched.loop.metric_sources import NodeResolver, PrometheusSource, SourceError

@@ -22,7 +22,7 @@ import yaml
 from ksched.engine.disruption_budgets import DisruptionBudget, disruption_budget
 from ksched.engine.gangs import POD_GROUP_API, PodGroup, pod_group
 from ksched.engine.podtable import SELECTOR_OWNER_KINDS, SpreadSelectors
-from ksched.engine.volumes import STORAGE_KINDS, Storage
+from ksched.engine.storage import STORAGE_KINDS, Storage
 from ksched.errors import ClusterFileError, MalformedObjectError
 from ksched.objects import Obj, meta, pod_key, scheduler_name, spec
 

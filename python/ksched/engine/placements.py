@@ -19,7 +19,7 @@ from ksched.core_types import ExplanationArrays
 from ksched.engine.messages import ReasonNames
 from ksched.engine.requirements import PodRequirements
 from ksched.engine.snapshot import Snapshot
-from ksched.engine.volumes import ClaimBinding
+from ksched.engine.storage import ClaimBinding
 
 
 @dataclass(frozen=True)

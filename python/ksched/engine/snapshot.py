@@ -28,7 +28,7 @@ from ksched.engine.podtable import Evictable, PodTable, SpreadSelectors
 from ksched.engine.quantity import canonical, parse_quantity
 from ksched.engine.requirements import counted_requests
 from ksched.engine.selectors import parse_int64
-from ksched.engine.volumes import Storage
+from ksched.engine.storage import Storage
 from ksched.errors import KschedError, MalformedObjectError, QuantityError
 from ksched.objects import (
     Obj,

@@ -36,7 +36,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
-from ksched.engine.volumes import ClaimBinding
+from ksched.engine.storage import ClaimBinding
 from ksched.loop import protobuf
 from ksched.loop.client import MERGE_PATCH, ApiUnavailableError, Connection, Kube, Response, pod_path
 from ksched.loop.events import event_request, now, scheduled_message

@@ -27,7 +27,7 @@ from ksched.engine import Engine, GangStatus, Placement
 from ksched.engine.gangs import pod_group_of
 from ksched.engine.messages import RESOURCE_CLAIMS_UNSUPPORTED
 from ksched.engine.snapshot import Snapshot
-from ksched.engine.volumes import ClaimBinding
+from ksched.engine.storage import ClaimBinding
 from ksched.loop.binder import Binder, Outcome
 from ksched.loop.handoff import Handoff, opted_out
 from ksched.loop.metric_sources import MetricStore

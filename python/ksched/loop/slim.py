@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ksched import _core
-from ksched.engine.volumes import BETA_STORAGE_CLASS, BIND_COMPLETED, BOUND_BY_CONTROLLER, SELECTED_NODE
+from ksched.engine.storage import BETA_STORAGE_CLASS, BIND_COMPLETED, BOUND_BY_CONTROLLER, SELECTED_NODE
 from ksched.objects import Obj
 
 

@@ -47,7 +47,7 @@ from ksched.engine.snapshot import (
     remove_usage,
     safe_pod_info,
 )
-from ksched.engine.volumes import ClaimBinding, Storage
+from ksched.engine.storage import ClaimBinding, Storage
 from ksched.errors import MalformedObjectError
 from ksched.objects import Obj, is_terminal, meta, name, object_key, spec
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import time
 
-from ksched.engine.volumes import BIND_COMPLETED, BOUND_BY_CONTROLLER, SELECTED_NODE, ClaimBinding
+from ksched.engine.storage import BIND_COMPLETED, BOUND_BY_CONTROLLER, SELECTED_NODE, ClaimBinding
 from ksched.loop.client import MERGE_PATCH, ApiUnavailableError, Kube
 from ksched.objects import Obj, meta, spec
 
