@@ -36,8 +36,8 @@ from ksched.cluster import local
 from ksched.config import Config
 from ksched.engine import Engine, Placement
 from ksched.engine.disruption_budgets import disruption_budget
-from ksched.engine.podtable import SpreadSelectors
 from ksched.engine.snapshot import build_snapshot
+from ksched.engine.spread_selectors import SpreadSelectors
 from ksched.engine.storage import Storage
 from ksched.loop.client import MERGE_PATCH, Kube, load_configuration
 from tests.integration.helpers import create, events_for, pods_in, wait_for

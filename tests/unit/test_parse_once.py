@@ -14,10 +14,11 @@ from ksched.config import Config
 from ksched.engine import Engine, commit_placements
 from ksched.engine import requirements as parsing
 from ksched.engine.gangs import POD_GROUP_LABEL
-from ksched.engine.podtable import Evictable, PendingPod, SpreadSelectors
+from ksched.engine.podtable import Evictable, PendingPod
 from ksched.engine.requirements import PodRequirements, requirements
 from ksched.engine.selectors import Requirement
 from ksched.engine.snapshot import add_usage, build_snapshot
+from ksched.engine.spread_selectors import SpreadSelectors
 from ksched.objects import Obj
 from tests.conftest import node, pod
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from ksched.config import Config
 from ksched.engine.gangs import POD_GROUP_API
-from ksched.engine.podtable import SELECTOR_OWNERS
+from ksched.engine.spread_selectors import SELECTOR_OWNERS
 from ksched.engine.storage import STORAGE_KINDS
 from ksched.errors import KschedError
 from ksched.loop.client import Kube, load_configuration

@@ -5,7 +5,8 @@ Parses pods (:mod:`~ksched.engine.pods`, :mod:`~ksched.engine.quantity`,
 shape, :mod:`~ksched.engine.requirements`) with their PodGroups and disruption
 budgets (:mod:`~ksched.engine.gangs`, :mod:`~ksched.engine.disruption_budgets`),
 keeps the node and pod tables (:mod:`~ksched.engine.snapshot`,
-:mod:`~ksched.engine.podtable`) and the storage objects (:mod:`~ksched.engine.storage`),
+:mod:`~ksched.engine.podtable`), the storage objects (:mod:`~ksched.engine.storage`)
+and default spreading's selectors (:mod:`~ksched.engine.spread_selectors`),
 compiles a batch into the Rust engine's inputs (:mod:`~ksched.engine.inputs`, with
 its claims from :mod:`~ksched.engine.volumes`), calls it and explains its verdicts
 (:mod:`~ksched.engine.scheduler`, :mod:`~ksched.engine.placements`,

@@ -21,7 +21,7 @@ import yaml
 
 from ksched.engine.disruption_budgets import DisruptionBudget, disruption_budget
 from ksched.engine.gangs import POD_GROUP_API, PodGroup, pod_group
-from ksched.engine.podtable import SELECTOR_OWNER_KINDS, SpreadSelectors
+from ksched.engine.spread_selectors import SELECTOR_OWNER_KINDS, SpreadSelectors
 from ksched.engine.storage import STORAGE_KINDS, Storage
 from ksched.errors import ClusterFileError, MalformedObjectError
 from ksched.objects import Obj, meta, pod_key, scheduler_name, spec

@@ -24,10 +24,11 @@ from ksched.core_types import NodeTable
 from ksched.engine.disruption_budgets import DisruptionBudget
 from ksched.engine.pod_level import PodInfo, pod_info
 from ksched.engine.pods import CountedRequests, HostPort, PodRequests, priority, start_time
-from ksched.engine.podtable import Evictable, PodTable, SpreadSelectors
+from ksched.engine.podtable import Evictable, PodTable
 from ksched.engine.quantity import canonical, parse_quantity
 from ksched.engine.requirements import counted_requests
 from ksched.engine.selectors import parse_int64
+from ksched.engine.spread_selectors import SpreadSelectors
 from ksched.engine.storage import Storage
 from ksched.errors import KschedError, MalformedObjectError, QuantityError
 from ksched.objects import (

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from ksched.config import Config
 from ksched.engine.gangs import POD_GROUP_API
-from ksched.engine.podtable import SELECTOR_OWNERS
+from ksched.engine.spread_selectors import SELECTOR_OWNERS
 from ksched.engine.storage import STORAGE_KINDS
 from ksched.loop.binder import Binder, report_workers
 from ksched.loop.client import Kube, load_configuration

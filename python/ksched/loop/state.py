@@ -36,7 +36,7 @@ from ksched.engine.disruption_budgets import DisruptionBudget, disruption_budget
 from ksched.engine.gangs import POD_GROUP_LABEL, PodGroup, pod_group
 from ksched.engine.pod_level import PodInfo
 from ksched.engine.pods import CountedRequests, HostPort, PodRequests, start_time
-from ksched.engine.podtable import Evictable, SpreadSelectors
+from ksched.engine.podtable import Evictable
 from ksched.engine.requirements import counted_requests
 from ksched.engine.snapshot import (
     Snapshot,
@@ -47,6 +47,7 @@ from ksched.engine.snapshot import (
     remove_usage,
     safe_pod_info,
 )
+from ksched.engine.spread_selectors import SpreadSelectors
 from ksched.engine.storage import ClaimBinding, Storage
 from ksched.errors import MalformedObjectError
 from ksched.objects import Obj, is_terminal, meta, name, object_key, spec
