@@ -26,7 +26,8 @@ pub use model::{
     Preemption, Prefer, Profile, Reservations, Selectors, SpreadConstraints, Strategy, Taints, TermSets, Tolerations, Victims, Volumes,
 };
 pub use plugins::MAX_NODE_SCORE;
-pub use registry::{plugin_by_name, Level, PluginId, PluginInfo, ReasonInfo, FIXED_REASONS, PLUGINS, PLUGIN_COUNT};
+pub use reasons::{ReasonInfo, FIXED_REASONS};
+pub use registry::{plugin_by_name, Level, PluginId, PluginInfo, PLUGINS, PLUGIN_COUNT};
 pub use schedule::{
     schedule_batch, schedule_batch_cached, Explanation, Outcome, ScheduleCache, ScheduleOptions, NOT_ATTEMPTED, UNSCHEDULABLE,
 };

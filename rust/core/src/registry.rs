@@ -8,9 +8,9 @@
 //! class's NodeAffinity PreFilter restriction, BalancedAllocation's cached
 //! balance per node, PodTopologySpread's inclusion policies.)
 //!
-//! Reason codes are derived here too: each plugin lists its reasons by local
-//! index and its row their count, and `FIXED_REASONS` numbers them in row
-//! order (`model::reason_code`), so adding a plugin renumbers none by hand.
+//! Reason codes follow the rows: each plugin lists its reasons by local index
+//! and its row their count, and `crate::reasons::FIXED_REASONS` numbers them in
+//! row order (`model::reason_code`), so adding a plugin renumbers none by hand.
 //!
 //! Dispatch is a `match` on `PluginId` in each extension point's function,
 //! naming only the plugins that have that point at that level: a new plugin
@@ -24,7 +24,7 @@ use std::cell::RefCell;
 
 pub use crate::model::{plugin_by_name, reason_code, ClusterEvent, Level, PluginId, PluginInfo, PLUGINS, PLUGIN_COUNT};
 
-use crate::model::{row, Classes, Nodes, PodTable, Ports, Profile, Selectors, Volumes, FIXED_REASON_COUNT};
+use crate::model::{row, Classes, Nodes, PodTable, Ports, Profile, Selectors, Volumes};
 use crate::plugins::node_ports::HostPort;
 use crate::plugins::{
     balanced_allocation, image_locality, inter_pod_affinity, node_affinity, node_name, node_pod_limit, node_ports, node_resources_fit,
@@ -32,18 +32,8 @@ use crate::plugins::{
     volume_zone, Reason, FEASIBLE,
 };
 
-/// A fixed filter failure reason with its dense code and the plugin that reports it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ReasonInfo {
-    pub code: u32,
-    pub plugin: PluginId,
-    pub message: &'static str,
-    /// Whether evicting pods could resolve it (see `plugins::Reason`).
-    pub resolvable: bool,
-}
-
 /// A plugin's fixed reasons, by local index (the messages in its file).
-const fn reasons_of(id: PluginId) -> &'static [Reason] {
+pub(crate) const fn reasons_of(id: PluginId) -> &'static [Reason] {
     match id {
         PluginId::NodeUnschedulable => node_unschedulable::REASONS,
         PluginId::NodeName => node_name::REASONS,
@@ -73,47 +63,6 @@ const _: () = {
         i += 1;
     }
 };
-
-const fn collect_fixed_reasons() -> [ReasonInfo; FIXED_REASON_COUNT as usize] {
-    let first = ReasonInfo {
-        code: 0,
-        plugin: PluginId::NodeUnschedulable,
-        message: "",
-        resolvable: false,
-    };
-    let mut out = [first; FIXED_REASON_COUNT as usize];
-    let mut i = 0;
-    while i < PLUGIN_COUNT {
-        let id = PLUGINS[i].id;
-        let reasons = reasons_of(id);
-        let mut j = 0;
-        while j < reasons.len() {
-            let code = reason_code(id, j as u32);
-            out[code as usize - 1] = ReasonInfo {
-                code,
-                plugin: id,
-                message: reasons[j].message,
-                resolvable: reasons[j].resolvable,
-            };
-            j += 1;
-        }
-        i += 1;
-    }
-    out
-}
-
-/// Every fixed reason, in registry order, which is also code order: codes
-/// 1..=N, then `reasons::FIRST_INSUFFICIENT` (checked by a test).
-pub const FIXED_REASONS: &[ReasonInfo] = &collect_fixed_reasons();
-
-/// Whether evicting pods could resolve a node's failure with `code`.
-pub fn resolvable(code: u32, resources: usize) -> bool {
-    use node_resources_fit::FIRST_INSUFFICIENT;
-    match code.checked_sub(1).and_then(|i| FIXED_REASONS.get(i as usize)) {
-        Some(r) => r.resolvable,
-        None => (FIRST_INSUFFICIENT..FIRST_INSUFFICIENT + resources as u32).contains(&code),
-    }
-}
 
 /// Whether a row is a Filter (`score` false) or Score plugin of `level`.
 const fn is(p: &PluginInfo, score: bool, level: Level) -> bool {
@@ -525,52 +474,11 @@ pub fn score_node(id: PluginId, x: &NodeInput) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::reasons::FIRST_INSUFFICIENT;
-
-    #[test]
-    fn fixed_reasons_are_dense_and_come_before_the_resource_codes() {
-        let codes: Vec<u32> = FIXED_REASONS.iter().map(|r| r.code).collect();
-        let want: Vec<u32> = (1..=FIXED_REASONS.len() as u32).collect();
-        assert_eq!(codes, want);
-        assert_eq!(FIRST_INSUFFICIENT, FIXED_REASONS.len() as u32 + 1);
-    }
-
-    #[test]
-    fn a_plugins_code_constants_name_their_messages() {
-        use crate::plugins::{node_affinity, node_resources_fit, pod_topology_spread, volume_binding, volume_zone};
-        let cases = [
-            (
-                node_affinity::NODE_AFFINITY_PREFILTER,
-                "node(s) didn't satisfy plugin(s) [NodeAffinity]",
-            ),
-            (node_resources_fit::TOO_MANY_PODS, "Too many pods"),
-            (
-                volume_binding::VOLUME_PV_MISSING,
-                "node(s) unavailable due to one or more pvc(s) bound to non-existent pv(s)",
-            ),
-            (volume_zone::VOLUME_ZONE_CONFLICT, "node(s) had no available volume zone"),
-            (
-                pod_topology_spread::SPREAD_MISSING_LABEL,
-                "node(s) didn't match pod topology spread constraints (missing required label)",
-            ),
-        ];
-        for (code, want) in cases {
-            let got = FIXED_REASONS[code as usize - 1];
-            assert_eq!((got.code, got.message), (code, want));
-        }
-    }
 
     #[test]
     fn filter_plugins_register_events_and_score_plugins_none() {
         for p in &PLUGINS {
             assert_eq!(!p.events.is_empty(), p.filter, "{}: {:?}", p.name, p.events);
-        }
-    }
-
-    #[test]
-    fn every_reason_belongs_to_a_filter_plugin() {
-        for r in FIXED_REASONS {
-            assert!(r.plugin.info().filter, "{} reports {:?}", r.plugin.name(), r.message);
         }
     }
 
@@ -585,33 +493,5 @@ mod tests {
             }
         }
         assert_eq!(CLASS_SCORES + NODE_SCORES + POD_SCORES, PLUGINS.iter().filter(|p| p.score).count());
-    }
-
-    #[test]
-    fn resolvable_by_preemption() {
-        use crate::plugins::inter_pod_affinity::{EXISTING_ANTI_AFFINITY, POD_AFFINITY, POD_ANTI_AFFINITY};
-        use crate::plugins::node_affinity::NODE_AFFINITY;
-        use crate::plugins::node_ports::NODE_PORTS;
-        use crate::plugins::node_resources_fit::TOO_MANY_PODS;
-        use crate::plugins::node_unschedulable::NODE_UNSCHEDULABLE;
-        use crate::plugins::pod_topology_spread::{SPREAD, SPREAD_MISSING_LABEL};
-        use crate::reasons::{insufficient, metric, METRIC_ABOVE};
-        let cases = [
-            ("NodeUnschedulable", NODE_UNSCHEDULABLE, false),
-            ("NodeAffinity", NODE_AFFINITY, false),
-            ("NodePorts", NODE_PORTS, true),
-            ("Too many pods", TOO_MANY_PODS, true),
-            ("spread skew", SPREAD, true),
-            ("spread missing label", SPREAD_MISSING_LABEL, false),
-            ("pod affinity", POD_AFFINITY, false),
-            ("pod anti-affinity", POD_ANTI_AFFINITY, true),
-            ("existing anti-affinity", EXISTING_ANTI_AFFINITY, true),
-            ("Insufficient cpu", insufficient(0), true),
-            ("Insufficient last resource", insufficient(3), true),
-            ("a metric", metric(4, 0, METRIC_ABOVE), false),
-        ];
-        for (name, code, want) in cases {
-            assert_eq!(resolvable(code, 4), want, "{name}");
-        }
     }
 }

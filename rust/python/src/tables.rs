@@ -12,7 +12,8 @@
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
-use ksched_core::registry::{FIXED_REASONS, PLUGINS};
+use ksched_core::reasons::FIXED_REASONS;
+use ksched_core::registry::PLUGINS;
 use ksched_core::{model, reasons};
 
 fn names<'py>(py: Python<'py>, table: &[(&str, u8)]) -> PyResult<Bound<'py, PyDict>> {

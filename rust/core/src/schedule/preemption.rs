@@ -15,7 +15,8 @@ use crate::model::row;
 use crate::plugins::default_preemption::{verdict, Rejected};
 use crate::plugins::node_ports::HostPort;
 use crate::plugins::{default_preemption, node_resources_fit, FEASIBLE};
-use crate::registry::{self, NodeInput};
+use crate::reasons;
+use crate::registry::NodeInput;
 
 /// DefaultPreemption's PostFilter verdict for a pod that fits nowhere.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -128,7 +129,7 @@ impl Engine<'_, '_> {
             Some(code) if node_resources_fit::reports(code, r) => {
                 !node_resources_fit::exceeds_allocatable(&self.nodes.allocatable[node * r..(node + 1) * r], pod.request, &pod.fit_columns)
             }
-            Some(code) => registry::resolvable(code, r),
+            Some(code) => reasons::resolvable(code, r),
             None => false,
         }
     }
