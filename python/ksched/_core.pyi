@@ -19,6 +19,7 @@ from ksched.core_types import (
 
 __all__ = [
     "CLUSTER_EVENTS",
+    "DEFAULT_PROFILE",
     "EFFECTS",
     "NOT_ATTEMPTED",
     "PLUGINS",
@@ -58,6 +59,9 @@ TOLERATION_OPERATORS: dict[str, int]
 SELECTOR_OPERATORS: dict[str, int]
 POD_SELECTOR_OPERATORS: dict[str, int]
 PROTOCOLS: dict[str, int]
+# The engine's default profile (``Profile::default``, what its own tests run with): Python's
+# defaults for an empty configuration must send exactly this.
+DEFAULT_PROFILE: Profile
 # The volume tables' sentinels: "unbound" and "missing_pv" (a claim's volume),
 # "no_selected_node" and "unknown_node" (its selected node), "provision" (Outcome["volumes"]).
 VOLUME_CODES: dict[str, int]

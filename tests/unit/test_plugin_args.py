@@ -56,8 +56,8 @@ def test_args_left_out_take_the_profiles_defaults(plugin: str) -> None:
 def test_the_engine_is_sent_upstreams_defaults() -> None:
     # Python sends every field of the profile on every call (the binding has no defaults of
     # its own): what the engine runs with by default is this, upstream's default profile.
-    # Filters and weights come from the engine's own registry (``_core.PLUGINS``); Rust's
-    # ``Profile::default`` is only the engine's tests' fixture.
+    # Filters and weights come from the engine's own registry (``_core.PLUGINS``). Upstream has
+    # no default RequestedToCapacityRatio shape: the strategy requires one.
     snapshot = build_snapshot([node("a")], [])
     cpu, memory = snapshot.resources("cpu"), snapshot.resources("memory")
     want: Profile = {
@@ -68,7 +68,7 @@ def test_the_engine_is_sent_upstreams_defaults() -> None:
         "hard_pod_affinity_weight": 1,
         "ignore_preferred_terms_of_existing_pods": False,
         "fit_strategy": "LeastAllocated",
-        "shape": [(0, 10), (100, 0)],
+        "shape": [],
         "fit_resources": [(cpu, 1), (memory, 1)],
         "fit_ignored": [],
         "balanced_resources": [cpu, memory],
@@ -77,6 +77,18 @@ def test_the_engine_is_sent_upstreams_defaults() -> None:
     }
     assert set(want) == set(Profile.__annotations__)
     assert engine_profile(ProfileConfig(), snapshot) == want
+
+
+def test_pythons_defaults_are_the_engines() -> None:
+    # Each default is written once in Python (ProfileConfig's fields) and once in Rust
+    # (``Profile::default``, which the engine's own tests run with, exported as
+    # ``_core.DEFAULT_PROFILE``): what Python sends for a configuration that sets nothing is
+    # the engine's default, field by field.
+    sent: dict[str, object] = dict(engine_profile(config().profiles[0], build_snapshot([node("a")], [])))
+    engine: dict[str, object] = dict(_core.DEFAULT_PROFILE)
+    assert set(sent) == set(engine) == set(Profile.__annotations__)
+    for name, want in engine.items():
+        assert sent[name] == want, f"{name}: Python sends {sent[name]!r}, the engine's default is {want!r}"
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,8 @@ registry, ``_core.PLUGINS``, names them and gives upstream's default weights);
 its ``pluginConfig`` sets plugin args. Each plugin with args has one parser in
 :data:`PLUGIN_ARGS`, which reads its upstream ``*Args`` object and returns the
 profile with those fields set. Every default is :class:`ProfileConfig`'s field
-default: an arg left out of ``args`` takes it.
+default: an arg left out of ``args`` takes it, and a unit test checks that the
+defaults send the engine's own default profile (``_core.DEFAULT_PROFILE``).
 """
 
 from __future__ import annotations
@@ -60,7 +61,8 @@ class ProfileConfig:
     weights: dict[str, int] = field(default_factory=lambda: dict(DEFAULT_WEIGHTS))
     fit_strategy: str = "LeastAllocated"
     fit_resources: tuple[tuple[str, int], ...] = (("cpu", 1), ("memory", 1))
-    shape: tuple[tuple[int, int], ...] = ((0, 10), (100, 0))
+    # RequestedToCapacityRatio's shape: none by default, as upstream (the strategy requires one).
+    shape: tuple[tuple[int, int], ...] = ()
     balanced_resources: tuple[str, ...] = ("cpu", "memory")
     # InterPodAffinity args: the score an existing pod's required affinity term gives.
     hard_pod_affinity_weight: int = 1

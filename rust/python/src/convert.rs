@@ -3,6 +3,8 @@
 //! The profile and the metric specs arrive as dicts with named fields
 //! (`ksched.core_types.Profile`, `MetricSpec`); plugins are named as in the
 //! engine's registry, and an unknown name is an error that lists the known ones.
+//! [`profile_dict`] writes a profile back in the dict [`profile`] reads, so the
+//! engine's default profile can be exported and compared with Python's.
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -49,6 +51,34 @@ pub fn profile(d: &Bound<'_, PyDict>) -> PyResult<Profile> {
         preemption: value(WHAT, d, "preemption")?,
         max_pods_per_node: value(WHAT, d, "max_pods_per_node")?,
     })
+}
+
+/// `p` as the dict [`profile`] reads back into it: plugins by registry name (a weight of 0
+/// is left out, as it scores nothing), and an empty shape unless the strategy has one.
+pub fn profile_dict<'py>(py: Python<'py>, p: &Profile) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    let filters: Vec<&str> = PLUGINS.iter().filter(|info| p.filters(info.id)).map(|info| info.name).collect();
+    d.set_item("filters", filters)?;
+    let weights = PyDict::new(py);
+    for info in PLUGINS.iter().filter(|info| p.weight_of(info.id) != 0) {
+        weights.set_item(info.name, p.weight_of(info.id))?;
+    }
+    d.set_item("weights", weights)?;
+    d.set_item("hard_pod_affinity_weight", p.hard_pod_affinity_weight)?;
+    d.set_item("ignore_preferred_terms_of_existing_pods", p.ignore_preferred_terms_of_existing_pods)?;
+    let (strategy, shape) = match &p.fit_strategy {
+        Strategy::LeastAllocated => ("LeastAllocated", Vec::new()),
+        Strategy::MostAllocated => ("MostAllocated", Vec::new()),
+        Strategy::RequestedToCapacityRatio(shape) => ("RequestedToCapacityRatio", shape.clone()),
+    };
+    d.set_item("fit_strategy", strategy)?;
+    d.set_item("shape", shape)?;
+    d.set_item("fit_resources", p.fit_resources.clone())?;
+    d.set_item("fit_ignored", p.fit_ignored.clone())?;
+    d.set_item("balanced_resources", p.balanced_resources.clone())?;
+    d.set_item("preemption", p.preemption)?;
+    d.set_item("max_pods_per_node", p.max_pods_per_node)?;
+    Ok(d)
 }
 
 pub fn metric_specs(specs: &Bound<'_, PyList>) -> PyResult<Vec<MetricSpec>> {

@@ -7,14 +7,17 @@
 //! `REASON_LAYOUT` for the parameterized ones, and the enum values the input
 //! tables use (`EFFECTS`, `TOLERATION_OPERATORS`, `SELECTOR_OPERATORS`,
 //! `POD_SELECTOR_OPERATORS`, `PROTOCOLS`, `VOLUME_CODES`), and DefaultPreemption's
-//! verdicts and pseudo reason codes (`POSTFILTER_CODES`). Types: `ksched.core_types`.
+//! verdicts and pseudo reason codes (`POSTFILTER_CODES`); and `DEFAULT_PROFILE`, the
+//! engine's default profile (`Profile::default`, its own tests' fixture), which Python's
+//! defaults are tested against. Types: `ksched.core_types`.
 
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
+use crate::convert;
 use ksched_core::reasons::FIXED_REASONS;
 use ksched_core::registry::PLUGINS;
-use ksched_core::{model, reasons};
+use ksched_core::{model, reasons, Profile};
 
 fn names<'py>(py: Python<'py>, table: &[(&str, u8)]) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
@@ -80,5 +83,6 @@ pub fn add(m: &Bound<'_, PyModule>) -> PyResult<()> {
         pre.set_item("no_victims", NO_VICTIMS)?;
         m.add("POSTFILTER_CODES", pre)?;
     }
+    m.add("DEFAULT_PROFILE", convert::profile_dict(py, &Profile::default())?)?;
     Ok(())
 }
