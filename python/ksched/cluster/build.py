@@ -1,9 +1,11 @@
 """Build the local control plane from Go modules and cache the binaries.
 
 Owns: the version pins of kube-apiserver, kube-scheduler, kubectl, etcd and
-KWOK, and the cache under ``~/.cache/ksched/<pins>/bin``; also helm's pin and
-its own cache ``~/.cache/ksched/helm-<version>/bin`` (the chart tests use it),
-kept apart so that moving one pin never rebuilds the other.  Promises: a
+KWOK, and the cache under ``~/.cache/ksched/<pins>/bin``; also the pins of helm
+(the chart tests use it) and of metrics-server (the load simulation serves the
+resource metrics API with it), each with its own cache
+``~/.cache/ksched/<name>-<version>/bin``, kept apart so that moving one pin
+never rebuilds the others.  Promises: a
 binary is rebuilt only when its pin changes; a failed build raises
 :class:`BuildError` carrying the go tool's own output.  Never: downloads a
 release binary — everything is compiled with the local ``go`` toolchain
@@ -30,12 +32,15 @@ KUBERNETES_VERSION = "v1.36.3"
 ETCD_VERSION = "v3.6.16"
 KWOK_VERSION = "v0.8.0"
 HELM_VERSION = "v3.22.0"
+# metrics-server v0.9 is built against the k8s.io v0.36 libraries, as the control plane is.
+METRICS_SERVER_VERSION = "v0.9.0"
 # k8s.io/kubernetes v1.36 declares `go 1.26.0` in its go.mod; older Go cannot build it.
 MIN_GO = (1, 26)
 
 COMPONENTS = ("kube-apiserver", "kube-scheduler", "kube-controller-manager", "kubectl", "etcd", "kwok")
 KUBERNETES_COMMANDS = ("kube-apiserver", "kube-scheduler", "kube-controller-manager", "kubectl")
 HELM = "helm"
+METRICS_SERVER = "metrics-server"
 
 
 class BuildError(RuntimeError):
@@ -48,10 +53,12 @@ class Pins:
     etcd: str = ETCD_VERSION
     kwok: str = KWOK_VERSION
     helm: str = HELM_VERSION
+    metrics_server: str = METRICS_SERVER_VERSION
 
     @property
     def key(self) -> str:
-        """The control plane's cache directory; helm has its own (:func:`helm_binary`)."""
+        """The control plane's cache directory; helm and metrics-server have their own
+        (:func:`helm_binary`, :func:`metrics_server_binary`)."""
         return f"k8s-{self.kubernetes}_etcd-{self.etcd}_kwok-{self.kwok}"
 
 
@@ -68,6 +75,10 @@ def bin_dir(pins: Pins = Pins()) -> Path:
 
 def helm_binary(pins: Pins = Pins()) -> Path:
     return cache_root() / f"helm-{pins.helm}" / "bin" / HELM
+
+
+def metrics_server_binary(pins: Pins = Pins()) -> Path:
+    return cache_root() / f"{METRICS_SERVER}-{pins.metrics_server}" / "bin" / METRICS_SERVER
 
 
 # The null binder of `ksched bench --cluster`: Go source shipped inside the package.
@@ -95,13 +106,17 @@ def build_nullbinder(pins: Pins, work: Path) -> None:
     )
 
 
-def missing_binaries(pins: Pins = Pins(), with_helm: bool = True) -> list[str]:
+def missing_binaries(
+    pins: Pins = Pins(), with_helm: bool = True, with_metrics_server: bool = False
+) -> list[str]:
     bdir = bin_dir(pins)
     missing = [name for name in COMPONENTS if not (bdir / name).is_file()]
     if not nullbinder_binary(pins).is_file():
         missing.append(NULLBINDER)
     if with_helm and not helm_binary(pins).is_file():
         missing.append(HELM)
+    if with_metrics_server and not metrics_server_binary(pins).is_file():
+        missing.append(METRICS_SERVER)
     return missing
 
 
@@ -266,11 +281,31 @@ def build_helm(pins: Pins, work: Path) -> None:
     _go_install(f"helm.sh/helm/v3/cmd/helm@{pins.helm}", " ".join(ldflags), out, work, "building helm")
 
 
-def ensure_built(pins: Pins = Pins(), with_helm: bool = True) -> Path:
-    """Build whatever is missing from the cache (helm too, unless ``with_helm`` is false:
-    running the control plane needs no helm) and return the control plane's bin directory."""
+def build_metrics_server(pins: Pins, work: Path) -> None:
+    """metrics-server, stamped with its version as its Makefile stamps a release."""
+    build_date = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    ldflags = [
+        "-s -w",
+        f"-X k8s.io/client-go/pkg/version.gitVersion={pins.metrics_server}",
+        f"-X k8s.io/client-go/pkg/version.buildDate={build_date}",
+    ]
+    out = metrics_server_binary(pins).parent
+    out.mkdir(parents=True, exist_ok=True)
+    _go_install(
+        f"sigs.k8s.io/metrics-server/cmd/metrics-server@{pins.metrics_server}",
+        " ".join(ldflags),
+        out,
+        work,
+        "building metrics-server",
+    )
+
+
+def ensure_built(pins: Pins = Pins(), with_helm: bool = True, with_metrics_server: bool = False) -> Path:
+    """Build whatever is missing from the cache (helm too unless ``with_helm`` is false,
+    metrics-server only with ``with_metrics_server``: the control plane runs without them)
+    and return the control plane's bin directory."""
     out = bin_dir(pins)
-    missing = missing_binaries(pins, with_helm)
+    missing = missing_binaries(pins, with_helm, with_metrics_server)
     if not missing:
         return out
     check_go()
@@ -288,10 +323,17 @@ def ensure_built(pins: Pins = Pins(), with_helm: bool = True) -> Path:
         build_nullbinder(pins, work)
     if HELM in missing:
         build_helm(pins, work)
-    still = missing_binaries(pins, with_helm)
+    if METRICS_SERVER in missing:
+        build_metrics_server(pins, work)
+    still = missing_binaries(pins, with_helm, with_metrics_server)
     if still:
         raise BuildError(f"build finished but these binaries are missing: {', '.join(still)}")
-    where = f"{out}" + (f" and {helm_binary(pins).parent}" if HELM in missing else "")
+    apart = [
+        str(binary.parent)
+        for name, binary in ((HELM, helm_binary(pins)), (METRICS_SERVER, metrics_server_binary(pins)))
+        if name in missing
+    ]
+    where = " and ".join([str(out), *apart])
     print(
         f"[ksched build] built {', '.join(missing)} in {time.monotonic() - started:.0f} s into {where}",
         file=sys.stderr,
@@ -313,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
         print(helm_binary())
         return 0
     try:
-        print(ensure_built())
+        print(ensure_built(with_metrics_server=True))
     except BuildError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

@@ -2,8 +2,9 @@
 
 Owns the nodes' shapes (realistic instance types, the well-known labels, zones of
 one region), and starting KWOK for the nodes that carry :data:`FAKE_NODE_ANNOTATION`,
-renewing their Leases as a kubelet does, then creating the nodes and waiting until
-every one is Ready.
+renewing their Leases as a kubelet does (and, for the load simulation, serving their
+usage: :mod:`ksched.cluster.load`), then creating the nodes and waiting until every one
+is Ready.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ksched.cluster import load
 from ksched.cluster.build import Pins, kwok_stages
 from ksched.cluster.processes import READY_TIMEOUT_S, ClusterError, ClusterState, Launcher, free_port, kubectl
 
@@ -41,7 +43,11 @@ def fake_nodes(count: int, zones: int, first: int = 0) -> dict[str, Any]:
                 "kind": "Node",
                 "metadata": {
                     "name": name,
-                    "annotations": {FAKE_NODE_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"},
+                    "annotations": {
+                        FAKE_NODE_ANNOTATION: "fake",
+                        "node.alpha.kubernetes.io/ttl": "0",
+                        load.RESOURCE_METRICS_PATH_ANNOTATION: load.resource_metrics_path(name),
+                    },
                     "labels": {
                         "kubernetes.io/hostname": name,
                         "kubernetes.io/arch": "amd64",
@@ -61,11 +67,19 @@ def fake_nodes(count: int, zones: int, first: int = 0) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "List", "items": items}
 
 
-def start_nodes(launcher: Launcher, nodes: int, zones: int, node_lease_s: int) -> None:
-    """Start KWOK, create ``nodes`` fake nodes over ``zones`` zones and wait until they are Ready."""
+def start_nodes(launcher: Launcher, nodes: int, zones: int, node_lease_s: int, simulate_load: bool) -> None:
+    """Start KWOK, create ``nodes`` fake nodes over ``zones`` zones and wait until they are Ready.
+
+    With ``simulate_load`` KWOK also evaluates the pods' usage profiles and serves every
+    node's resource metrics on loopback, at the address the nodes advertise (``ports["kwok"]``)."""
     state, bin_dir = launcher.state, launcher.bin
     kwok_config = launcher.dir / "kwok-stages.yaml"
-    kwok_config.write_text(kwok_stages(Pins()))
+    kwok_config.write_text(
+        "\n---\n".join(
+            [kwok_stages(Pins()), *([load.yaml_documents(load.kwok_documents())] if simulate_load else [])]
+        )
+    )
+    port = state.ports["kwok"] = free_port()
     launcher.start(
         "kwok",
         "kwok",
@@ -74,10 +88,13 @@ def start_nodes(launcher: Launcher, nodes: int, zones: int, node_lease_s: int) -
             f"--config={kwok_config}",
             "--manage-all-nodes=false",
             f"--manage-nodes-with-annotation-selector={FAKE_NODE_ANNOTATION}=fake",
-            "--node-ip=10.244.0.1",
             "--cidr=10.244.0.0/16",
             f"--node-lease-duration-seconds={node_lease_s}",
-            f"--server-address=127.0.0.1:{free_port()}",
+            *(
+                load.kwok_node_args(port)
+                if simulate_load
+                else ["--node-ip=10.244.0.1", f"--server-address=127.0.0.1:{port}"]
+            ),
         ],
     )
     if nodes:

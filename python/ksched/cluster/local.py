@@ -3,11 +3,12 @@
 Owns starting etcd, kube-apiserver (RBAC, token-file admin, service-account
 keys, relaxed in-flight limits), the KWOK controller with N fake nodes
 (:mod:`~ksched.cluster.kwok`), and optionally the real kube-scheduler, the
-workload controllers and Prometheus (:mod:`~ksched.cluster.prometheus`), each on
-a free port, and stopping, restarting or signalling exactly those processes (by
-recorded pid). State lives under ``~/.cache/ksched/cluster`` (or
-``$KSCHED_CLUSTER_DIR``; :mod:`~ksched.cluster.processes`). A second ``up``
-while one runs is refused; state left by a crashed run is detected and cleaned.
+workload controllers, Prometheus (:mod:`~ksched.cluster.prometheus`) and the load
+simulation (:mod:`~ksched.cluster.load`), each on a free port, and stopping,
+restarting or signalling exactly those processes (by recorded pid). State lives
+under ``~/.cache/ksched/cluster`` (or ``$KSCHED_CLUSTER_DIR``;
+:mod:`~ksched.cluster.processes`). A second ``up`` while one runs is refused;
+state left by a crashed run is detected and cleaned.
 Callers reach all of it through this module (``__all__``).
 """
 
@@ -25,6 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ksched.cluster import load
 from ksched.cluster.build import Pins, ensure_built
 from ksched.cluster.kwok import FAKE_NODE_ANNOTATION, NODE_LEASE_S, REGION, fake_nodes, start_nodes
 from ksched.cluster.processes import (
@@ -76,6 +78,7 @@ def up(
     percentage_of_nodes_to_score: int = 0,
     audit_policy: dict[str, Any] | None = None,
     node_lease_s: int = NODE_LEASE_S,
+    load_simulation: load.LoadSimulation | None = None,
 ) -> ClusterState:
     """Build what is missing, start the control plane and wait until every node is Ready.
 
@@ -84,7 +87,10 @@ def up(
     With ``audit_policy`` (an audit.k8s.io/v1 Policy) kube-apiserver writes the
     requests it selects to ``audit.log`` in the state directory, one JSON event a line.
     KWOK renews each node's Lease every quarter of ``node_lease_s``, as a kubelet does
-    (kube-controller-manager's node lifecycle controller, where it runs, reads them)."""
+    (kube-controller-manager's node lifecycle controller, where it runs, reads them).
+    With ``load_simulation`` pods use what their usage profiles say, Prometheus records
+    every node's utilisation and metrics-server serves ``metrics.k8s.io``
+    (:mod:`~ksched.cluster.load`)."""
     if node_lease_s < 1:
         raise ClusterError(f"the node Lease duration must be at least 1 s, not {node_lease_s}")
     existing = load_state()
@@ -94,7 +100,7 @@ def up(
                 f"a local cluster is already running (kubeconfig {existing.kubeconfig}); stop it with `ksched cluster down`"
             )
         shutil.rmtree(existing.directory, ignore_errors=True)
-    bin_dir = ensure_built(Pins(), with_helm=False)
+    bin_dir = ensure_built(Pins(), with_helm=False, with_metrics_server=load_simulation is not None)
     directory = state_dir()
     shutil.rmtree(directory, ignore_errors=True)
     directory.mkdir(parents=True)
@@ -126,6 +132,7 @@ def up(
             percentage_of_nodes_to_score,
             audit_policy,
             node_lease_s,
+            load_simulation,
         )
     except BaseException:
         down()
@@ -148,6 +155,7 @@ def _start(
     percentage: int,
     audit_policy: dict[str, Any] | None,
     node_lease_s: int,
+    simulation: load.LoadSimulation | None,
 ) -> None:
     ports = state.ports
     sa_key = directory / "sa.key"
@@ -187,6 +195,7 @@ def _start(
             "--audit-log-format=json",
             "--audit-log-mode=blocking",
         ]
+    certs = load.make_certificates(directory / "aggregation") if simulation else None
     # No kube-controller-manager runs here, so nothing would remove the not-ready
     # taint that TaintNodesByCondition puts on new nodes: KWOK keeps them Ready instead.
     launcher.start(
@@ -214,6 +223,7 @@ def _start(
             "--watch-cache=true",
             "--profiling=false",
             *audit_args,
+            *(load.apiserver_args(certs) if certs else []),
         ],
     )
     launcher.wait("kube-apiserver /readyz", lambda: http_ok(f"{state.apiserver}/readyz", state.token))
@@ -262,7 +272,7 @@ def _start(
             == 0
         ),
     )
-    start_nodes(launcher, nodes, zones, node_lease_s)
+    start_nodes(launcher, nodes, zones, node_lease_s, simulate_load=simulation is not None)
     if with_scheduler:
         args, port = kube_scheduler_args(state, scheduler_qps, percentage)
         launcher.start("kube-scheduler", "kube-scheduler", args)
@@ -304,8 +314,10 @@ def _start(
         launcher.wait(
             "kube-controller-manager /healthz", lambda: http_ok(f"https://127.0.0.1:{port}/healthz")
         )
-    if prometheus_targets:
-        start_prometheus(launcher, prometheus_targets)
+    if prometheus_targets or simulation:
+        start_prometheus(launcher, prometheus_targets or "", simulation)
+    if simulation and certs:
+        load.start_metrics_server(launcher, certs, simulation)
     save_state(state)
 
 

@@ -2,7 +2,9 @@
 
 Owns finding Prometheus (Debian's package, installed with apt-get when missing and
 running as root) and starting it on a free port with a one-second scrape of the
-targets the tests and benchmarks name; the cluster's state records its address.
+targets the tests and benchmarks name, and, for the load simulation, the scrape of
+every KWOK node with its recording rules (:mod:`ksched.cluster.load`); the cluster's
+state records its address.
 """
 
 from __future__ import annotations
@@ -12,7 +14,9 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
+from ksched.cluster import load
 from ksched.cluster.processes import ClusterError, Launcher, free_port, http_ok
 
 
@@ -42,20 +46,27 @@ def prometheus_binary() -> str:
     raise ClusterError("Prometheus is not installed: install Debian's package (apt-get install prometheus)")
 
 
-def start_prometheus(launcher: Launcher, targets: str) -> None:
-    """Start Prometheus scraping ``targets`` (comma-separated host:port) every second."""
+def start_prometheus(launcher: Launcher, targets: str, simulation: load.LoadSimulation | None) -> None:
+    """Start Prometheus scraping ``targets`` (comma-separated host:port) every second and,
+    with ``simulation``, every KWOK node's resource metrics, recording node utilisation."""
     state = launcher.state
     port = free_port()
     scraped = [t.strip() for t in targets.split(",") if t.strip()]
-    prom_config = launcher.dir / "prometheus.yml"
-    prom_config.write_text(
-        json.dumps(
-            {
-                "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-                "scrape_configs": [{"job_name": "ksched-targets", "static_configs": [{"targets": scraped}]}],
-            }
+    config: dict[str, Any] = {
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "scrape_configs": [{"job_name": "ksched-targets", "static_configs": [{"targets": scraped}]}]
+        if scraped
+        else [],
+    }
+    if simulation is not None:
+        rules = launcher.dir / "prometheus-rules.yml"
+        rules.write_text(json.dumps(load.recording_rules(simulation)))
+        config["rule_files"] = [str(rules)]
+        config["scrape_configs"].append(
+            load.prometheus_scrape_config(f"127.0.0.1:{state.ports['kwok']}", simulation)
         )
-    )
+    prom_config = launcher.dir / "prometheus.yml"
+    prom_config.write_text(json.dumps(config))
     state.ports["prometheus"] = port
     launcher.start(
         "prometheus",

@@ -29,6 +29,20 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="also run Prometheus scraping these host:port targets (comma-separated)",
     )
     up.add_argument(
+        "--load-simulation",
+        action="store_true",
+        help="pods use what their load.ksched.io/ usage profile says (KWOK); Prometheus scrapes every "
+        "node's resource metrics and records node:node_cpu_utilisation:ratio; metrics-server serves "
+        "metrics.k8s.io (kubectl top nodes). See docs/load-simulation.md",
+    )
+    up.add_argument(
+        "--scrape-interval",
+        type=float,
+        default=15.0,
+        metavar="SECONDS",
+        help="with --load-simulation: how often Prometheus scrapes each node (default 15)",
+    )
+    up.add_argument(
         "--node-lease-seconds",
         type=int,
         default=40,
@@ -49,9 +63,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def _cluster(args: argparse.Namespace) -> int:
-    from ksched.cluster import local
+    from ksched.cluster import load, local
 
     if args.cluster_command == "up":
+        simulation = (
+            load.LoadSimulation(scrape_interval_s=args.scrape_interval) if args.load_simulation else None
+        )
         env = local.up(
             nodes=args.nodes,
             zones=args.zones,
@@ -61,6 +78,7 @@ def _cluster(args: argparse.Namespace) -> int:
             scheduler_qps=args.scheduler_qps,
             percentage_of_nodes_to_score=args.percentage_of_nodes_to_score,
             node_lease_s=args.node_lease_seconds,
+            load_simulation=simulation,
         )
         print(env.describe())
     elif args.cluster_command == "down":

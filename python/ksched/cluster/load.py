@@ -1,0 +1,592 @@
+"""The local control plane's load simulation: real usage, scraped by real components.
+
+Owns the usage profile a pod carries as annotations (:class:`UsageProfile`,
+:func:`usage_annotations`), the KWOK documents that turn those annotations into usage (a
+``ClusterResourceUsage`` whose CEL expressions evaluate the profile) and serve
+kubelet-style resource metrics for every node (a ``Metric``), the Prometheus scrape job
+and recording rules over those endpoints, and metrics-server serving ``metrics.k8s.io``
+through kube-apiserver's aggregation layer (its certificates, kube-apiserver's flags,
+starting it, the APIService). :mod:`ksched.cluster.kwok`, :mod:`ksched.cluster.prometheus`
+and :mod:`ksched.cluster.local` take these pieces when ``up`` is asked for the simulation.
+Promises: a pod's usage is a deterministic function of its annotations, its requests and
+the seconds since it started, and :meth:`UsageProfile.multiple` computes the same function
+in Python. Never names an address other than loopback.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ksched.cluster.build import Pins, metrics_server_binary
+from ksched.cluster.processes import ClusterError, Launcher, free_port, http_ok, kubectl
+from ksched.errors import KschedError
+
+ANNOTATION_PREFIX = "load.ksched.io/"
+BASE = ANNOTATION_PREFIX + "base"
+RAMP_SECONDS = ANNOTATION_PREFIX + "ramp-seconds"
+BURST_EVERY_SECONDS = ANNOTATION_PREFIX + "burst-every-seconds"
+BURST_FOR_SECONDS = ANNOTATION_PREFIX + "burst-for-seconds"
+BURST_TO = ANNOTATION_PREFIX + "burst-to"
+NOISE = ANNOTATION_PREFIX + "noise"
+SEED = ANNOTATION_PREFIX + "seed"
+REFERENCE_CPU = ANNOTATION_PREFIX + "reference-cpu"
+REFERENCE_MEMORY = ANNOTATION_PREFIX + "reference-memory"
+# What a container that requests nothing uses when its pod names no reference: a
+# BestEffort pod is never free, and a constant keeps it visible without dominating.
+BEST_EFFORT_CPU = "10m"
+BEST_EFFORT_MEMORY = "32Mi"
+# Noise holds for this many seconds (the default scrape interval), then draws again.
+NOISE_BUCKET_S = 15
+# The noise draw: a Lehmer modulus (the Mersenne prime 2^31 - 1) keeps every product of
+# two residues below 2^62, inside CEL's int64, which errors on overflow where Python would not.
+_MODULUS = 2_147_483_647
+_BUCKET_MIX = 2_654_435_761
+_SEED_MIX = 40_503
+_ROUND_ADD = 12_345
+
+# metrics-server reads a node's resource metrics from this path when the node names it:
+# KWOK serves every node on one address, one path per node.
+RESOURCE_METRICS_PATH_ANNOTATION = "metrics.k8s.io/resource-metrics-path"
+SCRAPE_JOB = "kwok-nodes"
+METRICS_API_SERVICE = "v1beta1.metrics.k8s.io"
+METRICS_SERVER_SERVICE = ("kube-system", "metrics-server")
+FRONT_PROXY_CLIENT = "front-proxy-client"
+# Rates span this many scrapes, as kube-prometheus's rate(...[1m]) spans four at 15 s.
+RATE_SCRAPES = 4
+# metrics-server refuses a resolution under 10 s.
+MIN_METRIC_RESOLUTION_S = 10.0
+
+
+class LoadSimulationError(KschedError):
+    """A usage profile or a load-simulation setting is invalid, or its certificates could not be made."""
+
+
+@dataclass(frozen=True)
+class UsageProfile:
+    """How much a pod uses, as a multiple of its requests, over the seconds since it started.
+
+    The multiple climbs linearly from 0 to ``base`` over ``ramp_s``; in the last
+    ``burst_for_s`` seconds of every ``burst_every_s`` it is ``burst_to`` instead; then it is
+    scaled by ``1 + noise * (2u - 1)``, ``u`` in [0, 1) drawn from ``seed`` and the current
+    :data:`NOISE_BUCKET_S`-second bucket. A container that requests no CPU (memory) is
+    multiplied against ``reference_cpu`` (``reference_memory``) instead, by default
+    :data:`BEST_EFFORT_CPU` (:data:`BEST_EFFORT_MEMORY`).
+
+    Example: ``UsageProfile(base=0.7, ramp_s=60, burst_every_s=120, burst_for_s=20, burst_to=2.0)``.
+    """
+
+    base: float = 1.0
+    ramp_s: float = 0.0
+    burst_every_s: int = 0
+    burst_for_s: int = 0
+    burst_to: float = 1.0
+    noise: float = 0.0
+    seed: int = 0
+    reference_cpu: str | None = None
+    reference_memory: str | None = None
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.base < 0 or self.burst_to < 0 or self.ramp_s < 0:
+            problems.append("base, burst_to and ramp_s must not be negative")
+        if not 0 <= self.noise < 1:
+            problems.append(f"noise must be in [0, 1), not {self.noise}")
+        if self.burst_every_s < 0 or not 0 <= self.burst_for_s <= self.burst_every_s:
+            problems.append("bursts need 0 <= burst_for_s <= burst_every_s")
+        if not 0 <= self.seed < _MODULUS:
+            problems.append(f"seed must be in [0, {_MODULUS}), not {self.seed}")
+        if problems:
+            raise LoadSimulationError("invalid usage profile: " + "; ".join(problems))
+
+    def multiple(self, seconds: float) -> float:
+        """The multiple of the request used ``seconds`` after the pod started (what KWOK evaluates)."""
+        ramp = seconds / self.ramp_s if self.ramp_s > 0 and seconds < self.ramp_s else 1.0
+        level = self.burst_to if _in_burst(self, int(seconds)) else self.base * ramp
+        return level * (1.0 + self.noise * (2.0 * _draw(self.seed, int(seconds) // NOISE_BUCKET_S) - 1.0))
+
+
+def _in_burst(profile: UsageProfile, seconds: int) -> bool:
+    every, lasting = profile.burst_every_s, profile.burst_for_s
+    return every > 0 and lasting > 0 and seconds % every >= every - lasting
+
+
+def _draw(seed: int, bucket: int) -> float:
+    """A number in [0, 1) from the seed and the bucket: two squarings modulo a prime."""
+    x = (bucket * _BUCKET_MIX + seed * _SEED_MIX) % _MODULUS
+    x = (x * x + _ROUND_ADD) % _MODULUS
+    x = (x * x + seed) % _MODULUS
+    return x / _MODULUS
+
+
+def usage_annotations(profile: UsageProfile) -> dict[str, str]:
+    """The pod annotations that give a pod ``profile`` in the load simulation."""
+    annotations = {
+        BASE: repr(float(profile.base)),
+        RAMP_SECONDS: repr(float(profile.ramp_s)),
+        BURST_EVERY_SECONDS: str(profile.burst_every_s),
+        BURST_FOR_SECONDS: str(profile.burst_for_s),
+        BURST_TO: repr(float(profile.burst_to)),
+        NOISE: repr(float(profile.noise)),
+        SEED: str(profile.seed),
+    }
+    if profile.reference_cpu is not None:
+        annotations[REFERENCE_CPU] = profile.reference_cpu
+    if profile.reference_memory is not None:
+        annotations[REFERENCE_MEMORY] = profile.reference_memory
+    return annotations
+
+
+# --- KWOK: usage from the annotations, and the kubelet's resource metrics per node ---
+
+_ANNOTATIONS = "pod.metadata.annotations"
+# Seconds since the pod started (KWOK sets startTime when the pod runs).
+_SECONDS = "(UnixSecond(Now()) - UnixSecond(pod.status.startTime))"
+
+
+def _number(key: str, default: float) -> str:
+    return f'("{key}" in {_ANNOTATIONS} ? double({_ANNOTATIONS}["{key}"]) : {float(default)!r})'
+
+
+def _integer(key: str) -> str:
+    return f'("{key}" in {_ANNOTATIONS} ? int({_ANNOTATIONS}["{key}"]) : 0)'
+
+
+def _multiple_expression() -> str:
+    """:meth:`UsageProfile.multiple` in CEL, reading the profile from the pod's annotations."""
+    ramp_s = _number(RAMP_SECONDS, 0.0)
+    ramp = f"({ramp_s} > 0.0 && {_SECONDS} < {ramp_s} ? {_SECONDS} / {ramp_s} : 1.0)"
+    every, lasting, whole = _integer(BURST_EVERY_SECONDS), _integer(BURST_FOR_SECONDS), f"int({_SECONDS})"
+    in_burst = f"({every} > 0 && {lasting} > 0 && {whole} % {every} >= {every} - {lasting})"
+    level = f"({in_burst} ? {_number(BURST_TO, 1.0)} : {_number(BASE, 1.0)} * {ramp})"
+    seed = _integer(SEED)
+    x = f"(({whole} / {NOISE_BUCKET_S}) * {_BUCKET_MIX} + {seed} * {_SEED_MIX}) % {_MODULUS}"
+    x = f"(({x}) * ({x}) + {_ROUND_ADD}) % {_MODULUS}"
+    x = f"(({x}) * ({x}) + {seed}) % {_MODULUS}"
+    noise = f"(1.0 + {_number(NOISE, 0.0)} * (2.0 * double({x}) / {float(_MODULUS)!r} - 1.0))"
+    return f'("{BASE}" in {_ANNOTATIONS} ? {level} * {noise} : 1.0)'
+
+
+def _usage_expression(resource: str, reference_key: str, best_effort: str) -> str:
+    requests = "container.resources.requests"
+    reference = (
+        f'("{resource}" in {requests} ? {requests}["{resource}"]'
+        f' : ("{reference_key}" in {_ANNOTATIONS} ? Quantity({_ANNOTATIONS}["{reference_key}"])'
+        f' : Quantity("{best_effort}")))'
+    )
+    return f"{reference} * {_multiple_expression()}"
+
+
+def resource_metrics_path(node: str) -> str:
+    """Where KWOK serves ``node``'s kubelet-style resource metrics."""
+    return f"/metrics/nodes/{node}/metrics/resource"
+
+
+_POD_LABELS = [
+    {"name": "namespace", "value": "pod.metadata.namespace"},
+    {"name": "pod", "value": "pod.metadata.name"},
+]
+_CONTAINER_LABELS = [{"name": "container", "value": "container.name"}, *_POD_LABELS]
+
+
+def _metric(name: str, kind: str, dimension: str, value: str, help_: str, labels: Any = ()) -> dict[str, Any]:
+    return {
+        "name": name,
+        "kind": kind,
+        "dimension": dimension,
+        "value": value,
+        "help": help_,
+        "labels": list(labels),
+    }
+
+
+def kwok_documents() -> list[dict[str, Any]]:
+    """The ClusterResourceUsage and the Metric for KWOK's ``--config``.
+
+    The Metric serves the series a kubelet's ``/metrics/resource`` serves (what metrics-server
+    reads), plus the node's allocatable CPU and memory as kube-state-metrics names them, so
+    that Prometheus divides usage by allocatable without another exporter."""
+    usage = {
+        "apiVersion": "kwok.x-k8s.io/v1alpha1",
+        "kind": "ClusterResourceUsage",
+        "metadata": {"name": "ksched-usage-profile"},
+        "spec": {
+            "usages": [
+                {
+                    "usage": {
+                        "cpu": {"expression": _usage_expression("cpu", REFERENCE_CPU, BEST_EFFORT_CPU)},
+                        "memory": {
+                            "expression": _usage_expression("memory", REFERENCE_MEMORY, BEST_EFFORT_MEMORY)
+                        },
+                    }
+                }
+            ]
+        },
+    }
+    allocatable = [
+        _metric(
+            "kube_node_status_allocatable",
+            "gauge",
+            "node",
+            f'node.status.allocatable["{resource}"]',
+            "The allocatable of a node for a resource.",
+            [{"name": "resource", "value": f'"{resource}"'}, {"name": "unit", "value": f'"{unit}"'}],
+        )
+        for resource, unit in (("cpu", "core"), ("memory", "byte"))
+    ]
+    metric = {
+        "apiVersion": "kwok.x-k8s.io/v1alpha1",
+        "kind": "Metric",
+        "metadata": {"name": "ksched-resource-metrics"},
+        "spec": {
+            "path": resource_metrics_path("{nodeName}"),
+            "metrics": [
+                _metric("scrape_error", "gauge", "node", "0", "1 if reading the node's metrics failed."),
+                _metric(
+                    "node_cpu_usage_seconds_total",
+                    "counter",
+                    "node",
+                    'node.CumulativeUsage("cpu")',
+                    "Cumulative CPU time consumed by the node in core-seconds.",
+                ),
+                _metric(
+                    "node_memory_working_set_bytes",
+                    "gauge",
+                    "node",
+                    'node.Usage("memory")',
+                    "Current working set of the node in bytes.",
+                ),
+                _metric(
+                    "pod_cpu_usage_seconds_total",
+                    "counter",
+                    "pod",
+                    'pod.CumulativeUsage("cpu")',
+                    "Cumulative CPU time consumed by the pod in core-seconds.",
+                    _POD_LABELS,
+                ),
+                _metric(
+                    "pod_memory_working_set_bytes",
+                    "gauge",
+                    "pod",
+                    'pod.Usage("memory")',
+                    "Current working set of the pod in bytes.",
+                    _POD_LABELS,
+                ),
+                _metric(
+                    "container_start_time_seconds",
+                    "gauge",
+                    "container",
+                    "UnixSecond(pod.status.startTime)",
+                    "Start time of the container since the Unix epoch in seconds.",
+                    _CONTAINER_LABELS,
+                ),
+                _metric(
+                    "container_cpu_usage_seconds_total",
+                    "counter",
+                    "container",
+                    'pod.CumulativeUsage("cpu", container.name)',
+                    "Cumulative CPU time consumed by the container in core-seconds.",
+                    _CONTAINER_LABELS,
+                ),
+                _metric(
+                    "container_memory_working_set_bytes",
+                    "gauge",
+                    "container",
+                    'pod.Usage("memory", container.name)',
+                    "Current working set of the container in bytes.",
+                    _CONTAINER_LABELS,
+                ),
+                *allocatable,
+            ],
+        },
+    }
+    return [usage, metric]
+
+
+def kwok_node_args(port: int) -> list[str]:
+    """KWOK serves on loopback only, and its nodes advertise that address and port as their
+    kubelet's (metrics-server connects to it)."""
+    return ["--node-ip=127.0.0.1", f"--node-port={port}", f"--server-address=127.0.0.1:{port}"]
+
+
+# --- Prometheus ---
+
+
+@dataclass(frozen=True)
+class LoadSimulation:
+    """Settings of the load simulation: how often Prometheus scrapes every node's endpoint
+    (and evaluates the recording rules), and metrics-server's resolution."""
+
+    scrape_interval_s: float = 15.0
+    metric_resolution_s: float = 15.0
+
+    def __post_init__(self) -> None:
+        if self.scrape_interval_s < 0.1:
+            raise LoadSimulationError(
+                f"the scrape interval must be at least 0.1 s, not {self.scrape_interval_s}"
+            )
+        if self.metric_resolution_s < MIN_METRIC_RESOLUTION_S:
+            raise LoadSimulationError(
+                f"metrics-server's resolution must be at least {MIN_METRIC_RESOLUTION_S:.0f} s, "
+                f"not {self.metric_resolution_s}"
+            )
+
+    @property
+    def rate_window_s(self) -> float:
+        return RATE_SCRAPES * self.scrape_interval_s
+
+
+def _duration(seconds: float) -> str:
+    return f"{round(seconds * 1000)}ms"
+
+
+def prometheus_scrape_config(kwok_address: str, simulation: LoadSimulation) -> dict[str, Any]:
+    """A scrape job over every node KWOK manages, found through KWOK's own HTTP service
+    discovery (nodes added later are scraped too), each target labelled with its node."""
+    path = resource_metrics_path("([^/]+)")
+    interval = _duration(simulation.scrape_interval_s)
+    return {
+        "job_name": SCRAPE_JOB,
+        "scrape_interval": interval,
+        "scrape_timeout": interval,
+        "http_sd_configs": [
+            {"url": f"http://{kwok_address}/discovery/prometheus", "refresh_interval": interval}
+        ],
+        "relabel_configs": [
+            {"source_labels": ["__metrics_path__"], "regex": path, "action": "keep"},
+            {
+                "source_labels": ["__metrics_path__"],
+                "regex": path,
+                "target_label": "node",
+                "replacement": "$1",
+            },
+            {"source_labels": ["node"], "target_label": "instance"},
+            {"regex": "metrics_name", "action": "labeldrop"},
+        ],
+    }
+
+
+def recording_rules(simulation: LoadSimulation) -> dict[str, Any]:
+    """Recording rules shaped like kube-prometheus's node rules: per node, CPU cores used
+    (a rate over :data:`RATE_SCRAPES` scrapes), memory working set, allocatable, and their
+    ratios; and the same ratios over the cluster."""
+    job = f'job="{SCRAPE_JOB}"'
+    window = _duration(simulation.rate_window_s)
+    rules = [
+        (
+            "node:node_cpu_usage_cores:rate",
+            f"sum by (node) (rate(node_cpu_usage_seconds_total{{{job}}}[{window}]))",
+        ),
+        (
+            "node:node_cpu_allocatable_cores:sum",
+            f'sum by (node) (kube_node_status_allocatable{{{job},resource="cpu"}})',
+        ),
+        (
+            "node:node_cpu_utilisation:ratio",
+            "node:node_cpu_usage_cores:rate / node:node_cpu_allocatable_cores:sum",
+        ),
+        ("node:node_memory_working_set_bytes:sum", f"sum by (node) (node_memory_working_set_bytes{{{job}}})"),
+        (
+            "node:node_memory_allocatable_bytes:sum",
+            f'sum by (node) (kube_node_status_allocatable{{{job},resource="memory"}})',
+        ),
+        (
+            "node:node_memory_utilisation:ratio",
+            "node:node_memory_working_set_bytes:sum / node:node_memory_allocatable_bytes:sum",
+        ),
+        (
+            "cluster:node_cpu_utilisation:ratio",
+            "sum(node:node_cpu_usage_cores:rate) / sum(node:node_cpu_allocatable_cores:sum)",
+        ),
+        (
+            "cluster:node_memory_utilisation:ratio",
+            "sum(node:node_memory_working_set_bytes:sum) / sum(node:node_memory_allocatable_bytes:sum)",
+        ),
+    ]
+    return {
+        "groups": [
+            {
+                "name": "ksched-load-simulation",
+                "interval": _duration(simulation.scrape_interval_s),
+                "rules": [{"record": record, "expr": expr} for record, expr in rules],
+            }
+        ]
+    }
+
+
+# --- metrics-server behind the aggregation layer ---
+
+
+@dataclass(frozen=True)
+class Certificates:
+    """The aggregation layer's certificates, under the cluster's state directory.
+
+    kube-apiserver proxies to metrics-server with the front-proxy client certificate, which
+    metrics-server trusts through the front-proxy CA that kube-apiserver publishes; the
+    APIService trusts metrics-server's serving certificate through the serving CA. The
+    client CA signs nothing: kube-apiserver publishes it beside the front-proxy CA because
+    extension API servers expect one (metrics-server logs an error every resync without)."""
+
+    directory: Path
+
+    def path(self, name: str) -> Path:
+        return self.directory / name
+
+
+def _openssl(*args: str) -> None:
+    proc = subprocess.run(["openssl", *args], capture_output=True, check=False)
+    if proc.returncode != 0:
+        raise LoadSimulationError(f"openssl {args[0]} failed: {proc.stderr.decode()[-2000:]}")
+
+
+_EC_KEY = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
+
+
+def _issue(certs: Certificates, ca: str, name: str, subject: str, extensions: str) -> None:
+    ext = certs.path(f"{name}.ext")
+    ext.write_text(extensions)
+    csr = certs.path(f"{name}.csr")
+    _openssl("req", *_EC_KEY, "-keyout", str(certs.path(f"{name}.key")), "-out", str(csr), "-subj", subject)
+    _openssl(
+        "x509", "-req", "-in", str(csr), "-CA", str(certs.path(f"{ca}.crt")),
+        "-CAkey", str(certs.path(f"{ca}.key")), "-CAcreateserial", "-days", "3650",
+        "-extfile", str(ext), "-out", str(certs.path(f"{name}.crt")),
+    )  # fmt: skip
+
+
+def make_certificates(directory: Path) -> Certificates:
+    """Three CAs and the two certificates they sign, made with openssl."""
+    certs = Certificates(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    for ca in ("front-proxy-ca", "serving-ca", "client-ca"):
+        _openssl(
+            "req", "-x509", *_EC_KEY, "-keyout", str(certs.path(f"{ca}.key")),
+            "-out", str(certs.path(f"{ca}.crt")), "-days", "3650", "-subj", f"/CN=ksched-local-{ca}",
+        )  # fmt: skip
+    leaf = "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n"
+    _issue(
+        certs,
+        "front-proxy-ca",
+        FRONT_PROXY_CLIENT,
+        f"/CN={FRONT_PROXY_CLIENT}",
+        leaf + "extendedKeyUsage=clientAuth\n",
+    )
+    namespace, name = METRICS_SERVER_SERVICE
+    _issue(
+        certs,
+        "serving-ca",
+        "metrics-server",
+        f"/CN={name}.{namespace}.svc",
+        leaf
+        + f"extendedKeyUsage=serverAuth\nsubjectAltName=DNS:{name}.{namespace}.svc,DNS:localhost,IP:127.0.0.1\n",
+    )
+    return certs
+
+
+def apiserver_args(certs: Certificates) -> list[str]:
+    """kube-apiserver's aggregation-layer flags: who may assert identities to an extension
+    API server (the front-proxy client), and the certificate it proxies with."""
+    return [
+        f"--client-ca-file={certs.path('client-ca.crt')}",
+        f"--requestheader-client-ca-file={certs.path('front-proxy-ca.crt')}",
+        f"--requestheader-allowed-names={FRONT_PROXY_CLIENT}",
+        "--requestheader-username-headers=X-Remote-User",
+        "--requestheader-group-headers=X-Remote-Group",
+        "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+        f"--proxy-client-cert-file={certs.path(f'{FRONT_PROXY_CLIENT}.crt')}",
+        f"--proxy-client-key-file={certs.path(f'{FRONT_PROXY_CLIENT}.key')}",
+    ]
+
+
+def metrics_server_args(
+    kubeconfig: str, port: int, certs: Certificates, simulation: LoadSimulation
+) -> list[str]:
+    """metrics-server on loopback: it reads the fake nodes (``type=kwok``) at the address and
+    port they advertise, on the path their annotation names, trusting KWOK's test certificate."""
+    return [
+        f"--kubeconfig={kubeconfig}",
+        f"--authentication-kubeconfig={kubeconfig}",
+        f"--authorization-kubeconfig={kubeconfig}",
+        "--bind-address=127.0.0.1",
+        f"--secure-port={port}",
+        f"--tls-cert-file={certs.path('metrics-server.crt')}",
+        f"--tls-private-key-file={certs.path('metrics-server.key')}",
+        "--kubelet-preferred-address-types=InternalIP",
+        "--kubelet-use-node-status-port",
+        "--kubelet-insecure-tls",
+        "--node-selector=type=kwok",
+        f"--metric-resolution={_duration(simulation.metric_resolution_s)}",
+        # metrics-server wants a scrape to end well within its resolution; KWOK is on loopback.
+        f"--kubelet-request-timeout={_duration(simulation.metric_resolution_s / 2)}",
+    ]
+
+
+def start_metrics_server(launcher: Launcher, certs: Certificates, simulation: LoadSimulation) -> None:
+    """Start metrics-server on loopback and register it for ``metrics.k8s.io``; waits until
+    kube-apiserver reports the APIService Available (it reached metrics-server through the
+    aggregation layer)."""
+    state, bin_dir = launcher.state, launcher.bin
+    port = free_port()
+    state.ports["metrics-server"] = port
+    args = metrics_server_args(state.kubeconfig, port, certs, simulation)
+    launcher.start("metrics-server", metrics_server_binary(Pins()), args)
+    launcher.wait("metrics-server /livez", lambda: http_ok(f"https://127.0.0.1:{port}/livez"))
+    objects = json.dumps(metrics_api_objects(port, certs)).encode()
+    applied = kubectl(state, bin_dir, "apply", "-f", "-", input_=objects)
+    if applied.returncode != 0:
+        raise ClusterError(f"registering metrics-server failed: {applied.stderr.decode()[-2000:]}")
+    launcher.wait(
+        f"the APIService {METRICS_API_SERVICE} to be Available",
+        lambda: (
+            kubectl(
+                state,
+                bin_dir,
+                "wait",
+                "--for=condition=Available",
+                "--timeout=5s",
+                f"apiservice/{METRICS_API_SERVICE}",
+            ).returncode
+            == 0
+        ),
+    )
+
+
+def metrics_api_objects(port: int, certs: Certificates) -> dict[str, Any]:
+    """The Service and APIService that register metrics-server for ``metrics.k8s.io``.
+
+    The Service is an ExternalName for ``localhost``: kube-apiserver resolves it to the
+    loopback address metrics-server listens on, with no service proxy in between."""
+    namespace, name = METRICS_SERVER_SERVICE
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "type": "ExternalName",
+            "externalName": "localhost",
+            "ports": [{"name": "https", "port": port}],
+        },
+    }
+    api_service = {
+        "apiVersion": "apiregistration.k8s.io/v1",
+        "kind": "APIService",
+        "metadata": {"name": METRICS_API_SERVICE},
+        "spec": {
+            "group": "metrics.k8s.io",
+            "version": "v1beta1",
+            "service": {"namespace": namespace, "name": name, "port": port},
+            "caBundle": base64.b64encode(certs.path("serving-ca.crt").read_bytes()).decode(),
+            "groupPriorityMinimum": 100,
+            "versionPriority": 100,
+        },
+    }
+    return {"apiVersion": "v1", "kind": "List", "items": [service, api_service]}
+
+
+def yaml_documents(documents: list[dict[str, Any]]) -> str:
+    """Documents for a multi-document YAML file (JSON is YAML)."""
+    return "\n---\n".join(json.dumps(d, indent=1) for d in documents)

@@ -1,0 +1,196 @@
+"""The load simulation on its own small cluster: a pod's usage profile, evaluated by KWOK,
+reaches Prometheus's node rules and metrics-server's ``metrics.k8s.io`` through real scrapes."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import shutil
+import subprocess
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ksched.cluster import load, local
+from ksched.cluster.build import BuildError, missing_binaries
+from ksched.cluster.load import LoadSimulation, UsageProfile
+from ksched.cluster.prometheus import prometheus_binary
+from ksched.engine.quantity import parse_quantity
+from ksched.loop.client import Kube, load_configuration
+from tests.integration.helpers import create, make_pod, unavailable, wait_for
+
+pytestmark = pytest.mark.cluster
+
+SCRAPE_S = 1.0
+# Node 0 is an m5.xlarge (4 CPUs, 16Gi), nodes 1 and 2 have 8 CPUs: see local.fake_nodes.
+FLAT_NODE, RAMP_NODE, DEFAULT_NODE = "kwok-node-00000", "kwok-node-00001", "kwok-node-00002"
+FLAT = UsageProfile(base=0.5)
+RAMP = UsageProfile(base=1.0, ramp_s=24)
+TOLERANCE = 0.05
+
+
+@pytest.fixture(scope="module")
+def simulated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[local.ClusterState, Kube, float]]:
+    """A three-node cluster with the load simulation on, a pod with a flat profile bound to
+    node 0, one with a ramping profile bound to node 1, and on node 2 a pod with no profile
+    and a BestEffort pod; yields when the pods were created."""
+    if shutil.which("go") is None and missing_binaries(with_helm=False, with_metrics_server=True):
+        unavailable("Go is not installed and no cached binaries exist")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("KSCHED_CLUSTER_DIR", str(tmp_path_factory.mktemp("load-simulation")))
+        try:
+            state = local.up(
+                nodes=3,
+                zones=1,
+                load_simulation=LoadSimulation(scrape_interval_s=SCRAPE_S, metric_resolution_s=10),
+            )
+        except (BuildError, local.ClusterError) as err:
+            unavailable(str(err))
+            raise
+        try:
+            kube = Kube(load_configuration(state.kubeconfig, 4))
+            pods = []
+            for name, node, profile, cpu, memory in (
+                ("flat", FLAT_NODE, FLAT, "1", "1Gi"),
+                ("ramp", RAMP_NODE, RAMP, "4", "4Gi"),
+            ):
+                pod = make_pod(name, "default", cpu=cpu, memory=memory, nodeName=node)
+                pod["metadata"]["annotations"] = load.usage_annotations(profile)
+                pods.append(pod)
+            best_effort = make_pod("best-effort", "default", nodeName=DEFAULT_NODE)
+            best_effort["spec"]["containers"][0]["resources"] = {}
+            pods += [make_pod("plain", "default", cpu="2", memory="1Gi", nodeName=DEFAULT_NODE), best_effort]
+            create(kube, pods)
+            yield state, kube, time.monotonic()
+        finally:
+            local.down()
+
+
+def query(state: local.ClusterState, promql: str) -> dict[str, float]:
+    """The instant vector of ``promql``, by node."""
+    url = f"{state.prometheus}/api/v1/query?{urllib.parse.urlencode({'query': promql})}"
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        result = json.loads(resp.read())["data"]["result"]
+    return {r["metric"].get("node", ""): float(r["value"][1]) for r in result}
+
+
+def test_a_ramping_profile_shows_a_rising_utilisation(
+    simulated: tuple[local.ClusterState, Kube, float],
+) -> None:
+    state, _, created = simulated
+    seen: list[float] = []
+    while time.monotonic() - created < RAMP.ramp_s + 10:
+        value = query(state, "node:node_cpu_utilisation:ratio").get(RAMP_NODE)
+        if value is not None:
+            seen.append(value)
+        time.sleep(2)
+    # 4 of 8 CPUs requested, used at 0 to 1 times the request over 24 s: 0 to 0.5.
+    assert len(seen) >= 10, seen
+    assert seen[0] < 0.2 and seen[-1] == pytest.approx(0.5, rel=TOLERANCE), seen
+    assert all(later >= earlier - 0.01 for earlier, later in itertools.pairwise(seen)), seen
+
+
+def test_profiles_and_their_defaults_set_node_utilisation(
+    simulated: tuple[local.ClusterState, Kube, float],
+) -> None:
+    state, _, _ = simulated
+    # 1 CPU and 1Gi requested, used at half: 0.5 of 4 CPUs, 512Mi of 16Gi.
+    cpu = wait_for(
+        lambda: (
+            abs(query(state, "node:node_cpu_utilisation:ratio").get(FLAT_NODE, 0) - 0.125) < 0.125 * TOLERANCE
+        ),
+        timeout=60,
+    )
+    values = query(state, "node:node_cpu_utilisation:ratio")
+    assert cpu, values
+    memory = query(state, "node:node_memory_utilisation:ratio")
+    assert memory[FLAT_NODE] == pytest.approx(0.5 / 16, rel=TOLERANCE), memory
+    cores = query(state, "node:node_cpu_usage_cores:rate")
+    assert cores[FLAT_NODE] == pytest.approx(0.5, rel=TOLERANCE), cores
+    assert query(state, "node:node_cpu_allocatable_cores:sum") == {
+        FLAT_NODE: 4.0,
+        RAMP_NODE: 8.0,
+        DEFAULT_NODE: 8.0,
+    }
+    # Without a profile a pod uses its requests, a BestEffort container 10m and 32Mi.
+    assert cores[DEFAULT_NODE] == pytest.approx(2.01, rel=TOLERANCE / 10), cores
+    working_set = query(state, "node:node_memory_working_set_bytes:sum")
+    assert working_set[DEFAULT_NODE] == (1024 + 32) * 2**20, working_set
+
+
+def test_metrics_server_serves_the_nodes_usage(simulated: tuple[local.ClusterState, Kube, float]) -> None:
+    """What `kubectl top nodes` reads, through kube-apiserver's aggregation layer."""
+    _, kube, _ = simulated
+
+    def usage() -> dict[str, dict[str, str]]:
+        r = kube.request("GET", "/apis/metrics.k8s.io/v1beta1/nodes")
+        return {n["metadata"]["name"]: n["usage"] for n in r.json()["items"]} if r.status == 200 else {}
+
+    def settled() -> bool:
+        cpu = usage().get(FLAT_NODE, {}).get("cpu")
+        return cpu is not None and abs(float(parse_quantity(cpu)) - 0.5) < 0.5 * TOLERANCE
+
+    assert wait_for(settled, timeout=60, interval=1), usage()
+    nodes = usage()
+    assert set(nodes) == {FLAT_NODE, RAMP_NODE, DEFAULT_NODE}
+    assert float(parse_quantity(nodes[FLAT_NODE]["memory"])) == pytest.approx(512 * 2**20, rel=TOLERANCE), (
+        nodes
+    )
+    pod = kube.request("GET", "/apis/metrics.k8s.io/v1beta1/namespaces/default/pods/flat")
+    assert pod.status == 200, pod.data[:300]
+    assert float(parse_quantity(pod.json()["containers"][0]["usage"]["cpu"])) == pytest.approx(
+        0.5, rel=TOLERANCE
+    )
+
+
+def test_recording_rules_compute_utilisation_from_the_kubelets_series(tmp_path: Path) -> None:
+    """``promtool test rules`` on synthetic series: a node that uses 1 core a second of 4
+    allocatable is at 0.25; the cluster's ratio weighs nodes by their allocatable."""
+    promtool = str(Path(prometheus_binary()).with_name("promtool"))
+    rules = tmp_path / "rules.json"
+    rules.write_text(json.dumps(load.recording_rules(LoadSimulation())))
+    job = f'job="{load.SCRAPE_JOB}"'
+    cases = {
+        "rule_files": [str(rules)],
+        "evaluation_interval": "15s",
+        "tests": [
+            {
+                "interval": "15s",
+                "input_series": [
+                    {"series": f'node_cpu_usage_seconds_total{{{job},node="a"}}', "values": "0+15x20"},
+                    {"series": f'node_cpu_usage_seconds_total{{{job},node="b"}}', "values": "0+30x20"},
+                    {
+                        "series": f'kube_node_status_allocatable{{{job},node="a",resource="cpu",unit="core"}}',
+                        "values": "4x20",
+                    },
+                    {
+                        "series": f'kube_node_status_allocatable{{{job},node="b",resource="cpu",unit="core"}}',
+                        "values": "8x20",
+                    },
+                ],
+                "promql_expr_test": [
+                    {
+                        "expr": "node:node_cpu_utilisation:ratio",
+                        "eval_time": "4m",
+                        "exp_samples": [
+                            {"labels": "node:node_cpu_utilisation:ratio{node='a'}", "value": 0.25},
+                            {"labels": "node:node_cpu_utilisation:ratio{node='b'}", "value": 0.25},
+                        ],
+                    },
+                    {
+                        "expr": "cluster:node_cpu_utilisation:ratio",
+                        "eval_time": "4m",
+                        "exp_samples": [{"labels": "cluster:node_cpu_utilisation:ratio", "value": 0.25}],
+                    },
+                ],
+            }
+        ],
+    }
+    path = tmp_path / "test.json"
+    path.write_text(json.dumps(cases))
+    out = subprocess.run([promtool, "test", "rules", str(path)], capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stdout + out.stderr
