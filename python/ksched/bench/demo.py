@@ -39,6 +39,7 @@ from ksched.bench.pods import (
     process_usage,
 )
 from ksched.cluster import local
+from ksched.cluster.processes import terminate
 from ksched.errors import KschedError
 from ksched.loop.client import Kube, load_configuration
 from ksched.objects import Obj
@@ -299,7 +300,6 @@ def demo(nodes: int, pods: int, compare: bool) -> int:
                 )
         return 0 if all(r.ok for r in results) else 1
     finally:
-        if proc is not None and proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(30)
+        if proc is not None:
+            terminate(proc, 30)
         print("== " + local.down())

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import time
@@ -91,6 +92,20 @@ def alive(pid: int, binary: str) -> bool:
     except OSError:
         return False
     return os.path.basename(cmdline) == binary and ") Z " not in stat
+
+
+def terminate(proc: subprocess.Popen[bytes], timeout_s: float) -> None:
+    """Stop a child process: SIGTERM, then SIGKILL if it has not exited within ``timeout_s``;
+    a SIGSTOPped child is resumed first, since a stopped process cannot act on SIGTERM."""
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGCONT)
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def free_port() -> int:

@@ -16,6 +16,7 @@ from pathlib import Path
 from ksched.bench.chaos.figures import LEASE, LEASE_NAME, LEASE_NS, METRIC_QUERY
 from ksched.cluster import local
 from ksched.cluster.gauges import GaugeServer
+from ksched.cluster.processes import terminate
 
 
 class Exporter(GaugeServer):
@@ -171,15 +172,7 @@ class Replica:
     def stop(self) -> None:
         if self.proc is None:
             return
-        if self.frozen:
-            self.proc.send_signal(signal.SIGCONT)
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        terminate(self.proc, 20)
 
     def tail(self, chars: int | None = 3000) -> str:
         try:

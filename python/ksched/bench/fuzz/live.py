@@ -7,7 +7,6 @@ from __future__ import annotations
 import collections
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -32,6 +31,7 @@ from ksched.bench.fuzz.report import (
 )
 from ksched.bench.fuzz.webhook import webhook_phase
 from ksched.cluster import local
+from ksched.cluster.processes import terminate
 from ksched.errors import KschedError
 from ksched.loop.client import Kube, load_configuration
 from ksched.objects import Obj
@@ -149,13 +149,7 @@ def _wait_ready(k: _Ksched) -> None:
 
 
 def _stop(k: _Ksched) -> None:
-    if k.proc.poll() is None:
-        k.proc.send_signal(signal.SIGTERM)
-        try:
-            k.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            k.proc.kill()
-            k.proc.wait()
+    terminate(k.proc, 30)
 
 
 def _wait_routing(kube: Kube) -> None:
