@@ -63,7 +63,31 @@ MIN_METRIC_RESOLUTION_S = 10.0
 
 
 class LoadSimulationError(KschedError):
-    """A usage profile or a load-simulation setting is invalid, or its certificates could not be made."""
+    """A usage profile or a load-simulation setting is invalid."""
+
+
+@dataclass(frozen=True)
+class LoadSimulation:
+    """Settings of the load simulation: how often Prometheus scrapes every node's endpoint
+    (and evaluates the recording rules), and metrics-server's resolution."""
+
+    scrape_interval_s: float = 15.0
+    metric_resolution_s: float = 15.0
+
+    def __post_init__(self) -> None:
+        if self.scrape_interval_s < 0.1:
+            raise LoadSimulationError(
+                f"the scrape interval must be at least 0.1 s, not {self.scrape_interval_s}"
+            )
+        if self.metric_resolution_s < MIN_METRIC_RESOLUTION_S:
+            raise LoadSimulationError(
+                f"metrics-server's resolution must be at least {MIN_METRIC_RESOLUTION_S:.0f} s, "
+                f"not {self.metric_resolution_s}"
+            )
+
+    @property
+    def rate_window_s(self) -> float:
+        return RATE_SCRAPES * self.scrape_interval_s
 
 
 @dataclass(frozen=True)
@@ -193,14 +217,16 @@ _POD_LABELS = [
 _CONTAINER_LABELS = [{"name": "container", "value": "container.name"}, *_POD_LABELS]
 
 
-def _metric(name: str, kind: str, dimension: str, value: str, help_: str, labels: Any = ()) -> dict[str, Any]:
+def _metric(
+    name: str, kind: str, dimension: str, value: str, help_: str, labels: list[dict[str, str]] | None = None
+) -> dict[str, Any]:
     return {
         "name": name,
         "kind": kind,
         "dimension": dimension,
         "value": value,
         "help": help_,
-        "labels": list(labels),
+        "labels": labels or [],
     }
 
 
@@ -316,30 +342,6 @@ def kwok_node_args(port: int) -> list[str]:
 # --- Prometheus ---
 
 
-@dataclass(frozen=True)
-class LoadSimulation:
-    """Settings of the load simulation: how often Prometheus scrapes every node's endpoint
-    (and evaluates the recording rules), and metrics-server's resolution."""
-
-    scrape_interval_s: float = 15.0
-    metric_resolution_s: float = 15.0
-
-    def __post_init__(self) -> None:
-        if self.scrape_interval_s < 0.1:
-            raise LoadSimulationError(
-                f"the scrape interval must be at least 0.1 s, not {self.scrape_interval_s}"
-            )
-        if self.metric_resolution_s < MIN_METRIC_RESOLUTION_S:
-            raise LoadSimulationError(
-                f"metrics-server's resolution must be at least {MIN_METRIC_RESOLUTION_S:.0f} s, "
-                f"not {self.metric_resolution_s}"
-            )
-
-    @property
-    def rate_window_s(self) -> float:
-        return RATE_SCRAPES * self.scrape_interval_s
-
-
 def _duration(seconds: float) -> str:
     return f"{round(seconds * 1000)}ms"
 
@@ -440,7 +442,7 @@ class Certificates:
 def _openssl(*args: str) -> None:
     proc = subprocess.run(["openssl", *args], capture_output=True, check=False)
     if proc.returncode != 0:
-        raise LoadSimulationError(f"openssl {args[0]} failed: {proc.stderr.decode()[-2000:]}")
+        raise ClusterError(f"openssl {args[0]} failed: {proc.stderr.decode()[-2000:]}")
 
 
 _EC_KEY = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
