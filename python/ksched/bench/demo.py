@@ -21,10 +21,8 @@ import collections
 import os
 import signal
 import subprocess
-import sys
 import tempfile
 import time
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,6 +35,7 @@ from ksched.bench.pods import (
     clear_pods,
     create_pods,
     process_usage,
+    start_ksched_run,
 )
 from ksched.cluster import local
 from ksched.cluster.processes import terminate
@@ -229,21 +228,6 @@ class Phases:
             self.previous = None
 
 
-def _wait_ready(port: int, proc: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise KschedError(f"ksched run exited:\n{log.read_text()[-2000:]}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.2)
-    raise KschedError(f"ksched did not become ready:\n{log.read_text()[-2000:]}")
-
-
 def demo(nodes: int, pods: int, compare: bool) -> int:
     print(f"== local control plane: {nodes} fake nodes (builds it first if needed)")
     t0 = time.monotonic()
@@ -255,18 +239,8 @@ def demo(nodes: int, pods: int, compare: bool) -> int:
         kube = Kube(load_configuration(state.kubeconfig, CREATE_WORKERS + 4))
         node_objs = {n["metadata"]["name"]: n for n in kube.request("GET", "/api/v1/nodes").json()["items"]}
         zones = sorted({n["metadata"]["labels"]["topology.kubernetes.io/zone"] for n in node_objs.values()})
-        port = local.free_port()
         log = workdir / "ksched.log"
-        with open(log, "wb") as out:
-            proc = subprocess.Popen(
-                [
-                    *(sys.executable, "-m", "ksched.commands.cli", "run", "--kubeconfig", state.kubeconfig),
-                    *("--address", f"127.0.0.1:{port}", "--no-leader-elect"),
-                ],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
-        _wait_ready(port, proc, log)
+        proc = start_ksched_run(state.kubeconfig, log)
         print(f"== ksched run (pid {proc.pid}, log {log}); creating {pods} pods in namespace demo")
         phases = Phases(kube)
         figures, items = phases.run(workload(pods, "demo", "ksched", zones), "ksched", proc.pid)

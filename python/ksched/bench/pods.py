@@ -1,18 +1,22 @@
 """Creating, accounting for and clearing a harness's pods on a local control plane.
 
-Owns: the parallel create that the demo and the side by side share, the check that
-every pod a phase created is still there (by UID), the clear between phases, and the
-CPU and peak RSS of a scheduler's process. Never: reuses a namespace between phases —
+Owns: the parallel create that the demo and the side by side share, the clear between
+phases, ``ksched run`` started as a process of its own until ready, and the CPU and peak
+RSS of a scheduler's process. Never: reuses a namespace between phases —
 that is the caller's rule (see :mod:`ksched.bench.demo` on KWOK's deletes by name).
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
+import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from ksched.cluster.processes import free_port, terminate
 from ksched.errors import KschedError
 from ksched.loop.client import Kube
 from ksched.objects import Obj
@@ -64,3 +68,36 @@ def clear_pods(kube: Kube, namespace: str) -> None:
         if time.monotonic() > deadline:
             raise KschedError(f"the pods in {namespace} were not deleted")
         time.sleep(0.5)
+
+
+def start_ksched_run(kubeconfig: str, log: Path, config: Path | None = None) -> subprocess.Popen[bytes]:
+    """``ksched run`` (no leader election) writing to ``log``, once its /readyz answers 200;
+    stopped again if it never does."""
+    port = free_port()
+    cmd = [sys.executable, "-m", "ksched.commands.cli", "run", "--kubeconfig", kubeconfig]
+    cmd += ["--address", f"127.0.0.1:{port}", "--no-leader-elect"]
+    if config is not None:
+        cmd += ["--config", str(config)]
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        _wait_ready(port, proc, log)
+    except BaseException:
+        terminate(proc, 30)
+        raise
+    return proc
+
+
+def _wait_ready(port: int, proc: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise KschedError(f"ksched run exited:\n{log.read_text()[-2000:]}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise KschedError(f"ksched did not become ready:\n{log.read_text()[-2000:]}")
