@@ -79,8 +79,8 @@ def add_parser(
     )
     cl.add_argument(
         "--schedulers",
-        default="null-binder,kube-scheduler,ksched",
-        help="comma-separated, from null-binder, kube-scheduler, ksched (default: all three)",
+        help="comma-separated, from null-binder, kube-scheduler, ksched (default: all three); with "
+        "--quality from kube-scheduler, ksched, ksched-no-metrics (default: all three)",
     )
     cl.add_argument(
         "--ksched",
@@ -120,6 +120,39 @@ def add_parser(
     cl.add_argument(
         "--out", default="ksched-bench-cluster", help="directory for results.json, table.md, the PNG and logs"
     )
+    q = b.add_argument_group("placement quality under real load (--quality)")
+    q.add_argument(
+        "--quality",
+        action="store_true",
+        help="a local control plane with the load simulation (KWOK usage, Prometheus): kube-scheduler, "
+        "ksched with a load-aware configuration and ksched without metrics place the same seeded "
+        "scenarios in turn; prints hotspot node-minutes, p95 utilisation, its spread, pods on hot "
+        "nodes, pending pods and pods/s; --out gets results.json, table.md, utilisation.png",
+    )
+    q.add_argument(
+        "--scenarios",
+        default="requests-lie,burst,mixed-schedulers,best-effort,load-shift",
+        help="comma-separated (default: all five)",
+    )
+    q.add_argument(
+        "--observe",
+        type=float,
+        default=180.0,
+        help="seconds from the first create that are judged (default 180)",
+    )
+    q.add_argument(
+        "--scrape-interval",
+        type=float,
+        default=15.0,
+        help="Prometheus's scrape interval, seconds (default 15)",
+    )
+    q.add_argument(
+        "--threshold", type=float, default=0.8, help="CPU utilisation over which a node is hot (default 0.8)"
+    )
+    q.add_argument(
+        "--ksched-config",
+        help="ksched's load-aware configuration (default: examples/load-aware.yaml of the checkout)",
+    )
     ch = b.add_argument_group("chaos soak (--chaos)")
     ch.add_argument(
         "--chaos",
@@ -145,6 +178,39 @@ def add_parser(
     b.set_defaults(func=functools.partial(_bench, cli=cli), tears_down=True)
 
 
+def _names(csv: str) -> list[str]:
+    return [n.strip() for n in csv.split(",") if n.strip()]
+
+
+def _quality(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from ksched.bench.quality.report import table
+    from ksched.bench.quality.run import SCHEDULERS, QualityOptions, run_quality
+
+    opts = QualityOptions(
+        nodes=args.nodes if args.nodes is not None else 1000,
+        pods=args.pods,
+        scenarios=tuple(_names(args.scenarios)),
+        schedulers=tuple(_names(args.schedulers) if args.schedulers else SCHEDULERS),
+        seed=args.seed,
+        rate=args.rate if args.rate is not None else 50.0,
+        observe_s=args.observe,
+        scrape_interval_s=args.scrape_interval,
+        threshold=args.threshold,
+        ksched_config=Path(args.ksched_config) if args.ksched_config else None,
+        out=Path(args.out if args.out != "ksched-bench-cluster" else "ksched-bench-quality"),
+    )
+    results = run_quality(
+        opts, log=lambda line: print(f"[quality {time.strftime('%H:%M:%S')}] {line}", file=sys.stderr)
+    )
+    if args.json:
+        print(json.dumps({"scenarios": results.by_scenario(), "violations": results.violations}, indent=2))
+    else:
+        print(table(results))
+    return EXIT_VIOLATED if results.violations else EXIT_OK
+
+
 def _bench(args: argparse.Namespace, cli: Callable[[list[str]], int]) -> int:
     from ksched.bench.engine import PREEMPTION, run_bench, run_pod_level_bench, run_preemption_bench
 
@@ -158,14 +224,16 @@ def _bench(args: argparse.Namespace, cli: Callable[[list[str]], int]) -> int:
         return EXIT_UNPLACED if report.defect_count else EXIT_OK
     if args.nodes is None:
         args.nodes = 5000
+    if args.quality:
+        return _quality(args)
     if args.cluster:
         from ksched.bench.sidebyside.run import main
 
         return main(
             nodes=args.nodes,
             pods=args.pods if args.pods is not None else args.nodes,
-            workloads=[w.strip() for w in args.workloads.split(",") if w.strip()],
-            schedulers=[s.strip() for s in args.schedulers.split(",") if s.strip()],
+            workloads=_names(args.workloads),
+            schedulers=_names(args.schedulers or "null-binder,kube-scheduler,ksched"),
             extra=args.ksched,
             rate=args.rate if args.rate is not None else 50.0,
             steady_pods=args.steady_pods,

@@ -1,0 +1,92 @@
+"""The quality benchmark's figures, from node utilisation sampled over time.
+
+Owns what a run is judged by: hotspot node-minutes above a threshold, the maximum and p95 of
+node utilisation over every node and sample, the coefficient of variation across nodes
+(averaged over samples), the pods on nodes over the threshold at the end, the pods left
+pending and the rate at which the scheduler placed them. Pure functions of the samples.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+# Utilisation (cores used / allocatable) over which a node counts as hot.
+DEFAULT_THRESHOLD = 0.8
+
+
+@dataclass
+class Series:
+    """Node utilisation at each sample time: ``values[t][node]``."""
+
+    times: list[float]
+    values: list[dict[str, float]]
+    step_s: float
+
+
+@dataclass
+class QualityFigures:
+    scheduler: str
+    scenario: str
+    pods: int
+    hotspot_node_minutes: float = 0.0
+    max_utilisation: float = 0.0
+    p95_utilisation: float = 0.0
+    cv: float = 0.0
+    pods_on_hot_nodes: int = 0
+    pending: int = 0
+    pods_per_s: float = 0.0
+    # Per sample: (seconds from the first create, p50, p95, max) across nodes, for the plot.
+    bands: list[tuple[float, float, float, float]] = field(default_factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        """The figures ``--json`` prints (the bands stay in results.json)."""
+        keys = ("hotspot_node_minutes", "p95_utilisation", "cv", "pods_on_hot_nodes", "pending", "pods_per_s")
+        return {k: asdict(self)[k] for k in keys}
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The ``q`` quantile (0..1) by the nearest rank; 0.0 for no values."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered)) - 1))]
+
+
+def judge(
+    figures: QualityFigures, series: Series, nodes: list[str], bound: dict[str, str], threshold: float
+) -> None:
+    """Fill ``figures`` from the samples over ``nodes`` (a node with no sample counts as idle)
+    and the pods' nodes at the end (``bound``: pod name to node)."""
+    everything: list[float] = []
+    cvs: list[float] = []
+    start = series.times[0] if series.times else 0.0
+    for t, sample in zip(series.times, series.values, strict=True):
+        row = [sample.get(n, 0.0) for n in nodes]
+        everything += row
+        figures.hotspot_node_minutes += sum(v > threshold for v in row) * series.step_s / 60.0
+        mean = statistics.fmean(row) if row else 0.0
+        if mean > 0:
+            cvs.append(statistics.pstdev(row) / mean)
+        figures.bands.append((t - start, percentile(row, 0.5), percentile(row, 0.95), max(row, default=0.0)))
+    figures.hotspot_node_minutes = round(figures.hotspot_node_minutes, 2)
+    figures.max_utilisation = round(max(everything, default=0.0), 3)
+    figures.p95_utilisation = round(percentile(everything, 0.95), 3)
+    figures.cv = round(statistics.fmean(cvs), 3) if cvs else 0.0
+    last = series.values[-1] if series.values else {}
+    figures.pods_on_hot_nodes = sum(1 for node in bound.values() if last.get(node, 0.0) > threshold)
+
+
+@dataclass
+class QualityResults:
+    options: dict[str, Any]
+    figures: list[QualityFigures] = field(default_factory=list)
+    violations: list[str] = field(default_factory=list)
+
+    def by_scenario(self) -> dict[str, dict[str, dict[str, Any]]]:
+        """``{"scenarios": {NAME: {SCHEDULER: {...}}}}`` as ``--json`` prints it."""
+        out: dict[str, dict[str, dict[str, Any]]] = {}
+        for f in self.figures:
+            out.setdefault(f.scenario, {})[f.scheduler] = f.summary()
+        return out

@@ -1,0 +1,89 @@
+"""The quality benchmark's table, ``results.json`` and a plot of node utilisation over time."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+from ksched.bench.quality.figures import QualityResults
+
+
+def table(results: QualityResults) -> str:
+    header = (
+        "scenario",
+        "scheduler",
+        "hot node-min",
+        "max util",
+        "p95 util",
+        "cv",
+        "pods on hot",
+        "pending",
+        "pods/s",
+    )
+    rows = [header]
+    for f in results.figures:
+        rows.append(
+            (
+                f.scenario,
+                f.scheduler,
+                f"{f.hotspot_node_minutes:.1f}",
+                f"{f.max_utilisation:.2f}",
+                f"{f.p95_utilisation:.2f}",
+                f"{f.cv:.2f}",
+                str(f.pods_on_hot_nodes),
+                str(f.pending),
+                f"{f.pods_per_s:.1f}",
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    lines = [
+        "  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))
+        for r in rows
+    ]
+    lines += [f"VIOLATION: {v}" for v in results.violations] or [
+        "invariants: every pod accounted for, no node over-committed"
+    ]
+    return "\n".join(lines)
+
+
+def write(results: QualityResults, out: Path) -> None:
+    """``results.json``, ``table.md`` and ``utilisation.png`` (p50/p95/max bands per scheduler) under ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    document = {
+        "options": results.options,
+        "scenarios": results.by_scenario(),
+        "runs": [asdict(f) for f in results.figures],
+        "violations": results.violations,
+    }
+    (out / "results.json").write_text(json.dumps(document, indent=1))
+    (out / "table.md").write_text(table(results) + "\n")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    scenarios = sorted({f.scenario for f in results.figures})
+    schedulers = sorted({f.scheduler for f in results.figures})
+    if not scenarios:
+        return
+    fig, axes = plt.subplots(
+        len(scenarios),
+        len(schedulers),
+        figsize=(4 * len(schedulers), 2.6 * len(scenarios)),
+        squeeze=False,
+        sharey=True,
+    )
+    for f in results.figures:
+        ax = axes[scenarios.index(f.scenario)][schedulers.index(f.scheduler)]
+        t = [b[0] / 60 for b in f.bands]
+        ax.fill_between(t, [b[1] for b in f.bands], [b[2] for b in f.bands], alpha=0.4, label="p50-p95")
+        ax.plot(t, [b[3] for b in f.bands], color="tab:red", linewidth=1, label="max")
+        ax.axhline(float(results.options.get("threshold", 0.8)), color="grey", linestyle="--", linewidth=0.8)
+        ax.set_title(f"{f.scenario} / {f.scheduler}: {f.hotspot_node_minutes:.1f} hot node-min", fontsize=9)
+        ax.set_xlabel("minutes")
+    axes[0][0].set_ylabel("node CPU utilisation")
+    axes[0][0].legend(fontsize=7, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(out / "utilisation.png", dpi=90)
+    plt.close(fig)

@@ -1,0 +1,130 @@
+"""The quality benchmark's seeded scenarios: which pods arrive, how, and what they really use.
+
+Owns each scenario's pods (requests, the scheduler each asks for, and the usage profile the
+load simulation gives them, :mod:`ksched.cluster.load`) and their arrival: all at once or at a
+steady rate. Promises: a scenario is a pure function of its name, size, seed and the scheduler
+under test, so every scheduler sees the same pods with the same usage.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ksched.cluster.load import UsageProfile, usage_annotations
+from ksched.objects import Obj
+
+DEFAULT_SCHEDULER = "default-scheduler"
+REQUEST_CPU = "500m"
+REQUEST_MEMORY = "512Mi"
+# What a BestEffort pod's usage multiplies: it requests nothing, yet it uses a real share.
+BEST_EFFORT_REFERENCE_CPU = "500m"
+# load-shift: the pods whose usage grows do so this many seconds after they start.
+SHIFT_AFTER_S = 120
+# A burst's "period" long enough that it never repeats within a run: the burst is a step up.
+NEVER_S = 10**7
+# Noise on every profile: what a scrape sees moves, as real usage does.
+NOISE = 0.1
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    pods: list[Obj]
+    # Pods created per second; None: all at once (a rollout burst).
+    rate: float | None
+
+
+def _heavy_tailed(rng: random.Random) -> float:
+    """A usage multiple of the request, 0.2 to 3: most pods use less than they ask, a few far more."""
+    return min(3.0, 0.2 + 0.15 * rng.paretovariate(1.2))
+
+
+def _pod(name: str, namespace: str, scheduler: str, profile: UsageProfile, requests: bool = True) -> Obj:
+    resources = {"requests": {"cpu": REQUEST_CPU, "memory": REQUEST_MEMORY}} if requests else {}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {"app": name.rsplit("-", 1)[0]},
+            "annotations": usage_annotations(profile),
+        },
+        "spec": {
+            "schedulerName": scheduler,
+            "containers": [{"name": "app", "image": "app", "resources": resources}],
+        },
+    }
+
+
+def _requests_lie(count: int, ns: str, scheduler: str, rng: random.Random) -> list[Obj]:
+    return [
+        _pod(f"app-{i}", ns, scheduler, UsageProfile(base=_heavy_tailed(rng), noise=NOISE, seed=i))
+        for i in range(count)
+    ]
+
+
+def _burst(count: int, ns: str, scheduler: str, rng: random.Random) -> list[Obj]:
+    # One Deployment's rollout: identical pods that all use 1.5 times what they request.
+    return [
+        _pod(f"web-{i}", ns, scheduler, UsageProfile(base=1.5, noise=NOISE, seed=i)) for i in range(count)
+    ]
+
+
+def _mixed(count: int, ns: str, scheduler: str, rng: random.Random) -> list[Obj]:
+    pods = _requests_lie(count, ns, scheduler, rng)
+    for p in pods[1::2]:
+        p["spec"]["schedulerName"] = DEFAULT_SCHEDULER
+    return pods
+
+
+def _best_effort(count: int, ns: str, scheduler: str, rng: random.Random) -> list[Obj]:
+    return [
+        _pod(
+            f"be-{i}",
+            ns,
+            scheduler,
+            UsageProfile(
+                base=_heavy_tailed(rng), noise=NOISE, seed=i, reference_cpu=BEST_EFFORT_REFERENCE_CPU
+            ),
+            requests=False,
+        )
+        for i in range(count)
+    ]
+
+
+def _load_shift(count: int, ns: str, scheduler: str, rng: random.Random) -> list[Obj]:
+    pods = []
+    for i in range(count):
+        grows = rng.random() < 0.25
+        # A quarter of the pods step from half their request to three times it, minutes in.
+        profile = UsageProfile(
+            base=0.5,
+            burst_every_s=NEVER_S if grows else 0,
+            burst_for_s=NEVER_S - SHIFT_AFTER_S if grows else 0,
+            burst_to=3.0,
+            noise=NOISE,
+            seed=i,
+        )
+        pods.append(_pod(f"svc-{i}", ns, scheduler, profile))
+    return pods
+
+
+_BUILDERS: dict[str, tuple[Callable[[int, str, str, random.Random], list[Obj]], bool]] = {
+    # name: (builder, arrives all at once)
+    "requests-lie": (_requests_lie, False),
+    "burst": (_burst, True),
+    "mixed-schedulers": (_mixed, False),
+    "best-effort": (_best_effort, False),
+    "load-shift": (_load_shift, False),
+}
+SCENARIOS = tuple(_BUILDERS)
+
+
+def scenario(name: str, pods: int, namespace: str, scheduler: str, seed: int, rate: float) -> Scenario:
+    """The scenario's pods for one scheduler (``scheduler`` is the name its pods ask for)."""
+    build, at_once = _BUILDERS[name]
+    rng = random.Random(f"{name}/{seed}")
+    return Scenario(name, build(pods, namespace, scheduler, rng), None if at_once else rate)

@@ -1,0 +1,65 @@
+"""The quality benchmark's judgement of node utilisation, and its scenarios' determinism."""
+
+from __future__ import annotations
+
+import pytest
+
+from ksched.bench.quality.figures import QualityFigures, Series, judge
+from ksched.bench.quality.scenarios import DEFAULT_SCHEDULER, SCENARIOS, scenario
+from ksched.cluster.load import BASE
+
+
+@pytest.mark.parametrize(
+    ("name", "samples", "bound", "want"),
+    [
+        pytest.param(
+            "one node hot for two of three 30 s samples",
+            [{"a": 0.9, "b": 0.1}, {"a": 0.85, "b": 0.2}, {"a": 0.5, "b": 0.2}],
+            {"p": "a"},
+            {"hotspot_node_minutes": 1.0, "max_utilisation": 0.9, "pods_on_hot_nodes": 0},
+            id="hot-then-cool",
+        ),
+        pytest.param(
+            "a node with no sample counts as idle, and pods on the node hot at the end count",
+            [{"a": 0.95}, {"a": 0.95}],
+            {"p": "a", "q": "a", "r": "b"},
+            {"hotspot_node_minutes": 1.0, "pods_on_hot_nodes": 2, "cv": 1.0},
+            id="missing-node-idle",
+        ),
+        pytest.param(
+            "evenly loaded nodes: no spread, nothing hot",
+            [{"a": 0.4, "b": 0.4}],
+            {},
+            {"hotspot_node_minutes": 0.0, "cv": 0.0, "p95_utilisation": 0.4},
+            id="even",
+        ),
+    ],
+)
+def test_judge(
+    name: str, samples: list[dict[str, float]], bound: dict[str, str], want: dict[str, float]
+) -> None:
+    figures = QualityFigures("s", "x", len(bound))
+    series = Series([30.0 * i for i in range(len(samples))], samples, 30.0)
+    judge(figures, series, ["a", "b"], bound, threshold=0.8)
+    got = {k: getattr(figures, k) for k in want}
+    assert got == want, name
+    assert len(figures.bands) == len(samples)
+
+
+@pytest.mark.parametrize("name", SCENARIOS)
+def test_every_scheduler_sees_the_same_pods_with_the_same_usage(name: str) -> None:
+    a = scenario(name, 40, "ns-a", "ksched", seed=5, rate=10)
+    b = scenario(name, 40, "ns-b", DEFAULT_SCHEDULER, seed=5, rate=10)
+    assert [p["metadata"]["annotations"] for p in a.pods] == [p["metadata"]["annotations"] for p in b.pods]
+    assert [p["spec"]["containers"] for p in a.pods] == [p["spec"]["containers"] for p in b.pods]
+    other_seed = scenario(name, 40, "ns-a", "ksched", seed=6, rate=10)
+    if name not in ("burst", "load-shift"):
+        assert [p["metadata"]["annotations"][BASE] for p in a.pods] != [
+            p["metadata"]["annotations"][BASE] for p in other_seed.pods
+        ]
+
+
+def test_mixed_schedulers_leaves_half_the_pods_to_default_scheduler() -> None:
+    pods = scenario("mixed-schedulers", 40, "ns", "ksched", seed=1, rate=10).pods
+    assert sum(p["spec"]["schedulerName"] == DEFAULT_SCHEDULER for p in pods) == 20
+    assert scenario("burst", 10, "ns", "ksched", seed=1, rate=10).rate is None
