@@ -26,8 +26,8 @@ from tests.integration.helpers import create, make_pod, unavailable, wait_for
 pytestmark = pytest.mark.cluster
 
 SCRAPE_S = 1.0
-# Node 0 is an m5.xlarge (4 CPUs, 16Gi), nodes 1 and 2 have 8 CPUs: see local.fake_nodes.
-FLAT_NODE, RAMP_NODE, DEFAULT_NODE = "kwok-node-00000", "kwok-node-00001", "kwok-node-00002"
+# Node 0 is an m5.xlarge (4 CPUs, 16Gi), nodes 1 and 2 have 8 CPUs, node 3 4: see local.fake_nodes.
+FLAT_NODE, RAMP_NODE, DEFAULT_NODE, EMPTY_NODE = (f"kwok-node-{i:05d}" for i in range(4))
 FLAT = UsageProfile(base=0.5)
 RAMP = UsageProfile(base=1.0, ramp_s=24)
 TOLERANCE = 0.05
@@ -35,16 +35,16 @@ TOLERANCE = 0.05
 
 @pytest.fixture(scope="module")
 def simulated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[local.ClusterState, Kube, float]]:
-    """A three-node cluster with the load simulation on, a pod with a flat profile bound to
-    node 0, one with a ramping profile bound to node 1, and on node 2 a pod with no profile
-    and a BestEffort pod; yields when the pods were created."""
+    """A four-node cluster with the load simulation on, a pod with a flat profile bound to
+    node 0, one with a ramping profile bound to node 1, on node 2 a pod with no profile and
+    a BestEffort pod, and none on node 3; yields when the pods were created."""
     if shutil.which("go") is None and missing_binaries(with_helm=False, with_metrics_server=True):
         unavailable("Go is not installed and no cached binaries exist")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("KSCHED_CLUSTER_DIR", str(tmp_path_factory.mktemp("load-simulation")))
         try:
             state = local.up(
-                nodes=3,
+                nodes=4,
                 zones=1,
                 load_simulation=LoadSimulation(scrape_interval_s=SCRAPE_S, metric_resolution_s=10),
             )
@@ -78,6 +78,10 @@ def query(state: local.ClusterState, promql: str) -> dict[str, float]:
     return {r["metric"].get("node", ""): float(r["value"][1]) for r in result}
 
 
+SYSTEM_CPU, SYSTEM_MEMORY = load.NODE_SYSTEM_CPU_CORES, load.NODE_SYSTEM_MEMORY_BYTES
+MI = 2**20
+
+
 def test_a_ramping_profile_shows_a_rising_utilisation(
     simulated: tuple[local.ClusterState, Kube, float],
 ) -> None:
@@ -88,9 +92,9 @@ def test_a_ramping_profile_shows_a_rising_utilisation(
         if value is not None:
             seen.append(value)
         time.sleep(2)
-    # 4 of 8 CPUs requested, used at 0 to 1 times the request over 24 s: 0 to 0.5.
+    # 4 of 8 CPUs requested, used at 0 to 1 times the request over 24 s, beside the node's own.
     assert len(seen) >= 10, seen
-    assert seen[0] < 0.2 and seen[-1] == pytest.approx(0.5, rel=TOLERANCE), seen
+    assert seen[0] < 0.2 and seen[-1] == pytest.approx((4 + SYSTEM_CPU) / 8, rel=TOLERANCE), seen
     assert all(later >= earlier - 0.01 for earlier, later in itertools.pairwise(seen)), seen
 
 
@@ -98,28 +102,31 @@ def test_profiles_and_their_defaults_set_node_utilisation(
     simulated: tuple[local.ClusterState, Kube, float],
 ) -> None:
     state, _, _ = simulated
-    # 1 CPU and 1Gi requested, used at half: 0.5 of 4 CPUs, 512Mi of 16Gi.
-    cpu = wait_for(
-        lambda: (
-            abs(query(state, "node:node_cpu_utilisation:ratio").get(FLAT_NODE, 0) - 0.125) < 0.125 * TOLERANCE
-        ),
-        timeout=60,
-    )
-    values = query(state, "node:node_cpu_utilisation:ratio")
-    assert cpu, values
+    # 1 CPU and 1Gi requested, used at half, beside the node's own: of 4 CPUs and 16Gi.
+    flat_cpu = (0.5 + SYSTEM_CPU) / 4
+
+    def settled() -> bool:
+        return (
+            abs(query(state, "node:node_cpu_utilisation:ratio").get(FLAT_NODE, 0) - flat_cpu)
+            < flat_cpu * TOLERANCE
+        )
+
+    assert wait_for(settled, timeout=60), query(state, "node:node_cpu_utilisation:ratio")
     memory = query(state, "node:node_memory_utilisation:ratio")
-    assert memory[FLAT_NODE] == pytest.approx(0.5 / 16, rel=TOLERANCE), memory
-    cores = query(state, "node:node_cpu_usage_cores:rate")
-    assert cores[FLAT_NODE] == pytest.approx(0.5, rel=TOLERANCE), cores
+    assert memory[FLAT_NODE] == pytest.approx((512 * MI + SYSTEM_MEMORY) / (16 * 1024 * MI)), memory
     assert query(state, "node:node_cpu_allocatable_cores:sum") == {
         FLAT_NODE: 4.0,
         RAMP_NODE: 8.0,
         DEFAULT_NODE: 8.0,
+        EMPTY_NODE: 4.0,
     }
     # Without a profile a pod uses its requests, a BestEffort container 10m and 32Mi.
-    assert cores[DEFAULT_NODE] == pytest.approx(2.01, rel=TOLERANCE / 10), cores
+    cores = query(state, "node:node_cpu_usage_cores:rate")
+    assert cores[DEFAULT_NODE] == pytest.approx(2.01 + SYSTEM_CPU, rel=TOLERANCE / 10), cores
+    assert cores[EMPTY_NODE] == pytest.approx(SYSTEM_CPU, rel=TOLERANCE), cores
     working_set = query(state, "node:node_memory_working_set_bytes:sum")
-    assert working_set[DEFAULT_NODE] == (1024 + 32) * 2**20, working_set
+    assert working_set[DEFAULT_NODE] == (1024 + 32) * MI + SYSTEM_MEMORY, working_set
+    assert working_set[EMPTY_NODE] == SYSTEM_MEMORY, working_set
 
 
 def test_metrics_server_serves_the_nodes_usage(simulated: tuple[local.ClusterState, Kube, float]) -> None:
@@ -132,14 +139,14 @@ def test_metrics_server_serves_the_nodes_usage(simulated: tuple[local.ClusterSta
 
     def settled() -> bool:
         cpu = usage().get(FLAT_NODE, {}).get("cpu")
-        return cpu is not None and abs(float(parse_quantity(cpu)) - 0.5) < 0.5 * TOLERANCE
+        return cpu is not None and abs(float(parse_quantity(cpu)) - 0.55) < 0.55 * TOLERANCE
 
     assert wait_for(settled, timeout=60, interval=1), usage()
     nodes = usage()
-    assert set(nodes) == {FLAT_NODE, RAMP_NODE, DEFAULT_NODE}
-    assert float(parse_quantity(nodes[FLAT_NODE]["memory"])) == pytest.approx(512 * 2**20, rel=TOLERANCE), (
-        nodes
-    )
+    # A node with no pod is listed too, with what its system uses.
+    assert set(nodes) == {FLAT_NODE, RAMP_NODE, DEFAULT_NODE, EMPTY_NODE}
+    assert float(parse_quantity(nodes[FLAT_NODE]["memory"])) == 512 * MI + SYSTEM_MEMORY, nodes
+    assert float(parse_quantity(nodes[EMPTY_NODE]["cpu"])) == pytest.approx(SYSTEM_CPU, rel=TOLERANCE), nodes
     pod = kube.request("GET", "/apis/metrics.k8s.io/v1beta1/namespaces/default/pods/flat")
     assert pod.status == 200, pod.data[:300]
     assert float(parse_quantity(pod.json()["containers"][0]["usage"]["cpu"])) == pytest.approx(

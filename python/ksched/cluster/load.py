@@ -40,6 +40,11 @@ REFERENCE_MEMORY = ANNOTATION_PREFIX + "reference-memory"
 # BestEffort pod is never free, and a constant keeps it visible without dominating.
 BEST_EFFORT_CPU = "10m"
 BEST_EFFORT_MEMORY = "32Mi"
+# What a node uses besides its pods (kubelet, container runtime, system daemons), as an
+# idle real node does: metrics-server drops a node whose CPU or memory reads zero, so
+# without it a node with no pods would be missing from metrics.k8s.io.
+NODE_SYSTEM_CPU_CORES = 0.05
+NODE_SYSTEM_MEMORY_BYTES = 256 * 2**20
 # Noise holds for this many seconds (the default scrape interval), then draws again.
 NOISE_BUCKET_S = 15
 # The noise draw: a Lehmer modulus (the Mersenne prime 2^31 - 1) keeps every product of
@@ -234,8 +239,10 @@ def kwok_documents() -> list[dict[str, Any]]:
     """The ClusterResourceUsage and the Metric for KWOK's ``--config``.
 
     The Metric serves the series a kubelet's ``/metrics/resource`` serves (what metrics-server
-    reads), plus the node's allocatable CPU and memory as kube-state-metrics names them, so
-    that Prometheus divides usage by allocatable without another exporter."""
+    reads), a node's being its pods' plus :data:`NODE_SYSTEM_CPU_CORES` and
+    :data:`NODE_SYSTEM_MEMORY_BYTES`, and the node's allocatable CPU and memory as
+    kube-state-metrics names them, so that Prometheus divides usage by allocatable without
+    another exporter."""
     usage = {
         "apiVersion": "kwok.x-k8s.io/v1alpha1",
         "kind": "ClusterResourceUsage",
@@ -276,14 +283,14 @@ def kwok_documents() -> list[dict[str, Any]]:
                     "node_cpu_usage_seconds_total",
                     "counter",
                     "node",
-                    'node.CumulativeUsage("cpu")',
+                    f'node.CumulativeUsage("cpu") + {NODE_SYSTEM_CPU_CORES!r} * node.SinceSecond()',
                     "Cumulative CPU time consumed by the node in core-seconds.",
                 ),
                 _metric(
                     "node_memory_working_set_bytes",
                     "gauge",
                     "node",
-                    'node.Usage("memory")',
+                    f'node.Usage("memory") + {float(NODE_SYSTEM_MEMORY_BYTES)!r}',
                     "Current working set of the node in bytes.",
                 ),
                 _metric(
