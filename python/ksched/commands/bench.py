@@ -42,12 +42,13 @@ def add_parser(
         "ksched bench --fuzz --specs 10000 --seed 1; "
         "ksched bench --cluster --nodes 1000 --workloads bare,replicaset --ksched before=/opt/old/bin/ksched",
     )
-    b.add_argument("--nodes", type=int, help="nodes (default 5000; with --chaos 2000)")
+    b.add_argument("--nodes", type=int, help="nodes (default 5000; with --chaos 2000; with --quality 1000)")
     b.add_argument(
         "--pods",
         type=int,
         default=None,
-        help="pending pods (default 10000; with --cluster: backlog pods per workload, default --nodes)",
+        help="pending pods (default 10000; with --cluster: backlog pods per workload, default --nodes; "
+        "with --quality: pods per scenario, default 6 per node)",
     )
     b.add_argument("--existing", type=int, default=0, help="pods already bound (default 0)")
     b.add_argument("--seed", type=int, default=1)
@@ -153,6 +154,13 @@ def add_parser(
         "--ksched-config",
         help="ksched's load-aware configuration (default: examples/load-aware.yaml of the checkout)",
     )
+    q.add_argument(
+        "--quality-config",
+        action="append",
+        default=[],
+        metavar="LABEL=FILE",
+        help="also run ksched with this configuration under LABEL (say today's beside a candidate's); repeatable",
+    )
     ch = b.add_argument_group("chaos soak (--chaos)")
     ch.add_argument(
         "--chaos",
@@ -199,6 +207,7 @@ def _quality(args: argparse.Namespace) -> int:
         scrape_interval_s=args.scrape_interval,
         threshold=args.threshold,
         ksched_config=Path(args.ksched_config) if args.ksched_config else None,
+        configs={label: Path(path) for label, _, path in (c.partition("=") for c in args.quality_config)},
         out=Path(args.out if args.out != "ksched-bench-cluster" else "ksched-bench-quality"),
     )
     results = run_quality(

@@ -37,8 +37,9 @@ class Scenario:
 
 
 def _heavy_tailed(rng: random.Random) -> float:
-    """A usage multiple of the request, 0.2 to 3: most pods use less than they ask, a few far more."""
-    return min(3.0, 0.2 + 0.15 * rng.paretovariate(1.2))
+    """A usage multiple of the request, 0.2 to 3, log-normal (median 0.74, mean about 1): most
+    pods use less than they ask, a few far more."""
+    return min(3.0, max(0.2, rng.lognormvariate(-0.3, 0.8)))
 
 
 def _pod(name: str, namespace: str, scheduler: str, profile: UsageProfile, requests: bool = True) -> Obj:
@@ -67,9 +68,9 @@ def _requests_lie(count: int, ns: str, scheduler: str, rng: random.Random) -> li
 
 
 def _burst(count: int, ns: str, scheduler: str, rng: random.Random) -> list[Obj]:
-    # One Deployment's rollout: identical pods that all use 1.5 times what they request.
+    # One Deployment's rollout: identical pods that all use 1.2 times what they request.
     return [
-        _pod(f"web-{i}", ns, scheduler, UsageProfile(base=1.5, noise=NOISE, seed=i)) for i in range(count)
+        _pod(f"web-{i}", ns, scheduler, UsageProfile(base=1.2, noise=NOISE, seed=i)) for i in range(count)
     ]
 
 
