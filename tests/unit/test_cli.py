@@ -217,6 +217,7 @@ def test_explain_names_a_bound_pod_and_explains_it_without_itself(
         (["--workloads", "bare,gpu"], "unknown workload(s) gpu"),
         (["--schedulers", "volcano"], "unknown scheduler 'volcano'"),
         (["--rate", "0"], "--rate above 0"),
+        (["--quality"], "--cluster and --quality are separate modes: give one"),
     ],
 )
 def test_bench_cluster_bad_options_are_clear_errors_before_any_cluster_starts(

@@ -121,8 +121,7 @@ def unknown_nodes(nodes: Iterable[Obj], pods: Iterable[Obj]) -> list[str]:
 
 def constraint_violations(nodes: Iterable[Obj], pods: Iterable[Obj]) -> list[ConstraintViolation]:
     """Bound pods that break their ``nodeSelector``, required node affinity or required hostname
-    anti-affinity, and
-    ``DoNotSchedule`` spread constraints whose skew exceeds ``maxSkew``."""
+    anti-affinity, and ``DoNotSchedule`` spread constraints whose skew exceeds ``maxSkew``."""
     by_name = {_name(n): n for n in nodes}
     bound = [p for p in _holding(pods) if p["spec"]["nodeName"] in by_name]
     out = _node_selector(bound, by_name) + _node_affinity(bound, by_name) + _anti_affinity(bound)

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ksched.commands.exit_codes import EXIT_OK, EXIT_UNPLACED, EXIT_VIOLATED
+from ksched.commands.exit_codes import EXIT_BAD_INPUT, EXIT_OK, EXIT_UNPLACED, EXIT_VIOLATED
 
 if TYPE_CHECKING:
     from ksched.bench.engine import RunFigures
@@ -119,7 +119,9 @@ def add_parser(
         "--stall", type=float, default=60.0, help="give up on a phase after this many seconds without a bind"
     )
     cl.add_argument(
-        "--out", default="ksched-bench-cluster", help="directory for results.json, table.md, the PNG and logs"
+        "--out",
+        help="directory for results.json, table.md, the PNG and logs "
+        "(default ksched-bench-cluster; with --quality ksched-bench-quality)",
     )
     q = b.add_argument_group("placement quality under real load (--quality)")
     q.add_argument(
@@ -208,7 +210,7 @@ def _quality(args: argparse.Namespace) -> int:
         threshold=args.threshold,
         ksched_config=Path(args.ksched_config) if args.ksched_config else None,
         configs={label: Path(path) for label, _, path in (c.partition("=") for c in args.quality_config)},
-        out=Path(args.out if args.out != "ksched-bench-cluster" else "ksched-bench-quality"),
+        out=Path(args.out or "ksched-bench-quality"),
     )
     results = run_quality(
         opts, log=lambda line: print(f"[quality {time.strftime('%H:%M:%S')}] {line}", file=sys.stderr)
@@ -223,6 +225,10 @@ def _quality(args: argparse.Namespace) -> int:
 def _bench(args: argparse.Namespace, cli: Callable[[list[str]], int]) -> int:
     from ksched.bench.engine import PREEMPTION, run_bench, run_pod_level_bench, run_preemption_bench
 
+    modes = [f"--{m}" for m in ("cluster", "quality", "chaos", "fuzz") if getattr(args, m)]
+    if len(modes) > 1:
+        print(f"ksched bench: {' and '.join(modes)} are separate modes: give one", file=sys.stderr)
+        return EXIT_BAD_INPUT
     if args.chaos:
         return _chaos(args)
     if args.fuzz:
@@ -246,7 +252,7 @@ def _bench(args: argparse.Namespace, cli: Callable[[list[str]], int]) -> int:
             extra=args.ksched,
             rate=args.rate if args.rate is not None else 50.0,
             steady_pods=args.steady_pods,
-            out=args.out,
+            out=args.out or "ksched-bench-cluster",
             stall_s=args.stall,
             as_json=args.json,
             rounds=args.rounds,

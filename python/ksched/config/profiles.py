@@ -238,14 +238,15 @@ def _volume_binding(profile: ProfileConfig, args: Any, path: str) -> ProfileConf
     return replace(profile, volume_bind_timeout_s=timeout)
 
 
-# Each plugin with args -> its parser: (the profile so far, the args object, its key path) ->
-# the profile with the args set. The order is the one the error for an unknown name lists.
 def _node_pod_limit(profile: ProfileConfig, args: Any, path: str) -> ProfileConfig:
     """NodePodLimitArgs: ``maxPods``, at least 1 (a node that may hold no pod is cordoned)."""
     check_keys(args, path, ("maxPods",))
     max_pods = as_int(args.get("maxPods", _DEFAULT.max_pods_per_node), f"{path}.maxPods", 1, MAX_INT32)
     return replace(profile, max_pods_per_node=max_pods)
 
+
+# Each plugin with args -> its parser: (the profile so far, the args object, its key path) ->
+# the profile with the args set. The order is the one the error for an unknown name lists.
 
 PLUGIN_ARGS: dict[str, Callable[[ProfileConfig, Any, str], ProfileConfig]] = {
     "NodeResourcesFit": _node_resources_fit,

@@ -13,8 +13,9 @@ for each scheduler and each workload, in its own namespace:
    (utime + stime from /proc) to its last write per bound pod;
 3. the pods are deleted; *steady*: pods are created at a fixed rate and each
    pod's create→bind latency is taken (p50, p99);
-4. the bound pods are checked against the nodes' allocatable (over-committed
-   nodes) and the workload's own constraint (anti-affinity, zone spread);
+4. every bound pod of the cluster is checked by :mod:`ksched.bench.invariants`:
+   over-committed nodes in any resource, and broken nodeSelector, required node
+   affinity, required anti-affinity and DoNotSchedule spread constraints;
 5. its peak RSS (VmHWM) is read, it is stopped and the pods are deleted.
 
 The schedulers: a null binder (a small Go program built with the control

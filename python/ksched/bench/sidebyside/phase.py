@@ -29,7 +29,8 @@ def check_placements(kube: Kube, nodes: dict[str, Obj]) -> tuple[int, int]:
     A node is over-committed when its pods request more of any resource than its allocatable
     or are more than its pod capacity; a node the pods are bound to but the listing lacks
     counts too. Violations: each pod on a node with a pod its required anti-affinity selects,
-    each pod off its nodeSelector, and each unit of spread skew above a constraint's maxSkew."""
+    each pod off its nodeSelector or required node affinity, and each unit of spread skew
+    above a constraint's maxSkew."""
     pods = kube.request("GET", "/api/v1/pods", query={"fieldSelector": "spec.nodeName!="}).json()["items"]
     listed = list(nodes.values())
     over = len(invariants.overcommitted(listed, pods)) + len(invariants.unknown_nodes(listed, pods))

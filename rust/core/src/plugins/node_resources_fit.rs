@@ -121,7 +121,6 @@ fn broken_linear(shape: &[(i64, i64)], p: i64) -> i64 {
 }
 
 /// Score of one node, 0..=100.
-#[allow(clippy::too_many_arguments)]
 #[inline]
 pub fn score(
     strategy: &Strategy,
