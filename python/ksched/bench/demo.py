@@ -240,7 +240,7 @@ def demo(nodes: int, pods: int, compare: bool) -> int:
         node_objs = {n["metadata"]["name"]: n for n in kube.request("GET", "/api/v1/nodes").json()["items"]}
         zones = sorted({n["metadata"]["labels"]["topology.kubernetes.io/zone"] for n in node_objs.values()})
         log = workdir / "ksched.log"
-        proc = start_ksched_run(state.kubeconfig, log)
+        proc, _ = start_ksched_run(state.kubeconfig, log)
         print(f"== ksched run (pid {proc.pid}, log {log}); creating {pods} pods in namespace demo")
         phases = Phases(kube)
         figures, items = phases.run(workload(pods, "demo", "ksched", zones), "ksched", proc.pid)

@@ -70,29 +70,35 @@ def clear_pods(kube: Kube, namespace: str) -> None:
         time.sleep(0.5)
 
 
-def start_ksched_run(kubeconfig: str, log: Path, config: Path | None = None) -> subprocess.Popen[bytes]:
-    """``ksched run`` (no leader election) writing to ``log``, once its /readyz answers 200;
-    stopped again if it never does."""
+def start_ksched_run(
+    kubeconfig: str, log: Path, config: Path | None = None
+) -> tuple[subprocess.Popen[bytes], int]:
+    """``ksched run`` (no leader election, unbuffered output to ``log``) once its /readyz
+    answers 200, and the port it serves on. Whatever ends the wait (not ready in time, or
+    SIGTERM's KeyboardInterrupt) stops the process here: the caller never got it, so its
+    teardown could not."""
     port = free_port()
     cmd = [sys.executable, "-m", "ksched.commands.cli", "run", "--kubeconfig", kubeconfig]
     cmd += ["--address", f"127.0.0.1:{port}", "--no-leader-elect"]
     if config is not None:
         cmd += ["--config", str(config)]
     with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            cmd, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"}
+        )
     try:
         _wait_ready(port, proc, log)
     except BaseException:
         terminate(proc, 30)
         raise
-    return proc
+    return proc, port
 
 
 def _wait_ready(port: int, proc: subprocess.Popen[bytes], log: Path) -> None:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise KschedError(f"ksched run exited:\n{log.read_text()[-2000:]}")
+            raise KschedError(f"ksched run exited:\n{log.read_text(errors='replace')[-2000:]}")
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as r:
                 if r.status == 200:
@@ -100,4 +106,4 @@ def _wait_ready(port: int, proc: subprocess.Popen[bytes], log: Path) -> None:
         except OSError:
             pass
         time.sleep(0.2)
-    raise KschedError(f"ksched did not become ready:\n{log.read_text()[-2000:]}")
+    raise KschedError(f"ksched did not become ready:\n{log.read_text(errors='replace')[-2000:]}")

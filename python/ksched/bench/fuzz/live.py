@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import collections
 import json
-import os
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -30,6 +28,7 @@ from ksched.bench.fuzz.report import (
     Spec,
 )
 from ksched.bench.fuzz.webhook import webhook_phase
+from ksched.bench.pods import start_ksched_run
 from ksched.cluster import local
 from ksched.cluster.processes import terminate
 from ksched.errors import KschedError
@@ -101,7 +100,6 @@ class _Ksched:
 
 
 def _start_ksched(state: local.ClusterState, workdir: Path, hook_port: int) -> _Ksched:
-    port = local.free_port()
     config = {
         "apiVersion": "ksched.io/v1alpha1",
         "kind": "KschedConfiguration",
@@ -116,36 +114,8 @@ def _start_ksched(state: local.ClusterState, workdir: Path, hook_port: int) -> _
     path = workdir / "ksched-fuzz.yaml"
     path.write_text(yaml.safe_dump(config))
     log = workdir / "ksched.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [
-                *(sys.executable, "-m", "ksched.commands.cli", "run", "--config", str(path)),
-                *("--kubeconfig", state.kubeconfig, "--address", f"127.0.0.1:{port}"),
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
-    k = _Ksched(proc, port, hook_port, log)
-    # Whatever ends the wait (not ready in time, or SIGTERM's KeyboardInterrupt) stops the
-    # process here: the caller never got it, so its teardown cannot.
-    try:
-        _wait_ready(k)
-    except BaseException:
-        _stop(k)
-        raise
-    return k
-
-
-def _wait_ready(k: _Ksched) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if k.proc.poll() is not None:
-            raise KschedError(f"ksched run exited:\n{k.log.read_text(errors='replace')[-2000:]}")
-        if k.get("/readyz") == 200:
-            return
-        time.sleep(0.2)
-    raise KschedError(f"ksched did not become ready:\n{k.log.read_text(errors='replace')[-2000:]}")
+    proc, port = start_ksched_run(state.kubeconfig, log, path)
+    return _Ksched(proc, port, hook_port, log)
 
 
 def _stop(k: _Ksched) -> None:

@@ -150,7 +150,7 @@ def _one(
             config = _load_aware_config(opts.configs[label], prometheus)
         path = workdir / f"{label}.yaml"
         path.write_text(yaml.safe_dump(config))
-        proc = start_ksched_run(state.kubeconfig, workdir / f"{label}-{name}.log", path)
+        proc, _ = start_ksched_run(state.kubeconfig, workdir / f"{label}-{name}.log", path)
     try:
         r = kube.request("POST", "/api/v1/namespaces", body={"metadata": {"name": namespace}})
         if not r.ok:
