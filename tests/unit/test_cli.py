@@ -77,7 +77,7 @@ def test_bad_config_names_the_key(tmp_path: Path, capsys: pytest.CaptureFixture[
     )
     assert main(["simulate", str(EXAMPLES / "cluster.yaml"), "--config", str(cfg)]) == 2
     assert (
-        "metrics[0].source: 'carrier-pigeon' is not allowed (allowed: prometheus, annotation)"
+        "metrics[0].source: 'carrier-pigeon' is not allowed (allowed: prometheus, annotation, metrics-server)"
         in capsys.readouterr().err
     )
 

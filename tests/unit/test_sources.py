@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import numpy as np
 import pytest
 
-from ksched.config import MetricConfig
+from ksched.config import EstimateConfig, MetricConfig
 from ksched.engine.pods import pod_requests
 from ksched.engine.snapshot import build_snapshot
 from ksched.loop.metric_sources import (
@@ -150,7 +150,9 @@ def test_each_new_samples_column_holds_its_values_at_their_nodes_rows() -> None:
 
 
 def test_herd_estimate_adds_the_load_bound_after_the_sample() -> None:
-    m = MetricConfig(name="u", source="prometheus", query="q", herd_resource="cpu", herd_factor=1.0)
+    m = MetricConfig(
+        name="u", source="prometheus", query="q", estimate=EstimateConfig(resource="cpu", legacy=True)
+    )
     state = ClusterState((m,))
     state.on_node("ADDED", slim_node(node("n0", cpu="4")), None)
     state.sync()

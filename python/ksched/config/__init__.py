@@ -19,7 +19,7 @@ from pathlib import Path
 
 import yaml
 
-from ksched.config.metrics import MetricConfig, parse_metric
+from ksched.config.metrics import Band, EstimateConfig, MetricConfig, parse_metric
 from ksched.config.profiles import DEFAULT_PROFILE, ProfileConfig, parse_profile
 from ksched.config.sections import (
     BatchConfig,
@@ -44,9 +44,11 @@ from ksched.objects import Obj
 __all__ = [
     "API_VERSION",
     "KIND",
+    "Band",
     "BatchConfig",
     "ClientConnectionConfig",
     "Config",
+    "EstimateConfig",
     "HandoffConfig",
     "LeaderElectionConfig",
     "MetricConfig",

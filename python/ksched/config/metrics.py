@@ -7,12 +7,32 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ksched.config.values import MAX_WEIGHT, as_float, as_list, as_str, check_keys, parse_duration
+from ksched.config.values import MAX_WEIGHT, as_float, as_int, as_list, as_str, check_keys, parse_duration
 from ksched.errors import ConfigError
 
 PREFER = ("lower", "higher", "target(<number>)")
 MISSING = ("neutral", "worst", "exclude")
-SOURCES = ("prometheus", "annotation")
+SOURCES = ("prometheus", "annotation", "metrics-server")
+ON_STALE = ("open", "closed")
+ON_SATURATION = ("pending", "leastLoaded")
+# metrics-server's resource metrics: the node's usage of this resource over its allocatable.
+METRICS_SERVER_RESOURCES = ("cpu", "memory")
+# Owner kinds whose pods the metric filters pass by default (a DaemonSet pod must land on
+# its node whatever the load). Mirror (static) pods are never scheduled by anyone.
+DEFAULT_EXEMPT = ("DaemonSet",)
+# A node annotation ``<prefix><metric>-above`` / ``-below`` overrides the metric's threshold there.
+NODE_THRESHOLD_PREFIX = "threshold.ksched.io/"
+# What a pod that requests nothing of the estimated resource is counted as (Koordinator's
+# and upstream's non-zero defaults: 100m CPU, 200Mi memory).
+BEST_EFFORT_DEFAULTS = {"cpu": "100m", "memory": "200Mi"}
+# A range selector or subquery range in PromQL (``[5m]``, ``[1h30m:1m]``), and its parts.
+_RANGE = re.compile(r"\[\s*((?:\d+(?:ms|s|m|h|d|w|y))+)\s*(?::[^\]]*)?\]")
+_RANGE_PART = re.compile(r"(\d+)(ms|s|m|h|d|w|y)")
+_PROMQL_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
+# A Kubernetes quantity (``100m``, ``200Mi``, ``1.5``, ``1e3``).
+_QUANTITY = re.compile(r"^[+]?(\d+(\.\d*)?|\.\d+)([KMGTPE]i|[numkMGTPE]|[eE][+-]?\d+)?$")
+# Pod priorities are int32.
+_PRIORITY = (-(2**31), 2**31 - 1)
 _TARGET = re.compile(r"^target\(\s*([-+0-9.eE]+)\s*\)$")
 _NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 _KEYS = (
@@ -29,7 +49,48 @@ _KEYS = (
     "maxAge",
     "refresh",
     "herdEstimate",
+    "estimate",
+    "timestampAnnotation",
+    "resource",
+    "onStale",
+    "onSaturation",
 )
+
+
+@dataclass(frozen=True)
+class Band:
+    """``filter.bands[]``: pods at or above ``min_priority`` use these thresholds instead
+    (None: no threshold on that side for them)."""
+
+    min_priority: int
+    above: float | None
+    below: float | None
+
+
+@dataclass(frozen=True)
+class EstimateConfig:
+    """How a recently placed pod's load is counted on its node until the metric shows it.
+
+    A pod counts as its estimated usage of ``resource`` over the node's allocatable: its
+    limit where that is above its request, else its request times ``factor``, else (it
+    requests none) ``best_effort``. Where ``pod_query`` is set, a pod's measured usage
+    replaces the estimate. Each pod counts fully until the metric's sample, then fades out
+    linearly over ``window_s`` (the query's range selector: a ``rate(...[5m])`` shows a new
+    pod fully only five minutes later). ``legacy`` is the first herd estimate
+    (``herdEstimate``): only pods ksched bound, requests times factor, no window, and the
+    incoming pod not counted against the filter."""
+
+    resource: str
+    factor: float = 1.0
+    # None: taken from the query's range selector (0 where it has none).
+    window_s: float | None = None
+    # The quantity a BestEffort pod counts as (None: BEST_EFFORT_DEFAULTS, else 0).
+    best_effort: str | None = None
+    # PromQL giving each pod's usage of ``resource`` in its own unit (cores, bytes).
+    pod_query: str | None = None
+    pod_label: str = "pod"
+    namespace_label: str = "namespace"
+    legacy: bool = False
 
 
 @dataclass(frozen=True)
@@ -49,10 +110,98 @@ class MetricConfig:
     max_age_s: float = 120.0
     min_refresh_s: float = 5.0
     max_refresh_s: float = 60.0
-    # Herd avoidance: a pod bound after the sample adds request/allocatable of this
-    # resource times ``herd_factor`` to its node's value (None: off).
-    herd_resource: str | None = None
-    herd_factor: float = 1.0
+    # Recently placed pods counted on their nodes until the metric shows them (None: off).
+    estimate: EstimateConfig | None = None
+    # annotation source: the node annotation holding the RFC 3339 time the value was
+    # measured (None: ``<annotation>-timestamp``); a value older than maxAge is stale.
+    timestamp_annotation: str | None = None
+    # metrics-server source: the resource whose usage/allocatable is the value.
+    resource: str | None = None
+    # Stale or unreachable source: ``open`` drops the metric (degraded mode), ``closed``
+    # filters out every node without a fresh value.
+    on_stale: str = "open"
+    # Every feasible node over a threshold: ``pending`` leaves the pod pending, ``leastLoaded``
+    # places it as if the thresholds were off (metric scores still rank the nodes).
+    on_saturation: str = "pending"
+    # Priority bands (highest ``min_priority`` first) and owner kinds the filter passes.
+    bands: tuple[Band, ...] = ()
+    exempt: tuple[str, ...] = DEFAULT_EXEMPT
+
+    @property
+    def timestamp_key(self) -> str | None:
+        if self.source != "annotation" or self.annotation is None:
+            return None
+        return self.timestamp_annotation or f"{self.annotation}-timestamp"
+
+    def window_s(self) -> float:
+        """How long a placed pod is still partly missing from the metric's value."""
+        if self.estimate is None:
+            return 0.0
+        if self.estimate.window_s is not None:
+            return self.estimate.window_s
+        return query_window_s(self.query or "")
+
+    def thresholds(self, priority: int) -> tuple[float | None, float | None]:
+        """``(above, below)`` for a pod of this priority."""
+        for band in self.bands:
+            if priority >= band.min_priority:
+                return band.above, band.below
+        return self.above, self.below
+
+
+def query_window_s(query: str) -> float:
+    """The longest range selector (or subquery range) in a PromQL query, in seconds (0: none)."""
+    return max(
+        (
+            sum(int(n) * _PROMQL_UNITS[u] for n, u in _RANGE_PART.findall(m.group(1)))
+            for m in _RANGE.finditer(query)
+        ),
+        default=0.0,
+    )
+
+
+def _estimate(obj: Any, path: str) -> EstimateConfig:
+    e = check_keys(
+        obj,
+        path,
+        ("resource", "factor", "window", "bestEffort", "podQuery", "podLabel", "namespaceLabel"),
+        ("resource",),
+    )
+    factor = as_float(e.get("factor", EstimateConfig.factor), f"{path}.factor")
+    if factor < 0:
+        raise ConfigError(f"{path}.factor: must not be negative")
+    best_effort = e.get("bestEffort")
+    if best_effort is not None:
+        best_effort = str(best_effort)
+        if not _QUANTITY.match(best_effort):
+            raise ConfigError(f"{path}.bestEffort: {best_effort!r} is not a quantity (examples: 100m, 200Mi)")
+    return EstimateConfig(
+        resource=as_str(e["resource"], f"{path}.resource"),
+        factor=factor,
+        window_s=parse_duration(e["window"], f"{path}.window") if "window" in e else None,
+        best_effort=best_effort,
+        pod_query=as_str(e["podQuery"], f"{path}.podQuery") if "podQuery" in e else None,
+        pod_label=as_str(e.get("podLabel", EstimateConfig.pod_label), f"{path}.podLabel"),
+        namespace_label=as_str(
+            e.get("namespaceLabel", EstimateConfig.namespace_label), f"{path}.namespaceLabel"
+        ),
+    )
+
+
+def _bands(raw: Any, path: str) -> tuple[Band, ...]:
+    bands = []
+    for i, raw_band in enumerate(as_list(raw, path)):
+        b = check_keys(raw_band, f"{path}[{i}]", ("minPriority", "above", "below"), ("minPriority",))
+        bands.append(
+            Band(
+                min_priority=as_int(b["minPriority"], f"{path}[{i}].minPriority", *_PRIORITY),
+                above=as_float(b["above"], f"{path}[{i}].above") if "above" in b else None,
+                below=as_float(b["below"], f"{path}[{i}].below") if "below" in b else None,
+            )
+        )
+    if len({b.min_priority for b in bands}) != len(bands):
+        raise ConfigError(f"{path}: duplicate minPriority")
+    return tuple(sorted(bands, key=lambda b: -b.min_priority))
 
 
 def _prefer(obj: Any, path: str) -> tuple[str, float | None]:
@@ -93,14 +242,16 @@ def parse_metric(obj: Any, path: str) -> MetricConfig:
     if not _NAME.match(name):
         raise ConfigError(f"{path}.name: {name!r} must be a metric-style identifier ([a-zA-Z_][a-zA-Z0-9_]*)")
     source = as_str(obj["source"], f"{path}.source", SOURCES)
-    query = annotation = None
+    query = annotation = resource = None
     if source == "prometheus":
         query = as_str(obj.get("query"), f"{path}.query")
-    else:
+    elif source == "annotation":
         annotation = as_str(obj.get("annotation"), f"{path}.annotation")
+    else:
+        resource = as_str(obj.get("resource"), f"{path}.resource", METRICS_SERVER_RESOURCES)
     prefer, target = _prefer(obj, path)
     rng = _range(obj, path)
-    f = check_keys(obj.get("filter") or {}, f"{path}.filter", ("above", "below"))
+    f = check_keys(obj.get("filter") or {}, f"{path}.filter", ("above", "below", "bands", "exempt"))
     above = as_float(f["above"], f"{path}.filter.above") if "above" in f else None
     below = as_float(f["below"], f"{path}.filter.below") if "below" in f else None
     refresh = check_keys(obj.get("refresh") or {}, f"{path}.refresh", ("min", "max"))
@@ -111,14 +262,36 @@ def parse_metric(obj: Any, path: str) -> MetricConfig:
     weight = as_float(obj.get("weight", MetricConfig.weight), f"{path}.weight")
     if not 0 <= weight <= MAX_WEIGHT:
         raise ConfigError(f"{path}.weight: {weight!r} is not in 0..{MAX_WEIGHT}")
-    herd = check_keys(obj.get("herdEstimate") or {}, f"{path}.herdEstimate", ("resource", "factor"))
-    herd_resource = as_str(herd["resource"], f"{path}.herdEstimate.resource") if "resource" in herd else None
-    herd_factor = as_float(herd.get("factor", MetricConfig.herd_factor), f"{path}.herdEstimate.factor")
-    if herd and herd_resource is None:
-        raise ConfigError(f"{path}.herdEstimate.resource: required (e.g. cpu)")
+    if "herdEstimate" in obj and "estimate" in obj:
+        raise ConfigError(f"{path}: set estimate or herdEstimate (its first version), not both")
+    estimate = None
+    if "estimate" in obj:
+        estimate = _estimate(obj["estimate"], f"{path}.estimate")
+    elif "herdEstimate" in obj:
+        herd = check_keys(obj["herdEstimate"], f"{path}.herdEstimate", ("resource", "factor"), ("resource",))
+        estimate = EstimateConfig(
+            resource=as_str(herd["resource"], f"{path}.herdEstimate.resource"),
+            factor=as_float(herd.get("factor", EstimateConfig.factor), f"{path}.herdEstimate.factor"),
+            legacy=True,
+        )
+    exempt = tuple(
+        as_str(k, f"{path}.filter.exempt[{i}]")
+        for i, k in enumerate(as_list(f.get("exempt", list(DEFAULT_EXEMPT)), f"{path}.filter.exempt"))
+    )
     return MetricConfig(
-        herd_resource=herd_resource,
-        herd_factor=herd_factor,
+        estimate=estimate,
+        timestamp_annotation=(
+            as_str(obj["timestampAnnotation"], f"{path}.timestampAnnotation")
+            if "timestampAnnotation" in obj
+            else None
+        ),
+        resource=resource,
+        on_stale=as_str(obj.get("onStale", MetricConfig.on_stale), f"{path}.onStale", ON_STALE),
+        on_saturation=as_str(
+            obj.get("onSaturation", MetricConfig.on_saturation), f"{path}.onSaturation", ON_SATURATION
+        ),
+        bands=_bands(f.get("bands") or [], f"{path}.filter.bands"),
+        exempt=exempt,
         name=name,
         source=source,
         query=query,

@@ -181,7 +181,9 @@ def metric_specs(metrics: Sequence[MetricConfig], snapshot: Snapshot) -> list[Me
             "below": m.below,
             "missing": cast(Missing, m.missing),
             "weight": m.weight,
-            "herd": None if m.herd_resource is None else (snapshot.resources(m.herd_resource), m.herd_factor),
+            "herd": None
+            if m.estimate is None
+            else (snapshot.resources(m.estimate.resource), m.estimate.factor),
         }
         for m in metrics
     ]

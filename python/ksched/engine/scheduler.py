@@ -204,7 +204,7 @@ class Engine:
             results.append(None)
         snapshot.ensure_resources(
             {r for requests in requested for r in requests}
-            | {m.herd_resource for m in metrics if m.herd_resource is not None}
+            | {m.estimate.resource for m in metrics if m.estimate is not None}
         )
         res = snapshot.resources
         batch = _Batch(

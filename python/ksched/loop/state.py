@@ -327,10 +327,11 @@ class ClusterState:
 
     def herd_estimate(self, metric: MetricConfig, sampled_at: float, column: npt.NDArray[np.float64]) -> None:
         """Add to ``column`` the load of the pods ksched bound after the metric's sample."""
-        if metric.herd_resource is None:
+        if metric.estimate is None:
             return
+        resource, factor = metric.estimate.resource, metric.estimate.factor
         snap = self.snapshot()
-        c = snap.resources.get(metric.herd_resource)
+        c = snap.resources.get(resource)
         if c is None:
             return
         r = len(snap.resources)
@@ -339,7 +340,7 @@ class ClusterState:
             i = snap.index.get(node)
             if t <= sampled_at or i is None or alloc[i * r + c] <= 0:
                 continue
-            column[i] += reqs.requests.get(metric.herd_resource, 0) / alloc[i * r + c] * metric.herd_factor
+            column[i] += reqs.requests.get(resource, 0) / alloc[i * r + c] * factor
 
     def counted(self) -> dict[str, str]:
         """Pod key -> node for every pod counted (bound or assumed)."""
