@@ -23,6 +23,8 @@ _POD_META = tuple(_core.POD_PROJECTION["metadata"])
 _POD_SPEC = tuple(_core.POD_PROJECTION["spec"])
 _POD_CONDITIONS = tuple(_core.POD_PROJECTION["conditions"])
 _CONTAINER = tuple(_core.POD_PROJECTION["container"])
+# A condition's fields; PodScheduled's lastTransitionTime is the pod's bind time (load estimate).
+_CONDITION = ("type", "status", "lastTransitionTime", "reason", "message")
 _NODE_META = ("name", "uid", "labels", "annotations")
 
 
@@ -52,7 +54,7 @@ def slim_pod(pod: Obj) -> Obj:
     slim_status: Obj = {"phase": status.get("phase")}
     conditions = [c for c in status.get("conditions") or [] if c.get("type") in _POD_CONDITIONS]
     if conditions:
-        slim_status["conditions"] = [_pick(c, ("type", "status", "reason", "message")) for c in conditions]
+        slim_status["conditions"] = [_pick(c, _CONDITION) for c in conditions]
     # In-place resize: what the kubelet allocated and actuated counts while a resize is pending.
     for list_field in ("containerStatuses", "initContainerStatuses"):
         resized = [

@@ -40,7 +40,8 @@ pub const POD_SPEC: &[&str] = &[
 /// DisruptionTarget (a victim of preemption: upstream `podTerminatingByPreemption`).
 pub const POD_CONDITIONS: &[&str] = &["PodScheduled", "PodResizePending", "DisruptionTarget"];
 pub const CONTAINER: &[&str] = &["name", "image", "resources", "ports", "restartPolicy"];
-pub const CONDITION: &[&str] = &["type", "status", "reason", "message"];
+/// A condition's `lastTransitionTime` is PodScheduled's bind time (the load estimate).
+pub const CONDITION: &[&str] = &["type", "status", "lastTransitionTime", "reason", "message"];
 pub const CONTAINER_STATUS: &[&str] = &["name", "allocatedResources", "resources"];
 pub const STATUS_ERROR: &[&str] = &["code", "reason", "message"];
 /// The prefix of the annotations ksched reads (its own).

@@ -190,6 +190,7 @@ pub(super) const POD_SPEC: &[Field] = &[
 pub(super) const POD_CONDITION: &[Field] = &[
     f(1, "type", Str, Always),
     f(2, "status", Str, Always),
+    f(4, "lastTransitionTime", Time, Always),
     f(5, "reason", Str, NotZero),
     f(6, "message", Str, NotZero),
 ];
