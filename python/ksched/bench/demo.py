@@ -5,7 +5,12 @@ Brings up the local cluster (building it if needed) with fake nodes, starts
 pod to be bound or reported unschedulable, prints where the pods went, the
 failures with their reasons and the throughput (first create to last bind),
 and tears everything down. ``--compare`` runs the same workload through the
-real kube-scheduler on the same cluster afterwards, for a side-by-side.
+real kube-scheduler on the same cluster afterwards, for a side-by-side, and then
+(unless ``load`` is off) what the metrics are for: a short round of the quality
+benchmark's ``requests-lie`` and ``burst`` scenarios under the load simulation,
+ksched's shipped load-aware configuration beside kube-scheduler, each on a pool of
+nodes of its own at the same time (:mod:`ksched.bench.quality.pooled`), judged by
+hot node-minutes and p95 utilisation.
 
 Every phase creates its pods in a namespace of its own. Pod names repeat from
 phase to phase, and KWOK deletes a terminating pod by namespace and name with no
@@ -37,7 +42,11 @@ from ksched.bench.pods import (
     process_usage,
     start_ksched_run,
 )
+from ksched.bench.quality.figures import QualityResults
+from ksched.bench.quality.pooled import KUBE_SCHEDULER, Round, pooled_round
+from ksched.bench.quality.run import EXAMPLE_CONFIG, KSCHED
 from ksched.cluster import local
+from ksched.cluster.load import LoadSimulation
 from ksched.cluster.processes import terminate
 from ksched.errors import KschedError
 from ksched.loop.client import Kube, load_configuration
@@ -228,10 +237,64 @@ class Phases:
             self.previous = None
 
 
-def demo(nodes: int, pods: int, compare: bool) -> int:
+# The load round: scenarios, nodes a pool, and how it is observed (a short form of
+# ``ksched bench --quality``'s defaults).
+LOAD_SCENARIOS = ("requests-lie", "burst")
+LOAD_POOL_NODES = 40
+LOAD_PODS_PER_NODE = 6
+LOAD_RATE = 40.0
+LOAD_OBSERVE_S = 75.0
+LOAD_SCRAPE_S = 10.0
+LOAD_THRESHOLD = 0.8
+
+
+def load_round(kube: Kube, state: local.ClusterState, workdir: Path) -> QualityResults:
+    """Both scenarios with ksched (load-aware) and kube-scheduler, all four at once."""
+    results = QualityResults({})
+    r = Round(
+        entries=tuple((s, label) for s in LOAD_SCENARIOS for label in (KUBE_SCHEDULER, KSCHED)),
+        pool_size=LOAD_POOL_NODES,
+        pods=LOAD_POOL_NODES * LOAD_PODS_PER_NODE,
+        seed=1,
+        rate=LOAD_RATE,
+        observe_s=LOAD_OBSERVE_S,
+        scrape_interval_s=LOAD_SCRAPE_S,
+        threshold=LOAD_THRESHOLD,
+        configs={KSCHED: EXAMPLE_CONFIG},
+    )
+    prometheus = f"http://127.0.0.1:{state.ports['prometheus']}"
+    pooled_round(kube, state.kubeconfig, prometheus, r, workdir, results, log=lambda line: None)
+    return results
+
+
+def _print_load(results: QualityResults) -> None:
+    print(
+        f"  {'scenario':<14}{'scheduler':<16}{'hot node-min':>13}{'p95 util':>10}{'pods on hot':>13}{'pods/s':>8}"
+    )
+    for f in results.figures:
+        print(
+            f"  {f.scenario:<14}{f.scheduler:<16}{f.hotspot_node_minutes:>13.1f}{f.p95_utilisation:>10.2f}"
+            f"{f.pods_on_hot_nodes:>13}{f.pods_per_s:>8.0f}"
+        )
+    for v in results.violations:
+        print(f"  INVARIANT VIOLATED: {v}")
+
+
+def _hot(results: QualityResults, scenario: str, scheduler: str) -> float:
+    return next(
+        f.hotspot_node_minutes for f in results.figures if (f.scenario, f.scheduler) == (scenario, scheduler)
+    )
+
+
+def demo(nodes: int, pods: int, compare: bool, load: bool = False) -> int:
     print(f"== local control plane: {nodes} fake nodes (builds it first if needed)")
     t0 = time.monotonic()
-    state = local.up(nodes=nodes, zones=3, with_scheduler=compare)
+    state = local.up(
+        nodes=nodes,
+        zones=3,
+        with_scheduler=compare,
+        load_simulation=LoadSimulation(LOAD_SCRAPE_S) if load else None,
+    )
     print(f"  up in {time.monotonic() - t0:.1f} s: {state.apiserver}")
     workdir = Path(tempfile.mkdtemp(prefix="ksched-demo-"))
     proc: subprocess.Popen[bytes] | None = None
@@ -266,12 +329,33 @@ def demo(nodes: int, pods: int, compare: bool) -> int:
                 _print_figures(f, "resume to last bind")
                 drains.append(f)
             results += [upstream, *drains]
-            if all(r.ok for r in results):
+            quality = None
+            if load:
+                phases.clear()
+                terminate(proc, 30)
+                proc = None
                 print(
+                    f"== placement under real load: each pod uses 0.2-3x its request (requests-lie) or 1.2x "
+                    f"(burst, all at once); KWOK serves the usage, Prometheus scrapes every {LOAD_SCRAPE_S:.0f} s; "
+                    f"ksched ({EXAMPLE_CONFIG.name}) and kube-scheduler each on a pool of {LOAD_POOL_NODES} "
+                    f"nodes, all at once; judged over {LOAD_OBSERVE_S:.0f} s (hot: above {LOAD_THRESHOLD:.0%} CPU)"
+                )
+                quality = load_round(kube, state, workdir)
+                _print_load(quality)
+            if all(r.ok for r in results) and (quality is None or not quality.violations):
+                line = (
                     f"== ksched / kube-scheduler: {figures.pods_per_s / max(upstream.pods_per_s, 1e-9):.2f}x "
                     f"first create to last bind, "
                     f"{drains[0].pods_per_s / max(drains[1].pods_per_s, 1e-9):.2f}x backlog drain"
                 )
+                if quality is not None:
+                    line += "; hot node-minutes " + ", ".join(
+                        f"{_hot(quality, s, KSCHED):.1f} vs {_hot(quality, s, KUBE_SCHEDULER):.1f} ({s})"
+                        for s in LOAD_SCENARIOS
+                    )
+                print(line)
+            if quality is not None and quality.violations:
+                return 1
         return 0 if all(r.ok for r in results) else 1
     finally:
         if proc is not None:

@@ -163,6 +163,12 @@ def add_parser(
         metavar="LABEL=FILE",
         help="also run ksched with this configuration under LABEL (say today's beside a candidate's); repeatable",
     )
+    q.add_argument(
+        "--pools",
+        action="store_true",
+        help="run each scenario's schedulers at once, each on an equal pool of the nodes (same shapes, "
+        "same scrapes, same machine load; one observation window a scenario instead of one each)",
+    )
     ch = b.add_argument_group("chaos soak (--chaos)")
     ch.add_argument(
         "--chaos",
@@ -210,6 +216,7 @@ def _quality(args: argparse.Namespace) -> int:
         threshold=args.threshold,
         ksched_config=Path(args.ksched_config) if args.ksched_config else None,
         configs={label: Path(path) for label, _, path in (c.partition("=") for c in args.quality_config)},
+        pools=args.pools,
         out=Path(args.out or "ksched-bench-quality"),
     )
     results = run_quality(

@@ -1,0 +1,124 @@
+"""What the quality harness reads from and writes to the cluster: the pods it creates (at a
+rate, or all at once), the wait until they are settled, the scheduler configuration it
+hands to ``ksched run``, and the node utilisation Prometheus recorded.
+
+Owns the cluster I/O that :mod:`.run` (one scheduler at a time on every node) and
+:mod:`.pooled` (every scheduler at once, each on a pool of its own) share.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import yaml
+
+from ksched.bench.pods import CREATE_WORKERS, create_pods
+from ksched.bench.quality.figures import Series
+from ksched.errors import KschedError
+from ksched.loop.client import Kube
+from ksched.objects import Obj
+
+UTILISATION = "node:node_cpu_utilisation:ratio"
+SETTLE_TIMEOUT_S = 300.0
+# A cluster counts as cool again once no node's recorded utilisation is above this.
+COOL_UTILISATION = 0.02
+COOL_TIMEOUT_S = 300.0
+
+
+def ksched_config(path: Path | None, prometheus: str, scheduler_name: str | None = None) -> Obj:
+    """A ksched configuration from ``path`` (None: no metric) pointed at ``prometheus``, its
+    one profile renamed to ``scheduler_name`` where given (so several ksched processes can
+    share a cluster, each placing the pods that ask for it)."""
+    config: Obj = {"apiVersion": "ksched.io/v1alpha1", "kind": "KschedConfiguration"}
+    if path is not None:
+        if not path.exists():
+            raise KschedError(f"no ksched configuration at {path}: pass --ksched-config")
+        config = yaml.safe_load(path.read_text())
+        config["prometheus"] = {**(config.get("prometheus") or {}), "url": prometheus}
+    if scheduler_name is not None:
+        profiles = config.get("profiles") or [{}]
+        if len(profiles) != 1:
+            raise KschedError(f"{path}: the quality harness runs a configuration with one profile")
+        config["profiles"] = [{**profiles[0], "schedulerName": scheduler_name}]
+    return config
+
+
+def utilisation(prometheus: str, start: float, end: float, step: float) -> Series:
+    """Every node's recorded CPU utilisation from ``start`` to ``end``, one sample a step."""
+    query = urllib.parse.urlencode({"query": UTILISATION, "start": start, "end": end, "step": step})
+    with urllib.request.urlopen(f"{prometheus}/api/v1/query_range?{query}", timeout=30) as r:
+        body = json.loads(r.read())
+    if body.get("status") != "success":
+        raise KschedError(f"Prometheus answered {body.get('error') or body}")
+    times = [start + i * step for i in range(int((end - start) // step) + 1)]
+    values: list[dict[str, float]] = [{} for _ in times]
+    for result in body["data"]["result"]:
+        node = result["metric"].get("node", "")
+        for ts, v in result["values"]:
+            i = round((float(ts) - start) / step)
+            if 0 <= i < len(values) and math.isfinite(float(v)):
+                values[i][node] = float(v)
+    return Series(times, values, step)
+
+
+def hottest(prometheus: str) -> float:
+    """The highest utilisation Prometheus holds for any node now (0.0 for none)."""
+    query = urllib.parse.urlencode({"query": f"max({UTILISATION})"})
+    with urllib.request.urlopen(f"{prometheus}/api/v1/query?{query}", timeout=30) as r:
+        body = json.loads(r.read())
+    result = body.get("data", {}).get("result") or []
+    return float(result[0]["value"][1]) if result else 0.0
+
+
+def cool_down(prometheus: str, poll_s: float) -> float:
+    """Wait until no node is recorded above :data:`COOL_UTILISATION`, so the next run starts
+    cool; the seconds waited (up to :data:`COOL_TIMEOUT_S`, then it goes on regardless)."""
+    began = time.monotonic()
+    while time.monotonic() - began < COOL_TIMEOUT_S and hottest(prometheus) > COOL_UTILISATION:
+        time.sleep(poll_s)
+    return time.monotonic() - began
+
+
+def create(kube: Kube, pods: list[Obj], rate: float | None) -> dict[str, str]:
+    """Create the pods all at once (``rate`` None) or at ``rate`` a second; name -> UID."""
+    if rate is None:
+        return create_pods(kube, pods)
+    created: dict[str, str] = {}
+    begin = time.monotonic()
+    batch = max(1, min(CREATE_WORKERS, int(rate)))
+    for i in range(0, len(pods), batch):
+        delay = begin + i / rate - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        created |= create_pods(kube, pods[i : i + batch])
+    return created
+
+
+def reported(pod: Obj) -> bool:
+    """The pod carries the scheduler's Unschedulable verdict."""
+    return any(
+        c.get("type") == "PodScheduled" and c.get("reason") == "Unschedulable"
+        for c in (pod.get("status") or {}).get("conditions") or []
+    )
+
+
+def settle(kube: Kube, namespace: str) -> tuple[list[Obj], float]:
+    """Until every pod is bound or reported unschedulable; the pods, and when that was."""
+    deadline = time.monotonic() + SETTLE_TIMEOUT_S
+    while True:
+        pods = kube.request("GET", f"/api/v1/namespaces/{namespace}/pods").json()["items"]
+        waiting = [p for p in pods if not p["spec"].get("nodeName") and not reported(p)]
+        if not waiting or time.monotonic() > deadline:
+            return pods, time.time()
+        time.sleep(0.5)
+
+
+def create_namespace(kube: Kube, namespace: str) -> None:
+    r = kube.request("POST", "/api/v1/namespaces", body={"metadata": {"name": namespace}})
+    if not r.ok:
+        raise KschedError(f"creating namespace {namespace}: HTTP {r.status}: {r.data[:200]!r}")

@@ -1,0 +1,174 @@
+"""Every scheduler at once, each on a pool of nodes of its own.
+
+Owns the concurrent form of the quality run: the cluster's nodes are dealt into disjoint
+pools of equal size and identical shapes (the same count of each allocatable), each pool
+labelled :data:`POOL_LABEL`; each (scenario, scheduler) entry's pods select their pool by
+that label and arrive at the same time as the others'. Every entry then sees the same
+Prometheus, the same scrapes and the same machine load, and a round takes one observation
+window however many schedulers it compares. Each ksched configuration runs as its own
+``ksched run`` whose one profile is named after its label, so the processes never race
+for a pod. The demo runs a short round; ``ksched bench --quality --pools`` runs each
+scenario as one.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from ksched.bench.invariants import lost, overcommitted
+from ksched.bench.pods import clear_pods, start_ksched_run
+from ksched.bench.quality.figures import QualityFigures, QualityResults, judge
+from ksched.bench.quality.observe import (
+    create,
+    create_namespace,
+    ksched_config,
+    reported,
+    settle,
+    utilisation,
+)
+from ksched.bench.quality.scenarios import DEFAULT_SCHEDULER, scenario
+from ksched.cluster.processes import terminate
+from ksched.errors import KschedError
+from ksched.loop.client import Kube
+from ksched.objects import Obj
+
+POOL_LABEL = "quality.ksched.io/pool"
+KUBE_SCHEDULER = "kube-scheduler"
+PATCH_WORKERS = 8
+
+
+@dataclass(frozen=True)
+class Round:
+    """One concurrent round: the entries (scenario, scheduler label), each on a pool of
+    ``pool_size`` nodes with ``pods`` pods, and how it is observed."""
+
+    entries: tuple[tuple[str, str], ...]
+    pool_size: int
+    pods: int
+    seed: int
+    rate: float
+    observe_s: float
+    scrape_interval_s: float
+    threshold: float
+    # A ksched label's configuration file (None: no metric); kube-scheduler has none.
+    configs: dict[str, Path | None]
+
+
+def _shape(node: Obj) -> tuple[str, str]:
+    alloc = (node.get("status") or {}).get("allocatable") or {}
+    return str(alloc.get("cpu")), str(alloc.get("memory"))
+
+
+def pools(nodes: list[Obj], count: int, size: int) -> list[list[str]]:
+    """``count`` disjoint pools of ``size`` node names with the same shapes: each shape's
+    nodes dealt round-robin, then every pool cut to the same interleaving of shapes."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for node in sorted(nodes, key=lambda n: n["metadata"]["name"]):
+        groups.setdefault(_shape(node), []).append(node["metadata"]["name"])
+    out: list[list[str]] = []
+    for p in range(count):
+        dealt = [g[p::count][: len(g) // count] for g in groups.values()]
+        interleaved = [
+            names[j] for j in range(max(map(len, dealt), default=0)) for names in dealt if j < len(names)
+        ]
+        out.append(interleaved[:size])
+    short = min(map(len, out), default=0)
+    if short < size:
+        raise KschedError(
+            f"{len(nodes)} nodes make {count} pools of at most {short} nodes of equal shapes, not {size}: "
+            "ask for fewer nodes a pool or start more nodes"
+        )
+    return out
+
+
+def _label(kube: Kube, node_pools: list[list[str]]) -> None:
+    def patch(item: tuple[int, str]) -> None:
+        i, node = item
+        body = {"metadata": {"labels": {POOL_LABEL: str(i)}}}
+        r = kube.request(
+            "PATCH", f"/api/v1/nodes/{node}", body=body, content_type="application/merge-patch+json"
+        )
+        if not r.ok:
+            raise KschedError(f"labelling node {node}: HTTP {r.status}: {r.data[:200]!r}")
+
+    with ThreadPoolExecutor(PATCH_WORKERS) as workers:
+        list(workers.map(patch, [(i, n) for i, names in enumerate(node_pools) for n in names]))
+
+
+def _pods(r: Round, i: int, name: str, label: str) -> tuple[str, list[Obj], float | None]:
+    namespace = f"q-{name}-{label}"
+    asks = DEFAULT_SCHEDULER if label == KUBE_SCHEDULER else label
+    s = scenario(name, r.pods, namespace, asks, r.seed, r.rate)
+    for pod in s.pods:
+        pod["spec"]["nodeSelector"] = {POOL_LABEL: str(i)}
+    return namespace, s.pods, s.rate
+
+
+def pooled_round(
+    kube: Kube,
+    kubeconfig: str,
+    prometheus: str,
+    r: Round,
+    workdir: Path,
+    results: QualityResults,
+    log: Callable[[str], None],
+) -> None:
+    """Run the round's entries at once, each on its pool; append their figures (and any
+    lost pod or over-committed node) to ``results``."""
+    nodes = kube.request("GET", "/api/v1/nodes").json()["items"]
+    node_pools = pools(nodes, len(r.entries), r.pool_size)
+    _label(kube, node_pools)
+    procs = []
+    plans = [_pods(r, i, name, label) for i, (name, label) in enumerate(r.entries)]
+    try:
+        for label in dict.fromkeys(label for _, label in r.entries if label != KUBE_SCHEDULER):
+            path = workdir / f"{label}.yaml"
+            path.write_text(yaml.safe_dump(ksched_config(r.configs.get(label), prometheus, label)))
+            proc, _ = start_ksched_run(kubeconfig, workdir / f"{label}.log", path)
+            procs.append(proc)
+        for namespace, _, _ in plans:
+            create_namespace(kube, namespace)
+        start = time.time()
+        with ThreadPoolExecutor(len(plans)) as workers:
+            created = list(workers.map(lambda plan: create(kube, plan[1], plan[2]), plans))
+            settled = list(workers.map(lambda plan: settle(kube, plan[0]), plans))
+        end = start + max(r.observe_s, *(at - start for _, at in settled))
+        if end > time.time():
+            time.sleep(end - time.time())
+        # The last recording-rule evaluation covering ``end`` lands up to one interval later.
+        time.sleep(r.scrape_interval_s)
+        series = utilisation(prometheus, start, end, r.scrape_interval_s)
+        nodes = kube.request("GET", "/api/v1/nodes").json()["items"]
+        everywhere = kube.request("GET", "/api/v1/pods").json()["items"]
+        results.violations += [f"over-committed {o}" for o in overcommitted(nodes, everywhere)]
+        for (name, label), names, made, (pods, at) in zip(
+            r.entries, node_pools, created, settled, strict=True
+        ):
+            figures = QualityFigures(label, name, r.pods)
+            bound = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in pods if p["spec"].get("nodeName")}
+            figures.pending = len(pods) - len(bound)
+            figures.pods_per_s = round(len(bound) / max(at - start, 1e-9), 1)
+            judge(figures, series, names, bound, r.threshold)
+            results.figures.append(figures)
+            results.violations += [f"{name}/{label}: lost {p}" for p in lost(made, pods)]
+            results.violations += [
+                f"{name}/{label}: {p['metadata']['name']} neither bound nor reported unschedulable"
+                for p in pods
+                if not p["spec"].get("nodeName") and not reported(p)
+            ]
+            log(
+                f"{name} / {label} ({len(names)} nodes): {figures.hotspot_node_minutes} hot node-minutes, "
+                f"p95 {figures.p95_utilisation}, cv {figures.cv}, {figures.pods_on_hot_nodes} pods on hot nodes, "
+                f"{figures.pending} pending, {figures.pods_per_s} pods/s"
+            )
+    finally:
+        for proc in procs:
+            terminate(proc, 30)
+        for namespace, _, _ in plans:
+            clear_pods(kube, namespace)
