@@ -22,8 +22,9 @@ pub mod schedule;
 
 pub use model::error::{self, EngineError};
 pub use model::{
-    Classes, Images, LabelSets, Labels, MetricSpec, Metrics, Missing, Nodes, PodImages, PodSelectors, PodTable, PodTerms, Pods, Ports,
-    Preemption, Prefer, Profile, Reservations, Selectors, SpreadConstraints, Strategy, Taints, TermSets, Tolerations, Victims, Volumes,
+    Classes, Images, LabelSets, Labels, LoadInputs, MetricSpec, Metrics, Missing, Nodes, PodImages, PodSelectors, PodTable, PodTerms, Pods,
+    Ports, Preemption, Prefer, Profile, Reservations, Selectors, SpreadConstraints, Strategy, Taints, TermSets, Tolerations, Victims,
+    Volumes,
 };
 pub use plugins::MAX_NODE_SCORE;
 pub use reasons::{ReasonInfo, FIXED_REASONS};

@@ -1,4 +1,7 @@
-//! ksched's metric plugins' inputs: per-node values and how each is scored.
+//! ksched's metric plugins' inputs: per-node values, how each is scored, and
+//! load estimate v2's per-pod and per-node parts (`LoadInputs`).
+
+use super::error::{check_len, EngineError};
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Prefer {
@@ -38,4 +41,49 @@ pub struct MetricSpec {
 pub struct Metrics<'a> {
     pub values: &'a [f64],
     pub specs: Vec<MetricSpec>,
+    /// Load estimate v2 (None: every pod and node has the specs' thresholds, and a
+    /// placement's herd estimate is its request times the factor).
+    pub load: Option<LoadInputs<'a>>,
+}
+
+/// What makes the metric filter depend on the pod and the node: each pod's
+/// estimate and thresholds, the pods it does not apply to, and the nodes'
+/// own thresholds. Matrices are row-major, one column per metric; NaN stands
+/// for "no threshold".
+#[derive(Clone)]
+pub struct LoadInputs<'a> {
+    /// Per metric: the incoming pod's estimate counts against the thresholds
+    /// (the legacy herd estimate does not).
+    pub incoming: Vec<bool>,
+    /// `pods × metrics`: each pod's estimated usage of the herd column
+    /// (counted as `amount / allocatable` where it is placed, and where
+    /// `incoming`, against the thresholds before).
+    pub amounts: &'a [i64],
+    /// `pods × metrics`: each pod's thresholds (its priority band's).
+    pub pod_above: &'a [f64],
+    pub pod_below: &'a [f64],
+    /// Per pod: 1 where no metric filter applies to it (exempt owners, mirror pods).
+    pub exempt: &'a [u8],
+    /// `nodes × metrics`: thresholds that replace the pod's on that node (NaN: none).
+    pub node_above: &'a [f64],
+    pub node_below: &'a [f64],
+}
+
+impl<'a> Metrics<'a> {
+    /// No load estimate v2 inputs: the specs alone.
+    pub fn new(values: &'a [f64], specs: Vec<MetricSpec>) -> Metrics<'a> {
+        Metrics { values, specs, load: None }
+    }
+}
+
+impl LoadInputs<'_> {
+    pub fn validate(&self, pods: usize, nodes: usize, metrics: usize) -> Result<(), EngineError> {
+        check_len("metric load incoming", self.incoming.len(), metrics)?;
+        check_len("metric load amounts", self.amounts.len(), pods * metrics)?;
+        check_len("metric load pod_above", self.pod_above.len(), pods * metrics)?;
+        check_len("metric load pod_below", self.pod_below.len(), pods * metrics)?;
+        check_len("metric load exempt", self.exempt.len(), pods)?;
+        check_len("metric load node_above", self.node_above.len(), nodes * metrics)?;
+        check_len("metric load node_below", self.node_below.len(), nodes * metrics)
+    }
 }

@@ -22,9 +22,25 @@ pub fn metric(resources: usize, metric: usize, kind: u32) -> u32 {
 /// Score given to a node without a value under the `neutral` policy.
 pub const NEUTRAL_SCORE: f64 = MAX_NODE_SCORE as f64 / 2.0;
 
-/// First failing metric of a node, as a reason code.
+/// First failing metric of a node under the specs' thresholds, as a reason code.
 #[inline]
 pub fn filter(specs: &[MetricSpec], values: &[f64], resources: usize) -> u32 {
+    filter_with(specs, values, resources, |m| (specs[m].above, specs[m].below), |_| 0.0)
+}
+
+/// First failing metric of a node, as a reason code, where `limits(m)` gives
+/// metric m's (above, below) thresholds there and `added(m)` what the incoming
+/// pod adds to its value (load estimate v2 counts the pod against the
+/// thresholds). The reason is metric m's "above" or "below" whatever the
+/// threshold's origin (the spec, the pod's priority band or the node's own).
+#[inline]
+pub fn filter_with(
+    specs: &[MetricSpec],
+    values: &[f64],
+    resources: usize,
+    limits: impl Fn(usize) -> (Option<f64>, Option<f64>),
+    added: impl Fn(usize) -> f64,
+) -> u32 {
     for (m, spec) in specs.iter().enumerate() {
         let v = values[m];
         if v.is_nan() {
@@ -33,10 +49,15 @@ pub fn filter(specs: &[MetricSpec], values: &[f64], resources: usize) -> u32 {
             }
             continue;
         }
-        if spec.above.is_some_and(|limit| v > limit) {
+        let (above, below) = limits(m);
+        if above.is_none() && below.is_none() {
+            continue;
+        }
+        let v = v + added(m);
+        if above.is_some_and(|limit| v > limit) {
             return metric(resources, m, METRIC_ABOVE);
         }
-        if spec.below.is_some_and(|limit| v < limit) {
+        if below.is_some_and(|limit| v < limit) {
             return metric(resources, m, METRIC_BELOW);
         }
     }
@@ -132,6 +153,67 @@ mod tests {
         ];
         for (name, specs, values, want) in cases {
             assert_eq!(filter(&specs, &values, 4), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn filter_with_table() {
+        let specs = [spec(Prefer::Lower), spec(Prefer::Lower)];
+        let none = (None, None);
+        type Case = (&'static str, [(Option<f64>, Option<f64>); 2], [f64; 2], [f64; 2], u32);
+        let cases: [Case; 7] = [
+            (
+                "no thresholds: the pod adds nothing",
+                [none, none],
+                [5.0, 5.0],
+                [9.0, 9.0],
+                FEASIBLE,
+            ),
+            (
+                "fits before the pod, not with it",
+                [(Some(0.8), None), none],
+                [0.7, 0.0],
+                [0.2, 0.0],
+                metric(4, 0, METRIC_ABOVE),
+            ),
+            (
+                "with the pod at the threshold",
+                [(Some(0.8), None), none],
+                [0.5, 0.0],
+                [0.25, 0.0],
+                FEASIBLE,
+            ),
+            (
+                "second metric's own threshold",
+                [none, (Some(0.5), None)],
+                [0.9, 0.6],
+                [0.0, 0.0],
+                metric(4, 1, METRIC_ABOVE),
+            ),
+            (
+                "below, the pod lifts it over",
+                [(None, Some(0.5)), none],
+                [0.4, 0.0],
+                [0.2, 0.0],
+                FEASIBLE,
+            ),
+            (
+                "below, still under",
+                [(None, Some(0.5)), none],
+                [0.2, 0.0],
+                [0.1, 0.0],
+                metric(4, 0, METRIC_BELOW),
+            ),
+            (
+                "missing value: nothing added",
+                [(Some(0.1), None), none],
+                [f64::NAN, 0.0],
+                [1.0, 0.0],
+                FEASIBLE,
+            ),
+        ];
+        for (name, limits, values, added, want) in cases {
+            assert_eq!(filter_with(&specs, &values, 4, |m| limits[m], |m| added[m]), want, "{name}");
         }
     }
 

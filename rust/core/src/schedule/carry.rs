@@ -6,8 +6,9 @@
 //! rule is by content, never by what the caller says changed:
 //! - the inputs no placement changes (the node table's static columns:
 //!   allocatable, allowed pods, labels, taints, images, names and keys; the
-//!   profile's addedAffinity terms; the profile; the metric specs) must equal
-//!   the previous call's, else everything is dropped;
+//!   profile's addedAffinity terms; the profile; the metric specs and the
+//!   nodes' own metric thresholds) must equal the previous call's, else
+//!   everything is dropped;
 //! - a constraint class is known by its content (tolerations, node name,
 //!   node selector, required and preferred terms with their requirements,
 //!   NodeAffinity's PreFilter nodes), not by its index in the batch, and a
@@ -35,7 +36,7 @@ use super::engine::Engine;
 use super::filtering::ClassCache;
 use super::signature::SignatureCache;
 use super::state::BatchState;
-use crate::model::{row, Classes, MetricSpec, Nodes, Ports, Profile};
+use crate::model::{row, Classes, LoadInputs, MetricSpec, Nodes, Ports, Profile};
 use crate::plugins::node_ports::HostPort;
 use crate::registry::CLASS_SCORES;
 
@@ -99,6 +100,7 @@ macro_rules! world {
             enforced: Vec<i64>,
             profile: Profile,
             specs: Vec<MetricSpec>,
+            load: Option<LoadWorld>,
         }
 
         impl World {
@@ -112,6 +114,7 @@ macro_rules! world {
                     enforced: enforced(engine.classes),
                     profile: engine.profile.clone(),
                     specs: engine.metrics.specs.clone(),
+                    load: engine.metrics.load.as_ref().map(LoadWorld::of),
                 }
             }
 
@@ -125,6 +128,11 @@ macro_rules! world {
                     && self.enforced == enforced(engine.classes)
                     && self.profile == *engine.profile
                     && self.specs == engine.metrics.specs
+                    && match (&self.load, &engine.metrics.load) {
+                        (None, None) => true,
+                        (Some(kept), Some(load)) => kept.matches(load),
+                        _ => false,
+                    }
             }
         }
     };
@@ -149,6 +157,30 @@ world! {
     image_ids: i32 = images.ids;
     image_sizes: i64 = images.sizes;
     image_node_counts: i64 = images.node_counts;
+}
+
+/// The load inputs no placement changes: which metrics count the incoming pod,
+/// and the nodes' own thresholds (as bits, so a NaN equals itself). The pods'
+/// estimates and thresholds are part of their signatures.
+struct LoadWorld {
+    incoming: Vec<bool>,
+    node_above: Vec<u64>,
+    node_below: Vec<u64>,
+}
+
+impl LoadWorld {
+    fn of(load: &LoadInputs) -> LoadWorld {
+        LoadWorld {
+            incoming: load.incoming.clone(),
+            node_above: load.node_above.iter().map(|v| v.to_bits()).collect(),
+            node_below: load.node_below.iter().map(|v| v.to_bits()).collect(),
+        }
+    }
+
+    fn matches(&self, load: &LoadInputs) -> bool {
+        let same = |kept: &[u64], now: &[f64]| kept.len() == now.len() && kept.iter().zip(now).all(|(&k, v)| k == v.to_bits());
+        self.incoming == load.incoming && same(&self.node_above, load.node_above) && same(&self.node_below, load.node_below)
+    }
 }
 
 fn strings(n: &Nodes) -> [i32; 3] {

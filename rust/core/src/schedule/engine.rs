@@ -3,6 +3,7 @@
 
 use std::time::Instant;
 
+use super::load::MetricFilter;
 use crate::model::{row, Classes, Metrics, Nodes, PluginId, Pods, Profile};
 use crate::plugins::{balanced_allocation, node_resources_fit};
 
@@ -58,6 +59,8 @@ pub(super) struct PodView<'p> {
     pub images: &'p [i32],
     pub containers: i64,
     pub priority: i64,
+    /// Whether the metric filter's verdicts are the nodes' shared ones (`load`).
+    pub metric: MetricFilter,
 }
 
 impl<'a, 'm> Engine<'a, 'm> {
@@ -107,6 +110,7 @@ impl<'a, 'm> Engine<'a, 'm> {
             },
             containers: images.containers[index],
             priority: self.pods.preemption.as_ref().map_or(0, |pre| pre.priorities[index]),
+            metric: self.metric_filter(index),
         }
     }
 }

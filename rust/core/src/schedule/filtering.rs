@@ -193,7 +193,7 @@ impl Engine<'_, '_> {
         if !self.passes(&input, report) {
             return None;
         }
-        let code = state.metric_codes[node];
+        let code = state.metric_code(self, pod, node);
         if code != FEASIBLE {
             report(code);
             return None;

@@ -25,6 +25,7 @@ mod carry;
 mod engine;
 mod explain;
 mod filtering;
+mod load;
 mod nominated;
 mod outcome;
 mod pod_level;
@@ -128,6 +129,9 @@ fn validate(
     }
     let m = metrics_in.specs.len();
     error::check_len("metric values", metrics_in.values.len(), nodes.count * m)?;
+    if let Some(load) = &metrics_in.load {
+        load.validate(pods.count, nodes.count, m)?;
+    }
     for &(column, _) in &profile.fit_resources {
         error::check_index("fit resource column", column as i64, nodes.resources)?;
     }

@@ -162,8 +162,9 @@ impl Engine<'_, '_> {
             why.push(cache.codes[node] as u32);
             return false;
         }
-        if state.metric_codes[node] != FEASIBLE {
-            why.push(state.metric_codes[node]);
+        let metric_code = state.metric_code(self, pod, node);
+        if metric_code != FEASIBLE {
+            why.push(metric_code);
             return false;
         }
         let r = self.resources;

@@ -142,7 +142,7 @@ impl SignatureCache {
 }
 
 /// A pod's signature: everything besides the node table its verdicts and
-/// scores depend on. `slot` stands for the pod's constraint class (its
+/// scores depend on (its metric filter's part: `load`). `slot` stands for the pod's constraint class (its
 /// `carry` slot: one per class content). None for a nominated pod, which
 /// does not count its own nomination: it shares no signature.
 pub(super) fn key(engine: &Engine, pod: &PodView, slot: usize) -> Option<Vec<i64>> {
@@ -154,6 +154,7 @@ pub(super) fn key(engine: &Engine, pod: &PodView, slot: usize) -> Option<Vec<i64
     key.push(engine.pods.preemption.is_some() as i64);
     key.extend_from_slice(pod.request);
     key.extend_from_slice(pod.nonzero_request);
+    engine.metric_key_part(pod, &mut key);
     for i in row(ports.offsets, pod.index) {
         key.extend([ports.protocols[i] as i64, ports.ips[i] as i64, ports.ports[i] as i64]);
     }
@@ -312,8 +313,7 @@ impl Engine<'_, '_> {
                 let slot = &mut reasons[k * w..(k + 1) * w];
                 let new = if state.has_nominated_for(pod, node) {
                     self.evaluate_node(state, cache, pod, node, Some(prefilter), &mut codes)
-                } else if old.feasible || (old.reasons == 1 && state.metric_codes[node] != FEASIBLE && slot[0] == state.metric_codes[node])
-                {
+                } else if old.feasible || (old.reasons == 1 && slot[0] == state.metric_code(self, pod, node) && slot[0] != FEASIBLE) {
                     let input = self.current_input(state, pod, node, Some(prefilter));
                     let mut count = 0;
                     if self.passes_pod_level(&input, &mut |code| {

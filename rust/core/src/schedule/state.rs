@@ -136,7 +136,7 @@ impl BatchState {
                 })
                 .collect(),
             metric_codes: (0..n)
-                .map(|node| metrics::filter(&metrics_in.specs, &metrics_in.values[node * m..(node + 1) * m], nodes.resources))
+                .map(|node| engine.shared_metric_code(&metrics_in.values[node * m..(node + 1) * m], node))
                 .collect(),
             metric_epoch: vec![0; n],
             herd: metrics_in.specs.iter().any(|s| s.herd.is_some()),
@@ -343,20 +343,26 @@ impl BatchState {
     }
 
     /// Add the placed pod's estimated load to its node's herd-estimated metrics, so
-    /// later pods of the batch do not all chase the value of the last scrape.
+    /// later pods of the batch do not all chase the value of the last scrape: its
+    /// estimate from the load inputs over the node's allocatable, else (none given)
+    /// its request times the factor.
     fn herd_estimate(&mut self, engine: &Engine, pod: &PodView, node: usize) {
         let specs = &engine.metrics.specs;
         let (m, r) = (specs.len(), engine.resources);
+        let load = engine.metrics.load.as_ref();
         for (k, spec) in specs.iter().enumerate() {
             let Some((column, factor)) = spec.herd else { continue };
             let capacity = engine.nodes.allocatable[node * r + column];
             let v = &mut self.values[node * m + k];
             if capacity > 0 && !v.is_nan() {
-                *v += pod.request[column] as f64 / capacity as f64 * factor;
+                *v += match load {
+                    Some(load) => load.amounts[pod.index * m + k] as f64 / capacity as f64,
+                    None => pod.request[column] as f64 / capacity as f64 * factor,
+                };
                 self.badness[node * m + k] = metrics::badness(spec.prefer, *v);
             }
         }
-        self.metric_codes[node] = metrics::filter(specs, &self.values[node * m..(node + 1) * m], r);
+        self.metric_codes[node] = engine.shared_metric_code(&self.values[node * m..(node + 1) * m], node);
         self.metric_epoch[node] += 1;
     }
 }

@@ -87,10 +87,7 @@ pub fn pod(cpu: i64, key: u64) -> TestPod {
 }
 
 pub fn no_metrics() -> Metrics<'static> {
-    Metrics {
-        values: &[],
-        specs: vec![],
-    }
+    Metrics::new(&[], vec![])
 }
 
 /// Schedule `pods` (with `table`, if any) under the default profile and

@@ -2,8 +2,10 @@
 //! the outcome of a call without it, whatever changed in between (placements
 //! committed or not, bound pods added and removed, metric values, host ports,
 //! node labels and allocatable, the order of the classes, preemption data and
-//! nominated pods), and it must actually reuse what it kept.
+//! nominated pods, the nodes' own metric thresholds), with or without load
+//! inputs, and it must actually reuse what it kept.
 
+use super::load::{pod_load, OwnedLoad};
 use super::*;
 use crate::model::{EFFECT_PREFER_NO_SCHEDULE, PROTOCOL_TCP};
 use crate::test_support::{Req, TestClass, TestNode};
@@ -159,6 +161,8 @@ struct Call<'a> {
     pods: &'a [TestPod],
     values: &'a [f64],
     spec: MetricSpec,
+    /// The nodes' own thresholds; each pod's load row follows from its key (`pod_load`).
+    load: Option<&'a OwnedLoad>,
     /// Priorities and a nominated pod outside the batch (node, priority, cpu).
     preemption: Option<Option<(i64, i64, i64)>>,
     parallel: bool,
@@ -209,9 +213,20 @@ impl Call<'_> {
                 },
             });
         }
+        let load = self.load.map(|nodes| {
+            let mut load = OwnedLoad {
+                node_above: nodes.node_above.clone(),
+                node_below: nodes.node_below.clone(),
+                ..OwnedLoad::new(&[self.spec], pods.len(), NODES, nodes.incoming[0])
+            };
+            for (i, p) in pods.iter().enumerate() {
+                pod_load(&mut load, &[self.spec], i, p);
+            }
+            load
+        });
         let metrics = Metrics {
-            values: self.values,
-            specs: vec![self.spec],
+            load: load.as_ref().map(OwnedLoad::view),
+            ..Metrics::new(self.values, vec![self.spec])
         };
         let options = ScheduleOptions {
             seed: 5,
@@ -230,7 +245,7 @@ impl Call<'_> {
 
 /// Calls in sequence, each after one of `CHANGES` (every change several times,
 /// in varying order), each compared with a call without the cache.
-fn sequence(seed: u64, herd: bool, parallel: bool, preemption: bool) {
+fn sequence(seed: u64, herd: bool, parallel: bool, preemption: bool, load: bool) {
     let mut rng = Rng(seed);
     let mut b = cluster();
     let mut values: Vec<f64> = (0..NODES)
@@ -245,10 +260,24 @@ fn sequence(seed: u64, herd: bool, parallel: bool, preemption: bool) {
         weight: 2.0,
         herd: herd.then_some((CPU, 0.3)),
     };
+    let mut node_load = OwnedLoad::new(&[spec], 0, NODES, true);
+    for (i, (above, below)) in node_load.node_above.iter_mut().zip(&mut node_load.node_below).enumerate() {
+        if i % 9 == 0 {
+            *above = 0.99;
+        }
+        if i % 10 == 3 {
+            *below = 0.1;
+        }
+    }
     let mut order: Vec<usize> = (0..4).collect();
     let mut cache = ScheduleCache::new();
     let mut reused = false;
     for step in 0..40 {
+        if load && step % 8 == 3 {
+            // A node's own threshold changes: nothing kept may serve.
+            let i = rng.below(NODES as u64) as usize;
+            node_load.node_above[i] = if node_load.node_above[i].is_nan() { 0.5 } else { f64::NAN };
+        }
         let change = CHANGES[(step + rng.below(3) as usize) % CHANGES.len()];
         let mut held = None;
         match change {
@@ -290,6 +319,7 @@ fn sequence(seed: u64, herd: bool, parallel: bool, preemption: bool) {
             pods: &pods,
             values: &values,
             spec,
+            load: load.then_some(&node_load),
             preemption: (preemption && step % 3 != 0).then_some(held),
             parallel,
         };
@@ -310,14 +340,16 @@ fn sequence(seed: u64, herd: bool, parallel: bool, preemption: bool) {
 
 #[test]
 fn carried_cache_gives_a_fresh_calls_outcome() {
-    for (seed, herd, parallel, preemption) in [
-        (1, false, false, false),
-        (2, false, true, false),
-        (3, true, false, false),
-        (4, false, false, true),
-        (5, true, true, true),
+    for (seed, herd, parallel, preemption, load) in [
+        (1, false, false, false, false),
+        (2, false, true, false, false),
+        (3, true, false, false, false),
+        (4, false, false, true, false),
+        (5, true, true, true, false),
+        (6, true, false, false, true),
+        (7, true, true, true, true),
     ] {
-        sequence(seed, herd, parallel, preemption);
+        sequence(seed, herd, parallel, preemption, load);
     }
 }
 
@@ -344,6 +376,7 @@ fn carried_cache_is_dropped_when_a_node_changes() {
             pods: &pods,
             values: &values,
             spec,
+            load: None,
             preemption: None,
             parallel: false,
         }

@@ -2,6 +2,7 @@
 //! preemption and nominated pods in `preemption.rs`, volumes in `volumes.rs`.
 
 mod carry;
+mod load;
 mod nominated;
 mod preemption;
 mod spread_ranking;
@@ -67,10 +68,7 @@ fn batch_equals_one_pod_at_a_time() {
             herd: herd.then_some((CPU, herd_factor)),
         };
         let start = values.clone();
-        let metrics = Metrics {
-            values: &start,
-            specs: vec![spec],
-        };
+        let metrics = Metrics::new(&start, vec![spec]);
         let pods: Vec<TestPod> = (0..700)
             .map(|i| TestPod {
                 request: vec![[250, 500, 1000][i % 3], [256 << 20, 1 << 30, 0][i % 3], 0, 0],
@@ -87,10 +85,7 @@ fn batch_equals_one_pod_at_a_time() {
         let batch = try_run(&b, &pods, &metrics, &options).unwrap();
         assert!(batch.nodes.contains(&UNSCHEDULABLE), "the cluster fills up");
         for (i, p) in pods.iter().enumerate() {
-            let now = Metrics {
-                values: &values,
-                specs: vec![spec],
-            };
+            let now = Metrics::new(&values, vec![spec]);
             let one = try_run(&b, std::slice::from_ref(p), &now, &options).unwrap();
             assert_eq!(one.nodes[0], batch.nodes[i], "pod {i}");
             assert_eq!(one.feasible[0], batch.feasible[i], "pod {i}");
@@ -280,10 +275,7 @@ fn metrics_filter_and_prefer_lower() {
         weight: 5.0,
         herd: None,
     };
-    let metrics = Metrics {
-        values: &values,
-        specs: vec![spec],
-    };
+    let metrics = Metrics::new(&values, vec![spec]);
     let out = run(&b, &[pod(100, 1)], &metrics, 0);
     assert_eq!(out.nodes, vec![2]);
     assert_eq!(out.reason_codes, vec![metric(4, 0, METRIC_ABOVE)]);
@@ -389,10 +381,7 @@ fn pod_filters_over_the_signature_match_a_fresh_evaluation() {
         weight: 2.0,
         herd: None,
     };
-    let metrics = Metrics {
-        values: &values,
-        specs: vec![spec],
-    };
+    let metrics = Metrics::new(&values, vec![spec]);
     let count = 18;
     let mut table = web_table(count, -1, vec![spread(1, ZONE, true, 0)]);
     // Every third pod also keeps away from web pods on its host.

@@ -1,0 +1,149 @@
+//! The metric filter's verdict for one pod on one node (load estimate v2).
+//!
+//! Every node has a shared verdict (`BatchState::metric_codes`): its values,
+//! with the placements of the batch added, against the specs' thresholds or
+//! the node's own. A pod sees exactly that verdict unless its priority band
+//! has other thresholds, its own estimate counts against them, or no metric
+//! filter applies to it; such a pod's verdict is its own (`MetricFilter::Own`),
+//! computed from the node's values and what the pod brings, and what it reads
+//! of the pod joins its signature (`key_part`), so the signature caches and
+//! what they carry to the next call stay exact. Pods without load inputs take
+//! the shared path, as fast as before there were any.
+
+use super::engine::{Engine, PodView};
+use super::state::BatchState;
+use crate::model::LoadInputs;
+use crate::plugins::{metrics, FEASIBLE};
+
+/// How the metric filter treats one pod.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) enum MetricFilter {
+    /// The node's shared verdict.
+    Shared,
+    /// No metric filter applies (an exempt owner's pod, a mirror pod).
+    Exempt,
+    /// Its own verdict, from its row of the load inputs.
+    Own,
+}
+
+/// A threshold as the load inputs carry it (NaN: none), bit for bit.
+fn bits(limit: Option<f64>) -> u64 {
+    limit.unwrap_or(f64::NAN).to_bits()
+}
+
+fn limit(v: f64) -> Option<f64> {
+    (!v.is_nan()).then_some(v)
+}
+
+/// Metric `k`'s thresholds on `node`: the node's own where it has one, else `fallback`.
+#[inline]
+fn on_node(load: &LoadInputs, m: usize, node: usize, k: usize, fallback: (Option<f64>, Option<f64>)) -> (Option<f64>, Option<f64>) {
+    let at = node * m + k;
+    (limit(load.node_above[at]).or(fallback.0), limit(load.node_below[at]).or(fallback.1))
+}
+
+impl Engine<'_, '_> {
+    /// How the metric filter treats pod `index`.
+    pub(super) fn metric_filter(&self, index: usize) -> MetricFilter {
+        let Some(load) = &self.metrics.load else {
+            return MetricFilter::Shared;
+        };
+        let specs = &self.metrics.specs;
+        let m = specs.len();
+        if m == 0 {
+            return MetricFilter::Shared;
+        }
+        if load.exempt[index] != 0 {
+            return MetricFilter::Exempt;
+        }
+        let own = specs.iter().enumerate().any(|(k, spec)| {
+            let at = index * m + k;
+            let (above, below) = (load.pod_above[at], load.pod_below[at]);
+            above.to_bits() != bits(spec.above)
+                || below.to_bits() != bits(spec.below)
+                || (load.incoming[k] && spec.herd.is_some() && load.amounts[at] != 0)
+        });
+        if own {
+            MetricFilter::Own
+        } else {
+            MetricFilter::Shared
+        }
+    }
+
+    /// The node's shared verdict from its metric values (`m` per node).
+    pub(super) fn shared_metric_code(&self, values: &[f64], node: usize) -> u32 {
+        let specs = &self.metrics.specs;
+        match &self.metrics.load {
+            None => metrics::filter(specs, values, self.resources),
+            Some(load) => metrics::filter_with(
+                specs,
+                values,
+                self.resources,
+                |k| on_node(load, specs.len(), node, k, (specs[k].above, specs[k].below)),
+                |_| 0.0,
+            ),
+        }
+    }
+
+    /// The pod's own verdict on `node`: its thresholds (the node's where it has
+    /// its own), with its estimate added where it counts.
+    fn own_metric_code(&self, state: &BatchState, pod: &PodView, node: usize) -> u32 {
+        let load = self.metrics.load.as_ref().expect("an own metric filter implies load inputs");
+        let specs = &self.metrics.specs;
+        let (m, r) = (specs.len(), self.resources);
+        let row = pod.index * m;
+        let added = |k: usize| match specs[k].herd {
+            Some((column, _)) if load.incoming[k] => {
+                let capacity = self.nodes.allocatable[node * r + column];
+                if capacity > 0 {
+                    load.amounts[row + k] as f64 / capacity as f64
+                } else {
+                    0.0
+                }
+            }
+            _ => 0.0,
+        };
+        metrics::filter_with(
+            specs,
+            &state.values[node * m..(node + 1) * m],
+            r,
+            |k| on_node(load, m, node, k, (limit(load.pod_above[row + k]), limit(load.pod_below[row + k]))),
+            added,
+        )
+    }
+
+    /// What the pod's metric filter reads of the pod, for its signature: nothing
+    /// where it sees the shared verdicts, else its kind and, for its own verdict,
+    /// each metric's thresholds and estimate: a length fixed by the kind, so the
+    /// host ports that follow cannot be read as part of it.
+    pub(super) fn metric_key_part(&self, pod: &PodView, key: &mut Vec<i64>) {
+        match pod.metric {
+            MetricFilter::Shared => key.push(0),
+            MetricFilter::Exempt => key.push(1),
+            MetricFilter::Own => {
+                key.push(2);
+                let load = self.metrics.load.as_ref().expect("an own metric filter implies load inputs");
+                let m = self.metrics.specs.len();
+                for at in pod.index * m..(pod.index + 1) * m {
+                    key.extend([
+                        load.pod_above[at].to_bits() as i64,
+                        load.pod_below[at].to_bits() as i64,
+                        load.amounts[at],
+                    ]);
+                }
+            }
+        }
+    }
+}
+
+impl BatchState {
+    /// The metric filter's verdict for `pod` on `node` as the batch has it now.
+    #[inline]
+    pub(super) fn metric_code(&self, engine: &Engine, pod: &PodView, node: usize) -> u32 {
+        match pod.metric {
+            MetricFilter::Shared => self.metric_codes[node],
+            MetricFilter::Exempt => FEASIBLE,
+            MetricFilter::Own => engine.own_metric_code(self, pod, node),
+        }
+    }
+}

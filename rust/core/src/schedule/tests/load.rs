@@ -1,0 +1,359 @@
+//! Load estimate v2 in the batch: the incoming pod's estimate counted against
+//! the thresholds, thresholds per pod (priority bands) and per node, exempt
+//! pods, and placements counted by each pod's estimate; and a batch that mixes
+//! all of them places exactly as its pods scheduled one at a time.
+
+use super::*;
+use crate::model::LoadInputs;
+use crate::reasons::METRIC_BELOW;
+
+/// Load inputs for one call, owned.
+#[derive(Clone)]
+pub(super) struct OwnedLoad {
+    pub incoming: Vec<bool>,
+    pub amounts: Vec<i64>,
+    pub pod_above: Vec<f64>,
+    pub pod_below: Vec<f64>,
+    pub exempt: Vec<u8>,
+    pub node_above: Vec<f64>,
+    pub node_below: Vec<f64>,
+}
+
+impl OwnedLoad {
+    /// Every pod with the specs' thresholds and no estimate, no node with its own thresholds.
+    pub fn new(specs: &[MetricSpec], pods: usize, nodes: usize, incoming: bool) -> OwnedLoad {
+        let m = specs.len();
+        let pod_above = (0..pods).flat_map(|_| specs.iter().map(|s| s.above.unwrap_or(f64::NAN))).collect();
+        let pod_below = (0..pods).flat_map(|_| specs.iter().map(|s| s.below.unwrap_or(f64::NAN))).collect();
+        OwnedLoad {
+            incoming: vec![incoming; m],
+            amounts: vec![0; pods * m],
+            pod_above,
+            pod_below,
+            exempt: vec![0; pods],
+            node_above: vec![f64::NAN; nodes * m],
+            node_below: vec![f64::NAN; nodes * m],
+        }
+    }
+
+    pub fn view(&self) -> LoadInputs<'_> {
+        LoadInputs {
+            incoming: self.incoming.clone(),
+            amounts: &self.amounts,
+            pod_above: &self.pod_above,
+            pod_below: &self.pod_below,
+            exempt: &self.exempt,
+            node_above: &self.node_above,
+            node_below: &self.node_below,
+        }
+    }
+
+    /// Pod `i`'s rows only (a batch of that pod alone).
+    pub fn pod(&self, i: usize) -> OwnedLoad {
+        let m = self.incoming.len();
+        OwnedLoad {
+            amounts: self.amounts[i * m..(i + 1) * m].to_vec(),
+            pod_above: self.pod_above[i * m..(i + 1) * m].to_vec(),
+            pod_below: self.pod_below[i * m..(i + 1) * m].to_vec(),
+            exempt: vec![self.exempt[i]],
+            ..self.clone()
+        }
+    }
+}
+
+fn cpu_metric(above: Option<f64>, below: Option<f64>) -> MetricSpec {
+    MetricSpec {
+        prefer: Prefer::Lower,
+        range: None,
+        above,
+        below,
+        missing: Missing::Neutral,
+        weight: 5.0,
+        herd: Some((CPU, 1.0)),
+    }
+}
+
+/// Three nodes of 1000m CPU whose metric reads 0.3, 0.6 and 0.85.
+fn three_nodes() -> (NodeBuilder, [f64; 3]) {
+    let mut b = NodeBuilder::default();
+    for _ in 0..3 {
+        b.node(|n| n.allocatable[CPU] = 1000);
+    }
+    (b, [0.3, 0.6, 0.85])
+}
+
+#[test]
+fn thresholds_per_pod_and_node_with_the_incoming_pod() {
+    const NONE: f64 = f64::NAN;
+    struct Case {
+        name: &'static str,
+        incoming: bool,
+        /// The pod's estimate (millicores), thresholds (NaN: none) and exemption.
+        amount: i64,
+        above: f64,
+        below: f64,
+        exempt: bool,
+        node_above: [f64; 3],
+        /// Feasible nodes, and each reason with the nodes it rejected.
+        feasible: i64,
+        reasons: Vec<(u32, i64)>,
+    }
+    let base = || Case {
+        name: "",
+        incoming: true,
+        amount: 0,
+        above: 0.9,
+        below: NONE,
+        exempt: false,
+        node_above: [NONE; 3],
+        feasible: 3,
+        reasons: vec![],
+    };
+    let above = metric(4, 0, METRIC_ABOVE);
+    let cases = [
+        Case {
+            name: "legacy: the incoming pod is not counted",
+            incoming: false,
+            amount: 200,
+            ..base()
+        },
+        Case {
+            name: "the incoming pod tips the hottest node over",
+            amount: 200,
+            feasible: 2,
+            reasons: vec![(above, 1)],
+            ..base()
+        },
+        Case {
+            name: "a bigger pod tips two",
+            amount: 400,
+            feasible: 1,
+            reasons: vec![(above, 2)],
+            ..base()
+        },
+        Case {
+            name: "a band's own threshold",
+            above: 0.5,
+            feasible: 1,
+            reasons: vec![(above, 2)],
+            ..base()
+        },
+        Case {
+            name: "a band without a threshold",
+            above: NONE,
+            amount: 400,
+            ..base()
+        },
+        Case {
+            name: "a band's lower threshold",
+            above: NONE,
+            below: 0.5,
+            feasible: 2,
+            reasons: vec![(metric(4, 0, METRIC_BELOW), 1)],
+            ..base()
+        },
+        Case {
+            name: "an exempt pod passes every node",
+            amount: 400,
+            above: 0.1,
+            exempt: true,
+            ..base()
+        },
+        Case {
+            name: "a node's own threshold replaces the spec's",
+            amount: 200,
+            node_above: [NONE, NONE, 2.0],
+            ..base()
+        },
+        Case {
+            name: "a node's own threshold wins over the band's",
+            above: 0.5,
+            node_above: [NONE, 0.95, 0.2],
+            feasible: 2,
+            reasons: vec![(above, 1)],
+            ..base()
+        },
+    ];
+    let (b, values) = three_nodes();
+    for c in cases {
+        let spec = cpu_metric(Some(0.9), None);
+        let mut load = OwnedLoad::new(&[spec], 1, 3, c.incoming);
+        load.amounts[0] = c.amount;
+        load.pod_above[0] = c.above;
+        load.pod_below[0] = c.below;
+        load.exempt[0] = c.exempt as u8;
+        load.node_above = c.node_above.to_vec();
+        let metrics = Metrics {
+            load: Some(load.view()),
+            ..Metrics::new(&values, vec![spec])
+        };
+        let out = run(&b, &[pod(100, 1)], &metrics, 0);
+        let got: Vec<(u32, i64)> = out.reason_codes.iter().copied().zip(out.reason_counts.iter().copied()).collect();
+        assert_eq!((out.feasible[0], got), (c.feasible, c.reasons), "{}", c.name);
+    }
+}
+
+#[test]
+fn a_placement_counts_as_its_estimate() {
+    // Two pods of 100m: the first goes to the cooler node. Counted by its estimate of
+    // 10m it leaves that node cooler than the other, so the second follows it; counted
+    // as its request times the factor (no load inputs), it does not.
+    let mut b = NodeBuilder::default();
+    for _ in 0..2 {
+        b.node(|n| n.allocatable[CPU] = 1000);
+    }
+    let values = [0.5, 0.55];
+    let spec = cpu_metric(None, None);
+    let pods = [pod(100, 1), pod(100, 2)];
+    let mut load = OwnedLoad::new(&[spec], 2, 2, true);
+    load.amounts = vec![10, 10];
+    let by_estimate = Metrics {
+        load: Some(load.view()),
+        ..Metrics::new(&values, vec![spec])
+    };
+    assert_eq!(run(&b, &pods, &by_estimate, 0).nodes, vec![0, 0], "by estimate");
+    let by_request = Metrics::new(&values, vec![spec]);
+    assert_eq!(run(&b, &pods, &by_request, 0).nodes, vec![0, 1], "by request × factor");
+}
+
+/// Each pod's load row from its key: a third keep the specs' thresholds, a
+/// third have a band's own, a third none; some estimate nothing; a few are exempt.
+pub(super) fn pod_load(load: &mut OwnedLoad, specs: &[MetricSpec], i: usize, p: &TestPod) {
+    let m = specs.len();
+    for (k, spec) in specs.iter().enumerate() {
+        let at = i * m + k;
+        let (above, below) = match p.key % 3 {
+            0 => (spec.above, spec.below),
+            1 => (Some(0.7), spec.below),
+            _ => (None, None),
+        };
+        load.pod_above[at] = above.unwrap_or(f64::NAN);
+        load.pod_below[at] = below.unwrap_or(f64::NAN);
+        load.amounts[at] = if p.key % 5 == 0 {
+            0
+        } else {
+            p.request[CPU] * (1 + (p.key % 2) as i64)
+        };
+    }
+    load.exempt[i] = (p.key % 17 == 0) as u8;
+}
+
+/// A batch with load inputs places as its pods one by one against the node
+/// table and metric values each placement leaves: the signature caches serve
+/// pods of one shape whose thresholds and estimates differ, and must keep
+/// them apart.
+#[test]
+fn batch_with_load_equals_one_pod_at_a_time() {
+    for (parallel, incoming) in [(false, true), (true, true), (false, false)] {
+        let n = 200;
+        let mut b = NodeBuilder::default();
+        for i in 0..n {
+            b.node(|node| {
+                node.allocatable[CPU] = 1000 + 500 * (i % 4);
+                node.allocatable[MEMORY] = (2 + (i % 3)) << 30;
+                node.allowed_pods = 2 + (i % 3);
+            });
+        }
+        let mut values: Vec<f64> = (0..n)
+            .flat_map(|i| {
+                let a = if i % 11 == 0 { f64::NAN } else { (i * 37 % 100) as f64 / 100.0 };
+                [a, (i * 53 % 100) as f64 / 100.0]
+            })
+            .collect();
+        let specs = vec![
+            MetricSpec {
+                weight: 3.0,
+                ..cpu_metric(Some(0.9), None)
+            },
+            MetricSpec {
+                prefer: Prefer::Higher,
+                herd: None,
+                ..cpu_metric(None, Some(0.05))
+            },
+        ];
+        let pods: Vec<TestPod> = (0..400)
+            .map(|i| TestPod {
+                request: vec![[250, 500, 1000][i % 3], [256 << 20, 1 << 30, 0][i % 3], 0, 0],
+                key: i as u64,
+                ..pod(0, 0)
+            })
+            .collect();
+        let mut load = OwnedLoad::new(&specs, pods.len(), n as usize, incoming);
+        for (i, p) in pods.iter().enumerate() {
+            pod_load(&mut load, &specs, i, p);
+        }
+        for node in 0..n as usize {
+            if node % 9 == 0 {
+                load.node_above[node * 2] = 0.99;
+            }
+            if node % 10 == 3 {
+                load.node_below[node * 2 + 1] = 0.3;
+            }
+        }
+        let options = ScheduleOptions {
+            seed: 3,
+            parallel,
+            ..ScheduleOptions::default()
+        };
+        let start = values.clone();
+        let metrics = Metrics {
+            load: Some(load.view()),
+            ..Metrics::new(&start, specs.clone())
+        };
+        let batch = try_run(&b, &pods, &metrics, &options).unwrap();
+        assert!(batch.nodes.contains(&UNSCHEDULABLE), "the cluster fills up");
+        let above = metric(4, 0, METRIC_ABOVE);
+        assert!(batch.reason_codes.contains(&above), "thresholds reject nodes");
+        for (i, p) in pods.iter().enumerate() {
+            let own = load.pod(i);
+            let now = Metrics {
+                load: Some(own.view()),
+                ..Metrics::new(&values, specs.clone())
+            };
+            let one = try_run(&b, std::slice::from_ref(p), &now, &options).unwrap();
+            assert_eq!(one.nodes[0], batch.nodes[i], "pod {i}");
+            assert_eq!(one.feasible[0], batch.feasible[i], "pod {i}");
+            let (lo, hi) = (batch.reason_offsets[i] as usize, batch.reason_offsets[i + 1] as usize);
+            assert_eq!(one.reason_codes, batch.reason_codes[lo..hi], "pod {i}");
+            assert_eq!(one.reason_counts, batch.reason_counts[lo..hi], "pod {i}");
+            if one.nodes[0] >= 0 {
+                assert_eq!(one.scores[0].to_bits(), batch.scores[i].to_bits(), "pod {i}");
+                let chosen = one.nodes[0] as usize;
+                let node = &mut b.nodes[chosen];
+                if !values[chosen * 2].is_nan() {
+                    values[chosen * 2] += load.amounts[i * 2] as f64 / node.allocatable[CPU] as f64;
+                }
+                node.requested[CPU] += p.request[CPU];
+                node.requested[MEMORY] += p.request[MEMORY];
+                node.nonzero_requested[0] += p.request[CPU].max(100);
+                node.nonzero_requested[1] += p.request[MEMORY].max(200 << 20);
+                node.pod_count += 1;
+            }
+        }
+    }
+}
+
+#[test]
+fn load_inputs_of_the_wrong_shape_are_rejected() {
+    let (b, values) = three_nodes();
+    let spec = cpu_metric(Some(0.9), None);
+    let mut load = OwnedLoad::new(&[spec], 1, 3, true);
+    load.node_above.pop();
+    let metrics = Metrics {
+        load: Some(load.view()),
+        ..Metrics::new(&values, vec![spec])
+    };
+    let got = try_run(&b, &[pod(100, 1)], &metrics, &ScheduleOptions::default());
+    assert!(
+        matches!(
+            got,
+            Err(EngineError::Shape {
+                what: "metric load node_above",
+                expected: 3,
+                got: 2
+            })
+        ),
+        "{:?}",
+        got.err()
+    );
+}
