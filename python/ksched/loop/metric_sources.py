@@ -1,6 +1,9 @@
-"""Live metric values: Prometheus queries refreshed in the background, node annotations.
+"""Live metric values: Prometheus queries and metrics-server refreshed in the background,
+node annotations with their timestamps, and pods' measured usage for the load estimate.
 
-Owns one refresh thread per Prometheus metric. Each refresh is a single
+Owns one refresh thread per live metric (Prometheus or metrics-server, see
+:mod:`ksched.loop.metrics_server`), and one per per-pod usage query
+(``estimate.podQuery``). Each Prometheus refresh is a single
 instant query returning a vector for every node (never one query per node),
 mapped to nodes by a label holding the node name, or an instance/IP (port
 stripped) matched against the node's addresses. The interval adapts: it
@@ -17,11 +20,17 @@ released rather than by the client's ``custom_query``: at 5,000 nodes its
 series to nodes (a fresh address table per refresh) as long again, twice a
 second with two live metrics; pods arriving meanwhile waited for it.
 
+An annotation metric's value is as old as the node's timestamp annotation
+(``timestampAnnotation``, RFC 3339); one older than ``maxAge`` is missing there, one
+without a timestamp is taken as fresh.
+
 A metric whose source is down or whose values are all older than ``maxAge``
-is *dropped* for the batch (degraded mode) rather than given to the engine
-as missing everywhere, so ``missing: exclude`` can never leave every pod
-pending. Unmapped series and nodes without a value are counted and logged
-once per change, never silently dropped.
+is *dropped* for the batch (degraded mode, ``onStale: open``) rather than given
+to the engine as missing everywhere, so ``missing: exclude`` can never leave every
+pod pending. With ``onStale: closed`` it stays, and every node without a fresh value
+is filtered out (its missing policy is ``exclude``): pods wait rather than land by
+stale values. Both are listed as degraded. Unmapped series and nodes without a
+value are counted and logged once per change, never silently dropped.
 """
 
 from __future__ import annotations
@@ -30,9 +39,10 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from functools import partial
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -43,6 +53,9 @@ from urllib3.util.retry import Retry
 from ksched import _core
 from ksched.config import MetricConfig
 from ksched.engine.snapshot import Snapshot, annotation_column
+from ksched.loop.metrics_server import MetricsServerSource
+from ksched.loop.samples import Sample, parse_time
+from ksched.loop.samples import SourceError as SourceError  # noqa: PLC0414 (re-exported for simulate --live)
 from ksched.loop.telemetry import Telemetry
 from ksched.objects import Obj, meta
 
@@ -53,20 +66,25 @@ MOVING_SHARE = 0.1
 CHANGE_TOLERANCE = 0.05
 QUERY_TIMEOUT_S = 5.0
 HTTP_OK = 200
+LIVE_SOURCES = ("prometheus", "metrics-server")
+# A pod usage query answers in the resource's own unit (cores, bytes); the engine counts
+# CPU in millicores.
+ENGINE_UNITS = {"cpu": 1000.0}
+CLOSED_NOTE = " (onStale: closed: nodes without a fresh value are filtered out)"
 
 
-class SourceError(Exception):
-    """A query failed: unreachable, an error status, or an answer that is not a vector of numbers."""
+class Estimate(Protocol):
+    """Adds to a metric's column what its sample cannot show yet of recently bound pods
+    (:meth:`ksched.loop.state.ClusterState.herd_estimate`)."""
 
-
-@dataclass(frozen=True)
-class Sample:
-    """One refresh of one metric: node -> value, with the time Prometheus evaluated it."""
-
-    values: dict[str, float]
-    sampled_at: float
-    unmapped: int = 0
-    not_finite: int = 0
+    def __call__(
+        self,
+        metric: MetricConfig,
+        sampled_at: float,
+        column: npt.NDArray[np.float64],
+        window_s: float | None = None,
+        measured: Mapping[str, float] | None = None,
+    ) -> None: ...
 
 
 def node_addresses(node: Obj) -> list[str]:
@@ -162,6 +180,45 @@ class PrometheusSource:
         mapped, unmapped = resolve.values(labels, values)
         return Sample(mapped, sampled_at if oldest is None else min(sampled_at, oldest), unmapped, not_finite)
 
+    def pod_usage(self, metric: MetricConfig) -> Sample:
+        """Each pod's measured usage of the estimated resource (``estimate.podQuery``), by
+        ``namespace/pod``, in the engine's unit."""
+        estimate = metric.estimate
+        assert estimate is not None and estimate.pod_query is not None
+        try:
+            response = self.session.get(
+                f"{self.url}/api/v1/query",
+                params={"query": estimate.pod_query},
+                headers=self.client.headers,
+                timeout=self.timeout_s,
+            )
+        except requests.RequestException as err:
+            raise SourceError(f"{metric.name}: pod usage query failed: {err}") from None
+        if response.status_code != HTTP_OK:
+            raise SourceError(
+                f"{metric.name}: pod usage query failed: HTTP status {response.status_code} "
+                f"({response.content[:500]!r})"
+            )
+        sampled_at = time.time()
+        try:
+            # Two passes over one answer keep the same series in the same order.
+            pods, values, oldest, not_finite = _core.decode_instant_vector(
+                response.content, estimate.pod_label
+            )
+            namespaces, _, _, _ = _core.decode_instant_vector(response.content, estimate.namespace_label)
+        except ValueError as err:
+            raise SourceError(f"{metric.name}: pod usage query: {err}") from None
+        unit = ENGINE_UNITS.get(estimate.resource, 1.0)
+        usage = {
+            f"{ns}/{pod}": v * unit for ns, pod, v in zip(namespaces, pods, values, strict=True) if ns and pod
+        }
+        return Sample(
+            usage,
+            sampled_at if oldest is None else min(sampled_at, oldest),
+            len(pods) - len(usage),
+            not_finite,
+        )
+
 
 @dataclass
 class MetricState:
@@ -182,6 +239,11 @@ class Matrix:
     degraded: list[str] = field(default_factory=list)
 
 
+def _pods_key(metric: MetricConfig) -> str:
+    """The cache key of a metric's pod usage sample."""
+    return f"{metric.name}/pods"
+
+
 class MetricStore:
     def __init__(
         self,
@@ -189,14 +251,33 @@ class MetricStore:
         prometheus: PrometheusSource | None,
         telemetry: Telemetry | None = None,
         nodes: Callable[[], Sequence[Obj]] = tuple,
+        metrics_server: MetricsServerSource | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.metrics = tuple(metrics)
         self.prometheus = prometheus
+        self.metrics_server = metrics_server
         self.telemetry = telemetry
-        self.live = [m for m in self.metrics if m.source == "prometheus"]
-        max_age = max((m.max_age_s for m in self.live), default=1.0)
-        self.cache: TTLCache[str, Sample] = TTLCache(maxsize=max(len(self.live), 1), ttl=max_age)
+        self.clock = clock
+        self.live = [m for m in self.metrics if m.source in LIVE_SOURCES]
+        # Metrics whose estimate is replaced by pods' measured usage.
+        self.pod_queries = [
+            m
+            for m in self.metrics
+            if m.estimate is not None and m.estimate.pod_query and not m.estimate.legacy
+        ]
+        refreshed = self.live + self.pod_queries
+        max_age = max((m.max_age_s for m in refreshed), default=1.0)
+        self.cache: TTLCache[str, Sample] = TTLCache(maxsize=max(len(refreshed), 1), ttl=max_age)
         self.state = {m.name: MetricState(m.min_refresh_s) for m in self.live}
+        self.pod_state = {m.name: MetricState(m.min_refresh_s) for m in self.pod_queries}
+        # What the engine is given: a metric that fails closed treats every node without a
+        # fresh value as excluded.
+        self._given = {
+            m.name: replace(m, missing="exclude") if m.on_stale == "closed" else m for m in self.metrics
+        }
+        # Annotation metrics found stale by the last ``matrix`` (``degraded``, ``status``).
+        self._annotation_notes: list[str] = []
         self._nodes = nodes
         # Columns for the current snapshot: annotations change only with a rebuilt
         # snapshot, a live column only with a new sample, so a cycle copies them
@@ -209,18 +290,28 @@ class MetricStore:
         self._threads = [
             threading.Thread(
                 target=self._refresh_loop,
-                args=(m, i * m.min_refresh_s / len(self.live)),
+                args=(m, i * m.min_refresh_s / len(refreshed), False),
                 name=f"metric-{m.name}",
                 daemon=True,
             )
             for i, m in enumerate(self.live)
+        ] + [
+            threading.Thread(
+                target=self._refresh_loop,
+                args=(m, (len(self.live) + i) * m.min_refresh_s / len(refreshed), True),
+                name=f"metric-{m.name}-pods",
+                daemon=True,
+            )
+            for i, m in enumerate(self.pod_queries)
         ]
 
     def start(self) -> None:
-        if self.live and self.prometheus is None:
+        needs_prometheus = [m.name for m in self.live if m.source == "prometheus"] + [
+            f"{m.name} (estimate.podQuery)" for m in self.pod_queries
+        ]
+        if needs_prometheus and self.prometheus is None:
             log.warning(
-                "metrics %s need a Prometheus URL (--prometheus-url); they are skipped",
-                [m.name for m in self.live],
+                "metrics %s need a Prometheus URL (--prometheus-url); they are skipped", needs_prometheus
             )
         for t in self._threads:
             t.start()
@@ -231,8 +322,11 @@ class MetricStore:
     def refresh(self, metric: MetricConfig) -> None:
         """One refresh of one metric (the background loop calls this; tests may too)."""
         st = self.state[metric.name]
-        if self.prometheus is None:
+        if metric.source == "prometheus" and self.prometheus is None:
             st.last_error = "no Prometheus URL configured"
+            return
+        if metric.source == "metrics-server" and self.metrics_server is None:
+            st.last_error = "no API client for metrics-server"
             return
         nodes = self._current_nodes()
         if not nodes:
@@ -240,7 +334,11 @@ class MetricStore:
             st.interval_s = metric.min_refresh_s
             return
         try:
-            sample = self.prometheus.query(metric, NodeResolver(nodes))
+            if self.metrics_server is not None and metric.source == "metrics-server":
+                sample = self.metrics_server.query(metric, nodes)
+            else:
+                assert self.prometheus is not None
+                sample = self.prometheus.query(metric, NodeResolver(nodes))
         except SourceError as err:
             if st.last_error != str(err):
                 log.warning("%s", err)
@@ -267,6 +365,28 @@ class MetricStore:
         st.logged_gaps = gaps
         st.interval_s = _next_interval(metric, st.interval_s, previous, sample)
 
+    def refresh_pods(self, metric: MetricConfig) -> None:
+        """One refresh of a metric's pod usage query; while it fails, pods count by their estimate."""
+        st = self.pod_state[metric.name]
+        if self.prometheus is None:
+            st.last_error = "no Prometheus URL configured"
+            return
+        try:
+            sample = self.prometheus.pod_usage(metric)
+        except SourceError as err:
+            if st.last_error != str(err):
+                log.warning("%s; recent pods count by their estimate", err)
+            st.last_error = str(err)
+            st.interval_s = metric.min_refresh_s
+            return
+        key = _pods_key(metric)
+        previous = self.cache.get(key)
+        with self._lock:
+            self.cache[key] = sample
+        st.last_error = None
+        st.refreshes += 1
+        st.interval_s = _next_interval(metric, st.interval_s, previous, sample)
+
     def _current_nodes(self) -> list[Obj]:
         # The informer thread may be changing its store; a changed dict is just read again.
         for _ in range(10):
@@ -276,59 +396,105 @@ class MetricStore:
                 continue
         return []
 
-    def _refresh_loop(self, metric: MetricConfig, offset_s: float) -> None:
+    def _refresh_loop(self, metric: MetricConfig, offset_s: float, pods: bool) -> None:
         # The metrics' refreshes start spread over the shortest interval, not all at once: at
         # 5,000 nodes one instant query costs Prometheus ~50 ms of CPU and ksched ~11 ms, and
         # queries sent together take every core at the same moment, from the pods arriving then.
         if offset_s and self._stop.wait(offset_s):
             return
+        refresh, state = (self.refresh_pods, self.pod_state) if pods else (self.refresh, self.state)
         while not self._stop.is_set():
-            self.refresh(metric)
-            self._stop.wait(self.state[metric.name].interval_s)
+            refresh(metric)
+            self._stop.wait(state[metric.name].interval_s)
 
-    def matrix(
-        self,
-        snapshot: Snapshot,
-        extra: Callable[[MetricConfig, float, npt.NDArray[np.float64]], None] | None = None,
-    ) -> Matrix:
+    def matrix(self, snapshot: Snapshot, extra: Estimate | None = None) -> Matrix:
         """Node x metric values for the snapshot: annotations from the nodes, live metrics
-        from the cache (dropped, with a reason, when unavailable)."""
-        now = time.time()
+        from the cache, each plus ``extra`` (the load estimate); a metric without fresh
+        values is dropped with a reason (``onStale: open``) or kept with every node missing
+        (``closed``)."""
+        now = self.clock()
         used: list[MetricConfig] = []
         columns: list[npt.NDArray[np.float64]] = []
         degraded: list[str] = []
+        notes: list[str] = []
         for m in self.metrics:
+            sample: Sample | None = None
             if m.source == "annotation":
-                column = self._column(
-                    m.name, snapshot, None, partial(annotation_column, snapshot, m.annotation or "")
-                )
+                column, problem = self._annotation(m, snapshot, now, notes)
             else:
-                with self._lock:
-                    sample = self.cache.get(m.name)
-                st = self.state[m.name]
-                age = math.inf if sample is None else now - sample.sampled_at
-                if self.telemetry is not None:
-                    self.telemetry.metric_age.labels(metric=m.name).set(age)
-                # A source that failed its last refresh is down: drop the metric now rather
-                # than score with values that can only grow staler.
-                if st.last_error is not None or sample is None or age > m.max_age_s:
-                    reason = st.last_error or f"no value younger than {m.max_age_s:g}s"
-                    degraded.append(f"{m.name}: {reason}")
+                column, problem, sample = self._live(m, snapshot, now)
+            if problem is not None:
+                if m.on_stale != "closed":
+                    degraded.append(f"{m.name}: {problem}")
                     continue
-                rows = self._rows.setdefault(m.name, RowMap())
-                column = self._column(m.name, snapshot, sample, partial(_live, snapshot, sample, rows))
-                if np.isnan(column).all():
-                    # Nothing to score with: drop the metric rather than call every node missing.
-                    degraded.append(f"{m.name}: no value for any node")
-                    continue
-                if extra is not None:
-                    extra(m, sample.sampled_at, column)
-            used.append(m)
+                degraded.append(f"{m.name}: {problem}{CLOSED_NOTE}")
+                column = np.full(snapshot.count, np.nan, dtype=np.float64)
+            elif extra is not None and sample is not None:
+                extra(m, sample.sampled_at, column, sample.window_s, self._measured(m, now))
+            used.append(self._given[m.name])
             columns.append(column)
+        self._annotation_notes = notes
         values = np.stack(columns, axis=1) if columns else np.zeros((snapshot.count, 0), dtype=np.float64)
         if self.telemetry is not None:
             self.telemetry.set_degraded("metric_unavailable", bool(degraded))
         return Matrix(tuple(used), values, degraded)
+
+    def _live(
+        self, m: MetricConfig, snapshot: Snapshot, now: float
+    ) -> tuple[npt.NDArray[np.float64], str | None, Sample | None]:
+        """A live metric's column, or why it has no fresh value."""
+        with self._lock:
+            sample = self.cache.get(m.name)
+        st = self.state[m.name]
+        age = math.inf if sample is None else now - sample.sampled_at
+        if self.telemetry is not None:
+            self.telemetry.metric_age.labels(metric=m.name).set(age)
+        empty = np.zeros(0, dtype=np.float64)
+        # A source that failed its last refresh is down: drop the metric now rather
+        # than score with values that can only grow staler.
+        if st.last_error is not None or sample is None or age > m.max_age_s:
+            return empty, st.last_error or f"no value younger than {m.max_age_s:g}s", None
+        rows = self._rows.setdefault(m.name, RowMap())
+        column = self._column(m.name, snapshot, sample, partial(_live, snapshot, sample, rows))
+        if np.isnan(column).all():
+            # Nothing to score with: drop the metric rather than call every node missing.
+            return empty, "no value for any node", None
+        return column, None, sample
+
+    def _annotation(
+        self, m: MetricConfig, snapshot: Snapshot, now: float, notes: list[str]
+    ) -> tuple[npt.NDArray[np.float64], str | None]:
+        """An annotation metric's column, with values older than maxAge missing; why it has
+        no fresh value where every value it has is stale."""
+        column = self._column(
+            m.name, snapshot, None, partial(annotation_column, snapshot, m.annotation or "")
+        )
+        key = m.timestamp_key
+        if key is None:
+            return column, None
+        measured = self._column(f"{m.name}@time", snapshot, None, partial(_annotation_times, snapshot, key))
+        with np.errstate(invalid="ignore"):
+            stale = (measured < now - m.max_age_s) & ~np.isnan(column)
+        if not stale.any():
+            return column, None
+        column[stale] = np.nan
+        if np.isnan(column).all():
+            notes.append(
+                f"{m.name}: no value younger than {m.max_age_s:g}s{CLOSED_NOTE if m.on_stale == 'closed' else ''}"
+            )
+            return column, f"no value younger than {m.max_age_s:g}s"
+        notes.append(f"{m.name}: {int(stale.sum())} node(s) have a value older than {m.max_age_s:g}s")
+        return column, None
+
+    def _measured(self, m: MetricConfig, now: float) -> Mapping[str, float] | None:
+        """Pods' measured usage for the metric's estimate, while fresh."""
+        if m not in self.pod_queries:
+            return None
+        with self._lock:
+            sample = self.cache.get(_pods_key(m))
+        if sample is None or now - sample.sampled_at > m.max_age_s:
+            return None
+        return sample.values
 
     def _column(
         self,
@@ -349,25 +515,39 @@ class MetricStore:
             sample = self.cache.get(name)
         return sample is not None and bool(sample.values)
 
-    def degraded(self) -> list[str]:
-        """Each live metric that is down or has no value for any node, with why."""
-        down = [f"{n}: {s.last_error}" for n, s in self.state.items() if s.last_error]
-        empty = [
-            f"{m.name}: no value for any node yet"
+    def _live_problems(self) -> tuple[list[str], list[str]]:
+        """Live metrics that are down (with why) and those with no value for any node yet."""
+        down = [
+            f"{m.name}: {self.state[m.name].last_error}{CLOSED_NOTE if m.on_stale == 'closed' else ''}"
             for m in self.live
-            if not self.state[m.name].last_error and not self._has_values(m.name)
+            if self.state[m.name].last_error
         ]
-        return down + empty
-
-    def status(self) -> str:
-        down = [f"{n}: {s.last_error}" for n, s in self.state.items() if s.last_error]
         empty = [
             m.name for m in self.live if not self.state[m.name].last_error and not self._has_values(m.name)
         ]
+        return down, empty
+
+    def degraded(self) -> list[str]:
+        """Each metric that is down, has no value for any node, or has stale annotations, with why."""
+        down, empty = self._live_problems()
+        by_name = {m.name: m for m in self.live}
+        return (
+            down
+            + [
+                f"{n}: no value for any node yet{CLOSED_NOTE if by_name[n].on_stale == 'closed' else ''}"
+                for n in empty
+            ]
+            + self._annotation_notes
+        )
+
+    def status(self) -> str:
+        down, empty = self._live_problems()
         if down:
             return "degraded (" + "; ".join(down) + ")"
         if empty:
             return f"degraded (no value for any node yet: {', '.join(empty)})"
+        if self._annotation_notes:
+            return "degraded (" + "; ".join(self._annotation_notes) + ")"
         return f"{len(self.live)} live metric(s) fresh"
 
 
@@ -400,6 +580,12 @@ def _live(snapshot: Snapshot, sample: Sample, rows: RowMap) -> npt.NDArray[np.fl
     values = np.fromiter(sample.values.values(), dtype=np.float64, count=len(names))
     column[at[known]] = values[known]
     return column
+
+
+def _annotation_times(snapshot: Snapshot, key: str) -> npt.NDArray[np.float64]:
+    """When each node's annotation value was measured (NaN where it says not)."""
+    times = ((meta(node).get("annotations") or {}).get(key) for node in snapshot.node_objects)
+    return np.array([math.nan if (t := parse_time(raw)) is None else t for raw in times], dtype=np.float64)
 
 
 def _next_interval(metric: MetricConfig, interval: float, previous: Sample | None, sample: Sample) -> float:

@@ -33,6 +33,7 @@ from ksched.loop.handoff import Handoff
 from ksched.loop.informer import Informer
 from ksched.loop.leader import Leadership
 from ksched.loop.metric_sources import MetricStore, PrometheusSource
+from ksched.loop.metrics_server import MetricsServerSource
 from ksched.loop.queue import SchedulingQueue
 from ksched.loop.server import Check, HealthServer
 from ksched.loop.shadow import Shadow
@@ -221,7 +222,10 @@ def start(
     def nodes() -> list[Obj]:
         return list(node_informer.store.values())
 
-    metrics = MetricStore(config.metrics, prometheus, telemetry, nodes)
+    metrics_server = (
+        MetricsServerSource(kube) if any(m.source == "metrics-server" for m in config.metrics) else None
+    )
+    metrics = MetricStore(config.metrics, prometheus, telemetry, nodes, metrics_server)
     handoff = Handoff(kube, config.handoff, telemetry) if config.handoff.enabled and not shadowing else None
     scheduler = Scheduler(
         config, state, queue, binder, telemetry, leadership.is_leader, metrics, handoff, seed=seed

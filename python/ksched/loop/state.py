@@ -16,6 +16,10 @@ pod is never counted twice. An update that changes what a bound pod counts as
 (an in-place resize, its labels, its deletion starting) re-counts it; one that
 does not (the bind confirmed, the kubelet's phase) is told apart by comparing
 the fields counts read (:func:`same_counts`), not by parsing it again.
+
+Pods bound recently, by any scheduler, are also kept (:mod:`ksched.loop.recent_pods`)
+for the metrics' load estimates: :meth:`ClusterState.herd_estimate` adds what a
+metric's sample cannot show of them yet.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -50,6 +54,7 @@ from ksched.engine.snapshot import (
 from ksched.engine.spread_selectors import SpreadSelectors
 from ksched.engine.storage import ClaimBinding, Storage
 from ksched.errors import MalformedObjectError
+from ksched.loop.recent_pods import RecentPods, bind_time
 from ksched.objects import Obj, is_terminal, meta, name, object_key, spec
 
 log = logging.getLogger(__name__)
@@ -149,11 +154,13 @@ def interned(snapshot: Snapshot) -> int:
 
 
 class ClusterState:
-    def __init__(self, metrics: tuple[MetricConfig, ...] = ()) -> None:
+    def __init__(
+        self, metrics: tuple[MetricConfig, ...] = (), clock: Callable[[], float] = time.time
+    ) -> None:
         self.metrics = metrics
-        # Pods ksched assumed recently (wall time, node, requests), for herd estimates.
-        self.recent: deque[tuple[float, str, CountedRequests]] = deque()
-        self._recent_horizon_s = max((m.max_age_s for m in metrics), default=0.0)
+        self.clock = clock
+        # Pods bound recently (by any scheduler), for the metrics' load estimates.
+        self.recent = RecentPods(metrics, clock)
         self.inbox: deque[tuple[str, Any, Any]] = deque()
         self.nodes: dict[str, Obj] = {}
         self.usage: dict[str, Usage] = {}
@@ -286,13 +293,10 @@ class ClusterState:
         ``requests``, ``ports`` and ``info`` were read from."""
         if key in self.usage:
             self._remove(key)
-        e = Evictable(priority, time.time(), requests, ports)
+        now = self.clock()
+        e = Evictable(priority, now, requests, ports)
         self._add(key, Usage(node, uid, requests, ports, assumed=True, info=info, evictable=e, pod=pod))
-        if self._recent_horizon_s:
-            now = time.time()
-            self.recent.append((now, node, requests))
-            while self.recent and now - self.recent[0][0] > self._recent_horizon_s:
-                self.recent.popleft()
+        self.recent.track(key, uid, node, now, True, pod, requests)
 
     def snapshot(self) -> Snapshot:
         """The current node table (rebuilt only when nodes changed, or when it had interned
@@ -325,22 +329,17 @@ class ClusterState:
             self._snapshot = snap
         return self._snapshot
 
-    def herd_estimate(self, metric: MetricConfig, sampled_at: float, column: npt.NDArray[np.float64]) -> None:
-        """Add to ``column`` the load of the pods ksched bound after the metric's sample."""
-        if metric.estimate is None:
-            return
-        resource, factor = metric.estimate.resource, metric.estimate.factor
-        snap = self.snapshot()
-        c = snap.resources.get(resource)
-        if c is None:
-            return
-        r = len(snap.resources)
-        alloc = snap.arrays["allocatable"]
-        for t, node, reqs in self.recent:
-            i = snap.index.get(node)
-            if t <= sampled_at or i is None or alloc[i * r + c] <= 0:
-                continue
-            column[i] += reqs.requests.get(resource, 0) / alloc[i * r + c] * factor
+    def herd_estimate(
+        self,
+        metric: MetricConfig,
+        sampled_at: float,
+        column: npt.NDArray[np.float64],
+        window_s: float | None = None,
+        measured: Mapping[str, float] | None = None,
+    ) -> None:
+        """Add to ``column`` the load of the pods bound recently that the metric's sample,
+        taken at ``sampled_at``, does not show yet (see :mod:`ksched.loop.recent_pods`)."""
+        self.recent.add_to(metric, self.snapshot(), sampled_at, column, window_s, measured)
 
     def counted(self) -> dict[str, str]:
         """Pod key -> node for every pod counted (bound or assumed)."""
@@ -365,18 +364,23 @@ class ClusterState:
         if kind == "DELETED" or is_terminal(pod):
             if current is not None:
                 self._remove(key)
+                self.recent.drop(key)
             return
         if not node:
             # An update from before our bind landed says nothing about the assumed pod.
             if current is not None and (not current.assumed or current.uid != uid):
                 self._remove(key)
+                self.recent.drop(key)
             return
         if current is not None and current.node == node and current.uid == uid:
             self._update(key, current, pod)
             return
         if current is not None:
             self._remove(key)
-        self._add(key, _usage_of(pod, assumed=False))
+        usage = _usage_of(pod, assumed=False)
+        self._add(key, usage)
+        if self.recent.metrics:
+            self.recent.track(key, uid, usage.node, bind_time(pod, self.clock()), False, pod, usage.requests)
 
     def _update(self, key: str, current: Usage, pod: Obj) -> None:
         """A counted pod changed on its node: the watch confirming ksched's bind, the kubelet's
@@ -397,6 +401,7 @@ class ClusterState:
         if not _same_requests(fresh.requests, current.requests) or fresh.ports != current.ports:
             self._remove(key)  # an in-place resize: the node counts the pod's new requests
             self._add(key, fresh)
+            self.recent.resized(key, pod, fresh.requests)
             return
         if fresh.info != current.info:  # labels changed, or the pod is being deleted
             self._count_group(current, -1)
@@ -448,6 +453,7 @@ class ClusterState:
         current = self.usage.get(key)
         if current is not None and current.assumed and current.uid == uid:
             self._remove(key)
+            self.recent.drop(key)
 
     def _add(self, key: str, usage: Usage) -> None:
         self.usage[key] = usage
