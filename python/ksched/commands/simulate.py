@@ -21,11 +21,26 @@ if TYPE_CHECKING:
     from ksched.engine import Explanation
 
 
+def saturation_text(placement: dict[str, Any]) -> str:
+    """What a placement's ``saturation`` says, for people: the thresholds a pod was placed
+    over, or the metrics whose thresholds left it pending (empty for any other pod)."""
+    entries = placement["saturation"]
+    if not entries:
+        return ""
+    if placement["node"] is None:
+        return "saturated: " + ", ".join(f"{s['metric']} (onSaturation: {s['policy']})" for s in entries)
+    return "placed over threshold: " + ", ".join(
+        f"{s['metric']} {'no value' if s['value'] is None else format(s['value'], 'g')} ({s['threshold']})"
+        for s in entries
+    )
+
+
 def render_table(placements: list[dict[str, Any]]) -> str:
     rows = [("POD", "NODE", "SCORE", "MESSAGE")]
     for p in placements:
         score = "" if p["score"] is None else f"{p['score']:.1f}"
-        rows.append((p["pod"], p["node"] or "<none>", score, p["message"] or ""))
+        message = "; ".join(m for m in (p["message"], saturation_text(p)) if m)
+        rows.append((p["pod"], p["node"] or "<none>", score, message))
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
     return "\n".join(
         f"{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]:>{widths[2]}}  {r[3]}".rstrip() for r in rows
@@ -40,6 +55,7 @@ def explanation_json(ex: Explanation) -> dict[str, Any]:
         "message": ex.placement.message,
         "nominatedNode": ex.placement.nominated_node,
         "victims": list(ex.placement.victims),
+        "saturation": [s.as_json() for s in ex.placement.saturation],
         "weights": ex.weights,
         "nodes": [
             {
@@ -68,6 +84,9 @@ def render_explanation(ex: Explanation) -> str:
         lines.append(
             f"preemption: nominated node {ex.placement.nominated_node}, victims: {', '.join(ex.placement.victims) or 'none'}"
         )
+    saturation = saturation_text(ex.placement.as_json())
+    if saturation:
+        lines.append(saturation)
     plugins = list(ex.weights)
     lines.append("weights: " + ", ".join(f"{p}={w:g}" for p, w in ex.weights.items()))
     feasible = sorted((n for n in ex.nodes if n.feasible), key=lambda n: -(n.total or 0.0))
@@ -140,6 +159,13 @@ def _simulate(args: argparse.Namespace) -> int:
         print(
             f"\n{placed}/{len(placements)} pending pods placed on {len(cluster.nodes)} nodes ({len(cluster.existing)} existing pods)"
         )
+        over = sum(1 for p in placements if p["node"] and p["saturation"])
+        held = sum(1 for p in placements if not p["node"] and p["saturation"])
+        if over or held:
+            print(
+                f"saturation (every node that passed the other filters over a metric's threshold): "
+                f"{over} placed over the threshold, {held} left pending"
+            )
     return EXIT_OK if all(p["node"] for p in placements) else EXIT_UNPLACED
 
 

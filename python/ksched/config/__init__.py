@@ -116,6 +116,7 @@ def parse_config(obj: Obj) -> Config:
     )
     if len({m.name for m in metrics}) != len(metrics):
         raise ConfigError("metrics: duplicate metric name")
+    _check_profile_metrics(profiles, metrics)
     batch = parse_batch(obj.get("batch") or {})
     prometheus = parse_prometheus(obj.get("prometheus") or {})
     return Config(
@@ -129,6 +130,18 @@ def parse_config(obj: Obj) -> Config:
         parse_handoff(obj.get("handoff") or {}),
         parse_shadow(obj.get("shadow") or {}, names),
     )
+
+
+def _check_profile_metrics(profiles: tuple[ProfileConfig, ...], metrics: tuple[MetricConfig, ...]) -> None:
+    """Each profile's ``metrics`` names only metrics the configuration defines."""
+    defined = [m.name for m in metrics]
+    for i, p in enumerate(profiles):
+        for j, name in enumerate(p.metrics or ()):
+            if name not in defined:
+                raise ConfigError(
+                    f"profiles[{i}].metrics[{j}]: {name!r} is not a metric "
+                    f"(metrics: {', '.join(defined) or 'none defined'})"
+                )
 
 
 def load_config(path: str | Path | None) -> Config:

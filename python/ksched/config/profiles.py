@@ -88,6 +88,13 @@ class ProfileConfig:
     # NodePodLimit args (ksched's own plugin): ``maxPods``, the most pods a node may hold;
     # the kubelet's default maxPods, so enabling the plugin alone changes nothing on default nodes.
     max_pods_per_node: int = 110
+    # ``metrics`` (ksched's extension key): the names of the metrics this profile filters and
+    # scores with (None: every metric). The configuration checks that each is defined.
+    metrics: tuple[str, ...] | None = None
+
+    def uses(self, metric: str) -> bool:
+        """Whether the profile filters and scores with the metric named ``metric``."""
+        return self.metrics is None or metric in self.metrics
 
 
 # Where an arg is left out: the defaults, read from the fields above.
@@ -95,9 +102,11 @@ _DEFAULT = ProfileConfig()
 
 
 def parse_profile(obj: Any, path: str) -> ProfileConfig:
-    check_keys(obj, path, ("schedulerName", "plugins", "pluginConfig"), ("schedulerName",))
+    check_keys(obj, path, ("schedulerName", "plugins", "pluginConfig", "metrics"), ("schedulerName",))
     name = as_str(obj["schedulerName"], f"{path}.schedulerName")
     profile = _multi_point(obj.get("plugins") or {}, f"{path}.plugins", name)
+    if "metrics" in obj:
+        profile = replace(profile, metrics=_metric_names(obj["metrics"], f"{path}.metrics"))
     for i, pc in enumerate(as_list(obj.get("pluginConfig") or [], f"{path}.pluginConfig")):
         p = f"{path}.pluginConfig[{i}]"
         check_keys(pc, p, ("name", "args"), ("name",))
@@ -257,6 +266,15 @@ PLUGIN_ARGS: dict[str, Callable[[ProfileConfig, Any, str], ProfileConfig]] = {
     "VolumeBinding": _volume_binding,
     "NodePodLimit": _node_pod_limit,
 }
+
+
+def _metric_names(obj: Any, path: str) -> tuple[str, ...]:
+    """``metrics``: the names of the profile's metrics, each once (whether each is
+    defined is checked with the whole configuration)."""
+    names = tuple(as_str(n, f"{path}[{i}]") for i, n in enumerate(as_list(obj, path)))
+    if len(set(names)) != len(names):
+        raise ConfigError(f"{path}: duplicate metric name in {list(names)}")
+    return names
 
 
 def _resources(obj: Any, path: str) -> tuple[tuple[str, int], ...]:

@@ -73,6 +73,21 @@ class ReasonNames:
             return f"node(s) had {metric} below {_number(below or 0.0)}"
         return f"node(s) had no value for {metric}"
 
+    def threshold(self, code: int) -> tuple[int, str] | None:
+        """The metric (its index) and side (``above``, ``below``) of a threshold reason;
+        None for any other reason."""
+        r = code - FIRST_INSUFFICIENT - len(self.resources)
+        if r < 0 or code in FIXED_REASONS:
+            return None
+        m, kind = divmod(r, PER_METRIC)
+        if m >= len(self.metrics):
+            return None
+        if kind == _LAYOUT["metric_above"]:
+            return m, "above"
+        if kind == _LAYOUT["metric_below"]:
+            return m, "below"
+        return None
+
     def plugin(self, code: int) -> str:
         if code in PLUGIN_OF_REASON:
             return PLUGIN_OF_REASON[code]

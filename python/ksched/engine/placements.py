@@ -15,11 +15,47 @@ from typing import Any
 import numpy as np
 
 from ksched.config import MetricConfig
+from ksched.config.metrics import ON_SATURATION
 from ksched.core_types import ExplanationArrays
 from ksched.engine.messages import ReasonNames
 from ksched.engine.requirements import PodRequirements
 from ksched.engine.snapshot import Snapshot
 from ksched.engine.storage import ClaimBinding
+
+# ``MetricConfig.on_saturation``: the pod waits, or goes to the least-loaded node.
+PENDING, LEAST_LOADED = ON_SATURATION
+
+
+@dataclass(frozen=True)
+class Saturation:
+    """A metric whose threshold rejected every node that passed the other filters for a pod.
+
+    ``policy`` is the metric's ``onSaturation``. Where the pod was placed anyway
+    (``leastLoaded``), ``value`` is the chosen node's value of the metric when the
+    batch started (None: the node has none) and ``threshold`` the one it is held to
+    (``above 0.9``); for a pod left pending both are None."""
+
+    metric: str
+    policy: str
+    value: float | None = None
+    threshold: str | None = None
+
+    def note(self, node: str) -> str:
+        """The ``PlacedOverThreshold`` event's note for a pod placed on ``node``."""
+        value = "no value" if self.value is None else f"{self.value:g}"
+        return (
+            f"placed on {node} over the {self.metric} threshold: {self.metric} there is {value}, "
+            f"threshold {self.threshold}; every node that passed the other filters was over it "
+            f"(onSaturation: {self.policy})"
+        )
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "metric": self.metric,
+            "policy": self.policy,
+            "value": self.value,
+            "threshold": self.threshold,
+        }
 
 
 @dataclass(frozen=True)
@@ -42,6 +78,15 @@ class Placement:
     # Not placed: the plugins that rejected some node (upstream's UnschedulablePlugins), whose
     # registered events retry the pod; None where no filter verdict explains the failure.
     rejected_by: frozenset[str] | None = None
+    # The metrics whose thresholds every node that passed the other filters was over: placed
+    # anyway (``node`` set, onSaturation leastLoaded) or left pending.
+    saturation: tuple[Saturation, ...] = ()
+
+    def over_threshold(self) -> list[str]:
+        """The ``PlacedOverThreshold`` notes of a pod placed over thresholds (none otherwise)."""
+        if self.node is None:
+            return []
+        return [s.note(self.node) for s in self.saturation]
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -52,6 +97,7 @@ class Placement:
             "nominatedNode": self.nominated_node,
             "victims": list(self.victims),
             "volumes": [{"claim": b.claim, "volume": b.volume} for b in self.volumes],
+            "saturation": [s.as_json() for s in self.saturation],
         }
 
 

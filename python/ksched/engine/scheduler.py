@@ -6,6 +6,14 @@ compiles, placing gangs all-or-nothing, and turning the engine's integer
 results into placements (:mod:`ksched.engine.placements`) with upstream's
 FailedScheduling message. A malformed pod becomes a placement with an error
 message; it never stops the batch.
+
+Two metric policies are applied here, so every command shares them: a profile
+runs with its own metrics only (``ProfileConfig.metrics``), and a pod that every
+node passing the other filters rejects on a threshold of a ``leastLoaded``
+metric (``onSaturation``) is placed again with that threshold off, in the same
+batch, where the metric's score picks the least-loaded node
+(:func:`_relax_saturated`). Each such pod's placement says so
+(``Placement.saturation``).
 """
 
 from __future__ import annotations
@@ -13,7 +21,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
@@ -45,7 +53,14 @@ from ksched.engine.messages import (
     prefilter_error,
     with_post_filter,
 )
-from ksched.engine.placements import BatchResult, Explanation, Placement, explanation
+from ksched.engine.placements import (
+    LEAST_LOADED,
+    BatchResult,
+    Explanation,
+    Placement,
+    Saturation,
+    explanation,
+)
 from ksched.engine.pod_level import PodInfo, SpreadConstraint
 from ksched.engine.pods import HostPort
 from ksched.engine.podtable import Evictable
@@ -117,14 +132,30 @@ class Engine:
         started = time.perf_counter()
         if metrics is None:
             metrics = self.config.metrics
+        metrics, metric_values = self._own_metrics(metrics, metric_values)
         batch = self._compile(snapshot, _in_queue_order(pods), metrics, groups, explain)
         run = partial(self._call, snapshot, batch, metrics, metric_values, deadline_s, nominated)
+        if any(m.on_saturation == LEAST_LOADED for m in metrics):
+            run = partial(_relax_saturated, batch, metrics, run)
         out, victim_keys = _place_whole_gangs(batch, groups or {}, run)
         _read_verdicts(snapshot, batch, out, victim_keys)
+        if any(m.above is not None or m.below is not None or m.bands for m in metrics):
+            _note_saturation(snapshot, batch, out, metrics, metric_values)
         placements = [p for p in batch.results if p is not None]
         explanation = _explain(snapshot, batch, out, metrics)
         python_seconds = time.perf_counter() - started - batch.rust_seconds
         return BatchResult(placements, explanation, batch.rust_seconds, python_seconds)
+
+    def _own_metrics(
+        self, metrics: Sequence[MetricConfig], values: npt.NDArray[np.float64] | None
+    ) -> tuple[Sequence[MetricConfig], npt.NDArray[np.float64] | None]:
+        """The profile's metrics among ``metrics``, and their columns of ``values``."""
+        if self.profile.metrics is None:
+            return metrics, values
+        kept = [k for k, m in enumerate(metrics) if self.profile.uses(m.name)]
+        if len(kept) == len(metrics):
+            return metrics, values
+        return [metrics[k] for k in kept], None if values is None else values[:, kept]
 
     def _compile(
         self,
@@ -299,12 +330,29 @@ class _Batch:
     volumes: VolumeColumns | None = None
     # Some row (dropped gangs' included) has pod affinity or spreading, its own or by default.
     pod_level: bool = False
+    # Saturation: the pods (by slot) whose thresholds of ``leastLoaded`` metrics are off,
+    # each with the side (``above``, ``below``) that rejected the nodes.
+    relaxed: dict[int, dict[int, str]] = field(default_factory=dict)
 
     def explain_row(self) -> int | None:
         """The row of the explained pod, None when it has none (or was dropped with its gang)."""
         if self.explain_slot is None:
             return None
         return next((j for j, r in enumerate(self.rows) if r.slot == self.explain_slot), None)
+
+    def threshold_hits(self, out: Outcome) -> dict[int, dict[int, str]]:
+        """The pods (by slot) the engine's run left unplaced although some node was rejected
+        only by a metric threshold (the metric filter runs after all the others, so that node
+        passed them): slot -> {metric index: side}."""
+        nodes = out["nodes"]
+        offsets, codes = out["reason_offsets"], out["reason_codes"]
+        hits: dict[int, dict[int, str]] = {}
+        for j in np.flatnonzero((nodes < 0) & (nodes != _core.NOT_ATTEMPTED)).tolist():
+            for code in codes[int(offsets[j]) : int(offsets[j + 1])].tolist():
+                hit = self.names.threshold(code)
+                if hit is not None:
+                    hits.setdefault(self.rows[j].slot, {}).setdefault(*hit)
+        return hits
 
     def drop_gangs(self, short: Mapping[str, str | None]) -> None:
         """Take the members of the ``short`` gangs out of the rows and give each its
@@ -388,6 +436,74 @@ def _place_whole_gangs(
         if not short:
             return out, victim_keys
         batch.drop_gangs(short)
+
+
+def _relax_saturated(
+    batch: _Batch, metrics: Sequence[MetricConfig], run: Callable[[], tuple[Outcome, list[str]]]
+) -> tuple[Outcome, list[str]]:
+    """Run the engine (``run``) on the batch until it leaves no pod unplaced that a threshold
+    of a ``leastLoaded`` metric, still on for that pod, rejected some node on: each such pod
+    runs again with those thresholds off (``_Batch.relaxed``), at its place in the batch, so
+    the pods before it are placed as before and the metric's score sends it to the
+    least-loaded node that passes the other filters. Every run turns thresholds off and none
+    on, so this ends."""
+    while True:
+        out, victim_keys = run()
+        more = False
+        for slot, hits in batch.threshold_hits(out).items():
+            for m, side in hits.items():
+                relaxed = batch.relaxed.setdefault(slot, {})
+                if metrics[m].on_saturation == LEAST_LOADED and m not in relaxed:
+                    relaxed[m] = side
+                    more = True
+        if not more:
+            return out, victim_keys
+
+
+def _note_saturation(
+    snapshot: Snapshot,
+    batch: _Batch,
+    out: Outcome,
+    metrics: Sequence[MetricConfig],
+    values: npt.NDArray[np.float64] | None,
+) -> None:
+    """Give each saturated pod's placement its ``saturation``: a pod placed with thresholds off
+    names those metrics, with its node's value and the threshold; a pod left pending names
+    every metric whose threshold rejected a node in the last run or was off for it."""
+    hits = batch.threshold_hits(out)
+    for slot in sorted(hits.keys() | batch.relaxed.keys()):
+        placement = batch.results[slot]
+        if placement is None:
+            continue
+        relaxed = batch.relaxed.get(slot, {})
+        if placement.node is not None:
+            node = snapshot.index[placement.node]
+            req = placement.requirements
+            priority = req.priority if req is not None else 0
+            saturation = tuple(
+                _over_threshold(
+                    metrics[m], side, priority, None if values is None else float(values[node, m])
+                )
+                for m, side in sorted(relaxed.items())
+            )
+        else:
+            seen = {**hits.get(slot, {}), **relaxed}
+            saturation = tuple(Saturation(metrics[m].name, metrics[m].on_saturation) for m in sorted(seen))
+        if saturation:
+            batch.results[slot] = replace(placement, saturation=saturation)
+
+
+def _over_threshold(metric: MetricConfig, side: str, priority: int, value: float | None) -> Saturation:
+    """A pod of ``priority`` placed over ``metric``'s threshold on ``side``, on a node whose
+    value was ``value`` (NaN or None: none)."""
+    above, below = metric.thresholds(priority)
+    limit = above if side == "above" else below
+    return Saturation(
+        metric.name,
+        metric.on_saturation,
+        None if value is None or math.isnan(value) else value,
+        f"{side} {limit:g}" if limit is not None else f"{side} the node's own",
+    )
 
 
 def _short_gangs(rows: Sequence[Row], nodes: Any, groups: Mapping[str, GangStatus]) -> dict[str, str | None]:

@@ -8,7 +8,9 @@ new pod); ``gone`` (404: deleted); ``error`` (5xx, 429, unreachable, other
 was lost before the bind was sent: nothing is written). Events and the
 condition copy upstream's: ``Scheduled`` / "Successfully assigned ns/pod to
 node", and ``FailedScheduling`` with the engine's message plus
-``PodScheduled=False`` reason ``Unschedulable``.
+``PodScheduled=False`` reason ``Unschedulable``. A pod bound over a metric's
+threshold (saturation, ``onSaturation: leastLoaded``) also gets a Normal
+``PlacedOverThreshold`` event per metric, which names the node's value and the threshold.
 
 A pod with unbound claims has its volumes bound first, on threads of their own
 (:mod:`ksched.loop.volume_binder` writes and waits); if that fails, a
@@ -39,7 +41,7 @@ from typing import Protocol
 from ksched.engine.storage import ClaimBinding
 from ksched.loop import protobuf
 from ksched.loop.client import MERGE_PATCH, ApiUnavailableError, Connection, Kube, Response, pod_path
-from ksched.loop.events import event_request, now, scheduled_message
+from ksched.loop.events import PLACED_OVER_THRESHOLD, event_request, now, scheduled_message
 from ksched.loop.evictor import Evictor
 from ksched.loop.protobuf import PROTOBUF
 from ksched.loop.telemetry import Telemetry
@@ -168,6 +170,11 @@ class Binder:
     def unschedulable(self, pod: Obj, message: str) -> None:
         """Post FailedScheduling and set PodScheduled=False (in the background)."""
         self._reports.submit(self._failed, pod, message)
+
+    def placed_over_threshold(self, pod: Obj, notes: list[str]) -> None:
+        """Post a ``PlacedOverThreshold`` event per note beside the pod's Scheduled (in the background)."""
+        for note in notes:
+            self._reports.submit(self._event, pod, "Normal", PLACED_OVER_THRESHOLD, "Scheduling", note)
 
     def clear_nomination(self, pod: Obj) -> None:
         """The pod fits nowhere, even by preempting: drop its nominated node (upstream

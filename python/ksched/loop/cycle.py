@@ -8,7 +8,9 @@ event that a plugin which rejected it registered may help (the informer
 callbacks name the events). A pod with ResourceClaims is never placed: it goes to
 default-scheduler at once through the hand-off, or (hand-off off or opted
 out) gets one FailedScheduling event and stays parked. Binds finish on the binder's threads and report back here
-(:meth:`Scheduler._bound`). Only the leader runs cycles.
+(:meth:`Scheduler._bound`). A pod the engine placed over a metric's threshold
+(saturation) gets a PlacedOverThreshold event once bound; saturated pods count in
+``ksched_metric_saturation_total`` as placed (when bound) or pending. Only the leader runs cycles.
 
 The informer callbacks (:meth:`Scheduler.on_pod`, :meth:`Scheduler.on_node`)
 route watch events to the cluster state and the queue.
@@ -27,7 +29,6 @@ from ksched.engine import Engine, GangStatus, Placement
 from ksched.engine.gangs import pod_group_of
 from ksched.engine.messages import RESOURCE_CLAIMS_UNSUPPORTED
 from ksched.engine.snapshot import Snapshot
-from ksched.engine.storage import ClaimBinding
 from ksched.loop.binder import Binder, Outcome
 from ksched.loop.handoff import Handoff, opted_out
 from ksched.loop.metric_sources import MetricStore
@@ -120,17 +121,24 @@ class Scheduler:
 
     def run(self, stop: threading.Event) -> None:
         """Schedule until ``stop`` is set; waits while another replica leads."""
+        # When the loop last left the queue: the time away until it asks again (applying watch
+        # events, a cycle) is a pause no pending pod is looked at in.
+        left_queue: float | None = None
         while not stop.is_set():
             if not self.is_leader():
                 # A follower applies the watch events too: its inbox would otherwise grow for as
                 # long as another replica leads, and its first cycle as leader apply all of them.
                 self.state.sync()
                 stop.wait(IDLE_WAIT_S)
+                left_queue = None
                 continue
             self._hand_off_overdue()
+            if left_queue is not None:
+                self.telemetry.loop_pause(time.perf_counter() - left_queue)
             batch = self.queue.pop_batch(
                 self.config.batch.max_size, self.config.batch.max_wait_s, IDLE_WAIT_S
             )
+            left_queue = time.perf_counter()
             if not batch:
                 # Idle (or woken by the state's inbox filling): apply the watch events now, so
                 # the next pod's cycle does not start by applying all of them.
@@ -257,6 +265,8 @@ class Scheduler:
             self.queue.done_unschedulable(qp, message, placement.rejected_by)
             self.binder.unschedulable(qp.pod, message + note)
             self._failed(qp, "Unschedulable", message + note)
+            for s in placement.saturation:
+                self.telemetry.saturated(s.metric, s.policy, "pending")
             return
         req = placement.requirements
         node = placement.node
@@ -267,7 +277,7 @@ class Scheduler:
         self.binder.bind(
             qp.pod,
             node,
-            lambda outcome: self._bound(qp, node, profile, outcome, volumes),
+            lambda outcome: self._bound(qp, placement, profile, outcome),
             note,
             volumes,
             self.engines[profile].profile.volume_bind_timeout_s,
@@ -323,17 +333,20 @@ class Scheduler:
 
     # -- bind results (binder threads) ---------------------------------
 
-    def _bound(
-        self, qp: QueuedPod, node: str, profile: str, outcome: Outcome, volumes: tuple[ClaimBinding, ...] = ()
-    ) -> None:
+    def _bound(self, qp: QueuedPod, placement: Placement, profile: str, outcome: Outcome) -> None:
+        node = placement.node
         if outcome is Outcome.BOUND:
             self.bound += 1
             self.telemetry.bound(profile, qp.attempts + 1, self.queue.clock() - qp.added)
+            if placement.saturation:
+                self.binder.placed_over_threshold(qp.pod, placement.over_threshold())
+                for s in placement.saturation:
+                    self.telemetry.saturated(s.metric, s.policy, "placed")
             self.queue.done_bound(qp)
             return
         self.state.forget(qp.key, qp.uid)
-        if volumes:
-            self.state.forget_volumes(volumes)
+        if placement.volumes:
+            self.state.forget_volumes(placement.volumes)
         if outcome in (Outcome.CONFLICT, Outcome.GONE):
             # Bound by someone else, or deleted: the watch tells the rest.
             self.queue.done_bound(qp)

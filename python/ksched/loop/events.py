@@ -1,8 +1,9 @@
 """The Events and condition timestamps ksched writes about pods, as upstream's recorder
 writes them (events.k8s.io/v1, sent as protobuf).
 
-Owns an event's name, body and path, the component they name, and upstream's
-Scheduled note. Sending and retrying them is the binder's (:mod:`ksched.loop.binder`).
+Owns an event's name, body and path, the component they name, upstream's
+Scheduled note, and ksched's own reason beside it for a pod placed over a metric's
+threshold. Sending and retrying them is the binder's (:mod:`ksched.loop.binder`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from ksched.objects import Obj, meta
 COMPONENT = "ksched"
 # The longest event note the API server takes.
 MAX_NOTE = 1024
+# The Normal event beside Scheduled of a pod placed over a metric's threshold (saturation).
+PLACED_OVER_THRESHOLD = "PlacedOverThreshold"
 
 
 def now() -> str:

@@ -1,7 +1,11 @@
 """Prometheus metrics, named after kube-scheduler's with a ``ksched_`` prefix.
 
 Owns one registry per process (so tests can build several schedulers); the
-HTTP server exposes it at ``/metrics``.
+HTTP server exposes it at ``/metrics``. Besides upstream's series, ksched's own:
+engine time, degraded mode and fallbacks, shadow mode's verdicts, and
+``ksched_metric_saturation_total`` (pods that every node passing the other
+filters rejected on a metric's threshold, by metric, its ``onSaturation`` policy
+and whether the pod was placed over the threshold or left pending).
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ BATCH_BUCKETS = (*(float(2**i) for i in range(14)), INF)
 # Where a queued pod can be (the queue's ``QueuedPod.where``); parked: never ksched's to place.
 QUEUES = ("active", "backoff", "unschedulable", "in_flight", "handoff", "parked")
 SHADOW_OUTCOMES = ("same", "other", "pending")
+# A saturated pod placed over the threshold (bound), or left pending (each attempt counts).
+SATURATION_OUTCOMES = ("placed", "pending")
 # Score totals are sums of weighted 0-100 plugin scores (upstream weights sum to 7,
 # metric weights add to that): gaps run from 0 (same node) to several hundred.
 SHADOW_GAP_BUCKETS = (0.0, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, INF)
@@ -77,6 +83,13 @@ class Telemetry:
             registry=r,
         )
         self.leader = Gauge("ksched_leader", "1 while this replica holds the lease.", registry=r)
+        self.loop_longest_pause = Gauge(
+            "ksched_loop_longest_pause_seconds",
+            "The longest time the scheduling loop spent away from the queue since start (applying "
+            "watch events, a relist's among them, or a cycle): no pending pod was looked at meanwhile.",
+            registry=r,
+        )
+        self._longest_pause = 0.0
         self.lost_leases = Counter("ksched_leader_lost_total", "Terms ended by a failed renewal.", registry=r)
         # Upstream's preemption_victims / preemption_attempts_total, as counters.
         self.preemption_attempts = Counter(
@@ -118,6 +131,19 @@ class Telemetry:
             registry=r,
         )
 
+        self.metric_saturation = Counter(
+            "ksched_metric_saturation_total",
+            "Pods that every node passing the other filters rejected on the metric's threshold, "
+            "by metric, its onSaturation policy (pending, leastLoaded) and outcome: placed "
+            "(bound over the threshold, leastLoaded) or pending (each attempt left pending).",
+            ["metric", "policy", "outcome"],
+            registry=r,
+        )
+
+    def saturated(self, metric: str, policy: str, outcome: str) -> None:
+        """A saturated pod's outcome (one of SATURATION_OUTCOMES) under one metric's policy."""
+        self.metric_saturation.labels(metric=metric, policy=policy, outcome=outcome).inc()
+
     def placed(self, profile: str, elapsed_s: float) -> None:
         """A pod's attempt placed it (its bind follows)."""
         series = self._placed.get(profile)
@@ -138,6 +164,12 @@ class Telemetry:
 
     def set_degraded(self, reason: str, on: bool) -> None:
         self.degraded.labels(reason=reason).set(1.0 if on else 0.0)
+
+    def loop_pause(self, seconds: float) -> None:
+        """A stretch the scheduling loop spent away from the queue; the longest is kept."""
+        if seconds > self._longest_pause:
+            self._longest_pause = seconds
+            self.loop_longest_pause.set(seconds)
 
     def watch_queue(self, counts: Callable[[], dict[str, int]]) -> None:
         """Read the queue sizes at scrape time."""
