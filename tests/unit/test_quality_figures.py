@@ -53,7 +53,7 @@ def test_every_scheduler_sees_the_same_pods_with_the_same_usage(name: str) -> No
     assert [p["metadata"]["annotations"] for p in a.pods] == [p["metadata"]["annotations"] for p in b.pods]
     assert [p["spec"]["containers"] for p in a.pods] == [p["spec"]["containers"] for p in b.pods]
     other_seed = scenario(name, 40, "ns-a", "ksched", seed=6, rate=10)
-    if name not in ("burst", "load-shift"):
+    if name != "load-shift":
         assert [p["metadata"]["annotations"][BASE] for p in a.pods] != [
             p["metadata"]["annotations"][BASE] for p in other_seed.pods
         ]
@@ -62,4 +62,7 @@ def test_every_scheduler_sees_the_same_pods_with_the_same_usage(name: str) -> No
 def test_mixed_schedulers_leaves_half_the_pods_to_default_scheduler() -> None:
     pods = scenario("mixed-schedulers", 40, "ns", "ksched", seed=1, rate=10).pods
     assert sum(p["spec"]["schedulerName"] == DEFAULT_SCHEDULER for p in pods) == 20
-    assert scenario("burst", 10, "ns", "ksched", seed=1, rate=10).rate is None
+    burst = scenario("burst", 10, "ns", "ksched", seed=1, rate=10)
+    assert burst.burst_from == 5, "the second half arrives at once"
+    identical = {p["metadata"]["annotations"][BASE] for p in burst.pods[5:]}
+    assert identical == {"1.2"}, "the burst is one rollout's identical pods"

@@ -19,6 +19,8 @@ import yaml
 
 from ksched.bench.pods import CREATE_WORKERS, create_pods
 from ksched.bench.quality.figures import Series
+from ksched.bench.quality.scenarios import Scenario
+from ksched.cluster.load import LoadSimulation
 from ksched.errors import KschedError
 from ksched.loop.client import Kube
 from ksched.objects import Obj
@@ -82,6 +84,23 @@ def cool_down(prometheus: str, poll_s: float) -> float:
     while time.monotonic() - began < COOL_TIMEOUT_S and hottest(prometheus) > COOL_UTILISATION:
         time.sleep(poll_s)
     return time.monotonic() - began
+
+
+def metric_lag_s(scrape_interval_s: float) -> float:
+    """How long after a pod starts the recorded utilisation shows it fully: the rate window,
+    one scrape, one recording-rule evaluation."""
+    return LoadSimulation(scrape_interval_s).rate_window_s + 2 * scrape_interval_s
+
+
+def create_scenario(kube: Kube, s: Scenario, lag_s: float) -> dict[str, str]:
+    """Create the scenario's pods at its rate; its burst, if any, all at once ``lag_s`` after
+    the others (the time the metric needs to show them); name -> UID."""
+    steady = s.pods if s.burst_from is None else s.pods[: s.burst_from]
+    created = create(kube, steady, s.rate)
+    if s.burst_from is not None:
+        time.sleep(lag_s)
+        created |= create(kube, s.pods[s.burst_from :], None)
+    return created
 
 
 def create(kube: Kube, pods: list[Obj], rate: float | None) -> dict[str, str]:

@@ -25,14 +25,15 @@ from ksched.bench.invariants import lost, overcommitted
 from ksched.bench.pods import clear_pods, start_ksched_run
 from ksched.bench.quality.figures import QualityFigures, QualityResults, judge
 from ksched.bench.quality.observe import (
-    create,
     create_namespace,
+    create_scenario,
     ksched_config,
+    metric_lag_s,
     reported,
     settle,
     utilisation,
 )
-from ksched.bench.quality.scenarios import DEFAULT_SCHEDULER, scenario
+from ksched.bench.quality.scenarios import DEFAULT_SCHEDULER, Scenario, scenario
 from ksched.cluster.processes import terminate
 from ksched.errors import KschedError
 from ksched.loop.client import Kube
@@ -101,13 +102,13 @@ def _label(kube: Kube, node_pools: list[list[str]]) -> None:
         list(workers.map(patch, [(i, n) for i, names in enumerate(node_pools) for n in names]))
 
 
-def _pods(r: Round, i: int, name: str, label: str) -> tuple[str, list[Obj], float | None]:
+def _scenario(r: Round, i: int, name: str, label: str) -> tuple[str, Scenario]:
     namespace = f"q-{name}-{label}"
     asks = DEFAULT_SCHEDULER if label == KUBE_SCHEDULER else label
     s = scenario(name, r.pods, namespace, asks, r.seed, r.rate)
     for pod in s.pods:
         pod["spec"]["nodeSelector"] = {POOL_LABEL: str(i)}
-    return namespace, s.pods, s.rate
+    return namespace, s
 
 
 def pooled_round(
@@ -125,18 +126,19 @@ def pooled_round(
     node_pools = pools(nodes, len(r.entries), r.pool_size)
     _label(kube, node_pools)
     procs = []
-    plans = [_pods(r, i, name, label) for i, (name, label) in enumerate(r.entries)]
+    plans = [_scenario(r, i, name, label) for i, (name, label) in enumerate(r.entries)]
     try:
         for label in dict.fromkeys(label for _, label in r.entries if label != KUBE_SCHEDULER):
             path = workdir / f"{label}.yaml"
             path.write_text(yaml.safe_dump(ksched_config(r.configs.get(label), prometheus, label)))
             proc, _ = start_ksched_run(kubeconfig, workdir / f"{label}.log", path)
             procs.append(proc)
-        for namespace, _, _ in plans:
+        for namespace, _ in plans:
             create_namespace(kube, namespace)
         start = time.time()
         with ThreadPoolExecutor(len(plans)) as workers:
-            created = list(workers.map(lambda plan: create(kube, plan[1], plan[2]), plans))
+            lag = metric_lag_s(r.scrape_interval_s)
+            created = list(workers.map(lambda plan: create_scenario(kube, plan[1], lag), plans))
             settled = list(workers.map(lambda plan: settle(kube, plan[0]), plans))
         end = start + max(r.observe_s, *(at - start for _, at in settled))
         if end > time.time():
@@ -170,5 +172,5 @@ def pooled_round(
     finally:
         for proc in procs:
             terminate(proc, 30)
-        for namespace, _, _ in plans:
+        for namespace, _ in plans:
             clear_pods(kube, namespace)

@@ -27,9 +27,10 @@ from ksched.bench.pods import CREATE_WORKERS, clear_pods, start_ksched_run
 from ksched.bench.quality.figures import DEFAULT_THRESHOLD, QualityFigures, QualityResults, judge
 from ksched.bench.quality.observe import (
     cool_down,
-    create,
     create_namespace,
+    create_scenario,
     ksched_config,
+    metric_lag_s,
     reported,
     settle,
     utilisation,
@@ -102,7 +103,7 @@ def _one(
     try:
         create_namespace(kube, namespace)
         start = time.time()
-        created = create(kube, s.pods, s.rate)
+        created = create_scenario(kube, s, metric_lag_s(opts.scrape_interval_s))
         pods, settled = settle(kube, namespace)
         figures = QualityFigures(label, name, len(s.pods))
         bound = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in pods if p["spec"].get("nodeName")}

@@ -32,8 +32,11 @@ NOISE = 0.1
 class Scenario:
     name: str
     pods: list[Obj]
-    # Pods created per second; None: all at once (a rollout burst).
+    # Pods created per second; None: all at once.
     rate: float | None
+    # The pods from this index on arrive all at once (a rollout burst), once the metric has
+    # had time to show the ones before (the harness says how long); None: no burst.
+    burst_from: int | None = None
 
 
 def _heavy_tailed(rng: random.Random) -> float:
@@ -68,9 +71,13 @@ def _requests_lie(count: int, ns: str, scheduler: str, rng: random.Random) -> li
 
 
 def _burst(count: int, ns: str, scheduler: str, rng: random.Random) -> list[Obj]:
-    # One Deployment's rollout: identical pods that all use 1.2 times what they request.
-    return [
-        _pod(f"web-{i}", ns, scheduler, UsageProfile(base=1.2, noise=NOISE, seed=i)) for i in range(count)
+    # Half the pods arrive first, at the steady rate, and use what requests-lie's do: the
+    # nodes' real load is uneven where their requests are not. Then one Deployment's rollout:
+    # identical pods, all at once, that use 1.2 times what they request.
+    background = count // 2
+    return _requests_lie(background, ns, scheduler, rng) + [
+        _pod(f"web-{i}", ns, scheduler, UsageProfile(base=1.2, noise=NOISE, seed=i))
+        for i in range(count - background)
     ]
 
 
@@ -114,7 +121,7 @@ def _load_shift(count: int, ns: str, scheduler: str, rng: random.Random) -> list
 
 
 _BUILDERS: dict[str, tuple[Callable[[int, str, str, random.Random], list[Obj]], bool]] = {
-    # name: (builder, arrives all at once)
+    # name: (builder, ends with a burst of its second half)
     "requests-lie": (_requests_lie, False),
     "burst": (_burst, True),
     "mixed-schedulers": (_mixed, False),
@@ -126,6 +133,6 @@ SCENARIOS = tuple(_BUILDERS)
 
 def scenario(name: str, pods: int, namespace: str, scheduler: str, seed: int, rate: float) -> Scenario:
     """The scenario's pods for one scheduler (``scheduler`` is the name its pods ask for)."""
-    build, at_once = _BUILDERS[name]
+    build, burst = _BUILDERS[name]
     rng = random.Random(f"{name}/{seed}")
-    return Scenario(name, build(pods, namespace, scheduler, rng), None if at_once else rate)
+    return Scenario(name, build(pods, namespace, scheduler, rng), rate, pods // 2 if burst else None)
