@@ -7,6 +7,7 @@ import numpy.typing as npt
 
 from ksched.core_types import (
     ClassTable,
+    MetricLoad,
     MetricSpec,
     NodeTable,
     Outcome,
@@ -90,6 +91,7 @@ def schedule(
     metric_specs: list[MetricSpec],
     profile: Profile,
     *,
+    metric_load: MetricLoad | None = None,
     seed: int = 0,
     deadline_s: float | None = None,
     explain: int | None = None,

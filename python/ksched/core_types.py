@@ -277,8 +277,27 @@ class MetricSpec(TypedDict):
     below: float | None
     missing: Missing
     weight: float
-    # Herd estimate: (resource column, factor), or None.
+    # Herd estimate: (resource column, factor), or None. With a ``MetricLoad`` a placed
+    # pod adds its ``amounts`` entry over the node's allocatable instead of request x factor.
     herd: tuple[int, float] | None
+
+
+class MetricLoad(TypedDict):
+    """Load estimate v2's inputs to the metric filter. Matrices are row-major, one
+    column per metric (``metric_specs`` order); NaN stands for no threshold."""
+
+    # Per metric: the incoming pod's estimate counts against the thresholds.
+    incoming: list[bool]
+    # ``pods x metrics``: each pod's estimated usage of the herd column (engine units).
+    amounts: I64
+    # ``pods x metrics``: each pod's thresholds (its priority band's).
+    pod_above: F64
+    pod_below: F64
+    # Per pod: 1 where no metric filter applies (exempt owner kinds, mirror pods).
+    exempt: U8
+    # ``nodes x metrics``: thresholds that replace the pod's on that node.
+    node_above: F64
+    node_below: F64
 
 
 class Profile(TypedDict):

@@ -67,7 +67,7 @@ impl ScheduleCache {
 ///
 /// The arguments are the TypedDicts of `ksched.core_types`, built by `ksched.engine`.
 #[pyfunction]
-#[pyo3(signature = (nodes, classes, pods, metric_values, metric_specs, profile, *, seed=0, deadline_s=None, explain=None, parallel=true, cache=None))]
+#[pyo3(signature = (nodes, classes, pods, metric_values, metric_specs, profile, *, metric_load=None, seed=0, deadline_s=None, explain=None, parallel=true, cache=None))]
 #[allow(clippy::too_many_arguments)]
 fn schedule<'py>(
     py: Python<'py>,
@@ -77,6 +77,7 @@ fn schedule<'py>(
     metric_values: numpy::PyReadonlyArray1<'py, f64>,
     metric_specs: &Bound<'py, PyList>,
     profile: &Bound<'py, PyDict>,
+    metric_load: Option<&Bound<'py, PyDict>>,
     seed: u64,
     deadline_s: Option<f64>,
     explain: Option<usize>,
@@ -90,6 +91,8 @@ fn schedule<'py>(
     let table_arrays = pod_arrays.nested("pods[\"table\"]", "table")?;
     let preemption_arrays = pod_arrays.nested("pods[\"preemption\"]", "preemption")?;
     let volume_arrays = pod_arrays.nested("pods[\"volumes\"]", "volumes")?;
+    let load_arrays = metric_load.map(|d| Arrays::new("metric_load", d)).transpose()?;
+    let load = load_arrays.as_ref().map(views::metric_load).transpose()?;
     let node_view = views::nodes(&node_arrays)?;
     let class_view = views::classes(&class_arrays)?;
     let pod_view = views::pods(
@@ -105,6 +108,7 @@ fn schedule<'py>(
         table_arrays.as_ref(),
         preemption_arrays.as_ref(),
         volume_arrays.as_ref(),
+        load_arrays.as_ref(),
     ]
     .into_iter()
     .flatten()
@@ -116,6 +120,7 @@ fn schedule<'py>(
             .as_slice()
             .map_err(|_| pyo3::exceptions::PyTypeError::new_err("metric_values must be C-contiguous"))?,
         specs: convert::metric_specs(metric_specs)?,
+        load,
     };
     let profile = convert::profile(profile)?;
     let options = ScheduleOptions {

@@ -7,8 +7,8 @@ use pyo3::prelude::*;
 
 use crate::arrays::Arrays;
 use ksched_core::{
-    Classes, Images, LabelSets, Labels, Nodes, PodImages, PodSelectors, PodTable, PodTerms, Pods, Ports, Preemption, Reservations,
-    Selectors, SpreadConstraints, Taints, TermSets, Tolerations, Victims, Volumes,
+    Classes, Images, LabelSets, Labels, LoadInputs, Nodes, PodImages, PodSelectors, PodTable, PodTerms, Pods, Ports, Preemption,
+    Reservations, Selectors, SpreadConstraints, Taints, TermSets, Tolerations, Victims, Volumes,
 };
 
 pub fn nodes<'a>(a: &'a Arrays) -> PyResult<Nodes<'a>> {
@@ -237,5 +237,18 @@ fn preemption<'a>(p: &'a Arrays) -> PyResult<Preemption<'a>> {
                 ports: p.slice("r_port_ports")?,
             },
         },
+    })
+}
+
+/// `MetricLoad`: load estimate v2's per-pod and per-node inputs.
+pub fn metric_load<'a>(a: &'a Arrays) -> PyResult<LoadInputs<'a>> {
+    Ok(LoadInputs {
+        incoming: a.value("incoming")?,
+        amounts: a.slice("amounts")?,
+        pod_above: a.slice("pod_above")?,
+        pod_below: a.slice("pod_below")?,
+        exempt: a.slice("exempt")?,
+        node_above: a.slice("node_above")?,
+        node_below: a.slice("node_below")?,
     })
 }

@@ -62,7 +62,8 @@ pub struct LoadInputs<'a> {
     /// `pods × metrics`: each pod's thresholds (its priority band's).
     pub pod_above: &'a [f64],
     pub pod_below: &'a [f64],
-    /// Per pod: 1 where no metric filter applies to it (exempt owners, mirror pods).
+    /// `pods × metrics`: 1 where the metric does not filter the pod (its
+    /// owner's kind is exempt, a mirror pod); its scores still apply.
     pub exempt: &'a [u8],
     /// `nodes × metrics`: thresholds that replace the pod's on that node (NaN: none).
     pub node_above: &'a [f64],
@@ -82,7 +83,7 @@ impl LoadInputs<'_> {
         check_len("metric load amounts", self.amounts.len(), pods * metrics)?;
         check_len("metric load pod_above", self.pod_above.len(), pods * metrics)?;
         check_len("metric load pod_below", self.pod_below.len(), pods * metrics)?;
-        check_len("metric load exempt", self.exempt.len(), pods)?;
+        check_len("metric load exempt", self.exempt.len(), pods * metrics)?;
         check_len("metric load node_above", self.node_above.len(), nodes * metrics)?;
         check_len("metric load node_below", self.node_below.len(), nodes * metrics)
     }

@@ -25,11 +25,12 @@ pub const NEUTRAL_SCORE: f64 = MAX_NODE_SCORE as f64 / 2.0;
 /// First failing metric of a node under the specs' thresholds, as a reason code.
 #[inline]
 pub fn filter(specs: &[MetricSpec], values: &[f64], resources: usize) -> u32 {
-    filter_with(specs, values, resources, |m| (specs[m].above, specs[m].below), |_| 0.0)
+    filter_with(specs, values, resources, |m| Some((specs[m].above, specs[m].below)), |_| 0.0)
 }
 
 /// First failing metric of a node, as a reason code, where `limits(m)` gives
-/// metric m's (above, below) thresholds there and `added(m)` what the incoming
+/// metric m's (above, below) thresholds there (None: metric m does not filter
+/// the pod at all, not even a missing value) and `added(m)` what the incoming
 /// pod adds to its value (load estimate v2 counts the pod against the
 /// thresholds). The reason is metric m's "above" or "below" whatever the
 /// threshold's origin (the spec, the pod's priority band or the node's own).
@@ -38,10 +39,11 @@ pub fn filter_with(
     specs: &[MetricSpec],
     values: &[f64],
     resources: usize,
-    limits: impl Fn(usize) -> (Option<f64>, Option<f64>),
+    limits: impl Fn(usize) -> Option<(Option<f64>, Option<f64>)>,
     added: impl Fn(usize) -> f64,
 ) -> u32 {
     for (m, spec) in specs.iter().enumerate() {
+        let Some((above, below)) = limits(m) else { continue };
         let v = values[m];
         if v.is_nan() {
             if spec.missing == Missing::Exclude {
@@ -49,7 +51,6 @@ pub fn filter_with(
             }
             continue;
         }
-        let (above, below) = limits(m);
         if above.is_none() && below.is_none() {
             continue;
         }
@@ -158,10 +159,18 @@ mod tests {
 
     #[test]
     fn filter_with_table() {
-        let specs = [spec(Prefer::Lower), spec(Prefer::Lower)];
-        let none = (None, None);
-        type Case = (&'static str, [(Option<f64>, Option<f64>); 2], [f64; 2], [f64; 2], u32);
-        let cases: [Case; 7] = [
+        // Metric 0 excludes nodes without a value; metric 1 scores them neutrally.
+        let exclude = MetricSpec {
+            missing: Missing::Exclude,
+            ..spec(Prefer::Lower)
+        };
+        let specs = [exclude, spec(Prefer::Lower)];
+        type Limits = Option<(Option<f64>, Option<f64>)>;
+        let (none, exempt): (Limits, Limits) = (Some((None, None)), None);
+        let above = |x| Some((Some(x), None));
+        let below = |x| Some((None, Some(x)));
+        type Case = (&'static str, [Limits; 2], [f64; 2], [f64; 2], u32);
+        let cases: [Case; 9] = [
             (
                 "no thresholds: the pod adds nothing",
                 [none, none],
@@ -171,45 +180,53 @@ mod tests {
             ),
             (
                 "fits before the pod, not with it",
-                [(Some(0.8), None), none],
+                [above(0.8), none],
                 [0.7, 0.0],
                 [0.2, 0.0],
                 metric(4, 0, METRIC_ABOVE),
             ),
             (
                 "with the pod at the threshold",
-                [(Some(0.8), None), none],
+                [above(0.8), none],
                 [0.5, 0.0],
                 [0.25, 0.0],
                 FEASIBLE,
             ),
             (
                 "second metric's own threshold",
-                [none, (Some(0.5), None)],
+                [none, above(0.5)],
                 [0.9, 0.6],
                 [0.0, 0.0],
                 metric(4, 1, METRIC_ABOVE),
             ),
-            (
-                "below, the pod lifts it over",
-                [(None, Some(0.5)), none],
-                [0.4, 0.0],
-                [0.2, 0.0],
-                FEASIBLE,
-            ),
+            ("below, the pod lifts it over", [below(0.5), none], [0.4, 0.0], [0.2, 0.0], FEASIBLE),
             (
                 "below, still under",
-                [(None, Some(0.5)), none],
+                [below(0.5), none],
                 [0.2, 0.0],
                 [0.1, 0.0],
                 metric(4, 0, METRIC_BELOW),
             ),
             (
-                "missing value: nothing added",
-                [(Some(0.1), None), none],
+                "missing value excluded",
+                [above(0.1), none],
                 [f64::NAN, 0.0],
                 [1.0, 0.0],
+                metric(4, 0, METRIC_MISSING),
+            ),
+            (
+                "exempt: a missing value passes",
+                [exempt, none],
+                [f64::NAN, 0.0],
+                [0.0, 0.0],
                 FEASIBLE,
+            ),
+            (
+                "exempt from one metric only",
+                [exempt, above(0.5)],
+                [9.0, 0.6],
+                [0.0, 0.0],
+                metric(4, 1, METRIC_ABOVE),
             ),
         ];
         for (name, limits, values, added, want) in cases {

@@ -6,7 +6,7 @@
 //! has other thresholds, its own estimate counts against them, or no metric
 //! filter applies to it; such a pod's verdict is its own (`MetricFilter::Own`),
 //! computed from the node's values and what the pod brings, and what it reads
-//! of the pod joins its signature (`key_part`), so the signature caches and
+//! of the pod joins its signature (`Engine::metric_key_part`), so the signature caches and
 //! what they carry to the next call stay exact. Pods without load inputs take
 //! the shared path, as fast as before there were any.
 
@@ -20,7 +20,7 @@ use crate::plugins::{metrics, FEASIBLE};
 pub(super) enum MetricFilter {
     /// The node's shared verdict.
     Shared,
-    /// No metric filter applies (an exempt owner's pod, a mirror pod).
+    /// No metric filters it (an exempt owner's pod, a mirror pod).
     Exempt,
     /// Its own verdict, from its row of the load inputs.
     Own,
@@ -53,13 +53,15 @@ impl Engine<'_, '_> {
         if m == 0 {
             return MetricFilter::Shared;
         }
-        if load.exempt[index] != 0 {
+        let exempt = &load.exempt[index * m..(index + 1) * m];
+        if exempt.iter().all(|&e| e != 0) {
             return MetricFilter::Exempt;
         }
         let own = specs.iter().enumerate().any(|(k, spec)| {
             let at = index * m + k;
             let (above, below) = (load.pod_above[at], load.pod_below[at]);
-            above.to_bits() != bits(spec.above)
+            exempt[k] != 0
+                || above.to_bits() != bits(spec.above)
                 || below.to_bits() != bits(spec.below)
                 || (load.incoming[k] && spec.herd.is_some() && load.amounts[at] != 0)
         });
@@ -79,7 +81,7 @@ impl Engine<'_, '_> {
                 specs,
                 values,
                 self.resources,
-                |k| on_node(load, specs.len(), node, k, (specs[k].above, specs[k].below)),
+                |k| Some(on_node(load, specs.len(), node, k, (specs[k].above, specs[k].below))),
                 |_| 0.0,
             ),
         }
@@ -107,14 +109,18 @@ impl Engine<'_, '_> {
             specs,
             &state.values[node * m..(node + 1) * m],
             r,
-            |k| on_node(load, m, node, k, (limit(load.pod_above[row + k]), limit(load.pod_below[row + k]))),
+            |k| {
+                let pod_limits = (limit(load.pod_above[row + k]), limit(load.pod_below[row + k]));
+                (load.exempt[row + k] == 0).then(|| on_node(load, m, node, k, pod_limits))
+            },
             added,
         )
     }
 
     /// What the pod's metric filter reads of the pod, for its signature: nothing
     /// where it sees the shared verdicts, else its kind and, for its own verdict,
-    /// each metric's thresholds and estimate: a length fixed by the kind, so the
+    /// each metric's exemption, thresholds and estimate: a length fixed by the
+    /// kind, so the
     /// host ports that follow cannot be read as part of it.
     pub(super) fn metric_key_part(&self, pod: &PodView, key: &mut Vec<i64>) {
         match pod.metric {
@@ -126,6 +132,7 @@ impl Engine<'_, '_> {
                 let m = self.metrics.specs.len();
                 for at in pod.index * m..(pod.index + 1) * m {
                     key.extend([
+                        load.exempt[at] as i64,
                         load.pod_above[at].to_bits() as i64,
                         load.pod_below[at].to_bits() as i64,
                         load.amounts[at],

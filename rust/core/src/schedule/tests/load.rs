@@ -30,7 +30,7 @@ impl OwnedLoad {
             amounts: vec![0; pods * m],
             pod_above,
             pod_below,
-            exempt: vec![0; pods],
+            exempt: vec![0; pods * m],
             node_above: vec![f64::NAN; nodes * m],
             node_below: vec![f64::NAN; nodes * m],
         }
@@ -55,7 +55,7 @@ impl OwnedLoad {
             amounts: self.amounts[i * m..(i + 1) * m].to_vec(),
             pod_above: self.pod_above[i * m..(i + 1) * m].to_vec(),
             pod_below: self.pod_below[i * m..(i + 1) * m].to_vec(),
-            exempt: vec![self.exempt[i]],
+            exempt: self.exempt[i * m..(i + 1) * m].to_vec(),
             ..self.clone()
         }
     }
@@ -234,8 +234,9 @@ pub(super) fn pod_load(load: &mut OwnedLoad, specs: &[MetricSpec], i: usize, p: 
         } else {
             p.request[CPU] * (1 + (p.key % 2) as i64)
         };
+        // Some pods are exempt from every metric, some from the first alone.
+        load.exempt[at] = (p.key % 17 == 0 || (k == 0 && p.key % 13 == 0)) as u8;
     }
-    load.exempt[i] = (p.key % 17 == 0) as u8;
 }
 
 /// A batch with load inputs places as its pods one by one against the node
@@ -271,7 +272,7 @@ fn batch_with_load_equals_one_pod_at_a_time() {
                 ..cpu_metric(None, Some(0.05))
             },
         ];
-        let pods: Vec<TestPod> = (0..400)
+        let pods: Vec<TestPod> = (0..600)
             .map(|i| TestPod {
                 request: vec![[250, 500, 1000][i % 3], [256 << 20, 1 << 30, 0][i % 3], 0, 0],
                 key: i as u64,
