@@ -107,3 +107,59 @@ def _wait_ready(port: int, proc: subprocess.Popen[bytes], log: Path) -> None:
             pass
         time.sleep(0.2)
     raise KschedError(f"ksched did not become ready:\n{log.read_text(errors='replace')[-2000:]}")
+
+
+# Pods per page of a full listing: a cluster of 150,000 pods is read in pieces, each slimmed
+# before the next is asked for.
+LIST_PAGE = 5000
+# What a census keeps of a pod: what the invariant checker reads (requests, constraints, the
+# node, the UID), not its managed fields, conditions or images.
+_KEPT_SPEC = (
+    "nodeName",
+    "nodeSelector",
+    "affinity",
+    "topologySpreadConstraints",
+    "containers",
+    "initContainers",
+    "overhead",
+    "resources",
+)
+_KEPT_STATUS = ("phase", "containerStatuses", "initContainerStatuses")
+
+
+def _slim(pod: Obj) -> Obj:
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    status = pod.get("status") or {}
+    return {
+        "metadata": {
+            k: meta[k] for k in ("name", "namespace", "uid", "labels", "deletionTimestamp") if k in meta
+        },
+        "spec": {k: spec[k] for k in _KEPT_SPEC if k in spec},
+        "status": {k: status[k] for k in _KEPT_STATUS if k in status},
+    }
+
+
+def list_pods(kube: Kube, path: str = "/api/v1/pods") -> list[Obj]:
+    """Every pod under ``path``, page by page, each slimmed to what :mod:`ksched.bench.invariants`
+    reads."""
+    out: list[Obj] = []
+    query: dict[str, object] = {"limit": LIST_PAGE}
+    while True:
+        r = kube.request("GET", path, query=query, timeout=SETTLE_TIMEOUT_S)
+        if not r.ok:
+            raise KschedError(f"listing pods: HTTP {r.status}: {r.data[:200]!r}")
+        page = r.json()
+        out.extend(_slim(p) for p in page.get("items") or [])
+        token = (page.get("metadata") or {}).get("continue")
+        if not token:
+            return out
+        query = {"limit": LIST_PAGE, "continue": token}
+
+
+def process_rss(pid: int) -> float:
+    """The resident set (VmRSS) of a running process now, in MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0

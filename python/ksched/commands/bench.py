@@ -48,7 +48,8 @@ def add_parser(
         type=int,
         default=None,
         help="pending pods (default 10000; with --cluster: backlog pods per workload, default --nodes; "
-        "with --quality: pods per scenario, default 6 per node)",
+        "with --existing-pods: the backlog drained, default 5000; with --quality: pods per scenario, "
+        "default 6 per node)",
     )
     b.add_argument("--existing", type=int, default=0, help="pods already bound (default 0)")
     b.add_argument("--seed", type=int, default=1)
@@ -117,6 +118,38 @@ def add_parser(
     )
     cl.add_argument(
         "--stall", type=float, default=60.0, help="give up on a phase after this many seconds without a bind"
+    )
+    cl.add_argument(
+        "--cpu-hog",
+        type=int,
+        default=0,
+        metavar="CORES",
+        help="a busy control plane: this many processes spin at 100%% of a core each while the schedulers "
+        "are measured, stopped when the bench ends (default 0)",
+    )
+    ex = b.add_argument_group("on a cluster already running pods (--cluster --existing-pods N)")
+    ex.add_argument(
+        "--existing-pods",
+        type=int,
+        default=0,
+        metavar="N",
+        help="fill the cluster with N bound pods first (a DaemonSet pod per node, Deployments behind "
+        "Services, zone spread and anti-affinity, at most 110 on a node), then per scheduler: (a) start-up "
+        "to ready and peak RSS, (d) a forced relist (etcd compacted, API server restarted), (b) a drain of "
+        "--pods (default 5000), (c) a rolling update of --churn-pods at --churn-rate, (e) --steady-pods at "
+        "--rate: RSS and CPU per pod; exit 1 if a pod is lost or unbound or a node over-committed",
+    )
+    ex.add_argument(
+        "--churn-pods",
+        type=int,
+        default=10000,
+        help="--existing-pods: pods the rolling update replaces (default 10000)",
+    )
+    ex.add_argument(
+        "--churn-rate",
+        type=float,
+        default=100.0,
+        help="--existing-pods: pods deleted and created per second by the rolling update (default 100)",
     )
     cl.add_argument(
         "--out",
@@ -248,6 +281,29 @@ def _bench(args: argparse.Namespace, cli: Callable[[list[str]], int]) -> int:
         args.nodes = 5000
     if args.quality:
         return _quality(args)
+    if args.existing_pods and not args.cluster:
+        print("ksched bench: --existing-pods goes with --cluster", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if args.cluster and args.existing_pods:
+        from ksched.bench.sidebyside.run import existing_main
+
+        return existing_main(
+            nodes=args.nodes,
+            existing_pods=args.existing_pods,
+            schedulers=_names(args.schedulers or "null-binder,kube-scheduler,ksched"),
+            extra=args.ksched,
+            drain_pods=args.pods if args.pods is not None else 5000,
+            churn_pods=args.churn_pods,
+            churn_rate=args.churn_rate,
+            steady_pods=args.steady_pods,
+            rate=args.rate if args.rate is not None else 50.0,
+            out=args.out or "ksched-bench-cluster",
+            stall_s=args.stall,
+            as_json=args.json,
+            cpu_hog=args.cpu_hog,
+            seed=args.seed,
+            node_lease_s=args.node_lease_seconds,
+        )
     if args.cluster:
         from ksched.bench.sidebyside.run import main
 
@@ -264,6 +320,7 @@ def _bench(args: argparse.Namespace, cli: Callable[[list[str]], int]) -> int:
             as_json=args.json,
             rounds=args.rounds,
             node_lease_s=args.node_lease_seconds,
+            cpu_hog=args.cpu_hog,
         )
     if args.pods is None:
         args.pods = 10000

@@ -100,3 +100,72 @@ class Options:
     zones: int = 3
     rounds: int = 1
     node_lease_s: int = BENCH_NODE_LEASE_S
+    # Processes spinning on a core each for the phases: a control plane busy with other work.
+    cpu_hog: int = 0
+
+
+# The most pods a KWOK node holds (its allocatable pods; the kubelet's default, and Kubernetes'
+# tested limit per node): the fill of --existing-pods never goes past it.
+NODE_PODS = 110
+
+
+@dataclass
+class ExistingOptions:
+    """``--existing-pods``: a cluster filled with bound pods, then each scheduler started, made to
+    relist, and timed on a drain, a rolling update and steady arrivals."""
+
+    nodes: int
+    existing_pods: int
+    schedulers: list[str]
+    kscheds: dict[str, list[str]]
+    drain_pods: int
+    churn_pods: int
+    churn_rate: float
+    steady_pods: int
+    rate: float
+    stall_s: float
+    out: Path
+    cpu_hog: int = 0
+    zones: int = 3
+    seed: int = 1
+    node_lease_s: int = BENCH_NODE_LEASE_S
+    # Pods created at ``rate`` right after the forced relist, whose create→bind shows the pause.
+    relist_pods: int = 200
+
+
+@dataclass
+class ExistingFigures:
+    """One scheduler's figures on the filled cluster, phase by phase (a)-(e)."""
+
+    scheduler: str
+    # (a) start-up: process start to ready (its /readyz, or the null binder's ready file).
+    startup_s: float = 0.0
+    startup_peak_rss_mib: float = 0.0
+    # (d) the forced relist: etcd compacted and the API server restarted.
+    relist_rss_before_mib: float = 0.0
+    relist_rss_after_mib: float = 0.0
+    # ksched's own ksched_loop_longest_pause_seconds after the relist (None for the others).
+    relist_loop_pause_s: float | None = None
+    relist_bound: int = 0
+    relist_max_ms: float | None = None
+    relist_p99_ms: float | None = None
+    # (b) the backlog drain.
+    drain_bound: int = 0
+    drain_seconds: float = 0.0
+    drain_pods_per_s: float = 0.0
+    drain_cpu_ms_per_pod: float = 0.0
+    # (c) the rolling update: old pods deleted and new ones created at ``churn_rate``.
+    churn_bound: int = 0
+    churn_p50_ms: float | None = None
+    churn_p99_ms: float | None = None
+    # (e) steady arrivals at ``rate``: latency, CPU per scheduled pod, and the memory it then holds.
+    steady_bound: int = 0
+    steady_p50_ms: float | None = None
+    steady_p99_ms: float | None = None
+    steady_cpu_ms_per_pod: float = 0.0
+    steady_rss_mib: float = 0.0
+    rss_kib_per_cluster_pod: float = 0.0
+    peak_rss_mib: float = 0.0
+    # Per phase, what the census found wrong (lost pods, unbound pods, over-committed nodes).
+    violations: list[str] = field(default_factory=list)
+    error: str | None = None

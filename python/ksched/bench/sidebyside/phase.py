@@ -120,7 +120,7 @@ def run_phase(
             steady = workload_pods(
                 workload, namespace, sched.scheduler_name, opts.steady_pods, "s", opts.nodes, owner
             )
-            sent = _create_at_rate(kube, steady, opts.rate)
+            sent, _ = create_at_rate(kube, steady, opts.rate)
             snames = set(sent)
             watch.wait(snames, opts.stall_s)
             with watch.lock:
@@ -203,15 +203,19 @@ def control_plane_cpu(state: local.ClusterState) -> float:
     return sum(control_plane_usage(state).values())
 
 
-def _create_at_rate(kube: Kube, pods: list[Obj], rate: float) -> dict[str, float]:
-    """Create ``pods`` at ``rate`` per second; the monotonic time each create was sent."""
+def create_at_rate(kube: Kube, pods: list[Obj], rate: float) -> tuple[dict[str, float], dict[str, str]]:
+    """Create ``pods`` at ``rate`` per second; the monotonic time each create was sent, and each
+    created pod's UID, by name."""
     sent: dict[str, float] = {}
+    uids: dict[str, str] = {}
     errors: list[str] = []
 
     def post(p: Obj) -> None:
         sent[p["metadata"]["name"]] = time.monotonic()
         r = kube.request("POST", f"/api/v1/namespaces/{p['metadata']['namespace']}/pods", body=p)
-        if not r.ok:
+        if r.ok:
+            uids[p["metadata"]["name"]] = r.json()["metadata"]["uid"]
+        else:
             errors.append(f"creating {p['metadata']['name']}: HTTP {r.status}: {r.data[:200]!r}")
 
     start = time.monotonic()
@@ -223,4 +227,4 @@ def _create_at_rate(kube: Kube, pods: list[Obj], rate: float) -> dict[str, float
             pool.submit(post, p)
     if errors:
         raise KschedError(errors[0])
-    return sent
+    return sent, uids

@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import platform
+import resource
 import shlex
 import sys
 import time
@@ -14,7 +15,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from ksched.bench.pods import CREATE_WORKERS
+from ksched.bench.pods import CREATE_WORKERS, process_usage
+from ksched.bench.sidebyside import fill as filling
+from ksched.bench.sidebyside.existing import ExistingRun, headroom
+from ksched.bench.sidebyside.existing_report import render_existing
+from ksched.bench.sidebyside.hog import cpu_hog
 from ksched.bench.sidebyside.options import (
     BENCH_NODE_LEASE_S,
     KSCHED,
@@ -24,6 +29,8 @@ from ksched.bench.sidebyside.options import (
     NULL,
     WORKLOAD_TITLES,
     WORKLOADS,
+    ExistingFigures,
+    ExistingOptions,
     Options,
     Phase,
 )
@@ -90,6 +97,7 @@ def side_by_side(opts: Options) -> dict[str, Any]:
         scheds = {
             label: Scheduler(label, state, workdir, opts.kscheds.get(label)) for label in opts.schedulers
         }
+        stack.enter_context(cpu_hog(opts.cpu_hog))
         # Workload by workload, the schedulers one after the other: the control plane's cost per
         # pod grows through a run (etcd and the event store fill up), so the schedulers compared on
         # a workload run close together rather than a whole scheduler's round apart. With several
@@ -114,6 +122,7 @@ def side_by_side(opts: Options) -> dict[str, Any]:
         "steady_pods": opts.steady_pods,
         "steady_rate": opts.rate,
         "rounds": opts.rounds,
+        "cpu_hog": opts.cpu_hog,
         # As KWOK wrote them (None if no node's Lease showed up within a minute).
         "node_lease_seconds": lease_s,
         "schedulers": opts.schedulers,
@@ -155,21 +164,18 @@ def main(
     as_json: bool,
     rounds: int = 1,
     node_lease_s: int = BENCH_NODE_LEASE_S,
+    cpu_hog: int = 0,
 ) -> int:
-    kscheds = {KSCHED: [sys.executable, "-m", "ksched.commands.cli"], **parse_kscheds(extra)}
-    labels = [*schedulers, *(k for k in kscheds if k != KSCHED)]
-    for s in schedulers:
-        if s not in (NULL, KUBE_SCHEDULER, KSCHED):
-            raise KschedError(f"unknown scheduler {s!r}: choose from {NULL}, {KUBE_SCHEDULER}, {KSCHED}")
+    kscheds, labels = _schedulers(schedulers, extra)
     unknown = set(workloads) - set(WORKLOADS)
     if unknown or not workloads:
         raise KschedError(
             f"unknown workload(s) {', '.join(sorted(unknown)) or '(none given)'}: choose from {', '.join(WORKLOADS)}"
         )
-    if nodes < 1 or pods < 1 or rate <= 0 or steady_pods < 0 or rounds < 1 or node_lease_s < 1:
+    if nodes < 1 or pods < 1 or rate <= 0 or steady_pods < 0 or rounds < 1 or node_lease_s < 1 or cpu_hog < 0:
         raise KschedError(
             "--nodes, --pods, --rounds and --node-lease-seconds must be at least 1, --rate above 0, "
-            "--steady-pods at least 0"
+            "--steady-pods and --cpu-hog at least 0"
         )
     opts = Options(
         nodes,
@@ -183,6 +189,7 @@ def main(
         Path(out),
         rounds=rounds,
         node_lease_s=node_lease_s,
+        cpu_hog=cpu_hog,
     )
     doc = side_by_side(opts)
     if as_json:
@@ -195,4 +202,147 @@ def main(
             f"\nwrote {opts.out / 'results.json'}, {opts.out / 'table.md'}, {opts.out / 'bound-over-time.png'}"
         )
     bad = [p for p in doc["phases"] if p["error"] or p["bound"] < p["pods"]]
+    return 1 if bad else 0
+
+
+def _schedulers(schedulers: list[str], extra: list[str]) -> tuple[dict[str, list[str]], list[str]]:
+    """The ksched commands by label, and every scheduler's label in run order."""
+    kscheds = {KSCHED: [sys.executable, "-m", "ksched.commands.cli"], **parse_kscheds(extra)}
+    for s in schedulers:
+        if s not in (NULL, KUBE_SCHEDULER, KSCHED):
+            raise KschedError(f"unknown scheduler {s!r}: choose from {NULL}, {KUBE_SCHEDULER}, {KSCHED}")
+    return kscheds, [*schedulers, *(k for k in kscheds if k != KSCHED)]
+
+
+# ---------------------------------------------------------------------------
+# --existing-pods
+
+
+def existing(opts: ExistingOptions) -> dict[str, Any]:
+    """Fill the cluster, then run phases (a)-(e) for each scheduler; returns the JSON document
+    (also written under ``opts.out`` with the table)."""
+    opts.out.mkdir(parents=True, exist_ok=True)
+    workdir = opts.out / "logs"
+    workdir.mkdir(exist_ok=True)
+    groups = filling.plan(opts.nodes, opts.zones, opts.existing_pods, headroom(opts), opts.seed)
+    print(f"== building what is missing, then a local control plane with {opts.nodes} KWOK nodes", flush=True)
+    ensure_built(Pins(), with_helm=False)
+    started = time.monotonic()
+    figures: list[ExistingFigures] = []
+    with contextlib.ExitStack() as stack:
+        state = local.up(nodes=opts.nodes, zones=opts.zones, node_lease_s=opts.node_lease_s)
+        stack.callback(lambda: print("== " + local.down(), flush=True))
+        print(f"  up in {time.monotonic() - started:.0f} s: {state.apiserver}", flush=True)
+        kube = Kube(load_configuration(state.kubeconfig, CREATE_WORKERS + 4))
+        print(f"== filling the cluster with {opts.existing_pods:,} bound pods", flush=True)
+        filled = filling.fill(kube, groups)
+        counts: dict[str, int] = {}
+        for g in groups:
+            counts[g.kind] = counts.get(g.kind, 0) + len(g.nodes)
+        per_node: dict[int, int] = {}
+        for g in groups:
+            for n in g.nodes:
+                per_node[n] = per_node.get(n, 0) + 1
+        print(
+            f"  {len(filled.uids):,} pods in {filled.seconds:.1f} s = {filled.pods_per_s:,.0f} pods/s "
+            f"({', '.join(f'{k} {v:,}' for k, v in counts.items())}; at most {max(per_node.values())} on a node)",
+            flush=True,
+        )
+        bench = ExistingRun(opts, state, kube, filled)
+        stack.enter_context(cpu_hog(opts.cpu_hog))
+        if opts.cpu_hog:
+            print(f"== {opts.cpu_hog} CPU hog process(es) spinning", flush=True)
+        for label in opts.schedulers:
+            sched = Scheduler(label, state, workdir, opts.kscheds.get(label))
+            print(f"== {label}", flush=True)
+            try:
+                figures.append(bench.run(sched))
+            except KschedError as err:
+                figures.append(ExistingFigures(label, error=str(err)))
+                print(f"  error: {str(err).splitlines()[0]}", flush=True)
+            finally:
+                sched.stop()
+        peaks: dict[str, float] = {}
+        for name, pid in state.pids.items():
+            with contextlib.suppress(OSError):
+                peaks[name] = process_usage(pid)[1]
+    peaks["bench (this process)"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    doc: dict[str, Any] = {
+        "machine": _machine(),
+        "nodes": opts.nodes,
+        "existing_pods": opts.existing_pods,
+        "fill": {
+            "seconds": round(filled.seconds, 1),
+            "pods_per_s": round(filled.pods_per_s, 1),
+            "kinds": counts,
+            "most_on_a_node": max(per_node.values()),
+        },
+        "drain_pods": opts.drain_pods,
+        "churn_pods": opts.churn_pods,
+        "churn_rate": opts.churn_rate,
+        "steady_pods": opts.steady_pods,
+        "rate": opts.rate,
+        "relist_pods": opts.relist_pods,
+        "cpu_hog": opts.cpu_hog,
+        "node_lease_seconds": opts.node_lease_s,
+        "schedulers": opts.schedulers,
+        "ksched_commands": {k: shlex.join(v) for k, v in opts.kscheds.items()},
+        "checkout": checkout(),
+        "seconds": round(time.monotonic() - started, 1),
+        # The control plane's processes' (the API server since its restart) and this process's.
+        "peak_rss_mib": {k: round(v, 1) for k, v in peaks.items()},
+        "figures": [asdict(f) for f in figures],
+    }
+    (opts.out / "results.json").write_text(json.dumps(doc, indent=2))
+    (opts.out / "table.md").write_text(render_existing(doc) + "\n")
+    return doc
+
+
+def existing_main(
+    nodes: int,
+    existing_pods: int,
+    schedulers: list[str],
+    extra: list[str],
+    drain_pods: int,
+    churn_pods: int,
+    churn_rate: float,
+    steady_pods: int,
+    rate: float,
+    out: str,
+    stall_s: float,
+    as_json: bool,
+    cpu_hog: int = 0,
+    seed: int = 1,
+    node_lease_s: int = BENCH_NODE_LEASE_S,
+) -> int:
+    """``--existing-pods``: exit 1 when a scheduler failed a phase or the census found a pod
+    lost, unbound or over a node's capacity."""
+    kscheds, labels = _schedulers(schedulers, extra)
+    if nodes < 1 or drain_pods < 1 or churn_pods < 0 or steady_pods < 1 or cpu_hog < 0:
+        raise KschedError("--nodes and --pods must be at least 1, --churn-pods and --cpu-hog at least 0")
+    if churn_rate <= 0 or rate <= 0:
+        raise KschedError("--churn-rate and --rate must be above 0")
+    opts = ExistingOptions(
+        nodes,
+        existing_pods,
+        labels,
+        kscheds,
+        drain_pods,
+        churn_pods,
+        churn_rate,
+        steady_pods,
+        rate,
+        stall_s,
+        Path(out),
+        cpu_hog=cpu_hog,
+        seed=seed,
+        node_lease_s=node_lease_s,
+    )
+    doc = existing(opts)
+    if as_json:
+        print(json.dumps(doc, indent=2))
+    else:
+        print(render_existing(doc))
+        print(f"\nwrote {opts.out / 'results.json'}, {opts.out / 'table.md'}")
+    bad = [f for f in doc["figures"] if f["error"] or f["violations"]]
     return 1 if bad else 0
