@@ -293,7 +293,8 @@ class MetricLoad(TypedDict):
     # ``pods x metrics``: each pod's thresholds (its priority band's).
     pod_above: F64
     pod_below: F64
-    # Per pod: 1 where no metric filter applies (exempt owner kinds, mirror pods).
+    # ``pods x metrics``: 1 where the metric does not filter the pod (its controller's kind
+    # is in the metric's ``exempt``, a mirror pod); its scores still apply.
     exempt: U8
     # ``nodes x metrics``: thresholds that replace the pod's on that node.
     node_above: F64

@@ -3,8 +3,9 @@
 Owns the constraint classes of a batch (pods with equal node-level
 constraints share a class), the pod batch (each pending pod's row: its
 shape's requests, class, ports and images, the pod table, the claims, and
-preemption's victims and reservations), the metric values, the metric specs
-and the profile, each built as the TypedDict or array of
+preemption's victims and reservations), the metric values, the metric specs,
+load estimate v2's per-pod and per-node inputs to the metric filter and the
+profile, each built as the TypedDict or array of
 :mod:`ksched.core_types` the binding reads. Integer codes (operators, effects,
 protocols) come from ``_core``'s own tables; nothing here calls the engine.
 """
@@ -22,6 +23,7 @@ from ksched import _core
 from ksched.config import MetricConfig, ProfileConfig
 from ksched.core_types import (
     ClassTable,
+    MetricLoad,
     MetricSpec,
     Missing,
     PodBatch,
@@ -30,15 +32,19 @@ from ksched.core_types import (
     Profile,
     Strategy,
 )
+from ksched.engine.estimate import estimated_usage
 from ksched.engine.pod_level import SpreadConstraint
-from ksched.engine.pods import NodeConstraints
+from ksched.engine.pods import NodeConstraints, PodRequests
 from ksched.engine.podtable import PendingPod
 from ksched.engine.requirements import PodRequirements, requirements
 from ksched.engine.selectors import Term
-from ksched.engine.snapshot import Snapshot
+from ksched.engine.snapshot import Snapshot, node_thresholds
 from ksched.engine.volumes import NO_VOLUMES, PodVolumes, VolumeColumns
 from ksched.errors import MalformedObjectError
-from ksched.objects import Obj, stable_keys
+from ksched.objects import Obj, meta, stable_keys
+
+# The annotation the kubelet sets on a static pod's mirror: no scheduler places it.
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 
 
 def i64(values: Sequence[int]) -> npt.NDArray[np.int64]:
@@ -189,6 +195,60 @@ def metric_specs(metrics: Sequence[MetricConfig], snapshot: Snapshot) -> list[Me
     ]
 
 
+def metric_load(
+    snapshot: Snapshot, rows: Sequence[Row], metrics: Sequence[MetricConfig]
+) -> MetricLoad | None:
+    """Load estimate v2's inputs to the metric filter for ``rows`` (in order): each pod's
+    estimated usage of each metric's estimate resource (:func:`estimated_usage`), its
+    thresholds (its priority band's), the metrics it is exempt from (its controller's kind is
+    in the metric's ``exempt``, or it is a mirror pod), and the nodes' own thresholds
+    (:func:`node_thresholds`). None where none of it can change a verdict or a herd estimate
+    (no metric filters and none has an estimate of its own): the specs alone then decide."""
+    nodes = [node_thresholds(snapshot, m.name) for m in metrics]
+    filtering = any(
+        m.above is not None or m.below is not None or m.bands or m.missing == "exclude" for m in metrics
+    ) or any(not (np.isnan(above).all() and np.isnan(below).all()) for above, below in nodes)
+    if not filtering and not any(m.estimate is not None and not m.estimate.legacy for m in metrics):
+        return None
+    count, width = len(rows), len(metrics)
+    amounts = np.zeros((count, width), dtype=np.int64)
+    above = np.full((count, width), np.nan)
+    below = np.full((count, width), np.nan)
+    exempt = np.zeros((count, width), dtype=np.uint8)
+    for i, r in enumerate(rows):
+        requests = PodRequests(r.req.requests, r.req.nonzero_cpu, r.req.nonzero_memory)
+        kind = _controller_kind(r.pod)
+        mirror = MIRROR_ANNOTATION in (meta(r.pod).get("annotations") or {})
+        for k, m in enumerate(metrics):
+            if m.estimate is not None:
+                amounts[i, k] = estimated_usage(r.pod, requests, m.estimate)
+            pod_above, pod_below = m.thresholds(r.req.priority)
+            if pod_above is not None:
+                above[i, k] = pod_above
+            if pod_below is not None:
+                below[i, k] = pod_below
+            exempt[i, k] = mirror or kind in m.exempt
+    return {
+        "incoming": [m.estimate is not None and not m.estimate.legacy for m in metrics],
+        "amounts": amounts.reshape(-1),
+        "pod_above": above.reshape(-1),
+        "pod_below": below.reshape(-1),
+        "exempt": exempt.reshape(-1),
+        # Node-major, as the metric values.
+        "node_above": np.stack([a for a, _ in nodes], axis=1).reshape(-1),
+        "node_below": np.stack([b for _, b in nodes], axis=1).reshape(-1),
+    }
+
+
+def _controller_kind(pod: Obj) -> str | None:
+    """The kind of the pod's controller (its ownerReference with ``controller: true``)."""
+    for ref in meta(pod).get("ownerReferences") or []:
+        if isinstance(ref, dict) and ref.get("controller"):
+            kind = ref.get("kind")
+            return kind if isinstance(kind, str) else None
+    return None
+
+
 def is_extended_resource(name: str) -> bool:
     """Upstream ``IsExtendedResourceName``: a qualified name outside ``kubernetes.io``."""
     return "/" in name and "kubernetes.io/" not in name and not name.startswith("requests.")
@@ -226,6 +286,8 @@ class Row:
     req: PodRequirements
     # Its shape's index in the batch (``ShapeRow``): the row's requests, class, ports, images.
     shape: int
+    # The pod itself (what its requirements leave out: limits, owners, annotations).
+    pod: Obj
     # The profile's default spread constraints, for a pod without constraints of its own.
     default_spread: tuple[SpreadConstraint, ...] = ()
     volumes: PodVolumes = NO_VOLUMES

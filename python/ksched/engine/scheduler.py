@@ -37,6 +37,7 @@ from ksched.engine.inputs import (
     ShapeRow,
     engine_profile,
     metric_columns,
+    metric_load,
     metric_specs,
     pod_batch,
     shape_row,
@@ -231,7 +232,7 @@ class Engine:
             if spread_defaults and not req.spread:
                 default_spread = selectors.defaults(pod, spread_defaults)
                 pod_level = pod_level or bool(default_spread)
-            rows.append(Row(len(results), req, shape.index, default_spread, volumes))
+            rows.append(Row(len(results), req, shape.index, pod, default_spread, volumes))
             results.append(None)
         snapshot.ensure_resources(
             {r for requests in requested for r in requests}
@@ -279,6 +280,7 @@ class Engine:
         specs = metric_specs(metrics, snapshot)
         profile = engine_profile(self.profile, snapshot)
         explain_row = batch.explain_row()
+        load = metric_load(snapshot, batch.rows, metrics)
         started = time.perf_counter()
         out = _core.schedule(
             nodes,
@@ -287,6 +289,7 @@ class Engine:
             values,
             specs,
             profile,
+            metric_load=load,
             seed=self.seed,
             deadline_s=deadline_s,
             explain=explain_row,

@@ -5,7 +5,8 @@ integer id; id 0 is the empty string) and the numpy columns handed to the
 engine zero-copy. A :class:`Snapshot` is built once from nodes and pods and
 then kept current in place (:func:`apply_bound_pods`, O(changes)), so the
 engine never waits on an O(nodes) rebuild. Also reads a node annotation as a
-metric value for every node (:func:`annotation_column`).
+metric value for every node (:func:`annotation_column`), and the nodes' own
+metric thresholds (:func:`node_thresholds`, once per snapshot).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ksched import _core
+from ksched.config.metrics import NODE_THRESHOLD_PREFIX
 from ksched.core_types import NodeTable
 from ksched.engine.disruption_budgets import DisruptionBudget
 from ksched.engine.pod_level import PodInfo, pod_info
@@ -50,6 +52,7 @@ UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
 WILDCARD_IP = "0.0.0.0"
 
 I64 = npt.NDArray[np.int64]
+F64 = npt.NDArray[np.float64]
 
 
 class Interner:
@@ -124,6 +127,8 @@ class Snapshot:
     images: Interner = field(default_factory=Interner)
     # PersistentVolumes, claims, StorageClasses and CSINodes (the volume plugins).
     storage: Storage = field(default_factory=Storage)
+    # Per metric name: each node's own (above, below) thresholds (``node_thresholds``).
+    thresholds: dict[str, tuple[F64, F64]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.pods = PodTable(self.strings)
@@ -227,6 +232,39 @@ def annotation_column(snapshot: Snapshot, key: str) -> npt.NDArray[np.float64]:
         [to_number((meta(node).get("annotations") or {}).get(key)) for node in snapshot.node_objects],
         dtype=np.float64,
     )
+
+
+# Malformed threshold annotations already logged: (node, annotation, value).
+_reported_thresholds: set[tuple[str, str, str]] = set()
+
+
+def node_thresholds(snapshot: Snapshot, metric: str) -> tuple[F64, F64]:
+    """Each node's own ``above`` and ``below`` threshold of ``metric`` (the annotations
+    ``threshold.ksched.io/<metric>-above`` and ``-below``), NaN where it has none. Read once
+    per snapshot (a node's annotations change only with the node, which rebuilds it); a
+    value that is not a finite number is logged once and ignored."""
+    cached = snapshot.thresholds.get(metric)
+    if cached is not None:
+        return cached
+    sides = []
+    for side in ("above", "below"):
+        key = f"{NODE_THRESHOLD_PREFIX}{metric}-{side}"
+        column = np.full(snapshot.count, np.nan, dtype=np.float64)
+        for i, node in enumerate(snapshot.node_objects):
+            raw = (meta(node).get("annotations") or {}).get(key)
+            if raw is None:
+                continue
+            value = to_number(raw)
+            if math.isfinite(value):
+                column[i] = value
+            elif (snapshot.node_names[i], key, str(raw)) not in _reported_thresholds:
+                _reported_thresholds.add((snapshot.node_names[i], key, str(raw)))
+                log.warning(
+                    "node %s: annotation %s=%r is not a number; ignored", snapshot.node_names[i], key, raw
+                )
+        sides.append(column)
+    snapshot.thresholds[metric] = (sides[0], sides[1])
+    return sides[0], sides[1]
 
 
 def to_number(raw: Any) -> float:

@@ -3,7 +3,6 @@
 
 use std::time::Instant;
 
-use super::load::MetricFilter;
 use crate::model::{row, Classes, Metrics, Nodes, PluginId, Pods, Profile};
 use crate::plugins::{balanced_allocation, node_resources_fit};
 
@@ -39,6 +38,17 @@ pub(super) struct Engine<'a, 'm> {
     /// Whether passes over every node run on rayon's pool (`ScheduleOptions::parallel`,
     /// and more than one chunk of nodes).
     pub parallel: bool,
+}
+
+/// How the metric filter treats one pod.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) enum MetricFilter {
+    /// The node's shared verdict.
+    Shared,
+    /// No metric filters it (an exempt owner's pod, a mirror pod).
+    Exempt,
+    /// Its own verdict, from its row of the load inputs.
+    Own,
 }
 
 /// Per-pod facts reused across all nodes.

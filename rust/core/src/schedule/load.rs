@@ -10,21 +10,10 @@
 //! what they carry to the next call stay exact. Pods without load inputs take
 //! the shared path, as fast as before there were any.
 
-use super::engine::{Engine, PodView};
+use super::engine::{Engine, MetricFilter, PodView};
 use super::state::BatchState;
 use crate::model::LoadInputs;
 use crate::plugins::{metrics, FEASIBLE};
-
-/// How the metric filter treats one pod.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub(super) enum MetricFilter {
-    /// The node's shared verdict.
-    Shared,
-    /// No metric filters it (an exempt owner's pod, a mirror pod).
-    Exempt,
-    /// Its own verdict, from its row of the load inputs.
-    Own,
-}
 
 /// A threshold as the load inputs carry it (NaN: none), bit for bit.
 fn bits(limit: Option<f64>) -> u64 {
