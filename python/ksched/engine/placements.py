@@ -44,9 +44,9 @@ class Saturation:
         """The ``PlacedOverThreshold`` event's note for a pod placed on ``node``."""
         value = "no value" if self.value is None else f"{self.value:g}"
         return (
-            f"placed on {node} over the {self.metric} threshold: {self.metric} there is {value}, "
-            f"threshold {self.threshold}; every node that passed the other filters was over it "
-            f"(onSaturation: {self.policy})"
+            f"placed on {node} over the {self.metric} threshold: {self.metric} there was {value} "
+            f"before this batch, threshold {self.threshold}; every node that passed the other "
+            f"filters was over it (onSaturation: {self.policy})"
         )
 
     def as_json(self) -> dict[str, Any]:

@@ -30,7 +30,7 @@ import numpy.typing as npt
 
 from ksched import _core
 from ksched.config import Config, MetricConfig
-from ksched.core_types import Outcome
+from ksched.core_types import MetricLoad, Outcome
 from ksched.engine.inputs import (
     ClassColumns,
     Row,
@@ -67,7 +67,7 @@ from ksched.engine.pods import HostPort
 from ksched.engine.podtable import Evictable
 from ksched.engine.requirements import PodRequirements, requirements
 from ksched.engine.selectors import added_affinity, prefilter_node_names
-from ksched.engine.snapshot import Snapshot, add_usage
+from ksched.engine.snapshot import Snapshot, add_usage, node_thresholds
 from ksched.engine.volumes import NO_VOLUMES, VolumeColumns, pod_volumes
 from ksched.errors import KschedError, MalformedObjectError
 from ksched.objects import Obj, pod_key, uses_resource_claims
@@ -140,7 +140,7 @@ class Engine:
             run = partial(_relax_saturated, batch, metrics, run)
         out, victim_keys = _place_whole_gangs(batch, groups or {}, run)
         _read_verdicts(snapshot, batch, out, victim_keys)
-        if any(m.above is not None or m.below is not None or m.bands for m in metrics):
+        if metrics:
             _note_saturation(snapshot, batch, out, metrics, metric_values)
         placements = [p for p in batch.results if p is not None]
         explanation = _explain(snapshot, batch, out, metrics)
@@ -280,7 +280,7 @@ class Engine:
         specs = metric_specs(metrics, snapshot)
         profile = engine_profile(self.profile, snapshot)
         explain_row = batch.explain_row()
-        load = metric_load(snapshot, batch.rows, metrics)
+        load = _relaxed(metric_load(snapshot, batch.rows, metrics), batch, metrics)
         started = time.perf_counter()
         out = _core.schedule(
             nodes,
@@ -463,6 +463,20 @@ def _relax_saturated(
             return out, victim_keys
 
 
+def _relaxed(load: MetricLoad | None, batch: _Batch, metrics: Sequence[MetricConfig]) -> MetricLoad | None:
+    """``load`` with the metric filter off for each pod and metric saturation relaxed
+    (``_Batch.relaxed``). A pod is relaxed only after a threshold rejected a node for it,
+    and a batch with a threshold has load inputs."""
+    if not batch.relaxed or load is None:
+        return load
+    m = len(metrics)
+    exempt = load["exempt"].copy()
+    for j, row in enumerate(batch.rows):
+        for k in batch.relaxed.get(row.slot, ()):
+            exempt[j * m + k] = 1
+    return {**load, "exempt": exempt}
+
+
 def _note_saturation(
     snapshot: Snapshot,
     batch: _Batch,
@@ -485,7 +499,12 @@ def _note_saturation(
             priority = req.priority if req is not None else 0
             saturation = tuple(
                 _over_threshold(
-                    metrics[m], side, priority, None if values is None else float(values[node, m])
+                    snapshot,
+                    metrics[m],
+                    side,
+                    priority,
+                    node,
+                    None if values is None else float(values[node, m]),
                 )
                 for m, side in sorted(relaxed.items())
             )
@@ -496,16 +515,20 @@ def _note_saturation(
             batch.results[slot] = replace(placement, saturation=saturation)
 
 
-def _over_threshold(metric: MetricConfig, side: str, priority: int, value: float | None) -> Saturation:
-    """A pod of ``priority`` placed over ``metric``'s threshold on ``side``, on a node whose
-    value was ``value`` (NaN or None: none)."""
+def _over_threshold(
+    snapshot: Snapshot, metric: MetricConfig, side: str, priority: int, node: int, value: float | None
+) -> Saturation:
+    """A pod of ``priority`` placed on ``node`` over ``metric``'s threshold on ``side``: the
+    node's own threshold where it has one (its annotation wins), else the pod's band's.
+    ``value`` is the node's value of the metric (NaN or None: none)."""
+    own = node_thresholds(snapshot, metric.name)[0 if side == "above" else 1][node]
     above, below = metric.thresholds(priority)
-    limit = above if side == "above" else below
+    limit = float(own) if not math.isnan(own) else above if side == "above" else below
     return Saturation(
         metric.name,
         metric.on_saturation,
         None if value is None or math.isnan(value) else value,
-        f"{side} {limit:g}" if limit is not None else f"{side} the node's own",
+        f"{side} {limit:g}" if limit is not None else side,
     )
 
 

@@ -1,0 +1,268 @@
+"""Graceful saturation: when every node that passes the other filters is over a metric's
+threshold, ``onSaturation`` decides whether the pod waits or goes to the least-loaded node,
+and the placement, the events, ``/metrics`` and ``simulate`` say which happened."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import yaml
+
+from ksched.commands.cli import main
+from ksched.config import Config, parse_config
+from ksched.engine import Engine, Placement
+from ksched.engine.cluster_file import ClusterFile
+from ksched.engine.placements import Saturation
+from ksched.engine.simulation import run_simulation
+from ksched.engine.snapshot import build_snapshot
+from ksched.loop.binder import Outcome
+from ksched.loop.cycle import Scheduler
+from ksched.loop.queue import SchedulingQueue
+from ksched.loop.telemetry import Telemetry
+from tests.conftest import node, pod
+
+# Three nodes, all over the load threshold; warm is the least loaded.
+LOADS = {"hot": 0.95, "warm": 0.85, "hotter": 0.99}
+
+
+def load_metric(policy: str | None, **extra: Any) -> dict[str, Any]:
+    metric = {"name": "load", "source": "prometheus", "query": "load", "filter": {"above": 0.8}, **extra}
+    if policy is not None:
+        metric["onSaturation"] = policy
+    return metric
+
+
+def config(*metrics: dict[str, Any]) -> Config:
+    return parse_config(
+        {"apiVersion": "ksched.io/v1alpha1", "kind": "KschedConfiguration", "metrics": list(metrics)}
+    )
+
+
+def simulate(
+    cfg: Config,
+    pending: list[dict[str, Any]],
+    loads: dict[str, float] = LOADS,
+    nodes: list[Any] | None = None,
+) -> dict[str, Placement]:
+    cluster = ClusterFile(nodes=nodes or [node(n) for n in loads], existing=[], pending=pending, ignored=0)
+    offline = {n: {"load": v} for n, v in loads.items()}
+    results, _ = run_simulation(cluster, cfg, offline, seed=0)
+    return {p.pod: p for r in results for p in r.placements}
+
+
+@pytest.mark.parametrize(
+    ("name", "policy", "want_node", "want_saturation"),
+    [
+        ("default: pending", None, None, (Saturation("load", "pending"),)),
+        ("pending", "pending", None, (Saturation("load", "pending"),)),
+        ("leastLoaded", "leastLoaded", "warm", (Saturation("load", "leastLoaded", 0.85, "above 0.8"),)),
+    ],
+)
+def test_every_node_over_the_threshold(
+    name: str, policy: str | None, want_node: str | None, want_saturation: tuple[Saturation, ...]
+) -> None:
+    got = simulate(config(load_metric(policy)), [pod("web")])["default/web"]
+    assert (got.node, got.saturation) == (want_node, want_saturation), name
+    if want_node is None:
+        # Upstream's FailedScheduling message, as without a policy.
+        assert got.message is not None and "3 node(s) had load above 0.8" in got.message, name
+    else:
+        assert got.message is None, name
+
+
+def test_a_node_under_the_threshold_is_taken_without_saturation() -> None:
+    got = simulate(config(load_metric("leastLoaded")), [pod("web")], {**LOADS, "cool": 0.5})["default/web"]
+    assert (got.node, got.saturation) == ("cool", ())
+
+
+def test_the_least_loaded_node_is_one_that_passes_the_other_filters() -> None:
+    # warm is the least loaded but too small for the pod: hot is the least loaded of the others.
+    nodes = [node("hot"), node("warm", cpu="1"), node("hotter")]
+    got = simulate(config(load_metric("leastLoaded")), [pod("web", cpu="2")], nodes=nodes)["default/web"]
+    assert got.node == "hot"
+    assert got.saturation == (Saturation("load", "leastLoaded", 0.95, "above 0.8"),)
+
+
+def test_a_priority_band_decides_whether_a_pod_is_saturated() -> None:
+    # urgent's band allows 0.9: warm is under it. web is held to 0.8: every node is over it.
+    bands = {"filter": {"above": 0.8, "bands": [{"minPriority": 1000, "above": 0.9}]}}
+    got = simulate(config(load_metric("leastLoaded", **bands)), [pod("web"), pod("urgent", priority=1000)])
+    assert (got["default/urgent"].node, got["default/urgent"].saturation) == ("warm", ())
+    assert got["default/web"].saturation == (Saturation("load", "leastLoaded", 0.85, "above 0.8"),)
+
+
+def test_the_threshold_named_is_the_nodes_own_where_it_has_one() -> None:
+    nodes = [node(n) for n in LOADS]
+    nodes[1]["metadata"]["annotations"]["threshold.ksched.io/load-above"] = "0.84"
+    got = simulate(config(load_metric("leastLoaded")), [pod("web")], nodes=nodes)["default/web"]
+    assert got.saturation == (Saturation("load", "leastLoaded", 0.85, "above 0.84"),)
+
+
+def test_a_pod_that_fits_nowhere_else_stays_pending_whatever_the_policy() -> None:
+    # No node has room: no threshold rejected a node, so no saturation.
+    got = simulate(config(load_metric("leastLoaded")), [pod("web", cpu="64")])["default/web"]
+    assert (got.node, got.saturation) == (None, ())
+    assert got.message is not None and "Insufficient cpu" in got.message
+
+
+def test_only_leastloaded_metrics_are_turned_off() -> None:
+    # Every node is over both thresholds: the pending metric keeps the pod waiting.
+    price = {"name": "price", "source": "prometheus", "query": "price", "filter": {"above": 1.0}}
+    cfg = config(load_metric("leastLoaded"), price)
+    cluster = ClusterFile(nodes=[node(n) for n in LOADS], existing=[], pending=[pod("web")], ignored=0)
+    offline = {n: {"load": v, "price": 2.0} for n, v in LOADS.items()}
+    results, _ = run_simulation(cluster, cfg, offline, seed=0)
+    (got,) = results[0].placements
+    assert got.node is None
+    assert {s.metric for s in got.saturation} == {"load", "price"}
+
+
+def test_saturated_pods_keep_their_place_in_the_batch() -> None:
+    # The first pod takes the room left on warm (1 CPU); the second, placed over the threshold
+    # after it, goes to the next least-loaded node instead of piling onto warm.
+    nodes = [node("hot", cpu="2"), node("warm", cpu="1"), node("hotter", cpu="2")]
+    got = simulate(config(load_metric("leastLoaded")), [pod("a", cpu="1"), pod("b", cpu="1")], nodes=nodes)
+    assert (got["default/a"].node, got["default/b"].node) == ("warm", "hot")
+
+
+def test_the_same_engine_call_path_serves_the_loop() -> None:
+    # Engine.schedule itself relaxes (run, bench and explain call it): no command-specific code.
+    cfg = config(load_metric("leastLoaded"))
+    snapshot = build_snapshot([node(n) for n in LOADS], [])
+    values = np.array([[LOADS[n]] for n in snapshot.node_names])
+    (got,) = Engine(cfg).schedule(snapshot, [pod("web")], values).placements
+    assert got.node == "warm"
+
+
+# -- the loop: the event and the counter ------------------------------------------
+
+
+class FakeBinder:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str]] = []
+        self.failed: list[tuple[str, str]] = []
+
+    def bind(self, p: dict[str, Any], node: str, done: Any, *args: Any) -> None:
+        done(Outcome.BOUND)
+
+    def placed_over_threshold(self, p: dict[str, Any], notes: list[str]) -> None:
+        self.events.extend(("PlacedOverThreshold", n) for n in notes)
+
+    def unschedulable(self, p: dict[str, Any], message: str) -> None:
+        self.failed.append(("FailedScheduling", message))
+
+
+class FakeState:
+    class Storage:
+        def assume(self, *args: Any) -> None:
+            pass
+
+    storage = Storage()
+
+    def assume(self, *args: Any) -> None:
+        pass
+
+
+def placed_by_loop(policy: str) -> tuple[FakeBinder, Telemetry]:
+    cfg = config(load_metric(policy))
+    snapshot = build_snapshot([node(n) for n in LOADS], [])
+    values = np.array([[LOADS[n]] for n in snapshot.node_names])
+    queue = SchedulingQueue(lambda: 1000.0)
+    web = pod("web")
+    web["metadata"]["uid"] = "uid-web"
+    queue.add(web)
+    (qp,) = queue.pop_batch(10, 0.0, 0.0)
+    binder, telemetry = FakeBinder(), Telemetry()
+    s = Scheduler(cfg, FakeState(), queue, binder, telemetry, lambda: True, None)  # type: ignore[arg-type]
+    (placement,) = s.engines["ksched"].schedule(snapshot, [web], values).placements
+    s._place(qp, placement, "ksched", 0.0)
+    return binder, telemetry
+
+
+def saturation_count(telemetry: Telemetry, policy: str, outcome: str) -> float | None:
+    return telemetry.registry.get_sample_value(
+        "ksched_metric_saturation_total", {"metric": "load", "policy": policy, "outcome": outcome}
+    )
+
+
+def test_the_loop_says_a_pod_was_placed_over_the_threshold() -> None:
+    binder, telemetry = placed_by_loop("leastLoaded")
+    assert binder.failed == []
+    assert binder.events == [
+        (
+            "PlacedOverThreshold",
+            "placed on warm over the load threshold: load there was 0.85 before this batch, threshold "
+            "above 0.8; every node that passed the other filters was over it (onSaturation: leastLoaded)",
+        )
+    ]
+    assert saturation_count(telemetry, "leastLoaded", "placed") == 1.0
+    assert saturation_count(telemetry, "leastLoaded", "pending") is None
+
+
+def test_the_loop_says_a_pod_was_left_pending_by_saturation() -> None:
+    binder, telemetry = placed_by_loop("pending")
+    assert binder.events == []
+    ((reason, message),) = binder.failed
+    assert reason == "FailedScheduling" and "3 node(s) had load above 0.8" in message
+    assert saturation_count(telemetry, "pending", "pending") == 1.0
+    assert saturation_count(telemetry, "pending", "placed") is None
+
+
+# -- simulate's output ---------------------------------------------------------
+
+
+def test_simulate_shows_saturation(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(yaml.safe_dump_all([*(node(n) for n in LOADS), pod("web")]))
+    metrics = tmp_path / "metrics.yaml"
+    metrics.write_text(yaml.safe_dump({n: {"load": v} for n, v in LOADS.items()}))
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "ksched.io/v1alpha1",
+                "kind": "KschedConfiguration",
+                "metrics": [load_metric("leastLoaded")],
+            }
+        )
+    )
+    args = ["simulate", str(cluster), "--config", str(cfg), "--metrics", str(metrics)]
+    assert main(args) == 0
+    table = capsys.readouterr().out
+    assert "placed over threshold: load 0.85 (above 0.8)" in table
+    assert "1 placed over the threshold, 0 left pending" in table
+    assert main([*args, "-o", "json"]) == 0
+    (placement,) = json.loads(capsys.readouterr().out)["placements"]
+    assert placement["node"] == "warm"
+    assert placement["saturation"] == [
+        {"metric": "load", "policy": "leastLoaded", "value": 0.85, "threshold": "above 0.8"}
+    ]
+
+
+def test_explain_shows_saturation(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(yaml.safe_dump_all([*(node(n) for n in LOADS), pod("web")]))
+    metrics = tmp_path / "metrics.yaml"
+    metrics.write_text(yaml.safe_dump({n: {"load": v} for n, v in LOADS.items()}))
+    cfg = tmp_path / "config.yaml"
+    doc = {
+        "apiVersion": "ksched.io/v1alpha1",
+        "kind": "KschedConfiguration",
+        "metrics": [load_metric("pending")],
+    }
+    cfg.write_text(yaml.safe_dump(doc))
+    args = ["explain", str(cluster), "default/web", "--config", str(cfg), "--metrics", str(metrics)]
+    assert main(args) == 1
+    assert "saturated: load (onSaturation: pending)" in capsys.readouterr().out
+    doc["metrics"] = [load_metric("leastLoaded")]
+    cfg.write_text(yaml.safe_dump(doc))
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "pod default/web: placed on warm" in out
+    assert "placed over threshold: load 0.85 (above 0.8)" in out
+    # The nodes over the threshold were the pod's to choose from: each is scored.
+    assert "filtered by" not in out
