@@ -73,10 +73,15 @@ class ReasonNames:
             return f"node(s) had {metric} below {_number(below or 0.0)}"
         return f"node(s) had no value for {metric}"
 
+    @property
+    def first_metric_code(self) -> int:
+        """The lowest of the metrics' reason codes, which follow every other filter reason."""
+        return FIRST_INSUFFICIENT + len(self.resources)
+
     def threshold(self, code: int) -> tuple[int, str] | None:
         """The metric (its index) and side (``above``, ``below``) of a threshold reason;
         None for any other reason."""
-        r = code - FIRST_INSUFFICIENT - len(self.resources)
+        r = code - self.first_metric_code
         if r < 0 or code in FIXED_REASONS:
             return None
         m, kind = divmod(r, PER_METRIC)

@@ -350,6 +350,8 @@ class _Batch:
         nodes = out["nodes"]
         offsets, codes = out["reason_offsets"], out["reason_codes"]
         hits: dict[int, dict[int, str]] = {}
+        if not np.any(codes >= self.names.first_metric_code):
+            return hits  # no metric rejected any node: nothing to read pod by pod
         for j in np.flatnonzero((nodes < 0) & (nodes != _core.NOT_ATTEMPTED)).tolist():
             for code in codes[int(offsets[j]) : int(offsets[j + 1])].tolist():
                 hit = self.names.threshold(code)
