@@ -4,12 +4,19 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pytest
 
 from ksched.config import Config, parse_config
 from ksched.engine.cluster_file import ClusterFile
 from ksched.engine.simulation import run_simulation
+from ksched.engine.snapshot import Snapshot, build_snapshot
 from ksched.errors import ConfigError
+from ksched.loop.binder import Outcome
+from ksched.loop.cycle import Scheduler
+from ksched.loop.metric_sources import Matrix
+from ksched.loop.queue import SchedulingQueue
+from ksched.loop.telemetry import Telemetry
 from tests.conftest import node, pod
 
 LOAD = {"name": "load", "source": "prometheus", "query": "load", "filter": {"above": 0.8}}
@@ -85,3 +92,58 @@ def test_a_profile_scores_with_its_own_metrics_only() -> None:
     results, _ = run_simulation(cluster, cfg, offline, seed=0)
     placed = {p.pod: p.node for r in results for p in r.placements}
     assert placed == {"default/a": "cheap", "default/b": "roomy"}
+
+
+class FakeState:
+    class Storage:
+        def assume(self, *args: Any) -> None:
+            pass
+
+    storage = Storage()
+
+    def __init__(self) -> None:
+        self.snap = build_snapshot([node("n0")], [])
+
+    def sync(self) -> None:
+        pass
+
+    def snapshot(self) -> Snapshot:
+        return self.snap
+
+    def herd_estimate(self, *args: Any) -> None:
+        pass
+
+    def assume(self, *args: Any) -> None:
+        pass
+
+
+class DroppedLoad:
+    """The metric store with load's source down: load dropped from the matrix (degraded mode)."""
+
+    def matrix(self, snapshot: Snapshot, *args: Any) -> Matrix:
+        return Matrix((), np.zeros((snapshot.count, 0)), ["load: no value younger than 120s"])
+
+
+class NoteBinder:
+    def __init__(self) -> None:
+        self.notes: dict[str, str] = {}
+
+    def bind(self, p: dict[str, Any], node: str, done: Any, note: str, *args: Any) -> None:
+        self.notes[p["metadata"]["name"]] = note
+        done(Outcome.BOUND)
+
+
+def test_a_profile_is_degraded_only_by_its_own_metrics() -> None:
+    cfg = config({"schedulerName": "prod"}, {"schedulerName": "batch", "metrics": ["price"]})
+    queue = SchedulingQueue(lambda: 1000.0)
+    for name, profile in [("web", "prod"), ("job", "batch")]:
+        p = pod(name, scheduler=profile)
+        p["metadata"]["uid"] = f"uid-{name}"
+        queue.add(p)
+    binder, telemetry = NoteBinder(), Telemetry()
+    s = Scheduler(cfg, FakeState(), queue, binder, telemetry, lambda: True, DroppedLoad())  # type: ignore[arg-type]
+    s.cycle(queue.pop_batch(10, 0.0, 0.0))
+    assert binder.notes == {"web": " (degraded: load: no value younger than 120s)", "job": ""}
+    assert (
+        telemetry.registry.get_sample_value("ksched_fallback_total", {"reason": "metric_unavailable"}) == 1.0
+    )

@@ -174,8 +174,12 @@ class Scheduler:
         # pods of a batch name one claim, so each may pick another volume or node for it.
         claimed: set[str] = set()
         for (profile, retry), pods in groups.items():
-            # Pods a previous batch could not decide in time are retried without metrics.
-            degraded = [*matrix.degraded, *(["retried without metrics"] if retry else [])]
+            # A profile is degraded by its own metrics only; each note names its metric first
+            # ("<metric>: <why>"). Pods a previous batch could not decide in time are retried
+            # without metrics.
+            uses = self.engines[profile].profile.uses
+            dropped = [d for d in matrix.degraded if uses(d.partition(":")[0])]
+            degraded = [*dropped, *(["retried without metrics"] if retry else [])]
             metrics = () if retry else matrix.metrics
             values = matrix.values if not retry else None
             if degraded:
