@@ -457,9 +457,8 @@ def _relax_saturated(
         more = False
         for slot, hits in batch.threshold_hits(out).items():
             for m, side in hits.items():
-                relaxed = batch.relaxed.setdefault(slot, {})
-                if metrics[m].on_saturation == LEAST_LOADED and m not in relaxed:
-                    relaxed[m] = side
+                if metrics[m].on_saturation == LEAST_LOADED and m not in batch.relaxed.get(slot, {}):
+                    batch.relaxed.setdefault(slot, {})[m] = side
                     more = True
         if not more:
             return out, victim_keys
