@@ -41,7 +41,7 @@ from ksched.engine.selectors import Term
 from ksched.engine.snapshot import Snapshot, node_thresholds
 from ksched.engine.volumes import NO_VOLUMES, PodVolumes, VolumeColumns
 from ksched.errors import MalformedObjectError
-from ksched.objects import Obj, meta, stable_keys
+from ksched.objects import Obj, stable_keys
 
 # The annotation the kubelet sets on a static pod's mirror: no scheduler places it.
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
@@ -211,23 +211,29 @@ def metric_load(
     if not filtering and not any(m.estimate is not None and not m.estimate.legacy for m in metrics):
         return None
     count, width = len(rows), len(metrics)
+    # What exempts a pod from a metric (nothing where no metric filters).
+    owners = [_owner_kind(r.pod) for r in rows] if filtering else [""] * count
     amounts = np.zeros((count, width), dtype=np.int64)
     above = np.full((count, width), np.nan)
     below = np.full((count, width), np.nan)
     exempt = np.zeros((count, width), dtype=np.uint8)
-    for i, r in enumerate(rows):
-        requests = PodRequests(r.req.requests, r.req.nonzero_cpu, r.req.nonzero_memory)
-        kind = _controller_kind(r.pod)
-        mirror = MIRROR_ANNOTATION in (meta(r.pod).get("annotations") or {})
-        for k, m in enumerate(metrics):
-            if m.estimate is not None:
-                amounts[i, k] = estimated_usage(r.pod, requests, m.estimate)
-            pod_above, pod_below = m.thresholds(r.req.priority)
-            if pod_above is not None:
-                above[i, k] = pod_above
-            if pod_below is not None:
-                below[i, k] = pod_below
-            exempt[i, k] = mirror or kind in m.exempt
+    for k, m in enumerate(metrics):
+        exempt[:, k] = [kind is None or kind in m.exempt for kind in owners]
+        if m.bands:
+            for i, r in enumerate(rows):
+                pod_above, pod_below = m.thresholds(r.req.priority)
+                above[i, k] = np.nan if pod_above is None else pod_above
+                below[i, k] = np.nan if pod_below is None else pod_below
+        else:
+            above[:, k] = np.nan if m.above is None else m.above
+            below[:, k] = np.nan if m.below is None else m.below
+        if m.estimate is not None:
+            amounts[:, k] = [
+                estimated_usage(
+                    r.pod, PodRequests(r.req.requests, r.req.nonzero_cpu, r.req.nonzero_memory), m.estimate
+                )
+                for r in rows
+            ]
     return {
         "incoming": [m.estimate is not None and not m.estimate.legacy for m in metrics],
         "amounts": amounts.reshape(-1),
@@ -240,13 +246,17 @@ def metric_load(
     }
 
 
-def _controller_kind(pod: Obj) -> str | None:
-    """The kind of the pod's controller (its ownerReference with ``controller: true``)."""
-    for ref in meta(pod).get("ownerReferences") or []:
+def _owner_kind(pod: Obj) -> str | None:
+    """The kind of the pod's controller (its ownerReference with ``controller: true``; ""
+    for none), or None for a mirror pod, which every metric exempts."""
+    m = pod.get("metadata") or {}
+    if MIRROR_ANNOTATION in (m.get("annotations") or {}):
+        return None
+    for ref in m.get("ownerReferences") or ():
         if isinstance(ref, dict) and ref.get("controller"):
             kind = ref.get("kind")
-            return kind if isinstance(kind, str) else None
-    return None
+            return kind if isinstance(kind, str) else ""
+    return ""
 
 
 def is_extended_resource(name: str) -> bool:
