@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import logging
 import random
-from typing import Any
+from typing import Any, get_type_hints
 
 import numpy as np
 import pytest
 
+from ksched import _core, core_types
 from ksched.config import Band, Config, EstimateConfig, MetricConfig
 from ksched.engine import Engine, Placement, commit_placements
 from ksched.engine.snapshot import build_snapshot
@@ -208,3 +209,39 @@ def test_batches_with_bands_exemptions_and_overrides_place_as_a_fresh_engine() -
         # Every node has room for every pod: a node is only ever out over a threshold.
         narrowed += sum(p.feasible_nodes < len(nodes) for p in got)
     assert narrowed > 0, "the thresholds took nodes out"
+
+
+def test_metric_load_has_exactly_the_typed_keys_and_the_binding_checks_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls: list[dict[str, Any]] = []
+    real = _core.schedule
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        calls.append(kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(_core, "schedule", spy)
+    place(usage(), one_cpu_nodes(2), [0.1, 0.2], owned_by(pod("ds"), "DaemonSet"))
+    monkeypatch.undo()
+    load = calls[0]["metric_load"]
+    assert set(load) == set(get_type_hints(core_types.MetricLoad))
+    assert load["exempt"].tolist() == [1]
+    snapshot = build_snapshot(one_cpu_nodes(2), [])
+    engine = Engine(Config(metrics=(usage(),)))
+    captured: list[tuple[Any, ...]] = []
+
+    def capture(*args: Any, **kwargs: Any) -> Any:
+        captured.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(_core, "schedule", capture)
+    engine.schedule(snapshot, [pod("web")], np.array([[0.1], [0.2]]))
+    monkeypatch.undo()
+    args = captured[0]
+    with pytest.raises(KeyError, match=r'metric_load: missing array "node_below"'):
+        _core.schedule(*args, metric_load={k: v for k, v in load.items() if k != "node_below"})
+    with pytest.raises(KeyError, match=r"metric_load: unexpected arrays \[\"stale\"\]"):
+        _core.schedule(*args, metric_load={**load, "stale": np.zeros(1)})
+    with pytest.raises(_core.EngineInputError, match="metric load amounts"):
+        _core.schedule(*args, metric_load={**load, "amounts": np.zeros(3, dtype=np.int64)})
