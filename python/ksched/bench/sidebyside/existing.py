@@ -37,7 +37,7 @@ from typing import Any
 from ksched.bench import invariants
 from ksched.bench.pods import CREATE_WORKERS, clear_pods, create_pods, list_pods, process_rss, process_usage
 from ksched.bench.sidebyside import fill as filling
-from ksched.bench.sidebyside.options import NULL, ExistingFigures, ExistingOptions
+from ksched.bench.sidebyside.options import ExistingFigures, ExistingOptions
 from ksched.bench.sidebyside.phase import create_at_rate, percentile, settle
 from ksched.bench.sidebyside.schedulers import Scheduler
 from ksched.bench.sidebyside.watch import FirstSeen
@@ -114,14 +114,14 @@ class ExistingRun:
         f.startup_peak_rss_mib = process_usage(sched.pid)[1]
         print(f"  (a) ready in {f.startup_s:.1f} s, peak RSS {f.startup_peak_rss_mib:.0f} MiB", flush=True)
         self.census("start-up", f)
+        # Each phase takes its census before it deletes its pods; the next phase's (or the last,
+        # after the steady pods are gone) finds any other pod that the deletion took with them.
         self.relist(sched, f)
-        self.census("relist", f)
         self.drain(sched, f)
-        self.census("drain", f)
         self.churn(sched, f)
         self.census("churn", f)
         self.steady(sched, f)
-        self.census("steady", f)
+        self.census("end", f)
         f.peak_rss_mib = process_usage(sched.pid)[1]
         return f
 
@@ -144,7 +144,7 @@ class ExistingRun:
             f.relist_p99_ms = round(percentile(latencies, 0.99), 1)
         settle(self.state, sched.pid)
         f.relist_rss_after_mib = process_rss(sched.pid)
-        if sched.label not in (NULL,) and sched.port is not None:
+        if sched.port is not None:  # a ksched
             f.relist_loop_pause_s = loop_pause(sched.port)
         pause = (
             f"; loop's longest pause {f.relist_loop_pause_s:.2f} s"
@@ -157,7 +157,7 @@ class ExistingRun:
             f"RSS {f.relist_rss_before_mib:.0f} → {f.relist_rss_after_mib:.0f} MiB",
             flush=True,
         )
-        self.census("relist (before clearing)", f)
+        self.census("relist", f)
         self._clear(namespace)
 
     def drain(self, sched: Scheduler, f: ExistingFigures) -> None:
@@ -193,7 +193,7 @@ class ExistingRun:
             f"{f.drain_pods_per_s:,.0f} pods/s, {f.drain_cpu_ms_per_pod:.2f} CPU ms/pod",
             flush=True,
         )
-        self.census("drain (before clearing)", f)
+        self.census("drain", f)
         self._clear(namespace)
 
     def churn(self, sched: Scheduler, f: ExistingFigures) -> None:
@@ -283,7 +283,7 @@ class ExistingRun:
             f"RSS {f.steady_rss_mib:.0f} MiB = {f.rss_kib_per_cluster_pod:.1f} KiB per pod of the cluster",
             flush=True,
         )
-        self.census("steady (before clearing)", f)
+        self.census("steady", f)
         self._clear(namespace)
 
     # -- helpers -----------------------------------------------------------

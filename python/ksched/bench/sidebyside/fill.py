@@ -44,8 +44,10 @@ DAEMONSET = "node-agent"
 # Requests per pod: (cpu, memory). The largest, 110 times, fits the smallest KWOK node (4 cpu, 16Gi).
 REQUESTS = (("10m", "32Mi"), ("20m", "64Mi"), ("30m", "128Mi"))
 DAEMON_REQUESTS = ("30m", "128Mi")
-# A node's pod count varies around the mean by this fraction either way.
+# A node's pod count varies around the mean by this fraction either way; every DENSE_EVERY-th
+# node is as full as the fill makes any (bin-packed nodes, which a scheduler must pass over).
 SPREAD_OF_NODE_COUNTS = 0.4
+DENSE_EVERY = 50
 # Creates per batch handed to the workers: bounds what the fill holds in memory at once.
 CREATE_CHUNK = 4000
 
@@ -93,8 +95,9 @@ class _Ring:
 
 
 def node_counts(nodes: int, pods: int, most: int, rng: random.Random) -> list[int]:
-    """How many pods each node holds: around ``pods / nodes``, varying by
-    ``SPREAD_OF_NODE_COUNTS``, each from 1 (the DaemonSet's) to ``most``, summing to ``pods``."""
+    """How many pods each node holds, summing to ``pods``: every ``DENSE_EVERY``-th node full
+    (``most``) where the total allows, the others around their mean, varying by
+    ``SPREAD_OF_NODE_COUNTS``, each from 1 (the DaemonSet's) to ``most``."""
     if pods < nodes:
         raise KschedError(
             f"--existing-pods {pods} is fewer than --nodes {nodes}: each node runs a DaemonSet pod"
@@ -104,15 +107,20 @@ def node_counts(nodes: int, pods: int, most: int, rng: random.Random) -> list[in
             f"--existing-pods {pods} does not fit {nodes} nodes at {most} pods each (the {NODE_PODS} a node "
             f"holds less the room the phases need): give more --nodes or fewer pods"
         )
-    mean = pods / nodes
+    dense = set(range(0, nodes, DENSE_EVERY))
+    if len(dense) == nodes or pods - len(dense) * most < nodes - len(dense):
+        dense = set()
+    mean = (pods - len(dense) * most) / (nodes - len(dense))
     counts = [
-        min(most, max(1, round(mean * (1 + rng.uniform(-SPREAD_OF_NODE_COUNTS, SPREAD_OF_NODE_COUNTS)))))
-        for _ in range(nodes)
+        most
+        if i in dense
+        else min(most, max(1, round(mean * (1 + rng.uniform(-SPREAD_OF_NODE_COUNTS, SPREAD_OF_NODE_COUNTS)))))
+        for i in range(nodes)
     ]
     excess, i = sum(counts) - pods, 0
     while excess:
         step = 1 if excess < 0 else -1
-        if 1 <= counts[i] + step <= most:
+        if i not in dense and 1 <= counts[i] + step <= most:
             counts[i] += step
             excess += step
         i = (i + 1) % nodes
