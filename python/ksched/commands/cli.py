@@ -4,8 +4,9 @@ Subcommands share one engine: ``run`` schedules a live cluster (with
 ``--shadow``, it only compares with the scheduler that binds), ``simulate``
 schedules a cluster file offline, ``explain`` explains a pod of a cluster
 file or of the live cluster, ``shadow report`` and ``status`` read a running
-ksched, ``bench`` runs the harnesses of :mod:`ksched.bench`, and ``cluster`` runs a
-local real control plane for tests and demos. Each command module adds its own
+ksched, ``bench`` runs the harnesses of :mod:`ksched.bench`, ``cluster`` runs a
+local real control plane for tests and demos, and ``image`` builds ksched's
+container image. Each command module adds its own
 subparser and handler; this module orders them, sets up logging and the garbage
 collector, and turns errors into exit codes (:mod:`ksched.commands.exit_codes`).
 """
@@ -19,7 +20,7 @@ import signal
 import sys
 
 from ksched import __version__
-from ksched.commands import annotate, bench, cluster, demo, run, shadow, simulate
+from ksched.commands import annotate, bench, cluster, demo, image, run, shadow, simulate
 from ksched.commands.exit_codes import EXIT_BAD_INPUT
 from ksched.errors import KschedError
 
@@ -36,6 +37,7 @@ def parser() -> argparse.ArgumentParser:
     annotate.add_parser(sub)
     bench.add_parser(sub, cli=main)
     cluster.add_parser(sub)
+    image.add_parser(sub)
     return p
 
 

@@ -1,0 +1,144 @@
+"""``ksched image build``: the image of the checkout, built, reported and started once.
+
+Owns staging the build context (the checkout's files as git lists them, tracked
+or not but never ignored, so build outputs such as ``target/`` and the
+extension built in place stay out), the builder's command line (Docker with the
+Dockerfile's default bases; buildah with the cached Debian bases as build
+arguments, the host's network, and the host's CA bundle and pip configuration
+mounted read-only into each RUN step so that a build reaches the package
+registries exactly as this machine does, without them entering a layer), and
+the check that the built image starts: ``ksched --version`` as the image's
+non-root user. Never: pushes the image anywhere.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ksched.cluster.image import bases, layers
+from ksched.cluster.image.tools import Builder, ImageError, choose_builder, run
+
+DOCKERFILE = Path("deploy") / "Dockerfile"
+# The image's user (deploy/Dockerfile's USER), under which the start is checked.
+IMAGE_USER = "10001:10001"
+# Read-only bind mounts of each buildah RUN step, where the host has them: the CA
+# bundle (a machine behind a TLS-inspecting proxy trusts its CA there) and pip's
+# site configuration (its index and certificate settings).
+HOST_BUILD_FILES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pip.conf")
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    builder: Builder
+    tag: str
+    bases_s: float
+    build_s: float
+    version: str
+    report: layers.ImageReport
+
+
+def source_root(start: Path) -> Path:
+    """The checkout holding ``start``: the nearest folder up with deploy/Dockerfile and Cargo.toml."""
+    for folder in (start.resolve(), *start.resolve().parents):
+        if (folder / DOCKERFILE).is_file() and (folder / "Cargo.toml").is_file():
+            return folder
+    raise ImageError(f"no ksched checkout (deploy/Dockerfile beside Cargo.toml) at or above {start}")
+
+
+def context_files(root: Path) -> list[str]:
+    """The checkout's files as git lists them (tracked and untracked, not ignored) that exist."""
+    proc = subprocess.run(
+        ["git", "-C", str(root), "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
+        capture_output=True,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise ImageError(f"{root} is not a git checkout: {proc.stderr.decode().strip()}")
+    names = sorted({name for name in proc.stdout.decode().split("\0") if name})
+    return [name for name in names if (root / name).is_file() or (root / name).is_symlink()]
+
+
+def stage_context(root: Path, into: Path) -> None:
+    for name in context_files(root):
+        target = into / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(root / name, target, follow_symlinks=False)
+
+
+def docker_build_command(tag: str, context: Path) -> list[str]:
+    return ["docker", "build", "-f", str(context / DOCKERFILE), "-t", tag, str(context)]
+
+
+def buildah_build_command(
+    tag: str, context: Path, builder_base: str, runtime_base: str, host_files: list[str]
+) -> list[str]:
+    cmd = ["buildah", "build", "--layers", "--pull=never", "--network", "host"]
+    for path in host_files:
+        cmd += ["--volume", f"{path}:{path}:ro"]
+    cmd += ["--build-arg", f"BUILDER_IMAGE={builder_base}", "--build-arg", f"RUNTIME_IMAGE={runtime_base}"]
+    return [*cmd, "-f", str(context / DOCKERFILE), "-t", tag, str(context)]
+
+
+def run_in_image(builder: Builder, tag: str, command: list[str]) -> str:
+    """``command``'s output, run in the image as its user with no network; Docker also
+    makes the root filesystem read-only, as the Deployment does."""
+    if builder == "docker":
+        docker = ["docker", "run", "--rm", "--read-only", "--network", "none", "--user", IMAGE_USER]
+        return run([*docker, "--entrypoint", command[0], tag, *command[1:]], f"running {command[0]} in {tag}")
+    container = run(["buildah", "from", "--pull=never", tag], f"starting {tag}").strip()
+    try:
+        return run(
+            ["buildah", "run", "--network", "none", "--user", IMAGE_USER, container, "--", *command],
+            f"running {command[0]} in {tag}",
+        )
+    finally:
+        subprocess.run(["buildah", "rm", container], capture_output=True, check=False)
+
+
+def read_layers(builder: Builder, tag: str) -> tuple[layers.Layer, ...]:
+    if builder == "docker":
+        history = run(
+            ["docker", "history", "--human=false", "--no-trunc", "--format", "{{json .}}", tag],
+            f"reading {tag}'s history",
+        )
+        return layers.from_docker_history(history)
+    inspect = json.loads(run(["buildah", "inspect", "--type", "image", tag], f"inspecting {tag}"))
+    return layers.from_buildah_inspect(inspect)
+
+
+def build_image(tag: str, source: Path, asked: Builder | None = None) -> BuildResult:
+    """Build ``deploy/Dockerfile`` of the checkout at ``source`` as ``tag``, then start it once."""
+    root = source_root(source)
+    builder = choose_builder(asked)
+    started = time.monotonic()
+    builder_base = runtime_base = ""
+    if builder == "buildah":
+        cache = bases.images_cache()
+        builder_base = bases.ensure_base(bases.BUILDER_BASE, cache)
+        runtime_base = bases.ensure_base(bases.RUNTIME_BASE, cache)
+    bases_s = time.monotonic() - started
+    with tempfile.TemporaryDirectory(prefix="ksched-image-") as staged:
+        context = Path(staged)
+        stage_context(root, context)
+        started = time.monotonic()
+        if builder == "docker":
+            cmd = docker_build_command(tag, context)
+        else:
+            host_files = [path for path in HOST_BUILD_FILES if Path(path).is_file()]
+            cmd = buildah_build_command(tag, context, builder_base, runtime_base, host_files)
+        run(["nice", "-n", "19", *cmd], f"building {tag}", stream=True)
+        build_s = time.monotonic() - started
+    version = run_in_image(builder, tag, ["ksched", "--version"]).strip()
+    packages = layers.parse_package_sizes(
+        run_in_image(builder, tag, ["python3", "-c", layers.PACKAGE_SIZES_SCRIPT])
+    )
+    report = layers.ImageReport(tag, read_layers(builder, tag), packages)
+    print(f"[ksched image] {tag} starts: {version}", file=sys.stderr)
+    return BuildResult(builder, tag, bases_s, build_s, version, report)

@@ -1,0 +1,109 @@
+"""Finding the image builder and running its commands.
+
+Owns the choice between Docker and buildah (Docker when its daemon answers
+``docker info``, else buildah), installing buildah, mmdebstrap and runc from
+Debian's packages with apt-get when they are missing and this runs as root (as
+Prometheus is installed for the local cluster), and :func:`run`, which runs one
+builder command and raises :class:`ImageError` with its output's tail when it
+fails. Never: starts a Docker daemon, or installs anything without root.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Sequence
+from typing import Literal
+
+from ksched.errors import KschedError
+
+Builder = Literal["docker", "buildah"]
+
+# Debian's packages behind the buildah path: buildah runs the Dockerfile's RUN steps
+# with an OCI runtime (runc, only recommended by buildah), mmdebstrap makes the bases.
+BUILDAH_PACKAGES = ("buildah", "mmdebstrap", "runc")
+BUILDAH_COMMANDS = ("buildah", "mmdebstrap", "runc")
+OUTPUT_TAIL_CHARS = 4000
+
+
+class ImageError(KschedError):
+    """The image could not be built or inspected; the message says why and what to do."""
+
+
+def run(cmd: Sequence[str], what: str, *, stream: bool = False) -> str:
+    """Run ``cmd`` and return its standard output; ``stream`` passes its output through
+    to the terminal instead (a build's progress)."""
+    print(f"[ksched image] {what}: {' '.join(cmd)}", file=sys.stderr, flush=True)
+    if stream:
+        proc = subprocess.run(list(cmd), stdout=sys.stderr, stderr=sys.stderr, check=False)
+        if proc.returncode != 0:
+            raise ImageError(f"{what} failed (exit {proc.returncode}); its output is above")
+        return ""
+    done = subprocess.run(list(cmd), capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        tail = (done.stdout + done.stderr)[-OUTPUT_TAIL_CHARS:]
+        raise ImageError(f"{what} failed (exit {done.returncode}):\n{tail}")
+    return done.stdout
+
+
+def docker_answers() -> str | None:
+    """None when the Docker daemon answers; otherwise why not, for the error message."""
+    if shutil.which("docker") is None:
+        return "docker is not installed"
+    proc = subprocess.run(["docker", "info"], capture_output=True, text=True, check=False)
+    if proc.returncode == 0:
+        return None
+    lines = [line for line in (proc.stderr or proc.stdout).splitlines() if line.strip()]
+    return f"`docker info` failed: {lines[-1].strip() if lines else f'exit {proc.returncode}'}"
+
+
+def missing_buildah_commands() -> list[str]:
+    return [name for name in BUILDAH_COMMANDS if shutil.which(name) is None]
+
+
+def install_buildah() -> None:
+    """apt-get install what the buildah path lacks; raise saying how to install it by hand
+    when that cannot be done here (not root, or no apt-get)."""
+    missing = missing_buildah_commands()
+    if not missing:
+        return
+    by_hand = f"apt-get install {' '.join(BUILDAH_PACKAGES)}"
+    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+        raise ImageError(
+            f"{', '.join(missing)} not installed and cannot be installed here (needs root and apt-get): "
+            f"run `{by_hand}` as root, or start Docker"
+        )
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    for cmd in (
+        ["apt-get", "update", "-q"],
+        ["apt-get", "install", "-y", "-q", "--no-install-recommends", *BUILDAH_PACKAGES],
+    ):
+        print(f"[ksched image] installing the buildah path: {' '.join(cmd)}", file=sys.stderr, flush=True)
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
+        if proc.returncode != 0 and cmd[1] == "install":
+            raise ImageError(f"`{by_hand}` failed:\n{(proc.stdout + proc.stderr)[-OUTPUT_TAIL_CHARS:]}")
+    still = missing_buildah_commands()
+    if still:
+        raise ImageError(f"{', '.join(still)} still missing after `{by_hand}`")
+
+
+def choose_builder(asked: Builder | None) -> Builder:
+    """The builder to use: ``asked`` if given (and usable), else Docker when its daemon
+    answers, else buildah (installed when missing)."""
+    why_not = None
+    if asked in ("docker", None):
+        why_not = docker_answers()
+        if why_not is None:
+            return "docker"
+        if asked == "docker":
+            raise ImageError(f"Docker cannot build here: {why_not}")
+        print(f"[ksched image] {why_not}: building with buildah", file=sys.stderr, flush=True)
+    try:
+        install_buildah()
+    except ImageError as err:
+        if why_not is not None:
+            raise ImageError(f"neither Docker nor buildah can build here: {why_not}; {err}") from None
+        raise
+    return "buildah"

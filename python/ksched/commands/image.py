@@ -1,0 +1,53 @@
+"""``ksched image build``: the arguments of the image build, handed to :mod:`ksched.cluster.image.build`."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ksched import __version__
+from ksched.commands.exit_codes import EXIT_OK
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    i = sub.add_parser(
+        "image",
+        help="build ksched's container image from this checkout",
+        description="Example: ksched image build --tag ksched:dev",
+    )
+    isub = i.add_subparsers(dest="image_command", required=True)
+    build = isub.add_parser(
+        "build",
+        help="build deploy/Dockerfile: with Docker where it runs, else with buildah on cached Debian bases",
+        description="Builds the image of the checkout (files git lists, never ignored ones), checks that "
+        "it starts (ksched --version as its user), and prints its size and the layers and packages "
+        "that dominate it. Without Docker, buildah, mmdebstrap and runc are installed with apt-get "
+        "when missing (as root); the Debian bases are cached under ~/.cache/ksched/images/.",
+    )
+    build.add_argument(
+        "--tag", default=f"ksched:{__version__}", help="the image's name (default %(default)s)"
+    )
+    build.add_argument(
+        "--builder",
+        choices=("docker", "buildah"),
+        help="build with this one only (default: Docker if `docker info` answers, else buildah)",
+    )
+    build.add_argument(
+        "--source",
+        type=Path,
+        default=Path.cwd(),
+        help="a folder inside the ksched checkout to build (default: the current folder)",
+    )
+    i.set_defaults(func=_image)
+
+
+def _image(args: argparse.Namespace) -> int:
+    from ksched.cluster.image import build, layers
+
+    result = build.build_image(args.tag, args.source, args.builder)
+    bases = f", bases {result.bases_s:.0f} s" if result.builder == "buildah" else ""
+    print(
+        f"built {result.tag} with {result.builder} in {result.build_s:.0f} s{bases}; it runs {result.version}"
+    )
+    print(layers.format_report(result.report))
+    return EXIT_OK
