@@ -156,6 +156,8 @@ COMMANDS = [
     "cluster up",
     "cluster down",
     "cluster env",
+    "image",
+    "image build",
 ]
 
 
