@@ -248,11 +248,13 @@ class ExistingRun:
                 watch.close()
         latencies = sorted((seen[n] - t) * 1000 for n, t in sent.items() if n in seen)
         f.churn_bound = len(latencies)
+        if len(sent) > 1:
+            f.churn_rate_sent = (len(sent) - 1) / (max(sent.values()) - min(sent.values()))
         if latencies:
             f.churn_p50_ms = round(percentile(latencies, 0.50), 1)
             f.churn_p99_ms = round(percentile(latencies, 0.99), 1)
         print(
-            f"  (c) churn: {f.churn_bound}/{count} new pods bound at {self.opts.churn_rate:g} pods/s, "
+            f"  (c) churn: {f.churn_bound}/{count} new pods bound, sent at {f.churn_rate_sent:.0f} pods/s, "
             f"create→bind p50 {f.churn_p50_ms} ms, p99 {f.churn_p99_ms} ms",
             flush=True,
         )

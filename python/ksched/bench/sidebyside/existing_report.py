@@ -43,7 +43,7 @@ def render_existing(doc: dict[str, Any]) -> str:
             f"| {f['relist_rss_before_mib']:.0f} → {f['relist_rss_after_mib']:.0f} | {pause} "
             f"| {_ms(f['relist_p99_ms'])} / {_ms(f['relist_max_ms'])} "
             f"| {f['drain_pods_per_s']:,.0f} | {ratio} "
-            f"| {_ms(f['churn_p50_ms'])} / {_ms(f['churn_p99_ms'])} "
+            f"| {_ms(f['churn_p50_ms'])} / {_ms(f['churn_p99_ms'])} ({f.get('churn_rate_sent', 0.0):.0f}/s sent) "
             f"| {_ms(f['steady_p50_ms'])} / {_ms(f['steady_p99_ms'])} | {f['steady_cpu_ms_per_pod']:.2f} "
             f"| {f['steady_rss_mib']:.0f} | {f['rss_kib_per_cluster_pod']:.1f} | {f['peak_rss_mib']:.0f} "
             f"| {len(f['violations'])} |"

@@ -156,6 +156,8 @@ class ExistingFigures:
     drain_cpu_ms_per_pod: float = 0.0
     # (c) the rolling update: old pods deleted and new ones created at ``churn_rate``.
     churn_bound: int = 0
+    # The rate the steps were sent at: under ``churn_rate`` when the API server could not keep up.
+    churn_rate_sent: float = 0.0
     churn_p50_ms: float | None = None
     churn_p99_ms: float | None = None
     # (e) steady arrivals at ``rate``: latency, CPU per scheduled pod, and the memory it then holds.
