@@ -242,9 +242,11 @@ class Phases:
 LOAD_SCENARIOS = ("requests-lie", "burst")
 LOAD_POOL_NODES = 40
 LOAD_PODS_PER_NODE = 6
-LOAD_RATE = 40.0
+# Arrivals over a minute, so that ksched sees the first pods' real usage while the later ones
+# arrive (a pod's own rate needs two scrapes; a node's, the rate window and a rule evaluation).
+LOAD_RATE = 4.0
 LOAD_OBSERVE_S = 75.0
-LOAD_SCRAPE_S = 10.0
+LOAD_SCRAPE_S = 5.0
 LOAD_THRESHOLD = 0.8
 
 

@@ -13,6 +13,8 @@ import math
 import time
 import urllib.parse
 import urllib.request
+from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 import yaml
@@ -92,15 +94,58 @@ def metric_lag_s(scrape_interval_s: float) -> float:
     return LoadSimulation(scrape_interval_s).rate_window_s + 2 * scrape_interval_s
 
 
-def create_scenario(kube: Kube, s: Scenario, lag_s: float) -> dict[str, str]:
+@dataclass
+class Arrivals:
+    """What a scenario's creation did: name -> UID, and when each part of it began (the
+    steady part, then the burst if any), by the wall clock."""
+
+    created: dict[str, str]
+    starts: list[tuple[float, list[str]]]
+
+    @property
+    def last(self) -> float:
+        """When the last part began."""
+        return self.starts[-1][0]
+
+    def pods_per_s(self, pods: list[Obj]) -> float:
+        """Pods bound per second of placing: each part from its first create to its last bind
+        (the bind time of the pod's PodScheduled condition, to the second)."""
+        bound = {p["metadata"]["name"]: t for p in pods if (t := bind_time(p)) is not None}
+        busy = 0.0
+        for began, names in self.starts:
+            times = [bound[n] for n in names if n in bound]
+            if times:
+                busy += max(max(times) - began, 1.0)
+        return round(len(bound) / busy, 1) if busy else 0.0
+
+
+def bind_time(pod: Obj) -> float | None:
+    """When the pod was bound (its PodScheduled=True condition), None if it is not."""
+    for c in (pod.get("status") or {}).get("conditions") or []:
+        if c.get("type") == "PodScheduled" and c.get("status") == "True" and c.get("lastTransitionTime"):
+            return datetime.fromisoformat(str(c["lastTransitionTime"]).replace("Z", "+00:00")).timestamp()
+    return None
+
+
+def create_scenario(kube: Kube, s: Scenario, lag_s: float) -> Arrivals:
     """Create the scenario's pods at its rate; its burst, if any, all at once ``lag_s`` after
-    the others (the time the metric needs to show them); name -> UID."""
+    the others (the time the metric needs to show them)."""
     steady = s.pods if s.burst_from is None else s.pods[: s.burst_from]
-    created = create(kube, steady, s.rate)
+    began = time.time()
+    arrivals = Arrivals(create(kube, steady, s.rate), [(began, [p["metadata"]["name"] for p in steady])])
     if s.burst_from is not None:
         time.sleep(lag_s)
-        created |= create(kube, s.pods[s.burst_from :], None)
-    return created
+        burst = s.pods[s.burst_from :]
+        began = time.time()
+        arrivals.created |= create(kube, burst, None)
+        arrivals.starts.append((began, [p["metadata"]["name"] for p in burst]))
+    return arrivals
+
+
+def observation_end(start: float, arrivals: list[Arrivals], observe_s: float, lag_s: float) -> float:
+    """The end of what is judged: ``observe_s`` after the first create, and at least until the
+    metric has shown the last arrivals for the same time again."""
+    return max(start + observe_s, *(a.last + 2 * lag_s for a in arrivals))
 
 
 def create(kube: Kube, pods: list[Obj], rate: float | None) -> dict[str, str]:

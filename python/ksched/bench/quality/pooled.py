@@ -29,6 +29,7 @@ from ksched.bench.quality.observe import (
     create_scenario,
     ksched_config,
     metric_lag_s,
+    observation_end,
     reported,
     settle,
     utilisation,
@@ -138,9 +139,9 @@ def pooled_round(
         start = time.time()
         with ThreadPoolExecutor(len(plans)) as workers:
             lag = metric_lag_s(r.scrape_interval_s)
-            created = list(workers.map(lambda plan: create_scenario(kube, plan[1], lag), plans))
+            arrivals = list(workers.map(lambda plan: create_scenario(kube, plan[1], lag), plans))
             settled = list(workers.map(lambda plan: settle(kube, plan[0]), plans))
-        end = start + max(r.observe_s, *(at - start for _, at in settled))
+        end = max(observation_end(start, arrivals, r.observe_s, lag), *(at for _, at in settled))
         if end > time.time():
             time.sleep(end - time.time())
         # The last recording-rule evaluation covering ``end`` lands up to one interval later.
@@ -149,16 +150,16 @@ def pooled_round(
         nodes = kube.request("GET", "/api/v1/nodes").json()["items"]
         everywhere = kube.request("GET", "/api/v1/pods").json()["items"]
         results.violations += [f"over-committed {o}" for o in overcommitted(nodes, everywhere)]
-        for (name, label), names, made, (pods, at) in zip(
-            r.entries, node_pools, created, settled, strict=True
+        for (name, label), names, made, (pods, _) in zip(
+            r.entries, node_pools, arrivals, settled, strict=True
         ):
             figures = QualityFigures(label, name, r.pods)
             bound = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in pods if p["spec"].get("nodeName")}
             figures.pending = len(pods) - len(bound)
-            figures.pods_per_s = round(len(bound) / max(at - start, 1e-9), 1)
+            figures.pods_per_s = made.pods_per_s(pods)
             judge(figures, series, names, bound, r.threshold)
             results.figures.append(figures)
-            results.violations += [f"{name}/{label}: lost {p}" for p in lost(made, pods)]
+            results.violations += [f"{name}/{label}: lost {p}" for p in lost(made.created, pods)]
             results.violations += [
                 f"{name}/{label}: {p['metadata']['name']} neither bound nor reported unschedulable"
                 for p in pods

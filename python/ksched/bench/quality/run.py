@@ -31,6 +31,7 @@ from ksched.bench.quality.observe import (
     create_scenario,
     ksched_config,
     metric_lag_s,
+    observation_end,
     reported,
     settle,
     utilisation,
@@ -103,13 +104,14 @@ def _one(
     try:
         create_namespace(kube, namespace)
         start = time.time()
-        created = create_scenario(kube, s, metric_lag_s(opts.scrape_interval_s))
+        lag = metric_lag_s(opts.scrape_interval_s)
+        arrivals = create_scenario(kube, s, lag)
         pods, settled = settle(kube, namespace)
         figures = QualityFigures(label, name, len(s.pods))
         bound = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in pods if p["spec"].get("nodeName")}
         figures.pending = len(pods) - len(bound)
-        figures.pods_per_s = round(len(bound) / max(settled - start, 1e-9), 1)
-        end = start + max(opts.observe_s, settled - start)
+        figures.pods_per_s = arrivals.pods_per_s(pods)
+        end = max(observation_end(start, [arrivals], opts.observe_s, lag), settled)
         if end > time.time():
             time.sleep(end - time.time())
         # The last recording-rule evaluation covering ``end`` lands up to one interval later.
@@ -121,7 +123,7 @@ def _one(
         results.violations += [
             f"{name}/{label}: over-committed {o}" for o in overcommitted(nodes, everywhere)
         ]
-        results.violations += [f"{name}/{label}: lost {p}" for p in lost(created, pods)]
+        results.violations += [f"{name}/{label}: lost {p}" for p in lost(arrivals.created, pods)]
         results.violations += [
             f"{name}/{label}: {p['metadata']['name']} neither bound nor reported unschedulable"
             for p in pods
@@ -164,7 +166,8 @@ def _pooled(
         pool_size=size,
         pods=opts.pods if opts.pods is not None else PODS_PER_NODE * size,
         seed=opts.seed,
-        rate=opts.rate,
+        # Each pool's pods arrive over as long as the whole cluster's would one scheduler at a time.
+        rate=opts.rate * size / opts.nodes,
         observe_s=opts.observe_s,
         scrape_interval_s=opts.scrape_interval_s,
         threshold=opts.threshold,
