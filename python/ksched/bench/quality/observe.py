@@ -101,11 +101,8 @@ class Arrivals:
 
     created: dict[str, str]
     starts: list[tuple[float, list[str]]]
-
-    @property
-    def last(self) -> float:
-        """When the last part began."""
-        return self.starts[-1][0]
+    # When the last create returned.
+    ended: float = 0.0
 
     def pods_per_s(self, pods: list[Obj]) -> float:
         """Pods bound per second of placing: each part from its first create to its last bind
@@ -139,13 +136,14 @@ def create_scenario(kube: Kube, s: Scenario, lag_s: float) -> Arrivals:
         began = time.time()
         arrivals.created |= create(kube, burst, None)
         arrivals.starts.append((began, [p["metadata"]["name"] for p in burst]))
+    arrivals.ended = time.time()
     return arrivals
 
 
 def observation_end(start: float, arrivals: list[Arrivals], observe_s: float, lag_s: float) -> float:
     """The end of what is judged: ``observe_s`` after the first create, and at least until the
     metric has shown the last arrivals for the same time again."""
-    return max(start + observe_s, *(a.last + 2 * lag_s for a in arrivals))
+    return max(start + observe_s, *(a.ended + 2 * lag_s for a in arrivals))
 
 
 def create(kube: Kube, pods: list[Obj], rate: float | None) -> dict[str, str]:
