@@ -113,7 +113,8 @@ def format_report(report: ImageReport, step_chars: int = 90) -> str:
     for shown, layer in enumerate(ranked):
         if total and covered >= DOMINANT_SHARE * total:
             rest = ranked[shown:]
-            lines.append(f"  {_mb(sum(r.size for r in rest))}        {len(rest)} smaller layers")
+            smaller = f"{len(rest)} smaller layer{'s' if len(rest) > 1 else ''}"
+            lines.append(f"  {_mb(sum(r.size for r in rest))}        {smaller}")
             break
         covered += layer.size
         share = 100 * layer.size / total if total else 0.0

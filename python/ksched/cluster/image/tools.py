@@ -32,10 +32,15 @@ class ImageError(KschedError):
     """The image could not be built or inspected; the message says why and what to do."""
 
 
+def shown(cmd: Sequence[str]) -> str:
+    """``cmd`` as one line, each argument cut to its first line (a script is passed whole)."""
+    return " ".join(arg if "\n" not in arg else arg.strip().splitlines()[0] + " ..." for arg in cmd)
+
+
 def run(cmd: Sequence[str], what: str, *, stream: bool = False) -> str:
     """Run ``cmd`` and return its standard output; ``stream`` passes its output through
     to the terminal instead (a build's progress)."""
-    print(f"[ksched image] {what}: {' '.join(cmd)}", file=sys.stderr, flush=True)
+    print(f"[ksched image] {what}: {shown(cmd)}", file=sys.stderr, flush=True)
     if stream:
         proc = subprocess.run(list(cmd), stdout=sys.stderr, stderr=sys.stderr, check=False)
         if proc.returncode != 0:
