@@ -297,7 +297,9 @@ def demo(nodes: int, pods: int, compare: bool, load: bool = False) -> int:
         nodes=nodes,
         zones=3,
         with_scheduler=compare,
-        load_simulation=LoadSimulation(LOAD_SCRAPE_S) if load else None,
+        # The demo's schedulers read Prometheus, not metrics-server: a minute's resolution keeps
+        # metrics-server's scrapes of KWOK rare.
+        load_simulation=LoadSimulation(LOAD_SCRAPE_S, 60.0) if load else None,
     )
     print(f"  up in {time.monotonic() - t0:.1f} s: {state.apiserver}")
     workdir = Path(tempfile.mkdtemp(prefix="ksched-demo-"))

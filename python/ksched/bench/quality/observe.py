@@ -29,8 +29,9 @@ from ksched.objects import Obj
 
 UTILISATION = "node:node_cpu_utilisation:ratio"
 SETTLE_TIMEOUT_S = 300.0
-# A cluster counts as cool again once no node's recorded utilisation is above this.
-COOL_UTILISATION = 0.02
+# A cluster counts as cool again once no node's recorded utilisation is this far above what
+# the idle cluster recorded (its nodes' own system usage).
+COOL_MARGIN = 0.02
 COOL_TIMEOUT_S = 300.0
 
 
@@ -79,13 +80,26 @@ def hottest(prometheus: str) -> float:
     return float(result[0]["value"][1]) if result else 0.0
 
 
-def cool_down(prometheus: str, poll_s: float) -> float:
-    """Wait until no node is recorded above :data:`COOL_UTILISATION`, so the next run starts
-    cool; the seconds waited (up to :data:`COOL_TIMEOUT_S`, then it goes on regardless)."""
+def cool_down(prometheus: str, idle: float, poll_s: float) -> float:
+    """Wait until no node is recorded more than :data:`COOL_MARGIN` above ``idle`` (the idle
+    cluster's :func:`hottest`), so the next run starts cool; the seconds waited (up to
+    :data:`COOL_TIMEOUT_S`, then it goes on regardless)."""
     began = time.monotonic()
-    while time.monotonic() - began < COOL_TIMEOUT_S and hottest(prometheus) > COOL_UTILISATION:
+    while time.monotonic() - began < COOL_TIMEOUT_S and hottest(prometheus) > idle + COOL_MARGIN:
         time.sleep(poll_s)
     return time.monotonic() - began
+
+
+def idle_utilisation(prometheus: str, poll_s: float, lag_s: float) -> float:
+    """What the idle cluster's hottest node records, once the recording rule has a value for
+    every node: the floor :func:`cool_down` waits for."""
+    deadline = time.monotonic() + COOL_TIMEOUT_S
+    time.sleep(lag_s)
+    value = hottest(prometheus)
+    while value == 0.0 and time.monotonic() < deadline:
+        time.sleep(poll_s)
+        value = hottest(prometheus)
+    return value
 
 
 def metric_lag_s(scrape_interval_s: float) -> float:

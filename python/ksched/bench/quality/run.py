@@ -29,6 +29,7 @@ from ksched.bench.quality.observe import (
     cool_down,
     create_namespace,
     create_scenario,
+    idle_utilisation,
     ksched_config,
     metric_lag_s,
     observation_end,
@@ -51,6 +52,9 @@ SCHEDULERS = (KUBE_SCHEDULER, KSCHED, KSCHED_NO_METRICS)
 # The shipped load-aware configuration, in a checkout (a wheel has no examples/: pass --ksched-config).
 EXAMPLE_CONFIG = Path(__file__).resolve().parents[4] / "examples" / "load-aware.yaml"
 PODS_PER_NODE = 6
+# metrics-server's resolution in a quality run: no scheduler there reads it, and a minute keeps
+# its scrapes of KWOK (which serves every node's metrics from one process) rare.
+QUALITY_METRIC_RESOLUTION_S = 60.0
 # Pools are dealt in whole rounds of the local cluster's four node shapes.
 POOL_GRAIN = 4
 
@@ -90,6 +94,7 @@ def _one(
     workdir: Path,
     results: QualityResults,
     log: Callable[[str], None],
+    idle: float,
 ) -> None:
     prometheus = f"http://127.0.0.1:{state.ports['prometheus']}"
     namespace = f"q-{name}-{label}"
@@ -140,7 +145,7 @@ def _one(
             terminate(proc, 30)
         clear_pods(kube, namespace)
     # Until no node holds this run's usage any more: the next scheduler starts cool.
-    log(f"cooled down in {cool_down(prometheus, opts.scrape_interval_s):.0f} s")
+    log(f"cooled down in {cool_down(prometheus, idle, opts.scrape_interval_s):.0f} s")
 
 
 def _config_of(opts: QualityOptions, label: str) -> Path | None:
@@ -158,6 +163,7 @@ def _pooled(
     workdir: Path,
     results: QualityResults,
     log: Callable[[str], None],
+    idle: float,
 ) -> None:
     labels = (*opts.schedulers, *opts.configs)
     size = opts.nodes // len(labels) // POOL_GRAIN * POOL_GRAIN
@@ -175,7 +181,7 @@ def _pooled(
     )
     prometheus = f"http://127.0.0.1:{state.ports['prometheus']}"
     pooled_round(kube, state.kubeconfig, prometheus, round_, workdir, results, log)
-    log(f"cooled down in {cool_down(prometheus, opts.scrape_interval_s):.0f} s")
+    log(f"cooled down in {cool_down(prometheus, idle, opts.scrape_interval_s):.0f} s")
 
 
 def run_quality(opts: QualityOptions, log: Callable[[str], None]) -> QualityResults:
@@ -194,16 +200,19 @@ def run_quality(opts: QualityOptions, log: Callable[[str], None]) -> QualityResu
         nodes=opts.nodes,
         zones=3,
         with_scheduler=KUBE_SCHEDULER in opts.schedulers,
-        load_simulation=LoadSimulation(opts.scrape_interval_s, max(15.0, opts.scrape_interval_s)),
+        load_simulation=LoadSimulation(opts.scrape_interval_s, QUALITY_METRIC_RESOLUTION_S),
     )
     try:
         kube = Kube(load_configuration(state.kubeconfig, CREATE_WORKERS + 4))
+        prometheus = f"http://127.0.0.1:{state.ports['prometheus']}"
+        idle = idle_utilisation(prometheus, opts.scrape_interval_s, metric_lag_s(opts.scrape_interval_s))
+        log(f"idle cluster: hottest node {idle:.3f}")
         for name in opts.scenarios:
             if opts.pools:
-                _pooled(kube, state, opts, name, workdir, results, log)
+                _pooled(kube, state, opts, name, workdir, results, log, idle)
                 continue
             for label in (*opts.schedulers, *opts.configs):
-                _one(kube, state, opts, name, label, workdir, results, log)
+                _one(kube, state, opts, name, label, workdir, results, log, idle)
     finally:
         log(local.down())
     if opts.out is not None:
