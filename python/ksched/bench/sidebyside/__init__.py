@@ -29,4 +29,10 @@ Binds and ``Scheduled`` events are seen through two watches of the namespace
 from this process; times are taken on receipt. Results: a JSON document, a
 table, and a PNG chart of bound pods over time in each backlog drain.
 
+With ``--existing-pods N`` the cluster is first filled with N bound pods and each
+scheduler is started once and taken through start-up, a forced relist, a drain, a
+rolling update and steady arrivals, with a census of every pod after each phase
+(:mod:`ksched.bench.sidebyside.existing`). ``--cpu-hog CORES`` keeps that many cores
+busy through either mode's phases (:mod:`ksched.bench.sidebyside.hog`).
+
 """
