@@ -22,7 +22,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         description="Builds the image of the checkout (files git lists, never ignored ones), checks that "
         "it starts (ksched --version as its user), and prints its size and the layers and packages "
         "that dominate it. Without Docker, buildah, mmdebstrap and runc are installed with apt-get "
-        "when missing (as root); the Debian bases are cached under ~/.cache/ksched/images/.",
+        "when missing (as root); the Debian bases are cached under ~/.cache/ksched/images/. "
+        "Example: ksched image build --tag ksched:dev",
     )
     build.add_argument(
         "--tag", default=f"ksched:{__version__}", help="the image's name (default %(default)s)"
