@@ -1,5 +1,5 @@
-"""The image built from this checkout by ``ksched image build`` starts, runs as its user,
-and lacks nothing ksched imports (the Dockerfile prunes packages from its virtual environment).
+"""The image built from this checkout by ``ksched image build`` starts, runs as its user on a
+read-only root filesystem, and lacks nothing ksched imports (the Dockerfile prunes packages from its virtual environment).
 
 Slow on a fresh machine (the Debian bases and the release build of the engine, about ten
 minutes on two cores; seconds once buildah's layer cache holds the steps), so it runs only
@@ -67,11 +67,13 @@ def built() -> build.BuildResult:
         pytest.skip(f"the image could not be built here: {err}")
 
 
-def test_the_image_starts_as_its_non_root_user(built: build.BuildResult) -> None:
+def test_the_image_starts_as_its_non_root_user_on_a_read_only_root(built: build.BuildResult) -> None:
     from ksched import __version__
 
     assert built.version == f"ksched {__version__}"
     assert build.run_in_image(built.builder, TAG, ["id", "-u"]).strip() == "10001"
+    with pytest.raises(tools.ImageError, match="Read-only file system"):
+        build.run_in_image(built.builder, TAG, ["touch", "/probe"])
 
 
 def test_the_pruned_image_imports_everything_ksched_names(built: build.BuildResult) -> None:

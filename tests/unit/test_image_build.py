@@ -125,3 +125,19 @@ def test_the_command_line_defaults_to_the_packages_version_as_tag() -> None:
     assert args.builder is None
     args = parser().parse_args(["image", "build", "--tag", "ksched:dev", "--builder", "buildah"])
     assert (args.tag, args.builder) == ("ksched:dev", "buildah")
+
+
+def test_the_image_runs_read_only_as_its_user_with_its_own_env() -> None:
+    default = {
+        "ociVersion": "1.0.2",
+        "process": {"terminal": True, "user": {"uid": 0, "gid": 0}, "args": ["sh"], "env": [], "cwd": "/"},
+        "root": {"path": "rootfs", "readonly": False},
+        "linux": {"namespaces": [{"type": "network"}]},
+    }
+    spec = build.runtime_spec(default, "/mnt/img", ["PATH=/opt/ksched/bin:/usr/bin"], ["ksched", "--version"])
+    assert spec["root"] == {"path": "/mnt/img", "readonly": True}
+    assert spec["process"]["user"] == {"uid": 10001, "gid": 10001}
+    assert spec["process"]["args"] == ["ksched", "--version"]
+    assert spec["process"]["env"] == ["PATH=/opt/ksched/bin:/usr/bin"]
+    assert spec["process"]["terminal"] is False
+    assert spec["linux"] == default["linux"], "runc's own namespaces (a network of loopback only) stay"

@@ -8,12 +8,13 @@ arguments, the host's network, and the host's CA bundle and pip configuration
 mounted read-only into each RUN step so that a build reaches the package
 registries exactly as this machine does, without them entering a layer), and
 the check that the built image starts: ``ksched --version`` as the image's
-non-root user. Never: pushes the image anywhere.
+non-root user on a read-only root filesystem. Never: pushes the image anywhere.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -21,6 +22,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ksched.cluster.image import bases, layers
 from ksched.cluster.image.tools import Builder, ImageError, choose_builder, run
@@ -86,20 +88,40 @@ def buildah_build_command(
     return [*cmd, "-f", str(context / DOCKERFILE), "-t", tag, str(context)]
 
 
+def runtime_spec(spec: dict[str, Any], rootfs: str, env: list[str], command: list[str]) -> dict[str, Any]:
+    """``runc spec``'s default (new namespaces, the network one holding only loopback)
+    made to run ``command`` in ``rootfs``, read-only, as the image's user with its env."""
+    uid, gid = (int(part) for part in IMAGE_USER.split(":"))
+    process = {**spec["process"], "terminal": False, "args": command, "env": env, "cwd": "/"}
+    process["user"] = {"uid": uid, "gid": gid}
+    return {**spec, "process": process, "root": {"path": rootfs, "readonly": True}}
+
+
+def _run_with_runc(tag: str, command: list[str]) -> str:
+    inspect = json.loads(run(["buildah", "inspect", "--type", "image", tag], f"inspecting {tag}"))
+    env = inspect["OCIv1"]["config"].get("Env", [])
+    container = run(["buildah", "from", "--pull=never", tag], f"starting {tag}").strip()
+    try:
+        rootfs = run(["buildah", "mount", container], f"mounting {tag}").strip()
+        with tempfile.TemporaryDirectory(prefix="ksched-image-run-") as bundle:
+            run(["runc", "spec", "--bundle", bundle], "writing a runtime spec")
+            config = Path(bundle) / "config.json"
+            config.write_text(json.dumps(runtime_spec(json.loads(config.read_text()), rootfs, env, command)))
+            name = f"{Path(bundle).name}-{os.getpid()}"
+            return run(["runc", "run", "--bundle", bundle, name], f"running {command[0]} in {tag}")
+    finally:
+        subprocess.run(["buildah", "umount", container], capture_output=True, check=False)
+        subprocess.run(["buildah", "rm", container], capture_output=True, check=False)
+
+
 def run_in_image(builder: Builder, tag: str, command: list[str]) -> str:
-    """``command``'s output, run in the image as its user with no network; Docker also
-    makes the root filesystem read-only, as the Deployment does."""
+    """``command``'s output, run in the image as its user, with a read-only root filesystem
+    (as the Deployment runs it) and no network but loopback: with Docker, or with runc on
+    the image's root filesystem as buildah mounts it."""
     if builder == "docker":
         docker = ["docker", "run", "--rm", "--read-only", "--network", "none", "--user", IMAGE_USER]
         return run([*docker, "--entrypoint", command[0], tag, *command[1:]], f"running {command[0]} in {tag}")
-    container = run(["buildah", "from", "--pull=never", tag], f"starting {tag}").strip()
-    try:
-        return run(
-            ["buildah", "run", "--network", "none", "--user", IMAGE_USER, container, "--", *command],
-            f"running {command[0]} in {tag}",
-        )
-    finally:
-        subprocess.run(["buildah", "rm", container], capture_output=True, check=False)
+    return _run_with_runc(tag, command)
 
 
 def read_layers(builder: Builder, tag: str) -> tuple[layers.Layer, ...]:
