@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+import re
 import subprocess
 from pathlib import Path
 
@@ -141,3 +143,29 @@ def test_the_image_runs_read_only_as_its_user_with_its_own_env() -> None:
     assert spec["process"]["env"] == ["PATH=/opt/ksched/bin:/usr/bin"]
     assert spec["process"]["terminal"] is False
     assert spec["linux"] == default["linux"], "runc's own namespaces (a network of loopback only) stay"
+
+
+def _pruned_modules(dockerfile: str) -> set[str]:
+    """The modules the Dockerfile's venv stage removes: packages it uninstalls (as import
+    names) and subpackages it deletes from site-packages."""
+    text = dockerfile.replace("\\\n", " ")
+    uninstalled = re.search(r"pip uninstall -y (.+?)&&", text)
+    assert uninstalled, "the venv stage uninstalls what ksched does not need"
+    modules = {name.replace("-", "_") for name in uninstalled.group(1).split()}
+    modules |= {path.replace("/", ".") for path in re.findall(r"site-packages/([\w/]+)", text)}
+    return modules
+
+
+def test_the_image_prunes_nothing_that_ksched_imports() -> None:
+    root = Path(__file__).parents[2]
+    pruned = _pruned_modules((root / "deploy" / "Dockerfile").read_text())
+    assert {"pip", "aiohttp", "kubernetes.aio"} <= pruned
+    imported: set[str] = set()
+    for path in (root / "python" / "ksched").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                imported.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                imported.add(node.module)
+    clashes = {name for name in imported for gone in pruned if name == gone or name.startswith(f"{gone}.")}
+    assert clashes == set()
