@@ -43,6 +43,7 @@ from ksched.bench.pods import (
     start_ksched_run,
 )
 from ksched.bench.quality.figures import QualityResults
+from ksched.bench.quality.observe import forget_deleted_pods
 from ksched.bench.quality.pooled import KUBE_SCHEDULER, Round, pooled_round
 from ksched.bench.quality.run import EXAMPLE_CONFIG, KSCHED
 from ksched.cluster import local
@@ -340,6 +341,8 @@ def demo(nodes: int, pods: int, compare: bool, load: bool = False) -> int:
                 phases.clear()
                 terminate(proc, 30)
                 proc = None
+                # KWOK would go on serving the cleared phases' pods' usage (forget_deleted_pods).
+                forget_deleted_pods()
                 print(
                     f"== placement under real load: each pod uses 0.2-3x its request (requests-lie) or 1.2x "
                     f"(burst, all at once); KWOK serves the usage, Prometheus scrapes every {LOAD_SCRAPE_S:.0f} s; "

@@ -29,6 +29,7 @@ from ksched.bench.quality.observe import (
     cool_down,
     create_namespace,
     create_scenario,
+    forget_deleted_pods,
     idle_utilisation,
     ksched_config,
     metric_lag_s,
@@ -145,6 +146,7 @@ def _one(
             terminate(proc, 30)
         clear_pods(kube, namespace)
     # Until no node holds this run's usage any more: the next scheduler starts cool.
+    forget_deleted_pods()
     log(f"cooled down in {cool_down(prometheus, idle, opts.scrape_interval_s):.0f} s")
 
 
@@ -181,6 +183,7 @@ def _pooled(
     )
     prometheus = f"http://127.0.0.1:{state.ports['prometheus']}"
     pooled_round(kube, state.kubeconfig, prometheus, round_, workdir, results, log)
+    forget_deleted_pods()
     log(f"cooled down in {cool_down(prometheus, idle, opts.scrape_interval_s):.0f} s")
 
 
