@@ -121,6 +121,20 @@ def test_two_nodes_ksched_scores_alike_are_a_tie_not_a_plugin() -> None:
     assert (d.outcome, d.gap, d.reason) == ("other", 10.0, "NodeResourcesFit")
 
 
+def test_shadow_decisions_count_the_load_estimate_as_the_scheduling_loop_does() -> None:
+    shadow, state, _ = shadow_of()
+    given: list[object] = []
+    matrix = shadow.metrics.matrix
+
+    def spy(snapshot: Any, extra: Any = None) -> Any:
+        given.append(extra)
+        return matrix(snapshot, extra)
+
+    shadow.metrics.matrix = spy  # type: ignore[method-assign]
+    bind(shadow, state, pod("web", scheduler="default-scheduler"), "a")
+    assert given == [state.herd_estimate]
+
+
 def test_shadow_skips_pods_it_saw_bound_pods_elsewhere_and_still_counts_them() -> None:
     shadow, state, _ = shadow_of()
     # Already bound when first seen (listed at start): no decision, but it fills node "a".

@@ -287,7 +287,7 @@ class Shadow:
         node = str(spec(pod)["nodeName"])
         unbound = {**pod, "spec": {k: v for k, v in spec(pod).items() if k != "nodeName"}}
         snapshot = self.state.snapshot()
-        matrix = self.metrics.matrix(snapshot)
+        matrix = self.metrics.matrix(snapshot, self.state.herd_estimate)
         group = pod_group_of(pod)
         groups = {}
         if group is not None and group in self.state.pod_groups:
