@@ -120,6 +120,36 @@ def test_the_metrics_first_refreshes_are_spread_over_the_shortest_interval() -> 
     assert first["b"] - first["a"] >= 0.2, "b starts half the shortest interval (0.3 s) after a"
 
 
+def test_a_refresh_that_raises_degrades_the_metric_and_its_thread_goes_on() -> None:
+    """A malformed answer (a metrics-server item without ``usage``) is not a SourceError."""
+    m = MetricConfig(name="u", source="prometheus", query="q", min_refresh_s=0.05, max_refresh_s=0.05)
+    calls: list[int] = []
+
+    class Malformed(FakeSource):
+        def query(self, metric: MetricConfig, resolve: object) -> Sample:
+            calls.append(1)
+            if len(calls) <= 2:
+                raise KeyError("usage")
+            return super().query(metric, resolve)
+
+    nodes = [slim_node(node("n0")), slim_node(node("n1"))]
+    store = MetricStore([m], Malformed(), None, lambda: nodes)  # type: ignore[arg-type]
+    snap = build_snapshot(nodes, [])
+    store.start()
+    try:
+        deadline = time.monotonic() + 5
+        while len(calls) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert store.state["u"].last_error == "refresh failed: KeyError: 'usage'"
+        assert store.matrix(snap).metrics == ()
+        while len(calls) < 4 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        store.stop()
+    assert len(calls) >= 4, "the refresh thread went on after the failures"
+    assert store.matrix(snap).values[:, 0].tolist() == [0.2, 0.8]
+
+
 def test_a_sample_older_than_max_age_is_dropped() -> None:
     m = MetricConfig(name="u", source="prometheus", query="q", max_age_s=30)
     store, _, snap = store_and_snapshot(m)

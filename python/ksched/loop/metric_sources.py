@@ -345,8 +345,9 @@ class MetricStore:
             st.last_error = str(err)
             st.interval_s = metric.min_refresh_s  # retry soon
             return
-        previous = self.cache.get(metric.name)
         with self._lock:
+            # Under the lock: a TTLCache read expires entries, so it mutates the cache.
+            previous = self.cache.get(metric.name)
             self.cache[metric.name] = sample
         if st.last_error is not None:
             log.info("metric %s is back", metric.name)
@@ -380,8 +381,9 @@ class MetricStore:
             st.interval_s = metric.min_refresh_s
             return
         key = _pods_key(metric)
-        previous = self.cache.get(key)
         with self._lock:
+            # Under the lock: a TTLCache read expires entries, so it mutates the cache.
+            previous = self.cache.get(key)
             self.cache[key] = sample
         st.last_error = None
         st.refreshes += 1
@@ -403,9 +405,19 @@ class MetricStore:
         if offset_s and self._stop.wait(offset_s):
             return
         refresh, state = (self.refresh_pods, self.pod_state) if pods else (self.refresh, self.state)
+        st = state[metric.name]
         while not self._stop.is_set():
-            refresh(metric)
-            self._stop.wait(state[metric.name].interval_s)
+            try:
+                refresh(metric)
+            except Exception as err:
+                # A malformed answer (a bug here or in a source) degrades the metric like an
+                # outage does; it must not end the thread, which would leave it down for good.
+                error = f"refresh failed: {type(err).__name__}: {err}"
+                if st.last_error != error:
+                    log.exception("metric %s: %s", metric.name, error)
+                st.last_error = error
+                st.interval_s = metric.min_refresh_s
+            self._stop.wait(st.interval_s)
 
     def matrix(self, snapshot: Snapshot, extra: Estimate | None = None) -> Matrix:
         """Node x metric values for the snapshot: annotations from the nodes, live metrics
