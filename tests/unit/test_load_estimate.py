@@ -13,7 +13,9 @@ import pytest
 
 from ksched import _core
 from ksched.config import EstimateConfig, MetricConfig
+from ksched.config.metrics import parse_metric
 from ksched.engine.pods import pod_requests
+from ksched.errors import ConfigError
 from ksched.loop.metric_sources import MetricStore
 from ksched.loop.recent_pods import bind_time
 from ksched.loop.samples import Sample
@@ -261,3 +263,34 @@ def test_the_pod_projection_keeps_the_bind_time() -> None:
         == p["status"]["conditions"][0]["lastTransitionTime"]
     )
     assert bind_time(decoded, now=T0 + 60) == T0 + 1
+
+
+def test_an_annotation_metric_counts_pods_bound_since_its_oldest_fresh_value() -> None:
+    m = MetricConfig(
+        name="cpu",
+        source="annotation",
+        annotation="example.com/cpu",
+        estimate=EstimateConfig(resource="cpu", window_s=60.0),
+    )
+    clock = Clock(T0)
+    state = ClusterState((m,), clock)
+    for n, value, at in (("n0", "0.1", T0 - 30), ("n1", "0.2", T0 - 10)):
+        annotations = {"example.com/cpu": value, "example.com/cpu-timestamp": rfc3339(at)}
+        state.on_node("ADDED", slim_node(node(n, cpu="4", annotations=annotations)), None)
+    state.on_pod("ADDED", bound("web", "n0", T0 - 20), None)
+    state.sync()
+    store = MetricStore([m], None, None, lambda: list(state.nodes.values()), clock=clock)
+    values = store.matrix(state.snapshot(), state.herd_estimate).values[:, 0]
+    # Bound after the oldest value (T0 - 30): its 1 CPU of 4 counts fully on n0.
+    assert values.tolist() == [pytest.approx(0.1 + 0.25), pytest.approx(0.2)]
+
+
+def test_a_pod_usage_query_on_an_annotation_metric_is_refused() -> None:
+    raw = {
+        "name": "cpu",
+        "source": "annotation",
+        "annotation": "example.com/cpu",
+        "estimate": {"resource": "cpu", "podQuery": "sum by (namespace, pod) (x)"},
+    }
+    with pytest.raises(ConfigError, match=r"metrics\[0\]\.estimate\.podQuery: only for metrics read"):
+        parse_metric(raw, "metrics[0]")

@@ -274,6 +274,11 @@ def parse_metric(obj: Any, path: str) -> MetricConfig:
             factor=as_float(herd.get("factor", EstimateConfig.factor), f"{path}.herdEstimate.factor"),
             legacy=True,
         )
+    if estimate is not None and estimate.pod_query is not None and source == "annotation":
+        raise ConfigError(
+            f"{path}.estimate.podQuery: only for metrics read from a live source (prometheus or "
+            "metrics-server); an annotation metric's estimate counts pods by their requests"
+        )
     exempt = tuple(
         as_str(k, f"{path}.filter.exempt[{i}]")
         for i, k in enumerate(as_list(f.get("exempt", list(DEFAULT_EXEMPT)), f"{path}.filter.exempt"))

@@ -22,7 +22,8 @@ second with two live metrics; pods arriving meanwhile waited for it.
 
 An annotation metric's value is as old as the node's timestamp annotation
 (``timestampAnnotation``, RFC 3339); one older than ``maxAge`` is missing there, one
-without a timestamp is taken as fresh.
+without a timestamp is taken as fresh. Its load estimate counts recently bound pods from
+its oldest fresh value's timestamp (now where no node has one).
 
 A metric whose source is down or whose values are all older than ``maxAge``
 is *dropped* for the batch (degraded mode, ``onStale: open``) rather than given
@@ -432,7 +433,8 @@ class MetricStore:
         for m in self.metrics:
             sample: Sample | None = None
             if m.source == "annotation":
-                column, problem = self._annotation(m, snapshot, now, notes)
+                column, problem, sampled_at = self._annotation(m, snapshot, now, notes)
+                sample = Sample({}, sampled_at)
             else:
                 column, problem, sample = self._live(m, snapshot, now)
             if problem is not None:
@@ -475,28 +477,32 @@ class MetricStore:
 
     def _annotation(
         self, m: MetricConfig, snapshot: Snapshot, now: float, notes: list[str]
-    ) -> tuple[npt.NDArray[np.float64], str | None]:
+    ) -> tuple[npt.NDArray[np.float64], str | None, float]:
         """An annotation metric's column, with values older than maxAge missing; why it has
-        no fresh value where every value it has is stale."""
+        no fresh value where every value it has is stale; and when it was sampled: the
+        oldest fresh value's timestamp (now where no node has one), from which recently
+        bound pods count."""
         column = self._column(
             m.name, snapshot, None, partial(annotation_column, snapshot, m.annotation or "")
         )
         key = m.timestamp_key
         if key is None:
-            return column, None
+            return column, None, now
         measured = self._column(f"{m.name}@time", snapshot, None, partial(_annotation_times, snapshot, key))
         with np.errstate(invalid="ignore"):
             stale = (measured < now - m.max_age_s) & ~np.isnan(column)
-        if not stale.any():
-            return column, None
         column[stale] = np.nan
+        dated = measured[~np.isnan(column) & ~np.isnan(measured)]
+        sampled_at = min(now, float(dated.min())) if dated.size else now
+        if not stale.any():
+            return column, None, sampled_at
         if np.isnan(column).all():
             notes.append(
                 f"{m.name}: no value younger than {m.max_age_s:g}s{CLOSED_NOTE if m.on_stale == 'closed' else ''}"
             )
-            return column, f"no value younger than {m.max_age_s:g}s"
+            return column, f"no value younger than {m.max_age_s:g}s", sampled_at
         notes.append(f"{m.name}: {int(stale.sum())} node(s) have a value older than {m.max_age_s:g}s")
-        return column, None
+        return column, None, sampled_at
 
     def _measured(self, m: MetricConfig, now: float) -> Mapping[str, float] | None:
         """Pods' measured usage for the metric's estimate, while fresh."""
