@@ -63,7 +63,9 @@ pub struct LoadInputs<'a> {
     pub pod_above: &'a [f64],
     pub pod_below: &'a [f64],
     /// `pods × metrics`: 1 where the metric does not filter the pod (its
-    /// owner's kind is exempt, a mirror pod); its scores still apply.
+    /// owner's kind is exempt, a mirror pod); its scores still apply. 2 where
+    /// only the pod's own thresholds apply, not the nodes' (a saturated pod
+    /// placed on the least-loaded node): a missing value still excludes.
     pub exempt: &'a [u8],
     /// `nodes × metrics`: thresholds that replace the pod's on that node (NaN: none).
     pub node_above: &'a [f64],

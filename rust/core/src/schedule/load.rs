@@ -15,6 +15,12 @@ use super::state::BatchState;
 use crate::model::LoadInputs;
 use crate::plugins::{metrics, FEASIBLE};
 
+/// `LoadInputs::exempt`: the metric does not filter the pod.
+const EXEMPT: u8 = 1;
+/// `LoadInputs::exempt`: only the pod's own thresholds apply (not the node's); a
+/// missing value still excludes where the metric says so.
+const POD_THRESHOLDS: u8 = 2;
+
 /// A threshold as the load inputs carry it (NaN: none), bit for bit.
 fn bits(limit: Option<f64>) -> u64 {
     limit.unwrap_or(f64::NAN).to_bits()
@@ -43,7 +49,7 @@ impl Engine<'_, '_> {
             return MetricFilter::Shared;
         }
         let exempt = &load.exempt[index * m..(index + 1) * m];
-        if exempt.iter().all(|&e| e != 0) {
+        if exempt.iter().all(|&e| e == EXEMPT) {
             return MetricFilter::Exempt;
         }
         let own = specs.iter().enumerate().any(|(k, spec)| {
@@ -100,7 +106,11 @@ impl Engine<'_, '_> {
             r,
             |k| {
                 let pod_limits = (limit(load.pod_above[row + k]), limit(load.pod_below[row + k]));
-                (load.exempt[row + k] == 0).then(|| on_node(load, m, node, k, pod_limits))
+                match load.exempt[row + k] {
+                    EXEMPT => None,
+                    POD_THRESHOLDS => Some(pod_limits),
+                    _ => Some(on_node(load, m, node, k, pod_limits)),
+                }
             },
             added,
         )

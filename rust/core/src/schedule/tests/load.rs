@@ -88,11 +88,12 @@ fn thresholds_per_pod_and_node_with_the_incoming_pod() {
     struct Case {
         name: &'static str,
         incoming: bool,
-        /// The pod's estimate (millicores), thresholds (NaN: none) and exemption.
+        /// The pod's estimate (millicores), thresholds (NaN: none) and exemption
+        /// (`LoadInputs::exempt`).
         amount: i64,
         above: f64,
         below: f64,
-        exempt: bool,
+        exempt: u8,
         node_above: [f64; 3],
         /// Feasible nodes, and each reason with the nodes it rejected.
         feasible: i64,
@@ -104,7 +105,7 @@ fn thresholds_per_pod_and_node_with_the_incoming_pod() {
         amount: 0,
         above: 0.9,
         below: NONE,
-        exempt: false,
+        exempt: 0,
         node_above: [NONE; 3],
         feasible: 3,
         reasons: vec![],
@@ -156,7 +157,16 @@ fn thresholds_per_pod_and_node_with_the_incoming_pod() {
             name: "an exempt pod passes every node",
             amount: 400,
             above: 0.1,
-            exempt: true,
+            exempt: 1,
+            ..base()
+        },
+        Case {
+            name: "a saturated pod's own threshold wins over the node's",
+            above: 0.5,
+            exempt: 2,
+            node_above: [NONE, 0.95, 0.2],
+            feasible: 1,
+            reasons: vec![(above, 2)],
             ..base()
         },
         Case {
@@ -181,7 +191,7 @@ fn thresholds_per_pod_and_node_with_the_incoming_pod() {
         load.amounts[0] = c.amount;
         load.pod_above[0] = c.above;
         load.pod_below[0] = c.below;
-        load.exempt[0] = c.exempt as u8;
+        load.exempt[0] = c.exempt;
         load.node_above = c.node_above.to_vec();
         let metrics = Metrics {
             load: Some(load.view()),
