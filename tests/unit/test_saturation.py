@@ -87,6 +87,28 @@ def test_the_least_loaded_node_is_one_that_passes_the_other_filters() -> None:
     assert got.saturation == (Saturation("load", "leastLoaded", 0.95, "above 0.8"),)
 
 
+def test_a_saturated_pod_still_skips_nodes_without_a_value_where_they_are_excluded() -> None:
+    # blank has no value (and the most room): missing: exclude keeps every pod off it, a
+    # saturated one too.
+    nodes = [node("hot", cpu="2"), node("warm", cpu="2"), node("blank", cpu="64")]
+    metric = load_metric("leastLoaded", missing="exclude", normalization={"range": [0, 1]})
+    loads = {"hot": 0.95, "warm": 0.85}
+    got = simulate(config(metric), [pod("web", cpu="1")], loads, nodes=nodes)["default/web"]
+    assert (got.node, got.saturation) == ("warm", (Saturation("load", "leastLoaded", 0.85, "above 0.8"),))
+
+
+def test_a_saturated_pod_goes_to_the_least_loaded_node_whatever_the_other_scores() -> None:
+    # hot's room (64 CPU) outscores warm's lower load; leastLoaded still means warm.
+    nodes = [node("hot", cpu="64"), node("warm", cpu="2")]
+    metric = load_metric("leastLoaded", normalization={"range": [0, 1]})
+    loads = {"hot": 0.95, "warm": 0.85}
+    got = simulate(config(metric), [pod("web", cpu="1")], loads, nodes=nodes)
+    assert (got["default/web"].node, got["default/web"].saturation) == (
+        "warm",
+        (Saturation("load", "leastLoaded", 0.85, "above 0.8"),),
+    )
+
+
 def test_a_priority_band_decides_whether_a_pod_is_saturated() -> None:
     # urgent's band allows 0.9: warm is under it. web is held to 0.8: every node is over it.
     bands = {"filter": {"above": 0.8, "bands": [{"minPriority": 1000, "above": 0.9}]}}
@@ -264,5 +286,5 @@ def test_explain_shows_saturation(tmp_path: Path, capsys: pytest.CaptureFixture[
     out = capsys.readouterr().out
     assert "pod default/web: placed on warm" in out
     assert "placed over threshold: load 0.85 (above 0.8)" in out
-    # The nodes over the threshold were the pod's to choose from: each is scored.
-    assert "filtered by" not in out
+    # Only the least-loaded of the nodes over the threshold was the pod's to choose from.
+    assert "hot: filtered by Metric/load" in out and "hotter: filtered by Metric/load" in out

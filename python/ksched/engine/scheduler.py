@@ -10,10 +10,10 @@ message; it never stops the batch.
 Two metric policies are applied here, so every command shares them: a profile
 runs with its own metrics only (``ProfileConfig.metrics``), and a pod that every
 node passing the other filters rejects on a threshold of a ``leastLoaded``
-metric (``onSaturation``) is placed again with that threshold off, in the same
-batch, where the metric's score picks the least-loaded node
-(:func:`_relax_saturated`). Each such pod's placement says so
-(``Placement.saturation``).
+metric (``onSaturation``) is placed again in the same batch with that threshold
+raised to the least-loaded node's value, so that node is the one that passes
+(:func:`_relax_saturated`); the metric's missing policy still applies. Each such
+pod's placement says so (``Placement.saturation``).
 """
 
 from __future__ import annotations
@@ -71,6 +71,10 @@ from ksched.engine.snapshot import Snapshot, add_usage, node_thresholds
 from ksched.engine.volumes import NO_VOLUMES, VolumeColumns, pod_volumes
 from ksched.errors import KschedError, MalformedObjectError
 from ksched.objects import Obj, pod_key, uses_resource_claims
+
+# ``MetricLoad``'s ``exempt``: only the pod's own thresholds apply (a relaxed pod's), not the
+# nodes'; the metric's missing policy still does.
+POD_THRESHOLDS = 2
 
 # What every placed pod's Placement shares: each is a copy of its fields with the pod's set
 # (see _read_verdicts; no __init__, which checks a setattr per field, per placed pod).
@@ -280,7 +284,7 @@ class Engine:
         specs = metric_specs(metrics, snapshot)
         profile = engine_profile(self.profile, snapshot)
         explain_row = batch.explain_row()
-        load = _relaxed(metric_load(snapshot, batch.rows, metrics), batch, metrics)
+        load = _relaxed(metric_load(snapshot, batch.rows, metrics), batch, metrics, snapshot, metric_values)
         started = time.perf_counter()
         out = _core.schedule(
             nodes,
@@ -333,9 +337,14 @@ class _Batch:
     volumes: VolumeColumns | None = None
     # Some row (dropped gangs' included) has pod affinity or spreading, its own or by default.
     pod_level: bool = False
-    # Saturation: the pods (by slot) whose thresholds of ``leastLoaded`` metrics are off,
+    # Saturation: the pods (by slot) whose thresholds of ``leastLoaded`` metrics are relaxed,
     # each with the side (``above``, ``below``) that rejected the nodes.
     relaxed: dict[int, dict[int, str]] = field(default_factory=dict)
+    # Per relaxed (slot, metric): how many of the least-loaded nodes over the threshold
+    # the relaxed threshold let through and the pod still could not take (``_relaxed``);
+    # ``off``: those with no node left to let through, whose threshold is off.
+    passed_over: dict[tuple[int, int], int] = field(default_factory=dict)
+    off: set[tuple[int, int]] = field(default_factory=set)
 
     def explain_row(self) -> int | None:
         """The row of the explained pod, None when it has none (or was dropped with its gang)."""
@@ -448,34 +457,86 @@ def _relax_saturated(
 ) -> tuple[Outcome, list[str]]:
     """Run the engine (``run``) on the batch until it leaves no pod unplaced that a threshold
     of a ``leastLoaded`` metric, still on for that pod, rejected some node on: each such pod
-    runs again with those thresholds off (``_Batch.relaxed``), at its place in the batch, so
-    the pods before it are placed as before and the metric's score sends it to the
-    least-loaded node that passes the other filters. Every run turns thresholds off and none
-    on, so this ends."""
+    runs again (``_Batch.relaxed``), at its place in the batch, so the pods before it are
+    placed as before, with that threshold at the least-loaded rejected node's value
+    (``_relaxed``), so that node passes and the more loaded ones do not. Where the pod still
+    cannot go there (another filter rejects it, or the batch's earlier pods loaded it past
+    that value), the threshold lets the next node through, and is off once none is left.
+    Every run relaxes a threshold further and none back, so this ends."""
     while True:
         out, victim_keys = run()
         more = False
         for slot, hits in batch.threshold_hits(out).items():
             for m, side in hits.items():
-                if metrics[m].on_saturation == LEAST_LOADED and m not in batch.relaxed.get(slot, {}):
-                    batch.relaxed.setdefault(slot, {})[m] = side
-                    more = True
+                if metrics[m].on_saturation != LEAST_LOADED or (slot, m) in batch.off:
+                    continue
+                relaxed = batch.relaxed.setdefault(slot, {})
+                if m in relaxed:
+                    batch.passed_over[slot, m] += 1
+                else:
+                    relaxed[m] = side
+                    batch.passed_over[slot, m] = 0
+                more = True
         if not more:
             return out, victim_keys
 
 
-def _relaxed(load: MetricLoad | None, batch: _Batch, metrics: Sequence[MetricConfig]) -> MetricLoad | None:
-    """``load`` with the metric filter off for each pod and metric saturation relaxed
-    (``_Batch.relaxed``). A pod is relaxed only after a threshold rejected a node for it,
-    and a batch with a threshold has load inputs."""
-    if not batch.relaxed or load is None:
+def _relaxed(
+    load: MetricLoad | None,
+    batch: _Batch,
+    metrics: Sequence[MetricConfig],
+    snapshot: Snapshot,
+    values: npt.NDArray[np.float64] | None,
+) -> MetricLoad | None:
+    """``load`` with each relaxed pod's threshold of each relaxed metric (``_Batch.relaxed``)
+    at the value of the least-loaded node it rejected, past the ``passed_over`` ones (the
+    node's own thresholds no longer apply to the pod there): only that node passes of
+    those over the threshold. The missing policy still applies. A pod is relaxed only after
+    a threshold rejected a node for it, which takes metric values and load inputs."""
+    if not batch.relaxed or load is None or values is None:
         return load
     m = len(metrics)
-    exempt = load["exempt"].copy()
+    exempt, above, below = load["exempt"].copy(), load["pod_above"].copy(), load["pod_below"].copy()
     for j, row in enumerate(batch.rows):
-        for k in batch.relaxed.get(row.slot, ()):
-            exempt[j * m + k] = 1
-    return {**load, "exempt": exempt}
+        for k, side in batch.relaxed.get(row.slot, {}).items():
+            at = j * m + k
+            rejected = _rejected_values(load, metrics[k], snapshot, values[:, k], at, m, side)
+            passed_over = batch.passed_over[row.slot, k]
+            limit = math.nan
+            if passed_over < len(rejected):
+                limit = float(rejected[passed_over])
+            else:
+                batch.off.add((row.slot, k))
+            exempt[at] = POD_THRESHOLDS
+            (above if side == "above" else below)[at] = limit
+    return {**load, "exempt": exempt, "pod_above": above, "pod_below": below}
+
+
+def _rejected_values(
+    load: MetricLoad,
+    metric: MetricConfig,
+    snapshot: Snapshot,
+    column: npt.NDArray[np.float64],
+    at: int,
+    m: int,
+    side: str,
+) -> npt.NDArray[np.float64]:
+    """The values, as the metric filter sees them for pod and metric ``at`` (the pod's
+    estimate added where it counts), of the nodes over its threshold on ``side``, distinct,
+    least loaded first."""
+    seen = np.array(column, dtype=np.float64)
+    if load["incoming"][at % m] and metric.estimate is not None:
+        r = len(snapshot.resources)
+        c = snapshot.resources(metric.estimate.resource)
+        allocatable = snapshot.arrays["allocatable"].reshape(-1, r)[:, c].astype(np.float64)
+        amount = float(load["amounts"][at])
+        seen += np.divide(amount, allocatable, out=np.zeros_like(allocatable), where=allocatable > 0)
+    own_above, own_below = node_thresholds(snapshot, metric.name)
+    if side == "above":
+        limit = np.where(np.isnan(own_above), load["pod_above"][at], own_above)
+        return np.unique(seen[seen > limit])
+    limit = np.where(np.isnan(own_below), load["pod_below"][at], own_below)
+    return np.unique(seen[seen < limit])[::-1]
 
 
 def _note_saturation(
