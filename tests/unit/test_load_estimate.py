@@ -12,7 +12,7 @@ import orjson
 import pytest
 
 from ksched import _core
-from ksched.config import EstimateConfig, MetricConfig
+from ksched.config import EstimateConfig, MetricConfig, parse_config
 from ksched.config.metrics import parse_metric
 from ksched.engine.pods import pod_requests
 from ksched.errors import ConfigError
@@ -294,3 +294,66 @@ def test_a_pod_usage_query_on_an_annotation_metric_is_refused() -> None:
     }
     with pytest.raises(ConfigError, match=r"metrics\[0\]\.estimate\.podQuery: only for metrics read"):
         parse_metric(raw, "metrics[0]")
+
+
+CONFIG = {"apiVersion": "ksched.io/v1alpha1", "kind": "KschedConfiguration"}
+
+
+@pytest.mark.parametrize(
+    ("metric", "error"),
+    [
+        (
+            {"source": "prometheus", "query": "q", "estimate": {"resource": "cpu cores"}},
+            r"metrics\[0\]\.estimate\.resource: 'cpu cores' is not a resource name",
+        ),
+        (
+            {"source": "prometheus", "query": "q", "herdEstimate": {"resource": "/gpu"}},
+            r"metrics\[0\]\.herdEstimate\.resource: '/gpu' is not a resource name",
+        ),
+        (
+            {"source": "metrics-server", "resource": "cpu", "estimate": {"resource": "memory"}},
+            r"metrics\[0\]\.estimate\.resource: 'memory' is not the metric's resource 'cpu'",
+        ),
+        (
+            {"source": "prometheus", "query": "q", "estimate": {"resource": "cpu", "podQuery": "x"}},
+            r"metrics\[0\]\.estimate\.podQuery: needs prometheus\.url",
+        ),
+    ],
+)
+def test_bad_estimates_name_the_key(metric: dict[str, Any], error: str) -> None:
+    with pytest.raises(ConfigError, match=error):
+        parse_config({**CONFIG, "metrics": [{"name": "cpu", **metric}]})
+
+
+def test_estimate_resources_and_their_defaults() -> None:
+    metrics = [
+        {"name": "ms", "source": "metrics-server", "resource": "memory", "estimate": {}},
+        {"name": "gpu", "source": "prometheus", "query": "q", "estimate": {"resource": "example.com/gpu"}},
+        {
+            "name": "pods",
+            "source": "prometheus",
+            "query": "q",
+            "estimate": {"resource": "cpu", "podQuery": "x"},
+        },
+    ]
+    cfg = parse_config({**CONFIG, "metrics": metrics, "prometheus": {"url": "http://prometheus:9090"}})
+    assert [m.estimate.resource for m in cfg.metrics if m.estimate] == ["memory", "example.com/gpu", "cpu"]
+
+
+def test_an_estimate_without_a_window_is_warned_of_at_start(caplog: pytest.LogCaptureFixture) -> None:
+    metrics = [
+        MetricConfig(
+            name="recorded", source="prometheus", query="node:cpu:ratio", estimate=EstimateConfig("cpu")
+        ),
+        metric(),  # a rate over 5m: its window
+        MetricConfig(name="set", source="prometheus", query="r", estimate=EstimateConfig("cpu", window_s=60)),
+        MetricConfig(
+            name="legacy", source="prometheus", query="r", estimate=EstimateConfig("cpu", legacy=True)
+        ),
+    ]
+    store = MetricStore(metrics, None, None)
+    with caplog.at_level("WARNING"):
+        store.start()
+    store.stop()
+    warned = [r.getMessage() for r in caplog.records if "estimate.window" in r.getMessage()]
+    assert len(warned) == 1 and warned[0].startswith("metric recorded:")

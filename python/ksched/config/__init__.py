@@ -119,6 +119,9 @@ def parse_config(obj: Obj) -> Config:
     _check_profile_metrics(profiles, metrics)
     batch = parse_batch(obj.get("batch") or {})
     prometheus = parse_prometheus(obj.get("prometheus") or {})
+    for i, m in enumerate(metrics):
+        if m.estimate is not None and m.estimate.pod_query is not None and prometheus.url is None:
+            raise ConfigError(f"metrics[{i}].estimate.podQuery: needs prometheus.url, which is not set")
     return Config(
         profiles,
         metrics,

@@ -35,6 +35,12 @@ _QUANTITY = re.compile(r"^[+]?(\d+(\.\d*)?|\.\d+)([KMGTPE]i|[numkMGTPE]|[eE][+-]
 _PRIORITY = (-(2**31), 2**31 - 1)
 _TARGET = re.compile(r"^target\(\s*([-+0-9.eE]+)\s*\)$")
 _NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+# A Kubernetes resource name: a qualified name, an optional DNS subdomain prefix then a name.
+MAX_RESOURCE_NAME = 63
+MAX_RESOURCE_PREFIX = 253
+_RESOURCE = re.compile(
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+)
 _KEYS = (
     "name",
     "source",
@@ -160,13 +166,32 @@ def query_window_s(query: str) -> float:
     )
 
 
-def _estimate(obj: Any, path: str) -> EstimateConfig:
+def _resource(obj: Any, path: str) -> str:
+    """An estimate's ``resource``: a Kubernetes resource name (cpu, memory, example.com/gpu)."""
+    resource = as_str(obj, path)
+    prefix, _, name = resource.rpartition("/")
+    if not _RESOURCE.match(resource) or len(name) > MAX_RESOURCE_NAME or len(prefix) > MAX_RESOURCE_PREFIX:
+        raise ConfigError(
+            f"{path}: {resource!r} is not a resource name (examples: cpu, memory, example.com/gpu)"
+        )
+    return resource
+
+
+def _estimate(obj: Any, path: str, metric_resource: str | None) -> EstimateConfig:
+    """``estimate``; ``metric_resource``: a metrics-server metric's resource, which the
+    estimate's defaults to and must be (the metric measures nothing else)."""
     e = check_keys(
         obj,
         path,
         ("resource", "factor", "window", "bestEffort", "podQuery", "podLabel", "namespaceLabel"),
-        ("resource",),
+        () if metric_resource is not None else ("resource",),
     )
+    resource = _resource(e.get("resource", metric_resource), f"{path}.resource")
+    if metric_resource is not None and resource != metric_resource:
+        raise ConfigError(
+            f"{path}.resource: {resource!r} is not the metric's resource {metric_resource!r} "
+            "(a metrics-server metric measures its own resource only)"
+        )
     factor = as_float(e.get("factor", EstimateConfig.factor), f"{path}.factor")
     if factor < 0:
         raise ConfigError(f"{path}.factor: must not be negative")
@@ -176,7 +201,7 @@ def _estimate(obj: Any, path: str) -> EstimateConfig:
         if not _QUANTITY.match(best_effort):
             raise ConfigError(f"{path}.bestEffort: {best_effort!r} is not a quantity (examples: 100m, 200Mi)")
     return EstimateConfig(
-        resource=as_str(e["resource"], f"{path}.resource"),
+        resource=resource,
         factor=factor,
         window_s=parse_duration(e["window"], f"{path}.window") if "window" in e else None,
         best_effort=best_effort,
@@ -266,11 +291,11 @@ def parse_metric(obj: Any, path: str) -> MetricConfig:
         raise ConfigError(f"{path}: set estimate or herdEstimate (its first version), not both")
     estimate = None
     if "estimate" in obj:
-        estimate = _estimate(obj["estimate"], f"{path}.estimate")
+        estimate = _estimate(obj["estimate"], f"{path}.estimate", resource)
     elif "herdEstimate" in obj:
         herd = check_keys(obj["herdEstimate"], f"{path}.herdEstimate", ("resource", "factor"), ("resource",))
         estimate = EstimateConfig(
-            resource=as_str(herd["resource"], f"{path}.herdEstimate.resource"),
+            resource=_resource(herd["resource"], f"{path}.herdEstimate.resource"),
             factor=as_float(herd.get("factor", EstimateConfig.factor), f"{path}.herdEstimate.factor"),
             legacy=True,
         )

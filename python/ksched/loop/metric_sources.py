@@ -314,6 +314,19 @@ class MetricStore:
             log.warning(
                 "metrics %s need a Prometheus URL (--prometheus-url); they are skipped", needs_prometheus
             )
+        for m in self.metrics:
+            if (
+                m.estimate is not None
+                and not m.estimate.legacy
+                and m.source != "metrics-server"
+                and m.window_s() == 0
+            ):
+                log.warning(
+                    "metric %s: its query has no range selector and estimate.window is not set, so a pod "
+                    "bound before a sample does not count at all (a recording rule hides the range: "
+                    "set estimate.window to it)",
+                    m.name,
+                )
         for t in self._threads:
             t.start()
 
