@@ -5,6 +5,8 @@ and the placement, the events, ``/metrics`` and ``simulate`` say which happened.
 from __future__ import annotations
 
 import json
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,7 @@ from ksched.config import Config, parse_config
 from ksched.engine import Engine, Placement
 from ksched.engine.cluster_file import ClusterFile
 from ksched.engine.placements import Saturation
+from ksched.engine.scheduler import _relax_saturated
 from ksched.engine.simulation import run_simulation
 from ksched.engine.snapshot import build_snapshot
 from ksched.loop.binder import Outcome
@@ -27,6 +30,9 @@ from tests.conftest import node, pod
 
 # Three nodes, all over the load threshold; warm is the least loaded.
 LOADS = {"hot": 0.95, "warm": 0.85, "hotter": 0.99}
+
+
+CONFIG_HEAD = {"apiVersion": "ksched.io/v1alpha1", "kind": "KschedConfiguration"}
 
 
 def load_metric(policy: str | None, **extra: Any) -> dict[str, Any]:
@@ -288,3 +294,34 @@ def test_explain_shows_saturation(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert "placed over threshold: load 0.85 (above 0.8)" in out
     # Only the least-loaded of the nodes over the threshold was the pod's to choose from.
     assert "hot: filtered by Metric/load" in out and "hotter: filtered by Metric/load" in out
+
+
+@dataclass
+class SaturatedBatch:
+    """What ``_relax_saturated`` reads of a batch: one pod a threshold keeps rejecting."""
+
+    relaxed: dict[int, dict[int, str]] = field(default_factory=dict)
+    passed_over: dict[tuple[int, int], int] = field(default_factory=dict)
+    off: set[tuple[int, int]] = field(default_factory=set)
+
+    def threshold_hits(self, out: object) -> dict[int, dict[int, str]]:
+        return {0: {0: "above"}}
+
+
+@pytest.mark.parametrize(("deadline_s", "runs"), [(None, 3), (1.0, 3), (0.03, 2)])
+def test_saturation_reruns_share_the_decision_deadline(deadline_s: float | None, runs: int) -> None:
+    given: list[float | None] = []
+
+    def run(left: float | None) -> tuple[Any, list[str]]:
+        given.append(left)
+        if len(given) == 3:
+            batch.off.add((0, 0))  # no node left to let through: the threshold is off
+        time.sleep(0.02)
+        return {}, []
+
+    batch = SaturatedBatch()
+    metric = parse_config({**CONFIG_HEAD, "metrics": [load_metric("leastLoaded")]}).metrics
+    _relax_saturated(batch, metric, run, deadline_s)  # type: ignore[arg-type]
+    assert len(given) == runs and given[0] == deadline_s
+    if deadline_s is not None:
+        assert all(left is not None and 0 < left <= deadline_s - 0.02 for left in given[1:])

@@ -139,9 +139,10 @@ class Engine:
             metrics = self.config.metrics
         metrics, metric_values = self._own_metrics(metrics, metric_values)
         batch = self._compile(snapshot, _in_queue_order(pods), metrics, groups, explain)
-        run = partial(self._call, snapshot, batch, metrics, metric_values, deadline_s, nominated)
+        call = partial(self._call, snapshot, batch, metrics, metric_values, nominated=nominated)
+        run = partial(call, deadline_s)
         if any(m.on_saturation == LEAST_LOADED for m in metrics):
-            run = partial(_relax_saturated, batch, metrics, run)
+            run = partial(_relax_saturated, batch, metrics, call, deadline_s)
         out, victim_keys = _place_whole_gangs(batch, groups or {}, run)
         _read_verdicts(snapshot, batch, out, victim_keys)
         if metrics:
@@ -453,7 +454,10 @@ def _place_whole_gangs(
 
 
 def _relax_saturated(
-    batch: _Batch, metrics: Sequence[MetricConfig], run: Callable[[], tuple[Outcome, list[str]]]
+    batch: _Batch,
+    metrics: Sequence[MetricConfig],
+    run: Callable[[float | None], tuple[Outcome, list[str]]],
+    deadline_s: float | None,
 ) -> tuple[Outcome, list[str]]:
     """Run the engine (``run``) on the batch until it leaves no pod unplaced that a threshold
     of a ``leastLoaded`` metric, still on for that pod, rejected some node on: each such pod
@@ -462,9 +466,13 @@ def _relax_saturated(
     (``_relaxed``), so that node passes and the more loaded ones do not. Where the pod still
     cannot go there (another filter rejects it, or the batch's earlier pods loaded it past
     that value), the threshold lets the next node through, and is off once none is left.
-    Every run relaxes a threshold further and none back, so this ends."""
+    Every run relaxes a threshold further and none back, so this ends. The runs share the
+    decision deadline (``deadline_s``, from the first): once it has passed, the last run's
+    outcome stands, and the pods it left pending are retried."""
+    started = time.perf_counter()
+    left = deadline_s
     while True:
-        out, victim_keys = run()
+        out, victim_keys = run(left)
         more = False
         for slot, hits in batch.threshold_hits(out).items():
             for m, side in hits.items():
@@ -477,7 +485,9 @@ def _relax_saturated(
                     relaxed[m] = side
                     batch.passed_over[slot, m] = 0
                 more = True
-        if not more:
+        if deadline_s is not None:
+            left = deadline_s - (time.perf_counter() - started)
+        if not more or (left is not None and left <= 0):
             return out, victim_keys
 
 
