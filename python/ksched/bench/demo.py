@@ -342,7 +342,7 @@ def demo(nodes: int, pods: int, compare: bool, load: bool = False) -> int:
                 terminate(proc, 30)
                 proc = None
                 # KWOK would go on serving the cleared phases' pods' usage (forget_deleted_pods).
-                forget_deleted_pods()
+                forget_deleted_pods(f"http://127.0.0.1:{state.ports['prometheus']}", nodes, LOAD_SCRAPE_S)
                 print(
                     f"== placement under real load: each pod uses 0.2-3x its request (requests-lie) or 1.2x "
                     f"(burst, all at once); KWOK serves the usage, Prometheus scrapes every {LOAD_SCRAPE_S:.0f} s; "

@@ -23,7 +23,7 @@ from ksched.bench.pods import CREATE_WORKERS, create_pods
 from ksched.bench.quality.figures import Series
 from ksched.bench.quality.scenarios import Scenario
 from ksched.cluster import local
-from ksched.cluster.load import LoadSimulation
+from ksched.cluster.load import SCRAPE_JOB, LoadSimulation
 from ksched.errors import KschedError
 from ksched.loop.client import Kube
 from ksched.objects import Obj
@@ -81,15 +81,36 @@ def hottest(prometheus: str) -> float:
     return float(result[0]["value"][1]) if result else 0.0
 
 
-def forget_deleted_pods() -> None:
-    """Restart KWOK, so that the pods just deleted stop using CPU on their nodes.
+def forget_deleted_pods(prometheus: str, nodes: int, poll_s: float) -> None:
+    """Restart KWOK, so that the pods just deleted stop using CPU on their nodes, and wait
+    until Prometheus scrapes every node again and records its utilisation.
 
     KWOK v0.8.0's metrics keep evaluating pods that were deleted while its pod-delete stage
     lagged behind (its own delete then fails with NotFound and the pod stays in the cache it
     serves metrics from): after one quality round, every one of the 1,488 pods of a pool was
     still served five minutes after its namespace was emptied, and the next scenario began
-    on nodes that looked busy. A restarted KWOK lists the pods afresh."""
+    on nodes that looked busy. A restarted KWOK lists the pods afresh; while it starts, its
+    service discovery can answer with no target, and Prometheus then scraped nothing for up
+    to six minutes (a whole scenario with no samples), hence the wait."""
     local.restart("kwok")
+    deadline = time.monotonic() + COOL_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if (
+            _count(prometheus, f'up{{job="{SCRAPE_JOB}"}} == 1') >= nodes
+            and _count(prometheus, UTILISATION) >= nodes
+        ):
+            return
+        time.sleep(poll_s)
+    raise KschedError(
+        f"Prometheus did not scrape all {nodes} nodes again within {COOL_TIMEOUT_S:.0f} s of KWOK's restart"
+    )
+
+
+def _count(prometheus: str, selector: str) -> int:
+    query = urllib.parse.urlencode({"query": f"count({selector})"})
+    with urllib.request.urlopen(f"{prometheus}/api/v1/query?{query}", timeout=30) as r:
+        result = json.loads(r.read()).get("data", {}).get("result") or []
+    return int(float(result[0]["value"][1])) if result else 0
 
 
 def cool_down(prometheus: str, idle: float, poll_s: float) -> float:

@@ -146,7 +146,7 @@ def _one(
             terminate(proc, 30)
         clear_pods(kube, namespace)
     # Until no node holds this run's usage any more: the next scheduler starts cool.
-    forget_deleted_pods()
+    forget_deleted_pods(prometheus, opts.nodes, opts.scrape_interval_s)
     log(f"cooled down in {cool_down(prometheus, idle, opts.scrape_interval_s):.0f} s")
 
 
@@ -183,7 +183,7 @@ def _pooled(
     )
     prometheus = f"http://127.0.0.1:{state.ports['prometheus']}"
     pooled_round(kube, state.kubeconfig, prometheus, round_, workdir, results, log)
-    forget_deleted_pods()
+    forget_deleted_pods(prometheus, opts.nodes, opts.scrape_interval_s)
     log(f"cooled down in {cool_down(prometheus, idle, opts.scrape_interval_s):.0f} s")
 
 
