@@ -72,13 +72,17 @@ def utilisation(prometheus: str, start: float, end: float, step: float) -> Serie
     return Series(times, values, step)
 
 
+def _scalar(prometheus: str, query: str) -> float:
+    """The first value of an instant query that aggregates to one series (0.0 for none)."""
+    encoded = urllib.parse.urlencode({"query": query})
+    with urllib.request.urlopen(f"{prometheus}/api/v1/query?{encoded}", timeout=30) as r:
+        result = json.loads(r.read()).get("data", {}).get("result") or []
+    return float(result[0]["value"][1]) if result else 0.0
+
+
 def hottest(prometheus: str) -> float:
     """The highest utilisation Prometheus holds for any node now (0.0 for none)."""
-    query = urllib.parse.urlencode({"query": f"max({UTILISATION})"})
-    with urllib.request.urlopen(f"{prometheus}/api/v1/query?{query}", timeout=30) as r:
-        body = json.loads(r.read())
-    result = body.get("data", {}).get("result") or []
-    return float(result[0]["value"][1]) if result else 0.0
+    return _scalar(prometheus, f"max({UTILISATION})")
 
 
 def forget_deleted_pods(prometheus: str, nodes: int, poll_s: float) -> None:
@@ -107,10 +111,7 @@ def forget_deleted_pods(prometheus: str, nodes: int, poll_s: float) -> None:
 
 
 def _count(prometheus: str, selector: str) -> int:
-    query = urllib.parse.urlencode({"query": f"count({selector})"})
-    with urllib.request.urlopen(f"{prometheus}/api/v1/query?{query}", timeout=30) as r:
-        result = json.loads(r.read()).get("data", {}).get("result") or []
-    return int(float(result[0]["value"][1])) if result else 0
+    return int(_scalar(prometheus, f"count({selector})"))
 
 
 def cool_down(prometheus: str, idle: float, poll_s: float) -> float:
