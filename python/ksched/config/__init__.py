@@ -7,7 +7,7 @@ the allowed values; a missing file section takes upstream's default.
 
 This module reads the document and its top-level keys; each part has its own
 module: :mod:`~ksched.config.profiles` (plugins and their args),
-:mod:`~ksched.config.metrics`, :mod:`~ksched.config.sections` (batch, leader
+:mod:`~ksched.config.metrics`, :mod:`~ksched.config.rebalance`, :mod:`~ksched.config.sections` (batch, leader
 election, client connection, Prometheus, webhook, hand-off, shadow) and
 :mod:`~ksched.config.values` (the readers of one value they share).
 """
@@ -21,6 +21,7 @@ import yaml
 
 from ksched.config.metrics import Band, EstimateConfig, MetricConfig, parse_metric
 from ksched.config.profiles import DEFAULT_PROFILE, ProfileConfig, parse_profile
+from ksched.config.rebalance import RebalanceConfig, RebalanceMetric, RebalanceThreshold, parse_rebalance
 from ksched.config.sections import (
     BatchConfig,
     ClientConnectionConfig,
@@ -54,6 +55,9 @@ __all__ = [
     "MetricConfig",
     "ProfileConfig",
     "PrometheusConfig",
+    "RebalanceConfig",
+    "RebalanceMetric",
+    "RebalanceThreshold",
     "ShadowConfig",
     "WebhookConfig",
     "load_config",
@@ -75,6 +79,7 @@ _KEYS = (
     "webhook",
     "handoff",
     "shadow",
+    "rebalance",
 )
 
 
@@ -89,6 +94,7 @@ class Config:
     webhook: WebhookConfig = field(default_factory=WebhookConfig)
     handoff: HandoffConfig = field(default_factory=HandoffConfig)
     shadow: ShadowConfig = field(default_factory=ShadowConfig)
+    rebalance: RebalanceConfig = field(default_factory=RebalanceConfig)
 
     def profile(self, scheduler_name: str) -> ProfileConfig | None:
         for p in self.profiles:
@@ -132,6 +138,7 @@ def parse_config(obj: Obj) -> Config:
         parse_webhook(obj.get("webhook") or {}, names),
         parse_handoff(obj.get("handoff") or {}),
         parse_shadow(obj.get("shadow") or {}, names),
+        parse_rebalance(obj.get("rebalance") or {}, names, metrics),
     )
 
 

@@ -1,0 +1,206 @@
+"""``rebalance``: the rebalancer that moves pods off nodes their actual load made hot.
+
+Owns the section's keys, defaults and validation (:class:`RebalanceConfig`), and which
+metrics and thresholds it judges nodes by (:meth:`RebalanceConfig.thresholds`): by default
+every metric of the profile that has a ``filter.above`` or ``filter.below``, with ``high`` the
+metric's own threshold (the scheduler and the rebalancer then agree on what is hot) and
+``low`` equal to it; ``rebalance.metrics`` may name a separate ``high``/``low`` pair per
+metric. Off by default: evicting pods needs RBAC that the default manifests do not grant.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ksched.config.metrics import MetricConfig
+from ksched.config.values import as_bool, as_float, as_int, as_list, as_str, check_keys, parse_duration
+from ksched.errors import ConfigError
+
+_KEYS = (
+    "enabled",
+    "profile",
+    "interval",
+    "hotSamples",
+    "metrics",
+    "minPodAge",
+    "allowLocalStorage",
+    "maxPerCycle",
+    "maxPerNode",
+    "maxPerNamespace",
+    "maxPerWorkload",
+    "evictionsPerMinute",
+    "workloadCooldown",
+    "reservationTimeout",
+)
+_METRIC_KEYS = ("name", "high", "low")
+MAX_LIMIT = 10_000
+
+
+@dataclass(frozen=True)
+class RebalanceThreshold:
+    """One metric's hot line for the rebalancer. ``direction`` "above": a node is hot while
+    the value is over ``high``, and a target must stay below ``low`` after the move;
+    "below" (a ``filter.below`` metric, higher is better): hot while under ``high``, and a
+    target must stay above ``low``."""
+
+    metric: str
+    direction: str
+    high: float
+    low: float
+
+    def hot(self, value: float) -> bool:
+        return value > self.high if self.direction == "above" else value < self.high
+
+    def cool_enough(self, value: float) -> bool:
+        """A target's value after the move is on the cool side of ``low``."""
+        return value < self.low if self.direction == "above" else value > self.low
+
+
+@dataclass(frozen=True)
+class RebalanceMetric:
+    """``rebalance.metrics[]``: a separate high/low pair for one metric."""
+
+    name: str
+    high: float
+    low: float
+
+
+@dataclass(frozen=True)
+class RebalanceConfig:
+    enabled: bool = False
+    # The profile whose engine, metrics and thresholds decide (None: the first profile).
+    profile: str | None = None
+    # How often the rebalancer looks at the nodes.
+    interval_s: float = 30.0
+    # A node is hot after this many consecutive fresh samples over the high line.
+    hot_samples: int = 3
+    metrics: tuple[RebalanceMetric, ...] = ()
+    # Pods younger than this are never moved.
+    min_pod_age_s: float = 300.0
+    # Pods with emptyDir volumes (local storage, lost on eviction) move only when allowed.
+    allow_local_storage: bool = False
+    # Evictions per look, in all and per source node, namespace and workload.
+    max_per_cycle: int = 5
+    max_per_node: int = 1
+    max_per_namespace: int = 2
+    max_per_workload: int = 1
+    # A ceiling on the eviction rate, over all nodes (a token bucket of one minute).
+    evictions_per_minute: float = 10.0
+    # A workload whose pod was moved is not moved again for this long.
+    workload_cooldown_s: float = 600.0
+    # A reserved node is held for the replacement this long, then released.
+    reservation_timeout_s: float = 120.0
+
+    def thresholds(self, metrics: tuple[MetricConfig, ...]) -> tuple[RebalanceThreshold, ...]:
+        """The hot lines, one per metric that has one, for the profile's ``metrics``."""
+        pairs = {m.name: m for m in self.metrics}
+        out = []
+        for m in metrics:
+            direction = "above" if m.above is not None else "below" if m.below is not None else None
+            pair = pairs.get(m.name)
+            if pair is not None:
+                out.append(
+                    RebalanceThreshold(
+                        m.name,
+                        direction or ("above" if pair.high >= pair.low else "below"),
+                        pair.high,
+                        pair.low,
+                    )
+                )
+            elif direction is not None:
+                line = m.above if direction == "above" else m.below
+                assert line is not None
+                out.append(RebalanceThreshold(m.name, direction, line, line))
+        return tuple(out)
+
+
+def _metric(obj: Any, path: str) -> RebalanceMetric:
+    m = check_keys(obj, path, _METRIC_KEYS, _METRIC_KEYS)
+    return RebalanceMetric(
+        name=as_str(m["name"], f"{path}.name"),
+        high=as_float(m["high"], f"{path}.high"),
+        low=as_float(m["low"], f"{path}.low"),
+    )
+
+
+def parse_rebalance(obj: Any, profiles: list[str], metrics: tuple[MetricConfig, ...]) -> RebalanceConfig:
+    path = "rebalance"
+    r = check_keys(obj, path, _KEYS)
+    d = RebalanceConfig
+    pairs = tuple(
+        _metric(m, f"{path}.metrics[{i}]")
+        for i, m in enumerate(as_list(r.get("metrics", []), f"{path}.metrics"))
+    )
+    by_name = {m.name: m for m in metrics}
+    for i, pair in enumerate(pairs):
+        metric = by_name.get(pair.name)
+        if metric is None:
+            raise ConfigError(
+                f"{path}.metrics[{i}].name: {pair.name!r} is not a metric "
+                f"(metrics: {', '.join(by_name) or 'none defined'})"
+            )
+        if metric.below is not None and metric.above is None and pair.low < pair.high:
+            raise ConfigError(
+                f"{path}.metrics[{i}]: {pair.name} filters below a threshold (higher is better), "
+                "so low must not be under high"
+            )
+        if metric.below is None and pair.low > pair.high:
+            raise ConfigError(f"{path}.metrics[{i}]: low must not exceed high")
+    if len({p.name for p in pairs}) != len(pairs):
+        raise ConfigError(f"{path}.metrics: duplicate metric name")
+
+    def limit(key: str, default: int) -> int:
+        return as_int(r.get(key, default), f"{path}.{key}", 0, MAX_LIMIT)
+
+    config = RebalanceConfig(
+        enabled=as_bool(r.get("enabled", d.enabled), f"{path}.enabled"),
+        profile=as_str(r["profile"], f"{path}.profile", tuple(profiles)) if "profile" in r else profiles[0],
+        interval_s=parse_duration(r.get("interval", d.interval_s), f"{path}.interval"),
+        hot_samples=as_int(r.get("hotSamples", d.hot_samples), f"{path}.hotSamples", 1, 100),
+        metrics=pairs,
+        min_pod_age_s=parse_duration(r.get("minPodAge", d.min_pod_age_s), f"{path}.minPodAge"),
+        allow_local_storage=as_bool(
+            r.get("allowLocalStorage", d.allow_local_storage), f"{path}.allowLocalStorage"
+        ),
+        max_per_cycle=limit("maxPerCycle", d.max_per_cycle),
+        max_per_node=limit("maxPerNode", d.max_per_node),
+        max_per_namespace=limit("maxPerNamespace", d.max_per_namespace),
+        max_per_workload=limit("maxPerWorkload", d.max_per_workload),
+        evictions_per_minute=as_float(
+            r.get("evictionsPerMinute", d.evictions_per_minute), f"{path}.evictionsPerMinute"
+        ),
+        workload_cooldown_s=parse_duration(
+            r.get("workloadCooldown", d.workload_cooldown_s), f"{path}.workloadCooldown"
+        ),
+        reservation_timeout_s=parse_duration(
+            r.get("reservationTimeout", d.reservation_timeout_s), f"{path}.reservationTimeout"
+        ),
+    )
+    if config.enabled:
+        _check_enabled(config, metrics)
+    if config.interval_s <= 0:
+        raise ConfigError(f"{path}.interval: must be positive")
+    if config.evictions_per_minute < 0:
+        raise ConfigError(f"{path}.evictionsPerMinute: must not be negative")
+    if config.reservation_timeout_s <= 0:
+        raise ConfigError(f"{path}.reservationTimeout: must be positive")
+    return config
+
+
+def _check_enabled(config: RebalanceConfig, metrics: tuple[MetricConfig, ...]) -> None:
+    """An enabled rebalancer has a hot line to judge by, and knows what moving a pod moves:
+    each judged metric has an ``estimate`` (the resource a pod's share is counted in)."""
+    lines = config.thresholds(metrics)
+    if not lines:
+        raise ConfigError(
+            "rebalance.enabled: no metric has a filter.above or filter.below, nor a rebalance.metrics "
+            "high/low pair: nothing can make a node hot"
+        )
+    by_name = {m.name: m for m in metrics}
+    for line in lines:
+        if by_name[line.metric].estimate is None:
+            raise ConfigError(
+                f"rebalance: metric {line.metric!r} has no estimate; the rebalancer needs "
+                "estimate.resource to know how much of the metric a moved pod takes with it"
+            )
