@@ -13,7 +13,7 @@ import pytest
 
 from ksched import _core
 from ksched.config import EstimateConfig, MetricConfig, parse_config
-from ksched.config.metrics import parse_metric
+from ksched.config.metrics import parse_metric, query_window_s
 from ksched.engine.pods import pod_requests
 from ksched.errors import ConfigError
 from ksched.loop.metric_sources import MetricStore
@@ -357,3 +357,21 @@ def test_an_estimate_without_a_window_is_warned_of_at_start(caplog: pytest.LogCa
     store.stop()
     warned = [r.getMessage() for r in caplog.records if "estimate.window" in r.getMessage()]
     assert len(warned) == 1 and warned[0].startswith("metric recorded:")
+
+
+@pytest.mark.parametrize(
+    ("query", "want"),
+    [
+        ("rate(node_cpu_seconds_total[5m])", 300.0),
+        ("x[1h30m]", 5400.0),
+        # A subquery shows a new pod only once its own range and its inner range have passed.
+        ("max_over_time(rate(x[1m])[5m:30s])", 360.0),
+        ("avg_over_time((sum by (node) (rate(x[2m])))[10m:])", 720.0),
+        # Side by side, the longest reach.
+        ("rate(a[5m]) + rate(b[1m])", 300.0),
+        ("max_over_time(rate(x[1m])[5m:]) + rate(y[10m])", 600.0),
+        ("node_load1", 0.0),
+    ],
+)
+def test_the_estimate_window_is_how_far_back_the_query_reaches(query: str, want: float) -> None:
+    assert query_window_s(query) == want

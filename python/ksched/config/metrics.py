@@ -156,14 +156,34 @@ class MetricConfig:
 
 
 def query_window_s(query: str) -> float:
-    """The longest range selector (or subquery range) in a PromQL query, in seconds (0: none)."""
-    return max(
-        (
-            sum(int(n) * _PROMQL_UNITS[u] for n, u in _RANGE_PART.findall(m.group(1)))
-            for m in _RANGE.finditer(query)
-        ),
-        default=0.0,
-    )
+    """How far back a PromQL query's value reaches, in seconds (0: no range at all).
+
+    A range selector reaches back its range (``rate(x[5m])``: 300). A subquery reaches back its
+    own range plus what its inner expression reaches: ``max_over_time(rate(x[1m])[5m:30s])``
+    shows a pod 360 s after it starts, not 300. Ranges side by side take the longest
+    (``a[5m] + b[1m]``: 300). An ``offset`` is not counted."""
+    return max((_reach(query, m) for m in _RANGE.finditer(query)), default=0.0)
+
+
+def _seconds(duration: str) -> float:
+    return float(sum(int(n) * _PROMQL_UNITS[u] for n, u in _RANGE_PART.findall(duration)))
+
+
+def _reach(query: str, match: re.Match[str]) -> float:
+    """One range's reach: its own range, plus its inner expression's reach where it closes a
+    subquery (the range follows a parenthesised expression)."""
+    own = _seconds(match.group(1))
+    end = match.start() - 1
+    while end >= 0 and query[end].isspace():
+        end -= 1
+    if end < 0 or query[end] != ")":
+        return own
+    depth = 0
+    for start in range(end, -1, -1):
+        depth += {")": 1, "(": -1}.get(query[start], 0)
+        if depth == 0:
+            return own + query_window_s(query[start + 1 : end])
+    return own
 
 
 def _resource(obj: Any, path: str) -> str:
