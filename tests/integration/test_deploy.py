@@ -34,8 +34,9 @@ def test_manifests_apply_with_server_side_dry_run(
         "deployment.apps/ksched",
     ):
         assert kind in out.stdout
-    handoff = kubectl(cluster, "kustomize", str(DEPLOY / "handoff"))
-    assert handoff.returncode == 0 and "ksched-handoff" in handoff.stdout, handoff.stderr
+    for component in ("handoff", "rebalance"):
+        out = kubectl(cluster, "kustomize", str(DEPLOY / component))
+        assert out.returncode == 0 and f"ksched-{component}" in out.stdout, out.stderr
 
 
 def test_the_service_account_can_schedule_and_nothing_more(

@@ -129,8 +129,9 @@ def one(objs: list[Obj], kind: str, name: str) -> Obj:
         ["--set", "handoff.enabled=true"],
         ["--set", "shadow.enabled=true"],
         ["--set", "webhook.enabled=false", "--set", "namespace.create=true"],
+        ["--set", "rebalance.enabled=true"],
     ],
-    ids=["default", "handoff", "shadow", "no-webhook"],
+    ids=["default", "handoff", "shadow", "no-webhook", "rebalance"],
 )
 def test_chart_lints(helm: Path, values: list[str]) -> None:
     out = helm_run(helm, "lint", "--strict", str(CHART), *values)
@@ -154,6 +155,42 @@ def test_handoff_adds_the_handoff_component(helm: Path) -> None:
     assert_same_objects(added, kustomize(DEPLOY / "handoff"))
     cfg = parsed(handoff)
     assert cfg.handoff.enabled and cfg.handoff.after_s == 90
+
+
+# A configuration the rebalancer accepts: a metric with a hot line and an estimate.
+REBALANCED_METRIC = {
+    "name": "cpu",
+    "source": "prometheus",
+    "query": "node:node_cpu_utilisation:ratio",
+    "filter": {"above": 0.8},
+    "estimate": {"resource": "cpu"},
+}
+
+
+def test_rebalancing_adds_the_rebalance_component(helm: Path, tmp_path: Path) -> None:
+    values = {
+        "configuration": {"metrics": [REBALANCED_METRIC], "prometheus": {"url": "http://prometheus:9090"}},
+        "rebalance": {"enabled": True, "interval": "10s", "minPodAge": "2m"},
+    }
+    path = tmp_path / "values.yaml"
+    path.write_text(yaml.safe_dump(values))
+    default = render(helm, "-f", str(path), "--set", "rebalance.enabled=false")
+    rebalance = render(helm, "-f", str(path))
+    added = [o for o in rebalance if (o["kind"], o["metadata"]["name"]) not in by_name(default)]
+    assert_same_objects(added, kustomize(DEPLOY / "rebalance"))
+    assert "rebalance" not in configuration(default)
+    cfg = parsed(rebalance).rebalance
+    assert cfg.enabled and (cfg.interval_s, cfg.min_pod_age_s) == (10, 120)
+    # In shadow mode the rebalancer only records what it would do: it may evict nothing.
+    shadow = render(helm, "-f", str(path), "--set", "shadow.enabled=true")
+    assert not [o for o in shadow if o["metadata"]["name"].endswith("-rebalance")]
+    assert parsed(shadow).rebalance.enabled and parsed(shadow).shadow.enabled
+
+
+def test_rebalancing_is_enabled_by_its_value_which_grants_the_eviction(helm: Path) -> None:
+    out = helm_run(helm, "template", "ksched", str(CHART), "--set", "configuration.rebalance.enabled=true")
+    assert out.returncode != 0
+    assert "enable rebalancing with rebalance.enabled, not configuration.rebalance" in out.stderr
 
 
 def test_values_reach_the_objects_and_the_configuration(helm: Path, tmp_path: Path) -> None:
@@ -285,6 +322,31 @@ def test_the_charts_service_account_can_schedule_and_nothing_more(
     # The Lease the chart's configuration names is the one its Role lets ksched update.
     lease = {**configuration(objs)["leaderElection"], **FAST_LEASE}
     assert_service_account_schedules_and_nothing_more(cluster, kube, tmp_path, namespace, rbac, lease)
+
+
+@pytest.mark.cluster
+def test_only_a_release_that_rebalances_or_hands_off_may_evict(
+    cluster: local.ClusterState, kube: Kube, tmp_path: Path, namespace: Namespaces, helm: Path
+) -> None:
+    # The Eviction verb comes with the feature that uses it, never with the base role.
+    work = namespace("ksched-helm-evict-work")
+    for release, values, may in (
+        ("plain", [], "no"),
+        ("rebalance", ["--set", "rebalance.enabled=true"], "yes"),
+        ("handoff", ["--set", "handoff.enabled=true"], "yes"),
+        ("shadow-rebalance", ["--set", "rebalance.enabled=true", "--set", "shadow.enabled=true"], "no"),
+    ):
+        ns = namespace(f"ksched-helm-evict-{release}")
+        rbac = [o for o in render(helm, *values, release=release, namespace=ns) if o["kind"] in RBAC_KINDS]
+        (account,) = [o for o in rbac if o["kind"] == "ServiceAccount"]
+        who = f"system:serviceaccount:{ns}:{account['metadata']['name']}"
+        try:
+            apply_service_account(cluster, kube, tmp_path, rbac)
+            evict = ("create", "pods", "--subresource", "eviction")
+            out = kubectl(cluster, "auth", "can-i", *evict, "--as", who, "-n", work)
+            assert out.stdout.strip() == may, (release, out.stdout, out.stderr)
+        finally:
+            delete_rbac(cluster, rbac)
 
 
 # What a shadow never does, as ``kubectl auth can-i`` asks it, in the namespace of the pods it

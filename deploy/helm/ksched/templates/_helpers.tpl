@@ -54,5 +54,10 @@ other objects of the chart depend on set from the chart.
 {{- if .Values.shadow.enabled -}}
 {{- $_ := set $chart "shadow" (merge (dict "enabled" true) (omit .Values.shadow "enabled")) -}}
 {{- end -}}
+{{- if .Values.rebalance.enabled -}}
+{{- $_ := set $chart "rebalance" (merge (dict "enabled" true) (omit .Values.rebalance "enabled")) -}}
+{{- else if (.Values.configuration.rebalance | default dict).enabled -}}
+{{- fail "enable rebalancing with rebalance.enabled, not configuration.rebalance: the chart grants the eviction RBAC with it" -}}
+{{- end -}}
 {{- toYaml (mergeOverwrite (deepCopy .Values.configuration) $chart) -}}
 {{- end -}}
