@@ -1,0 +1,590 @@
+"""The rebalance planner: which pods to move off hot nodes, and the engine's proof of where
+each replacement lands.
+
+Owns the candidates on each hot node (pods a controller re-creates, scheduled by the
+rebalancing profile, old enough, not critical, not mirror or DaemonSet pods), their order
+(lowest priority, then BestEffort < Burstable < Guaranteed, then largest usage), the limits
+of one look, and the proof: the victim's replacement (its copy, kept off the source node by
+a required node-affinity term) is placed by the same :class:`~ksched.engine.Engine` that
+schedules pods, with the victim's load added to every node's value and each judged metric's
+threshold lowered to ``low``. A move is made only where the engine places it; each move's
+load is then counted on its target (and taken off its source) before the next candidate is
+proved, and its replacement holds its room as a nominated pod, so two moves never fill one
+node twice. A source stops giving pods once it is no longer hot.
+
+Pure: it reads a snapshot, values and pods, and returns a :class:`Plan`. It never evicts,
+reserves or reads the clock; the live loop (:mod:`ksched.loop`) and ``ksched rebalance
+--dry-run`` act on or print what it returns.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ksched.config import MetricConfig
+from ksched.config.metrics import MISSING, ON_SATURATION
+from ksched.config.rebalance import RebalanceConfig, RebalanceThreshold
+from ksched.engine.estimate import estimated_usage
+from ksched.engine.inputs import MIRROR_ANNOTATION
+from ksched.engine.placements import Explanation
+from ksched.engine.pods import pod_requests, priority
+from ksched.engine.scheduler import Engine
+from ksched.engine.snapshot import Snapshot
+from ksched.errors import MalformedObjectError
+from ksched.objects import Obj, meta, pod_key, scheduler_name, spec
+
+# Controllers that create a new pod when one of theirs is evicted (a DaemonSet's pod comes
+# back on the same node, so moving it moves nothing).
+RECREATING_KINDS = ("ReplicaSet", "StatefulSet", "ReplicationController", "Job")
+# Pods the cluster cannot run without (upstream's system priority classes and the priority
+# they resolve to: anything at or above it is reserved for the system).
+SYSTEM_CRITICAL_CLASSES = ("system-cluster-critical", "system-node-critical")
+SYSTEM_CRITICAL_PRIORITY = 2_000_000_000
+# The labels a controller puts on the pods of one template (Deployment's ReplicaSet, and
+# StatefulSet/DaemonSet revisions): a replacement of the same template carries the same one.
+TEMPLATE_HASH_LABELS = ("pod-template-hash", "controller-revision-hash")
+# Added to the victim's name for its replacement as the engine sees it (the controller
+# names the real one).
+REPLACEMENT_SUFFIX = "-replacement"
+# QoS classes, in the order candidates are taken (BestEffort first).
+QOS_ORDER = {"BestEffort": 0, "Burstable": 1, "Guaranteed": 2}
+
+EXCLUDE, PENDING = MISSING[2], ON_SATURATION[0]
+
+TERMINATING = "terminating"
+MIRROR = "static (mirror) pod"
+DAEMONSET = "DaemonSet pod"
+NO_CONTROLLER = "no controller re-creates it"
+SYSTEM_CRITICAL = "system-critical priority"
+LOCAL_STORAGE = "local storage (emptyDir)"
+COOLING = "workload cooling down"
+BUDGET_SPENT = "eviction budget of this look spent (maxPerCycle, evictionsPerMinute)"
+
+
+def other_scheduler(profile: str, name: str) -> str:
+    return f"not scheduled by {profile} (schedulerName {name})"
+
+
+def too_young(min_age_s: float) -> str:
+    return f"younger than minPodAge {go_duration(min_age_s)}"
+
+
+def limit_reached(key: str) -> str:
+    return f"limit {key} reached"
+
+
+@dataclass(frozen=True)
+class HotNode:
+    node: str
+    metric: str
+    value: float
+    high: float
+    # Consecutive fresh samples over ``high``.
+    samples: int
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "node": self.node,
+            "metric": self.metric,
+            "value": self.value,
+            "high": self.high,
+            "samples": self.samples,
+        }
+
+
+@dataclass(frozen=True)
+class Move:
+    """Evict ``pod`` from ``source``; the engine placed its replacement on ``target``."""
+
+    # ``namespace/name`` of the pod to evict.
+    pod: str
+    uid: str
+    namespace: str
+    # ``<Kind>/<namespace>/<name>`` of the pod's controller.
+    workload: str
+    owner_uid: str
+    # The pod's pod-template-hash or controller-revision-hash label.
+    template_hash: str | None
+    source: str
+    target: str
+    metric: str
+    # The pod's share of ``metric`` on the source, in metric units.
+    usage: float
+    source_before: float
+    source_after: float
+    target_before: float
+    target_after: float
+    # The pending replacement as the engine saw it, with status.nominatedNodeName = target.
+    replacement: Obj = field(compare=False, repr=False)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "pod": self.pod,
+            "uid": self.uid,
+            "namespace": self.namespace,
+            "workload": self.workload,
+            "ownerUid": self.owner_uid,
+            "templateHash": self.template_hash,
+            "source": self.source,
+            "target": self.target,
+            "metric": self.metric,
+            "usage": self.usage,
+            "sourceBefore": self.source_before,
+            "sourceAfter": self.source_after,
+            "targetBefore": self.target_before,
+            "targetAfter": self.target_after,
+        }
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A pod on a hot node that is not moved, and why."""
+
+    pod: str
+    node: str
+    reason: str
+
+    def as_json(self) -> dict[str, Any]:
+        return {"pod": self.pod, "node": self.node, "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class Plan:
+    hot: tuple[HotNode, ...]
+    moves: tuple[Move, ...]
+    skipped: tuple[Skipped, ...]
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "hot": [h.as_json() for h in self.hot],
+            "moves": [m.as_json() for m in self.moves],
+            "skipped": [s.as_json() for s in self.skipped],
+        }
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What the caller still allows in this look (the live loop tracks the limits over time)."""
+
+    # min(maxPerCycle, rate-limit tokens left).
+    evictions: int
+    # Evictions already made this cycle, per source node.
+    per_node: Mapping[str, int] = field(default_factory=dict)
+    # Workloads (``<Kind>/<namespace>/<name>``) in cool-down.
+    cooling: frozenset[str] = frozenset()
+
+
+def plan(
+    engine: Engine,
+    config: RebalanceConfig,
+    snapshot: Snapshot,
+    pods: Sequence[Obj],
+    metrics: Sequence[MetricConfig],
+    values: npt.NDArray[np.float64],
+    hot: Sequence[HotNode],
+    measured: Callable[[str, MetricConfig], float | None],
+    now: float,
+    budget: Budget,
+    reserved: Sequence[Obj] = (),
+) -> Plan:
+    """The moves that cool the ``hot`` nodes, each proved by ``engine``.
+
+    ``pods``: the bound, running pods (any scheduler). ``values``: node x metric values of
+    ``metrics`` (rows: the snapshot's), with the load estimate. ``measured(pod_key, metric)``:
+    a pod's measured usage in engine units, None where unknown (then its estimate counts).
+    ``reserved``: replacements already reserved (pending, with status.nominatedNodeName):
+    their room is held, and their estimated load is added to their node's values here."""
+    planner = _Planner(engine, config, snapshot, metrics, values, measured, now, budget, reserved)
+    on_node: dict[str, list[Obj]] = {}
+    for pod in pods:
+        on_node.setdefault(str(spec(pod).get("nodeName") or ""), []).append(pod)
+    for node in _hottest_first(hot):
+        planner.cool(node, [h for h in hot if h.node == node], on_node.get(node, []))
+    return Plan(tuple(hot), tuple(planner.moves), tuple(planner.skipped))
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    pod: Obj
+    key: str
+    controller: Obj
+    # Per judged metric (``_Planner.lines`` order): the pod's usage in engine units.
+    amounts: tuple[float, ...]
+    order: tuple[int, int, float, str]
+
+    workload: str
+
+
+class _Planner:
+    """One look's working state: the values as the moves so far leave them, the
+    replacements holding room, and the counts the limits apply to."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        config: RebalanceConfig,
+        snapshot: Snapshot,
+        metrics: Sequence[MetricConfig],
+        values: npt.NDArray[np.float64],
+        measured: Callable[[str, MetricConfig], float | None],
+        now: float,
+        budget: Budget,
+        reserved: Sequence[Obj],
+    ) -> None:
+        self.engine = engine
+        self.config = config
+        self.snapshot = snapshot
+        self.measured = measured
+        self.now = now
+        self.budget = budget
+        by_name = {m.name: k for k, m in enumerate(metrics)}
+        # The judged metrics: their hot lines, configs and value columns.
+        self.lines: list[RebalanceThreshold] = list(config.thresholds(tuple(metrics)))
+        self.judged = [metrics[by_name[line.metric]] for line in self.lines]
+        self.values = np.array(values[:, [by_name[line.metric] for line in self.lines]], dtype=np.float64)
+        self.proof_metrics = [_proof_metric(m, line) for m, line in zip(self.judged, self.lines, strict=True)]
+        self.held: list[Obj] = list(reserved)
+        self.moves: list[Move] = []
+        self.skipped: list[Skipped] = []
+        self.evictions = budget.evictions
+        self.namespaces: dict[str, int] = {}
+        self.workloads: dict[str, int] = {}
+        for pod in reserved:
+            row = snapshot.index.get(str((pod.get("status") or {}).get("nominatedNodeName") or ""))
+            try:
+                amounts = self._amounts(pod, measure=False)
+            except MalformedObjectError:
+                continue
+            if row is not None:
+                self.values[row] += np.nan_to_num(self._shares(pod, amounts)[row])
+
+    def cool(self, node: str, hot: Sequence[HotNode], pods: Sequence[Obj]) -> None:
+        """Take candidates off ``node`` in order while it stays hot and the limits allow."""
+        row = self.snapshot.index.get(node)
+        columns = [k for k, line in enumerate(self.lines) if any(h.metric == line.metric for h in hot)]
+        if row is None or not columns:
+            return
+        candidates = []
+        for pod in pods:
+            candidate = self._candidate(pod, node, columns[0])
+            if candidate is not None:
+                candidates.append(candidate)
+        taken = self.budget.per_node.get(node, 0)
+        for c in sorted(candidates, key=lambda c: c.order):
+            still_hot = [k for k in columns if self.lines[k].hot(float(self.values[row, k]))]
+            if not still_hot:
+                return
+            namespace = _namespace(c.pod)
+            if self.evictions <= 0:
+                reason = BUDGET_SPENT
+            elif taken >= self.config.max_per_node:
+                reason = limit_reached("maxPerNode")
+            elif self.namespaces.get(namespace, 0) >= self.config.max_per_namespace:
+                reason = limit_reached("maxPerNamespace")
+            elif self.workloads.get(c.workload, 0) >= self.config.max_per_workload:
+                reason = limit_reached("maxPerWorkload")
+            else:
+                move, reason = self._prove(c, node, row, still_hot[0])
+                if move is not None:
+                    self.moves.append(move)
+                    self.evictions -= 1
+                    taken += 1
+                    self.namespaces[namespace] = self.namespaces.get(namespace, 0) + 1
+                    self.workloads[c.workload] = self.workloads.get(c.workload, 0) + 1
+                    continue
+            self.skipped.append(Skipped(c.key, node, reason))
+
+    # -- candidates ----------------------------------------------------
+
+    def _candidate(self, pod: Obj, node: str, column: int) -> _Candidate | None:
+        """The pod as a candidate, or None (recorded as skipped, with why)."""
+        key = pod_key(pod)
+        reason = self._excluded(pod)
+        if reason is None:
+            controller = _controller(pod)
+            assert controller is not None
+            workload = f"{controller.get('kind')}/{_namespace(pod)}/{controller.get('name')}"
+            if workload in self.budget.cooling:
+                reason = COOLING
+            else:
+                try:
+                    amounts = self._amounts(pod, measure=True)
+                    order = (priority(pod), QOS_ORDER[qos_class(pod)], -amounts[column], key)
+                except MalformedObjectError as e:
+                    reason = f"invalid pod: {e.field}: {e.problem}"
+                else:
+                    return _Candidate(pod, key, controller, amounts, order, workload)
+        self.skipped.append(Skipped(key, node, reason))
+        return None
+
+    def _excluded(self, pod: Obj) -> str | None:
+        """Why the pod must never be moved (None: it may be)."""
+        m = meta(pod)
+        s = spec(pod)
+        if m.get("deletionTimestamp") is not None:
+            return TERMINATING
+        if MIRROR_ANNOTATION in (m.get("annotations") or {}):
+            return MIRROR
+        controller = _controller(pod)
+        if controller is not None and controller.get("kind") == "DaemonSet":
+            return DAEMONSET
+        if controller is None or controller.get("kind") not in RECREATING_KINDS:
+            return NO_CONTROLLER
+        p = s.get("priority")
+        if s.get("priorityClassName") in SYSTEM_CRITICAL_CLASSES or (
+            isinstance(p, int) and p >= SYSTEM_CRITICAL_PRIORITY
+        ):
+            return SYSTEM_CRITICAL
+        profile = self.engine.profile.scheduler_name
+        if scheduler_name(pod) != profile:
+            return other_scheduler(profile, scheduler_name(pod))
+        started = _epoch((pod.get("status") or {}).get("startTime")) or _epoch(m.get("creationTimestamp"))
+        if started is None or self.now - started < self.config.min_pod_age_s:
+            return too_young(self.config.min_pod_age_s)
+        if not self.config.allow_local_storage and any("emptyDir" in v for v in s.get("volumes") or []):
+            return LOCAL_STORAGE
+        return None
+
+    def _amounts(self, pod: Obj, *, measure: bool) -> tuple[float, ...]:
+        """The pod's usage of each judged metric's estimate resource, in engine units:
+        measured where ``measure`` and known, else estimated (0 with no estimate)."""
+        requests = pod_requests(pod)
+        out = []
+        for m in self.judged:
+            value = self.measured(pod_key(pod), m) if measure else None
+            if value is None or not math.isfinite(value):
+                value = 0.0 if m.estimate is None else float(estimated_usage(pod, requests, m.estimate))
+            out.append(value)
+        return tuple(out)
+
+    def _shares(self, pod: Obj, amounts: Sequence[float]) -> npt.NDArray[np.float64]:
+        """Node x judged metric: what the pod adds to each node's value (amount over the
+        node's allocatable of the estimate's resource; NaN where the node has none of it)."""
+        snapshot = self.snapshot
+        out = np.zeros((snapshot.count, len(self.judged)), dtype=np.float64)
+        allocatable = snapshot.arrays["allocatable"].reshape(snapshot.count, len(snapshot.resources))
+        for k, (m, amount) in enumerate(zip(self.judged, amounts, strict=True)):
+            c = None if m.estimate is None else snapshot.resources.get(m.estimate.resource)
+            if amount == 0 or c is None:
+                continue
+            alloc = allocatable[:, c].astype(np.float64)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                out[:, k] = np.where(alloc > 0, amount / alloc, np.nan)
+        return out
+
+    # -- the proof -----------------------------------------------------
+
+    def _prove(self, c: _Candidate, source: str, row: int, k: int) -> tuple[Move | None, str]:
+        """Place the candidate's replacement with its load moved; a Move where it lands on a
+        node that stays on the cool side of every judged metric's ``low``."""
+        shares = self._shares(c.pod, c.amounts)
+        if not shares[row, k] > 0:
+            return None, f"takes no {self.lines[k].metric} with it"
+        replacement = build_replacement(c.pod, source)
+        moved = self.values + shares
+        result = self.engine.schedule(
+            self.snapshot,
+            [replacement],
+            moved,
+            metrics=self.proof_metrics,
+            nominated=_holding(self.held, priority(c.pod)),
+            explain=pod_key(replacement),
+        )
+        placement = result.placements[0]
+        target = placement.node
+        if target is None:
+            return None, self._why_not(k, moved, result.explanation, placement.message)
+        t = self.snapshot.index[target]
+        if not all(line.cool_enough(float(moved[t, j])) for j, line in enumerate(self.lines)):
+            return (
+                None,
+                f"target {target} would not stay on the cool side of low (a node threshold annotation)",
+            )
+        line = self.lines[k]
+        move = Move(
+            pod=c.key,
+            uid=str(meta(c.pod).get("uid") or ""),
+            namespace=_namespace(c.pod),
+            workload=c.workload,
+            owner_uid=str(c.controller.get("uid") or ""),
+            template_hash=_template_hash(c.pod),
+            source=source,
+            target=target,
+            metric=line.metric,
+            usage=float(shares[row, k]),
+            source_before=float(self.values[row, k]),
+            source_after=float(self.values[row, k] - shares[row, k]),
+            target_before=float(self.values[t, k]),
+            target_after=float(moved[t, k]),
+            replacement={**replacement, "status": {"nominatedNodeName": target}},
+        )
+        self.values[row] -= np.nan_to_num(shares[row])
+        self.values[t] += np.nan_to_num(shares[t])
+        self.held.append(move.replacement)
+        return move, ""
+
+    def _why_not(
+        self, k: int, moved: npt.NDArray[np.float64], explanation: Explanation | None, message: str | None
+    ) -> str:
+        """The skip reason of a replacement the engine placed nowhere: the nodes that only
+        the judged metrics rejected, and the coolest of them; else the engine's message."""
+        line = self.lines[k]
+        rows = [
+            self.snapshot.index[n.node]
+            for n in (explanation.nodes if explanation is not None else [])
+            if not n.feasible and (n.plugin or "").startswith("Metric/")
+        ]
+        if not rows:
+            return f"no feasible node for its replacement: {message}"
+        column = moved[rows, k]
+        known = column[~np.isnan(column)]
+        side = "below" if line.direction == "above" else "above"
+        if known.size == 0:
+            coolest = "no value"
+        else:
+            coolest = f"{float(known.min() if line.direction == 'above' else known.max()):.2f}"
+        return (
+            f"no node stays {side} low {line.low:.2f} after the move "
+            f"({len(rows)} feasible, coolest {coolest})"
+        )
+
+
+def build_replacement(pod: Obj, source: str) -> Obj:
+    """The pending pod the victim's controller is expected to create, as the engine is
+    asked to place it: the victim's copy without its node, identity or status, required
+    to avoid ``source`` (a matchFields term added to every nodeSelectorTerm)."""
+    out = copy.deepcopy(pod)
+    m = out.setdefault("metadata", {})
+    for k in (
+        "uid",
+        "resourceVersion",
+        "creationTimestamp",
+        "deletionTimestamp",
+        "managedFields",
+        "generation",
+    ):
+        m.pop(k, None)
+    m["name"] = f"{m.get('name', '')}{REPLACEMENT_SUFFIX}"
+    s = out.setdefault("spec", {})
+    s.pop("nodeName", None)
+    avoid = {"key": "metadata.name", "operator": "NotIn", "values": [source]}
+    node_affinity = s.setdefault("affinity", {}).setdefault("nodeAffinity", {})
+    required = node_affinity.setdefault("requiredDuringSchedulingIgnoredDuringExecution", {})
+    terms = required.get("nodeSelectorTerms") or [{}]
+    required["nodeSelectorTerms"] = [
+        {**t, "matchFields": [*(t.get("matchFields") or []), avoid]} for t in terms
+    ]
+    out["status"] = {}
+    return out
+
+
+def qos_class(pod: Obj) -> str:
+    """The pod's QoS class: ``status.qosClass`` where the API server set it, else upstream's
+    rule over its containers' cpu and memory requests and limits."""
+    given = (pod.get("status") or {}).get("qosClass")
+    if given in QOS_ORDER:
+        return str(given)
+    s = spec(pod)
+    containers = list(s.get("containers") or []) + list(s.get("initContainers") or [])
+    any_set = False
+    guaranteed = True
+    for c in containers:
+        resources = c.get("resources") or {}
+        requests = resources.get("requests") or {}
+        limits = resources.get("limits") or {}
+        for r in ("cpu", "memory"):
+            if r in requests or r in limits:
+                any_set = True
+            if r not in limits or (r in requests and str(requests[r]) != str(limits[r])):
+                guaranteed = False
+    if not any_set:
+        return "BestEffort"
+    return "Guaranteed" if guaranteed else "Burstable"
+
+
+def go_duration(seconds: float) -> str:
+    """A duration as Kubernetes prints it (``5m0s``, ``1h0m0s``, ``30s``)."""
+    total = round(seconds)
+    hours, rest = divmod(total, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes}m{secs}s"
+    if minutes:
+        return f"{minutes}m{secs}s"
+    return f"{secs}s"
+
+
+def _namespace(pod: Obj) -> str:
+    return str(meta(pod).get("namespace") or "default")
+
+
+def _controller(pod: Obj) -> Obj | None:
+    for ref in meta(pod).get("ownerReferences") or []:
+        if isinstance(ref, dict) and ref.get("controller"):
+            return ref
+    return None
+
+
+def _template_hash(pod: Obj) -> str | None:
+    labels = meta(pod).get("labels") or {}
+    return next((str(labels[k]) for k in TEMPLATE_HASH_LABELS if k in labels), None)
+
+
+def _epoch(raw: object) -> float | None:
+    if not isinstance(raw, str) or not raw:
+        return None
+    try:
+        return datetime.fromisoformat(raw.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def _proof_metric(metric: MetricConfig, line: RebalanceThreshold) -> MetricConfig:
+    """The metric as the proof judges a target by: its threshold at ``low``, no priority
+    bands or exempt owners, no estimate (the victim's load is already in the values), a
+    node without a value excluded, and no placement over the line."""
+    # The engine rejects a value over ``above``; a target must end strictly below ``low``.
+    return replace(
+        metric,
+        above=math.nextafter(line.low, -math.inf) if line.direction == "above" else None,
+        below=math.nextafter(line.low, math.inf) if line.direction == "below" else None,
+        bands=(),
+        exempt=(),
+        estimate=None,
+        missing=EXCLUDE,
+        on_saturation=PENDING,
+    )
+
+
+def _holding(held: Sequence[Obj], at_least: int) -> list[Obj]:
+    """The held replacements as nominated pods that hold their room against a replacement
+    of priority ``at_least`` (the engine lets a nominated pod hold room only against pods
+    of lower or equal priority; a plan never counts one node's room twice)."""
+    out = []
+    for pod in held:
+        try:
+            own = priority(pod)
+        except MalformedObjectError:
+            continue
+        if own >= at_least:
+            out.append(pod)
+        else:
+            out.append({**pod, "spec": {**spec(pod), "priority": at_least}})
+    return out
+
+
+def _hottest_first(hot: Sequence[HotNode]) -> list[str]:
+    """The hot nodes, furthest over their line first (then by name)."""
+    excess: dict[str, float] = {}
+    for h in hot:
+        over = abs(h.value - h.high) / (abs(h.high) or 1.0)
+        excess[h.node] = max(excess.get(h.node, 0.0), over)
+    return sorted(excess, key=lambda n: (-excess[n], n))

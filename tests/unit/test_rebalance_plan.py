@@ -1,0 +1,407 @@
+"""The rebalance planner (``ksched.engine.rebalance.plan``) on small clusters: which pod
+leaves a hot node and where the engine proves its replacement lands; the pods it never
+moves; the limits of one look; and that moves, reservations and resources are counted so
+no target is overfilled or made hot."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+from ksched.config import Config, EstimateConfig, MetricConfig
+from ksched.config.rebalance import RebalanceConfig, RebalanceMetric
+from ksched.engine import Engine
+from ksched.engine.rebalance import (
+    BUDGET_SPENT,
+    COOLING,
+    DAEMONSET,
+    LOCAL_STORAGE,
+    MIRROR,
+    NO_CONTROLLER,
+    SYSTEM_CRITICAL,
+    TERMINATING,
+    Budget,
+    HotNode,
+    Plan,
+    plan,
+)
+from ksched.engine.snapshot import build_snapshot
+from tests.conftest import node, pod
+
+Obj = dict[str, Any]
+
+NOW = 1_800_000_000.0
+LONG_AGO = "2020-01-01T00:00:00Z"
+# A pod started a minute before NOW.
+A_MINUTE_AGO = "2027-01-15T07:59:00Z"
+NODES = ("n0", "n1", "n2", "n3")
+
+
+def usage_metric(**fields: Any) -> MetricConfig:
+    """``u``: a node's cpu usage over allocatable, filtered above 0.8, estimated by cpu."""
+    defaults: dict[str, Any] = {"above": 0.8, "estimate": EstimateConfig(resource="cpu")}
+    return MetricConfig(name="u", source="annotation", annotation="ksched.io/u", **{**defaults, **fields})
+
+
+def rebalance(**fields: Any) -> RebalanceConfig:
+    """Hot over 0.8; a target must stay below 0.6."""
+    defaults: dict[str, Any] = {"metrics": (RebalanceMetric("u", high=0.8, low=0.6),), "max_per_node": 5}
+    return RebalanceConfig(**{**defaults, **fields})
+
+
+def workload_pod(
+    name: str,
+    node_name: str,
+    cpu: str = "1",
+    memory: str = "128Mi",
+    kind: str = "ReplicaSet",
+    owner: str = "web",
+    started: str = LONG_AGO,
+    **spec: Any,
+) -> Obj:
+    """A running pod of controller ``kind``/``owner`` (4 cpu nodes: 1 cpu is 0.25 of ``u``)."""
+    p = pod(name, cpu=cpu, memory=memory, node_name=node_name, **spec)
+    p["metadata"].update(
+        uid=f"uid-{name}",
+        labels={"app": owner, "pod-template-hash": "abc123"},
+        ownerReferences=[
+            {"apiVersion": "apps/v1", "kind": kind, "name": owner, "uid": f"uid-{owner}", "controller": True}
+        ],
+    )
+    p["status"] = {"phase": "Running", "startTime": started}
+    return p
+
+
+def run_plan(
+    values: list[float],
+    pods: list[Obj],
+    config: RebalanceConfig | None = None,
+    metric: MetricConfig | None = None,
+    nodes: list[Obj] | None = None,
+    budget: Budget | None = None,
+    reserved: tuple[Obj, ...] = (),
+    measured: Callable[[str, MetricConfig], float | None] = lambda key, m: None,
+    bystanders: tuple[Obj, ...] = (),
+) -> Plan:
+    """Plan on nodes n0..n3 (4 cpu, 8Gi each unless given) with ``u`` at ``values``; every
+    node over the line is hot. ``bystanders``: bound pods the planner is not shown."""
+    config = config or rebalance()
+    metric = metric or usage_metric()
+    nodes = nodes or [node(n) for n in NODES]
+    snapshot = build_snapshot(nodes, [*pods, *bystanders])
+    matrix = np.array(values, dtype=np.float64).reshape(-1, 1)
+    [line] = config.thresholds((metric,))
+    hot = [HotNode(n, "u", v, line.high, 3) for n, v in zip(NODES, values, strict=False) if line.hot(v)]
+    return plan(
+        Engine(Config(metrics=(metric,))),
+        config,
+        snapshot,
+        pods,
+        [metric],
+        matrix,
+        hot,
+        measured,
+        NOW,
+        budget or Budget(evictions=5),
+        reserved,
+    )
+
+
+def moved(p: Plan) -> list[tuple[str, str, str]]:
+    return [(m.pod, m.source, m.target) for m in p.moves]
+
+
+def reasons(p: Plan) -> dict[str, str]:
+    return {s.pod: s.reason for s in p.skipped}
+
+
+def test_the_hot_nodes_largest_pod_moves_to_the_coolest_node() -> None:
+    pods = [workload_pod("small", "n0", cpu="200m"), workload_pod("big", "n0", cpu="1")]
+    p = run_plan([0.9, 0.5, 0.3, 0.55], pods)
+    assert moved(p) == [("default/big", "n0", "n2")]
+    [m] = p.moves
+    assert (m.metric, m.uid, m.namespace) == ("u", "uid-big", "default")
+    assert (m.workload, m.owner_uid, m.template_hash) == ("ReplicaSet/default/web", "uid-web", "abc123")
+    assert m.usage == pytest.approx(0.25)
+    assert (m.source_before, m.source_after) == pytest.approx((0.9, 0.65))
+    assert (m.target_before, m.target_after) == pytest.approx((0.3, 0.55))
+    # n0 is no longer hot after the move: the small pod stays, and is not reported as skipped.
+    assert p.skipped == ()
+    replacement = m.replacement
+    assert replacement["status"] == {"nominatedNodeName": "n2"}
+    assert "nodeName" not in replacement["spec"]
+    assert "uid" not in replacement["metadata"]
+    assert replacement["metadata"]["name"] != "big"
+    terms = replacement["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert terms["nodeSelectorTerms"] == [
+        {"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["n0"]}]}
+    ]
+
+
+def test_the_source_is_excluded_in_every_node_selector_term() -> None:
+    zone = {"key": "zone", "operator": "In", "values": ["a"]}
+    affinity = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [zone]}, {"matchExpressions": [zone]}]
+            }
+        }
+    }
+    nodes = [node(n, labels={"zone": "a"}) for n in NODES]
+    p = run_plan([0.9, 0.5, 0.3, 0.55], [workload_pod("big", "n0", affinity=affinity)], nodes=nodes)
+    [m] = p.moves
+    terms = m.replacement["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]
+    avoid = {"key": "metadata.name", "operator": "NotIn", "values": ["n0"]}
+    assert terms["nodeSelectorTerms"] == [{"matchExpressions": [zone], "matchFields": [avoid]}] * 2
+
+
+def test_nothing_moves_when_no_node_stays_below_low() -> None:
+    p = run_plan([0.9, 0.5, 0.45, 0.5], [workload_pod("big", "n0")])
+    assert p.moves == ()
+    assert reasons(p) == {
+        "default/big": "no node stays below low 0.60 after the move (3 feasible, coolest 0.70)"
+    }
+
+
+def test_a_below_metric_moves_to_a_node_that_stays_above_low() -> None:
+    """A ``filter.below`` metric (higher is better, e.g. free capacity): hot under its line."""
+    free = usage_metric(above=None, below=0.2, prefer="higher")
+    config = rebalance(metrics=(RebalanceMetric("u", high=0.2, low=0.4),))
+    pods = [workload_pod("big", "n0")]
+    p = run_plan([0.1, 0.5, 0.9, 0.6], pods, config=config, metric=free)
+    # The proof adds the pod's share to each node's value, as for every estimated metric.
+    assert moved(p) == [("default/big", "n0", "n2")]
+
+
+def labelled(p: Obj, **changes: Any) -> Obj:
+    p["metadata"].update(changes)
+    return p
+
+
+EXCLUSIONS: list[tuple[str, Callable[[], Obj], str]] = [
+    ("a DaemonSet's pod", lambda: workload_pod("p", "n0", kind="DaemonSet"), DAEMONSET),
+    (
+        "a mirror pod",
+        lambda: labelled(workload_pod("p", "n0"), annotations={"kubernetes.io/config.mirror": "x"}),
+        MIRROR,
+    ),
+    (
+        "a system-critical priority class",
+        lambda: workload_pod("p", "n0", priorityClassName="system-node-critical"),
+        SYSTEM_CRITICAL,
+    ),
+    ("a system priority", lambda: workload_pod("p", "n0", priority=2_000_000_000), SYSTEM_CRITICAL),
+    ("a young pod", lambda: workload_pod("p", "n0", started=A_MINUTE_AGO), "younger than minPodAge 5m0s"),
+    (
+        "emptyDir",
+        lambda: workload_pod("p", "n0", volumes=[{"name": "scratch", "emptyDir": {}}]),
+        LOCAL_STORAGE,
+    ),
+    ("no controller", lambda: labelled(workload_pod("p", "n0"), ownerReferences=[]), NO_CONTROLLER),
+    ("a controller that does not re-create it", lambda: workload_pod("p", "n0", kind="Foo"), NO_CONTROLLER),
+    (
+        "another scheduler's pod",
+        lambda: workload_pod("p", "n0", schedulerName="default-scheduler"),
+        "not scheduled by ksched (schedulerName default-scheduler)",
+    ),
+    ("a workload cooling down", lambda: workload_pod("p", "n0", owner="cool"), COOLING),
+    ("a terminating pod", lambda: labelled(workload_pod("p", "n0"), deletionTimestamp=LONG_AGO), TERMINATING),
+]
+
+
+@pytest.mark.parametrize(("name", "make", "reason"), EXCLUSIONS, ids=[e[0] for e in EXCLUSIONS])
+def test_pods_that_never_move(name: str, make: Callable[[], Obj], reason: str) -> None:
+    budget = Budget(evictions=5, cooling=frozenset({"ReplicaSet/default/cool"}))
+    p = run_plan([0.9, 0.5, 0.3, 0.55], [make()], budget=budget)
+    assert (p.moves, reasons(p)) == ((), {"default/p": reason}), name
+
+
+def test_empty_dir_moves_when_local_storage_is_allowed() -> None:
+    p = workload_pod("p", "n0", volumes=[{"name": "scratch", "emptyDir": {}}])
+    plan_ = run_plan([0.9, 0.5, 0.3, 0.55], [p], config=rebalance(allow_local_storage=True))
+    assert moved(plan_) == [("default/p", "n0", "n2")]
+
+
+@pytest.mark.parametrize(
+    ("name", "pods", "first"),
+    [
+        (
+            "lowest priority first",
+            [workload_pod("big", "n0", cpu="1"), workload_pod("low", "n0", cpu="300m", priority=-5)],
+            "default/low",
+        ),
+        (
+            "BestEffort before Burstable",
+            [workload_pod("big", "n0", cpu="1"), workload_pod("be", "n0", cpu=None, memory=None)],
+            "default/be",
+        ),
+        (
+            "Burstable before Guaranteed",
+            [
+                workload_pod(
+                    "guaranteed",
+                    "n0",
+                    cpu="1",
+                    memory="1Gi",
+                    containers=[
+                        {
+                            "name": "c",
+                            "image": "pause",
+                            "resources": {
+                                "requests": {"cpu": "1", "memory": "1Gi"},
+                                "limits": {"cpu": "1", "memory": "1Gi"},
+                            },
+                        }
+                    ],
+                ),
+                workload_pod("burstable", "n0", cpu="300m"),
+            ],
+            "default/burstable",
+        ),
+        (
+            "then the largest usage",
+            [workload_pod("small", "n0", cpu="300m"), workload_pod("big", "n0", cpu="500m")],
+            "default/big",
+        ),
+    ],
+)
+def test_candidate_order(name: str, pods: list[Obj], first: str) -> None:
+    p = run_plan([0.9, 0.3, 0.3, 0.3], pods, budget=Budget(evictions=1))
+    assert [m.pod for m in p.moves] == [first], name
+
+
+def test_measured_usage_replaces_the_estimate() -> None:
+    pods = [workload_pod("requests-much", "n0", cpu="1"), workload_pod("uses-much", "n0", cpu="100m")]
+    measured = {"default/uses-much": 1200.0}
+    p = run_plan([0.9, 0.2, 0.2, 0.2], pods, measured=lambda key, m: measured.get(key))
+    [m] = p.moves
+    assert m.pod == "default/uses-much"
+    assert m.usage == pytest.approx(0.3)
+
+
+def test_the_budget_caps_the_moves() -> None:
+    pods = [workload_pod("a", "n0", owner="a"), workload_pod("b", "n1", owner="b")]
+    p = run_plan([0.95, 0.9, 0.1, 0.1], pods, budget=Budget(evictions=1))
+    assert moved(p) == [("default/a", "n0", "n2")]
+    assert reasons(p) == {"default/b": BUDGET_SPENT}
+
+
+@pytest.mark.parametrize(
+    ("name", "config", "budget", "owners", "reason"),
+    [
+        ("per node", rebalance(max_per_node=1), Budget(5), ("a", "b"), "limit maxPerNode reached"),
+        (
+            "per node, counting this cycle's evictions",
+            rebalance(max_per_node=2),
+            Budget(5, per_node={"n0": 1}),
+            ("a", "b"),
+            "limit maxPerNode reached",
+        ),
+        (
+            "per namespace",
+            rebalance(max_per_namespace=1),
+            Budget(5),
+            ("a", "b"),
+            "limit maxPerNamespace reached",
+        ),
+        (
+            "per workload",
+            rebalance(max_per_workload=1),
+            Budget(5),
+            ("a", "a"),
+            "limit maxPerWorkload reached",
+        ),
+    ],
+)
+def test_limits_per_node_namespace_and_workload(
+    name: str, config: RebalanceConfig, budget: Budget, owners: tuple[str, str], reason: str
+) -> None:
+    # n0 at 1.3 stays hot after one pod of 0.25 leaves.
+    pods = [
+        workload_pod("first", "n0", cpu="1", owner=owners[0]),
+        workload_pod("second", "n0", cpu="900m", owner=owners[1]),
+    ]
+    p = run_plan([1.3, 0.1, 0.1, 0.1], pods, config=config, budget=budget)
+    assert [m.pod for m in p.moves] == ["default/first"], name
+    assert reasons(p) == {"default/second": reason}, name
+
+
+def test_a_source_gives_pods_until_it_is_no_longer_hot() -> None:
+    pods = [workload_pod(f"p{i}", "n0", cpu="1", owner=f"w{i}") for i in range(4)]
+    p = run_plan([1.2, 0.1, 0.1, 0.1], pods, config=rebalance(max_per_namespace=5))
+    # 1.2 - 0.25 = 0.95, - 0.25 = 0.7: two moves, then n0 is cool.
+    assert len(p.moves) == 2
+    assert p.moves[-1].source_after == pytest.approx(0.7)
+
+
+def test_two_moves_never_overfill_a_target_by_the_metric() -> None:
+    pods = [workload_pod("a", "n0", owner="a"), workload_pod("b", "n1", owner="b")]
+    p = run_plan([0.95, 0.9, 0.3, 0.33], pods)
+    # The first move takes n2 to 0.55; a second would take it to 0.8, over low.
+    assert moved(p) == [("default/a", "n0", "n2"), ("default/b", "n1", "n3")]
+    assert p.moves[1].target_after == pytest.approx(0.58)
+
+
+def test_two_moves_never_overfill_a_target_by_resources() -> None:
+    """The first replacement holds its memory on n2 as a nominated pod does."""
+    pods = [
+        workload_pod("a", "n0", cpu="500m", memory="6Gi", owner="a"),
+        workload_pod("b", "n1", cpu="500m", memory="6Gi", owner="b"),
+    ]
+    p = run_plan([0.9, 0.85, 0.1, 0.4], pods)
+    assert moved(p) == [("default/a", "n0", "n2"), ("default/b", "n1", "n3")]
+
+
+def test_a_reserved_replacement_holds_its_load_on_its_node() -> None:
+    reserved = workload_pod("earlier", "n2", owner="other")
+    del reserved["spec"]["nodeName"]
+    reserved["status"] = {"nominatedNodeName": "n2"}
+    p = run_plan([0.9, 0.5, 0.3, 0.33], [workload_pod("big", "n0")], reserved=(reserved,))
+    # n2 with the reserved pod is at 0.55; the move would take it to 0.8.
+    assert moved(p) == [("default/big", "n0", "n3")]
+
+
+def test_a_target_the_policy_would_call_hot_is_never_chosen() -> None:
+    """Scores prefer n1 (the metric weighs nothing; n2 and n3 are full of other pods), but
+    n1 would be over the line after the move; high = low = filter.above here."""
+    metric = usage_metric(weight=0.0)
+    bystanders = tuple(workload_pod(f"busy-{n}", n, cpu="2500m", owner="busy") for n in ("n2", "n3"))
+    p = run_plan(
+        [0.9, 0.79, 0.5, 0.5],
+        [workload_pod("big", "n0")],
+        config=RebalanceConfig(max_per_node=5),
+        metric=metric,
+        bystanders=bystanders,
+    )
+    [m] = p.moves
+    assert m.target in ("n2", "n3")
+    assert m.target_after == pytest.approx(0.75)
+
+
+def test_a_cool_target_without_cpu_room_is_not_chosen() -> None:
+    bystanders = (workload_pod("busy", "n2", cpu="3500m", owner="busy"),)
+    p = run_plan([0.9, 0.5, 0.1, 0.2], [workload_pod("big", "n0")], bystanders=bystanders)
+    assert moved(p) == [("default/big", "n0", "n3")]
+
+
+def test_no_feasible_node_says_what_the_engine_said() -> None:
+    bystanders = tuple(workload_pod(f"busy-{n}", n, cpu="3500m", owner="busy") for n in ("n1", "n2", "n3"))
+    p = run_plan([0.9, 0.1, 0.1, 0.1], [workload_pod("big", "n0")], bystanders=bystanders)
+    assert p.moves == ()
+    assert reasons(p)["default/big"].startswith(
+        "no feasible node for its replacement: 0/4 nodes are available"
+    )
+
+
+def test_as_json() -> None:
+    p = run_plan([0.9, 0.5, 0.3, 0.55], [workload_pod("big", "n0")])
+    out = p.as_json()
+    assert out["hot"] == [{"node": "n0", "metric": "u", "value": 0.9, "high": 0.8, "samples": 3}]
+    assert out["moves"][0]["pod"] == "default/big"
+    assert out["moves"][0]["target"] == "n2"
+    assert out["skipped"] == []
