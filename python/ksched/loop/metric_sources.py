@@ -466,6 +466,19 @@ class MetricStore:
             self.telemetry.set_degraded("metric_unavailable", bool(degraded))
         return Matrix(tuple(used), values, degraded)
 
+    def latest(self, name: str) -> Sample | None:
+        """A live metric's last sample (each node's value as measured, no estimate) while it is
+        fresh: younger than its maxAge, and its source's last refresh succeeded. None otherwise,
+        and for a metric that is not live (the rebalancer's hot-node tracker reads it)."""
+        metric = next((m for m in self.live if m.name == name), None)
+        if metric is None:
+            return None
+        with self._lock:
+            sample = self.cache.get(name)
+        if sample is None or self.state[name].last_error is not None:
+            return None
+        return sample if self.clock() - sample.sampled_at <= metric.max_age_s else None
+
     def _live(
         self, m: MetricConfig, snapshot: Snapshot, now: float
     ) -> tuple[npt.NDArray[np.float64], str | None, Sample | None]:
