@@ -150,6 +150,7 @@ COMMANDS = [
     "status",
     "shadow",
     "shadow report",
+    "rebalance",
     "bench",
     "annotate",
     "cluster",

@@ -4,7 +4,8 @@ Subcommands share one engine: ``run`` schedules a live cluster (with
 ``--shadow``, it only compares with the scheduler that binds), ``simulate``
 schedules a cluster file offline, ``explain`` explains a pod of a cluster
 file or of the live cluster, ``shadow report`` and ``status`` read a running
-ksched, ``bench`` runs the harnesses of :mod:`ksched.bench`, ``cluster`` runs a
+ksched, ``rebalance --dry-run`` previews the rebalancer's moves on the live
+cluster, ``bench`` runs the harnesses of :mod:`ksched.bench`, ``cluster`` runs a
 local real control plane for tests and demos, and ``image`` builds ksched's
 container image. Each command module adds its own
 subparser and handler; this module orders them, sets up logging and the garbage
@@ -20,7 +21,7 @@ import signal
 import sys
 
 from ksched import __version__
-from ksched.commands import annotate, bench, cluster, demo, image, run, shadow, simulate
+from ksched.commands import annotate, bench, cluster, demo, image, rebalance, run, shadow, simulate
 from ksched.commands.exit_codes import EXIT_BAD_INPUT
 from ksched.errors import KschedError
 
@@ -33,6 +34,7 @@ def parser() -> argparse.ArgumentParser:
     simulate.add_parsers(sub)
     run.add_parser(sub)
     shadow.add_parsers(sub)
+    rebalance.add_parser(sub)
     demo.add_parser(sub)
     annotate.add_parser(sub)
     bench.add_parser(sub, cli=main)

@@ -1,0 +1,274 @@
+"""``ksched rebalance --dry-run``: what the rebalancer would move on the live cluster now.
+
+Reads the live cluster through the kubeconfig (:mod:`ksched.commands.live`, as ``explain``
+does) and each judged metric once: Prometheus metrics as ``explain`` reads them,
+metrics-server metrics from the API server, annotation metrics from the nodes. One sample
+is enough to call a node hot here; the running rebalancer waits for ``hotSamples`` in a row.
+The values the planner proves moves with include the load estimate of pods bound within
+each metric's window, as the scheduler counts them. The plan is the engine's
+(:func:`ksched.engine.rebalance.plan`); this module prints it. Nothing is evicted or
+reserved: rebalancing itself runs inside ``ksched run`` (``rebalance.enabled``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from ksched.commands.exit_codes import EXIT_BAD_INPUT, EXIT_OK
+from ksched.errors import KschedError
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+    from ksched.config import Config, MetricConfig
+    from ksched.config.rebalance import RebalanceThreshold
+    from ksched.engine import Engine
+    from ksched.engine.cluster_file import ClusterFile
+    from ksched.engine.rebalance import HotNode, Plan
+    from ksched.engine.snapshot import Snapshot
+    from ksched.loop.client import Kube
+    from ksched.objects import Obj
+
+NOT_DRY_RUN = (
+    "ksched rebalance only previews (--dry-run): rebalancing runs inside `ksched run` "
+    "when the configuration sets rebalance.enabled: true"
+)
+# Skipped candidates of one node and reason listed by name, beyond which they are counted.
+NAMES_SHOWN = 3
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    r = sub.add_parser(
+        "rebalance",
+        help="preview the rebalancer's moves on the live cluster (--dry-run)",
+        description="Read the live cluster and each judged metric once, and print the hot nodes, "
+        "each move the rebalancer would make (the pod, source -> target, the metric before -> "
+        "after on both) and why the other candidates stay. Evicts nothing: rebalancing runs "
+        "inside `ksched run` (rebalance.enabled). "
+        "Example: ksched rebalance --dry-run --config ksched.yaml",
+    )
+    r.add_argument("--dry-run", action="store_true", help="required: print the plan, move nothing")
+    r.add_argument("--config", help="KschedConfiguration file (its rebalance section and metrics)")
+    r.add_argument("--kubeconfig", help="default $KUBECONFIG or ~/.kube/config")
+    r.add_argument("--json", action="store_true", help="print the plan as JSON")
+    r.set_defaults(func=_rebalance)
+
+
+def _rebalance(args: argparse.Namespace) -> int:
+    if not args.dry_run:
+        print(f"error: {NOT_DRY_RUN}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    from ksched.commands.live import connect, live_objects
+    from ksched.config import load_config
+    from ksched.engine.cluster_file import sort_objects
+
+    config = load_config(args.config)
+    kube = connect(args.kubeconfig)
+    cluster = sort_objects(
+        live_objects(kube), {p.scheduler_name for p in config.profiles}, "the live cluster"
+    )
+    plan, notes = preview(config, cluster, kube, time.time())
+    note_to = sys.stderr if args.json else sys.stdout
+    for note in notes:
+        print(f"note: {note}", file=note_to)
+    if args.json:
+        print(json.dumps(plan.as_json(), indent=2))
+    else:
+        print(render(plan))
+    return EXIT_OK
+
+
+def preview(config: Config, cluster: ClusterFile, kube: Kube, now: float) -> tuple[Plan, list[str]]:
+    """The plan for the cluster as it is now, and notes on what it judged by."""
+    from ksched.engine import Engine
+    from ksched.engine.rebalance import Budget, plan
+
+    rebalance = config.rebalance
+    engine = Engine(config, rebalance.profile)
+    metrics = tuple(m for m in config.metrics if engine.profile.uses(m.name))
+    lines = rebalance.thresholds(metrics)
+    if not lines:
+        raise KschedError(
+            "rebalance: no metric of profile "
+            f"{engine.profile.scheduler_name} has a filter.above or filter.below, nor a "
+            "rebalance.metrics high/low pair: nothing can make a node hot"
+        )
+    notes = [
+        f"judged on one sample of each metric; the running rebalancer calls a node hot only after "
+        f"hotSamples ({rebalance.hot_samples}) consecutive fresh samples over the line"
+    ]
+    if not rebalance.enabled:
+        notes.append("rebalance.enabled is false: `ksched run` moves nothing with this configuration")
+    judged = [m for m in metrics if m.name in {line.metric for line in lines}]
+    read, degraded = _read_metrics(judged, cluster.nodes, kube, config, now)
+    notes += [
+        f"metric {why}: not judged (a stale or missing metric never makes a node hot)" for why in degraded
+    ]
+    used = [m for m in judged if m.name in read]
+    snapshot, values, hot = _judge(engine, cluster, used, lines, read, now)
+    pods = [p for p in cluster.existing if (p.get("status") or {}).get("phase") == "Running"]
+    reserved = [
+        p for p in cluster.pending + cluster.others if (p.get("status") or {}).get("nominatedNodeName")
+    ]
+    budget = Budget(evictions=rebalance.max_per_cycle)
+    measured = _measured(config, used)
+    return plan(engine, rebalance, snapshot, pods, used, values, hot, measured, now, budget, reserved), notes
+
+
+def _read_metrics(
+    metrics: Sequence[MetricConfig], nodes: list[Obj], kube: Kube, config: Config, now: float
+) -> tuple[dict[str, dict[str, float]], list[str]]:
+    """One sample of each metric (metric -> node -> value), and why each unread one is not.
+    An annotation older than the metric's maxAge is no value, as for the scheduler."""
+    import dataclasses
+    import math
+
+    from ksched.commands.live import live_metrics
+    from ksched.engine.snapshot import to_number
+    from ksched.loop.metrics_server import MetricsServerSource
+    from ksched.loop.samples import SourceError, parse_time
+    from ksched.objects import meta
+
+    read: dict[str, dict[str, float]] = {}
+    degraded: list[str] = []
+    prometheus = tuple(m for m in metrics if m.source == "prometheus")
+    if prometheus:
+        kept, by_node, why = live_metrics(dataclasses.replace(config, metrics=prometheus), nodes)
+        degraded += why
+        for m in kept.metrics:
+            read[m.name] = {n: v[m.name] for n, v in by_node.items() if m.name in v}
+    for m in (m for m in metrics if m.source == "metrics-server"):
+        try:
+            read[m.name] = dict(MetricsServerSource(kube).query(m, nodes).values)
+        except SourceError as err:
+            degraded.append(f"{m.name}: {err}")
+    for m in (m for m in metrics if m.source == "annotation"):
+        values = {}
+        for node in nodes:
+            annotations = meta(node).get("annotations") or {}
+            value = to_number(annotations.get(m.annotation or ""))
+            at = parse_time(annotations.get(m.timestamp_key or ""))
+            if math.isfinite(value) and (at is None or now - at <= m.max_age_s):
+                values[str(meta(node).get("name"))] = value
+        if values:
+            read[m.name] = values
+        else:
+            degraded.append(f"{m.name}: no value younger than {m.max_age_s:g}s")
+    return read, degraded
+
+
+def _judge(
+    engine: Engine,
+    cluster: ClusterFile,
+    metrics: Sequence[MetricConfig],
+    lines: Sequence[RebalanceThreshold],
+    read: Mapping[str, Mapping[str, float]],
+    now: float,
+) -> tuple[Snapshot, npt.NDArray[np.float64], list[HotNode]]:
+    """The snapshot; the values the planner proves with (each sample plus the load estimate
+    of recently bound pods, as the scheduler counts them); the nodes over a line in the sample."""
+    import numpy as np
+
+    from ksched.engine.pods import pod_requests
+    from ksched.engine.rebalance import HotNode
+    from ksched.engine.snapshot import build_snapshot
+    from ksched.errors import MalformedObjectError
+    from ksched.loop.recent_pods import RecentPods, bind_time
+    from ksched.objects import meta, pod_key, scheduler_name, spec
+
+    snapshot = build_snapshot(cluster.nodes, cluster.existing)
+    snapshot.namespaces = cluster.namespaces
+    snapshot.spread_selectors = cluster.spread_selectors
+    snapshot.budgets = cluster.budgets
+    snapshot.storage = cluster.storage
+    sample = np.array(
+        [[read[m.name].get(node, np.nan) for m in metrics] for node in snapshot.node_names],
+        dtype=np.float64,
+    ).reshape(snapshot.count, len(metrics))
+    by_metric = {line.metric: line for line in lines}
+    hot = [
+        HotNode(node, m.name, float(sample[i, k]), by_metric[m.name].high, 1)
+        for k, m in enumerate(metrics)
+        for i, node in enumerate(snapshot.node_names)
+        if np.isfinite(sample[i, k]) and by_metric[m.name].hot(float(sample[i, k]))
+    ]
+    recent = RecentPods(metrics, clock=lambda: now)
+    for pod in cluster.existing:
+        try:
+            requests = pod_requests(pod)
+        except MalformedObjectError:
+            continue
+        recent.track(
+            pod_key(pod),
+            str(meta(pod).get("uid")),
+            str(spec(pod).get("nodeName")),
+            bind_time(pod, now),
+            scheduler_name(pod) == engine.profile.scheduler_name,
+            pod,
+            requests,
+        )
+    values = sample.copy()
+    for k, m in enumerate(metrics):
+        recent.add_to(m, snapshot, now, values[:, k])
+    return snapshot, values, hot
+
+
+def _measured(config: Config, metrics: Sequence[MetricConfig]) -> Callable[[str, MetricConfig], float | None]:
+    """Pods' measured usage (``estimate.podQuery``), read once; None where unknown."""
+    from ksched.loop.metric_sources import PrometheusSource, SourceError
+
+    usage: dict[str, Mapping[str, float]] = {}
+    queries = [
+        m for m in metrics if m.estimate is not None and m.estimate.pod_query and not m.estimate.legacy
+    ]
+    if queries and config.prometheus.url:
+        source = PrometheusSource(config.prometheus.url, config.prometheus.timeout_s)
+        for m in queries:
+            try:
+                usage[m.name] = source.pod_usage(m).values
+            except SourceError:
+                continue
+
+    def measured(key: str, metric: MetricConfig) -> float | None:
+        return usage.get(metric.name, {}).get(key)
+
+    return measured
+
+
+def render(plan: Plan) -> str:
+    """The plan for people: hot nodes, moves, and per hot node what stays and why."""
+    if not plan.hot:
+        return "no hot node: nothing to move"
+    out = ["hot nodes:"]
+    rows = [("NODE", "METRIC", "VALUE", "HIGH")] + [
+        (h.node, h.metric, f"{h.value:.2f}", f"{h.high:.2f}") for h in plan.hot
+    ]
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    out += ["  " + "  ".join(f"{c:<{w}}" for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    out.append(f"moves ({len(plan.moves)}):" if plan.moves else "moves: none")
+    for m in plan.moves:
+        out.append(
+            f"  {m.pod}: {m.source} -> {m.target}  {m.metric} on {m.source} "
+            f"{m.source_before:.2f} -> {m.source_after:.2f}, on {m.target} "
+            f"{m.target_before:.2f} -> {m.target_after:.2f}"
+        )
+    by_node: dict[str, dict[str, list[str]]] = {}
+    for s in plan.skipped:
+        by_node.setdefault(s.node, {}).setdefault(s.reason, []).append(s.pod)
+    for node, reasons in by_node.items():
+        count = sum(len(p) for p in reasons.values())
+        out.append(f"skipped on {node} ({count}):")
+        for reason, pods in reasons.items():
+            if len(pods) == 1:
+                out.append(f"  {pods[0]}: {reason}")
+                continue
+            names = ", ".join(pods[:NAMES_SHOWN])
+            more = f" and {len(pods) - NAMES_SHOWN} more" if len(pods) > NAMES_SHOWN else ""
+            out.append(f"  {len(pods)} pods: {reason} ({names}{more})")
+    return "\n".join(out)
