@@ -405,3 +405,15 @@ def test_as_json() -> None:
     assert out["moves"][0]["pod"] == "default/big"
     assert out["moves"][0]["target"] == "n2"
     assert out["skipped"] == []
+
+
+def test_a_node_threshold_annotation_never_lets_a_target_end_over_low() -> None:
+    """n2's own threshold (0.95) lets the engine place there; the move would leave it at 0.75."""
+    nodes = [
+        node(n, annotations={"threshold.ksched.io/u-above": "0.95"} if n == "n2" else None) for n in NODES
+    ]
+    p = run_plan([0.9, 0.7, 0.5, 0.7], [workload_pod("big", "n0")], nodes=nodes)
+    assert p.moves == ()
+    assert reasons(p) == {
+        "default/big": "target n2 would not stay on the cool side of low (its threshold annotation)"
+    }

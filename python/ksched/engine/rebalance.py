@@ -219,7 +219,6 @@ class _Candidate:
     # Per judged metric (``_Planner.lines`` order): the pod's usage in engine units.
     amounts: tuple[float, ...]
     order: tuple[int, int, float, str]
-
     workload: str
 
 
@@ -292,14 +291,15 @@ class _Planner:
             elif self.workloads.get(c.workload, 0) >= self.config.max_per_workload:
                 reason = limit_reached("maxPerWorkload")
             else:
-                move, reason = self._prove(c, node, row, still_hot[0])
-                if move is not None:
-                    self.moves.append(move)
+                outcome = self._prove(c, node, row, still_hot[0])
+                if isinstance(outcome, Move):
+                    self.moves.append(outcome)
                     self.evictions -= 1
                     taken += 1
                     self.namespaces[namespace] = self.namespaces.get(namespace, 0) + 1
                     self.workloads[c.workload] = self.workloads.get(c.workload, 0) + 1
                     continue
+                reason = outcome
             self.skipped.append(Skipped(c.key, node, reason))
 
     # -- candidates ----------------------------------------------------
@@ -382,12 +382,12 @@ class _Planner:
 
     # -- the proof -----------------------------------------------------
 
-    def _prove(self, c: _Candidate, source: str, row: int, k: int) -> tuple[Move | None, str]:
-        """Place the candidate's replacement with its load moved; a Move where it lands on a
-        node that stays on the cool side of every judged metric's ``low``."""
+    def _prove(self, c: _Candidate, source: str, row: int, k: int) -> Move | str:
+        """Place the candidate's replacement with its load moved: a Move where it lands on a
+        node that stays on the cool side of every judged metric's ``low``, else why not."""
         shares = self._shares(c.pod, c.amounts)
         if not shares[row, k] > 0:
-            return None, f"takes no {self.lines[k].metric} with it"
+            return f"takes no {self.lines[k].metric} with it"
         replacement = build_replacement(c.pod, source)
         moved = self.values + shares
         result = self.engine.schedule(
@@ -401,13 +401,11 @@ class _Planner:
         placement = result.placements[0]
         target = placement.node
         if target is None:
-            return None, self._why_not(k, moved, result.explanation, placement.message)
+            return self._why_not(k, moved, result.explanation, placement.message)
         t = self.snapshot.index[target]
         if not all(line.cool_enough(float(moved[t, j])) for j, line in enumerate(self.lines)):
-            return (
-                None,
-                f"target {target} would not stay on the cool side of low (a node threshold annotation)",
-            )
+            # A node's own threshold annotation let the engine place it over ``low``.
+            return f"target {target} would not stay on the cool side of low (its threshold annotation)"
         line = self.lines[k]
         move = Move(
             pod=c.key,
@@ -429,7 +427,7 @@ class _Planner:
         self.values[row] -= np.nan_to_num(shares[row])
         self.values[t] += np.nan_to_num(shares[t])
         self.held.append(move.replacement)
-        return move, ""
+        return move
 
     def _why_not(
         self, k: int, moved: npt.NDArray[np.float64], explanation: Explanation | None, message: str | None
