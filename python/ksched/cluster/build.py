@@ -2,8 +2,9 @@
 
 Owns: the version pins of kube-apiserver, kube-scheduler, kubectl, etcd and
 KWOK, and the cache under ``~/.cache/ksched/<pins>/bin``; also the pins of helm
-(the chart tests use it) and of metrics-server (the load simulation serves the
-resource metrics API with it), each with its own cache
+(the chart tests use it), of metrics-server (the load simulation serves the
+resource metrics API with it) and of the descheduler (``ksched bench --quality`` runs it
+beside kube-scheduler), each with its own cache
 ``~/.cache/ksched/<name>-<version>/bin``, kept apart so that moving one pin
 never rebuilds the others.  Promises: a
 binary is rebuilt only when its pin changes; a failed build raises
@@ -34,6 +35,8 @@ KWOK_VERSION = "v0.8.0"
 HELM_VERSION = "v3.22.0"
 # metrics-server v0.9 is built against the k8s.io v0.36 libraries, as the control plane is.
 METRICS_SERVER_VERSION = "v0.9.0"
+# descheduler v0.36 requires the k8s.io v0.36 libraries and uses the policy/v1 Eviction API.
+DESCHEDULER_VERSION = "v0.36.0"
 # k8s.io/kubernetes v1.36 declares `go 1.26.0` in its go.mod; older Go cannot build it.
 MIN_GO = (1, 26)
 
@@ -41,6 +44,8 @@ COMPONENTS = ("kube-apiserver", "kube-scheduler", "kube-controller-manager", "ku
 KUBERNETES_COMMANDS = ("kube-apiserver", "kube-scheduler", "kube-controller-manager", "kubectl")
 HELM = "helm"
 METRICS_SERVER = "metrics-server"
+DESCHEDULER = "descheduler"
+DESCHEDULER_MODULE = "sigs.k8s.io/descheduler"
 
 
 class BuildError(RuntimeError):
@@ -54,11 +59,13 @@ class Pins:
     kwok: str = KWOK_VERSION
     helm: str = HELM_VERSION
     metrics_server: str = METRICS_SERVER_VERSION
+    descheduler: str = DESCHEDULER_VERSION
 
     @property
     def key(self) -> str:
-        """The control plane's cache directory; helm and metrics-server have their own
-        (:func:`helm_binary`, :func:`metrics_server_binary`)."""
+        """The control plane's cache directory; helm, metrics-server and the descheduler
+        have their own (:func:`helm_binary`, :func:`metrics_server_binary`,
+        :func:`descheduler_binary`)."""
         return f"k8s-{self.kubernetes}_etcd-{self.etcd}_kwok-{self.kwok}"
 
 
@@ -79,6 +86,10 @@ def helm_binary(pins: Pins = Pins()) -> Path:
 
 def metrics_server_binary(pins: Pins = Pins()) -> Path:
     return cache_root() / f"{METRICS_SERVER}-{pins.metrics_server}" / "bin" / METRICS_SERVER
+
+
+def descheduler_binary(pins: Pins = Pins()) -> Path:
+    return cache_root() / f"{DESCHEDULER}-{pins.descheduler}" / "bin" / DESCHEDULER
 
 
 # The null binder of `ksched bench --cluster`: Go source shipped inside the package.
@@ -107,7 +118,10 @@ def build_nullbinder(pins: Pins, work: Path) -> None:
 
 
 def missing_binaries(
-    pins: Pins = Pins(), with_helm: bool = True, with_metrics_server: bool = False
+    pins: Pins = Pins(),
+    with_helm: bool = True,
+    with_metrics_server: bool = False,
+    with_descheduler: bool = False,
 ) -> list[str]:
     bdir = bin_dir(pins)
     missing = [name for name in COMPONENTS if not (bdir / name).is_file()]
@@ -117,6 +131,8 @@ def missing_binaries(
         missing.append(HELM)
     if with_metrics_server and not metrics_server_binary(pins).is_file():
         missing.append(METRICS_SERVER)
+    if with_descheduler and not descheduler_binary(pins).is_file():
+        missing.append(DESCHEDULER)
     return missing
 
 
@@ -300,12 +316,65 @@ def build_metrics_server(pins: Pins, work: Path) -> None:
     )
 
 
-def ensure_built(pins: Pins = Pins(), with_helm: bool = True, with_metrics_server: bool = False) -> Path:
+def _replaces(gomod: str) -> list[str]:
+    """A go.mod's replace directives, one a line (``replace a => b v``), single or in a block."""
+    single = re.findall(r"^replace\s+(\S.*=>.*\S)\s*$", gomod, re.M)
+    blocks = re.findall(r"^replace\s*\(\n(.*?)^\)", gomod, re.M | re.S)
+    lines = [line.strip() for block in blocks for line in block.splitlines() if "=>" in line]
+    return [f"replace {r}" for r in (*single, *lines)]
+
+
+def build_descheduler(pins: Pins, work: Path) -> None:
+    """The descheduler, stamped with its version as its Makefile stamps a release.
+
+    Its go.mod replaces a module (k8s.io/kube-openapi), which ``go install path@version``
+    refuses, so it is built from a module of our own that requires it and repeats its
+    replace directives.
+    """
+    mod = work / DESCHEDULER
+    mod.mkdir(parents=True, exist_ok=True)
+    gomod = _module_gomod(DESCHEDULER_MODULE, pins.descheduler, mod)
+    go_directive = re.search(r"^go (\S+)", gomod, re.M)
+    lines = [
+        "module ksched.local/descheduler-build",
+        "",
+        f"go {go_directive.group(1) if go_directive else '1.26.0'}",
+        "",
+        f"require {DESCHEDULER_MODULE} {pins.descheduler}",
+        "",
+        *_replaces(gomod),
+        "",
+    ]
+    (mod / "go.mod").write_text("\n".join(lines))
+    package = f"{DESCHEDULER_MODULE}/cmd/{DESCHEDULER}"
+    _run(["go", "get", f"{package}@{pins.descheduler}"], mod, "resolving descheduler modules")
+    build_date = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    ldflags = [
+        "-s -w",
+        f"-X {DESCHEDULER_MODULE}/pkg/version.version={pins.descheduler}",
+        f"-X {DESCHEDULER_MODULE}/pkg/version.buildDate={build_date}",
+    ]
+    out = descheduler_binary(pins)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    _run(
+        ["go", "build", "-trimpath", "-ldflags", " ".join(ldflags), "-o", str(out), package],
+        mod,
+        "building the descheduler",
+    )
+
+
+def ensure_built(
+    pins: Pins = Pins(),
+    with_helm: bool = True,
+    with_metrics_server: bool = False,
+    with_descheduler: bool = False,
+) -> Path:
     """Build whatever is missing from the cache (helm too unless ``with_helm`` is false,
-    metrics-server only with ``with_metrics_server``: the control plane runs without them)
-    and return the control plane's bin directory."""
+    metrics-server only with ``with_metrics_server``, the descheduler only with
+    ``with_descheduler``: the control plane runs without them) and return the control
+    plane's bin directory."""
     out = bin_dir(pins)
-    missing = missing_binaries(pins, with_helm, with_metrics_server)
+    missing = missing_binaries(pins, with_helm, with_metrics_server, with_descheduler)
     if not missing:
         return out
     check_go()
@@ -325,12 +394,18 @@ def ensure_built(pins: Pins = Pins(), with_helm: bool = True, with_metrics_serve
         build_helm(pins, work)
     if METRICS_SERVER in missing:
         build_metrics_server(pins, work)
-    still = missing_binaries(pins, with_helm, with_metrics_server)
+    if DESCHEDULER in missing:
+        build_descheduler(pins, work)
+    still = missing_binaries(pins, with_helm, with_metrics_server, with_descheduler)
     if still:
         raise BuildError(f"build finished but these binaries are missing: {', '.join(still)}")
     apart = [
         str(binary.parent)
-        for name, binary in ((HELM, helm_binary(pins)), (METRICS_SERVER, metrics_server_binary(pins)))
+        for name, binary in (
+            (HELM, helm_binary(pins)),
+            (METRICS_SERVER, metrics_server_binary(pins)),
+            (DESCHEDULER, descheduler_binary(pins)),
+        )
         if name in missing
     ]
     where = " and ".join([str(out), *apart])
@@ -355,7 +430,7 @@ def main(argv: list[str] | None = None) -> int:
         print(helm_binary())
         return 0
     try:
-        print(ensure_built(with_metrics_server=True))
+        print(ensure_built(with_metrics_server=True, with_descheduler=True))
     except BuildError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
