@@ -176,6 +176,10 @@ class Binder:
         for note in notes:
             self._reports.submit(self._event, pod, "Normal", PLACED_OVER_THRESHOLD, "Scheduling", note)
 
+    def report(self, obj: Obj, kind: str, reason: str, action: str, note: str) -> None:
+        """Post an event about a pod (or a node: an object of kind ``Node``) in the background."""
+        self._reports.submit(self._event, obj, kind, reason, action, note)
+
     def clear_nomination(self, pod: Obj) -> None:
         """The pod fits nowhere, even by preempting: drop its nominated node (upstream
         clears it), so the room it held is free again (in the background)."""

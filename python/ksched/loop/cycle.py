@@ -12,6 +12,12 @@ out) gets one FailedScheduling event and stays parked. Binds finish on the binde
 (saturation) gets a PlacedOverThreshold event once bound; saturated pods count in
 ``ksched_metric_saturation_total`` as placed (when bound) or pending. Only the leader runs cycles.
 
+The rebalancer's reservations (:mod:`ksched.loop.reservations`) steer its moves' replacements:
+a pod of the batch that replaces a moved pod is offered its reserved node first (as a
+nominated pod, in the engine's copy only), while the replacements not yet seen hold their
+room as nominated pods and their load on their targets' metrics. A replacement binding
+anywhere ends its reservation.
+
 The informer callbacks (:meth:`Scheduler.on_pod`, :meth:`Scheduler.on_node`)
 route watch events to the cluster state and the queue.
 """
@@ -33,6 +39,7 @@ from ksched.loop.binder import Binder, Outcome
 from ksched.loop.handoff import Handoff, opted_out
 from ksched.loop.metric_sources import MetricStore
 from ksched.loop.queue import QueuedPod, SchedulingQueue, node_events
+from ksched.loop.reservations import Reservations
 from ksched.loop.state import ClusterState
 from ksched.loop.telemetry import Telemetry
 from ksched.objects import Obj, is_terminal, meta, object_key, scheduler_name, spec, uses_resource_claims
@@ -58,6 +65,7 @@ class Scheduler:
         handoff: Handoff | None = None,
         *,
         seed: int = 0,
+        reservations: Reservations | None = None,
     ) -> None:
         self.config = config
         self.state = state
@@ -67,6 +75,8 @@ class Scheduler:
         self.is_leader = is_leader
         self.metrics = metrics
         self.handoff = handoff
+        # The rebalancer's reservations (None: rebalancing is off).
+        self.reservations = reservations
         self.engines = {
             p.scheduler_name: Engine(config, p.scheduler_name, seed=seed) for p in config.profiles
         }
@@ -81,6 +91,8 @@ class Scheduler:
         self.state.on_pod(kind, pod, old)
         key = object_key(pod)
         bound = bool(spec(pod).get("nodeName"))
+        if bound and kind != "DELETED" and not (old and spec(old).get("nodeName")):
+            self._landed(pod)
         if kind == "DELETED" or bound or is_terminal(pod) or meta(pod).get("deletionTimestamp"):
             self.queue.remove(key)
             # Each event retries the unschedulable pods whose rejecting plugins registered it.
@@ -166,6 +178,13 @@ class Scheduler:
         snapshot = self.state.snapshot()
         gangs = self._gangs(batch)
         matrix = self.metrics.matrix(snapshot, self.state.herd_estimate)
+        # Replacements of the rebalancer's moves try their reserved node first; the reservations
+        # no pod has matched hold their room and their load.
+        steered = {qp.key: self._steered(qp.pod) for qp in batch}
+        nominated = self.queue.nominated()
+        if self.reservations is not None:
+            nominated += self.reservations.holding()
+            self.reservations.add_to(matrix.values, snapshot, matrix.metrics)
         groups: dict[tuple[str, bool], list[QueuedPod]] = defaultdict(list)
         for qp in batch:
             groups[(scheduler_name(qp.pod), qp.degraded)].append(qp)
@@ -190,12 +209,12 @@ class Scheduler:
             try:
                 result = self.engines[profile].schedule(
                     snapshot,
-                    [qp.pod for qp in pods],
+                    [steered[qp.key] for qp in pods],
                     values,
                     metrics=metrics,
                     deadline_s=self.config.batch.decision_deadline_s,
                     groups=gangs,
-                    nominated=self.queue.nominated(),
+                    nominated=nominated,
                 )
             except Exception:
                 log.exception(
@@ -217,6 +236,24 @@ class Scheduler:
                     continue
                 claimed |= shared
                 self._place(by_key[placement.pod], placement, profile, elapsed, note)
+
+    def _steered(self, pod: Obj) -> Obj:
+        """The pod as the engine is given it: a replacement of a rebalancing move nominated
+        to its reserved node (a shallow copy; nothing is written to the API server)."""
+        reservation = self.reservations.match(pod) if self.reservations is not None else None
+        if reservation is None:
+            return pod
+        status = {**(pod.get("status") or {}), "nominatedNodeName": reservation.move.target}
+        return {**pod, "status": status}
+
+    def _landed(self, pod: Obj) -> None:
+        """A pod was bound (by any scheduler): where it replaces a moved pod, its reservation
+        ends, counted by where it landed."""
+        if self.reservations is None:
+            return
+        outcome = self.reservations.landed(pod, str(spec(pod).get("nodeName")))
+        if outcome is not None:
+            self.telemetry.rebalance_replacements.labels(outcome=outcome).inc()
 
     def _gangs(self, batch: list[QueuedPod]) -> dict[str, GangStatus]:
         """Complete the batch's gangs with their members waiting elsewhere in the queue

@@ -2,8 +2,10 @@
 writes them (events.k8s.io/v1, sent as protobuf).
 
 Owns an event's name, body and path, the component they name, upstream's
-Scheduled note, and ksched's own reason beside it for a pod placed over a metric's
-threshold. Sending and retrying them is the binder's (:mod:`ksched.loop.binder`).
+Scheduled note, and ksched's own reasons: a pod placed over a metric's threshold, and the
+rebalancer's moves (about the pod and about its node: an object of kind ``Node``, whose
+events go to the ``default`` namespace as the kubelet's do). Sending and retrying them is
+the binder's (:mod:`ksched.loop.binder`).
 """
 
 from __future__ import annotations
@@ -20,6 +22,12 @@ COMPONENT = "ksched"
 MAX_NOTE = 1024
 # The Normal event beside Scheduled of a pod placed over a metric's threshold (saturation).
 PLACED_OVER_THRESHOLD = "PlacedOverThreshold"
+# The rebalancer's events: a pod evicted for a cooler node (on the pod and its node), and a
+# move a PodDisruptionBudget refused (on the pod).
+REBALANCED = "Rebalanced"
+REBALANCE_BLOCKED = "RebalanceBlocked"
+# Where events about cluster-scoped objects (nodes) go, as upstream's recorder puts them.
+NODE_EVENT_NAMESPACE = "default"
 
 
 def now() -> str:
@@ -35,9 +43,12 @@ def scheduled_message(namespace: str, name: str, node: str) -> str:
 def event_request(
     pod: Obj, kind: str, reason: str, action: str, note: str, instance: str
 ) -> tuple[str, bytes]:
-    """The path and body of an event about the pod, reported by this replica (``instance``)."""
+    """The path and body of an event about the pod (or the node, where ``pod`` is of kind
+    ``Node``), reported by this replica (``instance``)."""
     m = meta(pod)
-    ns, name = str(m.get("namespace")), str(m.get("name"))
+    is_node = pod.get("kind") == "Node"
+    ns = NODE_EVENT_NAMESPACE if is_node else str(m.get("namespace"))
+    name = str(m.get("name"))
     at = time.time_ns()
     uid = m.get("uid")
     raw = protobuf.event(
@@ -54,5 +65,6 @@ def event_request(
         note=note[:MAX_NOTE],
         type_=kind,
         regarding=(ns, name, str(uid) if uid else None),
+        regarding_node=is_node,
     )
     return f"/apis/events.k8s.io/v1/namespaces/{ns}/events", raw

@@ -479,6 +479,11 @@ class MetricStore:
             return None
         return sample if self.clock() - sample.sampled_at <= metric.max_age_s else None
 
+    def pod_usage(self, m: MetricConfig) -> Mapping[str, float] | None:
+        """Pods' measured usage of the metric's estimate resource (``namespace/pod`` -> engine
+        units) while fresh; None where the metric has no pod query or no fresh sample."""
+        return self._measured(m, self.clock())
+
     def _live(
         self, m: MetricConfig, snapshot: Snapshot, now: float
     ) -> tuple[npt.NDArray[np.float64], str | None, Sample | None]:

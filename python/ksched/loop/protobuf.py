@@ -86,9 +86,11 @@ def event(
     note: str,
     type_: str,
     regarding: tuple[str, str, str | None],
+    regarding_node: bool = False,
 ) -> bytes:
     """An ``events.k8s.io/v1`` Event named ``name`` at ``time_ns`` (unix nanoseconds, kept to
-    the microsecond as MicroTime is) about the pod ``regarding`` (namespace, name, uid)."""
+    the microsecond as MicroTime is) about the pod ``regarding`` (namespace, name, uid), or
+    the node (``regarding_node``; no namespace)."""
     micros = time_ns // 1000
     pod_ns, pod_name, pod_uid = regarding
     # Event: metadata = 1, eventTime = 2 (MicroTime: seconds = 1, nanos = 2),
@@ -104,7 +106,10 @@ def event(
             _text(7, reason),
             _field(
                 8,
-                _POD + _text(2, pod_ns) + _text(3, pod_name) + (_text(4, pod_uid) if pod_uid else b"") + _V1,
+                (_NODE if regarding_node else _POD + _text(2, pod_ns))
+                + _text(3, pod_name)
+                + (_text(4, pod_uid) if pod_uid else b"")
+                + _V1,
             ),
             _text(10, note),
             _text(11, type_),

@@ -5,7 +5,8 @@ API connection, informers (nodes, then pods), HTTP endpoint, leader
 election; scheduling starts once the informers have synced and this replica
 leads. In shadow mode (``shadow.enabled``) there is no election, binder use,
 hand-off or webhook: the shadow loop (:mod:`ksched.loop.shadow`) compares
-instead of scheduling. SIGTERM or SIGINT: stop taking work, finish the binds already handed
+instead of scheduling. With ``rebalance.enabled``, the rebalancer (:mod:`ksched.loop.rebalancer`)
+runs beside either loop on its own thread and engine. SIGTERM or SIGINT: stop taking work, finish the binds already handed
 to the binder, release the lease, stop the watches. Exit status 0 after a
 clean shutdown, 2 on bad configuration.
 """
@@ -23,6 +24,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from ksched.config import Config
+from ksched.engine import Engine
 from ksched.engine.gangs import POD_GROUP_API
 from ksched.engine.spread_selectors import SELECTOR_OWNERS
 from ksched.engine.storage import STORAGE_KINDS
@@ -35,6 +37,8 @@ from ksched.loop.leader import Leadership
 from ksched.loop.metric_sources import MetricStore, PrometheusSource
 from ksched.loop.metrics_server import MetricsServerSource
 from ksched.loop.queue import SchedulingQueue
+from ksched.loop.rebalancer import Rebalancer
+from ksched.loop.reservations import Reservations
 from ksched.loop.server import Check, HealthServer
 from ksched.loop.shadow import Shadow
 from ksched.loop.slim import (
@@ -92,6 +96,7 @@ class Running:
     stop: threading.Event = field(default_factory=threading.Event)
     webhook: Webhook | None = None
     shadow: Shadow | None = None
+    rebalancer: Rebalancer | None = None
     # Set once the first node table is built after the informers synced: ready to schedule.
     table_built: threading.Event = field(default_factory=threading.Event)
 
@@ -145,6 +150,7 @@ class Running:
             },
             "failures": list(self.scheduler.failures),
             "shadow": shadow,
+            "rebalance": self.rebalancer.status() if self.rebalancer is not None else {"enabled": False},
         }
 
     def serve(self) -> int:
@@ -168,6 +174,8 @@ class Running:
         # The objects alive now (the informers' stores and the node table, mostly) stay:
         # the collector stops walking them in every full collection.
         gc.freeze()
+        if self.rebalancer is not None:
+            self.rebalancer.start()
         if self.shadow is not None:
             self.shadow.run(self.stop)
         else:
@@ -176,6 +184,8 @@ class Running:
         return 0
 
     def shutdown(self) -> None:
+        if self.rebalancer is not None:
+            self.rebalancer.stop()
         self.queue.close()
         self.binder.shutdown()
         if self.scheduler.handoff is not None:
@@ -227,9 +237,34 @@ def start(
     )
     metrics = MetricStore(config.metrics, prometheus, telemetry, nodes, metrics_server)
     handoff = Handoff(kube, config.handoff, telemetry) if config.handoff.enabled and not shadowing else None
+    reservations = Reservations() if config.rebalance.enabled and not shadowing else None
     scheduler = Scheduler(
-        config, state, queue, binder, telemetry, leadership.is_leader, metrics, handoff, seed=seed
+        config,
+        state,
+        queue,
+        binder,
+        telemetry,
+        leadership.is_leader,
+        metrics,
+        handoff,
+        seed=seed,
+        reservations=reservations,
     )
+    rebalancer = None
+    if config.rebalance.enabled:
+        # An engine of its own: the scheduler's caches are not shared across threads.
+        rebalancer = Rebalancer(
+            config,
+            state,
+            metrics,
+            Engine(config, config.rebalance.profile, seed=seed),
+            kube,
+            reservations or Reservations(),
+            telemetry,
+            leadership.is_leader,
+            shadowing,
+            binder.report,
+        )
     shadow = Shadow(config, state, metrics, telemetry, seed) if shadowing else None
     node_informer = Informer(
         kube, "/api/v1/nodes", slim_node, state.on_node if shadow else scheduler.on_node, name="nodes"
@@ -299,6 +334,7 @@ def start(
         stop,
         webhook,
         shadow,
+        rebalancer,
     )
     telemetry.watch_queue(queue.counts)
     telemetry.leader.set_function(lambda: float(not shadowing and leadership.is_leader()))

@@ -5,7 +5,10 @@ HTTP server exposes it at ``/metrics``. Besides upstream's series, ksched's own:
 engine time, degraded mode and fallbacks, shadow mode's verdicts, and
 ``ksched_metric_saturation_total`` (pods that every node passing the other
 filters rejected on a metric's threshold, by metric, its ``onSaturation`` policy
-and whether the pod was placed over the threshold or left pending).
+and whether the pod was placed over the threshold or left pending), and the
+rebalancer's (``ksched_rebalance_*``: evictions by the metric that made the node
+hot, moves refused or failed, hot nodes, reservations held and where replacements
+landed).
 """
 
 from __future__ import annotations
@@ -29,6 +32,12 @@ SATURATION_OUTCOMES = ("placed", "pending")
 # Score totals are sums of weighted 0-100 plugin scores (upstream weights sum to 7,
 # metric weights add to that): gaps run from 0 (same node) to several hundred.
 SHADOW_GAP_BUCKETS = (0.0, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, INF)
+# Why a rebalancing eviction did not happen: a PodDisruptionBudget refused it (HTTP 429), or
+# another error.
+REBALANCE_BLOCKED = ("pdb", "failed")
+# Where a move's replacement went: bound on the reserved node, bound on another, or not bound
+# before the reservation's timeout.
+REPLACEMENT_OUTCOMES = ("on_target", "elsewhere", "expired")
 
 
 class Telemetry:
@@ -137,6 +146,46 @@ class Telemetry:
             "by metric, its onSaturation policy (pending, leastLoaded) and outcome: placed "
             "(bound over the threshold, leastLoaded) or pending (each attempt left pending).",
             ["metric", "policy", "outcome"],
+            registry=r,
+        )
+
+        self.rebalance_evictions = Counter(
+            "ksched_rebalance_evictions_total",
+            "Pods the rebalancer evicted, by the metric whose node was hot.",
+            ["reason"],
+            registry=r,
+        )
+        self.rebalance_blocked = Counter(
+            "ksched_rebalance_blocked_total",
+            "Rebalancing evictions that did not happen: refused by a PodDisruptionBudget (pdb) or failed.",
+            ["reason"],
+            registry=r,
+        )
+        for reason in REBALANCE_BLOCKED:
+            self.rebalance_blocked.labels(reason=reason)
+        self.rebalance_hot_nodes = Gauge(
+            "ksched_rebalance_hot_nodes",
+            "Nodes the rebalancer judges hot (over the metric's high line for hotSamples fresh samples).",
+            ["metric"],
+            registry=r,
+        )
+        self.rebalance_reservations = Gauge(
+            "ksched_rebalance_reservations",
+            "Nodes held for the replacements of pods the rebalancer moved.",
+            registry=r,
+        )
+        self.rebalance_replacements = Counter(
+            "ksched_rebalance_replacements_total",
+            "Replacements of moved pods by outcome: on_target (bound on the reserved node), "
+            "elsewhere, expired (not bound before the reservation's timeout).",
+            ["outcome"],
+            registry=r,
+        )
+        for outcome in REPLACEMENT_OUTCOMES:
+            self.rebalance_replacements.labels(outcome=outcome)
+        self.rebalance_shadow_moves = Counter(
+            "ksched_rebalance_shadow_moves_total",
+            "Shadow mode: pods the rebalancer would have evicted (it evicts none).",
             registry=r,
         )
 

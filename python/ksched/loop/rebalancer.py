@@ -1,0 +1,438 @@
+"""The rebalancer inside ``ksched run``: every ``rebalance.interval``, judge which nodes are hot,
+plan moves with the engine, reserve each target, then evict through the Eviction API.
+
+Owns the live side of rebalancing: the hot-node tracker fed with each judged metric's fresh
+sample (a stale or degraded metric is forgotten, so it never makes a node hot), the limits that
+span looks (a token bucket of ``evictionsPerMinute``, per-workload cool-downs of
+``workloadCooldown``; ``maxPerCycle`` and the per-node, per-namespace and per-workload limits
+of one look are the planner's), the evictions and their events and telemetry, and what
+``/status`` shows of it. A move's reservation is held before its eviction is posted, and
+released when the eviction does not happen.
+
+The plan itself is made on the thread that owns the cluster state (the scheduling or shadow
+loop, through :meth:`~ksched.loop.state.ClusterState.at_this_point`): the snapshot, the metric
+matrix and the engine's proof see one consistent state, and the reservations are held before
+the next cycle. Until the metric shows an evicted pod gone (its window after the pod left), the
+pod's load is taken off its source's value, so one look's eviction is not followed by another
+from a node the first already cooled.
+
+Only the leader evicts. A follower only tracks hot nodes; a shadow replica (``shadow.enabled``)
+plans and records what it would have moved, and writes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+import orjson
+
+from ksched.config import Config, MetricConfig
+from ksched.config.rebalance import RebalanceThreshold
+from ksched.engine import Engine
+from ksched.engine.rebalance import Budget, HotNode, Move, Plan, plan
+from ksched.engine.snapshot import Snapshot
+from ksched.loop.client import ApiUnavailableError, Kube, pod_path
+from ksched.loop.events import REBALANCE_BLOCKED, REBALANCED
+from ksched.loop.hot import HotTracker
+from ksched.loop.metric_sources import MetricStore
+from ksched.loop.reservations import EXPIRED, Reservation, Reservations
+from ksched.loop.state import ClusterState
+from ksched.loop.telemetry import Telemetry
+from ksched.objects import Obj
+
+log = logging.getLogger(__name__)
+
+LEADER, FOLLOWER, SHADOW = "leader", "follower", "shadow"
+# Why an eviction did not happen (``ksched_rebalance_blocked_total{reason}``).
+BLOCKED_PDB, BLOCKED_FAILED = "pdb", "failed"
+HTTP_NOT_FOUND = 404
+HTTP_TOO_MANY_REQUESTS = 429
+# How long a look waits for the state's thread to plan (it applies queued events at least
+# twice a second; a cycle on a large batch can take longer).
+PLAN_WAIT_S = 10.0
+ACTION = "Rebalancing"
+
+
+@dataclass
+class _Departure:
+    """An evicted pod whose load the metric still shows on its source."""
+
+    key: str
+    uid: str
+    source: str
+    metric: str
+    # The pod's share of ``metric`` on the source.
+    usage: float
+    # When the pod was first seen gone from the cluster state (None: still there).
+    gone_at: float | None = None
+
+
+class Rebalancer:
+    def __init__(
+        self,
+        config: Config,
+        state: ClusterState,
+        metrics: MetricStore,
+        engine: Engine,
+        kube: Kube,
+        reservations: Reservations,
+        telemetry: Telemetry,
+        is_leader: Callable[[], bool],
+        shadow: bool,
+        event: Callable[[Obj, str, str, str, str], None],
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.config = config.rebalance
+        self.state = state
+        self.metrics = metrics
+        self.engine = engine
+        self.kube = kube
+        self.reservations = reservations
+        self.telemetry = telemetry
+        self.is_leader = is_leader
+        self.shadow = shadow
+        # Posts an event about a pod or node: (object, type, reason, action, note).
+        self.event = event
+        self.clock = clock
+        self.judged = tuple(m for m in config.metrics if engine.profile.uses(m.name))
+        self.lines = {line.metric: line for line in self.config.thresholds(self.judged)}
+        self.tracker = HotTracker(tuple(self.lines.values()), self.config.hot_samples)
+        # The eviction rate's token bucket: a minute's worth at most (at least one eviction,
+        # unless the rate is 0).
+        rate = self.config.evictions_per_minute
+        self._capacity = max(rate, 1.0) if rate > 0 else 0.0
+        self._tokens = self._capacity
+        self._refilled = clock()
+        # Workload (``<Kind>/<namespace>/<name>``) -> until when it is not moved again.
+        self.cooling: dict[str, float] = {}
+        self._departed: list[_Departure] = []
+        # The reservations of the last plan's moves, by the victim's uid, until evicted.
+        self._reserved: dict[str, Reservation] = {}
+        self.hot: list[HotNode] = []
+        self.last_plan: Plan | None = None
+        self.last_look: float | None = None
+        self.evictions = 0
+        # What a shadow replica would have evicted.
+        self.would_evict = 0
+        self.blocked: Counter[str] = Counter()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="rebalancer", daemon=True)
+        telemetry.rebalance_reservations.set_function(lambda: float(len(reservations)))
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def mode(self) -> str:
+        if self.shadow:
+            return SHADOW
+        return LEADER if self.is_leader() else FOLLOWER
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.config.interval_s):
+            try:
+                self.look()
+            except Exception:
+                # A bug must not stop the scheduler: the next look tries again.
+                log.exception("rebalancer look failed")
+
+    # -- one look --------------------------------------------------------
+
+    def look(self) -> Plan | None:
+        """Judge the nodes; where this replica leads (or shadows) and a node is hot, plan
+        and act on the plan. Returns the plan (None: nothing was planned)."""
+        now = self.clock()
+        self.last_look = now
+        for r in self.reservations.expire(now):
+            log.info("reservation of %s for %s's replacement expired", r.move.target, r.move.pod)
+            self.telemetry.rebalance_replacements.labels(outcome=EXPIRED).inc()
+        self.hot = self._observe()
+        mode = self.mode()
+        if mode == FOLLOWER:
+            return None
+        if not self.hot:
+            self.last_plan = Plan((), (), ())
+            return self.last_plan
+        pods = self._pods_on(sorted({h.node for h in self.hot}))
+        if pods is None:
+            return None
+        planned = self._on_state_thread(lambda: self._plan(pods, now, hold=mode == LEADER))
+        if planned is None:
+            return None
+        self.last_plan = planned
+        for move in planned.moves:
+            if mode == SHADOW:
+                self.would_evict += 1
+                self.telemetry.rebalance_shadow_moves.inc()
+                self._spend(move, now)
+                log.info("shadow: would move %s from %s to %s", move.pod, move.source, move.target)
+            else:
+                self._evict(move, now)
+        return planned
+
+    def _observe(self) -> list[HotNode]:
+        """Feed each judged metric's fresh sample to the tracker (forget a stale one); the
+        hot nodes, and the hot-node gauge per metric."""
+        for name in self.lines:
+            sample = self.metrics.latest(name)
+            if sample is None:
+                self.tracker.forget(name)
+            else:
+                self.tracker.observe(name, sample.sampled_at, sample.values)
+        hot = self.tracker.hot()
+        counts = Counter(h.metric for h in hot)
+        for name in self.lines:
+            self.telemetry.rebalance_hot_nodes.labels(metric=name).set(counts[name])
+        return hot
+
+    def _pods_on(self, nodes: Sequence[str]) -> list[Obj] | None:
+        """The running pods bound to ``nodes``, whole (the informer's copies leave out the
+        volumes and annotations the planner's exclusions read); None when a list fails."""
+        pods: list[Obj] = []
+        for node in nodes:
+            try:
+                r = self.kube.request(
+                    "GET",
+                    "/api/v1/pods",
+                    query={"fieldSelector": f"spec.nodeName={node},status.phase=Running"},
+                )
+            except ApiUnavailableError as err:
+                log.warning("rebalancer: listing the pods on %s: %s", node, err)
+                return None
+            if not r.ok:
+                log.warning("rebalancer: listing the pods on %s: HTTP %d: %s", node, r.status, r.data[:300])
+                return None
+            pods.extend(r.json().get("items") or [])
+        return pods
+
+    def _on_state_thread(self, call: Callable[[], Plan]) -> Plan | None:
+        """Run ``call`` where the cluster state is applied, and wait for its plan (None: it
+        failed, or did not run in time and never will)."""
+        done = threading.Event()
+        lock = threading.Lock()
+        out: list[Plan] = []
+        cancelled = False
+
+        def run() -> None:
+            with lock:
+                if cancelled:
+                    return
+                try:
+                    out.append(call())
+                except Exception:
+                    log.exception("rebalancer: planning failed")
+                finally:
+                    done.set()
+
+        self.state.at_this_point(run)
+        if not done.wait(PLAN_WAIT_S):
+            with lock:
+                cancelled = True
+            if not done.is_set():
+                log.warning("rebalancer: the scheduling loop did not plan within %gs", PLAN_WAIT_S)
+                return None
+        return out[0] if out else None
+
+    def _plan(self, pods: Sequence[Obj], now: float, *, hold: bool) -> Plan:
+        """The plan for the current state (on the state's thread); its targets held
+        (``hold``) before any eviction is posted."""
+        snapshot = self.state.snapshot()
+        matrix = self.metrics.matrix(snapshot, self.state.herd_estimate)
+        fresh = [
+            (k, m)
+            for k, m in enumerate(matrix.metrics)
+            if m.name in self.lines and self.metrics.latest(m.name) is not None
+        ]
+        metrics = [m for _, m in fresh]
+        values = np.array(matrix.values[:, [k for k, _ in fresh]], dtype=np.float64)
+        self._take_departed(snapshot, metrics, values, now)
+        hot = [h for h in self.hot if h.metric in {m.name for m in metrics}]
+        usage = {m.name: self.metrics.pod_usage(m) for m in metrics}
+
+        def measured(key: str, metric: MetricConfig) -> float | None:
+            return (usage.get(metric.name) or {}).get(key)
+
+        self.cooling = {w: until for w, until in self.cooling.items() if until > now}
+        budget = Budget(
+            evictions=min(self.config.max_per_cycle, self._tokens_left(now)),
+            cooling=frozenset(self.cooling),
+        )
+        out = plan(
+            self.engine,
+            self.config,
+            snapshot,
+            pods,
+            metrics,
+            values,
+            hot,
+            measured,
+            now,
+            budget,
+            self.reservations.holding(),
+        )
+        if hold:
+            for move in out.moves:
+                until = now + self.config.reservation_timeout_s
+                self._reserved[move.uid] = self.reservations.hold(move, until)
+        return out
+
+    def _take_departed(
+        self,
+        snapshot: Snapshot,
+        metrics: Sequence[MetricConfig],
+        values: npt.NDArray[np.float64],
+        now: float,
+    ) -> None:
+        """Take the evicted pods' load off their sources' values while the metric still
+        shows it: fully until the pod is gone, then fading over the metric's window."""
+        columns = {m.name: (k, m) for k, m in enumerate(metrics)}
+        by_name = {m.name: m for m in self.judged}
+        kept = []
+        for d in self._departed:
+            counted = self.state.usage.get(d.key)
+            if d.gone_at is None and (counted is None or counted.uid != d.uid):
+                d.gone_at = now
+            metric = by_name[d.metric]
+            window = metric.window_s()
+            if d.gone_at is not None and now - d.gone_at > window + metric.max_age_s:
+                continue
+            kept.append(d)
+            column = columns.get(d.metric)
+            row = snapshot.index.get(d.source)
+            sample = self.metrics.latest(d.metric)
+            if column is None or row is None or sample is None:
+                continue
+            if d.gone_at is None or sample.sampled_at < d.gone_at:
+                weight = 1.0
+            elif window > 0:
+                weight = min(max(1.0 - (sample.sampled_at - d.gone_at) / window, 0.0), 1.0)
+            else:
+                weight = 0.0
+            values[row, column[0]] -= weight * d.usage
+        self._departed = kept
+
+    # -- limits ------------------------------------------------------------
+
+    def _tokens_left(self, now: float) -> int:
+        rate = self.config.evictions_per_minute
+        self._tokens = min(self._capacity, self._tokens + (now - self._refilled) * rate / 60.0)
+        self._refilled = now
+        return math.floor(self._tokens)
+
+    def _spend(self, move: Move, now: float) -> None:
+        """A move made (or, in shadow mode, that would have been): a token, and the
+        workload's cool-down."""
+        self._tokens = max(self._tokens - 1.0, 0.0)
+        self.cooling[move.workload] = now + self.config.workload_cooldown_s
+
+    # -- eviction ----------------------------------------------------------
+
+    def _evict(self, move: Move, now: float) -> None:
+        """Post the move's eviction (its reservation is held already) and report it."""
+        namespace, _, name = move.pod.partition("/")
+        pod = {"metadata": {"namespace": namespace, "name": name, "uid": move.uid}}
+        reservation = self._reserved.pop(move.uid, None)
+        if not self.is_leader():
+            if reservation is not None:
+                self.reservations.release(reservation)
+            return
+        body = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": name, "namespace": namespace},
+            "deleteOptions": {"preconditions": {"uid": move.uid}},
+        }
+        try:
+            r = self.kube.request("POST", pod_path(namespace, name, "eviction"), body=body, rate_limited=True)
+            status, problem = r.status, _message(r.data)
+        except ApiUnavailableError as err:
+            status, problem = 0, str(err)
+        if 200 <= status < 300:
+            self.evictions += 1
+            self._spend(move, now)
+            self._departed.append(_Departure(move.pod, move.uid, move.source, move.metric, move.usage))
+            self.telemetry.rebalance_evictions.labels(reason=move.metric).inc()
+            note = moved_note(move, self.lines[move.metric])
+            log.info("rebalanced %s: %s", move.pod, note)
+            self.event(pod, "Normal", REBALANCED, ACTION, note)
+            self.event(
+                {"kind": "Node", "metadata": {"name": move.source}},
+                "Normal",
+                REBALANCED,
+                ACTION,
+                f"evicted {move.pod}, {note}",
+            )
+            return
+        if reservation is not None:
+            self.reservations.release(reservation)
+        if status == HTTP_NOT_FOUND:
+            return  # gone already: nothing to move
+        if status == HTTP_TOO_MANY_REQUESTS:
+            self.blocked[BLOCKED_PDB] += 1
+            self.telemetry.rebalance_blocked.labels(reason=BLOCKED_PDB).inc()
+            # Refused moves of the workload are not retried at every look.
+            self.cooling[move.workload] = now + self.config.workload_cooldown_s
+            log.info("rebalancer: moving %s to %s refused: %s", move.pod, move.target, problem)
+            self.event(pod, "Warning", REBALANCE_BLOCKED, ACTION, f"not moved to {move.target}: {problem}")
+            return
+        self.blocked[BLOCKED_FAILED] += 1
+        self.telemetry.rebalance_blocked.labels(reason=BLOCKED_FAILED).inc()
+        log.warning("rebalancer: evicting %s: HTTP %d: %s", move.pod, status, problem)
+
+    # -- /status -----------------------------------------------------------
+
+    def status(self) -> dict[str, object]:
+        last = self.last_plan
+        return {
+            "enabled": True,
+            "mode": self.mode(),
+            "profile": self.engine.profile.scheduler_name,
+            "lastLook": self.last_look,
+            "hot": [h.as_json() for h in self.hot],
+            "lastPlan": None
+            if last is None
+            else {
+                "moves": [m.as_json() for m in last.moves],
+                "skipped": dict(Counter(s.reason for s in last.skipped)),
+            },
+            "evictions": self.evictions,
+            "wouldEvict": self.would_evict,
+            "blocked": {r: self.blocked[r] for r in (BLOCKED_PDB, BLOCKED_FAILED)},
+            "reservations": self.reservations.as_json(),
+            "replacements": dict(self.reservations.outcomes),
+        }
+
+
+def moved_note(move: Move, line: RebalanceThreshold) -> str:
+    """The Rebalanced event's note: where the pod goes, and the metric's values that made
+    the move (``moved to node-7: cpu 0.93 on node-3 over high 0.80; node-7 0.41 -> 0.55
+    (low 0.60)``)."""
+    side = "over" if line.direction == "above" else "under"
+    return (
+        f"moved to {move.target}: {move.metric} {move.source_before:.2f} on {move.source} {side} high "
+        f"{line.high:.2f}; {move.target} {move.target_before:.2f} -> {move.target_after:.2f} "
+        f"(low {line.low:.2f})"
+    )
+
+
+def _message(data: bytes) -> str:
+    """An API answer's Status message (else its first bytes)."""
+    try:
+        body = orjson.loads(data) if data else None
+    except orjson.JSONDecodeError:
+        body = None
+    if isinstance(body, Mapping) and body.get("message"):
+        return str(body["message"])
+    return data[:300].decode(errors="replace")

@@ -1,0 +1,181 @@
+"""Reservations: the room a rebalancing move keeps on its target for the evicted pod's
+replacement.
+
+Owns the held reservations (one per move, held before the eviction is posted), which pending
+pod is a move's replacement (same namespace, the same controller, the same pod template
+where the victim had a template hash label: a pod matches at most one reservation, the oldest
+first, and keeps it), and the three ways a reservation ends: its replacement binds (on the
+target or elsewhere), the eviction did not happen (released), or the timeout passes
+(expired). Until its replacement shows up, a reservation holds its room the way a nominated
+pod does (:meth:`Reservations.holding`) and its load counts on the target's metrics
+(:meth:`Reservations.add_to`), so other pods fill neither. Thread-safe: the rebalancer holds
+and releases, the scheduling cycle matches and counts, the pod informer reports bindings.
+Writes nothing to the API server.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from ksched.config import MetricConfig
+from ksched.engine.estimate import estimated_usage
+from ksched.engine.pods import pod_requests
+from ksched.engine.rebalance import TEMPLATE_HASH_LABELS, Move
+from ksched.engine.snapshot import Snapshot
+from ksched.errors import MalformedObjectError
+from ksched.objects import Obj, meta
+
+# How a replacement's reservation ended (``ksched_rebalance_replacements_total{outcome}``).
+ON_TARGET, ELSEWHERE, EXPIRED = "on_target", "elsewhere", "expired"
+OUTCOMES = (ON_TARGET, ELSEWHERE, EXPIRED)
+
+
+@dataclass
+class Reservation:
+    move: Move
+    # Until when (epoch seconds) the target is held.
+    until: float
+    # The uid of the pending pod that matched (None: its replacement has not shown up yet).
+    pod_uid: str | None = None
+    # Where the replacement bound (None: not yet).
+    landed: str | None = None
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "pod": self.move.pod,
+            "workload": self.move.workload,
+            "target": self.move.target,
+            "until": self.until,
+            "matched": self.pod_uid is not None,
+        }
+
+
+class Reservations:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        # Oldest first: a pod matches the oldest reservation it can.
+        self._held: list[Reservation] = []
+        # How reservations ended, by outcome (OUTCOMES).
+        self.outcomes = dict.fromkeys(OUTCOMES, 0)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._held)
+
+    def hold(self, move: Move, until: float) -> Reservation:
+        """Hold ``move.target`` for the replacement of ``move.pod`` until ``until``."""
+        reservation = Reservation(move, until)
+        with self._lock:
+            self._held.append(reservation)
+        return reservation
+
+    def release(self, reservation: Reservation) -> None:
+        """Stop holding (the eviction did not happen); nothing happens if it already ended."""
+        with self._lock:
+            if reservation in self._held:
+                self._held.remove(reservation)
+
+    def match(self, pod: Obj) -> Reservation | None:
+        """The reservation whose replacement ``pod`` is: the one it matched before, else the
+        oldest unmatched one of its namespace, controller and pod template (then it is this
+        pod's)."""
+        uid = str(meta(pod).get("uid") or "")
+        with self._lock:
+            if not self._held:
+                return None
+            for r in self._held:
+                if uid and r.pod_uid == uid:
+                    return r
+            for r in self._held:
+                if r.pod_uid is None and _replaces(pod, r.move):
+                    r.pod_uid = uid or None
+                    return r
+        return None
+
+    def landed(self, pod: Obj, node: str) -> str | None:
+        """``pod`` bound to ``node``: where it is a replacement, its reservation ends and the
+        outcome (ON_TARGET or ELSEWHERE) is returned; else None."""
+        reservation = self.match(pod)
+        if reservation is None:
+            return None
+        outcome = ON_TARGET if node == reservation.move.target else ELSEWHERE
+        with self._lock:
+            if reservation not in self._held:
+                return None
+            self._held.remove(reservation)
+            reservation.landed = node
+            self.outcomes[outcome] += 1
+        return outcome
+
+    def expire(self, now: float) -> list[Reservation]:
+        """Drop the reservations held past their time, and return them."""
+        with self._lock:
+            gone = [r for r in self._held if r.until <= now]
+            self._held = [r for r in self._held if r.until > now]
+            self.outcomes[EXPIRED] += len(gone)
+        return gone
+
+    def holding(self) -> list[Obj]:
+        """The replacements not yet matched, as pending pods nominated to their targets
+        (the engine's ``nominated``: their room is held)."""
+        with self._lock:
+            return [r.move.replacement for r in self._held if r.pod_uid is None]
+
+    def as_json(self) -> list[dict[str, object]]:
+        with self._lock:
+            return [r.as_json() for r in self._held]
+
+    def add_to(
+        self, values: npt.NDArray[np.float64], snapshot: Snapshot, metrics: Sequence[MetricConfig]
+    ) -> None:
+        """Add each unmatched reservation's load to its target's value of each metric
+        (``values``: node x metric, columns ``metrics``). The moved metric counts what the
+        move proved with (its usage on the source, in the source's allocatable); the other
+        metrics with an estimate count the replacement's estimated usage."""
+        with self._lock:
+            waiting = [r.move for r in self._held if r.pod_uid is None]
+        if not waiting:
+            return
+        count = snapshot.count
+        allocatable = snapshot.arrays["allocatable"].reshape(count, len(snapshot.resources))
+        for move in waiting:
+            target = snapshot.index.get(move.target)
+            if target is None:
+                continue
+            for k, m in enumerate(metrics):
+                c = None if m.estimate is None else snapshot.resources.get(m.estimate.resource)
+                if m.estimate is None or c is None or allocatable[target, c] <= 0:
+                    continue
+                source = snapshot.index.get(move.source)
+                if m.name == move.metric and source is not None:
+                    amount = move.usage * float(allocatable[source, c])
+                else:
+                    try:
+                        amount = float(
+                            estimated_usage(move.replacement, pod_requests(move.replacement), m.estimate)
+                        )
+                    except MalformedObjectError:
+                        continue
+                values[target, k] += amount / float(allocatable[target, c])
+
+
+def _replaces(pod: Obj, move: Move) -> bool:
+    """Whether ``pod`` is a replacement the move's victim's controller made."""
+    m = meta(pod)
+    if str(m.get("namespace") or "default") != move.namespace:
+        return False
+    controller = next(
+        (ref for ref in m.get("ownerReferences") or [] if isinstance(ref, dict) and ref.get("controller")),
+        None,
+    )
+    if controller is None or str(controller.get("uid") or "") != move.owner_uid:
+        return False
+    if move.template_hash is None:
+        return True
+    labels = m.get("labels") or {}
+    return any(str(labels.get(k)) == move.template_hash for k in TEMPLATE_HASH_LABELS if k in labels)
