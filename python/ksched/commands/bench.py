@@ -82,7 +82,9 @@ def add_parser(
     cl.add_argument(
         "--schedulers",
         help="comma-separated, from null-binder, kube-scheduler, ksched (default: all three); with "
-        "--quality from kube-scheduler, ksched, ksched-no-metrics (default: all three)",
+        "--quality from kube-scheduler, ksched, ksched-no-metrics (default: these three), and with --pools "
+        "kube-scheduler+descheduler (the descheduler's LowNodeUtilization on actual usage) and "
+        "ksched-rebalance (ksched with its rebalancer), which load-shift also judges by their evictions",
     )
     cl.add_argument(
         "--ksched",
@@ -190,6 +192,11 @@ def add_parser(
         help="ksched's load-aware configuration (default: examples/load-aware.yaml of the checkout)",
     )
     q.add_argument(
+        "--rebalance-config",
+        help="ksched-rebalance's configuration, whose rebalance lines and interval the descheduler gets too "
+        "(default: examples/rebalance.yaml of the checkout)",
+    )
+    q.add_argument(
         "--quality-config",
         action="append",
         default=[],
@@ -248,6 +255,7 @@ def _quality(args: argparse.Namespace) -> int:
         scrape_interval_s=args.scrape_interval,
         threshold=args.threshold,
         ksched_config=Path(args.ksched_config) if args.ksched_config else None,
+        rebalance_config=Path(args.rebalance_config) if args.rebalance_config else None,
         configs={label: Path(path) for label, _, path in (c.partition("=") for c in args.quality_config)},
         pools=args.pools,
         out=Path(args.out or "ksched-bench-quality"),

@@ -12,6 +12,8 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ksched.bench.quality.rebalance import RebalanceFigures
+
 # Utilisation (cores used / allocatable) over which a node counts as hot.
 DEFAULT_THRESHOLD = 0.8
 
@@ -39,11 +41,16 @@ class QualityFigures:
     pods_per_s: float = 0.0
     # Per sample: (seconds from the first create, p50, p95, max) across nodes, for the plot.
     bands: list[tuple[float, float, float, float]] = field(default_factory=list)
+    # Where the scenario's pods could be moved (controllers own them): what moving them did.
+    rebalance: RebalanceFigures | None = None
 
     def summary(self) -> dict[str, Any]:
         """The figures ``--json`` prints (the bands stay in results.json)."""
         keys = ("hotspot_node_minutes", "p95_utilisation", "cv", "pods_on_hot_nodes", "pending", "pods_per_s")
-        return {k: asdict(self)[k] for k in keys}
+        out = {k: getattr(self, k) for k in keys}
+        if self.rebalance is not None:
+            out["rebalance"] = asdict(self.rebalance)
+        return out
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -21,7 +21,7 @@ import yaml
 
 from ksched.bench.pods import CREATE_WORKERS, create_pods
 from ksched.bench.quality.figures import Series
-from ksched.bench.quality.scenarios import Scenario
+from ksched.bench.quality.scenarios import Scenario, controllers
 from ksched.cluster import local
 from ksched.cluster.load import SCRAPE_JOB, LoadSimulation
 from ksched.errors import KschedError
@@ -174,7 +174,8 @@ def bind_time(pod: Obj) -> float | None:
 
 def create_scenario(kube: Kube, s: Scenario, lag_s: float) -> Arrivals:
     """Create the scenario's pods at its rate; its burst, if any, all at once ``lag_s`` after
-    the others (the time the metric needs to show them)."""
+    the others (the time the metric needs to show them); then, for a scenario whose pods a
+    controller owns, the controllers that adopt them."""
     steady = s.pods if s.burst_from is None else s.pods[: s.burst_from]
     began = time.time()
     arrivals = Arrivals(create(kube, steady, s.rate), [(began, [p["metadata"]["name"] for p in steady])])
@@ -185,7 +186,38 @@ def create_scenario(kube: Kube, s: Scenario, lag_s: float) -> Arrivals:
         arrivals.created |= create(kube, burst, None)
         arrivals.starts.append((began, [p["metadata"]["name"] for p in burst]))
     arrivals.ended = time.time()
+    if s.controlled:
+        for obj in controllers(s.pods):
+            _create(kube, obj)
     return arrivals
+
+
+# Where each kind of controller object the scenarios create is posted, under its namespace.
+_COLLECTIONS = {"ReplicaSet": "/apis/apps/v1", "PodDisruptionBudget": "/apis/policy/v1"}
+
+
+def _collection(kind: str, namespace: str) -> str:
+    return f"{_COLLECTIONS[kind]}/namespaces/{namespace}/{kind.lower()}s"
+
+
+def _create(kube: Kube, obj: Obj) -> None:
+    r = kube.request("POST", _collection(obj["kind"], obj["metadata"]["namespace"]), body=obj)
+    if not r.ok:
+        raise KschedError(
+            f"creating {obj['kind']} {obj['metadata']['name']}: HTTP {r.status}: {r.data[:200]!r}"
+        )
+
+
+def clear_controllers(kube: Kube, namespace: str) -> None:
+    """Delete the namespace's ReplicaSets and PodDisruptionBudgets, so that clearing its pods
+    is not undone by a ReplicaSet re-creating them."""
+    for kind in _COLLECTIONS:
+        kube.request(
+            "DELETE",
+            _collection(kind, namespace),
+            query={"propagationPolicy": "Background"},
+            timeout=SETTLE_TIMEOUT_S,
+        )
 
 
 def observation_end(start: float, arrivals: list[Arrivals], observe_s: float, lag_s: float) -> float:

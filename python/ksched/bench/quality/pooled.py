@@ -9,6 +9,12 @@ window however many schedulers it compares. Each ksched configuration runs as it
 ``ksched run`` whose one profile is named after its label, so the processes never race
 for a pod. The demo runs a short round; ``ksched bench --quality --pools`` runs each
 scenario as one.
+
+Rebalancing setups: ``kube-scheduler+descheduler`` is kube-scheduler with the descheduler
+(:mod:`ksched.cluster.descheduler`) on its pool and namespace, at the hot and cool lines and
+the interval of the ksched rebalancer's configuration; ``ksched-rebalance`` is ksched with its
+rebalancer on. Where a scenario's pods are owned by controllers and the API server audits
+evictions, each entry is also judged by what was moved (:mod:`.rebalance`).
 """
 
 from __future__ import annotations
@@ -24,7 +30,9 @@ import yaml
 from ksched.bench.invariants import lost, overcommitted
 from ksched.bench.pods import clear_pods, start_ksched_run
 from ksched.bench.quality.figures import QualityFigures, QualityResults, judge
+from ksched.bench.quality.moves import Sampler
 from ksched.bench.quality.observe import (
+    clear_controllers,
     create_namespace,
     create_scenario,
     ksched_config,
@@ -34,14 +42,21 @@ from ksched.bench.quality.observe import (
     settle,
     utilisation,
 )
+from ksched.bench.quality.rebalance import judge_rebalance
 from ksched.bench.quality.scenarios import DEFAULT_SCHEDULER, Scenario, scenario
-from ksched.cluster.processes import terminate
+from ksched.cluster import descheduler
+from ksched.cluster.processes import tail, terminate
+from ksched.config import load_config
 from ksched.errors import KschedError
 from ksched.loop.client import Kube
 from ksched.objects import Obj
 
 POOL_LABEL = "quality.ksched.io/pool"
 KUBE_SCHEDULER = "kube-scheduler"
+KUBE_SCHEDULER_DESCHEDULER = "kube-scheduler+descheduler"
+KSCHED_REBALANCE = "ksched-rebalance"
+# The setups whose pods kube-scheduler places; every other label is a ksched configuration.
+KUBE_SCHEDULER_SETUPS = (KUBE_SCHEDULER, KUBE_SCHEDULER_DESCHEDULER)
 PATCH_WORKERS = 8
 
 
@@ -60,6 +75,8 @@ class Round:
     threshold: float
     # A ksched label's configuration file (None: no metric); kube-scheduler has none.
     configs: dict[str, Path | None]
+    # The rebalancer's configuration whose lines and interval the descheduler is given.
+    rebalance_config: Path | None = None
 
 
 def _shape(node: Obj) -> tuple[str, str]:
@@ -103,9 +120,36 @@ def _label(kube: Kube, node_pools: list[list[str]]) -> None:
         list(workers.map(patch, [(i, n) for i, names in enumerate(node_pools) for n in names]))
 
 
+def namespace_of(name: str, label: str) -> str:
+    """The entry's namespace (a ``+`` is no name character)."""
+    return f"q-{name}-{label.replace('+', '-')}"
+
+
+def descheduler_setup(
+    rebalance_config: Path | None, pool: int, namespace: str
+) -> descheduler.DeschedulerSetup:
+    """The descheduler on one pool and namespace, with the hot line (``high``), the cool line
+    (``low``) and the interval of the rebalancer's configuration (its first judged metric)."""
+    config = load_config(rebalance_config)
+    profile = config.profile(config.rebalance.profile or "") or config.profiles[0]
+    metrics = tuple(m for m in config.metrics if profile.metrics is None or m.name in profile.metrics)
+    lines = config.rebalance.thresholds(metrics)
+    if not lines:
+        raise KschedError(
+            f"{rebalance_config}: the rebalancer judges no metric, so the descheduler has no lines"
+        )
+    return descheduler.DeschedulerSetup(
+        node_selector=f"{POOL_LABEL}={pool}",
+        namespace=namespace,
+        high=lines[0].high,
+        low=lines[0].low,
+        interval_s=config.rebalance.interval_s,
+    )
+
+
 def _scenario(r: Round, i: int, name: str, label: str) -> tuple[str, Scenario]:
-    namespace = f"q-{name}-{label}"
-    asks = DEFAULT_SCHEDULER if label == KUBE_SCHEDULER else label
+    namespace = namespace_of(name, label)
+    asks = DEFAULT_SCHEDULER if label in KUBE_SCHEDULER_SETUPS else label
     s = scenario(name, r.pods, namespace, asks, r.seed, r.rate)
     for pod in s.pods:
         pod["spec"]["nodeSelector"] = {POOL_LABEL: str(i)}
@@ -120,22 +164,34 @@ def pooled_round(
     workdir: Path,
     results: QualityResults,
     log: Callable[[str], None],
+    audit_log: Path | None = None,
 ) -> None:
     """Run the round's entries at once, each on its pool; append their figures (and any
-    lost pod or over-committed node) to ``results``."""
+    lost pod or over-committed node) to ``results``. With ``audit_log`` (the API server
+    audits evictions there, :func:`ksched.bench.quality.moves.audit_policy`), entries whose
+    pods controllers own are judged by their evictions too."""
     nodes = kube.request("GET", "/api/v1/nodes").json()["items"]
     node_pools = pools(nodes, len(r.entries), r.pool_size)
     _label(kube, node_pools)
     procs = []
+    deschedulers = []
     plans = [_scenario(r, i, name, label) for i, (name, label) in enumerate(r.entries)]
+    moved = {ns for ns, s in plans if s.controlled} if audit_log is not None else set()
+    sampler = Sampler(kube, moved)
     try:
-        for label in dict.fromkeys(label for _, label in r.entries if label != KUBE_SCHEDULER):
+        for label in dict.fromkeys(label for _, label in r.entries if label not in KUBE_SCHEDULER_SETUPS):
             path = workdir / f"{label}.yaml"
             path.write_text(yaml.safe_dump(ksched_config(r.configs.get(label), prometheus, label)))
             proc, _ = start_ksched_run(kubeconfig, workdir / f"{label}.log", path)
             procs.append(proc)
+        for i, ((name, label), (namespace, _)) in enumerate(zip(r.entries, plans, strict=True)):
+            if label == KUBE_SCHEDULER_DESCHEDULER:
+                setup = descheduler_setup(r.rebalance_config, i, namespace)
+                logs = workdir / f"descheduler-{name}"
+                deschedulers.append((descheduler.start(kubeconfig, setup, logs), logs / descheduler.LOG))
         for namespace, _ in plans:
             create_namespace(kube, namespace)
+        sampler.start()
         start = time.time()
         with ThreadPoolExecutor(len(plans)) as workers:
             lag = metric_lag_s(r.scrape_interval_s)
@@ -147,19 +203,42 @@ def pooled_round(
         # The last recording-rule evaluation covering ``end`` lands up to one interval later.
         time.sleep(r.scrape_interval_s)
         series = utilisation(prometheus, start, end, r.scrape_interval_s)
+        sampler.stop()
         nodes = kube.request("GET", "/api/v1/nodes").json()["items"]
         everywhere = kube.request("GET", "/api/v1/pods").json()["items"]
         results.violations += [f"over-committed {o}" for o in overcommitted(nodes, everywhere)]
-        for (name, label), names, made, (pods, _) in zip(
-            r.entries, node_pools, arrivals, settled, strict=True
+        results.violations += [
+            f"the descheduler exited early ({proc.returncode}): {tail(log)}"
+            for proc, log in deschedulers
+            if proc.poll() is not None
+        ]
+        for (name, label), (namespace, _), names, made, (placed, _) in zip(
+            r.entries, plans, node_pools, arrivals, settled, strict=True
         ):
             figures = QualityFigures(label, name, r.pods)
+            figures.pending = sum(1 for p in placed if not p["spec"].get("nodeName"))
+            figures.pods_per_s = made.pods_per_s(placed)
+            # The pods as they ended: where a controller re-created an evicted pod, its replacement.
+            pods = kube.request("GET", f"/api/v1/namespaces/{namespace}/pods").json()["items"]
             bound = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in pods if p["spec"].get("nodeName")}
-            figures.pending = len(pods) - len(bound)
-            figures.pods_per_s = made.pods_per_s(pods)
             judge(figures, series, names, bound, r.threshold)
+            evicted: set[str] = set()
+            if namespace in moved and audit_log is not None:
+                evictions = sampler.evictions(audit_log, namespace)
+                evicted = {e.pod for e in evictions}
+                figures.rebalance = judge_rebalance(
+                    series.times,
+                    series.values,
+                    names,
+                    r.threshold,
+                    evictions,
+                    list(sampler.pods[namespace].values()),
+                    set(made.created),
+                    sampler.budgets[namespace],
+                )
             results.figures.append(figures)
-            results.violations += [f"{name}/{label}: lost {p}" for p in lost(made.created, pods)]
+            kept = {n: uid for n, uid in made.created.items() if n not in evicted}
+            results.violations += [f"{name}/{label}: lost {p}" for p in lost(kept, pods)]
             results.violations += [
                 f"{name}/{label}: {p['metadata']['name']} neither bound nor reported unschedulable"
                 for p in pods
@@ -171,7 +250,11 @@ def pooled_round(
                 f"{figures.pending} pending, {figures.pods_per_s} pods/s"
             )
     finally:
-        for proc in procs:
+        if sampler.running:
+            sampler.stop()
+        for proc in [*procs, *(d for d, _ in deschedulers)]:
             terminate(proc, 30)
-        for namespace, _ in plans:
+        for namespace, s in plans:
+            if s.controlled:
+                clear_controllers(kube, namespace)
             clear_pods(kube, namespace)

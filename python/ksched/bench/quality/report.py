@@ -1,12 +1,56 @@
-"""The quality benchmark's table, ``results.json`` and a plot of node utilisation over time."""
+"""The quality benchmark's table, ``results.json`` and a plot of node utilisation over time;
+where pods could be moved, a second table of what moving them did."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
-from ksched.bench.quality.figures import QualityResults
+from ksched.bench.quality.figures import QualityFigures, QualityResults
+
+REBALANCE_HEADER = (
+    "scenario",
+    "setup",
+    "s to cool",
+    "evictions",
+    "nodes cooled",
+    "evictions/node cooled",
+    "ping-pong",
+    "PDB violations",
+    "pending after eviction",
+)
+
+
+def _optional(value: float | None) -> str:
+    return "-" if value is None else f"{value:g}"
+
+
+def _rebalance_row(f: QualityFigures) -> tuple[str, ...]:
+    r = f.rebalance
+    assert r is not None
+    return (
+        f.scenario,
+        f.scheduler,
+        # Never cooled: hot nodes remained at the end.
+        "never" if r.seconds_to_cool is None else f"{r.seconds_to_cool:.0f}",
+        str(r.evictions),
+        str(r.nodes_cooled),
+        _optional(r.evictions_per_node_cooled),
+        str(r.pingpong),
+        str(r.pdb_violations),
+        str(r.pending_after_eviction),
+    )
+
+
+def _aligned(rows: Sequence[tuple[str, ...]]) -> list[str]:
+    """Rows as lines: the first two columns left-aligned, the figures right-aligned."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return [
+        "  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))
+        for r in rows
+    ]
 
 
 def table(results: QualityResults) -> str:
@@ -36,11 +80,10 @@ def table(results: QualityResults) -> str:
                 f"{f.pods_per_s:.1f}",
             )
         )
-    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-    lines = [
-        "  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))
-        for r in rows
-    ]
+    lines = _aligned(rows)
+    moved = [f for f in results.figures if f.rebalance is not None]
+    if moved:
+        lines += ["", *_aligned([REBALANCE_HEADER, *(_rebalance_row(f) for f in moved)])]
     lines += [f"VIOLATION: {v}" for v in results.violations] or [
         "invariants: every pod accounted for, no node over-committed"
     ]
@@ -80,7 +123,10 @@ def write(results: QualityResults, out: Path) -> None:
         ax.fill_between(t, [b[1] for b in f.bands], [b[2] for b in f.bands], alpha=0.4, label="p50-p95")
         ax.plot(t, [b[3] for b in f.bands], color="tab:red", linewidth=1, label="max")
         ax.axhline(float(results.options.get("threshold", 0.8)), color="grey", linestyle="--", linewidth=0.8)
-        ax.set_title(f"{f.scenario} / {f.scheduler}: {f.hotspot_node_minutes:.1f} hot node-min", fontsize=9)
+        title = f"{f.scenario} / {f.scheduler}: {f.hotspot_node_minutes:.1f} hot node-min"
+        if f.rebalance is not None:
+            title += f", {f.rebalance.evictions} evictions"
+        ax.set_title(title, fontsize=9)
         ax.set_xlabel("minutes")
     axes[0][0].set_ylabel("node CPU utilisation")
     axes[0][0].legend(fontsize=7, loc="upper left")

@@ -8,7 +8,9 @@ with a load-aware configuration, ksched with no metric. The utilisation Promethe
 from the first create to the end of the observation is judged by :mod:`.figures`. Between
 runs the namespace is cleared and the harness waits until no node is recorded busy any more.
 With ``pools`` each scenario instead runs every scheduler at once, each on an equal pool of
-the nodes (:mod:`.pooled`).
+the nodes (:mod:`.pooled`); only there can the rebalancing setups run (kube-scheduler with
+the descheduler, ksched with its rebalancer), which load-shift, whose pods ReplicaSets own
+(kube-controller-manager runs then), judges by their evictions as well (:mod:`.rebalance`).
 Never asserts a timing; a pod lost or a node over-committed is a violation, and exits 1.
 """
 
@@ -25,7 +27,9 @@ import yaml
 from ksched.bench.invariants import lost, overcommitted
 from ksched.bench.pods import CREATE_WORKERS, clear_pods, start_ksched_run
 from ksched.bench.quality.figures import DEFAULT_THRESHOLD, QualityFigures, QualityResults, judge
+from ksched.bench.quality.moves import audit_policy
 from ksched.bench.quality.observe import (
+    clear_controllers,
     cool_down,
     create_namespace,
     create_scenario,
@@ -38,8 +42,15 @@ from ksched.bench.quality.observe import (
     settle,
     utilisation,
 )
-from ksched.bench.quality.pooled import KUBE_SCHEDULER, Round, pooled_round
-from ksched.bench.quality.scenarios import DEFAULT_SCHEDULER, SCENARIOS, scenario
+from ksched.bench.quality.pooled import (
+    KSCHED_REBALANCE,
+    KUBE_SCHEDULER,
+    KUBE_SCHEDULER_DESCHEDULER,
+    KUBE_SCHEDULER_SETUPS,
+    Round,
+    pooled_round,
+)
+from ksched.bench.quality.scenarios import CONTROLLED, DEFAULT_SCHEDULER, SCENARIOS, scenario
 from ksched.cluster import local
 from ksched.cluster.load import LoadSimulation
 from ksched.cluster.processes import terminate
@@ -50,8 +61,13 @@ from ksched.objects import Obj
 KSCHED = "ksched"
 KSCHED_NO_METRICS = "ksched-no-metrics"
 SCHEDULERS = (KUBE_SCHEDULER, KSCHED, KSCHED_NO_METRICS)
+# Setups that move pods as well as place them; they run on pools only.
+REBALANCE_SETUPS = (KUBE_SCHEDULER_DESCHEDULER, KSCHED, KSCHED_REBALANCE)
+SETUPS = (*SCHEDULERS, KUBE_SCHEDULER_DESCHEDULER, KSCHED_REBALANCE)
 # The shipped load-aware configuration, in a checkout (a wheel has no examples/: pass --ksched-config).
 EXAMPLE_CONFIG = Path(__file__).resolve().parents[4] / "examples" / "load-aware.yaml"
+# The same with the rebalancer on (pass --rebalance-config where there is no checkout).
+EXAMPLE_REBALANCE_CONFIG = EXAMPLE_CONFIG.with_name("rebalance.yaml")
 PODS_PER_NODE = 6
 # metrics-server's resolution in a quality run: no scheduler there reads it, and a minute keeps
 # its scrapes of KWOK (which serves every node's metrics from one process) rare.
@@ -74,6 +90,8 @@ class QualityOptions:
     scrape_interval_s: float = 15.0
     threshold: float = DEFAULT_THRESHOLD
     ksched_config: Path | None = None
+    # ksched-rebalance's configuration; the descheduler gets its lines and interval.
+    rebalance_config: Path | None = None
     # More ksched runs, each under its label with its own configuration (say today's beside a
     # candidate's); they run after the named schedulers.
     configs: dict[str, Path] = field(default_factory=dict)
@@ -144,6 +162,8 @@ def _one(
     finally:
         if proc is not None:
             terminate(proc, 30)
+        if s.controlled:
+            clear_controllers(kube, namespace)
         clear_pods(kube, namespace)
     # Until no node holds this run's usage any more: the next scheduler starts cool.
     forget_deleted_pods(prometheus, opts.nodes, opts.scrape_interval_s)
@@ -154,6 +174,8 @@ def _config_of(opts: QualityOptions, label: str) -> Path | None:
     """The configuration file a ksched label runs (None: no metric)."""
     if label == KSCHED:
         return opts.ksched_config or EXAMPLE_CONFIG
+    if label == KSCHED_REBALANCE:
+        return opts.rebalance_config or EXAMPLE_REBALANCE_CONFIG
     return opts.configs.get(label)
 
 
@@ -179,22 +201,28 @@ def _pooled(
         observe_s=opts.observe_s,
         scrape_interval_s=opts.scrape_interval_s,
         threshold=opts.threshold,
-        configs={label: _config_of(opts, label) for label in labels if label != KUBE_SCHEDULER},
+        configs={label: _config_of(opts, label) for label in labels if label not in KUBE_SCHEDULER_SETUPS},
+        rebalance_config=_config_of(opts, KSCHED_REBALANCE),
     )
     prometheus = f"http://127.0.0.1:{state.ports['prometheus']}"
-    pooled_round(kube, state.kubeconfig, prometheus, round_, workdir, results, log)
+    audit = local.audit_log_path(state) if name in CONTROLLED else None
+    pooled_round(kube, state.kubeconfig, prometheus, round_, workdir, results, log, audit)
     forget_deleted_pods(prometheus, opts.nodes, opts.scrape_interval_s)
     log(f"cooled down in {cool_down(prometheus, idle, opts.scrape_interval_s):.0f} s")
 
 
 def run_quality(opts: QualityOptions, log: Callable[[str], None]) -> QualityResults:
-    unknown = (set(opts.scenarios) - set(SCENARIOS)) | (set(opts.schedulers) - set(SCHEDULERS))
-    unknown |= set(opts.configs) & set(SCHEDULERS)
+    unknown = (set(opts.scenarios) - set(SCENARIOS)) | (set(opts.schedulers) - set(SETUPS))
+    unknown |= set(opts.configs) & set(SETUPS)
     if unknown:
         raise KschedError(
-            f"unknown: {', '.join(sorted(unknown))} (scenarios {SCENARIOS}, schedulers {SCHEDULERS})"
+            f"unknown: {', '.join(sorted(unknown))} (scenarios {SCENARIOS}, schedulers {SETUPS})"
         )
+    moving = set(opts.schedulers) & {KUBE_SCHEDULER_DESCHEDULER, KSCHED_REBALANCE}
+    if moving and not opts.pools:
+        raise KschedError(f"{', '.join(sorted(moving))} run on pools only: add --pools")
     results = QualityResults({k: str(v) for k, v in vars(opts).items()})
+    controlled = bool(set(opts.scenarios) & set(CONTROLLED))
     workdir = Path(tempfile.mkdtemp(prefix="ksched-quality-"))
     log(
         f"local control plane: {opts.nodes} KWOK nodes, load simulation (scrapes every {opts.scrape_interval_s:g} s)"
@@ -202,7 +230,10 @@ def run_quality(opts: QualityOptions, log: Callable[[str], None]) -> QualityResu
     state = local.up(
         nodes=opts.nodes,
         zones=3,
-        with_scheduler=KUBE_SCHEDULER in opts.schedulers,
+        with_scheduler=bool(set(KUBE_SCHEDULER_SETUPS) & set(opts.schedulers)),
+        # The ReplicaSets and PodDisruptionBudgets of load-shift, and the evictions it counts.
+        with_controllers=controlled,
+        audit_policy=audit_policy() if controlled else None,
         load_simulation=LoadSimulation(opts.scrape_interval_s, QUALITY_METRIC_RESOLUTION_S),
     )
     try:

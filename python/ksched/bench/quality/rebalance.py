@@ -1,0 +1,151 @@
+"""The quality benchmark's rebalance figures: what moving pods off hot nodes achieved, and cost.
+
+Owns how a run with evictions is judged (:func:`judge_rebalance`): the seconds from the first
+hot sample until no node of the pool is hot any more (None while one still is at the end),
+the evictions and how many hot nodes ended cool per eviction, the evictions whose replacement
+landed on a node that was hot or became hot within :data:`PINGPONG_WINDOW_S` (ping-pong), the
+PodDisruptionBudgets seen below their desired healthy pods after an eviction of one of their
+pods, and the replacements left pending. Pure functions of what the harness recorded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+# A replacement that lands on a node hot now or within this long went back into the fire.
+PINGPONG_WINDOW_S = 300.0
+
+
+@dataclass(frozen=True)
+class Eviction:
+    """A pod evicted through the Eviction API (the API server answered 2xx)."""
+
+    at: float
+    pod: str
+    # The node it ran on when last seen (None: never seen bound).
+    node: str | None
+    workload: str
+
+
+@dataclass(frozen=True)
+class PodRecord:
+    """A pod of the scenario as last seen: its workload (the controller that owns it, else its
+    ``app`` label), its node (None: unbound), when it was created and bound."""
+
+    name: str
+    workload: str
+    node: str | None
+    created: float
+    bound: float | None
+
+
+@dataclass(frozen=True)
+class BudgetSample:
+    """One sample of a PodDisruptionBudget's status (the budget is named after its workload)."""
+
+    at: float
+    workload: str
+    current_healthy: int
+    desired_healthy: int
+
+
+@dataclass
+class RebalanceFigures:
+    seconds_to_cool: float | None = None
+    evictions: int = 0
+    nodes_cooled: int = 0
+    evictions_per_node_cooled: float | None = None
+    pingpong: int = 0
+    pdb_violations: int = 0
+    pending_after_eviction: int = 0
+
+
+def _hot(sample: dict[str, float], nodes: Sequence[str], threshold: float) -> set[str]:
+    return {n for n in nodes if sample.get(n, 0.0) > threshold}
+
+
+def seconds_to_cool(
+    times: Sequence[float], values: Sequence[dict[str, float]], nodes: Sequence[str], threshold: float
+) -> float | None:
+    """Seconds from the first sample with a hot node to the first sample after the last one
+    with a hot node; 0.0 if no node was ever hot, None if one is hot at the last sample."""
+    hot = [bool(_hot(v, nodes, threshold)) for v in values]
+    if not any(hot):
+        return 0.0
+    if hot[-1]:
+        return None
+    first = hot.index(True)
+    last = len(hot) - 1 - hot[::-1].index(True)
+    return round(times[last + 1] - times[first], 1)
+
+
+def replacements(
+    evictions: Sequence[Eviction], pods: Sequence[PodRecord], initial: set[str]
+) -> list[PodRecord | None]:
+    """Each eviction's replacement, in eviction order: the first pod of the same workload that
+    the harness did not create and that was created at or after the eviction (the API server
+    stamps creation to the second), each pod replacing one eviction at most."""
+    taken: set[str] = set()
+    by_created = sorted((p for p in pods if p.name not in initial), key=lambda p: (p.created, p.name))
+    out: list[PodRecord | None] = []
+    for e in sorted(evictions, key=lambda e: e.at):
+        found = next(
+            (
+                p
+                for p in by_created
+                if p.workload == e.workload and p.name not in taken and p.created >= int(e.at)
+            ),
+            None,
+        )
+        if found is not None:
+            taken.add(found.name)
+        out.append(found)
+    return out
+
+
+def judge_rebalance(
+    times: Sequence[float],
+    values: Sequence[dict[str, float]],
+    nodes: Sequence[str],
+    threshold: float,
+    evictions: Sequence[Eviction],
+    pods: Sequence[PodRecord],
+    initial: set[str],
+    budgets: Sequence[BudgetSample],
+) -> RebalanceFigures:
+    """The rebalance figures of one pool (``nodes``) from its utilisation samples (``times``,
+    ``values[t][node]``), the evictions in its namespace, every pod seen there (``initial``:
+    the names the harness created) and the budget samples."""
+    figures = RebalanceFigures(seconds_to_cool=seconds_to_cool(times, values, nodes, threshold))
+    figures.evictions = len(evictions)
+    ever_hot = set().union(*(_hot(v, nodes, threshold) for v in values)) if values else set()
+    still_hot = _hot(values[-1], nodes, threshold) if values else set()
+    figures.nodes_cooled = len(ever_hot - still_hot)
+    if figures.nodes_cooled:
+        figures.evictions_per_node_cooled = round(figures.evictions / figures.nodes_cooled, 2)
+    step = times[1] - times[0] if len(times) > 1 else 0.0
+    for replacement in replacements(evictions, pods, initial):
+        if replacement is None or replacement.node is None:
+            continue
+        landed = replacement.bound if replacement.bound is not None else replacement.created
+        window = [
+            v for t, v in zip(times, values, strict=True) if landed - step <= t <= landed + PINGPONG_WINDOW_S
+        ]
+        if any(v.get(replacement.node, 0.0) > threshold for v in window):
+            figures.pingpong += 1
+    first_eviction: dict[str, float] = {}
+    for e in evictions:
+        first_eviction[e.workload] = min(e.at, first_eviction.get(e.workload, e.at))
+    figures.pdb_violations = len(
+        {
+            b.workload
+            for b in budgets
+            if b.workload in first_eviction
+            and b.at >= first_eviction[b.workload]
+            and b.current_healthy < b.desired_healthy
+        }
+    )
+    if evictions:
+        figures.pending_after_eviction = sum(1 for p in pods if p.name not in initial and p.node is None)
+    return figures
