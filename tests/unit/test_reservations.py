@@ -1,0 +1,239 @@
+"""The rebalancer's reservations (``ksched.loop.reservations``) and how the scheduling cycle
+honours them: a replacement is matched by namespace, controller and pod template; the cycle
+steers it to its reserved node; until it shows up, other pods cannot take the reserved room
+(its resources nor the metric headroom the move needs); its binding ends the reservation,
+counted by where it landed; and a reservation past its timeout is dropped."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from ksched.config import Config, EstimateConfig, MetricConfig
+from ksched.engine.rebalance import Move, build_replacement
+from ksched.engine.snapshot import build_snapshot
+from ksched.loop.binder import Outcome
+from ksched.loop.cycle import Scheduler
+from ksched.loop.metric_sources import MetricStore
+from ksched.loop.queue import SchedulingQueue
+from ksched.loop.reservations import ELSEWHERE, EXPIRED, ON_TARGET, Reservations
+from ksched.loop.samples import Sample
+from ksched.loop.slim import slim_node
+from ksched.loop.state import ClusterState
+from ksched.loop.telemetry import Telemetry
+from tests.conftest import node, pod
+
+Obj = dict[str, Any]
+
+T0 = 1_800_000_000.0
+CPU = MetricConfig(
+    name="cpu",
+    source="prometheus",
+    query="q",
+    above=0.8,
+    max_age_s=60.0,
+    estimate=EstimateConfig(resource="cpu", window_s=0.0),
+)
+
+
+def owned(name: str, owner: str = "web", template: str = "abc123", cpu: str = "2", **fields: Any) -> Obj:
+    """A pod of ReplicaSet ``owner`` (uid ``uid-<owner>``) with pod-template-hash ``template``."""
+    p = pod(name, cpu=cpu, **fields)
+    p["metadata"].update(
+        uid=f"uid-{name}",
+        labels={"app": owner, "pod-template-hash": template},
+        ownerReferences=[
+            {
+                "apiVersion": "apps/v1",
+                "kind": "ReplicaSet",
+                "name": owner,
+                "uid": f"uid-{owner}",
+                "controller": True,
+            }
+        ],
+    )
+    return p
+
+
+def move(victim: Obj, source: str = "n0", target: str = "n1", usage: float = 0.5) -> Move:
+    """The move of ``victim`` from ``source`` to ``target``, taking ``usage`` of ``cpu``."""
+    replacement = build_replacement(victim, source)
+    return Move(
+        pod=f"default/{victim['metadata']['name']}",
+        uid=victim["metadata"]["uid"],
+        namespace="default",
+        workload="ReplicaSet/default/web",
+        owner_uid="uid-web",
+        template_hash="abc123",
+        source=source,
+        target=target,
+        metric="cpu",
+        usage=usage,
+        source_before=0.9,
+        source_after=0.4,
+        target_before=0.2,
+        target_after=0.45,
+        replacement={**replacement, "status": {"nominatedNodeName": target}},
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "candidate", "matches"),
+    [
+        ("the same controller and template", owned("web-new"), True),
+        ("another namespace", owned("web-new", namespace="other"), False),
+        ("another controller", owned("api-new", owner="api"), False),
+        ("another template of the same controller", owned("web-new", template="def456"), False),
+        ("no controller", pod("bare"), False),
+    ],
+)
+def test_a_replacement_is_matched_by_namespace_controller_and_template(
+    name: str, candidate: Obj, matches: bool
+) -> None:
+    reservations = Reservations()
+    reservations.hold(move(owned("web-1", node_name="n0")), T0 + 60)
+    assert (reservations.match(candidate) is not None) == matches, name
+
+
+def test_a_pod_matches_one_reservation_the_oldest_and_keeps_it() -> None:
+    reservations = Reservations()
+    first = reservations.hold(move(owned("web-1", node_name="n0"), target="n1"), T0 + 60)
+    second = reservations.hold(move(owned("web-2", node_name="n0"), target="n2"), T0 + 60)
+    a, b = owned("web-a"), owned("web-b")
+    assert reservations.match(a) is first
+    assert reservations.match(a) is first, "the same pod again: the same reservation"
+    assert reservations.match(b) is second
+    assert reservations.match(owned("web-c")) is None, "every reservation has its pod"
+    assert reservations.holding() == [], "matched reservations hold no room as ghosts"
+
+
+def test_binding_ends_the_reservation_counted_by_where_it_landed() -> None:
+    reservations = Reservations()
+    reservations.hold(move(owned("web-1", node_name="n0"), target="n1"), T0 + 60)
+    reservations.hold(move(owned("web-2", node_name="n0"), target="n2"), T0 + 60)
+    assert reservations.landed(owned("other", owner="api"), "n1") is None
+    assert reservations.landed(owned("web-a"), "n1") == ON_TARGET
+    assert reservations.landed(owned("web-b"), "n3") == ELSEWHERE
+    assert len(reservations) == 0
+    assert reservations.outcomes == {ON_TARGET: 1, ELSEWHERE: 1, EXPIRED: 0}
+
+
+def test_expiry_drops_the_reservations_past_their_time() -> None:
+    reservations = Reservations()
+    early = reservations.hold(move(owned("web-1", node_name="n0")), T0 + 30)
+    reservations.hold(move(owned("web-2", node_name="n0")), T0 + 120)
+    assert reservations.expire(T0 + 29) == []
+    assert reservations.expire(T0 + 30) == [early]
+    assert len(reservations) == 1 and reservations.outcomes[EXPIRED] == 1
+    assert reservations.match(owned("web-a")) is not None, "the one left still matches"
+
+
+def test_a_waiting_reservation_adds_its_load_to_its_target_in_the_target_s_units() -> None:
+    # 0.5 of a 4-CPU source is 2 CPUs: on an 8-CPU target, 0.25.
+    snapshot = build_snapshot([node("n0", cpu="4"), node("n1", cpu="8"), node("n2", cpu="8")], [])
+    reservations = Reservations()
+    reservations.hold(move(owned("web-1", node_name="n0"), usage=0.5), T0 + 60)
+    values = np.array([[0.9], [0.2], [0.3]])
+    reservations.add_to(values, snapshot, [CPU])
+    assert values[:, 0].tolist() == [0.9, pytest.approx(0.45), 0.3]
+    reservations.match(owned("web-a"))
+    values = np.array([[0.9], [0.2], [0.3]])
+    reservations.add_to(values, snapshot, [CPU])
+    assert values[:, 0].tolist() == [0.9, 0.2, 0.3], "its replacement showed up: counted as itself"
+
+
+# -- the scheduling cycle ------------------------------------------------------
+
+
+class FakeBinder:
+    def __init__(self) -> None:
+        self.bound: dict[str, str] = {}
+
+    def bind(self, p: Obj, node_name: str, done: Any, *args: Any) -> None:
+        self.bound[p["metadata"]["name"]] = node_name
+        done(Outcome.BOUND)
+
+    def unschedulable(self, p: Obj, message: str) -> None:
+        raise AssertionError(f"{p['metadata']['name']} unschedulable: {message}")
+
+
+class Source:
+    def __init__(self, values: dict[str, float]) -> None:
+        self.values = values
+
+    def query(self, metric: MetricConfig, resolve: object) -> Sample:
+        return Sample(dict(self.values), T0)
+
+
+def cycle(pending: Obj, values: dict[str, float], reservations: Reservations) -> tuple[str, Telemetry]:
+    """One cycle on n0 (4 CPUs, busy), n1 (2 CPUs, the reserved target) and n2 (4 CPUs) with
+    ``cpu`` at ``values``: where ``pending`` is bound, and the telemetry."""
+    nodes = [node("n0", cpu="4"), node("n1", cpu="2"), node("n2", cpu="4")]
+    config = Config(metrics=(CPU,))
+    state = ClusterState(config.metrics, clock=lambda: T0)
+    for n in nodes:
+        state.on_node("ADDED", slim_node(n), None)
+    state.sync()
+    store = MetricStore([CPU], Source(values), None, lambda: nodes, clock=lambda: T0)  # type: ignore[arg-type]
+    store.refresh(CPU)
+    queue = SchedulingQueue(lambda: 1000.0)
+    binder, telemetry = FakeBinder(), Telemetry()
+    scheduler = Scheduler(
+        config,
+        state,
+        queue,
+        binder,  # type: ignore[arg-type]
+        telemetry,
+        lambda: True,
+        store,
+        reservations=reservations,
+    )
+    scheduler.on_pod("ADDED", pending, None)
+    scheduler.cycle(queue.pop_batch(10, 0.0, 0.0))
+    landed = binder.bound[pending["metadata"]["name"]]
+    scheduler.on_pod("MODIFIED", {**pending, "spec": {**pending["spec"], "nodeName": landed}}, pending)
+    return landed, telemetry
+
+
+def replacements(telemetry: Telemetry, outcome: str) -> float | None:
+    return telemetry.registry.get_sample_value("ksched_rebalance_replacements_total", {"outcome": outcome})
+
+
+def test_the_cycle_steers_the_replacement_to_its_reserved_node() -> None:
+    reservations = Reservations()
+    reservations.hold(move(owned("web-1", node_name="n0", cpu="1"), target="n1", usage=0.25), T0 + 60)
+    # n2 scores better on cpu; the replacement still goes where its room is held.
+    landed, telemetry = cycle(owned("web-new", cpu="1"), {"n0": 0.9, "n1": 0.2, "n2": 0.1}, reservations)
+    assert landed == "n1"
+    assert len(reservations) == 0, "its binding ended the reservation"
+    assert replacements(telemetry, ON_TARGET) == 1.0
+
+
+def test_without_a_reservation_the_same_pod_goes_to_the_better_node() -> None:
+    landed, _ = cycle(owned("web-new", cpu="1"), {"n0": 0.9, "n1": 0.2, "n2": 0.1}, Reservations())
+    assert landed == "n2"
+
+
+@pytest.mark.parametrize(
+    ("name", "victim_cpu", "usage", "cpu", "values"),
+    [
+        # The replacement's 2 CPUs fill n1; its load (40m of 2 CPUs) leaves the metric room.
+        ("its requests", "2", 0.01, "1", {"n0": 0.9, "n1": 0.1, "n2": 0.5}),
+        # 100m fits beside the replacement's 1 CPU, but n1's 0.3 plus the move's 0.5 (1 CPU of
+        # 2) and the pod's own 0.05 is over the 0.8 filter.
+        ("the metric headroom the move needs", "1", 0.25, "100m", {"n0": 0.9, "n1": 0.3, "n2": 0.5}),
+    ],
+)
+def test_other_pods_cannot_take_the_reserved_room(
+    name: str, victim_cpu: str, usage: float, cpu: str, values: dict[str, float]
+) -> None:
+    reservations = Reservations()
+    reservations.hold(move(owned("web-1", node_name="n0", cpu=victim_cpu), target="n1", usage=usage), T0 + 60)
+    other = owned("api-1", owner="api", cpu=cpu)
+    assert cycle(other, values, Reservations())[0] == "n1", "without the reservation it would take n1"
+    landed, telemetry = cycle(other, values, reservations)
+    assert landed == "n2", name
+    assert len(reservations) == 1, "still held for its replacement"
+    assert replacements(telemetry, ON_TARGET) == 0.0
