@@ -177,6 +177,10 @@ class Rebalancer:
                 self.would_evict += 1
                 self.telemetry.rebalance_shadow_moves.inc()
                 self._spend(move, now)
+                # As if evicted at once: its node is judged without it until the metric would show it gone.
+                self._departed.append(
+                    _Departure(move.pod, move.uid, move.source, move.metric, move.usage, now)
+                )
                 log.info("shadow: would move %s from %s to %s", move.pod, move.source, move.target)
             else:
                 self._evict(move, now)

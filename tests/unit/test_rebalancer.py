@@ -1,0 +1,344 @@
+"""The rebalancer inside ``ksched run`` (``ksched.loop.rebalancer``) against a fake API server:
+a hot node's pod is evicted only after its target is reserved; a PodDisruptionBudget's refusal
+releases the reservation and says so; a follower and a shadow evict nothing; the eviction rate
+and the workload cool-down hold across looks; a stale metric makes nothing hot; an evicted
+pod's load the metric still shows does not make its node give a second pod; an unclaimed
+reservation expires."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import unquote
+
+import orjson
+import pytest
+
+from ksched.config import Config, EstimateConfig, MetricConfig
+from ksched.config.rebalance import RebalanceConfig, RebalanceMetric
+from ksched.engine import Engine
+from ksched.engine.rebalance import BUDGET_SPENT, COOLING, TERMINATING
+from ksched.loop.client import Response
+from ksched.loop.metric_sources import MetricStore
+from ksched.loop.rebalancer import FOLLOWER, LEADER, SHADOW, Rebalancer
+from ksched.loop.reservations import Reservations
+from ksched.loop.samples import Sample
+from ksched.loop.slim import slim_node, slim_pod
+from ksched.loop.state import ClusterState
+from ksched.loop.telemetry import Telemetry
+from tests.conftest import node, pod
+
+Obj = dict[str, Any]
+
+T0 = 1_800_000_000.0
+LONG_AGO = "2020-01-01T00:00:00Z"
+CPU = MetricConfig(
+    name="cpu",
+    source="prometheus",
+    query="q",
+    above=0.8,
+    max_age_s=30.0,
+    estimate=EstimateConfig(resource="cpu", window_s=10.0),
+)
+PDB_REFUSAL = "Cannot evict pod as it would violate the pod's disruption budget."
+
+
+def workload_pod(name: str, node_name: str, owner: str) -> Obj:
+    """A running pod of ReplicaSet ``owner`` using 1 CPU (0.25 of a node)."""
+    p = pod(name, cpu="1", node_name=node_name)
+    p["metadata"].update(
+        uid=f"uid-{name}",
+        creationTimestamp=LONG_AGO,
+        labels={"app": owner, "pod-template-hash": "abc123"},
+        ownerReferences=[
+            {
+                "apiVersion": "apps/v1",
+                "kind": "ReplicaSet",
+                "name": owner,
+                "uid": f"uid-{owner}",
+                "controller": True,
+            }
+        ],
+    )
+    p["status"] = {"phase": "Running", "startTime": LONG_AGO}
+    return p
+
+
+class Source:
+    """Prometheus: each node's ``cpu`` as the test sets it, sampled at the clock's time."""
+
+    def __init__(self, clock: Clock, values: dict[str, float]) -> None:
+        self.clock, self.values = clock, values
+
+    def query(self, metric: MetricConfig, resolve: object) -> Sample:
+        return Sample(dict(self.values), self.clock.now)
+
+
+@dataclass
+class Clock:
+    now: float = T0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@dataclass
+class FakeKube:
+    """Lists the pods on a node and answers evictions (201 unless ``answers`` says otherwise:
+    then the pod is terminating), noting what the reservations held when each eviction came."""
+
+    pods: list[Obj]
+    reservations: Reservations
+    answers: dict[str, tuple[int, Obj]] = field(default_factory=dict)
+    evictions: list[tuple[str, Obj, int]] = field(default_factory=list)
+    lists: int = 0
+
+    def request(self, method: str, path: str, **kw: Any) -> Response:
+        if method == "GET" and path == "/api/v1/pods":
+            self.lists += 1
+            wanted = dict(s.split("=", 1) for s in kw["query"]["fieldSelector"].split(","))
+            items = [p for p in self.pods if p["spec"].get("nodeName") == wanted["spec.nodeName"]]
+            return Response(200, orjson.dumps({"items": items}))
+        assert method == "POST" and path.endswith("/eviction"), (method, path)
+        name = unquote(path.split("/")[-2])
+        self.evictions.append((name, kw["body"], len(self.reservations)))
+        status, body = self.answers.get(name, (201, {}))
+        if status == 201:
+            evicted = next(p for p in self.pods if p["metadata"]["name"] == name)
+            evicted["metadata"]["deletionTimestamp"] = LONG_AGO
+        return Response(status, orjson.dumps(body))
+
+
+@dataclass
+class Harness:
+    rebalancer: Rebalancer
+    kube: FakeKube
+    source: Source
+    clock: Clock
+    store: MetricStore
+    state: ClusterState
+    reservations: Reservations
+    telemetry: Telemetry
+    events: list[tuple[str, str, str, str]]
+
+    def look(self, after_s: float = 2.0) -> None:
+        """A look ``after_s`` after the last, on a new sample."""
+        self.clock.now += after_s
+        self.store.refresh(CPU)
+        self.rebalancer.look()
+
+    def evicted(self) -> list[str]:
+        return [name for name, _, _ in self.kube.evictions]
+
+    def count(self, name: str, **labels: str) -> float:
+        return self.telemetry.registry.get_sample_value(name, labels) or 0.0
+
+
+@pytest.fixture
+def harness() -> Iterator[Any]:
+    """``harness(values, pods, leader=True, shadow=False, **rebalance)``: a rebalancer over
+    nodes n0..n3 (4 CPUs each) with ``cpu`` at ``values``; the state's thread is run by the
+    fixture, as the scheduling loop runs it."""
+    stop = threading.Event()
+    threads: list[threading.Thread] = []
+
+    def make(
+        values: dict[str, float], pods: list[Obj], leader: bool = True, shadow: bool = False, **rebalance: Any
+    ) -> Harness:
+        defaults: dict[str, Any] = {
+            "enabled": True,
+            "hot_samples": 2,
+            "metrics": (RebalanceMetric("cpu", high=0.8, low=0.6),),
+        }
+        config = Config(metrics=(CPU,), rebalance=RebalanceConfig(**{**defaults, **rebalance}))
+        clock = Clock()
+        nodes = [node(n) for n in ("n0", "n1", "n2", "n3")]
+        state = ClusterState(config.metrics, clock=clock)
+        for n in nodes:
+            state.on_node("ADDED", slim_node(n), None)
+        for p in pods:
+            state.on_pod("ADDED", slim_pod(p), None)
+        source = Source(clock, values)
+        store = MetricStore([CPU], source, None, lambda: nodes, clock=clock)  # type: ignore[arg-type]
+        reservations, telemetry = Reservations(), Telemetry()
+        kube = FakeKube(pods, reservations)
+        events: list[tuple[str, str, str, str]] = []
+
+        def event(obj: Obj, kind: str, reason: str, action: str, note: str) -> None:
+            events.append((f"{obj.get('kind', 'Pod')}/{obj['metadata']['name']}", kind, reason, note))
+
+        rebalancer = Rebalancer(
+            config,
+            state,
+            store,
+            Engine(config),
+            kube,  # type: ignore[arg-type]
+            reservations,
+            telemetry,
+            lambda: leader,
+            shadow,
+            event,
+            clock=clock,
+        )
+
+        def loop() -> None:
+            while not stop.wait(0.005):
+                state.sync()
+
+        thread = threading.Thread(target=loop, daemon=True)
+        thread.start()
+        threads.append(thread)
+        return Harness(rebalancer, kube, source, clock, store, state, reservations, telemetry, events)
+
+    yield make
+    stop.set()
+    for t in threads:
+        t.join()
+
+
+# n0 is hot with two pods of 1 CPU (0.25 each); only n1 stays below low (0.6) with one of them.
+HOT = {"n0": 0.9, "n1": 0.2, "n2": 0.7, "n3": 0.75}
+
+
+def hot_pods() -> list[Obj]:
+    return [workload_pod("api-1", "n0", "api"), workload_pod("web-1", "n0", "web")]
+
+
+def test_the_target_is_reserved_before_the_eviction_and_both_are_reported(harness: Any) -> None:
+    h = harness(HOT, hot_pods())
+    h.look()
+    assert h.kube.evictions == [], "one hot sample is not enough (hotSamples 2)"
+    h.look()
+    ((name, body, held),) = h.kube.evictions
+    assert name == "api-1"
+    assert held == 1, "the reservation was held when the eviction was posted"
+    assert body["kind"] == "Eviction" and body["deleteOptions"] == {"preconditions": {"uid": "uid-api-1"}}
+    ((reservation),) = h.reservations.as_json()
+    assert reservation["target"] == "n1" and reservation["pod"] == "default/api-1"
+    note = "moved to n1: cpu 0.90 on n0 over high 0.80; n1 0.20 -> 0.45 (low 0.60)"
+    assert h.events == [
+        ("Pod/api-1", "Normal", "Rebalanced", note),
+        ("Node/n0", "Normal", "Rebalanced", f"evicted default/api-1, {note}"),
+    ]
+    assert h.count("ksched_rebalance_evictions_total", reason="cpu") == 1.0
+    assert h.count("ksched_rebalance_hot_nodes", metric="cpu") == 1.0
+    assert h.count("ksched_rebalance_reservations") == 1.0
+    status = h.rebalancer.status()
+    assert status["mode"] == LEADER and status["evictions"] == 1
+    assert [m["target"] for m in status["lastPlan"]["moves"]] == ["n1"]  # type: ignore[index]
+
+
+def test_a_budget_s_refusal_releases_the_reservation_and_says_so(harness: Any) -> None:
+    h = harness(HOT, hot_pods())
+    h.kube.answers["api-1"] = (429, {"kind": "Status", "message": PDB_REFUSAL, "code": 429})
+    h.look()
+    h.look()
+    assert h.evicted() == ["api-1"]
+    assert len(h.reservations) == 0
+    assert h.events == [("Pod/api-1", "Warning", "RebalanceBlocked", f"not moved to n1: {PDB_REFUSAL}")]
+    assert h.count("ksched_rebalance_blocked_total", reason="pdb") == 1.0
+    assert h.count("ksched_rebalance_evictions_total", reason="cpu") == 0.0
+    h.look()
+    assert h.evicted() == ["api-1", "web-1"], "the refused workload cools down; the next candidate goes"
+
+
+@pytest.mark.parametrize(
+    ("status", "reason"),
+    [(404, None), (500, "failed")],
+)
+def test_an_eviction_that_did_not_happen_releases_the_reservation(
+    harness: Any, status: int, reason: str | None
+) -> None:
+    h = harness(HOT, hot_pods())
+    h.kube.answers["api-1"] = (status, {"message": "no"})
+    h.look()
+    h.look()
+    assert h.evicted() == ["api-1"] and len(h.reservations) == 0 and h.events == []
+    assert h.count("ksched_rebalance_blocked_total", reason="failed") == (1.0 if reason else 0.0)
+
+
+@pytest.mark.parametrize(("leader", "shadow", "mode"), [(False, False, FOLLOWER), (False, True, SHADOW)])
+def test_a_follower_and_a_shadow_evict_nothing(harness: Any, leader: bool, shadow: bool, mode: str) -> None:
+    h = harness(HOT, hot_pods(), leader=leader, shadow=shadow)
+    for _ in range(3):
+        h.look()
+    assert h.kube.evictions == [] and h.events == [] and len(h.reservations) == 0
+    assert h.count("ksched_rebalance_evictions_total", reason="cpu") == 0.0
+    status = h.rebalancer.status()
+    assert status["mode"] == mode
+    assert [x["node"] for x in status["hot"]] == ["n0"]  # type: ignore[attr-defined]
+    if shadow:
+        assert status["wouldEvict"] == 1, "what it would have moved, once: as if the metric still showed it"
+        assert h.count("ksched_rebalance_shadow_moves_total") == 1.0
+    else:
+        assert status["lastPlan"] is None and h.kube.lists == 0, "a follower does not plan"
+
+
+# n0 and n3 hot with one pod each; n1 and n2 take either.
+TWO_HOT = {"n0": 0.9, "n1": 0.2, "n2": 0.1, "n3": 0.9}
+
+
+def test_the_eviction_rate_holds_across_looks(harness: Any) -> None:
+    h = harness(
+        TWO_HOT,
+        [workload_pod("api-0", "n0", "api"), workload_pod("web-3", "n3", "web")],
+        evictions_per_minute=1,
+    )
+    h.look()
+    h.look()
+    assert h.evicted() == ["api-0"]
+    assert BUDGET_SPENT in h.rebalancer.status()["lastPlan"]["skipped"]  # type: ignore[index]
+    h.look(after_s=30)
+    assert h.evicted() == ["api-0"], "half a minute refills half a token"
+    h.look(after_s=30)
+    assert h.evicted() == ["api-0", "web-3"]
+
+
+def test_a_moved_workload_cools_down(harness: Any) -> None:
+    h = harness(
+        TWO_HOT,
+        [workload_pod("web-0", "n0", "web"), workload_pod("web-3", "n3", "web")],
+        workload_cooldown_s=100,
+    )
+    h.look()
+    h.look()
+    assert h.evicted() == ["web-0"], "one per workload in a look (maxPerWorkload)"
+    h.look()
+    assert h.evicted() == ["web-0"]
+    assert h.rebalancer.status()["lastPlan"]["skipped"] == {TERMINATING: 1, COOLING: 1}  # type: ignore[index]
+    h.look(after_s=100)
+    assert h.evicted() == ["web-0", "web-3"]
+
+
+def test_a_stale_metric_makes_no_node_hot(harness: Any) -> None:
+    h = harness(HOT, hot_pods(), hot_samples=1)
+    h.store.refresh(CPU)
+    h.clock.now += CPU.max_age_s + 1
+    h.rebalancer.look()
+    assert h.kube.evictions == [] and h.kube.lists == 0
+    assert h.count("ksched_rebalance_hot_nodes", metric="cpu") == 0.0
+
+
+def test_a_node_does_not_give_a_second_pod_while_the_metric_still_shows_the_first(harness: Any) -> None:
+    h = harness(HOT, hot_pods())
+    h.look()
+    h.look()
+    assert h.evicted() == ["api-1"]
+    # The pod is still terminating and the metric still shows n0 at 0.9: nothing more moves.
+    h.look()
+    h.look()
+    assert h.evicted() == ["api-1"]
+    assert h.rebalancer.status()["lastPlan"]["moves"] == []  # type: ignore[index]
+
+
+def test_an_unclaimed_reservation_expires(harness: Any) -> None:
+    h = harness(HOT, hot_pods(), reservation_timeout_s=30)
+    h.look()
+    h.look()
+    assert len(h.reservations) == 1
+    h.source.values = {**HOT, "n0": 0.5}
+    h.look(after_s=30)
+    assert len(h.reservations) == 0
+    assert h.count("ksched_rebalance_replacements_total", outcome="expired") == 1.0
