@@ -276,6 +276,86 @@ def test_status_text_shows_leader_queues_degraded_metrics_and_failures() -> None
     ]
 
 
+def rebalance_status(mode: str) -> dict[str, Any]:
+    return {
+        "enabled": True,
+        "mode": mode,
+        "hot": [{"node": "n0", "metric": "cpu", "value": 0.93, "high": 0.8, "samples": 3}],
+        "lastPlan": {
+            "moves": [
+                {
+                    "pod": "ns/web-1",
+                    "source": "n0",
+                    "target": "n7",
+                    "metric": "cpu",
+                    "sourceBefore": 0.93,
+                    "sourceAfter": 0.68,
+                    "targetBefore": 0.41,
+                    "targetAfter": 0.55,
+                }
+            ],
+            "skipped": {"limit maxPerNode reached": 3, "younger than minPodAge 5m0s": 4},
+        },
+        "evictions": 2,
+        "wouldEvict": 5,
+        "blocked": {"pdb": 1, "failed": 0},
+        "reservations": [{"pod": "ns/web-1", "target": "n7"}],
+    }
+
+
+@pytest.mark.parametrize(
+    ("name", "rebalance", "want"),
+    [
+        ("not configured (an older ksched)", None, ["rebalance: off"]),
+        ("off", {"enabled": False}, ["rebalance: off"]),
+        (
+            "the leader: what it moved and why the rest stayed",
+            rebalance_status("leader"),
+            [
+                "rebalance: leader; 1 hot: n0 (cpu 0.93, high 0.80)",
+                "           2 evicted, 1 refused by a budget, 0 failed since start; 1 reservation(s) held",
+                "  moved ns/web-1 n0 -> n7: cpu 0.93 -> 0.68 there, 0.41 -> 0.55 on n7",
+                "  not moved: 4 younger than minPodAge 5m0s; 3 limit maxPerNode reached",
+            ],
+        ),
+        (
+            "a shadow: what it would have evicted",
+            rebalance_status("shadow"),
+            [
+                "rebalance: shadow; 1 hot: n0 (cpu 0.93, high 0.80)",
+                "           would have evicted 5 since start",
+            ],
+        ),
+        (
+            "a follower: hot nodes only",
+            {**rebalance_status("follower"), "lastPlan": None},
+            ["           the leader moves pods; this replica only tracks hot nodes"],
+        ),
+    ],
+)
+def test_status_text_shows_the_rebalancer(
+    name: str, rebalance: dict[str, Any] | None, want: list[str]
+) -> None:
+    status = {
+        "identity": "ksched-0",
+        "mode": "scheduling",
+        "leaderElection": False,
+        "leading": False,
+        "leader": None,
+        "synced": True,
+        "queues": {},
+        "bound": 0,
+        "metrics": {"live": [], "degraded": []},
+        "failures": [],
+        "shadow": None,
+        "rebalance": rebalance,
+    }
+    text = render_status(status, "127.0.0.1:10259")
+    for line in want:
+        assert any(got.startswith(line) for got in text.splitlines()), (name, line, text)
+    assert ("  moved ns/web-1" in text) == name.startswith("the leader"), name
+
+
 @pytest.mark.parametrize(
     ("shadow", "error"),
     [

@@ -173,6 +173,7 @@ def render_status(status: dict[str, Any], address: str) -> str:
             f"shadow:    {shadow['total']} pods compared, agreement "
             + (f"{agreement:.1%}" if agreement is not None else "n/a")
         )
+    lines += _rebalance_lines(status.get("rebalance"))
     failures = status["failures"]
     if failures:
         lines.append(f"recent failures ({len(failures)}):")
@@ -185,6 +186,41 @@ def render_status(status: dict[str, Any], address: str) -> str:
     else:
         lines.append("recent failures: none")
     return "\n".join(lines)
+
+
+def _rebalance_lines(rebalance: dict[str, Any] | None) -> list[str]:
+    """The rebalancer's part of ``ksched status``: its mode, the hot nodes, what it evicted
+    (or, in shadow mode, would have), the last look's moves and why the other pods stayed."""
+    if not rebalance or not rebalance.get("enabled"):
+        return ["rebalance: off"]
+    mode = rebalance["mode"]
+    hot = rebalance["hot"]
+    nodes = ", ".join(f"{h['node']} ({h['metric']} {h['value']:.2f}, high {h['high']:.2f})" for h in hot)
+    blocked = rebalance["blocked"]
+    done = (
+        f"would have evicted {rebalance['wouldEvict']}"
+        if mode == "shadow"
+        else f"{rebalance['evictions']} evicted, {blocked['pdb']} refused by a budget, {blocked['failed']} failed"
+    )
+    lines = [
+        f"rebalance: {mode}; {len(hot)} hot: {nodes or 'none'}",
+        f"           {done} since start; {len(rebalance['reservations'])} reservation(s) held",
+    ]
+    if mode == "follower":
+        lines.append("           the leader moves pods; this replica only tracks hot nodes")
+    last = rebalance.get("lastPlan")
+    if last is None:
+        return lines
+    verb = "would move" if mode == "shadow" else "moved"
+    for m in last["moves"]:
+        lines.append(
+            f"  {verb} {m['pod']} {m['source']} -> {m['target']}: {m['metric']} {m['sourceBefore']:.2f} -> "
+            f"{m['sourceAfter']:.2f} there, {m['targetBefore']:.2f} -> {m['targetAfter']:.2f} on {m['target']}"
+        )
+    skipped = sorted(last["skipped"].items(), key=lambda kv: (-kv[1], kv[0]))
+    if skipped:
+        lines.append("  not moved: " + "; ".join(f"{n} {reason}" for reason, n in skipped))
+    return lines
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -209,7 +245,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 
     st = sub.add_parser(
         "status",
-        help="leader, queue sizes, degraded metrics and recent failures of a running ksched",
+        help="leader, queue sizes, degraded metrics, the rebalancer and recent failures of a running ksched",
         description="Reads /status from a running ksched. Example: ksched status --address 127.0.0.1:10259",
     )
     _add_address(st)
