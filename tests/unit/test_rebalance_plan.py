@@ -164,18 +164,67 @@ def test_nothing_moves_when_no_node_stays_below_low() -> None:
     p = run_plan([0.9, 0.5, 0.45, 0.5], [workload_pod("big", "n0")])
     assert p.moves == ()
     assert reasons(p) == {
-        "default/big": "no node stays below low 0.60 after the move (3 feasible, coolest 0.70)"
+        "default/big": "no node stays below low 0.60 of u after the move (the closest, n2, would be at 0.70)"
     }
 
 
+class CountingEngine(Engine):
+    """An engine that counts the proofs it is asked for, and whether any wants an explanation."""
+
+    calls = 0
+    explained = 0
+
+    def schedule(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls += 1
+        self.explained += kwargs.get("explain") is not None
+        return super().schedule(*args, **kwargs)
+
+
+def test_a_candidate_no_node_could_take_costs_no_engine_call() -> None:
+    """At 5,000 nodes a proof costs about 2 ms, and one that explains every node's verdict 25 ms:
+    a look over hot nodes in a cluster with no cool node must not pay one per candidate."""
+    engine = CountingEngine(Config(metrics=(usage_metric(),)))
+    pods = [workload_pod(f"p{i}", "n0", cpu="500m", owner=f"w{i}") for i in range(6)]
+    snapshot = build_snapshot([node(n) for n in NODES], pods)
+    values = np.array([[0.95], [0.7], [0.7], [0.7]])
+    hot = [HotNode("n0", "u", 0.95, 0.8, 3)]
+    p = plan(
+        engine, rebalance(), snapshot, pods, [usage_metric()], values, hot, lambda k, m: None, NOW, Budget(5)
+    )
+    assert p.moves == () and len(p.skipped) == 6
+    assert engine.calls == 0
+    # Where a node could take it, one proof, and no explanation.
+    values[1, 0] = 0.3
+    p = plan(
+        engine, rebalance(), snapshot, pods, [usage_metric()], values, hot, lambda k, m: None, NOW, Budget(1)
+    )
+    assert moved(p) == [("default/p0", "n0", "n1")]
+    assert (engine.calls, engine.explained) == (1, 0)
+
+
 def test_a_below_metric_moves_to_a_node_that_stays_above_low() -> None:
-    """A ``filter.below`` metric (higher is better, e.g. free capacity): hot under its line."""
+    """A ``filter.below`` metric (higher is better, e.g. free capacity): hot under its line; a
+    move raises the source's value and lowers the target's."""
     free = usage_metric(above=None, below=0.2, prefer="higher")
     config = rebalance(metrics=(RebalanceMetric("u", high=0.2, low=0.4),))
-    pods = [workload_pod("big", "n0")]
+    pods = [workload_pod("big", "n0", owner="a"), workload_pod("next", "n0", owner="b")]
     p = run_plan([0.1, 0.5, 0.9, 0.6], pods, config=config, metric=free)
-    # The proof adds the pod's share to each node's value, as for every estimated metric.
+    # n0 ends at 0.35, over its line: one move is enough. n1 would end at 0.25 and n3 at 0.35,
+    # under low; n2 at 0.65 stays above it.
     assert moved(p) == [("default/big", "n0", "n2")]
+    [m] = p.moves
+    assert (m.source_before, m.source_after) == pytest.approx((0.1, 0.35))
+    assert (m.target_before, m.target_after) == pytest.approx((0.9, 0.65))
+
+
+def test_a_below_metric_never_moves_to_a_node_that_would_drop_under_low() -> None:
+    free = usage_metric(above=None, below=0.2, prefer="higher")
+    config = rebalance(metrics=(RebalanceMetric("u", high=0.2, low=0.4),))
+    p = run_plan([0.1, 0.5, 0.55, 0.6], [workload_pod("big", "n0")], config=config, metric=free)
+    assert p.moves == ()
+    assert reasons(p) == {
+        "default/big": "no node stays above low 0.40 of u after the move (the closest, n3, would be at 0.35)"
+    }
 
 
 def labelled(p: Obj, **changes: Any) -> Obj:
@@ -366,6 +415,18 @@ def test_a_reserved_replacement_holds_its_load_on_its_node() -> None:
     assert moved(p) == [("default/big", "n0", "n3")]
 
 
+def test_a_reserved_replacement_holds_what_its_move_was_proved_with() -> None:
+    """The first move is proved with its pod's measured 1.2 cpu (0.3 of n2); a later look
+    holds that on n2, not the 0.1 cpu its requests would estimate."""
+    uses_much = workload_pod("uses-much", "n0", cpu="100m", owner="a")
+    first = run_plan([0.9, 0.5, 0.2, 0.5], [uses_much], measured=lambda key, m: 1200.0)
+    [m] = first.moves
+    assert (m.target, m.target_after) == ("n2", pytest.approx(0.5))
+    p = run_plan([0.9, 0.5, 0.2, 0.3], [workload_pod("big", "n0", owner="b")], reserved=(m.replacement,))
+    # n2 holds 0.5 with the reservation, and would be at 0.75 after this move: n3 (0.55).
+    assert moved(p) == [("default/big", "n0", "n3")]
+
+
 def test_a_target_the_policy_would_call_hot_is_never_chosen() -> None:
     """Scores prefer n1 (the metric weighs nothing; n2 and n3 are full of other pods), but
     n1 would be over the line after the move; high = low = filter.above here."""
@@ -408,12 +469,19 @@ def test_as_json() -> None:
 
 
 def test_a_node_threshold_annotation_never_lets_a_target_end_over_low() -> None:
-    """n2's own threshold (0.95) lets the engine place there; the move would leave it at 0.75."""
+    """n2's own threshold (0.95) would let the engine place there, and its scores prefer it
+    (the metric weighs nothing; n3 is fuller), but the move would leave it at 0.75: the
+    replacement goes to n3, which stays below low."""
     nodes = [
         node(n, annotations={"threshold.ksched.io/u-above": "0.95"} if n == "n2" else None) for n in NODES
     ]
-    p = run_plan([0.9, 0.7, 0.5, 0.7], [workload_pod("big", "n0")], nodes=nodes)
-    assert p.moves == ()
-    assert reasons(p) == {
-        "default/big": "target n2 would not stay on the cool side of low (its threshold annotation)"
-    }
+    bystanders = (workload_pod("busy", "n3", cpu="2", owner="busy"),)
+    p = run_plan(
+        [0.9, 0.7, 0.5, 0.3],
+        [workload_pod("big", "n0")],
+        nodes=nodes,
+        metric=usage_metric(weight=0.0),
+        bystanders=bystanders,
+    )
+    [m] = p.moves
+    assert (m.target, m.target_after) == ("n3", pytest.approx(0.55))

@@ -6,11 +6,15 @@ rebalancing profile, old enough, not critical, not mirror or DaemonSet pods), th
 (lowest priority, then BestEffort < Burstable < Guaranteed, then largest usage), the limits
 of one look, and the proof: the victim's replacement (its copy, kept off the source node by
 a required node-affinity term) is placed by the same :class:`~ksched.engine.Engine` that
-schedules pods, with the victim's load added to every node's value and each judged metric's
-threshold lowered to ``low``. A move is made only where the engine places it; each move's
-load is then counted on its target (and taken off its source) before the next candidate is
-proved, and its replacement holds its room as a nominated pod, so two moves never fill one
-node twice. A source stops giving pods once it is no longer hot.
+schedules pods, with the victim's load moved onto every node's value (added for an "above"
+metric, taken off for a "below" one, where higher is better) and each judged metric's
+threshold lowered to ``low``; a node the move would leave on the hot side of ``low`` is out
+whatever its own threshold annotation says, and a candidate no node could take costs no
+engine call. A move is made only where the engine places it; each move's load is then
+counted on its target (and taken off its source) before the next candidate is proved, and
+its replacement holds its room as a nominated pod and its proved load on its target's
+values, so two moves never fill one node twice. A source stops giving pods once it is no
+longer hot.
 
 Pure: it reads a snapshot, values and pods, and returns a :class:`Plan`. It never evicts,
 reserves or reads the clock; the live loop (:mod:`ksched.loop`) and ``ksched rebalance
@@ -20,6 +24,7 @@ reserves or reads the clock; the live loop (:mod:`ksched.loop`) and ``ksched reb
 from __future__ import annotations
 
 import copy
+import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -34,7 +39,6 @@ from ksched.config.metrics import MISSING, ON_SATURATION
 from ksched.config.rebalance import RebalanceConfig, RebalanceThreshold
 from ksched.engine.estimate import estimated_usage
 from ksched.engine.inputs import MIRROR_ANNOTATION
-from ksched.engine.placements import Explanation
 from ksched.engine.pods import pod_requests, priority
 from ksched.engine.scheduler import Engine
 from ksched.engine.snapshot import Snapshot
@@ -54,6 +58,9 @@ TEMPLATE_HASH_LABELS = ("pod-template-hash", "controller-revision-hash")
 # Added to the victim's name for its replacement as the engine sees it (the controller
 # names the real one).
 REPLACEMENT_SUFFIX = "-replacement"
+# On a replacement: what the proof moved with it (metric -> usage in engine units), so a
+# later look holds that load on its target, not the (often smaller) estimate of its requests.
+MOVED_USAGE_ANNOTATION = "rebalance.ksched.io/moved-usage"
 # QoS classes, in the order candidates are taken (BestEffort first).
 QOS_ORDER = {"BestEffort": 0, "Burstable": 1, "Guaranteed": 2}
 
@@ -201,13 +208,17 @@ def plan(
     ``metrics`` (rows: the snapshot's), with the load estimate. ``measured(pod_key, metric)``:
     a pod's measured usage in engine units, None where unknown (then its estimate counts).
     ``reserved``: replacements already reserved (pending, with status.nominatedNodeName):
-    their room is held, and their estimated load is added to their node's values here."""
+    their room is held, and their load is added to their node's values here (what their move
+    was proved with, :data:`MOVED_USAGE_ANNOTATION`; else their estimate)."""
     planner = _Planner(engine, config, snapshot, metrics, values, measured, now, budget, reserved)
     on_node: dict[str, list[Obj]] = {}
     for pod in pods:
         on_node.setdefault(str(spec(pod).get("nodeName") or ""), []).append(pod)
+    by_node: dict[str, list[HotNode]] = {}
+    for h in hot:
+        by_node.setdefault(h.node, []).append(h)
     for node in _hottest_first(hot):
-        planner.cool(node, [h for h in hot if h.node == node], on_node.get(node, []))
+        planner.cool(node, by_node[node], on_node.get(node, []))
     return Plan(tuple(hot), tuple(planner.moves), tuple(planner.skipped))
 
 
@@ -249,6 +260,10 @@ class _Planner:
         self.lines: list[RebalanceThreshold] = list(config.thresholds(tuple(metrics)))
         self.judged = [metrics[by_name[line.metric]] for line in self.lines]
         self.values = np.array(values[:, [by_name[line.metric] for line in self.lines]], dtype=np.float64)
+        # A pod's load raises an "above" metric and lowers a "below" one (higher is better).
+        self.sign = np.array(
+            [1.0 if line.direction == "above" else -1.0 for line in self.lines], dtype=np.float64
+        )
         self.proof_metrics = [_proof_metric(m, line) for m, line in zip(self.judged, self.lines, strict=True)]
         self.held: list[Obj] = list(reserved)
         self.moves: list[Move] = []
@@ -259,11 +274,11 @@ class _Planner:
         for pod in reserved:
             row = snapshot.index.get(str((pod.get("status") or {}).get("nominatedNodeName") or ""))
             try:
-                amounts = self._amounts(pod, measure=False)
+                amounts = self._held_amounts(pod)
             except MalformedObjectError:
                 continue
             if row is not None:
-                self.values[row] += np.nan_to_num(self._shares(pod, amounts)[row])
+                self.values[row] += np.nan_to_num(self._load(amounts)[row])
 
     def cool(self, node: str, hot: Sequence[HotNode], pods: Sequence[Obj]) -> None:
         """Take candidates off ``node`` in order while it stays hot and the limits allow."""
@@ -365,9 +380,32 @@ class _Planner:
             out.append(value)
         return tuple(out)
 
-    def _shares(self, pod: Obj, amounts: Sequence[float]) -> npt.NDArray[np.float64]:
-        """Node x judged metric: what the pod adds to each node's value (amount over the
-        node's allocatable of the estimate's resource; NaN where the node has none of it)."""
+    def _held_amounts(self, pod: Obj) -> tuple[float, ...]:
+        """A reserved replacement's usage per judged metric: what its move was proved with,
+        else (a metric the move did not judge, or a pod no move made) its estimate."""
+        estimated = self._amounts(pod, measure=False)
+        try:
+            proved = json.loads((meta(pod).get("annotations") or {}).get(MOVED_USAGE_ANNOTATION) or "{}")
+        except ValueError:
+            proved = {}
+        if not isinstance(proved, dict):
+            return estimated
+        out = []
+        for m, estimate in zip(self.judged, estimated, strict=True):
+            value = proved.get(m.name)
+            out.append(float(value) if isinstance(value, int | float) and math.isfinite(value) else estimate)
+        return tuple(out)
+
+    def _load(self, amounts: Sequence[float]) -> npt.NDArray[np.float64]:
+        """Node x judged metric: how a pod using ``amounts`` moves each node's value: its
+        share (amount over the node's allocatable of the estimate's resource) added for an
+        "above" metric, taken off for a "below" one; NaN where the node has none of it."""
+        load: npt.NDArray[np.float64] = self._shares(amounts) * self.sign
+        return load
+
+    def _shares(self, amounts: Sequence[float]) -> npt.NDArray[np.float64]:
+        """Node x judged metric: the pod's share of each node (amount over the node's
+        allocatable of the estimate's resource; NaN where the node has none of it)."""
         snapshot = self.snapshot
         out = np.zeros((snapshot.count, len(self.judged)), dtype=np.float64)
         allocatable = snapshot.arrays["allocatable"].reshape(snapshot.count, len(snapshot.resources))
@@ -385,28 +423,42 @@ class _Planner:
     def _prove(self, c: _Candidate, source: str, row: int, k: int) -> Move | str:
         """Place the candidate's replacement with its load moved: a Move where it lands on a
         node that stays on the cool side of every judged metric's ``low``, else why not."""
-        shares = self._shares(c.pod, c.amounts)
+        shares = self._shares(c.amounts)
         if not shares[row, k] > 0:
             return f"takes no {self.lines[k].metric} with it"
+        load = shares * self.sign
+        moved = self.values + load
+        by_metric = self._cool(moved)
+        cool = np.all(by_metric, axis=1)
+        cool[row] = False
+        if not cool.any():
+            return self._too_hot(by_metric, moved, row)
+        # A node the move leaves on the hot side of ``low`` is out, even where its own threshold
+        # annotation would let the engine place there.
+        proof = np.where(cool[:, None] | np.isnan(moved), moved, np.inf * self.sign)
         replacement = build_replacement(c.pod, source)
-        moved = self.values + shares
-        result = self.engine.schedule(
+        placement = self.engine.schedule(
             self.snapshot,
             [replacement],
-            moved,
+            proof,
             metrics=self.proof_metrics,
             nominated=_holding(self.held, priority(c.pod)),
-            explain=pod_key(replacement),
-        )
-        placement = result.placements[0]
+        ).placements[0]
         target = placement.node
         if target is None:
-            return self._why_not(k, moved, result.explanation, placement.message)
+            return f"no feasible node for its replacement: {placement.message}"
         t = self.snapshot.index[target]
-        if not all(line.cool_enough(float(moved[t, j])) for j, line in enumerate(self.lines)):
-            # A node's own threshold annotation let the engine place it over ``low``.
-            return f"target {target} would not stay on the cool side of low (its threshold annotation)"
         line = self.lines[k]
+        proved = {m.name: amount for m, amount in zip(self.judged, c.amounts, strict=True)}
+        held = copy.copy(replacement)
+        held["metadata"] = {
+            **replacement["metadata"],
+            "annotations": {
+                **(replacement["metadata"].get("annotations") or {}),
+                MOVED_USAGE_ANNOTATION: json.dumps(proved, sort_keys=True),
+            },
+        }
+        held["status"] = {"nominatedNodeName": target}
         move = Move(
             pod=c.key,
             uid=str(meta(c.pod).get("uid") or ""),
@@ -419,40 +471,45 @@ class _Planner:
             metric=line.metric,
             usage=float(shares[row, k]),
             source_before=float(self.values[row, k]),
-            source_after=float(self.values[row, k] - shares[row, k]),
+            source_after=float(self.values[row, k] - load[row, k]),
             target_before=float(self.values[t, k]),
             target_after=float(moved[t, k]),
-            replacement={**replacement, "status": {"nominatedNodeName": target}},
+            replacement=held,
         )
-        self.values[row] -= np.nan_to_num(shares[row])
-        self.values[t] += np.nan_to_num(shares[t])
+        self.values[row] -= np.nan_to_num(load[row])
+        self.values[t] += np.nan_to_num(load[t])
         self.held.append(move.replacement)
         return move
 
-    def _why_not(
-        self, k: int, moved: npt.NDArray[np.float64], explanation: Explanation | None, message: str | None
-    ) -> str:
-        """The skip reason of a replacement the engine placed nowhere: the nodes that only
-        the judged metrics rejected, and the coolest of them; else the engine's message."""
-        line = self.lines[k]
-        rows = [
-            self.snapshot.index[n.node]
-            for n in (explanation.nodes if explanation is not None else [])
-            if not n.feasible and (n.plugin or "").startswith("Metric/")
-        ]
-        if not rows:
-            return f"no feasible node for its replacement: {message}"
-        column = moved[rows, k]
-        known = column[~np.isnan(column)]
-        side = "below" if line.direction == "above" else "above"
-        if known.size == 0:
-            coolest = "no value"
-        else:
-            coolest = f"{float(known.min() if line.direction == 'above' else known.max()):.2f}"
-        return (
-            f"no node stays {side} low {line.low:.2f} after the move "
-            f"({len(rows)} feasible, coolest {coolest})"
-        )
+    def _cool(self, moved: npt.NDArray[np.float64]) -> npt.NDArray[np.bool_]:
+        """Node x judged metric: the value after the move is on the cool side of ``low``
+        (False where it has none)."""
+        out = np.zeros(moved.shape, dtype=bool)
+        for j, line in enumerate(self.lines):
+            column = moved[:, j]
+            out[:, j] = column < line.low if line.direction == "above" else column > line.low
+        return out
+
+    def _too_hot(self, cool: npt.NDArray[np.bool_], moved: npt.NDArray[np.float64], source: int) -> str:
+        """The skip reason of a replacement no node could take by the judged metrics alone
+        (no engine call is made for it): the first metric no node stays cool on, and the node
+        that would come closest; or, where each has such nodes, that none is cool on all."""
+        others = np.ones(len(cool), dtype=bool)
+        others[source] = False
+        for j, line in enumerate(self.lines):
+            if cool[others, j].any():
+                continue
+            side = "below" if line.direction == "above" else "above"
+            known = np.flatnonzero(others & ~np.isnan(moved[:, j]))
+            if known.size == 0:
+                return f"no node stays {side} low {line.low:.2f} of {line.metric} after the move (no node has a value)"
+            values = moved[known, j]
+            best = int(known[int(np.argmin(values) if line.direction == "above" else np.argmax(values))])
+            return (
+                f"no node stays {side} low {line.low:.2f} of {line.metric} after the move "
+                f"(the closest, {self.snapshot.node_names[best]}, would be at {float(moved[best, j]):.2f})"
+            )
+        return "no node stays on the cool side of every judged metric's low after the move"
 
 
 def build_replacement(pod: Obj, source: str) -> Obj:
