@@ -313,6 +313,28 @@ def test_empty_dir_moves_when_local_storage_is_allowed() -> None:
             "default/burstable",
         ),
         (
+            "Guaranteed whatever the units its requests and limits are written in",
+            [
+                workload_pod(
+                    "guaranteed",
+                    "n0",
+                    cpu="1",
+                    containers=[
+                        {
+                            "name": "c",
+                            "image": "pause",
+                            "resources": {
+                                "requests": {"cpu": "1", "memory": "1024Mi"},
+                                "limits": {"cpu": "1000m", "memory": "1Gi"},
+                            },
+                        }
+                    ],
+                ),
+                workload_pod("burstable", "n0", cpu="300m"),
+            ],
+            "default/burstable",
+        ),
+        (
             "then the largest usage",
             [workload_pod("small", "n0", cpu="300m"), workload_pod("big", "n0", cpu="500m")],
             "default/big",

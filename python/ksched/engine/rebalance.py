@@ -40,9 +40,10 @@ from ksched.config.rebalance import RebalanceConfig, RebalanceThreshold
 from ksched.engine.estimate import estimated_usage
 from ksched.engine.inputs import MIRROR_ANNOTATION
 from ksched.engine.pods import pod_requests, priority
+from ksched.engine.quantity import parse_quantity
 from ksched.engine.scheduler import Engine
 from ksched.engine.snapshot import Snapshot
-from ksched.errors import MalformedObjectError
+from ksched.errors import MalformedObjectError, QuantityError
 from ksched.objects import Obj, meta, pod_key, scheduler_name, spec
 
 # Controllers that create a new pod when one of theirs is evicted (a DaemonSet's pod comes
@@ -558,11 +559,19 @@ def qos_class(pod: Obj) -> str:
         for r in ("cpu", "memory"):
             if r in requests or r in limits:
                 any_set = True
-            if r not in limits or (r in requests and str(requests[r]) != str(limits[r])):
+            if r not in limits or (r in requests and not _same_quantity(requests[r], limits[r])):
                 guaranteed = False
     if not any_set:
         return "BestEffort"
     return "Guaranteed" if guaranteed else "Burstable"
+
+
+def _same_quantity(a: str | int | float, b: str | int | float) -> bool:
+    """Whether two quantities are equal (``1`` and ``1000m`` are); malformed ones by their text."""
+    try:
+        return parse_quantity(a) == parse_quantity(b)
+    except QuantityError:
+        return str(a) == str(b)
 
 
 def go_duration(seconds: float) -> str:
