@@ -30,6 +30,8 @@ POLICY_API_VERSION = "descheduler/v1alpha2"
 # Namespaces carry their own name as this label (the API server sets it).
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 LOG_VERBOSITY = "3"
+# Its log, in the directory it is started with.
+LOG = "descheduler.log"
 
 
 @dataclass(frozen=True)
@@ -100,10 +102,11 @@ def arguments(kubeconfig: str, policy: Path, interval_s: float, port: int) -> li
 
 def start(kubeconfig: str, setup: DeschedulerSetup, workdir: Path) -> subprocess.Popen[bytes]:
     """Build the pinned descheduler if missing, write its policy under ``workdir`` and start
-    it against ``kubeconfig``, logging to ``workdir/descheduler.log``."""
+    it against ``kubeconfig``, logging to :data:`LOG` there."""
     ensure_built(Pins(), with_helm=False, with_descheduler=True)
+    workdir.mkdir(parents=True, exist_ok=True)
     policy = workdir / "descheduler-policy.yaml"
     policy.write_text(yaml.safe_dump(low_node_utilization_policy(setup)))
     cmd = [str(descheduler_binary()), *arguments(kubeconfig, policy, setup.interval_s, free_port())]
-    with open(workdir / "descheduler.log", "wb") as log:
+    with open(workdir / LOG, "wb") as log:
         return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
