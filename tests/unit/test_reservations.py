@@ -6,13 +6,14 @@ counted by where it landed; and a reservation past its timeout is dropped."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import numpy as np
 import pytest
 
 from ksched.config import Config, EstimateConfig, MetricConfig
-from ksched.engine.rebalance import Move, build_replacement
+from ksched.engine.rebalance import MOVED_USAGE_ANNOTATION, Move, build_replacement
 from ksched.engine.snapshot import build_snapshot
 from ksched.loop.binder import Outcome
 from ksched.loop.cycle import Scheduler
@@ -33,6 +34,15 @@ CPU = MetricConfig(
     source="prometheus",
     query="q",
     above=0.8,
+    max_age_s=60.0,
+    estimate=EstimateConfig(resource="cpu", window_s=0.0),
+)
+# The share of CPU left free: higher is better.
+FREE = MetricConfig(
+    name="cpu",
+    source="prometheus",
+    query="q",
+    below=0.2,
     max_age_s=60.0,
     estimate=EstimateConfig(resource="cpu", window_s=0.0),
 )
@@ -57,9 +67,12 @@ def owned(name: str, owner: str = "web", template: str = "abc123", cpu: str = "2
     return p
 
 
-def move(victim: Obj, source: str = "n0", target: str = "n1", usage: float = 0.5) -> Move:
-    """The move of ``victim`` from ``source`` to ``target``, taking ``usage`` of ``cpu``."""
+def move(victim: Obj, source: str = "n0", target: str = "n1", proved_m: float | None = 2000.0) -> Move:
+    """The move of ``victim`` from ``source`` (4 CPUs) to ``target``, proved with the victim
+    using ``proved_m`` millicores (None: the replacement carries no proved usage)."""
     replacement = build_replacement(victim, source)
+    if proved_m is not None:
+        replacement["metadata"]["annotations"] = {MOVED_USAGE_ANNOTATION: json.dumps({"cpu": proved_m})}
     return Move(
         pod=f"default/{victim['metadata']['name']}",
         uid=victim["metadata"]["uid"],
@@ -70,7 +83,7 @@ def move(victim: Obj, source: str = "n0", target: str = "n1", usage: float = 0.5
         source=source,
         target=target,
         metric="cpu",
-        usage=usage,
+        usage=(proved_m or 0.0) / 4000,
         source_before=0.9,
         source_after=0.4,
         target_before=0.2,
@@ -130,17 +143,29 @@ def test_expiry_drops_the_reservations_past_their_time() -> None:
     assert reservations.match(owned("web-a")) is not None, "the one left still matches"
 
 
-def test_a_waiting_reservation_adds_its_load_to_its_target_in_the_target_s_units() -> None:
-    # 0.5 of a 4-CPU source is 2 CPUs: on an 8-CPU target, 0.25.
+@pytest.mark.parametrize(
+    ("name", "proved_m", "metric", "want"),
+    [
+        # 2 CPUs on an 8-CPU target: 0.25.
+        ("what the move was proved with", 2000.0, CPU, 0.45),
+        # Its requests (1 CPU) where the move carries nothing for the metric: 0.125.
+        ("else the replacement's estimate", None, CPU, 0.325),
+        # A metric where higher is better loses what the pod takes.
+        ("taken off a below metric", 2000.0, FREE, -0.05),
+    ],
+)
+def test_a_waiting_reservation_counts_its_load_on_its_target(
+    name: str, proved_m: float | None, metric: MetricConfig, want: float
+) -> None:
     snapshot = build_snapshot([node("n0", cpu="4"), node("n1", cpu="8"), node("n2", cpu="8")], [])
     reservations = Reservations()
-    reservations.hold(move(owned("web-1", node_name="n0"), usage=0.5), T0 + 60)
+    reservations.hold(move(owned("web-1", node_name="n0", cpu="1"), proved_m=proved_m), T0 + 60)
     values = np.array([[0.9], [0.2], [0.3]])
-    reservations.add_to(values, snapshot, [CPU])
-    assert values[:, 0].tolist() == [0.9, pytest.approx(0.45), 0.3]
+    reservations.add_to(values, snapshot, [metric])
+    assert values[:, 0].tolist() == [0.9, pytest.approx(want), 0.3], name
     reservations.match(owned("web-a"))
     values = np.array([[0.9], [0.2], [0.3]])
-    reservations.add_to(values, snapshot, [CPU])
+    reservations.add_to(values, snapshot, [metric])
     assert values[:, 0].tolist() == [0.9, 0.2, 0.3], "its replacement showed up: counted as itself"
 
 
@@ -203,7 +228,7 @@ def replacements(telemetry: Telemetry, outcome: str) -> float | None:
 
 def test_the_cycle_steers_the_replacement_to_its_reserved_node() -> None:
     reservations = Reservations()
-    reservations.hold(move(owned("web-1", node_name="n0", cpu="1"), target="n1", usage=0.25), T0 + 60)
+    reservations.hold(move(owned("web-1", node_name="n0", cpu="1"), target="n1", proved_m=1000.0), T0 + 60)
     # n2 scores better on cpu; the replacement still goes where its room is held.
     landed, telemetry = cycle(owned("web-new", cpu="1"), {"n0": 0.9, "n1": 0.2, "n2": 0.1}, reservations)
     assert landed == "n1"
@@ -217,20 +242,22 @@ def test_without_a_reservation_the_same_pod_goes_to_the_better_node() -> None:
 
 
 @pytest.mark.parametrize(
-    ("name", "victim_cpu", "usage", "cpu", "values"),
+    ("name", "victim_cpu", "proved_m", "cpu", "values"),
     [
         # The replacement's 2 CPUs fill n1; its load (40m of 2 CPUs) leaves the metric room.
-        ("its requests", "2", 0.01, "1", {"n0": 0.9, "n1": 0.1, "n2": 0.5}),
+        ("its requests", "2", 40.0, "1", {"n0": 0.9, "n1": 0.1, "n2": 0.5}),
         # 100m fits beside the replacement's 1 CPU, but n1's 0.3 plus the move's 0.5 (1 CPU of
         # 2) and the pod's own 0.05 is over the 0.8 filter.
-        ("the metric headroom the move needs", "1", 0.25, "100m", {"n0": 0.9, "n1": 0.3, "n2": 0.5}),
+        ("the metric headroom the move needs", "1", 1000.0, "100m", {"n0": 0.9, "n1": 0.3, "n2": 0.5}),
     ],
 )
 def test_other_pods_cannot_take_the_reserved_room(
-    name: str, victim_cpu: str, usage: float, cpu: str, values: dict[str, float]
+    name: str, victim_cpu: str, proved_m: float, cpu: str, values: dict[str, float]
 ) -> None:
     reservations = Reservations()
-    reservations.hold(move(owned("web-1", node_name="n0", cpu=victim_cpu), target="n1", usage=usage), T0 + 60)
+    reservations.hold(
+        move(owned("web-1", node_name="n0", cpu=victim_cpu), target="n1", proved_m=proved_m), T0 + 60
+    )
     other = owned("api-1", owner="api", cpu=cpu)
     assert cycle(other, values, Reservations())[0] == "n1", "without the reservation it would take n1"
     landed, telemetry = cycle(other, values, reservations)

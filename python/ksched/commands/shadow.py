@@ -245,7 +245,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 
     st = sub.add_parser(
         "status",
-        help="leader, queue sizes, degraded metrics, the rebalancer and recent failures of a running ksched",
+        help="leader, queue sizes, degraded metrics and recent failures of a running ksched",
         description="Reads /status from a running ksched. Example: ksched status --address 127.0.0.1:10259",
     )
     _add_address(st)

@@ -58,6 +58,8 @@ HTTP_TOO_MANY_REQUESTS = 429
 # How long a look waits for the state's thread to plan (it applies queued events at least
 # twice a second; a cycle on a large batch can take longer).
 PLAN_WAIT_S = 10.0
+# How often that wait checks whether ksched is stopping.
+STOP_CHECK_S = 0.1
 ACTION = "Rebalancing"
 
 
@@ -241,12 +243,15 @@ class Rebalancer:
                     done.set()
 
         self.state.at_this_point(run)
-        if not done.wait(PLAN_WAIT_S):
-            with lock:
-                cancelled = True
-            if not done.is_set():
-                log.warning("rebalancer: the scheduling loop did not plan within %gs", PLAN_WAIT_S)
-                return None
+        deadline = time.monotonic() + PLAN_WAIT_S
+        while not done.wait(STOP_CHECK_S):
+            if self._stop.is_set() or time.monotonic() > deadline:
+                with lock:
+                    cancelled = True
+                if not done.is_set():
+                    if not self._stop.is_set():
+                        log.warning("rebalancer: the scheduling loop did not plan within %gs", PLAN_WAIT_S)
+                    return None
         return out[0] if out else None
 
     def _plan(self, pods: Sequence[Obj], now: float, *, hold: bool) -> Plan:

@@ -15,6 +15,8 @@ Writes nothing to the API server.
 
 from __future__ import annotations
 
+import json
+import math
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -25,7 +27,7 @@ import numpy.typing as npt
 from ksched.config import MetricConfig
 from ksched.engine.estimate import estimated_usage
 from ksched.engine.pods import pod_requests
-from ksched.engine.rebalance import TEMPLATE_HASH_LABELS, Move
+from ksched.engine.rebalance import MOVED_USAGE_ANNOTATION, TEMPLATE_HASH_LABELS, Move
 from ksched.engine.snapshot import Snapshot
 from ksched.errors import MalformedObjectError
 from ksched.objects import Obj, meta
@@ -133,35 +135,46 @@ class Reservations:
     def add_to(
         self, values: npt.NDArray[np.float64], snapshot: Snapshot, metrics: Sequence[MetricConfig]
     ) -> None:
-        """Add each unmatched reservation's load to its target's value of each metric
-        (``values``: node x metric, columns ``metrics``). The moved metric counts what the
-        move proved with (its usage on the source, in the source's allocatable); the other
-        metrics with an estimate count the replacement's estimated usage."""
+        """Count each unmatched reservation's load on its target's value of each metric with an
+        estimate (``values``: node x metric, columns ``metrics``): what its move was proved with
+        (the replacement's :data:`~ksched.engine.rebalance.MOVED_USAGE_ANNOTATION`), else the
+        replacement's estimate, over the target's allocatable; added, or taken off a metric
+        filtered ``below`` (higher is better), as the planner counts it."""
         with self._lock:
             waiting = [r.move for r in self._held if r.pod_uid is None]
         if not waiting:
             return
-        count = snapshot.count
-        allocatable = snapshot.arrays["allocatable"].reshape(count, len(snapshot.resources))
+        allocatable = snapshot.arrays["allocatable"].reshape(snapshot.count, len(snapshot.resources))
         for move in waiting:
             target = snapshot.index.get(move.target)
             if target is None:
                 continue
+            proved = _proved(move.replacement)
             for k, m in enumerate(metrics):
                 c = None if m.estimate is None else snapshot.resources.get(m.estimate.resource)
                 if m.estimate is None or c is None or allocatable[target, c] <= 0:
                     continue
-                source = snapshot.index.get(move.source)
-                if m.name == move.metric and source is not None:
-                    amount = move.usage * float(allocatable[source, c])
-                else:
+                amount = proved.get(m.name)
+                if amount is None:
                     try:
-                        amount = float(
-                            estimated_usage(move.replacement, pod_requests(move.replacement), m.estimate)
-                        )
+                        replacement = move.replacement
+                        amount = float(estimated_usage(replacement, pod_requests(replacement), m.estimate))
                     except MalformedObjectError:
                         continue
-                values[target, k] += amount / float(allocatable[target, c])
+                sign = -1.0 if m.below is not None and m.above is None else 1.0
+                values[target, k] += sign * amount / float(allocatable[target, c])
+
+
+def _proved(replacement: Obj) -> dict[str, float]:
+    """What a move was proved with, per metric (engine units), from its replacement."""
+    raw = (meta(replacement).get("annotations") or {}).get(MOVED_USAGE_ANNOTATION)
+    try:
+        proved = json.loads(raw) if isinstance(raw, str) else {}
+    except ValueError:
+        return {}
+    if not isinstance(proved, dict):
+        return {}
+    return {str(k): float(v) for k, v in proved.items() if isinstance(v, int | float) and math.isfinite(v)}
 
 
 def _replaces(pod: Obj, move: Move) -> bool:
