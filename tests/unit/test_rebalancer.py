@@ -331,6 +331,22 @@ def test_a_node_does_not_give_a_second_pod_while_the_metric_still_shows_the_firs
     h.look()
     assert h.evicted() == ["api-1"]
     assert h.rebalancer.status()["lastPlan"]["moves"] == []  # type: ignore[index]
+    # Gone (first seen at the next look); the samples of a window and maxAge after that may
+    # still show some of it.
+    h.state.on_pod("DELETED", slim_pod(hot_pods()[0]), None)
+    h.look()
+    h.look(after_s=CPU.window_s() + CPU.max_age_s)
+    assert h.evicted() == ["api-1"]
+    assert h.rebalancer.status()["lastPlan"]["skipped"] == {TERMINATING: 1}  # type: ignore[index]
+    # Every usable sample is from after that: a node still this hot is judged for its next pod
+    # (which stays: n1 holds the first pod's replacement, and no other node stays below low).
+    h.look()
+    ((reason, count),) = [
+        (r, n)
+        for r, n in h.rebalancer.status()["lastPlan"]["skipped"].items()  # type: ignore[index]
+        if r != TERMINATING
+    ]
+    assert reason.startswith("no node stays below low 0.60") and count == 1, reason
 
 
 def test_an_unclaimed_reservation_expires(harness: Any) -> None:

@@ -12,7 +12,7 @@ released when the eviction does not happen.
 The plan itself is made on the thread that owns the cluster state (the scheduling or shadow
 loop, through :meth:`~ksched.loop.state.ClusterState.at_this_point`): the snapshot, the metric
 matrix and the engine's proof see one consistent state, and the reservations are held before
-the next cycle. Until the metric shows an evicted pod gone (its window after the pod left), the
+the next cycle. Until every usable sample was taken a window after an evicted pod left, the
 pod's load is taken off its source's value, so one look's eviction is not followed by another
 from a node the first already cooled.
 
@@ -304,9 +304,11 @@ class Rebalancer:
         values: npt.NDArray[np.float64],
         now: float,
     ) -> None:
-        """Take the evicted pods' load off their sources' values while the metric still
-        shows it: fully until the pod is gone, then fading over the metric's window."""
-        columns = {m.name: (k, m) for k, m in enumerate(metrics)}
+        """Take the evicted pods' load off their sources' values until every sample young
+        enough to be used was taken a full window after the pod left (the horizon the load
+        estimate counts a new pod for): until then the metric may still show some of it, and
+        judging the node without all of it errs toward moving nothing more."""
+        columns = {m.name: k for k, m in enumerate(metrics)}
         by_name = {m.name: m for m in self.judged}
         kept = []
         for d in self._departed:
@@ -314,22 +316,15 @@ class Rebalancer:
             if d.gone_at is None and (counted is None or counted.uid != d.uid):
                 d.gone_at = now
             metric = by_name[d.metric]
-            window = metric.window_s()
-            if d.gone_at is not None and now - d.gone_at > window + metric.max_age_s:
+            if d.gone_at is not None and now - d.gone_at > metric.window_s() + metric.max_age_s:
                 continue
             kept.append(d)
             column = columns.get(d.metric)
             row = snapshot.index.get(d.source)
-            sample = self.metrics.latest(d.metric)
-            if column is None or row is None or sample is None:
-                continue
-            if d.gone_at is None or sample.sampled_at < d.gone_at:
-                weight = 1.0
-            elif window > 0:
-                weight = min(max(1.0 - (sample.sampled_at - d.gone_at) / window, 0.0), 1.0)
-            else:
-                weight = 0.0
-            values[row, column[0]] -= weight * d.usage
+            if column is not None and row is not None:
+                # The pod's load raised an "above" metric and lowered a "below" one.
+                sign = 1.0 if self.lines[d.metric].direction == "above" else -1.0
+                values[row, column] -= sign * d.usage
         self._departed = kept
 
     # -- limits ------------------------------------------------------------
