@@ -472,6 +472,52 @@ def test_a_cool_target_without_cpu_room_is_not_chosen() -> None:
     assert moved(p) == [("default/big", "n0", "n3")]
 
 
+def test_the_victim_does_not_count_for_its_replacements_topology_spread() -> None:
+    """One web pod per zone, maxSkew 1. n3 (zone c) is the only node that stays cool, but
+    once the victim leaves zone a, a second pod in zone c is a skew of 2: the proof must see
+    the zones as they will be (else the replacement cannot go where it was proved to, and
+    the scheduler sends it back to n0, the hot node)."""
+    zones = {"n0": "a", "n1": "b", "n2": "c", "n3": "c"}
+    nodes = [node(n, labels={"topology.kubernetes.io/zone": z}) for n, z in zones.items()]
+    spread = [
+        {
+            "maxSkew": 1,
+            "topologyKey": "topology.kubernetes.io/zone",
+            "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": {"matchLabels": {"app": "web"}},
+        }
+    ]
+    victim = workload_pod("web-a", "n0", topologySpreadConstraints=spread)
+    others = (workload_pod("web-b", "n1"), workload_pod("web-c", "n2"))
+    p = run_plan([0.9, 0.5, 0.5, 0.1], [victim], nodes=nodes, bystanders=others)
+    assert p.moves == ()
+    assert "didn't match pod topology spread constraints" in reasons(p)["default/web-a"]
+
+
+def test_earlier_victims_of_the_plan_do_not_count_either() -> None:
+    """Zone a holds two web pods of n0; the first move takes one to zone b (n1). Without
+    both victims gone from zone a, the second replacement could go to zone c (n2) and leave
+    a at 0, c at 2."""
+    zones = {"n0": "a", "n1": "b", "n2": "c", "n3": "a"}
+    nodes = [node(n, labels={"topology.kubernetes.io/zone": z}) for n, z in zones.items()]
+    spread = [
+        {
+            "maxSkew": 1,
+            "topologyKey": "topology.kubernetes.io/zone",
+            "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": {"matchLabels": {"app": "web"}},
+        }
+    ]
+    pods = [workload_pod(f"web-{i}", "n0", owner="web", topologySpreadConstraints=spread) for i in range(2)]
+    others = (workload_pod("web-b", "n1"), workload_pod("web-c", "n2"))
+    config = rebalance(max_per_workload=2)
+    p = run_plan([1.3, 0.1, 0.1, 0.9], pods, config=config, nodes=nodes, bystanders=others)
+    # The first replacement goes to b (n1; a keeps web-1). The second would leave a at 0 with
+    # b at 2 and c at 1: wherever it goes, a skew of 2.
+    assert moved(p) == [("default/web-0", "n0", "n1")]
+    assert "didn't match pod topology spread constraints" in reasons(p)["default/web-1"]
+
+
 def test_no_feasible_node_says_what_the_engine_said() -> None:
     bystanders = tuple(workload_pod(f"busy-{n}", n, cpu="3500m", owner="busy") for n in ("n1", "n2", "n3"))
     p = run_plan([0.9, 0.1, 0.1, 0.1], [workload_pod("big", "n0")], bystanders=bystanders)

@@ -4,19 +4,21 @@ each replacement lands.
 Owns the candidates on each hot node (pods a controller re-creates, scheduled by the
 rebalancing profile, old enough, not critical, not mirror or DaemonSet pods), their order
 (lowest priority, then BestEffort < Burstable < Guaranteed, then largest usage), the limits
-of one look, and the proof: the victim's replacement (its copy, kept off the source node by
-a required node-affinity term) is placed by the same :class:`~ksched.engine.Engine` that
-schedules pods, with the victim's load moved onto every node's value (added for an "above"
-metric, taken off for a "below" one, where higher is better) and each judged metric's
-threshold lowered to ``low``; a node the move would leave on the hot side of ``low`` is out
-whatever its own threshold annotation says, and a candidate no node could take costs no
-engine call. A move is made only where the engine places it; each move's load is then
-counted on its target (and taken off its source) before the next candidate is proved, and
-its replacement holds its room as a nominated pod and its proved load on its target's
-values, so two moves never fill one node twice. A source stops giving pods once it is no
-longer hot.
+of one look, and the proof: the victim's replacement (its copy) is placed by the same
+:class:`~ksched.engine.Engine` that schedules pods, with the victim's load moved onto every
+node's value (added for an "above" metric, taken off for a "below" one, where higher is
+better) and each judged metric's threshold lowered to ``low``. The source, and any node the
+move would leave on the hot side of ``low``, are out whatever their own threshold
+annotations say (by their values, not a node-affinity term, which would also change the
+replacement's topology spread domains); the plan's victims count as gone (topology spread
+skips them); a candidate no node could take costs no engine call. A move is made only where
+the engine places it; each move's load is then counted on its target (and taken off its
+source) before the next candidate is proved, and its replacement holds its room as a
+nominated pod and its proved load on its target's values, so two moves never fill one node
+twice. A source stops giving pods once it is no longer hot.
 
-Pure: it reads a snapshot, values and pods, and returns a :class:`Plan`. It never evicts,
+Pure: it reads a snapshot, values and pods, and returns a :class:`Plan` (a proof marks the
+victims terminating in the snapshot's pod table and puts them back). It never evicts,
 reserves or reads the clock; the live loop (:mod:`ksched.loop`) and ``ksched rebalance
 --dry-run`` act on or print what it returns.
 """
@@ -267,6 +269,8 @@ class _Planner:
         )
         self.proof_metrics = [_proof_metric(m, line) for m, line in zip(self.judged, self.lines, strict=True)]
         self.held: list[Obj] = list(reserved)
+        # The pod table rows of this plan's victims: they leave, so no proof counts them.
+        self.leaving: list[int] = []
         self.moves: list[Move] = []
         self.skipped: list[Skipped] = []
         self.evictions = budget.evictions
@@ -437,20 +441,32 @@ class _Planner:
         # A node the move leaves on the hot side of ``low`` is out, even where its own threshold
         # annotation would let the engine place there.
         proof = np.where(cool[:, None] | np.isnan(moved), moved, np.inf * self.sign)
-        replacement = build_replacement(c.pod, source)
-        placement = self.engine.schedule(
-            self.snapshot,
-            [replacement],
-            proof,
-            metrics=self.proof_metrics,
-            nominated=_holding(self.held, priority(c.pod)),
-        ).placements[0]
+        proof[row] = np.inf * self.sign
+        table = self.snapshot.pods
+        victim = table.rows.get(c.key)
+        leaving = [*self.leaving, *([] if victim is None else [victim])]
+        # The victims count as terminating while the replacement is placed: topology spread
+        # skips them as it will once they are evicted (counting the victim in its domain could
+        # prove a target whose skew the eviction then breaks).
+        before = table.terminating[leaving].copy()
+        table.terminating[leaving] = 1
+        try:
+            placement = self.engine.schedule(
+                self.snapshot,
+                [pending_copy(c.pod)],
+                proof,
+                metrics=self.proof_metrics,
+                nominated=_holding(self.held, priority(c.pod)),
+            ).placements[0]
+        finally:
+            table.terminating[leaving] = before
         target = placement.node
         if target is None:
             return f"no feasible node for its replacement: {placement.message}"
         t = self.snapshot.index[target]
         line = self.lines[k]
         proved = {m.name: amount for m, amount in zip(self.judged, c.amounts, strict=True)}
+        replacement = build_replacement(c.pod, source)
         held = copy.copy(replacement)
         held["metadata"] = {
             **replacement["metadata"],
@@ -480,6 +496,8 @@ class _Planner:
         self.values[row] -= np.nan_to_num(load[row])
         self.values[t] += np.nan_to_num(load[t])
         self.held.append(move.replacement)
+        if victim is not None:
+            self.leaving.append(victim)
         return move
 
     def _cool(self, moved: npt.NDArray[np.float64]) -> npt.NDArray[np.bool_]:
@@ -514,9 +532,24 @@ class _Planner:
 
 
 def build_replacement(pod: Obj, source: str) -> Obj:
-    """The pending pod the victim's controller is expected to create, as the engine is
-    asked to place it: the victim's copy without its node, identity or status, required
-    to avoid ``source`` (a matchFields term added to every nodeSelectorTerm)."""
+    """The pending pod the victim's controller is expected to create, as a reservation
+    holds it: :func:`pending_copy`, required to avoid ``source`` (a matchFields term added to
+    every nodeSelectorTerm)."""
+    out = pending_copy(pod)
+    avoid = {"key": "metadata.name", "operator": "NotIn", "values": [source]}
+    node_affinity = out["spec"].setdefault("affinity", {}).setdefault("nodeAffinity", {})
+    required = node_affinity.setdefault("requiredDuringSchedulingIgnoredDuringExecution", {})
+    terms = required.get("nodeSelectorTerms") or [{}]
+    required["nodeSelectorTerms"] = [
+        {**t, "matchFields": [*(t.get("matchFields") or []), avoid]} for t in terms
+    ]
+    return out
+
+
+def pending_copy(pod: Obj) -> Obj:
+    """The victim's copy without its node, identity or status: the replacement as the proof
+    places it. No term keeps it off the source (the proof's values do): the real replacement
+    has none, and topology spread counts only the domains of nodes its node affinity allows."""
     out = copy.deepcopy(pod)
     m = out.setdefault("metadata", {})
     for k in (
@@ -529,15 +562,7 @@ def build_replacement(pod: Obj, source: str) -> Obj:
     ):
         m.pop(k, None)
     m["name"] = f"{m.get('name', '')}{REPLACEMENT_SUFFIX}"
-    s = out.setdefault("spec", {})
-    s.pop("nodeName", None)
-    avoid = {"key": "metadata.name", "operator": "NotIn", "values": [source]}
-    node_affinity = s.setdefault("affinity", {}).setdefault("nodeAffinity", {})
-    required = node_affinity.setdefault("requiredDuringSchedulingIgnoredDuringExecution", {})
-    terms = required.get("nodeSelectorTerms") or [{}]
-    required["nodeSelectorTerms"] = [
-        {**t, "matchFields": [*(t.get("matchFields") or []), avoid]} for t in terms
-    ]
+    out.setdefault("spec", {}).pop("nodeName", None)
     out["status"] = {}
     return out
 
