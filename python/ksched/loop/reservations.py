@@ -44,8 +44,6 @@ class Reservation:
     until: float
     # The uid of the pending pod that matched (None: its replacement has not shown up yet).
     pod_uid: str | None = None
-    # Where the replacement bound (None: not yet).
-    landed: str | None = None
 
     def as_json(self) -> dict[str, object]:
         return {
@@ -110,7 +108,6 @@ class Reservations:
             if reservation not in self._held:
                 return None
             self._held.remove(reservation)
-            reservation.landed = node
             self.outcomes[outcome] += 1
         return outcome
 
