@@ -15,6 +15,9 @@ import yaml
 
 from ksched.commands import live
 from ksched.commands.cli import main
+from ksched.engine.rebalance import BUDGET_SPENT
+from ksched.loop import metrics_server
+from ksched.loop.samples import Sample
 from tests.conftest import node, pod
 
 Obj = dict[str, Any]
@@ -99,6 +102,7 @@ def test_dry_run_prints_hot_nodes_moves_and_what_stays(
     out = capsys.readouterr().out
     assert "hotSamples (3) consecutive fresh samples" in out
     assert "rebalance.enabled is false" in out
+    assert "a move's values before and after count the load estimate of recently bound pods" in out
     assert "  n0    u       0.90   0.80" in out
     # n0's sample is 0.9; the four pods started just now add their estimate (0.1) to it.
     assert "moves (1):\n  default/big: n0 -> n2  u on n0 1.00 -> 0.75, on n2 0.30 -> 0.55\n" in out
@@ -147,3 +151,37 @@ def test_a_configuration_with_no_hot_line_is_refused(
     config = {**CONFIG, "metrics": [{**CONFIG["metrics"][0], "filter": {}}], "rebalance": {}}  # type: ignore[index]
     assert main(["rebalance", "--dry-run", "--config", config_file(tmp_path, config)]) == 2
     assert "nothing can make a node hot" in capsys.readouterr().err
+
+
+def test_the_eviction_rate_caps_the_moves_as_the_running_rebalancer_would(
+    fake_live: list[Obj], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """evictionsPerMinute 0 evicts nothing, whatever maxPerCycle says: no move is shown."""
+    config = {**CONFIG, "rebalance": {**CONFIG["rebalance"], "evictionsPerMinute": 0}}  # type: ignore[dict-item]
+    assert main(["rebalance", "--dry-run", "--json", "--config", config_file(tmp_path, config)]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["moves"] == []
+    assert {"pod": "default/big", "node": "n0", "reason": BUDGET_SPENT} in plan["skipped"]
+
+
+def test_a_stale_metrics_server_sample_is_not_judged(
+    fake_live: list[Obj], tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """metrics-server answers with n0 over the line, measured 10 minutes ago (maxAge 1m)."""
+    at = (datetime.now(UTC) - timedelta(minutes=10)).timestamp()
+    monkeypatch.setattr(
+        metrics_server.MetricsServerSource, "query", lambda self, metric, nodes: Sample({"n0": 0.95}, at)
+    )
+    metric = {
+        "name": "cpu",
+        "source": "metrics-server",
+        "resource": "cpu",
+        "maxAge": "1m",
+        "filter": {"above": 0.8},
+        "estimate": {"resource": "cpu"},
+    }
+    config = {**CONFIG, "metrics": [metric], "rebalance": {}}
+    assert main(["rebalance", "--dry-run", "--config", config_file(tmp_path, config)]) == 0
+    out = capsys.readouterr().out
+    assert "note: metric cpu: no value younger than 60s: not judged" in out
+    assert out.endswith("no hot node: nothing to move\n")

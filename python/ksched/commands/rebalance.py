@@ -101,7 +101,9 @@ def preview(config: Config, cluster: ClusterFile, kube: Kube, now: float) -> tup
         )
     notes = [
         f"judged on one sample of each metric; the running rebalancer calls a node hot only after "
-        f"hotSamples ({rebalance.hot_samples}) consecutive fresh samples over the line"
+        f"hotSamples ({rebalance.hot_samples}) consecutive fresh samples over the line",
+        "a move's values before and after count the load estimate of recently bound pods, as the "
+        "scheduler does; the hot nodes' values are the sample's",
     ]
     if not rebalance.enabled:
         notes.append("rebalance.enabled is false: `ksched run` moves nothing with this configuration")
@@ -116,9 +118,17 @@ def preview(config: Config, cluster: ClusterFile, kube: Kube, now: float) -> tup
     reserved = [
         p for p in cluster.pending + cluster.others if (p.get("status") or {}).get("nominatedNodeName")
     ]
-    budget = Budget(evictions=rebalance.max_per_cycle)
+    budget = Budget(evictions=min(rebalance.max_per_cycle, _rate_allows(rebalance.evictions_per_minute)))
     measured = _measured(config, used)
     return plan(engine, rebalance, snapshot, pods, used, values, hot, measured, now, budget, reserved), notes
+
+
+def _rate_allows(per_minute: float) -> int:
+    """The evictions a look may make under ``evictionsPerMinute`` with its token bucket full
+    (a minute's worth, at least one; none at a rate of 0), as the running rebalancer allows."""
+    import math
+
+    return math.floor(max(per_minute, 1.0)) if per_minute > 0 else 0
 
 
 def _read_metrics(
@@ -145,9 +155,14 @@ def _read_metrics(
             read[m.name] = {n: v[m.name] for n, v in by_node.items() if m.name in v}
     for m in (m for m in metrics if m.source == "metrics-server"):
         try:
-            read[m.name] = dict(MetricsServerSource(kube).query(m, nodes).values)
+            sample = MetricsServerSource(kube).query(m, nodes)
         except SourceError as err:
             degraded.append(f"{m.name}: {err}")
+            continue
+        if now - sample.sampled_at > m.max_age_s:
+            degraded.append(f"{m.name}: no value younger than {m.max_age_s:g}s")
+        else:
+            read[m.name] = dict(sample.values)
     for m in (m for m in metrics if m.source == "annotation"):
         values = {}
         for node in nodes:
