@@ -111,6 +111,54 @@ ALERT_CASES: list[tuple[str, list[dict[str, str]], str, str, list[dict[str, str]
         "15m",
         [],
     ),
+    (
+        "the rebalancer evicts three pods a minute for an hour",
+        [{"series": 'ksched_rebalance_evictions_total{job="ksched",reason="cpu"}', "values": "0+3x60"}],
+        "KschedRebalanceEvictionRate",
+        "55m",
+        [{"severity": "warning", "job": "ksched"}],
+    ),
+    (
+        "the rebalancer cools a few nodes, then has nothing to move",
+        [{"series": 'ksched_rebalance_evictions_total{job="ksched",reason="cpu"}', "values": "0+3x5 15x55"}],
+        "KschedRebalanceEvictionRate",
+        "55m",
+        [],
+    ),
+    (
+        "budgets refuse the rebalancer's moves for an hour",
+        [{"series": 'ksched_rebalance_blocked_total{job="ksched",reason="pdb"}', "values": "0+1x60"}],
+        "KschedRebalanceBlocked",
+        "55m",
+        [{"severity": "info", "job": "ksched"}],
+    ),
+    (
+        "a budget refuses a move once",
+        [{"series": 'ksched_rebalance_blocked_total{job="ksched",reason="pdb"}', "values": "0 1x60"}],
+        "KschedRebalanceBlocked",
+        "55m",
+        [],
+    ),
+    (
+        "every eviction fails (no eviction RBAC)",
+        [
+            {"series": 'ksched_rebalance_blocked_total{job="ksched",reason="failed"}', "values": "0+2x30"},
+            {"series": 'ksched_rebalance_blocked_total{job="ksched",reason="pdb"}', "values": "0x30"},
+        ],
+        "KschedRebalanceEvictionsFail",
+        "25m",
+        [{"severity": "warning", "job": "ksched"}],
+    ),
+    (
+        "budgets refuse moves, and no eviction fails",
+        [
+            {"series": 'ksched_rebalance_blocked_total{job="ksched",reason="failed"}', "values": "0x30"},
+            {"series": 'ksched_rebalance_blocked_total{job="ksched",reason="pdb"}', "values": "0+2x30"},
+        ],
+        "KschedRebalanceEvictionsFail",
+        "25m",
+        [],
+    ),
 ]
 
 
@@ -141,7 +189,7 @@ def test_the_rule_groups_pass_promtool(promtool: str, tmp_path: Path) -> None:
     path.write_text(yaml.safe_dump(rule_groups()))
     out = check_rules(promtool, path)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "SUCCESS: 4 rules found" in out.stdout
+    assert "SUCCESS: 7 rules found" in out.stdout
 
 
 def test_every_dashboard_query_is_valid_promql(promtool: str, tmp_path: Path) -> None:
