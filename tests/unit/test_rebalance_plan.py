@@ -202,6 +202,34 @@ def test_a_candidate_no_node_could_take_costs_no_engine_call() -> None:
     assert (engine.calls, engine.explained) == (1, 0)
 
 
+def test_a_target_stays_cool_on_every_judged_metric() -> None:
+    """``m`` (memory) is judged too: n1 would stay below low on ``u`` but not on ``m``, n2 on
+    ``m`` but not on ``u``; no node is cool on both."""
+    u = usage_metric()
+    m = MetricConfig(
+        name="m",
+        source="annotation",
+        annotation="ksched.io/m",
+        above=0.8,
+        estimate=EstimateConfig(resource="memory"),
+    )
+    config = rebalance(
+        metrics=(RebalanceMetric("u", high=0.8, low=0.6), RebalanceMetric("m", high=0.8, low=0.6))
+    )
+    pods = [workload_pod("big", "n0", memory="2Gi")]
+    values = np.array([[0.9, 0.5], [0.1, 0.5], [0.5, 0.1], [0.5, 0.5]])
+    hot = [HotNode("n0", "u", 0.9, 0.8, 3)]
+    engine = Engine(Config(metrics=(u, m)))
+    snapshot = build_snapshot([node(n) for n in NODES], pods)
+    p = plan(engine, config, snapshot, pods, [u, m], values, hot, lambda k, m: None, NOW, Budget(5))
+    assert reasons(p) == {
+        "default/big": "no node stays on the cool side of every judged metric's low after the move"
+    }
+    values[3] = [0.3, 0.3]
+    p = plan(engine, config, snapshot, pods, [u, m], values, hot, lambda k, m: None, NOW, Budget(5))
+    assert moved(p) == [("default/big", "n0", "n3")]
+
+
 def test_a_below_metric_moves_to_a_node_that_stays_above_low() -> None:
     """A ``filter.below`` metric (higher is better, e.g. free capacity): hot under its line; a
     move raises the source's value and lowers the target's."""
