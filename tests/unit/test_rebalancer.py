@@ -232,7 +232,17 @@ def test_the_target_is_reserved_before_the_eviction_and_both_are_reported(harnes
 
 def test_a_budget_s_refusal_releases_the_reservation_and_says_so(harness: Any) -> None:
     h = harness(HOT, hot_pods())
-    h.kube.answers["api-1"] = (429, {"kind": "Status", "message": PDB_REFUSAL, "code": 429})
+    h.kube.answers["api-1"] = (
+        429,
+        {
+            "kind": "Status",
+            "message": PDB_REFUSAL,
+            "code": 429,
+            "details": {
+                "causes": [{"type": "DisruptionBudget", "message": "The disruption budget api needs 2"}]
+            },
+        },
+    )
     h.look()
     h.look()
     assert h.evicted() == ["api-1"]
@@ -246,7 +256,8 @@ def test_a_budget_s_refusal_releases_the_reservation_and_says_so(harness: Any) -
 
 @pytest.mark.parametrize(
     ("status", "reason"),
-    [(404, None), (500, "failed")],
+    # A 429 without a DisruptionBudget cause is the API server throttling, not a budget.
+    [(404, None), (500, "failed"), (429, "failed")],
 )
 def test_an_eviction_that_did_not_happen_releases_the_reservation(
     harness: Any, status: int, reason: str | None

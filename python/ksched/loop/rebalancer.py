@@ -55,6 +55,8 @@ LEADER, FOLLOWER, SHADOW = "leader", "follower", "shadow"
 BLOCKED_PDB, BLOCKED_FAILED = "pdb", "failed"
 HTTP_NOT_FOUND = 404
 HTTP_TOO_MANY_REQUESTS = 429
+# The StatusCause type of an eviction a PodDisruptionBudget refused (policy/v1's DisruptionBudgetCause).
+DISRUPTION_BUDGET_CAUSE = "DisruptionBudget"
 # How long a look waits for the state's thread to plan (it applies queued events at least
 # twice a second; a cycle on a large batch can take longer).
 PLAN_WAIT_S = 10.0
@@ -360,9 +362,9 @@ class Rebalancer:
         }
         try:
             r = self.kube.request("POST", pod_path(namespace, name, "eviction"), body=body, rate_limited=True)
-            status, problem = r.status, _message(r.data)
+            status, problem, budget = r.status, _message(r.data), _budget_refused(r.data)
         except ApiUnavailableError as err:
-            status, problem = 0, str(err)
+            status, problem, budget = 0, str(err), False
         if 200 <= status < 300:
             self.evictions += 1
             self._spend(move, now)
@@ -383,7 +385,7 @@ class Rebalancer:
             self.reservations.release(reservation)
         if status == HTTP_NOT_FOUND:
             return  # gone already: nothing to move
-        if status == HTTP_TOO_MANY_REQUESTS:
+        if status == HTTP_TOO_MANY_REQUESTS and budget:
             self.blocked[BLOCKED_PDB] += 1
             self.telemetry.rebalance_blocked.labels(reason=BLOCKED_PDB).inc()
             # Refused moves of the workload are not retried at every look.
@@ -429,6 +431,18 @@ def moved_note(move: Move, line: RebalanceThreshold) -> str:
         f"{line.high:.2f}; {move.target} {move.target_before:.2f} -> {move.target_after:.2f} "
         f"(low {line.low:.2f})"
     )
+
+
+def _budget_refused(data: bytes) -> bool:
+    """A 429 is a PodDisruptionBudget's refusal when its Status names a ``DisruptionBudget``
+    cause (upstream's eviction REST handler); any other 429 is the API server throttling."""
+    try:
+        body = orjson.loads(data) if data else None
+    except orjson.JSONDecodeError:
+        return False
+    details = body.get("details") if isinstance(body, Mapping) else None
+    causes = details.get("causes") if isinstance(details, Mapping) else None
+    return any(isinstance(c, Mapping) and c.get("type") == DISRUPTION_BUDGET_CAUSE for c in causes or ())
 
 
 def _message(data: bytes) -> str:
