@@ -103,6 +103,9 @@ def test_dry_run_prints_hot_nodes_moves_and_what_stays(
     assert "hotSamples (3) consecutive fresh samples" in out
     assert "rebalance.enabled is false" in out
     assert "a move's values before and after count the load estimate of recently bound pods" in out
+    # What the dry-run judges by, the running rebalancer does not (MetricStore.latest has no
+    # sample of an annotation metric): said, so the preview is not taken for what will happen.
+    assert "metric u comes from node annotations: the running rebalancer judges only live metrics" in out
     assert "  n0    u       0.90   0.80" in out
     # n0's sample is 0.9; the four pods started just now add their estimate (0.1) to it.
     assert "moves (1):\n  default/big: n0 -> n2  u on n0 1.00 -> 0.75, on n2 0.30 -> 0.55\n" in out

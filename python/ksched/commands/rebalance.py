@@ -108,6 +108,12 @@ def preview(config: Config, cluster: ClusterFile, kube: Kube, now: float) -> tup
     if not rebalance.enabled:
         notes.append("rebalance.enabled is false: `ksched run` moves nothing with this configuration")
     judged = [m for m in metrics if m.name in {line.metric for line in lines}]
+    notes += [
+        f"metric {m.name} comes from node annotations: the running rebalancer judges only live "
+        "metrics (prometheus, metrics-server), so `ksched run` moves nothing by it"
+        for m in judged
+        if m.source == "annotation"
+    ]
     read, degraded = _read_metrics(judged, cluster.nodes, kube, config, now)
     notes += [
         f"metric {why}: not judged (a stale or missing metric never makes a node hot)" for why in degraded
