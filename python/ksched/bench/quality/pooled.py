@@ -204,22 +204,25 @@ def pooled_round(
         time.sleep(r.scrape_interval_s)
         series = utilisation(prometheus, start, end, r.scrape_interval_s)
         sampler.stop()
-        nodes = kube.request("GET", "/api/v1/nodes").json()["items"]
-        everywhere = kube.request("GET", "/api/v1/pods").json()["items"]
-        results.violations += [f"over-committed {o}" for o in overcommitted(nodes, everywhere)]
         results.violations += [
             f"the descheduler exited early ({proc.returncode}): {tail(log)}"
             for proc, log in deschedulers
             if proc.poll() is not None
         ]
-        for (name, label), (namespace, _), names, made, (placed, _) in zip(
-            r.entries, plans, node_pools, arrivals, settled, strict=True
+        # The descheduler evicts no more; the replacements of what was evicted get placed.
+        for proc, _ in deschedulers:
+            terminate(proc, 30)
+        ended = [settle(kube, namespace)[0] for namespace, _ in plans]
+        nodes = kube.request("GET", "/api/v1/nodes").json()["items"]
+        everywhere = kube.request("GET", "/api/v1/pods").json()["items"]
+        results.violations += [f"over-committed {o}" for o in overcommitted(nodes, everywhere)]
+        for (name, label), (namespace, _), names, made, (placed, _), pods in zip(
+            r.entries, plans, node_pools, arrivals, settled, ended, strict=True
         ):
             figures = QualityFigures(label, name, r.pods)
             figures.pending = sum(1 for p in placed if not p["spec"].get("nodeName"))
             figures.pods_per_s = made.pods_per_s(placed)
-            # The pods as they ended: where a controller re-created an evicted pod, its replacement.
-            pods = kube.request("GET", f"/api/v1/namespaces/{namespace}/pods").json()["items"]
+            # Judged by the pods as they ended: an evicted pod's replacement where it landed.
             bound = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in pods if p["spec"].get("nodeName")}
             judge(figures, series, names, bound, r.threshold)
             evicted: set[str] = set()
@@ -248,6 +251,7 @@ def pooled_round(
                 f"{name} / {label} ({len(names)} nodes): {figures.hotspot_node_minutes} hot node-minutes, "
                 f"p95 {figures.p95_utilisation}, cv {figures.cv}, {figures.pods_on_hot_nodes} pods on hot nodes, "
                 f"{figures.pending} pending, {figures.pods_per_s} pods/s"
+                + (f", {figures.rebalance.evictions} evictions" if figures.rebalance else "")
             )
     finally:
         if sampler.running:
