@@ -546,6 +546,29 @@ def test_earlier_victims_of_the_plan_do_not_count_either() -> None:
     assert "didn't match pod topology spread constraints" in reasons(p)["default/web-1"]
 
 
+def test_the_snapshot_is_left_as_it_was() -> None:
+    """The live snapshot is the scheduler's: the victims a proof marks terminating are put back."""
+    pods = [workload_pod(f"p{i}", "n0", owner=f"w{i}") for i in range(3)]
+    snapshot = build_snapshot([node(n) for n in NODES], pods)
+    before = snapshot.pods.terminating.copy()
+    values = np.array([[1.3], [0.1], [0.1], [0.1]])
+    p = plan(
+        Engine(Config(metrics=(usage_metric(),))),
+        rebalance(max_per_namespace=5),
+        snapshot,
+        pods,
+        [usage_metric()],
+        values,
+        [HotNode("n0", "u", 1.3, 0.8, 3)],
+        lambda k, m: None,
+        NOW,
+        Budget(5),
+    )
+    assert len(p.moves) == 2
+    assert (snapshot.pods.terminating == before).all()
+    assert values.tolist() == [[1.3], [0.1], [0.1], [0.1]], "the caller's values are not changed"
+
+
 def test_no_feasible_node_says_what_the_engine_said() -> None:
     bystanders = tuple(workload_pod(f"busy-{n}", n, cpu="3500m", owner="busy") for n in ("n1", "n2", "n3"))
     p = run_plan([0.9, 0.1, 0.1, 0.1], [workload_pod("big", "n0")], bystanders=bystanders)
