@@ -188,3 +188,23 @@ def test_a_stale_metrics_server_sample_is_not_judged(
     out = capsys.readouterr().out
     assert "note: metric cpu: no value younger than 60s: not judged" in out
     assert out.endswith("no hot node: nothing to move\n")
+
+
+def test_a_move_a_disruption_budget_would_refuse_is_noted(
+    fake_live: list[Obj], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    budget = {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": "web", "namespace": "default"},
+        "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "web"}}},
+        "status": {"disruptionsAllowed": 0},
+    }
+    fake_live[4]["metadata"]["labels"] = {"app": "web"}
+    fake_live.append(budget)
+    assert main(["rebalance", "--dry-run", "--config", config_file(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "note: default/big: a PodDisruptionBudget allows no disruption now" in out
+    budget["status"] = {"disruptionsAllowed": 1}
+    assert main(["rebalance", "--dry-run", "--config", config_file(tmp_path)]) == 0
+    assert "PodDisruptionBudget" not in capsys.readouterr().out

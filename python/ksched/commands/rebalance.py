@@ -126,7 +126,29 @@ def preview(config: Config, cluster: ClusterFile, kube: Kube, now: float) -> tup
     ]
     budget = Budget(evictions=min(rebalance.max_per_cycle, _rate_allows(rebalance.evictions_per_minute)))
     measured = _measured(config, used)
-    return plan(engine, rebalance, snapshot, pods, used, values, hot, measured, now, budget, reserved), notes
+    out = plan(engine, rebalance, snapshot, pods, used, values, hot, measured, now, budget, reserved)
+    return out, notes + _refused_by_budgets(out, pods, cluster)
+
+
+def _refused_by_budgets(plan: Plan, pods: Sequence[Obj], cluster: ClusterFile) -> list[str]:
+    """A note for each move whose pod a PodDisruptionBudget allowing no disruption now
+    covers: the planner proves where a replacement goes, the Eviction API decides whether the
+    pod may leave, and would refuse this one."""
+    from ksched.objects import meta, pod_key
+
+    by_key = {pod_key(p): p for p in pods}
+    notes = []
+    for move in plan.moves:
+        m = meta(by_key[move.pod])
+        name, labels = str(m.get("name")), dict(m.get("labels") or {})
+        if any(
+            b.disruptions_allowed <= 0 and b.covers(move.namespace, name, labels) for b in cluster.budgets
+        ):
+            notes.append(
+                f"{move.pod}: a PodDisruptionBudget allows no disruption now, so its eviction would be "
+                "refused (the running rebalancer then leaves its workload for workloadCooldown)"
+            )
+    return notes
 
 
 def _rate_allows(per_minute: float) -> int:
