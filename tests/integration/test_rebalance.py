@@ -315,7 +315,13 @@ def test_a_budget_that_allows_no_disruption_blocks_the_move(
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
         "metadata": {"name": "shift", "namespace": ns},
-        "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "shift"}}},
+        # Every pod on the hot node: with ``shift`` refused, ``steady-hot`` would be next.
+        "spec": {
+            "maxUnavailable": 0,
+            "selector": {
+                "matchExpressions": [{"key": "app", "operator": "In", "values": ["shift", "steady-hot"]}]
+            },
+        },
     }
     with leader(simulated, tmp_path, "rebalancer", **config(simulated)) as k:
         assert wait_for(k.leads, 30), k.output()
@@ -350,7 +356,7 @@ def test_a_stale_metric_triggers_nothing_until_it_is_fresh_again(
         try:
             wait_hot(simulated, lay.hot)
             local.signal_component("prometheus", signal.SIGSTOP)
-            assert wait_for(lambda: "no value younger than" in k.get("/readyz")[1], 20), k.get("/readyz")
+            assert wait_for(lambda: "degraded (cpu" in k.get("/readyz")[1], 20), k.get("/readyz")
             time.sleep(5 * INTERVAL_S)
             assert placements(bound(simulated.kube, lay.namespace)) == before, "nothing evicted"
             assert not events(simulated.kube, "Rebalanced", "Node", lay.hot), k.output()
