@@ -375,3 +375,20 @@ def test_an_estimate_without_a_window_is_warned_of_at_start(caplog: pytest.LogCa
 )
 def test_the_estimate_window_is_how_far_back_the_query_reaches(query: str, want: float) -> None:
     assert query_window_s(query) == want
+
+
+def test_a_metric_that_falls_with_load_loses_the_recent_pods_share() -> None:
+    """Free capacity (``prefer: higher``, ``filter.below``): a pod bound after the sample takes
+    its share off its node's value instead of adding it."""
+    m = MetricConfig(
+        name="cpu",
+        source="prometheus",
+        query=QUERY,
+        prefer="higher",
+        below=0.2,
+        estimate=EstimateConfig(resource="cpu"),
+    )
+    state = cluster(m, Clock(T0 + 10))
+    state.on_pod("ADDED", bound("web", "n0", T0 + 10), None)
+    state.sync()
+    assert estimate(state, m, T0) == [-0.25, 0.0]

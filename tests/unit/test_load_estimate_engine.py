@@ -245,3 +245,16 @@ def test_metric_load_has_exactly_the_typed_keys_and_the_binding_checks_them(
         _core.schedule(*args, metric_load={**load, "stale": np.zeros(1)})
     with pytest.raises(_core.EngineInputError, match="metric load amounts"):
         _core.schedule(*args, metric_load={**load, "amounts": np.zeros(3, dtype=np.int64)})
+
+
+def test_a_metric_that_falls_with_load_is_lowered_by_the_estimate() -> None:
+    """Free capacity (``prefer: higher``, ``filter.below``): a pod takes some of it. On nodes
+    of 1 cpu with 0.3 and 0.5 free, a pod of 200m leaves 0.1 and 0.3: only n1 stays over 0.2;
+    in a batch, the first pod's share is taken off n1 before the second is placed."""
+    free = usage(above=None, below=0.2, prefer="higher")
+    [alone] = place(free, one_cpu_nodes(2), [0.3, 0.5], pod("a", cpu="200m"))
+    assert alone.node == "n1"
+    first, second = place(free, one_cpu_nodes(2), [0.3, 0.5], pod("a", cpu="200m"), pod("b", cpu="200m"))
+    assert first.node == "n1"
+    assert second.node is None, "n1 is left at 0.3 free, and the second pod would take it to 0.1"
+    assert second.message is not None and "2 node(s) had u below 0.2" in second.message

@@ -29,8 +29,8 @@ CONFIG = {
     "metrics": [
         {
             "name": "u",
-            "source": "annotation",
-            "annotation": "ksched.io/u",
+            "source": "metrics-server",
+            "resource": "cpu",
             "maxAge": "5m",
             "missing": "exclude",
             "filter": {"above": 0.8},
@@ -39,19 +39,17 @@ CONFIG = {
     ],
     "rebalance": {"metrics": [{"name": "u", "high": 0.8, "low": 0.6}], "maxPerNode": 5},
 }
+# What metrics-server answers for u: n3 is missing from its sample (excluded).
+SAMPLE = {"n0": 0.9, "n1": 0.5, "n2": 0.3}
 
 
 def rfc3339(at: datetime) -> str:
     return at.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def measured_node(name: str, value: float, age: timedelta = timedelta(0)) -> Obj:
-    """A 4-cpu node whose ``u`` was measured ``age`` ago."""
-    at = rfc3339(datetime.now(UTC) - age)
-    return {
-        "kind": "Node",
-        **node(name, annotations={"ksched.io/u": str(value), "ksched.io/u-timestamp": at}),
-    }
+def measured_node(name: str) -> Obj:
+    """A 4-cpu node."""
+    return {"kind": "Node", **node(name)}
 
 
 def running(
@@ -70,11 +68,11 @@ def running(
 def cluster() -> list[Obj]:
     just_now = rfc3339(datetime.now(UTC))
     return [
-        measured_node("n0", 0.9),
-        measured_node("n1", 0.5),
-        measured_node("n2", 0.3),
-        # The coolest by its value, but the value is older than maxAge: no value, excluded.
-        measured_node("n3", 0.05, age=timedelta(minutes=10)),
+        measured_node("n0"),
+        measured_node("n1"),
+        measured_node("n2"),
+        # Not in the metric's sample: no value, excluded.
+        measured_node("n3"),
         running("big", "n0"),
         running("proxy", "n0", cpu="100m", kind="DaemonSet"),
         *(running(f"new-{i}", "n0", cpu="100m", started=just_now) for i in range(4)),
@@ -82,7 +80,18 @@ def cluster() -> list[Obj]:
 
 
 @pytest.fixture
-def fake_live(monkeypatch: pytest.MonkeyPatch) -> list[Obj]:
+def sample(monkeypatch: pytest.MonkeyPatch) -> dict[str, float]:
+    values = dict(SAMPLE)
+    monkeypatch.setattr(
+        metrics_server.MetricsServerSource,
+        "query",
+        lambda self, metric, nodes: Sample(dict(values), datetime.now(UTC).timestamp()),
+    )
+    return values
+
+
+@pytest.fixture
+def fake_live(monkeypatch: pytest.MonkeyPatch, sample: dict[str, float]) -> list[Obj]:
     objects = cluster()
     monkeypatch.setattr(live, "connect", lambda kubeconfig: object())
     monkeypatch.setattr(live, "live_objects", lambda kube: objects)
@@ -103,9 +112,6 @@ def test_dry_run_prints_hot_nodes_moves_and_what_stays(
     assert "hotSamples (3) consecutive fresh samples" in out
     assert "rebalance.enabled is false" in out
     assert "a move's values before and after count the load estimate of recently bound pods" in out
-    # What the dry-run judges by, the running rebalancer does not (MetricStore.latest has no
-    # sample of an annotation metric): said, so the preview is not taken for what will happen.
-    assert "metric u comes from node annotations: the running rebalancer judges only live metrics" in out
     assert "  n0    u       0.90   0.80" in out
     # n0's sample is 0.9; the four pods started just now add their estimate (0.1) to it.
     assert "moves (1):\n  default/big: n0 -> n2  u on n0 1.00 -> 0.75, on n2 0.30 -> 0.55\n" in out
@@ -136,8 +142,10 @@ def test_dry_run_json_is_the_plan(
     assert "hotSamples" in captured.err, "notes go to stderr with --json"
 
 
-def test_no_hot_node(fake_live: list[Obj], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    fake_live[0]["metadata"]["annotations"]["ksched.io/u"] = "0.7"
+def test_no_hot_node(
+    fake_live: list[Obj], sample: dict[str, float], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sample["n0"] = 0.7
     assert main(["rebalance", "--dry-run", "--config", config_file(tmp_path)]) == 0
     assert capsys.readouterr().out.endswith("no hot node: nothing to move\n")
 
@@ -208,3 +216,21 @@ def test_a_move_a_disruption_budget_would_refuse_is_noted(
     budget["status"] = {"disruptionsAllowed": 1}
     assert main(["rebalance", "--dry-run", "--config", config_file(tmp_path)]) == 0
     assert "PodDisruptionBudget" not in capsys.readouterr().out
+
+
+def test_an_annotation_metric_is_never_judged(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A price or another annotation is not load that moving a pod changes, and has no series
+    of samples to count hot ones in: naming it for the rebalancer is refused."""
+    metric = {
+        "name": "price",
+        "source": "annotation",
+        "annotation": "ksched.io/price",
+        "filter": {"above": 1},
+    }
+    config = {
+        **CONFIG,
+        "metrics": [metric],
+        "rebalance": {"metrics": [{"name": "price", "high": 1, "low": 0.5}]},
+    }
+    assert main(["rebalance", "--dry-run", "--config", config_file(tmp_path, config)]) == 2
+    assert "the rebalancer judges only metrics sampled over time" in capsys.readouterr().err

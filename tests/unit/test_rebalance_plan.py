@@ -43,7 +43,7 @@ NODES = ("n0", "n1", "n2", "n3")
 def usage_metric(**fields: Any) -> MetricConfig:
     """``u``: a node's cpu usage over allocatable, filtered above 0.8, estimated by cpu."""
     defaults: dict[str, Any] = {"above": 0.8, "estimate": EstimateConfig(resource="cpu")}
-    return MetricConfig(name="u", source="annotation", annotation="ksched.io/u", **{**defaults, **fields})
+    return MetricConfig(name="u", source="prometheus", query="u", **{**defaults, **fields})
 
 
 def rebalance(**fields: Any) -> RebalanceConfig:
@@ -208,8 +208,8 @@ def test_a_target_stays_cool_on_every_judged_metric() -> None:
     u = usage_metric()
     m = MetricConfig(
         name="m",
-        source="annotation",
-        annotation="ksched.io/m",
+        source="prometheus",
+        query="m",
         above=0.8,
         estimate=EstimateConfig(resource="memory"),
     )

@@ -2,7 +2,7 @@
 
 Reads the live cluster through the kubeconfig (:mod:`ksched.commands.live`, as ``explain``
 does) and each judged metric once: Prometheus metrics as ``explain`` reads them,
-metrics-server metrics from the API server, annotation metrics from the nodes. One sample
+metrics-server metrics from the API server (the rebalancer judges no annotation). One sample
 is enough to call a node hot here; the running rebalancer waits for ``hotSamples`` in a row.
 The values the planner proves moves with include the load estimate of pods bound within
 each metric's window, as the scheduler counts them. The plan is the engine's
@@ -108,12 +108,6 @@ def preview(config: Config, cluster: ClusterFile, kube: Kube, now: float) -> tup
     if not rebalance.enabled:
         notes.append("rebalance.enabled is false: `ksched run` moves nothing with this configuration")
     judged = [m for m in metrics if m.name in {line.metric for line in lines}]
-    notes += [
-        f"metric {m.name} comes from node annotations: the running rebalancer judges only live "
-        "metrics (prometheus, metrics-server), so `ksched run` moves nothing by it"
-        for m in judged
-        if m.source == "annotation"
-    ]
     read, degraded = _read_metrics(judged, cluster.nodes, kube, config, now)
     notes += [
         f"metric {why}: not judged (a stale or missing metric never makes a node hot)" for why in degraded
@@ -162,16 +156,13 @@ def _rate_allows(per_minute: float) -> int:
 def _read_metrics(
     metrics: Sequence[MetricConfig], nodes: list[Obj], kube: Kube, config: Config, now: float
 ) -> tuple[dict[str, dict[str, float]], list[str]]:
-    """One sample of each metric (metric -> node -> value), and why each unread one is not.
-    An annotation older than the metric's maxAge is no value, as for the scheduler."""
+    """One sample of each metric (metric -> node -> value), and why each unread one is not
+    (a metrics-server sample older than the metric's maxAge is none)."""
     import dataclasses
-    import math
 
     from ksched.commands.live import live_metrics
-    from ksched.engine.snapshot import to_number
     from ksched.loop.metrics_server import MetricsServerSource
-    from ksched.loop.samples import SourceError, parse_time
-    from ksched.objects import meta
+    from ksched.loop.samples import SourceError
 
     read: dict[str, dict[str, float]] = {}
     degraded: list[str] = []
@@ -191,18 +182,6 @@ def _read_metrics(
             degraded.append(f"{m.name}: no value younger than {m.max_age_s:g}s")
         else:
             read[m.name] = dict(sample.values)
-    for m in (m for m in metrics if m.source == "annotation"):
-        values = {}
-        for node in nodes:
-            annotations = meta(node).get("annotations") or {}
-            value = to_number(annotations.get(m.annotation or ""))
-            at = parse_time(annotations.get(m.timestamp_key or ""))
-            if math.isfinite(value) and (at is None or now - at <= m.max_age_s):
-                values[str(meta(node).get("name"))] = value
-        if values:
-            read[m.name] = values
-        else:
-            degraded.append(f"{m.name}: no value younger than {m.max_age_s:g}s")
     return read, degraded
 
 

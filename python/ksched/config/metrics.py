@@ -139,6 +139,15 @@ class MetricConfig:
             return None
         return self.timestamp_annotation or f"{self.annotation}-timestamp"
 
+    @property
+    def load_sign(self) -> float:
+        """Which way a pod's load moves the value: +1 for a metric that rises with load
+        (utilisation, latency), -1 for one that falls (free memory: ``prefer: higher``, or a
+        ``filter.below`` without ``filter.above``). The load estimate adds or takes off by it."""
+        if self.prefer == "higher" or (self.above is None and self.below is not None):
+            return -1.0
+        return 1.0
+
     def window_s(self) -> float:
         """How long a placed pod is still partly missing from the metric's value."""
         if self.estimate is None:

@@ -35,6 +35,19 @@ _KEYS = (
 )
 _METRIC_KEYS = ("name", "high", "low")
 MAX_LIMIT = 10_000
+# The sources whose samples the rebalancer counts (hysteresis needs a time series; an
+# annotation such as a price is not load that moving a pod changes).
+JUDGED_SOURCES = ("prometheus", "metrics-server")
+
+
+def direction(metric: MetricConfig) -> str:
+    """ "above" where a node is hot over its line (the metric rises with load), "below" where
+    under it: its filter's side, else the way load moves it."""
+    if metric.above is not None:
+        return "above"
+    if metric.below is not None:
+        return "below"
+    return "below" if metric.load_sign < 0 else "above"
 
 
 @dataclass(frozen=True)
@@ -97,21 +110,15 @@ class RebalanceConfig:
         pairs = {m.name: m for m in self.metrics}
         out = []
         for m in metrics:
-            direction = "above" if m.above is not None else "below" if m.below is not None else None
+            if m.source not in JUDGED_SOURCES:
+                continue
             pair = pairs.get(m.name)
             if pair is not None:
-                out.append(
-                    RebalanceThreshold(
-                        m.name,
-                        direction or ("above" if pair.high >= pair.low else "below"),
-                        pair.high,
-                        pair.low,
-                    )
-                )
-            elif direction is not None:
-                line = m.above if direction == "above" else m.below
-                assert line is not None
-                out.append(RebalanceThreshold(m.name, direction, line, line))
+                out.append(RebalanceThreshold(m.name, direction(m), pair.high, pair.low))
+            elif m.above is not None:
+                out.append(RebalanceThreshold(m.name, "above", m.above, m.above))
+            elif m.below is not None:
+                out.append(RebalanceThreshold(m.name, "below", m.below, m.below))
         return tuple(out)
 
 
@@ -140,12 +147,17 @@ def parse_rebalance(obj: Any, profiles: list[str], metrics: tuple[MetricConfig, 
                 f"{path}.metrics[{i}].name: {pair.name!r} is not a metric "
                 f"(metrics: {', '.join(by_name) or 'none defined'})"
             )
-        if metric.below is not None and metric.above is None and pair.low < pair.high:
+        if metric.source not in JUDGED_SOURCES:
             raise ConfigError(
-                f"{path}.metrics[{i}]: {pair.name} filters below a threshold (higher is better), "
+                f"{path}.metrics[{i}]: {pair.name} is read from {metric.source}; the rebalancer judges "
+                f"only metrics sampled over time ({', '.join(JUDGED_SOURCES)})"
+            )
+        if direction(metric) == "below" and pair.low < pair.high:
+            raise ConfigError(
+                f"{path}.metrics[{i}]: {pair.name} falls as load rises (higher is better), "
                 "so low must not be under high"
             )
-        if metric.below is None and pair.low > pair.high:
+        if direction(metric) == "above" and pair.low > pair.high:
             raise ConfigError(f"{path}.metrics[{i}]: low must not exceed high")
     if len({p.name for p in pairs}) != len(pairs):
         raise ConfigError(f"{path}.metrics: duplicate metric name")

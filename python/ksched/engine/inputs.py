@@ -189,7 +189,7 @@ def metric_specs(metrics: Sequence[MetricConfig], snapshot: Snapshot) -> list[Me
             "weight": m.weight,
             "herd": None
             if m.estimate is None
-            else (snapshot.resources(m.estimate.resource), m.estimate.factor),
+            else (snapshot.resources(m.estimate.resource), m.estimate.factor * m.load_sign),
         }
         for m in metrics
     ]
@@ -228,8 +228,11 @@ def metric_load(
             above[:, k] = np.nan if m.above is None else m.above
             below[:, k] = np.nan if m.below is None else m.below
         if m.estimate is not None:
+            # Signed: a metric that falls with load (free memory) goes down by the pod's share.
+            sign = int(m.load_sign)
             amounts[:, k] = [
-                estimated_usage(
+                sign
+                * estimated_usage(
                     r.pod, PodRequests(r.req.requests, r.req.nonzero_cpu, r.req.nonzero_memory), m.estimate
                 )
                 for r in rows

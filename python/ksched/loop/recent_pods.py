@@ -168,7 +168,8 @@ class RecentPods:
         rows = arrays.rows
         allocatable = snapshot.arrays["allocatable"][np.maximum(rows, 0) * r + c].astype(np.float64)
         counted = (rows >= 0) & (allocatable > 0) & (weight > 0)
-        np.add.at(column, rows[counted], weight[counted] * amounts[counted] / allocatable[counted])
+        share = weight[counted] * amounts[counted] / allocatable[counted]
+        np.add.at(column, rows[counted], metric.load_sign * share)
 
     # -- internals -----------------------------------------------------
 

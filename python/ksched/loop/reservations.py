@@ -158,8 +158,7 @@ class Reservations:
                         amount = float(estimated_usage(replacement, pod_requests(replacement), m.estimate))
                     except MalformedObjectError:
                         continue
-                sign = -1.0 if m.below is not None and m.above is None else 1.0
-                values[target, k] += sign * amount / float(allocatable[target, c])
+                values[target, k] += m.load_sign * amount / float(allocatable[target, c])
 
 
 def _proved(replacement: Obj) -> dict[str, float]:
