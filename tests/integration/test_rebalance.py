@@ -291,6 +291,7 @@ def assert_moved_shift_to_target(
     }, "no other pod moved"
     assert events(kube, "Rebalanced", "Node", lay.hot), k.output()
     assert k.metric("ksched_rebalance_evictions_total") == 1, k.output()
+    assert k.metric('ksched_rebalance_replacements_total{outcome="on_target"}') == 1, k.output()
 
 
 def test_a_node_made_hot_by_shifting_load_is_cooled_by_one_move_to_the_reserved_node(
@@ -358,6 +359,7 @@ def test_a_stale_metric_triggers_nothing_until_it_is_fresh_again(
             local.signal_component("prometheus", signal.SIGSTOP)
             assert wait_for(lambda: "degraded (cpu" in k.get("/readyz")[1], 20), k.get("/readyz")
             time.sleep(5 * INTERVAL_S)
+            assert k.metric("ksched_rebalance_hot_nodes") == 0, k.output()
             assert placements(bound(simulated.kube, lay.namespace)) == before, "nothing evicted"
             assert not events(simulated.kube, "Rebalanced", "Node", lay.hot), k.output()
             assert k.metric("ksched_rebalance_evictions_total") == 0, k.output()
@@ -390,7 +392,12 @@ def test_a_follower_and_a_shadow_evict_nothing_while_a_leader_does(
         lay = layout(3, "rebalance-replicas")
         before = placements(bound(simulated.kube, lay.namespace))
         wait_hot(simulated, lay.hot)
-        time.sleep(SETTLE_S + 2 * INTERVAL_S)
+        # Both judge the node hot, and the shadow records the move it would have made.
+        assert wait_for(lambda: follower.metric("ksched_rebalance_hot_nodes") >= 1, 30), follower.output()
+        assert wait_for(lambda: shadow.metric("ksched_rebalance_shadow_moves_total") >= 1, 30), (
+            shadow.output()
+        )
+        time.sleep(SETTLE_S)
         assert not follower.leads()
         assert placements(bound(simulated.kube, lay.namespace)) == before, "nothing evicted"
         assert not events(simulated.kube, "Rebalanced", "Node", lay.hot)
