@@ -125,7 +125,7 @@ def write(results: QualityResults, out: Path) -> None:
         ax.axhline(float(results.options.get("threshold", 0.8)), color="grey", linestyle="--", linewidth=0.8)
         title = f"{f.scenario} / {f.scheduler}: {f.hotspot_node_minutes:.1f} hot node-min"
         if f.rebalance is not None:
-            title += f", {f.rebalance.evictions} evictions"
+            title += f"\n{f.rebalance.evictions} evictions, {f.rebalance.pingpong} ping-pong"
         ax.set_title(title, fontsize=9)
         ax.set_xlabel("minutes")
     axes[0][0].set_ylabel("node CPU utilisation")
