@@ -239,7 +239,7 @@ def test_a_budget_s_refusal_releases_the_reservation_and_says_so(harness: Any) -
             "message": PDB_REFUSAL,
             "code": 429,
             "details": {
-                "causes": [{"type": "DisruptionBudget", "message": "The disruption budget api needs 2"}]
+                "causes": [{"reason": "DisruptionBudget", "message": "The disruption budget api needs 2"}]
             },
         },
     )

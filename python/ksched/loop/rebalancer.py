@@ -55,7 +55,7 @@ LEADER, FOLLOWER, SHADOW = "leader", "follower", "shadow"
 BLOCKED_PDB, BLOCKED_FAILED = "pdb", "failed"
 HTTP_NOT_FOUND = 404
 HTTP_TOO_MANY_REQUESTS = 429
-# The StatusCause type of an eviction a PodDisruptionBudget refused (policy/v1's DisruptionBudgetCause).
+# The StatusCause reason (its Go field Type, its JSON key "reason") of an eviction a PodDisruptionBudget refused (policy/v1's DisruptionBudgetCause).
 DISRUPTION_BUDGET_CAUSE = "DisruptionBudget"
 # How long a look waits for the state's thread to plan (it applies queued events at least
 # twice a second; a cycle on a large batch can take longer).
@@ -442,7 +442,7 @@ def _budget_refused(data: bytes) -> bool:
         return False
     details = body.get("details") if isinstance(body, Mapping) else None
     causes = details.get("causes") if isinstance(details, Mapping) else None
-    return any(isinstance(c, Mapping) and c.get("type") == DISRUPTION_BUDGET_CAUSE for c in causes or ())
+    return any(isinstance(c, Mapping) and c.get("reason") == DISRUPTION_BUDGET_CAUSE for c in causes or ())
 
 
 def _message(data: bytes) -> str:

@@ -259,7 +259,7 @@ def start(
             metrics,
             Engine(config, config.rebalance.profile, seed=seed),
             kube,
-            reservations or Reservations(),
+            reservations if reservations is not None else Reservations(),
             telemetry,
             leadership.is_leader,
             shadowing,
