@@ -30,8 +30,9 @@ def _times(n: int) -> list[float]:
     ("samples", "want"),
     [
         pytest.param([{"a": 0.5}, {"a": 0.6}], 0.0, id="never-hot"),
-        pytest.param([{"a": 0.5}, {"a": 0.9}, {"b": 0.95}, {"a": 0.5, "b": 0.7}], 60.0, id="cooled"),
-        pytest.param([{"a": 0.9}, {"a": 0.5}, {"a": 0.9}], None, id="hot-at-the-end"),
+        pytest.param([{"a": 0.5}, {"a": 0.9}, {"a": 0.9}, {"a": 0.5}], 0.0, id="two-samples-over-are-noise"),
+        pytest.param([{"a": 0.9}] * 4 + [{"a": 0.5, "b": 0.7}], 60.0, id="cooled"),
+        pytest.param([{"a": 0.9}] * 3 + [{"a": 0.5}] + [{"a": 0.9}] * 3, None, id="hot-at-the-end"),
         pytest.param([{"a": 0.5, "c": 0.99}, {"a": 0.5, "c": 0.99}], 0.0, id="other-pools-node"),
     ],
 )
@@ -62,18 +63,24 @@ def test_each_eviction_is_paired_with_a_later_replacement_of_its_workload_once()
     [
         pytest.param(
             "the replacement lands on a cool node: cooled with one eviction, no ping-pong",
-            [Eviction(45.0, "w-0", "a", "w")],
-            [_pod("w-0", "a", 0.0), _pod("w-1", "b", 50.0)],
-            [{"a": 0.9, "b": 0.2}, {"a": 0.9, "b": 0.2}, {"a": 0.5, "b": 0.4}, {"a": 0.5, "b": 0.4}],
+            [Eviction(75.0, "w-0", "a", "w")],
+            [_pod("w-0", "a", 0.0), _pod("w-1", "b", 80.0)],
+            [{"a": 0.9, "b": 0.2}] * 3 + [{"a": 0.5, "b": 0.4}] * 2,
             [],
-            {"seconds_to_cool": 60.0, "evictions": 1, "nodes_cooled": 1, "evictions_per_node_cooled": 1.0},
+            {
+                "seconds_to_cool": 30.0,
+                "evictions": 1,
+                "nodes_cooled": 1,
+                "evictions_per_node_cooled": 1.0,
+                "pingpong": 0,
+            },
             id="cooled",
         ),
         pytest.param(
             "the replacement lands on a node that becomes hot within five minutes: ping-pong",
-            [Eviction(45.0, "w-0", "a", "w")],
-            [_pod("w-0", "a", 0.0), _pod("w-1", "b", 50.0)],
-            [{"a": 0.9, "b": 0.2}, {"a": 0.9, "b": 0.2}, {"a": 0.5, "b": 0.85}, {"a": 0.5, "b": 0.85}],
+            [Eviction(75.0, "w-0", "a", "w")],
+            [_pod("w-0", "a", 0.0), _pod("w-1", "b", 80.0)],
+            [{"a": 0.9, "b": 0.2}] * 3 + [{"a": 0.5, "b": 0.85}] * 3,
             [],
             {"pingpong": 1, "seconds_to_cool": None, "nodes_cooled": 1},
             id="pingpong",
@@ -83,7 +90,7 @@ def test_each_eviction_is_paired_with_a_later_replacement_of_its_workload_once()
             "workload's low budget before any eviction does not count",
             [Eviction(45.0, "w-0", "a", "w")],
             [_pod("w-0", "a", 0.0), _pod("w-1", None, 50.0)],
-            [{"a": 0.9}, {"a": 0.5}],
+            [{"a": 0.9}] * 3 + [{"a": 0.5}],
             [
                 BudgetSample(40.0, "w", 1, 2),
                 BudgetSample(50.0, "w", 1, 2),
@@ -97,7 +104,7 @@ def test_each_eviction_is_paired_with_a_later_replacement_of_its_workload_once()
             "no eviction: a node that cooled by itself, nothing to pair",
             [],
             [_pod("w-0", "a", 0.0)],
-            [{"a": 0.9}, {"a": 0.5}],
+            [{"a": 0.9}] * 3 + [{"a": 0.5}],
             [],
             {
                 "evictions": 0,

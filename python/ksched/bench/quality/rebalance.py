@@ -1,7 +1,10 @@
 """The quality benchmark's rebalance figures: what moving pods off hot nodes achieved, and cost.
 
-Owns how a run with evictions is judged (:func:`judge_rebalance`): the seconds from the first
-hot sample until no node of the pool is hot any more (None while one still is at the end),
+Owns how a run with evictions is judged (:func:`judge_rebalance`). A node is hot once it has
+been over the threshold for :data:`HOT_SAMPLES` samples in a row, as the rebalancer calls a
+node hot (one noisy sample over the line is not a hot node, for any setup). Figures: the
+seconds from the first hot sample until no node of the pool is hot any more (None while one
+still is at the end),
 the evictions and how many hot nodes ended cool per eviction, the evictions whose replacement
 landed on a node that was hot or became hot within :data:`PINGPONG_WINDOW_S` (ping-pong), the
 PodDisruptionBudgets seen below their desired healthy pods after an eviction of one of their
@@ -15,6 +18,9 @@ from dataclasses import dataclass
 
 # A replacement that lands on a node hot now or within this long went back into the fire.
 PINGPONG_WINDOW_S = 300.0
+# Consecutive samples over the threshold that make a node hot: the rebalancer's default
+# hotSamples (rebalance.hotSamples), so a setup is judged by the line the policy draws.
+HOT_SAMPLES = 3
 
 
 @dataclass(frozen=True)
@@ -61,8 +67,16 @@ class RebalanceFigures:
     pending_after_eviction: int = 0
 
 
-def _hot(sample: dict[str, float], nodes: Sequence[str], threshold: float) -> set[str]:
-    return {n for n in nodes if sample.get(n, 0.0) > threshold}
+def hot_nodes(values: Sequence[dict[str, float]], nodes: Sequence[str], threshold: float) -> list[set[str]]:
+    """At each sample, the nodes over ``threshold`` at it and the :data:`HOT_SAMPLES` - 1
+    samples before it (a node with no sample counts as idle)."""
+    runs = dict.fromkeys(nodes, 0)
+    out = []
+    for sample in values:
+        for n in nodes:
+            runs[n] = runs[n] + 1 if sample.get(n, 0.0) > threshold else 0
+        out.append({n for n in nodes if runs[n] >= HOT_SAMPLES})
+    return out
 
 
 def seconds_to_cool(
@@ -70,7 +84,7 @@ def seconds_to_cool(
 ) -> float | None:
     """Seconds from the first sample with a hot node to the first sample after the last one
     with a hot node; 0.0 if no node was ever hot, None if one is hot at the last sample."""
-    hot = [bool(_hot(v, nodes, threshold)) for v in values]
+    hot = [bool(h) for h in hot_nodes(values, nodes, threshold)]
     if not any(hot):
         return 0.0
     if hot[-1]:
@@ -119,9 +133,9 @@ def judge_rebalance(
     the names the harness created) and the budget samples."""
     figures = RebalanceFigures(seconds_to_cool=seconds_to_cool(times, values, nodes, threshold))
     figures.evictions = len(evictions)
-    ever_hot = set().union(*(_hot(v, nodes, threshold) for v in values)) if values else set()
-    still_hot = _hot(values[-1], nodes, threshold) if values else set()
-    figures.nodes_cooled = len(ever_hot - still_hot)
+    hot = hot_nodes(values, nodes, threshold)
+    ever_hot: set[str] = set().union(*hot)
+    figures.nodes_cooled = len(ever_hot - (hot[-1] if hot else set()))
     if figures.nodes_cooled:
         figures.evictions_per_node_cooled = round(figures.evictions / figures.nodes_cooled, 2)
     step = times[1] - times[0] if len(times) > 1 else 0.0
@@ -130,9 +144,9 @@ def judge_rebalance(
             continue
         landed = replacement.bound if replacement.bound is not None else replacement.created
         window = [
-            v for t, v in zip(times, values, strict=True) if landed - step <= t <= landed + PINGPONG_WINDOW_S
+            h for t, h in zip(times, hot, strict=True) if landed - step <= t <= landed + PINGPONG_WINDOW_S
         ]
-        if any(v.get(replacement.node, 0.0) > threshold for v in window):
+        if any(replacement.node in h for h in window):
             figures.pingpong += 1
     first_eviction: dict[str, float] = {}
     for e in evictions:
