@@ -21,6 +21,8 @@ import contextlib
 import json
 import shutil
 import signal
+import subprocess
+import sys
 import time
 import urllib.parse
 import urllib.request
@@ -294,6 +296,26 @@ def assert_moved_shift_to_target(
     assert k.metric('ksched_rebalance_replacements_total{outcome="on_target"}') == 1, k.output()
 
 
+def assert_dry_run_proposes(cluster: Cluster, config_path: Path, lay: Layout) -> None:
+    """``ksched rebalance --dry-run`` proposes moving ``shift`` from the hot node to the
+    target, and evicts nothing; its table is printed (``pytest -s``) for the docs."""
+    command = [
+        *(sys.executable, "-m", "ksched.commands.cli", "rebalance", "--dry-run"),
+        *("--config", str(config_path), "--kubeconfig", cluster.state.kubeconfig),
+    ]
+    dry = subprocess.run([*command, "--json"], capture_output=True, text=True, timeout=120, check=False)
+    assert dry.returncode == 0, dry.stderr
+    proposal = json.loads(dry.stdout)
+    assert [h["node"] for h in proposal["hot"]] == [lay.hot], proposal
+    assert [
+        (m["workload"].split("/")[2].rsplit("-", 1)[0], m["source"], m["target"]) for m in proposal["moves"]
+    ] == [("shift", lay.hot, lay.target)], proposal
+    table = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    assert table.returncode == 0, table.stderr
+    assert f" -> {lay.target}" in table.stdout, table.stdout
+    print(table.stdout)
+
+
 def test_a_node_made_hot_by_shifting_load_is_cooled_by_one_move_to_the_reserved_node(
     simulated: Cluster, layout: Callable[[int, str], Layout], tmp_path: Path
 ) -> None:
@@ -404,6 +426,8 @@ def test_a_follower_and_a_shadow_evict_nothing_while_a_leader_does(
         for k in (follower, shadow):
             assert k.metric("ksched_rebalance_evictions_total") == 0, k.output()
             assert "403" not in k.output()
+        # The dry run, through the kubeconfig, proposes the move the rebalancer will make.
+        assert_dry_run_proposes(simulated, tmp_path / "follower.yaml", lay)
         first.close()
         assert wait_for(follower.leads, 30), follower.output()
         assert_moved_shift_to_target(simulated, follower, lay, before)
