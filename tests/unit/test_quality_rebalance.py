@@ -82,7 +82,12 @@ def test_each_eviction_is_paired_with_a_later_replacement_of_its_workload_once()
             [_pod("w-0", "a", 0.0), _pod("w-1", "b", 80.0)],
             [{"a": 0.9, "b": 0.2}] * 3 + [{"a": 0.5, "b": 0.85}] * 3,
             [],
-            {"pingpong": 1, "seconds_to_cool": None, "nodes_cooled": 1},
+            {
+                "pingpong": 1,
+                "seconds_to_cool": None,
+                "nodes_cooled": 1,
+                "moves": [(75.0, "w-0", "a", "b", True)],
+            },
             id="pingpong",
         ),
         pytest.param(

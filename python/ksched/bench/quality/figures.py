@@ -49,7 +49,7 @@ class QualityFigures:
         keys = ("hotspot_node_minutes", "p95_utilisation", "cv", "pods_on_hot_nodes", "pending", "pods_per_s")
         out = {k: getattr(self, k) for k in keys}
         if self.rebalance is not None:
-            out["rebalance"] = asdict(self.rebalance)
+            out["rebalance"] = {k: v for k, v in asdict(self.rebalance).items() if k != "moves"}
         return out
 
 

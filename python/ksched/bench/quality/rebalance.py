@@ -14,7 +14,7 @@ pods, and the replacements left pending. Pure functions of what the harness reco
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 # A replacement that lands on a node hot now or within this long went back into the fire.
 PINGPONG_WINDOW_S = 300.0
@@ -65,6 +65,9 @@ class RebalanceFigures:
     pingpong: int = 0
     pdb_violations: int = 0
     pending_after_eviction: int = 0
+    # Each eviction (seconds from the first sample, pod, its node, its replacement's node or
+    # None, ping-pong), for results.json.
+    moves: list[tuple[float, str, str | None, str | None, bool]] = field(default_factory=list)
 
 
 def hot_nodes(values: Sequence[dict[str, float]], nodes: Sequence[str], threshold: float) -> list[set[str]]:
@@ -139,15 +142,19 @@ def judge_rebalance(
     if figures.nodes_cooled:
         figures.evictions_per_node_cooled = round(figures.evictions / figures.nodes_cooled, 2)
     step = times[1] - times[0] if len(times) > 1 else 0.0
-    for replacement in replacements(evictions, pods, initial):
-        if replacement is None or replacement.node is None:
-            continue
-        landed = replacement.bound if replacement.bound is not None else replacement.created
-        window = [
-            h for t, h in zip(times, hot, strict=True) if landed - step <= t <= landed + PINGPONG_WINDOW_S
-        ]
-        if any(replacement.node in h for h in window):
-            figures.pingpong += 1
+    ordered = sorted(evictions, key=lambda e: e.at)
+    for e, replacement in zip(ordered, replacements(ordered, pods, initial), strict=True):
+        target = replacement.node if replacement is not None else None
+        pingpong = False
+        if replacement is not None and target is not None:
+            landed = replacement.bound if replacement.bound is not None else replacement.created
+            window = [
+                h for t, h in zip(times, hot, strict=True) if landed - step <= t <= landed + PINGPONG_WINDOW_S
+            ]
+            pingpong = any(target in h for h in window)
+        figures.pingpong += pingpong
+        start = times[0] if times else e.at
+        figures.moves.append((round(e.at - start, 1), e.pod, e.node, target, pingpong))
     first_eviction: dict[str, float] = {}
     for e in evictions:
         first_eviction[e.workload] = min(e.at, first_eviction.get(e.workload, e.at))
