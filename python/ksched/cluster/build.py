@@ -349,9 +349,12 @@ def build_descheduler(pins: Pins, work: Path) -> None:
     package = f"{DESCHEDULER_MODULE}/cmd/{DESCHEDULER}"
     _run(["go", "get", f"{package}@{pins.descheduler}"], mod, "resolving descheduler modules")
     build_date = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    # Its Makefile's shape, v<date>-<tag>: the descheduler reads its minor version from it to
+    # check the skew with the API server's, and warns on any other shape.
+    stamped = f"v{time.strftime('%Y%m%d', time.gmtime())}-{pins.descheduler}"
     ldflags = [
         "-s -w",
-        f"-X {DESCHEDULER_MODULE}/pkg/version.version={pins.descheduler}",
+        f"-X {DESCHEDULER_MODULE}/pkg/version.version={stamped}",
         f"-X {DESCHEDULER_MODULE}/pkg/version.buildDate={build_date}",
     ]
     out = descheduler_binary(pins)
