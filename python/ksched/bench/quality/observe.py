@@ -34,6 +34,9 @@ SETTLE_TIMEOUT_S = 300.0
 # the idle cluster recorded (its nodes' own system usage).
 COOL_MARGIN = 0.02
 COOL_TIMEOUT_S = 300.0
+# How long after its last pod is created a scenario's controllers are: kube-controller-manager's
+# pod informer has seen every pod by then, even on a busy machine.
+ADOPTION_DELAY_S = 3.0
 
 
 def ksched_config(path: Path | None, prometheus: str, scheduler_name: str | None = None) -> Obj:
@@ -187,6 +190,9 @@ def create_scenario(kube: Kube, s: Scenario, lag_s: float) -> Arrivals:
         arrivals.starts.append((began, [p["metadata"]["name"] for p in burst]))
     arrivals.ended = time.time()
     if s.controlled:
+        # A ReplicaSet that syncs before kube-controller-manager has seen all its pods makes
+        # one more, then deletes a surplus pod, which may be one of ours (a pod lost).
+        time.sleep(ADOPTION_DELAY_S)
         for obj in controllers(s.pods):
             _create(kube, obj)
     return arrivals
