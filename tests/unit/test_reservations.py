@@ -169,6 +169,33 @@ def test_a_waiting_reservation_counts_its_load_on_its_target(
     assert values[:, 0].tolist() == [0.9, 0.2, 0.3], "its replacement showed up: counted as itself"
 
 
+def test_a_landed_replacement_keeps_the_load_it_was_moved_with_while_it_grows_back() -> None:
+    """Moved with 2 CPUs to an 8-CPU node: a replacement measured at 500m (it restarted cold)
+    still holds the other 1.5 CPUs (0.1875) there, for settle_s after it landed; none once it
+    uses what it was moved with, and none after settle_s."""
+    clock = [T0]
+    snapshot = build_snapshot([node("n0", cpu="4"), node("n1", cpu="8")], [])
+    reservations = Reservations(settle_s=600.0, clock=lambda: clock[0])
+    reservations.hold(move(owned("web-1", node_name="n0", cpu="1")), T0 + 60)
+    assert reservations.landed(owned("web-a"), "n1") == ON_TARGET
+    usage = {"default/web-a": 500.0}
+
+    def settled(metric: MetricConfig = CPU) -> list[float]:
+        values = np.array([[0.9], [0.2]])
+        reservations.add_settling(values, snapshot, [metric], lambda key, m: usage.get(key))
+        return [round(float(v), 4) for v in values[:, 0]]
+
+    assert settled() == [0.9, 0.3875]
+    assert settled(FREE) == [0.9, 0.0125], "taken off a metric where higher is better"
+    usage["default/web-a"] = 2500.0
+    assert settled() == [0.9, 0.2], "it uses what it was moved with: the metric shows it"
+    usage.clear()
+    clock[0] = T0 + 599
+    assert settled() == [0.9, 0.45], "not measured: all of it"
+    clock[0] = T0 + 600
+    assert settled() == [0.9, 0.2] and reservations.settling() == 0
+
+
 # -- the scheduling cycle ------------------------------------------------------
 
 

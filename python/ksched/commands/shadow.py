@@ -204,7 +204,8 @@ def _rebalance_lines(rebalance: dict[str, Any] | None) -> list[str]:
     )
     lines = [
         f"rebalance: {mode}; {len(hot)} hot: {nodes or 'none'}",
-        f"           {done} since start; {len(rebalance['reservations'])} reservation(s) held",
+        f"           {done} since start; {len(rebalance['reservations'])} reservation(s) held, "
+        f"{rebalance.get('settling', 0)} replacement(s) growing back",
     ]
     if mode == "follower":
         lines.append("           the leader moves pods; this replica only tracks hot nodes")

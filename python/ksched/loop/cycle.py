@@ -185,6 +185,7 @@ class Scheduler:
         if self.reservations is not None:
             nominated += self.reservations.holding()
             self.reservations.add_to(matrix.values, snapshot, matrix.metrics)
+            self.reservations.add_settling(matrix.values, snapshot, matrix.metrics, self.metrics.measured)
         groups: dict[tuple[str, bool], list[QueuedPod]] = defaultdict(list)
         for qp in batch:
             groups[(scheduler_name(qp.pod), qp.degraded)].append(qp)

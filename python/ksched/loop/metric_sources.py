@@ -479,6 +479,10 @@ class MetricStore:
             return None
         return sample if self.clock() - sample.sampled_at <= metric.max_age_s else None
 
+    def measured(self, key: str, m: MetricConfig) -> float | None:
+        """One pod's (``namespace/pod``) measured usage for the metric's estimate, while fresh."""
+        return (self.pod_usage(m) or {}).get(key)
+
     def pod_usage(self, m: MetricConfig) -> Mapping[str, float] | None:
         """Pods' measured usage of the metric's estimate resource (``namespace/pod`` -> engine
         units) while fresh; None where the metric has no pod query or no fresh sample."""

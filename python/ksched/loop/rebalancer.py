@@ -275,6 +275,10 @@ class Rebalancer:
         def measured(key: str, metric: MetricConfig) -> float | None:
             return (usage.get(metric.name) or {}).get(key)
 
+        # Replacements that landed still grow back to what they were moved with: their
+        # nodes are not cool enough for another move meanwhile.
+        self.reservations.add_settling(values, snapshot, metrics, measured)
+
         self.cooling = {w: until for w, until in self.cooling.items() if until > now}
         budget = Budget(
             evictions=min(self.config.max_per_cycle, self._tokens_left(now)),
@@ -417,6 +421,7 @@ class Rebalancer:
             "wouldEvict": self.would_evict,
             "blocked": {r: self.blocked[r] for r in (BLOCKED_PDB, BLOCKED_FAILED)},
             "reservations": self.reservations.as_json(),
+            "settling": self.reservations.settling(),
             "replacements": dict(self.reservations.outcomes),
         }
 

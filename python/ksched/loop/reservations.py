@@ -8,7 +8,9 @@ first, and keeps it), and the three ways a reservation ends: its replacement bin
 target or elsewhere), the eviction did not happen (released), or the timeout passes
 (expired). Until its replacement shows up, a reservation holds its room the way a nominated
 pod does (:meth:`Reservations.holding`) and its load counts on the target's metrics
-(:meth:`Reservations.add_to`), so other pods fill neither. Thread-safe: the rebalancer holds
+(:meth:`Reservations.add_to`), so other pods fill neither. Once it has landed, the load its
+move was proved with, less what the replacement already uses, stays counted on its node
+for ``settle_s`` (:meth:`Reservations.add_settling`: a restarted pod starts cold). Thread-safe: the rebalancer holds
 and releases, the scheduling cycle matches and counts, the pod informer reports bindings.
 Writes nothing to the API server.
 """
@@ -18,7 +20,8 @@ from __future__ import annotations
 import json
 import math
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -55,11 +58,27 @@ class Reservation:
         }
 
 
+@dataclass(frozen=True)
+class Settling:
+    """A replacement that has landed, whose moved load is held on its node until ``until``
+    (less what it already uses): a restarted pod starts cold and grows back to the load it
+    was moved with, and its node must not be filled meanwhile."""
+
+    move: Move
+    pod: str
+    node: str
+    until: float
+
+
 class Reservations:
-    def __init__(self) -> None:
+    def __init__(self, settle_s: float = 0.0, clock: Callable[[], float] = time.time) -> None:
         self._lock = threading.Lock()
         # Oldest first: a pod matches the oldest reservation it can.
         self._held: list[Reservation] = []
+        # Landed replacements still growing back (``add_settling``), for ``settle_s`` each.
+        self.settle_s = settle_s
+        self.clock = clock
+        self._settling: list[Settling] = []
         # How reservations ended, by outcome (OUTCOMES).
         self.outcomes = dict.fromkeys(OUTCOMES, 0)
 
@@ -109,6 +128,9 @@ class Reservations:
                 return None
             self._held.remove(reservation)
             self.outcomes[outcome] += 1
+            if self.settle_s > 0:
+                key = f"{meta(pod).get('namespace') or 'default'}/{meta(pod).get('name')}"
+                self._settling.append(Settling(reservation.move, key, node, self.clock() + self.settle_s))
         return outcome
 
     def expire(self, now: float) -> list[Reservation]:
@@ -159,6 +181,40 @@ class Reservations:
                     except MalformedObjectError:
                         continue
                 values[target, k] += m.load_sign * amount / float(allocatable[target, c])
+
+    def add_settling(
+        self,
+        values: npt.NDArray[np.float64],
+        snapshot: Snapshot,
+        metrics: Sequence[MetricConfig],
+        measured: Callable[[str, MetricConfig], float | None],
+    ) -> None:
+        """Count on each landed replacement's node what its move was proved with, less what
+        the pod is measured to use now (``measured``: engine units, None where unknown: 0), for
+        ``settle_s`` after it landed; the recent pods' estimate counts the measured part."""
+        now = self.clock()
+        with self._lock:
+            self._settling = [s for s in self._settling if s.until > now]
+            settling = list(self._settling)
+        if not settling:
+            return
+        allocatable = snapshot.arrays["allocatable"].reshape(snapshot.count, len(snapshot.resources))
+        for s in settling:
+            row = snapshot.index.get(s.node)
+            if row is None:
+                continue
+            proved = _proved(s.move.replacement)
+            for k, m in enumerate(metrics):
+                c = None if m.estimate is None else snapshot.resources.get(m.estimate.resource)
+                amount = proved.get(m.name)
+                if amount is None or c is None or allocatable[row, c] <= 0:
+                    continue
+                missing = max(0.0, amount - (measured(s.pod, m) or 0.0))
+                values[row, k] += m.load_sign * missing / float(allocatable[row, c])
+
+    def settling(self) -> int:
+        with self._lock:
+            return sum(1 for s in self._settling if s.until > self.clock())
 
 
 def _proved(replacement: Obj) -> dict[str, float]:

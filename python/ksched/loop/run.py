@@ -237,7 +237,12 @@ def start(
     )
     metrics = MetricStore(config.metrics, prometheus, telemetry, nodes, metrics_server)
     handoff = Handoff(kube, config.handoff, telemetry) if config.handoff.enabled and not shadowing else None
-    reservations = Reservations() if config.rebalance.enabled and not shadowing else None
+    # A moved workload's replacement keeps its moved load counted while the workload cools down.
+    reservations = (
+        Reservations(settle_s=config.rebalance.workload_cooldown_s)
+        if config.rebalance.enabled and not shadowing
+        else None
+    )
     scheduler = Scheduler(
         config,
         state,
