@@ -22,7 +22,7 @@ from ksched.engine import Engine
 from ksched.engine.rebalance import BUDGET_SPENT, COOLING, TERMINATING
 from ksched.loop.client import Response
 from ksched.loop.metric_sources import MetricStore
-from ksched.loop.rebalancer import FOLLOWER, LEADER, SHADOW, Rebalancer
+from ksched.loop.rebalancer import FOLLOWER, LEADER, SHADOW, Rebalancer, _still_shown
 from ksched.loop.reservations import Reservations
 from ksched.loop.samples import Sample
 from ksched.loop.slim import slim_node, slim_pod
@@ -342,22 +342,38 @@ def test_a_node_does_not_give_a_second_pod_while_the_metric_still_shows_the_firs
     h.look()
     assert h.evicted() == ["api-1"]
     assert h.rebalancer.status()["lastPlan"]["moves"] == []  # type: ignore[index]
-    # Gone (first seen at the next look); the samples of a window and maxAge after that may
-    # still show some of it.
+    # Gone (first seen at this look): a sample taken as it left still shows all of it.
     h.state.on_pod("DELETED", slim_pod(hot_pods()[0]), None)
     h.look()
-    h.look(after_s=CPU.window_s() + CPU.max_age_s)
     assert h.evicted() == ["api-1"]
     assert h.rebalancer.status()["lastPlan"]["skipped"] == {TERMINATING: 1}  # type: ignore[index]
-    # Every usable sample is from after that: a node still this hot is judged for its next pod
-    # (which stays: n1 holds the first pod's replacement, and no other node stays below low).
-    h.look()
+    # A sample a whole window after it left shows none of it: a node still this hot is judged
+    # for its next pod (which stays: n1 holds the first pod's replacement, and no other node
+    # stays below low).
+    h.look(after_s=CPU.window_s())
     ((reason, count),) = [
         (r, n)
         for r, n in h.rebalancer.status()["lastPlan"]["skipped"].items()  # type: ignore[index]
         if r != TERMINATING
     ]
     assert reason.startswith("no node stays below low 0.60") and count == 1, reason
+
+
+@pytest.mark.parametrize(
+    ("gone_at", "sampled_at", "want"),
+    [
+        (None, 100.0, 1.0),  # still there
+        (100.0, 90.0, 1.0),  # sampled before it left
+        (100.0, 130.0, 0.5),  # half the window (60 s) is after it left
+        (100.0, 160.0, 0.0),  # the whole window is
+        (100.0, 101.0, 0.0),  # a gauge (no window) shows it no longer
+    ],
+)
+def test_a_departed_pod_is_taken_off_as_far_as_the_sample_still_shows_it(
+    gone_at: float | None, sampled_at: float, want: float
+) -> None:
+    window = 0.0 if sampled_at == 101.0 else 60.0
+    assert _still_shown(gone_at, sampled_at, window) == pytest.approx(want)
 
 
 def test_an_unclaimed_reservation_expires(harness: Any) -> None:

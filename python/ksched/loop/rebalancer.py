@@ -310,10 +310,12 @@ class Rebalancer:
         values: npt.NDArray[np.float64],
         now: float,
     ) -> None:
-        """Take the evicted pods' load off their sources' values until every sample young
-        enough to be used was taken a full window after the pod left (the horizon the load
-        estimate counts a new pod for): until then the metric may still show some of it, and
-        judging the node without all of it errs toward moving nothing more."""
+        """Take off each evicted pod's source what the metric's sample still shows of its load:
+        all of it in a sample taken before the pod left, then the part of the sample's window
+        that still covers the pod's time there (a ``rate(...[W])`` sheds it linearly over W, as
+        the load estimate adds a new pod), none once the window is past it. Taking off more
+        than the sample shows made a former source look cooler than idle, and the next look
+        moved pods back onto it."""
         columns = {m.name: k for k, m in enumerate(metrics)}
         by_name = {m.name: m for m in self.judged}
         kept = []
@@ -327,10 +329,12 @@ class Rebalancer:
             kept.append(d)
             column = columns.get(d.metric)
             row = snapshot.index.get(d.source)
-            if column is not None and row is not None:
+            sample = self.metrics.latest(d.metric)
+            if column is not None and row is not None and sample is not None:
+                shown = _still_shown(d.gone_at, sample.sampled_at, metric.window_s())
                 # The pod's load raised an "above" metric and lowered a "below" one.
                 sign = 1.0 if self.lines[d.metric].direction == "above" else -1.0
-                values[row, column] -= sign * d.usage
+                values[row, column] -= sign * d.usage * shown
         self._departed = kept
 
     # -- limits ------------------------------------------------------------
@@ -436,6 +440,16 @@ def moved_note(move: Move, line: RebalanceThreshold) -> str:
         f"{line.high:.2f}; {move.target} {move.target_before:.2f} -> {move.target_after:.2f} "
         f"(low {line.low:.2f})"
     )
+
+
+def _still_shown(gone_at: float | None, sampled_at: float, window_s: float) -> float:
+    """The share of a departed pod's load a sample taken at ``sampled_at`` over ``window_s``
+    still shows: 1 before the pod left, then the part of the window before it left."""
+    if gone_at is None or sampled_at <= gone_at:
+        return 1.0
+    if window_s <= 0:
+        return 0.0
+    return min(1.0, max(0.0, (gone_at - (sampled_at - window_s)) / window_s))
 
 
 def _budget_refused(data: bytes) -> bool:
