@@ -161,26 +161,21 @@ class Reservations:
         filtered ``below`` (higher is better), as the planner counts it."""
         with self._lock:
             waiting = [r.move for r in self._held if r.pod_uid is None]
-        if not waiting:
-            return
-        allocatable = snapshot.arrays["allocatable"].reshape(snapshot.count, len(snapshot.resources))
         for move in waiting:
-            target = snapshot.index.get(move.target)
-            if target is None:
-                continue
             proved = _proved(move.replacement)
-            for k, m in enumerate(metrics):
-                c = None if m.estimate is None else snapshot.resources.get(m.estimate.resource)
-                if m.estimate is None or c is None or allocatable[target, c] <= 0:
-                    continue
-                amount = proved.get(m.name)
-                if amount is None:
-                    try:
-                        replacement = move.replacement
-                        amount = float(estimated_usage(replacement, pod_requests(replacement), m.estimate))
-                    except MalformedObjectError:
-                        continue
-                values[target, k] += m.load_sign * amount / float(allocatable[target, c])
+
+            def amount(m: MetricConfig, move: Move = move, proved: dict[str, float] = proved) -> float | None:
+                if m.name in proved:
+                    return proved[m.name]
+                assert m.estimate is not None
+                try:
+                    return float(
+                        estimated_usage(move.replacement, pod_requests(move.replacement), m.estimate)
+                    )
+                except MalformedObjectError:
+                    return None
+
+            _add_load(values, snapshot, metrics, move.target, amount)
 
     def add_settling(
         self,
@@ -196,25 +191,43 @@ class Reservations:
         with self._lock:
             self._settling = [s for s in self._settling if s.until > now]
             settling = list(self._settling)
-        if not settling:
-            return
-        allocatable = snapshot.arrays["allocatable"].reshape(snapshot.count, len(snapshot.resources))
         for s in settling:
-            row = snapshot.index.get(s.node)
-            if row is None:
-                continue
             proved = _proved(s.move.replacement)
-            for k, m in enumerate(metrics):
-                c = None if m.estimate is None else snapshot.resources.get(m.estimate.resource)
-                amount = proved.get(m.name)
-                if amount is None or c is None or allocatable[row, c] <= 0:
-                    continue
-                missing = max(0.0, amount - (measured(s.pod, m) or 0.0))
-                values[row, k] += m.load_sign * missing / float(allocatable[row, c])
+
+            def missing(m: MetricConfig, s: Settling = s, proved: dict[str, float] = proved) -> float | None:
+                if m.name not in proved:
+                    return None
+                return max(0.0, proved[m.name] - (measured(s.pod, m) or 0.0))
+
+            _add_load(values, snapshot, metrics, s.node, missing)
 
     def settling(self) -> int:
         with self._lock:
             return sum(1 for s in self._settling if s.until > self.clock())
+
+
+def _add_load(
+    values: npt.NDArray[np.float64],
+    snapshot: Snapshot,
+    metrics: Sequence[MetricConfig],
+    node: str,
+    amount: Callable[[MetricConfig], float | None],
+) -> None:
+    """Add ``amount(metric)`` (engine units; None: nothing) to ``node``'s value of each metric
+    with an estimate, over its allocatable of the estimate's resource, signed by the way load
+    moves the metric."""
+    row = snapshot.index.get(node)
+    if row is None:
+        return
+    r = len(snapshot.resources)
+    for k, m in enumerate(metrics):
+        c = None if m.estimate is None else snapshot.resources.get(m.estimate.resource)
+        if c is None:
+            continue
+        allocatable = float(snapshot.arrays["allocatable"][row * r + c])
+        load = amount(m) if allocatable > 0 else None
+        if load is not None:
+            values[row, k] += m.load_sign * load / allocatable
 
 
 def _proved(replacement: Obj) -> dict[str, float]:
