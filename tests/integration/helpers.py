@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import ssl
 import subprocess
@@ -37,6 +38,15 @@ def unavailable(why: str) -> None:
     if os.environ.get("KSCHED_REQUIRE_CLUSTER") == "1":
         pytest.fail(f"KSCHED_REQUIRE_CLUSTER=1 but the local control plane is unavailable: {why}")
     pytest.skip(f"local control plane unavailable: {why}")
+
+
+# An HTTP 403 in a log: the number alone, not inside another (a port such as 40373).
+_FORBIDDEN = re.compile(r"\b403\b|Forbidden")
+
+
+def refused(log: str) -> bool:
+    """Whether a ksched log shows a request the API server refused for want of rights."""
+    return _FORBIDDEN.search(log) is not None
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float, interval: float = 0.25) -> Any:
@@ -373,7 +383,7 @@ def assert_service_account_schedules_and_nothing_more(
             assert bound["spec"].get("volumeName") == volume, (
                 "the claim was bound with the service account's rights"
             )
-            assert "403" not in k.output() and "Forbidden" not in k.output(), k.output()
+            assert not refused(k.output()), k.output()
     finally:
         kube.request("DELETE", f"/apis/storage.k8s.io/v1/storageclasses/{name}-rbac-local")
         kube.request("DELETE", f"/api/v1/persistentvolumes/{name}-rbac-volume")
