@@ -1,7 +1,7 @@
 """Build the local control plane from Go modules and cache the binaries.
 
-Owns: the version pins of kube-apiserver, kube-scheduler, kubectl, etcd and
-KWOK, and the cache under ``~/.cache/ksched/<pins>/bin``; also the pins of helm
+Owns: the version pins of kube-apiserver, kube-scheduler, kubectl, kubelet,
+kube-proxy, etcd and KWOK, and the cache under ``~/.cache/ksched/<pins>/bin``; also the pins of helm
 (the chart tests use it), of metrics-server (the load simulation serves the
 resource metrics API with it) and of the descheduler (``ksched bench --quality`` runs it
 beside kube-scheduler), each with its own cache
@@ -40,8 +40,16 @@ DESCHEDULER_VERSION = "v0.36.0"
 # k8s.io/kubernetes v1.36 declares `go 1.26.0` in its go.mod; older Go cannot build it.
 MIN_GO = (1, 26)
 
-COMPONENTS = ("kube-apiserver", "kube-scheduler", "kube-controller-manager", "kubectl", "etcd", "kwok")
-KUBERNETES_COMMANDS = ("kube-apiserver", "kube-scheduler", "kube-controller-manager", "kubectl")
+# kubelet and kube-proxy run the real nodes of `ksched cluster up --real-nodes`.
+KUBERNETES_COMMANDS = (
+    "kube-apiserver",
+    "kube-scheduler",
+    "kube-controller-manager",
+    "kubectl",
+    "kubelet",
+    "kube-proxy",
+)
+COMPONENTS = (*KUBERNETES_COMMANDS, "etcd", "kwok")
 HELM = "helm"
 METRICS_SERVER = "metrics-server"
 DESCHEDULER = "descheduler"

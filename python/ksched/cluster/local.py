@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ksched.cluster import load
+from ksched.cluster import load, realnode
 from ksched.cluster.build import Pins, ensure_built
 from ksched.cluster.kwok import FAKE_NODE_ANNOTATION, NODE_LEASE_S, REGION, fake_nodes, start_nodes
 from ksched.cluster.processes import (
@@ -58,6 +58,8 @@ __all__ = [
     "free_port",
     "http_ok",
     "kube_scheduler_args",
+    "load_image",
+    "real_nodes",
     "restart",
     "signal_component",
     "stop",
@@ -65,6 +67,13 @@ __all__ = [
 ]
 
 STOP_TIMEOUT_S = 10.0
+# kube-controller-manager's controllers that real pods need: their ServiceAccount, the CA
+# they trust the API server by, and the EndpointSlices kube-proxy routes Services with.
+REAL_POD_CONTROLLERS = (
+    "serviceaccount-controller",
+    "root-ca-certificate-publisher-controller",
+    "endpointslice-controller",
+)
 
 
 def up(
@@ -79,6 +88,7 @@ def up(
     audit_policy: dict[str, Any] | None = None,
     node_lease_s: int = NODE_LEASE_S,
     load_simulation: load.LoadSimulation | None = None,
+    real_nodes: int = 0,
 ) -> ClusterState:
     """Build what is missing, start the control plane and wait until every node is Ready.
 
@@ -90,7 +100,11 @@ def up(
     (kube-controller-manager's node lifecycle controller, where it runs, reads them).
     With ``load_simulation`` pods use what their usage profiles say, Prometheus records
     every node's utilisation and metrics-server serves ``metrics.k8s.io``
-    (:mod:`~ksched.cluster.load`)."""
+    (:mod:`~ksched.cluster.load`).
+    With ``real_nodes`` that many real kubelets join beside the KWOK nodes
+    (:mod:`~ksched.cluster.realnode`): the API server then listens on the first node's bridge,
+    admits pods with their ServiceAccount, and kube-controller-manager runs the controllers
+    real pods need (ServiceAccounts, the root CA, EndpointSlices) beside the workload ones."""
     if node_lease_s < 1:
         raise ClusterError(f"the node Lease duration must be at least 1 s, not {node_lease_s}")
     existing = load_state()
@@ -100,16 +114,20 @@ def up(
                 f"a local cluster is already running (kubeconfig {existing.kubeconfig}); stop it with `ksched cluster down`"
             )
         shutil.rmtree(existing.directory, ignore_errors=True)
+    if real_nodes:
+        realnode.check_host()
     bin_dir = ensure_built(Pins(), with_helm=False, with_metrics_server=load_simulation is not None)
     directory = state_dir()
     shutil.rmtree(directory, ignore_errors=True)
     directory.mkdir(parents=True)
     ports = {"etcd": free_port(), "etcd-peer": free_port(), "apiserver": free_port()}
     token = secrets.token_hex(16)
+    reals = realnode.plan(real_nodes, directory) if real_nodes else []
+    address = realnode.api_address(reals) if reals else "127.0.0.1"
     state = ClusterState(
         str(directory),
         str(directory / "kubeconfig"),
-        f"https://127.0.0.1:{ports['apiserver']}",
+        f"https://{address}:{ports['apiserver']}",
         token,
         unprivileged_token=secrets.token_hex(16),
         ports=ports,
@@ -117,6 +135,12 @@ def up(
     save_state(state)
     launcher = Launcher(directory, bin_dir, state)
     try:
+        if reals:
+            # Recorded before any change, so that `down` undoes a half-made host too.
+            state.real_nodes = realnode.to_state(reals, realnode.HostChanges())
+            save_state(state)
+            state.real_nodes = realnode.to_state(reals, realnode.prepare_host(reals))
+            save_state(state)
         _start(
             launcher,
             state,
@@ -133,6 +157,7 @@ def up(
             audit_policy,
             node_lease_s,
             load_simulation,
+            reals,
         )
     except BaseException:
         down()
@@ -156,8 +181,10 @@ def _start(
     audit_policy: dict[str, Any] | None,
     node_lease_s: int,
     simulation: load.LoadSimulation | None,
+    reals: list[realnode.RealNode],
 ) -> None:
     ports = state.ports
+    address = realnode.api_address(reals) if reals else "127.0.0.1"
     sa_key = directory / "sa.key"
     proc = subprocess.run(
         ["openssl", "genrsa", "-out", str(sa_key), "2048"], capture_output=True, check=False
@@ -203,8 +230,8 @@ def _start(
         "kube-apiserver",
         [
             f"--etcd-servers=http://127.0.0.1:{ports['etcd']}",
-            "--bind-address=127.0.0.1",
-            "--advertise-address=127.0.0.1",
+            f"--bind-address={address}",
+            f"--advertise-address={address}",
             f"--secure-port={ports['apiserver']}",
             f"--cert-dir={directory / 'certs'}",
             "--authorization-mode=RBAC",
@@ -214,7 +241,11 @@ def _start(
             "--service-account-issuer=https://kubernetes.default.svc",
             "--api-audiences=https://kubernetes.default.svc",
             "--service-cluster-ip-range=10.96.0.0/16",
-            "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
+            # Real pods get their ServiceAccount's token; fake ones need no ServiceAccount.
+            "--disable-admission-plugins="
+            + ("TaintNodesByCondition" if reals else "ServiceAccount,TaintNodesByCondition"),
+            # `kubectl logs` and `exec` reach a real kubelet at its bridge address.
+            "--kubelet-preferred-address-types=InternalIP,Hostname",
             "--max-requests-inflight=0",
             "--max-mutating-requests-inflight=0",
             "--enable-priority-and-fairness=false",
@@ -277,7 +308,7 @@ def _start(
         args, port = kube_scheduler_args(state, scheduler_qps, percentage)
         launcher.start("kube-scheduler", "kube-scheduler", args)
         launcher.wait("kube-scheduler /healthz", lambda: http_ok(f"https://127.0.0.1:{port}/healthz"))
-    if with_controllers:
+    if with_controllers or reals:
         # The workload controllers only (Deployments, ReplicaSets, StatefulSets, garbage
         # collection, namespaces, PodDisruptionBudgets) and the PersistentVolume binder,
         # which completes the claims a scheduler binds: no node lifecycle, so KWOK nodes
@@ -305,10 +336,13 @@ def _start(
                         "namespace-controller",
                         "disruption-controller",
                         "persistentvolume-binder-controller",
+                        *(REAL_POD_CONTROLLERS if reals else ()),
                         *extra_controllers,
                     )
                 ),
                 "--pvclaimbinder-sync-period=1s",
+                # Published to every namespace as kube-root-ca.crt, which pods trust the API server by.
+                f"--root-ca-file={directory / 'certs' / 'apiserver.crt'}",
             ],
         )
         launcher.wait(
@@ -318,6 +352,8 @@ def _start(
         start_prometheus(launcher, prometheus_targets or "", simulation)
     if simulation and certs:
         load.start_metrics_server(launcher, certs, simulation)
+    if reals:
+        realnode.start(launcher, reals, state, bin_dir, zones)
     save_state(state)
 
 
@@ -372,11 +408,19 @@ def _down() -> str:
         return "no local cluster is running"
     stopped = []
     for name, pid in reversed(list(state.pids.items())):
-        # Components are recorded under their executable's name, so the name identifies the process.
+        # Components are recorded under their executable's name (a real node's under a link
+        # named after it), so the name identifies the process.
         if _stop(name, pid):
             stopped.append(name)
+    left: list[str] = []
+    if state.real_nodes:
+        reals, changes = realnode.from_state(state.real_nodes)
+        left = realnode.teardown(reals, changes, state.directory)
     shutil.rmtree(state.directory, ignore_errors=True)
-    return f"stopped {', '.join(stopped) or 'nothing (already exited)'}; removed {state.directory}"
+    done = f"stopped {', '.join(stopped) or 'nothing (already exited)'}; removed {state.directory}"
+    if left:
+        raise ClusterError(f"{done}, but could not remove: {', '.join(left)}")
+    return done
 
 
 def _stop(name: str, pid: int) -> bool:
@@ -481,6 +525,26 @@ def restart(component: str, down_s: float = 0.0) -> None:
 def _reap(pid: int) -> None:
     with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)
+
+
+def real_nodes() -> list[realnode.RealNode]:
+    """The running cluster's real nodes (none when it has only KWOK ones)."""
+    state = load_state()
+    if state is None:
+        raise ClusterError("no local cluster is running; start one with `ksched cluster up`")
+    return realnode.from_state(state.real_nodes)[0] if state.real_nodes else []
+
+
+def load_image(archive: Path, name: str) -> list[str]:
+    """Import an image archive into every real node's containerd, where ``imagePullPolicy:
+    Never`` finds it as ``name`` (as containerd lists it); returns the nodes' names."""
+    nodes = real_nodes()
+    if not nodes:
+        raise ClusterError(
+            "the local cluster has no real nodes: start it with `ksched cluster up --real-nodes 1`"
+        )
+    realnode.load_image(nodes, archive, name)
+    return [node.name for node in nodes]
 
 
 def env_line() -> str:

@@ -44,10 +44,14 @@ class ClusterState:
     ports: dict[str, int] = field(default_factory=dict)
     nodes: int = 0
     prometheus: str | None = None
+    # `up --real-nodes`: the nodes and what they changed on the host (ksched.cluster.realnode).
+    real_nodes: dict[str, Any] = field(default_factory=dict)
 
     def describe(self) -> str:
         lines = [
-            f"local cluster up: {self.nodes} fake nodes, API server {self.apiserver}",
+            f"local cluster up: {self.nodes} fake nodes"
+            + (f", {len(self.real_nodes['nodes'])} real nodes" if self.real_nodes.get("nodes") else "")
+            + f", API server {self.apiserver}",
             f"  components: {', '.join(f'{k} (pid {v})' for k, v in self.pids.items())}",
             f"  kubeconfig: {self.kubeconfig}",
         ]

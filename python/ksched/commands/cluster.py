@@ -17,6 +17,15 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     up = csub.add_parser("up", help="build (if needed) and start the control plane with fake nodes")
     up.add_argument("--nodes", type=int, default=10)
     up.add_argument("--zones", type=int, default=3)
+    up.add_argument(
+        "--real-nodes",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also N real nodes (kubelet, containerd, runc, a CNI bridge each; one kube-proxy), which "
+        "run real containers: needs root; Debian's containerd, runc and CNI plugins are installed "
+        "with apt-get when missing. See docs/install.md",
+    )
     up.add_argument("--with-scheduler", action="store_true", help="also run the real kube-scheduler")
     up.add_argument(
         "--with-controllers",
@@ -79,6 +88,7 @@ def _cluster(args: argparse.Namespace) -> int:
             percentage_of_nodes_to_score=args.percentage_of_nodes_to_score,
             node_lease_s=args.node_lease_seconds,
             load_simulation=simulation,
+            real_nodes=args.real_nodes,
         )
         print(env.describe())
     elif args.cluster_command == "down":

@@ -39,11 +39,23 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         default=Path.cwd(),
         help="a folder inside the ksched checkout to build (default: the current folder)",
     )
+    load = isub.add_parser(
+        "load",
+        help="import a built image into the real nodes of the local cluster (`cluster up --real-nodes`)",
+        description="Writes the image as an archive (buildah push, or docker save) and imports it into "
+        "each real node's containerd, where a pod with imagePullPolicy: Never runs it. Prints the "
+        "reference to put in a manifest. Example: ksched image load --tag ksched:dev",
+    )
+    load.add_argument("--tag", default=f"ksched:{__version__}", help="the image's name (default %(default)s)")
+    load.add_argument("--builder", choices=("docker", "buildah"), help="the builder that holds it")
     i.set_defaults(func=_image)
 
 
 def _image(args: argparse.Namespace) -> int:
     from ksched.cluster.image import build, layers
+
+    if args.image_command == "load":
+        return _load(args.tag, args.builder)
 
     result = build.build_image(args.tag, args.source, args.builder)
     bases = f", bases {result.bases_s:.0f} s" if result.builder == "buildah" else ""
@@ -51,4 +63,20 @@ def _image(args: argparse.Namespace) -> int:
         f"built {result.tag} with {result.builder} in {result.build_s:.0f} s{bases}; it runs {result.version}"
     )
     print(layers.format_report(result.report))
+    return EXIT_OK
+
+
+def _load(tag: str, asked: str | None) -> int:
+    import tempfile
+
+    from ksched.cluster import local
+    from ksched.cluster.image import build, tools
+
+    builder: tools.Builder = (
+        "docker" if asked == "docker" or (asked is None and tools.docker_answers() is None) else "buildah"
+    )
+    with tempfile.TemporaryDirectory(prefix="ksched-image-load-") as folder:
+        archive, ref = build.export_archive(builder, tag, Path(folder))
+        nodes = local.load_image(archive, build.containerd_name(ref))
+    print(f"loaded {ref} into {', '.join(nodes)}: use image: {ref} with imagePullPolicy: Never")
     return EXIT_OK

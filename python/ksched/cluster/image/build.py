@@ -135,6 +135,35 @@ def read_layers(builder: Builder, tag: str) -> tuple[layers.Layer, ...]:
     return layers.from_buildah_inspect(inspect)
 
 
+def reference(builder: Builder, tag: str) -> str:
+    """The name a container runtime knows ``tag`` by once imported (what a manifest's
+    ``image:`` says): buildah names an image without a registry ``localhost/NAME``; Docker's
+    own names are already what the kubelet asks for."""
+    first = tag.split("/", 1)[0]
+    if builder == "docker" or ("/" in tag and ("." in first or ":" in first or first == "localhost")):
+        return tag
+    return f"localhost/{tag}"
+
+
+def containerd_name(image: str) -> str:
+    """``image`` as containerd lists it (Docker's normalisation of a short name)."""
+    first = image.split("/", 1)[0]
+    if "/" in image and ("." in first or ":" in first or first == "localhost"):
+        return image
+    return f"docker.io/{image}" if "/" in image else f"docker.io/library/{image}"
+
+
+def export_archive(builder: Builder, tag: str, into: Path) -> tuple[Path, str]:
+    """``tag`` written as an archive that ``ctr images import`` reads, and its reference."""
+    ref = reference(builder, tag)
+    out = into / "image.tar"
+    if builder == "docker":
+        run(["docker", "save", "-o", str(out), tag], f"saving {tag}")
+    else:
+        run(["buildah", "push", "--quiet", tag, f"oci-archive:{out}:{ref}"], f"exporting {tag}")
+    return out, ref
+
+
 def build_image(tag: str, source: Path, asked: Builder | None = None) -> BuildResult:
     """Build ``deploy/Dockerfile`` of the checkout at ``source`` as ``tag``, then start it once."""
     root = source_root(source)

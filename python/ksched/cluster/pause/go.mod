@@ -1,0 +1,3 @@
+module ksched.local/pause
+
+go 1.24

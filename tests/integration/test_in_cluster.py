@@ -1,0 +1,499 @@
+"""ksched as users run it: its image, built from this checkout, deployed from deploy/ (a
+kustomize overlay that swaps the image in) and from the Helm chart, on a real kubelet.
+
+One cluster of its own (``up --real-nodes 1`` beside 4 KWOK nodes, kube-scheduler as the
+default scheduler that places ksched's own pods): the pods must be Ready, hold the Lease,
+bind pods on the real node (their containers running) and on KWOK nodes, route a pod of an
+opted-in namespace through the webhook behind its Service, serve /metrics through the
+Service, answer ``ksched status`` and agree with a live ``ksched explain``; the leader's
+death and a rolling upgrade lose no pod and bind none twice; shadow mode binds nothing.
+Measured here: image build about 1 min warm (5-10 min cold: the engine's release build),
+up to Ready nodes about 10 s, the whole module about 4 min.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from ksched.cluster import local, realnode
+from ksched.cluster.build import BuildError, ensure_built, helm_binary
+from ksched.cluster.image import build as image_build
+from ksched.cluster.image.tools import ImageError, choose_builder, run
+from ksched.loop.client import Kube, load_configuration
+from tests.integration.helpers import Obj, create, kubectl, pods_in, unavailable, wait_for
+
+pytestmark = pytest.mark.cluster
+
+REPO = Path(__file__).resolve().parents[2]
+DEPLOY = REPO / "deploy"
+CHART = DEPLOY / "helm" / "ksched"
+NAMESPACE = "ksched-system"
+TAGS = ("ksched:in-cluster-1", "ksched:in-cluster-2")
+LEASE_S = 15.0  # deploy/configmap.yaml's leaseDuration, which the chart shares
+REAL = {realnode.NODE_LABEL: "true"}
+KWOK = {"type": "kwok"}
+
+
+@dataclass
+class RealCluster:
+    state: local.ClusterState
+    kube: Kube
+    images: tuple[str, str]
+    figures: dict[str, float] = field(default_factory=dict)
+
+    def kubectl(self, *args: str, input_: str | None = None) -> subprocess.CompletedProcess[str]:
+        return kubectl(self.state, *args, input_=input_)
+
+
+@pytest.fixture(scope="module")
+def real(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealCluster]:
+    if os.geteuid() != 0:
+        unavailable("real nodes need root")
+    try:
+        ensure_built()
+        builder = choose_builder(None)
+        started = time.monotonic()
+        image_build.build_image(TAGS[0], REPO, builder)
+        build_s = time.monotonic() - started
+        run([builder, "tag", TAGS[0], TAGS[1]], "tagging the upgrade's image")
+    except (BuildError, ImageError) as err:
+        unavailable(str(err))
+        raise
+    saved = os.environ.get("KSCHED_CLUSTER_DIR")
+    os.environ["KSCHED_CLUSTER_DIR"] = str(tmp_path_factory.mktemp("real-cluster"))
+    try:
+        started = time.monotonic()
+        state = local.up(nodes=4, zones=2, real_nodes=1, with_scheduler=True, with_controllers=True)
+        up_s = time.monotonic() - started
+        images = []
+        with tempfile.TemporaryDirectory(prefix="ksched-image-") as folder:
+            for tag in TAGS:
+                archive, ref = image_build.export_archive(builder, tag, Path(folder))
+                local.load_image(archive, image_build.containerd_name(ref))
+                images.append(ref)
+        kube = Kube(load_configuration(state.kubeconfig, 16))
+        yield RealCluster(state, kube, (images[0], images[1]), {"image build s": build_s, "up s": up_s})
+    finally:
+        local.down()
+        if saved is None:
+            os.environ.pop("KSCHED_CLUSTER_DIR", None)
+        else:
+            os.environ["KSCHED_CLUSTER_DIR"] = saved
+
+
+# --- what every install must do ------------------------------------------------------------
+
+
+def ksched_pods(real: RealCluster) -> list[Obj]:
+    pods = pods_in(real.kube, NAMESPACE)
+    return [p for p in pods if (p["metadata"].get("labels") or {}).get("app.kubernetes.io/name") == "ksched"]
+
+
+def ready(pod: Obj) -> bool:
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+
+def wait_ready(real: RealCluster, image: str, count: int = 2, timeout: float = 120) -> list[Obj]:
+    def done() -> list[Obj] | None:
+        pods = [p for p in ksched_pods(real) if not p["metadata"].get("deletionTimestamp")]
+        running = [p for p in pods if p["spec"]["containers"][0]["image"] == image and ready(p)]
+        return running if len(running) == count == len(pods) else None
+
+    pods = wait_for(done, timeout, 0.5)
+    assert pods, real.kubectl("-n", NAMESPACE, "describe", "pods").stdout[-4000:]
+    return list(pods)
+
+
+def leader(real: RealCluster) -> str:
+    got = real.kube.request("GET", f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases/ksched")
+    if got.status != 200:
+        return ""
+    holder = (got.json().get("spec") or {}).get("holderIdentity") or ""
+    return str(holder).split("_")[0]
+
+
+def pod(name: str, namespace: str, node_selector: dict[str, str], **spec: Any) -> Obj:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "labels": {"app": name.rsplit("-", 1)[0]}},
+        "spec": {
+            "schedulerName": "ksched",
+            "nodeSelector": node_selector,
+            "terminationGracePeriodSeconds": 0,
+            "containers": [
+                {
+                    "name": "app",
+                    "image": realnode.PAUSE_IMAGE,
+                    "imagePullPolicy": "Never",
+                    "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}},
+                }
+            ],
+            **spec,
+        },
+    }
+
+
+def namespace(real: RealCluster, name: str, labels: dict[str, str] | None = None) -> str:
+    metadata: dict[str, Any] = {"name": name, "labels": labels or {}}
+    create(real.kube, [{"apiVersion": "v1", "kind": "Namespace", "metadata": metadata}])
+    # Real pods need their ServiceAccount, which the controller makes a moment later.
+    assert wait_for(
+        lambda: real.kube.request("GET", f"/api/v1/namespaces/{name}/serviceaccounts/default").status == 200,
+        30,
+    )
+    return name
+
+
+def scheduled_by(real: RealCluster, ns: str) -> Counter[str]:
+    """How many Scheduled events each pod of ``ns`` got, and from whom, as ``pod by controller``."""
+    events = real.kube.request("GET", f"/apis/events.k8s.io/v1/namespaces/{ns}/events").json()["items"]
+    return Counter(
+        f"{e['regarding']['name']} by {e.get('reportingController') or '?'}"
+        for e in events
+        if e.get("reason") == "Scheduled"
+    )
+
+
+def get_pod(real: RealCluster, ns: str, name: str) -> Obj:
+    got: Obj = real.kube.request("GET", f"/api/v1/namespaces/{ns}/pods/{name}").json()
+    return got
+
+
+def running_on(real: RealCluster, ns: str, name: str, node: str) -> bool:
+    p = get_pod(real, ns, name)
+    statuses = (p.get("status") or {}).get("containerStatuses") or []
+    return (
+        p["spec"].get("nodeName") == node and bool(statuses) and "running" in (statuses[0].get("state") or {})
+    )
+
+
+def service_address(real: RealCluster) -> str:
+    svc = real.kube.request("GET", f"/api/v1/namespaces/{NAMESPACE}/services/ksched").json()
+    return f"{svc['spec']['clusterIP']}:10259"
+
+
+def ksched_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "ksched.commands.cli", *args], capture_output=True, text=True, check=False
+    )
+
+
+def assert_serves(real: RealCluster, image: str, tag: str, tmp_path: Path) -> None:
+    """The checks every install must pass, on pods in a namespace named after ``tag``."""
+    pods = wait_ready(real, image)
+    names = {p["metadata"]["name"] for p in pods}
+    assert wait_for(lambda: leader(real) in names, LEASE_S * 2, 0.5), f"no ksched pod of {names} leads"
+    # The ServiceAccount's token through the `kubernetes` Service: the informers synced.
+    logs = real.kubectl("-n", NAMESPACE, "logs", leader(real))
+    assert "became the leader" in logs.stdout, logs.stdout[-3000:] + logs.stderr
+
+    ns = namespace(real, f"{tag}-pods")
+    create(
+        real.kube,
+        [pod("on-real-0", ns, REAL), *(pod(f"on-kwok-{i}", ns, KWOK) for i in range(3))],
+    )
+    assert wait_for(lambda: running_on(real, ns, "on-real-0", "real-node-0"), 60, 0.5), get_pod(
+        real, ns, "on-real-0"
+    ).get("status")
+    on_kwok = wait_for(
+        lambda: all(get_pod(real, ns, f"on-kwok-{i}")["spec"].get("nodeName") for i in range(3)), 30, 0.5
+    )
+    assert on_kwok
+    for i in range(3):
+        assert get_pod(real, ns, f"on-kwok-{i}")["spec"]["nodeName"].startswith("kwok-node-")
+    wait_for(lambda: scheduled_by(real, ns).total() >= 4, 30, 0.5)
+    assert scheduled_by(real, ns) == Counter(
+        [f"{n} by ksched" for n in ("on-real-0", "on-kwok-0", "on-kwok-1", "on-kwok-2")]
+    ), scheduled_by(real, ns)
+
+    # The webhook behind its Service routes a pod of an opted-in namespace to ksched.
+    routed = namespace(real, f"{tag}-routed", {"ksched.io/route": "true"})
+    plain = pod("routed-0", routed, REAL)
+    del plain["spec"]["schedulerName"]
+    create(real.kube, [plain])
+    assert get_pod(real, routed, "routed-0")["spec"]["schedulerName"] == "ksched"
+    assert wait_for(lambda: running_on(real, routed, "routed-0", "real-node-0"), 60, 0.5)
+
+    # /metrics and /status through the Service (kube-proxy's rules on this host).
+    address = service_address(real)
+    metrics = subprocess.run(
+        ["curl", "-sf", "--max-time", "5", f"http://{address}/metrics"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert metrics.returncode == 0 and "ksched_schedule_attempts_total" in metrics.stdout, metrics.stderr
+    status = ksched_cli("status", "--address", address, "-o", "json")
+    assert status.returncode == 0, status.stderr
+    # Either replica answers through the Service; both name the leader.
+    doc = json.loads(status.stdout)
+    assert doc["synced"] and str(doc["leader"]).split("_")[0] == leader(real), doc
+
+    # A live explain, with the configuration the pods run, places as they placed.
+    config = tmp_path / f"{tag}-config.yaml"
+    cm = real.kube.request("GET", f"/api/v1/namespaces/{NAMESPACE}/configmaps/ksched-config").json()
+    config.write_text(cm["data"]["config.yaml"])
+    waiting = pod("explained-0", ns, REAL, schedulerName="nobody")
+    create(real.kube, [waiting])
+    explained = ksched_cli(
+        "explain", f"{ns}/explained-0", "--config", str(config), "--kubeconfig", real.state.kubeconfig
+    )
+    assert explained.returncode == 0, explained.stdout + explained.stderr
+    assert explained.stdout.startswith(f"pod {ns}/explained-0: placed on real-node-0 "), explained.stdout
+
+
+# --- arrivals at a steady rate, and what they must show ---------------------------------------
+
+
+class Arrivals:
+    """Pods created at ``rate`` a second on KWOK nodes until stopped."""
+
+    def __init__(self, real: RealCluster, ns: str, rate: float = 4.0):
+        self.real, self.ns, self.rate = real, ns, rate
+        self.created: dict[str, str] = {}
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Arrivals:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+    def _run(self) -> None:
+        i = 0
+        while not self._stop.is_set():
+            name = f"arrival-{i}"
+            got = self.real.kube.request(
+                "POST", f"/api/v1/namespaces/{self.ns}/pods", body=pod(name, self.ns, KWOK)
+            )
+            if got.status == 201:
+                self.created[name] = got.json()["metadata"]["uid"]
+            else:
+                self.errors.append(f"{name}: {got.status}")
+            i += 1
+            self._stop.wait(1 / self.rate)
+
+    def assert_all_bound_once(self, timeout: float = 60) -> float:
+        """Every created pod is there, bound, with one Scheduled event; returns the longest wait."""
+
+        def bound() -> list[Obj] | None:
+            pods = [
+                p for p in pods_in(self.real.kube, self.ns) if p["metadata"]["name"].startswith("arrival-")
+            ]
+            return (
+                pods
+                if len(pods) >= len(self.created) and all(p["spec"].get("nodeName") for p in pods)
+                else None
+            )
+
+        pods = wait_for(bound, timeout, 1.0)
+        assert pods, (
+            f"pods left unbound: {[p['metadata']['name'] for p in pods_in(self.real.kube, self.ns) if not p['spec'].get('nodeName')]}"
+        )
+        assert not self.errors, self.errors
+        uids = {p["metadata"]["uid"] for p in pods}
+        assert not [n for n, uid in self.created.items() if uid not in uids], "pods lost"
+        counts = scheduled_by(self.real, self.ns)
+        twice = {k: v for k, v in counts.items() if v != 1}
+        assert not twice, f"bound more than once: {twice}"
+        assert set(counts) == {f"{n} by ksched" for n in self.created}, counts
+        waits = [_seconds(_scheduled_at(p)) - _seconds(p["metadata"]["creationTimestamp"]) for p in pods]
+        return max(waits)
+
+
+def _scheduled_at(p: Obj) -> str:
+    (condition,) = [c for c in p["status"]["conditions"] if c["type"] == "PodScheduled"]
+    return str(condition["lastTransitionTime"])
+
+
+def _seconds(stamp: str) -> float:
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+# --- the kustomize base -------------------------------------------------------------------------
+
+
+def overlay(tmp_path: Path, image: str) -> Path:
+    """deploy/ with the image built here swapped in, never pulled, and ksched's pods kept on
+    the real node (a KWOK node would only pretend to run them)."""
+    folder = tmp_path / "overlay"
+    folder.mkdir(exist_ok=True)
+    name, tag = image.rsplit(":", 1)
+    (folder / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                "resources": [os.path.relpath(DEPLOY, folder)],
+                "images": [{"name": "ksched", "newName": name, "newTag": tag}],
+                "patches": [
+                    {
+                        "target": {"kind": "Deployment", "name": "ksched"},
+                        "patch": yaml.safe_dump(
+                            [
+                                {
+                                    "op": "add",
+                                    "path": "/spec/template/spec/containers/0/imagePullPolicy",
+                                    "value": "Never",
+                                },
+                                {"op": "add", "path": "/spec/template/spec/nodeSelector", "value": REAL},
+                            ]
+                        ),
+                    }
+                ],
+            }
+        )
+    )
+    return folder
+
+
+def test_kustomize_base_runs_on_a_real_node_survives_its_leader_and_an_upgrade(
+    real: RealCluster, tmp_path: Path
+) -> None:
+    first, second = real.images
+    folder = overlay(tmp_path, first)
+    started = time.monotonic()
+    applied = real.kubectl("apply", "-k", str(folder))
+    assert applied.returncode == 0, applied.stderr
+    wait_ready(real, first)
+    ready_s = time.monotonic() - started
+    assert_serves(real, first, "kustomize", tmp_path)
+
+    # The leader dies while pods arrive: the other replica leads within the lease duration.
+    ns = namespace(real, "failover")
+    with Arrivals(real, ns) as failover:
+        time.sleep(3)
+        old = leader(real)
+        killed = time.monotonic()
+        deleted = real.kubectl("-n", NAMESPACE, "delete", "pod", old, "--wait=false")
+        assert deleted.returncode == 0, deleted.stderr
+        took = wait_for(
+            lambda: (h := leader(real)) and h != old and time.monotonic() - killed, LEASE_S * 2, 0.2
+        )
+        assert took, f"no new leader {LEASE_S * 2:.0f} s after {old} was deleted"
+        time.sleep(5)
+    failover_wait = failover.assert_all_bound_once()
+    assert took <= LEASE_S, f"the new leader took {took:.1f} s (lease {LEASE_S:.0f} s)"
+
+    # A rolling upgrade to the second tag while pods arrive.
+    wait_ready(real, first)
+    ns = namespace(real, "upgrade")
+    with Arrivals(real, ns) as arrivals:
+        time.sleep(3)
+        started = time.monotonic()
+        real.kubectl("-n", NAMESPACE, "set", "image", "deployment/ksched", f"ksched={second}")
+        rolled = real.kubectl("-n", NAMESPACE, "rollout", "status", "deployment/ksched", "--timeout=180s")
+        upgrade_s = time.monotonic() - started
+        assert rolled.returncode == 0, rolled.stdout + rolled.stderr
+        wait_ready(real, second)
+        time.sleep(5)
+    upgrade_wait = arrivals.assert_all_bound_once()
+    assert upgrade_wait <= LEASE_S, f"a pod waited {upgrade_wait:.1f} s to be bound (lease {LEASE_S:.0f} s)"
+    print(
+        f"\nkustomize: image build {real.figures['image build s']:.0f} s, up {real.figures['up s']:.1f} s, "
+        f"apply to 2 Ready {ready_s:.1f} s, leader deleted to new leader {took:.1f} s "
+        f"(longest wait {failover_wait:.1f} s), rolling upgrade {upgrade_s:.1f} s "
+        f"(longest wait {upgrade_wait:.1f} s); {len(arrivals.created)} pods arrived during the upgrade"
+    )
+    deleted = real.kubectl("delete", "-k", str(folder), "--wait=true", "--timeout=120s")
+    assert deleted.returncode == 0, deleted.stderr
+    assert wait_for(lambda: not ksched_pods(real), 60, 0.5)
+
+
+# --- the chart ----------------------------------------------------------------------------------
+
+
+def helm(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(helm_binary()), *args], capture_output=True, text=True, check=False)
+
+
+def helm_install(real: RealCluster, image: str, *values: str) -> float:
+    name, tag = image.rsplit(":", 1)
+    started = time.monotonic()
+    done = helm(
+        "install",
+        "ksched",
+        str(CHART),
+        "--kubeconfig",
+        real.state.kubeconfig,
+        "--namespace",
+        NAMESPACE,
+        "--create-namespace",
+        "--set",
+        f"image.repository={name}",
+        "--set",
+        f"image.tag={tag}",
+        "--set",
+        "image.pullPolicy=Never",
+        "--set-string",
+        f"nodeSelector.{realnode.NODE_LABEL.replace('.', chr(92) + '.')}=true",
+        *values,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    wait_ready(real, image)
+    return time.monotonic() - started
+
+
+def helm_uninstall(real: RealCluster) -> None:
+    done = helm(
+        "uninstall", "ksched", "--kubeconfig", real.state.kubeconfig, "--namespace", NAMESPACE, "--wait"
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert wait_for(lambda: not ksched_pods(real), 60, 0.5)
+
+
+def test_chart_runs_on_a_real_node(real: RealCluster, tmp_path: Path) -> None:
+    first = real.images[0]
+    ready_s = helm_install(real, first)
+    assert_serves(real, first, "chart", tmp_path)
+    print(f"\nchart: install to 2 Ready {ready_s:.1f} s")
+    helm_uninstall(real)
+
+
+def test_chart_in_shadow_mode_binds_nothing_on_the_real_node(real: RealCluster) -> None:
+    first = real.images[0]
+    helm_install(real, first, "--set", "shadow.enabled=true")
+    ns = namespace(real, "shadow-pods")
+    # A pod asking for ksched stays pending; one default-scheduler binds is recorded.
+    create(
+        real.kube,
+        [pod("asks-ksched-0", ns, REAL), pod("default-0", ns, REAL, schedulerName="default-scheduler")],
+    )
+    assert wait_for(lambda: running_on(real, ns, "default-0", "real-node-0"), 60, 0.5)
+    address = service_address(real)
+
+    def recorded() -> dict[str, Any] | None:
+        report = ksched_cli("shadow", "report", "--address", address, "-o", "json")
+        if report.returncode != 0:
+            return None
+        doc: dict[str, Any] = json.loads(report.stdout)
+        return doc if (doc.get("total") or 0) >= 1 else None
+
+    report = wait_for(recorded, 30, 1.0)
+    assert report, ksched_cli("shadow", "report", "--address", address).stdout
+    time.sleep(5)
+    waiting = get_pod(real, ns, "asks-ksched-0")
+    assert not waiting["spec"].get("nodeName"), "shadow mode bound a pod"
+    assert not [k for k in scheduled_by(real, ns) if k.endswith("by ksched")]
+    helm_uninstall(real)
