@@ -4,16 +4,23 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from ksched.cluster import local
 from ksched.cluster.build import BuildError, missing_binaries
+from ksched.cluster.image import build, tools
 from ksched.loop.client import Kube, load_configuration
 from tests.integration.helpers import Namespaces, create, delete_pods, unavailable
 
 CLUSTER_NODES = 20
+REPO = Path(__file__).resolve().parents[2]
+IMAGE_TAG = "ksched:test"
 
 
 @pytest.fixture(scope="module")
@@ -66,3 +73,28 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, exporter: str) -> Iterator
         raise
     yield state
     local.down()
+
+
+@pytest.fixture(scope="session")
+def image(tmp_path_factory: pytest.TempPathFactory) -> tuple[build.BuildResult, float]:
+    """ksched's image, built once per run from this checkout (``ksched image build --wheels``):
+    the engine's wheel is built here by maturin, incrementally on the checkout's target/,
+    and the Dockerfile packs it (compiling it again in the builder stage would cost a fresh
+    machine 5-10 minutes). Returns the build result and the seconds the build took."""
+    wheels = tmp_path_factory.mktemp("wheels")
+    started = time.monotonic()
+    made = subprocess.run(
+        [sys.executable, "-m", "maturin", "build", "--release", "--out", str(wheels), "-q"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if made.returncode != 0:
+        pytest.fail(f"maturin build failed:\n{(made.stdout + made.stderr)[-3000:]}")
+    try:
+        result = build.build_image(IMAGE_TAG, REPO, wheels=wheels)
+    except tools.ImageError as err:
+        unavailable(f"the image could not be built: {err}")
+        raise
+    return result, time.monotonic() - started

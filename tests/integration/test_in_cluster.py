@@ -33,8 +33,10 @@ import yaml
 from ksched.cluster import local, realnode
 from ksched.cluster.build import BuildError, ensure_built, helm_binary
 from ksched.cluster.image import build as image_build
-from ksched.cluster.image.tools import ImageError, choose_builder, run
+from ksched.cluster.image.tools import ImageError, run
+from ksched.config import parse_config
 from ksched.loop.client import Kube, load_configuration
+from ksched.loop.metric_sources import NodeResolver, PrometheusSource
 from tests.integration.helpers import Obj, create, kubectl, pods_in, unavailable, wait_for
 
 pytestmark = pytest.mark.cluster
@@ -43,7 +45,7 @@ REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
 CHART = DEPLOY / "helm" / "ksched"
 NAMESPACE = "ksched-system"
-TAGS = ("ksched:in-cluster-1", "ksched:in-cluster-2")
+UPGRADE_TAG = "ksched:test-upgrade"
 LEASE_S = 15.0  # deploy/configmap.yaml's leaseDuration, which the chart shares
 REAL = {realnode.NODE_LABEL: "true"}
 KWOK = {"type": "kwok"}
@@ -61,16 +63,17 @@ class RealCluster:
 
 
 @pytest.fixture(scope="module")
-def real(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealCluster]:
+def real(
+    tmp_path_factory: pytest.TempPathFactory, image: tuple[image_build.BuildResult, float]
+) -> Iterator[RealCluster]:
     if os.geteuid() != 0:
         unavailable("real nodes need root")
+    built, build_s = image
+    builder = built.builder
+    tags = (built.tag, UPGRADE_TAG)
     try:
         ensure_built()
-        builder = choose_builder(None)
-        started = time.monotonic()
-        image_build.build_image(TAGS[0], REPO, builder)
-        build_s = time.monotonic() - started
-        run([builder, "tag", TAGS[0], TAGS[1]], "tagging the upgrade's image")
+        run([builder, "tag", built.tag, UPGRADE_TAG], "tagging the upgrade's image")
     except (BuildError, ImageError) as err:
         unavailable(str(err))
         raise
@@ -78,11 +81,13 @@ def real(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealCluster]:
     os.environ["KSCHED_CLUSTER_DIR"] = str(tmp_path_factory.mktemp("real-cluster"))
     try:
         started = time.monotonic()
-        state = local.up(nodes=4, zones=2, real_nodes=1, with_scheduler=True, with_controllers=True)
+        state = local.up(
+            nodes=4, zones=2, real_nodes=1, with_scheduler=True, with_controllers=True, prometheus_targets=""
+        )
         up_s = time.monotonic() - started
         images = []
         with tempfile.TemporaryDirectory(prefix="ksched-image-") as folder:
-            for tag in TAGS:
+            for tag in tags:
                 archive, ref = image_build.export_archive(builder, tag, Path(folder))
                 local.load_image(archive, image_build.containerd_name(ref))
                 images.append(ref)
@@ -224,12 +229,21 @@ def assert_serves(real: RealCluster, image: str, tag: str, tmp_path: Path) -> No
     ), scheduled_by(real, ns)
 
     # The webhook behind its Service routes a pod of an opted-in namespace to ksched.
+    # Until the API server reaches it (kube-proxy has programmed the Service's new endpoints),
+    # failurePolicy Ignore leaves pods with default-scheduler: that is allowed for a moment only.
     routed = namespace(real, f"{tag}-routed", {"ksched.io/route": "true"})
-    plain = pod("routed-0", routed, REAL)
-    del plain["spec"]["schedulerName"]
-    create(real.kube, [plain])
-    assert get_pod(real, routed, "routed-0")["spec"]["schedulerName"] == "ksched"
-    assert wait_for(lambda: running_on(real, routed, "routed-0", "real-node-0"), 60, 0.5)
+    tries = iter(range(1000))
+
+    def routes() -> str | None:
+        plain = pod(f"routed-{next(tries)}", routed, REAL)
+        del plain["spec"]["schedulerName"]
+        got = real.kube.request("POST", f"/api/v1/namespaces/{routed}/pods", body=plain).json()
+        return str(got["metadata"]["name"]) if got["spec"]["schedulerName"] == "ksched" else None
+
+    first = wait_for(routes, 20, 1.0)
+    assert first, "the webhook routed no pod in 20 s"
+    assert routes(), "the webhook routed one pod but not the next"
+    assert wait_for(lambda: running_on(real, routed, first, "real-node-0"), 60, 0.5)
 
     # /metrics and /status through the Service (kube-proxy's rules on this host).
     address = service_address(real)
@@ -497,3 +511,50 @@ def test_chart_in_shadow_mode_binds_nothing_on_the_real_node(real: RealCluster) 
     assert not waiting["spec"].get("nodeName"), "shadow mode bound a pod"
     assert not [k for k in scheduled_by(real, ns) if k.endswith("by ksched")]
     helm_uninstall(real)
+
+
+# --- metrics from a real kubelet -----------------------------------------------------------------
+
+# A ksched metric on the real kubelet's resource metrics, as Prometheus scrapes them: the cores
+# the node uses.
+NODE_CORES = {
+    "name": "cores",
+    "source": "prometheus",
+    "query": f'sum by (node) (rate(node_cpu_usage_seconds_total{{job="{realnode.KUBELET_JOB}"}}[20s]))',
+    "prefer": "lower",
+}
+
+
+def test_a_metric_on_the_real_kubelet_reads_the_node_and_moves_with_its_load(real: RealCluster) -> None:
+    config = parse_config(
+        {
+            "apiVersion": "ksched.io/v1alpha1",
+            "kind": "KschedConfiguration",
+            "metrics": [NODE_CORES],
+            "prometheus": {"url": real.state.prometheus},
+        }
+    )
+    assert real.state.prometheus
+    (metric,) = config.metrics
+    source = PrometheusSource(real.state.prometheus)
+    nodes = real.kube.request("GET", "/api/v1/nodes").json()["items"]
+
+    def cores() -> float | None:
+        return source.query(metric, NodeResolver(nodes)).values.get("real-node-0")
+
+    assert wait_for(lambda: cores() is not None, 60, 1.0), "no value for real-node-0"
+    time.sleep(20)  # a whole rate window of the idle node
+    idle = cores()
+    assert idle is not None
+    ns = namespace(real, "burn")
+    burner = pod("burn-0", ns, REAL, schedulerName="default-scheduler")
+    burner["spec"]["containers"][0] |= {
+        "image": real.images[0],
+        "command": ["python3", "-c", "while True: pass"],
+        "resources": {"requests": {"cpu": "500m", "memory": "64Mi"}},
+    }
+    create(real.kube, [burner])
+    assert wait_for(lambda: running_on(real, ns, "burn-0", "real-node-0"), 60, 0.5)
+    busy = wait_for(lambda: (c := cores()) is not None and c >= idle + 0.5 and c, 60, 2.0)
+    print(f"\nreal-node-0 uses {idle:.2f} cores idle, {busy or cores():.2f} with a pod burning one core")
+    assert busy, f"real-node-0's value did not move: {idle:.2f} cores idle, {cores()} with the pod burning"

@@ -100,7 +100,9 @@ def up(
     (kube-controller-manager's node lifecycle controller, where it runs, reads them).
     With ``load_simulation`` pods use what their usage profiles say, Prometheus records
     every node's utilisation and metrics-server serves ``metrics.k8s.io``
-    (:mod:`~ksched.cluster.load`).
+    (:mod:`~ksched.cluster.load`). Prometheus runs when ``prometheus_targets`` is given (an
+    empty string: no targets of the caller's) or with the load simulation; it also scrapes the
+    real nodes' kubelets (job ``kubelet``).
     With ``real_nodes`` that many real kubelets join beside the KWOK nodes
     (:mod:`~ksched.cluster.realnode`): the API server then listens on the first node's bridge,
     admits pods with their ServiceAccount, and kube-controller-manager runs the controllers
@@ -348,8 +350,11 @@ def _start(
         launcher.wait(
             "kube-controller-manager /healthz", lambda: http_ok(f"https://127.0.0.1:{port}/healthz")
         )
-    if prometheus_targets or simulation:
-        start_prometheus(launcher, prometheus_targets or "", simulation)
+    if prometheus_targets is not None or simulation:
+        # The real nodes are scraped from the start: their kubelets answer once they run.
+        start_prometheus(
+            launcher, prometheus_targets or "", simulation, realnode.scrape_configs(reals) if reals else None
+        )
     if simulation and certs:
         load.start_metrics_server(launcher, certs, simulation)
     if reals:

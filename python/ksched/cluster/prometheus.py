@@ -3,7 +3,8 @@
 Owns finding Prometheus (Debian's package, installed with apt-get when missing and
 running as root) and starting it on a free port with a one-second scrape of the
 targets the tests and benchmarks name, and, for the load simulation, the scrape of
-every KWOK node with its recording rules (:mod:`ksched.cluster.load`); the cluster's
+every KWOK node with its recording rules (:mod:`ksched.cluster.load`), and the real
+nodes' kubelets (:mod:`ksched.cluster.realnode`); the cluster's
 state records its address.
 """
 
@@ -46,9 +47,15 @@ def prometheus_binary() -> str:
     raise ClusterError("Prometheus is not installed: install Debian's package (apt-get install prometheus)")
 
 
-def start_prometheus(launcher: Launcher, targets: str, simulation: load.LoadSimulation | None) -> None:
+def start_prometheus(
+    launcher: Launcher,
+    targets: str,
+    simulation: load.LoadSimulation | None,
+    jobs: list[dict[str, Any]] | None = None,
+) -> None:
     """Start Prometheus scraping ``targets`` (comma-separated host:port) every second and,
-    with ``simulation``, every KWOK node's resource metrics, recording node utilisation."""
+    with ``simulation``, every KWOK node's resource metrics, recording node utilisation;
+    ``jobs`` are further scrape configurations (the real nodes' kubelets)."""
     state = launcher.state
     port = free_port()
     scraped = [t.strip() for t in targets.split(",") if t.strip()]
@@ -65,6 +72,7 @@ def start_prometheus(launcher: Launcher, targets: str, simulation: load.LoadSimu
         config["scrape_configs"].append(
             load.prometheus_scrape_config(f"127.0.0.1:{state.ports['kwok']}", simulation)
         )
+    config["scrape_configs"] += jobs or []
     prom_config = launcher.dir / "prometheus.yml"
     prom_config.write_text(json.dumps(config))
     state.ports["prometheus"] = port

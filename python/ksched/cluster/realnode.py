@@ -618,6 +618,27 @@ def start(launcher: Launcher, nodes: list[RealNode], state: ClusterState, bin_di
     wait_ready(launcher, nodes, state, bin_dir)
 
 
+KUBELET_JOB = "kubelet"
+
+
+def scrape_configs(nodes: list[RealNode]) -> list[dict[str, Any]]:
+    """Prometheus's scrape of each real kubelet's resource metrics (what metrics-server reads:
+    ``node_cpu_usage_seconds_total``, ``node_memory_working_set_bytes`` and the pods' and
+    containers' own), each labelled with its node; the kubelet's certificate is self-signed."""
+    return [
+        {
+            "job_name": KUBELET_JOB,
+            "scheme": "https",
+            "metrics_path": "/metrics/resource",
+            "tls_config": {"insecure_skip_verify": True},
+            "scrape_interval": "2s",
+            "static_configs": [
+                {"targets": [f"{n.gateway}:{n.kubelet_port}"], "labels": {"node": n.name}} for n in nodes
+            ],
+        }
+    ]
+
+
 def load_image(nodes: list[RealNode], archive: Path, name: str) -> None:
     """Import an image archive (OCI or docker-archive) into every real node's containerd."""
     for node in nodes:

@@ -34,6 +34,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="build with this one only (default: Docker if `docker info` answers, else buildah)",
     )
     build.add_argument(
+        "--wheels",
+        type=Path,
+        metavar="DIR",
+        help="pack the ksched wheel in DIR (maturin build --release --out DIR, on a host whose glibc "
+        "is no newer than the image's) instead of compiling the engine in the build",
+    )
+    build.add_argument(
         "--source",
         type=Path,
         default=Path.cwd(),
@@ -57,7 +64,7 @@ def _image(args: argparse.Namespace) -> int:
     if args.image_command == "load":
         return _load(args.tag, args.builder)
 
-    result = build.build_image(args.tag, args.source, args.builder)
+    result = build.build_image(args.tag, args.source, args.builder, args.wheels)
     bases = f", bases {result.bases_s:.0f} s" if result.builder == "buildah" else ""
     print(
         f"built {result.tag} with {result.builder} in {result.build_s:.0f} s{bases}; it runs {result.version}"

@@ -164,8 +164,28 @@ def export_archive(builder: Builder, tag: str, into: Path) -> tuple[Path, str]:
     return out, ref
 
 
-def build_image(tag: str, source: Path, asked: Builder | None = None) -> BuildResult:
-    """Build ``deploy/Dockerfile`` of the checkout at ``source`` as ``tag``, then start it once."""
+PREBUILT_PREFIX = "prebuilt."
+
+
+def stage_wheels(wheels: Path, context: Path) -> list[str]:
+    """Put the ksched wheels of ``wheels`` in the context, where the Dockerfile's builder stage
+    packs them instead of compiling the engine (``prebuilt.<wheel's own name>``)."""
+    found = sorted(wheels.glob("ksched-*.whl"))
+    if len(found) != 1:
+        raise ImageError(
+            f"{wheels} must hold one ksched wheel (maturin build --release --out {wheels}), not {len(found)}"
+        )
+    shutil.copy2(found[0], context / f"{PREBUILT_PREFIX}{found[0].name}")
+    return [found[0].name]
+
+
+def build_image(
+    tag: str, source: Path, asked: Builder | None = None, wheels: Path | None = None
+) -> BuildResult:
+    """Build ``deploy/Dockerfile`` of the checkout at ``source`` as ``tag``, then start it once.
+
+    With ``wheels`` (a folder holding the checkout's wheel, built on a host whose glibc is no
+    newer than the runtime base's) the engine is not compiled again in the builder stage."""
     root = source_root(source)
     builder = choose_builder(asked)
     started = time.monotonic()
@@ -178,6 +198,8 @@ def build_image(tag: str, source: Path, asked: Builder | None = None) -> BuildRe
     with tempfile.TemporaryDirectory(prefix="ksched-image-") as staged:
         context = Path(staged)
         stage_context(root, context)
+        if wheels is not None:
+            stage_wheels(wheels, context)
         started = time.monotonic()
         if builder == "docker":
             cmd = docker_build_command(tag, context)
