@@ -1,9 +1,11 @@
-"""`down` stops exactly what `up` started (runs on its own small cluster)."""
+"""`down` stops exactly what `up` started (runs on its own small cluster), and with real nodes
+leaves the host as it found it."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -13,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from ksched.cluster import local
+from ksched.cluster import local, realnode
 from ksched.cluster.processes import alive
+from tests.integration.helpers import kubectl, unavailable, wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -109,3 +112,66 @@ def test_sigterm_tears_down_a_bench_run(cluster: local.ClusterState, tmp_path: P
     # Nor anything it started beside the control plane (its `ksched run` names the kubeconfig).
     assert _processes_naming(tmp_path) == []
     assert not state_file.exists()
+
+
+def _host() -> dict[str, object]:
+    """What real nodes may change outside their directory: links, addresses, routes, every
+    iptables table, forwarding, network namespaces, the kubelet's and CNI's host folders,
+    mounts, top-level cgroups and the processes of a runtime."""
+
+    def out(*cmd: str) -> list[str]:
+        done = subprocess.run(list(cmd), capture_output=True, text=True, check=False)
+        return sorted(line for line in done.stdout.splitlines() if line and not line.startswith("#"))
+
+    rules = [re.sub(r"\[\d+:\d+\]", "", line) for t in ("iptables-save", "ip6tables-save") for line in out(t)]
+    # What a kubelet makes at the top of each hierarchy (others' cgroups come and go meanwhile).
+    cgroups = sorted(
+        str(p)
+        for p in Path("/sys/fs/cgroup").glob("*/*")
+        if p.is_dir() and re.match(r"ksched-|kubepods", p.name)
+    )
+    folders = ("/run/netns", "/var/lib/cni", "/var/log/containers", "/var/log/pods", "/run/containerd")
+    return {
+        "links": [line.split("<")[0] for line in out("ip", "-o", "link", "show")],
+        "addresses": out("ip", "-o", "addr", "show"),
+        "routes": out("ip", "route", "show"),
+        "rules": rules,
+        "ip_forward": Path("/proc/sys/net/ipv4/ip_forward").read_text(),
+        "folders": {f: sorted(os.listdir(f)) if os.path.isdir(f) else None for f in folders},
+        "mounts": sorted(line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()),
+        "cgroups": cgroups,
+        "runtime": [c for c in _processes_naming(Path("/")) if re.search(r"containerd|kubelet|pause", c)],
+    }
+
+
+def test_down_leaves_nothing_of_real_nodes_on_the_host(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`up --real-nodes` changes the host (bridges, iptables, forwarding, netns, mounts, cgroups);
+    after `down` with a pod running on the node, the host is as it was."""
+    if os.geteuid() != 0:
+        unavailable("real nodes need root")
+    monkeypatch.setenv("KSCHED_CLUSTER_DIR", str(tmp_path))
+    before = _host()
+    state = local.up(nodes=1, real_nodes=1, with_scheduler=True)
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "sleeper", "namespace": "default"},
+        "spec": {
+            "nodeSelector": {realnode.NODE_LABEL: "true"},
+            "containers": [{"name": "c", "image": realnode.PAUSE_IMAGE, "imagePullPolicy": "Never"}],
+        },
+    }
+    assert kubectl(state, "create", "-f", "-", input_=json.dumps(pod)).returncode == 0
+    running = wait_for(
+        lambda: kubectl(state, "get", "pod", "sleeper", "-o", "jsonpath={.status.phase}").stdout == "Running",
+        60,
+    )
+    assert running, kubectl(state, "describe", "pod", "sleeper").stdout
+    during = _host()
+    assert during["links"] != before["links"] and during["rules"] != before["rules"]
+    local.down()
+    after = _host()
+    assert {k: v for k, v in after.items() if v != before[k]} == {}
+    assert not tmp_path.joinpath("state.json").exists()

@@ -79,8 +79,14 @@ class RealNode:
     healthz_port: int
 
     @property
+    def runtime_dir(self) -> str:
+        """containerd's sockets, short whatever the state directory (a unix socket's path has
+        at most 104 bytes): ``/run/ksched-<digest of the node's directory>``."""
+        return f"/run/ksched-{hashlib.sha256(self.directory.encode()).hexdigest()[:12]}"
+
+    @property
     def socket(self) -> str:
-        return f"{self.directory}/containerd/containerd.sock"
+        return f"{self.runtime_dir}/containerd.sock"
 
     @property
     def cgroup_root(self) -> str:
@@ -267,7 +273,8 @@ def _cgroup_hierarchies() -> list[Path]:
     root = Path("/sys/fs/cgroup")
     if (root / "cgroup.controllers").exists():
         return [root]
-    return [p for p in root.iterdir() if p.is_dir() and not p.is_symlink() and (p / "tasks").exists()]
+    # cgroup v1 controllers, and in hybrid mode the v2 hierarchy beside them ("unified").
+    return [p for p in root.iterdir() if p.is_dir() and not p.is_symlink() and (p / "cgroup.procs").exists()]
 
 
 def _make_cgroup_root(node: RealNode) -> None:
@@ -416,7 +423,7 @@ state = "{d}/containerd/state"
 [grpc]
   address = "{node.socket}"
 [ttrpc]
-  address = "{d}/containerd/containerd.sock.ttrpc"
+  address = "{node.runtime_dir}/containerd.sock.ttrpc"
 [debug]
   address = ""
 [metrics]
@@ -485,6 +492,7 @@ def start_containerd(launcher: Launcher, node: RealNode, pause_tar: Path) -> Non
     d = Path(node.directory)
     (d / "cni").mkdir(parents=True, exist_ok=True)
     (d / "containerd").mkdir(parents=True, exist_ok=True)
+    Path(node.runtime_dir).mkdir(parents=True, exist_ok=True)
     (d / "cni" / "10-ksched.conflist").write_text(json.dumps(_cni_config(node), indent=2))
     config = d / "containerd.toml"
     config.write_text(_containerd_config(node, cni_bin_dir()))
@@ -718,6 +726,7 @@ def teardown(nodes: list[RealNode], changes: HostChanges, state_directory: str) 
         subprocess.run(["ip", "link", "delete", node.bridge], capture_output=True, check=False)
         unmount_under(node.directory)
         _remove_cgroup(node)
+        shutil.rmtree(node.runtime_dir, ignore_errors=True)
     unmount_under(state_directory)
     Path("/proc/sys/net/ipv4/ip_forward").write_text(changes.ip_forward)
     _remove_host_leftovers(changes, state_directory)
