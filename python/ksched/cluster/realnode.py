@@ -763,7 +763,8 @@ def to_state(nodes: list[RealNode], changes: HostChanges) -> dict[str, Any]:
 
 def from_state(saved: dict[str, Any]) -> tuple[list[RealNode], HostChanges]:
     host = dict(saved.get("host") or {})
-    host["netns_before"] = tuple(host.get("netns_before") or ())
+    for key in ("netns_before", "kube_chains_before"):
+        host[key] = tuple(host.get(key) or ())
     return [RealNode(**n) for n in saved.get("nodes") or []], HostChanges(**host)
 
 
