@@ -16,14 +16,14 @@ from ksched.cluster import realnode
 from ksched.cluster.image.build import containerd_name, reference
 from ksched.cluster.processes import ClusterError
 
-KWOK_POD_NETWORK = ipaddress.ip_network("10.244.0.0/16")
+KWOK_POD_NETWORK = ipaddress.IPv4Network("10.244.0.0/16")
 
 
 def test_each_node_gets_its_own_bridge_subnet_folder_and_ports(tmp_path: Path) -> None:
     nodes = realnode.plan(3, tmp_path)
     assert [n.name for n in nodes] == ["real-node-0", "real-node-1", "real-node-2"]
     assert len({n.bridge for n in nodes}) == 3 and all(len(n.bridge) <= 15 for n in nodes)
-    subnets = [ipaddress.ip_network(n.subnet) for n in nodes]
+    subnets = [ipaddress.IPv4Network(n.subnet) for n in nodes]
     assert all(s.subnet_of(realnode.POD_NETWORK) for s in subnets)
     assert not realnode.POD_NETWORK.overlaps(KWOK_POD_NETWORK), "real pods would share KWOK pods' addresses"
     assert all(not a.overlaps(b) for i, a in enumerate(subnets) for b in subnets[i + 1 :])

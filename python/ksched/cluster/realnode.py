@@ -47,7 +47,7 @@ COMMANDS = ("containerd", "containerd-shim-runc-v2", "ctr", "runc", "iptables", 
 CNI_BIN_DIRS = ("/usr/lib/cni", "/opt/cni/bin")
 CNI_PLUGINS = ("bridge", "host-local", "loopback", "portmap")
 # Apart from KWOK's pod addresses (10.244.0.0/16), which real pods must never share.
-POD_NETWORK = ipaddress.ip_network("10.246.0.0/16")
+POD_NETWORK = ipaddress.IPv4Network("10.246.0.0/16")
 SERVICE_NETWORK = "10.96.0.0/16"
 MAX_REAL_NODES = 8
 BRIDGE_PREFIX = "kschedbr"
