@@ -350,6 +350,44 @@ def test_only_a_release_that_rebalances_or_hands_off_may_evict(
             delete_rbac(cluster, rbac)
 
 
+@pytest.mark.cluster
+def test_the_webhooks_account_may_read_and_replace_its_own_secret_and_no_other(
+    cluster: local.ClusterState, kube: Kube, tmp_path: Path, namespace: Namespaces, helm: Path
+) -> None:
+    # The replicas share the webhook's certificate through one Secret in the release namespace:
+    # get and update that one, create (which cannot name it); no other Secret, nowhere else,
+    # and nothing at all without the webhook.
+    for release, values, may in (
+        ("secret", [], "yes"),
+        ("secret-off", ["--set", "webhook.enabled=false"], "no"),
+    ):
+        ns = namespace(f"ksched-helm-{release}")
+        rbac = [o for o in render(helm, *values, release=release, namespace=ns) if o["kind"] in RBAC_KINDS]
+        (account,) = [o for o in rbac if o["kind"] == "ServiceAccount"]
+        who = f"system:serviceaccount:{ns}:{account['metadata']['name']}"
+        own = f"secrets/{account['metadata']['name']}-webhook-tls"
+        asks = [
+            ("get", own, ns, may),
+            ("update", own, ns, may),
+            ("create", "secrets", ns, may),
+            ("get", "secrets/other", ns, "no"),
+            ("update", "secrets/other", ns, "no"),
+            ("list", "secrets", ns, "no"),
+            ("watch", "secrets", ns, "no"),
+            ("patch", own, ns, "no"),
+            ("delete", own, ns, "no"),
+            ("get", own, "default", "no"),
+            ("create", "secrets", "default", "no"),
+        ]
+        try:
+            apply_service_account(cluster, kube, tmp_path, rbac)
+            for verb, resource, where, want in asks:
+                out = kubectl(cluster, "auth", "can-i", verb, resource, "--as", who, "-n", where)
+                assert out.stdout.strip() == want, (release, verb, resource, where, out.stdout, out.stderr)
+        finally:
+            delete_rbac(cluster, rbac)
+
+
 # What a shadow never does, as ``kubectl auth can-i`` asks it, in the namespace of the pods it
 # watches: bind, post events, write a pod's status, evict or delete pods, write volumes or claims.
 SHADOW_NEVER = (

@@ -44,8 +44,13 @@ class FlakyApi:
 
 
 def hook(api: FlakyApi) -> Webhook:
+    # A certificate per replica: the Secret a shared one goes through is test_webhook_secret's.
     config = WebhookConfig(
-        enabled=True, address=f"127.0.0.1:{free_port()}", hosts=("127.0.0.1",), configuration_name="ksched"
+        enabled=True,
+        address=f"127.0.0.1:{free_port()}",
+        hosts=("127.0.0.1",),
+        configuration_name="ksched",
+        secret_name=None,
     )
     return Webhook(config, "ksched", lambda pod: True, api)  # type: ignore[arg-type]
 

@@ -26,7 +26,11 @@ def port() -> Iterator[int]:
         mp.setattr(webhook_module, "READ_TIMEOUT_S", 1.0)
         port = free_port()
         config = WebhookConfig(
-            enabled=True, address=f"127.0.0.1:{port}", hosts=("127.0.0.1",), configuration_name=None
+            enabled=True,
+            address=f"127.0.0.1:{port}",
+            hosts=("127.0.0.1",),
+            configuration_name=None,
+            secret_name=None,
         )
         hook = Webhook(config, "ksched", lambda pod: True, None)  # type: ignore[arg-type]
     hook.start()

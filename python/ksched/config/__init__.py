@@ -128,14 +128,15 @@ def parse_config(obj: Obj) -> Config:
     for i, m in enumerate(metrics):
         if m.estimate is not None and m.estimate.pod_query is not None and prometheus.url is None:
             raise ConfigError(f"metrics[{i}].estimate.podQuery: needs prometheus.url, which is not set")
+    leader_election = parse_leader_election(obj.get("leaderElection") or {})
     return Config(
         profiles,
         metrics,
         batch,
-        parse_leader_election(obj.get("leaderElection") or {}),
+        leader_election,
         parse_client_connection(obj.get("clientConnection") or {}),
         prometheus,
-        parse_webhook(obj.get("webhook") or {}, names),
+        parse_webhook(obj.get("webhook") or {}, names, leader_election.resource_namespace),
         parse_handoff(obj.get("handoff") or {}),
         parse_shadow(obj.get("shadow") or {}, names),
         parse_rebalance(obj.get("rebalance") or {}, names, metrics),

@@ -7,6 +7,7 @@ missing key or section takes them) and a parser that validates the section.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,6 +16,8 @@ from ksched.errors import ConfigError
 
 # The client's leaderelection requires renewDeadline > 1.2 x retryPeriod (its jitter factor).
 LEADER_JITTER = 1.2
+# A Secret's name is a DNS-1123 subdomain (the API server's own check, up to 253 characters).
+_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,12 @@ class WebhookConfig:
     hosts: tuple[str, ...] = ("ksched.kube-system.svc", "ksched.kube-system.svc.cluster.local")
     # The MutatingWebhookConfiguration whose caBundle a self-generated CA is written into.
     configuration_name: str | None = "ksched"
+    # The Secret through which replicas share one self-generated certificate (None: each
+    # replica generates its own, which only one replica may do: the caBundle trusts one CA).
+    secret_name: str | None = "ksched-webhook-tls"
+    # Not a key of its own: leaderElection.resourceNamespace, ksched's namespace, whose Role
+    # grants the Lease and this Secret alike.
+    secret_namespace: str = "kube-system"
     # The profile routed pods get (default: the first profile).
     scheduler_name: str | None = None
 
@@ -146,12 +155,22 @@ def parse_shadow(obj: Any, profiles: list[str]) -> ShadowConfig:
     )
 
 
-def parse_webhook(obj: Any, profiles: list[str]) -> WebhookConfig:
+def parse_webhook(obj: Any, profiles: list[str], namespace: str) -> WebhookConfig:
+    """The ``webhook`` section; ``namespace`` (leaderElection.resourceNamespace) holds its Secret."""
     path = "webhook"
     w = check_keys(
         obj,
         path,
-        ("enabled", "address", "certFile", "keyFile", "hosts", "configurationName", "schedulerName"),
+        (
+            "enabled",
+            "address",
+            "certFile",
+            "keyFile",
+            "hosts",
+            "configurationName",
+            "secretName",
+            "schedulerName",
+        ),
     )
     enabled = as_bool(w.get("enabled", WebhookConfig.enabled), f"{path}.enabled")
     cert = as_str(w["certFile"], f"{path}.certFile") if "certFile" in w else None
@@ -170,6 +189,15 @@ def parse_webhook(obj: Any, profiles: list[str]) -> WebhookConfig:
         else profiles[0]
     )
     name = w.get("configurationName", WebhookConfig.configuration_name)
+    secret = w.get("secretName", WebhookConfig.secret_name)
+    if secret is not None:
+        secret = as_str(secret, f"{path}.secretName")
+        if len(secret) > 253 or not _SUBDOMAIN.match(secret):
+            raise ConfigError(
+                f"{path}.secretName: {secret!r} is not a Secret name (lowercase letters, digits, "
+                "'-' and '.', starting and ending with a letter or digit); null for a certificate "
+                "per replica"
+            )
     return WebhookConfig(
         enabled=enabled,
         address=as_str(w.get("address", WebhookConfig.address), f"{path}.address"),
@@ -177,6 +205,8 @@ def parse_webhook(obj: Any, profiles: list[str]) -> WebhookConfig:
         key_file=key,
         hosts=hosts,
         configuration_name=None if name is None else as_str(name, f"{path}.configurationName"),
+        secret_name=secret,
+        secret_namespace=namespace,
         scheduler_name=scheduler,
     )
 

@@ -12,7 +12,18 @@ are pods with ``spec.resourceClaims``: ksched does not allocate dynamic
 resources, so those stay with default-scheduler.
 
 TLS: a certificate and key from files, or a self-generated CA and serving
-certificate whose CA is written into the configuration's ``caBundle``.
+certificate whose CA is written into the configuration's ``caBundle``. Replicas
+behind one Service share one self-generated certificate through a Secret
+(``secretName``): each uses the Secret's certificate when it names every host and
+is valid for RENEW_BEFORE_DAYS more days, else generates one and creates or
+replaces the Secret (a conflict means another replica wrote first: it reads theirs).
+Every replica then writes the same CA into the ``caBundle``, so the API server
+trusts whichever replica the Service picks. Until a replica has read the Secret
+(the API server unreachable at start), it serves a certificate of its own whose
+CA it never publishes, so reviews sent to it fail TLS and ``failurePolicy:
+Ignore`` admits those pods unchanged; it retries in the background, then serves
+the shared certificate to new connections and publishes its CA. Without a
+Secret each replica generates and publishes its own CA, which suits one replica only.
 """
 
 from __future__ import annotations
@@ -32,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from cryptography import x509
+from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
@@ -44,6 +56,12 @@ from ksched.objects import DEFAULT_SCHEDULER, Obj, meta, spec, uses_resource_cla
 log = logging.getLogger(__name__)
 
 CERT_DAYS = 365
+# A shared certificate closer to its end is replaced at start: a replica started then still
+# has a month before its certificate lapses (replicas read the Secret only when they start).
+RENEW_BEFORE_DAYS = 30
+# Writes of the Secret that lose to another replica's (409) before the next retry.
+SECRET_ATTEMPTS = 3
+SECRET_KEYS = ("ca.crt", "tls.crt", "tls.key")
 REVIEW_API_VERSION = "admission.k8s.io/v1"
 # The API server's request bodies are at most 3 MiB; a review holds the object and its old version.
 MAX_REVIEW_BYTES = 8 * 1024 * 1024
@@ -51,7 +69,8 @@ MAX_REVIEW_BYTES = 8 * 1024 * 1024
 READ_TIMEOUT_S = 10.0
 DRAIN_TIMEOUT_S = 1.0
 DRAIN_LIMIT_BYTES = 64 * 1024 * 1024
-# Publishing the CA is retried until it lands: first after a second, doubling up to 30 s.
+# Reading the shared certificate and publishing the CA are retried until they land: first
+# after a second, doubling up to 30 s.
 PUBLISH_RETRY_FIRST_S = 1.0
 PUBLISH_RETRY_MAX_S = 30.0
 # Marks pods the webhook routed, so operators can tell them from pods that asked for ksched.
@@ -95,6 +114,55 @@ def self_signed(hosts: list[str]) -> tuple[bytes, bytes, bytes]:
     pem = serialization.Encoding.PEM
     key_pem = key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
     return ca.public_bytes(pem), cert.public_bytes(pem), key_pem
+
+
+def shared_certificate(secret: Obj, hosts: list[str], now: dt.datetime) -> tuple[bytes, bytes, bytes] | str:
+    """The (ca_pem, cert_pem, key_pem) in a Secret's data if a replica may serve them: the
+    CA signed the certificate, the key is the certificate's, every host is among its names and
+    it is valid for RENEW_BEFORE_DAYS more days. Else why not."""
+    data = secret.get("data") or {}
+    missing = [k for k in SECRET_KEYS if not data.get(k)]
+    if missing:
+        return f"no {', '.join(missing)}"
+    try:
+        ca_pem, cert_pem, key_pem = (base64.b64decode(data[k], validate=True) for k in SECRET_KEYS)
+        ca = x509.load_pem_x509_certificate(ca_pem)
+        cert = x509.load_pem_x509_certificate(cert_pem)
+        key = serialization.load_pem_private_key(key_pem, None)
+        cert.verify_directly_issued_by(ca)
+    except (TypeError, ValueError, InvalidSignature) as err:
+        return f"not a certificate signed by its CA, with its key: {err}"
+    raw = serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    if key.public_key().public_bytes(*raw) != cert.public_key().public_bytes(*raw):
+        return "tls.key is not the key of tls.crt"
+    try:
+        names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return "a certificate without names"
+    dns = {n.lower() for n in names.get_values_for_type(x509.DNSName)}
+    ips = set(names.get_values_for_type(x509.IPAddress))
+    for h in hosts:
+        try:
+            named = ipaddress.ip_address(h) in ips
+        except ValueError:
+            named = h.lower() in dns
+        if not named:
+            return f"a certificate that does not name {h}"
+    if cert.not_valid_before_utc > now:
+        return f"a certificate valid only from {cert.not_valid_before_utc:%Y-%m-%d %H:%M} UTC"
+    if cert.not_valid_after_utc - now < dt.timedelta(days=RENEW_BEFORE_DAYS):
+        return f"a certificate that expires {cert.not_valid_after_utc:%Y-%m-%d %H:%M} UTC"
+    return ca_pem, cert_pem, key_pem
+
+
+def tls_context(cert_pem: bytes, key_pem: bytes) -> ssl.SSLContext:
+    """A server context serving a certificate and key held in memory."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    with tempfile.TemporaryDirectory() as d:
+        Path(d, "tls.crt").write_bytes(cert_pem)
+        Path(d, "tls.key").write_bytes(key_pem)
+        context.load_cert_chain(str(Path(d, "tls.crt")), str(Path(d, "tls.key")))
+    return context
 
 
 class BadReviewError(ValueError):
@@ -266,44 +334,123 @@ class Webhook(BackgroundServer):
             def log_message(self, format: str, *args: object) -> None:
                 return
 
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        # The CA of the self-generated certificate served now (None: a certificate from files).
         self.ca_pem: bytes | None = None
+        # Whether the certificate served now is the one the replicas share through the Secret.
+        self.shared = False
         if config.cert_file and config.key_file:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
             context.load_cert_chain(config.cert_file, config.key_file)
         else:
             self.ca_pem, cert, key = self_signed(list(config.hosts))
-            with tempfile.TemporaryDirectory() as d:
-                Path(d, "tls.crt").write_bytes(cert)
-                Path(d, "tls.key").write_bytes(key)
-                context.load_cert_chain(str(Path(d, "tls.crt")), str(Path(d, "tls.key")))
+            context = tls_context(cert, key)
+            if config.secret_name:
+                context.sni_callback = self._serve_current
+        # The context of new connections: the listening one until the shared certificate is read.
+        self._serving = context
         super().__init__(config.address, Handler, "webhook", context)
 
     def start(self) -> None:
         super().start()
-        if self.ca_pem is not None and self.config.configuration_name:
-            # Tried once here, so the CA is in place when start returns; if that fails, retried in
-            # the background until it lands: a replica (re)started while the API server is down
-            # or restarting must not exit for it, and serves meanwhile.
+        if self.ca_pem is not None:
+            # Tried once here, so the shared certificate is served and its CA in place when
+            # start returns; if that fails, retried in the background until it lands: a replica
+            # (re)started while the API server is down or restarting must not exit for it, and
+            # serves meanwhile.
             try:
-                if self.publish_ca():
+                if self.settle():
                     return
             except ApiUnavailableError as err:
-                log.warning("webhook: cannot publish the caBundle yet: %s; retrying", err)
-            threading.Thread(target=self._publish_until_done, name="webhook-ca", daemon=True).start()
+                log.warning("webhook: cannot reach the API server for the certificate yet: %s; retrying", err)
+            threading.Thread(target=self._settle_until_done, name="webhook-ca", daemon=True).start()
 
     def stop(self) -> None:
         self._stopped.set()
         super().stop()
 
-    def _publish_until_done(self) -> None:
+    def _settle_until_done(self) -> None:
         delay = PUBLISH_RETRY_FIRST_S
         while not self._stopped.wait(delay):
             delay = min(2 * delay, PUBLISH_RETRY_MAX_S)
             try:
-                if self.publish_ca():
+                if self.settle():
                     return
             except ApiUnavailableError as err:
-                log.warning("webhook: cannot publish the caBundle yet: %s; retrying in %.0f s", err, delay)
+                log.warning(
+                    "webhook: cannot reach the API server for the certificate yet: %s; retrying in %.0f s",
+                    err,
+                    delay,
+                )
+
+    def settle(self) -> bool:
+        """Serve the shared certificate (with a Secret configured), then publish its CA (with a
+        configuration named); True once both are done. False (said in the log) if the API server
+        refused; raises ApiUnavailableError when it cannot be reached."""
+        if self.config.secret_name and not self.shared and not self.adopt_shared_certificate():
+            return False
+        return not self.config.configuration_name or self.publish_ca()
+
+    def _serve_current(self, conn: ssl.SSLObject, server_name: str | None, listening: ssl.SSLContext) -> None:
+        """Called in each handshake: hand the connection the certificate served now."""
+        if self._serving is not listening:
+            conn.context = self._serving
+
+    def adopt_shared_certificate(self) -> bool:
+        """Serve the certificate the replicas share: the Secret's when usable, else a new one
+        this replica writes there (create, or replace the unusable one at its resourceVersion;
+        409 means another replica wrote first: read theirs). False (said in the log) if the
+        API server refused; raises ApiUnavailableError when it cannot be reached."""
+        ns, name, hosts = self.config.secret_namespace, self.config.secret_name, list(self.config.hosts)
+        path = f"/api/v1/namespaces/{ns}/secrets/{name}"
+        for _ in range(SECRET_ATTEMPTS):
+            r = self.kube.request("GET", path)
+            if not r.ok and r.status != 404:
+                log.error(
+                    "webhook: cannot read Secret %s/%s: HTTP %d: %s (ksched's Role needs get and update "
+                    "on it and create on Secrets, as in deploy/rbac.yaml; until then pods stay with "
+                    "their own scheduler)",
+                    ns,
+                    name,
+                    r.status,
+                    r.data[:200],
+                )
+                return False
+            secret: Obj | None = r.json() if r.ok else None
+            if secret is not None:
+                found = shared_certificate(secret, hosts, dt.datetime.now(dt.UTC))
+                if not isinstance(found, str):
+                    self._serve(*found)
+                    log.info("webhook: serving the certificate of Secret %s/%s", ns, name)
+                    return True
+                log.info("webhook: Secret %s/%s holds %s; replacing it", ns, name, found)
+            pems = self_signed(hosts)
+            data = {k: base64.b64encode(v).decode() for k, v in zip(SECRET_KEYS, pems, strict=True)}
+            if secret is None:
+                body = {
+                    "apiVersion": "v1",
+                    "kind": "Secret",
+                    "metadata": {"name": name, "namespace": ns},
+                    "type": "kubernetes.io/tls",
+                    "data": data,
+                }
+                r = self.kube.request("POST", f"/api/v1/namespaces/{ns}/secrets", body=body)
+            else:
+                # The resourceVersion read makes this a compare-and-swap.
+                r = self.kube.request("PUT", path, body={**secret, "data": data})
+            if r.ok:
+                self._serve(*pems)
+                log.info("webhook: wrote a new certificate into Secret %s/%s", ns, name)
+                return True
+            if r.status != 409:
+                log.error("webhook: cannot write Secret %s/%s: HTTP %d: %s", ns, name, r.status, r.data[:200])
+                return False
+        log.warning("webhook: Secret %s/%s changed under each of %d writes", ns, name, SECRET_ATTEMPTS)
+        return False
+
+    def _serve(self, ca_pem: bytes, cert_pem: bytes, key_pem: bytes) -> None:
+        self.ca_pem = ca_pem
+        self._serving = tls_context(cert_pem, key_pem)
+        self.shared = True
 
     def publish_ca(self) -> bool:
         """Write the self-generated CA into every webhook of the MutatingWebhookConfiguration;

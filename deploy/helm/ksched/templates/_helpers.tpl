@@ -1,8 +1,8 @@
 {{/*
 Names: the release name when it contains "ksched" (release "ksched" renders the
 kustomize base's names), else "<release>-ksched". The ClusterRole's
-resourceNames, the Lease, the webhook configuration and the Service DNS names
-in the configuration all derive from it, so they always agree.
+resourceNames, the Lease, the webhook configuration, the webhook's Secret and
+the Service DNS names in the configuration all derive from it, so they always agree.
 */}}
 {{- define "ksched.fullname" -}}
 {{- if .Values.fullnameOverride -}}
@@ -49,7 +49,8 @@ other objects of the chart depend on set from the chart.
   "enabled" true
   "address" "0.0.0.0:9443"
   "hosts" (list (printf "%s.%s.svc" $name $ns) (printf "%s.%s.svc.cluster.local" $name $ns))
-  "configurationName" $name) -}}
+  "configurationName" $name
+  "secretName" (printf "%s-webhook-tls" $name)) -}}
 {{- end -}}
 {{- if .Values.shadow.enabled -}}
 {{- $_ := set $chart "shadow" (merge (dict "enabled" true) (omit .Values.shadow "enabled")) -}}
