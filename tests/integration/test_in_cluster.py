@@ -20,6 +20,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -247,13 +248,9 @@ def assert_serves(real: RealCluster, image: str, tag: str, tmp_path: Path) -> No
 
     # /metrics and /status through the Service (kube-proxy's rules on this host).
     address = service_address(real)
-    metrics = subprocess.run(
-        ["curl", "-sf", "--max-time", "5", f"http://{address}/metrics"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert metrics.returncode == 0 and "ksched_schedule_attempts_total" in metrics.stdout, metrics.stderr
+    with urllib.request.urlopen(f"http://{address}/metrics", timeout=5) as response:
+        metrics = response.read().decode()
+    assert "ksched_schedule_attempts_total" in metrics
     status = ksched_cli("status", "--address", address, "-o", "json")
     assert status.returncode == 0, status.stderr
     # Either replica answers through the Service; both name the leader.

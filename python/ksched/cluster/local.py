@@ -139,10 +139,9 @@ def up(
     try:
         if reals:
             # Recorded before any change, so that `down` undoes a half-made host too.
-            state.real_nodes = realnode.to_state(reals, realnode.HostChanges())
+            state.real_nodes = realnode.to_state(reals, realnode.host_before())
             save_state(state)
-            state.real_nodes = realnode.to_state(reals, realnode.prepare_host(reals))
-            save_state(state)
+            realnode.prepare_host(reals)
         _start(
             launcher,
             state,

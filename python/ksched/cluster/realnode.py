@@ -200,9 +200,10 @@ def _links() -> list[str]:
     return [line.split(":")[1].strip().split("@")[0] for line in proc.stdout.splitlines() if ":" in line]
 
 
-def prepare_host(nodes: list[RealNode]) -> HostChanges:
-    """Bridges with their gateways, forwarding between them, and the isolation chain."""
-    changes = HostChanges(
+def host_before() -> HostChanges:
+    """The host as it is before any change, saved first so that a teardown after a failed
+    start restores exactly this."""
+    return HostChanges(
         ip_forward=Path("/proc/sys/net/ipv4/ip_forward").read_text().strip(),
         netns_before=tuple(sorted(os.listdir(HOST_NETNS_DIR))) if HOST_NETNS_DIR.is_dir() else (),
         cni_dir_existed=HOST_CNI_DIR.exists(),
@@ -211,6 +212,10 @@ def prepare_host(nodes: list[RealNode]) -> HostChanges:
         netns_dir_existed=HOST_NETNS_DIR.exists(),
         kube_chains_before=tuple(sorted(_kube_chains())),
     )
+
+
+def prepare_host(nodes: list[RealNode]) -> None:
+    """Bridges with their gateways, forwarding between them, and the isolation chain."""
     for node in nodes:
         _sh(["ip", "link", "add", node.bridge, "type", "bridge"], f"creating bridge {node.bridge}")
         prefix = ipaddress.ip_network(node.subnet).prefixlen
@@ -229,7 +234,6 @@ def prepare_host(nodes: list[RealNode]) -> HostChanges:
         ["iptables", "-I", "FORWARD", "1", "-s", str(POD_NETWORK), "-j", ISOLATE_CHAIN],
         "hooking the isolation chain",
     )
-    return changes
 
 
 IPTABLES = ("iptables", "ip6tables")
