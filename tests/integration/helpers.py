@@ -49,6 +49,22 @@ def refused(log: str) -> bool:
     return _FORBIDDEN.search(log) is not None
 
 
+@contextlib.contextmanager
+def own_cluster(directory: Path) -> Iterator[None]:
+    """Point ``KSCHED_CLUSTER_DIR`` at ``directory`` (a module's cluster of its own, beside the
+    session's), and afterwards take that cluster down and point it back."""
+    saved = os.environ.get("KSCHED_CLUSTER_DIR")
+    os.environ["KSCHED_CLUSTER_DIR"] = str(directory)
+    try:
+        yield
+    finally:
+        local.down()
+        if saved is None:
+            os.environ.pop("KSCHED_CLUSTER_DIR", None)
+        else:
+            os.environ["KSCHED_CLUSTER_DIR"] = saved
+
+
 def wait_for(predicate: Callable[[], Any], timeout: float, interval: float = 0.25) -> Any:
     deadline = time.monotonic() + timeout
     while True:

@@ -40,7 +40,7 @@ from ksched.engine.snapshot import build_snapshot
 from ksched.engine.spread_selectors import SpreadSelectors
 from ksched.engine.storage import Storage
 from ksched.loop.client import MERGE_PATCH, Kube, load_configuration
-from tests.integration.helpers import create, events_for, pods_in, wait_for
+from tests.integration.helpers import create, events_for, own_cluster, pods_in, wait_for
 from tests.integration.scenarios import NAMESPACE_LABELS, NAMESPACES, PRIORITY_CLASSES, Scenario, generate
 
 pytestmark = pytest.mark.cluster
@@ -54,9 +54,7 @@ Obj = dict[str, Any]
 @pytest.fixture(scope="module")
 def diff_kube(cluster: local.ClusterState, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kube]:
     """A second control plane of its own: no node but the scenario's is ever in kube-scheduler's view."""
-    saved = os.environ.get("KSCHED_CLUSTER_DIR")
-    os.environ["KSCHED_CLUSTER_DIR"] = str(tmp_path_factory.mktemp("diff-cluster"))
-    try:
+    with own_cluster(tmp_path_factory.mktemp("diff-cluster")):
         state = local.up(nodes=0, with_scheduler=True, percentage_of_nodes_to_score=100)
         kube = Kube(load_configuration(state.kubeconfig, 32))
         create(
@@ -80,12 +78,6 @@ def diff_kube(cluster: local.ClusterState, tmp_path_factory: pytest.TempPathFact
             assert r.status in (200, 201, 409), r.data[:300]
         # The namespaces' default ServiceAccount is not needed: ServiceAccount admission is off.
         yield kube
-    finally:
-        local.down()
-        if saved is None:
-            os.environ.pop("KSCHED_CLUSTER_DIR", None)
-        else:
-            os.environ["KSCHED_CLUSTER_DIR"] = saved
 
 
 def _path(obj: Obj) -> str:

@@ -39,7 +39,7 @@ from ksched.cluster.image.tools import ImageError, run
 from ksched.config import parse_config
 from ksched.loop.client import Kube, load_configuration
 from ksched.loop.metric_sources import NodeResolver, PrometheusSource
-from tests.integration.helpers import Obj, create, kubectl, pods_in, unavailable, wait_for
+from tests.integration.helpers import Obj, create, kubectl, own_cluster, pods_in, unavailable, wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -89,9 +89,7 @@ def real(
     except (BuildError, ImageError) as err:
         unavailable(str(err))
         raise
-    saved = os.environ.get("KSCHED_CLUSTER_DIR")
-    os.environ["KSCHED_CLUSTER_DIR"] = str(tmp_path_factory.mktemp("real-cluster"))
-    try:
+    with own_cluster(tmp_path_factory.mktemp("real-cluster")):
         started = time.monotonic()
         state = local.up(
             nodes=4, zones=2, real_nodes=1, with_scheduler=True, with_controllers=True, prometheus_targets=""
@@ -105,12 +103,6 @@ def real(
                 images.append(ref)
         kube = Kube(load_configuration(state.kubeconfig, 16))
         yield RealCluster(state, kube, (images[0], images[1]), {"image build s": build_s, "up s": up_s})
-    finally:
-        local.down()
-        if saved is None:
-            os.environ.pop("KSCHED_CLUSTER_DIR", None)
-        else:
-            os.environ["KSCHED_CLUSTER_DIR"] = saved
 
 
 # --- what every install must do ------------------------------------------------------------

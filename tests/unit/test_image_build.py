@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -106,7 +107,7 @@ def test_without_docker_or_a_way_to_install_buildah_the_error_says_both_and_how(
 ) -> None:
     monkeypatch.setattr(tools, "docker_answers", lambda: "`docker info` failed: Cannot connect")
     monkeypatch.setattr(tools, "missing_buildah_commands", lambda: ["buildah", "mmdebstrap"])
-    monkeypatch.setattr(tools.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
     with pytest.raises(tools.ImageError) as err:
         tools.choose_builder(None)
     message = str(err.value)

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -110,6 +112,24 @@ def terminate(proc: subprocess.Popen[bytes], timeout_s: float) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+
+
+def apt_install(packages: tuple[str, ...], what: str) -> str | None:
+    """``apt-get update`` then ``apt-get install`` of ``packages`` (root only); None when it
+    ran, else why not (not root, no apt-get, or the install's own output), for the caller's
+    error, which names how to install them by hand."""
+    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+        return "needs root and apt-get"
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    for cmd in (
+        ["apt-get", "update", "-q"],
+        ["apt-get", "install", "-y", "-q", "--no-install-recommends", *packages],
+    ):
+        print(f"[ksched] installing {what}: {' '.join(cmd)}", file=sys.stderr, flush=True)
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
+        if proc.returncode != 0 and cmd[1] == "install":
+            return (proc.stdout + proc.stderr)[-3000:]
+    return None
 
 
 def free_port() -> int:

@@ -30,7 +30,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import tarfile
 import time
 from dataclasses import asdict, dataclass
@@ -38,7 +37,15 @@ from pathlib import Path
 from typing import Any
 
 from ksched.cluster import build
-from ksched.cluster.processes import ClusterError, ClusterState, Launcher, free_port, http_ok, kubectl
+from ksched.cluster.processes import (
+    ClusterError,
+    ClusterState,
+    Launcher,
+    apt_install,
+    free_port,
+    http_ok,
+    kubectl,
+)
 
 # Debian's packages: containerd 1.6 (with ctr), runc, the CNI plugins, iptables and conntrack
 # (kube-proxy's iptables mode).
@@ -159,17 +166,9 @@ def install_packages() -> None:
     if not missing:
         return
     by_hand = f"apt-get install {' '.join(PACKAGES)}"
-    if os.geteuid() != 0 or shutil.which("apt-get") is None:
-        raise ClusterError(f"real nodes need {', '.join(missing)}: run `{by_hand}` as root")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for cmd in (
-        ["apt-get", "update", "-q"],
-        ["apt-get", "install", "-y", "-q", "--no-install-recommends", *PACKAGES],
-    ):
-        print(f"[ksched cluster] installing the real nodes' runtime: {' '.join(cmd)}", file=sys.stderr)
-        proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
-        if proc.returncode != 0 and cmd[1] == "install":
-            raise ClusterError(f"`{by_hand}` failed:\n{(proc.stdout + proc.stderr)[-3000:]}")
+    failed = apt_install(PACKAGES, "the real nodes' runtime")
+    if failed is not None:
+        raise ClusterError(f"real nodes need {', '.join(missing)}: `{by_hand}` as root failed: {failed}")
     still = _missing_commands()
     if still:
         raise ClusterError(f"{', '.join(still)} still missing after `{by_hand}`")

@@ -10,13 +10,13 @@ fails. Never: starts a Docker daemon, or installs anything without root.
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
 from collections.abc import Sequence
 from typing import Literal
 
+from ksched.cluster.processes import apt_install
 from ksched.errors import KschedError
 
 Builder = Literal["docker", "buildah"]
@@ -75,20 +75,12 @@ def install_buildah() -> None:
     if not missing:
         return
     by_hand = f"apt-get install {' '.join(BUILDAH_PACKAGES)}"
-    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+    failed = apt_install(BUILDAH_PACKAGES, "the buildah path")
+    if failed is not None:
         raise ImageError(
-            f"{', '.join(missing)} not installed and cannot be installed here (needs root and apt-get): "
-            f"run `{by_hand}` as root, or start Docker"
+            f"{', '.join(missing)} not installed and `{by_hand}` failed ({failed}): "
+            f"run it as root, or start Docker"
         )
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for cmd in (
-        ["apt-get", "update", "-q"],
-        ["apt-get", "install", "-y", "-q", "--no-install-recommends", *BUILDAH_PACKAGES],
-    ):
-        print(f"[ksched image] installing the buildah path: {' '.join(cmd)}", file=sys.stderr, flush=True)
-        proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
-        if proc.returncode != 0 and cmd[1] == "install":
-            raise ImageError(f"`{by_hand}` failed:\n{(proc.stdout + proc.stderr)[-OUTPUT_TAIL_CHARS:]}")
     still = missing_buildah_commands()
     if still:
         raise ImageError(f"{', '.join(still)} still missing after `{by_hand}`")
