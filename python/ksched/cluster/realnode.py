@@ -31,7 +31,6 @@ import shutil
 import signal
 import subprocess
 import tarfile
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -69,7 +68,6 @@ HOST_NETNS_DIR = Path("/run/netns")
 HOST_CNI_DIR = Path("/var/lib/cni")
 HOST_CONTAINER_LOGS = Path("/var/log/containers")
 HOST_SHIM_DIR = Path("/run/containerd")
-STOP_WAIT_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -769,12 +767,3 @@ def from_state(saved: dict[str, Any]) -> tuple[list[RealNode], HostChanges]:
     for key in ("netns_before", "kube_chains_before"):
         host[key] = tuple(host.get(key) or ())
     return [RealNode(**n) for n in saved.get("nodes") or []], HostChanges(**host)
-
-
-def wait_gone(predicate: Any, timeout: float = STOP_WAIT_S) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.5)
-    return False
