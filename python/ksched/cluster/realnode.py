@@ -2,8 +2,8 @@
 
 Owns, for each real node ``i``: a Linux bridge ``kschedbr<i>`` with the gateway of its pod
 subnet ``10.246.<i>.0/24`` (the node's InternalIP, where its kubelet listens), its own
-containerd (root, state, socket, runc root and CNI configuration under the cluster's state
-directory), and a kubelet (its root, pod logs and cgroup root its own); one kube-proxy for
+containerd (root, state, runc root and CNI configuration under the cluster's state
+directory, its sockets under a short ``/run/ksched-<digest>``), and a kubelet (its root, pod logs and cgroup root its own); one kube-proxy for
 the host; the pause image the sandboxes run (:data:`PAUSE_IMAGE`, a static binary built from
 ``pause/``, imported into each containerd); loading a local image into every real node
 (:func:`load_image`); and :func:`teardown`, which removes all of it, on the machine and on
@@ -15,8 +15,9 @@ the first bridge's gateway (so pods reach it through the ``kubernetes`` Service)
 service range or this host, and nothing is masqueraded out. Pods get a resolv.conf with no
 name server. Nothing listens on or sends to the machine's own interface.
 
-Needs root, cgroup v1 or v2, and Debian's containerd, runc and CNI plugins, which
-:func:`install_packages` installs with apt-get when missing.
+Needs root and Debian's containerd, runc and CNI plugins, which :func:`install_packages`
+installs with apt-get when missing. Tested on cgroup v1 with the v2 hierarchy beside it; on a
+v2-only host the kubelet's cgroup root needs its controllers delegated.
 """
 
 from __future__ import annotations
