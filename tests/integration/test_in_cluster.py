@@ -39,7 +39,16 @@ from ksched.cluster.image.tools import ImageError, run
 from ksched.config import parse_config
 from ksched.loop.client import Kube, load_configuration
 from ksched.loop.metric_sources import NodeResolver, PrometheusSource
-from tests.integration.helpers import Obj, create, kubectl, own_cluster, pods_in, unavailable, wait_for
+from tests.integration.helpers import (
+    Obj,
+    create,
+    kubectl,
+    make_pod,
+    own_cluster,
+    pods_in,
+    unavailable,
+    wait_for,
+)
 
 pytestmark = pytest.mark.cluster
 
@@ -138,25 +147,13 @@ def leader(real: RealCluster) -> str:
 
 
 def pod(name: str, namespace: str, node_selector: dict[str, str], **spec: Any) -> Obj:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": namespace, "labels": {"app": name.rsplit("-", 1)[0]}},
-        "spec": {
-            "schedulerName": "ksched",
-            "nodeSelector": node_selector,
-            "terminationGracePeriodSeconds": 0,
-            "containers": [
-                {
-                    "name": "app",
-                    "image": realnode.PAUSE_IMAGE,
-                    "imagePullPolicy": "Never",
-                    "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}},
-                }
-            ],
-            **spec,
-        },
-    }
+    """helpers.make_pod on ``node_selector``, running the pause image (present on every real
+    node, never pulled), gone at once when deleted."""
+    made = make_pod(
+        name, namespace, "10m", "16Mi", nodeSelector=node_selector, terminationGracePeriodSeconds=0, **spec
+    )
+    made["spec"]["containers"][0] |= {"image": realnode.PAUSE_IMAGE, "imagePullPolicy": "Never"}
+    return made
 
 
 def namespace(real: RealCluster, name: str, labels: dict[str, str] | None = None) -> str:

@@ -23,6 +23,7 @@ import signal
 import subprocess
 import threading
 import time
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -185,7 +186,7 @@ def _start(
     reals: list[realnode.RealNode],
 ) -> None:
     ports = state.ports
-    address = realnode.api_address(reals) if reals else "127.0.0.1"
+    address = urllib.parse.urlsplit(state.apiserver).hostname
     sa_key = directory / "sa.key"
     proc = subprocess.run(
         ["openssl", "genrsa", "-out", str(sa_key), "2048"], capture_output=True, check=False

@@ -726,9 +726,9 @@ def teardown(nodes: list[RealNode], changes: HostChanges, state_directory: str) 
                 subprocess.run(["ip", "netns", "delete", name], capture_output=True, check=False)
     for node in nodes:
         subprocess.run(["ip", "link", "delete", node.bridge], capture_output=True, check=False)
-        unmount_under(node.directory)
         _remove_cgroup(node)
         shutil.rmtree(node.runtime_dir, ignore_errors=True)
+    # Every node's folder is under the state directory: the kubelets' volumes, containerd's mounts.
     unmount_under(state_directory)
     Path("/proc/sys/net/ipv4/ip_forward").write_text(changes.ip_forward)
     _remove_host_leftovers(changes, state_directory)
