@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
 
+import numpy as np
 import orjson
 import pytest
 
@@ -22,7 +23,7 @@ from ksched.engine import Engine
 from ksched.engine.rebalance import BUDGET_SPENT, COOLING, TERMINATING
 from ksched.loop.client import Response
 from ksched.loop.metric_sources import MetricStore
-from ksched.loop.rebalancer import FOLLOWER, LEADER, SHADOW, Rebalancer, _still_shown
+from ksched.loop.rebalancer import FOLLOWER, LEADER, SHADOW, Rebalancer, _Departure, _still_shown
 from ksched.loop.reservations import Reservations
 from ksched.loop.samples import Sample
 from ksched.loop.slim import slim_node, slim_pod
@@ -374,6 +375,39 @@ def test_a_departed_pod_is_taken_off_as_far_as_the_sample_still_shows_it(
 ) -> None:
     window = 0.0 if sampled_at == 101.0 else 60.0
     assert _still_shown(gone_at, sampled_at, window) == pytest.approx(want)
+
+
+def test_a_source_never_gives_back_more_than_its_sample_measured(harness: Any) -> None:
+    """Two pods left n0 together and were measured at more than n0 now shows (each read over
+    its own window): n0 reads 0, not below, and the next look would not draw moves onto it."""
+    h = harness({"n0": 0.3, "n1": 0.2, "n2": 0.7, "n3": 0.75}, [])
+    h.store.refresh(CPU)
+    h.rebalancer._departed = [
+        _Departure("default/api-1", "uid-a", "n0", "cpu", 0.25),
+        _Departure("default/web-1", "uid-b", "n0", "cpu", 0.25),
+        _Departure("default/db-1", "uid-c", "n2", "cpu", 0.25),
+    ]
+    done = threading.Event()
+    out: dict[str, Any] = {}
+
+    def take() -> None:  # on the state's thread, as the rebalancer's plan runs
+        snapshot = h.state.snapshot()
+        out["row"] = {name: snapshot.index[name] for name in ("n0", "n1", "n2", "n3")}
+        values = np.zeros((snapshot.count, 1))
+        for name, v in {"n0": 0.3, "n1": 0.2, "n2": 0.7, "n3": 0.75}.items():
+            values[out["row"][name], 0] = v
+        h.rebalancer._take_departed(snapshot, [CPU], values, h.clock.now)
+        out["values"] = values
+        done.set()
+
+    h.state.at_this_point(take)
+    assert done.wait(5)
+    row, values = out["row"], out["values"]
+    # Still terminating, so the sample shows all of each: n0 gives back its 0.3, not 0.5;
+    # n2 its one pod's 0.25; the others nothing.
+    assert values[row["n0"], 0] == pytest.approx(0.0)
+    assert values[row["n2"], 0] == pytest.approx(0.45)
+    assert values[row["n1"], 0] == pytest.approx(0.2) and values[row["n3"], 0] == pytest.approx(0.75)
 
 
 def test_an_unclaimed_reservation_expires(harness: Any) -> None:

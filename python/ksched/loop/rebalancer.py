@@ -26,7 +26,7 @@ import logging
 import math
 import threading
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -319,6 +319,8 @@ class Rebalancer:
         columns = {m.name: k for k, m in enumerate(metrics)}
         by_name = {m.name: m for m in self.judged}
         kept = []
+        # What each node's cell gives back, summed over its departed pods before it is applied.
+        taken: dict[tuple[int, int], float] = defaultdict(float)
         for d in self._departed:
             counted = self.state.usage.get(d.key)
             if d.gone_at is None and (counted is None or counted.uid != d.uid):
@@ -331,10 +333,20 @@ class Rebalancer:
             row = snapshot.index.get(d.source)
             sample = self.metrics.latest(d.metric)
             if column is not None and row is not None and sample is not None:
-                shown = _still_shown(d.gone_at, sample.sampled_at, metric.window_s())
-                # The pod's load raised an "above" metric and lowered a "below" one.
-                sign = 1.0 if self.lines[d.metric].direction == "above" else -1.0
-                values[row, column] -= sign * d.usage * shown
+                taken[row, column] += d.usage * _still_shown(d.gone_at, sample.sampled_at, metric.window_s())
+        for (row, column), amount in taken.items():
+            name = metrics[column].name
+            if self.lines[name].direction == "above":
+                # The pods' load raised the node's value: give back at most what its sample
+                # measured. A pod's usage was read over its own window, and pods that left
+                # together can add up to more than the node shows; a source read below zero
+                # drew the next look's moves back onto it.
+                sample = self.metrics.latest(name)
+                measured = sample.values.get(snapshot.node_names[row], 0.0) if sample is not None else 0.0
+                values[row, column] -= min(amount, max(measured, 0.0))
+            else:
+                # It lowered a "below" metric (free capacity, say), which it gives back.
+                values[row, column] += amount
         self._departed = kept
 
     # -- limits ------------------------------------------------------------
