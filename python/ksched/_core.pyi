@@ -39,6 +39,7 @@ __all__ = [
     "decode_instant_vector",
     "decode_pod_event",
     "decode_pod_frame",
+    "decode_pod_list",
     "schedule",
 ]
 
@@ -108,6 +109,12 @@ def decode_pod_frame(frame: bytes) -> tuple[Any, Any, dict[str, Any], dict[str, 
     """One frame of a protobuf pod watch (after its 4-byte length): what ``decode_pod_event``
     gives for the same event's JSON line, the projection in the same key order. Holds the GIL;
     raises ValueError for a frame that is not a Pod (or Status) watch event."""
+
+def decode_pod_list(body: bytes) -> tuple[list[dict[str, Any]], Any, Any]:
+    """One page of a JSON pod list: each item's projection (what ``decode_pod_event`` makes of
+    it; items that are not objects are left out), the page's ``continue`` token and its
+    resourceVersion (None where absent). Holds the GIL; raises ValueError for a body that is
+    not JSON."""
 
 def decode_instant_vector(body: bytes, label: str) -> tuple[list[str], list[float], float | None, int]:
     """A Prometheus instant query's JSON answer: each series' ``label`` value ("" where it has

@@ -9,12 +9,13 @@ from __future__ import annotations
 import copy
 import json
 import random
+import tracemalloc
 from typing import Any
 
 import orjson
 import pytest
 
-from ksched._core import POD_PROJECTION, decode_pod_event
+from ksched._core import POD_PROJECTION, decode_pod_event, decode_pod_list
 from ksched.bench.fuzz.mutations import generate
 from ksched.loop.slim import slim_pod
 from ksched.objects import DISRUPTION_TARGET, Obj
@@ -230,3 +231,62 @@ def test_the_projection_keeps_the_conditions_the_scheduler_reads() -> None:
     # A victim of preemption (upstream podTerminatingByPreemption), the scheduler's own verdict
     # and an infeasible resize: what the loop reads of a pod's conditions.
     assert set(POD_PROJECTION["conditions"]) == {DISRUPTION_TARGET, "PodScheduled", "PodResizePending"}
+
+
+def replica(i: int) -> Obj:
+    """Pod ``i`` of one ReplicaSet, as the API server lists it."""
+    pod = copy.deepcopy(RUNNING)
+    pod["metadata"].update(name=f"web-{i:05d}", uid=f"uid-{i:08d}", resourceVersion=str(1000 + i))
+    pod["spec"]["nodeName"] = f"kwok-node-{i % 50:05d}"
+    return pod
+
+
+def test_a_list_page_reads_as_its_items_projections() -> None:
+    items: list[Any] = [replica(i) for i in range(3)]
+    body = {
+        "kind": "PodList",
+        "metadata": {"resourceVersion": "77", "continue": "next"},
+        "items": [*items, 7],
+    }
+    page, cont, version = decode_pod_list(orjson.dumps(body))
+    assert (cont, version) == ("next", "77")
+    want = [slim_pod(p) for p in items]  # an item that is not an object is left out
+    assert page == want and orjson.dumps(page) == orjson.dumps(want)
+    assert decode_pod_list(b'{"kind":"PodList","metadata":{"resourceVersion":"5"}}') == ([], None, "5")
+    with pytest.raises(ValueError):
+        decode_pod_list(b'{"items": [')
+
+
+def test_pods_of_one_replica_set_share_what_they_have_in_common() -> None:
+    a, b = (decoded({"type": "ADDED", "object": replica(i)})[2] for i in (1, 2))
+    assert a["metadata"]["labels"] is b["metadata"]["labels"]
+    assert a["metadata"]["ownerReferences"] is b["metadata"]["ownerReferences"]
+    assert a["metadata"]["namespace"] is b["metadata"]["namespace"]
+    assert a["spec"]["containers"][0]["resources"] is b["spec"]["containers"][0]["resources"]
+    assert a["spec"]["tolerations"] is b["spec"]["tolerations"]
+    # A pod's own name and uid are its own, even read twice.
+    again = decoded({"type": "MODIFIED", "object": replica(1)})[2]
+    assert again == a and again["metadata"]["name"] is not a["metadata"]["name"]
+    # A value that differs is not taken for another.
+    other = replica(3)
+    other["metadata"]["labels"]["app"] = "api"
+    other["spec"]["priority"] = 1000.0  # a float where the others have an int
+    c = decoded({"type": "ADDED", "object": other})[2]
+    assert c["metadata"]["labels"] == {**a["metadata"]["labels"], "app": "api"}
+    assert type(c["spec"]["priority"]) is float and type(a["spec"]["priority"]) is int
+
+
+def test_the_informer_holds_a_replica_set_s_pods_in_under_half_of_what_parsing_takes() -> None:
+    lines = [orjson.dumps({"type": "ADDED", "object": replica(i)}) for i in range(3000)]
+
+    def held(read: Any) -> float:
+        tracemalloc.start()
+        before = tracemalloc.get_traced_memory()[0]
+        kept = [read(raw) for raw in lines]
+        size = (tracemalloc.get_traced_memory()[0] - before) / len(kept)
+        tracemalloc.stop()
+        return size
+
+    parsed = held(lambda raw: slim_pod(orjson.loads(raw)["object"]))
+    shared = held(lambda raw: decode_pod_event(raw)[2])
+    assert shared < parsed / 2, (shared, parsed)

@@ -60,7 +60,7 @@ class SpreadConstraint:
     honor_taints: bool = False
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PodInfo:
     """What the pod-level plugins read of any pod, bound or pending."""
 

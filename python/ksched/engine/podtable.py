@@ -30,7 +30,7 @@ HOSTNAME_LABEL = "kubernetes.io/hostname"
 TermSetKey = tuple[str, PodAffinityTerms]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Evictable:
     """What preemption needs of a bound pod besides its labels."""
 

@@ -44,6 +44,7 @@ from ksched.loop.shadow import Shadow
 from ksched.loop.slim import (
     decode_pod_event,
     decode_pod_frame,
+    decode_pod_list,
     slim_budget,
     slim_claim,
     slim_csi_node,
@@ -284,6 +285,7 @@ def start(
             name="pods",
             decode=decode_pod_event,
             decode_frame=decode_pod_frame,
+            decode_list=decode_pod_list,
         ),
         Informer(kube, "/api/v1/namespaces", slim_namespace, state.on_namespace, name="namespaces"),
         Informer(

@@ -89,6 +89,8 @@ def slim_pod(pod: Obj) -> Obj:
 # holds it equal to ``slim_pod``).
 decode_pod_event = _core.decode_pod_event
 decode_pod_frame = _core.decode_pod_frame
+# A page of a pod list, each item as ``decode_pod_event`` reads it (the relist).
+decode_pod_list = _core.decode_pod_list
 
 
 def slim_namespace(ns: Obj) -> Obj:

@@ -70,7 +70,7 @@ REBUILD_INTERNED = 50_000
 WAKE_AT = 64
 
 
-@dataclass
+@dataclass(slots=True)
 class Usage:
     """What one bound (or assumed) pod takes from its node."""
 

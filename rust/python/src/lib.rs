@@ -178,12 +178,24 @@ fn decode_pod_frame<'py>(py: Python<'py>, frame: &[u8]) -> PyResult<PodEvent<'py
     pod_event(watch::decode_pod_frame(py, frame))
 }
 
+/// A page of a pod list as Python receives it: its items' projections, its `continue` token
+/// and its resourceVersion.
+type PodPage<'py> = (Bound<'py, PyList>, Option<Bound<'py, PyAny>>, Option<Bound<'py, PyAny>>);
+
+/// One page of a JSON pod list, each item as `decode_pod_event` projects a pod.
+#[pyfunction]
+fn decode_pod_list<'py>(py: Python<'py>, body: &[u8]) -> PyResult<PodPage<'py>> {
+    let page = watch::decode_pod_list(py, body).map_err(pyo3::exceptions::PyValueError::new_err)?;
+    Ok((page.items, page.next, page.version))
+}
+
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(schedule, m)?)?;
     m.add_function(wrap_pyfunction!(decode_instant_vector, m)?)?;
     m.add_function(wrap_pyfunction!(decode_pod_event, m)?)?;
     m.add_function(wrap_pyfunction!(decode_pod_frame, m)?)?;
+    m.add_function(wrap_pyfunction!(decode_pod_list, m)?)?;
     m.add_class::<ScheduleCache>()?;
     m.add("EngineInputError", m.py().get_type::<errors::EngineInputError>())?;
     let projection = PyDict::new(m.py());
