@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ksched.bench.chaos.audit import deleter_kind, first_deleters, read_audit
+from ksched.bench.chaos.audit import deleted_by, deleter_kind, first_deleters, read_audit
 from ksched.bench.chaos.figures import EVICTING_CLIENTS, NS
 
 
@@ -99,7 +99,32 @@ def test_the_first_delete_names_who_deleted_a_pod(tmp_path: Path) -> None:
     path = tmp_path / "audit.log"
     path.write_text("\n".join(lines) + "\n")
     deleter = first_deleters(read_audit(path).deletes)
-    assert {k: deleter_kind(v) for k, v in deleter.items()} == {(NS, "gang-1-m5"): "node-controller"}
+    assert {k: deleter_kind(v.user) for k, v in deleter.items()} == {(NS, "gang-1-m5"): "node-controller"}
+
+
+def test_a_delete_answered_with_a_server_error_or_none_counts_as_a_delete_request(tmp_path: Path) -> None:
+    # Seed 7's soak reported two Deployment pods "gone with no delete request" that could not be
+    # reproduced. A delete the API server answered 5xx (etcd restarting under it) or never
+    # answered may still have removed the pod; the audit log then holds a request whose answer
+    # says nothing was deleted. Such a pod was deleted by someone, not lost.
+    agent = "kube-controller-manager/v1.36.3 (linux/amd64) kubernetes/abc/replicaset-controller"
+    lines = [
+        _event("delete", 504, "admin", "web-1", userAgent=agent),
+        _event("delete", 0, "admin", "web-2", userAgent=agent),
+        _event("delete", 500, "admin", "web-3"),
+        _event("delete", 200, "admin", "web-3"),  # its retry succeeded: that one names the deleter
+        _event("delete", 404, "admin", "web-4"),  # not found: deleted nothing
+        _event("delete", 409, "admin", "web-5"),  # a failed precondition: deleted nothing
+        _event("create", 429, "admin", "web-6", sub="eviction"),  # a budget refused it
+    ]
+    path = tmp_path / "audit.log"
+    path.write_text("\n".join(lines) + "\n")
+    deleter = first_deleters(read_audit(path).deletes)
+    assert {k[1]: deleted_by(v) for k, v in deleter.items()} == {
+        "web-1": "replicaset-controller (answered 504)",
+        "web-2": "replicaset-controller (answered nothing)",
+        "web-3": "the soak",
+    }
 
 
 def test_deleter_kinds_name_controllers_and_components() -> None:

@@ -223,6 +223,9 @@ def _start(
             f"--audit-log-path={audit_log_path(state)}",
             "--audit-log-format=json",
             "--audit-log-mode=blocking",
+            # One file for the whole run: rotated at 100 MB (the default), the events
+            # before would sit in a backup the soak's reading never opens.
+            "--audit-log-maxsize=0",
         ]
     certs = load.make_certificates(directory / "aggregation") if simulation else None
     # No kube-controller-manager runs here, so nothing would remove the not-ready

@@ -78,6 +78,12 @@ class AuditRecords:
     deletes: list[BindRecord] = field(default_factory=list)  # successful pod deletes and evictions
 
 
+# A pod delete's (or eviction's) answers that removed it, and those that may have: no answer
+# at all (the connection cut by a restart); any 5xx counts as well.
+DELETED = frozenset((200, 201, 202))
+UNCERTAIN = frozenset((0,))
+
+
 def deleter_kind(user: str) -> str:
     """A readable name for who sent a pod's delete: a ksched replica (preemption), a
     controller, or the soak itself (the cluster's admin user)."""
@@ -93,13 +99,20 @@ def deleter_kind(user: str) -> str:
     return "the soak"
 
 
-def first_deleters(deletes: list[BindRecord]) -> dict[tuple[str, str], str]:
-    """Who deleted each pod: the user of its first successful delete. A graceful delete is
-    finished by a second one from KWOK (the kubelet's part), which is no one's decision."""
-    out: dict[tuple[str, str], str] = {}
-    for d in sorted(deletes, key=lambda d: d.at):
-        out.setdefault((d.namespace, d.name), d.user)
+def first_deleters(deletes: list[BindRecord]) -> dict[tuple[str, str], BindRecord]:
+    """Who deleted each pod: its first successful delete, else its first delete answered with
+    a server error or no answer. A graceful delete is finished by a second one from KWOK (the
+    kubelet's part), which is no one's decision."""
+    out: dict[tuple[str, str], BindRecord] = {}
+    for d in sorted(deletes, key=lambda d: (d.code not in DELETED, d.at)):
+        out.setdefault((d.namespace, d.name), d)
     return out
+
+
+def deleted_by(record: BindRecord) -> str:
+    """``deleter_kind`` of a delete, with its answer where that was not a success."""
+    kind = deleter_kind(record.user)
+    return kind if record.code in DELETED else f"{kind} (answered {record.code or 'nothing'})"
 
 
 def read_audit(path: Path) -> AuditRecords:
@@ -138,7 +151,10 @@ def read_audit(path: Path) -> AuditRecords:
             (event.get("verb") == "delete" and not ref.get("subresource"))
             or ref.get("subresource") == "eviction"
         ):
-            if code in (200, 201, 202):
+            # A delete answered with a server error, or with none (the API server or etcd
+            # restarting under it), may still have removed the pod: it counts as a delete
+            # request, marked with its answer. A 4xx removed nothing.
+            if code in DELETED or code in UNCERTAIN or code >= 500:
                 agent = event.get("userAgent") or ""
                 if agent.startswith("kube-controller-manager/"):
                     # It runs with the admin's kubeconfig; its user agent names the controller.

@@ -11,7 +11,14 @@ import itertools
 import time
 
 from ksched.bench import invariants
-from ksched.bench.chaos.audit import deleter_kind, first_deleters, holder_at, leaderless_gaps, read_audit
+from ksched.bench.chaos.audit import (
+    deleted_by,
+    deleter_kind,
+    first_deleters,
+    holder_at,
+    leaderless_gaps,
+    read_audit,
+)
 from ksched.bench.chaos.figures import (
     EVICTING_CLIENTS,
     LEASE_NS,
@@ -89,7 +96,7 @@ def check(soak: Soak, state: local.ClusterState) -> None:
     gone = {(c.namespace, c.name) for c in creates if c.name} - present
     vanished = invariants.vanished(((c.namespace, c.name) for c in creates if c.name), pods, deleter.keys())
     f.pods_gone_by = dict(
-        collections.Counter(deleter_kind(deleter[k]) for k in gone if k in deleter).most_common()
+        collections.Counter(deleted_by(deleter[k]) for k in gone if k in deleter).most_common()
     )
     f.pods_lost += len(vanished)
     f.violations += [f"lost: {ns}/{name} gone with no delete request" for ns, name in vanished[:10]]
@@ -154,7 +161,9 @@ def check(soak: Soak, state: local.ClusterState) -> None:
     removed_by_others = collections.Counter(
         name.rsplit("-m", 1)[0]
         for ns, name in gone
-        if name.startswith("gang-") and deleter_kind(deleter.get((ns, name), "")) in EVICTING_CLIENTS
+        if name.startswith("gang-")
+        and (ns, name) in deleter
+        and deleter_kind(deleter[ns, name].user) in EVICTING_CLIENTS
     )
     for g in groups:
         name = g["metadata"]["name"]
