@@ -309,3 +309,51 @@ def test_the_preferred_spread_workloads_pods_spread_over_zones_within_one_call()
         assert None not in chosen
         assert Counter(zone[n] for n in chosen if n) == {"big": 10, "small-0": 10, "small-1": 10}
         assert len(set(chosen)) == 30
+
+
+def test_existing_pods_terms_kept_between_engine_calls_follow_namespace_labels_and_new_terms() -> None:
+    """The compiled terms of bound pods are kept between engine calls (``_compiled_terms``);
+    a namespace relabelled in place (as the cluster state does) and a pending pod with terms
+    of its own still change the verdict."""
+    guard = pod("db-0", namespace="team-a", node_name="n0")
+    guard["metadata"]["labels"] = {"app": "db"}
+    guard["spec"]["affinity"] = {
+        "podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "labelSelector": {"matchLabels": {"app": "web"}},
+                    "namespaceSelector": {"matchLabels": {"env": "prod"}},
+                    "topologyKey": "kubernetes.io/hostname",
+                }
+            ]
+        }
+    }
+    snapshot = build_snapshot([node("n0")], [guard])
+    snapshot.namespaces.update({"team-a": {}, "shop": {"env": "dev"}})
+    engine = Engine(Config())
+
+    def web(i: int, **spec: Any) -> Obj:
+        p = pod(f"web-{i}", namespace="shop", **spec)
+        p["metadata"]["labels"] = {"app": "web"}
+        return p
+
+    assert engine.schedule(snapshot, [web(0)]).placements[0].node == "n0"
+    assert engine.schedule(snapshot, [web(1)]).placements[0].node == "n0"  # the kept terms
+    snapshot.namespaces["shop"]["env"] = "prod"
+    assert engine.schedule(snapshot, [web(2)]).placements[0].node is None
+    snapshot.namespaces["shop"]["env"] = "dev"
+    assert engine.schedule(snapshot, [web(3)]).placements[0].node == "n0"
+    # A pending pod's own term set joins the compiled ones: it keeps away from app=db.
+    own = {
+        "podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "labelSelector": {"matchLabels": {"app": "db"}},
+                    "namespaces": ["team-a"],
+                    "topologyKey": "kubernetes.io/hostname",
+                }
+            ]
+        }
+    }
+    assert engine.schedule(snapshot, [web(4, affinity=own)]).placements[0].node is None
+    assert engine.schedule(snapshot, [web(5)]).placements[0].node == "n0"

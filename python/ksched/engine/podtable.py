@@ -148,6 +148,8 @@ class PodTable:
         self._ls_arrays: dict[str, npt.NDArray[Any]] | None = None
         self._term_set_ids: dict[TermSetKey, int] = {}
         self.term_set_keys: list[TermSetKey] = []
+        # The term sets last compiled for an engine call (``_compiled_terms``).
+        self._compiled: tuple[tuple[tuple[int, ...], Any], _Compiler] | None = None
         # Bound pods with affinity terms: while none, pods without their own
         # constraints need no table at all.
         self.with_terms = 0
@@ -352,12 +354,8 @@ class PodTable:
         p_ls = np.asarray([self._label_set_id(i.labels) for i in infos], dtype=np.int64)
         p_ts = np.asarray([self._term_set_id(i) for i in infos], dtype=np.int64)
         term_sets = np.concatenate((self.term_set[:high][alive], p_ts))
-        compiler = _Compiler(self.strings, namespaces)
-        used = sorted({int(t) for t in np.unique(term_sets) if t >= 0})
-        engine_ids = np.full(len(self.term_set_keys) + 1, -1, dtype=np.int64)
-        for i, ts in enumerate(used):
-            compiler.term_set(self.term_set_keys[ts])
-            engine_ids[ts] = i
+        used = tuple(int(t) for t in np.unique(term_sets) if t >= 0)
+        compiler, engine_ids = self._compiled_terms(used, namespaces)
         sp: dict[str, list[int]] = {
             k: []
             for k in (
@@ -413,6 +411,30 @@ class PodTable:
         )
         # Every key of PodTableArrays, as the binding checks: the columns above and the compiler's.
         return cast(PodTableArrays, out)
+
+    def _compiled_terms(
+        self, used: tuple[int, ...], namespaces: Mapping[str, Mapping[str, str]]
+    ) -> tuple[_Compiler, npt.NDArray[np.int64]]:
+        """A compiler holding the term sets ``used`` (sorted ids), in that order, and each id's
+        index among them. Compiling them again on every engine call cost 90 ms a call at
+        150,000 bound pods with 2,417 distinct anti-affinity term sets, whether the call placed
+        1 pod or 200; the compiled columns are kept while the term sets and the namespaces'
+        labels (a term's namespaceSelector reads them) stay the same, and the call gets a copy
+        to add its own selectors to."""
+        labels = tuple((ns, tuple(sorted(v.items()))) for ns, v in sorted(namespaces.items()))
+        key = (used, labels)
+        if self._compiled is None or self._compiled[0] != key:
+            compiler = _Compiler(self.strings, namespaces)
+            for ts in used:
+                compiler.term_set(self.term_set_keys[ts])
+            self._compiled = (key, compiler)
+        kept = self._compiled[1]
+        engine_ids = np.full(len(self.term_set_keys) + 1, -1, dtype=np.int64)
+        engine_ids[list(used)] = np.arange(len(used), dtype=np.int64)
+        copy = _Compiler(self.strings, namespaces)
+        copy.selector_ids, copy.term_ids = dict(kept.selector_ids), dict(kept.term_ids)
+        copy.cols = {k: list(v) for k, v in kept.cols.items()}
+        return copy, engine_ids
 
     def victims(
         self,
