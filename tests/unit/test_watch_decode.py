@@ -290,3 +290,21 @@ def test_the_informer_holds_a_replica_set_s_pods_in_under_half_of_what_parsing_t
     parsed = held(lambda raw: slim_pod(orjson.loads(raw)["object"]))
     shared = held(lambda raw: decode_pod_event(raw)[2])
     assert shared < parsed / 2, (shared, parsed)
+
+
+def test_the_shared_values_start_afresh_when_the_cache_is_full() -> None:
+    # More distinct node names than the cache holds (65,536): every pod still reads as its
+    # projection, and values seen again after the cache started afresh are shared again.
+    pods = [replica(i) for i in range(2)]
+    lines = []
+    for i in range(70_000):
+        pod = pods[i % 2]
+        pod["spec"]["nodeName"] = f"node-{i:06d}"
+        lines.append(orjson.dumps({"type": "ADDED", "object": pod}))
+    last = None
+    for raw in lines:
+        last = decode_pod_event(raw)[2]
+    assert last == slim_pod(orjson.loads(lines[-1])["object"])
+    a, b = (decode_pod_event(raw)[2] for raw in lines[-2:])
+    assert a["metadata"]["labels"] is b["metadata"]["labels"]
+    assert decode_pod_event(lines[-1])[2]["spec"]["nodeName"] is b["spec"]["nodeName"]

@@ -182,15 +182,25 @@ impl<'de, 'py> DeserializeSeed<'de> for Shared<'py> {
         if encoded.len() > bound {
             return tree.build(self.0).map_err(py_err);
         }
-        let mut shared = SHARED.get_or_init(Default::default).lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(value) = shared.get(&encoded) {
+        let cache = SHARED.get_or_init(Default::default);
+        if let Some(value) = cache.lock().unwrap_or_else(PoisonError::into_inner).get(&encoded) {
             return Ok(value.bind(self.0).clone());
         }
+        // Built, and a full cache's values dropped, with the lock released: allocating Python
+        // objects can run the garbage collector, and with it any finalizer, which may let
+        // another thread decode meanwhile.
         let value = tree.build(self.0).map_err(py_err)?;
-        if shared.len() >= SHARED_SIZE {
-            shared.clear();
-        }
-        shared.insert(encoded, value.clone().unbind());
+        let dropped = {
+            let mut shared = cache.lock().unwrap_or_else(PoisonError::into_inner);
+            let dropped = if shared.len() >= SHARED_SIZE {
+                std::mem::take(&mut *shared)
+            } else {
+                HashMap::new()
+            };
+            shared.insert(encoded, value.clone().unbind());
+            dropped
+        };
+        drop(dropped);
         Ok(value)
     }
 }
