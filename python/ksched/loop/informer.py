@@ -208,7 +208,7 @@ class Informer:
                 # An object unchanged since the last list stays the one already held, so a
                 # relist never holds two copies of the cluster (150,000 pods: 625 MiB more).
                 previous = self.store.get(key)
-                items[key] = previous if previous is not None and previous == slim else slim
+                items[key] = previous if previous == slim else slim
             if not cont:
                 if listed_version is None:
                     raise ValueError(f"list {self.path}: a last page without a resourceVersion")

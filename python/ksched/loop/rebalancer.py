@@ -44,6 +44,7 @@ from ksched.loop.events import REBALANCE_BLOCKED, REBALANCED
 from ksched.loop.hot import HotTracker
 from ksched.loop.metric_sources import MetricStore
 from ksched.loop.reservations import EXPIRED, Reservation, Reservations
+from ksched.loop.samples import Sample
 from ksched.loop.state import ClusterState
 from ksched.loop.telemetry import Telemetry
 from ksched.objects import Obj
@@ -319,8 +320,10 @@ class Rebalancer:
         columns = {m.name: k for k, m in enumerate(metrics)}
         by_name = {m.name: m for m in self.judged}
         kept = []
-        # What each node's cell gives back, summed over its departed pods before it is applied.
+        # What each node's cell gives back, summed over its departed pods before it is applied,
+        # and each metric's sample they were judged against.
         taken: dict[tuple[int, int], float] = defaultdict(float)
+        samples: dict[str, Sample] = {}
         for d in self._departed:
             counted = self.state.usage.get(d.key)
             if d.gone_at is None and (counted is None or counted.uid != d.uid):
@@ -333,6 +336,7 @@ class Rebalancer:
             row = snapshot.index.get(d.source)
             sample = self.metrics.latest(d.metric)
             if column is not None and row is not None and sample is not None:
+                samples[d.metric] = sample
                 taken[row, column] += d.usage * _still_shown(d.gone_at, sample.sampled_at, metric.window_s())
         for (row, column), amount in taken.items():
             name = metrics[column].name
@@ -341,8 +345,7 @@ class Rebalancer:
                 # measured. A pod's usage was read over its own window, and pods that left
                 # together can add up to more than the node shows; a source read below zero
                 # drew the next look's moves back onto it.
-                sample = self.metrics.latest(name)
-                measured = sample.values.get(snapshot.node_names[row], 0.0) if sample is not None else 0.0
+                measured = samples[name].values.get(snapshot.node_names[row], 0.0)
                 values[row, column] -= min(amount, max(measured, 0.0))
             else:
                 # It lowered a "below" metric (free capacity, say), which it gives back.

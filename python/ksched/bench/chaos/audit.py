@@ -78,10 +78,8 @@ class AuditRecords:
     deletes: list[BindRecord] = field(default_factory=list)  # successful pod deletes and evictions
 
 
-# A pod delete's (or eviction's) answers that removed it, and those that may have: no answer
-# at all (the connection cut by a restart); any 5xx counts as well.
+# A pod delete's (or eviction's) answers that removed it.
 DELETED = frozenset((200, 201, 202))
-UNCERTAIN = frozenset((0,))
 
 
 def deleter_kind(user: str) -> str:
@@ -154,7 +152,7 @@ def read_audit(path: Path) -> AuditRecords:
             # A delete answered with a server error, or with none (the API server or etcd
             # restarting under it), may still have removed the pod: it counts as a delete
             # request, marked with its answer. A 4xx removed nothing.
-            if code in DELETED or code in UNCERTAIN or code >= 500:
+            if code in DELETED or code == 0 or code >= 500:
                 agent = event.get("userAgent") or ""
                 if agent.startswith("kube-controller-manager/"):
                     # It runs with the admin's kubeconfig; its user agent names the controller.
