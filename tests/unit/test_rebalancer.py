@@ -7,6 +7,7 @@ reservation expires."""
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -322,6 +323,24 @@ def test_a_moved_workload_cools_down(harness: Any) -> None:
     assert h.rebalancer.status()["lastPlan"]["skipped"] == {TERMINATING: 1, COOLING: 1}  # type: ignore[index]
     h.look(after_s=100)
     assert h.evicted() == ["web-0", "web-3"]
+
+
+def test_each_look_with_hot_nodes_is_logged_once_with_why_pods_stay(
+    harness: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    h = harness(
+        TWO_HOT,
+        [workload_pod("web-0", "n0", "web"), workload_pod("web-3", "n3", "web")],
+        workload_cooldown_s=100,
+    )
+    with caplog.at_level(logging.INFO, logger="ksched.loop.rebalancer"):
+        for _ in range(4):
+            h.look()
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("rebalancer: ")]
+    assert lines == [
+        "rebalancer: 2 hot nodes (n0, n3), 1 move; not moved: 1 limit maxPerWorkload reached",
+        f"rebalancer: 2 hot nodes (n0, n3), 0 moves; not moved: 1 {TERMINATING}, 1 {COOLING}",
+    ], "a look is logged when its summary changes, not again while it stays the same"
 
 
 def test_a_stale_metric_makes_no_node_hot(harness: Any) -> None:

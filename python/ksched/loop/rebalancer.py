@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 import threading
 import time
 from collections import Counter, defaultdict
@@ -64,6 +65,8 @@ PLAN_WAIT_S = 10.0
 # How often that wait checks whether ksched is stopping.
 STOP_CHECK_S = 0.1
 ACTION = "Rebalancing"
+# Hot nodes named in a look's log line (the rest are counted).
+SUMMARY_NODES = 5
 
 
 @dataclass
@@ -128,6 +131,8 @@ class Rebalancer:
         # What a shadow replica would have evicted.
         self.would_evict = 0
         self.blocked: Counter[str] = Counter()
+        # The last look's summary line, logged again only once it changes.
+        self._summary = ""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="rebalancer", daemon=True)
         telemetry.rebalance_reservations.set_function(lambda: float(len(reservations)))
@@ -177,6 +182,7 @@ class Rebalancer:
         if planned is None:
             return None
         self.last_plan = planned
+        self._log_look(planned)
         for move in planned.moves:
             if mode == SHADOW:
                 self.would_evict += 1
@@ -190,6 +196,15 @@ class Rebalancer:
             else:
                 self._evict(move, now)
         return planned
+
+    def _log_look(self, planned: Plan) -> None:
+        """One line per look with hot nodes: how many, the moves planned, and why the other
+        candidates stay (by kind of reason); repeated only when it changes, so a node that
+        stays hot with nothing movable does not fill the log."""
+        line = look_summary(planned)
+        if line != self._summary:
+            self._summary = line
+            log.info("rebalancer: %s", line)
 
     def _observe(self) -> list[HotNode]:
         """Feed each judged metric's fresh sample to the tracker (forget a stale one); the
@@ -443,6 +458,20 @@ class Rebalancer:
             "settling": self.reservations.settling(),
             "replacements": dict(self.reservations.outcomes),
         }
+
+
+def look_summary(planned: Plan) -> str:
+    """``3 hot nodes (node-3, node-7, node-9), 1 move; not moved: 4 workload cooling down,
+    2 no node stays below low 0.60 of cpu``: a look's plan, its skip reasons without the
+    per-pod detail that follows a reason's first ``" ("`` or ``": "``."""
+    nodes = sorted({h.node for h in planned.hot})
+    shown = ", ".join(nodes[:SUMMARY_NODES]) + (", ..." if len(nodes) > SUMMARY_NODES else "")
+    moves = len(planned.moves)
+    out = f"{len(nodes)} hot node{'s' * (len(nodes) != 1)} ({shown}), {moves} move{'s' * (moves != 1)}"
+    kinds = Counter(re.split(r" \(|: ", s.reason, maxsplit=1)[0] for s in planned.skipped)
+    if kinds:
+        out += "; not moved: " + ", ".join(f"{n} {kind}" for kind, n in kinds.most_common())
+    return out
 
 
 def moved_note(move: Move, line: RebalanceThreshold) -> str:
