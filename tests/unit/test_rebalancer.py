@@ -19,9 +19,10 @@ import orjson
 import pytest
 
 from ksched.config import Config, EstimateConfig, MetricConfig
-from ksched.config.rebalance import RebalanceConfig, RebalanceMetric
+from ksched.config.rebalance import RebalanceConfig, RebalanceMetric, parse_rebalance
 from ksched.engine import Engine
 from ksched.engine.rebalance import BUDGET_SPENT, COOLING, TERMINATING
+from ksched.errors import ConfigError
 from ksched.loop.client import Response
 from ksched.loop.metric_sources import MetricStore
 from ksched.loop.rebalancer import FOLLOWER, LEADER, SHADOW, Rebalancer, _Departure, _still_shown
@@ -323,6 +324,17 @@ def test_a_moved_workload_cools_down(harness: Any) -> None:
     assert h.rebalancer.status()["lastPlan"]["skipped"] == {TERMINATING: 1, COOLING: 1}  # type: ignore[index]
     h.look(after_s=100)
     assert h.evicted() == ["web-0", "web-3"]
+
+
+def test_a_replacement_settles_for_its_own_time_not_the_workload_cool_down() -> None:
+    metrics = (CPU,)
+    config = parse_rebalance(
+        {"enabled": True, "workloadCooldown": "3m", "replacementSettle": "15m"}, ["ksched"], metrics
+    )
+    assert (config.workload_cooldown_s, config.replacement_settle_s) == (180.0, 900.0)
+    assert parse_rebalance({"enabled": True}, ["ksched"], metrics).replacement_settle_s == 600.0
+    with pytest.raises(ConfigError, match=r"rebalance\.replacementSettle"):
+        parse_rebalance({"replacementSettle": "soon"}, ["ksched"], metrics)
 
 
 def test_each_look_with_hot_nodes_is_logged_once_with_why_pods_stay(

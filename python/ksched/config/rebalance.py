@@ -32,6 +32,7 @@ _KEYS = (
     "evictionsPerMinute",
     "workloadCooldown",
     "reservationTimeout",
+    "replacementSettle",
 )
 _METRIC_KEYS = ("name", "high", "low")
 MAX_LIMIT = 10_000
@@ -104,6 +105,10 @@ class RebalanceConfig:
     workload_cooldown_s: float = 600.0
     # A reserved node is held for the replacement this long, then released.
     reservation_timeout_s: float = 120.0
+    # A landed replacement's moved load, less what it is measured to use, counts on its node
+    # this long: it restarts cold and grows back (apart from the workload's cool-down, so a
+    # short cool-down does not let the next move fill a node before its replacement is back).
+    replacement_settle_s: float = 600.0
 
     def thresholds(self, metrics: tuple[MetricConfig, ...]) -> tuple[RebalanceThreshold, ...]:
         """The hot lines, one per metric that has one, for the profile's ``metrics``."""
@@ -187,6 +192,9 @@ def parse_rebalance(obj: Any, profiles: list[str], metrics: tuple[MetricConfig, 
         ),
         reservation_timeout_s=parse_duration(
             r.get("reservationTimeout", d.reservation_timeout_s), f"{path}.reservationTimeout"
+        ),
+        replacement_settle_s=parse_duration(
+            r.get("replacementSettle", d.replacement_settle_s), f"{path}.replacementSettle"
         ),
     )
     if config.enabled:

@@ -238,9 +238,9 @@ def start(
     )
     metrics = MetricStore(config.metrics, prometheus, telemetry, nodes, metrics_server)
     handoff = Handoff(kube, config.handoff, telemetry) if config.handoff.enabled and not shadowing else None
-    # A moved workload's replacement keeps its moved load counted while the workload cools down.
+    # A moved pod's replacement keeps its moved load counted on its node while it grows back.
     reservations = (
-        Reservations(settle_s=config.rebalance.workload_cooldown_s)
+        Reservations(settle_s=config.rebalance.replacement_settle_s)
         if config.rebalance.enabled and not shadowing
         else None
     )

@@ -49,7 +49,9 @@ class QualityFigures:
         keys = ("hotspot_node_minutes", "p95_utilisation", "cv", "pods_on_hot_nodes", "pending", "pods_per_s")
         out = {k: getattr(self, k) for k in keys}
         if self.rebalance is not None:
-            out["rebalance"] = {k: v for k, v in asdict(self.rebalance).items() if k != "moves"}
+            out["rebalance"] = {
+                k: v for k, v in asdict(self.rebalance).items() if k not in ("moves", "hot_at_end")
+            }
         return out
 
 

@@ -252,6 +252,12 @@ def pooled_round(
                 f"p95 {figures.p95_utilisation}, cv {figures.cv}, {figures.pods_on_hot_nodes} pods on hot nodes, "
                 f"{figures.pending} pending, {figures.pods_per_s} pods/s"
                 + (f", {figures.rebalance.evictions} evictions" if figures.rebalance else "")
+                + (
+                    ", hot at the end: "
+                    + ", ".join(f"{n} ({v[-1]:.2f})" for n, v in figures.rebalance.hot_at_end.items())
+                    if figures.rebalance and figures.rebalance.hot_at_end
+                    else ""
+                )
             )
     finally:
         if sampler.running:

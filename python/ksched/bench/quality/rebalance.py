@@ -21,6 +21,8 @@ PINGPONG_WINDOW_S = 300.0
 # Consecutive samples over the threshold that make a node hot: the rebalancer's default
 # hotSamples (rebalance.hotSamples), so a setup is judged by the line the policy draws.
 HOT_SAMPLES = 3
+# How many of its last samples results.json keeps of a node still hot at the end.
+END_SAMPLES = 8
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,9 @@ class RebalanceFigures:
     # Each eviction (seconds from the first sample, pod, its node, its replacement's node or
     # None, ping-pong), for results.json.
     moves: list[tuple[float, str, str | None, str | None, bool]] = field(default_factory=list)
+    # The nodes still hot at the last sample, with their last :data:`END_SAMPLES` values, for
+    # results.json (why ``seconds_to_cool`` is None).
+    hot_at_end: dict[str, list[float]] = field(default_factory=dict)
 
 
 def hot_nodes(values: Sequence[dict[str, float]], nodes: Sequence[str], threshold: float) -> list[set[str]]:
@@ -139,6 +144,9 @@ def judge_rebalance(
     hot = hot_nodes(values, nodes, threshold)
     ever_hot: set[str] = set().union(*hot)
     figures.nodes_cooled = len(ever_hot - (hot[-1] if hot else set()))
+    figures.hot_at_end = {
+        n: [round(v.get(n, 0.0), 3) for v in values[-END_SAMPLES:]] for n in sorted(hot[-1] if hot else ())
+    }
     if figures.nodes_cooled:
         figures.evictions_per_node_cooled = round(figures.evictions / figures.nodes_cooled, 2)
     step = times[1] - times[0] if len(times) > 1 else 0.0
