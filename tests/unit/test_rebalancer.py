@@ -345,14 +345,22 @@ def test_each_look_with_hot_nodes_is_logged_once_with_why_pods_stay(
         [workload_pod("web-0", "n0", "web"), workload_pod("web-3", "n3", "web")],
         workload_cooldown_s=100,
     )
+    stuck = f"rebalancer: 2 hot nodes (n0, n3), 0 moves; not moved: 1 {TERMINATING}, 1 {COOLING}"
     with caplog.at_level(logging.INFO, logger="ksched.loop.rebalancer"):
         for _ in range(4):
             h.look()
+        hot = dict(h.source.values)
+        h.source.values.update({"n0": 0.5, "n3": 0.5})
+        h.look()
+        h.source.values.update(hot)
+        h.look()
+        h.look()
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("rebalancer: ")]
     assert lines == [
         "rebalancer: 2 hot nodes (n0, n3), 1 move; not moved: 1 limit maxPerWorkload reached",
-        f"rebalancer: 2 hot nodes (n0, n3), 0 moves; not moved: 1 {TERMINATING}, 1 {COOLING}",
-    ], "a look is logged when its summary changes, not again while it stays the same"
+        stuck,
+        stuck,
+    ], "logged when the summary changes, not while it stays the same; again once the nodes were cool between"
 
 
 def test_a_stale_metric_makes_no_node_hot(harness: Any) -> None:

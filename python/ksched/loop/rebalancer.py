@@ -174,6 +174,8 @@ class Rebalancer:
             return None
         if not self.hot:
             self.last_plan = Plan((), (), ())
+            # Hot nodes that come back later are logged again, even with the same line.
+            self._summary = ""
             return self.last_plan
         pods = self._pods_on(sorted({h.node for h in self.hot}))
         if pods is None:
