@@ -79,6 +79,14 @@ class _Compiler:
         for name in ("sel_offsets", "sel_value_offsets", "term_namespace_offsets", "ts_offsets"):
             self.cols[name] = [0]
 
+    def copy(self) -> _Compiler:
+        """A compiler holding the same selectors and terms, which the caller can add to
+        without changing this one."""
+        out = _Compiler(self.strings, self.namespaces)
+        out.selector_ids, out.term_ids = dict(self.selector_ids), dict(self.term_ids)
+        out.cols = {k: list(v) for k, v in self.cols.items()}
+        return out
+
     def selector(self, sel: LabelSelector | None) -> int:
         found = self.selector_ids.get(sel)
         if found is not None:
@@ -428,13 +436,9 @@ class PodTable:
             for ts in used:
                 compiler.term_set(self.term_set_keys[ts])
             self._compiled = (key, compiler)
-        kept = self._compiled[1]
         engine_ids = np.full(len(self.term_set_keys) + 1, -1, dtype=np.int64)
         engine_ids[list(used)] = np.arange(len(used), dtype=np.int64)
-        copy = _Compiler(self.strings, namespaces)
-        copy.selector_ids, copy.term_ids = dict(kept.selector_ids), dict(kept.term_ids)
-        copy.cols = {k: list(v) for k, v in kept.cols.items()}
-        return copy, engine_ids
+        return self._compiled[1].copy(), engine_ids
 
     def victims(
         self,
