@@ -255,7 +255,30 @@ def test_status_text_shows_leader_queues_degraded_metrics_and_failures() -> None
         "synced": True,
         "queues": {"active": 3, "backoff": 1, "unschedulable": 2, "in_flight": 0, "handoff": 0},
         "bound": 42,
-        "metrics": {"live": ["cpu"], "degraded": ["cpu: query failed: connection refused"]},
+        "metrics": {
+            "live": ["cpu", "mem"],
+            "degraded": ["cpu: query failed: connection refused"],
+            "learned": {
+                "cpu": {
+                    "resource": "cpu",
+                    "ratio": 1.234,
+                    "ratioStdDev": 0.5,
+                    "ratioPods": 40,
+                    "bestEffort": 480.0,
+                    "bestEffortStdDev": 120.0,
+                    "bestEffortPods": 12,
+                },
+                "mem": {
+                    "resource": "memory",
+                    "ratio": None,
+                    "ratioStdDev": 0.0,
+                    "ratioPods": 3,
+                    "bestEffort": None,
+                    "bestEffortStdDev": 0.0,
+                    "bestEffortPods": 0,
+                },
+            },
+        },
         "failures": [
             {"pod": "ns/a", "reason": "Unschedulable", "message": "0/3 nodes are available.", "at": 0.0},
             {"pod": "ns/b", "reason": "BindingError", "message": "binding to n1 failed", "at": 60.0},
@@ -269,6 +292,11 @@ def test_status_text_shows_leader_queues_degraded_metrics_and_failures() -> None
         in lines
     )
     assert "metrics:   degraded: cpu: query failed: connection refused" in lines
+    assert (
+        "estimate:  cpu: pods use 1.23x their guess (sd 0.50, 40 measured); "
+        "BestEffort pods use 480m (sd 120m, 12 measured)" in lines
+    )
+    assert "estimate:  mem: too few recent pods measured yet: the configured guesses stand" in lines
     failures = lines[lines.index("recent failures (2):") + 2 :]
     assert [f.split()[:3] for f in failures] == [
         ["00:01:00", "ns/b", "BindingError"],

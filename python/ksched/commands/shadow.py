@@ -166,6 +166,7 @@ def render_status(status: dict[str, Any], address: str) -> str:
         lines.append(f"metrics:   {len(metrics['live'])} live metric(s) fresh: {', '.join(metrics['live'])}")
     else:
         lines.append("metrics:   no live metrics configured")
+    lines += [f"estimate:  {name}: {_learned(c)}" for name, c in (metrics.get("learned") or {}).items()]
     shadow = status.get("shadow")
     if shadow:
         agreement = shadow["agreement"]
@@ -186,6 +187,26 @@ def render_status(status: dict[str, Any], address: str) -> str:
     else:
         lines.append("recent failures: none")
     return "\n".join(lines)
+
+
+def _learned(c: dict[str, Any]) -> str:
+    """What a learned estimate learned, as ``ksched status`` shows it."""
+    parts = []
+    if c["ratio"] is not None:
+        parts.append(
+            f"pods use {c['ratio']:.2f}x their guess (sd {c['ratioStdDev']:.2f}, {c['ratioPods']} measured)"
+        )
+    if c["bestEffort"] is not None:
+        cpu = c.get("resource") == "cpu"
+
+        def amount(v: float) -> str:
+            return f"{v:.0f}m" if cpu else f"{v / 2**20:.0f}Mi" if c.get("resource") == "memory" else f"{v:g}"
+
+        parts.append(
+            f"BestEffort pods use {amount(c['bestEffort'])} (sd {amount(c['bestEffortStdDev'])}, "
+            f"{c['bestEffortPods']} measured)"
+        )
+    return "; ".join(parts) or "too few recent pods measured yet: the configured guesses stand"
 
 
 def _rebalance_lines(rebalance: dict[str, Any] | None) -> list[str]:

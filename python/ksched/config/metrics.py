@@ -25,6 +25,9 @@ NODE_THRESHOLD_PREFIX = "threshold.ksched.io/"
 # What a pod that requests nothing of the estimated resource is counted as (Koordinator's
 # and upstream's non-zero defaults: 100m CPU, 200Mi memory).
 BEST_EFFORT_DEFAULTS = {"cpu": "100m", "memory": "200Mi"}
+# A learned estimate needs at least this many recently placed pods of a kind (estimated from
+# requests, or BestEffort) measured before it replaces the configured guess for that kind.
+LEARN_MIN_PODS = 10
 # A range selector or subquery range in PromQL (``[5m]``, ``[1h30m:1m]``), and its parts.
 _RANGE = re.compile(r"\[\s*((?:\d+(?:ms|s|m|h|d|w|y))+)\s*(?::[^\]]*)?\]")
 _RANGE_PART = re.compile(r"(\d+)(ms|s|m|h|d|w|y)")
@@ -74,6 +77,23 @@ class Band:
 
 
 @dataclass(frozen=True)
+class Calibration:
+    """What the recently placed pods that are already measured say about the guesses
+    (``estimate.learn``); set on a metric's estimate by the loop each cycle, never parsed.
+    ``ratio``: the mean of measured over guessed usage of the pods guessed from their
+    requests, and its standard deviation; ``best_effort``: the mean measured usage of
+    BestEffort pods (engine units), and its standard deviation. None where fewer than
+    ``LEARN_MIN_PODS`` of that kind are measured."""
+
+    ratio: float | None = None
+    ratio_sd: float = 0.0
+    ratio_pods: int = 0
+    best_effort: float | None = None
+    best_effort_sd: float = 0.0
+    best_effort_pods: int = 0
+
+
+@dataclass(frozen=True)
 class EstimateConfig:
     """How a recently placed pod's load is counted on its node until the metric shows it.
 
@@ -97,6 +117,15 @@ class EstimateConfig:
     pod_label: str = "pod"
     namespace_label: str = "namespace"
     legacy: bool = False
+    # Calibrate the guesses by recently measured pods (None: on where pod_query is set).
+    learn: bool | None = None
+    deviations: float = 0.0
+    # The loop's current calibration (set each cycle where ``learns``; never parsed).
+    calibration: Calibration | None = None
+
+    @property
+    def learns(self) -> bool:
+        return not self.legacy and self.pod_query is not None and self.learn is not False
 
 
 @dataclass(frozen=True)
@@ -212,7 +241,17 @@ def _estimate(obj: Any, path: str, metric_resource: str | None) -> EstimateConfi
     e = check_keys(
         obj,
         path,
-        ("resource", "factor", "window", "bestEffort", "podQuery", "podLabel", "namespaceLabel"),
+        (
+            "resource",
+            "factor",
+            "window",
+            "bestEffort",
+            "podQuery",
+            "podLabel",
+            "namespaceLabel",
+            "learn",
+            "deviations",
+        ),
         () if metric_resource is not None else ("resource",),
     )
     resource = _resource(e.get("resource", metric_resource), f"{path}.resource")
@@ -229,6 +268,19 @@ def _estimate(obj: Any, path: str, metric_resource: str | None) -> EstimateConfi
         best_effort = str(best_effort)
         if not _QUANTITY.match(best_effort):
             raise ConfigError(f"{path}.bestEffort: {best_effort!r} is not a quantity (examples: 100m, 200Mi)")
+    learn = e.get("learn")
+    if learn is not None and not isinstance(learn, bool):
+        raise ConfigError(f"{path}.learn: must be true or false")
+    if learn and "podQuery" not in e:
+        raise ConfigError(f"{path}.learn: needs podQuery (it learns from the pods' measured usage)")
+    deviations = as_float(e.get("deviations", EstimateConfig.deviations), f"{path}.deviations")
+    if deviations < 0:
+        raise ConfigError(f"{path}.deviations: must not be negative")
+    if deviations > 0 and ("podQuery" not in e or learn is False):
+        raise ConfigError(
+            f"{path}.deviations: needs a learned estimate (podQuery set, learn not false): "
+            "the deviations are those of the measured pods"
+        )
     return EstimateConfig(
         resource=resource,
         factor=factor,
@@ -239,6 +291,8 @@ def _estimate(obj: Any, path: str, metric_resource: str | None) -> EstimateConfi
         namespace_label=as_str(
             e.get("namespaceLabel", EstimateConfig.namespace_label), f"{path}.namespaceLabel"
         ),
+        learn=learn,
+        deviations=deviations,
     )
 
 

@@ -6,12 +6,17 @@ use all of it), else its request times the metric's ``estimate.factor``, else (i
 requests none: BestEffort) the configured default. The scheduling loop counts
 recently bound pods by it and the engine counts each pod it places by it, so both
 sides of a batch agree on what a placement adds to a node's metric.
+
+A learned estimate (``estimate.learn``) calibrates the last two guesses by what the
+measured pods used (:class:`ksched.config.metrics.Calibration`, kept by
+:mod:`ksched.loop.recent_pods`): :func:`guess` gives the uncalibrated figure and its kind,
+:func:`calibrated` the figure a pod counts as, :func:`spread` its standard deviation.
 """
 
 from __future__ import annotations
 
 from ksched.config import EstimateConfig
-from ksched.config.metrics import BEST_EFFORT_DEFAULTS
+from ksched.config.metrics import BEST_EFFORT_DEFAULTS, Calibration
 from ksched.engine.pods import PodRequests
 from ksched.engine.quantity import Nano, canonical, canonical_nano, parse_nano, parse_quantity
 from ksched.objects import Obj
@@ -44,14 +49,54 @@ def best_effort_amount(estimate: EstimateConfig) -> int:
     return 0 if q is None else canonical(estimate.resource, parse_quantity(q))
 
 
-def estimated_usage(pod: Obj, requests: PodRequests, estimate: EstimateConfig) -> int:
-    """The pod's expected usage of ``estimate.resource`` in the engine's unit."""
+# What a guess was made from (:func:`guess`): only the last two are calibrated.
+FIXED = 0  # a limit above the request (an upper bound), or a legacy estimate
+FROM_REQUEST = 1
+BEST_EFFORT = 2
+
+
+def guess(pod: Obj, requests: PodRequests, estimate: EstimateConfig) -> tuple[int, int]:
+    """The pod's configured guess of its usage of ``estimate.resource`` (engine unit), and
+    what it was made from (``FIXED``, ``FROM_REQUEST``, ``BEST_EFFORT``)."""
     request = requests.requests.get(estimate.resource, 0)
     if estimate.legacy:
-        return round(request * estimate.factor)
+        return round(request * estimate.factor), FIXED
     limit = pod_limit(pod, estimate.resource)
     if limit is not None and limit > request:
-        return limit
+        return limit, FIXED
     if request > 0:
-        return round(request * estimate.factor)
-    return best_effort_amount(estimate)
+        return round(request * estimate.factor), FROM_REQUEST
+    return best_effort_amount(estimate), BEST_EFFORT
+
+
+def calibrated(amount: float, kind: int, calibration: Calibration | None) -> float:
+    """The expected usage of a pod guessed at ``amount`` from ``kind``."""
+    if calibration is None:
+        return amount
+    if kind == FROM_REQUEST and calibration.ratio is not None:
+        return amount * calibration.ratio
+    if kind == BEST_EFFORT and calibration.best_effort is not None:
+        return calibration.best_effort
+    return amount
+
+
+def spread(amount: float, kind: int, calibration: Calibration | None) -> float:
+    """The standard deviation of the usage of a pod guessed at ``amount`` from ``kind`` (0
+    where nothing was learned of its kind)."""
+    if calibration is None:
+        return 0.0
+    if kind == FROM_REQUEST and calibration.ratio is not None:
+        return amount * calibration.ratio_sd
+    if kind == BEST_EFFORT and calibration.best_effort is not None:
+        return calibration.best_effort_sd
+    return 0.0
+
+
+def estimated_usage(pod: Obj, requests: PodRequests, estimate: EstimateConfig) -> int:
+    """What a pod being placed counts as, of ``estimate.resource`` in the engine's unit: its
+    guess, calibrated where the estimate learned, plus ``deviations`` of its spread."""
+    amount, kind = guess(pod, requests, estimate)
+    cal = estimate.calibration
+    if cal is None:
+        return amount
+    return round(calibrated(amount, kind, cal) + estimate.deviations * spread(amount, kind, cal))

@@ -53,6 +53,7 @@ from urllib3.util.retry import Retry
 
 from ksched import _core
 from ksched.config import MetricConfig
+from ksched.config.metrics import Calibration
 from ksched.engine.snapshot import Snapshot, annotation_column
 from ksched.loop.metrics_server import MetricsServerSource
 from ksched.loop.samples import Sample, parse_time
@@ -76,7 +77,8 @@ CLOSED_NOTE = " (onStale: closed: nodes without a fresh value are filtered out)"
 
 class Estimate(Protocol):
     """Adds to a metric's column what its sample cannot show yet of recently bound pods
-    (:meth:`ksched.loop.state.ClusterState.herd_estimate`)."""
+    (:meth:`ksched.loop.state.ClusterState.herd_estimate`); returns what a learned estimate
+    learned, which the metric's configuration then carries to the engine."""
 
     def __call__(
         self,
@@ -85,7 +87,7 @@ class Estimate(Protocol):
         column: npt.NDArray[np.float64],
         window_s: float | None = None,
         measured: Mapping[str, float] | None = None,
-    ) -> None: ...
+    ) -> Calibration | None: ...
 
 
 def node_addresses(node: Obj) -> list[str]:
@@ -277,6 +279,8 @@ class MetricStore:
         self._given = {
             m.name: replace(m, missing="exclude") if m.on_stale == "closed" else m for m in self.metrics
         }
+        # What each learned estimate learned at the last ``matrix`` (``status``).
+        self.calibrations: dict[str, Calibration] = {}
         # Annotation metrics found stale by the last ``matrix`` (``degraded``, ``status``).
         self._annotation_notes: list[str] = []
         self._nodes = nodes
@@ -456,9 +460,13 @@ class MetricStore:
                     continue
                 degraded.append(f"{m.name}: {problem}{CLOSED_NOTE}")
                 column = np.full(snapshot.count, np.nan, dtype=np.float64)
-            elif extra is not None and sample is not None:
-                extra(m, sample.sampled_at, column, sample.window_s, self._measured(m, now))
-            used.append(self._given[m.name])
+            given = self._given[m.name]
+            if problem is None and extra is not None and sample is not None:
+                calibration = extra(m, sample.sampled_at, column, sample.window_s, self._measured(m, now))
+                if calibration is not None and given.estimate is not None:
+                    given = replace(given, estimate=replace(given.estimate, calibration=calibration))
+                    self.calibrations[m.name] = calibration
+            used.append(given)
             columns.append(column)
         self._annotation_notes = notes
         values = np.stack(columns, axis=1) if columns else np.zeros((snapshot.count, 0), dtype=np.float64)
@@ -592,6 +600,26 @@ class MetricStore:
             ]
             + self._annotation_notes
         )
+
+    def learned(self) -> dict[str, dict[str, str | float | int | None]]:
+        """What each learned estimate learned at the last cycle, for ``/status``: the mean
+        measured/guessed ratio of pods guessed from requests and its spread, the mean
+        measured usage of BestEffort pods (engine units: millicores for cpu, else the
+        resource's own) and its spread, and how many
+        measured pods each figure is from (a figure is null below ``LEARN_MIN_PODS``)."""
+        resources = {m.name: m.estimate.resource for m in self.metrics if m.estimate is not None}
+        return {
+            name: {
+                "resource": resources.get(name),
+                "ratio": c.ratio,
+                "ratioStdDev": c.ratio_sd,
+                "ratioPods": c.ratio_pods,
+                "bestEffort": c.best_effort,
+                "bestEffortStdDev": c.best_effort_sd,
+                "bestEffortPods": c.best_effort_pods,
+            }
+            for name, c in dict(self.calibrations).items()
+        }
 
     def status(self) -> str:
         down, empty = self._live_problems()

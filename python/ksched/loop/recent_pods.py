@@ -13,6 +13,12 @@ fully if ``t_b >= t_s`` (the sample cannot show it), else by ``1 - (t_s - t_b) /
 and not at all once the window covers it or when ``W`` is 0. A legacy estimate
 (``herdEstimate``) counts only ksched's binds, fully, until the sample.
 
+A pod that is measured counts as its measured usage. A learned estimate
+(``estimate.learn``) also learns from the measured ones how far the guesses were off
+(:func:`learn`): the others count as their calibrated guess, and with ``deviations`` each
+node also counts that many standard deviations of its unmeasured pods' combined spread
+(the unseen share of each, independent: the root of the sum of squares).
+
 Kept cheap at any cluster size: only pods bound within the horizon are held, a heap
 by bind time prunes them, and a cycle reads them as numpy columns rebuilt only when
 the set changed; nothing here walks every pod.
@@ -30,7 +36,8 @@ import numpy as np
 import numpy.typing as npt
 
 from ksched.config import MetricConfig
-from ksched.engine.estimate import estimated_usage
+from ksched.config.metrics import LEARN_MIN_PODS, Calibration
+from ksched.engine.estimate import BEST_EFFORT, FROM_REQUEST, guess
 from ksched.engine.pods import CountedRequests, PodRequests
 from ksched.engine.snapshot import Snapshot
 from ksched.loop.samples import parse_time
@@ -50,8 +57,10 @@ class RecentPod:
     bound_at: float
     # Bound by ksched (the only pods a legacy estimate counts).
     by_ksched: bool
-    # Expected usage per estimating metric (``RecentPods.metrics``), in the engine's unit.
+    # The configured guess per estimating metric (``RecentPods.metrics``), in the engine's
+    # unit, and what each guess was made from (:func:`ksched.engine.estimate.guess`).
     amounts: tuple[int, ...]
+    kinds: tuple[int, ...]
 
 
 def bind_time(pod: Obj, now: float) -> float:
@@ -109,7 +118,7 @@ class RecentPods:
         self._prune(now)
         if not self.metrics or bound_at < now - self.horizon_s:
             return
-        self.pods[key] = RecentPod(uid, node, bound_at, by_ksched, self._amounts(pod, requests))
+        self.pods[key] = RecentPod(uid, node, bound_at, by_ksched, *self._guesses(pod, requests))
         heapq.heappush(self._by_time, (bound_at, key, uid))
         self._version += 1
 
@@ -118,7 +127,7 @@ class RecentPods:
         current = self.pods.get(key)
         if current is not None:
             self.pods[key] = RecentPod(
-                current.uid, current.node, current.bound_at, current.by_ksched, self._amounts(pod, requests)
+                current.uid, current.node, current.bound_at, current.by_ksched, *self._guesses(pod, requests)
             )
             self._version += 1
 
@@ -135,21 +144,22 @@ class RecentPods:
         column: npt.NDArray[np.float64],
         window_s: float | None = None,
         measured: Mapping[str, float] | None = None,
-    ) -> None:
+    ) -> Calibration | None:
         """Add to ``column`` (the metric's value per snapshot row) the share of each recent pod's
         load that the sample taken at ``sampled_at`` does not show. ``window_s``: the sample's own
         window, where the metric sets none; ``measured``: pods' measured usage (engine units),
-        which replaces their estimate."""
+        which replaces their estimate. Returns what a learned estimate learned (None where it
+        does not learn)."""
         i = self._column.get(metric.name)
         estimate = metric.estimate
         if i is None or estimate is None:
-            return
+            return None
         window = metric.window_s() if estimate.window_s is not None or window_s is None else window_s
         self.horizon_s = max(self.horizon_s, horizon_s(metric, window))
         self._prune(self.clock())
         c = snapshot.resources.get(estimate.resource)
         if c is None or not self.pods:
-            return
+            return Calibration() if estimate.learns else None
         arrays = self._current(snapshot)
         bound_at = arrays.bound_at
         if estimate.legacy:
@@ -158,26 +168,38 @@ class RecentPods:
             weight = np.clip(1.0 - (sampled_at - bound_at) / window, 0.0, 1.0)
         else:
             weight = np.where(bound_at >= sampled_at, 1.0, 0.0)
-        amounts = arrays.amounts[:, i].astype(np.float64)
+        guesses = arrays.amounts[:, i].astype(np.float64)
+        kinds = arrays.kinds[:, i]
+        known = np.full(len(guesses), np.nan)
         if measured:
             for j, key in enumerate(arrays.keys):
                 value = measured.get(key)
                 if value is not None and math.isfinite(value):
-                    amounts[j] = value
+                    known[j] = value
+        is_known = ~np.isnan(known)
+        calibration = learn(guesses, kinds, known) if estimate.learns else None
+        amounts, spreads = _expected(guesses, kinds, calibration)
+        amounts[is_known] = known[is_known]
+        spreads[is_known] = 0.0
         r = len(snapshot.resources)
         rows = arrays.rows
         allocatable = snapshot.arrays["allocatable"][np.maximum(rows, 0) * r + c].astype(np.float64)
         counted = (rows >= 0) & (allocatable > 0) & (weight > 0)
         share = weight[counted] * amounts[counted] / allocatable[counted]
         np.add.at(column, rows[counted], metric.load_sign * share)
+        if estimate.deviations > 0 and calibration is not None:
+            variance = np.zeros(len(column))
+            unseen = weight[counted] * spreads[counted] / allocatable[counted]
+            np.add.at(variance, rows[counted], unseen * unseen)
+            column += metric.load_sign * estimate.deviations * np.sqrt(variance)
+        return calibration
 
     # -- internals -----------------------------------------------------
 
-    def _amounts(self, pod: Obj | None, requests: CountedRequests) -> tuple[int, ...]:
+    def _guesses(self, pod: Obj | None, requests: CountedRequests) -> tuple[tuple[int, ...], tuple[int, ...]]:
         reqs = PodRequests(dict(requests.requests), requests.nonzero_cpu, requests.nonzero_memory)
-        return tuple(
-            estimated_usage(pod or {}, reqs, m.estimate) for m in self.metrics if m.estimate is not None
-        )
+        pairs = [guess(pod or {}, reqs, m.estimate) for m in self.metrics if m.estimate is not None]
+        return tuple(a for a, _ in pairs), tuple(k for _, k in pairs)
 
     def _prune(self, now: float) -> None:
         oldest = now - self.horizon_s
@@ -198,6 +220,47 @@ class RecentPods:
         return cached[2]
 
 
+def learn(
+    guesses: npt.NDArray[np.float64], kinds: npt.NDArray[np.int8], known: npt.NDArray[np.float64]
+) -> Calibration:
+    """What the measured pods (``known`` not NaN) say of the guesses: the mean and spread of
+    measured over guessed usage for pods guessed from their requests, and of the measured
+    usage of BestEffort pods; each once at least ``LEARN_MIN_PODS`` of its kind are measured."""
+    is_known = ~np.isnan(known)
+    ratio: tuple[float | None, float, int] = (None, 0.0, 0)
+    from_request = is_known & (kinds == FROM_REQUEST) & (guesses > 0)
+    n = int(from_request.sum())
+    if n >= LEARN_MIN_PODS:
+        ratios = known[from_request] / guesses[from_request]
+        ratio = (float(ratios.mean()), float(ratios.std()), n)
+    best: tuple[float | None, float, int] = (None, 0.0, 0)
+    best_effort = is_known & (kinds == BEST_EFFORT)
+    n = int(best_effort.sum())
+    if n >= LEARN_MIN_PODS:
+        used = known[best_effort]
+        best = (float(used.mean()), float(used.std()), n)
+    return Calibration(*ratio, *best)
+
+
+def _expected(
+    guesses: npt.NDArray[np.float64], kinds: npt.NDArray[np.int8], calibration: Calibration | None
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """Each pod's expected usage and its standard deviation, from its guess."""
+    amounts = guesses.copy()
+    spreads = np.zeros(len(guesses))
+    if calibration is None:
+        return amounts, spreads
+    if calibration.ratio is not None:
+        from_request = kinds == FROM_REQUEST
+        amounts[from_request] = guesses[from_request] * calibration.ratio
+        spreads[from_request] = guesses[from_request] * calibration.ratio_sd
+    if calibration.best_effort is not None:
+        best_effort = kinds == BEST_EFFORT
+        amounts[best_effort] = calibration.best_effort
+        spreads[best_effort] = calibration.best_effort_sd
+    return amounts, spreads
+
+
 @dataclass(frozen=True)
 class _Arrays:
     keys: list[str]
@@ -206,6 +269,7 @@ class _Arrays:
     # Snapshot row of each pod's node (-1: not in the table).
     rows: npt.NDArray[np.intp]
     amounts: npt.NDArray[np.int64]
+    kinds: npt.NDArray[np.int8]
 
     @staticmethod
     def of(pods: Mapping[str, RecentPod], index: Mapping[str, int], metrics: int) -> _Arrays:
@@ -217,4 +281,5 @@ class _Arrays:
             np.fromiter((p.by_ksched for p in values), dtype=np.bool_, count=n),
             np.fromiter((index.get(p.node, -1) for p in values), dtype=np.intp, count=n),
             np.array([p.amounts for p in values], dtype=np.int64).reshape(n, metrics),
+            np.array([p.kinds for p in values], dtype=np.int8).reshape(n, metrics),
         )

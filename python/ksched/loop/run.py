@@ -148,6 +148,7 @@ class Running:
             "metrics": {
                 "live": [m.name for m in self.scheduler.metrics.live],
                 "degraded": self.scheduler.metrics.degraded(),
+                "learned": self.scheduler.metrics.learned(),
             },
             "failures": list(self.scheduler.failures),
             "shadow": shadow,

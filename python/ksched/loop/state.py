@@ -36,6 +36,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ksched.config import MetricConfig
+from ksched.config.metrics import Calibration
 from ksched.engine.disruption_budgets import DisruptionBudget, disruption_budget
 from ksched.engine.gangs import POD_GROUP_LABEL, PodGroup, pod_group
 from ksched.engine.pod_level import PodInfo
@@ -336,10 +337,11 @@ class ClusterState:
         column: npt.NDArray[np.float64],
         window_s: float | None = None,
         measured: Mapping[str, float] | None = None,
-    ) -> None:
+    ) -> Calibration | None:
         """Add to ``column`` the load of the pods bound recently that the metric's sample,
-        taken at ``sampled_at``, does not show yet (see :mod:`ksched.loop.recent_pods`)."""
-        self.recent.add_to(metric, self.snapshot(), sampled_at, column, window_s, measured)
+        taken at ``sampled_at``, does not show yet (see :mod:`ksched.loop.recent_pods`); what a
+        learned estimate learned from the measured ones."""
+        return self.recent.add_to(metric, self.snapshot(), sampled_at, column, window_s, measured)
 
     def counted(self) -> dict[str, str]:
         """Pod key -> node for every pod counted (bound or assumed)."""

@@ -1,0 +1,163 @@
+"""A learned load estimate: the recently placed pods already measured calibrate the guesses for
+the ones that are not yet (their requests times the measured/guessed ratio; BestEffort pods at
+the measured BestEffort mean), ``deviations`` adds their spread, and the pod being placed
+counts the same way against the metric's threshold."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from ksched.config import EstimateConfig, MetricConfig, parse_config
+from ksched.config.metrics import LEARN_MIN_PODS, Calibration
+from ksched.errors import ConfigError
+from ksched.loop.metric_sources import MetricStore
+from ksched.loop.slim import slim_pod
+from tests.conftest import pod
+from tests.unit.test_load_estimate import CONFIG, T0, Clock, PodUsageSource, bound, cluster, rfc3339
+from tests.unit.test_load_estimate_engine import one_cpu_nodes, place, usage
+
+POD_QUERY = "sum by (namespace, pod) (irate(pod_cpu_usage_seconds_total[1m]))"
+NODE_VALUE = 0.1  # what PodUsageSource's sample says of n0 and n1
+
+
+def learned_metric(**estimate: Any) -> MetricConfig:
+    return MetricConfig(
+        name="cpu",
+        source="prometheus",
+        query="node:node_cpu_utilisation:ratio",
+        estimate=EstimateConfig(resource="cpu", window_s=90.0, pod_query=POD_QUERY, **estimate),
+    )
+
+
+def best_effort(name: str, node_name: str, at: float) -> dict[str, Any]:
+    p = pod(name, cpu=None, memory=None, node_name=node_name, scheduler="default-scheduler")
+    p["metadata"]["uid"] = f"uid-{name}"
+    p["status"] = {
+        "conditions": [{"type": "PodScheduled", "status": "True", "lastTransitionTime": rfc3339(at)}]
+    }
+    return slim_pod(p)
+
+
+def run(
+    m: MetricConfig, measured: list[tuple[dict[str, Any], float]], unmeasured: list[dict[str, Any]]
+) -> Any:
+    """Measured pods on n0, unmeasured ones on n1 (4 CPUs each), all bound after the node
+    sample; returns the store's matrix and the store."""
+    clock = Clock(T0)
+    state = cluster(m, clock)
+    source = PodUsageSource(clock)
+    nodes = list(state.nodes.values())
+    store = MetricStore([m], source, None, lambda: nodes, clock=clock)  # type: ignore[arg-type]
+    for p, _ in measured:
+        state.on_pod("ADDED", p, None)
+    for p in unmeasured:
+        state.on_pod("ADDED", p, None)
+    state.sync()
+    store.refresh(m)
+    source.pods = {f"default/{p['metadata']['name']}": used for p, used in measured}
+    store.refresh_pods(m)
+    return store.matrix(state.snapshot(), state.herd_estimate), store
+
+
+def measured_pods(ratios: list[float], cpu_milli: int = 100) -> list[tuple[dict[str, Any], float]]:
+    return [(bound(f"m{i}", "n0", T0 - 2, cpu=f"{cpu_milli}m"), r * cpu_milli) for i, r in enumerate(ratios)]
+
+
+def test_unmeasured_pods_count_at_what_the_measured_ones_use_of_their_requests() -> None:
+    m = learned_metric()
+    matrix, store = run(m, measured_pods([2.0] * LEARN_MIN_PODS), [bound("new", "n1", T0 - 2, cpu="1")])
+    n0, n1 = matrix.values[:, 0].tolist()
+    assert n0 == pytest.approx(NODE_VALUE + LEARN_MIN_PODS * 0.2 / 4), "the measured pods count as measured"
+    assert n1 == pytest.approx(NODE_VALUE + 2.0 / 4), "the 1-CPU pod counts as 2 CPUs: measured pods use 2x"
+    calibration = matrix.metrics[0].estimate.calibration
+    assert (calibration.ratio, calibration.ratio_pods) == (pytest.approx(2.0), LEARN_MIN_PODS)
+    assert store.learned()["cpu"]["ratio"] == pytest.approx(2.0), "/status shows what was learned"
+
+
+def test_without_enough_measured_pods_or_with_learning_off_the_guess_stands() -> None:
+    new = [bound("new", "n1", T0 - 2, cpu="1")]
+    few, _ = run(learned_metric(), measured_pods([2.0] * (LEARN_MIN_PODS - 1)), new)
+    off, _ = run(learned_metric(learn=False), measured_pods([2.0] * LEARN_MIN_PODS), new)
+    assert few.values[1, 0] == pytest.approx(NODE_VALUE + 0.25), f"{LEARN_MIN_PODS - 1} pods teach nothing"
+    assert off.metrics[0].estimate.calibration is None
+    assert off.values[1, 0] == pytest.approx(NODE_VALUE + 0.25), "learn: false keeps the request"
+
+
+def test_best_effort_pods_count_at_the_measured_best_effort_mean() -> None:
+    measured = [(best_effort(f"be{i}", "n0", T0 - 2), 500.0) for i in range(LEARN_MIN_PODS)]
+    matrix, _ = run(learned_metric(), measured, [best_effort("new", "n1", T0 - 2)])
+    assert matrix.values[1, 0] == pytest.approx(NODE_VALUE + 0.5 / 4), "500m measured, not the 100m default"
+    assert matrix.metrics[0].estimate.calibration.best_effort == pytest.approx(500.0)
+
+
+def test_deviations_add_the_combined_spread_of_a_nodes_unmeasured_pods() -> None:
+    # Measured at 1x and 3x their requests: mean 2, standard deviation 1.
+    ratios = [1.0, 3.0] * (LEARN_MIN_PODS // 2)
+    new = [bound("a", "n1", T0 - 2, cpu="1"), bound("b", "n1", T0 - 2, cpu="1")]
+    matrix, _ = run(learned_metric(deviations=1.0), measured_pods(ratios), new)
+    # Two 1-CPU pods: 2 CPUs expected each, spread 1 CPU each, combined sqrt(2).
+    assert matrix.values[1, 0] == pytest.approx(NODE_VALUE + (4.0 + np.sqrt(2.0)) / 4)
+    plain, _ = run(learned_metric(), measured_pods(ratios), new)
+    assert plain.values[1, 0] == pytest.approx(NODE_VALUE + 4.0 / 4), "no deviations: the mean alone"
+
+
+@pytest.mark.parametrize(
+    ("calibration", "deviations", "placed"),
+    [
+        (None, 0.0, "n0"),  # 0.6 + 100m of 1 CPU: 0.7, under 0.8
+        (Calibration(ratio=1.5, ratio_sd=1.0, ratio_pods=LEARN_MIN_PODS), 0.0, "n0"),  # 0.75
+        (Calibration(ratio=1.5, ratio_sd=1.0, ratio_pods=LEARN_MIN_PODS), 1.0, None),  # 0.85
+    ],
+)
+def test_the_pod_being_placed_counts_at_its_calibrated_estimate_plus_deviations(
+    calibration: Calibration | None, deviations: float, placed: str | None
+) -> None:
+    estimate = EstimateConfig(
+        resource="cpu", pod_query=POD_QUERY, deviations=deviations, calibration=calibration
+    )
+    placements = place(usage(estimate=estimate), one_cpu_nodes(1), [0.6], pod("p", cpu="100m"))
+    assert placements[0].node == placed
+
+
+@pytest.mark.parametrize(
+    ("estimate", "error"),
+    [
+        ({"learn": True}, "estimate.learn: needs podQuery"),
+        ({"learn": "yes", "podQuery": POD_QUERY}, "estimate.learn: must be true or false"),
+        ({"deviations": -1, "podQuery": POD_QUERY}, "estimate.deviations: must not be negative"),
+        ({"deviations": 1}, "estimate.deviations: needs a learned estimate"),
+        ({"deviations": 1, "podQuery": POD_QUERY, "learn": False}, "estimate.deviations: needs a learned"),
+    ],
+)
+def test_bad_learning_settings_name_the_key(estimate: dict[str, Any], error: str) -> None:
+    raw = {
+        **CONFIG,
+        "prometheus": {"url": "http://prometheus:9090"},
+        "metrics": [
+            {"name": "cpu", "source": "prometheus", "query": "q", "estimate": {"resource": "cpu", **estimate}}
+        ],
+    }
+    with pytest.raises(ConfigError, match=error):
+        parse_config(raw)
+
+
+def test_learning_is_on_where_a_pod_query_is_set() -> None:
+    raw = {
+        **CONFIG,
+        "prometheus": {"url": "http://prometheus:9090"},
+        "metrics": [
+            {
+                "name": "cpu",
+                "source": "prometheus",
+                "query": "q",
+                "estimate": {"resource": "cpu", "podQuery": POD_QUERY, "deviations": 1},
+            },
+            {"name": "plain", "source": "prometheus", "query": "q", "estimate": {"resource": "cpu"}},
+        ],
+    }
+    learned, plain = parse_config(raw).metrics
+    assert learned.estimate is not None and learned.estimate.learns and learned.estimate.deviations == 1.0
+    assert plain.estimate is not None and not plain.estimate.learns
