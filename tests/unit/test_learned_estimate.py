@@ -104,6 +104,16 @@ def test_deviations_add_the_combined_spread_of_a_nodes_unmeasured_pods() -> None
     assert plain.values[1, 0] == pytest.approx(NODE_VALUE + 4.0 / 4), "no deviations: the mean alone"
 
 
+def test_a_pod_that_requests_almost_nothing_does_not_swamp_what_is_learned() -> None:
+    # Nine pods use what they request; one requests 1m and uses a whole core.
+    measured = measured_pods([1.0] * (LEARN_MIN_PODS - 1), cpu_milli=1000)
+    measured.append((bound("tiny", "n0", T0 - 2, cpu="1m"), 1000.0))
+    matrix, _ = run(learned_metric(), measured, [bound("new", "n1", T0 - 2, cpu="1")])
+    ratio = matrix.metrics[0].estimate.calibration.ratio
+    assert ratio == pytest.approx(10_000 / 9_001), "the usage over the requests, summed: not a mean of 1000x"
+    assert matrix.values[1, 0] == pytest.approx(NODE_VALUE + ratio / 4)
+
+
 @pytest.mark.parametrize(
     ("calibration", "deviations", "placed"),
     [

@@ -80,10 +80,11 @@ class Band:
 class Calibration:
     """What the recently placed pods that are already measured say about the guesses
     (``estimate.learn``); set on a metric's estimate by the loop each cycle, never parsed.
-    ``ratio``: the mean of measured over guessed usage of the pods guessed from their
-    requests, and its standard deviation; ``best_effort``: the mean measured usage of
-    BestEffort pods (engine units), and its standard deviation. None where fewer than
-    ``LEARN_MIN_PODS`` of that kind are measured."""
+    ``ratio``: measured over guessed usage of the pods guessed from their requests (summed
+    over them), and the standard deviation of each pod's ratio around it, weighted by its
+    guess; ``best_effort``: the mean measured usage of BestEffort pods (engine units), and
+    its standard deviation. None where fewer than ``LEARN_MIN_PODS`` of that kind are
+    measured."""
 
     ratio: float | None = None
     ratio_sd: float = 0.0

@@ -223,16 +223,21 @@ class RecentPods:
 def learn(
     guesses: npt.NDArray[np.float64], kinds: npt.NDArray[np.int8], known: npt.NDArray[np.float64]
 ) -> Calibration:
-    """What the measured pods (``known`` not NaN) say of the guesses: the mean and spread of
-    measured over guessed usage for pods guessed from their requests, and of the measured
-    usage of BestEffort pods; each once at least ``LEARN_MIN_PODS`` of its kind are measured."""
+    """What the measured pods (``known`` not NaN) say of the guesses: for pods guessed from
+    their requests, measured over guessed usage (the ratio of the sums, and the spread of each
+    pod's ratio around it weighted by its guess, so that a pod requesting 1m and using a core
+    does not make every guess a thousand times too small); for BestEffort pods, the mean and
+    spread of their measured usage. Each once at least ``LEARN_MIN_PODS`` of its kind are
+    measured."""
     is_known = ~np.isnan(known)
     ratio: tuple[float | None, float, int] = (None, 0.0, 0)
     from_request = is_known & (kinds == FROM_REQUEST) & (guesses > 0)
     n = int(from_request.sum())
     if n >= LEARN_MIN_PODS:
-        ratios = known[from_request] / guesses[from_request]
-        ratio = (float(ratios.mean()), float(ratios.std()), n)
+        guessed, used = guesses[from_request], known[from_request]
+        mean = float(used.sum() / guessed.sum())
+        spread = float(np.sqrt((guessed * (used / guessed - mean) ** 2).sum() / guessed.sum()))
+        ratio = (mean, spread, n)
     best: tuple[float | None, float, int] = (None, 0.0, 0)
     best_effort = is_known & (kinds == BEST_EFFORT)
     n = int(best_effort.sum())
