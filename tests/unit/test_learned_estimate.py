@@ -28,7 +28,9 @@ def learned_metric(**estimate: Any) -> MetricConfig:
         name="cpu",
         source="prometheus",
         query="node:node_cpu_utilisation:ratio",
-        estimate=EstimateConfig(resource="cpu", window_s=90.0, pod_query=POD_QUERY, **estimate),
+        estimate=EstimateConfig(
+            resource="cpu", window_s=90.0, pod_query=POD_QUERY, **{"learn": True, **estimate}
+        ),
     )
 
 
@@ -83,7 +85,7 @@ def test_without_enough_measured_pods_or_with_learning_off_the_guess_stands() ->
     off, _ = run(learned_metric(learn=False), measured_pods([2.0] * LEARN_MIN_PODS), new)
     assert few.values[1, 0] == pytest.approx(NODE_VALUE + 0.25), f"{LEARN_MIN_PODS - 1} pods teach nothing"
     assert off.metrics[0].estimate.calibration is None
-    assert off.values[1, 0] == pytest.approx(NODE_VALUE + 0.25), "learn: false keeps the request"
+    assert off.values[1, 0] == pytest.approx(NODE_VALUE + 0.25), "without learn the request stands"
 
 
 def test_best_effort_pods_count_at_the_measured_best_effort_mean() -> None:
@@ -126,7 +128,7 @@ def test_the_pod_being_placed_counts_at_its_calibrated_estimate_plus_deviations(
     calibration: Calibration | None, deviations: float, placed: str | None
 ) -> None:
     estimate = EstimateConfig(
-        resource="cpu", pod_query=POD_QUERY, deviations=deviations, calibration=calibration
+        resource="cpu", pod_query=POD_QUERY, learn=True, deviations=deviations, calibration=calibration
     )
     placements = place(usage(estimate=estimate), one_cpu_nodes(1), [0.6], pod("p", cpu="100m"))
     assert placements[0].node == placed
@@ -138,8 +140,8 @@ def test_the_pod_being_placed_counts_at_its_calibrated_estimate_plus_deviations(
         ({"learn": True}, "estimate.learn: needs podQuery"),
         ({"learn": "yes", "podQuery": POD_QUERY}, "estimate.learn: must be true or false"),
         ({"deviations": -1, "podQuery": POD_QUERY}, "estimate.deviations: must not be negative"),
-        ({"deviations": 1}, "estimate.deviations: needs a learned estimate"),
-        ({"deviations": 1, "podQuery": POD_QUERY, "learn": False}, "estimate.deviations: needs a learned"),
+        ({"deviations": 1, "podQuery": POD_QUERY}, "estimate.deviations: needs learn: true"),
+        ({"deviations": 1, "podQuery": POD_QUERY, "learn": False}, "estimate.deviations: needs learn: true"),
     ],
 )
 def test_bad_learning_settings_name_the_key(estimate: dict[str, Any], error: str) -> None:
@@ -154,7 +156,7 @@ def test_bad_learning_settings_name_the_key(estimate: dict[str, Any], error: str
         parse_config(raw)
 
 
-def test_learning_is_on_where_a_pod_query_is_set() -> None:
+def test_learning_is_asked_for_and_off_by_default() -> None:
     raw = {
         **CONFIG,
         "prometheus": {"url": "http://prometheus:9090"},
@@ -163,9 +165,14 @@ def test_learning_is_on_where_a_pod_query_is_set() -> None:
                 "name": "cpu",
                 "source": "prometheus",
                 "query": "q",
-                "estimate": {"resource": "cpu", "podQuery": POD_QUERY, "deviations": 1},
+                "estimate": {"resource": "cpu", "podQuery": POD_QUERY, "learn": True, "deviations": 1},
             },
-            {"name": "plain", "source": "prometheus", "query": "q", "estimate": {"resource": "cpu"}},
+            {
+                "name": "plain",
+                "source": "prometheus",
+                "query": "q",
+                "estimate": {"resource": "cpu", "podQuery": POD_QUERY},
+            },
         ],
     }
     learned, plain = parse_config(raw).metrics

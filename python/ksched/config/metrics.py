@@ -105,7 +105,14 @@ class EstimateConfig:
     linearly over ``window_s`` (the query's range selector: a ``rate(...[5m])`` shows a new
     pod fully only five minutes later). ``legacy`` is the first herd estimate
     (``herdEstimate``): only pods ksched bound, requests times factor, no window, and the
-    incoming pod not counted against the filter."""
+    incoming pod not counted against the filter.
+
+    With ``learn`` (it needs ``pod_query``) the guesses are calibrated by the recently placed
+    pods already measured (:class:`Calibration`): a pod guessed from its requests counts as
+    its guess times their measured/guessed ratio, a BestEffort pod as their mean measured
+    usage. ``deviations`` adds that many standard deviations of what the measured pods
+    strayed: to each pod being placed, and to each node as the combined spread of its recent
+    pods not measured yet (independent: the root of the sum of squares)."""
 
     resource: str
     factor: float = 1.0
@@ -118,15 +125,15 @@ class EstimateConfig:
     pod_label: str = "pod"
     namespace_label: str = "namespace"
     legacy: bool = False
-    # Calibrate the guesses by recently measured pods (None: on where pod_query is set).
-    learn: bool | None = None
+    # Calibrate the guesses by recently measured pods (needs pod_query).
+    learn: bool = False
     deviations: float = 0.0
     # The loop's current calibration (set each cycle where ``learns``; never parsed).
     calibration: Calibration | None = None
 
     @property
     def learns(self) -> bool:
-        return not self.legacy and self.pod_query is not None and self.learn is not False
+        return self.learn and not self.legacy and self.pod_query is not None
 
 
 @dataclass(frozen=True)
@@ -269,17 +276,17 @@ def _estimate(obj: Any, path: str, metric_resource: str | None) -> EstimateConfi
         best_effort = str(best_effort)
         if not _QUANTITY.match(best_effort):
             raise ConfigError(f"{path}.bestEffort: {best_effort!r} is not a quantity (examples: 100m, 200Mi)")
-    learn = e.get("learn")
-    if learn is not None and not isinstance(learn, bool):
+    learn = e.get("learn", False)
+    if not isinstance(learn, bool):
         raise ConfigError(f"{path}.learn: must be true or false")
     if learn and "podQuery" not in e:
         raise ConfigError(f"{path}.learn: needs podQuery (it learns from the pods' measured usage)")
     deviations = as_float(e.get("deviations", EstimateConfig.deviations), f"{path}.deviations")
     if deviations < 0:
         raise ConfigError(f"{path}.deviations: must not be negative")
-    if deviations > 0 and ("podQuery" not in e or learn is False):
+    if deviations > 0 and not learn:
         raise ConfigError(
-            f"{path}.deviations: needs a learned estimate (podQuery set, learn not false): "
+            f"{path}.deviations: needs learn: true (podQuery set): "
             "the deviations are those of the measured pods"
         )
     return EstimateConfig(
