@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ksched.bench.quality.figures import QualityFigures, Series, judge
+from ksched.bench.quality.figures import MAX_MISSING, QualityFigures, Series, judge, unjudged
 from ksched.bench.quality.scenarios import DEFAULT_SCHEDULER, SCENARIOS, scenario
 from ksched.cluster.load import BASE
 
@@ -44,6 +44,24 @@ def test_judge(
     got = {k: getattr(figures, k) for k in want}
     assert got == want, name
     assert len(figures.bands) == len(samples)
+
+
+def test_a_round_whose_scrape_stopped_is_not_judged() -> None:
+    """A node without a sample counts as idle, so a round that Prometheus stopped scraping
+    would read as a pool with no hot node: it is a violation instead of a figure."""
+    nodes = [f"n{i}" for i in range(20)]
+    full = {n: 0.9 for n in nodes}
+    stopped = QualityFigures("ksched", "mixed-schedulers", 1)
+    judge(stopped, Series([0.0, 15.0, 30.0, 45.0], [full, {}, {}, {}], 15.0), nodes, {}, threshold=0.8)
+    assert stopped.missing_samples == 0.75
+    (why,) = unjudged(stopped)
+    assert why.startswith(
+        "mixed-schedulers/ksched: Prometheus has no utilisation for 75% of the node samples"
+    )
+    one_gap = QualityFigures("ksched", "burst", 1)
+    samples = [full] * 19 + [{n: 0.9 for n in nodes[1:]}]  # one node missing from one sample
+    judge(one_gap, Series([15.0 * i for i in range(20)], samples, 15.0), nodes, {}, threshold=0.8)
+    assert one_gap.missing_samples <= MAX_MISSING and unjudged(one_gap) == []
 
 
 @pytest.mark.parametrize("name", SCENARIOS)

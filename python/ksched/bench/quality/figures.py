@@ -16,6 +16,9 @@ from ksched.bench.quality.rebalance import RebalanceFigures
 
 # Utilisation (cores used / allocatable) over which a node counts as hot.
 DEFAULT_THRESHOLD = 0.8
+# A round whose node samples are missing beyond this share is not judged (:func:`unjudged`):
+# a missing sample counts as idle, so a scrape that stopped would read as a cool pool.
+MAX_MISSING = 0.05
 
 
 @dataclass
@@ -39,6 +42,8 @@ class QualityFigures:
     pods_on_hot_nodes: int = 0
     pending: int = 0
     pods_per_s: float = 0.0
+    # The share of node samples Prometheus had no value for.
+    missing_samples: float = 0.0
     # Per sample: (seconds from the first create, p50, p95, max) across nodes, for the plot.
     bands: list[tuple[float, float, float, float]] = field(default_factory=list)
     # Where the scenario's pods could be moved (controllers own them): what moving them did.
@@ -70,8 +75,10 @@ def judge(
     and the pods' nodes at the end (``bound``: pod name to node)."""
     everything: list[float] = []
     cvs: list[float] = []
+    missing = 0
     start = series.times[0] if series.times else 0.0
     for t, sample in zip(series.times, series.values, strict=True):
+        missing += sum(1 for n in nodes if n not in sample)
         row = [sample.get(n, 0.0) for n in nodes]
         everything += row
         figures.hotspot_node_minutes += sum(v > threshold for v in row) * series.step_s / 60.0
@@ -79,12 +86,27 @@ def judge(
         if mean > 0:
             cvs.append(statistics.pstdev(row) / mean)
         figures.bands.append((t - start, percentile(row, 0.5), percentile(row, 0.95), max(row, default=0.0)))
+    figures.missing_samples = (
+        round(missing / (len(nodes) * len(series.times)), 3) if nodes and series.times else 1.0
+    )
     figures.hotspot_node_minutes = round(figures.hotspot_node_minutes, 2)
     figures.max_utilisation = round(max(everything, default=0.0), 3)
     figures.p95_utilisation = round(percentile(everything, 0.95), 3)
     figures.cv = round(statistics.fmean(cvs), 3) if cvs else 0.0
     last = series.values[-1] if series.values else {}
     figures.pods_on_hot_nodes = sum(1 for node in bound.values() if last.get(node, 0.0) > threshold)
+
+
+def unjudged(figures: QualityFigures) -> list[str]:
+    """Why the round's figures are no judgement (empty when they are): too many node samples
+    missing, which reads as idle nodes (KWOK's endpoint or Prometheus's scrape stopped)."""
+    if figures.missing_samples <= MAX_MISSING:
+        return []
+    return [
+        f"{figures.scenario}/{figures.scheduler}: Prometheus has no utilisation for "
+        f"{figures.missing_samples:.0%} of the node samples (a stopped scrape reads as idle nodes): "
+        "these figures are not a judgement; run the scenario again"
+    ]
 
 
 @dataclass

@@ -29,7 +29,7 @@ import yaml
 
 from ksched.bench.invariants import lost, overcommitted
 from ksched.bench.pods import clear_pods, start_ksched_run
-from ksched.bench.quality.figures import QualityFigures, QualityResults, judge
+from ksched.bench.quality.figures import QualityFigures, QualityResults, judge, unjudged
 from ksched.bench.quality.moves import Sampler
 from ksched.bench.quality.observe import (
     clear_controllers,
@@ -225,6 +225,7 @@ def pooled_round(
             # Judged by the pods as they ended: an evicted pod's replacement where it landed.
             bound = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in pods if p["spec"].get("nodeName")}
             judge(figures, series, names, bound, r.threshold)
+            results.violations += unjudged(figures)
             evicted: set[str] = set()
             if namespace in moved and audit_log is not None:
                 evictions = sampler.evictions(audit_log, namespace)

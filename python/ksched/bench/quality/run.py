@@ -26,7 +26,7 @@ import yaml
 
 from ksched.bench.invariants import lost, overcommitted
 from ksched.bench.pods import CREATE_WORKERS, clear_pods, start_ksched_run
-from ksched.bench.quality.figures import DEFAULT_THRESHOLD, QualityFigures, QualityResults, judge
+from ksched.bench.quality.figures import DEFAULT_THRESHOLD, QualityFigures, QualityResults, judge, unjudged
 from ksched.bench.quality.moves import audit_policy
 from ksched.bench.quality.observe import (
     clear_controllers,
@@ -143,6 +143,7 @@ def _one(
         series = utilisation(prometheus, start, end, opts.scrape_interval_s)
         nodes = kube.request("GET", "/api/v1/nodes").json()["items"]
         judge(figures, series, [n["metadata"]["name"] for n in nodes], bound, opts.threshold)
+        results.violations += unjudged(figures)
         everywhere = kube.request("GET", "/api/v1/pods").json()["items"]
         results.violations += [
             f"{name}/{label}: over-committed {o}" for o in overcommitted(nodes, everywhere)
