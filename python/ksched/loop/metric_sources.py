@@ -602,11 +602,11 @@ class MetricStore:
         )
 
     def learned(self) -> dict[str, dict[str, str | float | int | None]]:
-        """What each learned estimate learned at the last cycle, for ``/status``: the mean
-        measured/guessed ratio of pods guessed from requests and its spread, the mean
+        """What each learned estimate learned at the last cycle, for ``/status``: the measured
+        over guessed usage of pods guessed from requests (summed) and its spread, the mean
         measured usage of BestEffort pods (engine units: millicores for cpu, else the
-        resource's own) and its spread, and how many
-        measured pods each figure is from (a figure is null below ``LEARN_MIN_PODS``)."""
+        resource's own) and its spread, and how many measured pods each figure is from (a
+        figure is null below ``LEARN_MIN_PODS``)."""
         resources = {m.name: m.estimate.resource for m in self.metrics if m.estimate is not None}
         return {
             name: {
