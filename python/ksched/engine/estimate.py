@@ -10,7 +10,8 @@ sides of a batch agree on what a placement adds to a node's metric.
 A learned estimate (``estimate.learn``) calibrates the last two guesses by what the
 measured pods used (:class:`ksched.config.metrics.Calibration`, kept by
 :mod:`ksched.loop.recent_pods`): :func:`guess` gives the uncalibrated figure and its kind,
-:func:`calibrated` the figure a pod counts as, :func:`spread` its standard deviation.
+:func:`calibration_terms` how each kind of guess turns into a mean and a standard deviation
+(for one pod here, for every recent pod at once there).
 """
 
 from __future__ import annotations
@@ -69,34 +70,28 @@ def guess(pod: Obj, requests: PodRequests, estimate: EstimateConfig) -> tuple[in
     return best_effort_amount(estimate), BEST_EFFORT
 
 
-def calibrated(amount: float, kind: int, calibration: Calibration | None) -> float:
-    """The expected usage of a pod guessed at ``amount`` from ``kind``."""
+def calibration_terms(calibration: Calibration | None) -> tuple[tuple[float, float, float, float], ...]:
+    """Per kind of guess (indexed by ``FIXED``, ``FROM_REQUEST``, ``BEST_EFFORT``), how a pod
+    guessed at ``amount`` counts: ``(scale, offset, sd_scale, sd_offset)``, its expected usage
+    being ``amount * scale + offset`` and its standard deviation ``amount * sd_scale +
+    sd_offset``. A kind nothing was learned of counts at its guess with no spread."""
+    plain = (1.0, 0.0, 0.0, 0.0)
     if calibration is None:
-        return amount
-    if kind == FROM_REQUEST and calibration.ratio is not None:
-        return amount * calibration.ratio
-    if kind == BEST_EFFORT and calibration.best_effort is not None:
-        return calibration.best_effort
-    return amount
-
-
-def spread(amount: float, kind: int, calibration: Calibration | None) -> float:
-    """The standard deviation of the usage of a pod guessed at ``amount`` from ``kind`` (0
-    where nothing was learned of its kind)."""
-    if calibration is None:
-        return 0.0
-    if kind == FROM_REQUEST and calibration.ratio is not None:
-        return amount * calibration.ratio_sd
-    if kind == BEST_EFFORT and calibration.best_effort is not None:
-        return calibration.best_effort_sd
-    return 0.0
+        return (plain, plain, plain)
+    from_request = plain if calibration.ratio is None else (calibration.ratio, 0.0, calibration.ratio_sd, 0.0)
+    best_effort = (
+        plain
+        if calibration.best_effort is None
+        else (0.0, calibration.best_effort, 0.0, calibration.best_effort_sd)
+    )
+    return (plain, from_request, best_effort)
 
 
 def estimated_usage(pod: Obj, requests: PodRequests, estimate: EstimateConfig) -> int:
     """What a pod being placed counts as, of ``estimate.resource`` in the engine's unit: its
     guess, calibrated where the estimate learned, plus ``deviations`` of its spread."""
     amount, kind = guess(pod, requests, estimate)
-    cal = estimate.calibration
-    if cal is None:
+    if estimate.calibration is None:
         return amount
-    return round(calibrated(amount, kind, cal) + estimate.deviations * spread(amount, kind, cal))
+    scale, offset, sd_scale, sd_offset = calibration_terms(estimate.calibration)[kind]
+    return round(amount * scale + offset + estimate.deviations * (amount * sd_scale + sd_offset))

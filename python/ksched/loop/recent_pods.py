@@ -37,7 +37,7 @@ import numpy.typing as npt
 
 from ksched.config import MetricConfig
 from ksched.config.metrics import LEARN_MIN_PODS, Calibration
-from ksched.engine.estimate import BEST_EFFORT, FROM_REQUEST, guess
+from ksched.engine.estimate import BEST_EFFORT, FROM_REQUEST, calibration_terms, guess
 from ksched.engine.pods import CountedRequests, PodRequests
 from ksched.engine.snapshot import Snapshot
 from ksched.loop.samples import parse_time
@@ -250,20 +250,10 @@ def learn(
 def _expected(
     guesses: npt.NDArray[np.float64], kinds: npt.NDArray[np.int8], calibration: Calibration | None
 ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
-    """Each pod's expected usage and its standard deviation, from its guess."""
-    amounts = guesses.copy()
-    spreads = np.zeros(len(guesses))
-    if calibration is None:
-        return amounts, spreads
-    if calibration.ratio is not None:
-        from_request = kinds == FROM_REQUEST
-        amounts[from_request] = guesses[from_request] * calibration.ratio
-        spreads[from_request] = guesses[from_request] * calibration.ratio_sd
-    if calibration.best_effort is not None:
-        best_effort = kinds == BEST_EFFORT
-        amounts[best_effort] = calibration.best_effort
-        spreads[best_effort] = calibration.best_effort_sd
-    return amounts, spreads
+    """Each pod's expected usage and its standard deviation, from its guess
+    (:func:`ksched.engine.estimate.calibration_terms`, as for a pod being placed)."""
+    terms = np.array(calibration_terms(calibration), dtype=np.float64)[kinds]
+    return guesses * terms[:, 0] + terms[:, 1], guesses * terms[:, 2] + terms[:, 3]
 
 
 @dataclass(frozen=True)
