@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use rayon::prelude::*;
 
-use super::engine::{Engine, NODES_PER_CHUNK};
+use super::engine::{Engine, Incoming, NODES_PER_CHUNK};
 use super::filtering::ClassCache;
 use super::state::BatchState;
 use crate::plugins::metrics;
@@ -32,26 +32,28 @@ impl Maxima {
         }
     }
 
+    /// Add a feasible node, its metric values as the pod's scores read them (`Incoming`).
     #[inline]
-    pub fn add_node(&mut self, state: &BatchState, cache: &ClassCache, node: usize) {
+    pub fn add_node(&mut self, engine: &Engine, state: &BatchState, cache: &ClassCache, incoming: Incoming, node: usize) {
         for (max, raw) in self.class.iter_mut().zip(&cache.raw) {
             *max = (*max).max(raw[node]);
         }
-        let m = self.metric_min.len();
         // f64::min and max ignore a NaN operand: a missing value changes nothing.
-        for (k, &b) in state.badness[node * m..(node + 1) * m].iter().enumerate() {
+        for k in 0..self.metric_min.len() {
+            let b = engine.scored_badness(state, incoming, node, k);
             self.metric_min[k] = self.metric_min[k].min(b);
             self.metric_max[k] = self.metric_max[k].max(b);
         }
     }
 
     /// Whether the node holds one of the maxima or minima.
-    pub fn held_by(&self, state: &BatchState, cache: &ClassCache, node: usize) -> bool {
-        let m = self.metric_min.len();
-        let held = |(k, &b): (usize, &f64)| b == self.metric_min[k] || b == self.metric_max[k];
+    pub fn held_by(&self, engine: &Engine, state: &BatchState, cache: &ClassCache, incoming: Incoming, node: usize) -> bool {
+        let held = |k: usize| {
+            let b = engine.scored_badness(state, incoming, node, k);
+            b == self.metric_min[k] || b == self.metric_max[k]
+        };
         // Maxima start at 0 and raw scores are never negative: a maximum of 0 cannot move.
-        self.class.iter().zip(&cache.raw).any(|(&max, raw)| max > 0 && raw[node] == max)
-            || state.badness[node * m..(node + 1) * m].iter().enumerate().any(held)
+        self.class.iter().zip(&cache.raw).any(|(&max, raw)| max > 0 && raw[node] == max) || (0..self.metric_min.len()).any(held)
     }
 
     pub fn merge(&mut self, other: &Maxima) {
@@ -142,19 +144,22 @@ impl Engine<'_, '_> {
 
     /// Weighted total of a feasible node without the pod-level scores. The
     /// integer plugins are summed exactly, then each metric's weighted score
-    /// is added in order.
+    /// is added in order: the base's, or computed afresh where a herd
+    /// estimate moved the node's values or the pod's own estimate counts
+    /// (`Incoming`: the base is the class's, shared by pods of every estimate).
     #[inline]
-    pub(super) fn total(&self, state: &BatchState, base: &Base, node: usize, scores: &[i32; NODE_SCORES]) -> f64 {
+    pub(super) fn total(&self, state: &BatchState, base: &Base, incoming: Incoming, node: usize, scores: &[i32; NODE_SCORES]) -> f64 {
         let m = self.metrics.specs.len();
         let mut int = base.static_int[node];
         for (slot, &id) in NODE_SCORERS.iter().enumerate() {
             int += scores[slot] as i64 * self.profile.weight_of(id);
         }
         let mut total = int as f64;
-        if state.herd && base.epochs[node] != state.metric_epoch[node] {
+        if incoming.is_some() || (state.herd && base.epochs[node] != state.metric_epoch[node]) {
             let mx = &base.maxima;
             for (k, spec) in self.metrics.specs.iter().enumerate() {
-                total += metrics::score(spec, state.metric_value(node, k), mx.metric_min[k], mx.metric_max[k]) * spec.weight;
+                let v = self.scored_value(state, incoming, node, k);
+                total += metrics::score(spec, v, mx.metric_min[k], mx.metric_max[k]) * spec.weight;
             }
             return total;
         }

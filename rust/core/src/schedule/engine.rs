@@ -71,7 +71,13 @@ pub(super) struct PodView<'p> {
     pub priority: i64,
     /// Whether the metric filter's verdicts are the nodes' shared ones (`load`).
     pub metric: MetricFilter,
+    /// Whose estimate its metric scores add to the nodes' values (`Engine::incoming`).
+    pub incoming: Incoming,
 }
+
+/// Whose estimate a pod's metric scores add to the nodes' values: the index of
+/// a pod whose own estimate counts, or None (the batch's values).
+pub(super) type Incoming = Option<usize>;
 
 impl<'a, 'm> Engine<'a, 'm> {
     pub fn new(
@@ -102,6 +108,7 @@ impl<'a, 'm> Engine<'a, 'm> {
         let balanced_resources = &self.profile.balanced_resources;
         let images = &self.pods.images;
         let columns = node_resources_fit::requested_columns(request);
+        let metric = self.metric_filter(index);
         PodView {
             index,
             class: self.pods.classes[index] as usize,
@@ -120,7 +127,8 @@ impl<'a, 'm> Engine<'a, 'm> {
             },
             containers: images.containers[index],
             priority: self.pods.preemption.as_ref().map_or(0, |pre| pre.priorities[index]),
-            metric: self.metric_filter(index),
+            metric,
+            incoming: self.incoming(index, metric),
         }
     }
 }

@@ -81,7 +81,7 @@ impl Engine<'_, '_> {
                     });
                 }
                 for (m, spec) in specs.iter().enumerate() {
-                    let v = state.metric_value(node, m);
+                    let v = self.scored_value(state, pod.incoming, node, m);
                     record((v, metrics::score(spec, v, maxima.metric_min[m], maxima.metric_max[m])));
                 }
                 let pod_weighted: i64 = match pod_level {
@@ -93,7 +93,7 @@ impl Engine<'_, '_> {
                     None => 0,
                 };
                 let node_scores = s.0.map(|v| v as i32);
-                ex.totals[node] = self.total(state, &base, node, &node_scores) + pod_weighted as f64;
+                ex.totals[node] = self.total(state, &base, pod.incoming, node, &node_scores) + pod_weighted as f64;
             }
             ex.reason_codes.extend(codes);
             ex.reason_offsets.push(ex.reason_codes.len() as i64);

@@ -10,7 +10,7 @@
 //! what they carry to the next call stay exact. Pods without load inputs take
 //! the shared path, as fast as before there were any.
 
-use super::engine::{Engine, MetricFilter, PodView};
+use super::engine::{Engine, Incoming, MetricFilter, PodView};
 use super::state::BatchState;
 use crate::model::LoadInputs;
 use crate::plugins::{metrics, FEASIBLE};
@@ -89,17 +89,6 @@ impl Engine<'_, '_> {
         let specs = &self.metrics.specs;
         let (m, r) = (specs.len(), self.resources);
         let row = pod.index * m;
-        let added = |k: usize| match specs[k].herd {
-            Some((column, _)) if load.incoming[k] => {
-                let capacity = self.nodes.allocatable[node * r + column];
-                if capacity > 0 {
-                    load.amounts[row + k] as f64 / capacity as f64
-                } else {
-                    0.0
-                }
-            }
-            _ => 0.0,
-        };
         metrics::filter_with(
             specs,
             &state.values[node * m..(node + 1) * m],
@@ -112,8 +101,60 @@ impl Engine<'_, '_> {
                     _ => Some(on_node(load, m, node, k, pod_limits)),
                 }
             },
-            added,
+            |k| self.own_share(pod.index, node, k),
         )
+    }
+
+    /// What pod `index` adds to metric `k` of `node` where its own estimate
+    /// counts (load estimate v2): its estimate over the node's allocatable of
+    /// the estimate's resource; 0 elsewhere.
+    #[inline]
+    fn own_share(&self, index: usize, node: usize, k: usize) -> f64 {
+        let Some(load) = &self.metrics.load else {
+            return 0.0;
+        };
+        match self.metrics.specs[k].herd {
+            Some((column, _)) if load.incoming[k] => {
+                let capacity = self.nodes.allocatable[node * self.resources + column];
+                if capacity > 0 {
+                    load.amounts[index * self.metrics.specs.len() + k] as f64 / capacity as f64
+                } else {
+                    0.0
+                }
+            }
+            _ => 0.0,
+        }
+    }
+
+    /// Whose estimate pod `index`'s metric scores add to the nodes' values:
+    /// its own where its filter counts it (`MetricFilter::Own` with a non-zero
+    /// estimate), so a node is scored, as it is filtered, by the value it would
+    /// have with the pod (as NodeResourcesFit scores the requests with the
+    /// pod's); None: the batch's values, as every other pod sees them.
+    pub(super) fn incoming(&self, index: usize, filter: MetricFilter) -> Incoming {
+        let load = self.metrics.load.as_ref()?;
+        let m = self.metrics.specs.len();
+        let counts = |k: usize| load.incoming[k] && self.metrics.specs[k].herd.is_some() && load.amounts[index * m + k] != 0;
+        (filter == MetricFilter::Own && (0..m).any(counts)).then_some(index)
+    }
+
+    /// Metric `k` of `node` as a pod's scores read it (`Incoming`).
+    #[inline]
+    pub(super) fn scored_value(&self, state: &BatchState, incoming: Incoming, node: usize, k: usize) -> f64 {
+        let v = state.metric_value(node, k);
+        match incoming {
+            Some(index) => v + self.own_share(index, node, k),
+            None => v,
+        }
+    }
+
+    /// The badness min–max normalization reads of metric `k` of `node` for a pod (`Incoming`).
+    #[inline]
+    pub(super) fn scored_badness(&self, state: &BatchState, incoming: Incoming, node: usize, k: usize) -> f64 {
+        match incoming {
+            Some(_) => metrics::badness(self.metrics.specs[k].prefer, self.scored_value(state, incoming, node, k)),
+            None => state.badness[node * self.metrics.specs.len() + k],
+        }
     }
 
     /// What the pod's metric filter reads of the pod, for its signature: nothing

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use rayon::prelude::*;
 
 use super::base::{class_base, Base, Maxima};
-use super::engine::{Engine, PodView};
+use super::engine::{Engine, Incoming, PodView};
 use super::filtering::{ClassCache, NodeScores};
 use super::state::BatchState;
 use crate::model::row;
@@ -232,7 +232,7 @@ impl Engine<'_, '_> {
                 *e = self.evaluate_node(state, cache, pod, node, prefilter, slot);
                 if e.feasible {
                     s.feasible += 1;
-                    s.maxima.add_node(state, cache, node);
+                    s.maxima.add_node(self, state, cache, pod.incoming, node);
                 } else {
                     slot[..e.reasons as usize].iter().for_each(|&c| s.histogram[c as usize] += 1);
                 }
@@ -270,7 +270,7 @@ impl Engine<'_, '_> {
             id: next_generation(),
             generation: 0,
         };
-        self.rescore_all(state, &mut sig);
+        self.rescore_all(state, &mut sig, pod.incoming);
         sig
     }
 
@@ -337,7 +337,7 @@ impl Engine<'_, '_> {
                 if old.feasible && !new.feasible {
                     left += 1;
                     totals[k] = f64::NEG_INFINITY;
-                    held |= maxima.held_by(state, cache, node);
+                    held |= maxima.held_by(self, state, cache, pod.incoming, node);
                 }
                 *e = new;
             }
@@ -373,26 +373,26 @@ impl Engine<'_, '_> {
             let mut maxima = Maxima::empty(self.metrics.specs.len());
             for (node, e) in sig.evals.iter().enumerate() {
                 if e.feasible {
-                    maxima.add_node(state, cache, node);
+                    maxima.add_node(self, state, cache, pod.incoming, node);
                 }
             }
             if maxima != sig.maxima {
                 sig.base = class_base(base_slot, self, state, cache, &maxima);
                 sig.maxima = maxima;
-                self.rescore_all(state, &mut sig);
+                self.rescore_all(state, &mut sig, pod.incoming);
             }
         }
         sig
     }
 
-    fn rescore_all(&self, state: &BatchState, sig: &mut SignatureCache) {
+    fn rescore_all(&self, state: &BatchState, sig: &mut SignatureCache, incoming: Incoming) {
         let chunk = self.chunk;
         sig.generation = next_generation();
         let base = &sig.base;
         let rescore = |(i, (totals, evals)): (usize, (&mut [f64], &[NodeEval]))| {
             for (k, (t, e)) in totals.iter_mut().zip(evals).enumerate() {
                 if e.feasible {
-                    *t = self.total(state, base, i * chunk + k, &e.scores);
+                    *t = self.total(state, base, incoming, i * chunk + k, &e.scores);
                 }
             }
         };
@@ -449,7 +449,7 @@ impl Engine<'_, '_> {
             // A herd estimate moved the node's metric values: the maxima may follow.
             maxima_may_move |= state.herd && (old.feasible || new.feasible);
             if old.feasible != new.feasible {
-                maxima_may_move |= new.feasible || sig.maxima.held_by(state, cache, node);
+                maxima_may_move |= new.feasible || sig.maxima.held_by(self, state, cache, pod.incoming, node);
                 if new.feasible {
                     sig.feasible += 1;
                 } else {
@@ -466,14 +466,14 @@ impl Engine<'_, '_> {
             let mut maxima = Maxima::empty(self.metrics.specs.len());
             for (node, e) in sig.evals.iter().enumerate() {
                 if e.feasible {
-                    maxima.add_node(state, cache, node);
+                    maxima.add_node(self, state, cache, pod.incoming, node);
                 }
             }
             if sig.rebase || maxima != sig.maxima {
                 sig.base = class_base(base_slot, self, state, cache, &maxima);
                 sig.maxima = maxima;
                 sig.rebase = false;
-                self.rescore_all(state, sig);
+                self.rescore_all(state, sig, pod.incoming);
                 return;
             }
         }
@@ -481,7 +481,7 @@ impl Engine<'_, '_> {
             let node = node as usize;
             let e = sig.evals[node];
             if e.feasible && cache.codes[node] == FEASIBLE as u8 {
-                sig.totals[node] = self.total(state, &sig.base, node, &e.scores);
+                sig.totals[node] = self.total(state, &sig.base, pod.incoming, node, &e.scores);
             }
         }
     }

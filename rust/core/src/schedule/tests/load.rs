@@ -1,5 +1,5 @@
 //! Load estimate v2 in the batch: the incoming pod's estimate counted against
-//! the thresholds, thresholds per pod (priority bands) and per node, exempt
+//! the thresholds and in its score, thresholds per pod (priority bands) and per node, exempt
 //! pods, and placements counted by each pod's estimate; and a batch that mixes
 //! all of them places exactly as its pods scheduled one at a time.
 
@@ -224,6 +224,35 @@ fn a_placement_counts_as_its_estimate() {
     assert_eq!(run(&b, &pods, &by_estimate, 0).nodes, vec![0, 0], "by estimate");
     let by_request = Metrics::new(&values, vec![spec]);
     assert_eq!(run(&b, &pods, &by_request, 0).nodes, vec![0, 1], "by request × factor");
+}
+
+#[test]
+fn the_incoming_pod_counts_in_its_score() {
+    // A node of 1000m CPU at 0.40 and one of 2000m at 0.42. A pod estimated at 500m
+    // leaves them at 0.90 and 0.67: scored by the value it would leave (as its filter
+    // reads it, and as NodeResourcesFit scores requests with the pod's), it goes to the
+    // larger node, whichever the normalization. The legacy estimate, which does not
+    // count the incoming pod, scores the values as they are.
+    let mut b = NodeBuilder::default();
+    b.node(|n| n.allocatable[CPU] = 1000);
+    b.node(|n| n.allocatable[CPU] = 2000);
+    let values = [0.40, 0.42];
+    for range in [None, Some((0.0, 1.0))] {
+        let spec = MetricSpec {
+            range,
+            ..cpu_metric(None, None)
+        };
+        for (incoming, want) in [(true, 1), (false, 0)] {
+            let mut load = OwnedLoad::new(&[spec], 1, 2, incoming);
+            load.amounts = vec![500];
+            let metrics = Metrics {
+                load: Some(load.view()),
+                ..Metrics::new(&values, vec![spec])
+            };
+            let out = run(&b, &[pod(100, 1)], &metrics, 0);
+            assert_eq!(out.nodes, vec![want], "range {range:?}, incoming {incoming}");
+        }
+    }
 }
 
 /// Each pod's load row from its key: a third keep the specs' thresholds, a
