@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import collections
+from pathlib import Path
 
 import pytest
 
+from ksched.bench.pods import parse_kscheds
 from ksched.bench.quality.pooled import pools
+from ksched.bench.quality.run import EXAMPLE_CONFIG, SETUPS, QualityOptions, _config_of, run_quality
 from ksched.cluster.kwok import fake_nodes
+from ksched.commands.cli import main
 from ksched.errors import KschedError
 
 
@@ -33,3 +37,36 @@ def test_pools_are_disjoint_and_alike(nodes: int, count: int, size: int) -> None
 def test_too_few_nodes_is_a_clear_error() -> None:
     with pytest.raises(KschedError, match="pools of at most 24 nodes"):
         pools(fake_nodes(100, 3)["items"], 4, 40)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--ksched", "ksched=/bin/true"], "the label 'ksched' is taken"),
+        (["--ksched", "old=/bin/true", "--ksched", "old=/bin/false"], "the label 'old' is taken"),
+        (["--quality-config", "cand=x.yaml", "--ksched", "cand=/bin/true"], "the label 'cand' is taken"),
+        (["--ksched", "old"], "give LABEL=COMMAND"),
+    ],
+)
+def test_other_builds_are_checked_before_any_cluster_starts(
+    args: list[str], message: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    assert main(["bench", "--quality", "--out", str(tmp_path / "out"), *args]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_another_build_runs_kscheds_configuration_with_its_own_command() -> None:
+    """``--ksched before=COMMAND`` is a setup of its own, after the configurations, that runs
+    the other build's ksched (a command split as a shell would) with ksched's configuration."""
+    opts = QualityOptions(
+        schedulers=("kube-scheduler", "ksched"),
+        configs={"cand": Path("cand.yaml")},
+        builds=parse_kscheds(["before=env PYTHONPATH=/old/python python3 -m ksched.commands.cli"], SETUPS),
+    )
+    assert opts.labels == ("kube-scheduler", "ksched", "cand", "before")
+    assert opts.builds["before"] == ["env", "PYTHONPATH=/old/python", "python3", "-m", "ksched.commands.cli"]
+    assert _config_of(opts, "before") == _config_of(opts, "ksched") == EXAMPLE_CONFIG
+    assert _config_of(opts, "cand") == Path("cand.yaml")
+    with pytest.raises(KschedError, match="unknown: ksched-rebalance"):
+        run_quality(QualityOptions(builds={"ksched-rebalance": ["ksched"]}), log=print)

@@ -1,7 +1,8 @@
 """Creating, accounting for and clearing a harness's pods on a local control plane.
 
 Owns: the parallel create that the demo and the side by side share, the clear between
-phases, ``ksched run`` started as a process of its own until ready, and the CPU and peak
+phases, ``ksched run`` started as a process of its own until ready (this checkout's or
+another build's, ``--ksched LABEL=COMMAND``), and the CPU and peak
 RSS of a scheduler's process. Never: reuses a namespace between phases —
 that is the caller's rule (see :mod:`ksched.bench.demo` on KWOK's deletes by name).
 """
@@ -9,10 +10,12 @@ that is the caller's rule (see :mod:`ksched.bench.demo` on KWOK's deletes by nam
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -70,15 +73,34 @@ def clear_pods(kube: Kube, namespace: str) -> None:
         time.sleep(0.5)
 
 
+# This checkout's ksched, as a command that ``run`` and its flags follow.
+KSCHED_COMMAND = (sys.executable, "-m", "ksched.commands.cli")
+
+
+def parse_kscheds(values: Sequence[str], taken: Collection[str]) -> dict[str, list[str]]:
+    """``--ksched LABEL=COMMAND`` values: other ksched builds (say an older build's
+    ``venv/bin/ksched``) to run beside this checkout's, by label; ``taken``: the labels the
+    harness's own setups have."""
+    out: dict[str, list[str]] = {}
+    for v in values:
+        label, sep, cmd = v.partition("=")
+        if not sep or not label or not cmd.strip():
+            raise KschedError(f"--ksched {v!r}: give LABEL=COMMAND, e.g. before=/opt/old/.venv/bin/ksched")
+        if label in taken or label in out:
+            raise KschedError(f"--ksched {v!r}: the label {label!r} is taken; choose another")
+        out[label] = shlex.split(cmd)
+    return out
+
+
 def start_ksched_run(
-    kubeconfig: str, log: Path, config: Path | None = None
+    kubeconfig: str, log: Path, config: Path | None = None, command: Sequence[str] = KSCHED_COMMAND
 ) -> tuple[subprocess.Popen[bytes], int]:
-    """``ksched run`` (no leader election, unbuffered output to ``log``) once its /readyz
-    answers 200, and the port it serves on. Whatever ends the wait (not ready in time, or
-    SIGTERM's KeyboardInterrupt) stops the process here: the caller never got it, so its
-    teardown could not."""
+    """``ksched run`` (``command``: this checkout's, or another build's ``ksched``; no leader
+    election, unbuffered output to ``log``) once its /readyz answers 200, and the port it
+    serves on. Whatever ends the wait (not ready in time, or SIGTERM's KeyboardInterrupt)
+    stops the process here: the caller never got it, so its teardown could not."""
     port = free_port()
-    cmd = [sys.executable, "-m", "ksched.commands.cli", "run", "--kubeconfig", kubeconfig]
+    cmd = [*command, "run", "--kubeconfig", kubeconfig]
     cmd += ["--address", f"127.0.0.1:{port}", "--no-leader-elect"]
     if config is not None:
         cmd += ["--config", str(config)]

@@ -91,7 +91,10 @@ def add_parser(
         action="append",
         default=[],
         metavar="LABEL=COMMAND",
-        help="also run another ksched command (say an older build's venv/bin/ksched) under LABEL; repeatable",
+        help=(
+            "also run another ksched command (say an older build's venv/bin/ksched) under LABEL; "
+            "with --quality it runs ksched's configuration; repeatable"
+        ),
     )
     cl.add_argument(
         "--rate",
@@ -241,9 +244,11 @@ def _names(csv: str) -> list[str]:
 def _quality(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from ksched.bench.pods import parse_kscheds
     from ksched.bench.quality.report import table
-    from ksched.bench.quality.run import SCHEDULERS, QualityOptions, run_quality
+    from ksched.bench.quality.run import SCHEDULERS, SETUPS, QualityOptions, run_quality
 
+    configs = {label: Path(path) for label, _, path in (c.partition("=") for c in args.quality_config)}
     opts = QualityOptions(
         nodes=args.nodes if args.nodes is not None else 1000,
         pods=args.pods,
@@ -256,7 +261,8 @@ def _quality(args: argparse.Namespace) -> int:
         threshold=args.threshold,
         ksched_config=Path(args.ksched_config) if args.ksched_config else None,
         rebalance_config=Path(args.rebalance_config) if args.rebalance_config else None,
-        configs={label: Path(path) for label, _, path in (c.partition("=") for c in args.quality_config)},
+        configs=configs,
+        builds=parse_kscheds(args.ksched, (*SETUPS, *configs)),
         pools=args.pools,
         out=Path(args.out or "ksched-bench-quality"),
     )

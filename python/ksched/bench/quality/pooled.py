@@ -22,13 +22,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
 from ksched.bench.invariants import lost, overcommitted
-from ksched.bench.pods import clear_pods, start_ksched_run
+from ksched.bench.pods import KSCHED_COMMAND, clear_pods, start_ksched_run
 from ksched.bench.quality.figures import QualityFigures, QualityResults, judge, unjudged
 from ksched.bench.quality.moves import Sampler
 from ksched.bench.quality.observe import (
@@ -77,6 +77,8 @@ class Round:
     configs: dict[str, Path | None]
     # The rebalancer's configuration whose lines and interval the descheduler is given.
     rebalance_config: Path | None = None
+    # A ksched label's command where it is another build's (default: this checkout's).
+    commands: dict[str, list[str]] = field(default_factory=dict)
 
 
 def _shape(node: Obj) -> tuple[str, str]:
@@ -182,7 +184,8 @@ def pooled_round(
         for label in dict.fromkeys(label for _, label in r.entries if label not in KUBE_SCHEDULER_SETUPS):
             path = workdir / f"{label}.yaml"
             path.write_text(yaml.safe_dump(ksched_config(r.configs.get(label), prometheus, label)))
-            proc, _ = start_ksched_run(kubeconfig, workdir / f"{label}.log", path)
+            command = r.commands.get(label, KSCHED_COMMAND)
+            proc, _ = start_ksched_run(kubeconfig, workdir / f"{label}.log", path, command)
             procs.append(proc)
         for i, ((name, label), (namespace, _)) in enumerate(zip(r.entries, plans, strict=True)):
             if label == KUBE_SCHEDULER_DESCHEDULER:

@@ -25,7 +25,7 @@ from pathlib import Path
 import yaml
 
 from ksched.bench.invariants import lost, overcommitted
-from ksched.bench.pods import CREATE_WORKERS, clear_pods, start_ksched_run
+from ksched.bench.pods import CREATE_WORKERS, KSCHED_COMMAND, clear_pods, start_ksched_run
 from ksched.bench.quality.figures import DEFAULT_THRESHOLD, QualityFigures, QualityResults, judge, unjudged
 from ksched.bench.quality.moves import audit_policy
 from ksched.bench.quality.observe import (
@@ -95,6 +95,9 @@ class QualityOptions:
     # More ksched runs, each under its label with its own configuration (say today's beside a
     # candidate's); they run after the named schedulers.
     configs: dict[str, Path] = field(default_factory=dict)
+    # Other ksched builds, each under its label as a command (``--ksched LABEL=COMMAND``, say an
+    # older build's venv/bin/ksched), with ksched's configuration; they run after the configs.
+    builds: dict[str, list[str]] = field(default_factory=dict)
     # Every scheduler of a scenario at once, each on an equal pool of the nodes (pooled).
     pools: bool = False
     out: Path | None = None
@@ -102,6 +105,11 @@ class QualityOptions:
     @property
     def pod_count(self) -> int:
         return self.pods if self.pods is not None else PODS_PER_NODE * self.nodes
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        """Every setup in run order: the named schedulers, the configurations, the builds."""
+        return (*self.schedulers, *self.configs, *self.builds)
 
 
 def _one(
@@ -124,7 +132,9 @@ def _one(
         config: Obj = ksched_config(_config_of(opts, label), prometheus)
         path = workdir / f"{label}.yaml"
         path.write_text(yaml.safe_dump(config))
-        proc, _ = start_ksched_run(state.kubeconfig, workdir / f"{label}-{name}.log", path)
+        proc, _ = start_ksched_run(
+            state.kubeconfig, workdir / f"{label}-{name}.log", path, opts.builds.get(label, KSCHED_COMMAND)
+        )
     try:
         create_namespace(kube, namespace)
         start = time.time()
@@ -173,7 +183,7 @@ def _one(
 
 def _config_of(opts: QualityOptions, label: str) -> Path | None:
     """The configuration file a ksched label runs (None: no metric)."""
-    if label == KSCHED:
+    if label == KSCHED or label in opts.builds:
         return opts.ksched_config or EXAMPLE_CONFIG
     if label == KSCHED_REBALANCE:
         return opts.rebalance_config or EXAMPLE_REBALANCE_CONFIG
@@ -190,7 +200,7 @@ def _pooled(
     log: Callable[[str], None],
     idle: float,
 ) -> None:
-    labels = (*opts.schedulers, *opts.configs)
+    labels = opts.labels
     size = opts.nodes // len(labels) // POOL_GRAIN * POOL_GRAIN
     round_ = Round(
         entries=tuple((name, label) for label in labels),
@@ -204,6 +214,7 @@ def _pooled(
         threshold=opts.threshold,
         configs={label: _config_of(opts, label) for label in labels if label not in KUBE_SCHEDULER_SETUPS},
         rebalance_config=_config_of(opts, KSCHED_REBALANCE),
+        commands=dict(opts.builds),
     )
     prometheus = f"http://127.0.0.1:{state.ports['prometheus']}"
     audit = local.audit_log_path(state) if name in CONTROLLED else None
@@ -214,7 +225,10 @@ def _pooled(
 
 def run_quality(opts: QualityOptions, log: Callable[[str], None]) -> QualityResults:
     unknown = (set(opts.scenarios) - set(SCENARIOS)) | (set(opts.schedulers) - set(SETUPS))
-    unknown |= set(opts.configs) & set(SETUPS)
+    unknown |= (set(opts.configs) | set(opts.builds)) & set(SETUPS)
+    both = set(opts.configs) & set(opts.builds)
+    if both:
+        raise KschedError(f"{', '.join(sorted(both))}: a label is a configuration or a build, not both")
     if unknown:
         raise KschedError(
             f"unknown: {', '.join(sorted(unknown))} (scenarios {SCENARIOS}, schedulers {SETUPS})"
@@ -246,7 +260,7 @@ def run_quality(opts: QualityOptions, log: Callable[[str], None]) -> QualityResu
             if opts.pools:
                 _pooled(kube, state, opts, name, workdir, results, log, idle)
                 continue
-            for label in (*opts.schedulers, *opts.configs):
+            for label in opts.labels:
                 _one(kube, state, opts, name, label, workdir, results, log, idle)
     finally:
         log(local.down())

@@ -9,13 +9,12 @@ import os
 import platform
 import resource
 import shlex
-import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from ksched.bench.pods import CREATE_WORKERS, process_usage
+from ksched.bench.pods import CREATE_WORKERS, KSCHED_COMMAND, parse_kscheds, process_usage
 from ksched.bench.sidebyside import fill as filling
 from ksched.bench.sidebyside.existing import ExistingRun, headroom
 from ksched.bench.sidebyside.existing_report import render_existing
@@ -138,19 +137,6 @@ def side_by_side(opts: Options) -> dict[str, Any]:
     return doc
 
 
-def parse_kscheds(values: list[str]) -> dict[str, list[str]]:
-    """``--ksched LABEL=COMMAND`` values: extra ksched builds to run beside this checkout's."""
-    out: dict[str, list[str]] = {}
-    for v in values:
-        label, sep, cmd = v.partition("=")
-        if not sep or not label or not cmd.strip():
-            raise KschedError(f"--ksched {v!r}: give LABEL=COMMAND, e.g. before=/opt/old/.venv/bin/ksched")
-        if label in (NULL, KUBE_SCHEDULER, KSCHED):
-            raise KschedError(f"--ksched {v!r}: the label {label!r} is taken; choose another")
-        out[label] = shlex.split(cmd)
-    return out
-
-
 def main(
     nodes: int,
     pods: int,
@@ -207,7 +193,7 @@ def main(
 
 def _schedulers(schedulers: list[str], extra: list[str]) -> tuple[dict[str, list[str]], list[str]]:
     """The ksched commands by label, and every scheduler's label in run order."""
-    kscheds = {KSCHED: [sys.executable, "-m", "ksched.commands.cli"], **parse_kscheds(extra)}
+    kscheds = {KSCHED: list(KSCHED_COMMAND), **parse_kscheds(extra, (NULL, KUBE_SCHEDULER, KSCHED))}
     for s in schedulers:
         if s not in (NULL, KUBE_SCHEDULER, KSCHED):
             raise KschedError(f"unknown scheduler {s!r}: choose from {NULL}, {KUBE_SCHEDULER}, {KSCHED}")
