@@ -258,3 +258,35 @@ def test_a_metric_that_falls_with_load_is_lowered_by_the_estimate() -> None:
     assert first.node == "n1"
     assert second.node is None, "n1 is left at 0.3 free, and the second pod would take it to 0.1"
     assert second.message is not None and "2 node(s) had u below 0.2" in second.message
+
+
+@pytest.mark.parametrize(
+    ("prefer", "values", "placed"),
+    [
+        # 1 and 4 cpus reading 0.40 and 0.42: a pod of 500m leaves them at 0.90 and 0.545.
+        ("lower", [0.40, 0.42], "big"),
+        # Free capacity, 0.50 and 0.48: the same pod leaves 0.0 and 0.355 free.
+        ("higher", [0.50, 0.48], "big"),
+    ],
+)
+def test_a_node_is_scored_by_what_it_would_read_with_the_pod(
+    prefer: str, values: list[float], placed: str
+) -> None:
+    """The score reads what the filter reads: the node's value with the pod's estimate over its
+    allocatable. A pod goes where it leaves the node coolest, so at nearly the same reading a
+    large node takes it before a small one (NodeResourcesFit scores requests with the pod's, too).
+    The legacy estimate does not count the pod being placed: the small node's reading wins."""
+    nodes = [node("small", cpu="1"), node("big", cpu="4")]
+    for normalization in (None, (0.0, 1.0)):
+        metric = usage(above=None, prefer=prefer, range=normalization, weight=50.0)
+        [p] = place(metric, nodes, values, pod("p", cpu="500m"))
+        assert p.node == placed, normalization
+        legacy = usage(
+            above=None,
+            prefer=prefer,
+            range=normalization,
+            weight=50.0,
+            estimate=EstimateConfig(resource="cpu", legacy=True),
+        )
+        [p] = place(legacy, nodes, values, pod("p", cpu="500m"))
+        assert p.node == "small", normalization
