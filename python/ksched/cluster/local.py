@@ -39,10 +39,12 @@ from ksched.cluster.processes import (
     free_port,
     http_ok,
     kubectl,
+    listening,
     load_state,
     save_state,
     state_dir,
     tail,
+    threads_left,
 )
 from ksched.cluster.prometheus import start_prometheus
 
@@ -432,16 +434,21 @@ def _down() -> str:
 
 
 def _stop(name: str, pid: int) -> bool:
-    """SIGTERM, then SIGKILL after STOP_TIMEOUT_S; False if it was not running."""
+    """SIGTERM, then SIGKILL after STOP_TIMEOUT_S, and wait until no thread of it is left (its
+    ports are free again then); False if it was not running."""
     if not alive(pid, name):
         return False
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + STOP_TIMEOUT_S
-    while alive(pid, name) and time.monotonic() < deadline:
+    while (alive(pid, name) or threads_left(pid)) and time.monotonic() < deadline:
         _reap(pid)
         time.sleep(0.1)
-    if alive(pid, name):
+    if alive(pid, name) or threads_left(pid):
         os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        while threads_left(pid) and time.monotonic() < deadline:
+            _reap(pid)
+            time.sleep(0.1)
     _reap(pid)
     return True
 
@@ -496,7 +503,8 @@ def restart(component: str, down_s: float = 0.0) -> None:
     """Stop one component and start it again with the same command line (for failure tests),
     after ``down_s`` seconds stopped.
 
-    kube-apiserver is waited for until /readyz answers again, etcd until /health does.
+    kube-apiserver is waited for until /readyz answers again, etcd until /health does, KWOK
+    until its server listens.
     Raises :class:`ClusterError` if the cluster was taken down meanwhile (see ``_CONTROL``)."""
     with _CONTROL:
         state = _running(component)
@@ -527,6 +535,15 @@ def restart(component: str, down_s: float = 0.0) -> None:
         while not http_ok(f"http://127.0.0.1:{state.ports['etcd']}/health"):
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise ClusterError(f"etcd did not come back:\n{tail(directory / 'etcd.log')}")
+            time.sleep(0.25)
+    elif component == "kwok":
+        # KWOK whose server cannot listen keeps running, serving no node's metrics or logs.
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while not listening(state.ports["kwok"]):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise ClusterError(
+                    f"KWOK did not serve on 127.0.0.1:{state.ports['kwok']} again:\n{tail(directory / 'kwok.log')}"
+                )
             time.sleep(0.25)
 
 

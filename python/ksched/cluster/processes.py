@@ -100,6 +100,34 @@ def alive(pid: int, binary: str) -> bool:
     return os.path.basename(cmdline) == binary and ") Z " not in stat
 
 
+def threads_left(pid: int) -> bool:
+    """Whether a thread of the process still runs. A Go process's group leader shows as a
+    zombie (so :func:`alive` says no) while its other threads are still exiting, and until
+    the last of them has, the process's files and listening sockets stay open: KWOK started
+    again at once then failed with "bind: address already in use" and served nothing."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return False
+    for task in tasks:
+        try:
+            stat = Path(f"/proc/{pid}/task/{task}/stat").read_text()
+        except OSError:
+            continue
+        if stat[stat.rfind(")") + 2 : stat.rfind(")") + 3] not in ("Z", "X"):
+            return True
+    return False
+
+
+def listening(port: int) -> bool:
+    """Whether something accepts TCP connections on 127.0.0.1:``port``."""
+    import socket
+
+    with socket.socket() as s:
+        s.settimeout(1)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
 def terminate(proc: subprocess.Popen[bytes], timeout_s: float) -> None:
     """Stop a child process: SIGTERM, then SIGKILL if it has not exited within ``timeout_s``;
     a SIGSTOPped child is resumed first, since a stopped process cannot act on SIGTERM."""

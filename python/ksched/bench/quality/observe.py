@@ -98,12 +98,16 @@ def forget_deleted_pods(prometheus: str, nodes: int, poll_s: float) -> None:
     still served five minutes after its namespace was emptied, and the next scenario began
     on nodes that looked busy. A restarted KWOK lists the pods afresh; while it starts, its
     service discovery can answer with no target, and Prometheus then scraped nothing for up
-    to six minutes (a whole scenario with no samples), hence the wait."""
+    to six minutes (a whole scenario with no samples), hence the wait for scrapes made after
+    the restart."""
+    since = time.time()
     local.restart("kwok")
+    up = f'up{{job="{SCRAPE_JOB}"}}'
     deadline = time.monotonic() + COOL_TIMEOUT_S
     while time.monotonic() < deadline:
+        # Scrapes of the restarted KWOK: those from before it still read 1 for a while.
         if (
-            _count(prometheus, f'up{{job="{SCRAPE_JOB}"}} == 1') >= nodes
+            _count(prometheus, f"({up} == 1) and (timestamp({up}) > {since:.3f})") >= nodes
             and _count(prometheus, UTILISATION) >= nodes
         ):
             return
