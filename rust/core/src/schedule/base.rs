@@ -38,8 +38,13 @@ impl Maxima {
         for (max, raw) in self.class.iter_mut().zip(&cache.raw) {
             *max = (*max).max(raw[node]);
         }
-        // f64::min and max ignore a NaN operand: a missing value changes nothing.
+        // f64::min and max ignore a NaN operand: a missing value changes nothing. A metric
+        // scored over a fixed range has no extremes to keep: its values move (herd
+        // estimates) without rescoring every node.
         for k in 0..self.metric_min.len() {
+            if engine.metrics.specs[k].range.is_some() {
+                continue;
+            }
             let b = engine.scored_badness(state, incoming, node, k);
             self.metric_min[k] = self.metric_min[k].min(b);
             self.metric_max[k] = self.metric_max[k].max(b);
@@ -49,6 +54,9 @@ impl Maxima {
     /// Whether the node holds one of the maxima or minima.
     pub fn held_by(&self, engine: &Engine, state: &BatchState, cache: &ClassCache, incoming: Incoming, node: usize) -> bool {
         let held = |k: usize| {
+            if engine.metrics.specs[k].range.is_some() {
+                return false;
+            }
             let b = engine.scored_badness(state, incoming, node, k);
             b == self.metric_min[k] || b == self.metric_max[k]
         };

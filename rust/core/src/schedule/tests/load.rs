@@ -297,7 +297,7 @@ fn batch_with_load_equals_one_pod_at_a_time() {
         let mut values: Vec<f64> = (0..n)
             .flat_map(|i| {
                 let a = if i % 11 == 0 { f64::NAN } else { (i * 37 % 100) as f64 / 100.0 };
-                [a, (i * 53 % 100) as f64 / 100.0]
+                [a, (i * 53 % 100) as f64 / 100.0, (i * 29 % 100) as f64 / 100.0]
             })
             .collect();
         let specs = vec![
@@ -310,7 +310,14 @@ fn batch_with_load_equals_one_pod_at_a_time() {
                 herd: None,
                 ..cpu_metric(None, Some(0.05))
             },
+            // Scored over a fixed range: no extremes to keep, its herd-moved values rescore only their nodes.
+            MetricSpec {
+                range: Some((0.0, 1.0)),
+                weight: 2.0,
+                ..cpu_metric(None, None)
+            },
         ];
+        let m = specs.len();
         let pods: Vec<TestPod> = (0..600)
             .map(|i| TestPod {
                 request: vec![[250, 500, 1000][i % 3], [256 << 20, 1 << 30, 0][i % 3], 0, 0],
@@ -324,10 +331,10 @@ fn batch_with_load_equals_one_pod_at_a_time() {
         }
         for node in 0..n as usize {
             if node % 9 == 0 {
-                load.node_above[node * 2] = 0.99;
+                load.node_above[node * m] = 0.99;
             }
             if node % 10 == 3 {
-                load.node_below[node * 2 + 1] = 0.3;
+                load.node_below[node * m + 1] = 0.3;
             }
         }
         let options = ScheduleOptions {
@@ -360,8 +367,10 @@ fn batch_with_load_equals_one_pod_at_a_time() {
                 assert_eq!(one.scores[0].to_bits(), batch.scores[i].to_bits(), "pod {i}");
                 let chosen = one.nodes[0] as usize;
                 let node = &mut b.nodes[chosen];
-                if !values[chosen * 2].is_nan() {
-                    values[chosen * 2] += load.amounts[i * 2] as f64 / node.allocatable[CPU] as f64;
+                for k in [0, 2] {
+                    if !values[chosen * m + k].is_nan() {
+                        values[chosen * m + k] += load.amounts[i * m + k] as f64 / node.allocatable[CPU] as f64;
+                    }
                 }
                 node.requested[CPU] += p.request[CPU];
                 node.requested[MEMORY] += p.request[MEMORY];
