@@ -9,6 +9,10 @@
 //! of the pod joins its signature (`Engine::metric_key_part`), so the signature caches and
 //! what they carry to the next call stay exact. Pods without load inputs take
 //! the shared path, as fast as before there were any.
+//!
+//! A pod whose own estimate counts is scored by the same values its filter
+//! reads, the node's with the pod's share added (`Engine::incoming`,
+//! `scored_value`): a node is ranked by what it would read with the pod.
 
 use super::engine::{Engine, Incoming, MetricFilter, PodView};
 use super::state::BatchState;
