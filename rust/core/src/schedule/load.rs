@@ -16,7 +16,7 @@
 
 use super::engine::{Engine, Incoming, MetricFilter, PodView};
 use super::state::BatchState;
-use crate::model::LoadInputs;
+use crate::model::{LoadInputs, MetricSpec};
 use crate::plugins::{metrics, FEASIBLE};
 
 /// `LoadInputs::exempt`: the metric does not filter the pod.
@@ -41,6 +41,14 @@ fn on_node(load: &LoadInputs, m: usize, node: usize, k: usize, fallback: (Option
     (limit(load.node_above[at]).or(fallback.0), limit(load.node_below[at]).or(fallback.1))
 }
 
+/// Whether a pod's own estimate of metric `k` (its load row at `at`) counts on
+/// a node, against the thresholds and in its score: not for the legacy herd
+/// estimate, nor for an estimate of nothing.
+#[inline]
+fn counts_own_estimate(load: &LoadInputs, spec: &MetricSpec, at: usize, k: usize) -> bool {
+    load.incoming[k] && spec.herd.is_some() && load.amounts[at] != 0
+}
+
 impl Engine<'_, '_> {
     /// How the metric filter treats pod `index`.
     pub(super) fn metric_filter(&self, index: usize) -> MetricFilter {
@@ -62,7 +70,7 @@ impl Engine<'_, '_> {
             exempt[k] != 0
                 || above.to_bits() != bits(spec.above)
                 || below.to_bits() != bits(spec.below)
-                || (load.incoming[k] && spec.herd.is_some() && load.amounts[at] != 0)
+                || counts_own_estimate(load, spec, at, k)
         });
         if own {
             MetricFilter::Own
@@ -138,7 +146,7 @@ impl Engine<'_, '_> {
     pub(super) fn incoming(&self, index: usize, filter: MetricFilter) -> Incoming {
         let load = self.metrics.load.as_ref()?;
         let m = self.metrics.specs.len();
-        let counts = |k: usize| load.incoming[k] && self.metrics.specs[k].herd.is_some() && load.amounts[index * m + k] != 0;
+        let counts = |k: usize| counts_own_estimate(load, &self.metrics.specs[k], index * m + k, k);
         (filter == MetricFilter::Own && (0..m).any(counts)).then_some(index)
     }
 
