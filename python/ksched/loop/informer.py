@@ -150,6 +150,9 @@ class Informer:
         self.relists = 0
         self._stop = threading.Event()
         self._response: urllib3.BaseHTTPResponse | None = None
+        # Held while the open watch's response is set, cleared or shut down, so that
+        # ``stop`` never shuts down a response the watch thread has released.
+        self._response_lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name=f"informer-{name}", daemon=True)
 
     def start(self) -> None:
@@ -157,9 +160,15 @@ class Informer:
 
     def stop(self) -> None:
         self._stop.set()
-        response = self._response
-        if response is not None:
-            response.shutdown()
+        with self._response_lock:
+            response = self._response
+            if response is not None:
+                try:
+                    response.shutdown()
+                except OSError as err:
+                    # The server ended the watch and its socket closed in the meantime: the
+                    # thread sees the stop flag and returns.
+                    log.debug("%s: shutting down the watch: %s", self.name, err)
         self._thread.join(timeout=5)
 
     def _run(self) -> None:
@@ -260,7 +269,11 @@ class Informer:
             timeout=self.watch_timeout_s + 30,
             content_type=PROTOBUF if self.decode_frame is not None else None,
         )
-        self._response = response
+        with self._response_lock:
+            if self._stop.is_set():
+                response.release_conn()
+                return
+            self._response = response
         try:
             if response.status == HTTP_GONE:
                 raise GoneError()
@@ -272,7 +285,8 @@ class Informer:
             else:
                 self._read_lines(response)
         finally:
-            self._response = None
+            with self._response_lock:
+                self._response = None
             response.release_conn()
 
     def _read_lines(self, response: urllib3.BaseHTTPResponse) -> None:

@@ -21,6 +21,7 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ksched.config import Config
@@ -186,19 +187,24 @@ class Running:
         return 0
 
     def shutdown(self) -> None:
+        """Stop every part, each even where one before it failed: a watch that will not close
+        must not leave the HTTP server or the webhook serving."""
+        steps: list[tuple[str, Callable[[], None]]] = []
         if self.rebalancer is not None:
-            self.rebalancer.stop()
-        self.queue.close()
-        self.binder.shutdown()
+            steps.append(("rebalancer", self.rebalancer.stop))
+        steps += [("queue", self.queue.close), ("binder", self.binder.shutdown)]
         if self.scheduler.handoff is not None:
-            self.scheduler.handoff.shutdown()
-        self.scheduler.metrics.stop()
-        self.leadership.release()
-        for informer in self.informers.values():
-            informer.stop()
-        self.server.stop()
+            steps.append(("hand-off", self.scheduler.handoff.shutdown))
+        steps += [("metrics", self.scheduler.metrics.stop), ("lease", self.leadership.release)]
+        steps += [(f"informer {name}", informer.stop) for name, informer in self.informers.items()]
+        steps.append(("server", self.server.stop))
         if self.webhook is not None:
-            self.webhook.stop()
+            steps.append(("webhook", self.webhook.stop))
+        for name, stop in steps:
+            try:
+                stop()
+            except Exception:
+                log.exception("stopping the %s failed; stopping the rest", name)
         log.info("stopped; %d pods bound", self.scheduler.bound)
 
 
