@@ -25,7 +25,7 @@ from ksched.engine.rebalance import BUDGET_SPENT, COOLING, TERMINATING
 from ksched.errors import ConfigError
 from ksched.loop.client import Response
 from ksched.loop.metric_sources import MetricStore
-from ksched.loop.rebalancer import FOLLOWER, LEADER, SHADOW, Rebalancer, _Departure, _still_shown
+from ksched.loop.rebalancer import FOLLOWER, LEADER, SHADOW, Rebalancer, _Departure
 from ksched.loop.reservations import Reservations
 from ksched.loop.samples import Sample
 from ksched.loop.slim import slim_node, slim_pod
@@ -397,23 +397,6 @@ def test_a_node_does_not_give_a_second_pod_while_the_metric_still_shows_the_firs
         if r != TERMINATING
     ]
     assert reason.startswith("no node stays below low 0.60") and count == 1, reason
-
-
-@pytest.mark.parametrize(
-    ("gone_at", "sampled_at", "want"),
-    [
-        (None, 100.0, 1.0),  # still there
-        (100.0, 90.0, 1.0),  # sampled before it left
-        (100.0, 130.0, 0.5),  # half the window (60 s) is after it left
-        (100.0, 160.0, 0.0),  # the whole window is
-        (100.0, 101.0, 0.0),  # a gauge (no window) shows it no longer
-    ],
-)
-def test_a_departed_pod_is_taken_off_as_far_as_the_sample_still_shows_it(
-    gone_at: float | None, sampled_at: float, want: float
-) -> None:
-    window = 0.0 if sampled_at == 101.0 else 60.0
-    assert _still_shown(gone_at, sampled_at, window) == pytest.approx(want)
 
 
 def test_a_source_never_gives_back_more_than_its_sample_measured(harness: Any) -> None:

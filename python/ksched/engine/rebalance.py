@@ -41,6 +41,7 @@ from ksched.config.metrics import MISSING, ON_SATURATION
 from ksched.config.rebalance import RebalanceConfig, RebalanceThreshold
 from ksched.engine.estimate import estimated_usage
 from ksched.engine.inputs import MIRROR_ANNOTATION
+from ksched.engine.load import shares
 from ksched.engine.pods import pod_requests, priority
 from ksched.engine.quantity import parse_quantity
 from ksched.engine.scheduler import Engine
@@ -411,16 +412,10 @@ class _Planner:
     def _shares(self, amounts: Sequence[float]) -> npt.NDArray[np.float64]:
         """Node x judged metric: the pod's share of each node (amount over the node's
         allocatable of the estimate's resource; NaN where the node has none of it)."""
-        snapshot = self.snapshot
-        out = np.zeros((snapshot.count, len(self.judged)), dtype=np.float64)
-        allocatable = snapshot.arrays["allocatable"].reshape(snapshot.count, len(snapshot.resources))
+        out = np.zeros((self.snapshot.count, len(self.judged)), dtype=np.float64)
         for k, (m, amount) in enumerate(zip(self.judged, amounts, strict=True)):
-            c = None if m.estimate is None else snapshot.resources.get(m.estimate.resource)
-            if amount == 0 or c is None:
-                continue
-            alloc = allocatable[:, c].astype(np.float64)
-            with np.errstate(divide="ignore", invalid="ignore"):
-                out[:, k] = np.where(alloc > 0, amount / alloc, np.nan)
+            if amount != 0 and m.estimate is not None:
+                out[:, k] = shares(self.snapshot, m.estimate.resource, amount, missing=np.nan)
         return out
 
     # -- the proof -----------------------------------------------------

@@ -42,6 +42,7 @@ from ksched.engine.inputs import (
     pod_batch,
     shape_row,
 )
+from ksched.engine.load import shares
 from ksched.engine.messages import (
     AFFINITY_CONFLICT,
     NOT_ELIGIBLE_NEVER,
@@ -536,11 +537,7 @@ def _rejected_values(
     least loaded first."""
     seen = np.array(column, dtype=np.float64)
     if load["incoming"][at % m] and metric.estimate is not None:
-        r = len(snapshot.resources)
-        c = snapshot.resources(metric.estimate.resource)
-        allocatable = snapshot.arrays["allocatable"].reshape(-1, r)[:, c].astype(np.float64)
-        amount = float(load["amounts"][at])
-        seen += np.divide(amount, allocatable, out=np.zeros_like(allocatable), where=allocatable > 0)
+        seen += shares(snapshot, metric.estimate.resource, float(load["amounts"][at]))
     own_above, own_below = node_thresholds(snapshot, metric.name)
     if side == "above":
         limit = np.where(np.isnan(own_above), load["pod_above"][at], own_above)

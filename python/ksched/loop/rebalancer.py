@@ -38,6 +38,7 @@ import orjson
 from ksched.config import Config, MetricConfig
 from ksched.config.rebalance import RebalanceThreshold
 from ksched.engine import Engine
+from ksched.engine.load import before_event
 from ksched.engine.rebalance import Budget, HotNode, Move, Plan, plan
 from ksched.engine.snapshot import Snapshot
 from ksched.loop.client import ApiUnavailableError, Kube, pod_path
@@ -354,7 +355,11 @@ class Rebalancer:
             sample = self.metrics.latest(d.metric)
             if column is not None and row is not None and sample is not None:
                 samples[d.metric] = sample
-                taken[row, column] += d.usage * _still_shown(d.gone_at, sample.sampled_at, metric.window_s())
+                taken[row, column] += d.usage * (
+                    1.0
+                    if d.gone_at is None
+                    else float(before_event(d.gone_at, sample.sampled_at, metric.window_s()))
+                )
         for (row, column), amount in taken.items():
             name = metrics[column].name
             if self.lines[name].direction == "above":
@@ -486,16 +491,6 @@ def moved_note(move: Move, line: RebalanceThreshold) -> str:
         f"{line.high:.2f}; {move.target} {move.target_before:.2f} -> {move.target_after:.2f} "
         f"(low {line.low:.2f})"
     )
-
-
-def _still_shown(gone_at: float | None, sampled_at: float, window_s: float) -> float:
-    """The share of a departed pod's load a sample taken at ``sampled_at`` over ``window_s``
-    still shows: 1 before the pod left, then the part of the window before it left."""
-    if gone_at is None or sampled_at <= gone_at:
-        return 1.0
-    if window_s <= 0:
-        return 0.0
-    return min(1.0, max(0.0, (gone_at - (sampled_at - window_s)) / window_s))
 
 
 def _budget_refused(data: bytes) -> bool:

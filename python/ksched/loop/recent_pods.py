@@ -10,7 +10,8 @@ condition (a pod created bound has none: from its creation).
 For a sample evaluated at ``t_s`` over a window ``W``, a pod bound at ``t_b`` counts
 fully if ``t_b >= t_s`` (the sample cannot show it), else by ``1 - (t_s - t_b) / W``
 (a ``rate(...[5m])`` shows it in proportion to the part of its window it covers),
-and not at all once the window covers it or when ``W`` is 0. A legacy estimate
+and not at all once the window covers it or when ``W`` is 0; its share of its node is its
+load over the node's allocatable (both rules: :mod:`ksched.engine.load`). A legacy estimate
 (``herdEstimate``) counts only ksched's binds, fully, until the sample.
 
 A pod that is measured counts as its measured usage. A learned estimate
@@ -38,6 +39,7 @@ import numpy.typing as npt
 from ksched.config import MetricConfig
 from ksched.config.metrics import LEARN_MIN_PODS, Calibration
 from ksched.engine.estimate import BEST_EFFORT, FROM_REQUEST, calibration_terms, guess
+from ksched.engine.load import before_event, pod_shares
 from ksched.engine.pods import CountedRequests, PodRequests
 from ksched.engine.snapshot import Snapshot
 from ksched.loop.samples import parse_time
@@ -157,17 +159,14 @@ class RecentPods:
         window = metric.window_s() if estimate.window_s is not None or window_s is None else window_s
         self.horizon_s = max(self.horizon_s, horizon_s(metric, window))
         self._prune(self.clock())
-        c = snapshot.resources.get(estimate.resource)
-        if c is None or not self.pods:
+        if snapshot.resources.get(estimate.resource) is None or not self.pods:
             return Calibration() if estimate.learns else None
         arrays = self._current(snapshot)
         bound_at = arrays.bound_at
         if estimate.legacy:
             weight = np.where(arrays.by_ksched & (bound_at > sampled_at), 1.0, 0.0)
-        elif window > 0:
-            weight = np.clip(1.0 - (sampled_at - bound_at) / window, 0.0, 1.0)
         else:
-            weight = np.where(bound_at >= sampled_at, 1.0, 0.0)
+            weight = before_event(bound_at, sampled_at, window)
         guesses = arrays.amounts[:, i].astype(np.float64)
         kinds = arrays.kinds[:, i]
         known = np.full(len(guesses), np.nan)
@@ -181,15 +180,14 @@ class RecentPods:
         amounts, spreads = _expected(guesses, kinds, calibration)
         amounts[is_known] = known[is_known]
         spreads[is_known] = 0.0
-        r = len(snapshot.resources)
         rows = arrays.rows
-        allocatable = snapshot.arrays["allocatable"][np.maximum(rows, 0) * r + c].astype(np.float64)
-        counted = (rows >= 0) & (allocatable > 0) & (weight > 0)
-        share = weight[counted] * amounts[counted] / allocatable[counted]
-        np.add.at(column, rows[counted], metric.load_sign * share)
+        counted, share = pod_shares(snapshot, estimate.resource, rows, amounts)
+        seen = weight[counted]
+        np.add.at(column, rows[counted], metric.load_sign * seen * share)
         if estimate.deviations > 0 and calibration is not None:
             variance = np.zeros(len(column))
-            unseen = weight[counted] * spreads[counted] / allocatable[counted]
+            _, spread = pod_shares(snapshot, estimate.resource, rows, spreads)
+            unseen = seen * spread
             np.add.at(variance, rows[counted], unseen * unseen)
             column += metric.load_sign * estimate.deviations * np.sqrt(variance)
         return calibration

@@ -29,6 +29,7 @@ import numpy.typing as npt
 
 from ksched.config import MetricConfig
 from ksched.engine.estimate import estimated_usage
+from ksched.engine.load import node_share
 from ksched.engine.pods import pod_requests
 from ksched.engine.rebalance import MOVED_USAGE_ANNOTATION, TEMPLATE_HASH_LABELS, Move
 from ksched.engine.snapshot import Snapshot
@@ -219,15 +220,13 @@ def _add_load(
     row = snapshot.index.get(node)
     if row is None:
         return
-    r = len(snapshot.resources)
     for k, m in enumerate(metrics):
-        c = None if m.estimate is None else snapshot.resources.get(m.estimate.resource)
-        if c is None:
+        if m.estimate is None:
             continue
-        allocatable = float(snapshot.arrays["allocatable"][row * r + c])
-        load = amount(m) if allocatable > 0 else None
-        if load is not None:
-            values[row, k] += m.load_sign * load / allocatable
+        load = amount(m)
+        share = None if load is None else node_share(snapshot, node, m.estimate.resource, load)
+        if share is not None:
+            values[row, k] += m.load_sign * share
 
 
 def _proved(replacement: Obj) -> dict[str, float]:
