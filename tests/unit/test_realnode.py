@@ -80,6 +80,12 @@ def test_the_pause_image_is_an_oci_layout_holding_one_executable(tmp_path: Path)
             assert layer.extractfile(member).read() == binary.read_bytes()  # type: ignore[union-attr]
 
 
+def test_the_pause_binary_is_named_after_its_go_source() -> None:
+    source = Path(realnode.__file__).parent.parent / "pause"
+    digest = hashlib.sha256((source / "go.mod").read_bytes() + (source / "main.go").read_bytes()).hexdigest()
+    assert realnode.pause_binary().name == f"pause-{digest[:12]}"
+
+
 def test_prometheus_scrapes_each_kubelet_labelled_with_its_node(tmp_path: Path) -> None:
     nodes = realnode.plan(2, tmp_path)
     (job,) = realnode.scrape_configs(nodes)

@@ -118,7 +118,7 @@ def build_nullbinder(pins: Pins, work: Path) -> None:
     mod = work / NULLBINDER
     shutil.rmtree(mod, ignore_errors=True)
     shutil.copytree(NULLBINDER_SOURCE, mod)
-    _run(
+    run_command(
         ["go", "build", "-trimpath", "-ldflags", "-s -w", "-o", str(nullbinder_binary(pins)), "."],
         mod,
         "building the null binder",
@@ -173,7 +173,9 @@ def check_go() -> str:
     return out
 
 
-def _run(cmd: list[str], cwd: Path, what: str) -> None:
+def run_command(cmd: list[str], cwd: Path, what: str) -> None:
+    """Run one build step with the Go environment of every build here, saying ``what`` on
+    stderr; raises :class:`BuildError` with the tail of its output when it fails."""
     print(f"[ksched build] {what}: {' '.join(cmd)}", file=sys.stderr, flush=True)
     proc = subprocess.run(cmd, cwd=cwd, env=_go_env(), capture_output=True, text=True, check=False)
     if proc.returncode != 0:
@@ -223,7 +225,9 @@ def build_kubernetes(pins: Pins, out: Path, work: Path) -> None:
     ]
     (mod / "go.mod").write_text("\n".join(lines))
     packages = [f"k8s.io/kubernetes/cmd/{c}" for c in KUBERNETES_COMMANDS]
-    _run(["go", "get", *[f"{p}@{pins.kubernetes}" for p in packages]], mod, "resolving Kubernetes modules")
+    run_command(
+        ["go", "get", *[f"{p}@{pins.kubernetes}" for p in packages]], mod, "resolving Kubernetes modules"
+    )
     major, minor = pins.kubernetes.removeprefix("v").split(".")[:2]
     build_date = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     ldflags = []
@@ -235,7 +239,7 @@ def build_kubernetes(pins: Pins, out: Path, work: Path) -> None:
             f"-X {pkg}.gitTreeState=clean",
             f"-X {pkg}.buildDate={build_date}",
         ]
-    _run(
+    run_command(
         ["go", "build", "-trimpath", "-ldflags", "-s -w " + " ".join(ldflags), "-o", str(out), *packages],
         mod,
         f"building {', '.join(KUBERNETES_COMMANDS)}",
@@ -263,9 +267,9 @@ def build_etcd(pins: Pins, out: Path, work: Path) -> None:
         f"module ksched.local/etcd-build\n\ngo 1.24\n\nrequire go.etcd.io/etcd/server/v3 {pins.etcd}\n"
     )
     (mod / "main.go").write_text(ETCD_MAIN)
-    _run(["go", "mod", "tidy"], mod, "resolving etcd modules")
+    run_command(["go", "mod", "tidy"], mod, "resolving etcd modules")
     ldflags = f"-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=ksched-{pins.etcd}"
-    _run(
+    run_command(
         ["go", "build", "-trimpath", "-ldflags", ldflags, "-o", str(out / "etcd"), "."], mod, "building etcd"
     )
 
@@ -355,7 +359,7 @@ def build_descheduler(pins: Pins, work: Path) -> None:
     ]
     (mod / "go.mod").write_text("\n".join(lines))
     package = f"{DESCHEDULER_MODULE}/cmd/{DESCHEDULER}"
-    _run(["go", "get", f"{package}@{pins.descheduler}"], mod, "resolving descheduler modules")
+    run_command(["go", "get", f"{package}@{pins.descheduler}"], mod, "resolving descheduler modules")
     build_date = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     # Its Makefile's shape, v<date>-<tag>: the descheduler reads its minor version from it to
     # check the skew with the API server's, and warns on any other shape.
@@ -367,7 +371,7 @@ def build_descheduler(pins: Pins, work: Path) -> None:
     ]
     out = descheduler_binary(pins)
     out.parent.mkdir(parents=True, exist_ok=True)
-    _run(
+    run_command(
         ["go", "build", "-trimpath", "-ldflags", " ".join(ldflags), "-o", str(out), package],
         mod,
         "building the descheduler",
