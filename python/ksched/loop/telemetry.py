@@ -48,6 +48,18 @@ class Telemetry:
         self._placed: dict[str, Histogram] = {}
         self._bound: dict[str, Counter] = {}
         self._sli: dict[int, Histogram] = {}
+        self._longest_pause = 0.0
+        # Declared group by group, in the order the registry exposes them.
+        self._scheduling(r)
+        self._replica(r)
+        self._preemption(r)
+        self._metrics(r)
+        self._shadow(r)
+        self._saturation(r)
+        self._rebalancing(r)
+
+    def _scheduling(self, r: CollectorRegistry) -> None:
+        """Upstream's attempt, queue, SLI and bind series, and the engine's share of a batch."""
         self.schedule_attempts = Counter(
             "ksched_schedule_attempts_total",
             "Scheduling attempts by result (scheduled, unschedulable, error) and profile.",
@@ -91,6 +103,9 @@ class Telemetry:
             buckets=ATTEMPT_BUCKETS,
             registry=r,
         )
+
+    def _replica(self, r: CollectorRegistry) -> None:
+        """This replica's lease and how long its loop was away from the queue."""
         self.leader = Gauge("ksched_leader", "1 while this replica holds the lease.", registry=r)
         self.loop_longest_pause = Gauge(
             "ksched_loop_longest_pause_seconds",
@@ -98,9 +113,10 @@ class Telemetry:
             "watch events, a relist's among them, or a cycle): no pending pod was looked at meanwhile.",
             registry=r,
         )
-        self._longest_pause = 0.0
         self.lost_leases = Counter("ksched_leader_lost_total", "Terms ended by a failed renewal.", registry=r)
-        # Upstream's preemption_victims / preemption_attempts_total, as counters.
+
+    def _preemption(self, r: CollectorRegistry) -> None:
+        """Upstream's preemption_attempts / preemption_victims, as counters."""
         self.preemption_attempts = Counter(
             "ksched_preemption_attempts_total",
             "Pods that fit nowhere and preempted lower-priority pods.",
@@ -111,6 +127,9 @@ class Telemetry:
             "Pods evicted to make room for higher-priority pods.",
             registry=r,
         )
+
+    def _metrics(self, r: CollectorRegistry) -> None:
+        """Live metrics: their age, degraded mode and the fallbacks it takes."""
         self.metric_age = Gauge(
             "ksched_metric_age_seconds", "Age of each live metric's newest sample.", ["metric"], registry=r
         )
@@ -123,6 +142,9 @@ class Telemetry:
             ["reason"],
             registry=r,
         )
+
+    def _shadow(self, r: CollectorRegistry) -> None:
+        """Shadow mode's verdicts on the pods another scheduler bound."""
         self.shadow_decisions = Counter(
             "ksched_shadow_decisions_total",
             "Shadow mode: pods another scheduler bound, by what ksched would have done "
@@ -140,6 +162,8 @@ class Telemetry:
             registry=r,
         )
 
+    def _saturation(self, r: CollectorRegistry) -> None:
+        """Pods every node rejected on a metric's threshold (``saturated``)."""
         self.metric_saturation = Counter(
             "ksched_metric_saturation_total",
             "Pods that every node passing the other filters rejected on the metric's threshold, "
@@ -149,6 +173,8 @@ class Telemetry:
             registry=r,
         )
 
+    def _rebalancing(self, r: CollectorRegistry) -> None:
+        """The rebalancer's evictions, refusals, hot nodes and reservations."""
         self.rebalance_evictions = Counter(
             "ksched_rebalance_evictions_total",
             "Pods the rebalancer evicted, by the metric whose node was hot.",
