@@ -277,9 +277,9 @@ class MetricSpec(TypedDict):
     below: float | None
     missing: Missing
     weight: float
-    # Herd estimate: (resource column, factor), or None. With a ``MetricLoad`` a placed
+    # Load estimate: (resource column, factor), or None. With a ``MetricLoad`` a placed
     # pod adds its ``amounts`` entry over the node's allocatable instead of request x factor.
-    herd: tuple[int, float] | None
+    estimate: tuple[int, float] | None
 
 
 class MetricLoad(TypedDict):
@@ -288,7 +288,7 @@ class MetricLoad(TypedDict):
 
     # Per metric: the incoming pod's estimate counts against the thresholds.
     incoming: list[bool]
-    # ``pods x metrics``: each pod's estimated usage of the herd column (engine units).
+    # ``pods x metrics``: each pod's estimated usage of the estimate's column (engine units).
     amounts: I64
     # ``pods x metrics``: each pod's thresholds (its priority band's).
     pod_above: F64

@@ -177,7 +177,7 @@ class ClassColumns:
 
 
 def metric_specs(metrics: Sequence[MetricConfig], snapshot: Snapshot) -> list[MetricSpec]:
-    """The engine's view of each metric: scoring direction, thresholds, missing policy, herd estimate."""
+    """The engine's view of each metric: scoring direction, thresholds, missing policy, load estimate."""
     return [
         {
             "prefer": cast(Prefer, m.prefer),
@@ -187,7 +187,7 @@ def metric_specs(metrics: Sequence[MetricConfig], snapshot: Snapshot) -> list[Me
             "below": m.below,
             "missing": cast(Missing, m.missing),
             "weight": m.weight,
-            "herd": None
+            "estimate": None
             if m.estimate is None
             else (snapshot.resources(m.estimate.resource), m.estimate.factor * m.load_sign),
         }

@@ -108,7 +108,7 @@ pub fn metric_specs(specs: &Bound<'_, PyList>) -> PyResult<Vec<MetricSpec>> {
                 below: value(WHAT, &d, "below")?,
                 missing,
                 weight: value(WHAT, &d, "weight")?,
-                herd: value(WHAT, &d, "herd")?,
+                estimate: value(WHAT, &d, "estimate")?,
             })
         })
         .collect()

@@ -31,9 +31,10 @@ pub struct MetricSpec {
     pub below: Option<f64>,
     pub missing: Missing,
     pub weight: f64,
-    /// Herd estimate: each pod placed in the batch adds request / allocatable of
-    /// this resource column, times the factor, to its node's value.
-    pub herd: Option<(usize, f64)>,
+    /// Load estimate: the resource column whose share of allocatable a pod
+    /// placed in the batch adds to its node's value, and the factor (the
+    /// request times the factor where no `LoadInputs` give the pod's estimate).
+    pub estimate: Option<(usize, f64)>,
 }
 
 /// Per-node metric values, `nodes × specs.len()`, NaN where missing.
@@ -42,7 +43,7 @@ pub struct Metrics<'a> {
     pub values: &'a [f64],
     pub specs: Vec<MetricSpec>,
     /// Load estimate v2 (None: every pod and node has the specs' thresholds, and a
-    /// placement's herd estimate is its request times the factor).
+    /// placement's estimate is its request times the factor).
     pub load: Option<LoadInputs<'a>>,
 }
 
@@ -53,9 +54,9 @@ pub struct Metrics<'a> {
 #[derive(Clone)]
 pub struct LoadInputs<'a> {
     /// Per metric: the incoming pod's estimate counts against the thresholds
-    /// (the legacy herd estimate does not).
+    /// (the legacy `herdEstimate` does not).
     pub incoming: Vec<bool>,
-    /// `pods × metrics`: each pod's estimated usage of the herd column
+    /// `pods × metrics`: each pod's estimated usage of the estimate's column
     /// (counted as `amount / allocatable` where it is placed, and where
     /// `incoming`, against the thresholds before).
     pub amounts: &'a [i64],

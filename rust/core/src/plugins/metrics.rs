@@ -121,7 +121,7 @@ mod tests {
             below: None,
             missing: Missing::Neutral,
             weight: 1.0,
-            herd: None,
+            estimate: None,
         }
     }
 

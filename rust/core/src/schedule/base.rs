@@ -39,7 +39,7 @@ impl Maxima {
             *max = (*max).max(raw[node]);
         }
         // f64::min and max ignore a NaN operand: a missing value changes nothing. A metric
-        // scored over a fixed range has no extremes to keep: its values move (herd
+        // scored over a fixed range has no extremes to keep: its values move (load
         // estimates) without rescoring every node.
         for k in 0..self.metric_min.len() {
             if engine.metrics.specs[k].range.is_some() {
@@ -83,7 +83,7 @@ pub(super) struct Base {
     static_int: Vec<i64>,
     /// `metrics` weighted scores per node.
     metric: Vec<f64>,
-    /// `BatchState::metric_epoch` when built (herd estimates only): a node whose
+    /// `BatchState::metric_epoch` when built (load estimates only): a node whose
     /// epoch moved since has its metric scores computed afresh.
     epochs: Vec<u32>,
 }
@@ -146,13 +146,17 @@ impl Engine<'_, '_> {
             maxima: maxima.clone(),
             static_int,
             metric,
-            epochs: if state.herd { state.metric_epoch.clone() } else { Vec::new() },
+            epochs: if state.has_estimates {
+                state.metric_epoch.clone()
+            } else {
+                Vec::new()
+            },
         }
     }
 
     /// Weighted total of a feasible node without the pod-level scores. The
     /// integer plugins are summed exactly, then each metric's weighted score
-    /// is added in order: the base's, or computed afresh where a herd
+    /// is added in order: the base's, or computed afresh where a placement's
     /// estimate moved the node's values or the pod's own estimate counts
     /// (`Incoming`: the base is the class's, shared by pods of every estimate).
     #[inline]
@@ -163,7 +167,7 @@ impl Engine<'_, '_> {
             int += scores[slot] as i64 * self.profile.weight_of(id);
         }
         let mut total = int as f64;
-        if incoming.is_some() || (state.herd && base.epochs[node] != state.metric_epoch[node]) {
+        if incoming.is_some() || (state.has_estimates && base.epochs[node] != state.metric_epoch[node]) {
             let mx = &base.maxima;
             for (k, spec) in self.metrics.specs.iter().enumerate() {
                 let v = self.scored_value(state, incoming, node, k);

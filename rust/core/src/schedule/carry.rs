@@ -19,7 +19,7 @@
 //!   use, metric values), or that holds a nominated pod at the end of that
 //!   call or at the start of this one, is dirty: every signature re-evaluates
 //!   it (`refresh`), as it does a node placed on within a call;
-//! - a metric value that differs anywhere (or any herd estimate) drops the
+//! - a metric value that differs anywhere (or any load estimate) drops the
 //!   classes' bases and makes every carried signature recompute its maxima
 //!   and rescore every node before it is used.
 //!
@@ -259,7 +259,7 @@ struct EndState {
     pod_count: Vec<i64>,
     /// Host ports in use: the node table's, then those placed in the call.
     ports: Vec<Vec<HostPort>>,
-    /// Metric values (with herd estimates), as bits so a NaN equals itself.
+    /// Metric values (with load estimates), as bits so a NaN equals itself.
     values: Vec<u64>,
     /// Nodes with a nominated pod held on them.
     held: Vec<u32>,
@@ -334,7 +334,7 @@ impl Kept {
         let end = kept.end.take().expect("checked above");
         let metrics_changed = kept.seed_dirty(&end, engine, state);
         kept.spare = end;
-        if metrics_changed || state.herd {
+        if metrics_changed || state.has_estimates {
             kept.bases.iter_mut().for_each(|b| *b = None);
             kept.signatures.values_mut().for_each(SignatureCache::must_rebase);
         }

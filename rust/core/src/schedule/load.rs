@@ -42,11 +42,11 @@ fn on_node(load: &LoadInputs, m: usize, node: usize, k: usize, fallback: (Option
 }
 
 /// Whether a pod's own estimate of metric `k` (its load row at `at`) counts on
-/// a node, against the thresholds and in its score: not for the legacy herd
-/// estimate, nor for an estimate of nothing.
+/// a node, against the thresholds and in its score: not for the legacy
+/// `herdEstimate`, nor for an estimate of nothing.
 #[inline]
 fn counts_own_estimate(load: &LoadInputs, spec: &MetricSpec, at: usize, k: usize) -> bool {
-    load.incoming[k] && spec.herd.is_some() && load.amounts[at] != 0
+    load.incoming[k] && spec.estimate.is_some() && load.amounts[at] != 0
 }
 
 impl Engine<'_, '_> {
@@ -125,7 +125,7 @@ impl Engine<'_, '_> {
         let Some(load) = &self.metrics.load else {
             return 0.0;
         };
-        match self.metrics.specs[k].herd {
+        match self.metrics.specs[k].estimate {
             Some((column, _)) if load.incoming[k] => {
                 let capacity = self.nodes.allocatable[node * self.resources + column];
                 if capacity > 0 {

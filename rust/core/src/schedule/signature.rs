@@ -446,8 +446,8 @@ impl Engine<'_, '_> {
             slot[..old.reasons as usize].iter().for_each(|&c| sig.histogram[c as usize] -= 1);
             let new = self.evaluate_node(state, cache, pod, node, None, slot);
             slot[..new.reasons as usize].iter().for_each(|&c| sig.histogram[c as usize] += 1);
-            // A herd estimate moved the node's metric values: the maxima may follow.
-            maxima_may_move |= state.herd && (old.feasible || new.feasible);
+            // A placement's estimate moved the node's metric values: the maxima may follow.
+            maxima_may_move |= state.has_estimates && (old.feasible || new.feasible);
             if old.feasible != new.feasible {
                 maxima_may_move |= new.feasible || sig.maxima.held_by(self, state, cache, pod.incoming, node);
                 if new.feasible {

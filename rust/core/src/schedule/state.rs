@@ -75,16 +75,16 @@ pub(super) struct BatchState {
     /// Each node's BalancedAllocation balance without the pod, for pods where
     /// it depends on the node alone (empty when the plugin is off).
     pub balance_without: Vec<i64>,
-    /// Metric values, `metrics` per node: the caller's, plus herd estimates of placements.
+    /// Metric values, `metrics` per node: the caller's, plus the estimates of placements.
     pub values: Vec<f64>,
     pub metrics: usize,
     /// Each value's badness (NaN where missing) and each node's threshold verdict.
     pub badness: Vec<f64>,
     pub metric_codes: Vec<u32>,
-    /// Bumped when a herd estimate changes a node's values (see `Base::epochs`).
+    /// Bumped when an estimate changes a node's values (see `Base::epochs`).
     pub metric_epoch: Vec<u32>,
-    /// Whether any metric has a herd estimate.
-    pub herd: bool,
+    /// Whether any metric has a load estimate.
+    pub has_estimates: bool,
     /// Every pod on a node (pod table row, node): bound pods, then placements.
     pub on_nodes: Vec<(u32, u32)>,
     /// The subset with affinity terms.
@@ -139,7 +139,7 @@ impl BatchState {
                 .map(|node| engine.shared_metric_code(&metrics_in.values[node * m..(node + 1) * m], node))
                 .collect(),
             metric_epoch: vec![0; n],
-            herd: metrics_in.specs.iter().any(|s| s.herd.is_some()),
+            has_estimates: metrics_in.specs.iter().any(|s| s.estimate.is_some()),
             on_nodes: Vec::new(),
             affine: Vec::new(),
             holders: Vec::new(),
@@ -303,8 +303,8 @@ impl BatchState {
                 self.affine.push((row, node as u32));
             }
         }
-        if self.herd {
-            self.herd_estimate(engine, pod, node);
+        if self.has_estimates {
+            self.add_estimate(engine, pod, node);
         }
         if !self.balance_without.is_empty() {
             self.balance_without[node] = balanced_allocation::without_pod(
@@ -342,16 +342,16 @@ impl BatchState {
         chosen
     }
 
-    /// Add the placed pod's estimated load to its node's herd-estimated metrics, so
+    /// Add the placed pod's estimated load to its node's estimated metrics, so
     /// later pods of the batch do not all chase the value of the last scrape: its
     /// estimate from the load inputs over the node's allocatable, else (none given)
     /// its request times the factor.
-    fn herd_estimate(&mut self, engine: &Engine, pod: &PodView, node: usize) {
+    fn add_estimate(&mut self, engine: &Engine, pod: &PodView, node: usize) {
         let specs = &engine.metrics.specs;
         let (m, r) = (specs.len(), engine.resources);
         let load = engine.metrics.load.as_ref();
         for (k, spec) in specs.iter().enumerate() {
-            let Some((column, factor)) = spec.herd else { continue };
+            let Some((column, factor)) = spec.estimate else { continue };
             let capacity = engine.nodes.allocatable[node * r + column];
             let v = &mut self.values[node * m + k];
             if capacity > 0 && !v.is_nan() {

@@ -245,7 +245,7 @@ impl Call<'_> {
 
 /// Calls in sequence, each after one of `CHANGES` (every change several times,
 /// in varying order), each compared with a call without the cache.
-fn sequence(seed: u64, herd: bool, parallel: bool, preemption: bool, load: bool) {
+fn sequence(seed: u64, estimate: bool, parallel: bool, preemption: bool, load: bool) {
     let mut rng = Rng(seed);
     let mut b = cluster();
     let mut values: Vec<f64> = (0..NODES)
@@ -258,7 +258,7 @@ fn sequence(seed: u64, herd: bool, parallel: bool, preemption: bool, load: bool)
         below: None,
         missing: Missing::Neutral,
         weight: 2.0,
-        herd: herd.then_some((CPU, 0.3)),
+        estimate: estimate.then_some((CPU, 0.3)),
     };
     let mut node_load = OwnedLoad::new(&[spec], 0, NODES, true);
     for (i, (above, below)) in node_load.node_above.iter_mut().zip(&mut node_load.node_below).enumerate() {
@@ -340,7 +340,7 @@ fn sequence(seed: u64, herd: bool, parallel: bool, preemption: bool, load: bool)
 
 #[test]
 fn carried_cache_gives_a_fresh_calls_outcome() {
-    for (seed, herd, parallel, preemption, load) in [
+    for (seed, estimate, parallel, preemption, load) in [
         (1, false, false, false, false),
         (2, false, true, false, false),
         (3, true, false, false, false),
@@ -349,7 +349,7 @@ fn carried_cache_gives_a_fresh_calls_outcome() {
         (6, true, false, false, true),
         (7, true, true, true, true),
     ] {
-        sequence(seed, herd, parallel, preemption, load);
+        sequence(seed, estimate, parallel, preemption, load);
     }
 }
 
@@ -364,7 +364,7 @@ fn carried_cache_is_dropped_when_a_node_changes() {
         below: None,
         missing: Missing::Neutral,
         weight: 1.0,
-        herd: None,
+        estimate: None,
     };
     let pods: Vec<TestPod> = (0..8).map(|k| pod(200, k)).collect();
     let order = [0, 1, 2, 3];

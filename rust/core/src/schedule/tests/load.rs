@@ -69,7 +69,7 @@ fn cpu_metric(above: Option<f64>, below: Option<f64>) -> MetricSpec {
         below,
         missing: Missing::Neutral,
         weight: 5.0,
-        herd: Some((CPU, 1.0)),
+        estimate: Some((CPU, 1.0)),
     }
 }
 
@@ -307,10 +307,10 @@ fn batch_with_load_equals_one_pod_at_a_time() {
             },
             MetricSpec {
                 prefer: Prefer::Higher,
-                herd: None,
+                estimate: None,
                 ..cpu_metric(None, Some(0.05))
             },
-            // Scored over a fixed range: no extremes to keep, its herd-moved values rescore only their nodes.
+            // Scored over a fixed range: no extremes to keep, its estimate-moved values rescore only their nodes.
             MetricSpec {
                 range: Some((0.0, 1.0)),
                 weight: 2.0,

@@ -43,7 +43,7 @@ pub(super) fn try_run(b: &NodeBuilder, pods: &[TestPod], metrics: &Metrics, opti
 /// metric's min over feasible nodes moves, so every cache path is taken.
 #[test]
 fn batch_equals_one_pod_at_a_time() {
-    for (parallel, herd) in [(false, false), (true, false), (false, true), (true, true)] {
+    for (parallel, estimate) in [(false, false), (true, false), (false, true), (true, true)] {
         let mut b = NodeBuilder::default();
         for i in 0..300 {
             b.node(|n| {
@@ -55,9 +55,9 @@ fn batch_equals_one_pod_at_a_time() {
         let mut values: Vec<f64> = (0..300)
             .map(|i| if i % 11 == 0 { f64::NAN } else { (i * 37 % 100) as f64 / 100.0 })
             .collect();
-        // With a herd estimate each placement raises the node's value by its cpu share,
+        // With a load estimate each placement raises the node's value by its cpu share,
         // which also pushes nodes over the `above` threshold.
-        let herd_factor = 0.5;
+        let estimate_factor = 0.5;
         let spec = MetricSpec {
             prefer: Prefer::Lower,
             range: None,
@@ -65,7 +65,7 @@ fn batch_equals_one_pod_at_a_time() {
             below: None,
             missing: Missing::Neutral,
             weight: 3.0,
-            herd: herd.then_some((CPU, herd_factor)),
+            estimate: estimate.then_some((CPU, estimate_factor)),
         };
         let start = values.clone();
         let metrics = Metrics::new(&start, vec![spec]);
@@ -96,8 +96,8 @@ fn batch_equals_one_pod_at_a_time() {
                 assert_eq!(one.scores[0].to_bits(), batch.scores[i].to_bits(), "pod {i}");
                 let chosen = one.nodes[0] as usize;
                 let node = &mut b.nodes[chosen];
-                if herd && !values[chosen].is_nan() {
-                    values[chosen] += p.request[CPU] as f64 / node.allocatable[CPU] as f64 * herd_factor;
+                if estimate && !values[chosen].is_nan() {
+                    values[chosen] += p.request[CPU] as f64 / node.allocatable[CPU] as f64 * estimate_factor;
                 }
                 node.requested[CPU] += p.request[CPU];
                 node.requested[MEMORY] += p.request[MEMORY];
@@ -273,7 +273,7 @@ fn metrics_filter_and_prefer_lower() {
         below: None,
         missing: Missing::Neutral,
         weight: 5.0,
-        herd: None,
+        estimate: None,
     };
     let metrics = Metrics::new(&values, vec![spec]);
     let out = run(&b, &[pod(100, 1)], &metrics, 0);
@@ -379,7 +379,7 @@ fn pod_filters_over_the_signature_match_a_fresh_evaluation() {
         below: None,
         missing: Missing::Neutral,
         weight: 2.0,
-        herd: None,
+        estimate: None,
     };
     let metrics = Metrics::new(&values, vec![spec]);
     let count = 18;
