@@ -211,39 +211,25 @@ class Running:
 def start(
     config: Config, kubeconfig: str | None, address: str, identity: str | None = None, seed: int = 0
 ) -> Running:
-    workers = config.batch.bind_workers
-    # Pods with volumes to bind and reports use the client's pool; binds of other pods and
-    # their Scheduled events have connections of their own (the binder's writers).
-    configuration = load_configuration(kubeconfig, workers + report_workers(workers) + EXTRA_CONNECTIONS)
-    kube = Kube(configuration, config.client_connection.qps, config.client_connection.burst)
+    """Build every part, then start them in the start-up order (informers, metrics, HTTP
+    endpoint, webhook, leader election); scheduling waits for :meth:`Running.serve`."""
+    kube = _connect(config, kubeconfig)
     identity = identity or default_identity()
+    config = _for_mode(config)
     shadowing = config.shadow.enabled
-    if shadowing:
-        # A shadow must never take the lease from the ksched it runs beside.
-        config = dataclasses.replace(
-            config, leader_election=dataclasses.replace(config.leader_election, leader_elect=False)
-        )
-        if config.webhook.enabled or config.handoff.enabled:
-            log.info("shadow mode: webhook and hand-off stay off")
     telemetry = Telemetry()
     state = ClusterState(config.metrics)
     queue = SchedulingQueue()
     stop = threading.Event()
     leadership = Leadership(config.leader_election, identity, on_lost=telemetry.lost_leases.inc)
     binder = Binder(kube, config.batch.bind_workers, identity, telemetry, leadership.is_leader)
-    prometheus = (
-        PrometheusSource(config.prometheus.url, config.prometheus.timeout_s)
-        if config.prometheus.url
-        else None
-    )
+    # Filled once the informers exist; the metric store asks for the nodes only once started.
+    informers: dict[str, Informer] = {}
 
     def nodes() -> list[Obj]:
-        return list(node_informer.store.values())
+        return list(informers["nodes"].store.values())
 
-    metrics_server = (
-        MetricsServerSource(kube) if any(m.source == "metrics-server" for m in config.metrics) else None
-    )
-    metrics = MetricStore(config.metrics, prometheus, telemetry, nodes, metrics_server)
+    metrics = _metric_store(config, kube, telemetry, nodes)
     handoff = Handoff(kube, config.handoff, telemetry) if config.handoff.enabled and not shadowing else None
     # A moved pod's replacement keeps its moved load counted on its node while it grows back.
     reservations = (
@@ -263,27 +249,123 @@ def start(
         seed=seed,
         reservations=reservations,
     )
-    rebalancer = None
-    if config.rebalance.enabled:
-        # An engine of its own: the scheduler's caches are not shared across threads.
-        rebalancer = Rebalancer(
-            config,
-            state,
-            metrics,
-            Engine(config, config.rebalance.profile, seed=seed),
-            kube,
-            reservations if reservations is not None else Reservations(),
-            telemetry,
-            leadership.is_leader,
-            shadowing,
-            binder.report,
-        )
+    rebalancer = _rebalancer(config, state, metrics, kube, reservations, telemetry, leadership, binder, seed)
     shadow = Shadow(config, state, metrics, telemetry, seed) if shadowing else None
-    node_informer = Informer(
-        kube, "/api/v1/nodes", slim_node, state.on_node if shadow else scheduler.on_node, name="nodes"
+    informers.update((i.name, i) for i in _informers(kube, state, scheduler, shadow))
+
+    def checks() -> list[Check]:
+        return running.checks()
+
+    def status() -> object:
+        return running.status()
+
+    def shadow_report() -> object:
+        return shadow.ledger.report() if shadow is not None else None
+
+    server = HealthServer(address, telemetry.registry, checks, {"/status": status, "/shadow": shadow_report})
+    webhook = None
+    if config.webhook.enabled and not shadowing:
+
+        def can_route(pod: Obj) -> bool:
+            if handoff is not None and handoff.skip_owner(pod):
+                return False  # the replacement of a pod ksched handed off
+            return running.synced() and leadership.leader_alive()
+
+        scheduler_name = config.webhook.scheduler_name or config.profiles[0].scheduler_name
+        webhook = Webhook(config.webhook, scheduler_name, can_route, kube)
+    running = Running(
+        config,
+        scheduler,
+        queue,
+        state,
+        binder,
+        leadership,
+        informers,
+        server,
+        stop,
+        webhook,
+        shadow,
+        rebalancer,
     )
-    informers = [
-        node_informer,
+    _start_parts(running, metrics, telemetry)
+    return running
+
+
+def _connect(config: Config, kubeconfig: str | None) -> Kube:
+    """The API client, its pool sized for every worker that writes through it."""
+    workers = config.batch.bind_workers
+    # Pods with volumes to bind and reports use the client's pool; binds of other pods and
+    # their Scheduled events have connections of their own (the binder's writers).
+    configuration = load_configuration(kubeconfig, workers + report_workers(workers) + EXTRA_CONNECTIONS)
+    return Kube(configuration, config.client_connection.qps, config.client_connection.burst)
+
+
+def _for_mode(config: Config) -> Config:
+    """The configuration as run: in shadow mode without leader election."""
+    if not config.shadow.enabled:
+        return config
+    # A shadow must never take the lease from the ksched it runs beside.
+    config = dataclasses.replace(
+        config, leader_election=dataclasses.replace(config.leader_election, leader_elect=False)
+    )
+    if config.webhook.enabled or config.handoff.enabled:
+        log.info("shadow mode: webhook and hand-off stay off")
+    return config
+
+
+def _metric_store(
+    config: Config, kube: Kube, telemetry: Telemetry, nodes: Callable[[], list[Obj]]
+) -> MetricStore:
+    """The live metrics, from Prometheus and metrics-server where the configuration reads them."""
+    prometheus = (
+        PrometheusSource(config.prometheus.url, config.prometheus.timeout_s)
+        if config.prometheus.url
+        else None
+    )
+    metrics_server = (
+        MetricsServerSource(kube) if any(m.source == "metrics-server" for m in config.metrics) else None
+    )
+    return MetricStore(config.metrics, prometheus, telemetry, nodes, metrics_server)
+
+
+def _rebalancer(
+    config: Config,
+    state: ClusterState,
+    metrics: MetricStore,
+    kube: Kube,
+    reservations: Reservations | None,
+    telemetry: Telemetry,
+    leadership: Leadership,
+    binder: Binder,
+    seed: int,
+) -> Rebalancer | None:
+    """The rebalancer where the configuration enables it (shadow mode: moves logged, none made)."""
+    if not config.rebalance.enabled:
+        return None
+    # An engine of its own: the scheduler's caches are not shared across threads.
+    return Rebalancer(
+        config,
+        state,
+        metrics,
+        Engine(config, config.rebalance.profile, seed=seed),
+        kube,
+        reservations if reservations is not None else Reservations(),
+        telemetry,
+        leadership.is_leader,
+        config.shadow.enabled,
+        binder.report,
+    )
+
+
+def _informers(
+    kube: Kube, state: ClusterState, scheduler: Scheduler, shadow: Shadow | None
+) -> list[Informer]:
+    """One informer per watched kind, nodes first, then pods; in shadow mode nodes and pods
+    go to the shadow loop instead of the scheduler."""
+    return [
+        Informer(
+            kube, "/api/v1/nodes", slim_node, state.on_node if shadow else scheduler.on_node, name="nodes"
+        ),
         Informer(
             kube,
             "/api/v1/pods",
@@ -316,50 +398,20 @@ def start(
         ),
     ]
 
-    def checks() -> list[Check]:
-        return running.checks()
 
-    def status() -> object:
-        return running.status()
-
-    def shadow_report() -> object:
-        return shadow.ledger.report() if shadow is not None else None
-
-    server = HealthServer(address, telemetry.registry, checks, {"/status": status, "/shadow": shadow_report})
-    webhook = None
-    if config.webhook.enabled and not shadowing:
-
-        def can_route(pod: Obj) -> bool:
-            if handoff is not None and handoff.skip_owner(pod):
-                return False  # the replacement of a pod ksched handed off
-            return running.synced() and leadership.leader_alive()
-
-        scheduler_name = config.webhook.scheduler_name or config.profiles[0].scheduler_name
-        webhook = Webhook(config.webhook, scheduler_name, can_route, kube)
-    running = Running(
-        config,
-        scheduler,
-        queue,
-        state,
-        binder,
-        leadership,
-        {i.name: i for i in informers},
-        server,
-        stop,
-        webhook,
-        shadow,
-        rebalancer,
-    )
-    telemetry.watch_queue(queue.counts)
+def _start_parts(running: Running, metrics: MetricStore, telemetry: Telemetry) -> None:
+    """Start the watches, the metric sources, the HTTP endpoint, the webhook and the election."""
+    shadowing = running.config.shadow.enabled
+    leadership = running.leadership
+    telemetry.watch_queue(running.queue.counts)
     telemetry.leader.set_function(lambda: float(not shadowing and leadership.is_leader()))
-    for informer in informers:
+    for informer in running.informers.values():
         informer.start()
     metrics.start()
     running.server.start()
-    if webhook is not None:
-        webhook.start()
+    if running.webhook is not None:
+        running.webhook.start()
     leadership.start()
-    return running
 
 
 def run(config: Config, kubeconfig: str | None, address: str, identity: str | None = None) -> int:
