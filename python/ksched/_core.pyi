@@ -22,6 +22,8 @@ __all__ = [
     "CLUSTER_EVENTS",
     "DEFAULT_PROFILE",
     "EFFECTS",
+    "METRIC_EXEMPT",
+    "METRIC_POD_THRESHOLDS",
     "NOT_ATTEMPTED",
     "PLUGINS",
     "POD_PROJECTION",
@@ -71,6 +73,11 @@ VOLUME_CODES: dict[str, int]
 # "terminating", "no_candidate") and the pseudo reason codes of its FitError
 # in Outcome["postfilter_codes"] ("not_helpful", "no_victims").
 POSTFILTER_CODES: dict[str, int]
+# ``MetricLoad["exempt"]``'s codes (0: the metric filters the pod as usual): the metric does
+# not filter the pod (its scores still apply), or only the pod's own thresholds apply, not
+# the node's.
+METRIC_EXEMPT: int
+METRIC_POD_THRESHOLDS: int
 
 class EngineInputError(ValueError): ...
 

@@ -7,7 +7,9 @@
 //! `REASON_LAYOUT` for the parameterized ones, and the enum values the input
 //! tables use (`EFFECTS`, `TOLERATION_OPERATORS`, `SELECTOR_OPERATORS`,
 //! `POD_SELECTOR_OPERATORS`, `PROTOCOLS`, `VOLUME_CODES`), and DefaultPreemption's
-//! verdicts and pseudo reason codes (`POSTFILTER_CODES`); and `DEFAULT_PROFILE`, the
+//! verdicts and pseudo reason codes (`POSTFILTER_CODES`), the metric filter's
+//! exemption codes in `MetricLoad["exempt"]` (`METRIC_EXEMPT`,
+//! `METRIC_POD_THRESHOLDS`); and `DEFAULT_PROFILE`, the
 //! engine's default profile (`Profile::default`, its own tests' fixture), which Python's
 //! defaults are tested against. Types: `ksched.core_types`.
 
@@ -72,6 +74,8 @@ pub fn add(m: &Bound<'_, PyModule>) -> PyResult<()> {
     volumes.set_item("unknown_node", model::UNKNOWN_NODE)?;
     volumes.set_item("provision", ksched_core::plugins::volume_binding::PROVISION)?;
     m.add("VOLUME_CODES", volumes)?;
+    m.add("METRIC_EXEMPT", model::METRIC_EXEMPT)?;
+    m.add("METRIC_POD_THRESHOLDS", model::METRIC_POD_THRESHOLDS)?;
     {
         use ksched_core::plugins::default_preemption::{verdict, NOT_HELPFUL, NO_VICTIMS};
         let pre = PyDict::new(py);

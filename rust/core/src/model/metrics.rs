@@ -63,15 +63,21 @@ pub struct LoadInputs<'a> {
     /// `pods × metrics`: each pod's thresholds (its priority band's).
     pub pod_above: &'a [f64],
     pub pod_below: &'a [f64],
-    /// `pods × metrics`: 1 where the metric does not filter the pod (its
-    /// owner's kind is exempt, a mirror pod); its scores still apply. 2 where
-    /// only the pod's own thresholds apply, not the nodes' (a saturated pod
-    /// placed on the least-loaded node): a missing value still excludes.
+    /// `pods × metrics`: `METRIC_EXEMPT`, `METRIC_POD_THRESHOLDS`, or 0 where
+    /// the metric filters the pod as usual.
     pub exempt: &'a [u8],
     /// `nodes × metrics`: thresholds that replace the pod's on that node (NaN: none).
     pub node_above: &'a [f64],
     pub node_below: &'a [f64],
 }
+
+/// `LoadInputs::exempt`: the metric does not filter the pod (its owner's kind
+/// is exempt, a mirror pod); its scores still apply.
+pub const METRIC_EXEMPT: u8 = 1;
+/// `LoadInputs::exempt`: only the pod's own thresholds apply, not the node's
+/// (a saturated pod placed on the least-loaded node); a missing value still
+/// excludes where the metric says so.
+pub const METRIC_POD_THRESHOLDS: u8 = 2;
 
 impl<'a> Metrics<'a> {
     /// No load estimate v2 inputs: the specs alone.

@@ -16,14 +16,8 @@
 
 use super::engine::{Engine, Incoming, MetricFilter, PodView};
 use super::state::BatchState;
-use crate::model::{LoadInputs, MetricSpec};
+use crate::model::{LoadInputs, MetricSpec, METRIC_EXEMPT, METRIC_POD_THRESHOLDS};
 use crate::plugins::{metrics, FEASIBLE};
-
-/// `LoadInputs::exempt`: the metric does not filter the pod.
-const EXEMPT: u8 = 1;
-/// `LoadInputs::exempt`: only the pod's own thresholds apply (not the node's); a
-/// missing value still excludes where the metric says so.
-const POD_THRESHOLDS: u8 = 2;
 
 /// A threshold as the load inputs carry it (NaN: none), bit for bit.
 fn bits(limit: Option<f64>) -> u64 {
@@ -61,7 +55,7 @@ impl Engine<'_, '_> {
             return MetricFilter::Shared;
         }
         let exempt = &load.exempt[index * m..(index + 1) * m];
-        if exempt.iter().all(|&e| e == EXEMPT) {
+        if exempt.iter().all(|&e| e == METRIC_EXEMPT) {
             return MetricFilter::Exempt;
         }
         let own = specs.iter().enumerate().any(|(k, spec)| {
@@ -108,8 +102,8 @@ impl Engine<'_, '_> {
             |k| {
                 let pod_limits = (limit(load.pod_above[row + k]), limit(load.pod_below[row + k]));
                 match load.exempt[row + k] {
-                    EXEMPT => None,
-                    POD_THRESHOLDS => Some(pod_limits),
+                    METRIC_EXEMPT => None,
+                    METRIC_POD_THRESHOLDS => Some(pod_limits),
                     _ => Some(on_node(load, m, node, k, pod_limits)),
                 }
             },

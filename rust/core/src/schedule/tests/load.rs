@@ -4,7 +4,7 @@
 //! all of them places exactly as its pods scheduled one at a time.
 
 use super::*;
-use crate::model::LoadInputs;
+use crate::model::{LoadInputs, METRIC_EXEMPT, METRIC_POD_THRESHOLDS};
 use crate::reasons::METRIC_BELOW;
 
 /// Load inputs for one call, owned.
@@ -157,13 +157,13 @@ fn thresholds_per_pod_and_node_with_the_incoming_pod() {
             name: "an exempt pod passes every node",
             amount: 400,
             above: 0.1,
-            exempt: 1,
+            exempt: METRIC_EXEMPT,
             ..base()
         },
         Case {
             name: "a saturated pod's own threshold wins over the node's",
             above: 0.5,
-            exempt: 2,
+            exempt: METRIC_POD_THRESHOLDS,
             node_above: [NONE, 0.95, 0.2],
             feasible: 1,
             reasons: vec![(above, 2)],
@@ -274,7 +274,11 @@ pub(super) fn pod_load(load: &mut OwnedLoad, specs: &[MetricSpec], i: usize, p: 
             p.request[CPU] * (1 + (p.key % 2) as i64)
         };
         // Some pods are exempt from every metric, some from the first alone.
-        load.exempt[at] = (p.key % 17 == 0 || (k == 0 && p.key % 13 == 0)) as u8;
+        load.exempt[at] = if p.key % 17 == 0 || (k == 0 && p.key % 13 == 0) {
+            METRIC_EXEMPT
+        } else {
+            0
+        };
     }
 }
 
