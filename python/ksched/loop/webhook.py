@@ -233,6 +233,104 @@ def review_response(
     return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
 
 
+class ReviewHandler(BaseHTTPRequestHandler):
+    """Answers AdmissionReviews POSTed to it with :meth:`answer`; refuses anything else with a
+    JSON error, and reads off what a refused client is still sending before closing."""
+
+    # A client that stops sending mid-request is answered 408 after this, not waited on forever.
+    timeout = READ_TIMEOUT_S
+
+    def do_POST(self) -> None:
+        try:
+            review = parse_review(self._body())
+            response = self.answer(review)
+        except BadReviewError as err:
+            self._refuse(err.status, str(err), err.unread)
+            return
+        body = json.dumps(response).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def answer(self, review: dict[str, Any]) -> dict[str, Any]:
+        """The response to a parsed review (the :class:`Webhook` this handler serves says)."""
+        raise NotImplementedError
+
+    def _body(self) -> bytes:
+        raw = self.headers.get("Content-Length")
+        if raw is None or not raw.strip().isdigit():
+            raise BadReviewError(f"Content-Length {raw!r}: an AdmissionReview needs its length", 411)
+        length = int(raw)
+        if length > MAX_REVIEW_BYTES:
+            raise BadReviewError(
+                f"{length} bytes is over the {MAX_REVIEW_BYTES}-byte limit", 413, unread=length
+            )
+        try:
+            body = self.rfile.read(length)
+        except TimeoutError:
+            raise BadReviewError("the request body did not arrive in time", 408) from None
+        except OSError as err:
+            raise BadReviewError(f"reading the request body: {err}") from None
+        if len(body) < length:
+            raise BadReviewError(f"truncated body: {len(body)} of {length} bytes")
+        content_type = (self.headers.get("Content-Type") or "").split(";", 1)[0].strip().lower()
+        if content_type != "application/json":
+            raise BadReviewError(f"contentType={content_type or '(none)'}, expected application/json")
+        return body
+
+    def _refuse(self, status: int, message: str, unread: int = 0) -> None:
+        body = json.dumps({"error": message}).encode()
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.wfile.write(body)
+            self.wfile.flush()
+        except OSError:
+            return  # the client is gone
+        self.close_connection = True
+        if unread:
+            self._drain(min(unread, DRAIN_LIMIT_BYTES))
+
+    def _drain(self, left: int) -> None:
+        """Read the body the client is still sending (up to a limit, briefly) before the
+        connection closes: closing with unread data resets it, and the client may lose the answer."""
+        with contextlib.suppress(OSError):
+            self.connection.settimeout(DRAIN_TIMEOUT_S)
+            while left > 0 and (chunk := self.connection.recv(min(left, 1 << 20))):
+                left -= len(chunk)
+
+    def _not_allowed(self) -> None:
+        self._refuse(405, f"method {self.command} not allowed: POST an AdmissionReview")
+
+    def do_GET(self) -> None:
+        self._not_allowed()
+
+    def do_PUT(self) -> None:
+        self._not_allowed()
+
+    def do_DELETE(self) -> None:
+        self._not_allowed()
+
+    def do_PATCH(self) -> None:
+        self._not_allowed()
+
+    def do_OPTIONS(self) -> None:
+        self._not_allowed()
+
+    def do_HEAD(self) -> None:
+        self.send_response(405)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, format: str, *args: object) -> None:
+        return
+
+
 class Webhook(BackgroundServer):
     def __init__(
         self, config: WebhookConfig, scheduler: str, can_route: Callable[[Obj], bool], kube: Kube
@@ -242,97 +340,11 @@ class Webhook(BackgroundServer):
         self.can_route = can_route
         self.kube = kube
         self._stopped = threading.Event()
-        outer = self
+        webhook = self
 
-        class Handler(BaseHTTPRequestHandler):
-            # A client that stops sending mid-request is answered 408 after this, not waited on forever.
-            timeout = READ_TIMEOUT_S
-
-            def do_POST(self) -> None:
-                try:
-                    review = parse_review(self._body())
-                    answer = review_response(review, outer.scheduler, outer.can_route)
-                except BadReviewError as err:
-                    self._refuse(err.status, str(err), err.unread)
-                    return
-                body = json.dumps(answer).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def _body(self) -> bytes:
-                raw = self.headers.get("Content-Length")
-                if raw is None or not raw.strip().isdigit():
-                    raise BadReviewError(f"Content-Length {raw!r}: an AdmissionReview needs its length", 411)
-                length = int(raw)
-                if length > MAX_REVIEW_BYTES:
-                    raise BadReviewError(
-                        f"{length} bytes is over the {MAX_REVIEW_BYTES}-byte limit", 413, unread=length
-                    )
-                try:
-                    body = self.rfile.read(length)
-                except TimeoutError:
-                    raise BadReviewError("the request body did not arrive in time", 408) from None
-                except OSError as err:
-                    raise BadReviewError(f"reading the request body: {err}") from None
-                if len(body) < length:
-                    raise BadReviewError(f"truncated body: {len(body)} of {length} bytes")
-                content_type = (self.headers.get("Content-Type") or "").split(";", 1)[0].strip().lower()
-                if content_type != "application/json":
-                    raise BadReviewError(f"contentType={content_type or '(none)'}, expected application/json")
-                return body
-
-            def _refuse(self, status: int, message: str, unread: int = 0) -> None:
-                body = json.dumps({"error": message}).encode()
-                try:
-                    self.send_response(status)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(body)))
-                    self.send_header("Connection", "close")
-                    self.end_headers()
-                    self.wfile.write(body)
-                    self.wfile.flush()
-                except OSError:
-                    return  # the client is gone
-                self.close_connection = True
-                if unread:
-                    self._drain(min(unread, DRAIN_LIMIT_BYTES))
-
-            def _drain(self, left: int) -> None:
-                """Read the body the client is still sending (up to a limit, briefly) before the
-                connection closes: closing with unread data resets it, and the client may lose the answer."""
-                with contextlib.suppress(OSError):
-                    self.connection.settimeout(DRAIN_TIMEOUT_S)
-                    while left > 0 and (chunk := self.connection.recv(min(left, 1 << 20))):
-                        left -= len(chunk)
-
-            def _not_allowed(self) -> None:
-                self._refuse(405, f"method {self.command} not allowed: POST an AdmissionReview")
-
-            def do_GET(self) -> None:
-                self._not_allowed()
-
-            def do_PUT(self) -> None:
-                self._not_allowed()
-
-            def do_DELETE(self) -> None:
-                self._not_allowed()
-
-            def do_PATCH(self) -> None:
-                self._not_allowed()
-
-            def do_OPTIONS(self) -> None:
-                self._not_allowed()
-
-            def do_HEAD(self) -> None:
-                self.send_response(405)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, format: str, *args: object) -> None:
-                return
+        class Handler(ReviewHandler):
+            def answer(self, review: dict[str, Any]) -> dict[str, Any]:
+                return review_response(review, webhook.scheduler, webhook.can_route)
 
         # The CA of the self-generated certificate served now (None: a certificate from files).
         self.ca_pem: bytes | None = None
