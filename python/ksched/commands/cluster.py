@@ -1,10 +1,20 @@
-"""``ksched cluster up|down|env``: the arguments of the local control plane, handed to :mod:`ksched.cluster.local`."""
+"""``ksched cluster up|down|env``: the arguments of the local control plane, handed to :mod:`ksched.cluster.local`.
+
+``env`` prints one ``export`` line for ``eval $(ksched cluster env)``: ``KUBECONFIG``, and
+``PROM`` (the local Prometheus's URL) when the cluster runs one, as the docs use them. It
+reads the state ``up`` recorded (:mod:`ksched.cluster.processes`) and starts nothing.
+"""
 
 from __future__ import annotations
 
 import argparse
+import shlex
+from typing import TYPE_CHECKING
 
 from ksched.commands.exit_codes import EXIT_OK
+
+if TYPE_CHECKING:
+    from ksched.cluster.processes import ClusterState
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -73,6 +83,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 def _cluster(args: argparse.Namespace) -> int:
     from ksched.cluster import load, local
+    from ksched.cluster.processes import ClusterError, load_state
 
     if args.cluster_command == "up":
         simulation = (
@@ -94,5 +105,18 @@ def _cluster(args: argparse.Namespace) -> int:
     elif args.cluster_command == "down":
         print(local.down())
     elif args.cluster_command == "env":
-        print(local.env_line())
+        state = load_state()
+        if state is None:
+            raise ClusterError("no local cluster is running; start one with `ksched cluster up`")
+        print(env_exports(state))
     return EXIT_OK
+
+
+def env_exports(state: ClusterState) -> str:
+    """One ``export`` line, so that ``eval $(ksched cluster env)`` works quoted or not:
+    ``KUBECONFIG``, and ``PROM`` (the local Prometheus's URL) when ``up`` started Prometheus
+    (``--with-prometheus`` or ``--load-simulation``)."""
+    exports = {"KUBECONFIG": state.kubeconfig}
+    if state.prometheus:
+        exports["PROM"] = state.prometheus
+    return "export " + " ".join(f"{name}={shlex.quote(value)}" for name, value in exports.items())
