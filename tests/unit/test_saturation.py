@@ -19,7 +19,7 @@ from ksched.config import Config, parse_config
 from ksched.engine import Engine, Placement
 from ksched.engine.cluster_file import ClusterFile
 from ksched.engine.placements import Saturation
-from ksched.engine.scheduler import _relax_saturated
+from ksched.engine.saturation import relax_saturated
 from ksched.engine.simulation import run_simulation
 from ksched.engine.snapshot import build_snapshot
 from ksched.loop.binder import Outcome
@@ -298,7 +298,7 @@ def test_explain_shows_saturation(tmp_path: Path, capsys: pytest.CaptureFixture[
 
 @dataclass
 class SaturatedBatch:
-    """What ``_relax_saturated`` reads of a batch: one pod a threshold keeps rejecting."""
+    """What ``relax_saturated`` reads of a batch: one pod a threshold keeps rejecting."""
 
     relaxed: dict[int, dict[int, str]] = field(default_factory=dict)
     passed_over: dict[tuple[int, int], int] = field(default_factory=dict)
@@ -321,7 +321,7 @@ def test_saturation_reruns_share_the_decision_deadline(deadline_s: float | None,
 
     batch = SaturatedBatch()
     metric = parse_config({**CONFIG_HEAD, "metrics": [load_metric("leastLoaded")]}).metrics
-    _relax_saturated(batch, metric, run, deadline_s)  # type: ignore[arg-type]
+    relax_saturated(batch, metric, run, deadline_s)  # type: ignore[arg-type]
     assert len(given) == runs and given[0] == deadline_s
     if deadline_s is not None:
         assert all(left is not None and 0 < left <= deadline_s - 0.02 for left in given[1:])

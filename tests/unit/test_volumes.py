@@ -13,7 +13,7 @@ import yaml
 from ksched.commands.cli import main
 from ksched.config import Config, parse_config
 from ksched.engine import Engine
-from ksched.engine.scheduler import Placement, commit_placements
+from ksched.engine.placements import Placement, commit_placements
 from ksched.engine.snapshot import build_snapshot
 from ksched.engine.storage import SELECTED_NODE, ClaimBinding, Storage
 from ksched.engine.volumes import node_volume_limits

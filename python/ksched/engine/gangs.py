@@ -56,4 +56,9 @@ def pod_group(obj: Obj) -> PodGroup:
     return PodGroup(key, min_member, timeout)
 
 
-# -- PodDisruptionBudgets (preemption prefers not to violate them) -------------
+@dataclass(frozen=True)
+class GangStatus:
+    """A PodGroup as the engine sees it: its minMember and how many members are bound."""
+
+    min_member: int
+    bound: int = 0

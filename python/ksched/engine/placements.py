@@ -1,6 +1,7 @@
 """What the engine decides about a batch: a :class:`Placement` per pending pod, the
 batch's :class:`BatchResult` with its Rust and Python time, and, for ``explain``,
-the per-node breakdown read from the engine's explanation arrays.
+the per-node breakdown read from the engine's explanation arrays; and placed pods
+committed to a snapshot (:func:`commit_placements`), as the binds' watch events would.
 
 These are the engine's answers as the loop and the commands read them; how a
 batch is compiled and placed is :mod:`ksched.engine.scheduler`'s.
@@ -8,6 +9,7 @@ batch is compiled and placed is :mod:`ksched.engine.scheduler`'s.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,8 +20,11 @@ from ksched.config import MetricConfig
 from ksched.config.metrics import ON_SATURATION
 from ksched.core_types import ExplanationArrays
 from ksched.engine.messages import ReasonNames
+from ksched.engine.pod_level import PodInfo
+from ksched.engine.pods import HostPort
+from ksched.engine.podtable import Evictable
 from ksched.engine.requirements import PodRequirements
-from ksched.engine.snapshot import Snapshot
+from ksched.engine.snapshot import Snapshot, add_usage
 from ksched.engine.storage import ClaimBinding
 
 # ``MetricConfig.on_saturation``: the pod waits, or goes to the least-loaded node.
@@ -175,3 +180,24 @@ def explanation(
             )
         )
     return Explanation(placement.pod, placement, rows, weights)
+
+
+def commit_placements(snapshot: Snapshot, placements: Sequence[Placement]) -> Snapshot:
+    """Count placed pods on their nodes, as the watch confirming the binds would (the pods are not modified)."""
+    index = snapshot.index
+    now = time.time()
+    bound: list[tuple[str, int, PodInfo, Evictable]] = []
+    usage: list[tuple[int, PodRequirements, tuple[HostPort, ...]]] = []
+    for p in placements:
+        if p.node is None:
+            continue
+        if p.volumes:
+            snapshot.storage.assume(p.volumes, p.node)
+        req = p.requirements
+        if req is not None:
+            node = index[p.node]
+            evictable = Evictable(req.priority, now, req, req.host_ports)
+            bound.append((p.pod, node, req.info, evictable))
+            usage.append((node, req, req.host_ports))
+    snapshot.pods.add_many(bound)
+    return add_usage(snapshot, usage)

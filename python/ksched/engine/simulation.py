@@ -18,9 +18,9 @@ import yaml
 
 from ksched.config import Config, MetricConfig
 from ksched.engine.cluster_file import ClusterFile
-from ksched.engine.gangs import pod_group_of
-from ksched.engine.placements import BatchResult
-from ksched.engine.scheduler import Engine, GangStatus, commit_placements
+from ksched.engine.gangs import GangStatus, pod_group_of
+from ksched.engine.placements import BatchResult, commit_placements
+from ksched.engine.scheduler import Engine
 from ksched.engine.snapshot import Snapshot, annotation_column, build_snapshot, to_number
 from ksched.errors import KschedError
 from ksched.objects import Obj, scheduler_name

@@ -1,0 +1,94 @@
+"""One batch of pending pods as the engine runs it: the rows it places, in queue order,
+and a result slot per pod.
+
+Owns what the engine's reruns of a batch share: the rows (a gang that falls short
+is dropped from them, :mod:`ksched.engine.gang_placement`), the thresholds relaxed
+pod by pod (:mod:`ksched.engine.saturation`), and the placements the verdicts fill
+in (:mod:`ksched.engine.verdicts`). It never calls the engine: :mod:`ksched.engine.scheduler`
+compiles the batch and runs it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ksched import _core
+from ksched.core_types import Outcome
+from ksched.engine.inputs import ClassColumns, Row, ShapeRow
+from ksched.engine.messages import ReasonNames
+from ksched.engine.placements import Placement
+from ksched.engine.requirements import PodRequirements
+from ksched.engine.volumes import VolumeColumns
+from ksched.errors import MalformedObjectError
+from ksched.objects import Obj
+
+Parsed = tuple[int, Obj, PodRequirements | MalformedObjectError]
+"""A pod's arrival index, the pod, and its parsed requirements (or why they cannot be parsed)."""
+
+
+@dataclass
+class Batch:
+    """One batch compiled for the engine: the rows it runs on, and a result slot
+    per pod in queue order (None until the engine's verdict is read)."""
+
+    classes: ClassColumns
+    names: ReasonNames
+    rows: list[Row] = field(default_factory=list)
+    # The engine row parts of each shape with a row (``Row.shape``).
+    shapes: list[ShapeRow] = field(default_factory=list)
+    results: list[Placement | None] = field(default_factory=list)
+    # The slot of the pod ``explain`` names, when the engine attempts it.
+    explain_slot: int | None = None
+    # Time inside ``_core.schedule``, summed over the gang re-runs.
+    rust_seconds: float = 0.0
+    # The last engine call's claims, to read the volumes it chose.
+    volumes: VolumeColumns | None = None
+    # Some row (dropped gangs' included) has pod affinity or spreading, its own or by default.
+    pod_level: bool = False
+    # Saturation: the pods (by slot) whose thresholds of ``leastLoaded`` metrics are relaxed,
+    # each with the side (``above``, ``below``) that rejected the nodes.
+    relaxed: dict[int, dict[int, str]] = field(default_factory=dict)
+    # Per relaxed (slot, metric): how many of the least-loaded nodes over the threshold
+    # the relaxed threshold let through and the pod still could not take
+    # (:func:`ksched.engine.saturation.relaxed_load`); ``off``: those with no node left to
+    # let through, whose threshold is off.
+    passed_over: dict[tuple[int, int], int] = field(default_factory=dict)
+    off: set[tuple[int, int]] = field(default_factory=set)
+
+    def explain_row(self) -> int | None:
+        """The row of the explained pod, None when it has none (or was dropped with its gang)."""
+        if self.explain_slot is None:
+            return None
+        return next((j for j, r in enumerate(self.rows) if r.slot == self.explain_slot), None)
+
+    def threshold_hits(self, out: Outcome) -> dict[int, dict[int, str]]:
+        """The pods (by slot) the engine's run left unplaced although some node was rejected
+        only by a metric threshold (the metric filter runs after all the others, so that node
+        passed them): slot -> {metric index: side}."""
+        nodes = out["nodes"]
+        offsets, codes = out["reason_offsets"], out["reason_codes"]
+        hits: dict[int, dict[int, str]] = {}
+        if not np.any(codes >= self.names.first_metric_code):
+            return hits  # no metric rejected any node: nothing to read pod by pod
+        for j in np.flatnonzero((nodes < 0) & (nodes != _core.NOT_ATTEMPTED)).tolist():
+            for code in codes[int(offsets[j]) : int(offsets[j + 1])].tolist():
+                hit = self.names.threshold(code)
+                if hit is not None:
+                    hits.setdefault(self.rows[j].slot, {}).setdefault(*hit)
+        return hits
+
+    def drop_gangs(self, short: Mapping[str, str | None]) -> None:
+        """Take the members of the ``short`` gangs out of the rows and give each its
+        verdict (a None reason: the deadline cut the gang short; it is retried, not attempted)."""
+        kept: list[Row] = []
+        for row in self.rows:
+            group = row.req.group
+            if group is not None and group in short:
+                why = short[group]
+                self.results[row.slot] = Placement(row.req.key, None, None, why, attempted=why is not None)
+            else:
+                kept.append(row)
+        self.rows = kept
