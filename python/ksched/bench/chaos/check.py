@@ -12,6 +12,8 @@ import time
 
 from ksched.bench import invariants
 from ksched.bench.chaos.audit import (
+    AuditRecords,
+    BindRecord,
     deleted_by,
     deleter_kind,
     first_deleters,
@@ -65,9 +67,23 @@ def settle(soak: Soak) -> None:
 
 
 def check(soak: Soak, state: local.ClusterState) -> None:
-    f = soak.figures
+    """Fill ``soak.figures`` and its violations, invariant by invariant."""
     pods = soak.pods()
-    uids = {p["metadata"]["uid"]: p for p in pods}
+    lost = _pending(soak, pods)
+    audit = read_audit(local.audit_log_path(state))
+    gone, deleter = _deleted(soak, pods, lost, audit)
+    _placements(soak)
+    _binds(soak, audit)
+    _bind_latency(soak, audit)
+    _gangs(soak, pods, gone, deleter)
+    _preemptions(soak, pods)
+    _replicas(soak)
+
+
+def _pending(soak: Soak, pods: list[Obj]) -> list[Obj]:
+    """Count the bound pods and the pending ones with a reason (the most frequent reasons
+    kept); returns the pending pods without one, which are lost."""
+    f = soak.figures
     failed = current_failures(soak)
     bound = [p for p in pods if p["spec"].get("nodeName")]
     pending = [
@@ -84,13 +100,20 @@ def check(soak: Soak, state: local.ClusterState) -> None:
             kind = p["metadata"]["name"].split("-", 1)[0]
             reasons[f"{kind}: {(event.get('note') or '')[:160]}"] += 1
     f.pending_reasons = dict(reasons.most_common(8))
-    audit = read_audit(local.audit_log_path(state))
-    leases, binds, creates = audit.leases, audit.binds, audit.creates
+    return lost
+
+
+def _deleted(
+    soak: Soak, pods: list[Obj], lost: list[Obj], audit: AuditRecords
+) -> tuple[set[tuple[str, str]], dict[tuple[str, str], BindRecord]]:
+    """Every created pod is still there or was deleted by a request the audit log holds: one
+    gone with no such request is lost too, as are the ``lost`` pending pods. Returns the
+    pods gone (namespace, name) and each one's first deleter."""
+    f = soak.figures
+    creates = audit.creates
     f.pods_created = len(creates)
     with soak.lock:
         f.pods_deleted_by_soak = len(soak.deleted)
-    # Every created pod is still there or was deleted by a request the audit log holds:
-    # one gone with no such request is lost too.
     present = {(p["metadata"]["namespace"], p["metadata"]["name"]) for p in pods}
     deleter = first_deleters(audit.deletes)
     gone = {(c.namespace, c.name) for c in creates if c.name} - present
@@ -107,9 +130,13 @@ def check(soak: Soak, state: local.ClusterState) -> None:
         )
     if len(lost) > 10:
         f.violations.append(f"lost: {len(lost) - 10} more")
+    return gone, deleter
 
-    # Over-commitment per node and resource, and the placement constraints (pods on a node a
-    # fault deleted are left out).
+
+def _placements(soak: Soak) -> None:
+    """Over-commitment per node and resource, and the placement constraints (pods on a node a
+    fault deleted are left out)."""
+    f = soak.figures
     all_nodes, all_pods = soak.get_json("/api/v1/nodes")["items"], soak.get_json("/api/v1/pods")["items"]
     over = invariants.overcommitted(all_nodes, all_pods)
     f.overcommitted_nodes = len(over)
@@ -118,7 +145,11 @@ def check(soak: Soak, state: local.ClusterState) -> None:
     f.constraint_violations = len(broken)
     f.violations += [f"constraint broken: {v}" for v in broken[:10]]
 
-    # Binds against the Lease history, from the audit log.
+
+def _binds(soak: Soak, audit: AuditRecords) -> None:
+    """Binds against the Lease history, from the audit log: each by the replica that led."""
+    f = soak.figures
+    leases, binds = audit.leases, audit.binds
     users = {f"system:serviceaccount:{LEASE_NS}:{r}": r for r in REPLICAS}
     mine = [b for b in binds if b.user in users and b.code == 201]
     f.binds_by_ksched = len(mine)
@@ -134,12 +165,15 @@ def check(soak: Soak, state: local.ClusterState) -> None:
     holders = [w.holder for w in leases if w.holder]
     f.leader_changes = sum(1 for a, b in itertools.pairwise(holders) if a != b)
 
-    # Create -> bind latency, in and out of fault windows.
+
+def _bind_latency(soak: Soak, audit: AuditRecords) -> None:
+    """Create -> bind latency, in and out of fault windows."""
+    f = soak.figures
     first_bind: dict[tuple[str, str], float] = {}
-    for b in binds:
+    for b in audit.binds:
         if b.code == 201:
             first_bind.setdefault((b.namespace, b.name), b.at)
-    created = {(c.namespace, c.name): c.at for c in creates}
+    created = {(c.namespace, c.name): c.at for c in audit.creates}
     windows = [(x.start, x.end or soak.soak_end) for x in soak.faults]
     during: list[float] = []
     outside: list[float] = []
@@ -154,7 +188,12 @@ def check(soak: Soak, state: local.ClusterState) -> None:
     f.bind_samples_during_faults = len(during)
     f.bind_samples_outside_faults = len(outside)
 
-    # Gangs: bound whole or not at all.
+
+def _gangs(
+    soak: Soak, pods: list[Obj], gone: set[tuple[str, str]], deleter: dict[tuple[str, str], BindRecord]
+) -> None:
+    """Gangs: bound whole or not at all."""
+    f = soak.figures
     groups = soak.get_json(f"/apis/{POD_GROUP_API}/namespaces/{NS}/podgroups")["items"]
     # Members the taint manager or pod GC removed after they were bound count as bound:
     # a gang they leave short was whole when ksched bound it.
@@ -173,7 +212,11 @@ def check(soak: Soak, state: local.ClusterState) -> None:
             f.gangs_partly_bound += 1
             f.violations.append(f"gang {name}: {on} of {g['spec']['minMember']} bound")
 
-    # Preemption victims name a preemptor that is bound or nominated.
+
+def _preemptions(soak: Soak, pods: list[Obj]) -> None:
+    """Preemption victims name a preemptor that is bound or nominated."""
+    f = soak.figures
+    uids = {p["metadata"]["uid"]: p for p in pods}
     for e in soak.events("Preempted"):
         f.victims += 1
         note = e.get("note") or ""
@@ -187,6 +230,10 @@ def check(soak: Soak, state: local.ClusterState) -> None:
                 f"victim {e['regarding']['name']}: preemptor {uid} neither bound nor nominated"
             )
 
+
+def _replicas(soak: Soak) -> None:
+    """The replicas: all running at the end, and none exited unless the soak made it."""
+    f = soak.figures
     f.replicas_running = sum(1 for r in soak.replicas if r.running() and r.healthy())
     f.replica_restarts = sum(r.restarts for r in soak.replicas)
     exits = [e for r in soak.replicas for e in r.exits]
