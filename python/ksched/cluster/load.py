@@ -4,10 +4,10 @@ Owns the usage profile a pod carries as annotations (:class:`UsageProfile`,
 :func:`usage_annotations`), the KWOK documents that turn those annotations into usage (a
 ``ClusterResourceUsage`` whose CEL expressions evaluate the profile) and serve
 kubelet-style resource metrics for every node (a ``Metric``), the Prometheus scrape job
-and recording rules over those endpoints, and metrics-server serving ``metrics.k8s.io``
-through kube-apiserver's aggregation layer (its certificates, kube-apiserver's flags,
-starting it, the APIService). :mod:`ksched.cluster.kwok`, :mod:`ksched.cluster.prometheus`
-and :mod:`ksched.cluster.local` take these pieces when ``up`` is asked for the simulation.
+and recording rules over those endpoints; metrics-server, which serves ``metrics.k8s.io``
+from them, is :mod:`ksched.cluster.metrics_server`. :mod:`ksched.cluster.kwok`,
+:mod:`ksched.cluster.prometheus` and :mod:`ksched.cluster.local` take these pieces when
+``up`` is asked for the simulation.
 Promises: a pod's usage is a deterministic function of its annotations, its requests and
 the seconds since it started, and :meth:`UsageProfile.multiple` computes the same function
 in Python. Never names an address other than loopback.
@@ -15,15 +15,10 @@ in Python. Never names an address other than loopback.
 
 from __future__ import annotations
 
-import base64
 import json
-import subprocess
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from ksched.cluster.build import Pins, metrics_server_binary
-from ksched.cluster.processes import ClusterError, Launcher, free_port, http_ok, kubectl
 from ksched.errors import KschedError
 
 ANNOTATION_PREFIX = "load.ksched.io/"
@@ -58,9 +53,6 @@ _ROUND_ADD = 12_345
 # KWOK serves every node on one address, one path per node.
 RESOURCE_METRICS_PATH_ANNOTATION = "metrics.k8s.io/resource-metrics-path"
 SCRAPE_JOB = "kwok-nodes"
-METRICS_API_SERVICE = "v1beta1.metrics.k8s.io"
-METRICS_SERVER_SERVICE = ("kube-system", "metrics-server")
-FRONT_PROXY_CLIENT = "front-proxy-client"
 # Rates span this many scrapes, as kube-prometheus's rate(...[1m]) spans four at 15 s.
 RATE_SCRAPES = 4
 # metrics-server refuses a resolution under 10 s.
@@ -243,7 +235,12 @@ def kwok_documents() -> list[dict[str, Any]]:
     :data:`NODE_SYSTEM_MEMORY_BYTES`, and the node's allocatable CPU and memory as
     kube-state-metrics names them, so that Prometheus divides usage by allocatable without
     another exporter."""
-    usage = {
+    return [_usage_document(), _metric_document()]
+
+
+def _usage_document() -> dict[str, Any]:
+    """The ClusterResourceUsage, whose CEL expressions evaluate each pod's usage profile."""
+    return {
         "apiVersion": "kwok.x-k8s.io/v1alpha1",
         "kind": "ClusterResourceUsage",
         "metadata": {"name": "ksched-usage-profile"},
@@ -260,6 +257,10 @@ def kwok_documents() -> list[dict[str, Any]]:
             ]
         },
     }
+
+
+def _metric_document() -> dict[str, Any]:
+    """The Metric: kubelet-style resource metrics of every node, its pods and containers."""
     allocatable = [
         _metric(
             "kube_node_status_allocatable",
@@ -271,7 +272,7 @@ def kwok_documents() -> list[dict[str, Any]]:
         )
         for resource, unit in (("cpu", "core"), ("memory", "byte"))
     ]
-    metric = {
+    return {
         "apiVersion": "kwok.x-k8s.io/v1alpha1",
         "kind": "Metric",
         "metadata": {"name": "ksched-resource-metrics"},
@@ -337,7 +338,6 @@ def kwok_documents() -> list[dict[str, Any]]:
             ],
         },
     }
-    return [usage, metric]
 
 
 def kwok_node_args(port: int) -> list[str]:
@@ -349,7 +349,8 @@ def kwok_node_args(port: int) -> list[str]:
 # --- Prometheus ---
 
 
-def _duration(seconds: float) -> str:
+def go_duration(seconds: float) -> str:
+    """``seconds`` as a Go duration in whole milliseconds (Prometheus's and metrics-server's flags)."""
     return f"{round(seconds * 1000)}ms"
 
 
@@ -357,7 +358,7 @@ def prometheus_scrape_config(kwok_address: str, simulation: LoadSimulation) -> d
     """A scrape job over every node KWOK manages, found through KWOK's own HTTP service
     discovery (nodes added later are scraped too), each target labelled with its node."""
     path = resource_metrics_path("([^/]+)")
-    interval = _duration(simulation.scrape_interval_s)
+    interval = go_duration(simulation.scrape_interval_s)
     return {
         "job_name": SCRAPE_JOB,
         "scrape_interval": interval,
@@ -384,7 +385,7 @@ def recording_rules(simulation: LoadSimulation) -> dict[str, Any]:
     (a rate over :data:`RATE_SCRAPES` scrapes), memory working set, allocatable, and their
     ratios; and the same ratios over the cluster."""
     job = f'job="{SCRAPE_JOB}"'
-    window = _duration(simulation.rate_window_s)
+    window = go_duration(simulation.rate_window_s)
     rules = [
         (
             "node:node_cpu_usage_cores:rate",
@@ -420,180 +421,11 @@ def recording_rules(simulation: LoadSimulation) -> dict[str, Any]:
         "groups": [
             {
                 "name": "ksched-load-simulation",
-                "interval": _duration(simulation.scrape_interval_s),
+                "interval": go_duration(simulation.scrape_interval_s),
                 "rules": [{"record": record, "expr": expr} for record, expr in rules],
             }
         ]
     }
-
-
-# --- metrics-server behind the aggregation layer ---
-
-
-@dataclass(frozen=True)
-class Certificates:
-    """The aggregation layer's certificates, under the cluster's state directory.
-
-    kube-apiserver proxies to metrics-server with the front-proxy client certificate, which
-    metrics-server trusts through the front-proxy CA that kube-apiserver publishes; the
-    APIService trusts metrics-server's serving certificate through the serving CA. The
-    client CA signs nothing: kube-apiserver publishes it beside the front-proxy CA because
-    extension API servers expect one (metrics-server logs an error every resync without)."""
-
-    directory: Path
-
-    def path(self, name: str) -> Path:
-        return self.directory / name
-
-
-def _openssl(*args: str) -> None:
-    proc = subprocess.run(["openssl", *args], capture_output=True, check=False)
-    if proc.returncode != 0:
-        raise ClusterError(f"openssl {args[0]} failed: {proc.stderr.decode()[-2000:]}")
-
-
-_EC_KEY = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
-
-
-def _issue(certs: Certificates, ca: str, name: str, subject: str, extensions: str) -> None:
-    ext = certs.path(f"{name}.ext")
-    ext.write_text(extensions)
-    csr = certs.path(f"{name}.csr")
-    _openssl("req", *_EC_KEY, "-keyout", str(certs.path(f"{name}.key")), "-out", str(csr), "-subj", subject)
-    _openssl(
-        "x509", "-req", "-in", str(csr), "-CA", str(certs.path(f"{ca}.crt")),
-        "-CAkey", str(certs.path(f"{ca}.key")), "-CAcreateserial", "-days", "3650",
-        "-extfile", str(ext), "-out", str(certs.path(f"{name}.crt")),
-    )  # fmt: skip
-
-
-def make_certificates(directory: Path) -> Certificates:
-    """Three CAs and the two certificates they sign, made with openssl."""
-    certs = Certificates(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    for ca in ("front-proxy-ca", "serving-ca", "client-ca"):
-        _openssl(
-            "req", "-x509", *_EC_KEY, "-keyout", str(certs.path(f"{ca}.key")),
-            "-out", str(certs.path(f"{ca}.crt")), "-days", "3650", "-subj", f"/CN=ksched-local-{ca}",
-        )  # fmt: skip
-    leaf = "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n"
-    _issue(
-        certs,
-        "front-proxy-ca",
-        FRONT_PROXY_CLIENT,
-        f"/CN={FRONT_PROXY_CLIENT}",
-        leaf + "extendedKeyUsage=clientAuth\n",
-    )
-    namespace, name = METRICS_SERVER_SERVICE
-    _issue(
-        certs,
-        "serving-ca",
-        "metrics-server",
-        f"/CN={name}.{namespace}.svc",
-        leaf
-        + f"extendedKeyUsage=serverAuth\nsubjectAltName=DNS:{name}.{namespace}.svc,DNS:localhost,IP:127.0.0.1\n",
-    )
-    return certs
-
-
-def apiserver_args(certs: Certificates) -> list[str]:
-    """kube-apiserver's aggregation-layer flags: who may assert identities to an extension
-    API server (the front-proxy client), and the certificate it proxies with."""
-    return [
-        f"--client-ca-file={certs.path('client-ca.crt')}",
-        f"--requestheader-client-ca-file={certs.path('front-proxy-ca.crt')}",
-        f"--requestheader-allowed-names={FRONT_PROXY_CLIENT}",
-        "--requestheader-username-headers=X-Remote-User",
-        "--requestheader-group-headers=X-Remote-Group",
-        "--requestheader-extra-headers-prefix=X-Remote-Extra-",
-        f"--proxy-client-cert-file={certs.path(f'{FRONT_PROXY_CLIENT}.crt')}",
-        f"--proxy-client-key-file={certs.path(f'{FRONT_PROXY_CLIENT}.key')}",
-    ]
-
-
-def metrics_server_args(
-    kubeconfig: str, port: int, certs: Certificates, simulation: LoadSimulation
-) -> list[str]:
-    """metrics-server on loopback: it reads the fake nodes (``type=kwok``) at the address and
-    port they advertise, on the path their annotation names, trusting KWOK's test certificate."""
-    return [
-        f"--kubeconfig={kubeconfig}",
-        f"--authentication-kubeconfig={kubeconfig}",
-        f"--authorization-kubeconfig={kubeconfig}",
-        "--bind-address=127.0.0.1",
-        f"--secure-port={port}",
-        f"--tls-cert-file={certs.path('metrics-server.crt')}",
-        f"--tls-private-key-file={certs.path('metrics-server.key')}",
-        "--kubelet-preferred-address-types=InternalIP",
-        "--kubelet-use-node-status-port",
-        "--kubelet-insecure-tls",
-        "--node-selector=type=kwok",
-        f"--metric-resolution={_duration(simulation.metric_resolution_s)}",
-        # metrics-server wants a scrape to end well within its resolution; KWOK is on loopback.
-        f"--kubelet-request-timeout={_duration(simulation.metric_resolution_s / 2)}",
-    ]
-
-
-def start_metrics_server(launcher: Launcher, certs: Certificates, simulation: LoadSimulation) -> None:
-    """Start metrics-server on loopback and register it for ``metrics.k8s.io``; waits until
-    kube-apiserver reports the APIService Available (it reached metrics-server through the
-    aggregation layer)."""
-    state, bin_dir = launcher.state, launcher.bin
-    port = free_port()
-    state.ports["metrics-server"] = port
-    args = metrics_server_args(state.kubeconfig, port, certs, simulation)
-    launcher.start("metrics-server", metrics_server_binary(Pins()), args)
-    launcher.wait("metrics-server /livez", lambda: http_ok(f"https://127.0.0.1:{port}/livez"))
-    objects = json.dumps(metrics_api_objects(port, certs)).encode()
-    applied = kubectl(state, bin_dir, "apply", "-f", "-", input_=objects)
-    if applied.returncode != 0:
-        raise ClusterError(f"registering metrics-server failed: {applied.stderr.decode()[-2000:]}")
-    launcher.wait(
-        f"the APIService {METRICS_API_SERVICE} to be Available",
-        lambda: (
-            kubectl(
-                state,
-                bin_dir,
-                "wait",
-                "--for=condition=Available",
-                "--timeout=5s",
-                f"apiservice/{METRICS_API_SERVICE}",
-            ).returncode
-            == 0
-        ),
-    )
-
-
-def metrics_api_objects(port: int, certs: Certificates) -> dict[str, Any]:
-    """The Service and APIService that register metrics-server for ``metrics.k8s.io``.
-
-    The Service is an ExternalName for ``localhost``: kube-apiserver resolves it to the
-    loopback address metrics-server listens on, with no service proxy in between."""
-    namespace, name = METRICS_SERVER_SERVICE
-    service = {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "type": "ExternalName",
-            "externalName": "localhost",
-            "ports": [{"name": "https", "port": port}],
-        },
-    }
-    api_service = {
-        "apiVersion": "apiregistration.k8s.io/v1",
-        "kind": "APIService",
-        "metadata": {"name": METRICS_API_SERVICE},
-        "spec": {
-            "group": "metrics.k8s.io",
-            "version": "v1beta1",
-            "service": {"namespace": namespace, "name": name, "port": port},
-            "caBundle": base64.b64encode(certs.path("serving-ca.crt").read_bytes()).decode(),
-            "groupPriorityMinimum": 100,
-            "versionPriority": 100,
-        },
-    }
-    return {"apiVersion": "v1", "kind": "List", "items": [service, api_service]}
 
 
 def yaml_documents(documents: list[dict[str, Any]]) -> str:

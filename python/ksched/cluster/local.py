@@ -1,14 +1,14 @@
 """``ksched cluster up|down|env``: a real control plane on loopback.
 
-Owns starting etcd, kube-apiserver (RBAC, token-file admin, service-account
-keys, relaxed in-flight limits), the KWOK controller with N fake nodes
-(:mod:`~ksched.cluster.kwok`), and optionally the real kube-scheduler, the
-workload controllers, Prometheus (:mod:`~ksched.cluster.prometheus`) and the load
-simulation (:mod:`~ksched.cluster.load`), each on a free port, and stopping,
-restarting or signalling exactly those processes (by recorded pid). State lives
-under ``~/.cache/ksched/cluster`` (or ``$KSCHED_CLUSTER_DIR``;
-:mod:`~ksched.cluster.processes`). A second ``up`` while one runs is refused;
-state left by a crashed run is detected and cleaned.
+Owns starting, in order, etcd and kube-apiserver (RBAC, token-file admin, service-account
+keys, relaxed in-flight limits; :mod:`~ksched.cluster.controlplane`), the KWOK controller
+with N fake nodes (:mod:`~ksched.cluster.kwok`), and optionally the real kube-scheduler, the
+workload controllers, Prometheus (:mod:`~ksched.cluster.prometheus`), the load simulation
+(:mod:`~ksched.cluster.load`, :mod:`~ksched.cluster.metrics_server`) and real nodes
+(:mod:`~ksched.cluster.realnode`), each on a free port; and stopping, restarting or
+signalling exactly those processes (by recorded pid). State lives under ``~/.cache/ksched/cluster`` (or ``$KSCHED_CLUSTER_DIR``;
+:mod:`~ksched.cluster.processes`). A second ``up`` while one runs is refused; state left by a
+crashed run is detected and cleaned.
 Callers reach all of it through this module (``__all__``).
 """
 
@@ -23,12 +23,22 @@ import signal
 import subprocess
 import threading
 import time
-import urllib.parse
 from pathlib import Path
 from typing import Any
 
-from ksched.cluster import load, realnode
+from ksched.cluster import load, metrics_server, realnode
 from ksched.cluster.build import Pins, ensure_built
+from ksched.cluster.controlplane import (
+    audit_log_path,
+    install_podgroup_crd,
+    kube_scheduler_args,
+    start_apiserver,
+    start_controller_manager,
+    start_etcd,
+    start_kube_scheduler,
+    write_credentials,
+    write_kubeconfig,
+)
 from ksched.cluster.kwok import FAKE_NODE_ANNOTATION, NODE_LEASE_S, REGION, fake_nodes, start_nodes
 from ksched.cluster.processes import (
     READY_TIMEOUT_S,
@@ -38,7 +48,6 @@ from ksched.cluster.processes import (
     alive,
     free_port,
     http_ok,
-    kubectl,
     listening,
     load_state,
     save_state,
@@ -70,13 +79,6 @@ __all__ = [
 ]
 
 STOP_TIMEOUT_S = 10.0
-# kube-controller-manager's controllers that real pods need: their ServiceAccount, the CA
-# they trust the API server by, and the EndpointSlices kube-proxy routes Services with.
-REAL_POD_CONTROLLERS = (
-    "serviceaccount-controller",
-    "root-ca-certificate-publisher-controller",
-    "endpointslice-controller",
-)
 
 
 def up(
@@ -187,214 +189,28 @@ def _start(
     simulation: load.LoadSimulation | None,
     reals: list[realnode.RealNode],
 ) -> None:
-    ports = state.ports
-    address = urllib.parse.urlsplit(state.apiserver).hostname
-    sa_key = directory / "sa.key"
-    proc = subprocess.run(
-        ["openssl", "genrsa", "-out", str(sa_key), "2048"], capture_output=True, check=False
-    )
-    if proc.returncode != 0:
-        raise ClusterError(f"generating the service-account key failed: {proc.stderr.decode()}")
-    # A second identity with no role bindings, to show authorization is real.
-    (directory / "tokens.csv").write_text(
-        f'{state.token},admin,admin-uid,"system:masters"\n{state.unprivileged_token},nobody,nobody-uid\n'
-    )
-    launcher.start(
-        "etcd",
-        "etcd",
-        [
-            "--name=default",
-            f"--data-dir={directory / 'etcd'}",
-            f"--listen-client-urls=http://127.0.0.1:{ports['etcd']}",
-            f"--advertise-client-urls=http://127.0.0.1:{ports['etcd']}",
-            f"--listen-peer-urls=http://127.0.0.1:{ports['etcd-peer']}",
-            f"--initial-advertise-peer-urls=http://127.0.0.1:{ports['etcd-peer']}",
-            f"--initial-cluster=default=http://127.0.0.1:{ports['etcd-peer']}",
-            "--unsafe-no-fsync",
-            "--log-level=warn",
-            "--quota-backend-bytes=8589934592",
-        ],
-    )
-    launcher.wait("etcd", lambda: http_ok(f"http://127.0.0.1:{ports['etcd']}/health"))
-    audit_args: list[str] = []
-    if audit_policy is not None:
-        policy = directory / "audit-policy.json"
-        policy.write_text(json.dumps(audit_policy))
-        audit_args = [
-            f"--audit-policy-file={policy}",
-            f"--audit-log-path={audit_log_path(state)}",
-            "--audit-log-format=json",
-            "--audit-log-mode=blocking",
-            # One file for the whole run: rotated at 100 MB (the default), the events
-            # before would sit in a backup the soak's reading never opens.
-            "--audit-log-maxsize=0",
-        ]
-    certs = load.make_certificates(directory / "aggregation") if simulation else None
-    # No kube-controller-manager runs here, so nothing would remove the not-ready
-    # taint that TaintNodesByCondition puts on new nodes: KWOK keeps them Ready instead.
-    launcher.start(
-        "kube-apiserver",
-        "kube-apiserver",
-        [
-            f"--etcd-servers=http://127.0.0.1:{ports['etcd']}",
-            f"--bind-address={address}",
-            f"--advertise-address={address}",
-            f"--secure-port={ports['apiserver']}",
-            f"--cert-dir={directory / 'certs'}",
-            "--authorization-mode=RBAC",
-            f"--token-auth-file={directory / 'tokens.csv'}",
-            f"--service-account-key-file={sa_key}",
-            f"--service-account-signing-key-file={sa_key}",
-            "--service-account-issuer=https://kubernetes.default.svc",
-            "--api-audiences=https://kubernetes.default.svc",
-            "--service-cluster-ip-range=10.96.0.0/16",
-            # Real pods get their ServiceAccount's token; fake ones need no ServiceAccount.
-            "--disable-admission-plugins="
-            + ("TaintNodesByCondition" if reals else "ServiceAccount,TaintNodesByCondition"),
-            # `kubectl logs` and `exec` reach a real kubelet at its bridge address.
-            "--kubelet-preferred-address-types=InternalIP,Hostname",
-            "--max-requests-inflight=0",
-            "--max-mutating-requests-inflight=0",
-            "--enable-priority-and-fairness=false",
-            # Deleting a namespace's thousands of pods (benchmarks, tests) in parallel.
-            "--delete-collection-workers=16",
-            "--watch-cache=true",
-            "--profiling=false",
-            *audit_args,
-            *(load.apiserver_args(certs) if certs else []),
-        ],
-    )
-    launcher.wait("kube-apiserver /readyz", lambda: http_ok(f"{state.apiserver}/readyz", state.token))
-    kubeconfig = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "current-context": "ksched-local",
-        "clusters": [
-            {
-                "name": "ksched-local",
-                # kube-apiserver writes its self-signed serving cert followed by the CA that signed it.
-                "cluster": {
-                    "server": state.apiserver,
-                    "certificate-authority": str(directory / "certs" / "apiserver.crt"),
-                },
-            }
-        ],
-        "users": [{"name": "admin", "user": {"token": state.token}}],
-        "contexts": [
-            {
-                "name": "ksched-local",
-                "context": {"cluster": "ksched-local", "user": "admin", "namespace": "default"},
-            }
-        ],
-    }
-    Path(state.kubeconfig).write_text(json.dumps(kubeconfig, indent=2))
-    launcher.wait(
-        "the default namespace",
-        lambda: kubectl(state, bin_dir, "get", "namespace", "default").returncode == 0,
-    )
-    crd = Path(__file__).with_name("podgroup-crd.yaml")
-    applied = kubectl(state, bin_dir, "apply", "-f", str(crd))
-    if applied.returncode != 0:
-        raise ClusterError(f"installing the PodGroup CRD failed: {applied.stderr.decode()[-2000:]}")
-    launcher.wait(
-        "the PodGroup CRD",
-        lambda: (
-            kubectl(
-                state,
-                bin_dir,
-                "wait",
-                "--for=condition=established",
-                "--timeout=5s",
-                "crd/podgroups.scheduling.x-k8s.io",
-            ).returncode
-            == 0
-        ),
-    )
+    """Start each component in order, each waited for until it answers."""
+    sa_key = write_credentials(launcher)
+    start_etcd(launcher)
+    certs = metrics_server.make_certificates(directory / "aggregation") if simulation else None
+    start_apiserver(launcher, sa_key, audit_policy, certs, with_real_nodes=bool(reals))
+    write_kubeconfig(launcher)
+    install_podgroup_crd(launcher)
     start_nodes(launcher, nodes, zones, node_lease_s, simulate_load=simulation is not None)
     if with_scheduler:
-        args, port = kube_scheduler_args(state, scheduler_qps, percentage)
-        launcher.start("kube-scheduler", "kube-scheduler", args)
-        launcher.wait("kube-scheduler /healthz", lambda: http_ok(f"https://127.0.0.1:{port}/healthz"))
+        start_kube_scheduler(launcher, scheduler_qps, percentage)
     if with_controllers or reals:
-        # The workload controllers only (Deployments, ReplicaSets, StatefulSets, garbage
-        # collection, namespaces, PodDisruptionBudgets) and the PersistentVolume binder,
-        # which completes the claims a scheduler binds: no node lifecycle, so KWOK nodes
-        # stay untainted. Claims are resynced every second (upstream: 15 s) so tests wait less.
-        port = free_port()
-        state.ports["kube-controller-manager"] = port
-        launcher.start(
-            "kube-controller-manager",
-            "kube-controller-manager",
-            [
-                f"--kubeconfig={state.kubeconfig}",
-                f"--authentication-kubeconfig={state.kubeconfig}",
-                f"--authorization-kubeconfig={state.kubeconfig}",
-                "--bind-address=127.0.0.1",
-                f"--secure-port={port}",
-                "--leader-elect=false",
-                "--use-service-account-credentials=false",
-                "--controllers="
-                + ",".join(
-                    (
-                        "deployment-controller",
-                        "replicaset-controller",
-                        "statefulset-controller",
-                        "garbage-collector-controller",
-                        "namespace-controller",
-                        "disruption-controller",
-                        "persistentvolume-binder-controller",
-                        *(REAL_POD_CONTROLLERS if reals else ()),
-                        *extra_controllers,
-                    )
-                ),
-                "--pvclaimbinder-sync-period=1s",
-                # Published to every namespace as kube-root-ca.crt, which pods trust the API server by.
-                f"--root-ca-file={directory / 'certs' / 'apiserver.crt'}",
-            ],
-        )
-        launcher.wait(
-            "kube-controller-manager /healthz", lambda: http_ok(f"https://127.0.0.1:{port}/healthz")
-        )
+        start_controller_manager(launcher, extra_controllers, with_real_nodes=bool(reals))
     if prometheus_targets is not None or simulation:
         # The real nodes are scraped from the start: their kubelets answer once they run.
         start_prometheus(
             launcher, prometheus_targets or "", simulation, realnode.scrape_configs(reals) if reals else None
         )
     if simulation and certs:
-        load.start_metrics_server(launcher, certs, simulation)
+        metrics_server.start_metrics_server(launcher, certs, simulation)
     if reals:
         realnode.start(launcher, reals, state, bin_dir, zones)
     save_state(state)
-
-
-def kube_scheduler_args(
-    state: ClusterState, qps: float, percentage: int, name: str = "kube-scheduler"
-) -> tuple[list[str], int]:
-    """kube-scheduler's arguments for this cluster (its configuration file written as ``NAME.yaml``)
-    and the port of its /healthz and /readyz: client QPS ``qps`` (burst twice that), no leader
-    election, ``percentageOfNodesToScore`` ``percentage`` (0 = upstream's adaptive default)."""
-    config = Path(state.directory) / f"{name}.yaml"
-    config.write_text(
-        json.dumps(
-            {
-                "apiVersion": "kubescheduler.config.k8s.io/v1",
-                "kind": "KubeSchedulerConfiguration",
-                "clientConnection": {"kubeconfig": state.kubeconfig, "qps": qps, "burst": int(qps * 2)},
-                "leaderElection": {"leaderElect": False},
-                "percentageOfNodesToScore": percentage,
-            }
-        )
-    )
-    port = free_port()
-    state.ports[name] = port
-    args = [
-        f"--config={config}",
-        "--bind-address=127.0.0.1",
-        f"--secure-port={port}",
-        f"--authentication-kubeconfig={state.kubeconfig}",
-        f"--authorization-kubeconfig={state.kubeconfig}",
-    ]
-    return args, port
 
 
 # `restart` and `down` one at a time in this process: a restart that a fault thread began
@@ -451,11 +267,6 @@ def _stop(name: str, pid: int) -> bool:
             time.sleep(0.1)
     _reap(pid)
     return True
-
-
-def audit_log_path(state: ClusterState) -> Path:
-    """Where kube-apiserver writes its audit log when ``up`` was given a policy."""
-    return Path(state.directory) / "audit.log"
 
 
 def _running(component: str) -> ClusterState:
