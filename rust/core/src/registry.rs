@@ -196,7 +196,7 @@ pub struct WithNominated {
 /// The pod-level plugins' PreScore results for one pod (None / false: every node scores 0).
 #[derive(Default)]
 pub struct PreScore {
-    pub spread: Option<pod_topology_spread::ScoreState>,
+    pub spread: Option<pod_topology_spread::scoring::ScoreState>,
     pub affinity: Option<inter_pod_affinity::TopologyScore>,
 }
 
@@ -254,7 +254,7 @@ impl<'a, 'b> PodContext<'a, 'b> {
 #[derive(Default)]
 pub struct PodLevelKept {
     pub spread: pod_topology_spread::Counters,
-    pub spread_score: pod_topology_spread::ScoreCounters,
+    pub spread_score: pod_topology_spread::scoring::ScoreCounters,
 }
 
 /// PreFilter of a pod-level plugin, into its slot of `out`.
@@ -291,7 +291,7 @@ pub fn prescore(id: PluginId, ctx: &PodContext, out: &mut PreScore) {
         PluginId::PodTopologySpread => {
             out.spread = match ctx.kept {
                 Some(kept) => kept.borrow_mut().spread_score.prescore(&ctx.spread()),
-                None => pod_topology_spread::prescore(&ctx.spread()),
+                None => pod_topology_spread::scoring::prescore(&ctx.spread()),
             }
         }
         PluginId::InterPodAffinity => {
@@ -316,7 +316,7 @@ pub fn score_pod(id: PluginId, ctx: &PodContext, pre: &PreScore, feasible: &[usi
         PluginId::PodTopologySpread => pre
             .spread
             .as_ref()
-            .and_then(|state| pod_topology_spread::score(state, &ctx.spread(), feasible)),
+            .and_then(|state| pod_topology_spread::scoring::score(state, &ctx.spread(), feasible)),
         PluginId::InterPodAffinity => pre.affinity.as_ref().map(|map| {
             let raw: Vec<i64> = feasible
                 .iter()

@@ -17,7 +17,8 @@ use super::select::Best;
 use super::signature::SignatureCache;
 use super::state::BatchState;
 use crate::model::PluginId;
-use crate::plugins::pod_topology_spread::{round_non_negative, soft_constraints, Context, ScoreShape, ScoreState};
+use crate::plugins::pod_topology_spread::scoring::{round_non_negative, soft_constraints, ScoreShape, ScoreState};
+use crate::plugins::pod_topology_spread::Context;
 use crate::plugins::MAX_NODE_SCORE;
 
 /// What a pod's weighted spread score is computed from: its PreScore state, its

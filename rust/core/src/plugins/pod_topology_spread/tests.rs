@@ -5,6 +5,7 @@
 
 use std::collections::HashSet;
 
+use super::scoring::{normalize, prescore, round_non_negative, score, ScoreCounters};
 use super::*;
 use crate::model::{EFFECT_NO_SCHEDULE, SEL_IN};
 use crate::plugins::node_affinity::NODE_AFFINITY;

@@ -1,7 +1,7 @@
 //! The ranked selection of spread pods (`spread_ranking`) against scoring
 //! every node with the plugin's `score` and selecting with `select::select`.
 
-use crate::plugins::pod_topology_spread::{score, ScoreCounters};
+use crate::plugins::pod_topology_spread::scoring::{score, ScoreCounters};
 use crate::schedule::select;
 use crate::schedule::spread_ranking::{add_scores, Ranked, Scratch, SpreadScore};
 use crate::test_support::{spread_context, three_scored_pods, zoned_nodes, TablePod, APP, FOO, NS};
