@@ -61,7 +61,7 @@ def run(
     store.refresh(m)
     source.pods = {f"default/{p['metadata']['name']}": used for p, used in measured}
     store.refresh_pods(m)
-    return store.matrix(state.snapshot(), state.herd_estimate), store
+    return store.matrix(state.snapshot(), state.add_estimate), store
 
 
 def measured_pods(ratios: list[float], cpu_milli: int = 100) -> list[tuple[dict[str, Any], float]]:

@@ -110,7 +110,7 @@ class FakeState:
     def snapshot(self) -> Snapshot:
         return self.snap
 
-    def herd_estimate(self, *args: Any) -> None:
+    def add_estimate(self, *args: Any) -> None:
         pass
 
     def assume(self, *args: Any) -> None:

@@ -85,7 +85,9 @@ def sample(monkeypatch: pytest.MonkeyPatch) -> dict[str, float]:
     monkeypatch.setattr(
         metrics_server.MetricsServerSource,
         "query",
-        lambda self, metric, nodes: Sample(dict(values), datetime.now(UTC).timestamp()),
+        # Evaluated 30 s ago (metrics-server stamps a sample with its window's end, which lags):
+        # the pods started since are not in it.
+        lambda self, metric, nodes: Sample(dict(values), datetime.now(UTC).timestamp() - 30.0),
     )
     return values
 
@@ -111,7 +113,10 @@ def test_dry_run_prints_hot_nodes_moves_and_what_stays(
     out = capsys.readouterr().out
     assert "hotSamples (3) consecutive fresh samples" in out
     assert "rebalance.enabled is false" in out
-    assert "a move's values before and after count the load estimate of recently bound pods" in out
+    assert (
+        "the values are the running rebalancer's: each sample plus the load estimate of recently bound pods"
+        in out
+    )
     assert "  n0    u       0.90   0.80" in out
     # n0's sample is 0.9; the four pods started just now add their estimate (0.1) to it.
     assert "moves (1):\n  default/big: n0 -> n2  u on n0 1.00 -> 0.75, on n2 0.30 -> 0.55\n" in out

@@ -11,6 +11,7 @@ import logging
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import unquote
 
@@ -18,14 +19,17 @@ import numpy as np
 import orjson
 import pytest
 
+from ksched.commands.rebalance import preview
 from ksched.config import Config, EstimateConfig, MetricConfig
 from ksched.config.rebalance import RebalanceConfig, RebalanceMetric, parse_rebalance
 from ksched.engine import Engine
-from ksched.engine.rebalance import BUDGET_SPENT, COOLING, TERMINATING
+from ksched.engine.cluster_file import sort_objects
+from ksched.engine.rebalance import BUDGET_SPENT, COOLING, TERMINATING, Plan
 from ksched.errors import ConfigError
 from ksched.loop.client import Response
+from ksched.loop.load_model import Departure
 from ksched.loop.metric_sources import MetricStore
-from ksched.loop.rebalancer import FOLLOWER, LEADER, SHADOW, Rebalancer, _Departure
+from ksched.loop.rebalancer import FOLLOWER, LEADER, SHADOW, Rebalancer
 from ksched.loop.reservations import Reservations
 from ksched.loop.samples import Sample
 from ksched.loop.slim import slim_node, slim_pod
@@ -404,10 +408,10 @@ def test_a_source_never_gives_back_more_than_its_sample_measured(harness: Any) -
     its own window): n0 reads 0, not below, and the next look would not draw moves onto it."""
     h = harness({"n0": 0.3, "n1": 0.2, "n2": 0.7, "n3": 0.75}, [])
     h.store.refresh(CPU)
-    h.rebalancer._departed = [
-        _Departure("default/api-1", "uid-a", "n0", "cpu", 0.25),
-        _Departure("default/web-1", "uid-b", "n0", "cpu", 0.25),
-        _Departure("default/db-1", "uid-c", "n2", "cpu", 0.25),
+    h.rebalancer.load.departed = [
+        Departure("default/api-1", "uid-a", "n0", "cpu", 0.25),
+        Departure("default/web-1", "uid-b", "n0", "cpu", 0.25),
+        Departure("default/db-1", "uid-c", "n2", "cpu", 0.25),
     ]
     done = threading.Event()
     out: dict[str, Any] = {}
@@ -418,7 +422,7 @@ def test_a_source_never_gives_back_more_than_its_sample_measured(harness: Any) -
         values = np.zeros((snapshot.count, 1))
         for name, v in {"n0": 0.3, "n1": 0.2, "n2": 0.7, "n3": 0.75}.items():
             values[out["row"][name], 0] = v
-        h.rebalancer._take_departed(snapshot, [CPU], values, h.clock.now)
+        h.rebalancer.load._take_departed(snapshot, [CPU], h.rebalancer.lines, values, h.clock.now)
         out["values"] = values
         done.set()
 
@@ -441,3 +445,63 @@ def test_an_unclaimed_reservation_expires(harness: Any) -> None:
     h.look(after_s=30)
     assert len(h.reservations) == 0
     assert h.count("ksched_rebalance_replacements_total", outcome="expired") == 1.0
+
+
+class LaggingSource(Source):
+    """Prometheus whose sample was evaluated ``lag_s`` before the clock's time (a scrape and
+    a rule interval behind), as a real one is."""
+
+    lag_s = 6.0
+
+    def query(self, metric: MetricConfig, resolve: object) -> Sample:
+        return Sample(dict(self.values), self.clock.now - self.lag_s)
+
+
+def recently_bound(name: str, node_name: str, cpu: str, bound_s_ago: float) -> Obj:
+    """A running ReplicaSet pod bound ``bound_s_ago`` before T0 (inside the estimate's window)."""
+    p = workload_pod(name, node_name, "fresh")
+    p["spec"]["containers"][0]["resources"]["requests"]["cpu"] = cpu
+    at = datetime.fromtimestamp(T0 - bound_s_ago, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    p["metadata"]["creationTimestamp"] = at
+    p["status"]["conditions"] = [{"type": "PodScheduled", "status": "True", "lastTransitionTime": at}]
+    return p
+
+
+def test_the_dry_run_proposes_the_plan_one_live_look_makes(harness: Any) -> None:
+    """On the same nodes, samples (taken 6 s before the look) and recent pods (one bound 3 s
+    before the sample, on the node that reads coolest), ``ksched rebalance --dry-run`` and one live look
+    propose the same moves with the same values before and after. The dry run used to count
+    recent pods from the clock's time, without the sample's own time, measured usage or a
+    learned calibration, and so proved other moves than the live rebalancer would make."""
+    pods = [
+        workload_pod("api-1", "n0", "api"),
+        workload_pod("web-1", "n0", "web"),
+        recently_bound("new-1", "n1", "1500m", 9.0),
+    ]
+    values = {"n0": 0.95, "n1": 0.2, "n2": 0.3, "n3": 0.7}
+    h = harness(values, pods, shadow=True, hot_samples=1)
+    h.source.__class__ = LaggingSource
+    h.store.refresh(CPU)
+    live = h.rebalancer.look()
+    assert live is not None and live.moves, live
+
+    config = h.rebalancer.engine.config
+    objects = [{"kind": "Node", **node(n)} for n in ("n0", "n1", "n2", "n3")] + [
+        {"kind": "Pod", **p} for p in pods
+    ]
+    for p in pods:  # the live look found them terminating-free: the dry run reads them as listed
+        p["metadata"].pop("deletionTimestamp", None)
+    cluster = sort_objects(objects, {"ksched"}, "the test")
+    dry, _ = preview(config, cluster, h.kube, h.clock.now, prometheus=h.source)
+
+    def moves(p: Plan) -> list[tuple[str, str, str, float, float, float, float]]:
+        return [
+            (m.pod, m.source, m.target, m.source_before, m.source_after, m.target_before, m.target_after)
+            for m in p.moves
+        ]
+
+    assert moves(dry) == moves(live)
+    assert [(h.node, h.metric, h.value) for h in dry.hot] == [(h.node, h.metric, h.value) for h in live.hot]
+    # n1 reads 0.2 but holds a pod the sample cannot show yet (1.5 of 4 CPUs, bound 2 s before
+    # it, so 8 s of its 10 s window miss it): 0.5 before the move, too warm to take 0.25 more.
+    assert {m.target for m in live.moves} == {"n2"}

@@ -132,7 +132,7 @@ def test_shadow_decisions_count_the_load_estimate_as_the_scheduling_loop_does() 
 
     shadow.metrics.matrix = spy  # type: ignore[method-assign]
     bind(shadow, state, pod("web", scheduler="default-scheduler"), "a")
-    assert given == [state.herd_estimate]
+    assert given == [state.add_estimate]
 
 
 def test_shadow_skips_pods_it_saw_bound_pods_elsewhere_and_still_counts_them() -> None:

@@ -4,8 +4,10 @@ Reads the live cluster through the kubeconfig (:mod:`ksched.commands.live`, as `
 does) and each judged metric once: Prometheus metrics as ``explain`` reads them,
 metrics-server metrics from the API server (the rebalancer judges no annotation). One sample
 is enough to call a node hot here; the running rebalancer waits for ``hotSamples`` in a row.
-The values the planner proves moves with include the load estimate of pods bound within
-each metric's window, as the scheduler counts them. The plan is the engine's
+Everything else is the live look's: the metric store refreshed once, and the values built by
+the rebalancer's load model (:mod:`ksched.loop.load_model`) with the load estimate of pods
+bound within each metric's window, their measured usage and a learned calibration, as the
+scheduler counts them. The plan is the engine's
 (:func:`ksched.engine.rebalance.plan`); this module prints it. Nothing is evicted or
 reserved: rebalancing itself runs inside ``ksched run`` (``rebalance.enabled``).
 """
@@ -16,7 +18,7 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from ksched.commands.exit_codes import EXIT_BAD_INPUT, EXIT_OK
@@ -27,12 +29,14 @@ if TYPE_CHECKING:
     import numpy.typing as npt
 
     from ksched.config import Config, MetricConfig
-    from ksched.config.rebalance import RebalanceThreshold
+    from ksched.config.metrics import Calibration
     from ksched.engine import Engine
     from ksched.engine.cluster_file import ClusterFile
-    from ksched.engine.rebalance import HotNode, Plan
+    from ksched.engine.rebalance import Plan
     from ksched.engine.snapshot import Snapshot
     from ksched.loop.client import Kube
+    from ksched.loop.load_model import LoadModel
+    from ksched.loop.metric_sources import MetricStore, PrometheusSource
     from ksched.objects import Obj
 
 NOT_DRY_RUN = (
@@ -84,10 +88,16 @@ def _rebalance(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def preview(config: Config, cluster: ClusterFile, kube: Kube, now: float) -> tuple[Plan, list[str]]:
-    """The plan for the cluster as it is now, and notes on what it judged by."""
+def preview(
+    config: Config, cluster: ClusterFile, kube: Kube, now: float, prometheus: PrometheusSource | None = None
+) -> tuple[Plan, list[str]]:
+    """The plan for the cluster as it is now, and notes on what it judged by. The values are
+    built by the live rebalancer's own load model (:meth:`ksched.loop.load_model.LoadModel.rebalancing`)
+    from one refresh of each judged metric's store (``prometheus``: the source to read, by
+    default the configured URL's)."""
     from ksched.engine import Engine
     from ksched.engine.rebalance import Budget, plan
+    from ksched.loop.hot import HotTracker
 
     rebalance = config.rebalance
     engine = Engine(config, rebalance.profile)
@@ -102,25 +112,43 @@ def preview(config: Config, cluster: ClusterFile, kube: Kube, now: float) -> tup
     notes = [
         f"judged on one sample of each metric; the running rebalancer calls a node hot only after "
         f"hotSamples ({rebalance.hot_samples}) consecutive fresh samples over the line",
-        "a move's values before and after count the load estimate of recently bound pods, as the "
-        "scheduler does; the hot nodes' values are the sample's",
+        "the values are the running rebalancer's: each sample plus the load estimate of recently "
+        "bound pods, as the scheduler counts them",
     ]
     if not rebalance.enabled:
         notes.append("rebalance.enabled is false: `ksched run` moves nothing with this configuration")
-    judged = [m for m in metrics if m.name in {line.metric for line in lines}]
-    read, degraded = _read_metrics(judged, cluster.nodes, kube, config, now)
+    judged = tuple(m for m in metrics if m.name in {line.metric for line in lines})
+    store = _read_once(config, judged, cluster, kube, now, prometheus)
     notes += [
-        f"metric {why}: not judged (a stale or missing metric never makes a node hot)" for why in degraded
+        f"metric {why}: not judged (a stale or missing metric never makes a node hot)"
+        for why in _unread(store, judged)
     ]
-    used = [m for m in judged if m.name in read]
-    snapshot, values, hot = _judge(engine, cluster, used, lines, read, now)
+    snapshot = _snapshot(cluster)
+    tracker = HotTracker(lines, samples_needed=1)
+    tracker.feed(store.latest)
+    look = _load_model(store, snapshot, cluster, engine, now).rebalancing(
+        snapshot, {line.metric: line for line in lines}, now
+    )
+    names = {m.name for m in look.metrics}
+    hot = [h for h in tracker.hot() if h.metric in names]
     pods = [p for p in cluster.existing if (p.get("status") or {}).get("phase") == "Running"]
     reserved = [
         p for p in cluster.pending + cluster.others if (p.get("status") or {}).get("nominatedNodeName")
     ]
     budget = Budget(evictions=min(rebalance.max_per_cycle, _rate_allows(rebalance.evictions_per_minute)))
-    measured = _measured(config, used)
-    out = plan(engine, rebalance, snapshot, pods, used, values, hot, measured, now, budget, reserved)
+    out = plan(
+        engine,
+        rebalance,
+        snapshot,
+        pods,
+        look.metrics,
+        look.values,
+        hot,
+        look.measured,
+        now,
+        budget,
+        reserved,
+    )
     return out, notes + _refused_by_budgets(out, pods, cluster)
 
 
@@ -153,74 +181,69 @@ def _rate_allows(per_minute: float) -> int:
     return math.floor(max(per_minute, 1.0)) if per_minute > 0 else 0
 
 
-def _read_metrics(
-    metrics: Sequence[MetricConfig], nodes: list[Obj], kube: Kube, config: Config, now: float
-) -> tuple[dict[str, dict[str, float]], list[str]]:
-    """One sample of each metric (metric -> node -> value), and why each unread one is not
-    (a metrics-server sample older than the metric's maxAge is none)."""
-    import dataclasses
-
-    from ksched.commands.live import live_metrics
-    from ksched.loop.metrics_server import MetricsServerSource
-    from ksched.loop.samples import SourceError
-
-    read: dict[str, dict[str, float]] = {}
-    degraded: list[str] = []
-    prometheus = tuple(m for m in metrics if m.source == "prometheus")
-    if prometheus:
-        kept, by_node, why = live_metrics(dataclasses.replace(config, metrics=prometheus), nodes)
-        degraded += why
-        for m in kept.metrics:
-            read[m.name] = {n: v[m.name] for n, v in by_node.items() if m.name in v}
-    for m in (m for m in metrics if m.source == "metrics-server"):
-        try:
-            sample = MetricsServerSource(kube).query(m, nodes)
-        except SourceError as err:
-            degraded.append(f"{m.name}: {err}")
-            continue
-        if now - sample.sampled_at > m.max_age_s:
-            degraded.append(f"{m.name}: no value younger than {m.max_age_s:g}s")
-        else:
-            read[m.name] = dict(sample.values)
-    return read, degraded
-
-
-def _judge(
-    engine: Engine,
-    cluster: ClusterFile,
+def _read_once(
+    config: Config,
     metrics: Sequence[MetricConfig],
-    lines: Sequence[RebalanceThreshold],
-    read: Mapping[str, Mapping[str, float]],
+    cluster: ClusterFile,
+    kube: Kube,
     now: float,
-) -> tuple[Snapshot, npt.NDArray[np.float64], list[HotNode]]:
-    """The snapshot; the values the planner proves with (each sample plus the load estimate
-    of recently bound pods, as the scheduler counts them); the nodes over a line in the sample."""
-    import numpy as np
+    prometheus: PrometheusSource | None,
+) -> MetricStore:
+    """A metric store as the running one builds it, refreshed once: each judged metric's
+    sample and, where its estimate has a pod query, the pods' measured usage."""
+    from ksched.loop.metric_sources import MetricStore, PrometheusSource
+    from ksched.loop.metrics_server import MetricsServerSource
 
-    from ksched.engine.pods import pod_requests
-    from ksched.engine.rebalance import HotNode
+    if prometheus is None and config.prometheus.url:
+        prometheus = PrometheusSource(config.prometheus.url, config.prometheus.timeout_s)
+    nodes = tuple(cluster.nodes)
+    store = MetricStore(
+        metrics, prometheus, None, lambda: nodes, MetricsServerSource(kube), clock=lambda: now
+    )
+    for m in store.live:
+        store.refresh(m)
+    for m in store.pod_queries:
+        store.refresh_pods(m)
+    return store
+
+
+def _unread(store: MetricStore, metrics: Sequence[MetricConfig]) -> list[str]:
+    """Why each judged metric has no fresh sample (the rebalancer judges no annotation)."""
+    out = []
+    for m in metrics:
+        if store.latest(m.name) is not None:
+            continue
+        st = store.state.get(m.name)
+        why = st.last_error if st is not None and st.last_error else None
+        if m.source not in ("prometheus", "metrics-server"):
+            why = f"{m.source} metrics are not judged by the rebalancer"
+        out.append(f"{m.name}: {why or f'no value younger than {m.max_age_s:g}s'}")
+    return out
+
+
+def _snapshot(cluster: ClusterFile) -> Snapshot:
     from ksched.engine.snapshot import build_snapshot
-    from ksched.errors import MalformedObjectError
-    from ksched.loop.recent_pods import RecentPods, bind_time
-    from ksched.objects import meta, pod_key, scheduler_name, spec
 
     snapshot = build_snapshot(cluster.nodes, cluster.existing)
     snapshot.namespaces = cluster.namespaces
     snapshot.spread_selectors = cluster.spread_selectors
     snapshot.budgets = cluster.budgets
     snapshot.storage = cluster.storage
-    sample = np.array(
-        [[read[m.name].get(node, np.nan) for m in metrics] for node in snapshot.node_names],
-        dtype=np.float64,
-    ).reshape(snapshot.count, len(metrics))
-    by_metric = {line.metric: line for line in lines}
-    hot = [
-        HotNode(node, m.name, float(sample[i, k]), by_metric[m.name].high, 1)
-        for k, m in enumerate(metrics)
-        for i, node in enumerate(snapshot.node_names)
-        if np.isfinite(sample[i, k]) and by_metric[m.name].hot(float(sample[i, k]))
-    ]
-    recent = RecentPods(metrics, clock=lambda: now)
+    return snapshot
+
+
+def _load_model(
+    store: MetricStore, snapshot: Snapshot, cluster: ClusterFile, engine: Engine, now: float
+) -> LoadModel:
+    """The live loop's load model over the cluster's bound pods: each tracked from its bind
+    time, as the cluster state tracks the pods its watch brings."""
+    from ksched.engine.pods import pod_requests
+    from ksched.errors import MalformedObjectError
+    from ksched.loop.load_model import LoadModel
+    from ksched.loop.recent_pods import RecentPods, bind_time
+    from ksched.objects import meta, pod_key, scheduler_name, spec
+
+    recent = RecentPods(store.metrics, clock=lambda: now)
     for pod in cluster.existing:
         try:
             requests = pod_requests(pod)
@@ -235,32 +258,17 @@ def _judge(
             pod,
             requests,
         )
-    values = sample.copy()
-    for k, m in enumerate(metrics):
-        recent.add_to(m, snapshot, now, values[:, k])
-    return snapshot, values, hot
 
+    def estimate(
+        metric: MetricConfig,
+        sampled_at: float,
+        column: npt.NDArray[np.float64],
+        window_s: float | None = None,
+        measured: Mapping[str, float] | None = None,
+    ) -> Calibration | None:
+        return recent.add_to(metric, snapshot, sampled_at, column, window_s, measured)
 
-def _measured(config: Config, metrics: Sequence[MetricConfig]) -> Callable[[str, MetricConfig], float | None]:
-    """Pods' measured usage (``estimate.podQuery``), read once; None where unknown."""
-    from ksched.loop.metric_sources import PrometheusSource, SourceError
-
-    usage: dict[str, Mapping[str, float]] = {}
-    queries = [
-        m for m in metrics if m.estimate is not None and m.estimate.pod_query and not m.estimate.legacy
-    ]
-    if queries and config.prometheus.url:
-        source = PrometheusSource(config.prometheus.url, config.prometheus.timeout_s)
-        for m in queries:
-            try:
-                usage[m.name] = source.pod_usage(m).values
-            except SourceError:
-                continue
-
-    def measured(key: str, metric: MetricConfig) -> float | None:
-        return usage.get(metric.name, {}).get(key)
-
-    return measured
+    return LoadModel(store, estimate)
 
 
 def render(plan: Plan) -> str:

@@ -37,6 +37,7 @@ from ksched.engine.messages import RESOURCE_CLAIMS_UNSUPPORTED
 from ksched.engine.snapshot import Snapshot
 from ksched.loop.binder import Binder, Outcome
 from ksched.loop.handoff import Handoff, opted_out
+from ksched.loop.load_model import LoadModel
 from ksched.loop.metric_sources import MetricStore
 from ksched.loop.queue import QueuedPod, SchedulingQueue, node_events
 from ksched.loop.reservations import Reservations
@@ -77,6 +78,8 @@ class Scheduler:
         self.handoff = handoff
         # The rebalancer's reservations (None: rebalancing is off).
         self.reservations = reservations
+        # The metric values the engine is given (:mod:`ksched.loop.load_model`).
+        self.load = LoadModel(metrics, state.add_estimate, reservations)
         self.engines = {
             p.scheduler_name: Engine(config, p.scheduler_name, seed=seed) for p in config.profiles
         }
@@ -177,15 +180,14 @@ class Scheduler:
             return
         snapshot = self.state.snapshot()
         gangs = self._gangs(batch)
-        matrix = self.metrics.matrix(snapshot, self.state.herd_estimate)
-        # Replacements of the rebalancer's moves try their reserved node first; the reservations
-        # no pod has matched hold their room and their load.
+        # Replacements of the rebalancer's moves try their reserved node first (matched before
+        # the values are built); the reservations no pod has matched hold their load (the load
+        # model) and their room.
         steered = {qp.key: self._steered(qp.pod) for qp in batch}
+        matrix = self.load.scheduling(snapshot)
         nominated = self.queue.nominated()
         if self.reservations is not None:
             nominated += self.reservations.holding()
-            self.reservations.add_to(matrix.values, snapshot, matrix.metrics)
-            self.reservations.add_settling(matrix.values, snapshot, matrix.metrics, self.metrics.measured)
         groups: dict[tuple[str, bool], list[QueuedPod]] = defaultdict(list)
         for qp in batch:
             groups[(scheduler_name(qp.pod), qp.degraded)].append(qp)

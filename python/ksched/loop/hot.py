@@ -15,10 +15,11 @@ Reads no source and no clock: the live rebalancer feeds it each fresh sample
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from ksched.config.rebalance import RebalanceThreshold
 from ksched.engine.rebalance import HotNode
+from ksched.loop.samples import Sample
 
 
 class HotTracker:
@@ -53,6 +54,16 @@ class HotTracker:
             for node, value in values.items()
             if math.isfinite(value) and line.hot(value)
         }
+
+    def feed(self, latest: Callable[[str], Sample | None]) -> None:
+        """Observe each judged metric's fresh sample (``latest``: the metric store's, None where
+        stale or degraded), and forget a metric that has none."""
+        for name in self.lines:
+            sample = latest(name)
+            if sample is None:
+                self.forget(name)
+            else:
+                self.observe(name, sample.sampled_at, sample.values)
 
     def forget(self, metric: str) -> None:
         """The metric is stale or degraded: every node's count starts again."""

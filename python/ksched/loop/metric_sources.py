@@ -77,7 +77,7 @@ CLOSED_NOTE = " (onStale: closed: nodes without a fresh value are filtered out)"
 
 class Estimate(Protocol):
     """Adds to a metric's column what its sample cannot show yet of recently bound pods
-    (:meth:`ksched.loop.state.ClusterState.herd_estimate`); returns what a learned estimate
+    (:meth:`ksched.loop.state.ClusterState.add_estimate`); returns what a learned estimate
     learned, which the metric's configuration then carries to the engine."""
 
     def __call__(

@@ -27,26 +27,21 @@ import math
 import re
 import threading
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 
-import numpy as np
-import numpy.typing as npt
 import orjson
 
-from ksched.config import Config, MetricConfig
+from ksched.config import Config
 from ksched.config.rebalance import RebalanceThreshold
 from ksched.engine import Engine
-from ksched.engine.load import before_event
 from ksched.engine.rebalance import Budget, HotNode, Move, Plan, plan
-from ksched.engine.snapshot import Snapshot
 from ksched.loop.client import ApiUnavailableError, Kube, pod_path
 from ksched.loop.events import REBALANCE_BLOCKED, REBALANCED
 from ksched.loop.hot import HotTracker
+from ksched.loop.load_model import Departure, LoadModel
 from ksched.loop.metric_sources import MetricStore
 from ksched.loop.reservations import EXPIRED, Reservation, Reservations
-from ksched.loop.samples import Sample
 from ksched.loop.state import ClusterState
 from ksched.loop.telemetry import Telemetry
 from ksched.objects import Obj
@@ -68,20 +63,6 @@ STOP_CHECK_S = 0.1
 ACTION = "Rebalancing"
 # Hot nodes named in a look's log line (the rest are counted).
 SUMMARY_NODES = 5
-
-
-@dataclass
-class _Departure:
-    """An evicted pod whose load the metric still shows on its source."""
-
-    key: str
-    uid: str
-    source: str
-    metric: str
-    # The pod's share of ``metric`` on the source.
-    usage: float
-    # When the pod was first seen gone from the cluster state (None: still there).
-    gone_at: float | None = None
 
 
 class Rebalancer:
@@ -122,7 +103,13 @@ class Rebalancer:
         self._refilled = clock()
         # Workload (``<Kind>/<namespace>/<name>``) -> until when it is not moved again.
         self.cooling: dict[str, float] = {}
-        self._departed: list[_Departure] = []
+        # The values it judges and proves with, and the evicted pods whose load their sources still show.
+        self.load = LoadModel(
+            metrics,
+            state.add_estimate,
+            reservations,
+            lambda key, uid: (u := state.usage.get(key)) is not None and u.uid == uid,
+        )
         # The reservations of the last plan's moves, by the victim's uid, until evicted.
         self._reserved: dict[str, Reservation] = {}
         self.hot: list[HotNode] = []
@@ -192,8 +179,8 @@ class Rebalancer:
                 self.telemetry.rebalance_shadow_moves.inc()
                 self._spend(move, now)
                 # As if evicted at once: its node is judged without it until the metric would show it gone.
-                self._departed.append(
-                    _Departure(move.pod, move.uid, move.source, move.metric, move.usage, now)
+                self.load.departed.append(
+                    Departure(move.pod, move.uid, move.source, move.metric, move.usage, now)
                 )
                 log.info("shadow: would move %s from %s to %s", move.pod, move.source, move.target)
             else:
@@ -212,12 +199,7 @@ class Rebalancer:
     def _observe(self) -> list[HotNode]:
         """Feed each judged metric's fresh sample to the tracker (forget a stale one); the
         hot nodes, and the hot-node gauge per metric."""
-        for name in self.lines:
-            sample = self.metrics.latest(name)
-            if sample is None:
-                self.tracker.forget(name)
-            else:
-                self.tracker.observe(name, sample.sampled_at, sample.values)
+        self.tracker.feed(self.metrics.latest)
         hot = self.tracker.hot()
         counts = Counter(h.metric for h in hot)
         for name in self.lines:
@@ -279,25 +261,9 @@ class Rebalancer:
         """The plan for the current state (on the state's thread); its targets held
         (``hold``) before any eviction is posted."""
         snapshot = self.state.snapshot()
-        matrix = self.metrics.matrix(snapshot, self.state.herd_estimate)
-        fresh = [
-            (k, m)
-            for k, m in enumerate(matrix.metrics)
-            if m.name in self.lines and self.metrics.latest(m.name) is not None
-        ]
-        metrics = [m for _, m in fresh]
-        values = np.array(matrix.values[:, [k for k, _ in fresh]], dtype=np.float64)
-        self._take_departed(snapshot, metrics, values, now)
-        hot = [h for h in self.hot if h.metric in {m.name for m in metrics}]
-        usage = {m.name: self.metrics.pod_usage(m) for m in metrics}
-
-        def measured(key: str, metric: MetricConfig) -> float | None:
-            return (usage.get(metric.name) or {}).get(key)
-
-        # Replacements that landed still grow back to what they were moved with: their
-        # nodes are not cool enough for another move meanwhile.
-        self.reservations.add_settling(values, snapshot, metrics, measured)
-
+        judged = self.load.rebalancing(snapshot, self.lines, now)
+        names = {m.name for m in judged.metrics}
+        hot = [h for h in self.hot if h.metric in names]
         self.cooling = {w: until for w, until in self.cooling.items() if until > now}
         budget = Budget(
             evictions=min(self.config.max_per_cycle, self._tokens_left(now)),
@@ -308,10 +274,10 @@ class Rebalancer:
             self.config,
             snapshot,
             pods,
-            metrics,
-            values,
+            judged.metrics,
+            judged.values,
             hot,
-            measured,
+            judged.measured,
             now,
             budget,
             self.reservations.holding(),
@@ -321,58 +287,6 @@ class Rebalancer:
                 until = now + self.config.reservation_timeout_s
                 self._reserved[move.uid] = self.reservations.hold(move, until)
         return out
-
-    def _take_departed(
-        self,
-        snapshot: Snapshot,
-        metrics: Sequence[MetricConfig],
-        values: npt.NDArray[np.float64],
-        now: float,
-    ) -> None:
-        """Take off each evicted pod's source what the metric's sample still shows of its load:
-        all of it in a sample taken before the pod left, then the part of the sample's window
-        that still covers the pod's time there (a ``rate(...[W])`` sheds it linearly over W, as
-        the load estimate adds a new pod), none once the window is past it. Taking off more
-        than the sample shows made a former source look cooler than idle, and the next look
-        moved pods back onto it."""
-        columns = {m.name: k for k, m in enumerate(metrics)}
-        by_name = {m.name: m for m in self.judged}
-        kept = []
-        # What each node's cell gives back, summed over its departed pods before it is applied,
-        # and each metric's sample they were judged against.
-        taken: dict[tuple[int, int], float] = defaultdict(float)
-        samples: dict[str, Sample] = {}
-        for d in self._departed:
-            counted = self.state.usage.get(d.key)
-            if d.gone_at is None and (counted is None or counted.uid != d.uid):
-                d.gone_at = now
-            metric = by_name[d.metric]
-            if d.gone_at is not None and now - d.gone_at > metric.window_s() + metric.max_age_s:
-                continue
-            kept.append(d)
-            column = columns.get(d.metric)
-            row = snapshot.index.get(d.source)
-            sample = self.metrics.latest(d.metric)
-            if column is not None and row is not None and sample is not None:
-                samples[d.metric] = sample
-                taken[row, column] += d.usage * (
-                    1.0
-                    if d.gone_at is None
-                    else float(before_event(d.gone_at, sample.sampled_at, metric.window_s()))
-                )
-        for (row, column), amount in taken.items():
-            name = metrics[column].name
-            if self.lines[name].direction == "above":
-                # The pods' load raised the node's value: give back at most what its sample
-                # measured. A pod's usage was read over its own window, and pods that left
-                # together can add up to more than the node shows; a source read below zero
-                # drew the next look's moves back onto it.
-                measured = samples[name].values.get(snapshot.node_names[row], 0.0)
-                values[row, column] -= min(amount, max(measured, 0.0))
-            else:
-                # It lowered a "below" metric (free capacity, say), which it gives back.
-                values[row, column] += amount
-        self._departed = kept
 
     # -- limits ------------------------------------------------------------
 
@@ -413,7 +327,7 @@ class Rebalancer:
         if 200 <= status < 300:
             self.evictions += 1
             self._spend(move, now)
-            self._departed.append(_Departure(move.pod, move.uid, move.source, move.metric, move.usage))
+            self.load.departed.append(Departure(move.pod, move.uid, move.source, move.metric, move.usage))
             self.telemetry.rebalance_evictions.labels(reason=move.metric).inc()
             note = moved_note(move, self.lines[move.metric])
             log.info("rebalanced %s: %s", move.pod, note)

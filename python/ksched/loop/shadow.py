@@ -38,6 +38,7 @@ from ksched.config import Config
 from ksched.engine import Engine, Explanation, GangStatus, NodeExplanation, Placement
 from ksched.engine.gangs import pod_group_of
 from ksched.errors import KschedError
+from ksched.loop.load_model import LoadModel
 from ksched.loop.metric_sources import MetricStore
 from ksched.loop.state import ClusterState
 from ksched.loop.telemetry import SHADOW_OUTCOMES, Telemetry
@@ -287,7 +288,7 @@ class Shadow:
         node = str(spec(pod)["nodeName"])
         unbound = {**pod, "spec": {k: v for k, v in spec(pod).items() if k != "nodeName"}}
         snapshot = self.state.snapshot()
-        matrix = self.metrics.matrix(snapshot, self.state.herd_estimate)
+        matrix = LoadModel(self.metrics, self.state.add_estimate).scheduling(snapshot)
         group = pod_group_of(pod)
         groups = {}
         if group is not None and group in self.state.pod_groups:

@@ -18,7 +18,7 @@ does not (the bind confirmed, the kubelet's phase) is told apart by comparing
 the fields counts read (:func:`same_counts`), not by parsing it again.
 
 Pods bound recently, by any scheduler, are also kept (:mod:`ksched.loop.recent_pods`)
-for the metrics' load estimates: :meth:`ClusterState.herd_estimate` adds what a
+for the metrics' load estimates: :meth:`ClusterState.add_estimate` adds what a
 metric's sample cannot show of them yet.
 """
 
@@ -330,7 +330,7 @@ class ClusterState:
             self._snapshot = snap
         return self._snapshot
 
-    def herd_estimate(
+    def add_estimate(
         self,
         metric: MetricConfig,
         sampled_at: float,

@@ -1,0 +1,169 @@
+"""The load model: a node's values as placing, moving and the dry run read them.
+
+Owns how the engine's metric values are built, once for every caller:
+
+- **Placing** (the scheduling cycle, shadow mode: :meth:`LoadModel.scheduling`): each
+  metric's fresh sample (:class:`~ksched.loop.metric_sources.MetricStore`), plus what the
+  sample cannot show yet of recently bound pods (:mod:`ksched.loop.recent_pods`, learned
+  calibration and measured usage included), plus the load held for rebalancing moves'
+  replacements not yet matched and for landed replacements still growing back
+  (:mod:`ksched.loop.reservations`).
+- **Moving** (the rebalancer's look, and ``ksched rebalance --dry-run`` through the same
+  call: :meth:`LoadModel.rebalancing`): the same values for the judged metrics whose sample
+  is fresh, less what each evicted pod's source still shows of it (:class:`Departure`), plus
+  the settling replacements. The planner counts the unmatched reservations itself, as the
+  room and load its replacements hold (:func:`ksched.engine.rebalance.plan`).
+
+The arithmetic (a pod's share of a node, the fade over a sample's window) is
+:mod:`ksched.engine.load`'s. Runs on the thread that owns the cluster state; writes nothing
+to the API server.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from ksched.config import MetricConfig
+from ksched.config.rebalance import RebalanceThreshold
+from ksched.engine.load import before_event
+from ksched.engine.snapshot import Snapshot
+from ksched.loop.metric_sources import Estimate, Matrix, MetricStore
+from ksched.loop.reservations import Reservations
+from ksched.loop.samples import Sample
+
+# A pod's measured usage of a metric's estimate resource (engine units; None: unknown).
+Measured = Callable[[str, MetricConfig], "float | None"]
+
+
+@dataclass
+class Departure:
+    """An evicted pod whose load the metric still shows on its source."""
+
+    key: str
+    uid: str
+    source: str
+    metric: str
+    # The pod's share of ``metric`` on the source.
+    usage: float
+    # When the pod was first seen gone from the cluster state (None: still there).
+    gone_at: float | None = None
+
+
+@dataclass(frozen=True)
+class Judged:
+    """What a rebalancing look judges and proves moves with."""
+
+    # The judged metrics with a fresh sample, as the engine is given them (a learned
+    # estimate's calibration included).
+    metrics: tuple[MetricConfig, ...]
+    # Node x ``metrics``: the values with the load model applied.
+    values: npt.NDArray[np.float64]
+    measured: Measured
+
+
+class LoadModel:
+    """The values of one state: ``estimate`` adds recent pods' load to a metric's column
+    (:meth:`ksched.loop.state.ClusterState.add_estimate`); ``present(key, uid)`` says whether a
+    pod is still counted in the cluster state (an evicted pod is gone once it is not)."""
+
+    def __init__(
+        self,
+        metrics: MetricStore,
+        estimate: Estimate,
+        reservations: Reservations | None = None,
+        present: Callable[[str, str], bool] = lambda _key, _uid: False,
+    ) -> None:
+        self.metrics = metrics
+        self.estimate = estimate
+        self.reservations = reservations
+        self.present = present
+        self.departed: list[Departure] = []
+
+    def scheduling(self, snapshot: Snapshot, *, reserved: bool = True) -> Matrix:
+        """The engine's values for placing pods on ``snapshot`` (``reserved``: with the load
+        reservations hold; shadow mode holds none)."""
+        matrix = self.metrics.matrix(snapshot, self.estimate)
+        if reserved and self.reservations is not None:
+            self.reservations.add_to(matrix.values, snapshot, matrix.metrics)
+            self.reservations.add_settling(matrix.values, snapshot, matrix.metrics, self.metrics.measured)
+        return matrix
+
+    def rebalancing(self, snapshot: Snapshot, lines: Mapping[str, RebalanceThreshold], now: float) -> Judged:
+        """The values a look judges and proves with, for the metrics ``lines`` judge."""
+        matrix = self.metrics.matrix(snapshot, self.estimate)
+        fresh = [
+            (k, m)
+            for k, m in enumerate(matrix.metrics)
+            if m.name in lines and self.metrics.latest(m.name) is not None
+        ]
+        metrics = tuple(m for _, m in fresh)
+        values = np.array(matrix.values[:, [k for k, _ in fresh]], dtype=np.float64)
+        self._take_departed(snapshot, metrics, lines, values, now)
+        usage = {m.name: self.metrics.pod_usage(m) for m in metrics}
+
+        def measured(key: str, metric: MetricConfig) -> float | None:
+            return (usage.get(metric.name) or {}).get(key)
+
+        if self.reservations is not None:
+            # Replacements that landed still grow back to what they were moved with: their
+            # nodes are not cool enough for another move meanwhile.
+            self.reservations.add_settling(values, snapshot, metrics, measured)
+        return Judged(metrics, values, measured)
+
+    def _take_departed(
+        self,
+        snapshot: Snapshot,
+        metrics: Sequence[MetricConfig],
+        lines: Mapping[str, RebalanceThreshold],
+        values: npt.NDArray[np.float64],
+        now: float,
+    ) -> None:
+        """Take off each evicted pod's source what the metric's sample still shows of its load:
+        all of it in a sample taken before the pod left, then the part of the sample's window
+        that still covers the pod's time there (:func:`~ksched.engine.load.before_event`, as
+        the estimate adds a new pod), none once the window is past it. Taking off more than
+        the sample shows made a former source look cooler than idle, and the next look moved
+        pods back onto it."""
+        columns = {m.name: k for k, m in enumerate(metrics)}
+        by_name = {m.name: m for m in self.metrics.metrics}
+        kept = []
+        # What each node's cell gives back, summed over its departed pods before it is applied,
+        # and each metric's sample they were judged against.
+        taken: dict[tuple[int, int], float] = defaultdict(float)
+        samples: dict[str, Sample] = {}
+        for d in self.departed:
+            if d.gone_at is None and not self.present(d.key, d.uid):
+                d.gone_at = now
+            metric = by_name[d.metric]
+            if d.gone_at is not None and now - d.gone_at > metric.window_s() + metric.max_age_s:
+                continue
+            kept.append(d)
+            column = columns.get(d.metric)
+            row = snapshot.index.get(d.source)
+            sample = self.metrics.latest(d.metric)
+            if column is not None and row is not None and sample is not None:
+                samples[d.metric] = sample
+                shown = (
+                    1.0
+                    if d.gone_at is None
+                    else float(before_event(d.gone_at, sample.sampled_at, metric.window_s()))
+                )
+                taken[row, column] += d.usage * shown
+        for (row, column), amount in taken.items():
+            name = metrics[column].name
+            if lines[name].direction == "above":
+                # The pods' load raised the node's value: give back at most what its sample
+                # measured. A pod's usage was read over its own window, and pods that left
+                # together can add up to more than the node shows; a source read below zero
+                # drew the next look's moves back onto it.
+                measured = samples[name].values.get(snapshot.node_names[row], 0.0)
+                values[row, column] -= min(amount, max(measured, 0.0))
+            else:
+                # It lowered a "below" metric (free capacity, say), which it gives back.
+                values[row, column] += amount
+        self.departed = kept
