@@ -4,11 +4,14 @@ back from the audit log, and the descheduler's policy."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
+import yaml
 
 from ksched.bench.quality.moves import evicted, record
 from ksched.bench.quality.rebalance import (
+    HOT_SAMPLES,
     BudgetSample,
     Eviction,
     PodRecord,
@@ -16,6 +19,7 @@ from ksched.bench.quality.rebalance import (
     replacements,
     seconds_to_cool,
 )
+from ksched.bench.quality.run import rebalance_hot_samples
 from ksched.bench.quality.scenarios import controllers, scenario
 from ksched.cluster.descheduler import DeschedulerSetup, low_node_utilization_policy
 
@@ -38,6 +42,32 @@ def _times(n: int) -> list[float]:
 )
 def test_seconds_to_cool(samples: list[dict[str, float]], want: float | None) -> None:
     assert seconds_to_cool(_times(len(samples)), samples, ["a", "b"], 0.8) == want
+
+
+def test_a_run_is_judged_with_its_configured_hot_samples() -> None:
+    """With hotSamples 5, four samples over the line are not a hot node (the bench judged every
+    run at 3), and five are; the round carries the rebalancer configuration's figure."""
+    four = [{"a": 0.9}] * 4 + [{"a": 0.5}]
+    assert seconds_to_cool(_times(len(four)), four, ["a"], 0.8, samples=5) == 0.0
+    assert seconds_to_cool(_times(len(four)), four, ["a"], 0.8) == 60.0
+    five = [{"a": 0.9}] * 5 + [{"a": 0.5}]
+    figures = judge_rebalance(_times(len(five)), five, ["a"], 0.8, [], [], set(), [], hot_samples=5)
+    assert figures.seconds_to_cool == 30.0 and figures.nodes_cooled == 1
+
+
+def test_the_round_takes_hot_samples_from_the_rebalancer_configuration(tmp_path: Path) -> None:
+    config = tmp_path / "rebalance.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "ksched.io/v1alpha1",
+                "kind": "KschedConfiguration",
+                "rebalance": {"hotSamples": 5},
+            }
+        )
+    )
+    assert rebalance_hot_samples(config) == 5
+    assert rebalance_hot_samples(None) == HOT_SAMPLES
 
 
 def _pod(name: str, node: str | None, created: float, workload: str = "w") -> PodRecord:

@@ -19,6 +19,7 @@ evictions, each entry is also judged by what was moved (:mod:`.rebalance`).
 
 from __future__ import annotations
 
+import subprocess
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -29,9 +30,10 @@ import yaml
 
 from ksched.bench.invariants import lost, overcommitted
 from ksched.bench.pods import KSCHED_COMMAND, clear_pods, start_ksched_run
-from ksched.bench.quality.figures import QualityFigures, QualityResults, judge, unjudged
+from ksched.bench.quality.figures import QualityFigures, QualityResults, Series, judge, unjudged
 from ksched.bench.quality.moves import Sampler
 from ksched.bench.quality.observe import (
+    Arrivals,
     clear_controllers,
     create_namespace,
     create_scenario,
@@ -42,7 +44,7 @@ from ksched.bench.quality.observe import (
     settle,
     utilisation,
 )
-from ksched.bench.quality.rebalance import judge_rebalance
+from ksched.bench.quality.rebalance import HOT_SAMPLES, judge_rebalance
 from ksched.bench.quality.scenarios import DEFAULT_SCHEDULER, Scenario, scenario
 from ksched.cluster import descheduler
 from ksched.cluster.processes import tail, terminate
@@ -79,6 +81,9 @@ class Round:
     rebalance_config: Path | None = None
     # A ksched label's command where it is another build's (default: this checkout's).
     commands: dict[str, list[str]] = field(default_factory=dict)
+    # Samples over the line in a row that make a node hot: the rebalancer configuration's
+    # hotSamples, so a run is judged by the line its policy draws.
+    hot_samples: int = HOT_SAMPLES
 
 
 def _shape(node: Obj) -> tuple[str, str]:
@@ -175,38 +180,14 @@ def pooled_round(
     nodes = kube.request("GET", "/api/v1/nodes").json()["items"]
     node_pools = pools(nodes, len(r.entries), r.pool_size)
     _label(kube, node_pools)
-    procs = []
-    deschedulers = []
+    procs: list[subprocess.Popen[bytes]] = []
+    deschedulers: list[tuple[subprocess.Popen[bytes], Path]] = []
     plans = [_scenario(r, i, name, label) for i, (name, label) in enumerate(r.entries)]
     moved = {ns for ns, s in plans if s.controlled} if audit_log is not None else set()
     sampler = Sampler(kube, moved)
     try:
-        for label in dict.fromkeys(label for _, label in r.entries if label not in KUBE_SCHEDULER_SETUPS):
-            path = workdir / f"{label}.yaml"
-            path.write_text(yaml.safe_dump(ksched_config(r.configs.get(label), prometheus, label)))
-            command = r.commands.get(label, KSCHED_COMMAND)
-            proc, _ = start_ksched_run(kubeconfig, workdir / f"{label}.log", path, command)
-            procs.append(proc)
-        for i, ((name, label), (namespace, _)) in enumerate(zip(r.entries, plans, strict=True)):
-            if label == KUBE_SCHEDULER_DESCHEDULER:
-                setup = descheduler_setup(r.rebalance_config, i, namespace)
-                logs = workdir / f"descheduler-{name}"
-                deschedulers.append((descheduler.start(kubeconfig, setup, logs), logs / descheduler.LOG))
-        for namespace, _ in plans:
-            create_namespace(kube, namespace)
-        sampler.start()
-        start = time.time()
-        with ThreadPoolExecutor(len(plans)) as workers:
-            lag = metric_lag_s(r.scrape_interval_s)
-            arrivals = list(workers.map(lambda plan: create_scenario(kube, plan[1], lag), plans))
-            settled = list(workers.map(lambda plan: settle(kube, plan[0]), plans))
-        end = max(observation_end(start, arrivals, r.observe_s, lag), *(at for _, at in settled))
-        if end > time.time():
-            time.sleep(end - time.time())
-        # The last recording-rule evaluation covering ``end`` lands up to one interval later.
-        time.sleep(r.scrape_interval_s)
-        series = utilisation(prometheus, start, end, r.scrape_interval_s)
-        sampler.stop()
+        _start_schedulers(r, kubeconfig, prometheus, workdir, plans, procs, deschedulers)
+        series, arrivals, settled = _observe(kube, prometheus, r, plans, sampler)
         results.violations += [
             f"the descheduler exited early ({proc.returncode}): {tail(log)}"
             for proc, log in deschedulers
@@ -222,47 +203,9 @@ def pooled_round(
         for (name, label), (namespace, _), names, made, (placed, _), pods in zip(
             r.entries, plans, node_pools, arrivals, settled, ended, strict=True
         ):
-            figures = QualityFigures(label, name, r.pods)
-            figures.pending = sum(1 for p in placed if not p["spec"].get("nodeName"))
-            figures.pods_per_s = made.pods_per_s(placed)
-            # Judged by the pods as they ended: an evicted pod's replacement where it landed.
-            bound = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in pods if p["spec"].get("nodeName")}
-            judge(figures, series, names, bound, r.threshold)
-            results.violations += unjudged(figures)
-            evicted: set[str] = set()
-            if namespace in moved and audit_log is not None:
-                evictions = sampler.evictions(audit_log, namespace)
-                evicted = {e.pod for e in evictions}
-                figures.rebalance = judge_rebalance(
-                    series.times,
-                    series.values,
-                    names,
-                    r.threshold,
-                    evictions,
-                    list(sampler.pods[namespace].values()),
-                    set(made.created),
-                    sampler.budgets[namespace],
-                )
-            results.figures.append(figures)
-            kept = {n: uid for n, uid in made.created.items() if n not in evicted}
-            results.violations += [f"{name}/{label}: lost {p}" for p in lost(kept, pods)]
-            results.violations += [
-                f"{name}/{label}: {p['metadata']['name']} neither bound nor reported unschedulable"
-                for p in pods
-                if not p["spec"].get("nodeName") and not reported(p)
-            ]
-            log(
-                f"{name} / {label} ({len(names)} nodes): {figures.hotspot_node_minutes} hot node-minutes, "
-                f"p95 {figures.p95_utilisation}, cv {figures.cv}, {figures.pods_on_hot_nodes} pods on hot nodes, "
-                f"{figures.pending} pending, {figures.pods_per_s} pods/s"
-                + (f", {figures.rebalance.evictions} evictions" if figures.rebalance else "")
-                + (
-                    ", hot at the end: "
-                    + ", ".join(f"{n} ({v[-1]:.2f})" for n, v in figures.rebalance.hot_at_end.items())
-                    if figures.rebalance and figures.rebalance.hot_at_end
-                    else ""
-                )
-            )
+            entry = _Entry(name, label, namespace, names, made, placed, pods)
+            figures = _judge(r, entry, series, sampler, audit_log if namespace in moved else None, results)
+            log(_summary(entry, figures))
     finally:
         if sampler.running:
             sampler.stop()
@@ -272,3 +215,125 @@ def pooled_round(
             if s.controlled:
                 clear_controllers(kube, namespace)
             clear_pods(kube, namespace)
+
+
+def _start_schedulers(
+    r: Round,
+    kubeconfig: str,
+    prometheus: str,
+    workdir: Path,
+    plans: list[tuple[str, Scenario]],
+    procs: list[subprocess.Popen[bytes]],
+    deschedulers: list[tuple[subprocess.Popen[bytes], Path]],
+) -> None:
+    """A ``ksched run`` per ksched label, and a descheduler per entry that has one, each
+    appended as it starts (so a failure part way stops those already started)."""
+    for label in dict.fromkeys(label for _, label in r.entries if label not in KUBE_SCHEDULER_SETUPS):
+        path = workdir / f"{label}.yaml"
+        path.write_text(yaml.safe_dump(ksched_config(r.configs.get(label), prometheus, label)))
+        command = r.commands.get(label, KSCHED_COMMAND)
+        proc, _ = start_ksched_run(kubeconfig, workdir / f"{label}.log", path, command)
+        procs.append(proc)
+    for i, ((name, label), (namespace, _)) in enumerate(zip(r.entries, plans, strict=True)):
+        if label == KUBE_SCHEDULER_DESCHEDULER:
+            setup = descheduler_setup(r.rebalance_config, i, namespace)
+            logs = workdir / f"descheduler-{name}"
+            deschedulers.append((descheduler.start(kubeconfig, setup, logs), logs / descheduler.LOG))
+
+
+def _observe(
+    kube: Kube, prometheus: str, r: Round, plans: list[tuple[str, Scenario]], sampler: Sampler
+) -> tuple[Series, list[Arrivals], list[tuple[list[Obj], float]]]:
+    """Create every entry's pods at once and wait out the observation window: the nodes'
+    utilisation over it, each entry's arrivals, and its pods once settled."""
+    for namespace, _ in plans:
+        create_namespace(kube, namespace)
+    sampler.start()
+    start = time.time()
+    with ThreadPoolExecutor(len(plans)) as workers:
+        lag = metric_lag_s(r.scrape_interval_s)
+        arrivals = list(workers.map(lambda plan: create_scenario(kube, plan[1], lag), plans))
+        settled = list(workers.map(lambda plan: settle(kube, plan[0]), plans))
+    end = max(observation_end(start, arrivals, r.observe_s, lag), *(at for _, at in settled))
+    if end > time.time():
+        time.sleep(end - time.time())
+    # The last recording-rule evaluation covering ``end`` lands up to one interval later.
+    time.sleep(r.scrape_interval_s)
+    series = utilisation(prometheus, start, end, r.scrape_interval_s)
+    sampler.stop()
+    return series, arrivals, settled
+
+
+@dataclass(frozen=True)
+class _Entry:
+    """One (scenario, scheduler label) entry as the round left it."""
+
+    name: str
+    label: str
+    namespace: str
+    # Its pool's node names.
+    nodes: list[str]
+    made: Arrivals
+    # Its pods when first settled, and as they ended (after the descheduler stopped).
+    placed: list[Obj]
+    pods: list[Obj]
+
+
+def _judge(
+    r: Round,
+    entry: _Entry,
+    series: Series,
+    sampler: Sampler,
+    audit_log: Path | None,
+    results: QualityResults,
+) -> QualityFigures:
+    """The entry's figures, appended to ``results`` with its violations; with ``audit_log``,
+    judged by its evictions too."""
+    name, label, pods, made = entry.name, entry.label, entry.pods, entry.made
+    figures = QualityFigures(label, name, r.pods)
+    figures.pending = sum(1 for p in entry.placed if not p["spec"].get("nodeName"))
+    figures.pods_per_s = made.pods_per_s(entry.placed)
+    # Judged by the pods as they ended: an evicted pod's replacement where it landed.
+    bound = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in pods if p["spec"].get("nodeName")}
+    judge(figures, series, entry.nodes, bound, r.threshold)
+    results.violations += unjudged(figures)
+    evicted: set[str] = set()
+    if audit_log is not None:
+        evictions = sampler.evictions(audit_log, entry.namespace)
+        evicted = {e.pod for e in evictions}
+        figures.rebalance = judge_rebalance(
+            series.times,
+            series.values,
+            entry.nodes,
+            r.threshold,
+            evictions,
+            list(sampler.pods[entry.namespace].values()),
+            set(made.created),
+            sampler.budgets[entry.namespace],
+            r.hot_samples,
+        )
+    results.figures.append(figures)
+    kept = {n: uid for n, uid in made.created.items() if n not in evicted}
+    results.violations += [f"{name}/{label}: lost {p}" for p in lost(kept, pods)]
+    results.violations += [
+        f"{name}/{label}: {p['metadata']['name']} neither bound nor reported unschedulable"
+        for p in pods
+        if not p["spec"].get("nodeName") and not reported(p)
+    ]
+    return figures
+
+
+def _summary(entry: _Entry, figures: QualityFigures) -> str:
+    """The entry's line in the log."""
+    return (
+        f"{entry.name} / {entry.label} ({len(entry.nodes)} nodes): {figures.hotspot_node_minutes} hot node-minutes, "
+        f"p95 {figures.p95_utilisation}, cv {figures.cv}, {figures.pods_on_hot_nodes} pods on hot nodes, "
+        f"{figures.pending} pending, {figures.pods_per_s} pods/s"
+        + (f", {figures.rebalance.evictions} evictions" if figures.rebalance else "")
+        + (
+            ", hot at the end: "
+            + ", ".join(f"{n} ({v[-1]:.2f})" for n, v in figures.rebalance.hot_at_end.items())
+            if figures.rebalance and figures.rebalance.hot_at_end
+            else ""
+        )
+    )

@@ -1,8 +1,8 @@
 """The quality benchmark's rebalance figures: what moving pods off hot nodes achieved, and cost.
 
 Owns how a run with evictions is judged (:func:`judge_rebalance`). A node is hot once it has
-been over the threshold for :data:`HOT_SAMPLES` samples in a row, as the rebalancer calls a
-node hot (one noisy sample over the line is not a hot node, for any setup). Figures: the
+been over the threshold for the run's ``hotSamples`` samples in a row (the rebalancer
+configuration's, :data:`HOT_SAMPLES` by default), as the rebalancer calls a node hot (one noisy sample over the line is not a hot node, for any setup). Figures: the
 seconds from the first hot sample until no node of the pool is hot any more (None while one
 still is at the end),
 the evictions and how many hot nodes ended cool per eviction, the evictions whose replacement
@@ -16,11 +16,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from ksched.config.rebalance import RebalanceConfig
+
 # A replacement that lands on a node hot now or within this long went back into the fire.
 PINGPONG_WINDOW_S = 300.0
-# Consecutive samples over the threshold that make a node hot: the rebalancer's default
-# hotSamples (rebalance.hotSamples), so a setup is judged by the line the policy draws.
-HOT_SAMPLES = 3
+# Consecutive samples over the threshold that make a node hot where the run names no
+# rebalancer configuration: the rebalancer's default hotSamples (rebalance.hotSamples), so a
+# setup is judged by the line the policy draws.
+HOT_SAMPLES = RebalanceConfig.hot_samples
 # How many of its last samples results.json keeps of a node still hot at the end.
 END_SAMPLES = 8
 
@@ -75,24 +78,30 @@ class RebalanceFigures:
     hot_at_end: dict[str, list[float]] = field(default_factory=dict)
 
 
-def hot_nodes(values: Sequence[dict[str, float]], nodes: Sequence[str], threshold: float) -> list[set[str]]:
-    """At each sample, the nodes over ``threshold`` at it and the :data:`HOT_SAMPLES` - 1
-    samples before it (a node with no sample counts as idle)."""
+def hot_nodes(
+    values: Sequence[dict[str, float]], nodes: Sequence[str], threshold: float, samples: int = HOT_SAMPLES
+) -> list[set[str]]:
+    """At each sample, the nodes over ``threshold`` at it and the ``samples`` - 1 samples
+    before it (a node with no sample counts as idle)."""
     runs = dict.fromkeys(nodes, 0)
     out = []
     for sample in values:
         for n in nodes:
             runs[n] = runs[n] + 1 if sample.get(n, 0.0) > threshold else 0
-        out.append({n for n in nodes if runs[n] >= HOT_SAMPLES})
+        out.append({n for n in nodes if runs[n] >= samples})
     return out
 
 
 def seconds_to_cool(
-    times: Sequence[float], values: Sequence[dict[str, float]], nodes: Sequence[str], threshold: float
+    times: Sequence[float],
+    values: Sequence[dict[str, float]],
+    nodes: Sequence[str],
+    threshold: float,
+    samples: int = HOT_SAMPLES,
 ) -> float | None:
     """Seconds from the first sample with a hot node to the first sample after the last one
     with a hot node; 0.0 if no node was ever hot, None if one is hot at the last sample."""
-    hot = [bool(h) for h in hot_nodes(values, nodes, threshold)]
+    hot = [bool(h) for h in hot_nodes(values, nodes, threshold, samples)]
     if not any(hot):
         return 0.0
     if hot[-1]:
@@ -135,13 +144,15 @@ def judge_rebalance(
     pods: Sequence[PodRecord],
     initial: set[str],
     budgets: Sequence[BudgetSample],
+    hot_samples: int = HOT_SAMPLES,
 ) -> RebalanceFigures:
     """The rebalance figures of one pool (``nodes``) from its utilisation samples (``times``,
     ``values[t][node]``), the evictions in its namespace, every pod seen there (``initial``:
-    the names the harness created) and the budget samples."""
-    figures = RebalanceFigures(seconds_to_cool=seconds_to_cool(times, values, nodes, threshold))
+    the names the harness created) and the budget samples; a node is hot after ``hot_samples``
+    samples over the line in a row."""
+    figures = RebalanceFigures(seconds_to_cool=seconds_to_cool(times, values, nodes, threshold, hot_samples))
     figures.evictions = len(evictions)
-    hot = hot_nodes(values, nodes, threshold)
+    hot = hot_nodes(values, nodes, threshold, hot_samples)
     ever_hot: set[str] = set().union(*hot)
     figures.nodes_cooled = len(ever_hot - (hot[-1] if hot else set()))
     figures.hot_at_end = {

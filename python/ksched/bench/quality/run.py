@@ -54,6 +54,7 @@ from ksched.bench.quality.scenarios import CONTROLLED, DEFAULT_SCHEDULER, SCENAR
 from ksched.cluster import local
 from ksched.cluster.load import LoadSimulation
 from ksched.cluster.processes import terminate
+from ksched.config import load_config
 from ksched.errors import KschedError
 from ksched.loop.client import Kube, load_configuration
 from ksched.objects import Obj
@@ -190,6 +191,12 @@ def _config_of(opts: QualityOptions, label: str) -> Path | None:
     return opts.configs.get(label)
 
 
+def rebalance_hot_samples(rebalance_config: Path | None) -> int:
+    """The hotSamples a run is judged with: its rebalancer configuration's (the default where
+    it names none)."""
+    return load_config(rebalance_config).rebalance.hot_samples
+
+
 def _pooled(
     kube: Kube,
     state: local.ClusterState,
@@ -202,6 +209,7 @@ def _pooled(
 ) -> None:
     labels = opts.labels
     size = opts.nodes // len(labels) // POOL_GRAIN * POOL_GRAIN
+    rebalance_config = _config_of(opts, KSCHED_REBALANCE)
     round_ = Round(
         entries=tuple((name, label) for label in labels),
         pool_size=size,
@@ -213,8 +221,9 @@ def _pooled(
         scrape_interval_s=opts.scrape_interval_s,
         threshold=opts.threshold,
         configs={label: _config_of(opts, label) for label in labels if label not in KUBE_SCHEDULER_SETUPS},
-        rebalance_config=_config_of(opts, KSCHED_REBALANCE),
+        rebalance_config=rebalance_config,
         commands=dict(opts.builds),
+        hot_samples=rebalance_hot_samples(rebalance_config),
     )
     prometheus = f"http://127.0.0.1:{state.ports['prometheus']}"
     audit = local.audit_log_path(state) if name in CONTROLLED else None
