@@ -2,9 +2,10 @@
 and a result slot per pod.
 
 Owns what the engine's reruns of a batch share: the rows (a gang that falls short
-is dropped from them, :mod:`ksched.engine.gang_placement`), the thresholds relaxed
-pod by pod (:mod:`ksched.engine.saturation`), and the placements the verdicts fill
-in (:mod:`ksched.engine.verdicts`). It never calls the engine: :mod:`ksched.engine.scheduler`
+is dropped from them, :mod:`ksched.engine.gang_placement`), the engine's inputs
+compiled for those rows, the thresholds relaxed pod by pod
+(:mod:`ksched.engine.saturation`), and the placements the verdicts fill in
+(:mod:`ksched.engine.verdicts`). It never calls the engine: :mod:`ksched.engine.scheduler`
 compiles the batch and runs it.
 """
 
@@ -14,10 +15,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
+import numpy.typing as npt
 
 from ksched import _core
-from ksched.core_types import Outcome
-from ksched.engine.inputs import ClassColumns, Row, ShapeRow
+from ksched.core_types import ClassTable, MetricLoad, MetricSpec, NodeTable, Outcome, Profile
+from ksched.engine.inputs import ClassColumns, PodInputs, Row, ShapeRow
 from ksched.engine.messages import ReasonNames
 from ksched.engine.placements import Placement
 from ksched.engine.requirements import PodRequirements
@@ -27,6 +29,22 @@ from ksched.objects import Obj
 
 Parsed = tuple[int, Obj, PodRequirements | MalformedObjectError]
 """A pod's arrival index, the pod, and its parsed requirements (or why they cannot be parsed)."""
+
+
+@dataclass(frozen=True)
+class EngineInputs:
+    """``_core.schedule``'s inputs for a batch's rows, as compiled before any run: the
+    saturation reruns share them and add their relaxed thresholds to ``load``."""
+
+    pods: PodInputs
+    values: npt.NDArray[np.float64]
+    nodes: NodeTable
+    classes: ClassTable
+    specs: list[MetricSpec]
+    profile: Profile
+    explain_row: int | None
+    # Load estimate v2's inputs to the metric filter, each pod's own thresholds unrelaxed.
+    load: MetricLoad | None
 
 
 @dataclass
@@ -44,6 +62,8 @@ class Batch:
     explain_slot: int | None = None
     # Time inside ``_core.schedule``, summed over the gang re-runs.
     rust_seconds: float = 0.0
+    # The engine's inputs for ``rows`` (None: not compiled since the rows last changed).
+    inputs: EngineInputs | None = None
     # The last engine call's claims, to read the volumes it chose.
     volumes: VolumeColumns | None = None
     # Some row (dropped gangs' included) has pod affinity or spreading, its own or by default.
@@ -57,6 +77,9 @@ class Batch:
     # let through, whose threshold is off.
     passed_over: dict[tuple[int, int], int] = field(default_factory=dict)
     off: set[tuple[int, int]] = field(default_factory=set)
+    # Per relaxed (slot, metric): the values of the nodes over the pod's threshold, least
+    # loaded first, which depend on the pod alone, not on the run.
+    rejected: dict[tuple[int, int], npt.NDArray[np.float64]] = field(default_factory=dict)
 
     def explain_row(self) -> int | None:
         """The row of the explained pod, None when it has none (or was dropped with its gang)."""
@@ -92,3 +115,4 @@ class Batch:
             else:
                 kept.append(row)
         self.rows = kept
+        self.inputs = None

@@ -90,7 +90,10 @@ def relaxed_load(
     for j, row in enumerate(batch.rows):
         for k, side in batch.relaxed.get(row.slot, {}).items():
             at = j * m + k
-            rejected = _rejected_values(load, metrics[k], snapshot, values[:, k], at, m, side)
+            rejected = batch.rejected.get((row.slot, k))
+            if rejected is None:
+                rejected = _rejected_values(load, metrics[k], snapshot, values[:, k], at, m, side)
+                batch.rejected[row.slot, k] = rejected
             passed_over = batch.passed_over[row.slot, k]
             limit = math.nan
             if passed_over < len(rejected):

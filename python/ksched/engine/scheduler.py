@@ -29,7 +29,7 @@ import numpy.typing as npt
 from ksched import _core
 from ksched.config import Config, MetricConfig
 from ksched.core_types import Outcome
-from ksched.engine.batch import Batch, Parsed
+from ksched.engine.batch import Batch, EngineInputs, Parsed
 from ksched.engine.gang_placement import gang_order, place_whole_gangs
 from ksched.engine.gangs import GangStatus
 from ksched.engine.inputs import (
@@ -247,7 +247,40 @@ class Engine:
         nominated: Sequence[Obj],
     ) -> tuple[Outcome, list[str]]:
         """One engine call on the batch's rows (in order); also the keys of the evictable pods.
-        Only the call itself counts as the batch's Rust time: its inputs are built first."""
+        Only the call itself counts as the batch's Rust time: its inputs are built first, once
+        for the rows (:meth:`_compiled`), with each run's relaxed thresholds on top."""
+        inputs = batch.inputs
+        if inputs is None:
+            inputs = batch.inputs = self._compiled(snapshot, batch, metrics, metric_values, nominated)
+        load = relaxed_load(inputs.load, batch, metrics, snapshot, metric_values)
+        started = time.perf_counter()
+        out = _core.schedule(
+            inputs.nodes,
+            inputs.classes,
+            inputs.pods.pods,
+            inputs.values,
+            inputs.specs,
+            inputs.profile,
+            metric_load=load,
+            seed=self.seed,
+            deadline_s=deadline_s,
+            explain=inputs.explain_row,
+            parallel=self.parallel,
+            cache=self.cache,
+        )
+        batch.rust_seconds += time.perf_counter() - started
+        return out, inputs.pods.victim_keys
+
+    def _compiled(
+        self,
+        snapshot: Snapshot,
+        batch: Batch,
+        metrics: Sequence[MetricConfig],
+        metric_values: npt.NDArray[np.float64] | None,
+        nominated: Sequence[Obj],
+    ) -> EngineInputs:
+        """The engine's inputs for the batch's rows, before any threshold is relaxed. Nothing
+        they are built from changes between runs on the same rows (the saturation reruns)."""
         pods = pod_batch(
             snapshot,
             batch.rows,
@@ -258,32 +291,16 @@ class Engine:
             nominated=nominated,
         )
         batch.volumes = pods.volumes
-        values = metric_columns(snapshot, metrics, metric_values)
-        nodes = snapshot.engine_nodes()
-        classes = batch.classes.table()
-        specs = metric_specs(metrics, snapshot)
-        profile = engine_profile(self.profile, snapshot)
-        explain_row = batch.explain_row()
-        load = relaxed_load(
-            metric_load(snapshot, batch.rows, metrics), batch, metrics, snapshot, metric_values
+        return EngineInputs(
+            pods=pods,
+            values=metric_columns(snapshot, metrics, metric_values),
+            nodes=snapshot.engine_nodes(),
+            classes=batch.classes.table(),
+            specs=metric_specs(metrics, snapshot),
+            profile=engine_profile(self.profile, snapshot),
+            explain_row=batch.explain_row(),
+            load=metric_load(snapshot, batch.rows, metrics),
         )
-        started = time.perf_counter()
-        out = _core.schedule(
-            nodes,
-            classes,
-            pods.pods,
-            values,
-            specs,
-            profile,
-            metric_load=load,
-            seed=self.seed,
-            deadline_s=deadline_s,
-            explain=explain_row,
-            parallel=self.parallel,
-            cache=self.cache,
-        )
-        batch.rust_seconds += time.perf_counter() - started
-        return out, pods.victim_keys
 
 
 @dataclass(slots=True)
