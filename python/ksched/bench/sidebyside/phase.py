@@ -69,47 +69,8 @@ def run_phase(
         # Each drain starts on a quiet control plane, not while it still works off the last phase
         # (the deletion of its pods) or the scheduler's start (its lists).
         settle(state, sched.pid)
-        # Backlog: created while the scheduler is paused, timed from its resumption.
         pods = workload_pods(workload, namespace, sched.scheduler_name, opts.pods, "b", opts.nodes, owner)
-        closed_before = terminated_watchers(kube)
-        os.kill(sched.pid, signal.SIGSTOP)
-        try:
-            create_pods(kube, pods)
-            cpu_before, _ = process_usage(sched.pid)
-            control_before = control_plane_usage(state)
-        finally:
-            os.kill(sched.pid, signal.SIGCONT)
-        resumed = time.monotonic()
-        names = {p["metadata"]["name"] for p in pods}
-        watch.wait(names, opts.stall_s)
-        with watch.lock:
-            bound = {n for n in watch.seen if n in names}
-        # The drain is done when every bound pod also has its Scheduled event: a scheduler that
-        # posts events after its binds has not finished its writes at its last bind.
-        events.wait(bound, opts.stall_s)
-        cpu_after, _ = process_usage(sched.pid)
-        control_after = control_plane_usage(state)
-        closed_after = terminated_watchers(kube)
-        if closed_before is not None and closed_after is not None:
-            phase.watchers_closed = int(closed_after - closed_before)
-        with watch.lock:
-            times = sorted(watch.seen[n] - resumed for n in bound)
-        with events.lock:
-            event_times = [events.seen[n] - resumed for n in bound if n in events.seen]
-        phase.bound = len(times)
-        phase.bind_times = [round(t, 4) for t in times]
-        phase.drain_seconds = times[-1] if times else 0.0
-        phase.pods_per_s = phase.bound / phase.drain_seconds if phase.drain_seconds > 0 else 0.0
-        phase.scheduled_events = len(event_times)
-        phase.writes_seconds = max([*times, *event_times], default=0.0)
-        phase.writes_pods_per_s = phase.bound / phase.writes_seconds if phase.writes_seconds > 0 else 0.0
-        phase.cpu_ms_per_pod = (cpu_after - cpu_before) * 1000 / max(phase.bound, 1)
-        per_pod = {
-            name: round((cpu - control_before.get(name, 0.0)) * 1000 / max(phase.bound, 1), 3)
-            for name, cpu in control_after.items()
-        }
-        phase.control_plane_by_process = per_pod
-        phase.control_plane_cpu_ms_per_pod = sum(per_pod.values())
+        _drain(kube, state, sched, pods, opts, watch, events, phase)
         over, violations = check_placements(kube, nodes)
         clear_pods(kube, namespace)
 
@@ -120,20 +81,7 @@ def run_phase(
             steady = workload_pods(
                 workload, namespace, sched.scheduler_name, opts.steady_pods, "s", opts.nodes, owner
             )
-            sent, _ = create_at_rate(kube, steady, opts.rate)
-            snames = set(sent)
-            watch.wait(snames, opts.stall_s)
-            with watch.lock:
-                order = sorted((t, n) for n, t in sent.items() if n in watch.seen)
-                latencies = [(watch.seen[n] - t) * 1000 for t, n in order]
-            first = min(sent.values(), default=0.0)
-            phase.steady_latencies = [
-                (round(t - first, 4), round(ms, 2)) for (t, _), ms in zip(order, latencies, strict=True)
-            ]
-            phase.steady_pods, phase.steady_bound, phase.steady_rate = len(steady), len(latencies), opts.rate
-            if latencies:
-                phase.p50_ms = round(percentile(latencies, 0.50), 1)
-                phase.p99_ms = round(percentile(latencies, 0.99), 1)
+            _steady(kube, steady, opts, watch, phase)
             over2, violations2 = check_placements(kube, nodes)
             over, violations = max(over, over2), max(violations, violations2)
         phase.overcommitted_nodes, phase.constraint_violations = over, violations
@@ -153,6 +101,78 @@ def run_phase(
     sched.stop()
     clear_pods(kube, namespace)
     return phase
+
+
+def _drain(
+    kube: Kube,
+    state: local.ClusterState,
+    sched: Scheduler,
+    pods: list[Obj],
+    opts: Options,
+    watch: FirstSeen,
+    events: FirstSeen,
+    phase: Phase,
+) -> None:
+    """The backlog: ``pods`` created while the scheduler is paused, timed from its resumption
+    until each is bound and has its Scheduled event; fills the phase's drain figures."""
+    closed_before = terminated_watchers(kube)
+    os.kill(sched.pid, signal.SIGSTOP)
+    try:
+        create_pods(kube, pods)
+        cpu_before, _ = process_usage(sched.pid)
+        control_before = control_plane_usage(state)
+    finally:
+        os.kill(sched.pid, signal.SIGCONT)
+    resumed = time.monotonic()
+    names = {p["metadata"]["name"] for p in pods}
+    watch.wait(names, opts.stall_s)
+    with watch.lock:
+        bound = {n for n in watch.seen if n in names}
+    # The drain is done when every bound pod also has its Scheduled event: a scheduler that
+    # posts events after its binds has not finished its writes at its last bind.
+    events.wait(bound, opts.stall_s)
+    cpu_after, _ = process_usage(sched.pid)
+    control_after = control_plane_usage(state)
+    closed_after = terminated_watchers(kube)
+    if closed_before is not None and closed_after is not None:
+        phase.watchers_closed = int(closed_after - closed_before)
+    with watch.lock:
+        times = sorted(watch.seen[n] - resumed for n in bound)
+    with events.lock:
+        event_times = [events.seen[n] - resumed for n in bound if n in events.seen]
+    phase.bound = len(times)
+    phase.bind_times = [round(t, 4) for t in times]
+    phase.drain_seconds = times[-1] if times else 0.0
+    phase.pods_per_s = phase.bound / phase.drain_seconds if phase.drain_seconds > 0 else 0.0
+    phase.scheduled_events = len(event_times)
+    phase.writes_seconds = max([*times, *event_times], default=0.0)
+    phase.writes_pods_per_s = phase.bound / phase.writes_seconds if phase.writes_seconds > 0 else 0.0
+    phase.cpu_ms_per_pod = (cpu_after - cpu_before) * 1000 / max(phase.bound, 1)
+    per_pod = {
+        name: round((cpu - control_before.get(name, 0.0)) * 1000 / max(phase.bound, 1), 3)
+        for name, cpu in control_after.items()
+    }
+    phase.control_plane_by_process = per_pod
+    phase.control_plane_cpu_ms_per_pod = sum(per_pod.values())
+
+
+def _steady(kube: Kube, steady: list[Obj], opts: Options, watch: FirstSeen, phase: Phase) -> None:
+    """The steady phase: ``steady`` created at ``opts.rate``; fills the phase's create→bind
+    latencies and their p50 and p99."""
+    sent, _ = create_at_rate(kube, steady, opts.rate)
+    snames = set(sent)
+    watch.wait(snames, opts.stall_s)
+    with watch.lock:
+        order = sorted((t, n) for n, t in sent.items() if n in watch.seen)
+        latencies = [(watch.seen[n] - t) * 1000 for t, n in order]
+    first = min(sent.values(), default=0.0)
+    phase.steady_latencies = [
+        (round(t - first, 4), round(ms, 2)) for (t, _), ms in zip(order, latencies, strict=True)
+    ]
+    phase.steady_pods, phase.steady_bound, phase.steady_rate = len(steady), len(latencies), opts.rate
+    if latencies:
+        phase.p50_ms = round(percentile(latencies, 0.50), 1)
+        phase.p99_ms = round(percentile(latencies, 0.99), 1)
 
 
 def terminated_watchers(kube: Kube) -> float | None:
