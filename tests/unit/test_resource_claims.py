@@ -78,6 +78,9 @@ class FakeState:
     def sync(self) -> None:
         pass
 
+    def add_estimate(self, *args: Any) -> None:
+        raise AssertionError("no metric: nothing to estimate")
+
 
 class FakeBinder:
     def __init__(self) -> None:
