@@ -24,6 +24,7 @@ __all__ = [
     "EFFECTS",
     "METRIC_EXEMPT",
     "METRIC_POD_THRESHOLDS",
+    "METRIC_STRICTER_THRESHOLDS",
     "NOT_ATTEMPTED",
     "PLUGINS",
     "POD_PROJECTION",
@@ -78,6 +79,7 @@ POSTFILTER_CODES: dict[str, int]
 # the node's.
 METRIC_EXEMPT: int
 METRIC_POD_THRESHOLDS: int
+METRIC_STRICTER_THRESHOLDS: int
 
 class EngineInputError(ValueError): ...
 

@@ -164,7 +164,8 @@ def test_nothing_moves_when_no_node_stays_below_low() -> None:
     p = run_plan([0.9, 0.5, 0.45, 0.5], [workload_pod("big", "n0")])
     assert p.moves == ()
     assert reasons(p) == {
-        "default/big": "no node stays below low 0.60 of u after the move (the closest, n2, would be at 0.70)"
+        # The engine's own verdict: n0 (the source) is out, n1..n3 would end over low.
+        "default/big": "no feasible node for its replacement: 0/4 nodes are available: 4 node(s) had u above 0.6."
     }
 
 
@@ -180,9 +181,11 @@ class CountingEngine(Engine):
         return super().schedule(*args, **kwargs)
 
 
-def test_a_candidate_no_node_could_take_costs_no_engine_call() -> None:
+def test_a_look_with_no_cool_node_pays_one_engine_call() -> None:
     """At 5,000 nodes a proof costs about 2 ms, and one that explains every node's verdict 25 ms:
-    a look over hot nodes in a cluster with no cool node must not pay one per candidate."""
+    once the engine found no node under the judged metrics' lines for a victim's load, a look
+    skips every candidate moving as much or more with the engine's reason, until a move
+    changes the values."""
     engine = CountingEngine(Config(metrics=(usage_metric(),)))
     pods = [workload_pod(f"p{i}", "n0", cpu="500m", owner=f"w{i}") for i in range(6)]
     snapshot = build_snapshot([node(n) for n in NODES], pods)
@@ -192,14 +195,31 @@ def test_a_candidate_no_node_could_take_costs_no_engine_call() -> None:
         engine, rebalance(), snapshot, pods, [usage_metric()], values, hot, lambda k, m: None, NOW, Budget(5)
     )
     assert p.moves == () and len(p.skipped) == 6
-    assert engine.calls == 0
+    assert {s.reason for s in p.skipped} == {
+        "no feasible node for its replacement: 0/4 nodes are available: 4 node(s) had u above 0.6."
+    }
+    assert (engine.calls, engine.explained) == (1, 0)
     # Where a node could take it, one proof, and no explanation.
     values[1, 0] = 0.3
     p = plan(
         engine, rebalance(), snapshot, pods, [usage_metric()], values, hot, lambda k, m: None, NOW, Budget(1)
     )
     assert moved(p) == [("default/p0", "n0", "n1")]
-    assert (engine.calls, engine.explained) == (1, 0)
+    assert (engine.calls, engine.explained) == (2, 0)
+
+
+def test_a_node_annotation_never_loosens_the_line_a_move_must_stay_under() -> None:
+    """n1 would end at 0.75 with the victim, over low 0.6; its own threshold annotation (0.95)
+    lets the scheduler place there, but not a move. n3's stricter one (0.35) holds a move off
+    it too, although 0.55 is under low: the move goes to n2."""
+    nodes = [
+        node("n0"),
+        node("n1", annotations={"threshold.ksched.io/u-above": "0.95"}),
+        node("n2"),
+        node("n3", annotations={"threshold.ksched.io/u-above": "0.35"}),
+    ]
+    p = run_plan([0.9, 0.5, 0.3, 0.3], [workload_pod("big", "n0")], nodes=nodes)
+    assert moved(p) == [("default/big", "n0", "n2")]
 
 
 def test_a_target_stays_cool_on_every_judged_metric() -> None:
@@ -223,7 +243,8 @@ def test_a_target_stays_cool_on_every_judged_metric() -> None:
     snapshot = build_snapshot([node(n) for n in NODES], pods)
     p = plan(engine, config, snapshot, pods, [u, m], values, hot, lambda k, m: None, NOW, Budget(5))
     assert reasons(p) == {
-        "default/big": "no node stays on the cool side of every judged metric's low after the move"
+        "default/big": "no feasible node for its replacement: 0/4 nodes are available: "
+        "1 node(s) had m above 0.6, 3 node(s) had u above 0.6."
     }
     values[3] = [0.3, 0.3]
     p = plan(engine, config, snapshot, pods, [u, m], values, hot, lambda k, m: None, NOW, Budget(5))
@@ -251,7 +272,7 @@ def test_a_below_metric_never_moves_to_a_node_that_would_drop_under_low() -> Non
     p = run_plan([0.1, 0.5, 0.55, 0.6], [workload_pod("big", "n0")], config=config, metric=free)
     assert p.moves == ()
     assert reasons(p) == {
-        "default/big": "no node stays above low 0.40 of u after the move (the closest, n3, would be at 0.35)"
+        "default/big": "no feasible node for its replacement: 0/4 nodes are available: 4 node(s) had u below 0.4."
     }
 
 

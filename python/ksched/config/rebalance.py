@@ -66,10 +66,6 @@ class RebalanceThreshold:
     def hot(self, value: float) -> bool:
         return value > self.high if self.direction == "above" else value < self.high
 
-    def cool_enough(self, value: float) -> bool:
-        """A target's value after the move is on the cool side of ``low``."""
-        return value < self.low if self.direction == "above" else value > self.low
-
 
 @dataclass(frozen=True)
 class RebalanceMetric:

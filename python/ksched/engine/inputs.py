@@ -12,7 +12,7 @@ protocols) come from ``_core``'s own tables; nothing here calls the engine.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple, cast
 
@@ -196,14 +196,22 @@ def metric_specs(metrics: Sequence[MetricConfig], snapshot: Snapshot) -> list[Me
 
 
 def metric_load(
-    snapshot: Snapshot, rows: Sequence[Row], metrics: Sequence[MetricConfig]
+    snapshot: Snapshot,
+    rows: Sequence[Row],
+    metrics: Sequence[MetricConfig],
+    moved: Mapping[str, Mapping[str, float]] | None = None,
 ) -> MetricLoad | None:
     """Load estimate v2's inputs to the metric filter for ``rows`` (in order): each pod's
     estimated usage of each metric's estimate resource (:func:`estimated_usage`), its
     thresholds (its priority band's), the metrics it is exempt from (its controller's kind is
     in the metric's ``exempt``, or it is a mirror pod), and the nodes' own thresholds
-    (:func:`node_thresholds`). None where none of it can change a verdict or a herd estimate
-    (no metric filters and none has an estimate of its own): the specs alone then decide."""
+    (:func:`node_thresholds`). None where none of it can change a verdict or an estimate
+    (no metric filters and none has an estimate of its own): the specs alone then decide.
+
+    ``moved``: pods (by key) that move a known load, a rebalancing move's replacement with
+    its victim's usage (metric name -> engine units): that usage counts in place of their
+    estimate, and each metric holds them to their own thresholds and the node's, whichever
+    is stricter (``METRIC_STRICTER_THRESHOLDS``)."""
     nodes = [node_thresholds(snapshot, m.name) for m in metrics]
     filtering = any(
         m.above is not None or m.below is not None or m.bands or m.missing == "exclude" for m in metrics
@@ -218,7 +226,7 @@ def metric_load(
     below = np.full((count, width), np.nan)
     exempt = np.zeros((count, width), dtype=np.uint8)
     for k, m in enumerate(metrics):
-        exempt[:, k] = [kind is None or kind in m.exempt for kind in owners]
+        exempt[:, k] = [_core.METRIC_EXEMPT if kind is None or kind in m.exempt else 0 for kind in owners]
         if m.bands:
             for i, r in enumerate(rows):
                 pod_above, pod_below = m.thresholds(r.req.priority)
@@ -237,6 +245,14 @@ def metric_load(
                 )
                 for r in rows
             ]
+    for i, r in enumerate(rows):
+        known = (moved or {}).get(r.req.key)
+        if known is None:
+            continue
+        for k, m in enumerate(metrics):
+            exempt[i, k] = _core.METRIC_STRICTER_THRESHOLDS
+            if m.estimate is not None and m.name in known:
+                amounts[i, k] = int(m.load_sign) * round(known[m.name])
     return {
         "incoming": [m.estimate is not None and not m.estimate.legacy for m in metrics],
         "amounts": amounts.reshape(-1),

@@ -5,17 +5,19 @@ Owns the candidates on each hot node (pods a controller re-creates, scheduled by
 rebalancing profile, old enough, not critical, not mirror or DaemonSet pods), their order
 (lowest priority, then BestEffort < Burstable < Guaranteed, then largest usage), the limits
 of one look, and the proof: the victim's replacement (its copy) is placed by the same
-:class:`~ksched.engine.Engine` that schedules pods, with the victim's load moved onto every
-node's value (added for an "above" metric, taken off for a "below" one, where higher is
-better) and each judged metric's threshold lowered to ``low``. The source, and any node the
-move would leave on the hot side of ``low``, are out whatever their own threshold
-annotations say (by their values, not a node-affinity term, which would also change the
-replacement's topology spread domains); the plan's victims count as gone (topology spread
-skips them); a candidate no node could take costs no engine call. A move is made only where
-the engine places it; each move's load is then counted on its target (and taken off its
-source) before the next candidate is proved, and its replacement holds its room as a
-nominated pod and its proved load on its target's values, so two moves never fill one node
-twice. A source stops giving pods once it is no longer hot.
+:class:`~ksched.engine.Engine` that schedules pods, carrying the victim's usage in the
+engine's own estimate input (``Engine.schedule``'s ``moved``), so the engine adds its share
+to each node's value as it does for any pod being placed (load.rs), against each judged
+metric's threshold lowered to ``low`` and a node's own threshold where that is stricter
+(``METRIC_STRICTER_THRESHOLDS``: a node's looser annotation never lets a target stay hot).
+The source is out by its value, not by a node-affinity term, which would also change the
+replacement's topology spread domains; the plan's victims count as gone (topology spread
+skips them). A move is made only where the engine places it, and a candidate it cannot
+place is skipped with the engine's own FailedScheduling message; each move's load is then
+counted on its target (and taken off its source) before the next candidate is proved, and
+its replacement holds its room as a nominated pod and its proved load on its target's
+values, so two moves never fill one node twice. A source stops giving pods once it is no
+longer hot. The share arithmetic is :mod:`ksched.engine.load`'s.
 
 Pure: it reads a snapshot, values and pods, and returns a :class:`Plan` (a proof marks the
 victims terminating in the snapshot's pod table and puts them back). It never evicts,
@@ -69,6 +71,8 @@ MOVED_USAGE_ANNOTATION = "rebalance.ksched.io/moved-usage"
 QOS_ORDER = {"BestEffort": 0, "Burstable": 1, "Guaranteed": 2}
 
 EXCLUDE, PENDING = MISSING[2], ON_SATURATION[0]
+# How the engine names the metric filter in a placement's ``rejected_by`` (``Metric/<name>``).
+METRIC_PLUGIN = "Metric/"
 
 TERMINATING = "terminating"
 MIRROR = "static (mirror) pod"
@@ -270,6 +274,9 @@ class _Planner:
         )
         self.proof_metrics = [_proof_metric(m, line) for m, line in zip(self.judged, self.lines, strict=True)]
         self.held: list[Obj] = list(reserved)
+        # Usage the engine found no node for by the judged metrics alone, with its reason,
+        # since the last move.
+        self.hopeless: list[tuple[tuple[float, ...], str]] = []
         # The pod table rows of this plan's victims: they leave, so no proof counts them.
         self.leaving: list[int] = []
         self.moves: list[Move] = []
@@ -421,21 +428,20 @@ class _Planner:
     # -- the proof -----------------------------------------------------
 
     def _prove(self, c: _Candidate, source: str, row: int, k: int) -> Move | str:
-        """Place the candidate's replacement with its load moved: a Move where it lands on a
-        node that stays on the cool side of every judged metric's ``low``, else why not."""
+        """Place the candidate's replacement with its load: a Move where the engine places it
+        (its load counted on each node by the engine's own estimate input, against every
+        judged metric's ``low``), else why not."""
         shares = self._shares(c.amounts)
         if not shares[row, k] > 0:
             return f"takes no {self.lines[k].metric} with it"
         load = shares * self.sign
-        moved = self.values + load
-        by_metric = self._cool(moved)
-        cool = np.all(by_metric, axis=1)
-        cool[row] = False
-        if not cool.any():
-            return self._too_hot(by_metric, moved, row)
-        # A node the move leaves on the hot side of ``low`` is out, even where its own threshold
-        # annotation would let the engine place there.
-        proof = np.where(cool[:, None] | np.isnan(moved), moved, np.inf * self.sign)
+        hopeless = next((why for amounts, why in self.hopeless if _at_least(c.amounts, amounts)), None)
+        if hopeless is not None:
+            return hopeless
+        # The source is out; every other node keeps its value, which the engine reads with
+        # the replacement's load added (``moved``), held to ``low`` and to a node's own
+        # threshold where that is stricter, never to a looser one.
+        proof = self.values.copy()
         proof[row] = np.inf * self.sign
         table = self.snapshot.pods
         victim = table.rows.get(c.key)
@@ -445,29 +451,36 @@ class _Planner:
         # prove a target whose skew the eviction then breaks).
         before = table.terminating[leaving].copy()
         table.terminating[leaving] = 1
+        pending = pending_copy(c.pod)
+        usage = {m.name: amount for m, amount in zip(self.judged, c.amounts, strict=True)}
         try:
             placement = self.engine.schedule(
                 self.snapshot,
-                [pending_copy(c.pod)],
+                [pending],
                 proof,
                 metrics=self.proof_metrics,
                 nominated=_holding(self.held, priority(c.pod)),
+                moved={pod_key(pending): usage},
             ).placements[0]
         finally:
             table.terminating[leaving] = before
         target = placement.node
         if target is None:
-            return f"no feasible node for its replacement: {placement.message}"
+            why = f"no feasible node for its replacement: {_filter_verdict(placement.message)}"
+            if placement.rejected_by and all(p.startswith(METRIC_PLUGIN) for p in placement.rejected_by):
+                # Every node was over a judged metric's line: until a move changes the values,
+                # no candidate moving at least as much load can land either (no engine call).
+                self.hopeless.append((c.amounts, why))
+            return why
         t = self.snapshot.index[target]
         line = self.lines[k]
-        proved = {m.name: amount for m, amount in zip(self.judged, c.amounts, strict=True)}
         replacement = build_replacement(c.pod, source)
         held = copy.copy(replacement)
         held["metadata"] = {
             **replacement["metadata"],
             "annotations": {
                 **(replacement["metadata"].get("annotations") or {}),
-                MOVED_USAGE_ANNOTATION: json.dumps(proved, sort_keys=True),
+                MOVED_USAGE_ANNOTATION: json.dumps(usage, sort_keys=True),
             },
         }
         held["status"] = {"nominatedNodeName": target}
@@ -485,45 +498,30 @@ class _Planner:
             source_before=float(self.values[row, k]),
             source_after=float(self.values[row, k] - load[row, k]),
             target_before=float(self.values[t, k]),
-            target_after=float(moved[t, k]),
+            target_after=float(self.values[t, k] + load[t, k]),
             replacement=held,
         )
         self.values[row] -= np.nan_to_num(load[row])
         self.values[t] += np.nan_to_num(load[t])
+        self.hopeless.clear()
         self.held.append(move.replacement)
         if victim is not None:
             self.leaving.append(victim)
         return move
 
-    def _cool(self, moved: npt.NDArray[np.float64]) -> npt.NDArray[np.bool_]:
-        """Node x judged metric: the value after the move is on the cool side of ``low``
-        (False where it has none)."""
-        out = np.zeros(moved.shape, dtype=bool)
-        for j, line in enumerate(self.lines):
-            column = moved[:, j]
-            out[:, j] = column < line.low if line.direction == "above" else column > line.low
-        return out
 
-    def _too_hot(self, cool: npt.NDArray[np.bool_], moved: npt.NDArray[np.float64], source: int) -> str:
-        """The skip reason of a replacement no node could take by the judged metrics alone
-        (no engine call is made for it): the first metric no node stays cool on, and the node
-        that would come closest; or, where each has such nodes, that none is cool on all."""
-        others = np.ones(len(cool), dtype=bool)
-        others[source] = False
-        for j, line in enumerate(self.lines):
-            if cool[others, j].any():
-                continue
-            side = "below" if line.direction == "above" else "above"
-            known = np.flatnonzero(others & ~np.isnan(moved[:, j]))
-            if known.size == 0:
-                return f"no node stays {side} low {line.low:.2f} of {line.metric} after the move (no node has a value)"
-            values = moved[known, j]
-            best = int(known[int(np.argmin(values) if line.direction == "above" else np.argmax(values))])
-            return (
-                f"no node stays {side} low {line.low:.2f} of {line.metric} after the move "
-                f"(the closest, {self.snapshot.node_names[best]}, would be at {float(moved[best, j]):.2f})"
-            )
-        return "no node stays on the cool side of every judged metric's low after the move"
+def _at_least(amounts: Sequence[float], than: Sequence[float]) -> bool:
+    """Whether a pod using ``amounts`` moves at least as much of each metric as ``than``."""
+    return all(a >= b for a, b in zip(amounts, than, strict=True))
+
+
+def _filter_verdict(message: str | None) -> str:
+    """The filters' part of a FailedScheduling message (``0/4 nodes are available: 3 node(s)
+    had u above 0.6.``), without the preemption and claims verdicts a move never uses."""
+    out = message or "no node fits"
+    for tail in (" no new claims to deallocate,", " preemption:"):
+        out = out.split(tail, 1)[0]
+    return out.rstrip()
 
 
 def build_replacement(pod: Obj, source: str) -> Obj:
@@ -633,16 +631,21 @@ def _epoch(raw: object) -> float | None:
 
 def _proof_metric(metric: MetricConfig, line: RebalanceThreshold) -> MetricConfig:
     """The metric as the proof judges a target by: its threshold at ``low``, no priority
-    bands or exempt owners, no estimate (the victim's load is already in the values), a
-    node without a value excluded, and no placement over the line."""
+    bands or exempt owners, the replacement's load counted by the engine (its estimate input
+    carries the victim's usage: ``Engine.schedule``'s ``moved``), a node without a value
+    excluded, and no placement over the line."""
     # The engine rejects a value over ``above``; a target must end strictly below ``low``.
+    estimate = metric.estimate
+    if estimate is not None:
+        # Counted as given, whatever the configured estimate would guess or learn.
+        estimate = replace(estimate, legacy=False, calibration=None, deviations=0.0)
     return replace(
         metric,
         above=math.nextafter(line.low, -math.inf) if line.direction == "above" else None,
         below=math.nextafter(line.low, math.inf) if line.direction == "below" else None,
         bands=(),
         exempt=(),
-        estimate=None,
+        estimate=estimate,
         missing=EXCLUDE,
         on_saturation=PENDING,
     )

@@ -103,6 +103,7 @@ class Engine:
         metrics: Sequence[MetricConfig] | None = None,
         groups: Mapping[str, GangStatus] | None = None,
         nominated: Sequence[Obj] = (),
+        moved: Mapping[str, Mapping[str, float]] | None = None,
     ) -> BatchResult:
         """Place ``pods`` (pending, any order) on ``snapshot``; returns one placement per pod, in queue order.
 
@@ -112,13 +113,15 @@ class Engine:
         bound: a gang is placed only if at least minMember of it can be placed
         together, else none of it is (see :mod:`ksched.engine.gang_placement`). ``nominated`` are
         pending pods outside the batch that an earlier preemption nominated to a
-        node: that room is held for pods of lower or equal priority."""
+        node: that room is held for pods of lower or equal priority. ``moved``: pods (by
+        key) that move a known load, metric name -> usage in engine units
+        (:func:`~ksched.engine.inputs.metric_load`): a rebalancing move's replacement."""
         started = time.perf_counter()
         if metrics is None:
             metrics = self.config.metrics
         metrics, metric_values = self._own_metrics(metrics, metric_values)
         batch = self._compile(snapshot, _in_queue_order(pods), metrics, groups, explain)
-        call = partial(self._call, snapshot, batch, metrics, metric_values, nominated=nominated)
+        call = partial(self._call, snapshot, batch, metrics, metric_values, nominated=nominated, moved=moved)
         run = partial(call, deadline_s)
         if any(m.on_saturation == LEAST_LOADED for m in metrics):
             run = partial(relax_saturated, batch, metrics, call, deadline_s)
@@ -245,13 +248,14 @@ class Engine:
         metric_values: npt.NDArray[np.float64] | None,
         deadline_s: float | None,
         nominated: Sequence[Obj],
+        moved: Mapping[str, Mapping[str, float]] | None = None,
     ) -> tuple[Outcome, list[str]]:
         """One engine call on the batch's rows (in order); also the keys of the evictable pods.
         Only the call itself counts as the batch's Rust time: its inputs are built first, once
         for the rows (:meth:`_compiled`), with each run's relaxed thresholds on top."""
         inputs = batch.inputs
         if inputs is None:
-            inputs = batch.inputs = self._compiled(snapshot, batch, metrics, metric_values, nominated)
+            inputs = batch.inputs = self._compiled(snapshot, batch, metrics, metric_values, nominated, moved)
         load = relaxed_load(inputs.load, batch, metrics, snapshot, metric_values)
         started = time.perf_counter()
         out = _core.schedule(
@@ -278,6 +282,7 @@ class Engine:
         metrics: Sequence[MetricConfig],
         metric_values: npt.NDArray[np.float64] | None,
         nominated: Sequence[Obj],
+        moved: Mapping[str, Mapping[str, float]] | None,
     ) -> EngineInputs:
         """The engine's inputs for the batch's rows, before any threshold is relaxed. Nothing
         they are built from changes between runs on the same rows (the saturation reruns)."""
@@ -299,7 +304,7 @@ class Engine:
             specs=metric_specs(metrics, snapshot),
             profile=engine_profile(self.profile, snapshot),
             explain_row=batch.explain_row(),
-            load=metric_load(snapshot, batch.rows, metrics),
+            load=metric_load(snapshot, batch.rows, metrics, moved),
         )
 
 

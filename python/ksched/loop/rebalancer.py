@@ -383,7 +383,7 @@ class Rebalancer:
 
 def look_summary(planned: Plan) -> str:
     """``3 hot nodes (node-3, node-7, node-9), 1 move; not moved: 4 workload cooling down,
-    2 no node stays below low 0.60 of cpu after the move``: a look's plan, its skip reasons without the
+    2 no feasible node for its replacement``: a look's plan, its skip reasons without the
     per-pod detail that follows a reason's first ``" ("`` or ``": "``."""
     nodes = sorted({h.node for h in planned.hot})
     shown = ", ".join(nodes[:SUMMARY_NODES]) + (", ..." if len(nodes) > SUMMARY_NODES else "")

@@ -9,7 +9,7 @@
 //! `POD_SELECTOR_OPERATORS`, `PROTOCOLS`, `VOLUME_CODES`), and DefaultPreemption's
 //! verdicts and pseudo reason codes (`POSTFILTER_CODES`), the metric filter's
 //! exemption codes in `MetricLoad["exempt"]` (`METRIC_EXEMPT`,
-//! `METRIC_POD_THRESHOLDS`); and `DEFAULT_PROFILE`, the
+//! `METRIC_POD_THRESHOLDS`, `METRIC_STRICTER_THRESHOLDS`); and `DEFAULT_PROFILE`, the
 //! engine's default profile (`Profile::default`, its own tests' fixture), which Python's
 //! defaults are tested against. Types: `ksched.core_types`.
 
@@ -76,6 +76,7 @@ pub fn add(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("VOLUME_CODES", volumes)?;
     m.add("METRIC_EXEMPT", model::METRIC_EXEMPT)?;
     m.add("METRIC_POD_THRESHOLDS", model::METRIC_POD_THRESHOLDS)?;
+    m.add("METRIC_STRICTER_THRESHOLDS", model::METRIC_STRICTER_THRESHOLDS)?;
     {
         use ksched_core::plugins::default_preemption::{verdict, NOT_HELPFUL, NO_VICTIMS};
         let pre = PyDict::new(py);

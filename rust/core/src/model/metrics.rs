@@ -63,8 +63,8 @@ pub struct LoadInputs<'a> {
     /// `pods × metrics`: each pod's thresholds (its priority band's).
     pub pod_above: &'a [f64],
     pub pod_below: &'a [f64],
-    /// `pods × metrics`: `METRIC_EXEMPT`, `METRIC_POD_THRESHOLDS`, or 0 where
-    /// the metric filters the pod as usual.
+    /// `pods × metrics`: `METRIC_EXEMPT`, `METRIC_POD_THRESHOLDS`,
+    /// `METRIC_STRICTER_THRESHOLDS`, or 0 where the metric filters the pod as usual.
     pub exempt: &'a [u8],
     /// `nodes × metrics`: thresholds that replace the pod's on that node (NaN: none).
     pub node_above: &'a [f64],
@@ -78,6 +78,11 @@ pub const METRIC_EXEMPT: u8 = 1;
 /// (a saturated pod placed on the least-loaded node); a missing value still
 /// excludes where the metric says so.
 pub const METRIC_POD_THRESHOLDS: u8 = 2;
+/// `LoadInputs::exempt`: the pod's own thresholds and the node's, whichever is
+/// stricter on each side (a rebalancing move's replacement: it must end on the
+/// cool side of the move's line, and of a node's own line where that is
+/// stricter, but a node's looser line never lets it through).
+pub const METRIC_STRICTER_THRESHOLDS: u8 = 3;
 
 impl<'a> Metrics<'a> {
     /// No load estimate v2 inputs: the specs alone.

@@ -23,7 +23,7 @@ pub mod volumes;
 pub use classes::{Classes, Selectors, Tolerations};
 pub use encoding::*;
 pub use events::ClusterEvent;
-pub use metrics::{LoadInputs, MetricSpec, Metrics, Missing, Prefer, METRIC_EXEMPT, METRIC_POD_THRESHOLDS};
+pub use metrics::{LoadInputs, MetricSpec, Metrics, Missing, Prefer, METRIC_EXEMPT, METRIC_POD_THRESHOLDS, METRIC_STRICTER_THRESHOLDS};
 pub use nodes::{Images, Labels, Nodes, Ports, Taints};
 pub use pod_table::{LabelSets, PodSelectors, PodTable, PodTerms, SpreadConstraints, TermSets};
 pub use pods::{PodImages, Pods, Preemption, Reservations, Victims};

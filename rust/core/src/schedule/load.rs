@@ -16,7 +16,7 @@
 
 use super::engine::{Engine, Incoming, MetricFilter, PodView};
 use super::state::BatchState;
-use crate::model::{LoadInputs, MetricSpec, METRIC_EXEMPT, METRIC_POD_THRESHOLDS};
+use crate::model::{LoadInputs, MetricSpec, METRIC_EXEMPT, METRIC_POD_THRESHOLDS, METRIC_STRICTER_THRESHOLDS};
 use crate::plugins::{metrics, FEASIBLE};
 
 /// A threshold as the load inputs carry it (NaN: none), bit for bit.
@@ -33,6 +33,21 @@ fn limit(v: f64) -> Option<f64> {
 fn on_node(load: &LoadInputs, m: usize, node: usize, k: usize, fallback: (Option<f64>, Option<f64>)) -> (Option<f64>, Option<f64>) {
     let at = node * m + k;
     (limit(load.node_above[at]).or(fallback.0), limit(load.node_below[at]).or(fallback.1))
+}
+
+/// Metric `k`'s thresholds on `node` for a pod held to `pod` and to the node's
+/// own, whichever is stricter: the lower `above`, the higher `below`.
+#[inline]
+fn stricter(load: &LoadInputs, m: usize, node: usize, k: usize, pod: (Option<f64>, Option<f64>)) -> (Option<f64>, Option<f64>) {
+    let at = node * m + k;
+    let pick = |a: Option<f64>, b: Option<f64>, f: fn(f64, f64) -> f64| match (a, b) {
+        (Some(a), Some(b)) => Some(f(a, b)),
+        (a, b) => a.or(b),
+    };
+    (
+        pick(pod.0, limit(load.node_above[at]), f64::min),
+        pick(pod.1, limit(load.node_below[at]), f64::max),
+    )
 }
 
 /// Whether a pod's own estimate of metric `k` (its load row at `at`) counts on
@@ -104,6 +119,7 @@ impl Engine<'_, '_> {
                 match load.exempt[row + k] {
                     METRIC_EXEMPT => None,
                     METRIC_POD_THRESHOLDS => Some(pod_limits),
+                    METRIC_STRICTER_THRESHOLDS => Some(stricter(load, m, node, k, pod_limits)),
                     _ => Some(on_node(load, m, node, k, pod_limits)),
                 }
             },

@@ -4,7 +4,7 @@
 //! all of them places exactly as its pods scheduled one at a time.
 
 use super::*;
-use crate::model::{LoadInputs, METRIC_EXEMPT, METRIC_POD_THRESHOLDS};
+use crate::model::{LoadInputs, METRIC_EXEMPT, METRIC_POD_THRESHOLDS, METRIC_STRICTER_THRESHOLDS};
 use crate::reasons::METRIC_BELOW;
 
 /// Load inputs for one call, owned.
@@ -165,6 +165,34 @@ fn thresholds_per_pod_and_node_with_the_incoming_pod() {
             above: 0.5,
             exempt: METRIC_POD_THRESHOLDS,
             node_above: [NONE, 0.95, 0.2],
+            feasible: 1,
+            reasons: vec![(above, 2)],
+            ..base()
+        },
+        Case {
+            name: "a move's replacement: a node's looser threshold does not let it through",
+            above: 0.5,
+            exempt: METRIC_STRICTER_THRESHOLDS,
+            node_above: [NONE, 0.95, 0.2],
+            feasible: 1,
+            reasons: vec![(above, 2)],
+            ..base()
+        },
+        Case {
+            name: "a move's replacement: a node's stricter threshold holds it back",
+            above: 0.9,
+            exempt: METRIC_STRICTER_THRESHOLDS,
+            node_above: [0.2, NONE, NONE],
+            feasible: 2,
+            reasons: vec![(above, 1)],
+            ..base()
+        },
+        Case {
+            name: "a move's replacement: its own estimate counts against the stricter line",
+            amount: 200,
+            above: 0.9,
+            exempt: METRIC_STRICTER_THRESHOLDS,
+            node_above: [0.45, NONE, NONE],
             feasible: 1,
             reasons: vec![(above, 2)],
             ..base()
