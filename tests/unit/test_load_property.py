@@ -5,9 +5,10 @@ filter reads: each node's value, plus what the batch's earlier placements added 
 (state.rs), plus the probe's own share (load.rs). The same values are computed in Python:
 the earlier placements tracked as recent pods bound after the sample
 (:class:`ksched.loop.recent_pods.RecentPods`, the live loop's accounting) and the probe's
-share from :mod:`ksched.engine.load`. Each node the engine's explanation judges by the metric
-must have the verdict the Python values give, on both sides of the filter (``above`` for a
-busy metric, ``below`` for free capacity)."""
+share from :mod:`ksched.engine.load`, the line on each node from its threshold annotation
+where it has one (:func:`ksched.engine.load.lines_on_nodes`). Each node the engine's
+explanation judges by the metric must have the verdict the Python values give, on both
+sides of the filter (``above`` for a busy metric, ``below`` for free capacity)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from hypothesis import strategies as st
 
 from ksched.config import Config, EstimateConfig, MetricConfig
 from ksched.engine import Engine
-from ksched.engine.load import shares
+from ksched.engine.load import lines_on_nodes, shares
 from ksched.engine.pods import pod_requests
 from ksched.engine.snapshot import build_snapshot
 from ksched.loop.recent_pods import RecentPods
@@ -42,6 +43,8 @@ def clusters(draw: Any) -> dict[str, Any]:
         "pods": [draw(st.integers(1, 40)) * 100 for _ in range(draw(st.integers(0, 6)))],
         "probe": draw(st.integers(1, 40)) * 100,
         "line": draw(st.floats(0.2, 0.95)),
+        # Some nodes carry their own threshold annotation, which replaces the pod's line there.
+        "own": [draw(st.one_of(st.none(), st.floats(0.1, 0.99))) for _ in range(n)],
         "free": draw(st.booleans()),
     }
 
@@ -50,8 +53,19 @@ def clusters(draw: Any) -> dict[str, Any]:
 @given(clusters())
 def test_the_engines_metric_verdicts_are_pythons_arithmetic(c: dict[str, Any]) -> None:
     names = [f"n{i}" for i in range(len(c["cores"]))]
-    nodes = [node(name, cpu=str(cores), memory="64Gi") for name, cores in zip(names, c["cores"], strict=True)]
     free = c["free"]
+    side = "below" if free else "above"
+    nodes = [
+        node(
+            name,
+            cpu=str(cores),
+            memory="64Gi",
+            annotations={}
+            if own is None
+            else {f"threshold.ksched.io/u-{side}": f"{1.0 - own if free else own}"},
+        )
+        for name, cores, own in zip(names, c["cores"], c["own"], strict=True)
+    ]
     # Free capacity falls with load and is filtered below a line; busy rises, filtered above.
     metric = MetricConfig(
         name="u",
@@ -85,13 +99,16 @@ def test_the_engines_metric_verdicts_are_pythons_arithmetic(c: dict[str, Any]) -
     seen += metric.load_sign * shares(snapshot, "cpu", float(c["probe"]))
 
     assert result.explanation is not None
+    pod_above = np.nan if metric.above is None else metric.above
+    pod_below = np.nan if metric.below is None else metric.below
+    above, below = lines_on_nodes(snapshot, "u", pod_above, pod_below)
+    lines = below if free else above
     judged = at_line = 0
     for n in result.explanation.nodes:
         if n.plugin not in (None, "Metric/u"):
             continue  # another filter decided first (the batch filled its cpu)
-        v = float(seen[snapshot.index[n.node]])
-        line = metric.below if free else metric.above
-        assert line is not None
+        row = snapshot.index[n.node]
+        v, line = float(seen[row]), float(lines[row])
         if abs(v - line) < MARGIN:
             at_line += 1
             continue

@@ -1,8 +1,9 @@
 """The load arithmetic shared by placing, moving and the dry run: a pod's share of a node,
 and how much of a pod's load a metric's sample shows.
 
-Owns two rules, each written once in Python (the engine's ``rust/core/src/schedule/load.rs``
-and ``state.rs`` apply the first to the pod being placed and the batch's placements):
+Owns three rules, each written once in Python (the engine's ``rust/core/src/schedule/load.rs``
+and ``state.rs`` apply the first and the last to the pod being placed and the batch's
+placements):
 
 - **Share.** A pod using ``amount`` of a resource (engine units: millicores for cpu) moves a
   metric by ``amount / allocatable`` of that resource on its node, signed by the metric's
@@ -13,6 +14,8 @@ and ``state.rs`` apply the first to the pod being placed and the batch's placeme
   ``t``. So of a pod that arrived at ``t`` it misses, and of a pod that left at ``t`` it still
   shows, :func:`before_event` ``= clip(1 - (sampled_at - t) / W, 0, 1)``; with ``W = 0``, all
   of it while ``t >= sampled_at``, else nothing.
+- **Lines.** A metric filters a pod on a node by the node's own threshold annotation where it
+  has one, else by the pod's (its priority band's): :func:`lines_on_nodes`.
 
 Pure numpy over a :class:`~ksched.engine.snapshot.Snapshot`; reads no clock.
 """
@@ -22,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from ksched.engine.snapshot import Snapshot
+from ksched.engine.snapshot import Snapshot, node_thresholds
 
 
 def allocatable(snapshot: Snapshot, resource: str) -> npt.NDArray[np.float64] | None:
@@ -81,3 +84,15 @@ def before_event(event_at: npt.ArrayLike, sampled_at: float, window_s: float) ->
         out: npt.NDArray[np.float64] = np.clip(1.0 - (sampled_at - at) / window_s, 0.0, 1.0)
         return out
     return np.where(at >= sampled_at, 1.0, 0.0)
+
+
+def lines_on_nodes(
+    snapshot: Snapshot, metric: str, pod_above: float, pod_below: float
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """The ``above`` and ``below`` lines metric ``metric`` filters a pod with on each node
+    (NaN: none): the node's own threshold where it has one, else the pod's."""
+    own_above, own_below = node_thresholds(snapshot, metric)
+    return (
+        np.where(np.isnan(own_above), pod_above, own_above),
+        np.where(np.isnan(own_below), pod_below, own_below),
+    )

@@ -21,16 +21,17 @@ from dataclasses import replace
 import numpy as np
 import numpy.typing as npt
 
+from ksched import _core
 from ksched.config import MetricConfig
 from ksched.core_types import MetricLoad, Outcome
 from ksched.engine.batch import Batch
-from ksched.engine.load import shares
+from ksched.engine.load import lines_on_nodes, shares
 from ksched.engine.placements import LEAST_LOADED, Saturation
 from ksched.engine.snapshot import Snapshot, node_thresholds
 
 # ``MetricLoad``'s ``exempt``: only the pod's own thresholds apply (a relaxed pod's), not the
 # nodes'; the metric's missing policy still does.
-POD_THRESHOLDS = 2
+POD_THRESHOLDS = _core.METRIC_POD_THRESHOLDS
 
 
 def relax_saturated(
@@ -120,12 +121,10 @@ def _rejected_values(
     seen = np.array(column, dtype=np.float64)
     if load["incoming"][at % m] and metric.estimate is not None:
         seen += shares(snapshot, metric.estimate.resource, float(load["amounts"][at]))
-    own_above, own_below = node_thresholds(snapshot, metric.name)
+    above, below = lines_on_nodes(snapshot, metric.name, load["pod_above"][at], load["pod_below"][at])
     if side == "above":
-        limit = np.where(np.isnan(own_above), load["pod_above"][at], own_above)
-        return np.unique(seen[seen > limit])
-    limit = np.where(np.isnan(own_below), load["pod_below"][at], own_below)
-    return np.unique(seen[seen < limit])[::-1]
+        return np.unique(seen[seen > above])
+    return np.unique(seen[seen < below])[::-1]
 
 
 def note_saturation(
