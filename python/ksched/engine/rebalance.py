@@ -30,10 +30,8 @@ from __future__ import annotations
 import copy
 import json
 import math
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from datetime import datetime
-from typing import Any
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -44,157 +42,75 @@ from ksched.config.rebalance import RebalanceConfig, RebalanceThreshold
 from ksched.engine.estimate import estimated_usage
 from ksched.engine.inputs import MIRROR_ANNOTATION
 from ksched.engine.load import shares
+from ksched.engine.moves import (
+    BUDGET_SPENT,
+    COOLING,
+    DAEMONSET,
+    LOCAL_STORAGE,
+    MIRROR,
+    MOVED_USAGE_ANNOTATION,
+    NO_CONTROLLER,
+    QOS_ORDER,
+    RECREATING_KINDS,
+    SYSTEM_CRITICAL,
+    SYSTEM_CRITICAL_CLASSES,
+    SYSTEM_CRITICAL_PRIORITY,
+    TEMPLATE_HASH_LABELS,
+    TERMINATING,
+    Budget,
+    HotNode,
+    Move,
+    Plan,
+    Skipped,
+    build_replacement,
+    controller_of,
+    epoch,
+    go_duration,
+    limit_reached,
+    moved_usage,
+    namespace_of,
+    other_scheduler,
+    pending_copy,
+    qos_class,
+    template_hash_of,
+    too_young,
+)
 from ksched.engine.pods import pod_requests, priority
-from ksched.engine.quantity import parse_quantity
 from ksched.engine.scheduler import Engine
 from ksched.engine.snapshot import Snapshot
-from ksched.errors import MalformedObjectError, QuantityError
+from ksched.errors import MalformedObjectError
 from ksched.objects import Obj, meta, pod_key, scheduler_name, spec
 
-# Controllers that create a new pod when one of theirs is evicted (a DaemonSet's pod comes
-# back on the same node, so moving it moves nothing).
-RECREATING_KINDS = ("ReplicaSet", "StatefulSet", "ReplicationController", "Job")
-# Pods the cluster cannot run without (upstream's system priority classes and the priority
-# they resolve to: anything at or above it is reserved for the system).
-SYSTEM_CRITICAL_CLASSES = ("system-cluster-critical", "system-node-critical")
-SYSTEM_CRITICAL_PRIORITY = 2_000_000_000
-# The labels a controller puts on the pods of one template (Deployment's ReplicaSet, and
-# StatefulSet/DaemonSet revisions): a replacement of the same template carries the same one.
-TEMPLATE_HASH_LABELS = ("pod-template-hash", "controller-revision-hash")
-# Added to the victim's name for its replacement as the engine sees it (the controller
-# names the real one).
-REPLACEMENT_SUFFIX = "-replacement"
-# On a replacement: what the proof moved with it (metric -> usage in engine units), so a
-# later look holds that load on its target, not the (often smaller) estimate of its requests.
-MOVED_USAGE_ANNOTATION = "rebalance.ksched.io/moved-usage"
-# QoS classes, in the order candidates are taken (BestEffort first).
-QOS_ORDER = {"BestEffort": 0, "Burstable": 1, "Guaranteed": 2}
+# The planner's callers read the types and reasons from here too (they live in moves).
+__all__ = [
+    "BUDGET_SPENT",
+    "COOLING",
+    "DAEMONSET",
+    "LOCAL_STORAGE",
+    "MIRROR",
+    "MOVED_USAGE_ANNOTATION",
+    "NO_CONTROLLER",
+    "SYSTEM_CRITICAL",
+    "TEMPLATE_HASH_LABELS",
+    "TERMINATING",
+    "Budget",
+    "HotNode",
+    "Move",
+    "Plan",
+    "Skipped",
+    "build_replacement",
+    "go_duration",
+    "limit_reached",
+    "other_scheduler",
+    "pending_copy",
+    "plan",
+    "qos_class",
+    "too_young",
+]
 
 EXCLUDE, PENDING = MISSING[2], ON_SATURATION[0]
 # How the engine names the metric filter in a placement's ``rejected_by`` (``Metric/<name>``).
 METRIC_PLUGIN = "Metric/"
-
-TERMINATING = "terminating"
-MIRROR = "static (mirror) pod"
-DAEMONSET = "DaemonSet pod"
-NO_CONTROLLER = "no controller re-creates it"
-SYSTEM_CRITICAL = "system-critical priority"
-LOCAL_STORAGE = "local storage (emptyDir)"
-COOLING = "workload cooling down"
-BUDGET_SPENT = "eviction budget of this look spent (maxPerCycle, evictionsPerMinute)"
-
-
-def other_scheduler(profile: str, name: str) -> str:
-    return f"not scheduled by {profile} (schedulerName {name})"
-
-
-def too_young(min_age_s: float) -> str:
-    return f"younger than minPodAge {go_duration(min_age_s)}"
-
-
-def limit_reached(key: str) -> str:
-    return f"limit {key} reached"
-
-
-@dataclass(frozen=True)
-class HotNode:
-    node: str
-    metric: str
-    value: float
-    high: float
-    # Consecutive fresh samples over ``high``.
-    samples: int
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "node": self.node,
-            "metric": self.metric,
-            "value": self.value,
-            "high": self.high,
-            "samples": self.samples,
-        }
-
-
-@dataclass(frozen=True)
-class Move:
-    """Evict ``pod`` from ``source``; the engine placed its replacement on ``target``."""
-
-    # ``namespace/name`` of the pod to evict.
-    pod: str
-    uid: str
-    namespace: str
-    # ``<Kind>/<namespace>/<name>`` of the pod's controller.
-    workload: str
-    owner_uid: str
-    # The pod's pod-template-hash or controller-revision-hash label.
-    template_hash: str | None
-    source: str
-    target: str
-    metric: str
-    # The pod's share of ``metric`` on the source, in metric units.
-    usage: float
-    source_before: float
-    source_after: float
-    target_before: float
-    target_after: float
-    # The pending replacement as the engine saw it, with status.nominatedNodeName = target.
-    replacement: Obj = field(compare=False, repr=False)
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "pod": self.pod,
-            "uid": self.uid,
-            "namespace": self.namespace,
-            "workload": self.workload,
-            "ownerUid": self.owner_uid,
-            "templateHash": self.template_hash,
-            "source": self.source,
-            "target": self.target,
-            "metric": self.metric,
-            "usage": self.usage,
-            "sourceBefore": self.source_before,
-            "sourceAfter": self.source_after,
-            "targetBefore": self.target_before,
-            "targetAfter": self.target_after,
-        }
-
-
-@dataclass(frozen=True)
-class Skipped:
-    """A pod on a hot node that is not moved, and why."""
-
-    pod: str
-    node: str
-    reason: str
-
-    def as_json(self) -> dict[str, Any]:
-        return {"pod": self.pod, "node": self.node, "reason": self.reason}
-
-
-@dataclass(frozen=True)
-class Plan:
-    hot: tuple[HotNode, ...]
-    moves: tuple[Move, ...]
-    skipped: tuple[Skipped, ...]
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "hot": [h.as_json() for h in self.hot],
-            "moves": [m.as_json() for m in self.moves],
-            "skipped": [s.as_json() for s in self.skipped],
-        }
-
-
-@dataclass(frozen=True)
-class Budget:
-    """What the caller still allows in this look (the live loop tracks the limits over time)."""
-
-    # min(maxPerCycle, rate-limit tokens left).
-    evictions: int
-    # Evictions already made this cycle, per source node.
-    per_node: Mapping[str, int] = field(default_factory=dict)
-    # Workloads (``<Kind>/<namespace>/<name>``) in cool-down.
-    cooling: frozenset[str] = frozenset()
 
 
 def plan(
@@ -309,7 +225,7 @@ class _Planner:
             still_hot = [k for k in columns if self.lines[k].hot(float(self.values[row, k]))]
             if not still_hot:
                 return
-            namespace = _namespace(c.pod)
+            namespace = namespace_of(c.pod)
             if self.evictions <= 0:
                 reason = BUDGET_SPENT
             elif taken >= self.config.max_per_node:
@@ -337,9 +253,9 @@ class _Planner:
         key = pod_key(pod)
         reason = self._excluded(pod)
         if reason is None:
-            controller = _controller(pod)
+            controller = controller_of(pod)
             assert controller is not None
-            workload = f"{controller.get('kind')}/{_namespace(pod)}/{controller.get('name')}"
+            workload = f"{controller.get('kind')}/{namespace_of(pod)}/{controller.get('name')}"
             if workload in self.budget.cooling:
                 reason = COOLING
             else:
@@ -361,7 +277,7 @@ class _Planner:
             return TERMINATING
         if MIRROR_ANNOTATION in (m.get("annotations") or {}):
             return MIRROR
-        controller = _controller(pod)
+        controller = controller_of(pod)
         if controller is not None and controller.get("kind") == "DaemonSet":
             return DAEMONSET
         if controller is None or controller.get("kind") not in RECREATING_KINDS:
@@ -374,7 +290,7 @@ class _Planner:
         profile = self.engine.profile.scheduler_name
         if scheduler_name(pod) != profile:
             return other_scheduler(profile, scheduler_name(pod))
-        started = _epoch((pod.get("status") or {}).get("startTime")) or _epoch(m.get("creationTimestamp"))
+        started = epoch((pod.get("status") or {}).get("startTime")) or epoch(m.get("creationTimestamp"))
         if started is None or self.now - started < self.config.min_pod_age_s:
             return too_young(self.config.min_pod_age_s)
         if not self.config.allow_local_storage and any("emptyDir" in v for v in s.get("volumes") or []):
@@ -396,18 +312,9 @@ class _Planner:
     def _held_amounts(self, pod: Obj) -> tuple[float, ...]:
         """A reserved replacement's usage per judged metric: what its move was proved with,
         else (a metric the move did not judge, or a pod no move made) its estimate."""
+        proved = moved_usage(pod)
         estimated = self._amounts(pod, measure=False)
-        try:
-            proved = json.loads((meta(pod).get("annotations") or {}).get(MOVED_USAGE_ANNOTATION) or "{}")
-        except ValueError:
-            proved = {}
-        if not isinstance(proved, dict):
-            return estimated
-        out = []
-        for m, estimate in zip(self.judged, estimated, strict=True):
-            value = proved.get(m.name)
-            out.append(float(value) if isinstance(value, int | float) and math.isfinite(value) else estimate)
-        return tuple(out)
+        return tuple(proved.get(m.name, e) for m, e in zip(self.judged, estimated, strict=True))
 
     def _load(self, amounts: Sequence[float]) -> npt.NDArray[np.float64]:
         """Node x judged metric: how a pod using ``amounts`` moves each node's value: its
@@ -487,10 +394,10 @@ class _Planner:
         move = Move(
             pod=c.key,
             uid=str(meta(c.pod).get("uid") or ""),
-            namespace=_namespace(c.pod),
+            namespace=namespace_of(c.pod),
             workload=c.workload,
             owner_uid=str(c.controller.get("uid") or ""),
-            template_hash=_template_hash(c.pod),
+            template_hash=template_hash_of(c.pod),
             source=source,
             target=target,
             metric=line.metric,
@@ -522,111 +429,6 @@ def _filter_verdict(message: str | None) -> str:
     for tail in (" no new claims to deallocate,", " preemption:"):
         out = out.split(tail, 1)[0]
     return out.rstrip()
-
-
-def build_replacement(pod: Obj, source: str) -> Obj:
-    """The pending pod the victim's controller is expected to create, as a reservation
-    holds it: :func:`pending_copy`, required to avoid ``source`` (a matchFields term added to
-    every nodeSelectorTerm)."""
-    out = pending_copy(pod)
-    avoid = {"key": "metadata.name", "operator": "NotIn", "values": [source]}
-    node_affinity = out["spec"].setdefault("affinity", {}).setdefault("nodeAffinity", {})
-    required = node_affinity.setdefault("requiredDuringSchedulingIgnoredDuringExecution", {})
-    terms = required.get("nodeSelectorTerms") or [{}]
-    required["nodeSelectorTerms"] = [
-        {**t, "matchFields": [*(t.get("matchFields") or []), avoid]} for t in terms
-    ]
-    return out
-
-
-def pending_copy(pod: Obj) -> Obj:
-    """The victim's copy without its node, identity or status: the replacement as the proof
-    places it. No term keeps it off the source (the proof's values do): the real replacement
-    has none, and topology spread counts only the domains of nodes its node affinity allows."""
-    out = copy.deepcopy(pod)
-    m = out.setdefault("metadata", {})
-    for k in (
-        "uid",
-        "resourceVersion",
-        "creationTimestamp",
-        "deletionTimestamp",
-        "managedFields",
-        "generation",
-    ):
-        m.pop(k, None)
-    m["name"] = f"{m.get('name', '')}{REPLACEMENT_SUFFIX}"
-    out.setdefault("spec", {}).pop("nodeName", None)
-    out["status"] = {}
-    return out
-
-
-def qos_class(pod: Obj) -> str:
-    """The pod's QoS class: ``status.qosClass`` where the API server set it, else upstream's
-    rule over its containers' cpu and memory requests and limits."""
-    given = (pod.get("status") or {}).get("qosClass")
-    if given in QOS_ORDER:
-        return str(given)
-    s = spec(pod)
-    containers = list(s.get("containers") or []) + list(s.get("initContainers") or [])
-    any_set = False
-    guaranteed = True
-    for c in containers:
-        resources = c.get("resources") or {}
-        requests = resources.get("requests") or {}
-        limits = resources.get("limits") or {}
-        for r in ("cpu", "memory"):
-            if r in requests or r in limits:
-                any_set = True
-            if r not in limits or (r in requests and not _same_quantity(requests[r], limits[r])):
-                guaranteed = False
-    if not any_set:
-        return "BestEffort"
-    return "Guaranteed" if guaranteed else "Burstable"
-
-
-def _same_quantity(a: str | int | float, b: str | int | float) -> bool:
-    """Whether two quantities are equal (``1`` and ``1000m`` are); malformed ones by their text."""
-    try:
-        return parse_quantity(a) == parse_quantity(b)
-    except QuantityError:
-        return str(a) == str(b)
-
-
-def go_duration(seconds: float) -> str:
-    """A duration as Kubernetes prints it (``5m0s``, ``1h0m0s``, ``30s``)."""
-    total = round(seconds)
-    hours, rest = divmod(total, 3600)
-    minutes, secs = divmod(rest, 60)
-    if hours:
-        return f"{hours}h{minutes}m{secs}s"
-    if minutes:
-        return f"{minutes}m{secs}s"
-    return f"{secs}s"
-
-
-def _namespace(pod: Obj) -> str:
-    return str(meta(pod).get("namespace") or "default")
-
-
-def _controller(pod: Obj) -> Obj | None:
-    for ref in meta(pod).get("ownerReferences") or []:
-        if isinstance(ref, dict) and ref.get("controller"):
-            return ref
-    return None
-
-
-def _template_hash(pod: Obj) -> str | None:
-    labels = meta(pod).get("labels") or {}
-    return next((str(labels[k]) for k in TEMPLATE_HASH_LABELS if k in labels), None)
-
-
-def _epoch(raw: object) -> float | None:
-    if not isinstance(raw, str) or not raw:
-        return None
-    try:
-        return datetime.fromisoformat(raw.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
 
 
 def _proof_metric(metric: MetricConfig, line: RebalanceThreshold) -> MetricConfig:
