@@ -15,10 +15,10 @@ from ksched.cluster.build import BuildError, missing_binaries
 from ksched.cluster.load import LoadSimulation, UsageProfile
 from ksched.config import MetricConfig
 from ksched.loop.client import Kube, load_configuration
-from ksched.loop.metric_sources import MetricStore
-from ksched.loop.metrics_server import MetricsServerSource
-from ksched.loop.slim import slim_node
-from ksched.loop.state import ClusterState
+from ksched.loop.metrics.metric_sources import MetricStore
+from ksched.loop.metrics.metrics_server import MetricsServerSource
+from ksched.loop.mirror.slim import slim_node
+from ksched.loop.mirror.state import ClusterState
 from tests.integration.helpers import create, ksched, make_pod, unavailable, wait_for
 
 pytestmark = pytest.mark.cluster

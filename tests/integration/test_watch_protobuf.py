@@ -15,9 +15,9 @@ from typing import Any
 import orjson
 
 from ksched.loop.client import Kube
-from ksched.loop.informer import FRAME_HEADER, Informer
+from ksched.loop.mirror.informer import FRAME_HEADER, Informer
+from ksched.loop.mirror.slim import decode_pod_event, decode_pod_frame, slim_pod
 from ksched.loop.protobuf import PROTOBUF
-from ksched.loop.slim import decode_pod_event, decode_pod_frame, slim_pod
 from ksched.objects import Obj
 from tests.integration.helpers import Namespaces, create, wait_for
 

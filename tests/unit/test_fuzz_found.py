@@ -116,7 +116,7 @@ class _EventApi:
 def test_a_pod_with_a_253_character_name_still_gets_its_event(name: str) -> None:
     # Found live: the event of a pod named with 253 characters was named 270 and refused,
     # so the unschedulable pod stayed pending with no FailedScheduling event.
-    from ksched.loop.binder import Binder
+    from ksched.loop.scheduling.binder import Binder
     from ksched.loop.telemetry import Telemetry
 
     api = _EventApi()

@@ -1,4 +1,4 @@
-"""Hot nodes for the rebalancer (``ksched.loop.hot.HotTracker``): hysteresis over fresh
+"""Hot nodes for the rebalancer (``ksched.loop.rebalancing.hot.HotTracker``): hysteresis over fresh
 samples, a repeated sample counted once, a count that starts again when a node cools or
 has no value, and a stale metric that never makes a node hot; and the metric store's
 ``latest`` sample that feeds it, only while fresh."""
@@ -12,11 +12,11 @@ import pytest
 
 from ksched.config import MetricConfig
 from ksched.config.rebalance import RebalanceThreshold
-from ksched.loop import hot as hot_module
-from ksched.loop.hot import HotTracker
-from ksched.loop.metric_sources import MetricStore
-from ksched.loop.samples import Sample, SourceError
-from ksched.loop.slim import slim_node
+from ksched.loop.metrics.metric_sources import MetricStore
+from ksched.loop.metrics.samples import Sample, SourceError
+from ksched.loop.mirror.slim import slim_node
+from ksched.loop.rebalancing import hot as hot_module
+from ksched.loop.rebalancing.hot import HotTracker
 from tests.conftest import node
 
 T0 = 1_800_000_000.0

@@ -12,7 +12,7 @@ from ksched.config import Config
 from ksched.engine import Engine
 from ksched.engine.pods import container_images, normalized_image_name
 from ksched.engine.snapshot import build_snapshot
-from ksched.loop.slim import slim_node, slim_pod
+from ksched.loop.mirror.slim import slim_node, slim_pod
 from tests.conftest import node, pod
 
 MB = 1024 * 1024

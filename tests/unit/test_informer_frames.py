@@ -12,10 +12,10 @@ from collections.abc import Iterator
 import pytest
 
 from ksched.loop.client import ApiUnavailableError
-from ksched.loop.informer import FRAME_HEADER
+from ksched.loop.mirror.informer import FRAME_HEADER
+from ksched.loop.mirror.slim import decode_pod_frame
 from ksched.loop.protobuf import MAGIC
 from ksched.loop.protobuf import _varint as varint  # the binding writer's; the frames are this test's own
-from ksched.loop.slim import decode_pod_frame
 from tests.unit.test_informer_lines import informer
 
 

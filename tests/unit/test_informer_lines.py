@@ -10,8 +10,8 @@ import orjson
 import pytest
 
 from ksched.loop.client import ApiUnavailableError
-from ksched.loop.informer import GoneError, Informer
-from ksched.loop.slim import decode_pod_event, decode_pod_frame, slim_pod
+from ksched.loop.mirror.informer import GoneError, Informer
+from ksched.loop.mirror.slim import decode_pod_event, decode_pod_frame, slim_pod
 from ksched.objects import Obj
 from tests.unit.test_watch_decode import RUNNING
 

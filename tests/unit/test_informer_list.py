@@ -12,8 +12,8 @@ import orjson
 import pytest
 
 from ksched.loop.client import Response
-from ksched.loop.informer import Informer
-from ksched.loop.slim import decode_pod_list, slim_pod
+from ksched.loop.mirror.informer import Informer
+from ksched.loop.mirror.slim import decode_pod_list, slim_pod
 from ksched.objects import Obj
 from tests.unit.test_watch_decode import replica
 

@@ -8,8 +8,8 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from ksched.loop.informer import Informer
-from ksched.loop.slim import slim_pod
+from ksched.loop.mirror.informer import Informer
+from ksched.loop.mirror.slim import slim_pod
 
 
 class ClosedResponse:

@@ -12,9 +12,9 @@ from typing import Any
 from kubernetes.leaderelection.leaderelectionrecord import LeaderElectionRecord
 
 from ksched.config import LeaderElectionConfig
-from ksched.loop.binder import Binder, Outcome
 from ksched.loop.client import Response
 from ksched.loop.leader import Leadership
+from ksched.loop.scheduling.binder import Binder, Outcome
 from ksched.loop.telemetry import Telemetry
 
 # The shortest timings the client library accepts.

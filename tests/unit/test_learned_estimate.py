@@ -13,8 +13,8 @@ import pytest
 from ksched.config import EstimateConfig, MetricConfig, parse_config
 from ksched.config.metrics import LEARN_MIN_PODS, Calibration
 from ksched.errors import ConfigError
-from ksched.loop.metric_sources import MetricStore
-from ksched.loop.slim import slim_pod
+from ksched.loop.metrics.metric_sources import MetricStore
+from ksched.loop.mirror.slim import slim_pod
 from tests.conftest import pod
 from tests.unit.test_load_estimate import CONFIG, T0, Clock, PodUsageSource, bound, cluster, rfc3339
 from tests.unit.test_load_estimate_engine import one_cpu_nodes, place, usage

@@ -16,11 +16,11 @@ from ksched.config import EstimateConfig, MetricConfig, parse_config
 from ksched.config.metrics import parse_metric, query_window_s
 from ksched.engine.pods import pod_requests
 from ksched.errors import ConfigError
-from ksched.loop.metric_sources import MetricStore
-from ksched.loop.recent_pods import bind_time
-from ksched.loop.samples import Sample
-from ksched.loop.slim import slim_node, slim_pod
-from ksched.loop.state import ClusterState
+from ksched.loop.metrics.metric_sources import MetricStore
+from ksched.loop.metrics.recent_pods import bind_time
+from ksched.loop.metrics.samples import Sample
+from ksched.loop.mirror.slim import slim_node, slim_pod
+from ksched.loop.mirror.state import ClusterState
 from tests.conftest import node, pod
 
 T0 = 1_800_000_000.0  # a whole second, so API times (to the second) read back exactly

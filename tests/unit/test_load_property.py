@@ -4,7 +4,7 @@ A probe pod at the end of a batch is filtered by the engine against the values i
 filter reads: each node's value, plus what the batch's earlier placements added to it
 (state.rs), plus the probe's own share (load.rs). The same values are computed in Python:
 the earlier placements tracked as recent pods bound after the sample
-(:class:`ksched.loop.recent_pods.RecentPods`, the live loop's accounting) and the probe's
+(:class:`ksched.loop.metrics.recent_pods.RecentPods`, the live loop's accounting) and the probe's
 share from :mod:`ksched.engine.load`, the line on each node from its threshold annotation
 where it has one (:func:`ksched.engine.load.lines_on_nodes`). Each node the engine's
 explanation judges by the metric must have the verdict the Python values give, on both
@@ -23,7 +23,7 @@ from ksched.engine import Engine
 from ksched.engine.load import lines_on_nodes, shares
 from ksched.engine.pods import pod_requests
 from ksched.engine.snapshot import build_snapshot
-from ksched.loop.recent_pods import RecentPods
+from ksched.loop.metrics.recent_pods import RecentPods
 from tests.conftest import node, pod
 
 NOW = 1_800_000_000.0

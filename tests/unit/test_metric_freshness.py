@@ -17,10 +17,10 @@ from ksched.config import Config, EstimateConfig, MetricConfig
 from ksched.engine import Engine
 from ksched.engine.snapshot import build_snapshot
 from ksched.loop.client import Response
-from ksched.loop.metric_sources import MetricStore
-from ksched.loop.metrics_server import NODE_METRICS_PATH, MetricsServerSource, go_duration_s
-from ksched.loop.samples import Sample, SourceError
-from ksched.loop.slim import slim_node
+from ksched.loop.metrics.metric_sources import MetricStore
+from ksched.loop.metrics.metrics_server import NODE_METRICS_PATH, MetricsServerSource, go_duration_s
+from ksched.loop.metrics.samples import Sample, SourceError
+from ksched.loop.mirror.slim import slim_node
 from tests.conftest import node, pod
 
 T0 = 1_800_000_000.0

@@ -10,9 +10,9 @@ from ksched.bench.engine import run_preemption_bench
 from ksched.config import Config
 from ksched.engine import Engine, Placement
 from ksched.engine.snapshot import build_snapshot
-from ksched.loop.cycle import Scheduler
-from ksched.loop.queue import SchedulingQueue
-from ksched.loop.slim import slim_pod
+from ksched.loop.mirror.slim import slim_pod
+from ksched.loop.scheduling.cycle import Scheduler
+from ksched.loop.scheduling.queue import SchedulingQueue
 from ksched.loop.telemetry import Telemetry
 from ksched.objects import terminating_by_preemption
 from tests.conftest import node, pod

@@ -14,7 +14,7 @@ from ksched.engine import Engine, Placement
 from ksched.engine.pods import host_ports, pod_requests
 from ksched.engine.requirements import counted_requests
 from ksched.engine.snapshot import build_snapshot
-from ksched.loop.slim import slim_node, slim_pod
+from ksched.loop.mirror.slim import slim_node, slim_pod
 from tests.conftest import failed_scheduling, no_victims, node, not_helpful, pod
 
 NO_PORTS = failed_scheduling(

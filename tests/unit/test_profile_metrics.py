@@ -12,10 +12,10 @@ from ksched.engine.cluster_file import ClusterFile
 from ksched.engine.simulation import run_simulation
 from ksched.engine.snapshot import Snapshot, build_snapshot
 from ksched.errors import ConfigError
-from ksched.loop.binder import Outcome
-from ksched.loop.cycle import Scheduler
-from ksched.loop.metric_sources import Matrix
-from ksched.loop.queue import SchedulingQueue
+from ksched.loop.metrics.metric_sources import Matrix
+from ksched.loop.scheduling.binder import Outcome
+from ksched.loop.scheduling.cycle import Scheduler
+from ksched.loop.scheduling.queue import SchedulingQueue
 from ksched.loop.telemetry import Telemetry
 from tests.conftest import node, pod
 

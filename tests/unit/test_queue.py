@@ -13,7 +13,7 @@ from ksched.config import Config
 from ksched.engine import Engine
 from ksched.engine.gangs import POD_GROUP_LABEL
 from ksched.engine.snapshot import build_snapshot
-from ksched.loop.queue import (
+from ksched.loop.scheduling.queue import (
     MAX_BACKOFF_S,
     UNSCHEDULABLE_FLUSH_S,
     SchedulingQueue,

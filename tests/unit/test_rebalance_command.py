@@ -16,8 +16,8 @@ import yaml
 from ksched.commands import live
 from ksched.commands.cli import main
 from ksched.engine.rebalance import BUDGET_SPENT
-from ksched.loop import metrics_server
-from ksched.loop.samples import Sample
+from ksched.loop.metrics import metrics_server
+from ksched.loop.metrics.samples import Sample
 from tests.conftest import node, pod
 
 Obj = dict[str, Any]

@@ -1,4 +1,4 @@
-"""The rebalancer inside ``ksched run`` (``ksched.loop.rebalancer``) against a fake API server:
+"""The rebalancer inside ``ksched run`` (``ksched.loop.rebalancing.rebalancer``) against a fake API server:
 a hot node's pod is evicted only after its target is reserved; a PodDisruptionBudget's refusal
 releases the reservation and says so; a follower and a shadow evict nothing; the eviction rate
 and the workload cool-down hold across looks; a stale metric makes nothing hot; an evicted
@@ -27,13 +27,13 @@ from ksched.engine.cluster_file import sort_objects
 from ksched.engine.rebalance import BUDGET_SPENT, COOLING, TERMINATING, Plan
 from ksched.errors import ConfigError
 from ksched.loop.client import Response
-from ksched.loop.load_model import Departure
-from ksched.loop.metric_sources import MetricStore
-from ksched.loop.rebalancer import FOLLOWER, LEADER, SHADOW, Rebalancer
-from ksched.loop.reservations import Reservations
-from ksched.loop.samples import Sample
-from ksched.loop.slim import slim_node, slim_pod
-from ksched.loop.state import ClusterState
+from ksched.loop.metrics.load_model import Departure
+from ksched.loop.metrics.metric_sources import MetricStore
+from ksched.loop.metrics.samples import Sample
+from ksched.loop.mirror.slim import slim_node, slim_pod
+from ksched.loop.mirror.state import ClusterState
+from ksched.loop.rebalancing.rebalancer import FOLLOWER, LEADER, SHADOW, Rebalancer
+from ksched.loop.rebalancing.reservations import Reservations
 from ksched.loop.telemetry import Telemetry
 from tests.conftest import node, pod
 
@@ -350,7 +350,7 @@ def test_each_look_with_hot_nodes_is_logged_once_with_why_pods_stay(
         workload_cooldown_s=100,
     )
     stuck = f"rebalancer: 2 hot nodes (n0, n3), 0 moves; not moved: 1 {TERMINATING}, 1 {COOLING}"
-    with caplog.at_level(logging.INFO, logger="ksched.loop.rebalancer"):
+    with caplog.at_level(logging.INFO, logger="ksched.loop.rebalancing.rebalancer"):
         for _ in range(4):
             h.look()
         hot = dict(h.source.values)

@@ -7,7 +7,7 @@ import pytest
 import urllib3
 
 from ksched.loop.client import ApiUnavailableError
-from ksched.loop.informer import (
+from ksched.loop.mirror.informer import (
     BACKOFF_MAX_S,
     RECONNECT_MAX_S,
     AnsweredError,

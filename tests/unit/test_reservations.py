@@ -1,4 +1,4 @@
-"""The rebalancer's reservations (``ksched.loop.reservations``) and how the scheduling cycle
+"""The rebalancer's reservations (``ksched.loop.rebalancing.reservations``) and how the scheduling cycle
 honours them: a replacement is matched by namespace, controller and pod template; the cycle
 steers it to its reserved node; until it shows up, other pods cannot take the reserved room
 (its resources nor the metric headroom the move needs); its binding ends the reservation,
@@ -15,14 +15,14 @@ import pytest
 from ksched.config import Config, EstimateConfig, MetricConfig
 from ksched.engine.rebalance import MOVED_USAGE_ANNOTATION, Move, build_replacement
 from ksched.engine.snapshot import build_snapshot
-from ksched.loop.binder import Outcome
-from ksched.loop.cycle import Scheduler
-from ksched.loop.metric_sources import MetricStore
-from ksched.loop.queue import SchedulingQueue
-from ksched.loop.reservations import ELSEWHERE, EXPIRED, ON_TARGET, Reservations
-from ksched.loop.samples import Sample
-from ksched.loop.slim import slim_node
-from ksched.loop.state import ClusterState
+from ksched.loop.metrics.metric_sources import MetricStore
+from ksched.loop.metrics.samples import Sample
+from ksched.loop.mirror.slim import slim_node
+from ksched.loop.mirror.state import ClusterState
+from ksched.loop.rebalancing.reservations import ELSEWHERE, EXPIRED, ON_TARGET, Reservations
+from ksched.loop.scheduling.binder import Outcome
+from ksched.loop.scheduling.cycle import Scheduler
+from ksched.loop.scheduling.queue import SchedulingQueue
 from ksched.loop.telemetry import Telemetry
 from tests.conftest import node, pod
 

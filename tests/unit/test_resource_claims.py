@@ -13,12 +13,12 @@ from ksched.config import Config, HandoffConfig
 from ksched.engine import Engine
 from ksched.engine.messages import RESOURCE_CLAIMS_UNSUPPORTED
 from ksched.engine.snapshot import build_snapshot
-from ksched.loop.cycle import Scheduler
-from ksched.loop.handoff import OPT_OUT
-from ksched.loop.queue import UNSCHEDULABLE_FLUSH_S, SchedulingQueue
-from ksched.loop.slim import slim_pod
+from ksched.loop.mirror.slim import slim_pod
+from ksched.loop.scheduling.cycle import Scheduler
+from ksched.loop.scheduling.handoff import OPT_OUT
+from ksched.loop.scheduling.queue import UNSCHEDULABLE_FLUSH_S, SchedulingQueue
+from ksched.loop.scheduling.webhook import review_response
 from ksched.loop.telemetry import Telemetry
-from ksched.loop.webhook import review_response
 from tests.conftest import node, pod
 
 CLAIMS = [{"name": "gpu", "resourceClaimName": "gpu-claim"}]

@@ -22,9 +22,9 @@ from ksched.engine.placements import Saturation
 from ksched.engine.saturation import relax_saturated
 from ksched.engine.simulation import run_simulation
 from ksched.engine.snapshot import build_snapshot
-from ksched.loop.binder import Outcome
-from ksched.loop.cycle import Scheduler
-from ksched.loop.queue import SchedulingQueue
+from ksched.loop.scheduling.binder import Outcome
+from ksched.loop.scheduling.cycle import Scheduler
+from ksched.loop.scheduling.queue import SchedulingQueue
 from ksched.loop.telemetry import Telemetry
 from tests.conftest import node, pod
 

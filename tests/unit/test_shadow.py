@@ -14,9 +14,9 @@ from ksched.commands.shadow import render_report, render_status, report_from_log
 from ksched.config import parse_config
 from ksched.engine import Explanation, NodeExplanation, Placement
 from ksched.errors import ConfigError, KschedError
-from ksched.loop.metric_sources import MetricStore
-from ksched.loop.shadow import Decision, Shadow, ShadowLedger, decide
-from ksched.loop.state import ClusterState
+from ksched.loop.metrics.metric_sources import MetricStore
+from ksched.loop.mirror.state import ClusterState
+from ksched.loop.scheduling.shadow import Decision, Shadow, ShadowLedger, decide
 from ksched.loop.telemetry import Telemetry
 from tests.conftest import Obj, annotation_metric, node, pod
 

@@ -15,7 +15,7 @@ import pytest
 from ksched.config import EstimateConfig, MetricConfig
 from ksched.engine.pods import pod_requests
 from ksched.engine.snapshot import build_snapshot
-from ksched.loop.metric_sources import (
+from ksched.loop.metrics.metric_sources import (
     MetricStore,
     NodeResolver,
     PrometheusSource,
@@ -23,8 +23,8 @@ from ksched.loop.metric_sources import (
     SourceError,
     _next_interval,
 )
-from ksched.loop.slim import slim_node
-from ksched.loop.state import ClusterState
+from ksched.loop.mirror.slim import slim_node
+from ksched.loop.mirror.state import ClusterState
 from tests.conftest import node, pod
 
 

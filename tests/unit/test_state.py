@@ -15,11 +15,11 @@ from ksched.config import Config
 from ksched.engine import Engine
 from ksched.engine.pods import pod_requests
 from ksched.engine.snapshot import build_snapshot, safe_pod_info
-from ksched.loop import state as state_module
-from ksched.loop.cycle import Scheduler
-from ksched.loop.queue import SchedulingQueue
-from ksched.loop.slim import slim_node, slim_pod
-from ksched.loop.state import WAKE_AT, ClusterState, interned
+from ksched.loop.mirror import state as state_module
+from ksched.loop.mirror.slim import slim_node, slim_pod
+from ksched.loop.mirror.state import WAKE_AT, ClusterState, interned
+from ksched.loop.scheduling.cycle import Scheduler
+from ksched.loop.scheduling.queue import SchedulingQueue
 from ksched.loop.telemetry import Telemetry
 from tests.conftest import node, pod
 

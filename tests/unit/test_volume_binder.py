@@ -11,14 +11,14 @@ import orjson
 
 from ksched.config import Config
 from ksched.engine.storage import BOUND_BY_CONTROLLER, SELECTED_NODE, ClaimBinding
-from ksched.loop.binder import Binder, Outcome
 from ksched.loop.client import ApiUnavailableError, RateLimiter, Response
-from ksched.loop.cycle import Scheduler
-from ksched.loop.metric_sources import MetricStore
-from ksched.loop.queue import SchedulingQueue
-from ksched.loop.state import ClusterState
+from ksched.loop.metrics.metric_sources import MetricStore
+from ksched.loop.mirror.state import ClusterState
+from ksched.loop.scheduling.binder import Binder, Outcome
+from ksched.loop.scheduling.cycle import Scheduler
+from ksched.loop.scheduling.queue import SchedulingQueue
+from ksched.loop.scheduling.volume_binder import VolumeBinder
 from ksched.loop.telemetry import Telemetry
-from ksched.loop.volume_binder import VolumeBinder
 from tests.unit.test_volumes import LOCAL, NODES, claim, local_pv, with_claims
 from tests.unit.wire_bodies import body as wire_body
 

@@ -17,7 +17,7 @@ import pytest
 
 from ksched._core import POD_PROJECTION, decode_pod_event, decode_pod_list
 from ksched.bench.fuzz.mutations import generate
-from ksched.loop.slim import slim_pod
+from ksched.loop.mirror.slim import slim_pod
 from ksched.objects import DISRUPTION_TARGET, Obj
 
 # A pod as the API server sends it once the kubelet (here KWOK) reported it running.

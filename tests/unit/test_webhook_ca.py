@@ -14,9 +14,9 @@ import pytest
 
 from ksched.cluster.local import free_port
 from ksched.config import WebhookConfig
-from ksched.loop import webhook as webhook_module
 from ksched.loop.client import ApiUnavailableError, Response
-from ksched.loop.webhook import Webhook
+from ksched.loop.scheduling import webhook as webhook_module
+from ksched.loop.scheduling.webhook import Webhook
 
 CONFIG_PATH = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/ksched"
 

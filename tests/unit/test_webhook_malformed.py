@@ -13,8 +13,8 @@ from ksched.bench.fuzz.report import FuzzReport
 from ksched.bench.fuzz.webhook import _exchange, malformed_requests, review, webhook_phase
 from ksched.cluster.local import free_port
 from ksched.config import WebhookConfig
-from ksched.loop import webhook as webhook_module
-from ksched.loop.webhook import Webhook
+from ksched.loop.scheduling import webhook as webhook_module
+from ksched.loop.scheduling.webhook import Webhook
 
 JSON = {"Content-Type": "application/json"}
 

@@ -20,9 +20,9 @@ from cryptography import x509
 from ksched.cluster.local import free_port
 from ksched.config import WebhookConfig, parse_config
 from ksched.errors import ConfigError
-from ksched.loop import webhook as webhook_module
 from ksched.loop.client import ApiUnavailableError, Response
-from ksched.loop.webhook import SECRET_KEYS, Webhook, self_signed, shared_certificate
+from ksched.loop.scheduling import webhook as webhook_module
+from ksched.loop.scheduling.webhook import SECRET_KEYS, Webhook, self_signed, shared_certificate
 
 NS = "ksched-system"
 SECRET = "ksched-webhook-tls"

@@ -13,8 +13,8 @@ import pytest
 from kubernetes import client
 
 import ksched.loop.client as client_module
-from ksched.loop.binder import Binder, Outcome
 from ksched.loop.client import ApiUnavailableError, Connection, Kube, Response
+from ksched.loop.scheduling.binder import Binder, Outcome
 from ksched.loop.telemetry import Telemetry
 from tests.unit.wire_bodies import body as wire_body
 
@@ -144,7 +144,7 @@ def test_binds_go_before_events_waiting_for_the_same_writer() -> None:
 
 
 def test_a_scheduled_event_refused_as_unavailable_is_retried(monkeypatch: pytest.MonkeyPatch) -> None:
-    import ksched.loop.binder as binder_module
+    import ksched.loop.scheduling.binder as binder_module
 
     monkeypatch.setattr(binder_module, "EVENT_RETRY_S", 0.01)
 
@@ -467,7 +467,7 @@ def test_a_victim_already_gone_gets_no_preempted_event() -> None:
 def test_each_bind_is_sent_alone_right_after_its_lease_check(monkeypatch: pytest.MonkeyPatch) -> None:
     # Pipelined binds were read by the API server only as the requests ahead of them on the
     # connection were answered: the full chaos soak saw 14 received 9 s after the lease ran out.
-    import ksched.loop.binder as binder_module
+    import ksched.loop.scheduling.binder as binder_module
 
     writes: list[list[str]] = []
     real = binder_module.send_all

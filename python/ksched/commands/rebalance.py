@@ -5,7 +5,7 @@ does) and each judged metric once: Prometheus metrics as ``explain`` reads them,
 metrics-server metrics from the API server (the rebalancer judges no annotation). One sample
 is enough to call a node hot here; the running rebalancer waits for ``hotSamples`` in a row.
 Everything else is the live look's: the metric store refreshed once, and the values built by
-the rebalancer's load model (:mod:`ksched.loop.load_model`) with the load estimate of pods
+the rebalancer's load model (:mod:`ksched.loop.metrics.load_model`) with the load estimate of pods
 bound within each metric's window, their measured usage and a learned calibration, as the
 scheduler counts them. The plan is the engine's
 (:func:`ksched.engine.rebalance.plan`); this module prints it. Nothing is evicted or
@@ -35,8 +35,8 @@ if TYPE_CHECKING:
     from ksched.engine.rebalance import Plan
     from ksched.engine.snapshot import Snapshot
     from ksched.loop.client import Kube
-    from ksched.loop.load_model import LoadModel
-    from ksched.loop.metric_sources import MetricStore, PrometheusSource
+    from ksched.loop.metrics.load_model import LoadModel
+    from ksched.loop.metrics.metric_sources import MetricStore, PrometheusSource
     from ksched.objects import Obj
 
 NOT_DRY_RUN = (
@@ -92,12 +92,12 @@ def preview(
     config: Config, cluster: ClusterFile, kube: Kube, now: float, prometheus: PrometheusSource | None = None
 ) -> tuple[Plan, list[str]]:
     """The plan for the cluster as it is now, and notes on what it judged by. The values are
-    built by the live rebalancer's own load model (:meth:`ksched.loop.load_model.LoadModel.rebalancing`)
+    built by the live rebalancer's own load model (:meth:`ksched.loop.metrics.load_model.LoadModel.rebalancing`)
     from one refresh of each judged metric's store (``prometheus``: the source to read, by
     default the configured URL's)."""
     from ksched.engine import Engine
     from ksched.engine.rebalance import Budget, plan
-    from ksched.loop.hot import HotTracker
+    from ksched.loop.rebalancing.hot import HotTracker
 
     rebalance = config.rebalance
     engine = Engine(config, rebalance.profile)
@@ -191,8 +191,8 @@ def _read_once(
 ) -> MetricStore:
     """A metric store as the running one builds it, refreshed once: each judged metric's
     sample and, where its estimate has a pod query, the pods' measured usage."""
-    from ksched.loop.metric_sources import MetricStore, PrometheusSource
-    from ksched.loop.metrics_server import MetricsServerSource
+    from ksched.loop.metrics.metric_sources import MetricStore, PrometheusSource
+    from ksched.loop.metrics.metrics_server import MetricsServerSource
 
     if prometheus is None and config.prometheus.url:
         prometheus = PrometheusSource(config.prometheus.url, config.prometheus.timeout_s)
@@ -239,8 +239,8 @@ def _load_model(
     time, as the cluster state tracks the pods its watch brings."""
     from ksched.engine.pods import pod_requests
     from ksched.errors import MalformedObjectError
-    from ksched.loop.load_model import LoadModel
-    from ksched.loop.recent_pods import RecentPods, bind_time
+    from ksched.loop.metrics.load_model import LoadModel
+    from ksched.loop.metrics.recent_pods import RecentPods, bind_time
     from ksched.objects import meta, pod_key, scheduler_name, spec
 
     recent = RecentPods(store.metrics, clock=lambda: now)

@@ -3,7 +3,7 @@
 Both read the JSON the running process serves on its health address
 (``/shadow``, ``/status``; see :mod:`ksched.loop.server`); the shadow
 report can also be built from the JSON lines ``shadow.log`` appends, through
-the same :class:`~ksched.loop.shadow.ShadowLedger` the process keeps, imported
+the same :class:`~ksched.loop.scheduling.shadow.ShadowLedger` the process keeps, imported
 when a report is built (it brings the engine), not with the command line.
 """
 
@@ -48,7 +48,7 @@ def fetch(address: str, path: str) -> Any:
 
 def report_from_log(path: str | Path, keep: int) -> dict[str, Any]:
     """The report of the decisions a ``shadow.log`` file holds (the last ``keep`` listed)."""
-    from ksched.loop.shadow import Decision, ShadowLedger
+    from ksched.loop.scheduling.shadow import Decision, ShadowLedger
 
     if keep < 1:
         raise KschedError(f"--keep {keep}: list at least 1 decision")
@@ -91,7 +91,7 @@ def _when(ts: float) -> str:
 
 
 def render_report(report: dict[str, Any], source: str) -> str:
-    from ksched.loop.shadow import PENDING
+    from ksched.loop.scheduling.shadow import PENDING
 
     counts = report["counts"]
     total = report["total"]
@@ -128,7 +128,7 @@ def render_report(report: dict[str, Any], source: str) -> str:
 
 
 def _why(d: dict[str, Any]) -> str:
-    from ksched.loop.shadow import OTHER
+    from ksched.loop.scheduling.shadow import OTHER
 
     reason = d["reason"] or "unknown"
     if d["outcome"] == OTHER and d["gap"] is not None:

@@ -46,7 +46,7 @@ class HandoffConfig:
 @dataclass(frozen=True)
 class ShadowConfig:
     """Shadow mode: ksched binds nothing and writes nothing to pods; for each pod another
-    scheduler binds, it records where ``profile`` would have placed it (see ksched.loop.shadow)."""
+    scheduler binds, it records where ``profile`` would have placed it (see ksched.loop.scheduling.shadow)."""
 
     enabled: bool = False
     # The profile the pods are scored under (default: the first profile).

@@ -5,7 +5,7 @@ Owns an event's name, body and path, the component they name, upstream's
 Scheduled note, and ksched's own reasons: a pod placed over a metric's threshold, and the
 rebalancer's moves (about the pod and about its node: an object of kind ``Node``, whose
 events go to the ``default`` namespace as the kubelet's do). Sending and retrying them is
-the binder's (:mod:`ksched.loop.binder`).
+the binder's (:mod:`ksched.loop.scheduling.binder`).
 """
 
 from __future__ import annotations

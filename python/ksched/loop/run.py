@@ -4,8 +4,8 @@ Start-up order: configuration (a bad file stops here, with the key path),
 API connection, informers (nodes, then pods), HTTP endpoint, leader
 election; scheduling starts once the informers have synced and this replica
 leads. In shadow mode (``shadow.enabled``) there is no election, binder use,
-hand-off or webhook: the shadow loop (:mod:`ksched.loop.shadow`) compares
-instead of scheduling. With ``rebalance.enabled``, the rebalancer (:mod:`ksched.loop.rebalancer`)
+hand-off or webhook: the shadow loop (:mod:`ksched.loop.scheduling.shadow`) compares
+instead of scheduling. With ``rebalance.enabled``, the rebalancer (:mod:`ksched.loop.rebalancing.rebalancer`)
 runs beside either loop on its own thread and engine. SIGTERM or SIGINT: stop taking work, finish the binds already handed
 to the binder, release the lease, stop the watches. Exit status 0 after a
 clean shutdown, 2 on bad configuration.
@@ -29,20 +29,12 @@ from ksched.engine import Engine
 from ksched.engine.gangs import POD_GROUP_API
 from ksched.engine.spread_selectors import SELECTOR_OWNERS
 from ksched.engine.storage import STORAGE_KINDS
-from ksched.loop.binder import Binder, report_workers
 from ksched.loop.client import Kube, load_configuration
-from ksched.loop.cycle import Scheduler
-from ksched.loop.handoff import Handoff
-from ksched.loop.informer import Informer
 from ksched.loop.leader import Leadership
-from ksched.loop.metric_sources import MetricStore, PrometheusSource
-from ksched.loop.metrics_server import MetricsServerSource
-from ksched.loop.queue import SchedulingQueue
-from ksched.loop.rebalancer import Rebalancer
-from ksched.loop.reservations import Reservations
-from ksched.loop.server import Check, HealthServer
-from ksched.loop.shadow import Shadow
-from ksched.loop.slim import (
+from ksched.loop.metrics.metric_sources import MetricStore, PrometheusSource
+from ksched.loop.metrics.metrics_server import MetricsServerSource
+from ksched.loop.mirror.informer import Informer
+from ksched.loop.mirror.slim import (
     decode_pod_event,
     decode_pod_frame,
     decode_pod_list,
@@ -57,9 +49,17 @@ from ksched.loop.slim import (
     slim_storage_class,
     slim_volume,
 )
-from ksched.loop.state import ClusterState
+from ksched.loop.mirror.state import ClusterState
+from ksched.loop.rebalancing.rebalancer import Rebalancer
+from ksched.loop.rebalancing.reservations import Reservations
+from ksched.loop.scheduling.binder import Binder, report_workers
+from ksched.loop.scheduling.cycle import Scheduler
+from ksched.loop.scheduling.handoff import Handoff
+from ksched.loop.scheduling.queue import SchedulingQueue
+from ksched.loop.scheduling.shadow import Shadow
+from ksched.loop.scheduling.webhook import Webhook
+from ksched.loop.server import Check, HealthServer
 from ksched.loop.telemetry import Telemetry
-from ksched.loop.webhook import Webhook
 from ksched.objects import Obj
 
 log = logging.getLogger(__name__)

@@ -38,9 +38,9 @@ from ksched.config import Config
 from ksched.engine import Engine, Explanation, GangStatus, NodeExplanation, Placement
 from ksched.engine.gangs import pod_group_of
 from ksched.errors import KschedError
-from ksched.loop.load_model import LoadModel
-from ksched.loop.metric_sources import MetricStore
-from ksched.loop.state import ClusterState
+from ksched.loop.metrics.load_model import LoadModel
+from ksched.loop.metrics.metric_sources import MetricStore
+from ksched.loop.mirror.state import ClusterState
 from ksched.loop.telemetry import SHADOW_OUTCOMES, Telemetry
 from ksched.objects import Obj, is_terminal, meta, object_key, scheduler_name, spec
 

@@ -6,7 +6,7 @@ provision gets ``volume.kubernetes.io/selected-node``; then :meth:`VolumeBinder.
 waits (bounded) until the PV controller has bound every claim. If that fails,
 what was written is undone where the claim is still unbound and still names what
 ksched wrote, and the error says why. It never binds the pod itself (see
-:mod:`ksched.loop.binder`).
+:mod:`ksched.loop.scheduling.binder`).
 """
 
 from __future__ import annotations

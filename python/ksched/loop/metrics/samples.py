@@ -1,7 +1,7 @@
 """What one refresh of a metric source gives: values with the time they were measured.
 
 Shared by the sources (Prometheus, metrics-server, node annotations), the store that
-caches their samples (:mod:`ksched.loop.metric_sources`) and the load estimate; beside
+caches their samples (:mod:`ksched.loop.metrics.metric_sources`) and the load estimate; beside
 them, how the Kubernetes times they carry (RFC 3339) read.
 """
 

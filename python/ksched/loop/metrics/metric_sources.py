@@ -2,7 +2,7 @@
 node annotations with their timestamps, and pods' measured usage for the load estimate.
 
 Owns one refresh thread per live metric (Prometheus or metrics-server, see
-:mod:`ksched.loop.metrics_server`), and one per per-pod usage query
+:mod:`ksched.loop.metrics.metrics_server`), and one per per-pod usage query
 (``estimate.podQuery``). Each Prometheus refresh is a single
 instant query returning a vector for every node (never one query per node),
 mapped to nodes by a label holding the node name, or an instance/IP (port
@@ -55,9 +55,9 @@ from ksched import _core
 from ksched.config import MetricConfig
 from ksched.config.metrics import Calibration
 from ksched.engine.snapshot import Snapshot, annotation_column
-from ksched.loop.metrics_server import MetricsServerSource
-from ksched.loop.samples import Sample, parse_time
-from ksched.loop.samples import SourceError as SourceError  # noqa: PLC0414 (re-exported for simulate --live)
+from ksched.loop.metrics.metrics_server import MetricsServerSource
+from ksched.loop.metrics.samples import Sample, parse_time
+from ksched.loop.metrics.samples import SourceError as SourceError  # noqa: PLC0414 (re-exported for simulate --live)
 from ksched.loop.telemetry import Telemetry
 from ksched.objects import Obj, meta
 
@@ -77,7 +77,7 @@ CLOSED_NOTE = " (onStale: closed: nodes without a fresh value are filtered out)"
 
 class Estimate(Protocol):
     """Adds to a metric's column what its sample cannot show yet of recently bound pods
-    (:meth:`ksched.loop.state.ClusterState.add_estimate`); returns what a learned estimate
+    (:meth:`ksched.loop.mirror.state.ClusterState.add_estimate`); returns what a learned estimate
     learned, which the metric's configuration then carries to the engine."""
 
     def __call__(

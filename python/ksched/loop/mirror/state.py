@@ -6,7 +6,7 @@ engine reads is never written while the engine runs. Usage changes are
 applied to the snapshot in place (O(changes)); a node added, removed or
 changed in a field the engine reads, or a host-port pod leaving, rebuilds it
 (O(nodes + bound pods), rare: heartbeats never reach here, see
-:func:`ksched.loop.slim.slim_node`). So does its interning outgrowing what it
+:func:`ksched.loop.mirror.slim.slim_node`). So does its interning outgrowing what it
 was built with (``REBUILD_INTERNED``): pods with labels of their own leave
 their strings and label sets behind when they go.
 
@@ -17,7 +17,7 @@ pod is never counted twice. An update that changes what a bound pod counts as
 does not (the bind confirmed, the kubelet's phase) is told apart by comparing
 the fields counts read (:func:`same_counts`), not by parsing it again.
 
-Pods bound recently, by any scheduler, are also kept (:mod:`ksched.loop.recent_pods`)
+Pods bound recently, by any scheduler, are also kept (:mod:`ksched.loop.metrics.recent_pods`)
 for the metrics' load estimates: :meth:`ClusterState.add_estimate` adds what a
 metric's sample cannot show of them yet.
 """
@@ -55,7 +55,7 @@ from ksched.engine.snapshot import (
 from ksched.engine.spread_selectors import SpreadSelectors
 from ksched.engine.storage import ClaimBinding, Storage
 from ksched.errors import MalformedObjectError
-from ksched.loop.recent_pods import RecentPods, bind_time
+from ksched.loop.metrics.recent_pods import RecentPods, bind_time
 from ksched.objects import Obj, is_terminal, meta, name, object_key, spec
 
 log = logging.getLogger(__name__)
@@ -339,7 +339,7 @@ class ClusterState:
         measured: Mapping[str, float] | None = None,
     ) -> Calibration | None:
         """Add to ``column`` the load of the pods bound recently that the metric's sample,
-        taken at ``sampled_at``, does not show yet (see :mod:`ksched.loop.recent_pods`); what a
+        taken at ``sampled_at``, does not show yet (see :mod:`ksched.loop.metrics.recent_pods`); what a
         learned estimate learned from the measured ones."""
         return self.recent.add_to(metric, self.snapshot(), sampled_at, column, window_s, measured)
 

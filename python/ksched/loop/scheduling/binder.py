@@ -13,10 +13,10 @@ threshold (saturation, ``onSaturation: leastLoaded``) also gets a Normal
 ``PlacedOverThreshold`` event per metric, which names the node's value and the threshold.
 
 A pod with unbound claims has its volumes bound first, on threads of their own
-(:mod:`ksched.loop.volume_binder` writes and waits); if that fails, a
+(:mod:`ksched.loop.scheduling.volume_binder` writes and waits); if that fails, a
 ``FailedScheduling`` event says why and the pod is retried. Preemption's
 nominations and evictions are written on the report threads by
-:mod:`ksched.loop.evictor`. The bodies of events are :mod:`ksched.loop.events`'.
+:mod:`ksched.loop.scheduling.evictor`. The bodies of events are :mod:`ksched.loop.events`'.
 
 Binds of pods without volumes and their ``Scheduled`` events are written by
 a few writer threads, each with one persistent connection of its own
@@ -42,10 +42,10 @@ from ksched.engine.storage import ClaimBinding
 from ksched.loop import protobuf
 from ksched.loop.client import MERGE_PATCH, ApiUnavailableError, Connection, Kube, Response, pod_path
 from ksched.loop.events import PLACED_OVER_THRESHOLD, event_request, now, scheduled_message
-from ksched.loop.evictor import Evictor
 from ksched.loop.protobuf import PROTOBUF
+from ksched.loop.scheduling.evictor import Evictor
+from ksched.loop.scheduling.volume_binder import VolumeBinder, VolumeBindingError
 from ksched.loop.telemetry import Telemetry
-from ksched.loop.volume_binder import VolumeBinder, VolumeBindingError
 from ksched.objects import Obj, meta
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ out) gets one FailedScheduling event and stays parked. Binds finish on the binde
 (saturation) gets a PlacedOverThreshold event once bound; saturated pods count in
 ``ksched_metric_saturation_total`` as placed (when bound) or pending. Only the leader runs cycles.
 
-The rebalancer's reservations (:mod:`ksched.loop.reservations`) steer its moves' replacements:
+The rebalancer's reservations (:mod:`ksched.loop.rebalancing.reservations`) steer its moves' replacements:
 a pod of the batch that replaces a moved pod is offered its reserved node first (as a
 nominated pod, in the engine's copy only), while the replacements not yet seen hold their
 room as nominated pods and their load on their targets' metrics. A replacement binding
@@ -35,13 +35,13 @@ from ksched.engine import Engine, GangStatus, Placement
 from ksched.engine.gangs import pod_group_of
 from ksched.engine.messages import RESOURCE_CLAIMS_UNSUPPORTED
 from ksched.engine.snapshot import Snapshot
-from ksched.loop.binder import Binder, Outcome
-from ksched.loop.handoff import Handoff, opted_out
-from ksched.loop.load_model import LoadModel
-from ksched.loop.metric_sources import MetricStore
-from ksched.loop.queue import QueuedPod, SchedulingQueue, node_events
-from ksched.loop.reservations import Reservations
-from ksched.loop.state import ClusterState
+from ksched.loop.metrics.load_model import LoadModel
+from ksched.loop.metrics.metric_sources import MetricStore
+from ksched.loop.mirror.state import ClusterState
+from ksched.loop.rebalancing.reservations import Reservations
+from ksched.loop.scheduling.binder import Binder, Outcome
+from ksched.loop.scheduling.handoff import Handoff, opted_out
+from ksched.loop.scheduling.queue import QueuedPod, SchedulingQueue, node_events
 from ksched.loop.telemetry import Telemetry
 from ksched.objects import Obj, is_terminal, meta, object_key, scheduler_name, spec, uses_resource_claims
 
@@ -78,7 +78,7 @@ class Scheduler:
         self.handoff = handoff
         # The rebalancer's reservations (None: rebalancing is off).
         self.reservations = reservations
-        # The metric values the engine is given (:mod:`ksched.loop.load_model`).
+        # The metric values the engine is given (:mod:`ksched.loop.metrics.load_model`).
         self.load = LoadModel(metrics, state.add_estimate, reservations)
         self.engines = {
             p.scheduler_name: Engine(config, p.scheduler_name, seed=seed) for p in config.profiles

@@ -42,7 +42,7 @@ from ksched.engine.estimate import BEST_EFFORT, FROM_REQUEST, calibration_terms,
 from ksched.engine.load import before_event, pod_shares
 from ksched.engine.pods import CountedRequests, PodRequests
 from ksched.engine.snapshot import Snapshot
-from ksched.loop.samples import parse_time
+from ksched.loop.metrics.samples import parse_time
 from ksched.objects import Obj, meta
 
 # Kubernetes writes condition and creation times to the second, rounded down: a pod shown
@@ -89,7 +89,7 @@ def horizon_s(metric: MetricConfig, window_s: float) -> float:
 
 class RecentPods:
     """The pods bound within the horizon, by key (``namespace/name``). Used by the
-    scheduling thread only (:class:`ksched.loop.state.ClusterState`)."""
+    scheduling thread only (:class:`ksched.loop.mirror.state.ClusterState`)."""
 
     def __init__(self, metrics: Sequence[MetricConfig], clock: Callable[[], float] = time.time) -> None:
         self.metrics = tuple(m for m in metrics if m.estimate is not None)

@@ -17,7 +17,7 @@ from ksched.config import MetricConfig
 from ksched.engine.quantity import parse_quantity
 from ksched.errors import QuantityError
 from ksched.loop.client import ApiUnavailableError, Kube
-from ksched.loop.samples import Sample, SourceError, parse_time
+from ksched.loop.metrics.samples import Sample, SourceError, parse_time
 from ksched.objects import Obj
 
 NODE_METRICS_PATH = "/apis/metrics.k8s.io/v1beta1/nodes"

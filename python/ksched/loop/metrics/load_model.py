@@ -3,11 +3,11 @@
 Owns how the engine's metric values are built, once for every caller:
 
 - **Placing** (the scheduling cycle, shadow mode: :meth:`LoadModel.scheduling`): each
-  metric's fresh sample (:class:`~ksched.loop.metric_sources.MetricStore`), plus what the
-  sample cannot show yet of recently bound pods (:mod:`ksched.loop.recent_pods`, learned
+  metric's fresh sample (:class:`~ksched.loop.metrics.metric_sources.MetricStore`), plus what the
+  sample cannot show yet of recently bound pods (:mod:`ksched.loop.metrics.recent_pods`, learned
   calibration and measured usage included), plus the load held for rebalancing moves'
   replacements not yet matched and for landed replacements still growing back
-  (:mod:`ksched.loop.reservations`).
+  (:class:`HeldLoad`: the rebalancer's reservations, :mod:`ksched.loop.rebalancing.reservations`).
 - **Moving** (the rebalancer's look, and ``ksched rebalance --dry-run`` through the same
   call: :meth:`LoadModel.rebalancing`): the same values for the judged metrics whose sample
   is fresh, less what each evicted pod's source still shows of it (:class:`Departure`), plus
@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -32,12 +33,30 @@ from ksched.config import MetricConfig
 from ksched.config.rebalance import RebalanceThreshold
 from ksched.engine.load import before_event
 from ksched.engine.snapshot import Snapshot
-from ksched.loop.metric_sources import Estimate, Matrix, MetricStore
-from ksched.loop.reservations import Reservations
-from ksched.loop.samples import Sample
+from ksched.loop.metrics.metric_sources import Estimate, Matrix, MetricStore
+from ksched.loop.metrics.samples import Sample
 
 # A pod's measured usage of a metric's estimate resource (engine units; None: unknown).
 Measured = Callable[[str, MetricConfig], "float | None"]
+
+
+class HeldLoad(Protocol):
+    """The load rebalancing holds on nodes (:class:`ksched.loop.rebalancing.reservations.Reservations`);
+    ``values`` is node x metric, columns ``metrics``."""
+
+    def add_to(
+        self, values: npt.NDArray[np.float64], snapshot: Snapshot, metrics: Sequence[MetricConfig]
+    ) -> None:
+        """Add the load of the moves' replacements not yet matched, on their targets."""
+
+    def add_settling(
+        self,
+        values: npt.NDArray[np.float64],
+        snapshot: Snapshot,
+        metrics: Sequence[MetricConfig],
+        measured: Measured,
+    ) -> None:
+        """Add what landed replacements do not use yet of the load they were moved with."""
 
 
 @dataclass
@@ -68,14 +87,14 @@ class Judged:
 
 class LoadModel:
     """The values of one state: ``estimate`` adds recent pods' load to a metric's column
-    (:meth:`ksched.loop.state.ClusterState.add_estimate`); ``present(key, uid)`` says whether a
+    (:meth:`ksched.loop.mirror.state.ClusterState.add_estimate`); ``present(key, uid)`` says whether a
     pod is still counted in the cluster state (an evicted pod is gone once it is not)."""
 
     def __init__(
         self,
         metrics: MetricStore,
         estimate: Estimate,
-        reservations: Reservations | None = None,
+        reservations: HeldLoad | None = None,
         present: Callable[[str, str], bool] = lambda _key, _uid: False,
     ) -> None:
         self.metrics = metrics

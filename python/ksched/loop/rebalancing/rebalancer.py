@@ -10,7 +10,7 @@ of one look are the planner's), the evictions and their events and telemetry, an
 released when the eviction does not happen.
 
 The plan itself is made on the thread that owns the cluster state (the scheduling or shadow
-loop, through :meth:`~ksched.loop.state.ClusterState.at_this_point`): the snapshot, the metric
+loop, through :meth:`~ksched.loop.mirror.state.ClusterState.at_this_point`): the snapshot, the metric
 matrix and the engine's proof see one consistent state, and the reservations are held before
 the next cycle. Until every usable sample was taken a window after an evicted pod left, the
 pod's load is taken off its source's value, so one look's eviction is not followed by another
@@ -38,11 +38,11 @@ from ksched.engine import Engine
 from ksched.engine.rebalance import Budget, HotNode, Move, Plan, plan
 from ksched.loop.client import ApiUnavailableError, Kube, pod_path
 from ksched.loop.events import REBALANCE_BLOCKED, REBALANCED
-from ksched.loop.hot import HotTracker
-from ksched.loop.load_model import Departure, LoadModel
-from ksched.loop.metric_sources import MetricStore
-from ksched.loop.reservations import EXPIRED, Reservation, Reservations
-from ksched.loop.state import ClusterState
+from ksched.loop.metrics.load_model import Departure, LoadModel
+from ksched.loop.metrics.metric_sources import MetricStore
+from ksched.loop.mirror.state import ClusterState
+from ksched.loop.rebalancing.hot import HotTracker
+from ksched.loop.rebalancing.reservations import EXPIRED, Reservation, Reservations
 from ksched.loop.telemetry import Telemetry
 from ksched.objects import Obj
 

@@ -9,7 +9,7 @@ the cool side of the line, or has no value for it. A stale or degraded metric is
 never makes a node hot. A node is hot once its count reaches ``samples_needed``.
 
 Reads no source and no clock: the live rebalancer feeds it each fresh sample
-(:meth:`ksched.loop.metric_sources.MetricStore.latest`) and asks :meth:`HotTracker.hot`.
+(:meth:`ksched.loop.metrics.metric_sources.MetricStore.latest`) and asks :meth:`HotTracker.hot`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from ksched.config.rebalance import RebalanceThreshold
 from ksched.engine.rebalance import HotNode
-from ksched.loop.samples import Sample
+from ksched.loop.metrics.samples import Sample
 
 
 class HotTracker:
