@@ -2,7 +2,8 @@
 honours them: a replacement is matched by namespace, controller and pod template; the cycle
 steers it to its reserved node; until it shows up, other pods cannot take the reserved room
 (its resources nor the metric headroom the move needs); its binding ends the reservation,
-counted by where it landed; and a reservation past its timeout is dropped."""
+counted by where it landed; and a reservation past its timeout is dropped. The cycle reads
+them as its one provider of held room (``ksched.loop.rebalancing.held.HeldRoom``)."""
 
 from __future__ import annotations
 
@@ -120,6 +121,23 @@ def test_a_pod_matches_one_reservation_the_oldest_and_keeps_it() -> None:
     assert reservations.match(b) is second
     assert reservations.match(owned("web-c")) is None, "every reservation has its pod"
     assert reservations.holding() == [], "matched reservations hold no room as ghosts"
+
+
+def test_a_replacement_is_steered_to_its_reservations_target() -> None:
+    # The cycle's entry (HeldRoom.steered_to): the target of the reservation ``match`` gives.
+    reservations = Reservations()
+    reservations.hold(move(owned("web-1", node_name="n0"), target="n1"), T0 + 60)
+    reservations.hold(move(owned("web-2", node_name="n0"), target="n2"), T0 + 60)
+    cases = [
+        ("the first replacement: the oldest reservation", owned("web-a"), "n1"),
+        ("the same pod again: the same target", owned("web-a"), "n1"),
+        ("the second replacement", owned("web-b"), "n2"),
+        ("every reservation has its pod", owned("web-c"), None),
+        ("not a replacement", owned("api-new", owner="api"), None),
+    ]
+    for name, candidate, want in cases:
+        got = reservations.steered_to(candidate)
+        assert got == want, f"{name}: want {want}, got {got}"
 
 
 def test_binding_ends_the_reservation_counted_by_where_it_landed() -> None:
@@ -240,7 +258,7 @@ def cycle(pending: Obj, values: dict[str, float], reservations: Reservations) ->
         telemetry,
         lambda: True,
         store,
-        reservations=reservations,
+        held=reservations,
     )
     scheduler.on_pod("ADDED", pending, None)
     scheduler.cycle(queue.pop_batch(10, 0.0, 0.0))

@@ -247,7 +247,7 @@ def start(
         metrics,
         handoff,
         seed=seed,
-        reservations=reservations,
+        held=reservations,
     )
     rebalancer = _rebalancer(config, state, metrics, kube, reservations, telemetry, leadership, binder, seed)
     shadow = Shadow(config, state, metrics, telemetry, seed) if shadowing else None

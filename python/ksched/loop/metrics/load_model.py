@@ -94,12 +94,12 @@ class LoadModel:
         self,
         metrics: MetricStore,
         estimate: Estimate,
-        reservations: HeldLoad | None = None,
+        held: HeldLoad | None = None,
         present: Callable[[str, str], bool] = lambda _key, _uid: False,
     ) -> None:
         self.metrics = metrics
         self.estimate = estimate
-        self.reservations = reservations
+        self.held = held
         self.present = present
         self.departed: list[Departure] = []
 
@@ -107,9 +107,9 @@ class LoadModel:
         """The engine's values for placing pods on ``snapshot`` (``reserved``: with the load
         reservations hold; shadow mode holds none)."""
         matrix = self.metrics.matrix(snapshot, self.estimate)
-        if reserved and self.reservations is not None:
-            self.reservations.add_to(matrix.values, snapshot, matrix.metrics)
-            self.reservations.add_settling(matrix.values, snapshot, matrix.metrics, self.metrics.measured)
+        if reserved and self.held is not None:
+            self.held.add_to(matrix.values, snapshot, matrix.metrics)
+            self.held.add_settling(matrix.values, snapshot, matrix.metrics, self.metrics.measured)
         return matrix
 
     def rebalancing(self, snapshot: Snapshot, lines: Mapping[str, RebalanceThreshold], now: float) -> Judged:
@@ -128,10 +128,10 @@ class LoadModel:
         def measured(key: str, metric: MetricConfig) -> float | None:
             return (usage.get(metric.name) or {}).get(key)
 
-        if self.reservations is not None:
+        if self.held is not None:
             # Replacements that landed still grow back to what they were moved with: their
             # nodes are not cool enough for another move meanwhile.
-            self.reservations.add_settling(values, snapshot, metrics, measured)
+            self.held.add_settling(values, snapshot, metrics, measured)
         return Judged(metrics, values, measured)
 
     def _take_departed(

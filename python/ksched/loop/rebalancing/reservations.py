@@ -12,7 +12,8 @@ pod does (:meth:`Reservations.holding`) and its load counts on the target's metr
 move was proved with, less what the replacement already uses, stays counted on its node
 for ``settle_s`` (:meth:`Reservations.add_settling`: a restarted pod starts cold). Thread-safe: the rebalancer holds
 and releases, the scheduling cycle matches and counts, the pod informer reports bindings.
-Writes nothing to the API server.
+The cycle reads it as its :class:`~ksched.loop.rebalancing.held.HeldRoom`. Writes nothing to
+the API server.
 """
 
 from __future__ import annotations
@@ -116,6 +117,11 @@ class Reservations:
                     r.pod_uid = uid or None
                     return r
         return None
+
+    def steered_to(self, pod: Obj) -> str | None:
+        """The target ``pod`` is steered to: its reservation's (:meth:`match`), else None."""
+        reservation = self.match(pod)
+        return reservation.move.target if reservation is not None else None
 
     def landed(self, pod: Obj, node: str) -> str | None:
         """``pod`` bound to ``node``: where it is a replacement, its reservation ends and the

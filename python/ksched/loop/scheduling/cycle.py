@@ -12,11 +12,11 @@ out) gets one FailedScheduling event and stays parked. Binds finish on the binde
 (saturation) gets a PlacedOverThreshold event once bound; saturated pods count in
 ``ksched_metric_saturation_total`` as placed (when bound) or pending. Only the leader runs cycles.
 
-The rebalancer's reservations (:mod:`ksched.loop.rebalancing.reservations`) steer its moves' replacements:
-a pod of the batch that replaces a moved pod is offered its reserved node first (as a
-nominated pod, in the engine's copy only), while the replacements not yet seen hold their
-room as nominated pods and their load on their targets' metrics. A replacement binding
-anywhere ends its reservation.
+Rebalancing is read through one provider, its held room
+(:class:`~ksched.loop.rebalancing.held.HeldRoom`): a pod of the batch that replaces a moved
+pod is offered its held target first (as a nominated pod, in the engine's copy only), while
+the replacements not yet seen hold their room as nominated pods and their load on their
+targets' metrics (added by the load model). A replacement binding anywhere ends its hold.
 
 The informer callbacks (:meth:`Scheduler.on_pod`, :meth:`Scheduler.on_node`)
 route watch events to the cluster state and the queue.
@@ -38,7 +38,7 @@ from ksched.engine.snapshot import Snapshot
 from ksched.loop.metrics.load_model import LoadModel
 from ksched.loop.metrics.metric_sources import MetricStore
 from ksched.loop.mirror.state import ClusterState
-from ksched.loop.rebalancing.reservations import Reservations
+from ksched.loop.rebalancing.held import HeldRoom
 from ksched.loop.scheduling.binder import Binder, Outcome
 from ksched.loop.scheduling.handoff import Handoff, opted_out
 from ksched.loop.scheduling.queue import QueuedPod, SchedulingQueue, node_events
@@ -66,7 +66,7 @@ class Scheduler:
         handoff: Handoff | None = None,
         *,
         seed: int = 0,
-        reservations: Reservations | None = None,
+        held: HeldRoom | None = None,
     ) -> None:
         self.config = config
         self.state = state
@@ -76,10 +76,10 @@ class Scheduler:
         self.is_leader = is_leader
         self.metrics = metrics
         self.handoff = handoff
-        # The rebalancer's reservations (None: rebalancing is off).
-        self.reservations = reservations
-        # The metric values the engine is given (:mod:`ksched.loop.metrics.load_model`).
-        self.load = LoadModel(metrics, state.add_estimate, reservations)
+        # The room and load rebalancing holds for its moves' replacements (None: rebalancing is off).
+        self.held = held
+        # The metric values the engine is given, the held load included (:mod:`ksched.loop.metrics.load_model`).
+        self.load = LoadModel(metrics, state.add_estimate, held)
         self.engines = {
             p.scheduler_name: Engine(config, p.scheduler_name, seed=seed) for p in config.profiles
         }
@@ -180,14 +180,14 @@ class Scheduler:
             return
         snapshot = self.state.snapshot()
         gangs = self._gangs(batch)
-        # Replacements of the rebalancer's moves try their reserved node first (matched before
-        # the values are built); the reservations no pod has matched hold their load (the load
-        # model) and their room.
+        # Replacements of the rebalancer's moves try their held target first (matched before
+        # the values are built); the holds no pod has matched keep their load (the load model)
+        # and their room.
         steered = {qp.key: self._steered(qp.pod) for qp in batch}
         matrix = self.load.scheduling(snapshot)
         nominated = self.queue.nominated()
-        if self.reservations is not None:
-            nominated += self.reservations.holding()
+        if self.held is not None:
+            nominated += self.held.holding()
         groups: dict[tuple[str, bool], list[QueuedPod]] = defaultdict(list)
         for qp in batch:
             groups[(scheduler_name(qp.pod), qp.degraded)].append(qp)
@@ -242,19 +242,19 @@ class Scheduler:
 
     def _steered(self, pod: Obj) -> Obj:
         """The pod as the engine is given it: a replacement of a rebalancing move nominated
-        to its reserved node (a shallow copy; nothing is written to the API server)."""
-        reservation = self.reservations.match(pod) if self.reservations is not None else None
-        if reservation is None:
+        to its held target (a shallow copy; nothing is written to the API server)."""
+        target = self.held.steered_to(pod) if self.held is not None else None
+        if target is None:
             return pod
-        status = {**(pod.get("status") or {}), "nominatedNodeName": reservation.move.target}
+        status = {**(pod.get("status") or {}), "nominatedNodeName": target}
         return {**pod, "status": status}
 
     def _landed(self, pod: Obj) -> None:
-        """A pod was bound (by any scheduler): where it replaces a moved pod, its reservation
-        ends, counted by where it landed."""
-        if self.reservations is None:
+        """A pod was bound (by any scheduler): where it replaces a moved pod, its hold ends,
+        counted by where it landed."""
+        if self.held is None:
             return
-        outcome = self.reservations.landed(pod, str(spec(pod).get("nodeName")))
+        outcome = self.held.landed(pod, str(spec(pod).get("nodeName")))
         if outcome is not None:
             self.telemetry.rebalance_replacements.labels(outcome=outcome).inc()
 
