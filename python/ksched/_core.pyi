@@ -49,7 +49,7 @@ __all__ = [
 # `Outcome["nodes"]` of a pod that fits no node, and of one the deadline left unattempted.
 UNSCHEDULABLE: int
 NOT_ATTEMPTED: int
-# The fields a pod's projection keeps (``ksched.loop.slim``): metadata, spec, condition types, container.
+# The fields a pod's projection keeps (``ksched.loop.mirror.slim``): metadata, spec, condition types, container.
 POD_PROJECTION: dict[str, list[str]]
 # The plugin registry, in filter order.
 PLUGINS: list[PluginInfo]
@@ -110,7 +110,7 @@ def schedule(
 ) -> Outcome: ...
 def decode_pod_event(line: bytes) -> tuple[Any, Any, dict[str, Any], dict[str, Any]]:
     """One line of a pod watch: the event's type, the object's resourceVersion, the object's
-    projection (what ``ksched.loop.slim.slim_pod`` keeps, in its key order) and its Status
+    projection (what ``ksched.loop.mirror.slim.slim_pod`` keeps, in its key order) and its Status
     fields (code, reason, message where present). Holds the GIL; raises ValueError for a line
     that is not a JSON object or is nested deeper than 127 levels."""
 

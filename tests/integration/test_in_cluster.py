@@ -38,7 +38,7 @@ from ksched.cluster.image import build as image_build
 from ksched.cluster.image.tools import ImageError, run
 from ksched.config import parse_config
 from ksched.loop.client import Kube, load_configuration
-from ksched.loop.metrics.metric_sources import NodeResolver, PrometheusSource
+from ksched.loop.metrics.prometheus import NodeResolver, PrometheusSource
 from tests.integration.helpers import (
     Obj,
     create,

@@ -23,7 +23,8 @@ from ksched.engine.spread_selectors import SELECTOR_OWNERS
 from ksched.engine.storage import STORAGE_KINDS
 from ksched.errors import KschedError
 from ksched.loop.client import Kube, load_configuration
-from ksched.loop.metrics.metric_sources import NodeResolver, PrometheusSource, SourceError
+from ksched.loop.metrics.metric_sources import SourceError
+from ksched.loop.metrics.prometheus import NodeResolver, PrometheusSource
 from ksched.objects import Obj
 
 # (list path, apiVersion, kind, optional: a CRD that may not be installed)

@@ -36,7 +36,8 @@ if TYPE_CHECKING:
     from ksched.engine.snapshot import Snapshot
     from ksched.loop.client import Kube
     from ksched.loop.metrics.load_model import LoadModel
-    from ksched.loop.metrics.metric_sources import MetricStore, PrometheusSource
+    from ksched.loop.metrics.metric_sources import MetricStore
+    from ksched.loop.metrics.prometheus import PrometheusSource
     from ksched.objects import Obj
 
 NOT_DRY_RUN = (
@@ -191,8 +192,9 @@ def _read_once(
 ) -> MetricStore:
     """A metric store as the running one builds it, refreshed once: each judged metric's
     sample and, where its estimate has a pod query, the pods' measured usage."""
-    from ksched.loop.metrics.metric_sources import MetricStore, PrometheusSource
+    from ksched.loop.metrics.metric_sources import MetricStore
     from ksched.loop.metrics.metrics_server import MetricsServerSource
+    from ksched.loop.metrics.prometheus import PrometheusSource
 
     if prometheus is None and config.prometheus.url:
         prometheus = PrometheusSource(config.prometheus.url, config.prometheus.timeout_s)

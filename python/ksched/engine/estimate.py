@@ -9,7 +9,7 @@ sides of a batch agree on what a placement adds to a node's metric.
 
 A learned estimate (``estimate.learn``) calibrates the last two guesses by what the
 measured pods used (:class:`ksched.config.metrics.Calibration`, kept by
-:mod:`ksched.loop.recent_pods`): :func:`guess` gives the uncalibrated figure and its kind,
+:mod:`ksched.loop.metrics.recent_pods`): :func:`guess` gives the uncalibrated figure and its kind,
 :func:`calibration_terms` how each kind of guess turns into a mean and a standard deviation
 (for one pod here, for every recent pod at once there).
 """

@@ -31,8 +31,9 @@ from ksched.engine.spread_selectors import SELECTOR_OWNERS
 from ksched.engine.storage import STORAGE_KINDS
 from ksched.loop.client import Kube, load_configuration
 from ksched.loop.leader import Leadership
-from ksched.loop.metrics.metric_sources import MetricStore, PrometheusSource
+from ksched.loop.metrics.metric_sources import MetricStore
 from ksched.loop.metrics.metrics_server import MetricsServerSource
+from ksched.loop.metrics.prometheus import PrometheusSource
 from ksched.loop.mirror.informer import Informer
 from ksched.loop.mirror.slim import (
     decode_pod_event,

@@ -3,7 +3,7 @@
 //! The pod informer receives every pod's every change (created, bound, its
 //! status written by the kubelet): about three 4 KB events per pod, most of
 //! each one `managedFields`, container statuses and volumes ksched never
-//! reads. Parsed whole with orjson and then projected (`loop/slim.py`'s
+//! reads. Parsed whole with orjson and then projected (`loop/mirror/slim.py`'s
 //! `slim_pod`), one event cost about 20 us of the GIL; here the event is read
 //! in one pass that builds Python objects only for the fields `slim_pod`
 //! keeps and skips the rest unbuilt. The result equals `slim_pod` of the

@@ -10,7 +10,7 @@ use std::fmt;
 
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
-// What a pod's projection keeps, by part (exported as `_core.POD_PROJECTION`; `loop/slim.py`
+// What a pod's projection keeps, by part (exported as `_core.POD_PROJECTION`; `loop/mirror/slim.py`
 // reads its lists from there).
 pub const POD_META: &[&str] = &[
     "name",
@@ -175,7 +175,7 @@ pub fn skip<'de, A: MapAccess<'de>>(map: &mut A) -> Result<(), A::Error> {
 #[cfg(test)]
 mod tests {
     //! What a projection reads of values that are and are not objects, as
-    //! `loop/slim.py` reads them in Python (`tests/unit/test_watch_decode.py`
+    //! `loop/mirror/slim.py` reads them in Python (`tests/unit/test_watch_decode.py`
     //! holds the binding to it).
 
     use super::*;

@@ -47,15 +47,13 @@ from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
-import requests
 from cachetools import TTLCache
-from urllib3.util.retry import Retry
 
-from ksched import _core
 from ksched.config import MetricConfig
 from ksched.config.metrics import Calibration
 from ksched.engine.snapshot import Snapshot, annotation_column
 from ksched.loop.metrics.metrics_server import MetricsServerSource
+from ksched.loop.metrics.prometheus import NodeResolver, PrometheusSource
 from ksched.loop.metrics.samples import Sample, parse_time
 from ksched.loop.metrics.samples import SourceError as SourceError  # noqa: PLC0414 (re-exported for simulate --live)
 from ksched.loop.telemetry import Telemetry
@@ -66,12 +64,7 @@ log = logging.getLogger(__name__)
 # A refresh counts as "moving" when this share of nodes changed by more than CHANGE_TOLERANCE.
 MOVING_SHARE = 0.1
 CHANGE_TOLERANCE = 0.05
-QUERY_TIMEOUT_S = 5.0
-HTTP_OK = 200
 LIVE_SOURCES = ("prometheus", "metrics-server")
-# A pod usage query answers in the resource's own unit (cores, bytes); the engine counts
-# CPU in millicores.
-ENGINE_UNITS = {"cpu": 1000.0}
 CLOSED_NOTE = " (onStale: closed: nodes without a fresh value are filtered out)"
 
 
@@ -88,139 +81,6 @@ class Estimate(Protocol):
         window_s: float | None = None,
         measured: Mapping[str, float] | None = None,
     ) -> Calibration | None: ...
-
-
-def node_addresses(node: Obj) -> list[str]:
-    status = node.get("status") or {}
-    return [str(a.get("address")) for a in status.get("addresses") or [] if a.get("address")]
-
-
-def _strip_port(instance: str) -> str:
-    if instance.startswith("["):  # [ipv6]:port
-        return instance[1 : instance.find("]")]
-    host, sep, port = instance.rpartition(":")
-    return host if sep and port.isdigit() and ":" not in host else instance
-
-
-class NodeResolver:
-    """Maps a series label value to a node name: the name itself, else a node address.
-
-    The address table is built on the first label that is not a node's name: a metric
-    labelled by node name (the usual case) never pays for it."""
-
-    def __init__(self, nodes: Sequence[Obj]) -> None:
-        self.nodes = nodes
-        # Inline rather than meta(): a set of 5,000 names each refresh.
-        self.names = {str((n.get("metadata") or {}).get("name")) for n in nodes}
-        self._by_address: dict[str, str] | None = None
-
-    @property
-    def by_address(self) -> dict[str, str]:
-        if self._by_address is None:
-            self._by_address = {a: str(meta(n).get("name")) for n in self.nodes for a in node_addresses(n)}
-        return self._by_address
-
-    def __call__(self, label: str) -> str | None:
-        if label in self.names:
-            return label
-        host = _strip_port(label)
-        if host in self.names:
-            return host
-        return self.by_address.get(host)
-
-    def values(self, labels: list[str], values: list[float]) -> tuple[dict[str, float], int]:
-        """Node -> value for series labelled ``labels`` (a later series wins), and how many
-        series match no node."""
-        if self.names.issuperset(labels):
-            return dict(zip(labels, values, strict=True)), 0
-        mapped: dict[str, float] = {}
-        unmapped = 0
-        for label, v in zip(labels, values, strict=True):
-            node = self(label)
-            if node is None:
-                unmapped += 1
-            else:
-                mapped[node] = v
-        return mapped, unmapped
-
-
-class PrometheusSource:
-    """Instant queries on prometheus-api-client's session, decoded by ``ksched._core``."""
-
-    def __init__(self, url: str, timeout_s: float = QUERY_TIMEOUT_S) -> None:
-        from prometheus_api_client import PrometheusConnect
-
-        self.url = url.rstrip("/")
-        self.timeout_s = timeout_s
-        self.session = requests.Session()
-        # No client-side retries: the refresh loop retries on its own cadence, and a
-        # retrying client would hide an outage for several timeouts.
-        self.client = PrometheusConnect(
-            url=url, session=self.session, timeout=timeout_s, retry=Retry(total=0)
-        )
-
-    def query(self, metric: MetricConfig, resolve: NodeResolver) -> Sample:
-        try:
-            response = self.session.get(
-                f"{self.url}/api/v1/query",
-                params={"query": metric.query or ""},
-                headers=self.client.headers,
-                timeout=self.timeout_s,
-            )
-        except requests.RequestException as err:
-            raise SourceError(f"{metric.name}: query failed: {err}") from None
-        if response.status_code != HTTP_OK:
-            raise SourceError(
-                f"{metric.name}: query failed: HTTP status {response.status_code} ({response.content[:500]!r})"
-            )
-        sampled_at = time.time()
-        try:
-            labels, values, oldest, not_finite = _core.decode_instant_vector(
-                response.content, metric.node_label
-            )
-        except ValueError as err:
-            raise SourceError(f"{metric.name}: {err}") from None
-        mapped, unmapped = resolve.values(labels, values)
-        return Sample(mapped, sampled_at if oldest is None else min(sampled_at, oldest), unmapped, not_finite)
-
-    def pod_usage(self, metric: MetricConfig) -> Sample:
-        """Each pod's measured usage of the estimated resource (``estimate.podQuery``), by
-        ``namespace/pod``, in the engine's unit."""
-        estimate = metric.estimate
-        assert estimate is not None and estimate.pod_query is not None
-        try:
-            response = self.session.get(
-                f"{self.url}/api/v1/query",
-                params={"query": estimate.pod_query},
-                headers=self.client.headers,
-                timeout=self.timeout_s,
-            )
-        except requests.RequestException as err:
-            raise SourceError(f"{metric.name}: pod usage query failed: {err}") from None
-        if response.status_code != HTTP_OK:
-            raise SourceError(
-                f"{metric.name}: pod usage query failed: HTTP status {response.status_code} "
-                f"({response.content[:500]!r})"
-            )
-        sampled_at = time.time()
-        try:
-            # Two passes over one answer keep the same series in the same order.
-            pods, values, oldest, not_finite = _core.decode_instant_vector(
-                response.content, estimate.pod_label
-            )
-            namespaces, _, _, _ = _core.decode_instant_vector(response.content, estimate.namespace_label)
-        except ValueError as err:
-            raise SourceError(f"{metric.name}: pod usage query: {err}") from None
-        unit = ENGINE_UNITS.get(estimate.resource, 1.0)
-        usage = {
-            f"{ns}/{pod}": v * unit for ns, pod, v in zip(namespaces, pods, values, strict=True) if ns and pod
-        }
-        return Sample(
-            usage,
-            sampled_at if oldest is None else min(sampled_at, oldest),
-            len(pods) - len(usage),
-            not_finite,
-        )
 
 
 @dataclass
