@@ -95,7 +95,7 @@ def test_the_engines_metric_verdicts_are_pythons_arithmetic(c: dict[str, Any]) -
         if placed.get(key) is not None:
             recent.track(key, key, placed[key], NOW, True, p, pod_requests(p))
     seen = values.copy()
-    recent.add_to(metric, snapshot, SAMPLED_AT, seen)
+    recent.add_to(snapshot, metric, SAMPLED_AT, seen)
     seen += metric.load_sign * shares(snapshot, "cpu", float(c["probe"]))
 
     assert result.explanation is not None

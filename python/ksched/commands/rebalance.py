@@ -18,18 +18,15 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
+from functools import partial
 from typing import TYPE_CHECKING
 
 from ksched.commands.exit_codes import EXIT_BAD_INPUT, EXIT_OK
 from ksched.errors import KschedError
 
 if TYPE_CHECKING:
-    import numpy as np
-    import numpy.typing as npt
-
     from ksched.config import Config, MetricConfig
-    from ksched.config.metrics import Calibration
     from ksched.engine import Engine
     from ksched.engine.cluster_file import ClusterFile
     from ksched.engine.rebalance import Plan
@@ -261,16 +258,8 @@ def _load_model(
             requests,
         )
 
-    def estimate(
-        metric: MetricConfig,
-        sampled_at: float,
-        column: npt.NDArray[np.float64],
-        window_s: float | None = None,
-        measured: Mapping[str, float] | None = None,
-    ) -> Calibration | None:
-        return recent.add_to(metric, snapshot, sampled_at, column, window_s, measured)
-
-    return LoadModel(store, estimate)
+    # Recent pods' load on this snapshot, as ClusterState.add_estimate adds it on its own.
+    return LoadModel(store, partial(recent.add_to, snapshot))
 
 
 def render(plan: Plan) -> str:

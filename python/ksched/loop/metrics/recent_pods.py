@@ -140,8 +140,8 @@ class RecentPods:
 
     def add_to(
         self,
-        metric: MetricConfig,
         snapshot: Snapshot,
+        metric: MetricConfig,
         sampled_at: float,
         column: npt.NDArray[np.float64],
         window_s: float | None = None,

@@ -341,7 +341,7 @@ class ClusterState:
         """Add to ``column`` the load of the pods bound recently that the metric's sample,
         taken at ``sampled_at``, does not show yet (see :mod:`ksched.loop.metrics.recent_pods`); what a
         learned estimate learned from the measured ones."""
-        return self.recent.add_to(metric, self.snapshot(), sampled_at, column, window_s, measured)
+        return self.recent.add_to(self.snapshot(), metric, sampled_at, column, window_s, measured)
 
     def counted(self) -> dict[str, str]:
         """Pod key -> node for every pod counted (bound or assumed)."""

@@ -18,8 +18,6 @@ the API server.
 
 from __future__ import annotations
 
-import json
-import math
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -31,8 +29,8 @@ import numpy.typing as npt
 from ksched.config import MetricConfig
 from ksched.engine.estimate import estimated_usage
 from ksched.engine.load import node_share
+from ksched.engine.moves import TEMPLATE_HASH_LABELS, Move, moved_usage
 from ksched.engine.pods import pod_requests
-from ksched.engine.rebalance import MOVED_USAGE_ANNOTATION, TEMPLATE_HASH_LABELS, Move
 from ksched.engine.snapshot import Snapshot
 from ksched.errors import MalformedObjectError
 from ksched.objects import Obj, meta
@@ -169,7 +167,7 @@ class Reservations:
         with self._lock:
             waiting = [r.move for r in self._held if r.pod_uid is None]
         for move in waiting:
-            proved = _proved(move.replacement)
+            proved = moved_usage(move.replacement)
 
             def amount(m: MetricConfig, move: Move = move, proved: dict[str, float] = proved) -> float | None:
                 if m.name in proved:
@@ -199,7 +197,7 @@ class Reservations:
             self._settling = [s for s in self._settling if s.until > now]
             settling = list(self._settling)
         for s in settling:
-            proved = _proved(s.move.replacement)
+            proved = moved_usage(s.move.replacement)
 
             def missing(m: MetricConfig, s: Settling = s, proved: dict[str, float] = proved) -> float | None:
                 if m.name not in proved:
@@ -233,18 +231,6 @@ def _add_load(
         share = None if load is None else node_share(snapshot, node, m.estimate.resource, load)
         if share is not None:
             values[row, k] += m.load_sign * share
-
-
-def _proved(replacement: Obj) -> dict[str, float]:
-    """What a move was proved with, per metric (engine units), from its replacement."""
-    raw = (meta(replacement).get("annotations") or {}).get(MOVED_USAGE_ANNOTATION)
-    try:
-        proved = json.loads(raw) if isinstance(raw, str) else {}
-    except ValueError:
-        return {}
-    if not isinstance(proved, dict):
-        return {}
-    return {str(k): float(v) for k, v in proved.items() if isinstance(v, int | float) and math.isfinite(v)}
 
 
 def _replaces(pod: Obj, move: Move) -> bool:
