@@ -27,6 +27,8 @@ DEFAULT_ADDRESS = "127.0.0.1:10259"
 HTTP_TIMEOUT_S = 5.0
 # Longest message shown in a table cell.
 CELL = 100
+# A shadow log grows a line per decision; one past this is not read (split it first).
+MAX_SHADOW_LOG_BYTES = 512 * 1024 * 1024
 
 
 def fetch(address: str, path: str) -> Any:
@@ -48,23 +50,24 @@ def fetch(address: str, path: str) -> Any:
 
 def report_from_log(path: str | Path, keep: int) -> dict[str, Any]:
     """The report of the decisions a ``shadow.log`` file holds (the last ``keep`` listed)."""
+    from ksched.config.documents import decode, read_bounded
     from ksched.loop.scheduling.shadow import Decision, ShadowLedger
 
     if keep < 1:
         raise KschedError(f"--keep {keep}: list at least 1 decision")
     ledger = ShadowLedger(keep)
-    try:
-        lines = Path(path).read_text().splitlines()
-    except OSError as err:
-        raise KschedError(f"cannot read shadow log {path}: {err.strerror}") from None
+    data = read_bounded(path, MAX_SHADOW_LOG_BYTES, "shadow log", KschedError)
+    lines = decode(data, str(path), KschedError).splitlines()
     first: Decision | None = None
     for i, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
             d = Decision.from_json(json.loads(line))
-        except (ValueError, TypeError) as err:
+        except (ValueError, TypeError, LookupError, AttributeError) as err:
             raise KschedError(f"{path}:{i}: not a shadow decision: {err}") from None
+        except RecursionError:
+            raise KschedError(f"{path}:{i}: not a shadow decision: nested too deeply") from None
         ledger.record(d)
         first = first or d
     if first is not None:

@@ -17,8 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
+from ksched.config.documents import decode, load_document, read_bounded
 from ksched.config.metrics import Band, EstimateConfig, MetricConfig, parse_metric
 from ksched.config.profiles import DEFAULT_PROFILE, ProfileConfig, parse_profile
 from ksched.config.rebalance import RebalanceConfig, RebalanceMetric, RebalanceThreshold, parse_rebalance
@@ -67,6 +66,8 @@ __all__ = [
 
 API_VERSION = "ksched.io/v1alpha1"
 KIND = "KschedConfiguration"
+# A configuration is a few kilobytes; a file past this is a mistaken path.
+MAX_CONFIG_BYTES = 16 * 1024 * 1024
 _KEYS = (
     "apiVersion",
     "kind",
@@ -159,12 +160,5 @@ def load_config(path: str | Path | None) -> Config:
     """Read a configuration file; None gives the default (one profile named ``ksched``)."""
     if path is None:
         return Config()
-    try:
-        text = Path(path).read_text()
-    except OSError as err:
-        raise ConfigError(f"cannot read configuration {path}: {err.strerror}") from None
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        raise ConfigError(f"{path}: not valid YAML: {err}") from None
-    return parse_config(doc)
+    data = read_bounded(path, MAX_CONFIG_BYTES, "configuration", ConfigError)
+    return parse_config(load_document(decode(data, str(path), ConfigError), str(path), ConfigError))

@@ -1,7 +1,8 @@
 """A cluster file: Kubernetes objects as ``kubectl get -o yaml`` prints them, sorted for scheduling.
 
-Owns reading a file (a ``kind: List`` or multi-document YAML/JSON, refused above a
-size limit), splitting its pods into existing (``spec.nodeName`` set), pending (their
+Owns reading a file (a ``kind: List`` or multi-document YAML/JSON, read through
+:mod:`ksched.config.documents`: refused above a size limit, with aliases bounded),
+splitting its pods into existing (``spec.nodeName`` set), pending (their
 ``schedulerName`` names a profile) and ignored, keeping the objects scheduling reads
 (namespaces, PodGroups, disruption budgets, spreading selectors, storage), and
 making any pod pending so ``explain`` can name it. Live explain
@@ -11,14 +12,12 @@ making any pod pending so ``explain`` can name it. Live explain
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from ksched.config.documents import decode, load_documents, read_bounded
 from ksched.engine.disruption_budgets import DisruptionBudget, disruption_budget
 from ksched.engine.gangs import POD_GROUP_API, PodGroup, pod_group
 from ksched.engine.spread_selectors import SELECTOR_OWNER_KINDS, SpreadSelectors
@@ -29,7 +28,7 @@ from ksched.objects import Obj, meta, pod_key, scheduler_name, spec
 # (apiVersion, kind) of the objects the volume plugins read.
 STORAGE_OBJECT_KINDS = {(api_version, kind) for _, api_version, kind in STORAGE_KINDS}
 # A cluster file above this is refused before parsing: it would not fit the
-# machines ksched runs on, and the limit keeps a mistaken path from hanging.
+# machines ksched runs on, and the limit keeps a mistaken path (a device, a pipe) from hanging.
 MAX_CLUSTER_FILE_BYTES = 512 * 1024 * 1024
 
 
@@ -52,48 +51,34 @@ class ClusterFile:
     storage: Storage = field(default_factory=Storage)
 
 
-def _documents(text: str, source: str) -> Iterator[Any]:
-    stripped = text.lstrip()
-    if stripped.startswith(("{", "[")):
-        try:
-            yield json.loads(text)
-            return
-        except json.JSONDecodeError as err:
-            raise ClusterFileError(f"{source}: not valid JSON: {err}") from None
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    try:
-        yield from yaml.load_all(text, Loader=loader)
-    except yaml.YAMLError as err:
-        raise ClusterFileError(f"{source}: not valid YAML: {err}") from None
-
-
 def _objects(doc: Any, source: str) -> Iterator[Obj]:
-    if doc is None:
-        return
-    if isinstance(doc, list):
-        for d in doc:
-            yield from _objects(d, source)
-        return
-    if not isinstance(doc, dict):
-        raise ClusterFileError(f"{source}: expected Kubernetes objects, found {type(doc).__name__}")
-    if doc.get("kind") == "List" or (str(doc.get("kind", "")).endswith("List") and "items" in doc):
-        for item in doc.get("items") or []:
-            yield from _objects(item, source)
-        return
-    yield doc
+    """The objects of one document: itself, or the items of a ``List`` or a plain list
+    (nested lists too, read iteratively: the parsers already bound their depth)."""
+    stack = [doc]
+    while stack:
+        d = stack.pop()
+        if d is None:
+            continue
+        if isinstance(d, list):
+            stack.extend(reversed(d))
+            continue
+        if not isinstance(d, dict):
+            raise ClusterFileError(f"{source}: expected Kubernetes objects, found {type(d).__name__}")
+        if d.get("kind") == "List" or (str(d.get("kind", "")).endswith("List") and "items" in d):
+            items = d.get("items") or []
+            if not isinstance(items, list):
+                raise ClusterFileError(f"{source}: {d.get('kind')}: items: must be a list of objects")
+            stack.extend(reversed(items))
+            continue
+        yield d
 
 
 def read_objects(path: str | Path) -> list[Obj]:
     """The Kubernetes objects of a cluster file."""
-    p = Path(path)
-    try:
-        size = p.stat().st_size
-    except OSError as err:
-        raise ClusterFileError(f"cannot read {path}: {err.strerror}") from None
-    if size > MAX_CLUSTER_FILE_BYTES:
-        raise ClusterFileError(f"{path}: {size} bytes is over the {MAX_CLUSTER_FILE_BYTES}-byte limit")
-    text = p.read_text()
-    return [obj for doc in _documents(text, str(path)) for obj in _objects(doc, str(path))]
+    source = str(path)
+    data = read_bounded(path, MAX_CLUSTER_FILE_BYTES, "cluster file", ClusterFileError)
+    docs = load_documents(decode(data, source, ClusterFileError), source, ClusterFileError)
+    return [obj for doc in docs for obj in _objects(doc, source)]
 
 
 def load_cluster(path: str | Path, scheduler_names: set[str]) -> ClusterFile:
@@ -112,7 +97,8 @@ def sort_objects(objects: list[Obj], scheduler_names: set[str], source: str) -> 
     ignored = 0
     for obj in objects:
         kind = obj.get("kind")
-        if (str(obj.get("apiVersion")), str(kind)) in STORAGE_OBJECT_KINDS:
+        storage_kind = (str(obj.get("apiVersion")), str(kind)) in STORAGE_OBJECT_KINDS
+        if storage_kind:
             storage.update(str(kind), obj, deleted=False)
         elif kind == "Node":
             nodes.append(obj)

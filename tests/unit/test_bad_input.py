@@ -1,0 +1,170 @@
+"""Bad input files end in one ``error:`` line and exit 2, never a traceback, a hang or a
+memory blow-up: cluster files, ``--config``, ``--metrics`` and shadow logs (issue 48).
+
+Each case is a file as a user could write it and the words the one-line error must say.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from ksched.commands.cli import main
+from ksched.config.documents import ALIAS_NODES, load_documents
+from ksched.errors import KschedError
+from tests.conftest import node
+
+Obj = dict[str, Any]
+CONFIG = "apiVersion: ksched.io/v1alpha1\nkind: KschedConfiguration\n"
+METRIC_CONFIG = CONFIG + "metrics:\n- {name: cpu, source: prometheus, query: q}\n"
+# The most a command may hold in memory for a bad file of up to 1 MiB (issue 48).
+MAX_RSS_KIB = 512 * 1024
+
+
+def alias_bomb(kind_list: bool = True) -> str:
+    """Nine levels of ten aliases each: 10^9 pods from a few hundred bytes."""
+    lines = ["x: &a [" + ", ".join(["{kind: Pod, metadata: {name: p}}"] * 10) + "]"]
+    for prev, level in zip("abcdefgh", "bcdefghi", strict=True):
+        lines.append(f"{level}: &{level} [" + ", ".join([f"*{prev}"] * 10) + "]")
+    if kind_list:
+        lines += ["kind: List", "items: *i"]
+    return "\n".join(lines) + "\n"
+
+
+def merge_bomb() -> str:
+    """Merge keys that copy a mapping ten times per level: the pairs grow tenfold each."""
+    lines = ["a: &a {" + ", ".join(f"k{i}: {i}" for i in range(10)) + "}"]
+    for prev, level in zip("abcdefgh", "bcdefghi", strict=True):
+        lines.append(f"{level}: &{level} {{<<: [" + ", ".join([f"*{prev}"] * 10) + "]}")
+    return "\n".join(lines) + "\n"
+
+
+def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    code = main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_one_line_error(code: int, err: str, *words: str) -> None:
+    assert code == 2, f"want exit 2, got {code}: {err}"
+    assert err.startswith("error: ") and err.count("\n") == 1, f"want one error line, got {err!r}"
+    for w in words:
+        assert w in err, f"want {w!r} in {err!r}"
+
+
+def cluster(tmp_path: Path, objs: list[Any], name: str = "cluster.yaml") -> str:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": objs}))
+    return str(path)
+
+
+def text_file(tmp_path: Path, name: str, content: str | bytes) -> str:
+    path = tmp_path / name
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content)
+    return str(path)
+
+
+# Documents: (name, text, words of the error).
+DOCUMENTS = [
+    ("alias bomb", alias_bomb(), f"more than {ALIAS_NODES} nodes"),
+    ("merge-key bomb", merge_bomb(), f"more than {ALIAS_NODES} nodes"),
+    ("recursive alias", "a: &a [1, *a]\n", "refers to a node that contains it"),
+    ("duplicate YAML key", "n1: {cpu: 1}\nn1: {cpu: 2}\n", "duplicate key 'n1' (line 2)"),
+    ("duplicate JSON key", '{"a": 1, "a": 2}', "duplicate key 'a'"),
+    ("JSON nested 100k deep", "[" * 100_000 + "]" * 100_000, "nested too deeply"),
+    ("YAML nested 100k deep", "a: " + "[" * 100_000 + "]" * 100_000, "nesting depth"),
+]
+
+
+@pytest.mark.parametrize(("text", "words"), [c[1:] for c in DOCUMENTS], ids=[c[0] for c in DOCUMENTS])
+def test_a_document_that_would_expand_or_recurse_is_refused_in_one_line(text: str, words: str) -> None:
+    with pytest.raises(KschedError) as err:
+        load_documents(text, "f.yaml", KschedError)
+    assert words in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_anchors_used_as_templates_and_merge_overrides_still_load() -> None:
+    text = "base: &base {cpu: 1, memory: 2}\nn1: {<<: *base, cpu: 3}\nn2: *base\n"
+    assert load_documents(text, "f.yaml", KschedError) == [
+        {"base": {"cpu": 1, "memory": 2}, "n1": {"cpu": 3, "memory": 2}, "n2": {"cpu": 1, "memory": 2}}
+    ]
+
+
+def _peak(argv: list[str]) -> tuple[int, str, int]:
+    """Run ``ksched ARGV`` in a child process: its exit code, stderr and peak RSS in KiB."""
+    script = (
+        "import resource, sys\n"
+        "from ksched.commands.cli import main\n"
+        "code = main(sys.argv[1:])\n"
+        "print('maxrss', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\n"
+        "sys.exit(code)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, *argv], capture_output=True, text=True, timeout=120, check=False
+    )
+    lines = done.stderr.splitlines()
+    assert lines and lines[-1].startswith("maxrss "), done.stderr
+    return done.returncode, "\n".join(lines[:-1]), int(lines[-1].split()[1])
+
+
+@pytest.mark.parametrize("source", ["alias bomb", "/dev/zero"])
+def test_a_bomb_or_an_endless_file_is_refused_quickly_in_bounded_memory(tmp_path: Path, source: str) -> None:
+    path = text_file(tmp_path, "bomb.yaml", alias_bomb()) if source == "alias bomb" else source
+    code, err, rss = _peak(["simulate", path])
+    assert code == 2 and err.startswith("error: "), err
+    assert rss < MAX_RSS_KIB, f"peak RSS {rss} KiB"
+
+
+def _shadow_report(tmp_path: Path, content: bytes) -> list[str]:
+    return ["shadow", "report", "--file", text_file(tmp_path, "shadow.log", content)]
+
+
+def _simulate_with(option: str) -> Callable[[Path, bytes], list[str]]:
+    def argv(tmp_path: Path, content: bytes) -> list[str]:
+        config = CONFIG if option == "--config" else METRIC_CONFIG
+        base = [
+            "simulate",
+            cluster(tmp_path, [node("n1")]),
+            "--config",
+            text_file(tmp_path, "c.yaml", config),
+        ]
+        return [*base, option, text_file(tmp_path, "f.yaml", content)]
+
+    return argv
+
+
+# Each file a command reads, given bytes that are not UTF-8.
+NOT_UTF8: list[tuple[str, Callable[[Path, bytes], list[str]]]] = [
+    ("cluster file", lambda t, c: ["simulate", text_file(t, "cluster.yaml", c)]),
+    ("--config", _simulate_with("--config")),
+    ("shadow report --file", _shadow_report),
+]
+
+
+@pytest.mark.parametrize("argv", [c[1] for c in NOT_UTF8], ids=[c[0] for c in NOT_UTF8])
+def test_bytes_that_are_not_utf8_are_named_by_offset(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: Callable[[Path, bytes], list[str]]
+) -> None:
+    code, _, err = run_cli(argv(tmp_path, b"n1: {cpu: 1} # caf\xe9\n"), capsys)
+    assert_one_line_error(code, err, "not UTF-8 text (byte 0xe9 at offset 18)")
+
+
+def test_a_directory_given_as_the_cluster_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run_cli(["simulate", str(tmp_path)], capsys)
+    assert_one_line_error(code, err, f"cannot read cluster file {tmp_path}", "Is a directory")
+
+
+def test_a_cluster_file_nested_too_deep(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = text_file(tmp_path, "deep.json", "[" * 100_000 + "]" * 100_000)
+    code, _, err = run_cli(["simulate", path], capsys)
+    assert_one_line_error(code, err, "not valid JSON: nested too deeply")
