@@ -6,6 +6,7 @@ Each case is a file as a user could write it and the words the one-line error mu
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections.abc import Callable
@@ -18,7 +19,7 @@ import yaml
 from ksched.commands.cli import main
 from ksched.config.documents import ALIAS_NODES, load_documents
 from ksched.errors import KschedError
-from tests.conftest import node
+from tests.conftest import node, pod
 
 Obj = dict[str, Any]
 CONFIG = "apiVersion: ksched.io/v1alpha1\nkind: KschedConfiguration\n"
@@ -168,3 +169,77 @@ def test_a_cluster_file_nested_too_deep(tmp_path: Path, capsys: pytest.CaptureFi
     path = text_file(tmp_path, "deep.json", "[" * 100_000 + "]" * 100_000)
     code, _, err = run_cli(["simulate", path], capsys)
     assert_one_line_error(code, err, "not valid JSON: nested too deeply")
+
+
+def _with(obj: Obj, path: str, value: Any) -> Obj:
+    """``obj`` with the field at dotted ``path`` set to ``value``."""
+    out = json.loads(json.dumps(obj))
+    *parents, last = path.split(".")
+    target = out
+    for part in parents:
+        target = target.setdefault(part, {})
+    target[last] = value
+    return out
+
+
+NAMESPACE = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team"}}
+CLAIM = {
+    "apiVersion": "v1",
+    "kind": "PersistentVolumeClaim",
+    "metadata": {"name": "data", "namespace": "default"},
+    "spec": {"resources": {"requests": {"storage": "1Gi"}}},
+}
+# (name, the bad object, words of the error: the object and the field).
+MALFORMED = [
+    ("node labels as a list", _with(node("n2"), "metadata.labels", ["a"]), "node n2: metadata.labels: must be a mapping"),
+    ("node taint as a string", _with(node("n2"), "spec.taints", ["x"]), "node n2: spec.taints: [0]: must be a mapping"),
+    ("node status as a string", _with(node("n2"), "status", "Ready"), "node n2: status: must be a mapping"),
+    ("node label value a list", _with(node("n2"), "metadata.labels", {"a": [1]}), "node n2: metadata.labels: 'a'"),
+    ("node unschedulable a string", _with(node("n2"), "spec.unschedulable", "yes"), "node n2: spec.unschedulable: must be a boolean, found str"),
+    ("node name null", _with(node("n2"), "metadata.name", None), "node (object 2): metadata.name: must be a non-empty string"),
+    ("node name empty", _with(node("n2"), "metadata.name", ""), "node (object 2): metadata.name: must be a non-empty string"),
+    ("namespace labels as a list", _with(NAMESPACE, "metadata.labels", ["a"]), "namespace team: metadata.labels: must be a mapping"),
+    ("claim status as a string", _with(CLAIM, "status", "Bound"), "PersistentVolumeClaim data: status: must be a mapping"),
+    ("claim spec as a string", _with(CLAIM, "spec", "x"), "PersistentVolumeClaim data: spec: must be a mapping"),
+    ("claim access modes a string", _with(CLAIM, "spec.accessModes", "RWO"), "PersistentVolumeClaim data: spec.accessModes: must be a list of strings"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("bad", "words"), [c[1:] for c in MALFORMED], ids=[c[0] for c in MALFORMED])
+def test_a_malformed_object_refuses_the_file_naming_the_object_and_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], bad: Obj, words: str
+) -> None:
+    path = cluster(tmp_path, [node("n1"), bad, pod("web")])
+    code, _, err = run_cli(["simulate", path], capsys)
+    assert_one_line_error(code, err, f"{path}: {words}")
+
+
+# (name, the cluster's objects or raw text, words of the error).
+REFUSED_FILES: list[tuple[str, list[Obj] | str, str]] = [
+    ("empty file", "", "no objects"),
+    ("only comments", "# nothing here\n", "no objects"),
+    ("empty List", [], "no objects"),
+    ("mappings without a kind", "x: 1\n", "no objects"),
+    ("the same pod twice", [node("n1"), pod("web"), pod("web")], "pod default/web appears twice"),
+    ("the same node twice", [node("n1"), node("n1")], "node n1 appears twice"),
+]
+
+
+@pytest.mark.parametrize(
+    ("content", "words"), [c[1:] for c in REFUSED_FILES], ids=[c[0] for c in REFUSED_FILES]
+)
+def test_a_file_without_objects_or_with_one_twice_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: list[Obj] | str, words: str
+) -> None:
+    path = text_file(tmp_path, "c.yaml", content) if isinstance(content, str) else cluster(tmp_path, content)
+    code, _, err = run_cli(["simulate", path], capsys)
+    assert_one_line_error(code, err, words)
+
+
+def test_a_pod_of_the_same_name_in_another_namespace_is_another_pod(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = cluster(tmp_path, [node("n1"), pod("web"), pod("web", namespace="team")])
+    code, out, _ = run_cli(["simulate", path], capsys)
+    assert code == 0
+    assert "2/2 pending pods placed" in out

@@ -2,7 +2,11 @@
 
 Owns reading a file (a ``kind: List`` or multi-document YAML/JSON, read through
 :mod:`ksched.config.documents`: refused above a size limit, with aliases bounded),
-splitting its pods into existing (``spec.nodeName`` set), pending (their
+checking the shape of the objects scheduling reads besides pods (nodes, namespaces,
+storage: a field of the wrong type is refused with the object and field named, as the
+API server would refuse it; pods are checked per pod by the engine, which leaves a
+malformed one pending with its reason), refusing a file with no objects, an unnamed
+node or the same node or pod twice, splitting its pods into existing (``spec.nodeName`` set), pending (their
 ``schedulerName`` names a profile) and ignored, keeping the objects scheduling reads
 (namespaces, PodGroups, disruption budgets, spreading selectors, storage), and
 making any pod pending so ``explain`` can name it. Live explain
@@ -24,12 +28,61 @@ from ksched.engine.spread_selectors import SELECTOR_OWNER_KINDS, SpreadSelectors
 from ksched.engine.storage import STORAGE_KINDS, Storage
 from ksched.errors import ClusterFileError, MalformedObjectError
 from ksched.objects import Obj, meta, pod_key, scheduler_name, spec
+from ksched.objects import name as object_name
 
 # (apiVersion, kind) of the objects the volume plugins read.
 STORAGE_OBJECT_KINDS = {(api_version, kind) for _, api_version, kind in STORAGE_KINDS}
 # A cluster file above this is refused before parsing: it would not fit the
 # machines ksched runs on, and the limit keeps a mistaken path (a device, a pipe) from hanging.
 MAX_CLUSTER_FILE_BYTES = 512 * 1024 * 1024
+# What scheduling reads of the objects other than pods, by kind: each field, where set, must
+# have this shape (the API server's validation; a cluster file is not validated by anyone
+# else). "labels" is a mapping of names to scalar values.
+_SHAPES: dict[str, tuple[tuple[str, str], ...]] = {
+    "Node": (
+        ("metadata.labels", "labels"),
+        ("metadata.annotations", "labels"),
+        ("spec", "mapping"),
+        ("spec.taints", "list of mappings"),
+        ("spec.unschedulable", "boolean"),
+        ("status", "mapping"),
+        ("status.allocatable", "mapping"),
+        ("status.images", "list of mappings"),
+    ),
+    "Namespace": (("metadata.labels", "labels"),),
+    "PersistentVolumeClaim": (
+        ("metadata.annotations", "labels"),
+        ("spec", "mapping"),
+        ("spec.resources", "mapping"),
+        ("spec.resources.requests", "mapping"),
+        ("spec.accessModes", "list of strings"),
+        ("spec.volumeName", "string"),
+        ("spec.storageClassName", "string"),
+        ("spec.selector", "mapping"),
+        ("status", "mapping"),
+        ("status.phase", "string"),
+    ),
+    "PersistentVolume": (
+        ("metadata.labels", "labels"),
+        ("metadata.annotations", "labels"),
+        ("spec", "mapping"),
+        ("spec.capacity", "mapping"),
+        ("spec.accessModes", "list of strings"),
+        ("spec.claimRef", "mapping"),
+        ("spec.nodeAffinity", "mapping"),
+        ("spec.storageClassName", "string"),
+        ("status", "mapping"),
+        ("status.phase", "string"),
+    ),
+    "StorageClass": (
+        ("metadata.annotations", "labels"),
+        ("provisioner", "string"),
+        ("volumeBindingMode", "string"),
+        ("allowedTopologies", "list of mappings"),
+    ),
+    "CSINode": (("spec", "mapping"), ("spec.drivers", "list of mappings")),
+}
+_SCALARS = (str, int, float, bool)
 
 
 @dataclass
@@ -73,12 +126,58 @@ def _objects(doc: Any, source: str) -> Iterator[Obj]:
         yield d
 
 
+def _shape_problem(value: Any, shape: str) -> str | None:
+    """What is wrong with a field's value of the expected ``shape`` (None: nothing)."""
+    if shape == "mapping" or shape == "labels":
+        if not isinstance(value, dict):
+            return "must be a mapping"
+        if shape == "labels":
+            bad = next((k for k, v in value.items() if not isinstance(v, _SCALARS)), None)
+            if bad is not None:
+                return f"{bad!r}: must be a string, found {type(value[bad]).__name__}"
+        return None
+    if shape.startswith("list"):
+        element = {"list of mappings": dict, "list of strings": str}[shape]
+        if not isinstance(value, list):
+            return f"must be a {shape}"
+        bad_index = next((i for i, v in enumerate(value) if not isinstance(v, element)), None)
+        return None if bad_index is None else f"[{bad_index}]: must be a {shape[len('list of ') : -1]}"
+    expected = {"string": str, "boolean": bool}[shape]
+    return None if isinstance(value, expected) else f"must be a {shape}, found {type(value).__name__}"
+
+
+def check_object(obj: Obj, kind: str, position: int) -> None:
+    """Refuse a node, namespace or storage object whose name or a field scheduling reads
+    has the wrong type (:data:`_SHAPES`); ``position`` (from 1) names an unnamed object."""
+    label = kind.lower() if kind in ("Node", "Namespace") else kind
+    if not isinstance(obj.get("metadata"), dict):
+        raise MalformedObjectError(f"{label} (object {position})", "metadata", "must be a mapping")
+    name = obj["metadata"].get("name")
+    if not isinstance(name, str) or not name:
+        raise MalformedObjectError(
+            f"{label} (object {position})", "metadata.name", "must be a non-empty string"
+        )
+    if not isinstance(obj["metadata"].get("namespace", ""), str):
+        raise MalformedObjectError(f"{label} {name}", "metadata.namespace", "must be a string")
+    for path, shape in _SHAPES.get(kind, ()):
+        value: Any = obj
+        for part in path.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        if value is not None:
+            problem = _shape_problem(value, shape)
+            if problem is not None:
+                raise MalformedObjectError(f"{label} {name}", path, problem)
+
+
 def read_objects(path: str | Path) -> list[Obj]:
-    """The Kubernetes objects of a cluster file."""
+    """The Kubernetes objects of a cluster file (at least one)."""
     source = str(path)
     data = read_bounded(path, MAX_CLUSTER_FILE_BYTES, "cluster file", ClusterFileError)
     docs = load_documents(decode(data, source, ClusterFileError), source, ClusterFileError)
-    return [obj for doc in docs for obj in _objects(doc, source)]
+    objects = [obj for doc in docs for obj in _objects(doc, source)]
+    if not any(isinstance(obj.get("kind"), str) for obj in objects):
+        raise ClusterFileError(f"{source}: no objects (expected Nodes and Pods, each with its kind)")
+    return objects
 
 
 def load_cluster(path: str | Path, scheduler_names: set[str]) -> ClusterFile:
@@ -95,16 +194,27 @@ def sort_objects(objects: list[Obj], scheduler_names: set[str], source: str) -> 
     selectors = SpreadSelectors()
     storage = Storage()
     ignored = 0
-    for obj in objects:
+    seen: dict[str, set[str]] = {"node": set(), "pod": set()}
+    for position, obj in enumerate(objects, 1):
         kind = obj.get("kind")
         storage_kind = (str(obj.get("apiVersion")), str(kind)) in STORAGE_OBJECT_KINDS
+        if storage_kind or kind in ("Node", "Namespace"):
+            try:
+                check_object(obj, str(kind), position)
+            except MalformedObjectError as err:
+                raise ClusterFileError(f"{source}: {err}") from None
+        if kind in ("Node", "Pod") and meta(obj).get("name"):
+            key = object_name(obj) if kind == "Node" else pod_key(obj)
+            if key in seen[kind.lower()]:
+                raise ClusterFileError(f"{source}: {kind.lower()} {key} appears twice")
+            seen[kind.lower()].add(key)
         if storage_kind:
             storage.update(str(kind), obj, deleted=False)
         elif kind == "Node":
             nodes.append(obj)
         elif kind == "Namespace":
             labels = meta(obj).get("labels") or {}
-            namespaces[str(meta(obj).get("name", ""))] = {str(k): str(v) for k, v in labels.items()}
+            namespaces[object_name(obj)] = {str(k): str(v) for k, v in labels.items()}
         elif (str(obj.get("apiVersion")), str(kind)) in SELECTOR_OWNER_KINDS:
             selectors.update(str(obj.get("apiVersion")), str(kind), obj)
         elif kind == "PodGroup" and obj.get("apiVersion") == POD_GROUP_API:
