@@ -148,6 +148,7 @@ def _simulate_with(option: str) -> Callable[[Path, bytes], list[str]]:
 NOT_UTF8: list[tuple[str, Callable[[Path, bytes], list[str]]]] = [
     ("cluster file", lambda t, c: ["simulate", text_file(t, "cluster.yaml", c)]),
     ("--config", _simulate_with("--config")),
+    ("--metrics", _simulate_with("--metrics")),
     ("shadow report --file", _shadow_report),
 ]
 
@@ -243,3 +244,57 @@ def test_a_pod_of_the_same_name_in_another_namespace_is_another_pod(
     code, out, _ = run_cli(["simulate", path], capsys)
     assert code == 0
     assert "2/2 pending pods placed" in out
+
+
+# (name, the --metrics file, words of the error: the key).
+METRIC_FILES = [
+    ("unknown node", "nX: {cpu: 0.5}\n", "'nX': not a node of the cluster (n1)"),
+    ("misspelled metric", "n1: {cpuu: 0.5}\n", "'n1.cpuu': 'cpuu' is not a metric (cpu)"),
+    ("non-numeric string", "n1: {cpu: fast}\n", "'n1.cpu': 'fast' is not a finite number"),
+    ("infinite value", "n1: {cpu: .inf}\n", "'n1.cpu': inf is not a finite number"),
+    ("boolean value", "n1: {cpu: true}\n", "'n1.cpu': True is not a finite number"),
+    ("duplicate node", "n1: {cpu: 0.5}\nn1: {cpu: 0.9}\n", "duplicate key 'n1' (line 2)"),
+    ("duplicate metric", "n1: {cpu: 0.5, cpu: 0.9}\n", "duplicate key 'cpu'"),
+    ("node without a mapping", "n1: 0.5\n", "'n1': expected a mapping of metric name to number"),
+]
+
+
+@pytest.mark.parametrize(
+    ("content", "words"), [c[1:] for c in METRIC_FILES], ids=[c[0] for c in METRIC_FILES]
+)
+def test_a_metrics_file_value_that_would_be_dropped_is_an_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str, words: str
+) -> None:
+    argv = _simulate_with("--metrics")(tmp_path, content.encode())
+    code, _, err = run_cli(argv, capsys)
+    assert_one_line_error(code, err, words)
+
+
+def test_a_metrics_file_with_known_keys_is_used(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A numeric string counts as its number, as before; the values reach the scores."""
+    config = text_file(tmp_path, "c.yaml", METRIC_CONFIG)
+    path = cluster(tmp_path, [node("n1"), node("n2"), pod("web")])
+    metrics = text_file(tmp_path, "m.yaml", "n1: {cpu: '0.9'}\nn2: {cpu: 0.1}\n")
+    code, out, _ = run_cli(["simulate", path, "--config", config, "--metrics", metrics, "-o", "json"], capsys)
+    assert code == 0
+    assert json.loads(out)["placements"][0]["node"] == "n2", "prefer lower: the node with 0.1"
+
+
+def test_names_with_newlines_and_escapes_are_escaped_in_tables(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = cluster(tmp_path, [node("n1\nfake 100.0"), pod("w\x1b[2Jeb")])
+    code, out, _ = run_cli(["simulate", path], capsys)
+    assert code == 0
+    assert "default/w\\x1b[2Jeb  n1\\nfake 100.0" in out
+    assert "\x1b" not in out and "\nfake" not in out
+    code, out, _ = run_cli(["simulate", path, "-o", "json"], capsys)
+    assert json.loads(out)["placements"][0]["node"] == "n1\nfake 100.0", "JSON keeps the name as it is"
+
+
+def test_an_error_quoting_a_name_stays_on_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = cluster(tmp_path, [_with(node("n\n1"), "metadata.labels", ["a"])])
+    code, _, err = run_cli(["simulate", path], capsys)
+    assert_one_line_error(code, err, "node n\\n1: metadata.labels")

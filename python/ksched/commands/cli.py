@@ -23,6 +23,7 @@ import sys
 from ksched import __version__
 from ksched.commands import annotate, bench, cluster, demo, image, rebalance, run, shadow, simulate
 from ksched.commands.exit_codes import EXIT_BAD_INPUT
+from ksched.commands.text import printable
 from ksched.errors import KschedError
 
 
@@ -69,7 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         code: int = args.func(args)
     except KschedError as err:
-        print(f"error: {err}", file=sys.stderr)
+        # One line, whatever the message quotes from a file (a name with a newline in it).
+        print(f"error: {printable(str(err))}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         return 130

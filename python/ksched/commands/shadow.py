@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ksched.commands.exit_codes import EXIT_OK
+from ksched.commands.text import printable
 from ksched.errors import KschedError
 
 # Where `ksched status` and `ksched shadow report` look for a running ksched: `run`'s default address.
@@ -81,6 +82,7 @@ def _clip(text: str) -> str:
 
 
 def _table(rows: Sequence[tuple[str, ...]], right: tuple[int, ...] = ()) -> list[str]:
+    rows = [tuple(printable(c) for c in r) for r in rows]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     out = []
     for r in rows:
@@ -127,7 +129,7 @@ def render_report(report: dict[str, Any], source: str) -> str:
                 )
             )
         lines += _table(rows, right=(4,))
-    return "\n".join(lines)
+    return "\n".join(printable(line) for line in lines)
 
 
 def _why(d: dict[str, Any]) -> str:
@@ -189,7 +191,7 @@ def render_status(status: dict[str, Any], address: str) -> str:
         lines += _table(rows)
     else:
         lines.append("recent failures: none")
-    return "\n".join(lines)
+    return "\n".join(printable(line) for line in lines)
 
 
 def _learned(c: dict[str, Any]) -> str:

@@ -10,15 +10,24 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ksched.commands.exit_codes import EXIT_OK, EXIT_UNPLACED
+from ksched.commands.text import printable
 from ksched.errors import KschedError
 
 if TYPE_CHECKING:
+    from ksched.config import Config
     from ksched.engine import Explanation
+    from ksched.engine.cluster_file import ClusterFile
+
+# A --metrics file holds a few numbers per node; one past this is a mistaken path.
+MAX_METRICS_BYTES = 64 * 1024 * 1024
+# How many valid names an error about an unknown one lists.
+NAMES_LISTED = 5
 
 
 def saturation_text(placement: dict[str, Any]) -> str:
@@ -40,7 +49,7 @@ def render_table(placements: list[dict[str, Any]]) -> str:
     for p in placements:
         score = "" if p["score"] is None else f"{p['score']:.1f}"
         message = "; ".join(m for m in (p["message"], saturation_text(p)) if m)
-        rows.append((p["pod"], p["node"] or "<none>", score, message))
+        rows.append((printable(p["pod"]), printable(p["node"] or "<none>"), score, printable(message)))
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
     return "\n".join(
         f"{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]:>{widths[2]}}  {r[3]}".rstrip() for r in rows
@@ -99,7 +108,7 @@ def render_explanation(ex: Explanation) -> str:
     for n in ex.nodes:
         if not n.feasible:
             lines.append(f"  {n.node}: filtered by {n.plugin}: {'; '.join(n.reasons)}")
-    return "\n".join(lines)
+    return "\n".join(printable(line) for line in lines)
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -134,6 +143,52 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     e.set_defaults(func=_explain)
 
 
+def read_metric_values(path: str, cluster: ClusterFile, config: Config) -> dict[str, dict[str, float]]:
+    """A ``--metrics`` file: node name -> metric name -> value. Each node must be one of the
+    cluster's, each metric one of the configuration's, each value a finite number (or a
+    string of one), each key written once: a misspelling would otherwise leave a value out
+    without a word."""
+    from ksched.config.documents import decode, load_document, read_bounded
+    from ksched.objects import name
+
+    data = read_bounded(path, MAX_METRICS_BYTES, "metrics file", KschedError)
+    doc = load_document(decode(data, path, KschedError), path, KschedError)
+    if not isinstance(doc, dict):
+        raise KschedError(f"{path}: expected a mapping of node name to {{metric: number}}")
+    nodes = {name(n) for n in cluster.nodes}
+    metrics = [m.name for m in config.metrics]
+    out: dict[str, dict[str, float]] = {}
+    for raw_node, values in doc.items():
+        node = str(raw_node)
+        if node not in nodes:
+            raise KschedError(f"{path}: {node!r}: not a node of the cluster ({_listed(sorted(nodes))})")
+        if not isinstance(values, dict):
+            raise KschedError(f"{path}: {node!r}: expected a mapping of metric name to number")
+        for metric, raw in values.items():
+            key = f"{node}.{metric}"
+            if metric not in metrics:
+                raise KschedError(f"{path}: {key!r}: {metric!r} is not a metric ({_listed(metrics)})")
+            out.setdefault(node, {})[str(metric)] = _metric_value(raw, path, key)
+    return out
+
+
+def _metric_value(raw: object, path: str, key: str) -> float:
+    try:
+        value = float(raw) if isinstance(raw, int | float | str) and not isinstance(raw, bool) else None
+    except (ValueError, OverflowError):
+        value = None
+    if value is None or not math.isfinite(value):
+        raise KschedError(f"{path}: {key!r}: {raw!r} is not a finite number")
+    return value
+
+
+def _listed(names: list[str]) -> str:
+    if not names:
+        return "none defined"
+    more = f", ... ({len(names)} in all)" if len(names) > NAMES_LISTED else ""
+    return ", ".join(names[:NAMES_LISTED]) + more
+
+
 def _add_engine_options(p: argparse.ArgumentParser, metrics_help: str) -> None:
     """What ``simulate`` and ``explain`` schedule with: the configuration, metric values, seed, output."""
     p.add_argument("--config", help="KschedConfiguration file (default: one profile named ksched)")
@@ -145,11 +200,12 @@ def _add_engine_options(p: argparse.ArgumentParser, metrics_help: str) -> None:
 def _simulate(args: argparse.Namespace) -> int:
     from ksched.config import load_config
     from ksched.engine.cluster_file import load_cluster
-    from ksched.engine.simulation import load_offline_metrics, run_simulation
+    from ksched.engine.simulation import run_simulation
 
     config = load_config(args.config)
     cluster = load_cluster(args.cluster, {p.scheduler_name for p in config.profiles})
-    results, _ = run_simulation(cluster, config, load_offline_metrics(args.metrics), args.seed)
+    offline = read_metric_values(args.metrics, cluster, config) if args.metrics else None
+    results, _ = run_simulation(cluster, config, offline, args.seed)
     placements = [p.as_json() for r in results for p in r.placements]
     if args.output == "json":
         print(json.dumps({"placements": placements}, indent=2))
@@ -177,25 +233,26 @@ def _is_cluster_file(arg: str) -> bool:
 def _explain(args: argparse.Namespace) -> int:
     from ksched.config import load_config
     from ksched.engine.cluster_file import as_pending, load_cluster, sort_objects
-    from ksched.engine.simulation import load_offline_metrics, run_simulation
+    from ksched.engine.simulation import run_simulation
 
     config = load_config(args.config)
     names = {p.scheduler_name for p in config.profiles}
     targets = list(args.targets)
-    offline = load_offline_metrics(args.metrics)
     if _is_cluster_file(targets[0]):
         source = targets.pop(0)
         cluster = load_cluster(source, names)
+        offline = read_metric_values(args.metrics, cluster, config) if args.metrics else None
     else:
         from ksched.commands.live import connect, live_metrics, live_objects
 
         source = "the live cluster"
         cluster = sort_objects(live_objects(connect(args.kubeconfig)), names, source)
+        given = read_metric_values(args.metrics, cluster, config) if args.metrics else {}
         config, values, degraded = live_metrics(config, cluster.nodes)
         for why in degraded:
             print(f"note: metric {why}: left out, as the running scheduler would", file=sys.stderr)
-        for node, given in (offline or {}).items():
-            values.setdefault(node, {}).update(given)
+        for node, node_values in given.items():
+            values.setdefault(node, {}).update(node_values)
         offline = dict(values)
     if not targets:
         raise KschedError("name at least one pod as NAMESPACE/NAME")
@@ -206,13 +263,13 @@ def _explain(args: argparse.Namespace) -> int:
             raise KschedError(f"{pod!r}: name pods as NAMESPACE/NAME")
         pod_cluster, note = as_pending(cluster, pod, config.profiles[0].scheduler_name)
         if note is not None:
-            print(f"note: {note}", file=sys.stderr)
+            print(f"note: {printable(note)}", file=sys.stderr)
         results, _ = run_simulation(pod_cluster, config, offline, args.seed, explain=pod)
         ex = next((r.explanation for r in results if r.explanation is not None), None)
         if ex is None:
             malformed = next((p for r in results for p in r.placements if p.pod == pod), None)
             if malformed is not None:
-                print(f"pod {pod}: {malformed.message}", file=sys.stderr)
+                print(printable(f"pod {pod}: {malformed.message}"), file=sys.stderr)
                 status = EXIT_UNPLACED
                 continue
             raise KschedError(f"{pod}: no such pod in {source}")
