@@ -34,9 +34,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 def _run(args: argparse.Namespace) -> int:
     from ksched.config import load_config
+    from ksched.config.values import as_host_port
     from ksched.loop.run import run
 
     config = load_config(args.config)
+    as_host_port(args.address, "--address")
     if args.no_leader_elect:
         config = dataclasses.replace(
             config, leader_election=dataclasses.replace(config.leader_election, leader_elect=False)

@@ -3,6 +3,7 @@ how fresh it must be. Defaults are :class:`MetricConfig`'s field defaults."""
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -38,6 +39,10 @@ _QUANTITY = re.compile(r"^[+]?(\d+(\.\d*)?|\.\d+)([KMGTPE]i|[numkMGTPE]|[eE][+-]
 _PRIORITY = (-(2**31), 2**31 - 1)
 _TARGET = re.compile(r"^target\(\s*([-+0-9.eE]+)\s*\)$")
 _NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+# The shortest refresh interval: each refresh is a query to the source, and 0 turns the
+# refresher into a tight loop against it; two queries a second per metric is already more
+# than any source refreshes its values (the integration tests refresh this fast).
+MIN_REFRESH_S = 0.5
 # A Kubernetes resource name: a qualified name, an optional DNS subdomain prefix then a name.
 MAX_RESOURCE_NAME = 63
 MAX_RESOURCE_PREFIX = 253
@@ -308,16 +313,25 @@ def _bands(raw: Any, path: str) -> tuple[Band, ...]:
     bands = []
     for i, raw_band in enumerate(as_list(raw, path)):
         b = check_keys(raw_band, f"{path}[{i}]", ("minPriority", "above", "below"), ("minPriority",))
-        bands.append(
-            Band(
-                min_priority=as_int(b["minPriority"], f"{path}[{i}].minPriority", *_PRIORITY),
-                above=as_float(b["above"], f"{path}[{i}].above") if "above" in b else None,
-                below=as_float(b["below"], f"{path}[{i}].below") if "below" in b else None,
-            )
+        band = Band(
+            min_priority=as_int(b["minPriority"], f"{path}[{i}].minPriority", *_PRIORITY),
+            above=as_float(b["above"], f"{path}[{i}].above") if "above" in b else None,
+            below=as_float(b["below"], f"{path}[{i}].below") if "below" in b else None,
         )
+        _check_thresholds(band.above, band.below, f"{path}[{i}]")
+        bands.append(band)
     if len({b.min_priority for b in bands}) != len(bands):
         raise ConfigError(f"{path}: duplicate minPriority")
     return tuple(sorted(bands, key=lambda b: -b.min_priority))
+
+
+def _check_thresholds(above: float | None, below: float | None, path: str) -> None:
+    """A node passes a filter with its value at most ``above`` and at least ``below``: with
+    ``below`` over ``above`` no value passes, and the filter would reject every node."""
+    if above is not None and below is not None and below > above:
+        raise ConfigError(
+            f"{path}: below ({below:g}) is over above ({above:g}): no value passes, every node would be rejected"
+        )
 
 
 def _prefer(obj: Any, path: str) -> tuple[str, float | None]:
@@ -326,9 +340,12 @@ def _prefer(obj: Any, path: str) -> tuple[str, float | None]:
     m = _TARGET.match(raw)
     if m:
         try:
-            return "target", float(m.group(1))
+            target = float(m.group(1))
         except ValueError:
             raise ConfigError(f"{path}.prefer: {raw!r} has no numeric target") from None
+        if not math.isfinite(target):
+            raise ConfigError(f"{path}.prefer: {raw!r}: the target must be a finite number")
+        return "target", target
     if raw in ("lower", "higher"):
         return raw, None
     raise ConfigError(f"{path}.prefer: {raw!r} is not allowed (allowed: {', '.join(PREFER)})")
@@ -370,8 +387,11 @@ def parse_metric(obj: Any, path: str) -> MetricConfig:
     f = check_keys(obj.get("filter") or {}, f"{path}.filter", ("above", "below", "bands", "exempt"))
     above = as_float(f["above"], f"{path}.filter.above") if "above" in f else None
     below = as_float(f["below"], f"{path}.filter.below") if "below" in f else None
+    _check_thresholds(above, below, f"{path}.filter")
     refresh = check_keys(obj.get("refresh") or {}, f"{path}.refresh", ("min", "max"))
-    min_refresh = parse_duration(refresh.get("min", MetricConfig.min_refresh_s), f"{path}.refresh.min")
+    min_refresh = parse_duration(
+        refresh.get("min", MetricConfig.min_refresh_s), f"{path}.refresh.min", at_least=MIN_REFRESH_S
+    )
     max_refresh = parse_duration(refresh.get("max", MetricConfig.max_refresh_s), f"{path}.refresh.max")
     if min_refresh > max_refresh:
         raise ConfigError(f"{path}.refresh: min must not exceed max")
@@ -385,9 +405,12 @@ def parse_metric(obj: Any, path: str) -> MetricConfig:
         estimate = _estimate(obj["estimate"], f"{path}.estimate", resource)
     elif "herdEstimate" in obj:
         herd = check_keys(obj["herdEstimate"], f"{path}.herdEstimate", ("resource", "factor"), ("resource",))
+        herd_factor = as_float(herd.get("factor", EstimateConfig.factor), f"{path}.herdEstimate.factor")
+        if herd_factor < 0:
+            raise ConfigError(f"{path}.herdEstimate.factor: must not be negative")
         estimate = EstimateConfig(
             resource=_resource(herd["resource"], f"{path}.herdEstimate.resource"),
-            factor=as_float(herd.get("factor", EstimateConfig.factor), f"{path}.herdEstimate.factor"),
+            factor=herd_factor,
             legacy=True,
         )
     if estimate is not None and estimate.pod_query is not None and source == "annotation":
@@ -425,7 +448,8 @@ def parse_metric(obj: Any, path: str) -> MetricConfig:
         below=below,
         missing=as_str(obj.get("missing", MetricConfig.missing), f"{path}.missing", MISSING),
         weight=weight,
-        max_age_s=parse_duration(obj.get("maxAge", MetricConfig.max_age_s), f"{path}.maxAge"),
+        # 0 would make every sample stale on arrival.
+        max_age_s=parse_duration(obj.get("maxAge", MetricConfig.max_age_s), f"{path}.maxAge", positive=True),
         min_refresh_s=min_refresh,
         max_refresh_s=max_refresh,
     )

@@ -36,6 +36,9 @@ _KEYS = (
 )
 _METRIC_KEYS = ("name", "high", "low")
 MAX_LIMIT = 10_000
+# The shortest interval between looks: each look reads every node and pod, and the hot
+# lines judge samples that refresh every few seconds at best.
+MIN_INTERVAL_S = 1.0
 # The sources whose samples the rebalancer counts (hysteresis needs a time series; an
 # annotation such as a price is not load that moving a pod changes).
 JUDGED_SOURCES = ("prometheus", "metrics-server")
@@ -169,7 +172,9 @@ def parse_rebalance(obj: Any, profiles: list[str], metrics: tuple[MetricConfig, 
     config = RebalanceConfig(
         enabled=as_bool(r.get("enabled", d.enabled), f"{path}.enabled"),
         profile=as_str(r["profile"], f"{path}.profile", tuple(profiles)) if "profile" in r else profiles[0],
-        interval_s=parse_duration(r.get("interval", d.interval_s), f"{path}.interval"),
+        interval_s=parse_duration(
+            r.get("interval", d.interval_s), f"{path}.interval", at_least=MIN_INTERVAL_S
+        ),
         hot_samples=as_int(r.get("hotSamples", d.hot_samples), f"{path}.hotSamples", 1, 100),
         metrics=pairs,
         min_pod_age_s=parse_duration(r.get("minPodAge", d.min_pod_age_s), f"{path}.minPodAge"),
@@ -195,8 +200,6 @@ def parse_rebalance(obj: Any, profiles: list[str], metrics: tuple[MetricConfig, 
     )
     if config.enabled:
         _check_enabled(config, metrics)
-    if config.interval_s <= 0:
-        raise ConfigError(f"{path}.interval: must be positive")
     if config.evictions_per_minute < 0:
         raise ConfigError(f"{path}.evictionsPerMinute: must not be negative")
     if config.reservation_timeout_s <= 0:
@@ -207,6 +210,11 @@ def parse_rebalance(obj: Any, profiles: list[str], metrics: tuple[MetricConfig, 
 def _check_enabled(config: RebalanceConfig, metrics: tuple[MetricConfig, ...]) -> None:
     """An enabled rebalancer has a hot line to judge by, and knows what moving a pod moves:
     each judged metric has an ``estimate`` (the resource a pod's share is counted in)."""
+    if config.evictions_per_minute == 0:
+        raise ConfigError(
+            "rebalance.evictionsPerMinute: must be above 0 while rebalancing is enabled "
+            "(0 moves nothing: set enabled: false instead)"
+        )
     lines = config.thresholds(metrics)
     if not lines:
         raise ConfigError(

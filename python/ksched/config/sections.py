@@ -11,7 +11,17 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ksched.config.values import as_bool, as_float, as_int, as_list, as_str, check_keys, parse_duration
+from ksched.config.values import (
+    as_bool,
+    as_float,
+    as_host_port,
+    as_int,
+    as_list,
+    as_str,
+    as_url,
+    check_keys,
+    parse_duration,
+)
 from ksched.errors import ConfigError
 
 # The client's leaderelection requires renewDeadline > 1.2 x retryPeriod (its jitter factor).
@@ -117,8 +127,11 @@ def parse_batch(obj: Any) -> BatchConfig:
         max_size=as_int(b.get("maxSize", BatchConfig.max_size), f"{path}.maxSize", 1, 100_000),
         max_wait_s=parse_duration(b.get("maxWait", BatchConfig.max_wait_s), f"{path}.maxWait"),
         bind_workers=as_int(b.get("bindWorkers", BatchConfig.bind_workers), f"{path}.bindWorkers", 1, 256),
+        # 0 would leave every batch undecided and retried without metrics.
         decision_deadline_s=parse_duration(
-            b.get("decisionDeadline", BatchConfig.decision_deadline_s), f"{path}.decisionDeadline"
+            b.get("decisionDeadline", BatchConfig.decision_deadline_s),
+            f"{path}.decisionDeadline",
+            positive=True,
         ),
     )
 
@@ -127,8 +140,11 @@ def parse_prometheus(obj: Any) -> PrometheusConfig:
     path = "prometheus"
     pr = check_keys(obj, path, ("url", "timeout"))
     return PrometheusConfig(
-        url=as_str(pr["url"], f"{path}.url") if "url" in pr else None,
-        timeout_s=parse_duration(pr.get("timeout", PrometheusConfig.timeout_s), f"{path}.timeout"),
+        url=as_url(pr["url"], f"{path}.url") if "url" in pr else None,
+        # 0 would fail every query before it is sent: the metrics would never be read.
+        timeout_s=parse_duration(
+            pr.get("timeout", PrometheusConfig.timeout_s), f"{path}.timeout", positive=True
+        ),
     )
 
 
@@ -179,6 +195,10 @@ def parse_webhook(obj: Any, profiles: list[str], namespace: str) -> WebhookConfi
         raise ConfigError(
             f"{path}: certFile and keyFile go together (or neither, for a self-generated certificate)"
         )
+    if enabled:
+        for key_name, file in (("certFile", cert), ("keyFile", key)):
+            if file is not None:
+                _check_readable(file, f"{path}.{key_name}")
     raw_hosts = as_list(w.get("hosts", list(WebhookConfig.hosts)), f"{path}.hosts")
     hosts = tuple(as_str(h, f"{path}.hosts[{i}]") for i, h in enumerate(raw_hosts))
     if not hosts:
@@ -200,7 +220,7 @@ def parse_webhook(obj: Any, profiles: list[str], namespace: str) -> WebhookConfi
             )
     return WebhookConfig(
         enabled=enabled,
-        address=as_str(w.get("address", WebhookConfig.address), f"{path}.address"),
+        address=as_host_port(w.get("address", WebhookConfig.address), f"{path}.address"),
         cert_file=cert,
         key_file=key,
         hosts=hosts,
@@ -209,6 +229,16 @@ def parse_webhook(obj: Any, profiles: list[str], namespace: str) -> WebhookConfi
         secret_namespace=namespace,
         scheduler_name=scheduler,
     )
+
+
+def _check_readable(file: str, path: str) -> None:
+    """A file the webhook serves with must be there when it starts: refused at load, with
+    the key path, as ``ksched simulate --config`` validates a configuration offline."""
+    try:
+        with open(file, "rb"):
+            pass
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read {file}: {err.strerror or err}") from None
 
 
 def parse_leader_election(obj: Any) -> LeaderElectionConfig:
