@@ -5,15 +5,24 @@ kube-apiserver does (``[+]informers ok`` / ``[-]leader failed: ...``);
 ``/metrics`` is the process's Prometheus registry. Each of ``documents``
 (``/status``, ``/shadow``) is served as JSON; a document that answers None
 is not available in this mode (404).
+
+:class:`BackgroundServer` (this server and the webhook) serves each connection on a thread of
+its own, at most MAX_CONNECTIONS at once, and never waits on a client for long: the TLS
+handshake runs on that thread, not on the one accepting connections, and a client that sends
+nothing for HANDSHAKE_TIMEOUT_S during the handshake or READ_TIMEOUT_S during its request is
+closed. So one client that connects and stays silent, or many that send half a request, hold a
+thread each for seconds, not forever, and never stop the others from being answered.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import socket
 import ssl
 import threading
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler, HTTPServer
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
@@ -21,6 +30,21 @@ Check = tuple[str, bool, str]
 """(name, passed, detail)."""
 Document = Callable[[], object]
 """A JSON document served at a path (None: not available)."""
+
+
+log = logging.getLogger(__name__)
+
+# A TLS handshake takes milliseconds on a cluster network; a client that has not finished
+# its part in 5 s (half the API server's default 10 s wait for a webhook) is not going to.
+HANDSHAKE_TIMEOUT_S = 5.0
+# The kubelet's probes, Prometheus and the API server send a request at once; a client silent
+# this long in the middle of one is gone or stalling (Prometheus gives up on a scrape after 10 s).
+READ_TIMEOUT_S = 10.0
+# Connections served at once, a thread each: far more than the probes, scrapes and reviews
+# that arrive together, and few enough that a flood of slow clients costs bounded memory.
+MAX_CONNECTIONS = 128
+# How long a new connection waits for one of them to end before it is closed unanswered.
+FULL_WAIT_S = 1.0
 
 
 def parse_address(address: str) -> tuple[str, int]:
@@ -31,20 +55,98 @@ def parse_address(address: str) -> tuple[str, int]:
     return host or "0.0.0.0", int(port)
 
 
+TlsContext = Callable[[], ssl.SSLContext]
+"""The TLS context to serve a new connection with, asked once per connection."""
+
+
+class _BoundedHTTPServer(HTTPServer):
+    """An HTTPServer that serves each connection on a daemon thread of its own, at most
+    ``max_connections`` at once, with the TLS handshake (when ``tls`` is given) on that thread
+    and a timeout on every read."""
+
+    # Connections the kernel holds for the accepting thread while it waits for a free slot.
+    request_queue_size = MAX_CONNECTIONS
+
+    def __init__(
+        self,
+        address: tuple[str, int],
+        handler: type[BaseHTTPRequestHandler],
+        name: str,
+        tls: TlsContext | None,
+        read_timeout: float,
+    ) -> None:
+        super().__init__(address, handler)
+        self.name = name
+        self.tls = tls
+        self.read_timeout = read_timeout
+        # Read here, not at import, so that tests may lower them.
+        self.handshake_timeout = HANDSHAKE_TIMEOUT_S
+        self.max_connections = MAX_CONNECTIONS
+        self.full_wait = FULL_WAIT_S
+        self._slots = threading.BoundedSemaphore(self.max_connections)
+        self._full = False
+
+    # A TCP server's requests are sockets (socketserver types them for UDP too).
+    def process_request(self, request: socket.socket, client_address: object) -> None:  # type: ignore[override]
+        """On the accepting thread: hand the connection to a thread of its own, or close it
+        when every slot stays taken for ``full_wait``."""
+        if not self._slots.acquire(timeout=self.full_wait):
+            if not self._full:
+                log.warning(
+                    "%s: %d connections open, the most served at once; closing new ones until one ends",
+                    self.name,
+                    self.max_connections,
+                )
+                self._full = True
+            self.shutdown_request(request)
+            return
+        self._full = False
+        try:
+            threading.Thread(
+                target=self._serve_connection,
+                args=(request, client_address),
+                name=f"{self.name}-connection",
+                daemon=True,
+            ).start()
+        except RuntimeError:  # no thread to be had: refuse this connection, not the next
+            self._slots.release()
+            self.shutdown_request(request)
+
+    def _serve_connection(self, request: socket.socket, client_address: object) -> None:
+        connection = request
+        try:
+            if self.tls is not None:
+                request.settimeout(self.handshake_timeout)
+                connection = self.tls().wrap_socket(request, server_side=True, do_handshake_on_connect=False)
+                try:
+                    connection.do_handshake()
+                except OSError as err:  # a port scan, a probe, a client that trusts another CA
+                    log.debug("%s: TLS handshake with %s failed: %s", self.name, client_address, err)
+                    return
+            connection.settimeout(self.read_timeout)
+            self.finish_request(connection, client_address)
+        except Exception:
+            self.handle_error(connection, client_address)
+        finally:
+            self.shutdown_request(connection)
+            self._slots.release()
+
+
 class BackgroundServer:
-    """A threading HTTP(S) server on its own daemon thread (health endpoint, webhook)."""
+    """A threading HTTP(S) server on its own daemon thread (health endpoint, webhook), bounded
+    as the module says. ``tls`` gives the context for each new connection, so a server can change
+    its certificate while it runs; ``read_timeout`` overrides READ_TIMEOUT_S."""
 
     def __init__(
         self,
         address: str,
         handler: type[BaseHTTPRequestHandler],
         name: str,
-        tls: ssl.SSLContext | None = None,
+        tls: TlsContext | None = None,
+        read_timeout: float | None = None,
     ) -> None:
-        self.httpd = ThreadingHTTPServer(parse_address(address), handler)
-        self.httpd.daemon_threads = True
-        if tls is not None:
-            self.httpd.socket = tls.wrap_socket(self.httpd.socket, server_side=True)
+        timeout = READ_TIMEOUT_S if read_timeout is None else read_timeout
+        self.httpd = _BoundedHTTPServer(parse_address(address), handler, name, tls, timeout)
         self._thread = threading.Thread(target=self.httpd.serve_forever, name=name, daemon=True)
 
     @property

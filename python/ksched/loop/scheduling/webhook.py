@@ -24,6 +24,8 @@ CA it never publishes, so reviews sent to it fail TLS and ``failurePolicy:
 Ignore`` admits those pods unchanged; it retries in the background, then serves
 the shared certificate to new connections and publishes its CA. Without a
 Secret each replica generates and publishes its own CA, which suits one replica only.
+Each connection is handed the certificate served when it arrives, on its own thread
+(:class:`~ksched.loop.server.BackgroundServer` asks for the TLS context per connection).
 """
 
 from __future__ import annotations
@@ -66,6 +68,7 @@ REVIEW_API_VERSION = "admission.k8s.io/v1"
 # The API server's request bodies are at most 3 MiB; a review holds the object and its old version.
 MAX_REVIEW_BYTES = 8 * 1024 * 1024
 # The API server sends a review at once, and waits 10 s for a webhook by default (timeoutSeconds).
+# Passed to the server, which sets it on each connection's socket.
 READ_TIMEOUT_S = 10.0
 DRAIN_TIMEOUT_S = 1.0
 DRAIN_LIMIT_BYTES = 64 * 1024 * 1024
@@ -235,10 +238,8 @@ def review_response(
 
 class ReviewHandler(BaseHTTPRequestHandler):
     """Answers AdmissionReviews POSTed to it with :meth:`answer`; refuses anything else with a
-    JSON error, and reads off what a refused client is still sending before closing."""
-
-    # A client that stops sending mid-request is answered 408 after this, not waited on forever.
-    timeout = READ_TIMEOUT_S
+    JSON error, and reads off what a refused client is still sending before closing. A body
+    that stops arriving for READ_TIMEOUT_S (the socket's timeout, set by the server) is answered 408."""
 
     def do_POST(self) -> None:
         try:
@@ -356,11 +357,9 @@ class Webhook(BackgroundServer):
         else:
             self.ca_pem, cert, key = self_signed(list(config.hosts))
             context = tls_context(cert, key)
-            if config.secret_name:
-                context.sni_callback = self._serve_current
-        # The context of new connections: the listening one until the shared certificate is read.
+        # The context of new connections: replaced when the shared certificate is read.
         self._serving = context
-        super().__init__(config.address, Handler, "webhook", context)
+        super().__init__(config.address, Handler, "webhook", lambda: self._serving, READ_TIMEOUT_S)
 
     def start(self) -> None:
         super().start()
@@ -401,11 +400,6 @@ class Webhook(BackgroundServer):
         if self.config.secret_name and not self.shared and not self.adopt_shared_certificate():
             return False
         return not self.config.configuration_name or self.publish_ca()
-
-    def _serve_current(self, conn: ssl.SSLObject, server_name: str | None, listening: ssl.SSLContext) -> None:
-        """Called in each handshake: hand the connection the certificate served now."""
-        if self._serving is not listening:
-            conn.context = self._serving
 
     def adopt_shared_certificate(self) -> bool:
         """Serve the certificate the replicas share: the Secret's when usable, else a new one
