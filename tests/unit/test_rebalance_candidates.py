@@ -8,9 +8,11 @@ from typing import Any
 
 import pytest
 
+from ksched.config.rebalance import parse_rebalance
 from ksched.engine.rebalance import (
     COOLING,
     DAEMONSET,
+    JOB_POD,
     LOCAL_STORAGE,
     MIRROR,
     NO_CONTROLLER,
@@ -18,6 +20,7 @@ from ksched.engine.rebalance import (
     TERMINATING,
     Budget,
 )
+from ksched.errors import ConfigError
 from tests.unit.test_rebalance_plan import (
     A_MINUTE_AGO,
     LONG_AGO,
@@ -55,6 +58,12 @@ EXCLUSIONS: list[tuple[str, Callable[[], Obj], str]] = [
         lambda: workload_pod("p", "n0", volumes=[{"name": "scratch", "emptyDir": {}}]),
         LOCAL_STORAGE,
     ),
+    (
+        "hostPath",
+        lambda: workload_pod("p", "n0", volumes=[{"name": "logs", "hostPath": {"path": "/var/log"}}]),
+        LOCAL_STORAGE,
+    ),
+    ("a Job's pod", lambda: workload_pod("p", "n0", kind="Job"), JOB_POD),
     ("no controller", lambda: labelled(workload_pod("p", "n0"), ownerReferences=[]), NO_CONTROLLER),
     ("a controller that does not re-create it", lambda: workload_pod("p", "n0", kind="Foo"), NO_CONTROLLER),
     (
@@ -74,10 +83,57 @@ def test_pods_that_never_move(name: str, make: Callable[[], Obj], reason: str) -
     assert (p.moves, reasons(p)) == ((), {"default/p": reason}), name
 
 
-def test_empty_dir_moves_when_local_storage_is_allowed() -> None:
-    p = workload_pod("p", "n0", volumes=[{"name": "scratch", "emptyDir": {}}])
-    plan_ = run_plan([0.9, 0.5, 0.3, 0.55], [p], config=rebalance(allow_local_storage=True))
-    assert moved(plan_) == [("default/p", "n0", "n2")]
+OPTED_IN: list[tuple[str, Callable[[], Obj], dict[str, bool]]] = [
+    (
+        "emptyDir with allowLocalStorage",
+        lambda: workload_pod("p", "n0", volumes=[{"name": "scratch", "emptyDir": {}}]),
+        {"allow_local_storage": True},
+    ),
+    (
+        "hostPath with allowLocalStorage",
+        lambda: workload_pod("p", "n0", volumes=[{"name": "logs", "hostPath": {"path": "/var/log"}}]),
+        {"allow_local_storage": True},
+    ),
+    ("a Job's pod with moveJobPods", lambda: workload_pod("p", "n0", kind="Job"), {"move_job_pods": True}),
+    (
+        "a Job's pod with emptyDir and both",
+        lambda: workload_pod("p", "n0", kind="Job", volumes=[{"name": "scratch", "emptyDir": {}}]),
+        {"move_job_pods": True, "allow_local_storage": True},
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "make", "opt_in"), OPTED_IN, ids=[o[0] for o in OPTED_IN])
+def test_pods_that_move_only_when_opted_in(
+    name: str, make: Callable[[], Obj], opt_in: dict[str, bool]
+) -> None:
+    plan_ = run_plan([0.9, 0.5, 0.3, 0.55], [make()], config=rebalance(**opt_in))
+    assert (moved(plan_), reasons(plan_)) == ([("default/p", "n0", "n2")], {}), name
+
+
+def test_one_opt_in_does_not_lift_the_other() -> None:
+    job_with_scratch = workload_pod("p", "n0", kind="Job", volumes=[{"name": "scratch", "emptyDir": {}}])
+    for opt_in, reason in (
+        ({"move_job_pods": True}, LOCAL_STORAGE),
+        ({"allow_local_storage": True}, JOB_POD),
+    ):
+        plan_ = run_plan([0.9, 0.5, 0.3, 0.55], [job_with_scratch], config=rebalance(**opt_in))
+        assert (plan_.moves, reasons(plan_)) == ((), {"default/p": reason}), opt_in
+
+
+@pytest.mark.parametrize(
+    ("given", "want"),
+    [({}, False), ({"moveJobPods": False}, False), ({"moveJobPods": True}, True)],
+    ids=["default off", "false", "true"],
+)
+def test_move_job_pods_is_read_from_the_configuration(given: dict[str, bool], want: bool) -> None:
+    assert parse_rebalance(given, ["ksched"], ()).move_job_pods is want
+
+
+@pytest.mark.parametrize("value", ["true", 1, None, "yes"])
+def test_move_job_pods_must_be_a_boolean(value: object) -> None:
+    with pytest.raises(ConfigError, match=r"rebalance\.moveJobPods: .* is not a boolean"):
+        parse_rebalance({"moveJobPods": value}, ["ksched"], ())
 
 
 @pytest.mark.parametrize(

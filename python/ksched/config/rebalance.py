@@ -25,6 +25,7 @@ _KEYS = (
     "metrics",
     "minPodAge",
     "allowLocalStorage",
+    "moveJobPods",
     "maxPerCycle",
     "maxPerNode",
     "maxPerNamespace",
@@ -91,8 +92,12 @@ class RebalanceConfig:
     metrics: tuple[RebalanceMetric, ...] = ()
     # Pods younger than this are never moved.
     min_pod_age_s: float = 300.0
-    # Pods with emptyDir volumes (local storage, lost on eviction) move only when allowed.
+    # Pods with emptyDir or hostPath volumes (local storage, lost on eviction) move only when
+    # allowed.
     allow_local_storage: bool = False
+    # A Job's pods move only when allowed: an evicted one starts its work over, and the
+    # eviction counts against the Job's backoffLimit (unless its podFailurePolicy ignores it).
+    move_job_pods: bool = False
     # Evictions per look, in all and per source node, namespace and workload.
     max_per_cycle: int = 5
     max_per_node: int = 1
@@ -181,6 +186,7 @@ def parse_rebalance(obj: Any, profiles: list[str], metrics: tuple[MetricConfig, 
         allow_local_storage=as_bool(
             r.get("allowLocalStorage", d.allow_local_storage), f"{path}.allowLocalStorage"
         ),
+        move_job_pods=as_bool(r.get("moveJobPods", d.move_job_pods), f"{path}.moveJobPods"),
         max_per_cycle=limit("maxPerCycle", d.max_per_cycle),
         max_per_node=limit("maxPerNode", d.max_per_node),
         max_per_namespace=limit("maxPerNamespace", d.max_per_namespace),

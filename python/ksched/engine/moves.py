@@ -22,6 +22,12 @@ from ksched.objects import Obj, meta, spec
 # Controllers that create a new pod when one of theirs is evicted (a DaemonSet's pod comes
 # back on the same node, so moving it moves nothing).
 RECREATING_KINDS = ("ReplicaSet", "StatefulSet", "ReplicationController", "Job")
+# Of those, the ones whose re-created pod starts its work over: a Job's evicted pod loses what
+# it had done and counts against the Job's backoffLimit, so it moves only when opted in.
+RESTARTING_KINDS = ("Job",)
+# Volume sources whose data lives on the node and is lost when the pod leaves it (upstream
+# descheduler's IsPodWithLocalStorage: hostPath or emptyDir).
+LOCAL_VOLUME_SOURCES = ("emptyDir", "hostPath")
 # Pods the cluster cannot run without (upstream's system priority classes and the priority
 # they resolve to: anything at or above it is reserved for the system).
 SYSTEM_CRITICAL_CLASSES = ("system-cluster-critical", "system-node-critical")
@@ -43,7 +49,8 @@ MIRROR = "static (mirror) pod"
 DAEMONSET = "DaemonSet pod"
 NO_CONTROLLER = "no controller re-creates it"
 SYSTEM_CRITICAL = "system-critical priority"
-LOCAL_STORAGE = "local storage (emptyDir)"
+LOCAL_STORAGE = "local storage (emptyDir or hostPath)"
+JOB_POD = "a Job's pod (rebalance.moveJobPods is off)"
 COOLING = "workload cooling down"
 BUDGET_SPENT = "eviction budget of this look spent (maxPerCycle, evictionsPerMinute)"
 
@@ -250,6 +257,14 @@ def controller_of(pod: Obj) -> Obj | None:
         if isinstance(ref, dict) and ref.get("controller"):
             return ref
     return None
+
+
+def has_local_storage(pod: Obj) -> bool:
+    """Whether any of the pod's volumes keeps its data on the node (:data:`LOCAL_VOLUME_SOURCES`)."""
+    return any(
+        isinstance(v, dict) and any(v.get(source) is not None for source in LOCAL_VOLUME_SOURCES)
+        for v in spec(pod).get("volumes") or []
+    )
 
 
 def template_hash_of(pod: Obj) -> str | None:

@@ -46,12 +46,14 @@ from ksched.engine.moves import (
     BUDGET_SPENT,
     COOLING,
     DAEMONSET,
+    JOB_POD,
     LOCAL_STORAGE,
     MIRROR,
     MOVED_USAGE_ANNOTATION,
     NO_CONTROLLER,
     QOS_ORDER,
     RECREATING_KINDS,
+    RESTARTING_KINDS,
     SYSTEM_CRITICAL,
     SYSTEM_CRITICAL_CLASSES,
     SYSTEM_CRITICAL_PRIORITY,
@@ -66,6 +68,7 @@ from ksched.engine.moves import (
     controller_of,
     epoch,
     go_duration,
+    has_local_storage,
     limit_reached,
     moved_usage,
     namespace_of,
@@ -86,6 +89,7 @@ __all__ = [
     "BUDGET_SPENT",
     "COOLING",
     "DAEMONSET",
+    "JOB_POD",
     "LOCAL_STORAGE",
     "MIRROR",
     "MOVED_USAGE_ANNOTATION",
@@ -270,7 +274,8 @@ class _Planner:
         return None
 
     def _excluded(self, pod: Obj) -> str | None:
-        """Why the pod must never be moved (None: it may be)."""
+        """Why the pod is not a candidate (None: it may be): the pods never moved first, then
+        those moved only where the configuration opts in (``moveJobPods``, ``allowLocalStorage``)."""
         m = meta(pod)
         s = spec(pod)
         if m.get("deletionTimestamp") is not None:
@@ -293,7 +298,9 @@ class _Planner:
         started = epoch((pod.get("status") or {}).get("startTime")) or epoch(m.get("creationTimestamp"))
         if started is None or self.now - started < self.config.min_pod_age_s:
             return too_young(self.config.min_pod_age_s)
-        if not self.config.allow_local_storage and any("emptyDir" in v for v in s.get("volumes") or []):
+        if not self.config.move_job_pods and controller.get("kind") in RESTARTING_KINDS:
+            return JOB_POD
+        if not self.config.allow_local_storage and has_local_storage(pod):
             return LOCAL_STORAGE
         return None
 
