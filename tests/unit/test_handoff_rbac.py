@@ -59,7 +59,11 @@ def hand_off(pod: Obj) -> list[tuple[str, str]]:
 
 
 CASES = [
-    ("a bare pod is re-created", None, [("get", "pods"), ("delete", "pods"), ("create", "pods")]),
+    (
+        "a bare pod is re-created (a dry-run create first)",
+        None,
+        [("get", "pods"), ("create", "pods"), ("delete", "pods"), ("create", "pods")],
+    ),
     (
         "a controller-owned pod is evicted",
         {"kind": "ReplicaSet", "name": "web", "uid": "uid-web", "controller": True},
@@ -109,3 +113,26 @@ def test_the_helm_chart_grants_what_the_component_grants() -> None:
     text = HELM_TEMPLATE.read_text()
     block = text.split("\nrules:\n", 1)[1].split("\n{{-", 1)[0]
     assert yaml.safe_load(block) == cluster_role(DEPLOY / "handoff" / "rbac.yaml", "ksched-handoff")
+
+
+class NoCreateKube(RecordingKube):
+    """A role bound in other namespaces only: creating pods here is forbidden."""
+
+    def request(self, method: str, path: str, **kw: Any) -> Response:
+        if method == "POST" and path.endswith("/pods"):
+            self.asked.append(("create", "pods"))
+            return Response(403, b'{"message": "pods is forbidden"}')
+        return super().request(method, path, **kw)
+
+
+def test_a_pod_it_may_not_create_again_is_never_deleted() -> None:
+    """The dry-run create is refused (403): the bare pod stays, for a later try or an
+    operator, rather than being deleted and lost."""
+    pod = pending_pod(None)
+    kube = NoCreateKube(pod)
+    handoff = Handoff(kube, HandoffConfig(enabled=True), Telemetry())  # type: ignore[arg-type]
+    done: list[bool] = []
+    handoff.submit(pod, "test", done.append)
+    handoff.shutdown()
+    assert done == [False]
+    assert ("delete", "pods") not in kube.asked

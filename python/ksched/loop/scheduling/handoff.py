@@ -4,7 +4,8 @@
 it. A bare pod is deleted (precondition: its uid, so a newer pod of the same
 name is never touched) and re-created from its full object with
 ``schedulerName: default-scheduler``, the same name, labels, annotations and
-spec, plus ``ksched.io/handed-off: "true"``. A controller-owned pod is
+spec, plus ``ksched.io/handed-off: "true"``; a dry-run create comes first, so a pod
+ksched may not create again (a role bound in some namespaces only) is never deleted. A controller-owned pod is
 evicted through the Eviction API (PodDisruptionBudgets apply; a refused
 eviction is retried later), and its owner is remembered so the webhook
 leaves the replacement to default-scheduler. A pod annotated
@@ -37,6 +38,7 @@ _DROP_META = (
     "managedFields",
 )
 RECREATE_TRIES = 20
+HTTP_CONFLICT = 409
 RECREATE_WAIT_S = 0.25
 
 
@@ -132,14 +134,29 @@ class Handoff:
             "gracePeriodSeconds": 0,
             "preconditions": {"uid": uid},
         }
+        new = replacement(pod)
+        # Ask first whether the re-create would be allowed (a dry run: authorization and
+        # admission, nothing stored; the pod's own name answers 409 while it exists): a role
+        # bound in some namespaces only must never delete a pod it cannot create again.
+        r = self.kube.request(
+            "POST", f"/api/v1/namespaces/{ns}/pods", query={"dryRun": "All"}, body=new, rate_limited=True
+        )
+        if not r.ok and r.status != HTTP_CONFLICT:
+            log.warning(
+                "hand-off of %s/%s: not deleted, as its re-create would fail: HTTP %d: %s",
+                ns,
+                name,
+                r.status,
+                r.data[:200],
+            )
+            return False
         r = self.kube.request("DELETE", pod_path(ns, name), body=delete, rate_limited=True)
         if not r.ok and r.status != 404:
             log.warning("hand-off of %s/%s: delete: HTTP %d: %s", ns, name, r.status, r.data[:200])
             return False
-        new = replacement(pod)
         for _ in range(RECREATE_TRIES):
             r = self.kube.request("POST", f"/api/v1/namespaces/{ns}/pods", body=new, rate_limited=True)
-            if r.status != 409:  # 409: the old pod is still being removed
+            if r.status != HTTP_CONFLICT:  # the old pod is still being removed
                 break
             time.sleep(RECREATE_WAIT_S)
         if not r.ok:
