@@ -48,13 +48,15 @@ def pending_pod(owner: Obj | None) -> Obj:
     return {"metadata": meta, "spec": {"schedulerName": "ksched", "containers": [{"name": "c"}]}}
 
 
-def hand_off(pod: Obj) -> list[tuple[str, str]]:
-    kube = RecordingKube(pod)
+def hand_off(pod: Obj, kube: RecordingKube | None = None, handed: bool = True) -> list[tuple[str, str]]:
+    """What the hand-off of ``pod`` asks the API server for (``handed``: it reports the pod
+    handed off)."""
+    kube = kube or RecordingKube(pod)
     handoff = Handoff(kube, HandoffConfig(enabled=True), Telemetry())  # type: ignore[arg-type]
     done: list[bool] = []
     handoff.submit(pod, "test", done.append)
     handoff.shutdown()
-    assert done == [True]
+    assert done == [handed]
     return kube.asked
 
 
@@ -129,10 +131,4 @@ def test_a_pod_it_may_not_create_again_is_never_deleted() -> None:
     """The dry-run create is refused (403): the bare pod stays, for a later try or an
     operator, rather than being deleted and lost."""
     pod = pending_pod(None)
-    kube = NoCreateKube(pod)
-    handoff = Handoff(kube, HandoffConfig(enabled=True), Telemetry())  # type: ignore[arg-type]
-    done: list[bool] = []
-    handoff.submit(pod, "test", done.append)
-    handoff.shutdown()
-    assert done == [False]
-    assert ("delete", "pods") not in kube.asked
+    assert hand_off(pod, NoCreateKube(pod), handed=False) == [("get", "pods"), ("create", "pods")]

@@ -13,6 +13,7 @@ import pytest
 from ksched.config import EstimateConfig, MetricConfig, parse_config
 from ksched.config.metrics import LEARN_MIN_PODS, Calibration
 from ksched.errors import ConfigError
+from ksched.loop.metrics.load_model import LoadModel
 from ksched.loop.metrics.metric_sources import MetricStore
 from ksched.loop.mirror.slim import slim_pod
 from tests.conftest import pod
@@ -61,7 +62,7 @@ def run(
     store.refresh(m)
     source.pods = {f"default/{p['metadata']['name']}": used for p, used in measured}
     store.refresh_pods(m)
-    return store.matrix(state.snapshot(), state.add_estimate), store
+    return LoadModel(store, state.recent).scheduling(state.snapshot()), store
 
 
 def measured_pods(ratios: list[float], cpu_milli: int = 100) -> list[tuple[dict[str, Any], float]]:

@@ -16,6 +16,7 @@ from ksched.config import EstimateConfig, MetricConfig, parse_config
 from ksched.config.metrics import parse_metric, query_window_s
 from ksched.engine.pods import pod_requests
 from ksched.errors import ConfigError
+from ksched.loop.metrics.load_model import LoadModel
 from ksched.loop.metrics.metric_sources import MetricStore
 from ksched.loop.metrics.recent_pods import bind_time
 from ksched.loop.metrics.samples import Sample
@@ -70,7 +71,7 @@ def cluster(m: MetricConfig, clock: Clock) -> ClusterState:
 
 def estimate(state: ClusterState, m: MetricConfig, sampled_at: float, **kw: Any) -> list[float]:
     column = np.zeros(2)
-    state.add_estimate(m, sampled_at, column, **kw)
+    state.recent.add_to(state.snapshot(), m, sampled_at, column, **kw)
     return [round(float(v), 6) for v in column]
 
 
@@ -157,7 +158,7 @@ def test_the_estimate_reads_limits_and_counts_best_effort_pods() -> None:
     assert estimate(state, m, T0 - 1) == [0.5, 0.025], "its 2-CPU limit; BestEffort's default 100m"
 
 
-def test_a_legacy_estimate_is_todays_add_estimate() -> None:
+def test_a_legacy_estimate_is_todays_herd_estimate() -> None:
     """herdEstimate: only ksched's binds, requests times factor, until the sample."""
     m = MetricConfig(
         name="cpu",
@@ -210,13 +211,13 @@ def test_a_pods_measured_usage_replaces_the_guess_while_fresh() -> None:
     store.refresh(m)
     source.pods = {"default/web": 3000.0}  # 3 cores, in millicores
     store.refresh_pods(m)
-    values = store.matrix(state.snapshot(), state.add_estimate).values[:, 0]
+    values = LoadModel(store, state.recent).scheduling(state.snapshot()).values[:, 0]
     assert values.tolist() == [pytest.approx(0.1 + 0.75), pytest.approx(0.1 + 0.25)], (
         "web measured, api guessed"
     )
     clock.now += m.max_age_s + 1
     store.refresh(m)
-    values = store.matrix(state.snapshot(), state.add_estimate).values[:, 0]
+    values = LoadModel(store, state.recent).scheduling(state.snapshot()).values[:, 0]
     assert values[0] < 0.1 + 0.25, "a stale measurement is not used: web counts by its 1-CPU request again"
 
 
@@ -280,7 +281,7 @@ def test_an_annotation_metric_counts_pods_bound_since_its_oldest_fresh_value() -
     state.on_pod("ADDED", bound("web", "n0", T0 - 20), None)
     state.sync()
     store = MetricStore([m], None, None, lambda: list(state.nodes.values()), clock=clock)
-    values = store.matrix(state.snapshot(), state.add_estimate).values[:, 0]
+    values = LoadModel(store, state.recent).scheduling(state.snapshot()).values[:, 0]
     # Bound after the oldest value (T0 - 30): its 1 CPU of 4 counts fully on n0.
     assert values.tolist() == [pytest.approx(0.1 + 0.25), pytest.approx(0.2)]
 

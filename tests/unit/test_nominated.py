@@ -10,6 +10,7 @@ from ksched.bench.engine import run_preemption_bench
 from ksched.config import Config
 from ksched.engine import Engine, Placement
 from ksched.engine.snapshot import build_snapshot
+from ksched.loop.metrics.recent_pods import RecentPods
 from ksched.loop.mirror.slim import slim_pod
 from ksched.loop.scheduling.cycle import Scheduler
 from ksched.loop.scheduling.queue import SchedulingQueue
@@ -160,8 +161,7 @@ class UsageState:
     def __init__(self) -> None:
         self.usage = {"default/victim": VictimUsage("uid-victim")}
 
-    def add_estimate(self, *args: Any) -> None:
-        raise AssertionError("no metric: nothing to estimate")
+    recent = RecentPods(())
 
 
 class RecordingBinder:

@@ -13,6 +13,7 @@ from ksched.engine.simulation import run_simulation
 from ksched.engine.snapshot import Snapshot, build_snapshot
 from ksched.errors import ConfigError
 from ksched.loop.metrics.metric_sources import Matrix
+from ksched.loop.metrics.recent_pods import RecentPods
 from ksched.loop.scheduling.binder import Outcome
 from ksched.loop.scheduling.cycle import Scheduler
 from ksched.loop.scheduling.queue import SchedulingQueue
@@ -110,8 +111,7 @@ class FakeState:
     def snapshot(self) -> Snapshot:
         return self.snap
 
-    def add_estimate(self, *args: Any) -> None:
-        pass
+    recent = RecentPods(())
 
     def assume(self, *args: Any) -> None:
         pass

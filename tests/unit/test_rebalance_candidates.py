@@ -34,6 +34,12 @@ from tests.unit.test_rebalance_plan import (
 Obj = dict[str, Any]
 
 
+def guaranteed(requests: dict[str, str], limits: dict[str, str]) -> Obj:
+    """A pod on n0 whose one container has these requests and limits."""
+    container = {"name": "c", "image": "pause", "resources": {"requests": requests, "limits": limits}}
+    return workload_pod("guaranteed", "n0", cpu="1", containers=[container])
+
+
 def labelled(p: Obj, **changes: Any) -> Obj:
     p["metadata"].update(changes)
     return p
@@ -152,22 +158,7 @@ def test_move_job_pods_must_be_a_boolean(value: object) -> None:
         (
             "Burstable before Guaranteed",
             [
-                workload_pod(
-                    "guaranteed",
-                    "n0",
-                    cpu="1",
-                    memory="1Gi",
-                    containers=[
-                        {
-                            "name": "c",
-                            "image": "pause",
-                            "resources": {
-                                "requests": {"cpu": "1", "memory": "1Gi"},
-                                "limits": {"cpu": "1", "memory": "1Gi"},
-                            },
-                        }
-                    ],
-                ),
+                guaranteed({"cpu": "1", "memory": "1Gi"}, {"cpu": "1", "memory": "1Gi"}),
                 workload_pod("burstable", "n0", cpu="300m"),
             ],
             "default/burstable",
@@ -175,21 +166,7 @@ def test_move_job_pods_must_be_a_boolean(value: object) -> None:
         (
             "Guaranteed whatever the units its requests and limits are written in",
             [
-                workload_pod(
-                    "guaranteed",
-                    "n0",
-                    cpu="1",
-                    containers=[
-                        {
-                            "name": "c",
-                            "image": "pause",
-                            "resources": {
-                                "requests": {"cpu": "1", "memory": "1024Mi"},
-                                "limits": {"cpu": "1000m", "memory": "1Gi"},
-                            },
-                        }
-                    ],
-                ),
+                guaranteed({"cpu": "1", "memory": "1024Mi"}, {"cpu": "1000m", "memory": "1Gi"}),
                 workload_pod("burstable", "n0", cpu="300m"),
             ],
             "default/burstable",

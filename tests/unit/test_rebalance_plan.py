@@ -31,6 +31,15 @@ LONG_AGO = "2020-01-01T00:00:00Z"
 # A pod started a minute before NOW.
 A_MINUTE_AGO = "2027-01-15T07:59:00Z"
 NODES = ("n0", "n1", "n2", "n3")
+# One web pod per zone, at most one apart.
+ZONE_SPREAD = [
+    {
+        "maxSkew": 1,
+        "topologyKey": "topology.kubernetes.io/zone",
+        "whenUnsatisfiable": "DoNotSchedule",
+        "labelSelector": {"matchLabels": {"app": "web"}},
+    }
+]
 
 
 def usage_metric(**fields: Any) -> MetricConfig:
@@ -398,14 +407,7 @@ def test_the_victim_does_not_count_for_its_replacements_topology_spread() -> Non
     the scheduler sends it back to n0, the hot node)."""
     zones = {"n0": "a", "n1": "b", "n2": "c", "n3": "c"}
     nodes = [node(n, labels={"topology.kubernetes.io/zone": z}) for n, z in zones.items()]
-    spread = [
-        {
-            "maxSkew": 1,
-            "topologyKey": "topology.kubernetes.io/zone",
-            "whenUnsatisfiable": "DoNotSchedule",
-            "labelSelector": {"matchLabels": {"app": "web"}},
-        }
-    ]
+    spread = ZONE_SPREAD
     victim = workload_pod("web-a", "n0", topologySpreadConstraints=spread)
     others = (workload_pod("web-b", "n1"), workload_pod("web-c", "n2"))
     p = run_plan([0.9, 0.5, 0.5, 0.1], [victim], nodes=nodes, bystanders=others)
@@ -419,14 +421,7 @@ def test_earlier_victims_of_the_plan_do_not_count_either() -> None:
     a at 0, c at 2."""
     zones = {"n0": "a", "n1": "b", "n2": "c", "n3": "a"}
     nodes = [node(n, labels={"topology.kubernetes.io/zone": z}) for n, z in zones.items()]
-    spread = [
-        {
-            "maxSkew": 1,
-            "topologyKey": "topology.kubernetes.io/zone",
-            "whenUnsatisfiable": "DoNotSchedule",
-            "labelSelector": {"matchLabels": {"app": "web"}},
-        }
-    ]
+    spread = ZONE_SPREAD
     pods = [workload_pod(f"web-{i}", "n0", owner="web", topologySpreadConstraints=spread) for i in range(2)]
     others = (workload_pod("web-b", "n1"), workload_pod("web-c", "n2"))
     config = rebalance(max_per_workload=2)

@@ -13,6 +13,7 @@ from ksched.config import Config, HandoffConfig
 from ksched.engine import Engine
 from ksched.engine.messages import RESOURCE_CLAIMS_UNSUPPORTED
 from ksched.engine.snapshot import build_snapshot
+from ksched.loop.metrics.recent_pods import RecentPods
 from ksched.loop.mirror.slim import slim_pod
 from ksched.loop.scheduling.cycle import Scheduler
 from ksched.loop.scheduling.handoff import OPT_OUT
@@ -78,8 +79,7 @@ class FakeState:
     def sync(self) -> None:
         pass
 
-    def add_estimate(self, *args: Any) -> None:
-        raise AssertionError("no metric: nothing to estimate")
+    recent = RecentPods(())
 
 
 class FakeBinder:

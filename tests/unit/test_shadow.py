@@ -132,7 +132,8 @@ def test_shadow_decisions_count_the_load_estimate_as_the_scheduling_loop_does() 
 
     shadow.metrics.matrix = spy  # type: ignore[method-assign]
     bind(shadow, state, pod("web", scheduler="default-scheduler"), "a")
-    assert given == [state.add_estimate]
+    # The estimate of the state's recent pods, on the snapshot the decision is made on.
+    assert [(g.func, g.args) for g in given] == [(state.recent.add_to, (state.snapshot(),))]
 
 
 def test_shadow_skips_pods_it_saw_bound_pods_elsewhere_and_still_counts_them() -> None:

@@ -179,7 +179,7 @@ def test_each_new_samples_column_holds_its_values_at_their_nodes_rows() -> None:
         assert np.array_equal(column, np.array(want), equal_nan=True), (values, column)
 
 
-def test_add_estimate_adds_the_load_bound_after_the_sample() -> None:
+def test_the_estimate_adds_the_load_bound_after_the_sample() -> None:
     m = MetricConfig(
         name="u", source="prometheus", query="q", estimate=EstimateConfig(resource="cpu", legacy=True)
     )
@@ -189,10 +189,10 @@ def test_add_estimate_adds_the_load_bound_after_the_sample() -> None:
     sampled = time.time() - 1
     state.assume("default/a", "uid-a", "n0", pod_requests(pod("a", cpu="1")), ())
     values = np.array([0.25])
-    state.add_estimate(m, sampled, values)
+    state.recent.add_to(state.snapshot(), m, sampled, values)
     assert values[0] == pytest.approx(0.5), "a 1-cpu pod on a 4-cpu node adds 0.25"
     later = np.array([0.25])
-    state.add_estimate(m, time.time() + 1, later)
+    state.recent.add_to(state.snapshot(), m, time.time() + 1, later)
     assert later[0] == 0.25, "binds before the sample are already in it"
 
 

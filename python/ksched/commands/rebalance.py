@@ -19,7 +19,6 @@ import json
 import sys
 import time
 from collections.abc import Sequence
-from functools import partial
 from typing import TYPE_CHECKING
 
 from ksched.commands.exit_codes import EXIT_BAD_INPUT, EXIT_OK
@@ -258,8 +257,7 @@ def _load_model(
             requests,
         )
 
-    # Recent pods' load on this snapshot, as ClusterState.add_estimate adds it on its own.
-    return LoadModel(store, partial(recent.add_to, snapshot))
+    return LoadModel(store, recent)
 
 
 def render(plan: Plan) -> str:

@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Protocol
 
 import numpy as np
@@ -33,7 +34,8 @@ from ksched.config import MetricConfig
 from ksched.config.rebalance import RebalanceThreshold
 from ksched.engine.load import before_event
 from ksched.engine.snapshot import Snapshot
-from ksched.loop.metrics.metric_sources import Estimate, Matrix, MetricStore
+from ksched.loop.metrics.metric_sources import Matrix, MetricStore
+from ksched.loop.metrics.recent_pods import RecentPods
 from ksched.loop.metrics.samples import Sample
 
 # A pod's measured usage of a metric's estimate resource (engine units; None: unknown).
@@ -86,19 +88,20 @@ class Judged:
 
 
 class LoadModel:
-    """The values of one state: ``estimate`` adds recent pods' load to a metric's column
-    (:meth:`ksched.loop.mirror.state.ClusterState.add_estimate`); ``present(key, uid)`` says whether a
-    pod is still counted in the cluster state (an evicted pod is gone once it is not)."""
+    """The values of one state: ``recent`` holds the pods bound recently, whose load a
+    sample cannot show yet (the cluster state's, :class:`~ksched.loop.metrics.recent_pods.RecentPods`);
+    ``present(key, uid)`` says whether a pod is still counted in the cluster state (an
+    evicted pod is gone once it is not)."""
 
     def __init__(
         self,
         metrics: MetricStore,
-        estimate: Estimate,
+        recent: RecentPods,
         held: HeldLoad | None = None,
         present: Callable[[str, str], bool] = lambda _key, _uid: False,
     ) -> None:
         self.metrics = metrics
-        self.estimate = estimate
+        self.recent = recent
         self.held = held
         self.present = present
         self.departed: list[Departure] = []
@@ -106,7 +109,7 @@ class LoadModel:
     def scheduling(self, snapshot: Snapshot, *, reserved: bool = True) -> Matrix:
         """The engine's values for placing pods on ``snapshot`` (``reserved``: with the load
         reservations hold; shadow mode holds none)."""
-        matrix = self.metrics.matrix(snapshot, self.estimate)
+        matrix = self.metrics.matrix(snapshot, partial(self.recent.add_to, snapshot))
         if reserved and self.held is not None:
             self.held.add_to(matrix.values, snapshot, matrix.metrics)
             self.held.add_settling(matrix.values, snapshot, matrix.metrics, self.metrics.measured)
@@ -114,7 +117,7 @@ class LoadModel:
 
     def rebalancing(self, snapshot: Snapshot, lines: Mapping[str, RebalanceThreshold], now: float) -> Judged:
         """The values a look judges and proves with, for the metrics ``lines`` judge."""
-        matrix = self.metrics.matrix(snapshot, self.estimate)
+        matrix = self.metrics.matrix(snapshot, partial(self.recent.add_to, snapshot))
         fresh = [
             (k, m)
             for k, m in enumerate(matrix.metrics)

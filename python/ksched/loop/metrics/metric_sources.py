@@ -70,7 +70,7 @@ CLOSED_NOTE = " (onStale: closed: nodes without a fresh value are filtered out)"
 
 class Estimate(Protocol):
     """Adds to a metric's column what its sample cannot show yet of recently bound pods
-    (:meth:`ksched.loop.mirror.state.ClusterState.add_estimate`); returns what a learned estimate
+    (:meth:`ksched.loop.metrics.recent_pods.RecentPods.add_to` on the batch's snapshot); returns what a learned estimate
     learned, which the metric's configuration then carries to the engine."""
 
     def __call__(

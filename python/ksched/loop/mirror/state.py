@@ -28,15 +28,11 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-import numpy as np
-import numpy.typing as npt
-
 from ksched.config import MetricConfig
-from ksched.config.metrics import Calibration
 from ksched.engine.disruption_budgets import DisruptionBudget, disruption_budget
 from ksched.engine.gangs import POD_GROUP_LABEL, PodGroup, pod_group
 from ksched.engine.pod_level import PodInfo
@@ -329,19 +325,6 @@ class ClusterState:
             self.builds += 1
             self._snapshot = snap
         return self._snapshot
-
-    def add_estimate(
-        self,
-        metric: MetricConfig,
-        sampled_at: float,
-        column: npt.NDArray[np.float64],
-        window_s: float | None = None,
-        measured: Mapping[str, float] | None = None,
-    ) -> Calibration | None:
-        """Add to ``column`` the load of the pods bound recently that the metric's sample,
-        taken at ``sampled_at``, does not show yet (see :mod:`ksched.loop.metrics.recent_pods`); what a
-        learned estimate learned from the measured ones."""
-        return self.recent.add_to(self.snapshot(), metric, sampled_at, column, window_s, measured)
 
     def counted(self) -> dict[str, str]:
         """Pod key -> node for every pod counted (bound or assumed)."""

@@ -106,7 +106,7 @@ class Rebalancer:
         # The values it judges and proves with, and the evicted pods whose load their sources still show.
         self.load = LoadModel(
             metrics,
-            state.add_estimate,
+            state.recent,
             reservations,
             lambda key, uid: (u := state.usage.get(key)) is not None and u.uid == uid,
         )

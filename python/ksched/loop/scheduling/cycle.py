@@ -79,7 +79,7 @@ class Scheduler:
         # The room and load rebalancing holds for its moves' replacements (None: rebalancing is off).
         self.held = held
         # The metric values the engine is given, the held load included (:mod:`ksched.loop.metrics.load_model`).
-        self.load = LoadModel(metrics, state.add_estimate, held)
+        self.load = LoadModel(metrics, state.recent, held)
         self.engines = {
             p.scheduler_name: Engine(config, p.scheduler_name, seed=seed) for p in config.profiles
         }

@@ -288,7 +288,7 @@ class Shadow:
         node = str(spec(pod)["nodeName"])
         unbound = {**pod, "spec": {k: v for k, v in spec(pod).items() if k != "nodeName"}}
         snapshot = self.state.snapshot()
-        matrix = LoadModel(self.metrics, self.state.add_estimate).scheduling(snapshot)
+        matrix = LoadModel(self.metrics, self.state.recent).scheduling(snapshot)
         group = pod_group_of(pod)
         groups = {}
         if group is not None and group in self.state.pod_groups:
