@@ -15,6 +15,7 @@ from ksched.bench.quality.rebalance import (
     BudgetSample,
     Eviction,
     PodRecord,
+    hot_nodes,
     judge_rebalance,
     replacements,
     seconds_to_cool,
@@ -41,15 +42,15 @@ def _times(n: int) -> list[float]:
     ],
 )
 def test_seconds_to_cool(samples: list[dict[str, float]], want: float | None) -> None:
-    assert seconds_to_cool(_times(len(samples)), samples, ["a", "b"], 0.8) == want
+    assert seconds_to_cool(_times(len(samples)), hot_nodes(samples, ["a", "b"], 0.8)) == want
 
 
 def test_a_run_is_judged_with_its_configured_hot_samples() -> None:
     """With hotSamples 5, four samples over the line are not a hot node (the bench judged every
     run at 3), and five are; the round carries the rebalancer configuration's figure."""
     four = [{"a": 0.9}] * 4 + [{"a": 0.5}]
-    assert seconds_to_cool(_times(len(four)), four, ["a"], 0.8, samples=5) == 0.0
-    assert seconds_to_cool(_times(len(four)), four, ["a"], 0.8) == 60.0
+    assert seconds_to_cool(_times(len(four)), hot_nodes(four, ["a"], 0.8, samples=5)) == 0.0
+    assert seconds_to_cool(_times(len(four)), hot_nodes(four, ["a"], 0.8)) == 60.0
     five = [{"a": 0.9}] * 5 + [{"a": 0.5}]
     figures = judge_rebalance(_times(len(five)), five, ["a"], 0.8, [], [], set(), [], hot_samples=5)
     assert figures.seconds_to_cool == 30.0 and figures.nodes_cooled == 1

@@ -92,16 +92,11 @@ def hot_nodes(
     return out
 
 
-def seconds_to_cool(
-    times: Sequence[float],
-    values: Sequence[dict[str, float]],
-    nodes: Sequence[str],
-    threshold: float,
-    samples: int = HOT_SAMPLES,
-) -> float | None:
-    """Seconds from the first sample with a hot node to the first sample after the last one
-    with a hot node; 0.0 if no node was ever hot, None if one is hot at the last sample."""
-    hot = [bool(h) for h in hot_nodes(values, nodes, threshold, samples)]
+def seconds_to_cool(times: Sequence[float], hot_sets: Sequence[set[str]]) -> float | None:
+    """Seconds from the first sample with a hot node (``hot_sets``: :func:`hot_nodes` at each of
+    ``times``) to the first sample after the last one with a hot node; 0.0 if no node was ever
+    hot, None if one is hot at the last sample."""
+    hot = [bool(h) for h in hot_sets]
     if not any(hot):
         return 0.0
     if hot[-1]:
@@ -150,9 +145,9 @@ def judge_rebalance(
     ``values[t][node]``), the evictions in its namespace, every pod seen there (``initial``:
     the names the harness created) and the budget samples; a node is hot after ``hot_samples``
     samples over the line in a row."""
-    figures = RebalanceFigures(seconds_to_cool=seconds_to_cool(times, values, nodes, threshold, hot_samples))
-    figures.evictions = len(evictions)
     hot = hot_nodes(values, nodes, threshold, hot_samples)
+    figures = RebalanceFigures(seconds_to_cool=seconds_to_cool(times, hot))
+    figures.evictions = len(evictions)
     ever_hot: set[str] = set().union(*hot)
     figures.nodes_cooled = len(ever_hot - (hot[-1] if hot else set()))
     figures.hot_at_end = {
