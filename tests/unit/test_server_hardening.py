@@ -12,7 +12,7 @@ import ssl
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Protocol
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -68,29 +68,40 @@ def clients() -> Iterator[list[socket.socket]]:
         sock.close()
 
 
+class Server(Protocol):
+    port: int
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
 @pytest.fixture
-def webhook(clients: list[socket.socket]) -> Iterator[Callable[[], Webhook]]:
-    started: list[Webhook] = []
+def serving(clients: list[socket.socket]) -> Iterator[Callable[[Callable[[], Any]], Any]]:
+    """``serving(make)``: the server ``make`` builds, started, and stopped after the test
+    (after its clients are closed: the old webhook's accept loop was stuck in their
+    handshakes until they closed)."""
+    started: list[Server] = []
 
-    def make() -> Webhook:
-        config = WebhookConfig(
-            enabled=True,
-            address="127.0.0.1:0",
-            hosts=("127.0.0.1",),
-            configuration_name=None,
-            secret_name=None,
-        )
-        hook = Webhook(config, "ksched", lambda pod: True, None)  # type: ignore[arg-type]
-        hook.start()
-        started.append(hook)
-        return hook
+    def start(make: Callable[[], Any]) -> Any:
+        server = make()
+        server.start()
+        started.append(server)
+        return server
 
-    yield make
-    # Clients first: the old webhook's accept loop was stuck in their handshakes until they closed.
+    yield start
     for sock in clients:
         sock.close()
-    for hook in started:
-        hook.stop()
+    for server in started:
+        server.stop()
+
+
+@pytest.fixture
+def webhook(serving: Callable[[Callable[[], Any]], Any]) -> Callable[[], Webhook]:
+    config = WebhookConfig(
+        enabled=True, address="127.0.0.1:0", hosts=("127.0.0.1",), configuration_name=None, secret_name=None
+    )
+    return lambda: serving(lambda: Webhook(config, "ksched", lambda pod: True, None))  # type: ignore[arg-type]
 
 
 def post_review(port: int, timeout: float) -> tuple[int, Any]:
@@ -134,18 +145,8 @@ def test_an_idle_client_is_closed_after_the_handshake_timeout(
 
 
 @pytest.fixture
-def health() -> Iterator[Callable[[], HealthServer]]:
-    started: list[HealthServer] = []
-
-    def make() -> HealthServer:
-        server = HealthServer("127.0.0.1:0", CollectorRegistry(), lambda: [])
-        server.start()
-        started.append(server)
-        return server
-
-    yield make
-    for server in started:
-        server.stop()
+def health(serving: Callable[[Callable[[], Any]], Any]) -> Callable[[], HealthServer]:
+    return lambda: serving(lambda: HealthServer("127.0.0.1:0", CollectorRegistry(), lambda: []))
 
 
 def healthz(port: int) -> int:
