@@ -8,7 +8,16 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ksched.config.values import MAX_WEIGHT, as_float, as_int, as_list, as_str, check_keys, parse_duration
+from ksched.config.values import (
+    MAX_WEIGHT,
+    as_float,
+    as_int,
+    as_list,
+    as_str,
+    check_keys,
+    duration_at,
+    parse_duration,
+)
 from ksched.errors import ConfigError
 
 PREFER = ("lower", "higher", "target(<number>)")
@@ -449,7 +458,7 @@ def parse_metric(obj: Any, path: str) -> MetricConfig:
         missing=as_str(obj.get("missing", MetricConfig.missing), f"{path}.missing", MISSING),
         weight=weight,
         # 0 would make every sample stale on arrival.
-        max_age_s=parse_duration(obj.get("maxAge", MetricConfig.max_age_s), f"{path}.maxAge", positive=True),
+        max_age_s=duration_at(obj, "maxAge", MetricConfig.max_age_s, path, positive=True),
         min_refresh_s=min_refresh,
         max_refresh_s=max_refresh,
     )

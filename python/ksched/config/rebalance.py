@@ -14,7 +14,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from ksched.config.metrics import MetricConfig
-from ksched.config.values import as_bool, as_float, as_int, as_list, as_str, check_keys, parse_duration
+from ksched.config.values import (
+    as_bool,
+    as_float,
+    as_int,
+    as_list,
+    as_str,
+    check_keys,
+    duration_at,
+)
 from ksched.errors import ConfigError
 
 _KEYS = (
@@ -177,12 +185,10 @@ def parse_rebalance(obj: Any, profiles: list[str], metrics: tuple[MetricConfig, 
     config = RebalanceConfig(
         enabled=as_bool(r.get("enabled", d.enabled), f"{path}.enabled"),
         profile=as_str(r["profile"], f"{path}.profile", tuple(profiles)) if "profile" in r else profiles[0],
-        interval_s=parse_duration(
-            r.get("interval", d.interval_s), f"{path}.interval", at_least=MIN_INTERVAL_S
-        ),
+        interval_s=duration_at(r, "interval", d.interval_s, path, at_least=MIN_INTERVAL_S),
         hot_samples=as_int(r.get("hotSamples", d.hot_samples), f"{path}.hotSamples", 1, 100),
         metrics=pairs,
-        min_pod_age_s=parse_duration(r.get("minPodAge", d.min_pod_age_s), f"{path}.minPodAge"),
+        min_pod_age_s=duration_at(r, "minPodAge", d.min_pod_age_s, path),
         allow_local_storage=as_bool(
             r.get("allowLocalStorage", d.allow_local_storage), f"{path}.allowLocalStorage"
         ),
@@ -194,15 +200,9 @@ def parse_rebalance(obj: Any, profiles: list[str], metrics: tuple[MetricConfig, 
         evictions_per_minute=as_float(
             r.get("evictionsPerMinute", d.evictions_per_minute), f"{path}.evictionsPerMinute"
         ),
-        workload_cooldown_s=parse_duration(
-            r.get("workloadCooldown", d.workload_cooldown_s), f"{path}.workloadCooldown"
-        ),
-        reservation_timeout_s=parse_duration(
-            r.get("reservationTimeout", d.reservation_timeout_s), f"{path}.reservationTimeout"
-        ),
-        replacement_settle_s=parse_duration(
-            r.get("replacementSettle", d.replacement_settle_s), f"{path}.replacementSettle"
-        ),
+        workload_cooldown_s=duration_at(r, "workloadCooldown", d.workload_cooldown_s, path),
+        reservation_timeout_s=duration_at(r, "reservationTimeout", d.reservation_timeout_s, path),
+        replacement_settle_s=duration_at(r, "replacementSettle", d.replacement_settle_s, path),
     )
     if config.enabled:
         _check_enabled(config, metrics)

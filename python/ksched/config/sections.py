@@ -20,7 +20,7 @@ from ksched.config.values import (
     as_str,
     as_url,
     check_keys,
-    parse_duration,
+    duration_at,
 )
 from ksched.errors import ConfigError
 
@@ -125,12 +125,14 @@ def parse_batch(obj: Any) -> BatchConfig:
     b = check_keys(obj, path, ("maxSize", "maxWait", "bindWorkers", "decisionDeadline"))
     return BatchConfig(
         max_size=as_int(b.get("maxSize", BatchConfig.max_size), f"{path}.maxSize", 1, 100_000),
-        max_wait_s=parse_duration(b.get("maxWait", BatchConfig.max_wait_s), f"{path}.maxWait"),
+        max_wait_s=duration_at(b, "maxWait", BatchConfig.max_wait_s, path),
         bind_workers=as_int(b.get("bindWorkers", BatchConfig.bind_workers), f"{path}.bindWorkers", 1, 256),
         # 0 would leave every batch undecided and retried without metrics.
-        decision_deadline_s=parse_duration(
-            b.get("decisionDeadline", BatchConfig.decision_deadline_s),
-            f"{path}.decisionDeadline",
+        decision_deadline_s=duration_at(
+            b,
+            "decisionDeadline",
+            BatchConfig.decision_deadline_s,
+            path,
             positive=True,
         ),
     )
@@ -142,9 +144,7 @@ def parse_prometheus(obj: Any) -> PrometheusConfig:
     return PrometheusConfig(
         url=as_url(pr["url"], f"{path}.url") if "url" in pr else None,
         # 0 would fail every query before it is sent: the metrics would never be read.
-        timeout_s=parse_duration(
-            pr.get("timeout", PrometheusConfig.timeout_s), f"{path}.timeout", positive=True
-        ),
+        timeout_s=duration_at(pr, "timeout", PrometheusConfig.timeout_s, path, positive=True),
     )
 
 
@@ -152,9 +152,7 @@ def parse_handoff(obj: Any) -> HandoffConfig:
     path = "handoff"
     h = check_keys(obj, path, ("enabled", "after"))
     enabled = as_bool(h.get("enabled", HandoffConfig.enabled), f"{path}.enabled")
-    return HandoffConfig(
-        enabled=enabled, after_s=parse_duration(h.get("after", HandoffConfig.after_s), f"{path}.after")
-    )
+    return HandoffConfig(enabled=enabled, after_s=duration_at(h, "after", HandoffConfig.after_s, path))
 
 
 def parse_shadow(obj: Any, profiles: list[str]) -> ShadowConfig:
@@ -251,15 +249,9 @@ def parse_leader_election(obj: Any) -> LeaderElectionConfig:
     leader_elect = as_bool(le.get("leaderElect", LeaderElectionConfig.leader_elect), f"{path}.leaderElect")
     out = LeaderElectionConfig(
         leader_elect=leader_elect,
-        lease_duration_s=parse_duration(
-            le.get("leaseDuration", LeaderElectionConfig.lease_duration_s), f"{path}.leaseDuration"
-        ),
-        renew_deadline_s=parse_duration(
-            le.get("renewDeadline", LeaderElectionConfig.renew_deadline_s), f"{path}.renewDeadline"
-        ),
-        retry_period_s=parse_duration(
-            le.get("retryPeriod", LeaderElectionConfig.retry_period_s), f"{path}.retryPeriod"
-        ),
+        lease_duration_s=duration_at(le, "leaseDuration", LeaderElectionConfig.lease_duration_s, path),
+        renew_deadline_s=duration_at(le, "renewDeadline", LeaderElectionConfig.renew_deadline_s, path),
+        retry_period_s=duration_at(le, "retryPeriod", LeaderElectionConfig.retry_period_s, path),
         resource_name=as_str(
             le.get("resourceName", LeaderElectionConfig.resource_name), f"{path}.resourceName"
         ),

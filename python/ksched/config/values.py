@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -90,6 +91,13 @@ def as_str(obj: Any, path: str, allowed: tuple[str, ...] | None = None) -> str:
     if allowed is not None and obj not in allowed:
         raise ConfigError(f"{path}: {obj!r} is not allowed (allowed: {', '.join(allowed)})")
     return obj
+
+
+def duration_at(
+    obj: Mapping[str, Any], key: str, default: Any, path: str, at_least: float = 0.0, positive: bool = False
+) -> float:
+    """``obj[key]`` (else ``default``) read by :func:`parse_duration`, reported at ``path.key``."""
+    return parse_duration(obj.get(key, default), f"{path}.{key}", at_least, positive)
 
 
 def parse_duration(obj: Any, path: str, at_least: float = 0.0, positive: bool = False) -> float:
