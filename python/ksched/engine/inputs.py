@@ -12,6 +12,7 @@ protocols) come from ``_core``'s own tables; nothing here calls the engine.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple, cast
@@ -36,6 +37,7 @@ from ksched.engine.estimate import estimated_usage
 from ksched.engine.pod_level import SpreadConstraint
 from ksched.engine.pods import NodeConstraints, PodRequests
 from ksched.engine.podtable import PendingPod
+from ksched.engine.quantity import saturated
 from ksched.engine.requirements import PodRequirements, requirements
 from ksched.engine.selectors import Term
 from ksched.engine.snapshot import Snapshot, node_thresholds
@@ -240,8 +242,12 @@ def metric_load(
             sign = int(m.load_sign)
             amounts[:, k] = [
                 sign
-                * estimated_usage(
-                    r.pod, PodRequests(r.req.requests, r.req.nonzero_cpu, r.req.nonzero_memory), m.estimate
+                * saturated(
+                    estimated_usage(
+                        r.pod,
+                        PodRequests(r.req.requests, r.req.nonzero_cpu, r.req.nonzero_memory),
+                        m.estimate,
+                    )
                 )
                 for r in rows
             ]
@@ -251,8 +257,8 @@ def metric_load(
             continue
         for k, m in enumerate(metrics):
             exempt[i, k] = _core.METRIC_STRICTER_THRESHOLDS
-            if m.estimate is not None and m.name in known:
-                amounts[i, k] = int(m.load_sign) * round(known[m.name])
+            if m.estimate is not None and m.name in known and math.isfinite(known[m.name]):
+                amounts[i, k] = int(m.load_sign) * saturated(round(known[m.name]))
     return {
         "incoming": [m.estimate is not None and not m.estimate.legacy for m in metrics],
         "amounts": amounts.reshape(-1),
@@ -345,8 +351,9 @@ def shape_row(
     profile's addedAffinity preferred terms, merged into each pod's)."""
     res = snapshot.resources
     requests = [0] * len(res)
+    # Clamped as the node table's counts are (QUANTITY_MAX): a request past it fits nowhere anyway.
     for resource, v in req.requests.items():
-        requests[res(resource)] = v
+        requests[res(resource)] = saturated(v)
     constraints = req.constraints
     klass = classes.class_of(
         replace(constraints, preferred=constraints.preferred + added_preferred)
@@ -362,7 +369,7 @@ def shape_row(
         klass,
         ports,
         snapshot.image_ids(req.images),
-        (req.nonzero_cpu, req.nonzero_memory),
+        (saturated(req.nonzero_cpu), saturated(req.nonzero_memory)),
         req.containers,
     )
 
@@ -531,7 +538,7 @@ def _preemption(
         for resource, v in req.requests.items():
             column = res.get(resource)  # a resource no node has holds nothing back
             if column is not None:
-                requests[k * len(res) + column] = v
+                requests[k * len(res) + column] = saturated(v)
     return {
         **victims,
         "pod_priorities": i64([r.req.priority for r in rows]),

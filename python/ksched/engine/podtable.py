@@ -23,6 +23,7 @@ from ksched.core_types import PodTableArrays, VictimArrays
 from ksched.engine.disruption_budgets import DisruptionBudget
 from ksched.engine.pod_level import AffinityTerm, PodAffinityTerms, PodInfo, SpreadConstraint
 from ksched.engine.pods import CountedRequests, HostPort
+from ksched.engine.quantity import saturated
 from ksched.engine.selectors import LabelSelector, selector_matches
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
@@ -467,7 +468,7 @@ class PodTable:
         for i, r in enumerate(chosen):
             e = self.evictable[r]
             for resource, v in e.requests.requests.items():
-                requests[i * width + resources(resource)] = v
+                requests[i * width + resources(resource)] = saturated(v)
             ports.extend((_core.PROTOCOLS[p.protocol], int(strings(p.ip)), p.port) for p in e.ports)
             port_offsets.append(len(ports))
             info = self.infos[r]

@@ -4,6 +4,11 @@ Owns the grammar of ``resource.Quantity`` (decimal SI suffixes, binary
 suffixes, exponents, signs) and the two conversions the scheduler uses:
 ``MilliValue`` for CPU and ``Value`` for everything else, both rounding up
 as upstream does. Arithmetic is exact (``Fraction``), never floating point.
+
+Every count the node table stores saturates at :data:`QUANTITY_MAX`
+(:func:`saturated`, :func:`saturating_add`): a kubelet or device plugin may
+report any valid quantity (``10Ei`` of memory, ``1e19`` of a device), and one
+such node must neither overflow an int64 nor stop the others from scheduling.
 """
 
 from __future__ import annotations
@@ -34,6 +39,18 @@ _QUANTITY = re.compile(
 )
 # Upstream caps exponents; anything beyond is not a real quantity.
 _MAX_EXPONENT = 1000
+# The largest count the node table holds for one quantity (a node's allocatable, one pod's
+# request, an image's size): a quarter of int64's range, 2^61 - 1 (2 EiB of memory, 2.3e15
+# cores); larger values are clamped to it. Any four clamped counts add up inside int64, so
+# arithmetic on the counts themselves (allocatable minus a request, two requests added)
+# cannot wrap; a node's requested sum, which may hold any number of pods, saturates at
+# REQUESTED_MAX instead, here and in the engine. Upstream's ``Quantity.Value`` wraps or
+# returns 0 past int64 (``scaledValue``, ``positiveScaleInt64``); ksched clamps instead.
+QUANTITY_MAX = (2**63 - 1) // 4
+# Where a node's requested sum saturates (int64's largest): above every clamped allocatable, so
+# a saturated sum leaves no room on any node. A saturated sum stays saturated when a pod leaves
+# (it no longer knows what it holds) until the node table is rebuilt from the pods counted.
+REQUESTED_MAX = 2**63 - 1
 
 
 def _check_type(text: object) -> None:
@@ -93,8 +110,26 @@ def value(q: Fraction) -> int:
 
 
 def canonical(resource: str, q: Fraction) -> int:
-    """A quantity in the engine's canonical unit: millicores for CPU, whole units otherwise."""
-    return milli_value(q) if resource == "cpu" else value(q)
+    """A quantity in the engine's canonical unit (millicores for CPU, whole units otherwise),
+    clamped to +-QUANTITY_MAX.
+
+    >>> canonical("memory", parse_quantity("10Ei")) == QUANTITY_MAX
+    True
+    """
+    return saturated(milli_value(q) if resource == "cpu" else value(q))
+
+
+def saturated(v: int) -> int:
+    """``v`` clamped to +-QUANTITY_MAX: what the node table stores for a count."""
+    return QUANTITY_MAX if v > QUANTITY_MAX else -QUANTITY_MAX if v < -QUANTITY_MAX else v
+
+
+def saturating_add(total: int, v: int) -> int:
+    """A node's requested sum with ``v`` (a pod's clamped request, negative when it leaves)
+    counted: saturating at REQUESTED_MAX, and a saturated sum stays there."""
+    if total >= REQUESTED_MAX:
+        return REQUESTED_MAX
+    return min(total + saturated(v), REQUESTED_MAX)
 
 
 # Pod requests are summed in nano-units: every quantity with at most nine

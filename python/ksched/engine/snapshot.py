@@ -27,7 +27,7 @@ from ksched.engine.disruption_budgets import DisruptionBudget
 from ksched.engine.pod_level import PodInfo, pod_info
 from ksched.engine.pods import CountedRequests, HostPort, PodRequests, priority, start_time
 from ksched.engine.podtable import Evictable, PodTable
-from ksched.engine.quantity import canonical, parse_quantity
+from ksched.engine.quantity import QUANTITY_MAX, canonical, parse_quantity, saturated, saturating_add
 from ksched.engine.requirements import counted_requests
 from ksched.engine.selectors import parse_int64
 from ksched.engine.spread_selectors import SpreadSelectors
@@ -188,11 +188,16 @@ def _node_resources(node: Obj, resources: ResourceIndex) -> tuple[dict[int, int]
 
 
 def node_problem(node: Obj) -> str | None:
-    """Why the node cannot enter a node table (a malformed allocatable), or None."""
+    """Why the node cannot enter a node table (a malformed allocatable or image list), or None.
+    Values past int64 are clamped, not refused (:data:`~ksched.engine.quantity.QUANTITY_MAX`);
+    whatever else cannot be read as numbers keeps this one node out, never the others."""
     try:
         _node_resources(node, ResourceIndex())
+        _node_images([node])
     except MalformedObjectError as err:
         return str(err)
+    except (OverflowError, ValueError, TypeError) as err:
+        return f"node {name(node)}: {type(err).__name__}: {err}"
     return None
 
 
@@ -211,7 +216,9 @@ def _node_images(nodes: list[Obj]) -> tuple[Interner, dict[str, npt.NDArray[np.g
             for image_name in (image.get("names") if isinstance(image, dict) else None) or []:
                 i = images(str(image_name))
                 if i == len(sizes):
-                    sizes.append(size if isinstance(size, int) and not isinstance(size, bool) else 0)
+                    # Upstream's sizeBytes is an int64; a larger one is clamped, a negative one is 0.
+                    size_bytes = size if isinstance(size, int) and not isinstance(size, bool) else 0
+                    sizes.append(max(0, saturated(size_bytes)))
                     counts.append(0)
                 if i not in row:
                     row.add(i)
@@ -425,13 +432,17 @@ def remove_usage(snapshot: Snapshot, node: int, reqs: CountedRequests) -> None:
 
 
 def _count(snapshot: Snapshot, i: int, reqs: CountedRequests, sign: int) -> None:
+    """Count (sign 1) or uncount (-1) a pod on node ``i``; the sums saturate
+    (:func:`~ksched.engine.quantity.saturating_add`): a node whose requests pass int64 is full."""
     r = len(snapshot.resources)
     a = snapshot.arrays
     a["pod_count"][i] += sign
+    requested, nonzero = a["requested"], a["nonzero_requested"]
     for resource_name, v in reqs.requests.items():
-        a["requested"][i * r + snapshot.resources(resource_name)] += sign * v
-    a["nonzero_requested"][2 * i] += sign * reqs.nonzero_cpu
-    a["nonzero_requested"][2 * i + 1] += sign * reqs.nonzero_memory
+        at = i * r + snapshot.resources(resource_name)
+        requested[at] = saturating_add(int(requested[at]), sign * v)
+    nonzero[2 * i] = saturating_add(int(nonzero[2 * i]), sign * reqs.nonzero_cpu)
+    nonzero[2 * i + 1] = saturating_add(int(nonzero[2 * i + 1]), sign * reqs.nonzero_memory)
 
 
 # Up to this many pods are counted item by item rather than with array operations.
@@ -443,8 +454,7 @@ def _count_many(snapshot: Snapshot, usage: Sequence[tuple[int, CountedRequests, 
     if len(usage) <= FEW:
         # One pod (a bind assumed, a watch event): item by item. ``np.add.at`` costs more here,
         # and under load waiting for the GIL again after it made the scheduling thread slower.
-        for i, reqs, _ in usage:
-            _count(snapshot, i, reqs, 1)
+        _count_each(snapshot, usage)
         return
     r = len(snapshot.resources)
     a = snapshot.arrays
@@ -462,17 +472,36 @@ def _count_many(snapshot: Snapshot, usage: Sequence[tuple[int, CountedRequests, 
         for column, v in known[1]:
             flat.append(i * r + column)
             values.append(v)
+    added = np.asarray(values, dtype=np.int64)
+    cpu = np.asarray([q.nonzero_cpu for _, q, _ in usage], dtype=np.int64)
+    memory = np.asarray([q.nonzero_memory for _, q, _ in usage], dtype=np.int64)
+    if not _sums_fit(snapshot, (added, cpu, memory)):
+        _count_each(snapshot, usage)
+        return
     nodes = np.asarray([i for i, _, _ in usage], dtype=np.int64)
     np.add.at(a["pod_count"], nodes, 1)
-    np.add.at(a["requested"], np.asarray(flat, dtype=np.int64), np.asarray(values, dtype=np.int64))
-    np.add.at(
-        a["nonzero_requested"], 2 * nodes, np.asarray([q.nonzero_cpu for _, q, _ in usage], dtype=np.int64)
-    )
-    np.add.at(
-        a["nonzero_requested"],
-        2 * nodes + 1,
-        np.asarray([q.nonzero_memory for _, q, _ in usage], dtype=np.int64),
-    )
+    np.add.at(a["requested"], np.asarray(flat, dtype=np.int64), added)
+    np.add.at(a["nonzero_requested"], 2 * nodes, cpu)
+    np.add.at(a["nonzero_requested"], 2 * nodes + 1, memory)
+
+
+def _count_each(snapshot: Snapshot, usage: Sequence[tuple[int, CountedRequests, object]]) -> None:
+    for i, reqs, _ in usage:
+        _count(snapshot, i, reqs, 1)
+
+
+# Below this, ``np.add.at`` adds counts in int64 with room to spare (float sums of the counts are
+# exact to far less than the margin): a quarter of the range, as QUANTITY_MAX.
+_SAFE_SUM = float(QUANTITY_MAX)
+
+
+def _sums_fit(snapshot: Snapshot, added: Sequence[npt.NDArray[np.int64]]) -> bool:
+    """Whether the sums stay exact with ``added`` counted all at once: every count within
+    QUANTITY_MAX and the largest sum so far plus all of them below it too (always, but for
+    absurd requests, which are then counted one by one with saturating sums)."""
+    a = snapshot.arrays
+    largest = max(float(a["requested"].max(initial=0)), float(a["nonzero_requested"].max(initial=0)))
+    return largest + sum(float(np.abs(x).sum(dtype=np.float64)) for x in added) < _SAFE_SUM
 
 
 def _add_ports(snapshot: Snapshot, new_ports: dict[int, list[tuple[int, int, int]]]) -> None:

@@ -178,7 +178,10 @@ class ClusterState:
         self._rebuild_at = 0
         # How many times the snapshot has been built (the first time included).
         self.builds = 0
-        self._reported: set[str] = set()
+        # Nodes the last build left out of the node table, with why (``node_problem``: values
+        # that cannot be read as numbers); each is logged once per problem.
+        self.left_out: dict[str, str] = {}
+        self._reported: set[tuple[str, str]] = set()
         self._lock = threading.Lock()
         # Called (from the informer's thread) whenever ``inbox`` holds ``WAKE_AT`` entries or
         # more: the scheduling loop, if idle, applies them then rather than at its next
@@ -300,14 +303,22 @@ class ClusterState:
         many times what it was built with: ``REBUILD_INTERNED``)."""
         if self._snapshot is None:
             nodes = []
+            self.left_out = {}
             for node in sorted(self.nodes.values(), key=name):
                 problem = node_problem(node)
                 if problem is None:
                     nodes.append(node)
-                elif name(node) not in self._reported:
-                    # One bad node must not stop scheduling on the others.
-                    log.warning("node %s left out of scheduling: %s", name(node), problem)
-                    self._reported.add(name(node))
+                    continue
+                # One bad node must not stop scheduling on the others.
+                self.left_out[name(node)] = problem
+                if (name(node), problem) not in self._reported:
+                    log.warning(
+                        "node %s left out of scheduling (%d node(s) left out): %s",
+                        name(node),
+                        len(self.left_out),
+                        problem,
+                    )
+                    self._reported.add((name(node), problem))
             snap = build_snapshot(nodes, [])
             snap.namespaces = self.namespaces
             index = snap.index

@@ -102,7 +102,7 @@ fn each_fraction(
         }
         let capacity = allocatable[r] as f64;
         let without_pod = if without { (requested[r] as f64 / capacity).min(1.0) } else { 0.0 };
-        out(((requested[r] + asked) as f64 / capacity).min(1.0), without_pod);
+        out((requested[r].saturating_add(asked) as f64 / capacity).min(1.0), without_pod);
     }
 }
 

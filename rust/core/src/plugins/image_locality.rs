@@ -39,11 +39,12 @@ fn calculate_priority(sum: i64, containers: i64) -> i64 {
 /// scores 0 everywhere and never reaches here.
 #[inline]
 pub fn score(images: &Images, total_nodes: usize, node: usize, pod_images: &[i32], containers: i64) -> i64 {
+    // Saturating: a node may report any image size up to i64's range.
     let sum = pod_images
         .iter()
         .filter(|&&id| images.has(node, id))
         .map(|&id| scaled_image_score(images, id, total_nodes))
-        .sum();
+        .fold(0i64, i64::saturating_add);
     calculate_priority(sum, containers)
 }
 

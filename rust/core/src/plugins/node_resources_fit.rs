@@ -46,7 +46,7 @@ pub fn filter(
         let want = request[r];
         // cpu, memory and ephemeral-storage only count a positive request; scalars any non-zero one.
         let counted = if r < FIRST_SCALAR { want > 0 } else { want != 0 };
-        if counted && want > allocatable[r] - requested[r] {
+        if counted && want > allocatable[r].saturating_sub(requested[r]) {
             report(insufficient(r));
             fits = false;
         }
@@ -91,18 +91,24 @@ fn pod_request_for_score(request: &[i64], nonzero_request: &[i64], column: usize
     }
 }
 
+/// `part * MAX_NODE_SCORE / whole` in i128: a capacity near i64's range (a node reporting
+/// exabytes) times 100 does not fit in i64. The result is at most 100 for `0 <= part <= whole`.
+fn scaled(part: i64, whole: i64) -> i64 {
+    (i128::from(part) * i128::from(MAX_NODE_SCORE) / i128::from(whole)) as i64
+}
+
 fn least_requested(requested: i64, capacity: i64) -> i64 {
     if capacity == 0 || requested > capacity {
         return 0;
     }
-    (capacity - requested) * MAX_NODE_SCORE / capacity
+    scaled(capacity - requested, capacity)
 }
 
 fn most_requested(requested: i64, capacity: i64) -> i64 {
     if capacity == 0 {
         return 0;
     }
-    requested.min(capacity) * MAX_NODE_SCORE / capacity
+    scaled(requested.min(capacity), capacity)
 }
 
 /// Upstream `helper.BuildBrokenLinearFunction` over scaled shape points.
@@ -142,7 +148,7 @@ pub fn score(
         if capacity == 0 {
             continue;
         }
-        let total = allocated_for_score(requested, nonzero_requested, column) + pod_request;
+        let total = allocated_for_score(requested, nonzero_requested, column).saturating_add(pod_request);
         let resource_score = match strategy {
             Strategy::LeastAllocated => least_requested(total, capacity),
             Strategy::MostAllocated => most_requested(total, capacity),
@@ -150,7 +156,7 @@ pub fn score(
                 let utilization = if total > capacity {
                     MAX_UTILIZATION
                 } else {
-                    total * MAX_UTILIZATION / capacity
+                    (i128::from(total) * i128::from(MAX_UTILIZATION) / i128::from(capacity)) as i64
                 };
                 let s = broken_linear(shape, utilization);
                 if s <= 0 {
@@ -262,6 +268,30 @@ mod tests {
                 requested: [0, 0, 0, 3],
                 pods: (110, 0),
                 request: [0, 0, 0, 1],
+                want: vec![],
+            },
+            Case {
+                name: "saturated requests: the node is full, not empty",
+                allocatable: [4000, 8 * GIB, 0, 0],
+                requested: [i64::MAX, 0, 0, 0],
+                pods: (110, 2),
+                request: [100, 0, 0, 0],
+                want: vec![insufficient(CPU)],
+            },
+            Case {
+                name: "negative allocatable under saturated requests does not wrap",
+                allocatable: [-4000, 8 * GIB, 0, 0],
+                requested: [i64::MAX, 0, 0, 0],
+                pods: (110, 2),
+                request: [100, 0, 0, 0],
+                want: vec![insufficient(CPU)],
+            },
+            Case {
+                name: "allocatable near i64's range",
+                allocatable: [4000, i64::MAX / 4, 0, 0],
+                requested: [0, i64::MAX / 4 - GIB, 0, 0],
+                pods: (110, 2),
+                request: [100, GIB, 0, 0],
                 want: vec![],
             },
         ];
@@ -425,6 +455,34 @@ mod tests {
             // The pod asks for 2 of the node's 8 of a scalar resource, 2 already in use.
             scalar("least, scalar requested: (75 + 5 × 50) / 6", least(), 54),
             scalar("most, scalar requested: (25 + 5 × 50) / 6", most(), 45),
+            // Exabyte memory (clamped to i64::MAX / 4): capacity × 100 is past i64.
+            Case {
+                allocatable: [4000, i64::MAX / 4, 0, 0],
+                ..row("least, memory near i64's range: (25 + 99) / 2", least(), &even, 62)
+            },
+            Case {
+                allocatable: [4000, i64::MAX / 4, 0, 0],
+                requested: [0, i64::MAX / 4, 0, 0],
+                ..row("most, memory near i64's range full: (75 + 100) / 2", most(), &even, 87)
+            },
+            Case {
+                allocatable: [4000, i64::MAX / 4, 0, 0],
+                ..row(
+                    "rtcr rising, memory near i64's range scores 0 and is left out: 75",
+                    rising(),
+                    &even,
+                    75,
+                )
+            },
+            // A saturated sum plus the pod's request saturates: the resource scores as full.
+            Case {
+                requested: [i64::MAX, 0, 0, 0],
+                ..row("least, saturated cpu: (0 + 50) / 2", least(), &even, 25)
+            },
+            Case {
+                requested: [i64::MAX, 0, 0, 0],
+                ..row("most, saturated cpu: (100 + 50) / 2", most(), &even, 75)
+            },
         ];
         for case in cases {
             let got = score(

@@ -172,7 +172,8 @@ impl Engine<'_, '_> {
             let mut requested = requested.to_vec();
             for &i in removed {
                 for (c, q) in requested.iter_mut().enumerate() {
-                    if default_preemption::counted(&v.requests[i * r..(i + 1) * r], c) {
+                    // A saturated sum no longer knows what it holds: it stays full.
+                    if default_preemption::counted(&v.requests[i * r..(i + 1) * r], c) && *q != i64::MAX {
                         *q -= v.requests[i * r + c];
                     }
                 }

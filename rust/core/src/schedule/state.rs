@@ -259,7 +259,7 @@ impl BatchState {
         buf.extend_from_slice(&self.requested[node * r..(node + 1) * r]);
         let mut count = self.pod_count[node];
         for h in self.nominated_for(pod, node) {
-            buf.iter_mut().zip(h.request(engine)).for_each(|(b, &q)| *b += q);
+            buf.iter_mut().zip(h.request(engine)).for_each(|(b, &q)| *b = b.saturating_add(q));
             count += 1;
         }
         (&buf[..], count)
@@ -280,11 +280,17 @@ impl BatchState {
     pub fn commit(&mut self, engine: &Engine, pod: &PodView, node: usize) {
         self.release(pod.index);
         let r = engine.resources;
+        // Saturating, as the node table's own sums: a node whose requests pass i64 is full.
         for &c in &pod.columns {
-            self.requested[node * r + c] += pod.request[c];
+            let sum = &mut self.requested[node * r + c];
+            *sum = sum.saturating_add(pod.request[c]);
         }
-        self.nonzero_requested[node * 2] += pod.nonzero_request[0];
-        self.nonzero_requested[node * 2 + 1] += pod.nonzero_request[1];
+        for (sum, &q) in self.nonzero_requested[node * 2..node * 2 + 2]
+            .iter_mut()
+            .zip(&pod.nonzero_request[..2])
+        {
+            *sum = sum.saturating_add(q);
+        }
         self.pod_count[node] += 1;
         self.log.push(node as u32);
         if let Some(v) = &engine.pods.volumes {

@@ -4,6 +4,7 @@
 mod carry;
 mod load;
 mod nominated;
+mod numeric;
 mod preemption;
 mod spread_ranking;
 mod volumes;
