@@ -41,7 +41,7 @@ from ksched.config.metrics import MISSING, ON_SATURATION
 from ksched.config.rebalance import RebalanceConfig, RebalanceThreshold
 from ksched.engine.estimate import estimated_usage
 from ksched.engine.inputs import MIRROR_ANNOTATION
-from ksched.engine.load import shares
+from ksched.engine.load import node_share
 from ksched.engine.moves import (
     BUDGET_SPENT,
     COOLING,
@@ -113,6 +113,9 @@ __all__ = [
 ]
 
 EXCLUDE, PENDING = MISSING[2], ON_SATURATION[0]
+# A source's value in its own proof: past every line, finite (a non-finite value reads as
+# none), so the engine counts it as over the line, not as missing.
+OUT_OF_REACH = float(np.finfo(np.float64).max)
 # How the engine names the metric filter in a placement's ``rejected_by`` (``Metric/<name>``).
 METRIC_PLUGIN = "Metric/"
 
@@ -211,7 +214,7 @@ class _Planner:
             except MalformedObjectError:
                 continue
             if row is not None:
-                self.values[row] += np.nan_to_num(self._load(amounts)[row])
+                self.values[row] += self._moves(amounts, self.snapshot.node_names[row])
 
     def cool(self, node: str, hot: Sequence[HotNode], pods: Sequence[Obj]) -> None:
         """Take candidates off ``node`` in order while it stays hot and the limits allow."""
@@ -323,20 +326,16 @@ class _Planner:
         estimated = self._amounts(pod, measure=False)
         return tuple(proved.get(m.name, e) for m, e in zip(self.judged, estimated, strict=True))
 
-    def _load(self, amounts: Sequence[float]) -> npt.NDArray[np.float64]:
-        """Node x judged metric: how a pod using ``amounts`` moves each node's value: its
-        share (amount over the node's allocatable of the estimate's resource) added for an
-        "above" metric, taken off for a "below" one; NaN where the node has none of it."""
-        load: npt.NDArray[np.float64] = self._shares(amounts) * self.sign
-        return load
-
-    def _shares(self, amounts: Sequence[float]) -> npt.NDArray[np.float64]:
-        """Node x judged metric: the pod's share of each node (amount over the node's
-        allocatable of the estimate's resource; NaN where the node has none of it)."""
-        out = np.zeros((self.snapshot.count, len(self.judged)), dtype=np.float64)
+    def _moves(self, amounts: Sequence[float], node: str) -> npt.NDArray[np.float64]:
+        """Per judged metric, how a pod using ``amounts`` moves ``node``'s value: its share of
+        the node (:func:`~ksched.engine.load.node_share`), added for an "above" metric and
+        taken off for a "below" one; 0 where the node has none of the resource."""
+        out = np.zeros(len(self.judged), dtype=np.float64)
         for k, (m, amount) in enumerate(zip(self.judged, amounts, strict=True)):
-            if amount != 0 and m.estimate is not None:
-                out[:, k] = shares(self.snapshot, m.estimate.resource, amount, missing=np.nan)
+            share = (
+                None if m.estimate is None else node_share(self.snapshot, node, m.estimate.resource, amount)
+            )
+            out[k] = 0.0 if share is None else share * self.sign[k]
         return out
 
     # -- the proof -----------------------------------------------------
@@ -345,10 +344,9 @@ class _Planner:
         """Place the candidate's replacement with its load: a Move where the engine places it
         (its load counted on each node by the engine's own estimate input, against every
         judged metric's ``low``), else why not."""
-        shares = self._shares(c.amounts)
-        if not shares[row, k] > 0:
+        off = self._moves(c.amounts, source)
+        if not off[k] * self.sign[k] > 0:
             return f"takes no {self.lines[k].metric} with it"
-        load = shares * self.sign
         hopeless = next((why for amounts, why in self.hopeless if _at_least(c.amounts, amounts)), None)
         if hopeless is not None:
             return hopeless
@@ -356,7 +354,7 @@ class _Planner:
         # the replacement's load added (``moved``), held to ``low`` and to a node's own
         # threshold where that is stricter, never to a looser one.
         proof = self.values.copy()
-        proof[row] = np.inf * self.sign
+        proof[row] = OUT_OF_REACH * self.sign
         table = self.snapshot.pods
         victim = table.rows.get(c.key)
         leaving = [*self.leaving, *([] if victim is None else [victim])]
@@ -387,6 +385,7 @@ class _Planner:
                 self.hopeless.append((c.amounts, why))
             return why
         t = self.snapshot.index[target]
+        on = self._moves(c.amounts, target)
         line = self.lines[k]
         replacement = build_replacement(c.pod, source)
         held = copy.copy(replacement)
@@ -408,15 +407,15 @@ class _Planner:
             source=source,
             target=target,
             metric=line.metric,
-            usage=float(shares[row, k]),
+            usage=float(off[k] * self.sign[k]),
             source_before=float(self.values[row, k]),
-            source_after=float(self.values[row, k] - load[row, k]),
+            source_after=float(self.values[row, k] - off[k]),
             target_before=float(self.values[t, k]),
-            target_after=float(self.values[t, k] + load[t, k]),
+            target_after=float(self.values[t, k] + on[k]),
             replacement=held,
         )
-        self.values[row] -= np.nan_to_num(load[row])
-        self.values[t] += np.nan_to_num(load[t])
+        self.values[row] -= off
+        self.values[t] += on
         self.hopeless.clear()
         self.held.append(move.replacement)
         if victim is not None:
