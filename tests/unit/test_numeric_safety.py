@@ -8,6 +8,8 @@ Each case is a cluster a kubelet, a device plugin or a client could produce, run
 from __future__ import annotations
 
 import json
+import math
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,11 +18,15 @@ import pytest
 import yaml
 
 from ksched.commands.cli import main
+from ksched.config import MetricConfig
 from ksched.engine.quantity import QUANTITY_MAX, REQUESTED_MAX, canonical, parse_quantity
 from ksched.engine.requirements import counted_requests
 from ksched.engine.snapshot import build_snapshot, node_problem, remove_usage
+from ksched.loop.metrics.metric_sources import MetricStore, Sample
+from ksched.loop.metrics.metrics_server import _quantity as metrics_server_quantity
 from ksched.loop.mirror.slim import slim_node
 from ksched.loop.mirror.state import ClusterState
+from ksched.loop.telemetry import Telemetry
 from tests.conftest import node, pod
 
 Obj = dict[str, Any]
@@ -140,3 +146,108 @@ def test_ordinary_sums_are_exact(bound: int) -> None:
     snap = build_snapshot([node("n1")], [pod(f"b{i}", cpu="250m", node_name="n1") for i in range(bound)])
     assert snap.arrays["requested"][snap.resources("cpu")] == 250 * bound
     assert snap.arrays["requested"].dtype == np.int64
+
+
+# -- metric values ------------------------------------------------------------
+
+PRICE = """apiVersion: ksched.io/v1alpha1
+kind: KschedConfiguration
+metrics:
+- {name: price, source: annotation, annotation: ksched.io/price, prefer: lower, weight: 2, missing: worst}
+"""
+LOAD = """apiVersion: ksched.io/v1alpha1
+kind: KschedConfiguration
+metrics:
+- {name: load, source: prometheus, query: q, prefer: lower, weight: 2}
+"""
+
+
+def priced(price: str) -> list[Obj]:
+    return [
+        node("n1", annotations={"ksched.io/price": price}),
+        node("n2", annotations={"ksched.io/price": "0.5"}),
+        node("n3", annotations={"ksched.io/price": "0.3"}),
+        pod("p1"),
+    ]
+
+
+@pytest.mark.parametrize("price", ["inf", "-inf", "1e999", "-1.7e308", "1e19"])
+def test_one_unusable_annotation_is_missing_on_its_node_only(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], price: str
+) -> None:
+    """Was (inf): pending with "0/3 nodes are available:" and no reason; (-1.7e308): n1,
+    the node whose value is garbage."""
+    config = tmp_path / "price.yaml"
+    config.write_text(PRICE)
+    code = main(["simulate", cluster(tmp_path, priced(price)), "--config", str(config), "-o", "json"])
+    placement = json.loads(capsys.readouterr().out)["placements"][0]
+    assert code == 0 and placement["node"] == "n3", placement
+
+
+def extremes(tmp_path: Path) -> list[str]:
+    """``simulate``'s arguments for n1: 1.7e308, n2: -1.7e308, n3: 0.3 under prefer: lower."""
+    config = tmp_path / "load.yaml"
+    config.write_text(LOAD)
+    metrics = tmp_path / "m.yaml"
+    metrics.write_text("n1: {load: 1.7e308}\nn2: {load: -1.7e308}\nn3: {load: 0.3}\n")
+    path = cluster(tmp_path, [node("n1"), node("n2"), node("n3"), pod("p1")])
+    return [path, "--config", str(config), "--metrics", str(metrics), "-o", "json"]
+
+
+def test_finite_extremes_from_metrics_are_dropped_not_scored(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Was: n1 (1.7e308, the highest under prefer: lower) chosen; n2's total NaN."""
+    assert main(["simulate", *extremes(tmp_path)]) == 0
+    assert json.loads(capsys.readouterr().out)["placements"][0]["node"] == "n3"
+
+
+class Answers:
+    """A live source answering with a fixed table."""
+
+    def __init__(self, values: dict[str, float]) -> None:
+        self.values = values
+
+    def query(self, metric: MetricConfig, resolve: object) -> Sample:
+        return Sample(dict(self.values), time.time())
+
+
+def test_live_values_that_are_unusable_are_dropped_counted_and_degraded() -> None:
+    m = MetricConfig(name="load", source="prometheus", query="q")
+    nodes = [slim_node(node(f"n{i}")) for i in range(4)]
+    telemetry = Telemetry()
+    source = Answers({"n0": 0.2, "n1": 1.7e308, "n2": -1e19, "n3": math.inf})
+    store = MetricStore([m], source, telemetry, lambda: nodes)  # type: ignore[arg-type]
+    store.refresh(m)
+    matrix = store.matrix(build_snapshot(nodes, []))
+    assert [c.name for c in matrix.metrics] == ["load"], "the metric stays, for the other nodes"
+    assert matrix.values[0, 0] == 0.2 and np.isnan(matrix.values[1:, 0]).all()
+    count = telemetry.registry.get_sample_value
+    assert count("ksched_metric_values_rejected_total", {"metric": "load", "reason": "out_of_range"}) == 2
+    assert count("ksched_metric_values_rejected_total", {"metric": "load", "reason": "not_finite"}) == 1
+    assert count("ksched_degraded", {"reason": "metric_values_rejected"}) == 1
+    assert store.degraded() == [
+        "load: 1 node value(s) not finite, 2 node value(s) past +-1e+18: treated as missing"
+    ]
+    source.values = {"n0": 0.2, "n1": 0.3}
+    store.refresh(m)
+    store.matrix(build_snapshot(nodes, []))
+    assert store.degraded() == [] and count("ksched_degraded", {"reason": "metric_values_rejected"}) == 0
+
+
+def test_an_annotation_value_is_counted_once_per_node_table() -> None:
+    m = MetricConfig(name="price", source="annotation", annotation="ksched.io/price")
+    nodes = [slim_node(n) for n in priced("inf")[:3]]
+    telemetry = Telemetry()
+    store = MetricStore([m], None, telemetry, lambda: nodes)
+    snap = build_snapshot(nodes, [])
+    for _ in range(3):
+        values = store.matrix(snap).values
+    assert np.isnan(values[0, 0]) and values[2, 0] == 0.3
+    count = telemetry.registry.get_sample_value
+    assert count("ksched_metric_values_rejected_total", {"metric": "price", "reason": "not_finite"}) == 1
+
+
+def test_a_metrics_server_usage_past_float_is_no_value_not_a_failed_refresh() -> None:
+    assert metrics_server_quantity("1e999") is None
+    assert metrics_server_quantity("250m") == 0.25

@@ -9,6 +9,7 @@ on one snapshot shared by the profiles, each seeing the placements of those befo
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -21,15 +22,26 @@ from ksched.engine.cluster_file import ClusterFile
 from ksched.engine.gangs import GangStatus, pod_group_of
 from ksched.engine.placements import BatchResult, commit_placements
 from ksched.engine.scheduler import Engine
-from ksched.engine.snapshot import Snapshot, annotation_column, build_snapshot, to_number
+from ksched.engine.snapshot import (
+    Snapshot,
+    annotation_column,
+    build_snapshot,
+    drop_unusable,
+    dropped_note,
+    to_number,
+)
 from ksched.errors import KschedError
 from ksched.objects import Obj, scheduler_name
+
+log = logging.getLogger(__name__)
 
 
 def metric_matrix(
     snapshot: Snapshot, metrics: tuple[MetricConfig, ...], offline: dict[str, Any] | None
 ) -> npt.NDArray[np.float64]:
-    """Node x metric values: annotation metrics from the nodes, the rest from ``--metrics``."""
+    """Node x metric values: annotation metrics from the nodes, the rest from ``--metrics``.
+    A value that is not finite or is past the metric limit is missing on its node, as the
+    running scheduler has it (:func:`~ksched.engine.snapshot.drop_unusable`), with a warning."""
     values = np.full((snapshot.count, len(metrics)), np.nan, dtype=np.float64)
     for j, m in enumerate(metrics):
         if m.source == "annotation" and m.annotation:
@@ -38,6 +50,11 @@ def metric_matrix(
             given = (offline or {}).get(node) or {}
             if m.name in given:
                 values[i, j] = to_number(given[m.name])
+        column = values[:, j].copy()
+        dropped = drop_unusable(column)
+        values[:, j] = column
+        if dropped:
+            log.warning("metric %s: %s", m.name, dropped_note(dropped))
     return values
 
 

@@ -275,11 +275,45 @@ def node_thresholds(snapshot: Snapshot, metric: str) -> tuple[F64, F64]:
 
 
 def to_number(raw: Any) -> float:
-    """A metric value, or NaN for anything that is not a number."""
+    """A metric value, or NaN for anything that is not a number (infinite for an integer
+    past float's range, which :func:`drop_unusable` then drops)."""
     try:
         return float(raw) if raw is not None else math.nan
     except (TypeError, ValueError):
         return math.nan
+    except OverflowError:
+        return math.inf
+
+
+# A metric value past this, of either sign, is a sentinel or a fault (a largest float written
+# for "unknown", a counter read as a gauge), not a measurement: no per-node figure in use
+# reaches it in any unit (an exabyte; a thousand GPUs' FLOPS; 31 years in nanoseconds), and
+# far below it estimates add and values subtract without leaving float's range.
+METRIC_VALUE_LIMIT = 1e18
+# Why a value is dropped: the ``reason`` of ``ksched_metric_values_rejected_total``.
+NOT_FINITE = "not_finite"
+OUT_OF_RANGE = "out_of_range"
+
+
+def drop_unusable(column: F64) -> dict[str, int]:
+    """In place, every infinite value of a metric's column, or one past +-METRIC_VALUE_LIMIT,
+    becomes NaN: no value, so the metric's ``missing`` policy applies to that node alone.
+    Returns how many were dropped per reason (reasons with none left out)."""
+    infinite = np.isinf(column)
+    with np.errstate(invalid="ignore"):
+        beyond = (np.abs(column) > METRIC_VALUE_LIMIT) & ~infinite
+    counts = {NOT_FINITE: int(infinite.sum()), OUT_OF_RANGE: int(beyond.sum())}
+    column[infinite | beyond] = np.nan
+    return {reason: n for reason, n in counts.items() if n}
+
+
+def dropped_note(counts: dict[str, int]) -> str:
+    """What :func:`drop_unusable` dropped, for people."""
+    what = {NOT_FINITE: "not finite", OUT_OF_RANGE: f"past +-{METRIC_VALUE_LIMIT:g}"}
+    return (
+        ", ".join(f"{n} node value(s) {what[reason]}" for reason, n in sorted(counts.items()))
+        + ": treated as missing"
+    )
 
 
 def build_snapshot(nodes: list[Obj], pods: list[Obj]) -> Snapshot:

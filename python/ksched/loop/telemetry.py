@@ -3,7 +3,8 @@
 Owns one registry per process (so tests can build several schedulers); the
 HTTP server exposes it at ``/metrics``. Besides upstream's series, ksched's own:
 engine time, degraded mode and fallbacks, shadow mode's verdicts, and
-``ksched_metric_saturation_total`` (pods that every node passing the other
+``ksched_metric_values_rejected_total`` (values dropped as missing: not finite or past
+the metric limit), ``ksched_metric_saturation_total`` (pods that every node passing the other
 filters rejected on a metric's threshold, by metric, its ``onSaturation`` policy
 and whether the pod was placed over the threshold or left pending), and the
 rebalancer's (``ksched_rebalance_*``: evictions by the metric that made the node
@@ -140,6 +141,14 @@ class Telemetry:
             "ksched_fallback_total",
             "Pods scheduled through a fallback: metric_unavailable, deadline, engine_error, handed_off.",
             ["reason"],
+            registry=r,
+        )
+        self.metric_values_rejected = Counter(
+            "ksched_metric_values_rejected_total",
+            "Node (or pod usage) metric values dropped as missing, by metric and reason: not_finite "
+            "(inf, -inf) or out_of_range (past +-1e18). Live values count once per refresh, "
+            "annotations once per node table.",
+            ["metric", "reason"],
             registry=r,
         )
 

@@ -32,6 +32,11 @@ pod pending. With ``onStale: closed`` it stays, and every node without a fresh v
 is filtered out (its missing policy is ``exclude``): pods wait rather than land by
 stale values. Both are listed as degraded. Unmapped series and nodes without a
 value are counted and logged once per change, never silently dropped.
+
+A value that is not finite, or past ``METRIC_VALUE_LIMIT``, is dropped on its node alone
+(:func:`~ksched.engine.snapshot.drop_unusable`: the metric's ``missing`` policy applies
+there): live values as a refresh brings them, annotations as a node table is read. Each is
+counted (``ksched_metric_values_rejected_total``) and listed as degraded while it lasts.
 """
 
 from __future__ import annotations
@@ -51,7 +56,7 @@ from cachetools import TTLCache
 
 from ksched.config import MetricConfig
 from ksched.config.metrics import Calibration
-from ksched.engine.snapshot import Snapshot, annotation_column
+from ksched.engine.snapshot import Snapshot, annotation_column, drop_unusable, dropped_note
 from ksched.loop.metrics.metrics_server import MetricsServerSource
 from ksched.loop.metrics.prometheus import NodeResolver, PrometheusSource
 from ksched.loop.metrics.samples import Sample, parse_time
@@ -143,6 +148,8 @@ class MetricStore:
         self.calibrations: dict[str, Calibration] = {}
         # Annotation metrics found stale by the last ``matrix`` (``degraded``, ``status``).
         self._annotation_notes: list[str] = []
+        # Per metric (and per pod usage query), what its last values dropped as unusable.
+        self._rejected: dict[str, str] = {}
         self._nodes = nodes
         # Columns for the current snapshot: annotations change only with a rebuilt
         # snapshot, a live column only with a new sample, so a cycle copies them
@@ -223,6 +230,7 @@ class MetricStore:
             st.last_error = str(err)
             st.interval_s = metric.min_refresh_s  # retry soon
             return
+        sample = self._usable(metric.name, sample)
         with self._lock:
             # Under the lock: a TTLCache read expires entries, so it mutates the cache.
             previous = self.cache.get(metric.name)
@@ -259,6 +267,7 @@ class MetricStore:
             st.interval_s = metric.min_refresh_s
             return
         key = _pods_key(metric)
+        sample = self._usable(key, sample, metric.name)
         with self._lock:
             # Under the lock: a TTLCache read expires entries, so it mutates the cache.
             previous = self.cache.get(key)
@@ -266,6 +275,34 @@ class MetricStore:
         st.last_error = None
         st.refreshes += 1
         st.interval_s = _next_interval(metric, st.interval_s, previous, sample)
+
+    def _usable(self, key: str, sample: Sample, metric: str | None = None) -> Sample:
+        """The sample without its unusable values (:func:`drop_unusable`), counted under
+        ``metric`` (default ``key``) and noted under ``key`` for ``degraded``."""
+        values = np.fromiter(sample.values.values(), dtype=np.float64, count=len(sample.values))
+        dropped = drop_unusable(values)
+        self._reject(key, metric or key, dropped)
+        if not dropped:
+            return sample
+        kept = {k: float(v) for k, v in zip(sample.values, values, strict=True) if not math.isnan(v)}
+        return replace(sample, values=kept)
+
+    def _reject(self, key: str, metric: str, dropped: dict[str, int]) -> None:
+        """Count and note (or clear the note of) what ``key``'s latest values dropped."""
+        if not dropped:
+            self._rejected.pop(key, None)
+            return
+        note = dropped_note(dropped)
+        if self._rejected.get(key) != note:
+            log.warning("metric %s: %s", key, note)
+        self._rejected[key] = note
+        if self.telemetry is not None:
+            for reason, n in dropped.items():
+                self.telemetry.metric_values_rejected.labels(metric=metric, reason=reason).inc(n)
+
+    def _rejected_notes(self) -> list[str]:
+        # A copy first: the refresh threads write the notes (a dict copy is atomic, a walk not).
+        return [f"{key}: {note}" for key, note in sorted(dict(self._rejected).items())]
 
     def _current_nodes(self) -> list[Obj]:
         # The informer thread may be changing its store; a changed dict is just read again.
@@ -332,6 +369,7 @@ class MetricStore:
         values = np.stack(columns, axis=1) if columns else np.zeros((snapshot.count, 0), dtype=np.float64)
         if self.telemetry is not None:
             self.telemetry.set_degraded("metric_unavailable", bool(degraded))
+            self.telemetry.set_degraded("metric_values_rejected", bool(self._rejected))
         return Matrix(tuple(used), values, degraded)
 
     def latest(self, name: str) -> Sample | None:
@@ -385,9 +423,7 @@ class MetricStore:
         no fresh value where every value it has is stale; and when it was sampled: the
         oldest fresh value's timestamp (now where no node has one), from which recently
         bound pods count."""
-        column = self._column(
-            m.name, snapshot, None, partial(annotation_column, snapshot, m.annotation or "")
-        )
+        column = self._column(m.name, snapshot, None, partial(self._annotation_column, m, snapshot))
         key = m.timestamp_key
         if key is None:
             return column, None, now
@@ -406,6 +442,13 @@ class MetricStore:
             return column, f"no value younger than {m.max_age_s:g}s", sampled_at
         notes.append(f"{m.name}: {int(stale.sum())} node(s) have a value older than {m.max_age_s:g}s")
         return column, None, sampled_at
+
+    def _annotation_column(self, m: MetricConfig, snapshot: Snapshot) -> npt.NDArray[np.float64]:
+        """The annotation's values on the snapshot's nodes, less the unusable ones (counted once
+        per node table: the column is kept while the snapshot is)."""
+        column = annotation_column(snapshot, m.annotation or "")
+        self._reject(m.name, m.name, drop_unusable(column))
+        return column
 
     def _measured(self, m: MetricConfig, now: float) -> Mapping[str, float] | None:
         """Pods' measured usage for the metric's estimate, while fresh."""
@@ -459,6 +502,7 @@ class MetricStore:
                 for n in empty
             ]
             + self._annotation_notes
+            + self._rejected_notes()
         )
 
     def learned(self) -> dict[str, dict[str, str | float | int | None]]:
@@ -487,8 +531,9 @@ class MetricStore:
             return "degraded (" + "; ".join(down) + ")"
         if empty:
             return f"degraded (no value for any node yet: {', '.join(empty)})"
-        if self._annotation_notes:
-            return "degraded (" + "; ".join(self._annotation_notes) + ")"
+        notes = self._annotation_notes + self._rejected_notes()
+        if notes:
+            return "degraded (" + "; ".join(notes) + ")"
         return f"{len(self.live)} live metric(s) fresh"
 
 

@@ -42,7 +42,7 @@ def _quantity(raw: object) -> float | None:
         return None
     try:
         return float(parse_quantity(raw))
-    except QuantityError:
+    except (QuantityError, OverflowError):  # OverflowError: past float's range (1e999)
         return None
 
 

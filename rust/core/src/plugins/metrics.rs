@@ -65,18 +65,21 @@ pub fn filter_with(
     FEASIBLE
 }
 
-/// Lower is better: the quantity min–max normalization works on.
+/// Lower is better: the quantity min–max normalization works on. Always finite for a
+/// value that is not NaN: a distance from the target past f64's range is its largest.
 #[inline]
 pub fn badness(prefer: Prefer, v: f64) -> f64 {
-    match prefer {
+    let b = match prefer {
         Prefer::Lower => v,
         Prefer::Higher => -v,
         Prefer::Target(x) => (v - x).abs(),
-    }
+    };
+    b.clamp(f64::MIN, f64::MAX)
 }
 
 /// Score of a value given the min and max badness over the feasible nodes
-/// (ignored when the spec has a fixed range).
+/// (ignored when the spec has a fixed range): in 0..=100, never NaN, whatever
+/// finite values the nodes report.
 #[inline]
 pub fn score(spec: &MetricSpec, v: f64, min_badness: f64, max_badness: f64) -> f64 {
     if v.is_nan() {
@@ -99,14 +102,21 @@ pub fn score(spec: &MetricSpec, v: f64, min_badness: f64, max_badness: f64) -> f
             }
         }
         None => {
-            let spread = max_badness - min_badness;
-            if spread <= 0.0 {
+            // Halved before subtracting: the spread of -1.7e308 and 1.7e308 is past f64's
+            // range (infinite, and inf / inf is NaN); the halves' is not, and the ratio is the same.
+            let (lo, hi) = (min_badness / 2.0, max_badness / 2.0);
+            let spread = hi - lo;
+            if spread.is_nan() || spread <= 0.0 {
                 return max;
             }
-            (max_badness - badness(spec.prefer, v)) / spread
+            (hi - badness(spec.prefer, v) / 2.0) / spread
         }
     };
-    (fraction.clamp(0.0, 1.0)) * max
+    // NaN only from a fixed range past f64's own (inf / inf): no better than the worst.
+    if fraction.is_nan() {
+        return 0.0;
+    }
+    fraction.clamp(0.0, 1.0) * max
 }
 
 #[cfg(test)]
@@ -235,6 +245,18 @@ mod tests {
     }
 
     #[test]
+    fn badness_is_finite() {
+        let cases = [
+            ("target far below", Prefer::Target(1e308), -1e308, f64::MAX),
+            ("higher of the lowest", Prefer::Higher, -f64::MAX, f64::MAX),
+            ("lower", Prefer::Lower, 2.0, 2.0),
+        ];
+        for (name, prefer, v, want) in cases {
+            assert_eq!(badness(prefer, v), want, "{name}");
+        }
+    }
+
+    #[test]
     fn score_table() {
         let lower = spec(Prefer::Lower);
         let higher = spec(Prefer::Higher);
@@ -259,6 +281,13 @@ mod tests {
             ("fixed range clamps", fixed, 20.0, 0.0, 0.0, 0.0),
             ("missing neutral", lower, f64::NAN, 0.0, 1.0, NEUTRAL_SCORE),
             ("missing worst", worst, f64::NAN, 0.0, 1.0, 0.0),
+            // f64's extremes: their spread is past f64's range, never NaN.
+            ("extremes: lowest gets 100", lower, -1.7e308, -1.7e308, 1.7e308, 100.0),
+            ("extremes: highest gets 0", lower, 1.7e308, -1.7e308, 1.7e308, 0.0),
+            ("extremes: the middle", lower, 0.3, -1.7e308, 1.7e308, 50.0),
+            ("largest finite: middle", higher, 0.0, -f64::MAX, f64::MAX, 50.0),
+            ("target: distance past f64", target, -f64::MAX, 0.0, f64::MAX, 0.0),
+            ("fixed range: value past f64 from it", fixed, -f64::MAX, 0.0, 0.0, 100.0),
         ];
         for (name, s, v, lo, hi, want) in cases {
             let got = score(&s, v, lo, hi);

@@ -9,7 +9,8 @@ pub fn default_normalize(raw: i64, max_raw: i64, reverse: bool) -> i64 {
     if max_raw == 0 {
         return if reverse { MAX_NODE_SCORE } else { 0 };
     }
-    let score = MAX_NODE_SCORE * raw / max_raw;
+    // In i128: a raw score near i64's range times 100 does not fit in i64.
+    let score = (i128::from(MAX_NODE_SCORE) * i128::from(raw) / i128::from(max_raw)) as i64;
     if reverse {
         MAX_NODE_SCORE - score
     } else {
@@ -30,6 +31,7 @@ mod tests {
             ("truncates", 1, 3, false, 33),
             ("reversed", 1, 3, true, 67),
             ("zero reversed", 0, 3, true, 100),
+            ("raw past i64 / 100", i64::MAX, i64::MAX, false, 100),
         ];
         for (name, raw, max, reverse, want) in cases {
             assert_eq!(default_normalize(raw, max, reverse), want, "{name}");

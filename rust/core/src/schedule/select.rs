@@ -60,6 +60,22 @@ pub fn select(totals: &[f64], feasible: usize, tie: impl Fn(usize) -> u64) -> Op
         }
     }
     let max = lanes.iter().chain(rest).fold(f64::NEG_INFINITY, |a, &t| if t > a { t } else { a });
+    if max == f64::NEG_INFINITY {
+        // No feasible total is a number: every one is NaN (infeasible nodes hold -inf, which
+        // must not be taken for the maximum). The scores are finite, so this is a bug upstream
+        // of here; a feasible node is still placed on (unscored, by its tie key), never lost
+        // to a "fits nowhere" that names no reason.
+        return totals
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| t.is_nan())
+            .map(|(node, _)| Best {
+                node,
+                total: f64::NAN,
+                tie: tie(node),
+            })
+            .max_by_key(|b| b.tie);
+    }
     let mut best: Option<Best> = None;
     for (node, &t) in totals.iter().enumerate() {
         if t == max {
@@ -78,6 +94,23 @@ mod tests {
         // Reference values of SplitMix64 seeded with 0 (first two outputs).
         assert_eq!(splitmix64(0), 0xE220_A839_7B1D_CDAF);
         assert_eq!(splitmix64(0x9E37_79B9_7F4A_7C15), 0x6E78_9E6A_A1B9_65F4);
+    }
+
+    #[test]
+    fn select_table() {
+        let nan = f64::NAN;
+        let inf = f64::NEG_INFINITY;
+        // (name, totals with infeasible nodes at -inf, feasible count, want)
+        let cases: [(&str, Vec<f64>, usize, Option<usize>); 4] = [
+            ("highest total", vec![1.0, 3.0, inf], 2, Some(1)),
+            ("none feasible", vec![inf, inf], 0, None),
+            ("NaN totals still place, by tie key", vec![nan, inf, nan], 2, Some(2)),
+            ("a finite total beats NaN", vec![nan, 0.0, nan], 3, Some(1)),
+        ];
+        for (name, totals, feasible, want) in cases {
+            let got = select(&totals, feasible, |node| node as u64).map(|b| b.node);
+            assert_eq!(got, want, "{name}: want {want:?} got {got:?}");
+        }
     }
 
     #[test]

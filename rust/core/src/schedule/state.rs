@@ -114,6 +114,12 @@ impl BatchState {
         let (nodes, pods, metrics_in) = (engine.nodes, engine.pods, engine.metrics);
         let n = nodes.count;
         let m = metrics_in.specs.len();
+        // An infinite value is no value (`missing` applies): no score or threshold can use it.
+        let values: Vec<f64> = metrics_in
+            .values
+            .iter()
+            .map(|&v| if v.is_finite() { v } else { f64::NAN })
+            .collect();
         let mut state = BatchState {
             requested: nodes.requested.to_vec(),
             nonzero_requested: nodes.nonzero_requested.to_vec(),
@@ -121,10 +127,9 @@ impl BatchState {
             placed_ports: vec![Vec::new(); n],
             log: Vec::new(),
             balance_without: Vec::new(),
-            values: metrics_in.values.to_vec(),
+            values: values.clone(),
             metrics: m,
-            badness: metrics_in
-                .values
+            badness: values
                 .iter()
                 .enumerate()
                 .map(|(i, &v)| {
@@ -136,7 +141,7 @@ impl BatchState {
                 })
                 .collect(),
             metric_codes: (0..n)
-                .map(|node| engine.shared_metric_code(&metrics_in.values[node * m..(node + 1) * m], node))
+                .map(|node| engine.shared_metric_code(&values[node * m..(node + 1) * m], node))
                 .collect(),
             metric_epoch: vec![0; n],
             has_estimates: metrics_in.specs.iter().any(|s| s.estimate.is_some()),

@@ -1,11 +1,25 @@
 //! Values at the edges of the number types (issue 48): counts near or at i64's
-//! largest. A node whose requests saturate is full; no total wraps.
+//! largest, metric values at f64's. A node whose requests saturate is full; a
+//! metric value that is infinite is no value; no total is NaN; a pod with a
+//! feasible node is placed, and one without has reasons.
 
 use super::*;
 
 const SATURATED: i64 = i64::MAX;
 /// Python's `QUANTITY_MAX`: where the node table clamps one count.
 const QUANTITY_MAX: i64 = i64::MAX / 4;
+
+fn spec(missing: Missing) -> MetricSpec {
+    MetricSpec {
+        prefer: Prefer::Lower,
+        range: None,
+        above: None,
+        below: None,
+        missing,
+        weight: 2.0,
+        estimate: None,
+    }
+}
 
 #[test]
 fn counts_at_the_edge_table() {
@@ -73,5 +87,46 @@ fn counts_at_the_edge_table() {
                 assert!(got.scores[i].is_finite(), "{}: pod {i} scored {}", case.name, got.scores[i]);
             }
         }
+    }
+}
+
+#[test]
+fn metric_values_at_the_edge_table() {
+    let cases: [(&str, Missing, [f64; 3], i64); 6] = [
+        ("finite extremes: the lowest wins", Missing::Neutral, [1.7e308, -1.7e308, 0.3], 1),
+        ("largest finite values only", Missing::Neutral, [f64::MAX, f64::MAX, -f64::MAX], 2),
+        (
+            "+inf is no value: the lowest finite wins",
+            Missing::Worst,
+            [f64::INFINITY, 0.5, 0.3],
+            2,
+        ),
+        ("-inf is no value, not the best", Missing::Worst, [f64::NEG_INFINITY, 0.5, 0.3], 2),
+        (
+            "only infinite values: all missing, still placed",
+            Missing::Worst,
+            [f64::INFINITY, f64::NEG_INFINITY, f64::INFINITY],
+            -1,
+        ),
+        (
+            "infinite under exclude: that node is filtered",
+            Missing::Exclude,
+            [f64::NEG_INFINITY, 0.5, 0.9],
+            1,
+        ),
+    ];
+    for (name, missing, values, want) in cases {
+        let mut b = NodeBuilder::default();
+        for _ in 0..3 {
+            b.node(|_| {});
+        }
+        let metrics = Metrics::new(&values, vec![spec(missing)]);
+        let got = run(&b, &[pod(100, 7)], &metrics, 0);
+        if want >= 0 {
+            assert_eq!(got.nodes[0], want, "{name}");
+        } else {
+            assert!(got.nodes[0] >= 0, "{name}: left pending");
+        }
+        assert!(got.scores[0].is_finite(), "{name}: total {}", got.scores[0]);
     }
 }
