@@ -251,3 +251,15 @@ def test_an_annotation_value_is_counted_once_per_node_table() -> None:
 def test_a_metrics_server_usage_past_float_is_no_value_not_a_failed_refresh() -> None:
     assert metrics_server_quantity("1e999") is None
     assert metrics_server_quantity("250m") == 0.25
+
+
+def test_explain_json_never_holds_nan_or_infinity(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Was: a bare NaN (a missing metric's raw value), which is not JSON."""
+    argv = extremes(tmp_path)
+    assert main(["explain", argv[0], "default/p1", *argv[1:]]) == 0
+    out = capsys.readouterr().out
+    # Strict JSON: json.loads accepts NaN and Infinity unless told not to.
+    explained = json.loads(out, parse_constant=lambda c: pytest.fail(f"{c} in explain -o json"))
+    rows = {n["node"]: n for n in explained[0]["nodes"]}
+    assert rows["n3"]["chosen"] and rows["n2"]["total"] is not None
+    assert rows["n1"]["scores"]["Metric/load"]["raw"] is None, "a dropped value has none"

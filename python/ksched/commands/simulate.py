@@ -56,28 +56,44 @@ def render_table(placements: list[dict[str, Any]]) -> str:
     )
 
 
+def json_number(x: Any) -> Any:
+    """``x`` with every float that is not finite as None: JSON has no NaN or Infinity (a
+    missing metric's raw value is NaN)."""
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {k: json_number(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [json_number(v) for v in x]
+    return x
+
+
 def explanation_json(ex: Explanation) -> dict[str, Any]:
-    return {
-        "pod": ex.pod,
-        "node": ex.placement.node,
-        "score": ex.placement.score,
-        "message": ex.placement.message,
-        "nominatedNode": ex.placement.nominated_node,
-        "victims": list(ex.placement.victims),
-        "saturation": [s.as_json() for s in ex.placement.saturation],
-        "weights": ex.weights,
-        "nodes": [
-            {
-                "node": n.node,
-                "feasible": n.feasible,
-                "chosen": n.chosen,
-                "filter": None if n.feasible else {"plugin": n.plugin, "reasons": n.reasons},
-                "scores": n.scores,
-                "total": n.total,
-            }
-            for n in ex.nodes
-        ],
-    }
+    """One explained pod as JSON (every number finite or null)."""
+    explained: dict[str, Any] = json_number(
+        {
+            "pod": ex.pod,
+            "node": ex.placement.node,
+            "score": ex.placement.score,
+            "message": ex.placement.message,
+            "nominatedNode": ex.placement.nominated_node,
+            "victims": list(ex.placement.victims),
+            "saturation": [s.as_json() for s in ex.placement.saturation],
+            "weights": ex.weights,
+            "nodes": [
+                {
+                    "node": n.node,
+                    "feasible": n.feasible,
+                    "chosen": n.chosen,
+                    "filter": None if n.feasible else {"plugin": n.plugin, "reasons": n.reasons},
+                    "scores": n.scores,
+                    "total": n.total,
+                }
+                for n in ex.nodes
+            ],
+        }
+    )
+    return explained
 
 
 def render_explanation(ex: Explanation) -> str:
@@ -277,7 +293,7 @@ def _explain(args: argparse.Namespace) -> int:
         if ex.placement.node is None:
             status = EXIT_UNPLACED
     if args.output == "json":
-        print(json.dumps([explanation_json(e) for e in out], indent=2))
+        print(json.dumps([explanation_json(e) for e in out], indent=2, allow_nan=False))
     else:
         print("\n\n".join(render_explanation(e) for e in out))
     return status
