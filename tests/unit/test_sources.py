@@ -259,9 +259,9 @@ def test_node_names_alone_take_the_same_values_as_the_series_by_series_mapping()
     nodes = [with_address(f"n{i}", f"10.0.0.{i}") for i in range(5)]
     by_name = NodeResolver(nodes)
     labels, values = [f"n{i}" for i in (0, 1, 3, 1)], [0.1, 0.2, 0.3, 0.4]
-    assert by_name.values(labels, values) == ({"n0": 0.1, "n1": 0.4, "n3": 0.3}, 0), "a later series wins"
+    assert by_name.mapped(labels, values) == (labels, values, 0), "each series kept, several for n1 too"
     mixed = [*labels, "10.0.0.4:9100", "nowhere"]
-    assert by_name.values(mixed, [*values, 0.5, 0.6]) == ({"n0": 0.1, "n1": 0.4, "n3": 0.3, "n4": 0.5}, 1)
+    assert by_name.mapped(mixed, [*values, 0.5, 0.6]) == ([*labels, "n4"], [*values, 0.5], 1)
 
 
 @pytest.mark.parametrize(

@@ -25,6 +25,8 @@ MISSING = ("neutral", "worst", "exclude")
 SOURCES = ("prometheus", "annotation", "metrics-server")
 ON_STALE = ("open", "closed")
 ON_SATURATION = ("pending", "leastLoaded")
+# How several series for one node (or one pod, in ``estimate.podQuery``) combine into its value.
+AGGREGATES = ("sum", "max", "min", "avg")
 # metrics-server's resource metrics: the node's usage of this resource over its allocatable.
 METRICS_SERVER_RESOURCES = ("cpu", "memory")
 # Owner kinds whose pods the metric filters pass by default (a DaemonSet pod must land on
@@ -77,6 +79,7 @@ _KEYS = (
     "resource",
     "onStale",
     "onSaturation",
+    "aggregate",
 )
 
 
@@ -183,6 +186,9 @@ class MetricConfig:
     # Priority bands (highest ``min_priority`` first) and owner kinds the filter passes.
     bands: tuple[Band, ...] = ()
     exempt: tuple[str, ...] = DEFAULT_EXEMPT
+    # Several series for one node (or pod) in a Prometheus answer: combined by this (one of
+    # AGGREGATES); None: they are an error and the refresh fails.
+    aggregate: str | None = None
 
     @property
     def timestamp_key(self) -> str | None:
@@ -378,6 +384,20 @@ def _range(obj: Any, path: str) -> tuple[float, float] | None:
     return lo, hi
 
 
+def _aggregate(obj: Any, path: str, estimate: EstimateConfig | None) -> str | None:
+    """``aggregate``: only where a Prometheus query gives the values (the metric's own, or its
+    estimate's ``podQuery``): no other source answers with several series for one node."""
+    if "aggregate" not in obj:
+        return None
+    aggregate = as_str(obj["aggregate"], f"{path}.aggregate", AGGREGATES)
+    if obj.get("source") != "prometheus" and (estimate is None or estimate.pod_query is None):
+        raise ConfigError(
+            f"{path}.aggregate: only for a metric read by a Prometheus query "
+            "(source: prometheus, or an estimate.podQuery)"
+        )
+    return aggregate
+
+
 def parse_metric(obj: Any, path: str) -> MetricConfig:
     check_keys(obj, path, _KEYS, ("name", "source"))
     name = as_str(obj["name"], f"{path}.name")
@@ -445,6 +465,7 @@ def parse_metric(obj: Any, path: str) -> MetricConfig:
         ),
         bands=_bands(f.get("bands") or [], f"{path}.filter.bands"),
         exempt=exempt,
+        aggregate=_aggregate(obj, path, estimate),
         name=name,
         source=source,
         query=query,

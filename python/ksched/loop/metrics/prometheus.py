@@ -7,18 +7,26 @@ but the answer is decoded by ``ksched._core`` with the GIL released rather than 
 client's ``custom_query`` (see :mod:`ksched.loop.metrics.metric_sources`). Raises
 :class:`~ksched.loop.metrics.samples.SourceError` for an unreachable server, an HTTP error
 or an answer it cannot read; keeps no state between queries.
+
+A node (or pod) gets one value. Several series for it (a query without ``sum by (node)``
+answers per CPU, per device, per container) are combined by the metric's ``aggregate``, and
+without one they are a SourceError naming the query and the node: the metric is degraded
+rather than scored by whichever series came last.
 """
 
 from __future__ import annotations
 
+import math
+import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import requests
 from urllib3.util.retry import Retry
 
 from ksched import _core
 from ksched.config import MetricConfig
+from ksched.config.metrics import AGGREGATES
 from ksched.loop.metrics.samples import Sample, SourceError
 from ksched.objects import Obj, meta
 
@@ -27,6 +35,13 @@ HTTP_OK = 200
 # A pod usage query answers in the resource's own unit (cores, bytes); the engine counts
 # CPU in millicores.
 ENGINE_UNITS = {"cpu": 1000.0}
+# How each of AGGREGATES (a metric's ``aggregate``) combines one node's (or pod's) series.
+COMBINE: dict[str, Callable[[list[float]], float]] = {
+    "sum": math.fsum,
+    "max": max,
+    "min": min,
+    "avg": statistics.fmean,
+}
 
 
 def node_addresses(node: Obj) -> list[str]:
@@ -67,20 +82,44 @@ class NodeResolver:
             return host
         return self.by_address.get(host)
 
-    def values(self, labels: list[str], values: list[float]) -> tuple[dict[str, float], int]:
-        """Node -> value for series labelled ``labels`` (a later series wins), and how many
-        series match no node."""
+    def mapped(self, labels: list[str], values: list[float]) -> tuple[list[str], list[float], int]:
+        """The node of each series labelled ``labels`` that names one, its value, and how many
+        series match no node (a node named by several series is named as often)."""
         if self.names.issuperset(labels):
-            return dict(zip(labels, values, strict=True)), 0
-        mapped: dict[str, float] = {}
-        unmapped = 0
+            return labels, values, 0
+        nodes: list[str] = []
+        kept: list[float] = []
         for label, v in zip(labels, values, strict=True):
             node = self(label)
-            if node is None:
-                unmapped += 1
-            else:
-                mapped[node] = v
-        return mapped, unmapped
+            if node is not None:
+                nodes.append(node)
+                kept.append(v)
+        return nodes, kept, len(labels) - len(nodes)
+
+
+def one_value_each(
+    keys: list[str], values: list[float], aggregate: str | None, what: str, noun: str, by: str
+) -> dict[str, float]:
+    """Key (a node, or ``namespace/pod``) -> its series' value. Several series for one key are
+    combined by ``aggregate``; without one, they are a SourceError saying that ``what`` (the
+    metric and its query) returned them for the ``noun`` (node, pod) named, and that a
+    ``sum by (<by>)`` would aggregate them."""
+    one = dict(zip(keys, values, strict=True))
+    if len(one) == len(keys):
+        return one
+    series: dict[str, list[float]] = {}
+    for key, v in zip(keys, values, strict=True):
+        series.setdefault(key, []).append(v)
+    if aggregate is not None:
+        return {key: COMBINE[aggregate](vs) for key, vs in series.items()}
+    several = [(key, len(vs)) for key, vs in series.items() if len(vs) > 1]
+    key, n = several[0]
+    others = len(several) - 1
+    more = f" (and {others} more {noun}{'s' if others > 1 else ''})" if others else ""
+    raise SourceError(
+        f"{what} returned {n} series for {noun} {key}{more}: aggregate them, "
+        f"e.g. sum by ({by}) (...), or set aggregate: {'|'.join(AGGREGATES)}"
+    )
 
 
 class PrometheusSource:
@@ -122,7 +161,9 @@ class PrometheusSource:
             labels, values, oldest, not_finite = _core.decode_instant_vector(content, metric.node_label)
         except ValueError as err:
             raise SourceError(f"{metric.name}: {err}") from None
-        mapped, unmapped = resolve.values(labels, values)
+        nodes, kept, unmapped = resolve.mapped(labels, values)
+        what = f"{metric.name}: query"
+        mapped = one_value_each(nodes, kept, metric.aggregate, what, "node", metric.node_label)
         return Sample(mapped, sampled_at if oldest is None else min(sampled_at, oldest), unmapped, not_finite)
 
     def pod_usage(self, metric: MetricConfig) -> Sample:
@@ -139,12 +180,17 @@ class PrometheusSource:
         except ValueError as err:
             raise SourceError(f"{metric.name}: pod usage query: {err}") from None
         unit = ENGINE_UNITS.get(estimate.resource, 1.0)
-        usage = {
-            f"{ns}/{pod}": v * unit for ns, pod, v in zip(namespaces, pods, values, strict=True) if ns and pod
-        }
+        keys: list[str] = []
+        kept: list[float] = []
+        for ns, pod, v in zip(namespaces, pods, values, strict=True):
+            if ns and pod:
+                keys.append(f"{ns}/{pod}")
+                kept.append(v * unit)
+        by = f"{estimate.namespace_label}, {estimate.pod_label}"
+        usage = one_value_each(keys, kept, metric.aggregate, f"{metric.name}: pod usage query", "pod", by)
         return Sample(
             usage,
             sampled_at if oldest is None else min(sampled_at, oldest),
-            len(pods) - len(usage),
+            len(pods) - len(keys),
             not_finite,
         )
