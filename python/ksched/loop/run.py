@@ -153,6 +153,8 @@ class Running:
                 "learned": self.scheduler.metrics.learned(),
             },
             "failures": list(self.scheduler.failures),
+            # Objects the cluster state cannot read, left out now (nodes: of the node table).
+            "leftOut": self.state.left_out_report(),
             "shadow": shadow,
             "rebalance": self.rebalancer.status() if self.rebalancer is not None else {"enabled": False},
         }
@@ -219,7 +221,7 @@ def start(
     config = _for_mode(config)
     shadowing = config.shadow.enabled
     telemetry = Telemetry()
-    state = ClusterState(config.metrics)
+    state = ClusterState(config.metrics, telemetry=telemetry)
     queue = SchedulingQueue()
     stop = threading.Event()
     leadership = Leadership(config.leader_election, identity, on_lost=telemetry.lost_leases.inc)

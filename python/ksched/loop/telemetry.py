@@ -4,7 +4,8 @@ Owns one registry per process (so tests can build several schedulers); the
 HTTP server exposes it at ``/metrics``. Besides upstream's series, ksched's own:
 engine time, degraded mode and fallbacks, shadow mode's verdicts, and
 ``ksched_metric_values_rejected_total`` (values dropped as missing: not finite or past
-the metric limit), ``ksched_metric_saturation_total`` (pods that every node passing the other
+the metric limit), ``ksched_objects_rejected_total`` (cluster objects left out because they
+cannot be read: a node whose allocatable or images are not numbers), ``ksched_metric_saturation_total`` (pods that every node passing the other
 filters rejected on a metric's threshold, by metric, its ``onSaturation`` policy
 and whether the pod was placed over the threshold or left pending), and the
 rebalancer's (``ksched_rebalance_*``: evictions by the metric that made the node
@@ -55,6 +56,7 @@ class Telemetry:
         self._replica(r)
         self._preemption(r)
         self._metrics(r)
+        self._objects(r)
         self._shadow(r)
         self._saturation(r)
         self._rebalancing(r)
@@ -149,6 +151,17 @@ class Telemetry:
             "(inf, -inf) or out_of_range (past +-1e18). Live values count once per refresh, "
             "annotations once per node table.",
             ["metric", "reason"],
+            registry=r,
+        )
+
+    def _objects(self, r: CollectorRegistry) -> None:
+        """Cluster objects left out because they cannot be read."""
+        self.objects_rejected = Counter(
+            "ksched_objects_rejected_total",
+            "Cluster objects left out because they cannot be read, by kind (Node) and reason: "
+            "unreadable_quantity (an allocatable that is not a quantity) or malformed (a field of "
+            "the wrong type). Each counts once per problem while it lasts; /status lists those left out now.",
+            ["kind", "reason"],
             registry=r,
         )
 

@@ -17,6 +17,10 @@ pod is never counted twice. An update that changes what a bound pod counts as
 does not (the bind confirmed, the kubelet's phase) is told apart by comparing
 the fields counts read (:func:`same_counts`), not by parsing it again.
 
+A node that cannot be read as numbers (:func:`~ksched.engine.snapshot.node_problem`) is left
+out of the node table alone: logged and counted (``ksched_objects_rejected_total``) once per
+problem while it lasts, and listed by :meth:`ClusterState.left_out_report` for ``/status``.
+
 Pods bound recently, by any scheduler, are also kept (:mod:`ksched.loop.metrics.recent_pods`)
 for the metrics' load estimates: :meth:`ClusterState.add_estimate` adds what a
 metric's sample cannot show of them yet.
@@ -52,6 +56,7 @@ from ksched.engine.spread_selectors import SpreadSelectors
 from ksched.engine.storage import ClaimBinding, Storage
 from ksched.errors import MalformedObjectError
 from ksched.loop.metrics.recent_pods import RecentPods, bind_time
+from ksched.loop.telemetry import Telemetry
 from ksched.objects import Obj, is_terminal, meta, name, object_key, spec
 
 log = logging.getLogger(__name__)
@@ -65,6 +70,11 @@ NO_REQUESTS = PodRequests({}, 0, 0)
 REBUILD_INTERNED = 50_000
 # Watch events waiting in ``inbox`` that make an idle scheduling loop apply them (see ``wake``).
 WAKE_AT = 64
+# Objects left out that ``/status`` lists (the rest are counted): enough for a screen, and a
+# bounded answer when a whole pool of nodes reports a bad quantity.
+LEFT_OUT_SHOWN = 100
+# The field path a node's unreadable allocatable quantity is reported under (``node_problem``).
+_QUANTITY_FIELD = "status.allocatable."
 
 
 @dataclass(slots=True)
@@ -145,6 +155,18 @@ def _same_requests(a: CountedRequests, b: CountedRequests) -> bool:
     return (a.requests, a.nonzero_cpu, a.nonzero_memory) == (b.requests, b.nonzero_cpu, b.nonzero_memory)
 
 
+def rejected_reason(problem: str) -> str:
+    """The short word ``ksched_objects_rejected_total`` counts a node's ``node_problem`` under:
+    ``unreadable_quantity`` for an allocatable that is not a quantity, ``malformed`` for
+    anything else that cannot be read (a field of the wrong type)."""
+    return "unreadable_quantity" if f": {_QUANTITY_FIELD}" in problem else "malformed"
+
+
+def _field_problem(node_name: str, problem: str) -> str:
+    """A node's problem without the ``node <name>: `` its message opens with."""
+    return problem.removeprefix(f"node {node_name}: ")
+
+
 def interned(snapshot: Snapshot) -> int:
     """Strings, label sets and term sets the snapshot has interned (ids are never reused)."""
     return len(snapshot.strings.strings) + snapshot.pods.interned()
@@ -152,10 +174,14 @@ def interned(snapshot: Snapshot) -> int:
 
 class ClusterState:
     def __init__(
-        self, metrics: tuple[MetricConfig, ...] = (), clock: Callable[[], float] = time.time
+        self,
+        metrics: tuple[MetricConfig, ...] = (),
+        clock: Callable[[], float] = time.time,
+        telemetry: Telemetry | None = None,
     ) -> None:
         self.metrics = metrics
         self.clock = clock
+        self.telemetry = telemetry
         # Pods bound recently (by any scheduler), for the metrics' load estimates.
         self.recent = RecentPods(metrics, clock)
         self.inbox: deque[tuple[str, Any, Any]] = deque()
@@ -179,7 +205,9 @@ class ClusterState:
         # How many times the snapshot has been built (the first time included).
         self.builds = 0
         # Nodes the last build left out of the node table, with why (``node_problem``: values
-        # that cannot be read as numbers); each is logged once per problem.
+        # that cannot be read as numbers); each is logged and counted once per problem while
+        # it lasts (``_reported``: the last build's). Replaced whole, never edited: ``/status``
+        # reads it from the HTTP server's thread.
         self.left_out: dict[str, str] = {}
         self._reported: set[tuple[str, str]] = set()
         self._lock = threading.Lock()
@@ -303,22 +331,15 @@ class ClusterState:
         many times what it was built with: ``REBUILD_INTERNED``)."""
         if self._snapshot is None:
             nodes = []
-            self.left_out = {}
+            left_out: dict[str, str] = {}
             for node in sorted(self.nodes.values(), key=name):
                 problem = node_problem(node)
                 if problem is None:
                     nodes.append(node)
-                    continue
-                # One bad node must not stop scheduling on the others.
-                self.left_out[name(node)] = problem
-                if (name(node), problem) not in self._reported:
-                    log.warning(
-                        "node %s left out of scheduling (%d node(s) left out): %s",
-                        name(node),
-                        len(self.left_out),
-                        problem,
-                    )
-                    self._reported.add((name(node), problem))
+                else:
+                    # One bad node must not stop scheduling on the others.
+                    left_out[name(node)] = problem
+            self._leave_out(left_out)
             snap = build_snapshot(nodes, [])
             snap.namespaces = self.namespaces
             index = snap.index
@@ -337,11 +358,38 @@ class ClusterState:
             self._snapshot = snap
         return self._snapshot
 
+    def left_out_report(self) -> dict[str, Any]:
+        """``/status``'s ``leftOut``: how many objects the last node table left out, and the
+        first ``LEFT_OUT_SHOWN`` of them by name, each with its kind, reason (as counted in
+        ``ksched_objects_rejected_total``) and problem (the field and what is wrong with it)."""
+        left_out = self.left_out
+        shown = sorted(left_out.items())[:LEFT_OUT_SHOWN]
+        return {
+            "count": len(left_out),
+            "objects": [
+                {"kind": "Node", "name": n, "reason": rejected_reason(p), "problem": _field_problem(n, p)}
+                for n, p in shown
+            ],
+        }
+
     def counted(self) -> dict[str, str]:
         """Pod key -> node for every pod counted (bound or assumed)."""
         return {k: u.node for k, u in self.usage.items()}
 
     # -- internals -----------------------------------------------------
+
+    def _leave_out(self, left_out: dict[str, str]) -> None:
+        """Record the nodes a build leaves out; log and count each new problem."""
+        for node_name, problem in left_out.items():
+            if (node_name, problem) in self._reported:
+                continue
+            log.warning(
+                "node %s left out of scheduling (%d node(s) left out): %s", node_name, len(left_out), problem
+            )
+            if self.telemetry is not None:
+                self.telemetry.objects_rejected.labels(kind="Node", reason=rejected_reason(problem)).inc()
+        self._reported = set(left_out.items())
+        self.left_out = left_out
 
     def _node(self, kind: str, node: Obj) -> None:
         node_name = name(node)
