@@ -108,3 +108,15 @@ def test_status_lists_the_nodes_left_out() -> None:
     assert left_out["count"] == 1  # type: ignore[index]
     [entry] = left_out["objects"]  # type: ignore[index]
     assert entry["name"] == "bad" and entry["problem"].startswith("status.allocatable.cpu: ")
+
+
+def test_a_node_whose_allocatable_is_not_a_mapping_is_left_out_not_fatal() -> None:
+    """An allocatable written as a list made the node-table build raise AttributeError, which
+    nothing caught: every cycle failed for one node."""
+    bad = node("bad")
+    bad["status"]["allocatable"] = ["cpu", "4"]
+    telemetry = Telemetry()
+    state = with_nodes(telemetry, bad, node("good"))
+    assert state.snapshot().node_names == ["good"]
+    assert list(state.left_out) == ["bad"]
+    assert rejected(telemetry, "malformed") + rejected(telemetry, "unreadable_quantity") == 1

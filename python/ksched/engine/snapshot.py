@@ -196,7 +196,7 @@ def node_problem(node: Obj) -> str | None:
         _node_images([node])
     except MalformedObjectError as err:
         return str(err)
-    except (OverflowError, ValueError, TypeError) as err:
+    except (OverflowError, ValueError, TypeError, AttributeError) as err:
         return f"node {name(node)}: {type(err).__name__}: {err}"
     return None
 
