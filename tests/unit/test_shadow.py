@@ -398,3 +398,34 @@ def test_status_text_shows_the_rebalancer(
 def test_bad_shadow_configuration_names_the_key(shadow: dict[str, Any], error: str) -> None:
     with pytest.raises(ConfigError, match=error):
         parse_config({"apiVersion": "ksched.io/v1alpha1", "kind": "KschedConfiguration", "shadow": shadow})
+
+
+def test_status_lists_the_objects_left_out() -> None:
+    status: dict[str, Any] = {
+        "identity": "a",
+        "mode": "scheduling",
+        "leaderElection": False,
+        "leading": False,
+        "leader": None,
+        "synced": True,
+        "queues": {},
+        "bound": 0,
+        "metrics": {"live": [], "degraded": []},
+        "failures": [],
+        "shadow": None,
+        "rebalance": None,
+        "leftOut": {
+            "count": 1,
+            "objects": [
+                {
+                    "kind": "Node",
+                    "name": "big",
+                    "reason": "malformed",
+                    "problem": "status.allocatable: not a map",
+                }
+            ],
+        },
+    }
+    text = render_status(status, "127.0.0.1:10259").splitlines()
+    assert "left out (1): objects ksched cannot read, the rest schedules:" in text
+    assert "  Node big: status.allocatable: not a map" in text

@@ -180,6 +180,10 @@ def render_status(status: dict[str, Any], address: str) -> str:
             + (f"{agreement:.1%}" if agreement is not None else "n/a")
         )
     lines += _rebalance_lines(status.get("rebalance"))
+    left_out = status.get("leftOut") or {}
+    if left_out.get("count"):
+        lines.append(f"left out ({left_out['count']}): objects ksched cannot read, the rest schedules:")
+        lines += [f"  {o['kind']} {o['name']}: {_clip(o['problem'])}" for o in left_out.get("objects") or []]
     failures = status["failures"]
     if failures:
         lines.append(f"recent failures ({len(failures)}):")
