@@ -365,7 +365,15 @@ def rebalance_status(mode: str) -> dict[str, Any]:
 def test_status_text_shows_the_rebalancer(
     name: str, rebalance: dict[str, Any] | None, want: list[str]
 ) -> None:
-    status = {
+    text = render_status(quiet_status(rebalance=rebalance), "127.0.0.1:10259")
+    for line in want:
+        assert any(got.startswith(line) for got in text.splitlines()), (name, line, text)
+    assert ("  moved ns/web-1" in text) == name.startswith("the leader"), name
+
+
+def quiet_status(**fields: Any) -> dict[str, Any]:
+    """``/status`` of a replica that schedules alone, has bound nothing and has no metric."""
+    return {
         "identity": "ksched-0",
         "mode": "scheduling",
         "leaderElection": False,
@@ -377,12 +385,9 @@ def test_status_text_shows_the_rebalancer(
         "metrics": {"live": [], "degraded": []},
         "failures": [],
         "shadow": None,
-        "rebalance": rebalance,
+        "rebalance": None,
+        **fields,
     }
-    text = render_status(status, "127.0.0.1:10259")
-    for line in want:
-        assert any(got.startswith(line) for got in text.splitlines()), (name, line, text)
-    assert ("  moved ns/web-1" in text) == name.startswith("the leader"), name
 
 
 @pytest.mark.parametrize(
@@ -401,31 +406,13 @@ def test_bad_shadow_configuration_names_the_key(shadow: dict[str, Any], error: s
 
 
 def test_status_lists_the_objects_left_out() -> None:
-    status: dict[str, Any] = {
-        "identity": "a",
-        "mode": "scheduling",
-        "leaderElection": False,
-        "leading": False,
-        "leader": None,
-        "synced": True,
-        "queues": {},
-        "bound": 0,
-        "metrics": {"live": [], "degraded": []},
-        "failures": [],
-        "shadow": None,
-        "rebalance": None,
-        "leftOut": {
-            "count": 1,
-            "objects": [
-                {
-                    "kind": "Node",
-                    "name": "big",
-                    "reason": "malformed",
-                    "problem": "status.allocatable: not a map",
-                }
-            ],
-        },
+    left_out = {
+        "count": 1,
+        "objects": [
+            {"kind": "Node", "name": "big", "reason": "malformed", "problem": "status.allocatable: not a map"}
+        ],
     }
+    status = quiet_status(leftOut=left_out)
     text = render_status(status, "127.0.0.1:10259").splitlines()
     assert "left out (1): objects ksched cannot read, the rest schedules:" in text
     assert "  Node big: status.allocatable: not a map" in text
