@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ksched.config import EstimateConfig, MetricConfig
+
 Obj = dict[str, Any]
 
 
@@ -84,3 +86,11 @@ def not_helpful(total: int) -> str:
 def no_victims(total: int) -> str:
     """DefaultPreemption's FitError when no node runs a pod of lower priority to evict."""
     return f"0/{total} nodes are available: {total} No preemption victims found for incoming pod."
+
+
+def estimated_metric(window_s: float = 0.0, **fields: Any) -> MetricConfig:
+    """A Prometheus metric named ``cpu`` with a load estimate of CPU over ``window_s``."""
+    return MetricConfig(
+        **{"name": "cpu", "source": "prometheus", "query": "q", **fields},
+        estimate=EstimateConfig(resource="cpu", window_s=window_s),
+    )

@@ -20,7 +20,7 @@ import orjson
 import pytest
 
 from ksched.commands.rebalance import preview
-from ksched.config import Config, EstimateConfig, MetricConfig
+from ksched.config import Config, MetricConfig
 from ksched.config.rebalance import RebalanceConfig, RebalanceMetric, parse_rebalance
 from ksched.engine import Engine
 from ksched.engine.cluster_file import sort_objects
@@ -35,20 +35,13 @@ from ksched.loop.mirror.state import ClusterState
 from ksched.loop.rebalancing.rebalancer import FOLLOWER, LEADER, SHADOW, Rebalancer
 from ksched.loop.rebalancing.reservations import Reservations
 from ksched.loop.telemetry import Telemetry
-from tests.conftest import node, pod
+from tests.conftest import estimated_metric, node, pod
 
 Obj = dict[str, Any]
 
 T0 = 1_800_000_000.0
 LONG_AGO = "2020-01-01T00:00:00Z"
-CPU = MetricConfig(
-    name="cpu",
-    source="prometheus",
-    query="q",
-    above=0.8,
-    max_age_s=30.0,
-    estimate=EstimateConfig(resource="cpu", window_s=10.0),
-)
+CPU = estimated_metric(window_s=10.0, above=0.8, max_age_s=30.0)
 PDB_REFUSAL = "Cannot evict pod as it would violate the pod's disruption budget."
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from ksched.config import Config, EstimateConfig, MetricConfig
+from ksched.config import Config, MetricConfig
 from ksched.engine.rebalance import MOVED_USAGE_ANNOTATION, Move, build_replacement
 from ksched.engine.snapshot import build_snapshot
 from ksched.loop.metrics.metric_sources import MetricStore
@@ -25,28 +25,14 @@ from ksched.loop.scheduling.binder import Outcome
 from ksched.loop.scheduling.cycle import Scheduler
 from ksched.loop.scheduling.queue import SchedulingQueue
 from ksched.loop.telemetry import Telemetry
-from tests.conftest import node, pod
+from tests.conftest import estimated_metric, node, pod
 
 Obj = dict[str, Any]
 
 T0 = 1_800_000_000.0
-CPU = MetricConfig(
-    name="cpu",
-    source="prometheus",
-    query="q",
-    above=0.8,
-    max_age_s=60.0,
-    estimate=EstimateConfig(resource="cpu", window_s=0.0),
-)
+CPU = estimated_metric(above=0.8, max_age_s=60.0)
 # The share of CPU left free: higher is better.
-FREE = MetricConfig(
-    name="cpu",
-    source="prometheus",
-    query="q",
-    below=0.2,
-    max_age_s=60.0,
-    estimate=EstimateConfig(resource="cpu", window_s=0.0),
-)
+FREE = estimated_metric(below=0.2, max_age_s=60.0)
 
 
 def owned(name: str, owner: str = "web", template: str = "abc123", cpu: str = "2", **fields: Any) -> Obj:
