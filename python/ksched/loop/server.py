@@ -85,6 +85,9 @@ class _BoundedHTTPServer(HTTPServer):
         self.full_wait = FULL_WAIT_S
         self._slots = threading.BoundedSemaphore(self.max_connections)
         self._full = False
+        # Connections being served now (a thread may outlive its connection by a moment).
+        self.serving = 0
+        self._serving_lock = threading.Lock()
 
     # A TCP server's requests are sockets (socketserver types them for UDP too).
     def process_request(self, request: socket.socket, client_address: object) -> None:  # type: ignore[override]
@@ -101,6 +104,8 @@ class _BoundedHTTPServer(HTTPServer):
             self.shutdown_request(request)
             return
         self._full = False
+        with self._serving_lock:
+            self.serving += 1
         try:
             threading.Thread(
                 target=self._serve_connection,
@@ -109,7 +114,7 @@ class _BoundedHTTPServer(HTTPServer):
                 daemon=True,
             ).start()
         except RuntimeError:  # no thread to be had: refuse this connection, not the next
-            self._slots.release()
+            self._done()
             self.shutdown_request(request)
 
     def _serve_connection(self, request: socket.socket, client_address: object) -> None:
@@ -129,7 +134,12 @@ class _BoundedHTTPServer(HTTPServer):
             self.handle_error(connection, client_address)
         finally:
             self.shutdown_request(connection)
-            self._slots.release()
+            self._done()
+
+    def _done(self) -> None:
+        with self._serving_lock:
+            self.serving -= 1
+        self._slots.release()
 
 
 class BackgroundServer:
