@@ -91,10 +91,20 @@ fn pod_request_for_score(request: &[i64], nonzero_request: &[i64], column: usize
     }
 }
 
-/// `part * MAX_NODE_SCORE / whole` in i128: a capacity near i64's range (a node reporting
+/// `part * MAX_NODE_SCORE / whole`: a capacity near i64's range (a node reporting
 /// exabytes) times 100 does not fit in i64. The result is at most 100 for `0 <= part <= whole`.
 fn scaled(part: i64, whole: i64) -> i64 {
-    (i128::from(part) * i128::from(MAX_NODE_SCORE) / i128::from(whole)) as i64
+    mul_div(part, MAX_NODE_SCORE, whole)
+}
+
+/// `a * b / c`, in i64 where the product fits (every real node: i128 division is a library
+/// call that cost the engine bench about 10 %), else in i128.
+#[inline]
+pub(crate) fn mul_div(a: i64, b: i64, c: i64) -> i64 {
+    match a.checked_mul(b) {
+        Some(product) => product / c,
+        None => (i128::from(a) * i128::from(b) / i128::from(c)) as i64,
+    }
 }
 
 fn least_requested(requested: i64, capacity: i64) -> i64 {
@@ -156,7 +166,7 @@ pub fn score(
                 let utilization = if total > capacity {
                     MAX_UTILIZATION
                 } else {
-                    (i128::from(total) * i128::from(MAX_UTILIZATION) / i128::from(capacity)) as i64
+                    mul_div(total, MAX_UTILIZATION, capacity)
                 };
                 let s = broken_linear(shape, utilization);
                 if s <= 0 {

@@ -9,8 +9,8 @@ pub fn default_normalize(raw: i64, max_raw: i64, reverse: bool) -> i64 {
     if max_raw == 0 {
         return if reverse { MAX_NODE_SCORE } else { 0 };
     }
-    // In i128: a raw score near i64's range times 100 does not fit in i64.
-    let score = (i128::from(MAX_NODE_SCORE) * i128::from(raw) / i128::from(max_raw)) as i64;
+    // A raw score near i64's range times 100 does not fit in i64 (then i128).
+    let score = super::node_resources_fit::mul_div(raw, MAX_NODE_SCORE, max_raw);
     if reverse {
         MAX_NODE_SCORE - score
     } else {
