@@ -132,3 +132,44 @@ def test_a_pod_it_may_not_create_again_is_never_deleted() -> None:
     operator, rather than being deleted and lost."""
     pod = pending_pod(None)
     assert hand_off(pod, NoCreateKube(pod), handed=False) == [("get", "pods"), ("create", "pods")]
+
+
+OWNER = {"kind": "ReplicaSet", "name": "web", "uid": "uid-web", "controller": True}
+
+
+class ControllerKube(RecordingKube):
+    """While the eviction is in flight, the ReplicaSet creates the replacement and the API
+    server asks the webhook about it (``seen``: whether the webhook left it alone); ``status``
+    answers the eviction."""
+
+    def __init__(self, pod: Obj, status: int) -> None:
+        super().__init__(pod)
+        self.status = status
+        self.handoff: Handoff | None = None
+        self.seen: list[bool] = []
+
+    def request(self, method: str, path: str, **kw: Any) -> Response:
+        if path.endswith("/eviction"):
+            assert self.handoff is not None
+            self.seen.append(self.handoff.skip_owner(pending_pod(OWNER)))
+            return Response(self.status, b"{}")
+        return super().request(method, path, **kw)
+
+
+@pytest.mark.parametrize(("status", "handed"), [(201, True), (429, False), (500, False)])
+def test_the_replacement_created_during_the_eviction_is_left_to_default_scheduler(
+    status: int, handed: bool
+) -> None:
+    """The owner is remembered before the eviction is sent: a replacement the controller creates
+    before the answer returns is never routed back to ksched (it would be handed off a second
+    time). A refused eviction forgets the owner again, so its other pods stay ksched's."""
+    pod = pending_pod(OWNER)
+    kube = ControllerKube(pod, status)
+    handoff = Handoff(kube, HandoffConfig(enabled=True), Telemetry())  # type: ignore[arg-type]
+    kube.handoff = handoff
+    done: list[bool] = []
+    handoff.submit(pod, "test", done.append)
+    handoff.shutdown()
+    assert done == [handed]
+    assert kube.seen == [True]
+    assert handoff.skip_owner(pending_pod(OWNER)) is handed

@@ -114,14 +114,24 @@ class Handoff:
     def _evict(self, pod: Obj, owner: dict[str, Any], reason: str) -> bool:
         ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
         body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": ns}}
+        # The owner is remembered before the eviction is sent: its controller may create the
+        # replacement (and the API server call the webhook for it) before the answer returns.
+        uid = str(owner.get("uid", ""))
+        before = self.owners.get(uid)
+        self.owners[uid] = time.monotonic() + self.config.after_s
         r = self.kube.request("POST", pod_path(ns, name, "eviction"), body=body, rate_limited=True)
-        if r.status == 429:
-            log.info("hand-off of %s/%s: eviction refused by a PodDisruptionBudget; retrying later", ns, name)
-            return False
         if not r.ok and r.status != 404:
-            log.warning("hand-off of %s/%s: eviction: HTTP %d: %s", ns, name, r.status, r.data[:200])
+            if before is None:
+                self.owners.pop(uid, None)
+            else:
+                self.owners[uid] = before
+            if r.status == 429:
+                log.info(
+                    "hand-off of %s/%s: eviction refused by a PodDisruptionBudget; retrying later", ns, name
+                )
+            else:
+                log.warning("hand-off of %s/%s: eviction: HTTP %d: %s", ns, name, r.status, r.data[:200])
             return False
-        self.owners[owner.get("uid", "")] = time.monotonic() + self.config.after_s
         self.telemetry.fallbacks.labels(reason="handed_off").inc()
         log.info("handed %s/%s off to %s (evicted; %s)", ns, name, DEFAULT_SCHEDULER, reason)
         return True
