@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The Dockerfile's build steps, without Docker: build the abi3 wheel with
-# maturin exactly as the builder stage does, install only that wheel into a
-# fresh virtual environment (the runtime stage), and run the entrypoint's
+# maturin exactly as the builder stage does, install it and the locked dependencies
+# (requirements/runtime.lock, hash-checked) into a fresh virtual environment (the
+# runtime stage), and run the entrypoint's
 # command. Also lints the Dockerfile with hadolint.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,7 +10,9 @@ work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 maturin build --release --out "$work/wheels" -q 2>&1 | tail -2
 python3 -m venv "$work/runtime"
-"$work/runtime/bin/pip" install -q "$work"/wheels/*.whl
+"$work/runtime/bin/pip" install -q --require-hashes -r requirements/runtime.lock
+"$work/runtime/bin/pip" install -q --no-deps "$work"/wheels/*.whl
+"$work/runtime/bin/pip" check
 "$work/runtime/bin/ksched" run --help | head -1
 "$work/runtime/bin/python" -c "import ksched._core, ksched.loop.run; print('wheel ok:', ksched.__version__)"
 hadolint --failure-threshold warning deploy/Dockerfile
