@@ -151,3 +151,33 @@ def test_a_bound_pod_with_a_non_mapping_metadata_is_no_traceback(
     assert main(["simulate", str(path), "-o", "json"]) == 0
     placements = {p["pod"]: p for p in json.loads(capsys.readouterr().out)["placements"]}
     assert placements["default/good"]["node"] == "a"
+
+
+def test_non_finite_prometheus_values_are_counted_as_rejected() -> None:
+    # Found by the metrics kind: a Prometheus "NaN" or "+Inf" was left out by the answer's
+    # decoder before the store's checks, so ksched_metric_values_rejected_total, which counts
+    # "values dropped as missing: not finite or past the metric limit", never counted it.
+    from ksched.config import parse_config
+    from ksched.loop.metrics.metric_sources import MetricStore
+    from ksched.loop.metrics.samples import Sample
+    from ksched.loop.telemetry import Telemetry
+
+    config = parse_config(
+        {
+            "apiVersion": "ksched.io/v1alpha1",
+            "kind": "KschedConfiguration",
+            "metrics": [{"name": "load", "source": "prometheus", "query": "q", "nodeLabel": "node"}],
+        }
+    )
+    telemetry = Telemetry()
+    store = MetricStore(config.metrics, None, telemetry)
+    # What PrometheusSource.query makes of {a: "0.5", b: "NaN", c: "+Inf", d: "1e19"}.
+    kept = store._usable("load", Sample({"a": 0.5, "d": 1e19}, 0.0, 0, not_finite=2))
+    assert kept.values == {"a": 0.5}
+
+    def counted(reason: str) -> float | None:
+        labels = {"metric": "load", "reason": reason}
+        return telemetry.registry.get_sample_value("ksched_metric_values_rejected_total", labels)
+
+    assert (counted("not_finite"), counted("out_of_range")) == (2.0, 1.0)
+    assert any("not finite" in d for d in store.degraded())

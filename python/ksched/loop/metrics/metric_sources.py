@@ -56,7 +56,7 @@ from cachetools import TTLCache
 
 from ksched.config import MetricConfig
 from ksched.config.metrics import Calibration
-from ksched.engine.snapshot import Snapshot, annotation_column, drop_unusable, dropped_note
+from ksched.engine.snapshot import NOT_FINITE, Snapshot, annotation_column, drop_unusable, dropped_note
 from ksched.loop.metrics.metrics_server import MetricsServerSource
 from ksched.loop.metrics.prometheus import NodeResolver, PrometheusSource
 from ksched.loop.metrics.samples import Sample, parse_time
@@ -281,6 +281,10 @@ class MetricStore:
         ``metric`` (default ``key``) and noted under ``key`` for ``degraded``."""
         values = np.fromiter(sample.values.values(), dtype=np.float64, count=len(sample.values))
         dropped = drop_unusable(values)
+        if sample.not_finite:
+            # The source's decoder left these out already (a Prometheus "NaN" or "+Inf"): they
+            # are dropped values all the same, and counted as such.
+            dropped[NOT_FINITE] = dropped.get(NOT_FINITE, 0) + sample.not_finite
         self._reject(key, metric or key, dropped)
         if not dropped:
             return sample
