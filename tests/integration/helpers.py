@@ -156,10 +156,19 @@ class Ksched:
     port: int
     identity: str
     log: Path
+    # "https" for a ksched started with secure serving (its certificate is not verified).
+    scheme: str = "http"
 
-    def get(self, path: str) -> tuple[int, str]:
+    def get(self, path: str, token: str | None = None) -> tuple[int, str]:
+        """Status and body of a GET of ``path``, with ``token`` as the bearer token if given."""
+        headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
+        request = urllib.request.Request(f"{self.scheme}://127.0.0.1:{self.port}{path}", headers=headers)
+        context = None
+        if self.scheme == "https":  # the certificate ksched generated at start: not verifiable
+            context = ssl.create_default_context()
+            context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=2) as r:
+            with urllib.request.urlopen(request, timeout=2, context=context) as r:
                 return int(r.status), r.read().decode()
         except urllib.error.HTTPError as err:
             return int(err.code), err.read().decode()
@@ -187,8 +196,10 @@ def ksched(
     identity: str,
     lease: dict[str, Any],
     kubeconfig: str | None = None,
+    secure: bool = False,
     **config: Any,
 ) -> Iterator[Ksched]:
+    """``ksched run`` with ``config``, over plain HTTP without authentication unless ``secure``."""
     cfg = {
         "apiVersion": "ksched.io/v1alpha1",
         "kind": "KschedConfiguration",
@@ -214,12 +225,14 @@ def ksched(
                     "--identity",
                     identity,
                 ),
+                # Plain HTTP, no authentication: the tests read /metrics without credentials.
+                *(() if secure else ("--insecure-serving",)),
             ],
             stdout=out,
             stderr=subprocess.STDOUT,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
-    k = Ksched(proc, port, identity, log)
+    k = Ksched(proc, port, identity, log, "https" if secure else "http")
     try:
         assert wait_for(lambda: k.get("/healthz")[0] == 200 or proc.poll() is not None, 30), k.output()
         assert proc.poll() is None, k.output()

@@ -5,7 +5,7 @@ One cluster of its own (``up --real-nodes 1`` beside 4 KWOK nodes, kube-schedule
 default scheduler that places ksched's own pods): the pods must be Ready, hold the Lease,
 bind pods on the real node (their containers running) and on KWOK nodes, route a pod of an
 opted-in namespace through the webhook behind its Service, serve /metrics through the
-Service, answer ``ksched status`` and agree with a live ``ksched explain``; the leader's
+Service over HTTPS to a ServiceAccount bound to ksched-metrics-reader, answer ``ksched status`` and agree with a live ``ksched explain``; the leader's
 death and a rolling upgrade lose no pod and bind none twice; shadow mode binds nothing.
 The image is the session's (conftest's ``image``); the upgrade's second tag is that image with
 one more label, so its pods run another image. Measured here: ``up`` to a Ready real node 5-7 s,
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -37,7 +38,7 @@ from ksched.cluster.build import BuildError, ensure_built, helm_binary
 from ksched.cluster.image import build as image_build
 from ksched.cluster.image.tools import ImageError, run
 from ksched.config import parse_config
-from ksched.loop.client import Kube, load_configuration
+from ksched.loop.client import Kube, load_configuration, service_account_kubeconfig
 from ksched.loop.metrics.prometheus import NodeResolver, PrometheusSource
 from tests.integration.helpers import (
     Obj,
@@ -201,6 +202,43 @@ def ksched_cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def unverified() -> ssl.SSLContext:
+    """ksched's serving certificate is the self-signed one it generates at start."""
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    return context
+
+
+def metrics_reader(real: RealCluster, tmp_path: Path, tag: str) -> tuple[str, Path]:
+    """A ServiceAccount bound to the installed ClusterRole ksched-metrics-reader: its token,
+    and a kubeconfig that presents it."""
+    name = f"{tag}-metrics-reader"
+    account = {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+    }
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": name},
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": "ksched-metrics-reader",
+        },
+        "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": NAMESPACE}],
+    }
+    for doc in (account, binding):
+        applied = real.kubectl("apply", "-f", "-", input_=json.dumps(doc))
+        assert applied.returncode == 0, applied.stderr
+    kubeconfig = tmp_path / f"{name}.kubeconfig"
+    token = service_account_kubeconfig(
+        real.kube, Path(real.state.kubeconfig), (NAMESPACE, name), 3600, kubeconfig
+    )
+    return token, kubeconfig
+
+
 def assert_serves(real: RealCluster, image: str, tag: str, tmp_path: Path) -> None:
     """The checks every install must pass, on pods in a namespace named after ``tag``."""
     pods = wait_ready(real, image)
@@ -246,12 +284,26 @@ def assert_serves(real: RealCluster, image: str, tag: str, tmp_path: Path) -> No
     assert routes(), "the webhook routed one pod but not the next"
     assert wait_for(lambda: running_on(real, routed, first, "real-node-0"), 60, 0.5)
 
-    # /metrics and /status through the Service (kube-proxy's rules on this host).
+    # /metrics and /status through the Service (kube-proxy's rules on this host), over HTTPS
+    # as a ServiceAccount bound to ksched-metrics-reader, as Prometheus reads them.
     address = service_address(real)
-    with urllib.request.urlopen(f"http://{address}/metrics", timeout=5) as response:
+    token, kubeconfig = metrics_reader(real, tmp_path, tag)
+    request = urllib.request.Request(
+        f"https://{address}/metrics", headers={"Authorization": f"Bearer {token}"}
+    )
+    with urllib.request.urlopen(request, timeout=5, context=unverified()) as response:
         metrics = response.read().decode()
     assert "ksched_schedule_attempts_total" in metrics
-    status = ksched_cli("status", "--address", address, "-o", "json")
+    status = ksched_cli(
+        "status",
+        "--address",
+        address,
+        "--kubeconfig",
+        str(kubeconfig),
+        "--insecure-skip-tls-verify",
+        "-o",
+        "json",
+    )
     assert status.returncode == 0, status.stderr
     # Either replica answers through the Service; both name the leader.
     doc = json.loads(status.stdout)
@@ -492,17 +544,24 @@ def test_chart_in_shadow_mode_binds_nothing_on_the_real_node(real: RealCluster) 
         [pod("asks-ksched-0", ns, REAL), pod("default-0", ns, REAL, schedulerName="default-scheduler")],
     )
     assert wait_for(lambda: running_on(real, ns, "default-0", "real-node-0"), 60, 0.5)
-    address = service_address(real)
+    # The admin's kubeconfig (system:masters) reads /shadow; the certificate is self-signed.
+    admin = (
+        "--address",
+        service_address(real),
+        "--kubeconfig",
+        real.state.kubeconfig,
+        "--insecure-skip-tls-verify",
+    )
 
     def recorded() -> dict[str, Any] | None:
-        report = ksched_cli("shadow", "report", "--address", address, "-o", "json")
+        report = ksched_cli("shadow", "report", *admin, "-o", "json")
         if report.returncode != 0:
             return None
         doc: dict[str, Any] = json.loads(report.stdout)
         return doc if (doc.get("total") or 0) >= 1 else None
 
     report = wait_for(recorded, 30, 1.0)
-    assert report, ksched_cli("shadow", "report", "--address", address).stdout
+    assert report, ksched_cli("shadow", "report", *admin).stdout
     time.sleep(5)
     waiting = get_pod(real, ns, "asks-ksched-0")
     assert not waiting["spec"].get("nodeName"), "shadow mode bound a pod"

@@ -103,14 +103,21 @@ def test_shadow_ksched_binds_nothing_and_accounts_for_every_pod_default_schedule
                     "shadow",
                     "report",
                     "--address",
-                    f"127.0.0.1:{k.port}",
+                    f"http://127.0.0.1:{k.port}",
                 ],
                 capture_output=True,
                 text=True,
                 check=True,
             ).stdout
             status = subprocess.run(
-                [sys.executable, "-m", "ksched.commands.cli", "status", "--address", f"127.0.0.1:{k.port}"],
+                [
+                    sys.executable,
+                    "-m",
+                    "ksched.commands.cli",
+                    "status",
+                    "--address",
+                    f"http://127.0.0.1:{k.port}",
+                ],
                 capture_output=True,
                 text=True,
                 check=True,

@@ -26,7 +26,14 @@ def test_status_shows_the_leader_the_queues_and_the_pod_that_fits_nowhere(
 
         def status() -> str:
             return subprocess.run(
-                [sys.executable, "-m", "ksched.commands.cli", "status", "--address", f"127.0.0.1:{k.port}"],
+                [
+                    sys.executable,
+                    "-m",
+                    "ksched.commands.cli",
+                    "status",
+                    "--address",
+                    f"http://127.0.0.1:{k.port}",
+                ],
                 capture_output=True,
                 text=True,
                 check=True,

@@ -9,6 +9,7 @@ that is the caller's rule (see :mod:`ksched.bench.demo` on KWOK's deletes by nam
 
 from __future__ import annotations
 
+import functools
 import os
 import shlex
 import subprocess
@@ -92,16 +93,25 @@ def parse_kscheds(values: Sequence[str], taken: Collection[str]) -> dict[str, li
     return out
 
 
+@functools.cache
+def insecure_serving(command: tuple[str, ...]) -> tuple[str, ...]:
+    """``--insecure-serving`` where ``command``'s ``run`` has it (plain HTTP, no authentication:
+    the harnesses read /readyz and /metrics without credentials), else nothing: a build from
+    before secure serving serves plain HTTP already."""
+    out = subprocess.run([*command, "run", "--help"], capture_output=True, text=True, check=False).stdout
+    return ("--insecure-serving",) if "--insecure-serving" in out else ()
+
+
 def start_ksched_run(
     kubeconfig: str, log: Path, config: Path | None = None, command: Sequence[str] = KSCHED_COMMAND
 ) -> tuple[subprocess.Popen[bytes], int]:
     """``ksched run`` (``command``: this checkout's, or another build's ``ksched``; no leader
-    election, unbuffered output to ``log``) once its /readyz answers 200, and the port it
+    election, plain HTTP, unbuffered output to ``log``) once its /readyz answers 200, and the port it
     serves on. Whatever ends the wait (not ready in time, or SIGTERM's KeyboardInterrupt)
     stops the process here: the caller never got it, so its teardown could not."""
     port = free_port()
     cmd = [*command, "run", "--kubeconfig", kubeconfig]
-    cmd += ["--address", f"127.0.0.1:{port}", "--no-leader-elect"]
+    cmd += ["--address", f"127.0.0.1:{port}", "--no-leader-elect", *insecure_serving(tuple(command))]
     if config is not None:
         cmd += ["--config", str(config)]
     with open(log, "wb") as out:

@@ -1,7 +1,8 @@
 """``ksched shadow report`` and ``ksched status``: read a running ksched and print it.
 
 Both read the JSON the running process serves on its health address
-(``/shadow``, ``/status``; see :mod:`ksched.loop.server`); the shadow
+(``/shadow``, ``/status``; see :mod:`ksched.loop.server`), over HTTPS with the kubeconfig's
+credentials (:mod:`ksched.commands.remote`); the shadow
 report can also be built from the JSON lines ``shadow.log`` appends, through
 the same :class:`~ksched.loop.scheduling.shadow.ShadowLedger` the process keeps, imported
 when a report is built (it brings the engine), not with the command line.
@@ -12,41 +13,19 @@ from __future__ import annotations
 import argparse
 import json
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from ksched.commands import remote
 from ksched.commands.exit_codes import EXIT_OK
 from ksched.commands.text import printable
 from ksched.errors import KschedError
 
-# Where `ksched status` and `ksched shadow report` look for a running ksched: `run`'s default address.
-DEFAULT_ADDRESS = "127.0.0.1:10259"
-# A running ksched answers from memory; anything slower is not answering.
-HTTP_TIMEOUT_S = 5.0
 # Longest message shown in a table cell.
 CELL = 100
 # A shadow log grows a line per decision; one past this is not read (split it first).
 MAX_SHADOW_LOG_BYTES = 512 * 1024 * 1024
-
-
-def fetch(address: str, path: str) -> Any:
-    """GET ``path`` from a running ksched at ``HOST:PORT`` and decode its JSON."""
-    host, _, port = address.rpartition(":")
-    if not port.isdigit():
-        raise KschedError(f"--address {address!r}: expected HOST:PORT")
-    url = f"http://{host if host not in ('', '0.0.0.0') else '127.0.0.1'}:{port}{path}"
-    try:
-        with urllib.request.urlopen(url, timeout=HTTP_TIMEOUT_S) as r:
-            return json.loads(r.read())
-    except urllib.error.HTTPError as err:
-        if err.code == 404 and path == "/shadow":
-            raise KschedError(f"ksched at {address} is not in shadow mode (`ksched run --shadow`)") from None
-        raise KschedError(f"{url}: HTTP {err.code}") from None
-    except (OSError, ValueError) as err:
-        raise KschedError(f"cannot read {url}: {err}") from None
 
 
 def report_from_log(path: str | Path, keep: int) -> dict[str, Any]:
@@ -268,7 +247,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         description="Reads /shadow from a running `ksched run --shadow`, or the JSON lines of its "
         "shadow.log. Example: ksched shadow report --address 127.0.0.1:10259",
     )
-    _add_address(rep)
+    remote.add_arguments(rep)
     rep.add_argument("--file", help="read a shadow.log file instead of a running ksched")
     rep.add_argument("--keep", type=int, default=1000, help="with --file: decisions listed (default 1000)")
     rep.add_argument("-o", "--output", choices=("table", "json"), default="table")
@@ -279,30 +258,22 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         help="leader, queue sizes, degraded metrics and recent failures of a running ksched",
         description="Reads /status from a running ksched. Example: ksched status --address 127.0.0.1:10259",
     )
-    _add_address(st)
+    remote.add_arguments(st)
     st.add_argument("-o", "--output", choices=("table", "json"), default="table")
     st.set_defaults(func=_status)
-
-
-def _add_address(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--address",
-        default=DEFAULT_ADDRESS,
-        help=f"the running ksched's host:port (default {DEFAULT_ADDRESS})",
-    )
 
 
 def _shadow_report(args: argparse.Namespace) -> int:
     if args.file:
         report, source = report_from_log(args.file, args.keep), args.file
     else:
-        report, source = fetch(args.address, "/shadow"), args.address
+        report, source = remote.fetch(remote.target(args), "/shadow"), args.address
     _print_document(args.output, report, lambda: render_report(report, source))
     return EXIT_OK
 
 
 def _status(args: argparse.Namespace) -> int:
-    status = fetch(args.address, "/status")
+    status = remote.fetch(remote.target(args), "/status")
     _print_document(args.output, status, lambda: render_status(status, args.address))
     return EXIT_OK
 

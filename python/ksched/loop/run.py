@@ -1,7 +1,8 @@
 """``ksched run``: wire informers, state, queue, binder, leader election and the HTTP endpoint.
 
 Start-up order: configuration (a bad file stops here, with the key path),
-API connection, informers (nodes, then pods), HTTP endpoint, leader
+API connection, informers (nodes, then pods), HTTP endpoint (HTTPS with delegated
+authentication and authorization unless ``--insecure-serving``: :mod:`ksched.loop.serving`), leader
 election; scheduling starts once the informers have synced and this replica
 leads. In shadow mode (``shadow.enabled``) there is no election, binder use,
 hand-off or webhook: the shadow loop (:mod:`ksched.loop.scheduling.shadow`) compares
@@ -59,7 +60,8 @@ from ksched.loop.scheduling.handoff import Handoff
 from ksched.loop.scheduling.queue import SchedulingQueue
 from ksched.loop.scheduling.shadow import Shadow
 from ksched.loop.scheduling.webhook import Webhook
-from ksched.loop.server import Check, HealthServer
+from ksched.loop.server import Check, Gate, HealthServer, TlsContext
+from ksched.loop.serving import SECURE, ClientCA, DelegatedAuth, ServingOptions, ServingTls
 from ksched.loop.telemetry import Telemetry
 from ksched.objects import Obj
 
@@ -100,6 +102,8 @@ class Running:
     webhook: Webhook | None = None
     shadow: Shadow | None = None
     rebalancer: Rebalancer | None = None
+    # The client CA the endpoint accepts client certificates by (None: insecure serving).
+    client_ca: ClientCA | None = None
     # Set once the first node table is built after the informers synced: ready to schedule.
     table_built: threading.Event = field(default_factory=threading.Event)
 
@@ -201,6 +205,8 @@ class Running:
         steps += [("metrics", self.scheduler.metrics.stop), ("lease", self.leadership.release)]
         steps += [(f"informer {name}", informer.stop) for name, informer in self.informers.items()]
         steps.append(("server", self.server.stop))
+        if self.client_ca is not None:
+            steps.append(("client CA", self.client_ca.stop))
         if self.webhook is not None:
             steps.append(("webhook", self.webhook.stop))
         for name, stop in steps:
@@ -212,7 +218,12 @@ class Running:
 
 
 def start(
-    config: Config, kubeconfig: str | None, address: str, identity: str | None = None, seed: int = 0
+    config: Config,
+    kubeconfig: str | None,
+    address: str,
+    identity: str | None = None,
+    seed: int = 0,
+    serving: ServingOptions = SECURE,
 ) -> Running:
     """Build every part, then start them in the start-up order (informers, metrics, HTTP
     endpoint, webhook, leader election); scheduling waits for :meth:`Running.serve`."""
@@ -265,7 +276,9 @@ def start(
     def shadow_report() -> object:
         return shadow.ledger.report() if shadow is not None else None
 
-    server = HealthServer(address, telemetry.registry, checks, {"/status": status, "/shadow": shadow_report})
+    tls, gate, client_ca = _serving(serving, kube)
+    documents = {"/status": status, "/shadow": shadow_report}
+    server = HealthServer(address, telemetry.registry, checks, documents, tls, gate)
     webhook = None
     if config.webhook.enabled and not shadowing:
 
@@ -289,9 +302,22 @@ def start(
         webhook,
         shadow,
         rebalancer,
+        client_ca,
     )
     _start_parts(running, metrics, telemetry)
     return running
+
+
+def _serving(serving: ServingOptions, kube: Kube) -> tuple[TlsContext | None, Gate | None, ClientCA | None]:
+    """The endpoint's TLS context, gate and client CA: none of them when serving insecurely."""
+    if serving.insecure:
+        log.warning(
+            "--insecure-serving: /metrics, /status and /shadow are served over plain HTTP to anyone "
+            "who can reach the port; for local development and tests only"
+        )
+        return None, None, None
+    client_ca = ClientCA(kube)
+    return ServingTls(serving.cert_file, serving.key_file, client_ca), DelegatedAuth(kube).gate, client_ca
 
 
 def _connect(config: Config, kubeconfig: str | None) -> Kube:
@@ -411,15 +437,24 @@ def _start_parts(running: Running, metrics: MetricStore, telemetry: Telemetry) -
     for informer in running.informers.values():
         informer.start()
     metrics.start()
+    if running.client_ca is not None:
+        running.client_ca.start()
     running.server.start()
     if running.webhook is not None:
         running.webhook.start()
     leadership.start()
 
 
-def run(config: Config, kubeconfig: str | None, address: str, identity: str | None = None) -> int:
-    running = start(config, kubeconfig, address, identity)
-    log.info("ksched %s serving on %s", running.leadership.identity, address)
+def run(
+    config: Config,
+    kubeconfig: str | None,
+    address: str,
+    identity: str | None = None,
+    serving: ServingOptions = SECURE,
+) -> int:
+    running = start(config, kubeconfig, address, identity, serving=serving)
+    scheme = "http" if serving.insecure else "https"
+    log.info("ksched %s serving on %s://%s", running.leadership.identity, scheme, address)
 
     def on_signal(signum: int, frame: object) -> None:
         log.info("received %s: shutting down", signal.Signals(signum).name)

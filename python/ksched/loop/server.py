@@ -1,10 +1,12 @@
-"""``/healthz``, ``/readyz``, ``/metrics`` and small JSON documents over plain HTTP.
+"""``/healthz``, ``/livez``, ``/readyz``, ``/metrics`` and small JSON documents over HTTP(S).
 
 ``/readyz`` answers 200 only when every check passes and lists each one as
 kube-apiserver does (``[+]informers ok`` / ``[-]leader failed: ...``);
 ``/metrics`` is the process's Prometheus registry. Each of ``documents``
 (``/status``, ``/shadow``) is served as JSON; a document that answers None
-is not available in this mode (404).
+is not available in this mode (404). Before a request is answered the server asks its
+``gate`` (when given) with the path, the headers and the client's verified certificate;
+who may read what is decided there (:mod:`ksched.loop.serving`), not here.
 
 :class:`BackgroundServer` (this server and the webhook) serves each connection on a thread of
 its own, at most MAX_CONNECTIONS at once, and never waits on a client for long: the TLS
@@ -16,20 +18,34 @@ thread each for seconds, not forever, and never stop the others from being answe
 
 from __future__ import annotations
 
+import datetime as dt
+import ipaddress
 import json
 import logging
 import socket
 import ssl
+import tempfile
 import threading
 from collections.abc import Callable
+from email.message import Message
 from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+from typing import Any
 
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 Check = tuple[str, bool, str]
 """(name, passed, detail)."""
 Document = Callable[[], object]
 """A JSON document served at a path (None: not available)."""
+Gate = Callable[[str, Message, dict[str, Any] | None], tuple[int, bytes] | None]
+"""Asked before a request is answered, with its path, its headers and the client's verified
+certificate (``SSLSocket.getpeercert()``; None without one): None to answer it, or the
+(status, plain-text body) to answer instead."""
 
 
 log = logging.getLogger(__name__)
@@ -45,6 +61,8 @@ READ_TIMEOUT_S = 10.0
 MAX_CONNECTIONS = 128
 # How long a new connection waits for one of them to end before it is closed unanswered.
 FULL_WAIT_S = 1.0
+# A generated certificate's life: a year, as long as any process runs without a restart.
+CERT_DAYS = 365
 
 
 def parse_address(address: str) -> tuple[str, int]:
@@ -53,6 +71,58 @@ def parse_address(address: str) -> tuple[str, int]:
     if not port.isdigit():
         raise ValueError(f"{address!r} is not host:port")
     return host or "0.0.0.0", int(port)
+
+
+def self_signed(
+    hosts: list[str], ca_name: str = "ksched-ca", days: int = CERT_DAYS
+) -> tuple[bytes, bytes, bytes]:
+    """A CA named ``ca_name``, and a serving certificate for ``hosts`` signed by it, both valid
+    ``days``: (ca_pem, cert_pem, key_pem)."""
+    now = dt.datetime.now(dt.UTC)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, ca_name)])
+    ca_cert = (
+        x509.CertificateBuilder()
+        .subject_name(ca)
+        .issuer_name(ca)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=days))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .sign(ca_key, hashes.SHA256())
+    )
+    key = ec.generate_private_key(ec.SECP256R1())
+    names: list[x509.GeneralName] = []
+    for h in hosts:
+        try:
+            names.append(x509.IPAddress(ipaddress.ip_address(h)))
+        except ValueError:
+            names.append(x509.DNSName(h))
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, hosts[0])]))
+        .issuer_name(ca)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=days))
+        .add_extension(x509.SubjectAlternativeName(names), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    pem = serialization.Encoding.PEM
+    key_pem = key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    return ca_cert.public_bytes(pem), cert.public_bytes(pem), key_pem
+
+
+def tls_context(cert_pem: bytes, key_pem: bytes) -> ssl.SSLContext:
+    """A server context serving a certificate and key held in memory."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    with tempfile.TemporaryDirectory() as d:
+        Path(d, "tls.crt").write_bytes(cert_pem)
+        Path(d, "tls.key").write_bytes(key_pem)
+        context.load_cert_chain(str(Path(d, "tls.crt")), str(Path(d, "tls.key")))
+    return context
 
 
 TlsContext = Callable[[], ssl.SSLContext]
@@ -172,12 +242,17 @@ class BackgroundServer:
 
 
 class HealthServer(BackgroundServer):
+    """The health, metrics and document endpoint; over TLS when ``tls`` is given, each request
+    past ``gate`` first when one is."""
+
     def __init__(
         self,
         address: str,
         registry: CollectorRegistry,
         checks: Callable[[], list[Check]],
         documents: dict[str, Document] | None = None,
+        tls: TlsContext | None = None,
+        gate: Gate | None = None,
     ) -> None:
         outer = self
         served = dict(documents or {})
@@ -185,7 +260,15 @@ class HealthServer(BackgroundServer):
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
                 path = self.path.split("?", 1)[0]
-                if path == "/healthz":
+                if gate is not None:
+                    peer = (
+                        self.connection.getpeercert() if isinstance(self.connection, ssl.SSLSocket) else None
+                    )
+                    refused = gate(path, self.headers, peer or None)
+                    if refused is not None:
+                        self._reply(refused[0], refused[1], "text/plain; charset=utf-8")
+                        return
+                if path in ("/healthz", "/livez"):
                     self._reply(200, b"ok", "text/plain")
                 elif path == "/readyz":
                     results = checks()
@@ -218,4 +301,4 @@ class HealthServer(BackgroundServer):
                 return
 
         self.registry = registry
-        super().__init__(address, Handler, "http")
+        super().__init__(address, Handler, "http", tls)

@@ -101,6 +101,7 @@ class Replica:
                     str(self.kubeconfig),
                     "--address",
                     f"127.0.0.1:{self.port}",
+                    "--insecure-serving",
                     "--identity",
                     self.identity,
                 ],

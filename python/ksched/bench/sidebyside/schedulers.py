@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from ksched.bench.pods import insecure_serving
 from ksched.bench.sidebyside.options import (
     KSCHED,
     KUBE_SCHEDULER,
@@ -69,6 +70,7 @@ class Scheduler:
             port = self.port = local.free_port()
             cmd = [*self.ksched_cmd, "run", "--config", str(config), "--kubeconfig", self.state.kubeconfig]
             cmd += ["--address", f"127.0.0.1:{port}", "--no-leader-elect"]
+            cmd += insecure_serving(tuple(self.ksched_cmd))
             with_metrics = workload == "metrics"
 
             def ready() -> bool:

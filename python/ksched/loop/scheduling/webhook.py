@@ -37,22 +37,19 @@ import ipaddress
 import json
 import logging
 import ssl
-import tempfile
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler
-from pathlib import Path
 from typing import Any
 
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
+from cryptography.hazmat.primitives import serialization
 
 from ksched.config import WebhookConfig
+from ksched.loop import server
 from ksched.loop.client import ApiUnavailableError, Kube
-from ksched.loop.server import BackgroundServer
+from ksched.loop.server import BackgroundServer, tls_context
 from ksched.objects import DEFAULT_SCHEDULER, Obj, meta, spec, uses_resource_claims
 
 log = logging.getLogger(__name__)
@@ -78,45 +75,14 @@ PUBLISH_RETRY_FIRST_S = 1.0
 PUBLISH_RETRY_MAX_S = 30.0
 # Marks pods the webhook routed, so operators can tell them from pods that asked for ksched.
 ROUTED_ANNOTATION = "ksched.io/routed-by"
+# The common name of the CA the webhook generates.
+WEBHOOK_CA = "ksched-webhook-ca"
 
 
 def self_signed(hosts: list[str]) -> tuple[bytes, bytes, bytes]:
-    """A CA, and a serving certificate for ``hosts`` signed by it: (ca_pem, cert_pem, key_pem)."""
-    now = dt.datetime.now(dt.UTC)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "ksched-webhook-ca")])
-    ca = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(days=CERT_DAYS))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .sign(ca_key, hashes.SHA256())
-    )
-    key = ec.generate_private_key(ec.SECP256R1())
-    names: list[x509.GeneralName] = []
-    for h in hosts:
-        try:
-            names.append(x509.IPAddress(ipaddress.ip_address(h)))
-        except ValueError:
-            names.append(x509.DNSName(h))
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, hosts[0])]))
-        .issuer_name(ca_name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(days=CERT_DAYS))
-        .add_extension(x509.SubjectAlternativeName(names), critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )
-    pem = serialization.Encoding.PEM
-    key_pem = key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    return ca.public_bytes(pem), cert.public_bytes(pem), key_pem
+    """The webhook's CA, and a serving certificate for ``hosts`` signed by it, valid CERT_DAYS:
+    (ca_pem, cert_pem, key_pem)."""
+    return server.self_signed(hosts, WEBHOOK_CA, CERT_DAYS)
 
 
 def shared_certificate(secret: Obj, hosts: list[str], now: dt.datetime) -> tuple[bytes, bytes, bytes] | str:
@@ -156,16 +122,6 @@ def shared_certificate(secret: Obj, hosts: list[str], now: dt.datetime) -> tuple
     if cert.not_valid_after_utc - now < dt.timedelta(days=RENEW_BEFORE_DAYS):
         return f"a certificate that expires {cert.not_valid_after_utc:%Y-%m-%d %H:%M} UTC"
     return ca_pem, cert_pem, key_pem
-
-
-def tls_context(cert_pem: bytes, key_pem: bytes) -> ssl.SSLContext:
-    """A server context serving a certificate and key held in memory."""
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    with tempfile.TemporaryDirectory() as d:
-        Path(d, "tls.crt").write_bytes(cert_pem)
-        Path(d, "tls.key").write_bytes(key_pem)
-        context.load_cert_chain(str(Path(d, "tls.crt")), str(Path(d, "tls.key")))
-    return context
 
 
 class BadReviewError(ValueError):
