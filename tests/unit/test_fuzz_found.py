@@ -181,3 +181,29 @@ def test_non_finite_prometheus_values_are_counted_as_rejected() -> None:
 
     assert (counted("not_finite"), counted("out_of_range")) == (2.0, 1.0)
     assert any("not finite" in d for d in store.degraded())
+
+
+def test_a_client_that_hangs_up_mid_request_prints_no_traceback(capfd: pytest.CaptureFixture[str]) -> None:
+    # Found by the connections kind: a client that sent half its headers and closed made the
+    # HTTP server answer into the closed socket, and socketserver printed the BrokenPipeError's
+    # traceback to stderr (ksched's log) for each one.
+    import socket
+    import time
+
+    from prometheus_client import CollectorRegistry
+
+    from ksched.loop.server import HealthServer
+
+    server = HealthServer("127.0.0.1:0", CollectorRegistry(), lambda: [])
+    server.start()
+    try:
+        for _ in range(20):
+            with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+                sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+        deadline = time.monotonic() + 5
+        while server.httpd.serving and time.monotonic() < deadline:
+            time.sleep(0.02)
+    finally:
+        server.stop()
+    assert server.httpd.serving == 0
+    assert "Traceback" not in capfd.readouterr().err
