@@ -199,12 +199,12 @@ def _quality_options(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--ksched-config",
-        help="ksched's load-aware configuration (default: examples/load-aware.yaml of the checkout)",
+        help="ksched's load-aware configuration (default: examples/load-aware.yaml, shipped with ksched)",
     )
     group.add_argument(
         "--rebalance-config",
         help="ksched-rebalance's configuration, whose rebalance lines and interval the descheduler gets too "
-        "(default: examples/rebalance.yaml of the checkout)",
+        "(default: examples/rebalance.yaml, shipped with ksched)",
     )
     group.add_argument(
         "--quality-config",

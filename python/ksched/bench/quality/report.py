@@ -7,6 +7,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 from ksched.bench.quality.figures import QualityFigures, QualityResults
 
@@ -90,8 +91,9 @@ def table(results: QualityResults) -> str:
     return "\n".join(lines)
 
 
-def write(results: QualityResults, out: Path) -> None:
-    """``results.json``, ``table.md`` and ``utilisation.png`` (p50/p95/max bands per scheduler) under ``out``."""
+def write(results: QualityResults, out: Path, plt: Any | None) -> None:
+    """``results.json``, ``table.md`` and, with ``plt`` (:func:`ksched.bench.charts.pyplot`;
+    None: no chart), ``utilisation.png`` (p50/p95/max bands per scheduler) under ``out``."""
     out.mkdir(parents=True, exist_ok=True)
     document = {
         "options": results.options,
@@ -101,11 +103,12 @@ def write(results: QualityResults, out: Path) -> None:
     }
     (out / "results.json").write_text(json.dumps(document, indent=1))
     (out / "table.md").write_text(table(results) + "\n")
-    import matplotlib
+    if plt is not None:
+        _chart(results, plt, out / "utilisation.png")
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
+def _chart(results: QualityResults, plt: Any, path: Path) -> None:
+    """Each scenario's utilisation over time, a panel per scheduler."""
     scenarios = sorted({f.scenario for f in results.figures})
     schedulers = sorted({f.scheduler for f in results.figures})
     if not scenarios:
@@ -131,5 +134,5 @@ def write(results: QualityResults, out: Path) -> None:
     axes[0][0].set_ylabel("node CPU utilisation")
     axes[0][0].legend(fontsize=7, loc="upper left")
     fig.tight_layout()
-    fig.savefig(out / "utilisation.png", dpi=90)
+    fig.savefig(path, dpi=90)
     plt.close(fig)

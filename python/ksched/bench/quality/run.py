@@ -24,6 +24,7 @@ from pathlib import Path
 
 import yaml
 
+from ksched.bench.charts import pyplot
 from ksched.bench.invariants import lost, overcommitted
 from ksched.bench.pods import CREATE_WORKERS, KSCHED_COMMAND, clear_pods, start_ksched_run
 from ksched.bench.quality.figures import DEFAULT_THRESHOLD, QualityFigures, QualityResults, judge, unjudged
@@ -55,6 +56,7 @@ from ksched.cluster import local
 from ksched.cluster.load import LoadSimulation
 from ksched.cluster.processes import terminate
 from ksched.config import load_config
+from ksched.config.examples import example_path
 from ksched.errors import KschedError
 from ksched.loop.client import Kube, load_configuration
 from ksched.objects import Obj
@@ -65,10 +67,10 @@ SCHEDULERS = (KUBE_SCHEDULER, KSCHED, KSCHED_NO_METRICS)
 # Setups that move pods as well as place them; they run on pools only.
 REBALANCE_SETUPS = (KUBE_SCHEDULER_DESCHEDULER, KSCHED, KSCHED_REBALANCE)
 SETUPS = (*SCHEDULERS, KUBE_SCHEDULER_DESCHEDULER, KSCHED_REBALANCE)
-# The shipped load-aware configuration, in a checkout (a wheel has no examples/: pass --ksched-config).
-EXAMPLE_CONFIG = Path(__file__).resolve().parents[4] / "examples" / "load-aware.yaml"
-# The same with the rebalancer on (pass --rebalance-config where there is no checkout).
-EXAMPLE_REBALANCE_CONFIG = EXAMPLE_CONFIG.with_name("rebalance.yaml")
+# The shipped load-aware configuration, from the installed package.
+EXAMPLE_CONFIG = example_path("load-aware.yaml")
+# The same with the rebalancer on.
+EXAMPLE_REBALANCE_CONFIG = example_path("rebalance.yaml")
 PODS_PER_NODE = 6
 # metrics-server's resolution in a quality run: no scheduler there reads it, and a minute keeps
 # its scrapes of KWOK (which serves every node's metrics from one process) rare.
@@ -245,6 +247,8 @@ def run_quality(opts: QualityOptions, log: Callable[[str], None]) -> QualityResu
     moving = set(opts.schedulers) & {KUBE_SCHEDULER_DESCHEDULER, KSCHED_REBALANCE}
     if moving and not opts.pools:
         raise KschedError(f"{', '.join(sorted(moving))} run on pools only: add --pools")
+    # Before the run: a missing matplotlib is said now, and only the chart is skipped.
+    plot = pyplot() if opts.out is not None else None
     results = QualityResults({k: str(v) for k, v in vars(opts).items()})
     controlled = bool(set(opts.scenarios) & set(CONTROLLED))
     workdir = Path(tempfile.mkdtemp(prefix="ksched-quality-"))
@@ -276,5 +280,5 @@ def run_quality(opts: QualityOptions, log: Callable[[str], None]) -> QualityResu
     if opts.out is not None:
         from ksched.bench.quality.report import write
 
-        write(results, opts.out)
+        write(results, opts.out, plot)
     return results

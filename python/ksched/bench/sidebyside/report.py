@@ -12,7 +12,6 @@ from typing import Any
 
 from ksched.bench.sidebyside.options import KSCHED, NULL, WORKLOAD_TITLES, Options, Phase
 from ksched.bench.sidebyside.phase import percentile
-from ksched.errors import KschedError
 from ksched.objects import Obj
 
 
@@ -171,19 +170,6 @@ def checkout() -> str | None:
     except OSError:
         return None
     return proc.stdout.strip() or None
-
-
-def pyplot() -> Any:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise KschedError(
-            "ksched bench --cluster draws its chart with matplotlib: pip install 'ksched[bench]'"
-        ) from None
-    return plt
 
 
 def chart(plt: Any, phases: list[Phase], opts: Options, path: Path) -> None:

@@ -14,6 +14,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from ksched.bench.charts import pyplot
 from ksched.bench.pods import CREATE_WORKERS, KSCHED_COMMAND, parse_kscheds, process_usage
 from ksched.bench.sidebyside import fill as filling
 from ksched.bench.sidebyside.existing import ExistingRun, headroom
@@ -34,13 +35,16 @@ from ksched.bench.sidebyside.options import (
     Phase,
 )
 from ksched.bench.sidebyside.phase import run_phase
-from ksched.bench.sidebyside.report import chart, checkout, phase_line, pyplot, render_summary, render_table
+from ksched.bench.sidebyside.report import chart, checkout, phase_line, render_summary, render_table
 from ksched.bench.sidebyside.schedulers import Scheduler
 from ksched.bench.sidebyside.workloads import exporter
 from ksched.cluster import local
 from ksched.cluster.build import Pins, ensure_built
 from ksched.errors import KschedError
 from ksched.loop.client import Kube, load_configuration
+
+# The chart of bound pods over time, under --out (where matplotlib is installed).
+CHART = "bound-over-time.png"
 
 
 def _machine() -> str:
@@ -72,9 +76,9 @@ def node_lease_seconds(kube: Kube, within_s: float = 60.0) -> int | None:
         time.sleep(1.0)
 
 
-def side_by_side(opts: Options) -> dict[str, Any]:
-    """Run every scheduler on every workload; returns the JSON document (also written under ``opts.out``)."""
-    plot = pyplot()  # fail before the long run when matplotlib is missing
+def side_by_side(opts: Options, plot: Any | None) -> dict[str, Any]:
+    """Run every scheduler on every workload; returns the JSON document (also written under
+    ``opts.out``, with the chart where ``plot`` is :func:`ksched.bench.charts.pyplot`'s)."""
     opts.out.mkdir(parents=True, exist_ok=True)
     workdir = opts.out / "logs"
     workdir.mkdir(exist_ok=True)
@@ -133,7 +137,8 @@ def side_by_side(opts: Options) -> dict[str, Any]:
     }
     (opts.out / "results.json").write_text(json.dumps(doc, indent=2))
     (opts.out / "table.md").write_text(render_table(doc) + "\n\n" + render_summary(doc) + "\n")
-    chart(plot, phases, opts, opts.out / "bound-over-time.png")
+    if plot is not None:
+        chart(plot, phases, opts, opts.out / CHART)
     return doc
 
 
@@ -177,16 +182,17 @@ def main(
         node_lease_s=node_lease_s,
         cpu_hog=cpu_hog,
     )
-    doc = side_by_side(opts)
+    # Before the run: a missing matplotlib is said now, and only the chart is skipped.
+    plot = pyplot()
+    doc = side_by_side(opts, plot)
     if as_json:
         print(json.dumps(doc, indent=2))
     else:
         print(render_table(doc))
         print()
         print(render_summary(doc))
-        print(
-            f"\nwrote {opts.out / 'results.json'}, {opts.out / 'table.md'}, {opts.out / 'bound-over-time.png'}"
-        )
+        written = ["results.json", "table.md", *([CHART] if plot is not None else [])]
+        print("\nwrote " + ", ".join(str(opts.out / name) for name in written))
     bad = [p for p in doc["phases"] if p["error"] or p["bound"] < p["pods"]]
     return 1 if bad else 0
 
