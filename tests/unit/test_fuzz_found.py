@@ -207,3 +207,43 @@ def test_a_client_that_hangs_up_mid_request_prints_no_traceback(capfd: pytest.Ca
         server.stop()
     assert server.httpd.serving == 0
     assert "Traceback" not in capfd.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("plugin", "args"),
+    [
+        (
+            "NodeResourcesFit",
+            {
+                "scoringStrategy": {
+                    "type": "MostAllocated",
+                    "resources": [{"name": "example.com/gpu", "weight": 1}],
+                }
+            },
+        ),
+        ("NodeResourcesBalancedAllocation", {"resources": [{"name": "example.com/gpu", "weight": 1}]}),
+    ],
+)
+def test_a_scored_resource_no_node_has_is_no_traceback(
+    plugin: str, args: Obj, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Found by the configs kind (seed 3, case 102): a scored resource that no node or pod of
+    # the cluster names got a column past the node table's, and the engine raised
+    # EngineInputError ("fit resource column: index 3 out of range"). Upstream's scorers skip
+    # a resource whose allocatable is 0, as this one is on every node.
+    config = tmp_path / "config.json"
+    config.write_text(
+        json.dumps(
+            {
+                "apiVersion": "ksched.io/v1alpha1",
+                "kind": "KschedConfiguration",
+                "profiles": [{"schedulerName": "ksched", "pluginConfig": [{"name": plugin, "args": args}]}],
+            }
+        )
+    )
+    p = pod("p")
+    p["spec"]["schedulerName"] = "ksched"
+    cluster = tmp_path / "cluster.json"
+    cluster.write_text(json.dumps({"kind": "List", "items": [node("a"), p]}))
+    assert main(["simulate", str(cluster), "--config", str(config), "-o", "json"]) == 0
+    assert [x["node"] for x in json.loads(capsys.readouterr().out)["placements"]] == ["a"]

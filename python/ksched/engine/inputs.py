@@ -301,13 +301,15 @@ def engine_profile(p: ProfileConfig, snapshot: Snapshot) -> Profile:
         "ignore_preferred_terms_of_existing_pods": p.ignore_preferred_terms_of_existing_pods,
         "fit_strategy": cast(Strategy, p.fit_strategy),
         "shape": list(p.shape),
-        "fit_resources": [(res(name), w) for name, w in p.fit_resources],
+        # A resource that no node or pod of the snapshot names has no column: allocatable 0
+        # everywhere, which upstream's scorers skip (``if allocatable == 0 { continue }``).
+        "fit_resources": [(c, w) for name, w in p.fit_resources if (c := res.get(name)) is not None],
         "fit_ignored": [
             c
             for c, name in enumerate(res.names)
             if is_extended_resource(name) and (name in ignored or name.partition("/")[0] in groups)
         ],
-        "balanced_resources": [res(name) for name in p.balanced_resources],
+        "balanced_resources": [c for name in p.balanced_resources if (c := res.get(name)) is not None],
         "preemption": p.preemption,
         "max_pods_per_node": p.max_pods_per_node,
     }
