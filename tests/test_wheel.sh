@@ -15,5 +15,7 @@ python3 -m venv "$work/runtime"
 "$work/runtime/bin/pip" check
 "$work/runtime/bin/ksched" run --help | head -1
 "$work/runtime/bin/python" -c "import ksched._core, ksched.loop.run; print('wheel ok:', ksched.__version__)"
+# The example configurations ship inside the package: bench --quality's default is found there.
+"$work/runtime/bin/python" -c "from ksched.bench.quality.run import EXAMPLE_CONFIG as p; from ksched.config import load_config; load_config(p); assert 'site-packages' in p.parts, p; print('examples ok:', p.name)"
 hadolint --failure-threshold warning deploy/Dockerfile
 echo "Dockerfile lint ok"
