@@ -99,7 +99,7 @@ def _bench(args: argparse.Namespace, cli: Callable[[list[str]], int]) -> int:
     if args.fuzz:
         from ksched.bench.fuzz.run import run_fuzz
 
-        report = run_fuzz(args.specs, args.seed, args.live, cli=cli)
+        report = run_fuzz(args.specs, args.seed, args.live, cli=cli, kinds=args.fuzz_kinds)
         print(json.dumps(report.as_json(), indent=2) if args.json else report.render())
         return EXIT_UNPLACED if report.defect_count else EXIT_OK
     if args.nodes is None:

@@ -1,26 +1,31 @@
-"""``ksched bench --fuzz``: tens of thousands of odd pod specs at the API server, the loop,
-``simulate`` and the webhook.
+"""``ksched bench --fuzz``: odd input of five kinds (``--fuzz-kinds``, default all, sharing
+``--specs``), each seeded and counted by kind in the report.
 
-Specs are mutated, from a seed, from a few valid pods: odd quantities, huge and negative
-numbers, unknown operators and effects, invalid labels, empty and duplicate names, large
-and deep affinity trees, unicode, oversized lists, missing fields, wrong types. Each spec is
-
-* created through the local control plane's API server, in a namespace whose pods go
-  through ksched's webhook (``failurePolicy: Fail``, so a webhook error shows up as a
-  refused pod), with ``ksched run`` scheduling on KWOK nodes; each accepted pod must end
-  bound, or pending with a ``FailedScheduling`` event, or be another scheduler's, gated,
-  or a preemption victim; ksched must stay alive and healthy and log no traceback;
-* fed alone to ``ksched simulate`` in process (the CLI's own ``main``), and the accepted
-  pods, as the API server returned them, in batches: the exit code must be 0, 1 or 2,
-  exit 2 with one ``error:`` line, never an exception, and every unplaced pod a message.
-
-Then malformed AdmissionReview requests are sent straight to the webhook (bad and truncated
-JSON, wrong kinds, missing fields, non-object pods, huge bodies, wrong content types and
-methods): each must be answered, never with a 5xx, and the webhook must keep answering.
+* ``pods``: specs mutated from a few valid pods (odd quantities, huge and negative numbers,
+  unknown operators and effects, invalid labels, empty and duplicate names, large and deep
+  affinity trees, unicode, oversized lists, missing fields, wrong types), created through the
+  local control plane's API server in a namespace whose pods go through ksched's webhook
+  (``failurePolicy: Fail``) with ``ksched run`` scheduling on KWOK nodes: each accepted pod
+  must end bound, pending with a ``FailedScheduling`` event, another scheduler's, gated or a
+  preemption victim; ksched must stay healthy and log no traceback. Each spec, and the
+  accepted pods in batches, also go through ``ksched simulate`` in process (the CLI's own
+  ``main``): exit 0, 1 or 2, one ``error:`` line for 2, never an exception, every unplaced pod
+  a message. Malformed AdmissionReviews go straight to the webhook: each answered, never 5xx.
+* ``nodes`` (:mod:`~.nodes`): odd Node objects among good ones through ``simulate`` (no fewer
+  pods placed than without the odd node), and a batch of them created as KWOK nodes while
+  ksched runs (it stays healthy and binds pods only where they fit).
+* ``metrics`` (:mod:`~.metrics`): crafted Prometheus answers from a server in this process,
+  read by PrometheusSource and the MetricStore and scheduled with; odd ``--metrics`` files.
+* ``configs`` (:mod:`~.configs`): mutated configuration files through ``simulate --config``
+  and ``load_config``; an accepted one must build what ``ksched run`` builds from it.
+* ``connections`` (:mod:`~.floods`, with the tools of :mod:`~.connections`): idle, slow,
+  mid-handshake and half-sent clients, and floods past MAX_CONNECTIONS, at the HTTP server and
+  the webhook; a well-formed request must be answered in 1 s meanwhile (p99 reported), and
+  ``serving`` must return to 0 after.
 
 Every failed check is a defect; the command prints the counts and exits 1 if there is any.
 
-Modules: :mod:`~.specs` (the valid pods), :mod:`~.mutations` (how they are made odd),
-:mod:`~.live`, :mod:`~.simulate` and :mod:`~.webhook` (the three phases), :mod:`~.report`
+Modules: :mod:`~.specs` and :mod:`~.mutations` (the pods), :mod:`~.live`, :mod:`~.simulate`
+and :mod:`~.webhook` (the pods' phases), the other kinds' modules above, :mod:`~.report`
 (what was found) and :mod:`~.run` (:func:`~.run.run_fuzz`, the entry).
 """

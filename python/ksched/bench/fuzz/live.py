@@ -10,6 +10,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from ksched.bench.fuzz.nodes import nodes_live
 from ksched.bench.fuzz.report import (
     CREATE_WORKERS,
     MWC_NAME,
@@ -245,9 +247,16 @@ def _settle(kube: Kube, report: FuzzReport, accepted: list[tuple[Spec, Obj]], k:
             report.routed_by_webhook += 1
 
 
-def live_phase(report: FuzzReport, state: local.ClusterState, specs: list[Spec], workdir: Path) -> list[Obj]:
-    """Create the specs through the API server with ksched and its webhook running; returns
-    the accepted pods as the API server returned them."""
+def live_phase(
+    report: FuzzReport,
+    state: local.ClusterState,
+    specs: list[Spec],
+    workdir: Path,
+    odd_nodes: Sequence[tuple[Obj, list[str]]] = (),
+) -> list[Obj]:
+    """Create the specs through the API server with ksched and its webhook running, then the
+    odd nodes (the nodes kind, :func:`~.nodes.nodes_live`); returns the accepted pods as the
+    API server returned them."""
     kube = Kube(load_configuration(state.kubeconfig, CREATE_WORKERS + 4), qps=5000, burst=5000)
     r = kube.request(
         "POST",
@@ -282,7 +291,10 @@ def live_phase(report: FuzzReport, state: local.ClusterState, specs: list[Spec],
                 report.defect("loop", None, f"ksched stopped answering /healthz after spec {start + ROUND}")
                 break
             _delete_all(kube)
-        webhook_phase(report, k.webhook_port, k.healthy)
+        if odd_nodes:
+            nodes_live(kube, report, list(odd_nodes), k.healthy)
+        if specs:
+            webhook_phase(report, k.webhook_port, k.healthy)
         report.ksched_alive = report.ksched_alive and k.healthy()
         if not report.ksched_alive:
             report.defect("loop", None, "ksched is not alive and healthy at the end")

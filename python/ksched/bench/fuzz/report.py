@@ -22,6 +22,8 @@ SETTLE_TIMEOUT_S = 120.0
 SIM_BATCH = 250
 # Defects listed in full (the counts are always complete).
 DEFECTS_KEPT = 200
+# What a run fuzzes (``--fuzz-kinds``), in the order they run.
+KINDS = ("pods", "nodes", "metrics", "configs", "connections")
 # The command line's entry: arguments in, exit code out.
 Cli = Callable[[list[str]], int]
 
@@ -65,9 +67,24 @@ class FuzzReport:
     defects: list[Defect] = field(default_factory=list)
     defect_count: int = 0
     seconds: float = 0.0
+    # The kinds run, the cases of each, what became of them and the defects each found.
+    kinds: tuple[str, ...] = KINDS
+    cases: collections.Counter[str] = field(default_factory=collections.Counter)
+    results: dict[str, collections.Counter[str]] = field(
+        default_factory=lambda: collections.defaultdict(collections.Counter)
+    )
+    kind_defects: collections.Counter[str] = field(default_factory=collections.Counter)
+    # Per attack, the p99 seconds of well-formed requests while it was held.
+    p99_s: dict[str, float] = field(default_factory=dict)
 
-    def defect(self, where: str, spec: int | None, detail: str) -> None:
+    def count(self, kind: str, result: str) -> None:
+        """One case of ``kind`` ended as ``result``."""
+        self.cases[kind] += 1
+        self.results[kind][result] += 1
+
+    def defect(self, where: str, spec: int | None, detail: str, kind: str = "pods") -> None:
         self.defect_count += 1
+        self.kind_defects[kind] += 1
         if len(self.defects) < DEFECTS_KEPT:
             self.defects.append(Defect(where, spec, detail[:600]))
 
@@ -94,6 +111,15 @@ class FuzzReport:
                 "statuses": {str(k): v for k, v in sorted(self.webhook_status.items())},
             },
             "ksched": {"alive": self.ksched_alive, "tracebacks": self.ksched_tracebacks},
+            "kinds": {
+                k: {
+                    "cases": self.cases[k],
+                    "results": dict(sorted(self.results[k].items())),
+                    "defects": self.kind_defects[k],
+                }
+                for k in self.kinds
+            },
+            "wellFormedP99Seconds": {k: round(v, 4) for k, v in self.p99_s.items()},
             "defects": self.defect_count,
             "defectList": [d.as_json() for d in self.defects],
             "seconds": round(self.seconds, 1),
@@ -115,8 +141,18 @@ class FuzzReport:
             + (", ".join(f"{k}: {v}" for k, v in sim["batchExitCodes"].items()) or "none"),
             f"  webhook         {hook['requests']} malformed requests, statuses "
             + ", ".join(f"{k}: {v}" for k, v in hook["statuses"].items()),
-            f"  defects         {self.defect_count}",
         ]
+        for k in self.kinds:
+            if k == "pods":
+                continue
+            results = ", ".join(f"{r} {n}" for r, n in sorted(self.results[k].items())) or "none"
+            lines.append(f"  {k:<15} {self.cases[k]} cases: {results}; defects {self.kind_defects[k]}")
+        if self.p99_s:
+            lines.append(
+                "  well-formed p99 "
+                + ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in sorted(self.p99_s.items()))
+            )
+        lines.append(f"  defects         {self.defect_count}")
         for d in self.defects[:20]:
             spec = "" if d.spec is None else f" (spec {d.spec})"
             lines.append(f"    {d.where}{spec}: {d.detail}")

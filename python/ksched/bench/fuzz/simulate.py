@@ -24,12 +24,15 @@ def _simulate_nodes() -> list[Obj]:
     return nodes
 
 
-def _call_simulate(cli: Cli, path: Path) -> tuple[int | None, str, str, str | None]:
-    """``ksched simulate PATH -o json`` in process: (exit code, stdout, stderr, escaped exception)."""
+def call_simulate(
+    cli: Cli, path: Path, args: list[str] | None = None
+) -> tuple[int | None, str, str, str | None]:
+    """``ksched simulate PATH -o json [ARGS]`` in process: (exit code, stdout, stderr, escaped
+    exception)."""
     out, err = io.StringIO(), io.StringIO()
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            code = cli(["simulate", str(path), "-o", "json"])
+            code = cli(["simulate", str(path), "-o", "json", *(args or [])])
     except BaseException as exc:  # a traceback is what the fuzzer looks for
         if isinstance(exc, KeyboardInterrupt):
             raise
@@ -43,36 +46,44 @@ def _call_simulate(cli: Cli, path: Path) -> tuple[int | None, str, str, str | No
     return code, out.getvalue(), err.getvalue(), None
 
 
-def _check_simulate(
+def check_simulate(
     report: FuzzReport,
     where: str,
     spec: int | None,
     result: tuple[int | None, str, str, str | None],
     pods: int,
+    kind: str = "pods",
 ) -> int | None:
+    """Whether ``simulate`` answered sanely (exit 0, 1 or 2; one ``error:`` line for 2; JSON
+    placements, each placed or with a message, for 0 and 1): a defect of ``kind`` if not.
+    Returns the exit code, None for an exception."""
+
+    def defect(spec: int | None, detail: str) -> None:
+        report.defect(where, spec, detail, kind=kind)
+
     code, out, err, escaped = result
     if escaped is not None:
-        report.defect(where, spec, f"traceback: {escaped}")
+        defect(spec, f"traceback: {escaped}")
         return None
     if code == 2:
         lines = err.strip().splitlines()
         if len(lines) != 1 or not lines[0].startswith("error: "):
-            report.defect(where, spec, f"exit 2 without a one-line message: {err[:300]!r}")
+            defect(spec, f"exit 2 without a one-line message: {err[:300]!r}")
     elif code in (0, 1):
         try:
             placements = json.loads(out)["placements"]
         except (ValueError, KeyError, TypeError):
-            report.defect(where, spec, f"exit {code} without JSON placements: {out[:200]!r}")
+            defect(spec, f"exit {code} without JSON placements: {out[:200]!r}")
             return code
         if len(placements) > pods:
-            report.defect(where, spec, f"{len(placements)} placements for {pods} pods")
+            defect(spec, f"{len(placements)} placements for {pods} pods")
         for p in placements:
             if not p.get("node") and not p.get("message"):
-                report.defect(where, spec, f"pod {p.get('pod')} not placed and no message")
+                defect(spec, f"pod {p.get('pod')} not placed and no message")
         if code == 1 and all(p.get("node") for p in placements):
-            report.defect(where, spec, "exit 1 with every pod placed")
+            defect(spec, "exit 1 with every pod placed")
     else:
-        report.defect(where, spec, f"exit code {code}")
+        defect(spec, f"exit code {code}")
     return code
 
 
@@ -101,13 +112,13 @@ def simulate_phase(
         except (ValueError, TypeError, RecursionError, yaml.YAMLError):
             _write_cluster(path, [*nodes, namespace, s.pod], as_yaml=False)
         report.simulate_calls += 1
-        code = _check_simulate(report, "simulate", s.index, _call_simulate(cli, path), 1)
+        code = check_simulate(report, "simulate", s.index, call_simulate(cli, path), 1)
         report.simulate_exit[-1 if code is None else code] += 1
     for start in range(0, len(accepted), SIM_BATCH):
         batch = [_as_pending(p) for p in accepted[start : start + SIM_BATCH]]
         _write_cluster(path, [*nodes, namespace, *batch], as_yaml=(start // SIM_BATCH) % 2 == 1)
         report.simulate_batches += 1
-        code = _check_simulate(report, "simulate batch", None, _call_simulate(cli, path), len(batch))
+        code = check_simulate(report, "simulate batch", None, call_simulate(cli, path), len(batch))
         report.simulate_batch_exit[-1 if code is None else code] += 1
 
 
