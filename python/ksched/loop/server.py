@@ -200,9 +200,10 @@ class _BoundedHTTPServer(HTTPServer):
                     return
             connection.settimeout(self.read_timeout)
             self.finish_request(connection, client_address)
-        except (BrokenPipeError, ConnectionResetError) as err:
+        except (BrokenPipeError, ConnectionResetError, ssl.SSLEOFError) as err:
             # The client hung up before its answer was written (a half-sent request ends at
-            # its EOF): nothing went wrong here, so no traceback on stderr.
+            # its EOF; over TLS, without a close_notify): nothing went wrong here, so no
+            # traceback on stderr.
             log.debug("%s: %s hung up before its answer: %s", self.name, client_address, err)
         except Exception:
             self.handle_error(connection, client_address)
