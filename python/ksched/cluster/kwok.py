@@ -27,15 +27,31 @@ INSTANCE_TYPES = (
     ("c5.2xlarge", "8", "16Gi"),
     ("r5.xlarge", "4", "32Gi"),
 )
+# Shapes from 2 to 16 cores and 2 to 8 GiB a core (compute-, general- and memory-optimised),
+# for a cluster whose nodes differ as much as a real fleet's (``ksched bench --quality``'s
+# diverse-deployments): a pod's request is a large share of a small node and a small one of a
+# large node.
+MIXED_INSTANCE_TYPES = (
+    ("c5.large", "2", "4Gi"),
+    ("m5.large", "2", "8Gi"),
+    ("r5.large", "2", "16Gi"),
+    ("m5.xlarge", "4", "16Gi"),
+    ("c5.2xlarge", "8", "16Gi"),
+    ("r5.2xlarge", "8", "64Gi"),
+    ("c5.4xlarge", "16", "32Gi"),
+    ("m5.4xlarge", "16", "64Gi"),
+)
+# (instance type, cpu, memory) of each node in turn.
+Shapes = tuple[tuple[str, str, str], ...]
 REGION = "local-1"
 
 
-def fake_nodes(count: int, zones: int, first: int = 0) -> dict[str, Any]:
+def fake_nodes(count: int, zones: int, first: int = 0, shapes: Shapes = INSTANCE_TYPES) -> dict[str, Any]:
     """Node objects KWOK manages: realistic allocatable and well-known labels
-    (named ``kwok-node-NNNNN`` from ``first``)."""
+    (named ``kwok-node-NNNNN`` from ``first``), cycling through ``shapes``."""
     items = []
     for i in range(first, first + count):
-        itype, cpu, mem = INSTANCE_TYPES[i % len(INSTANCE_TYPES)]
+        itype, cpu, mem = shapes[i % len(shapes)]
         name = f"kwok-node-{i:05d}"
         items.append(
             {
@@ -67,8 +83,16 @@ def fake_nodes(count: int, zones: int, first: int = 0) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "List", "items": items}
 
 
-def start_nodes(launcher: Launcher, nodes: int, zones: int, node_lease_s: int, simulate_load: bool) -> None:
-    """Start KWOK, create ``nodes`` fake nodes over ``zones`` zones and wait until they are Ready.
+def start_nodes(
+    launcher: Launcher,
+    nodes: int,
+    zones: int,
+    node_lease_s: int,
+    simulate_load: bool,
+    shapes: Shapes = INSTANCE_TYPES,
+) -> None:
+    """Start KWOK, create ``nodes`` fake nodes of ``shapes`` over ``zones`` zones and wait
+    until they are Ready.
 
     With ``simulate_load`` KWOK also evaluates the pods' usage profiles and serves every
     node's resource metrics on loopback, at the address the nodes advertise (``ports["kwok"]``)."""
@@ -106,7 +130,7 @@ def start_nodes(launcher: Launcher, nodes: int, zones: int, node_lease_s: int, s
             "-",
             "-o",
             "name",
-            input_=json.dumps(fake_nodes(nodes, zones)).encode(),
+            input_=json.dumps(fake_nodes(nodes, zones, shapes=shapes)).encode(),
         )
         if created.returncode != 0:
             raise ClusterError(f"creating {nodes} fake nodes failed: {created.stderr.decode()[-2000:]}")

@@ -39,7 +39,15 @@ from ksched.cluster.controlplane import (
     write_credentials,
     write_kubeconfig,
 )
-from ksched.cluster.kwok import FAKE_NODE_ANNOTATION, NODE_LEASE_S, REGION, fake_nodes, start_nodes
+from ksched.cluster.kwok import (
+    FAKE_NODE_ANNOTATION,
+    INSTANCE_TYPES,
+    NODE_LEASE_S,
+    REGION,
+    Shapes,
+    fake_nodes,
+    start_nodes,
+)
 from ksched.cluster.processes import (
     READY_TIMEOUT_S,
     ClusterError,
@@ -94,6 +102,7 @@ def up(
     node_lease_s: int = NODE_LEASE_S,
     load_simulation: load.LoadSimulation | None = None,
     real_nodes: int = 0,
+    shapes: Shapes = INSTANCE_TYPES,
 ) -> ClusterState:
     """Build what is missing, start the control plane and wait until every node is Ready.
 
@@ -107,7 +116,8 @@ def up(
     every node's utilisation and metrics-server serves ``metrics.k8s.io``
     (:mod:`~ksched.cluster.load`). Prometheus runs when ``prometheus_targets`` is given (an
     empty string: no targets of the caller's) or with the load simulation; it also scrapes the
-    real nodes' kubelets (job ``kubelet``).
+    real nodes' kubelets (job ``kubelet``). The KWOK nodes take ``shapes`` (instance type,
+    cpu, memory) in turn.
     With ``real_nodes`` that many real kubelets join beside the KWOK nodes
     (:mod:`~ksched.cluster.realnode`): the API server then listens on the first node's bridge,
     admits pods with their ServiceAccount, and kube-controller-manager runs the controllers
@@ -164,6 +174,7 @@ def up(
             node_lease_s,
             load_simulation,
             reals,
+            shapes,
         )
     except BaseException:
         down()
@@ -188,6 +199,7 @@ def _start(
     node_lease_s: int,
     simulation: load.LoadSimulation | None,
     reals: list[realnode.RealNode],
+    shapes: Shapes = INSTANCE_TYPES,
 ) -> None:
     """Start each component in order, each waited for until it answers."""
     sa_key = write_credentials(launcher)
@@ -196,7 +208,7 @@ def _start(
     start_apiserver(launcher, sa_key, audit_policy, certs, with_real_nodes=bool(reals))
     write_kubeconfig(launcher)
     install_podgroup_crd(launcher)
-    start_nodes(launcher, nodes, zones, node_lease_s, simulate_load=simulation is not None)
+    start_nodes(launcher, nodes, zones, node_lease_s, simulate_load=simulation is not None, shapes=shapes)
     if with_scheduler:
         start_kube_scheduler(launcher, scheduler_qps, percentage)
     if with_controllers or reals:

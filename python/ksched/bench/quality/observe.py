@@ -180,9 +180,12 @@ def bind_time(pod: Obj) -> float | None:
 
 
 def create_scenario(kube: Kube, s: Scenario, lag_s: float) -> Arrivals:
-    """Create the scenario's pods at its rate; its burst, if any, all at once ``lag_s`` after
-    the others (the time the metric needs to show them); then, for a scenario whose pods a
-    controller owns, the controllers that adopt them."""
+    """Create the scenario's pods at its rate, or workload by workload at their times; its
+    burst, if any, all at once ``lag_s`` after the others (the time the metric needs to show
+    them); for a scenario whose pods a controller owns, the controllers that adopt them; then
+    its herd, if any: ``lag_s`` later its workload's ReplicaSet scaled at once."""
+    if s.arrivals is not None:
+        return _create_over_minutes(kube, s)
     steady = s.pods if s.burst_from is None else s.pods[: s.burst_from]
     began = time.time()
     arrivals = Arrivals(create(kube, steady, s.rate), [(began, [p["metadata"]["name"] for p in steady])])
@@ -199,7 +202,78 @@ def create_scenario(kube: Kube, s: Scenario, lag_s: float) -> Arrivals:
         time.sleep(ADOPTION_DELAY_S)
         for obj in controllers(s.pods):
             _create(kube, obj)
+    if s.scale_up is not None:
+        time.sleep(lag_s)
+        _scale_up(kube, s, arrivals)
     return arrivals
+
+
+def _create_over_minutes(kube: Kube, s: Scenario) -> Arrivals:
+    """Each workload's pods at once at its time, and its controllers :data:`ADOPTION_DELAY_S`
+    after them (while later workloads are still to come)."""
+    assert s.arrivals is not None
+    owners: dict[str, list[Obj]] = {}
+    for obj in controllers(s.pods) if s.controlled else []:
+        owners.setdefault(obj["metadata"]["name"], []).append(obj)
+    arrivals = Arrivals({}, [])
+    due: list[tuple[float, list[Obj]]] = []
+    begin = time.time()
+    for a in s.arrivals:
+        group = s.pods[a.first : a.first + a.count]
+        _create_due(kube, due, until=begin + a.at_s)
+        began = time.time()
+        arrivals.created |= create(kube, group, None)
+        arrivals.starts.append((began, [p["metadata"]["name"] for p in group]))
+        due.append((time.time() + ADOPTION_DELAY_S, owners.get(group[0]["metadata"]["labels"]["app"], [])))
+    arrivals.ended = time.time()
+    _create_due(kube, due, until=None)
+    return arrivals
+
+
+def _create_due(kube: Kube, due: list[tuple[float, list[Obj]]], until: float | None) -> None:
+    """Create the controllers that are due, in order, sleeping until each is, up to ``until``
+    (None: all of them); those due later stay in ``due``."""
+    while due and (until is None or due[0][0] <= until):
+        at, objs = due.pop(0)
+        if at > time.time():
+            time.sleep(at - time.time())
+        for obj in objs:
+            _create(kube, obj)
+    if until is not None and until > time.time():
+        time.sleep(until - time.time())
+
+
+def _scale_up(kube: Kube, s: Scenario, arrivals: Arrivals) -> None:
+    """Scale the herd's ReplicaSet at once and wait until its controller has made the pods;
+    they join ``arrivals`` as a part of their own."""
+    assert s.scale_up is not None
+    app, replicas = s.scale_up
+    namespace = s.pods[0]["metadata"]["namespace"]
+    began = time.time()
+    r = kube.request(
+        "PATCH",
+        f"{_collection('ReplicaSet', namespace)}/{app}",
+        body={"spec": {"replicas": replicas}},
+        content_type="application/merge-patch+json",
+    )
+    if not r.ok:
+        raise KschedError(f"scaling ReplicaSet {app}: HTTP {r.status}: {r.data[:200]!r}")
+    deadline = time.monotonic() + SETTLE_TIMEOUT_S
+    while True:
+        pods = kube.request(
+            "GET", f"/api/v1/namespaces/{namespace}/pods", query={"labelSelector": f"app={app}"}
+        ).json()["items"]
+        if len(pods) >= replicas or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    made = {
+        p["metadata"]["name"]: p["metadata"]["uid"]
+        for p in pods
+        if p["metadata"]["name"] not in arrivals.created
+    }
+    arrivals.created |= made
+    arrivals.starts.append((began, list(made)))
+    arrivals.ended = time.time()
 
 
 # Where each kind of controller object the scenarios create is posted, under its namespace.

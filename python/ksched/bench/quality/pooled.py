@@ -57,6 +57,9 @@ POOL_LABEL = "quality.ksched.io/pool"
 KUBE_SCHEDULER = "kube-scheduler"
 KUBE_SCHEDULER_DESCHEDULER = "kube-scheduler+descheduler"
 KSCHED_REBALANCE = "ksched-rebalance"
+# ksched told each pod's true usage at placement (:data:`~.scenarios.EXPECTED_CPU`): the
+# placements an estimate could at best make, the far end of the gap from kube-scheduler.
+ORACLE = "oracle"
 # The setups whose pods kube-scheduler places; every other label is a ksched configuration.
 KUBE_SCHEDULER_SETUPS = (KUBE_SCHEDULER, KUBE_SCHEDULER_DESCHEDULER)
 PATCH_WORKERS = 8
@@ -157,7 +160,7 @@ def descheduler_setup(
 def _scenario(r: Round, i: int, name: str, label: str) -> tuple[str, Scenario]:
     namespace = namespace_of(name, label)
     asks = DEFAULT_SCHEDULER if label in KUBE_SCHEDULER_SETUPS else label
-    s = scenario(name, r.pods, namespace, asks, r.seed, r.rate)
+    s = scenario(name, r.pods, namespace, asks, r.seed, r.rate, oracle=label == ORACLE)
     for pod in s.pods:
         pod["spec"]["nodeSelector"] = {POOL_LABEL: str(i)}
     return namespace, s

@@ -7,6 +7,10 @@ turn places the same pods in a namespace of its own: kube-scheduler (requests on
 with a load-aware configuration, ksched with no metric. The utilisation Prometheus recorded
 from the first create to the end of the observation is judged by :mod:`.figures`. Between
 runs the namespace is cleared and the harness waits until no node is recorded busy any more.
+The ``oracle`` setup is ksched with the load-aware configuration whose pods carry what
+they will really use (:data:`~.scenarios.EXPECTED_CPU`): what ksched's figures are measured
+against, beside kube-scheduler's (:mod:`.gap`). A scenario on nodes of other shapes than the
+local cluster's four (:func:`~.scenarios.shapes_of`) gets a control plane of its own.
 With ``pools`` each scenario instead runs every scheduler at once, each on an equal pool of
 the nodes (:mod:`.pooled`); only there can the rebalancing setups run (kube-scheduler with
 the descheduler, ksched with its rebalancer), which load-shift, whose pods ReplicaSets own
@@ -48,10 +52,19 @@ from ksched.bench.quality.pooled import (
     KUBE_SCHEDULER,
     KUBE_SCHEDULER_DESCHEDULER,
     KUBE_SCHEDULER_SETUPS,
+    ORACLE,
     Round,
     pooled_round,
 )
-from ksched.bench.quality.scenarios import CONTROLLED, DEFAULT_SCHEDULER, SCENARIOS, scenario
+from ksched.bench.quality.scenarios import (
+    CONTROLLED,
+    DEFAULT_SCENARIOS,
+    DEFAULT_SCHEDULER,
+    SCENARIOS,
+    SHAPES,
+    scenario,
+    shapes_of,
+)
 from ksched.cluster import local
 from ksched.cluster.load import LoadSimulation
 from ksched.cluster.processes import terminate
@@ -66,7 +79,7 @@ KSCHED_NO_METRICS = "ksched-no-metrics"
 SCHEDULERS = (KUBE_SCHEDULER, KSCHED, KSCHED_NO_METRICS)
 # Setups that move pods as well as place them; they run on pools only.
 REBALANCE_SETUPS = (KUBE_SCHEDULER_DESCHEDULER, KSCHED, KSCHED_REBALANCE)
-SETUPS = (*SCHEDULERS, KUBE_SCHEDULER_DESCHEDULER, KSCHED_REBALANCE)
+SETUPS = (*SCHEDULERS, ORACLE, KUBE_SCHEDULER_DESCHEDULER, KSCHED_REBALANCE)
 # The shipped load-aware configuration, from the installed package.
 EXAMPLE_CONFIG = example_path("load-aware.yaml")
 # The same with the rebalancer on.
@@ -75,8 +88,6 @@ PODS_PER_NODE = 6
 # metrics-server's resolution in a quality run: no scheduler there reads it, and a minute keeps
 # its scrapes of KWOK (which serves every node's metrics from one process) rare.
 QUALITY_METRIC_RESOLUTION_S = 60.0
-# Pools are dealt in whole rounds of the local cluster's four node shapes.
-POOL_GRAIN = 4
 
 
 @dataclass
@@ -85,7 +96,7 @@ class QualityOptions:
     # Default: six a node, 3 cores requested on the average 6-core node, so that what the
     # pods really use (about their requests on average, heavy-tailed) makes some nodes hot.
     pods: int | None = None
-    scenarios: tuple[str, ...] = SCENARIOS
+    scenarios: tuple[str, ...] = DEFAULT_SCENARIOS
     schedulers: tuple[str, ...] = SCHEDULERS
     seed: int = 1
     rate: float = 50.0
@@ -129,7 +140,7 @@ def _one(
     prometheus = f"http://127.0.0.1:{state.ports['prometheus']}"
     namespace = f"q-{name}-{label}"
     asks = DEFAULT_SCHEDULER if label == KUBE_SCHEDULER else KSCHED
-    s = scenario(name, opts.pod_count, namespace, asks, opts.seed, opts.rate)
+    s = scenario(name, opts.pod_count, namespace, asks, opts.seed, opts.rate, oracle=label == ORACLE)
     proc = None
     if label != KUBE_SCHEDULER:
         config: Obj = ksched_config(_config_of(opts, label), prometheus)
@@ -186,7 +197,7 @@ def _one(
 
 def _config_of(opts: QualityOptions, label: str) -> Path | None:
     """The configuration file a ksched label runs (None: no metric)."""
-    if label == KSCHED or label in opts.builds:
+    if label in (KSCHED, ORACLE) or label in opts.builds:
         return opts.ksched_config or EXAMPLE_CONFIG
     if label == KSCHED_REBALANCE:
         return opts.rebalance_config or EXAMPLE_REBALANCE_CONFIG
@@ -210,7 +221,9 @@ def _pooled(
     idle: float,
 ) -> None:
     labels = opts.labels
-    size = opts.nodes // len(labels) // POOL_GRAIN * POOL_GRAIN
+    # Pools are dealt in whole rounds of the cluster's node shapes.
+    grain = len(SHAPES[shapes_of(name)])
+    size = opts.nodes // len(labels) // grain * grain
     rebalance_config = _config_of(opts, KSCHED_REBALANCE)
     round_ = Round(
         entries=tuple((name, label) for label in labels),
@@ -234,6 +247,46 @@ def _pooled(
     log(f"cooled down in {cool_down(prometheus, idle, opts.scrape_interval_s):.0f} s")
 
 
+def _on_one_cluster(
+    opts: QualityOptions,
+    shapes: str,
+    names: list[str],
+    workdir: Path,
+    results: QualityResults,
+    log: Callable[[str], None],
+) -> None:
+    """Bring up a control plane of ``opts.nodes`` nodes of ``shapes`` and run the scenarios
+    ``names`` on it, then stop it."""
+    controlled = bool(set(names) & set(CONTROLLED))
+    log(
+        f"local control plane: {opts.nodes} KWOK nodes ({shapes} shapes), load simulation "
+        f"(scrapes every {opts.scrape_interval_s:g} s)"
+    )
+    state = local.up(
+        nodes=opts.nodes,
+        zones=3,
+        with_scheduler=bool(set(KUBE_SCHEDULER_SETUPS) & set(opts.schedulers)),
+        # The ReplicaSets and PodDisruptionBudgets of the owned scenarios, and the evictions counted.
+        with_controllers=controlled,
+        audit_policy=audit_policy() if controlled else None,
+        load_simulation=LoadSimulation(opts.scrape_interval_s, QUALITY_METRIC_RESOLUTION_S),
+        shapes=SHAPES[shapes],
+    )
+    try:
+        kube = Kube(load_configuration(state.kubeconfig, CREATE_WORKERS + 4))
+        prometheus = f"http://127.0.0.1:{state.ports['prometheus']}"
+        idle = idle_utilisation(prometheus, opts.scrape_interval_s, metric_lag_s(opts.scrape_interval_s))
+        log(f"idle cluster: hottest node {idle:.3f}")
+        for name in names:
+            if opts.pools:
+                _pooled(kube, state, opts, name, workdir, results, log, idle)
+                continue
+            for label in opts.labels:
+                _one(kube, state, opts, name, label, workdir, results, log, idle)
+    finally:
+        log(local.down())
+
+
 def run_quality(opts: QualityOptions, log: Callable[[str], None]) -> QualityResults:
     unknown = (set(opts.scenarios) - set(SCENARIOS)) | (set(opts.schedulers) - set(SETUPS))
     unknown |= (set(opts.configs) | set(opts.builds)) & set(SETUPS)
@@ -250,33 +303,13 @@ def run_quality(opts: QualityOptions, log: Callable[[str], None]) -> QualityResu
     # Before the run: a missing matplotlib is said now, and only the chart is skipped.
     plot = pyplot() if opts.out is not None else None
     results = QualityResults({k: str(v) for k, v in vars(opts).items()})
-    controlled = bool(set(opts.scenarios) & set(CONTROLLED))
     workdir = Path(tempfile.mkdtemp(prefix="ksched-quality-"))
-    log(
-        f"local control plane: {opts.nodes} KWOK nodes, load simulation (scrapes every {opts.scrape_interval_s:g} s)"
-    )
-    state = local.up(
-        nodes=opts.nodes,
-        zones=3,
-        with_scheduler=bool(set(KUBE_SCHEDULER_SETUPS) & set(opts.schedulers)),
-        # The ReplicaSets and PodDisruptionBudgets of load-shift, and the evictions it counts.
-        with_controllers=controlled,
-        audit_policy=audit_policy() if controlled else None,
-        load_simulation=LoadSimulation(opts.scrape_interval_s, QUALITY_METRIC_RESOLUTION_S),
-    )
-    try:
-        kube = Kube(load_configuration(state.kubeconfig, CREATE_WORKERS + 4))
-        prometheus = f"http://127.0.0.1:{state.ports['prometheus']}"
-        idle = idle_utilisation(prometheus, opts.scrape_interval_s, metric_lag_s(opts.scrape_interval_s))
-        log(f"idle cluster: hottest node {idle:.3f}")
-        for name in opts.scenarios:
-            if opts.pools:
-                _pooled(kube, state, opts, name, workdir, results, log, idle)
-                continue
-            for label in opts.labels:
-                _one(kube, state, opts, name, label, workdir, results, log, idle)
-    finally:
-        log(local.down())
+    # One control plane for the scenarios of each node shapes, in the order first named.
+    by_shapes: dict[str, list[str]] = {}
+    for name in opts.scenarios:
+        by_shapes.setdefault(shapes_of(name), []).append(name)
+    for shapes, names in by_shapes.items():
+        _on_one_cluster(opts, shapes, names, workdir, results, log)
     if opts.out is not None:
         from ksched.bench.quality.report import write
 

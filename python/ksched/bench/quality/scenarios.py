@@ -1,20 +1,47 @@
 """The quality benchmark's seeded scenarios: which pods arrive, how, and what they really use.
 
 Owns each scenario's pods (requests, the scheduler each asks for, and the usage profile the
-load simulation gives them, :mod:`ksched.cluster.load`), their arrival (all at once or at a
-steady rate) and, for load-shift, the controllers that own them (:func:`controllers`: a
+load simulation gives them, :mod:`ksched.cluster.load`), their arrival (all at once, at a
+steady rate, or workload by workload over minutes), the node shapes it runs on, and, for the
+scenarios whose pods are owned, the controllers that own them (:func:`controllers`: a
 ReplicaSet per workload, which adopts the pods the harness created and re-creates any that is
-evicted, and a PodDisruptionBudget on every other workload). Promises: a scenario is a pure function of its name, size, seed and the scheduler
-under test, so every scheduler sees the same pods with the same usage.
+evicted, and a PodDisruptionBudget on every other workload). Promises: a scenario is a pure
+function of its name, size, seed and the scheduler under test, so every scheduler sees the
+same pods with the same usage; only the oracle's pods also carry what they will use
+(:data:`EXPECTED_CPU`).
+
+The scenarios:
+- requests-lie: 500m pods, each using a heavy-tailed multiple of its request (0.2-3x).
+- burst: half of requests-lie's pods at the rate, then one Deployment's rollout at once, each
+  pod using 1.2 times its request.
+- mixed-schedulers: requests-lie with every other pod placed by kube-scheduler.
+- best-effort: requests-lie's pods with no requests, using multiples of 500m.
+- load-shift: workloads of three at half their request, a quarter of which step up to three
+  times it two minutes in; ReplicaSets own them.
+- diverse-deployments: Deployments (ReplicaSets) of 1-8 replicas arriving over three minutes,
+  each at its own time, on nodes of eight shapes (2-16 cores, 2-8 GiB a core): requests of
+  100m-2 cores (log-uniform) and 1-4 GiB a core, a usage multiple per workload drawn from a
+  public trace's distribution (:mod:`.trace`), half of them ramping up over 30 s - 3 min.
+- herd: a pool about half busy with workloads of three (500m, multiples from the trace), and
+  one workload using twice its request whose ReplicaSet is then scaled at once by a quarter
+  of the scenario's pods (its controller makes them).
+- slow-start: workloads of three (500m, multiples from the trace) at the rate, each ramping
+  to its usage over 30 s - 3 min, so that what a node reads at placement is far below what
+  it will use.
 """
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ksched.bench.quality.trace import trace_multiple
+from ksched.cluster import load
+from ksched.cluster.kwok import INSTANCE_TYPES, MIXED_INSTANCE_TYPES, Shapes
 from ksched.cluster.load import UsageProfile, usage_annotations
+from ksched.engine.quantity import parse_quantity
 from ksched.objects import Obj
 
 DEFAULT_SCHEDULER = "default-scheduler"
@@ -33,6 +60,27 @@ NOISE = 0.1
 WORKLOAD_REPLICAS = 3
 # Every other load-shift workload has a PodDisruptionBudget that lets this many pods be down.
 BUDGET_MAX_UNAVAILABLE = 1
+# The oracle's pods carry what they will really use (millicores), which ksched takes as their
+# estimate: the profile's steady multiple of the request (of the reference CPU for a
+# BestEffort pod), or its burst level where the pod bursts this soon after it starts.
+EXPECTED_CPU = "ksched.io/expected-cpu"
+ORACLE_HORIZON_S = 300
+# The node shapes a scenario runs on: the local cluster's four, or eight from 2 to 16 cores.
+SHAPES: dict[str, Shapes] = {"standard": INSTANCE_TYPES, "mixed": MIXED_INSTANCE_TYPES}
+# diverse-deployments: a workload's CPU request (log-uniform), its memory per core, its
+# replicas, when it arrives, and the share of workloads that ramp up.
+REQUEST_CPU_RANGE_M = (100, 2000)
+MEMORY_GIB_PER_CORE = (1, 2, 4)
+MIN_MEMORY_MI = 128
+MAX_REPLICAS = 8
+ARRIVAL_SPAN_S = 180.0
+RAMPING_SHARE = 0.5
+# Ramps (diverse-deployments' and slow-start's): usage climbs to its level over this long.
+RAMP_RANGE_S = (30, 180)
+# herd: the herd workload uses this multiple of its request (far from the trace's mean, 0.87),
+# starts with WORKLOAD_REPLICAS replicas, and is scaled up by the scenario's pods over this.
+HERD_MULTIPLE = 2.0
+HERD_SHARE = 4
 
 
 @dataclass(frozen=True)
@@ -46,6 +94,34 @@ class Scenario:
     burst_from: int | None = None
     # Once its pods exist, a ReplicaSet per workload adopts them (:func:`controllers`).
     controlled: bool = False
+    # Workloads arriving over minutes: each group of pods is created at once at its time (the
+    # rate is not used), and adopted by its controllers shortly after; None: at the rate.
+    arrivals: tuple[Arrival, ...] | None = None
+    # A herd: once the pods are placed and the metric has shown them, this workload's
+    # ReplicaSet is scaled to this many replicas at once, and its controller makes the pods.
+    scale_up: tuple[str, int] | None = None
+    # The node shapes it runs on (a key of :data:`SHAPES`).
+    shapes: str = "standard"
+
+
+@dataclass(frozen=True)
+class Arrival:
+    """One workload's pods, ``pods[first : first + count]``, created at ``at_s`` seconds
+    after the scenario's first create."""
+
+    at_s: float
+    first: int
+    count: int
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What a builder makes: the pods, and how the ones arriving over minutes or scaled up
+    at once arrive."""
+
+    pods: list[Obj]
+    arrivals: tuple[Arrival, ...] | None = None
+    scale_up: tuple[str, int] | None = None
 
 
 def _heavy_tailed(rng: random.Random) -> float:
@@ -54,8 +130,16 @@ def _heavy_tailed(rng: random.Random) -> float:
     return min(3.0, max(0.2, rng.lognormvariate(-0.3, 0.8)))
 
 
-def _pod(name: str, namespace: str, scheduler: str, profile: UsageProfile, requests: bool = True) -> Obj:
-    resources = {"requests": {"cpu": REQUEST_CPU, "memory": REQUEST_MEMORY}} if requests else {}
+def _pod(
+    name: str,
+    namespace: str,
+    scheduler: str,
+    profile: UsageProfile,
+    requests: bool = True,
+    cpu: str = REQUEST_CPU,
+    memory: str = REQUEST_MEMORY,
+) -> Obj:
+    resources = {"requests": {"cpu": cpu, "memory": memory}} if requests else {}
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -167,23 +251,137 @@ def controllers(pods: list[Obj]) -> list[Obj]:
     return out
 
 
-_BUILDERS: dict[str, tuple[Callable[[int, str, str, random.Random], list[Obj]], bool, bool]] = {
-    # name: (builder, ends with a burst of its second half, owned by ReplicaSets)
-    "requests-lie": (_requests_lie, False, False),
-    "burst": (_burst, True, False),
-    "mixed-schedulers": (_mixed, False, False),
-    "best-effort": (_best_effort, False, False),
-    "load-shift": (_load_shift, False, True),
+def _workloads(
+    count: int, ns: str, scheduler: str, rng: random.Random, ramps: bool, first_seed: int = 0
+) -> list[Obj]:
+    """Workloads of :data:`WORKLOAD_REPLICAS` 500m pods, each sharing a usage multiple drawn
+    from the trace, ramping up over :data:`RAMP_RANGE_S` where ``ramps``."""
+    pods: list[Obj] = []
+    for w in range(-(-count // WORKLOAD_REPLICAS)):
+        multiple = trace_multiple(rng)
+        ramp = rng.randint(*RAMP_RANGE_S) if ramps else 0
+        profile = UsageProfile(base=multiple, ramp_s=ramp, noise=NOISE, seed=first_seed + w)
+        replicas = min(WORKLOAD_REPLICAS, count - w * WORKLOAD_REPLICAS)
+        pods += [_pod(f"svc-{w}-{r}", ns, scheduler, profile) for r in range(replicas)]
+    return pods
+
+
+def _slow_start(count: int, ns: str, scheduler: str, rng: random.Random) -> _Plan:
+    return _Plan(_workloads(count, ns, scheduler, rng, ramps=True))
+
+
+def _herd(count: int, ns: str, scheduler: str, rng: random.Random) -> _Plan:
+    # The herd workload's first replicas arrive first, so the metric has long shown what they
+    # use when it is scaled; then the background, about half the pool's CPU in requests and in
+    # use (the trace's mean multiple is 0.87).
+    herd = UsageProfile(base=HERD_MULTIPLE, noise=NOISE, seed=0)
+    pods = [_pod(f"herd-{r}", ns, scheduler, herd) for r in range(WORKLOAD_REPLICAS)]
+    pods += _workloads(count, ns, scheduler, rng, ramps=False, first_seed=1)
+    return _Plan(pods, scale_up=("herd", WORKLOAD_REPLICAS + max(1, count // HERD_SHARE)))
+
+
+def _deployment(w: int, ns: str, scheduler: str, rng: random.Random, replicas: int) -> list[Obj]:
+    """diverse-deployments' workload ``w``: its requests, usage multiple and ramp, shared by
+    its replicas."""
+    low, high = REQUEST_CPU_RANGE_M
+    cpu_m = round(math.exp(rng.uniform(math.log(low), math.log(high))) / 10) * 10
+    memory_mi = max(MIN_MEMORY_MI, round(cpu_m * rng.choice(MEMORY_GIB_PER_CORE) * 1024 / 1000))
+    ramp = rng.randint(*RAMP_RANGE_S) if rng.random() < RAMPING_SHARE else 0
+    profile = UsageProfile(base=trace_multiple(rng), ramp_s=ramp, noise=NOISE, seed=w)
+    return [
+        _pod(f"dep-{w}-{r}", ns, scheduler, profile, cpu=f"{cpu_m}m", memory=f"{memory_mi}Mi")
+        for r in range(replicas)
+    ]
+
+
+def _diverse(count: int, ns: str, scheduler: str, rng: random.Random) -> _Plan:
+    workloads: list[tuple[float, list[Obj]]] = []
+    made = 0
+    while made < count:
+        replicas = min(rng.randint(1, MAX_REPLICAS), count - made)
+        at_s = round(rng.uniform(0.0, ARRIVAL_SPAN_S), 1)
+        workloads.append((at_s, _deployment(len(workloads), ns, scheduler, rng, replicas)))
+        made += replicas
+    workloads.sort(key=lambda w: w[0])
+    pods: list[Obj] = []
+    arrivals = []
+    for at_s, members in workloads:
+        arrivals.append(Arrival(at_s, len(pods), len(members)))
+        pods += members
+    return _Plan(pods, arrivals=tuple(arrivals))
+
+
+@dataclass(frozen=True)
+class _Kind:
+    build: Callable[[int, str, str, random.Random], _Plan]
+    # Ends with a burst of its second half.
+    burst: bool = False
+    # Its pods are owned by ReplicaSets.
+    controlled: bool = False
+    shapes: str = "standard"
+
+
+def _plain(build: Callable[[int, str, str, random.Random], list[Obj]]) -> Callable[..., _Plan]:
+    return lambda count, ns, scheduler, rng: _Plan(build(count, ns, scheduler, rng))
+
+
+_KINDS: dict[str, _Kind] = {
+    "requests-lie": _Kind(_plain(_requests_lie)),
+    "burst": _Kind(_plain(_burst), burst=True),
+    "mixed-schedulers": _Kind(_plain(_mixed)),
+    "best-effort": _Kind(_plain(_best_effort)),
+    "load-shift": _Kind(_plain(_load_shift), controlled=True),
+    "diverse-deployments": _Kind(_diverse, controlled=True, shapes="mixed"),
+    "herd": _Kind(_herd, controlled=True),
+    "slow-start": _Kind(_slow_start, controlled=True),
 }
-SCENARIOS = tuple(_BUILDERS)
+SCENARIOS = tuple(_KINDS)
+# What `ksched bench --quality` runs unless told: the first five (the figures in
+# docs/benchmarks.md are theirs).
+DEFAULT_SCENARIOS = SCENARIOS[:5]
 # The scenarios whose pods controllers own: where pods can be moved.
-CONTROLLED = tuple(name for name, (_, _, controlled) in _BUILDERS.items() if controlled)
+CONTROLLED = tuple(name for name, kind in _KINDS.items() if kind.controlled)
 
 
-def scenario(name: str, pods: int, namespace: str, scheduler: str, seed: int, rate: float) -> Scenario:
-    """The scenario's pods for one scheduler (``scheduler`` is the name its pods ask for)."""
-    build, burst, controlled = _BUILDERS[name]
+def shapes_of(name: str) -> str:
+    """The node shapes the scenario runs on (a key of :data:`SHAPES`)."""
+    return _KINDS[name].shapes
+
+
+def scenario(
+    name: str, pods: int, namespace: str, scheduler: str, seed: int, rate: float, oracle: bool = False
+) -> Scenario:
+    """The scenario's pods for one scheduler (``scheduler`` is the name its pods ask for);
+    with ``oracle`` each pod also carries what it will use (:data:`EXPECTED_CPU`)."""
+    kind = _KINDS[name]
     rng = random.Random(f"{name}/{seed}")
+    plan = kind.build(pods, namespace, scheduler, rng)
+    if oracle:
+        for pod in plan.pods:
+            pod["metadata"]["annotations"][EXPECTED_CPU] = f"{round(expected_cpu(pod) * 1000)}m"
     return Scenario(
-        name, build(pods, namespace, scheduler, rng), rate, pods // 2 if burst else None, controlled
+        name,
+        plan.pods,
+        rate,
+        pods // 2 if kind.burst else None,
+        kind.controlled,
+        plan.arrivals,
+        plan.scale_up,
+        kind.shapes,
+    )
+
+
+def expected_cpu(pod: Obj) -> float:
+    """The cores the pod will use once steady, by its usage profile's annotations: the base
+    multiple (or the burst level, where it bursts within :data:`ORACLE_HORIZON_S` of its
+    start) of each container's CPU request, or of the reference CPU where it requests none."""
+    annotations = pod["metadata"]["annotations"]
+    every = int(annotations.get(load.BURST_EVERY_SECONDS, "0"))
+    lasting = int(annotations.get(load.BURST_FOR_SECONDS, "0"))
+    bursts = every > 0 and lasting > 0 and every - lasting < ORACLE_HORIZON_S
+    level = float(annotations[load.BURST_TO if bursts else load.BASE])
+    reference = parse_quantity(annotations.get(load.REFERENCE_CPU, load.BEST_EFFORT_CPU))
+    return sum(
+        level * float(parse_quantity(c.get("resources", {}).get("requests", {}).get("cpu", reference)))
+        for c in pod["spec"]["containers"]
     )
