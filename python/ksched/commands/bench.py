@@ -56,6 +56,7 @@ def _quality(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from ksched.bench.pods import parse_kscheds
+    from ksched.bench.quality.gap import gaps_json
     from ksched.bench.quality.report import table
     from ksched.bench.quality.run import SCHEDULERS, SETUPS, QualityOptions, run_quality
 
@@ -81,7 +82,8 @@ def _quality(args: argparse.Namespace) -> int:
         opts, log=lambda line: print(f"[quality {time.strftime('%H:%M:%S')}] {line}", file=sys.stderr)
     )
     if args.json:
-        print(json.dumps({"scenarios": results.by_scenario(), "violations": results.violations}, indent=2))
+        document = {"scenarios": results.by_scenario(), "gaps": gaps_json(results)}
+        print(json.dumps({**document, "violations": results.violations}, indent=2))
     else:
         print(table(results))
     return EXIT_VIOLATED if results.violations else EXIT_OK

@@ -76,7 +76,8 @@ def _side_by_side_options(parser: argparse.ArgumentParser) -> argparse._Argument
     group.add_argument(
         "--schedulers",
         help="comma-separated, from null-binder, kube-scheduler, ksched (default: all three); with "
-        "--quality from kube-scheduler, ksched, ksched-no-metrics (default: these three), and with --pools "
+        "--quality from kube-scheduler, ksched, ksched-no-metrics (default: these three) and oracle (ksched "
+        "with its configuration, told each pod's true usage by the annotation ksched.io/expected-cpu), and with --pools "
         "kube-scheduler+descheduler (the descheduler's LowNodeUtilization on actual usage) and "
         "ksched-rebalance (ksched with its rebalancer), which load-shift also judges by their evictions",
     )
@@ -180,7 +181,10 @@ def _quality_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--scenarios",
         default="requests-lie,burst,mixed-schedulers,best-effort,load-shift",
-        help="comma-separated (default: all five)",
+        help="comma-separated (default: requests-lie, burst, mixed-schedulers, best-effort, load-shift); also diverse-deployments (varied requests, trace-drawn "
+        "usage per workload, ramps, Deployments arriving over minutes, nodes of 2-16 cores), herd (one "
+        "ReplicaSet scaled at once at twice its request onto a half-busy pool) and slow-start (usage "
+        "ramping over 30 s - 3 min)",
     )
     group.add_argument(
         "--observe",

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ksched.bench.quality.figures import QualityFigures, QualityResults
+from ksched.bench.quality.gap import gap_rows, gaps_json
 
 REBALANCE_HEADER = (
     "scenario",
@@ -85,6 +86,9 @@ def table(results: QualityResults) -> str:
     moved = [f for f in results.figures if f.rebalance is not None]
     if moved:
         lines += ["", *_aligned([REBALANCE_HEADER, *(_rebalance_row(f) for f in moved)])]
+    # Hot node-minutes against kube-scheduler's and, where the round ran it, the oracle's.
+    if against_oracle := gap_rows(results):
+        lines += ["", *_aligned(against_oracle)]
     lines += [f"VIOLATION: {v}" for v in results.violations] or [
         "invariants: every pod accounted for, no node over-committed"
     ]
@@ -99,6 +103,7 @@ def write(results: QualityResults, out: Path, plt: Any | None) -> None:
         "options": results.options,
         "scenarios": results.by_scenario(),
         "runs": [asdict(f) for f in results.figures],
+        "gaps": gaps_json(results),
         "violations": results.violations,
     }
     (out / "results.json").write_text(json.dumps(document, indent=1))

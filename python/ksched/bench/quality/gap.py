@@ -1,0 +1,90 @@
+"""How far each setup gets from kube-scheduler towards the oracle, per scenario.
+
+Owns the arithmetic that puts a setup's hot node-minutes beside two references:
+kube-scheduler's (the ratio, setup ÷ kube-scheduler) and the oracle's, ksched told every pod's
+true usage at placement (the share of the gap closed, (kube-scheduler - setup) ÷
+(kube-scheduler - oracle): 1 is as good as the oracle, 0 no better than kube-scheduler).
+Where the gap is smaller than :data:`MIN_GAP_NODE_MINUTES` the share is not judged, and says
+why. Pure functions of the figures.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from ksched.bench.quality.figures import QualityResults
+from ksched.bench.quality.pooled import KUBE_SCHEDULER, ORACLE
+
+# A gap under this is one node hot for one minute (four 15 s samples): within what one seed's
+# noise moves, so a share of it says nothing.
+MIN_GAP_NODE_MINUTES = 1.0
+GAP_HEADER = ("scenario", "setup", "hot node-min", "÷ kube-scheduler", "gap closed (kube-scheduler → oracle)")
+
+
+@dataclass(frozen=True)
+class Gap:
+    """One setup's hot node-minutes against kube-scheduler's and the oracle's."""
+
+    hot_node_minutes: float
+    # setup ÷ kube-scheduler; None where kube-scheduler had none.
+    of_kube_scheduler: float | None
+    # (kube-scheduler - setup) ÷ (kube-scheduler - oracle); None where not judged.
+    gap_closed: float | None
+    # Why the share is not judged ("" where it is).
+    not_judged: str = ""
+
+
+def gap(kube_scheduler: float, setup: float, oracle: float | None) -> Gap:
+    """The setup's figure beside kube-scheduler's and (where the round ran it) the oracle's."""
+    ratio = round(setup / kube_scheduler, 3) if kube_scheduler > 0 else None
+    if oracle is None:
+        return Gap(setup, ratio, None, "no oracle in this round")
+    width = kube_scheduler - oracle
+    if width < MIN_GAP_NODE_MINUTES:
+        return Gap(
+            setup,
+            ratio,
+            None,
+            f"gap too small to judge (kube-scheduler {kube_scheduler:g}, oracle {oracle:g} hot node-min)",
+        )
+    return Gap(setup, ratio, round((kube_scheduler - setup) / width, 3))
+
+
+def gaps(results: QualityResults) -> dict[str, dict[str, Gap]]:
+    """Per scenario that ran kube-scheduler, each other setup but the oracle."""
+    by: dict[str, dict[str, float]] = {}
+    for f in results.figures:
+        by.setdefault(f.scenario, {})[f.scheduler] = f.hotspot_node_minutes
+    out: dict[str, dict[str, Gap]] = {}
+    for name, setups in by.items():
+        if KUBE_SCHEDULER not in setups:
+            continue
+        ks, oracle = setups[KUBE_SCHEDULER], setups.get(ORACLE)
+        out[name] = {
+            label: gap(ks, hot, oracle)
+            for label, hot in setups.items()
+            if label not in (KUBE_SCHEDULER, ORACLE)
+        }
+    return out
+
+
+def gaps_json(results: QualityResults) -> dict[str, dict[str, dict[str, Any]]]:
+    """:func:`gaps` as ``results.json`` and ``--json`` carry them."""
+    return {name: {label: asdict(g) for label, g in setups.items()} for name, setups in gaps(results).items()}
+
+
+def gap_rows(results: QualityResults) -> list[tuple[str, ...]]:
+    """The gap table's rows, its header first; none where no scenario ran the oracle."""
+    found = gaps(results)
+    if not any(
+        g.not_judged != "no oracle in this round" for setups in found.values() for g in setups.values()
+    ):
+        return []
+    rows: list[tuple[str, ...]] = [GAP_HEADER]
+    for name, setups in found.items():
+        for label, g in setups.items():
+            ratio = "-" if g.of_kube_scheduler is None else f"{g.of_kube_scheduler:.0%}"
+            share = g.not_judged if g.gap_closed is None else f"{g.gap_closed:.0%}"
+            rows.append((name, label, f"{g.hot_node_minutes:.1f}", ratio, share))
+    return rows
