@@ -439,4 +439,5 @@ def delete_rbac(cluster: local.ClusterState, rbac: list[Obj]) -> None:
     (account,) = [d for d in rbac if d["kind"] == "ServiceAccount"]
     for doc in reversed(rbac):
         kind, obj = RBAC_KINDS[doc["kind"]], doc["metadata"]["name"]
-        kubectl(cluster, "delete", kind, obj, "-n", account["metadata"]["namespace"], "--ignore-not-found")
+        where = doc["metadata"].get("namespace", account["metadata"]["namespace"])
+        kubectl(cluster, "delete", kind, obj, "-n", where, "--ignore-not-found")

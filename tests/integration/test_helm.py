@@ -410,7 +410,12 @@ def test_the_shadow_charts_service_account_compares_and_can_write_nothing(
     ns = namespace("ksched-helm-shadow")
     objs = render(helm, "--set", "shadow.enabled=true", release="shadow", namespace=ns)
     rbac = [o for o in objs if o["kind"] in RBAC_KINDS]
-    assert sorted(o["kind"] for o in rbac) == ["ClusterRole", "ClusterRoleBinding", "ServiceAccount"]
+    # Its role and binding, and secure serving's: the reviews (system:auth-delegator), the
+    # client CA's ConfigMap in kube-system, and ksched-metrics-reader (bound to no one).
+    assert sorted(o["kind"] for o in rbac) == [
+        *("ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding"),
+        *("RoleBinding", "ServiceAccount"),
+    ]
     (account,) = [o for o in rbac if o["kind"] == "ServiceAccount"]
     who = f"system:serviceaccount:{ns}:{account['metadata']['name']}"
     work = namespace("ksched-helm-shadow-work")

@@ -47,7 +47,7 @@ def test_status_shows_the_leader_the_queues_and_the_pod_that_fits_nowhere(
         print(f"\n{text}")
         assert text, status()
         lines = text.splitlines()
-        assert lines[0] == f"ksched at 127.0.0.1:{k.port}: scheduling (identity status-0)"
+        assert lines[0] == f"ksched at http://127.0.0.1:{k.port}: scheduling (identity status-0)"
         assert "leader:    status-0 (this replica)" in lines
         failure = next(line for line in lines if f"{ns}/huge-0" in line)
         assert "Unschedulable" in failure and "Insufficient cpu" in failure

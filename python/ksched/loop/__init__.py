@@ -19,6 +19,6 @@ One sub-package per concern, each importing only those below it (``.importlinter
 
 At the top, the plumbing they all use: :mod:`~ksched.loop.run`, the API connection
 (:mod:`~ksched.loop.client`, :mod:`~ksched.loop.protobuf`), the Events ksched writes
-(:mod:`~ksched.loop.events`), :mod:`~ksched.loop.leader`, :mod:`~ksched.loop.server` and
-:mod:`~ksched.loop.telemetry`.
+(:mod:`~ksched.loop.events`), :mod:`~ksched.loop.leader`, :mod:`~ksched.loop.server` (and
+who may read it, :mod:`~ksched.loop.serving`) and :mod:`~ksched.loop.telemetry`.
 """
