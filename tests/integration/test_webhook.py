@@ -109,7 +109,7 @@ def test_two_replicas_share_one_certificate_so_the_api_server_trusts_both(
         name
         for d in rbac
         for r in d.get("rules", [])
-        if "secrets" in r["resources"]
+        if "secrets" in r.get("resources", [])
         for name in r.get("resourceNames", [])
     ]
     secret_path = f"/api/v1/namespaces/{ns}/secrets/{secret}"
