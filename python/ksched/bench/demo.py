@@ -44,8 +44,9 @@ from ksched.bench.pods import (
 )
 from ksched.bench.quality.figures import QualityResults
 from ksched.bench.quality.observe import forget_deleted_pods
-from ksched.bench.quality.pooled import KUBE_SCHEDULER, Round, pooled_round
+from ksched.bench.quality.pooled import Round, pooled_round
 from ksched.bench.quality.run import EXAMPLE_CONFIG, KSCHED
+from ksched.bench.quality.scenarios import KUBE_SCHEDULER
 from ksched.cluster import local
 from ksched.cluster.load import LoadSimulation
 from ksched.cluster.processes import terminate

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ksched.bench.quality.figures import QualityResults
-from ksched.bench.quality.pooled import KUBE_SCHEDULER, ORACLE
+from ksched.bench.quality.scenarios import KUBE_SCHEDULER, ORACLE
 
 # A gap under this is one node hot for one minute (four 15 s samples): within what one seed's
 # noise moves, so a share of it says nothing.

@@ -45,7 +45,7 @@ from ksched.bench.quality.observe import (
     utilisation,
 )
 from ksched.bench.quality.rebalance import HOT_SAMPLES, judge_rebalance
-from ksched.bench.quality.scenarios import DEFAULT_SCHEDULER, Scenario, scenario
+from ksched.bench.quality.scenarios import DEFAULT_SCHEDULER, KUBE_SCHEDULER, ORACLE, Scenario, scenario
 from ksched.cluster import descheduler
 from ksched.cluster.processes import tail, terminate
 from ksched.config import load_config
@@ -54,12 +54,8 @@ from ksched.loop.client import Kube
 from ksched.objects import Obj
 
 POOL_LABEL = "quality.ksched.io/pool"
-KUBE_SCHEDULER = "kube-scheduler"
 KUBE_SCHEDULER_DESCHEDULER = "kube-scheduler+descheduler"
 KSCHED_REBALANCE = "ksched-rebalance"
-# ksched told each pod's true usage at placement (:data:`~.scenarios.EXPECTED_CPU`): the
-# placements an estimate could at best make, the far end of the gap from kube-scheduler.
-ORACLE = "oracle"
 # The setups whose pods kube-scheduler places; every other label is a ksched configuration.
 KUBE_SCHEDULER_SETUPS = (KUBE_SCHEDULER, KUBE_SCHEDULER_DESCHEDULER)
 PATCH_WORKERS = 8

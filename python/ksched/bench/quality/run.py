@@ -49,10 +49,8 @@ from ksched.bench.quality.observe import (
 )
 from ksched.bench.quality.pooled import (
     KSCHED_REBALANCE,
-    KUBE_SCHEDULER,
     KUBE_SCHEDULER_DESCHEDULER,
     KUBE_SCHEDULER_SETUPS,
-    ORACLE,
     Round,
     pooled_round,
 )
@@ -60,6 +58,8 @@ from ksched.bench.quality.scenarios import (
     CONTROLLED,
     DEFAULT_SCENARIOS,
     DEFAULT_SCHEDULER,
+    KUBE_SCHEDULER,
+    ORACLE,
     SCENARIOS,
     SHAPES,
     scenario,

@@ -45,6 +45,11 @@ from ksched.engine.quantity import parse_quantity
 from ksched.objects import Obj
 
 DEFAULT_SCHEDULER = "default-scheduler"
+# The setups every other is measured against (:mod:`.gap`): kube-scheduler, and ksched told
+# each pod's true usage at placement (:data:`EXPECTED_CPU`), the placements an estimate could
+# at best make.
+KUBE_SCHEDULER = "kube-scheduler"
+ORACLE = "oracle"
 REQUEST_CPU = "500m"
 REQUEST_MEMORY = "512Mi"
 # What a BestEffort pod's usage multiplies: it requests nothing, yet it uses a real share.
@@ -380,7 +385,7 @@ def expected_cpu(pod: Obj) -> float:
     lasting = int(annotations.get(load.BURST_FOR_SECONDS, "0"))
     bursts = every > 0 and lasting > 0 and every - lasting < ORACLE_HORIZON_S
     level = float(annotations[load.BURST_TO if bursts else load.BASE])
-    reference = parse_quantity(annotations.get(load.REFERENCE_CPU, load.BEST_EFFORT_CPU))
+    reference = annotations.get(load.REFERENCE_CPU, load.BEST_EFFORT_CPU)
     return sum(
         level * float(parse_quantity(c.get("resources", {}).get("requests", {}).get("cpu", reference)))
         for c in pod["spec"]["containers"]
