@@ -120,7 +120,7 @@ def preview(
         f"metric {why}: not judged (a stale or missing metric never makes a node hot)"
         for why in _unread(store, judged)
     ]
-    snapshot = _snapshot(cluster)
+    snapshot = _snapshot(cluster, config.steering.taint_key)
     tracker = HotTracker(lines, samples_needed=1)
     tracker.feed(store.latest)
     look = _load_model(store, snapshot, cluster, engine, now).rebalancing(
@@ -219,10 +219,10 @@ def _unread(store: MetricStore, metrics: Sequence[MetricConfig]) -> list[str]:
     return out
 
 
-def _snapshot(cluster: ClusterFile) -> Snapshot:
+def _snapshot(cluster: ClusterFile, own_taint: str) -> Snapshot:
     from ksched.engine.snapshot import build_snapshot
 
-    snapshot = build_snapshot(cluster.nodes, cluster.existing)
+    snapshot = build_snapshot(cluster.nodes, cluster.existing, own_taint)
     snapshot.namespaces = cluster.namespaces
     snapshot.spread_selectors = cluster.spread_selectors
     snapshot.budgets = cluster.budgets

@@ -7,7 +7,8 @@ the allowed values; a missing file section takes upstream's default.
 
 This module reads the document and its top-level keys; each part has its own
 module: :mod:`~ksched.config.profiles` (plugins and their args),
-:mod:`~ksched.config.metrics`, :mod:`~ksched.config.rebalance`, :mod:`~ksched.config.sections` (batch, leader
+:mod:`~ksched.config.metrics`, :mod:`~ksched.config.rebalance`, :mod:`~ksched.config.steering`,
+:mod:`~ksched.config.sections` (batch, leader
 election, client connection, Prometheus, webhook, hand-off, shadow) and
 :mod:`~ksched.config.values` (the readers of one value they share).
 """
@@ -37,6 +38,7 @@ from ksched.config.sections import (
     parse_shadow,
     parse_webhook,
 )
+from ksched.config.steering import SteeringConfig, parse_steering
 from ksched.config.values import as_list, as_str, check_keys, parse_duration
 from ksched.errors import ConfigError
 from ksched.objects import Obj
@@ -58,6 +60,7 @@ __all__ = [
     "RebalanceMetric",
     "RebalanceThreshold",
     "ShadowConfig",
+    "SteeringConfig",
     "WebhookConfig",
     "load_config",
     "parse_config",
@@ -81,6 +84,7 @@ _KEYS = (
     "handoff",
     "shadow",
     "rebalance",
+    "steering",
 )
 
 
@@ -96,6 +100,7 @@ class Config:
     handoff: HandoffConfig = field(default_factory=HandoffConfig)
     shadow: ShadowConfig = field(default_factory=ShadowConfig)
     rebalance: RebalanceConfig = field(default_factory=RebalanceConfig)
+    steering: SteeringConfig = field(default_factory=SteeringConfig)
 
     def profile(self, scheduler_name: str) -> ProfileConfig | None:
         for p in self.profiles:
@@ -141,6 +146,7 @@ def parse_config(obj: Obj) -> Config:
         parse_handoff(obj.get("handoff") or {}),
         parse_shadow(obj.get("shadow") or {}, names),
         parse_rebalance(obj.get("rebalance") or {}, names, metrics),
+        parse_steering(obj.get("steering") or {}, metrics),
     )
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ksched.config import Config, MetricConfig, ProfileConfig
+from ksched.config.steering import DEFAULT_TAINT_KEY, is_mark
 from ksched.engine.messages import (
     AFFINITY_CONFLICT,
     fit_error,
@@ -75,7 +76,10 @@ class RefResult:
     totals: dict[str, float]
 
 
-def make_nodes(nodes: list[Obj], existing: list[Obj]) -> dict[str, RefNode]:
+def make_nodes(
+    nodes: list[Obj], existing: list[Obj], own_taint: str = DEFAULT_TAINT_KEY
+) -> dict[str, RefNode]:
+    """The reference's nodes; ksched's own steering mark (under ``own_taint``) left out."""
     out: dict[str, RefNode] = {}
     for n in nodes:
         status = n.get("status") or {}
@@ -90,6 +94,7 @@ def make_nodes(nodes: list[Obj], existing: list[Obj]) -> dict[str, RefNode]:
             }
             for t in spec(n).get("taints") or []
             if t.get("effect") in ("NoSchedule", "PreferNoSchedule", "NoExecute")
+            and not is_mark(t, own_taint)
         ]
         out[name(n)] = RefNode(
             name(n),
@@ -326,7 +331,7 @@ def schedule(
     """Schedule ``pending`` in queue order on the given cluster, one pod at a time."""
     profile = config.profiles[0]
     metrics = config.metrics
-    table = make_nodes(nodes, existing)
+    table = make_nodes(nodes, existing, config.steering.taint_key)
     values = metric_values or {}
     parsed: list[tuple[int, PodRequirements | MalformedObjectError]] = []
     for i, p in enumerate(pending):

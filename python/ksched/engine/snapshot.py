@@ -22,6 +22,7 @@ import numpy.typing as npt
 
 from ksched import _core
 from ksched.config.metrics import NODE_THRESHOLD_PREFIX
+from ksched.config.steering import DEFAULT_TAINT_KEY, is_mark
 from ksched.core_types import NodeTable
 from ksched.engine.disruption_budgets import DisruptionBudget
 from ksched.engine.pod_level import PodInfo, pod_info
@@ -316,8 +317,10 @@ def dropped_note(counts: dict[str, int]) -> str:
     )
 
 
-def build_snapshot(nodes: list[Obj], pods: list[Obj]) -> Snapshot:
-    """Build the node table from nodes and the pods bound to them (``spec.nodeName``)."""
+def build_snapshot(nodes: list[Obj], pods: list[Obj], own_taint: str = DEFAULT_TAINT_KEY) -> Snapshot:
+    """Build the node table from nodes and the pods bound to them (``spec.nodeName``).
+    ksched's own steering mark (the ``PreferNoSchedule`` taint under ``own_taint``,
+    ``steering.taintKey``) is left out: it steers other schedulers, never ksched's pods."""
     strings = Interner()
     resources = ResourceIndex()
     warnings: list[str] = []
@@ -355,6 +358,8 @@ def build_snapshot(nodes: list[Obj], pods: list[Obj]) -> Snapshot:
             label_valid.append(parsed is not None)
         row_keys: list[int] = []
         for t in spec(node).get("taints") or []:
+            if is_mark(t, own_taint):
+                continue
             effect = _core.EFFECTS.get(str(t.get("effect") or ""))
             if not effect:
                 warnings.append(

@@ -3,7 +3,7 @@ writes them (events.k8s.io/v1, sent as protobuf).
 
 Owns an event's name, body and path, the component they name, upstream's
 Scheduled note, and ksched's own reasons: a pod placed over a metric's threshold, and the
-rebalancer's moves (about the pod and about its node: an object of kind ``Node``, whose
+rebalancer's moves and the steering marks (about the pod and about its node: an object of kind ``Node``, whose
 events go to the ``default`` namespace as the kubelet's do). Sending and retrying them is
 the binder's (:mod:`ksched.loop.scheduling.binder`).
 """
@@ -26,6 +26,10 @@ PLACED_OVER_THRESHOLD = "PlacedOverThreshold"
 # move a PodDisruptionBudget refused (on the pod).
 REBALANCED = "Rebalanced"
 REBALANCE_BLOCKED = "RebalanceBlocked"
+# The steering controller's events on a node: marked hot (other schedulers prefer other
+# nodes), and unmarked.
+MARKED_HOT = "KschedMarkedHot"
+UNMARKED = "KschedUnmarked"
 # Where events about cluster-scoped objects (nodes) go, as upstream's recorder puts them.
 NODE_EVENT_NAMESPACE = "default"
 

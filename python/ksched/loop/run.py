@@ -7,8 +7,10 @@ election; scheduling starts once the informers have synced and this replica
 leads. In shadow mode (``shadow.enabled``) there is no election, binder use,
 hand-off or webhook: the shadow loop (:mod:`ksched.loop.scheduling.shadow`) compares
 instead of scheduling. With ``rebalance.enabled``, the rebalancer (:mod:`ksched.loop.rebalancing.rebalancer`)
-runs beside either loop on its own thread and engine. SIGTERM or SIGINT: stop taking work, finish the binds already handed
-to the binder, release the lease, stop the watches. Exit status 0 after a
+runs beside either loop on its own thread and engine; with ``steering.enabled`` (not in shadow mode),
+the steering controller (:mod:`ksched.loop.steering.controller`) marks hot nodes while this
+replica leads. SIGTERM or SIGINT: stop taking work, finish the binds already handed
+to the binder, remove the steering marks, release the lease, stop the watches. Exit status 0 after a
 clean shutdown, 2 on bad configuration.
 """
 
@@ -62,6 +64,7 @@ from ksched.loop.scheduling.shadow import Shadow
 from ksched.loop.scheduling.webhook import Webhook
 from ksched.loop.server import Check, Gate, HealthServer, TlsContext
 from ksched.loop.serving import SECURE, ClientCA, DelegatedAuth, ServingOptions, ServingTls
+from ksched.loop.steering.controller import Steering
 from ksched.loop.telemetry import Telemetry
 from ksched.objects import Obj
 
@@ -102,6 +105,7 @@ class Running:
     webhook: Webhook | None = None
     shadow: Shadow | None = None
     rebalancer: Rebalancer | None = None
+    steering: Steering | None = None
     # The client CA the endpoint accepts client certificates by (None: insecure serving).
     client_ca: ClientCA | None = None
     # Set once the first node table is built after the informers synced: ready to schedule.
@@ -161,6 +165,7 @@ class Running:
             "leftOut": self.state.left_out_report(),
             "shadow": shadow,
             "rebalance": self.rebalancer.status() if self.rebalancer is not None else {"enabled": False},
+            "steering": self.steering.status() if self.steering is not None else {"enabled": False},
         }
 
     def serve(self) -> int:
@@ -186,6 +191,8 @@ class Running:
         gc.freeze()
         if self.rebalancer is not None:
             self.rebalancer.start()
+        if self.steering is not None:
+            self.steering.start()
         if self.shadow is not None:
             self.shadow.run(self.stop)
         else:
@@ -199,6 +206,9 @@ class Running:
         steps: list[tuple[str, Callable[[], None]]] = []
         if self.rebalancer is not None:
             steps.append(("rebalancer", self.rebalancer.stop))
+        if self.steering is not None:
+            # Before the binder (its events) and the lease (only the leader removes marks).
+            steps.append(("steering", self.steering.stop))
         steps += [("queue", self.queue.close), ("binder", self.binder.shutdown)]
         if self.scheduler.handoff is not None:
             steps.append(("hand-off", self.scheduler.handoff.shutdown))
@@ -232,7 +242,7 @@ def start(
     config = _for_mode(config)
     shadowing = config.shadow.enabled
     telemetry = Telemetry()
-    state = ClusterState(config.metrics, telemetry=telemetry)
+    state = ClusterState(config.metrics, telemetry=telemetry, own_taint=config.steering.taint_key)
     queue = SchedulingQueue()
     stop = threading.Event()
     leadership = Leadership(config.leader_election, identity, on_lost=telemetry.lost_leases.inc)
@@ -265,6 +275,7 @@ def start(
     )
     rebalancer = _rebalancer(config, state, metrics, kube, reservations, telemetry, leadership, binder, seed)
     shadow = Shadow(config, state, metrics, telemetry, seed) if shadowing else None
+    steering = _steering(config, state, metrics, kube, telemetry, leadership, binder, nodes)
     informers.update((i.name, i) for i in _informers(kube, state, scheduler, shadow))
 
     def checks() -> list[Check]:
@@ -302,6 +313,7 @@ def start(
         webhook,
         shadow,
         rebalancer,
+        steering,
         client_ca,
     )
     _start_parts(running, metrics, telemetry)
@@ -384,6 +396,26 @@ def _rebalancer(
         config.shadow.enabled,
         binder.report,
     )
+
+
+def _steering(
+    config: Config,
+    state: ClusterState,
+    metrics: MetricStore,
+    kube: Kube,
+    telemetry: Telemetry,
+    leadership: Leadership,
+    binder: Binder,
+    nodes: Callable[[], list[Obj]],
+) -> Steering | None:
+    """The steering controller where the configuration enables it (never in shadow mode: a
+    shadow writes nothing)."""
+    if not config.steering.enabled:
+        return None
+    if config.shadow.enabled:
+        log.info("shadow mode: steering marks no node")
+        return None
+    return Steering(config, state, metrics, kube, telemetry, leadership.is_leader, binder.report, nodes)
 
 
 def _informers(

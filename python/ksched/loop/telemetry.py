@@ -10,7 +10,8 @@ filters rejected on a metric's threshold, by metric, its ``onSaturation`` policy
 and whether the pod was placed over the threshold or left pending), and the
 rebalancer's (``ksched_rebalance_*``: evictions by the metric that made the node
 hot, moves refused or failed, hot nodes, reservations held and where replacements
-landed).
+landed), and the steering marks' (``ksched_steering_*``: nodes marked, marks added and
+removed).
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ SHADOW_GAP_BUCKETS = (0.0, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0,
 # Why a rebalancing eviction did not happen: a PodDisruptionBudget refused it (HTTP 429), or
 # another error.
 REBALANCE_BLOCKED = ("pdb", "failed")
+# A steering mark written onto a node, or taken off one.
+STEERING_CHANGES = ("added", "removed")
 # Where a move's replacement went: bound on the reserved node, bound on another, or not bound
 # before the reservation's timeout.
 REPLACEMENT_OUTCOMES = ("on_target", "elsewhere", "expired")
@@ -60,6 +63,7 @@ class Telemetry:
         self._shadow(r)
         self._saturation(r)
         self._rebalancing(r)
+        self._steering(r)
 
     def _scheduling(self, r: CollectorRegistry) -> None:
         """Upstream's attempt, queue, SLI and bind series, and the engine's share of a batch."""
@@ -236,6 +240,23 @@ class Telemetry:
             "Shadow mode: pods the rebalancer would have evicted (it evicts none).",
             registry=r,
         )
+
+    def _steering(self, r: CollectorRegistry) -> None:
+        """The steering marks: nodes marked now, and marks added and removed."""
+        self.steering_marked = Gauge(
+            "ksched_steering_marked_nodes",
+            "Nodes ksched marks hot now (its PreferNoSchedule taint, steering.taintKey).",
+            registry=r,
+        )
+        self.steering_marks = Counter(
+            "ksched_steering_marks_total",
+            "Steering marks written: added (a node became hot) or removed (cooled, capped, "
+            "stale, or ksched stopping).",
+            ["change"],
+            registry=r,
+        )
+        for change in STEERING_CHANGES:
+            self.steering_marks.labels(change=change)
 
     def saturated(self, metric: str, policy: str, outcome: str) -> None:
         """A saturated pod's outcome (one of SATURATION_OUTCOMES) under one metric's policy."""

@@ -60,5 +60,10 @@ other objects of the chart depend on set from the chart.
 {{- else if (.Values.configuration.rebalance | default dict).enabled -}}
 {{- fail "enable rebalancing with rebalance.enabled, not configuration.rebalance: the chart grants the eviction RBAC with it" -}}
 {{- end -}}
+{{- if .Values.steering.enabled -}}
+{{- $_ := set $chart "steering" (merge (dict "enabled" true) (omit .Values.steering "enabled")) -}}
+{{- else if (.Values.configuration.steering | default dict).enabled -}}
+{{- fail "enable steering with steering.enabled, not configuration.steering: the chart grants the node patch RBAC with it" -}}
+{{- end -}}
 {{- toYaml (mergeOverwrite (deepCopy .Values.configuration) $chart) -}}
 {{- end -}}

@@ -34,9 +34,10 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from ksched.config import MetricConfig
+from ksched.config.steering import DEFAULT_TAINT_KEY
 from ksched.engine.disruption_budgets import DisruptionBudget, disruption_budget
 from ksched.engine.gangs import POD_GROUP_LABEL, PodGroup, pod_group
 from ksched.engine.pod_level import PodInfo
@@ -73,6 +74,9 @@ WAKE_AT = 64
 # Objects left out that ``/status`` lists (the rest are counted): enough for a screen, and a
 # bounded answer when a whole pool of nodes reports a bad quantity.
 LEFT_OUT_SHOWN = 100
+# How often :meth:`ClusterState.ask` checks whether its caller is stopping.
+STOP_CHECK_S = 0.1
+T = TypeVar("T")
 # The field path a node's unreadable allocatable quantity is reported under (``node_problem``).
 _QUANTITY_FIELD = "status.allocatable."
 
@@ -178,10 +182,13 @@ class ClusterState:
         metrics: tuple[MetricConfig, ...] = (),
         clock: Callable[[], float] = time.time,
         telemetry: Telemetry | None = None,
+        own_taint: str = DEFAULT_TAINT_KEY,
     ) -> None:
         self.metrics = metrics
         self.clock = clock
         self.telemetry = telemetry
+        # ksched's steering mark (steering.taintKey): left out of the node table.
+        self.own_taint = own_taint
         # Pods bound recently (by any scheduler), for the metrics' load estimates.
         self.recent = RecentPods(metrics, clock)
         self.inbox: deque[tuple[str, Any, Any]] = deque()
@@ -264,6 +271,38 @@ class ClusterState:
         none after it (shadow mode decides on the state just before a binding lands)."""
         self._put(("call", call, None))
 
+    def ask(self, call: Callable[[], T], stop: threading.Event, wait_s: float) -> T | None:
+        """Run ``call`` where the state is applied (:meth:`at_this_point`) and wait for its
+        answer, from another thread (the rebalancer's, the steering controller's). None: it
+        raised (logged), or did not run within ``wait_s`` or before ``stop`` (and never will)."""
+        done = threading.Event()
+        lock = threading.Lock()
+        out: list[T] = []
+        cancelled = False
+
+        def run() -> None:
+            with lock:
+                if cancelled:
+                    return
+                try:
+                    out.append(call())
+                except Exception:
+                    log.exception("a call on the cluster state's thread failed")
+                finally:
+                    done.set()
+
+        self.at_this_point(run)
+        deadline = time.monotonic() + wait_s
+        while not done.wait(STOP_CHECK_S):
+            if stop.is_set() or time.monotonic() > deadline:
+                with lock:
+                    cancelled = True
+                if not done.is_set():
+                    if not stop.is_set():
+                        log.warning("the cluster state's thread did not answer within %gs", wait_s)
+                    return None
+        return out[0] if out else None
+
     def forget(self, key: str, uid: str) -> None:
         """A bind failed: stop counting the assumed pod (unless the watch has confirmed it)."""
         self._put(("forget", key, uid))
@@ -340,7 +379,7 @@ class ClusterState:
                     # One bad node must not stop scheduling on the others.
                     left_out[name(node)] = problem
             self._leave_out(left_out)
-            snap = build_snapshot(nodes, [])
+            snap = build_snapshot(nodes, [], self.own_taint)
             snap.namespaces = self.namespaces
             index = snap.index
             add_usage(

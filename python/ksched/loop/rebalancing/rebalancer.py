@@ -58,8 +58,6 @@ DISRUPTION_BUDGET_CAUSE = "DisruptionBudget"
 # How long a look waits for the state's thread to plan (it applies queued events at least
 # twice a second; a cycle on a large batch can take longer).
 PLAN_WAIT_S = 10.0
-# How often that wait checks whether ksched is stopping.
-STOP_CHECK_S = 0.1
 ACTION = "Rebalancing"
 # Hot nodes named in a look's log line (the rest are counted).
 SUMMARY_NODES = 5
@@ -168,7 +166,7 @@ class Rebalancer:
         pods = self._pods_on(sorted({h.node for h in self.hot}))
         if pods is None:
             return None
-        planned = self._on_state_thread(lambda: self._plan(pods, now, hold=mode == LEADER))
+        planned = self.state.ask(lambda: self._plan(pods, now, hold=mode == LEADER), self._stop, PLAN_WAIT_S)
         if planned is None:
             return None
         self.last_plan = planned
@@ -225,37 +223,6 @@ class Rebalancer:
                 return None
             pods.extend(r.json().get("items") or [])
         return pods
-
-    def _on_state_thread(self, call: Callable[[], Plan]) -> Plan | None:
-        """Run ``call`` where the cluster state is applied, and wait for its plan (None: it
-        failed, or did not run in time and never will)."""
-        done = threading.Event()
-        lock = threading.Lock()
-        out: list[Plan] = []
-        cancelled = False
-
-        def run() -> None:
-            with lock:
-                if cancelled:
-                    return
-                try:
-                    out.append(call())
-                except Exception:
-                    log.exception("rebalancer: planning failed")
-                finally:
-                    done.set()
-
-        self.state.at_this_point(run)
-        deadline = time.monotonic() + PLAN_WAIT_S
-        while not done.wait(STOP_CHECK_S):
-            if self._stop.is_set() or time.monotonic() > deadline:
-                with lock:
-                    cancelled = True
-                if not done.is_set():
-                    if not self._stop.is_set():
-                        log.warning("rebalancer: the scheduling loop did not plan within %gs", PLAN_WAIT_S)
-                    return None
-        return out[0] if out else None
 
     def _plan(self, pods: Sequence[Obj], now: float, *, hold: bool) -> Plan:
         """The plan for the current state (on the state's thread); its targets held

@@ -1,0 +1,146 @@
+"""``steering``: marking hot nodes so that other schedulers prefer other nodes.
+
+Owns the section's keys, defaults and validation (:class:`SteeringConfig`), which metrics and
+lines mark a node (:meth:`SteeringConfig.lines`: by default every metric with a
+``filter.above`` or ``filter.below``, at the line the filter holds an ordinary pod to; a
+node's own threshold annotation still wins, as in the filter), and what the mark is: a
+``PreferNoSchedule`` taint under ``taintKey`` (:func:`is_mark`), which kube-scheduler's
+TaintToleration scores down and ksched's own engine ignores. Off by default: the marks need
+``patch`` on nodes, which the default manifests do not grant.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from ksched.config.metrics import MetricConfig
+from ksched.config.values import as_bool, as_float, as_list, as_str, check_keys, duration_at
+from ksched.errors import ConfigError
+from ksched.objects import Obj
+
+_KEYS = ("enabled", "taintKey", "interval", "metrics", "margin", "hold", "maxShare")
+_METRIC_KEYS = ("name", "line")
+DEFAULT_TAINT_KEY = "ksched.io/hot"
+# The mark's effect: a preference only. A pod that tolerates nothing still lands on a marked
+# node when it has no other room.
+MARK_EFFECT = "PreferNoSchedule"
+# The shortest interval between looks: each reads every node's values and may write nodes.
+MIN_INTERVAL_S = 1.0
+# A taint key is a qualified name: an optional DNS-subdomain prefix and a name of at most 63
+# characters (upstream's validation of taint keys).
+_NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+_TAINT_KEY = re.compile(rf"^([a-z0-9]([-a-z0-9.]{{0,251}}[a-z0-9])?/)?{_NAME}$")
+
+
+def is_mark(taint: Obj, key: str) -> bool:
+    """Whether ``taint`` is ksched's steering mark under ``key``: what ksched's own engine does
+    not score, and what the steering controller adds and removes (and nothing else)."""
+    return isinstance(taint, dict) and taint.get("key") == key and taint.get("effect") == MARK_EFFECT
+
+
+@dataclass(frozen=True)
+class SteeringLine:
+    """One metric's mark line for an ordinary pod; a node's own threshold annotation wins.
+    ``direction`` "above": marked at or over ``line``; "below": at or under it."""
+
+    metric: str
+    direction: str
+    line: float
+
+
+@dataclass(frozen=True)
+class SteeringMetric:
+    """``steering.metrics[]``: a metric that marks, and its line (None: the filter's)."""
+
+    name: str
+    line: float | None = None
+
+
+@dataclass(frozen=True)
+class SteeringConfig:
+    enabled: bool = False
+    # The taint's key; its effect is always PreferNoSchedule.
+    taint_key: str = DEFAULT_TAINT_KEY
+    # How often the leader looks at the nodes.
+    interval_s: float = 10.0
+    # The metrics that mark (empty: every metric with a filter line).
+    metrics: tuple[SteeringMetric, ...] = ()
+    # A marked node is unmarked once below its line by this share of the line ...
+    margin: float = 0.1
+    # ... for this long without a break.
+    hold_s: float = 60.0
+    # At most this share of the schedulable nodes is marked at once, the hottest first.
+    max_share: float = 0.25
+
+    def lines(self, metrics: tuple[MetricConfig, ...]) -> tuple[SteeringLine, ...]:
+        """The mark lines, one per marking metric that has a line."""
+        chosen = {m.name: m for m in self.metrics}
+        out = []
+        for m in metrics:
+            if chosen and m.name not in chosen:
+                continue
+            above, below = m.thresholds(0)
+            direction = "above" if above is not None else "below"
+            line = chosen[m.name].line if m.name in chosen else None
+            if line is None:
+                line = above if above is not None else below
+            if line is not None:
+                out.append(SteeringLine(m.name, direction, line))
+        return tuple(out)
+
+
+def _metric(obj: Any, path: str) -> SteeringMetric:
+    m = check_keys(obj, path, _METRIC_KEYS, ("name",))
+    line = as_float(m["line"], f"{path}.line") if "line" in m else None
+    return SteeringMetric(as_str(m["name"], f"{path}.name"), line)
+
+
+def parse_steering(obj: Any, metrics: tuple[MetricConfig, ...]) -> SteeringConfig:
+    path = "steering"
+    s = check_keys(obj, path, _KEYS)
+    d = SteeringConfig
+    chosen = tuple(
+        _metric(m, f"{path}.metrics[{i}]")
+        for i, m in enumerate(as_list(s.get("metrics", []), f"{path}.metrics"))
+    )
+    by_name = {m.name: m for m in metrics}
+    for i, c in enumerate(chosen):
+        metric = by_name.get(c.name)
+        if metric is None:
+            raise ConfigError(
+                f"{path}.metrics[{i}].name: {c.name!r} is not a metric "
+                f"(metrics: {', '.join(by_name) or 'none defined'})"
+            )
+        if c.line is None and metric.above is None and metric.below is None:
+            raise ConfigError(
+                f"{path}.metrics[{i}]: {c.name} has no filter.above or filter.below; give its line"
+            )
+    if len({c.name for c in chosen}) != len(chosen):
+        raise ConfigError(f"{path}.metrics: duplicate metric name")
+    key = as_str(s.get("taintKey", d.taint_key), f"{path}.taintKey")
+    if not _TAINT_KEY.match(key):
+        raise ConfigError(f"{path}.taintKey: {key!r} is not a taint key (an optional prefix/ and a name)")
+    config = SteeringConfig(
+        enabled=as_bool(s.get("enabled", d.enabled), f"{path}.enabled"),
+        taint_key=key,
+        interval_s=duration_at(s, "interval", d.interval_s, path, at_least=MIN_INTERVAL_S),
+        metrics=chosen,
+        margin=_share(s, "margin", d.margin, path),
+        hold_s=duration_at(s, "hold", d.hold_s, path),
+        max_share=_share(s, "maxShare", d.max_share, path),
+    )
+    if config.enabled and not config.lines(metrics):
+        raise ConfigError(
+            f"{path}.enabled: no metric has a filter.above or filter.below, nor a {path}.metrics "
+            "line: nothing can mark a node"
+        )
+    return config
+
+
+def _share(s: Obj, key: str, default: float, path: str) -> float:
+    value = as_float(s.get(key, default), f"{path}.{key}")
+    if not 0.0 <= value <= 1.0:
+        raise ConfigError(f"{path}.{key}: {value:g} is not a share between 0 and 1")
+    return value

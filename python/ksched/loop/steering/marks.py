@@ -1,0 +1,145 @@
+"""Which nodes carry the steering mark: each node's readings against its lines, the
+hysteresis, and the cap.
+
+Owns three rules:
+
+- **Readings** (:func:`readings`): a node's value of each marking metric, as the engine is
+  given it (:meth:`~ksched.loop.metrics.load_model.LoadModel.scheduling`: the sample plus the
+  recent pods of every scheduler), against the line the filter holds an ordinary pod to there
+  (the node's own threshold annotation winning: :func:`~ksched.engine.load.lines_on_nodes`).
+  How far over the line a node is (:attr:`Reading.over`) is a share of the line, so metrics
+  in different units rank together.
+- **Hysteresis** (:meth:`Marks.decide`): a node is marked once a value is at or over its line;
+  a marked node keeps its mark until every value has been below the line by ``margin`` (a
+  share of the line) for ``hold_s`` without a break. A node with no value is cool: a stale
+  metric never keeps a node marked forever, nor marks one.
+- **Cap**: at most ``max_share`` of the schedulable nodes are marked, the hottest first (a
+  node marked already wins a tie). When most nodes are hot a mark says nothing.
+
+Reads no clock and writes nothing: the controller (:mod:`ksched.loop.steering.controller`)
+feeds it and writes what it decides.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ksched.config.steering import SteeringLine
+from ksched.engine.load import lines_on_nodes
+from ksched.engine.snapshot import Snapshot
+from ksched.loop.metrics.metric_sources import Matrix
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One node's value of one metric against its line there."""
+
+    metric: str
+    value: float
+    line: float
+    direction: str
+
+    @property
+    def over(self) -> float:
+        """How far the value is on the hot side of the line, as a share of the line (the
+        plain difference for a line of 0); negative on the cool side."""
+        gap = self.value - self.line if self.direction == "above" else self.line - self.value
+        return gap / abs(self.line) if self.line != 0 else gap
+
+    def note(self) -> str:
+        """``cpu 0.93 at or over its line 0.80``: for events and ``/status``."""
+        side = "at or over" if self.direction == "above" else "at or under"
+        if self.over < 0:
+            side = "under" if self.direction == "above" else "over"
+        return f"{self.metric} {self.value:.3g} {side} its line {self.line:.3g}"
+
+    def as_json(self) -> dict[str, object]:
+        return {"metric": self.metric, "value": self.value, "line": self.line, "direction": self.direction}
+
+
+def readings(snapshot: Snapshot, matrix: Matrix, lines: Sequence[SteeringLine]) -> dict[str, list[Reading]]:
+    """Each node's readings, by node name (a metric with no value on a node is left out)."""
+    columns = {m.name: k for k, m in enumerate(matrix.metrics)}
+    out: dict[str, list[Reading]] = {n: [] for n in snapshot.node_names}
+    for line in lines:
+        k = columns.get(line.metric)
+        if k is None:
+            continue  # dropped from the matrix: stale or degraded
+        above, below = lines_on_nodes(
+            snapshot,
+            line.metric,
+            line.line if line.direction == "above" else math.nan,
+            line.line if line.direction == "below" else math.nan,
+        )
+        on_node = above if line.direction == "above" else below
+        values = matrix.values[:, k]
+        for row, node in enumerate(snapshot.node_names):
+            value, at = float(values[row]), float(on_node[row])
+            if math.isfinite(value) and math.isfinite(at):
+                out[node].append(Reading(line.metric, value, at, line.direction))
+    return out
+
+
+def schedulable(snapshot: Snapshot) -> list[str]:
+    """The nodes of the snapshot that are not cordoned."""
+    cordoned = np.asarray(snapshot.arrays["unschedulable"], dtype=bool)
+    return [n for n, off in zip(snapshot.node_names, cordoned, strict=True) if not off]
+
+
+@dataclass
+class Decision:
+    """One look's marks: the nodes to mark and why (the hottest reading; None: a marked node
+    with no value now, kept through its hold time), and the nodes the cap left unmarked."""
+
+    marks: dict[str, Reading | None] = field(default_factory=dict)
+    capped: dict[str, Reading | None] = field(default_factory=dict)
+
+
+class Marks:
+    """The hysteresis and the cap over successive looks.
+
+    >>> marks = Marks(margin=0.1, hold_s=30.0, max_share=0.5)
+    >>> hot = {"n0": [Reading("cpu", 0.9, 0.8, "above")], "n1": [Reading("cpu", 0.5, 0.8, "above")]}
+    >>> sorted(marks.decide(hot, ["n0", "n1"], set(), now=0.0).marks)
+    ['n0']
+    """
+
+    def __init__(self, margin: float, hold_s: float, max_share: float) -> None:
+        self.margin = margin
+        self.hold_s = hold_s
+        self.max_share = max_share
+        # Marked nodes below the line by the margin (or with no value): since when, unbroken.
+        self.cool_since: dict[str, float] = {}
+
+    def decide(
+        self,
+        readings: Mapping[str, Sequence[Reading]],
+        schedulable: Collection[str],
+        marked: Collection[str],
+        now: float,
+    ) -> Decision:
+        """The marks for this look, given the nodes that carry one now (``marked``)."""
+        wanted: dict[str, Reading | None] = {}
+        for node in schedulable:
+            hottest = max(readings.get(node, ()), key=lambda r: r.over, default=None)
+            over = hottest.over if hottest is not None else -math.inf
+            if over >= 0 or (node in marked and over >= -self.margin):
+                # Hot; or marked and under the line by less than the margin: not cooling.
+                wanted[node] = hottest
+                self.cool_since.pop(node, None)
+            elif node in marked and now - self.cool_since.setdefault(node, now) < self.hold_s:
+                wanted[node] = hottest
+        for node in set(self.cool_since) - set(wanted):
+            del self.cool_since[node]
+        cap = math.floor(self.max_share * len(schedulable) + 1e-9)
+        ranked = sorted(wanted.items(), key=lambda kv: (-_rank(kv[1]), kv[0] not in marked, kv[0]))
+        return Decision(dict(ranked[:cap]), dict(ranked[cap:]))
+
+
+def _rank(reading: Reading | None) -> float:
+    """A reading's place in the cap's order (a node with no value last)."""
+    return reading.over if reading is not None else -math.inf

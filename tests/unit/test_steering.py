@@ -1,0 +1,336 @@
+"""Steering (``ksched.loop.steering``): the hysteresis, the cap, the reconcile a new leader does,
+the marks removed on stop, ksched's own engine ignoring its mark, and the section's validation.
+The controller runs against an in-memory node API that checks resourceVersions as the API
+server does (a stale one is a 409)."""
+
+from __future__ import annotations
+
+import copy
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+import pytest
+
+from ksched.config import Config, MetricConfig, parse_config
+from ksched.config.steering import SteeringConfig
+from ksched.engine.reference import make_nodes
+from ksched.engine.snapshot import build_snapshot
+from ksched.errors import ConfigError
+from ksched.loop.client import Response
+from ksched.loop.metrics.metric_sources import MetricStore
+from ksched.loop.mirror.slim import slim_node
+from ksched.loop.mirror.state import ClusterState
+from ksched.loop.steering.controller import Steering
+from ksched.loop.steering.marks import Marks, Reading, readings
+from ksched.loop.telemetry import Telemetry
+from tests.conftest import node
+
+Obj = dict[str, Any]
+KEY = "ksched.io/hot"
+MARK = {"key": KEY, "effect": "PreferNoSchedule"}
+DEDICATED = {"key": "dedicated", "value": "db", "effect": "NoSchedule"}
+HEAT = MetricConfig(name="heat", source="annotation", annotation="example.com/heat", above=0.8)
+
+
+def hot(value: float, line: float = 0.8) -> list[Reading]:
+    return [Reading("heat", value, line, "above")]
+
+
+# -- hysteresis ------------------------------------------------------------
+
+# (seconds, value, marked after the look): one node, line 0.8, margin 0.1 (clear under 0.72),
+# hold 30 s.
+HYSTERESIS = [
+    (
+        "marked at the line, not below it",
+        [(0, 0.79, False), (10, 0.8, True)],
+    ),
+    (
+        "under the line but within the margin keeps the mark, and never starts the hold",
+        [(0, 0.9, True), (10, 0.75, True), (100, 0.73, True)],
+    ),
+    (
+        "cleared once below the margin for the whole hold",
+        [(0, 0.9, True), (10, 0.7, True), (39, 0.7, True), (40, 0.7, False)],
+    ),
+    (
+        "a value back within the margin restarts the hold",
+        [
+            (0, 0.9, True),
+            (10, 0.7, True),
+            (30, 0.75, True),
+            (45, 0.7, True),
+            (74, 0.7, True),
+            (75, 0.7, False),
+        ],
+    ),
+    (
+        "a node with no value cools as one below the margin",
+        [(0, 0.9, True), (10, None, True), (40, None, False)],
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "steps"), HYSTERESIS, ids=[h[0] for h in HYSTERESIS])
+def test_hysteresis(name: str, steps: list[tuple[float, float | None, bool]]) -> None:
+    marks = Marks(margin=0.1, hold_s=30.0, max_share=1.0)
+    marked: set[str] = set()
+    got, want = [], []
+    for t, value, expected in steps:
+        values = {"n0": hot(value)} if value is not None else {}
+        marked = set(marks.decide(values, ["n0"], marked, now=float(t)).marks)
+        got.append((t, "n0" in marked))
+        want.append((t, expected))
+    assert got == want, name
+
+
+# -- the cap ---------------------------------------------------------------
+
+
+def test_the_cap_marks_only_the_hottest_share_of_schedulable_nodes() -> None:
+    """8 schedulable nodes, maxShare 0.25: of 5 hot nodes, the 2 furthest over their line
+    (as a share of the line: metrics in other units rank together) are marked."""
+    values = {
+        "n0": hot(0.81),
+        "n1": hot(0.99),
+        "n2": [Reading("latency", 300.0, 200.0, "above")],  # 50 % over
+        "n3": hot(0.85),
+        "n4": [Reading("free", 0.05, 0.1, "below")],  # 50 % under a below-line: 50 % over
+        "n5": hot(0.5),
+    }
+    nodes = [f"n{i}" for i in range(8)]
+    decision = Marks(0.1, 30.0, 0.25).decide(values, nodes, set(), now=0.0)
+    assert sorted(decision.marks) == ["n2", "n4"]
+    assert sorted(decision.capped) == ["n0", "n1", "n3"]
+
+
+def test_the_cap_counts_schedulable_nodes_and_keeps_a_marked_node_on_a_tie() -> None:
+    values = {"n0": hot(0.9), "n1": hot(0.9)}
+    # 4 schedulable (the cordoned ones are left out): 1 mark.
+    decision = Marks(0.1, 30.0, 0.25).decide(values, ["n0", "n1", "n2", "n3"], {"n1"}, now=0.0)
+    assert list(decision.marks) == ["n1"]
+    assert Marks(0.1, 30.0, 0.25).decide(values, ["n0", "n1", "n2"], set(), now=0.0).marks == {}
+
+
+def test_a_node_threshold_annotation_wins_over_the_metric_line() -> None:
+    """As in the filter: a node's own ``threshold.ksched.io/<metric>-above`` is its line."""
+    nodes = [
+        node("n0", annotations={"example.com/heat": "0.9", "threshold.ksched.io/heat-above": "0.95"}),
+        node("n1", annotations={"example.com/heat": "0.9"}),
+    ]
+    snapshot = build_snapshot(nodes, [])
+    store = MetricStore([HEAT], None, None, lambda: nodes)
+    lines = SteeringConfig(enabled=True).lines((HEAT,))
+    got = readings(snapshot, store.matrix(snapshot), lines)
+    assert got == {"n0": [Reading("heat", 0.9, 0.95, "above")], "n1": [Reading("heat", 0.9, 0.8, "above")]}
+
+
+# -- the controller ----------------------------------------------------------
+
+
+@dataclass
+class NodeApi:
+    """Nodes by name; GET and JSON merge PATCH of spec.taints with a resourceVersion
+    precondition (409 when stale). ``conflicts``: nodes changed by someone else just before
+    ksched's next patch of them."""
+
+    nodes: dict[str, Obj]
+    conflicts: set[str] = field(default_factory=set)
+    asked: list[tuple[str, str]] = field(default_factory=list)
+
+    def request(self, method: str, path: str, **kw: Any) -> Response:
+        name = path.rsplit("/", 1)[1]
+        self.asked.append((method, name))
+        obj = self.nodes.get(name)
+        if obj is None:
+            return Response(404, b"{}")
+        if method == "GET":
+            return Response(200, orjson.dumps(obj))
+        assert method == "PATCH" and kw["content_type"] == "application/merge-patch+json"
+        if name in self.conflicts:
+            self.conflicts.discard(name)
+            self._bump(obj)
+        body = kw["body"]
+        if body["metadata"]["resourceVersion"] != obj["metadata"]["resourceVersion"]:
+            return Response(409, b'{"reason": "Conflict"}')
+        obj["spec"]["taints"] = body["spec"]["taints"] or []
+        self._bump(obj)
+        return Response(200, orjson.dumps(obj))
+
+    @staticmethod
+    def _bump(obj: Obj) -> None:
+        obj["metadata"]["resourceVersion"] = str(int(obj["metadata"]["resourceVersion"]) + 1)
+
+    def taints(self, name: str) -> list[Obj]:
+        return list(self.nodes[name]["spec"]["taints"])
+
+
+@dataclass
+class Harness:
+    steering: Steering
+    api: NodeApi
+    telemetry: Telemetry
+    events: list[tuple[str, str, str]]
+    leading: list[bool]
+
+    def count(self, change: str) -> float:
+        return (
+            self.telemetry.registry.get_sample_value("ksched_steering_marks_total", {"change": change}) or 0.0
+        )
+
+
+@pytest.fixture
+def harness() -> Iterator[Any]:
+    """``harness(heat, taints, **steering)``: a steering controller over nodes with the
+    ``heat`` annotation values and taints given, the state's thread run as the scheduling
+    loop runs it."""
+    stop = threading.Event()
+
+    def make(heat: dict[str, float], taints: dict[str, list[Obj]], **steering: Any) -> Harness:
+        nodes = []
+        for i, (n, value) in enumerate(heat.items()):
+            obj = node(n, annotations={"example.com/heat": str(value)}, taints=copy.deepcopy(taints.get(n)))
+            obj["metadata"].update(uid=f"uid-{n}", resourceVersion=str(10 + i))
+            nodes.append(obj)
+        config = Config(metrics=(HEAT,), steering=SteeringConfig(**{"enabled": True, **steering}))
+        state = ClusterState(config.metrics)
+        for obj in nodes:
+            state.on_node("ADDED", slim_node(obj), None)
+        api = NodeApi({n["metadata"]["name"]: copy.deepcopy(n) for n in nodes})
+        store = MetricStore(config.metrics, None, None, lambda: nodes)
+        events: list[tuple[str, str, str]] = []
+        leading = [True]
+        telemetry = Telemetry()
+        steering_ = Steering(
+            config,
+            state,
+            store,
+            api,  # type: ignore[arg-type]
+            telemetry,
+            lambda: leading[0],
+            lambda obj, _kind, reason, _action, note: events.append((obj["metadata"]["name"], reason, note)),
+            lambda: [slim_node(n) for n in nodes],
+            clock=lambda: 0.0,
+        )
+
+        def loop() -> None:
+            while not stop.wait(0.005):
+                state.sync()
+
+        threading.Thread(target=loop, daemon=True).start()
+        return Harness(steering_, api, telemetry, events, leading)
+
+    yield make
+    stop.set()
+
+
+def test_a_new_leader_reconciles_marks_with_the_nodes(harness: Any) -> None:
+    """n0 is hot and unmarked; n1 cooled but carries a crashed leader's mark beside a taint of
+    its own; n2 is hot and marked. The leader adds n0's mark, takes n1's off (its other taint
+    stays), leaves n2 alone, and reports each change on the node."""
+    h = harness(
+        {"n0": 0.9, "n1": 0.3, "n2": 0.95, "n3": 0.1, "n4": 0.1, "n5": 0.1, "n6": 0.1, "n7": 0.1},
+        {"n1": [DEDICATED, MARK], "n2": [MARK]},
+        hold_s=0.0,
+    )
+    h.leading[0] = False
+    assert h.steering.look() is None
+    assert h.api.asked == [], "a follower writes nothing"
+    h.leading[0] = True
+    h.steering.look()
+    assert h.api.taints("n0") == [MARK]
+    assert h.api.taints("n1") == [DEDICATED]
+    assert h.api.taints("n2") == [MARK]
+    assert ("PATCH", "n2") not in h.api.asked
+    assert [(n, reason) for n, reason, _ in h.events] == [("n1", "KschedUnmarked"), ("n0", "KschedMarkedHot")]
+    assert h.events[1][2] == "other schedulers steered away: heat 0.9 at or over its line 0.8"
+    assert sorted(h.steering.marked) == ["n0", "n2"]
+    assert (h.count("added"), h.count("removed")) == (1.0, 1.0)
+    assert h.telemetry.registry.get_sample_value("ksched_steering_marked_nodes") == 2.0
+    status = h.steering.status()
+    assert status["mode"] == "leader" and [m["node"] for m in status["marked"]] == ["n0", "n2"]  # type: ignore[attr-defined]
+
+
+def test_a_node_changed_meanwhile_is_read_again_and_its_new_taints_kept(harness: Any) -> None:
+    h = harness({"n0": 0.9, "n1": 0.1, "n2": 0.1, "n3": 0.1}, {})
+    h.api.conflicts.add("n0")
+    h.api.nodes["n0"]["spec"]["taints"] = [DEDICATED]  # added by someone after the informer saw n0
+    h.steering.look()
+    assert h.api.asked == [("GET", "n0"), ("PATCH", "n0"), ("GET", "n0"), ("PATCH", "n0")]
+    assert h.api.taints("n0") == [DEDICATED, MARK]
+
+
+def test_stopping_removes_every_mark_and_nothing_else(harness: Any) -> None:
+    h = harness(
+        {"n0": 0.9, "n1": 0.1, "n2": 0.1, "n3": 0.1}, {"n3": [MARK, DEDICATED]}, hold_s=600.0, max_share=0.5
+    )
+    h.steering.look()
+    assert sorted(h.steering.marked) == ["n0", "n3"]  # n3 is held: cool for less than the hold
+    h.steering.leading = True
+    h.steering.stop()
+    assert h.api.taints("n0") == [] and h.api.taints("n3") == [DEDICATED]
+    assert h.steering.marked == {}
+
+
+# -- ksched's own engine -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("key", "kept"),
+    [(KEY, ["dedicated", "example.com/steer", "other"]), ("example.com/steer", ["dedicated", KEY, "other"])],
+    ids=["default key", "another key configured"],
+)
+def test_the_engine_and_the_reference_leave_out_their_own_mark(key: str, kept: list[str]) -> None:
+    """The mark steers other schedulers: ksched's filter and score never see it (the
+    configured key's PreferNoSchedule taint only; the same key with another effect stays)."""
+    taints = [DEDICATED, MARK, {"key": "example.com/steer", "effect": "PreferNoSchedule"}]
+    taints.append({"key": "other", "effect": "NoSchedule"})
+    n = node("n0", taints=taints)
+    snapshot = build_snapshot([n], [], key)
+    assert len(snapshot.arrays["taint_keys"]) == len(kept)
+    assert sorted(t["key"] for t in make_nodes([n], [], key)["n0"].taints) == sorted(kept)
+
+
+# -- the section -------------------------------------------------------------------
+
+DOC = {
+    "apiVersion": "ksched.io/v1alpha1",
+    "kind": "KschedConfiguration",
+    "metrics": [
+        {"name": "heat", "source": "annotation", "annotation": "example.com/heat", "filter": {"above": 0.8}}
+    ],
+}
+
+
+def test_the_section_defaults_and_lines() -> None:
+    config = parse_config({**DOC, "steering": {"enabled": True}})
+    s = config.steering
+    assert (s.taint_key, s.interval_s, s.margin, s.hold_s, s.max_share) == (KEY, 10.0, 0.1, 60.0, 0.25)
+    assert [(x.metric, x.line) for x in s.lines(config.metrics)] == [("heat", 0.8)]
+    assert not parse_config(DOC).steering.enabled
+
+
+@pytest.mark.parametrize(
+    ("steering", "error"),
+    [
+        ({"maxShare": 1.5}, "steering.maxShare: 1.5 is not a share between 0 and 1"),
+        ({"margin": -0.1}, "steering.margin"),
+        ({"taintKey": "bad key"}, "steering.taintKey"),
+        ({"interval": "100ms"}, "steering.interval"),
+        ({"metrics": [{"name": "nope"}]}, "steering.metrics[0].name: 'nope' is not a metric"),
+        ({"metrics": [{"name": "heat", "line": "x"}]}, "steering.metrics[0].line"),
+        ({"colour": "red"}, "steering.colour: unknown key"),
+    ],
+)
+def test_the_section_is_validated_with_key_paths(steering: Obj, error: str) -> None:
+    with pytest.raises(ConfigError, match=error.replace("[", r"\[").replace("]", r"\]").replace(".", r"\.")):
+        parse_config({**DOC, "steering": steering})
+
+
+def test_enabled_without_a_line_is_refused() -> None:
+    doc = {**DOC, "metrics": [{"name": "price", "source": "annotation", "annotation": "p"}]}
+    with pytest.raises(ConfigError, match="nothing can mark a node"):
+        parse_config({**doc, "steering": {"enabled": True}})
