@@ -45,10 +45,14 @@ def best_effort(name: str, node_name: str, at: float) -> dict[str, Any]:
 
 
 def run(
-    m: MetricConfig, measured: list[tuple[dict[str, Any], float]], unmeasured: list[dict[str, Any]]
+    m: MetricConfig,
+    measured: list[tuple[dict[str, Any], float]],
+    unmeasured: list[dict[str, Any]],
+    samples: int = 2,
 ) -> Any:
     """Measured pods on n0, unmeasured ones on n1 (4 CPUs each), all bound after the node
-    sample; returns the store's matrix and the store."""
+    sample; the measured pods' usage is sampled ``samples`` times two seconds apart (two equal
+    samples: they are stable and teach). Returns the store's matrix and the store."""
     clock = Clock(T0)
     state = cluster(m, clock)
     source = PodUsageSource(clock)
@@ -59,10 +63,14 @@ def run(
     for p in unmeasured:
         state.on_pod("ADDED", p, None)
     state.sync()
-    store.refresh(m)
+    model = LoadModel(store, state.recent)
     source.pods = {f"default/{p['metadata']['name']}": used for p, used in measured}
-    store.refresh_pods(m)
-    return LoadModel(store, state.recent).scheduling(state.snapshot()), store
+    for k in range(samples):
+        clock.now = T0 + 2 * k
+        store.refresh(m)
+        store.refresh_pods(m)
+        matrix = model.scheduling(state.snapshot())
+    return matrix, store
 
 
 def measured_pods(ratios: list[float], cpu_milli: int = 100) -> list[tuple[dict[str, Any], float]]:

@@ -212,7 +212,12 @@ def test_a_metrics_server_metric_fades_pods_over_its_own_window() -> None:
     seen: list[tuple[float, float | None]] = []
 
     def estimate(
-        metric: MetricConfig, sampled_at: float, column: Any, window_s: Any = None, measured: Any = None
+        metric: MetricConfig,
+        sampled_at: float,
+        column: Any,
+        window_s: Any = None,
+        measured: Any = None,
+        measured_at: Any = None,
     ) -> None:
         seen.append((sampled_at, window_s))
 

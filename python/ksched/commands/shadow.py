@@ -194,6 +194,18 @@ def _learned(c: dict[str, Any]) -> str:
             f"BestEffort pods use {amount(c['bestEffort'])} (sd {amount(c['bestEffortStdDev'])}, "
             f"{c['bestEffortPods']} measured)"
         )
+    top = (c.get("workloads") or [])[:3]
+    if top:
+        parts.append(
+            f"{c['workloadCount']} workload(s) learned, e.g. "
+            + ", ".join(
+                f"{w['workload']} {w['ratio']:.2f}x ({w['ratioPods']} pods)"
+                for w in top
+                if w["ratio"] is not None
+            )
+        )
+    if c.get("ramping"):
+        parts.append(f"{len(c['ramping'])} pod(s) ramping up")
     return "; ".join(parts) or "too few recent pods measured yet: the configured guesses stand"
 
 

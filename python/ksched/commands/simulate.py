@@ -20,9 +20,13 @@ from ksched.commands.text import printable
 from ksched.errors import KschedError
 
 if TYPE_CHECKING:
-    from ksched.config import Config
+    from collections.abc import Sequence
+
+    from ksched.config import Config, MetricConfig
     from ksched.engine import Explanation
     from ksched.engine.cluster_file import ClusterFile
+    from ksched.engine.estimate import Choice
+    from ksched.objects import Obj
 
 # A --metrics file holds a few numbers per node; one past this is a mistaken path.
 MAX_METRICS_BYTES = 64 * 1024 * 1024
@@ -68,11 +72,25 @@ def json_number(x: Any) -> Any:
     return x
 
 
-def explanation_json(ex: Explanation) -> dict[str, Any]:
-    """One explained pod as JSON (every number finite or null)."""
+def explanation_json(ex: Explanation, estimates: Sequence[tuple[str, str, Choice]] = ()) -> dict[str, Any]:
+    """One explained pod as JSON (every number finite or null); ``estimates``: what the pod
+    counts as for each metric with an estimate (:func:`pod_estimates`)."""
     explained: dict[str, Any] = json_number(
         {
             "pod": ex.pod,
+            "estimates": [
+                {
+                    "metric": metric,
+                    "resource": resource,
+                    "amount": c.amount,
+                    "source": c.source,
+                    "workload": c.workload,
+                    "figure": c.figure,
+                    "pods": c.pods,
+                    "problem": c.problem,
+                }
+                for metric, resource, c in estimates
+            ],
             "node": ex.placement.node,
             "score": ex.placement.score,
             "message": ex.placement.message,
@@ -96,7 +114,38 @@ def explanation_json(ex: Explanation) -> dict[str, Any]:
     return explained
 
 
-def render_explanation(ex: Explanation) -> str:
+def pod_estimates(pod: Obj, metrics: Sequence[MetricConfig]) -> list[tuple[str, str, Choice]]:
+    """What ``pod`` counts as on a node for each metric with an estimate, and why."""
+    from ksched.engine.estimate import estimate_choice
+    from ksched.engine.pods import pod_requests
+
+    requests = pod_requests(pod)
+    return [
+        (m.name, m.estimate.resource, estimate_choice(pod, requests, m.estimate))
+        for m in metrics
+        if m.estimate is not None
+    ]
+
+
+def estimate_text(resource: str, c: Choice) -> str:
+    """One metric's estimate of a pod, as ``explain`` prints it."""
+    amount = f"{c.amount}m" if resource == "cpu" else f"{c.amount}"
+    why = {
+        "declared": "declared by its ksched.io/expected annotation",
+        "limit": "its limit (above its request), or the legacy estimate",
+        "configured": "its guess as configured (nothing learned for it here)",
+        "workload": f"learned from its workload {c.workload}",
+        "cluster-wide": "learned from the recent pods cluster-wide",
+        "prior": f"the prior: its workload {c.workload} has too few measured pods",
+    }.get(c.source, c.source)
+    figure = ""
+    if c.figure is not None:
+        figure = f", figure {c.figure:.3g}" + (f" from {c.pods} measured pods" if c.pods else "")
+    problem = f"; {c.problem}: ignored" if c.problem else ""
+    return f"{amount} {resource} ({c.source}: {why}{figure}{problem})"
+
+
+def render_explanation(ex: Explanation, estimates: Sequence[tuple[str, str, Choice]] = ()) -> str:
     lines = [
         f"pod {ex.pod}: "
         + (
@@ -112,6 +161,7 @@ def render_explanation(ex: Explanation) -> str:
     saturation = saturation_text(ex.placement.as_json())
     if saturation:
         lines.append(saturation)
+    lines += [f"estimate: {metric}: {estimate_text(resource, c)}" for metric, resource, c in estimates]
     plugins = list(ex.weights)
     lines.append("weights: " + ", ".join(f"{p}={w:g}" for p, w in ex.weights.items()))
     feasible = sorted((n for n in ex.nodes if n.feasible), key=lambda n: -(n.total or 0.0))
@@ -250,6 +300,7 @@ def _explain(args: argparse.Namespace) -> int:
     from ksched.config import load_config
     from ksched.engine.cluster_file import as_pending, load_cluster, sort_objects
     from ksched.engine.simulation import run_simulation
+    from ksched.objects import object_key
 
     config = load_config(args.config)
     names = {p.scheduler_name for p in config.profiles}
@@ -272,7 +323,7 @@ def _explain(args: argparse.Namespace) -> int:
         offline = dict(values)
     if not targets:
         raise KschedError("name at least one pod as NAMESPACE/NAME")
-    out = []
+    out: list[tuple[Explanation, list[tuple[str, str, Choice]]]] = []
     status = EXIT_OK
     for pod in targets:
         if "/" not in pod:
@@ -289,11 +340,12 @@ def _explain(args: argparse.Namespace) -> int:
                 status = EXIT_UNPLACED
                 continue
             raise KschedError(f"{pod}: no such pod in {source}")
-        out.append(ex)
+        target = next((p for p in pod_cluster.pending if object_key(p) == pod), None)
+        out.append((ex, pod_estimates(target, config.metrics) if target is not None else []))
         if ex.placement.node is None:
             status = EXIT_UNPLACED
     if args.output == "json":
-        print(json.dumps([explanation_json(e) for e in out], indent=2, allow_nan=False))
+        print(json.dumps([explanation_json(e, est) for e, est in out], indent=2, allow_nan=False))
     else:
-        print("\n\n".join(render_explanation(e) for e in out))
+        print("\n\n".join(render_explanation(e, est) for e, est in out))
     return status

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from ksched.config.values import (
@@ -40,6 +41,21 @@ BEST_EFFORT_DEFAULTS = {"cpu": "100m", "memory": "200Mi"}
 # A learned estimate needs at least this many recently placed pods of a kind (estimated from
 # requests, or BestEffort) measured before it replaces the configured guess for that kind.
 LEARN_MIN_PODS = 10
+# ``estimate.warmup``: the longest a pod may take to reach its usage after it starts (Java and
+# Python services warm up over 30 s to 3 min); while it ramps it counts at least its estimate.
+DEFAULT_WARMUP_S = 180.0
+MAX_WARMUP_S = 3600.0
+# ``estimate.prior``: how a pod of a workload nothing was learned of counts. A quantile of the
+# workloads' learned ratios (``p90``), its limit (``limit``), or a fixed ratio (a number).
+DEFAULT_PRIOR = ("quantile", 0.9)
+PRIORS = ("p<0-100>", "limit", "<number>")
+# A fixed prior ratio above this is a typo (a pod using a hundred times its guess).
+MAX_PRIOR_RATIO = 100.0
+_PRIOR_QUANTILE = re.compile(r"^p(\d{1,3})$")
+# ``estimate.workloadLabel``: a label key (an optional DNS prefix, then a name).
+_LABEL_KEY = re.compile(
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+)
 # A range selector or subquery range in PromQL (``[5m]``, ``[1h30m:1m]``), and its parts.
 _RANGE = re.compile(r"\[\s*((?:\d+(?:ms|s|m|h|d|w|y))+)\s*(?::[^\]]*)?\]")
 _RANGE_PART = re.compile(r"(\d+)(ms|s|m|h|d|w|y)")
@@ -94,14 +110,12 @@ class Band:
 
 
 @dataclass(frozen=True)
-class Calibration:
-    """What the recently placed pods that are already measured say about the guesses
-    (``estimate.learn``); set on a metric's estimate by the loop each cycle, never parsed.
-    ``ratio``: measured over guessed usage of the pods guessed from their requests (summed
-    over them), and the standard deviation of each pod's ratio around it, weighted by its
-    guess; ``best_effort``: the mean measured usage of BestEffort pods (engine units), and
-    its standard deviation. None where fewer than ``LEARN_MIN_PODS`` of that kind are
-    measured."""
+class Learned:
+    """What measured pods say about the guesses. ``ratio``: measured over guessed usage of the
+    pods guessed from their requests (summed over them), and the standard deviation of each
+    pod's ratio around it, weighted by its guess; ``best_effort``: the mean measured usage of
+    BestEffort pods (engine units), and its standard deviation. None where fewer than
+    ``LEARN_MIN_PODS`` of that kind are measured."""
 
     ratio: float | None = None
     ratio_sd: float = 0.0
@@ -109,6 +123,35 @@ class Calibration:
     best_effort: float | None = None
     best_effort_sd: float = 0.0
     best_effort_pods: int = 0
+
+
+@dataclass(frozen=True)
+class WorkloadCalibration(Learned):
+    """What one workload's own measured pods taught (they may have left the recent window),
+    and ``warmup_s``: how long after their bind its pods took to use a stable amount (None:
+    none of them was seen ramping to it)."""
+
+    warmup_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Calibration(Learned):
+    """What the recently placed pods that are already measured (and stable) say about the
+    guesses (``estimate.learn``); set on a metric's estimate by the loop each cycle, never
+    parsed. Its own figures are the cluster-wide ones (every recent pod's); ``workloads``
+    holds each workload's own (:func:`ksched.engine.estimate.workload_of`), and the ``prior_*``
+    figures are how a pod of a workload without enough history counts (``estimate.prior``:
+    None where nothing is learned, the guess then stands)."""
+
+    workloads: Mapping[str, WorkloadCalibration] = field(default_factory=dict, compare=False)
+    prior_ratio: float | None = None
+    prior_ratio_sd: float = 0.0
+    prior_best_effort: float | None = None
+    prior_best_effort_sd: float = 0.0
+    # How the recent pods were counted (``/status``): pods by source of their estimate, and
+    # the keys of those still ramping up.
+    sources: Mapping[str, int] = field(default_factory=dict, compare=False)
+    ramping: tuple[str, ...] = field(default=(), compare=False)
 
 
 @dataclass(frozen=True)
@@ -129,7 +172,13 @@ class EstimateConfig:
     its guess times their measured/guessed ratio, a BestEffort pod as their mean measured
     usage. ``deviations`` adds that many standard deviations of what the measured pods
     strayed: to each pod being placed, and to each node as the combined spread of its recent
-    pods not measured yet (independent: the root of the sum of squares)."""
+    pods not measured yet (independent: the root of the sum of squares).
+
+    A learned estimate learns per workload too (``workload_label``, else the pod's controller):
+    a pod counts at its own workload's figures, a pod of a workload without enough history at
+    the ``prior`` and a pod ramping up (for at most ``warmup_s`` after its bind) at the larger
+    of its estimate and its measured usage. A pod annotated ``ksched.io/expected-<resource>``
+    counts as that, uncalibrated, in every estimate but the legacy one."""
 
     resource: str
     factor: float = 1.0
@@ -145,6 +194,12 @@ class EstimateConfig:
     # Calibrate the guesses by recently measured pods (needs pod_query).
     learn: bool = False
     deviations: float = 0.0
+    # The pod label that names a pod's workload where set (None: its controller).
+    workload_label: str | None = None
+    # The longest a pod is taken to ramp up after its bind.
+    warmup_s: float = DEFAULT_WARMUP_S
+    # How a pod of a workload without history counts: ("quantile", q), ("limit", 0) or ("ratio", x).
+    prior: tuple[str, float] = DEFAULT_PRIOR
     # The loop's current calibration (set each cycle where ``learns``; never parsed).
     calibration: Calibration | None = None
 
@@ -279,6 +334,9 @@ def _estimate(obj: Any, path: str, metric_resource: str | None) -> EstimateConfi
             "namespaceLabel",
             "learn",
             "deviations",
+            "workloadLabel",
+            "warmup",
+            "prior",
         ),
         () if metric_resource is not None else ("resource",),
     )
@@ -309,7 +367,18 @@ def _estimate(obj: Any, path: str, metric_resource: str | None) -> EstimateConfi
             f"{path}.deviations: needs learn: true (podQuery set): "
             "the deviations are those of the measured pods"
         )
+    for key in ("workloadLabel", "warmup", "prior"):
+        if key in e and not learn:
+            raise ConfigError(f"{path}.{key}: needs learn: true (podQuery set): it shapes what is learned")
+    warmup = parse_duration(e["warmup"], f"{path}.warmup") if "warmup" in e else EstimateConfig.warmup_s
+    if not 0 <= warmup <= MAX_WARMUP_S:
+        raise ConfigError(f"{path}.warmup: {warmup:g}s is not in 0..{MAX_WARMUP_S:g}s")
     return EstimateConfig(
+        workload_label=_label_key(e["workloadLabel"], f"{path}.workloadLabel")
+        if "workloadLabel" in e
+        else None,
+        warmup_s=warmup,
+        prior=_prior(e["prior"], f"{path}.prior") if "prior" in e else DEFAULT_PRIOR,
         resource=resource,
         factor=factor,
         window_s=parse_duration(e["window"], f"{path}.window") if "window" in e else None,
@@ -322,6 +391,33 @@ def _estimate(obj: Any, path: str, metric_resource: str | None) -> EstimateConfi
         learn=learn,
         deviations=deviations,
     )
+
+
+def _label_key(raw: Any, path: str) -> str:
+    key = as_str(raw, path)
+    prefix, _, name = key.rpartition("/")
+    if not _LABEL_KEY.match(key) or len(name) > MAX_RESOURCE_NAME or len(prefix) > MAX_RESOURCE_PREFIX:
+        raise ConfigError(f"{path}: {key!r} is not a label key (example: app.kubernetes.io/name)")
+    return key
+
+
+def _prior(raw: Any, path: str) -> tuple[str, float]:
+    """``estimate.prior``: ``pNN`` (a quantile of the workloads' ratios), ``limit``, or a ratio."""
+    if isinstance(raw, str):
+        m = _PRIOR_QUANTILE.match(raw)
+        if m and int(m.group(1)) <= 100:
+            return "quantile", int(m.group(1)) / 100
+        if raw == "limit":
+            return "limit", 0.0
+    if isinstance(raw, bool) or not isinstance(raw, (int, float, str)):
+        raise ConfigError(f"{path}: {raw!r} is not allowed (allowed: {', '.join(PRIORS)})")
+    try:
+        ratio = float(raw)
+    except ValueError:
+        raise ConfigError(f"{path}: {raw!r} is not allowed (allowed: {', '.join(PRIORS)})") from None
+    if not 0 < ratio <= MAX_PRIOR_RATIO:
+        raise ConfigError(f"{path}: {raw!r}: a ratio must be in (0, {MAX_PRIOR_RATIO:g}]")
+    return "ratio", ratio
 
 
 def _bands(raw: Any, path: str) -> tuple[Band, ...]:

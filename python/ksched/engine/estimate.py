@@ -12,15 +12,48 @@ measured pods used (:class:`ksched.config.metrics.Calibration`, kept by
 :mod:`ksched.loop.metrics.recent_pods`): :func:`guess` gives the uncalibrated figure and its kind,
 :func:`calibration_terms` how each kind of guess turns into a mean and a standard deviation
 (for one pod here, for every recent pod at once there).
+
+Load estimate v3 learns per workload (:func:`workload_of`: the pod's Deployment, StatefulSet,
+CronJob, other controller, or an operator's label): :func:`terms` picks, for one kind of guess
+and one workload, the workload's own figures, else the prior for a workload without enough
+history, else the cluster-wide figures; :func:`expected` applies them, to one pod or to many.
+A pod annotated ``ksched.io/expected-<resource>`` (:func:`declared_usage`) is expected to use
+that and nothing is learned for it.
 """
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
+from typing import NamedTuple, TypeVar
+
+import numpy as np
+import numpy.typing as npt
+
 from ksched.config import EstimateConfig
-from ksched.config.metrics import BEST_EFFORT_DEFAULTS, Calibration
+from ksched.config.metrics import BEST_EFFORT_DEFAULTS, Calibration, Learned
 from ksched.engine.pods import PodRequests
-from ksched.engine.quantity import Nano, canonical, canonical_nano, parse_nano, parse_quantity
-from ksched.objects import Obj
+from ksched.engine.quantity import (
+    QUANTITY_MAX,
+    Nano,
+    canonical,
+    canonical_nano,
+    parse_nano,
+    parse_quantity,
+)
+from ksched.errors import QuantityError
+from ksched.objects import Obj, meta
+
+# A pod's declared expected usage of a resource (``ksched.io/expected-cpu: "750m"``), in the
+# resource's unit; an operator may fill it from VPA's recommendations. A resource with a
+# domain prefix (``example.com/gpu``) names it with ``_`` for ``/`` (an annotation key has
+# one ``/``): ``ksched.io/expected-example.com_gpu``.
+EXPECTED_PREFIX = "ksched.io/expected-"
+# The label a ReplicaSet's pods carry, whose value ends the ReplicaSet's name after its
+# Deployment's (``web-7d4b9c`` of Deployment ``web``).
+TEMPLATE_HASH_LABEL = "pod-template-hash"
+# The cronjob controller names each Job ``<cronjob>-<scheduled time in minutes>``.
+_JOB_SUFFIX = re.compile(r"-\d+$")
 
 
 def pod_limit(pod: Obj, resource: str) -> int | None:
@@ -50,18 +83,79 @@ def best_effort_amount(estimate: EstimateConfig) -> int:
     return 0 if q is None else canonical(estimate.resource, parse_quantity(q))
 
 
-# What a guess was made from (:func:`guess`): only the last two are calibrated.
+# What a guess was made from (:func:`guess`): only FROM_REQUEST and BEST_EFFORT are calibrated.
 FIXED = 0  # a limit above the request (an upper bound), or a legacy estimate
 FROM_REQUEST = 1
 BEST_EFFORT = 2
+DECLARED = 3  # the pod's ``ksched.io/expected-<resource>``
+KINDS = 4
+
+# Where an estimate's figures came from (:class:`Terms`, ``/status``, ``explain``).
+CONFIGURED = "configured"  # the guess as configured: nothing learned for it
+LIMIT = "limit"  # the pod's limit, above its request (an upper bound), or a legacy estimate
+DECLARED_SOURCE = "declared"
+WORKLOAD = "workload"
+CLUSTER = "cluster-wide"
+PRIOR = "prior"
+# Counted by the loop only: a recent pod's measured usage, and one still ramping up to it.
+MEASURED = "measured"
+RAMPING = "ramping"
+
+
+def expected_annotation(resource: str) -> str:
+    return EXPECTED_PREFIX + resource.replace("/", "_")
+
+
+def declared_usage(pod: Obj, resource: str) -> tuple[int | None, str | None]:
+    """The pod's declared expected usage of ``resource`` (engine unit), or why its annotation
+    cannot be read (a value that is not a non-negative quantity): ``(None, None)`` without one."""
+    key = expected_annotation(resource)
+    raw = (meta(pod).get("annotations") or {}).get(key)
+    if raw is None:
+        return None, None
+    try:
+        q = parse_quantity(raw)
+    except QuantityError as err:
+        return None, f"annotation {key}: {err}"
+    if q < 0:
+        return None, f"annotation {key}: {raw!r} is negative"
+    return canonical(resource, q), None
+
+
+def workload_of(pod: Obj, label: str | None = None) -> str | None:
+    """The workload a pod's usage is learned under: ``namespace/<label>=<value>`` where the pod
+    carries ``label``, else its controller, ``namespace/<Kind>/<name>``, with a ReplicaSet made
+    by a Deployment taken as that Deployment (its pods keep what was learned through a rolling
+    update) and a Job with a numeric suffix as its CronJob; None for a pod without a controller
+    (it counts at the cluster-wide figures)."""
+    m = meta(pod)
+    namespace = m.get("namespace") or "default"
+    labels = m.get("labels") or {}
+    if label is not None and label in labels:
+        return f"{namespace}/{label}={labels[label]}"
+    owner = next(
+        (r for r in m.get("ownerReferences") or () if isinstance(r, dict) and r.get("controller")), None
+    )
+    if owner is None:
+        return None
+    kind, name = str(owner.get("kind") or ""), str(owner.get("name") or "")
+    template_hash = labels.get(TEMPLATE_HASH_LABEL)
+    if kind == "ReplicaSet" and template_hash and name.endswith(f"-{template_hash}"):
+        kind, name = "Deployment", name[: -len(template_hash) - 1]
+    elif kind == "Job" and _JOB_SUFFIX.search(name):
+        kind, name = "CronJob", _JOB_SUFFIX.sub("", name)
+    return f"{namespace}/{kind}/{name}"
 
 
 def guess(pod: Obj, requests: PodRequests, estimate: EstimateConfig) -> tuple[int, int]:
     """The pod's configured guess of its usage of ``estimate.resource`` (engine unit), and
-    what it was made from (``FIXED``, ``FROM_REQUEST``, ``BEST_EFFORT``)."""
+    what it was made from (``FIXED``, ``FROM_REQUEST``, ``BEST_EFFORT``, ``DECLARED``)."""
     request = requests.requests.get(estimate.resource, 0)
     if estimate.legacy:
         return round(request * estimate.factor), FIXED
+    declared, _ = declared_usage(pod, estimate.resource)
+    if declared is not None:
+        return declared, DECLARED
     limit = pod_limit(pod, estimate.resource)
     if limit is not None and limit > request:
         return limit, FIXED
@@ -70,28 +164,121 @@ def guess(pod: Obj, requests: PodRequests, estimate: EstimateConfig) -> tuple[in
     return best_effort_amount(estimate), BEST_EFFORT
 
 
-def calibration_terms(calibration: Calibration | None) -> tuple[tuple[float, float, float, float], ...]:
-    """Per kind of guess (indexed by ``FIXED``, ``FROM_REQUEST``, ``BEST_EFFORT``), how a pod
-    guessed at ``amount`` counts: ``(scale, offset, sd_scale, sd_offset)``, its expected usage
-    being ``amount * scale + offset`` and its standard deviation ``amount * sd_scale +
-    sd_offset``. A kind nothing was learned of counts at its guess with no spread."""
-    plain = (1.0, 0.0, 0.0, 0.0)
-    if calibration is None:
-        return (plain, plain, plain)
-    from_request = plain if calibration.ratio is None else (calibration.ratio, 0.0, calibration.ratio_sd, 0.0)
-    best_effort = (
-        plain
-        if calibration.best_effort is None
-        else (0.0, calibration.best_effort, 0.0, calibration.best_effort_sd)
+class Terms(NamedTuple):
+    """How a pod guessed at ``amount`` counts: expected usage ``amount * scale + offset``
+    (its limit instead where ``at_limit`` and it sets one), standard deviation ``amount *
+    sd_scale + sd_offset``; ``source``: where the figures came from, ``pods``: how many
+    measured pods taught them."""
+
+    scale: float
+    offset: float
+    sd_scale: float
+    sd_offset: float
+    source: str
+    pods: int = 0
+    at_limit: bool = False
+
+
+def terms(calibration: Calibration | None, kind: int, workload: str | None, prior: str = "") -> Terms:
+    """The figures a pod of ``kind`` and ``workload`` counts by: its workload's own where it
+    taught one (at least ``LEARN_MIN_PODS`` measured), else, for a pod of a workload, the prior
+    where other workloads taught one or it is a fixed ratio (``prior`` is the estimate's
+    ``prior`` mode: ``limit`` counts the pod at its limit where it sets one), else the
+    cluster-wide figures, else its guess as configured."""
+    source = {FIXED: LIMIT, DECLARED: DECLARED_SOURCE}.get(kind, CONFIGURED)
+    plain = Terms(1.0, 0.0, 0.0, 0.0, source)
+    if calibration is None or kind not in (FROM_REQUEST, BEST_EFFORT):
+        return plain
+    own = calibration.workloads.get(workload) if workload is not None else None
+    learned = None if own is None else _figures(own, kind, WORKLOAD)
+    if learned is not None:
+        return learned
+    cluster = _figures(calibration, kind, CLUSTER)
+    if workload is None:
+        return cluster or plain
+    base = _prior_terms(calibration, kind) or cluster
+    if prior == "limit" and base is not None:
+        return base._replace(source=PRIOR, at_limit=True)
+    return base or plain
+
+
+def _figures(learned: Learned, kind: int, source: str) -> Terms | None:
+    if kind == FROM_REQUEST and learned.ratio is not None:
+        return Terms(learned.ratio, 0.0, learned.ratio_sd, 0.0, source, learned.ratio_pods)
+    if kind == BEST_EFFORT and learned.best_effort is not None:
+        return Terms(0.0, learned.best_effort, 0.0, learned.best_effort_sd, source, learned.best_effort_pods)
+    return None
+
+
+def _prior_terms(c: Calibration, kind: int) -> Terms | None:
+    if kind == FROM_REQUEST and c.prior_ratio is not None:
+        return Terms(c.prior_ratio, 0.0, c.prior_ratio_sd, 0.0, PRIOR)
+    if kind == BEST_EFFORT and c.prior_best_effort is not None:
+        return Terms(0.0, c.prior_best_effort, 0.0, c.prior_best_effort_sd, PRIOR)
+    return None
+
+
+Amount = TypeVar("Amount", float, npt.NDArray[np.float64])
+
+
+def expected(
+    amount: Amount,
+    limit: Amount,
+    scale: Amount,
+    offset: Amount,
+    sd_scale: Amount,
+    sd_offset: Amount,
+    at_limit: Amount,
+) -> tuple[Amount, Amount]:
+    """A pod's expected usage and its standard deviation from its guess ``amount`` and its
+    :class:`Terms` (one pod, or numpy columns of many): its limit where ``at_limit`` and it
+    sets one (``limit`` > 0; an upper bound, without spread)."""
+    use_limit = (at_limit > 0) & (limit > 0)
+    mean = np.where(use_limit, limit, amount * scale + offset)
+    sd = np.where(use_limit, 0.0, amount * sd_scale + sd_offset)
+    return mean, sd  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class Choice:
+    """What a pod being placed counts as, and why (``explain``)."""
+
+    amount: int
+    source: str
+    workload: str | None
+    # The figure it was counted by (usage over guess, or a BestEffort pod's mean usage) and
+    # how many measured pods taught it; None for a guess counted as it is.
+    figure: float | None
+    pods: int
+    # Why a declared expected usage was ignored (an annotation that is not a quantity).
+    problem: str | None = None
+
+
+def estimate_choice(pod: Obj, requests: PodRequests, estimate: EstimateConfig) -> Choice:
+    """What a pod being placed counts as, of ``estimate.resource`` in the engine's unit: its
+    guess, calibrated where the estimate learned (its workload's figures, else the prior, else
+    the cluster-wide ones), plus ``deviations`` of its spread."""
+    amount, kind = guess(pod, requests, estimate)
+    problem = None if estimate.legacy else declared_usage(pod, estimate.resource)[1]
+    if estimate.calibration is None:
+        return Choice(amount, terms(None, kind, None).source, None, None, 0, problem)
+    workload = workload_of(pod, estimate.workload_label)
+    t = terms(estimate.calibration, kind, workload, estimate.prior[0])
+    limit = pod_limit(pod, estimate.resource) or 0
+    mean, sd = expected(
+        float(amount), float(limit), t.scale, t.offset, t.sd_scale, t.sd_offset, float(t.at_limit)
     )
-    return (plain, from_request, best_effort)
+    figure = (
+        None
+        if t.source in (CONFIGURED, LIMIT, DECLARED_SOURCE)
+        else t.scale
+        if kind == FROM_REQUEST
+        else t.offset
+    )
+    value = min(float(mean + estimate.deviations * sd), float(QUANTITY_MAX))
+    return Choice(round(value), t.source, workload, figure, t.pods, problem)
 
 
 def estimated_usage(pod: Obj, requests: PodRequests, estimate: EstimateConfig) -> int:
-    """What a pod being placed counts as, of ``estimate.resource`` in the engine's unit: its
-    guess, calibrated where the estimate learned, plus ``deviations`` of its spread."""
-    amount, kind = guess(pod, requests, estimate)
-    if estimate.calibration is None:
-        return amount
-    scale, offset, sd_scale, sd_offset = calibration_terms(estimate.calibration)[kind]
-    return round(amount * scale + offset + estimate.deviations * (amount * sd_scale + sd_offset))
+    """What a pod being placed counts as (:func:`estimate_choice`)."""
+    return estimate_choice(pod, requests, estimate).amount

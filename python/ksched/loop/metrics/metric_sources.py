@@ -48,7 +48,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -61,6 +61,7 @@ from ksched.loop.metrics.metrics_server import MetricsServerSource
 from ksched.loop.metrics.prometheus import NodeResolver, PrometheusSource
 from ksched.loop.metrics.samples import Sample, parse_time
 from ksched.loop.metrics.samples import SourceError as SourceError  # noqa: PLC0414 (re-exported for simulate --live)
+from ksched.loop.metrics.workloads import learned_json
 from ksched.loop.telemetry import Telemetry
 from ksched.objects import Obj, meta
 
@@ -85,6 +86,7 @@ class Estimate(Protocol):
         column: npt.NDArray[np.float64],
         window_s: float | None = None,
         measured: Mapping[str, float] | None = None,
+        measured_at: float | None = None,
     ) -> Calibration | None: ...
 
 
@@ -363,7 +365,15 @@ class MetricStore:
                 column = np.full(snapshot.count, np.nan, dtype=np.float64)
             given = self._given[m.name]
             if problem is None and extra is not None and sample is not None:
-                calibration = extra(m, sample.sampled_at, column, sample.window_s, self._measured(m, now))
+                pods = self._pod_sample(m, now)
+                calibration = extra(
+                    m,
+                    sample.sampled_at,
+                    column,
+                    sample.window_s,
+                    None if pods is None else pods.values,
+                    None if pods is None else pods.sampled_at,
+                )
                 if calibration is not None and given.estimate is not None:
                     given = replace(given, estimate=replace(given.estimate, calibration=calibration))
                     self.calibrations[m.name] = calibration
@@ -456,13 +466,18 @@ class MetricStore:
 
     def _measured(self, m: MetricConfig, now: float) -> Mapping[str, float] | None:
         """Pods' measured usage for the metric's estimate, while fresh."""
+        sample = self._pod_sample(m, now)
+        return None if sample is None else sample.values
+
+    def _pod_sample(self, m: MetricConfig, now: float) -> Sample | None:
+        """The metric's pod usage sample, while fresh."""
         if m not in self.pod_queries:
             return None
         with self._lock:
             sample = self.cache.get(_pods_key(m))
         if sample is None or now - sample.sampled_at > m.max_age_s:
             return None
-        return sample.values
+        return sample
 
     def _column(
         self,
@@ -509,25 +524,11 @@ class MetricStore:
             + self._rejected_notes()
         )
 
-    def learned(self) -> dict[str, dict[str, str | float | int | None]]:
-        """What each learned estimate learned at the last cycle, for ``/status``: the measured
-        over guessed usage of pods guessed from requests (summed) and its spread, the mean
-        measured usage of BestEffort pods (engine units: millicores for cpu, else the
-        resource's own) and its spread, and how many measured pods each figure is from (a
-        figure is null below ``LEARN_MIN_PODS``)."""
+    def learned(self) -> dict[str, dict[str, Any]]:
+        """What each learned estimate learned at the last cycle, for ``/status``
+        (:func:`~ksched.loop.metrics.workloads.learned_json`)."""
         resources = {m.name: m.estimate.resource for m in self.metrics if m.estimate is not None}
-        return {
-            name: {
-                "resource": resources.get(name),
-                "ratio": c.ratio,
-                "ratioStdDev": c.ratio_sd,
-                "ratioPods": c.ratio_pods,
-                "bestEffort": c.best_effort,
-                "bestEffortStdDev": c.best_effort_sd,
-                "bestEffortPods": c.best_effort_pods,
-            }
-            for name, c in dict(self.calibrations).items()
-        }
+        return {name: learned_json(resources.get(name), c) for name, c in dict(self.calibrations).items()}
 
     def status(self) -> str:
         down, empty = self._live_problems()

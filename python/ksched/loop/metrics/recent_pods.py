@@ -16,9 +16,14 @@ load over the node's allocatable (both rules: :mod:`ksched.engine.load`). A lega
 
 A pod that is measured counts as its measured usage. A learned estimate
 (``estimate.learn``) also learns from the measured ones how far the guesses were off
-(:func:`learn`): the others count as their calibrated guess, and with ``deviations`` each
-node also counts that many standard deviations of its unmeasured pods' combined spread
-(the unseen share of each, independent: the root of the sum of squares).
+(:func:`learn`, and per workload :class:`~ksched.loop.metrics.workloads.WorkloadHistory`):
+the others count as their calibrated guess (:func:`ksched.engine.estimate.terms`, as the pod
+being placed), and with ``deviations`` each node also counts that many standard deviations
+of its unmeasured pods' combined spread (the unseen share of each, independent: the root of
+the sum of squares). A measured pod still ramping up
+(:class:`~ksched.loop.metrics.workloads.PodSeries`) counts as the larger of its estimate and
+its measured usage, less what the sample shows of it, until it is stable or ``warmup`` after
+its bind; only stable pods teach.
 
 Kept cheap at any cluster size: only pods bound within the horizon are held, a heap
 by bind time prunes them, and a cycle reads them as numpy columns rebuilt only when
@@ -28,22 +33,44 @@ the set changed; nothing here walks every pod.
 from __future__ import annotations
 
 import heapq
+import logging
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
 
-from ksched.config import MetricConfig
-from ksched.config.metrics import LEARN_MIN_PODS, Calibration
-from ksched.engine.estimate import BEST_EFFORT, FROM_REQUEST, calibration_terms, guess
+from ksched.config import EstimateConfig, MetricConfig
+from ksched.config.metrics import Calibration
+from ksched.engine.estimate import (
+    BEST_EFFORT,
+    FROM_REQUEST,
+    MEASURED,
+    RAMPING,
+    declared_usage,
+    expected,
+    guess,
+    pod_limit,
+    terms,
+    workload_of,
+)
 from ksched.engine.load import before_event, pod_shares
 from ksched.engine.pods import CountedRequests, PodRequests
 from ksched.engine.snapshot import Snapshot
 from ksched.loop.metrics.samples import parse_time
+from ksched.loop.metrics.workloads import (
+    PodSeries,
+    WorkloadHistory,
+    mean_figures,
+    prior_figures,
+    ratio_figures,
+)
+from ksched.loop.telemetry import Telemetry
 from ksched.objects import Obj, meta
+
+log = logging.getLogger(__name__)
 
 # Kubernetes writes condition and creation times to the second, rounded down: a pod shown
 # bound at 12:00:00 was bound before 12:00:01. Taken as the end of that second (or when the
@@ -63,6 +90,9 @@ class RecentPod:
     # unit, and what each guess was made from (:func:`ksched.engine.estimate.guess`).
     amounts: tuple[int, ...]
     kinds: tuple[int, ...]
+    # Per estimating metric, the pod's workload (what it learns under) and its limit (0: none).
+    workloads: tuple[str | None, ...]
+    limits: tuple[int, ...]
 
 
 def bind_time(pod: Obj, now: float) -> float:
@@ -84,17 +114,32 @@ def horizon_s(metric: MetricConfig, window_s: float) -> float:
         return 0.0
     if metric.estimate.legacy:
         return metric.max_age_s
-    return window_s + metric.max_age_s
+    # A learned estimate holds a pod that still ramps up until its warm-up at the most.
+    warmup = metric.estimate.warmup_s if metric.estimate.learns else 0.0
+    return max(window_s + metric.max_age_s, warmup)
 
 
 class RecentPods:
     """The pods bound within the horizon, by key (``namespace/name``). Used by the
     scheduling thread only (:class:`ksched.loop.mirror.state.ClusterState`)."""
 
-    def __init__(self, metrics: Sequence[MetricConfig], clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        metrics: Sequence[MetricConfig],
+        clock: Callable[[], float] = time.time,
+        telemetry: Telemetry | None = None,
+    ) -> None:
         self.metrics = tuple(m for m in metrics if m.estimate is not None)
         self._column = {m.name: i for i, m in enumerate(self.metrics)}
         self.clock = clock
+        self.telemetry = telemetry
+        # Per learning metric (by column), what it remembers across cycles.
+        self._history = {
+            i: WorkloadHistory(clock())
+            for i, m in enumerate(self.metrics)
+            if m.estimate is not None and m.estimate.learns
+        }
+        self._series = {i: PodSeries() for i in self._history}
         # Grows when a sample brings a longer window (metrics-server names its own).
         self.horizon_s = max((horizon_s(m, m.window_s()) for m in self.metrics), default=0.0)
         self.pods: dict[str, RecentPod] = {}
@@ -120,7 +165,7 @@ class RecentPods:
         self._prune(now)
         if not self.metrics or bound_at < now - self.horizon_s:
             return
-        self.pods[key] = RecentPod(uid, node, bound_at, by_ksched, *self._guesses(pod, requests))
+        self.pods[key] = RecentPod(uid, node, bound_at, by_ksched, *self._guesses(key, pod, requests))
         heapq.heappush(self._by_time, (bound_at, key, uid))
         self._version += 1
 
@@ -129,7 +174,11 @@ class RecentPods:
         current = self.pods.get(key)
         if current is not None:
             self.pods[key] = RecentPod(
-                current.uid, current.node, current.bound_at, current.by_ksched, *self._guesses(pod, requests)
+                current.uid,
+                current.node,
+                current.bound_at,
+                current.by_ksched,
+                *self._guesses(key, pod, requests),
             )
             self._version += 1
 
@@ -137,6 +186,8 @@ class RecentPods:
         """The pod is gone (deleted, finished, or its bind failed)."""
         if self.pods.pop(key, None) is not None:
             self._version += 1
+        for series in self._series.values():
+            series.forget(key)
 
     def add_to(
         self,
@@ -146,21 +197,23 @@ class RecentPods:
         column: npt.NDArray[np.float64],
         window_s: float | None = None,
         measured: Mapping[str, float] | None = None,
+        measured_at: float | None = None,
     ) -> Calibration | None:
         """Add to ``column`` (the metric's value per snapshot row) the share of each recent pod's
         load that the sample taken at ``sampled_at`` does not show. ``window_s``: the sample's own
         window, where the metric sets none; ``measured``: pods' measured usage (engine units),
-        which replaces their estimate. Returns what a learned estimate learned (None where it
-        does not learn)."""
+        which replaces their estimate, sampled at ``measured_at`` (default: now). Returns what a
+        learned estimate learned (None where it does not learn)."""
         i = self._column.get(metric.name)
         estimate = metric.estimate
         if i is None or estimate is None:
             return None
         window = metric.window_s() if estimate.window_s is not None or window_s is None else window_s
         self.horizon_s = max(self.horizon_s, horizon_s(metric, window))
-        self._prune(self.clock())
+        now = self.clock()
+        self._prune(now)
         if snapshot.resources.get(estimate.resource) is None or not self.pods:
-            return Calibration() if estimate.learns else None
+            return self._calibration(i, estimate, Calibration(), now) if estimate.learns else None
         arrays = self._current(snapshot)
         bound_at = arrays.bound_at
         if estimate.legacy:
@@ -176,28 +229,145 @@ class RecentPods:
                 if value is not None and math.isfinite(value):
                     known[j] = value
         is_known = ~np.isnan(known)
-        calibration = learn(guesses, kinds, known) if estimate.learns else None
-        amounts, spreads = _expected(guesses, kinds, calibration)
-        amounts[is_known] = known[is_known]
-        spreads[is_known] = 0.0
+        ramping = np.zeros(len(guesses), dtype=np.bool_)
+        calibration = None
+        if estimate.learns:
+            ramping = self._ramping(
+                i, estimate, arrays, known, now if measured_at is None else measured_at, now
+            )
+            teaching = np.where(ramping, np.nan, known)
+            calibration = self._calibration(i, estimate, learn(guesses, kinds, teaching), now)
+        amounts, spreads, sources = self._expected(i, arrays, guesses, calibration, estimate.prior[0])
+        # What the sample does not show of each pod: its fade over the window; for one still
+        # ramping up, the larger of its estimate and its measured usage, less the part of its
+        # measured usage the sample shows.
+        unseen = weight.copy()
+        stable = is_known & ~ramping
+        amounts[stable] = known[stable]
+        spreads[stable] = 0.0
+        if ramping.any():
+            top = np.maximum(amounts[ramping], known[ramping])
+            shown = np.divide(
+                (1.0 - weight[ramping]) * known[ramping], top, out=np.ones_like(top), where=top > 0
+            )
+            unseen[ramping] = np.maximum(1.0 - shown, weight[ramping])
+            amounts[ramping] = top
         rows = arrays.rows
         counted, share = pod_shares(snapshot, estimate.resource, rows, amounts)
-        seen = weight[counted]
+        seen = unseen[counted]
         np.add.at(column, rows[counted], metric.load_sign * seen * share)
         if estimate.deviations > 0 and calibration is not None:
             variance = np.zeros(len(column))
             _, spread = pod_shares(snapshot, estimate.resource, rows, spreads)
-            unseen = seen * spread
-            np.add.at(variance, rows[counted], unseen * unseen)
+            missing = seen * spread
+            np.add.at(variance, rows[counted], missing * missing)
             column += metric.load_sign * estimate.deviations * np.sqrt(variance)
-        return calibration
+        if calibration is None:
+            return None
+        sources[stable] = MEASURED
+        sources[ramping] = RAMPING
+        names, counts = np.unique(sources, return_counts=True)
+        return replace(
+            calibration,
+            sources={str(k): int(c) for k, c in zip(names, counts, strict=True)},
+            ramping=tuple(k for k, r in zip(arrays.keys, ramping, strict=True) if r),
+        )
 
     # -- internals -----------------------------------------------------
 
-    def _guesses(self, pod: Obj | None, requests: CountedRequests) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    def _guesses(
+        self, key: str, pod: Obj | None, requests: CountedRequests
+    ) -> tuple[tuple[int, ...], tuple[int, ...], tuple[str | None, ...], tuple[int, ...]]:
         reqs = PodRequests(dict(requests.requests), requests.nonzero_cpu, requests.nonzero_memory)
-        pairs = [guess(pod or {}, reqs, m.estimate) for m in self.metrics if m.estimate is not None]
-        return tuple(a for a, _ in pairs), tuple(k for _, k in pairs)
+        estimates = [m.estimate for m in self.metrics if m.estimate is not None]
+        pairs = [guess(pod or {}, reqs, e) for e in estimates]
+        for e in estimates:
+            self._check_declared(key, pod or {}, e)
+        return (
+            tuple(a for a, _ in pairs),
+            tuple(k for _, k in pairs),
+            tuple(workload_of(pod or {}, e.workload_label) if e.learns else None for e in estimates),
+            tuple((pod_limit(pod or {}, e.resource) or 0) if e.learns else 0 for e in estimates),
+        )
+
+    def _check_declared(self, key: str, pod: Obj, estimate: EstimateConfig) -> None:
+        """Log and count a declared expected usage that cannot be read (it is ignored)."""
+        if estimate.legacy:
+            return
+        _, problem = declared_usage(pod, estimate.resource)
+        if problem is None:
+            return
+        log.warning("pod %s: %s; ignored, the pod counts at its estimate", key, problem)
+        if self.telemetry is not None:
+            self.telemetry.objects_rejected.labels(kind="Pod", reason="invalid_expected_usage").inc()
+
+    def _ramping(
+        self,
+        i: int,
+        estimate: EstimateConfig,
+        arrays: _Arrays,
+        known: npt.NDArray[np.float64],
+        measured_at: float,
+        now: float,
+    ) -> npt.NDArray[np.bool_]:
+        """Which measured recent pods still ramp up; a pod that just stopped teaches its
+        workload how long its warm-up took, and each stable one what it uses."""
+        history, series = self._history[i], self._series[i]
+        ramping = np.zeros(len(known), dtype=np.bool_)
+        for j in np.flatnonzero(~np.isnan(known)):
+            key, workload = arrays.keys[j], arrays.workloads[j][i]
+            age = now - float(arrays.bound_at[j])
+            uid = arrays.uids[j]
+            ramping[j], warmed, fresh = series.ramping(
+                key, uid, measured_at, float(known[j]), age, history.warmup(workload), estimate.warmup_s
+            )
+            if workload is None or ramping[j] or not fresh:
+                continue
+            if warmed:
+                history.warmed(now, workload, age)
+            history.observe(
+                now, workload, uid, int(arrays.kinds[j, i]), float(arrays.amounts[j, i]), float(known[j])
+            )
+        return ramping
+
+    def _calibration(self, i: int, estimate: EstimateConfig, cluster: Calibration, now: float) -> Calibration:
+        """The cluster-wide figures with each workload's and the prior (``estimate.prior``)."""
+        workloads = self._history[i].figures(now)
+        mode, value = estimate.prior
+        ratio, ratio_sd, best, best_sd = prior_figures(
+            cluster, workloads, value if mode == "quantile" else 0.9
+        )
+        if mode == "ratio":
+            # A fixed ratio, with the spread within workloads where any taught one.
+            ratio, ratio_sd = value, ratio_sd if ratio is not None else cluster.ratio_sd
+        return replace(
+            cluster,
+            workloads=workloads,
+            prior_ratio=ratio,
+            prior_ratio_sd=ratio_sd,
+            prior_best_effort=best,
+            prior_best_effort_sd=best_sd,
+        )
+
+    def _expected(
+        self,
+        i: int,
+        arrays: _Arrays,
+        guesses: npt.NDArray[np.float64],
+        calibration: Calibration | None,
+        prior: str,
+    ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.object_]]:
+        """Each pod's expected usage, its standard deviation and where its figures came from
+        (:func:`ksched.engine.estimate.terms`, as for a pod being placed)."""
+        pairs, index = arrays.pairs[i], arrays.pair_index[:, i]
+        chosen = [terms(calibration, kind, workload, prior) for kind, workload in pairs]
+        table = np.array([(*t[:4], float(t.at_limit)) for t in chosen], dtype=np.float64).reshape(-1, 5)[
+            index
+        ]
+        limits = arrays.limits[:, i].astype(np.float64)
+        mean, sd = expected(guesses, limits, *(table[:, k] for k in range(5)))
+        sources = np.array([t.source for t in chosen] or [""], dtype=object)[index]
+        return np.asarray(mean, dtype=np.float64), np.asarray(sd, dtype=np.float64), sources
 
     def _prune(self, now: float) -> None:
         oldest = now - self.horizon_s
@@ -208,6 +378,8 @@ class RecentPods:
             if current is not None and current.uid == uid and current.bound_at == bound_at:
                 del self.pods[key]
                 self._version += 1
+                for series in self._series.values():
+                    series.forget(key)
 
     def _current(self, snapshot: Snapshot) -> _Arrays:
         """The recent pods as columns, rebuilt when they or the snapshot's rows changed."""
@@ -221,58 +393,57 @@ class RecentPods:
 def learn(
     guesses: npt.NDArray[np.float64], kinds: npt.NDArray[np.int8], known: npt.NDArray[np.float64]
 ) -> Calibration:
-    """What the measured pods (``known`` not NaN) say of the guesses: for pods guessed from
-    their requests, measured over guessed usage (the ratio of the sums, and the spread of each
-    pod's ratio around it weighted by its guess, so that a pod requesting 1m and using a core
-    does not make every guess a thousand times too small); for BestEffort pods, the mean and
+    """What the measured pods (``known`` not NaN) say of the guesses, cluster-wide: for pods
+    guessed from their requests, measured over guessed usage
+    (:func:`~ksched.loop.metrics.workloads.ratio_figures`); for BestEffort pods, the mean and
     spread of their measured usage. Each once at least ``LEARN_MIN_PODS`` of its kind are
     measured."""
     is_known = ~np.isnan(known)
-    ratio: tuple[float | None, float, int] = (None, 0.0, 0)
     from_request = is_known & (kinds == FROM_REQUEST) & (guesses > 0)
-    n = int(from_request.sum())
-    if n >= LEARN_MIN_PODS:
-        guessed, used = guesses[from_request], known[from_request]
-        mean = float(used.sum() / guessed.sum())
-        spread = float(np.sqrt((guessed * (used / guessed - mean) ** 2).sum() / guessed.sum()))
-        ratio = (mean, spread, n)
-    best: tuple[float | None, float, int] = (None, 0.0, 0)
     best_effort = is_known & (kinds == BEST_EFFORT)
-    n = int(best_effort.sum())
-    if n >= LEARN_MIN_PODS:
-        used = known[best_effort]
-        best = (float(used.mean()), float(used.std()), n)
+    ratio = ratio_figures(guesses[from_request], known[from_request])
+    best = mean_figures(known[best_effort])
     return Calibration(*ratio, *best)
-
-
-def _expected(
-    guesses: npt.NDArray[np.float64], kinds: npt.NDArray[np.int8], calibration: Calibration | None
-) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
-    """Each pod's expected usage and its standard deviation, from its guess
-    (:func:`ksched.engine.estimate.calibration_terms`, as for a pod being placed)."""
-    terms = np.array(calibration_terms(calibration), dtype=np.float64)[kinds]
-    return guesses * terms[:, 0] + terms[:, 1], guesses * terms[:, 2] + terms[:, 3]
 
 
 @dataclass(frozen=True)
 class _Arrays:
     keys: list[str]
+    uids: list[str]
     bound_at: npt.NDArray[np.float64]
     by_ksched: npt.NDArray[np.bool_]
     # Snapshot row of each pod's node (-1: not in the table).
     rows: npt.NDArray[np.intp]
     amounts: npt.NDArray[np.int64]
     kinds: npt.NDArray[np.int8]
+    workloads: list[tuple[str | None, ...]]
+    limits: npt.NDArray[np.int64]
+    # Per metric, the distinct (kind, workload) of the pods, and each pod's among them: a
+    # cycle looks up the terms of each once.
+    pairs: list[list[tuple[int, str | None]]]
+    pair_index: npt.NDArray[np.intp]
 
     @staticmethod
     def of(pods: Mapping[str, RecentPod], index: Mapping[str, int], metrics: int) -> _Arrays:
         n = len(pods)
         values = pods.values()
+        pairs: list[list[tuple[int, str | None]]] = []
+        pair_index = np.zeros((n, metrics), dtype=np.intp)
+        for i in range(metrics):
+            seen: dict[tuple[int, str | None], int] = {}
+            for j, p in enumerate(values):
+                pair_index[j, i] = seen.setdefault((p.kinds[i], p.workloads[i]), len(seen))
+            pairs.append(list(seen))
         return _Arrays(
             list(pods),
+            [p.uid for p in values],
             np.fromiter((p.bound_at for p in values), dtype=np.float64, count=n),
             np.fromiter((p.by_ksched for p in values), dtype=np.bool_, count=n),
             np.fromiter((index.get(p.node, -1) for p in values), dtype=np.intp, count=n),
             np.array([p.amounts for p in values], dtype=np.int64).reshape(n, metrics),
             np.array([p.kinds for p in values], dtype=np.int8).reshape(n, metrics),
+            [p.workloads for p in values],
+            np.array([p.limits for p in values], dtype=np.int64).reshape(n, metrics),
+            pairs,
+            pair_index,
         )

@@ -190,7 +190,7 @@ class ClusterState:
         # ksched's steering mark (steering.taintKey): left out of the node table.
         self.own_taint = own_taint
         # Pods bound recently (by any scheduler), for the metrics' load estimates.
-        self.recent = RecentPods(metrics, clock)
+        self.recent = RecentPods(metrics, clock, telemetry)
         self.inbox: deque[tuple[str, Any, Any]] = deque()
         self.nodes: dict[str, Obj] = {}
         self.usage: dict[str, Usage] = {}

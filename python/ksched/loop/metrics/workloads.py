@@ -1,0 +1,276 @@
+"""What a learned estimate remembers between cycles: each workload's measured pods, and each
+recent pod's measured series (whether it still ramps up).
+
+Owns two things for one metric's estimate, both fed by
+:meth:`ksched.loop.metrics.recent_pods.RecentPods.add_to` as pod usage samples arrive:
+
+- :class:`WorkloadHistory`: per workload (:func:`ksched.engine.estimate.workload_of`), the last
+  measured usage of up to ``POD_MEMORY`` of its stable pods and how long its pods took to warm
+  up, kept after the pods left the recent window so that a herd scaled up later is estimated
+  from its history. Bounded: at most ``WORKLOAD_MEMORY`` workloads, least recently taught
+  first out, each forgotten ``WORKLOAD_TTL_S`` after it last taught anything.
+- :class:`PodSeries`: per recent pod, its last two measured values. A pod ramps while its
+  usage still rises by more than ``RAMP_TOLERANCE`` from one sample to the next, while it is
+  younger than its workload's learned warm-up, or while it has one sample only; never past the
+  estimate's ``warmup``. A pod that stopped ramping is stable for good (usage that swings later
+  is the spread's business), and only stable pods teach.
+
+Nothing here reads the cluster state or the clock: times come from the caller.
+"""
+
+from __future__ import annotations
+
+import heapq
+import statistics
+from collections import OrderedDict, deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from cachetools import TTLCache
+
+from ksched.config.metrics import LEARN_MIN_PODS, Calibration, Learned, WorkloadCalibration
+from ksched.engine.estimate import BEST_EFFORT, FROM_REQUEST
+
+# A pod still rises by more than this share of its previous sample: it is ramping up.
+RAMP_TOLERANCE = 0.1
+# Workloads remembered at once, and how long one is remembered after it last taught.
+WORKLOAD_MEMORY = 4096
+WORKLOAD_TTL_S = 3600.0
+# Measured pods remembered per workload: enough for a steady figure; the oldest make way for a
+# rolling update's new ones.
+POD_MEMORY = 50
+# Warm-ups remembered per workload (their median is the workload's warm-up).
+WARMUP_MEMORY = 20
+# ``/status``: the learned workloads shown (those with the most measured pods), and the
+# ramping pods named.
+STATUS_WORKLOADS = 20
+STATUS_RAMPING = 20
+
+
+@dataclass
+class _Taught:
+    # uid -> (kind of guess, guess, measured usage), oldest first.
+    pods: OrderedDict[str, tuple[int, float, float]] = field(default_factory=OrderedDict)
+    warmups: deque[float] = field(default_factory=lambda: deque(maxlen=WARMUP_MEMORY))
+    figures: WorkloadCalibration | None = None
+
+
+class WorkloadHistory:
+    """What each workload's stable pods taught, across cycles (see the module's docstring)."""
+
+    def __init__(self, now: float = 0.0) -> None:
+        self._now = now
+        self._taught: TTLCache[str, _Taught] = TTLCache(
+            maxsize=WORKLOAD_MEMORY, ttl=WORKLOAD_TTL_S, timer=lambda: self._now
+        )
+        self._figures: Mapping[str, WorkloadCalibration] = {}
+        self._changed = False
+
+    def observe(self, now: float, workload: str, uid: str, kind: int, guess: float, used: float) -> None:
+        """A stable pod of ``workload`` guessed at ``guess`` measured ``used`` (engine units)."""
+        if kind not in (FROM_REQUEST, BEST_EFFORT) or (kind == FROM_REQUEST and guess <= 0):
+            return
+        taught = self._entry(now, workload)
+        taught.pods.pop(uid, None)
+        taught.pods[uid] = (kind, guess, used)
+        while len(taught.pods) > POD_MEMORY:
+            taught.pods.popitem(last=False)
+        taught.figures = None
+
+    def warmed(self, now: float, workload: str, seconds: float) -> None:
+        """A pod of ``workload`` took ``seconds`` after its bind to use a stable amount."""
+        taught = self._entry(now, workload)
+        taught.warmups.append(seconds)
+        taught.figures = None
+
+    def warmup(self, workload: str | None) -> float | None:
+        """How long the workload's pods took to warm up (the median of the last ones)."""
+        taught = self._taught.get(workload) if workload is not None else None
+        return statistics.median(taught.warmups) if taught is not None and taught.warmups else None
+
+    def figures(self, now: float) -> Mapping[str, WorkloadCalibration]:
+        """Each remembered workload's figures (a new mapping whenever they changed: readers on
+        other threads keep the one they hold)."""
+        self._now = now
+        expired = len(self._taught.expire())
+        if self._changed or expired:
+            figures = {}
+            for workload, taught in self._taught.items():
+                if taught.figures is None:
+                    taught.figures = _figures(taught)
+                figures[workload] = taught.figures
+            self._figures = figures
+            self._changed = False
+        return self._figures
+
+    def _entry(self, now: float, workload: str) -> _Taught:
+        self._now = now
+        taught = self._taught.get(workload)
+        if taught is None:
+            taught = _Taught()
+        # Set again: the workload is the most recently taught, and its time to live restarts.
+        self._taught[workload] = taught
+        self._changed = True
+        return taught
+
+
+def _figures(taught: _Taught) -> WorkloadCalibration:
+    pods = list(taught.pods.values())
+    ratio = ratio_figures(
+        np.array([g for k, g, _ in pods if k == FROM_REQUEST], dtype=np.float64),
+        np.array([u for k, _, u in pods if k == FROM_REQUEST], dtype=np.float64),
+    )
+    best = mean_figures(np.array([u for k, _, u in pods if k == BEST_EFFORT], dtype=np.float64))
+    warmup = statistics.median(taught.warmups) if taught.warmups else None
+    return WorkloadCalibration(*ratio, *best, warmup_s=warmup)
+
+
+def ratio_figures(
+    guessed: npt.NDArray[np.float64], used: npt.NDArray[np.float64]
+) -> tuple[float | None, float, int]:
+    """Measured over guessed usage (the ratio of the sums) and the spread of each pod's ratio
+    around it weighted by its guess, so that a pod requesting 1m and using a core does not make
+    every guess a thousand times too small; None below ``LEARN_MIN_PODS`` pods."""
+    n = len(guessed)
+    if n < LEARN_MIN_PODS:
+        return None, 0.0, n
+    mean = float(used.sum() / guessed.sum())
+    spread = float(np.sqrt((guessed * (used / guessed - mean) ** 2).sum() / guessed.sum()))
+    return mean, spread, n
+
+
+def mean_figures(used: npt.NDArray[np.float64]) -> tuple[float | None, float, int]:
+    """The mean measured usage and its spread; None below ``LEARN_MIN_PODS`` pods."""
+    n = len(used)
+    if n < LEARN_MIN_PODS:
+        return None, 0.0, n
+    return float(used.mean()), float(used.std()), n
+
+
+def prior_figures(
+    cluster: Learned, workloads: Mapping[str, WorkloadCalibration], quantile: float
+) -> tuple[float | None, float, float | None, float]:
+    """How a pod of a workload without enough history counts: the ``quantile`` of the learned
+    workloads' ratios (and BestEffort means), never below the cluster-wide figure, with the
+    spread *within* workloads (the pods-weighted root mean square of theirs): the spread of the
+    cluster-wide figure mixes workloads that use very different shares of their requests, and
+    made every pod of an unknown workload look several times its size. None where no workload
+    taught that figure (the cluster-wide one stands)."""
+    ratio, ratio_sd = _prior(
+        cluster.ratio,
+        [(w.ratio, w.ratio_sd, w.ratio_pods) for w in workloads.values() if w.ratio is not None],
+        quantile,
+    )
+    best, best_sd = _prior(
+        cluster.best_effort,
+        [
+            (w.best_effort, w.best_effort_sd, w.best_effort_pods)
+            for w in workloads.values()
+            if w.best_effort is not None
+        ],
+        quantile,
+    )
+    return ratio, ratio_sd, best, best_sd
+
+
+def _prior(
+    cluster: float | None, learned: list[tuple[float, float, int]], quantile: float
+) -> tuple[float | None, float]:
+    if not learned:
+        return None, 0.0
+    high = float(np.quantile([f for f, _, _ in learned], quantile, method="higher"))
+    pods = sum(n for _, _, n in learned)
+    within = float(np.sqrt(sum(n * sd * sd for _, sd, n in learned) / pods))
+    return max(high, cluster if cluster is not None else high), within
+
+
+@dataclass
+class _Series:
+    uid: str
+    at: float
+    last: float
+    previous: float | None = None
+    stable: bool = False
+
+
+class PodSeries:
+    """Each recent pod's last two measured values, and whether it still ramps up."""
+
+    def __init__(self) -> None:
+        self._pods: dict[str, _Series] = {}
+
+    def forget(self, key: str) -> None:
+        self._pods.pop(key, None)
+
+    def ramping(
+        self, key: str, uid: str, at: float, value: float, age: float, warmup: float | None, cap: float
+    ) -> tuple[bool, bool, bool]:
+        """Whether the pod ``key`` (``age`` seconds after its bind, measured ``value`` at ``at``)
+        still ramps up, whether it just stopped (its warm-up is then ``age``), and whether
+        ``value`` is a new sample of it. ``warmup``: its workload's learned warm-up; ``cap``: the
+        estimate's ``warmup``."""
+        s = self._pods.get(key)
+        fresh = s is None or s.uid != uid or at > s.at
+        if s is None or s.uid != uid:
+            s = self._pods[key] = _Series(uid, at, value)
+        elif at > s.at:
+            s.previous, s.last, s.at = s.last, value, at
+        if s.stable:
+            return False, False, fresh
+        if age >= cap:
+            s.stable = True
+            return False, False, fresh
+        rising = s.previous is None or s.last > s.previous * (1.0 + RAMP_TOLERANCE)
+        if rising or (warmup is not None and age < min(warmup, cap)):
+            return True, False, fresh
+        s.stable = True
+        return False, True, fresh
+
+
+def learned_json(resource: str | None, c: Calibration) -> dict[str, Any]:
+    """What a learned estimate learned at the last cycle, for ``/status``: the measured over
+    guessed usage of pods guessed from requests (summed) and its spread, the mean measured
+    usage of BestEffort pods (engine units: millicores for cpu, else the resource's own) and
+    its spread, and how many measured pods each figure is from (a figure is null below
+    ``LEARN_MIN_PODS``); the prior a pod of a workload without history counts at; how the
+    recent pods are counted (``sources``: pods by where their estimate came from, ``ramping``:
+    the first of those still ramping up); and the ``STATUS_WORKLOADS`` workloads with the most
+    measured pods, with their figures and warm-up (seconds)."""
+    return {
+        "resource": resource,
+        "ratio": c.ratio,
+        "ratioStdDev": c.ratio_sd,
+        "ratioPods": c.ratio_pods,
+        "bestEffort": c.best_effort,
+        "bestEffortStdDev": c.best_effort_sd,
+        "bestEffortPods": c.best_effort_pods,
+        "prior": {
+            "ratio": c.prior_ratio,
+            "ratioStdDev": c.prior_ratio_sd,
+            "bestEffort": c.prior_best_effort,
+            "bestEffortStdDev": c.prior_best_effort_sd,
+        },
+        "sources": dict(c.sources),
+        "ramping": list(c.ramping[:STATUS_RAMPING]),
+        "workloadCount": len(c.workloads),
+        "workloads": [
+            {
+                "workload": workload,
+                "ratio": w.ratio,
+                "ratioStdDev": w.ratio_sd,
+                "ratioPods": w.ratio_pods,
+                "bestEffort": w.best_effort,
+                "bestEffortStdDev": w.best_effort_sd,
+                "bestEffortPods": w.best_effort_pods,
+                "warmup": w.warmup_s,
+            }
+            for workload, w in heapq.nlargest(
+                STATUS_WORKLOADS,
+                c.workloads.items(),
+                key=lambda item: item[1].ratio_pods + item[1].best_effort_pods,
+            )
+        ],
+    }

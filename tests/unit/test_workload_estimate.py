@@ -1,0 +1,379 @@
+"""Load estimate v3: what a learned estimate learns per workload (and keeps after its pods left
+the recent window), how a pod still ramping up counts, the prior a herd of an unknown workload
+counts at, and a pod's declared expected usage."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from ksched.commands.cli import main
+from ksched.config import MetricConfig, parse_config
+from ksched.config.metrics import LEARN_MIN_PODS
+from ksched.engine.estimate import FROM_REQUEST, estimate_choice, workload_of
+from ksched.engine.pods import pod_requests
+from ksched.errors import ConfigError
+from ksched.loop.metrics.load_model import LoadModel
+from ksched.loop.metrics.metric_sources import MetricStore
+from ksched.loop.metrics.samples import Sample
+from ksched.loop.metrics.workloads import WORKLOAD_TTL_S, WorkloadHistory
+from ksched.loop.mirror.slim import slim_node, slim_pod
+from ksched.loop.mirror.state import ClusterState
+from ksched.loop.telemetry import Telemetry
+from tests.conftest import node, pod
+from tests.unit.test_learned_estimate import NODE_VALUE, POD_QUERY, learned_metric
+from tests.unit.test_load_estimate import CONFIG, T0, Clock, PodUsageSource, bound, rfc3339
+
+
+def owned(
+    name: str,
+    node_name: str,
+    cpu: str | None = "100m",
+    owner: tuple[str, str] | None = ("Deployment", "web"),
+    labels: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """A pod bound to ``node_name`` two seconds before T0, made by ``owner`` (a Deployment's
+    pods are owned by its ReplicaSet ``<name>-h1``)."""
+    p = pod(name, cpu=cpu, memory=None, node_name=node_name, scheduler="default-scheduler")
+    m = p["metadata"]
+    m["uid"] = f"uid-{name}"
+    m["labels"] = dict(labels or {})
+    m["annotations"] = dict(annotations or {})
+    if owner is not None:
+        kind, owner_name = owner
+        if kind == "Deployment":
+            m["labels"].setdefault("pod-template-hash", "h1")
+            kind, owner_name = "ReplicaSet", f"{owner_name}-{m['labels']['pod-template-hash']}"
+        m["ownerReferences"] = [{"kind": kind, "name": owner_name, "controller": True, "uid": "u"}]
+    p["status"] = {
+        "phase": "Running",
+        "conditions": [{"type": "PodScheduled", "status": "True", "lastTransitionTime": rfc3339(T0 - 3)}],
+    }
+    return slim_pod(p)
+
+
+class Source(PodUsageSource):
+    """The node query sampled at ``node_at`` (default: five seconds ago), before the pods'
+    binds: they count fully until the clock is moved past the window."""
+
+    node_at: float | None = T0 - 10
+
+    def query(self, m: MetricConfig, resolve: object) -> Sample:
+        at = self.clock.now - 5 if self.node_at is None else self.node_at
+        return Sample({"n0": NODE_VALUE, "n1": NODE_VALUE}, at)
+
+
+class Loop:
+    """A cluster state (n0, n1: 4 CPUs each), a metric store over a table Prometheus and the
+    load model: ``sample`` refreshes both and reads the values, two seconds later each time."""
+
+    def __init__(self, m: MetricConfig, telemetry: Telemetry | None = None) -> None:
+        self.m = m
+        self.clock = Clock(T0)
+        self.state = ClusterState((m,), self.clock, telemetry)
+        for n in ("n0", "n1"):
+            self.state.on_node("ADDED", slim_node(node(n, cpu="4")), None)
+        self.source = Source(self.clock)
+        self.store = MetricStore(
+            [m], self.source, None, lambda: list(self.state.nodes.values()), clock=self.clock
+        )  # type: ignore[arg-type]
+        self.model = LoadModel(self.store, self.state.recent)
+
+    def add(self, *pods: dict[str, Any]) -> None:
+        for p in pods:
+            self.state.on_pod("ADDED", p, None)
+        self.state.sync()
+
+    def sample(self, usage: dict[str, float], times: int = 1) -> Any:
+        matrix = None
+        for _ in range(times):
+            self.clock.now += 2
+            self.source.pods = {f"default/{k}": v for k, v in usage.items()}
+            self.store.refresh(self.m)
+            self.store.refresh_pods(self.m)
+            matrix = self.model.scheduling(self.state.snapshot())
+        return matrix
+
+    def choice(self, matrix: Any, p: dict[str, Any]) -> Any:
+        estimate = matrix.metrics[0].estimate
+        return estimate_choice(p, pod_requests(p), estimate)
+
+
+def teach(loop: Loop, workloads: dict[str, float], node_name: str = "n0", pods: int = LEARN_MIN_PODS) -> Any:
+    """``pods`` measured pods of each Deployment (100m each, using ratio x 100m) on
+    ``node_name``, sampled twice alike (stable); returns the last matrix."""
+    usage = {}
+    for name, ratio in workloads.items():
+        for i in range(pods):
+            loop.add(owned(f"{name}-{i}", node_name, owner=("Deployment", name)))
+            usage[f"{name}-{i}"] = 100 * ratio
+    return loop.sample(usage, times=2)
+
+
+@pytest.mark.parametrize(
+    ("case", "owner", "labels", "label", "want"),
+    [
+        ("deployment", ("ReplicaSet", "web-7d4b9c"), {"pod-template-hash": "7d4b9c"}, None, "ns/Deployment/web"),
+        ("replicaset alone", ("ReplicaSet", "web-7d4b9c"), {}, None, "ns/ReplicaSet/web-7d4b9c"),
+        ("statefulset", ("StatefulSet", "db"), {}, None, "ns/StatefulSet/db"),
+        ("cronjob's job", ("Job", "backup-29031840"), {}, None, "ns/CronJob/backup"),
+        ("daemonset", ("DaemonSet", "agent"), {}, None, "ns/DaemonSet/agent"),
+        ("bare pod", None, {}, None, None),
+        ("label wins", ("StatefulSet", "db"), {"app.kubernetes.io/name": "pg"}, "app.kubernetes.io/name",
+         "ns/app.kubernetes.io/name=pg"),
+        ("label absent", ("StatefulSet", "db"), {}, "app.kubernetes.io/name", "ns/StatefulSet/db"),
+    ],
+)  # fmt: skip
+def test_a_pods_workload_is_its_controller_or_the_operators_label(
+    case: str, owner: tuple[str, str] | None, labels: dict[str, str], label: str | None, want: str | None
+) -> None:
+    p: dict[str, Any] = {"metadata": {"name": "p", "namespace": "ns", "labels": labels}}
+    if owner is not None:
+        p["metadata"]["ownerReferences"] = [{"kind": owner[0], "name": owner[1], "controller": True}]
+    assert workload_of(p, label) == want, case
+
+
+def test_each_workload_counts_at_what_its_own_pods_use() -> None:
+    loop = Loop(learned_metric())
+    taught = teach(loop, {"small": 0.5, "big": 2.0})
+    assert taught.metrics[0].estimate.calibration.ratio == pytest.approx(1.25), "cluster-wide: both mixed"
+    loop.add(owned("small-new", "n1", cpu="1", owner=("Deployment", "small")))
+    matrix = loop.sample({})
+    assert matrix.values[1, 0] == pytest.approx(NODE_VALUE + 0.5 / 4), "the unmeasured pod: small's 0.5x"
+    incoming = loop.choice(matrix, owned("small-next", "", cpu="1", owner=("Deployment", "small")))
+    assert (incoming.amount, incoming.source, incoming.workload) == (
+        500,
+        "workload",
+        "default/Deployment/small",
+    )
+    assert incoming.pods == LEARN_MIN_PODS
+    status = loop.store.learned()["cpu"]
+    assert {w["workload"]: w["ratio"] for w in status["workloads"]} == {
+        "default/Deployment/small": pytest.approx(0.5),
+        "default/Deployment/big": pytest.approx(2.0),
+    }
+
+
+def test_a_workload_with_too_few_measured_pods_counts_at_the_cluster_wide_figure() -> None:
+    loop = Loop(learned_metric())
+    teach(loop, {"few": 0.5}, pods=LEARN_MIN_PODS - 1)
+    bare = [bound(f"bare-{i}", "n0", T0 - 2, cpu="100m") for i in range(LEARN_MIN_PODS)]
+    loop.add(*bare)
+    usage = {f"few-{i}": 50.0 for i in range(LEARN_MIN_PODS - 1)} | {f"bare-{i}": 200.0 for i in range(10)}
+    matrix = loop.sample(usage, times=2)
+    choice = loop.choice(matrix, owned("few-next", "", cpu="1", owner=("Deployment", "few")))
+    cluster = (9 * 50 + 10 * 200) / 1900
+    assert (choice.source, choice.amount) == ("cluster-wide", round(1000 * cluster))
+
+
+def test_a_rolling_update_keeps_the_deployments_ratio() -> None:
+    loop = Loop(learned_metric())
+    teach(loop, {"web": 0.4, "other": 1.0})
+    new_revision = owned(
+        "web-next", "", cpu="1", owner=("Deployment", "web"), labels={"pod-template-hash": "h2"}
+    )
+    choice = loop.choice(loop.sample({}), new_revision)
+    assert (choice.source, choice.amount) == ("workload", 400), "the new ReplicaSet's pod: web's 0.4x"
+
+
+def test_a_ramping_pod_counts_at_least_its_estimate_until_its_usage_is_stable() -> None:
+    loop = Loop(learned_metric())
+    loop.add(owned("java", "n1", cpu="1"))
+    first = loop.sample({"java": 200.0})
+    assert first.values[1, 0] == pytest.approx(NODE_VALUE + 1.0 / 4), "one sample of 200m: counts its 1 CPU"
+    rising = loop.sample({"java": 600.0})
+    assert rising.values[1, 0] == pytest.approx(NODE_VALUE + 1.0 / 4), "still rising: its 1 CPU"
+    assert loop.store.learned()["cpu"]["ramping"] == ["default/java"]
+    stable = loop.sample({"java": 620.0})
+    assert stable.values[1, 0] == pytest.approx(NODE_VALUE + 0.62 / 4), "stable: its measured 620m"
+    assert loop.store.learned()["cpu"]["ramping"] == []
+
+
+def test_a_pod_past_the_window_that_still_ramps_counts_what_the_sample_does_not_show() -> None:
+    loop = Loop(learned_metric(warmup_s=600.0))
+    loop.add(owned("java", "n1", cpu="1"))
+    loop.clock.now += 200
+    loop.source.node_at = None  # sampled now, past the 90 s window: it shows the pod's 300m
+    matrix = loop.sample({"java": 300.0})
+    assert matrix.values[1, 0] == pytest.approx(NODE_VALUE + 0.7 / 4), "1 CPU expected, 300m shown"
+
+
+def test_ramping_pods_do_not_teach() -> None:
+    loop = Loop(learned_metric())
+    for i in range(LEARN_MIN_PODS):
+        loop.add(owned(f"web-{i}", "n0"))
+    usage = {f"web-{i}": 30.0 for i in range(LEARN_MIN_PODS)}
+    ramping = loop.sample(usage).metrics[0].estimate.calibration
+    assert ramping.ratio is None and ramping.workloads == {}, "one sample each: they may still ramp"
+    stable = loop.sample(usage).metrics[0].estimate.calibration
+    assert stable.ratio == pytest.approx(0.3)
+    assert stable.workloads["default/Deployment/web"].ratio == pytest.approx(0.3)
+
+
+def test_a_herd_counts_at_its_workloads_history_else_at_the_prior() -> None:
+    loop = Loop(learned_metric())
+    teach(loop, {"web": 0.5, "batch": 2.0, "api": 1.0})
+    for key in list(loop.state.recent.pods):
+        loop.state.recent.drop(key)  # the teachers left the recent window
+    herd = [owned(f"web-herd-{i}", "n1", owner=("Deployment", "web")) for i in range(20)]
+    loop.add(*herd)
+    matrix = loop.sample({})
+    assert matrix.values[1, 0] == pytest.approx(NODE_VALUE + 20 * 50 / 4000), "20 pods at web's 50m"
+    calibration = matrix.metrics[0].estimate.calibration
+    assert calibration.ratio is None, "nothing measured in the window: no cluster-wide figure"
+    unknown = loop.choice(matrix, owned("new-0", "", cpu="1", owner=("Deployment", "new")))
+    assert (unknown.source, unknown.amount) == ("prior", 2000), "p90 of 0.5, 1.0, 2.0"
+    bare = loop.choice(matrix, owned("bare", "", cpu="1", owner=None))
+    assert (bare.source, bare.amount) == ("configured", 1000)
+
+
+@pytest.mark.parametrize(
+    ("prior", "limit", "want"),
+    [(1.5, None, 1500), ("limit", "1", 1000), ("limit", None, 500), ("p90", "1", 500)],
+)
+def test_the_prior_can_be_a_ratio_or_the_pods_limit(prior: Any, limit: str | None, want: int) -> None:
+    raw = {
+        **CONFIG,
+        "prometheus": {"url": "http://prometheus:9090"},
+        "metrics": [
+            {
+                "name": "cpu",
+                "source": "prometheus",
+                "query": "q[90s]",
+                "estimate": {"resource": "cpu", "podQuery": POD_QUERY, "learn": True, "prior": prior},
+            }
+        ],
+    }
+    (m,) = parse_config(raw).metrics
+    loop = Loop(m)
+    teach(loop, {"web": 0.5})
+    p = owned("new-0", "", cpu="1", owner=("Deployment", "new"))
+    if limit is not None:
+        p["spec"]["containers"][0]["resources"]["limits"] = {"cpu": limit}
+    choice = loop.choice(loop.sample({}), p)
+    assert (choice.source, choice.amount) == ("prior", want)
+
+
+def test_a_spread_across_workloads_no_longer_makes_a_pod_huge() -> None:
+    # As the held-out run's: pods that use far more than they request beside pods that use
+    # about what they request; cluster-wide the ratio is high and its spread wide.
+    loop = Loop(learned_metric(deviations=1.0))
+    loop.add(*[owned(f"web-{i}", "n0", cpu="1", owner=("Deployment", "web")) for i in range(LEARN_MIN_PODS)])
+    loop.add(*[owned(f"hog-{i}", "n0", cpu="200m", owner=("Deployment", "hog")) for i in range(30)])
+    usage = {f"web-{i}": 900.0 + 20 * (i % 2) for i in range(LEARN_MIN_PODS)}
+    usage |= {f"hog-{i}": 600.0 for i in range(30)}
+    matrix = loop.sample(usage, times=2)
+    calibration = matrix.metrics[0].estimate.calibration
+    cluster_wide = 2000 * (calibration.ratio + calibration.ratio_sd)
+    assert cluster_wide > 4000, "what a 2000m pod counted as before: over 4 cores"
+    web = loop.choice(matrix, owned("web-next", "", cpu="2", owner=("Deployment", "web")))
+    assert web.source == "workload" and web.amount == pytest.approx(2000 * 0.92, abs=25)
+
+
+def test_a_declared_expected_usage_wins_and_a_bad_one_is_ignored_and_counted() -> None:
+    telemetry = Telemetry()
+    loop = Loop(learned_metric(), telemetry)
+    teach(loop, {"web": 2.0})
+    declared = owned("vpa", "n1", cpu="1", annotations={"ksched.io/expected-cpu": "750m"})
+    bad = owned(
+        "typo", "n1", cpu="1", owner=("Deployment", "other"), annotations={"ksched.io/expected-cpu": "lots"}
+    )
+    loop.add(declared, bad)
+    matrix = loop.sample({})
+    assert matrix.values[1, 0] == pytest.approx(NODE_VALUE + (0.75 + 2.0) / 4), (
+        "750m declared; typo at the prior"
+    )
+    choice = loop.choice(matrix, declared)
+    assert (choice.amount, choice.source) == (750, "declared"), "web's 2x does not apply to what is declared"
+    ignored = loop.choice(matrix, bad)
+    assert ignored.source == "prior" and ignored.problem is not None and "lots" in ignored.problem
+    counted = telemetry.registry.get_sample_value(
+        "ksched_objects_rejected_total", {"kind": "Pod", "reason": "invalid_expected_usage"}
+    )
+    assert counted == 1.0
+
+
+def test_explain_says_which_estimate_a_pod_got(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cluster_file = tmp_path / "cluster.yaml"
+    web = pod("web", cpu="1")
+    web["metadata"]["annotations"] = {"ksched.io/expected-cpu": "750m"}
+    cluster_file.write_text(yaml.safe_dump_all([node("n0", cpu="4"), web, pod("api", cpu="1")]))
+    cfg = tmp_path / "config.yaml"
+    metric = {"name": "cpu", "source": "prometheus", "query": "q[1m]", "estimate": {"resource": "cpu"}}
+    cfg.write_text(yaml.safe_dump({**CONFIG, "prometheus": {"url": "http://p:9090"}, "metrics": [metric]}))
+    values = tmp_path / "values.yaml"
+    values.write_text(yaml.safe_dump({"n0": {"cpu": 0.1}}))
+    base = ["explain", str(cluster_file), "--config", str(cfg), "--metrics", str(values)]
+    assert main([*base[:2], "default/web", *base[2:]]) == 0
+    assert "estimate: cpu: 750m cpu (declared" in capsys.readouterr().out
+    assert main([*base[:2], "default/api", *base[2:]]) == 0
+    assert "estimate: cpu: 1000m cpu (configured" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("estimate", "error"),
+    [
+        ({"warmup": "2h"}, r"estimate.warmup: 7200s is not in 0..3600s"),
+        ({"prior": "p200"}, r"estimate.prior: 'p200' is not allowed"),
+        ({"prior": 0}, r"estimate.prior: 0: a ratio must be in"),
+        ({"prior": [1]}, r"estimate.prior: \[1\] is not allowed"),
+        ({"workloadLabel": "not a label"}, r"estimate.workloadLabel: 'not a label' is not a label key"),
+        ({"learn": False, "prior": "p90"}, r"estimate.prior: needs learn: true"),
+    ],
+)
+def test_bad_workload_settings_name_the_key(estimate: dict[str, Any], error: str) -> None:
+    raw = {
+        **CONFIG,
+        "prometheus": {"url": "http://prometheus:9090"},
+        "metrics": [
+            {
+                "name": "cpu",
+                "source": "prometheus",
+                "query": "q",
+                "estimate": {"resource": "cpu", "podQuery": POD_QUERY, "learn": True, **estimate},
+            }
+        ],
+    }
+    with pytest.raises(ConfigError, match=error):
+        parse_config(raw)
+
+
+def test_workload_settings_are_read() -> None:
+    raw = {
+        **CONFIG,
+        "prometheus": {"url": "http://prometheus:9090"},
+        "metrics": [
+            {
+                "name": "cpu",
+                "source": "prometheus",
+                "query": "q",
+                "estimate": {
+                    "resource": "cpu",
+                    "podQuery": POD_QUERY,
+                    "learn": True,
+                    "workloadLabel": "app.kubernetes.io/name",
+                    "warmup": "5m",
+                    "prior": "p75",
+                },
+            }
+        ],
+    }
+    (m,) = parse_config(raw).metrics
+    assert m.estimate is not None
+    assert (m.estimate.workload_label, m.estimate.warmup_s, m.estimate.prior) == (
+        "app.kubernetes.io/name",
+        300.0,
+        ("quantile", 0.75),
+    )
+
+
+def test_a_workload_is_forgotten_an_hour_after_it_last_taught() -> None:
+    history = WorkloadHistory(T0)
+    for i in range(LEARN_MIN_PODS):
+        history.observe(T0, "default/Deployment/web", f"uid-{i}", FROM_REQUEST, 100.0, 50.0)
+    assert history.figures(T0 + WORKLOAD_TTL_S - 1)["default/Deployment/web"].ratio == pytest.approx(0.5)
+    assert history.figures(T0 + WORKLOAD_TTL_S + 1) == {}
