@@ -34,7 +34,7 @@ def test_manifests_apply_with_server_side_dry_run(
         "deployment.apps/ksched",
     ):
         assert kind in out.stdout
-    for component in ("handoff", "rebalance"):
+    for component in ("handoff", "rebalance", "steering"):
         out = kubectl(cluster, "kustomize", str(DEPLOY / component))
         assert out.returncode == 0 and f"ksched-{component}" in out.stdout, out.stderr
 
