@@ -19,6 +19,7 @@ from ksched.engine.rebalance import (
     Budget,
     HotNode,
     Plan,
+    SteeringView,
     plan,
 )
 from ksched.engine.snapshot import build_snapshot
@@ -87,9 +88,11 @@ def run_plan(
     reserved: tuple[Obj, ...] = (),
     measured: Callable[[str, MetricConfig], float | None] = lambda key, m: None,
     bystanders: tuple[Obj, ...] = (),
+    steering: SteeringView | None = None,
 ) -> Plan:
     """Plan on nodes n0..n3 (4 cpu, 8Gi each unless given) with ``u`` at ``values``; every
-    node over the line is hot. ``bystanders``: bound pods the planner is not shown."""
+    node over the line is hot. ``bystanders``: bound pods the planner is not shown;
+    ``steering``: the steering marks (None: steering off)."""
     config = config or rebalance()
     metric = metric or usage_metric()
     nodes = nodes or [node(n) for n in NODES]
@@ -109,6 +112,7 @@ def run_plan(
         NOW,
         budget or Budget(evictions=5),
         reserved,
+        steering,
     )
 
 

@@ -22,6 +22,7 @@ import pytest
 from ksched.commands.rebalance import preview
 from ksched.config import Config, MetricConfig
 from ksched.config.rebalance import RebalanceConfig, RebalanceMetric, parse_rebalance
+from ksched.config.steering import SteeringConfig
 from ksched.engine import Engine
 from ksched.engine.cluster_file import sort_objects
 from ksched.engine.rebalance import BUDGET_SPENT, COOLING, TERMINATING, Plan
@@ -138,21 +139,30 @@ class Harness:
 
 @pytest.fixture
 def harness() -> Iterator[Any]:
-    """``harness(values, pods, leader=True, shadow=False, **rebalance)``: a rebalancer over
-    nodes n0..n3 (4 CPUs each) with ``cpu`` at ``values``; the state's thread is run by the
-    fixture, as the scheduling loop runs it."""
+    """``harness(values, pods, leader=True, shadow=False, steering=False, **rebalance)``: a
+    rebalancer over nodes n0..n3 (4 CPUs each) with ``cpu`` at ``values``; the state's thread
+    is run by the fixture, as the scheduling loop runs it."""
     stop = threading.Event()
     threads: list[threading.Thread] = []
 
     def make(
-        values: dict[str, float], pods: list[Obj], leader: bool = True, shadow: bool = False, **rebalance: Any
+        values: dict[str, float],
+        pods: list[Obj],
+        leader: bool = True,
+        shadow: bool = False,
+        steering: bool = False,
+        **rebalance: Any,
     ) -> Harness:
         defaults: dict[str, Any] = {
             "enabled": True,
             "hot_samples": 2,
             "metrics": (RebalanceMetric("cpu", high=0.8, low=0.6),),
         }
-        config = Config(metrics=(CPU,), rebalance=RebalanceConfig(**{**defaults, **rebalance}))
+        config = Config(
+            metrics=(CPU,),
+            rebalance=RebalanceConfig(**{**defaults, **rebalance}),
+            steering=SteeringConfig(enabled=steering),
+        )
         clock = Clock()
         nodes = [node(n) for n in ("n0", "n1", "n2", "n3")]
         state = ClusterState(config.metrics, clock=clock)
@@ -162,7 +172,8 @@ def harness() -> Iterator[Any]:
             state.on_pod("ADDED", slim_pod(p), None)
         source = Source(clock, values)
         store = MetricStore([CPU], source, None, lambda: nodes, clock=clock)  # type: ignore[arg-type]
-        reservations, telemetry = Reservations(), Telemetry()
+        reservations = Reservations(settle_s=config.rebalance.replacement_settle_s, clock=clock)
+        telemetry = Telemetry()
         kube = FakeKube(pods, reservations)
         events: list[tuple[str, str, str, str]] = []
 

@@ -20,7 +20,7 @@ from ksched.loop.metrics.metric_sources import MetricStore
 from ksched.loop.metrics.samples import Sample
 from ksched.loop.mirror.slim import slim_node
 from ksched.loop.mirror.state import ClusterState
-from ksched.loop.rebalancing.reservations import ELSEWHERE, EXPIRED, ON_TARGET, Reservations
+from ksched.loop.rebalancing.reservations import ELSEWHERE, EXPIRED, ON_SOURCE, ON_TARGET, Reservations
 from ksched.loop.scheduling.binder import Outcome
 from ksched.loop.scheduling.cycle import Scheduler
 from ksched.loop.scheduling.queue import SchedulingQueue
@@ -130,11 +130,13 @@ def test_binding_ends_the_reservation_counted_by_where_it_landed() -> None:
     reservations = Reservations()
     reservations.hold(move(owned("web-1", node_name="n0"), target="n1"), T0 + 60)
     reservations.hold(move(owned("web-2", node_name="n0"), target="n2"), T0 + 60)
+    reservations.hold(move(owned("web-3", node_name="n0"), target="n2"), T0 + 60)
     assert reservations.landed(owned("other", owner="api"), "n1") is None
     assert reservations.landed(owned("web-a"), "n1") == ON_TARGET
     assert reservations.landed(owned("web-b"), "n3") == ELSEWHERE
+    assert reservations.landed(owned("web-c"), "n0") == ON_SOURCE, "back where it was moved off"
     assert len(reservations) == 0
-    assert reservations.outcomes == {ON_TARGET: 1, ELSEWHERE: 1, EXPIRED: 0}
+    assert reservations.outcomes == {ON_TARGET: 1, ON_SOURCE: 1, ELSEWHERE: 1, EXPIRED: 0}
 
 
 def test_expiry_drops_the_reservations_past_their_time() -> None:
@@ -295,3 +297,29 @@ def test_other_pods_cannot_take_the_reserved_room(
     assert landed == "n2", name
     assert len(reservations) == 1, "still held for its replacement"
     assert replacements(telemetry, ON_TARGET) == 0.0
+
+
+def test_another_schedulers_replacement_is_counted_where_it_binds() -> None:
+    """kube-scheduler binds a moved default-scheduler pod's replacement back on its source:
+    ksched never queued it, yet its binding (seen by the pod watch) ends the reservation as
+    a ping-pong, and its scheduler is remembered as having put one back on that node for
+    settle_s."""
+    nodes = [node("n0", cpu="4"), node("n1", cpu="4")]
+    config = Config(metrics=(CPU,))
+    state = ClusterState(config.metrics, clock=lambda: T0)
+    for n in nodes:
+        state.on_node("ADDED", slim_node(n), None)
+    reservations = Reservations(settle_s=600.0, clock=lambda: T0)
+    victim = owned("web-1", node_name="n0", schedulerName="default-scheduler")
+    reservations.hold(move(victim, source="n0", target="n1"), T0 + 60)
+    queue, telemetry = SchedulingQueue(lambda: 1000.0), Telemetry()
+    store = MetricStore([CPU], Source({}), None, lambda: nodes, clock=lambda: T0)  # type: ignore[arg-type]
+    binder = FakeBinder()
+    scheduler = Scheduler(config, state, queue, binder, telemetry, lambda: True, store, held=reservations)  # type: ignore[arg-type]
+    pending = owned("web-a", schedulerName="default-scheduler")
+    scheduler.on_pod("ADDED", pending, None)
+    assert "default/web-a" not in queue, "not ksched's to place"
+    scheduler.on_pod("MODIFIED", {**pending, "spec": {**pending["spec"], "nodeName": "n0"}}, pending)
+    assert len(reservations) == 0
+    assert replacements(telemetry, ON_SOURCE) == 1.0
+    assert reservations.placed_back() == {("n0", "default-scheduler")}

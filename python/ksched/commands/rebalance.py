@@ -8,7 +8,8 @@ Everything else is the live look's: the metric store refreshed once, and the val
 the rebalancer's load model (:mod:`ksched.loop.metrics.load_model`) with the load estimate of pods
 bound within each metric's window, their measured usage and a learned calibration, as the
 scheduler counts them. The plan is the engine's
-(:func:`ksched.engine.rebalance.plan`); this module prints it. Nothing is evicted or
+(:func:`ksched.engine.rebalance.plan`), with the steering marks the listed nodes carry, as the
+running rebalancer reads them from its node watch; this module prints it. Nothing is evicted or
 reserved: rebalancing itself runs inside ``ksched run`` (``rebalance.enabled``).
 """
 
@@ -95,6 +96,7 @@ def preview(
     from ksched.engine import Engine
     from ksched.engine.rebalance import Budget, plan
     from ksched.loop.rebalancing.hot import HotTracker
+    from ksched.loop.rebalancing.rebalancer import steering_view
 
     rebalance = config.rebalance
     engine = Engine(config, rebalance.profile)
@@ -133,6 +135,11 @@ def preview(
         p for p in cluster.pending + cluster.others if (p.get("status") or {}).get("nominatedNodeName")
     ]
     budget = Budget(evictions=min(rebalance.max_per_cycle, _rate_allows(rebalance.evictions_per_minute)))
+    if rebalance.other_schedulers.scheduler_names and not config.steering.enabled:
+        notes.append(
+            "rebalance.otherSchedulers is set but steering.enabled is false: no other scheduler's "
+            "pod moves (its scheduler could place the replacement back on the hot node)"
+        )
     out = plan(
         engine,
         rebalance,
@@ -145,6 +152,7 @@ def preview(
         now,
         budget,
         reserved,
+        steering_view(config.steering, cluster.nodes),
     )
     return out, notes + _refused_by_budgets(out, pods, cluster)
 

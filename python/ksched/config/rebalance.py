@@ -6,11 +6,16 @@ every metric of the profile that has a ``filter.above`` or ``filter.below``, wit
 metric's own threshold (the scheduler and the rebalancer then agree on what is hot) and
 ``low`` equal to it; ``rebalance.metrics`` may name a separate ``high``/``low`` pair per
 metric. Off by default: evicting pods needs RBAC that the default manifests do not grant.
+
+Which pods it may move is the profile's own by default; ``otherSchedulers``
+(:class:`OtherSchedulers`) opts other schedulers' pods in, by scheduler name and optionally
+namespace.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from typing import Any
 
 from ksched.config.metrics import MetricConfig
@@ -42,8 +47,12 @@ _KEYS = (
     "workloadCooldown",
     "reservationTimeout",
     "replacementSettle",
+    "otherSchedulers",
 )
 _METRIC_KEYS = ("name", "high", "low")
+_OTHER_KEYS = ("schedulerNames", "namespaces")
+# A namespace's name is a DNS label (RFC 1123); a scheduler's name is any non-empty string.
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 MAX_LIMIT = 10_000
 # The shortest interval between looks: each look reads every node and pod, and the hot
 # lines judge samples that refresh every few seconds at best.
@@ -89,6 +98,19 @@ class RebalanceMetric:
 
 
 @dataclass(frozen=True)
+class OtherSchedulers:
+    """``rebalance.otherSchedulers``: the other schedulers' pods the rebalancer may move. A pod
+    is opted in when its ``schedulerName`` is listed and, where namespaces are listed, its
+    namespace is. Empty: only the profile's own pods move."""
+
+    scheduler_names: tuple[str, ...] = ()
+    namespaces: tuple[str, ...] = ()
+
+    def opted_in(self, scheduler: str, namespace: str) -> bool:
+        return scheduler in self.scheduler_names and (not self.namespaces or namespace in self.namespaces)
+
+
+@dataclass(frozen=True)
 class RebalanceConfig:
     enabled: bool = False
     # The profile whose engine, metrics and thresholds decide (None: the first profile).
@@ -121,6 +143,9 @@ class RebalanceConfig:
     # this long: it restarts cold and grows back (apart from the workload's cool-down, so a
     # short cool-down does not let the next move fill a node before its replacement is back).
     replacement_settle_s: float = 600.0
+    # Other schedulers' pods it may move too (their replacements need the steering mark on
+    # the source: :mod:`ksched.engine.rebalance`).
+    other_schedulers: OtherSchedulers = field(default_factory=OtherSchedulers)
 
     def thresholds(self, metrics: tuple[MetricConfig, ...]) -> tuple[RebalanceThreshold, ...]:
         """The hot lines, one per metric that has one, for the profile's ``metrics``."""
@@ -146,6 +171,35 @@ def _metric(obj: Any, path: str) -> RebalanceMetric:
         high=as_float(m["high"], f"{path}.high"),
         low=as_float(m["low"], f"{path}.low"),
     )
+
+
+def _names(obj: Any, path: str, pattern: re.Pattern[str] | None, what: str) -> tuple[str, ...]:
+    out = []
+    for i, raw in enumerate(as_list(obj, path)):
+        name = as_str(raw, f"{path}[{i}]")
+        if pattern is not None and (len(name) > 63 or not pattern.match(name)):
+            raise ConfigError(f"{path}[{i}]: {name!r} is not {what}")
+        if name in out:
+            raise ConfigError(f"{path}[{i}]: {name!r} is listed twice")
+        out.append(name)
+    return tuple(out)
+
+
+def _other_schedulers(obj: Any, path: str, profile: str) -> OtherSchedulers:
+    o = check_keys(obj, path, _OTHER_KEYS)
+    names = _names(o.get("schedulerNames", []), f"{path}.schedulerNames", None, "")
+    namespaces = _names(
+        o.get("namespaces", []), f"{path}.namespaces", _DNS_LABEL, "a namespace name (a DNS label)"
+    )
+    if profile in names:
+        i = names.index(profile)
+        raise ConfigError(
+            f"{path}.schedulerNames[{i}]: {profile!r} is the rebalancing profile's own; its pods "
+            "move without being listed"
+        )
+    if namespaces and not names:
+        raise ConfigError(f"{path}.namespaces: needs schedulerNames (whose pods, in these namespaces)")
+    return OtherSchedulers(names, namespaces)
 
 
 def parse_rebalance(obj: Any, profiles: list[str], metrics: tuple[MetricConfig, ...]) -> RebalanceConfig:
@@ -182,9 +236,10 @@ def parse_rebalance(obj: Any, profiles: list[str], metrics: tuple[MetricConfig, 
     def limit(key: str, default: int) -> int:
         return as_int(r.get(key, default), f"{path}.{key}", 0, MAX_LIMIT)
 
+    profile = as_str(r["profile"], f"{path}.profile", tuple(profiles)) if "profile" in r else profiles[0]
     config = RebalanceConfig(
         enabled=as_bool(r.get("enabled", d.enabled), f"{path}.enabled"),
-        profile=as_str(r["profile"], f"{path}.profile", tuple(profiles)) if "profile" in r else profiles[0],
+        profile=profile,
         interval_s=duration_at(r, "interval", d.interval_s, path, at_least=MIN_INTERVAL_S),
         hot_samples=as_int(r.get("hotSamples", d.hot_samples), f"{path}.hotSamples", 1, 100),
         metrics=pairs,
@@ -203,6 +258,9 @@ def parse_rebalance(obj: Any, profiles: list[str], metrics: tuple[MetricConfig, 
         workload_cooldown_s=duration_at(r, "workloadCooldown", d.workload_cooldown_s, path),
         reservation_timeout_s=duration_at(r, "reservationTimeout", d.reservation_timeout_s, path),
         replacement_settle_s=duration_at(r, "replacementSettle", d.replacement_settle_s, path),
+        other_schedulers=_other_schedulers(
+            r.get("otherSchedulers") or {}, f"{path}.otherSchedulers", profile
+        ),
     )
     if config.enabled:
         _check_enabled(config, metrics)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from ksched.config.steering import MARK_EFFECT
 from ksched.engine.quantity import parse_quantity
 from ksched.errors import QuantityError
 from ksched.objects import Obj, meta, spec
@@ -57,6 +58,16 @@ BUDGET_SPENT = "eviction budget of this look spent (maxPerCycle, evictionsPerMin
 
 def other_scheduler(profile: str, name: str) -> str:
     return f"not scheduled by {profile} (schedulerName {name})"
+
+
+def source_not_marked(scheduler: str, why: str) -> str:
+    """Why another scheduler's pod stays: its replacement is placed by ``scheduler``, which
+    the engine's proof cannot keep off the source unless the steering mark scores it down."""
+    return f"source not marked: {scheduler} could place the replacement back ({why})"
+
+
+def placed_back(scheduler: str, node: str) -> str:
+    return f"replacement placed back: {scheduler} bound a moved pod's replacement on {node} again (within replacementSettle)"
 
 
 def too_young(min_age_s: float) -> str:
@@ -157,6 +168,15 @@ class Plan:
 
 
 @dataclass(frozen=True)
+class SteeringView:
+    """The steering marks as other schedulers see them in this look: the taint's key, and the
+    nodes that carry it (:mod:`ksched.loop.steering`)."""
+
+    key: str
+    marked: frozenset[str]
+
+
+@dataclass(frozen=True)
 class Budget:
     """What the caller still allows in this look (the live loop tracks the limits over time)."""
 
@@ -166,6 +186,24 @@ class Budget:
     per_node: Mapping[str, int] = field(default_factory=dict)
     # Workloads (``<Kind>/<namespace>/<name>``) in cool-down.
     cooling: frozenset[str] = frozenset()
+    # (source node, scheduler name): that scheduler placed a moved pod's replacement back on
+    # that source lately (a ping-pong); its pods there are not moved meanwhile.
+    placed_back: frozenset[tuple[str, str]] = frozenset()
+
+
+def tolerates_mark(pod: Obj, key: str) -> bool:
+    """Whether one of the pod's tolerations accepts the steering mark (``key``, no value,
+    PreferNoSchedule), as upstream's ToleratesTaint matches one: then kube-scheduler's
+    TaintToleration does not score the marked node down for it."""
+    for t in spec(pod).get("tolerations") or []:
+        if not isinstance(t, dict) or (t.get("effect") or MARK_EFFECT) != MARK_EFFECT:
+            continue
+        if (t.get("key") or key) != key:
+            continue
+        operator = t.get("operator") or "Equal"
+        if operator == "Exists" or (operator == "Equal" and not t.get("value")):
+            return True
+    return False
 
 
 def build_replacement(pod: Obj, source: str) -> Obj:

@@ -2,7 +2,8 @@
 each replacement lands.
 
 Owns the candidates on each hot node (pods a controller re-creates, scheduled by the
-rebalancing profile, old enough, not critical, not mirror or DaemonSet pods), their order
+rebalancing profile or by another scheduler ``rebalance.otherSchedulers`` opts in, old enough,
+not critical, not mirror or DaemonSet pods), their order
 (lowest priority, then BestEffort < Burstable < Guaranteed, then largest usage), the limits
 of one look, and the proof: the victim's replacement (its copy) is placed by the same
 :class:`~ksched.engine.Engine` that schedules pods, carrying the victim's usage in the
@@ -18,6 +19,15 @@ counted on its target (and taken off its source) before the next candidate is pr
 its replacement holds its room as a nominated pod and its proved load on its target's
 values, so two moves never fill one node twice. A source stops giving pods once it is no
 longer hot. The share arithmetic is :mod:`ksched.engine.load`'s.
+
+Another scheduler's pod: its replacement is placed by that scheduler, not steered to the
+proved target. The proof (every kube-scheduler filter, plus the metric lines) shows that a
+node exists that scheduler finds feasible and that stays cool; what keeps that scheduler from
+picking the hot source again is the steering mark, which its TaintToleration scores down. So
+such a pod is a candidate only where the source carries the mark now and the pod does not
+tolerate it (:class:`SteeringView`); else it is skipped with :func:`source_not_marked`. Where
+that scheduler bound a replacement back on the source all the same lately (``Budget.placed_back``),
+its pods there stay (:func:`placed_back`).
 
 Pure: it reads a snapshot, values and pods, and returns a :class:`Plan` (a proof marks the
 victims terminating in the snapshot's pod table and puts them back). It never evicts,
@@ -64,6 +74,7 @@ from ksched.engine.moves import (
     Move,
     Plan,
     Skipped,
+    SteeringView,
     build_replacement,
     controller_of,
     epoch,
@@ -74,8 +85,11 @@ from ksched.engine.moves import (
     namespace_of,
     other_scheduler,
     pending_copy,
+    placed_back,
     qos_class,
+    source_not_marked,
     template_hash_of,
+    tolerates_mark,
     too_young,
 )
 from ksched.engine.pods import pod_requests, priority
@@ -102,6 +116,7 @@ __all__ = [
     "Move",
     "Plan",
     "Skipped",
+    "SteeringView",
     "build_replacement",
     "go_duration",
     "limit_reached",
@@ -109,6 +124,7 @@ __all__ = [
     "pending_copy",
     "plan",
     "qos_class",
+    "source_not_marked",
     "too_young",
 ]
 
@@ -132,6 +148,7 @@ def plan(
     now: float,
     budget: Budget,
     reserved: Sequence[Obj] = (),
+    steering: SteeringView | None = None,
 ) -> Plan:
     """The moves that cool the ``hot`` nodes, each proved by ``engine``.
 
@@ -140,8 +157,10 @@ def plan(
     a pod's measured usage in engine units, None where unknown (then its estimate counts).
     ``reserved``: replacements already reserved (pending, with status.nominatedNodeName):
     their room is held, and their load is added to their node's values here (what their move
-    was proved with, :data:`MOVED_USAGE_ANNOTATION`; else their estimate)."""
-    planner = _Planner(engine, config, snapshot, metrics, values, measured, now, budget, reserved)
+    was proved with, :data:`MOVED_USAGE_ANNOTATION`; else their estimate). ``steering``: the
+    steering marks other schedulers see now (None: steering is off), which another scheduler's
+    pod needs on its source."""
+    planner = _Planner(engine, config, snapshot, metrics, values, measured, now, budget, reserved, steering)
     on_node: dict[str, list[Obj]] = {}
     for pod in pods:
         on_node.setdefault(str(spec(pod).get("nodeName") or ""), []).append(pod)
@@ -179,8 +198,10 @@ class _Planner:
         now: float,
         budget: Budget,
         reserved: Sequence[Obj],
+        steering: SteeringView | None,
     ) -> None:
         self.engine = engine
+        self.steering = steering
         self.config = config
         self.snapshot = snapshot
         self.measured = measured
@@ -258,7 +279,7 @@ class _Planner:
     def _candidate(self, pod: Obj, node: str, column: int) -> _Candidate | None:
         """The pod as a candidate, or None (recorded as skipped, with why)."""
         key = pod_key(pod)
-        reason = self._excluded(pod)
+        reason = self._excluded(pod, node)
         if reason is None:
             controller = controller_of(pod)
             assert controller is not None
@@ -276,9 +297,10 @@ class _Planner:
         self.skipped.append(Skipped(key, node, reason))
         return None
 
-    def _excluded(self, pod: Obj) -> str | None:
+    def _excluded(self, pod: Obj, node: str) -> str | None:
         """Why the pod is not a candidate (None: it may be): the pods never moved first, then
-        those moved only where the configuration opts in (``moveJobPods``, ``allowLocalStorage``)."""
+        those moved only where the configuration opts in (``moveJobPods``, ``allowLocalStorage``),
+        then another scheduler's pod whose source ``node`` does not steer its replacement away."""
         m = meta(pod)
         s = spec(pod)
         if m.get("deletionTimestamp") is not None:
@@ -295,9 +317,9 @@ class _Planner:
             isinstance(p, int) and p >= SYSTEM_CRITICAL_PRIORITY
         ):
             return SYSTEM_CRITICAL
-        profile = self.engine.profile.scheduler_name
-        if scheduler_name(pod) != profile:
-            return other_scheduler(profile, scheduler_name(pod))
+        profile, scheduler = self.engine.profile.scheduler_name, scheduler_name(pod)
+        if scheduler != profile and not self.config.other_schedulers.opted_in(scheduler, namespace_of(pod)):
+            return other_scheduler(profile, scheduler)
         started = epoch((pod.get("status") or {}).get("startTime")) or epoch(m.get("creationTimestamp"))
         if started is None or self.now - started < self.config.min_pod_age_s:
             return too_young(self.config.min_pod_age_s)
@@ -305,6 +327,21 @@ class _Planner:
             return JOB_POD
         if not self.config.allow_local_storage and has_local_storage(pod):
             return LOCAL_STORAGE
+        if scheduler != profile:
+            return self._unsteered(pod, node, scheduler)
+        return None
+
+    def _unsteered(self, pod: Obj, node: str, scheduler: str) -> str | None:
+        """Why ``scheduler`` could place another scheduler's pod's replacement back on its source
+        ``node`` (None: the steering mark there scores it down)."""
+        if self.steering is None:
+            return source_not_marked(scheduler, "steering is off")
+        if node not in self.steering.marked:
+            return source_not_marked(scheduler, f"{node} has no {self.steering.key} mark")
+        if tolerates_mark(pod, self.steering.key):
+            return source_not_marked(scheduler, f"the pod tolerates {self.steering.key}")
+        if (node, scheduler) in self.budget.placed_back:
+            return placed_back(scheduler, node)
         return None
 
     def _amounts(self, pod: Obj, *, measure: bool) -> tuple[float, ...]:

@@ -40,9 +40,9 @@ SHADOW_GAP_BUCKETS = (0.0, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0,
 REBALANCE_BLOCKED = ("pdb", "failed")
 # A steering mark written onto a node, or taken off one.
 STEERING_CHANGES = ("added", "removed")
-# Where a move's replacement went: bound on the reserved node, bound on another, or not bound
-# before the reservation's timeout.
-REPLACEMENT_OUTCOMES = ("on_target", "elsewhere", "expired")
+# Where a move's replacement went: bound on the reserved node, back on its source (a
+# ping-pong), on another, or not bound before the reservation's timeout.
+REPLACEMENT_OUTCOMES = ("on_target", "on_source", "elsewhere", "expired")
 
 
 class Telemetry:
@@ -229,7 +229,8 @@ class Telemetry:
         self.rebalance_replacements = Counter(
             "ksched_rebalance_replacements_total",
             "Replacements of moved pods by outcome: on_target (bound on the reserved node), "
-            "elsewhere, expired (not bound before the reservation's timeout).",
+            "on_source (bound back on the node it was moved off), elsewhere, expired (not bound "
+            "before the reservation's timeout).",
             ["outcome"],
             registry=r,
         )

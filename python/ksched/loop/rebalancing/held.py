@@ -38,5 +38,5 @@ class HeldRoom(HeldLoad, Protocol):
 
     def landed(self, pod: Obj, node: str) -> str | None:
         """``pod`` bound on ``node``: where it is a replacement, its hold ends and how
-        (``on_target`` or ``elsewhere``) is returned; else None."""
+        (``on_target``, ``on_source`` or ``elsewhere``) is returned; else None."""
         ...

@@ -16,6 +16,10 @@ the next cycle. Until every usable sample was taken a window after an evicted po
 pod's load is taken off its source's value, so one look's eviction is not followed by another
 from a node the first already cooled.
 
+Other schedulers' pods (``rebalance.otherSchedulers``) move only off a source that carries the
+steering mark as the node watch shows it (:func:`steering_view`), which the dry run reads
+the same way from the nodes it lists.
+
 Only the leader evicts. A follower only tracks hot nodes; a shadow replica (``shadow.enabled``)
 plans and records what it would have moved, and writes nothing.
 """
@@ -28,14 +32,15 @@ import re
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import orjson
 
 from ksched.config import Config
 from ksched.config.rebalance import RebalanceThreshold
+from ksched.config.steering import SteeringConfig, is_mark
 from ksched.engine import Engine
-from ksched.engine.rebalance import Budget, HotNode, Move, Plan, plan
+from ksched.engine.rebalance import Budget, HotNode, Move, Plan, SteeringView, plan
 from ksched.loop.client import ApiUnavailableError, Kube, pod_path
 from ksched.loop.events import REBALANCE_BLOCKED, REBALANCED
 from ksched.loop.metrics.load_model import Departure, LoadModel
@@ -44,7 +49,8 @@ from ksched.loop.mirror.state import ClusterState
 from ksched.loop.rebalancing.hot import HotTracker
 from ksched.loop.rebalancing.reservations import EXPIRED, Reservation, Reservations
 from ksched.loop.telemetry import Telemetry
-from ksched.objects import Obj
+from ksched.objects import Obj, spec
+from ksched.objects import name as name_of
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +85,7 @@ class Rebalancer:
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.config = config.rebalance
+        self.steering = config.steering
         self.state = state
         self.metrics = metrics
         self.engine = engine
@@ -235,6 +242,7 @@ class Rebalancer:
         budget = Budget(
             evictions=min(self.config.max_per_cycle, self._tokens_left(now)),
             cooling=frozenset(self.cooling),
+            placed_back=self.reservations.placed_back(),
         )
         out = plan(
             self.engine,
@@ -248,6 +256,7 @@ class Rebalancer:
             now,
             budget,
             self.reservations.holding(),
+            steering_view(self.steering, self.state.nodes.values()),
         )
         if hold:
             for move in out.moves:
@@ -331,6 +340,10 @@ class Rebalancer:
             "enabled": True,
             "mode": self.mode(),
             "profile": self.engine.profile.scheduler_name,
+            "otherSchedulers": {
+                "schedulerNames": list(self.config.other_schedulers.scheduler_names),
+                "namespaces": list(self.config.other_schedulers.namespaces),
+            },
             "lastLook": self.last_look,
             "hot": [h.as_json() for h in self.hot],
             "lastPlan": None
@@ -346,6 +359,16 @@ class Rebalancer:
             "settling": self.reservations.settling(),
             "replacements": dict(self.reservations.outcomes),
         }
+
+
+def steering_view(steering: SteeringConfig, nodes: Iterable[Obj]) -> SteeringView | None:
+    """The steering marks other schedulers see: the nodes among ``nodes`` that carry the mark
+    (None: steering is off, so no source steers another scheduler's replacement away)."""
+    if not steering.enabled:
+        return None
+    key = steering.taint_key
+    marked = frozenset(name_of(n) for n in nodes if any(is_mark(t, key) for t in spec(n).get("taints") or []))
+    return SteeringView(key, marked)
 
 
 def look_summary(planned: Plan) -> str:

@@ -4,13 +4,17 @@ replacement.
 Owns the held reservations (one per move, held before the eviction is posted), which pending
 pod is a move's replacement (same namespace, the same controller, the same pod template
 where the victim had a template hash label: a pod matches at most one reservation, the oldest
-first, and keeps it), and the three ways a reservation ends: its replacement binds (on the
-target or elsewhere), the eviction did not happen (released), or the timeout passes
-(expired). Until its replacement shows up, a reservation holds its room the way a nominated
+first, and keeps it), and the ways a reservation ends: its replacement binds (on the target,
+back on the source, or elsewhere), the eviction did not happen (released), or the timeout
+passes (expired). A replacement is matched by its controller, whichever scheduler places it:
+another scheduler's pod is bound there without ksched, and the pod informer reports that
+binding as any other. Until its replacement shows up, a reservation holds its room the way a nominated
 pod does (:meth:`Reservations.holding`) and its load counts on the target's metrics
 (:meth:`Reservations.add_to`), so other pods fill neither. Once it has landed, the load its
 move was proved with, less what the replacement already uses, stays counted on its node
-for ``settle_s`` (:meth:`Reservations.add_settling`: a restarted pod starts cold). Thread-safe: the rebalancer holds
+for ``settle_s`` (:meth:`Reservations.add_settling`: a restarted pod starts cold), and a
+replacement its scheduler placed back on its source is remembered as long
+(:meth:`Reservations.placed_back`: a ping-pong). Thread-safe: the rebalancer holds
 and releases, the scheduling cycle matches and counts, the pod informer reports bindings.
 The cycle reads it as its :class:`~ksched.loop.rebalancing.held.HeldRoom`. Writes nothing to
 the API server.
@@ -33,11 +37,12 @@ from ksched.engine.moves import TEMPLATE_HASH_LABELS, Move, moved_usage
 from ksched.engine.pods import pod_requests
 from ksched.engine.snapshot import Snapshot
 from ksched.errors import MalformedObjectError
-from ksched.objects import Obj, meta
+from ksched.objects import Obj, meta, scheduler_name
 
-# How a replacement's reservation ended (``ksched_rebalance_replacements_total{outcome}``).
-ON_TARGET, ELSEWHERE, EXPIRED = "on_target", "elsewhere", "expired"
-OUTCOMES = (ON_TARGET, ELSEWHERE, EXPIRED)
+# How a replacement's reservation ended (``ksched_rebalance_replacements_total{outcome}``):
+# on_source is a ping-pong, the replacement bound back on the node it was moved off.
+ON_TARGET, ON_SOURCE, ELSEWHERE, EXPIRED = "on_target", "on_source", "elsewhere", "expired"
+OUTCOMES = (ON_TARGET, ON_SOURCE, ELSEWHERE, EXPIRED)
 
 
 @dataclass
@@ -123,11 +128,12 @@ class Reservations:
 
     def landed(self, pod: Obj, node: str) -> str | None:
         """``pod`` bound to ``node``: where it is a replacement, its reservation ends and the
-        outcome (ON_TARGET or ELSEWHERE) is returned; else None."""
+        outcome (ON_TARGET, ON_SOURCE or ELSEWHERE) is returned; else None."""
         reservation = self.match(pod)
         if reservation is None:
             return None
-        outcome = ON_TARGET if node == reservation.move.target else ELSEWHERE
+        move = reservation.move
+        outcome = ON_TARGET if node == move.target else ON_SOURCE if node == move.source else ELSEWHERE
         with self._lock:
             if reservation not in self._held:
                 return None
@@ -205,6 +211,17 @@ class Reservations:
                 return max(0.0, proved[m.name] - (measured(s.pod, m) or 0.0))
 
             _add_load(values, snapshot, metrics, s.node, missing)
+
+    def placed_back(self) -> frozenset[tuple[str, str]]:
+        """(source node, scheduler name) of each replacement that landed back on its source
+        within ``settle_s``: that scheduler did not steer clear of that node."""
+        now = self.clock()
+        with self._lock:
+            return frozenset(
+                (s.node, scheduler_name(s.move.replacement))
+                for s in self._settling
+                if s.until > now and s.node == s.move.source
+            )
 
     def settling(self) -> int:
         with self._lock:
