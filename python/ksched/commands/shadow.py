@@ -5,7 +5,8 @@ Both read the JSON the running process serves on its health address
 credentials (:mod:`ksched.commands.remote`); the shadow
 report can also be built from the JSON lines ``shadow.log`` appends, through
 the same :class:`~ksched.loop.scheduling.shadow.ShadowLedger` the process keeps, imported
-when a report is built (it brings the engine), not with the command line.
+when a report is built (it brings the engine), not with the command line: its decisions and
+the placement outcomes appended after them (lines with ``"type": "outcome"``).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ MAX_SHADOW_LOG_BYTES = 512 * 1024 * 1024
 def report_from_log(path: str | Path, keep: int) -> dict[str, Any]:
     """The report of the decisions a ``shadow.log`` file holds (the last ``keep`` listed)."""
     from ksched.config.documents import decode, read_bounded
+    from ksched.loop.scheduling.outcomes import Judgement
     from ksched.loop.scheduling.shadow import Decision, ShadowLedger
 
     if keep < 1:
@@ -43,7 +45,11 @@ def report_from_log(path: str | Path, keep: int) -> dict[str, Any]:
         if not line.strip():
             continue
         try:
-            d = Decision.from_json(json.loads(line))
+            obj = json.loads(line)
+            if isinstance(obj, dict) and obj.get("type") == "outcome":
+                ledger.judge(Judgement.from_json(obj))
+                continue
+            d = Decision.from_json(obj)
         except (ValueError, TypeError, LookupError, AttributeError) as err:
             raise KschedError(f"{path}:{i}: not a shadow decision: {err}") from None
         except RecursionError:
@@ -86,6 +92,7 @@ def render_report(report: dict[str, Any], source: str) -> str:
         f"{counts.get('pending', 0)} pending; agreement "
         + (f"{agreement:.1%}" if agreement is not None else "n/a"),
     ]
+    lines += _outcome_lines(report.get("outcomes"))
     if report["reasons"]:
         lines += ["", "disagreements by plugin and metric:"]
         rows: list[tuple[str, ...]] = [("OUTCOME", "REASON", "PODS", "MEAN GAP")]
@@ -109,6 +116,34 @@ def render_report(report: dict[str, Any], source: str) -> str:
             )
         lines += _table(rows, right=(4,))
     return "\n".join(printable(line) for line in lines)
+
+
+def _outcome_lines(o: dict[str, Any] | None) -> list[str]:
+    """Whether the other scheduler's placements went hot, and ksched's estimate for its own."""
+    if not o or not o["judged"]:
+        return ["outcomes: no placement judged yet (each is, once its horizon has ended)"]
+    counts, mine = o["counts"], o["kschedCountsEstimated"]
+    lines = [
+        f"outcomes: {o['judged']} placements judged: {counts['went_hot']} nodes went hot "
+        f"({_percent(o['wentHotShare'])}), {counts['stayed_cool']} stayed cool, "
+        f"{counts['unmeasured']} unmeasured",
+        f"  hot node-minutes, the other scheduler's placements:  {o['hotNodeMinutes']:.1f}",
+        f"  hot node-minutes, ksched's choices (estimated):       {o['kschedHotNodeMinutesEstimated']:.1f} "
+        f"({mine['went_hot']} of its nodes would have gone hot, {_percent(o['kschedWentHotShareEstimated'])})",
+    ]
+    if o["leftPending"]:
+        lines.append(
+            f"  left out: {o['leftPending']} placements ksched would have left pending "
+            f"({o['leftPendingHotNodeMinutes']:.1f} hot node-minutes)"
+        )
+    lines.append(
+        f"  hot node-minutes avoided (estimated):                 {o['hotNodeMinutesAvoidedEstimated']:.1f}"
+    )
+    return lines
+
+
+def _percent(share: float | None) -> str:
+    return f"{share:.1%}" if share is not None else "n/a"
 
 
 def _why(d: dict[str, Any]) -> str:
@@ -158,6 +193,7 @@ def render_status(status: dict[str, Any], address: str) -> str:
             f"shadow:    {shadow['total']} pods compared, agreement "
             + (f"{agreement:.1%}" if agreement is not None else "n/a")
         )
+    lines += _placement_lines(status.get("outcomes"))
     lines += _rebalance_lines(status.get("rebalance"))
     left_out = status.get("leftOut") or {}
     if left_out.get("count"):
@@ -175,6 +211,23 @@ def render_status(status: dict[str, Any], address: str) -> str:
     else:
         lines.append("recent failures: none")
     return "\n".join(printable(line) for line in lines)
+
+
+def _placement_lines(o: dict[str, Any] | None) -> list[str]:
+    """The placement outcomes in ``ksched status``: the share of ksched's placements whose node
+    went hot within the horizon, and of other schedulers'."""
+    if not o or not o.get("enabled"):
+        return ["outcomes:  off (no metric has a filter line)"]
+
+    def part(who: str, c: dict[str, Any]) -> str:
+        judged = c["wentHot"] + c["stayedCool"]
+        return f"{who} {c['wentHot']} of {judged} went hot ({_percent(c['wentHotShare'])})"
+
+    return [
+        f"outcomes:  within {o['horizonSeconds']:g}s of the placement: "
+        f"{part('ksched', o['ksched'])}, {part('other schedulers', o['other'])}; "
+        f"{o['waiting']} not judged yet"
+    ]
 
 
 def _learned(c: dict[str, Any]) -> str:

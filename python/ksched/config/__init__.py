@@ -9,7 +9,7 @@ This module reads the document and its top-level keys; each part has its own
 module: :mod:`~ksched.config.profiles` (plugins and their args),
 :mod:`~ksched.config.metrics`, :mod:`~ksched.config.rebalance`, :mod:`~ksched.config.steering`,
 :mod:`~ksched.config.sections` (batch, leader
-election, client connection, Prometheus, webhook, hand-off, shadow) and
+election, client connection, Prometheus, webhook, hand-off, shadow, outcomes) and
 :mod:`~ksched.config.values` (the readers of one value they share).
 """
 
@@ -27,6 +27,7 @@ from ksched.config.sections import (
     ClientConnectionConfig,
     HandoffConfig,
     LeaderElectionConfig,
+    OutcomesConfig,
     PrometheusConfig,
     ShadowConfig,
     WebhookConfig,
@@ -34,6 +35,7 @@ from ksched.config.sections import (
     parse_client_connection,
     parse_handoff,
     parse_leader_election,
+    parse_outcomes,
     parse_prometheus,
     parse_shadow,
     parse_webhook,
@@ -54,6 +56,7 @@ __all__ = [
     "HandoffConfig",
     "LeaderElectionConfig",
     "MetricConfig",
+    "OutcomesConfig",
     "ProfileConfig",
     "PrometheusConfig",
     "RebalanceConfig",
@@ -85,6 +88,7 @@ _KEYS = (
     "shadow",
     "rebalance",
     "steering",
+    "outcomes",
 )
 
 
@@ -101,6 +105,7 @@ class Config:
     shadow: ShadowConfig = field(default_factory=ShadowConfig)
     rebalance: RebalanceConfig = field(default_factory=RebalanceConfig)
     steering: SteeringConfig = field(default_factory=SteeringConfig)
+    outcomes: OutcomesConfig = field(default_factory=OutcomesConfig)
 
     def profile(self, scheduler_name: str) -> ProfileConfig | None:
         for p in self.profiles:
@@ -147,6 +152,7 @@ def parse_config(obj: Obj) -> Config:
         parse_shadow(obj.get("shadow") or {}, names),
         parse_rebalance(obj.get("rebalance") or {}, names, metrics),
         parse_steering(obj.get("steering") or {}, metrics),
+        parse_outcomes(obj.get("outcomes") or {}),
     )
 
 

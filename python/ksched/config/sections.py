@@ -1,5 +1,5 @@
 """The configuration's runtime sections: ``batch``, ``leaderElection``,
-``clientConnection``, ``prometheus``, ``webhook``, ``handoff`` and ``shadow``.
+``clientConnection``, ``prometheus``, ``webhook``, ``handoff``, ``shadow`` and ``outcomes``.
 
 Each is a frozen dataclass whose field defaults are the section's defaults (a
 missing key or section takes them) and a parser that validates the section.
@@ -26,6 +26,8 @@ from ksched.errors import ConfigError
 
 # The client's leaderelection requires renewDeadline > 1.2 x retryPeriod (its jitter factor).
 LEADER_JITTER = 1.2
+# The shortest interval between two readings of outcomes: each builds every node's values.
+MIN_OUTCOMES_INTERVAL_S = 0.5
 # A Secret's name is a DNS-1123 subdomain (the API server's own check, up to 253 characters).
 _SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
@@ -67,6 +69,18 @@ class ShadowConfig:
     keep: int = 1000
     # A file each decision is appended to as one JSON line (``ksched shadow report --file``).
     log: str | None = None
+
+
+@dataclass(frozen=True)
+class OutcomesConfig:
+    """Placement outcomes: whether a placement's node went hot within its horizon, each
+    metric's window plus ``margin`` (see ksched.loop.scheduling.outcomes)."""
+
+    # Past the longest window of a metric with a filter line: the pod's own ramp-up and the
+    # samples still to come once the window shows it in full.
+    margin_s: float = 120.0
+    # How often the nodes' values are read against their lines.
+    interval_s: float = 10.0
 
 
 @dataclass(frozen=True)
@@ -166,6 +180,16 @@ def parse_shadow(obj: Any, profiles: list[str]) -> ShadowConfig:
         namespaces=tuple(as_str(n, f"{path}.namespaces[{i}]") for i, n in enumerate(raw)),
         keep=as_int(sh.get("keep", ShadowConfig.keep), f"{path}.keep", 1, 100_000),
         log=as_str(sh["log"], f"{path}.log") if "log" in sh else None,
+    )
+
+
+def parse_outcomes(obj: Any) -> OutcomesConfig:
+    path = "outcomes"
+    o = check_keys(obj, path, ("margin", "interval"))
+    d = OutcomesConfig
+    return OutcomesConfig(
+        margin_s=duration_at(o, "margin", d.margin_s, path),
+        interval_s=duration_at(o, "interval", d.interval_s, path, at_least=MIN_OUTCOMES_INTERVAL_S),
     )
 
 

@@ -9,7 +9,8 @@ hand-off or webhook: the shadow loop (:mod:`ksched.loop.scheduling.shadow`) comp
 instead of scheduling. With ``rebalance.enabled``, the rebalancer (:mod:`ksched.loop.rebalancing.rebalancer`)
 runs beside either loop on its own thread and engine; with ``steering.enabled`` (not in shadow mode),
 the steering controller (:mod:`ksched.loop.steering.controller`) marks hot nodes while this
-replica leads. SIGTERM or SIGINT: stop taking work, finish the binds already handed
+replica leads. Placement outcomes (:mod:`ksched.loop.scheduling.outcomes`) judge whether
+each placement's node went hot, in either mode. SIGTERM or SIGINT: stop taking work, finish the binds already handed
 to the binder, remove the steering marks, release the lease, stop the watches. Exit status 0 after a
 clean shutdown, 2 on bad configuration.
 """
@@ -59,6 +60,7 @@ from ksched.loop.rebalancing.reservations import Reservations
 from ksched.loop.scheduling.binder import Binder, report_workers
 from ksched.loop.scheduling.cycle import Scheduler
 from ksched.loop.scheduling.handoff import Handoff
+from ksched.loop.scheduling.outcomes import OutcomeWatch
 from ksched.loop.scheduling.queue import SchedulingQueue
 from ksched.loop.scheduling.shadow import Shadow
 from ksched.loop.scheduling.webhook import Webhook
@@ -106,6 +108,7 @@ class Running:
     shadow: Shadow | None = None
     rebalancer: Rebalancer | None = None
     steering: Steering | None = None
+    outcomes: OutcomeWatch | None = None
     # The client CA the endpoint accepts client certificates by (None: insecure serving).
     client_ca: ClientCA | None = None
     # Set once the first node table is built after the informers synced: ready to schedule.
@@ -164,6 +167,7 @@ class Running:
             # Objects the cluster state cannot read, left out now (nodes: of the node table).
             "leftOut": self.state.left_out_report(),
             "shadow": shadow,
+            "outcomes": self.outcomes.status() if self.outcomes is not None else {"enabled": False},
             "rebalance": self.rebalancer.status() if self.rebalancer is not None else {"enabled": False},
             "steering": self.steering.status() if self.steering is not None else {"enabled": False},
         }
@@ -193,6 +197,8 @@ class Running:
             self.rebalancer.start()
         if self.steering is not None:
             self.steering.start()
+        if self.outcomes is not None:
+            self.outcomes.start()
         if self.shadow is not None:
             self.shadow.run(self.stop)
         else:
@@ -209,6 +215,8 @@ class Running:
         if self.steering is not None:
             # Before the binder (its events) and the lease (only the leader removes marks).
             steps.append(("steering", self.steering.stop))
+        if self.outcomes is not None:
+            steps.append(("outcomes", self.outcomes.stop))
         steps += [("queue", self.queue.close), ("binder", self.binder.shutdown)]
         if self.scheduler.handoff is not None:
             steps.append(("hand-off", self.scheduler.handoff.shutdown))
@@ -274,7 +282,11 @@ def start(
         held=reservations,
     )
     rebalancer = _rebalancer(config, state, metrics, kube, reservations, telemetry, leadership, binder, seed)
-    shadow = Shadow(config, state, metrics, telemetry, seed) if shadowing else None
+    outcomes = OutcomeWatch(config, state, metrics, telemetry)
+    shadow = Shadow(config, state, metrics, telemetry, seed, outcomes) if shadowing else None
+    if not shadowing:
+        # Live mode judges every placement the state sees; a shadow hands over its comparisons.
+        state.placements = outcomes
     steering = _steering(config, state, metrics, kube, telemetry, leadership, binder, nodes)
     informers.update((i.name, i) for i in _informers(kube, state, scheduler, shadow))
 
@@ -314,6 +326,7 @@ def start(
         shadow,
         rebalancer,
         steering,
+        outcomes,
         client_ca,
     )
     _start_parts(running, metrics, telemetry)

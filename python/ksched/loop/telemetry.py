@@ -2,7 +2,10 @@
 
 Owns one registry per process (so tests can build several schedulers); the
 HTTP server exposes it at ``/metrics``. Besides upstream's series, ksched's own:
-engine time, degraded mode and fallbacks, shadow mode's verdicts, and
+engine time, degraded mode and fallbacks, shadow mode's verdicts, placement outcomes
+(``ksched_placements_judged_total``: whether a placement's node went hot within its horizon,
+by who placed it; ``ksched_shadow_hot_node_minutes_total``: the hot node-minutes another
+scheduler's placements led to beside ksched's estimate for its own choices), and
 ``ksched_metric_values_rejected_total`` (values dropped as missing: not finite or past
 the metric limit), ``ksched_objects_rejected_total`` (cluster objects left out because they
 cannot be read: a node whose allocatable or images are not numbers), ``ksched_metric_saturation_total`` (pods that every node passing the other
@@ -30,6 +33,10 @@ BATCH_BUCKETS = (*(float(2**i) for i in range(14)), INF)
 # Where a queued pod can be (the queue's ``QueuedPod.where``); parked: never ksched's to place.
 QUEUES = ("active", "backoff", "unschedulable", "in_flight", "handoff", "parked")
 SHADOW_OUTCOMES = ("same", "other", "pending")
+# Who placed a judged pod: this ksched (a ksched profile), or any other scheduler.
+PLACED_BY = ("ksched", "other")
+# What became of a placement's node within its horizon; unmeasured: no value for it then.
+JUDGED_OUTCOMES = ("stayed_cool", "went_hot", "unmeasured")
 # A saturated pod placed over the threshold (bound), or left pending (each attempt counts).
 SATURATION_OUTCOMES = ("placed", "pending")
 # Score totals are sums of weighted 0-100 plugin scores (upstream weights sum to 7,
@@ -61,6 +68,7 @@ class Telemetry:
         self._metrics(r)
         self._objects(r)
         self._shadow(r)
+        self._outcomes(r)
         self._saturation(r)
         self._rebalancing(r)
         self._steering(r)
@@ -168,6 +176,30 @@ class Telemetry:
             ["kind", "reason"],
             registry=r,
         )
+
+    def _outcomes(self, r: CollectorRegistry) -> None:
+        """Whether placements' nodes went hot, and shadow mode's hot node-minutes."""
+        self.placements_judged = Counter(
+            "ksched_placements_judged_total",
+            "Placements whose horizon (a metric's window plus outcomes.margin) ended, by who placed "
+            "the pod (ksched or another scheduler) and whether its node went hot meanwhile (a "
+            "metric at or over the line the filter holds a pod to there), stayed cool, or had no value.",
+            ["scheduler", "outcome"],
+            registry=r,
+        )
+        for scheduler in PLACED_BY:
+            for outcome in JUDGED_OUTCOMES:
+                self.placements_judged.labels(scheduler=scheduler, outcome=outcome)
+        self.shadow_hot_minutes = Counter(
+            "ksched_shadow_hot_node_minutes_total",
+            "Shadow mode: node-minutes the nodes of the other scheduler's placements were hot within "
+            "their horizon (scheduler=other), and ksched's estimate for the nodes it would have chosen "
+            "with the pod added (scheduler=ksched); each node-minute counted once.",
+            ["scheduler"],
+            registry=r,
+        )
+        for scheduler in PLACED_BY:
+            self.shadow_hot_minutes.labels(scheduler=scheduler)
 
     def _shadow(self, r: CollectorRegistry) -> None:
         """Shadow mode's verdicts on the pods another scheduler bound."""

@@ -34,7 +34,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from ksched.config import MetricConfig
 from ksched.config.steering import DEFAULT_TAINT_KEY
@@ -58,7 +58,7 @@ from ksched.engine.storage import ClaimBinding, Storage
 from ksched.errors import MalformedObjectError
 from ksched.loop.metrics.recent_pods import RecentPods, bind_time
 from ksched.loop.telemetry import Telemetry
-from ksched.objects import Obj, is_terminal, meta, name, object_key, spec
+from ksched.objects import Obj, is_terminal, meta, name, object_key, scheduler_name, spec
 
 log = logging.getLogger(__name__)
 
@@ -176,6 +176,17 @@ def interned(snapshot: Snapshot) -> int:
     return len(snapshot.strings.strings) + snapshot.pods.interned()
 
 
+class Placements(Protocol):
+    """Hears each pod placed (:class:`ksched.loop.scheduling.outcomes.OutcomeWatch`), on the
+    scheduling thread."""
+
+    def placed(self, key: str, uid: str, node: str, at: float, scheduler: str | None) -> None:
+        """A pod bound at ``at`` by ``scheduler`` (None: assumed by this ksched)."""
+
+    def forgotten(self, key: str, uid: str) -> None:
+        """ksched's bind of an assumed pod failed."""
+
+
 class ClusterState:
     def __init__(
         self,
@@ -223,6 +234,8 @@ class ClusterState:
         # cycle, which would otherwise start with all of them (after a mass deletion,
         # thousands: hundreds of milliseconds added to the first pod that arrives).
         self.wake: Callable[[], None] | None = None
+        # Told of each pod placed, by any scheduler (placement outcomes; live mode only).
+        self.placements: Placements | None = None
 
     def _put(self, item: tuple[str, Any, Any]) -> None:
         self.inbox.append(item)
@@ -364,6 +377,8 @@ class ClusterState:
         e = Evictable(priority, now, requests, ports)
         self._add(key, Usage(node, uid, requests, ports, assumed=True, info=info, evictable=e, pod=pod))
         self.recent.track(key, uid, node, now, True, pod, requests)
+        if self.placements is not None:
+            self.placements.placed(key, uid, node, now, None)
 
     def snapshot(self) -> Snapshot:
         """The current node table (rebuilt only when nodes changed, or when it had interned
@@ -462,8 +477,11 @@ class ClusterState:
             self._remove(key)
         usage = _usage_of(pod, assumed=False)
         self._add(key, usage)
-        if self.recent.metrics:
-            self.recent.track(key, uid, usage.node, bind_time(pod, self.clock()), False, pod, usage.requests)
+        if self.recent.metrics or self.placements is not None:
+            at = bind_time(pod, self.clock())
+            self.recent.track(key, uid, usage.node, at, False, pod, usage.requests)
+            if self.placements is not None:
+                self.placements.placed(key, uid, usage.node, at, scheduler_name(pod))
 
     def _update(self, key: str, current: Usage, pod: Obj) -> None:
         """A counted pod changed on its node: the watch confirming ksched's bind, the kubelet's
@@ -537,6 +555,8 @@ class ClusterState:
         if current is not None and current.assumed and current.uid == uid:
             self._remove(key)
             self.recent.drop(key)
+            if self.placements is not None:
+                self.placements.forgotten(key, uid)
 
     def _add(self, key: str, usage: Usage) -> None:
         self.usage[key] = usage

@@ -20,6 +20,13 @@ nodes, or the filter that rejected the other scheduler's node), or ``pending``
 ``shadow.keep`` decisions: memory stays bounded however long it runs.
 ``/shadow`` serves :meth:`ShadowLedger.report`; ``shadow.log`` appends each
 decision as a JSON line.
+
+Each compared pod is also handed, with ksched's choice, to the placement outcomes
+(:mod:`ksched.loop.scheduling.outcomes`): once its horizon has ended, whether its node went
+hot and for how many node-minutes, beside ksched's estimate for its own choice with the pod
+added. The ledger sums them (:meth:`ShadowLedger.judge`) into the hot node-minutes avoided
+(estimated), and ``shadow.log`` appends each verdict as a line of its own (``"type":
+"outcome"``), so a report from the log computes the same.
 """
 
 from __future__ import annotations
@@ -41,7 +48,8 @@ from ksched.errors import KschedError
 from ksched.loop.metrics.load_model import LoadModel
 from ksched.loop.metrics.metric_sources import MetricStore
 from ksched.loop.mirror.state import ClusterState
-from ksched.loop.telemetry import SHADOW_OUTCOMES, Telemetry
+from ksched.loop.scheduling.outcomes import STAYED_COOL, WENT_HOT, Judgement, OutcomeWatch
+from ksched.loop.telemetry import JUDGED_OUTCOMES, SHADOW_OUTCOMES, Telemetry
 from ksched.objects import Obj, is_terminal, meta, object_key, scheduler_name, spec
 
 log = logging.getLogger(__name__)
@@ -175,6 +183,14 @@ class ShadowLedger:
         # (outcome, reason) -> [decisions, sum of score gaps, decisions with a gap]
         self.reasons: dict[tuple[str, str], list[float]] = {}
         self.recent: deque[Decision] = deque(maxlen=keep)
+        # The verdicts on the compared placements: the other scheduler's node, and ksched's
+        # choice with the pod added (estimated; none where it would have left the pod pending).
+        self.judged = dict.fromkeys(JUDGED_OUTCOMES, 0)
+        self.ksched_judged = dict.fromkeys(JUDGED_OUTCOMES, 0)
+        self.hot_minutes = 0.0
+        self.ksched_hot_minutes = 0.0
+        self.left_pending = 0
+        self.left_pending_minutes = 0.0
         self._lock = threading.Lock()
 
     def record(self, d: Decision) -> None:
@@ -188,6 +204,39 @@ class ShadowLedger:
                     entry[1] += d.gap
                     entry[2] += 1
             self.recent.append(d)
+
+    def judge(self, j: Judgement) -> None:
+        """A compared placement's verdict, once its horizon ended."""
+        with self._lock:
+            self.judged[j.outcome] = self.judged.get(j.outcome, 0) + 1
+            self.hot_minutes += j.hot_minutes
+            if j.ksched_outcome is None:
+                self.left_pending += 1
+                self.left_pending_minutes += j.hot_minutes
+            else:
+                self.ksched_judged[j.ksched_outcome] = self.ksched_judged.get(j.ksched_outcome, 0) + 1
+                self.ksched_hot_minutes += j.ksched_hot_minutes
+
+    def outcomes(self) -> dict[str, Any]:
+        """``/shadow``'s ``outcomes``: the hot node-minutes the other scheduler's placements led
+        to, ksched's estimate for its own choices, and the difference. The placements ksched
+        would have left pending are left out of the difference (their minutes are shown)."""
+        with self._lock:
+            judged, ksched = dict(self.judged), dict(self.ksched_judged)
+            theirs, mine = self.hot_minutes, self.ksched_hot_minutes
+            pending, pending_minutes = self.left_pending, self.left_pending_minutes
+        return {
+            "judged": sum(judged.values()),
+            "counts": judged,
+            "wentHotShare": _share(judged),
+            "hotNodeMinutes": theirs,
+            "kschedCountsEstimated": ksched,
+            "kschedWentHotShareEstimated": _share(ksched),
+            "kschedHotNodeMinutesEstimated": mine,
+            "leftPending": pending,
+            "leftPendingHotNodeMinutes": pending_minutes,
+            "hotNodeMinutesAvoidedEstimated": theirs - pending_minutes - mine,
+        }
 
     def report(self, top: int = TOP_PODS) -> dict[str, Any]:
         """The JSON ``/shadow`` serves and ``ksched shadow report`` prints."""
@@ -213,7 +262,14 @@ class ShadowLedger:
             "reasons": reasons,
             "differMost": [d.as_json() for d in differ[:top]],
             "recent": [d.as_json() for d in recent],
+            "outcomes": self.outcomes(),
         }
+
+
+def _share(counts: dict[str, int]) -> float | None:
+    """The share of the measured verdicts that went hot."""
+    measured = counts[WENT_HOT] + counts[STAYED_COOL]
+    return counts[WENT_HOT] / measured if measured else None
 
 
 class Shadow:
@@ -221,7 +277,13 @@ class Shadow:
     :meth:`run` applies the watch events in order and decides on the way."""
 
     def __init__(
-        self, config: Config, state: ClusterState, metrics: MetricStore, telemetry: Telemetry, seed: int = 0
+        self,
+        config: Config,
+        state: ClusterState,
+        metrics: MetricStore,
+        telemetry: Telemetry,
+        seed: int = 0,
+        outcomes: OutcomeWatch | None = None,
     ) -> None:
         self.config = config.shadow
         self.state = state
@@ -232,6 +294,10 @@ class Shadow:
         self._namespaces = set(config.shadow.namespaces)
         self._log: IO[str] | None = None
         self._wake = threading.Event()
+        # The placement outcomes the compared pods are handed to (None: not judged).
+        self.outcomes = outcomes
+        if outcomes is not None:
+            outcomes.on_judged.append(self._judged)
         if self.config.log:
             # Checked at start, like the rest of the configuration, not when the loop starts.
             try:
@@ -305,8 +371,11 @@ class Shadow:
             result.placements[0],
             result.explanation,
             tuple(matrix.degraded),
-            time.time(),
+            self.state.clock(),
         )
+        if self.outcomes is not None:
+            uid = str(meta(pod).get("uid", ""))
+            self.outcomes.compared(key, uid, node, d.at, d.scheduler, d.ksched_node, unbound, matrix.metrics)
         self.ledger.record(d)
         self.telemetry.shadow_decisions.labels(outcome=d.outcome).inc()
         if d.gap is not None:
@@ -321,3 +390,14 @@ class Shadow:
             d.outcome if d.outcome != OTHER else f"other ({d.ksched_node})",
             f" because of {d.reason}" if d.reason else "",
         )
+
+    def _judged(self, j: Judgement) -> None:
+        """A compared placement's verdict (on the cluster state's thread, as decisions are)."""
+        try:
+            self.ledger.judge(j)
+            self.telemetry.shadow_hot_minutes.labels(scheduler="other").inc(j.hot_minutes)
+            self.telemetry.shadow_hot_minutes.labels(scheduler="ksched").inc(j.ksched_hot_minutes)
+            if self.config.log:
+                self._append(self.config.log, json.dumps(j.as_json()) + "\n")
+        except Exception:
+            log.exception("shadow outcome of %s failed", j.pod)
