@@ -13,11 +13,14 @@ its own, at most MAX_CONNECTIONS at once, and never waits on a client for long: 
 handshake runs on that thread, not on the one accepting connections, and a client that sends
 nothing for HANDSHAKE_TIMEOUT_S during the handshake or READ_TIMEOUT_S during its request is
 closed. So one client that connects and stays silent, or many that send half a request, hold a
-thread each for seconds, not forever, and never stop the others from being answered.
+thread each for seconds, not forever, and never stop the others from being answered: when
+every slot is taken, the connection that has waited longest on its client is closed to make
+room for a new one.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import ipaddress
 import json
@@ -26,6 +29,7 @@ import socket
 import ssl
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from email.message import Message
 from http.server import BaseHTTPRequestHandler, HTTPServer
@@ -158,41 +162,58 @@ class _BoundedHTTPServer(HTTPServer):
         # Connections being served now (a thread may outlive its connection by a moment).
         self.serving = 0
         self._serving_lock = threading.Lock()
+        # Each open connection by file descriptor: its socket and, while it waits on its
+        # client (the handshake, a request line, headers), since when (None: being answered).
+        self._open: dict[int, tuple[socket.socket, float | None]] = {}
+        self.RequestHandlerClass = _tracked(handler)
 
     # A TCP server's requests are sockets (socketserver types them for UDP too).
     def process_request(self, request: socket.socket, client_address: object) -> None:  # type: ignore[override]
-        """On the accepting thread: hand the connection to a thread of its own, or close it
-        when every slot stays taken for ``full_wait``."""
-        if not self._slots.acquire(timeout=self.full_wait):
+        """On the accepting thread: hand the connection to a thread of its own. When every slot
+        is taken, the connection that has waited longest on its client (silent in its handshake
+        or its request's headers) is closed to make room, as a server with an idle timeout
+        would close it anyway: clients that connect and stall, however many and however fast
+        they come back, then only ever push each other out, and a client that sends its request
+        at once is answered. Only when every slot is answering a request, for ``full_wait``, is
+        the new connection closed."""
+        if not self._slots.acquire(blocking=False):
+            evicted = self._evict_longest_waiting()
             if not self._full:
                 log.warning(
-                    "%s: %d connections open, the most served at once; closing new ones until one ends",
+                    "%s: %d connections open, the most served at once; closing %s",
                     self.name,
                     self.max_connections,
+                    "the longest silent to make room" if evicted else "new ones until one ends",
                 )
                 self._full = True
-            self.shutdown_request(request)
-            return
-        self._full = False
+            if not self._slots.acquire(timeout=self.full_wait):
+                self.shutdown_request(request)
+                return
+        else:
+            self._full = False
+        fd = request.fileno()
         with self._serving_lock:
             self.serving += 1
+            self._open[fd] = (request, time.monotonic())
         try:
             threading.Thread(
                 target=self._serve_connection,
-                args=(request, client_address),
+                args=(request, client_address, fd),
                 name=f"{self.name}-connection",
                 daemon=True,
             ).start()
         except RuntimeError:  # no thread to be had: refuse this connection, not the next
+            self._forget(fd)
             self._done()
             self.shutdown_request(request)
 
-    def _serve_connection(self, request: socket.socket, client_address: object) -> None:
+    def _serve_connection(self, request: socket.socket, client_address: object, fd: int) -> None:
         connection = request
         try:
             if self.tls is not None:
                 request.settimeout(self.handshake_timeout)
                 connection = self.tls().wrap_socket(request, server_side=True, do_handshake_on_connect=False)
+                self._wrapped(fd, connection)  # the plain socket is detached now
                 try:
                     connection.do_handshake()
                 except OSError as err:  # a port scan, a probe, a client that trusts another CA
@@ -208,6 +229,7 @@ class _BoundedHTTPServer(HTTPServer):
         except Exception:
             self.handle_error(connection, client_address)
         finally:
+            self._forget(fd)
             self.shutdown_request(connection)
             self._done()
 
@@ -215,6 +237,59 @@ class _BoundedHTTPServer(HTTPServer):
         with self._serving_lock:
             self.serving -= 1
         self._slots.release()
+
+    def _forget(self, fd: int) -> None:
+        """Before the descriptor is closed (and may be reused by a new connection)."""
+        with self._serving_lock:
+            self._open.pop(fd, None)
+
+    def _wrapped(self, fd: int, connection: socket.socket) -> None:
+        with self._serving_lock:
+            entry = self._open.get(fd)
+            if entry is not None:
+                self._open[fd] = (connection, entry[1])
+
+    def waiting(self, connection: socket.socket, on_client: bool) -> None:
+        """The connection (by its descriptor) now waits on its client, or is being answered."""
+        with self._serving_lock:
+            entry = self._open.get(connection.fileno())
+            if entry is not None:
+                self._open[connection.fileno()] = (entry[0], time.monotonic() if on_client else None)
+
+    def _evict_longest_waiting(self) -> bool:
+        """Shut down the connection that has waited longest on its client (its thread's read
+        then ends and frees the slot); False when every connection is being answered."""
+        with self._serving_lock:
+            waiting = [(since, fd, sock) for fd, (sock, since) in self._open.items() if since is not None]
+            if not waiting:
+                return False
+            _, fd, sock = min(waiting, key=lambda w: w[0])
+            self._open[fd] = (sock, None)  # never chosen twice
+        with contextlib.suppress(OSError):
+            # The descriptor's shutdown, not SSLSocket.shutdown: the TLS state belongs to the
+            # connection's own thread, which now sees its read end and closes it there.
+            socket.socket.shutdown(sock, socket.SHUT_RDWR)
+        return True
+
+
+def _tracked(handler: type[BaseHTTPRequestHandler]) -> type[BaseHTTPRequestHandler]:
+    """``handler`` telling its server when its connection waits on the client (from the start
+    of each request until its headers are read) and when it is being answered."""
+
+    class Tracked(handler):  # type: ignore[valid-type,misc]
+        server: _BoundedHTTPServer
+
+        def handle_one_request(self) -> None:
+            self.server.waiting(self.connection, True)
+            super().handle_one_request()
+
+        def parse_request(self) -> bool:
+            parsed = bool(super().parse_request())
+            self.server.waiting(self.connection, False)
+            return parsed
+
+    Tracked.__name__ = Tracked.__qualname__ = handler.__name__
+    return Tracked
 
 
 class BackgroundServer:
