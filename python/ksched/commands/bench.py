@@ -39,8 +39,10 @@ def add_parser(
         "With --chaos: a soak of two leader-elected ksched replicas under faults (see --chaos). "
         "With --fuzz: mutated pod specs through a local control plane (KWOK nodes, ksched run and its "
         "webhook) and simulate, and malformed AdmissionReviews at the webhook; any defect exits 1. "
+        "With --hostile: ksched run timed on a local control plane without and with bad inputs (a 10Ei "
+        "node, a price of inf, idle and half-sent clients held on its ports); any loss exits 1. "
         "Examples: ksched bench --nodes 5000 --pods 10000; ksched bench --chaos --nodes 2000 --minutes 10 --seed 1; "
-        "ksched bench --fuzz --specs 10000 --seed 1; "
+        "ksched bench --fuzz --specs 10000 --seed 1; ksched bench --hostile --nodes 100 --pods 2000; "
         "ksched bench --cluster --nodes 1000 --workloads bare,replicaset --ksched before=/opt/old/bin/ksched",
     )
     add_options(b)
@@ -92,12 +94,14 @@ def _quality(args: argparse.Namespace) -> int:
 def _bench(args: argparse.Namespace, cli: Callable[[list[str]], int]) -> int:
     from ksched.bench.engine import PREEMPTION, run_bench, run_pod_level_bench, run_preemption_bench
 
-    modes = [f"--{m}" for m in ("cluster", "quality", "chaos", "fuzz") if getattr(args, m)]
+    modes = [f"--{m}" for m in ("cluster", "quality", "chaos", "fuzz", "hostile") if getattr(args, m)]
     if len(modes) > 1:
         print(f"ksched bench: {' and '.join(modes)} are separate modes: give one", file=sys.stderr)
         return EXIT_BAD_INPUT
     if args.chaos:
         return _chaos(args)
+    if args.hostile:
+        return _hostile(args)
     if args.fuzz:
         from ksched.bench.fuzz.run import run_fuzz
 
@@ -183,6 +187,22 @@ def _bench(args: argparse.Namespace, cli: Callable[[list[str]], int]) -> int:
             f"  vs reference    {f.reference_speedup:.0f}x faster than the pure-Python reference ({f.reference_workload})"
         )
     return EXIT_OK
+
+
+def _hostile(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from ksched.bench.hostile import render, run_hostile
+
+    result = run_hostile(
+        pods=2000 if args.pods is None else args.pods,
+        routed=args.routed,
+        clients=args.clients,
+        nodes=100 if args.nodes is None else args.nodes,
+        out=Path(args.out) if args.out else None,
+    )
+    print(json.dumps(result, indent=2) if args.json else render(result))
+    return EXIT_VIOLATED if result["problems"] else EXIT_OK
 
 
 def _chaos(args: argparse.Namespace) -> int:

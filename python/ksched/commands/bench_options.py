@@ -23,6 +23,7 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     _quality_options(parser)
     _chaos_options(parser)
     _fuzz_options(parser)
+    _hostile_options(parser)
 
 
 def _engine_options(parser: argparse.ArgumentParser) -> None:
@@ -264,4 +265,23 @@ def _fuzz_options(parser: argparse.ArgumentParser) -> None:
         "--live",
         type=int,
         help="how many pod specs go through the API server (default all; 0: no control plane)",
+    )
+
+
+def _hostile_options(parser: argparse.ArgumentParser) -> None:
+    """``--hostile``: ksched live with and without bad inputs."""
+    group = parser.add_argument_group("bad inputs, live (--hostile)")
+    group.add_argument(
+        "--hostile",
+        action="store_true",
+        help="ksched run with its webhook on a local control plane, timed on the bare workload "
+        "(--pods in a backlog, --routed through the webhook) without and then with a 10Ei node, a node "
+        "priced inf, and --clients idle TCP clients on the webhook and half-sent requests on the HTTP "
+        "server; exit 1 if a pod is lost or unbound, a node over-committed, or ksched logs a traceback",
+    )
+    group.add_argument(
+        "--clients", type=int, default=100, help="idle and half-sent clients each, held (default 100)"
+    )
+    group.add_argument(
+        "--routed", type=int, default=300, help="pods created one by one through the webhook (default 300)"
     )
