@@ -121,9 +121,10 @@ def render_report(report: dict[str, Any], source: str) -> str:
 def _outcome_lines(o: dict[str, Any] | None) -> list[str]:
     """Whether the other scheduler's placements went hot, and ksched's estimate for its own."""
     if not o or not o["judged"]:
-        return ["outcomes: no placement judged yet (each is, once its horizon has ended)"]
+        return ["", "outcomes: no placement judged yet (each is, once its horizon has ended)"]
     counts, mine = o["counts"], o["kschedCountsEstimated"]
     lines = [
+        "",
         f"outcomes: {o['judged']} placements judged: {counts['went_hot']} nodes went hot "
         f"({_percent(o['wentHotShare'])}), {counts['stayed_cool']} stayed cool, "
         f"{counts['unmeasured']} unmeasured",
@@ -308,7 +309,8 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     shsub = sh.add_subparsers(dest="shadow_command", required=True)
     rep = shsub.add_parser(
         "report",
-        help="agreement rate, disagreements by plugin and metric, the pods that differ most",
+        help="agreement rate, disagreements by plugin and metric, the pods that differ most, "
+        "hot node-minutes avoided (estimated)",
         description="Reads /shadow from a running `ksched run --shadow`, or the JSON lines of its "
         "shadow.log. Example: ksched shadow report --address 127.0.0.1:10259",
     )
@@ -320,7 +322,8 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 
     st = sub.add_parser(
         "status",
-        help="leader, queue sizes, degraded metrics and recent failures of a running ksched",
+        help="leader, queue sizes, degraded metrics, placement outcomes and recent failures of a "
+        "running ksched",
         description="Reads /status from a running ksched. Example: ksched status --address 127.0.0.1:10259",
     )
     remote.add_arguments(st)
