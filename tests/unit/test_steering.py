@@ -189,10 +189,20 @@ def harness() -> Iterator[Any]:
     loop runs it."""
     stop = threading.Event()
 
-    def make(heat: dict[str, float], taints: dict[str, list[Obj]], **steering: Any) -> Harness:
+    def make(
+        heat: dict[str, float],
+        taints: dict[str, list[Obj]],
+        labels: dict[str, dict[str, str]] | None = None,
+        **steering: Any,
+    ) -> Harness:
         nodes = []
         for i, (n, value) in enumerate(heat.items()):
-            obj = node(n, annotations={"example.com/heat": str(value)}, taints=copy.deepcopy(taints.get(n)))
+            obj = node(
+                n,
+                labels=(labels or {}).get(n),
+                annotations={"example.com/heat": str(value)},
+                taints=copy.deepcopy(taints.get(n)),
+            )
             obj["metadata"].update(uid=f"uid-{n}", resourceVersion=str(10 + i))
             nodes.append(obj)
         config = Config(metrics=(HEAT,), steering=SteeringConfig(**{"enabled": True, **steering}))
@@ -275,6 +285,21 @@ def test_stopping_removes_every_mark_and_nothing_else(harness: Any) -> None:
     assert h.steering.marked == {}
 
 
+def test_a_node_selector_keeps_the_marks_to_its_pool(harness: Any) -> None:
+    """Two pools: ksched steers pool a only. Pool b's hot node is never marked, and the mark
+    another ksched left on pool b stays through a look and through stopping; the cap counts
+    pool a's nodes (a quarter of four: one mark, not two of eight)."""
+    pool = {f"a{i}": {"pool": "a"} for i in range(4)} | {f"b{i}": {"pool": "b"} for i in range(4)}
+    heat = {"a0": 0.9, "a1": 0.85, "a2": 0.1, "a3": 0.1, "b0": 0.95, "b1": 0.9, "b2": 0.1, "b3": 0.1}
+    h = harness(heat, {"b1": [MARK]}, labels=pool, node_selector=(("pool", "a"),))
+    h.steering.look()
+    marked = [n for n in heat if MARK in h.api.taints(n)]
+    assert marked == ["a0", "b1"], "only pool a's hottest node is marked; b1's mark is not ksched's"
+    assert all(name.startswith("a") for _, name in h.api.asked)
+    h.steering.stop()
+    assert h.api.taints("a0") == [] and h.api.taints("b1") == [MARK]
+
+
 # -- ksched's own engine -------------------------------------------------------
 
 
@@ -311,6 +336,9 @@ def test_the_section_defaults_and_lines() -> None:
     assert (s.taint_key, s.interval_s, s.margin, s.hold_s, s.max_share) == (KEY, 10.0, 0.1, 60.0, 0.25)
     assert [(x.metric, x.line) for x in s.lines(config.metrics)] == [("heat", 0.8)]
     assert not parse_config(DOC).steering.enabled
+    assert s.node_selector == () and s.selects({})
+    pooled = parse_config({**DOC, "steering": {"enabled": True, "nodeSelector": {"pool": "a"}}}).steering
+    assert pooled.selects({"pool": "a", "zone": "z1"}) and not pooled.selects({"pool": "b"})
 
 
 @pytest.mark.parametrize(
@@ -323,6 +351,9 @@ def test_the_section_defaults_and_lines() -> None:
         ({"metrics": [{"name": "nope"}]}, "steering.metrics[0].name: 'nope' is not a metric"),
         ({"metrics": [{"name": "heat", "line": "x"}]}, "steering.metrics[0].line"),
         ({"colour": "red"}, "steering.colour: unknown key"),
+        ({"nodeSelector": ["pool"]}, "steering.nodeSelector: expected a map"),
+        ({"nodeSelector": {"bad key": "a"}}, "steering.nodeSelector: 'bad key' is not a label key"),
+        ({"nodeSelector": {"pool": "a b"}}, "steering.nodeSelector.pool: 'a b' is not a label value"),
     ],
 )
 def test_the_section_is_validated_with_key_paths(steering: Obj, error: str) -> None:

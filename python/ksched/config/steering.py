@@ -5,13 +5,16 @@ lines mark a node (:meth:`SteeringConfig.lines`: by default every metric with a
 ``filter.above`` or ``filter.below``, at the line the filter holds an ordinary pod to; a
 node's own threshold annotation still wins, as in the filter), and what the mark is: a
 ``PreferNoSchedule`` taint under ``taintKey`` (:func:`is_mark`), which kube-scheduler's
-TaintToleration scores down and ksched's own engine ignores. Off by default: the marks need
-``patch`` on nodes, which the default manifests do not grant.
+TaintToleration scores down and ksched's own engine ignores. ``nodeSelector`` (label key to
+value, all matching) limits the marks to a pool of nodes: a node outside it is never marked,
+and a mark under the key there is left alone (another ksched's pool). Off by default: the
+marks need ``patch`` on nodes, which the default manifests do not grant.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +23,7 @@ from ksched.config.values import as_bool, as_float, as_list, as_str, check_keys,
 from ksched.errors import ConfigError
 from ksched.objects import Obj
 
-_KEYS = ("enabled", "taintKey", "interval", "metrics", "margin", "hold", "maxShare")
+_KEYS = ("enabled", "taintKey", "interval", "metrics", "margin", "hold", "maxShare", "nodeSelector")
 _METRIC_KEYS = ("name", "line")
 DEFAULT_TAINT_KEY = "ksched.io/hot"
 # The mark's effect: a preference only. A pod that tolerates nothing still lands on a marked
@@ -32,6 +35,8 @@ MIN_INTERVAL_S = 1.0
 # characters (upstream's validation of taint keys).
 _NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
 _TAINT_KEY = re.compile(rf"^([a-z0-9]([-a-z0-9.]{{0,251}}[a-z0-9])?/)?{_NAME}$")
+# A label key has the same form as a taint key; a label value is a name or empty.
+_LABEL_VALUE = re.compile(rf"^({_NAME})?$")
 
 
 def is_mark(taint: Obj, key: str) -> bool:
@@ -73,6 +78,12 @@ class SteeringConfig:
     hold_s: float = 60.0
     # At most this share of the schedulable nodes is marked at once, the hottest first.
     max_share: float = 0.25
+    # Only nodes with all these labels are marked (empty: every node).
+    node_selector: tuple[tuple[str, str], ...] = ()
+
+    def selects(self, labels: Mapping[str, str] | None) -> bool:
+        """Whether a node with ``labels`` is one the marks are for."""
+        return all((labels or {}).get(k) == v for k, v in self.node_selector)
 
     def lines(self, metrics: tuple[MetricConfig, ...]) -> tuple[SteeringLine, ...]:
         """The mark lines, one per marking metric that has a line."""
@@ -130,6 +141,7 @@ def parse_steering(obj: Any, metrics: tuple[MetricConfig, ...]) -> SteeringConfi
         margin=_share(s, "margin", d.margin, path),
         hold_s=duration_at(s, "hold", d.hold_s, path),
         max_share=_share(s, "maxShare", d.max_share, path),
+        node_selector=_node_selector(s.get("nodeSelector") or {}, f"{path}.nodeSelector"),
     )
     if config.enabled and not config.lines(metrics):
         raise ConfigError(
@@ -137,6 +149,20 @@ def parse_steering(obj: Any, metrics: tuple[MetricConfig, ...]) -> SteeringConfi
             "line: nothing can mark a node"
         )
     return config
+
+
+def _node_selector(obj: Any, path: str) -> tuple[tuple[str, str], ...]:
+    if not isinstance(obj, dict):
+        raise ConfigError(f"{path}: expected a map of node label keys to values")
+    out = []
+    for key, value in sorted(obj.items()):
+        if not isinstance(key, str) or not _TAINT_KEY.match(key):
+            raise ConfigError(f"{path}: {key!r} is not a label key (an optional prefix/ and a name)")
+        text = as_str(value, f"{path}.{key}")
+        if not _LABEL_VALUE.match(text):
+            raise ConfigError(f"{path}.{key}: {text!r} is not a label value")
+        out.append((key, text))
+    return tuple(out)
 
 
 def _share(s: Obj, key: str, default: float, path: str) -> float:

@@ -8,6 +8,8 @@ nodes carry a mark is :mod:`ksched.loop.steering.marks`'s to decide, over the va
 scheduling cycle gives the engine (:meth:`~ksched.loop.metrics.load_model.LoadModel.scheduling`,
 read on the cluster state's thread).
 
+Only the nodes ``steering.nodeSelector`` selects are looked at: one outside it is never
+marked, unmarked or counted in the cap, so two kscheds may each steer a pool of their own.
 Only the leader writes. A replica that becomes leader reconciles with what the nodes carry:
 it removes the marks it would not make (a crashed leader's too) and adds the missing ones. A
 replica that loses the lease stops writing at once and forgets its hysteresis. Stopping
@@ -149,8 +151,13 @@ class Steering:
         that carry the mark now."""
         snapshot = self.state.snapshot()
         matrix = self.model.scheduling(snapshot)
-        marked = {n for n, node in self.state.nodes.items() if self._carries(node)}
-        return readings(snapshot, matrix, self.lines), schedulable(snapshot), marked
+        nodes = self.state.nodes
+        marked = {n for n, node in nodes.items() if self._carries(node) and self._selects(node)}
+        chosen = [n for n in schedulable(snapshot) if n in nodes and self._selects(nodes[n])]
+        return readings(snapshot, matrix, self.lines), chosen, marked
+
+    def _selects(self, node: Obj) -> bool:
+        return self.config.selects(meta(node).get("labels"))
 
     def _carries(self, node: Obj) -> bool:
         return any(is_mark(t, self.key) for t in spec(node).get("taints") or [])
@@ -229,7 +236,7 @@ class Steering:
         """Remove the mark from every node that carries it (as this replica last wrote or the
         informer last saw), for at most ``within_s``. Returns how many were removed."""
         deadline = time.monotonic() + within_s
-        carrying = set(self.marked) | {name(n) for n in self.nodes() if self._carries(n)}
+        carrying = set(self.marked) | {name(n) for n in self.nodes() if self._carries(n) and self._selects(n)}
         done = 0
         for node in sorted(carrying):
             left = deadline - time.monotonic()
