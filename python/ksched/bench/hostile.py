@@ -43,6 +43,7 @@ import yaml
 from ksched.bench import invariants
 from ksched.bench.fuzz import connections
 from ksched.bench.pods import create_pods, list_pods, start_ksched_run
+from ksched.bench.routing import wait_routing, webhook_configuration
 from ksched.bench.sidebyside.watch import FirstSeen
 from ksched.bench.sidebyside.workloads import workload_pods
 from ksched.cluster import kwok, local
@@ -103,33 +104,6 @@ def _config(hook_port: int) -> Obj:
             "hosts": ["127.0.0.1"],
             "configurationName": MWC,
         },
-    }
-
-
-def _webhook_configuration(port: int) -> Obj:
-    return {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "MutatingWebhookConfiguration",
-        "metadata": {"name": MWC},
-        "webhooks": [
-            {
-                "name": HOOK,
-                "clientConfig": {"url": f"https://127.0.0.1:{port}/mutate"},
-                "rules": [
-                    {
-                        "operations": ["CREATE"],
-                        "apiGroups": [""],
-                        "apiVersions": ["v1"],
-                        "resources": ["pods"],
-                    }
-                ],
-                "namespaceSelector": {"matchLabels": {ROUTE_LABEL: "true"}},
-                "failurePolicy": "Fail",
-                "sideEffects": "None",
-                "admissionReviewVersions": ["v1"],
-                "timeoutSeconds": 10,
-            }
-        ],
     }
 
 
@@ -323,7 +297,10 @@ def _phases(state: local.ClusterState, pods: int, routed: int, clients: int) -> 
     mwc = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
     proc, port = start_ksched_run(state.kubeconfig, log, config)
     try:
-        _must(kube.request("POST", mwc, body=_webhook_configuration(hook_port)), "the webhook configuration")
+        _must(
+            kube.request("POST", mwc, body=webhook_configuration(MWC, HOOK, hook_port, ROUTE_LABEL, 10)),
+            "the webhook configuration",
+        )
         for name in ("clean", "hostile"):
             phase = Phase(name)
             with ExitStack() as stack:
@@ -339,7 +316,7 @@ def _phases(state: local.ClusterState, pods: int, routed: int, clients: int) -> 
                 ns = _namespace(kube, f"hostile-{name}", routed=False)
                 routed_ns = _namespace(kube, f"hostile-{name}-routed", routed=True)
                 namespaces += [ns, routed_ns]
-                _wait_routing(kube, routed_ns)
+                wait_routing(kube, routed_ns)
                 print(f"== {name}: {pods} pods in a backlog, {routed} through the webhook", file=sys.stderr)
                 _backlog(kube, state.kubeconfig, proc.pid, ns, pods, nodes, phase)
                 _routed(kube, routed_ns, routed, phase)
@@ -366,20 +343,6 @@ def _free_index(kube: Kube) -> int:
     taken = [n["metadata"]["name"] for n in _nodes(kube)]
     indices = [int(n.rsplit("-", 1)[1]) for n in taken if n.startswith("kwok-node-") and n[10:].isdigit()]
     return max(indices, default=-1) + 1
-
-
-def _wait_routing(kube: Kube, ns: str) -> None:
-    """Until the API server calls the webhook with its CA and the webhook routes a plain pod."""
-    probe = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "probe", "namespace": ns}}
-    probe["spec"] = {"containers": [{"name": "app", "image": "app"}]}
-    deadline, last = time.monotonic() + 60, ""
-    while time.monotonic() < deadline:
-        r = kube.request("POST", f"/api/v1/namespaces/{ns}/pods", query={"dryRun": "All"}, body=probe)
-        if r.ok and r.json()["spec"].get("schedulerName") == "ksched":
-            return
-        last = r.data[:300].decode(errors="replace")
-        time.sleep(0.5)
-    raise KschedError(f"the API server does not call ksched's webhook: {last}")
 
 
 def render(result: dict[str, Any]) -> str:

@@ -14,7 +14,6 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import yaml
 
@@ -31,42 +30,12 @@ from ksched.bench.fuzz.report import (
 )
 from ksched.bench.fuzz.webhook import webhook_phase
 from ksched.bench.pods import start_ksched_run
+from ksched.bench.routing import wait_routing, webhook_configuration
 from ksched.cluster import local
 from ksched.cluster.processes import terminate
 from ksched.errors import KschedError
 from ksched.loop.client import Kube, load_configuration
 from ksched.objects import Obj
-
-
-def _webhook_configuration(port: int, ca: str | None = None) -> Obj:
-    client: dict[str, Any] = {"url": f"https://127.0.0.1:{port}/mutate"}
-    if ca:
-        client["caBundle"] = ca
-    return {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "MutatingWebhookConfiguration",
-        "metadata": {"name": MWC_NAME},
-        "webhooks": [
-            {
-                "name": "fuzz.ksched.io",
-                "clientConfig": client,
-                "rules": [
-                    {
-                        "operations": ["CREATE"],
-                        "apiGroups": [""],
-                        "apiVersions": ["v1"],
-                        "resources": ["pods"],
-                    }
-                ],
-                "namespaceSelector": {"matchLabels": {ROUTE_LABEL: "true"}},
-                # Fail, not Ignore: a webhook error refuses the pod, so the fuzzer sees it.
-                "failurePolicy": "Fail",
-                "sideEffects": "None",
-                "admissionReviewVersions": ["v1"],
-                "timeoutSeconds": 15,
-            }
-        ],
-    }
 
 
 @dataclass
@@ -122,25 +91,6 @@ def _start_ksched(state: local.ClusterState, workdir: Path, hook_port: int) -> _
 
 def _stop(k: _Ksched) -> None:
     terminate(k.proc, 30)
-
-
-def _wait_routing(kube: Kube) -> None:
-    """Until the API server calls the webhook with its CA and the webhook routes a plain pod."""
-    probe = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "probe", "namespace": NAMESPACE},
-        "spec": {"containers": [{"name": "app", "image": "app"}]},
-    }
-    deadline = time.monotonic() + 60
-    last = ""
-    while time.monotonic() < deadline:
-        r = kube.request("POST", f"/api/v1/namespaces/{NAMESPACE}/pods", query={"dryRun": "All"}, body=probe)
-        if r.ok and r.json()["spec"].get("schedulerName") == "ksched":
-            return
-        last = r.data[:300].decode(errors="replace")
-        time.sleep(0.5)
-    raise KschedError(f"the API server does not call ksched's webhook: {last}")
 
 
 def _delete_all(kube: Kube) -> None:
@@ -273,7 +223,7 @@ def live_phase(
     r = kube.request(
         "POST",
         "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations",
-        body=_webhook_configuration(hook_port),
+        body=webhook_configuration(MWC_NAME, "fuzz.ksched.io", hook_port, ROUTE_LABEL, 15),
     )
     if not r.ok:
         raise KschedError(f"cannot create the webhook configuration: HTTP {r.status}: {r.data[:200]!r}")
@@ -281,7 +231,7 @@ def live_phase(
     k: _Ksched | None = None
     try:
         k = _start_ksched(state, workdir, hook_port)
-        _wait_routing(kube)
+        wait_routing(kube, NAMESPACE)
         for start in range(0, len(specs), ROUND):
             accepted = _create_round(kube, report, specs[start : start + ROUND])
             accepted_all += [created for _, created in accepted]
