@@ -3,7 +3,8 @@
 Owns what a run is judged by: hotspot node-minutes above a threshold, the maximum and p95 of
 node utilisation over every node and sample, the coefficient of variation across nodes
 (averaged over samples), the pods on nodes over the threshold at the end, the pods left
-pending and the rate at which the scheduler placed them. Pure functions of the samples.
+pending and the rate at which the scheduler placed them; for the shadow setup, what its
+shadow ksched said (:class:`ShadowOutcomes`). Pure functions of the samples.
 """
 
 from __future__ import annotations
@@ -30,6 +31,30 @@ class Series:
     step_s: float
 
 
+@dataclass(frozen=True)
+class ShadowOutcomes:
+    """What ``/shadow`` said at the end of the round (its ``outcomes``, and its decisions)."""
+
+    decisions: int
+    judged: int
+    hot_node_minutes: float
+    ksched_hot_node_minutes_estimated: float
+    left_pending: int
+    hot_node_minutes_avoided_estimated: float
+
+    @classmethod
+    def of(cls, report: dict[str, Any]) -> ShadowOutcomes:
+        o = report["outcomes"]
+        return cls(
+            decisions=int(report["total"]),
+            judged=int(o["judged"]),
+            hot_node_minutes=float(o["hotNodeMinutes"]),
+            ksched_hot_node_minutes_estimated=float(o["kschedHotNodeMinutesEstimated"]),
+            left_pending=int(o["leftPending"]),
+            hot_node_minutes_avoided_estimated=float(o["hotNodeMinutesAvoidedEstimated"]),
+        )
+
+
 @dataclass
 class QualityFigures:
     scheduler: str
@@ -48,6 +73,8 @@ class QualityFigures:
     bands: list[tuple[float, float, float, float]] = field(default_factory=list)
     # Where the scenario's pods could be moved (controllers own them): what moving them did.
     rebalance: RebalanceFigures | None = None
+    # The shadow setup's: what its shadow ksched said at the end (:mod:`.setups`).
+    shadow: ShadowOutcomes | None = None
 
     def summary(self) -> dict[str, Any]:
         """The figures ``--json`` prints (the bands stay in results.json)."""
@@ -57,6 +84,8 @@ class QualityFigures:
             out["rebalance"] = {
                 k: v for k, v in asdict(self.rebalance).items() if k not in ("moves", "hot_at_end")
             }
+        if self.shadow is not None:
+            out["shadow"] = asdict(self.shadow)
         return out
 
 

@@ -14,7 +14,10 @@ Rebalancing setups: ``kube-scheduler+descheduler`` is kube-scheduler with the de
 (:mod:`ksched.cluster.descheduler`) on its pool and namespace, at the hot and cool lines and
 the interval of the ksched rebalancer's configuration; ``ksched-rebalance`` is ksched with its
 rebalancer on. Where a scenario's pods are owned by controllers and the API server audits
-evictions, each entry is also judged by what was moved (:mod:`.rebalance`).
+evictions, each entry is also judged by what was moved (:mod:`.rebalance`). The steering
+setups and ``shadow`` get their configuration for their pool and namespace from
+:mod:`.setups`; the shadow's outcomes are read once the window is over, for
+:mod:`.shadow_estimate`.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from ksched.bench.quality.observe import (
 )
 from ksched.bench.quality.rebalance import HOT_SAMPLES, judge_rebalance
 from ksched.bench.quality.scenarios import DEFAULT_SCHEDULER, KUBE_SCHEDULER, ORACLE, Scenario, scenario
+from ksched.bench.quality.setups import SHADOW, pool_config, read_outcomes
 from ksched.cluster import descheduler
 from ksched.cluster.processes import tail, terminate
 from ksched.config import load_config
@@ -57,7 +61,9 @@ POOL_LABEL = "quality.ksched.io/pool"
 KUBE_SCHEDULER_DESCHEDULER = "kube-scheduler+descheduler"
 KSCHED_REBALANCE = "ksched-rebalance"
 # The setups whose pods kube-scheduler places; every other label is a ksched configuration.
-KUBE_SCHEDULER_SETUPS = (KUBE_SCHEDULER, KUBE_SCHEDULER_DESCHEDULER)
+KUBE_SCHEDULER_SETUPS = (KUBE_SCHEDULER, KUBE_SCHEDULER_DESCHEDULER, SHADOW)
+# The setups that start no ``ksched run`` (the shadow starts one that binds nothing).
+WITHOUT_KSCHED = (KUBE_SCHEDULER, KUBE_SCHEDULER_DESCHEDULER)
 PATCH_WORKERS = 8
 
 
@@ -185,8 +191,11 @@ def pooled_round(
     moved = {ns for ns, s in plans if s.controlled} if audit_log is not None else set()
     sampler = Sampler(kube, moved)
     try:
-        _start_schedulers(r, kubeconfig, prometheus, workdir, plans, procs, deschedulers)
+        ports = _start_schedulers(r, kubeconfig, prometheus, workdir, plans, procs, deschedulers)
         series, arrivals, settled = _observe(kube, prometheus, r, plans, sampler)
+        # Every placement's horizon ends within the window (:mod:`.setups`); the last ones may
+        # still wait for a look or two.
+        shadows = {label: read_outcomes(port, 2 * r.scrape_interval_s) for label, port in ports.items()}
         results.violations += [
             f"the descheduler exited early ({proc.returncode}): {tail(log)}"
             for proc, log in deschedulers
@@ -204,6 +213,7 @@ def pooled_round(
         ):
             entry = _Entry(name, label, namespace, names, made, placed, pods)
             figures = _judge(r, entry, series, sampler, audit_log if namespace in moved else None, results)
+            figures.shadow = shadows.get(label)
             log(_summary(entry, figures))
     finally:
         if sampler.running:
@@ -224,20 +234,29 @@ def _start_schedulers(
     plans: list[tuple[str, Scenario]],
     procs: list[subprocess.Popen[bytes]],
     deschedulers: list[tuple[subprocess.Popen[bytes], Path]],
-) -> None:
-    """A ``ksched run`` per ksched label, and a descheduler per entry that has one, each
-    appended as it starts (so a failure part way stops those already started)."""
-    for label in dict.fromkeys(label for _, label in r.entries if label not in KUBE_SCHEDULER_SETUPS):
+) -> dict[str, int]:
+    """A ``ksched run`` per ksched entry, and a descheduler per entry that has one, each
+    appended as it starts (so a failure part way stops those already started). Returns the
+    shadow's port by its label."""
+    ports: dict[str, int] = {}
+    for i, ((_, label), (namespace, _)) in enumerate(zip(r.entries, plans, strict=True)):
+        if label in WITHOUT_KSCHED:
+            continue
+        config = ksched_config(r.configs.get(label), prometheus, label)
+        config = pool_config(config, label, {POOL_LABEL: str(i)}, namespace, r.observe_s)
         path = workdir / f"{label}.yaml"
-        path.write_text(yaml.safe_dump(ksched_config(r.configs.get(label), prometheus, label)))
+        path.write_text(yaml.safe_dump(config))
         command = r.commands.get(label, KSCHED_COMMAND)
-        proc, _ = start_ksched_run(kubeconfig, workdir / f"{label}.log", path, command)
+        proc, port = start_ksched_run(kubeconfig, workdir / f"{label}.log", path, command)
         procs.append(proc)
+        if label == SHADOW:
+            ports[label] = port
     for i, ((name, label), (namespace, _)) in enumerate(zip(r.entries, plans, strict=True)):
         if label == KUBE_SCHEDULER_DESCHEDULER:
             setup = descheduler_setup(r.rebalance_config, i, namespace)
             logs = workdir / f"descheduler-{name}"
             deschedulers.append((descheduler.start(kubeconfig, setup, logs), logs / descheduler.LOG))
+    return ports
 
 
 def _observe(
@@ -329,6 +348,11 @@ def _summary(entry: _Entry, figures: QualityFigures) -> str:
         f"p95 {figures.p95_utilisation}, cv {figures.cv}, {figures.pods_on_hot_nodes} pods on hot nodes, "
         f"{figures.pending} pending, {figures.pods_per_s} pods/s"
         + (f", {figures.rebalance.evictions} evictions" if figures.rebalance else "")
+        + (
+            f", shadow: {figures.shadow.hot_node_minutes_avoided_estimated:.1f} hot node-min avoided (estimated)"
+            if figures.shadow
+            else ""
+        )
         + (
             ", hot at the end: "
             + ", ".join(f"{n} ({v[-1]:.2f})" for n, v in figures.rebalance.hot_at_end.items())

@@ -1,5 +1,6 @@
 """The quality benchmark's table, ``results.json`` and a plot of node utilisation over time;
-where pods could be moved, a second table of what moving them did."""
+where pods could be moved, a second table of what moving them did; where the shadow setup ran,
+its estimate beside the measured difference (:mod:`.shadow_estimate`)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 
 from ksched.bench.quality.figures import QualityFigures, QualityResults
 from ksched.bench.quality.gap import gap_rows, gaps_json
+from ksched.bench.quality.shadow_estimate import checks_json, shadow_rows
 
 REBALANCE_HEADER = (
     "scenario",
@@ -89,6 +91,8 @@ def table(results: QualityResults) -> str:
     # Hot node-minutes against kube-scheduler's and, where the round ran it, the oracle's.
     if against_oracle := gap_rows(results):
         lines += ["", *_aligned(against_oracle)]
+    if estimates := shadow_rows(results):
+        lines += ["", *_aligned(estimates)]
     lines += [f"VIOLATION: {v}" for v in results.violations] or [
         "invariants: every pod accounted for, no node over-committed"
     ]
@@ -104,6 +108,7 @@ def write(results: QualityResults, out: Path, plt: Any | None) -> None:
         "scenarios": results.by_scenario(),
         "runs": [asdict(f) for f in results.figures],
         "gaps": gaps_json(results),
+        "shadowEstimates": checks_json(results),
         "violations": results.violations,
     }
     (out / "results.json").write_text(json.dumps(document, indent=1))

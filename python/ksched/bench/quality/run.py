@@ -14,7 +14,10 @@ local cluster's four (:func:`~.scenarios.shapes_of`) gets a control plane of its
 With ``pools`` each scenario instead runs every scheduler at once, each on an equal pool of
 the nodes (:mod:`.pooled`); only there can the rebalancing setups run (kube-scheduler with
 the descheduler, ksched with its rebalancer), which load-shift, whose pods ReplicaSets own
-(kube-controller-manager runs then), judges by their evictions as well (:mod:`.rebalance`).
+(kube-controller-manager runs then), judges by their evictions as well (:mod:`.rebalance`),
+and the setups that need their pool's nodes or namespace (:mod:`.setups`: ksched with steering,
+with steering and the rebalancer moving kube-scheduler's pods, and a shadow ksched beside
+kube-scheduler, whose estimate is checked against the round, :mod:`.shadow_estimate`).
 Never asserts a timing; a pod lost or a node over-committed is a violation, and exits 1.
 """
 
@@ -51,6 +54,7 @@ from ksched.bench.quality.pooled import (
     KSCHED_REBALANCE,
     KUBE_SCHEDULER_DESCHEDULER,
     KUBE_SCHEDULER_SETUPS,
+    WITHOUT_KSCHED,
     Round,
     pooled_round,
 )
@@ -59,12 +63,14 @@ from ksched.bench.quality.scenarios import (
     DEFAULT_SCENARIOS,
     DEFAULT_SCHEDULER,
     KUBE_SCHEDULER,
+    MIXED,
     ORACLE,
     SCENARIOS,
     SHAPES,
     scenario,
     shapes_of,
 )
+from ksched.bench.quality.setups import KSCHED_STEER, KSCHED_STEER_REBALANCE, SHADOW
 from ksched.cluster import local
 from ksched.cluster.load import LoadSimulation
 from ksched.cluster.processes import terminate
@@ -77,9 +83,11 @@ from ksched.objects import Obj
 KSCHED = "ksched"
 KSCHED_NO_METRICS = "ksched-no-metrics"
 SCHEDULERS = (KUBE_SCHEDULER, KSCHED, KSCHED_NO_METRICS)
-# Setups that move pods as well as place them; they run on pools only.
+# The setups a rebalancing round compares (ksched placing only, beside the two that move pods).
 REBALANCE_SETUPS = (KUBE_SCHEDULER_DESCHEDULER, KSCHED, KSCHED_REBALANCE)
-SETUPS = (*SCHEDULERS, ORACLE, KUBE_SCHEDULER_DESCHEDULER, KSCHED_REBALANCE)
+# Setups that need a pool of their own (its nodes or its namespace); they run on pools only.
+POOLED_SETUPS = (KUBE_SCHEDULER_DESCHEDULER, KSCHED_REBALANCE, KSCHED_STEER, KSCHED_STEER_REBALANCE, SHADOW)
+SETUPS = (*SCHEDULERS, ORACLE, *POOLED_SETUPS)
 # The shipped load-aware configuration, from the installed package.
 EXAMPLE_CONFIG = example_path("load-aware.yaml")
 # The same with the rebalancer on.
@@ -197,9 +205,9 @@ def _one(
 
 def _config_of(opts: QualityOptions, label: str) -> Path | None:
     """The configuration file a ksched label runs (None: no metric)."""
-    if label in (KSCHED, ORACLE) or label in opts.builds:
+    if label in (KSCHED, ORACLE, KSCHED_STEER, SHADOW) or label in opts.builds:
         return opts.ksched_config or EXAMPLE_CONFIG
-    if label == KSCHED_REBALANCE:
+    if label in (KSCHED_REBALANCE, KSCHED_STEER_REBALANCE):
         return opts.rebalance_config or EXAMPLE_REBALANCE_CONFIG
     return opts.configs.get(label)
 
@@ -235,7 +243,7 @@ def _pooled(
         observe_s=opts.observe_s,
         scrape_interval_s=opts.scrape_interval_s,
         threshold=opts.threshold,
-        configs={label: _config_of(opts, label) for label in labels if label not in KUBE_SCHEDULER_SETUPS},
+        configs={label: _config_of(opts, label) for label in labels if label not in WITHOUT_KSCHED},
         rebalance_config=rebalance_config,
         commands=dict(opts.builds),
         hot_samples=rebalance_hot_samples(rebalance_config),
@@ -265,7 +273,8 @@ def _on_one_cluster(
     state = local.up(
         nodes=opts.nodes,
         zones=3,
-        with_scheduler=bool(set(KUBE_SCHEDULER_SETUPS) & set(opts.schedulers)),
+        # Every setup of a mixed scenario gives kube-scheduler some of its pods.
+        with_scheduler=bool(set(KUBE_SCHEDULER_SETUPS) & set(opts.schedulers) or set(names) & set(MIXED)),
         # The ReplicaSets and PodDisruptionBudgets of the owned scenarios, and the evictions counted.
         with_controllers=controlled,
         audit_policy=audit_policy() if controlled else None,
@@ -297,7 +306,7 @@ def run_quality(opts: QualityOptions, log: Callable[[str], None]) -> QualityResu
         raise KschedError(
             f"unknown: {', '.join(sorted(unknown))} (scenarios {SCENARIOS}, schedulers {SETUPS})"
         )
-    moving = set(opts.schedulers) & {KUBE_SCHEDULER_DESCHEDULER, KSCHED_REBALANCE}
+    moving = set(opts.schedulers) & set(POOLED_SETUPS)
     if moving and not opts.pools:
         raise KschedError(f"{', '.join(sorted(moving))} run on pools only: add --pools")
     # Before the run: a missing matplotlib is said now, and only the chart is skipped.

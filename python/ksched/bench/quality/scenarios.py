@@ -15,6 +15,9 @@ The scenarios:
 - burst: half of requests-lie's pods at the rate, then one Deployment's rollout at once, each
   pod using 1.2 times its request.
 - mixed-schedulers: requests-lie with every other pod placed by kube-scheduler.
+- mixed-replicasets: workloads of three (500m, requests-lie's multiples, one per workload),
+  every other pair of workloads placed by kube-scheduler; ReplicaSets own them, so either
+  scheduler's pods can be moved, and each scheduler has PodDisruptionBudgets on half of its.
 - best-effort: requests-lie's pods with no requests, using multiples of 500m.
 - load-shift: workloads of three at half their request, a quarter of which step up to three
   times it two minutes in; ReplicaSets own them.
@@ -186,6 +189,18 @@ def _mixed(count: int, ns: str, scheduler: str, rng: random.Random) -> list[Obj]
     return pods
 
 
+def _mixed_replicasets(count: int, ns: str, scheduler: str, rng: random.Random) -> list[Obj]:
+    pods: list[Obj] = []
+    for w in range(-(-count // WORKLOAD_REPLICAS)):
+        profile = UsageProfile(base=_heavy_tailed(rng), noise=NOISE, seed=w)
+        # Workloads 2 and 3 of every four: :func:`controllers` budgets the even ones, so each
+        # scheduler's workloads are half budgeted.
+        asks = DEFAULT_SCHEDULER if w % 4 >= 2 else scheduler
+        replicas = min(WORKLOAD_REPLICAS, count - w * WORKLOAD_REPLICAS)
+        pods += [_pod(f"svc-{w}-{r}", ns, asks, profile) for r in range(replicas)]
+    return pods
+
+
 def _best_effort(count: int, ns: str, scheduler: str, rng: random.Random) -> list[Obj]:
     return [
         _pod(
@@ -334,6 +349,7 @@ _KINDS: dict[str, _Kind] = {
     "requests-lie": _Kind(_plain(_requests_lie)),
     "burst": _Kind(_plain(_burst), burst=True),
     "mixed-schedulers": _Kind(_plain(_mixed)),
+    "mixed-replicasets": _Kind(_plain(_mixed_replicasets), controlled=True),
     "best-effort": _Kind(_plain(_best_effort)),
     "load-shift": _Kind(_plain(_load_shift), controlled=True),
     "diverse-deployments": _Kind(_diverse, controlled=True, shapes="mixed"),
@@ -341,11 +357,12 @@ _KINDS: dict[str, _Kind] = {
     "slow-start": _Kind(_slow_start, controlled=True),
 }
 SCENARIOS = tuple(_KINDS)
-# What `ksched bench --quality` runs unless told: the first five (the figures in
-# docs/benchmarks.md are theirs).
-DEFAULT_SCENARIOS = SCENARIOS[:5]
+# What `ksched bench --quality` runs unless told (the figures in docs/benchmarks.md are theirs).
+DEFAULT_SCENARIOS = ("requests-lie", "burst", "mixed-schedulers", "best-effort", "load-shift")
 # The scenarios whose pods controllers own: where pods can be moved.
 CONTROLLED = tuple(name for name, kind in _KINDS.items() if kind.controlled)
+# The scenarios that give part of every setup's pods to kube-scheduler.
+MIXED = ("mixed-schedulers", "mixed-replicasets")
 
 
 def shapes_of(name: str) -> str:
