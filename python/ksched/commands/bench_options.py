@@ -80,7 +80,10 @@ def _side_by_side_options(parser: argparse.ArgumentParser) -> argparse._Argument
         "--quality from kube-scheduler, ksched, ksched-no-metrics (default: these three) and oracle (ksched "
         "with its configuration, told each pod's true usage by the annotation ksched.io/expected-cpu), and with --pools "
         "kube-scheduler+descheduler (the descheduler's LowNodeUtilization on actual usage) and "
-        "ksched-rebalance (ksched with its rebalancer), which load-shift also judges by their evictions",
+        "ksched-rebalance (ksched with its rebalancer), which load-shift also judges by their evictions, "
+        "ksched-steer (steering on, its pool only), ksched-steer-rebalance (and the rebalancer moving "
+        "default-scheduler's pods of its namespace) and shadow (kube-scheduler's pool watched by a shadow "
+        "ksched, whose estimate of the hot node-minutes avoided is checked against ksched's pool)",
     )
     group.add_argument(
         "--ksched",
@@ -185,7 +188,8 @@ def _quality_options(parser: argparse.ArgumentParser) -> None:
         help="comma-separated (default: requests-lie, burst, mixed-schedulers, best-effort, load-shift); also diverse-deployments (varied requests, trace-drawn "
         "usage per workload, ramps, Deployments arriving over minutes, nodes of 2-16 cores), herd (one "
         "ReplicaSet scaled at once at twice its request onto a half-busy pool) and slow-start (usage "
-        "ramping over 30 s - 3 min)",
+        "ramping over 30 s - 3 min) and mixed-replicasets (mixed-schedulers' usage in ReplicaSet-owned "
+        "workloads, half of them kube-scheduler's, judged by their evictions too with --pools)",
     )
     group.add_argument(
         "--observe",
