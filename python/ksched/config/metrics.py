@@ -579,3 +579,18 @@ def parse_metric(obj: Any, path: str) -> MetricConfig:
         min_refresh_s=min_refresh,
         max_refresh_s=max_refresh,
     )
+
+
+def metrics_named(names: list[str], metrics: tuple[MetricConfig, ...], path: str) -> list[MetricConfig]:
+    """The metric each of ``names`` names (``path``.metrics[i].name, as a section that judges
+    some of the metrics lists them); a name no metric has, or one given twice, is an error."""
+    by_name = {m.name: m for m in metrics}
+    for i, name in enumerate(names):
+        if name not in by_name:
+            raise ConfigError(
+                f"{path}.metrics[{i}].name: {name!r} is not a metric "
+                f"(metrics: {', '.join(by_name) or 'none defined'})"
+            )
+    if len(set(names)) != len(names):
+        raise ConfigError(f"{path}.metrics: duplicate metric name")
+    return [by_name[name] for name in names]

@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ksched.config.metrics import MetricConfig
+from ksched.config.metrics import MetricConfig, metrics_named
 from ksched.config.values import (
     as_bool,
     as_float,
@@ -210,14 +210,8 @@ def parse_rebalance(obj: Any, profiles: list[str], metrics: tuple[MetricConfig, 
         _metric(m, f"{path}.metrics[{i}]")
         for i, m in enumerate(as_list(r.get("metrics", []), f"{path}.metrics"))
     )
-    by_name = {m.name: m for m in metrics}
-    for i, pair in enumerate(pairs):
-        metric = by_name.get(pair.name)
-        if metric is None:
-            raise ConfigError(
-                f"{path}.metrics[{i}].name: {pair.name!r} is not a metric "
-                f"(metrics: {', '.join(by_name) or 'none defined'})"
-            )
+    named = metrics_named([p.name for p in pairs], metrics, path)
+    for i, (pair, metric) in enumerate(zip(pairs, named, strict=True)):
         if metric.source not in JUDGED_SOURCES:
             raise ConfigError(
                 f"{path}.metrics[{i}]: {pair.name} is read from {metric.source}; the rebalancer judges "
@@ -230,8 +224,6 @@ def parse_rebalance(obj: Any, profiles: list[str], metrics: tuple[MetricConfig, 
             )
         if direction(metric) == "above" and pair.low > pair.high:
             raise ConfigError(f"{path}.metrics[{i}]: low must not exceed high")
-    if len({p.name for p in pairs}) != len(pairs):
-        raise ConfigError(f"{path}.metrics: duplicate metric name")
 
     def limit(key: str, default: int) -> int:
         return as_int(r.get(key, default), f"{path}.{key}", 0, MAX_LIMIT)

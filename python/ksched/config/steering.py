@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ksched.config.metrics import MetricConfig
+from ksched.config.metrics import MetricConfig, metrics_named
 from ksched.config.values import as_bool, as_float, as_list, as_str, check_keys, duration_at
 from ksched.errors import ConfigError
 from ksched.objects import Obj
@@ -116,20 +116,12 @@ def parse_steering(obj: Any, metrics: tuple[MetricConfig, ...]) -> SteeringConfi
         _metric(m, f"{path}.metrics[{i}]")
         for i, m in enumerate(as_list(s.get("metrics", []), f"{path}.metrics"))
     )
-    by_name = {m.name: m for m in metrics}
-    for i, c in enumerate(chosen):
-        metric = by_name.get(c.name)
-        if metric is None:
-            raise ConfigError(
-                f"{path}.metrics[{i}].name: {c.name!r} is not a metric "
-                f"(metrics: {', '.join(by_name) or 'none defined'})"
-            )
+    named = metrics_named([c.name for c in chosen], metrics, path)
+    for i, (c, metric) in enumerate(zip(chosen, named, strict=True)):
         if c.line is None and metric.above is None and metric.below is None:
             raise ConfigError(
                 f"{path}.metrics[{i}]: {c.name} has no filter.above or filter.below; give its line"
             )
-    if len({c.name for c in chosen}) != len(chosen):
-        raise ConfigError(f"{path}.metrics: duplicate metric name")
     key = as_str(s.get("taintKey", d.taint_key), f"{path}.taintKey")
     if not _TAINT_KEY.match(key):
         raise ConfigError(f"{path}.taintKey: {key!r} is not a taint key (an optional prefix/ and a name)")
