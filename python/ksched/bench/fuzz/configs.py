@@ -17,7 +17,6 @@ from __future__ import annotations
 import copy
 import json
 import random
-import traceback
 from pathlib import Path
 from typing import Any
 
@@ -258,25 +257,11 @@ def configs_phase(report: FuzzReport, count: int, seed: int, workdir: Path, cli:
             report.count(KIND, f"refused (simulate exit {code})")
             continue
         except Exception as exc:  # a traceback is what the fuzzer looks for
-            frame = traceback.extract_tb(exc.__traceback__)[-1]
-            report.count(KIND, "load_config raised")
-            report.defect(
-                "configs load",
-                i,
-                f"{what}: {type(exc).__name__}: {exc} at {frame.filename}:{frame.lineno}",
-                kind=KIND,
-            )
+            report.raised("configs load", i, what, exc, KIND, "load_config raised")
             continue
         try:
             build_parts(config)
         except Exception as exc:
-            frame = traceback.extract_tb(exc.__traceback__)[-1]
-            report.count(KIND, "accepted, then failed to build")
-            report.defect(
-                "configs run",
-                i,
-                f"{what}: {type(exc).__name__}: {exc} at {frame.filename}:{frame.lineno}",
-                kind=KIND,
-            )
+            report.raised("configs run", i, what, exc, KIND, "accepted, then failed to build")
             continue
         report.count(KIND, f"accepted (simulate exit {code})")

@@ -20,7 +20,6 @@ import math
 import random
 import threading
 import time
-import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -269,14 +268,7 @@ def metrics_answers(report: FuzzReport, count: int, seed: int) -> None:
             try:
                 _one_answer(report, i, what, served, prometheus.url, nodes, pods)
             except Exception as exc:  # a traceback is what the fuzzer looks for
-                frame = traceback.extract_tb(exc.__traceback__)[-1]
-                report.count(KIND, "exception")
-                report.defect(
-                    "metrics",
-                    i,
-                    f"{what}: {type(exc).__name__}: {exc} at {frame.filename}:{frame.lineno}",
-                    kind=KIND,
-                )
+                report.raised("metrics", i, what, exc, KIND, "exception")
 
 
 def _metrics_file(rng: random.Random, names: list[str]) -> tuple[str, bytes]:

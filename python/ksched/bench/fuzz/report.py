@@ -4,6 +4,7 @@ limits its phases share."""
 from __future__ import annotations
 
 import collections
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -82,6 +83,11 @@ class FuzzReport:
         self.cases[kind] += 1
         self.results[kind][result] += 1
 
+    def raised(self, where: str, case: int, what: str, exc: BaseException, kind: str, result: str) -> None:
+        """Case ``case`` of ``kind`` (``what``) raised ``exc``: counted as ``result`` and a defect."""
+        self.count(kind, result)
+        self.defect(where, case, f"{what}: {escaped(exc)}", kind=kind)
+
     def defect(self, where: str, spec: int | None, detail: str, kind: str = "pods") -> None:
         self.defect_count += 1
         self.kind_defects[kind] += 1
@@ -157,3 +163,9 @@ class FuzzReport:
             spec = "" if d.spec is None else f" (spec {d.spec})"
             lines.append(f"    {d.where}{spec}: {d.detail}")
         return "\n".join(lines)
+
+
+def escaped(exc: BaseException) -> str:
+    """An exception that escaped ksched, with where it was raised: what the fuzzer looks for."""
+    frame = traceback.extract_tb(exc.__traceback__)[-1]
+    return f"{type(exc).__name__}: {exc} at {frame.filename}:{frame.lineno}"

@@ -7,13 +7,12 @@ import contextlib
 import copy
 import io
 import json
-import traceback
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from ksched.bench.fuzz.report import FUZZ_NODES, NAMESPACE, SIM_BATCH, Cli, FuzzReport, Spec
+from ksched.bench.fuzz.report import FUZZ_NODES, NAMESPACE, SIM_BATCH, Cli, FuzzReport, Spec, escaped
 from ksched.cluster import local
 from ksched.objects import Obj
 
@@ -36,13 +35,7 @@ def call_simulate(
     except BaseException as exc:  # a traceback is what the fuzzer looks for
         if isinstance(exc, KeyboardInterrupt):
             raise
-        frame = traceback.extract_tb(exc.__traceback__)[-1]
-        return (
-            None,
-            out.getvalue(),
-            err.getvalue(),
-            f"{type(exc).__name__}: {exc} at {frame.filename}:{frame.lineno}",
-        )
+        return None, out.getvalue(), err.getvalue(), escaped(exc)
     return code, out.getvalue(), err.getvalue(), None
 
 
