@@ -25,7 +25,7 @@ from ksched.loop.mirror.state import ClusterState
 from ksched.loop.telemetry import Telemetry
 from tests.conftest import node, pod
 from tests.unit.test_learned_estimate import NODE_VALUE, POD_QUERY, learned_metric
-from tests.unit.test_load_estimate import CONFIG, T0, Clock, PodUsageSource, bound, rfc3339
+from tests.unit.test_load_estimate import CONFIG, T0, Clock, PodUsageSource, rfc3339
 
 
 def owned(
@@ -158,16 +158,39 @@ def test_each_workload_counts_at_what_its_own_pods_use() -> None:
     }
 
 
-def test_a_workload_with_too_few_measured_pods_counts_at_the_cluster_wide_figure() -> None:
+def scattered(loop: Loop, workloads: dict[str, float], spread: float, pods: int = 4) -> dict[str, float]:
+    """``pods`` measured pods of each Deployment (100m each), alternately ``1 - spread`` and
+    ``1 + spread`` times the workload's ratio; returns their usage."""
+    usage = {}
+    for name, ratio in workloads.items():
+        for i in range(pods):
+            loop.add(owned(f"{name}-{i}", "n0", owner=("Deployment", name)))
+            usage[f"{name}-{i}"] = 100 * ratio * (1 + spread if i % 2 else 1 - spread)
+    return usage
+
+
+def test_a_workload_counts_at_its_own_pods_from_the_first_where_replicas_agree() -> None:
     loop = Loop(learned_metric())
-    teach(loop, {"few": 0.5}, pods=LEARN_MIN_PODS - 1)
-    bare = [bound(f"bare-{i}", "n0", T0 - 2, cpu="100m") for i in range(LEARN_MIN_PODS)]
-    loop.add(*bare)
-    usage = {f"few-{i}": 50.0 for i in range(LEARN_MIN_PODS - 1)} | {f"bare-{i}": 200.0 for i in range(10)}
-    matrix = loop.sample(usage, times=2)
-    choice = loop.choice(matrix, owned("few-next", "", cpu="1", owner=("Deployment", "few")))
-    cluster = (9 * 50 + 10 * 200) / 1900
-    assert (choice.source, choice.amount) == ("cluster-wide", round(1000 * cluster))
+    usage = scattered(loop, {"web": 0.5, "batch": 2.0, "api": 1.0}, spread=0.05)
+    loop.add(owned("herd-0", "n0", owner=("Deployment", "herd")))
+    matrix = loop.sample(usage | {"herd-0": 150.0}, times=2)
+    assert matrix.metrics[0].estimate.calibration.prior_ratio == pytest.approx(2.0), (
+        "p90 of the workloads: batch"
+    )
+    herd = loop.choice(matrix, owned("herd-1", "", cpu="1", owner=("Deployment", "herd")))
+    assert herd.source == "workload" and herd.pods == 1
+    assert herd.amount == pytest.approx(1500, rel=0.02), "one replica measured at 1.5x: the herd counts at it"
+
+
+def test_a_workload_whose_replicas_scatter_like_workloads_do_stays_near_the_prior() -> None:
+    loop = Loop(learned_metric())
+    usage = scattered(loop, {"web": 0.9, "batch": 1.1, "api": 1.0}, spread=0.6)
+    loop.add(owned("odd-0", "n0", owner=("Deployment", "odd")))
+    matrix = loop.sample(usage | {"odd-0": 30.0}, times=2)
+    prior = matrix.metrics[0].estimate.calibration.prior_ratio
+    odd = loop.choice(matrix, owned("odd-1", "", cpu="1", owner=("Deployment", "odd")))
+    assert odd.source == "workload"
+    assert 1000 * (0.9 * prior) < odd.amount < 1000 * prior, "one pod at 0.3x says little here"
 
 
 def test_a_rolling_update_keeps_the_deployments_ratio() -> None:

@@ -140,7 +140,7 @@ class Calibration(Learned):
     guesses (``estimate.learn``); set on a metric's estimate by the loop each cycle, never
     parsed. Its own figures are the cluster-wide ones (every recent pod's); ``workloads``
     holds each workload's own (:func:`ksched.engine.estimate.workload_of`), and the ``prior_*``
-    figures are how a pod of a workload without enough history counts (``estimate.prior``:
+    figures are how a pod of a workload without a measured pod counts (``estimate.prior``:
     None where nothing is learned, the guess then stands)."""
 
     workloads: Mapping[str, WorkloadCalibration] = field(default_factory=dict, compare=False)
@@ -175,7 +175,7 @@ class EstimateConfig:
     pods not measured yet (independent: the root of the sum of squares).
 
     A learned estimate learns per workload too (``workload_label``, else the pod's controller):
-    a pod counts at its own workload's figures, a pod of a workload without enough history at
+    a pod counts at its own workload's figures, a pod of a workload without a measured pod at
     the ``prior`` and a pod ramping up (for at most ``warmup_s`` after its bind) at the larger
     of its estimate and its measured usage. A pod annotated ``ksched.io/expected-<resource>``
     counts as that, uncalibrated, in every estimate but the legacy one."""

@@ -38,12 +38,13 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from ksched.config import EstimateConfig, MetricConfig
-from ksched.config.metrics import Calibration
+from ksched.config.metrics import Calibration, WorkloadCalibration
 from ksched.engine.estimate import (
     BEST_EFFORT,
     FROM_REQUEST,
@@ -63,6 +64,7 @@ from ksched.loop.metrics.samples import parse_time
 from ksched.loop.metrics.workloads import (
     PodSeries,
     WorkloadHistory,
+    credible,
     mean_figures,
     prior_figures,
     ratio_figures,
@@ -140,6 +142,9 @@ class RecentPods:
             if m.estimate is not None and m.estimate.learns
         }
         self._series = {i: PodSeries() for i in self._history}
+        # Per learning metric, the workloads' figures weighed against the prior, and what they
+        # were computed from (the figures' mapping, kept so that its id stays its own).
+        self._credible: dict[int, tuple[tuple[Any, ...], object, Mapping[str, WorkloadCalibration]]] = {}
         # Grows when a sample brings a longer window (metrics-server names its own).
         self.horizon_s = max((horizon_s(m, m.window_s()) for m in self.metrics), default=0.0)
         self.pods: dict[str, RecentPod] = {}
@@ -332,17 +337,21 @@ class RecentPods:
 
     def _calibration(self, i: int, estimate: EstimateConfig, cluster: Calibration, now: float) -> Calibration:
         """The cluster-wide figures with each workload's and the prior (``estimate.prior``)."""
-        workloads = self._history[i].figures(now)
+        own = self._history[i].figures(now)
         mode, value = estimate.prior
-        ratio, ratio_sd, best, best_sd = prior_figures(
-            cluster, workloads, value if mode == "quantile" else 0.9
-        )
+        ratio, ratio_sd, best, best_sd = prior_figures(cluster, own, value if mode == "quantile" else 0.9)
         if mode == "ratio":
             # A fixed ratio, with the spread within workloads where any taught one.
             ratio, ratio_sd = value, ratio_sd if ratio is not None else cluster.ratio_sd
+        key = (id(own), ratio, ratio_sd, best, best_sd)
+        cached = self._credible.get(i)
+        if cached is None or cached[0] != key:
+            # Each workload's figures weighed against the prior: computed again only when
+            # a workload taught something or the prior moved.
+            cached = self._credible[i] = (key, own, credible(own, ratio, ratio_sd, best, best_sd))
         return replace(
             cluster,
-            workloads=workloads,
+            workloads=cached[2],
             prior_ratio=ratio,
             prior_ratio_sd=ratio_sd,
             prior_best_effort=best,

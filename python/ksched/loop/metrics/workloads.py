@@ -24,7 +24,7 @@ import heapq
 import statistics
 from collections import OrderedDict, deque
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -42,6 +42,9 @@ WORKLOAD_TTL_S = 3600.0
 # Measured pods remembered per workload: enough for a steady figure; the oldest make way for a
 # rolling update's new ones.
 POD_MEMORY = 50
+# Buhlmann's credibility constant (:func:`credibility_k`) until the workloads measured can
+# estimate it: a workload with one measured pod is trusted half.
+DEFAULT_CREDIBILITY_K = 1.0
 # Warm-ups remembered per workload (their median is the workload's warm-up).
 WARMUP_MEMORY = 20
 # ``/status``: the learned workloads shown (those with the most measured pods), and the
@@ -118,34 +121,39 @@ class WorkloadHistory:
 
 
 def _figures(taught: _Taught) -> WorkloadCalibration:
+    """The workload's own figures, from as few as one measured pod (:func:`credible` weighs
+    how far they are trusted)."""
     pods = list(taught.pods.values())
     ratio = ratio_figures(
         np.array([g for k, g, _ in pods if k == FROM_REQUEST], dtype=np.float64),
         np.array([u for k, _, u in pods if k == FROM_REQUEST], dtype=np.float64),
+        min_pods=1,
     )
-    best = mean_figures(np.array([u for k, _, u in pods if k == BEST_EFFORT], dtype=np.float64))
+    best = mean_figures(np.array([u for k, _, u in pods if k == BEST_EFFORT], dtype=np.float64), min_pods=1)
     warmup = statistics.median(taught.warmups) if taught.warmups else None
     return WorkloadCalibration(*ratio, *best, warmup_s=warmup)
 
 
 def ratio_figures(
-    guessed: npt.NDArray[np.float64], used: npt.NDArray[np.float64]
+    guessed: npt.NDArray[np.float64], used: npt.NDArray[np.float64], min_pods: int = LEARN_MIN_PODS
 ) -> tuple[float | None, float, int]:
     """Measured over guessed usage (the ratio of the sums) and the spread of each pod's ratio
     around it weighted by its guess, so that a pod requesting 1m and using a core does not make
-    every guess a thousand times too small; None below ``LEARN_MIN_PODS`` pods."""
+    every guess a thousand times too small; None below ``min_pods`` pods."""
     n = len(guessed)
-    if n < LEARN_MIN_PODS:
+    if n < max(1, min_pods):
         return None, 0.0, n
     mean = float(used.sum() / guessed.sum())
     spread = float(np.sqrt((guessed * (used / guessed - mean) ** 2).sum() / guessed.sum()))
     return mean, spread, n
 
 
-def mean_figures(used: npt.NDArray[np.float64]) -> tuple[float | None, float, int]:
-    """The mean measured usage and its spread; None below ``LEARN_MIN_PODS`` pods."""
+def mean_figures(
+    used: npt.NDArray[np.float64], min_pods: int = LEARN_MIN_PODS
+) -> tuple[float | None, float, int]:
+    """The mean measured usage and its spread; None below ``min_pods`` pods."""
     n = len(used)
-    if n < LEARN_MIN_PODS:
+    if n < max(1, min_pods):
         return None, 0.0, n
     return float(used.mean()), float(used.std()), n
 
@@ -182,9 +190,92 @@ def _prior(
     if not learned:
         return None, 0.0
     high = float(np.quantile([f for f, _, _ in learned], quantile, method="higher"))
-    pods = sum(n for _, _, n in learned)
-    within = float(np.sqrt(sum(n * sd * sd for _, sd, n in learned) / pods))
-    return max(high, cluster if cluster is not None else high), within
+    within = _within(learned)
+    return max(high, cluster if cluster is not None else high), 0.0 if within is None else within
+
+
+def _within(learned: list[tuple[float, float, int]]) -> float | None:
+    """The spread of pods around their own workload's figure: the pods-weighted root mean
+    square of the workloads' spreads, over those with two measured pods or more (one pod has
+    no spread of its own); None where none has two."""
+    spreads = [(sd, n) for _, sd, n in learned if n >= 2]
+    pods = sum(n for _, n in spreads)
+    return float(np.sqrt(sum(n * sd * sd for sd, n in spreads) / pods)) if pods else None
+
+
+def credibility_k(learned: list[tuple[float, float, int]]) -> float:
+    """Buhlmann's credibility constant for one figure across workloads: the variance of a pod
+    around its workload's figure over the variance of the workloads' figures around each other
+    (less what their own few pods add to it). A workload with ``n`` measured pods is trusted
+    ``n / (n + k)``: where its replicas agree and workloads differ, one pod says nearly all; where
+    they scatter as much as workloads do, it takes many. At most ``LEARN_MIN_PODS`` (a workload
+    with that many pods is trusted at least half); ``DEFAULT_CREDIBILITY_K`` until two workloads,
+    one of them with two pods, are measured."""
+    within = _within(learned)
+    if within is None or len(learned) < 2:
+        return DEFAULT_CREDIBILITY_K
+    figures = np.array([f for f, _, _ in learned], dtype=np.float64)
+    noise = float(np.mean([within * within / n for _, _, n in learned]))
+    between = float(figures.var(ddof=1)) - noise
+    if between <= 0.0:
+        return float(LEARN_MIN_PODS)
+    return min(within * within / between, float(LEARN_MIN_PODS))
+
+
+def credible(
+    workloads: Mapping[str, WorkloadCalibration],
+    ratio: float | None,
+    ratio_sd: float,
+    best_effort: float | None,
+    best_effort_sd: float,
+) -> dict[str, WorkloadCalibration]:
+    """Each workload's figures as a pod of it counts: its own, weighed against what a pod of a
+    workload without history counts at (``ratio`` and ``best_effort``, the prior, with their
+    spreads) by how many of its pods were measured (:func:`credibility_k`). So a workload
+    counts at its own figures from its first measured pod, as far as one pod can be trusted,
+    and a herd of a workload with three measured replicas counts at nearly what they use. A
+    figure without a prior to weigh against is the workload's own."""
+    ratios = [(w.ratio, w.ratio_sd, w.ratio_pods) for w in workloads.values() if w.ratio is not None]
+    bests = [
+        (w.best_effort, w.best_effort_sd, w.best_effort_pods)
+        for w in workloads.values()
+        if w.best_effort is not None
+    ]
+    ratio_k, ratio_within = credibility_k(ratios), _within(ratios)
+    best_k, best_within = credibility_k(bests), _within(bests)
+    out = {}
+    for name, w in workloads.items():
+        r, r_sd = _blend(w.ratio, w.ratio_sd, w.ratio_pods, ratio, ratio_sd, ratio_within, ratio_k)
+        b, b_sd = _blend(
+            w.best_effort,
+            w.best_effort_sd,
+            w.best_effort_pods,
+            best_effort,
+            best_effort_sd,
+            best_within,
+            best_k,
+        )
+        out[name] = replace(w, ratio=r, ratio_sd=r_sd, best_effort=b, best_effort_sd=b_sd)
+    return out
+
+
+def _blend(
+    own: float | None,
+    own_sd: float,
+    pods: int,
+    prior: float | None,
+    prior_sd: float,
+    within: float | None,
+    k: float,
+) -> tuple[float | None, float]:
+    if own is None or pods < 1:
+        return None, 0.0
+    # One pod has no spread of its own: its replicas are taken to scatter as other workloads' do.
+    spread = own_sd if pods >= 2 else (within if within is not None else prior_sd)
+    if prior is None:
+        return own, spread
+    z = pods / (pods + k)
+    return z * own + (1.0 - z) * prior, float(np.sqrt(z * spread * spread + (1.0 - z) * prior_sd * prior_sd))
 
 
 @dataclass
@@ -234,8 +325,8 @@ def learned_json(resource: str | None, c: Calibration) -> dict[str, Any]:
     """What a learned estimate learned at the last cycle, for ``/status``: the measured over
     guessed usage of pods guessed from requests (summed) and its spread, the mean measured
     usage of BestEffort pods (engine units: millicores for cpu, else the resource's own) and
-    its spread, and how many measured pods each figure is from (a figure is null below
-    ``LEARN_MIN_PODS``); the prior a pod of a workload without history counts at; how the
+    its spread, and how many measured pods each figure is from (a cluster-wide figure is null
+    below ``LEARN_MIN_PODS``; a workload's is weighed against the prior, :func:`credible`); the prior a pod of a workload without history counts at; how the
     recent pods are counted (``sources``: pods by where their estimate came from, ``ramping``:
     the first of those still ramping up); and the ``STATUS_WORKLOADS`` workloads with the most
     measured pods, with their figures and warm-up (seconds)."""
