@@ -8,13 +8,14 @@ from __future__ import annotations
 import copy
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import orjson
 import pytest
 
-from ksched.config import Config, MetricConfig, parse_config
+from ksched.config import Config, EstimateConfig, MetricConfig, parse_config
+from ksched.config.metrics import Calibration
 from ksched.config.steering import SteeringConfig
 from ksched.engine.reference import make_nodes
 from ksched.engine.snapshot import build_snapshot
@@ -126,6 +127,32 @@ def test_a_node_threshold_annotation_wins_over_the_metric_line() -> None:
     lines = SteeringConfig(enabled=True).lines((HEAT,))
     got = readings(snapshot, store.matrix(snapshot), lines)
     assert got == {"n0": [Reading("heat", 0.9, 0.95, "above")], "n1": [Reading("heat", 0.9, 0.8, "above")]}
+
+
+def test_anticipation_marks_a_node_one_heavy_pod_from_its_line_by_its_size() -> None:
+    """A heavy next pod (the p90 of the recent pods: 1 CPU here) takes a quarter of a 4-CPU
+    node and a sixteenth of a 16-CPU one: at 0.7 against a line of 0.8 the small node is as
+    good as hot for the next pod another scheduler places, the large one is not."""
+    estimate = EstimateConfig(resource="cpu", calibration=Calibration(next_pod=1000.0))
+    metric = replace(HEAT, estimate=estimate)
+    nodes = [
+        node("small", cpu="4", annotations={"example.com/heat": "0.7"}),
+        node("large", cpu="16", annotations={"example.com/heat": "0.7"}),
+    ]
+    snapshot = build_snapshot(nodes, [])
+    matrix = replace(MetricStore([metric], None, None, lambda: nodes).matrix(snapshot), metrics=(metric,))
+    lines = SteeringConfig(enabled=True).lines((metric,))
+    plain = readings(snapshot, matrix, lines)
+    ahead = readings(snapshot, matrix, lines, anticipate=True)
+    assert [r.over < 0 for r in plain["small"] + plain["large"]] == [True, True], "both under the line"
+    (small,), (large,) = ahead["small"], ahead["large"]
+    assert small.lead == pytest.approx(0.25) and large.lead == pytest.approx(1 / 16)
+    decision = Marks(0.1, 30.0, 1.0).decide(ahead, ["small", "large"], set(), now=0.0)
+    assert list(decision.marks) == ["small"]
+    assert small.note() == "heat 0.7 with 0.25 for a heavy next pod at or over its line 0.8"
+    quiet = replace(metric, estimate=replace(estimate, calibration=Calibration()))
+    (idle,) = readings(snapshot, replace(matrix, metrics=(quiet,)), lines, anticipate=True)["small"]
+    assert idle.lead == 0.0 and idle.over < 0, "no recent pods: nothing anticipated"
 
 
 # -- the controller ----------------------------------------------------------

@@ -248,6 +248,7 @@ def test_a_herd_counts_at_its_workloads_history_else_at_the_prior() -> None:
     assert matrix.values[1, 0] == pytest.approx(NODE_VALUE + 20 * 50 / 4000), "20 pods at web's 50m"
     calibration = matrix.metrics[0].estimate.calibration
     assert calibration.ratio is None, "nothing measured in the window: no cluster-wide figure"
+    assert calibration.next_pod == pytest.approx(50), "a heavy next pod: what the recent pods count"
     unknown = loop.choice(matrix, owned("new-0", "", cpu="1", owner=("Deployment", "new")))
     assert (unknown.source, unknown.amount) == ("prior", 2000), "p90 of 0.5, 1.0, 2.0"
     bare = loop.choice(matrix, owned("bare", "", cpu="1", owner=None))

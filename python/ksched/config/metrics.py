@@ -41,6 +41,8 @@ BEST_EFFORT_DEFAULTS = {"cpu": "100m", "memory": "200Mi"}
 # A learned estimate needs at least this many recently placed pods of a kind (estimated from
 # requests, or BestEffort) measured before it replaces the configured guess for that kind.
 LEARN_MIN_PODS = 10
+# ``Calibration.next_pod``: the quantile of the recent pods' counted usage a heavy next pod is.
+NEXT_POD_QUANTILE = 0.9
 # ``estimate.warmup``: the longest a pod may take to reach its usage after it starts (Java and
 # Python services warm up over 30 s to 3 min); while it ramps it counts at least its estimate.
 DEFAULT_WARMUP_S = 180.0
@@ -152,6 +154,10 @@ class Calibration(Learned):
     # the keys of those still ramping up.
     sources: Mapping[str, int] = field(default_factory=dict, compare=False)
     ramping: tuple[str, ...] = field(default=(), compare=False)
+    # What a heavy next pod is counted at (engine units): the ``NEXT_POD_QUANTILE`` of what the
+    # recent pods count (measured, ramping or estimated); None without recent pods. Steering
+    # keeps that much room below a node's line (``steering.anticipate``).
+    next_pod: float | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)

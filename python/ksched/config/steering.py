@@ -23,7 +23,17 @@ from ksched.config.values import as_bool, as_float, as_list, as_str, check_keys,
 from ksched.errors import ConfigError
 from ksched.objects import Obj
 
-_KEYS = ("enabled", "taintKey", "interval", "metrics", "margin", "hold", "maxShare", "nodeSelector")
+_KEYS = (
+    "enabled",
+    "taintKey",
+    "interval",
+    "metrics",
+    "margin",
+    "hold",
+    "maxShare",
+    "nodeSelector",
+    "anticipate",
+)
 _METRIC_KEYS = ("name", "line")
 DEFAULT_TAINT_KEY = "ksched.io/hot"
 # The mark's effect: a preference only. A pod that tolerates nothing still lands on a marked
@@ -80,6 +90,10 @@ class SteeringConfig:
     max_share: float = 0.25
     # Only nodes with all these labels are marked (empty: every node).
     node_selector: tuple[tuple[str, str], ...] = ()
+    # Mark a node once a heavy next pod (the 90th percentile of what the recent pods count)
+    # would take it to its line, not only once it is there: another scheduler places by
+    # requests, and a node one pod from its line is where its next pod makes a hot spot.
+    anticipate: bool = True
 
     def selects(self, labels: Mapping[str, str] | None) -> bool:
         """Whether a node with ``labels`` is one the marks are for."""
@@ -134,6 +148,7 @@ def parse_steering(obj: Any, metrics: tuple[MetricConfig, ...]) -> SteeringConfi
         hold_s=duration_at(s, "hold", d.hold_s, path),
         max_share=_share(s, "maxShare", d.max_share, path),
         node_selector=_node_selector(s.get("nodeSelector") or {}, f"{path}.nodeSelector"),
+        anticipate=as_bool(s.get("anticipate", d.anticipate), f"{path}.anticipate"),
     )
     if config.enabled and not config.lines(metrics):
         raise ConfigError(

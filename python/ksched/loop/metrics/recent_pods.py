@@ -44,7 +44,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ksched.config import EstimateConfig, MetricConfig
-from ksched.config.metrics import Calibration, WorkloadCalibration
+from ksched.config.metrics import NEXT_POD_QUANTILE, Calibration, WorkloadCalibration
 from ksched.engine.estimate import (
     BEST_EFFORT,
     FROM_REQUEST,
@@ -276,6 +276,7 @@ class RecentPods:
             calibration,
             sources={str(k): int(c) for k, c in zip(names, counts, strict=True)},
             ramping=tuple(k for k, r in zip(arrays.keys, ramping, strict=True) if r),
+            next_pod=float(np.quantile(amounts, NEXT_POD_QUANTILE)) if len(amounts) else None,
         )
 
     # -- internals -----------------------------------------------------

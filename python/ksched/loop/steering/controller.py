@@ -154,7 +154,7 @@ class Steering:
         nodes = self.state.nodes
         marked = {n for n, node in nodes.items() if self._carries(node) and self._selects(node)}
         chosen = [n for n in schedulable(snapshot) if n in nodes and self._selects(nodes[n])]
-        return readings(snapshot, matrix, self.lines), chosen, marked
+        return readings(snapshot, matrix, self.lines, self.config.anticipate), chosen, marked
 
     def _selects(self, node: Obj) -> bool:
         return self.config.selects(meta(node).get("labels"))

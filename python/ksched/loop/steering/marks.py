@@ -8,7 +8,10 @@ Owns three rules:
   recent pods of every scheduler), against the line the filter holds an ordinary pod to there
   (the node's own threshold annotation winning: :func:`~ksched.engine.load.lines_on_nodes`).
   How far over the line a node is (:attr:`Reading.over`) is a share of the line, so metrics
-  in different units rank together.
+  in different units rank together. With ``anticipate``, a node counts the room a heavy next
+  pod would take there (:attr:`Reading.lead`: ``Calibration.next_pod``, the 90th percentile of
+  what the recent pods count, as a share of that node), so that a node one pod away from its
+  line is marked before another scheduler's pod takes it over.
 - **Hysteresis** (:meth:`Marks.decide`): a node is marked once a value is at or over its line;
   a marked node keeps its mark until every value has been below the line by ``margin`` (a
   share of the line) for ``hold_s`` without a break. A node with no value is cool: a stale
@@ -27,9 +30,11 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+import numpy.typing as npt
 
+from ksched.config.metrics import MetricConfig
 from ksched.config.steering import SteeringLine
-from ksched.engine.load import lines_on_nodes
+from ksched.engine.load import lines_on_nodes, pod_shares
 from ksched.engine.snapshot import Snapshot
 from ksched.loop.metrics.metric_sources import Matrix
 
@@ -42,27 +47,41 @@ class Reading:
     value: float
     line: float
     direction: str
+    # How far a heavy next pod would move the value toward the hot side (0: not anticipated).
+    lead: float = 0.0
 
     @property
     def over(self) -> float:
-        """How far the value is on the hot side of the line, as a share of the line (the
-        plain difference for a line of 0); negative on the cool side."""
+        """How far the value (with the next pod's ``lead``) is on the hot side of the line, as
+        a share of the line (the plain difference for a line of 0); negative on the cool side."""
         gap = self.value - self.line if self.direction == "above" else self.line - self.value
+        gap += self.lead
         return gap / abs(self.line) if self.line != 0 else gap
 
     def note(self) -> str:
-        """``cpu 0.93 at or over its line 0.80``: for events and ``/status``."""
+        """``cpu 0.93 at or over its line 0.80`` (``cpu 0.7 with 0.15 for a heavy next pod at
+        or over its line 0.8``): for events and ``/status``."""
         side = "at or over" if self.direction == "above" else "at or under"
         if self.over < 0:
             side = "under" if self.direction == "above" else "over"
-        return f"{self.metric} {self.value:.3g} {side} its line {self.line:.3g}"
+        ahead = f" with {self.lead:.3g} for a heavy next pod" if self.lead > 0 else ""
+        return f"{self.metric} {self.value:.3g}{ahead} {side} its line {self.line:.3g}"
 
     def as_json(self) -> dict[str, object]:
-        return {"metric": self.metric, "value": self.value, "line": self.line, "direction": self.direction}
+        return {
+            "metric": self.metric,
+            "value": self.value,
+            "line": self.line,
+            "direction": self.direction,
+            "nextPod": self.lead,
+        }
 
 
-def readings(snapshot: Snapshot, matrix: Matrix, lines: Sequence[SteeringLine]) -> dict[str, list[Reading]]:
-    """Each node's readings, by node name (a metric with no value on a node is left out)."""
+def readings(
+    snapshot: Snapshot, matrix: Matrix, lines: Sequence[SteeringLine], anticipate: bool = False
+) -> dict[str, list[Reading]]:
+    """Each node's readings, by node name (a metric with no value on a node is left out); with
+    ``anticipate``, each with the room a heavy next pod would take there (:func:`leads`)."""
     columns = {m.name: k for k, m in enumerate(matrix.metrics)}
     out: dict[str, list[Reading]] = {n: [] for n in snapshot.node_names}
     for line in lines:
@@ -77,10 +96,30 @@ def readings(snapshot: Snapshot, matrix: Matrix, lines: Sequence[SteeringLine]) 
         )
         on_node = above if line.direction == "above" else below
         values = matrix.values[:, k]
+        lead = leads(snapshot, matrix.metrics[k], line.direction) if anticipate else None
         for row, node in enumerate(snapshot.node_names):
             value, at = float(values[row]), float(on_node[row])
             if math.isfinite(value) and math.isfinite(at):
-                out[node].append(Reading(line.metric, value, at, line.direction))
+                ahead = float(lead[row]) if lead is not None else 0.0
+                out[node].append(Reading(line.metric, value, at, line.direction, ahead))
+    return out
+
+
+def leads(snapshot: Snapshot, metric: MetricConfig, direction: str) -> npt.NDArray[np.float64] | None:
+    """How far a heavy next pod (``Calibration.next_pod``) would move ``metric`` toward its hot
+    side on each node: its share of the node's allocatable of the estimated resource. None where
+    the metric has no learned estimate or no recent pod, or where load moves it away from the
+    hot side (a metric that rises with load, held below a line)."""
+    estimate = metric.estimate
+    calibration = estimate.calibration if estimate is not None else None
+    if estimate is None or calibration is None or not calibration.next_pod:
+        return None
+    if (metric.load_sign > 0) != (direction == "above"):
+        return None
+    rows = np.arange(len(snapshot.node_names), dtype=np.intp)
+    counted, share = pod_shares(snapshot, estimate.resource, rows, np.full(len(rows), calibration.next_pod))
+    out = np.zeros(len(rows), dtype=np.float64)
+    out[counted] = share
     return out
 
 
