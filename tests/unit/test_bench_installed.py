@@ -116,3 +116,11 @@ def test_the_cluster_bench_runs_without_matplotlib_and_says_so_first(
             as_json=False,
         )
     assert capsys.readouterr().err == charts.MISSING + "\n"
+
+
+def test_the_rebalance_example_places_with_the_load_aware_examples_metric_and_estimate() -> None:
+    """``rebalance.yaml`` says it is ``load-aware.yaml`` with the rebalancer on: a bench that
+    compares them measures the rebalancer, not a second estimate (it once lacked ``learn``)."""
+    placing = load_config(example_path("load-aware.yaml")).metrics
+    moving = load_config(example_path("rebalance.yaml")).metrics
+    assert moving == placing
