@@ -6,6 +6,7 @@ load model and shadow loop on node annotations, with a clock the test moves."""
 
 from __future__ import annotations
 
+import copy
 import json
 import time
 from pathlib import Path
@@ -16,6 +17,7 @@ import pytest
 from ksched.commands.shadow import render_report, render_status, report_from_log
 from ksched.config import parse_config
 from ksched.engine.requirements import counted_requests
+from ksched.loop.metrics.load_model import LoadModel
 from ksched.loop.metrics.metric_sources import MetricStore
 from ksched.loop.mirror.state import ClusterState
 from ksched.loop.scheduling.outcomes import OutcomeWatch
@@ -128,6 +130,27 @@ def test_a_placement_is_judged_by_its_node_within_the_horizon(
     assert c.judged(placed_by, want) == 1
     other = "other" if placed_by == "ksched" else "ksched"
     assert sum(c.judged(other, o) for o in ("went_hot", "stayed_cool", "unmeasured")) == 0
+
+
+def test_a_node_the_estimate_reads_hot_but_the_metric_never_does_stayed_cool() -> None:
+    """The verdict is the metric's: a pod's estimate (500m on a 1-CPU node at 0.5) reads the
+    node at 1.0 until a sample shows the pod, but the metric never passes 0.6, so the node
+    never went hot. Judged by the estimate, a shadow counted 2.8x the hot node-minutes
+    Prometheus recorded."""
+    config = copy.deepcopy(CONFIG)
+    config["metrics"][0]["estimate"]["window"] = "90s"  # the pod counts until a sample 90 s on
+    c = Cluster(config, nodes=(heated("n0", 0.5),))
+    p = pod("web", cpu="500m", scheduler="default-scheduler", node_name="n0")
+    p["metadata"]["uid"] = "web"
+    c.state.on_pod("ADDED", p, None)
+    c.state.sync()
+    estimated = LoadModel(c.metrics, c.state.recent).scheduling(c.state.snapshot())
+    assert estimated.values[0, 0] == pytest.approx(1.0), "the estimate reads it hot"
+    verdicts = c.look_at(10)
+    c.heat("n0", 0.6)
+    for at in range(30, 170, 20):  # the horizon: the 90 s window and the 60 s margin
+        verdicts += c.look_at(at)
+    assert verdicts == [("default/web", "other", "stayed_cool")]
 
 
 def test_a_placement_whose_horizon_has_not_ended_is_not_judged_yet() -> None:

@@ -8,6 +8,8 @@ Owns how the engine's metric values are built, once for every caller:
   calibration and measured usage included), plus the load held for rebalancing moves'
   replacements not yet matched and for landed replacements still growing back
   (:class:`HeldLoad`: the rebalancer's reservations, :mod:`ksched.loop.rebalancing.reservations`).
+- **Observed** (:meth:`LoadModel.observed`): each fresh sample alone, as placement outcomes
+  judge whether a node went hot.
 - **Moving** (the rebalancer's look, and ``ksched rebalance --dry-run`` through the same
   call: :meth:`LoadModel.rebalancing`): the same values for the judged metrics whose sample
   is fresh, less what each evicted pod's source still shows of it (:class:`Departure`), plus
@@ -105,6 +107,12 @@ class LoadModel:
         self.held = held
         self.present = present
         self.departed: list[Departure] = []
+
+    def observed(self, snapshot: Snapshot) -> Matrix:
+        """What the metrics read on ``snapshot``, nothing estimated: whether a node went hot
+        (:mod:`ksched.loop.scheduling.outcomes`) is the metric's verdict, not the estimate's,
+        whose unmeasured pods and deviations read a node hotter than it may turn out."""
+        return self.metrics.matrix(snapshot)
 
     def scheduling(self, snapshot: Snapshot, *, reserved: bool = True) -> Matrix:
         """The engine's values for placing pods on ``snapshot`` (``reserved``: with the load

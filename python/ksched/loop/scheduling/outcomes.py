@@ -6,10 +6,11 @@ and, once the horizon has ended, its verdict: ``went_hot`` when a look found the
 ``stayed_cool`` when every look found it on the cool side, ``unmeasured`` when no look had a
 value for it. A node is hot when a metric with a filter line reads at or over the line the
 filter holds an ordinary pod to there, a node's own threshold annotation winning
-(:func:`ksched.loop.steering.marks.readings`, as the steering marks read it), over the values
-the scheduling cycle gives the engine (:meth:`~ksched.loop.metrics.load_model.LoadModel.scheduling`
-without reservations: each sample plus the recent pods it cannot show yet, measured usage
-where the pod query has it).
+(:func:`ksched.loop.steering.marks.readings`, as the steering marks read it), over what the
+metrics read (:meth:`~ksched.loop.metrics.load_model.LoadModel.observed`: each fresh sample,
+nothing estimated). The estimate's unmeasured pods and deviations read a node hotter than it
+turns out: judged by them, a shadow counted 40.9 hot node-minutes where Prometheus recorded
+14.8. The horizon covers the metric's window, so a placement's pod shows in it.
 
 Live mode judges every placement, ksched's (its own binds, or a pod of a ksched profile) and
 other schedulers' apart: ``ksched_placements_judged_total`` and ``/status``. Shadow mode
@@ -343,7 +344,7 @@ class OutcomeWatch:
             return []
         now = self.clock()
         snapshot = self.state.snapshot()
-        matrix = LoadModel(self.metrics, self.state.recent).scheduling(snapshot, reserved=False)
+        matrix = LoadModel(self.metrics, self.state.recent).observed(snapshot)
         found = readings(snapshot, matrix, self.lines)
         by_name = {m.name: m for m in matrix.metrics}
 
