@@ -239,15 +239,16 @@ def _start_schedulers(
     appended as it starts (so a failure part way stops those already started). Returns the
     shadow's port by its label."""
     ports: dict[str, int] = {}
-    for i, ((_, label), (namespace, _)) in enumerate(zip(r.entries, plans, strict=True)):
+    for i, ((name, label), (namespace, _)) in enumerate(zip(r.entries, plans, strict=True)):
         if label in WITHOUT_KSCHED:
             continue
         config = ksched_config(r.configs.get(label), prometheus, label)
         config = pool_config(config, label, {POOL_LABEL: str(i)}, namespace, r.observe_s)
-        path = workdir / f"{label}.yaml"
+        # Named by scenario too: the rounds of a run share the work directory.
+        path = workdir / f"{name}-{label}.yaml"
         path.write_text(yaml.safe_dump(config))
         command = r.commands.get(label, KSCHED_COMMAND)
-        proc, port = start_ksched_run(kubeconfig, workdir / f"{label}.log", path, command)
+        proc, port = start_ksched_run(kubeconfig, workdir / f"{name}-{label}.log", path, command)
         procs.append(proc)
         if label == SHADOW:
             ports[label] = port
