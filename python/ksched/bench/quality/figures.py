@@ -4,7 +4,8 @@ Owns what a run is judged by: hotspot node-minutes above a threshold, the maximu
 node utilisation over every node and sample, the coefficient of variation across nodes
 (averaged over samples), the pods on nodes over the threshold at the end, the pods left
 pending and the rate at which the scheduler placed them; for the shadow setup, what its
-shadow ksched said (:class:`ShadowOutcomes`). Pure functions of the samples.
+shadow ksched said (:class:`ShadowOutcomes`); for a steering setup, its marks
+(:class:`~.marks.MarkFigures`). Pure functions of the samples.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ksched.bench.quality.marks import MarkFigures
 from ksched.bench.quality.rebalance import RebalanceFigures
 
 # Utilisation (cores used / allocatable) over which a node counts as hot.
@@ -75,6 +77,8 @@ class QualityFigures:
     rebalance: RebalanceFigures | None = None
     # The shadow setup's: what its shadow ksched said at the end (:mod:`.setups`).
     shadow: ShadowOutcomes | None = None
+    # A steering setup's: when its pool's nodes were marked hot and unmarked (:mod:`.marks`).
+    marks: MarkFigures | None = None
 
     def summary(self) -> dict[str, Any]:
         """The figures ``--json`` prints (the bands stay in results.json)."""
@@ -86,6 +90,8 @@ class QualityFigures:
             }
         if self.shadow is not None:
             out["shadow"] = asdict(self.shadow)
+        if self.marks is not None:
+            out["marks"] = {k: v for k, v in asdict(self.marks).items() if k != "intervals"}
         return out
 
 

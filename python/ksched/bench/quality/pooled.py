@@ -17,7 +17,9 @@ rebalancer on. Where a scenario's pods are owned by controllers and the API serv
 evictions, each entry is also judged by what was moved (:mod:`.rebalance`). The steering
 setups and ``shadow`` get their configuration for their pool and namespace from
 :mod:`.setups`; the shadow's outcomes are read once the window is over, for
-:mod:`.shadow_estimate`.
+:mod:`.shadow_estimate`, and so are the steering setups' marks (the node events, listed once),
+for :mod:`.marks`. Each ``ksched run``'s configuration and log are named after its scenario
+and label in the work directory.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import yaml
 from ksched.bench.invariants import lost, overcommitted
 from ksched.bench.pods import KSCHED_COMMAND, clear_pods, start_ksched_run
 from ksched.bench.quality.figures import QualityFigures, QualityResults, Series, judge, unjudged
+from ksched.bench.quality.marks import node_events, timeline
 from ksched.bench.quality.moves import Sampler
 from ksched.bench.quality.observe import (
     Arrivals,
@@ -49,7 +52,7 @@ from ksched.bench.quality.observe import (
 )
 from ksched.bench.quality.rebalance import HOT_SAMPLES, judge_rebalance
 from ksched.bench.quality.scenarios import DEFAULT_SCHEDULER, KUBE_SCHEDULER, ORACLE, Scenario, scenario
-from ksched.bench.quality.setups import SHADOW, pool_config, read_outcomes
+from ksched.bench.quality.setups import SHADOW, STEERING, pool_config, read_outcomes
 from ksched.cluster import descheduler
 from ksched.cluster.processes import tail, terminate
 from ksched.config import load_config
@@ -196,6 +199,8 @@ def pooled_round(
         # Every placement's horizon ends within the window (:mod:`.setups`); the last ones may
         # still wait for a look or two.
         shadows = {label: read_outcomes(port, 2 * r.scrape_interval_s) for label, port in ports.items()}
+        # One list of the node events, before the kscheds stop (and unmark everything).
+        events = node_events(kube) if any(label in STEERING for _, label in r.entries) else []
         results.violations += [
             f"the descheduler exited early ({proc.returncode}): {tail(log)}"
             for proc, log in deschedulers
@@ -214,6 +219,8 @@ def pooled_round(
             entry = _Entry(name, label, namespace, names, made, placed, pods)
             figures = _judge(r, entry, series, sampler, audit_log if namespace in moved else None, results)
             figures.shadow = shadows.get(label)
+            if label in STEERING:
+                figures.marks = timeline(events, names, series.times[0], series.times[-1])
             log(_summary(entry, figures))
     finally:
         if sampler.running:
@@ -354,6 +361,7 @@ def _summary(entry: _Entry, figures: QualityFigures) -> str:
             if figures.shadow
             else ""
         )
+        + (f", {figures.marks.put_on} marks on {figures.marks.nodes_marked} nodes" if figures.marks else "")
         + (
             ", hot at the end: "
             + ", ".join(f"{n} ({v[-1]:.2f})" for n, v in figures.rebalance.hot_at_end.items())
