@@ -162,9 +162,16 @@ def descheduler_setup(
     )
 
 
+def scheduler_name(r: Round, i: int, label: str) -> str:
+    """The name entry ``i``'s ksched answers to (and its pods ask for, where it places them):
+    the label, or, where the round runs the label on more than one pool (the demo's two
+    scenarios), the label and the pool, so that no two ksched processes race for one pod."""
+    return label if sum(1 for _, other in r.entries if other == label) == 1 else f"{label}-{i}"
+
+
 def _scenario(r: Round, i: int, name: str, label: str) -> tuple[str, Scenario]:
     namespace = namespace_of(name, label)
-    asks = DEFAULT_SCHEDULER if label in KUBE_SCHEDULER_SETUPS else label
+    asks = DEFAULT_SCHEDULER if label in KUBE_SCHEDULER_SETUPS else scheduler_name(r, i, label)
     s = scenario(name, r.pods, namespace, asks, r.seed, r.rate, oracle=label == ORACLE)
     for pod in s.pods:
         pod["spec"]["nodeSelector"] = {POOL_LABEL: str(i)}
@@ -249,7 +256,7 @@ def _start_schedulers(
     for i, ((name, label), (namespace, _)) in enumerate(zip(r.entries, plans, strict=True)):
         if label in WITHOUT_KSCHED:
             continue
-        config = ksched_config(r.configs.get(label), prometheus, label)
+        config = ksched_config(r.configs.get(label), prometheus, scheduler_name(r, i, label))
         config = pool_config(config, label, {POOL_LABEL: str(i)}, namespace, r.observe_s)
         # Named by scenario too: the rounds of a run share the work directory.
         path = workdir / f"{name}-{label}.yaml"
