@@ -35,11 +35,12 @@ import yaml
 
 from ksched.bench.invariants import lost, overcommitted
 from ksched.bench.pods import KSCHED_COMMAND, clear_pods, start_ksched_run
-from ksched.bench.quality.figures import QualityFigures, QualityResults, Series, judge, unjudged
+from ksched.bench.quality.figures import QualityFigures, QualityResults, Series, judge, percentile, unjudged
 from ksched.bench.quality.marks import node_events, timeline
 from ksched.bench.quality.moves import Sampler
 from ksched.bench.quality.observe import (
     Arrivals,
+    bind_waits,
     clear_controllers,
     create_namespace,
     create_scenario,
@@ -312,6 +313,14 @@ class _Entry:
     pods: list[Obj]
 
 
+def placing(figures: QualityFigures, made: Arrivals, pods: list[Obj]) -> None:
+    """How fast the pods were placed: pods/s, and the 99th percentile and the longest of create
+    to bind."""
+    figures.pods_per_s = made.pods_per_s(pods)
+    waits = bind_waits(pods)
+    figures.p99_bind_s, figures.max_bind_s = percentile(waits, 0.99), max(waits, default=0.0)
+
+
 def _judge(
     r: Round,
     entry: _Entry,
@@ -325,7 +334,7 @@ def _judge(
     name, label, pods, made = entry.name, entry.label, entry.pods, entry.made
     figures = QualityFigures(label, name, r.pods)
     figures.pending = sum(1 for p in entry.placed if not p["spec"].get("nodeName"))
-    figures.pods_per_s = made.pods_per_s(entry.placed)
+    placing(figures, made, entry.placed)
     # Judged by the pods as they ended: an evicted pod's replacement where it landed.
     bound = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in pods if p["spec"].get("nodeName")}
     judge(figures, series, entry.nodes, bound, r.threshold)

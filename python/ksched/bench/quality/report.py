@@ -70,6 +70,7 @@ def table(results: QualityResults) -> str:
         "pods on hot",
         "pending",
         "pods/s",
+        "p99 bind s",
     )
     rows = [header]
     for f in results.figures:
@@ -84,6 +85,7 @@ def table(results: QualityResults) -> str:
                 str(f.pods_on_hot_nodes),
                 str(f.pending),
                 f"{f.pods_per_s:.1f}",
+                f"{f.p99_bind_s:.0f}",
             )
         )
     lines = _aligned(rows)
