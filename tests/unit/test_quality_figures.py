@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from ksched.bench.quality.figures import MAX_MISSING, QualityFigures, Series, judge, unjudged
+from ksched.bench.quality.figures import MAX_MISSING, QualityFigures, QualityResults, Series, judge, unjudged
+from ksched.bench.quality.observe import Arrivals
+from ksched.bench.quality.pooled import placing
+from ksched.bench.quality.report import table
 from ksched.bench.quality.scenarios import DEFAULT_SCHEDULER, SCENARIOS, scenario
 from ksched.cluster.load import BASE
 
@@ -84,3 +87,30 @@ def test_mixed_schedulers_leaves_half_the_pods_to_default_scheduler() -> None:
     assert burst.burst_from == 5, "the second half arrives at once"
     identical = {p["metadata"]["annotations"][BASE] for p in burst.pods[5:]}
     assert identical == {"1.2"}, "the burst is one rollout's identical pods"
+
+
+def test_the_table_gives_each_setups_p99_create_to_bind() -> None:
+    """A cautious estimate that leaves pods waiting shows: each pod's create to bind, to the
+    second, and the 99th percentile of them in the table."""
+
+    def made(name: str, created: str, bound: str | None) -> dict[str, object]:
+        conditions = (
+            [] if bound is None else [{"type": "PodScheduled", "status": "True", "lastTransitionTime": bound}]
+        )
+        return {
+            "metadata": {"name": name, "creationTimestamp": created},
+            "status": {"conditions": conditions},
+        }
+
+    pods = [made(f"p{i}", "2026-01-01T00:00:00Z", "2026-01-01T00:00:01Z") for i in range(99)]
+    pods += [
+        made("slow", "2026-01-01T00:00:00Z", "2026-01-01T00:01:41Z"),
+        made("pending", "2026-01-01T00:00:00Z", None),
+    ]
+    arrivals = Arrivals({}, [(0.0, [])])
+    figures = QualityFigures("ksched", "herd", len(pods))
+    placing(figures, arrivals, pods)  # type: ignore[arg-type]
+    assert (figures.p99_bind_s, figures.max_bind_s) == (1.0, 101.0)
+    figures.p99_bind_s = 101.0
+    header, row = table(QualityResults({}, figures=[figures])).splitlines()[:2]
+    assert header.split()[-3:] == ["p99", "bind", "s"] and row.split()[-1] == "101"

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from ksched.bench.pods import parse_kscheds
-from ksched.bench.quality.pooled import pools
+from ksched.bench.quality.pooled import Round, pools, scheduler_name
 from ksched.bench.quality.run import EXAMPLE_CONFIG, SETUPS, QualityOptions, _config_of, run_quality
 from ksched.cluster.kwok import fake_nodes
 from ksched.commands.cli import main
@@ -70,3 +70,20 @@ def test_another_build_runs_kscheds_configuration_with_its_own_command() -> None
     assert _config_of(opts, "cand") == Path("cand.yaml")
     with pytest.raises(KschedError, match="unknown: ksched-rebalance"):
         run_quality(QualityOptions(builds={"ksched-rebalance": ["ksched"]}), log=print)
+
+
+def test_a_label_on_two_pools_of_a_round_gets_a_scheduler_name_per_pool() -> None:
+    """The demo runs ksched on two scenarios at once: two ksched processes with one name
+    would both try to bind every pod of both pools."""
+
+    def names(entries: tuple[tuple[str, str], ...]) -> list[str]:
+        r = Round(entries=entries, pool_size=2, pods=4, seed=1, rate=1.0, observe_s=1.0,
+                  scrape_interval_s=1.0, threshold=0.8, configs={})  # fmt: skip
+        return [scheduler_name(r, i, label) for i, (_, label) in enumerate(entries)]
+
+    assert names((("a", "kube-scheduler"), ("a", "ksched"), ("a", "oracle"))) == [
+        "kube-scheduler",
+        "ksched",
+        "oracle",
+    ]
+    assert names((("a", "ksched"), ("b", "ksched"))) == ["ksched-0", "ksched-1"]

@@ -4,7 +4,8 @@ Owns what a run is judged by: hotspot node-minutes above a threshold, the maximu
 node utilisation over every node and sample, the coefficient of variation across nodes
 (averaged over samples), the pods on nodes over the threshold at the end, the pods left
 pending and the rate at which the scheduler placed them; for the shadow setup, what its
-shadow ksched said (:class:`ShadowOutcomes`). Pure functions of the samples.
+shadow ksched said (:class:`ShadowOutcomes`); for a steering setup, its marks
+(:class:`~.marks.MarkFigures`). Pure functions of the samples.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ksched.bench.quality.marks import MarkFigures
 from ksched.bench.quality.rebalance import RebalanceFigures
 
 # Utilisation (cores used / allocatable) over which a node counts as hot.
@@ -67,6 +69,10 @@ class QualityFigures:
     pods_on_hot_nodes: int = 0
     pending: int = 0
     pods_per_s: float = 0.0
+    # The 99th percentile and the longest of create to bind over the scenario's pods (seconds,
+    # to the second the API server keeps): a cautious estimate must not leave pods waiting.
+    p99_bind_s: float = 0.0
+    max_bind_s: float = 0.0
     # The share of node samples Prometheus had no value for.
     missing_samples: float = 0.0
     # Per sample: (seconds from the first create, p50, p95, max) across nodes, for the plot.
@@ -75,10 +81,21 @@ class QualityFigures:
     rebalance: RebalanceFigures | None = None
     # The shadow setup's: what its shadow ksched said at the end (:mod:`.setups`).
     shadow: ShadowOutcomes | None = None
+    # A steering setup's: when its pool's nodes were marked hot and unmarked (:mod:`.marks`).
+    marks: MarkFigures | None = None
 
     def summary(self) -> dict[str, Any]:
         """The figures ``--json`` prints (the bands stay in results.json)."""
-        keys = ("hotspot_node_minutes", "p95_utilisation", "cv", "pods_on_hot_nodes", "pending", "pods_per_s")
+        keys = (
+            "hotspot_node_minutes",
+            "p95_utilisation",
+            "cv",
+            "pods_on_hot_nodes",
+            "pending",
+            "pods_per_s",
+            "p99_bind_s",
+            "max_bind_s",
+        )
         out = {k: getattr(self, k) for k in keys}
         if self.rebalance is not None:
             out["rebalance"] = {
@@ -86,6 +103,8 @@ class QualityFigures:
             }
         if self.shadow is not None:
             out["shadow"] = asdict(self.shadow)
+        if self.marks is not None:
+            out["marks"] = {k: v for k, v in asdict(self.marks).items() if k != "intervals"}
         return out
 
 

@@ -171,6 +171,18 @@ class Arrivals:
         return round(len(bound) / busy, 1) if busy else 0.0
 
 
+def bind_waits(pods: list[Obj]) -> list[float]:
+    """Create to bind of each bound pod (seconds; both times to the second)."""
+    out = []
+    for p in pods:
+        bound = bind_time(p)
+        created = p["metadata"].get("creationTimestamp")
+        if bound is not None and created:
+            made = datetime.fromisoformat(str(created).replace("Z", "+00:00")).timestamp()
+            out.append(max(0.0, bound - made))
+    return out
+
+
 def bind_time(pod: Obj) -> float | None:
     """When the pod was bound (its PodScheduled=True condition), None if it is not."""
     for c in (pod.get("status") or {}).get("conditions") or []:

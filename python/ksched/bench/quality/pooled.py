@@ -17,7 +17,9 @@ rebalancer on. Where a scenario's pods are owned by controllers and the API serv
 evictions, each entry is also judged by what was moved (:mod:`.rebalance`). The steering
 setups and ``shadow`` get their configuration for their pool and namespace from
 :mod:`.setups`; the shadow's outcomes are read once the window is over, for
-:mod:`.shadow_estimate`.
+:mod:`.shadow_estimate`, and so are the steering setups' marks (the node events, listed once),
+for :mod:`.marks`. Each ``ksched run``'s configuration and log are named after its scenario
+and label in the work directory.
 """
 
 from __future__ import annotations
@@ -33,10 +35,12 @@ import yaml
 
 from ksched.bench.invariants import lost, overcommitted
 from ksched.bench.pods import KSCHED_COMMAND, clear_pods, start_ksched_run
-from ksched.bench.quality.figures import QualityFigures, QualityResults, Series, judge, unjudged
+from ksched.bench.quality.figures import QualityFigures, QualityResults, Series, judge, percentile, unjudged
+from ksched.bench.quality.marks import node_events, timeline
 from ksched.bench.quality.moves import Sampler
 from ksched.bench.quality.observe import (
     Arrivals,
+    bind_waits,
     clear_controllers,
     create_namespace,
     create_scenario,
@@ -49,7 +53,7 @@ from ksched.bench.quality.observe import (
 )
 from ksched.bench.quality.rebalance import HOT_SAMPLES, judge_rebalance
 from ksched.bench.quality.scenarios import DEFAULT_SCHEDULER, KUBE_SCHEDULER, ORACLE, Scenario, scenario
-from ksched.bench.quality.setups import SHADOW, pool_config, read_outcomes
+from ksched.bench.quality.setups import SHADOW, STEERING, pool_config, read_outcomes
 from ksched.cluster import descheduler
 from ksched.cluster.processes import tail, terminate
 from ksched.config import load_config
@@ -159,9 +163,16 @@ def descheduler_setup(
     )
 
 
+def scheduler_name(r: Round, i: int, label: str) -> str:
+    """The name entry ``i``'s ksched answers to (and its pods ask for, where it places them):
+    the label, or, where the round runs the label on more than one pool (the demo's two
+    scenarios), the label and the pool, so that no two ksched processes race for one pod."""
+    return label if sum(1 for _, other in r.entries if other == label) == 1 else f"{label}-{i}"
+
+
 def _scenario(r: Round, i: int, name: str, label: str) -> tuple[str, Scenario]:
     namespace = namespace_of(name, label)
-    asks = DEFAULT_SCHEDULER if label in KUBE_SCHEDULER_SETUPS else label
+    asks = DEFAULT_SCHEDULER if label in KUBE_SCHEDULER_SETUPS else scheduler_name(r, i, label)
     s = scenario(name, r.pods, namespace, asks, r.seed, r.rate, oracle=label == ORACLE)
     for pod in s.pods:
         pod["spec"]["nodeSelector"] = {POOL_LABEL: str(i)}
@@ -196,6 +207,8 @@ def pooled_round(
         # Every placement's horizon ends within the window (:mod:`.setups`); the last ones may
         # still wait for a look or two.
         shadows = {label: read_outcomes(port, 2 * r.scrape_interval_s) for label, port in ports.items()}
+        # One list of the node events, before the kscheds stop (and unmark everything).
+        events = node_events(kube) if any(label in STEERING for _, label in r.entries) else []
         results.violations += [
             f"the descheduler exited early ({proc.returncode}): {tail(log)}"
             for proc, log in deschedulers
@@ -214,6 +227,8 @@ def pooled_round(
             entry = _Entry(name, label, namespace, names, made, placed, pods)
             figures = _judge(r, entry, series, sampler, audit_log if namespace in moved else None, results)
             figures.shadow = shadows.get(label)
+            if label in STEERING:
+                figures.marks = timeline(events, names, series.times[0], series.times[-1])
             log(_summary(entry, figures))
     finally:
         if sampler.running:
@@ -239,15 +254,16 @@ def _start_schedulers(
     appended as it starts (so a failure part way stops those already started). Returns the
     shadow's port by its label."""
     ports: dict[str, int] = {}
-    for i, ((_, label), (namespace, _)) in enumerate(zip(r.entries, plans, strict=True)):
+    for i, ((name, label), (namespace, _)) in enumerate(zip(r.entries, plans, strict=True)):
         if label in WITHOUT_KSCHED:
             continue
-        config = ksched_config(r.configs.get(label), prometheus, label)
+        config = ksched_config(r.configs.get(label), prometheus, scheduler_name(r, i, label))
         config = pool_config(config, label, {POOL_LABEL: str(i)}, namespace, r.observe_s)
-        path = workdir / f"{label}.yaml"
+        # Named by scenario too: the rounds of a run share the work directory.
+        path = workdir / f"{name}-{label}.yaml"
         path.write_text(yaml.safe_dump(config))
         command = r.commands.get(label, KSCHED_COMMAND)
-        proc, port = start_ksched_run(kubeconfig, workdir / f"{label}.log", path, command)
+        proc, port = start_ksched_run(kubeconfig, workdir / f"{name}-{label}.log", path, command)
         procs.append(proc)
         if label == SHADOW:
             ports[label] = port
@@ -297,6 +313,14 @@ class _Entry:
     pods: list[Obj]
 
 
+def placing(figures: QualityFigures, made: Arrivals, pods: list[Obj]) -> None:
+    """How fast the pods were placed: pods/s, and the 99th percentile and the longest of create
+    to bind."""
+    figures.pods_per_s = made.pods_per_s(pods)
+    waits = bind_waits(pods)
+    figures.p99_bind_s, figures.max_bind_s = percentile(waits, 0.99), max(waits, default=0.0)
+
+
 def _judge(
     r: Round,
     entry: _Entry,
@@ -310,7 +334,7 @@ def _judge(
     name, label, pods, made = entry.name, entry.label, entry.pods, entry.made
     figures = QualityFigures(label, name, r.pods)
     figures.pending = sum(1 for p in entry.placed if not p["spec"].get("nodeName"))
-    figures.pods_per_s = made.pods_per_s(entry.placed)
+    placing(figures, made, entry.placed)
     # Judged by the pods as they ended: an evicted pod's replacement where it landed.
     bound = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in pods if p["spec"].get("nodeName")}
     judge(figures, series, entry.nodes, bound, r.threshold)
@@ -353,6 +377,7 @@ def _summary(entry: _Entry, figures: QualityFigures) -> str:
             if figures.shadow
             else ""
         )
+        + (f", {figures.marks.put_on} marks on {figures.marks.nodes_marked} nodes" if figures.marks else "")
         + (
             ", hot at the end: "
             + ", ".join(f"{n} ({v[-1]:.2f})" for n, v in figures.rebalance.hot_at_end.items())

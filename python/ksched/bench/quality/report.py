@@ -1,6 +1,7 @@
 """The quality benchmark's table, ``results.json`` and a plot of node utilisation over time;
 where pods could be moved, a second table of what moving them did; where the shadow setup ran,
-its estimate beside the measured difference (:mod:`.shadow_estimate`)."""
+its estimate beside the measured difference (:mod:`.shadow_estimate`); where a steering setup
+ran, its marks (:mod:`.marks`)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any
 
 from ksched.bench.quality.figures import QualityFigures, QualityResults
 from ksched.bench.quality.gap import gap_rows, gaps_json
+from ksched.bench.quality.marks import described
 from ksched.bench.quality.shadow_estimate import checks_json, shadow_rows
 
 REBALANCE_HEADER = (
@@ -68,6 +70,7 @@ def table(results: QualityResults) -> str:
         "pods on hot",
         "pending",
         "pods/s",
+        "p99 bind s",
     )
     rows = [header]
     for f in results.figures:
@@ -82,6 +85,7 @@ def table(results: QualityResults) -> str:
                 str(f.pods_on_hot_nodes),
                 str(f.pending),
                 f"{f.pods_per_s:.1f}",
+                f"{f.p99_bind_s:.0f}",
             )
         )
     lines = _aligned(rows)
@@ -93,10 +97,23 @@ def table(results: QualityResults) -> str:
         lines += ["", *_aligned(against_oracle)]
     if estimates := shadow_rows(results):
         lines += ["", *_aligned(estimates)]
+    if marks := marks_lines(results):
+        lines += ["", *marks]
     lines += [f"VIOLATION: {v}" for v in results.violations] or [
         "invariants: every pod accounted for, no node over-committed"
     ]
     return "\n".join(lines)
+
+
+def marks_lines(results: QualityResults) -> list[str]:
+    """The steering marks section: per steering setup and scenario, its figures and its most
+    marked node's marks; none where no steering setup ran."""
+    lines: list[str] = []
+    for f in results.figures:
+        if f.marks is not None:
+            first, *rest = described(f.marks)
+            lines += [f"{f.scenario} / {f.scheduler}: {first}", *(f"  {line}" for line in rest)]
+    return ["steering marks (seconds from the first create)", *lines] if lines else []
 
 
 def write(results: QualityResults, out: Path, plt: Any | None) -> None:

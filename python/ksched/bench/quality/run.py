@@ -56,6 +56,7 @@ from ksched.bench.quality.pooled import (
     KUBE_SCHEDULER_SETUPS,
     WITHOUT_KSCHED,
     Round,
+    placing,
     pooled_round,
 )
 from ksched.bench.quality.scenarios import (
@@ -166,7 +167,7 @@ def _one(
         figures = QualityFigures(label, name, len(s.pods))
         bound = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in pods if p["spec"].get("nodeName")}
         figures.pending = len(pods) - len(bound)
-        figures.pods_per_s = arrivals.pods_per_s(pods)
+        placing(figures, arrivals, pods)
         end = max(observation_end(start, [arrivals], opts.observe_s, lag), settled)
         if end > time.time():
             time.sleep(end - time.time())

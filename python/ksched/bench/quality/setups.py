@@ -31,6 +31,8 @@ from ksched.objects import Obj
 
 KSCHED_STEER = "ksched-steer"
 KSCHED_STEER_REBALANCE = "ksched-steer-rebalance"
+# The setups that mark their pool's hot nodes (their marks are read back, :mod:`.marks`).
+STEERING = (KSCHED_STEER, KSCHED_STEER_REBALANCE)
 SHADOW = "shadow"
 # The shadow's looks at the nodes it judges: a few a scrape (15 s), so a node's hot spell is
 # counted to within a few seconds of what the samples show.
@@ -43,7 +45,7 @@ def pool_config(config: Obj, label: str, pool: dict[str, str], namespace: str, o
     pool whose nodes carry the labels ``pool`` and whose pods are in ``namespace``; a label
     this module does not own is returned unchanged."""
     out = copy.deepcopy(config)
-    if label in (KSCHED_STEER, KSCHED_STEER_REBALANCE):
+    if label in STEERING:
         out["steering"] = {**(out.get("steering") or {}), "enabled": True, "nodeSelector": dict(pool)}
     if label == KSCHED_STEER_REBALANCE:
         rebalance = out.setdefault("rebalance", {})

@@ -1,0 +1,156 @@
+"""A steering setup's marks over one round: when each of its pool's nodes was marked hot and
+when the mark came off.
+
+Owns how the marks are read back and told. The steering controller posts an Event on a node
+for each change (:data:`~ksched.loop.events.MARKED_HOT`, :data:`~ksched.loop.events.UNMARKED`,
+in :data:`~ksched.loop.events.NODE_EVENT_NAMESPACE`); once the observation window is over,
+:func:`node_events` lists them once, and :func:`timeline` (a pure function) turns them into
+each node's marks as ``[on, off)`` intervals in seconds from the round's first create, ``off``
+None where the node was still marked at the end. Only the pool's nodes and the events within
+the window count: the namespace keeps earlier rounds' events for an hour, and pools are dealt
+afresh each round. A second mark on a node already marked (a new leader reconciling) continues
+the first; an unmark with no mark before it in the window (its mark's event lost: events are
+best effort) is left out. The events are what ksched reported, not the taints themselves: a
+mark whose event was lost is missing here.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from ksched.errors import KschedError
+from ksched.loop.client import Kube
+from ksched.loop.events import MARKED_HOT, NODE_EVENT_NAMESPACE, UNMARKED
+from ksched.objects import Obj
+
+EVENTS_PATH = f"/apis/events.k8s.io/v1/namespaces/{NODE_EVENT_NAMESPACE}/events"
+LIST_PAGE = 500
+LIST_TIMEOUT_S = 60.0
+
+# A mark: seconds from the round's first create when it went on, and when it came off (None:
+# still on at the end of the window).
+Interval = tuple[float, float | None]
+
+
+@dataclass
+class MarkFigures:
+    """One steering setup's marks over a round, and what they add up to."""
+
+    nodes_marked: int = 0
+    put_on: int = 0
+    taken_off: int = 0
+    # The most nodes of the pool marked at the same time.
+    most_at_once: int = 0
+    # A mark still on at the end counts until then (a lower bound); None: no mark.
+    median_duration_s: float | None = None
+    # The window's length, from the first create.
+    window_s: float = 0.0
+    # Per node ever marked, its marks in order.
+    intervals: dict[str, list[Interval]] = field(default_factory=dict)
+
+    def most_marked(self) -> str | None:
+        """The node marked most often (ties: the longest marked, then the first by name)."""
+        if not self.intervals:
+            return None
+        return min(
+            self.intervals,
+            key=lambda n: (-len(self.intervals[n]), -self._marked_s(self.intervals[n]), n),
+        )
+
+    def _marked_s(self, marks: list[Interval]) -> float:
+        return sum((self.window_s if off is None else off) - on for on, off in marks)
+
+
+def event_time(event: Obj) -> float | None:
+    """When the event happened: its ``eventTime`` (a MicroTime), else the deprecated first
+    timestamp or its creation; None where it carries none."""
+    meta = event.get("metadata") or {}
+    at = event.get("eventTime") or event.get("deprecatedFirstTimestamp") or meta.get("creationTimestamp")
+    if not at:
+        return None
+    return datetime.fromisoformat(str(at).replace("Z", "+00:00")).timestamp()
+
+
+def timeline(events: Sequence[Obj], nodes: Sequence[str], start: float, end: float) -> MarkFigures:
+    """The marks of ``nodes`` (a pool) from the node events, within the window from ``start``
+    (the round's first create, by the wall clock) to ``end``."""
+    pool = set(nodes)
+    changes: list[tuple[float, str, bool]] = []
+    for e in events:
+        reason = e.get("reason")
+        node = (e.get("regarding") or {}).get("name")
+        at = event_time(e)
+        if reason in (MARKED_HOT, UNMARKED) and node in pool and at is not None and start <= at <= end:
+            changes.append((at, str(node), reason == MARKED_HOT))
+    intervals: dict[str, list[Interval]] = {}
+    on_since: dict[str, float] = {}
+    for at, node, mark in sorted(changes):
+        if mark and node not in on_since:
+            on_since[node] = at
+        elif not mark and node in on_since:
+            intervals.setdefault(node, []).append((_seconds(on_since.pop(node), start), _seconds(at, start)))
+    for node, at in on_since.items():
+        intervals.setdefault(node, []).append((_seconds(at, start), None))
+    return _figures(dict(sorted(intervals.items())), _seconds(end, start))
+
+
+def _seconds(at: float, start: float) -> float:
+    return round(at - start, 1)
+
+
+def _figures(intervals: dict[str, list[Interval]], window_s: float) -> MarkFigures:
+    marks = [m for node_marks in intervals.values() for m in node_marks]
+    durations = [(window_s if off is None else off) - on for on, off in marks]
+    # Offs before ons at the same second: a node unmarked as another is marked is not two at once.
+    steps = sorted([(on, 1) for on, _ in marks] + [(off, -1) for _, off in marks if off is not None])
+    at_once = most = 0
+    for _, step in steps:
+        at_once += step
+        most = max(most, at_once)
+    return MarkFigures(
+        nodes_marked=len(intervals),
+        put_on=len(marks),
+        taken_off=sum(1 for _, off in marks if off is not None),
+        most_at_once=most,
+        median_duration_s=round(statistics.median(durations), 1) if durations else None,
+        window_s=window_s,
+        intervals=intervals,
+    )
+
+
+def node_events(kube: Kube) -> list[Obj]:
+    """The steering marks' events of every round the namespace still keeps, listed page by page
+    (:func:`timeline` keeps a pool's and a window's)."""
+    out: list[Obj] = []
+    query: dict[str, object] = {"limit": LIST_PAGE}
+    while True:
+        r = kube.request("GET", EVENTS_PATH, query=query, timeout=LIST_TIMEOUT_S)
+        if not r.ok:
+            raise KschedError(f"listing node events: HTTP {r.status}: {r.data[:200]!r}")
+        page = r.json()
+        out += [e for e in page.get("items") or [] if e.get("reason") in (MARKED_HOT, UNMARKED)]
+        token = (page.get("metadata") or {}).get("continue")
+        if not token:
+            return out
+        query = {"limit": LIST_PAGE, "continue": token}
+
+
+def described(figures: MarkFigures) -> list[str]:
+    """The figures in a line, and the most marked node's marks in another (none if no node
+    was marked)."""
+    median = "-" if figures.median_duration_s is None else f"{figures.median_duration_s:.0f} s"
+    lines = [
+        f"{figures.nodes_marked} nodes marked, {figures.put_on} marks put on, {figures.taken_off} taken off, "
+        f"at most {figures.most_at_once} at once, median mark {median}"
+    ]
+    node = figures.most_marked()
+    if node is not None:
+        marks = "; ".join(
+            f"on {on:.0f} s, " + ("still on at the end" if off is None else f"off {off:.0f} s")
+            for on, off in figures.intervals[node]
+        )
+        lines.append(f"most marked: {node}: {marks}")
+    return lines

@@ -1,0 +1,147 @@
+"""A steering setup's marks over a round, read back from the node events the steering
+controller posts: each node's intervals, the figures they add up to, and the report's lines."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from datetime import UTC, datetime
+from typing import NamedTuple
+
+import pytest
+
+from ksched.bench.quality.figures import QualityFigures, QualityResults
+from ksched.bench.quality.marks import Interval, MarkFigures, timeline
+from ksched.bench.quality.report import marks_lines, table
+from ksched.loop.events import COMPONENT, MARKED_HOT, UNMARKED
+from ksched.objects import Obj
+
+# The round's first create, and its window's end 600 s later.
+START = datetime(2025, 3, 1, 12, 0, tzinfo=UTC).timestamp()
+END = START + 600.0
+POOL = ["kwok-node-00001", "kwok-node-00002", "kwok-node-00003"]
+
+
+def _event(reason: str, node: str, at_s: float) -> Obj:
+    """An event as the API server lists it, ``at_s`` seconds after the first create."""
+    at = datetime.fromtimestamp(START + at_s, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return {
+        "metadata": {"name": f"{node}.{int(at_s * 1e6):016x}", "namespace": "default"},
+        "eventTime": at,
+        "reason": reason,
+        "regarding": {"kind": "Node", "name": node},
+        "reportingController": COMPONENT,
+    }
+
+
+def on(node: str, at_s: float) -> Obj:
+    return _event(MARKED_HOT, node, at_s)
+
+
+def off(node: str, at_s: float) -> Obj:
+    return _event(UNMARKED, node, at_s)
+
+
+class Case(NamedTuple):
+    name: str
+    events: list[Obj]
+    want: dict[str, list[Interval]]
+
+
+CASES = [
+    Case("no event: no mark", [], {}),
+    Case(
+        "a mark on and off, and on again until the end",
+        [on(POOL[0], 95), off(POOL[0], 240), on(POOL[0], 300)],
+        {POOL[0]: [(95.0, 240.0), (300.0, None)]},
+    ),
+    Case(
+        "listed out of order: ordered by when they happened",
+        [off(POOL[1], 50.5), on(POOL[1], 10.5)],
+        {POOL[1]: [(10.5, 50.5)]},
+    ),
+    Case(
+        "another pool's nodes are not this pool's marks",
+        [on("kwok-node-00099", 20), on(POOL[2], 30), off("kwok-node-00099", 40)],
+        {POOL[2]: [(30.0, None)]},
+    ),
+    Case(
+        "an earlier round's events and those after the window are left out",
+        [on(POOL[0], -3000), off(POOL[0], -2900), on(POOL[1], 590), off(POOL[1], 610), on(POOL[2], 700)],
+        {POOL[1]: [(590.0, None)]},
+    ),
+    Case(
+        "an unmark without a mark is tolerated and left out",
+        [off(POOL[0], 15), on(POOL[0], 60), off(POOL[0], 120), off(POOL[0], 130)],
+        {POOL[0]: [(60.0, 120.0)]},
+    ),
+    Case(
+        "a mark on a marked node (a new leader reconciling) continues the first",
+        [on(POOL[0], 60), on(POOL[0], 90), off(POOL[0], 200)],
+        {POOL[0]: [(60.0, 200.0)]},
+    ),
+    Case(
+        "other reasons on the pool's nodes are no marks",
+        [_event("NodeNotReady", POOL[0], 10), _event("Rebalanced", POOL[1], 20)],
+        {},
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_each_nodes_marks_within_the_round(case: Case) -> None:
+    got = timeline(case.events, POOL, START, END).intervals
+    assert got == case.want, f"want {case.want}, got {got}"
+
+
+def test_the_marks_add_up_to_the_figures() -> None:
+    events = [
+        on(POOL[0], 95),
+        on(POOL[1], 100),
+        off(POOL[0], 240),
+        # Unmarked as another is marked at the same moment: two at once, not three.
+        off(POOL[1], 300),
+        on(POOL[2], 300),
+        on(POOL[0], 300),
+    ]
+    got = timeline(events, POOL, START, END)
+    assert (got.nodes_marked, got.put_on, got.taken_off, got.most_at_once) == (3, 4, 2, 2)
+    # 145 s and 200 s off; 300 s and 300 s still on at the end of the 600 s window.
+    assert got.median_duration_s == 250.0
+    assert got.most_marked() == POOL[0]
+    assert timeline([], POOL, START, END).median_duration_s is None
+
+
+def test_the_report_tells_the_most_marked_nodes_intervals() -> None:
+    marks = timeline(
+        [on(POOL[1], 95), off(POOL[1], 240), on(POOL[1], 300), on(POOL[2], 100), off(POOL[2], 130)],
+        POOL,
+        START,
+        END,
+    )
+    results = QualityResults({})
+    steered = QualityFigures("ksched-steer", "mixed-schedulers", 96)
+    steered.marks = marks
+    results.figures += [QualityFigures("kube-scheduler", "mixed-schedulers", 96), steered]
+    assert marks_lines(results) == [
+        "steering marks (seconds from the first create)",
+        "mixed-schedulers / ksched-steer: 2 nodes marked, 3 marks put on, 2 taken off, "
+        "at most 2 at once, median mark 145 s",
+        "  most marked: kwok-node-00002: on 95 s, off 240 s; on 300 s, still on at the end",
+    ]
+    assert "most marked: kwok-node-00002" in table(results)
+    # results.json carries the intervals with the run, and --json the figures.
+    run = json.loads(json.dumps(asdict(steered)))
+    assert run["marks"]["intervals"][POOL[1]] == [[95.0, 240.0], [300.0, None]]
+    assert results.by_scenario()["mixed-schedulers"]["ksched-steer"]["marks"]["put_on"] == 3
+    assert "marks" not in results.by_scenario()["mixed-schedulers"]["kube-scheduler"]
+
+
+def test_no_steering_setup_no_section() -> None:
+    results = QualityResults({}, [QualityFigures("ksched", "requests-lie", 96)])
+    assert marks_lines(results) == []
+    steered = QualityFigures("ksched-steer", "requests-lie", 96, marks=MarkFigures(window_s=600.0))
+    assert marks_lines(QualityResults({}, [steered]))[1:] == [
+        "requests-lie / ksched-steer: 0 nodes marked, 0 marks put on, 0 taken off, "
+        "at most 0 at once, median mark -"
+    ]
