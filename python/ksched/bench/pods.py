@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -175,17 +175,21 @@ def _slim(pod: Obj) -> Obj:
 def list_pods(kube: Kube, path: str = "/api/v1/pods") -> list[Obj]:
     """Every pod under ``path``, page by page, each slimmed to what :mod:`ksched.bench.invariants`
     reads."""
-    out: list[Obj] = []
+    return [_slim(p) for p in list_all(kube, path, "pods")]
+
+
+def list_all(kube: Kube, path: str, what: str, timeout_s: float = SETTLE_TIMEOUT_S) -> Iterator[Obj]:
+    """Every object under ``path``, page by page (``what`` names them in an error)."""
     query: dict[str, object] = {"limit": LIST_PAGE}
     while True:
-        r = kube.request("GET", path, query=query, timeout=SETTLE_TIMEOUT_S)
+        r = kube.request("GET", path, query=query, timeout=timeout_s)
         if not r.ok:
-            raise KschedError(f"listing pods: HTTP {r.status}: {r.data[:200]!r}")
+            raise KschedError(f"listing {what}: HTTP {r.status}: {r.data[:200]!r}")
         page = r.json()
-        out.extend(_slim(p) for p in page.get("items") or [])
+        yield from page.get("items") or []
         token = (page.get("metadata") or {}).get("continue")
         if not token:
-            return out
+            return
         query = {"limit": LIST_PAGE, "continue": token}
 
 

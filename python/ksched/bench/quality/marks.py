@@ -21,13 +21,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from ksched.errors import KschedError
+from ksched.bench.pods import list_all
 from ksched.loop.client import Kube
 from ksched.loop.events import MARKED_HOT, NODE_EVENT_NAMESPACE, UNMARKED
 from ksched.objects import Obj
 
 EVENTS_PATH = f"/apis/events.k8s.io/v1/namespaces/{NODE_EVENT_NAMESPACE}/events"
-LIST_PAGE = 500
 LIST_TIMEOUT_S = 60.0
 
 # A mark: seconds from the round's first create when it went on, and when it came off (None:
@@ -124,18 +123,8 @@ def _figures(intervals: dict[str, list[Interval]], window_s: float) -> MarkFigur
 def node_events(kube: Kube) -> list[Obj]:
     """The steering marks' events of every round the namespace still keeps, listed page by page
     (:func:`timeline` keeps a pool's and a window's)."""
-    out: list[Obj] = []
-    query: dict[str, object] = {"limit": LIST_PAGE}
-    while True:
-        r = kube.request("GET", EVENTS_PATH, query=query, timeout=LIST_TIMEOUT_S)
-        if not r.ok:
-            raise KschedError(f"listing node events: HTTP {r.status}: {r.data[:200]!r}")
-        page = r.json()
-        out += [e for e in page.get("items") or [] if e.get("reason") in (MARKED_HOT, UNMARKED)]
-        token = (page.get("metadata") or {}).get("continue")
-        if not token:
-            return out
-        query = {"limit": LIST_PAGE, "continue": token}
+    events = list_all(kube, EVENTS_PATH, "node events", LIST_TIMEOUT_S)
+    return [e for e in events if e.get("reason") in (MARKED_HOT, UNMARKED)]
 
 
 def described(figures: MarkFigures) -> list[str]:
