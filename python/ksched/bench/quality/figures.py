@@ -43,6 +43,9 @@ class ShadowOutcomes:
     ksched_hot_node_minutes_estimated: float
     left_pending: int
     hot_node_minutes_avoided_estimated: float
+    # ``/shadow`` as read (results.json keeps it: ``ksched shadow report``'s figures, from
+    # ``ksched.commands.shadow.render_report``).
+    report: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @classmethod
     def of(cls, report: dict[str, Any]) -> ShadowOutcomes:
@@ -54,6 +57,7 @@ class ShadowOutcomes:
             ksched_hot_node_minutes_estimated=float(o["kschedHotNodeMinutesEstimated"]),
             left_pending=int(o["leftPending"]),
             hot_node_minutes_avoided_estimated=float(o["hotNodeMinutesAvoidedEstimated"]),
+            report=report,
         )
 
 
@@ -102,7 +106,7 @@ class QualityFigures:
                 k: v for k, v in asdict(self.rebalance).items() if k not in ("moves", "hot_at_end")
             }
         if self.shadow is not None:
-            out["shadow"] = asdict(self.shadow)
+            out["shadow"] = {k: v for k, v in asdict(self.shadow).items() if k != "report"}
         if self.marks is not None:
             out["marks"] = {k: v for k, v in asdict(self.marks).items() if k != "intervals"}
         return out
