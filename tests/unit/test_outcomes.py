@@ -271,6 +271,30 @@ def test_shadow_adds_the_pod_to_ksched_s_choice(tmp_path: Path) -> None:
     assert o["hotNodeMinutesAvoidedEstimated"] == pytest.approx(0.0)
 
 
+def test_ksched_s_choice_is_read_in_the_world_ksched_would_have_made(tmp_path: Path) -> None:
+    # default-scheduler puts web-1 (200m) on "hot" (ksched: "a" at 0.4); "a" warms to 0.5;
+    # default-scheduler puts web-2 (300m) on "a" (ksched: "b" at 0.45), and "a" reads 0.8 with
+    # it. Read as the other scheduler's world plus web-1, "a" would be hot (1.0); in ksched's
+    # world web-2 is on "b", so "a" holds web-1 (0.7) and "b" web-2 (0.75): both stay cool.
+    shadow, c, _ = shadow_of(tmp_path, (heated("hot", 0.9), heated("a", 0.4), heated("b", 0.45)))
+    bind(shadow, c, "web-1", "hot", cpu="200m")
+    c.heat("a", 0.5)
+    bind(shadow, c, "web-2", "a", cpu="300m")
+    assert [(d.pod, d.ksched_node) for d in shadow.ledger.recent] == [
+        ("default/web-1", "a"),
+        ("default/web-2", "b"),
+    ]
+    c.heat("a", 0.8)
+    for at in (10, 30, 60, 70):
+        c.look_at(at)
+    o = shadow.ledger.report()["outcomes"]
+    assert o["kschedCountsEstimated"] == {"stayed_cool": 2, "went_hot": 0, "unmeasured": 0}
+    assert o["kschedHotNodeMinutesEstimated"] == 0.0
+    assert o["hotNodeMinutes"] > 0 and o["hotNodeMinutesAvoidedEstimated"] == pytest.approx(
+        o["hotNodeMinutes"]
+    )
+
+
 def test_the_report_from_the_shadow_log_equals_the_report_from_shadow(tmp_path: Path) -> None:
     shadow, c, log = shadow_of(tmp_path, (heated("cool", 0.3), heated("hot", 0.9), heated("mid", 0.5)))
     bind(shadow, c, "web-1", "hot")

@@ -15,11 +15,12 @@ turns out: judged by them, a shadow counted 40.9 hot node-minutes where Promethe
 Live mode judges every placement, ksched's (its own binds, or a pod of a ksched profile) and
 other schedulers' apart: ``ksched_placements_judged_total`` and ``/status``. Shadow mode
 also carries ksched's choice for each pod another scheduler placed, and estimates whether
-that node would have gone hot with the pod's usage added (its measured usage where the pod
+that node would have gone hot in the world ksched would have made: every pod within its
+horizon moved from its node to ksched's choice for it, at its usage (measured where the pod
 query has it, else its estimate; nothing for a metric without an estimate); and how long each
 node was hot, in node-seconds counted once per node (:meth:`Outcomes.observe`), for
-``ksched shadow report``'s hot node-minutes avoided. The estimate ignores second-order effects:
-the pods that would have gone elsewhere had ksched placed this one.
+``ksched shadow report``'s hot node-minutes avoided. ksched's choices are the ones it made in
+the other scheduler's world: what it would have chosen in its own is not modelled.
 
 Memory is O(placements within the horizon) plus a watermark per node: a verdict leaves as it
 is given. Looks run every ``outcomes.interval`` on the cluster state's thread
@@ -347,15 +348,19 @@ class OutcomeWatch:
         matrix = LoadModel(self.metrics, self.state.recent).observed(snapshot)
         found = readings(snapshot, matrix, self.lines)
         by_name = {m.name: m for m in matrix.metrics}
+        moved = self._moved(snapshot, by_name)
 
         def hot(node: str) -> bool | None:
             return _hot(found.get(node))
 
         def choice_hot(p: Placement) -> bool | None:
             assert p.choice is not None
-            if p.choice == p.node:
-                return hot(p.node)  # the pod is there already
-            return _hot([self._with_pod(r, p, snapshot, by_name) for r in found.get(p.choice) or ()])
+            return _hot(
+                [
+                    replace(r, value=r.value + moved.get((p.choice, r.metric), 0.0))
+                    for r in found.get(p.choice) or ()
+                ]
+            )
 
         judged = self.outcomes.observe(now, hot, choice_hot)
         for j in judged:
@@ -364,19 +369,30 @@ class OutcomeWatch:
                 call(j)
         return judged
 
-    def _with_pod(
-        self, r: Reading, p: Placement, snapshot: Snapshot, by_name: Mapping[str, MetricConfig]
-    ) -> Reading:
-        """``r`` (on ksched's choice) with the pod's usage added: measured where the pod query
-        has it, else its estimate; as it is where the metric has no estimate."""
-        m = by_name[r.metric]
-        if m.estimate is None or p.choice is None:
-            return r
-        amount = self.metrics.measured(p.pod, m)
-        if amount is None or not math.isfinite(amount):
-            amount = p.usage.get(m.name)
-        share = None if amount is None else node_share(snapshot, p.choice, m.estimate.resource, amount)
-        return r if share is None else replace(r, value=r.value + m.load_sign * share)
+    def _moved(self, snapshot: Snapshot, by_name: Mapping[str, MetricConfig]) -> dict[tuple[str, str], float]:
+        """Shadow mode: how far each node's value would move, per metric, had ksched placed the
+        pods still within their horizon where it chose: each such pod's usage (measured where
+        the pod query has it, else its estimate; nothing for a metric without one) taken off
+        the node the other scheduler put it on and added to ksched's choice. ksched's choice is
+        read as the world it would have made, not as the other scheduler's world with one more
+        pod: the pods the other scheduler piled on that node since would have gone elsewhere."""
+        moved: dict[tuple[str, str], float] = defaultdict(float)
+        for p in self.outcomes.pending.values():
+            if p.choice is None or p.choice == p.node:
+                continue
+            for m in by_name.values():
+                if m.estimate is None:
+                    continue
+                amount = self.metrics.measured(p.pod, m)
+                if amount is None or not math.isfinite(amount):
+                    amount = p.usage.get(m.name)
+                if amount is None:
+                    continue
+                for node, sign in ((p.choice, 1.0), (p.node, -1.0)):
+                    share = node_share(snapshot, node, m.estimate.resource, amount)
+                    if share is not None:
+                        moved[node, m.name] += sign * m.load_sign * share
+        return moved
 
     # -- its own thread ---------------------------------------------------
 
