@@ -116,6 +116,16 @@ def test_the_cap_counts_schedulable_nodes_and_keeps_a_marked_node_on_a_tie() -> 
     assert Marks(0.1, 30.0, 0.25).decide(values, ["n0", "n1", "n2"], set(), now=0.0).marks == {}
 
 
+def test_at_the_cap_a_marked_node_keeps_its_place_until_another_is_hotter_by_the_margin() -> None:
+    # One mark (4 nodes, 25 %): n0 carries it at 5 % over its line.
+    marks = Marks(0.1, 30.0, 0.25)
+    nodes = ["n0", "n1", "n2", "n3"]
+    slightly = {"n0": hot(0.84), "n1": hot(0.88)}  # n1 10 % over: hotter, not by the margin
+    assert list(marks.decide(slightly, nodes, {"n0"}, now=0.0).marks) == ["n0"]
+    clearly = {"n0": hot(0.84), "n1": hot(0.98)}  # n1 22.5 % over
+    assert list(marks.decide(clearly, nodes, {"n0"}, now=10.0).marks) == ["n1"]
+
+
 def test_a_node_threshold_annotation_wins_over_the_metric_line() -> None:
     """As in the filter: a node's own ``threshold.ksched.io/<metric>-above`` is its line."""
     nodes = [

@@ -16,8 +16,9 @@ Owns three rules:
   a marked node keeps its mark until every value has been below the line by ``margin`` (a
   share of the line) for ``hold_s`` without a break. A node with no value is cool: a stale
   metric never keeps a node marked forever, nor marks one.
-- **Cap**: at most ``max_share`` of the schedulable nodes are marked, the hottest first (a
-  node marked already wins a tie). When most nodes are hot a mark says nothing.
+- **Cap**: at most ``max_share`` of the schedulable nodes are marked, the hottest first; a
+  node marked already keeps its place until another is hotter by ``margin`` (and wins a
+  tie). When most nodes are hot a mark says nothing.
 
 Reads no clock and writes nothing: the controller (:mod:`ksched.loop.steering.controller`)
 feeds it and writes what it decides.
@@ -175,7 +176,16 @@ class Marks:
         for node in set(self.cool_since) - set(wanted):
             del self.cool_since[node]
         cap = math.floor(self.max_share * len(schedulable) + 1e-9)
-        ranked = sorted(wanted.items(), key=lambda kv: (-_rank(kv[1]), kv[0] not in marked, kv[0]))
+        # A marked node keeps its place in the cap until another is hotter by the margin: at
+        # the cap, the hottest nodes swap places from look to look, and each swap writes two.
+        ranked = sorted(
+            wanted.items(),
+            key=lambda kv: (
+                -(_rank(kv[1]) + (self.margin if kv[0] in marked else 0.0)),
+                kv[0] not in marked,
+                kv[0],
+            ),
+        )
         return Decision(dict(ranked[:cap]), dict(ranked[cap:]))
 
 
