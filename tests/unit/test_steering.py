@@ -116,6 +116,25 @@ def test_the_cap_counts_schedulable_nodes_and_keeps_a_marked_node_on_a_tie() -> 
     assert Marks(0.1, 30.0, 0.25).decide(values, ["n0", "n1", "n2"], set(), now=0.0).marks == {}
 
 
+def test_anticipation_never_marks_a_node_for_its_size_nor_before_a_node_at_its_line() -> None:
+    """A heavy next pod of 2 CPUs takes an idle 2-CPU node to 1.0 on its own: that is the
+    node's size, not its load, so no lead there. A node over its line ranks before one that
+    only a heavy next pod would take there, however large that pod's share."""
+    estimate = EstimateConfig(resource="cpu", calibration=Calibration(next_pod=2000.0))
+    metric = replace(HEAT, estimate=estimate)
+    nodes = [
+        node("tiny", cpu="2", annotations={"example.com/heat": "0.0"}),
+        node("small", cpu="4", annotations={"example.com/heat": "0.6"}),  # 0.6 + 0.5: 37.5 % over
+        node("big", cpu="32", annotations={"example.com/heat": "0.85"}),  # 6 % over by itself
+    ]
+    snapshot = build_snapshot(nodes, [])
+    matrix = replace(MetricStore([metric], None, None, lambda: nodes).matrix(snapshot), metrics=(metric,))
+    ahead = readings(snapshot, matrix, SteeringConfig(enabled=True).lines((metric,)), anticipate=True)
+    assert ahead["tiny"][0].lead == 0.0 and ahead["small"][0].lead == pytest.approx(0.5)
+    decision = Marks(0.1, 30.0, 1 / 3).decide(ahead, ["tiny", "small", "big"], set(), now=0.0)
+    assert (list(decision.marks), list(decision.capped)) == (["big"], ["small"])
+
+
 def test_at_the_cap_a_marked_node_keeps_its_place_until_another_is_hotter_by_the_margin() -> None:
     # One mark (4 nodes, 25 %): n0 carries it at 5 % over its line.
     marks = Marks(0.1, 30.0, 0.25)

@@ -55,8 +55,16 @@ class Reading:
     def over(self) -> float:
         """How far the value (with the next pod's ``lead``) is on the hot side of the line, as
         a share of the line (the plain difference for a line of 0); negative on the cool side."""
+        return self._share(self.lead)
+
+    @property
+    def at_line(self) -> bool:
+        """Whether the value itself, without the lead, is at or over the line."""
+        return self._share(0.0) >= 0
+
+    def _share(self, lead: float) -> float:
         gap = self.value - self.line if self.direction == "above" else self.line - self.value
-        gap += self.lead
+        gap += lead
         return gap / abs(self.line) if self.line != 0 else gap
 
     def note(self) -> str:
@@ -97,7 +105,7 @@ def readings(
         )
         on_node = above if line.direction == "above" else below
         values = matrix.values[:, k]
-        lead = leads(snapshot, matrix.metrics[k], line.direction) if anticipate else None
+        lead = leads(snapshot, matrix.metrics[k], line.direction, on_node) if anticipate else None
         for row, node in enumerate(snapshot.node_names):
             value, at = float(values[row]), float(on_node[row])
             if math.isfinite(value) and math.isfinite(at):
@@ -106,11 +114,14 @@ def readings(
     return out
 
 
-def leads(snapshot: Snapshot, metric: MetricConfig, direction: str) -> npt.NDArray[np.float64] | None:
+def leads(
+    snapshot: Snapshot, metric: MetricConfig, direction: str, lines: npt.NDArray[np.float64]
+) -> npt.NDArray[np.float64] | None:
     """How far a heavy next pod (``Calibration.next_pod``) would move ``metric`` toward its hot
-    side on each node: its share of the node's allocatable of the estimated resource. None where
-    the metric has no learned estimate or no recent pod, or where load moves it away from the
-    hot side (a metric that rises with load, held below a line)."""
+    side on each node: its share of the node's allocatable of the estimated resource; 0 where,
+    held above ``lines`` (each node's), that share alone reaches the line. None where the metric
+    has no learned estimate or no recent pod, or where load moves it away from the hot side (a
+    metric that rises with load, held below a line)."""
     estimate = metric.estimate
     calibration = estimate.calibration if estimate is not None else None
     if estimate is None or calibration is None or not calibration.next_pod:
@@ -120,7 +131,11 @@ def leads(snapshot: Snapshot, metric: MetricConfig, direction: str) -> npt.NDArr
     rows = np.arange(len(snapshot.node_names), dtype=np.intp)
     counted, share = pod_shares(snapshot, estimate.resource, rows, np.full(len(rows), calibration.next_pod))
     out = np.zeros(len(rows), dtype=np.float64)
+    # Where one heavy pod alone would take an idle node to the line, the node's size is what
+    # that says, not its load: no lead there (a small node would otherwise stay marked idle).
     out[counted] = share
+    if direction == "above":
+        out = np.where(out < lines, out, 0.0)
     return out
 
 
@@ -178,17 +193,19 @@ class Marks:
         cap = math.floor(self.max_share * len(schedulable) + 1e-9)
         # A marked node keeps its place in the cap until another is hotter by the margin: at
         # the cap, the hottest nodes swap places from look to look, and each swap writes two.
-        ranked = sorted(
-            wanted.items(),
-            key=lambda kv: (
-                -(_rank(kv[1]) + (self.margin if kv[0] in marked else 0.0)),
-                kv[0] not in marked,
-                kv[0],
-            ),
-        )
+        ranked = sorted(wanted.items(), key=lambda kv: _order(kv[0], kv[1], marked, self.margin))
         return Decision(dict(ranked[:cap]), dict(ranked[cap:]))
 
 
-def _rank(reading: Reading | None) -> float:
-    """A reading's place in the cap's order (a node with no value last)."""
-    return reading.over if reading is not None else -math.inf
+def _order(
+    node: str, reading: Reading | None, marked: Collection[str], margin: float
+) -> tuple[bool, float, bool, str]:
+    """A node's place in the cap's order: nodes at their line before nodes only a heavy next
+    pod away from it, each the farthest over first, a marked node that is over ``margin``
+    ahead (and first on a tie); a node with no value last."""
+    if reading is None:
+        return (True, math.inf, node not in marked, node)
+    over = reading.over
+    if node in marked and over >= 0:
+        over += margin
+    return (not reading.at_line, -over, node not in marked, node)
