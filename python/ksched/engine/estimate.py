@@ -15,9 +15,9 @@ measured pods used (:class:`ksched.config.metrics.Calibration`, kept by
 
 Load estimate v3 learns per workload (:func:`workload_of`: the pod's Deployment, StatefulSet,
 CronJob, other controller, or an operator's label): :func:`terms` picks, for one kind of guess
-and one workload, the workload's own figures (weighed against the prior), else the prior for
-a workload without a measured pod, else the cluster-wide figures; :func:`expected` applies
-them, to one pod or to many.
+and one workload, the workload's own figures (weighed against the collective figure), else
+the prior for a workload without a measured pod, else the cluster-wide figures;
+:func:`expected` applies them, to one pod or to many.
 A pod annotated ``ksched.io/expected-<resource>`` (:func:`declared_usage`) is expected to use
 that and nothing is learned for it.
 """
@@ -182,7 +182,7 @@ class Terms(NamedTuple):
 
 def terms(calibration: Calibration | None, kind: int, workload: str | None, prior: str = "") -> Terms:
     """The figures a pod of ``kind`` and ``workload`` counts by: its workload's own where it
-    taught one (from one measured pod, weighed against the prior:
+    taught one (from one measured pod, weighed against the collective figure:
     :func:`ksched.loop.metrics.workloads.credible`), else, for a pod of a workload, the prior
     where other workloads taught one or it is a fixed ratio (``prior`` is the estimate's
     ``prior`` mode: ``limit`` counts the pod at its limit where it sets one), else the

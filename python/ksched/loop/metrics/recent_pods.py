@@ -142,7 +142,7 @@ class RecentPods:
             if m.estimate is not None and m.estimate.learns
         }
         self._series = {i: PodSeries() for i in self._history}
-        # Per learning metric, the workloads' figures weighed against the prior, and what they
+        # Per learning metric, the workloads' figures weighed against the collective figure, and what they
         # were computed from (the figures' mapping, kept so that its id stays its own).
         self._credible: dict[int, tuple[tuple[Any, ...], object, Mapping[str, WorkloadCalibration]]] = {}
         # Grows when a sample brings a longer window (metrics-server names its own).
@@ -339,20 +339,23 @@ class RecentPods:
     def _calibration(self, i: int, estimate: EstimateConfig, cluster: Calibration, now: float) -> Calibration:
         """The cluster-wide figures with each workload's and the prior (``estimate.prior``)."""
         own = self._history[i].figures(now)
+        key = (id(own), cluster.ratio, cluster.best_effort)
+        cached = self._credible.get(i)
+        if cached is None or cached[0] != key:
+            # Each workload's figures weighed against the collective ones: computed again only
+            # when a workload taught something or the cluster-wide figures moved.
+            cached = self._credible[i] = (key, own, credible(own, cluster.ratio, cluster.best_effort))
+        workloads = cached[2]
         mode, value = estimate.prior
-        ratio, ratio_sd, best, best_sd = prior_figures(cluster, own, value if mode == "quantile" else 0.9)
+        ratio, ratio_sd, best, best_sd = prior_figures(
+            cluster, workloads, value if mode == "quantile" else 0.9
+        )
         if mode == "ratio":
             # A fixed ratio, with the spread within workloads where any taught one.
             ratio, ratio_sd = value, ratio_sd if ratio is not None else cluster.ratio_sd
-        key = (id(own), ratio, ratio_sd, best, best_sd)
-        cached = self._credible.get(i)
-        if cached is None or cached[0] != key:
-            # Each workload's figures weighed against the prior: computed again only when
-            # a workload taught something or the prior moved.
-            cached = self._credible[i] = (key, own, credible(own, ratio, ratio_sd, best, best_sd))
         return replace(
             cluster,
-            workloads=cached[2],
+            workloads=workloads,
             prior_ratio=ratio,
             prior_ratio_sd=ratio_sd,
             prior_best_effort=best,

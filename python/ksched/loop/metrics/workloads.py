@@ -43,8 +43,10 @@ WORKLOAD_TTL_S = 3600.0
 # rolling update's new ones.
 POD_MEMORY = 50
 # Buhlmann's credibility constant (:func:`credibility_k`) until the workloads measured can
-# estimate it: a workload with one measured pod is trusted half.
+# estimate it: a workload with one measured pod is trusted half; and its floor: one measured
+# pod is trusted at most two thirds.
 DEFAULT_CREDIBILITY_K = 1.0
+MIN_CREDIBILITY_K = 0.5
 # Warm-ups remembered per workload (their median is the workload's warm-up).
 WARMUP_MEMORY = 20
 # ``/status``: the learned workloads shown (those with the most measured pods), and the
@@ -195,20 +197,22 @@ def _prior(
 
 
 def _within(learned: list[tuple[float, float, int]]) -> float | None:
-    """The spread of pods around their own workload's figure: the pods-weighted root mean
-    square of the workloads' spreads, over those with two measured pods or more (one pod has
-    no spread of its own); None where none has two."""
+    """The spread of pods around their own workload's figure, over the workloads with two
+    measured pods or more (one pod has no spread of its own): each workload's spread is over its
+    own pods (``n``), so the pooled variance divides by ``n - 1`` a workload to be unbiased.
+    None where no workload has two."""
     spreads = [(sd, n) for _, sd, n in learned if n >= 2]
-    pods = sum(n for _, n in spreads)
-    return float(np.sqrt(sum(n * sd * sd for sd, n in spreads) / pods)) if pods else None
+    freedom = sum(n - 1 for _, n in spreads)
+    return float(np.sqrt(sum(n * sd * sd for sd, n in spreads) / freedom)) if freedom else None
 
 
 def credibility_k(learned: list[tuple[float, float, int]]) -> float:
     """Buhlmann's credibility constant for one figure across workloads: the variance of a pod
     around its workload's figure over the variance of the workloads' figures around each other
     (less what their own few pods add to it). A workload with ``n`` measured pods is trusted
-    ``n / (n + k)``: where its replicas agree and workloads differ, one pod says nearly all; where
-    they scatter as much as workloads do, it takes many. At most ``LEARN_MIN_PODS`` (a workload
+    ``n / (n + k)``: where its replicas agree and workloads differ, one pod says most; where
+    they scatter as much as workloads do, it takes many. Between ``MIN_CREDIBILITY_K`` (one pod
+    is never trusted whole: it may have been measured idle) and ``LEARN_MIN_PODS`` (a workload
     with that many pods is trusted at least half); ``DEFAULT_CREDIBILITY_K`` until two workloads,
     one of them with two pods, are measured."""
     within = _within(learned)
@@ -219,63 +223,55 @@ def credibility_k(learned: list[tuple[float, float, int]]) -> float:
     between = float(figures.var(ddof=1)) - noise
     if between <= 0.0:
         return float(LEARN_MIN_PODS)
-    return min(within * within / between, float(LEARN_MIN_PODS))
+    return min(max(within * within / between, MIN_CREDIBILITY_K), float(LEARN_MIN_PODS))
 
 
 def credible(
-    workloads: Mapping[str, WorkloadCalibration],
-    ratio: float | None,
-    ratio_sd: float,
-    best_effort: float | None,
-    best_effort_sd: float,
+    workloads: Mapping[str, WorkloadCalibration], ratio: float | None, best_effort: float | None
 ) -> dict[str, WorkloadCalibration]:
-    """Each workload's figures as a pod of it counts: its own, weighed against what a pod of a
-    workload without history counts at (``ratio`` and ``best_effort``, the prior, with their
-    spreads) by how many of its pods were measured (:func:`credibility_k`). So a workload
-    counts at its own figures from its first measured pod, as far as one pod can be trusted,
-    and a herd of a workload with three measured replicas counts at nearly what they use. A
-    figure without a prior to weigh against is the workload's own."""
-    ratios = [(w.ratio, w.ratio_sd, w.ratio_pods) for w in workloads.values() if w.ratio is not None]
-    bests = [
-        (w.best_effort, w.best_effort_sd, w.best_effort_pods)
-        for w in workloads.values()
-        if w.best_effort is not None
-    ]
-    ratio_k, ratio_within = credibility_k(ratios), _within(ratios)
-    best_k, best_within = credibility_k(bests), _within(bests)
-    out = {}
-    for name, w in workloads.items():
-        r, r_sd = _blend(w.ratio, w.ratio_sd, w.ratio_pods, ratio, ratio_sd, ratio_within, ratio_k)
-        b, b_sd = _blend(
-            w.best_effort,
-            w.best_effort_sd,
-            w.best_effort_pods,
-            best_effort,
-            best_effort_sd,
-            best_within,
-            best_k,
+    """Each workload's figures as a pod of it counts: its own weighed against the collective
+    figure (``ratio``, ``best_effort``: the cluster-wide ones, else the pods-weighted mean of the
+    workloads') by how many of its pods were measured (:func:`credibility_k`), with a spread
+    weighed alike between its own and the spread within workloads. So a workload counts at its
+    own figures from its first measured pod, as far as one pod can be trusted, and a herd of a
+    workload with three measured replicas counts at nearly what they use."""
+    ratios = _weighed({n: (w.ratio, w.ratio_sd, w.ratio_pods) for n, w in workloads.items()}, ratio)
+    bests = _weighed(
+        {n: (w.best_effort, w.best_effort_sd, w.best_effort_pods) for n, w in workloads.items()},
+        best_effort,
+    )
+    return {
+        n: replace(
+            w, ratio=ratios[n][0], ratio_sd=ratios[n][1], best_effort=bests[n][0], best_effort_sd=bests[n][1]
         )
-        out[name] = replace(w, ratio=r, ratio_sd=r_sd, best_effort=b, best_effort_sd=b_sd)
-    return out
+        for n, w in workloads.items()
+    }
+
+
+def _weighed(
+    figures: Mapping[str, tuple[float | None, float, int]], collective: float | None
+) -> dict[str, tuple[float | None, float]]:
+    """One figure of each workload (figure, spread, pods) weighed against ``collective`` (else
+    the pods-weighted mean of the workloads')."""
+    learned = [(f, sd, n) for f, sd, n in figures.values() if f is not None]
+    if collective is None and learned:
+        collective = sum(f * n for f, _, n in learned) / sum(n for _, _, n in learned)
+    k, within = credibility_k(learned), _within(learned)
+    return {name: _blend(f, sd, n, collective, within, k) for name, (f, sd, n) in figures.items()}
 
 
 def _blend(
-    own: float | None,
-    own_sd: float,
-    pods: int,
-    prior: float | None,
-    prior_sd: float,
-    within: float | None,
-    k: float,
+    own: float | None, own_sd: float, pods: int, collective: float | None, within: float | None, k: float
 ) -> tuple[float | None, float]:
     if own is None or pods < 1:
         return None, 0.0
     # One pod has no spread of its own: its replicas are taken to scatter as other workloads' do.
-    spread = own_sd if pods >= 2 else (within if within is not None else prior_sd)
-    if prior is None:
+    around = within if within is not None else own_sd
+    spread = own_sd if pods >= 2 else around
+    if collective is None:
         return own, spread
     z = pods / (pods + k)
-    return z * own + (1.0 - z) * prior, float(np.sqrt(z * spread * spread + (1.0 - z) * prior_sd * prior_sd))
+    return z * own + (1.0 - z) * collective, float(np.sqrt(z * spread * spread + (1.0 - z) * around * around))
 
 
 @dataclass
@@ -326,7 +322,8 @@ def learned_json(resource: str | None, c: Calibration) -> dict[str, Any]:
     guessed usage of pods guessed from requests (summed) and its spread, the mean measured
     usage of BestEffort pods (engine units: millicores for cpu, else the resource's own) and
     its spread, and how many measured pods each figure is from (a cluster-wide figure is null
-    below ``LEARN_MIN_PODS``; a workload's is weighed against the prior, :func:`credible`); the prior a pod of a workload without history counts at; how the
+    below ``LEARN_MIN_PODS``; a workload's is weighed against the collective figure,
+    :func:`credible`); the prior a pod of a workload without history counts at; how the
     recent pods are counted (``sources``: pods by where their estimate came from, ``ramping``:
     the first of those still ramping up); and the ``STATUS_WORKLOADS`` workloads with the most
     measured pods, with their figures and warm-up (seconds)."""
