@@ -295,6 +295,22 @@ def test_ksched_s_choice_is_read_in_the_world_ksched_would_have_made(tmp_path: P
     )
 
 
+def test_a_pod_gone_before_its_verdict_moves_nothing_in_ksched_s_world(tmp_path: Path) -> None:
+    # web (600m) goes to "hot"; ksched would have chosen "cool" (0.1). The pod finishes at
+    # once: in ksched's world it is gone too, so "cool" stays at 0.1, not 0.7.
+    shadow, c, _ = shadow_of(tmp_path, (heated("hot", 0.9), heated("cool", 0.1)))
+    bind(shadow, c, "web", "hot", cpu="600m")
+    assert shadow.ledger.recent[-1].ksched_node == "cool"
+    gone = pod("web", cpu="600m", scheduler="default-scheduler", node_name="hot")
+    gone["metadata"]["uid"] = "web"
+    c.state.on_pod("DELETED", gone, None)
+    c.state.sync()
+    c.heat("cool", 0.3)  # 0.3 + 0.6 would be over the line
+    for at in (10, 30, 60, 70):
+        c.look_at(at)
+    assert shadow.ledger.report()["outcomes"]["kschedCountsEstimated"]["stayed_cool"] == 1
+
+
 def test_the_report_from_the_shadow_log_equals_the_report_from_shadow(tmp_path: Path) -> None:
     shadow, c, log = shadow_of(tmp_path, (heated("cool", 0.3), heated("hot", 0.9), heated("mid", 0.5)))
     bind(shadow, c, "web-1", "hot")

@@ -41,7 +41,7 @@ from typing import Any
 from ksched.config import Config, MetricConfig, SteeringConfig
 from ksched.config.metrics import query_window_s
 from ksched.engine.estimate import estimated_usage
-from ksched.engine.load import node_share
+from ksched.engine.load import allocatable, before_event
 from ksched.engine.requirements import counted_requests
 from ksched.engine.snapshot import Snapshot
 from ksched.loop.metrics.load_model import LoadModel
@@ -371,27 +371,40 @@ class OutcomeWatch:
 
     def _moved(self, snapshot: Snapshot, by_name: Mapping[str, MetricConfig]) -> dict[tuple[str, str], float]:
         """Shadow mode: how far each node's value would move, per metric, had ksched placed the
-        pods still within their horizon where it chose: each such pod's usage (measured where
-        the pod query has it, else its estimate; nothing for a metric without one) taken off
-        the node the other scheduler put it on and added to ksched's choice. ksched's choice is
-        read as the world it would have made, not as the other scheduler's world with one more
-        pod: the pods the other scheduler piled on that node since would have gone elsewhere."""
+        pods still within their horizon where it chose: each such pod still bound at its usage
+        (measured where the pod query has it, else its estimate; nothing for a metric without
+        one) added to ksched's choice, and what the metric's sample shows of it taken off the
+        node the other scheduler put it on. ksched's choice is read as the world it would have
+        made, not as the other scheduler's world with one more pod: the pods the other
+        scheduler piled on that node since would have gone elsewhere. One pass over the
+        placements a metric, with the nodes' allocatable read once."""
         moved: dict[tuple[str, str], float] = defaultdict(float)
+        elsewhere = []
         for p in self.outcomes.pending.values():
-            if p.choice is None or p.choice == p.node:
+            usage, chosen = self.state.usage.get(p.pod), p.choice
+            if chosen is not None and chosen != p.node and usage is not None and usage.uid == p.uid:
+                elsewhere.append((p, chosen, snapshot.index.get(p.node), snapshot.index.get(chosen)))
+        for m in by_name.values() if elsewhere else ():
+            alloc = None if m.estimate is None else allocatable(snapshot, m.estimate.resource)
+            if m.estimate is None or alloc is None:
                 continue
-            for m in by_name.values():
-                if m.estimate is None:
-                    continue
-                amount = self.metrics.measured(p.pod, m)
+            measured = self.metrics.pod_usage(m) or {}
+            sample = self.metrics.latest(m.name)
+            window = m.window_s()
+            for p, chosen, source, choice in elsewhere:
+                amount = measured.get(p.pod)
                 if amount is None or not math.isfinite(amount):
                     amount = p.usage.get(m.name)
                 if amount is None:
                     continue
-                for node, sign in ((p.choice, 1.0), (p.node, -1.0)):
-                    share = node_share(snapshot, node, m.estimate.resource, amount)
-                    if share is not None:
-                        moved[node, m.name] += sign * m.load_sign * share
+                if choice is not None and alloc[choice] > 0:
+                    moved[chosen, m.name] += m.load_sign * amount / alloc[choice]
+                if source is not None and alloc[source] > 0:
+                    # A pod bound within the sample's window shows in it only in part.
+                    shown = (
+                        1.0 if sample is None else 1.0 - float(before_event(p.at, sample.sampled_at, window))
+                    )
+                    moved[p.node, m.name] -= m.load_sign * shown * amount / alloc[source]
         return moved
 
     # -- its own thread ---------------------------------------------------
