@@ -171,15 +171,16 @@ class Arrivals:
         return round(len(bound) / busy, 1) if busy else 0.0
 
 
-def bind_waits(pods: list[Obj]) -> list[float]:
-    """Create to bind of each bound pod (seconds; both times to the second)."""
+def bind_waits(pods: list[Obj], now: float) -> list[float]:
+    """Create to bind of each pod (seconds; both times to the second); a pod not bound counts
+    its wait until ``now`` (at least that long)."""
     out = []
     for p in pods:
-        bound = bind_time(p)
         created = p["metadata"].get("creationTimestamp")
-        if bound is not None and created:
+        if created:
             made = datetime.fromisoformat(str(created).replace("Z", "+00:00")).timestamp()
-            out.append(max(0.0, bound - made))
+            bound = bind_time(p)
+            out.append(max(0.0, (now if bound is None else bound) - made))
     return out
 
 

@@ -313,11 +313,11 @@ class _Entry:
     pods: list[Obj]
 
 
-def placing(figures: QualityFigures, made: Arrivals, pods: list[Obj]) -> None:
+def placing(figures: QualityFigures, made: Arrivals, pods: list[Obj], now: float | None = None) -> None:
     """How fast the pods were placed: pods/s, and the 99th percentile and the longest of create
-    to bind."""
+    to bind (a pod still pending counts its wait until ``now``, default the present)."""
     figures.pods_per_s = made.pods_per_s(pods)
-    waits = bind_waits(pods)
+    waits = bind_waits(pods, time.time() if now is None else now)
     figures.p99_bind_s, figures.max_bind_s = percentile(waits, 0.99), max(waits, default=0.0)
 
 
