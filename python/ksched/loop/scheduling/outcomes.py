@@ -15,9 +15,9 @@ turns out: judged by them, a shadow counted 40.9 hot node-minutes where Promethe
 Live mode judges every placement, ksched's (its own binds, or a pod of a ksched profile) and
 other schedulers' apart: ``ksched_placements_judged_total`` and ``/status``. Shadow mode
 also carries ksched's choice for each pod another scheduler placed, and estimates whether
-that node would have gone hot in the world ksched would have made: every pod within its
-horizon moved from its node to ksched's choice for it, at its usage (measured where the pod
-query has it, else its estimate; nothing for a metric without an estimate); and how long each
+that node would have gone hot with the pod's usage added (measured where the pod query has
+it, else its estimate; nothing for a metric without an estimate) and without the pods the
+other scheduler piled on it that ksched would have sent elsewhere; and how long each
 node was hot, in node-seconds counted once per node (:meth:`Outcomes.observe`), for
 ``ksched shadow report``'s hot node-minutes avoided. ksched's choices are the ones it made in
 the other scheduler's world: what it would have chosen in its own is not modelled.
@@ -348,7 +348,7 @@ class OutcomeWatch:
         matrix = LoadModel(self.metrics, self.state.recent).observed(snapshot)
         found = readings(snapshot, matrix, self.lines)
         by_name = {m.name: m for m in matrix.metrics}
-        moved = self._moved(snapshot, by_name)
+        taken_off, added = self._moved(snapshot, by_name)
 
         def hot(node: str) -> bool | None:
             return _hot(found.get(node))
@@ -357,7 +357,12 @@ class OutcomeWatch:
             assert p.choice is not None
             return _hot(
                 [
-                    replace(r, value=r.value + moved.get((p.choice, r.metric), 0.0))
+                    replace(
+                        r,
+                        value=r.value
+                        + taken_off.get((p.choice, r.metric), 0.0)
+                        + added.get((p.pod, r.metric), 0.0),
+                    )
                     for r in found.get(p.choice) or ()
                 ]
             )
@@ -369,16 +374,21 @@ class OutcomeWatch:
                 call(j)
         return judged
 
-    def _moved(self, snapshot: Snapshot, by_name: Mapping[str, MetricConfig]) -> dict[tuple[str, str], float]:
-        """Shadow mode: how far each node's value would move, per metric, had ksched placed the
-        pods still within their horizon where it chose: each such pod still bound at its usage
-        (measured where the pod query has it, else its estimate; nothing for a metric without
-        one) added to ksched's choice, and what the metric's sample shows of it taken off the
-        node the other scheduler put it on. ksched's choice is read as the world it would have
-        made, not as the other scheduler's world with one more pod: the pods the other
-        scheduler piled on that node since would have gone elsewhere. One pass over the
+    def _moved(
+        self, snapshot: Snapshot, by_name: Mapping[str, MetricConfig]
+    ) -> tuple[dict[tuple[str, str], float], dict[tuple[str, str], float]]:
+        """Shadow mode, for reading ksched's choices: per (node, metric), what the metric's sample
+        shows of the pods still within their horizon (and still bound) that the other scheduler
+        put there and ksched would have put elsewhere, taken off; and per (pod, metric), that
+        pod's usage (measured where the pod query has it, else its estimate; nothing for a
+        metric without one) as a share of ksched's choice for it. A choice is read as its node
+        without the pods the other scheduler piled on it that ksched would have sent elsewhere,
+        plus the pod alone: ksched's own choices are not piled up, since ksched, placing them,
+        would have seen each one it made and spread the next (a shadow that piled them read
+        -61 hot node-minutes avoided where kube-scheduler's pool ran 10.75). One pass over the
         placements a metric, with the nodes' allocatable read once."""
-        moved: dict[tuple[str, str], float] = defaultdict(float)
+        taken_off: dict[tuple[str, str], float] = defaultdict(float)
+        added: dict[tuple[str, str], float] = {}
         elsewhere = []
         for p in self.outcomes.pending.values():
             usage, chosen = self.state.usage.get(p.pod), p.choice
@@ -391,21 +401,21 @@ class OutcomeWatch:
             measured = self.metrics.pod_usage(m) or {}
             sample = self.metrics.latest(m.name)
             window = m.window_s()
-            for p, chosen, source, choice in elsewhere:
+            for p, _, source, choice in elsewhere:
                 amount = measured.get(p.pod)
                 if amount is None or not math.isfinite(amount):
                     amount = p.usage.get(m.name)
                 if amount is None:
                     continue
                 if choice is not None and alloc[choice] > 0:
-                    moved[chosen, m.name] += m.load_sign * amount / alloc[choice]
+                    added[p.pod, m.name] = m.load_sign * amount / alloc[choice]
                 if source is not None and alloc[source] > 0:
                     # A pod bound within the sample's window shows in it only in part.
                     shown = (
                         1.0 if sample is None else 1.0 - float(before_event(p.at, sample.sampled_at, window))
                     )
-                    moved[p.node, m.name] -= m.load_sign * shown * amount / alloc[source]
-        return moved
+                    taken_off[p.node, m.name] -= m.load_sign * shown * amount / alloc[source]
+        return taken_off, added
 
     # -- its own thread ---------------------------------------------------
 
