@@ -391,9 +391,9 @@ class OutcomeWatch:
         added: dict[tuple[str, str], float] = {}
         elsewhere = []
         for p in self.outcomes.pending.values():
-            usage, chosen = self.state.usage.get(p.pod), p.choice
-            if chosen is not None and chosen != p.node and usage is not None and usage.uid == p.uid:
-                elsewhere.append((p, chosen, snapshot.index.get(p.node), snapshot.index.get(chosen)))
+            usage = self.state.usage.get(p.pod)
+            if p.choice is not None and p.choice != p.node and usage is not None and usage.uid == p.uid:
+                elsewhere.append((p, snapshot.index.get(p.node), snapshot.index.get(p.choice)))
         for m in by_name.values() if elsewhere else ():
             alloc = None if m.estimate is None else allocatable(snapshot, m.estimate.resource)
             if m.estimate is None or alloc is None:
@@ -401,7 +401,7 @@ class OutcomeWatch:
             measured = self.metrics.pod_usage(m) or {}
             sample = self.metrics.latest(m.name)
             window = m.window_s()
-            for p, _, source, choice in elsewhere:
+            for p, source, choice in elsewhere:
                 amount = measured.get(p.pod)
                 if amount is None or not math.isfinite(amount):
                     amount = p.usage.get(m.name)

@@ -35,7 +35,7 @@ import numpy.typing as npt
 
 from ksched.config.metrics import MetricConfig
 from ksched.config.steering import SteeringLine
-from ksched.engine.load import lines_on_nodes, pod_shares
+from ksched.engine.load import allocatable, lines_on_nodes
 from ksched.engine.snapshot import Snapshot
 from ksched.loop.metrics.metric_sources import Matrix
 
@@ -128,12 +128,12 @@ def leads(
         return None
     if (metric.load_sign > 0) != (direction == "above"):
         return None
-    rows = np.arange(len(snapshot.node_names), dtype=np.intp)
-    counted, share = pod_shares(snapshot, estimate.resource, rows, np.full(len(rows), calibration.next_pod))
-    out = np.zeros(len(rows), dtype=np.float64)
+    alloc = allocatable(snapshot, estimate.resource)
+    if alloc is None:
+        return None
+    out = np.divide(calibration.next_pod, alloc, out=np.zeros_like(alloc), where=alloc > 0)
     # Where one heavy pod alone would take an idle node to the line, the node's size is what
     # that says, not its load: no lead there (a small node would otherwise stay marked idle).
-    out[counted] = share
     if direction == "above":
         out = np.where(out < lines, out, 0.0)
     return out
