@@ -225,6 +225,25 @@ def test_a_ramping_pod_counts_at_least_its_estimate_until_its_usage_is_stable() 
     assert loop.store.learned()["cpu"]["ramping"] == []
 
 
+def test_the_same_scrape_read_twice_does_not_end_a_ramp() -> None:
+    loop = Loop(learned_metric())
+    loop.add(owned("ticker", "n0", owner=("Deployment", "ticker")))
+    for value in (100.0, 100.0, 200.0, 200.0, 300.0):
+        loop.sample({"ticker": value})  # a new scrape every 4 s, read every 2 s
+    loop.add(owned("java", "n1", cpu="1"))
+    loop.sample({"ticker": 300.0, "java": 200.0})
+    again = loop.sample({"ticker": 400.0, "java": 200.0})
+    assert loop.store.learned()["cpu"]["ramping"] == ["default/java"], "the same scrape again"
+    assert again.values[1, 0] > NODE_VALUE + 1.0 / 4, "it counts at its estimate, not its 200m"
+    loop.sample({"ticker": 400.0, "java": 600.0})
+    loop.sample({"ticker": 500.0, "java": 600.0})
+    loop.sample({"ticker": 500.0, "java": 600.0})
+    assert loop.store.learned()["cpu"]["ramping"] == ["default/java"], "600m unchanged for 4 s"
+    stable = loop.sample({"ticker": 600.0, "java": 600.0})
+    assert loop.store.learned()["cpu"]["ramping"] == [], "unchanged for 6 s (1.5 scrapes): stable"
+    assert stable.values[1, 0] == pytest.approx(NODE_VALUE + 0.6 / 4), "stable: its measured 600m"
+
+
 def test_a_pod_past_the_window_that_still_ramps_counts_what_the_sample_does_not_show() -> None:
     loop = Loop(learned_metric(warmup_s=600.0))
     loop.add(owned("java", "n1", cpu="1"))

@@ -10,7 +10,8 @@ Owns two things for one metric's estimate, both fed by
   from its history. Bounded: at most ``WORKLOAD_MEMORY`` workloads, least recently taught
   first out, each forgotten ``WORKLOAD_TTL_S`` after it last taught anything.
 - :class:`PodSeries`: per recent pod, its last two measured values. A pod ramps while its
-  usage still rises by more than ``RAMP_TOLERANCE`` from one sample to the next, while it is
+  usage still rises by more than ``RAMP_TOLERANCE`` from one sample to the next (an unchanged
+  value read before the learned scrape cadence passed is the same sample), while it is
   younger than its workload's learned warm-up, or while it has one sample only; never past the
   estimate's ``warmup``. A pod that stopped ramping is stable for good (usage that swings later
   is the spread's business), and only stable pods teach.
@@ -36,6 +37,12 @@ from ksched.engine.estimate import BEST_EFFORT, FROM_REQUEST
 
 # A pod still rises by more than this share of its previous sample: it is ramping up.
 RAMP_TOLERANCE = 0.1
+# A pod's value that did not change is the same scrape read again (an instant query answers at
+# the query's time, not the scrape's) until this many of the learned scrape cadences passed
+# since it last changed; the cadence is the median gap between changes of recent pods' values,
+# over the last ``CADENCE_MEMORY`` changes.
+SAME_SCRAPE_CADENCES = 1.5
+CADENCE_MEMORY = 256
 # Workloads remembered at once, and how long one is remembered after it last taught.
 WORKLOAD_MEMORY = 4096
 WORKLOAD_TTL_S = 3600.0
@@ -281,13 +288,43 @@ class _Series:
     last: float
     previous: float | None = None
     stable: bool = False
+    # When its value was first read or last changed, and whether it has changed since.
+    changed_at: float = 0.0
+    changed: bool = False
 
 
 class PodSeries:
-    """Each recent pod's last two measured values, and whether it still ramps up."""
+    """Each recent pod's last two measured values, and whether it still ramps up.
+
+    A value equal to the last one read is news only once the learned scrape cadence (times
+    ``SAME_SCRAPE_CADENCES``) has passed since the pod's value last changed: ksched reads the
+    pod query more often than Prometheus scrapes, and the same scrape read twice would
+    otherwise end a ramp at its first unchanged reading. Until any pod's value changed twice,
+    the cadence is unknown and every reading is news."""
 
     def __init__(self) -> None:
         self._pods: dict[str, _Series] = {}
+        self._gaps: deque[float] = deque(maxlen=CADENCE_MEMORY)
+        self._cadence: float | None = None
+
+    def cadence(self) -> float | None:
+        """The median seconds between changes of recent pods' measured values (None: none
+        changed yet)."""
+        if self._cadence is None and self._gaps:
+            self._cadence = statistics.median(self._gaps)
+        return self._cadence
+
+    def _news(self, s: _Series, at: float, value: float) -> bool:
+        """Whether ``value`` read at ``at`` is a new sample of the pod ``s``; learns the
+        cadence from the gaps between changes."""
+        if value != s.last:
+            if s.changed:
+                self._gaps.append(at - s.changed_at)
+                self._cadence = None
+            s.changed_at, s.changed = at, True
+            return True
+        cadence = self.cadence()
+        return cadence is None or at - s.changed_at >= SAME_SCRAPE_CADENCES * cadence
 
     def forget(self, key: str) -> None:
         self._pods.pop(key, None)
@@ -300,10 +337,10 @@ class PodSeries:
         ``value`` is a new sample of it. ``warmup``: its workload's learned warm-up; ``cap``: the
         estimate's ``warmup``."""
         s = self._pods.get(key)
-        fresh = s is None or s.uid != uid or at > s.at
+        fresh = s is None or s.uid != uid or (at > s.at and self._news(s, at, value))
         if s is None or s.uid != uid:
-            s = self._pods[key] = _Series(uid, at, value)
-        elif at > s.at:
+            s = self._pods[key] = _Series(uid, at, value, changed_at=at)
+        elif fresh:
             s.previous, s.last, s.at = s.last, value, at
         if s.stable:
             return False, False, fresh
