@@ -220,6 +220,8 @@ def test_a_ramping_pod_counts_at_least_its_estimate_until_its_usage_is_stable() 
     rising = loop.sample({"java": 600.0})
     assert rising.values[1, 0] == pytest.approx(NODE_VALUE + 1.0 / 4), "still rising: its 1 CPU"
     assert loop.store.learned()["cpu"]["ramping"] == ["default/java"]
+    [shown] = loop.store.learned()["cpu"]["rampingPods"]
+    assert (shown["pod"], shown["counts"], shown["measured"]) == ("default/java", 1000.0, 600.0)
     stable = loop.sample({"java": 620.0})
     assert stable.values[1, 0] == pytest.approx(NODE_VALUE + 0.62 / 4), "stable: its measured 620m"
     assert loop.store.learned()["cpu"]["ramping"] == []

@@ -5,7 +5,8 @@ node utilisation over every node and sample, the coefficient of variation across
 (averaged over samples), the pods on nodes over the threshold at the end, the pods left
 pending and the rate at which the scheduler placed them; for the shadow setup, what its
 shadow ksched said (:class:`ShadowOutcomes`); for a steering setup, its marks
-(:class:`~.marks.MarkFigures`). Pure functions of the samples.
+(:class:`~.marks.MarkFigures`); for the traced setup, one pod's estimate over time
+(:class:`~.estimates.EstimateTrace`). Pure functions of the samples.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ksched.bench.quality.estimates import EstimateTrace
 from ksched.bench.quality.marks import MarkFigures
 from ksched.bench.quality.rebalance import RebalanceFigures
 
@@ -87,6 +89,9 @@ class QualityFigures:
     shadow: ShadowOutcomes | None = None
     # A steering setup's: when its pool's nodes were marked hot and unmarked (:mod:`.marks`).
     marks: MarkFigures | None = None
+    # The traced setup's: one pod's estimate from its bind until its usage settled
+    # (:mod:`.estimates`).
+    estimate: EstimateTrace | None = None
 
     def summary(self) -> dict[str, Any]:
         """The figures ``--json`` prints (the bands stay in results.json)."""

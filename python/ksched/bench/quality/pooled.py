@@ -35,6 +35,7 @@ import yaml
 
 from ksched.bench.invariants import lost, overcommitted
 from ksched.bench.pods import KSCHED_COMMAND, clear_pods, start_ksched_run
+from ksched.bench.quality.estimates import TRACED, StatusPoller, trace
 from ksched.bench.quality.figures import QualityFigures, QualityResults, Series, judge, percentile, unjudged
 from ksched.bench.quality.marks import node_events, timeline
 from ksched.bench.quality.moves import Sampler
@@ -203,10 +204,19 @@ def pooled_round(
     sampler = Sampler(kube, moved)
     try:
         ports = _start_schedulers(r, kubeconfig, prometheus, workdir, plans, procs, deschedulers)
+        pollers = {label: StatusPoller(port) for label, port in ports.items() if label == TRACED}
+        for poller in pollers.values():
+            poller.start()
         series, arrivals, settled = _observe(kube, prometheus, r, plans, sampler)
+        for poller in pollers.values():
+            poller.stop()
         # Every placement's horizon ends within the window (:mod:`.setups`); the last ones may
         # still wait for a look or two.
-        shadows = {label: read_outcomes(port, 2 * r.scrape_interval_s) for label, port in ports.items()}
+        shadows = {
+            label: read_outcomes(port, 2 * r.scrape_interval_s)
+            for label, port in ports.items()
+            if label == SHADOW
+        }
         # One list of the node events, before the kscheds stop (and unmark everything).
         events = node_events(kube) if any(label in STEERING for _, label in r.entries) else []
         results.violations += [
@@ -227,6 +237,8 @@ def pooled_round(
             entry = _Entry(name, label, namespace, names, made, placed, pods)
             figures = _judge(r, entry, series, sampler, audit_log if namespace in moved else None, results)
             figures.shadow = shadows.get(label)
+            if label in pollers:
+                figures.estimate = trace(pollers[label].polls, pods)
             if label in STEERING:
                 figures.marks = timeline(events, names, series.times[0], series.times[-1])
             log(_summary(entry, figures))
@@ -251,8 +263,8 @@ def _start_schedulers(
     deschedulers: list[tuple[subprocess.Popen[bytes], Path]],
 ) -> dict[str, int]:
     """A ``ksched run`` per ksched entry, and a descheduler per entry that has one, each
-    appended as it starts (so a failure part way stops those already started). Returns the
-    shadow's port by its label."""
+    appended as it starts (so a failure part way stops those already started). Returns each
+    ksched's ``/status`` port by its label."""
     ports: dict[str, int] = {}
     for i, ((name, label), (namespace, _)) in enumerate(zip(r.entries, plans, strict=True)):
         if label in WITHOUT_KSCHED:
@@ -265,8 +277,7 @@ def _start_schedulers(
         command = r.commands.get(label, KSCHED_COMMAND)
         proc, port = start_ksched_run(kubeconfig, workdir / f"{name}-{label}.log", path, command)
         procs.append(proc)
-        if label == SHADOW:
-            ports[label] = port
+        ports[label] = port
     for i, ((name, label), (namespace, _)) in enumerate(zip(r.entries, plans, strict=True)):
         if label == KUBE_SCHEDULER_DESCHEDULER:
             setup = descheduler_setup(r.rebalance_config, i, namespace)

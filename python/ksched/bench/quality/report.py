@@ -1,7 +1,8 @@
 """The quality benchmark's table, ``results.json`` and a plot of node utilisation over time;
 where pods could be moved, a second table of what moving them did; where the shadow setup ran,
 its estimate beside the measured difference (:mod:`.shadow_estimate`); where a steering setup
-ran, its marks (:mod:`.marks`)."""
+ran, its marks (:mod:`.marks`); where a pod's estimate was traced, its points and a plot of them
+(:mod:`.estimates`)."""
 
 from __future__ import annotations
 
@@ -99,6 +100,10 @@ def table(results: QualityResults) -> str:
         lines += ["", *_aligned(estimates)]
     if marks := marks_lines(results):
         lines += ["", *marks]
+    for f in results.figures:
+        if f.estimate is not None:
+            first, *rest = f.estimate.described()
+            lines += ["", f"one pod's estimate, {f.scenario} / {f.scheduler}: {first}", *rest]
     lines += [f"VIOLATION: {v}" for v in results.violations] or [
         "invariants: every pod accounted for, no node over-committed"
     ]
@@ -132,6 +137,8 @@ def write(results: QualityResults, out: Path, plt: Any | None) -> None:
     (out / "table.md").write_text(table(results) + "\n")
     if plt is not None:
         _chart(results, plt, out / "utilisation.png")
+        if any(f.estimate is not None for f in results.figures):
+            _estimate_chart(results, plt, out / "estimate.png")
 
 
 def _chart(results: QualityResults, plt: Any, path: Path) -> None:
@@ -160,6 +167,30 @@ def _chart(results: QualityResults, plt: Any, path: Path) -> None:
         ax.set_xlabel("minutes")
     axes[0][0].set_ylabel("node CPU utilisation")
     axes[0][0].legend(fontsize=7, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def _estimate_chart(results: QualityResults, plt: Any, path: Path) -> None:
+    """Each traced pod: what ksched counted it at and what it measured, beside its true usage,
+    from its bind until it settled (a panel per scenario)."""
+    traced = [f for f in results.figures if f.estimate is not None]
+    fig, axes = plt.subplots(1, len(traced), figsize=(5 * len(traced), 3.2), squeeze=False)
+    for ax, f in zip(axes[0], traced, strict=True):
+        e = f.estimate
+        assert e is not None
+        ages = [p[0] for p in e.points]
+        end = max(e.settled_by_s, e.ramp_s) + 30.0
+        grid = [end * i / 100 for i in range(101)]
+        ax.plot(grid, [e.truth(a) for a in grid], color="grey", linestyle="--", label="true usage")
+        ax.plot(ages, [p[1] for p in e.points], marker="o", markersize=3, label="counted at")
+        ax.plot(ages, [p[2] for p in e.points], marker="x", markersize=3, label="measured")
+        ax.axvline(e.settled_by_s, color="tab:green", linewidth=0.8, label="settled by")
+        ax.set_title(f"{f.scenario} / {f.scheduler}: {e.pod.split('/')[-1]}", fontsize=9)
+        ax.set_xlabel("seconds since its bind")
+    axes[0][0].set_ylabel("millicores")
+    axes[0][0].legend(fontsize=7, loc="lower right")
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)

@@ -62,6 +62,7 @@ from ksched.engine.pods import CountedRequests, PodRequests
 from ksched.engine.snapshot import Snapshot
 from ksched.loop.metrics.samples import parse_time
 from ksched.loop.metrics.workloads import (
+    STATUS_RAMPING,
     PodSeries,
     WorkloadHistory,
     credible,
@@ -276,6 +277,10 @@ class RecentPods:
             calibration,
             sources={str(k): int(c) for k, c in zip(names, counts, strict=True)},
             ramping=tuple(k for k, r in zip(arrays.keys, ramping, strict=True) if r),
+            ramp=tuple(
+                (arrays.keys[j], float(amounts[j]), float(known[j]), now - float(bound_at[j]))
+                for j in np.flatnonzero(ramping)[:STATUS_RAMPING]
+            ),
             next_pod=float(np.quantile(amounts, NEXT_POD_QUANTILE)) if len(amounts) else None,
         )
 

@@ -362,7 +362,8 @@ def learned_json(resource: str | None, c: Calibration) -> dict[str, Any]:
     below ``LEARN_MIN_PODS``; a workload's is weighed against the collective figure,
     :func:`credible`); the prior a pod of a workload without history counts at; how the
     recent pods are counted (``sources``: pods by where their estimate came from, ``ramping``:
-    the first of those still ramping up); and the ``STATUS_WORKLOADS`` workloads with the most
+    the first of those still ramping up, ``rampingPods``: what each counts at and measures, in
+    engine units, and seconds since its bind); and the ``STATUS_WORKLOADS`` workloads with the most
     measured pods, with their figures and warm-up (seconds)."""
     return {
         "resource": resource,
@@ -380,6 +381,10 @@ def learned_json(resource: str | None, c: Calibration) -> dict[str, Any]:
         },
         "sources": dict(c.sources),
         "ramping": list(c.ramping[:STATUS_RAMPING]),
+        "rampingPods": [
+            {"pod": key, "counts": counts, "measured": measured, "age": round(age, 1)}
+            for key, counts, measured, age in c.ramp
+        ],
         "workloadCount": len(c.workloads),
         "workloads": [
             {
