@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from ksched.bench.quality.estimates import FIRST_SEEN_S, Poll, trace
+from ksched.bench.quality.estimates import FIRST_SEEN_S, TRACE_RANK, Poll, trace
 from ksched.bench.quality.figures import QualityFigures, QualityResults
 from ksched.bench.quality.report import table
 from ksched.cluster.load import BASE, RAMP_SECONDS
@@ -46,6 +46,21 @@ def test_the_pod_seen_longest_from_its_bind_until_it_settled() -> None:
     assert (got.request, got.base, got.ramp_s) == (500.0, 1.5, 120.0)
     assert got.truth(60.0) == pytest.approx(375.0), "half way up its 2-minute ramp to 750m"
     assert got.truth(600.0) == pytest.approx(750.0)
+
+
+def test_a_pod_far_down_the_list_or_missing_from_a_poll_is_not_traced() -> None:
+    older = {f"old-{i}": (100.0, 750.0, 100.0) for i in range(TRACE_RANK)}
+    polls: list[Poll] = [
+        (5.0, seen(older | {"deep": (10.0, 750.0, 100.0)})),
+        (10.0, seen(older | {"deep": (15.0, 750.0, 300.0)})),
+        (15.0, seen({"gap": (5.0, 750.0, 0.0)})),
+        (20.0, seen({})),
+        (25.0, seen({"gap": (15.0, 750.0, 300.0)})),
+        (30.0, seen({})),
+        (35.0, seen(older)),
+    ]
+    pods = [ramping_pod("deep"), ramping_pod("gap")]
+    assert trace({"cpu": polls}, pods) is None, "deep may have been pushed off; gap left and came back"
 
 
 def test_no_pod_settled_no_trace() -> None:

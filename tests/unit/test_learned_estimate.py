@@ -15,6 +15,7 @@ from ksched.config.metrics import LEARN_MIN_PODS, Calibration
 from ksched.errors import ConfigError
 from ksched.loop.metrics.load_model import LoadModel
 from ksched.loop.metrics.metric_sources import MetricStore
+from ksched.loop.metrics.workloads import RAMP_SPAN
 from ksched.loop.mirror.slim import slim_pod
 from tests.conftest import pod
 from tests.unit.test_load_estimate import CONFIG, T0, Clock, PodUsageSource, bound, cluster, rfc3339
@@ -48,11 +49,11 @@ def run(
     m: MetricConfig,
     measured: list[tuple[dict[str, Any], float]],
     unmeasured: list[dict[str, Any]],
-    samples: int = 2,
+    samples: int = RAMP_SPAN + 1,
 ) -> Any:
     """Measured pods on n0, unmeasured ones on n1 (4 CPUs each), all bound after the node
-    sample; the measured pods' usage is sampled ``samples`` times two seconds apart (two equal
-    samples: they are stable and teach). Returns the store's matrix and the store."""
+    sample; the measured pods' usage is sampled ``samples`` times two seconds apart (by default
+    enough equal samples to be stable and teach). Returns the store's matrix and the store."""
     clock = Clock(T0)
     state = cluster(m, clock)
     source = PodUsageSource(clock)

@@ -19,7 +19,7 @@ from ksched.errors import ConfigError
 from ksched.loop.metrics.load_model import LoadModel
 from ksched.loop.metrics.metric_sources import MetricStore
 from ksched.loop.metrics.samples import Sample
-from ksched.loop.metrics.workloads import MIN_CREDIBILITY_K, WORKLOAD_TTL_S, WorkloadHistory
+from ksched.loop.metrics.workloads import MIN_CREDIBILITY_K, RAMP_SPAN, WORKLOAD_TTL_S, WorkloadHistory
 from ksched.loop.mirror.slim import slim_node, slim_pod
 from ksched.loop.mirror.state import ClusterState
 from ksched.loop.telemetry import Telemetry
@@ -103,6 +103,10 @@ class Loop:
         return estimate_choice(p, pod_requests(p), estimate)
 
 
+# Equal samples a pod needs to be stable.
+SETTLE = RAMP_SPAN + 1
+
+
 def weighed(own: float, pods: int, collective: float, k: float = MIN_CREDIBILITY_K) -> float:
     """A workload's figure from ``pods`` measured pods at ``own``, weighed against the
     collective figure (Buhlmann: ``k`` is at its floor where replicas agree exactly)."""
@@ -112,13 +116,13 @@ def weighed(own: float, pods: int, collective: float, k: float = MIN_CREDIBILITY
 
 def teach(loop: Loop, workloads: dict[str, float], node_name: str = "n0", pods: int = LEARN_MIN_PODS) -> Any:
     """``pods`` measured pods of each Deployment (100m each, using ratio x 100m) on
-    ``node_name``, sampled twice alike (stable); returns the last matrix."""
+    ``node_name``, sampled alike until stable; returns the last matrix."""
     usage = {}
     for name, ratio in workloads.items():
         for i in range(pods):
             loop.add(owned(f"{name}-{i}", node_name, owner=("Deployment", name)))
             usage[f"{name}-{i}"] = 100 * ratio
-    return loop.sample(usage, times=2)
+    return loop.sample(usage, times=SETTLE)
 
 
 @pytest.mark.parametrize(
@@ -181,7 +185,7 @@ def test_a_workload_counts_at_its_own_pods_from_the_first_where_replicas_agree()
     loop = Loop(learned_metric())
     usage = scattered(loop, {"web": 0.5, "batch": 2.0, "api": 1.0}, spread=0.05)
     loop.add(*[owned(f"herd-{i}", "n0", owner=("Deployment", "herd")) for i in range(3)])
-    matrix = loop.sample(usage | {f"herd-{i}": 150.0 for i in range(3)}, times=2)
+    matrix = loop.sample(usage | {f"herd-{i}": 150.0 for i in range(3)}, times=SETTLE)
     calibration = matrix.metrics[0].estimate.calibration
     herd = loop.choice(matrix, owned("herd-3", "", cpu="1", owner=("Deployment", "herd")))
     assert herd.source == "workload" and herd.pods == 3
@@ -194,7 +198,7 @@ def test_a_workload_whose_replicas_scatter_like_workloads_do_stays_near_the_coll
     loop = Loop(learned_metric())
     usage = scattered(loop, {"web": 0.9, "batch": 1.1, "api": 1.0}, spread=0.6)
     loop.add(owned("odd-0", "n0", owner=("Deployment", "odd")))
-    matrix = loop.sample(usage | {"odd-0": 30.0}, times=2)
+    matrix = loop.sample(usage | {"odd-0": 30.0}, times=SETTLE)
     collective = matrix.metrics[0].estimate.calibration.ratio
     odd = loop.choice(matrix, owned("odd-1", "", cpu="1", owner=("Deployment", "odd")))
     assert odd.source == "workload"
@@ -222,27 +226,42 @@ def test_a_ramping_pod_counts_at_least_its_estimate_until_its_usage_is_stable() 
     assert loop.store.learned()["cpu"]["ramping"] == ["default/java"]
     [shown] = loop.store.learned()["cpu"]["rampingPods"]
     assert (shown["pod"], shown["counts"], shown["measured"]) == ("default/java", 1000.0, 600.0)
-    stable = loop.sample({"java": 620.0})
-    assert stable.values[1, 0] == pytest.approx(NODE_VALUE + 0.62 / 4), "stable: its measured 620m"
+    noisy = loop.sample({"java": 620.0})
+    assert noisy.values[1, 0] == pytest.approx(NODE_VALUE + 1.0 / 4), "+3 % a sample, +210 % over two"
+    stable = loop.sample({"java": 630.0})
+    assert stable.values[1, 0] == pytest.approx(NODE_VALUE + 0.63 / 4), "stable: its measured 630m"
     assert loop.store.learned()["cpu"]["ramping"] == []
 
 
-def test_the_same_scrape_read_twice_does_not_end_a_ramp() -> None:
+def test_noise_does_not_end_a_climb() -> None:
+    loop = Loop(learned_metric(warmup_s=600.0))
+    loop.add(owned("java", "n1", cpu="4"))
+    # +20 % a sample, with +-10 % noise: one step reads +1 %.
+    for value in (1000.0, 1300.0, 1310.0, 1700.0, 2000.0):
+        loop.sample({"java": value})
+        assert loop.store.learned()["cpu"]["ramping"] == ["default/java"], f"at {value:g}m it still climbs"
+    for value in (2050.0, 2010.0):
+        loop.sample({"java": value})
+    assert loop.store.learned()["cpu"]["ramping"] == [], "level over two samples: stable"
+
+
+def test_the_same_scrape_read_again_does_not_end_a_ramp() -> None:
     loop = Loop(learned_metric())
     loop.add(owned("ticker", "n0", owner=("Deployment", "ticker")))
     for value in (100.0, 100.0, 200.0, 200.0, 300.0):
         loop.sample({"ticker": value})  # a new scrape every 4 s, read every 2 s
     loop.add(owned("java", "n1", cpu="1"))
-    loop.sample({"ticker": 300.0, "java": 200.0})
-    again = loop.sample({"ticker": 400.0, "java": 200.0})
-    assert loop.store.learned()["cpu"]["ramping"] == ["default/java"], "the same scrape again"
-    assert again.values[1, 0] > NODE_VALUE + 1.0 / 4, "it counts at its estimate, not its 200m"
-    loop.sample({"ticker": 400.0, "java": 600.0})
-    loop.sample({"ticker": 500.0, "java": 600.0})
-    loop.sample({"ticker": 500.0, "java": 600.0})
-    assert loop.store.learned()["cpu"]["ramping"] == ["default/java"], "600m unchanged for 4 s"
-    stable = loop.sample({"ticker": 600.0, "java": 600.0})
-    assert loop.store.learned()["cpu"]["ramping"] == [], "unchanged for 6 s (1.5 scrapes): stable"
+    for ticker in (300.0, 400.0, 400.0):
+        again = loop.sample({"ticker": ticker, "java": 200.0})
+    assert "default/java" in loop.store.learned()["cpu"]["ramping"], "one scrape read three times"
+    assert again.values[1, 0] == pytest.approx(NODE_VALUE + 1.0 / 4), "its 1 CPU, not its 200m"
+    for ticker in (500.0, 500.0, 600.0, 600.0):
+        loop.sample({"ticker": ticker, "java": 600.0})
+    assert "default/java" in loop.store.learned()["cpu"]["ramping"], "600m twice: 200m two samples back"
+    stable = loop.sample({"ticker": 700.0, "java": 600.0})
+    assert "default/java" not in loop.store.learned()["cpu"]["ramping"], (
+        "600m for three samples 6 s apart: stable"
+    )
     assert stable.values[1, 0] == pytest.approx(NODE_VALUE + 0.6 / 4), "stable: its measured 600m"
 
 
@@ -260,8 +279,8 @@ def test_ramping_pods_do_not_teach() -> None:
     for i in range(LEARN_MIN_PODS):
         loop.add(owned(f"web-{i}", "n0"))
     usage = {f"web-{i}": 30.0 for i in range(LEARN_MIN_PODS)}
-    ramping = loop.sample(usage).metrics[0].estimate.calibration
-    assert ramping.ratio is None and ramping.workloads == {}, "one sample each: they may still ramp"
+    ramping = loop.sample(usage, times=RAMP_SPAN).metrics[0].estimate.calibration
+    assert ramping.ratio is None and ramping.workloads == {}, "two samples each: they may still ramp"
     stable = loop.sample(usage).metrics[0].estimate.calibration
     assert stable.ratio == pytest.approx(0.3)
     assert stable.workloads["default/Deployment/web"].ratio == pytest.approx(0.3)
@@ -323,7 +342,7 @@ def test_a_spread_across_workloads_no_longer_makes_a_pod_huge() -> None:
     loop.add(*[owned(f"hog-{i}", "n0", cpu="200m", owner=("Deployment", "hog")) for i in range(30)])
     usage = {f"web-{i}": 900.0 + 20 * (i % 2) for i in range(LEARN_MIN_PODS)}
     usage |= {f"hog-{i}": 600.0 for i in range(30)}
-    matrix = loop.sample(usage, times=2)
+    matrix = loop.sample(usage, times=SETTLE)
     calibration = matrix.metrics[0].estimate.calibration
     cluster_wide = 2000 * (calibration.ratio + calibration.ratio_sd)
     assert cluster_wide > 4000, "what a 2000m pod counted as before: over 4 cores"

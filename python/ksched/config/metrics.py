@@ -154,8 +154,8 @@ class Calibration(Learned):
     # the keys of those still ramping up.
     sources: Mapping[str, int] = field(default_factory=dict, compare=False)
     ramping: tuple[str, ...] = field(default=(), compare=False)
-    # The first of those (``/status`` shows a few): key, what it counts at, what it measures
-    # (engine units) and seconds since its bind.
+    # The longest bound of those (``/status`` shows a few): key, what it counts at, what it
+    # measures (engine units) and seconds since its bind.
     ramp: tuple[tuple[str, float, float, float], ...] = field(default=(), compare=False)
     # What a heavy next pod is counted at (engine units): the ``NEXT_POD_QUANTILE`` of what the
     # recent pods count (measured, ramping or estimated); None without recent pods. Steering

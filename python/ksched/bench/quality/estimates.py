@@ -2,12 +2,15 @@
 
 Owns the trace the closing figures of a quality run show for a learned estimate. A
 :class:`StatusPoller` reads a ksched's ``/status`` every :data:`POLL_S` on a thread of its own
-and keeps what its learned estimates said of the pods still ramping up (``rampingPods``: what
-each counts at and measures, and its age). :func:`trace` (a pure function) then picks the pod
-seen longest from near its bind until it left the list (its usage settled), and returns its
-points beside its true usage (the load simulation's annotations: base multiple and ramp). A pod
-that is still ramping at the end, or first seen long after its bind, is not picked: its trace
-would not run from placement to a stable usage.
+and keeps what its learned cpu estimates said of the pods still ramping up (``rampingPods``: the
+longest bound of them, what each counts at and measures, and its age). :func:`trace` (a pure
+function) then picks the pod seen longest from near its bind until it left the list (its usage
+settled), and returns its points beside its true usage (the load simulation's annotations:
+base multiple and ramp). Only a pod among the first :data:`TRACE_RANK` listed at every poll
+that saw it, at polls in a row, is picked: further down, a pod can drop off the list because
+older ones started ramping, not because it settled. A pod still ramping at the end, or first
+seen long after its bind, is not picked either: its trace would not run from placement to a
+stable usage.
 """
 
 from __future__ import annotations
@@ -29,9 +32,11 @@ TRACED = "ksched"
 POLL_S = 5.0
 # A trace starts within this many seconds of the pod's bind (two scrapes and a poll).
 FIRST_SEEN_S = 40.0
+# A traced pod is among the first this many ramping pods listed (of ``STATUS_RAMPING``).
+TRACE_RANK = 5
 
-# One poll: seconds since the round's first create, and the metric's ramping pods as
-# ``/status`` listed them.
+# One poll: seconds since the poller started, and the metric's ramping pods as ``/status``
+# listed them.
 Poll = tuple[float, list[dict[str, Any]]]
 
 
@@ -84,6 +89,10 @@ class StatusPoller:
         self._start = time.time()
         self._thread.start()
 
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
     def stop(self) -> None:
         self._stop.set()
         self._thread.join()
@@ -93,11 +102,12 @@ class StatusPoller:
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/status", timeout=5) as r:
                     status = json.loads(r.read())
-            except (OSError, ValueError):
-                continue  # ksched busy or starting: the next poll tells
-            at = time.time() - self._start
-            for metric, learned in status.get("metrics", {}).get("learned", {}).items():
-                self.polls.setdefault(metric, []).append((at, list(learned.get("rampingPods", []))))
+                at = time.time() - self._start
+                for metric, learned in status["metrics"]["learned"].items():
+                    if learned.get("resource") == "cpu":
+                        self.polls.setdefault(metric, []).append((at, list(learned.get("rampingPods", []))))
+            except Exception:  # ksched busy, starting or gone: the next poll tells
+                continue
 
 
 def trace(polls: dict[str, list[Poll]], pods: Iterable[Obj]) -> EstimateTrace | None:
@@ -107,17 +117,25 @@ def trace(polls: dict[str, list[Poll]], pods: Iterable[Obj]) -> EstimateTrace | 
     best: EstimateTrace | None = None
     for metric, seen in polls.items():
         points: dict[str, list[tuple[float, float, float]]] = {}
-        last: dict[str, int] = {}
+        indices: dict[str, list[int]] = {}
+        ranks: dict[str, int] = {}
         for i, (_, ramping) in enumerate(seen):
-            for entry in ramping:
+            for rank, entry in enumerate(ramping):
                 key = str(entry["pod"])
                 points.setdefault(key, []).append(
                     (float(entry["age"]), float(entry["counts"]), float(entry["measured"]))
                 )
-                last[key] = i
+                indices.setdefault(key, []).append(i)
+                ranks[key] = max(ranks.get(key, 0), rank)
         for key, ps in points.items():
-            pod = by_key.get(key)
-            if pod is None or last[key] == len(seen) - 1 or ps[0][0] > FIRST_SEEN_S:
+            pod, at = by_key.get(key), indices[key]
+            if (
+                pod is None
+                or at[-1] == len(seen) - 1
+                or at[-1] - at[0] != len(at) - 1
+                or ranks[key] >= TRACE_RANK
+                or ps[0][0] > FIRST_SEEN_S
+            ):
                 continue
             if best is not None and len(ps) <= len(best.points):
                 continue
@@ -127,7 +145,7 @@ def trace(polls: dict[str, list[Poll]], pods: Iterable[Obj]) -> EstimateTrace | 
                 pod=key,
                 metric=metric,
                 request=float(request),
-                base=float(annotations.get(BASE, 0.0)),
+                base=float(annotations.get(BASE, 1.0)),
                 ramp_s=float(annotations.get(RAMP_SECONDS, 0.0)),
                 points=ps,
                 settled_by_s=ps[-1][0],

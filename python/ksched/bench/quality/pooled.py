@@ -202,9 +202,10 @@ def pooled_round(
     plans = [_scenario(r, i, name, label) for i, (name, label) in enumerate(r.entries)]
     moved = {ns for ns, s in plans if s.controlled} if audit_log is not None else set()
     sampler = Sampler(kube, moved)
+    pollers: dict[int, StatusPoller] = {}
     try:
         ports = _start_schedulers(r, kubeconfig, prometheus, workdir, plans, procs, deschedulers)
-        pollers = {label: StatusPoller(port) for label, port in ports.items() if label == TRACED}
+        pollers = {i: StatusPoller(port) for i, port in ports.items() if r.entries[i][1] == TRACED}
         for poller in pollers.values():
             poller.start()
         series, arrivals, settled = _observe(kube, prometheus, r, plans, sampler)
@@ -213,9 +214,9 @@ def pooled_round(
         # Every placement's horizon ends within the window (:mod:`.setups`); the last ones may
         # still wait for a look or two.
         shadows = {
-            label: read_outcomes(port, 2 * r.scrape_interval_s)
-            for label, port in ports.items()
-            if label == SHADOW
+            i: read_outcomes(port, 2 * r.scrape_interval_s)
+            for i, port in ports.items()
+            if r.entries[i][1] == SHADOW
         }
         # One list of the node events, before the kscheds stop (and unmark everything).
         events = node_events(kube) if any(label in STEERING for _, label in r.entries) else []
@@ -231,20 +232,23 @@ def pooled_round(
         nodes = kube.request("GET", "/api/v1/nodes").json()["items"]
         everywhere = kube.request("GET", "/api/v1/pods").json()["items"]
         results.violations += [f"over-committed {o}" for o in overcommitted(nodes, everywhere)]
-        for (name, label), (namespace, _), names, made, (placed, _), pods in zip(
-            r.entries, plans, node_pools, arrivals, settled, ended, strict=True
+        for i, ((name, label), (namespace, _), names, made, (placed, _), pods) in enumerate(
+            zip(r.entries, plans, node_pools, arrivals, settled, ended, strict=True)
         ):
             entry = _Entry(name, label, namespace, names, made, placed, pods)
             figures = _judge(r, entry, series, sampler, audit_log if namespace in moved else None, results)
-            figures.shadow = shadows.get(label)
-            if label in pollers:
-                figures.estimate = trace(pollers[label].polls, pods)
+            figures.shadow = shadows.get(i)
+            if i in pollers:
+                figures.estimate = trace(pollers[i].polls, pods)
             if label in STEERING:
                 figures.marks = timeline(events, names, series.times[0], series.times[-1])
             log(_summary(entry, figures))
     finally:
         if sampler.running:
             sampler.stop()
+        for poller in pollers.values():
+            if poller.running:
+                poller.stop()
         for proc in [*procs, *(d for d, _ in deschedulers)]:
             terminate(proc, 30)
         for namespace, s in plans:
@@ -261,11 +265,11 @@ def _start_schedulers(
     plans: list[tuple[str, Scenario]],
     procs: list[subprocess.Popen[bytes]],
     deschedulers: list[tuple[subprocess.Popen[bytes], Path]],
-) -> dict[str, int]:
+) -> dict[int, int]:
     """A ``ksched run`` per ksched entry, and a descheduler per entry that has one, each
     appended as it starts (so a failure part way stops those already started). Returns each
-    ksched's ``/status`` port by its label."""
-    ports: dict[str, int] = {}
+    ksched's ``/status`` port by its entry's index."""
+    ports: dict[int, int] = {}
     for i, ((name, label), (namespace, _)) in enumerate(zip(r.entries, plans, strict=True)):
         if label in WITHOUT_KSCHED:
             continue
@@ -277,7 +281,7 @@ def _start_schedulers(
         command = r.commands.get(label, KSCHED_COMMAND)
         proc, port = start_ksched_run(kubeconfig, workdir / f"{name}-{label}.log", path, command)
         procs.append(proc)
-        ports[label] = port
+        ports[i] = port
     for i, ((name, label), (namespace, _)) in enumerate(zip(r.entries, plans, strict=True)):
         if label == KUBE_SCHEDULER_DESCHEDULER:
             setup = descheduler_setup(r.rebalance_config, i, namespace)

@@ -279,7 +279,7 @@ class RecentPods:
             ramping=tuple(k for k, r in zip(arrays.keys, ramping, strict=True) if r),
             ramp=tuple(
                 (arrays.keys[j], float(amounts[j]), float(known[j]), now - float(bound_at[j]))
-                for j in np.flatnonzero(ramping)[:STATUS_RAMPING]
+                for j in sorted(np.flatnonzero(ramping), key=lambda j: float(bound_at[j]))[:STATUS_RAMPING]
             ),
             next_pod=float(np.quantile(amounts, NEXT_POD_QUANTILE)) if len(amounts) else None,
         )

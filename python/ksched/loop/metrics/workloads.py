@@ -9,11 +9,11 @@ Owns two things for one metric's estimate, both fed by
   up, kept after the pods left the recent window so that a herd scaled up later is estimated
   from its history. Bounded: at most ``WORKLOAD_MEMORY`` workloads, least recently taught
   first out, each forgotten ``WORKLOAD_TTL_S`` after it last taught anything.
-- :class:`PodSeries`: per recent pod, its last two measured values. A pod ramps while its
-  usage still rises by more than ``RAMP_TOLERANCE`` from one sample to the next (an unchanged
-  value read before the learned scrape cadence passed is the same sample), while it is
-  younger than its workload's learned warm-up, or while it has one sample only; never past the
-  estimate's ``warmup``. A pod that stopped ramping is stable for good (usage that swings later
+- :class:`PodSeries`: per recent pod, its last few measured values. A pod ramps while its
+  usage still rises by more than ``RAMP_TOLERANCE`` over its last ``RAMP_SPAN`` samples (an
+  unchanged value read before the learned scrape cadence passed is the same sample), while it is
+  younger than its workload's learned warm-up, or while it has ``RAMP_SPAN`` samples or fewer;
+  never past the estimate's ``warmup``. A pod that stopped ramping is stable for good (usage that swings later
   is the spread's business), and only stable pods teach.
 
 Nothing here reads the cluster state or the clock: times come from the caller.
@@ -35,8 +35,12 @@ from cachetools import TTLCache
 from ksched.config.metrics import LEARN_MIN_PODS, Calibration, Learned, WorkloadCalibration
 from ksched.engine.estimate import BEST_EFFORT, FROM_REQUEST
 
-# A pod still rises by more than this share of its previous sample: it is ramping up.
+# A pod still rises by more than this share over its last ``RAMP_SPAN`` samples: it is
+# ramping up. Over one sample, a usage with noise (here, and in the load simulation: +-10 %
+# a scrape) looks settled while it still climbs by a fifth a scrape; over two, a climb of 10 %
+# a scrape is not hidden by noise of 10 %.
 RAMP_TOLERANCE = 0.1
+RAMP_SPAN = 2
 # A pod's value that did not change is the same scrape read again (an instant query answers at
 # the query's time, not the scrape's) until this many of the learned scrape cadences passed
 # since it last changed; the cadence is the median gap between changes of recent pods' values,
@@ -285,8 +289,8 @@ def _blend(
 class _Series:
     uid: str
     at: float
-    last: float
-    previous: float | None = None
+    # Its last ``RAMP_SPAN + 1`` new samples, oldest first.
+    values: deque[float]
     stable: bool = False
     # When its value was first read or last changed, and whether it has changed since.
     changed_at: float = 0.0
@@ -294,7 +298,7 @@ class _Series:
 
 
 class PodSeries:
-    """Each recent pod's last two measured values, and whether it still ramps up.
+    """Each recent pod's last few measured values, and whether it still ramps up.
 
     A value equal to the last one read is news only once the learned scrape cadence (times
     ``SAME_SCRAPE_CADENCES``) has passed since the pod's value last changed: ksched reads the
@@ -305,25 +309,25 @@ class PodSeries:
     def __init__(self) -> None:
         self._pods: dict[str, _Series] = {}
         self._gaps: deque[float] = deque(maxlen=CADENCE_MEMORY)
-        self._cadence: float | None = None
+        # The cadence, and the sample time it was computed for (once a cycle).
+        self._cadence: tuple[float, float | None] = (-1.0, None)
 
-    def cadence(self) -> float | None:
-        """The median seconds between changes of recent pods' measured values (None: none
-        changed yet)."""
-        if self._cadence is None and self._gaps:
-            self._cadence = statistics.median(self._gaps)
-        return self._cadence
+    def cadence(self, at: float) -> float | None:
+        """The median seconds between changes of recent pods' measured values, as of the
+        sample at ``at`` (None: none changed twice yet)."""
+        if self._cadence[0] != at:
+            self._cadence = (at, statistics.median(self._gaps) if self._gaps else None)
+        return self._cadence[1]
 
     def _news(self, s: _Series, at: float, value: float) -> bool:
         """Whether ``value`` read at ``at`` is a new sample of the pod ``s``; learns the
         cadence from the gaps between changes."""
-        if value != s.last:
+        if value != s.values[-1]:
             if s.changed:
                 self._gaps.append(at - s.changed_at)
-                self._cadence = None
             s.changed_at, s.changed = at, True
             return True
-        cadence = self.cadence()
+        cadence = self.cadence(at)
         return cadence is None or at - s.changed_at >= SAME_SCRAPE_CADENCES * cadence
 
     def forget(self, key: str) -> None:
@@ -339,15 +343,18 @@ class PodSeries:
         s = self._pods.get(key)
         fresh = s is None or s.uid != uid or (at > s.at and self._news(s, at, value))
         if s is None or s.uid != uid:
-            s = self._pods[key] = _Series(uid, at, value, changed_at=at)
+            s = self._pods[key] = _Series(uid, at, deque([value], maxlen=RAMP_SPAN + 1), changed_at=at)
         elif fresh:
-            s.previous, s.last, s.at = s.last, value, at
+            s.values.append(value)
+            s.at = at
         if s.stable:
             return False, False, fresh
         if age >= cap:
             s.stable = True
             return False, False, fresh
-        rising = s.previous is None or s.last > s.previous * (1.0 + RAMP_TOLERANCE)
+        if not fresh:
+            return True, False, False  # the same sample: it settles (and teaches) on the next
+        rising = len(s.values) <= RAMP_SPAN or s.values[-1] > s.values[0] * (1.0 + RAMP_TOLERANCE)
         if rising or (warmup is not None and age < min(warmup, cap)):
             return True, False, fresh
         s.stable = True
@@ -362,8 +369,8 @@ def learned_json(resource: str | None, c: Calibration) -> dict[str, Any]:
     below ``LEARN_MIN_PODS``; a workload's is weighed against the collective figure,
     :func:`credible`); the prior a pod of a workload without history counts at; how the
     recent pods are counted (``sources``: pods by where their estimate came from, ``ramping``:
-    the first of those still ramping up, ``rampingPods``: what each counts at and measures, in
-    engine units, and seconds since its bind); and the ``STATUS_WORKLOADS`` workloads with the most
+    the first of those still ramping up, ``rampingPods``: for the longest bound of them, what
+    each counts at and measures, in engine units, and seconds since its bind); and the ``STATUS_WORKLOADS`` workloads with the most
     measured pods, with their figures and warm-up (seconds)."""
     return {
         "resource": resource,
