@@ -51,3 +51,19 @@ def test_status_shows_the_leader_the_queues_and_the_pod_that_fits_nowhere(
         assert "leader:    status-0 (this replica)" in lines
         failure = next(line for line in lines if f"{ns}/huge-0" in line)
         assert "Unschedulable" in failure and "Insufficient cpu" in failure
+        asked = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "ksched.commands.cli",
+                "status",
+                "--address",
+                f"http://127.0.0.1:{k.port}",
+                "--pod",
+                f"{ns}/huge-0",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        assert f"pod {ns}/huge-0: pending; no metric has a load estimate" in asked.splitlines(), asked

@@ -198,3 +198,20 @@ def test_connections_served_at_once_are_bounded(
     assert peak == bound, f"{peak} connections served at once"
     assert wait_until(lambda: new_threads(before) == [], MARGIN_S)
     assert healthz(server.port) == 200
+
+
+def test_a_document_is_given_the_requests_query() -> None:
+    server = HealthServer(
+        "127.0.0.1:0", CollectorRegistry(), lambda: [], {"/status": lambda query: {"asked": query}}
+    )
+    server.start()
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
+        conn.request("GET", "/status?pod=default%2Fweb-0")
+        reply = conn.getresponse()
+        assert reply.status == 200
+        assert json.loads(reply.read()) == {"asked": {"pod": "default/web-0"}}
+        conn.request("GET", "/status")
+        assert json.loads(conn.getresponse().read()) == {"asked": {}}
+    finally:
+        server.stop()

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from ksched.commands.shadow import render_report, render_status, report_from_log
+from ksched.commands.shadow import pod_lines, render_report, render_status, report_from_log
 from ksched.config import parse_config
 from ksched.engine import Explanation, NodeExplanation, Placement
 from ksched.errors import ConfigError, KschedError
@@ -416,3 +416,50 @@ def test_status_lists_the_objects_left_out() -> None:
     text = render_status(status, "127.0.0.1:10259").splitlines()
     assert "left out (1): objects ksched cannot read, the rest schedules:" in text
     assert "  Node big: status.allocatable: not a map" in text
+
+
+def test_status_with_a_pod_tells_how_it_counts() -> None:
+    lines = pod_lines(
+        {
+            "pod": "default/java",
+            "state": "recent",
+            "estimates": [
+                {
+                    "metric": "cpu_utilisation",
+                    "resource": "cpu",
+                    "counts": 750.0,
+                    "source": "ramping",
+                    "measured": 200.0,
+                    "boundSecondsAgo": 12.0,
+                },
+            ],
+        }
+    )
+    assert lines == [
+        "pod default/java: recent",
+        "  cpu_utilisation: counts 750m cpu (ramping: ramping up: the larger of its estimate and its "
+        "measured usage; measured 200m, bound 12s ago)",
+    ]
+    pending = pod_lines(
+        {
+            "pod": "default/web-9",
+            "state": "pending",
+            "estimates": [
+                {
+                    "metric": "cpu_utilisation",
+                    "resource": "cpu",
+                    "counts": 400.0,
+                    "source": "workload",
+                    "workload": "default/Deployment/web",
+                    "figure": 0.4,
+                    "pods": 3,
+                    "problem": None,
+                },
+            ],
+        }
+    )
+    assert pending[1] == (
+        "  cpu_utilisation: counts 400m cpu (workload: learned from its workload default/Deployment/web; "
+        "figure 0.4 from 3 measured pods)"
+    )
+    assert "not counted" in pod_lines({"pod": "default/x", "state": "not counted", "estimates": []})[0]

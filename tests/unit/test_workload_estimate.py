@@ -453,3 +453,26 @@ def test_a_workload_is_forgotten_an_hour_after_it_last_taught() -> None:
         history.observe(T0, "default/Deployment/web", f"uid-{i}", FROM_REQUEST, 100.0, 50.0)
     assert history.figures(T0 + WORKLOAD_TTL_S - 1)["default/Deployment/web"].ratio == pytest.approx(0.5)
     assert history.figures(T0 + WORKLOAD_TTL_S + 1) == {}
+
+
+def test_status_tells_how_one_pod_counts_recent_or_pending() -> None:
+    loop = Loop(learned_metric())
+    teach(loop, {"web": 0.5, "batch": 2.0})
+    settled = loop.model.estimate_of("default/web-0", None)
+    assert settled["state"] == "recent"
+    assert (settled["estimates"][0]["source"], settled["estimates"][0]["counts"]) == ("measured", 50.0)
+    loop.add(owned("java", "n1", cpu="1", owner=("Deployment", "java")))
+    loop.sample({"java": 200.0})
+    [ramping] = loop.model.estimate_of("default/java", None)["estimates"]
+    assert (ramping["source"], ramping["measured"], ramping["resource"]) == ("ramping", 200.0, "cpu")
+    assert ramping["counts"] > 200.0, "the larger of its estimate and the 200m measured so far"
+    pending = owned("web-next", "", cpu="1", owner=("Deployment", "web"))
+    [choice] = loop.model.estimate_of("default/web-next", pending)["estimates"]
+    assert (choice["source"], choice["workload"], choice["pods"]) == (
+        "workload",
+        "default/Deployment/web",
+        LEARN_MIN_PODS,
+    )
+    assert choice["counts"] == loop.choice(loop.sample({}), pending).amount, "what placing it now counts"
+    gone = loop.model.estimate_of("default/long-gone", None)
+    assert gone == {"pod": "default/long-gone", "state": "not counted", "estimates": []}

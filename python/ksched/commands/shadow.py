@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+import urllib.parse
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -194,6 +195,8 @@ def render_status(status: dict[str, Any], address: str) -> str:
             f"shadow:    {shadow['total']} pods compared, agreement "
             + (f"{agreement:.1%}" if agreement is not None else "n/a")
         )
+    if "pod" in status:
+        lines += pod_lines(status["pod"])
     lines += _placement_lines(status.get("outcomes"))
     lines += _rebalance_lines(status.get("rebalance"))
     left_out = status.get("leftOut") or {}
@@ -212,6 +215,52 @@ def render_status(status: dict[str, Any], address: str) -> str:
     else:
         lines.append("recent failures: none")
     return "\n".join(printable(line) for line in lines)
+
+
+# What each source of a pod's count means, as ``ksched status --pod`` says it.
+_COUNTED = {
+    "measured": "its measured usage: it settled",
+    "ramping": "ramping up: the larger of its estimate and its measured usage",
+    "workload": "learned from its workload {workload}",
+    "prior": "the prior: its workload {workload} has no measured pod yet",
+    "cluster-wide": "learned from the recent pods cluster-wide",
+    "configured": "its guess as configured (nothing learned for it)",
+    "limit": "its limit (above its request)",
+    "declared": "declared by its ksched.io/expected annotation",
+}
+
+
+def pod_lines(pod: dict[str, Any]) -> list[str]:
+    """How the load estimate counts one pod (``/status?pod=``), as ``ksched status --pod``
+    shows it."""
+    if not pod["estimates"] and pod["state"] == "pending":
+        return [f"pod {pod['pod']}: pending; no metric has a load estimate"]
+    if not pod["estimates"]:
+        return [
+            f"pod {pod['pod']}: not counted by any estimate: neither pending nor bound within the "
+            "metrics' windows (their samples show it), or unknown to ksched"
+        ]
+    lines = [f"pod {pod['pod']}: {pod['state']}"]
+    for e in pod["estimates"]:
+        amount = f"{e['counts']:.0f}m" if e.get("resource") == "cpu" else f"{e['counts']:g}"
+        why = _COUNTED.get(e["source"], e["source"]).format(workload=e.get("workload") or "")
+        extra = []
+        if e.get("measured") is not None:
+            measured = e["measured"]
+            extra.append(
+                f"measured {measured:.0f}m" if e.get("resource") == "cpu" else f"measured {measured:g}"
+            )
+        if e.get("figure") is not None:
+            extra.append(
+                f"figure {e['figure']:.3g}" + (f" from {e['pods']} measured pods" if e.get("pods") else "")
+            )
+        if e.get("boundSecondsAgo") is not None:
+            extra.append(f"bound {e['boundSecondsAgo']:g}s ago")
+        tail = f"; {', '.join(extra)}" if extra else ""
+        lines.append(
+            f"  {e['metric']}: counts {amount} {e.get('resource') or ''} ({e['source']}: {why}{tail})"
+        )
+    return lines
 
 
 def _placement_lines(o: dict[str, Any] | None) -> list[str]:
@@ -327,6 +376,12 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         description="Reads /status from a running ksched. Example: ksched status --address 127.0.0.1:10259",
     )
     remote.add_arguments(st)
+    st.add_argument(
+        "--pod",
+        metavar="NAMESPACE/NAME",
+        help="also show how the load estimate counts this pod: a recent one as measured, ramping "
+        "or estimated (and from what), a pending one as it would count if placed now",
+    )
     st.add_argument("-o", "--output", choices=("table", "json"), default="table")
     st.set_defaults(func=_status)
 
@@ -341,7 +396,10 @@ def _shadow_report(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    status = remote.fetch(remote.target(args), "/status")
+    if args.pod is not None and "/" not in args.pod:
+        raise KschedError(f"--pod {args.pod!r}: name the pod as NAMESPACE/NAME")
+    query = "" if args.pod is None else "?" + urllib.parse.urlencode({"pod": args.pod})
+    status = remote.fetch(remote.target(args), "/status" + query)
     _print_document(args.output, status, lambda: render_status(status, args.address))
     return EXIT_OK
 

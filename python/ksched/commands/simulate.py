@@ -12,10 +12,13 @@ import argparse
 import json
 import math
 import sys
+import urllib.parse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ksched.commands import remote
 from ksched.commands.exit_codes import EXIT_OK, EXIT_UNPLACED
+from ksched.commands.shadow import pod_lines
 from ksched.commands.text import printable
 from ksched.errors import KschedError
 
@@ -206,6 +209,13 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     )
     _add_engine_options(e, "YAML mapping node-name: {metric-name: number} (overrides live values)")
     e.add_argument("--kubeconfig", help="live form: default $KUBECONFIG or ~/.kube/config")
+    e.add_argument(
+        "--running",
+        metavar="ADDRESS",
+        help="live form: also ask the running ksched at ADDRESS (HOST:PORT, as `ksched status "
+        "--address`, with the kubeconfig's credentials) how its load estimate counts each pod: "
+        "measured, ramping, or learned per workload, cluster-wide or as the prior",
+    )
     e.set_defaults(func=_explain)
 
 
@@ -306,6 +316,10 @@ def _explain(args: argparse.Namespace) -> int:
     names = {p.scheduler_name for p in config.profiles}
     targets = list(args.targets)
     if _is_cluster_file(targets[0]):
+        if args.running is not None:
+            raise KschedError(
+                "--running asks a running ksched: it goes with the live form, not a cluster file"
+            )
         source = targets.pop(0)
         cluster = load_cluster(source, names)
         offline = read_metric_values(args.metrics, cluster, config) if args.metrics else None
@@ -344,8 +358,26 @@ def _explain(args: argparse.Namespace) -> int:
         out.append((ex, pod_estimates(target, config.metrics) if target is not None else []))
         if ex.placement.node is None:
             status = EXIT_UNPLACED
+    running = _running_estimates(args, [e.pod for e, _ in out])
     if args.output == "json":
-        print(json.dumps([explanation_json(e, est) for e, est in out], indent=2, allow_nan=False))
+        documents = [explanation_json(e, est) for e, est in out]
+        for document, counted in zip(documents, running, strict=False):
+            document["running"] = counted
+        print(json.dumps(documents, indent=2, allow_nan=False))
     else:
-        print("\n\n".join(render_explanation(e, est) for e, est in out))
+        texts = [render_explanation(e, est) for e, est in out]
+        for i, counted in enumerate(running):
+            texts[i] += "\n" + "\n".join(
+                printable(f"running ksched: {line.strip()}") for line in pod_lines(counted)
+            )
+        print("\n\n".join(texts))
     return status
+
+
+def _running_estimates(args: argparse.Namespace, pods: list[str]) -> list[dict[str, Any]]:
+    """With ``--running``: how the running ksched's load estimate counts each pod
+    (``/status?pod=``); empty without it."""
+    if getattr(args, "running", None) is None:
+        return []
+    target = remote.Target(args.running, args.kubeconfig)
+    return [remote.fetch(target, "/status?" + urllib.parse.urlencode({"pod": pod}))["pod"] for pod in pods]

@@ -27,6 +27,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from ksched.config import Config
 from ksched.engine import Engine
@@ -64,7 +65,7 @@ from ksched.loop.scheduling.outcomes import OutcomeWatch
 from ksched.loop.scheduling.queue import SchedulingQueue
 from ksched.loop.scheduling.shadow import Shadow
 from ksched.loop.scheduling.webhook import Webhook
-from ksched.loop.server import Check, Gate, HealthServer, TlsContext
+from ksched.loop.server import Check, Document, Gate, HealthServer, TlsContext
 from ksched.loop.serving import SECURE, ClientCA, DelegatedAuth, ServingOptions, ServingTls
 from ksched.loop.steering.controller import Steering
 from ksched.loop.telemetry import Telemetry
@@ -142,8 +143,9 @@ class Running:
             out.append(("shadow", True, f"binding nothing; {sum(counts.values())} pods compared"))
         return out
 
-    def status(self) -> dict[str, object]:
-        """``/status``: what ``ksched status`` shows."""
+    def status(self, pod: str | None = None) -> dict[str, object]:
+        """``/status``: what ``ksched status`` shows; with ``pod`` (``namespace/name``), how
+        the load estimate counts that pod (``ksched status --pod``)."""
         leadership = self.leadership
         shadow = None
         if self.shadow is not None:
@@ -170,7 +172,11 @@ class Running:
             "outcomes": self.outcomes.status() if self.outcomes is not None else {"enabled": False},
             "rebalance": self.rebalancer.status() if self.rebalancer is not None else {"enabled": False},
             "steering": self.steering.status() if self.steering is not None else {"enabled": False},
-        }
+        } | ({} if pod is None else {"pod": self._pod_estimate(pod)})
+
+    def _pod_estimate(self, key: str) -> dict[str, Any]:
+        queued = self.queue.get(key)
+        return self.scheduler.load.estimate_of(key, None if queued is None else queued.pod)
 
     def serve(self) -> int:
         """Schedule until stopped; then shut down cleanly. Returns the exit status."""
@@ -293,14 +299,14 @@ def start(
     def checks() -> list[Check]:
         return running.checks()
 
-    def status() -> object:
-        return running.status()
+    def status(query: dict[str, str]) -> object:
+        return running.status(query.get("pod"))
 
-    def shadow_report() -> object:
+    def shadow_report(query: dict[str, str]) -> object:
         return shadow.ledger.report() if shadow is not None else None
 
     tls, gate, client_ca = _serving(serving, kube)
-    documents = {"/status": status, "/shadow": shadow_report}
+    documents: dict[str, Document] = {"/status": status, "/shadow": shadow_report}
     server = HealthServer(address, telemetry.registry, checks, documents, tls, gate)
     webhook = None
     if config.webhook.enabled and not shadowing:

@@ -30,6 +30,7 @@ import ssl
 import tempfile
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable
 from email.message import Message
 from http.server import BaseHTTPRequestHandler, HTTPServer
@@ -44,8 +45,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 
 Check = tuple[str, bool, str]
 """(name, passed, detail)."""
-Document = Callable[[], object]
-"""A JSON document served at a path (None: not available)."""
+Document = Callable[[dict[str, str]], object]
+"""A JSON document served at a path, given the request's query parameters (None: not
+available)."""
 Gate = Callable[[str, Message, dict[str, Any] | None], tuple[int, bytes] | None]
 """Asked before a request is answered, with its path, its headers and the client's verified
 certificate (``SSLSocket.getpeercert()``; None without one): None to answer it, or the
@@ -339,7 +341,7 @@ class HealthServer(BackgroundServer):
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
-                path = self.path.split("?", 1)[0]
+                path, _, query = self.path.partition("?")
                 if gate is not None:
                     peer = (
                         self.connection.getpeercert() if isinstance(self.connection, ssl.SSLSocket) else None
@@ -362,7 +364,7 @@ class HealthServer(BackgroundServer):
                 elif path == "/metrics":
                     self._reply(200, generate_latest(outer.registry), CONTENT_TYPE_LATEST)
                 elif path in served:
-                    doc = served[path]()
+                    doc = served[path](dict(urllib.parse.parse_qsl(query)))
                     if doc is None:
                         self._reply(404, b'{"error": "not available in this mode"}', "application/json")
                     else:

@@ -25,20 +25,23 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from ksched.config import MetricConfig
 from ksched.config.rebalance import RebalanceThreshold
+from ksched.engine.estimate import estimate_choice
 from ksched.engine.load import before_event
+from ksched.engine.pods import pod_requests
 from ksched.engine.snapshot import Snapshot
 from ksched.loop.metrics.metric_sources import Matrix, MetricStore
 from ksched.loop.metrics.recent_pods import RecentPods
 from ksched.loop.metrics.samples import Sample
+from ksched.objects import Obj
 
 # A pod's measured usage of a metric's estimate resource (engine units; None: unknown).
 Measured = Callable[[str, MetricConfig], "float | None"]
@@ -107,6 +110,40 @@ class LoadModel:
         self.held = held
         self.present = present
         self.departed: list[Departure] = []
+
+    def estimate_of(self, key: str, pending: Obj | None) -> dict[str, Any]:
+        """How the pod ``key`` counts, for ``/status?pod=``: a recent pod as the last cycle
+        counted it (measured, ramping, or its estimate and where that came from); a pending
+        one (``pending``: its object) as it would count if placed now, with what the estimate
+        learned; else nothing (bound before the metrics' windows, their samples show it, or
+        unknown)."""
+        resources = {m.name: m.estimate.resource for m in self.metrics.metrics if m.estimate is not None}
+        counted = [c | {"resource": resources.get(c["metric"])} for c in self.recent.counted_as(key)]
+        if counted:
+            return {"pod": key, "state": "recent", "estimates": counted}
+        if pending is None:
+            return {"pod": key, "state": "not counted", "estimates": []}
+        requests = pod_requests(pending)
+        estimates = []
+        for m in self.metrics.metrics:
+            if m.estimate is None:
+                continue
+            calibration = self.metrics.calibrations.get(m.name)
+            estimate = m.estimate if calibration is None else replace(m.estimate, calibration=calibration)
+            c = estimate_choice(pending, requests, estimate)
+            estimates.append(
+                {
+                    "metric": m.name,
+                    "resource": m.estimate.resource,
+                    "counts": float(c.amount),
+                    "source": c.source,
+                    "workload": c.workload,
+                    "figure": c.figure,
+                    "pods": c.pods,
+                    "problem": c.problem,
+                }
+            )
+        return {"pod": key, "state": "pending", "estimates": estimates}
 
     def observed(self, snapshot: Snapshot) -> Matrix:
         """What the metrics read on ``snapshot``, nothing estimated: whether a node went hot

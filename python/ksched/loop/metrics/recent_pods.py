@@ -98,6 +98,19 @@ class RecentPod:
     limits: tuple[int, ...]
 
 
+@dataclass(frozen=True)
+class _Counted:
+    """What one metric's estimate counted each recent pod at, at its last cycle (read by the
+    ``/status`` server's thread: replaced whole, never edited)."""
+
+    keys: Sequence[str]
+    bound_at: npt.NDArray[np.float64]
+    amounts: npt.NDArray[np.float64]
+    sources: npt.NDArray[np.object_]
+    known: npt.NDArray[np.float64]
+    at: float
+
+
 def bind_time(pod: Obj, now: float) -> float:
     """When a bound pod was bound: its PodScheduled condition's transition to True, else its
     creation (a pod created with its node set), else ``now``."""
@@ -152,6 +165,8 @@ class RecentPods:
         self._by_time: list[tuple[float, str, str]] = []
         self._version = 0
         self._arrays: tuple[object, object, _Arrays] | None = None
+        # Per metric (by name), what its last cycle counted each recent pod at (:meth:`counted_as`).
+        self._counted: dict[str, _Counted] = {}
 
     def __len__(self) -> int:
         return len(self.pods)
@@ -268,10 +283,11 @@ class RecentPods:
             missing = seen * spread
             np.add.at(variance, rows[counted], missing * missing)
             column += metric.load_sign * estimate.deviations * np.sqrt(variance)
-        if calibration is None:
-            return None
         sources[stable] = MEASURED
         sources[ramping] = RAMPING
+        self._counted[metric.name] = _Counted(arrays.keys, bound_at, amounts, sources, known, now)
+        if calibration is None:
+            return None
         names, counts = np.unique(sources, return_counts=True)
         return replace(
             calibration,
@@ -283,6 +299,29 @@ class RecentPods:
             ),
             next_pod=float(np.quantile(amounts, NEXT_POD_QUANTILE)) if len(amounts) else None,
         )
+
+    def counted_as(self, key: str) -> list[dict[str, Any]]:
+        """What each metric's estimate counted the recent pod ``key`` at on its last cycle
+        (engine units), where the count came from (``source``: measured, ramping, workload,
+        prior, ...), what it measured (None: not yet) and how long ago it was bound; empty where
+        the pod is not a recent one. Safe from another thread."""
+        out = []
+        for name, c in list(self._counted.items()):
+            try:
+                j = list(c.keys).index(key)
+            except ValueError:
+                continue
+            measured = float(c.known[j])
+            out.append(
+                {
+                    "metric": name,
+                    "counts": float(c.amounts[j]),
+                    "source": str(c.sources[j]),
+                    "measured": measured if math.isfinite(measured) else None,
+                    "boundSecondsAgo": round(c.at - float(c.bound_at[j]), 1),
+                }
+            )
+        return out
 
     # -- internals -----------------------------------------------------
 
