@@ -74,6 +74,12 @@ def wait_for(predicate: Callable[[], Any], timeout: float, interval: float = 0.2
         time.sleep(interval)
 
 
+def cli(*args: str) -> str:
+    """``ksched ARGS`` as a user runs it; its standard output (it must succeed)."""
+    command = [sys.executable, "-m", "ksched.commands.cli", *args]
+    return subprocess.run(command, capture_output=True, text=True, check=True).stdout
+
+
 def make_pod(name: str, namespace: str, cpu: str = "250m", memory: str = "256Mi", **spec: Any) -> Obj:
     return {
         "apiVersion": "v1",

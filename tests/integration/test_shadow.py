@@ -9,8 +9,6 @@ one decision each, split into same node, other node and pending.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,7 +16,7 @@ import pytest
 from ksched.cluster import local
 from ksched.loop.client import Kube
 from tests.conftest import annotation_metric
-from tests.integration.helpers import Namespaces, Obj, create, ksched, make_pod, pods_in, wait_for
+from tests.integration.helpers import Namespaces, Obj, cli, create, ksched, make_pod, pods_in, wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -95,33 +93,9 @@ def test_shadow_ksched_binds_nothing_and_accounts_for_every_pod_default_schedule
             decided = lambda: json.loads(k.get("/shadow")[1])  # noqa: E731
             assert wait_for(lambda: decided()["total"] >= len(placed), 30), k.output()
             report = decided()
-            text = subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "ksched.commands.cli",
-                    "shadow",
-                    "report",
-                    "--address",
-                    f"http://127.0.0.1:{k.port}",
-                ],
-                capture_output=True,
-                text=True,
-                check=True,
-            ).stdout
-            status = subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "ksched.commands.cli",
-                    "status",
-                    "--address",
-                    f"http://127.0.0.1:{k.port}",
-                ],
-                capture_output=True,
-                text=True,
-                check=True,
-            ).stdout
+            address = f"http://127.0.0.1:{k.port}"
+            text = cli("shadow", "report", "--address", address)
+            status = cli("status", "--address", address)
             metric_total = k.metric("ksched_shadow_decisions_total")
             leader_gauge = [
                 float(line.split()[1])

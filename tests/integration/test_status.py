@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from ksched.cluster import local
 from ksched.loop.client import Kube
-from tests.integration.helpers import Namespaces, create, ksched, make_pod, wait_for
+from tests.integration.helpers import Namespaces, cli, create, ksched, make_pod, wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -24,20 +22,8 @@ def test_status_shows_the_leader_the_queues_and_the_pod_that_fits_nowhere(
         assert wait_for(k.leads, 30), k.output()
         create(kube, [make_pod("fits-0", ns), make_pod("huge-0", ns, "1000", "1Gi")])
 
-        def status() -> str:
-            return subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "ksched.commands.cli",
-                    "status",
-                    "--address",
-                    f"http://127.0.0.1:{k.port}",
-                ],
-                capture_output=True,
-                text=True,
-                check=True,
-            ).stdout
+        def status(*extra: str) -> str:
+            return cli("status", "--address", f"http://127.0.0.1:{k.port}", *extra)
 
         def settled() -> str:
             text = status()
@@ -51,19 +37,5 @@ def test_status_shows_the_leader_the_queues_and_the_pod_that_fits_nowhere(
         assert "leader:    status-0 (this replica)" in lines
         failure = next(line for line in lines if f"{ns}/huge-0" in line)
         assert "Unschedulable" in failure and "Insufficient cpu" in failure
-        asked = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "ksched.commands.cli",
-                "status",
-                "--address",
-                f"http://127.0.0.1:{k.port}",
-                "--pod",
-                f"{ns}/huge-0",
-            ],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
+        asked = status("--pod", f"{ns}/huge-0")
         assert f"pod {ns}/huge-0: pending; no metric has a load estimate" in asked.splitlines(), asked

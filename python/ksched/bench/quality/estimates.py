@@ -16,13 +16,13 @@ stable usage.
 from __future__ import annotations
 
 import json
-import threading
 import time
 import urllib.request
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ksched.bench.quality.periodic import Periodic
 from ksched.cluster.load import BASE, RAMP_SECONDS
 from ksched.engine.pods import pod_requests
 from ksched.objects import Obj
@@ -74,40 +74,30 @@ class EstimateTrace:
         return lines
 
 
-class StatusPoller:
+class StatusPoller(Periodic):
     """Reads ``/status`` on ``port`` every :data:`POLL_S` from :meth:`start` to :meth:`stop`,
-    keeping each learned metric's ramping pods."""
+    keeping each learned cpu metric's ramping pods."""
 
     def __init__(self, port: int) -> None:
+        super().__init__("quality-status", POLL_S)
         self.port = port
         self.polls: dict[str, list[Poll]] = {}
         self._start = time.time()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="quality-status", daemon=True)
 
     def start(self) -> None:
         self._start = time.time()
-        self._thread.start()
+        super().start()
 
-    @property
-    def running(self) -> bool:
-        return self._thread.is_alive()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _run(self) -> None:
-        while not self._stop.wait(POLL_S):
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/status", timeout=5) as r:
-                    status = json.loads(r.read())
-                at = time.time() - self._start
-                for metric, learned in status["metrics"]["learned"].items():
-                    if learned.get("resource") == "cpu":
-                        self.polls.setdefault(metric, []).append((at, list(learned.get("rampingPods", []))))
-            except Exception:  # ksched busy, starting or gone: the next poll tells
-                continue
+    def tick(self) -> None:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/status", timeout=5) as r:
+                status = json.loads(r.read())
+            at = time.time() - self._start
+            for metric, learned in status["metrics"]["learned"].items():
+                if learned.get("resource") == "cpu":
+                    self.polls.setdefault(metric, []).append((at, list(learned.get("rampingPods", []))))
+        except Exception:  # ksched busy, starting or gone: the next poll tells
+            return
 
 
 def trace(polls: dict[str, list[Poll]], pods: Iterable[Obj]) -> EstimateTrace | None:

@@ -12,13 +12,13 @@ Whoever evicts (the descheduler, ksched's rebalancer) is counted the same way.
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from ksched.bench.quality.periodic import Periodic
 from ksched.bench.quality.rebalance import BudgetSample, Eviction, PodRecord
 from ksched.loop.client import Kube
 from ksched.objects import Obj
@@ -99,35 +99,22 @@ def record(pod: Obj) -> PodRecord:
     )
 
 
-class Sampler:
+class Sampler(Periodic):
     """Lists the namespaces' pods and PodDisruptionBudgets every :data:`SAMPLE_S` on a thread
     of its own, from :meth:`start` to :meth:`stop`; keeps every pod's latest record (a pod
     once bound keeps its node after it is gone) and every budget sample."""
 
     def __init__(self, kube: Kube, namespaces: Iterable[str]) -> None:
+        super().__init__("quality-sampler", SAMPLE_S)
         self.kube = kube
         self.pods: dict[str, dict[str, PodRecord]] = {ns: {} for ns in namespaces}
         self.budgets: dict[str, list[BudgetSample]] = {ns: [] for ns in self.pods}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="quality-sampler", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    @property
-    def running(self) -> bool:
-        return self._thread.is_alive()
 
     def stop(self) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.sample()
+        super().stop()
+        self.tick()
 
-    def _run(self) -> None:
-        while not self._stop.wait(SAMPLE_S):
-            self.sample()
-
-    def sample(self) -> None:
+    def tick(self) -> None:
         for ns, seen in self.pods.items():
             r = self.kube.request("GET", f"/api/v1/namespaces/{ns}/pods")
             if r.ok:
