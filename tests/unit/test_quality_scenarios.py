@@ -17,8 +17,10 @@ from ksched.bench.quality.report import table
 from ksched.bench.quality.run import EXAMPLE_CONFIG, SETUPS, QualityOptions, _config_of
 from ksched.bench.quality.scenarios import (
     ARRIVAL_SPAN_S,
+    DEFAULT_SCHEDULER,
     EXPECTED_CPU,
     HERD_MULTIPLE,
+    MIXED,
     SCENARIOS,
     SHAPES,
     WORKLOAD_REPLICAS,
@@ -90,6 +92,22 @@ def test_diverse_deployments_vary_requests_arrive_over_minutes_on_mixed_shapes()
     ramps = [float(p["metadata"]["annotations"][RAMP_SECONDS]) for p in s.pods]
     assert 0.3 < sum(r > 0 for r in ramps) / len(ramps) < 0.7, "about half the workloads ramp"
     assert shapes_of("diverse-deployments") == "mixed"
+
+
+@pytest.mark.parametrize(
+    ("name", "owned"), [("mixed-schedulers-diverse", False), ("mixed-replicasets-diverse", True)]
+)
+def test_the_diverse_mixed_scenarios_give_every_other_workload_to_kube_scheduler(
+    name: str, owned: bool
+) -> None:
+    s = scenario(name, 600, "ns", "ksched", seed=1, rate=10)
+    assert s.controlled is owned and shapes_of(name) == "mixed"
+    assert s.arrivals is not None and len(s.arrivals) > 10
+    for i, a in enumerate(s.arrivals):
+        asks = {p["spec"]["schedulerName"] for p in s.pods[a.first : a.first + a.count]}
+        assert asks == {DEFAULT_SCHEDULER if i % 2 else "ksched"}, "a workload has one scheduler"
+    assert len({_cpu(p) for p in s.pods}) > 20, "diverse-deployments' varied requests"
+    assert name in MIXED
 
 
 def test_mixed_shapes_span_2_to_16_cores_and_several_ratios_in_identical_pools() -> None:

@@ -189,7 +189,9 @@ def _quality_options(parser: argparse.ArgumentParser) -> None:
         "usage per workload, ramps, Deployments arriving over minutes, nodes of 2-16 cores), herd (one "
         "ReplicaSet scaled at once at twice its request onto a half-busy pool) and slow-start (usage "
         "ramping over 30 s - 3 min) and mixed-replicasets (mixed-schedulers' usage in ReplicaSet-owned "
-        "workloads, half of them kube-scheduler's, judged by their evictions too with --pools)",
+        "workloads, half of them kube-scheduler's, judged by their evictions too with --pools); "
+        "mixed-schedulers-diverse and mixed-replicasets-diverse are diverse-deployments with every "
+        "other workload kube-scheduler's, as bare pods and owned by ReplicaSets",
     )
     group.add_argument(
         "--observe",

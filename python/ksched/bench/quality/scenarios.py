@@ -31,6 +31,9 @@ The scenarios:
 - slow-start: workloads of three (500m, multiples from the trace) at the rate, each ramping
   to its usage over 30 s - 3 min, so that what a node reads at placement is far below what
   it will use.
+- mixed-schedulers-diverse, mixed-replicasets-diverse: diverse-deployments with every other
+  workload (in order of arrival) placed by kube-scheduler; bare pods, which nothing may move,
+  and the same owned by ReplicaSets.
 """
 
 from __future__ import annotations
@@ -331,6 +334,16 @@ def _diverse(count: int, ns: str, scheduler: str, rng: random.Random) -> _Plan:
     return _Plan(pods, arrivals=tuple(arrivals))
 
 
+def _mixed_diverse(count: int, ns: str, scheduler: str, rng: random.Random) -> _Plan:
+    """diverse-deployments with every other workload, in order of arrival, placed by
+    kube-scheduler."""
+    plan = _diverse(count, ns, scheduler, rng)
+    for a in (plan.arrivals or ())[1::2]:
+        for p in plan.pods[a.first : a.first + a.count]:
+            p["spec"]["schedulerName"] = DEFAULT_SCHEDULER
+    return plan
+
+
 @dataclass(frozen=True)
 class _Kind:
     build: Callable[[int, str, str, random.Random], _Plan]
@@ -355,6 +368,8 @@ _KINDS: dict[str, _Kind] = {
     "diverse-deployments": _Kind(_diverse, controlled=True, shapes="mixed"),
     "herd": _Kind(_herd, controlled=True),
     "slow-start": _Kind(_slow_start, controlled=True),
+    "mixed-schedulers-diverse": _Kind(_mixed_diverse, shapes="mixed"),
+    "mixed-replicasets-diverse": _Kind(_mixed_diverse, controlled=True, shapes="mixed"),
 }
 SCENARIOS = tuple(_KINDS)
 # What `ksched bench --quality` runs unless told (the figures in docs/benchmarks.md are theirs).
@@ -362,7 +377,7 @@ DEFAULT_SCENARIOS = ("requests-lie", "burst", "mixed-schedulers", "best-effort",
 # The scenarios whose pods controllers own: where pods can be moved.
 CONTROLLED = tuple(name for name, kind in _KINDS.items() if kind.controlled)
 # The scenarios that give part of every setup's pods to kube-scheduler.
-MIXED = ("mixed-schedulers", "mixed-replicasets")
+MIXED = ("mixed-schedulers", "mixed-replicasets", "mixed-schedulers-diverse", "mixed-replicasets-diverse")
 
 
 def shapes_of(name: str) -> str:
