@@ -215,3 +215,20 @@ def test_a_document_is_given_the_requests_query() -> None:
         assert json.loads(conn.getresponse().read()) == {"asked": {}}
     finally:
         server.stop()
+
+
+def test_a_document_that_fails_answers_500_and_the_server_serves_on() -> None:
+    def broken(query: dict[str, str]) -> object:
+        raise ValueError("cannot build it")
+
+    server = HealthServer("127.0.0.1:0", CollectorRegistry(), lambda: [], {"/status": broken})
+    server.start()
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
+        conn.request("GET", "/status?pod=a%2Fb")
+        reply = conn.getresponse()
+        assert (reply.status, json.loads(reply.read())) == (500, {"error": "see ksched's log"})
+        conn.request("GET", "/healthz")
+        assert conn.getresponse().status == 200
+    finally:
+        server.stop()

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from ksched.commands import remote
 from ksched.commands.shadow import pod_lines, render_report, render_status, report_from_log
 from ksched.config import parse_config
 from ksched.engine import Explanation, NodeExplanation, Placement
@@ -463,3 +464,11 @@ def test_status_with_a_pod_tells_how_it_counts() -> None:
         "figure 0.4 from 3 measured pods)"
     )
     assert "not counted" in pod_lines({"pod": "default/x", "state": "not counted", "estimates": []})[0]
+
+
+@pytest.mark.parametrize("bad", ["web-0", "default/", "/web-0", "a/b/c"])
+def test_status_pod_names_one_pod(bad: str) -> None:
+    with pytest.raises(KschedError, match="NAMESPACE/NAME"):
+        remote.status_path(bad)
+    assert remote.status_path("default/web-0") == "/status?pod=default%2Fweb-0"
+    assert remote.status_path(None) == "/status"

@@ -255,10 +255,10 @@ def test_the_same_scrape_read_again_does_not_end_a_ramp() -> None:
         again = loop.sample({"ticker": ticker, "java": 200.0})
     assert "default/java" in loop.store.learned()["cpu"]["ramping"], "one scrape read three times"
     assert again.values[1, 0] == pytest.approx(NODE_VALUE + 1.0 / 4), "its 1 CPU, not its 200m"
-    for ticker in (500.0, 500.0, 600.0, 600.0):
+    for ticker in (500.0, 500.0, 600.0, 600.0, 700.0, 700.0):
         loop.sample({"ticker": ticker, "java": 600.0})
     assert "default/java" in loop.store.learned()["cpu"]["ramping"], "600m twice: 200m two samples back"
-    stable = loop.sample({"ticker": 700.0, "java": 600.0})
+    stable = loop.sample({"ticker": 800.0, "java": 600.0})
     assert "default/java" not in loop.store.learned()["cpu"]["ramping"], (
         "600m for three samples 6 s apart: stable"
     )
@@ -476,3 +476,13 @@ def test_status_tells_how_one_pod_counts_recent_or_pending() -> None:
     assert choice["counts"] == loop.choice(loop.sample({}), pending).amount, "what placing it now counts"
     gone = loop.model.estimate_of("default/long-gone", None)
     assert gone == {"pod": "default/long-gone", "state": "not counted", "estimates": []}
+    loop.state.recent.drop("default/java")
+    assert loop.model.estimate_of("default/java", None)["state"] == "not counted", (
+        "deleted: no longer counted"
+    )
+    again = owned("web-0", "", cpu="1", owner=("Deployment", "web"))
+    assert loop.model.estimate_of("default/web-0", again)["state"] == "pending", "a new pod of that name"
+    broken = owned("bad", "", cpu=None)
+    broken["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "lots"}}
+    [problem] = loop.model.estimate_of("default/bad", broken)["estimates"]
+    assert problem["metric"] is None and "lots" in problem["problem"]

@@ -17,6 +17,7 @@ import ipaddress
 import json
 import ssl
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from typing import Any
@@ -53,6 +54,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "account, else $KUBECONFIG or ~/.kube/config. The user needs get on the path "
         "(ClusterRole ksched-metrics-reader)",
     )
+    add_certificate_arguments(p)
+
+
+def add_certificate_arguments(p: argparse.ArgumentParser) -> None:
+    """The server-certificate flags (``--certificate-authority``, ``--insecure-skip-tls-verify``)."""
     p.add_argument(
         "--certificate-authority",
         metavar="FILE",
@@ -146,3 +152,24 @@ def fetch(t: Target, path: str) -> Any:
         if isinstance(reason, ssl.SSLError) and "WRONG_VERSION_NUMBER" in str(reason):
             hint = f" (a `ksched run --insecure-serving`? use --address http://{host}:{port})"
         raise KschedError(f"cannot read {url}: {reason}{hint}") from None
+
+
+def pod_key(pod: str) -> str:
+    """``pod`` if it names one pod as ``NAMESPACE/NAME``; else a KschedError."""
+    namespace, _, name = pod.partition("/")
+    if not namespace or not name or "/" in name:
+        raise KschedError(f"{pod!r}: name the pod as NAMESPACE/NAME")
+    return pod
+
+
+def status_path(pod: str | None) -> str:
+    """``/status``, asking how the load estimate counts ``pod`` where one is named."""
+    return "/status" if pod is None else "/status?" + urllib.parse.urlencode({"pod": pod_key(pod)})
+
+
+def pod_status(t: Target, pod: str) -> dict[str, Any]:
+    """How the running ksched at ``t`` counts ``pod`` (``/status?pod=``)."""
+    answer = fetch(t, status_path(pod)).get("pod")
+    if not isinstance(answer, dict):
+        raise KschedError(f"ksched at {t.address} does not say how it counts a pod: it predates --pod")
+    return answer

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import time
-import urllib.parse
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -225,7 +224,7 @@ _COUNTED = {
     "prior": "the prior: its workload {workload} has no measured pod yet",
     "cluster-wide": "learned from the recent pods cluster-wide",
     "configured": "its guess as configured (nothing learned for it)",
-    "limit": "its limit (above its request)",
+    "limit": "its limit (above its request), or a legacy estimate",
     "declared": "declared by its ksched.io/expected annotation",
 }
 
@@ -233,29 +232,35 @@ _COUNTED = {
 def pod_lines(pod: dict[str, Any]) -> list[str]:
     """How the load estimate counts one pod (``/status?pod=``), as ``ksched status --pod``
     shows it."""
-    if not pod["estimates"] and pod["state"] == "pending":
-        return [f"pod {pod['pod']}: pending; no metric has a load estimate"]
-    if not pod["estimates"]:
+    state, estimates = pod["state"], pod["estimates"]
+    if state == "not counted":
         return [
             f"pod {pod['pod']}: not counted by any estimate: neither pending nor bound within the "
             "metrics' windows (their samples show it), or unknown to ksched"
         ]
-    lines = [f"pod {pod['pod']}: {pod['state']}"]
-    for e in pod["estimates"]:
-        amount = f"{e['counts']:.0f}m" if e.get("resource") == "cpu" else f"{e['counts']:g}"
-        why = _COUNTED.get(e["source"], e["source"]).format(workload=e.get("workload") or "")
+    if not estimates:
+        return [
+            f"pod {pod['pod']}: {state}" + ("; no metric has a load estimate" if state == "pending" else "")
+        ]
+    lines = [f"pod {pod['pod']}: {state}"]
+    for e in estimates:
+        if e.get("metric") is None:
+            lines.append(f"  cannot be read: {e.get('problem')}")
+            continue
+        cpu = e.get("resource") == "cpu"
+        amount = f"{e['counts']:.0f}m" if cpu else f"{e['counts']:g}"
+        why = _COUNTED.get(e["source"], e["source"]).format(workload=e.get("workload") or "(none)")
         extra = []
         if e.get("measured") is not None:
-            measured = e["measured"]
-            extra.append(
-                f"measured {measured:.0f}m" if e.get("resource") == "cpu" else f"measured {measured:g}"
-            )
+            extra.append(f"measured {e['measured']:.0f}m" if cpu else f"measured {e['measured']:g}")
         if e.get("figure") is not None:
             extra.append(
                 f"figure {e['figure']:.3g}" + (f" from {e['pods']} measured pods" if e.get("pods") else "")
             )
         if e.get("boundSecondsAgo") is not None:
             extra.append(f"bound {e['boundSecondsAgo']:g}s ago")
+        if e.get("problem"):
+            extra.append(f"{e['problem']}: ignored")
         tail = f"; {', '.join(extra)}" if extra else ""
         lines.append(
             f"  {e['metric']}: counts {amount} {e.get('resource') or ''} ({e['source']}: {why}{tail})"
@@ -396,10 +401,9 @@ def _shadow_report(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    if args.pod is not None and "/" not in args.pod:
-        raise KschedError(f"--pod {args.pod!r}: name the pod as NAMESPACE/NAME")
-    query = "" if args.pod is None else "?" + urllib.parse.urlencode({"pod": args.pod})
-    status = remote.fetch(remote.target(args), "/status" + query)
+    status = remote.fetch(remote.target(args), remote.status_path(args.pod))
+    if args.pod is not None and not isinstance(status.get("pod"), dict):
+        raise KschedError(f"ksched at {args.address} does not say how it counts a pod: it predates --pod")
     _print_document(args.output, status, lambda: render_status(status, args.address))
     return EXIT_OK
 

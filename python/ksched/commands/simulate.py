@@ -12,7 +12,6 @@ import argparse
 import json
 import math
 import sys
-import urllib.parse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -216,6 +215,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         "--address`, with the kubeconfig's credentials) how its load estimate counts each pod: "
         "measured, ramping, or learned per workload, cluster-wide or as the prior",
     )
+    remote.add_certificate_arguments(e)
     e.set_defaults(func=_explain)
 
 
@@ -379,5 +379,7 @@ def _running_estimates(args: argparse.Namespace, pods: list[str]) -> list[dict[s
     (``/status?pod=``); empty without it."""
     if getattr(args, "running", None) is None:
         return []
-    target = remote.Target(args.running, args.kubeconfig)
-    return [remote.fetch(target, "/status?" + urllib.parse.urlencode({"pod": pod}))["pod"] for pod in pods]
+    target = remote.Target(
+        args.running, args.kubeconfig, args.certificate_authority, args.insecure_skip_tls_verify
+    )
+    return [remote.pod_status(target, pod) for pod in pods]

@@ -364,7 +364,12 @@ class HealthServer(BackgroundServer):
                 elif path == "/metrics":
                     self._reply(200, generate_latest(outer.registry), CONTENT_TYPE_LATEST)
                 elif path in served:
-                    doc = served[path](dict(urllib.parse.parse_qsl(query)))
+                    try:
+                        doc = served[path](dict(urllib.parse.parse_qsl(query)))
+                    except Exception:  # a document that cannot be built answers, and the rest serves on
+                        log.exception("serving %s", path)
+                        self._reply(500, b'{"error": "see ksched\'s log"}', "application/json")
+                        return
                     if doc is None:
                         self._reply(404, b'{"error": "not available in this mode"}', "application/json")
                     else:

@@ -38,6 +38,7 @@ from ksched.engine.estimate import estimate_choice
 from ksched.engine.load import before_event
 from ksched.engine.pods import pod_requests
 from ksched.engine.snapshot import Snapshot
+from ksched.errors import MalformedObjectError
 from ksched.loop.metrics.metric_sources import Matrix, MetricStore
 from ksched.loop.metrics.recent_pods import RecentPods
 from ksched.loop.metrics.samples import Sample
@@ -112,25 +113,34 @@ class LoadModel:
         self.departed: list[Departure] = []
 
     def estimate_of(self, key: str, pending: Obj | None) -> dict[str, Any]:
-        """How the pod ``key`` counts, for ``/status?pod=``: a recent pod as the last cycle
-        counted it (measured, ramping, or its estimate and where that came from); a pending
-        one (``pending``: its object) as it would count if placed now, with what the estimate
-        learned; else nothing (bound before the metrics' windows, their samples show it, or
+        """How the pod ``key`` counts, for ``/status?pod=``: a pending one (``pending``: its
+        object) as it would count if placed now, with what the estimate learned; a recent one
+        as the last cycle counted it (measured, ramping, or its estimate and where that came
+        from); else nothing (bound before the metrics' windows, whose samples show it, or
         unknown)."""
         resources = {m.name: m.estimate.resource for m in self.metrics.metrics if m.estimate is not None}
-        counted = [c | {"resource": resources.get(c["metric"])} for c in self.recent.counted_as(key)]
-        if counted:
-            return {"pod": key, "state": "recent", "estimates": counted}
-        if pending is None:
+        if pending is not None:
+            return {"pod": key, "state": "pending", "estimates": self._pending(pending)}
+        counted = self.recent.counted_as(key)
+        if counted is None:
             return {"pod": key, "state": "not counted", "estimates": []}
-        requests = pod_requests(pending)
+        if not counted:
+            return {"pod": key, "state": "bound, counted from the next cycle", "estimates": []}
+        estimates = [c | {"resource": resources.get(c["metric"])} for c in counted]
+        return {"pod": key, "state": "recent", "estimates": estimates}
+
+    def _pending(self, pod: Obj) -> list[dict[str, Any]]:
+        try:
+            requests = pod_requests(pod)
+        except MalformedObjectError as err:
+            return [{"metric": None, "problem": str(err)}]
         estimates = []
         for m in self.metrics.metrics:
             if m.estimate is None:
                 continue
             calibration = self.metrics.calibrations.get(m.name)
             estimate = m.estimate if calibration is None else replace(m.estimate, calibration=calibration)
-            c = estimate_choice(pending, requests, estimate)
+            c = estimate_choice(pod, requests, estimate)
             estimates.append(
                 {
                     "metric": m.name,
@@ -143,7 +153,7 @@ class LoadModel:
                     "problem": c.problem,
                 }
             )
-        return {"pod": key, "state": "pending", "estimates": estimates}
+        return estimates
 
     def observed(self, snapshot: Snapshot) -> Matrix:
         """What the metrics read on ``snapshot``, nothing estimated: whether a node went hot

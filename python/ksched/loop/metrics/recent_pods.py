@@ -103,12 +103,12 @@ class _Counted:
     """What one metric's estimate counted each recent pod at, at its last cycle (read by the
     ``/status`` server's thread: replaced whole, never edited)."""
 
-    keys: Sequence[str]
-    bound_at: npt.NDArray[np.float64]
+    arrays: _Arrays
+    # The metric's column in ``arrays``.
+    column: int
     amounts: npt.NDArray[np.float64]
     sources: npt.NDArray[np.object_]
     known: npt.NDArray[np.float64]
-    at: float
 
 
 def bind_time(pod: Obj, now: float) -> float:
@@ -234,6 +234,7 @@ class RecentPods:
         now = self.clock()
         self._prune(now)
         if snapshot.resources.get(estimate.resource) is None or not self.pods:
+            self._counted.pop(metric.name, None)
             return self._calibration(i, estimate, Calibration(), now) if estimate.learns else None
         arrays = self._current(snapshot)
         bound_at = arrays.bound_at
@@ -285,7 +286,7 @@ class RecentPods:
             column += metric.load_sign * estimate.deviations * np.sqrt(variance)
         sources[stable] = MEASURED
         sources[ramping] = RAMPING
-        self._counted[metric.name] = _Counted(arrays.keys, bound_at, amounts, sources, known, now)
+        self._counted[metric.name] = _Counted(arrays, i, amounts, sources, known)
         if calibration is None:
             return None
         names, counts = np.unique(sources, return_counts=True)
@@ -295,30 +296,40 @@ class RecentPods:
             ramping=tuple(k for k, r in zip(arrays.keys, ramping, strict=True) if r),
             ramp=tuple(
                 (arrays.keys[j], float(amounts[j]), float(known[j]), now - float(bound_at[j]))
-                for j in sorted(np.flatnonzero(ramping), key=lambda j: float(bound_at[j]))[:STATUS_RAMPING]
+                for j in heapq.nsmallest(
+                    STATUS_RAMPING, np.flatnonzero(ramping), key=lambda j: float(bound_at[j])
+                )
             ),
             next_pod=float(np.quantile(amounts, NEXT_POD_QUANTILE)) if len(amounts) else None,
         )
 
-    def counted_as(self, key: str) -> list[dict[str, Any]]:
+    def counted_as(self, key: str) -> list[dict[str, Any]] | None:
         """What each metric's estimate counted the recent pod ``key`` at on its last cycle
         (engine units), where the count came from (``source``: measured, ramping, workload,
-        prior, ...), what it measured (None: not yet) and how long ago it was bound; empty where
-        the pod is not a recent one. Safe from another thread."""
+        prior, ...), its workload, what it measured (None: not yet) and how long ago it was
+        bound; None where the pod is not a recent one, empty where no cycle counted it yet.
+        Safe from another thread."""
+        pod = self.pods.get(key)
+        if pod is None:
+            return None
         out = []
         for name, c in list(self._counted.items()):
+            a = c.arrays
             try:
-                j = list(c.keys).index(key)
+                j = a.keys.index(key)
             except ValueError:
                 continue
+            if a.uids[j] != pod.uid:
+                continue  # counted as another pod of that name
             measured = float(c.known[j])
             out.append(
                 {
                     "metric": name,
                     "counts": float(c.amounts[j]),
                     "source": str(c.sources[j]),
+                    "workload": a.workloads[j][c.column],
                     "measured": measured if math.isfinite(measured) else None,
-                    "boundSecondsAgo": round(c.at - float(c.bound_at[j]), 1),
+                    "boundSecondsAgo": round(self.clock() - pod.bound_at, 1),
                 }
             )
         return out

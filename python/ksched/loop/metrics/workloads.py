@@ -292,16 +292,18 @@ class _Series:
     # Its last ``RAMP_SPAN + 1`` new samples, oldest first.
     values: deque[float]
     stable: bool = False
-    # When its value was first read or last changed, and whether it has changed since.
+    # When its value was first read or last changed, and whether it has changed since; when
+    # its last new sample was read (a change, or an unchanged value taken as a new scrape).
     changed_at: float = 0.0
     changed: bool = False
+    news_at: float = 0.0
 
 
 class PodSeries:
     """Each recent pod's last few measured values, and whether it still ramps up.
 
     A value equal to the last one read is news only once the learned scrape cadence (times
-    ``SAME_SCRAPE_CADENCES``) has passed since the pod's value last changed: ksched reads the
+    ``SAME_SCRAPE_CADENCES``) has passed since the pod's last new sample: ksched reads the
     pod query more often than Prometheus scrapes, and the same scrape read twice would
     otherwise end a ramp at its first unchanged reading. Until any pod's value changed twice,
     the cadence is unknown and every reading is news."""
@@ -325,10 +327,13 @@ class PodSeries:
         if value != s.values[-1]:
             if s.changed:
                 self._gaps.append(at - s.changed_at)
-            s.changed_at, s.changed = at, True
+            s.changed_at, s.changed, s.news_at = at, True, at
             return True
         cadence = self.cadence(at)
-        return cadence is None or at - s.changed_at >= SAME_SCRAPE_CADENCES * cadence
+        if cadence is not None and at - s.news_at < SAME_SCRAPE_CADENCES * cadence:
+            return False
+        s.news_at = at
+        return True
 
     def forget(self, key: str) -> None:
         self._pods.pop(key, None)
@@ -343,7 +348,9 @@ class PodSeries:
         s = self._pods.get(key)
         fresh = s is None or s.uid != uid or (at > s.at and self._news(s, at, value))
         if s is None or s.uid != uid:
-            s = self._pods[key] = _Series(uid, at, deque([value], maxlen=RAMP_SPAN + 1), changed_at=at)
+            s = self._pods[key] = _Series(
+                uid, at, deque([value], maxlen=RAMP_SPAN + 1), changed_at=at, news_at=at
+            )
         elif fresh:
             s.values.append(value)
             s.at = at
