@@ -1,5 +1,6 @@
-"""The quality bench's trace of one pod's estimate: which pod it follows (seen from near its
-bind until its usage settled), its true usage beside it, and how the report tells it."""
+"""The quality bench's trace of one pod's estimate: which pods it asks about, which one it
+keeps (one that came to count at its measured usage), its true usage beside it, and how the
+report tells it."""
 
 from __future__ import annotations
 
@@ -9,76 +10,60 @@ from typing import Any
 
 import pytest
 
-from ksched.bench.quality.estimates import FIRST_SEEN_S, TRACE_RANK, Poll, trace
+from ksched.bench.quality.estimates import CANDIDATES, Point, candidates, trace
 from ksched.bench.quality.figures import QualityFigures, QualityResults
 from ksched.bench.quality.report import table
 from ksched.cluster.load import BASE, RAMP_SECONDS
 from tests.conftest import pod
 
 
-def ramping_pod(name: str, base: float = 1.5, ramp_s: float = 120.0) -> dict[str, Any]:
-    p = pod(name, cpu="500m", memory=None, node_name="n0")
-    p["metadata"]["annotations"] = {BASE: repr(base), RAMP_SECONDS: repr(ramp_s)}
+def ramping_pod(name: str, ramp_s: float = 120.0, scheduler: str = "ksched") -> dict[str, Any]:
+    p = pod(name, cpu="500m", memory=None, scheduler=scheduler)
+    p["metadata"]["annotations"] = {BASE: repr(1.5), RAMP_SECONDS: repr(ramp_s)}
     return p
 
 
-def seen(pods: dict[str, tuple[float, float, float]]) -> list[dict[str, Any]]:
-    """One poll's ``rampingPods``: name -> (age, counts, measured)."""
-    return [
-        {"pod": f"default/{name}", "age": age, "counts": counts, "measured": measured}
-        for name, (age, counts, measured) in pods.items()
+def test_the_candidates_are_kscheds_pods_with_the_longest_ramps() -> None:
+    pods = [
+        ramping_pod("short", 30.0),
+        ramping_pod("theirs", 180.0, scheduler="default-scheduler"),
+        ramping_pod("long", 170.0),
+        ramping_pod("flat", 0.0),
+        ramping_pod("long-too", 170.0),
+        ramping_pod("mid", 90.0),
     ]
+    assert candidates(pods, "ksched") == ["default/long", "default/long-too", "default/mid"][:CANDIDATES]
 
 
-def test_the_pod_seen_longest_from_its_bind_until_it_settled() -> None:
-    polls: list[Poll] = [
-        (5.0, seen({"early": (10.0, 750.0, 100.0), "late": (FIRST_SEEN_S + 5, 750.0, 600.0)})),
-        (10.0, seen({"early": (15.0, 750.0, 300.0), "late": (FIRST_SEEN_S + 10, 750.0, 650.0)})),
-        (15.0, seen({"early": (20.0, 750.0, 500.0), "short": (5.0, 750.0, 0.0)})),
-        (20.0, seen({"stuck": (5.0, 750.0, 0.0)})),
-    ]
-    pods = [ramping_pod(n) for n in ("early", "late", "short", "stuck")]
-    got = trace({"cpu": polls}, pods)
+def polled(*points: Point) -> list[tuple[str, Point]]:
+    return [("cpu", p) for p in points]
+
+
+def test_the_pod_that_settled_with_the_most_points() -> None:
+    points = {
+        "default/settled": polled(
+            (5.0, 750.0, "prior", None), (10.0, 750.0, "ramping", 100.0), (15.0, 700.0, "measured", 700.0)
+        ),
+        "default/still": polled(*((float(a), 750.0, "ramping", 100.0) for a in range(5, 50, 5))),
+        "default/short": polled((5.0, 750.0, "measured", 700.0)),
+    }
+    pods = [ramping_pod(n) for n in ("settled", "still", "short")]
+    got = trace(points, pods)
     assert got is not None
-    assert got.pod == "default/early", "late was first seen long after its bind, stuck never settled"
-    assert got.points == [(10.0, 750.0, 100.0), (15.0, 750.0, 300.0), (20.0, 750.0, 500.0)]
-    assert got.settled_by_s == 20.0
+    assert got.pod == "default/settled", "still never counted at its measured usage"
+    assert got.settled_at_s == 15.0 and len(got.points) == 3
     assert (got.request, got.base, got.ramp_s) == (500.0, 1.5, 120.0)
     assert got.truth(60.0) == pytest.approx(375.0), "half way up its 2-minute ramp to 750m"
     assert got.truth(600.0) == pytest.approx(750.0)
-
-
-def test_a_pod_far_down_the_list_or_missing_from_a_poll_is_not_traced() -> None:
-    older = {f"old-{i}": (100.0, 750.0, 100.0) for i in range(TRACE_RANK)}
-    polls: list[Poll] = [
-        (5.0, seen(older | {"deep": (10.0, 750.0, 100.0)})),
-        (10.0, seen(older | {"deep": (15.0, 750.0, 300.0)})),
-        (15.0, seen({"gap": (5.0, 750.0, 0.0)})),
-        (20.0, seen({})),
-        (25.0, seen({"gap": (15.0, 750.0, 300.0)})),
-        (30.0, seen({})),
-        (35.0, seen(older)),
-    ]
-    pods = [ramping_pod("deep"), ramping_pod("gap")]
-    assert trace({"cpu": polls}, pods) is None, "deep may have been pushed off; gap left and came back"
-
-
-def test_no_pod_settled_no_trace() -> None:
-    polls: list[Poll] = [(5.0, seen({"stuck": (5.0, 750.0, 0.0)}))]
-    assert trace({"cpu": polls}, [ramping_pod("stuck")]) is None
-    assert trace({}, []) is None
+    assert trace({"default/still": points["default/still"]}, pods) is None
 
 
 def test_the_report_tells_the_trace_and_results_json_keeps_it() -> None:
-    polls: list[Poll] = [
-        (5.0, seen({"web": (10.0, 750.0, 100.0)})),
-        (10.0, seen({"web": (15.0, 750.0, 300.0)})),
-        (15.0, seen({})),
-    ]
-    traced = QualityFigures("ksched", "slow-start", 96, estimate=trace({"cpu": polls}, [ramping_pod("web")]))
+    points = {"default/web": polled((10.0, 750.0, "ramping", 100.0), (15.0, 300.0, "measured", 300.0))}
+    traced = QualityFigures("ksched", "slow-start", 96, estimate=trace(points, [ramping_pod("web")]))
     results = QualityResults({}, [QualityFigures("kube-scheduler", "slow-start", 96), traced])
     text = table(results)
     assert "one pod's estimate, slow-start / ksched: default/web (cpu): requests 500" in text
-    assert "     15 s: counted     750, measured     300, true      94" in text
+    assert "     10 s: counted     750 (ramping), measured     100, true      62" in text
     run = json.loads(json.dumps(asdict(traced)))
-    assert run["estimate"]["points"] == [[10.0, 750.0, 100.0], [15.0, 750.0, 300.0]]
+    assert run["estimate"]["points"] == [[10.0, 750.0, "ramping", 100.0], [15.0, 300.0, "measured", 300.0]]

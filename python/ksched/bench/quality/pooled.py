@@ -35,7 +35,7 @@ import yaml
 
 from ksched.bench.invariants import lost, overcommitted
 from ksched.bench.pods import KSCHED_COMMAND, clear_pods, start_ksched_run
-from ksched.bench.quality.estimates import TRACED, StatusPoller, trace
+from ksched.bench.quality.estimates import TRACED, StatusPoller, candidates, trace
 from ksched.bench.quality.figures import QualityFigures, QualityResults, Series, judge, percentile, unjudged
 from ksched.bench.quality.marks import node_events, timeline
 from ksched.bench.quality.moves import Sampler
@@ -205,7 +205,11 @@ def pooled_round(
     pollers: dict[int, StatusPoller] = {}
     try:
         ports = _start_schedulers(r, kubeconfig, prometheus, workdir, plans, procs, deschedulers)
-        pollers = {i: StatusPoller(port) for i, port in ports.items() if r.entries[i][1] == TRACED}
+        pollers = {
+            i: StatusPoller(port, candidates(plans[i][1].pods, scheduler_name(r, i, TRACED)))
+            for i, port in ports.items()
+            if r.entries[i][1] == TRACED
+        }
         for poller in pollers.values():
             poller.start()
         series, arrivals, settled = _observe(kube, prometheus, r, plans, sampler)
@@ -239,7 +243,7 @@ def pooled_round(
             figures = _judge(r, entry, series, sampler, audit_log if namespace in moved else None, results)
             figures.shadow = shadows.get(i)
             if i in pollers:
-                figures.estimate = trace(pollers[i].polls, pods)
+                figures.estimate = trace(pollers[i].points, pods)
             if label in STEERING:
                 figures.marks = timeline(events, names, series.times[0], series.times[-1])
             log(_summary(entry, figures))

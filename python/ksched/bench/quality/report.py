@@ -174,19 +174,21 @@ def _chart(results: QualityResults, plt: Any, path: Path) -> None:
 
 def _estimate_chart(results: QualityResults, plt: Any, path: Path) -> None:
     """Each traced pod: what ksched counted it at and what it measured, beside its true usage,
-    from its bind until it settled (a panel per scenario)."""
+    from its bind on (a panel per scenario)."""
     traced = [f for f in results.figures if f.estimate is not None]
     fig, axes = plt.subplots(1, len(traced), figsize=(5 * len(traced), 3.2), squeeze=False)
     for ax, f in zip(axes[0], traced, strict=True):
         e = f.estimate
         assert e is not None
-        ages = [p[0] for p in e.points]
-        end = max(e.settled_by_s, e.ramp_s) + 30.0
+        end = max([p[0] for p in e.points] + [e.ramp_s]) + 15.0
         grid = [end * i / 100 for i in range(101)]
         ax.plot(grid, [e.truth(a) for a in grid], color="grey", linestyle="--", label="true usage")
-        ax.plot(ages, [p[1] for p in e.points], marker="o", markersize=3, label="counted at")
-        ax.plot(ages, [p[2] for p in e.points], marker="x", markersize=3, label="measured")
-        ax.axvline(e.settled_by_s, color="tab:green", linewidth=0.8, label="settled by")
+        ax.plot(
+            [p[0] for p in e.points], [p[1] for p in e.points], marker="o", markersize=3, label="counted at"
+        )
+        seen = [p for p in e.points if p[3] is not None]
+        ax.plot([p[0] for p in seen], [p[3] for p in seen], marker="x", markersize=3, label="measured")
+        ax.axvline(e.settled_at_s, color="tab:green", linewidth=0.8, label="counted as measured")
         ax.set_title(f"{f.scenario} / {f.scheduler}: {e.pod.split('/')[-1]}", fontsize=9)
         ax.set_xlabel("seconds since its bind")
     axes[0][0].set_ylabel("millicores")
