@@ -17,22 +17,28 @@ from ksched.cluster.load import BASE, RAMP_SECONDS
 from tests.conftest import pod
 
 
-def ramping_pod(name: str, ramp_s: float = 120.0, scheduler: str = "ksched") -> dict[str, Any]:
+def ramping_pod(
+    name: str, ramp_s: float = 120.0, scheduler: str = "ksched", app: str | None = None
+) -> dict[str, Any]:
     p = pod(name, cpu="500m", memory=None, scheduler=scheduler)
     p["metadata"]["annotations"] = {BASE: repr(1.5), RAMP_SECONDS: repr(ramp_s)}
+    p["metadata"]["labels"] = {"app": app or name}
     return p
 
 
-def test_the_candidates_are_kscheds_pods_with_the_longest_ramps() -> None:
+def test_the_candidates_are_kscheds_pods_of_other_workloads_ramping_over_one_to_two_minutes() -> None:
     pods = [
         ramping_pod("short", 30.0),
-        ramping_pod("theirs", 180.0, scheduler="default-scheduler"),
+        ramping_pod("theirs", 90.0, scheduler="default-scheduler"),
         ramping_pod("long", 170.0),
+        ramping_pod("web-0", 90.0, app="web"),
+        ramping_pod("web-1", 90.0, app="web"),
+        ramping_pod("mid", 60.0),
         ramping_pod("flat", 0.0),
-        ramping_pod("long-too", 170.0),
-        ramping_pod("mid", 90.0),
+        ramping_pod("api", 120.0),
     ]
-    assert candidates(pods, "ksched") == ["default/long", "default/long-too", "default/mid"][:CANDIDATES]
+    assert candidates(pods, "ksched") == ["default/web-0", "default/mid", "default/api"][:CANDIDATES]
+    assert candidates(pods[:3], "ksched") == ["default/short", "default/long"], "the first created, else"
 
 
 def polled(*points: Point) -> list[tuple[str, Point]]:
@@ -56,6 +62,8 @@ def test_the_pod_that_settled_with_the_most_points() -> None:
     assert got.truth(60.0) == pytest.approx(375.0), "half way up its 2-minute ramp to 750m"
     assert got.truth(600.0) == pytest.approx(750.0)
     assert trace({"default/still": points["default/still"]}, pods) is None
+    late = {"default/settled": polled((60.0, 750.0, "ramping", 100.0), (65.0, 700.0, "measured", 700.0))}
+    assert trace(late, pods) is None, "first seen a minute after its bind: not from placement"
 
 
 def test_the_report_tells_the_trace_and_results_json_keeps_it() -> None:

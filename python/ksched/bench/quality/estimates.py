@@ -1,12 +1,12 @@
 """One pod's estimate over time, as ksched counted it from its bind until its usage settled.
 
 Owns the trace the closing figures of a quality run show for a learned estimate. Before the
-round, :func:`candidates` names a few of the traced setup's pods (those that ramp up longest,
-first created first); a :class:`StatusPoller` asks its ksched every :data:`POLL_S`, on a thread
+round, :func:`candidates` names a few of the traced setup's pods (of different workloads, those
+ramping over one to two minutes first); a :class:`StatusPoller` asks its ksched every :data:`POLL_S`, on a thread
 of its own, how it counts each (``/status?pod=``: the amount, its source, what it measured,
 its age). :func:`trace` (a pure function) then keeps the candidate seen at the most polls among
-those whose count came to its measured usage (it settled), and returns its points beside its
-true usage (the load simulation's annotations: base multiple and ramp).
+those first seen within :data:`FIRST_SEEN_S` of their bind whose count came to their measured
+usage (they settled), and returns its points beside its true usage (the load simulation's annotations: base multiple and ramp).
 """
 
 from __future__ import annotations
@@ -26,8 +26,11 @@ from ksched.objects import Obj
 # The setup whose estimate is traced: plain ksched with the load-aware configuration.
 TRACED = "ksched"
 POLL_S = 5.0
-# Pods asked about at each poll.
+# Pods asked about at each poll, and the ramps (seconds) preferred among them.
 CANDIDATES = 3
+TRACE_RAMP_S = (60.0, 120.0)
+# A trace starts within this many seconds of the pod's bind (a cycle, two scrapes and a poll).
+FIRST_SEEN_S = 40.0
 
 # One poll of one pod: seconds since its bind, what it counts at, its source, what it measured
 # (None: not yet), in the engine's unit (millicores for cpu).
@@ -69,12 +72,22 @@ class EstimateTrace:
 
 
 def candidates(pods: Iterable[Obj], ksched: str) -> list[str]:
-    """The keys of up to :data:`CANDIDATES` of the pods placed by ``ksched``: the longest
-    ramps first, then the first created."""
-    mine = [p for p in pods if p["spec"].get("schedulerName") == ksched]
-    ramp = {id(p): float((p["metadata"].get("annotations") or {}).get(RAMP_SECONDS, 0.0)) for p in mine}
-    order = sorted(range(len(mine)), key=lambda i: (-ramp[id(mine[i])], i))
-    return [f"{mine[i]['metadata']['namespace']}/{mine[i]['metadata']['name']}" for i in order[:CANDIDATES]]
+    """The keys of up to :data:`CANDIDATES` of the pods placed by ``ksched``, each of another
+    workload (its ``app`` label), the first created first: those that ramp up over
+    :data:`TRACE_RAMP_S` before others, so that the trace shows a climb that ends well within
+    the window."""
+    first: dict[str, tuple[int, Obj]] = {}
+    for i, p in enumerate(pods):
+        if p["spec"].get("schedulerName") == ksched:
+            first.setdefault((p["metadata"].get("labels") or {}).get("app", str(i)), (i, p))
+    low, high = TRACE_RAMP_S
+
+    def order(item: tuple[int, Obj]) -> tuple[bool, int]:
+        ramp = float((item[1]["metadata"].get("annotations") or {}).get(RAMP_SECONDS, 0.0))
+        return (not low <= ramp <= high, item[0])
+
+    chosen = sorted(first.values(), key=order)[:CANDIDATES]
+    return [f"{p['metadata']['namespace']}/{p['metadata']['name']}" for _, p in chosen]
 
 
 class StatusPoller(Periodic):
@@ -96,10 +109,11 @@ class StatusPoller(Periodic):
                     answer = json.loads(r.read())["pod"]
             except Exception:  # ksched busy, starting or gone: the next poll tells
                 continue
-            for e in answer.get("estimates", []):
-                if answer.get("state") == "recent" and e.get("resource") == "cpu":
-                    point = (float(e["boundSecondsAgo"]), float(e["counts"]), str(e["source"]), e["measured"])
-                    self.points.setdefault(key, []).append((str(e["metric"]), point))
+            cpu = [e for e in answer.get("estimates", []) if e.get("resource") == "cpu"]
+            if answer.get("state") == "recent" and cpu:
+                e = cpu[0]  # the first cpu metric's estimate only
+                point = (float(e["boundSecondsAgo"]), float(e["counts"]), str(e["source"]), e["measured"])
+                self.points.setdefault(key, []).append((str(e["metric"]), point))
 
 
 def trace(points: dict[str, list[tuple[str, Point]]], pods: Iterable[Obj]) -> EstimateTrace | None:
@@ -110,7 +124,9 @@ def trace(points: dict[str, list[tuple[str, Point]]], pods: Iterable[Obj]) -> Es
     for key, seen in points.items():
         pod = by_key.get(key)
         settled = [point[0] for _, point in seen if point[2] == MEASURED]
-        if pod is None or not settled or (best is not None and len(seen) <= len(best.points)):
+        if pod is None or not settled or seen[0][1][0] > FIRST_SEEN_S:
+            continue
+        if best is not None and len(seen) <= len(best.points):
             continue
         annotations = pod["metadata"].get("annotations") or {}
         best = EstimateTrace(
