@@ -22,6 +22,7 @@ Nothing here reads the cluster state or the clock: times come from the caller.
 from __future__ import annotations
 
 import heapq
+import logging
 import statistics
 from collections import OrderedDict, deque
 from collections.abc import Mapping
@@ -34,6 +35,8 @@ from cachetools import TTLCache
 
 from ksched.config.metrics import LEARN_MIN_PODS, Calibration, Learned, WorkloadCalibration
 from ksched.engine.estimate import BEST_EFFORT, FROM_REQUEST
+
+log = logging.getLogger(__name__)
 
 # A pod still rises by more than this share over its last ``RAMP_SPAN`` samples: it is
 # ramping up. Over one sample, a usage with noise (here, and in the load simulation: +-10 %
@@ -365,6 +368,13 @@ class PodSeries:
         if rising or (warmup is not None and age < min(warmup, cap)):
             return True, False, fresh
         s.stable = True
+        log.debug(
+            "pod %s settled %.0fs after its bind: last samples %s, scrape cadence %s",
+            key,
+            age,
+            list(s.values),
+            self.cadence(at),
+        )
         return False, True, fresh
 
 
