@@ -361,6 +361,12 @@ class PodSeries:
             return False, False, fresh
         if age >= cap:
             s.stable = True
+            log.debug(
+                "pod %s taken as settled at the warm-up cap (%.0fs): last samples %s",
+                key,
+                cap,
+                list(s.values),
+            )
             return False, False, fresh
         if not fresh:
             return True, False, False  # the same sample: it settles (and teaches) on the next
