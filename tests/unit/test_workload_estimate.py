@@ -19,7 +19,13 @@ from ksched.errors import ConfigError
 from ksched.loop.metrics.load_model import LoadModel
 from ksched.loop.metrics.metric_sources import MetricStore
 from ksched.loop.metrics.samples import Sample
-from ksched.loop.metrics.workloads import MIN_CREDIBILITY_K, RAMP_SPAN, WORKLOAD_TTL_S, WorkloadHistory
+from ksched.loop.metrics.workloads import (
+    MIN_CREDIBILITY_K,
+    RAMP_SPAN,
+    WORKLOAD_TTL_S,
+    PodSeries,
+    WorkloadHistory,
+)
 from ksched.loop.mirror.slim import slim_node, slim_pod
 from ksched.loop.mirror.state import ClusterState
 from ksched.loop.telemetry import Telemetry
@@ -486,3 +492,19 @@ def test_status_tells_how_one_pod_counts_recent_or_pending() -> None:
     broken["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "lots"}}
     [problem] = loop.model.estimate_of("default/bad", broken)["estimates"]
     assert problem["metric"] is None and "lots" in problem["problem"]
+
+
+def test_before_the_scrape_cadence_is_known_a_repeated_value_is_no_sample_once_values_change() -> None:
+    series = PodSeries()
+    # Another pod's value changed once: reads repeat scrapes, at a pace not known yet (a
+    # cadence needs two changes). Without this, every pod measured in ksched's first scrape
+    # interval settled on its first repeated reads, at a fraction of what it would use.
+    series.ramping("default/other", "u0", 0.0, 100.0, 0.0, None, 180.0)
+    series.ramping("default/other", "u0", 5.0, 120.0, 5.0, None, 180.0)
+    assert series.cadence(5.0) is None
+    for at in (5.0, 7.0, 9.0, 11.0):
+        ramping, _, _ = series.ramping("default/java", "u1", at, 200.0, at, None, 180.0)
+        assert ramping, f"at {at:g}s: 200m read again is still one sample"
+    exact = PodSeries()  # no value ever changed: usage exactly constant, every read a sample
+    results = [exact.ramping("default/flat", "u2", at, 50.0, at, None, 180.0)[0] for at in (0.0, 2.0, 4.0)]
+    assert results == [True, True, False]

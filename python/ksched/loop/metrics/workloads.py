@@ -309,13 +309,17 @@ class PodSeries:
     ``SAME_SCRAPE_CADENCES``) has passed since the pod's last new sample: ksched reads the
     pod query more often than Prometheus scrapes, and the same scrape read twice would
     otherwise end a ramp at its first unchanged reading. Until any pod's value changed twice,
-    the cadence is unknown and every reading is news."""
+    the cadence is unknown: then an unchanged value is news only where no pod's value has
+    changed yet (usage that is exactly constant, as a test's), since otherwise the pods that
+    start with a cluster would settle on their first repeated reads."""
 
     def __init__(self) -> None:
         self._pods: dict[str, _Series] = {}
         self._gaps: deque[float] = deque(maxlen=CADENCE_MEMORY)
-        # The cadence, and the sample time it was computed for (once a cycle).
+        # The cadence, and the sample time it was computed for (once a cycle); whether any
+        # pod's value has changed between reads yet.
         self._cadence: tuple[float, float | None] = (-1.0, None)
+        self._seen_change = False
 
     def cadence(self, at: float) -> float | None:
         """The median seconds between changes of recent pods' measured values, as of the
@@ -331,9 +335,13 @@ class PodSeries:
             if s.changed:
                 self._gaps.append(at - s.changed_at)
             s.changed_at, s.changed, s.news_at = at, True, at
+            self._seen_change = True
             return True
         cadence = self.cadence(at)
-        if cadence is not None and at - s.news_at < SAME_SCRAPE_CADENCES * cadence:
+        if cadence is None:
+            if self._seen_change:
+                return False  # values change between reads, at a pace not known yet: wait for it
+        elif at - s.news_at < SAME_SCRAPE_CADENCES * cadence:
             return False
         s.news_at = at
         return True
