@@ -167,9 +167,16 @@ def status_path(pod: str | None) -> str:
     return "/status" if pod is None else "/status?" + urllib.parse.urlencode({"pod": pod_key(pod)})
 
 
+def status(t: Target, pod: str | None = None) -> dict[str, Any]:
+    """``/status`` of the running ksched at ``t``; with ``pod``, saying how it counts that pod
+    (under ``pod``), else a KschedError."""
+    document: dict[str, Any] = fetch(t, status_path(pod))
+    if pod is not None and not isinstance(document.get("pod"), dict):
+        raise KschedError(f"ksched at {t.address} does not say how it counts a pod: it predates --pod")
+    return document
+
+
 def pod_status(t: Target, pod: str) -> dict[str, Any]:
     """How the running ksched at ``t`` counts ``pod`` (``/status?pod=``)."""
-    answer = fetch(t, status_path(pod)).get("pod")
-    if not isinstance(answer, dict):
-        raise KschedError(f"ksched at {t.address} does not say how it counts a pod: it predates --pod")
+    answer: dict[str, Any] = status(t, pod)["pod"]
     return answer

@@ -401,9 +401,7 @@ def _shadow_report(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    status = remote.fetch(remote.target(args), remote.status_path(args.pod))
-    if args.pod is not None and not isinstance(status.get("pod"), dict):
-        raise KschedError(f"ksched at {args.address} does not say how it counts a pod: it predates --pod")
+    status = remote.status(remote.target(args), args.pod)
     _print_document(args.output, status, lambda: render_status(status, args.address))
     return EXIT_OK
 

@@ -24,11 +24,10 @@ from ksched.errors import KschedError
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from ksched.config import Config, MetricConfig
+    from ksched.config import Config
     from ksched.engine import Explanation
     from ksched.engine.cluster_file import ClusterFile
     from ksched.engine.estimate import Choice
-    from ksched.objects import Obj
 
 # A --metrics file holds a few numbers per node; one past this is a mistaken path.
 MAX_METRICS_BYTES = 64 * 1024 * 1024
@@ -76,7 +75,7 @@ def json_number(x: Any) -> Any:
 
 def explanation_json(ex: Explanation, estimates: Sequence[tuple[str, str, Choice]] = ()) -> dict[str, Any]:
     """One explained pod as JSON (every number finite or null); ``estimates``: what the pod
-    counts as for each metric with an estimate (:func:`pod_estimates`)."""
+    counts as for each metric with an estimate (:func:`ksched.engine.estimate.pod_estimates`)."""
     explained: dict[str, Any] = json_number(
         {
             "pod": ex.pod,
@@ -114,19 +113,6 @@ def explanation_json(ex: Explanation, estimates: Sequence[tuple[str, str, Choice
         }
     )
     return explained
-
-
-def pod_estimates(pod: Obj, metrics: Sequence[MetricConfig]) -> list[tuple[str, str, Choice]]:
-    """What ``pod`` counts as on a node for each metric with an estimate, and why."""
-    from ksched.engine.estimate import estimate_choice
-    from ksched.engine.pods import pod_requests
-
-    requests = pod_requests(pod)
-    return [
-        (m.name, m.estimate.resource, estimate_choice(pod, requests, m.estimate))
-        for m in metrics
-        if m.estimate is not None
-    ]
 
 
 def estimate_text(resource: str, c: Choice) -> str:
@@ -309,6 +295,7 @@ def _is_cluster_file(arg: str) -> bool:
 def _explain(args: argparse.Namespace) -> int:
     from ksched.config import load_config
     from ksched.engine.cluster_file import as_pending, load_cluster, sort_objects
+    from ksched.engine.estimate import pod_estimates
     from ksched.engine.simulation import run_simulation
     from ksched.objects import object_key
 

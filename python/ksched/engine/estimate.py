@@ -25,15 +25,16 @@ that and nothing is learned for it.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
-from ksched.config import EstimateConfig
+from ksched.config import EstimateConfig, MetricConfig
 from ksched.config.metrics import BEST_EFFORT_DEFAULTS, Calibration, Learned
-from ksched.engine.pods import PodRequests
+from ksched.engine.pods import PodRequests, pod_requests
 from ksched.engine.quantity import (
     QUANTITY_MAX,
     Nano,
@@ -279,6 +280,17 @@ def estimate_choice(pod: Obj, requests: PodRequests, estimate: EstimateConfig) -
     )
     value = min(float(mean + estimate.deviations * sd), float(QUANTITY_MAX))
     return Choice(round(value), t.source, workload, figure, t.pods, problem)
+
+
+def pod_estimates(pod: Obj, metrics: Sequence[MetricConfig]) -> list[tuple[str, str, Choice]]:
+    """What ``pod`` counts as on a node for each metric with an estimate, and why: (metric,
+    resource, choice). Raises MalformedObjectError for requests that cannot be read."""
+    requests = pod_requests(pod)
+    return [
+        (m.name, m.estimate.resource, estimate_choice(pod, requests, m.estimate))
+        for m in metrics
+        if m.estimate is not None
+    ]
 
 
 def estimated_usage(pod: Obj, requests: PodRequests, estimate: EstimateConfig) -> int:

@@ -2,11 +2,12 @@
 
 Owns the trace the closing figures of a quality run show for a learned estimate. Before the
 round, :func:`candidates` names a few of the traced setup's pods (of different workloads, those
-ramping over one to two minutes first); a :class:`StatusPoller` asks its ksched every :data:`POLL_S`, on a thread
-of its own, how it counts each (``/status?pod=``: the amount, its source, what it measured,
-its age). :func:`trace` (a pure function) then keeps the candidate seen at the most polls among
-those first seen within :data:`FIRST_SEEN_S` of their bind whose count came to their measured
-usage (they settled), and returns its points beside its true usage (the load simulation's annotations: base multiple and ramp).
+ramping over one to two minutes first); a :class:`StatusPoller` asks its ksched every
+:data:`POLL_S`, on a thread of its own, how it counts each (``/status?pod=``: the amount, its
+source, what it measured, its age). :func:`trace` (a pure function) then keeps the candidate
+seen at the most polls among those first seen within :data:`FIRST_SEEN_S` of their bind whose
+count came to their measured usage (they settled), and returns its points beside its true usage
+(the load simulation's annotations: base multiple and ramp).
 """
 
 from __future__ import annotations

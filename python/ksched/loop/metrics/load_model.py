@@ -34,9 +34,8 @@ import numpy.typing as npt
 
 from ksched.config import MetricConfig
 from ksched.config.rebalance import RebalanceThreshold
-from ksched.engine.estimate import estimate_choice
+from ksched.engine.estimate import pod_estimates
 from ksched.engine.load import before_event
-from ksched.engine.pods import pod_requests
 from ksched.engine.snapshot import Snapshot
 from ksched.errors import MalformedObjectError
 from ksched.loop.metrics.metric_sources import Matrix, MetricStore
@@ -118,42 +117,39 @@ class LoadModel:
         as the last cycle counted it (measured, ramping, or its estimate and where that came
         from); else nothing (bound before the metrics' windows, whose samples show it, or
         unknown)."""
-        resources = {m.name: m.estimate.resource for m in self.metrics.metrics if m.estimate is not None}
         if pending is not None:
             return {"pod": key, "state": "pending", "estimates": self._pending(pending)}
         counted = self.recent.counted_as(key)
         if counted is None:
             return {"pod": key, "state": "not counted", "estimates": []}
-        if not counted:
-            return {"pod": key, "state": "bound, counted from the next cycle", "estimates": []}
-        estimates = [c | {"resource": resources.get(c["metric"])} for c in counted]
-        return {"pod": key, "state": "recent", "estimates": estimates}
+        state = "recent" if counted else "bound, counted from the next cycle"
+        return {"pod": key, "state": state, "estimates": counted}
 
     def _pending(self, pod: Obj) -> list[dict[str, Any]]:
+        calibrations = self.metrics.calibrations
+        metrics = [
+            m
+            if m.estimate is None or m.name not in calibrations
+            else replace(m, estimate=replace(m.estimate, calibration=calibrations[m.name]))
+            for m in self.metrics.metrics
+        ]
         try:
-            requests = pod_requests(pod)
+            choices = pod_estimates(pod, metrics)
         except MalformedObjectError as err:
             return [{"metric": None, "problem": str(err)}]
-        estimates = []
-        for m in self.metrics.metrics:
-            if m.estimate is None:
-                continue
-            calibration = self.metrics.calibrations.get(m.name)
-            estimate = m.estimate if calibration is None else replace(m.estimate, calibration=calibration)
-            c = estimate_choice(pod, requests, estimate)
-            estimates.append(
-                {
-                    "metric": m.name,
-                    "resource": m.estimate.resource,
-                    "counts": float(c.amount),
-                    "source": c.source,
-                    "workload": c.workload,
-                    "figure": c.figure,
-                    "pods": c.pods,
-                    "problem": c.problem,
-                }
-            )
-        return estimates
+        return [
+            {
+                "metric": name,
+                "resource": resource,
+                "counts": float(c.amount),
+                "source": c.source,
+                "workload": c.workload,
+                "figure": c.figure,
+                "pods": c.pods,
+                "problem": c.problem,
+            }
+            for name, resource, c in choices
+        ]
 
     def observed(self, snapshot: Snapshot) -> Matrix:
         """What the metrics read on ``snapshot``, nothing estimated: whether a node went hot

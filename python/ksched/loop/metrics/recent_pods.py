@@ -103,6 +103,8 @@ class _Counted:
     """What one metric's estimate counted each recent pod at, at its last cycle (read by the
     ``/status`` server's thread: replaced whole, never edited)."""
 
+    # The estimated resource.
+    resource: str
     arrays: _Arrays
     # The metric's column in ``arrays``.
     column: int
@@ -286,7 +288,7 @@ class RecentPods:
             column += metric.load_sign * estimate.deviations * np.sqrt(variance)
         sources[stable] = MEASURED
         sources[ramping] = RAMPING
-        self._counted[metric.name] = _Counted(arrays, i, amounts, sources, known)
+        self._counted[metric.name] = _Counted(estimate.resource, arrays, i, amounts, sources, known)
         if calibration is None:
             return None
         names, counts = np.unique(sources, return_counts=True)
@@ -305,7 +307,7 @@ class RecentPods:
 
     def counted_as(self, key: str) -> list[dict[str, Any]] | None:
         """What each metric's estimate counted the recent pod ``key`` at on its last cycle
-        (engine units), where the count came from (``source``: measured, ramping, workload,
+        (engine units of its ``resource``), where the count came from (``source``: measured, ramping, workload,
         prior, ...), its workload, what it measured (None: not yet) and how long ago it was
         bound; None where the pod is not a recent one, empty where no cycle counted it yet.
         Safe from another thread."""
@@ -325,6 +327,7 @@ class RecentPods:
             out.append(
                 {
                     "metric": name,
+                    "resource": c.resource,
                     "counts": float(c.amounts[j]),
                     "source": str(c.sources[j]),
                     "workload": a.workloads[j][c.column],

@@ -13,8 +13,8 @@ Owns two things for one metric's estimate, both fed by
   usage still rises by more than ``RAMP_TOLERANCE`` over its last ``RAMP_SPAN`` samples (an
   unchanged value read before the learned scrape cadence passed is the same sample), while it is
   younger than its workload's learned warm-up, or while it has ``RAMP_SPAN`` samples or fewer;
-  never past the estimate's ``warmup``. A pod that stopped ramping is stable for good (usage that swings later
-  is the spread's business), and only stable pods teach.
+  never past the estimate's ``warmup``. A pod that stopped ramping is stable for good (usage
+  that swings later is the spread's business), and only stable pods teach.
 
 Nothing here reads the cluster state or the clock: times come from the caller.
 """
@@ -46,8 +46,8 @@ RAMP_TOLERANCE = 0.1
 RAMP_SPAN = 2
 # A pod's value that did not change is the same scrape read again (an instant query answers at
 # the query's time, not the scrape's) until this many of the learned scrape cadences passed
-# since it last changed; the cadence is the median gap between changes of recent pods' values,
-# over the last ``CADENCE_MEMORY`` changes.
+# since its last new sample; the cadence is the median gap between changes of recent pods'
+# values, over the last ``CADENCE_MEMORY`` changes.
 SAME_SCRAPE_CADENCES = 1.5
 CADENCE_MEMORY = 256
 # Workloads remembered at once, and how long one is remembered after it last taught.
@@ -401,8 +401,9 @@ def learned_json(resource: str | None, c: Calibration) -> dict[str, Any]:
     :func:`credible`); the prior a pod of a workload without history counts at; how the
     recent pods are counted (``sources``: pods by where their estimate came from, ``ramping``:
     the first of those still ramping up, ``rampingPods``: for the longest bound of them, what
-    each counts at and measures, in engine units, and seconds since its bind); and the ``STATUS_WORKLOADS`` workloads with the most
-    measured pods, with their figures and warm-up (seconds)."""
+    each counts at and measures, in engine units, and seconds since its bind); and the
+    ``STATUS_WORKLOADS`` workloads with the most measured pods, with their figures and warm-up
+    (seconds)."""
     return {
         "resource": resource,
         "ratio": c.ratio,
