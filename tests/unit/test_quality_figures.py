@@ -6,7 +6,15 @@ from datetime import UTC, datetime
 
 import pytest
 
-from ksched.bench.quality.figures import MAX_MISSING, QualityFigures, QualityResults, Series, judge, unjudged
+from ksched.bench.quality.figures import (
+    MAX_MISSING,
+    QualityFigures,
+    QualityResults,
+    Series,
+    judge,
+    replicas_together,
+    unjudged,
+)
 from ksched.bench.quality.observe import Arrivals
 from ksched.bench.quality.pooled import placing
 from ksched.bench.quality.report import table
@@ -49,6 +57,27 @@ def test_judge(
     got = {k: getattr(figures, k) for k in want}
     assert got == want, name
     assert len(figures.bands) == len(samples)
+
+
+def _replica(name: str, owner: str | None, node: str | None) -> dict[str, object]:
+    refs = [{"kind": "ReplicaSet", "name": owner, "controller": True}] if owner else []
+    return {
+        "metadata": {"name": name, "namespace": "ns", "ownerReferences": refs},
+        "spec": {"nodeName": node},
+    }
+
+
+def test_replicas_together_counts_the_replicas_that_share_a_node_with_their_own_workload() -> None:
+    pods = [
+        _replica("a-0", "a", "n1"),
+        _replica("a-1", "a", "n1"),  # beside a-0
+        _replica("a-2", "a", "n2"),
+        _replica("b-0", "b", "n2"),  # beside a-2, another workload's: apart
+        _replica("c-0", "c", None),  # pending: not counted
+        _replica("bare", None, "n1"),  # no workload: not counted
+    ]
+    assert replicas_together(pods) == 0.5
+    assert replicas_together([]) == 0.0
 
 
 def test_a_round_whose_scrape_stopped_is_not_judged() -> None:

@@ -12,12 +12,15 @@ shadow ksched said (:class:`ShadowOutcomes`); for a steering setup, its marks
 from __future__ import annotations
 
 import statistics
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ksched.bench.quality.estimates import EstimateTrace
 from ksched.bench.quality.marks import MarkFigures
 from ksched.bench.quality.rebalance import RebalanceFigures
+from ksched.engine.estimate import workload_of
+from ksched.objects import Obj
 
 # Utilisation (cores used / allocatable) over which a node counts as hot.
 DEFAULT_THRESHOLD = 0.8
@@ -79,6 +82,10 @@ class QualityFigures:
     # to the second the API server keeps): a cautious estimate must not leave pods waiting.
     p99_bind_s: float = 0.0
     max_bind_s: float = 0.0
+    # The share of the pods of a workload (:func:`ksched.engine.estimate.workload_of`) that
+    # ended on a node with another replica of their workload: replicas share their usage, so
+    # the more of them together, the more a node's load swings with one workload's.
+    replicas_together: float = 0.0
     # The share of node samples Prometheus had no value for.
     missing_samples: float = 0.0
     # Per sample: (seconds from the first create, p50, p95, max) across nodes, for the plot.
@@ -104,6 +111,7 @@ class QualityFigures:
             "pods_per_s",
             "p99_bind_s",
             "max_bind_s",
+            "replicas_together",
         )
         out = {k: getattr(self, k) for k in keys}
         if self.rebalance is not None:
@@ -123,6 +131,19 @@ def percentile(values: list[float], q: float) -> float:
         return 0.0
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered)) - 1))]
+
+
+def replicas_together(pods: list[Obj]) -> float:
+    """The share of the bound pods of a workload that share their node with another replica of
+    their workload (0.0 for none)."""
+    on_node: Counter[tuple[str, str]] = Counter()
+    for pod in pods:
+        node, workload = pod["spec"].get("nodeName"), workload_of(pod)
+        if node and workload is not None:
+            on_node[(workload, node)] += 1
+    placed = sum(on_node.values())
+    together = sum(n for n in on_node.values() if n > 1)
+    return round(together / placed, 3) if placed else 0.0
 
 
 def judge(

@@ -36,7 +36,15 @@ import yaml
 from ksched.bench.invariants import lost, overcommitted
 from ksched.bench.pods import KSCHED_COMMAND, clear_pods, start_ksched_run
 from ksched.bench.quality.estimates import TRACED, StatusPoller, candidates, trace
-from ksched.bench.quality.figures import QualityFigures, QualityResults, Series, judge, percentile, unjudged
+from ksched.bench.quality.figures import (
+    QualityFigures,
+    QualityResults,
+    Series,
+    judge,
+    percentile,
+    replicas_together,
+    unjudged,
+)
 from ksched.bench.quality.marks import node_events, timeline
 from ksched.bench.quality.moves import Sampler
 from ksched.bench.quality.observe import (
@@ -357,6 +365,7 @@ def _judge(
     # Judged by the pods as they ended: an evicted pod's replacement where it landed.
     bound = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in pods if p["spec"].get("nodeName")}
     judge(figures, series, entry.nodes, bound, r.threshold)
+    figures.replicas_together = replicas_together(pods)
     results.violations += unjudged(figures)
     evicted: set[str] = set()
     if audit_log is not None:
@@ -389,7 +398,8 @@ def _summary(entry: _Entry, figures: QualityFigures) -> str:
     return (
         f"{entry.name} / {entry.label} ({len(entry.nodes)} nodes): {figures.hotspot_node_minutes} hot node-minutes, "
         f"p95 {figures.p95_utilisation}, cv {figures.cv}, {figures.pods_on_hot_nodes} pods on hot nodes, "
-        f"{figures.pending} pending, {figures.pods_per_s} pods/s"
+        f"{figures.pending} pending, {figures.pods_per_s} pods/s, "
+        f"{figures.replicas_together:.0%} of replicas beside another"
         + (f", {figures.rebalance.evictions} evictions" if figures.rebalance else "")
         + (
             f", shadow: {figures.shadow.hot_node_minutes_avoided_estimated:.1f} hot node-min avoided (estimated)"

@@ -34,7 +34,14 @@ import yaml
 from ksched.bench.charts import pyplot
 from ksched.bench.invariants import lost, overcommitted
 from ksched.bench.pods import CREATE_WORKERS, KSCHED_COMMAND, clear_pods, start_ksched_run
-from ksched.bench.quality.figures import DEFAULT_THRESHOLD, QualityFigures, QualityResults, judge, unjudged
+from ksched.bench.quality.figures import (
+    DEFAULT_THRESHOLD,
+    QualityFigures,
+    QualityResults,
+    judge,
+    replicas_together,
+    unjudged,
+)
 from ksched.bench.quality.moves import audit_policy
 from ksched.bench.quality.observe import (
     clear_controllers,
@@ -176,6 +183,7 @@ def _one(
         series = utilisation(prometheus, start, end, opts.scrape_interval_s)
         nodes = kube.request("GET", "/api/v1/nodes").json()["items"]
         judge(figures, series, [n["metadata"]["name"] for n in nodes], bound, opts.threshold)
+        figures.replicas_together = replicas_together(pods)
         results.violations += unjudged(figures)
         everywhere = kube.request("GET", "/api/v1/pods").json()["items"]
         results.violations += [
@@ -191,7 +199,7 @@ def _one(
         log(
             f"{name} / {label}: {figures.hotspot_node_minutes} hot node-minutes, p95 {figures.p95_utilisation}, "
             f"cv {figures.cv}, {figures.pods_on_hot_nodes} pods on hot nodes, {figures.pending} pending, "
-            f"{figures.pods_per_s} pods/s"
+            f"{figures.pods_per_s} pods/s, {figures.replicas_together:.0%} of replicas beside another"
         )
     finally:
         if proc is not None:
