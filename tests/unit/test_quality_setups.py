@@ -8,11 +8,25 @@ import collections
 import pytest
 
 from ksched.bench.quality.figures import QualityFigures, QualityResults, ShadowOutcomes
+from ksched.bench.quality.gap import gaps
 from ksched.bench.quality.observe import ksched_config
 from ksched.bench.quality.pooled import POOL_LABEL, Round, _scenario
 from ksched.bench.quality.run import EXAMPLE_CONFIG, EXAMPLE_REBALANCE_CONFIG, QualityOptions, _config_of
-from ksched.bench.quality.scenarios import CONTROLLED, DEFAULT_SCHEDULER, controllers
-from ksched.bench.quality.setups import KSCHED_STEER, KSCHED_STEER_REBALANCE, SHADOW, pool_config
+from ksched.bench.quality.scenarios import (
+    CONTROLLED,
+    DEFAULT_SCHEDULER,
+    EXPECTED_CPU,
+    KUBE_SCHEDULER,
+    ORACLE,
+    controllers,
+)
+from ksched.bench.quality.setups import (
+    KSCHED_STEER,
+    KSCHED_STEER_REBALANCE,
+    ORACLE_STEER,
+    SHADOW,
+    pool_config,
+)
 from ksched.bench.quality.shadow_estimate import check, shadow_rows
 from ksched.config import parse_config
 
@@ -33,6 +47,37 @@ def test_the_steering_setups_mark_only_their_own_pool() -> None:
         assert steering.selects({POOL_LABEL: "2"}) and not steering.selects({POOL_LABEL: "1"}), label
     assert _config_of(QualityOptions(pools=True), KSCHED_STEER) == EXAMPLE_CONFIG
     assert _config_of(QualityOptions(pools=True), KSCHED_STEER_REBALANCE) == EXAMPLE_REBALANCE_CONFIG
+
+
+def test_oracle_steer_steers_with_every_pods_true_usage_kube_schedulers_too() -> None:
+    steering = _config(ORACLE_STEER).steering  # type: ignore[attr-defined]
+    assert steering.enabled and steering.selects(POOL) and not steering.selects({POOL_LABEL: "1"})
+    assert _config_of(QualityOptions(pools=True), ORACLE_STEER) == EXAMPLE_CONFIG
+    r = Round((("mixed-schedulers", ORACLE_STEER),), 16, 96, 1, 8.0, 180.0, 15.0, 0.8, {})
+    _, s = _scenario(r, 0, "mixed-schedulers", ORACLE_STEER)
+    asks = collections.Counter(p["spec"]["schedulerName"] for p in s.pods)
+    assert asks == {ORACLE_STEER: 48, DEFAULT_SCHEDULER: 48}
+    assert all(EXPECTED_CPU in p["metadata"]["annotations"] for p in s.pods)
+    _, plain = _scenario(r, 0, "mixed-schedulers", KSCHED_STEER)
+    assert not any(EXPECTED_CPU in p["metadata"]["annotations"] for p in plain.pods)
+
+
+def test_each_setup_is_measured_to_the_oracle_of_its_own_means() -> None:
+    results = QualityResults({})
+    for label, hot in (
+        (KUBE_SCHEDULER, 20.0),
+        ("ksched", 10.0),
+        (ORACLE, 10.0),
+        (KSCHED_STEER, 5.0),
+        (ORACLE_STEER, 0.0),
+    ):
+        f = QualityFigures(label, "mixed-schedulers", 10)
+        f.hotspot_node_minutes = hot
+        results.figures.append(f)
+    found = gaps(results)["mixed-schedulers"]
+    assert set(found) == {"ksched", KSCHED_STEER}, "the oracles are references, not rows"
+    assert found["ksched"].gap_closed == 1.0  # at the placing oracle's 10
+    assert found[KSCHED_STEER].gap_closed == 0.75  # 15 of the 20 to steering's oracle
 
 
 def test_steer_rebalance_moves_default_schedulers_pods_of_its_own_namespace_only() -> None:

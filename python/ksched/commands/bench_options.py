@@ -82,7 +82,8 @@ def _side_by_side_options(parser: argparse.ArgumentParser) -> argparse._Argument
         "kube-scheduler+descheduler (the descheduler's LowNodeUtilization on actual usage) and "
         "ksched-rebalance (ksched with its rebalancer), which load-shift also judges by their evictions, "
         "ksched-steer (steering on, its pool only), ksched-steer-rebalance (and the rebalancer moving "
-        "default-scheduler's pods of its namespace) and shadow (kube-scheduler's pool watched by a shadow "
+        "default-scheduler's pods of its namespace), oracle-steer (ksched-steer told every pod's true usage, "
+        "kube-scheduler's too: what steering reaches with a perfect estimate) and shadow (kube-scheduler's pool watched by a shadow "
         "ksched, whose estimate of the hot node-minutes avoided is checked against ksched's pool)",
     )
     group.add_argument(

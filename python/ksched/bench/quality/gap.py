@@ -3,7 +3,9 @@
 Owns the arithmetic that puts a setup's hot node-minutes beside two references:
 kube-scheduler's (the ratio, setup ÷ kube-scheduler) and the oracle's, ksched told every pod's
 true usage at placement (the share of the gap closed, (kube-scheduler - setup) ÷
-(kube-scheduler - oracle): 1 is as good as the oracle, 0 no better than kube-scheduler).
+(kube-scheduler - oracle): 1 is as good as the oracle, 0 no better than kube-scheduler). A
+steering setup is measured to ``oracle-steer`` (steering that knows every pod's usage too,
+:mod:`.setups`), the others to the placing oracle: each to what its own means could reach.
 Where the gap is smaller than :data:`MIN_GAP_NODE_MINUTES` the share is not judged, and says
 why. Pure functions of the figures.
 """
@@ -15,11 +17,18 @@ from typing import Any
 
 from ksched.bench.quality.figures import QualityResults
 from ksched.bench.quality.scenarios import KUBE_SCHEDULER, ORACLE
+from ksched.bench.quality.setups import KNOWING, ORACLE_STEER, STEERING
 
 # A gap under this is one node hot for one minute (four 15 s samples): within what one seed's
 # noise moves, so a share of it says nothing.
 MIN_GAP_NODE_MINUTES = 1.0
-GAP_HEADER = ("scenario", "setup", "hot node-min", "÷ kube-scheduler", "gap closed (kube-scheduler → oracle)")
+GAP_HEADER = (
+    "scenario",
+    "setup",
+    "hot node-min",
+    "÷ kube-scheduler",
+    "gap closed (kube-scheduler → its oracle)",
+)
 
 
 @dataclass(frozen=True)
@@ -52,7 +61,8 @@ def gap(kube_scheduler: float, setup: float, oracle: float | None) -> Gap:
 
 
 def gaps(results: QualityResults) -> dict[str, dict[str, Gap]]:
-    """Per scenario that ran kube-scheduler, each other setup but the oracle."""
+    """Per scenario that ran kube-scheduler, each other setup but the oracles, each measured to
+    its own oracle (:func:`oracle_of`)."""
     by: dict[str, dict[str, float]] = {}
     for f in results.figures:
         by.setdefault(f.scenario, {})[f.scheduler] = f.hotspot_node_minutes
@@ -60,13 +70,19 @@ def gaps(results: QualityResults) -> dict[str, dict[str, Gap]]:
     for name, setups in by.items():
         if KUBE_SCHEDULER not in setups:
             continue
-        ks, oracle = setups[KUBE_SCHEDULER], setups.get(ORACLE)
+        ks = setups[KUBE_SCHEDULER]
         out[name] = {
-            label: gap(ks, hot, oracle)
+            label: gap(ks, hot, setups.get(oracle_of(label)))
             for label, hot in setups.items()
-            if label not in (KUBE_SCHEDULER, ORACLE)
+            if label != KUBE_SCHEDULER and label not in KNOWING
         }
     return out
+
+
+def oracle_of(label: str) -> str:
+    """The oracle a setup is measured to: steering's for a steering setup (a placing oracle
+    cannot steer kube-scheduler's pods, so it would flatter steering), else the placing one."""
+    return ORACLE_STEER if label in STEERING else ORACLE
 
 
 def gaps_json(results: QualityResults) -> dict[str, dict[str, dict[str, Any]]]:

@@ -61,8 +61,8 @@ from ksched.bench.quality.observe import (
     utilisation,
 )
 from ksched.bench.quality.rebalance import HOT_SAMPLES, judge_rebalance
-from ksched.bench.quality.scenarios import DEFAULT_SCHEDULER, KUBE_SCHEDULER, ORACLE, Scenario, scenario
-from ksched.bench.quality.setups import SHADOW, STEERING, pool_config, read_outcomes
+from ksched.bench.quality.scenarios import DEFAULT_SCHEDULER, KUBE_SCHEDULER, Scenario, scenario
+from ksched.bench.quality.setups import KNOWING, SHADOW, STEERING, pool_config, read_outcomes
 from ksched.cluster import descheduler
 from ksched.cluster.processes import tail, terminate
 from ksched.config import load_config
@@ -182,7 +182,7 @@ def scheduler_name(r: Round, i: int, label: str) -> str:
 def _scenario(r: Round, i: int, name: str, label: str) -> tuple[str, Scenario]:
     namespace = namespace_of(name, label)
     asks = DEFAULT_SCHEDULER if label in KUBE_SCHEDULER_SETUPS else scheduler_name(r, i, label)
-    s = scenario(name, r.pods, namespace, asks, r.seed, r.rate, oracle=label == ORACLE)
+    s = scenario(name, r.pods, namespace, asks, r.seed, r.rate, oracle=label in KNOWING)
     for pod in s.pods:
         pod["spec"]["nodeSelector"] = {POOL_LABEL: str(i)}
     return namespace, s

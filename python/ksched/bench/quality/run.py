@@ -78,7 +78,7 @@ from ksched.bench.quality.scenarios import (
     scenario,
     shapes_of,
 )
-from ksched.bench.quality.setups import KSCHED_STEER, KSCHED_STEER_REBALANCE, SHADOW
+from ksched.bench.quality.setups import KSCHED_STEER, KSCHED_STEER_REBALANCE, ORACLE_STEER, SHADOW
 from ksched.cluster import local
 from ksched.cluster.load import LoadSimulation
 from ksched.cluster.processes import terminate
@@ -94,7 +94,14 @@ SCHEDULERS = (KUBE_SCHEDULER, KSCHED, KSCHED_NO_METRICS)
 # The setups a rebalancing round compares (ksched placing only, beside the two that move pods).
 REBALANCE_SETUPS = (KUBE_SCHEDULER_DESCHEDULER, KSCHED, KSCHED_REBALANCE)
 # Setups that need a pool of their own (its nodes or its namespace); they run on pools only.
-POOLED_SETUPS = (KUBE_SCHEDULER_DESCHEDULER, KSCHED_REBALANCE, KSCHED_STEER, KSCHED_STEER_REBALANCE, SHADOW)
+POOLED_SETUPS = (
+    KUBE_SCHEDULER_DESCHEDULER,
+    KSCHED_REBALANCE,
+    KSCHED_STEER,
+    KSCHED_STEER_REBALANCE,
+    ORACLE_STEER,
+    SHADOW,
+)
 SETUPS = (*SCHEDULERS, ORACLE, *POOLED_SETUPS)
 # The shipped load-aware configuration, from the installed package.
 EXAMPLE_CONFIG = example_path("load-aware.yaml")
@@ -214,7 +221,7 @@ def _one(
 
 def _config_of(opts: QualityOptions, label: str) -> Path | None:
     """The configuration file a ksched label runs (None: no metric)."""
-    if label in (KSCHED, ORACLE, KSCHED_STEER, SHADOW) or label in opts.builds:
+    if label in (KSCHED, ORACLE, KSCHED_STEER, ORACLE_STEER, SHADOW) or label in opts.builds:
         return opts.ksched_config or EXAMPLE_CONFIG
     if label in (KSCHED_REBALANCE, KSCHED_STEER_REBALANCE):
         return opts.rebalance_config or EXAMPLE_REBALANCE_CONFIG

@@ -5,6 +5,10 @@ Owns the configuration overlays of the setups that need their pool or their name
 - ``ksched-steer``: the load-aware configuration with steering on, its marks limited to its own
   pool (``steering.nodeSelector``: ksched sees every pool, and a mark on another setup's node
   would steer that setup's kube-scheduler pods);
+- ``oracle-steer``: ``ksched-steer`` whose pods, both schedulers', carry what they will really
+  use (as the oracle's, :data:`~ksched.bench.quality.scenarios.ORACLE`): what placement and
+  steering together reach where every estimate is right, the reference a steering setup's gap
+  is measured to (:mod:`.gap`);
 - ``ksched-steer-rebalance``: the rebalancer's configuration with the same steering, and
   default-scheduler's pods of its own namespace opted in to be moved
   (``rebalance.otherSchedulers``), which the rebalancer does only off a marked node;
@@ -24,15 +28,19 @@ import time
 import urllib.request
 
 from ksched.bench.quality.figures import ShadowOutcomes
-from ksched.bench.quality.scenarios import DEFAULT_SCHEDULER
+from ksched.bench.quality.scenarios import DEFAULT_SCHEDULER, ORACLE
 from ksched.config import parse_config
 from ksched.loop.scheduling.outcomes import window_of
 from ksched.objects import Obj
 
 KSCHED_STEER = "ksched-steer"
 KSCHED_STEER_REBALANCE = "ksched-steer-rebalance"
+ORACLE_STEER = "oracle-steer"
 # The setups that mark their pool's hot nodes (their marks are read back, :mod:`.marks`).
-STEERING = (KSCHED_STEER, KSCHED_STEER_REBALANCE)
+STEERING = (KSCHED_STEER, KSCHED_STEER_REBALANCE, ORACLE_STEER)
+# The setups whose pods carry what they will use (every pod of the pool, whichever scheduler
+# places it).
+KNOWING = (ORACLE, ORACLE_STEER)
 SHADOW = "shadow"
 # The shadow's looks at the nodes it judges: a few a scrape (15 s), so a node's hot spell is
 # counted to within a few seconds of what the samples show.
