@@ -11,7 +11,7 @@ from typing import NamedTuple
 import pytest
 
 from ksched.bench.quality.figures import QualityFigures, QualityResults
-from ksched.bench.quality.marks import Interval, MarkFigures, timeline
+from ksched.bench.quality.marks import Interval, MarkFigures, attribute, described, timeline
 from ksched.bench.quality.report import marks_lines, table
 from ksched.loop.events import COMPONENT, MARKED_HOT, UNMARKED
 from ksched.objects import Obj
@@ -145,3 +145,29 @@ def test_no_steering_setup_no_section() -> None:
         "requests-lie / ksched-steer: 0 nodes marked, 0 marks put on, 0 taken off, "
         "at most 0 at once, median mark -"
     ]
+
+
+def test_attribute_splits_hot_minutes_by_mark_and_counts_binds_onto_marked_nodes() -> None:
+    """Node 1 is marked from 60 s to 120 s; node 2 never. Four 30 s samples: node 1 hot at 60 s
+    and 90 s (marked) and at 0 s (not yet); node 2 hot at 90 s. A kube-scheduler pod bound onto
+    node 1 at 100 s landed while it was marked; the others did not."""
+    figures = timeline([on(POOL[0], 60.0), off(POOL[0], 120.0)], POOL, START, END)
+    times = [START + s for s in (0.0, 30.0, 60.0, 90.0)]
+    samples = [
+        {POOL[0]: 0.9, POOL[1]: 0.2},
+        {POOL[0]: 0.5, POOL[1]: 0.2},
+        {POOL[0]: 0.9, POOL[1]: 0.2},
+        {POOL[0]: 0.85, POOL[1]: 0.95},
+    ]
+    binds = [
+        ("default-scheduler", POOL[0], START + 100.0),
+        ("default-scheduler", POOL[0], START + 20.0),
+        ("ksched", POOL[1], START + 100.0),
+        ("ksched", "kwok-node-09999", START + 100.0),  # another pool's
+    ]
+    attribute(figures, times, samples, 30.0, POOL, binds, threshold=0.8)
+    assert (figures.hot_marked_min, figures.hot_unmarked_min) == (1.0, 1.0)
+    assert figures.bound == {"default-scheduler": 2, "ksched": 1}
+    assert figures.bound_while_marked == {"default-scheduler": 1}
+    assert "hot node-min on marked nodes 1.0, on unmarked 1.0" in described(figures)[-1]
+    assert "default-scheduler 1 of 2, ksched 0 of 1" in described(figures)[-1]

@@ -12,12 +12,17 @@ afresh each round. A second mark on a node already marked (a new leader reconcil
 the first; an unmark with no mark before it in the window (its mark's event lost: events are
 best effort) is left out. The events are what ksched reported, not the taints themselves: a
 mark whose event was lost is missing here.
+
+:func:`attribute` then says what the marks did: the pool's hot node-minutes split by whether
+the node was marked at the sample, and the pods bound onto a node while it was marked, by the
+scheduler that placed them (kube-scheduler's there are the ones the mark did not steer away).
 """
 
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -49,6 +54,13 @@ class MarkFigures:
     window_s: float = 0.0
     # Per node ever marked, its marks in order.
     intervals: dict[str, list[Interval]] = field(default_factory=dict)
+    # The pool's hot node-minutes on nodes marked at the sample, and on the others
+    # (:func:`attribute`).
+    hot_marked_min: float = 0.0
+    hot_unmarked_min: float = 0.0
+    # Per scheduler: its pods bound onto a node while that node was marked, and all it bound.
+    bound_while_marked: dict[str, int] = field(default_factory=dict)
+    bound: dict[str, int] = field(default_factory=dict)
 
     def most_marked(self) -> str | None:
         """The node marked most often (ties: the longest marked, then the first by name)."""
@@ -120,6 +132,48 @@ def _figures(intervals: dict[str, list[Interval]], window_s: float) -> MarkFigur
     )
 
 
+def marked_at(marks: Sequence[Interval], at_s: float) -> bool:
+    """Whether a node with ``marks`` was marked ``at_s`` seconds from the first create."""
+    return any(on <= at_s and (off is None or at_s < off) for on, off in marks)
+
+
+def attribute(
+    figures: MarkFigures,
+    times: Sequence[float],
+    samples: Sequence[Mapping[str, float]],
+    step_s: float,
+    nodes: Sequence[str],
+    binds: Sequence[tuple[str, str, float]],
+    threshold: float,
+) -> None:
+    """Fill ``figures``' attribution: the hot node-minutes of ``nodes`` (``samples`` at
+    ``times``, by the wall clock, the first the window's start) on marked and unmarked nodes,
+    and ``binds`` (scheduler, node, bind time by the wall clock) while their node was marked."""
+    start = times[0] if times else 0.0
+    marked = unmarked = 0.0
+    for t, sample in zip(times, samples, strict=True):
+        for node in nodes:
+            if sample.get(node, 0.0) > threshold:
+                if marked_at(figures.intervals.get(node, ()), t - start):
+                    marked += step_s / 60.0
+                else:
+                    unmarked += step_s / 60.0
+    figures.hot_marked_min, figures.hot_unmarked_min = round(marked, 2), round(unmarked, 2)
+    pool = set(nodes)
+    bound: Counter[str] = Counter()
+    while_marked: Counter[str] = Counter()
+    for scheduler, node, at in binds:
+        if node not in pool:
+            continue
+        bound[scheduler] += 1
+        if marked_at(figures.intervals.get(node, ()), at - start):
+            while_marked[scheduler] += 1
+    figures.bound, figures.bound_while_marked = (
+        dict(sorted(bound.items())),
+        dict(sorted(while_marked.items())),
+    )
+
+
 def node_events(kube: Kube) -> list[Obj]:
     """The steering marks' events of every round the namespace still keeps, listed page by page
     (:func:`timeline` keeps a pool's and a window's)."""
@@ -142,4 +196,13 @@ def described(figures: MarkFigures) -> list[str]:
             for on, off in figures.intervals[node]
         )
         lines.append(f"most marked: {node}: {marks}")
+    if figures.bound:
+        onto = ", ".join(
+            f"{scheduler} {figures.bound_while_marked.get(scheduler, 0)} of {n}"
+            for scheduler, n in figures.bound.items()
+        )
+        lines.append(
+            f"hot node-min on marked nodes {figures.hot_marked_min:.1f}, on unmarked {figures.hot_unmarked_min:.1f}; "
+            f"bound onto a marked node: {onto}"
+        )
     return lines

@@ -45,8 +45,8 @@ from ksched.bench.quality.figures import (
     replicas_together,
     unjudged,
 )
-from ksched.bench.quality.marks import node_events, timeline
-from ksched.bench.quality.moves import Sampler
+from ksched.bench.quality.marks import attribute, node_events, timeline
+from ksched.bench.quality.moves import Sampler, record
 from ksched.bench.quality.observe import (
     Arrivals,
     bind_waits,
@@ -254,6 +254,9 @@ def pooled_round(
                 figures.estimate = trace(pollers[i].points, pods)
             if label in STEERING:
                 figures.marks = timeline(events, names, series.times[0], series.times[-1])
+                attribute(
+                    figures.marks, series.times, series.values, series.step_s, names, binds(pods), r.threshold
+                )
             log(_summary(entry, figures))
     finally:
         if sampler.running:
@@ -267,6 +270,16 @@ def pooled_round(
             if s.controlled:
                 clear_controllers(kube, namespace)
             clear_pods(kube, namespace)
+
+
+def binds(pods: list[Obj]) -> list[tuple[str, str, float]]:
+    """Each bound pod's scheduler, node and bind time (its PodScheduled condition's)."""
+    out = []
+    for pod in pods:
+        rec = record(pod)
+        if rec.node is not None and rec.bound is not None:
+            out.append((str(pod["spec"].get("schedulerName") or DEFAULT_SCHEDULER), rec.node, rec.bound))
+    return out
 
 
 def _start_schedulers(
