@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import collections
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from ksched.bench.pods import parse_kscheds
-from ksched.bench.quality.pooled import Round, pools, scheduler_name
+from ksched.bench.quality import observe
+from ksched.bench.quality.observe import settle
+from ksched.bench.quality.pooled import Round, exited, pools, scheduler_name
 from ksched.bench.quality.run import EXAMPLE_CONFIG, SETUPS, QualityOptions, _config_of, run_quality
 from ksched.cluster.kwok import fake_nodes
 from ksched.commands.cli import main
@@ -87,3 +92,39 @@ def test_a_label_on_two_pools_of_a_round_gets_a_scheduler_name_per_pool() -> Non
         "oracle",
     ]
     assert names((("a", "ksched"), ("b", "ksched"))) == ["ksched-0", "ksched-1"]
+
+
+class _Pending:
+    """A Kube whose namespace holds one pod nobody has placed (and nothing reported)."""
+
+    def request(self, method: str, path: str, **_: object) -> object:
+        class Answer:
+            def json(self) -> dict[str, object]:
+                return {"items": [{"metadata": {"name": "p"}, "spec": {}, "status": {}}]}
+
+        return Answer()
+
+
+def test_a_round_whose_ksched_died_stops_at_once_instead_of_waiting_out_its_pods(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A ksched that crashed (a segfault, here a process killed by a signal) leaves its pods
+    pending; the round stops with why, rather than waiting them out and judging a void round.
+    With no time left to wait, a settle that did not look would return the pending pod."""
+    monkeypatch.setattr(observe, "SETTLE_TIMEOUT_S", 0.0)
+    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    crashed = subprocess.Popen(
+        [sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)"]
+    )
+    try:
+        crashed.wait(30)
+        assert exited([alive]) is None
+        why = exited([alive, crashed])
+        assert why is not None and f"signal {int(signal.SIGSEGV)})" in why and "ended early" in why
+        with pytest.raises(KschedError, match=r"^q-ns: .* ended early \(signal"):
+            settle(_Pending(), "q-ns", lambda: exited([alive, crashed]))  # type: ignore[arg-type]
+        pods, _ = settle(_Pending(), "q-ns", lambda: exited([alive]))  # type: ignore[arg-type]
+        assert len(pods) == 1, "all running: it waits as before (here, no time left)"
+    finally:
+        alive.kill()
+        alive.wait()

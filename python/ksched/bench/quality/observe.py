@@ -13,6 +13,7 @@ import math
 import time
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -346,10 +347,17 @@ def reported(pod: Obj) -> bool:
     )
 
 
-def settle(kube: Kube, namespace: str) -> tuple[list[Obj], float]:
-    """Until every pod is bound or reported unschedulable; the pods, and when that was."""
+def settle(
+    kube: Kube, namespace: str, dead: Callable[[], str | None] = lambda: None
+) -> tuple[list[Obj], float]:
+    """Until every pod is bound or reported unschedulable; the pods, and when that was. Raises
+    KschedError at once where ``dead`` says why a scheduler the pods wait for has exited (no
+    one would place them: the round is void, not slow)."""
     deadline = time.monotonic() + SETTLE_TIMEOUT_S
     while True:
+        why = dead()
+        if why is not None:
+            raise KschedError(f"{namespace}: {why}")
         pods = kube.request("GET", f"/api/v1/namespaces/{namespace}/pods").json()["items"]
         waiting = [p for p in pods if not p["spec"].get("nodeName") and not reported(p)]
         if not waiting or time.monotonic() > deadline:

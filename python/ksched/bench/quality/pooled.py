@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -220,7 +220,7 @@ def pooled_round(
         }
         for poller in pollers.values():
             poller.start()
-        series, arrivals, settled = _observe(kube, prometheus, r, plans, sampler)
+        series, arrivals, settled = _observe(kube, prometheus, r, plans, sampler, lambda: exited(procs))
         for poller in pollers.values():
             poller.stop()
         # Every placement's horizon ends within the window (:mod:`.setups`); the last ones may
@@ -315,8 +315,27 @@ def _start_schedulers(
     return ports
 
 
+def exited(procs: Sequence[subprocess.Popen[bytes]]) -> str | None:
+    """Why the round cannot go on: the first of its processes that exited, and how (a ksched
+    that crashed leaves its pods pending, and the round would wait them out); None while all
+    run."""
+    for proc in procs:
+        code = proc.poll()
+        if code is not None:
+            how = f"signal {-code}" if code < 0 else f"exit status {code}"
+            args = proc.args
+            line = " ".join(map(str, args)) if isinstance(args, list | tuple) else str(args)
+            return f"{line[:200]} ended early ({how})"
+    return None
+
+
 def _observe(
-    kube: Kube, prometheus: str, r: Round, plans: list[tuple[str, Scenario]], sampler: Sampler
+    kube: Kube,
+    prometheus: str,
+    r: Round,
+    plans: list[tuple[str, Scenario]],
+    sampler: Sampler,
+    dead: Callable[[], str | None] = lambda: None,
 ) -> tuple[Series, list[Arrivals], list[tuple[list[Obj], float]]]:
     """Create every entry's pods at once and wait out the observation window: the nodes'
     utilisation over it, each entry's arrivals, and its pods once settled."""
@@ -327,7 +346,7 @@ def _observe(
     with ThreadPoolExecutor(len(plans)) as workers:
         lag = metric_lag_s(r.scrape_interval_s)
         arrivals = list(workers.map(lambda plan: create_scenario(kube, plan[1], lag), plans))
-        settled = list(workers.map(lambda plan: settle(kube, plan[0]), plans))
+        settled = list(workers.map(lambda plan: settle(kube, plan[0], dead), plans))
     end = max(observation_end(start, arrivals, r.observe_s, lag), *(at for _, at in settled))
     if end > time.time():
         time.sleep(end - time.time())
