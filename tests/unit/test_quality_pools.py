@@ -12,7 +12,7 @@ import pytest
 
 from ksched.bench.pods import parse_kscheds
 from ksched.bench.quality import observe
-from ksched.bench.quality.observe import settle
+from ksched.bench.quality.observe import VoidRoundError, settle
 from ksched.bench.quality.pooled import Round, exited, pools, scheduler_name
 from ksched.bench.quality.run import EXAMPLE_CONFIG, SETUPS, QualityOptions, _config_of, run_quality
 from ksched.cluster.kwok import fake_nodes
@@ -121,7 +121,7 @@ def test_a_round_whose_ksched_died_stops_at_once_instead_of_waiting_out_its_pods
         assert exited([alive]) is None
         why = exited([alive, crashed])
         assert why is not None and f"signal {int(signal.SIGSEGV)})" in why and "ended early" in why
-        with pytest.raises(KschedError, match=r"^q-ns: .* ended early \(signal"):
+        with pytest.raises(VoidRoundError, match=r"^waiting for the pods of q-ns: .* ended early \(signal"):
             settle(_Pending(), "q-ns", lambda: exited([alive, crashed]))  # type: ignore[arg-type]
         pods, _ = settle(_Pending(), "q-ns", lambda: exited([alive]))  # type: ignore[arg-type]
         assert len(pods) == 1, "all running: it waits as before (here, no time left)"

@@ -8,7 +8,7 @@ import collections
 import pytest
 
 from ksched.bench.quality.figures import QualityFigures, QualityResults, ShadowOutcomes
-from ksched.bench.quality.gap import gaps
+from ksched.bench.quality.gap import gap_rows, gaps
 from ksched.bench.quality.observe import ksched_config
 from ksched.bench.quality.pooled import POOL_LABEL, Round, _scenario
 from ksched.bench.quality.run import EXAMPLE_CONFIG, EXAMPLE_REBALANCE_CONFIG, QualityOptions, _config_of
@@ -78,6 +78,16 @@ def test_each_setup_is_measured_to_the_oracle_of_its_own_means() -> None:
     assert set(found) == {"ksched", KSCHED_STEER}, "the oracles are references, not rows"
     assert found["ksched"].gap_closed == 1.0  # at the placing oracle's 10
     assert found[KSCHED_STEER].gap_closed == 0.75  # 15 of the 20 to steering's oracle
+    no_steering_oracle = QualityResults({}, [f for f in results.figures if f.scheduler != ORACLE_STEER])
+    assert (
+        gaps(no_steering_oracle)["mixed-schedulers"][KSCHED_STEER].not_judged
+        == "no oracle-steer in this round"
+    )
+    only_steering = QualityResults({}, [f for f in results.figures if f.scheduler != ORACLE])
+    assert gap_rows(only_steering)[1:] == [
+        ("mixed-schedulers", "ksched", "10.0", "50%", "no oracle in this round"),
+        ("mixed-schedulers", KSCHED_STEER, "5.0", "25%", "75%"),
+    ], "one oracle ran: the table is shown, each row against its own"
 
 
 def test_steer_rebalance_moves_default_schedulers_pods_of_its_own_namespace_only() -> None:

@@ -44,11 +44,11 @@ class Gap:
     not_judged: str = ""
 
 
-def gap(kube_scheduler: float, setup: float, oracle: float | None) -> Gap:
+def gap(kube_scheduler: float, setup: float, oracle: float | None, oracle_name: str = ORACLE) -> Gap:
     """The setup's figure beside kube-scheduler's and (where the round ran it) the oracle's."""
     ratio = round(setup / kube_scheduler, 3) if kube_scheduler > 0 else None
     if oracle is None:
-        return Gap(setup, ratio, None, "no oracle in this round")
+        return Gap(setup, ratio, None, f"no {oracle_name} in this round")
     width = kube_scheduler - oracle
     if width < MIN_GAP_NODE_MINUTES:
         return Gap(
@@ -72,7 +72,7 @@ def gaps(results: QualityResults) -> dict[str, dict[str, Gap]]:
             continue
         ks = setups[KUBE_SCHEDULER]
         out[name] = {
-            label: gap(ks, hot, setups.get(oracle_of(label)))
+            label: gap(ks, hot, setups.get(oracle_of(label)), oracle_of(label))
             for label, hot in setups.items()
             if label != KUBE_SCHEDULER and label not in KNOWING
         }
@@ -93,9 +93,7 @@ def gaps_json(results: QualityResults) -> dict[str, dict[str, dict[str, Any]]]:
 def gap_rows(results: QualityResults) -> list[tuple[str, ...]]:
     """The gap table's rows, its header first; none where no scenario ran the oracle."""
     found = gaps(results)
-    if not any(
-        g.not_judged != "no oracle in this round" for setups in found.values() for g in setups.values()
-    ):
+    if not any(not g.not_judged.startswith("no ") for setups in found.values() for g in setups.values()):
         return []
     rows: list[tuple[str, ...]] = [GAP_HEADER]
     for name, setups in found.items():

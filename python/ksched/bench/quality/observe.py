@@ -347,17 +347,21 @@ def reported(pod: Obj) -> bool:
     )
 
 
+class VoidRoundError(KschedError):
+    """A round that cannot be judged: one of its schedulers ended while its pods waited."""
+
+
 def settle(
     kube: Kube, namespace: str, dead: Callable[[], str | None] = lambda: None
 ) -> tuple[list[Obj], float]:
     """Until every pod is bound or reported unschedulable; the pods, and when that was. Raises
-    KschedError at once where ``dead`` says why a scheduler the pods wait for has exited (no
-    one would place them: the round is void, not slow)."""
+    VoidRoundError at once where ``dead`` says why a scheduler of the round has ended (its pods
+    would wait for no one: the round is void, not slow)."""
     deadline = time.monotonic() + SETTLE_TIMEOUT_S
     while True:
         why = dead()
         if why is not None:
-            raise KschedError(f"{namespace}: {why}")
+            raise VoidRoundError(f"waiting for the pods of {namespace}: {why}")
         pods = kube.request("GET", f"/api/v1/namespaces/{namespace}/pods").json()["items"]
         waiting = [p for p in pods if not p["spec"].get("nodeName") and not reported(p)]
         if not waiting or time.monotonic() > deadline:

@@ -240,7 +240,9 @@ def pooled_round(
         # The descheduler evicts no more; the replacements of what was evicted get placed.
         for proc, _ in deschedulers:
             terminate(proc, 30)
-        ended = [settle(kube, namespace)[0] for namespace, _ in plans]
+        # A ksched that ended in the window (after its pods were placed) changed what was judged.
+        results.violations += [f"{why} within the window" for why in [exited(procs)] if why is not None]
+        ended = [settle(kube, namespace, lambda: exited(procs))[0] for namespace, _ in plans]
         nodes = kube.request("GET", "/api/v1/nodes").json()["items"]
         everywhere = kube.request("GET", "/api/v1/pods").json()["items"]
         results.violations += [f"over-committed {o}" for o in overcommitted(nodes, everywhere)]
@@ -318,14 +320,14 @@ def _start_schedulers(
 def exited(procs: Sequence[subprocess.Popen[bytes]]) -> str | None:
     """Why the round cannot go on: the first of its processes that exited, and how (a ksched
     that crashed leaves its pods pending, and the round would wait them out); None while all
-    run."""
+    run. A command is told by its end, where its ``--config`` names the scenario and setup."""
     for proc in procs:
         code = proc.poll()
         if code is not None:
             how = f"signal {-code}" if code < 0 else f"exit status {code}"
             args = proc.args
             line = " ".join(map(str, args)) if isinstance(args, list | tuple) else str(args)
-            return f"{line[:200]} ended early ({how})"
+            return f"{line[-200:]} ended early ({how})"
     return None
 
 

@@ -93,7 +93,7 @@ def table(results: QualityResults) -> str:
     moved = [f for f in results.figures if f.rebalance is not None]
     if moved:
         lines += ["", *_aligned([REBALANCE_HEADER, *(_rebalance_row(f) for f in moved)])]
-    # Hot node-minutes against kube-scheduler's and, where the round ran it, the oracle's.
+    # Hot node-minutes against kube-scheduler's and, where the round ran it, each setup's oracle's.
     if against_oracle := gap_rows(results):
         lines += ["", *_aligned(against_oracle)]
     if estimates := shadow_rows(results):

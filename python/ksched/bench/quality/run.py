@@ -44,6 +44,7 @@ from ksched.bench.quality.figures import (
 )
 from ksched.bench.quality.moves import audit_policy
 from ksched.bench.quality.observe import (
+    VoidRoundError,
     clear_controllers,
     cool_down,
     create_namespace,
@@ -63,6 +64,7 @@ from ksched.bench.quality.pooled import (
     KUBE_SCHEDULER_SETUPS,
     WITHOUT_KSCHED,
     Round,
+    exited,
     placing,
     pooled_round,
 )
@@ -177,7 +179,7 @@ def _one(
         start = time.time()
         lag = metric_lag_s(opts.scrape_interval_s)
         arrivals = create_scenario(kube, s, lag)
-        pods, settled = settle(kube, namespace)
+        pods, settled = settle(kube, namespace, lambda: exited([proc]) if proc is not None else None)
         figures = QualityFigures(label, name, len(s.pods))
         bound = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in pods if p["spec"].get("nodeName")}
         figures.pending = len(pods) - len(bound)
@@ -266,7 +268,12 @@ def _pooled(
     )
     prometheus = f"http://127.0.0.1:{state.ports['prometheus']}"
     audit = local.audit_log_path(state) if name in CONTROLLED else None
-    pooled_round(kube, state.kubeconfig, prometheus, round_, workdir, results, log, audit)
+    try:
+        pooled_round(kube, state.kubeconfig, prometheus, round_, workdir, results, log, audit)
+    except VoidRoundError as err:
+        # The other scenarios still run, and what was judged is still written.
+        results.violations.append(f"{name}: {err}")
+        log(f"{name}: not judged: {err}")
     forget_deleted_pods(prometheus, opts.nodes, opts.scrape_interval_s)
     log(f"cooled down in {cool_down(prometheus, idle, opts.scrape_interval_s):.0f} s")
 
@@ -307,7 +314,11 @@ def _on_one_cluster(
                 _pooled(kube, state, opts, name, workdir, results, log, idle)
                 continue
             for label in opts.labels:
-                _one(kube, state, opts, name, label, workdir, results, log, idle)
+                try:
+                    _one(kube, state, opts, name, label, workdir, results, log, idle)
+                except VoidRoundError as err:
+                    results.violations.append(f"{name}/{label}: {err}")
+                    log(f"{name} / {label}: not judged: {err}")
     finally:
         log(local.down())
 
