@@ -49,6 +49,7 @@ from ksched.bench.quality.marks import attribute, node_events, timeline
 from ksched.bench.quality.moves import Sampler, record
 from ksched.bench.quality.observe import (
     Arrivals,
+    VoidRoundError,
     bind_waits,
     clear_controllers,
     create_namespace,
@@ -240,8 +241,10 @@ def pooled_round(
         # The descheduler evicts no more; the replacements of what was evicted get placed.
         for proc, _ in deschedulers:
             terminate(proc, 30)
-        # A ksched that ended in the window (after its pods were placed) changed what was judged.
-        results.violations += [f"{why} within the window" for why in [exited(procs)] if why is not None]
+        # A ksched that ended within the window (after its pods were placed) changed what would be
+        # judged: the round is void, said once here rather than by the first settle below.
+        if (why := exited(procs)) is not None:
+            raise VoidRoundError(f"{why} within the window")
         ended = [settle(kube, namespace, lambda: exited(procs))[0] for namespace, _ in plans]
         nodes = kube.request("GET", "/api/v1/nodes").json()["items"]
         everywhere = kube.request("GET", "/api/v1/pods").json()["items"]
