@@ -9,7 +9,7 @@ This module reads the document and its top-level keys; each part has its own
 module: :mod:`~ksched.config.profiles` (plugins and their args),
 :mod:`~ksched.config.metrics`, :mod:`~ksched.config.rebalance`, :mod:`~ksched.config.steering`,
 :mod:`~ksched.config.sections` (batch, leader
-election, client connection, Prometheus, webhook, hand-off, shadow, outcomes) and
+election, sharding, client connection, Prometheus, webhook, hand-off, shadow, outcomes) and
 :mod:`~ksched.config.values` (the readers of one value they share).
 """
 
@@ -30,6 +30,7 @@ from ksched.config.sections import (
     OutcomesConfig,
     PrometheusConfig,
     ShadowConfig,
+    ShardingConfig,
     WebhookConfig,
     parse_batch,
     parse_client_connection,
@@ -38,6 +39,7 @@ from ksched.config.sections import (
     parse_outcomes,
     parse_prometheus,
     parse_shadow,
+    parse_sharding,
     parse_webhook,
 )
 from ksched.config.steering import SteeringConfig, parse_steering
@@ -63,6 +65,7 @@ __all__ = [
     "RebalanceMetric",
     "RebalanceThreshold",
     "ShadowConfig",
+    "ShardingConfig",
     "SteeringConfig",
     "WebhookConfig",
     "load_config",
@@ -81,6 +84,7 @@ _KEYS = (
     "metrics",
     "batch",
     "leaderElection",
+    "sharding",
     "clientConnection",
     "prometheus",
     "webhook",
@@ -106,6 +110,7 @@ class Config:
     rebalance: RebalanceConfig = field(default_factory=RebalanceConfig)
     steering: SteeringConfig = field(default_factory=SteeringConfig)
     outcomes: OutcomesConfig = field(default_factory=OutcomesConfig)
+    sharding: ShardingConfig = field(default_factory=ShardingConfig)
 
     def profile(self, scheduler_name: str) -> ProfileConfig | None:
         for p in self.profiles:
@@ -153,6 +158,7 @@ def parse_config(obj: Obj) -> Config:
         parse_rebalance(obj.get("rebalance") or {}, names, metrics),
         parse_steering(obj.get("steering") or {}, metrics),
         parse_outcomes(obj.get("outcomes") or {}),
+        parse_sharding(obj.get("sharding") or {}, leader_election),
     )
 
 

@@ -1,4 +1,4 @@
-"""The configuration's runtime sections: ``batch``, ``leaderElection``,
+"""The configuration's runtime sections: ``batch``, ``leaderElection``, ``sharding``,
 ``clientConnection``, ``prometheus``, ``webhook``, ``handoff``, ``shadow`` and ``outcomes``.
 
 Each is a frozen dataclass whose field defaults are the section's defaults (a
@@ -121,6 +121,26 @@ class LeaderElectionConfig:
     retry_period_s: float = 2.0
     resource_name: str = "ksched"
     resource_namespace: str = "kube-system"
+
+
+@dataclass(frozen=True)
+class ShardingConfig:
+    """Active-active replicas (off by default): each replica holds a Lease of its own, the
+    live replicas split the nodes between them, and each binds only onto its own nodes (see
+    ksched.loop.shards). The Leases are named after ``leaderElection.resourceName`` in its
+    namespace; the leader elected there still runs what only one replica may (steering marks,
+    the rebalancer)."""
+
+    enabled: bool = False
+    # A replica whose Lease has not changed for this long counts as gone: its nodes pass to
+    # the others.
+    lease_duration_s: float = 10.0
+    # A replica stops binding once its own last renewal, or its last reading of the others'
+    # Leases, is this old; a replica (re)joining waits this long before it binds, so that
+    # every replica still binding has read its Lease first.
+    renew_deadline_s: float = 6.0
+    # How often each replica renews its Lease and reads the others'.
+    retry_period_s: float = 2.0
 
 
 @dataclass(frozen=True)
@@ -293,6 +313,33 @@ def parse_leader_election(obj: Any) -> LeaderElectionConfig:
         raise ConfigError(f"{path}.retryPeriod: must be at least 1s")
     if not out.renew_deadline_s > LEADER_JITTER * out.retry_period_s:
         raise ConfigError(f"{path}.renewDeadline: must be greater than {LEADER_JITTER} x retryPeriod")
+    return out
+
+
+def parse_sharding(obj: Any, leader_election: LeaderElectionConfig) -> ShardingConfig:
+    path = "sharding"
+    sh = check_keys(obj, path, ("enabled", "leaseDuration", "renewDeadline", "retryPeriod"))
+    out = ShardingConfig(
+        enabled=as_bool(sh.get("enabled", ShardingConfig.enabled), f"{path}.enabled"),
+        lease_duration_s=duration_at(sh, "leaseDuration", ShardingConfig.lease_duration_s, path),
+        renew_deadline_s=duration_at(sh, "renewDeadline", ShardingConfig.renew_deadline_s, path),
+        retry_period_s=duration_at(sh, "retryPeriod", ShardingConfig.retry_period_s, path),
+    )
+    if out.lease_duration_s != int(out.lease_duration_s) or out.lease_duration_s < 1:
+        raise ConfigError(
+            f"{path}.leaseDuration: must be whole seconds, at least 1s (a Lease stores seconds)"
+        )
+    if not out.retry_period_s > 0:
+        raise ConfigError(f"{path}.retryPeriod: must be positive")
+    # A replica that still binds renewed within renewDeadline, and every other replica read
+    # the Leases within retryPeriod after that: neither counts it gone before leaseDuration.
+    if not out.renew_deadline_s + out.retry_period_s < out.lease_duration_s:
+        raise ConfigError(f"{path}.leaseDuration: must be greater than renewDeadline + retryPeriod")
+    if not out.renew_deadline_s > out.retry_period_s:
+        raise ConfigError(f"{path}.renewDeadline: must be greater than retryPeriod")
+    if out.enabled and not leader_election.leader_elect:
+        # The steering marks and the rebalancer run on one replica: the elected leader.
+        raise ConfigError(f"{path}.enabled: needs leaderElection.leaderElect (one replica leads the rest)")
     return out
 
 

@@ -104,6 +104,7 @@ class Engine:
         groups: Mapping[str, GangStatus] | None = None,
         nominated: Sequence[Obj] = (),
         moved: Mapping[str, Mapping[str, float]] | None = None,
+        nodes: set[str] | None = None,
     ) -> BatchResult:
         """Place ``pods`` (pending, any order) on ``snapshot``; returns one placement per pod, in queue order.
 
@@ -115,12 +116,14 @@ class Engine:
         pending pods outside the batch that an earlier preemption nominated to a
         node: that room is held for pods of lower or equal priority. ``moved``: pods (by
         key) that move a known load, metric name -> usage in engine units
-        (:func:`~ksched.engine.inputs.metric_load`): a rebalancing move's replacement."""
+        (:func:`~ksched.engine.inputs.metric_load`): a rebalancing move's replacement. ``nodes``:
+        the only nodes a pod may be placed or preempt on (a sharded replica's own), as if each
+        pod's node affinity named them (upstream's PreFilter result); None: every node."""
         started = time.perf_counter()
         if metrics is None:
             metrics = self.config.metrics
         metrics, metric_values = self._own_metrics(metrics, metric_values)
-        batch = self._compile(snapshot, _in_queue_order(pods), metrics, groups, explain)
+        batch = self._compile(snapshot, _in_queue_order(pods), metrics, groups, explain, nodes)
         call = partial(self._call, snapshot, batch, metrics, metric_values, nominated=nominated, moved=moved)
         run = partial(call, deadline_s)
         if any(m.on_saturation == LEAST_LOADED for m in metrics):
@@ -152,6 +155,7 @@ class Engine:
         metrics: Sequence[MetricConfig],
         groups: Mapping[str, GangStatus] | None,
         explain: str | None,
+        nodes: set[str] | None = None,
     ) -> Batch:
         """An engine row per pod the engine can attempt, in queue order. The others get
         their placement here: a malformed pod, a pod with ResourceClaims (never ksched's),
@@ -177,7 +181,10 @@ class Engine:
                 continue
             shape = shapes.get(req.shape_id)
             if shape is None:
-                shape = _Shape(uses_resource_claims(pod), prefilter_node_names(req.constraints.required))
+                prefilter = prefilter_node_names(req.constraints.required)
+                if nodes is not None:
+                    prefilter = nodes if prefilter is None else prefilter & nodes
+                shape = _Shape(uses_resource_claims(pod), prefilter)
                 if req.shape_id >= 0:
                     shapes[req.shape_id] = shape
                 # The pods of a shape share its requests mapping.

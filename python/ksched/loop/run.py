@@ -4,7 +4,8 @@ Start-up order: configuration (a bad file stops here, with the key path),
 API connection, informers (nodes, then pods), HTTP endpoint (HTTPS with delegated
 authentication and authorization unless ``--insecure-serving``: :mod:`ksched.loop.serving`), leader
 election; scheduling starts once the informers have synced and this replica
-leads. In shadow mode (``shadow.enabled``) there is no election, binder use,
+leads, or, with ``sharding.enabled``, once its own Lease makes it active: then every live
+replica schedules, each binding onto the nodes it owns (:mod:`ksched.loop.shards`). In shadow mode (``shadow.enabled``) there is no election, binder use,
 hand-off or webhook: the shadow loop (:mod:`ksched.loop.scheduling.shadow`) compares
 instead of scheduling. With ``rebalance.enabled``, the rebalancer (:mod:`ksched.loop.rebalancing.rebalancer`)
 runs beside either loop on its own thread and engine; with ``steering.enabled`` (not in shadow mode),
@@ -67,6 +68,7 @@ from ksched.loop.scheduling.shadow import Shadow
 from ksched.loop.scheduling.webhook import Webhook
 from ksched.loop.server import Check, Document, Gate, HealthServer, TlsContext
 from ksched.loop.serving import SECURE, ClientCA, DelegatedAuth, ServingOptions, ServingTls
+from ksched.loop.shards import Shards
 from ksched.loop.steering.controller import Steering
 from ksched.loop.telemetry import Telemetry
 from ksched.objects import Obj
@@ -114,6 +116,8 @@ class Running:
     client_ca: ClientCA | None = None
     # Set once the first node table is built after the informers synced: ready to schedule.
     table_built: threading.Event = field(default_factory=threading.Event)
+    # Active-active replicas (``sharding.enabled``; None: only the leader schedules).
+    shards: Shards | None = None
 
     def synced(self) -> bool:
         return all(i.synced.is_set() for i in self.informers.values())
@@ -138,6 +142,11 @@ class Running:
                 out.append(
                     ("leader", holder is not None, f"following {holder}" if holder else "no leader yet")
                 )
+        if self.shards is not None:
+            members = self.shards.members()
+            active = self.shards.active()
+            why = "binds onto its nodes" if active else "not binding yet"
+            out.append(("shards", active, f"{len(members)} live replicas; this one {why}"))
         if self.shadow is not None:
             counts = self.shadow.ledger.counts
             out.append(("shadow", True, f"binding nothing; {sum(counts.values())} pods compared"))
@@ -172,7 +181,19 @@ class Running:
             "outcomes": self.outcomes.status() if self.outcomes is not None else {"enabled": False},
             "rebalance": self.rebalancer.status() if self.rebalancer is not None else {"enabled": False},
             "steering": self.steering.status() if self.steering is not None else {"enabled": False},
+            "sharding": self._sharding(),
         } | ({} if pod is None else {"pod": self._pod_estimate(pod)})
+
+    def _sharding(self) -> dict[str, object]:
+        if self.shards is None:
+            return {"enabled": False}
+        return self.shards.status() | {"ownedNodes": self.owned_nodes()}
+
+    def owned_nodes(self) -> int:
+        """How many nodes this replica owns now (sharding: of the nodes the informer holds)."""
+        if self.shards is None:
+            return len(self.informers["nodes"].store)
+        return len(self.shards.own_nodes(list(self.informers["nodes"].store)))
 
     def _pod_estimate(self, key: str) -> dict[str, Any]:
         queued = self.queue.get(key)
@@ -226,6 +247,9 @@ class Running:
         steps += [("queue", self.queue.close), ("binder", self.binder.shutdown)]
         if self.scheduler.handoff is not None:
             steps.append(("hand-off", self.scheduler.handoff.shutdown))
+        if self.shards is not None:
+            # After the binder: the nodes pass to the others once this replica's binds are done.
+            steps.append(("shard lease", self.shards.stop))
         steps += [("metrics", self.scheduler.metrics.stop), ("lease", self.leadership.release)]
         steps += [(f"informer {name}", informer.stop) for name, informer in self.informers.items()]
         steps.append(("server", self.server.stop))
@@ -260,7 +284,21 @@ def start(
     queue = SchedulingQueue()
     stop = threading.Event()
     leadership = Leadership(config.leader_election, identity, on_lost=telemetry.lost_leases.inc)
-    binder = Binder(kube, config.batch.bind_workers, identity, telemetry, leadership.is_leader)
+    shards = (
+        Shards(config.sharding, config.leader_election, identity, kube, on_change=queue.reown)
+        if config.sharding.enabled and not shadowing
+        else None
+    )
+    # Sharded, every live replica schedules and binds onto the nodes it owns; else only the leader.
+    may_bind = shards.active if shards is not None else leadership.is_leader
+    binder = Binder(
+        kube,
+        config.batch.bind_workers,
+        identity,
+        telemetry,
+        may_bind,
+        owns=shards.owns_node if shards is not None else None,
+    )
     # Filled once the informers exist; the metric store asks for the nodes only once started.
     informers: dict[str, Informer] = {}
 
@@ -281,11 +319,12 @@ def start(
         queue,
         binder,
         telemetry,
-        leadership.is_leader,
+        may_bind,
         metrics,
         handoff,
         seed=seed,
         held=reservations,
+        shards=shards,
     )
     rebalancer = _rebalancer(config, state, metrics, kube, reservations, telemetry, leadership, binder, seed)
     outcomes = OutcomeWatch(config, state, metrics, telemetry)
@@ -334,6 +373,7 @@ def start(
         steering,
         outcomes,
         client_ca,
+        shards=shards,
     )
     _start_parts(running, metrics, telemetry)
     return running
@@ -494,6 +534,12 @@ def _start_parts(running: Running, metrics: MetricStore, telemetry: Telemetry) -
     if running.webhook is not None:
         running.webhook.start()
     leadership.start()
+    shards = running.shards
+    if shards is not None:
+        telemetry.shard_members.set_function(lambda: float(len(shards.members())))
+        telemetry.shard_active.set_function(lambda: float(shards.active()))
+        telemetry.shard_nodes.set_function(lambda: float(running.owned_nodes()))
+        shards.start()
 
 
 def run(

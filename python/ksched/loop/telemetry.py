@@ -30,8 +30,9 @@ ATTEMPT_BUCKETS = (*(0.001 * 2**i for i in range(15)), INF)
 # Upstream's SLI buckets: exponential from 10 ms, factor 2, 20 buckets.
 SLI_BUCKETS = (*(0.01 * 2**i for i in range(20)), INF)
 BATCH_BUCKETS = (*(float(2**i) for i in range(14)), INF)
-# Where a queued pod can be (the queue's ``QueuedPod.where``); parked: never ksched's to place.
-QUEUES = ("active", "backoff", "unschedulable", "in_flight", "handoff", "parked")
+# Where a queued pod can be (the queue's ``QueuedPod.where``); parked: never ksched's to place;
+# elsewhere: another replica's to place (sharding).
+QUEUES = ("active", "backoff", "unschedulable", "in_flight", "handoff", "parked", "elsewhere")
 SHADOW_OUTCOMES = ("same", "other", "pending")
 # Who placed a judged pod: this ksched (a ksched profile), or any other scheduler.
 PLACED_BY = ("ksched", "other")
@@ -129,6 +130,26 @@ class Telemetry:
             registry=r,
         )
         self.lost_leases = Counter("ksched_leader_lost_total", "Terms ended by a failed renewal.", registry=r)
+        self.shard_members = Gauge(
+            "ksched_shard_members",
+            "Live replicas as this replica last read their Leases (sharding).",
+            registry=r,
+        )
+        self.shard_active = Gauge(
+            "ksched_shard_active",
+            "1 while this replica may bind onto the nodes it owns (sharding).",
+            registry=r,
+        )
+        self.shard_nodes = Gauge(
+            "ksched_shard_owned_nodes",
+            "Nodes this replica owns under the live replicas (sharding).",
+            registry=r,
+        )
+        self.shard_handoffs = Counter(
+            "ksched_shard_handoffs_total",
+            "Pods this replica handed to another replica: nominated to a node it owns (sharding).",
+            registry=r,
+        )
 
     def _preemption(self, r: CollectorRegistry) -> None:
         """Upstream's preemption_attempts / preemption_victims, as counters."""

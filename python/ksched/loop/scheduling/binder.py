@@ -124,11 +124,15 @@ class Binder:
         identity: str,
         telemetry: Telemetry,
         is_leader: Callable[[], bool],
+        owns: Callable[[str], bool] | None = None,
     ) -> None:
+        """``is_leader``: whether this replica may write now; ``owns``: whether it may bind
+        onto a node now (sharding; None: onto any), checked just before each bind is sent."""
         self.kube = kube
         self.identity = identity
         self.telemetry = telemetry
         self.is_leader = is_leader
+        self.owns = owns
         # Binds (and, behind them, Scheduled events) for the writer threads.
         self._binds: deque[tuple[Obj, str, Callable[[Outcome], None], str]] = deque()
         self._events: deque[tuple[Obj, str, str, str, str]] = deque()
@@ -184,6 +188,19 @@ class Binder:
         """The pod fits nowhere, even by preempting: drop its nominated node (upstream
         clears it), so the room it held is free again (in the background)."""
         self._reports.submit(self.evictor.nominate, pod, None, [])
+
+    def hand_over(self, pod: Obj, node: str, done: Callable[[bool], None]) -> None:
+        """Nominate ``node``, another replica's (sharding), for the pod: that replica places it
+        (in the background; ``done`` says whether the nomination was written)."""
+
+        def nominate() -> None:
+            written = False
+            try:
+                written = self.evictor.nominate(pod, node, [])
+            finally:
+                done(written)
+
+        self._reports.submit(nominate)
 
     def preempt(self, pod: Obj, node: str, victims: list[tuple[str, str, str]]) -> None:
         """Nominate ``node`` for the pod and evict the victims (namespace, name, uid) there,
@@ -251,6 +268,9 @@ class Binder:
             self.kube.writes.acquire()
         if not self.is_leader():
             answers: list[Response | ApiUnavailableError | None] = [None] * len(jobs)
+        elif self.owns is not None and not all(self.owns(node) for _, node, _, _ in jobs):
+            # Ownership moved since the decision (sharding): another replica binds there now.
+            answers = [None] * len(jobs)
         else:
             answers = list(send_all(conn, requests))
         for (pod, node, done, note), answer in zip(jobs, answers, strict=True):
@@ -341,7 +361,7 @@ class Binder:
         # The rate limit is waited out first, then the lease checked, then the bind sent: the
         # lease may have been lost while the bind waited in the queue or for a token.
         self.kube.writes.acquire()
-        if not self.is_leader():
+        if not self.is_leader() or (self.owns is not None and not self.owns(node)):
             return Outcome.NOT_LEADER
         try:
             answer: Response | ApiUnavailableError = conn.request(

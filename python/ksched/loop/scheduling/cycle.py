@@ -28,9 +28,12 @@ import logging
 import threading
 import time
 from collections import defaultdict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
-from ksched.config import Config
+import numpy as np
+import numpy.typing as npt
+
+from ksched.config import Config, MetricConfig
 from ksched.engine import Engine, GangStatus, Placement
 from ksched.engine.gangs import pod_group_of
 from ksched.engine.messages import RESOURCE_CLAIMS_UNSUPPORTED
@@ -42,6 +45,7 @@ from ksched.loop.rebalancing.held import HeldRoom
 from ksched.loop.scheduling.binder import Binder, Outcome
 from ksched.loop.scheduling.handoff import Handoff, opted_out
 from ksched.loop.scheduling.queue import QueuedPod, SchedulingQueue, node_events
+from ksched.loop.shards import Shards
 from ksched.loop.telemetry import Telemetry
 from ksched.objects import Obj, is_terminal, meta, object_key, scheduler_name, spec, uses_resource_claims
 
@@ -67,6 +71,7 @@ class Scheduler:
         *,
         seed: int = 0,
         held: HeldRoom | None = None,
+        shards: Shards | None = None,
     ) -> None:
         self.config = config
         self.state = state
@@ -76,6 +81,8 @@ class Scheduler:
         self.is_leader = is_leader
         self.metrics = metrics
         self.handoff = handoff
+        # Active-active replicas (None: this replica places every pod, onto any node).
+        self.shards = shards if shards is not None and shards.enabled else None
         # The room and load rebalancing holds for its moves' replacements (None: rebalancing is off).
         self.held = held
         # The metric values the engine is given, the held load included (:mod:`ksched.loop.metrics.load_model`).
@@ -175,10 +182,11 @@ class Scheduler:
             for qp in batch:
                 self.queue.requeue(qp)
             return
-        batch = [qp for qp in batch if not self._not_ours(qp)]
+        batch = [qp for qp in batch if not self._not_ours(qp) and self._owned(qp)]
         if not batch:
             return
         snapshot = self.state.snapshot()
+        own = self.shards.own_nodes(snapshot.node_names) if self.shards is not None else None
         gangs = self._gangs(batch)
         # Replacements of the rebalancer's moves try their held target first (matched before
         # the values are built); the holds no pod has matched keep their load (the load model)
@@ -218,6 +226,7 @@ class Scheduler:
                     deadline_s=self.config.batch.decision_deadline_s,
                     groups=gangs,
                     nominated=nominated,
+                    nodes=own,
                 )
             except Exception:
                 log.exception(
@@ -230,7 +239,12 @@ class Scheduler:
             self.telemetry.engine_python.observe(result.python_seconds)
             elapsed = time.perf_counter() - started
             by_key = {qp.key: qp for qp in pods}
+            # Pods no node of this replica's takes (sharding): tried on every node, then handed over.
+            beyond: list[QueuedPod] = []
             for placement in result.placements:
+                if self._beyond(by_key[placement.pod], placement):
+                    beyond.append(by_key[placement.pod])
+                    continue
                 shared = {b.claim for b in placement.volumes} if placement.node is not None else set()
                 if shared & claimed:
                     # Placed next cycle, where the earlier pod's binding of the claim is assumed
@@ -239,6 +253,84 @@ class Scheduler:
                     continue
                 claimed |= shared
                 self._place(by_key[placement.pod], placement, profile, elapsed, note)
+            if beyond:
+                self._across(beyond, profile, values, metrics, gangs, nominated, elapsed, note)
+
+    def _owned(self, qp: QueuedPod) -> bool:
+        """Whether this replica places the pod (sharding; see :mod:`ksched.loop.shards`); a pod
+        another replica places waits in the queue until it or the replicas change."""
+        if self.shards is None:
+            return True
+        group = pod_group_of(qp.pod)
+        owner = self.shards.group_owner(group) if group is not None else self.shards.pod_owner(qp.pod)
+        if owner == self.shards.identity:
+            return True
+        self.queue.done_elsewhere(qp)
+        return False
+
+    def _beyond(self, qp: QueuedPod, placement: Placement) -> bool:
+        """A pod that fits none of this replica's nodes, even by preempting, while other
+        replicas own nodes: it is tried on every node (a gang is placed within one replica's)."""
+        return (
+            self.shards is not None
+            and placement.attempted
+            and placement.node is None
+            and placement.nominated_node is None
+            and len(self.shards.members()) > 1
+            and pod_group_of(qp.pod) is None
+        )
+
+    def _across(
+        self,
+        pods: list[QueuedPod],
+        profile: str,
+        values: npt.NDArray[np.float64] | None,
+        metrics: Sequence[MetricConfig],
+        gangs: dict[str, GangStatus],
+        nominated: list[Obj],
+        elapsed: float,
+        note: str,
+    ) -> None:
+        """Place ``pods`` on every node: a pod whose node (or node to preempt on) is another
+        replica's is nominated there, for that replica to place; the others are reported as
+        any unschedulable pod (the message counts every node)."""
+        assert self.shards is not None
+        shards = self.shards
+        result = self.engines[profile].schedule(
+            self.state.snapshot(),
+            [qp.pod for qp in pods],
+            values,
+            metrics=metrics,
+            deadline_s=self.config.batch.decision_deadline_s,
+            groups=gangs,
+            nominated=nominated,
+        )
+        by_key = {qp.key: qp for qp in pods}
+        for placement in result.placements:
+            qp = by_key[placement.pod]
+            target = placement.node or placement.nominated_node
+            owner = shards.node_owner(target) if target is not None else None
+            if target is None or owner is None:
+                self._place(qp, placement, profile, elapsed, note)  # fits nowhere
+                continue
+            if owner == shards.identity:
+                self.queue.requeue(qp)  # this replica's after all (the view moved): next cycle
+                continue
+            self.queue.done_elsewhere(qp, handed=True)
+            self.telemetry.shard_handoffs.inc()
+            shards.handed_over += 1
+            log.debug("%s: handed to %s, which owns %s", qp.key, owner, target)
+            self.binder.hand_over(qp.pod, target, self._handed_over(qp))
+
+    def _handed_over(self, qp: QueuedPod) -> Callable[[bool], None]:
+        """After a hand-over's nomination: a pod whose nomination was not written is this
+        replica's still, retried after its backoff."""
+
+        def done(written: bool) -> None:
+            if not written:
+                self.queue.done_error(qp)
+
+        return done
 
     def _steered(self, pod: Obj) -> Obj:
         """The pod as the engine is given it: a replacement of a rebalancing move nominated

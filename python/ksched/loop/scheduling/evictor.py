@@ -37,15 +37,16 @@ class Evictor:
         # Posts an event about a pod: (pod, type, reason, action, note).
         self.event = event
 
-    def nominate(self, pod: Obj, node: str | None, victims: list[tuple[str, str, str]]) -> None:
+    def nominate(self, pod: Obj, node: str | None, victims: list[tuple[str, str, str]]) -> bool:
         """Nominate ``node`` for the pod (None: clear its nomination) and evict the victims
-        (namespace, name, uid) there; nothing is written by a replica that is not the leader."""
+        (namespace, name, uid) there; nothing is written by a replica that is not the leader.
+        Returns whether the pod's nomination is ``node`` now."""
         if not self.is_leader():
-            return
+            return False
         m = meta(pod)
         ns, name, uid = str(m.get("namespace")), str(m.get("name")), str(m.get("uid", ""))
         if (pod.get("status") or {}).get("nominatedNodeName") == node and not victims:
-            return  # still waiting on the same node: nothing to write
+            return True  # still waiting on the same node: nothing to write
         try:
             r = self.kube.request(
                 "PATCH",
@@ -56,7 +57,7 @@ class Evictor:
             )
             if not r.ok:
                 log.warning("nominating %s for %s/%s: HTTP %d: %s", node, ns, name, r.status, r.data[:300])
-                return
+                return False
             for v_ns, v_name, v_uid in victims:
                 condition = {
                     "type": DISRUPTION_TARGET,
@@ -93,3 +94,5 @@ class Evictor:
                     log.warning("evicting %s/%s: HTTP %d: %s", v_ns, v_name, r.status, r.data[:300])
         except ApiUnavailableError as err:
             log.warning("preemption for %s/%s: %s", ns, name, err)
+            return False
+        return True

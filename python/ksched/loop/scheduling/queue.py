@@ -179,6 +179,8 @@ class SchedulingQueue:
                 qp.pod = pod
                 if qp.where == "unschedulable":
                     self._push_backoff(qp)
+                elif qp.where == "elsewhere":
+                    self._push_backoff(qp)  # a nomination may have made it this replica's
                 return
             if qp is not None:
                 self._forget(key)  # deleted and recreated under the same name
@@ -347,6 +349,25 @@ class SchedulingQueue:
             qp.last_message = message
             qp.where = "parked"
 
+    def done_elsewhere(self, qp: QueuedPod, handed: bool = False) -> None:
+        """Another replica places this pod (sharding): it stays queued, untried, until it
+        changes or the replicas do (:meth:`reown`). ``handed``: this replica handed it over
+        (nominated it to another's node); should it come back, it waits out a backoff first,
+        so that replicas whose views disagree do not pass a pod back and forth at once."""
+        with self._cond:
+            if self._pods.get(qp.key) is qp:
+                if handed:
+                    qp.attempts += 1
+                    qp.backoff_until = self.clock() + backoff_s(qp.attempts)
+                qp.where = "elsewhere"
+
+    def reown(self) -> None:
+        """The live replicas changed: every pod another replica placed is looked at again."""
+        with self._cond:
+            for qp in self._pods.values():
+                if qp.where == "elsewhere":
+                    self._push_backoff(qp)
+
     def done_error(self, qp: QueuedPod) -> None:
         """An error (bind failed, API unavailable, not leader): retry after backoff."""
         with self._cond:
@@ -380,7 +401,7 @@ class SchedulingQueue:
             self._cond.notify_all()
 
     def counts(self) -> dict[str, int]:
-        """Pods per place: active, backoff, unschedulable, in_flight, handoff, parked."""
+        """Pods per place: active, backoff, unschedulable, in_flight, handoff, parked, elsewhere."""
         with self._cond:
             out = dict.fromkeys(QUEUES, 0)
             for qp in self._pods.values():
