@@ -131,8 +131,9 @@ def one(objs: list[Obj], kind: str, name: str) -> Obj:
         ["--set", "shadow.enabled=true"],
         ["--set", "webhook.enabled=false", "--set", "namespace.create=true"],
         ["--set", "rebalance.enabled=true"],
+        ["--set", "sharding.enabled=true"],
     ],
-    ids=["default", "handoff", "shadow", "no-webhook", "rebalance"],
+    ids=["default", "handoff", "shadow", "no-webhook", "rebalance", "sharding"],
 )
 def test_chart_lints(helm: Path, values: list[str]) -> None:
     out = helm_run(helm, "lint", "--strict", str(CHART), *values)
@@ -156,6 +157,19 @@ def test_handoff_adds_the_handoff_component(helm: Path) -> None:
     assert_same_objects(added, kustomize(DEPLOY / "handoff"))
     cfg = parsed(handoff)
     assert cfg.handoff.enabled and cfg.handoff.after_s == 90
+
+
+def test_sharding_adds_the_sharding_component(helm: Path) -> None:
+    default = render(helm)
+    sharded = render(helm, "--set", "sharding.enabled=true", "--set", "sharding.leaseDuration=12s")
+    added = [o for o in sharded if (o["kind"], o["metadata"]["name"]) not in by_name(default)]
+    assert_same_objects(added, kustomize(DEPLOY / "sharding"))
+    assert "sharding" not in configuration(default)
+    cfg = parsed(sharded).sharding
+    assert cfg.enabled and cfg.lease_duration_s == 12
+    out = helm_run(helm, "template", "ksched", str(CHART), "--set", "configuration.sharding.enabled=true")
+    assert out.returncode != 0
+    assert "enable sharding with sharding.enabled, not configuration.sharding" in out.stderr
 
 
 # A configuration the rebalancer accepts: a metric with a hot line and an estimate.

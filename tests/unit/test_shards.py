@@ -8,15 +8,19 @@ from typing import Any
 
 import orjson
 import pytest
+import yaml
 
+from ksched.commands.shadow import render_status
 from ksched.config import Config, LeaderElectionConfig, ShardingConfig, parse_config
 from ksched.engine import Engine
 from ksched.engine.snapshot import build_snapshot
 from ksched.errors import ConfigError
-from ksched.loop.client import Response
+from ksched.loop.client import ApiUnavailableError, Response
 from ksched.loop.scheduling.queue import SchedulingQueue
 from ksched.loop.shards import SHARD_LABEL, Shards, lease_name, owner
 from tests.conftest import node, pod
+from tests.unit.test_handoff_rbac import DEPLOY
+from tests.unit.test_shadow import quiet_status
 
 SHARDING = ShardingConfig(enabled=True, lease_duration_s=10, renew_deadline_s=6, retry_period_s=2)
 ELECTION = LeaderElectionConfig()
@@ -32,8 +36,6 @@ class FakeLeases:
 
     def request(self, method: str, path: str, *, query: Any = None, body: Any = None, **_: Any) -> Response:
         if self.down:
-            from ksched.loop.client import ApiUnavailableError
-
             raise ApiUnavailableError("down")
         name = path.rsplit("/", 1)[1] if not path.endswith("/leases") else None
         if method == "GET" and name is None:
@@ -292,3 +294,57 @@ def test_a_pod_this_replica_handed_over_comes_back_only_after_its_backoff() -> N
     assert q.pop_batch(10, 0.0, 0.0) == []
     clock.now += 1.0
     assert [x.key for x in q.pop_batch(10, 0.0, 0.0)] == ["default/web"]
+
+
+# -- RBAC -----------------------------------------------------------------------------------------
+
+
+class Recording(FakeLeases):
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked: set[str] = set()
+
+    def request(self, method: str, path: str, **kwargs: Any) -> Response:
+        list_ = method == "GET" and path.endswith("/leases")
+        self.asked.add(
+            "list" if list_ else {"GET": "get", "POST": "create", "PUT": "update", "DELETE": "delete"}[method]
+        )
+        return super().request(method, path, **kwargs)
+
+
+def test_the_sharding_role_grants_exactly_what_a_replica_asks_for() -> None:
+    api, clock = Recording(), Clock()
+    a, b = replica(api, "a", clock), replica(api, "b", clock)
+    tick_all(clock, [a, b])
+    api.leases[lease_name("ksched", "a")]["metadata"]["resourceVersion"] = "stale"  # written meanwhile
+    for _ in range(32):
+        tick_all(clock, [a])  # renewed, re-read after a conflict; b's Lease forgotten
+    a.stop()
+    (role,) = [
+        d for d in yaml.safe_load_all((DEPLOY / "sharding" / "rbac.yaml").read_text()) if d["kind"] == "Role"
+    ]
+    (rule,) = role["rules"]
+    assert rule["apiGroups"] == ["coordination.k8s.io"] and rule["resources"] == ["leases"]
+    assert not rule.get("resourceNames")
+    assert set(rule["verbs"]) == api.asked == {"get", "list", "create", "update", "delete"}
+    helm = (DEPLOY / "helm" / "ksched" / "templates" / "sharding-rbac.yaml").read_text()
+    assert "verbs: [get, list, create, update, delete]" in helm
+
+
+def test_ksched_status_says_who_owns_what() -> None:
+    sharding = {
+        "enabled": True,
+        "lease": "kube-system/ksched-shard-0123456789ab",
+        "active": True,
+        "members": ["a", "b", "c"],
+        "handedOver": 4,
+        "ownedNodes": 1667,
+    }
+    text = render_status(quiet_status(sharding=sharding), "127.0.0.1:10259")
+    assert (
+        "sharding:  3 live replica(s) (a, b, c); this one binds onto 1667 node(s); 4 pod(s) handed over"
+        in text
+    )
+    joining = render_status(quiet_status(sharding={**sharding, "active": False}), "127.0.0.1:10259")
+    assert "this one not binding yet; owns 1667 node(s)" in joining
+    assert "sharding:" not in render_status(quiet_status(sharding={"enabled": False}), "127.0.0.1:10259")

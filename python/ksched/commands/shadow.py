@@ -172,6 +172,14 @@ def render_status(status: dict[str, Any], address: str) -> str:
     else:
         lead = "none"
     lines.append(f"leader:    {lead}")
+    sharding = status.get("sharding") or {}
+    if sharding.get("enabled"):
+        members = sharding["members"]
+        binds = "binds onto" if sharding["active"] else "not binding yet; owns"
+        lines.append(
+            f"sharding:  {len(members)} live replica(s) ({', '.join(members) or 'none read yet'}); this one "
+            f"{binds} {sharding['ownedNodes']} node(s); {sharding['handedOver']} pod(s) handed over"
+        )
     lines.append(f"informers: {'synced' if status['synced'] else 'not synced yet'}")
     queues = status["queues"]
     lines.append(

@@ -65,5 +65,10 @@ other objects of the chart depend on set from the chart.
 {{- else if (.Values.configuration.steering | default dict).enabled -}}
 {{- fail "enable steering with steering.enabled, not configuration.steering: the chart grants the node patch RBAC with it" -}}
 {{- end -}}
+{{- if .Values.sharding.enabled -}}
+{{- $_ := set $chart "sharding" (merge (dict "enabled" true) (omit .Values.sharding "enabled")) -}}
+{{- else if (.Values.configuration.sharding | default dict).enabled -}}
+{{- fail "enable sharding with sharding.enabled, not configuration.sharding: the chart grants the Lease RBAC with it" -}}
+{{- end -}}
 {{- toYaml (mergeOverwrite (deepCopy .Values.configuration) $chart) -}}
 {{- end -}}
