@@ -117,3 +117,49 @@ def test_three_replicas_bind_at_once_each_onto_its_own_nodes_and_survivors_take_
         per_pod = collections.Counter(e["regarding"]["name"] for e in scheduled_events(kube, ns))
         assert set(per_pod.values()) == {1}, "no pod bound twice"
         assert_no_node_overcommitted(kube)
+
+
+def test_three_replicas_binding_at_once_fill_nodes_to_the_last_pod_and_never_past_it(
+    cluster: local.ClusterState, kube: Kube, tmp_path: Path, namespace: Namespaces
+) -> None:
+    """12 nodes of 4 CPU take exactly 480 pods of 100m: 500 are created at once. Every replica
+    binds its own share; once its own nodes are full, the pods it owns are handed to the
+    replicas whose nodes still have room."""
+    ns = namespace("shards-fill")
+    fill = local.fake_nodes(12, 3, first=900, shapes=[("fill-4", "4", "16Gi")])["items"]
+    for n in fill:
+        n["metadata"]["labels"]["ksched.io/test-fill"] = "true"
+    names = [n["metadata"]["name"] for n in fill]
+    create(kube, fill)
+    try:
+        with contextlib.ExitStack() as stack:
+            replicas = [
+                stack.enter_context(ksched(cluster, tmp_path, i, FAST_LEASE, sharding=SHARD_LEASE))
+                for i in IDENTITIES
+            ]
+            assert wait_for(lambda: all_active(replicas, 3), 40, 0.5), "\n".join(k.output() for k in replicas)
+            selector = {"ksched.io/test-fill": "true"}
+            create(
+                kube, [make_pod(f"fill-{i}", ns, "100m", "64Mi", nodeSelector=selector) for i in range(500)]
+            )
+            assert wait_for(lambda: len(bound_by(kube, ns)) >= 480, 120, 0.5), "\n".join(
+                k.output() for k in replicas
+            )
+            time.sleep(3)  # any bind past the room would have landed by now
+            pods = pods_in(kube, ns)
+            on = collections.Counter(p["spec"].get("nodeName") for p in pods)
+            assert on[None] == 20 and all(on[n] == 40 for n in names), on
+            got = bound_by(kube, ns)
+            assert len(got) == 480 and all(
+                instance == owner(IDENTITIES, node) for node, instance in got.values()
+            )
+            per_pod = collections.Counter(e["regarding"]["name"] for e in scheduled_events(kube, ns))
+            assert set(per_pod.values()) == {1}, "no pod bound twice"
+            assert_no_node_overcommitted(kube)
+            handed = sum(k.metric("ksched_shard_handoffs_total") for k in replicas)
+            print(
+                f"\n480 of 500 pods bound on 12 full nodes by {dict(collections.Counter(i for _, i in got.values()))}; hand-offs {handed:.0f}"
+            )
+    finally:
+        for name in names:
+            kube.request("DELETE", f"/api/v1/nodes/{name}")
