@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from ksched.commands.bench_options import add_options
 from ksched.commands.exit_codes import EXIT_BAD_INPUT, EXIT_OK, EXIT_UNPLACED, EXIT_VIOLATED
+from ksched.errors import KschedError
 
 if TYPE_CHECKING:
     from ksched.bench.engine import RunFigures
@@ -52,6 +53,14 @@ def add_parser(
 
 def _names(csv: str) -> list[str]:
     return [n.strip() for n in csv.split(",") if n.strip()]
+
+
+def _counts(csv: str) -> list[int]:
+    """``--replicas``: comma-separated counts."""
+    try:
+        return [int(n) for n in _names(csv)]
+    except ValueError:
+        raise KschedError(f"--replicas: comma-separated counts, not {csv!r}") from None
 
 
 def _quality(args: argparse.Namespace) -> int:
@@ -134,6 +143,7 @@ def _bench(args: argparse.Namespace, cli: Callable[[list[str]], int]) -> int:
             cpu_hog=args.cpu_hog,
             seed=args.seed,
             node_lease_s=args.node_lease_seconds,
+            replicas=_counts(args.replicas),
         )
     if args.cluster:
         from ksched.bench.sidebyside.run import main
@@ -152,6 +162,7 @@ def _bench(args: argparse.Namespace, cli: Callable[[list[str]], int]) -> int:
             rounds=args.rounds,
             node_lease_s=args.node_lease_seconds,
             cpu_hog=args.cpu_hog,
+            replicas=_counts(args.replicas),
         )
     if args.pods is None:
         args.pods = 10000

@@ -97,6 +97,14 @@ def _side_by_side_options(parser: argparse.ArgumentParser) -> argparse._Argument
         ),
     )
     group.add_argument(
+        "--replicas",
+        default="1",
+        metavar="N[,N...]",
+        help="run each ksched as N replicas with sharding on, every one binding onto the nodes it owns, "
+        "labelled LABEL-xN (1: one process, no leader election); comma-separated counts run one after "
+        "the other (default 1)",
+    )
+    group.add_argument(
         "--rate",
         type=float,
         help="steady phase: pods created per second (default 50; with --chaos: arrivals, default 10)",

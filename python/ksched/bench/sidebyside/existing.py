@@ -27,15 +27,13 @@ good) are deleted after it, each phase in a namespace of its own.
 from __future__ import annotations
 
 import math
-import os
-import signal
 import time
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ksched.bench import invariants
-from ksched.bench.pods import CREATE_WORKERS, clear_pods, create_pods, list_pods, process_rss, process_usage
+from ksched.bench.pods import CREATE_WORKERS, clear_pods, create_pods, list_pods
 from ksched.bench.sidebyside import fill as filling
 from ksched.bench.sidebyside.options import ExistingFigures, ExistingOptions
 from ksched.bench.sidebyside.phase import create_at_rate, percentile, settle
@@ -111,7 +109,7 @@ class ExistingRun:
         started = time.monotonic()
         sched.start("existing", None)
         f.startup_s = time.monotonic() - started
-        f.startup_peak_rss_mib = process_usage(sched.pid)[1]
+        f.startup_peak_rss_mib = sched.usage()[1]
         print(f"  (a) ready in {f.startup_s:.1f} s, peak RSS {f.startup_peak_rss_mib:.0f} MiB", flush=True)
         self.census("start-up", f)
         # Each phase takes its census before it deletes its pods; the next phase's (or the last,
@@ -122,12 +120,12 @@ class ExistingRun:
         self.census("churn", f)
         self.steady(sched, f)
         self.census("end", f)
-        f.peak_rss_mib = process_usage(sched.pid)[1]
+        f.peak_rss_mib = sched.usage()[1]
         return f
 
     def relist(self, sched: Scheduler, f: ExistingFigures) -> None:
-        settle(self.state, sched.pid)
-        f.relist_rss_before_mib = process_rss(sched.pid)
+        settle(self.state, sched)
+        f.relist_rss_before_mib = sched.rss()
         revision = local.etcd_compact()
         local.restart("kube-apiserver")
         # The restarted API server is a new process: the control plane's CPU is read from it now.
@@ -142,8 +140,8 @@ class ExistingRun:
         if latencies:
             f.relist_max_ms = round(latencies[-1], 1)
             f.relist_p99_ms = round(percentile(latencies, 0.99), 1)
-        settle(self.state, sched.pid)
-        f.relist_rss_after_mib = process_rss(sched.pid)
+        settle(self.state, sched)
+        f.relist_rss_after_mib = sched.rss()
         if sched.port is not None:  # a ksched
             f.relist_loop_pause_s = loop_pause(sched.port)
         pause = (
@@ -168,18 +166,20 @@ class ExistingRun:
         ]
         watch = FirstSeen.binds(self.state.kubeconfig, namespace)
         try:
-            settle(self.state, sched.pid)
-            os.kill(sched.pid, signal.SIGSTOP)
+            settle(self.state, sched)
+            sched.pause()
             try:
                 uids = create_pods(self.kube, pods)
                 self.expected |= {f"{namespace}/{n}": u for n, u in uids.items()}
-                cpu_before, _ = process_usage(sched.pid)
+                cpu_before, _ = sched.usage()
+                replicas_before = sched.cpu_by_replica()
             finally:
-                os.kill(sched.pid, signal.SIGCONT)
+                sched.resume()
             resumed = time.monotonic()
             names = set(uids)
             watch.wait(names, self.opts.stall_s)
-            cpu_after, _ = process_usage(sched.pid)
+            cpu_after, _ = sched.usage()
+            replicas_after = sched.cpu_by_replica()
             with watch.lock:
                 times = sorted(watch.seen[n] - resumed for n in names if n in watch.seen)
         finally:
@@ -188,9 +188,21 @@ class ExistingRun:
         f.drain_seconds = times[-1] if times else 0.0
         f.drain_pods_per_s = f.drain_bound / f.drain_seconds if f.drain_seconds > 0 else 0.0
         f.drain_cpu_ms_per_pod = (cpu_after - cpu_before) * 1000 / max(f.drain_bound, 1)
+        f.replicas = len(replicas_after)
+        f.drain_cpu_ms_per_pod_by_replica = [
+            round((a - b) * 1000 / max(f.drain_bound, 1), 3)
+            for a, b in zip(replicas_after, replicas_before, strict=True)
+        ]
         print(
             f"  (b) drain: {f.drain_bound}/{self.opts.drain_pods} bound in {f.drain_seconds:.2f} s = "
-            f"{f.drain_pods_per_s:,.0f} pods/s, {f.drain_cpu_ms_per_pod:.2f} CPU ms/pod",
+            f"{f.drain_pods_per_s:,.0f} pods/s, {f.drain_cpu_ms_per_pod:.2f} CPU ms/pod"
+            + (
+                f" over {f.replicas} replicas ("
+                + ", ".join(f"{c:.2f}" for c in f.drain_cpu_ms_per_pod_by_replica)
+                + ")"
+                if f.replicas > 1
+                else ""
+            ),
             flush=True,
         )
         self.census("drain", f)
@@ -226,7 +238,7 @@ class ExistingRun:
         namespaces = sorted({g.namespace for g in groups.values()})
         watches = {ns: FirstSeen.binds(self.state.kubeconfig, ns) for ns in namespaces}
         try:
-            settle(self.state, sched.pid)
+            settle(self.state, sched)
             sent, uids = self._rolling_update(steps)
             for old, _ in steps:
                 self.expected.pop(old, None)
@@ -267,17 +279,17 @@ class ExistingRun:
 
         def before() -> None:
             nonlocal cpu_before
-            cpu_before = process_usage(sched.pid)[0]
+            cpu_before = sched.usage()[0]
 
         sent, times = self._arrivals(sched, namespace, self.opts.steady_pods, self.opts.rate, before)
-        cpu_after = process_usage(sched.pid)[0]
+        cpu_after = sched.usage()[0]
         latencies = sorted((times[n] - t) * 1000 for n, t in sent.items() if n in times)
         f.steady_bound = len(latencies)
         if latencies:
             f.steady_p50_ms = round(percentile(latencies, 0.50), 1)
             f.steady_p99_ms = round(percentile(latencies, 0.99), 1)
         f.steady_cpu_ms_per_pod = (cpu_after - cpu_before) * 1000 / max(f.steady_bound, 1)
-        f.steady_rss_mib = process_rss(sched.pid)
+        f.steady_rss_mib = sched.rss()
         f.rss_kib_per_cluster_pod = f.steady_rss_mib * 1024 / max(len(self.expected), 1)
         print(
             f"  (e) steady: {f.steady_bound}/{self.opts.steady_pods} bound at {self.opts.rate:g} pods/s, "

@@ -59,6 +59,9 @@ class Phase:
     writes_seconds: float = 0.0
     writes_pods_per_s: float = 0.0
     cpu_ms_per_pod: float = 0.0
+    # Scheduler processes (ksched's sharded replicas), and each one's CPU over the drain per pod bound.
+    replicas: int = 1
+    cpu_ms_per_pod_by_replica: list[float] = field(default_factory=list)
     # The control plane's processes (API server, etcd, KWOK, ...) over the same drain: the work
     # the scheduler's writes and watches cost them, on the cores the scheduler shares.
     control_plane_cpu_ms_per_pod: float = 0.0
@@ -102,6 +105,8 @@ class Options:
     node_lease_s: int = BENCH_NODE_LEASE_S
     # Processes spinning on a core each for the phases: a control plane busy with other work.
     cpu_hog: int = 0
+    # Sharded replicas per ksched label (absent: 1, one process without leader election).
+    replicas: dict[str, int] = field(default_factory=dict)
 
 
 # The most pods a KWOK node holds (its allocatable pods; the kubelet's default, and Kubernetes'
@@ -131,6 +136,8 @@ class ExistingOptions:
     node_lease_s: int = BENCH_NODE_LEASE_S
     # Pods created at ``rate`` right after the forced relist, whose create→bind shows the pause.
     relist_pods: int = 200
+    # Sharded replicas per ksched label (absent: 1).
+    replicas: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -154,6 +161,9 @@ class ExistingFigures:
     drain_seconds: float = 0.0
     drain_pods_per_s: float = 0.0
     drain_cpu_ms_per_pod: float = 0.0
+    # Scheduler processes (ksched's sharded replicas), and each one's drain CPU per pod bound.
+    replicas: int = 1
+    drain_cpu_ms_per_pod_by_replica: list[float] = field(default_factory=list)
     # (c) the rolling update: old pods deleted and new ones created at ``churn_rate``.
     churn_bound: int = 0
     # The rate the steps were sent at: under ``churn_rate`` when the API server could not keep up.

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
-import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -68,7 +66,7 @@ def run_phase(
     try:
         # Each drain starts on a quiet control plane, not while it still works off the last phase
         # (the deletion of its pods) or the scheduler's start (its lists).
-        settle(state, sched.pid)
+        settle(state, sched)
         pods = workload_pods(workload, namespace, sched.scheduler_name, opts.pods, "b", opts.nodes, owner)
         _drain(kube, state, sched, pods, opts, watch, events, phase)
         over, violations = check_placements(kube, nodes)
@@ -77,7 +75,7 @@ def run_phase(
         # Steady: a fixed arrival rate, create→bind latency per pod, from a quiet control plane
         # and scheduler too (not while they still work off the deletion of the backlog).
         if opts.steady_pods:
-            settle(state, sched.pid)
+            settle(state, sched)
             steady = workload_pods(
                 workload, namespace, sched.scheduler_name, opts.steady_pods, "s", opts.nodes, owner
             )
@@ -85,7 +83,7 @@ def run_phase(
             over2, violations2 = check_placements(kube, nodes)
             over, violations = max(over, over2), max(violations, violations2)
         phase.overcommitted_nodes, phase.constraint_violations = over, violations
-        _, phase.peak_rss_mib = process_usage(sched.pid)
+        _, phase.peak_rss_mib = sched.usage()
         if workload == "metrics" and sched.port is not None:
             phase.metrics_status = metrics_status(sched.port)
     except BaseException:
@@ -116,13 +114,14 @@ def _drain(
     """The backlog: ``pods`` created while the scheduler is paused, timed from its resumption
     until each is bound and has its Scheduled event; fills the phase's drain figures."""
     closed_before = terminated_watchers(kube)
-    os.kill(sched.pid, signal.SIGSTOP)
+    sched.pause()
     try:
         create_pods(kube, pods)
-        cpu_before, _ = process_usage(sched.pid)
+        cpu_before, _ = sched.usage()
+        replicas_before = sched.cpu_by_replica()
         control_before = control_plane_usage(state)
     finally:
-        os.kill(sched.pid, signal.SIGCONT)
+        sched.resume()
     resumed = time.monotonic()
     names = {p["metadata"]["name"] for p in pods}
     watch.wait(names, opts.stall_s)
@@ -131,7 +130,8 @@ def _drain(
     # The drain is done when every bound pod also has its Scheduled event: a scheduler that
     # posts events after its binds has not finished its writes at its last bind.
     events.wait(bound, opts.stall_s)
-    cpu_after, _ = process_usage(sched.pid)
+    cpu_after, _ = sched.usage()
+    replicas_after = sched.cpu_by_replica()
     control_after = control_plane_usage(state)
     closed_after = terminated_watchers(kube)
     if closed_before is not None and closed_after is not None:
@@ -148,6 +148,11 @@ def _drain(
     phase.writes_seconds = max([*times, *event_times], default=0.0)
     phase.writes_pods_per_s = phase.bound / phase.writes_seconds if phase.writes_seconds > 0 else 0.0
     phase.cpu_ms_per_pod = (cpu_after - cpu_before) * 1000 / max(phase.bound, 1)
+    phase.replicas = len(replicas_after)
+    phase.cpu_ms_per_pod_by_replica = [
+        round((a - b) * 1000 / max(phase.bound, 1), 3)
+        for a, b in zip(replicas_after, replicas_before, strict=True)
+    ]
     per_pod = {
         name: round((cpu - control_before.get(name, 0.0)) * 1000 / max(phase.bound, 1), 3)
         for name, cpu in control_after.items()
@@ -192,12 +197,12 @@ def terminated_watchers(kube: Kube) -> float | None:
     return total
 
 
-def settle(state: local.ClusterState, scheduler_pid: int) -> None:
-    """Wait (up to ``SETTLE_MAX_S``) until the control plane and the scheduler together use under
-    ``QUIET_CORES`` for a second."""
+def settle(state: local.ClusterState, sched: Scheduler) -> None:
+    """Wait (up to ``SETTLE_MAX_S``) until the control plane and the scheduler (every replica)
+    together use under ``QUIET_CORES`` for a second."""
 
     def used() -> float:
-        return control_plane_cpu(state) + process_usage(scheduler_pid)[0]
+        return control_plane_cpu(state) + sched.usage()[0]
 
     deadline = time.monotonic() + SETTLE_MAX_S
     before = used()

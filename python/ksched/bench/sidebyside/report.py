@@ -27,7 +27,15 @@ def phase_line(p: Phase) -> str:
         f"{p.bound}/{p.pods} bound in {p.drain_seconds:.2f} s = {p.pods_per_s:,.0f} pods/s; "
         f"{p.scheduled_events} Scheduled events, last write at {p.writes_seconds:.2f} s = "
         f"{p.writes_pods_per_s:,.0f} pods/s; {lat}; "
-        f"{p.cpu_ms_per_pod:.2f} CPU ms/pod (control plane {p.control_plane_cpu_ms_per_pod:.2f}: "
+        f"{p.cpu_ms_per_pod:.2f} CPU ms/pod"
+        + (
+            f" over {p.replicas} replicas ("
+            + ", ".join(f"{c:.2f}" for c in p.cpu_ms_per_pod_by_replica)
+            + ")"
+            if p.replicas > 1
+            else ""
+        )
+        + f" (control plane {p.control_plane_cpu_ms_per_pod:.2f}: "
         + ", ".join(f"{k} {v:.2f}" for k, v in p.control_plane_by_process.items())
         + "), "
         f"peak RSS {p.peak_rss_mib:.0f} MiB; "

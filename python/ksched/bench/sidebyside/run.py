@@ -98,7 +98,8 @@ def side_by_side(opts: Options, plot: Any | None) -> dict[str, Any]:
         nodes = {n["metadata"]["name"]: n for n in kube.request("GET", "/api/v1/nodes").json()["items"]}
         lease_s = node_lease_seconds(kube)
         scheds = {
-            label: Scheduler(label, state, workdir, opts.kscheds.get(label)) for label in opts.schedulers
+            label: Scheduler(label, state, workdir, opts.kscheds.get(label), opts.replicas.get(label, 1))
+            for label in opts.schedulers
         }
         stack.enter_context(cpu_hog(opts.cpu_hog))
         # Workload by workload, the schedulers one after the other: the control plane's cost per
@@ -156,8 +157,9 @@ def main(
     rounds: int = 1,
     node_lease_s: int = BENCH_NODE_LEASE_S,
     cpu_hog: int = 0,
+    replicas: list[int] | None = None,
 ) -> int:
-    kscheds, labels = _schedulers(schedulers, extra)
+    kscheds, labels, by_label = _schedulers(schedulers, extra, replicas)
     unknown = set(workloads) - set(WORKLOADS)
     if unknown or not workloads:
         raise KschedError(
@@ -181,6 +183,7 @@ def main(
         rounds=rounds,
         node_lease_s=node_lease_s,
         cpu_hog=cpu_hog,
+        replicas=by_label,
     )
     # Before the run: a missing matplotlib is said now, and only the chart is skipped.
     plot = pyplot()
@@ -197,13 +200,31 @@ def main(
     return 1 if bad else 0
 
 
-def _schedulers(schedulers: list[str], extra: list[str]) -> tuple[dict[str, list[str]], list[str]]:
-    """The ksched commands by label, and every scheduler's label in run order."""
+def _schedulers(
+    schedulers: list[str], extra: list[str], replicas: list[int] | None = None
+) -> tuple[dict[str, list[str]], list[str], dict[str, int]]:
+    """The ksched commands by label, every scheduler's label in run order, and the sharded
+    replicas of each ksched label: with ``replicas`` (say [1, 3]) each ksched runs once per
+    count, as LABEL for 1 and LABEL-xN for N replicas."""
     kscheds = {KSCHED: list(KSCHED_COMMAND), **parse_kscheds(extra, (NULL, KUBE_SCHEDULER, KSCHED))}
     for s in schedulers:
         if s not in (NULL, KUBE_SCHEDULER, KSCHED):
             raise KschedError(f"unknown scheduler {s!r}: choose from {NULL}, {KUBE_SCHEDULER}, {KSCHED}")
-    return kscheds, [*schedulers, *(k for k in kscheds if k != KSCHED)]
+    counts = replicas or [1]
+    if any(n < 1 for n in counts) or len(set(counts)) != len(counts):
+        raise KschedError(f"--replicas: distinct counts of at least 1, not {','.join(map(str, counts))}")
+    labels: list[str] = []
+    by_label: dict[str, int] = {}
+    for label in [*schedulers, *(k for k in kscheds if k != KSCHED)]:
+        if label not in kscheds:
+            labels.append(label)
+            continue
+        for n in counts:
+            name = label if n == 1 else f"{label}-x{n}"
+            kscheds[name] = kscheds[label]
+            by_label[name] = n
+            labels.append(name)
+    return kscheds, labels, by_label
 
 
 # ---------------------------------------------------------------------------
@@ -245,7 +266,7 @@ def existing(opts: ExistingOptions) -> dict[str, Any]:
         if opts.cpu_hog:
             print(f"== {opts.cpu_hog} CPU hog process(es) spinning", flush=True)
         for label in opts.schedulers:
-            sched = Scheduler(label, state, workdir, opts.kscheds.get(label))
+            sched = Scheduler(label, state, workdir, opts.kscheds.get(label), opts.replicas.get(label, 1))
             print(f"== {label}", flush=True)
             try:
                 figures.append(bench.run(sched))
@@ -306,10 +327,11 @@ def existing_main(
     cpu_hog: int = 0,
     seed: int = 1,
     node_lease_s: int = BENCH_NODE_LEASE_S,
+    replicas: list[int] | None = None,
 ) -> int:
     """``--existing-pods``: exit 1 when a scheduler failed a phase or the census found a pod
     lost, unbound or over a node's capacity."""
-    kscheds, labels = _schedulers(schedulers, extra)
+    kscheds, labels, by_label = _schedulers(schedulers, extra, replicas)
     if nodes < 1 or drain_pods < 1 or churn_pods < 0 or steady_pods < 1 or cpu_hog < 0:
         raise KschedError("--nodes and --pods must be at least 1, --churn-pods and --cpu-hog at least 0")
     if churn_rate <= 0 or rate <= 0:
@@ -329,6 +351,7 @@ def existing_main(
         cpu_hog=cpu_hog,
         seed=seed,
         node_lease_s=node_lease_s,
+        replicas=by_label,
     )
     doc = existing(opts)
     if as_json:

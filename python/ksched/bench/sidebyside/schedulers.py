@@ -1,4 +1,6 @@
-"""The schedulers as processes: started, paused, resumed, stopped, asked whether ready."""
+"""The schedulers as processes: started, paused, resumed, stopped, asked whether ready. A ksched
+run with ``replicas`` above 1 is that many processes with ``sharding`` on, each binding onto the
+nodes it owns (docs/sharding.md): paused, resumed, measured and stopped together."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ksched.bench.pods import insecure_serving
+from ksched.bench.pods import insecure_serving, process_rss, process_usage
 from ksched.bench.sidebyside.options import (
     KSCHED,
     KUBE_SCHEDULER,
@@ -31,14 +33,31 @@ from ksched.errors import KschedError
 class Scheduler:
     """One scheduler process, started for one workload and stopped after it."""
 
-    def __init__(self, label: str, state: local.ClusterState, workdir: Path, ksched_cmd: list[str] | None):
+    def __init__(
+        self,
+        label: str,
+        state: local.ClusterState,
+        workdir: Path,
+        ksched_cmd: list[str] | None,
+        replicas: int = 1,
+    ):
         self.label = label
         self.state = state
         self.workdir = workdir
         self.ksched_cmd = ksched_cmd
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.port: int | None = None
+        self.replicas = replicas
+        self.procs: list[subprocess.Popen[bytes]] = []
+        # A ksched's endpoint, by replica (the first is ``port``).
+        self.ports: list[int] = []
         self.log = workdir / f"{label}.log"
+
+    @property
+    def proc(self) -> subprocess.Popen[bytes] | None:
+        return self.procs[0] if self.procs else None
+
+    @property
+    def port(self) -> int | None:
+        return self.ports[0] if self.ports else None
 
     @property
     def scheduler_name(self) -> str:
@@ -48,6 +67,26 @@ class Scheduler:
     def pid(self) -> int:
         assert self.proc is not None
         return self.proc.pid
+
+    def pause(self) -> None:
+        for p in self.procs:
+            os.kill(p.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        for p in self.procs:
+            os.kill(p.pid, signal.SIGCONT)
+
+    def usage(self) -> tuple[float, float]:
+        """CPU seconds and peak RSS (MiB), summed over the replicas."""
+        each = [process_usage(p.pid) for p in self.procs]
+        return sum(c for c, _ in each), sum(r for _, r in each)
+
+    def cpu_by_replica(self) -> list[float]:
+        return [process_usage(p.pid)[0] for p in self.procs]
+
+    def rss(self) -> float:
+        """Resident set now (MiB), summed over the replicas."""
+        return sum(process_rss(p.pid) for p in self.procs)
 
     def start(self, workload: str, prometheus: str | None) -> None:
         ready: Callable[[], bool]
@@ -64,26 +103,48 @@ class Scheduler:
             def ready() -> bool:
                 return local.http_ok(f"https://127.0.0.1:{port}/readyz")
         else:
-            assert self.ksched_cmd is not None
-            config = self.workdir / f"{self.label}-{workload}.json"
-            config.write_text(json.dumps(ksched_config(workload, prometheus)))
-            port = self.port = local.free_port()
-            cmd = [*self.ksched_cmd, "run", "--config", str(config), "--kubeconfig", self.state.kubeconfig]
-            cmd += ["--address", f"127.0.0.1:{port}", "--no-leader-elect"]
-            cmd += insecure_serving(tuple(self.ksched_cmd))
-            with_metrics = workload == "metrics"
+            self._start_kscheds(workload, prometheus)
+            return
+        self._launch([cmd], workload, ready)
 
-            def ready() -> bool:
-                return _ksched_ready(port, with_metrics)
+    def _start_kscheds(self, workload: str, prometheus: str | None) -> None:
+        """``replicas`` ksched processes: one without leader election, or a sharded group that is
+        ready once every replica binds and reads all the others live."""
+        assert self.ksched_cmd is not None
+        config = ksched_config(workload, prometheus)
+        if self.replicas > 1:
+            config["leaderElection"] = {"resourceName": f"bench-{self.label}-{workload}"[:60].rstrip("-")}
+            config["sharding"] = {"enabled": True}
+        path = self.workdir / f"{self.label}-{workload}.json"
+        path.write_text(json.dumps(config))
+        self.ports = [local.free_port() for _ in range(self.replicas)]
+        cmds = []
+        for i, port in enumerate(self.ports):
+            cmd = [*self.ksched_cmd, "run", "--config", str(path), "--kubeconfig", self.state.kubeconfig]
+            cmd += ["--address", f"127.0.0.1:{port}", *insecure_serving(tuple(self.ksched_cmd))]
+            cmd += ["--no-leader-elect"] if self.replicas == 1 else ["--identity", f"{self.label}-{i}"]
+            cmds.append(cmd)
+        with_metrics = workload == "metrics"
+        members = f"shards ok: {self.replicas} live replicas" if self.replicas > 1 else ""
 
+        def ready() -> bool:
+            return all(_ksched_ready(port, with_metrics, members) for port in self.ports)
+
+        self._launch(cmds, workload, ready)
+
+    def _launch(self, cmds: list[list[str]], workload: str, ready: Callable[[], bool]) -> None:
         with open(self.log, "ab") as out:
-            out.write(f"=== {workload}: {shlex.join(cmd)}\n".encode())
-            out.flush()
-            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            for cmd in cmds:
+                out.write(f"=== {workload}: {shlex.join(cmd)}\n".encode())
+                out.flush()
+                self.procs.append(
+                    subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                )
         deadline = time.monotonic() + READY_TIMEOUT_S
         while not ready():
-            if self.proc.poll() is not None:
-                raise KschedError(f"{self.label} exited with {self.proc.returncode}:\n{_tail(self.log)}")
+            ended = next((p for p in self.procs if p.poll() is not None), None)
+            if ended is not None:
+                raise KschedError(f"{self.label} exited with {ended.returncode}:\n{_tail(self.log)}")
             if time.monotonic() > deadline:
                 raise KschedError(
                     f"{self.label} was not ready after {READY_TIMEOUT_S:.0f} s:\n{_tail(self.log)}"
@@ -91,18 +152,19 @@ class Scheduler:
             time.sleep(0.2)
 
     def stop(self) -> None:
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.proc.pid, signal.SIGCONT)
-                self.proc.terminate()
+        for proc in self.procs:
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(proc.pid, signal.SIGCONT)
+                    proc.terminate()
+        for proc in self.procs:
             try:
-                self.proc.wait(STOP_TIMEOUT_S)
+                proc.wait(STOP_TIMEOUT_S)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.proc = None
+                proc.kill()
+                proc.wait()
+        self.procs = []
+        self.ports = []
 
 
 def _readyz(port: int) -> tuple[int, str]:
@@ -118,9 +180,9 @@ def _readyz(port: int) -> tuple[int, str]:
         return 0, ""
 
 
-def _ksched_ready(port: int, with_metrics: bool) -> bool:
+def _ksched_ready(port: int, with_metrics: bool, members: str = "") -> bool:
     status, body = _readyz(port)
-    return status == 200 and (not with_metrics or "fresh" in body)
+    return status == 200 and (not with_metrics or "fresh" in body) and members in body
 
 
 def metrics_status(port: int) -> str:
