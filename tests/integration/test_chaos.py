@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from ksched.bench.chaos.figures import FAULT_KINDS
+from ksched.bench.chaos.figures import FAULT_KINDS, SHARDED_FAULT_KINDS
 from ksched.cluster.build import missing_binaries
 from tests.integration.helpers import unavailable
 
@@ -50,3 +50,32 @@ def test_short_chaos_soak_loses_no_pod_and_binds_only_as_leader() -> None:
     assert figures["leader_changes"] >= 1
     assert figures["victims"] > 0
     assert figures["watch_relists"] > 0, "the compaction made the replicas relist"
+
+
+def test_short_chaos_soak_of_three_sharded_replicas_binds_each_pod_once_onto_its_binders_node() -> None:
+    """``--replicas 3``: every replica binds, each onto the nodes it owns, while any of them is
+    killed or frozen and the control plane restarts under them."""
+    if shutil.which("go") is None and missing_binaries(with_helm=False):
+        unavailable("Go is not installed and no cached binaries exist")
+    if shutil.which("prometheus") is None and not os.path.exists("/usr/bin/prometheus"):
+        unavailable("Prometheus is not installed")
+    cmd = [sys.executable, "-m", "ksched.commands.cli", "bench", "--chaos", "--replicas", "3"]
+    cmd += ["--nodes", "300", "--minutes", "1.5", "--rate", "8", "--seed", "13", "--json"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=420, check=False)
+    assert proc.stdout.strip(), proc.stderr[-4000:]
+    figures = json.loads(proc.stdout)
+    print("\n" + proc.stderr[-3000:] + "\n" + json.dumps(figures, indent=1))
+    assert figures["violations"] == [], proc.stderr[-4000:]
+    assert proc.returncode == 0
+    assert figures["sharded"] and figures["replicas"] == 3
+    assert figures["pods_lost"] == 0
+    assert figures["overcommitted_nodes"] == 0
+    assert figures["binds_by_non_owner"] == 0
+    assert figures["gangs_partly_bound"] == 0
+    assert figures["replicas_running"] == 3
+    assert figures["replica_exits"] == 0, "a replica exited without being told to"
+    assert figures["pods_bound"] >= 0.8 * figures["pods_created"] - figures["pods_deleted_by_soak"]
+    assert set(figures["faults"]) == set(SHARDED_FAULT_KINDS)
+    # Kills and freezes changed who is live, and the replicas bound in turn.
+    assert figures["membership_changes"] >= 1
+    assert figures["binds_by_ksched"] > 0

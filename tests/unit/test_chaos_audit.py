@@ -7,8 +7,15 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ksched.bench.chaos.audit import deleted_by, deleter_kind, first_deleters, read_audit
-from ksched.bench.chaos.figures import EVICTING_CLIENTS, NS
+from ksched.bench.chaos.audit import (
+    deleted_by,
+    deleter_kind,
+    first_deleters,
+    longest_without,
+    members_at,
+    read_audit,
+)
+from ksched.bench.chaos.figures import EVICTING_CLIENTS, LEASE_NAME, NS
 
 
 def _event(verb: str, code: int, user: str, name: str, sub: str = "", **extra: Any) -> str:
@@ -132,3 +139,53 @@ def test_deleter_kinds_name_controllers_and_components() -> None:
     assert deleter_kind("system:serviceaccount:kube-system:replicaset-controller") == "replicaset-controller"
     assert deleter_kind("system:kube-controller-manager") == "system:kube-controller-manager"
     assert deleter_kind("admin") == "the soak"
+
+
+def _lease(verb: str, name: str, at: str, holder: str = "", duration: int = 6) -> str:
+    event: dict[str, Any] = {
+        "stage": "ResponseComplete",
+        "verb": verb,
+        "objectRef": {"resource": "leases", "namespace": "kube-system", "name": name},
+        "responseStatus": {"code": 200},
+        "user": {"username": f"system:serviceaccount:kube-system:{holder or 'x'}"},
+        "requestReceivedTimestamp": at,
+        "stageTimestamp": at,
+    }
+    if verb != "delete":
+        event["responseObject"] = {
+            "metadata": {"name": name},
+            "spec": {"holderIdentity": holder, "leaseDurationSeconds": duration},
+        }
+    return json.dumps(event)
+
+
+def test_sharded_replicas_are_live_while_their_leases_are_renewed_and_binds_name_their_node(
+    tmp_path: Path,
+) -> None:
+    a, b = f"{LEASE_NAME}-shard-aaaa", f"{LEASE_NAME}-shard-bbbb"
+    lines = [
+        _lease("create", a, "2026-11-22T10:00:00Z", "chaos-a"),
+        _lease("create", b, "2026-11-22T10:00:01Z", "chaos-b"),
+        _lease("update", a, "2026-11-22T10:00:05Z", "chaos-a"),
+        _lease("update", "kube-scheduler", "2026-11-22T10:00:05Z", "other"),  # not the soak's
+        _lease("delete", b, "2026-11-22T10:00:06Z"),  # chaos-b stopped with SIGTERM
+        _event(
+            "create",
+            201,
+            "system:serviceaccount:kube-system:chaos-a",
+            "bare-1",
+            sub="binding",
+            requestObject={"kind": "Binding", "target": {"kind": "Node", "name": "kwok-node-00007"}},
+        ),
+    ]
+    log = tmp_path / "audit.log"
+    log.write_text("\n".join(lines) + "\n")
+    records = read_audit(log)
+    assert [w.name for w in records.shard_leases] == [a, b, a, b] and not records.leases
+    t0 = records.shard_leases[0].at
+    assert members_at(records.shard_leases, t0 + 2) == ("chaos-a", "chaos-b")
+    assert members_at(records.shard_leases, t0 + 6.5) == ("chaos-a",)  # deleted: gone at once
+    assert members_at(records.shard_leases, t0 + 11.5) == ()  # a's last renewal ran out at 11 s
+    (bind,) = records.binds
+    assert bind.node == "kwok-node-00007"
+    assert longest_without([t0 + 1, t0 + 4], t0, t0 + 10) == 6.0

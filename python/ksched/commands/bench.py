@@ -223,12 +223,17 @@ def _chaos(args: argparse.Namespace) -> int:
     def progress(line: str) -> None:
         print(f"[chaos {time.strftime('%H:%M:%S')}] {line}", file=sys.stderr, flush=True)
 
+    counts = _counts(args.replicas)
+    if len(counts) != 1:
+        raise KschedError("--chaos --replicas: one count")
     f = run_chaos(
         2000 if args.nodes is None else args.nodes,
         args.minutes,
         10.0 if args.rate is None else args.rate,
         args.seed,
         progress,
+        # The default (1) is the two leader-elected replicas; N above 1 runs N sharded ones.
+        replicas=counts[0] if counts[0] > 1 else 0,
     )
     if args.json:
         print(json.dumps(f.as_json(), indent=2))

@@ -102,7 +102,8 @@ def _side_by_side_options(parser: argparse.ArgumentParser) -> argparse._Argument
         metavar="N[,N...]",
         help="run each ksched as N replicas with sharding on, every one binding onto the nodes it owns, "
         "labelled LABEL-xN (1: one process, no leader election); comma-separated counts run one after "
-        "the other (default 1)",
+        "the other (default 1); with --chaos, one count: N above 1 soaks N sharded replicas instead of "
+        "two leader-elected ones, killing and freezing any of them",
     )
     group.add_argument(
         "--rate",

@@ -9,7 +9,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ksched.bench.chaos.figures import LEASE_NAME, LEASE_NS, NS, REPLICAS, ROUTED_NS, parse_time
+from ksched.bench.chaos.figures import (
+    LEASE_NAME,
+    LEASE_NS,
+    NS,
+    ROUTED_NS,
+    SHARD_LEASE_PREFIX,
+    parse_time,
+    replica_names,
+)
 
 
 def audit_policy() -> dict[str, Any]:
@@ -20,7 +28,8 @@ def audit_policy() -> dict[str, Any]:
         "omitStages": ["RequestReceived", "ResponseStarted"],
         "rules": [
             {
-                "level": "Metadata",
+                # Request: the node each bind names (the Binding's target).
+                "level": "Request",
                 "verbs": ["create"],
                 "resources": [{"group": "", "resources": ["pods/binding"]}],
             },
@@ -47,6 +56,13 @@ def audit_policy() -> dict[str, Any]:
                     {"group": "coordination.k8s.io", "resources": ["leases"], "resourceNames": [LEASE_NAME]}
                 ],
             },
+            {
+                # Sharded replicas' own Leases (named after LEASE_NAME), their deletion included.
+                "level": "RequestResponse",
+                "verbs": ["create", "update", "patch", "delete"],
+                "namespaces": [LEASE_NS],
+                "resources": [{"group": "coordination.k8s.io", "resources": ["leases"]}],
+            },
             {"level": "None"},
         ],
     }
@@ -57,6 +73,9 @@ class LeaseWrite:
     at: float  # when the API server completed it
     holder: str
     duration_s: float
+    # Sharded replicas' Leases: which, and whether this was its deletion.
+    name: str = LEASE_NAME
+    deleted: bool = False
 
 
 @dataclass
@@ -66,6 +85,8 @@ class BindRecord:
     namespace: str
     name: str
     code: int
+    # A bind's node (its Binding's target), where the audit log has it.
+    node: str = ""
 
 
 @dataclass
@@ -73,6 +94,8 @@ class AuditRecords:
     """What the soak reads back from kube-apiserver's audit log."""
 
     leases: list[LeaseWrite] = field(default_factory=list)
+    # The sharded replicas' Leases, each write and deletion (holder of a deletion: its last).
+    shard_leases: list[LeaseWrite] = field(default_factory=list)
     binds: list[BindRecord] = field(default_factory=list)
     creates: list[BindRecord] = field(default_factory=list)
     deletes: list[BindRecord] = field(default_factory=list)  # successful pod deletes and evictions
@@ -88,7 +111,7 @@ def deleter_kind(user: str) -> str:
     if user.startswith("controller:"):
         return user.split(":", 1)[1]
     prefix = f"system:serviceaccount:{LEASE_NS}:"
-    if user.startswith(prefix) and user[len(prefix) :] in REPLICAS:
+    if user.startswith(prefix) and user[len(prefix) :] in replica_names(26):
         return "ksched preemption"
     if user.startswith("system:serviceaccount:kube-system:"):
         return user.rsplit(":", 1)[1]
@@ -137,14 +160,20 @@ def read_audit(path: Path) -> AuditRecords:
         if ref.get("resource") == "leases":
             if code not in (200, 201):
                 continue
-            lease_spec = (event.get("responseObject") or {}).get("spec") or {}
-            leases.append(
-                LeaseWrite(
-                    parse_time(event["stageTimestamp"]),
-                    lease_spec.get("holderIdentity") or "",
-                    float(lease_spec.get("leaseDurationSeconds") or 0),
-                )
+            lease_name = ref.get("name") or name
+            shard = lease_name.startswith(SHARD_LEASE_PREFIX)
+            if not shard and lease_name != LEASE_NAME:
+                continue
+            deleted = event.get("verb") == "delete"
+            lease_spec = {} if deleted else (event.get("responseObject") or {}).get("spec") or {}
+            write = LeaseWrite(
+                parse_time(event["stageTimestamp"]),
+                lease_spec.get("holderIdentity") or "",
+                float(lease_spec.get("leaseDurationSeconds") or 0),
+                lease_name,
+                deleted,
             )
+            (records.shard_leases if shard else leases).append(write)
         elif ref.get("resource") == "pods" and (
             (event.get("verb") == "delete" and not ref.get("subresource"))
             or ref.get("subresource") == "eviction"
@@ -164,8 +193,12 @@ def read_audit(path: Path) -> AuditRecords:
             if code == 201:
                 creates.append(BindRecord(received, user, ref.get("namespace", ""), name, code))
         elif ref.get("subresource") == "binding":
-            binds.append(BindRecord(received, user, ref.get("namespace", ""), ref.get("name", ""), code))
+            target = ((event.get("requestObject") or {}).get("target") or {}).get("name", "")
+            binds.append(
+                BindRecord(received, user, ref.get("namespace", ""), ref.get("name", ""), code, str(target))
+            )
     leases.sort(key=lambda w: w.at)
+    records.shard_leases.sort(key=lambda w: w.at)
     binds.sort(key=lambda b: b.at)
     deletes.sort(key=lambda b: b.at)
     return records
@@ -182,6 +215,23 @@ def holder_at(leases: list[LeaseWrite], t: float) -> str | None:
     if last is None or not last.holder or t > last.at + last.duration_s:
         return None
     return last.holder
+
+
+def members_at(shard_leases: list[LeaseWrite], t: float) -> tuple[str, ...]:
+    """The sharded replicas live at ``t`` by their Leases as written: each whose last write
+    before ``t`` renewed it within its duration (a deletion ends it at once)."""
+    last: dict[str, LeaseWrite] = {}
+    for w in shard_leases:
+        if w.at > t:
+            break
+        last[w.name] = w if not w.deleted else LeaseWrite(w.at, "", 0.0, w.name, True)
+    return tuple(sorted(w.holder for w in last.values() if w.holder and t <= w.at + w.duration_s))
+
+
+def longest_without(times: list[float], start: float, end: float) -> float:
+    """The longest stretch in [start, end] between consecutive ``times`` (sorted)."""
+    inside = [start, *(x for x in times if start <= x <= end), end]
+    return max((b - a for a, b in itertools.pairwise(inside)), default=0.0)
 
 
 def leaderless_gaps(leases: list[LeaseWrite], start: float, end: float) -> float:

@@ -1,6 +1,6 @@
 """The end of the soak: wait until every pod is bound or reported, then judge the cluster
 with :mod:`ksched.bench.invariants` and the audit log (lost pods, over-commitment,
-broken constraints, binds by a non-leader, partly bound gangs, victims without a
+broken constraints, binds by a non-leader (sharded: onto another replica's node), partly bound gangs, victims without a
 preemptor, replicas that exited)."""
 
 from __future__ import annotations
@@ -19,14 +19,16 @@ from ksched.bench.chaos.audit import (
     first_deleters,
     holder_at,
     leaderless_gaps,
+    longest_without,
+    members_at,
     read_audit,
 )
 from ksched.bench.chaos.figures import (
     EVICTING_CLIENTS,
     LEASE_NS,
     NS,
-    REPLICAS,
     SETTLE_S,
+    SHARD_READ_SLACK_S,
     p99,
     parse_time,
     rounded,
@@ -34,6 +36,7 @@ from ksched.bench.chaos.figures import (
 from ksched.bench.chaos.soak import Soak
 from ksched.cluster import local
 from ksched.engine.gangs import POD_GROUP_API, POD_GROUP_LABEL
+from ksched.loop.shards import owner
 from ksched.objects import Obj
 
 
@@ -73,7 +76,10 @@ def check(soak: Soak, state: local.ClusterState) -> None:
     audit = read_audit(local.audit_log_path(state))
     gone, deleter = _deleted(soak, pods, lost, audit)
     _placements(soak)
-    _binds(soak, audit)
+    if soak.sharded:
+        _shard_binds(soak, audit)
+    else:
+        _binds(soak, audit)
     _bind_latency(soak, audit)
     _gangs(soak, pods, gone, deleter)
     _preemptions(soak, pods)
@@ -150,7 +156,7 @@ def _binds(soak: Soak, audit: AuditRecords) -> None:
     """Binds against the Lease history, from the audit log: each by the replica that led."""
     f = soak.figures
     leases, binds = audit.leases, audit.binds
-    users = {f"system:serviceaccount:{LEASE_NS}:{r}": r for r in REPLICAS}
+    users = {f"system:serviceaccount:{LEASE_NS}:{r}": r for r in soak.identities}
     mine = [b for b in binds if b.user in users and b.code == 201]
     f.binds_by_ksched = len(mine)
     f.binds_by_kube_scheduler = sum(1 for b in binds if b.user not in users and b.code == 201)
@@ -164,6 +170,36 @@ def _binds(soak: Soak, audit: AuditRecords) -> None:
     f.longest_without_leader_s = round(leaderless_gaps(leases, soak.soak_start, soak.soak_end), 1)
     holders = [w.holder for w in leases if w.holder]
     f.leader_changes = sum(1 for a, b in itertools.pairwise(holders) if a != b)
+
+
+def _shard_binds(soak: Soak, audit: AuditRecords) -> None:
+    """Sharded: each bind onto a node its replica owned by the replicas' Leases as written at
+    the bind (or a read period before it), and the longest stretch in which no replica bound."""
+    f = soak.figures
+    users = {f"system:serviceaccount:{LEASE_NS}:{r}": r for r in soak.identities}
+    mine = [b for b in audit.binds if b.user in users and b.code == 201]
+    f.binds_by_ksched = len(mine)
+    f.binds_by_kube_scheduler = sum(1 for b in audit.binds if b.user not in users and b.code == 201)
+    wrong = []
+    for b in mine:
+        views = {
+            members_at(audit.shard_leases, b.at),
+            members_at(audit.shard_leases, b.at - SHARD_READ_SLACK_S),
+        }
+        if not b.node or all(owner(members, b.node) != users[b.user] for members in views):
+            wrong.append((b, sorted(views)))
+    f.binds_by_non_owner = len(wrong)
+    for b, seen in wrong[:10]:
+        f.violations.append(
+            f"bind onto another's node: {users[b.user]} bound {b.namespace}/{b.name} onto {b.node or '?'} at "
+            f"{dt.datetime.fromtimestamp(b.at, dt.UTC).isoformat()}, owned by "
+            + " / ".join(str(owner(m, b.node)) for m in seen)
+        )
+    f.longest_without_binds_s = round(
+        longest_without([b.at for b in mine], soak.soak_start, soak.soak_end), 1
+    )
+    memberships = [members_at(audit.shard_leases, w.at) for w in audit.shard_leases]
+    f.membership_changes = sum(1 for a, b in itertools.pairwise(memberships) if a != b)
 
 
 def _bind_latency(soak: Soak, audit: AuditRecords) -> None:

@@ -9,7 +9,6 @@ import time
 
 from ksched.bench.chaos.figures import (
     CHAOS_TAINT,
-    FAULT_KINDS,
     LEASE_NAME,
     LEASE_NS,
     LEASE_S,
@@ -55,6 +54,17 @@ def inject(soak: Soak, kind: str, rng: random.Random) -> str:
             return "no leader to kill"
         leader.kill_and_restart(rng.uniform(1, 5))
         return f"killed {leader.identity}, restarted"
+    if kind in ("replica-kill", "replica-freeze"):
+        running = [r for r in soak.replicas if r.running()]
+        if not running:
+            return "no replica running"
+        victim = rng.choice(running)
+        if kind == "replica-kill":
+            victim.kill_and_restart(rng.uniform(1, 5))
+            return f"killed {victim.identity}, restarted"
+        seconds = LEASE_S + rng.uniform(2, 6)
+        victim.freeze(seconds)
+        return f"froze {victim.identity} for {seconds:.1f} s"
     if kind == "leader-freeze":
         leader = current_leader(soak)
         if leader is None:
@@ -146,10 +156,10 @@ def schedule(soak: Soak, seconds: float) -> list[tuple[float, str]]:
     """Fault start times (seconds from the start) drawn from the seed: every kind at least
     once, then more at random, a few seconds apart so that they overlap."""
     rng = random.Random(soak.seed * 7919 + 1)
-    kinds = list(FAULT_KINDS)
+    kinds = list(soak.fault_kinds)
     rng.shuffle(kinds)
     window = max(10.0, seconds - 10.0)
     extra = max(0, int(window / 12) - len(kinds))
-    kinds += [rng.choice(FAULT_KINDS) for _ in range(extra)]
+    kinds += [rng.choice(soak.fault_kinds) for _ in range(extra)]
     step = window / len(kinds)
     return [(5.0 + i * step + rng.uniform(0, step / 2), kind) for i, kind in enumerate(kinds)]

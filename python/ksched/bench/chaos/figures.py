@@ -16,6 +16,22 @@ LEASE_NS = "kube-system"
 LEASE = {"leaseDuration": "6s", "renewDeadline": "4s", "retryPeriod": "1s"}
 LEASE_S = 6.0
 REPLICAS = ("chaos-a", "chaos-b")
+# --replicas N: N replicas with sharding on (every one binds onto the nodes it owns), each
+# holding a Lease named after LEASE_NAME; renewDeadline + retryPeriod < leaseDuration.
+SHARD_LEASE = {"enabled": True, "leaseDuration": "6s", "renewDeadline": "3s", "retryPeriod": "1s"}
+SHARD_LEASE_PREFIX = f"{LEASE_NAME}-shard-"
+# A bind counts as the owner's if the binder owned the node by the Leases as written at its
+# time, or this much earlier: a replica reads the Leases every retry period, so one that has
+# just joined is read by the others up to a retry period later (and it waits a renew deadline
+# before it binds).
+SHARD_READ_SLACK_S = 2.0
+
+
+def replica_names(count: int) -> tuple[str, ...]:
+    """The replicas' identities (and ServiceAccounts): chaos-a, chaos-b, ..."""
+    return tuple(f"chaos-{chr(ord('a') + i)}" for i in range(count))
+
+
 POOL_LABEL = "chaos.ksched.io/pool"
 # Controllers that delete bound pods: NoExecute taints evict, pods on deleted nodes are collected;
 # and the names their requests carry (the taint manager uses the node controller's client). The
@@ -46,6 +62,8 @@ FAULT_KINDS = (
     "pods-delete-inflight",
     "podgroup-delete",
 )
+# Sharded, every replica binds: the kill and the freeze take any replica.
+SHARDED_FAULT_KINDS = ("replica-kill", "replica-freeze", *FAULT_KINDS[2:])
 
 
 class ChaosError(KschedError):
@@ -80,6 +98,13 @@ class ChaosFigures:
     binds_by_non_leader: int = 0
     longest_without_leader_s: float = 0.0
     leader_changes: int = 0
+    # Sharded (``--replicas N``): N replicas that all bind, each onto the nodes it owns.
+    replicas: int = 2
+    sharded: bool = False
+    binds_by_non_owner: int = 0
+    # The longest stretch of the soak in which no replica bound a pod.
+    longest_without_binds_s: float = 0.0
+    membership_changes: int = 0
     p99_bind_during_faults_s: float | None = None
     p99_bind_outside_faults_s: float | None = None
     bind_samples_during_faults: int = 0
@@ -137,9 +162,19 @@ def render(f: ChaosFigures) -> str:
         ("constraints broken", f"{f.constraint_violations}"),
         ("binds by ksched", f"{f.binds_by_ksched}"),
         ("binds by kube-scheduler", f"{f.binds_by_kube_scheduler} (pods the webhook left to it)"),
-        ("binds by a non-leader", f"{f.binds_by_non_leader}"),
-        ("longest without a leader", f"{f.longest_without_leader_s:.1f} s"),
-        ("leader changes", f"{f.leader_changes}"),
+        *(
+            [
+                ("binds onto another's node", f"{f.binds_by_non_owner} (by the replicas' Leases as written)"),
+                ("longest without a bind", f"{f.longest_without_binds_s:.1f} s (any replica)"),
+                ("live replicas changed", f"{f.membership_changes} times"),
+            ]
+            if f.sharded
+            else [
+                ("binds by a non-leader", f"{f.binds_by_non_leader}"),
+                ("longest without a leader", f"{f.longest_without_leader_s:.1f} s"),
+                ("leader changes", f"{f.leader_changes}"),
+            ]
+        ),
         (
             "p99 create->bind, faults",
             f"{opt(f.p99_bind_during_faults_s)} ({f.bind_samples_during_faults} pods)",
@@ -161,7 +196,7 @@ def render(f: ChaosFigures) -> str:
     width = max(len(k) for k, _ in rows)
     lines = [
         f"ksched bench --chaos: {f.nodes} nodes, {f.minutes:g} min at {f.rate:g} pods/s, seed {f.seed}, "
-        f"{f.duration_s:.0f} s in all"
+        f"{f.duration_s:.0f} s in all" + (f"; {f.replicas} sharded replicas" if f.sharded else "")
     ]
     lines += [f"  {k.ljust(width)}  {v}" for k, v in rows]
     if f.pending_reasons:

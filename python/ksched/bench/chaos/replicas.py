@@ -13,7 +13,7 @@ import threading
 import time
 from pathlib import Path
 
-from ksched.bench.chaos.figures import LEASE, LEASE_NAME, LEASE_NS, METRIC_QUERY
+from ksched.bench.chaos.figures import LEASE, LEASE_NAME, LEASE_NS, METRIC_QUERY, SHARD_LEASE
 from ksched.cluster import local
 from ksched.cluster.gauges import GaugeServer
 from ksched.cluster.processes import terminate
@@ -41,7 +41,9 @@ class Exporter(GaugeServer):
 class Replica:
     """One ``ksched run`` process with its own identity, credentials and webhook."""
 
-    def __init__(self, identity: str, directory: Path, kubeconfig: Path, prometheus: str) -> None:
+    def __init__(
+        self, identity: str, directory: Path, kubeconfig: Path, prometheus: str, sharded: bool = False
+    ) -> None:
         self.identity = identity
         self.directory = directory
         self.kubeconfig = kubeconfig
@@ -84,6 +86,8 @@ class Replica:
                 "configurationName": f"ksched-{identity}",
             },
         }
+        if sharded:
+            config["sharding"] = SHARD_LEASE
         self.config = directory / f"{identity}.json"
         self.config.write_text(json.dumps(config))
 

@@ -119,10 +119,18 @@ def drive(soak: Soak, exporter: Exporter) -> None:
 
 
 def run_chaos(
-    nodes: int, minutes: float, rate: float, seed: int, log: Callable[[str], None] | None = None
+    nodes: int,
+    minutes: float,
+    rate: float,
+    seed: int,
+    log: Callable[[str], None] | None = None,
+    replicas: int = 0,
 ) -> ChaosFigures:
+    """``replicas``: that many sharded replicas, every one binding (0: two leader-elected)."""
     if nodes < 20:
         raise ChaosError("--nodes: the soak needs at least 20 nodes")
     if minutes <= 0 or rate <= 0:
         raise ChaosError("--minutes and --rate must be positive")
-    return run(Soak(nodes, minutes, rate, seed, log or (lambda _: None)))
+    if replicas == 1 or replicas < 0:
+        raise ChaosError("--replicas: a sharded soak needs at least 2 replicas")
+    return run(Soak(nodes, minutes, rate, seed, log or (lambda _: None), replicas))

@@ -14,16 +14,19 @@ from typing import Any
 from ksched.bench.chaos.audit import audit_policy
 from ksched.bench.chaos.figures import (
     EVICTING_CONTROLLERS,
+    FAULT_KINDS,
     LEASE_NS,
     NS,
     POOL_LABEL,
     POOL_TAINT,
     REPLICAS,
     ROUTED_NS,
+    SHARDED_FAULT_KINDS,
     ChaosError,
     ChaosFigures,
     Fault,
     now,
+    replica_names,
 )
 from ksched.bench.chaos.replicas import Exporter, Replica
 from ksched.cluster import local
@@ -36,15 +39,26 @@ class Soak:
     """One soak's cluster, replicas, arrivals and findings, shared by its threads."""
 
     def __init__(
-        self, nodes: int, minutes: float, rate: float, seed: int, log: Callable[[str], None]
+        self,
+        nodes: int,
+        minutes: float,
+        rate: float,
+        seed: int,
+        log: Callable[[str], None],
+        replicas: int = 0,
     ) -> None:
+        """``replicas``: that many sharded replicas, every one binding (0: two leader-elected)."""
         self.nodes = nodes
+        self.sharded = replicas > 0
+        self.identities = replica_names(replicas) if self.sharded else REPLICAS
+        self.fault_kinds = SHARDED_FAULT_KINDS if self.sharded else FAULT_KINDS
         self.minutes = minutes
         self.rate = rate
         self.seed = seed
         self.rng = random.Random(seed)
         self.log = log
         self.figures = ChaosFigures(seed, nodes, minutes, rate)
+        self.figures.sharded, self.figures.replicas = self.sharded, len(self.identities)
         self.faults: list[Fault] = []
         self.faults_lock = threading.Lock()
         self.created_at: dict[tuple[str, str], float] = {}
@@ -160,10 +174,10 @@ class Soak:
                 body=patch,
                 content_type="application/strategic-merge-patch+json",
             )
-        for identity in REPLICAS:
+        for identity in self.identities:
             kubeconfig = self._replica_credentials(state, directory, identity)
             assert state.prometheus is not None
-            replica = Replica(identity, directory, kubeconfig, state.prometheus)
+            replica = Replica(identity, directory, kubeconfig, state.prometheus, self.sharded)
             self._webhook_configuration(replica)
             self.replicas.append(replica)
         for r in self.replicas:
