@@ -35,7 +35,7 @@ from typing import Any
 from ksched.bench import invariants
 from ksched.bench.pods import CREATE_WORKERS, clear_pods, create_pods, list_pods
 from ksched.bench.sidebyside import fill as filling
-from ksched.bench.sidebyside.options import ExistingFigures, ExistingOptions
+from ksched.bench.sidebyside.options import CONFLICTS, HANDOFFS, ExistingFigures, ExistingOptions
 from ksched.bench.sidebyside.phase import create_at_rate, percentile, settle
 from ksched.bench.sidebyside.schedulers import Scheduler
 from ksched.bench.sidebyside.watch import FirstSeen
@@ -173,6 +173,7 @@ class ExistingRun:
                 self.expected |= {f"{namespace}/{n}": u for n, u in uids.items()}
                 cpu_before, _ = sched.usage()
                 replicas_before = sched.cpu_by_replica()
+                handed_before, conflicts_before = sched.counter(HANDOFFS), sched.counter(CONFLICTS)
             finally:
                 sched.resume()
             resumed = time.monotonic()
@@ -180,6 +181,8 @@ class ExistingRun:
             watch.wait(names, self.opts.stall_s)
             cpu_after, _ = sched.usage()
             replicas_after = sched.cpu_by_replica()
+            f.drain_handoffs = round(sched.counter(HANDOFFS) - handed_before)
+            f.drain_bind_conflicts = round(sched.counter(CONFLICTS) - conflicts_before)
             with watch.lock:
                 times = sorted(watch.seen[n] - resumed for n in names if n in watch.seen)
         finally:
@@ -199,7 +202,7 @@ class ExistingRun:
             + (
                 f" over {f.replicas} replicas ("
                 + ", ".join(f"{c:.2f}" for c in f.drain_cpu_ms_per_pod_by_replica)
-                + ")"
+                + f"); {f.drain_handoffs} hand-offs, {f.drain_bind_conflicts} binds refused as already bound"
                 if f.replicas > 1
                 else ""
             ),

@@ -40,6 +40,9 @@ TERMINATED_WATCHERS = "apiserver_terminated_watchers_total{"
 UTILIZATION = "ksched_bench_node_utilization"
 POWER = "ksched_bench_node_power_watts"
 METRIC_PERIOD_S = 5
+# Sharded replicas' counters (summed over their /metrics): hand-offs and binds refused as bound.
+HANDOFFS = "ksched_shard_handoffs_total"
+CONFLICTS = 'ksched_binding_errors_total{reason="conflict"'
 
 
 @dataclass
@@ -62,6 +65,10 @@ class Phase:
     # Scheduler processes (ksched's sharded replicas), and each one's CPU over the drain per pod bound.
     replicas: int = 1
     cpu_ms_per_pod_by_replica: list[float] = field(default_factory=list)
+    # Sharded replicas over the drain: pods handed to another replica, and binds the API server
+    # refused as already bound (two replicas that each took the pod for theirs).
+    handoffs: int = 0
+    bind_conflicts: int = 0
     # The control plane's processes (API server, etcd, KWOK, ...) over the same drain: the work
     # the scheduler's writes and watches cost them, on the cores the scheduler shares.
     control_plane_cpu_ms_per_pod: float = 0.0
@@ -164,6 +171,9 @@ class ExistingFigures:
     # Scheduler processes (ksched's sharded replicas), and each one's drain CPU per pod bound.
     replicas: int = 1
     drain_cpu_ms_per_pod_by_replica: list[float] = field(default_factory=list)
+    # Sharded replicas over the drain: hand-offs, and binds refused as already bound.
+    drain_handoffs: int = 0
+    drain_bind_conflicts: int = 0
     # (c) the rolling update: old pods deleted and new ones created at ``churn_rate``.
     churn_bound: int = 0
     # The rate the steps were sent at: under ``churn_rate`` when the API server could not keep up.

@@ -10,7 +10,15 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ksched.bench import invariants
 from ksched.bench.pods import CREATE_WORKERS, clear_pods, create_pods, process_usage
-from ksched.bench.sidebyside.options import QUIET_CORES, SETTLE_MAX_S, TERMINATED_WATCHERS, Options, Phase
+from ksched.bench.sidebyside.options import (
+    CONFLICTS,
+    HANDOFFS,
+    QUIET_CORES,
+    SETTLE_MAX_S,
+    TERMINATED_WATCHERS,
+    Options,
+    Phase,
+)
 from ksched.bench.sidebyside.schedulers import Scheduler, metrics_status
 from ksched.bench.sidebyside.watch import FirstSeen
 from ksched.bench.sidebyside.workloads import setup_namespace, workload_pods
@@ -119,6 +127,7 @@ def _drain(
         create_pods(kube, pods)
         cpu_before, _ = sched.usage()
         replicas_before = sched.cpu_by_replica()
+        handed_before, conflicts_before = sched.counter(HANDOFFS), sched.counter(CONFLICTS)
         control_before = control_plane_usage(state)
     finally:
         sched.resume()
@@ -132,6 +141,8 @@ def _drain(
     events.wait(bound, opts.stall_s)
     cpu_after, _ = sched.usage()
     replicas_after = sched.cpu_by_replica()
+    phase.handoffs = round(sched.counter(HANDOFFS) - handed_before)
+    phase.bind_conflicts = round(sched.counter(CONFLICTS) - conflicts_before)
     control_after = control_plane_usage(state)
     closed_after = terminated_watchers(kube)
     if closed_before is not None and closed_after is not None:

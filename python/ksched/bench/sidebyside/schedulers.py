@@ -84,6 +84,23 @@ class Scheduler:
     def cpu_by_replica(self) -> list[float]:
         return [process_usage(p.pid)[0] for p in self.procs]
 
+    def counter(self, series: str) -> float:
+        """A ksched counter summed over the replicas' /metrics (each line whose name and labels
+        start with ``series``); 0 for a scheduler without one."""
+        import urllib.request
+
+        total = 0.0
+        for port in self.ports:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+                    text = r.read().decode(errors="replace")
+            except OSError:
+                continue
+            for line in text.splitlines():
+                if line.startswith(series) and not line.startswith("#"):
+                    total += float(line.rsplit(" ", 1)[1])
+        return total
+
     def rss(self) -> float:
         """Resident set now (MiB), summed over the replicas."""
         return sum(process_rss(p.pid) for p in self.procs)
