@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from ksched.bench.sidebyside.report import null_ratios, render_summary
+from ksched.bench.sidebyside.run import _schedulers
+from ksched.errors import KschedError
 
 
 def phase(
@@ -73,3 +77,14 @@ def test_p50_and_p99_are_those_of_every_rounds_steady_pods_together() -> None:
     cells = [c.strip() for c in row.split("|")[1:-1]]
     assert cells[6:8] == ["5 / 5", "5 / 45"]
     assert "p99 create→bind ms (null-binder / ksched, 2 rounds' steady pods)" in render_summary(d)
+
+
+def test_replicas_run_each_ksched_once_per_count_under_its_own_label() -> None:
+    kscheds, labels, replicas = _schedulers(["null-binder", "ksched"], ["old=/opt/old/bin/ksched"], [1, 3])
+    assert labels == ["null-binder", "ksched", "ksched-x3", "old", "old-x3"]
+    assert replicas == {"ksched": 1, "ksched-x3": 3, "old": 1, "old-x3": 3}
+    assert kscheds["old-x3"] == kscheds["old"] == ["/opt/old/bin/ksched"]
+    _, labels, _ = _schedulers(["ksched"], [], [2])
+    assert labels == ["ksched-x2"]
+    with pytest.raises(KschedError, match="--replicas"):
+        _schedulers(["ksched"], [], [0])
