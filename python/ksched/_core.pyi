@@ -43,6 +43,7 @@ __all__ = [
     "decode_pod_event",
     "decode_pod_frame",
     "decode_pod_list",
+    "decode_pod_list_proto",
     "schedule",
 ]
 
@@ -124,6 +125,11 @@ def decode_pod_list(body: bytes) -> tuple[list[dict[str, Any]], Any, Any]:
     it; items that are not objects are left out), the page's ``continue`` token and its
     resourceVersion (None where absent). Holds the GIL; raises ValueError for a body that is
     not JSON."""
+
+def decode_pod_list_proto(body: bytes) -> tuple[list[dict[str, Any]], Any, Any]:
+    """One page of a protobuf pod list (``k8s\\0`` and a ``runtime.Unknown`` holding a
+    PodList), read as ``decode_pod_list`` reads a JSON page: the same projections, continue
+    token and resourceVersion. Holds the GIL; raises ValueError for a body it cannot read."""
 
 def decode_instant_vector(body: bytes, label: str) -> tuple[list[str], list[float], float | None, int]:
     """A Prometheus instant query's JSON answer: each series' ``label`` value ("" where it has

@@ -16,8 +16,14 @@ import orjson
 
 from ksched.loop.client import Kube
 from ksched.loop.mirror.informer import FRAME_HEADER, Informer
-from ksched.loop.mirror.slim import decode_pod_event, decode_pod_frame, slim_pod
-from ksched.loop.protobuf import PROTOBUF
+from ksched.loop.mirror.slim import (
+    decode_pod_event,
+    decode_pod_frame,
+    decode_pod_list,
+    decode_pod_list_proto,
+    slim_pod,
+)
+from ksched.loop.protobuf import MAGIC, PROTOBUF
 from ksched.objects import Obj
 from tests.integration.helpers import Namespaces, create, wait_for
 
@@ -376,3 +382,63 @@ def test_the_pod_informer_watching_protobuf_keeps_what_a_json_one_keeps(
     assert informers[1].decode_frame is not None, "the protobuf informer fell back to JSON"
     assert set(informers[1].store) == {f"{ns}/full", f"{ns}/bound"}
     assert informers[1].store[f"{ns}/bound"]["spec"]["nodeName"] == node
+
+
+def test_protobuf_list_pages_read_as_their_json(kube: Kube, namespace: Namespaces) -> None:
+    """A pod list asked for as protobuf (as kube-scheduler lists) reads into the projections,
+    continue tokens and resourceVersion its JSON gives, page by page."""
+    ns = namespace("list-protobuf")
+    _classes(kube)
+    path = f"/api/v1/namespaces/{ns}/pods"
+    node = kube.request("GET", "/api/v1/nodes", query={"limit": 1}).json()["items"][0]["metadata"]["name"]
+    create(kube, _pods(ns, _owner(kube, ns)))
+    _mutate(kube, ns, node)
+    pages: dict[str, list[Any]] = {"json": [], "protobuf": []}
+    for label, answer, decode in (
+        ("json", None, decode_pod_list),
+        ("protobuf", PROTOBUF, decode_pod_list_proto),
+    ):
+        cont = None
+        while True:
+            r = kube.request("GET", path, query={"limit": 1, "continue": cont}, answer=answer)
+            assert r.ok, r.data[:300]
+            assert r.data.startswith(MAGIC) == (answer is not None)
+            items, cont, version = decode(r.data)
+            pages[label].append((items, version))
+            if not cont:
+                break
+    assert len(pages["json"]) == len(pages["protobuf"]) >= 2
+    for (json_items, _), (proto_items, _) in zip(pages["json"], pages["protobuf"], strict=True):
+        assert proto_items == json_items and orjson.dumps(proto_items) == orjson.dumps(json_items)
+    assert pages["protobuf"][-1][1] is not None
+    names = {p["metadata"]["name"] for items, _ in pages["protobuf"] for p in items}
+    assert names == {"full", "bound"}
+    full = next(p for items, _ in pages["protobuf"] for p in items if p["metadata"]["name"] == "full")
+    assert full["spec"]["overhead"] == {"cpu": "10m", "memory": "16Mi"}
+    assert full["status"]["nominatedNodeName"] == node
+
+
+def test_the_pod_informer_listing_protobuf_keeps_what_a_json_one_keeps(
+    kube: Kube, namespace: Namespaces
+) -> None:
+    ns = namespace("list-informers")
+    _classes(kube)
+    path = f"/api/v1/namespaces/{ns}/pods"
+    node = kube.request("GET", "/api/v1/nodes", query={"limit": 1}).json()["items"][0]["metadata"]["name"]
+    create(kube, _pods(ns, _owner(kube, ns)))
+    _mutate(kube, ns, node)
+    stores = []
+    for frames in (False, True):
+        inf = Informer(
+            kube,
+            path,
+            slim_pod,
+            lambda kind, obj, old: None,
+            name="protobuf" if frames else "json",
+            decode_list=decode_pod_list,
+            decode_list_frame=decode_pod_list_proto if frames else None,
+        )
+        inf._relist()
+        assert inf.decode_list_frame is (decode_pod_list_proto if frames else None), "fell back to JSON"
+        stores.append(inf.store)
+    assert stores[0] == stores[1] and set(stores[1]) == {f"{ns}/full", f"{ns}/bound"}

@@ -22,7 +22,9 @@ from tests.conftest import node, pod
 from tests.unit.test_handoff_rbac import DEPLOY
 from tests.unit.test_shadow import quiet_status
 
-SHARDING = ShardingConfig(enabled=True, lease_duration_s=10, renew_deadline_s=6, retry_period_s=2)
+SHARDING = ShardingConfig(
+    enabled=True, lease_duration_s=10, renew_deadline_s=6, retry_period_s=2, read_deadline_s=4
+)
 ELECTION = LeaderElectionConfig()
 
 
@@ -128,7 +130,7 @@ def test_replicas_that_disagree_only_about_a_third_never_both_own_a_node() -> No
 # -- leases --------------------------------------------------------------------------------------
 
 
-def test_a_replica_binds_only_once_its_lease_has_been_renewed_for_a_renew_deadline() -> None:
+def test_a_replica_binds_only_once_its_lease_has_been_renewed_for_a_read_deadline() -> None:
     api, clock = FakeLeases(), Clock()
     a = replica(api, "a", clock)
     a.tick()
@@ -184,16 +186,48 @@ def test_a_replica_that_cannot_reach_the_api_server_stops_binding_within_the_ren
         tick_all(clock, [a])
     assert a.active()
     api.down = True
-    tick_all(clock, [a], 5.0)
-    assert a.active()  # renewed 5 s ago: still within the 6 s deadline
+    tick_all(clock, [a], 3.0)
+    assert a.active()  # renewed and read 3 s ago: within both deadlines
     tick_all(clock, [a], 2.0)
-    assert not a.active()
-    # Back: it waits a renew deadline again before binding (the others took its nodes meanwhile).
+    assert not a.active()  # its view of the others is 5 s old: past the 4 s read deadline
+    tick_all(clock, [a], 2.0)
+    # Back after 7 s without a renewal: the others may have taken its nodes, so it waits a read
+    # deadline of renewals before binding again.
     api.down = False
     tick_all(clock, [a])
     assert not a.active()
-    for _ in range(3):
-        tick_all(clock, [a])
+    tick_all(clock, [a])
+    assert not a.active()
+    tick_all(clock, [a])
+    assert a.active()
+
+
+def test_a_replica_paused_for_less_than_its_renew_deadline_binds_again_at_its_next_reading() -> None:
+    api, clock = FakeLeases(), Clock()
+    a, b = replica(api, "a", clock), replica(api, "b", clock)
+    for _ in range(4):
+        tick_all(clock, [a, b])
+    clock.now += 5.0  # a is paused (SIGSTOP) 5 s: its reading is stale, its renewals unbroken
+    assert not a.active()
+    b.tick()
+    assert b.members() == ("a", "b")  # unchanged for 5 s of b's clock: still live
+    a.tick()
+    assert a.active()
+
+
+def test_a_replica_whose_lease_was_deleted_rejoins_as_a_newcomer() -> None:
+    api, clock = FakeLeases(), Clock()
+    a, b = replica(api, "a", clock), replica(api, "b", clock)
+    for _ in range(4):
+        tick_all(clock, [a, b])
+    del api.leases[lease_name("ksched", "a")]  # kubectl delete lease, by hand
+    tick_all(clock, [b, a])
+    assert b.members() == ("b",) and not a.active()
+    tick_all(clock, [a, b])  # a recreates it, b reads it
+    assert b.members() == ("a", "b") and not a.active()
+    tick_all(clock, [a, b])
+    assert not a.active()  # 2 s of renewals: the read deadline is 4 s
+    tick_all(clock, [a, b])
     assert a.active()
 
 
@@ -236,11 +270,12 @@ def test_sharding_is_off_by_default() -> None:
     ("sharding", "election", "error"),
     [
         (
-            {"enabled": True, "leaseDuration": "8s"},
+            {"enabled": True, "leaseDuration": "7s"},
             {},
             "sharding.leaseDuration: must be greater than renewDeadline + retryPeriod",
         ),
         ({"leaseDuration": "10.5s"}, {}, "sharding.leaseDuration: must be whole seconds"),
+        ({"retryPeriod": "2s"}, {}, "sharding.readDeadline: must be at least 2 x retryPeriod"),
         ({"enabled": True}, {"leaderElect": False}, "sharding.enabled: needs leaderElection.leaderElect"),
         ({"replicas": 3}, {}, "sharding"),
     ],

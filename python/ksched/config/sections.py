@@ -135,12 +135,15 @@ class ShardingConfig:
     # A replica whose Lease has not changed for this long counts as gone: its nodes pass to
     # the others.
     lease_duration_s: float = 10.0
-    # A replica stops binding once its own last renewal, or its last reading of the others'
-    # Leases, is this old; a replica (re)joining waits this long before it binds, so that
-    # every replica still binding has read its Lease first.
+    # A replica stops binding once its own last renewal is this old: the others may count it
+    # gone a lease duration after that renewal.
     renew_deadline_s: float = 6.0
     # How often each replica renews its Lease and reads the others'.
-    retry_period_s: float = 2.0
+    retry_period_s: float = 1.0
+    # A replica stops binding once its last reading of the others' Leases is this old, and a
+    # replica that (re)joins (its renewals had stopped for a renew deadline) waits this long
+    # before it binds: by then every replica still binding has read its Lease.
+    read_deadline_s: float = 3.0
 
 
 @dataclass(frozen=True)
@@ -318,12 +321,13 @@ def parse_leader_election(obj: Any) -> LeaderElectionConfig:
 
 def parse_sharding(obj: Any, leader_election: LeaderElectionConfig) -> ShardingConfig:
     path = "sharding"
-    sh = check_keys(obj, path, ("enabled", "leaseDuration", "renewDeadline", "retryPeriod"))
+    sh = check_keys(obj, path, ("enabled", "leaseDuration", "renewDeadline", "retryPeriod", "readDeadline"))
     out = ShardingConfig(
         enabled=as_bool(sh.get("enabled", ShardingConfig.enabled), f"{path}.enabled"),
         lease_duration_s=duration_at(sh, "leaseDuration", ShardingConfig.lease_duration_s, path),
         renew_deadline_s=duration_at(sh, "renewDeadline", ShardingConfig.renew_deadline_s, path),
         retry_period_s=duration_at(sh, "retryPeriod", ShardingConfig.retry_period_s, path),
+        read_deadline_s=duration_at(sh, "readDeadline", ShardingConfig.read_deadline_s, path),
     )
     if out.lease_duration_s != int(out.lease_duration_s) or out.lease_duration_s < 1:
         raise ConfigError(
@@ -337,6 +341,9 @@ def parse_sharding(obj: Any, leader_election: LeaderElectionConfig) -> ShardingC
         raise ConfigError(f"{path}.leaseDuration: must be greater than renewDeadline + retryPeriod")
     if not out.renew_deadline_s > out.retry_period_s:
         raise ConfigError(f"{path}.renewDeadline: must be greater than retryPeriod")
+    # A replica reads every retry period: a deadline of one would stop it between two readings.
+    if not out.read_deadline_s >= 2 * out.retry_period_s:
+        raise ConfigError(f"{path}.readDeadline: must be at least 2 x retryPeriod")
     if out.enabled and not leader_election.leader_elect:
         # The steering marks and the rebalancer run on one replica: the elected leader.
         raise ConfigError(f"{path}.enabled: needs leaderElection.leaderElect (one replica leads the rest)")

@@ -230,18 +230,23 @@ class Kube:
         timeout: float = REQUEST_TIMEOUT_S,
         rate_limited: bool = False,
         raw: bytes | None = None,
+        answer: str | None = None,
     ) -> Response:
         """One request; raises :class:`ApiUnavailableError` only when no HTTP answer came back.
-        ``raw`` is a body already encoded (``body`` is encoded as JSON)."""
+        ``raw`` is a body already encoded (``body`` is encoded as JSON). ``answer``: the
+        encoding asked for (PROTOBUF: protobuf, or JSON from a server without it)."""
         if rate_limited:
             self.writes.acquire()
         data = raw if raw is not None else None if body is None else orjson.dumps(body)
+        headers = self._headers(content_type if data is not None else None)
+        if answer is not None:
+            headers["Accept"] = accept(answer)
         try:
             r = self._pool.request(
                 method,
                 self.url(path, query),
                 body=data,
-                headers=self._headers(content_type if data is not None else None),
+                headers=headers,
                 timeout=urllib3.Timeout(connect=CONNECT_TIMEOUT_S, read=timeout),
                 retries=False,
                 preload_content=True,

@@ -45,6 +45,7 @@ from ksched.loop.mirror.slim import (
     decode_pod_event,
     decode_pod_frame,
     decode_pod_list,
+    decode_pod_list_proto,
     slim_budget,
     slim_claim,
     slim_csi_node,
@@ -495,6 +496,7 @@ def _informers(
             decode=decode_pod_event,
             decode_frame=decode_pod_frame,
             decode_list=decode_pod_list,
+            decode_list_frame=decode_pod_list_proto,
         ),
         Informer(kube, "/api/v1/namespaces", slim_namespace, state.on_namespace, name="namespaces"),
         Informer(

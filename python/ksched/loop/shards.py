@@ -18,13 +18,14 @@ two replicas that agree on each other's life never both own a node, whatever the
 of a third.
 
 **Binding** is allowed only onto owned nodes, and only while this replica is *active*:
-its own last renewal and its last reading of the Leases are both younger than the renew
-deadline, and its current run of renewals started at least one renew deadline ago. That
-last rule makes a replica that joins (or comes back after a pause) wait until every replica
-still binding has read its Lease and given up the nodes that are now its own. A replica that
-counts another one gone has not seen its Lease change for a lease duration; the other
-stopped binding a renew deadline after its last renewal, which the rule
-``renewDeadline + retryPeriod < leaseDuration`` puts before that.
+its own last renewal is younger than the renew deadline, its last reading of the Leases
+younger than the read deadline, and its current run of renewals (one with no gap of a renew
+deadline) started at least one read deadline ago. That last rule makes a replica that joins
+(or comes back after a pause) wait until every replica still binding has read its Lease and
+given up the nodes that are now its own: each of them stops binding once its own reading is
+a read deadline old. A replica that counts another one gone has not seen its Lease change
+for a lease duration; the other stopped binding a renew deadline after its last renewal,
+which the rule ``renewDeadline + retryPeriod < leaseDuration`` puts before that.
 
 Reads the clock it is given and writes only its own Lease (and deletes Leases that have not
 changed for :data:`FORGET_AFTER` lease durations: replicas that crashed).
@@ -155,13 +156,13 @@ class Shards:
         if not self.enabled:
             return True
         now = self.clock()
-        deadline = self.config.renew_deadline_s
+        renew, read = self.config.renew_deadline_s, self.config.read_deadline_s
         with self._lock:
             return (
                 not self._released
-                and now - self._renewed < deadline
-                and now - self._listed < deadline
-                and now - self._streak >= deadline
+                and now - self._renewed < renew
+                and now - self._listed < read
+                and now - self._streak >= read
                 and self.identity in self._view.members
             )
 
@@ -289,7 +290,7 @@ class Shards:
             return
         self._lease = r.json()
         with self._lock:
-            if sent - self._renewed >= self.config.renew_deadline_s:
+            if sent - self._renewed >= self.config.renew_deadline_s or self._streak == float("inf"):
                 self._streak = sent  # a new run of renewals: wait before binding
             self._renewed = sent
 
@@ -331,6 +332,10 @@ class Shards:
         live = sorted({s.holder for s in seen.values() if at - s.changed_at < s.duration_s})
         with self._lock:
             self._listed = at
+            if self.identity not in live:
+                # Its Lease was not there (deleted by hand, or taken for a crashed replica's):
+                # the others may own its nodes, so it rejoins as a newcomer does.
+                self._streak = float("inf")
             changed = tuple(live) != self._view.members
             if changed:
                 self._view = Membership(tuple(live), self._view.version + 1)

@@ -189,6 +189,14 @@ fn decode_pod_list<'py>(py: Python<'py>, body: &[u8]) -> PyResult<PodPage<'py>> 
     Ok((page.items, page.next, page.version))
 }
 
+/// One page of a protobuf pod list (asked with `Accept: application/vnd.kubernetes.protobuf`),
+/// read as `decode_pod_list` reads a JSON page.
+#[pyfunction]
+fn decode_pod_list_proto<'py>(py: Python<'py>, body: &[u8]) -> PyResult<PodPage<'py>> {
+    let page = watch::decode_pod_list_proto(py, body).map_err(pyo3::exceptions::PyValueError::new_err)?;
+    Ok((page.items, page.next, page.version))
+}
+
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(schedule, m)?)?;
@@ -196,6 +204,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(decode_pod_event, m)?)?;
     m.add_function(wrap_pyfunction!(decode_pod_frame, m)?)?;
     m.add_function(wrap_pyfunction!(decode_pod_list, m)?)?;
+    m.add_function(wrap_pyfunction!(decode_pod_list_proto, m)?)?;
     m.add_class::<ScheduleCache>()?;
     m.add("EngineInputError", m.py().get_type::<errors::EngineInputError>())?;
     let projection = PyDict::new(m.py());

@@ -69,7 +69,18 @@ pub fn decode_pod_list<'py>(py: Python<'py>, body: &[u8]) -> Result<Page<'py>, S
     let mut de = serde_json::Deserializer::from_slice(body);
     let list = Object(ListFields::new(py)).deserialize(&mut de).map_err(|e| e.to_string())?;
     de.end().map_err(|e| e.to_string())?;
-    let list = list.ok_or("a pod list is a JSON object")?;
+    page(py, list.ok_or("a pod list is a JSON object")?)
+}
+
+/// Decode one page of a protobuf pod list (`ksched_wire::watch_proto::list_value`) into the
+/// same page as `decode_pod_list` makes of the JSON one.
+pub fn decode_pod_list_proto<'py>(py: Python<'py>, body: &[u8]) -> Result<Page<'py>, String> {
+    let value = ksched_wire::watch_proto::list_value(body)?;
+    let list = Object(ListFields::new(py)).deserialize(value).map_err(|e| e.to_string())?;
+    page(py, list.ok_or("a pod list is an object")?)
+}
+
+fn page<'py>(py: Python<'py>, list: ListFields<'py>) -> Result<Page<'py>, String> {
     let items = PyList::empty(py);
     for pod in list.items.unwrap_or_default().into_iter().flatten() {
         let (_, slim, _) = pod.finish()?;

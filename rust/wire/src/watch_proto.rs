@@ -24,7 +24,7 @@ use serde::de::{Deserializer, IntoDeserializer, Visitor};
 
 use crate::projection::OURS;
 use crate::protobuf::{bytes_of, entry, fields, text, varint_of, Wire};
-use schema::{Field, Kind, Show, POD, STATUS};
+use schema::{Field, Kind, Show, LIST_META, POD, STATUS};
 
 const MAGIC: &[u8] = b"k8s\x00";
 
@@ -269,6 +269,25 @@ fn envelope(data: &[u8]) -> Result<(&str, &[u8]), String> {
         }
     }
     Ok((kind, raw))
+}
+
+/// One page of a protobuf pod list (`GET /api/v1/pods` asked as protobuf) as the JSON value
+/// of the list: `metadata` (`resourceVersion`, `continue`) and `items`, each item holding what
+/// the projection reads, as a watch event's object does.
+pub fn list_value(body: &[u8]) -> Result<V<'_>, String> {
+    let (kind, raw) = envelope(body)?;
+    if kind != "PodList" {
+        return Err(format!("a pod list holding a {kind:?}"));
+    }
+    let (mut meta, mut items) = (Vec::new(), Vec::new());
+    for item in fields(raw) {
+        match item? {
+            (1, wire) => meta = message(bytes_of(&wire, "metadata")?, LIST_META)?,
+            (2, wire) => items.push(V::Obj(message(bytes_of(&wire, "items")?, POD)?)),
+            _ => {}
+        }
+    }
+    Ok(V::Obj(vec![("metadata", V::Obj(meta)), ("items", V::List(items))]))
 }
 
 /// One frame of a protobuf pod watch as the JSON value of its event (`type` and `object`),

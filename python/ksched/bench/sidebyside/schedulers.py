@@ -29,6 +29,19 @@ from ksched.cluster import local
 from ksched.cluster.build import Pins, ensure_built, nullbinder_binary
 from ksched.errors import KschedError
 
+# Sharded replicas here: a backlog is created while they are paused (SIGSTOP, about 10 s for
+# 5,000 pods), and the API server is restarted under them. A renew deadline past both keeps
+# a pause from counting as a replica gone (the default 6 s would make each one wait a read
+# deadline after SIGCONT, timed as part of the drain); one process, without leader election,
+# has no such wait.
+BENCH_SHARDING = {
+    "enabled": True,
+    "leaseDuration": "30s",
+    "renewDeadline": "20s",
+    "retryPeriod": "1s",
+    "readDeadline": "3s",
+}
+
 
 class Scheduler:
     """One scheduler process, started for one workload and stopped after it."""
@@ -131,7 +144,7 @@ class Scheduler:
         config = ksched_config(workload, prometheus)
         if self.replicas > 1:
             config["leaderElection"] = {"resourceName": f"bench-{self.label}-{workload}"[:60].rstrip("-")}
-            config["sharding"] = {"enabled": True}
+            config["sharding"] = BENCH_SHARDING
         path = self.workdir / f"{self.label}-{workload}.json"
         path.write_text(json.dumps(config))
         self.ports = [local.free_port() for _ in range(self.replicas)]

@@ -38,6 +38,7 @@ import orjson
 import urllib3
 
 from ksched.loop.client import ApiUnavailableError, Kube
+from ksched.loop.protobuf import MAGIC as PROTOBUF_MAGIC
 from ksched.loop.protobuf import PROTOBUF
 from ksched.objects import Obj, object_key
 
@@ -124,6 +125,7 @@ class Informer:
         decode: Decoder | None = None,
         decode_frame: Decoder | None = None,
         decode_list: ListDecoder | None = None,
+        decode_list_frame: ListDecoder | None = None,
     ) -> None:
         self.kube = kube
         self.path = path
@@ -144,6 +146,10 @@ class Informer:
         # List pages read by ``decode_list`` (items already projected) instead of parsed
         # whole and projected by ``slim``.
         self.decode_list = decode_list
+        # Listed as protobuf, each page read by ``decode_list_frame``, as kube-scheduler lists:
+        # the API server encodes a 150,000-pod list as JSON for this list alone. Cleared, for
+        # JSON from then on, when a page cannot be read.
+        self.decode_list_frame = decode_list_frame
         self.store: dict[str, Obj] = {}
         self.resource_version: str | None = None
         self.synced = threading.Event()
@@ -197,6 +203,7 @@ class Informer:
                 "GET",
                 self.path,
                 query={"limit": PAGE_SIZE, "continue": cont, "fieldSelector": self.field_selector},
+                answer=PROTOBUF if self.decode_list_frame is not None else None,
             )
             if r.status == HTTP_GONE:
                 # The continue token expired mid-list: start the list again.
@@ -239,6 +246,15 @@ class Informer:
 
     def _page(self, data: bytes) -> tuple[list[Obj], Any, Any]:
         """A list page's objects (projected), its continue token and its resourceVersion."""
+        if data.startswith(PROTOBUF_MAGIC) and self.decode_list_frame is not None:
+            try:
+                return self.decode_list_frame(data)
+            except ValueError as err:
+                # Asked again as JSON: the page's continue token is the same in either encoding.
+                self.decode_list_frame = None
+                raise ValueError(
+                    f"list {self.path}: a protobuf page ksched cannot read ({err}); listing as JSON from now on"
+                ) from None
         if self.decode_list is not None:
             try:
                 return self.decode_list(data)

@@ -91,6 +91,8 @@ decode_pod_event = _core.decode_pod_event
 decode_pod_frame = _core.decode_pod_frame
 # A page of a pod list, each item as ``decode_pod_event`` reads it (the relist).
 decode_pod_list = _core.decode_pod_list
+# One page of a protobuf pod list, as ``decode_pod_list`` reads a JSON page.
+decode_pod_list_proto = _core.decode_pod_list_proto
 
 
 def slim_namespace(ns: Obj) -> Obj:

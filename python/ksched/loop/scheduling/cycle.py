@@ -53,6 +53,8 @@ log = logging.getLogger(__name__)
 
 # How long an idle loop waits for work before checking leadership and shutdown again.
 IDLE_WAIT_S = 0.5
+# The event on a pod that this replica nominated to another replica's node (sharding).
+HANDED_OVER = "HandedOver"
 # Failures kept for ``/status`` (``ksched status``): enough for a screen.
 RECENT_FAILURES = 20
 
@@ -269,13 +271,13 @@ class Scheduler:
         return False
 
     def _beyond(self, qp: QueuedPod, placement: Placement) -> bool:
-        """A pod that fits none of this replica's nodes, even by preempting, while other
-        replicas own nodes: it is tried on every node (a gang is placed within one replica's)."""
+        """A pod that fits none of this replica's nodes while other replicas own nodes: it is
+        tried on every node (a gang is placed within one replica's). So is one that would
+        preempt here: upstream preempts only for a pod that fits no node of the cluster."""
         return (
             self.shards is not None
             and placement.attempted
             and placement.node is None
-            and placement.nominated_node is None
             and len(self.shards.members()) > 1
             and pod_group_of(qp.pod) is None
         )
@@ -292,8 +294,9 @@ class Scheduler:
         note: str,
     ) -> None:
         """Place ``pods`` on every node: a pod whose node (or node to preempt on) is another
-        replica's is nominated there, for that replica to place; the others are reported as
-        any unschedulable pod (the message counts every node)."""
+        replica's is nominated there, for that replica to place (and to preempt on: only a
+        node's owner evicts there); one that preempts on a node of this replica's does so here;
+        the others are reported as any unschedulable pod (the message counts every node)."""
         assert self.shards is not None
         shards = self.shards
         result = self.engines[profile].schedule(
@@ -310,16 +313,23 @@ class Scheduler:
             qp = by_key[placement.pod]
             target = placement.node or placement.nominated_node
             owner = shards.node_owner(target) if target is not None else None
-            if target is None or owner is None:
-                self._place(qp, placement, profile, elapsed, note)  # fits nowhere
+            if target is None or owner is None or (owner == shards.identity and placement.node is None):
+                self._place(qp, placement, profile, elapsed, note)  # fits nowhere, or preempts here
                 continue
             if owner == shards.identity:
-                self.queue.requeue(qp)  # this replica's after all (the view moved): next cycle
+                self.queue.requeue(qp)  # fits here after all (the view moved): next cycle
                 continue
             self.queue.done_elsewhere(qp, handed=True)
             self.telemetry.shard_handoffs.inc()
             shards.handed_over += 1
-            log.debug("%s: handed to %s, which owns %s", qp.key, owner, target)
+            why = "fits" if placement.node is not None else "may preempt"
+            self.binder.report(
+                qp.pod,
+                "Normal",
+                HANDED_OVER,
+                "Scheduling",
+                f"handed to replica {owner}: it {why} on {target}, its node",
+            )
             self.binder.hand_over(qp.pod, target, self._handed_over(qp))
 
     def _handed_over(self, qp: QueuedPod) -> Callable[[bool], None]:

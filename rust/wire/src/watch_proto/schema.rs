@@ -215,6 +215,9 @@ pub(super) const POD: &[Field] = &[
     f(3, "status", Msg(POD_STATUS), Always),
 ];
 /// `metav1.Status`, what an ERROR event holds.
+/// A list's `ListMeta`: what paging reads.
+pub(super) const LIST_META: &[Field] = &[f(2, "resourceVersion", Str, NotZero), f(3, "continue", Str, NotZero)];
+
 pub(super) const STATUS: &[Field] = &[
     f(3, "message", Str, NotZero),
     f(4, "reason", Str, NotZero),

@@ -119,3 +119,23 @@ fn frames_are_checked() {
     let truncated = [len(1, b"ADDED"), vec![0x12, 0x05, 0x0a]].concat();
     assert!(event_value(&truncated).is_err());
 }
+
+#[test]
+fn list_pages_read_their_items_and_paging() {
+    let typed = |kind: &[u8], raw: &[u8]| [MAGIC, &len(1, &len(2, kind)), &len(2, raw)].concat();
+    let meta = [len(2, b"42"), len(3, b"next-token"), int(4, 7)].concat();
+    let pod = |name: &[u8]| len(1, &len(1, name));
+    let page = typed(b"PodList", &[len(1, &meta), len(2, &pod(b"a")), len(2, &pod(b"b"))].concat());
+    let value = js(list_value(&page).unwrap());
+    assert_eq!(value["metadata"], json!({"resourceVersion": "42", "continue": "next-token"}));
+    let names: Vec<&Value> = value["items"].as_array().unwrap().iter().map(|p| &p["metadata"]["name"]).collect();
+    assert_eq!(names, [&json!("a"), &json!("b")]);
+    // The last page: no continue token, and no items at all in an empty list.
+    let last = typed(b"PodList", &len(1, &len(2, b"43")));
+    assert_eq!(
+        js(list_value(&last).unwrap()),
+        json!({"metadata": {"resourceVersion": "43"}, "items": []})
+    );
+    assert!(list_value(&typed(b"NodeList", b"")).unwrap_err().contains("NodeList"));
+    assert!(list_value(b"{\"items\": []}").unwrap_err().contains("magic"));
+}
