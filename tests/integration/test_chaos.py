@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
@@ -21,19 +22,25 @@ from tests.integration.helpers import unavailable
 pytestmark = pytest.mark.cluster
 
 
-def test_short_chaos_soak_loses_no_pod_and_binds_only_as_leader() -> None:
+def soak(*args: str) -> dict[str, Any]:
+    """``ksched bench --chaos`` with ``args``, short: its figures, once it held every invariant."""
     if shutil.which("go") is None and missing_binaries(with_helm=False):
         unavailable("Go is not installed and no cached binaries exist")
     if shutil.which("prometheus") is None and not os.path.exists("/usr/bin/prometheus"):
         unavailable("Prometheus is not installed")
-    cmd = [sys.executable, "-m", "ksched.commands.cli", "bench", "--chaos"]
-    cmd += ["--nodes", "300", "--minutes", "1.5", "--rate", "8", "--seed", "7", "--json"]
+    cmd = [sys.executable, "-m", "ksched.commands.cli", "bench", "--chaos", *args]
+    cmd += ["--nodes", "300", "--minutes", "1.5", "--rate", "8", "--json"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=420, check=False)
     assert proc.stdout.strip(), proc.stderr[-4000:]
-    figures = json.loads(proc.stdout)
+    figures: dict[str, Any] = json.loads(proc.stdout)
     print("\n" + proc.stderr[-3000:] + "\n" + json.dumps(figures, indent=1))
     assert figures["violations"] == [], proc.stderr[-4000:]
     assert proc.returncode == 0
+    return figures
+
+
+def test_short_chaos_soak_loses_no_pod_and_binds_only_as_leader() -> None:
+    figures = soak("--seed", "7")
     assert figures["pods_lost"] == 0
     assert figures["overcommitted_nodes"] == 0
     assert figures["constraint_violations"] == 0
@@ -55,18 +62,7 @@ def test_short_chaos_soak_loses_no_pod_and_binds_only_as_leader() -> None:
 def test_short_chaos_soak_of_three_sharded_replicas_binds_each_pod_once_onto_its_binders_node() -> None:
     """``--replicas 3``: every replica binds, each onto the nodes it owns, while any of them is
     killed or frozen and the control plane restarts under them."""
-    if shutil.which("go") is None and missing_binaries(with_helm=False):
-        unavailable("Go is not installed and no cached binaries exist")
-    if shutil.which("prometheus") is None and not os.path.exists("/usr/bin/prometheus"):
-        unavailable("Prometheus is not installed")
-    cmd = [sys.executable, "-m", "ksched.commands.cli", "bench", "--chaos", "--replicas", "3"]
-    cmd += ["--nodes", "300", "--minutes", "1.5", "--rate", "8", "--seed", "13", "--json"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=420, check=False)
-    assert proc.stdout.strip(), proc.stderr[-4000:]
-    figures = json.loads(proc.stdout)
-    print("\n" + proc.stderr[-3000:] + "\n" + json.dumps(figures, indent=1))
-    assert figures["violations"] == [], proc.stderr[-4000:]
-    assert proc.returncode == 0
+    figures = soak("--replicas", "3", "--seed", "13")
     assert figures["sharded"] and figures["replicas"] == 3
     assert figures["pods_lost"] == 0
     assert figures["overcommitted_nodes"] == 0

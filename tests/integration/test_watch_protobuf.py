@@ -384,15 +384,20 @@ def test_the_pod_informer_watching_protobuf_keeps_what_a_json_one_keeps(
     assert informers[1].store[f"{ns}/bound"]["spec"]["nodeName"] == node
 
 
-def test_protobuf_list_pages_read_as_their_json(kube: Kube, namespace: Namespaces) -> None:
-    """A pod list asked for as protobuf (as kube-scheduler lists) reads into the projections,
-    continue tokens and resourceVersion its JSON gives, page by page."""
-    ns = namespace("list-protobuf")
+def _listed(kube: Kube, ns: str) -> tuple[str, str, str]:
+    """The full pods in ``ns``, one of them bound, another deleted: the namespace, its pods'
+    path and the node."""
     _classes(kube)
-    path = f"/api/v1/namespaces/{ns}/pods"
     node = kube.request("GET", "/api/v1/nodes", query={"limit": 1}).json()["items"][0]["metadata"]["name"]
     create(kube, _pods(ns, _owner(kube, ns)))
     _mutate(kube, ns, node)
+    return ns, f"/api/v1/namespaces/{ns}/pods", node
+
+
+def test_protobuf_list_pages_read_as_their_json(kube: Kube, namespace: Namespaces) -> None:
+    """A pod list asked for as protobuf (as kube-scheduler lists) reads into the projections,
+    continue tokens and resourceVersion its JSON gives, page by page."""
+    _, path, node = _listed(kube, namespace("list-protobuf"))
     pages: dict[str, list[Any]] = {"json": [], "protobuf": []}
     for label, answer, decode in (
         ("json", None, decode_pod_list),
@@ -421,12 +426,7 @@ def test_protobuf_list_pages_read_as_their_json(kube: Kube, namespace: Namespace
 def test_the_pod_informer_listing_protobuf_keeps_what_a_json_one_keeps(
     kube: Kube, namespace: Namespaces
 ) -> None:
-    ns = namespace("list-informers")
-    _classes(kube)
-    path = f"/api/v1/namespaces/{ns}/pods"
-    node = kube.request("GET", "/api/v1/nodes", query={"limit": 1}).json()["items"][0]["metadata"]["name"]
-    create(kube, _pods(ns, _owner(kube, ns)))
-    _mutate(kube, ns, node)
+    ns, path, _ = _listed(kube, namespace("list-informers"))
     stores = []
     for frames in (False, True):
         inf = Informer(

@@ -291,6 +291,15 @@ class Shards:
         self._lease = r.json()
         with self._lock:
             if sent - self._renewed >= self.config.renew_deadline_s or self._streak == float("inf"):
+                if self._renewed == -float("inf"):
+                    why = "first renewal"
+                elif sent - self._renewed >= self.config.renew_deadline_s:
+                    why = f"renewals start again, the last {sent - self._renewed:.1f} s ago"
+                else:
+                    why = "its Lease was missing from the last reading"
+                log.info(
+                    "sharding: lease %s: %s; binding in %.0f s", self.name, why, self.config.read_deadline_s
+                )
                 self._streak = sent  # a new run of renewals: wait before binding
             self._renewed = sent
 

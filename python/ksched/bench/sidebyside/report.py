@@ -31,7 +31,7 @@ def phase_line(p: Phase) -> str:
         + (
             f" over {p.replicas} replicas ("
             + ", ".join(f"{c:.2f}" for c in p.cpu_ms_per_pod_by_replica)
-            + ")"
+            + f"; {p.handoffs} hand-offs, {p.bind_conflicts} binds refused as already bound)"
             if p.replicas > 1
             else ""
         )

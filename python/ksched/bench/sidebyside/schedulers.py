@@ -29,15 +29,15 @@ from ksched.cluster import local
 from ksched.cluster.build import Pins, ensure_built, nullbinder_binary
 from ksched.errors import KschedError
 
-# Sharded replicas here: a backlog is created while they are paused (SIGSTOP, about 10 s for
-# 5,000 pods), and the API server is restarted under them. A renew deadline past both keeps
-# a pause from counting as a replica gone (the default 6 s would make each one wait a read
-# deadline after SIGCONT, timed as part of the drain); one process, without leader election,
-# has no such wait.
+# Sharded replicas here: a backlog is created while they are paused (SIGSTOP; 3,000 pods took
+# 44 s on 500 nodes of the 2-core host), and the API server is restarted under them. A renew
+# deadline past both keeps a pause from counting as a replica gone: at the default 6 s each
+# replica waits a read deadline after SIGCONT before it binds, timed as part of the drain.
+# One process, without leader election, has no such wait.
 BENCH_SHARDING = {
     "enabled": True,
-    "leaseDuration": "30s",
-    "renewDeadline": "20s",
+    "leaseDuration": "120s",
+    "renewDeadline": "90s",
     "retryPeriod": "1s",
     "readDeadline": "3s",
 }
