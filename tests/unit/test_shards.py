@@ -92,7 +92,9 @@ def replica(api: FakeLeases, identity: str, clock: Clock, changes: list[str] | N
         if changes is not None:
             changes.append(identity)
 
-    return Shards(SHARDING, ELECTION, identity, api, changed, clock=clock, wall=lambda: clock.now)  # type: ignore[arg-type]
+    return Shards(  # type: ignore[arg-type]
+        SHARDING, ELECTION, identity, api, changed, clock=clock, wall=lambda: clock.now, sleep=lambda _: None
+    )
 
 
 def tick_all(clock: Clock, replicas: list[Shards], seconds: float = 2.0) -> None:
@@ -133,12 +135,13 @@ def test_replicas_that_disagree_only_about_a_third_never_both_own_a_node() -> No
 def test_a_replica_binds_only_once_its_lease_has_been_renewed_for_a_read_deadline() -> None:
     api, clock = FakeLeases(), Clock()
     a = replica(api, "a", clock)
-    a.tick()
-    assert a.members() == ("a",)
+    a.tick()  # reads first (nothing yet), then creates its Lease
+    assert a.members() == () and not a.active()
     assert api.leases[lease_name("ksched", "a")]["metadata"]["labels"] == {SHARD_LABEL: "ksched"}
+    tick_all(clock, [a])
+    assert a.members() == ("a",)
     assert not a.active()  # a joining replica waits: the others must read its Lease first
-    for _ in range(3):
-        tick_all(clock, [a])
+    tick_all(clock, [a])
     assert a.active()
     assert a.owns_node("node-1")
 
@@ -383,3 +386,41 @@ def test_ksched_status_says_who_owns_what() -> None:
     joining = render_status(quiet_status(sharding={**sharding, "active": False}), "127.0.0.1:10259")
     assert "this one not binding yet; owns 1667 node(s)" in joining
     assert "sharding:" not in render_status(quiet_status(sharding={"enabled": False}), "127.0.0.1:10259")
+
+
+def test_a_replica_that_cannot_read_the_leases_stops_renewing_so_the_others_take_its_share() -> None:
+    api, clock = FakeLeases(), Clock()
+    a, b = replica(api, "a", clock), replica(api, "b", clock)
+    for _ in range(4):
+        tick_all(clock, [a, b])
+    renewed = api.leases[lease_name("ksched", "a")]["spec"]["renewTime"]
+    a._read = lambda: False  # type: ignore[method-assign]  # a list refused (RBAC) or timing out
+    for _ in range(5):
+        tick_all(clock, [a, b])
+    assert api.leases[lease_name("ksched", "a")]["spec"]["renewTime"] == renewed
+    assert not a.active() and b.members() == ("b",)
+
+
+def test_a_renewal_answered_late_starts_a_new_run_counted_from_its_answer() -> None:
+    api, clock = FakeLeases(), Clock()
+    a = replica(api, "a", clock)
+    for _ in range(3):
+        tick_all(clock, [a])
+    assert a.active()
+    request = api.request
+
+    def slow(method: str, path: str, **kwargs: Any) -> Any:
+        if method == "PUT":
+            clock.now += 7.0  # answered 7 s after it was sent: past the 6 s renew deadline
+        return request(method, path, **kwargs)
+
+    api.request = slow  # type: ignore[method-assign]
+    tick_all(clock, [a])
+    assert not a.active()  # the others may have counted it gone meanwhile: it waits again
+    api.request = request  # type: ignore[method-assign]
+    # The next renewal is answered at once, but 9 s after the slow one was sent: a new run too.
+    for _ in range(2):
+        tick_all(clock, [a])
+        assert not a.active()
+    tick_all(clock, [a])
+    assert a.active()

@@ -218,6 +218,10 @@ class Running:
         self.scheduler.state.sync()
         self.scheduler.state.snapshot()
         self.table_built.set()
+        if self.shards is not None:
+            # Only now: a replica counted live owns nodes and pods, and would leave them waiting
+            # while it lists the cluster (150,000 pods: 40 s).
+            self.shards.start()
         # The objects alive now (the informers' stores and the node table, mostly) stay:
         # the collector stops walking them in every full collection.
         gc.freeze()
@@ -541,7 +545,6 @@ def _start_parts(running: Running, metrics: MetricStore, telemetry: Telemetry) -
         telemetry.shard_members.set_function(lambda: float(len(shards.members())))
         telemetry.shard_active.set_function(lambda: float(shards.active()))
         telemetry.shard_nodes.set_function(lambda: float(running.owned_nodes()))
-        shards.start()
 
 
 def run(

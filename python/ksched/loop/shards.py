@@ -116,6 +116,7 @@ class Shards:
         on_change: Callable[[], None] = lambda: None,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.config = config
         self.identity = identity
@@ -126,6 +127,7 @@ class Shards:
         self.on_change = on_change
         self.clock = clock
         self.wall = wall
+        self.sleep = sleep
         self._lock = threading.Lock()
         self._view = Membership()
         self._seen: dict[str, _Seen] = {}
@@ -213,8 +215,9 @@ class Shards:
         self._thread.start()
 
     def stop(self) -> None:
-        """Stop binding, stop renewing and delete this replica's Lease, so that the others
-        take its nodes over at their next reading rather than a lease duration later."""
+        """Stop binding, stop renewing and, a read deadline later (the others' pod watches
+        show its last binds meanwhile), delete this replica's Lease, so that the others take
+        its nodes over at their next reading rather than a lease duration later."""
         if not self.enabled:
             return
         with self._lock:
@@ -225,6 +228,9 @@ class Shards:
         lease = self._lease
         if lease is None:
             return
+        # The others take its nodes at their next reading: let their pod watches show its last
+        # binds first.
+        self.sleep(self.config.read_deadline_s)
         precondition = {"preconditions": {"uid": meta(lease).get("uid")}}
         try:
             r = self.kube.request("DELETE", f"{self._leases()}/{self.name}", body=precondition)
@@ -245,9 +251,11 @@ class Shards:
             self._stop.wait(self.config.retry_period_s)
 
     def tick(self) -> None:
-        """Renew this replica's Lease, then read every replica's."""
-        self._renew()
-        self._read()
+        """Read every replica's Lease, then renew this replica's. A replica that cannot read
+        them does not renew: the others take its nodes and pods a lease duration later
+        rather than leave them to a replica that has stopped binding."""
+        if self._read():
+            self._renew()
 
     def _leases(self) -> str:
         return LEASES.format(namespace=self.namespace)
@@ -277,6 +285,10 @@ class Shards:
             else:
                 body = {**lease, "spec": {**spec(lease), "renewTime": now}}
                 r = self.kube.request("PUT", f"{self._leases()}/{self.name}", body=body)
+                if r.status == HTTP_NOT_FOUND:
+                    with self._lock:
+                        # Gone (deleted by hand): the others may take its nodes; it rejoins.
+                        self._streak = float("inf")
                 if r.status in (HTTP_NOT_FOUND, HTTP_CONFLICT):
                     # Deleted (a replica took it for a crashed one's) or written meanwhile.
                     got = self.kube.request("GET", f"{self._leases()}/{self.name}")
@@ -285,25 +297,32 @@ class Shards:
         except ApiUnavailableError as err:
             log.warning("sharding: renewing lease %s: %s", self.name, err)
             return
+        received = self.clock()
         if not r.ok:
             log.warning("sharding: renewing lease %s: HTTP %d", self.name, r.status)
             return
         self._lease = r.json()
         with self._lock:
-            if sent - self._renewed >= self.config.renew_deadline_s or self._streak == float("inf"):
+            # The write landed between ``sent`` and ``received``. This replica counts its Lease
+            # from ``sent`` (the earliest it can have landed); a run of renewals goes on only if
+            # this one was answered within a renew deadline of the last one sent, and a new run
+            # counts from ``received`` (the latest), so the others have read it by the wait's end.
+            gap = received - self._renewed
+            if gap >= self.config.renew_deadline_s or self._streak == float("inf"):
                 if self._renewed == -float("inf"):
                     why = "first renewal"
-                elif sent - self._renewed >= self.config.renew_deadline_s:
-                    why = f"renewals start again, the last {sent - self._renewed:.1f} s ago"
+                elif gap >= self.config.renew_deadline_s:
+                    why = f"renewals start again, the last sent {gap:.1f} s before this one's answer"
                 else:
-                    why = "its Lease was missing from the last reading"
+                    why = "its Lease was missing"
                 log.info(
                     "sharding: lease %s: %s; binding in %.0f s", self.name, why, self.config.read_deadline_s
                 )
-                self._streak = sent  # a new run of renewals: wait before binding
+                self._streak = received  # a new run of renewals: wait before binding
             self._renewed = sent
 
-    def _read(self) -> None:
+    def _read(self) -> bool:
+        """Read every replica's Lease; whether that succeeded."""
         sent = self.clock()
         try:
             r = self.kube.request(
@@ -311,14 +330,19 @@ class Shards:
             )
         except ApiUnavailableError as err:
             log.warning("sharding: reading the leases: %s", err)
-            return
+            return False
         if not r.ok:
             log.warning("sharding: reading the leases: HTTP %d", r.status)
-            return
-        self.observe(r.json().get("items") or [], sent)
+            return False
+        self.observe(r.json().get("items") or [], sent, self.clock())
+        return True
 
-    def observe(self, leases: list[Obj], at: float) -> None:
-        """Take in every replica's Lease as read at ``at``: who is live, and what changed."""
+    def observe(self, leases: list[Obj], at: float, received: float | None = None) -> None:
+        """Take in every replica's Lease as read by a request sent at ``at`` and answered at
+        ``received``: who is live, and what changed. A change counts from ``received`` and
+        liveness is judged at ``at``, so a slow answer never makes a replica look gone sooner;
+        this replica's own view counts as read at ``at``."""
+        received = at if received is None else received
         seen: dict[str, _Seen] = {}
         for lease in leases:
             m, s = meta(lease), spec(lease)
@@ -328,7 +352,7 @@ class Shards:
             renew = str(s.get("renewTime") or s.get("acquireTime") or "")
             duration = float(s.get("leaseDurationSeconds") or self.config.lease_duration_s)
             before = self._seen.get(name)
-            changed_at = at if before is None or before.renew_time != renew else before.changed_at
+            changed_at = received if before is None or before.renew_time != renew else before.changed_at
             seen[name] = _Seen(
                 str(holder),
                 renew,

@@ -184,7 +184,8 @@ class Scheduler:
             for qp in batch:
                 self.queue.requeue(qp)
             return
-        batch = [qp for qp in batch if not self._not_ours(qp) and self._owned(qp)]
+        # Ownership first: only the owner hands a pod to default-scheduler or reports it.
+        batch = [qp for qp in batch if self._owned(qp) and not self._not_ours(qp)]
         if not batch:
             return
         snapshot = self.state.snapshot()
@@ -235,7 +236,7 @@ class Scheduler:
                     "engine error on a batch of %d pods; retrying them one by one without metrics", len(pods)
                 )
                 self.telemetry.fallbacks.labels(reason="engine_error").inc(len(pods))
-                self._one_by_one(snapshot, profile, pods, gangs)
+                self._one_by_one(snapshot, profile, pods, gangs, own)
                 continue
             self.telemetry.engine_duration.observe(result.rust_seconds)
             self.telemetry.engine_python.observe(result.python_seconds)
@@ -299,15 +300,22 @@ class Scheduler:
         the others are reported as any unschedulable pod (the message counts every node)."""
         assert self.shards is not None
         shards = self.shards
-        result = self.engines[profile].schedule(
-            self.state.snapshot(),
-            [qp.pod for qp in pods],
-            values,
-            metrics=metrics,
-            deadline_s=self.config.batch.decision_deadline_s,
-            groups=gangs,
-            nominated=nominated,
-        )
+        try:
+            result = self.engines[profile].schedule(
+                self.state.snapshot(),
+                [qp.pod for qp in pods],
+                values,
+                metrics=metrics,
+                deadline_s=self.config.batch.decision_deadline_s,
+                groups=gangs,
+                nominated=nominated,
+            )
+        except Exception:
+            log.exception("engine error placing %d pods on every node; they back off", len(pods))
+            self.telemetry.fallbacks.labels(reason="engine_error").inc(len(pods))
+            for qp in pods:
+                self.queue.done_error(qp)
+            return
         by_key = {qp.key: qp for qp in pods}
         for placement in result.placements:
             qp = by_key[placement.pod]
@@ -374,12 +382,20 @@ class Scheduler:
         }
 
     def _one_by_one(
-        self, snapshot: Snapshot, profile: str, pods: list[QueuedPod], gangs: dict[str, GangStatus]
+        self,
+        snapshot: Snapshot,
+        profile: str,
+        pods: list[QueuedPod],
+        gangs: dict[str, GangStatus],
+        own: set[str] | None = None,
     ) -> None:
+        """Each pod alone and without metrics, on ``own`` nodes (sharding) or every node."""
         for qp in pods:
             try:
                 # A gang member alone places only if the gang's bound members already reach minMember.
-                result = self.engines[profile].schedule(snapshot, [qp.pod], metrics=(), groups=gangs)
+                result = self.engines[profile].schedule(
+                    snapshot, [qp.pod], metrics=(), groups=gangs, nodes=own
+                )
             except Exception:
                 log.exception("engine error on %s even alone and without metrics", qp.key)
                 self.telemetry.schedule_attempts.labels(result="error", profile=profile).inc()
@@ -465,6 +481,8 @@ class Scheduler:
         if self.handoff is None or not self.config.handoff.enabled:
             return
         for qp in self.queue.take_overdue(self.config.handoff.after_s):
+            if not self._owned(qp):
+                continue  # another replica's now (sharding): it decides
             if opted_out(qp.pod):
                 self.queue.done_unschedulable(qp, qp.last_message)
                 continue
