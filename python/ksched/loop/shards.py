@@ -11,8 +11,8 @@ with SIGTERM deletes its own).
 
 **Ownership** is rendezvous hashing (highest random weight) over the live identities:
 a node belongs to the live replica with the highest ``hash(identity, node)``; a pending pod
-to the owner of the node it is nominated to, else (a gang) to the replica with the highest
-hash of its PodGroup, else to the one with the highest hash of its uid. When a replica
+of a gang to the replica with the highest hash of its PodGroup, another to the owner of the
+node it is nominated to, else to the one with the highest hash of its uid. When a replica
 leaves, only its own nodes and pods move, each to the replica that ranks next for it, so
 two replicas that agree on each other's life never both own a node, whatever they think
 of a third.
@@ -43,6 +43,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ksched.config import LeaderElectionConfig, ShardingConfig
+from ksched.engine.gangs import pod_group_of
 from ksched.loop.client import ApiUnavailableError, Kube
 from ksched.objects import Obj, meta, spec
 
@@ -185,8 +186,12 @@ class Shards:
         return {n for n in names if self.node_owner(n) == self.identity}
 
     def pod_owner(self, pod: Obj) -> str | None:
-        """The replica that places ``pod``: the owner of its nominated node, else of its gang
-        (``group``: its PodGroup's key), else of its uid."""
+        """The replica that places ``pod``: a gang member's is the owner of its PodGroup (the
+        gang is placed whole by one replica), another pod's the owner of its nominated node,
+        else of its uid."""
+        group = pod_group_of(pod)
+        if group is not None:
+            return self.group_owner(group)
         nominated = (pod.get("status") or {}).get("nominatedNodeName")
         if nominated:
             return self.node_owner(str(nominated))

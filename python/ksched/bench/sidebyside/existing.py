@@ -37,6 +37,7 @@ from ksched.bench.pods import CREATE_WORKERS, clear_pods, create_pods, list_pods
 from ksched.bench.sidebyside import fill as filling
 from ksched.bench.sidebyside.options import CONFLICTS, HANDOFFS, ExistingFigures, ExistingOptions
 from ksched.bench.sidebyside.phase import create_at_rate, percentile, settle
+from ksched.bench.sidebyside.report import replicas_clause
 from ksched.bench.sidebyside.schedulers import Scheduler
 from ksched.bench.sidebyside.watch import FirstSeen
 from ksched.cluster import local
@@ -199,12 +200,8 @@ class ExistingRun:
         print(
             f"  (b) drain: {f.drain_bound}/{self.opts.drain_pods} bound in {f.drain_seconds:.2f} s = "
             f"{f.drain_pods_per_s:,.0f} pods/s, {f.drain_cpu_ms_per_pod:.2f} CPU ms/pod"
-            + (
-                f" over {f.replicas} replicas ("
-                + ", ".join(f"{c:.2f}" for c in f.drain_cpu_ms_per_pod_by_replica)
-                + f"); {f.drain_handoffs} hand-offs, {f.drain_bind_conflicts} binds refused as already bound"
-                if f.replicas > 1
-                else ""
+            + replicas_clause(
+                f.replicas, f.drain_cpu_ms_per_pod_by_replica, f.drain_handoffs, f.drain_bind_conflicts
             ),
             flush=True,
         )

@@ -15,6 +15,15 @@ from ksched.bench.sidebyside.phase import percentile
 from ksched.objects import Obj
 
 
+def replicas_clause(replicas: int, cpu_by_replica: list[float], handoffs: int, conflicts: int) -> str:
+    """After a drain's CPU ms a pod: each sharded replica's share, its hand-offs and the binds
+    refused as already bound (nothing for one process)."""
+    if replicas <= 1:
+        return ""
+    cpus = ", ".join(f"{c:.2f}" for c in cpu_by_replica)
+    return f" over {replicas} replicas ({cpus}; {handoffs} hand-offs, {conflicts} binds refused as already bound)"
+
+
 def phase_line(p: Phase) -> str:
     if p.error:
         return f"error: {p.error.splitlines()[0]}"
@@ -28,13 +37,7 @@ def phase_line(p: Phase) -> str:
         f"{p.scheduled_events} Scheduled events, last write at {p.writes_seconds:.2f} s = "
         f"{p.writes_pods_per_s:,.0f} pods/s; {lat}; "
         f"{p.cpu_ms_per_pod:.2f} CPU ms/pod"
-        + (
-            f" over {p.replicas} replicas ("
-            + ", ".join(f"{c:.2f}" for c in p.cpu_ms_per_pod_by_replica)
-            + f"; {p.handoffs} hand-offs, {p.bind_conflicts} binds refused as already bound)"
-            if p.replicas > 1
-            else ""
-        )
+        + replicas_clause(p.replicas, p.cpu_ms_per_pod_by_replica, p.handoffs, p.bind_conflicts)
         + f" (control plane {p.control_plane_cpu_ms_per_pod:.2f}: "
         + ", ".join(f"{k} {v:.2f}" for k, v in p.control_plane_by_process.items())
         + "), "

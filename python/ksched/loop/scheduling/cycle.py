@@ -264,9 +264,7 @@ class Scheduler:
         another replica places waits in the queue until it or the replicas change."""
         if self.shards is None:
             return True
-        group = pod_group_of(qp.pod)
-        owner = self.shards.group_owner(group) if group is not None else self.shards.pod_owner(qp.pod)
-        if owner == self.shards.identity:
+        if self.shards.pod_owner(qp.pod) == self.shards.identity:
             return True
         self.queue.done_elsewhere(qp)
         return False
