@@ -36,8 +36,7 @@ from ksched.bench import invariants
 from ksched.bench.pods import CREATE_WORKERS, clear_pods, create_pods, list_pods
 from ksched.bench.sidebyside import fill as filling
 from ksched.bench.sidebyside.options import CONFLICTS, HANDOFFS, ExistingFigures, ExistingOptions
-from ksched.bench.sidebyside.phase import create_at_rate, percentile, settle
-from ksched.bench.sidebyside.report import replicas_clause
+from ksched.bench.sidebyside.phase import create_at_rate, percentile, replicas_clause, settle
 from ksched.bench.sidebyside.schedulers import Scheduler
 from ksched.bench.sidebyside.watch import FirstSeen
 from ksched.cluster import local

@@ -264,3 +264,12 @@ def create_at_rate(kube: Kube, pods: list[Obj], rate: float) -> tuple[dict[str, 
     if errors:
         raise KschedError(errors[0])
     return sent, uids
+
+
+def replicas_clause(replicas: int, cpu_by_replica: list[float], handoffs: int, conflicts: int) -> str:
+    """After a drain's CPU ms a pod: each sharded replica's share, its hand-offs and the binds
+    refused as already bound (nothing for one process)."""
+    if replicas <= 1:
+        return ""
+    cpus = ", ".join(f"{c:.2f}" for c in cpu_by_replica)
+    return f" over {replicas} replicas ({cpus}; {handoffs} hand-offs, {conflicts} binds refused as already bound)"

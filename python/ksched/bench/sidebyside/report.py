@@ -11,17 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from ksched.bench.sidebyside.options import KSCHED, NULL, WORKLOAD_TITLES, Options, Phase
-from ksched.bench.sidebyside.phase import percentile
+from ksched.bench.sidebyside.phase import percentile, replicas_clause
 from ksched.objects import Obj
-
-
-def replicas_clause(replicas: int, cpu_by_replica: list[float], handoffs: int, conflicts: int) -> str:
-    """After a drain's CPU ms a pod: each sharded replica's share, its hand-offs and the binds
-    refused as already bound (nothing for one process)."""
-    if replicas <= 1:
-        return ""
-    cpus = ", ".join(f"{c:.2f}" for c in cpu_by_replica)
-    return f" over {replicas} replicas ({cpus}; {handoffs} hand-offs, {conflicts} binds refused as already bound)"
 
 
 def phase_line(p: Phase) -> str:
