@@ -11,9 +11,12 @@ from ksched.bench.chaos.audit import (
     deleted_by,
     deleter_kind,
     first_deleters,
+    longest_gap,
+    longest_outside,
     longest_without,
     members_at,
     read_audit,
+    serving,
 )
 from ksched.bench.chaos.figures import EVICTING_CLIENTS, LEASE_NAME, NS
 
@@ -189,3 +192,17 @@ def test_sharded_replicas_are_live_while_their_leases_are_renewed_and_binds_name
     (bind,) = records.binds
     assert bind.node == "kwok-node-00007"
     assert longest_without([t0 + 1, t0 + 4], t0, t0 + 10) == 6.0
+
+
+def test_gaps_with_the_control_plane_down_taken_out() -> None:
+    # Binds at 1 and 4 in [0, 20]: the longest stretch is 4 -> 20 (16 s).
+    assert longest_gap([1.0, 4.0], 0.0, 20.0) == (4.0, 16.0)
+    # The API server down over 6-10 and (overlapping) 9-14: up over 0-6 and 14-20.
+    outages = [(9.0, 14.0), (6.0, 10.0)]
+    assert serving(0.0, 20.0, outages) == [(0.0, 6.0), (14.0, 20.0)]
+    assert serving(7.0, 12.0, outages) == []  # wholly inside
+    assert serving(0.0, 20.0, []) == [(0.0, 20.0)]
+    # Up, with no bind: 1 -> 4 (3 s), 4 -> 6 (2 s), 14 -> 20 (6 s): from its return to the end.
+    assert longest_outside([1.0, 4.0], 0.0, 20.0, outages) == 6.0
+    # A bind 2 s after its return: 15 -> 20 is the longest.
+    assert longest_outside([1.0, 4.0, 16.0], 0.0, 20.0, outages) == 4.0

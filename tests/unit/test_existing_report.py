@@ -28,12 +28,17 @@ def _doc(*figures: ExistingFigures) -> dict[str, Any]:
 
 def test_drain_is_given_against_the_null_binder() -> None:
     null = ExistingFigures("null-binder", drain_pods_per_s=400.0)
-    ksched = ExistingFigures("ksched", drain_pods_per_s=380.0, relist_loop_pause_s=0.25)
+    synced = "informers synced 3.0 s after the process started: 100 nodes, 3000 pods (pods listed in ...)"
+    ksched = ExistingFigures(
+        "ksched", drain_pods_per_s=380.0, relist_loop_pause_s=0.25, startup_profile=[synced]
+    )
     table = render_existing(_doc(null, ksched))
     row = next(line for line in table.splitlines() if line.startswith("| ksched |"))
     assert "| 380 | 0.95 |" in row and "| 0.25 |" in row
     assert "CPU hog on 1 core(s)" in table and "kube-apiserver 500" in table
     assert "VIOLATED" not in table
+    # ksched's start-up profile follows the table; the null binder logs none.
+    assert table.splitlines()[-2:] == ["(a) start-up, from ksched's log:", f"- ksched: {synced}"]
 
 
 def test_violations_and_errors_are_listed_under_the_table() -> None:

@@ -66,6 +66,11 @@ def test_a_relist_reports_what_changed_and_keeps_what_did_not(decode: bool) -> N
     assert calls == [("ADDED", p["metadata"]["name"]) for p in pods]
     assert inf.store == {f"shop/{p['metadata']['name']}": slim_pod(p) for p in pods}
     assert inf.resource_version == "100" and lists.requests == [None, "c1", "c2"]
+    # The start-up log's profile of the list: three pages, its parts within its whole.
+    timing = inf.last_list
+    assert timing is not None and timing.pages == 3
+    assert timing.request_s + timing.decode_s + timing.handlers_s <= timing.seconds
+    assert str(timing).startswith(f"{timing.seconds:.1f} s over 3 page(s): ")
     held = dict(inf.store)
 
     # The watch expired: one pod relabelled, one deleted, one created while it was away; the

@@ -228,10 +228,38 @@ def members_at(shard_leases: list[LeaseWrite], t: float) -> tuple[str, ...]:
     return tuple(sorted(w.holder for w in last.values() if w.holder and t <= w.at + w.duration_s))
 
 
+def longest_gap(times: list[float], start: float, end: float) -> tuple[float, float]:
+    """The longest stretch in [start, end] between consecutive ``times`` (sorted), with
+    the window's ends counting as times: (where it begins, how long it is)."""
+    inside = [start, *(x for x in times if start <= x <= end), end]
+    return max(((a, b - a) for a, b in itertools.pairwise(inside)), key=lambda g: g[1], default=(start, 0.0))
+
+
 def longest_without(times: list[float], start: float, end: float) -> float:
     """The longest stretch in [start, end] between consecutive ``times`` (sorted)."""
-    inside = [start, *(x for x in times if start <= x <= end), end]
-    return max((b - a for a, b in itertools.pairwise(inside)), default=0.0)
+    return longest_gap(times, start, end)[1]
+
+
+def serving(start: float, end: float, windows: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The stretches of [start, end] outside every window (windows may overlap)."""
+    spans, reach = [], start
+    for lo, hi in sorted(windows):
+        if lo > reach:
+            spans.append((reach, min(lo, end)))
+        reach = max(reach, hi)
+        if reach >= end:
+            break
+    if reach < end:
+        spans.append((reach, end))
+    return [(lo, hi) for lo, hi in spans if hi > lo]
+
+
+def longest_outside(
+    times: list[float], start: float, end: float, windows: list[tuple[float, float]]
+) -> float:
+    """The longest stretch of [start, end] with no ``times`` (sorted) and no window in it:
+    the time from a window's end to the next of ``times`` counts, the windows do not."""
+    return max((longest_without(times, lo, hi) for lo, hi in serving(start, end, windows)), default=0.0)
 
 
 def leaderless_gaps(leases: list[LeaseWrite], start: float, end: float) -> float:

@@ -9,6 +9,7 @@ import collections
 import datetime as dt
 import itertools
 import time
+from typing import Any
 
 from ksched.bench import invariants
 from ksched.bench.chaos.audit import (
@@ -19,16 +20,20 @@ from ksched.bench.chaos.audit import (
     first_deleters,
     holder_at,
     leaderless_gaps,
-    longest_without,
+    longest_gap,
+    longest_outside,
     members_at,
     read_audit,
 )
 from ksched.bench.chaos.figures import (
+    CONTROL_PLANE_FAULTS,
     EVICTING_CLIENTS,
     LEASE_NS,
     NS,
     SETTLE_S,
     SHARD_READ_SLACK_S,
+    SURVIVOR_WINDOW_S,
+    Fault,
     p99,
     parse_time,
     rounded,
@@ -195,11 +200,49 @@ def _shard_binds(soak: Soak, audit: AuditRecords) -> None:
             f"{dt.datetime.fromtimestamp(b.at, dt.UTC).isoformat()}, owned by "
             + " / ".join(str(owner(m, b.node)) for m in seen)
         )
-    f.longest_without_binds_s = round(
-        longest_without([b.at for b in mine], soak.soak_start, soak.soak_end), 1
+    times = sorted(b.at for b in mine)
+    at, gap = longest_gap(times, soak.soak_start, soak.soak_end)
+    f.longest_without_binds_s = round(gap, 1)
+    during = sorted({x.kind for x in soak.faults if x.start < at + gap and (x.end or soak.soak_end) > at})
+    f.longest_without_binds_at = f"+{at - soak.soak_start:.0f} s, " + (
+        "during " + ", ".join(during) if during else "no fault"
     )
+    outages = [(x.start, x.end or soak.soak_end) for x in soak.faults if x.kind in CONTROL_PLANE_FAULTS]
+    f.longest_without_binds_serving_s = round(
+        longest_outside(times, soak.soak_start, soak.soak_end, outages), 1
+    )
+    f.replica_kills = [
+        _kill(soak, audit, mine, users, x, outages)
+        for x in soak.faults
+        if x.kind == "replica-kill" and x.target
+    ]
     memberships = [members_at(audit.shard_leases, w.at) for w in audit.shard_leases]
     f.membership_changes = sum(1 for a, b in itertools.pairwise(memberships) if a != b)
+
+
+def _kill(
+    soak: Soak,
+    audit: AuditRecords,
+    binds: list[BindRecord],
+    users: dict[str, str],
+    kill: Fault,
+    outages: list[tuple[float, float]],
+) -> dict[str, Any]:
+    """One replica's SIGKILL: the longest stretch of the next SURVIVOR_WINDOW_S in which no
+    other replica bound (no control-plane restart in it), and the first bind after it onto
+    a node the victim owned at the kill."""
+    end = min(kill.start + SURVIVOR_WINDOW_S, soak.soak_end)
+    others = sorted(b.at for b in binds if users[b.user] != kill.target and kill.start <= b.at <= end)
+    members = members_at(audit.shard_leases, kill.start)
+    onto = [b for b in binds if b.at > kill.start and b.node and owner(members, b.node) == kill.target]
+    first = min(onto, key=lambda b: b.at, default=None)
+    return {
+        "victim": kill.target,
+        "at_s": round(kill.start - soak.soak_start, 1),
+        "survivors_gap_s": round(longest_outside(others, kill.start, end, outages), 1),
+        "nodes_bound_after_s": round(first.at - kill.start, 1) if first else None,
+        "nodes_bound_by": users[first.user] if first else "",
+    }
 
 
 def _bind_latency(soak: Soak, audit: AuditRecords) -> None:

@@ -29,7 +29,7 @@ def fault(soak: Soak, kind: str, rng: random.Random) -> None:
     with soak.faults_lock:
         soak.faults.append(record)
     try:
-        record.detail = inject(soak, kind, rng)
+        record.detail = inject(soak, record, rng)
     except Exception as err:  # a fault that could not be injected is reported, not fatal
         record.detail = f"not injected: {err}"
     record.end = now()
@@ -47,7 +47,8 @@ def current_leader(soak: Soak) -> Replica | None:
     return next((x for x in soak.replicas if x.identity == holder), None)
 
 
-def inject(soak: Soak, kind: str, rng: random.Random) -> str:
+def inject(soak: Soak, record: Fault, rng: random.Random) -> str:
+    kind = record.kind
     if kind == "leader-kill":
         leader = current_leader(soak)
         if leader is None:
@@ -59,6 +60,7 @@ def inject(soak: Soak, kind: str, rng: random.Random) -> str:
         if not running:
             return "no replica running"
         victim = rng.choice(running)
+        record.target = victim.identity
         if kind == "replica-kill":
             victim.kill_and_restart(rng.uniform(1, 5))
             return f"killed {victim.identity}, restarted"

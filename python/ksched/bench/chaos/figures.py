@@ -25,6 +25,11 @@ SHARD_LEASE_PREFIX = f"{LEASE_NAME}-shard-"
 # just joined is read by the others up to a retry period later (and it waits a renew deadline
 # before it binds).
 SHARD_READ_SLACK_S = 2.0
+# After a replica is killed, the others' binds are watched this long: it spans the victim's
+# Lease running out and its restart.
+SURVIVOR_WINDOW_S = 15.0
+# The faults that take the API server away from every scheduler.
+CONTROL_PLANE_FAULTS = ("apiserver-restart", "etcd-restart", "watch-expiry")
 
 
 def replica_names(count: int) -> tuple[str, ...]:
@@ -76,6 +81,7 @@ class Fault:
     start: float  # wall-clock seconds
     end: float = 0.0
     detail: str = ""
+    target: str = ""  # the replica killed or frozen
 
 
 @dataclass
@@ -102,8 +108,16 @@ class ChaosFigures:
     replicas: int = 2
     sharded: bool = False
     binds_by_non_owner: int = 0
-    # The longest stretch of the soak in which no replica bound a pod.
+    # The longest stretch of the soak in which no replica bound a pod, where it began and the
+    # faults it overlapped; and the longest one with no restart of the control plane in it
+    # (no scheduler binds while kube-apiserver or etcd is down; the wait after one counts).
     longest_without_binds_s: float = 0.0
+    longest_without_binds_at: str = ""
+    longest_without_binds_serving_s: float = 0.0
+    # Each replica-kill: the victim, the longest stretch of the next SURVIVOR_WINDOW_S in which
+    # no other replica bound (as above, with no control-plane restart in it), and when the
+    # victim's nodes were bound onto again and by whom.
+    replica_kills: list[dict[str, Any]] = field(default_factory=list)
     membership_changes: int = 0
     p99_bind_during_faults_s: float | None = None
     p99_bind_outside_faults_s: float | None = None
@@ -165,7 +179,23 @@ def render(f: ChaosFigures) -> str:
         *(
             [
                 ("binds onto another's node", f"{f.binds_by_non_owner} (by the replicas' Leases as written)"),
-                ("longest without a bind", f"{f.longest_without_binds_s:.1f} s (any replica)"),
+                (
+                    "longest without a bind",
+                    f"{f.longest_without_binds_s:.1f} s (any replica; from {f.longest_without_binds_at}); "
+                    f"{f.longest_without_binds_serving_s:.1f} s with the control plane up",
+                ),
+                *(
+                    (
+                        "replica killed",
+                        f"{k['victim']} at +{k['at_s']:.0f} s: the others' longest gap {k['survivors_gap_s']:.1f} s; "
+                        + (
+                            f"its nodes bound again after {k['nodes_bound_after_s']:.1f} s (by {k['nodes_bound_by']})"
+                            if k["nodes_bound_by"]
+                            else "its nodes not bound again"
+                        ),
+                    )
+                    for k in f.replica_kills
+                ),
                 ("live replicas changed", f"{f.membership_changes} times"),
             ]
             if f.sharded

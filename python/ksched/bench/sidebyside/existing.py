@@ -111,6 +111,9 @@ class ExistingRun:
         f.startup_s = time.monotonic() - started
         f.startup_peak_rss_mib = sched.usage()[1]
         print(f"  (a) ready in {f.startup_s:.1f} s, peak RSS {f.startup_peak_rss_mib:.0f} MiB", flush=True)
+        f.startup_profile = sched.startup_lines()
+        for line in f.startup_profile:
+            print(f"      {line}", flush=True)
         self.census("start-up", f)
         # Each phase takes its census before it deletes its pods; the next phase's (or the last,
         # after the steady pods are gone) finds any other pod that the deletion took with them.

@@ -50,6 +50,10 @@ def render_existing(doc: dict[str, Any]) -> str:
         )
     memory = ", ".join(f"{name} {mib:,.0f}" for name, mib in doc["peak_rss_mib"].items())
     rows += ["", f"Peak RSS MiB of the other processes: {memory}."]
+    profiles = [(f["scheduler"], f.get("startup_profile") or []) for f in doc["figures"]]
+    if any(lines for _, lines in profiles):
+        rows += ["", "(a) start-up, from ksched's log:"]
+        rows += [f"- {name}: {line}" for name, lines in profiles for line in lines]
     bad = [f"{f['scheduler']}: {v}" for f in doc["figures"] for v in f["violations"]]
     bad += [f"{f['scheduler']}: {f['error']}" for f in doc["figures"] if f["error"]]
     if bad:

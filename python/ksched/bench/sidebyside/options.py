@@ -155,6 +155,8 @@ class ExistingFigures:
     # (a) start-up: process start to ready (its /readyz, or the null binder's ready file).
     startup_s: float = 0.0
     startup_peak_rss_mib: float = 0.0
+    # ksched's own start-up log lines: where its pod list's time went, when it was ready.
+    startup_profile: list[str] = field(default_factory=list)
     # (d) the forced relist: etcd compacted and the API server restarted.
     relist_rss_before_mib: float = 0.0
     relist_rss_after_mib: float = 0.0

@@ -68,6 +68,20 @@ class Scheduler:
     def proc(self) -> subprocess.Popen[bytes] | None:
         return self.procs[0] if self.procs else None
 
+    def startup_lines(self) -> list[str]:
+        """ksched's start-up profile from its log since the last start (where its list's time
+        went, when its informers synced and its node table was ready), a line a replica."""
+        if not self.log.exists():
+            return []
+        last = self.log.read_text(errors="replace").split("\n=== ")[-len(self.procs) or -1 :]
+        marks = ("informers synced", "node table built")
+        return [
+            line.split(": ", 1)[-1]
+            for segment in last
+            for line in segment.splitlines()
+            if any(m in line for m in marks)
+        ]
+
     @property
     def port(self) -> int | None:
         return self.ports[0] if self.ports else None
