@@ -246,3 +246,18 @@ def test_vanished_pods_are_gone_without_a_known_delete() -> None:
     created = [("default", "here"), ("default", "deleted"), ("default", "gone")]
     got = invariants.vanished(created, [pod("here")], {("default", "deleted")})
     assert got == [("default", "gone")]
+
+
+def test_pending_that_fit_names_the_pods_left_with_room_for_them() -> None:
+    nodes = [node("a", cpu="2"), node("b", cpu="2"), {**node("c", cpu="8"), "spec": {"unschedulable": True}}]
+    pods = [
+        pod("full-a", on="a", requests={"cpu": "2"}),
+        pod("half-b", on="b", requests={"cpu": "1"}),
+        pod("fits", requests={"cpu": "500m"}),  # b has 1 cpu left
+        pod("too-big", requests={"cpu": "1500m"}),  # only the cordoned c has room
+        pod("leaving", requests={"cpu": "100m"})
+        | {"metadata": {"name": "leaving", "namespace": "default", "deletionTimestamp": "x"}},
+    ]
+    assert invariants.pending_that_fit(nodes, pods) == ["default/fits"]
+    # A node's pod count caps it too.
+    assert invariants.pending_that_fit([node("p", pods="1")], [pod("one", on="p"), pod("two")]) == []

@@ -6,8 +6,9 @@ from typing import Any
 
 import pytest
 
-from ksched.bench.sidebyside.report import null_ratios, render_summary
+from ksched.bench.sidebyside.report import null_ratios, render_fill_curve, render_summary
 from ksched.bench.sidebyside.run import _schedulers
+from ksched.bench.sidebyside.workloads import fill_pods
 from ksched.errors import KschedError
 
 
@@ -88,3 +89,34 @@ def test_replicas_run_each_ksched_once_per_count_under_its_own_label() -> None:
     assert labels == ["ksched-x2"]
     with pytest.raises(KschedError, match="--replicas"):
         _schedulers(["ksched"], [], [0])
+
+
+def test_the_fill_curve_gives_each_steps_conflicts_against_its_binds() -> None:
+    steps = [
+        {"fill": 0.5, "pods": 100, "bound": 100, "handoffs": 0, "conflicts": 0, "pods_per_s": 400.0},
+        {"fill": 0.95, "pods": 50, "bound": 40, "handoffs": 3, "conflicts": 1, "pods_per_s": 200.0},
+    ]
+    fill = phase("ksched-x3", 0, 300.0, 300.0, None) | {
+        "workload": "fill",
+        "fill_steps": steps,
+        "pending_that_fit": 0,
+    }
+    table = render_fill_curve(doc(phase("ksched", 0, 300.0, 300.0, None), fill, rounds=1))
+    assert "| scheduler | to 50% of the cpu | to 95% of the cpu | left pending that fit |" in table
+    assert "| ksched-x3 | 100/100; 0 + 0 = 0.0% | 40/50; 3 + 1 = 10.0% | 0 |" in table
+    # The null binder, which skips the fill, reads "-" in the summary, not "error".
+    summary = render_summary(doc(fill, rounds=1) | {"schedulers": ["null-binder", "ksched-x3"]})
+    assert "| - / 300 |" in summary
+    assert render_fill_curve(doc(phase("ksched", 0, 300.0, 300.0, None), rounds=1)) == ""
+
+
+def test_fill_pods_request_at_least_the_cpu_asked_in_the_sizes_turn() -> None:
+    sizes = ((250, 512), (1000, 2048))
+    pods = fill_pods("ns", "ksched", 3, 1500, sizes)
+    # From the 4th size on: 1000, 250, 1000 -> 2250 >= 1500.
+    assert [p["metadata"]["name"] for p in pods] == ["f-3", "f-4", "f-5"]
+    assert [p["spec"]["containers"][0]["resources"]["requests"]["cpu"] for p in pods] == [
+        "1000m",
+        "250m",
+        "1000m",
+    ]

@@ -113,6 +113,27 @@ def overcommitted(nodes: Iterable[Obj], pods: Iterable[Obj]) -> list[Overcommit]
     return out
 
 
+def pending_that_fit(nodes: Iterable[Obj], pods: Iterable[Obj]) -> list[str]:
+    """The pending pods (``namespace/name``) whose requests, pod count included, fit what some
+    schedulable node has left: for bare pods (no selector, affinity or toleration is
+    read), each one a scheduler left pending with room for it."""
+    listed = [n for n in nodes if not (n.get("spec") or {}).get("unschedulable")]
+    used = requested(pods)
+    free = []
+    for n in listed:
+        offered, taken = allocatable(n), used.get(_name(n), collections.Counter())
+        free.append({r: v - taken.get(r, 0) for r, v in offered.items()})
+    out = []
+    for p in pods:
+        if (p.get("spec") or {}).get("nodeName") or (p.get("metadata") or {}).get("deletionTimestamp"):
+            continue
+        wants = collections.Counter(pod_requests(p).requests)
+        wants[PODS] += 1
+        if any(all(v <= room.get(r, 0) for r, v in wants.items()) for room in free):
+            out.append(pod_key(p))
+    return out
+
+
 def unknown_nodes(nodes: Iterable[Obj], pods: Iterable[Obj]) -> list[str]:
     """Node names that holding pods are bound to but ``nodes`` does not hold, sorted."""
     known = {_name(n) for n in nodes}

@@ -72,7 +72,8 @@ def _side_by_side_options(parser: argparse.ArgumentParser) -> argparse._Argument
     group.add_argument(
         "--workloads",
         default="bare,replicaset,anti-affinity,spread,metrics",
-        help="comma-separated, from bare, replicaset, anti-affinity, spread, metrics (default: all)",
+        help="comma-separated, from bare, replicaset, anti-affinity, spread, metrics (default: those) "
+        "and fill (the cluster filled to 95%% of its cpu in steps: sharded replicas' conflicts by fill)",
     )
     group.add_argument(
         "--schedulers",

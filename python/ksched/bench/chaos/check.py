@@ -230,10 +230,12 @@ def _kill(
 ) -> dict[str, Any]:
     """One replica's SIGKILL: the longest stretch of the next SURVIVOR_WINDOW_S in which no
     other replica bound (no control-plane restart in it), and the first bind after it onto
-    a node the victim owned at the kill."""
+    a node the victim owned at the kill (counted live)."""
     end = min(kill.start + SURVIVOR_WINDOW_S, soak.soak_end)
     others = sorted(b.at for b in binds if users[b.user] != kill.target and kill.start <= b.at <= end)
-    members = members_at(audit.shard_leases, kill.start)
+    # Its nodes as it held them live: a control-plane restart in progress can have let every
+    # Lease run out as written.
+    members = {*members_at(audit.shard_leases, kill.start), kill.target}
     onto = [b for b in binds if b.at > kill.start and b.node and owner(members, b.node) == kill.target]
     first = min(onto, key=lambda b: b.at, default=None)
     return {

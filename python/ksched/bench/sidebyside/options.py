@@ -10,14 +10,21 @@ NULL = "null-binder"
 KUBE_SCHEDULER = "kube-scheduler"
 KSCHED = "ksched"
 SCHEDULER_NAMES = {NULL: "null-binder", KUBE_SCHEDULER: "default-scheduler"}
-WORKLOADS = ("bare", "replicaset", "anti-affinity", "spread", "metrics")
+WORKLOADS = ("bare", "replicaset", "anti-affinity", "spread", "metrics", "fill")
 WORKLOAD_TITLES = {
     "bare": "bare pods, cpu/memory requests",
     "replicaset": "pods owned by a ReplicaSet behind a Service",
     "anti-affinity": "required pod anti-affinity (hostname)",
     "spread": "zone topology spread (maxSkew 1, DoNotSchedule)",
     "metrics": "bare pods under two live Prometheus metrics",
+    "fill": "the cluster filled to 95 % of its cpu in steps (sharded replicas' conflicts by fill)",
 }
+# The fill workload's steps: the cluster's allocatable cpu requested after each, and the
+# requests its pods draw from in turn (cpu millicores, memory MiB): a node fills unevenly.
+FILL_STEPS = (0.5, 0.8, 0.9, 0.95)
+FILL_SIZES = ((250, 512), (500, 1024), (1000, 2048), (250, 512), (2000, 4096), (500, 1024))
+# A fill step gives up this long after its last bind: near full, some pods fit nowhere.
+FILL_STALL_S = 15.0
 ZONE = "topology.kubernetes.io/zone"
 HOSTNAME = "kubernetes.io/hostname"
 KUBE_SCHEDULER_QPS = 5000.0
@@ -93,6 +100,11 @@ class Phase:
     metrics_status: str | None = None
     # Seconds from the resumption to each bind of the backlog, sorted (the chart).
     bind_times: list[float] = field(default_factory=list)
+    # The fill workload, step by step: {"fill": share of the cpu requested after it, "pods",
+    # "bound", "handoffs", "conflicts", "pods_per_s"}; and its pods left pending although
+    # they fit a node at the end (each a scheduler's defect).
+    fill_steps: list[dict[str, float]] = field(default_factory=list)
+    pending_that_fit: int = 0
     error: str | None = None
 
 

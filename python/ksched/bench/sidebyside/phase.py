@@ -76,7 +76,7 @@ def run_phase(
         # (the deletion of its pods) or the scheduler's start (its lists).
         settle(state, sched)
         pods = workload_pods(workload, namespace, sched.scheduler_name, opts.pods, "b", opts.nodes, owner)
-        _drain(kube, state, sched, pods, opts, watch, events, phase)
+        drain(kube, state, sched, pods, opts, watch, events, phase)
         over, violations = check_placements(kube, nodes)
         clear_pods(kube, namespace)
 
@@ -109,7 +109,7 @@ def run_phase(
     return phase
 
 
-def _drain(
+def drain(
     kube: Kube,
     state: local.ClusterState,
     sched: Scheduler,

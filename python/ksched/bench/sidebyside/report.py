@@ -139,7 +139,7 @@ def render_summary(doc: dict[str, Any]) -> str:
         out = []
         for label in labels:
             p = by.get((label, workload))
-            out.append("error" if p is None or p["error"] else fmt(p))
+            out.append("-" if p is None else "error" if p["error"] else fmt(p))
         return " / ".join(out)
 
     for w in workloads:
@@ -156,6 +156,34 @@ def render_summary(doc: dict[str, Any]) -> str:
             f"| {cells(w, lambda p: _fmt(p['p50_ms'], '.0f'))} | {cells(w, lambda p: _fmt(p['p99_ms'], '.0f'))} "
             f"| {cells(w, lambda p: str(p['overcommitted_nodes']))} |"
         )
+    return "\n".join(rows)
+
+
+def render_fill_curve(doc: dict[str, Any]) -> str:
+    """The fill workload's steps, a row per scheduler: at each fill, the step's pods bound, and
+    its hand-offs and binds refused as already bound against its binds (sharded replicas'
+    conflicts); empty without the fill workload."""
+    phases = [p for p in doc["phases"] if p["workload"] == "fill" and not p["error"] and p.get("fill_steps")]
+    if not phases:
+        return ""
+    shares = [step["fill"] for step in phases[0]["fill_steps"]]
+    rows = [
+        "Fill: each step's pods bound, then hand-offs + binds refused as already bound, against its binds",
+        "",
+        "| scheduler | "
+        + " | ".join(f"to {s:.0%} of the cpu" for s in shares)
+        + " | left pending that fit |",
+        "|---|" + "---|" * len(shares) + "---|",
+    ]
+    for p in phases:
+        cells = []
+        for step in p["fill_steps"]:
+            conflicts = step["handoffs"] + step["conflicts"]
+            share = conflicts / step["bound"] if step["bound"] else 0.0
+            cells.append(
+                f"{step['bound']:,}/{step['pods']:,}; {step['handoffs']:,} + {step['conflicts']:,} = {share:.1%}"
+            )
+        rows.append(f"| {p['scheduler']} | " + " | ".join(cells) + f" | {p.get('pending_that_fit', 0)} |")
     return "\n".join(rows)
 
 

@@ -74,6 +74,29 @@ def workload_pods(
     return pods
 
 
+def fill_pods(
+    namespace: str, scheduler_name: str, first: int, cpu_millis: int, sizes: tuple[tuple[int, int], ...]
+) -> list[Obj]:
+    """Bare pods named ``f-<first>``, ``f-<first + 1>``, ... whose cpu requests add up to at
+    least ``cpu_millis``, each request the next of ``sizes`` (cpu millicores, memory MiB) in
+    turn from the ``first``-th."""
+    pods: list[Obj] = []
+    total, i = 0, first
+    while total < cpu_millis:
+        cpu, memory = sizes[i % len(sizes)]
+        pods.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": f"f-{i}", "namespace": namespace, "labels": {"app": "fill"}},
+                "spec": {"schedulerName": scheduler_name, "containers": _container(f"{cpu}m", f"{memory}Mi")},
+            }
+        )
+        total += cpu
+        i += 1
+    return pods
+
+
 def setup_namespace(kube: Kube, namespace: str, workload: str, count: int) -> Obj | None:
     """The namespace, and for the replicaset workload its Service and ReplicaSet (returned).
 
