@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from ksched.bench.sidebyside.options import WORKLOADS
+from ksched.bench.sidebyside.options import DEFAULT_WORKLOADS, FILL_STEPS
 from ksched.bench.sidebyside.phase import percentile
 from ksched.cluster.build import missing_binaries
 from tests.integration.helpers import unavailable
@@ -54,7 +54,9 @@ def side_by_side(tmp_path: Path, *args: str) -> tuple[Path, dict[str, Any]]:
 def test_side_by_side_binds_every_pod_without_overcommit(tmp_path: Path) -> None:
     out, doc = side_by_side(tmp_path, "--steady-pods", str(STEADY), "--rate", "40")
     phases = {(p["scheduler"], p["workload"]): p for p in doc["phases"]}
-    assert set(phases) == {(s, w) for s in ("null-binder", "kube-scheduler", "ksched") for w in WORKLOADS}
+    assert set(phases) == {
+        (s, w) for s in ("null-binder", "kube-scheduler", "ksched") for w in DEFAULT_WORKLOADS
+    }
     for (scheduler, workload), p in phases.items():
         assert p["error"] is None, (scheduler, workload, p["error"])
         assert (p["bound"], p["steady_bound"]) == (PODS, STEADY), (scheduler, workload)
@@ -79,7 +81,7 @@ def test_side_by_side_binds_every_pod_without_overcommit(tmp_path: Path) -> None
     # ksched scheduled the metrics workload with both Prometheus metrics live, not degraded.
     assert "2 live metric(s) fresh" in phases[("ksched", "metrics")]["metrics_status"]
     table = (out / "table.md").read_text()
-    assert all(f"| {w} | ksched |" in table for w in WORKLOADS)
+    assert all(f"| {w} | ksched |" in table for w in DEFAULT_WORKLOADS)
     assert (out / "bound-over-time.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert not list(tmp_path.glob("cluster/state.json")), "the control plane was torn down"
 
@@ -119,3 +121,32 @@ def test_rounds_alternate_the_order_and_the_summary_takes_medians(tmp_path: Path
     summary = (out / "table.md").read_text()
     assert f"| {sum(ratios) / 2:.2f} ({ratios[0]:.2f}, {ratios[1]:.2f}) |" in summary
     assert "median of 2 rounds" in summary
+
+
+def test_three_sharded_replicas_fill_the_cluster_to_95_percent_without_overcommit(tmp_path: Path) -> None:
+    """The fill workload with one ksched and three sharded replicas: the pods bound step by
+    step, none over a node's capacity, none left pending that fits a node, and the replicas'
+    hand-offs and refused binds counted per step."""
+    out, doc = side_by_side(
+        tmp_path,
+        "--steady-pods",
+        "0",
+        "--workloads",
+        "fill",
+        "--schedulers",
+        "null-binder,ksched",
+        "--replicas",
+        "1,3",
+    )
+    # The null binder skips the fill: it binds round-robin, with no regard to room.
+    assert [p["scheduler"] for p in doc["phases"]] == ["ksched", "ksched-x3"]
+    for p in doc["phases"]:
+        assert p["error"] is None, p["error"]
+        assert [step["fill"] for step in p["fill_steps"]] == list(FILL_STEPS)
+        # Only near full may a pod find no node with room (fragments): most are bound.
+        assert p["bound"] >= 0.9 * p["pods"], (p["bound"], p["pods"], p["fill_steps"])
+        assert p["overcommitted_nodes"] == 0 and p["pending_that_fit"] == 0, p
+    sharded = doc["phases"][1]
+    assert sharded["replicas"] == 3 and len(sharded["cpu_ms_per_pod_by_replica"]) == 3
+    assert sum(step["handoffs"] for step in sharded["fill_steps"]) == sharded["handoffs"]
+    assert "| ksched-x3 | " in (out / "table.md").read_text().split("Fill: ")[1]

@@ -8,13 +8,14 @@ from pathlib import Path
 from typing import Any
 
 from ksched.bench.chaos.audit import (
+    LeaseWrite,
+    Memberships,
     deleted_by,
     deleter_kind,
     first_deleters,
     longest_gap,
     longest_outside,
     longest_without,
-    members_at,
     read_audit,
     serving,
 )
@@ -186,9 +187,13 @@ def test_sharded_replicas_are_live_while_their_leases_are_renewed_and_binds_name
     records = read_audit(log)
     assert [w.name for w in records.shard_leases] == [a, b, a, b] and not records.leases
     t0 = records.shard_leases[0].at
-    assert members_at(records.shard_leases, t0 + 2) == ("chaos-a", "chaos-b")
-    assert members_at(records.shard_leases, t0 + 6.5) == ("chaos-a",)  # deleted: gone at once
-    assert members_at(records.shard_leases, t0 + 11.5) == ()  # a's last renewal ran out at 11 s
+    timeline = Memberships.of(records.shard_leases)
+    assert timeline.at(t0 + 2) == ("chaos-a", "chaos-b")
+    assert timeline.at(t0 + 6.5) == ("chaos-a",)  # deleted: gone at once
+    assert timeline.at(t0 + 11.5) == ()  # a's last renewal ran out at 11 s
+    # Every membership in force over a stretch: b's deletion falls inside 5-7 s.
+    assert timeline.between(t0 + 5, t0 + 7) == {("chaos-a", "chaos-b"), ("chaos-a",)}
+    assert timeline.changes() == 3  # a joins, then b; b is deleted; a runs out
     (bind,) = records.binds
     assert bind.node == "kwok-node-00007"
     assert longest_without([t0 + 1, t0 + 4], t0, t0 + 10) == 6.0
@@ -206,3 +211,17 @@ def test_gaps_with_the_control_plane_down_taken_out() -> None:
     assert longest_outside([1.0, 4.0], 0.0, 20.0, outages) == 6.0
     # A bind 2 s after its return: 15 -> 20 is the longest.
     assert longest_outside([1.0, 4.0, 16.0], 0.0, 20.0, outages) == 4.0
+
+
+def test_a_replica_that_restarts_just_after_its_lease_ran_out_left_for_a_moment() -> None:
+    """chaos-c, killed, renewed last at 10 s (6 s Leases) and again from its restart at
+    16.3 s: as written it was gone over 16-16.3 s, and a bind by chaos-a onto its nodes at
+    16.6 s may have followed a reading in that moment."""
+    a, c = f"{LEASE_NAME}-shard-aaaa", f"{LEASE_NAME}-shard-cccc"
+    writes = [LeaseWrite(t, "chaos-a", 6.0, a) for t in range(0, 20)]
+    writes += [LeaseWrite(float(t), "chaos-c", 6.0, c) for t in range(0, 11)]
+    writes += [LeaseWrite(16.3, "chaos-c", 6.0, c)]
+    timeline = Memberships.of(sorted(writes, key=lambda w: w.at))
+    assert timeline.at(16.6) == timeline.at(14.6) == ("chaos-a", "chaos-c")
+    assert ("chaos-a",) in timeline.between(14.6, 16.6)
+    assert timeline.between(12.0, 15.0) == {("chaos-a", "chaos-c")}

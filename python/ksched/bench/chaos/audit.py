@@ -3,6 +3,7 @@ Lease writes (who led when), binds, creates and deletes with the user that sent 
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import json
 from dataclasses import dataclass, field
@@ -217,15 +218,46 @@ def holder_at(leases: list[LeaseWrite], t: float) -> str | None:
     return last.holder
 
 
-def members_at(shard_leases: list[LeaseWrite], t: float) -> tuple[str, ...]:
-    """The sharded replicas live at ``t`` by their Leases as written: each whose last write
-    before ``t`` renewed it within its duration (a deletion ends it at once)."""
-    last: dict[str, LeaseWrite] = {}
-    for w in shard_leases:
-        if w.at > t:
-            break
-        last[w.name] = w if not w.deleted else LeaseWrite(w.at, "", 0.0, w.name, True)
-    return tuple(sorted(w.holder for w in last.values() if w.holder and t <= w.at + w.duration_s))
+@dataclass(frozen=True)
+class Memberships:
+    """The sharded replicas live by their Leases as written, over time: each entry the
+    members from its time on (a write adds or keeps one, a deletion or a Lease that ran out
+    unrenewed removes one)."""
+
+    times: list[float]
+    members: list[tuple[str, ...]]
+
+    @classmethod
+    def of(cls, shard_leases: list[LeaseWrite]) -> Memberships:
+        # Each write, and the moment just after its duration runs out (when it may expire).
+        events = sorted(
+            [(w.at, 0, w) for w in shard_leases]
+            + [(w.at + w.duration_s + 1e-6, 1, w) for w in shard_leases if w.holder and not w.deleted],
+            key=lambda e: (e[0], e[1]),
+        )
+        last: dict[str, LeaseWrite] = {}
+        times: list[float] = []
+        members: list[tuple[str, ...]] = []
+        for t, kind, w in events:
+            if kind == 0:
+                last[w.name] = w if not w.deleted else LeaseWrite(w.at, "", 0.0, w.name, True)
+            live = tuple(sorted(x.holder for x in last.values() if x.holder and t <= x.at + x.duration_s))
+            if not members or live != members[-1]:
+                times.append(t)
+                members.append(live)
+        return cls(times, members)
+
+    def at(self, t: float) -> tuple[str, ...]:
+        i = bisect.bisect_right(self.times, t)
+        return self.members[i - 1] if i else ()
+
+    def between(self, lo: float, hi: float) -> set[tuple[str, ...]]:
+        """Every membership in force at some moment of [lo, hi]."""
+        first = bisect.bisect_right(self.times, lo)
+        return {self.at(lo), *self.members[first : bisect.bisect_right(self.times, hi)]}
+
+    def changes(self) -> int:
+        return max(0, len(self.members) - 1)
 
 
 def longest_gap(times: list[float], start: float, end: float) -> tuple[float, float]:

@@ -15,6 +15,7 @@ from ksched.bench import invariants
 from ksched.bench.chaos.audit import (
     AuditRecords,
     BindRecord,
+    Memberships,
     deleted_by,
     deleter_kind,
     first_deleters,
@@ -22,7 +23,6 @@ from ksched.bench.chaos.audit import (
     leaderless_gaps,
     longest_gap,
     longest_outside,
-    members_at,
     read_audit,
 )
 from ksched.bench.chaos.figures import (
@@ -179,18 +179,18 @@ def _binds(soak: Soak, audit: AuditRecords) -> None:
 
 def _shard_binds(soak: Soak, audit: AuditRecords) -> None:
     """Sharded: each bind onto a node its replica owned by the replicas' Leases as written at
-    the bind (or a read period before it), and the longest stretch in which no replica bound."""
+    some moment of the read slack before it, and the longest stretch in which no replica bound."""
     f = soak.figures
     users = {f"system:serviceaccount:{LEASE_NS}:{r}": r for r in soak.identities}
     mine = [b for b in audit.binds if b.user in users and b.code == 201]
     f.binds_by_ksched = len(mine)
     f.binds_by_kube_scheduler = sum(1 for b in audit.binds if b.user not in users and b.code == 201)
+    timeline = Memberships.of(audit.shard_leases)
     wrong = []
     for b in mine:
-        views = {
-            members_at(audit.shard_leases, b.at),
-            members_at(audit.shard_leases, b.at - SHARD_READ_SLACK_S),
-        }
+        # The binder read the Leases at some moment of the slack before the bind: any
+        # membership in force then may be the one it acted on.
+        views = timeline.between(b.at - SHARD_READ_SLACK_S, b.at)
         if not b.node or all(owner(members, b.node) != users[b.user] for members in views):
             wrong.append((b, sorted(views)))
     f.binds_by_non_owner = len(wrong)
@@ -212,17 +212,16 @@ def _shard_binds(soak: Soak, audit: AuditRecords) -> None:
         longest_outside(times, soak.soak_start, soak.soak_end, outages), 1
     )
     f.replica_kills = [
-        _kill(soak, audit, mine, users, x, outages)
+        _kill(soak, timeline, mine, users, x, outages)
         for x in soak.faults
         if x.kind == "replica-kill" and x.target
     ]
-    memberships = [members_at(audit.shard_leases, w.at) for w in audit.shard_leases]
-    f.membership_changes = sum(1 for a, b in itertools.pairwise(memberships) if a != b)
+    f.membership_changes = timeline.changes()
 
 
 def _kill(
     soak: Soak,
-    audit: AuditRecords,
+    timeline: Memberships,
     binds: list[BindRecord],
     users: dict[str, str],
     kill: Fault,
@@ -235,7 +234,7 @@ def _kill(
     others = sorted(b.at for b in binds if users[b.user] != kill.target and kill.start <= b.at <= end)
     # Its nodes as it held them live: a control-plane restart in progress can have let every
     # Lease run out as written.
-    members = {*members_at(audit.shard_leases, kill.start), kill.target}
+    members = {*timeline.at(kill.start), kill.target}
     onto = [b for b in binds if b.at > kill.start and b.node and owner(members, b.node) == kill.target]
     first = min(onto, key=lambda b: b.at, default=None)
     return {

@@ -10,7 +10,9 @@ NULL = "null-binder"
 KUBE_SCHEDULER = "kube-scheduler"
 KSCHED = "ksched"
 SCHEDULER_NAMES = {NULL: "null-binder", KUBE_SCHEDULER: "default-scheduler"}
-WORKLOADS = ("bare", "replicaset", "anti-affinity", "spread", "metrics", "fill")
+# What --workloads runs unless told, and every workload it takes.
+DEFAULT_WORKLOADS = ("bare", "replicaset", "anti-affinity", "spread", "metrics")
+WORKLOADS = (*DEFAULT_WORKLOADS, "fill")
 WORKLOAD_TITLES = {
     "bare": "bare pods, cpu/memory requests",
     "replicaset": "pods owned by a ReplicaSet behind a Service",
