@@ -18,13 +18,19 @@ LEASE_S = 6.0
 REPLICAS = ("chaos-a", "chaos-b")
 # --replicas N: N replicas with sharding on (every one binds onto the nodes it owns), each
 # holding a Lease named after LEASE_NAME; renewDeadline + retryPeriod < leaseDuration.
-SHARD_LEASE = {"enabled": True, "leaseDuration": "6s", "renewDeadline": "3s", "retryPeriod": "1s"}
+SHARD_LEASE = {
+    "enabled": True,
+    "leaseDuration": "6s",
+    "renewDeadline": "3s",
+    "retryPeriod": "1s",
+    "readDeadline": "3s",
+}
 SHARD_LEASE_PREFIX = f"{LEASE_NAME}-shard-"
-# A bind counts as the owner's if the binder owned the node by the Leases as written at its
-# time, or this much earlier: a replica reads the Leases every retry period, so one that has
-# just joined is read by the others up to a retry period later (and it waits a renew deadline
-# before it binds).
-SHARD_READ_SLACK_S = 2.0
+# A bind counts as the owner's if the binder owned the node under the Leases as written at
+# some moment of this stretch before it: a replica binds only while its last reading of the
+# Leases is younger than readDeadline, so its view is what they were at that reading (a
+# newcomer is seen at the next one, and binds only readDeadline after it joined).
+SHARD_READ_SLACK_S = 3.0
 # After a replica is killed, the others' binds are watched this long: it spans the victim's
 # Lease running out and its restart.
 SURVIVOR_WINDOW_S = 15.0
