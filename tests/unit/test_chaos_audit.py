@@ -208,9 +208,9 @@ def test_gaps_with_the_control_plane_down_taken_out() -> None:
     assert serving(7.0, 12.0, outages) == []  # wholly inside
     assert serving(0.0, 20.0, []) == [(0.0, 20.0)]
     # Up, with no bind: 1 -> 4 (3 s), 4 -> 6 (2 s), 14 -> 20 (6 s): from its return to the end.
-    assert longest_outside([1.0, 4.0], 0.0, 20.0, outages) == 6.0
+    assert longest_outside([1.0, 4.0], 0.0, 20.0, outages) == (14.0, 6.0)
     # A bind 2 s after its return: 15 -> 20 is the longest.
-    assert longest_outside([1.0, 4.0, 16.0], 0.0, 20.0, outages) == 4.0
+    assert longest_outside([1.0, 4.0, 16.0], 0.0, 20.0, outages) == (16.0, 4.0)
 
 
 def test_a_replica_that_restarts_just_after_its_lease_ran_out_left_for_a_moment() -> None:

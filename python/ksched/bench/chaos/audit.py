@@ -288,10 +288,12 @@ def serving(start: float, end: float, windows: list[tuple[float, float]]) -> lis
 
 def longest_outside(
     times: list[float], start: float, end: float, windows: list[tuple[float, float]]
-) -> float:
-    """The longest stretch of [start, end] with no ``times`` (sorted) and no window in it:
-    the time from a window's end to the next of ``times`` counts, the windows do not."""
-    return max((longest_without(times, lo, hi) for lo, hi in serving(start, end, windows)), default=0.0)
+) -> tuple[float, float]:
+    """The longest stretch of [start, end] with no ``times`` (sorted) and no window in it,
+    (where it begins, how long it is): the time from a window's end to the next of
+    ``times`` counts, the windows do not."""
+    gaps = [longest_gap(times, lo, hi) for lo, hi in serving(start, end, windows)]
+    return max(gaps, key=lambda g: g[1], default=(start, 0.0))
 
 
 def leaderless_gaps(leases: list[LeaseWrite], start: float, end: float) -> float:

@@ -203,20 +203,23 @@ def _shard_binds(soak: Soak, audit: AuditRecords) -> None:
     times = sorted(b.at for b in mine)
     at, gap = longest_gap(times, soak.soak_start, soak.soak_end)
     f.longest_without_binds_s = round(gap, 1)
-    during = sorted({x.kind for x in soak.faults if x.start < at + gap and (x.end or soak.soak_end) > at})
-    f.longest_without_binds_at = f"+{at - soak.soak_start:.0f} s, " + (
-        "during " + ", ".join(during) if during else "no fault"
-    )
+    f.longest_without_binds_at = _where(soak, at, gap)
     outages = [(x.start, x.end or soak.soak_end) for x in soak.faults if x.kind in CONTROL_PLANE_FAULTS]
-    f.longest_without_binds_serving_s = round(
-        longest_outside(times, soak.soak_start, soak.soak_end, outages), 1
-    )
+    up_at, up_gap = longest_outside(times, soak.soak_start, soak.soak_end, outages)
+    f.longest_without_binds_serving_s = round(up_gap, 1)
+    f.longest_without_binds_serving_at = _where(soak, up_at, up_gap)
     f.replica_kills = [
         _kill(soak, timeline, mine, users, x, outages)
         for x in soak.faults
         if x.kind == "replica-kill" and x.target
     ]
     f.membership_changes = timeline.changes()
+
+
+def _where(soak: Soak, at: float, gap: float) -> str:
+    """Where a stretch of the soak began, and the faults in progress over it."""
+    during = sorted({x.kind for x in soak.faults if x.start < at + gap and (x.end or soak.soak_end) > at})
+    return f"+{at - soak.soak_start:.0f} s, " + ("during " + ", ".join(during) if during else "no fault")
 
 
 def _kill(
@@ -240,7 +243,7 @@ def _kill(
     return {
         "victim": kill.target,
         "at_s": round(kill.start - soak.soak_start, 1),
-        "survivors_gap_s": round(longest_outside(others, kill.start, end, outages), 1),
+        "survivors_gap_s": round(longest_outside(others, kill.start, end, outages)[1], 1),
         "nodes_bound_after_s": round(first.at - kill.start, 1) if first else None,
         "nodes_bound_by": users[first.user] if first else "",
     }

@@ -120,6 +120,7 @@ class ChaosFigures:
     longest_without_binds_s: float = 0.0
     longest_without_binds_at: str = ""
     longest_without_binds_serving_s: float = 0.0
+    longest_without_binds_serving_at: str = ""
     # Each replica-kill: the victim, the longest stretch of the next SURVIVOR_WINDOW_S in which
     # no other replica bound (as above, with no control-plane restart in it), and when the
     # victim's nodes were bound onto again and by whom.
@@ -188,7 +189,8 @@ def render(f: ChaosFigures) -> str:
                 (
                     "longest without a bind",
                     f"{f.longest_without_binds_s:.1f} s (any replica; from {f.longest_without_binds_at}); "
-                    f"{f.longest_without_binds_serving_s:.1f} s with the control plane up",
+                    f"{f.longest_without_binds_serving_s:.1f} s with the control plane up "
+                    f"(from {f.longest_without_binds_serving_at})",
                 ),
                 *(
                     (

@@ -41,7 +41,8 @@ def run(soak: Soak) -> ChaosFigures:
         soak.stop.set()
         for r in soak.replicas:
             r.stop()
-        keep = not (finished and soak.figures.ok())
+        # KSCHED_CHAOS_KEEP_LOGS=1 keeps them after a soak that passed too.
+        keep = not (finished and soak.figures.ok()) or os.environ.get("KSCHED_CHAOS_KEEP_LOGS") == "1"
         if keep:
             with contextlib.suppress(OSError):
                 shutil.copy(directory / "cluster" / "audit.log", directory / "audit.log")
