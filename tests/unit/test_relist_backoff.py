@@ -38,8 +38,20 @@ def test_a_restart_is_retried_every_second_however_long_it_lasts() -> None:
     delays = [backoff.next(RECONNECT_MAX_S) for _ in range(10)]
     assert max(delays) <= RECONNECT_MAX_S
     assert delays[-1] == RECONNECT_MAX_S
-    # The growth goes on beneath the limit: an error answer after it waits the long backoff.
-    assert backoff.next() > RECONNECT_MAX_S
+    # The growth stopped at the limit: the first error answered after the restart waits
+    # about a second and doubles from there, not the 30 s the restart's retries would have grown.
+    assert backoff.next() <= 1.5 * RECONNECT_MAX_S
+    assert backoff.next() <= 3 * RECONNECT_MAX_S
+
+
+def test_a_refusal_just_after_a_restart_is_retried_as_not_ready() -> None:
+    forbidden = AnsweredError("watch: HTTP 403", 403)
+    assert retry_limit(forbidden, recovering=True) == RECONNECT_MAX_S
+    assert retry_limit(AnsweredError("list: HTTP 401", 401), recovering=True) == RECONNECT_MAX_S
+    # Long after the API server last failed to answer, a refusal is the RBAC's: full backoff.
+    assert retry_limit(forbidden) == BACKOFF_MAX_S
+    # Recovering changes nothing for other answers.
+    assert retry_limit(AnsweredError("list: not installed", 404), recovering=True) == BACKOFF_MAX_S
 
 
 def test_the_full_backoff_still_doubles_to_its_maximum() -> None:

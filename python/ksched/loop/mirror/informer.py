@@ -60,6 +60,14 @@ RECONNECT_MAX_S = 1.0
 # Answers that mean "not ready yet, retry" (a restarting API server's watch cache
 # initializing answers 429), retried as often as a server that does not answer.
 NOT_READY = frozenset({429, 503})
+# A restarted API server refuses requests (401, 403) until its authenticator and authorizer
+# have read their objects: within this long of the server not answering, those are retried
+# as not ready too. Past it, a refusal is the RBAC's and waits the full backoff. The chaos
+# soak saw 403s for a second or two after each restart; retried after the full backoff, which
+# the restart's refused connections had grown meanwhile, a watch could come back up to
+# 30 s later, and no new pod was seen in between.
+RESTART_GRACE_S = 60.0
+REFUSED = frozenset({401, 403})
 HTTP_GONE = 410
 HTTP_NOT_FOUND = 404
 
@@ -101,9 +109,11 @@ class Backoff:
         self.current = initial
 
     def next(self, limit: float = BACKOFF_MAX_S) -> float:
-        """The next delay, at most ``limit`` (the growth goes on past it)."""
+        """The next delay, at most ``limit``; the growth stops at ``limit`` too, so that the
+        first error answered after a restart (a refused connection, retried every second)
+        does not wait the backoff that the restart's retries would have grown."""
         delay = self.current * random.uniform(1.0, 1.5)
-        self.current = min(self.current * 2, self.maximum)
+        self.current = min(self.current * 2, self.maximum, max(limit, self.initial))
         return min(delay, self.maximum, limit)
 
     def reset(self) -> None:
@@ -201,6 +211,7 @@ class Informer:
 
     def _run(self) -> None:
         backoff = Backoff()
+        unanswered = -RESTART_GRACE_S  # when the API server last did not answer, or was not ready
         while not self._stop.is_set():
             try:
                 if self.resource_version is None:
@@ -213,7 +224,12 @@ class Informer:
             except (ApiUnavailableError, urllib3.exceptions.HTTPError, OSError, ValueError) as err:
                 if self._stop.is_set():
                     break
-                delay = backoff.next(retry_limit(err))
+                limit = retry_limit(err, recovering=time.monotonic() - unanswered < RESTART_GRACE_S)
+                if limit == RECONNECT_MAX_S and not (
+                    isinstance(err, AnsweredError) and err.status in REFUSED
+                ):
+                    unanswered = time.monotonic()
+                delay = backoff.next(limit)
                 log.warning("%s: %s; retrying in %.1fs", self.name, err, delay)
                 self._stop.wait(delay)
 
@@ -422,11 +438,13 @@ class Informer:
         self.resource_version = version or self.resource_version
 
 
-def retry_limit(err: Exception) -> float:
+def retry_limit(err: Exception, recovering: bool = False) -> float:
     """The longest wait before retrying after ``err``: short while the API server does not
-    answer or is not ready, the full backoff after any other answer."""
+    answer or is not ready (``recovering``: it did not answer lately, and a refusal is its
+    restart's), the full backoff after any other answer."""
     if isinstance(err, AnsweredError):
-        return RECONNECT_MAX_S if err.status in NOT_READY else BACKOFF_MAX_S
+        ready = err.status in NOT_READY or (recovering and err.status in REFUSED)
+        return RECONNECT_MAX_S if ready else BACKOFF_MAX_S
     if isinstance(err, ValueError):
         return BACKOFF_MAX_S  # an answer ksched cannot read
     return RECONNECT_MAX_S
