@@ -326,8 +326,8 @@ def restart(component: str, down_s: float = 0.0) -> None:
     """Stop one component and start it again with the same command line (for failure tests),
     after ``down_s`` seconds stopped.
 
-    kube-apiserver is waited for until /readyz answers again, etcd until /health does, KWOK
-    until its server listens.
+    kube-apiserver is waited for until /readyz answers again, etcd until /health does and
+    kube-apiserver's /readyz (its etcd check) again, KWOK until its server listens.
     Raises :class:`ClusterError` if the cluster was taken down meanwhile (see ``_CONTROL``)."""
     with _CONTROL:
         state = _running(component)
@@ -358,6 +358,15 @@ def restart(component: str, down_s: float = 0.0) -> None:
         while not http_ok(f"http://127.0.0.1:{state.ports['etcd']}/health"):
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise ClusterError(f"etcd did not come back:\n{tail(directory / 'etcd.log')}")
+            time.sleep(0.25)
+        # Back means served again: kube-apiserver's /readyz checks its etcd connection, which
+        # takes it a few seconds to make again after etcd's restart.
+        while "kube-apiserver" in state.pids and not http_ok(f"{state.apiserver}/readyz", state.token):
+            if time.monotonic() > deadline:
+                raise ClusterError(
+                    f"kube-apiserver did not serve again after etcd's restart:\n"
+                    f"{tail(directory / 'kube-apiserver.log')}"
+                )
             time.sleep(0.25)
     elif component == "kwok":
         # KWOK whose server cannot listen keeps running, serving no node's metrics or logs.
