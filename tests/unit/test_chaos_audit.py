@@ -15,7 +15,6 @@ from ksched.bench.chaos.audit import (
     first_deleters,
     longest_gap,
     longest_outside,
-    longest_without,
     read_audit,
     serving,
 )
@@ -196,7 +195,7 @@ def test_sharded_replicas_are_live_while_their_leases_are_renewed_and_binds_name
     assert timeline.changes() == 3  # a joins, then b; b is deleted; a runs out
     (bind,) = records.binds
     assert bind.node == "kwok-node-00007"
-    assert longest_without([t0 + 1, t0 + 4], t0, t0 + 10) == 6.0
+    assert longest_gap([t0 + 1, t0 + 4], t0, t0 + 10)[1] == 6.0
 
 
 def test_gaps_with_the_control_plane_down_taken_out() -> None:

@@ -112,7 +112,7 @@ def test_the_fill_curve_gives_each_steps_conflicts_against_its_binds() -> None:
 
 def test_fill_pods_request_at_least_the_cpu_asked_in_the_sizes_turn() -> None:
     sizes = ((250, 512), (1000, 2048))
-    pods = fill_pods("ns", "ksched", 3, 1500, sizes)
+    pods, millis = fill_pods("ns", "ksched", 3, 1500, sizes)
     # From the 4th size on: 1000, 250, 1000 -> 2250 >= 1500.
     assert [p["metadata"]["name"] for p in pods] == ["f-3", "f-4", "f-5"]
     assert [p["spec"]["containers"][0]["resources"]["requests"]["cpu"] for p in pods] == [
@@ -120,3 +120,4 @@ def test_fill_pods_request_at_least_the_cpu_asked_in_the_sizes_turn() -> None:
         "250m",
         "1000m",
     ]
+    assert millis == 2250

@@ -113,7 +113,7 @@ def overcommitted(nodes: Iterable[Obj], pods: Iterable[Obj]) -> list[Overcommit]
     return out
 
 
-def pending_that_fit(nodes: Iterable[Obj], pods: Iterable[Obj]) -> list[str]:
+def pending_that_fit(nodes: Iterable[Obj], pods: Collection[Obj]) -> list[str]:
     """The pending pods (``namespace/name``) whose requests, pod count included, fit what some
     schedulable node has left: for bare pods (no selector, affinity or toleration is
     read), each one a scheduler left pending with room for it."""

@@ -267,11 +267,6 @@ def longest_gap(times: list[float], start: float, end: float) -> tuple[float, fl
     return max(((a, b - a) for a, b in itertools.pairwise(inside)), key=lambda g: g[1], default=(start, 0.0))
 
 
-def longest_without(times: list[float], start: float, end: float) -> float:
-    """The longest stretch in [start, end] between consecutive ``times`` (sorted)."""
-    return longest_gap(times, start, end)[1]
-
-
 def serving(start: float, end: float, windows: list[tuple[float, float]]) -> list[tuple[float, float]]:
     """The stretches of [start, end] outside every window (windows may overlap)."""
     spans, reach = [], start

@@ -46,11 +46,11 @@ def fill_phase(
         created, requested = 0, 0
         for share in FILL_STEPS:
             settle(state, sched)
-            pods = fill_pods(
+            pods, millis = fill_pods(
                 namespace, sched.scheduler_name, created, int(share * capacity) - requested, FILL_SIZES
             )
             created += len(pods)
-            requested += sum(FILL_SIZES[i % len(FILL_SIZES)][0] for i in range(created - len(pods), created))
+            requested += millis
             step = Phase(sched.label, "fill", len(pods), round_)
             drain(kube, state, sched, pods, step_opts, watch, events, step)
             phase.fill_steps.append(
@@ -69,11 +69,10 @@ def fill_phase(
                 flush=True,
             )
             _add(phase, step)
-        listed = kube.request("GET", "/api/v1/nodes").json()["items"]
         every = kube.request("GET", "/api/v1/pods").json()["items"]
         phase.pending_that_fit = len(
             invariants.pending_that_fit(
-                listed,
+                list(nodes.values()),
                 [p for p in every if p["spec"].get("nodeName") or p["metadata"]["namespace"] == namespace],
             )
         )

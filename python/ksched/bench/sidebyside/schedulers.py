@@ -73,7 +73,8 @@ class Scheduler:
         went, when its informers synced and its node table was ready), a line a replica."""
         if not self.log.exists():
             return []
-        last = self.log.read_text(errors="replace").split("\n=== ")[-len(self.procs) or -1 :]
+        # One "=== " header a process started: the last start's, one a replica.
+        last = self.log.read_text(errors="replace").split("\n=== ")[-max(len(self.procs), 1) :]
         marks = ("informers synced", "node table built")
         return [
             line.split(": ", 1)[-1]

@@ -76,10 +76,10 @@ def workload_pods(
 
 def fill_pods(
     namespace: str, scheduler_name: str, first: int, cpu_millis: int, sizes: tuple[tuple[int, int], ...]
-) -> list[Obj]:
+) -> tuple[list[Obj], int]:
     """Bare pods named ``f-<first>``, ``f-<first + 1>``, ... whose cpu requests add up to at
     least ``cpu_millis``, each request the next of ``sizes`` (cpu millicores, memory MiB) in
-    turn from the ``first``-th."""
+    turn from the ``first``-th; and the millicores they request."""
     pods: list[Obj] = []
     total, i = 0, first
     while total < cpu_millis:
@@ -94,7 +94,7 @@ def fill_pods(
         )
         total += cpu
         i += 1
-    return pods
+    return pods, total
 
 
 def setup_namespace(kube: Kube, namespace: str, workload: str, count: int) -> Obj | None:

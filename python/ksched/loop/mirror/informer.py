@@ -224,11 +224,9 @@ class Informer:
             except (ApiUnavailableError, urllib3.exceptions.HTTPError, OSError, ValueError) as err:
                 if self._stop.is_set():
                     break
-                limit = retry_limit(err, recovering=time.monotonic() - unanswered < RESTART_GRACE_S)
-                if limit == RECONNECT_MAX_S and not (
-                    isinstance(err, AnsweredError) and err.status in REFUSED
-                ):
+                if not_answering(err):
                     unanswered = time.monotonic()
+                limit = retry_limit(err, recovering=time.monotonic() - unanswered < RESTART_GRACE_S)
                 delay = backoff.next(limit)
                 log.warning("%s: %s; retrying in %.1fs", self.name, err, delay)
                 self._stop.wait(delay)
@@ -438,13 +436,17 @@ class Informer:
         self.resource_version = version or self.resource_version
 
 
+def not_answering(err: Exception) -> bool:
+    """Whether ``err`` says the API server did not answer, or answered that it is not ready
+    (an answer ksched cannot read is neither)."""
+    if isinstance(err, AnsweredError):
+        return err.status in NOT_READY
+    return not isinstance(err, ValueError)
+
+
 def retry_limit(err: Exception, recovering: bool = False) -> float:
     """The longest wait before retrying after ``err``: short while the API server does not
     answer or is not ready (``recovering``: it did not answer lately, and a refusal is its
     restart's), the full backoff after any other answer."""
-    if isinstance(err, AnsweredError):
-        ready = err.status in NOT_READY or (recovering and err.status in REFUSED)
-        return RECONNECT_MAX_S if ready else BACKOFF_MAX_S
-    if isinstance(err, ValueError):
-        return BACKOFF_MAX_S  # an answer ksched cannot read
-    return RECONNECT_MAX_S
+    refused = isinstance(err, AnsweredError) and err.status in REFUSED
+    return RECONNECT_MAX_S if not_answering(err) or (recovering and refused) else BACKOFF_MAX_S
