@@ -442,3 +442,58 @@ def test_the_pod_informer_listing_protobuf_keeps_what_a_json_one_keeps(
         assert inf.decode_list_frame is (decode_pod_list_proto if frames else None), "fell back to JSON"
         stores.append(inf.store)
     assert stores[0] == stores[1] and set(stores[1]) == {f"{ns}/full", f"{ns}/bound"}
+
+
+def test_a_streamed_list_keeps_what_a_paged_one_keeps_and_watches_on(
+    kube: Kube, namespace: Namespaces
+) -> None:
+    """The pod informer lists as kube-scheduler's do (a watch whose initial events are every
+    pod, ended by a bookmark): read as protobuf, as JSON by the Rust decoder and as JSON by
+    ``slim_pod``, its store is the paged list's, and the same watch then brings a pod made
+    after the list."""
+    ns, path, _ = _listed(kube, namespace("list-streamed"))
+    paged = Informer(kube, path, slim_pod, lambda kind, obj, old: None, name="paged")
+    paged._relist()
+    calls: dict[str, list[tuple[str, str]]] = {"protobuf": [], "json": [], "slim": []}
+
+    def informer(label: str) -> Informer:
+        return Informer(
+            kube,
+            path,
+            slim_pod,
+            lambda kind, obj, old: calls[label].append((kind, obj["metadata"]["name"])),
+            name=label,
+            decode=decode_pod_event if label != "slim" else None,
+            decode_frame=decode_pod_frame if label == "protobuf" else None,
+            stream_list=True,
+        )
+
+    informers = [informer(label) for label in calls]
+    for inf in informers:
+        inf.start()
+    try:
+        for inf in informers:
+            assert inf.synced.wait(30), f"{inf.name}: the streamed list never ended"
+            assert inf.stream_list, f"{inf.name}: the API server refused to stream the list"
+            assert inf.store == paged.store, inf.name
+            timing = inf.last_list
+            assert timing is not None and timing.streamed and timing.pages == len(paged.store) == 2
+            assert inf.resource_version is not None and int(inf.resource_version) >= int(
+                paged.resource_version or 0
+            )
+        for label, made in calls.items():
+            assert sorted(made) == [("ADDED", "bound"), ("ADDED", "full")], label
+        later = copy_without_owner(_pods(ns, "none")[0], "later")
+        create(kube, [later])
+        wait_for(lambda: all(("ADDED", "later") in calls[label] for label in calls), 30)
+    finally:
+        for inf in informers:
+            inf.stop()
+    assert informers[0].decode_frame is not None, "the protobuf informer fell back to JSON"
+    assert all(inf.relists == 1 for inf in informers), "a streamed list was read more than once"
+
+
+def copy_without_owner(pod: Obj, name: str) -> Obj:
+    """``pod`` renamed, without the owner the namespace's first pods had."""
+    meta = {k: v for k, v in pod["metadata"].items() if k != "ownerReferences"}
+    return {**pod, "metadata": {**meta, "name": name}}

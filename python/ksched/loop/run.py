@@ -491,10 +491,16 @@ def _informers(
     kube: Kube, state: ClusterState, scheduler: Scheduler, shadow: Shadow | None
 ) -> list[Informer]:
     """One informer per watched kind, nodes first, then pods; in shadow mode nodes and pods
-    go to the shadow loop instead of the scheduler."""
+    go to the shadow loop instead of the scheduler. Nodes and pods, the large lists, are
+    streamed, as kube-scheduler lists them."""
     return [
         Informer(
-            kube, "/api/v1/nodes", slim_node, state.on_node if shadow else scheduler.on_node, name="nodes"
+            kube,
+            "/api/v1/nodes",
+            slim_node,
+            state.on_node if shadow else scheduler.on_node,
+            name="nodes",
+            stream_list=True,
         ),
         Informer(
             kube,
@@ -506,6 +512,7 @@ def _informers(
             decode_frame=decode_pod_frame,
             decode_list=decode_pod_list,
             decode_list_frame=decode_pod_list_proto,
+            stream_list=True,
         ),
         Informer(kube, "/api/v1/namespaces", slim_namespace, state.on_namespace, name="namespaces"),
         Informer(

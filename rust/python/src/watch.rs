@@ -21,8 +21,8 @@ mod tree;
 use std::fmt;
 
 use ksched_wire::projection::{
-    skip, Fields, Key, List, Object, CONDITION, CONTAINER, CONTAINER_STATUS, OURS, POD_CONDITIONS, POD_META, POD_SPEC, STATUS_ERROR,
-    STATUS_KEPT,
+    kept_annotation, skip, Fields, Key, List, Object, CONDITION, CONTAINER, CONTAINER_STATUS, POD_CONDITIONS, POD_META, POD_SPEC,
+    STATUS_ERROR, STATUS_KEPT,
 };
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyList, PyString};
@@ -382,7 +382,7 @@ struct Ours<'py>(Python<'py>, Vec<(String, Bound<'py, PyAny>)>);
 
 impl<'de, 'py> Fields<'de> for Ours<'py> {
     fn field<A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<(), A::Error> {
-        if key.starts_with(OURS) {
+        if kept_annotation(key) {
             let value = map.next_value_seed(Value(self.0))?;
             // A repeated key keeps its first place and its last value, as a dict does.
             match self.1.iter_mut().find(|(k, _)| k == key) {

@@ -46,6 +46,14 @@ pub const CONTAINER_STATUS: &[&str] = &["name", "allocatedResources", "resources
 pub const STATUS_ERROR: &[&str] = &["code", "reason", "message"];
 /// The prefix of the annotations ksched reads (its own).
 pub const OURS: &str = "ksched.io/";
+/// The annotation of the bookmark that ends a streamed list's initial events (KEP-3157).
+pub const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";
+
+/// Whether a projection keeps annotation `key`: ksched's own, and the end of a streamed
+/// list's initial events.
+pub fn kept_annotation(key: &str) -> bool {
+    key.starts_with(OURS) || key == INITIAL_EVENTS_END
+}
 /// What a pod's status keeps besides its conditions and container statuses.
 pub const STATUS_KEPT: &[&str] = &["phase", "resources", "allocatedResources", "nominatedNodeName", "startTime"];
 

@@ -22,7 +22,7 @@ mod tests;
 use serde::de::value::{BorrowedStrDeserializer, Error, MapDeserializer, SeqDeserializer};
 use serde::de::{Deserializer, IntoDeserializer, Visitor};
 
-use crate::projection::OURS;
+use crate::projection::kept_annotation;
 use crate::protobuf::{bytes_of, entry, fields, text, varint_of, Wire};
 use schema::{Field, Kind, Show, LIST_META, POD, STATUS};
 
@@ -190,7 +190,7 @@ fn fill<'a>(out: &mut Vec<(&'a str, V<'a>)>, data: &'a [u8], schema: &'static [F
                 for wire in items {
                     let (k, v) = entry(bytes_of(wire, field.name)?)?;
                     let k = text(k)?;
-                    if matches!(field.kind, Kind::OursMap) && !k.starts_with(OURS) {
+                    if matches!(field.kind, Kind::OursMap) && !kept_annotation(k) {
                         continue;
                     }
                     let v = if matches!(field.kind, Kind::Quantities) {

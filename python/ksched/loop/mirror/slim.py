@@ -26,6 +26,9 @@ _CONTAINER = tuple(_core.POD_PROJECTION["container"])
 # A condition's fields; PodScheduled's lastTransitionTime is the pod's bind time (load estimate).
 _CONDITION = ("type", "status", "lastTransitionTime", "reason", "message")
 _NODE_META = ("name", "uid", "labels", "annotations")
+# The annotation of the bookmark that ends a streamed list's initial events (KEP-3157): every
+# projection keeps it (a node's keeps all its annotations).
+INITIAL_EVENTS_END = "k8s.io/initial-events-end"
 
 
 def slim_pod(pod: Obj) -> Obj:
@@ -73,10 +76,11 @@ def slim_pod(pod: Obj) -> Obj:
         slim_status["startTime"] = status["startTime"]
     metadata = _pick(pod.get("metadata"), _POD_META)
     # Only ksched's own annotations (opt-outs, markers): others can be large and change often.
+    # And the one that ends a streamed list's initial events, on its bookmark.
     ours = {
         k: v
         for k, v in ((pod.get("metadata") or {}).get("annotations") or {}).items()
-        if k.startswith("ksched.io/")
+        if k.startswith("ksched.io/") or k == INITIAL_EVENTS_END
     }
     if ours:
         metadata["annotations"] = ours
