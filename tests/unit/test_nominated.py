@@ -197,3 +197,33 @@ def test_a_preemption_clears_lower_nominations_on_its_node() -> None:
     assert binder.preempted == [("urgent", "n0", [("default", "victim", "uid-victim")])]
     assert binder.cleared == ["low"]
     assert sorted(p["metadata"]["name"] for p in queue.nominated()) == ["away", "peer"]
+
+
+def test_a_preemptor_holds_its_room_before_the_watch_brings_its_nomination_back() -> None:
+    # After an API server restart the watch took seconds to echo a nomination: a second
+    # preemptor of the same priority chose the same victims for the same node's room.
+    queue = SchedulingQueue(lambda: 1000.0)
+    first = nominated("first", None, cpu="2", priority=50)
+    first["metadata"]["uid"] = "uid-first"
+    queue.add(first)
+    (qp,) = queue.pop_batch(10, 0.0, 0.0)
+    binder = RecordingBinder()
+    scheduler = Scheduler(Config(), UsageState(), queue, binder, Telemetry(), lambda: True, None)  # type: ignore[arg-type]
+    placement = Placement("default/first", None, None, "", nominated_node="n0", victims=("default/victim",))
+    scheduler._preempt(qp, placement)
+    queue.done_unschedulable(qp, "waiting for its victims")
+    # The nomination was handed to the writer as the pod stood (the writer skips a node
+    # already nominated without victims), and is held in the queue at once.
+    assert binder.preempted == [("first", "n0", [("default", "victim", "uid-victim")])]
+    (held,) = queue.nominated()
+    assert held["metadata"]["name"] == "first" and held["status"]["nominatedNodeName"] == "n0"
+    # The cycle's next engine call counts it on n0: no room there for a second preemptor.
+    snap = build_snapshot([node("n0", cpu="2")], [pod("victim", cpu="2", node_name="n0", priority=0)])
+    second = nominated("second", None, cpu="2", priority=50)
+    engine = Engine(Config())
+    assert engine.schedule(snap, [second]).placements[0].nominated_node == "n0", "alone, it would preempt"
+    result = engine.schedule(snap, [second], nominated=[held])
+    assert result.placements[0].nominated_node is None and result.placements[0].node is None
+    # The watch's copy of the pod, written or not, replaces the held one.
+    queue.add(first)
+    assert queue.nominated() == []

@@ -459,6 +459,7 @@ class Scheduler:
             for pod in self.queue.take_nominations(placement.nominated_node, qp.priority):
                 self.binder.clear_nomination(pod)
         self.binder.preempt(qp.pod, placement.nominated_node, victims)
+        self.queue.nominate(qp, placement.nominated_node)
 
     def _not_ours(self, qp: QueuedPod) -> bool:
         """Whether the pod is one ksched never places (it uses ResourceClaims), now dealt with:

@@ -310,6 +310,20 @@ class SchedulingQueue:
                     self._nominated.discard(key)
             return out
 
+    def nominate(self, qp: QueuedPod, node: str) -> None:
+        """Record at once the nomination a preemption is writing for ``qp`` (upstream's
+        nominator keeps it in memory from PostFilter on): the pod holds its room from the next
+        cycle, before the watch brings the written status back. Until then, another pod of its
+        priority could preempt the same victims again: after an API server restart that echo
+        took seconds, and two preemptors evicted the same victims for one node's room (one of
+        them then bound nowhere). The pod the watch brings replaces this one, as ever."""
+        with self._cond:
+            if self._pods.get(qp.key) is not qp:
+                return
+            status = qp.pod.get("status") or {}
+            qp.pod = {**qp.pod, "status": {**status, "nominatedNodeName": node}}
+            self._nominated.add(qp.key)
+
     def done_bound(self, qp: QueuedPod) -> None:
         """Bound (or the pod turned out bound already): it leaves the queue."""
         with self._cond:
