@@ -117,6 +117,22 @@ def test_three_replicas_bind_at_once_each_onto_its_own_nodes_and_survivors_take_
         per_pod = collections.Counter(e["regarding"]["name"] for e in scheduled_events(kube, ns))
         assert set(per_pod.values()) == {1}, "no pod bound twice"
         assert_no_node_overcommitted(kube)
+        # Each survivor said, on its own Lease, that it counts the victim gone.
+        views = [
+            (e["reportingInstance"], e["regarding"]["kind"], e["note"])
+            for e in kube.request("GET", "/apis/events.k8s.io/v1/namespaces/kube-system/events").json()[
+                "items"
+            ]
+            if e.get("reason") == "KschedShardsChanged"
+        ]
+        survivors_now = ", ".join(sorted(IDENTITIES[1:]))
+        for k in survivors:
+            assert any(
+                who == k.identity
+                and kind == "Lease"
+                and note.startswith(f"live replicas: {survivors_now} (2)")
+                for who, kind, note in views
+            ), views
 
 
 def test_three_replicas_binding_at_once_fill_nodes_to_the_last_pod_and_never_past_it(

@@ -35,7 +35,7 @@ def test_event_carries_every_field_and_its_time_to_the_microsecond() -> None:
         reason="Scheduled",
         note=note,
         type_="Normal",
-        regarding=("ns", "p", "uid-1"),
+        regarding=protobuf.Reference("Pod", "v1", "ns", "p", "uid-1"),
     )
     assert body(raw) == {
         "apiVersion": "events.k8s.io/v1",

@@ -21,6 +21,7 @@ from ksched.loop.shards import SHARD_LABEL, Shards, lease_name, owner
 from tests.conftest import node, pod
 from tests.unit.test_handoff_rbac import DEPLOY
 from tests.unit.test_shadow import quiet_status
+from tests.unit.wire_bodies import body as wire_body
 
 SHARDING = ShardingConfig(
     enabled=True, lease_duration_s=10, renew_deadline_s=6, retry_period_s=2, read_deadline_s=4
@@ -35,10 +36,18 @@ class FakeLeases:
         self.leases: dict[str, dict[str, Any]] = {}
         self.versions = itertools.count(1)
         self.down = False
+        # The events posted (read back from their protobuf).
+        self.events: list[dict[str, Any]] = []
 
-    def request(self, method: str, path: str, *, query: Any = None, body: Any = None, **_: Any) -> Response:
+    def request(
+        self, method: str, path: str, *, query: Any = None, body: Any = None, raw: bytes = b"", **_: Any
+    ) -> Response:
         if self.down:
             raise ApiUnavailableError("down")
+        if path.endswith("/events"):
+            assert method == "POST"
+            self.events.append(wire_body(raw))
+            return Response(201, b"{}")
         name = path.rsplit("/", 1)[1] if not path.endswith("/leases") else None
         if method == "GET" and name is None:
             selector = query["labelSelector"]
@@ -163,6 +172,23 @@ def test_two_replicas_split_the_nodes_and_a_stopped_one_hands_them_over_at_once(
     assert a.members() == ("a",)
     assert a.own_nodes(NODES) == set(NODES)
     assert "a" in changes
+    # Each replica's view, as an event on its own Lease (b's first view, read before its
+    # Lease existed, is said by its next).
+    said = [
+        (e["regarding"]["kind"], e["regarding"]["name"], e["reason"], e["note"], e["reportingInstance"])
+        for e in api.events
+    ]
+    lease_a, lease_b = lease_name("ksched", "a"), lease_name("ksched", "b")
+    assert said == [
+        ("Lease", lease_a, "KschedShardsChanged", "live replicas: a, b (2); before: none", "a"),
+        ("Lease", lease_b, "KschedShardsChanged", "live replicas: a, b (2); before: a", "b"),
+        ("Lease", lease_a, "KschedShardsChanged", "live replicas: a (1); before: a, b", "a"),
+    ]
+    assert all(
+        e["regarding"]["apiVersion"] == "coordination.k8s.io/v1"
+        and e["regarding"]["namespace"] == "kube-system"
+        for e in api.events
+    )
 
 
 def test_a_replica_whose_lease_stops_changing_is_gone_after_the_lease_duration() -> None:
@@ -344,9 +370,12 @@ class Recording(FakeLeases):
 
     def request(self, method: str, path: str, **kwargs: Any) -> Response:
         list_ = method == "GET" and path.endswith("/leases")
-        self.asked.add(
-            "list" if list_ else {"GET": "get", "POST": "create", "PUT": "update", "DELETE": "delete"}[method]
-        )
+        if not path.endswith("/events"):  # granted by ksched's own ClusterRole
+            self.asked.add(
+                "list"
+                if list_
+                else {"GET": "get", "POST": "create", "PUT": "update", "DELETE": "delete"}[method]
+            )
         return super().request(method, path, **kwargs)
 
 

@@ -4,7 +4,8 @@ writes them (events.k8s.io/v1, sent as protobuf).
 Owns an event's name, body and path, the component they name, upstream's
 Scheduled note, and ksched's own reasons: a pod placed over a metric's threshold, and the
 rebalancer's moves and the steering marks (about the pod and about its node: an object of kind ``Node``, whose
-events go to the ``default`` namespace as the kubelet's do). Sending and retrying them is
+events go to the ``default`` namespace as the kubelet's do), and a sharded replica's view of
+the live replicas (about its own Lease). Sending and retrying them is
 the binder's (:mod:`ksched.loop.scheduling.binder`).
 """
 
@@ -32,6 +33,8 @@ MARKED_HOT = "KschedMarkedHot"
 UNMARKED = "KschedUnmarked"
 # Where events about cluster-scoped objects (nodes) go, as upstream's recorder puts them.
 NODE_EVENT_NAMESPACE = "default"
+# A sharded replica's event on its own Lease: the live replicas it counts changed.
+SHARDS_CHANGED = "KschedShardsChanged"
 
 
 def now() -> str:
@@ -45,12 +48,14 @@ def scheduled_message(namespace: str, name: str, node: str) -> str:
 
 
 def event_request(
-    pod: Obj, kind: str, reason: str, action: str, note: str, instance: str
+    obj: Obj, kind: str, reason: str, action: str, note: str, instance: str
 ) -> tuple[str, bytes]:
-    """The path and body of an event about the pod (or the node, where ``pod`` is of kind
-    ``Node``), reported by this replica (``instance``)."""
-    m = meta(pod)
-    is_node = pod.get("kind") == "Node"
+    """The path and body of an event about ``obj``, reported by this replica (``instance``):
+    a pod, or an object of the ``kind`` and ``apiVersion`` it names (a ``Node``: its events go
+    to the ``default`` namespace; a replica's ``Lease``: to the Lease's)."""
+    m = meta(obj)
+    regarding_kind = str(obj.get("kind") or "Pod")
+    is_node = regarding_kind == "Node"
     ns = NODE_EVENT_NAMESPACE if is_node else str(m.get("namespace"))
     name = str(m.get("name"))
     at = time.time_ns()
@@ -68,7 +73,12 @@ def event_request(
         reason=reason,
         note=note[:MAX_NOTE],
         type_=kind,
-        regarding=(ns, name, str(uid) if uid else None),
-        regarding_node=is_node,
+        regarding=protobuf.Reference(
+            regarding_kind,
+            str(obj.get("apiVersion") or "v1"),
+            None if is_node else ns,
+            name,
+            str(uid) if uid else None,
+        ),
     )
     return f"/apis/events.k8s.io/v1/namespaces/{ns}/events", raw

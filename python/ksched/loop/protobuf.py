@@ -15,6 +15,8 @@ API server about what JSON did); ksched reads only their status code, and
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 PROTOBUF = "application/vnd.kubernetes.protobuf"
 # What ksched accepts back: protobuf, or JSON from a server (or proxy) that has no protobuf.
 ACCEPT = f"{PROTOBUF}, application/json"
@@ -61,8 +63,17 @@ _BINDING = _envelope("v1", "Binding")
 _EVENT = _envelope("events.k8s.io/v1", "Event")
 # ObjectReference: kind = 1, namespace = 2, name = 3, uid = 4, apiVersion = 5.
 _NODE = _text(1, "Node")
-_POD = _text(1, "Pod")
 _V1 = _text(5, "v1")
+
+
+class Reference(NamedTuple):
+    """What an event is about: an ObjectReference (``namespace`` None: cluster-scoped)."""
+
+    kind: str
+    api_version: str
+    namespace: str | None
+    name: str
+    uid: str | None
 
 
 def binding(namespace: str, name: str, uid: str | None, node: str) -> bytes:
@@ -85,14 +96,11 @@ def event(
     reason: str,
     note: str,
     type_: str,
-    regarding: tuple[str, str, str | None],
-    regarding_node: bool = False,
+    regarding: Reference,
 ) -> bytes:
     """An ``events.k8s.io/v1`` Event named ``name`` at ``time_ns`` (unix nanoseconds, kept to
-    the microsecond as MicroTime is) about the pod ``regarding`` (namespace, name, uid), or
-    the node (``regarding_node``; no namespace)."""
+    the microsecond as MicroTime is) about the object ``regarding``."""
     micros = time_ns // 1000
-    pod_ns, pod_name, pod_uid = regarding
     # Event: metadata = 1, eventTime = 2 (MicroTime: seconds = 1, nanos = 2),
     # reportingController = 4, reportingInstance = 5, action = 6, reason = 7, regarding = 8,
     # note = 10, type = 11.
@@ -106,10 +114,11 @@ def event(
             _text(7, reason),
             _field(
                 8,
-                (_NODE if regarding_node else _POD + _text(2, pod_ns))
-                + _text(3, pod_name)
-                + (_text(4, pod_uid) if pod_uid else b"")
-                + _V1,
+                _text(1, regarding.kind)
+                + (_text(2, regarding.namespace) if regarding.namespace is not None else b"")
+                + _text(3, regarding.name)
+                + (_text(4, regarding.uid) if regarding.uid else b"")
+                + _text(5, regarding.api_version),
             ),
             _text(10, note),
             _text(11, type_),

@@ -28,7 +28,9 @@ for a lease duration; the other stopped binding a renew deadline after its last 
 which the rule ``renewDeadline + retryPeriod < leaseDuration`` puts before that.
 
 Reads the clock it is given and writes only its own Lease (and deletes Leases that have not
-changed for :data:`FORGET_AFTER` lease durations: replicas that crashed).
+changed for :data:`FORGET_AFTER` lease durations: replicas that crashed), and an event on its
+own Lease each time the live replicas it counts change (``KschedShardsChanged``: who they are
+now, and before), so ``kubectl get events`` shows each replica's view, and where two disagreed.
 """
 
 from __future__ import annotations
@@ -45,6 +47,8 @@ from typing import Any
 from ksched.config import LeaderElectionConfig, ShardingConfig
 from ksched.engine.gangs import pod_group_of
 from ksched.loop.client import ApiUnavailableError, Kube
+from ksched.loop.events import SHARDS_CHANGED, event_request
+from ksched.loop.protobuf import PROTOBUF, readable
 from ksched.objects import Obj, meta, spec
 
 log = logging.getLogger(__name__)
@@ -374,13 +378,39 @@ class Shards:
                 # Its Lease was not there (deleted by hand, or taken for a crashed replica's):
                 # the others may own its nodes, so it rejoins as a newcomer does.
                 self._streak = float("inf")
-            changed = tuple(live) != self._view.members
+            was = self._view.members
+            changed = tuple(live) != was
             if changed:
                 self._view = Membership(tuple(live), self._view.version + 1)
         if changed:
             log.info("sharding: %d live replicas: %s", len(live), ", ".join(live))
             self.on_change()
+            self._report(tuple(live), was)
         self._forget_crashed(at)
+
+    def _report(self, live: tuple[str, ...], before: tuple[str, ...]) -> None:
+        """The event on this replica's own Lease that says whom it now counts live (a change
+        seen before its Lease exists, at its first reading, is said by the next one). Sent
+        once: a lost event loses a record, never a bind."""
+        lease = self._lease
+        if lease is None:
+            return
+        regarding = {
+            "kind": "Lease",
+            "apiVersion": "coordination.k8s.io/v1",
+            "metadata": {"namespace": self.namespace, "name": self.name, "uid": meta(lease).get("uid")},
+        }
+        note = (
+            f"live replicas: {', '.join(live) or 'none'} ({len(live)}); before: {', '.join(before) or 'none'}"
+        )
+        path, raw = event_request(regarding, "Normal", SHARDS_CHANGED, "Sharding", note, self.identity)
+        try:
+            r = self.kube.request("POST", path, raw=raw, content_type=PROTOBUF)
+        except ApiUnavailableError as err:
+            log.warning("sharding: event %s not recorded: %s", SHARDS_CHANGED, err)
+            return
+        if not r.ok:
+            log.warning("sharding: event %s: HTTP %d: %s", SHARDS_CHANGED, r.status, readable(r.data))
 
     def _forget_crashed(self, at: float) -> None:
         """Delete the Leases left by replicas that crashed long ago (never this one's)."""
