@@ -11,6 +11,7 @@ through the :class:`~ksched.cluster.processes.Launcher` it is given, which recor
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import urllib.parse
 from pathlib import Path
@@ -19,6 +20,8 @@ from typing import Any
 from ksched.cluster import metrics_server
 from ksched.cluster.processes import ClusterError, ClusterState, Launcher, free_port, http_ok, kubectl
 
+# kube-apiserver's log level (``--v``) where set: a diagnosis's, never a test's.
+APISERVER_VERBOSITY_ENV = "KSCHED_APISERVER_VERBOSITY"
 # kube-controller-manager's controllers that real pods need: their ServiceAccount, the CA
 # they trust the API server by, and the EndpointSlices kube-proxy routes Services with.
 REAL_POD_CONTROLLERS = (
@@ -129,6 +132,8 @@ def start_apiserver(
             "--delete-collection-workers=16",
             "--watch-cache=true",
             "--profiling=false",
+            # A diagnosis's log level (1 logs each watcher it closes for falling behind, and whose).
+            *([f"--v={level}"] if (level := os.environ.get(APISERVER_VERBOSITY_ENV)) else []),
             *_audit_args(state, audit_policy),
             *(metrics_server.apiserver_args(certs) if certs else []),
         ],
