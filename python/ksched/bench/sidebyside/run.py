@@ -362,7 +362,9 @@ def existing_main(
     lost, unbound or over a node's capacity."""
     kscheds, labels, by_label = _schedulers(schedulers, extra, replicas)
     if nodes < 1 or drain_pods < 1 or churn_pods < 0 or steady_pods < 1 or cpu_hog < 0:
-        raise KschedError("--nodes and --pods must be at least 1, --churn-pods and --cpu-hog at least 0")
+        raise KschedError(
+            "--nodes, --pods and --steady-pods must be at least 1, --churn-pods and --cpu-hog at least 0"
+        )
     if churn_rate <= 0 or rate <= 0:
         raise KschedError("--churn-rate and --rate must be above 0")
     opts = ExistingOptions(
