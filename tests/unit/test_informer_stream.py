@@ -6,13 +6,15 @@ an API server that refuses to stream is listed in pages."""
 from __future__ import annotations
 
 import copy
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import orjson
 import pytest
 
-from ksched.loop.mirror.informer import FRAME_HEADER, Informer
+from ksched.loop.client import Response
+from ksched.loop.mirror.informer import FRAME_HEADER, AnsweredError, Informer
 from ksched.loop.mirror.slim import INITIAL_EVENTS_END, decode_pod_event, decode_pod_frame, slim_pod
 from ksched.objects import Obj
 from tests.unit.test_informer_frames import _len, _typed, pod_frame
@@ -154,12 +156,59 @@ def test_a_stream_cut_before_its_list_ended_changes_nothing() -> None:
     assert calls == [("ADDED", "a")] and inf.resource_version == "6"
 
 
+class Refusing(Server):
+    """An API server that refuses streamed lists with ``status`` and lists in pages: one page
+    of one pod; its watches end at once."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__(Answer(status, []))
+
+    def stream(self, path: str, query: dict[str, Any], **_kw: Any) -> Answer:
+        self.queries.append(dict(query))
+        return self.answer if query.get("sendInitialEvents") else Answer(200, [])
+
+    def request(self, *_args: Any, **_kwargs: Any) -> Any:
+        page = {"kind": "PodList", "metadata": {"resourceVersion": "9"}, "items": [pod("a", "5")]}
+        return Response(200, orjson.dumps(page))
+
+
 @pytest.mark.parametrize("status", [400, 422])
-def test_an_api_server_that_refuses_to_stream_is_listed_in_pages(status: int) -> None:
-    server = Server(Answer(status, []))
+def test_a_list_the_api_server_refuses_to_stream_is_paged_and_the_next_streams_again(status: int) -> None:
+    server = Refusing(status)
+    inf, calls = informer(server)  # type: ignore[arg-type]
+    inf._list_and_watch()
+    assert calls == [] and inf.resource_version is None and not inf.synced.is_set()
+    inf._list_and_watch()
+    assert calls == [("ADDED", "a")] and inf.resource_version == "9" and inf.synced.is_set()
+    # The next list (after a 410) tries a stream first, as client-go's reflector does.
+    inf.resource_version = None
+    inf._list_and_watch()
+    streams = [q for q in server.queries if q.get("sendInitialEvents")]
+    assert len(streams) == 2 and inf.resource_version is None
+
+
+@pytest.mark.parametrize(("code", "paged"), [(500, True), (504, True), (429, False), (503, False)])
+def test_a_stream_that_ends_in_an_error_event_is_listed_in_pages_unless_the_server_is_not_ready(
+    code: int, paged: bool
+) -> None:
+    error = line("ERROR", {"kind": "Status", "code": code, "reason": "InternalError", "message": "no"})
+    server = Server(Answer(200, [line("ADDED", pod("a", "5")) + b"\n" + error + b"\n"]))
     inf, calls = informer(server)
+    with pytest.raises(AnsweredError):
+        inf._watch()
+    assert inf._page_next is paged and calls == [] and inf.resource_version is None
+
+
+def test_a_streamed_list_counts_its_time_from_its_request() -> None:
+    class Slow(Server):
+        def stream(self, path: str, query: dict[str, Any], **kw: Any) -> Answer:
+            time.sleep(0.05)  # the API server's wait before its first event
+            return super().stream(path, query, **kw)
+
+    server = Slow(Answer(200, [bookmark("6", end=True) + b"\n"]))
+    inf, _ = informer(server)
     inf._watch()
-    assert not inf.stream_list and calls == [] and inf.resource_version is None
+    assert inf.last_list is not None and inf.last_list.seconds >= 0.05
 
 
 def test_the_bookmark_that_ends_the_list_keeps_its_annotation_through_each_projection() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -168,12 +169,20 @@ class RecordingBinder:
     def __init__(self) -> None:
         self.cleared: list[str] = []
         self.preempted: list[tuple[str, str, list[tuple[str, str, str]]]] = []
+        # Each preemption's report of whether its nomination was written.
+        self.done: list[Callable[[bool], None]] = []
 
     def clear_nomination(self, p: dict[str, Any]) -> None:
         self.cleared.append(p["metadata"]["name"])
 
-    def preempt(self, p: dict[str, Any], node: str, victims: list[tuple[str, str, str]]) -> None:
+    def unschedulable(self, p: dict[str, Any], message: str) -> None:
+        pass
+
+    def preempt(
+        self, p: dict[str, Any], node: str, victims: list[tuple[str, str, str]], done: Callable[[bool], None]
+    ) -> None:
         self.preempted.append((p["metadata"]["name"], node, victims))
+        self.done.append(done)
 
 
 def test_a_preemption_clears_lower_nominations_on_its_node() -> None:
@@ -202,16 +211,7 @@ def test_a_preemption_clears_lower_nominations_on_its_node() -> None:
 def test_a_preemptor_holds_its_room_before_the_watch_brings_its_nomination_back() -> None:
     # After an API server restart the watch took seconds to echo a nomination: a second
     # preemptor of the same priority chose the same victims for the same node's room.
-    queue = SchedulingQueue(lambda: 1000.0)
-    first = nominated("first", None, cpu="2", priority=50)
-    first["metadata"]["uid"] = "uid-first"
-    queue.add(first)
-    (qp,) = queue.pop_batch(10, 0.0, 0.0)
-    binder = RecordingBinder()
-    scheduler = Scheduler(Config(), UsageState(), queue, binder, Telemetry(), lambda: True, None)  # type: ignore[arg-type]
-    placement = Placement("default/first", None, None, "", nominated_node="n0", victims=("default/victim",))
-    scheduler._preempt(qp, placement)
-    queue.done_unschedulable(qp, "waiting for its victims")
+    queue, binder, _, _ = _preempting("first")
     # The nomination was handed to the writer as the pod stood (the writer skips a node
     # already nominated without victims), and is held in the queue at once.
     assert binder.preempted == [("first", "n0", [("default", "victim", "uid-victim")])]
@@ -224,6 +224,48 @@ def test_a_preemptor_holds_its_room_before_the_watch_brings_its_nomination_back(
     assert engine.schedule(snap, [second]).placements[0].nominated_node == "n0", "alone, it would preempt"
     result = engine.schedule(snap, [second], nominated=[held])
     assert result.placements[0].nominated_node is None and result.placements[0].node is None
-    # The watch's copy of the pod, written or not, replaces the held one.
-    queue.add(first)
+    # A copy the watch brings without the nomination (the pod's own PodScheduled condition,
+    # written meanwhile) keeps it, as upstream's UpdateNominatedPod does...
+    queue.add(_first())
+    (held,) = queue.nominated()
+    assert held["status"]["nominatedNodeName"] == "n0"
+    # ...until the watch shows the nomination written; from then on the API server's copy rules.
+    queue.add({**_first(), "status": {"nominatedNodeName": "n0"}})
+    queue.add(_first())
     assert queue.nominated() == []
+
+
+def _first() -> dict[str, Any]:
+    first = nominated("first", None, cpu="2", priority=50)
+    first["metadata"]["uid"] = "uid-first"
+    return first
+
+
+def _preempting(name: str) -> tuple[SchedulingQueue, RecordingBinder, Scheduler, Any]:
+    """A queue whose one pod preempted on n0 (its nomination not yet written), then waits."""
+    queue = SchedulingQueue(lambda: 1000.0)
+    queue.add(_first())
+    (qp,) = queue.pop_batch(10, 0.0, 0.0)
+    binder = RecordingBinder()
+    scheduler = Scheduler(Config(), UsageState(), queue, binder, Telemetry(), lambda: True, None)  # type: ignore[arg-type]
+    placement = Placement(f"default/{name}", None, None, "", nominated_node="n0", victims=("default/victim",))
+    scheduler._preempt(qp, placement)
+    queue.done_unschedulable(qp, "waiting for its victims")
+    return queue, binder, scheduler, qp
+
+
+def test_a_nomination_that_was_not_written_holds_no_room() -> None:
+    queue, binder, _, _ = _preempting("first")
+    (done,) = binder.done
+    done(False)  # the PATCH failed (the API server restarting)
+    assert queue.nominated() == []
+    # A copy from the watch brings no nomination back.
+    queue.add(_first())
+    assert queue.nominated() == []
+
+
+def test_a_nomination_dropped_when_the_pod_fits_nowhere_is_dropped_at_once() -> None:
+    # Its clear on the API server brings no echo where the nomination was only held here.
+    queue, binder, scheduler, qp = _preempting("first")
+    scheduler._place(qp, Placement("default/first", None, None, "no node fits"), "default-scheduler", 0.0)
+    assert binder.cleared == ["first"] and queue.nominated() == []

@@ -44,8 +44,9 @@ class Binder:
         self.handed[p["metadata"]["name"]] = node_name
         done(True)
 
-    def preempt(self, p: Obj, node_name: str, victims: Any) -> None:
+    def preempt(self, p: Obj, node_name: str, victims: Any, done: Any) -> None:
         self.preempted.append(p["metadata"]["name"])
+        done(True)
 
     def clear_nomination(self, p: Obj) -> None:
         pass

@@ -4,6 +4,7 @@ and the engine and queue as a sharded replica uses them."""
 from __future__ import annotations
 
 import itertools
+import time
 from typing import Any
 
 import orjson
@@ -102,7 +103,15 @@ def replica(api: FakeLeases, identity: str, clock: Clock, changes: list[str] | N
             changes.append(identity)
 
     return Shards(  # type: ignore[arg-type]
-        SHARDING, ELECTION, identity, api, changed, clock=clock, wall=lambda: clock.now, sleep=lambda _: None
+        SHARDING,
+        ELECTION,
+        identity,
+        api,
+        changed,
+        clock=clock,
+        wall=lambda: clock.now,
+        sleep=lambda _: None,
+        background=lambda call: call(),
     )
 
 
@@ -453,3 +462,22 @@ def test_a_renewal_answered_late_starts_a_new_run_counted_from_its_answer() -> N
         assert not a.active()
     tick_all(clock, [a])
     assert a.active()
+
+
+def test_a_slow_event_post_never_holds_up_the_renewals() -> None:
+    class SlowEvents(FakeLeases):
+        def request(self, method: str, path: str, **kwargs: Any) -> Response:
+            if path.endswith("/events"):
+                time.sleep(1.0)  # the events' etcd, slow as the API server struggles
+            return super().request(method, path, **kwargs)
+
+    api, clock = SlowEvents(), Clock()
+    a, b = (
+        Shards(SHARDING, ELECTION, name, api, clock=clock, wall=lambda: clock.now)  # type: ignore[arg-type]
+        for name in "ab"
+    )
+    started = time.monotonic()
+    for _ in range(3):
+        tick_all(clock, [a, b])  # each tick of a changes its view once at least
+    assert time.monotonic() - started < 0.5
+    assert a.members() == ("a", "b")

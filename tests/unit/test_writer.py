@@ -455,8 +455,10 @@ def test_a_victim_already_gone_gets_no_preempted_event() -> None:
 
     binder = Binder(Kube(), 2, "ksched-a", Telemetry(), lambda: True)  # type: ignore[arg-type]
     victims = [("default", name, f"uid-{name}") for name in ("present", "gone", "raced")]
-    binder.preempt(POD, "node-1", victims)
+    written: list[bool] = []
+    binder.preempt(POD, "node-1", victims, written.append)
     binder.shutdown()
+    assert written == [True], "the caller hears that the nomination was written"
     deletes = [path.rsplit("/", 1)[-1] for method, path, _ in sent if method == "DELETE"]
     assert deletes == ["present", "raced"], "a victim whose condition patch found it gone is not deleted"
     events = [body for method, path, body in sent if path.endswith("/events")]

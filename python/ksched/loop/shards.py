@@ -42,6 +42,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 from ksched.config import LeaderElectionConfig, ShardingConfig
@@ -59,6 +60,10 @@ LEASES = "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
 FORGET_AFTER = 6
 HTTP_NOT_FOUND = 404
 HTTP_CONFLICT = 409
+
+
+def in_background(call: Callable[[], None]) -> None:
+    threading.Thread(target=call, name="shards-event", daemon=True).start()
 
 
 def lease_name(resource_name: str, identity: str) -> str:
@@ -122,6 +127,7 @@ class Shards:
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
         sleep: Callable[[float], None] = time.sleep,
+        background: Callable[[Callable[[], None]], None] = in_background,
     ) -> None:
         self.config = config
         self.identity = identity
@@ -133,6 +139,9 @@ class Shards:
         self.clock = clock
         self.wall = wall
         self.sleep = sleep
+        # Runs what must not hold up the renewals: the event of a membership change, whose
+        # API server (or the events' etcd) is likely slow just then.
+        self.background = background
         self._lock = threading.Lock()
         self._view = Membership()
         self._seen: dict[str, _Seen] = {}
@@ -385,7 +394,7 @@ class Shards:
         if changed:
             log.info("sharding: %d live replicas: %s", len(live), ", ".join(live))
             self.on_change()
-            self._report(tuple(live), was)
+            self.background(partial(self._report, tuple(live), was))
         self._forget_crashed(at)
 
     def _report(self, live: tuple[str, ...], before: tuple[str, ...]) -> None:

@@ -1,5 +1,7 @@
 """List+watch of one kind of object into a local store, parsed with orjson (pods: watched as
-protobuf, each frame read in Rust into the same projection).
+protobuf, each frame read in Rust into the same projection). A list is paged, or streamed (a
+watch whose initial events are every object, ended by a bookmark; nodes and pods): see
+``Informer.stream_list``.
 
 Owns a store of slimmed objects (only the fields ksched reads) keyed by
 ``namespace/name``, the resourceVersion (advanced by every event and by
@@ -50,7 +52,10 @@ log = logging.getLogger(__name__)
 # A list is fetched in pages of this many objects (client-go's reflector uses 500).
 PAGE_SIZE = 500
 # Answers to a streamed list (``sendInitialEvents``) that mean the API server does not stream
-# lists (its WatchList feature off): the informer lists in pages from then on.
+# lists (its WatchList feature off): that list is made in pages. So is one whose stream ends
+# in an error event (other than 410, 429 and 503): the watch cache answers that way where it
+# cannot serve a stream (etcd without progress notifications: 500), as client-go's reflector
+# falls back to a list on any error of a watch list. The next list streams again.
 STREAM_REFUSED = frozenset({400, 422})
 # The server ends each watch after this long; a new one resumes from the last version.
 WATCH_TIMEOUT_S = 300
@@ -205,9 +210,10 @@ class Informer:
         # (KEP-3157's watch list), as kube-scheduler's informers list from v1.35: the API
         # server answers a paged list from its watch cache by copying every object after the
         # page's start, for each page (150,000 pods in 300 pages: 23.5 s of its answers), and a
-        # stream reads each once. The projection must keep ``INITIAL_EVENTS_END``. Cleared,
-        # for a paged list from then on, where the API server refuses to stream.
+        # stream reads each once. The projection must keep ``INITIAL_EVENTS_END``. Where the
+        # API server refuses a stream, that list is paged (``_page_next``).
         self.stream_list = stream_list
+        self._page_next = False
         self._listing: _Listing | None = None
         self.store: dict[str, Obj] = {}
         self.resource_version: str | None = None
@@ -243,9 +249,7 @@ class Informer:
         unanswered = -RESTART_GRACE_S  # when the API server last did not answer, or was not ready
         while not self._stop.is_set():
             try:
-                if self.resource_version is None and not self.stream_list:
-                    self._relist()
-                self._watch()
+                self._list_and_watch()
                 backoff.reset()
             except GoneError:
                 log.info("%s: resourceVersion %s expired, relisting", self.name, self.resource_version)
@@ -259,6 +263,14 @@ class Informer:
                 delay = backoff.next(limit)
                 log.warning("%s: %s; retrying in %.1fs", self.name, err, delay)
                 self._stop.wait(delay)
+
+    def _list_and_watch(self) -> None:
+        """List where no version is held (in pages where streaming is off, or the API server
+        refused the last stream), then watch: a streamed list is the watch's start."""
+        if self.resource_version is None and (self._page_next or not self.stream_list):
+            self._relist()
+            self._page_next = False
+        self._watch()
 
     def _relist(self) -> None:
         items: dict[str, Obj] = {}
@@ -367,6 +379,8 @@ class Informer:
         }
         if listing:
             query.update(sendInitialEvents=True, resourceVersionMatch="NotOlderThan")
+        # A streamed list's time counts from its request, as a paged list's does.
+        began = time.monotonic()
         # The read timeout covers a watch that went silent without closing.
         response = self.kube.stream(
             self.path,
@@ -389,12 +403,12 @@ class Informer:
                     response.status,
                     response.data[:200],
                 )
-                self.stream_list = False
+                self._page_next = True
                 return
             if response.status != 200:
                 raise AnsweredError(f"watch {self.path}: HTTP {response.status}", response.status)
             if listing:
-                self._listing = _Listing(time.monotonic(), {})
+                self._listing = _Listing(began, {})
             # A server (or proxy) without protobuf answers JSON.
             if (response.headers.get("Content-Type") or "").startswith(PROTOBUF):
                 self._read_frames(response)
@@ -473,6 +487,9 @@ class Informer:
             code = status.get("code")
             if code == HTTP_GONE:
                 raise GoneError()
+            if self._listing is not None and code not in NOT_READY:
+                # A stream the API server cannot serve: this list is paged (``STREAM_REFUSED``).
+                self._page_next = True
             raise AnsweredError(
                 f"watch {self.path}: {status.get('reason')}: {status.get('message')}",
                 code if isinstance(code, int) else 0,

@@ -202,11 +202,22 @@ class Binder:
 
         self._reports.submit(nominate)
 
-    def preempt(self, pod: Obj, node: str, victims: list[tuple[str, str, str]]) -> None:
+    def preempt(
+        self, pod: Obj, node: str, victims: list[tuple[str, str, str]], done: Callable[[bool], None]
+    ) -> None:
         """Nominate ``node`` for the pod and evict the victims (namespace, name, uid) there,
         as upstream's DefaultPreemption does: a DisruptionTarget condition, then a delete
-        (the victims' own grace period), and a ``Preempted`` event on each (in the background)."""
-        self._reports.submit(self.evictor.nominate, pod, node, victims)
+        (the victims' own grace period), and a ``Preempted`` event on each (in the background;
+        ``done`` says whether the nomination was written)."""
+
+        def nominate() -> None:
+            written = False
+            try:
+                written = self.evictor.nominate(pod, node, victims)
+            finally:
+                done(written)
+
+        self._reports.submit(nominate)
 
     def shutdown(self) -> None:
         """Finish every bind (and report) already handed over, then stop."""

@@ -418,6 +418,7 @@ class Scheduler:
             self._preempt(qp, placement)
         elif placement.node is None and (qp.pod.get("status") or {}).get("nominatedNodeName"):
             self.binder.clear_nomination(qp.pod)
+            self.queue.clear_nomination(qp)
         if placement.node is None or placement.requirements is None:
             message = placement.message or "no node fits"
             self.telemetry.schedule_attempts.labels(result="unschedulable", profile=profile).inc()
@@ -458,8 +459,16 @@ class Scheduler:
             # prepareCandidate): the room they held is the preemptor's now.
             for pod in self.queue.take_nominations(placement.nominated_node, qp.priority):
                 self.binder.clear_nomination(pod)
-        self.binder.preempt(qp.pod, placement.nominated_node, victims)
-        self.queue.nominate(qp, placement.nominated_node)
+        # The writer gets the pod as it stands (it skips a nomination already written); the
+        # queue holds the new one from now on, and drops it if it was not written.
+        pod, node = qp.pod, placement.nominated_node
+        self.queue.nominate(qp, node)
+
+        def done(written: bool) -> None:
+            if not written:
+                self.queue.nomination_failed(qp, node)
+
+        self.binder.preempt(pod, node, victims, done)
 
     def _not_ours(self, qp: QueuedPod) -> bool:
         """Whether the pod is one ksched never places (it uses ResourceClaims), now dealt with:

@@ -78,6 +78,9 @@ class QueuedPod:
     # Has pod affinity terms, topology spread constraints or a pod group: other
     # pods being bound can make it fit.
     pod_level: bool = False
+    # The node a preemption of this replica's is nominating, held until the watch shows the
+    # pod nominated (or the write fails, or the nomination is dropped): ``nominate``.
+    nominating: str | None = None
 
     @property
     def uid(self) -> str:
@@ -174,6 +177,8 @@ class SchedulingQueue:
         priority = priority if isinstance(priority, int) and not isinstance(priority, bool) else 0
         with self._cond:
             qp = self._pods.get(key)
+            if qp is not None and qp.uid == str(meta(pod).get("uid", "")):
+                pod = self._with_nomination(qp, pod)
             self._note_nomination(key, pod)
             if qp is not None and qp.uid == str(meta(pod).get("uid", "")):
                 qp.pod = pod
@@ -303,11 +308,7 @@ class SchedulingQueue:
                 status = qp.pod.get("status") or {}
                 if status.get("nominatedNodeName") == node:
                     out.append(qp.pod)
-                    qp.pod = {
-                        **qp.pod,
-                        "status": {k: v for k, v in status.items() if k != "nominatedNodeName"},
-                    }
-                    self._nominated.discard(key)
+                    self._drop_nomination(qp)
             return out
 
     def nominate(self, qp: QueuedPod, node: str) -> None:
@@ -316,13 +317,48 @@ class SchedulingQueue:
         cycle, before the watch brings the written status back. Until then, another pod of its
         priority could preempt the same victims again: after an API server restart that echo
         took seconds, and two preemptors evicted the same victims for one node's room (one of
-        them then bound nowhere). The pod the watch brings replaces this one, as ever."""
+        them then bound nowhere). Copies of the pod the watch brings without a nomination (its
+        own PodScheduled condition, written meanwhile) keep it, as upstream's
+        UpdateNominatedPod does, until the watch shows a nomination or the write fails
+        (``nomination_failed``)."""
         with self._cond:
             if self._pods.get(qp.key) is not qp:
                 return
-            status = qp.pod.get("status") or {}
-            qp.pod = {**qp.pod, "status": {**status, "nominatedNodeName": node}}
+            qp.nominating = node
+            qp.pod = self._with_nomination(qp, qp.pod)
             self._nominated.add(qp.key)
+
+    def nomination_failed(self, qp: QueuedPod, node: str) -> None:
+        """The nomination of ``node`` for ``qp`` was not written: it holds no room any more."""
+        with self._cond:
+            if self._pods.get(qp.key) is qp and qp.nominating == node:
+                self._drop_nomination(qp)
+
+    def clear_nomination(self, qp: QueuedPod) -> None:
+        """The pod fits nowhere, even by preempting: its nomination is dropped here at once
+        (the caller clears it on the API server; one only held here brings no echo)."""
+        with self._cond:
+            if self._pods.get(qp.key) is qp:
+                self._drop_nomination(qp)
+
+    def _drop_nomination(self, qp: QueuedPod) -> None:
+        qp.nominating = None
+        status = qp.pod.get("status") or {}
+        if "nominatedNodeName" in status:
+            qp.pod = {**qp.pod, "status": {k: v for k, v in status.items() if k != "nominatedNodeName"}}
+        self._nominated.discard(qp.key)
+
+    @staticmethod
+    def _with_nomination(qp: QueuedPod, pod: Obj) -> Obj:
+        """``pod`` as the queue holds it: with the nomination ``qp`` is writing where the
+        copy shows none; a copy that shows one ends the wait (the API server has it)."""
+        if qp.nominating is None:
+            return pod
+        status = pod.get("status") or {}
+        if status.get("nominatedNodeName"):
+            qp.nominating = None
+            return pod
+        return {**pod, "status": {**status, "nominatedNodeName": qp.nominating}}
 
     def done_bound(self, qp: QueuedPod) -> None:
         """Bound (or the pod turned out bound already): it leaves the queue."""
