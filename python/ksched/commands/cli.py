@@ -59,8 +59,12 @@ def _interrupt(signum: int, frame: object) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     gc.set_threshold(GC_THRESHOLD, *gc.get_threshold()[1:])
+    # Each line with its time to the millisecond, as kube-scheduler's (klog) have: a replica's
+    # log read beside the API server's audit log needs it.
     logging.basicConfig(
-        level=logging.INFO if args.verbose else logging.ERROR, format="%(levelname)s %(name)s: %(message)s"
+        level=logging.INFO if args.verbose else logging.ERROR,
+        format="%(asctime)s.%(msecs)03d %(levelname)s %(name)s: %(message)s",
+        datefmt="%Y-%m-%dT%H:%M:%S",
     )
     # Commands that start a local control plane or schedulers of their own and tear them down
     # when they end (``tears_down``): SIGTERM (a CI timeout, `kill`) stops them as Ctrl-C does,

@@ -58,6 +58,14 @@ class Evictor:
             if not r.ok:
                 log.warning("nominating %s for %s/%s: HTTP %d: %s", node, ns, name, r.status, r.data[:300])
                 return False
+            if victims:
+                log.info(
+                    "preemption for %s/%s: nominated %s; evicting %s",
+                    ns,
+                    name,
+                    node,
+                    ", ".join(f"{v_ns}/{v_name}" for v_ns, v_name, _ in victims),
+                )
             for v_ns, v_name, v_uid in victims:
                 condition = {
                     "type": DISRUPTION_TARGET,
