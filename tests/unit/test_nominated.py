@@ -161,6 +161,18 @@ class VictimUsage:
 class UsageState:
     def __init__(self) -> None:
         self.usage = {"default/victim": VictimUsage("uid-victim")}
+        # Victims counted as being evicted, and the calls left for the next sync.
+        self.evicting: set[str] = set()
+        self.calls: list[Callable[[], None]] = []
+
+    def preempting(self, keys: list[str], evicting: bool = True) -> None:
+        if evicting:
+            self.evicting |= set(keys)
+        else:
+            self.evicting -= set(keys)
+
+    def at_this_point(self, call: Callable[[], None]) -> None:
+        self.calls.append(call)
 
     recent = RecentPods(())
 
@@ -255,10 +267,15 @@ def _preempting(name: str) -> tuple[SchedulingQueue, RecordingBinder, Scheduler,
 
 
 def test_a_nomination_that_was_not_written_holds_no_room() -> None:
-    queue, binder, _, _ = _preempting("first")
+    queue, binder, scheduler, _ = _preempting("first")
     (done,) = binder.done
+    state = scheduler.state
+    assert state.evicting == {"default/victim"}
     done(False)  # the PATCH failed (the API server restarting)
     assert queue.nominated() == []
+    for call in state.calls:  # the scheduling thread's next sync
+        call()
+    assert state.evicting == set(), "a victim not evicted counts as the watch shows it"
     # A copy from the watch brings no nomination back.
     queue.add(_first())
     assert queue.nominated() == []
@@ -269,3 +286,59 @@ def test_a_nomination_dropped_when_the_pod_fits_nowhere_is_dropped_at_once() -> 
     queue, binder, scheduler, qp = _preempting("first")
     scheduler._place(qp, Placement("default/first", None, None, "no node fits"), "default-scheduler", 0.0)
     assert binder.cleared == ["first"] and queue.nominated() == []
+
+
+def test_victims_being_evicted_hold_their_preemptor_on_its_node_before_the_watch_shows_them() -> None:
+    """Upstream's PodEligibleToPreemptOthers: a preemptor nominated to a node where victims
+    terminate by preemption waits for them. ksched counts its own evictions so at once: in a
+    soak, preemptors retried before the watch showed their victims terminating preempted again
+    on other nodes, or took victims another preemptor had."""
+    from ksched.loop.mirror.state import ClusterState
+
+    state = ClusterState(())
+    for n in ("n0", "n1"):
+        state.on_node("ADDED", node(n, cpu="2"), None)
+    victims = [pod(f"v{i}", cpu="2", node_name=f"n{i}", priority=0) for i in range(2)]
+    for v in victims:
+        v["metadata"]["uid"] = f"uid-{v['metadata']['name']}"
+        state.on_pod("ADDED", v, None)
+    state.sync()
+    preemptor = nominated("p", "n0", cpu="2", priority=50)
+    engine = Engine(Config())
+    again = engine.schedule(state.snapshot(), [preemptor]).placements[0]
+    assert again.nominated_node is not None and again.victims, "not yet shown terminating: it preempts again"
+    state.preempting(["default/v0"])
+    waits = engine.schedule(state.snapshot(), [preemptor]).placements[0]
+    assert (waits.node, waits.nominated_node, waits.victims) == (None, "n0", ())
+    # The watch's copy rules once it shows the victim terminating; a write that failed undoes it.
+    state.preempting(["default/v0"], evicting=False)
+    assert engine.schedule(state.snapshot(), [preemptor]).placements[0].victims
+
+
+def test_a_victim_being_evicted_stays_so_through_other_updates_until_the_watch_shows_it() -> None:
+    from ksched.loop.mirror.state import ClusterState
+
+    state = ClusterState(())
+    state.on_node("ADDED", node("n0", cpu="2"), None)
+    victim = pod("v0", cpu="2", node_name="n0", priority=0)
+    victim["metadata"]["uid"] = "uid-v0"
+    state.on_pod("ADDED", victim, None)
+    state.sync()
+    state.preempting(["default/v0"])
+    relabelled = {**victim, "metadata": {**victim["metadata"], "labels": {"new": "yes"}}}
+    state.on_pod("MODIFIED", relabelled, victim)
+    state.sync()
+    evictable = state.usage["default/v0"].evictable
+    assert evictable is not None and evictable.preempted, "an unrelated update keeps the mark"
+    terminating = {
+        **relabelled,
+        "metadata": {**relabelled["metadata"], "deletionTimestamp": "2026-11-29T19:00:00Z"},
+        "status": {
+            "conditions": [{"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"}]
+        },
+    }
+    state.on_pod("MODIFIED", terminating, relabelled)
+    state.sync()
+    assert state._preempting == set(), "the watch shows it terminating: its copy rules"
+    evictable = state.usage["default/v0"].evictable
+    assert evictable is not None and evictable.preempted

@@ -32,7 +32,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, TypeVar
 
@@ -58,7 +58,16 @@ from ksched.engine.storage import ClaimBinding, Storage
 from ksched.errors import MalformedObjectError
 from ksched.loop.metrics.recent_pods import RecentPods, bind_time
 from ksched.loop.telemetry import Telemetry
-from ksched.objects import Obj, is_terminal, meta, name, object_key, scheduler_name, spec
+from ksched.objects import (
+    Obj,
+    is_terminal,
+    meta,
+    name,
+    object_key,
+    scheduler_name,
+    spec,
+    terminating_by_preemption,
+)
 
 log = logging.getLogger(__name__)
 
@@ -218,6 +227,9 @@ class ClusterState:
         # PersistentVolumes, claims, StorageClasses and CSINodes, shared with the snapshot.
         self.storage = Storage()
         self._snapshot: Snapshot | None = None
+        # Victims this replica is evicting, counted as terminating by preemption before the
+        # watch shows them so (``preempting``).
+        self._preempting: set[str] = set()
         # The snapshot is rebuilt once it has interned this many strings and sets (``interned``).
         self._rebuild_at = 0
         # How many times the snapshot has been built (the first time included).
@@ -509,6 +521,11 @@ class ClusterState:
             current.info = fresh.info
             self._count_group(current, 1)
         current.evictable = fresh.evictable
+        if key in self._preempting and current.evictable is not None:
+            if current.evictable.preempted:
+                self._preempting.discard(key)  # the watch shows it terminating: its copy rules
+            else:
+                current.evictable = replace(current.evictable, preempted=True)
         if snap is not None and node_index is not None and current.info is not None:
             snap.pods.add(key, node_index, current.info, current.evictable)
 
@@ -569,7 +586,36 @@ class ClusterState:
                 if usage.info is not None:
                     snap.pods.add(key, i, usage.info, usage.evictable)
 
+    def preempting(self, keys: Iterable[str], evicting: bool = True) -> None:
+        """Victims whose eviction this replica is writing (``evicting``) count as terminating
+        by preemption at once, as a bind is assumed: a preemptor nominated to their node then
+        waits for them (upstream's PodEligibleToPreemptOthers) instead of preempting again
+        elsewhere while the watch has not shown them terminating. After an API server restart
+        that took seconds, and preemptors evicted on a second node, or the victims another had
+        taken. ``evicting=False``: the eviction was not written; they count as the watch shows
+        them. The watch's copy rules once it shows the pod terminating, or gone."""
+        for key in keys:
+            if not evicting and key not in self._preempting:
+                continue
+            usage = self.usage.get(key)
+            if usage is None or usage.evictable is None:
+                self._preempting.discard(key)
+                continue
+            if evicting:
+                if usage.evictable.preempted:
+                    continue  # the watch already shows it terminating by preemption
+                self._preempting.add(key)
+                marked = True
+            else:
+                self._preempting.discard(key)
+                marked = usage.pod is not None and terminating_by_preemption(usage.pod)
+            usage.evictable = replace(usage.evictable, preempted=marked)
+            snap = self._snapshot
+            if snap is not None and usage.node in snap.index:
+                snap.pods.set_evictable(key, usage.evictable)
+
     def _remove(self, key: str) -> None:
+        self._preempting.discard(key)
         usage = self.usage.pop(key)
         self._count_group(usage, -1)
         snap = self._snapshot

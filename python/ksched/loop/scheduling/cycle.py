@@ -29,6 +29,7 @@ import threading
 import time
 from collections import defaultdict, deque
 from collections.abc import Callable, Sequence
+from functools import partial
 
 import numpy as np
 import numpy.typing as npt
@@ -463,10 +464,15 @@ class Scheduler:
         # queue holds the new one from now on, and drops it if it was not written.
         pod, node = qp.pod, placement.nominated_node
         self.queue.nominate(qp, node)
+        # Its victims count as terminating by preemption at once (this thread owns the state),
+        # so that it waits for them rather than preempting again before the watch shows them.
+        evicting = [key for key in placement.victims if key in self.state.usage]
+        self.state.preempting(evicting)
 
         def done(written: bool) -> None:
             if not written:
                 self.queue.nomination_failed(qp, node)
+                self.state.at_this_point(partial(self.state.preempting, evicting, False))
 
         self.binder.preempt(pod, node, victims, done)
 
