@@ -59,6 +59,10 @@ def uses_resource_claims(pod: Obj) -> bool:
     return bool(spec(pod).get("resourceClaims"))
 
 
+# The annotation of the bookmark that ends a streamed list's initial events (KEP-3157's watch
+# list): the informers' projections keep it (a node's keeps all its annotations).
+INITIAL_EVENTS_END = "k8s.io/initial-events-end"
+
 # The condition a scheduler's preemption sets on its victims (upstream
 # v1.DisruptionTarget with reason v1.PodReasonPreemptionByScheduler).
 DISRUPTION_TARGET = "DisruptionTarget"

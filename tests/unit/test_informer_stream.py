@@ -15,8 +15,8 @@ import pytest
 
 from ksched.loop.client import Response
 from ksched.loop.mirror.informer import FRAME_HEADER, AnsweredError, Informer
-from ksched.loop.mirror.slim import INITIAL_EVENTS_END, decode_pod_event, decode_pod_frame, slim_pod
-from ksched.objects import Obj
+from ksched.loop.mirror.slim import decode_pod_event, decode_pod_frame, slim_pod
+from ksched.objects import INITIAL_EVENTS_END, Obj
 from tests.unit.test_informer_frames import _len, _typed, pod_frame
 from tests.unit.test_informer_lines import line
 from tests.unit.test_watch_decode import RUNNING

@@ -42,10 +42,9 @@ import orjson
 import urllib3
 
 from ksched.loop.client import ApiUnavailableError, Kube
-from ksched.loop.mirror.slim import INITIAL_EVENTS_END
 from ksched.loop.protobuf import MAGIC as PROTOBUF_MAGIC
 from ksched.loop.protobuf import PROTOBUF
-from ksched.objects import Obj, object_key
+from ksched.objects import INITIAL_EVENTS_END, Obj, object_key
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from ksched import _core
 from ksched.engine.storage import BETA_STORAGE_CLASS, BIND_COMPLETED, BOUND_BY_CONTROLLER, SELECTED_NODE
-from ksched.objects import Obj
+from ksched.objects import INITIAL_EVENTS_END, Obj
 
 
 def _pick(obj: Any, keys: tuple[str, ...]) -> Obj:
@@ -26,9 +26,6 @@ _CONTAINER = tuple(_core.POD_PROJECTION["container"])
 # A condition's fields; PodScheduled's lastTransitionTime is the pod's bind time (load estimate).
 _CONDITION = ("type", "status", "lastTransitionTime", "reason", "message")
 _NODE_META = ("name", "uid", "labels", "annotations")
-# The annotation of the bookmark that ends a streamed list's initial events (KEP-3157): every
-# projection keeps it (a node's keeps all its annotations).
-INITIAL_EVENTS_END = "k8s.io/initial-events-end"
 
 
 def slim_pod(pod: Obj) -> Obj:
