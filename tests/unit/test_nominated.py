@@ -342,3 +342,23 @@ def test_a_victim_being_evicted_stays_so_through_other_updates_until_the_watch_s
     assert state._preempting == set(), "the watch shows it terminating: its copy rules"
     evictable = state.usage["default/v0"].evictable
     assert evictable is not None and evictable.preempted
+
+
+def test_a_preemptor_nominated_elsewhere_before_holds_the_node_it_preempts_on() -> None:
+    # Handed over to n1 (a replica's nomination), it preempts on n0: the queue holds n0 at
+    # once, through copies that still show n1, until the watch shows n0.
+    queue = SchedulingQueue(lambda: 1000.0)
+    handed = {**_first(), "status": {"nominatedNodeName": "n1"}}
+    queue.add(handed)
+    (qp,) = queue.pop_batch(10, 0.0, 0.0)
+    scheduler = Scheduler(Config(), UsageState(), queue, RecordingBinder(), Telemetry(), lambda: True, None)  # type: ignore[arg-type]
+    scheduler._preempt(
+        qp, Placement("default/first", None, None, "", nominated_node="n0", victims=("default/victim",))
+    )
+    queue.done_unschedulable(qp, "waiting for its victims")
+    queue.add({**handed, "metadata": {**handed["metadata"], "labels": {"relabelled": "yes"}}})
+    assert [p["status"]["nominatedNodeName"] for p in queue.nominated()] == ["n0"]
+    queue.add({**handed, "status": {"nominatedNodeName": "n0"}})
+    assert [p["status"]["nominatedNodeName"] for p in queue.nominated()] == ["n0"]
+    queue.add({**handed, "status": {}})  # cleared on the API server by another: its copy rules
+    assert queue.nominated() == []

@@ -81,6 +81,8 @@ class QueuedPod:
     # The node a preemption of this replica's is nominating, held until the watch shows the
     # pod nominated (or the write fails, or the nomination is dropped): ``nominate``.
     nominating: str | None = None
+    # The nomination the last copy from the watch showed ("" for none).
+    seen_nomination: str = ""
 
     @property
     def uid(self) -> str:
@@ -191,6 +193,7 @@ class SchedulingQueue:
                 self._forget(key)  # deleted and recreated under the same name
                 self._note_nomination(key, pod)
             qp = QueuedPod(key, pod, priority, self.clock(), next(self._seq))
+            qp.seen_nomination = str((pod.get("status") or {}).get("nominatedNodeName") or "")
             qp.pod_level = has_pod_level_constraints(pod)
             self._pods[key] = qp
             self._push_active(qp)
@@ -325,7 +328,8 @@ class SchedulingQueue:
             if self._pods.get(qp.key) is not qp:
                 return
             qp.nominating = node
-            qp.pod = self._with_nomination(qp, qp.pod)
+            status = qp.pod.get("status") or {}
+            qp.pod = {**qp.pod, "status": {**status, "nominatedNodeName": node}}
             self._nominated.add(qp.key)
 
     def nomination_failed(self, qp: QueuedPod, node: str) -> None:
@@ -350,12 +354,16 @@ class SchedulingQueue:
 
     @staticmethod
     def _with_nomination(qp: QueuedPod, pod: Obj) -> Obj:
-        """``pod`` as the queue holds it: with the nomination ``qp`` is writing where the
-        copy shows none; a copy that shows one ends the wait (the API server has it)."""
+        """``pod`` (a copy from the watch) as the queue holds it: with the nomination ``qp``
+        is writing while the copy's nomination is the one the last copy showed (none, or an
+        earlier one: upstream's UpdateNominatedPod keeps its own then); a copy that shows it
+        written, or changed by another, ends the wait."""
+        status = pod.get("status") or {}
+        shown = str(status.get("nominatedNodeName") or "")
+        seen, qp.seen_nomination = qp.seen_nomination, shown
         if qp.nominating is None:
             return pod
-        status = pod.get("status") or {}
-        if status.get("nominatedNodeName"):
+        if shown == qp.nominating or shown != seen:
             qp.nominating = None
             return pod
         return {**pod, "status": {**status, "nominatedNodeName": qp.nominating}}
