@@ -165,11 +165,11 @@ class UsageState:
         self.evicting: set[str] = set()
         self.calls: list[Callable[[], None]] = []
 
-    def preempting(self, keys: list[str], evicting: bool = True) -> None:
-        if evicting:
-            self.evicting |= set(keys)
-        else:
-            self.evicting -= set(keys)
+    def preempting(self, keys: tuple[str, ...]) -> None:
+        self.evicting |= set(keys)
+
+    def eviction_failed(self, keys: tuple[str, ...]) -> None:
+        self.evicting -= set(keys)
 
     def at_this_point(self, call: Callable[[], None]) -> None:
         self.calls.append(call)
@@ -311,7 +311,7 @@ def test_victims_being_evicted_hold_their_preemptor_on_its_node_before_the_watch
     waits = engine.schedule(state.snapshot(), [preemptor]).placements[0]
     assert (waits.node, waits.nominated_node, waits.victims) == (None, "n0", ())
     # The watch's copy rules once it shows the victim terminating; a write that failed undoes it.
-    state.preempting(["default/v0"], evicting=False)
+    state.eviction_failed(["default/v0"])
     assert engine.schedule(state.snapshot(), [preemptor]).placements[0].victims
 
 

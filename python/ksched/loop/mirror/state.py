@@ -586,33 +586,36 @@ class ClusterState:
                 if usage.info is not None:
                     snap.pods.add(key, i, usage.info, usage.evictable)
 
-    def preempting(self, keys: Iterable[str], evicting: bool = True) -> None:
-        """Victims whose eviction this replica is writing (``evicting``) count as terminating
-        by preemption at once, as a bind is assumed: a preemptor nominated to their node then
-        waits for them (upstream's PodEligibleToPreemptOthers) instead of preempting again
-        elsewhere while the watch has not shown them terminating. After an API server restart
-        that took seconds, and preemptors evicted on a second node, or the victims another had
-        taken. ``evicting=False``: the eviction was not written; they count as the watch shows
-        them. The watch's copy rules once it shows the pod terminating, or gone."""
+    def preempting(self, keys: Iterable[str]) -> None:
+        """Victims whose eviction this replica is writing count as terminating by preemption
+        at once, as a bind is assumed: a preemptor nominated to their node then waits for them
+        (upstream's PodEligibleToPreemptOthers) instead of preempting again elsewhere while the
+        watch has not shown them terminating. After an API server restart that took seconds,
+        and preemptors evicted on a second node, or the victims another had taken. The watch's
+        copy rules once it shows the pod terminating, or gone."""
         for key in keys:
-            if not evicting and key not in self._preempting:
-                continue
             usage = self.usage.get(key)
-            if usage is None or usage.evictable is None:
-                self._preempting.discard(key)
+            if usage is None or usage.evictable is None or usage.evictable.preempted:
+                continue  # gone, never a victim, or shown terminating by preemption already
+            self._preempting.add(key)
+            self._set_preempted(key, usage, usage.evictable, True)
+
+    def eviction_failed(self, keys: Iterable[str]) -> None:
+        """The eviction of ``keys`` was not written: they count as the watch shows them."""
+        for key in keys:
+            if key not in self._preempting:
                 continue
-            if evicting:
-                if usage.evictable.preempted:
-                    continue  # the watch already shows it terminating by preemption
-                self._preempting.add(key)
-                marked = True
-            else:
-                self._preempting.discard(key)
-                marked = usage.pod is not None and terminating_by_preemption(usage.pod)
-            usage.evictable = replace(usage.evictable, preempted=marked)
-            snap = self._snapshot
-            if snap is not None and usage.node in snap.index:
-                snap.pods.set_evictable(key, usage.evictable)
+            self._preempting.discard(key)
+            usage = self.usage.get(key)
+            if usage is not None and usage.evictable is not None:
+                shown = usage.pod is not None and terminating_by_preemption(usage.pod)
+                self._set_preempted(key, usage, usage.evictable, shown)
+
+    def _set_preempted(self, key: str, usage: Usage, evictable: Evictable, preempted: bool) -> None:
+        usage.evictable = replace(evictable, preempted=preempted)
+        snap = self._snapshot
+        if snap is not None and usage.node in snap.index:
+            snap.pods.set_evictable(key, usage.evictable)
 
     def _remove(self, key: str) -> None:
         self._preempting.discard(key)

@@ -466,13 +466,12 @@ class Scheduler:
         self.queue.nominate(qp, node)
         # Its victims count as terminating by preemption at once (this thread owns the state),
         # so that it waits for them rather than preempting again before the watch shows them.
-        evicting = [key for key in placement.victims if key in self.state.usage]
-        self.state.preempting(evicting)
+        self.state.preempting(placement.victims)
 
         def done(written: bool) -> None:
             if not written:
                 self.queue.nomination_failed(qp, node)
-                self.state.at_this_point(partial(self.state.preempting, evicting, False))
+                self.state.at_this_point(partial(self.state.eviction_failed, placement.victims))
 
         self.binder.preempt(pod, node, victims, done)
 

@@ -180,10 +180,8 @@ class SchedulingQueue:
         with self._cond:
             qp = self._pods.get(key)
             if qp is not None and qp.uid == str(meta(pod).get("uid", "")):
-                pod = self._with_nomination(qp, pod)
-            self._note_nomination(key, pod)
-            if qp is not None and qp.uid == str(meta(pod).get("uid", "")):
-                qp.pod = pod
+                qp.pod = pod = self._with_nomination(qp, pod)
+                self._note_nomination(key, pod)
                 if qp.where == "unschedulable":
                     self._push_backoff(qp)
                 elif qp.where == "elsewhere":
@@ -191,7 +189,7 @@ class SchedulingQueue:
                 return
             if qp is not None:
                 self._forget(key)  # deleted and recreated under the same name
-                self._note_nomination(key, pod)
+            self._note_nomination(key, pod)
             qp = QueuedPod(key, pod, priority, self.clock(), next(self._seq))
             qp.seen_nomination = str((pod.get("status") or {}).get("nominatedNodeName") or "")
             qp.pod_level = has_pod_level_constraints(pod)
