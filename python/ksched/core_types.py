@@ -288,8 +288,11 @@ class MetricLoad(TypedDict):
 
     # Per metric: the incoming pod's estimate counts against the thresholds.
     incoming: list[bool]
-    # ``pods x metrics``: each pod's estimated usage of the estimate's column (engine units).
+    # ``pods x metrics``: each pod's estimated usage of the estimate's column (engine units):
+    # what the metric filter counts it at ...
     amounts: I64
+    # ... and what the metric scores count it at (its expected usage, without deviations).
+    expected: I64
     # ``pods x metrics``: each pod's thresholds (its priority band's).
     pod_above: F64
     pod_below: F64
@@ -299,6 +302,9 @@ class MetricLoad(TypedDict):
     # ``nodes x metrics``: thresholds that replace the pod's on that node.
     node_above: F64
     node_below: F64
+    # ``nodes x metrics``: the caution in each node's value (the deviations the load
+    # estimate added): the filter reads the value, the scores the value less this.
+    caution: F64
 
 
 class Profile(TypedDict):

@@ -5,13 +5,15 @@ counts the same way against the metric's threshold."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 import pytest
 
-from ksched.config import EstimateConfig, MetricConfig, parse_config
+from ksched.config import Config, EstimateConfig, MetricConfig, parse_config
 from ksched.config.metrics import LEARN_MIN_PODS, Calibration
+from ksched.engine.scheduler import Engine
 from ksched.errors import ConfigError
 from ksched.loop.metrics.load_model import LoadModel
 from ksched.loop.metrics.metric_sources import MetricStore
@@ -112,8 +114,36 @@ def test_deviations_add_the_combined_spread_of_a_nodes_unmeasured_pods() -> None
     matrix, _ = run(learned_metric(deviations=1.0), measured_pods(ratios), new)
     # Two 1-CPU pods: 2 CPUs expected each, spread 1 CPU each, combined sqrt(2).
     assert matrix.values[1, 0] == pytest.approx(NODE_VALUE + (4.0 + np.sqrt(2.0)) / 4)
+    # The spread is caution, which the filter reads and the scores leave out.
+    assert matrix.caution[:, 0].tolist() == [0.0, pytest.approx(np.sqrt(2.0) / 4)]
     plain, _ = run(learned_metric(), measured_pods(ratios), new)
     assert plain.values[1, 0] == pytest.approx(NODE_VALUE + 4.0 / 4), "no deviations: the mean alone"
+    assert plain.caution is None, "no deviations: no caution"
+
+
+def test_scores_rank_nodes_by_the_mean_and_the_filter_holds_them_to_the_caution() -> None:
+    # Pods measured at 1x and 3x their requests: mean 2, standard deviation 1. n0 holds ten
+    # measured 50m pods: 0.1 + 1 CPU of 4 (0.35). n1 holds two unmeasured 200m pods: 0.1 +
+    # 2 x 400m of 4 CPUs at the mean (0.30), plus sqrt(2) x 200m of caution (0.371).
+    ratios = [1.0, 3.0] * (LEARN_MIN_PODS // 2)
+    new = [bound("a", "n1", T0 - 2, cpu="200m"), bound("b", "n1", T0 - 2, cpu="200m")]
+    m = replace(learned_metric(deviations=1.0), above=0.66, weight=5.0)
+    matrix, _ = run(m, measured_pods(ratios, cpu_milli=50), new)
+    assert matrix.values[:, 0].tolist() == [pytest.approx(0.35), pytest.approx(0.3 + np.sqrt(2) / 20)]
+    snapshot = cluster(m, Clock(T0)).snapshot()
+    engine = Engine(Config(metrics=matrix.metrics))
+
+    def placed(p: dict[str, Any], caution: Any) -> str | None:
+        out = engine.schedule(snapshot, [p], matrix.values, metrics=matrix.metrics, caution=caution)
+        return out.placements[0].node
+
+    # A 200m pod (400m expected, 200m of spread): by the mean n1 ranks first (0.30 against
+    # 0.35); scored by the cautious figures it ranked below n0, which then ends hotter.
+    assert placed(pod("p", cpu="200m"), matrix.caution) == "n1"
+    assert placed(pod("p", cpu="200m"), None) == "n0", "without the caution given, the scores read it"
+    # A 400m pod counts 1200m against the filter (0.3 of a node): n1 reads 0.671 with it,
+    # over the line 0.66, though its mean (0.5) is under it; n0 reads 0.65.
+    assert placed(pod("q", cpu="400m"), matrix.caution) == "n0"
 
 
 def test_a_pod_that_requests_almost_nothing_does_not_swamp_what_is_learned() -> None:

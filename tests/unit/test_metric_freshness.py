@@ -218,6 +218,7 @@ def test_a_metrics_server_metric_fades_pods_over_its_own_window() -> None:
         window_s: Any = None,
         measured: Any = None,
         measured_at: Any = None,
+        caution: Any = None,
     ) -> None:
         seen.append((sampled_at, window_s))
 

@@ -255,12 +255,19 @@ class Choice:
     pods: int
     # Why a declared expected usage was ignored (an annotation that is not a quantity).
     problem: str | None = None
+    # What it is expected to use: ``amount`` without the ``deviations`` (None: ``amount``).
+    # The metric filter holds the pod to ``amount``; the metric scores count it at this.
+    mean: int | None = None
+
+    @property
+    def expected(self) -> int:
+        return self.amount if self.mean is None else self.mean
 
 
 def estimate_choice(pod: Obj, requests: PodRequests, estimate: EstimateConfig) -> Choice:
     """What a pod being placed counts as, of ``estimate.resource`` in the engine's unit: its
     guess, calibrated where the estimate learned (its workload's figures, else the prior, else
-    the cluster-wide ones), plus ``deviations`` of its spread."""
+    the cluster-wide ones), plus ``deviations`` of its spread (its ``expected`` without)."""
     amount, kind = guess(pod, requests, estimate)
     problem = None if estimate.legacy else declared_usage(pod, estimate.resource)[1]
     if estimate.calibration is None:
@@ -279,7 +286,8 @@ def estimate_choice(pod: Obj, requests: PodRequests, estimate: EstimateConfig) -
         else t.offset
     )
     value = min(float(mean + estimate.deviations * sd), float(QUANTITY_MAX))
-    return Choice(round(value), t.source, workload, figure, t.pods, problem)
+    expect = min(float(mean), float(QUANTITY_MAX))
+    return Choice(round(value), t.source, workload, figure, t.pods, problem, round(expect))
 
 
 def pod_estimates(pod: Obj, metrics: Sequence[MetricConfig]) -> list[tuple[str, str, Choice]]:

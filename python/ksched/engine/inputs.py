@@ -33,7 +33,7 @@ from ksched.core_types import (
     Profile,
     Strategy,
 )
-from ksched.engine.estimate import estimated_usage
+from ksched.engine.estimate import estimate_choice
 from ksched.engine.pod_level import SpreadConstraint
 from ksched.engine.pods import NodeConstraints, PodRequests
 from ksched.engine.podtable import PendingPod
@@ -202,13 +202,17 @@ def metric_load(
     rows: Sequence[Row],
     metrics: Sequence[MetricConfig],
     moved: Mapping[str, Mapping[str, float]] | None = None,
+    caution: npt.NDArray[np.float64] | None = None,
 ) -> MetricLoad | None:
     """Load estimate v2's inputs to the metric filter for ``rows`` (in order): each pod's
-    estimated usage of each metric's estimate resource (:func:`estimated_usage`), its
-    thresholds (its priority band's), the metrics it is exempt from (its controller's kind is
-    in the metric's ``exempt``, or it is a mirror pod), and the nodes' own thresholds
-    (:func:`node_thresholds`). None where none of it can change a verdict or an estimate
-    (no metric filters and none has an estimate of its own): the specs alone then decide.
+    estimated usage of each metric's estimate resource (:func:`estimate_choice`: what its
+    filter counts, and what its scores count, without the deviations), its thresholds (its
+    priority band's), the metrics it is exempt from (its controller's kind is in the metric's
+    ``exempt``, or it is a mirror pod), the nodes' own thresholds (:func:`node_thresholds`),
+    and the caution in each node's value (``caution``, node x metric: the deviations the
+    load estimate added, which the scores leave out; None: none). None where none of it can
+    change a verdict or an estimate (no metric filters and none has an estimate of its own):
+    the specs alone then decide.
 
     ``moved``: pods (by key) that move a known load, a rebalancing move's replacement with
     its victim's usage (metric name -> engine units): that usage counts in place of their
@@ -224,6 +228,7 @@ def metric_load(
     # What exempts a pod from a metric (nothing where no metric filters).
     owners = [_owner_kind(r.pod) for r in rows] if filtering else [""] * count
     amounts = np.zeros((count, width), dtype=np.int64)
+    expected = np.zeros((count, width), dtype=np.int64)
     above = np.full((count, width), np.nan)
     below = np.full((count, width), np.nan)
     exempt = np.zeros((count, width), dtype=np.uint8)
@@ -240,17 +245,12 @@ def metric_load(
         if m.estimate is not None:
             # Signed: a metric that falls with load (free memory) goes down by the pod's share.
             sign = int(m.load_sign)
-            amounts[:, k] = [
-                sign
-                * saturated(
-                    estimated_usage(
-                        r.pod,
-                        PodRequests(r.req.requests, r.req.nonzero_cpu, r.req.nonzero_memory),
-                        m.estimate,
-                    )
+            for i, r in enumerate(rows):
+                choice = estimate_choice(
+                    r.pod, PodRequests(r.req.requests, r.req.nonzero_cpu, r.req.nonzero_memory), m.estimate
                 )
-                for r in rows
-            ]
+                amounts[i, k] = sign * saturated(choice.amount)
+                expected[i, k] = sign * saturated(choice.expected)
     for i, r in enumerate(rows):
         known = (moved or {}).get(r.req.key)
         if known is None:
@@ -258,16 +258,22 @@ def metric_load(
         for k, m in enumerate(metrics):
             exempt[i, k] = _core.METRIC_STRICTER_THRESHOLDS
             if m.estimate is not None and m.name in known and math.isfinite(known[m.name]):
-                amounts[i, k] = int(m.load_sign) * saturated(round(known[m.name]))
+                amounts[i, k] = expected[i, k] = int(m.load_sign) * saturated(round(known[m.name]))
     return {
         "incoming": [m.estimate is not None and not m.estimate.legacy for m in metrics],
         "amounts": amounts.reshape(-1),
+        "expected": expected.reshape(-1),
         "pod_above": above.reshape(-1),
         "pod_below": below.reshape(-1),
         "exempt": exempt.reshape(-1),
         # Node-major, as the metric values.
         "node_above": np.stack([a for a, _ in nodes], axis=1).reshape(-1),
         "node_below": np.stack([b for _, b in nodes], axis=1).reshape(-1),
+        "caution": (
+            np.zeros(snapshot.count * width, dtype=np.float64)
+            if caution is None
+            else np.ascontiguousarray(caution[:, :width], dtype=np.float64).reshape(-1)
+        ),
     }
 
 

@@ -105,6 +105,7 @@ class Engine:
         nominated: Sequence[Obj] = (),
         moved: Mapping[str, Mapping[str, float]] | None = None,
         nodes: set[str] | None = None,
+        caution: npt.NDArray[np.float64] | None = None,
     ) -> BatchResult:
         """Place ``pods`` (pending, any order) on ``snapshot``; returns one placement per pod, in queue order.
 
@@ -118,13 +119,29 @@ class Engine:
         key) that move a known load, metric name -> usage in engine units
         (:func:`~ksched.engine.inputs.metric_load`): a rebalancing move's replacement. ``nodes``:
         the only nodes a pod may be placed or preempt on (a sharded replica's own), as if each
-        pod's node affinity named them (upstream's PreFilter result); None: every node."""
+        pod's node affinity named them (upstream's PreFilter result); None: every node.
+        ``caution``: the part of each of ``metric_values`` that the load estimate's deviations
+        added (:attr:`~ksched.loop.metrics.metric_sources.Matrix.caution`): the metric filter
+        reads the values, the metric scores the values less this; None: none."""
         started = time.perf_counter()
         if metrics is None:
             metrics = self.config.metrics
-        metrics, metric_values = self._own_metrics(metrics, metric_values)
+        kept = self._own_metrics(metrics)
+        if kept is not None:
+            metrics = [metrics[k] for k in kept]
+            metric_values = None if metric_values is None else metric_values[:, kept]
+            caution = None if caution is None else caution[:, kept]
         batch = self._compile(snapshot, _in_queue_order(pods), metrics, groups, explain, nodes)
-        call = partial(self._call, snapshot, batch, metrics, metric_values, nominated=nominated, moved=moved)
+        call = partial(
+            self._call,
+            snapshot,
+            batch,
+            metrics,
+            metric_values,
+            nominated=nominated,
+            moved=moved,
+            caution=caution,
+        )
         run = partial(call, deadline_s)
         if any(m.on_saturation == LEAST_LOADED for m in metrics):
             run = partial(relax_saturated, batch, metrics, call, deadline_s)
@@ -137,16 +154,12 @@ class Engine:
         python_seconds = time.perf_counter() - started - batch.rust_seconds
         return BatchResult(placements, explanation, batch.rust_seconds, python_seconds)
 
-    def _own_metrics(
-        self, metrics: Sequence[MetricConfig], values: npt.NDArray[np.float64] | None
-    ) -> tuple[Sequence[MetricConfig], npt.NDArray[np.float64] | None]:
-        """The profile's metrics among ``metrics``, and their columns of ``values``."""
+    def _own_metrics(self, metrics: Sequence[MetricConfig]) -> list[int] | None:
+        """The columns of the profile's metrics among ``metrics`` (None: all of them)."""
         if self.profile.metrics is None:
-            return metrics, values
+            return None
         kept = [k for k, m in enumerate(metrics) if self.profile.uses(m.name)]
-        if len(kept) == len(metrics):
-            return metrics, values
-        return [metrics[k] for k in kept], None if values is None else values[:, kept]
+        return None if len(kept) == len(metrics) else kept
 
     def _compile(
         self,
@@ -256,13 +269,16 @@ class Engine:
         deadline_s: float | None,
         nominated: Sequence[Obj],
         moved: Mapping[str, Mapping[str, float]] | None = None,
+        caution: npt.NDArray[np.float64] | None = None,
     ) -> tuple[Outcome, list[str]]:
         """One engine call on the batch's rows (in order); also the keys of the evictable pods.
         Only the call itself counts as the batch's Rust time: its inputs are built first, once
         for the rows (:meth:`_compiled`), with each run's relaxed thresholds on top."""
         inputs = batch.inputs
         if inputs is None:
-            inputs = batch.inputs = self._compiled(snapshot, batch, metrics, metric_values, nominated, moved)
+            inputs = batch.inputs = self._compiled(
+                snapshot, batch, metrics, metric_values, nominated, moved, caution
+            )
         load = relaxed_load(inputs.load, batch, metrics, snapshot, metric_values)
         started = time.perf_counter()
         out = _core.schedule(
@@ -290,6 +306,7 @@ class Engine:
         metric_values: npt.NDArray[np.float64] | None,
         nominated: Sequence[Obj],
         moved: Mapping[str, Mapping[str, float]] | None,
+        caution: npt.NDArray[np.float64] | None,
     ) -> EngineInputs:
         """The engine's inputs for the batch's rows, before any threshold is relaxed. Nothing
         they are built from changes between runs on the same rows (the saturation reruns)."""
@@ -311,7 +328,7 @@ class Engine:
             specs=metric_specs(metrics, snapshot),
             profile=engine_profile(self.profile, snapshot),
             explain_row=batch.explain_row(),
-            load=metric_load(snapshot, batch.rows, metrics, moved),
+            load=metric_load(snapshot, batch.rows, metrics, moved, caution),
         )
 
 

@@ -245,10 +245,12 @@ pub fn metric_load<'a>(a: &'a Arrays) -> PyResult<LoadInputs<'a>> {
     Ok(LoadInputs {
         incoming: a.value("incoming")?,
         amounts: a.slice("amounts")?,
+        expected: a.slice("expected")?,
         pod_above: a.slice("pod_above")?,
         pod_below: a.slice("pod_below")?,
         exempt: a.slice("exempt")?,
         node_above: a.slice("node_above")?,
         node_below: a.slice("node_below")?,
+        caution: a.slice("caution")?,
     })
 }

@@ -142,6 +142,7 @@ class LoadModel:
                 "metric": name,
                 "resource": resource,
                 "counts": float(c.amount),
+                "expected": float(c.expected),
                 "source": c.source,
                 "workload": c.workload,
                 "figure": c.figure,

@@ -77,7 +77,8 @@ CLOSED_NOTE = " (onStale: closed: nodes without a fresh value are filtered out)"
 class Estimate(Protocol):
     """Adds to a metric's column what its sample cannot show yet of recently bound pods
     (:meth:`ksched.loop.metrics.recent_pods.RecentPods.add_to` on the batch's snapshot); returns what a learned estimate
-    learned, which the metric's configuration then carries to the engine."""
+    learned, which the metric's configuration then carries to the engine. Of what it adds,
+    the part that is caution (its deviations) it also adds to ``caution``."""
 
     def __call__(
         self,
@@ -87,6 +88,7 @@ class Estimate(Protocol):
         window_s: float | None = None,
         measured: Mapping[str, float] | None = None,
         measured_at: float | None = None,
+        caution: npt.NDArray[np.float64] | None = None,
     ) -> Calibration | None: ...
 
 
@@ -107,6 +109,10 @@ class Matrix:
     metrics: tuple[MetricConfig, ...]
     values: npt.NDArray[np.float64]
     degraded: list[str] = field(default_factory=list)
+    # Node x metric: the part of ``values`` that is caution, the deviations the load estimate
+    # added for pods no sample shows yet (None: none). The metric filter reads ``values``; the
+    # metric scores read ``values - caution``, what each node is expected to read.
+    caution: npt.NDArray[np.float64] | None = None
 
 
 def _pods_key(metric: MetricConfig) -> str:
@@ -348,6 +354,7 @@ class MetricStore:
         now = self.clock()
         used: list[MetricConfig] = []
         columns: list[npt.NDArray[np.float64]] = []
+        cautions: list[npt.NDArray[np.float64]] = []
         degraded: list[str] = []
         notes: list[str] = []
         for m in self.metrics:
@@ -364,6 +371,7 @@ class MetricStore:
                 degraded.append(f"{m.name}: {problem}{CLOSED_NOTE}")
                 column = np.full(snapshot.count, np.nan, dtype=np.float64)
             given = self._given[m.name]
+            caution = np.zeros(snapshot.count, dtype=np.float64)
             if problem is None and extra is not None and sample is not None:
                 pods = self._pod_sample(m, now)
                 calibration = extra(
@@ -373,18 +381,21 @@ class MetricStore:
                     sample.window_s,
                     None if pods is None else pods.values,
                     None if pods is None else pods.sampled_at,
+                    caution,
                 )
                 if calibration is not None and given.estimate is not None:
                     given = replace(given, estimate=replace(given.estimate, calibration=calibration))
                     self.calibrations[m.name] = calibration
             used.append(given)
             columns.append(column)
+            cautions.append(caution)
         self._annotation_notes = notes
         values = np.stack(columns, axis=1) if columns else np.zeros((snapshot.count, 0), dtype=np.float64)
+        caution_matrix = np.stack(cautions, axis=1) if any(c.any() for c in cautions) else None
         if self.telemetry is not None:
             self.telemetry.set_degraded("metric_unavailable", bool(degraded))
             self.telemetry.set_degraded("metric_values_rejected", bool(self._rejected))
-        return Matrix(tuple(used), values, degraded)
+        return Matrix(tuple(used), values, degraded, caution_matrix)
 
     def latest(self, name: str) -> Sample | None:
         """A live metric's last sample (each node's value as measured, no estimate) while it is

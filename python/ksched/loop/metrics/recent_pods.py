@@ -221,12 +221,15 @@ class RecentPods:
         window_s: float | None = None,
         measured: Mapping[str, float] | None = None,
         measured_at: float | None = None,
+        caution: npt.NDArray[np.float64] | None = None,
     ) -> Calibration | None:
         """Add to ``column`` (the metric's value per snapshot row) the share of each recent pod's
         load that the sample taken at ``sampled_at`` does not show. ``window_s``: the sample's own
         window, where the metric sets none; ``measured``: pods' measured usage (engine units),
-        which replaces their estimate, sampled at ``measured_at`` (default: now). Returns what a
-        learned estimate learned (None where it does not learn)."""
+        which replaces their estimate, sampled at ``measured_at`` (default: now); ``caution``
+        (per row, like ``column``): where the part of it that is the estimate's ``deviations``
+        is added too (the metric scores leave it out). Returns what a learned estimate learned
+        (None where it does not learn)."""
         i = self._column.get(metric.name)
         estimate = metric.estimate
         if i is None or estimate is None:
@@ -285,7 +288,10 @@ class RecentPods:
             _, spread = pod_shares(snapshot, estimate.resource, rows, spreads)
             missing = seen * spread
             np.add.at(variance, rows[counted], missing * missing)
-            column += metric.load_sign * estimate.deviations * np.sqrt(variance)
+            deviation = metric.load_sign * estimate.deviations * np.sqrt(variance)
+            column += deviation
+            if caution is not None:
+                caution += deviation
         sources[stable] = MEASURED
         sources[ramping] = RAMPING
         self._counted[metric.name] = _Counted(estimate.resource, arrays, i, amounts, sources, known)

@@ -216,6 +216,7 @@ class Scheduler:
             degraded = [*dropped, *(["retried without metrics"] if retry else [])]
             metrics = () if retry else matrix.metrics
             values = matrix.values if not retry else None
+            caution = matrix.caution if not retry else None
             if degraded:
                 self.telemetry.fallbacks.labels(reason="metric_unavailable" if not retry else "deadline").inc(
                     len(pods)
@@ -231,6 +232,7 @@ class Scheduler:
                     groups=gangs,
                     nominated=nominated,
                     nodes=own,
+                    caution=caution,
                 )
             except Exception:
                 log.exception(
@@ -258,7 +260,7 @@ class Scheduler:
                 claimed |= shared
                 self._place(by_key[placement.pod], placement, profile, elapsed, note)
             if beyond:
-                self._across(beyond, profile, values, metrics, gangs, nominated, elapsed, note)
+                self._across(beyond, profile, values, metrics, gangs, nominated, elapsed, note, caution)
 
     def _owned(self, qp: QueuedPod) -> bool:
         """Whether this replica places the pod (sharding; see :mod:`ksched.loop.shards`); a pod
@@ -292,6 +294,7 @@ class Scheduler:
         nominated: list[Obj],
         elapsed: float,
         note: str,
+        caution: npt.NDArray[np.float64] | None = None,
     ) -> None:
         """Place ``pods`` on every node: a pod whose node (or node to preempt on) is another
         replica's is nominated there, for that replica to place (and to preempt on: only a
@@ -308,6 +311,7 @@ class Scheduler:
                 deadline_s=self.config.batch.decision_deadline_s,
                 groups=gangs,
                 nominated=nominated,
+                caution=caution,
             )
         except Exception:
             log.exception("engine error placing %d pods on every node; they back off", len(pods))

@@ -362,7 +362,13 @@ class Shadow:
                 self.state.pod_groups[group].min_member, self.state.group_bound.get(group, 0)
             )
         result = self.engine.schedule(
-            snapshot, [unbound], matrix.values, metrics=matrix.metrics, explain=key, groups=groups
+            snapshot,
+            [unbound],
+            matrix.values,
+            metrics=matrix.metrics,
+            explain=key,
+            groups=groups,
+            caution=matrix.caution,
         )
         d = decide(
             key,

@@ -60,6 +60,10 @@ pub struct LoadInputs<'a> {
     /// (counted as `amount / allocatable` where it is placed, and where
     /// `incoming`, against the thresholds before).
     pub amounts: &'a [i64],
+    /// `pods × metrics`: what each pod adds to the values its scores read: its
+    /// expected usage, `amounts` without the caution (deviations) the filter
+    /// holds it to.
+    pub expected: &'a [i64],
     /// `pods × metrics`: each pod's thresholds (its priority band's).
     pub pod_above: &'a [f64],
     pub pod_below: &'a [f64],
@@ -69,6 +73,12 @@ pub struct LoadInputs<'a> {
     /// `nodes × metrics`: thresholds that replace the pod's on that node (NaN: none).
     pub node_above: &'a [f64],
     pub node_below: &'a [f64],
+    /// `nodes × metrics`: the caution in each node's value (the deviations its
+    /// estimate adds for pods that no sample shows yet). The filter reads a
+    /// node's value; its scores read the value less this, what the node is
+    /// expected to read, so that caution keeps a node from going hot without
+    /// skewing where pods go among the nodes it lets through.
+    pub caution: &'a [f64],
 }
 
 /// `LoadInputs::exempt`: the metric does not filter the pod (its owner's kind
@@ -95,10 +105,12 @@ impl LoadInputs<'_> {
     pub fn validate(&self, pods: usize, nodes: usize, metrics: usize) -> Result<(), EngineError> {
         check_len("metric load incoming", self.incoming.len(), metrics)?;
         check_len("metric load amounts", self.amounts.len(), pods * metrics)?;
+        check_len("metric load expected", self.expected.len(), pods * metrics)?;
         check_len("metric load pod_above", self.pod_above.len(), pods * metrics)?;
         check_len("metric load pod_below", self.pod_below.len(), pods * metrics)?;
         check_len("metric load exempt", self.exempt.len(), pods * metrics)?;
         check_len("metric load node_above", self.node_above.len(), nodes * metrics)?;
-        check_len("metric load node_below", self.node_below.len(), nodes * metrics)
+        check_len("metric load node_below", self.node_below.len(), nodes * metrics)?;
+        check_len("metric load caution", self.caution.len(), nodes * metrics)
     }
 }

@@ -259,7 +259,8 @@ struct EndState {
     pod_count: Vec<i64>,
     /// Host ports in use: the node table's, then those placed in the call.
     ports: Vec<Vec<HostPort>>,
-    /// Metric values (with load estimates), as bits so a NaN equals itself.
+    /// Metric values (with load estimates), then the scored ones, as bits so a
+    /// NaN equals itself: `2 × metrics` per node.
     values: Vec<u64>,
     /// Nodes with a nominated pod held on them.
     held: Vec<u32>,
@@ -278,7 +279,12 @@ impl EndState {
             ports.extend(ports_of(engine.nodes.used_ports, node).chain(state.placed_ports[node].iter().copied()));
         }
         self.values.clear();
-        self.values.extend(state.values.iter().map(|v| v.to_bits()));
+        let m = state.metrics;
+        for node in 0..engine.nodes.count {
+            let cells = node * m..(node + 1) * m;
+            self.values
+                .extend(state.values[cells.clone()].iter().chain(&state.scored[cells]).map(|v| v.to_bits()));
+        }
         self.held.clear();
         self.held.extend(
             (0..state.reserved.len())
@@ -346,9 +352,11 @@ impl Kept {
         let (n, r, m) = (engine.nodes.count, engine.resources, state.metrics);
         let mut metrics_changed = false;
         for node in 0..n {
-            let values_differ = state.values[node * m..(node + 1) * m]
+            let cells = node * m..(node + 1) * m;
+            let values_differ = state.values[cells.clone()]
                 .iter()
-                .zip(&end.values[node * m..(node + 1) * m])
+                .chain(&state.scored[cells])
+                .zip(&end.values[2 * node * m..2 * (node + 1) * m])
                 .any(|(v, &e)| v.to_bits() != e);
             metrics_changed |= values_differ;
             let differs = values_differ

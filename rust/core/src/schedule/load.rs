@@ -10,9 +10,14 @@
 //! what they carry to the next call stay exact. Pods without load inputs take
 //! the shared path, as fast as before there were any.
 //!
-//! A pod whose own estimate counts is scored by the same values its filter
-//! reads, the node's with the pod's share added (`Engine::incoming`,
-//! `scored_value`): a node is ranked by what it would read with the pod.
+//! A pod whose own estimate counts is scored by the node's values with the
+//! pod's share added (`Engine::incoming`, `scored_value`): a node is ranked by
+//! what it would read with the pod. The filter reads the cautious figures (the
+//! values, and the pod's `amounts`); the scores read the expected ones (the
+//! values less their `caution`, and the pod's `expected`), so that caution
+//! keeps a node from going hot without skewing where pods go among the others:
+//! a node whose new pods count with a deviation would otherwise rank below a
+//! node that measures as much, and end cooler.
 
 use super::engine::{Engine, Incoming, MetricFilter, PodView};
 use super::state::BatchState;
@@ -123,15 +128,16 @@ impl Engine<'_, '_> {
                     _ => Some(on_node(load, m, node, k, pod_limits)),
                 }
             },
-            |k| self.own_share(pod.index, node, k),
+            |k| self.own_share(pod.index, node, k, load.amounts),
         )
     }
 
     /// What pod `index` adds to metric `k` of `node` where its own estimate
-    /// counts (load estimate v2): its estimate over the node's allocatable of
-    /// the estimate's resource; 0 elsewhere.
+    /// counts (load estimate v2): its `amounts` (the filter's) or `expected`
+    /// (the scores') entry over the node's allocatable of the estimate's
+    /// resource; 0 elsewhere.
     #[inline]
-    fn own_share(&self, index: usize, node: usize, k: usize) -> f64 {
+    fn own_share(&self, index: usize, node: usize, k: usize, amounts: &[i64]) -> f64 {
         let Some(load) = &self.metrics.load else {
             return 0.0;
         };
@@ -139,7 +145,7 @@ impl Engine<'_, '_> {
             Some((column, _)) if load.incoming[k] => {
                 let capacity = self.nodes.allocatable[node * self.resources + column];
                 if capacity > 0 {
-                    load.amounts[index * self.metrics.specs.len() + k] as f64 / capacity as f64
+                    amounts[index * self.metrics.specs.len() + k] as f64 / capacity as f64
                 } else {
                     0.0
                 }
@@ -160,13 +166,14 @@ impl Engine<'_, '_> {
         (filter == MetricFilter::Own && (0..m).any(counts)).then_some(index)
     }
 
-    /// Metric `k` of `node` as a pod's scores read it (`Incoming`).
+    /// Metric `k` of `node` as a pod's scores read it (`Incoming`): the expected
+    /// value, with the pod's expected usage where its own estimate counts.
     #[inline]
     pub(super) fn scored_value(&self, state: &BatchState, incoming: Incoming, node: usize, k: usize) -> f64 {
         let v = state.metric_value(node, k);
-        match incoming {
-            Some(index) => v + self.own_share(index, node, k),
-            None => v,
+        match (incoming, &self.metrics.load) {
+            (Some(index), Some(load)) => v + self.own_share(index, node, k, load.expected),
+            _ => v,
         }
     }
 
@@ -198,6 +205,7 @@ impl Engine<'_, '_> {
                         load.pod_above[at].to_bits() as i64,
                         load.pod_below[at].to_bits() as i64,
                         load.amounts[at],
+                        load.expected[at],
                     ]);
                 }
             }

@@ -75,10 +75,14 @@ pub(super) struct BatchState {
     /// Each node's BalancedAllocation balance without the pod, for pods where
     /// it depends on the node alone (empty when the plugin is off).
     pub balance_without: Vec<i64>,
-    /// Metric values, `metrics` per node: the caller's, plus the estimates of placements.
+    /// Metric values, `metrics` per node: the caller's, plus the estimates of
+    /// placements. What the metric filter reads.
     pub values: Vec<f64>,
+    /// The same less their caution (`LoadInputs::caution`, and each placement's
+    /// estimate over its expected usage): what the metric scores read.
+    pub scored: Vec<f64>,
     pub metrics: usize,
-    /// Each value's badness (NaN where missing) and each node's threshold verdict.
+    /// Each scored value's badness (NaN where missing) and each node's threshold verdict.
     pub badness: Vec<f64>,
     pub metric_codes: Vec<u32>,
     /// Bumped when an estimate changes a node's values (see `Base::epochs`).
@@ -120,6 +124,14 @@ impl BatchState {
             .iter()
             .map(|&v| if v.is_finite() { v } else { f64::NAN })
             .collect();
+        let scored: Vec<f64> = match &metrics_in.load {
+            Some(load) => values
+                .iter()
+                .zip(load.caution)
+                .map(|(&v, &c)| if c.is_finite() { v - c } else { v })
+                .collect(),
+            None => values.clone(),
+        };
         let mut state = BatchState {
             requested: nodes.requested.to_vec(),
             nonzero_requested: nodes.nonzero_requested.to_vec(),
@@ -129,7 +141,7 @@ impl BatchState {
             balance_without: Vec::new(),
             values: values.clone(),
             metrics: m,
-            badness: values
+            badness: scored
                 .iter()
                 .enumerate()
                 .map(|(i, &v)| {
@@ -140,6 +152,7 @@ impl BatchState {
                     }
                 })
                 .collect(),
+            scored,
             metric_codes: (0..n)
                 .map(|node| engine.shared_metric_code(&values[node * m..(node + 1) * m], node))
                 .collect(),
@@ -197,9 +210,10 @@ impl BatchState {
         state
     }
 
+    /// Metric `k` of `node` as its scores read it (`scored`).
     #[inline]
     pub fn metric_value(&self, node: usize, k: usize) -> f64 {
-        self.values[node * self.metrics + k]
+        self.scored[node * self.metrics + k]
     }
 
     /// Hold `node` for a nominated pod (upstream's nominator adds it): pods
@@ -355,8 +369,9 @@ impl BatchState {
 
     /// Add the placed pod's estimated load to its node's estimated metrics, so
     /// later pods of the batch do not all chase the value of the last scrape: its
-    /// estimate from the load inputs over the node's allocatable, else (none given)
-    /// its request times the factor.
+    /// estimate from the load inputs over the node's allocatable to what the
+    /// filter reads, its expected usage to what the scores read; else (none
+    /// given) its request times the factor to both.
     fn add_estimate(&mut self, engine: &Engine, pod: &PodView, node: usize) {
         let specs = &engine.metrics.specs;
         let (m, r) = (specs.len(), engine.resources);
@@ -364,13 +379,21 @@ impl BatchState {
         for (k, spec) in specs.iter().enumerate() {
             let Some((column, factor)) = spec.estimate else { continue };
             let capacity = engine.nodes.allocatable[node * r + column];
-            let v = &mut self.values[node * m + k];
-            if capacity > 0 && !v.is_nan() {
-                *v += match load {
-                    Some(load) => load.amounts[pod.index * m + k] as f64 / capacity as f64,
-                    None => pod.request[column] as f64 / capacity as f64 * factor,
+            let at = node * m + k;
+            if capacity > 0 && !self.values[at].is_nan() {
+                let (filtered, scored) = match load {
+                    Some(load) => {
+                        let row = pod.index * m + k;
+                        (load.amounts[row] as f64, load.expected[row] as f64)
+                    }
+                    None => {
+                        let estimate = pod.request[column] as f64 * factor;
+                        (estimate, estimate)
+                    }
                 };
-                self.badness[node * m + k] = metrics::badness(spec.prefer, *v);
+                self.values[at] += filtered / capacity as f64;
+                self.scored[at] += scored / capacity as f64;
+                self.badness[at] = metrics::badness(spec.prefer, self.scored[at]);
             }
         }
         self.metric_codes[node] = engine.shared_metric_code(&self.values[node * m..(node + 1) * m], node);
