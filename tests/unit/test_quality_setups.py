@@ -4,8 +4,10 @@ shadow; mixed-replicasets' ownership; and the shadow estimate check's arithmetic
 from __future__ import annotations
 
 import collections
+from pathlib import Path
 
 import pytest
+import yaml
 
 from ksched.bench.quality.figures import QualityFigures, QualityResults, ShadowOutcomes
 from ksched.bench.quality.gap import gap_rows, gaps
@@ -47,6 +49,31 @@ def test_the_steering_setups_mark_only_their_own_pool() -> None:
         assert steering.selects({POOL_LABEL: "2"}) and not steering.selects({POOL_LABEL: "1"}), label
     assert _config_of(QualityOptions(pools=True), KSCHED_STEER) == EXAMPLE_CONFIG
     assert _config_of(QualityOptions(pools=True), KSCHED_STEER_REBALANCE) == EXAMPLE_REBALANCE_CONFIG
+
+
+def test_a_configuration_of_its_own_that_steers_marks_only_its_own_pool(tmp_path: Path) -> None:
+    # ``--quality-config candidate=FILE`` with steering on: a mark on another setup's node
+    # would steer that setup's kube-scheduler pods.
+    doc = yaml.safe_load(EXAMPLE_CONFIG.read_text())
+    doc["steering"] = {"enabled": True, "maxShare": 0.5}
+    path = tmp_path / "candidate.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    config = parse_config(
+        pool_config(ksched_config(path, PROMETHEUS, "candidate"), "candidate", POOL, "q", 180.0)
+    )
+    steering = config.steering
+    assert steering.enabled and steering.max_share == 0.5
+    assert steering.selects(POOL) and not steering.selects({POOL_LABEL: "1"})
+    r = Round((("mixed-schedulers", "candidate"),), 16, 96, 1, 8.0, 180.0, 15.0, 0.8, {"candidate": path})
+    assert r.steers("candidate"), "its marks' timeline is judged"
+    plain = Round(
+        (("mixed-schedulers", "ksched"),), 16, 96, 1, 8.0, 180.0, 15.0, 0.8, {"ksched": EXAMPLE_CONFIG}
+    )
+    assert not plain.steers("ksched") and plain.steers(KSCHED_STEER)
+    unchanged = parse_config(
+        pool_config(ksched_config(EXAMPLE_CONFIG, PROMETHEUS, "ksched"), "ksched", POOL, "q", 180.0)
+    )
+    assert not unchanged.steering.enabled
 
 
 def test_oracle_steer_steers_with_every_pods_true_usage_kube_schedulers_too() -> None:

@@ -89,10 +89,12 @@ def run_plan(
     measured: Callable[[str, MetricConfig], float | None] = lambda key, m: None,
     bystanders: tuple[Obj, ...] = (),
     steering: SteeringView | None = None,
+    caution: list[float] | None = None,
 ) -> Plan:
     """Plan on nodes n0..n3 (4 cpu, 8Gi each unless given) with ``u`` at ``values``; every
     node over the line is hot. ``bystanders``: bound pods the planner is not shown;
-    ``steering``: the steering marks (None: steering off)."""
+    ``steering``: the steering marks (None: steering off); ``caution``: the part of each
+    value that is the load estimate's deviations."""
     config = config or rebalance()
     metric = metric or usage_metric()
     nodes = nodes or [node(n) for n in NODES]
@@ -113,6 +115,7 @@ def run_plan(
         budget or Budget(evictions=5),
         reserved,
         steering,
+        None if caution is None else np.array(caution, dtype=np.float64).reshape(-1, 1),
     )
 
 
@@ -145,6 +148,19 @@ def test_the_hot_nodes_largest_pod_moves_to_the_coolest_node() -> None:
     assert terms["nodeSelectorTerms"] == [
         {"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["n0"]}]}
     ]
+
+
+def test_a_replacement_goes_to_the_node_expected_coolest_and_stays_under_the_line_with_caution() -> None:
+    # n2 reads 0.30 of which 0.05 is caution (unmeasured pods' deviations): expected at 0.25,
+    # cooler than n1's 0.28, so the big pod's replacement goes there, as a pod placed by the
+    # scheduling loop would. With 0.40 of caution n2 reads 0.65 with no room under the target
+    # line 0.6 for the 0.25 the pod takes: the proof's filter reads the caution.
+    pods = [workload_pod("small", "n0", cpu="200m"), workload_pod("big", "n0", cpu="1")]
+    assert moved(run_plan([0.9, 0.28, 0.30, 0.55], pods)) == [("default/big", "n0", "n1")]
+    cool = run_plan([0.9, 0.28, 0.30, 0.55], pods, caution=[0.0, 0.0, 0.05, 0.0])
+    assert moved(cool) == [("default/big", "n0", "n2")]
+    held = run_plan([0.9, 0.28, 0.65, 0.55], pods, caution=[0.0, 0.0, 0.40, 0.0])
+    assert moved(held) == [("default/big", "n0", "n1")]
 
 
 def test_the_source_is_excluded_in_every_node_selector_term() -> None:

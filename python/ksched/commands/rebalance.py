@@ -153,6 +153,7 @@ def preview(
         budget,
         reserved,
         steering_view(config.steering, cluster.nodes),
+        look.caution,
     )
     return out, notes + _refused_by_budgets(out, pods, cluster)
 

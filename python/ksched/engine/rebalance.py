@@ -149,6 +149,7 @@ def plan(
     budget: Budget,
     reserved: Sequence[Obj] = (),
     steering: SteeringView | None = None,
+    caution: npt.NDArray[np.float64] | None = None,
 ) -> Plan:
     """The moves that cool the ``hot`` nodes, each proved by ``engine``.
 
@@ -159,8 +160,12 @@ def plan(
     their room is held, and their load is added to their node's values here (what their move
     was proved with, :data:`MOVED_USAGE_ANNOTATION`; else their estimate). ``steering``: the
     steering marks other schedulers see now (None: steering is off), which another scheduler's
-    pod needs on its source."""
-    planner = _Planner(engine, config, snapshot, metrics, values, measured, now, budget, reserved, steering)
+    pod needs on its source. ``caution``: node x metric, the part of ``values`` that is the
+    load estimate's deviations (None: none): a proof's filter reads it, its scores do not, as
+    in placing."""
+    planner = _Planner(
+        engine, config, snapshot, metrics, values, measured, now, budget, reserved, steering, caution
+    )
     on_node: dict[str, list[Obj]] = {}
     for pod in pods:
         on_node.setdefault(str(spec(pod).get("nodeName") or ""), []).append(pod)
@@ -199,6 +204,7 @@ class _Planner:
         budget: Budget,
         reserved: Sequence[Obj],
         steering: SteeringView | None,
+        caution: npt.NDArray[np.float64] | None = None,
     ) -> None:
         self.engine = engine
         self.steering = steering
@@ -211,7 +217,9 @@ class _Planner:
         # The judged metrics: their hot lines, configs and value columns.
         self.lines: list[RebalanceThreshold] = list(config.thresholds(tuple(metrics)))
         self.judged = [metrics[by_name[line.metric]] for line in self.lines]
-        self.values = np.array(values[:, [by_name[line.metric] for line in self.lines]], dtype=np.float64)
+        columns = [by_name[line.metric] for line in self.lines]
+        self.values = np.array(values[:, columns], dtype=np.float64)
+        self.caution = None if caution is None else np.array(caution[:, columns], dtype=np.float64)
         # A pod's load raises an "above" metric and lowers a "below" one (higher is better).
         self.sign = np.array(
             [1.0 if line.direction == "above" else -1.0 for line in self.lines], dtype=np.float64
@@ -410,6 +418,7 @@ class _Planner:
                 metrics=self.proof_metrics,
                 nominated=_holding(self.held, priority(c.pod)),
                 moved={pod_key(pending): usage},
+                caution=self.caution,
             ).placements[0]
         finally:
             table.terminating[leaving] = before

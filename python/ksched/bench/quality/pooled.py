@@ -63,7 +63,7 @@ from ksched.bench.quality.observe import (
 )
 from ksched.bench.quality.rebalance import HOT_SAMPLES, judge_rebalance
 from ksched.bench.quality.scenarios import DEFAULT_SCHEDULER, KUBE_SCHEDULER, Scenario, scenario
-from ksched.bench.quality.setups import KNOWING, SHADOW, STEERING, pool_config, read_outcomes
+from ksched.bench.quality.setups import KNOWING, SHADOW, pool_config, read_outcomes, steers
 from ksched.cluster import descheduler
 from ksched.cluster.processes import tail, terminate
 from ksched.config import load_config
@@ -103,6 +103,12 @@ class Round:
     # Samples over the line in a row that make a node hot: the rebalancer configuration's
     # hotSamples, so a run is judged by the line its policy draws.
     hot_samples: int = HOT_SAMPLES
+
+    def steers(self, label: str) -> bool:
+        """Whether the label's setup steers (:func:`~ksched.bench.quality.setups.steers`)."""
+        path = self.configs.get(label)
+        config = yaml.safe_load(path.read_text()) if path is not None and path.exists() else None
+        return steers(label, config if isinstance(config, dict) else None)
 
 
 def _shape(node: Obj) -> tuple[str, str]:
@@ -232,7 +238,7 @@ def pooled_round(
             if r.entries[i][1] == SHADOW
         }
         # One list of the node events, before the kscheds stop (and unmark everything).
-        events = node_events(kube) if any(label in STEERING for _, label in r.entries) else []
+        events = node_events(kube) if any(r.steers(label) for _, label in r.entries) else []
         results.violations += [
             f"the descheduler exited early ({proc.returncode}): {tail(log)}"
             for proc, log in deschedulers
@@ -257,7 +263,7 @@ def pooled_round(
             figures.shadow = shadows.get(i)
             if i in pollers:
                 figures.estimate = trace(pollers[i].points, pods)
-            if label in STEERING:
+            if r.steers(label):
                 figures.marks = timeline(events, names, series.times[0], series.times[-1])
                 attribute(
                     figures.marks, series.times, series.values, series.step_s, names, binds(pods), r.threshold

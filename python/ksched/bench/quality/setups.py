@@ -53,7 +53,7 @@ def pool_config(config: Obj, label: str, pool: dict[str, str], namespace: str, o
     pool whose nodes carry the labels ``pool`` and whose pods are in ``namespace``; a label
     this module does not own is returned unchanged."""
     out = copy.deepcopy(config)
-    if label in STEERING:
+    if steers(label, out):
         out["steering"] = {**(out.get("steering") or {}), "enabled": True, "nodeSelector": dict(pool)}
     if label == KSCHED_STEER_REBALANCE:
         rebalance = out.setdefault("rebalance", {})
@@ -63,6 +63,13 @@ def pool_config(config: Obj, label: str, pool: dict[str, str], namespace: str, o
         margin = max(0.0, observe_s - horizon_window_s(out))
         out["outcomes"] = {"margin": f"{margin:g}s", "interval": f"{SHADOW_LOOK_S:g}s"}
     return out
+
+
+def steers(label: str, config: Obj | None) -> bool:
+    """Whether a setup steers: a steering setup, or a configuration of its own
+    (``--quality-config``) that turns steering on. Either way its marks are limited to its
+    pool (:func:`pool_config`), and its marks' timeline is judged."""
+    return label in STEERING or bool(((config or {}).get("steering") or {}).get("enabled"))
 
 
 def horizon_window_s(config: Obj) -> float:

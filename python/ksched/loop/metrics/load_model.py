@@ -90,6 +90,10 @@ class Judged:
     # Node x ``metrics``: the values with the load model applied.
     values: npt.NDArray[np.float64]
     measured: Measured
+    # Node x ``metrics``: the part of ``values`` that is the estimate's caution
+    # (:attr:`~ksched.loop.metrics.metric_sources.Matrix.caution`; None: none), which a proof's
+    # filter reads and its scores leave out, as in placing.
+    caution: npt.NDArray[np.float64] | None = None
 
 
 class LoadModel:
@@ -187,7 +191,8 @@ class LoadModel:
             # Replacements that landed still grow back to what they were moved with: their
             # nodes are not cool enough for another move meanwhile.
             self.held.add_settling(values, snapshot, metrics, measured)
-        return Judged(metrics, values, measured)
+        caution = None if matrix.caution is None else matrix.caution[:, [k for k, _ in fresh]]
+        return Judged(metrics, values, measured, caution)
 
     def _take_departed(
         self,

@@ -257,6 +257,7 @@ class Rebalancer:
             budget,
             self.reservations.holding(),
             steering_view(self.steering, self.state.nodes.values()),
+            judged.caution,
         )
         if hold:
             for move in out.moves:

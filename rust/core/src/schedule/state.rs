@@ -128,7 +128,12 @@ impl BatchState {
             Some(load) => values
                 .iter()
                 .zip(load.caution)
-                .map(|(&v, &c)| if c.is_finite() { v - c } else { v })
+                .map(|(&v, &c)| match v - c {
+                    // A caution that is not finite, or that takes the value past the
+                    // largest float, is no caution: the scores read the value.
+                    s if c.is_finite() && (s.is_finite() || v.is_nan()) => s,
+                    _ => v,
+                })
                 .collect(),
             None => values.clone(),
         };
