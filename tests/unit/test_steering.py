@@ -389,7 +389,7 @@ DOC = {
 def test_the_section_defaults_and_lines() -> None:
     config = parse_config({**DOC, "steering": {"enabled": True}})
     s = config.steering
-    assert (s.taint_key, s.interval_s, s.margin, s.hold_s, s.max_share) == (KEY, 10.0, 0.1, 60.0, 0.25)
+    assert (s.taint_key, s.interval_s, s.margin, s.hold_s, s.max_share) == (KEY, 2.0, 0.1, 60.0, 0.25)
     assert [(x.metric, x.line) for x in s.lines(config.metrics)] == [("heat", 0.8)]
     assert not parse_config(DOC).steering.enabled
     assert s.node_selector == () and s.selects({})
