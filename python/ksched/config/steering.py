@@ -79,10 +79,9 @@ class SteeringConfig:
     # The taint's key; its effect is always PreferNoSchedule.
     taint_key: str = DEFAULT_TAINT_KEY
     # How often the leader looks at the nodes. Between two looks another scheduler places by
-    # requests alone: at a deployment's pace (tens of pods a second) a 10 s look let a whole
-    # wave land on nodes one look would have marked, and mixed-schedulers read 39 % of
-    # kube-scheduler's hot node-minutes against 14 % at 2 s. A look costs what a scheduling
-    # cycle's values do, once, and writes only the marks that change.
+    # requests alone, at a deployment's pace tens of pods a second (docs/steering.md, "How
+    # often to look"). A look costs what a scheduling cycle's values do, once, and writes only
+    # the marks that change.
     interval_s: float = 2.0
     # The metrics that mark (empty: every metric with a filter line).
     metrics: tuple[SteeringMetric, ...] = ()
