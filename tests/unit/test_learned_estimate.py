@@ -114,8 +114,11 @@ def test_deviations_add_the_combined_spread_of_a_nodes_unmeasured_pods() -> None
     matrix, _ = run(learned_metric(deviations=1.0), measured_pods(ratios), new)
     # Two 1-CPU pods: 2 CPUs expected each, spread 1 CPU each, combined sqrt(2).
     assert matrix.values[1, 0] == pytest.approx(NODE_VALUE + (4.0 + np.sqrt(2.0)) / 4)
-    # The spread is caution, which the filter reads and the scores leave out.
-    assert matrix.caution[:, 0].tolist() == [0.0, pytest.approx(np.sqrt(2.0) / 4)]
+    assert matrix.caution is None, "by default the score reads the deviations too"
+    by_mean, _ = run(learned_metric(deviations=1.0, score_by_mean=True), measured_pods(ratios), new)
+    assert by_mean.values[1, 0] == matrix.values[1, 0]
+    # With scoreByMean the spread is caution, which the filter reads and the scores leave out.
+    assert by_mean.caution[:, 0].tolist() == [0.0, pytest.approx(np.sqrt(2.0) / 4)]
     plain, _ = run(learned_metric(), measured_pods(ratios), new)
     assert plain.values[1, 0] == pytest.approx(NODE_VALUE + 4.0 / 4), "no deviations: the mean alone"
     assert plain.caution is None, "no deviations: no caution"
@@ -127,7 +130,7 @@ def test_scores_rank_nodes_by_the_mean_and_the_filter_holds_them_to_the_caution(
     # 2 x 400m of 4 CPUs at the mean (0.30), plus sqrt(2) x 200m of caution (0.371).
     ratios = [1.0, 3.0] * (LEARN_MIN_PODS // 2)
     new = [bound("a", "n1", T0 - 2, cpu="200m"), bound("b", "n1", T0 - 2, cpu="200m")]
-    m = replace(learned_metric(deviations=1.0), above=0.66, weight=5.0)
+    m = replace(learned_metric(deviations=1.0, score_by_mean=True), above=0.66, weight=5.0)
     matrix, _ = run(m, measured_pods(ratios, cpu_milli=50), new)
     assert matrix.values[:, 0].tolist() == [pytest.approx(0.35), pytest.approx(0.3 + np.sqrt(2) / 20)]
     snapshot = cluster(m, Clock(T0)).snapshot()
@@ -181,6 +184,11 @@ def test_the_pod_being_placed_counts_at_its_calibrated_estimate_plus_deviations(
         ({"learn": "yes", "podQuery": POD_QUERY}, "estimate.learn: must be true or false"),
         ({"deviations": -1, "podQuery": POD_QUERY}, "estimate.deviations: must not be negative"),
         ({"deviations": 1, "podQuery": POD_QUERY}, "estimate.deviations: needs learn: true"),
+        ({"scoreByMean": True, "podQuery": POD_QUERY}, "estimate.scoreByMean: needs learn: true"),
+        (
+            {"scoreByMean": "yes", "podQuery": POD_QUERY, "learn": True},
+            "estimate.scoreByMean: must be true or false",
+        ),
         ({"deviations": 1, "podQuery": POD_QUERY, "learn": False}, "estimate.deviations: needs learn: true"),
     ],
 )

@@ -181,7 +181,8 @@ class EstimateConfig:
     its guess times their measured/guessed ratio, a BestEffort pod as their mean measured
     usage. ``deviations`` adds that many standard deviations of what the measured pods
     strayed: to each pod being placed, and to each node as the combined spread of its recent
-    pods not measured yet (independent: the root of the sum of squares).
+    pods not measured yet (independent: the root of the sum of squares). With
+    ``score_by_mean`` they count in the metric's filter only, and its score reads the mean.
 
     A learned estimate learns per workload too (``workload_label``, else the pod's controller):
     a pod counts at its own workload's figures, a pod of a workload without a measured pod at
@@ -203,6 +204,9 @@ class EstimateConfig:
     # Calibrate the guesses by recently measured pods (needs pod_query).
     learn: bool = False
     deviations: float = 0.0
+    # The deviations count in the filter only; the metric's score reads nodes and pods at the
+    # mean (the engine's caution: Matrix.caution, LoadInputs.expected).
+    score_by_mean: bool = False
     # The pod label that names a pod's workload where set (None: its controller).
     workload_label: str | None = None
     # The longest a pod is taken to ramp up after its bind.
@@ -343,6 +347,7 @@ def _estimate(obj: Any, path: str, metric_resource: str | None) -> EstimateConfi
             "namespaceLabel",
             "learn",
             "deviations",
+            "scoreByMean",
             "workloadLabel",
             "warmup",
             "prior",
@@ -376,7 +381,10 @@ def _estimate(obj: Any, path: str, metric_resource: str | None) -> EstimateConfi
             f"{path}.deviations: needs learn: true (podQuery set): "
             "the deviations are those of the measured pods"
         )
-    for key in ("workloadLabel", "warmup", "prior"):
+    score_by_mean = e.get("scoreByMean", EstimateConfig.score_by_mean)
+    if not isinstance(score_by_mean, bool):
+        raise ConfigError(f"{path}.scoreByMean: must be true or false")
+    for key in ("workloadLabel", "warmup", "prior", "scoreByMean"):
         if key in e and not learn:
             raise ConfigError(f"{path}.{key}: needs learn: true (podQuery set): it shapes what is learned")
     warmup = parse_duration(e["warmup"], f"{path}.warmup") if "warmup" in e else EstimateConfig.warmup_s
@@ -399,6 +407,7 @@ def _estimate(obj: Any, path: str, metric_resource: str | None) -> EstimateConfi
         ),
         learn=learn,
         deviations=deviations,
+        score_by_mean=score_by_mean,
     )
 
 

@@ -267,7 +267,8 @@ class Choice:
 def estimate_choice(pod: Obj, requests: PodRequests, estimate: EstimateConfig) -> Choice:
     """What a pod being placed counts as, of ``estimate.resource`` in the engine's unit: its
     guess, calibrated where the estimate learned (its workload's figures, else the prior, else
-    the cluster-wide ones), plus ``deviations`` of its spread (its ``expected`` without)."""
+    the cluster-wide ones), plus ``deviations`` of its spread (its ``expected`` without, where
+    ``score_by_mean``)."""
     amount, kind = guess(pod, requests, estimate)
     problem = None if estimate.legacy else declared_usage(pod, estimate.resource)[1]
     if estimate.calibration is None:
@@ -286,8 +287,9 @@ def estimate_choice(pod: Obj, requests: PodRequests, estimate: EstimateConfig) -
         else t.offset
     )
     value = min(float(mean + estimate.deviations * sd), float(QUANTITY_MAX))
-    expect = min(float(mean), float(QUANTITY_MAX))
-    return Choice(round(value), t.source, workload, figure, t.pods, problem, round(expect))
+    # The metric's score counts it at its mean where the deviations are for the filter only.
+    expect = round(min(float(mean), float(QUANTITY_MAX))) if estimate.score_by_mean else None
+    return Choice(round(value), t.source, workload, figure, t.pods, problem, expect)
 
 
 def pod_estimates(pod: Obj, metrics: Sequence[MetricConfig]) -> list[tuple[str, str, Choice]]:

@@ -228,7 +228,7 @@ class RecentPods:
         window, where the metric sets none; ``measured``: pods' measured usage (engine units),
         which replaces their estimate, sampled at ``measured_at`` (default: now); ``caution``
         (per row, like ``column``): where the part of it that is the estimate's ``deviations``
-        is added too (the metric scores leave it out). Returns what a learned estimate learned
+        is added too, where its score reads the mean (``score_by_mean``). Returns what a learned estimate learned
         (None where it does not learn)."""
         i = self._column.get(metric.name)
         estimate = metric.estimate
@@ -290,7 +290,7 @@ class RecentPods:
             np.add.at(variance, rows[counted], missing * missing)
             deviation = metric.load_sign * estimate.deviations * np.sqrt(variance)
             column += deviation
-            if caution is not None:
+            if caution is not None and estimate.score_by_mean:
                 caution += deviation
         sources[stable] = MEASURED
         sources[ramping] = RAMPING
