@@ -291,7 +291,8 @@ class MetricLoad(TypedDict):
     # ``pods x metrics``: each pod's estimated usage of the estimate's column (engine units):
     # what the metric filter counts it at ...
     amounts: I64
-    # ... and what the metric scores count it at (its expected usage, without deviations).
+    # ... and what the metric scores count it at (without the deviations where the estimate
+    # has ``scoreByMean``; else the same).
     expected: I64
     # ``pods x metrics``: each pod's thresholds (its priority band's).
     pod_above: F64
@@ -303,7 +304,8 @@ class MetricLoad(TypedDict):
     node_above: F64
     node_below: F64
     # ``nodes x metrics``: the caution in each node's value (the deviations the load
-    # estimate added): the filter reads the value, the scores the value less this.
+    # estimate added, with ``scoreByMean``; else 0): the filter reads the value, the scores
+    # the value less this.
     caution: F64
 
 

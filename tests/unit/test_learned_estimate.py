@@ -13,6 +13,8 @@ import pytest
 
 from ksched.config import Config, EstimateConfig, MetricConfig, parse_config
 from ksched.config.metrics import LEARN_MIN_PODS, Calibration
+from ksched.engine.estimate import estimate_choice
+from ksched.engine.pods import pod_requests
 from ksched.engine.scheduler import Engine
 from ksched.errors import ConfigError
 from ksched.loop.metrics.load_model import LoadModel
@@ -147,6 +149,31 @@ def test_scores_rank_nodes_by_the_mean_and_the_filter_holds_them_to_the_caution(
     # A 400m pod counts 1200m against the filter (0.3 of a node): n1 reads 0.671 with it,
     # over the line 0.66, though its mean (0.5) is under it; n0 reads 0.65.
     assert placed(pod("q", cpu="400m"), matrix.caution) == "n0"
+
+
+def test_a_pod_counts_at_its_mean_in_the_score_only_with_score_by_mean() -> None:
+    calibration = Calibration(ratio=1.5, ratio_sd=1.0, ratio_pods=LEARN_MIN_PODS)
+    requests = pod_requests(pod("p", cpu="100m"))
+    for by_mean, expected in ((False, 250), (True, 150)):
+        estimate = EstimateConfig(
+            resource="cpu",
+            pod_query=POD_QUERY,
+            learn=True,
+            deviations=1.0,
+            score_by_mean=by_mean,
+            calibration=calibration,
+        )
+        choice = estimate_choice(pod("p", cpu="100m"), requests, estimate)
+        # 100m x 1.5 plus one deviation of 100m x 1.0: the filter's figure either way.
+        assert (choice.amount, choice.expected) == (250, expected), by_mean
+    metric = {
+        "name": "cpu",
+        "source": "prometheus",
+        "query": "q",
+        "estimate": {"resource": "cpu", "scoreByMean": False},
+    }
+    plain = parse_config({**CONFIG, "metrics": [metric]})
+    assert not plain.metrics[0].estimate.score_by_mean, "false needs nothing learned"
 
 
 def test_a_pod_that_requests_almost_nothing_does_not_swamp_what_is_learned() -> None:

@@ -11,6 +11,7 @@ import yaml
 
 from ksched.bench.quality.figures import QualityFigures, QualityResults, ShadowOutcomes
 from ksched.bench.quality.gap import gap_rows, gaps
+from ksched.bench.quality.marks import MarkFigures
 from ksched.bench.quality.observe import ksched_config
 from ksched.bench.quality.pooled import POOL_LABEL, Round, _scenario
 from ksched.bench.quality.run import EXAMPLE_CONFIG, EXAMPLE_REBALANCE_CONFIG, QualityOptions, _config_of
@@ -66,6 +67,8 @@ def test_a_configuration_of_its_own_that_steers_marks_only_its_own_pool(tmp_path
     assert steering.selects(POOL) and not steering.selects({POOL_LABEL: "1"})
     r = Round((("mixed-schedulers", "candidate"),), 16, 96, 1, 8.0, 180.0, 15.0, 0.8, {"candidate": path})
     assert r.steers("candidate"), "its marks' timeline is judged"
+    shadow = Round((("requests-lie", SHADOW),), 16, 96, 1, 8.0, 180.0, 15.0, 0.8, {SHADOW: path})
+    assert not shadow.steers(SHADOW), "shadow mode never marks"
     plain = Round(
         (("mixed-schedulers", "ksched"),), 16, 96, 1, 8.0, 180.0, 15.0, 0.8, {"ksched": EXAMPLE_CONFIG}
     )
@@ -110,6 +113,12 @@ def test_each_setup_is_measured_to_the_oracle_of_its_own_means() -> None:
         gaps(no_steering_oracle)["mixed-schedulers"][KSCHED_STEER].not_judged
         == "no oracle-steer in this round"
     )
+    # A configuration of its own whose marks were judged is a steering setup too.
+    candidate = QualityFigures("steer-2s", "mixed-schedulers", 10)
+    candidate.hotspot_node_minutes = 10.0
+    candidate.marks = MarkFigures()
+    with_candidate = QualityResults({}, [*results.figures, candidate])
+    assert gaps(with_candidate)["mixed-schedulers"]["steer-2s"].gap_closed == 0.5  # 10 of 20
     only_steering = QualityResults({}, [f for f in results.figures if f.scheduler != ORACLE])
     assert gap_rows(only_steering)[1:] == [
         ("mixed-schedulers", "ksched", "10.0", "50%", "no oracle in this round"),

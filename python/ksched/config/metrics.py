@@ -384,7 +384,12 @@ def _estimate(obj: Any, path: str, metric_resource: str | None) -> EstimateConfi
     score_by_mean = e.get("scoreByMean", EstimateConfig.score_by_mean)
     if not isinstance(score_by_mean, bool):
         raise ConfigError(f"{path}.scoreByMean: must be true or false")
-    for key in ("workloadLabel", "warmup", "prior", "scoreByMean"):
+    if score_by_mean and not learn:
+        raise ConfigError(
+            f"{path}.scoreByMean: needs learn: true (podQuery set): the mean and the deviations "
+            "are those of the measured pods"
+        )
+    for key in ("workloadLabel", "warmup", "prior"):
         if key in e and not learn:
             raise ConfigError(f"{path}.{key}: needs learn: true (podQuery set): it shapes what is learned")
     warmup = parse_duration(e["warmup"], f"{path}.warmup") if "warmup" in e else EstimateConfig.warmup_s

@@ -12,6 +12,7 @@ why. Pure functions of the figures.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -66,23 +67,27 @@ def gaps(results: QualityResults) -> dict[str, dict[str, Gap]]:
     by: dict[str, dict[str, float]] = {}
     for f in results.figures:
         by.setdefault(f.scenario, {})[f.scheduler] = f.hotspot_node_minutes
+    # A configuration of its own that steers (``--quality-config``) is a steering setup too:
+    # its marks were judged.
+    steering = {f.scheduler for f in results.figures if f.marks is not None}
     out: dict[str, dict[str, Gap]] = {}
     for name, setups in by.items():
         if KUBE_SCHEDULER not in setups:
             continue
         ks = setups[KUBE_SCHEDULER]
         out[name] = {
-            label: gap(ks, hot, setups.get(oracle_of(label)), oracle_of(label))
+            label: gap(ks, hot, setups.get(oracle_of(label, steering)), oracle_of(label, steering))
             for label, hot in setups.items()
             if label != KUBE_SCHEDULER and label not in KNOWING
         }
     return out
 
 
-def oracle_of(label: str) -> str:
-    """The oracle a setup is measured to: steering's for a steering setup (a placing oracle
-    cannot steer kube-scheduler's pods, so it would flatter steering), else the placing one."""
-    return ORACLE_STEER if label in STEERING else ORACLE
+def oracle_of(label: str, steering: Collection[str] = ()) -> str:
+    """The oracle a setup is measured to: steering's for a steering setup (one of
+    :data:`STEERING`, or a label in ``steering``; a placing oracle cannot steer
+    kube-scheduler's pods, so it would flatter steering), else the placing one."""
+    return ORACLE_STEER if label in STEERING or label in steering else ORACLE
 
 
 def gaps_json(results: QualityResults) -> dict[str, dict[str, dict[str, Any]]]:

@@ -69,6 +69,8 @@ def steers(label: str, config: Obj | None) -> bool:
     """Whether a setup steers: a steering setup, or a configuration of its own
     (``--quality-config``) that turns steering on. Either way its marks are limited to its
     pool (:func:`pool_config`), and its marks' timeline is judged."""
+    if label == SHADOW:
+        return False  # shadow mode never marks
     return label in STEERING or bool(((config or {}).get("steering") or {}).get("enabled"))
 
 

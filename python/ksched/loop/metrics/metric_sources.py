@@ -78,7 +78,8 @@ class Estimate(Protocol):
     """Adds to a metric's column what its sample cannot show yet of recently bound pods
     (:meth:`ksched.loop.metrics.recent_pods.RecentPods.add_to` on the batch's snapshot); returns what a learned estimate
     learned, which the metric's configuration then carries to the engine. Of what it adds,
-    the part that is caution (its deviations) it also adds to ``caution``."""
+    the part that is caution (its deviations, where ``estimate.scoreByMean``) it also adds to
+    ``caution``."""
 
     def __call__(
         self,
@@ -110,7 +111,8 @@ class Matrix:
     values: npt.NDArray[np.float64]
     degraded: list[str] = field(default_factory=list)
     # Node x metric: the part of ``values`` that is caution, the deviations the load estimate
-    # added for pods no sample shows yet (None: none). The metric filter reads ``values``; the
+    # added for pods no sample shows yet, of the metrics with ``estimate.scoreByMean`` (None:
+    # none). The metric filter reads ``values``; the
     # metric scores read ``values - caution``, what each node is expected to read.
     caution: npt.NDArray[np.float64] | None = None
 

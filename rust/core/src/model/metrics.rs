@@ -74,7 +74,8 @@ pub struct LoadInputs<'a> {
     pub node_above: &'a [f64],
     pub node_below: &'a [f64],
     /// `nodes × metrics`: the caution in each node's value (the deviations its
-    /// estimate adds for pods that no sample shows yet). The filter reads a
+    /// estimate adds for pods that no sample shows yet, where the caller scores
+    /// by the mean; else 0). The filter reads a
     /// node's value; its scores read the value less this, what the node is
     /// expected to read, so that caution keeps a node from going hot without
     /// skewing where pods go among the nodes it lets through.
