@@ -78,8 +78,8 @@ class Estimate(Protocol):
     """Adds to a metric's column what its sample cannot show yet of recently bound pods
     (:meth:`ksched.loop.metrics.recent_pods.RecentPods.add_to` on the batch's snapshot); returns what a learned estimate
     learned, which the metric's configuration then carries to the engine. Of what it adds,
-    the part that is caution (its deviations, where ``estimate.scoreByMean``) it also adds to
-    ``caution``."""
+    the part that is caution (its deviations) it also adds to ``caution`` where given (the
+    metric has ``estimate.scoreByMean``)."""
 
     def __call__(
         self,
@@ -356,7 +356,7 @@ class MetricStore:
         now = self.clock()
         used: list[MetricConfig] = []
         columns: list[npt.NDArray[np.float64]] = []
-        cautions: list[npt.NDArray[np.float64]] = []
+        cautions: list[npt.NDArray[np.float64] | None] = []
         degraded: list[str] = []
         notes: list[str] = []
         for m in self.metrics:
@@ -373,7 +373,9 @@ class MetricStore:
                 degraded.append(f"{m.name}: {problem}{CLOSED_NOTE}")
                 column = np.full(snapshot.count, np.nan, dtype=np.float64)
             given = self._given[m.name]
-            caution = np.zeros(snapshot.count, dtype=np.float64)
+            # Only a metric whose score reads the mean keeps its caution apart.
+            by_mean = m.estimate is not None and m.estimate.score_by_mean
+            caution = np.zeros(snapshot.count, dtype=np.float64) if by_mean else None
             if problem is None and extra is not None and sample is not None:
                 pods = self._pod_sample(m, now)
                 calibration = extra(
@@ -393,7 +395,10 @@ class MetricStore:
             cautions.append(caution)
         self._annotation_notes = notes
         values = np.stack(columns, axis=1) if columns else np.zeros((snapshot.count, 0), dtype=np.float64)
-        caution_matrix = np.stack(cautions, axis=1) if any(c.any() for c in cautions) else None
+        caution_matrix = None
+        if any(c is not None and c.any() for c in cautions):
+            zeros = np.zeros(snapshot.count, dtype=np.float64)
+            caution_matrix = np.stack([zeros if c is None else c for c in cautions], axis=1)
         if self.telemetry is not None:
             self.telemetry.set_degraded("metric_unavailable", bool(degraded))
             self.telemetry.set_degraded("metric_values_rejected", bool(self._rejected))

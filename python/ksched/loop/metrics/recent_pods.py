@@ -227,9 +227,9 @@ class RecentPods:
         load that the sample taken at ``sampled_at`` does not show. ``window_s``: the sample's own
         window, where the metric sets none; ``measured``: pods' measured usage (engine units),
         which replaces their estimate, sampled at ``measured_at`` (default: now); ``caution``
-        (per row, like ``column``): where the part of it that is the estimate's ``deviations``
-        is added too, where its score reads the mean (``score_by_mean``). Returns what a learned estimate learned
-        (None where it does not learn)."""
+        (per row, like ``column``; given where the metric's score reads the mean,
+        ``score_by_mean``): where the part of it that is the estimate's ``deviations`` is added
+        too. Returns what a learned estimate learned (None where it does not learn)."""
         i = self._column.get(metric.name)
         estimate = metric.estimate
         if i is None or estimate is None:
@@ -290,7 +290,7 @@ class RecentPods:
             np.add.at(variance, rows[counted], missing * missing)
             deviation = metric.load_sign * estimate.deviations * np.sqrt(variance)
             column += deviation
-            if caution is not None and estimate.score_by_mean:
+            if caution is not None:
                 caution += deviation
         sources[stable] = MEASURED
         sources[ramping] = RAMPING
