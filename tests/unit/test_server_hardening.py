@@ -175,6 +175,27 @@ def test_half_sent_requests_hold_no_thread_past_the_read_timeout(
     assert healthz(server.port) == 200
 
 
+def test_stopping_ends_every_open_connection_at_once(clients: list[socket.socket]) -> None:
+    # A stopped server left each connection's thread to its read timeout: threads that
+    # answered, and logged, after the server was gone, racing whatever came next.
+    server = HealthServer("127.0.0.1:0", CollectorRegistry(), lambda: [])
+    server.start()
+    before = set(threading.enumerate())
+    connect(clients, server.port, IDLE_CLIENTS // 2)  # silent
+    connect(clients, server.port, IDLE_CLIENTS // 2, b"GET /heal")  # half sent
+    kept = http.client.HTTPConnection("127.0.0.1", server.port, timeout=2.0)  # kept alive, idle
+    kept.request("GET", "/healthz")
+    assert kept.getresponse().read() == b"ok"
+    assert wait_until(lambda: server.httpd.serving == IDLE_CLIENTS + 1, MARGIN_S), "each served, for now"
+    started = time.monotonic()
+    server.stop()
+    assert time.monotonic() - started < server_module.READ_TIMEOUT_S / 2
+    assert server.httpd.serving == 0
+    assert wait_until(lambda: new_threads(before) == [], MARGIN_S)
+    assert all(closed_by_server(s) for s in clients)
+    kept.close()
+
+
 def test_connections_served_at_once_are_bounded(
     monkeypatch: pytest.MonkeyPatch, health: Callable[[], HealthServer], clients: list[socket.socket]
 ) -> None:

@@ -67,6 +67,8 @@ READ_TIMEOUT_S = 10.0
 MAX_CONNECTIONS = 128
 # How long a new connection waits for one of them to end before it is closed unanswered.
 FULL_WAIT_S = 1.0
+# How long stopping a server waits for the answers being written to end.
+DRAIN_S = 5.0
 # A generated certificate's life: a year, as long as any process runs without a restart.
 CERT_DAYS = 365
 
@@ -163,7 +165,8 @@ class _BoundedHTTPServer(HTTPServer):
         self._full = False
         # Connections being served now (a thread may outlive its connection by a moment).
         self.serving = 0
-        self._serving_lock = threading.Lock()
+        # Guards serving and _open; notified each time a connection ends.
+        self._serving_lock = threading.Condition()
         # Each open connection by file descriptor: its socket and, while it waits on its
         # client (the handshake, a request line, headers), since when (None: being answered).
         self._open: dict[int, tuple[socket.socket, float | None]] = {}
@@ -238,7 +241,30 @@ class _BoundedHTTPServer(HTTPServer):
     def _done(self) -> None:
         with self._serving_lock:
             self.serving -= 1
+            self._serving_lock.notify_all()
         self._slots.release()
+
+    def drain(self, timeout: float) -> bool:
+        """Once no new connection is accepted: close every connection that waits on its client,
+        again as each answer ends (a kept-alive connection then waits for its next request), and
+        wait up to ``timeout`` for the answers being written; True when no connection is left.
+        A server stopped without this would leave threads that still answer, and log, after it
+        is gone."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._serving_lock:
+                if not self.serving:
+                    return True
+                idle = [sock for sock, since in self._open.values() if since is not None]
+            for sock in idle:
+                with contextlib.suppress(OSError):
+                    socket.socket.shutdown(sock, socket.SHUT_RDWR)
+            with self._serving_lock:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return not self.serving
+                # Woken as a connection ends; a short step so a newly idle one is closed too.
+                self._serving_lock.wait(min(left, 0.05))
 
     def _forget(self, fd: int) -> None:
         """Before the descriptor is closed (and may be reused by a new connection)."""
@@ -319,7 +345,15 @@ class BackgroundServer:
         self._thread.start()
 
     def stop(self) -> None:
+        """Stop accepting, end the connections still open (see ``drain``) and close."""
         self.httpd.shutdown()
+        if not self.httpd.drain(DRAIN_S):
+            log.warning(
+                "%s: %d connections still open %.0f s after stopping",
+                self.httpd.name,
+                self.httpd.serving,
+                DRAIN_S,
+            )
         self.httpd.server_close()
 
 
