@@ -11,7 +11,17 @@ from typing import NamedTuple
 import pytest
 
 from ksched.bench.quality.figures import QualityFigures, QualityResults
-from ksched.bench.quality.marks import Interval, MarkFigures, attribute, described, timeline
+from ksched.bench.quality.marks import (
+    BEFORE,
+    BETWEEN,
+    MARKED,
+    Interval,
+    MarkFigures,
+    attribute,
+    described,
+    phase,
+    timeline,
+)
 from ksched.bench.quality.report import marks_lines, table
 from ksched.loop.events import COMPONENT, MARKED_HOT, UNMARKED
 from ksched.objects import Obj
@@ -169,5 +179,20 @@ def test_attribute_splits_hot_minutes_by_mark_and_counts_binds_onto_marked_nodes
     assert (figures.hot_marked_min, figures.hot_unmarked_min) == (1.0, 1.0)
     assert figures.bound == {"default-scheduler": 2, "ksched": 1}
     assert figures.bound_while_marked == {"default-scheduler": 1}
-    assert "hot node-min on marked nodes 1.0, on unmarked 1.0" in described(figures)[-1]
-    assert "default-scheduler 1 of 2, ksched 0 of 1" in described(figures)[-1]
+    assert "hot node-min on marked nodes 1.0, on unmarked 1.0" in described(figures)[-2]
+    assert "default-scheduler 1 of 2, ksched 0 of 1" in described(figures)[-2]
+    # Both nodes went hot: node 1's pods were bound before its mark (20 s) and within it (100 s).
+    assert figures.onto_hot == {
+        "default-scheduler": {BEFORE: 1, BETWEEN: 0, MARKED: 1},
+        "ksched": {BEFORE: 1, BETWEEN: 0, MARKED: 0},
+    }
+    assert described(figures)[-1] == (
+        "bound onto the nodes that went hot: default-scheduler 1 before its first mark, "
+        "0 after a mark came off, 1 while marked; ksched 1 before its first mark, 0 after a mark came off, 0 while marked"
+    )
+
+
+def test_a_bind_after_a_mark_came_off_is_told_from_one_before_the_first() -> None:
+    marks = [(60.0, 120.0), (180.0, None)]
+    assert [phase(marks, s) for s in (10.0, 60.0, 130.0, 200.0)] == [BEFORE, MARKED, BETWEEN, MARKED]
+    assert phase([], 10.0) == BEFORE

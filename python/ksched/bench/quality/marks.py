@@ -61,6 +61,9 @@ class MarkFigures:
     # Per scheduler: its pods bound onto a node while that node was marked, and all it bound.
     bound_while_marked: dict[str, int] = field(default_factory=dict)
     bound: dict[str, int] = field(default_factory=dict)
+    # The pods bound onto the nodes that went hot in the window, per scheduler, by when each
+    # was bound (:data:`PHASES`): whether the mark came too late or came off too soon.
+    onto_hot: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def most_marked(self) -> str | None:
         """The node marked most often (ties: the longest marked, then the first by name)."""
@@ -132,6 +135,19 @@ def _figures(intervals: dict[str, list[Interval]], window_s: float) -> MarkFigur
     )
 
 
+# When a pod was bound onto a node, against that node's marks.
+BEFORE, BETWEEN, MARKED = "before its first mark", "after a mark came off", "while marked"
+PHASES = (BEFORE, BETWEEN, MARKED)
+
+
+def phase(marks: Sequence[Interval], at_s: float) -> str:
+    """Where ``at_s`` falls in a node's ``marks``: before the first (or never marked), after one
+    came off and before the next, or within one."""
+    if marked_at(marks, at_s):
+        return MARKED
+    return BETWEEN if any(off is not None and off <= at_s for _, off in marks) else BEFORE
+
+
 def marked_at(marks: Sequence[Interval], at_s: float) -> bool:
     """Whether a node with ``marks`` was marked ``at_s`` seconds from the first create."""
     return any(on <= at_s and (off is None or at_s < off) for on, off in marks)
@@ -151,9 +167,11 @@ def attribute(
     and ``binds`` (scheduler, node, bind time by the wall clock) while their node was marked."""
     start = times[0] if times else 0.0
     marked = unmarked = 0.0
+    went_hot: set[str] = set()
     for t, sample in zip(times, samples, strict=True):
         for node in nodes:
             if sample.get(node, 0.0) > threshold:
+                went_hot.add(node)
                 if marked_at(figures.intervals.get(node, ()), t - start):
                     marked += step_s / 60.0
                 else:
@@ -162,12 +180,17 @@ def attribute(
     pool = set(nodes)
     bound: Counter[str] = Counter()
     while_marked: Counter[str] = Counter()
+    onto_hot: dict[str, Counter[str]] = {}
     for scheduler, node, at in binds:
         if node not in pool:
             continue
         bound[scheduler] += 1
-        if marked_at(figures.intervals.get(node, ()), at - start):
+        when = phase(figures.intervals.get(node, ()), at - start)
+        if when == MARKED:
             while_marked[scheduler] += 1
+        if node in went_hot:
+            onto_hot.setdefault(scheduler, Counter())[when] += 1
+    figures.onto_hot = {s: {p: c[p] for p in PHASES} for s, c in sorted(onto_hot.items())}
     figures.bound, figures.bound_while_marked = (
         dict(sorted(bound.items())),
         dict(sorted(while_marked.items())),
@@ -205,4 +228,10 @@ def described(figures: MarkFigures) -> list[str]:
             f"hot node-min on marked nodes {figures.hot_marked_min:.1f}, on unmarked {figures.hot_unmarked_min:.1f}; "
             f"bound onto a marked node: {onto}"
         )
+    if figures.onto_hot:
+        split = "; ".join(
+            f"{scheduler} " + ", ".join(f"{n} {p}" for p, n in phases.items())
+            for scheduler, phases in figures.onto_hot.items()
+        )
+        lines.append(f"bound onto the nodes that went hot: {split}")
     return lines
