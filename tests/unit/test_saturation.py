@@ -312,9 +312,9 @@ class SaturatedBatch:
         return {0: {0: "above"}}
 
 
-# Each run takes ``run_s``; with a deadline of 0.3 s, the first of 0.2 s leaves time for one
-# more (a margin of 0.1 s for a loaded machine's late wake-up), and that one none.
-@pytest.mark.parametrize(("deadline_s", "run_s", "runs"), [(None, 0.02, 3), (1.0, 0.02, 3), (0.3, 0.2, 2)])
+# Each run takes ``run_s``; with a deadline of 1 s, the first of 0.6 s leaves time for one
+# more (a margin of 0.4 s for a loaded machine's late wake-up), and that one none.
+@pytest.mark.parametrize(("deadline_s", "run_s", "runs"), [(None, 0.02, 3), (1.0, 0.02, 3), (1.0, 0.6, 2)])
 def test_saturation_reruns_share_the_decision_deadline(
     deadline_s: float | None, run_s: float, runs: int
 ) -> None:

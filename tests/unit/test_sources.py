@@ -124,12 +124,15 @@ def test_a_refresh_that_raises_degrades_the_metric_and_its_thread_goes_on() -> N
     """A malformed answer (a metrics-server item without ``usage``) is not a SourceError."""
     m = MetricConfig(name="u", source="prometheus", query="q", min_refresh_s=0.05, max_refresh_s=0.05)
     calls: list[int] = []
+    # The third refresh (the first to succeed) waits until the failures have been looked at.
+    looked = threading.Event()
 
     class Malformed(FakeSource):
         def query(self, metric: MetricConfig, resolve: object) -> Sample:
             calls.append(1)
             if len(calls) <= 2:
                 raise KeyError("usage")
+            looked.wait(5)
             return super().query(metric, resolve)
 
     nodes = [slim_node(node("n0")), slim_node(node("n1"))]
@@ -142,6 +145,7 @@ def test_a_refresh_that_raises_degrades_the_metric_and_its_thread_goes_on() -> N
             time.sleep(0.01)
         assert store.state["u"].last_error == "refresh failed: KeyError: 'usage'"
         assert store.matrix(snap).metrics == ()
+        looked.set()
         while len(calls) < 4 and time.monotonic() < deadline:
             time.sleep(0.01)
     finally:

@@ -177,6 +177,8 @@ class Server:
         self.sock = socket.create_server(("127.0.0.1", port))
         self.port = self.sock.getsockname()[1]
         self.connections = 0
+        # Set each time the server has closed a connection.
+        self.closed = threading.Event()
         threading.Thread(target=self._accept, daemon=True).start()
 
     def _accept(self) -> None:
@@ -189,6 +191,12 @@ class Server:
             threading.Thread(target=self._serve, args=(conn, self.connections), daemon=True).start()
 
     def _serve(self, conn: socket.socket, number: int) -> None:
+        try:
+            self._answer(conn, number)
+        finally:
+            self.closed.set()
+
+    def _answer(self, conn: socket.socket, number: int) -> None:
         buf = b""
         with conn:
             while self.answers:
@@ -331,7 +339,7 @@ def test_a_connection_closed_while_idle_is_opened_again(
     assert isinstance(conn, Connection)
     assert conn.request("POST", "/a", raw=b"{}").status == 201
     now[0] += client_module.IDLE_CHECK_S + 1
-    time.sleep(0.2)  # the server's close reaches this side
+    assert s.closed.wait(5), "the server closed the connection"
     assert conn.request("POST", "/b", raw=b"{}").status == 201
     assert s.connections == 2
 

@@ -245,9 +245,9 @@ class _BoundedHTTPServer(HTTPServer):
         self._slots.release()
 
     def drain(self, timeout: float) -> bool:
-        """Once no new connection is accepted: close every connection that waits on its client,
-        again as each answer ends (a kept-alive connection then waits for its next request), and
-        wait up to ``timeout`` for the answers being written; True when no connection is left.
+        """Once no new connection is accepted: close every connection that waits on its client
+        (looking again as answers end), and wait up to ``timeout`` for the answers being
+        written; True when no connection is left.
         A server stopped without this would leave threads that still answer, and log, after it
         is gone."""
         deadline = time.monotonic() + timeout

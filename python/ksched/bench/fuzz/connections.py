@@ -112,15 +112,16 @@ class _Held:
                 self.tick(list(self.sockets))
             if not self.keep:
                 continue
-            open_now = []
+            open_now: list[socket.socket] = []
+            stale: list[socket.socket] = []
             for sock in self.sockets:
-                if _closed(sock):
-                    _close(sock)
-                else:
-                    open_now.append(sock)
+                (stale if _closed(sock) else open_now).append(sock)
             fresh = self._open_many(self.count - len(open_now))
             self.reopened += len(fresh)
             self.sockets[:] = open_now + fresh
+            # Closed only once out of the list: a reader of it never finds a closed socket.
+            for sock in stale:
+                _close(sock)
 
     def stop(self) -> None:
         self._stop.set()
