@@ -175,11 +175,12 @@ def test_half_sent_requests_hold_no_thread_past_the_read_timeout(
     assert healthz(server.port) == 200
 
 
-def test_stopping_ends_every_open_connection_at_once(clients: list[socket.socket]) -> None:
+def test_stopping_ends_every_open_connection_at_once(
+    health: Callable[[], HealthServer], clients: list[socket.socket]
+) -> None:
     # A stopped server left each connection's thread to its read timeout: threads that
     # answered, and logged, after the server was gone, racing whatever came next.
-    server = HealthServer("127.0.0.1:0", CollectorRegistry(), lambda: [])
-    server.start()
+    server = health()
     before = set(threading.enumerate())
     connect(clients, server.port, IDLE_CLIENTS // 2)  # silent
     connect(clients, server.port, IDLE_CLIENTS // 2, b"GET /heal")  # half sent
@@ -191,6 +192,30 @@ def test_stopping_ends_every_open_connection_at_once(clients: list[socket.socket
     assert server.httpd.serving == 0
     assert wait_until(lambda: new_threads(before) == [], MARGIN_S)
     assert all(closed_by_server(s) for s in clients)
+
+
+def test_stopping_closes_a_review_whose_body_never_comes(
+    monkeypatch: pytest.MonkeyPatch, webhook: Callable[[], Webhook], clients: list[socket.socket]
+) -> None:
+    # Past its headers a connection is being answered, not waiting on its client: the drain
+    # waits DRAIN_S for it, then closes it.
+    monkeypatch.setattr(server_module, "DRAIN_S", 0.5)
+    hook = webhook()
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    raw = socket.create_connection(("127.0.0.1", hook.port), timeout=5)
+    clients.append(raw)
+    tls = context.wrap_socket(raw, server_hostname="127.0.0.1")
+    tls.sendall(
+        b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"
+    )
+    assert wait_until(lambda: hook.httpd.serving == 1, MARGIN_S)
+    time.sleep(0.2)  # its headers read: the thread now waits for the body
+    started = time.monotonic()
+    hook.stop()
+    assert time.monotonic() - started < 0.5 + server_module.FORCE_S + MARGIN_S
+    assert hook.httpd.serving == 0
 
 
 def test_connections_served_at_once_are_bounded(

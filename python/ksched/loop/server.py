@@ -67,8 +67,10 @@ READ_TIMEOUT_S = 10.0
 MAX_CONNECTIONS = 128
 # How long a new connection waits for one of them to end before it is closed unanswered.
 FULL_WAIT_S = 1.0
-# How long stopping a server waits for the answers being written to end.
+# How long stopping a server waits for the answers being written to end, and then for the
+# threads of the connections it closed.
 DRAIN_S = 5.0
+FORCE_S = 0.5
 # A generated certificate's life: a year, as long as any process runs without a restart.
 CERT_DAYS = 365
 
@@ -247,24 +249,29 @@ class _BoundedHTTPServer(HTTPServer):
     def drain(self, timeout: float) -> bool:
         """Once no new connection is accepted: close every connection that waits on its client
         (looking again as answers end), and wait up to ``timeout`` for the answers being
-        written; True when no connection is left.
-        A server stopped without this would leave threads that still answer, and log, after it
-        is gone."""
+        written; then close whatever is still open (a client reading its answer or sending its
+        body that slowly is not waited for) and give its thread FORCE_S to end. True when no
+        connection is left. A server stopped without this would leave threads that still
+        answer, and log, after it is gone."""
         deadline = time.monotonic() + timeout
+        forced = False
         while True:
             with self._serving_lock:
                 if not self.serving:
                     return True
-                idle = [sock for sock, since in self._open.values() if since is not None]
-            for sock in idle:
+                left = deadline - time.monotonic()
+                if left <= 0 and forced:
+                    return False
+                if left <= 0:
+                    forced = True
+                    deadline = time.monotonic() + FORCE_S
+                closing = [sock for sock, since in self._open.values() if forced or since is not None]
+            for sock in closing:
                 with contextlib.suppress(OSError):
                     socket.socket.shutdown(sock, socket.SHUT_RDWR)
             with self._serving_lock:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return not self.serving
                 # Woken as a connection ends; a short step so a newly idle one is closed too.
-                self._serving_lock.wait(min(left, 0.05))
+                self._serving_lock.wait(max(0.0, min(deadline - time.monotonic(), 0.05)))
 
     def _forget(self, fd: int) -> None:
         """Before the descriptor is closed (and may be reused by a new connection)."""
@@ -345,16 +352,12 @@ class BackgroundServer:
         self._thread.start()
 
     def stop(self) -> None:
-        """Stop accepting, end the connections still open (see ``drain``) and close."""
+        """Stop accepting and close the listening socket (a new client is refused at once, not
+        left in the backlog), then end the connections still open (see ``drain``)."""
         self.httpd.shutdown()
-        if not self.httpd.drain(DRAIN_S):
-            log.warning(
-                "%s: %d connections still open %.0f s after stopping",
-                self.httpd.name,
-                self.httpd.serving,
-                DRAIN_S,
-            )
         self.httpd.server_close()
+        if not self.httpd.drain(DRAIN_S):
+            log.warning("%s: %d connections still open after stopping", self.httpd.name, self.httpd.serving)
 
 
 class HealthServer(BackgroundServer):

@@ -85,6 +85,8 @@ class _Held:
         self.keep = keep
         self.tick = tick
         self.sockets: list[socket.socket] = []
+        # Found closed at the last round: closed at the next (see _keeper).
+        self._stale: list[socket.socket] = []
         self.reopened = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._keeper, name="fuzz-held-clients", daemon=True)
@@ -119,15 +121,17 @@ class _Held:
             fresh = self._open_many(self.count - len(open_now))
             self.reopened += len(fresh)
             self.sockets[:] = open_now + fresh
-            # Closed only once out of the list: a reader of it never finds a closed socket.
-            for sock in stale:
+            # Closed a round after they left the list, so that a reader still going over the
+            # old list (a copy taken before) does not find them closed under it.
+            for sock in self._stale:
                 _close(sock)
+            self._stale = stale
 
     def stop(self) -> None:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join()
-        for s in self.sockets:
+        for s in self.sockets + self._stale:
             _close(s)
 
 
