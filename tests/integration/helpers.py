@@ -40,8 +40,9 @@ def unavailable(why: str) -> None:
     pytest.skip(f"local control plane unavailable: {why}")
 
 
-# An HTTP 403 in a log: the number alone, not inside another (a port such as 40373).
-_FORBIDDEN = re.compile(r"\b403\b|Forbidden")
+# An HTTP 403 in a log: the number alone, not inside another (a port such as 40373) nor after
+# a point (a log line's time, 02:54:38.403, or a duration, 0.403 s).
+_FORBIDDEN = re.compile(r"(?<![.\d])\b403\b|Forbidden")
 
 
 def refused(log: str) -> bool:
