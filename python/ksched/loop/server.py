@@ -267,8 +267,7 @@ class _BoundedHTTPServer(HTTPServer):
                     deadline = time.monotonic() + FORCE_S
                 closing = [sock for sock, since in self._open.values() if forced or since is not None]
             for sock in closing:
-                with contextlib.suppress(OSError):
-                    socket.socket.shutdown(sock, socket.SHUT_RDWR)
+                _shut_down(sock)
             with self._serving_lock:
                 # Woken as a connection ends; a short step so a newly idle one is closed too.
                 self._serving_lock.wait(max(0.0, min(deadline - time.monotonic(), 0.05)))
@@ -300,11 +299,16 @@ class _BoundedHTTPServer(HTTPServer):
                 return False
             _, fd, sock = min(waiting, key=lambda w: w[0])
             self._open[fd] = (sock, None)  # never chosen twice
-        with contextlib.suppress(OSError):
-            # The descriptor's shutdown, not SSLSocket.shutdown: the TLS state belongs to the
-            # connection's own thread, which now sees its read end and closes it there.
-            socket.socket.shutdown(sock, socket.SHUT_RDWR)
+        _shut_down(sock)
         return True
+
+
+def _shut_down(sock: socket.socket) -> None:
+    """End a connection served on another thread: the descriptor's shutdown, not
+    SSLSocket.shutdown, since the TLS state belongs to the connection's own thread, which now
+    sees its read end and closes it there."""
+    with contextlib.suppress(OSError):
+        socket.socket.shutdown(sock, socket.SHUT_RDWR)
 
 
 def _tracked(handler: type[BaseHTTPRequestHandler]) -> type[BaseHTTPRequestHandler]:
