@@ -25,6 +25,7 @@ from tests.integration.helpers import FAST_LEASE, Ksched, Namespaces, Obj, creat
 pytestmark = pytest.mark.cluster
 
 KEY = "ksched.io/hot"
+WARM = "ksched.io/warm"
 HEAT = "example.com/heat"
 MERGE = "application/merge-patch+json"
 OPEN = [f"kwok-node-{i:05d}" for i in range(8)]  # 4, 8, 8, 4, 4, 8, 8, 4 CPUs; zones a, b, c
@@ -57,12 +58,13 @@ def heat(kube: Kube, values: dict[str, float]) -> None:
         patch_node(kube, node, {"metadata": {"annotations": {HEAT: str(values.get(node, 0.3))}}})
 
 
-def marked(kube: Kube) -> set[str]:
+def marked(kube: Kube, key: str = KEY) -> set[str]:
+    """The nodes that carry the mark under ``key`` (the hot one unless told)."""
     return {
         n["metadata"]["name"]
         for n in kube.request("GET", "/api/v1/nodes").json()["items"]
         if any(
-            t.get("key") == KEY and t.get("effect") == "PreferNoSchedule"
+            t.get("key") == key and t.get("effect") == "PreferNoSchedule"
             for t in n["spec"].get("taints") or []
         )
     }
@@ -87,7 +89,7 @@ def nodes(cluster: local.ClusterState, kube: Kube) -> Iterator[None]:
     yield
     for node in everything:
         obj = kube.request("GET", f"/api/v1/nodes/{node}").json()
-        taints = [t for t in obj["spec"].get("taints") or [] if t.get("key") != KEY]
+        taints = [t for t in obj["spec"].get("taints") or [] if t.get("key") not in (KEY, WARM)]
         patch_node(
             kube,
             node,
@@ -195,6 +197,7 @@ def test_marked_nodes_take_no_default_scheduler_pod_while_others_have_room(
         status = k.get("/status")[1]
         assert '"taintKey":"ksched.io/hot"' in status.replace(" ", "") and HOT[1] in status
         assert k.metric("ksched_steering_marked_nodes") == 2
+        assert marked(kube, WARM) == set(HOT), "a hot node carries the lighter mark too"
         with deployment(kube, ns, "after") as on:
             figure = sum(n in HOT for n in on)
         print(
@@ -205,7 +208,7 @@ def test_marked_nodes_take_no_default_scheduler_pod_while_others_have_room(
         assert figure == 0
         k.proc.send_signal(signal.SIGTERM)
         assert k.proc.wait(30) == 0, k.output()
-    assert marked(kube) == set(), "SIGTERM leaves no mark"
+    assert marked(kube) == set() and marked(kube, WARM) == set(), "SIGTERM leaves no mark"
     assert set(HOT) <= node_events(kube, "KschedUnmarked")
 
 
@@ -221,14 +224,15 @@ def test_a_killed_leader_leaves_its_marks_and_the_next_removes_them_once_cool(
     heat(kube, {})
     with start(cluster, tmp_path, "steer-c") as k:
         assert wait_for(k.leads, 30), k.output()
-        assert wait_for(lambda: marked(kube) == set(), 30), k.output()
+        assert wait_for(lambda: marked(kube) == set() and marked(kube, WARM) == set(), 30), k.output()
 
 
 def test_the_cap_marks_only_the_hottest(
     cluster: local.ClusterState, kube: Kube, filled: str, tmp_path: Path
 ) -> None:
     """Four hot nodes of eight, maxShare 0.25: the two hottest are marked, the others listed
-    as capped."""
+    as capped, and given the lighter mark (warmShare 0.75: six of eight), so that
+    kube-scheduler still takes them after the cool nodes and before the two hottest."""
     values = {OPEN[0]: 0.85, OPEN[3]: 0.99, OPEN[5]: 0.9, OPEN[6]: 0.97}
     heat(kube, values)
     with start(cluster, tmp_path, "steer-d") as k:
@@ -236,4 +240,6 @@ def test_the_cap_marks_only_the_hottest(
         status = k.get("/status")[1]
         assert OPEN[0] in status and OPEN[5] in status  # capped
         assert marked(kube) == {OPEN[3], OPEN[6]}
-    assert marked(kube) == set()
+        assert wait_for(lambda: marked(kube, WARM) == {OPEN[0], OPEN[3], OPEN[5], OPEN[6]}, 10), k.output()
+        assert k.metric("ksched_steering_warm_nodes") == 2
+    assert marked(kube) == set() and marked(kube, WARM) == set()

@@ -23,7 +23,7 @@ from ksched.bench.quality.marks import (
     timeline,
 )
 from ksched.bench.quality.report import marks_lines, table
-from ksched.loop.events import COMPONENT, MARKED_HOT, UNMARKED
+from ksched.loop.events import COMPONENT, MARKED_HOT, MARKED_WARM, UNMARKED
 from ksched.objects import Obj
 
 # The round's first create, and its window's end 600 s later.
@@ -50,6 +50,10 @@ def on(node: str, at_s: float) -> Obj:
 
 def off(node: str, at_s: float) -> Obj:
     return _event(UNMARKED, node, at_s)
+
+
+def warm(node: str, at_s: float) -> Obj:
+    return _event(MARKED_WARM, node, at_s)
 
 
 class Case(NamedTuple):
@@ -91,6 +95,11 @@ CASES = [
         {POOL[0]: [(60.0, 200.0)]},
     ),
     Case(
+        "a hot mark ends where the node keeps only the warm mark; a warm mark alone is no hot one",
+        [warm(POOL[0], 20), on(POOL[0], 60), warm(POOL[0], 150), off(POOL[0], 200), warm(POOL[1], 30)],
+        {POOL[0]: [(60.0, 150.0)]},
+    ),
+    Case(
         "other reasons on the pool's nodes are no marks",
         [_event("NodeNotReady", POOL[0], 10), _event("Rebalanced", POOL[1], 20)],
         {},
@@ -120,6 +129,12 @@ def test_the_marks_add_up_to_the_figures() -> None:
     assert got.median_duration_s == 250.0
     assert got.most_marked() == POOL[0]
     assert timeline([], POOL, START, END).median_duration_s is None
+    assert (got.warm_nodes, got.warm_put_on) == (0, 0)
+    graded = timeline(
+        [warm(POOL[0], 20), on(POOL[0], 60), warm(POOL[0], 150), warm(POOL[1], 30)], POOL, START, END
+    )
+    assert (graded.nodes_marked, graded.put_on, graded.warm_nodes, graded.warm_put_on) == (1, 1, 2, 3)
+    assert described(graded)[0].endswith("; 3 warm marks on 2 nodes")
 
 
 def test_the_report_tells_the_most_marked_nodes_intervals() -> None:
@@ -135,7 +150,7 @@ def test_the_report_tells_the_most_marked_nodes_intervals() -> None:
     results.figures += [QualityFigures("kube-scheduler", "mixed-schedulers", 96), steered]
     assert marks_lines(results) == [
         "steering marks (seconds from the first create)",
-        "mixed-schedulers / ksched-steer: 2 nodes marked, 3 marks put on, 2 taken off, "
+        "mixed-schedulers / ksched-steer: 2 nodes marked hot, 3 marks put on, 2 taken off, "
         "at most 2 at once, median mark 145 s",
         "  most marked: kwok-node-00002: on 95 s, off 240 s; on 300 s, still on at the end",
     ]
@@ -152,7 +167,7 @@ def test_no_steering_setup_no_section() -> None:
     assert marks_lines(results) == []
     steered = QualityFigures("ksched-steer", "requests-lie", 96, marks=MarkFigures(window_s=600.0))
     assert marks_lines(QualityResults({}, [steered]))[1:] == [
-        "requests-lie / ksched-steer: 0 nodes marked, 0 marks put on, 0 taken off, "
+        "requests-lie / ksched-steer: 0 nodes marked hot, 0 marks put on, 0 taken off, "
         "at most 0 at once, median mark -"
     ]
 

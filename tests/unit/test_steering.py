@@ -24,14 +24,16 @@ from ksched.loop.client import Response
 from ksched.loop.metrics.metric_sources import MetricStore
 from ksched.loop.mirror.slim import slim_node
 from ksched.loop.mirror.state import ClusterState
+from ksched.loop.steering import controller
 from ksched.loop.steering.controller import Steering
-from ksched.loop.steering.marks import Marks, Reading, readings
+from ksched.loop.steering.marks import Graded, Marks, Reading, readings, warmer
 from ksched.loop.telemetry import Telemetry
 from tests.conftest import node
 
 Obj = dict[str, Any]
 KEY = "ksched.io/hot"
 MARK = {"key": KEY, "effect": "PreferNoSchedule"}
+WARM = {"key": "ksched.io/warm", "effect": "PreferNoSchedule"}
 DEDICATED = {"key": "dedicated", "value": "db", "effect": "NoSchedule"}
 HEAT = MetricConfig(name="heat", source="annotation", annotation="example.com/heat", above=0.8)
 
@@ -196,6 +198,13 @@ class NodeApi:
     nodes: dict[str, Obj]
     conflicts: set[str] = field(default_factory=set)
     asked: list[tuple[str, str]] = field(default_factory=list)
+    # The informer: told each node as it changes.
+    watch: Any = None
+
+    def changed(self, obj: Obj) -> None:
+        self._bump(obj)
+        if self.watch is not None:
+            self.watch("MODIFIED", slim_node(copy.deepcopy(obj)), None)
 
     def request(self, method: str, path: str, **kw: Any) -> Response:
         name = path.rsplit("/", 1)[1]
@@ -213,7 +222,7 @@ class NodeApi:
         if body["metadata"]["resourceVersion"] != obj["metadata"]["resourceVersion"]:
             return Response(409, b'{"reason": "Conflict"}')
         obj["spec"]["taints"] = body["spec"]["taints"] or []
-        self._bump(obj)
+        self.changed(obj)
         return Response(200, orjson.dumps(obj))
 
     @staticmethod
@@ -231,6 +240,17 @@ class Harness:
     telemetry: Telemetry
     events: list[tuple[str, str, str]]
     leading: list[bool]
+
+    def heat(self, values: dict[str, float]) -> None:
+        """The nodes' heat annotations change, as the informer tells the cluster state."""
+        for n, value in values.items():
+            obj = self.api.nodes[n]
+            obj["metadata"]["annotations"]["example.com/heat"] = str(value)
+            self.api.changed(obj)
+        state = self.steering.state
+        shown = threading.Event()
+        while not shown.is_set():  # the state's thread applies what the informer queued
+            state.ask(lambda: shown.set() if not state.inbox else None, threading.Event(), 5.0)
 
     def count(self, change: str) -> float:
         return (
@@ -265,7 +285,7 @@ def harness() -> Iterator[Any]:
         state = ClusterState(config.metrics)
         for obj in nodes:
             state.on_node("ADDED", slim_node(obj), None)
-        api = NodeApi({n["metadata"]["name"]: copy.deepcopy(n) for n in nodes})
+        api = NodeApi({n["metadata"]["name"]: copy.deepcopy(n) for n in nodes}, watch=state.on_node)
         store = MetricStore(config.metrics, None, None, lambda: nodes)
         events: list[tuple[str, str, str]] = []
         leading = [True]
@@ -294,12 +314,12 @@ def harness() -> Iterator[Any]:
 
 
 def test_a_new_leader_reconciles_marks_with_the_nodes(harness: Any) -> None:
-    """n0 is hot and unmarked; n1 cooled but carries a crashed leader's mark beside a taint of
-    its own; n2 is hot and marked. The leader adds n0's mark, takes n1's off (its other taint
-    stays), leaves n2 alone, and reports each change on the node."""
+    """n0 is hot and unmarked; n1 cooled but carries a crashed leader's marks beside a taint of
+    its own; n2 is hot and marked. The leader marks n0 (both marks: hot and warm), takes n1's
+    off (its other taint stays), leaves n2 alone, and reports each change on the node."""
     h = harness(
         {"n0": 0.9, "n1": 0.3, "n2": 0.95, "n3": 0.1, "n4": 0.1, "n5": 0.1, "n6": 0.1, "n7": 0.1},
-        {"n1": [DEDICATED, MARK], "n2": [MARK]},
+        {"n1": [DEDICATED, MARK, WARM], "n2": [MARK, WARM]},
         hold_s=0.0,
     )
     h.leading[0] = False
@@ -307,9 +327,9 @@ def test_a_new_leader_reconciles_marks_with_the_nodes(harness: Any) -> None:
     assert h.api.asked == [], "a follower writes nothing"
     h.leading[0] = True
     h.steering.look()
-    assert h.api.taints("n0") == [MARK]
+    assert h.api.taints("n0") == [MARK, WARM]
     assert h.api.taints("n1") == [DEDICATED]
-    assert h.api.taints("n2") == [MARK]
+    assert h.api.taints("n2") == [MARK, WARM]
     assert ("PATCH", "n2") not in h.api.asked
     assert [(n, reason) for n, reason, _ in h.events] == [("n1", "KschedUnmarked"), ("n0", "KschedMarkedHot")]
     assert h.events[1][2] == "other schedulers steered away: heat 0.9 at or over its line 0.8"
@@ -326,7 +346,7 @@ def test_a_node_changed_meanwhile_is_read_again_and_its_new_taints_kept(harness:
     h.api.nodes["n0"]["spec"]["taints"] = [DEDICATED]  # added by someone after the informer saw n0
     h.steering.look()
     assert h.api.asked == [("GET", "n0"), ("PATCH", "n0"), ("GET", "n0"), ("PATCH", "n0")]
-    assert h.api.taints("n0") == [DEDICATED, MARK]
+    assert h.api.taints("n0") == [DEDICATED, MARK, WARM]
 
 
 def test_stopping_removes_every_mark_and_nothing_else(harness: Any) -> None:
@@ -356,23 +376,121 @@ def test_a_node_selector_keeps_the_marks_to_its_pool(harness: Any) -> None:
     assert h.api.taints("a0") == [] and h.api.taints("b1") == [MARK]
 
 
+def _with_lead(lead: float) -> Any:
+    """``readings`` as the controller calls it, each reading with a heavy next pod's room of
+    ``lead`` (what a learned estimate's ``next_pod`` gives)."""
+
+    def fake(*args: Any, **kw: Any) -> dict[str, list[Reading]]:
+        return {n: [replace(r, lead=lead) for r in rs] for n, rs in readings(*args, **kw).items()}
+
+    return fake
+
+
+def test_two_marks_a_hot_node_carries_both_and_a_node_two_heavy_pods_away_the_lighter(
+    harness: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A heavy next pod takes 0.15 of each node. n0 (0.9) is hot: both marks. n1 (0.55) is not
+    one heavy pod from its line (0.70) but is two (0.85): the lighter mark only, so that
+    kube-scheduler, counting a node's marks, takes the unmarked nodes first, then n1, then n0.
+    Once n0 cools to two pods away it keeps the lighter mark; a cold n1 loses its mark."""
+    monkeypatch.setattr(controller, "readings", _with_lead(0.15))
+    heat = {"n0": 0.9, "n1": 0.55} | {f"n{i}": 0.1 for i in range(2, 8)}
+    h = harness(heat, {}, hold_s=0.0)
+    h.steering.look()
+    assert (h.api.taints("n0"), h.api.taints("n1")) == ([MARK, WARM], [WARM])
+    assert all(h.api.taints(f"n{i}") == [] for i in range(2, 8))
+    assert [(n, reason) for n, reason, _ in h.events] == [
+        ("n0", "KschedMarkedHot"),
+        ("n1", "KschedMarkedWarm"),
+    ]
+    assert h.events[1][2] == (
+        "other schedulers steered away, less: heat 0.55 with 0.3 for 2 heavy next pods at or over its line 0.8"
+    )
+    assert h.telemetry.registry.get_sample_value("ksched_steering_warm_nodes") == 1.0
+    status = h.steering.status()
+    assert [m["node"] for m in status["warm"]] == ["n1"] and status["warmKey"] == "ksched.io/warm"  # type: ignore[index]
+    h.events.clear()
+    h.heat({"n0": 0.52, "n1": 0.1})
+    h.steering.look()
+    assert (h.api.taints("n0"), h.api.taints("n1")) == ([WARM], [])
+    assert sorted((n, reason) for n, reason, _ in h.events) == [
+        ("n0", "KschedMarkedWarm"),
+        ("n1", "KschedUnmarked"),
+    ]
+    assert (h.count("added"), h.count("removed")) == (2.0, 1.0), (
+        "n0 went warm from hot: no node added or removed"
+    )
+    h.steering.stop()
+    assert all(h.api.taints(n) == [] for n in heat)
+
+
+def test_the_lighter_marks_stop_at_their_share_and_count_the_hot_ones(
+    harness: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Eight nodes, warmShare 0.5: four marked at most. The hot one takes a place first; the
+    three nodes nearest their line of the five within two heavy pods of it take the rest."""
+    monkeypatch.setattr(controller, "readings", _with_lead(0.15))
+    heat = {"n0": 0.9, "n1": 0.6, "n2": 0.58, "n3": 0.56, "n4": 0.54, "n5": 0.52, "n6": 0.1, "n7": 0.1}
+    h = harness(heat, {}, warm_share=0.5)
+    h.steering.look()
+    assert [n for n in heat if h.api.taints(n)] == ["n0", "n1", "n2", "n3"]
+    assert h.api.taints("n0") == [MARK, WARM]
+
+
+def test_a_hot_mark_without_the_warm_one_is_completed_and_warm_off_writes_one_mark(harness: Any) -> None:
+    """A node marked by a ksched with ``warm`` off carries the hot mark alone: the leader adds
+    the lighter one, so that it ranks below the warm nodes. With ``warm`` off, a hot node
+    carries the one mark and the lighter key is not ksched's to touch."""
+    h = harness({"n0": 0.9, "n1": 0.1, "n2": 0.1, "n3": 0.1}, {"n0": [MARK]})
+    h.steering.look()
+    assert h.api.taints("n0") == [MARK, WARM]
+    off = harness({"n0": 0.9, "n1": 0.1, "n2": 0.1, "n3": 0.1}, {"n1": [WARM]}, warm=False)
+    off.steering.look()
+    assert (off.api.taints("n0"), off.api.taints("n1")) == ([MARK], [WARM])
+    off.steering.stop()
+    assert (off.api.taints("n0"), off.api.taints("n1")) == ([], [WARM])
+
+
+def test_graded_marks_judge_the_lighter_one_on_more_room_but_never_a_node_for_its_size() -> None:
+    """Two heavy next pods' room: a node at 0.5 with 0.2 a pod is warm (0.9), not hot (0.7).
+    Where two pods alone reach the line (0.45 each on a small node), the one pod's room
+    stays: an idle small node is not marked for its size."""
+    readings_ = {
+        "near": [Reading("cpu", 0.5, 0.8, "above", lead=0.2)],
+        "small": [Reading("cpu", 0.1, 0.8, "above", lead=0.45)],
+    }
+    warm = warmer(readings_, 2.0)
+    assert warm["near"][0].lead == pytest.approx(0.4) and warm["near"][0].pods == 2.0
+    assert warm["small"][0].lead == 0.45 and warm["small"][0].pods == 1.0
+    decision = Graded(0.1, 30.0, 0.5, 1.0, 2.0).decide(readings_, ["near", "small"], set(), set(), now=0.0)
+    assert (decision.marks, list(decision.warm)) == ({}, ["near"])
+    single = Graded(0.1, 30.0, 0.5, 1.0, None).decide(readings_, ["near", "small"], set(), set(), now=0.0)
+    assert (single.marks, single.warm) == ({}, {})
+
+
 # -- ksched's own engine -------------------------------------------------------
 
 
 @pytest.mark.parametrize(
-    ("key", "kept"),
-    [(KEY, ["dedicated", "example.com/steer", "other"]), ("example.com/steer", ["dedicated", KEY, "other"])],
-    ids=["default key", "another key configured"],
+    ("keys", "kept"),
+    [
+        (SteeringConfig().mark_keys, ["dedicated", "example.com/steer", "other"]),
+        (("example.com/steer",), ["dedicated", KEY, "ksched.io/warm", "other"]),
+    ],
+    ids=["default keys", "another key configured, warm off"],
 )
-def test_the_engine_and_the_reference_leave_out_their_own_mark(key: str, kept: list[str]) -> None:
-    """The mark steers other schedulers: ksched's filter and score never see it (the
-    configured key's PreferNoSchedule taint only; the same key with another effect stays)."""
-    taints = [DEDICATED, MARK, {"key": "example.com/steer", "effect": "PreferNoSchedule"}]
-    taints.append({"key": "other", "effect": "NoSchedule"})
+def test_the_engine_and_the_reference_leave_out_their_own_marks(
+    keys: tuple[str, ...], kept: list[str]
+) -> None:
+    """The marks steer other schedulers: ksched's filter and score never see them (the
+    configured keys' PreferNoSchedule taints only; the same key with another effect stays)."""
+    taints = [DEDICATED, MARK, WARM, {"key": "example.com/steer", "effect": "PreferNoSchedule"}]
+    taints += [{"key": "other", "effect": "NoSchedule"}, {"key": "ksched.io/warm", "effect": "NoSchedule"}]
+    kept = [*kept, "ksched.io/warm"]
     n = node("n0", taints=taints)
-    snapshot = build_snapshot([n], [], key)
+    snapshot = build_snapshot([n], [], keys)
     assert len(snapshot.arrays["taint_keys"]) == len(kept)
-    assert sorted(t["key"] for t in make_nodes([n], [], key)["n0"].taints) == sorted(kept)
+    assert sorted(t["key"] for t in make_nodes([n], [], keys)["n0"].taints) == sorted(kept)
 
 
 # -- the section -------------------------------------------------------------------
@@ -390,6 +508,11 @@ def test_the_section_defaults_and_lines() -> None:
     config = parse_config({**DOC, "steering": {"enabled": True}})
     s = config.steering
     assert (s.taint_key, s.interval_s, s.margin, s.hold_s, s.max_share) == (KEY, 2.0, 0.1, 60.0, 0.25)
+    assert (s.warm, s.warm_key, s.warm_leads, s.warm_share) == (True, "ksched.io/warm", 2.0, 0.75)
+    assert s.mark_keys == (KEY, "ksched.io/warm")
+    assert parse_config({**DOC, "steering": {"warm": False}}).steering.mark_keys == (KEY,)
+    wide = parse_config({**DOC, "steering": {"maxShare": 0.9}}).steering
+    assert wide.warm_share == 0.9, "the lighter marks' share defaults to at least the hot one's"
     assert [(x.metric, x.line) for x in s.lines(config.metrics)] == [("heat", 0.8)]
     assert not parse_config(DOC).steering.enabled
     assert s.node_selector == () and s.selects({})
@@ -410,6 +533,10 @@ def test_the_section_defaults_and_lines() -> None:
         ({"nodeSelector": ["pool"]}, "steering.nodeSelector: expected a map"),
         ({"nodeSelector": {"bad key": "a"}}, "steering.nodeSelector: 'bad key' is not a label key"),
         ({"nodeSelector": {"pool": "a b"}}, "steering.nodeSelector.pool: 'a b' is not a label value"),
+        ({"warmKey": "ksched.io/hot"}, "steering.warmKey: 'ksched.io/hot' is taintKey too"),
+        ({"warmKey": "bad key"}, "steering.warmKey: 'bad key' is not a taint key"),
+        ({"warmLeads": 0.5}, "steering.warmLeads: 0.5 is not a count of heavy next pods from 1 to 10"),
+        ({"warmShare": 0.2}, "steering.warmShare: 0.2 is under maxShare 0.25"),
     ],
 )
 def test_the_section_is_validated_with_key_paths(steering: Obj, error: str) -> None:

@@ -122,7 +122,7 @@ def preview(
         f"metric {why}: not judged (a stale or missing metric never makes a node hot)"
         for why in _unread(store, judged)
     ]
-    snapshot = _snapshot(cluster, config.steering.taint_key)
+    snapshot = _snapshot(cluster, config.steering.mark_keys)
     tracker = HotTracker(lines, samples_needed=1)
     tracker.feed(store.latest)
     look = _load_model(store, snapshot, cluster, engine, now).rebalancing(
@@ -228,10 +228,10 @@ def _unread(store: MetricStore, metrics: Sequence[MetricConfig]) -> list[str]:
     return out
 
 
-def _snapshot(cluster: ClusterFile, own_taint: str) -> Snapshot:
+def _snapshot(cluster: ClusterFile, own_marks: tuple[str, ...]) -> Snapshot:
     from ksched.engine.snapshot import build_snapshot
 
-    snapshot = build_snapshot(cluster.nodes, cluster.existing, own_taint)
+    snapshot = build_snapshot(cluster.nodes, cluster.existing, own_marks)
     snapshot.namespaces = cluster.namespaces
     snapshot.spread_selectors = cluster.spread_selectors
     snapshot.budgets = cluster.budgets

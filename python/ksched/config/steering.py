@@ -5,9 +5,12 @@ lines mark a node (:meth:`SteeringConfig.lines`: by default every metric with a
 ``filter.above`` or ``filter.below``, at the line the filter holds an ordinary pod to; a
 node's own threshold annotation still wins, as in the filter), and what the mark is: a
 ``PreferNoSchedule`` taint under ``taintKey`` (:func:`is_mark`), which kube-scheduler's
-TaintToleration scores down and ksched's own engine ignores. ``nodeSelector`` (label key to
-value, all matching) limits the marks to a pool of nodes: a node outside it is never marked,
-and a mark under the key there is left alone (another ksched's pool). Off by default: the
+TaintToleration scores down and ksched's own engine ignores; with ``warm`` (the default), a
+lighter ``PreferNoSchedule`` taint under ``warmKey`` on the nodes a few heavy next pods from
+their line and on every hot node, so that the other scheduler's preference is graded.
+``nodeSelector`` (label key to value, all matching) limits the marks to a pool of nodes: a
+node outside it is never marked, and a mark under the keys there is left alone (another
+ksched's pool). Off by default: the
 marks need ``patch`` on nodes, which the default manifests do not grant.
 """
 
@@ -33,12 +36,24 @@ _KEYS = (
     "maxShare",
     "nodeSelector",
     "anticipate",
+    "warm",
+    "warmKey",
+    "warmLeads",
+    "warmShare",
 )
 _METRIC_KEYS = ("name", "line")
 DEFAULT_TAINT_KEY = "ksched.io/hot"
+# The lighter mark (``steering.warm``): on a node a few heavy next pods from its line, and on
+# every hot node too, so that kube-scheduler's TaintToleration, which counts a node's
+# PreferNoSchedule taints the pod does not tolerate, ranks hot below warm below unmarked.
+DEFAULT_WARM_KEY = "ksched.io/warm"
+# ksched's own marks under the default keys: what its engine leaves out unless told others.
+DEFAULT_MARK_KEYS = (DEFAULT_TAINT_KEY, DEFAULT_WARM_KEY)
 # The mark's effect: a preference only. A pod that tolerates nothing still lands on a marked
 # node when it has no other room.
 MARK_EFFECT = "PreferNoSchedule"
+# ``warmLeads`` past this is a node marked for load it is nowhere near.
+MAX_WARM_LEADS = 10.0
 # The shortest interval between looks: each reads every node's values and may write nodes.
 MIN_INTERVAL_S = 1.0
 # A taint key is a qualified name: an optional DNS-subdomain prefix and a name of at most 63
@@ -49,10 +64,14 @@ _TAINT_KEY = re.compile(rf"^([a-z0-9]([-a-z0-9.]{{0,251}}[a-z0-9])?/)?{_NAME}$")
 _LABEL_VALUE = re.compile(rf"^({_NAME})?$")
 
 
-def is_mark(taint: Obj, key: str) -> bool:
-    """Whether ``taint`` is ksched's steering mark under ``key``: what ksched's own engine does
-    not score, and what the steering controller adds and removes (and nothing else)."""
-    return isinstance(taint, dict) and taint.get("key") == key and taint.get("effect") == MARK_EFFECT
+def is_mark(taint: Obj, keys: str | tuple[str, ...]) -> bool:
+    """Whether ``taint`` is one of ksched's steering marks under ``keys`` (one key, or several):
+    what ksched's own engine does not score, and what the steering controller adds and removes
+    (and nothing else)."""
+    if not isinstance(taint, dict) or taint.get("effect") != MARK_EFFECT:
+        return False
+    key = taint.get("key")
+    return key == keys if isinstance(keys, str) else key in keys
 
 
 @dataclass(frozen=True)
@@ -97,6 +116,21 @@ class SteeringConfig:
     # would take it to its line, not only once it is there: another scheduler places by
     # requests, and a node one pod from its line is where its next pod makes a hot spot.
     anticipate: bool = True
+    # Graded marks: a node within ``warm_leads`` heavy next pods of its line carries the
+    # lighter mark under ``warm_key`` (a hot node carries both), so that another scheduler
+    # takes the cool nodes first, then the warm ones, and the hot ones last. At most
+    # ``warm_share`` of the schedulable nodes carry either mark. A binary mark leaves the
+    # other scheduler to choose among every unmarked node by requests alone, the nodes just
+    # under the line included (docs/steering.md, "Two marks").
+    warm: bool = True
+    warm_key: str = DEFAULT_WARM_KEY
+    warm_leads: float = 2.0
+    warm_share: float = 0.75
+
+    @property
+    def mark_keys(self) -> tuple[str, ...]:
+        """The keys of the marks ksched writes: the hot one, and the warm one where ``warm``."""
+        return (self.taint_key, self.warm_key) if self.warm else (self.taint_key,)
 
     def selects(self, labels: Mapping[str, str] | None) -> bool:
         """Whether a node with ``labels`` is one the marks are for."""
@@ -139,9 +173,22 @@ def parse_steering(obj: Any, metrics: tuple[MetricConfig, ...]) -> SteeringConfi
             raise ConfigError(
                 f"{path}.metrics[{i}]: {c.name} has no filter.above or filter.below; give its line"
             )
-    key = as_str(s.get("taintKey", d.taint_key), f"{path}.taintKey")
-    if not _TAINT_KEY.match(key):
-        raise ConfigError(f"{path}.taintKey: {key!r} is not a taint key (an optional prefix/ and a name)")
+    key = _taint_key(s, "taintKey", d.taint_key, path)
+    warm_key = _taint_key(s, "warmKey", d.warm_key, path)
+    warm = as_bool(s.get("warm", d.warm), f"{path}.warm")
+    if warm and warm_key == key:
+        raise ConfigError(f"{path}.warmKey: {warm_key!r} is taintKey too; the two marks need two keys")
+    warm_leads = as_float(s.get("warmLeads", d.warm_leads), f"{path}.warmLeads")
+    if not 1.0 <= warm_leads <= MAX_WARM_LEADS:
+        raise ConfigError(
+            f"{path}.warmLeads: {warm_leads:g} is not a count of heavy next pods from 1 to {MAX_WARM_LEADS:g}"
+        )
+    max_share = _share(s, "maxShare", d.max_share, path)
+    warm_share = _share(s, "warmShare", max(d.warm_share, max_share), path)
+    if warm_share < max_share:
+        raise ConfigError(
+            f"{path}.warmShare: {warm_share:g} is under maxShare {max_share:g}; it counts the hot nodes too"
+        )
     config = SteeringConfig(
         enabled=as_bool(s.get("enabled", d.enabled), f"{path}.enabled"),
         taint_key=key,
@@ -149,9 +196,13 @@ def parse_steering(obj: Any, metrics: tuple[MetricConfig, ...]) -> SteeringConfi
         metrics=chosen,
         margin=_share(s, "margin", d.margin, path),
         hold_s=duration_at(s, "hold", d.hold_s, path),
-        max_share=_share(s, "maxShare", d.max_share, path),
+        max_share=max_share,
         node_selector=_node_selector(s.get("nodeSelector") or {}, f"{path}.nodeSelector"),
         anticipate=as_bool(s.get("anticipate", d.anticipate), f"{path}.anticipate"),
+        warm=warm,
+        warm_key=warm_key,
+        warm_leads=warm_leads,
+        warm_share=warm_share,
     )
     if config.enabled and not config.lines(metrics):
         raise ConfigError(
@@ -159,6 +210,13 @@ def parse_steering(obj: Any, metrics: tuple[MetricConfig, ...]) -> SteeringConfi
             "line: nothing can mark a node"
         )
     return config
+
+
+def _taint_key(s: Obj, key: str, default: str, path: str) -> str:
+    value = as_str(s.get(key, default), f"{path}.{key}")
+    if not _TAINT_KEY.match(value):
+        raise ConfigError(f"{path}.{key}: {value!r} is not a taint key (an optional prefix/ and a name)")
+    return value
 
 
 def _node_selector(obj: Any, path: str) -> tuple[tuple[str, str], ...]:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ksched.config import Config, MetricConfig, ProfileConfig
-from ksched.config.steering import DEFAULT_TAINT_KEY, is_mark
+from ksched.config.steering import DEFAULT_MARK_KEYS, is_mark
 from ksched.engine.messages import (
     AFFINITY_CONFLICT,
     fit_error,
@@ -77,9 +77,9 @@ class RefResult:
 
 
 def make_nodes(
-    nodes: list[Obj], existing: list[Obj], own_taint: str = DEFAULT_TAINT_KEY
+    nodes: list[Obj], existing: list[Obj], own_marks: tuple[str, ...] = DEFAULT_MARK_KEYS
 ) -> dict[str, RefNode]:
-    """The reference's nodes; ksched's own steering mark (under ``own_taint``) left out."""
+    """The reference's nodes; ksched's own steering marks (under ``own_marks``) left out."""
     out: dict[str, RefNode] = {}
     for n in nodes:
         status = n.get("status") or {}
@@ -94,7 +94,7 @@ def make_nodes(
             }
             for t in spec(n).get("taints") or []
             if t.get("effect") in ("NoSchedule", "PreferNoSchedule", "NoExecute")
-            and not is_mark(t, own_taint)
+            and not is_mark(t, own_marks)
         ]
         out[name(n)] = RefNode(
             name(n),
@@ -331,7 +331,7 @@ def schedule(
     """Schedule ``pending`` in queue order on the given cluster, one pod at a time."""
     profile = config.profiles[0]
     metrics = config.metrics
-    table = make_nodes(nodes, existing, config.steering.taint_key)
+    table = make_nodes(nodes, existing, config.steering.mark_keys)
     values = metric_values or {}
     parsed: list[tuple[int, PodRequirements | MalformedObjectError]] = []
     for i, p in enumerate(pending):

@@ -22,7 +22,7 @@ import numpy.typing as npt
 
 from ksched import _core
 from ksched.config.metrics import NODE_THRESHOLD_PREFIX
-from ksched.config.steering import DEFAULT_TAINT_KEY, is_mark
+from ksched.config.steering import DEFAULT_MARK_KEYS, is_mark
 from ksched.core_types import NodeTable
 from ksched.engine.disruption_budgets import DisruptionBudget
 from ksched.engine.pod_level import PodInfo, pod_info
@@ -317,10 +317,13 @@ def dropped_note(counts: dict[str, int]) -> str:
     )
 
 
-def build_snapshot(nodes: list[Obj], pods: list[Obj], own_taint: str = DEFAULT_TAINT_KEY) -> Snapshot:
+def build_snapshot(
+    nodes: list[Obj], pods: list[Obj], own_marks: tuple[str, ...] = DEFAULT_MARK_KEYS
+) -> Snapshot:
     """Build the node table from nodes and the pods bound to them (``spec.nodeName``).
-    ksched's own steering mark (the ``PreferNoSchedule`` taint under ``own_taint``,
-    ``steering.taintKey``) is left out: it steers other schedulers, never ksched's pods."""
+    ksched's own steering marks (the ``PreferNoSchedule`` taints under ``own_marks``,
+    ``steering.taintKey`` and ``steering.warmKey``) are left out: they steer other
+    schedulers, never ksched's pods."""
     strings = Interner()
     resources = ResourceIndex()
     warnings: list[str] = []
@@ -358,7 +361,7 @@ def build_snapshot(nodes: list[Obj], pods: list[Obj], own_taint: str = DEFAULT_T
             label_valid.append(parsed is not None)
         row_keys: list[int] = []
         for t in spec(node).get("taints") or []:
-            if is_mark(t, own_taint):
+            if is_mark(t, own_marks):
                 continue
             effect = _core.EFFECTS.get(str(t.get("effect") or ""))
             if not effect:

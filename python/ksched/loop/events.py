@@ -28,8 +28,10 @@ PLACED_OVER_THRESHOLD = "PlacedOverThreshold"
 REBALANCED = "Rebalanced"
 REBALANCE_BLOCKED = "RebalanceBlocked"
 # The steering controller's events on a node: marked hot (other schedulers prefer other
-# nodes), and unmarked.
+# nodes), marked warm (the lighter mark only: preferred over a hot node, not over an unmarked
+# one), and unmarked.
 MARKED_HOT = "KschedMarkedHot"
+MARKED_WARM = "KschedMarkedWarm"
 UNMARKED = "KschedUnmarked"
 # Where events about cluster-scoped objects (nodes) go, as upstream's recorder puts them.
 NODE_EVENT_NAMESPACE = "default"

@@ -296,16 +296,22 @@ class Telemetry:
         )
 
     def _steering(self, r: CollectorRegistry) -> None:
-        """The steering marks: nodes marked now, and marks added and removed."""
+        """The steering marks: nodes marked hot now, nodes marked warm only, and nodes marked and
+        unmarked."""
         self.steering_marked = Gauge(
             "ksched_steering_marked_nodes",
             "Nodes ksched marks hot now (its PreferNoSchedule taint, steering.taintKey).",
             registry=r,
         )
+        self.steering_warm = Gauge(
+            "ksched_steering_warm_nodes",
+            "Nodes ksched marks warm only now (the lighter PreferNoSchedule taint, steering.warmKey).",
+            registry=r,
+        )
         self.steering_marks = Counter(
             "ksched_steering_marks_total",
-            "Steering marks written: added (a node became hot) or removed (cooled, capped, "
-            "stale, or ksched stopping).",
+            "Nodes marked (added: hot or warm, from no mark) or unmarked (removed: cooled, "
+            "capped, stale, or ksched stopping).",
             ["change"],
             registry=r,
         )

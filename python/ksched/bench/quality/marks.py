@@ -1,9 +1,11 @@
 """A steering setup's marks over one round: when each of its pool's nodes was marked hot and
-when the mark came off.
+when the mark came off, and how many warm marks (the lighter one) were put on.
 
 Owns how the marks are read back and told. The steering controller posts an Event on a node
-for each change (:data:`~ksched.loop.events.MARKED_HOT`, :data:`~ksched.loop.events.UNMARKED`,
-in :data:`~ksched.loop.events.NODE_EVENT_NAMESPACE`); once the observation window is over,
+for each change (:data:`~ksched.loop.events.MARKED_HOT`, :data:`~ksched.loop.events.MARKED_WARM`,
+:data:`~ksched.loop.events.UNMARKED`, in :data:`~ksched.loop.events.NODE_EVENT_NAMESPACE`); a
+hot mark ends where the node is unmarked or keeps only the warm mark. Once the observation
+window is over,
 :func:`node_events` lists them once, and :func:`timeline` (a pure function) turns them into
 each node's marks as ``[on, off)`` intervals in seconds from the round's first create, ``off``
 None where the node was still marked at the end. Only the pool's nodes and the events within
@@ -28,12 +30,14 @@ from datetime import datetime
 
 from ksched.bench.pods import list_all
 from ksched.loop.client import Kube
-from ksched.loop.events import MARKED_HOT, NODE_EVENT_NAMESPACE, UNMARKED
+from ksched.loop.events import MARKED_HOT, MARKED_WARM, NODE_EVENT_NAMESPACE, UNMARKED
 from ksched.objects import Obj
 
 EVENTS_PATH = f"/apis/events.k8s.io/v1/namespaces/{NODE_EVENT_NAMESPACE}/events"
 LIST_TIMEOUT_S = 60.0
 
+# The events of a node's marks changing.
+MARK_REASONS = (MARKED_HOT, MARKED_WARM, UNMARKED)
 # A mark: seconds from the round's first create when it went on, and when it came off (None:
 # still on at the end of the window).
 Interval = tuple[float, float | None]
@@ -54,6 +58,10 @@ class MarkFigures:
     window_s: float = 0.0
     # Per node ever marked, its marks in order.
     intervals: dict[str, list[Interval]] = field(default_factory=dict)
+    # The warm marks (the lighter one, ``steering.warm``): nodes that carried one, and how many
+    # times a node went warm (from unmarked or from hot).
+    warm_nodes: int = 0
+    warm_put_on: int = 0
     # The pool's hot node-minutes on nodes marked at the sample, and on the others
     # (:func:`attribute`).
     hot_marked_min: float = 0.0
@@ -92,23 +100,28 @@ def timeline(events: Sequence[Obj], nodes: Sequence[str], start: float, end: flo
     """The marks of ``nodes`` (a pool) from the node events, within the window from ``start``
     (the round's first create, by the wall clock) to ``end``."""
     pool = set(nodes)
-    changes: list[tuple[float, str, bool]] = []
+    changes: list[tuple[float, str, str]] = []
     for e in events:
         reason = e.get("reason")
         node = (e.get("regarding") or {}).get("name")
         at = event_time(e)
-        if reason in (MARKED_HOT, UNMARKED) and node in pool and at is not None and start <= at <= end:
-            changes.append((at, str(node), reason == MARKED_HOT))
+        if reason in MARK_REASONS and node in pool and at is not None and start <= at <= end:
+            changes.append((at, str(node), str(reason)))
     intervals: dict[str, list[Interval]] = {}
     on_since: dict[str, float] = {}
-    for at, node, mark in sorted(changes):
-        if mark and node not in on_since:
+    warm: Counter[str] = Counter()
+    for at, node, reason in sorted(changes):
+        if reason == MARKED_WARM:
+            warm[node] += 1
+        if reason == MARKED_HOT and node not in on_since:
             on_since[node] = at
-        elif not mark and node in on_since:
+        elif reason != MARKED_HOT and node in on_since:
             intervals.setdefault(node, []).append((_seconds(on_since.pop(node), start), _seconds(at, start)))
     for node, at in on_since.items():
         intervals.setdefault(node, []).append((_seconds(at, start), None))
-    return _figures(dict(sorted(intervals.items())), _seconds(end, start))
+    figures = _figures(dict(sorted(intervals.items())), _seconds(end, start))
+    figures.warm_nodes, figures.warm_put_on = len(warm), sum(warm.values())
+    return figures
 
 
 def _seconds(at: float, start: float) -> float:
@@ -201,16 +214,17 @@ def node_events(kube: Kube) -> list[Obj]:
     """The steering marks' events of every round the namespace still keeps, listed page by page
     (:func:`timeline` keeps a pool's and a window's)."""
     events = list_all(kube, EVENTS_PATH, "node events", LIST_TIMEOUT_S)
-    return [e for e in events if e.get("reason") in (MARKED_HOT, UNMARKED)]
+    return [e for e in events if e.get("reason") in MARK_REASONS]
 
 
 def described(figures: MarkFigures) -> list[str]:
     """The figures in a line, and the most marked node's marks in another (none if no node
     was marked)."""
     median = "-" if figures.median_duration_s is None else f"{figures.median_duration_s:.0f} s"
+    warm = f"; {figures.warm_put_on} warm marks on {figures.warm_nodes} nodes" if figures.warm_put_on else ""
     lines = [
-        f"{figures.nodes_marked} nodes marked, {figures.put_on} marks put on, {figures.taken_off} taken off, "
-        f"at most {figures.most_at_once} at once, median mark {median}"
+        f"{figures.nodes_marked} nodes marked hot, {figures.put_on} marks put on, {figures.taken_off} taken off, "
+        f"at most {figures.most_at_once} at once, median mark {median}{warm}"
     ]
     node = figures.most_marked()
     if node is not None:

@@ -37,7 +37,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol, TypeVar
 
 from ksched.config import MetricConfig
-from ksched.config.steering import DEFAULT_TAINT_KEY
+from ksched.config.steering import DEFAULT_MARK_KEYS
 from ksched.engine.disruption_budgets import DisruptionBudget, disruption_budget
 from ksched.engine.gangs import POD_GROUP_LABEL, PodGroup, pod_group
 from ksched.engine.pod_level import PodInfo
@@ -202,13 +202,13 @@ class ClusterState:
         metrics: tuple[MetricConfig, ...] = (),
         clock: Callable[[], float] = time.time,
         telemetry: Telemetry | None = None,
-        own_taint: str = DEFAULT_TAINT_KEY,
+        own_marks: tuple[str, ...] = DEFAULT_MARK_KEYS,
     ) -> None:
         self.metrics = metrics
         self.clock = clock
         self.telemetry = telemetry
-        # ksched's steering mark (steering.taintKey): left out of the node table.
-        self.own_taint = own_taint
+        # ksched's steering marks (steering.taintKey, steering.warmKey): left out of the node table.
+        self.own_marks = own_marks
         # Pods bound recently (by any scheduler), for the metrics' load estimates.
         self.recent = RecentPods(metrics, clock, telemetry)
         self.inbox: deque[tuple[str, Any, Any]] = deque()
@@ -406,7 +406,7 @@ class ClusterState:
                     # One bad node must not stop scheduling on the others.
                     left_out[name(node)] = problem
             self._leave_out(left_out)
-            snap = build_snapshot(nodes, [], self.own_taint)
+            snap = build_snapshot(nodes, [], self.own_marks)
             snap.namespaces = self.namespaces
             index = snap.index
             add_usage(

@@ -1,9 +1,12 @@
 """The steering controller inside ``ksched run``: every ``steering.interval``, the leader marks
 the nodes that are hot, or that ksched's load estimate says will be, with a
-``PreferNoSchedule`` taint under ``steering.taintKey``, and unmarks them once cool.
+``PreferNoSchedule`` taint under ``steering.taintKey``, and unmarks them once cool; with
+``steering.warm``, the nodes a few heavy next pods from their line carry a lighter one under
+``steering.warmKey`` (a hot node carries both: a level of 2, warm 1, unmarked 0).
 
 Owns the marks' writes and what is reported of them: the Events on the node
-(``KschedMarkedHot``, ``KschedUnmarked``), ``ksched_steering_*`` and ``/status``. Which
+(``KschedMarkedHot``, ``KschedMarkedWarm``, ``KschedUnmarked``), ``ksched_steering_*`` and
+``/status``. Which
 nodes carry a mark is :mod:`ksched.loop.steering.marks`'s to decide, over the values the
 scheduling cycle gives the engine (:meth:`~ksched.loop.metrics.load_model.LoadModel.scheduling`,
 read on the cluster state's thread).
@@ -16,8 +19,9 @@ replica that loses the lease stops writing at once and forgets its hysteresis. S
 (SIGTERM) removes every mark under the key, within :data:`CLEAR_S`. Each write reads the node,
 changes only the mark in its taints and sends them back with the node's resourceVersion (a
 JSON merge patch): a 409 means the node changed meanwhile, and it is read again. Other taints
-are never dropped. kube-scheduler's TaintToleration scores the mark (weight 3 of the default
-profile); ksched's own engine leaves it out (:func:`ksched.engine.snapshot.build_snapshot`).
+are never dropped. kube-scheduler's TaintToleration scores the marks (weight 3 of the default
+profile, by how many a node carries); ksched's own engine leaves them out
+(:func:`ksched.engine.snapshot.build_snapshot`).
 """
 
 from __future__ import annotations
@@ -31,11 +35,11 @@ from typing import Any
 from ksched.config import Config
 from ksched.config.steering import MARK_EFFECT, is_mark
 from ksched.loop.client import ApiUnavailableError, Kube
-from ksched.loop.events import MARKED_HOT, UNMARKED
+from ksched.loop.events import MARKED_HOT, MARKED_WARM, UNMARKED
 from ksched.loop.metrics.load_model import LoadModel
 from ksched.loop.metrics.metric_sources import MetricStore
 from ksched.loop.mirror.state import ClusterState
-from ksched.loop.steering.marks import Decision, Marks, Reading, readings, schedulable
+from ksched.loop.steering.marks import Decision, Graded, Reading, readings, schedulable
 from ksched.loop.telemetry import Telemetry
 from ksched.objects import Obj, meta, name, spec
 
@@ -53,6 +57,8 @@ VIEW_WAIT_S = 10.0
 CLEAR_S = 10.0
 ACTION = "Steering"
 LEADER, FOLLOWER = "leader", "follower"
+# A node's marks: none, the lighter one, both.
+COOL, WARM, HOT = 0, 1, 2
 
 
 class Steering:
@@ -70,6 +76,7 @@ class Steering:
     ) -> None:
         self.config = config.steering
         self.key = self.config.taint_key
+        self.keys = self.config.mark_keys
         self.lines = self.config.lines(config.metrics)
         self.state = state
         self.model = LoadModel(metrics, state.recent)
@@ -81,9 +88,17 @@ class Steering:
         # The informer's nodes (any thread): what stopping reads the marks from.
         self.nodes = nodes
         self.clock = clock
-        self.marks = Marks(self.config.margin, self.config.hold_s, self.config.max_share)
-        # The nodes marked as of the last look, and why (None: no value now, held).
+        self.marks = Graded(
+            self.config.margin,
+            self.config.hold_s,
+            self.config.max_share,
+            self.config.warm_share,
+            self.config.warm_leads if self.config.warm else None,
+        )
+        # The nodes marked hot, and those marked warm only, as of the last look, and why (None:
+        # no value now, held).
         self.marked: dict[str, Reading | None] = {}
+        self.warm: dict[str, Reading | None] = {}
         self.capped: dict[str, Reading | None] = {}
         self.leading = False
         self.last_look: float | None = None
@@ -92,6 +107,7 @@ class Steering:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="steering", daemon=True)
         telemetry.steering_marked.set_function(lambda: float(len(self.marked)))
+        telemetry.steering_warm.set_function(lambda: float(len(self.warm)))
 
     def start(self) -> None:
         self._thread.start()
@@ -122,8 +138,8 @@ class Steering:
             if self.leading:
                 log.info("steering: not leading any more; the marks are the next leader's")
             self.leading = False
-            self.marked, self.capped = {}, {}
-            self.marks.cool_since.clear()
+            self.marked, self.warm, self.capped = {}, {}, {}
+            self.marks.forget()
             return None
         if not self.leading:
             log.info("steering: leading; reconciling the %s marks with the nodes", self.key)
@@ -133,34 +149,56 @@ class Steering:
         view = self.state.ask(self._view, self._stop, VIEW_WAIT_S)
         if view is None:
             return None
-        values, nodes, marked = view
-        decision = self.marks.decide(values, nodes, marked, now)
-        kept = {n: r for n, r in decision.marks.items() if n in marked}
-        for node in sorted(marked - set(decision.marks)):
-            note = self._unmark_note(node, nodes, decision, values)
-            if not self._write(node, False, note):
-                kept[node] = None  # still marked: tried again at the next look
-        for node, reading in sorted(decision.marks.items()):
-            if node not in marked and self._write(node, True, _mark_note(reading)):
-                kept[node] = reading
-        self.marked, self.capped = kept, decision.capped
+        values, nodes, levels, odd = view
+        hot = {n for n, level in levels.items() if level == HOT}
+        decision = self.marks.decide(values, nodes, hot, set(levels), now)
+        wanted = {n: HOT for n in decision.marks} | {n: WARM for n in decision.warm}
+        # Where a write fails the node keeps what it carries, tried again at the next look.
+        carried = dict(levels)
+        # Marks coming off before marks going on: the nodes marked never outnumber the caps.
+        for node in sorted(
+            set(levels) | set(wanted), key=lambda n: (wanted.get(n, COOL) > levels.get(n, COOL), n)
+        ):
+            level, was = wanted.get(node, COOL), levels.get(node, COOL)
+            if level == was and node not in odd:
+                continue
+            if level == COOL:
+                note = self._unmark_note(node, nodes, decision, values)
+            else:
+                note = _mark_note(decision.marks.get(node) if level == HOT else decision.warm.get(node))
+            if self._write(node, level, was, note):
+                carried[node] = level
+        why = {**decision.warm, **decision.marks}
+        self.marked = {n: why.get(n) for n, level in sorted(carried.items()) if level == HOT}
+        self.warm = {n: why.get(n) for n, level in sorted(carried.items()) if level == WARM}
+        self.capped = decision.capped
         return decision
 
-    def _view(self) -> tuple[dict[str, list[Reading]], list[str], set[str]]:
-        """On the state's thread: each node's readings, the schedulable nodes, and the nodes
-        that carry the mark now."""
+    def _view(self) -> tuple[dict[str, list[Reading]], list[str], dict[str, int], set[str]]:
+        """On the state's thread: each node's readings, the schedulable nodes, the nodes that
+        carry a mark now, with their level, and those whose marks are not the whole of a level
+        (a hot mark without the warm one, from a ksched with ``warm`` off: written again)."""
         snapshot = self.state.snapshot()
         matrix = self.model.scheduling(snapshot)
         nodes = self.state.nodes
-        marked = {n for n, node in nodes.items() if self._carries(node) and self._selects(node)}
+        levels = {
+            n: level for n, node in nodes.items() if (level := self._level(node)) and self._selects(node)
+        }
+        odd = {
+            n
+            for n, level in levels.items()
+            if _carried(spec(nodes[n]).get("taints") or [], self.keys) != self._keys(level)
+        }
         chosen = [n for n in schedulable(snapshot) if n in nodes and self._selects(nodes[n])]
-        return readings(snapshot, matrix, self.lines, self.config.anticipate), chosen, marked
+        return readings(snapshot, matrix, self.lines, self.config.anticipate), chosen, levels, odd
 
     def _selects(self, node: Obj) -> bool:
         return self.config.selects(meta(node).get("labels"))
 
-    def _carries(self, node: Obj) -> bool:
-        return any(is_mark(t, self.key) for t in spec(node).get("taints") or [])
+    def _level(self, node: Obj) -> int:
+        """What the node carries of the marks: both or the hot one (HOT), the lighter one only
+        (WARM), none (COOL)."""
+        return _level(spec(node).get("taints") or [], self.key, self.keys)
 
     def _unmark_note(
         self, node: str, nodes: Sequence[str], decision: Decision, values: Mapping[str, Sequence[Reading]]
@@ -179,9 +217,10 @@ class Steering:
 
     # -- writes ------------------------------------------------------------
 
-    def _write(self, node: str, mark: bool, note: str, timeout: float | None = None) -> bool:
-        """Add (``mark``) or remove the mark on ``node``, keeping every other taint, and report
-        it. False where the node already was so, is gone, or the write failed (logged)."""
+    def _write(self, node: str, level: int, was: int, note: str, timeout: float | None = None) -> bool:
+        """Give ``node`` the marks of ``level`` (from ``was``, as last seen), keeping every
+        other taint, and report it. False where the node already was so, is gone, or the write
+        failed (logged)."""
         path = f"/api/v1/nodes/{node}"
         kw: dict[str, Any] = {} if timeout is None else {"timeout": max(timeout, 0.1)}
         for _ in range(WRITE_ATTEMPTS):
@@ -193,11 +232,11 @@ class Steering:
                     log.warning("steering: reading node %s: HTTP %d: %s", node, r.status, r.data[:300])
                     return False
                 obj = r.json()
-                taints = [t for t in spec(obj).get("taints") or [] if not is_mark(t, self.key)]
-                if (len(taints) < len(spec(obj).get("taints") or [])) == mark:
+                now = spec(obj).get("taints") or []
+                if _carried(now, self.keys) == self._keys(level):
                     return False  # already so (an earlier write the informer had not shown yet)
-                if mark:
-                    taints.append({"key": self.key, "effect": MARK_EFFECT})
+                taints = [t for t in now if not is_mark(t, self.keys)]
+                taints += [{"key": k, "effect": MARK_EFFECT} for k in self._keys(level)]
                 body = {
                     "metadata": {"resourceVersion": meta(obj).get("resourceVersion")},
                     "spec": {"taints": taints or None},
@@ -211,7 +250,7 @@ class Steering:
                 log.warning("steering: writing node %s: %s", node, err)
                 return False
             if r.ok:
-                self._report(obj, mark, note)
+                self._report(obj, level, was, note)
                 return True
             if r.status != HTTP_CONFLICT:
                 log.warning("steering: writing node %s: HTTP %d: %s", node, r.status, r.data[:300])
@@ -219,16 +258,29 @@ class Steering:
         log.warning("steering: node %s kept changing; not written after %d tries", node, WRITE_ATTEMPTS)
         return False
 
-    def _report(self, node: Obj, mark: bool, note: str) -> None:
+    def _keys(self, level: int) -> tuple[str, ...]:
+        """The keys a node of ``level`` carries: a hot node both marks, a warm one the lighter."""
+        if level == HOT:
+            return self.keys
+        return self.keys[1:] if level == WARM else ()
+
+    def _report(self, node: Obj, level: int, was: int, note: str) -> None:
+        """An Event and the counts for a node's change of marks: ``added`` counts a node marked
+        from unmarked, ``removed`` one unmarked (hot and warm marks alike)."""
         ref = {"kind": "Node", "metadata": {"name": name(node), "uid": meta(node).get("uid")}}
-        if mark:
+        if was == COOL:
             self.added += 1
             self.telemetry.steering_marks.labels(change="added").inc()
-            log.info("steering: marked %s hot: %s", name(node), note)
-            self.event(ref, "Normal", MARKED_HOT, ACTION, f"other schedulers steered away: {note}")
-        else:
+        elif level == COOL:
             self.removed += 1
             self.telemetry.steering_marks.labels(change="removed").inc()
+        if level == HOT:
+            log.info("steering: marked %s hot: %s", name(node), note)
+            self.event(ref, "Normal", MARKED_HOT, ACTION, f"other schedulers steered away: {note}")
+        elif level == WARM:
+            log.info("steering: marked %s warm: %s", name(node), note)
+            self.event(ref, "Normal", MARKED_WARM, ACTION, f"other schedulers steered away, less: {note}")
+        else:
             log.info("steering: unmarked %s: %s", name(node), note)
             self.event(ref, "Normal", UNMARKED, ACTION, note)
 
@@ -236,15 +288,16 @@ class Steering:
         """Remove the mark from every node that carries it (as this replica last wrote or the
         informer last saw), for at most ``within_s``. Returns how many were removed."""
         deadline = time.monotonic() + within_s
-        carrying = set(self.marked) | {name(n) for n in self.nodes() if self._carries(n) and self._selects(n)}
+        carrying = {n: HOT for n in self.marked} | {n: WARM for n in self.warm}
+        carrying |= {name(n): level for n in self.nodes() if (level := self._level(n)) and self._selects(n)}
         done = 0
-        for node in sorted(carrying):
+        for node, was in sorted(carrying.items()):
             left = deadline - time.monotonic()
             if left <= 0:
-                log.warning("steering: stopping left the mark on %d node(s)", len(carrying) - done)
+                log.warning("steering: stopping left the marks on %d node(s)", len(carrying) - done)
                 break
-            done += self._write(node, False, "ksched stopping: its marks are removed", timeout=left)
-        self.marked = {}
+            done += self._write(node, COOL, was, "ksched stopping: its marks are removed", timeout=left)
+        self.marked, self.warm = {}, {}
         return done
 
     # -- /status -----------------------------------------------------------
@@ -255,11 +308,24 @@ class Steering:
             "mode": LEADER if self.leading else FOLLOWER,
             "taintKey": self.key,
             "lastLook": self.last_look,
+            "warmKey": self.keys[1] if len(self.keys) > 1 else None,
             "marked": [_entry(n, r) for n, r in sorted(self.marked.items())],
+            "warm": [_entry(n, r) for n, r in sorted(self.warm.items())],
             "capped": [_entry(n, r) for n, r in sorted(self.capped.items())],
             "added": self.added,
             "removed": self.removed,
         }
+
+
+def _carried(taints: list[Obj], keys: tuple[str, ...]) -> tuple[str, ...]:
+    """Which of the marks (``keys``, in their order) the taints hold."""
+    return tuple(k for k in keys if any(is_mark(t, k) for t in taints))
+
+
+def _level(taints: list[Obj], key: str, keys: tuple[str, ...]) -> int:
+    if any(is_mark(t, key) for t in taints):
+        return HOT
+    return WARM if any(is_mark(t, keys[1:]) for t in taints) else COOL
 
 
 def _mark_note(reading: Reading | None) -> str:

@@ -19,6 +19,11 @@ Owns three rules:
 - **Cap**: at most ``max_share`` of the schedulable nodes are marked, the hottest first; a
   node marked already keeps its place until another is hotter by ``margin`` (and wins a
   tie). When most nodes are hot a mark says nothing.
+- **Two marks** (:class:`Graded`): with ``warm``, a node within ``warm_leads`` heavy next pods
+  of its line (:func:`warmer`) carries the lighter mark, with the same hysteresis; at most
+  ``warm_share`` of the schedulable nodes carry either mark (the hot ones counted first). A
+  hot node carries both, so that another scheduler, counting a node's marks, takes the
+  unmarked nodes first, then the warm ones, and the hot ones last.
 
 Reads no clock and writes nothing: the controller (:mod:`ksched.loop.steering.controller`)
 feeds it and writes what it decides.
@@ -28,7 +33,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -48,8 +53,10 @@ class Reading:
     value: float
     line: float
     direction: str
-    # How far a heavy next pod would move the value toward the hot side (0: not anticipated).
+    # How far ``pods`` heavy next pods would move the value toward the hot side (0: not
+    # anticipated).
     lead: float = 0.0
+    pods: float = 1.0
 
     @property
     def over(self) -> float:
@@ -73,7 +80,8 @@ class Reading:
         side = "at or over" if self.direction == "above" else "at or under"
         if self.over < 0:
             side = "under" if self.direction == "above" else "over"
-        ahead = f" with {self.lead:.3g} for a heavy next pod" if self.lead > 0 else ""
+        heavy = "a heavy next pod" if self.pods == 1 else f"{self.pods:g} heavy next pods"
+        ahead = f" with {self.lead:.3g} for {heavy}" if self.lead > 0 else ""
         return f"{self.metric} {self.value:.3g}{ahead} {side} its line {self.line:.3g}"
 
     def as_json(self) -> dict[str, object]:
@@ -83,6 +91,7 @@ class Reading:
             "line": self.line,
             "direction": self.direction,
             "nextPod": self.lead,
+            "nextPods": self.pods,
         }
 
 
@@ -139,6 +148,20 @@ def leads(
     return out
 
 
+def warmer(readings: Mapping[str, Sequence[Reading]], pods: float) -> dict[str, list[Reading]]:
+    """The readings with the room of ``pods`` heavy next pods instead of one: what the lighter
+    mark is judged on. Where that room alone takes an idle node to its line (held above), the
+    node's size is what it says, not its load: the one pod's room stays there."""
+    return {node: [_warmer(r, pods) for r in rs] for node, rs in readings.items()}
+
+
+def _warmer(reading: Reading, pods: float) -> Reading:
+    lead = reading.lead * pods
+    if reading.lead <= 0 or (reading.direction == "above" and lead >= reading.line):
+        return reading
+    return replace(reading, lead=lead, pods=pods)
+
+
 def schedulable(snapshot: Snapshot) -> list[str]:
     """The nodes of the snapshot that are not cordoned."""
     cordoned = np.asarray(snapshot.arrays["unschedulable"], dtype=bool)
@@ -147,11 +170,13 @@ def schedulable(snapshot: Snapshot) -> list[str]:
 
 @dataclass
 class Decision:
-    """One look's marks: the nodes to mark and why (the hottest reading; None: a marked node
-    with no value now, kept through its hold time), and the nodes the cap left unmarked."""
+    """One look's marks: the nodes to mark hot and why (the hottest reading; None: a marked
+    node with no value now, kept through its hold time), the nodes the cap left unmarked, and
+    the nodes that carry the lighter mark only (:class:`Graded`)."""
 
     marks: dict[str, Reading | None] = field(default_factory=dict)
     capped: dict[str, Reading | None] = field(default_factory=dict)
+    warm: dict[str, Reading | None] = field(default_factory=dict)
 
 
 class Marks:
@@ -209,3 +234,51 @@ def _order(
     if node in marked and over >= 0:
         over += margin
     return (not reading.at_line, -over, node not in marked, node)
+
+
+class Graded:
+    """The hot marks (:class:`Marks`), and with ``warm_leads`` the lighter ones: a node within
+    that many heavy next pods of its line (:func:`warmer`), with the same hysteresis, at most
+    ``warm_share`` of the schedulable nodes marked either way, the hot ones counted first.
+
+    >>> graded = Graded(margin=0.1, hold_s=30.0, max_share=0.25, warm_share=0.75, warm_leads=2.0)
+    >>> near = [Reading("cpu", 0.6, 0.8, "above", lead=0.15)]
+    >>> hot = {"n0": [Reading("cpu", 0.9, 0.8, "above", lead=0.15)], "n1": near}
+    >>> cool = {f"n{i}": [Reading("cpu", 0.1, 0.8, "above", lead=0.15)] for i in range(2, 4)}
+    >>> d = graded.decide({**hot, **cool}, ["n0", "n1", "n2", "n3"], set(), set(), now=0.0)
+    >>> sorted(d.marks), sorted(d.warm)
+    (['n0'], ['n1'])
+    """
+
+    def __init__(
+        self, margin: float, hold_s: float, max_share: float, warm_share: float, warm_leads: float | None
+    ) -> None:
+        self.hot = Marks(margin, hold_s, max_share)
+        self.warm_share = warm_share
+        self.warm_leads = warm_leads
+        self.warm = Marks(margin, hold_s, warm_share) if warm_leads is not None else None
+
+    def decide(
+        self,
+        readings: Mapping[str, Sequence[Reading]],
+        schedulable: Collection[str],
+        hot: Collection[str],
+        warm: Collection[str],
+        now: float,
+    ) -> Decision:
+        """The marks for this look, given the nodes that carry the hot mark now (``hot``) and
+        those that carry the lighter one (``warm``, the hot ones among them)."""
+        decision = self.hot.decide(readings, schedulable, hot, now)
+        if self.warm is None or self.warm_leads is None:
+            return decision
+        lighter = self.warm.decide(warmer(readings, self.warm_leads), schedulable, warm, now)
+        room = math.floor(self.warm_share * len(schedulable) + 1e-9) - len(decision.marks)
+        only = [(n, r) for n, r in lighter.marks.items() if n not in decision.marks]
+        decision.warm = dict(only[: max(room, 0)])
+        return decision
+
+    def forget(self) -> None:
+        """Drop the hysteresis (a replica that stopped leading)."""
+        self.hot.cool_since.clear()
+        if self.warm is not None:
+            self.warm.cool_since.clear()
