@@ -376,12 +376,16 @@ def test_a_node_selector_keeps_the_marks_to_its_pool(harness: Any) -> None:
     assert h.api.taints("a0") == [] and h.api.taints("b1") == [MARK]
 
 
-def _with_lead(lead: float) -> Any:
+def _with_lead(lead: float | dict[str, float]) -> Any:
     """``readings`` as the controller calls it, each reading with a heavy next pod's room of
-    ``lead`` (what a learned estimate's ``next_pod`` gives)."""
+    ``lead`` (what a learned estimate's ``next_pod`` gives; by node where a map: a share of
+    each node's size)."""
 
     def fake(*args: Any, **kw: Any) -> dict[str, list[Reading]]:
-        return {n: [replace(r, lead=lead) for r in rs] for n, rs in readings(*args, **kw).items()}
+        return {
+            n: [replace(r, lead=lead[n] if isinstance(lead, dict) else lead) for r in rs]
+            for n, rs in readings(*args, **kw).items()
+        }
 
     return fake
 
@@ -427,14 +431,34 @@ def test_two_marks_a_hot_node_carries_both_and_a_node_two_heavy_pods_away_the_li
 def test_the_lighter_marks_stop_at_their_share_and_count_the_hot_ones(
     harness: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Eight nodes, warmShare 0.5: four marked at most. The hot one takes a place first; the
-    three nodes nearest their line of the five within two heavy pods of it take the rest."""
-    monkeypatch.setattr(controller, "readings", _with_lead(0.15))
-    heat = {"n0": 0.9, "n1": 0.6, "n2": 0.58, "n3": 0.56, "n4": 0.54, "n5": 0.52, "n6": 0.1, "n7": 0.1}
+    """Eight nodes, maxShare 0.25 and warmShare 0.5: four marked at most. h0 and h1 are one
+    heavy pod from their line (0.7 + 0.12); w0-w3 are not (0.45 + 0.3), but two of their
+    heavier pods take them further over it than two take h0 and h1. The hot ones take their
+    places first, and of the four nearest the lighter line, only two fit beside them."""
+    lead = {"h0": 0.12, "h1": 0.12} | {f"w{i}": 0.3 for i in range(4)} | {"c0": 0.12, "c1": 0.12}
+    monkeypatch.setattr(controller, "readings", _with_lead(lead))
+    heat = {"h0": 0.7, "h1": 0.7} | {f"w{i}": 0.45 for i in range(4)} | {"c0": 0.1, "c1": 0.1}
     h = harness(heat, {}, warm_share=0.5)
+    decision = h.steering.look()
+    assert {n: h.api.taints(n) for n in heat if h.api.taints(n)} == {
+        "h0": [MARK, WARM],
+        "h1": [MARK, WARM],
+        "w0": [WARM],
+        "w1": [WARM],
+    }
+    assert sorted(decision.warm_capped) == ["w2", "w3"]
+    h.heat({"w0": 0.1})
     h.steering.look()
-    assert [n for n in heat if h.api.taints(n)] == ["n0", "n1", "n2", "n3"]
-    assert h.api.taints("n0") == [MARK, WARM]
+    # w0 cooled: within its hold it still wants the mark, but at the cap it ranks behind w2.
+    assert (h.api.taints("w0"), h.api.taints("w2")) == ([], [WARM])
+    assert h.events[-2:] == [
+        (
+            "w0",
+            "KschedUnmarked",
+            "capped: at most 0.5 of 8 schedulable nodes carry a mark, the hottest first",
+        ),
+        ("w2", "KschedMarkedWarm", h.events[-1][2]),
+    ]
 
 
 def test_a_hot_mark_without_the_warm_one_is_completed_and_warm_off_writes_one_mark(harness: Any) -> None:
@@ -444,6 +468,10 @@ def test_a_hot_mark_without_the_warm_one_is_completed_and_warm_off_writes_one_ma
     h = harness({"n0": 0.9, "n1": 0.1, "n2": 0.1, "n3": 0.1}, {"n0": [MARK]})
     h.steering.look()
     assert h.api.taints("n0") == [MARK, WARM]
+    assert [(n, reason) for n, reason, _ in h.events] == [("n0", "KschedMarkedHot")]
+    assert (h.count("added"), h.count("removed")) == (0.0, 0.0), "n0 was marked already"
+    h.steering.look()
+    assert h.api.asked.count(("PATCH", "n0")) == 1, "completed once, then left alone"
     off = harness({"n0": 0.9, "n1": 0.1, "n2": 0.1, "n3": 0.1}, {"n1": [WARM]}, warm=False)
     off.steering.look()
     assert (off.api.taints("n0"), off.api.taints("n1")) == ([MARK], [WARM])
@@ -468,16 +496,42 @@ def test_graded_marks_judge_the_lighter_one_on_more_room_but_never_a_node_for_it
     assert (single.marks, single.warm) == ({}, {})
 
 
+def test_a_graded_node_cools_a_mark_at_a_time_each_after_its_hold() -> None:
+    """Hold 30 s, margin 0.1, a heavy next pod 0.1: hot at 0.9; at 0.55 (0.65 with one pod,
+    0.75 with two) it is below the hot line by the margin but not the lighter one's, so after
+    its hold it keeps the lighter mark; at 0.3 it loses that after another hold."""
+    graded = Graded(0.1, 30.0, 0.5, 1.0, 2.0)
+    others = {f"n{i}": [Reading("heat", 0.1, 0.8, "above", lead=0.1)] for i in range(1, 4)}
+    seen: list[tuple[float, str]] = []
+    hot: set[str] = set()
+    warm: set[str] = set()
+    for at, value in [(0, 0.9), (10, 0.55), (39, 0.55), (40, 0.55), (50, 0.3), (79, 0.3), (80, 0.3)]:
+        values = {"n0": [Reading("heat", value, 0.8, "above", lead=0.1)], **others}
+        d = graded.decide(values, ["n0", *others], hot, warm, now=float(at))
+        hot, warm = set(d.marks), set(d.marks) | set(d.warm)
+        seen.append((at, "hot" if "n0" in d.marks else "warm" if "n0" in d.warm else "cool"))
+    assert seen == [
+        (0, "hot"),
+        (10, "hot"),
+        (39, "hot"),
+        (40, "warm"),
+        (50, "warm"),
+        (79, "warm"),
+        (80, "cool"),
+    ]
+
+
 # -- ksched's own engine -------------------------------------------------------
 
 
 @pytest.mark.parametrize(
     ("keys", "kept"),
     [
-        (SteeringConfig().mark_keys, ["dedicated", "example.com/steer", "other"]),
-        (("example.com/steer",), ["dedicated", KEY, "ksched.io/warm", "other"]),
+        (SteeringConfig().own_marks, ["dedicated", "example.com/steer", "other"]),
+        (("example.com/steer", "ksched.io/warm"), ["dedicated", KEY, "other"]),
+        (SteeringConfig(warm=False).own_marks, ["dedicated", "example.com/steer", "other"]),
     ],
-    ids=["default keys", "another key configured, warm off"],
+    ids=["default keys", "another hot key configured", "warm off: a lighter mark left behind still ignored"],
 )
 def test_the_engine_and_the_reference_leave_out_their_own_marks(
     keys: tuple[str, ...], kept: list[str]

@@ -122,7 +122,7 @@ def preview(
         f"metric {why}: not judged (a stale or missing metric never makes a node hot)"
         for why in _unread(store, judged)
     ]
-    snapshot = _snapshot(cluster, config.steering.mark_keys)
+    snapshot = _snapshot(cluster, config.steering.own_marks)
     tracker = HotTracker(lines, samples_needed=1)
     tracker.feed(store.latest)
     look = _load_model(store, snapshot, cluster, engine, now).rebalancing(

@@ -132,6 +132,12 @@ class SteeringConfig:
         """The keys of the marks ksched writes: the hot one, and the warm one where ``warm``."""
         return (self.taint_key, self.warm_key) if self.warm else (self.taint_key,)
 
+    @property
+    def own_marks(self) -> tuple[str, ...]:
+        """The keys ksched's own engine leaves out: both, ``warm`` or not (a lighter mark left
+        from before ``warm`` was turned off, or another pool's, never steers ksched's pods)."""
+        return (self.taint_key, self.warm_key)
+
     def selects(self, labels: Mapping[str, str] | None) -> bool:
         """Whether a node with ``labels`` is one the marks are for."""
         return all((labels or {}).get(k) == v for k, v in self.node_selector)

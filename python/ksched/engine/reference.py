@@ -331,7 +331,7 @@ def schedule(
     """Schedule ``pending`` in queue order on the given cluster, one pod at a time."""
     profile = config.profiles[0]
     metrics = config.metrics
-    table = make_nodes(nodes, existing, config.steering.mark_keys)
+    table = make_nodes(nodes, existing, config.steering.own_marks)
     values = metric_values or {}
     parsed: list[tuple[int, PodRequirements | MalformedObjectError]] = []
     for i, p in enumerate(pending):

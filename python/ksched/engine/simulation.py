@@ -78,7 +78,7 @@ def run_simulation(
     explain: str | None = None,
 ) -> tuple[list[BatchResult], Snapshot]:
     """Schedule every pending pod, profile by profile, on one shared snapshot."""
-    snapshot = build_snapshot(cluster.nodes, cluster.existing, config.steering.mark_keys)
+    snapshot = build_snapshot(cluster.nodes, cluster.existing, config.steering.own_marks)
     snapshot.namespaces = cluster.namespaces
     snapshot.spread_selectors = cluster.spread_selectors
     snapshot.budgets = cluster.budgets

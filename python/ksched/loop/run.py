@@ -290,7 +290,7 @@ def start(
     config = _for_mode(config)
     shadowing = config.shadow.enabled
     telemetry = Telemetry()
-    state = ClusterState(config.metrics, telemetry=telemetry, own_marks=config.steering.mark_keys)
+    state = ClusterState(config.metrics, telemetry=telemetry, own_marks=config.steering.own_marks)
     queue = SchedulingQueue()
     stop = threading.Event()
     leadership = Leadership(config.leader_election, identity, on_lost=telemetry.lost_leases.inc)

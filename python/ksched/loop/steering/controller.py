@@ -6,9 +6,8 @@ the nodes that are hot, or that ksched's load estimate says will be, with a
 
 Owns the marks' writes and what is reported of them: the Events on the node
 (``KschedMarkedHot``, ``KschedMarkedWarm``, ``KschedUnmarked``), ``ksched_steering_*`` and
-``/status``. Which
-nodes carry a mark is :mod:`ksched.loop.steering.marks`'s to decide, over the values the
-scheduling cycle gives the engine (:meth:`~ksched.loop.metrics.load_model.LoadModel.scheduling`,
+``/status``. Which nodes carry a mark is :mod:`ksched.loop.steering.marks`'s to decide, over
+the values the scheduling cycle gives the engine (:meth:`~ksched.loop.metrics.load_model.LoadModel.scheduling`,
 read on the cluster state's thread).
 
 Only the nodes ``steering.nodeSelector`` selects are looked at: one outside it is never
@@ -39,7 +38,7 @@ from ksched.loop.events import MARKED_HOT, MARKED_WARM, UNMARKED
 from ksched.loop.metrics.load_model import LoadModel
 from ksched.loop.metrics.metric_sources import MetricStore
 from ksched.loop.mirror.state import ClusterState
-from ksched.loop.steering.marks import Decision, Graded, Reading, readings, schedulable
+from ksched.loop.steering.marks import Decision, Graded, Reading, readings, schedulable, warmer
 from ksched.loop.telemetry import Telemetry
 from ksched.objects import Obj, meta, name, spec
 
@@ -166,7 +165,7 @@ class Steering:
                 note = self._unmark_note(node, nodes, decision, values)
             else:
                 note = _mark_note(decision.marks.get(node) if level == HOT else decision.warm.get(node))
-            if self._write(node, level, was, note):
+            if self._write(node, level, note):
                 carried[node] = level
         why = {**decision.warm, **decision.marks}
         self.marked = {n: why.get(n) for n, level in sorted(carried.items()) if level == HOT}
@@ -203,6 +202,11 @@ class Steering:
     def _unmark_note(
         self, node: str, nodes: Sequence[str], decision: Decision, values: Mapping[str, Sequence[Reading]]
     ) -> str:
+        if node in decision.warm_capped:
+            return (
+                f"capped: at most {self.config.warm_share:g} of {len(nodes)} schedulable nodes carry "
+                "a mark, the hottest first"
+            )
         if node in decision.capped:
             return (
                 f"capped: at most {self.config.max_share:g} of {len(nodes)} schedulable nodes are "
@@ -210,6 +214,8 @@ class Steering:
             )
         if node not in nodes:
             return "not schedulable (cordoned, or not in the node table)"
+        if self.config.warm:  # it cooled below the lighter mark's line, judged with more room
+            values = warmer(values, self.config.warm_leads)
         hottest = max(values.get(node, ()), key=lambda r: r.over, default=None)
         if hottest is None:
             return f"no value of a marking metric for {self.config.hold_s:g}s"
@@ -217,10 +223,9 @@ class Steering:
 
     # -- writes ------------------------------------------------------------
 
-    def _write(self, node: str, level: int, was: int, note: str, timeout: float | None = None) -> bool:
-        """Give ``node`` the marks of ``level`` (from ``was``, as last seen), keeping every
-        other taint, and report it. False where the node already was so, is gone, or the write
-        failed (logged)."""
+    def _write(self, node: str, level: int, note: str, timeout: float | None = None) -> bool:
+        """Give ``node`` the marks of ``level``, keeping every other taint, and report it.
+        False where the node already was so, is gone, or the write failed (logged)."""
         path = f"/api/v1/nodes/{node}"
         kw: dict[str, Any] = {} if timeout is None else {"timeout": max(timeout, 0.1)}
         for _ in range(WRITE_ATTEMPTS):
@@ -250,7 +255,7 @@ class Steering:
                 log.warning("steering: writing node %s: %s", node, err)
                 return False
             if r.ok:
-                self._report(obj, level, was, note)
+                self._report(obj, level, _level(now, self.key, self.keys), note)
                 return True
             if r.status != HTTP_CONFLICT:
                 log.warning("steering: writing node %s: HTTP %d: %s", node, r.status, r.data[:300])
@@ -288,15 +293,15 @@ class Steering:
         """Remove the mark from every node that carries it (as this replica last wrote or the
         informer last saw), for at most ``within_s``. Returns how many were removed."""
         deadline = time.monotonic() + within_s
-        carrying = {n: HOT for n in self.marked} | {n: WARM for n in self.warm}
-        carrying |= {name(n): level for n in self.nodes() if (level := self._level(n)) and self._selects(n)}
+        carrying = set(self.marked) | set(self.warm)
+        carrying |= {name(n) for n in self.nodes() if self._level(n) and self._selects(n)}
         done = 0
-        for node, was in sorted(carrying.items()):
+        for node in sorted(carrying):
             left = deadline - time.monotonic()
             if left <= 0:
                 log.warning("steering: stopping left the marks on %d node(s)", len(carrying) - done)
                 break
-            done += self._write(node, COOL, was, "ksched stopping: its marks are removed", timeout=left)
+            done += self._write(node, COOL, "ksched stopping: its marks are removed", timeout=left)
         self.marked, self.warm = {}, {}
         return done
 

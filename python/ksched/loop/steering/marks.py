@@ -177,6 +177,8 @@ class Decision:
     marks: dict[str, Reading | None] = field(default_factory=dict)
     capped: dict[str, Reading | None] = field(default_factory=dict)
     warm: dict[str, Reading | None] = field(default_factory=dict)
+    # Nodes that would carry the lighter mark but for ``warm_share`` (none of them hot).
+    warm_capped: dict[str, Reading | None] = field(default_factory=dict)
 
 
 class Marks:
@@ -272,9 +274,11 @@ class Graded:
         if self.warm is None or self.warm_leads is None:
             return decision
         lighter = self.warm.decide(warmer(readings, self.warm_leads), schedulable, warm, now)
-        room = math.floor(self.warm_share * len(schedulable) + 1e-9) - len(decision.marks)
+        room = max(math.floor(self.warm_share * len(schedulable) + 1e-9) - len(decision.marks), 0)
         only = [(n, r) for n, r in lighter.marks.items() if n not in decision.marks]
-        decision.warm = dict(only[: max(room, 0)])
+        decision.warm = dict(only[:room])
+        left = [*only[room:], *lighter.capped.items()]
+        decision.warm_capped = {n: r for n, r in left if n not in decision.marks}
         return decision
 
     def forget(self) -> None:
