@@ -370,9 +370,10 @@ def test_a_budget_that_allows_no_disruption_blocks_the_move(
 def test_a_stale_metric_triggers_nothing_until_it_is_fresh_again(
     simulated: Cluster, layout: Callable[[int, str], Layout], tmp_path: Path
 ) -> None:
-    # Five hot samples in a row: more than Prometheus gives before it is hung. A rebalancer
-    # that counted its looks at the last cached (and then stale) value would get there.
-    cfg = config(simulated, hotSamples=5)
+    # Ten hot samples in a row (a refresh a second): more than Prometheus gives before it is
+    # hung. A rebalancer that counted its looks at the last cached (and then stale) value would
+    # get there.
+    cfg = config(simulated, hotSamples=10)
     with leader(simulated, tmp_path, "rebalancer", **cfg) as k:
         assert wait_for(k.leads, 30), k.output()
         lay = layout(2, "rebalance-stale")

@@ -380,6 +380,22 @@ def test_a_stale_metric_makes_no_node_hot(harness: Any) -> None:
     assert h.count("ksched_rebalance_hot_nodes", metric="cpu") == 0.0
 
 
+def test_samples_between_looks_count_toward_hot_samples(harness: Any) -> None:
+    """Three refreshes 5 s apart under one look: with each fed to the tracker as it comes (the
+    run loop does so every second), the node is hot at that look, as ``hotSamples`` x the
+    refresh says; a look alone sees one sample and waits for two more looks."""
+    fed, alone = harness(HOT, hot_pods(), hot_samples=3), harness(HOT, hot_pods(), hot_samples=3)
+    for h in (fed, alone):
+        for _ in range(3):
+            h.clock.now += 5.0
+            h.store.refresh(CPU)
+            if h is fed:
+                h.rebalancer.feed()
+        h.rebalancer.look()
+    assert [hot.node for hot in fed.rebalancer.hot] == ["n0"] and len(fed.evicted()) == 1
+    assert alone.rebalancer.hot == [] and alone.evicted() == []
+
+
 def test_a_node_does_not_give_a_second_pod_while_the_metric_still_shows_the_first(harness: Any) -> None:
     h = harness(HOT, hot_pods())
     h.look()

@@ -65,6 +65,9 @@ DISRUPTION_BUDGET_CAUSE = "DisruptionBudget"
 # twice a second; a cycle on a large batch can take longer).
 PLAN_WAIT_S = 10.0
 ACTION = "Rebalancing"
+# How often, between looks, each judged metric's fresh sample is counted toward hotSamples
+# (a refresh is at least every second, ``refresh.min``).
+FEED_S = 1.0
 # Hot nodes named in a look's log line (the rest are counted).
 SUMMARY_NODES = 5
 
@@ -144,12 +147,23 @@ class Rebalancer:
         return LEADER if self.is_leader() else FOLLOWER
 
     def _run(self) -> None:
-        while not self._stop.wait(self.config.interval_s):
+        next_look = time.monotonic() + self.config.interval_s
+        while not self._stop.wait(max(0.0, min(FEED_S, next_look - time.monotonic()))):
             try:
+                if time.monotonic() < next_look:
+                    self.feed()
+                    continue
+                next_look = time.monotonic() + self.config.interval_s
                 self.look()
             except Exception:
                 # A bug must not stop the scheduler: the next look tries again.
                 log.exception("rebalancer look failed")
+
+    def feed(self) -> None:
+        """Count each judged metric's fresh sample toward ``hotSamples``, between looks too: a
+        refresh every 5-15 s under a look every 30 s would otherwise count one sample a look,
+        and a node would be hot for ``hotSamples`` looks before it is judged so."""
+        self.tracker.feed(self.metrics.latest)
 
     # -- one look --------------------------------------------------------
 
