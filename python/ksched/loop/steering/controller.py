@@ -180,24 +180,25 @@ class Steering:
         snapshot = self.state.snapshot()
         matrix = self.model.scheduling(snapshot)
         nodes = self.state.nodes
-        levels = {
-            n: level for n, node in nodes.items() if (level := self._level(node)) and self._selects(node)
-        }
-        odd = {
-            n
-            for n, level in levels.items()
-            if _carried(spec(nodes[n]).get("taints") or [], self.keys) != self._keys(level)
-        }
+        carried = {n: self._carried(node) for n, node in nodes.items() if self._selects(node)}
+        levels = {n: level for n, keys in carried.items() if (level := self._level(keys))}
+        odd = {n for n, level in levels.items() if carried[n] != self._keys(level)}
         chosen = [n for n in schedulable(snapshot) if n in nodes and self._selects(nodes[n])]
         return readings(snapshot, matrix, self.lines, self.config.anticipate), chosen, levels, odd
 
     def _selects(self, node: Obj) -> bool:
         return self.config.selects(meta(node).get("labels"))
 
-    def _level(self, node: Obj) -> int:
-        """What the node carries of the marks: both or the hot one (HOT), the lighter one only
-        (WARM), none (COOL)."""
-        return _level(spec(node).get("taints") or [], self.key, self.keys)
+    def _carried(self, node: Obj) -> tuple[str, ...]:
+        """Which of the marks (``self.keys``, in their order) the node's taints hold."""
+        return _carried(spec(node).get("taints") or [], self.keys)
+
+    def _level(self, carried: tuple[str, ...]) -> int:
+        """The level of a node that carries these marks: the hot one (with the lighter or
+        not) HOT, the lighter one only WARM, none COOL."""
+        if self.key in carried:
+            return HOT
+        return WARM if carried else COOL
 
     def _unmark_note(
         self, node: str, nodes: Sequence[str], decision: Decision, values: Mapping[str, Sequence[Reading]]
@@ -238,7 +239,7 @@ class Steering:
                     return False
                 obj = r.json()
                 now = spec(obj).get("taints") or []
-                if _carried(now, self.keys) == self._keys(level):
+                if (was := _carried(now, self.keys)) == self._keys(level):
                     return False  # already so (an earlier write the informer had not shown yet)
                 taints = [t for t in now if not is_mark(t, self.keys)]
                 taints += [{"key": k, "effect": MARK_EFFECT} for k in self._keys(level)]
@@ -255,7 +256,7 @@ class Steering:
                 log.warning("steering: writing node %s: %s", node, err)
                 return False
             if r.ok:
-                self._report(obj, level, _level(now, self.key, self.keys), note)
+                self._report(obj, level, self._level(was), note)
                 return True
             if r.status != HTTP_CONFLICT:
                 log.warning("steering: writing node %s: HTTP %d: %s", node, r.status, r.data[:300])
@@ -294,7 +295,7 @@ class Steering:
         informer last saw), for at most ``within_s``. Returns how many were removed."""
         deadline = time.monotonic() + within_s
         carrying = set(self.marked) | set(self.warm)
-        carrying |= {name(n) for n in self.nodes() if self._level(n) and self._selects(n)}
+        carrying |= {name(n) for n in self.nodes() if self._carried(n) and self._selects(n)}
         done = 0
         for node in sorted(carrying):
             left = deadline - time.monotonic()
@@ -325,12 +326,6 @@ class Steering:
 def _carried(taints: list[Obj], keys: tuple[str, ...]) -> tuple[str, ...]:
     """Which of the marks (``keys``, in their order) the taints hold."""
     return tuple(k for k in keys if any(is_mark(t, k) for t in taints))
-
-
-def _level(taints: list[Obj], key: str, keys: tuple[str, ...]) -> int:
-    if any(is_mark(t, key) for t in taints):
-        return HOT
-    return WARM if any(is_mark(t, keys[1:]) for t in taints) else COOL
 
 
 def _mark_note(reading: Reading | None) -> str:
