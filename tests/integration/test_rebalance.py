@@ -55,7 +55,7 @@ pytestmark = pytest.mark.cluster
 SCRAPE_S = 1.0
 # local.fake_nodes cycles 4, 8, 8 and 4 CPUs: every group of four has the same shape.
 GROUP = 4
-TESTS = 4
+TESTS = 5
 HIGH = 0.7
 SHIFT_S = 8
 # The usage step of scenario (e), load-shift: from half the request to three times it.
@@ -434,3 +434,57 @@ def test_a_follower_and_a_shadow_evict_nothing_while_a_leader_does(
         assert wait_for(follower.leads, 30), follower.output()
         assert_moved_shift_to_target(simulated, follower, lay, before)
         assert shadow.metric("ksched_rebalance_evictions_total") == 0, shadow.output()
+
+
+# CPU_METRIC's window and maxAge: a pod bound longer ago is no recent one (the learned estimate's
+# warm-up set below both).
+HORIZON_S = 11
+
+
+def test_a_new_ksched_learns_a_workload_from_replicas_bound_before_it_started(
+    simulated: Cluster, tmp_path: Path
+) -> None:
+    """A Deployment's replicas placed by one ksched, which then stops; once they are bound longer
+    ago than the recent window, a second ksched starts. It never saw them bound, yet it learns
+    what they use of their request from the pod usage query (they run at twice it), so a herd of
+    that Deployment would count at its own figure rather than at the prior."""
+    kube, ns = simulated.kube, "learn-settled"
+    nodes = tuple(f"kwok-node-{4 * GROUP + i:05d}" for i in range(GROUP))
+    create(kube, [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}])
+    metric = {**CPU_METRIC, "estimate": {**CPU_METRIC["estimate"], "learn": True, "warmup": "2s"}}
+    cfg = {"metrics": [metric], "prometheus": {"url": simulated.state.prometheus, "timeout": "1s"}}
+    workload = f"{ns}/Deployment/web"
+    try:
+        cordon(kube, nodes)
+        (tmp_path / "first").mkdir()
+        with leader(simulated, tmp_path / "first", "first", **cfg) as first:
+            assert wait_for(first.leads, 30), first.output()
+            web = deployment("web", ns, "500m", UsageProfile(base=2.0))
+            web["spec"]["replicas"] = 3
+            r = kube.request("POST", f"/apis/apps/v1/namespaces/{ns}/deployments", body=web)
+            assert r.ok, r.data[:300]
+            assert wait_for(lambda: len(bound(kube, ns)) == 3, 30), (pods_in(kube, ns), first.output())
+        time.sleep(HORIZON_S + 2)
+        (tmp_path / "second").mkdir()
+        with leader(simulated, tmp_path / "second", "second", **cfg) as second:
+            assert wait_for(second.leads, 30), second.output()
+            triggers = iter(range(100))
+
+            def learned() -> dict[str, Any] | None:
+                # A pod to place: a scheduling cycle reads the pod usage query.
+                create(kube, [make_pod(f"trigger-{next(triggers)}", ns, "100m", "64Mi")])
+                status = json.loads(second.get("/status")[1] or "{}")
+                cpu = (status.get("learned") or {}).get("cpu") or {}
+                return next((w for w in cpu.get("workloads", []) if w["workload"] == workload), None)
+
+            taught = wait_for(learned, 40, 2.0)
+            assert taught, second.output()
+            assert taught["ratioPods"] == 3, taught
+            assert 1.5 < taught["ratio"] < 2.5, taught
+    finally:
+        kube.request("DELETE", f"/apis/apps/v1/namespaces/{ns}/deployments")
+        kube.request("DELETE", f"/api/v1/namespaces/{ns}/pods", query={"gracePeriodSeconds": 0})
+        wait_for(lambda: not pods_in(kube, ns), 30)
+        cordon(
+            kube, tuple(n["metadata"]["name"] for n in kube.request("GET", "/api/v1/nodes").json()["items"])
+        )

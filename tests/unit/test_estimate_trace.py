@@ -13,7 +13,7 @@ import pytest
 from ksched.bench.quality.estimates import CANDIDATES, Point, candidates, trace
 from ksched.bench.quality.figures import QualityFigures, QualityResults
 from ksched.bench.quality.report import table
-from ksched.cluster.load import BASE, RAMP_SECONDS
+from ksched.cluster.load import BASE, RAMP_SECONDS, REFERENCE_CPU
 from tests.conftest import pod
 
 
@@ -75,3 +75,17 @@ def test_the_report_tells_the_trace_and_results_json_keeps_it() -> None:
     assert "     10 s: counted     750 (ramping), measured     100, true      62" in text
     run = json.loads(json.dumps(asdict(traced)))
     assert run["estimate"]["points"] == [[10.0, 750.0, "ramping", 100.0], [15.0, 300.0, "measured", 300.0]]
+
+
+def test_a_best_effort_pods_true_usage_multiplies_its_reference_cpu() -> None:
+    """The load simulation multiplies a pod without a CPU request by its reference CPU (else
+    10m), so its trace's true usage is not zero."""
+    points = {"default/be": polled((5.0, 100.0, "configured", None), (30.0, 650.0, "measured", 650.0))}
+    be = pod("be", cpu=None, memory=None)
+    be["metadata"]["annotations"] = {BASE: repr(1.3), REFERENCE_CPU: "500m"}
+    got = trace(points, [be])
+    assert got is not None and got.request == 500.0
+    assert got.truth(30.0) == pytest.approx(650.0)
+    del be["metadata"]["annotations"][REFERENCE_CPU]
+    got = trace(points, [be])
+    assert got is not None and got.truth(30.0) == pytest.approx(13.0), "1.3 x the simulation's 10m"

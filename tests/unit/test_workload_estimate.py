@@ -5,6 +5,7 @@ counts at, and a pod's declared expected usage."""
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -18,6 +19,7 @@ from ksched.engine.pods import pod_requests
 from ksched.errors import ConfigError
 from ksched.loop.metrics.load_model import LoadModel
 from ksched.loop.metrics.metric_sources import MetricStore
+from ksched.loop.metrics.recent_pods import SETTLED_EVERY_S
 from ksched.loop.metrics.samples import Sample
 from ksched.loop.metrics.workloads import (
     MIN_CREDIBILITY_K,
@@ -451,6 +453,82 @@ def test_workload_settings_are_read() -> None:
         300.0,
         ("quantile", 0.75),
     )
+
+
+def settled(
+    name: str, owner: str, bound_at: float, node_name: str = "n0", cpu: str = "100m"
+) -> dict[str, Any]:
+    """A pod of Deployment ``owner`` bound at ``bound_at``, long before the recent window."""
+    p = owned(name, node_name, cpu=cpu, owner=("Deployment", owner))
+    p["status"]["conditions"][0]["lastTransitionTime"] = rfc3339(bound_at)
+    return p
+
+
+def test_a_workload_running_since_before_ksched_started_counts_at_its_own_replicas() -> None:
+    """Replicas bound a day ago (before this ksched started, or over an hour ago) are never
+    recent, yet the pod usage sample measures them: they teach their workload, so a herd of it
+    counts at what they use rather than at the prior; pods of no workload teach nothing."""
+    loop = Loop(learned_metric())
+    day_ago = T0 - 86400
+    loop.add(*(settled(f"web-{i}", "web", day_ago) for i in range(4)))
+    loop.add(*(settled(f"batch-{i}", "batch", day_ago) for i in range(4)))
+    bare = owned("bare", "n0", owner=None)
+    bare["status"]["conditions"][0]["lastTransitionTime"] = rfc3339(day_ago)
+    loop.add(bare)
+    assert not loop.state.recent.pods, "nothing bound within the horizon"
+    usage = {**{f"web-{i}": 50.0 for i in range(4)}, **{f"batch-{i}": 200.0 for i in range(4)}, "bare": 900.0}
+    matrix = loop.sample(usage)
+    calibration = matrix.metrics[0].estimate.calibration
+    assert set(calibration.workloads) == {"default/Deployment/web", "default/Deployment/batch"}
+    assert calibration.workloads["default/Deployment/web"].ratio_pods == 4
+    mean = (0.5 + 2.0) / 2
+    herd = loop.choice(matrix, owned("web-herd-0", "", cpu="1", owner=("Deployment", "web")))
+    assert herd.source == "workload"
+    assert herd.amount == round(1000 * weighed(0.5, 4, mean))
+    assert loop.choice(matrix, owned("bare-2", "", cpu="1", owner=None)).source == "configured"
+
+
+def test_settled_pods_teach_a_share_a_pass_and_keep_their_workload_known() -> None:
+    loop = Loop(learned_metric())
+    loop.state.recent.settled_per_pass = 3
+    loop.source.node_at = None  # sampled at each refresh: fresh an hour on
+    loop.add(*(settled(f"web-{i}", "web", T0 - 86400) for i in range(6)))
+    usage = {f"web-{i}": 50.0 for i in range(6)}
+
+    def taught() -> int:
+        workloads = loop.sample(usage).metrics[0].estimate.calibration.workloads
+        return int(workloads["default/Deployment/web"].ratio_pods)
+
+    assert taught() == 3
+    assert taught() == 3, "the next pass is not due yet"
+    loop.clock.now += SETTLED_EVERY_S
+    assert taught() == 6
+    for _ in range(round(WORKLOAD_TTL_S / SETTLED_EVERY_S) + 1):
+        loop.clock.now += SETTLED_EVERY_S
+        assert taught() == 6, "its replicas still run: taught again, never forgotten"
+
+
+def test_the_dry_run_learns_from_the_settled_pods_all_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``ksched rebalance --dry-run`` builds the live loop's load model from one listing: its
+    settled pods teach their workloads in one pass, not the live loop's share a pass."""
+    from ksched.commands.rebalance import _load_model
+    from ksched.loop.metrics import recent_pods
+
+    monkeypatch.setattr(recent_pods, "SETTLED_PER_PASS", 2)
+    loop = Loop(learned_metric())
+    pods = [settled(f"web-{i}", "web", T0 - 86400) for i in range(5)]
+    loop.add(*pods)
+    listing = SimpleNamespace(existing=pods)
+    engine = SimpleNamespace(profile=SimpleNamespace(scheduler_name="ksched"))
+    model = _load_model(loop.store, loop.state.snapshot(), listing, engine, loop.clock.now + 2)  # type: ignore[arg-type]
+    loop.clock.now += 2
+    loop.source.pods = {f"default/web-{i}": 50.0 for i in range(len(pods))}
+    loop.store.refresh(loop.m)
+    loop.store.refresh_pods(loop.m)
+    workloads = model.scheduling(loop.state.snapshot()).metrics[0].estimate.calibration.workloads
+    assert workloads["default/Deployment/web"].ratio_pods == 5
+    live = loop.sample({f"web-{i}": 50.0 for i in range(5)}).metrics[0].estimate.calibration.workloads
+    assert live["default/Deployment/web"].ratio_pods == 2, "the live loop: two a pass here"
 
 
 def test_a_workload_is_forgotten_an_hour_after_it_last_taught() -> None:

@@ -244,23 +244,28 @@ def _load_model(
 ) -> LoadModel:
     """The live loop's load model over the cluster's bound pods: each tracked from its bind
     time, as the cluster state tracks the pods its watch brings."""
-    from ksched.engine.pods import pod_requests
+    from ksched.engine.pods import CountedRequests, pod_requests
     from ksched.errors import MalformedObjectError
     from ksched.loop.metrics.load_model import LoadModel
     from ksched.loop.metrics.recent_pods import RecentPods, bind_time
     from ksched.objects import meta, pod_key, scheduler_name, spec
 
     recent = RecentPods(store.metrics, clock=lambda: now)
+    # The pods bound before the horizon teach their workloads as the live loop's do, all at once.
+    bound: dict[str, tuple[str, float, Obj, CountedRequests]] = {}
+    recent.settled, recent.settled_per_pass = bound.get, None
     for pod in cluster.existing:
         try:
             requests = pod_requests(pod)
         except MalformedObjectError:
             continue
+        key, uid, at = pod_key(pod), str(meta(pod).get("uid")), bind_time(pod, now)
+        bound[key] = (uid, at, pod, requests)
         recent.track(
-            pod_key(pod),
-            str(meta(pod).get("uid")),
+            key,
+            uid,
             str(spec(pod).get("nodeName")),
-            bind_time(pod, now),
+            at,
             scheduler_name(pod) == engine.profile.scheduler_name,
             pod,
             requests,

@@ -19,9 +19,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ksched.bench.quality.periodic import Periodic
-from ksched.cluster.load import BASE, RAMP_SECONDS
+from ksched.cluster.load import BASE, BEST_EFFORT_CPU, RAMP_SECONDS, REFERENCE_CPU
 from ksched.engine.estimate import MEASURED
 from ksched.engine.pods import pod_requests
+from ksched.engine.quantity import canonical, parse_quantity
 from ksched.objects import Obj
 
 # The setup whose estimate is traced: plain ksched with the load-aware configuration.
@@ -117,6 +118,18 @@ class StatusPoller(Periodic):
                 self.points.setdefault(key, []).append((str(e["metric"]), point))
 
 
+def _simulated_request(pod: Obj) -> float:
+    """What the load simulation multiplies a pod's usage against, in millicores: its CPU
+    request, else (BestEffort) its reference CPU for each container, else the simulation's
+    default (:func:`ksched.cluster.load.usage_annotations`)."""
+    request = pod_requests(pod).requests.get("cpu", 0)
+    if request:
+        return float(request)
+    reference = (pod["metadata"].get("annotations") or {}).get(REFERENCE_CPU, BEST_EFFORT_CPU)
+    containers = len(pod["spec"].get("containers") or ())
+    return float(canonical("cpu", parse_quantity(reference)) * containers)
+
+
 def trace(points: dict[str, list[tuple[str, Point]]], pods: Iterable[Obj]) -> EstimateTrace | None:
     """The pod with the most points among those that came to count at their measured usage;
     None where none did."""
@@ -133,7 +146,7 @@ def trace(points: dict[str, list[tuple[str, Point]]], pods: Iterable[Obj]) -> Es
         best = EstimateTrace(
             pod=key,
             metric=seen[0][0],
-            request=float(pod_requests(pod).requests.get("cpu", 0)),
+            request=_simulated_request(pod),
             base=float(annotations.get(BASE, 1.0)),
             ramp_s=float(annotations.get(RAMP_SECONDS, 0.0)),
             points=[point for _, point in seen],

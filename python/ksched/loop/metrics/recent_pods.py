@@ -23,7 +23,9 @@ of its unmeasured pods' combined spread (the unseen share of each, independent: 
 the sum of squares). A measured pod still ramping up
 (:class:`~ksched.loop.metrics.workloads.PodSeries`) counts as the larger of its estimate and
 its measured usage, less what the sample shows of it, until it is stable or ``warmup`` after
-its bind; only stable pods teach.
+its bind; only stable pods teach. Pods bound before the horizon (past any warm-up) teach their
+workloads too, a share of them a pass (:attr:`RecentPods.settled`), so that a workload running
+since before ksched started is estimated from its own replicas.
 
 Kept cheap at any cluster size: only pods bound within the horizon are held, a heap
 by bind time prunes them, and a cycle reads them as numpy columns rebuilt only when
@@ -36,6 +38,7 @@ import heapq
 import logging
 import math
 import time
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -80,6 +83,14 @@ log = logging.getLogger(__name__)
 # watch showed it, if earlier), so a pod bound just after a sample is not taken for one the
 # sample shows.
 TIME_RESOLUTION_S = 1.0
+# Pods bound before the horizon (past any warm-up, so stable) teach their workloads from the
+# same pod usage sample as the recent ones: a workload whose replicas run since before ksched
+# started, or were all bound over an hour ago, is known when it scales up. One pass every
+# SETTLED_EVERY_S over at most SETTLED_PER_PASS of the measured pods, the next ones at the next
+# pass: a pass costs about 30 ms, a cluster of 5,000 pods is read whole each pass, and one of
+# 150,000 in a quarter of an hour.
+SETTLED_EVERY_S = 30.0
+SETTLED_PER_PASS = 5000
 
 
 @dataclass(frozen=True)
@@ -96,6 +107,11 @@ class RecentPod:
     # Per estimating metric, the pod's workload (what it learns under) and its limit (0: none).
     workloads: tuple[str | None, ...]
     limits: tuple[int, ...]
+
+
+# A bound pod's uid, bind time, (slim) object and counted requests, by key; None where the
+# cluster state does not count it as bound (:attr:`RecentPods.settled`).
+Settled = Callable[[str], tuple[str, float, Obj, CountedRequests] | None]
 
 
 @dataclass(frozen=True)
@@ -169,6 +185,13 @@ class RecentPods:
         self._arrays: tuple[object, object, _Arrays] | None = None
         # Per metric (by name), what its last cycle counted each recent pod at (:meth:`counted_as`).
         self._counted: dict[str, _Counted] = {}
+        # Where the pods bound before the horizon are looked up (the cluster state sets it), how
+        # many a pass teaches (None: all), and per learning metric when its next pass is due and
+        # the measured pods still to visit.
+        self.settled: Settled | None = None
+        self.settled_per_pass: int | None = SETTLED_PER_PASS
+        self._settled_due: dict[int, float] = {}
+        self._settled_queue: dict[int, deque[str]] = {}
 
     def __len__(self) -> int:
         return len(self.pods)
@@ -238,6 +261,8 @@ class RecentPods:
         self.horizon_s = max(self.horizon_s, horizon_s(metric, window))
         now = self.clock()
         self._prune(now)
+        if estimate.learns and measured:
+            self._teach_settled(i, estimate, measured, now)
         if snapshot.resources.get(estimate.resource) is None or not self.pods:
             self._counted.pop(metric.name, None)
             return self._calibration(i, estimate, Calibration(), now) if estimate.learns else None
@@ -399,6 +424,38 @@ class RecentPods:
                 now, workload, uid, int(arrays.kinds[j, i]), float(arrays.amounts[j, i]), float(known[j])
             )
         return ramping
+
+    def _teach_settled(
+        self, i: int, estimate: EstimateConfig, measured: Mapping[str, float], now: float
+    ) -> None:
+        """Teach each measured pod bound before the horizon to its workload (a pass every
+        :data:`SETTLED_EVERY_S`, :attr:`settled_per_pass` pods at most)."""
+        if self.settled is None or now < self._settled_due.get(i, -math.inf):
+            return
+        self._settled_due[i] = now + SETTLED_EVERY_S
+        queue = self._settled_queue.setdefault(i, deque())
+        if not queue:
+            queue.extend(measured)
+        history = self._history[i]
+        for _ in range(
+            len(queue) if self.settled_per_pass is None else min(self.settled_per_pass, len(queue))
+        ):
+            key = queue.popleft()
+            used = measured.get(key)
+            if used is None or not math.isfinite(used) or key in self.pods:
+                continue
+            found = self.settled(key)
+            if found is None:
+                continue
+            uid, bound_at, pod, requests = found
+            if now - bound_at < self.horizon_s:
+                continue  # bound within the horizon: the recent pods' to judge
+            workload = workload_of(pod, estimate.workload_label)
+            if workload is None:
+                continue
+            reqs = PodRequests(dict(requests.requests), requests.nonzero_cpu, requests.nonzero_memory)
+            amount, kind = guess(pod, reqs, estimate)
+            history.observe(now, workload, uid, kind, float(amount), float(used))
 
     def _calibration(self, i: int, estimate: EstimateConfig, cluster: Calibration, now: float) -> Calibration:
         """The cluster-wide figures with each workload's and the prior (``estimate.prior``)."""

@@ -211,6 +211,7 @@ class ClusterState:
         self.own_marks = own_marks
         # Pods bound recently (by any scheduler), for the metrics' load estimates.
         self.recent = RecentPods(metrics, clock, telemetry)
+        self.recent.settled = self._settled
         self.inbox: deque[tuple[str, Any, Any]] = deque()
         self.nodes: dict[str, Obj] = {}
         self.usage: dict[str, Usage] = {}
@@ -443,6 +444,14 @@ class ClusterState:
         return {k: u.node for k, u in self.usage.items()}
 
     # -- internals -----------------------------------------------------
+
+    def _settled(self, key: str) -> tuple[str, float, Obj, CountedRequests] | None:
+        """A bound pod's uid, bind time, object and requests, for the load estimate to learn
+        from (None where the pod is not counted, or only assumed)."""
+        usage = self.usage.get(key)
+        if usage is None or usage.assumed or usage.pod is None:
+            return None
+        return usage.uid, bind_time(usage.pod, self.clock()), usage.pod, usage.requests
 
     def _leave_out(self, left_out: dict[str, str]) -> None:
         """Record the nodes a build leaves out; log and count each new problem."""
