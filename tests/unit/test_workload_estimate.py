@@ -488,6 +488,26 @@ def test_a_workload_running_since_before_ksched_started_counts_at_its_own_replic
     assert loop.choice(matrix, owned("bare-2", "", cpu="1", owner=None)).source == "configured"
 
 
+def test_settled_pods_stand_in_for_the_cluster_wide_figures_until_recent_pods_teach_them() -> None:
+    """A pod of no workload counts at the cluster-wide figures, which recent pods teach; where
+    too few recent ones are measured (a ksched just started in a steady cluster), the settled
+    pods' stand in: a BestEffort pod counts at what the running BestEffort pods use, not at
+    the configured 100m."""
+    loop = Loop(learned_metric())
+    day_ago = T0 - 86400
+    pods = []
+    for i in range(LEARN_MIN_PODS + 2):
+        p = owned(f"be-{i}", "n0", cpu=None, owner=None)
+        p["status"]["conditions"][0]["lastTransitionTime"] = rfc3339(day_ago)
+        pods.append(p)
+    loop.add(*pods)
+    matrix = loop.sample({f"be-{i}": 250.0 + 100 * (i % 2) for i in range(len(pods))})
+    calibration = matrix.metrics[0].estimate.calibration
+    assert (calibration.best_effort, calibration.best_effort_pods) == (pytest.approx(300.0), len(pods))
+    bare = loop.choice(matrix, owned("be-new", "", cpu=None, owner=None))
+    assert (bare.source, bare.amount) == ("cluster-wide", 300)
+
+
 def test_settled_pods_teach_a_share_a_pass_and_keep_their_workload_known() -> None:
     loop = Loop(learned_metric())
     loop.state.recent.settled_per_pass = 3

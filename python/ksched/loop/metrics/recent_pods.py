@@ -192,6 +192,11 @@ class RecentPods:
         self.settled_per_pass: int | None = SETTLED_PER_PASS
         self._settled_due: dict[int, float] = {}
         self._settled_queue: dict[int, deque[str]] = {}
+        # Per learning metric, what the settled pods of the current round through the queue
+        # measured (kind, guess, used; at most SETTLED_PER_PASS), and the cluster-wide figures
+        # the last whole round taught: they stand in where too few recent pods are measured.
+        self._settled_rows: dict[int, list[tuple[int, float, float]]] = {}
+        self._settled_learned: dict[int, Calibration] = {}
 
     def __len__(self) -> int:
         return len(self.pods)
@@ -265,7 +270,11 @@ class RecentPods:
             self._teach_settled(i, estimate, measured, now)
         if snapshot.resources.get(estimate.resource) is None or not self.pods:
             self._counted.pop(metric.name, None)
-            return self._calibration(i, estimate, Calibration(), now) if estimate.learns else None
+            return (
+                self._calibration(i, estimate, self._with_settled(i, Calibration()), now)
+                if estimate.learns
+                else None
+            )
         arrays = self._current(snapshot)
         bound_at = arrays.bound_at
         if estimate.legacy:
@@ -288,7 +297,9 @@ class RecentPods:
                 i, estimate, arrays, known, now if measured_at is None else measured_at, now
             )
             teaching = np.where(ramping, np.nan, known)
-            calibration = self._calibration(i, estimate, learn(guesses, kinds, teaching), now)
+            calibration = self._calibration(
+                i, estimate, self._with_settled(i, learn(guesses, kinds, teaching)), now
+            )
         amounts, spreads, sources = self._expected(i, arrays, guesses, calibration, estimate.prior[0])
         # What the sample does not show of each pod: its fade over the window; for one still
         # ramping up, the larger of its estimate and its measured usage, less the part of its
@@ -436,7 +447,7 @@ class RecentPods:
         queue = self._settled_queue.setdefault(i, deque())
         if not queue:
             queue.extend(measured)
-        history = self._history[i]
+        history, rows = self._history[i], self._settled_rows.setdefault(i, [])
         for _ in range(
             len(queue) if self.settled_per_pass is None else min(self.settled_per_pass, len(queue))
         ):
@@ -450,12 +461,36 @@ class RecentPods:
             uid, bound_at, pod, requests = found
             if now - bound_at < self.horizon_s:
                 continue  # bound within the horizon: the recent pods' to judge
-            workload = workload_of(pod, estimate.workload_label)
-            if workload is None:
-                continue
             reqs = PodRequests(dict(requests.requests), requests.nonzero_cpu, requests.nonzero_memory)
             amount, kind = guess(pod, reqs, estimate)
-            history.observe(now, workload, uid, kind, float(amount), float(used))
+            if len(rows) < SETTLED_PER_PASS:
+                rows.append((kind, float(amount), float(used)))
+            workload = workload_of(pod, estimate.workload_label)
+            if workload is not None:
+                history.observe(now, workload, uid, kind, float(amount), float(used))
+        if not queue:  # a whole round through the measured pods: its cluster-wide figures
+            table = np.array(rows, dtype=np.float64).reshape(-1, 3)
+            self._settled_learned[i] = learn(table[:, 1], table[:, 0].astype(np.int8), table[:, 2])
+            rows.clear()
+
+    def _with_settled(self, i: int, recent: Calibration) -> Calibration:
+        """The recent pods' cluster-wide figures, each kind too few of them taught filled in
+        from the settled pods' (:meth:`_teach_settled`)."""
+        settled = self._settled_learned.get(i)
+        if settled is None:
+            return recent
+        if recent.ratio is None and settled.ratio is not None:
+            recent = replace(
+                recent, ratio=settled.ratio, ratio_sd=settled.ratio_sd, ratio_pods=settled.ratio_pods
+            )
+        if recent.best_effort is None and settled.best_effort is not None:
+            recent = replace(
+                recent,
+                best_effort=settled.best_effort,
+                best_effort_sd=settled.best_effort_sd,
+                best_effort_pods=settled.best_effort_pods,
+            )
+        return recent
 
     def _calibration(self, i: int, estimate: EstimateConfig, cluster: Calibration, now: float) -> Calibration:
         """The cluster-wide figures with each workload's and the prior (``estimate.prior``)."""
