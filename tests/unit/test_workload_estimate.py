@@ -4,6 +4,7 @@ counts at, and a pod's declared expected usage."""
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -19,11 +20,12 @@ from ksched.engine.pods import pod_requests
 from ksched.errors import ConfigError
 from ksched.loop.metrics.load_model import LoadModel
 from ksched.loop.metrics.metric_sources import MetricStore
-from ksched.loop.metrics.recent_pods import SETTLED_EVERY_S
 from ksched.loop.metrics.samples import Sample
+from ksched.loop.metrics.settled import SETTLED_EVERY_S, SettledPods
 from ksched.loop.metrics.workloads import (
     MIN_CREDIBILITY_K,
     RAMP_SPAN,
+    WORKLOAD_MEMORY,
     WORKLOAD_TTL_S,
     PodSeries,
     WorkloadHistory,
@@ -508,9 +510,49 @@ def test_settled_pods_stand_in_for_the_cluster_wide_figures_until_recent_pods_te
     assert (bare.source, bare.amount) == ("cluster-wide", 300)
 
 
+def test_recent_pods_teach_the_cluster_wide_ratio_once_enough_are_measured() -> None:
+    """The settled pods' ratio stands in only until ten recent pods are measured; a pod being
+    deleted teaches nothing."""
+    loop = Loop(learned_metric())
+    day_ago = T0 - 86400
+    old = []
+    for i in range(LEARN_MIN_PODS):
+        p = owned(f"old-{i}", "n0", owner=None)
+        p["status"]["conditions"][0]["lastTransitionTime"] = rfc3339(day_ago)
+        old.append(p)
+    leaving = owned("leaving", "n0", owner=None)
+    leaving["status"]["conditions"][0]["lastTransitionTime"] = rfc3339(day_ago)
+    leaving["metadata"]["deletionTimestamp"] = rfc3339(T0)
+    loop.add(*old, leaving)
+    usage = {**{f"old-{i}": 300.0 for i in range(LEARN_MIN_PODS)}, "leaving": 5000.0}
+    calibration = loop.sample(usage).metrics[0].estimate.calibration
+    assert (calibration.ratio, calibration.ratio_pods) == (pytest.approx(3.0), LEARN_MIN_PODS), (
+        "not 'leaving'"
+    )
+    new = [owned(f"new-{i}", "n1", owner=None) for i in range(LEARN_MIN_PODS)]
+    loop.add(*new)
+    calibration = (
+        loop.sample({**usage, **{f"new-{i}": 50.0 for i in range(LEARN_MIN_PODS)}}, times=SETTLE)
+        .metrics[0]
+        .estimate.calibration
+    )
+    assert calibration.ratio == pytest.approx(0.5), "the recent pods' own figure wins"
+
+
+def test_settled_pods_push_no_workload_out_of_a_full_memory() -> None:
+    history = WorkloadHistory(T0)
+    for w in range(WORKLOAD_MEMORY):
+        history.observe(T0, f"ns/Deployment/w{w}", f"uid-{w}", FROM_REQUEST, 100.0, 50.0)
+    history.observe(T0, "ns/Deployment/new", "uid-new", FROM_REQUEST, 100.0, 50.0, displace=False)
+    history.observe(T0, "ns/Deployment/w0", "uid-w0-b", FROM_REQUEST, 100.0, 150.0, displace=False)
+    figures = history.figures(T0)
+    assert "ns/Deployment/new" not in figures and len(figures) == WORKLOAD_MEMORY
+    assert figures["ns/Deployment/w0"].ratio_pods == 2, "a remembered workload is still taught"
+
+
 def test_settled_pods_teach_a_share_a_pass_and_keep_their_workload_known() -> None:
     loop = Loop(learned_metric())
-    loop.state.recent.settled_per_pass = 3
+    loop.state.recent.settled_per_pass(3)
     loop.source.node_at = None  # sampled at each refresh: fresh an hour on
     loop.add(*(settled(f"web-{i}", "web", T0 - 86400) for i in range(6)))
     usage = {f"web-{i}": 50.0 for i in range(6)}
@@ -534,7 +576,7 @@ def test_the_dry_run_learns_from_the_settled_pods_all_at_once(monkeypatch: pytes
     from ksched.commands.rebalance import _load_model
     from ksched.loop.metrics import recent_pods
 
-    monkeypatch.setattr(recent_pods, "SETTLED_PER_PASS", 2)
+    monkeypatch.setattr(recent_pods, "SettledPods", partial(SettledPods, 2))
     loop = Loop(learned_metric())
     pods = [settled(f"web-{i}", "web", T0 - 86400) for i in range(5)]
     loop.add(*pods)

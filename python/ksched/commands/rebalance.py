@@ -248,13 +248,16 @@ def _load_model(
     from ksched.errors import MalformedObjectError
     from ksched.loop.metrics.load_model import LoadModel
     from ksched.loop.metrics.recent_pods import RecentPods, bind_time
-    from ksched.objects import meta, pod_key, scheduler_name, spec
+    from ksched.objects import is_terminal, meta, pod_key, scheduler_name, spec
 
     recent = RecentPods(store.metrics, clock=lambda: now)
     # The pods bound before the horizon teach their workloads as the live loop's do, all at once.
     bound: dict[str, tuple[str, float, Obj, CountedRequests]] = {}
-    recent.settled, recent.settled_per_pass = bound.get, None
+    recent.settled = bound.get
+    recent.settled_per_pass(None)
     for pod in cluster.existing:
+        if is_terminal(pod):
+            continue  # the live state drops a finished pod
         try:
             requests = pod_requests(pod)
         except MalformedObjectError:

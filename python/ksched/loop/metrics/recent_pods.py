@@ -38,7 +38,6 @@ import heapq
 import logging
 import math
 import time
-from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -49,8 +48,6 @@ import numpy.typing as npt
 from ksched.config import EstimateConfig, MetricConfig
 from ksched.config.metrics import NEXT_POD_QUANTILE, Calibration, WorkloadCalibration
 from ksched.engine.estimate import (
-    BEST_EFFORT,
-    FROM_REQUEST,
     MEASURED,
     RAMPING,
     declared_usage,
@@ -64,14 +61,14 @@ from ksched.engine.load import before_event, pod_shares
 from ksched.engine.pods import CountedRequests, PodRequests
 from ksched.engine.snapshot import Snapshot
 from ksched.loop.metrics.samples import parse_time
+from ksched.loop.metrics.settled import Lookup, SettledPods
 from ksched.loop.metrics.workloads import (
     STATUS_RAMPING,
     PodSeries,
     WorkloadHistory,
     credible,
-    mean_figures,
+    learn,
     prior_figures,
-    ratio_figures,
 )
 from ksched.loop.telemetry import Telemetry
 from ksched.objects import Obj, meta
@@ -83,14 +80,6 @@ log = logging.getLogger(__name__)
 # watch showed it, if earlier), so a pod bound just after a sample is not taken for one the
 # sample shows.
 TIME_RESOLUTION_S = 1.0
-# Pods bound before the horizon (past any warm-up, so stable) teach their workloads from the
-# same pod usage sample as the recent ones: a workload whose replicas run since before ksched
-# started, or were all bound over an hour ago, is known when it scales up. One pass every
-# SETTLED_EVERY_S over at most SETTLED_PER_PASS of the measured pods, the next ones at the next
-# pass: a pass costs about 30 ms, a cluster of 5,000 pods is read whole each pass, and one of
-# 150,000 in a quarter of an hour.
-SETTLED_EVERY_S = 30.0
-SETTLED_PER_PASS = 5000
 
 
 @dataclass(frozen=True)
@@ -107,11 +96,6 @@ class RecentPod:
     # Per estimating metric, the pod's workload (what it learns under) and its limit (0: none).
     workloads: tuple[str | None, ...]
     limits: tuple[int, ...]
-
-
-# A bound pod's uid, bind time, (slim) object and counted requests, by key; None where the
-# cluster state does not count it as bound (:attr:`RecentPods.settled`).
-Settled = Callable[[str], tuple[str, float, Obj, CountedRequests] | None]
 
 
 @dataclass(frozen=True)
@@ -185,21 +169,18 @@ class RecentPods:
         self._arrays: tuple[object, object, _Arrays] | None = None
         # Per metric (by name), what its last cycle counted each recent pod at (:meth:`counted_as`).
         self._counted: dict[str, _Counted] = {}
-        # Where the pods bound before the horizon are looked up (the cluster state sets it), how
-        # many a pass teaches (None: all), and per learning metric when its next pass is due and
-        # the measured pods still to visit.
-        self.settled: Settled | None = None
-        self.settled_per_pass: int | None = SETTLED_PER_PASS
-        self._settled_due: dict[int, float] = {}
-        self._settled_queue: dict[int, deque[str]] = {}
-        # Per learning metric, what the settled pods of the current round through the queue
-        # measured (kind, guess, used; at most SETTLED_PER_PASS), and the cluster-wide figures
-        # the last whole round taught: they stand in where too few recent pods are measured.
-        self._settled_rows: dict[int, list[tuple[int, float, float]]] = {}
-        self._settled_learned: dict[int, Calibration] = {}
+        # Where the pods bound before the horizon are looked up (the cluster state sets it), and
+        # per learning metric, the pass through them (:mod:`ksched.loop.metrics.settled`).
+        self.settled: Lookup | None = None
+        self._settled = {i: SettledPods() for i in self._history}
 
     def __len__(self) -> int:
         return len(self.pods)
+
+    def settled_per_pass(self, pods: int | None) -> None:
+        """How many settled pods a pass visits (None: all, as a one-shot dry run does)."""
+        for settled in self._settled.values():
+            settled.per_pass = pods
 
     def track(
         self,
@@ -266,12 +247,14 @@ class RecentPods:
         self.horizon_s = max(self.horizon_s, horizon_s(metric, window))
         now = self.clock()
         self._prune(now)
-        if estimate.learns and measured:
-            self._teach_settled(i, estimate, measured, now)
+        if estimate.learns and measured and self.settled is not None:
+            self._settled[i].teach(
+                now, measured, self.settled, self.pods, self.horizon_s, estimate, self._history[i]
+            )
         if snapshot.resources.get(estimate.resource) is None or not self.pods:
             self._counted.pop(metric.name, None)
             return (
-                self._calibration(i, estimate, self._with_settled(i, Calibration()), now)
+                self._calibration(i, estimate, self._settled[i].stand_in(now, Calibration()), now)
                 if estimate.learns
                 else None
             )
@@ -298,7 +281,7 @@ class RecentPods:
             )
             teaching = np.where(ramping, np.nan, known)
             calibration = self._calibration(
-                i, estimate, self._with_settled(i, learn(guesses, kinds, teaching)), now
+                i, estimate, self._settled[i].stand_in(now, learn(guesses, kinds, teaching)), now
             )
         amounts, spreads, sources = self._expected(i, arrays, guesses, calibration, estimate.prior[0])
         # What the sample does not show of each pod: its fade over the window; for one still
@@ -436,62 +419,6 @@ class RecentPods:
             )
         return ramping
 
-    def _teach_settled(
-        self, i: int, estimate: EstimateConfig, measured: Mapping[str, float], now: float
-    ) -> None:
-        """Teach each measured pod bound before the horizon to its workload (a pass every
-        :data:`SETTLED_EVERY_S`, :attr:`settled_per_pass` pods at most)."""
-        if self.settled is None or now < self._settled_due.get(i, -math.inf):
-            return
-        self._settled_due[i] = now + SETTLED_EVERY_S
-        queue = self._settled_queue.setdefault(i, deque())
-        if not queue:
-            queue.extend(measured)
-        history, rows = self._history[i], self._settled_rows.setdefault(i, [])
-        for _ in range(
-            len(queue) if self.settled_per_pass is None else min(self.settled_per_pass, len(queue))
-        ):
-            key = queue.popleft()
-            used = measured.get(key)
-            if used is None or not math.isfinite(used) or key in self.pods:
-                continue
-            found = self.settled(key)
-            if found is None:
-                continue
-            uid, bound_at, pod, requests = found
-            if now - bound_at < self.horizon_s:
-                continue  # bound within the horizon: the recent pods' to judge
-            reqs = PodRequests(dict(requests.requests), requests.nonzero_cpu, requests.nonzero_memory)
-            amount, kind = guess(pod, reqs, estimate)
-            if len(rows) < SETTLED_PER_PASS:
-                rows.append((kind, float(amount), float(used)))
-            workload = workload_of(pod, estimate.workload_label)
-            if workload is not None:
-                history.observe(now, workload, uid, kind, float(amount), float(used))
-        if not queue:  # a whole round through the measured pods: its cluster-wide figures
-            table = np.array(rows, dtype=np.float64).reshape(-1, 3)
-            self._settled_learned[i] = learn(table[:, 1], table[:, 0].astype(np.int8), table[:, 2])
-            rows.clear()
-
-    def _with_settled(self, i: int, recent: Calibration) -> Calibration:
-        """The recent pods' cluster-wide figures, each kind too few of them taught filled in
-        from the settled pods' (:meth:`_teach_settled`)."""
-        settled = self._settled_learned.get(i)
-        if settled is None:
-            return recent
-        if recent.ratio is None and settled.ratio is not None:
-            recent = replace(
-                recent, ratio=settled.ratio, ratio_sd=settled.ratio_sd, ratio_pods=settled.ratio_pods
-            )
-        if recent.best_effort is None and settled.best_effort is not None:
-            recent = replace(
-                recent,
-                best_effort=settled.best_effort,
-                best_effort_sd=settled.best_effort_sd,
-                best_effort_pods=settled.best_effort_pods,
-            )
-        return recent
-
     def _calibration(self, i: int, estimate: EstimateConfig, cluster: Calibration, now: float) -> Calibration:
         """The cluster-wide figures with each workload's and the prior (``estimate.prior``)."""
         own = self._history[i].figures(now)
@@ -557,22 +484,6 @@ class RecentPods:
             cached = (self._version, snapshot.index, _Arrays.of(self.pods, snapshot.index, len(self.metrics)))
             self._arrays = cached
         return cached[2]
-
-
-def learn(
-    guesses: npt.NDArray[np.float64], kinds: npt.NDArray[np.int8], known: npt.NDArray[np.float64]
-) -> Calibration:
-    """What the measured pods (``known`` not NaN) say of the guesses, cluster-wide: for pods
-    guessed from their requests, measured over guessed usage
-    (:func:`~ksched.loop.metrics.workloads.ratio_figures`); for BestEffort pods, the mean and
-    spread of their measured usage. Each once at least ``LEARN_MIN_PODS`` of its kind are
-    measured."""
-    is_known = ~np.isnan(known)
-    from_request = is_known & (kinds == FROM_REQUEST) & (guesses > 0)
-    best_effort = is_known & (kinds == BEST_EFFORT)
-    ratio = ratio_figures(guesses[from_request], known[from_request])
-    best = mean_figures(known[best_effort])
-    return Calibration(*ratio, *best)
 
 
 @dataclass(frozen=True)

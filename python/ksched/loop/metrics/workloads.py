@@ -88,9 +88,15 @@ class WorkloadHistory:
         self._figures: Mapping[str, WorkloadCalibration] = {}
         self._changed = False
 
-    def observe(self, now: float, workload: str, uid: str, kind: int, guess: float, used: float) -> None:
-        """A stable pod of ``workload`` guessed at ``guess`` measured ``used`` (engine units)."""
+    def observe(
+        self, now: float, workload: str, uid: str, kind: int, guess: float, used: float, displace: bool = True
+    ) -> None:
+        """A stable pod of ``workload`` guessed at ``guess`` measured ``used`` (engine units).
+        Without ``displace``, a workload not remembered yet is only taken where there is room:
+        it pushes out no other."""
         if kind not in (FROM_REQUEST, BEST_EFFORT) or (kind == FROM_REQUEST and guess <= 0):
+            return
+        if not displace and workload not in self._taught and len(self._taught) >= WORKLOAD_MEMORY:
             return
         taught = self._entry(now, workload)
         taught.pods.pop(uid, None)
@@ -443,3 +449,19 @@ def learned_json(resource: str | None, c: Calibration) -> dict[str, Any]:
             )
         ],
     }
+
+
+def learn(
+    guesses: npt.NDArray[np.float64], kinds: npt.NDArray[np.int8], known: npt.NDArray[np.float64]
+) -> Calibration:
+    """What the measured pods (``known`` not NaN) say of the guesses, cluster-wide: for pods
+    guessed from their requests, measured over guessed usage
+    (:func:`~ksched.loop.metrics.workloads.ratio_figures`); for BestEffort pods, the mean and
+    spread of their measured usage. Each once at least ``LEARN_MIN_PODS`` of its kind are
+    measured."""
+    is_known = ~np.isnan(known)
+    from_request = is_known & (kinds == FROM_REQUEST) & (guesses > 0)
+    best_effort = is_known & (kinds == BEST_EFFORT)
+    ratio = ratio_figures(guesses[from_request], known[from_request])
+    best = mean_figures(known[best_effort])
+    return Calibration(*ratio, *best)

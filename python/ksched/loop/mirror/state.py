@@ -447,9 +447,9 @@ class ClusterState:
 
     def _settled(self, key: str) -> tuple[str, float, Obj, CountedRequests] | None:
         """A bound pod's uid, bind time, object and requests, for the load estimate to learn
-        from (None where the pod is not counted, or only assumed)."""
+        from (None where the pod is not counted, only assumed, or being deleted)."""
         usage = self.usage.get(key)
-        if usage is None or usage.assumed or usage.pod is None:
+        if usage is None or usage.assumed or usage.pod is None or meta(usage.pod).get("deletionTimestamp"):
             return None
         return usage.uid, bind_time(usage.pod, self.clock()), usage.pod, usage.requests
 
