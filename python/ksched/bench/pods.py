@@ -22,27 +22,53 @@ from pathlib import Path
 
 from ksched.cluster.processes import free_port, terminate
 from ksched.errors import KschedError
-from ksched.loop.client import Kube
+from ksched.loop.client import ApiUnavailableError, Kube
 from ksched.objects import Obj
 
 # Enough parallel creates that the API server, not the client, limits the creation rate.
 CREATE_WORKERS = 32
 SETTLE_TIMEOUT_S = 300.0
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+# create_object(): tries of a POST whose connection was closed without an answer, and the pause between.
+CREATE_TRIES = 3
+CREATE_RETRY_S = 0.5
 
 
 class LostPodsError(KschedError):
     """Pods that a phase created disappeared before the phase ended: something else deleted them."""
 
 
+def create_object(kube: Kube, collection: str, obj: Obj) -> Obj:
+    """POST ``obj`` to ``collection``; returns the object created. A connection the API server
+    closed without an answer (a pooled keep-alive connection it had dropped as idle) is tried
+    again, up to CREATE_TRIES times; an object that then already exists is the one that first
+    try created, and is read back."""
+    name = obj["metadata"]["name"]
+    for attempt in range(CREATE_TRIES):
+        try:
+            r = kube.request("POST", collection, body=obj)
+        except ApiUnavailableError:
+            if attempt + 1 == CREATE_TRIES:
+                raise
+            time.sleep(CREATE_RETRY_S)
+            continue
+        if r.status == 409 and attempt > 0:
+            r = kube.request("GET", f"{collection}/{name}")
+        if not r.ok:
+            raise KschedError(
+                f"creating {obj.get('kind', 'object')} {name}: HTTP {r.status}: {r.data[:200]!r}"
+            )
+        created: Obj = r.json()
+        return created
+    raise AssertionError("unreachable")
+
+
 def create_pods(kube: Kube, pods: list[Obj]) -> dict[str, str]:
-    """Create the pods; returns each created pod's UID by name."""
+    """Create the pods (:func:`create_object`); returns each created pod's UID by name."""
 
     def post(p: Obj) -> tuple[str, str]:
-        r = kube.request("POST", f"/api/v1/namespaces/{p['metadata']['namespace']}/pods", body=p)
-        if not r.ok:
-            raise KschedError(f"creating {p['metadata']['name']}: HTTP {r.status}: {r.data[:200]!r}")
-        return p["metadata"]["name"], r.json()["metadata"]["uid"]
+        created = create_object(kube, f"/api/v1/namespaces/{p['metadata']['namespace']}/pods", p)
+        return p["metadata"]["name"], created["metadata"]["uid"]
 
     with ThreadPoolExecutor(CREATE_WORKERS) as pool:
         return dict(pool.map(post, pods))

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import yaml
 
-from ksched.bench.pods import CREATE_WORKERS, create_pods
+from ksched.bench.pods import CREATE_WORKERS, create_object, create_pods
 from ksched.bench.quality.figures import Series
 from ksched.bench.quality.scenarios import Scenario, controllers
 from ksched.cluster import local
@@ -299,11 +299,7 @@ def _collection(kind: str, namespace: str) -> str:
 
 
 def _create(kube: Kube, obj: Obj) -> None:
-    r = kube.request("POST", _collection(obj["kind"], obj["metadata"]["namespace"]), body=obj)
-    if not r.ok:
-        raise KschedError(
-            f"creating {obj['kind']} {obj['metadata']['name']}: HTTP {r.status}: {r.data[:200]!r}"
-        )
+    create_object(kube, _collection(obj["kind"], obj["metadata"]["namespace"]), obj)
 
 
 def clear_controllers(kube: Kube, namespace: str) -> None:
