@@ -474,7 +474,7 @@ def test_a_new_ksched_learns_a_workload_from_replicas_bound_before_it_started(
                 # A pod to place: a scheduling cycle reads the pod usage query.
                 create(kube, [make_pod(f"trigger-{next(triggers)}", ns, "100m", "64Mi")])
                 status = json.loads(second.get("/status")[1] or "{}")
-                cpu = (status.get("learned") or {}).get("cpu") or {}
+                cpu = ((status.get("metrics") or {}).get("learned") or {}).get("cpu") or {}
                 return next((w for w in cpu.get("workloads", []) if w["workload"] == workload), None)
 
             taught = wait_for(learned, 40, 2.0)
