@@ -26,6 +26,7 @@ import random
 from collections import deque
 from collections.abc import Callable, Container, Mapping
 from dataclasses import replace
+from typing import TypeVar
 
 import numpy as np
 
@@ -108,7 +109,7 @@ class SettledPods:
         if rows and (not queue or len(rows) >= SETTLED_FIGURES_PODS):
             table = np.array(rows, dtype=np.float64).reshape(-1, 3)
             taught = learn(table[:, 1], table[:, 0].astype(np.int8), table[:, 2])
-            self._learned = (now, _kept(taught, self._learned[1] if self._learned is not None else None))
+            self._learned = (now, taught if self._learned is None else _filled(taught, self._learned[1]))
             rows.clear()
 
     def stand_in(self, now: float, recent: Calibration) -> Calibration:
@@ -116,32 +117,22 @@ class SettledPods:
         measured) taken from the settled pods' while those are fresh."""
         if self._learned is None or now - self._learned[0] > SETTLED_TTL_S:
             return recent
-        settled = self._learned[1]
-        if recent.ratio is None and settled.ratio is not None:
-            recent = replace(
-                recent, ratio=settled.ratio, ratio_sd=settled.ratio_sd, ratio_pods=settled.ratio_pods
-            )
-        if recent.best_effort is None and settled.best_effort is not None:
-            recent = replace(
-                recent,
-                best_effort=settled.best_effort,
-                best_effort_sd=settled.best_effort_sd,
-                best_effort_pods=settled.best_effort_pods,
-            )
-        return recent
+        return _filled(recent, self._learned[1])
 
 
-def _kept(taught: Learned, before: Learned | None) -> Learned:
-    """``taught``, keeping ``before``'s figure of a kind too few of the pods visited taught."""
-    if before is None:
-        return taught
-    if taught.ratio is None:
-        taught = replace(taught, ratio=before.ratio, ratio_sd=before.ratio_sd, ratio_pods=before.ratio_pods)
-    if taught.best_effort is None:
-        taught = replace(
-            taught,
-            best_effort=before.best_effort,
-            best_effort_sd=before.best_effort_sd,
-            best_effort_pods=before.best_effort_pods,
+Figures = TypeVar("Figures", bound=Learned)
+
+
+def _filled(figures: Figures, other: Learned) -> Figures:
+    """``figures``, with each kind they have no figure of (too few pods taught it) taken from
+    ``other``."""
+    if figures.ratio is None and other.ratio is not None:
+        figures = replace(figures, ratio=other.ratio, ratio_sd=other.ratio_sd, ratio_pods=other.ratio_pods)
+    if figures.best_effort is None and other.best_effort is not None:
+        figures = replace(
+            figures,
+            best_effort=other.best_effort,
+            best_effort_sd=other.best_effort_sd,
+            best_effort_pods=other.best_effort_pods,
         )
-    return taught
+    return figures
