@@ -64,3 +64,9 @@ def test_a_conflict_on_the_first_try_and_a_server_that_stays_away_are_errors() -
         create_object(Server((409, {"reason": "AlreadyExists"})), COLLECTION, POD)  # type: ignore[arg-type]
     with pytest.raises(ApiUnavailableError):
         create_object(Server(*(dropped() for _ in range(CREATE_TRIES))), COLLECTION, POD)  # type: ignore[arg-type]
+
+
+def test_existing_ok_reads_back_an_object_that_was_there_before() -> None:
+    there = {**POD, "metadata": {**POD["metadata"], "uid": "u0"}}
+    server = Server((409, {"reason": "AlreadyExists"}), (200, there))
+    assert create_object(server, COLLECTION, POD, existing_ok=True) == there  # type: ignore[arg-type]

@@ -38,11 +38,12 @@ class LostPodsError(KschedError):
     """Pods that a phase created disappeared before the phase ended: something else deleted them."""
 
 
-def create_object(kube: Kube, collection: str, obj: Obj) -> Obj:
-    """POST ``obj`` to ``collection``; returns the object created. A connection the API server
-    closed without an answer (a pooled keep-alive connection it had dropped as idle) is tried
-    again, up to CREATE_TRIES times; an object that then already exists is the one that first
-    try created, and is read back."""
+def create_object(kube: Kube, collection: str, obj: Obj, existing_ok: bool = False) -> Obj:
+    """POST ``obj`` to ``collection``; returns the object created (``existing_ok``: or the one
+    of that name that exists already). A connection the API server closed without an answer (a
+    pooled keep-alive connection it had dropped as idle) is tried again, up to CREATE_TRIES
+    times; an object that then already exists is the one that first try created, and is read
+    back."""
     name = obj["metadata"]["name"]
     for attempt in range(CREATE_TRIES):
         try:
@@ -52,7 +53,7 @@ def create_object(kube: Kube, collection: str, obj: Obj) -> Obj:
                 raise
             time.sleep(CREATE_RETRY_S)
             continue
-        if r.status == 409 and attempt > 0:
+        if r.status == 409 and (attempt > 0 or existing_ok):
             r = kube.request("GET", f"{collection}/{name}")
         if not r.ok:
             raise KschedError(

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from ksched.bench.pods import CREATE_WORKERS
+from ksched.bench.pods import CREATE_WORKERS, create_object
 from ksched.bench.sidebyside.options import HOSTNAME, NODE_PODS, ZONE
 from ksched.errors import KschedError
 from ksched.loop.client import Kube
@@ -332,20 +332,8 @@ def post_all(kube: Kube, items: list[tuple[str, Obj]]) -> list[Obj]:
     """POST each (path, body) in parallel; returns the created objects in order. An object that
     exists already (409) is read back, so a group's owners can be looked up again."""
 
-    def post(item: tuple[str, Obj]) -> Obj:
-        path, body = item
-        r = kube.request("POST", path, body=body)
-        if r.status == 409:
-            r = kube.request("GET", f"{path}/{body['metadata']['name']}")
-        if not r.ok:
-            raise KschedError(
-                f"creating {body['kind']} {body['metadata']['name']}: HTTP {r.status}: {r.data[:200]!r}"
-            )
-        created: Obj = r.json()
-        return created
-
     with ThreadPoolExecutor(CREATE_WORKERS) as pool:
-        return list(pool.map(post, items))
+        return list(pool.map(lambda item: create_object(kube, item[0], item[1], existing_ok=True), items))
 
 
 @dataclass
