@@ -85,6 +85,7 @@ def test_a_best_effort_pods_true_usage_multiplies_its_reference_cpu() -> None:
     be["metadata"]["annotations"] = {BASE: repr(1.3), REFERENCE_CPU: "500m"}
     got = trace(points, [be])
     assert got is not None and got.request == 500.0
+    assert got.described()[0].startswith("default/be (cpu): reference CPU 500, uses 1.3x")
     assert got.truth(30.0) == pytest.approx(650.0)
     del be["metadata"]["annotations"][REFERENCE_CPU]
     got = trace(points, [be])

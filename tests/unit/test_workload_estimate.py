@@ -14,14 +14,14 @@ import yaml
 
 from ksched.commands.cli import main
 from ksched.config import MetricConfig, parse_config
-from ksched.config.metrics import LEARN_MIN_PODS
+from ksched.config.metrics import LEARN_MIN_PODS, Calibration
 from ksched.engine.estimate import FROM_REQUEST, estimate_choice, workload_of
 from ksched.engine.pods import pod_requests
 from ksched.errors import ConfigError
 from ksched.loop.metrics.load_model import LoadModel
 from ksched.loop.metrics.metric_sources import MetricStore
 from ksched.loop.metrics.samples import Sample
-from ksched.loop.metrics.settled import SETTLED_EVERY_S, SettledPods
+from ksched.loop.metrics.settled import SETTLED_EVERY_S, SETTLED_TTL_S, SettledPods
 from ksched.loop.metrics.workloads import (
     MIN_CREDIBILITY_K,
     RAMP_SPAN,
@@ -537,6 +537,29 @@ def test_recent_pods_teach_the_cluster_wide_ratio_once_enough_are_measured() -> 
         .estimate.calibration
     )
     assert calibration.ratio == pytest.approx(0.5), "the recent pods' own figure wins"
+
+
+def test_a_kind_no_settled_pod_teaches_any_more_stops_standing_in_after_an_hour() -> None:
+    estimate = learned_metric().estimate
+    assert estimate is not None
+    be = {f"default/be-{i}": owned(f"be-{i}", "n0", cpu=None, owner=None) for i in range(LEARN_MIN_PODS)}
+    web = {f"default/web-{i}": owned(f"web-{i}", "n0", owner=None) for i in range(LEARN_MIN_PODS)}
+    pods = be | web
+
+    def lookup(key: str) -> Any:
+        p = pods.get(key)
+        return None if p is None else (p["metadata"]["uid"], T0 - 86400, p, pod_requests(p))
+
+    settled, history = SettledPods(per_pass=None), WorkloadHistory(T0)
+    settled.teach(T0, {k: 200.0 for k in pods}, lookup, (), 0.0, estimate, history)
+    both = settled.stand_in(T0, Calibration())
+    assert (both.ratio, both.best_effort) == (pytest.approx(2.0), pytest.approx(200.0))
+    half = T0 + SETTLED_TTL_S / 2
+    settled.teach(
+        half, dict.fromkeys(web, 100.0), lookup, (), 0.0, estimate, history
+    )  # the BestEffort pods left
+    later = settled.stand_in(T0 + SETTLED_TTL_S + 1, Calibration())
+    assert (later.ratio, later.best_effort) == (pytest.approx(1.0), None)
 
 
 def test_settled_pods_push_no_workload_out_of_a_full_memory() -> None:

@@ -53,6 +53,8 @@ class EstimateTrace:
     points: list[Point] = field(default_factory=list)
     # Seconds since its bind when it first counted at its measured usage.
     settled_at_s: float = 0.0
+    # It requests no CPU: ``request`` is the reference CPU the simulation multiplies instead.
+    best_effort: bool = False
 
     def truth(self, age_s: float) -> float:
         """What it uses ``age_s`` after its bind, as the simulation draws it (without noise)."""
@@ -62,7 +64,8 @@ class EstimateTrace:
     def described(self) -> list[str]:
         """The trace as lines: one per point, and when it settled."""
         lines = [
-            f"{self.pod} ({self.metric}): requests {self.request:g}, uses {self.base:g}x after a "
+            f"{self.pod} ({self.metric}): {'reference CPU' if self.best_effort else 'requests'} "
+            f"{self.request:g}, uses {self.base:g}x after a "
             f"{self.ramp_s:g} s ramp; counted at its measured usage from {self.settled_at_s:g} s after its bind"
         ]
         for age, counts, source, measured in self.points:
@@ -147,6 +150,7 @@ def trace(points: dict[str, list[tuple[str, Point]]], pods: Iterable[Obj]) -> Es
             pod=key,
             metric=seen[0][0],
             request=_simulated_request(pod),
+            best_effort=not pod_requests(pod).requests.get("cpu"),
             base=float(annotations.get(BASE, 1.0)),
             ramp_s=float(annotations.get(RAMP_SECONDS, 0.0)),
             points=[point for _, point in seen],

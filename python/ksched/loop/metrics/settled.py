@@ -13,9 +13,11 @@ so stable) and that the recent pods do not hold:
   recent pods have not taught yet (:meth:`SettledPods.stand_in`): a ksched just started in a
   steady cluster counts a BestEffort pod at what the running ones use, not at 100m.
 
-One pass every :data:`SETTLED_EVERY_S`, over at most :data:`SETTLED_PER_PASS` of the measured
-pods (in a shuffled order, the next ones at the next pass), so each pass costs a bounded time on
-the scheduling thread whatever the cluster's size. Nothing here reads the cluster state or the
+A pass at most every :data:`SETTLED_EVERY_S`, each time the load estimate is asked for the
+metric (a scheduling cycle, a steering or rebalancing look: an idle ksched makes none), over at
+most :data:`SETTLED_PER_PASS` of the measured pods (in a shuffled order, the next ones at the
+next pass), so each pass costs a bounded time on the scheduling thread whatever the cluster's
+size. Nothing here reads the cluster state or the
 clock: the pods are looked up, and the times given, by the caller.
 """
 
@@ -26,7 +28,6 @@ import random
 from collections import deque
 from collections.abc import Callable, Container, Mapping
 from dataclasses import replace
-from typing import TypeVar
 
 import numpy as np
 
@@ -37,9 +38,9 @@ from ksched.engine.pods import CountedRequests, PodRequests
 from ksched.loop.metrics.workloads import WorkloadHistory, learn
 from ksched.objects import Obj
 
-# A pass every SETTLED_EVERY_S over SETTLED_PER_PASS pods: about 12 ms on the scheduling thread
-# (5,000 pods of 1,000 workloads took 62 ms in one block on the 2-core VM); a cluster of 1,000
-# pods is read whole each pass, one of 150,000 in a quarter of an hour. The cluster-wide
+# A pass at most every SETTLED_EVERY_S over SETTLED_PER_PASS pods: 5,000 pods of 1,000 workloads
+# took 62 ms in one block on the 2-core VM, so a pass of 1,000 takes about a fifth of that; a
+# cluster of 1,000 pods is read whole each pass, one of 150,000 in 150 passes. The cluster-wide
 # figures are taught over SETTLED_FIGURES_PODS pods, or a whole round through fewer.
 SETTLED_EVERY_S = 6.0
 SETTLED_PER_PASS = 1000
@@ -64,8 +65,10 @@ class SettledPods:
         self._random = random.Random(seed)
         # What the pods visited since the figures were last taught measured: (kind, guess, used).
         self._rows: list[tuple[int, float, float]] = []
-        # The cluster-wide figures they taught, and when.
-        self._learned: tuple[float, Learned] | None = None
+        # The last cluster-wide figures they taught of each kind (from requests, BestEffort), and
+        # when: a kind no pod teaches any more expires on its own.
+        self._ratio: tuple[float, Learned] | None = None
+        self._best_effort: tuple[float, Learned] | None = None
 
     def teach(
         self,
@@ -109,30 +112,25 @@ class SettledPods:
         if rows and (not queue or len(rows) >= SETTLED_FIGURES_PODS):
             table = np.array(rows, dtype=np.float64).reshape(-1, 3)
             taught = learn(table[:, 1], table[:, 0].astype(np.int8), table[:, 2])
-            self._learned = (now, taught if self._learned is None else _filled(taught, self._learned[1]))
+            if taught.ratio is not None:
+                self._ratio = (now, taught)
+            if taught.best_effort is not None:
+                self._best_effort = (now, taught)
             rows.clear()
 
     def stand_in(self, now: float, recent: Calibration) -> Calibration:
         """The recent pods' cluster-wide figures, with each kind they have not taught (too few
-        measured) taken from the settled pods' while those are fresh."""
-        if self._learned is None or now - self._learned[0] > SETTLED_TTL_S:
-            return recent
-        return _filled(recent, self._learned[1])
-
-
-Figures = TypeVar("Figures", bound=Learned)
-
-
-def _filled(figures: Figures, other: Learned) -> Figures:
-    """``figures``, with each kind they have no figure of (too few pods taught it) taken from
-    ``other``."""
-    if figures.ratio is None and other.ratio is not None:
-        figures = replace(figures, ratio=other.ratio, ratio_sd=other.ratio_sd, ratio_pods=other.ratio_pods)
-    if figures.best_effort is None and other.best_effort is not None:
-        figures = replace(
-            figures,
-            best_effort=other.best_effort,
-            best_effort_sd=other.best_effort_sd,
-            best_effort_pods=other.best_effort_pods,
-        )
-    return figures
+        measured) taken from the settled pods' while those are fresh (:data:`SETTLED_TTL_S`)."""
+        ratio, best = self._ratio, self._best_effort
+        if recent.ratio is None and ratio is not None and now - ratio[0] <= SETTLED_TTL_S:
+            recent = replace(
+                recent, ratio=ratio[1].ratio, ratio_sd=ratio[1].ratio_sd, ratio_pods=ratio[1].ratio_pods
+            )
+        if recent.best_effort is None and best is not None and now - best[0] <= SETTLED_TTL_S:
+            recent = replace(
+                recent,
+                best_effort=best[1].best_effort,
+                best_effort_sd=best[1].best_effort_sd,
+                best_effort_pods=best[1].best_effort_pods,
+            )
+        return recent
