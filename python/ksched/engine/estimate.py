@@ -34,7 +34,7 @@ import numpy.typing as npt
 
 from ksched.config import EstimateConfig, MetricConfig
 from ksched.config.metrics import BEST_EFFORT_DEFAULTS, Calibration, Learned
-from ksched.engine.pods import PodRequests, pod_requests
+from ksched.engine.pods import CountedRequests, PodRequests, pod_requests
 from ksched.engine.quantity import (
     QUANTITY_MAX,
     Nano,
@@ -149,7 +149,7 @@ def workload_of(pod: Obj, label: str | None = None) -> str | None:
     return f"{namespace}/{kind}/{name}"
 
 
-def guess(pod: Obj, requests: PodRequests, estimate: EstimateConfig) -> tuple[int, int]:
+def guess(pod: Obj, requests: CountedRequests, estimate: EstimateConfig) -> tuple[int, int]:
     """The pod's configured guess of its usage of ``estimate.resource`` (engine unit), and
     what it was made from (``FIXED``, ``FROM_REQUEST``, ``BEST_EFFORT``, ``DECLARED``)."""
     request = requests.requests.get(estimate.resource, 0)

@@ -121,16 +121,16 @@ class StatusPoller(Periodic):
                 self.points.setdefault(key, []).append((str(e["metric"]), point))
 
 
-def _simulated_request(pod: Obj) -> float:
+def _simulated_request(pod: Obj) -> tuple[float, bool]:
     """What the load simulation multiplies a pod's usage against, in millicores: its CPU
-    request, else (BestEffort) its reference CPU for each container, else the simulation's
-    default (:func:`ksched.cluster.load.usage_annotations`)."""
+    request, else (BestEffort: the second value True) its reference CPU for each container,
+    else the simulation's default (:func:`ksched.cluster.load.usage_annotations`)."""
     request = pod_requests(pod).requests.get("cpu", 0)
     if request:
-        return float(request)
+        return float(request), False
     reference = (pod["metadata"].get("annotations") or {}).get(REFERENCE_CPU, BEST_EFFORT_CPU)
     containers = len(pod["spec"].get("containers") or ())
-    return float(canonical("cpu", parse_quantity(reference)) * containers)
+    return float(canonical("cpu", parse_quantity(reference)) * containers), True
 
 
 def trace(points: dict[str, list[tuple[str, Point]]], pods: Iterable[Obj]) -> EstimateTrace | None:
@@ -146,11 +146,12 @@ def trace(points: dict[str, list[tuple[str, Point]]], pods: Iterable[Obj]) -> Es
         if best is not None and len(seen) <= len(best.points):
             continue
         annotations = pod["metadata"].get("annotations") or {}
+        request, best_effort = _simulated_request(pod)
         best = EstimateTrace(
             pod=key,
             metric=seen[0][0],
-            request=_simulated_request(pod),
-            best_effort=not pod_requests(pod).requests.get("cpu"),
+            request=request,
+            best_effort=best_effort,
             base=float(annotations.get(BASE, 1.0)),
             ramp_s=float(annotations.get(RAMP_SECONDS, 0.0)),
             points=[point for _, point in seen],

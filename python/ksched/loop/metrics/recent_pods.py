@@ -58,7 +58,7 @@ from ksched.engine.estimate import (
     workload_of,
 )
 from ksched.engine.load import before_event, pod_shares
-from ksched.engine.pods import CountedRequests, PodRequests
+from ksched.engine.pods import CountedRequests
 from ksched.engine.snapshot import Snapshot
 from ksched.loop.metrics.samples import parse_time
 from ksched.loop.metrics.settled import Lookup, SettledPods
@@ -367,9 +367,8 @@ class RecentPods:
     def _guesses(
         self, key: str, pod: Obj | None, requests: CountedRequests
     ) -> tuple[tuple[int, ...], tuple[int, ...], tuple[str | None, ...], tuple[int, ...]]:
-        reqs = PodRequests(dict(requests.requests), requests.nonzero_cpu, requests.nonzero_memory)
         estimates = [m.estimate for m in self.metrics if m.estimate is not None]
-        pairs = [guess(pod or {}, reqs, e) for e in estimates]
+        pairs = [guess(pod or {}, requests, e) for e in estimates]
         for e in estimates:
             self._check_declared(key, pod or {}, e)
         return (

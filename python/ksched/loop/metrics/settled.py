@@ -34,7 +34,7 @@ import numpy as np
 from ksched.config import EstimateConfig
 from ksched.config.metrics import Calibration, Learned
 from ksched.engine.estimate import guess, workload_of
-from ksched.engine.pods import CountedRequests, PodRequests
+from ksched.engine.pods import CountedRequests
 from ksched.loop.metrics.workloads import WorkloadHistory, learn
 from ksched.objects import Obj
 
@@ -103,8 +103,7 @@ class SettledPods:
             uid, bound_at, pod, requests = found
             if now - bound_at < horizon_s:
                 continue  # bound within the horizon: the recent pods' to judge
-            reqs = PodRequests(dict(requests.requests), requests.nonzero_cpu, requests.nonzero_memory)
-            amount, kind = guess(pod, reqs, estimate)
+            amount, kind = guess(pod, requests, estimate)
             rows.append((kind, float(amount), float(used)))
             workload = workload_of(pod, estimate.workload_label)
             if workload is not None:
