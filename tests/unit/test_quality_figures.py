@@ -16,7 +16,7 @@ from ksched.bench.quality.figures import (
     unjudged,
 )
 from ksched.bench.quality.observe import Arrivals
-from ksched.bench.quality.pooled import placing
+from ksched.bench.quality.pooled import placed_over_threshold, placing
 from ksched.bench.quality.report import table
 from ksched.bench.quality.scenarios import DEFAULT_SCHEDULER, SCENARIOS, scenario
 from ksched.cluster.load import BASE
@@ -143,4 +143,26 @@ def test_the_table_gives_each_setups_p99_create_to_bind() -> None:
     placing(figures, arrivals, pods, now=datetime(2026, 1, 1, 0, 5, tzinfo=UTC).timestamp())  # type: ignore[arg-type]
     assert (figures.p99_bind_s, figures.max_bind_s) == (101.0, 300.0), "the pending pod waits 300 s so far"
     header, row = table(QualityResults({}, figures=[figures])).splitlines()[:2]
-    assert header.split()[-3:] == ["p99", "bind", "s"] and row.split()[-1] == "101"
+    assert header.split()[-5:] == ["p99", "bind", "s", "over", "line"] and row.split()[-2:] == ["101", "0"]
+
+
+def test_the_table_counts_the_pods_placed_over_a_threshold_once_each() -> None:
+    """What ``onSaturation: leastLoaded`` cost shows beside the hot node-minutes: each pod with
+    a PlacedOverThreshold event counts once, however many metrics it was placed over."""
+
+    def event(reason: str, pod: str) -> dict[str, object]:
+        return {"reason": reason, "regarding": {"kind": "Pod", "namespace": "q", "name": pod}}
+
+    events = [
+        event("Scheduled", "a"),
+        event("PlacedOverThreshold", "a"),
+        event("PlacedOverThreshold", "a"),
+        event("PlacedOverThreshold", "b"),
+        event("FailedScheduling", "c"),
+    ]
+    figures = QualityFigures("ksched", "herd", 3)
+    figures.over_threshold = placed_over_threshold(events)
+    assert figures.over_threshold == 2
+    header, row = table(QualityResults({}, figures=[figures])).splitlines()[:2]
+    assert header.split()[-2:] == ["over", "line"] and row.split()[-1] == "2"
+    assert figures.summary()["over_threshold"] == 2

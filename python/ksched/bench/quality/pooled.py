@@ -18,7 +18,8 @@ evictions, each entry is also judged by what was moved (:mod:`.rebalance`). The 
 setups and ``shadow`` get their configuration for their pool and namespace from
 :mod:`.setups`; the shadow's outcomes are read once the window is over, for
 :mod:`.shadow_estimate`, and so are the steering setups' marks (the node events, listed once),
-for :mod:`.marks`. Each ``ksched run``'s configuration and log are named after its scenario
+for :mod:`.marks`. Each ksched entry's ``PlacedOverThreshold`` events are counted
+(the pods its caution placed over a threshold, rather than leaving them pending). Each ``ksched run``'s configuration and log are named after its scenario
 and label in the work directory.
 """
 
@@ -26,7 +27,7 @@ from __future__ import annotations
 
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,7 +35,7 @@ from pathlib import Path
 import yaml
 
 from ksched.bench.invariants import lost, overcommitted
-from ksched.bench.pods import KSCHED_COMMAND, clear_pods, start_ksched_run
+from ksched.bench.pods import KSCHED_COMMAND, clear_pods, list_all, start_ksched_run
 from ksched.bench.quality.estimates import TRACED, StatusPoller, candidates, trace
 from ksched.bench.quality.figures import (
     QualityFigures,
@@ -69,6 +70,7 @@ from ksched.cluster.processes import tail, terminate
 from ksched.config import load_config
 from ksched.errors import KschedError
 from ksched.loop.client import Kube
+from ksched.loop.events import PLACED_OVER_THRESHOLD
 from ksched.objects import Obj
 
 POOL_LABEL = "quality.ksched.io/pool"
@@ -261,6 +263,10 @@ def pooled_round(
             entry = _Entry(name, label, namespace, names, made, placed, pods)
             figures = _judge(r, entry, series, sampler, audit_log if namespace in moved else None, results)
             figures.shadow = shadows.get(i)
+            if label not in WITHOUT_KSCHED:
+                figures.over_threshold = placed_over_threshold(
+                    list_all(kube, f"/apis/events.k8s.io/v1/namespaces/{namespace}/events", "events")
+                )
             if i in pollers:
                 figures.estimate = trace(pollers[i].points, pods)
             if r.steers(label):
@@ -281,6 +287,18 @@ def pooled_round(
             if s.controlled:
                 clear_controllers(kube, namespace)
             clear_pods(kube, namespace)
+
+
+def placed_over_threshold(events: Iterable[Obj]) -> int:
+    """The pods that a ``PlacedOverThreshold`` event among ``events`` names (one per metric
+    the pod was placed over)."""
+    return len(
+        {
+            ((e.get("regarding") or {}).get("namespace"), (e.get("regarding") or {}).get("name"))
+            for e in events
+            if e.get("reason") == PLACED_OVER_THRESHOLD
+        }
+    )
 
 
 def binds(pods: list[Obj]) -> list[tuple[str, str, float]]:
@@ -443,6 +461,7 @@ def _summary(entry: _Entry, figures: QualityFigures) -> str:
         f"p95 {figures.p95_utilisation}, cv {figures.cv}, {figures.pods_on_hot_nodes} pods on hot nodes, "
         f"{figures.pending} pending, {figures.pods_per_s} pods/s, "
         f"{figures.replicas_together:.0%} of replicas beside another"
+        + (f", {figures.over_threshold} placed over a threshold" if figures.over_threshold else "")
         + (f", {figures.rebalance.evictions} evictions" if figures.rebalance else "")
         + (
             f", shadow: {figures.shadow.hot_node_minutes_avoided_estimated:.1f} hot node-min avoided (estimated)"

@@ -72,6 +72,7 @@ def table(results: QualityResults) -> str:
         "pending",
         "pods/s",
         "p99 bind s",
+        "over line",
     )
     rows = [header]
     for f in results.figures:
@@ -87,6 +88,7 @@ def table(results: QualityResults) -> str:
                 str(f.pending),
                 f"{f.pods_per_s:.1f}",
                 f"{f.p99_bind_s:.0f}",
+                str(f.over_threshold),
             )
         )
     lines = _aligned(rows)
