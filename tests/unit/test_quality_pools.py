@@ -77,6 +77,18 @@ def test_another_build_runs_kscheds_configuration_with_its_own_command() -> None
         run_quality(QualityOptions(builds={"ksched-rebalance": ["ksched"]}), log=print)
 
 
+def test_shapes_put_every_scenario_on_the_nodes_named() -> None:
+    """``--shapes mixed`` runs herd (on 4- and 8-core nodes by default) on nodes of 2-16 cores,
+    where a herd's pods are a large share of a small node; an unknown name stops the run before
+    any cluster starts."""
+    assert QualityOptions().shapes_of("herd") == "standard"
+    assert QualityOptions().shapes_of("diverse-deployments") == "mixed"
+    assert QualityOptions(shapes="mixed").shapes_of("herd") == "mixed"
+    assert QualityOptions(shapes="standard").shapes_of("diverse-deployments") == "standard"
+    with pytest.raises(KschedError, match="unknown node shapes 'odd'"):
+        run_quality(QualityOptions(shapes="odd"), log=print)
+
+
 def test_a_label_on_two_pools_of_a_round_gets_a_scheduler_name_per_pool() -> None:
     """The demo runs ksched on two scenarios at once: two ksched processes with one name
     would both try to bind every pod of both pools."""

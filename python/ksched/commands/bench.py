@@ -87,6 +87,7 @@ def _quality(args: argparse.Namespace) -> int:
         configs=configs,
         builds=parse_kscheds(args.ksched, (*SETUPS, *configs)),
         pools=args.pools,
+        shapes=args.shapes,
         out=Path(args.out or "ksched-bench-quality"),
     )
     results = run_quality(

@@ -241,6 +241,13 @@ def _quality_options(parser: argparse.ArgumentParser) -> None:
         help="run each scenario's schedulers at once, each on an equal pool of the nodes (same shapes, "
         "same scrapes, same machine load; one observation window a scenario instead of one each)",
     )
+    group.add_argument(
+        "--shapes",
+        choices=("standard", "mixed"),
+        help="run every scenario on these node shapes: standard (4 and 8 cores) or mixed (eight "
+        "shapes of 2-16 cores and 2-8 GiB a core); default: each scenario's own (diverse-deployments "
+        "and its mixed-schedulers forms on mixed, the others on standard)",
+    )
 
 
 def _chaos_options(parser: argparse.ArgumentParser) -> None:

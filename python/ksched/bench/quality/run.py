@@ -10,7 +10,8 @@ runs the namespace is cleared and the harness waits until no node is recorded bu
 The ``oracle`` setup is ksched with the load-aware configuration whose pods carry what
 they will really use (:data:`~.scenarios.EXPECTED_CPU`): what ksched's figures are measured
 against, beside kube-scheduler's (:mod:`.gap`). A scenario on nodes of other shapes than the
-local cluster's four (:func:`~.scenarios.shapes_of`) gets a control plane of its own.
+local cluster's four (:func:`~.scenarios.shapes_of`, or every scenario's with ``shapes``) gets
+a control plane of its own.
 With ``pools`` each scenario instead runs every scheduler at once, each on an equal pool of
 the nodes (:mod:`.pooled`); only there can the rebalancing setups run (kube-scheduler with
 the descheduler, ksched with its rebalancer), which load-shift, whose pods ReplicaSets own
@@ -139,6 +140,9 @@ class QualityOptions:
     builds: dict[str, list[str]] = field(default_factory=dict)
     # Every scheduler of a scenario at once, each on an equal pool of the nodes (pooled).
     pools: bool = False
+    # Every scenario on these node shapes (a key of SHAPES), say herd on nodes of 2-16 cores;
+    # None: each on its own (:func:`~.scenarios.shapes_of`).
+    shapes: str | None = None
     out: Path | None = None
 
     @property
@@ -149,6 +153,10 @@ class QualityOptions:
     def labels(self) -> tuple[str, ...]:
         """Every setup in run order: the named schedulers, the configurations, the builds."""
         return (*self.schedulers, *self.configs, *self.builds)
+
+    def shapes_of(self, name: str) -> str:
+        """The node shapes scenario ``name`` runs on in this run."""
+        return self.shapes or shapes_of(name)
 
 
 def _one(
@@ -248,7 +256,7 @@ def _pooled(
 ) -> None:
     labels = opts.labels
     # Pools are dealt in whole rounds of the cluster's node shapes.
-    grain = len(SHAPES[shapes_of(name)])
+    grain = len(SHAPES[opts.shapes_of(name)])
     size = opts.nodes // len(labels) // grain * grain
     rebalance_config = _config_of(opts, KSCHED_REBALANCE)
     round_ = Round(
@@ -333,6 +341,8 @@ def run_quality(opts: QualityOptions, log: Callable[[str], None]) -> QualityResu
         raise KschedError(
             f"unknown: {', '.join(sorted(unknown))} (scenarios {SCENARIOS}, schedulers {SETUPS})"
         )
+    if opts.shapes is not None and opts.shapes not in SHAPES:
+        raise KschedError(f"unknown node shapes {opts.shapes!r} (one of {', '.join(SHAPES)})")
     moving = set(opts.schedulers) & set(POOLED_SETUPS)
     if moving and not opts.pools:
         raise KschedError(f"{', '.join(sorted(moving))} run on pools only: add --pools")
@@ -343,7 +353,7 @@ def run_quality(opts: QualityOptions, log: Callable[[str], None]) -> QualityResu
     # One control plane for the scenarios of each node shapes, in the order first named.
     by_shapes: dict[str, list[str]] = {}
     for name in opts.scenarios:
-        by_shapes.setdefault(shapes_of(name), []).append(name)
+        by_shapes.setdefault(opts.shapes_of(name), []).append(name)
     for shapes, names in by_shapes.items():
         _on_one_cluster(opts, shapes, names, workdir, results, log)
     if opts.out is not None:
