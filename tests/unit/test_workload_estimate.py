@@ -29,6 +29,7 @@ from ksched.loop.metrics.workloads import (
     WORKLOAD_TTL_S,
     PodSeries,
     WorkloadHistory,
+    learned_json,
 )
 from ksched.loop.mirror.slim import slim_node, slim_pod
 from ksched.loop.mirror.state import ClusterState
@@ -508,6 +509,8 @@ def test_settled_pods_stand_in_for_the_cluster_wide_figures_until_recent_pods_te
     assert (calibration.best_effort, calibration.best_effort_pods) == (pytest.approx(300.0), len(pods))
     bare = loop.choice(matrix, owned("be-new", "", cpu=None, owner=None))
     assert (bare.source, bare.amount) == ("cluster-wide", 300)
+    status = learned_json("cpu", calibration)
+    assert (status["bestEffortFrom"], status["ratioFrom"]) == ("settled", None), "/status says who taught it"
 
 
 def test_recent_pods_teach_the_cluster_wide_ratio_once_enough_are_measured() -> None:
@@ -537,6 +540,7 @@ def test_recent_pods_teach_the_cluster_wide_ratio_once_enough_are_measured() -> 
         .estimate.calibration
     )
     assert calibration.ratio == pytest.approx(0.5), "the recent pods' own figure wins"
+    assert learned_json("cpu", calibration)["ratioFrom"] == "recent"
 
 
 def test_a_kind_no_settled_pod_teaches_any_more_stops_standing_in_after_an_hour() -> None:

@@ -161,6 +161,10 @@ class Calibration(Learned):
     # recent pods count (measured, ramping or estimated); None without recent pods. Steering
     # keeps that much room below a node's line (``steering.anticipate``).
     next_pod: float | None = field(default=None, compare=False)
+    # Whether the cluster-wide ratio, and the BestEffort figures, are the settled pods' standing
+    # in (too few recent pods of that kind measured; ``/status`` says which pods taught them).
+    ratio_settled: bool = field(default=False, compare=False)
+    best_effort_settled: bool = field(default=False, compare=False)
 
 
 @dataclass(frozen=True)

@@ -123,7 +123,11 @@ class SettledPods:
         ratio, best = self._ratio, self._best_effort
         if recent.ratio is None and ratio is not None and now - ratio[0] <= SETTLED_TTL_S:
             recent = replace(
-                recent, ratio=ratio[1].ratio, ratio_sd=ratio[1].ratio_sd, ratio_pods=ratio[1].ratio_pods
+                recent,
+                ratio=ratio[1].ratio,
+                ratio_sd=ratio[1].ratio_sd,
+                ratio_pods=ratio[1].ratio_pods,
+                ratio_settled=True,
             )
         if recent.best_effort is None and best is not None and now - best[0] <= SETTLED_TTL_S:
             recent = replace(
@@ -131,5 +135,6 @@ class SettledPods:
                 best_effort=best[1].best_effort,
                 best_effort_sd=best[1].best_effort_sd,
                 best_effort_pods=best[1].best_effort_pods,
+                best_effort_settled=True,
             )
         return recent

@@ -398,12 +398,19 @@ class PodSeries:
         return False, True, fresh
 
 
+def _taught_by(figure: float | None, settled: bool) -> str | None:
+    """Which pods taught a cluster-wide figure (``/status``): none, the recent or the settled."""
+    return None if figure is None else "settled" if settled else "recent"
+
+
 def learned_json(resource: str | None, c: Calibration) -> dict[str, Any]:
     """What a learned estimate learned at the last cycle, for ``/status``: the measured over
     guessed usage of pods guessed from requests (summed) and its spread, the mean measured
     usage of BestEffort pods (engine units: millicores for cpu, else the resource's own) and
-    its spread, and how many measured pods each figure is from (a cluster-wide figure is null
-    below ``LEARN_MIN_PODS``; a workload's is weighed against the collective figure,
+    its spread, how many measured pods each figure is from and which pods taught it
+    (``ratioFrom``, ``bestEffortFrom``: ``recent``, the pods bound within the recent window,
+    or ``settled``, those bound before it standing in while too few recent ones are measured;
+    null with no figure) (a cluster-wide figure is null below ``LEARN_MIN_PODS``; a workload's is weighed against the collective figure,
     :func:`credible`); the prior a pod of a workload without history counts at; how the
     recent pods are counted (``sources``: pods by where their estimate came from, ``ramping``:
     the first of those still ramping up, ``rampingPods``: for the longest bound of them, what
@@ -415,9 +422,11 @@ def learned_json(resource: str | None, c: Calibration) -> dict[str, Any]:
         "ratio": c.ratio,
         "ratioStdDev": c.ratio_sd,
         "ratioPods": c.ratio_pods,
+        "ratioFrom": _taught_by(c.ratio, c.ratio_settled),
         "bestEffort": c.best_effort,
         "bestEffortStdDev": c.best_effort_sd,
         "bestEffortPods": c.best_effort_pods,
+        "bestEffortFrom": _taught_by(c.best_effort, c.best_effort_settled),
         "prior": {
             "ratio": c.prior_ratio,
             "ratioStdDev": c.prior_ratio_sd,
