@@ -675,3 +675,21 @@ def test_before_the_scrape_cadence_is_known_a_repeated_value_is_no_sample_once_v
     exact = PodSeries()  # no value ever changed: usage exactly constant, every read a sample
     results = [exact.ramping("default/flat", "u2", at, 50.0, at, None, 180.0)[0] for at in (0.0, 2.0, 4.0)]
     assert results == [True, True, False]
+
+
+def test_a_pod_adopted_after_its_bind_teaches_and_counts_under_its_new_workload() -> None:
+    """A ReplicaSet that adopts pods already bound (created before it, or orphaned and taken
+    back), or a workload label set after the bind, puts them under that workload: they teach
+    it, and count at its figures, from the update on, not only once they have settled."""
+    loop = Loop(learned_metric())
+    bare = [owned(f"web-{i}", "n0", owner=None) for i in range(3)]
+    loop.add(*bare)
+    adopted = [owned(f"web-{i}", "n0", owner=("ReplicaSet", "web")) for i in range(3)]
+    for p in adopted:
+        loop.state.on_pod("MODIFIED", p, None)
+    loop.state.sync()
+    matrix = loop.sample({f"web-{i}": 300.0 for i in range(3)}, times=SETTLE)
+    workloads = matrix.metrics[0].estimate.calibration.workloads
+    assert workloads["default/ReplicaSet/web"].ratio_pods == 3
+    herd = loop.choice(matrix, owned("web-new", "", owner=("ReplicaSet", "web")))
+    assert herd.source == "workload" and herd.amount > 250

@@ -201,17 +201,18 @@ class RecentPods:
         heapq.heappush(self._by_time, (bound_at, key, uid))
         self._version += 1
 
-    def resized(self, key: str, pod: Obj, requests: CountedRequests) -> None:
-        """A recent pod's requests changed in place: it is expected to use what it asks now."""
+    def changed(self, key: str, pod: Obj, requests: CountedRequests) -> None:
+        """A recent pod changed in place: its requests (it is expected to use what it asks
+        now), or its metadata (a ReplicaSet adopted it after its bind, a workload label or a
+        declared usage was set), so that it teaches and counts under the workload it has now."""
         current = self.pods.get(key)
-        if current is not None:
-            self.pods[key] = RecentPod(
-                current.uid,
-                current.node,
-                current.bound_at,
-                current.by_ksched,
-                *self._guesses(key, pod, requests),
-            )
+        if current is None:
+            return
+        fresh = RecentPod(
+            current.uid, current.node, current.bound_at, current.by_ksched, *self._guesses(key, pod, requests)
+        )
+        if fresh != current:
+            self.pods[key] = fresh
             self._version += 1
 
     def drop(self, key: str) -> None:
