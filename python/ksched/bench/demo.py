@@ -52,6 +52,7 @@ from ksched.cluster.load import LoadSimulation
 from ksched.cluster.processes import terminate
 from ksched.errors import KschedError
 from ksched.loop.client import Kube, load_configuration
+from ksched.loop.events import events_path
 from ksched.objects import Obj
 
 
@@ -114,7 +115,7 @@ def workload(pods: int, namespace: str, scheduler: str, zones: list[str]) -> lis
 
 
 def _failures(kube: Kube, namespace: str) -> dict[str, str]:
-    events = kube.request("GET", f"/apis/events.k8s.io/v1/namespaces/{namespace}/events").json()["items"]
+    events = kube.request("GET", events_path(namespace)).json()["items"]
     return {e["regarding"]["name"]: e["note"] for e in events if e.get("reason") == "FailedScheduling"}
 
 

@@ -39,6 +39,11 @@ NODE_EVENT_NAMESPACE = "default"
 SHARDS_CHANGED = "KschedShardsChanged"
 
 
+def events_path(namespace: str) -> str:
+    """Where a namespace's events are listed and written (events.k8s.io/v1)."""
+    return f"/apis/events.k8s.io/v1/namespaces/{namespace}/events"
+
+
 def now() -> str:
     """A condition's ``lastTransitionTime``: now, in whole seconds (RFC 3339)."""
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -83,4 +88,4 @@ def event_request(
             str(uid) if uid else None,
         ),
     )
-    return f"/apis/events.k8s.io/v1/namespaces/{ns}/events", raw
+    return events_path(ns), raw

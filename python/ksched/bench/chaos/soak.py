@@ -32,6 +32,7 @@ from ksched.bench.chaos.replicas import Exporter, Replica
 from ksched.cluster import local
 from ksched.engine.gangs import POD_GROUP_API, POD_GROUP_LABEL
 from ksched.loop.client import ApiUnavailableError, Kube, load_configuration, service_account_kubeconfig
+from ksched.loop.events import events_path
 from ksched.objects import Obj
 
 
@@ -399,9 +400,5 @@ class Soak:
     def events(self, reason: str) -> list[Obj]:
         items: list[Obj] = []
         for ns in (NS, ROUTED_NS):
-            items += [
-                e
-                for e in self.get_json(f"/apis/events.k8s.io/v1/namespaces/{ns}/events")["items"]
-                if e.get("reason") == reason
-            ]
+            items += [e for e in self.get_json(events_path(ns))["items"] if e.get("reason") == reason]
         return items

@@ -35,6 +35,7 @@ from ksched.cluster import local
 from ksched.cluster.processes import terminate
 from ksched.errors import KschedError
 from ksched.loop.client import Kube, load_configuration
+from ksched.loop.events import events_path
 from ksched.objects import Obj
 
 
@@ -160,7 +161,7 @@ def _settle(kube: Kube, report: FuzzReport, accepted: list[tuple[Spec, Obj]], k:
         }
         events: dict[str, list[str]] = collections.defaultdict(list)
         preempted: set[str] = set()
-        for e in kube.request("GET", f"/apis/events.k8s.io/v1/namespaces/{NAMESPACE}/events").json()["items"]:
+        for e in kube.request("GET", events_path(NAMESPACE)).json()["items"]:
             regarding = e.get("regarding") or {}
             if e.get("reason") == "FailedScheduling":
                 events[regarding.get("uid", "")].append(e.get("note") or "")

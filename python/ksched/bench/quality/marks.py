@@ -30,10 +30,10 @@ from datetime import datetime
 
 from ksched.bench.pods import list_all
 from ksched.loop.client import Kube
-from ksched.loop.events import MARKED_HOT, MARKED_WARM, NODE_EVENT_NAMESPACE, UNMARKED
+from ksched.loop.events import MARKED_HOT, MARKED_WARM, NODE_EVENT_NAMESPACE, UNMARKED, events_path
 from ksched.objects import Obj
 
-EVENTS_PATH = f"/apis/events.k8s.io/v1/namespaces/{NODE_EVENT_NAMESPACE}/events"
+EVENTS_PATH = events_path(NODE_EVENT_NAMESPACE)
 LIST_TIMEOUT_S = 60.0
 
 # The events of a node's marks changing.

@@ -18,9 +18,9 @@ evictions, each entry is also judged by what was moved (:mod:`.rebalance`). The 
 setups and ``shadow`` get their configuration for their pool and namespace from
 :mod:`.setups`; the shadow's outcomes are read once the window is over, for
 :mod:`.shadow_estimate`, and so are the steering setups' marks (the node events, listed once),
-for :mod:`.marks`. Each ksched entry's ``PlacedOverThreshold`` events are counted
-(the pods its caution placed over a threshold, rather than leaving them pending). Each ``ksched run``'s configuration and log are named after its scenario
-and label in the work directory.
+for :mod:`.marks`. Each ksched entry's ``PlacedOverThreshold`` events are counted (the pods
+its caution placed over a threshold, rather than leaving them pending). Each ``ksched run``'s
+configuration and log are named after its scenario and label in the work directory.
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ from ksched.cluster.processes import tail, terminate
 from ksched.config import load_config
 from ksched.errors import KschedError
 from ksched.loop.client import Kube
-from ksched.loop.events import PLACED_OVER_THRESHOLD
+from ksched.loop.events import PLACED_OVER_THRESHOLD, events_path
 from ksched.objects import Obj
 
 POOL_LABEL = "quality.ksched.io/pool"
@@ -265,7 +265,7 @@ def pooled_round(
             figures.shadow = shadows.get(i)
             if label not in WITHOUT_KSCHED:
                 figures.over_threshold = placed_over_threshold(
-                    list_all(kube, f"/apis/events.k8s.io/v1/namespaces/{namespace}/events", "events")
+                    list_all(kube, events_path(namespace), "events")
                 )
             if i in pollers:
                 figures.estimate = trace(pollers[i].points, pods)

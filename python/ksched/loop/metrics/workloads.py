@@ -410,7 +410,8 @@ def learned_json(resource: str | None, c: Calibration) -> dict[str, Any]:
     its spread, how many measured pods each figure is from and which pods taught it
     (``ratioFrom``, ``bestEffortFrom``: ``recent``, the pods bound within the recent window,
     or ``settled``, those bound before it standing in while too few recent ones are measured;
-    null with no figure) (a cluster-wide figure is null below ``LEARN_MIN_PODS``; a workload's is weighed against the collective figure,
+    null with no figure) (a cluster-wide figure is null below ``LEARN_MIN_PODS``; a workload's
+    is weighed against the collective figure,
     :func:`credible`); the prior a pod of a workload without history counts at; how the
     recent pods are counted (``sources``: pods by where their estimate came from, ``ramping``:
     the first of those still ramping up, ``rampingPods``: for the longest bound of them, what
