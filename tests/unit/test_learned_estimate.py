@@ -126,6 +126,49 @@ def test_deviations_add_the_combined_spread_of_a_nodes_unmeasured_pods() -> None
     assert plain.caution is None, "no deviations: no caution"
 
 
+def test_before_any_pod_is_measured_the_deviations_count_the_initial_spread() -> None:
+    # Nothing measured yet (a fresh cluster): two unmeasured 1-CPU pods on n1 count at their
+    # requests, and the deviations at the initial spread, 0.7 of each guess by default.
+    new = [bound("a", "n1", T0 - 2, cpu="1"), bound("b", "n1", T0 - 2, cpu="1")]
+    matrix, _ = run(learned_metric(deviations=1.0), [], new)
+    assert matrix.values[1, 0] == pytest.approx(NODE_VALUE + (2.0 + 0.7 * np.sqrt(2.0)) / 4)
+    assert matrix.metrics[0].estimate.calibration.ratio is None, "nothing was learned"
+    off, _ = run(learned_metric(deviations=1.0, initial_spread=0.0), [], new)
+    assert off.values[1, 0] == pytest.approx(NODE_VALUE + 2.0 / 4), "initialSpread 0: the guesses alone"
+    # A BestEffort pod's 100m guess is no surer than a request.
+    blind, _ = run(learned_metric(deviations=1.0), [], [best_effort("be", "n1", T0 - 2)])
+    assert blind.values[1, 0] == pytest.approx(NODE_VALUE + (0.1 + 0.07) / 4)
+    # Once ten pods are measured, their spread replaces the initial one (1x and 3x: sd 1).
+    ratios = [1.0, 3.0] * (LEARN_MIN_PODS // 2)
+    learned, _ = run(learned_metric(deviations=1.0), measured_pods(ratios), new)
+    assert learned.values[1, 0] == pytest.approx(NODE_VALUE + (4.0 + np.sqrt(2.0)) / 4)
+
+
+@pytest.mark.parametrize(
+    ("spread", "placed", "caution"),
+    [
+        (0.7, None, 105),  # 0.6 + (150m + 0.7 x 150m) of 1 CPU: 0.855, over 0.8
+        (0.0, "n0", 0),  # 0.6 + 150m: 0.75
+    ],
+)
+def test_a_pod_being_placed_before_any_pod_is_measured_counts_its_initial_spread(
+    spread: float, placed: str | None, caution: int
+) -> None:
+    estimate = EstimateConfig(
+        resource="cpu",
+        pod_query=POD_QUERY,
+        learn=True,
+        deviations=1.0,
+        initial_spread=spread,
+        calibration=Calibration(),
+    )
+    p = pod("p", cpu="150m")
+    placements = place(usage(estimate=estimate), one_cpu_nodes(1), [0.6], p)
+    assert placements[0].node == placed
+    choice = estimate_choice(p, pod_requests(p), estimate)
+    assert (choice.amount, choice.source, choice.caution) == (150 + caution, "configured", caution)
+
+
 def test_scores_rank_nodes_by_the_mean_and_the_filter_holds_them_to_the_caution() -> None:
     # Pods measured at 1x and 3x their requests: mean 2, standard deviation 1. n0 holds ten
     # measured 50m pods: 0.1 + 1 CPU of 4 (0.35). n1 holds two unmeasured 200m pods: 0.1 +

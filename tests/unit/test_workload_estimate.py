@@ -410,6 +410,9 @@ def test_explain_says_which_estimate_a_pod_got(tmp_path: Path, capsys: pytest.Ca
         ({"prior": [1]}, r"estimate.prior: \[1\] is not allowed"),
         ({"workloadLabel": "not a label"}, r"estimate.workloadLabel: 'not a label' is not a label key"),
         ({"learn": False, "prior": "p90"}, r"estimate.prior: needs learn: true"),
+        ({"initialSpread": -0.1}, r"estimate.initialSpread: -0.1 is not in 0..10"),
+        ({"initialSpread": "wide"}, r"estimate.initialSpread: 'wide' is not a finite number"),
+        ({"learn": False, "initialSpread": 1}, r"estimate.initialSpread: needs learn: true"),
     ],
 )
 def test_bad_workload_settings_name_the_key(estimate: dict[str, Any], error: str) -> None:
@@ -445,16 +448,18 @@ def test_workload_settings_are_read() -> None:
                     "workloadLabel": "app.kubernetes.io/name",
                     "warmup": "5m",
                     "prior": "p75",
+                    "initialSpread": 0.5,
                 },
             }
         ],
     }
     (m,) = parse_config(raw).metrics
     assert m.estimate is not None
-    assert (m.estimate.workload_label, m.estimate.warmup_s, m.estimate.prior) == (
+    assert (m.estimate.workload_label, m.estimate.warmup_s, m.estimate.prior, m.estimate.initial_spread) == (
         "app.kubernetes.io/name",
         300.0,
         ("quantile", 0.75),
+        0.5,
     )
 
 

@@ -130,7 +130,11 @@ def estimate_text(resource: str, c: Choice) -> str:
     if c.figure is not None:
         figure = f", figure {c.figure:.3g}" + (f" from {c.pods} measured pods" if c.pods else "")
     problem = f"; {c.problem}: ignored" if c.problem else ""
-    return f"{amount} {resource} ({c.source}: {why}{figure}{problem})"
+    caution = ""
+    if c.caution:
+        spread = f"{c.caution}m" if resource == "cpu" else f"{c.caution}"
+        caution = f"; {spread} of it is the deviations of its spread"
+    return f"{amount} {resource} ({c.source}: {why}{figure}{caution}{problem})"
 
 
 def render_explanation(ex: Explanation, estimates: Sequence[tuple[str, str, Choice]] = ()) -> str:

@@ -181,17 +181,22 @@ class Terms(NamedTuple):
     at_limit: bool = False
 
 
-def terms(calibration: Calibration | None, kind: int, workload: str | None, prior: str = "") -> Terms:
+def terms(
+    calibration: Calibration | None, kind: int, workload: str | None, prior: str = "", spread: float = 0.0
+) -> Terms:
     """The figures a pod of ``kind`` and ``workload`` counts by: its workload's own where it
     taught one (from one measured pod, weighed against the collective figure:
     :func:`ksched.loop.metrics.workloads.credible`), else, for a pod of a workload, the prior
     where other workloads taught one or it is a fixed ratio (``prior`` is the estimate's
     ``prior`` mode: ``limit`` counts the pod at its limit where it sets one), else the
-    cluster-wide figures, else its guess as configured."""
+    cluster-wide figures, else its guess as configured, with ``spread`` (the estimate's
+    ``initial_spread``) as its standard deviation over the guess where the estimate learns:
+    a guess nothing measured has calibrated is no surer than the guesses measured pods
+    contradict."""
     source = {FIXED: LIMIT, DECLARED: DECLARED_SOURCE}.get(kind, CONFIGURED)
-    plain = Terms(1.0, 0.0, 0.0, 0.0, source)
     if calibration is None or kind not in (FROM_REQUEST, BEST_EFFORT):
-        return plain
+        return Terms(1.0, 0.0, 0.0, 0.0, source)
+    plain = Terms(1.0, 0.0, spread, 0.0, source)
     own = calibration.workloads.get(workload) if workload is not None else None
     learned = None if own is None else _figures(own, kind, WORKLOAD)
     if learned is not None:
@@ -258,6 +263,9 @@ class Choice:
     # What it is expected to use: ``amount`` without the ``deviations`` (None: ``amount``).
     # The metric filter holds the pod to ``amount``; the metric scores count it at this.
     mean: int | None = None
+    # The part of ``amount`` that is the estimate's ``deviations`` of the pod's spread (its
+    # learned spread, else the initial one).
+    caution: int = 0
 
     @property
     def expected(self) -> int:
@@ -274,7 +282,7 @@ def estimate_choice(pod: Obj, requests: PodRequests, estimate: EstimateConfig) -
     if estimate.calibration is None:
         return Choice(amount, terms(None, kind, None).source, None, None, 0, problem)
     workload = workload_of(pod, estimate.workload_label)
-    t = terms(estimate.calibration, kind, workload, estimate.prior[0])
+    t = terms(estimate.calibration, kind, workload, estimate.prior[0], estimate.initial_spread)
     limit = pod_limit(pod, estimate.resource) or 0
     mean, sd = expected(
         float(amount), float(limit), t.scale, t.offset, t.sd_scale, t.sd_offset, float(t.at_limit)
@@ -289,7 +297,9 @@ def estimate_choice(pod: Obj, requests: PodRequests, estimate: EstimateConfig) -
     value = min(float(mean + estimate.deviations * sd), float(QUANTITY_MAX))
     # The metric's score counts it at its mean where the deviations are for the filter only.
     expect = round(min(float(mean), float(QUANTITY_MAX))) if estimate.score_by_mean else None
-    return Choice(round(value), t.source, workload, figure, t.pods, problem, expect)
+    amount = round(value)
+    caution = max(amount - round(min(float(mean), float(QUANTITY_MAX))), 0)
+    return Choice(amount, t.source, workload, figure, t.pods, problem, expect, caution)
 
 
 def pod_estimates(pod: Obj, metrics: Sequence[MetricConfig]) -> list[tuple[str, str, Choice]]:

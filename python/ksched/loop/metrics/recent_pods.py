@@ -284,7 +284,7 @@ class RecentPods:
             calibration = self._calibration(
                 i, estimate, self._settled[i].stand_in(now, learn(guesses, kinds, teaching)), now
             )
-        amounts, spreads, sources = self._expected(i, arrays, guesses, calibration, estimate.prior[0])
+        amounts, spreads, sources = self._expected(i, arrays, guesses, calibration, estimate)
         # What the sample does not show of each pod: its fade over the window; for one still
         # ramping up, the larger of its estimate and its measured usage, less the part of its
         # measured usage the sample shows.
@@ -434,8 +434,10 @@ class RecentPods:
             cluster, workloads, value if mode == "quantile" else 0.9
         )
         if mode == "ratio":
-            # A fixed ratio, with the spread within workloads where any taught one.
-            ratio, ratio_sd = value, ratio_sd if ratio is not None else cluster.ratio_sd
+            # A fixed ratio, with the spread within workloads where any taught one, else the
+            # cluster-wide spread, else (nothing measured yet) the initial one.
+            fallback = cluster.ratio_sd if cluster.ratio is not None else estimate.initial_spread
+            ratio, ratio_sd = value, ratio_sd if ratio is not None else fallback
         return replace(
             cluster,
             workloads=workloads,
@@ -451,12 +453,13 @@ class RecentPods:
         arrays: _Arrays,
         guesses: npt.NDArray[np.float64],
         calibration: Calibration | None,
-        prior: str,
+        estimate: EstimateConfig,
     ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.object_]]:
         """Each pod's expected usage, its standard deviation and where its figures came from
         (:func:`ksched.engine.estimate.terms`, as for a pod being placed)."""
         pairs, index = arrays.pairs[i], arrays.pair_index[:, i]
-        chosen = [terms(calibration, kind, workload, prior) for kind, workload in pairs]
+        prior, spread = estimate.prior[0], estimate.initial_spread
+        chosen = [terms(calibration, kind, workload, prior, spread) for kind, workload in pairs]
         table = np.array([(*t[:4], float(t.at_limit)) for t in chosen], dtype=np.float64).reshape(-1, 5)[
             index
         ]
