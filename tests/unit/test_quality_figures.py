@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from types import SimpleNamespace
 
 import pytest
 
@@ -16,7 +17,7 @@ from ksched.bench.quality.figures import (
     unjudged,
 )
 from ksched.bench.quality.observe import Arrivals
-from ksched.bench.quality.pooled import placed_over_threshold, placing
+from ksched.bench.quality.pooled import count_over_threshold, placed_over_threshold, placing
 from ksched.bench.quality.report import table
 from ksched.bench.quality.scenarios import DEFAULT_SCHEDULER, SCENARIOS, scenario
 from ksched.cluster.load import BASE
@@ -143,7 +144,7 @@ def test_the_table_gives_each_setups_p99_create_to_bind() -> None:
     placing(figures, arrivals, pods, now=datetime(2026, 1, 1, 0, 5, tzinfo=UTC).timestamp())  # type: ignore[arg-type]
     assert (figures.p99_bind_s, figures.max_bind_s) == (101.0, 300.0), "the pending pod waits 300 s so far"
     header, row = table(QualityResults({}, figures=[figures])).splitlines()[:2]
-    assert header.split()[-5:] == ["p99", "bind", "s", "over", "line"] and row.split()[-2:] == ["101", "0"]
+    assert header.split()[-5:] == ["p99", "bind", "s", "over", "line"] and row.split()[-2:] == ["101", "-"]
 
 
 def test_the_table_counts_the_pods_placed_over_a_threshold_once_each() -> None:
@@ -166,3 +167,21 @@ def test_the_table_counts_the_pods_placed_over_a_threshold_once_each() -> None:
     header, row = table(QualityResults({}, figures=[figures])).splitlines()[:2]
     assert header.split()[-2:] == ["over", "line"] and row.split()[-1] == "2"
     assert figures.summary()["over_threshold"] == 2
+
+
+def test_events_that_cannot_be_listed_leave_the_over_line_count_out_not_the_round() -> None:
+    class Refusing:
+        def request(self, *args: object, **kwargs: object) -> object:
+            return SimpleNamespace(ok=False, status=503, data=b"etcd is down")
+
+    said: list[str] = []
+    counted = count_over_threshold(Refusing(), "q-ksched", said.append)  # type: ignore[arg-type]
+    assert counted is None
+    assert said == [
+        "q-ksched: pods placed over a threshold not counted: listing events: HTTP 503: b'etcd is down'"
+    ]
+    kube = QualityFigures("kube-scheduler", "herd", 3)
+    lost = QualityFigures("ksched", "herd", 3)
+    lost.over_threshold = counted
+    rows = table(QualityResults({}, figures=[kube, lost])).splitlines()[1:3]
+    assert [r.split()[-1] for r in rows] == ["-", "-"], "not counted reads '-', not 0"

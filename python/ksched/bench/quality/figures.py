@@ -84,8 +84,10 @@ class QualityFigures:
     max_bind_s: float = 0.0
     # Pods ksched placed over a metric's threshold because every node read over it with them
     # (``onSaturation: leastLoaded``: a PlacedOverThreshold event each), rather than leaving
-    # them pending: the caution's price, beside the hot node-minutes it saves.
-    over_threshold: int = 0
+    # them pending: the caution's price, beside the hot node-minutes it saves. None: not
+    # counted (a setup without ksched, which never places over a threshold, or events that
+    # could not be listed).
+    over_threshold: int | None = None
     # The share of the pods of a workload (:func:`ksched.engine.estimate.workload_of`) that
     # ended on a node with another replica of their workload: replicas share their usage, so
     # the more of them together, the more a node's load swings with one workload's.

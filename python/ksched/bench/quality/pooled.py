@@ -264,9 +264,7 @@ def pooled_round(
             figures = _judge(r, entry, series, sampler, audit_log if namespace in moved else None, results)
             figures.shadow = shadows.get(i)
             if label not in WITHOUT_KSCHED:
-                figures.over_threshold = placed_over_threshold(
-                    list_all(kube, events_path(namespace), "events")
-                )
+                figures.over_threshold = count_over_threshold(kube, namespace, log)
             if i in pollers:
                 figures.estimate = trace(pollers[i].points, pods)
             if r.steers(label):
@@ -287,6 +285,16 @@ def pooled_round(
             if s.controlled:
                 clear_controllers(kube, namespace)
             clear_pods(kube, namespace)
+
+
+def count_over_threshold(kube: Kube, namespace: str, log: Callable[[str], None]) -> int | None:
+    """The pods placed over a threshold in ``namespace`` (:func:`placed_over_threshold`), or
+    None where its events cannot be listed: the round's other figures stand without it."""
+    try:
+        return placed_over_threshold(list_all(kube, events_path(namespace), "events"))
+    except KschedError as err:
+        log(f"{namespace}: pods placed over a threshold not counted: {err}")
+        return None
 
 
 def placed_over_threshold(events: Iterable[Obj]) -> int:

@@ -88,7 +88,7 @@ def table(results: QualityResults) -> str:
                 str(f.pending),
                 f"{f.pods_per_s:.1f}",
                 f"{f.p99_bind_s:.0f}",
-                str(f.over_threshold),
+                "-" if f.over_threshold is None else str(f.over_threshold),
             )
         )
     lines = _aligned(rows)
