@@ -12,7 +12,9 @@ from ksched.bench.quality.figures import (
     QualityFigures,
     QualityResults,
     Series,
+    ShapeFigures,
     judge,
+    node_cores,
     replicas_together,
     unjudged,
 )
@@ -185,3 +187,37 @@ def test_events_that_cannot_be_listed_leave_the_over_line_count_out_not_the_roun
     lost.over_threshold = counted
     rows = table(QualityResults({}, figures=[kube, lost])).splitlines()[1:3]
     assert [r.split()[-1] for r in rows] == ["-", "-"], "not counted reads '-', not 0"
+
+
+def test_figures_per_node_shape_show_which_shape_took_the_pods_and_ran_hot() -> None:
+    def node(name: str, cpu: str) -> dict[str, object]:
+        return {"metadata": {"name": name}, "status": {"allocatable": {"cpu": cpu, "memory": "8Gi"}}}
+
+    cores = node_cores([node("a", "2"), node("b", "2000m"), node("c", "8"), node("d", "8")])
+    assert cores == {"a": 2.0, "b": 2.0, "c": 8.0, "d": 8.0}
+    # Two minutes at a 15 s step: a runs at 0.9 throughout, b cools from 0.9 to 0.5 for the
+    # last minute, the 8-core nodes stay cool.
+    values = [{"a": 0.9, "b": 0.9 if t < 4 else 0.5, "c": 0.4, "d": 0.6} for t in range(8)]
+    series = Series([15.0 * t for t in range(8)], values, 15.0)
+    bound = {f"p{i}": n for i, n in enumerate(["a"] * 3 + ["b"] + ["c"] * 8 + ["d"] * 9)}
+    figures = QualityFigures("ksched", "herd", len(bound))
+    judge(figures, series, ["a", "b", "c", "d"], bound, 0.8, cores)
+    assert figures.shapes == [
+        ShapeFigures(
+            cores=2.0, nodes=2, pods_per_node=2.0, hotspot_node_minutes=3.0, end_mean=0.7, end_max=0.9
+        ),
+        ShapeFigures(
+            cores=8.0, nodes=2, pods_per_node=8.5, hotspot_node_minutes=0.0, end_mean=0.5, end_max=0.6
+        ),
+    ]
+    assert figures.hotspot_node_minutes == 3.0, "the shapes' hot node-minutes add up to the pool's"
+    lines = table(QualityResults({}, figures=[figures])).splitlines()
+    at = next(i for i, line in enumerate(lines) if line.split()[:3] == ["scenario", "scheduler", "node"])
+    assert [line.split() for line in lines[at + 1 : at + 3]] == [
+        ["herd", "ksched", "2", "2", "2.00", "3.0", "0.70", "0.90"],
+        ["herd", "ksched", "8", "2", "8.50", "0.0", "0.50", "0.60"],
+    ]
+    same = QualityFigures("ksched", "herd", len(bound))
+    judge(same, series, ["c", "d"], bound, 0.8, cores)
+    assert len(same.shapes) == 1
+    assert "node cpu" not in table(QualityResults({}, figures=[same])), "one shape: no table per shape"

@@ -20,6 +20,7 @@ from ksched.bench.quality.estimates import EstimateTrace
 from ksched.bench.quality.marks import MarkFigures
 from ksched.bench.quality.rebalance import RebalanceFigures
 from ksched.engine.estimate import workload_of
+from ksched.engine.quantity import parse_quantity
 from ksched.objects import Obj
 
 # Utilisation (cores used / allocatable) over which a node counts as hot.
@@ -66,6 +67,22 @@ class ShadowOutcomes:
         )
 
 
+@dataclass(frozen=True)
+class ShapeFigures:
+    """One node shape of a pool (its nodes' allocatable CPU): how many pods each took, how hot
+    they ran, and where they ended. A scheduler that gives small nodes as many unknown pods
+    per core as large ones runs the small ones hotter: one pod moves their share most."""
+
+    cores: float
+    nodes: int
+    pods_per_node: float
+    hotspot_node_minutes: float
+    # Each node's utilisation over the last minute of samples: the mean over the shape's nodes
+    # and the hottest of them.
+    end_mean: float
+    end_max: float
+
+
 @dataclass
 class QualityFigures:
     scheduler: str
@@ -105,6 +122,8 @@ class QualityFigures:
     # The traced setup's: one pod's estimate from its bind until its usage settled
     # (:mod:`.estimates`).
     estimate: EstimateTrace | None = None
+    # Per node shape, smallest first (:func:`by_shape`).
+    shapes: list[ShapeFigures] = field(default_factory=list)
 
     def summary(self) -> dict[str, Any]:
         """The figures ``--json`` prints (the bands stay in results.json)."""
@@ -153,11 +172,27 @@ def replicas_together(pods: list[Obj]) -> float:
     return round(together / placed, 3) if placed else 0.0
 
 
+def node_cores(nodes: list[Obj]) -> dict[str, float]:
+    """Each node's allocatable CPU in cores (0 where it states none)."""
+    return {
+        n["metadata"]["name"]: float(
+            parse_quantity(((n.get("status") or {}).get("allocatable") or {}).get("cpu", 0))
+        )
+        for n in nodes
+    }
+
+
 def judge(
-    figures: QualityFigures, series: Series, nodes: list[str], bound: dict[str, str], threshold: float
+    figures: QualityFigures,
+    series: Series,
+    nodes: list[str],
+    bound: dict[str, str],
+    threshold: float,
+    cores: dict[str, float] | None = None,
 ) -> None:
     """Fill ``figures`` from the samples over ``nodes`` (a node with no sample counts as idle)
-    and the pods' nodes at the end (``bound``: pod name to node)."""
+    and the pods' nodes at the end (``bound``: pod name to node); with ``cores``
+    (:func:`node_cores`), per node shape too."""
     everything: list[float] = []
     cvs: list[float] = []
     missing = 0
@@ -180,6 +215,39 @@ def judge(
     figures.cv = round(statistics.fmean(cvs), 3) if cvs else 0.0
     last = series.values[-1] if series.values else {}
     figures.pods_on_hot_nodes = sum(1 for node in bound.values() if last.get(node, 0.0) > threshold)
+    if cores is not None:
+        figures.shapes = by_shape(series, {n: cores.get(n, 0.0) for n in nodes}, bound, threshold)
+
+
+# The samples :func:`by_shape` averages as where a node ended: the last minute's at a 15 s scrape.
+END_SAMPLES = 4
+
+
+def by_shape(
+    series: Series, cores: dict[str, float], bound: dict[str, str], threshold: float
+) -> list[ShapeFigures]:
+    """:class:`ShapeFigures` of the nodes in ``cores`` (node to allocatable CPU), from the
+    samples (a node with no sample counts as idle) and the pods' nodes at the end (``bound``)."""
+    pods: dict[str, int] = {}
+    for node in bound.values():
+        pods[node] = pods.get(node, 0) + 1
+    end = series.values[-END_SAMPLES:]
+    shapes = []
+    for size in sorted(set(cores.values())):
+        nodes = [n for n, c in cores.items() if c == size]
+        hot = sum(v.get(n, 0.0) > threshold for v in series.values for n in nodes)
+        ended = [statistics.fmean(v.get(n, 0.0) for v in end) if end else 0.0 for n in nodes]
+        shapes.append(
+            ShapeFigures(
+                cores=size,
+                nodes=len(nodes),
+                pods_per_node=round(sum(pods.get(n, 0) for n in nodes) / len(nodes), 2),
+                hotspot_node_minutes=round(hot * series.step_s / 60.0, 2),
+                end_mean=round(statistics.fmean(ended), 3),
+                end_max=round(max(ended), 3),
+            )
+        )
+    return shapes
 
 
 def unjudged(figures: QualityFigures) -> list[str]:

@@ -42,6 +42,7 @@ from ksched.bench.quality.figures import (
     QualityResults,
     Series,
     judge,
+    node_cores,
     percentile,
     replicas_together,
     unjudged,
@@ -261,7 +262,15 @@ def pooled_round(
             zip(r.entries, plans, node_pools, arrivals, settled, ended, strict=True)
         ):
             entry = _Entry(name, label, namespace, names, made, placed, pods)
-            figures = _judge(r, entry, series, sampler, audit_log if namespace in moved else None, results)
+            figures = _judge(
+                r,
+                entry,
+                series,
+                sampler,
+                audit_log if namespace in moved else None,
+                results,
+                node_cores(nodes),
+            )
             figures.shadow = shadows.get(i)
             if label not in WITHOUT_KSCHED:
                 figures.over_threshold = count_over_threshold(kube, namespace, log)
@@ -424,16 +433,18 @@ def _judge(
     sampler: Sampler,
     audit_log: Path | None,
     results: QualityResults,
+    cores: dict[str, float],
 ) -> QualityFigures:
-    """The entry's figures, appended to ``results`` with its violations; with ``audit_log``,
-    judged by its evictions too."""
+    """The entry's figures, appended to ``results`` with its violations (``cores``: each node's
+    allocatable CPU, for the figures per node shape); with ``audit_log``, judged by its
+    evictions too."""
     name, label, pods, made = entry.name, entry.label, entry.pods, entry.made
     figures = QualityFigures(label, name, r.pods)
     figures.pending = sum(1 for p in entry.placed if not p["spec"].get("nodeName"))
     placing(figures, made, entry.placed)
     # Judged by the pods as they ended: an evicted pod's replacement where it landed.
     bound = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in pods if p["spec"].get("nodeName")}
-    judge(figures, series, entry.nodes, bound, r.threshold)
+    judge(figures, series, entry.nodes, bound, r.threshold, cores)
     figures.replicas_together = replicas_together(pods)
     results.violations += unjudged(figures)
     evicted: set[str] = set()

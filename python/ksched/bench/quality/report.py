@@ -95,6 +95,8 @@ def table(results: QualityResults) -> str:
     moved = [f for f in results.figures if f.rebalance is not None]
     if moved:
         lines += ["", *_aligned([REBALANCE_HEADER, *(_rebalance_row(f) for f in moved)])]
+    if shaped := shape_rows(results):
+        lines += ["", *_aligned(shaped)]
     # Hot node-minutes against kube-scheduler's and, where the round ran it, each setup's oracle's.
     if against_oracle := gap_rows(results):
         lines += ["", *_aligned(against_oracle)]
@@ -110,6 +112,39 @@ def table(results: QualityResults) -> str:
         "invariants: every pod accounted for, no node over-committed"
     ]
     return "\n".join(lines)
+
+
+SHAPE_HEADER = (
+    "scenario",
+    "scheduler",
+    "node cpu",
+    "nodes",
+    "pods a node",
+    "hot node-min",
+    "end util mean",
+    "end util max",
+)
+
+
+def shape_rows(results: QualityResults) -> list[tuple[str, ...]]:
+    """Each setup's figures per node shape, for the scenarios whose nodes have several shapes
+    (empty where none has): where each scheduler put the pods, and which shapes ran hot."""
+    rows = [
+        (
+            f.scenario,
+            f.scheduler,
+            f"{s.cores:g}",
+            str(s.nodes),
+            f"{s.pods_per_node:.2f}",
+            f"{s.hotspot_node_minutes:.1f}",
+            f"{s.end_mean:.2f}",
+            f"{s.end_max:.2f}",
+        )
+        for f in results.figures
+        if len(f.shapes) > 1
+        for s in f.shapes
+    ]
+    return [SHAPE_HEADER, *rows] if rows else []
 
 
 def marks_lines(results: QualityResults) -> list[str]:

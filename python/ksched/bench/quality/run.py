@@ -40,6 +40,7 @@ from ksched.bench.quality.figures import (
     QualityFigures,
     QualityResults,
     judge,
+    node_cores,
     replicas_together,
     unjudged,
 )
@@ -199,7 +200,9 @@ def _one(
         time.sleep(opts.scrape_interval_s)
         series = utilisation(prometheus, start, end, opts.scrape_interval_s)
         nodes = kube.request("GET", "/api/v1/nodes").json()["items"]
-        judge(figures, series, [n["metadata"]["name"] for n in nodes], bound, opts.threshold)
+        judge(
+            figures, series, [n["metadata"]["name"] for n in nodes], bound, opts.threshold, node_cores(nodes)
+        )
         figures.replicas_together = replicas_together(pods)
         results.violations += unjudged(figures)
         everywhere = kube.request("GET", "/api/v1/pods").json()["items"]
