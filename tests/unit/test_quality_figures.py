@@ -193,8 +193,10 @@ def test_figures_per_node_shape_show_which_shape_took_the_pods_and_ran_hot() -> 
     def node(name: str, cpu: str) -> dict[str, object]:
         return {"metadata": {"name": name}, "status": {"allocatable": {"cpu": cpu, "memory": "8Gi"}}}
 
-    cores = node_cores([node("a", "2"), node("b", "2000m"), node("c", "8"), node("d", "8")])
-    assert cores == {"a": 2.0, "b": 2.0, "c": 8.0, "d": 8.0}
+    cores = node_cores(
+        [node("a", "2"), node("b", "2000m"), node("c", "8"), node("d", "8"), node("e", "lots")]
+    )
+    assert cores == {"a": 2.0, "b": 2.0, "c": 8.0, "d": 8.0, "e": 0.0}, "a CPU that does not read: 0"
     # Two minutes at a 15 s step: a runs at 0.9 throughout, b cools from 0.9 to 0.5 for the
     # last minute, the 8-core nodes stay cool.
     values = [{"a": 0.9, "b": 0.9 if t < 4 else 0.5, "c": 0.4, "d": 0.6} for t in range(8)]

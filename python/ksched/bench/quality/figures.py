@@ -21,6 +21,7 @@ from ksched.bench.quality.marks import MarkFigures
 from ksched.bench.quality.rebalance import RebalanceFigures
 from ksched.engine.estimate import workload_of
 from ksched.engine.quantity import parse_quantity
+from ksched.errors import QuantityError
 from ksched.objects import Obj
 
 # Utilisation (cores used / allocatable) over which a node counts as hot.
@@ -173,13 +174,15 @@ def replicas_together(pods: list[Obj]) -> float:
 
 
 def node_cores(nodes: list[Obj]) -> dict[str, float]:
-    """Each node's allocatable CPU in cores (0 where it states none)."""
-    return {
-        n["metadata"]["name"]: float(
-            parse_quantity(((n.get("status") or {}).get("allocatable") or {}).get("cpu", 0))
-        )
-        for n in nodes
-    }
+    """Each node's allocatable CPU in cores (0 where it states none, or none that reads)."""
+    cores = {}
+    for n in nodes:
+        try:
+            cpu = float(parse_quantity(((n.get("status") or {}).get("allocatable") or {}).get("cpu", 0)))
+        except QuantityError:
+            cpu = 0.0
+        cores[n["metadata"]["name"]] = cpu
+    return cores
 
 
 def judge(
