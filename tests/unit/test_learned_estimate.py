@@ -102,29 +102,6 @@ def test_without_enough_measured_pods_or_with_learning_off_the_guess_stands() ->
     assert off.values[1, 0] == pytest.approx(NODE_VALUE + 0.25), "without learn the request stands"
 
 
-def test_pods_still_ramping_that_already_use_more_than_their_guess_raise_it() -> None:
-    # Ten pods measured once (so still ramping: they teach nothing stable yet) at 2x their
-    # requests: a pod not measured yet counts at least at that, rather than at its request,
-    # so that the nodes whose pods are not measured do not read cool beside the measured ones.
-    new = [bound("new", "n1", T0 - 2, cpu="1")]
-    matrix, store = run(learned_metric(), measured_pods([2.0] * LEARN_MIN_PODS), new, samples=1)
-    assert matrix.values[1, 0] == pytest.approx(NODE_VALUE + 2.0 / 4)
-    status = store.learned()["cpu"]
-    assert (status["ratio"], status["ratioFrom"]) == (pytest.approx(2.0), "ramping")
-    # Below their guesses they may still rise: the guess stands.
-    low, store = run(learned_metric(), measured_pods([0.5] * LEARN_MIN_PODS), new, samples=1)
-    assert low.values[1, 0] == pytest.approx(NODE_VALUE + 1.0 / 4)
-    assert store.learned()["cpu"]["ratioFrom"] is None
-    # BestEffort pods measured at 500m while ramping: a new one counts at 500m, not 100m.
-    measured = [(best_effort(f"be{i}", "n0", T0 - 2), 500.0) for i in range(LEARN_MIN_PODS)]
-    blind, store = run(learned_metric(), measured, [best_effort("new", "n1", T0 - 2)], samples=1)
-    assert blind.values[1, 0] == pytest.approx(NODE_VALUE + 0.5 / 4)
-    assert store.learned()["cpu"]["bestEffortFrom"] == "ramping"
-    # Fewer than ten measured teach nothing, ramping or not.
-    few, _ = run(learned_metric(), measured_pods([2.0] * (LEARN_MIN_PODS - 1)), new, samples=1)
-    assert few.values[1, 0] == pytest.approx(NODE_VALUE + 1.0 / 4)
-
-
 def test_best_effort_pods_count_at_the_measured_best_effort_mean() -> None:
     measured = [(best_effort(f"be{i}", "n0", T0 - 2), 500.0) for i in range(LEARN_MIN_PODS)]
     matrix, _ = run(learned_metric(), measured, [best_effort("new", "n1", T0 - 2)])

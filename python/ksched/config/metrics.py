@@ -46,10 +46,6 @@ NEXT_POD_QUANTILE = 0.9
 # ``estimate.warmup``: the longest a pod may take to reach its usage after it starts (Java and
 # Python services warm up over 30 s to 3 min); while it ramps it counts at least its estimate.
 DEFAULT_WARMUP_S = 180.0
-# Which pods taught a cluster-wide figure (``Calibration.ratio_from``, ``best_effort_from``).
-TAUGHT_BY_RECENT = "recent"
-TAUGHT_BY_SETTLED = "settled"
-TAUGHT_BY_RAMPING = "ramping"
 MAX_WARMUP_S = 3600.0
 # ``estimate.prior``: how a pod of a workload nothing was learned of counts. A quantile of the
 # workloads' learned ratios (``p90``), its limit (``limit``), or a fixed ratio (a number).
@@ -171,12 +167,10 @@ class Calibration(Learned):
     # recent pods count (measured, ramping or estimated); None without recent pods. Steering
     # keeps that much room below a node's line (``steering.anticipate``).
     next_pod: float | None = field(default=None, compare=False)
-    # Which pods taught the cluster-wide ratio, and the BestEffort figures (``/status``):
-    # ``recent`` (the stable recent pods), ``settled`` (pods bound before the recent window,
-    # standing in while too few recent pods of that kind are stable) or ``ramping`` (a floor:
-    # recent pods still ramping up, where they already measure above the guess).
-    ratio_from: str = field(default=TAUGHT_BY_RECENT, compare=False)
-    best_effort_from: str = field(default=TAUGHT_BY_RECENT, compare=False)
+    # Whether the cluster-wide ratio, and the BestEffort figures, are the settled pods' standing
+    # in (too few recent pods of that kind measured; ``/status`` says which pods taught them).
+    ratio_settled: bool = field(default=False, compare=False)
+    best_effort_settled: bool = field(default=False, compare=False)
 
 
 @dataclass(frozen=True)

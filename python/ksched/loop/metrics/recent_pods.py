@@ -50,7 +50,6 @@ from ksched.config.metrics import NEXT_POD_QUANTILE, Calibration, WorkloadCalibr
 from ksched.engine.estimate import (
     MEASURED,
     RAMPING,
-    best_effort_amount,
     declared_usage,
     expected,
     guess,
@@ -67,7 +66,6 @@ from ksched.loop.metrics.workloads import (
     STATUS_RAMPING,
     PodSeries,
     WorkloadHistory,
-    at_least_ramping,
     credible,
     learn,
     prior_figures,
@@ -283,9 +281,9 @@ class RecentPods:
                 i, estimate, arrays, known, now if measured_at is None else measured_at, now
             )
             teaching = np.where(ramping, np.nan, known)
-            taught = self._settled[i].stand_in(now, learn(guesses, kinds, teaching))
-            taught = at_least_ramping(taught, guesses, kinds, known, best_effort_amount(estimate))
-            calibration = self._calibration(i, estimate, taught, now)
+            calibration = self._calibration(
+                i, estimate, self._settled[i].stand_in(now, learn(guesses, kinds, teaching)), now
+            )
         amounts, spreads, sources = self._expected(i, arrays, guesses, calibration, estimate)
         # What the sample does not show of each pod: its fade over the window; for one still
         # ramping up, the larger of its estimate and its measured usage, less the part of its

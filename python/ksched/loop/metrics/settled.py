@@ -32,7 +32,7 @@ from dataclasses import replace
 import numpy as np
 
 from ksched.config import EstimateConfig
-from ksched.config.metrics import TAUGHT_BY_SETTLED, Calibration, Learned
+from ksched.config.metrics import Calibration, Learned
 from ksched.engine.estimate import guess, workload_of
 from ksched.engine.pods import CountedRequests
 from ksched.loop.metrics.workloads import WorkloadHistory, learn
@@ -127,7 +127,7 @@ class SettledPods:
                 ratio=ratio[1].ratio,
                 ratio_sd=ratio[1].ratio_sd,
                 ratio_pods=ratio[1].ratio_pods,
-                ratio_from=TAUGHT_BY_SETTLED,
+                ratio_settled=True,
             )
         if recent.best_effort is None and best is not None and now - best[0] <= SETTLED_TTL_S:
             recent = replace(
@@ -135,6 +135,6 @@ class SettledPods:
                 best_effort=best[1].best_effort,
                 best_effort_sd=best[1].best_effort_sd,
                 best_effort_pods=best[1].best_effort_pods,
-                best_effort_from=TAUGHT_BY_SETTLED,
+                best_effort_settled=True,
             )
         return recent

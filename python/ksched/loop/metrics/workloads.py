@@ -33,13 +33,7 @@ import numpy as np
 import numpy.typing as npt
 from cachetools import TTLCache
 
-from ksched.config.metrics import (
-    LEARN_MIN_PODS,
-    TAUGHT_BY_RAMPING,
-    Calibration,
-    Learned,
-    WorkloadCalibration,
-)
+from ksched.config.metrics import LEARN_MIN_PODS, Calibration, Learned, WorkloadCalibration
 from ksched.engine.estimate import BEST_EFFORT, FROM_REQUEST
 
 log = logging.getLogger(__name__)
@@ -404,10 +398,9 @@ class PodSeries:
         return False, True, fresh
 
 
-def _taught_by(figure: float | None, taught_by: str) -> str | None:
-    """Which pods taught a cluster-wide figure (``/status``): none (no figure), the recent, the
-    settled or the ramping ones."""
-    return None if figure is None else taught_by
+def _taught_by(figure: float | None, settled: bool) -> str | None:
+    """Which pods taught a cluster-wide figure (``/status``): none, the recent or the settled."""
+    return None if figure is None else "settled" if settled else "recent"
 
 
 def learned_json(resource: str | None, c: Calibration) -> dict[str, Any]:
@@ -416,9 +409,8 @@ def learned_json(resource: str | None, c: Calibration) -> dict[str, Any]:
     usage of BestEffort pods (engine units: millicores for cpu, else the resource's own) and
     its spread, how many measured pods each figure is from and which pods taught it
     (``ratioFrom``, ``bestEffortFrom``: ``recent``, the pods bound within the recent window,
-    ``settled``, those bound before it standing in while too few recent ones are measured, or
-    ``ramping``, recent pods still ramping up that measure above their guesses; null with no
-    figure) (a cluster-wide figure is null below ``LEARN_MIN_PODS``; a workload's
+    or ``settled``, those bound before it standing in while too few recent ones are measured;
+    null with no figure) (a cluster-wide figure is null below ``LEARN_MIN_PODS``; a workload's
     is weighed against the collective figure,
     :func:`credible`); the prior a pod of a workload without history counts at; how the
     recent pods are counted (``sources``: pods by where their estimate came from, ``ramping``:
@@ -431,11 +423,11 @@ def learned_json(resource: str | None, c: Calibration) -> dict[str, Any]:
         "ratio": c.ratio,
         "ratioStdDev": c.ratio_sd,
         "ratioPods": c.ratio_pods,
-        "ratioFrom": _taught_by(c.ratio, c.ratio_from),
+        "ratioFrom": _taught_by(c.ratio, c.ratio_settled),
         "bestEffort": c.best_effort,
         "bestEffortStdDev": c.best_effort_sd,
         "bestEffortPods": c.best_effort_pods,
-        "bestEffortFrom": _taught_by(c.best_effort, c.best_effort_from),
+        "bestEffortFrom": _taught_by(c.best_effort, c.best_effort_settled),
         "prior": {
             "ratio": c.prior_ratio,
             "ratioStdDev": c.prior_ratio_sd,
@@ -467,44 +459,6 @@ def learned_json(resource: str | None, c: Calibration) -> dict[str, Any]:
             )
         ],
     }
-
-
-def at_least_ramping(
-    taught: Calibration,
-    guesses: npt.NDArray[np.float64],
-    kinds: npt.NDArray[np.int8],
-    measured: npt.NDArray[np.float64],
-    best_effort_guess: float,
-) -> Calibration:
-    """``taught`` (what the stable pods, or the settled ones standing in, taught), with each
-    cluster-wide figure it lacks taken from every measured recent pod, those still ramping up
-    included (``measured`` not NaN), where at least ``LEARN_MIN_PODS`` of that kind are measured
-    and they already use more than their guesses (a ratio over 1; BestEffort pods over
-    ``best_effort_guess``, the configured figure): a pod ramping up uses at least what it
-    measures, so its pods' guesses are too low. Pods that arrive faster than they settle are
-    all ramping for their first minute, while the nodes their measured pods sit on already
-    read their load; without the floor, the nodes whose pods are not measured yet read cool
-    against them. Below their guesses, ramping pods teach nothing (they may still rise)."""
-    if taught.ratio is not None and taught.best_effort is not None:
-        return taught
-    floor = learn(guesses, kinds, measured)
-    if taught.ratio is None and floor.ratio is not None and floor.ratio > 1.0:
-        taught = replace(
-            taught,
-            ratio=floor.ratio,
-            ratio_sd=floor.ratio_sd,
-            ratio_pods=floor.ratio_pods,
-            ratio_from=TAUGHT_BY_RAMPING,
-        )
-    if taught.best_effort is None and floor.best_effort is not None and floor.best_effort > best_effort_guess:
-        taught = replace(
-            taught,
-            best_effort=floor.best_effort,
-            best_effort_sd=floor.best_effort_sd,
-            best_effort_pods=floor.best_effort_pods,
-            best_effort_from=TAUGHT_BY_RAMPING,
-        )
-    return taught
 
 
 def learn(
