@@ -40,6 +40,11 @@ def learned_metric(**estimate: Any) -> MetricConfig:
     )
 
 
+def placing_estimate(**estimate: Any) -> EstimateConfig:
+    """A learned estimate with one deviation, as the engine reads it for a pod being placed."""
+    return EstimateConfig(resource="cpu", pod_query=POD_QUERY, learn=True, **{"deviations": 1.0, **estimate})
+
+
 def best_effort(name: str, node_name: str, at: float) -> dict[str, Any]:
     p = pod(name, cpu=None, memory=None, node_name=node_name, scheduler="default-scheduler")
     p["metadata"]["uid"] = f"uid-{name}"
@@ -154,14 +159,7 @@ def test_before_any_pod_is_measured_the_deviations_count_the_initial_spread() ->
 def test_a_pod_being_placed_before_any_pod_is_measured_counts_its_initial_spread(
     spread: float, placed: str | None, caution: int
 ) -> None:
-    estimate = EstimateConfig(
-        resource="cpu",
-        pod_query=POD_QUERY,
-        learn=True,
-        deviations=1.0,
-        initial_spread=spread,
-        calibration=Calibration(),
-    )
+    estimate = placing_estimate(initial_spread=spread, calibration=Calibration())
     p = pod("p", cpu="150m")
     placements = place(usage(estimate=estimate), one_cpu_nodes(1), [0.6], p)
     assert placements[0].node == placed
@@ -198,14 +196,7 @@ def test_a_pod_counts_at_its_mean_in_the_score_only_with_score_by_mean() -> None
     calibration = Calibration(ratio=1.5, ratio_sd=1.0, ratio_pods=LEARN_MIN_PODS)
     requests = pod_requests(pod("p", cpu="100m"))
     for by_mean, expected in ((False, 250), (True, 150)):
-        estimate = EstimateConfig(
-            resource="cpu",
-            pod_query=POD_QUERY,
-            learn=True,
-            deviations=1.0,
-            score_by_mean=by_mean,
-            calibration=calibration,
-        )
+        estimate = placing_estimate(score_by_mean=by_mean, calibration=calibration)
         choice = estimate_choice(pod("p", cpu="100m"), requests, estimate)
         # 100m x 1.5 plus one deviation of 100m x 1.0: the filter's figure either way.
         assert (choice.amount, choice.expected) == (250, expected), by_mean
