@@ -222,8 +222,8 @@ def judge(
         figures.shapes = by_shape(series, {n: cores.get(n, 0.0) for n in nodes}, bound, threshold)
 
 
-# The samples :func:`by_shape` averages as where a node ended: the last minute's at a 15 s scrape.
-END_SAMPLES = 4
+# How far back :func:`by_shape` averages a node's samples as where it ended.
+END_S = 60.0
 
 
 def by_shape(
@@ -234,7 +234,8 @@ def by_shape(
     pods: dict[str, int] = {}
     for node in bound.values():
         pods[node] = pods.get(node, 0) + 1
-    end = series.values[-END_SAMPLES:]
+    last = max(1, round(END_S / series.step_s)) if series.step_s > 0 else 1
+    end = series.values[-last:]
     shapes = []
     for size in sorted(set(cores.values())):
         nodes = [n for n, c in cores.items() if c == size]
