@@ -117,7 +117,10 @@ def explanation_json(ex: Explanation, estimates: Sequence[tuple[str, str, Choice
 
 def estimate_text(resource: str, c: Choice) -> str:
     """One metric's estimate of a pod, as ``explain`` prints it."""
-    amount = f"{c.amount}m" if resource == "cpu" else f"{c.amount}"
+
+    def quantity(value: int) -> str:
+        return f"{value}m" if resource == "cpu" else f"{value}"
+
     why = {
         "declared": "declared by its ksched.io/expected annotation",
         "limit": "its limit (above its request), or the legacy estimate",
@@ -130,11 +133,8 @@ def estimate_text(resource: str, c: Choice) -> str:
     if c.figure is not None:
         figure = f", figure {c.figure:.3g}" + (f" from {c.pods} measured pods" if c.pods else "")
     problem = f"; {c.problem}: ignored" if c.problem else ""
-    caution = ""
-    if c.caution:
-        spread = f"{c.caution}m" if resource == "cpu" else f"{c.caution}"
-        caution = f"; {spread} of it is the deviations of its spread"
-    return f"{amount} {resource} ({c.source}: {why}{figure}{caution}{problem})"
+    caution = f"; {quantity(c.caution)} of it is the deviations of its spread" if c.caution else ""
+    return f"{quantity(c.amount)} {resource} ({c.source}: {why}{figure}{caution}{problem})"
 
 
 def render_explanation(ex: Explanation, estimates: Sequence[tuple[str, str, Choice]] = ()) -> str:

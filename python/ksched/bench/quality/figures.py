@@ -16,11 +16,11 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ksched.bench.invariants import allocatable
 from ksched.bench.quality.estimates import EstimateTrace
 from ksched.bench.quality.marks import MarkFigures
 from ksched.bench.quality.rebalance import RebalanceFigures
 from ksched.engine.estimate import workload_of
-from ksched.engine.quantity import parse_quantity
 from ksched.errors import QuantityError
 from ksched.objects import Obj
 
@@ -178,7 +178,7 @@ def node_cores(nodes: list[Obj]) -> dict[str, float]:
     cores = {}
     for n in nodes:
         try:
-            cpu = float(parse_quantity(((n.get("status") or {}).get("allocatable") or {}).get("cpu", 0)))
+            cpu = allocatable(n).get("cpu", 0) / 1000
         except QuantityError:
             cpu = 0.0
         cores[n["metadata"]["name"]] = cpu
@@ -231,9 +231,7 @@ def by_shape(
 ) -> list[ShapeFigures]:
     """:class:`ShapeFigures` of the nodes in ``cores`` (node to allocatable CPU), from the
     samples (a node with no sample counts as idle) and the pods' nodes at the end (``bound``)."""
-    pods: dict[str, int] = {}
-    for node in bound.values():
-        pods[node] = pods.get(node, 0) + 1
+    pods = Counter(bound.values())
     last = max(1, round(END_S / series.step_s)) if series.step_s > 0 else 1
     end = series.values[-last:]
     shapes = []
@@ -245,7 +243,7 @@ def by_shape(
             ShapeFigures(
                 cores=size,
                 nodes=len(nodes),
-                pods_per_node=round(sum(pods.get(n, 0) for n in nodes) / len(nodes), 2),
+                pods_per_node=round(sum(pods[n] for n in nodes) / len(nodes), 2),
                 hotspot_node_minutes=round(hot * series.step_s / 60.0, 2),
                 end_mean=round(statistics.fmean(ended), 3),
                 end_max=round(max(ended), 3),

@@ -258,6 +258,7 @@ def pooled_round(
         nodes = kube.request("GET", "/api/v1/nodes").json()["items"]
         everywhere = kube.request("GET", "/api/v1/pods").json()["items"]
         results.violations += [f"over-committed {o}" for o in overcommitted(nodes, everywhere)]
+        cores = node_cores(nodes)
         for i, ((name, label), (namespace, _), names, made, (placed, _), pods) in enumerate(
             zip(r.entries, plans, node_pools, arrivals, settled, ended, strict=True)
         ):
@@ -269,7 +270,7 @@ def pooled_round(
                 sampler,
                 audit_log if namespace in moved else None,
                 results,
-                node_cores(nodes),
+                cores,
             )
             figures.shadow = shadows.get(i)
             if label not in WITHOUT_KSCHED:
