@@ -116,6 +116,23 @@ def test_a_saturated_pod_goes_to_the_least_loaded_node_whatever_the_other_scores
     )
 
 
+def test_the_placement_says_what_the_pods_own_estimate_adds() -> None:
+    # Every node reads under 0.8, and over it with the pod's 1 CPU counted (a quarter of 4,
+    # half of 2): the event names what the pod's estimate adds on the node it went to, so a
+    # node that reads 0.6 being "over" 0.8 is explained.
+    nodes = [node("big", cpu="4"), node("small", cpu="2")]
+    metric = load_metric("leastLoaded", estimate={"resource": "cpu"})
+    got = simulate(config(metric), [pod("web", cpu="1")], {"big": 0.6, "small": 0.4}, nodes=nodes)[
+        "default/web"
+    ]
+    assert (got.node, got.saturation) == ("big", (Saturation("load", "leastLoaded", 0.6, "above 0.8", 0.25),))
+    assert got.over_threshold() == [
+        "placed on big over the load threshold: load there was 0.6 before this batch and this pod's "
+        "load estimate adds 0.25, threshold above 0.8; every node that passed the other filters was "
+        "over it (onSaturation: leastLoaded)"
+    ]
+
+
 def test_a_priority_band_decides_whether_a_pod_is_saturated() -> None:
     # urgent's band allows 0.9: warm is under it. web is held to 0.8: every node is over it.
     bands = {"filter": {"above": 0.8, "bands": [{"minPriority": 1000, "above": 0.9}]}}
@@ -271,7 +288,7 @@ def test_simulate_shows_saturation(tmp_path: Path, capsys: pytest.CaptureFixture
     (placement,) = json.loads(capsys.readouterr().out)["placements"]
     assert placement["node"] == "warm"
     assert placement["saturation"] == [
-        {"metric": "load", "policy": "leastLoaded", "value": 0.85, "threshold": "above 0.8"}
+        {"metric": "load", "policy": "leastLoaded", "value": 0.85, "threshold": "above 0.8", "podShare": None}
     ]
 
 

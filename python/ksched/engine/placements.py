@@ -38,20 +38,25 @@ class Saturation:
     ``policy`` is the metric's ``onSaturation``. Where the pod was placed anyway
     (``leastLoaded``), ``value`` is the chosen node's value of the metric when the
     batch started (None: the node has none) and ``threshold`` the one it is held to
-    (``above 0.9``); for a pod left pending both are None."""
+    (``above 0.9``); for a pod left pending both are None. ``pod_share`` is what the pod's own
+    load estimate adds to the node's value as the filter counts it (its estimate, deviations
+    included, over the node's allocatable); None where the metric counts no estimate for the
+    pod. A node that reads cool can be over the line with a large pod nothing was learned of."""
 
     metric: str
     policy: str
     value: float | None = None
     threshold: str | None = None
+    pod_share: float | None = None
 
     def note(self, node: str) -> str:
         """The ``PlacedOverThreshold`` event's note for a pod placed on ``node``."""
         value = "no value" if self.value is None else f"{self.value:g}"
+        adds = "" if self.pod_share is None else f" and this pod's load estimate adds {self.pod_share:.3g}"
         return (
             f"placed on {node} over the {self.metric} threshold: {self.metric} there was {value} "
-            f"before this batch, threshold {self.threshold}; every node that passed the other "
-            f"filters was over it (onSaturation: {self.policy})"
+            f"before this batch{adds}, threshold {self.threshold}; every node that passed the "
+            f"other filters was over it (onSaturation: {self.policy})"
         )
 
     def as_json(self) -> dict[str, Any]:
@@ -60,6 +65,7 @@ class Saturation:
             "policy": self.policy,
             "value": self.value,
             "threshold": self.threshold,
+            "podShare": self.pod_share,
         }
 
 

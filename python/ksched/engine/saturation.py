@@ -119,12 +119,24 @@ def _rejected_values(
     estimate added where it counts), of the nodes over its threshold on ``side``, distinct,
     least loaded first."""
     seen = np.array(column, dtype=np.float64)
-    if load["incoming"][at % m] and metric.estimate is not None:
-        seen += shares(snapshot, metric.estimate.resource, float(load["amounts"][at]))
+    own = _pod_shares(load, metric, snapshot, at, m)
+    if own is not None:
+        seen += own
     above, below = lines_on_nodes(snapshot, metric.name, load["pod_above"][at], load["pod_below"][at])
     if side == "above":
         return np.unique(seen[seen > above])
     return np.unique(seen[seen < below])[::-1]
+
+
+def _pod_shares(
+    load: MetricLoad, metric: MetricConfig, snapshot: Snapshot, at: int, m: int
+) -> npt.NDArray[np.float64] | None:
+    """What pod and metric ``at`` adds on each node as the metric filter counts it: its load
+    estimate (deviations included) over each node's allocatable; None where the metric counts
+    no estimate for the pod."""
+    if not load["incoming"][at % m] or metric.estimate is None:
+        return None
+    return shares(snapshot, metric.estimate.resource, float(load["amounts"][at]))
 
 
 def note_saturation(
@@ -138,6 +150,8 @@ def note_saturation(
     names those metrics, with its node's value and the threshold; a pod left pending names
     every metric whose threshold rejected a node in the last run or was off for it."""
     hits = batch.threshold_hits(out)
+    load = batch.inputs.load if batch.inputs is not None else None
+    rows = {row.slot: j for j, row in enumerate(batch.rows)}
     for slot in sorted(hits.keys() | batch.relaxed.keys()):
         placement = batch.results[slot]
         if placement is None:
@@ -155,6 +169,7 @@ def note_saturation(
                     priority,
                     node,
                     None if values is None else float(values[node, m]),
+                    _pod_share(load, metrics, snapshot, rows.get(slot), m, node),
                 )
                 for m, side in sorted(relaxed.items())
             )
@@ -165,12 +180,34 @@ def note_saturation(
             batch.results[slot] = replace(placement, saturation=saturation)
 
 
+def _pod_share(
+    load: MetricLoad | None,
+    metrics: Sequence[MetricConfig],
+    snapshot: Snapshot,
+    row: int | None,
+    k: int,
+    node: int,
+) -> float | None:
+    """What the pod in batch ``row`` adds to metric ``k`` on ``node`` (:func:`_pod_shares`)."""
+    if load is None or row is None:
+        return None
+    own = _pod_shares(load, metrics[k], snapshot, row * len(metrics) + k, len(metrics))
+    return None if own is None else round(float(own[node]), 3)
+
+
 def _over_threshold(
-    snapshot: Snapshot, metric: MetricConfig, side: str, priority: int, node: int, value: float | None
+    snapshot: Snapshot,
+    metric: MetricConfig,
+    side: str,
+    priority: int,
+    node: int,
+    value: float | None,
+    pod_share: float | None,
 ) -> Saturation:
     """A pod of ``priority`` placed on ``node`` over ``metric``'s threshold on ``side``: the
     node's own threshold where it has one (its annotation wins), else the pod's band's.
-    ``value`` is the node's value of the metric (NaN or None: none)."""
+    ``value`` is the node's value of the metric (NaN or None: none); ``pod_share`` what the
+    pod's estimate adds there."""
     own = node_thresholds(snapshot, metric.name)[0 if side == "above" else 1][node]
     above, below = metric.thresholds(priority)
     limit = float(own) if not math.isnan(own) else above if side == "above" else below
@@ -179,4 +216,5 @@ def _over_threshold(
         metric.on_saturation,
         None if value is None or math.isnan(value) else value,
         f"{side} {limit:g}" if limit is not None else side,
+        pod_share,
     )
