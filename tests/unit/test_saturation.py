@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from ksched.commands.cli import main
+from ksched.commands.simulate import saturation_text
 from ksched.config import Config, parse_config
 from ksched.engine import Engine, Placement
 from ksched.engine.cluster_file import ClusterFile
@@ -131,6 +132,7 @@ def test_the_placement_says_what_the_pods_own_estimate_adds() -> None:
         "load estimate adds 0.25, threshold above 0.8; every node that passed the other filters was "
         "over it (onSaturation: leastLoaded)"
     ]
+    assert saturation_text(got.as_json()) == "placed over threshold: load 0.6 + 0.25 this pod (above 0.8)"
 
 
 def test_a_priority_band_decides_whether_a_pod_is_saturated() -> None:

@@ -43,10 +43,16 @@ def saturation_text(placement: dict[str, Any]) -> str:
         return ""
     if placement["node"] is None:
         return "saturated: " + ", ".join(f"{s['metric']} (onSaturation: {s['policy']})" for s in entries)
-    return "placed over threshold: " + ", ".join(
-        f"{s['metric']} {'no value' if s['value'] is None else format(s['value'], 'g')} ({s['threshold']})"
-        for s in entries
-    )
+    return "placed over threshold: " + ", ".join(_over(s) for s in entries)
+
+
+def _over(s: dict[str, Any]) -> str:
+    """One threshold a pod was placed over: the node's value, what the pod's own estimate added
+    there, and the threshold."""
+    value = "no value" if s["value"] is None else format(s["value"], "g")
+    share = s.get("podShare")
+    own = "" if share is None else f" + {share:g} this pod"
+    return f"{s['metric']} {value}{own} ({s['threshold']})"
 
 
 def render_table(placements: list[dict[str, Any]]) -> str:
