@@ -83,9 +83,11 @@ class Batch:
 
     def explain_row(self) -> int | None:
         """The row of the explained pod, None when it has none (or was dropped with its gang)."""
-        if self.explain_slot is None:
-            return None
-        return next((j for j, r in enumerate(self.rows) if r.slot == self.explain_slot), None)
+        return None if self.explain_slot is None else self.row_of(self.explain_slot)
+
+    def row_of(self, slot: int) -> int | None:
+        """The row of the pod in result ``slot``, None when it has none (dropped with its gang)."""
+        return next((j for j, r in enumerate(self.rows) if r.slot == slot), None)
 
     def threshold_hits(self, out: Outcome) -> dict[int, dict[int, str]]:
         """The pods (by slot) the engine's run left unplaced although some node was rejected

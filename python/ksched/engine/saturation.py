@@ -151,7 +151,6 @@ def note_saturation(
     every metric whose threshold rejected a node in the last run or was off for it."""
     hits = batch.threshold_hits(out)
     load = batch.inputs.load if batch.inputs is not None else None
-    rows = {row.slot: j for j, row in enumerate(batch.rows)}
     for slot in sorted(hits.keys() | batch.relaxed.keys()):
         placement = batch.results[slot]
         if placement is None:
@@ -161,6 +160,7 @@ def note_saturation(
             node = snapshot.index[placement.node]
             req = placement.requirements
             priority = req.priority if req is not None else 0
+            row = batch.row_of(slot)
             saturation = tuple(
                 _over_threshold(
                     snapshot,
@@ -169,7 +169,7 @@ def note_saturation(
                     priority,
                     node,
                     None if values is None else float(values[node, m]),
-                    _pod_share(load, metrics, snapshot, rows.get(slot), m, node),
+                    _pod_share(load, metrics, snapshot, row, m, node),
                 )
                 for m, side in sorted(relaxed.items())
             )
