@@ -21,9 +21,9 @@ from ksched.loop.metrics.load_model import LoadModel
 from ksched.loop.metrics.metric_sources import MetricStore
 from ksched.loop.metrics.workloads import RAMP_SPAN
 from ksched.loop.mirror.slim import slim_pod
-from tests.conftest import pod
+from tests.conftest import node, pod
 from tests.unit.test_load_estimate import CONFIG, T0, Clock, PodUsageSource, bound, cluster, rfc3339
-from tests.unit.test_load_estimate_engine import one_cpu_nodes, place, usage
+from tests.unit.test_load_estimate_engine import one_cpu_nodes, owned_by, place, usage
 
 POD_QUERY = "sum by (namespace, pod) (irate(pod_cpu_usage_seconds_total[1m]))"
 NODE_VALUE = 0.1  # what PodUsageSource's sample says of n0 and n1
@@ -210,6 +210,28 @@ def test_a_pod_counts_at_its_mean_in_the_score_only_with_score_by_mean() -> None
     assert not plain.metrics[0].estimate.score_by_mean, "false needs nothing learned"
 
 
+@pytest.mark.parametrize(("score", "placed"), [(False, "large"), ("pod", "small")])
+def test_a_pod_of_an_unknown_workload_is_ranked_by_what_it_is_expected_to_use(
+    score: Any, placed: str
+) -> None:
+    # Workloads learned so far use 1x their requests on average, 2x at the 90th percentile. A
+    # 1-CPU pod of a new Deployment counts 2 CPUs against the filter either way. Ranked by
+    # that, the 8-CPU node reading 0.3 (0.55 with it) beats the 4-CPU one reading 0.1 (0.6);
+    # ranked by what it is expected to use, the 4-CPU node (0.35 against 0.425) takes it, as
+    # a pod that knows its usage would be placed.
+    calibration = Calibration(prior_ratio=2.0, prior_ratio_typical=1.0)
+    estimate = placing_estimate(calibration=calibration, score_pod_by_mean=score == "pod")
+    nodes = [node("small", cpu="4"), node("large", cpu="8")]
+    p = owned_by(pod("p", cpu="1"), "ReplicaSet")
+    p["metadata"]["labels"] = {"pod-template-hash": "h1"}
+    p["metadata"]["ownerReferences"][0]["name"] = "new-h1"
+    (placement,) = place(usage(estimate=estimate), nodes, [0.1, 0.3], p)
+    assert placement.node == placed
+    # The filter still holds it to 2 CPUs: on a 4-CPU node reading 0.45, it is over 0.8.
+    (placement,) = place(usage(estimate=estimate), nodes, [0.45, 0.9], p)
+    assert placement.node is None
+
+
 def test_a_pod_that_requests_almost_nothing_does_not_swamp_what_is_learned() -> None:
     # Nine pods use what they request; one requests 1m and uses a whole core.
     measured = measured_pods([1.0] * (LEARN_MIN_PODS - 1), cpu_milli=1000)
@@ -246,9 +268,10 @@ def test_the_pod_being_placed_counts_at_its_calibrated_estimate_plus_deviations(
         ({"deviations": -1, "podQuery": POD_QUERY}, "estimate.deviations: must not be negative"),
         ({"deviations": 1, "podQuery": POD_QUERY}, "estimate.deviations: needs learn: true"),
         ({"scoreByMean": True, "podQuery": POD_QUERY}, "estimate.scoreByMean: needs learn: true"),
+        ({"scoreByMean": "pod", "podQuery": POD_QUERY}, "estimate.scoreByMean: needs learn: true"),
         (
             {"scoreByMean": "yes", "podQuery": POD_QUERY, "learn": True},
-            "estimate.scoreByMean: must be true or false",
+            "estimate.scoreByMean: must be true, false or pod",
         ),
         ({"deviations": 1, "podQuery": POD_QUERY, "learn": False}, "estimate.deviations: needs learn: true"),
     ],

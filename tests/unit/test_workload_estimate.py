@@ -318,6 +318,41 @@ def test_a_herd_counts_at_its_workloads_history_else_at_the_prior() -> None:
     assert (bare.source, bare.amount) == ("configured", 1000)
 
 
+@pytest.mark.parametrize("score", [False, "pod", True])
+def test_the_score_reads_a_pod_of_an_unknown_workload_at_the_typical_workloads_figure(score: Any) -> None:
+    loop = Loop(parse_metric({"scoreByMean": score, "deviations": 1}))
+    matrix = teach(loop, {"web": 0.5, "batch": 2.0, "api": 1.0})
+    unknown = loop.choice(matrix, owned("new-0", "", cpu="1", owner=("Deployment", "new")))
+    figures = [weighed(r, LEARN_MIN_PODS, 3.5 / 3) for r in (0.5, 2.0, 1.0)]
+    calibration = matrix.metrics[0].estimate.calibration
+    assert calibration.prior_ratio == pytest.approx(figures[1]), "p90 of the workloads: batch's"
+    assert calibration.prior_ratio_typical == pytest.approx(sum(figures) / 3), "their mean"
+    # The filter counts it at the quantile whatever the score reads; the replicas agree
+    # exactly, so no deviation is added.
+    assert (unknown.source, unknown.amount) == ("prior", round(1000 * figures[1]))
+    want = round(1000 * sum(figures) / 3) if score else round(1000 * figures[1])
+    assert unknown.expected == want
+    known = loop.choice(matrix, owned("web-next", "", cpu="1", owner=("Deployment", "web")))
+    assert known.expected == known.amount == round(1000 * figures[0]), "a known workload: its own"
+
+
+def parse_metric(estimate: dict[str, Any]) -> MetricConfig:
+    raw = {
+        **CONFIG,
+        "prometheus": {"url": "http://prometheus:9090"},
+        "metrics": [
+            {
+                "name": "cpu",
+                "source": "prometheus",
+                "query": "q[90s]",
+                "estimate": {"resource": "cpu", "podQuery": POD_QUERY, "learn": True, **estimate},
+            }
+        ],
+    }
+    (m,) = parse_config(raw).metrics
+    return m
+
+
 @pytest.mark.parametrize(
     ("prior", "limit", "want"),
     [(1.5, None, 1500), ("limit", "1", 1000), ("limit", None, 500), ("p90", "1", 500)],

@@ -90,6 +90,7 @@ def explanation_json(ex: Explanation, estimates: Sequence[tuple[str, str, Choice
                     "metric": metric,
                     "resource": resource,
                     "amount": c.amount,
+                    "scoredAt": c.mean,
                     "source": c.source,
                     "workload": c.workload,
                     "figure": c.figure,
@@ -140,7 +141,8 @@ def estimate_text(resource: str, c: Choice) -> str:
         figure = f", figure {c.figure:.3g}" + (f" from {c.pods} measured pods" if c.pods else "")
     problem = f"; {c.problem}: ignored" if c.problem else ""
     caution = f"; {quantity(c.caution)} of it is the deviations of its spread" if c.caution else ""
-    return f"{quantity(c.amount)} {resource} ({c.source}: {why}{figure}{caution}{problem})"
+    scored = f"; scored at {quantity(c.mean)}" if c.mean is not None and c.mean != c.amount else ""
+    return f"{quantity(c.amount)} {resource} ({c.source}: {why}{figure}{caution}{scored}{problem})"
 
 
 def render_explanation(ex: Explanation, estimates: Sequence[tuple[str, str, Choice]] = ()) -> str:

@@ -156,6 +156,11 @@ class Calibration(Learned):
     prior_ratio_sd: float = 0.0
     prior_best_effort: float | None = None
     prior_best_effort_sd: float = 0.0
+    # What a typical workload's pods use (the learned workloads' mean figure, at most the
+    # prior's): a prior pod's expected usage, which the metric's score reads where
+    # ``scoreByMean`` scores the pod being placed at its mean.
+    prior_ratio_typical: float | None = None
+    prior_best_effort_typical: float | None = None
     # How the recent pods were counted (``/status``): pods by source of their estimate, and
     # the keys of those still ramping up.
     sources: Mapping[str, int] = field(default_factory=dict, compare=False)
@@ -192,7 +197,10 @@ class EstimateConfig:
     usage. ``deviations`` adds that many standard deviations of what the measured pods
     strayed: to each pod being placed, and to each node as the combined spread of its recent
     pods not measured yet (independent: the root of the sum of squares). With
-    ``score_by_mean`` they count in the metric's filter only, and its score reads the mean.
+    ``score_by_mean`` they count in the metric's filter only, and its score reads the mean;
+    with ``score_pod_by_mean`` only the pod being placed is scored at its mean (a pod of a
+    workload without history at the typical workload's figure, not the prior's quantile),
+    while each node's reading keeps its caution.
 
     A learned estimate learns per workload too (``workload_label``, else the pod's controller):
     a pod counts at its own workload's figures, a pod of a workload without a measured pod at
@@ -217,6 +225,9 @@ class EstimateConfig:
     # The deviations count in the filter only; the metric's score reads nodes and pods at the
     # mean (the engine's caution: Matrix.caution, LoadInputs.expected).
     score_by_mean: bool = False
+    # ``scoreByMean: pod``: the pod being placed is scored at its mean (implied by
+    # ``score_by_mean``); each node keeps its caution in the score.
+    score_pod_by_mean: bool = False
     # The pod label that names a pod's workload where set (None: its controller).
     workload_label: str | None = None
     # The longest a pod is taken to ramp up after its bind.
@@ -228,6 +239,11 @@ class EstimateConfig:
     initial_spread: float = DEFAULT_INITIAL_SPREAD
     # The loop's current calibration (set each cycle where ``learns``; never parsed).
     calibration: Calibration | None = None
+
+    @property
+    def scores_pod_by_mean(self) -> bool:
+        """Whether the metric's score reads the pod being placed at its mean."""
+        return self.score_by_mean or self.score_pod_by_mean
 
     @property
     def learns(self) -> bool:
@@ -396,8 +412,8 @@ def _estimate(obj: Any, path: str, metric_resource: str | None) -> EstimateConfi
             "the deviations are those of the measured pods"
         )
     score_by_mean = e.get("scoreByMean", EstimateConfig.score_by_mean)
-    if not isinstance(score_by_mean, bool):
-        raise ConfigError(f"{path}.scoreByMean: must be true or false")
+    if score_by_mean not in (True, False, "pod"):
+        raise ConfigError(f"{path}.scoreByMean: must be true, false or pod")
     if score_by_mean and not learn:
         raise ConfigError(
             f"{path}.scoreByMean: needs learn: true (podQuery set): the mean and the deviations "
@@ -430,7 +446,8 @@ def _estimate(obj: Any, path: str, metric_resource: str | None) -> EstimateConfi
         ),
         learn=learn,
         deviations=deviations,
-        score_by_mean=score_by_mean,
+        score_by_mean=score_by_mean is True,
+        score_pod_by_mean=score_by_mean is not False,
     )
 
 

@@ -179,6 +179,9 @@ class Terms(NamedTuple):
     source: str
     pods: int = 0
     at_limit: bool = False
+    # A prior's typical workload's figure (a ratio, or a BestEffort pod's mean), where it is
+    # below the cautious one: what the pod is expected to use (``Calibration.prior_*_typical``).
+    typical: float | None = None
 
 
 def terms(
@@ -220,9 +223,10 @@ def _figures(learned: Learned, kind: int, source: str) -> Terms | None:
 
 def _prior_terms(c: Calibration, kind: int) -> Terms | None:
     if kind == FROM_REQUEST and c.prior_ratio is not None:
-        return Terms(c.prior_ratio, 0.0, c.prior_ratio_sd, 0.0, PRIOR)
+        return Terms(c.prior_ratio, 0.0, c.prior_ratio_sd, 0.0, PRIOR, typical=c.prior_ratio_typical)
     if kind == BEST_EFFORT and c.prior_best_effort is not None:
-        return Terms(0.0, c.prior_best_effort, 0.0, c.prior_best_effort_sd, PRIOR)
+        typical = c.prior_best_effort_typical
+        return Terms(0.0, c.prior_best_effort, 0.0, c.prior_best_effort_sd, PRIOR, typical=typical)
     return None
 
 
@@ -295,8 +299,13 @@ def estimate_choice(pod: Obj, requests: PodRequests, estimate: EstimateConfig) -
         else t.offset
     )
     value = min(float(mean + estimate.deviations * sd), float(QUANTITY_MAX))
-    # The metric's score counts it at its mean where the deviations are for the filter only.
-    expect = round(min(float(mean), float(QUANTITY_MAX))) if estimate.score_by_mean else None
+    # The metric's score counts it at its mean where the deviations are for the filter only,
+    # and a pod of a workload without history at the typical workload's figure: the prior's
+    # quantile is what it may use, not what it is expected to.
+    typical = mean
+    if t.typical is not None and not (t.at_limit and limit > 0):
+        typical = amount * t.typical if kind == FROM_REQUEST else t.typical
+    expect = round(min(float(typical), float(QUANTITY_MAX))) if estimate.scores_pod_by_mean else None
     amount = round(value)
     caution = max(amount - round(min(float(mean), float(QUANTITY_MAX))), 0)
     return Choice(amount, t.source, workload, figure, t.pods, problem, expect, caution)

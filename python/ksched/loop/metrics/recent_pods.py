@@ -430,21 +430,22 @@ class RecentPods:
             cached = self._credible[i] = (key, own, credible(own, cluster.ratio, cluster.best_effort))
         workloads = cached[2]
         mode, value = estimate.prior
-        ratio, ratio_sd, best, best_sd = prior_figures(
-            cluster, workloads, value if mode == "quantile" else 0.9
-        )
+        prior = prior_figures(cluster, workloads, value if mode == "quantile" else 0.9)
         if mode == "ratio":
             # A fixed ratio, with the spread within workloads where any taught one, else the
             # cluster-wide spread, else (nothing measured yet) the initial one.
             fallback = cluster.ratio_sd if cluster.ratio is not None else estimate.initial_spread
-            ratio, ratio_sd = value, ratio_sd if ratio is not None else fallback
+            sd = prior.ratio_sd if prior.ratio is not None else fallback
+            prior = prior._replace(ratio=value, ratio_sd=sd, ratio_typical=value)
         return replace(
             cluster,
             workloads=workloads,
-            prior_ratio=ratio,
-            prior_ratio_sd=ratio_sd,
-            prior_best_effort=best,
-            prior_best_effort_sd=best_sd,
+            prior_ratio=prior.ratio,
+            prior_ratio_sd=prior.ratio_sd,
+            prior_ratio_typical=prior.ratio_typical,
+            prior_best_effort=prior.best_effort,
+            prior_best_effort_sd=prior.best_effort_sd,
+            prior_best_effort_typical=prior.best_effort_typical,
         )
 
     def _expected(

@@ -27,7 +27,7 @@ import statistics
 from collections import OrderedDict, deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -180,21 +180,35 @@ def mean_figures(
     return float(used.mean()), float(used.std()), n
 
 
-def prior_figures(
-    cluster: Learned, workloads: Mapping[str, WorkloadCalibration], quantile: float
-) -> tuple[float | None, float, float | None, float]:
+class Prior(NamedTuple):
+    """How a pod of a workload without enough history counts (:func:`prior_figures`): the
+    cautious figure and the spread within workloads, per kind of guess, and the typical
+    workload's figure (the mean over the learned workloads), which the metric's score reads
+    where ``estimate.scoreByMean`` scores the pod at its mean. None where no workload taught
+    that kind."""
+
+    ratio: float | None
+    ratio_sd: float
+    ratio_typical: float | None
+    best_effort: float | None
+    best_effort_sd: float
+    best_effort_typical: float | None
+
+
+def prior_figures(cluster: Learned, workloads: Mapping[str, WorkloadCalibration], quantile: float) -> Prior:
     """How a pod of a workload without enough history counts: the ``quantile`` of the learned
     workloads' ratios (and BestEffort means), never below the cluster-wide figure, with the
     spread *within* workloads (the pods-weighted root mean square of theirs): the spread of the
     cluster-wide figure mixes workloads that use very different shares of their requests, and
-    made every pod of an unknown workload look several times its size. None where no workload
-    taught that figure (the cluster-wide one stands)."""
-    ratio, ratio_sd = _prior(
+    made every pod of an unknown workload look several times its size. The typical figure is
+    the workloads' mean (each workload one, as a new workload is one more of them), never above
+    the cautious one: what such a pod is expected to use, where the quantile is what it may."""
+    ratio = _prior(
         cluster.ratio,
         [(w.ratio, w.ratio_sd, w.ratio_pods) for w in workloads.values() if w.ratio is not None],
         quantile,
     )
-    best, best_sd = _prior(
+    best = _prior(
         cluster.best_effort,
         [
             (w.best_effort, w.best_effort_sd, w.best_effort_pods)
@@ -203,17 +217,20 @@ def prior_figures(
         ],
         quantile,
     )
-    return ratio, ratio_sd, best, best_sd
+    return Prior(*ratio, *best)
 
 
 def _prior(
     cluster: float | None, learned: list[tuple[float, float, int]], quantile: float
-) -> tuple[float | None, float]:
+) -> tuple[float | None, float, float | None]:
     if not learned:
-        return None, 0.0
-    high = float(np.quantile([f for f, _, _ in learned], quantile, method="higher"))
+        return None, 0.0, None
+    figures = [f for f, _, _ in learned]
+    high = max(
+        float(np.quantile(figures, quantile, method="higher")), cluster if cluster is not None else 0.0
+    )
     within = _within(learned)
-    return max(high, cluster if cluster is not None else high), 0.0 if within is None else within
+    return high, 0.0 if within is None else within, min(float(np.mean(figures)), high)
 
 
 def _within(learned: list[tuple[float, float, int]]) -> float | None:
@@ -431,8 +448,10 @@ def learned_json(resource: str | None, c: Calibration) -> dict[str, Any]:
         "prior": {
             "ratio": c.prior_ratio,
             "ratioStdDev": c.prior_ratio_sd,
+            "ratioTypical": c.prior_ratio_typical,
             "bestEffort": c.prior_best_effort,
             "bestEffortStdDev": c.prior_best_effort_sd,
+            "bestEffortTypical": c.prior_best_effort_typical,
         },
         "sources": dict(c.sources),
         "ramping": list(c.ramping[:STATUS_RAMPING]),
