@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from ksched.commands.cli import main
+from ksched.commands.simulate import estimate_text
 from ksched.config import MetricConfig, parse_config
 from ksched.config.metrics import LEARN_MIN_PODS, Calibration
 from ksched.engine.estimate import FROM_REQUEST, estimate_choice, workload_of
@@ -332,6 +333,9 @@ def test_the_score_reads_a_pod_of_an_unknown_workload_at_the_typical_workloads_f
     assert (unknown.source, unknown.amount) == ("prior", round(1000 * figures[1]))
     want = round(1000 * sum(figures) / 3) if score else round(1000 * figures[1])
     assert unknown.expected == want
+    # explain says what the score counted where it differs from what the filter holds it to.
+    text = estimate_text("cpu", unknown)
+    assert (f"; scored at {want}m" in text) == bool(score), text
     known = loop.choice(matrix, owned("web-next", "", cpu="1", owner=("Deployment", "web")))
     assert known.expected == known.amount == round(1000 * figures[0]), "a known workload: its own"
 
