@@ -340,7 +340,8 @@ def test_the_score_reads_a_pod_of_an_unknown_workload_at_the_typical_workloads_f
     assert known.expected == known.amount == round(1000 * figures[0]), "a known workload: its own"
 
 
-def parse_metric(estimate: dict[str, Any]) -> MetricConfig:
+def parse_metric(estimate: dict[str, Any], query: str = "q[90s]") -> MetricConfig:
+    """A Prometheus metric with a learned estimate of cpu, as ``ksched run`` parses it."""
     raw = {
         **CONFIG,
         "prometheus": {"url": "http://prometheus:9090"},
@@ -348,7 +349,7 @@ def parse_metric(estimate: dict[str, Any]) -> MetricConfig:
             {
                 "name": "cpu",
                 "source": "prometheus",
-                "query": "q[90s]",
+                "query": query,
                 "estimate": {"resource": "cpu", "podQuery": POD_QUERY, "learn": True, **estimate},
             }
         ],
@@ -362,20 +363,7 @@ def parse_metric(estimate: dict[str, Any]) -> MetricConfig:
     [(1.5, None, 1500), ("limit", "1", 1000), ("limit", None, 500), ("p90", "1", 500)],
 )
 def test_the_prior_can_be_a_ratio_or_the_pods_limit(prior: Any, limit: str | None, want: int) -> None:
-    raw = {
-        **CONFIG,
-        "prometheus": {"url": "http://prometheus:9090"},
-        "metrics": [
-            {
-                "name": "cpu",
-                "source": "prometheus",
-                "query": "q[90s]",
-                "estimate": {"resource": "cpu", "podQuery": POD_QUERY, "learn": True, "prior": prior},
-            }
-        ],
-    }
-    (m,) = parse_config(raw).metrics
-    loop = Loop(m)
+    loop = Loop(parse_metric({"prior": prior}))
     teach(loop, {"web": 0.5})
     p = owned("new-0", "", cpu="1", owner=("Deployment", "new"))
     if limit is not None:
@@ -455,20 +443,8 @@ def test_explain_says_which_estimate_a_pod_got(tmp_path: Path, capsys: pytest.Ca
     ],
 )
 def test_bad_workload_settings_name_the_key(estimate: dict[str, Any], error: str) -> None:
-    raw = {
-        **CONFIG,
-        "prometheus": {"url": "http://prometheus:9090"},
-        "metrics": [
-            {
-                "name": "cpu",
-                "source": "prometheus",
-                "query": "q",
-                "estimate": {"resource": "cpu", "podQuery": POD_QUERY, "learn": True, **estimate},
-            }
-        ],
-    }
     with pytest.raises(ConfigError, match=error):
-        parse_config(raw)
+        parse_metric(estimate, query="q")
 
 
 def test_workload_settings_are_read() -> None:
