@@ -210,17 +210,17 @@ def test_a_pod_counts_at_its_mean_in_the_score_only_with_score_by_mean() -> None
     assert not plain.metrics[0].estimate.score_by_mean, "false needs nothing learned"
 
 
-@pytest.mark.parametrize(("score", "placed"), [(False, "large"), ("pod", "small")])
+@pytest.mark.parametrize(("typical", "placed"), [(1.0, "small"), (None, "large")])
 def test_a_pod_of_an_unknown_workload_is_ranked_by_what_it_is_expected_to_use(
-    score: Any, placed: str
+    typical: float | None, placed: str
 ) -> None:
     # Workloads learned so far use 1x their requests on average, 2x at the 90th percentile. A
-    # 1-CPU pod of a new Deployment counts 2 CPUs against the filter either way. Ranked by
-    # that, the 8-CPU node reading 0.3 (0.55 with it) beats the 4-CPU one reading 0.1 (0.6);
-    # ranked by what it is expected to use, the 4-CPU node (0.35 against 0.425) takes it, as
-    # a pod that knows its usage would be placed.
-    calibration = Calibration(prior_ratio=2.0, prior_ratio_typical=1.0)
-    estimate = placing_estimate(calibration=calibration, score_pod_by_mean=score == "pod")
+    # 1-CPU pod of a new Deployment counts 2 CPUs against the filter. Ranked by that, the
+    # 8-CPU node reading 0.3 (0.55 with it) would beat the 4-CPU one reading 0.1 (0.6); ranked
+    # by what it is expected to use, the 4-CPU node (0.35 against 0.425) takes it, as a pod
+    # that knows its usage would be placed. Without a typical figure the quantile is all there is.
+    calibration = Calibration(prior_ratio=2.0, prior_ratio_typical=typical)
+    estimate = placing_estimate(calibration=calibration)
     nodes = [node("small", cpu="4"), node("large", cpu="8")]
     p = owned_by(pod("p", cpu="1"), "ReplicaSet")
     p["metadata"]["labels"] = {"pod-template-hash": "h1"}
@@ -230,6 +230,22 @@ def test_a_pod_of_an_unknown_workload_is_ranked_by_what_it_is_expected_to_use(
     # The filter still holds it to 2 CPUs: on a 4-CPU node reading 0.45, it is over 0.8.
     (placement,) = place(usage(estimate=estimate), nodes, [0.45, 0.9], p)
     assert placement.node is None
+
+
+@pytest.mark.parametrize(("score", "scored"), [(False, 1500), ("pod", 1000), (True, 1000)])
+def test_a_prior_pod_is_held_to_the_quantile_and_scored_at_the_typical_figure(
+    score: Any, scored: int
+) -> None:
+    # The prior: 2x at the quantile, 1x for the typical workload, 0.5x of spread within
+    # workloads. A 1-CPU pod of a new Deployment: the filter holds it to 2 CPUs and a deviation;
+    # the score counts the typical 1 CPU, with the deviation unless scoreByMean leaves it out.
+    calibration = Calibration(prior_ratio=2.0, prior_ratio_sd=0.5, prior_ratio_typical=1.0)
+    estimate = placing_estimate(
+        calibration=calibration, score_by_mean=score is True, score_pod_by_mean=score == "pod"
+    )
+    p = owned_by(pod("p", cpu="1"), "ReplicaSet")
+    choice = estimate_choice(p, pod_requests(p), estimate)
+    assert (choice.source, choice.amount, choice.caution, choice.expected) == ("prior", 2500, 500, scored)
 
 
 def test_a_pod_that_requests_almost_nothing_does_not_swamp_what_is_learned() -> None:

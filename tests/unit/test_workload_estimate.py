@@ -328,14 +328,14 @@ def test_the_score_reads_a_pod_of_an_unknown_workload_at_the_typical_workloads_f
     calibration = matrix.metrics[0].estimate.calibration
     assert calibration.prior_ratio == pytest.approx(figures[1]), "p90 of the workloads: batch's"
     assert calibration.prior_ratio_typical == pytest.approx(sum(figures) / 3), "their mean"
-    # The filter counts it at the quantile whatever the score reads; the replicas agree
-    # exactly, so no deviation is added.
+    # The filter counts it at the quantile; the replicas agree exactly, so no deviation is added.
     assert (unknown.source, unknown.amount) == ("prior", round(1000 * figures[1]))
-    want = round(1000 * sum(figures) / 3) if score else round(1000 * figures[1])
+    # The score counts it at their mean, whatever scoreByMean says: its replicas agree, so
+    # it has no deviations to leave out.
+    want = round(1000 * sum(figures) / 3)
     assert unknown.expected == want
     # explain says what the score counted where it differs from what the filter holds it to.
-    text = estimate_text("cpu", unknown)
-    assert (f"; scored at {want}m" in text) == bool(score), text
+    assert f"; scored at {want}m" in estimate_text("cpu", unknown)
     known = loop.choice(matrix, owned("web-next", "", cpu="1", owner=("Deployment", "web")))
     assert known.expected == known.amount == round(1000 * figures[0]), "a known workload: its own"
 

@@ -264,8 +264,9 @@ class Choice:
     pods: int
     # Why a declared expected usage was ignored (an annotation that is not a quantity).
     problem: str | None = None
-    # What it is expected to use: ``amount`` without the ``deviations`` (None: ``amount``).
-    # The metric filter holds the pod to ``amount``; the metric scores count it at this.
+    # What the metric scores count it at (None: ``amount``, which the filter holds it to):
+    # ``amount`` without the ``deviations`` where ``scoreByMean``, and for a pod of a workload
+    # without history the typical workload's figure in place of the prior's quantile.
     mean: int | None = None
     # The part of ``amount`` that is the estimate's ``deviations`` of the pod's spread (its
     # learned spread, else the initial one).
@@ -279,8 +280,9 @@ class Choice:
 def estimate_choice(pod: Obj, requests: PodRequests, estimate: EstimateConfig) -> Choice:
     """What a pod being placed counts as, of ``estimate.resource`` in the engine's unit: its
     guess, calibrated where the estimate learned (its workload's figures, else the prior, else
-    the cluster-wide ones), plus ``deviations`` of its spread (its ``expected`` without, where
-    ``score_by_mean``)."""
+    the cluster-wide ones), plus ``deviations`` of its spread; and what the metric scores count
+    it at (``expected``): without the deviations where ``score_by_mean``, and a pod of a
+    workload without history at the typical workload's figure."""
     amount, kind = guess(pod, requests, estimate)
     problem = None if estimate.legacy else declared_usage(pod, estimate.resource)[1]
     if estimate.calibration is None:
@@ -299,13 +301,17 @@ def estimate_choice(pod: Obj, requests: PodRequests, estimate: EstimateConfig) -
         else t.offset
     )
     value = min(float(mean + estimate.deviations * sd), float(QUANTITY_MAX))
-    # The metric's score counts it at its mean where the deviations are for the filter only,
-    # and a pod of a workload without history at the typical workload's figure: the prior's
-    # quantile is what it may use, not what it is expected to.
-    typical = mean
+    # A pod of a workload without history is scored at the typical workload's figure: the
+    # prior's quantile is what it may use, which the filter holds it to, not what it is
+    # expected to. The score counts it at its mean where the deviations are for the filter
+    # only (``scoreByMean``), else with them, as every other pod.
+    typical = None
     if t.typical is not None and not (t.at_limit and limit > 0):
         typical = amount * t.typical if kind == FROM_REQUEST else t.typical
-    expect = round(min(float(typical), float(QUANTITY_MAX))) if estimate.scores_pod_by_mean else None
+    scored: float | None = mean if typical is None else typical
+    if not estimate.scores_pod_by_mean:
+        scored = None if typical is None else typical + estimate.deviations * sd
+    expect = None if scored is None else round(min(float(scored), float(QUANTITY_MAX)))
     amount = round(value)
     caution = max(amount - round(min(float(mean), float(QUANTITY_MAX))), 0)
     return Choice(amount, t.source, workload, figure, t.pods, problem, expect, caution)
