@@ -157,8 +157,8 @@ class Calibration(Learned):
     prior_best_effort: float | None = None
     prior_best_effort_sd: float = 0.0
     # What a typical workload's pods use (the learned workloads' mean figure, at most the
-    # prior's): a prior pod's expected usage, which the metric's score reads where
-    # ``scoreByMean`` scores the pod being placed at its mean.
+    # prior's): what the metric's score counts a prior pod being placed at (the filter: the
+    # prior's figure).
     prior_ratio_typical: float | None = None
     prior_best_effort_typical: float | None = None
     # How the recent pods were counted (``/status``): pods by source of their estimate, and
@@ -198,13 +198,12 @@ class EstimateConfig:
     strayed: to each pod being placed, and to each node as the combined spread of its recent
     pods not measured yet (independent: the root of the sum of squares). With
     ``score_by_mean`` they count in the metric's filter only, and its score reads the mean;
-    with ``score_pod_by_mean`` only the pod being placed is scored at its mean (a pod of a
-    workload without history at the typical workload's figure, not the prior's quantile),
-    while each node's reading keeps its caution.
+    with ``score_pod_by_mean`` only the pod being placed is scored at its mean, while each
+    node's reading keeps its caution.
 
     A learned estimate learns per workload too (``workload_label``, else the pod's controller):
     a pod counts at its own workload's figures, a pod of a workload without a measured pod at
-    the ``prior`` and a pod ramping up (for at most ``warmup_s`` after its bind) at the larger
+    the ``prior`` (its score at the typical workload's figure) and a pod ramping up (for at most ``warmup_s`` after its bind) at the larger
     of its estimate and its measured usage. A pod annotated ``ksched.io/expected-<resource>``
     counts as that, uncalibrated, in every estimate but the legacy one."""
 

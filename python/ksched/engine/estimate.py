@@ -179,8 +179,8 @@ class Terms(NamedTuple):
     source: str
     pods: int = 0
     at_limit: bool = False
-    # A prior's typical workload's figure (a ratio, or a BestEffort pod's mean), where it is
-    # below the cautious one: what the pod is expected to use (``Calibration.prior_*_typical``).
+    # A prior's typical workload's figure (a ratio, or a BestEffort pod's mean): what the pod
+    # is expected to use, which the metric's score counts (``Calibration.prior_*_typical``).
     typical: float | None = None
 
 

@@ -183,9 +183,8 @@ def mean_figures(
 class Prior(NamedTuple):
     """How a pod of a workload without enough history counts (:func:`prior_figures`): the
     cautious figure and the spread within workloads, per kind of guess, and the typical
-    workload's figure (the mean over the learned workloads), which the metric's score reads
-    where ``estimate.scoreByMean`` scores the pod at its mean. None where no workload taught
-    that kind."""
+    workload's figure (the mean over the learned workloads), which the metric's score counts
+    a pod being placed at. None where no workload taught that kind."""
 
     ratio: float | None
     ratio_sd: float
@@ -429,7 +428,8 @@ def learned_json(resource: str | None, c: Calibration) -> dict[str, Any]:
     or ``settled``, those bound before it standing in while too few recent ones are measured;
     null with no figure) (a cluster-wide figure is null below ``LEARN_MIN_PODS``; a workload's
     is weighed against the collective figure,
-    :func:`credible`); the prior a pod of a workload without history counts at; how the
+    :func:`credible`); the prior a pod of a workload without history counts at (``ratioTypical``
+    and ``bestEffortTypical``: the typical workload's figures, which the score counts it at); how the
     recent pods are counted (``sources``: pods by where their estimate came from, ``ramping``:
     the first of those still ramping up, ``rampingPods``: for the longest bound of them, what
     each counts at and measures, in engine units, and seconds since its bind); and the
