@@ -292,7 +292,8 @@ class MetricLoad(TypedDict):
     # what the metric filter counts it at ...
     amounts: I64
     # ... and what the metric scores count it at (without the deviations where the estimate
-    # has ``scoreByMean``; else the same).
+    # has ``scoreByMean``, and a pod of a workload without history at the typical workload's
+    # figure, not the prior's quantile; else the same).
     expected: I64
     # ``pods x metrics``: each pod's thresholds (its priority band's).
     pod_above: F64

@@ -289,6 +289,8 @@ def test_the_pod_being_placed_counts_at_its_calibrated_estimate_plus_deviations(
             {"scoreByMean": "yes", "podQuery": POD_QUERY, "learn": True},
             "estimate.scoreByMean: must be true, false or pod",
         ),
+        ({"scoreByMean": 0, "podQuery": POD_QUERY, "learn": True}, "estimate.scoreByMean: must be true"),
+        ({"scoreByMean": 1, "podQuery": POD_QUERY, "learn": True}, "estimate.scoreByMean: must be true"),
         ({"deviations": 1, "podQuery": POD_QUERY, "learn": False}, "estimate.deviations: needs learn: true"),
     ],
 )

@@ -90,7 +90,7 @@ def explanation_json(ex: Explanation, estimates: Sequence[tuple[str, str, Choice
                     "metric": metric,
                     "resource": resource,
                     "amount": c.amount,
-                    "scoredAt": c.mean,
+                    "scoredAt": c.expected,
                     "source": c.source,
                     "workload": c.workload,
                     "figure": c.figure,

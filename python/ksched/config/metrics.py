@@ -411,7 +411,8 @@ def _estimate(obj: Any, path: str, metric_resource: str | None) -> EstimateConfi
             "the deviations are those of the measured pods"
         )
     score_by_mean = e.get("scoreByMean", EstimateConfig.score_by_mean)
-    if score_by_mean not in (True, False, "pod"):
+    # Not `in (True, False, "pod")`: 0 and 1 equal False and True in Python.
+    if not isinstance(score_by_mean, bool) and score_by_mean != "pod":
         raise ConfigError(f"{path}.scoreByMean: must be true, false or pod")
     if score_by_mean and not learn:
         raise ConfigError(
@@ -446,7 +447,7 @@ def _estimate(obj: Any, path: str, metric_resource: str | None) -> EstimateConfi
         learn=learn,
         deviations=deviations,
         score_by_mean=score_by_mean is True,
-        score_pod_by_mean=score_by_mean is not False,
+        score_pod_by_mean=score_by_mean == "pod",
     )
 
 

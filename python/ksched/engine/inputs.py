@@ -206,7 +206,8 @@ def metric_load(
 ) -> MetricLoad | None:
     """Load estimate v2's inputs to the metric filter for ``rows`` (in order): each pod's
     estimated usage of each metric's estimate resource (:func:`estimate_choice`: what its
-    filter counts, and what its scores count, without the deviations), its thresholds (its
+    filter counts, and what its scores count: without the deviations where ``scoreByMean``, a
+    pod of a workload without history at the typical figure), its thresholds (its
     priority band's), the metrics it is exempt from (its controller's kind is in the metric's
     ``exempt``, or it is a mirror pod), the nodes' own thresholds (:func:`node_thresholds`),
     and the caution in each node's value (``caution``, node x metric: the deviations the

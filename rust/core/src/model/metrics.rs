@@ -61,8 +61,8 @@ pub struct LoadInputs<'a> {
     /// `incoming`, against the thresholds before).
     pub amounts: &'a [i64],
     /// `pods × metrics`: what each pod adds to the values its scores read: its
-    /// expected usage, `amounts` without the caution (deviations) the filter
-    /// holds it to.
+    /// expected usage, at most `amounts` (the caller leaves out caution the
+    /// filter holds it to: its deviations, or a prior's margin).
     pub expected: &'a [i64],
     /// `pods × metrics`: each pod's thresholds (its priority band's).
     pub pod_above: &'a [f64],
