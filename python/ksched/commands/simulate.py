@@ -141,7 +141,7 @@ def estimate_text(resource: str, c: Choice) -> str:
         figure = f", figure {c.figure:.3g}" + (f" from {c.pods} measured pods" if c.pods else "")
     problem = f"; {c.problem}: ignored" if c.problem else ""
     caution = f"; {quantity(c.caution)} of it is the deviations of its spread" if c.caution else ""
-    scored = f"; scored at {quantity(c.mean)}" if c.mean is not None and c.mean != c.amount else ""
+    scored = f"; scored at {quantity(c.mean)}" if c.mean is not None else ""
     return f"{quantity(c.amount)} {resource} ({c.source}: {why}{figure}{caution}{scored}{problem})"
 
 

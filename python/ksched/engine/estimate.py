@@ -305,16 +305,16 @@ def estimate_choice(pod: Obj, requests: PodRequests, estimate: EstimateConfig) -
     # prior's quantile is what it may use, which the filter holds it to, not what it is
     # expected to. The score counts it at its mean where the deviations are for the filter
     # only (``scoreByMean``), else with them, as every other pod.
-    typical = None
+    centre = mean
     if t.typical is not None and not (t.at_limit and limit > 0):
-        typical = amount * t.typical if kind == FROM_REQUEST else t.typical
-    scored: float | None = mean if typical is None else typical
-    if not estimate.scores_pod_by_mean:
-        scored = None if typical is None else typical + estimate.deviations * sd
-    expect = None if scored is None else round(min(float(scored), float(QUANTITY_MAX)))
+        centre = amount * t.typical if kind == FROM_REQUEST else t.typical
+    scored = centre if estimate.scores_pod_by_mean else centre + estimate.deviations * sd
     amount = round(value)
+    expect = round(min(float(scored), float(QUANTITY_MAX)))
     caution = max(amount - round(min(float(mean), float(QUANTITY_MAX))), 0)
-    return Choice(amount, t.source, workload, figure, t.pods, problem, expect, caution)
+    return Choice(
+        amount, t.source, workload, figure, t.pods, problem, None if expect == amount else expect, caution
+    )
 
 
 def pod_estimates(pod: Obj, metrics: Sequence[MetricConfig]) -> list[tuple[str, str, Choice]]:
