@@ -11,6 +11,7 @@ import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -26,25 +27,30 @@ from tests.integration.helpers import create, make_pod, unavailable, wait_for
 pytestmark = pytest.mark.cluster
 
 SCRAPE_S = 1.0
-# Node 0 is an m5.xlarge (4 CPUs, 16Gi), nodes 1 and 2 have 8 CPUs, node 3 4: see local.fake_nodes.
-FLAT_NODE, RAMP_NODE, DEFAULT_NODE, EMPTY_NODE = (f"kwok-node-{i:05d}" for i in range(4))
+# Node 0 is an m5.xlarge (4 CPUs, 16Gi), nodes 1 and 2 have 8 CPUs, nodes 3 and 4 4: see local.fake_nodes.
+FLAT_NODE, RAMP_NODE, DEFAULT_NODE, EMPTY_NODE, BURST_NODE = (f"kwok-node-{i:05d}" for i in range(5))
 FLAT = UsageProfile(base=0.5)
 RAMP = UsageProfile(base=1.0, ramp_s=24)
+# Of 2 CPUs requested, 0.5 cores used, and 3 in the last 10 s of every 20 of the clock since
+# an epoch (set when the pod is made).
+BURST_EVERY_S = 20
+BURST = UsageProfile(base=0.25, burst_every_s=BURST_EVERY_S, burst_for_s=10, burst_to=1.5, burst_epoch_s=0)
 TOLERANCE = 0.05
 
 
 @pytest.fixture(scope="module")
 def simulated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[local.ClusterState, Kube, float]]:
-    """A four-node cluster with the load simulation on, a pod with a flat profile bound to
+    """A five-node cluster with the load simulation on, a pod with a flat profile bound to
     node 0, one with a ramping profile bound to node 1, on node 2 a pod with no profile and
-    a BestEffort pod, and none on node 3; yields when the pods were created."""
+    a BestEffort pod, none on node 3, and one bursting by the clock on node 4; yields when
+    the pods were created."""
     if shutil.which("go") is None and missing_binaries(with_helm=False, with_metrics_server=True):
         unavailable("Go is not installed and no cached binaries exist")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("KSCHED_CLUSTER_DIR", str(tmp_path_factory.mktemp("load-simulation")))
         try:
             state = local.up(
-                nodes=4,
+                nodes=5,
                 zones=1,
                 load_simulation=LoadSimulation(scrape_interval_s=SCRAPE_S, metric_resolution_s=10),
             )
@@ -57,6 +63,7 @@ def simulated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[local.
             for name, node, profile, cpu, memory in (
                 ("flat", FLAT_NODE, FLAT, "1", "1Gi"),
                 ("ramp", RAMP_NODE, RAMP, "4", "4Gi"),
+                ("burst", BURST_NODE, replace(BURST, burst_epoch_s=int(time.time()) - 7), "2", "1Gi"),
             ):
                 pod = make_pod(name, "default", cpu=cpu, memory=memory, nodeName=node)
                 pod["metadata"]["annotations"] = load.usage_annotations(profile)
@@ -98,6 +105,36 @@ def test_a_ramping_profile_shows_a_rising_utilisation(
     assert all(later >= earlier - 0.01 for earlier, later in itertools.pairwise(seen)), seen
 
 
+def test_clock_timed_bursts_follow_the_clock_not_the_pods_start(
+    simulated: tuple[local.ClusterState, Kube, float],
+) -> None:
+    """synchronized-bursts' pods burst together because KWOK times their bursts by the clock."""
+    state, kube, _ = simulated
+    pod = kube.request("GET", "/api/v1/namespaces/default/pods/burst").json()
+    epoch, started = int(pod["metadata"]["annotations"][load.BURST_EPOCH]), pod["status"].get("startTime")
+    high, low = [], []
+    deadline = time.monotonic() + 2.5 * BURST_EVERY_S
+    while time.monotonic() < deadline:
+        url = f"{state.prometheus}/api/v1/query?{urllib.parse.urlencode({'query': 'node:node_cpu_usage_cores:rate'})}"
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            result = json.loads(resp.read())["data"]["result"]
+        for r in result:
+            if r["metric"].get("node") == BURST_NODE:
+                at, cores = float(r["value"][0]), float(r["value"][1])
+                phase = (at - epoch) % BURST_EVERY_S
+                # A rate over 4 s, a scrape and a rule behind: the burst's last 4 s, or the
+                # 4 s before it starts.
+                if 16 <= phase < 19.5:
+                    high.append((phase, cores))
+                elif 6 <= phase < 9.5:
+                    low.append((phase, cores))
+        time.sleep(1)
+    assert len(high) >= 3 and len(low) >= 3, (high, low)
+    # In the burst 3 cores, outside it 0.5, beside the node's own.
+    assert all(cores > 2.0 for _, cores in high), (high, started)
+    assert all(cores < 1.5 for _, cores in low), (low, started)
+
+
 def test_profiles_and_their_defaults_set_node_utilisation(
     simulated: tuple[local.ClusterState, Kube, float],
 ) -> None:
@@ -119,6 +156,7 @@ def test_profiles_and_their_defaults_set_node_utilisation(
         RAMP_NODE: 8.0,
         DEFAULT_NODE: 8.0,
         EMPTY_NODE: 4.0,
+        BURST_NODE: 4.0,
     }
     # Without a profile a pod uses its requests, a BestEffort container 10m and 32Mi.
     cores = query(state, "node:node_cpu_usage_cores:rate")
@@ -144,7 +182,7 @@ def test_metrics_server_serves_the_nodes_usage(simulated: tuple[local.ClusterSta
     assert wait_for(settled, timeout=60, interval=1), usage()
     nodes = usage()
     # A node with no pod is listed too, with what its system uses.
-    assert set(nodes) == {FLAT_NODE, RAMP_NODE, DEFAULT_NODE, EMPTY_NODE}
+    assert set(nodes) == {FLAT_NODE, RAMP_NODE, DEFAULT_NODE, EMPTY_NODE, BURST_NODE}
     assert float(parse_quantity(nodes[FLAT_NODE]["memory"])) == 512 * MI + SYSTEM_MEMORY, nodes
     assert float(parse_quantity(nodes[EMPTY_NODE]["cpu"])) == pytest.approx(SYSTEM_CPU, rel=TOLERANCE), nodes
     pod = kube.request("GET", "/apis/metrics.k8s.io/v1beta1/namespaces/default/pods/flat")

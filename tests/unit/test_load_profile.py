@@ -82,6 +82,27 @@ def test_annotations_carry_every_field() -> None:
     }
 
 
+def test_clock_timed_bursts_come_at_the_same_moments_whenever_the_pod_started() -> None:
+    epoch = 1_800_000_000
+    profile = UsageProfile(base=0.5, burst_every_s=180, burst_for_s=60, burst_to=1.0, burst_epoch_s=epoch)
+    # Two pods started 100 s apart read the clock's seconds since the epoch, not their own age.
+    assert profile.multiple(10.0, unix_s=epoch + 130.0) == 1.0
+    assert profile.multiple(110.0, unix_s=epoch + 130.0) == 1.0
+    assert profile.multiple(10.0, unix_s=epoch + 100.0) == 0.5
+    assert profile.multiple(10.0, unix_s=epoch + 180.0 + 130.0) == 1.0
+    # Timed by the pod's age, the same moment is a burst for one and not the other.
+    by_age = UsageProfile(base=0.5, burst_every_s=180, burst_for_s=60, burst_to=1.0)
+    assert by_age.multiple(130.0, unix_s=epoch + 130.0) == 1.0
+    assert by_age.multiple(30.0, unix_s=epoch + 130.0) == 0.5
+    assert load.usage_annotations(profile)[load.BURST_EPOCH] == str(epoch)
+    assert load.BURST_EPOCH not in load.usage_annotations(by_age)
+
+
+def test_kwoks_expression_reads_the_clock_only_where_the_pod_names_an_epoch() -> None:
+    cpu = load.kwok_documents()[0]["spec"]["usages"][0]["usage"]["cpu"]["expression"]
+    assert '("load.ksched.io/burst-epoch" in pod.metadata.annotations ? int(UnixSecond(Now())) - ' in cpu
+
+
 @pytest.mark.parametrize(
     "fields",
     [
@@ -90,6 +111,7 @@ def test_annotations_carry_every_field() -> None:
         {"burst_every_s": 10, "burst_for_s": 11},
         {"seed": -1},
         {"seed": 2**31},
+        {"burst_epoch_s": -1},
     ],
 )
 def test_invalid_profiles_are_refused(fields: dict[str, float]) -> None:

@@ -28,14 +28,22 @@ from ksched.bench.quality.scenarios import (
     controllers,
     scenario,
     shapes_of,
+    time_bursts_from,
 )
 from ksched.bench.quality.trace import TRACE_QUANTILES, trace_multiple
 from ksched.cluster.kwok import fake_nodes
-from ksched.cluster.load import BASE, RAMP_SECONDS
+from ksched.cluster.load import (
+    BASE,
+    BURST_EPOCH,
+    BURST_EVERY_SECONDS,
+    BURST_FOR_SECONDS,
+    BURST_TO,
+    RAMP_SECONDS,
+)
 from ksched.engine.quantity import parse_quantity
 from ksched.objects import Obj
 
-NEW = ("diverse-deployments", "herd", "slow-start")
+NEW = ("diverse-deployments", "herd", "slow-start", "synchronized-bursts")
 
 
 def _cpu(pod: Obj) -> float:
@@ -136,6 +144,54 @@ def test_slow_start_ramps_every_workload_over_30_s_to_3_minutes() -> None:
     ramps = [float(p["metadata"]["annotations"][RAMP_SECONDS]) for p in s.pods]
     assert min(ramps) >= 30 and max(ramps) <= 180 and max(ramps) - min(ramps) > 100
     assert all(len(m) == WORKLOAD_REPLICAS for m in _by_workload(s).values())
+
+
+def test_synchronized_bursts_burst_half_the_workloads_at_once_to_twice_their_usage() -> None:
+    s = scenario("synchronized-bursts", 600, "ns", "ksched", seed=2, rate=10)
+    workloads = _by_workload(s)
+    bursting = [
+        m[0]["metadata"]["annotations"]
+        for m in workloads.values()
+        if BURST_EPOCH in m[0]["metadata"]["annotations"]
+    ]
+    assert 0.35 < len(bursting) / len(workloads) < 0.65, len(bursting)
+    for a in bursting:
+        # Every burster shares the clock's period and length, so all burst together.
+        assert (a[BURST_EVERY_SECONDS], a[BURST_FOR_SECONDS], a[BURST_EPOCH]) == ("150", "60", "0")
+        assert float(a[BURST_TO]) == pytest.approx(2 * float(a[BASE]), abs=0.001)
+    steady = [
+        m[0]["metadata"]["annotations"]
+        for m in workloads.values()
+        if BURST_EPOCH not in m[0]["metadata"]["annotations"]
+    ]
+    assert all(a[BURST_EVERY_SECONDS] == "0" for a in steady)
+    # The oracle expects a burster at its peak.
+    oracle = scenario("synchronized-bursts", 600, "ns", "oracle", seed=2, rate=10, oracle=True)
+    peaks = {
+        p["metadata"]["annotations"][EXPECTED_CPU]
+        for p in oracle.pods
+        if BURST_EPOCH in p["metadata"]["annotations"]
+    }
+    assert peaks == {
+        f"{round(float(p['metadata']['annotations'][BURST_TO]) * 500)}m"
+        for p in oracle.pods
+        if BURST_EPOCH in p["metadata"]["annotations"]
+    }
+
+
+def test_a_runs_first_create_times_the_bursts_of_every_pool_alike() -> None:
+    pools = [scenario("synchronized-bursts", 60, "ns", asks, seed=1, rate=10).pods for asks in ("a", "b")]
+    for pods in pools:
+        time_bursts_from(pods, 1_800_000_123.7)
+    epochs = {p["metadata"]["annotations"].get(BURST_EPOCH) for pods in pools for p in pods}
+    assert epochs == {"1800000123", None}, "bursters carry the round's start, the others nothing"
+
+
+def test_the_other_scenarios_pods_are_timed_by_their_own_start() -> None:
+    for name in SCENARIOS:
+        if name != "synchronized-bursts":
+            pods = scenario(name, 60, "ns", "ksched", seed=1, rate=10).pods
+            assert not any(BURST_EPOCH in p["metadata"]["annotations"] for p in pods), name
 
 
 def test_herd_scales_one_workload_at_twice_its_request_onto_a_half_busy_pool() -> None:

@@ -27,6 +27,9 @@ RAMP_SECONDS = ANNOTATION_PREFIX + "ramp-seconds"
 BURST_EVERY_SECONDS = ANNOTATION_PREFIX + "burst-every-seconds"
 BURST_FOR_SECONDS = ANNOTATION_PREFIX + "burst-for-seconds"
 BURST_TO = ANNOTATION_PREFIX + "burst-to"
+# A Unix second: bursts are timed by the clock's seconds since it, not by the seconds since
+# the pod started, so every pod with the same period and epoch bursts at the same moments.
+BURST_EPOCH = ANNOTATION_PREFIX + "burst-epoch"
 NOISE = ANNOTATION_PREFIX + "noise"
 SEED = ANNOTATION_PREFIX + "seed"
 REFERENCE_CPU = ANNOTATION_PREFIX + "reference-cpu"
@@ -92,8 +95,9 @@ class UsageProfile:
     """How much a pod uses, as a multiple of its requests, over the seconds since it started.
 
     The multiple climbs linearly from 0 to ``base`` over ``ramp_s``; in the last
-    ``burst_for_s`` seconds of every ``burst_every_s`` it is ``burst_to`` instead; then it is
-    scaled by ``1 + noise * (2u - 1)``, ``u`` in [0, 1) drawn from ``seed`` and the current
+    ``burst_for_s`` seconds of every ``burst_every_s`` (of the pod's life, or of the clock's
+    seconds since the Unix second ``burst_epoch_s`` where that is set, so that such pods burst
+    together whenever they started) it is ``burst_to`` instead; then it is scaled by ``1 + noise * (2u - 1)``, ``u`` in [0, 1) drawn from ``seed`` and the current
     :data:`NOISE_BUCKET_S`-second bucket. A container that requests no CPU (memory) is
     multiplied against ``reference_cpu`` (``reference_memory``) instead, by default
     :data:`BEST_EFFORT_CPU` (:data:`BEST_EFFORT_MEMORY`).
@@ -106,6 +110,7 @@ class UsageProfile:
     burst_every_s: int = 0
     burst_for_s: int = 0
     burst_to: float = 1.0
+    burst_epoch_s: int | None = None
     noise: float = 0.0
     seed: int = 0
     reference_cpu: str | None = None
@@ -119,15 +124,19 @@ class UsageProfile:
             problems.append(f"noise must be in [0, 1), not {self.noise}")
         if self.burst_every_s < 0 or not 0 <= self.burst_for_s <= self.burst_every_s:
             problems.append("bursts need 0 <= burst_for_s <= burst_every_s")
+        if self.burst_epoch_s is not None and self.burst_epoch_s < 0:
+            problems.append(f"burst_epoch_s must not be negative, not {self.burst_epoch_s}")
         if not 0 <= self.seed < _MODULUS:
             problems.append(f"seed must be in [0, {_MODULUS}), not {self.seed}")
         if problems:
             raise LoadSimulationError("invalid usage profile: " + "; ".join(problems))
 
-    def multiple(self, seconds: float) -> float:
-        """The multiple of the request used ``seconds`` after the pod started (what KWOK evaluates)."""
+    def multiple(self, seconds: float, unix_s: float = 0.0) -> float:
+        """The multiple of the request used ``seconds`` after the pod started, at ``unix_s``
+        on the clock (read only where ``burst_epoch_s`` is set): what KWOK evaluates."""
         ramp = seconds / self.ramp_s if self.ramp_s > 0 and seconds < self.ramp_s else 1.0
-        level = self.burst_to if _in_burst(self, int(seconds)) else self.base * ramp
+        timed_by = seconds if self.burst_epoch_s is None else int(unix_s) - self.burst_epoch_s
+        level = self.burst_to if _in_burst(self, int(timed_by)) else self.base * ramp
         return level * (1.0 + self.noise * (2.0 * _draw(self.seed, int(seconds) // NOISE_BUCKET_S) - 1.0))
 
 
@@ -155,6 +164,8 @@ def usage_annotations(profile: UsageProfile) -> dict[str, str]:
         NOISE: repr(float(profile.noise)),
         SEED: str(profile.seed),
     }
+    if profile.burst_epoch_s is not None:
+        annotations[BURST_EPOCH] = str(profile.burst_epoch_s)
     if profile.reference_cpu is not None:
         annotations[REFERENCE_CPU] = profile.reference_cpu
     if profile.reference_memory is not None:
@@ -182,7 +193,9 @@ def _multiple_expression() -> str:
     ramp_s = _number(RAMP_SECONDS, 0.0)
     ramp = f"({ramp_s} > 0.0 && {_SECONDS} < {ramp_s} ? {_SECONDS} / {ramp_s} : 1.0)"
     every, lasting, whole = _integer(BURST_EVERY_SECONDS), _integer(BURST_FOR_SECONDS), f"int({_SECONDS})"
-    in_burst = f"({every} > 0 && {lasting} > 0 && {whole} % {every} >= {every} - {lasting})"
+    since_epoch = f"int(UnixSecond(Now())) - {_integer(BURST_EPOCH)}"
+    timed_by = f'("{BURST_EPOCH}" in {_ANNOTATIONS} ? {since_epoch} : {whole})'
+    in_burst = f"({every} > 0 && {lasting} > 0 && {timed_by} % {every} >= {every} - {lasting})"
     level = f"({in_burst} ? {_number(BURST_TO, 1.0)} : {_number(BASE, 1.0)} * {ramp})"
     seed = _integer(SEED)
     x = f"(({whole} / {NOISE_BUCKET_S}) * {_BUCKET_MIX} + {seed} * {_SEED_MIX}) % {_MODULUS}"

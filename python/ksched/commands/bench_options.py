@@ -198,8 +198,9 @@ def _quality_options(parser: argparse.ArgumentParser) -> None:
         default="requests-lie,burst,mixed-schedulers,best-effort,load-shift",
         help="comma-separated (default: requests-lie, burst, mixed-schedulers, best-effort, load-shift); also diverse-deployments (varied requests, trace-drawn "
         "usage per workload, ramps, Deployments arriving over minutes, nodes of 2-16 cores), herd (one "
-        "ReplicaSet scaled at once at twice its request onto a half-busy pool) and slow-start (usage "
-        "ramping over 30 s - 3 min) and mixed-replicasets (mixed-schedulers' usage in ReplicaSet-owned "
+        "ReplicaSet scaled at once at twice its request onto a half-busy pool), slow-start (usage "
+        "ramping over 30 s - 3 min), synchronized-bursts (half the workloads at twice their usage for "
+        "one minute of every three, all at once) and mixed-replicasets (mixed-schedulers' usage in ReplicaSet-owned "
         "workloads, half of them kube-scheduler's, judged by their evictions too with --pools); "
         "mixed-schedulers-diverse and mixed-replicasets-diverse are diverse-deployments with every "
         "other workload kube-scheduler's, as bare pods and owned by ReplicaSets",

@@ -64,7 +64,13 @@ from ksched.bench.quality.observe import (
     utilisation,
 )
 from ksched.bench.quality.rebalance import HOT_SAMPLES, judge_rebalance
-from ksched.bench.quality.scenarios import DEFAULT_SCHEDULER, KUBE_SCHEDULER, Scenario, scenario
+from ksched.bench.quality.scenarios import (
+    DEFAULT_SCHEDULER,
+    KUBE_SCHEDULER,
+    Scenario,
+    scenario,
+    time_bursts_from,
+)
 from ksched.bench.quality.setups import KNOWING, SHADOW, pool_config, read_outcomes, steers
 from ksched.cluster import descheduler
 from ksched.cluster.processes import tail, terminate
@@ -390,6 +396,8 @@ def _observe(
         create_namespace(kube, namespace)
     sampler.start()
     start = time.time()
+    for _, plan in plans:
+        time_bursts_from(plan.pods, start)
     with ThreadPoolExecutor(len(plans)) as workers:
         lag = metric_lag_s(r.scrape_interval_s)
         arrivals = list(workers.map(lambda plan: create_scenario(kube, plan[1], lag), plans))

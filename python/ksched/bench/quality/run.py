@@ -81,6 +81,7 @@ from ksched.bench.quality.scenarios import (
     SHAPES,
     scenario,
     shapes_of,
+    time_bursts_from,
 )
 from ksched.bench.quality.setups import KSCHED_STEER, KSCHED_STEER_REBALANCE, ORACLE_STEER, SHADOW
 from ksched.cluster import local
@@ -186,6 +187,7 @@ def _one(
     try:
         create_namespace(kube, namespace)
         start = time.time()
+        time_bursts_from(s.pods, start)
         lag = metric_lag_s(opts.scrape_interval_s)
         arrivals = create_scenario(kube, s, lag)
         pods, settled = settle(kube, namespace, lambda: exited([proc]) if proc is not None else None)

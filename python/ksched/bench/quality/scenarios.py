@@ -31,6 +31,11 @@ The scenarios:
 - slow-start: workloads of three (500m, multiples from the trace) at the rate, each ramping
   to its usage over 30 s - 3 min, so that what a node reads at placement is far below what
   it will use.
+- synchronized-bursts: workloads of three (500m, multiples from the trace) at the rate, half
+  of which burst to twice their usage for the last minute of every two and a half, all at the
+  same moments (the clock from the scenario's first create times the bursts, not the pods'
+  start: :func:`time_bursts_from`), as services do under a shared peak: what a node reads
+  between bursts is far below its peak.
 - mixed-schedulers-diverse, mixed-replicasets-diverse: diverse-deployments with every other
   workload (in order of arrival) placed by kube-scheduler; bare pods, which nothing may move,
   and the same owned by ReplicaSets.
@@ -38,6 +43,7 @@ The scenarios:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 from collections.abc import Callable
@@ -92,6 +98,13 @@ RAMP_RANGE_S = (30, 180)
 # starts with WORKLOAD_REPLICAS replicas, and is scaled up by the scenario's pods over this.
 HERD_MULTIPLE = 2.0
 HERD_SHARE = 4
+# synchronized-bursts: the share of workloads that burst; every BURST_EVERY_S seconds of the
+# clock they use BURST_FACTOR times their steady multiple for the last BURST_FOR_S, together:
+# 90-150 s and 240-300 s after the first create, within a 1,000-node run's five minutes.
+BURSTING_SHARE = 0.5
+BURST_EVERY_S = 150
+BURST_FOR_S = 60
+BURST_FACTOR = 2.0
 
 
 @dataclass(frozen=True)
@@ -275,15 +288,25 @@ def controllers(pods: list[Obj]) -> list[Obj]:
 
 
 def _workloads(
-    count: int, ns: str, scheduler: str, rng: random.Random, ramps: bool, first_seed: int = 0
+    count: int,
+    ns: str,
+    scheduler: str,
+    rng: random.Random,
+    ramps: bool,
+    first_seed: int = 0,
+    bursting_share: float = 0.0,
 ) -> list[Obj]:
     """Workloads of :data:`WORKLOAD_REPLICAS` 500m pods, each sharing a usage multiple drawn
-    from the trace, ramping up over :data:`RAMP_RANGE_S` where ``ramps``."""
+    from the trace, ramping up over :data:`RAMP_RANGE_S` where ``ramps``; ``bursting_share``
+    of them burst together (:func:`_synchronized`)."""
     pods: list[Obj] = []
     for w in range(-(-count // WORKLOAD_REPLICAS)):
         multiple = trace_multiple(rng)
         ramp = rng.randint(*RAMP_RANGE_S) if ramps else 0
-        profile = UsageProfile(base=multiple, ramp_s=ramp, noise=NOISE, seed=first_seed + w)
+        # Drawn only where some burst, so the other scenarios' seeds keep their pods.
+        bursts = bursting_share > 0 and rng.random() < bursting_share
+        profile = _synchronized(multiple) if bursts else UsageProfile(base=multiple)
+        profile = dataclasses.replace(profile, ramp_s=ramp, noise=NOISE, seed=first_seed + w)
         replicas = min(WORKLOAD_REPLICAS, count - w * WORKLOAD_REPLICAS)
         pods += [_pod(f"svc-{w}-{r}", ns, scheduler, profile) for r in range(replicas)]
     return pods
@@ -291,6 +314,33 @@ def _workloads(
 
 def _slow_start(count: int, ns: str, scheduler: str, rng: random.Random) -> _Plan:
     return _Plan(_workloads(count, ns, scheduler, rng, ramps=True))
+
+
+def _synchronized(multiple: float) -> UsageProfile:
+    """A profile at ``multiple`` that bursts to :data:`BURST_FACTOR` times it for the last
+    :data:`BURST_FOR_S` of every :data:`BURST_EVERY_S` seconds of the clock, counted from the
+    Unix second 0 until :func:`time_bursts_from` says when the run began."""
+    return UsageProfile(
+        base=multiple,
+        burst_every_s=BURST_EVERY_S,
+        burst_for_s=BURST_FOR_S,
+        burst_to=round(multiple * BURST_FACTOR, 3),
+        burst_epoch_s=0,
+    )
+
+
+def time_bursts_from(pods: list[Obj], unix_s: float) -> None:
+    """Time the clock-timed bursts of ``pods`` (synchronized-bursts') from ``unix_s``, the
+    scenario's first create, so that every run and every pool of a round sees its bursts at
+    the same seconds of the scenario; called just before the pods are created."""
+    for pod in pods:
+        annotations = pod["metadata"]["annotations"]
+        if load.BURST_EPOCH in annotations:
+            annotations[load.BURST_EPOCH] = str(int(unix_s))
+
+
+def _synchronized_bursts(count: int, ns: str, scheduler: str, rng: random.Random) -> _Plan:
+    return _Plan(_workloads(count, ns, scheduler, rng, ramps=False, bursting_share=BURSTING_SHARE))
 
 
 def _herd(count: int, ns: str, scheduler: str, rng: random.Random) -> _Plan:
@@ -368,6 +418,7 @@ _KINDS: dict[str, _Kind] = {
     "diverse-deployments": _Kind(_diverse, controlled=True, shapes="mixed"),
     "herd": _Kind(_herd, controlled=True),
     "slow-start": _Kind(_slow_start, controlled=True),
+    "synchronized-bursts": _Kind(_synchronized_bursts, controlled=True),
     "mixed-schedulers-diverse": _Kind(_mixed_diverse, shapes="mixed"),
     "mixed-replicasets-diverse": _Kind(_mixed_diverse, controlled=True, shapes="mixed"),
 }
