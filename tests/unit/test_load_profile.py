@@ -95,6 +95,8 @@ def test_clock_timed_bursts_come_at_the_same_moments_whenever_the_pod_started() 
     assert by_age.multiple(130.0, unix_s=epoch + 130.0) == 1.0
     assert by_age.multiple(30.0, unix_s=epoch + 130.0) == 0.5
     assert load.usage_annotations(profile)[load.BURST_EPOCH] == str(epoch)
+    with pytest.raises(LoadSimulationError, match="unix_s"):
+        profile.multiple(10.0)
     assert load.BURST_EPOCH not in load.usage_annotations(by_age)
 
 

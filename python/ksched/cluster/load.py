@@ -9,7 +9,7 @@ from them, is :mod:`ksched.cluster.metrics_server`. :mod:`ksched.cluster.kwok`,
 :mod:`ksched.cluster.prometheus` and :mod:`ksched.cluster.local` take these pieces when
 ``up`` is asked for the simulation.
 Promises: a pod's usage is a deterministic function of its annotations, its requests and
-the seconds since it started, and :meth:`UsageProfile.multiple` computes the same function
+the seconds since it started (and, where it names a burst epoch, the clock), and :meth:`UsageProfile.multiple` computes the same function
 in Python. Never names an address other than loopback.
 """
 
@@ -131,11 +131,16 @@ class UsageProfile:
         if problems:
             raise LoadSimulationError("invalid usage profile: " + "; ".join(problems))
 
-    def multiple(self, seconds: float, unix_s: float = 0.0) -> float:
+    def multiple(self, seconds: float, unix_s: float | None = None) -> float:
         """The multiple of the request used ``seconds`` after the pod started, at ``unix_s``
-        on the clock (read only where ``burst_epoch_s`` is set): what KWOK evaluates."""
+        on the clock (read only where ``burst_epoch_s`` is set, and then required): what KWOK
+        evaluates."""
+        if self.burst_epoch_s is not None and unix_s is None:
+            raise LoadSimulationError("a profile timed by the clock needs the clock's unix_s")
         ramp = seconds / self.ramp_s if self.ramp_s > 0 and seconds < self.ramp_s else 1.0
-        timed_by = seconds if self.burst_epoch_s is None else int(unix_s) - self.burst_epoch_s
+        timed_by = (
+            seconds if self.burst_epoch_s is None or unix_s is None else int(unix_s) - self.burst_epoch_s
+        )
         level = self.burst_to if _in_burst(self, int(timed_by)) else self.base * ramp
         return level * (1.0 + self.noise * (2.0 * _draw(self.seed, int(seconds) // NOISE_BUCKET_S) - 1.0))
 

@@ -200,7 +200,7 @@ def _quality_options(parser: argparse.ArgumentParser) -> None:
         "usage per workload, ramps, Deployments arriving over minutes, nodes of 2-16 cores), herd (one "
         "ReplicaSet scaled at once at twice its request onto a half-busy pool), slow-start (usage "
         "ramping over 30 s - 3 min), synchronized-bursts (half the workloads at twice their usage for "
-        "one minute of every three, all at once) and mixed-replicasets (mixed-schedulers' usage in ReplicaSet-owned "
+        "the last minute of every two and a half, all at once) and mixed-replicasets (mixed-schedulers' usage in ReplicaSet-owned "
         "workloads, half of them kube-scheduler's, judged by their evictions too with --pools); "
         "mixed-schedulers-diverse and mixed-replicasets-diverse are diverse-deployments with every "
         "other workload kube-scheduler's, as bare pods and owned by ReplicaSets",
