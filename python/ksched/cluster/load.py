@@ -9,8 +9,8 @@ from them, is :mod:`ksched.cluster.metrics_server`. :mod:`ksched.cluster.kwok`,
 :mod:`ksched.cluster.prometheus` and :mod:`ksched.cluster.local` take these pieces when
 ``up`` is asked for the simulation.
 Promises: a pod's usage is a deterministic function of its annotations, its requests and
-the seconds since it started (and, where it names a burst epoch, the clock), and :meth:`UsageProfile.multiple` computes the same function
-in Python. Never names an address other than loopback.
+the seconds since it started (and, where it names a burst epoch, the clock), and
+:meth:`UsageProfile.multiple` computes the same function in Python. Never names an address other than loopback.
 """
 
 from __future__ import annotations
@@ -97,7 +97,8 @@ class UsageProfile:
     The multiple climbs linearly from 0 to ``base`` over ``ramp_s``; in the last
     ``burst_for_s`` seconds of every ``burst_every_s`` (of the pod's life, or of the clock's
     seconds since the Unix second ``burst_epoch_s`` where that is set, so that such pods burst
-    together whenever they started) it is ``burst_to`` instead; then it is scaled by ``1 + noise * (2u - 1)``, ``u`` in [0, 1) drawn from ``seed`` and the current
+    together whenever they started) it is ``burst_to`` instead; then it is scaled by
+    ``1 + noise * (2u - 1)``, ``u`` in [0, 1) drawn from ``seed`` and the current
     :data:`NOISE_BUCKET_S`-second bucket. A container that requests no CPU (memory) is
     multiplied against ``reference_cpu`` (``reference_memory``) instead, by default
     :data:`BEST_EFFORT_CPU` (:data:`BEST_EFFORT_MEMORY`).
