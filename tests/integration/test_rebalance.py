@@ -268,13 +268,15 @@ def wait_hot(cluster: Cluster, node: str) -> None:
 
 
 def assert_moved_shift_to_target(
-    cluster: Cluster, k: Ksched, lay: Layout, before: dict[str, tuple[str, str]]
+    cluster: Cluster, k: Ksched, lay: Layout, pods_before: dict[str, Obj]
 ) -> None:
     """``shift`` evicted once and re-created on the target; no other pod moved; the
-    eviction's events on the pod and on the hot node."""
+    eviction's events on the pod and on the hot node. ``pods_before``: the bound pods read
+    before the rebalancer could move one, since by the time this runs ``shift`` may be gone."""
     kube, ns = cluster.kube, lay.namespace
+    before = placements(pods_before)
     (shift_uid,) = [uid for uid, (workload, _) in before.items() if workload == "shift"]
-    shift_name = next(p["metadata"]["name"] for p in pods_in(kube, ns) if p["metadata"]["uid"] == shift_uid)
+    shift_name = pods_before[shift_uid]["metadata"]["name"]
     moved = wait_for(lambda: events(kube, "Rebalanced", "Pod", shift_name), EVICTION_TIMEOUT_S)
     assert moved, (utilisation(cluster), k.output())
     note = moved[0].get("note", "")
@@ -323,8 +325,7 @@ def test_a_node_made_hot_by_shifting_load_is_cooled_by_one_move_to_the_reserved_
     with leader(simulated, tmp_path, "rebalancer", **config(simulated)) as k:
         assert wait_for(k.leads, 30), k.output()
         lay = layout(0, "rebalance-cool")
-        before = placements(bound(simulated.kube, lay.namespace))
-        assert_moved_shift_to_target(simulated, k, lay, before)
+        assert_moved_shift_to_target(simulated, k, lay, bound(simulated.kube, lay.namespace))
         # The move cooled the hot node and heated no other one.
         assert wait_for(lambda: max(utilisation(simulated).get(n, 1.0) for n in lay.nodes) < HIGH, 20), (
             utilisation(simulated)
@@ -377,7 +378,8 @@ def test_a_stale_metric_triggers_nothing_until_it_is_fresh_again(
     with leader(simulated, tmp_path, "rebalancer", **cfg) as k:
         assert wait_for(k.leads, 30), k.output()
         lay = layout(2, "rebalance-stale")
-        before = placements(bound(simulated.kube, lay.namespace))
+        pods_before = bound(simulated.kube, lay.namespace)
+        before = placements(pods_before)
         try:
             wait_hot(simulated, lay.hot)
             local.signal_component("prometheus", signal.SIGSTOP)
@@ -390,7 +392,7 @@ def test_a_stale_metric_triggers_nothing_until_it_is_fresh_again(
         finally:
             local.signal_component("prometheus", signal.SIGCONT)
         # Fresh again, the node is still hot: the same rebalancer now moves the pod.
-        assert_moved_shift_to_target(simulated, k, lay, before)
+        assert_moved_shift_to_target(simulated, k, lay, pods_before)
 
 
 def test_a_follower_and_a_shadow_evict_nothing_while_a_leader_does(
@@ -414,7 +416,8 @@ def test_a_follower_and_a_shadow_evict_nothing_while_a_leader_does(
             )
         )
         lay = layout(3, "rebalance-replicas")
-        before = placements(bound(simulated.kube, lay.namespace))
+        pods_before = bound(simulated.kube, lay.namespace)
+        before = placements(pods_before)
         wait_hot(simulated, lay.hot)
         # Both judge the node hot, and the shadow records the move it would have made.
         assert wait_for(lambda: follower.metric("ksched_rebalance_hot_nodes") >= 1, 30), follower.output()
@@ -432,7 +435,7 @@ def test_a_follower_and_a_shadow_evict_nothing_while_a_leader_does(
         assert_dry_run_proposes(simulated, tmp_path / "follower.yaml", lay)
         first.close()
         assert wait_for(follower.leads, 30), follower.output()
-        assert_moved_shift_to_target(simulated, follower, lay, before)
+        assert_moved_shift_to_target(simulated, follower, lay, pods_before)
         assert shadow.metric("ksched_rebalance_evictions_total") == 0, shadow.output()
 
 
