@@ -4,6 +4,7 @@ counts at, and a pod's declared expected usage."""
 
 from __future__ import annotations
 
+import math
 from functools import partial
 from pathlib import Path
 from types import SimpleNamespace
@@ -317,6 +318,40 @@ def test_a_herd_counts_at_its_workloads_history_else_at_the_prior() -> None:
     assert (unknown.source, unknown.amount) == ("prior", batch), "p90 of the workloads: batch's"
     bare = loop.choice(matrix, owned("bare", "", cpu="1", owner=None))
     assert (bare.source, bare.amount) == ("configured", 1000)
+
+
+@pytest.mark.parametrize(
+    ("case", "workloads", "margins"),
+    [
+        ("one pod: at the quantile", ["new"], [1]),
+        ("four workloads: the quantile of their sum", ["a", "b", "c", "d"], [1, 1, 1, 1]),
+        ("one workload's four replicas: each at the quantile", ["new"] * 4, [4]),
+        ("two workloads of two", ["a", "a", "b", "b"], [2, 2]),
+    ],
+)
+def test_pods_of_unknown_workloads_on_a_node_count_at_the_quantile_of_their_sum(
+    case: str, workloads: list[str], margins: list[int]
+) -> None:
+    """A pod of a workload without history counts at the prior's quantile. The replicas of one
+    workload share its figure, so they add theirs up; workloads are independent of each other,
+    so a node of several counts the typical figure for each and the margins up to the quantile
+    in quadrature: one heavy workload among four is likely, four are not."""
+    loop = Loop(learned_metric())
+    teach(loop, {"web": 0.5, "batch": 2.0, "api": 1.0})
+    for key in list(loop.state.recent.pods):
+        loop.state.recent.drop(key)
+    loop.add(*(owned(f"{w}-{i}", "n1", owner=("Deployment", w)) for i, w in enumerate(workloads)))
+    matrix = loop.sample({})
+    calibration = matrix.metrics[0].estimate.calibration
+    high, typical = calibration.prior_ratio, calibration.prior_ratio_typical
+    assert high > typical
+    margin = 100 * (high - typical)
+    want = len(workloads) * 100 * typical + math.sqrt(sum((m * margin) ** 2 for m in margins))
+    assert matrix.values[1, 0] == pytest.approx(NODE_VALUE + want / 4000), case
+    assert matrix.values[1, 0] <= NODE_VALUE + len(workloads) * 100 * high / 4000 + 1e-12
+    # Each pod on its own still counts at the quantile (``/status``).
+    counted = loop.state.recent.counted_as(f"default/{workloads[0]}-0")
+    assert counted is not None and counted[0]["counts"] == pytest.approx(100 * high)
 
 
 @pytest.mark.parametrize("score", [False, "pod", True])

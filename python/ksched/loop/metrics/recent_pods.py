@@ -20,12 +20,14 @@ A pod that is measured counts as its measured usage. A learned estimate
 the others count as their calibrated guess (:func:`ksched.engine.estimate.terms`, as the pod
 being placed), and with ``deviations`` each node also counts that many standard deviations
 of its unmeasured pods' combined spread (the unseen share of each, independent: the root of
-the sum of squares). A measured pod still ramping up
-(:class:`~ksched.loop.metrics.workloads.PodSeries`) counts as the larger of its estimate and
-its measured usage, less what the sample shows of it, until it is stable or ``warmup`` after
-its bind; only stable pods teach. Pods bound before the horizon (past any warm-up) teach their
-workloads too, a share of them a pass (:attr:`RecentPods.settled`), so that a workload running
-since before ksched started is estimated from its own replicas.
+the sum of squares). A pod of a workload without history counts at the typical workload's
+figure, and its margin up to the prior's quantile joins that caution: summed within a
+workload on a node, in quadrature across workloads (:meth:`RecentPods._expected`). A measured
+pod still ramping up (:class:`~ksched.loop.metrics.workloads.PodSeries`) counts as the larger
+of its estimate and its measured usage, less what the sample shows of it, until it is stable
+or ``warmup`` after its bind; only stable pods teach. Pods bound before the horizon (past any
+warm-up) teach their workloads too, a share of them a pass (:attr:`RecentPods.settled`), so
+that a workload running since before ksched started is estimated from its own replicas.
 
 Kept cheap at any cluster size: only pods bound within the horizon are held, a heap
 by bind time prunes them, and a cycle reads them as numpy columns rebuilt only when
@@ -48,7 +50,9 @@ import numpy.typing as npt
 from ksched.config import EstimateConfig, MetricConfig
 from ksched.config.metrics import NEXT_POD_QUANTILE, Calibration, WorkloadCalibration
 from ksched.engine.estimate import (
+    FROM_REQUEST,
     MEASURED,
+    PRIOR,
     RAMPING,
     declared_usage,
     expected,
@@ -284,7 +288,7 @@ class RecentPods:
             calibration = self._calibration(
                 i, estimate, self._settled[i].stand_in(now, learn(guesses, kinds, teaching)), now
             )
-        amounts, spreads, sources = self._expected(i, arrays, guesses, calibration, estimate)
+        amounts, spreads, sources, margins = self._expected(i, arrays, guesses, calibration, estimate)
         # What the sample does not show of each pod: its fade over the window; for one still
         # ramping up, the larger of its estimate and its measured usage, less the part of its
         # measured usage the sample shows.
@@ -292,26 +296,36 @@ class RecentPods:
         stable = is_known & ~ramping
         amounts[stable] = known[stable]
         spreads[stable] = 0.0
+        margins[stable] = 0.0
         if ramping.any():
-            top = np.maximum(amounts[ramping], known[ramping])
+            top = np.maximum(amounts[ramping] + margins[ramping], known[ramping])
             shown = np.divide(
                 (1.0 - weight[ramping]) * known[ramping], top, out=np.ones_like(top), where=top > 0
             )
             unseen[ramping] = np.maximum(1.0 - shown, weight[ramping])
-            amounts[ramping] = top
+            amounts[ramping] = np.maximum(amounts[ramping], known[ramping])
+            margins[ramping] = top - amounts[ramping]
         rows = arrays.rows
         counted, share = pod_shares(snapshot, estimate.resource, rows, amounts)
         seen = unseen[counted]
         np.add.at(column, rows[counted], metric.load_sign * seen * share)
-        if estimate.deviations > 0 and calibration is not None:
+        if calibration is not None and (estimate.deviations > 0 or margins.any()):
             variance = np.zeros(len(column))
-            _, spread = pod_shares(snapshot, estimate.resource, rows, spreads)
-            missing = seen * spread
-            np.add.at(variance, rows[counted], missing * missing)
-            deviation = metric.load_sign * estimate.deviations * np.sqrt(variance)
+            if estimate.deviations > 0:
+                _, spread = pod_shares(snapshot, estimate.resource, rows, spreads)
+                missing = estimate.deviations * seen * spread
+                np.add.at(variance, rows[counted], missing * missing)
+            if margins.any():
+                _, margin = pod_shares(snapshot, estimate.resource, rows, margins)
+                variance += _margins_by_workload(
+                    len(column), rows[counted], arrays.pair_index[counted, i], seen * margin
+                )
+            deviation = metric.load_sign * np.sqrt(variance)
             column += deviation
             if caution is not None:
                 caution += deviation
+        # What each pod counts at on its own (``/status``, ``explain``): its prior's margin too.
+        amounts += margins
         sources[stable] = MEASURED
         sources[ramping] = RAMPING
         self._counted[metric.name] = _Counted(estimate.resource, arrays, i, amounts, sources, known)
@@ -455,9 +469,20 @@ class RecentPods:
         guesses: npt.NDArray[np.float64],
         calibration: Calibration | None,
         estimate: EstimateConfig,
-    ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.object_]]:
-        """Each pod's expected usage, its standard deviation and where its figures came from
-        (:func:`ksched.engine.estimate.terms`, as for a pod being placed)."""
+    ) -> tuple[
+        npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.object_], npt.NDArray[np.float64]
+    ]:
+        """Each pod's expected usage, its standard deviation, where its figures came from
+        (:func:`ksched.engine.estimate.terms`, as for a pod being placed) and its prior's margin.
+
+        A pod of a workload without history counts at the prior, a high quantile of what the
+        learned workloads use: that is what it may use, not what it is expected to. It is
+        returned as the typical workload's figure (the mean) and the margin up to the quantile,
+        which :meth:`add_to` sums per node linearly within a workload (its replicas share one
+        figure) and in quadrature across workloads (independent of each other), so that one
+        such pod counts at the quantile, and many of different workloads on a node do not
+        each count at theirs: the quantile of their sum is far below the sum of their
+        quantiles."""
         pairs, index = arrays.pairs[i], arrays.pair_index[:, i]
         prior, spread = estimate.prior[0], estimate.initial_spread
         chosen = [terms(calibration, kind, workload, prior, spread) for kind, workload in pairs]
@@ -466,8 +491,19 @@ class RecentPods:
         ]
         limits = arrays.limits[:, i].astype(np.float64)
         mean, sd = expected(guesses, limits, *(table[:, k] for k in range(5)))
+        mean = np.asarray(mean, dtype=np.float64)
         sources = np.array([t.source for t in chosen] or [""], dtype=object)[index]
-        return np.asarray(mean, dtype=np.float64), np.asarray(sd, dtype=np.float64), sources
+        # The typical figure of each pair counted at a prior (NaN: none, or counted at its limit).
+        typical = np.array(
+            [np.nan if t.source != PRIOR or t.typical is None or t.at_limit else t.typical for t in chosen]
+            or [np.nan],
+            dtype=np.float64,
+        )[index]
+        from_request = arrays.kinds[:, i] == FROM_REQUEST
+        centre = np.where(from_request, guesses * typical, typical)
+        at_prior = ~np.isnan(centre) & (centre < mean)
+        margins = np.where(at_prior, mean - np.where(at_prior, centre, 0.0), 0.0)
+        return mean - margins, np.asarray(sd, dtype=np.float64), sources, margins
 
     def _prune(self, now: float) -> None:
         oldest = now - self.horizon_s
@@ -488,6 +524,21 @@ class RecentPods:
             cached = (self._version, snapshot.index, _Arrays.of(self.pods, snapshot.index, len(self.metrics)))
             self._arrays = cached
         return cached[2]
+
+
+def _margins_by_workload(
+    nodes: int, rows: npt.NDArray[np.intp], workloads: npt.NDArray[np.intp], margins: npt.NDArray[np.float64]
+) -> npt.NDArray[np.float64]:
+    """Per node (``nodes`` rows), the variance the prior's ``margins`` of its pods (on ``rows``,
+    of ``workloads``) stand for: summed within a workload on a node, squared, and summed across
+    its workloads."""
+    keys = rows.astype(np.int64) * (int(workloads.max(initial=0)) + 1) + workloads
+    unique, inverse = np.unique(keys, return_inverse=True)
+    per_workload = np.zeros(len(unique))
+    np.add.at(per_workload, inverse, margins)
+    variance = np.zeros(nodes)
+    np.add.at(variance, unique // (int(workloads.max(initial=0)) + 1), per_workload * per_workload)
+    return variance
 
 
 @dataclass(frozen=True)
