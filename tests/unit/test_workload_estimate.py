@@ -354,6 +354,26 @@ def test_pods_of_unknown_workloads_on_a_node_count_at_the_quantile_of_their_sum(
     assert counted is not None and counted[0]["counts"] == pytest.approx(100 * high)
 
 
+def test_a_ramping_pod_of_an_unknown_workload_keeps_its_margin_until_it_measures_past_it() -> None:
+    loop = Loop(learned_metric())
+    teach(loop, {"web": 0.5, "batch": 2.0, "api": 1.0})
+    for key in list(loop.state.recent.pods):
+        loop.state.recent.drop(key)
+    loop.add(*(owned(f"{w}-0", "n1", cpu="1", owner=("Deployment", w)) for w in ("a", "b")))
+    low = loop.sample({"a-0": 200.0, "b-0": 200.0})
+    calibration = low.metrics[0].estimate.calibration
+    assert loop.store.learned()["cpu"]["ramping"] == ["default/a-0", "default/b-0"]
+    high, typical = 1000 * calibration.prior_ratio, 1000 * calibration.prior_ratio_typical
+    both = 2 * typical + math.sqrt(2) * (high - typical)
+    assert low.values[1, 0] == pytest.approx(NODE_VALUE + both / 4000), "both below the mean: the prior's sum"
+    past = loop.sample({"a-0": 3000.0, "b-0": 200.0})
+    assert loop.store.learned()["cpu"]["ramping"] == ["default/a-0", "default/b-0"]
+    assert high < 3000
+    assert past.values[1, 0] == pytest.approx(NODE_VALUE + (3000 + high) / 4000), (
+        "a-0 at its measured 3 CPU, no margin left; b-0 alone: at the quantile"
+    )
+
+
 @pytest.mark.parametrize("score", [False, "pod", True])
 def test_the_score_reads_a_pod_of_an_unknown_workload_at_the_typical_workloads_figure(score: Any) -> None:
     loop = Loop(parse_metric({"scoreByMean": score, "deviations": 1}))
