@@ -354,6 +354,23 @@ def test_pods_of_unknown_workloads_on_a_node_count_at_the_quantile_of_their_sum(
     assert counted is not None and counted[0]["counts"] == pytest.approx(100 * high)
 
 
+def test_under_a_limit_prior_a_pod_with_a_limit_counts_at_it_and_the_others_at_the_quantile_of_their_sum() -> (
+    None
+):
+    loop = Loop(parse_metric({"prior": "limit"}))
+    teach(loop, {"web": 0.5, "batch": 2.0, "api": 1.0})
+    for key in list(loop.state.recent.pods):
+        loop.state.recent.drop(key)
+    capped = owned("a-0", "n1", owner=("Deployment", "a"))
+    capped["spec"]["containers"][0]["resources"]["limits"] = {"cpu": "1"}
+    loop.add(capped, *(owned(f"{w}-0", "n1", owner=("Deployment", w)) for w in ("b", "c")))
+    matrix = loop.sample({})
+    calibration = matrix.metrics[0].estimate.calibration
+    high, typical = 100 * calibration.prior_ratio, 100 * calibration.prior_ratio_typical
+    want = 1000 + 2 * typical + math.sqrt(2) * (high - typical)
+    assert matrix.values[1, 0] == pytest.approx(NODE_VALUE + want / 4000), "its 1 CPU limit, no margin on it"
+
+
 def test_a_ramping_pod_of_an_unknown_workload_keeps_its_margin_until_it_measures_past_it() -> None:
     loop = Loop(learned_metric())
     teach(loop, {"web": 0.5, "batch": 2.0, "api": 1.0})

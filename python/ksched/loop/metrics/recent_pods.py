@@ -493,15 +493,16 @@ class RecentPods:
         mean, sd = expected(guesses, limits, *(table[:, k] for k in range(5)))
         mean = np.asarray(mean, dtype=np.float64)
         sources = np.array([t.source for t in chosen] or [""], dtype=object)[index]
-        # The typical figure of each pair counted at a prior (NaN: none, or counted at its limit).
+        # The typical figure of each pair counted at a prior (NaN: none); a pod counted at its
+        # limit (``prior: limit``, where it sets one) counts at that upper bound, without margin.
         typical = np.array(
-            [np.nan if t.source != PRIOR or t.typical is None or t.at_limit else t.typical for t in chosen]
-            or [np.nan],
+            [np.nan if t.source != PRIOR or t.typical is None else t.typical for t in chosen] or [np.nan],
             dtype=np.float64,
         )[index]
         from_request = arrays.kinds[:, i] == FROM_REQUEST
         centre = np.where(from_request, guesses * typical, typical)
-        at_prior = ~np.isnan(centre) & (centre < mean)
+        at_limit = (table[:, 4] > 0) & (limits > 0)
+        at_prior = ~np.isnan(centre) & (centre < mean) & ~at_limit
         margins = np.where(at_prior, mean - np.where(at_prior, centre, 0.0), 0.0)
         return mean - margins, np.asarray(sd, dtype=np.float64), sources, margins
 
