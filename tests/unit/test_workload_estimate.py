@@ -138,6 +138,13 @@ def teach(loop: Loop, workloads: dict[str, float], node_name: str = "n0", pods: 
     return loop.sample(usage, times=SETTLE)
 
 
+def teach_and_leave(loop: Loop, workloads: dict[str, float]) -> None:
+    """:func:`teach`, then the teachers leave the recent window: what they taught stays."""
+    teach(loop, workloads)
+    for key in list(loop.state.recent.pods):
+        loop.state.recent.drop(key)
+
+
 @pytest.mark.parametrize(
     ("case", "owner", "labels", "label", "want"),
     [
@@ -301,9 +308,7 @@ def test_ramping_pods_do_not_teach() -> None:
 
 def test_a_herd_counts_at_its_workloads_history_else_at_the_prior() -> None:
     loop = Loop(learned_metric())
-    teach(loop, {"web": 0.5, "batch": 2.0, "api": 1.0})
-    for key in list(loop.state.recent.pods):
-        loop.state.recent.drop(key)  # the teachers left the recent window
+    teach_and_leave(loop, {"web": 0.5, "batch": 2.0, "api": 1.0})
     herd = [owned(f"web-herd-{i}", "n1", owner=("Deployment", "web")) for i in range(20)]
     loop.add(*herd)
     matrix = loop.sample({})
@@ -337,9 +342,7 @@ def test_pods_of_unknown_workloads_on_a_node_count_at_the_quantile_of_their_sum(
     so a node of several counts the typical figure for each and the margins up to the quantile
     in quadrature: one heavy workload among four is likely, four are not."""
     loop = Loop(learned_metric())
-    teach(loop, {"web": 0.5, "batch": 2.0, "api": 1.0})
-    for key in list(loop.state.recent.pods):
-        loop.state.recent.drop(key)
+    teach_and_leave(loop, {"web": 0.5, "batch": 2.0, "api": 1.0})
     loop.add(*(owned(f"{w}-{i}", "n1", owner=("Deployment", w)) for i, w in enumerate(workloads)))
     matrix = loop.sample({})
     calibration = matrix.metrics[0].estimate.calibration
@@ -358,9 +361,7 @@ def test_under_a_limit_prior_a_pod_with_a_limit_counts_at_it_and_the_others_at_t
     None
 ):
     loop = Loop(parse_metric({"prior": "limit"}))
-    teach(loop, {"web": 0.5, "batch": 2.0, "api": 1.0})
-    for key in list(loop.state.recent.pods):
-        loop.state.recent.drop(key)
+    teach_and_leave(loop, {"web": 0.5, "batch": 2.0, "api": 1.0})
     capped = owned("a-0", "n1", owner=("Deployment", "a"))
     capped["spec"]["containers"][0]["resources"]["limits"] = {"cpu": "1"}
     loop.add(capped, *(owned(f"{w}-0", "n1", owner=("Deployment", w)) for w in ("b", "c")))
@@ -373,9 +374,7 @@ def test_under_a_limit_prior_a_pod_with_a_limit_counts_at_it_and_the_others_at_t
 
 def test_a_ramping_pod_of_an_unknown_workload_keeps_its_margin_until_it_measures_past_it() -> None:
     loop = Loop(learned_metric())
-    teach(loop, {"web": 0.5, "batch": 2.0, "api": 1.0})
-    for key in list(loop.state.recent.pods):
-        loop.state.recent.drop(key)
+    teach_and_leave(loop, {"web": 0.5, "batch": 2.0, "api": 1.0})
     loop.add(*(owned(f"{w}-0", "n1", cpu="1", owner=("Deployment", w)) for w in ("a", "b")))
     low = loop.sample({"a-0": 200.0, "b-0": 200.0})
     calibration = low.metrics[0].estimate.calibration

@@ -251,6 +251,17 @@ def expected(
     return mean, sd  # type: ignore[return-value]
 
 
+def typical_usage(
+    amount: Amount, limit: Amount, typical: Amount, at_limit: Amount, from_request: Amount
+) -> Amount:
+    """What a pod counted at a prior is expected to use (one pod, or numpy columns of many): the
+    typical workload's figure ``typical``, times its guess ``amount`` where the guess is from
+    its request (``from_request``); NaN where it has no typical figure (``typical`` NaN: not
+    counted at a prior) or counts at its limit (``at_limit`` and ``limit`` > 0)."""
+    none = np.isnan(typical) | ((at_limit > 0) & (limit > 0))
+    return np.where(none, np.nan, np.where(from_request > 0, amount * typical, typical))  # type: ignore[return-value]
+
+
 @dataclass(frozen=True)
 class Choice:
     """What a pod being placed counts as, and why (``explain``)."""
@@ -305,9 +316,14 @@ def estimate_choice(pod: Obj, requests: PodRequests, estimate: EstimateConfig) -
     # prior's quantile is what it may use, which the filter holds it to, not what it is
     # expected to. The score counts it at its mean where the deviations are for the filter
     # only (``scoreByMean``), else with them, as every other pod.
-    centre = mean
-    if t.typical is not None and not (t.at_limit and limit > 0):
-        centre = amount * t.typical if kind == FROM_REQUEST else t.typical
+    typical = typical_usage(
+        float(amount),
+        float(limit),
+        np.nan if t.typical is None else t.typical,
+        float(t.at_limit),
+        float(kind == FROM_REQUEST),
+    )
+    centre = mean if np.isnan(typical) else typical
     scored = centre if estimate.scores_pod_by_mean else centre + estimate.deviations * sd
     amount = round(value)
     expect = round(min(float(scored), float(QUANTITY_MAX)))

@@ -52,13 +52,13 @@ from ksched.config.metrics import NEXT_POD_QUANTILE, Calibration, WorkloadCalibr
 from ksched.engine.estimate import (
     FROM_REQUEST,
     MEASURED,
-    PRIOR,
     RAMPING,
     declared_usage,
     expected,
     guess,
     pod_limit,
     terms,
+    typical_usage,
     workload_of,
 )
 from ksched.engine.load import before_event, pod_shares
@@ -493,17 +493,12 @@ class RecentPods:
         mean, sd = expected(guesses, limits, *(table[:, k] for k in range(5)))
         mean = np.asarray(mean, dtype=np.float64)
         sources = np.array([t.source for t in chosen] or [""], dtype=object)[index]
-        # The typical figure of each pair counted at a prior (NaN: none); a pod counted at its
-        # limit (``prior: limit``, where it sets one) counts at that upper bound, without margin.
-        typical = np.array(
-            [np.nan if t.source != PRIOR or t.typical is None else t.typical for t in chosen] or [np.nan],
-            dtype=np.float64,
-        )[index]
-        from_request = arrays.kinds[:, i] == FROM_REQUEST
-        centre = np.where(from_request, guesses * typical, typical)
-        at_limit = (table[:, 4] > 0) & (limits > 0)
-        at_prior = ~np.isnan(centre) & (centre < mean) & ~at_limit
-        margins = np.where(at_prior, mean - np.where(at_prior, centre, 0.0), 0.0)
+        # What each pod counted at a prior is expected to use, as the pod being placed is scored
+        # (NaN: not at a prior, or at its limit, an upper bound without margin).
+        typical = np.array([np.nan if t.typical is None else t.typical for t in chosen] or [np.nan])[index]
+        from_request = (arrays.kinds[:, i] == FROM_REQUEST).astype(np.float64)
+        centre = typical_usage(guesses, limits, typical, table[:, 4], from_request)
+        margins = np.where(centre < mean, mean - centre, 0.0)
         return mean - margins, np.asarray(sd, dtype=np.float64), sources, margins
 
     def _prune(self, now: float) -> None:
@@ -533,12 +528,12 @@ def _margins_by_workload(
     """Per node (``nodes`` rows), the variance the prior's ``margins`` of its pods (on ``rows``,
     of ``workloads``) stand for: summed within a workload on a node, squared, and summed across
     its workloads."""
-    keys = rows.astype(np.int64) * (int(workloads.max(initial=0)) + 1) + workloads
-    unique, inverse = np.unique(keys, return_inverse=True)
+    stride = int(workloads.max(initial=0)) + 1
+    unique, inverse = np.unique(rows.astype(np.int64) * stride + workloads, return_inverse=True)
     per_workload = np.zeros(len(unique))
     np.add.at(per_workload, inverse, margins)
     variance = np.zeros(nodes)
-    np.add.at(variance, unique // (int(workloads.max(initial=0)) + 1), per_workload * per_workload)
+    np.add.at(variance, unique // stride, per_workload * per_workload)
     return variance
 
 
