@@ -206,18 +206,33 @@ def test_figures_per_node_shape_show_which_shape_took_the_pods_and_ran_hot() -> 
     judge(figures, series, ["a", "b", "c", "d"], bound, 0.8, cores)
     assert figures.shapes == [
         ShapeFigures(
-            cores=2.0, nodes=2, pods_per_node=2.0, hotspot_node_minutes=3.0, end_mean=0.7, end_max=0.9
+            cores=2.0,
+            nodes=2,
+            pods_per_node=2.0,
+            pods_sd=1.0,
+            hotspot_node_minutes=3.0,
+            end_mean=0.7,
+            end_max=0.9,
         ),
         ShapeFigures(
-            cores=8.0, nodes=2, pods_per_node=8.5, hotspot_node_minutes=0.0, end_mean=0.5, end_max=0.6
+            cores=8.0,
+            nodes=2,
+            pods_per_node=8.5,
+            pods_sd=0.5,
+            hotspot_node_minutes=0.0,
+            end_mean=0.5,
+            end_max=0.6,
         ),
     ]
+    # Where the nodes ended: 0.9, 0.5, 0.4 and 0.6, a mean of 0.6 and a deviation of 0.187.
+    assert figures.end_cv == 0.312, "the spread of where the nodes ended, apart from the fill"
+
     assert figures.hotspot_node_minutes == 3.0, "the shapes' hot node-minutes add up to the pool's"
     lines = table(QualityResults({}, figures=[figures])).splitlines()
     at = next(i for i, line in enumerate(lines) if line.split()[:3] == ["scenario", "scheduler", "node"])
     assert [line.split() for line in lines[at + 1 : at + 3]] == [
-        ["herd", "ksched", "2", "2", "2.00", "3.0", "0.70", "0.90"],
-        ["herd", "ksched", "8", "2", "8.50", "0.0", "0.50", "0.60"],
+        ["herd", "ksched", "2", "2", "2.00", "1.00", "3.0", "0.70", "0.90"],
+        ["herd", "ksched", "8", "2", "8.50", "0.50", "0.0", "0.50", "0.60"],
     ]
     same = QualityFigures("ksched", "herd", len(bound))
     judge(same, series, ["c", "d"], bound, 0.8, cores)

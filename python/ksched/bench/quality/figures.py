@@ -77,6 +77,9 @@ class ShapeFigures:
     cores: float
     nodes: int
     pods_per_node: float
+    # How far the nodes' pod counts differ (population standard deviation): a scheduler that
+    # deals unknown pods unevenly within a shape widens the spread without knowing why.
+    pods_sd: float
     hotspot_node_minutes: float
     # Each node's utilisation over the last minute of samples: the mean over the shape's nodes
     # and the hottest of them.
@@ -93,6 +96,10 @@ class QualityFigures:
     max_utilisation: float = 0.0
     p95_utilisation: float = 0.0
     cv: float = 0.0
+    # The spread across nodes (standard deviation over mean) of where they ended (each node's
+    # mean over the last minute of samples): the placement's spread once the pods all show,
+    # apart from the fill, over which ``cv`` averages too.
+    end_cv: float = 0.0
     pods_on_hot_nodes: int = 0
     pending: int = 0
     pods_per_s: float = 0.0
@@ -132,6 +139,7 @@ class QualityFigures:
             "hotspot_node_minutes",
             "p95_utilisation",
             "cv",
+            "end_cv",
             "pods_on_hot_nodes",
             "pending",
             "pods_per_s",
@@ -216,6 +224,9 @@ def judge(
     figures.max_utilisation = round(max(everything, default=0.0), 3)
     figures.p95_utilisation = round(percentile(everything, 0.95), 3)
     figures.cv = round(statistics.fmean(cvs), 3) if cvs else 0.0
+    ended = list(ends(series, nodes).values())
+    end_mean = statistics.fmean(ended) if ended else 0.0
+    figures.end_cv = round(statistics.pstdev(ended) / end_mean, 3) if end_mean > 0 else 0.0
     last = series.values[-1] if series.values else {}
     figures.pods_on_hot_nodes = sum(1 for node in bound.values() if last.get(node, 0.0) > threshold)
     if cores is not None:
@@ -226,24 +237,33 @@ def judge(
 END_S = 60.0
 
 
+def ends(series: Series, nodes: list[str]) -> dict[str, float]:
+    """Where each node ended: its mean over the last :data:`END_S` of samples (a node with no
+    sample counts as idle; 0.0 everywhere without samples)."""
+    last = max(1, round(END_S / series.step_s)) if series.step_s > 0 else 1
+    end = series.values[-last:]
+    return {n: statistics.fmean(v.get(n, 0.0) for v in end) if end else 0.0 for n in nodes}
+
+
 def by_shape(
     series: Series, cores: dict[str, float], bound: dict[str, str], threshold: float
 ) -> list[ShapeFigures]:
     """:class:`ShapeFigures` of the nodes in ``cores`` (node to allocatable CPU), from the
     samples (a node with no sample counts as idle) and the pods' nodes at the end (``bound``)."""
     pods = Counter(bound.values())
-    last = max(1, round(END_S / series.step_s)) if series.step_s > 0 else 1
-    end = series.values[-last:]
+    end_of = ends(series, list(cores))
     shapes = []
     for size in sorted(set(cores.values())):
         nodes = [n for n, c in cores.items() if c == size]
         hot = sum(v.get(n, 0.0) > threshold for v in series.values for n in nodes)
-        ended = [statistics.fmean(v.get(n, 0.0) for v in end) if end else 0.0 for n in nodes]
+        ended = [end_of[n] for n in nodes]
+        counts = [pods[n] for n in nodes]
         shapes.append(
             ShapeFigures(
                 cores=size,
                 nodes=len(nodes),
-                pods_per_node=round(sum(pods[n] for n in nodes) / len(nodes), 2),
+                pods_per_node=round(statistics.fmean(counts), 2),
+                pods_sd=round(statistics.pstdev(counts), 2),
                 hotspot_node_minutes=round(hot * series.step_s / 60.0, 2),
                 end_mean=round(statistics.fmean(ended), 3),
                 end_max=round(max(ended), 3),
