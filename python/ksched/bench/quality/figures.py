@@ -224,13 +224,14 @@ def judge(
     figures.max_utilisation = round(max(everything, default=0.0), 3)
     figures.p95_utilisation = round(percentile(everything, 0.95), 3)
     figures.cv = round(statistics.fmean(cvs), 3) if cvs else 0.0
-    ended = list(ends(series, nodes).values())
+    end_of = ends(series, nodes)
+    ended = list(end_of.values())
     end_mean = statistics.fmean(ended) if ended else 0.0
     figures.end_cv = round(statistics.pstdev(ended) / end_mean, 3) if end_mean > 0 else 0.0
     last = series.values[-1] if series.values else {}
     figures.pods_on_hot_nodes = sum(1 for node in bound.values() if last.get(node, 0.0) > threshold)
     if cores is not None:
-        figures.shapes = by_shape(series, {n: cores.get(n, 0.0) for n in nodes}, bound, threshold)
+        figures.shapes = by_shape(series, {n: cores.get(n, 0.0) for n in nodes}, bound, threshold, end_of)
 
 
 # How far back :func:`by_shape` averages a node's samples as where it ended.
@@ -246,12 +247,16 @@ def ends(series: Series, nodes: list[str]) -> dict[str, float]:
 
 
 def by_shape(
-    series: Series, cores: dict[str, float], bound: dict[str, str], threshold: float
+    series: Series,
+    cores: dict[str, float],
+    bound: dict[str, str],
+    threshold: float,
+    end_of: dict[str, float],
 ) -> list[ShapeFigures]:
     """:class:`ShapeFigures` of the nodes in ``cores`` (node to allocatable CPU), from the
-    samples (a node with no sample counts as idle) and the pods' nodes at the end (``bound``)."""
+    samples (a node with no sample counts as idle), where each node ended (``end_of``,
+    :func:`ends`) and the pods' nodes at the end (``bound``)."""
     pods = Counter(bound.values())
-    end_of = ends(series, list(cores))
     shapes = []
     for size in sorted(set(cores.values())):
         nodes = [n for n, c in cores.items() if c == size]
