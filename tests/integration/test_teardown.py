@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from ksched.cluster import local, realnode
+from ksched.cluster.load import LoadSimulation
 from ksched.cluster.processes import alive
 from tests.integration.helpers import kubectl, unavailable, wait_for
 
@@ -32,6 +33,21 @@ def test_down_leaves_no_process(
     local.down()
     assert not any(alive(pid, name) for name, pid in pids.items())
     assert not os.path.exists(state.directory)
+
+
+def test_down_leaves_no_process_of_the_load_simulation(
+    cluster: local.ClusterState, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The simulation's own Python process (``counters``) is a component like the others:
+    recognised as running, and stopped by ``down``."""
+    monkeypatch.setenv("KSCHED_CLUSTER_DIR", str(tmp_path))
+    state = local.up(nodes=1, zones=1, load_simulation=LoadSimulation(scrape_interval_s=5.0))
+    pids = dict(state.pids)
+    assert "counters" in pids
+    assert all(alive(pid, name) for name, pid in pids.items())
+    local.down()
+    assert not any(alive(pid, name) for name, pid in pids.items())
+    assert not _processes_naming(tmp_path)
 
 
 def _processes_naming(path: Path) -> list[str]:

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ksched.cluster import load, metrics_server, realnode
+from ksched.cluster import counters, load, metrics_server, realnode
 from ksched.cluster.build import Pins, ensure_built
 from ksched.cluster.controlplane import (
     audit_log_path,
@@ -209,6 +209,8 @@ def _start(
     write_kubeconfig(launcher)
     install_podgroup_crd(launcher)
     start_nodes(launcher, nodes, zones, node_lease_s, simulate_load=simulation is not None, shapes=shapes)
+    if simulation:
+        counters.start(launcher)
     if with_scheduler:
         start_kube_scheduler(launcher, scheduler_qps, percentage)
     if with_controllers or reals:

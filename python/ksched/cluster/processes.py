@@ -88,16 +88,24 @@ def save_state(state: ClusterState) -> None:
     _state_file().write_text(json.dumps(asdict(state), indent=2))
 
 
+# A component that is one of ksched's own modules runs as ``python -m`` this, its name filled in.
+PYTHON_COMPONENT = "ksched.cluster.{}"
+
+
 def alive(pid: int, binary: str) -> bool:
+    """Whether ``pid`` still runs the component ``binary``: an executable of that name, or
+    ksched's own module of that name under Python (:data:`PYTHON_COMPONENT`), so that a
+    recycled pid is never taken for it."""
     try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
+        args = [a.decode(errors="replace") for a in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")]
     except OSError:
         return False
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return False
-    return os.path.basename(cmdline) == binary and ") Z " not in stat
+    named = os.path.basename(args[0]) == binary or args[1:3] == ["-m", PYTHON_COMPONENT.format(binary)]
+    return named and ") Z " not in stat
 
 
 def threads_left(pid: int) -> bool:
