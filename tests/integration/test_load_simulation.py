@@ -20,6 +20,8 @@ from ksched.cluster import load, local
 from ksched.cluster.build import BuildError, missing_binaries
 from ksched.cluster.load import LoadSimulation, UsageProfile
 from ksched.cluster.prometheus import prometheus_binary
+from ksched.config import load_config
+from ksched.config.examples import example_path
 from ksched.engine.quantity import parse_quantity
 from ksched.loop.client import Kube, load_configuration
 from tests.integration.helpers import create, make_pod, unavailable, wait_for
@@ -231,6 +233,59 @@ def test_recording_rules_compute_utilisation_from_the_kubelets_series(tmp_path: 
                         "eval_time": "4m",
                         "exp_samples": [{"labels": "cluster:node_cpu_utilisation:ratio", "value": 0.25}],
                     },
+                ],
+            }
+        ],
+    }
+    path = tmp_path / "test.json"
+    path.write_text(json.dumps(cases))
+    out = subprocess.run([promtool, "test", "rules", str(path)], capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_the_examples_pod_query_measures_a_pod_from_its_first_scrape(tmp_path: Path) -> None:
+    """``examples/load-aware.yaml``'s ``podQuery`` on the kubelet's series (``promtool test
+    rules``): a pod with one scrape reads its CPU time over the seconds since its container
+    started, so a heavy pod shows a scrape before its rate can; a pod with two reads its rate,
+    not its average since it started; a start time after the scrape gives no value rather than
+    a negative or infinite one."""
+    promtool = str(Path(prometheus_binary()).with_name("promtool"))
+    estimate = load_config(example_path("load-aware.yaml")).metrics[0].estimate
+    assert estimate is not None and estimate.pod_query is not None
+
+    def series(pod: str, usage: str, started: str) -> list[dict[str, str]]:
+        at = f'job="{load.SCRAPE_JOB}",node="a",namespace="ns",pod="{pod}"'
+        return [
+            {"series": f"pod_cpu_usage_seconds_total{{{at}}}", "values": usage},
+            {"series": f'container_start_time_seconds{{{at},container="app"}}', "values": started},
+        ]
+
+    cases = {
+        "evaluation_interval": "15s",
+        "tests": [
+            {
+                "interval": "15s",
+                # Scrapes at 0, 15 and 30 s.
+                "input_series": [
+                    # Half a core since 0 s: 7.5 core-seconds a scrape.
+                    *series("steady", "0+7.5x2", "0 0 0"),
+                    # Started at 12 s, first scraped at 30 s with 9 core-seconds: half a core.
+                    *series("new", "_ _ 9", "_ _ 12"),
+                    # Idle for its first scrape, then 2 cores: its average since 0 s is 1 core.
+                    *series("faster", "0 0 30", "0 0 0"),
+                    # A start time after its one scrape (a skewed clock).
+                    *series("skewed", "_ _ 9", "_ _ 40"),
+                ],
+                "promql_expr_test": [
+                    {
+                        "expr": estimate.pod_query,
+                        "eval_time": "40s",
+                        "exp_samples": [
+                            {"labels": "{namespace='ns',pod='steady'}", "value": 0.5},
+                            {"labels": "{namespace='ns',pod='new'}", "value": 0.5},
+                            {"labels": "{namespace='ns',pod='faster'}", "value": 2.0},
+                        ],
+                    }
                 ],
             }
         ],
