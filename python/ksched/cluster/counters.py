@@ -156,6 +156,9 @@ def run(kubeconfig: str, metrics_url: str, stop: threading.Event | None = None) 
     counters as it starts."""
     pool, server, headers = _api(kubeconfig)
     reader, started = Reader(metrics_url), Started()
+    log.info(
+        "watching the bound pods at %s; reading a node at %s once a pod on it starts", server, metrics_url
+    )
     version: str | None = None
     while stop is None or not stop.is_set():
         try:
