@@ -248,7 +248,7 @@ def test_the_examples_pod_query_measures_a_pod_from_its_first_scrape(tmp_path: P
     rules``): a pod with one scrape reads its CPU time over the seconds since its container
     started, so a heavy pod shows a scrape before its rate can; a pod with two reads its rate,
     not its average since it started; a start time after the scrape gives no value rather than
-    a negative or infinite one."""
+    a negative or infinite one, and so does a pod past the rate's minute that has no rate."""
     promtool = str(Path(prometheus_binary()).with_name("promtool"))
     estimate = load_config(example_path("load-aware.yaml")).metrics[0].estimate
     assert estimate is not None and estimate.pod_query is not None
@@ -275,6 +275,9 @@ def test_the_examples_pod_query_measures_a_pod_from_its_first_scrape(tmp_path: P
                     *series("faster", "0 0 30", "0 0 0"),
                     # A start time after its one scrape (a skewed clock).
                     *series("skewed", "_ _ 9", "_ _ 40"),
+                    # Started 100 s before the first scrape, scraped once: past the rate's
+                    # minute, its lifetime's average is not what it uses now.
+                    *series("lapsed", "_ _ 65", "_ _ -70"),
                 ],
                 "promql_expr_test": [
                     {

@@ -37,10 +37,10 @@ def test_a_pod_names_its_node_once_when_it_has_started() -> None:
 
 
 class _Servers:
-    """A fake API server, whose first watch sends ``events`` and every later one nothing, and
-    a fake KWOK that records the paths read from it."""
+    """A fake API server, whose list of pods is ``listed``, whose first watch sends ``events``
+    and every later one nothing, and a fake KWOK that records the paths read from it."""
 
-    def __init__(self, events: list[dict[str, Any]]) -> None:
+    def __init__(self, listed: list[dict[str, Any]], events: list[dict[str, Any]]) -> None:
         self.reads: list[str] = []
         self.authorizations: list[str | None] = []
         watches = [0]
@@ -53,7 +53,7 @@ class _Servers:
             def do_GET(self) -> None:
                 outer.authorizations.append(self.headers.get("Authorization"))
                 if "watch=true" not in self.path:
-                    body = json.dumps({"metadata": {"resourceVersion": "5"}, "items": []}).encode()
+                    body = json.dumps({"metadata": {"resourceVersion": "5"}, "items": listed}).encode()
                 else:
                     watches[0] += 1
                     lines = events if watches[0] == 1 else []
@@ -87,11 +87,12 @@ class _Servers:
 @pytest.fixture
 def servers() -> Iterator[_Servers]:
     s = _Servers(
+        [pod("before-the-watch", "n3", started=True)],
         [
             {"type": "ADDED", "object": pod("waiting", "n1", started=False)},
             {"type": "MODIFIED", "object": pod("running", "n2", started=True)},
             {"type": "MODIFIED", "object": pod("running", "n2", started=True)},
-        ]
+        ],
     )
     yield s
     s.close()
@@ -114,12 +115,14 @@ def test_a_started_pod_has_its_node_read_from_kwok_once(servers: _Servers, tmp_p
     thread.start()
     try:
         deadline = time.monotonic() + 10
-        while not servers.reads and time.monotonic() < deadline:
+        while len(servers.reads) < 2 and time.monotonic() < deadline:
             time.sleep(0.05)
         time.sleep(0.3)  # a second read, if one were coming, would come now
     finally:
         stop.set()
         thread.join(10)
     assert not thread.is_alive()
-    assert servers.reads == ["/metrics/nodes/n2/metrics/resource"]
+    # The pod listed before the watch, then the one the watch saw start; each once, although
+    # every watch after the first ends at once and the pods are listed again.
+    assert servers.reads == ["/metrics/nodes/n3/metrics/resource", "/metrics/nodes/n2/metrics/resource"]
     assert set(servers.authorizations) == {"Bearer secret"}

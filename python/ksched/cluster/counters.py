@@ -138,14 +138,20 @@ def _events(
                 if line.strip():
                     yield orjson.loads(line)
     finally:
+        # A watch left unread (an ERROR event, or stopping) must not go back to the pool.
+        response.close()
         response.release_conn()
 
 
-def _current_version(pool: urllib3.PoolManager, server: str, headers: dict[str, str]) -> str:
-    r = pool.request("GET", f"{server}/api/v1/pods?limit=1", headers=headers, timeout=10.0)
+def _bound_pods(pool: urllib3.PoolManager, server: str, headers: dict[str, str]) -> tuple[str, list[Any]]:
+    """The bound pods now, and the resourceVersion to watch from."""
+    r = pool.request(
+        "GET", f"{server}/api/v1/pods?fieldSelector=spec.nodeName%21%3D", headers=headers, timeout=30.0
+    )
     if r.status != 200:
         raise OSError(f"listing pods: HTTP {r.status}")
-    return str(orjson.loads(r.data)["metadata"]["resourceVersion"])
+    listing = orjson.loads(r.data)
+    return str(listing["metadata"]["resourceVersion"]), list(listing.get("items") or [])
 
 
 def run(kubeconfig: str, metrics_url: str, stop: threading.Event | None = None) -> None:
@@ -160,11 +166,17 @@ def run(kubeconfig: str, metrics_url: str, stop: threading.Event | None = None) 
     while stop is None or not stop.is_set():
         try:
             if version is None:
-                version = _current_version(pool, server, headers)
+                # From a list: pods that started before the watch (or while it was down) have
+                # their nodes read too; a read too many does no harm.
+                version, pods = _bound_pods(pool, server, headers)
+                for pod in pods:
+                    node = started.node({"type": "ADDED", "object": pod})
+                    if node is not None:
+                        reader.request(node)
             opened = time.monotonic()
             for event in _events(pool, server, headers, version):
                 if event.get("type") == "ERROR":
-                    # 410 Gone: go on from now; pods that started meanwhile count from their first scrape.
+                    # 410 Gone: list again, and watch from there.
                     log.warning("watch: %s", (event.get("object") or {}).get("message"))
                     version = None
                     break
@@ -177,7 +189,10 @@ def run(kubeconfig: str, metrics_url: str, stop: threading.Event | None = None) 
                 if time.monotonic() - opened < 1.0:
                     raise OSError("the watch ended at once")
         except (urllib3.exceptions.HTTPError, OSError, ValueError, KeyError) as err:
-            log.warning("watching pods: %s; watching again in 1 s", err)
+            # Listed again before the next watch: a version the API server refused (HTTP
+            # 410) is never asked for twice.
+            version = None
+            log.warning("watching pods: %s; listing and watching again in 1 s", err)
             if stop is None:
                 time.sleep(1.0)
             elif stop.wait(1.0):
