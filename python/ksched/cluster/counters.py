@@ -37,6 +37,8 @@ log = logging.getLogger("ksched.cluster.counters")
 
 # How long the watch may stay silent before it is opened again (the API server ends it sooner).
 WATCH_S = 300
+# The bound pods, which the list and the watch both ask for.
+BOUND_PODS = "/api/v1/pods?fieldSelector=spec.nodeName%21%3D"
 # The read of a node's resource metrics; a slow one is dropped, the next pod's read retries.
 READ_TIMEOUT_S = 5.0
 
@@ -119,10 +121,10 @@ def _events(
     pool: urllib3.PoolManager, server: str, headers: dict[str, str], version: str
 ) -> Iterator[dict[str, Any]]:
     """The bound pods' watch events from ``version`` on, until the watch ends."""
-    query = f"watch=true&allowWatchBookmarks=false&timeoutSeconds={WATCH_S}&fieldSelector=spec.nodeName%21%3D"
+    query = f"watch=true&allowWatchBookmarks=false&timeoutSeconds={WATCH_S}"
     response = pool.request(
         "GET",
-        f"{server}/api/v1/pods?{query}&resourceVersion={version}",
+        f"{server}{BOUND_PODS}&{query}&resourceVersion={version}",
         headers=headers,
         preload_content=False,
         timeout=urllib3.Timeout(connect=5.0, read=WATCH_S + 30),
@@ -145,9 +147,7 @@ def _events(
 
 def _bound_pods(pool: urllib3.PoolManager, server: str, headers: dict[str, str]) -> tuple[str, list[Any]]:
     """The bound pods now, and the resourceVersion to watch from."""
-    r = pool.request(
-        "GET", f"{server}/api/v1/pods?fieldSelector=spec.nodeName%21%3D", headers=headers, timeout=30.0
-    )
+    r = pool.request("GET", f"{server}{BOUND_PODS}", headers=headers, timeout=30.0)
     if r.status != 200:
         raise OSError(f"listing pods: HTTP {r.status}")
     listing = orjson.loads(r.data)
