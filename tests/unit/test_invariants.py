@@ -261,3 +261,12 @@ def test_pending_that_fit_names_the_pods_left_with_room_for_them() -> None:
     assert invariants.pending_that_fit(nodes, pods) == ["default/fits"]
     # A node's pod count caps it too.
     assert invariants.pending_that_fit([node("p", pods="1")], [pod("one", on="p"), pod("two")]) == []
+
+
+def test_unowned_names_the_pods_no_controller_owns() -> None:
+    adopted = pod("adopted", "n1")
+    adopted["metadata"]["ownerReferences"] = [{"kind": "ReplicaSet", "name": "web", "controller": True}]
+    # An owner that is not the controller (a garbage-collection dependency) adopts nothing.
+    referenced = pod("referenced", "n1")
+    referenced["metadata"]["ownerReferences"] = [{"kind": "ConfigMap", "name": "c"}]
+    assert invariants.unowned([adopted, referenced, pod("orphan")]) == ["orphan", "referenced"]

@@ -270,3 +270,17 @@ def lost(created: Mapping[str, str], present: Iterable[Obj]) -> list[str]:
     By UID, not name: a pod deleted and re-created under its name is still lost."""
     here = {p["metadata"]["uid"] for p in present}
     return sorted(name for name, uid in created.items() if uid not in here)
+
+
+def unowned(pods: Iterable[Obj]) -> list[str]:
+    """The names of ``pods`` that no controller owns (no ``ownerReferences`` entry with
+    ``controller: true``), sorted: in a scenario whose pods ReplicaSets adopt, a pod its
+    ReplicaSet had not adopted by the end was nobody's to whatever learns per workload or
+    moves pods."""
+    return sorted(
+        _name(p)
+        for p in pods
+        if not any(
+            isinstance(r, dict) and r.get("controller") for r in p["metadata"].get("ownerReferences") or ()
+        )
+    )

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import yaml
 
-from ksched.bench.invariants import lost, overcommitted
+from ksched.bench.invariants import lost, overcommitted, unowned
 from ksched.bench.pods import KSCHED_COMMAND, clear_pods, list_all, start_ksched_run
 from ksched.bench.quality.estimates import TRACED, StatusPoller, candidates, trace
 from ksched.bench.quality.figures import (
@@ -269,6 +269,11 @@ def pooled_round(
             zip(r.entries, plans, node_pools, arrivals, settled, ended, strict=True)
         ):
             entry = _Entry(name, label, namespace, names, made, placed, pods)
+            if plans[i][1].controlled and (orphans := unowned(pods)):
+                results.violations.append(
+                    f"{name}/{label}: {len(orphans)} pods not adopted by their ReplicaSet by the end "
+                    f"(first: {orphans[0]}): nothing learned their workload or could move them"
+                )
             figures = _judge(
                 r,
                 entry,
