@@ -21,6 +21,9 @@ from ksched.loop.metrics.load_model import LoadModel
 from ksched.loop.metrics.metric_sources import MetricStore
 from ksched.loop.metrics.workloads import RAMP_SPAN
 from ksched.loop.mirror.slim import slim_pod
+from ksched.loop.scheduling.cycle import IDLE_LEARN_S, Scheduler
+from ksched.loop.scheduling.queue import SchedulingQueue
+from ksched.loop.telemetry import Telemetry
 from tests.conftest import node, pod
 from tests.unit.test_load_estimate import CONFIG, T0, Clock, PodUsageSource, bound, cluster, rfc3339
 from tests.unit.test_load_estimate_engine import one_cpu_nodes, owned_by, place, usage
@@ -328,3 +331,40 @@ def test_learning_is_asked_for_and_off_by_default() -> None:
     learned, plain = parse_config(raw).metrics
     assert learned.estimate is not None and learned.estimate.learns and learned.estimate.deviations == 1.0
     assert plain.estimate is not None and not plain.estimate.learns
+
+
+@pytest.mark.parametrize("idle_looks", [True, False])
+def test_while_no_pod_waits_the_scheduler_still_learns_from_new_samples(idle_looks: bool) -> None:
+    """A workload measured while the queue is empty (a Deployment before its scale-up) teaches
+    the estimate before the next pod comes: the idle loop builds the values every
+    IDLE_LEARN_S. Without those looks nothing would be learned until a pod was placed."""
+    m = learned_metric()
+    clock = Clock(T0)
+    state = cluster(m, clock)
+    source = PodUsageSource(clock)
+    nodes = list(state.nodes.values())
+    store = MetricStore([m], source, None, lambda: nodes, clock=clock)  # type: ignore[arg-type]
+    measured = measured_pods([2.0] * LEARN_MIN_PODS)
+    for p, _ in measured:
+        state.on_pod("ADDED", p, None)
+    state.sync()
+    config = Config(metrics=(m,))
+    scheduler = Scheduler(
+        config,
+        state,
+        SchedulingQueue(clock),
+        None,
+        Telemetry(),
+        lambda: True,
+        store,  # type: ignore[arg-type]
+    )
+    scheduler.clock = clock
+    source.pods = {f"default/{p['metadata']['name']}": used for p, used in measured}
+    for k in range(RAMP_SPAN + 1):
+        clock.now = T0 + IDLE_LEARN_S * k
+        store.refresh(m)
+        store.refresh_pods(m)
+        if idle_looks:
+            scheduler.learn_while_idle()
+    learned = store.learned().get("cpu") or {}
+    assert learned.get("ratio") == (pytest.approx(2.0) if idle_looks else None)
