@@ -28,6 +28,7 @@ import collections
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
+from ksched.engine.moves import controller_of
 from ksched.engine.pods import pod_requests
 from ksched.engine.quantity import canonical, parse_quantity
 from ksched.engine.reference import RefNode, term_matches
@@ -277,10 +278,4 @@ def unowned(pods: Iterable[Obj]) -> list[str]:
     ``controller: true``), sorted: in a scenario whose pods ReplicaSets adopt, a pod its
     ReplicaSet had not adopted by the end was nobody's to whatever learns per workload or
     moves pods."""
-    return sorted(
-        _name(p)
-        for p in pods
-        if not any(
-            isinstance(r, dict) and r.get("controller") for r in p["metadata"].get("ownerReferences") or ()
-        )
-    )
+    return sorted(_name(p) for p in pods if controller_of(p) is None)

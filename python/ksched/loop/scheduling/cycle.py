@@ -103,7 +103,7 @@ class Scheduler:
         self.bound = 0
         # Whether a metric learns from the pods it measures, and when the values were last built
         # (a cycle, or a look while idle: :meth:`learn_while_idle`).
-        self._learns = any(m.estimate is not None and m.estimate.learn for m in config.metrics)
+        self._learns = any(m.estimate is not None and m.estimate.learns for m in config.metrics)
         self._learned_at = -math.inf
         self.clock: Callable[[], float] = time.monotonic
         state.wake = queue.wake
