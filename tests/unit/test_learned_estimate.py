@@ -17,12 +17,13 @@ from ksched.engine.estimate import estimate_choice
 from ksched.engine.pods import pod_requests
 from ksched.engine.scheduler import Engine
 from ksched.errors import ConfigError
-from ksched.loop.metrics.load_model import LoadModel
+from ksched.loop.metrics.load_model import LEARN_EVERY_S, LoadModel
 from ksched.loop.metrics.metric_sources import MetricStore
 from ksched.loop.metrics.workloads import RAMP_SPAN
 from ksched.loop.mirror.slim import slim_pod
-from ksched.loop.scheduling.cycle import IDLE_LEARN_S, Scheduler
+from ksched.loop.scheduling.cycle import Scheduler
 from ksched.loop.scheduling.queue import SchedulingQueue
+from ksched.loop.scheduling.shadow import Shadow
 from ksched.loop.telemetry import Telemetry
 from tests.conftest import node, pod
 from tests.unit.test_load_estimate import CONFIG, T0, Clock, PodUsageSource, bound, cluster, rfc3339
@@ -333,11 +334,12 @@ def test_learning_is_asked_for_and_off_by_default() -> None:
     assert plain.estimate is not None and not plain.estimate.learns
 
 
-@pytest.mark.parametrize("idle_looks", [True, False])
-def test_while_no_pod_waits_the_scheduler_still_learns_from_new_samples(idle_looks: bool) -> None:
+@pytest.mark.parametrize("loop", ["scheduler", "shadow", "none"])
+def test_while_nothing_builds_the_values_the_estimate_still_learns_from_new_samples(loop: str) -> None:
     """A workload measured while the queue is empty (a Deployment before its scale-up) teaches
-    the estimate before the next pod comes: the idle loop builds the values every
-    IDLE_LEARN_S. Without those looks nothing would be learned until a pod was placed."""
+    the estimate before the next pod comes: the scheduling loop and the shadow loop, idle,
+    build the values every LEARN_EVERY_S. Without those looks nothing would be learned until
+    a pod was placed (or, in shadow mode, compared)."""
     m = learned_metric()
     clock = Clock(T0)
     state = cluster(m, clock)
@@ -358,13 +360,39 @@ def test_while_no_pod_waits_the_scheduler_still_learns_from_new_samples(idle_loo
         lambda: True,
         store,  # type: ignore[arg-type]
     )
-    scheduler.clock = clock
+    shadow = Shadow(config, state, store, Telemetry())  # type: ignore[arg-type]
     source.pods = {f"default/{p['metadata']['name']}": used for p, used in measured}
+    looks = 0
     for k in range(RAMP_SPAN + 1):
-        clock.now = T0 + IDLE_LEARN_S * k
+        clock.now = T0 + LEARN_EVERY_S * k
         store.refresh(m)
         store.refresh_pods(m)
-        if idle_looks:
-            scheduler.learn_while_idle()
+        if loop != "none":
+            looks += (scheduler if loop == "scheduler" else shadow).load.keep_learning(state.snapshot)
     learned = store.learned().get("cpu") or {}
-    assert learned.get("ratio") == (pytest.approx(2.0) if idle_looks else None)
+    assert learned.get("ratio") == (pytest.approx(2.0) if loop != "none" else None)
+    assert looks == (RAMP_SPAN + 1 if loop != "none" else 0)
+
+
+def test_values_built_for_a_cycle_leave_nothing_for_the_idle_look_to_learn() -> None:
+    """The idle look builds the values only where nothing else has for LEARN_EVERY_S: a cycle,
+    a rebalancing look or a comparison on the same recent pods already taught the estimate."""
+    m = learned_metric()
+    clock = Clock(T0)
+    state = cluster(m, clock)
+    store = MetricStore([m], PodUsageSource(clock), None, lambda: list(state.nodes.values()), clock=clock)  # type: ignore[arg-type]
+    placing, idle = LoadModel(store, state.recent), LoadModel(store, state.recent)
+    store.refresh(m)
+    placing.scheduling(state.snapshot())
+    clock.now = T0 + LEARN_EVERY_S - 1
+    assert not idle.keep_learning(state.snapshot)
+    clock.now = T0 + LEARN_EVERY_S
+    assert idle.keep_learning(state.snapshot)
+    assert not idle.keep_learning(state.snapshot)
+    plain = learned_metric(learn=False)
+    unlearning = cluster(plain, clock)
+    store = MetricStore(
+        [plain], PodUsageSource(clock), None, lambda: list(unlearning.nodes.values()), clock=clock
+    )  # type: ignore[arg-type]
+    store.refresh(plain)
+    assert not LoadModel(store, unlearning.recent).keep_learning(unlearning.snapshot)

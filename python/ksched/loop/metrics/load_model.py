@@ -43,6 +43,13 @@ from ksched.loop.metrics.recent_pods import RecentPods
 from ksched.loop.metrics.samples import Sample
 from ksched.objects import Obj
 
+# While nothing builds the values (no pod waits, no look runs), a learned estimate still takes
+# each new sample of the pods it counts at most this often (a pod query refreshes every few
+# seconds at best): it learns only when the values are built, and a workload measured while
+# the queue was empty (a Deployment before its scale-up) would otherwise teach nothing until
+# the first pod after the lull was placed on what was learned before it.
+LEARN_EVERY_S = 5.0
+
 # A pod's measured usage of a metric's estimate resource (engine units; None: unknown).
 Measured = Callable[[str, MetricConfig], "float | None"]
 
@@ -170,6 +177,16 @@ class LoadModel:
             self.held.add_to(matrix.values, snapshot, matrix.metrics)
             self.held.add_settling(matrix.values, snapshot, matrix.metrics, self.metrics.measured)
         return matrix
+
+    def keep_learning(self, snapshot: Callable[[], Snapshot]) -> bool:
+        """Where a metric learns from the pods it measures and no caller (a cycle, a look, a
+        shadow comparison, over the same recent pods) has built the values for
+        :data:`LEARN_EVERY_S`, build them once on ``snapshot()`` and throw them away, so the
+        learned estimate takes the samples that came in meanwhile. Returns whether it built."""
+        if not self.recent.learns or self.recent.clock() - self.recent.taught_at < LEARN_EVERY_S:
+            return False
+        self.scheduling(snapshot(), reserved=False)
+        return True
 
     def rebalancing(self, snapshot: Snapshot, lines: Mapping[str, RebalanceThreshold], now: float) -> Judged:
         """The values a look judges and proves with, for the metrics ``lines`` judge."""

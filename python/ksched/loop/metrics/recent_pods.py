@@ -177,6 +177,14 @@ class RecentPods:
         # per learning metric, the pass through them (:mod:`ksched.loop.metrics.settled`).
         self.settled: Lookup | None = None
         self._settled = {i: SettledPods() for i in self._history}
+        # When a learning metric's values were last built, which is when it learns
+        # (:meth:`~ksched.loop.metrics.load_model.LoadModel.keep_learning`).
+        self.taught_at = -math.inf
+
+    @property
+    def learns(self) -> bool:
+        """Whether a metric learns from the pods it measures."""
+        return bool(self._history)
 
     def __len__(self) -> int:
         return len(self.pods)
@@ -252,6 +260,8 @@ class RecentPods:
         self.horizon_s = max(self.horizon_s, horizon_s(metric, window))
         now = self.clock()
         self._prune(now)
+        if estimate.learns:
+            self.taught_at = now
         if estimate.learns and measured and self.settled is not None:
             self._settled[i].teach(
                 now, measured, self.settled, self.pods, self.horizon_s, estimate, self._history[i]

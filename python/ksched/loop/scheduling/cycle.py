@@ -25,7 +25,6 @@ route watch events to the cluster state and the queue.
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import time
 from collections import defaultdict, deque
@@ -55,12 +54,6 @@ log = logging.getLogger(__name__)
 
 # How long an idle loop waits for work before checking leadership and shutdown again.
 IDLE_WAIT_S = 0.5
-# While no pod waits, the learned estimate still takes each new sample of the pods it counts
-# at most this often (a pod query refreshes every few seconds at best): it learns only when
-# the values are built, and a workload measured while the queue was empty (a Deployment
-# before its scale-up) would otherwise teach nothing until the first pod after the lull was
-# placed on what was learned before it.
-IDLE_LEARN_S = 5.0
 # The event on a pod that this replica nominated to another replica's node (sharding).
 HANDED_OVER = "HandedOver"
 # Failures kept for ``/status`` (``ksched status``): enough for a screen.
@@ -101,11 +94,6 @@ class Scheduler:
             p.scheduler_name: Engine(config, p.scheduler_name, seed=seed) for p in config.profiles
         }
         self.bound = 0
-        # Whether a metric learns from the pods it measures, and when the values were last built
-        # (a cycle, or a look while idle: :meth:`learn_while_idle`).
-        self._learns = any(m.estimate is not None and m.estimate.learns for m in config.metrics)
-        self._learned_at = -math.inf
-        self.clock: Callable[[], float] = time.monotonic
         state.wake = queue.wake
         # The last failures (unschedulable pods, failed binds) as {pod, reason, message, at}.
         self.failures: deque[dict[str, object]] = deque(maxlen=RECENT_FAILURES)
@@ -180,7 +168,8 @@ class Scheduler:
                 # Idle (or woken by the state's inbox filling): apply the watch events now, so
                 # the next pod's cycle does not start by applying all of them.
                 self.state.sync()
-                self.learn_while_idle()
+                # A learned estimate still takes the samples that come in while no pod waits.
+                self.load.keep_learning(self.state.snapshot)
                 continue
             try:
                 self.cycle(batch)
@@ -190,15 +179,6 @@ class Scheduler:
                 for qp in batch:
                     if qp.where == "in_flight":
                         self.queue.done_error(qp)
-
-    def learn_while_idle(self) -> None:
-        """Where a metric learns from measured pods, build the values once every
-        :data:`IDLE_LEARN_S` while no pod waits, so the learned estimate takes the samples that
-        came in meanwhile (the values themselves are not used)."""
-        if not self._learns or self.clock() - self._learned_at < IDLE_LEARN_S:
-            return
-        self.load.scheduling(self.state.snapshot())
-        self._learned_at = self.clock()
 
     def cycle(self, batch: list[QueuedPod]) -> None:
         started = time.perf_counter()
@@ -219,7 +199,6 @@ class Scheduler:
         # and their room.
         steered = {qp.key: self._steered(qp.pod) for qp in batch}
         matrix = self.load.scheduling(snapshot)
-        self._learned_at = self.clock()
         nominated = self.queue.nominated()
         if self.held is not None:
             nominated += self.held.holding()

@@ -288,6 +288,8 @@ class Shadow:
         self.config = config.shadow
         self.state = state
         self.metrics = metrics
+        # The values each comparison places on (:mod:`ksched.loop.metrics.load_model`).
+        self.load = LoadModel(metrics, state.recent)
         self.telemetry = telemetry
         self.engine = Engine(config, config.shadow.profile, seed=seed)
         self.ledger = ShadowLedger(config.shadow.keep)
@@ -328,6 +330,9 @@ class Shadow:
                 self._wake.wait(IDLE_WAIT_S)
                 self._wake.clear()
                 self.state.sync()
+                # Comparisons build the values only as pods are bound: a learned estimate
+                # still takes the samples that come in between them.
+                self.load.keep_learning(self.state.snapshot)
         finally:
             if self._log is not None:
                 self._log.close()
@@ -354,7 +359,7 @@ class Shadow:
         node = str(spec(pod)["nodeName"])
         unbound = {**pod, "spec": {k: v for k, v in spec(pod).items() if k != "nodeName"}}
         snapshot = self.state.snapshot()
-        matrix = LoadModel(self.metrics, self.state.recent).scheduling(snapshot)
+        matrix = self.load.scheduling(snapshot)
         group = pod_group_of(pod)
         groups = {}
         if group is not None and group in self.state.pod_groups:
