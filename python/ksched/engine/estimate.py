@@ -34,6 +34,7 @@ import numpy.typing as npt
 
 from ksched.config import EstimateConfig, MetricConfig
 from ksched.config.metrics import BEST_EFFORT_DEFAULTS, Calibration, Learned
+from ksched.engine.moves import controller_of
 from ksched.engine.pods import CountedRequests, PodRequests, pod_requests
 from ksched.engine.quantity import (
     QUANTITY_MAX,
@@ -135,9 +136,7 @@ def workload_of(pod: Obj, label: str | None = None) -> str | None:
     labels = m.get("labels") or {}
     if label is not None and label in labels:
         return f"{namespace}/{label}={labels[label]}"
-    owner = next(
-        (r for r in m.get("ownerReferences") or () if isinstance(r, dict) and r.get("controller")), None
-    )
+    owner = controller_of(pod)
     if owner is None:
         return None
     kind, name = str(owner.get("kind") or ""), str(owner.get("name") or "")
