@@ -44,6 +44,14 @@ def pod_key(pod: Obj) -> str:
     return f"{namespace(pod)}/{name(pod)}"
 
 
+def controller_of(obj: Obj) -> Obj | None:
+    """The owner reference that names ``obj``'s controller (None: no controller owns it)."""
+    for ref in meta(obj).get("ownerReferences") or []:
+        if isinstance(ref, dict) and ref.get("controller"):
+            return ref
+    return None
+
+
 def spec(obj: Obj) -> Obj:
     s = obj.get("spec")
     return s if isinstance(s, dict) else {}

@@ -28,12 +28,11 @@ import collections
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
-from ksched.engine.moves import controller_of
 from ksched.engine.pods import pod_requests
 from ksched.engine.quantity import canonical, parse_quantity
 from ksched.engine.reference import RefNode, term_matches
 from ksched.engine.selectors import label_selector, node_selector_term, selector_matches
-from ksched.objects import Obj, pod_key
+from ksched.objects import Obj, controller_of, pod_key
 
 HOSTNAME = "kubernetes.io/hostname"
 PODS = "pods"  # the allocatable entry that caps a node's pod count

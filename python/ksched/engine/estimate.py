@@ -34,7 +34,6 @@ import numpy.typing as npt
 
 from ksched.config import EstimateConfig, MetricConfig
 from ksched.config.metrics import BEST_EFFORT_DEFAULTS, Calibration, Learned
-from ksched.engine.moves import controller_of
 from ksched.engine.pods import CountedRequests, PodRequests, pod_requests
 from ksched.engine.quantity import (
     QUANTITY_MAX,
@@ -45,7 +44,7 @@ from ksched.engine.quantity import (
     parse_quantity,
 )
 from ksched.errors import QuantityError
-from ksched.objects import Obj, meta
+from ksched.objects import Obj, controller_of, meta
 
 # A pod's declared expected usage of a resource (``ksched.io/expected-cpu: "750m"``), in the
 # resource's unit; an operator may fill it from VPA's recommendations. A resource with a

@@ -290,13 +290,6 @@ def namespace_of(pod: Obj) -> str:
     return str(meta(pod).get("namespace") or "default")
 
 
-def controller_of(pod: Obj) -> Obj | None:
-    for ref in meta(pod).get("ownerReferences") or []:
-        if isinstance(ref, dict) and ref.get("controller"):
-            return ref
-    return None
-
-
 def has_local_storage(pod: Obj) -> bool:
     """Whether any of the pod's volumes keeps its data on the node (:data:`LOCAL_VOLUME_SOURCES`)."""
     return any(

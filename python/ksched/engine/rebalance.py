@@ -76,7 +76,6 @@ from ksched.engine.moves import (
     Skipped,
     SteeringView,
     build_replacement,
-    controller_of,
     epoch,
     go_duration,
     has_local_storage,
@@ -96,7 +95,7 @@ from ksched.engine.pods import pod_requests, priority
 from ksched.engine.scheduler import Engine
 from ksched.engine.snapshot import Snapshot
 from ksched.errors import MalformedObjectError
-from ksched.objects import Obj, meta, pod_key, scheduler_name, spec
+from ksched.objects import Obj, controller_of, meta, pod_key, scheduler_name, spec
 
 # The planner's callers read the types and reasons from here too (they live in moves).
 __all__ = [

@@ -22,7 +22,7 @@ from typing import Any
 from ksched.config import HandoffConfig
 from ksched.loop.client import ApiUnavailableError, Kube, pod_path
 from ksched.loop.telemetry import Telemetry
-from ksched.objects import DEFAULT_SCHEDULER, Obj, meta
+from ksched.objects import DEFAULT_SCHEDULER, Obj, controller_of, meta
 
 log = logging.getLogger(__name__)
 
@@ -44,13 +44,6 @@ RECREATE_WAIT_S = 0.25
 
 def opted_out(pod: Obj) -> bool:
     return str((meta(pod).get("annotations") or {}).get(OPT_OUT, "")).lower() == "false"
-
-
-def controller_of(pod: Obj) -> dict[str, Any] | None:
-    for ref in meta(pod).get("ownerReferences") or []:
-        if ref.get("controller"):
-            return dict(ref)
-    return None
 
 
 def replacement(pod: Obj) -> Obj:
@@ -111,7 +104,7 @@ class Handoff:
             return self._evict(full, owner, reason)
         return self._recreate(full, reason)
 
-    def _evict(self, pod: Obj, owner: dict[str, Any], reason: str) -> bool:
+    def _evict(self, pod: Obj, owner: Obj, reason: str) -> bool:
         ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
         body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": ns}}
         # The owner is remembered before the eviction is sent: its controller may create the
