@@ -13,6 +13,7 @@ from ksched.bench.quality.figures import (
     QualityResults,
     Series,
     ShapeFigures,
+    hottest_nodes,
     judge,
     node_cores,
     replicas_together,
@@ -22,7 +23,7 @@ from ksched.bench.quality.observe import Arrivals
 from ksched.bench.quality.pooled import count_over_threshold, placed_over_threshold, placing
 from ksched.bench.quality.report import table
 from ksched.bench.quality.scenarios import DEFAULT_SCHEDULER, SCENARIOS, scenario
-from ksched.cluster.load import BASE
+from ksched.cluster.load import BASE, RAMP_SECONDS
 
 
 @pytest.mark.parametrize(
@@ -238,3 +239,34 @@ def test_figures_per_node_shape_show_which_shape_took_the_pods_and_ran_hot() -> 
     judge(same, series, ["c", "d"], bound, 0.8, cores)
     assert len(same.shapes) == 1
     assert "node cpu" not in table(QualityResults({}, figures=[same])), "one shape: no table per shape"
+
+
+def test_the_hottest_nodes_name_the_pods_that_made_them_hot_and_whose_first_replicas_they_were() -> None:
+    def pod(name: str, owner: str, node: str, cpu: str, base: str, bound_at: float) -> dict[str, object]:
+        p = _replica(name, owner, node)
+        p["metadata"]["annotations"] = {BASE: base, RAMP_SECONDS: "90"}  # type: ignore[index]
+        p["spec"]["containers"] = [{"name": "c", "resources": {"requests": {"cpu": cpu}}}]  # type: ignore[index]
+        return p
+
+    # a runs hot for a minute, b for half a minute, c never.
+    values = [{"a": 0.9 if t >= 4 else 0.5, "b": 0.85 if t >= 6 else 0.3, "c": 0.2} for t in range(8)]
+    series = Series([1000.0 + 15.0 * t for t in range(8)], values, 15.0)
+    pods = [
+        pod("w1-0", "w1", "c", "500m", "0.5", 1010.0),
+        pod("w1-1", "w1", "a", "2", "2.6", 1020.0),
+        pod("w2-0", "w2", "a", "250m", "1.0", 1005.0),
+        pod("w2-1", "w2", "b", "1", "1.5", 1030.0),
+    ]
+    bound_at = {"w1-0": 1010.0, "w1-1": 1020.0, "w2-0": 1005.0, "w2-1": 1030.0}
+    hottest = hottest_nodes(series, pods, bound_at, 0.8, {"a": 4.0, "b": 2.0, "c": 8.0}, top=3)
+    assert [(h.node, h.hot_minutes) for h in hottest] == [("a", 1.0), ("b", 0.5)], "hottest first, none cool"
+    a = hottest[0]
+    assert (a.cores, a.end) == (4.0, 0.9)
+    assert {p.name: (p.request_m, p.base, p.nth, p.bound_s) for p in a.pods} == {
+        "w1-1": (2000, 2.6, 2, 20.0),
+        "w2-0": (250, 1.0, 1, 5.0),
+    }
+    first, *rest = a.described()
+    assert first == "a (4 cores): 1 hot min, ended at 0.90"
+    assert rest[0].startswith("  w1-1: requests 2000m, uses 2.60x, ramps 90 s, bound at 20 s, replica #2 of ")
+    assert hottest_nodes(series, pods, bound_at, 0.95, {"a": 4.0, "b": 2.0, "c": 8.0}) == []

@@ -20,7 +20,9 @@ from ksched.bench.invariants import allocatable
 from ksched.bench.quality.estimates import EstimateTrace
 from ksched.bench.quality.marks import MarkFigures
 from ksched.bench.quality.rebalance import RebalanceFigures
+from ksched.cluster import load
 from ksched.engine.estimate import workload_of
+from ksched.engine.pods import pod_requests
 from ksched.errors import QuantityError
 from ksched.objects import Obj
 
@@ -87,6 +89,51 @@ class ShapeFigures:
     end_max: float
 
 
+# How many of a pool's hottest nodes a round describes pod by pod (:func:`hottest_nodes`).
+HOTTEST = 3
+
+
+@dataclass(frozen=True)
+class HotPod:
+    """A pod on one of the hottest nodes, as the load simulation runs it."""
+
+    name: str
+    # Its workload (:func:`ksched.engine.estimate.workload_of`; None: none).
+    workload: str | None
+    # Its CPU request (millicores) and the load simulation's usage multiple of it (None: unset).
+    request_m: int
+    base: float | None
+    # The seconds over which its usage ramps up (0: none).
+    ramp_s: float
+    # When it was bound, in seconds from the first sample (None: not known).
+    bound_s: float | None
+    # Its place among its workload's pods in the pool by bind time, from 1 (0: no workload):
+    # a first replica is placed before anything of its workload is measured.
+    nth: int
+
+
+@dataclass(frozen=True)
+class HotNode:
+    """One of a pool's hottest nodes: how long it ran hot, where it ended, and its pods."""
+
+    node: str
+    cores: float
+    hot_minutes: float
+    end: float
+    pods: tuple[HotPod, ...]
+
+    def described(self) -> list[str]:
+        """The node, then a line per pod, largest expected usage first."""
+        lines = [f"{self.node} ({self.cores:g} cores): {self.hot_minutes:g} hot min, ended at {self.end:.2f}"]
+        for p in sorted(self.pods, key=lambda p: -(p.request_m * (p.base or 0.0))):
+            uses = "-" if p.base is None else f"{p.base:.2f}x"
+            ramp = f", ramps {p.ramp_s:.0f} s" if p.ramp_s else ""
+            at = "?" if p.bound_s is None else f"{p.bound_s:.0f} s"
+            nth = f", replica #{p.nth} of {p.workload}" if p.workload else ""
+            lines.append(f"  {p.name}: requests {p.request_m}m, uses {uses}{ramp}, bound at {at}{nth}")
+        return lines
+
+
 @dataclass
 class QualityFigures:
     scheduler: str
@@ -132,6 +179,8 @@ class QualityFigures:
     estimate: EstimateTrace | None = None
     # Per node shape, smallest first (:func:`by_shape`).
     shapes: list[ShapeFigures] = field(default_factory=list)
+    # The nodes that ran hot longest, pod by pod (:func:`hottest_nodes`).
+    hottest: list[HotNode] = field(default_factory=list)
 
     def summary(self) -> dict[str, Any]:
         """The figures ``--json`` prints (the bands stay in results.json)."""
@@ -158,6 +207,56 @@ class QualityFigures:
         if self.marks is not None:
             out["marks"] = {k: v for k, v in asdict(self.marks).items() if k != "intervals"}
         return out
+
+
+def hottest_nodes(
+    series: Series,
+    pods: list[Obj],
+    bound_at: dict[str, float],
+    threshold: float,
+    cores: dict[str, float],
+    top: int = HOTTEST,
+) -> list[HotNode]:
+    """The ``top`` nodes of ``cores`` (node to allocatable CPU: the pool) that ran hot longest
+    (none where no node did), with the pods that ended on them (``bound_at``: pod name to its
+    bind time, by the wall clock like ``series.times``): what made a node hot, and whether its
+    workload was measured when it came."""
+    minutes = Counter(
+        {n: sum(v.get(n, 0.0) > threshold for v in series.values) * series.step_s / 60.0 for n in cores}
+    )
+    hot = [(n, m) for n, m in minutes.most_common(top) if m > 0]
+    if not hot:
+        return []
+    start = series.times[0] if series.times else 0.0
+    order: dict[str, list[tuple[float, str]]] = {}
+    for pod in pods:
+        name, workload = pod["metadata"]["name"], workload_of(pod)
+        if workload is not None and name in bound_at:
+            order.setdefault(workload, []).append((bound_at[name], name))
+    rank = {name: k for times in order.values() for k, (_, name) in enumerate(sorted(times), start=1)}
+    end_of = ends(series, [n for n, _ in hot])
+    out = []
+    for node, hot_minutes in hot:
+        on_node = []
+        for pod in pods:
+            if pod["spec"].get("nodeName") != node:
+                continue
+            name = pod["metadata"]["name"]
+            annotations = pod["metadata"].get("annotations") or {}
+            base = annotations.get(load.BASE)
+            on_node.append(
+                HotPod(
+                    name,
+                    workload_of(pod),
+                    int(pod_requests(pod).requests.get("cpu", 0)),
+                    None if base is None else float(base),
+                    float(annotations.get(load.RAMP_SECONDS) or 0.0),
+                    round(bound_at[name] - start, 1) if name in bound_at else None,
+                    rank.get(name, 0),
+                )
+            )
+        out.append(HotNode(node, cores[node], round(hot_minutes, 2), round(end_of[node], 3), tuple(on_node)))
+    return out
 
 
 def percentile(values: list[float], q: float) -> float:

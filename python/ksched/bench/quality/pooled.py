@@ -41,6 +41,7 @@ from ksched.bench.quality.figures import (
     QualityFigures,
     QualityResults,
     Series,
+    hottest_nodes,
     judge,
     node_cores,
     percentile,
@@ -52,6 +53,7 @@ from ksched.bench.quality.moves import Sampler, record
 from ksched.bench.quality.observe import (
     Arrivals,
     VoidRoundError,
+    bind_time,
     bind_waits,
     clear_controllers,
     create_namespace,
@@ -459,6 +461,10 @@ def _judge(
     # Judged by the pods as they ended: an evicted pod's replacement where it landed.
     bound = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in pods if p["spec"].get("nodeName")}
     judge(figures, series, entry.nodes, bound, r.threshold, cores)
+    bound_at = {p["metadata"]["name"]: t for p in pods if (t := bind_time(p)) is not None}
+    figures.hottest = hottest_nodes(
+        series, pods, bound_at, r.threshold, {n: cores.get(n, 0.0) for n in entry.nodes}
+    )
     figures.replicas_together = replicas_together(pods)
     results.violations += unjudged(figures)
     evicted: set[str] = set()

@@ -107,6 +107,10 @@ def table(results: QualityResults) -> str:
     if marks := marks_lines(results):
         lines += ["", *marks]
     for f in results.figures:
+        if f.hottest:
+            lines += ["", f"hottest nodes, {f.scenario} / {f.scheduler} (seconds from the first create)"]
+            lines += [line for node in f.hottest for line in node.described()]
+    for f in results.figures:
         if f.estimate is not None:
             first, *rest = f.estimate.described()
             lines += ["", f"one pod's estimate, {f.scenario} / {f.scheduler}: {first}", *rest]
