@@ -186,6 +186,9 @@ class LoadModel:
         if not self.recent.learns or self.recent.clock() - self.recent.taught_at < LEARN_EVERY_S:
             return False
         self.scheduling(snapshot(), reserved=False)
+        # Also where no learning metric had a fresh sample to learn from (nothing was
+        # taught): the next try waits as long, not an idle loop's half second.
+        self.recent.taught_at = self.recent.clock()
         return True
 
     def rebalancing(self, snapshot: Snapshot, lines: Mapping[str, RebalanceThreshold], now: float) -> Judged:
