@@ -389,6 +389,8 @@ def test_values_built_for_a_cycle_leave_nothing_for_the_idle_look_to_learn() -> 
     clock.now = T0 + LEARN_EVERY_S
     assert idle.keep_learning(state.snapshot)
     assert not idle.keep_learning(state.snapshot)
+    clock.now = T0 - 60  # the wall clock set back: the idle look does not wait for it to catch up
+    assert idle.keep_learning(state.snapshot)
     # With no fresh sample nothing is taught, and the idle loop still waits before trying again.
     stale = cluster(m, clock)
     store = MetricStore([m], PodUsageSource(clock), None, lambda: list(stale.nodes.values()), clock=clock)  # type: ignore[arg-type]

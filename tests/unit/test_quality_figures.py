@@ -270,3 +270,9 @@ def test_the_hottest_nodes_name_the_pods_that_made_them_hot_and_whose_first_repl
     assert first == "a (4 cores): 1 hot min, ended at 0.90"
     assert rest[0].startswith("  w1-1: requests 2000m, uses 2.60x, ramps 90 s, bound at 20 s, replica #2 of ")
     assert hottest_nodes(series, pods, bound_at, 0.95, {"a": 4.0, "b": 2.0, "c": 8.0}) == []
+    # A pod whose annotations do not read, and one never seen bound, are still described.
+    odd = pod("w3-0", "w3", "b", "1", "lots", 0.0)
+    odd["metadata"]["annotations"][RAMP_SECONDS] = "soon"  # type: ignore[index]
+    (b,) = hottest_nodes(series, [odd], {}, 0.8, {"b": 2.0})
+    assert b.pods[0].base is None and b.pods[0].ramp_s == 0.0 and b.pods[0].nth == 0
+    assert b.described()[1] == "  w3-0: requests 1000m, uses -, bound at ?"

@@ -23,7 +23,7 @@ from ksched.bench.quality.rebalance import RebalanceFigures
 from ksched.cluster import load
 from ksched.engine.estimate import workload_of
 from ksched.engine.pods import pod_requests
-from ksched.errors import QuantityError
+from ksched.errors import MalformedObjectError, QuantityError
 from ksched.objects import Obj
 
 # Utilisation (cores used / allocatable) over which a node counts as hot.
@@ -105,7 +105,8 @@ class HotPod:
     base: float | None
     # The seconds over which its usage ramps up (0: none).
     ramp_s: float
-    # When it was bound, in seconds from the first sample (None: not known).
+    # When it was bound, in seconds from the first sample, which is taken just before the
+    # first create (None: not known).
     bound_s: float | None
     # Its place among its workload's pods in the pool by bind time, from 1 (0: no workload):
     # a first replica is placed before anything of its workload is measured.
@@ -129,7 +130,7 @@ class HotNode:
             uses = "-" if p.base is None else f"{p.base:.2f}x"
             ramp = f", ramps {p.ramp_s:.0f} s" if p.ramp_s else ""
             at = "?" if p.bound_s is None else f"{p.bound_s:.0f} s"
-            nth = f", replica #{p.nth} of {p.workload}" if p.workload else ""
+            nth = f", replica #{p.nth} of {p.workload}" if p.workload and p.nth else ""
             lines.append(f"  {p.name}: requests {p.request_m}m, uses {uses}{ramp}, bound at {at}{nth}")
         return lines
 
@@ -243,20 +244,31 @@ def hottest_nodes(
                 continue
             name = pod["metadata"]["name"]
             annotations = pod["metadata"].get("annotations") or {}
-            base = annotations.get(load.BASE)
+            try:
+                request = int(pod_requests(pod).requests.get("cpu", 0))
+            except MalformedObjectError:
+                request = 0
             on_node.append(
                 HotPod(
                     name,
                     workload_of(pod),
-                    int(pod_requests(pod).requests.get("cpu", 0)),
-                    None if base is None else float(base),
-                    float(annotations.get(load.RAMP_SECONDS) or 0.0),
+                    request,
+                    _number(annotations.get(load.BASE)),
+                    _number(annotations.get(load.RAMP_SECONDS)) or 0.0,
                     round(bound_at[name] - start, 1) if name in bound_at else None,
                     rank.get(name, 0),
                 )
             )
         out.append(HotNode(node, cores[node], round(hot_minutes, 2), round(end_of[node], 3), tuple(on_node)))
     return out
+
+
+def _number(raw: object) -> float | None:
+    """An annotation's number (None: unset, or not a number)."""
+    try:
+        return None if raw is None else float(str(raw))
+    except ValueError:
+        return None
 
 
 def percentile(values: list[float], q: float) -> float:

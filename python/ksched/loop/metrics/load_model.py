@@ -41,14 +41,16 @@ from ksched.errors import MalformedObjectError
 from ksched.loop.metrics.metric_sources import Matrix, MetricStore
 from ksched.loop.metrics.recent_pods import RecentPods
 from ksched.loop.metrics.samples import Sample
+from ksched.loop.metrics.settled import SETTLED_EVERY_S
 from ksched.objects import Obj
 
 # While nothing builds the values (no pod waits, no look runs), a learned estimate still takes
-# each new sample of the pods it counts at most this often (a pod query refreshes every few
-# seconds at best): it learns only when the values are built, and a workload measured while
-# the queue was empty (a Deployment before its scale-up) would otherwise teach nothing until
-# the first pod after the lull was placed on what was learned before it.
-LEARN_EVERY_S = 5.0
+# each new sample of the pods it counts this often (a pod query refreshes every few seconds at
+# best): it learns only when the values are built, and a workload measured while the queue was
+# empty (a Deployment before its scale-up) would otherwise teach nothing until the first pod
+# after the lull was placed on what was learned before it. As often as a pass through the
+# settled pods may run, so that every idle build makes one.
+LEARN_EVERY_S = SETTLED_EVERY_S
 
 # A pod's measured usage of a metric's estimate resource (engine units; None: unknown).
 Measured = Callable[[str, MetricConfig], "float | None"]
@@ -183,7 +185,8 @@ class LoadModel:
         shadow comparison, over the same recent pods) has built the values for
         :data:`LEARN_EVERY_S`, build them once on ``snapshot()`` and throw them away, so the
         learned estimate takes the samples that came in meanwhile. Returns whether it built."""
-        if not self.recent.learns or self.recent.clock() - self.recent.taught_at < LEARN_EVERY_S:
+        # A wall clock set back since (a negative time since) waits no longer than a build.
+        if not self.recent.learns or 0 <= self.recent.clock() - self.recent.taught_at < LEARN_EVERY_S:
             return False
         self.scheduling(snapshot(), reserved=False)
         # Also where no learning metric had a fresh sample to learn from (nothing was

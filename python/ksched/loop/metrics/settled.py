@@ -14,7 +14,8 @@ so stable) and that the recent pods do not hold:
   steady cluster counts a BestEffort pod at what the running ones use, not at 100m.
 
 A pass at most every :data:`SETTLED_EVERY_S`, each time the load estimate is asked for the
-metric (a scheduling cycle, a steering or rebalancing look: an idle ksched makes none), over at
+metric (a scheduling cycle, a steering or rebalancing look, a shadow comparison, and an idle
+ksched's build every :data:`~ksched.loop.metrics.load_model.LEARN_EVERY_S`), over at
 most :data:`SETTLED_PER_PASS` of the measured pods (in a shuffled order, the next ones at the
 next pass), so each pass costs a bounded time on the scheduling thread whatever the cluster's
 size. Nothing here reads the cluster state or the
