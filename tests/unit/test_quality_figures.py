@@ -148,6 +148,8 @@ def test_the_table_gives_each_setups_p99_create_to_bind() -> None:
     assert (figures.p99_bind_s, figures.max_bind_s) == (101.0, 300.0), "the pending pod waits 300 s so far"
     header, row = table(QualityResults({}, figures=[figures])).splitlines()[:2]
     assert header.split()[-5:] == ["p99", "bind", "s", "over", "line"] and row.split()[-2:] == ["101", "-"]
+    assert figures.bind_waits == {1: 99, 101: 1, 300: 1}, "a few held back, not every pod slow"
+    assert "herd / ksched: 1 s: 99, 101 s: 1, 300 s: 1" in table(QualityResults({}, figures=[figures]))
 
 
 def test_the_table_counts_the_pods_placed_over_a_threshold_once_each() -> None:

@@ -155,6 +155,10 @@ class QualityFigures:
     # to the second the API server keeps): a cautious estimate must not leave pods waiting.
     p99_bind_s: float = 0.0
     max_bind_s: float = 0.0
+    # How many pods waited each whole number of seconds from create to bind: whether a p99
+    # is a few pods held back (a cautious filter) or every pod of a burst bound at one pace
+    # (the API server's, shared by the pools of a round).
+    bind_waits: dict[int, int] = field(default_factory=dict)
     # Pods ksched placed over a metric's threshold because every node read over it with them
     # (``onSaturation: leastLoaded``: a PlacedOverThreshold event each), rather than leaving
     # them pending: the caution's price, beside the hot node-minutes it saves. None: not

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import subprocess
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -440,6 +441,7 @@ def placing(figures: QualityFigures, made: Arrivals, pods: list[Obj], now: float
     figures.pods_per_s = made.pods_per_s(pods)
     waits = bind_waits(pods, time.time() if now is None else now)
     figures.p99_bind_s, figures.max_bind_s = percentile(waits, 0.99), max(waits, default=0.0)
+    figures.bind_waits = dict(sorted(Counter(round(w) for w in waits).items()))
 
 
 def _judge(

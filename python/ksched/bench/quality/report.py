@@ -106,6 +106,12 @@ def table(results: QualityResults) -> str:
         lines += ["", *_aligned(estimates)]
     if marks := marks_lines(results):
         lines += ["", *marks]
+    if slow := [f for f in results.figures if f.p99_bind_s > 1]:
+        lines += ["", "create→bind, pods per whole seconds waited (where the p99 is over 1 s)"]
+        lines += [
+            f"{f.scenario} / {f.scheduler}: " + ", ".join(f"{s} s: {n}" for s, n in f.bind_waits.items())
+            for f in slow
+        ]
     for f in results.figures:
         if f.hottest:
             lines += ["", f"hottest nodes, {f.scenario} / {f.scheduler} (seconds from the first create)"]
