@@ -21,6 +21,7 @@ from ksched.bench.quality.scenarios import (
     EXPECTED_CPU,
     HERD_MULTIPLE,
     MIXED,
+    REQUEST_CPU_RANGE_M,
     SCENARIOS,
     SHAPES,
     WORKLOAD_REPLICAS,
@@ -39,11 +40,12 @@ from ksched.cluster.load import (
     BURST_FOR_SECONDS,
     BURST_TO,
     RAMP_SECONDS,
+    REFERENCE_CPU,
 )
 from ksched.engine.quantity import parse_quantity
 from ksched.objects import Obj
 
-NEW = ("diverse-deployments", "herd", "slow-start", "synchronized-bursts")
+NEW = ("diverse-deployments", "herd", "slow-start", "synchronized-bursts", "diverse-best-effort")
 
 
 def _cpu(pod: Obj) -> float:
@@ -100,6 +102,27 @@ def test_diverse_deployments_vary_requests_arrive_over_minutes_on_mixed_shapes()
     ramps = [float(p["metadata"]["annotations"][RAMP_SECONDS]) for p in s.pods]
     assert 0.3 < sum(r > 0 for r in ramps) / len(ramps) < 0.7, "about half the workloads ramp"
     assert shapes_of("diverse-deployments") == "mixed"
+
+
+def test_diverse_best_effort_makes_a_quarter_of_the_workloads_request_nothing_yet_use_cpu() -> None:
+    s = scenario("diverse-best-effort", 600, "ns", "ksched", seed=2, rate=10)
+    oracle = scenario("diverse-best-effort", 600, "ns", "oracle", seed=2, rate=10, oracle=True)
+    assert s.arrivals is not None and len(s.arrivals) > 10 and shapes_of("diverse-best-effort") == "mixed"
+    low, high = REQUEST_CPU_RANGE_M
+    for mine, known in zip(s.pods, oracle.pods, strict=True):
+        annotations = mine["metadata"]["annotations"]
+        resources = mine["spec"]["containers"][0]["resources"]
+        if resources:
+            assert REFERENCE_CPU not in annotations
+            continue
+        # It uses its multiple of what it would have asked for, and the oracle knows it.
+        reference = float(parse_quantity(annotations[REFERENCE_CPU]))
+        assert low / 1000 <= reference <= high / 1000
+        level = float(annotations[BASE]) * reference
+        assert known["metadata"]["annotations"][EXPECTED_CPU] == f"{round(level * 1000)}m"
+    workloads = _by_workload(s)
+    without = [w for w, members in workloads.items() if not members[0]["spec"]["containers"][0]["resources"]]
+    assert 0.15 < len(without) / len(workloads) < 0.35, "about a quarter of the workloads"
 
 
 @pytest.mark.parametrize(

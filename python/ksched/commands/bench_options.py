@@ -202,8 +202,10 @@ def _quality_options(parser: argparse.ArgumentParser) -> None:
         "ramping over 30 s - 3 min), synchronized-bursts (half the workloads at twice their usage for "
         "the last minute of every two and a half, all at once) and mixed-replicasets (mixed-schedulers' usage in ReplicaSet-owned "
         "workloads, half of them kube-scheduler's, judged by their evictions too with --pools); "
-        "mixed-schedulers-diverse and mixed-replicasets-diverse are diverse-deployments with every "
-        "other workload kube-scheduler's, as bare pods and owned by ReplicaSets",
+        "diverse-best-effort is diverse-deployments with a quarter of the workloads BestEffort (no "
+        "requests, yet using CPU); mixed-schedulers-diverse and mixed-replicasets-diverse are "
+        "diverse-deployments with every other workload kube-scheduler's, as bare pods and owned by "
+        "ReplicaSets",
     )
     group.add_argument(
         "--observe",

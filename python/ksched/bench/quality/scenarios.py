@@ -36,6 +36,10 @@ The scenarios:
   same moments (the clock from the scenario's first create times the bursts, not the pods'
   start: :func:`time_bursts_from`), as services do under a shared peak: what a node reads
   between bursts is far below its peak.
+- diverse-best-effort: diverse-deployments with a quarter of the workloads BestEffort: they
+  request nothing, yet use their usage multiple of the CPU they would have asked for, beside
+  workloads that do request, so that a learned figure for the one kind must not be read as
+  the other's.
 - mixed-schedulers-diverse, mixed-replicasets-diverse: diverse-deployments with every other
   workload (in order of arrival) placed by kube-scheduler; bare pods, which nothing may move,
   and the same owned by ReplicaSets.
@@ -92,6 +96,8 @@ MIN_MEMORY_MI = 128
 MAX_REPLICAS = 8
 ARRIVAL_SPAN_S = 180.0
 RAMPING_SHARE = 0.5
+# diverse-best-effort: the share of workloads that request nothing.
+BEST_EFFORT_SHARE = 0.25
 # Ramps (diverse-deployments' and slow-start's): usage climbs to its level over this long.
 RAMP_RANGE_S = (30, 180)
 # herd: the herd workload uses this multiple of its request (far from the trace's mean, 0.87),
@@ -384,6 +390,21 @@ def _diverse(count: int, ns: str, scheduler: str, rng: random.Random) -> _Plan:
     return _Plan(pods, arrivals=tuple(arrivals))
 
 
+def _diverse_best_effort(count: int, ns: str, scheduler: str, rng: random.Random) -> _Plan:
+    """diverse-deployments with :data:`BEST_EFFORT_SHARE` of the workloads BestEffort, each
+    using its multiple of the CPU (and memory) it would have requested (drawn after the
+    workloads, so they are diverse-deployments' own for the seed)."""
+    plan = _diverse(count, ns, scheduler, rng)
+    for a in plan.arrivals or ():
+        if rng.random() < BEST_EFFORT_SHARE:
+            for p in plan.pods[a.first : a.first + a.count]:
+                resources = p["spec"]["containers"][0]["resources"]
+                p["metadata"]["annotations"][load.REFERENCE_CPU] = resources["requests"]["cpu"]
+                p["metadata"]["annotations"][load.REFERENCE_MEMORY] = resources["requests"]["memory"]
+                p["spec"]["containers"][0]["resources"] = {}
+    return plan
+
+
 def _mixed_diverse(count: int, ns: str, scheduler: str, rng: random.Random) -> _Plan:
     """diverse-deployments with every other workload, in order of arrival, placed by
     kube-scheduler."""
@@ -419,6 +440,7 @@ _KINDS: dict[str, _Kind] = {
     "herd": _Kind(_herd, controlled=True),
     "slow-start": _Kind(_slow_start, controlled=True),
     "synchronized-bursts": _Kind(_synchronized_bursts, controlled=True),
+    "diverse-best-effort": _Kind(_diverse_best_effort, controlled=True, shapes="mixed"),
     "mixed-schedulers-diverse": _Kind(_mixed_diverse, shapes="mixed"),
     "mixed-replicasets-diverse": _Kind(_mixed_diverse, controlled=True, shapes="mixed"),
 }
