@@ -286,6 +286,22 @@ def test_the_oracles_pods_carry_their_true_usage_and_no_one_elses_do(
     ]
 
 
+@pytest.mark.parametrize("name", ["synchronized-bursts", "load-shift"])
+def test_the_steady_oracle_knows_each_pods_steady_usage_but_not_its_bursts(name: str) -> None:
+    oracle = scenario(name, 120, "ns", "oracle", seed=4, rate=10, oracle=True)
+    steady = scenario(name, 120, "ns", "oracle-steady", seed=4, rate=10, oracle=True, foresees=False)
+    bursting = 0
+    for full, known in zip(oracle.pods, steady.pods, strict=True):
+        annotations = known["metadata"]["annotations"]
+        want = f"{round(float(annotations[BASE]) * _cpu(known) * 1000)}m"
+        assert annotations[EXPECTED_CPU] == want, "its steady multiple of its request"
+        if int(annotations[BURST_EVERY_SECONDS]):
+            bursting += 1
+            assert full["metadata"]["annotations"][EXPECTED_CPU] != want, "the oracle foresees it"
+    assert bursting > 0
+    assert "oracle-steady" in SETUPS and _config_of(QualityOptions(), "oracle-steady") == EXAMPLE_CONFIG
+
+
 def test_load_shifts_growing_workloads_are_expected_at_their_grown_usage() -> None:
     s = scenario("load-shift", 300, "ns", "oracle", seed=1, rate=10, oracle=True)
     expected = {p["metadata"]["annotations"][EXPECTED_CPU] for p in s.pods}

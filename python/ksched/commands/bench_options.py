@@ -79,7 +79,9 @@ def _side_by_side_options(parser: argparse.ArgumentParser) -> argparse._Argument
         "--schedulers",
         help="comma-separated, from null-binder, kube-scheduler, ksched (default: all three); with "
         "--quality from kube-scheduler, ksched, ksched-no-metrics (default: these three) and oracle (ksched "
-        "with its configuration, told each pod's true usage by the annotation ksched.io/expected-cpu), and with --pools "
+        "with its configuration, told each pod's true usage by the annotation ksched.io/expected-cpu), oracle-steady "
+        "(the oracle told each pod's steady usage, not its bursts: what placing without foreseeing a burst "
+        "reaches), and with --pools "
         "kube-scheduler+descheduler (the descheduler's LowNodeUtilization on actual usage) and "
         "ksched-rebalance (ksched with its rebalancer), which load-shift also judges by their evictions, "
         "ksched-steer (steering on, its pool only), ksched-steer-rebalance (and the rebalancer moving "

@@ -70,6 +70,7 @@ from ksched.bench.quality.rebalance import HOT_SAMPLES, judge_rebalance
 from ksched.bench.quality.scenarios import (
     DEFAULT_SCHEDULER,
     KUBE_SCHEDULER,
+    ORACLE_STEADY,
     Scenario,
     scenario,
     time_bursts_from,
@@ -201,7 +202,8 @@ def scheduler_name(r: Round, i: int, label: str) -> str:
 def _scenario(r: Round, i: int, name: str, label: str) -> tuple[str, Scenario]:
     namespace = namespace_of(name, label)
     asks = DEFAULT_SCHEDULER if label in KUBE_SCHEDULER_SETUPS else scheduler_name(r, i, label)
-    s = scenario(name, r.pods, namespace, asks, r.seed, r.rate, oracle=label in KNOWING)
+    knows = label in KNOWING or label == ORACLE_STEADY
+    s = scenario(name, r.pods, namespace, asks, r.seed, r.rate, oracle=knows, foresees=label != ORACLE_STEADY)
     for pod in s.pods:
         pod["spec"]["nodeSelector"] = {POOL_LABEL: str(i)}
     return namespace, s

@@ -77,6 +77,7 @@ from ksched.bench.quality.scenarios import (
     KUBE_SCHEDULER,
     MIXED,
     ORACLE,
+    ORACLE_STEADY,
     SCENARIOS,
     SHAPES,
     scenario,
@@ -107,7 +108,7 @@ POOLED_SETUPS = (
     ORACLE_STEER,
     SHADOW,
 )
-SETUPS = (*SCHEDULERS, ORACLE, *POOLED_SETUPS)
+SETUPS = (*SCHEDULERS, ORACLE, ORACLE_STEADY, *POOLED_SETUPS)
 # The shipped load-aware configuration, from the installed package.
 EXAMPLE_CONFIG = example_path("load-aware.yaml")
 # The same with the rebalancer on.
@@ -175,7 +176,10 @@ def _one(
     prometheus = f"http://127.0.0.1:{state.ports['prometheus']}"
     namespace = f"q-{name}-{label}"
     asks = DEFAULT_SCHEDULER if label == KUBE_SCHEDULER else KSCHED
-    s = scenario(name, opts.pod_count, namespace, asks, opts.seed, opts.rate, oracle=label == ORACLE)
+    knows = label in (ORACLE, ORACLE_STEADY)
+    s = scenario(
+        name, opts.pod_count, namespace, asks, opts.seed, opts.rate, oracle=knows, foresees=label == ORACLE
+    )
     proc = None
     if label != KUBE_SCHEDULER:
         config: Obj = ksched_config(_config_of(opts, label), prometheus)
@@ -236,7 +240,7 @@ def _one(
 
 def _config_of(opts: QualityOptions, label: str) -> Path | None:
     """The configuration file a ksched label runs (None: no metric)."""
-    if label in (KSCHED, ORACLE, KSCHED_STEER, ORACLE_STEER, SHADOW) or label in opts.builds:
+    if label in (KSCHED, ORACLE, ORACLE_STEADY, KSCHED_STEER, ORACLE_STEER, SHADOW) or label in opts.builds:
         return opts.ksched_config or EXAMPLE_CONFIG
     if label in (KSCHED_REBALANCE, KSCHED_STEER_REBALANCE):
         return opts.rebalance_config or EXAMPLE_REBALANCE_CONFIG

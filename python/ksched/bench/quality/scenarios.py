@@ -66,6 +66,9 @@ DEFAULT_SCHEDULER = "default-scheduler"
 # at best make.
 KUBE_SCHEDULER = "kube-scheduler"
 ORACLE = "oracle"
+# The oracle told each pod's steady usage but not its bursts (:func:`expected_cpu` with no
+# horizon): what an estimate could reach without foreseeing a burst, measured to the oracle.
+ORACLE_STEADY = "oracle-steady"
 REQUEST_CPU = "500m"
 REQUEST_MEMORY = "512Mi"
 # What a BestEffort pod's usage multiplies: it requests nothing, yet it uses a real share.
@@ -459,16 +462,26 @@ def shapes_of(name: str) -> str:
 
 
 def scenario(
-    name: str, pods: int, namespace: str, scheduler: str, seed: int, rate: float, oracle: bool = False
+    name: str,
+    pods: int,
+    namespace: str,
+    scheduler: str,
+    seed: int,
+    rate: float,
+    oracle: bool = False,
+    foresees: bool = True,
 ) -> Scenario:
     """The scenario's pods for one scheduler (``scheduler`` is the name its pods ask for);
-    with ``oracle`` each pod also carries what it will use (:data:`EXPECTED_CPU`)."""
+    with ``oracle`` each pod also carries what it will use (:data:`EXPECTED_CPU`): its burst
+    level where it bursts within :data:`ORACLE_HORIZON_S` and ``foresees``, else its steady
+    usage."""
     kind = _KINDS[name]
     rng = random.Random(f"{name}/{seed}")
     plan = kind.build(pods, namespace, scheduler, rng)
     if oracle:
         for pod in plan.pods:
-            pod["metadata"]["annotations"][EXPECTED_CPU] = f"{round(expected_cpu(pod) * 1000)}m"
+            horizon_s = ORACLE_HORIZON_S if foresees else 0
+            pod["metadata"]["annotations"][EXPECTED_CPU] = f"{round(expected_cpu(pod, horizon_s) * 1000)}m"
     return Scenario(
         name,
         plan.pods,
@@ -481,14 +494,14 @@ def scenario(
     )
 
 
-def expected_cpu(pod: Obj) -> float:
+def expected_cpu(pod: Obj, horizon_s: float = ORACLE_HORIZON_S) -> float:
     """The cores the pod will use once steady, by its usage profile's annotations: the base
-    multiple (or the burst level, where it bursts within :data:`ORACLE_HORIZON_S` of its
-    start) of each container's CPU request, or of the reference CPU where it requests none."""
+    multiple (or the burst level, where it bursts within ``horizon_s`` of its start) of each
+    container's CPU request, or of the reference CPU where it requests none."""
     annotations = pod["metadata"]["annotations"]
     every = int(annotations.get(load.BURST_EVERY_SECONDS, "0"))
     lasting = int(annotations.get(load.BURST_FOR_SECONDS, "0"))
-    bursts = every > 0 and lasting > 0 and every - lasting < ORACLE_HORIZON_S
+    bursts = every > 0 and lasting > 0 and every - lasting < horizon_s
     level = float(annotations[load.BURST_TO if bursts else load.BASE])
     reference = annotations.get(load.REFERENCE_CPU, load.BEST_EFFORT_CPU)
     return sum(
