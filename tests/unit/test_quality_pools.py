@@ -1,4 +1,5 @@
-"""The quality harness's pools: disjoint, equal in size and in node shapes."""
+"""The quality harness's pools: disjoint, equal in size and in node shapes; a round stopped
+while its pods arrive stops at once."""
 
 from __future__ import annotations
 
@@ -6,18 +7,24 @@ import collections
 import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
+import orjson
 import pytest
 
 from ksched.bench.pods import parse_kscheds
 from ksched.bench.quality import observe
-from ksched.bench.quality.observe import VoidRoundError, settle
+from ksched.bench.quality.observe import StoppedError, VoidRoundError, create_scenario, settle
 from ksched.bench.quality.pooled import Round, exited, pools, scheduler_name
 from ksched.bench.quality.run import EXAMPLE_CONFIG, SETUPS, QualityOptions, _config_of, run_quality
+from ksched.bench.quality.scenarios import scenario
 from ksched.cluster.kwok import fake_nodes
 from ksched.commands.cli import main
 from ksched.errors import KschedError
+from ksched.loop.client import Response
+from ksched.objects import Obj
 
 
 def _shapes(names: list[str], by_name: dict[str, tuple[str, str]]) -> collections.Counter[tuple[str, str]]:
@@ -140,3 +147,53 @@ def test_a_round_whose_ksched_died_stops_at_once_instead_of_waiting_out_its_pods
     finally:
         alive.kill()
         alive.wait()
+
+
+class _Accepting:
+    """A Kube that creates whatever is posted, and records what."""
+
+    def __init__(self) -> None:
+        self.posted: list[str] = []
+        self.lock = threading.Lock()
+
+    def request(self, method: str, path: str, body: Obj | None = None, **_: object) -> Response:
+        with self.lock:
+            self.posted.append(str((body or {}).get("metadata", {}).get("name")))
+        return Response(
+            201, orjson.dumps({**(body or {}), "metadata": {**(body or {})["metadata"], "uid": "u"}})
+        )
+
+
+@pytest.mark.parametrize("name", ["diverse-deployments", "slow-start", "herd"])
+def test_a_stopped_round_stops_creating_its_pods_at_once_rather_than_waiting_out_the_arrivals(
+    name: str,
+) -> None:
+    """Ctrl-C or SIGTERM stops the round in its main thread; each pool's creator runs in a
+    thread of its own, creating pods over minutes, and the round cannot tear the cluster down
+    before they end. Stopped, each ends at its next wait, having created no more."""
+    kube = _Accepting()
+    s = scenario(name, 600, "ns", "ksched", seed=1, rate=5)
+    stop = threading.Event()
+    failed: list[BaseException] = []
+
+    def creating() -> None:
+        try:
+            create_scenario(kube, s, lag_s=60.0, stop=stop)  # type: ignore[arg-type]
+        except BaseException as err:
+            failed.append(err)
+
+    worker = threading.Thread(target=creating)
+    worker.start()
+    deadline = time.monotonic() + 10
+    while not kube.posted and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert kube.posted, "it began creating"
+    stop.set()
+    stopped_at = time.monotonic()
+    worker.join(5)
+    assert not worker.is_alive() and time.monotonic() - stopped_at < 2
+    assert len(failed) == 1 and isinstance(failed[0], StoppedError)
+    made = len(kube.posted)
+    assert made < len(s.pods), "it stopped before the arrivals ended (minutes away)"
+    time.sleep(0.2)
+    assert len(kube.posted) == made, "and created nothing after"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 import time
 import urllib.parse
 import urllib.request
@@ -193,18 +194,36 @@ def bind_time(pod: Obj) -> float | None:
     return None
 
 
-def create_scenario(kube: Kube, s: Scenario, lag_s: float) -> Arrivals:
+class StoppedError(KschedError):
+    """The round was stopped (Ctrl-C, SIGTERM, or another pool's creator failed) while a
+    scenario's pods were still to be created."""
+
+
+def pause(seconds: float, stop: threading.Event | None = None) -> None:
+    """Sleep ``seconds``; with ``stop``, raise StoppedError as soon as it is set instead (a
+    thread creating a scenario's pods over minutes cannot be interrupted otherwise)."""
+    if stop is None:
+        if seconds > 0:
+            time.sleep(seconds)
+    elif stop.wait(max(0.0, seconds)):
+        raise StoppedError("stopped before the scenario's pods were all created")
+
+
+def create_scenario(kube: Kube, s: Scenario, lag_s: float, stop: threading.Event | None = None) -> Arrivals:
     """Create the scenario's pods at its rate, or workload by workload at their times; its
     burst, if any, all at once ``lag_s`` after the others (the time the metric needs to show
     them); for a scenario whose pods a controller owns, the controllers that adopt them; then
-    its herd, if any: ``lag_s`` later its workload's ReplicaSet scaled at once."""
+    its herd, if any: ``lag_s`` later its workload's ReplicaSet scaled at once. Each wait
+    ends early with StoppedError once ``stop`` is set."""
     if s.arrivals is not None:
-        return _create_over_minutes(kube, s)
+        return _create_over_minutes(kube, s, stop)
     steady = s.pods if s.burst_from is None else s.pods[: s.burst_from]
     began = time.time()
-    arrivals = Arrivals(create(kube, steady, s.rate), [(began, [p["metadata"]["name"] for p in steady])])
+    arrivals = Arrivals(
+        create(kube, steady, s.rate, stop), [(began, [p["metadata"]["name"] for p in steady])]
+    )
     if s.burst_from is not None:
-        time.sleep(lag_s)
+        pause(lag_s, stop)
         burst = s.pods[s.burst_from :]
         began = time.time()
         arrivals.created |= create(kube, burst, None)
@@ -213,16 +232,16 @@ def create_scenario(kube: Kube, s: Scenario, lag_s: float) -> Arrivals:
     if s.controlled:
         # A ReplicaSet that syncs before kube-controller-manager has seen all its pods makes
         # one more, then deletes a surplus pod, which may be one of ours (a pod lost).
-        time.sleep(ADOPTION_DELAY_S)
+        pause(ADOPTION_DELAY_S, stop)
         for obj in controllers(s.pods):
             _create(kube, obj)
     if s.scale_up is not None:
-        time.sleep(lag_s)
-        _scale_up(kube, s, arrivals)
+        pause(lag_s, stop)
+        _scale_up(kube, s, arrivals, stop)
     return arrivals
 
 
-def _create_over_minutes(kube: Kube, s: Scenario) -> Arrivals:
+def _create_over_minutes(kube: Kube, s: Scenario, stop: threading.Event | None) -> Arrivals:
     """Each workload's pods at once at its time, and its controllers :data:`ADOPTION_DELAY_S`
     after them (while later workloads are still to come)."""
     assert s.arrivals is not None
@@ -234,30 +253,31 @@ def _create_over_minutes(kube: Kube, s: Scenario) -> Arrivals:
     begin = time.time()
     for a in s.arrivals:
         group = s.pods[a.first : a.first + a.count]
-        _create_due(kube, due, until=begin + a.at_s)
+        _create_due(kube, due, begin + a.at_s, stop)
         began = time.time()
         arrivals.created |= create(kube, group, None)
         arrivals.starts.append((began, [p["metadata"]["name"] for p in group]))
         due.append((time.time() + ADOPTION_DELAY_S, owners.get(group[0]["metadata"]["labels"]["app"], [])))
     arrivals.ended = time.time()
-    _create_due(kube, due, until=None)
+    _create_due(kube, due, None, stop)
     return arrivals
 
 
-def _create_due(kube: Kube, due: list[tuple[float, list[Obj]]], until: float | None) -> None:
+def _create_due(
+    kube: Kube, due: list[tuple[float, list[Obj]]], until: float | None, stop: threading.Event | None
+) -> None:
     """Create the controllers that are due, in order, sleeping until each is, up to ``until``
     (None: all of them); those due later stay in ``due``."""
     while due and (until is None or due[0][0] <= until):
         at, objs = due.pop(0)
-        if at > time.time():
-            time.sleep(at - time.time())
+        pause(at - time.time(), stop)
         for obj in objs:
             _create(kube, obj)
-    if until is not None and until > time.time():
-        time.sleep(until - time.time())
+    if until is not None:
+        pause(until - time.time(), stop)
 
 
-def _scale_up(kube: Kube, s: Scenario, arrivals: Arrivals) -> None:
+def _scale_up(kube: Kube, s: Scenario, arrivals: Arrivals, stop: threading.Event | None) -> None:
     """Scale the herd's ReplicaSet at once and wait until its controller has made the pods;
     they join ``arrivals`` as a part of their own."""
     assert s.scale_up is not None
@@ -279,7 +299,7 @@ def _scale_up(kube: Kube, s: Scenario, arrivals: Arrivals) -> None:
         ).json()["items"]
         if len(pods) >= replicas or time.monotonic() > deadline:
             break
-        time.sleep(0.5)
+        pause(0.5, stop)
     made = {
         p["metadata"]["name"]: p["metadata"]["uid"]
         for p in pods
@@ -320,17 +340,18 @@ def observation_end(start: float, arrivals: list[Arrivals], observe_s: float, la
     return max(start + observe_s, *(a.ended + 2 * lag_s for a in arrivals))
 
 
-def create(kube: Kube, pods: list[Obj], rate: float | None) -> dict[str, str]:
-    """Create the pods all at once (``rate`` None) or at ``rate`` a second; name -> UID."""
+def create(
+    kube: Kube, pods: list[Obj], rate: float | None, stop: threading.Event | None = None
+) -> dict[str, str]:
+    """Create the pods all at once (``rate`` None) or at ``rate`` a second (each wait ends
+    early with StoppedError once ``stop`` is set); name -> UID."""
     if rate is None:
         return create_pods(kube, pods)
     created: dict[str, str] = {}
     begin = time.monotonic()
     batch = max(1, min(CREATE_WORKERS, int(rate)))
     for i in range(0, len(pods), batch):
-        delay = begin + i / rate - time.monotonic()
-        if delay > 0:
-            time.sleep(delay)
+        pause(begin + i / rate - time.monotonic(), stop)
         created |= create_pods(kube, pods[i : i + batch])
     return created
 

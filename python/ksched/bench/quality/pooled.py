@@ -26,6 +26,7 @@ configuration and log are named after its scenario and label in the work directo
 from __future__ import annotations
 
 import subprocess
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
@@ -408,10 +409,18 @@ def _observe(
     start = time.time()
     for _, plan in plans:
         time_bursts_from(plan.pods, start)
+    # Set where the round stops early (Ctrl-C, SIGTERM, a pool's creator failing): every other
+    # pool's creator and settle stop at their next wait, so leaving the executor, and the
+    # teardown after it, do not wait out minutes of the scenarios' arrivals.
+    stop = threading.Event()
     with ThreadPoolExecutor(len(plans)) as workers:
         lag = metric_lag_s(r.scrape_interval_s)
-        arrivals = list(workers.map(lambda plan: create_scenario(kube, plan[1], lag), plans))
-        settled = list(workers.map(lambda plan: settle(kube, plan[0], dead), plans))
+        try:
+            arrivals = list(workers.map(lambda plan: create_scenario(kube, plan[1], lag, stop), plans))
+            settled = list(workers.map(lambda plan: settle(kube, plan[0], _unless(stop, dead)), plans))
+        except BaseException:
+            stop.set()
+            raise
     end = max(observation_end(start, arrivals, r.observe_s, lag), *(at for _, at in settled))
     if end > time.time():
         time.sleep(end - time.time())
@@ -420,6 +429,11 @@ def _observe(
     series = utilisation(prometheus, start, end, r.scrape_interval_s)
     sampler.stop()
     return series, arrivals, settled
+
+
+def _unless(stop: threading.Event, dead: Callable[[], str | None]) -> Callable[[], str | None]:
+    """``dead``, or that the round was stopped once ``stop`` is set."""
+    return lambda: "the round was stopped" if stop.is_set() else dead()
 
 
 @dataclass(frozen=True)
