@@ -393,3 +393,49 @@ def test_a_metric_that_falls_with_load_loses_the_recent_pods_share() -> None:
     state.on_pod("ADDED", bound("web", "n0", T0 + 10), None)
     state.sync()
     assert estimate(state, m, T0) == [-0.25, 0.0]
+
+
+class Gappy:
+    """A Prometheus whose node query answers from ``answers`` in turn: (values, sampled_at)."""
+
+    def __init__(self, *answers: tuple[dict[str, float], float]) -> None:
+        self.answers = list(answers)
+
+    def query(self, m: MetricConfig, resolve: object) -> Sample:
+        values, at = self.answers.pop(0)
+        return Sample(values, at)
+
+
+def test_a_node_left_out_of_one_sample_keeps_its_last_value_and_counts_every_pod_bound_since() -> None:
+    """A missed scrape, or a recording rule late for some series, leaves a node out of one
+    sample. Read as missing, it passed the filter and took a neutral score however many pods
+    went there, since nothing adds load to a missing value: a batch of BestEffort pods all
+    landed on one such node. Until maxAge has passed, its last value stands in, with the pods
+    bound since that value was sampled counted in full."""
+    m = metric()
+    clock = Clock(T0)
+    state = cluster(m, clock)
+    nodes = list(state.nodes.values())
+    source = Gappy(
+        ({"n0": 0.1, "n1": 0.3}, T0 - 5),
+        ({"n0": 0.1}, T0 + 10),
+        ({"n0": 0.1}, T0 + m.max_age_s),
+    )
+    store = MetricStore([m], source, None, lambda: nodes, clock=clock)  # type: ignore[arg-type]
+    store.refresh(m)
+    state.on_pod("ADDED", bound("api", "n0", T0 + 5), None)
+    state.on_pod("ADDED", bound("web", "n1", T0 + 5), None)
+    state.sync()
+    clock.now = T0 + 12
+    store.refresh(m)
+    model = LoadModel(store, state.recent)
+    values = model.scheduling(state.snapshot()).values[:, 0]
+    # n0's sample (T0 + 10) shows 5 s of api's window; n1's last one (T0 - 5) none of web.
+    assert 0.1 + 0.2 < values[0] < 0.1 + 0.25 and values[1] == pytest.approx(0.3 + 0.25)
+    observed = model.observed(state.snapshot()).values[:, 0]
+    assert observed[0] == 0.1 and np.isnan(observed[1]), "what the metric reads: n1 has no value"
+    # Once the last value is older than maxAge, the node is missing again.
+    clock.now = T0 + m.max_age_s + 1
+    store.refresh(m)
+    values = model.scheduling(state.snapshot()).values[:, 0]
+    assert values[0] > 0.1 and np.isnan(values[1])

@@ -219,6 +219,7 @@ def test_a_metrics_server_metric_fades_pods_over_its_own_window() -> None:
         measured: Any = None,
         measured_at: Any = None,
         caution: Any = None,
+        node_sampled_at: Any = None,
     ) -> None:
         seen.append((sampled_at, window_s))
 

@@ -75,10 +75,12 @@ def node_share(snapshot: Snapshot, node: str, resource: str, amount: float) -> f
     return float(amount) / float(alloc[row])
 
 
-def before_event(event_at: npt.ArrayLike, sampled_at: float, window_s: float) -> npt.NDArray[np.float64]:
-    """The part of a sample's window (taken at ``sampled_at`` over ``window_s``) that lies
-    before each event: of a pod bound then, what the sample misses; of a pod gone then, what
-    it still shows."""
+def before_event(
+    event_at: npt.ArrayLike, sampled_at: float | npt.NDArray[np.float64], window_s: float
+) -> npt.NDArray[np.float64]:
+    """The part of a sample's window (taken at ``sampled_at`` over ``window_s``; per event
+    where an array) that lies before each event: of a pod bound then, what the sample misses;
+    of a pod gone then, what it still shows."""
     at = np.asarray(event_at, dtype=np.float64)
     if window_s > 0:
         out: npt.NDArray[np.float64] = np.clip(1.0 - (sampled_at - at) / window_s, 0.0, 1.0)

@@ -90,6 +90,7 @@ class Estimate(Protocol):
         measured: Mapping[str, float] | None = None,
         measured_at: float | None = None,
         caution: npt.NDArray[np.float64] | None = None,
+        node_sampled_at: npt.NDArray[np.float64] | None = None,
     ) -> Calibration | None: ...
 
 
@@ -167,6 +168,10 @@ class MetricStore:
         self._columns: dict[str, tuple[object, object, npt.NDArray[np.float64]]] = {}
         # Per live metric, the rows of its last sample's nodes (see ``_live``).
         self._rows: dict[str, RowMap] = {}
+        # Per live metric, the nodes its last sample left out that an earlier one gave a value
+        # younger than maxAge: node -> (value, when sampled) (:meth:`_carry`). Replaced, never
+        # changed in place, by the refresh thread.
+        self._carried: dict[str, dict[str, tuple[float, float]]] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._threads = [
@@ -245,6 +250,9 @@ class MetricStore:
             # Under the lock: a TTLCache read expires entries, so it mutates the cache.
             previous = self.cache.get(metric.name)
             self.cache[metric.name] = sample
+        self._carried[metric.name] = _still_carried(
+            self._carried.get(metric.name, {}), previous, sample, self.clock() - metric.max_age_s
+        )
         if st.last_error is not None:
             log.info("metric %s is back", metric.name)
         st.last_error = None
@@ -378,6 +386,7 @@ class MetricStore:
             caution = np.zeros(snapshot.count, dtype=np.float64) if by_mean else None
             if problem is None and extra is not None and sample is not None:
                 pods = self._pod_sample(m, now)
+                times = self._carry(m, snapshot, column, now) if m.source in LIVE_SOURCES else None
                 calibration = extra(
                     m,
                     sample.sampled_at,
@@ -386,6 +395,7 @@ class MetricStore:
                     None if pods is None else pods.values,
                     None if pods is None else pods.sampled_at,
                     caution,
+                    node_sampled_at=times,
                 )
                 if calibration is not None and given.estimate is not None:
                     given = replace(given, estimate=replace(given.estimate, calibration=calibration))
@@ -403,6 +413,26 @@ class MetricStore:
             self.telemetry.set_degraded("metric_unavailable", bool(degraded))
             self.telemetry.set_degraded("metric_values_rejected", bool(self._rejected))
         return Matrix(tuple(used), values, degraded, caution_matrix)
+
+    def _carry(
+        self, m: MetricConfig, snapshot: Snapshot, column: npt.NDArray[np.float64], now: float
+    ) -> npt.NDArray[np.float64] | None:
+        """Give each node that the live metric's last sample left out (a missed scrape, a
+        recording rule late for some series) the value an earlier sample gave it, while younger
+        than maxAge: the load model then adds the pods bound since that value's time, so a node
+        whose value is missing for a refresh is not read as unknown, and placed on as if no pod
+        it took counted. Returns when each row's value was sampled where it is an earlier
+        sample's (NaN elsewhere), or None where none is."""
+        carried = self._carried.get(m.name)
+        if not carried:
+            return None
+        times = np.full(snapshot.count, np.nan, dtype=np.float64)
+        for node, (value, at) in carried.items():
+            row = snapshot.index.get(node)
+            if row is not None and math.isnan(column[row]) and now - at <= m.max_age_s:
+                column[row] = value
+                times[row] = at
+        return None if np.isnan(times).all() else times
 
     def latest(self, name: str) -> Sample | None:
         """A live metric's last sample (each node's value as measured, no estimate) while it is
@@ -589,6 +619,21 @@ def _live(snapshot: Snapshot, sample: Sample, rows: RowMap) -> npt.NDArray[np.fl
     values = np.fromiter(sample.values.values(), dtype=np.float64, count=len(names))
     column[at[known]] = values[known]
     return column
+
+
+def _still_carried(
+    carried: Mapping[str, tuple[float, float]], previous: Sample | None, sample: Sample, since: float
+) -> dict[str, tuple[float, float]]:
+    """The nodes ``sample`` leaves out whose last value (from ``previous``, or carried before
+    it) was sampled at ``since`` or later: node -> (value, when sampled)."""
+    out: dict[str, tuple[float, float]] = {}
+    if previous is not None and previous.sampled_at >= since:
+        for node in previous.values.keys() - sample.values.keys():
+            out[node] = (previous.values[node], previous.sampled_at)
+    for node, (value, at) in carried.items():
+        if at >= since and node not in out and node not in sample.values:
+            out[node] = (value, at)
+    return out
 
 
 def _annotation_times(snapshot: Snapshot, key: str) -> npt.NDArray[np.float64]:

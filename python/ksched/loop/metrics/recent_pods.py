@@ -244,9 +244,12 @@ class RecentPods:
         measured: Mapping[str, float] | None = None,
         measured_at: float | None = None,
         caution: npt.NDArray[np.float64] | None = None,
+        node_sampled_at: npt.NDArray[np.float64] | None = None,
     ) -> Calibration | None:
         """Add to ``column`` (the metric's value per snapshot row) the share of each recent pod's
-        load that the sample taken at ``sampled_at`` does not show. ``window_s``: the sample's own
+        load that the sample taken at ``sampled_at`` does not show (``node_sampled_at``, per
+        row: where a row's value was sampled at another time, that time; NaN: ``sampled_at``).
+        ``window_s``: the sample's own
         window, where the metric sets none; ``measured``: pods' measured usage (engine units),
         which replaces their estimate, sampled at ``measured_at`` (default: now); ``caution``
         (per row, like ``column``; given where the metric's score reads the mean,
@@ -275,10 +278,14 @@ class RecentPods:
             )
         arrays = self._current(snapshot)
         bound_at = arrays.bound_at
+        at: float | npt.NDArray[np.float64] = sampled_at
+        if node_sampled_at is not None and len(arrays.rows):
+            own = node_sampled_at[np.maximum(arrays.rows, 0)]
+            at = np.where((arrays.rows >= 0) & ~np.isnan(own), own, sampled_at)
         if estimate.legacy:
-            weight = np.where(arrays.by_ksched & (bound_at > sampled_at), 1.0, 0.0)
+            weight = np.where(arrays.by_ksched & (bound_at > at), 1.0, 0.0)
         else:
-            weight = before_event(bound_at, sampled_at, window)
+            weight = before_event(bound_at, at, window)
         guesses = arrays.amounts[:, i].astype(np.float64)
         kinds = arrays.kinds[:, i]
         known = np.full(len(guesses), np.nan)
