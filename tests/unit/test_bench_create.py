@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from ksched.bench import pods as bench_pods
-from ksched.bench.pods import CREATE_TRIES, create_object, create_pods
+from ksched.bench.pods import CREATE_TRIES, create_object, create_pods, patch_object
 from ksched.errors import KschedError
 from ksched.loop.client import ApiUnavailableError, Response
 
@@ -70,3 +70,17 @@ def test_existing_ok_reads_back_an_object_that_was_there_before() -> None:
     there = {**POD, "metadata": {**POD["metadata"], "uid": "u0"}}
     server = Server((409, {"reason": "AlreadyExists"}), (200, there))
     assert create_object(server, COLLECTION, POD, existing_ok=True) == there  # type: ignore[arg-type]
+
+
+def test_a_patch_whose_connection_dropped_is_tried_again_and_an_error_status_raises() -> None:
+    """The herd's scale-up is a merge patch; a pooled connection the API server dropped once
+    stopped a whole quality run (and the scenarios it had judged) before it was tried again."""
+    server = Server(dropped(), (200, {"kind": "ReplicaSet"}))
+    patch_object(server, "/apis/apps/v1/namespaces/ns/replicasets/herd", {"spec": {"replicas": 9}})  # type: ignore[arg-type]
+    assert server.seen == [("PATCH", "/apis/apps/v1/namespaces/ns/replicasets/herd")] * 2
+    refused = Server((422, {"kind": "Status", "message": "invalid"}))
+    with pytest.raises(KschedError, match=r"patching /x: HTTP 422"):
+        patch_object(refused, "/x", {})  # type: ignore[arg-type]
+    gone = Server(*[dropped()] * CREATE_TRIES)
+    with pytest.raises(ApiUnavailableError):
+        patch_object(gone, "/x", {})  # type: ignore[arg-type]

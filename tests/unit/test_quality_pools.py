@@ -197,3 +197,30 @@ def test_a_stopped_round_stops_creating_its_pods_at_once_rather_than_waiting_out
     assert made < len(s.pods), "it stopped before the arrivals ended (minutes away)"
     time.sleep(0.2)
     assert len(kube.posted) == made, "and created nothing after"
+
+
+def test_a_run_that_stops_part_way_still_writes_what_it_judged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Scenarios of different node shapes run on control planes in turn; where a later one
+    fails, the table and results.json keep the figures of those before it, and say why the
+    run stopped."""
+    from ksched.bench.quality import run
+    from ksched.bench.quality.figures import QualityFigures
+
+    def one_cluster(opts: QualityOptions, shapes: str, names: list[str], *rest: object) -> None:
+        results = rest[1]
+        if shapes == "mixed":
+            raise KschedError("PATCH .../replicasets/herd: Connection aborted")
+        results.figures.append(QualityFigures("ksched", names[0], 1))  # type: ignore[attr-defined]
+
+    monkeypatch.setattr(run, "_on_one_cluster", one_cluster)
+    opts = QualityOptions(scenarios=("requests-lie", "diverse-deployments"), out=tmp_path)
+    with pytest.raises(KschedError, match="Connection aborted"):
+        run_quality(opts, lambda _: None)
+    document = orjson.loads((tmp_path / "results.json").read_bytes())
+    assert [r["scenario"] for r in document["runs"]] == ["requests-lie"]
+    assert document["violations"] == [
+        "the run stopped early: KschedError: PATCH .../replicasets/herd: Connection aborted"
+    ]
+    assert "requests-lie" in (tmp_path / "table.md").read_text()

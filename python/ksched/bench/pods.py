@@ -64,6 +64,23 @@ def create_object(kube: Kube, collection: str, obj: Obj, existing_ok: bool = Fal
     raise AssertionError("unreachable")
 
 
+def patch_object(kube: Kube, path: str, body: Obj) -> None:
+    """Merge-patch the object at ``path`` with ``body``, tried again as :func:`create_object`
+    is where the API server closed a pooled connection without an answer (a merge patch that
+    sets fields lands the same twice). Raises KschedError for an error status."""
+    for attempt in range(CREATE_TRIES):
+        try:
+            r = kube.request("PATCH", path, body=body, content_type="application/merge-patch+json")
+        except ApiUnavailableError:
+            if attempt + 1 == CREATE_TRIES:
+                raise
+            time.sleep(CREATE_RETRY_S)
+            continue
+        if not r.ok:
+            raise KschedError(f"patching {path}: HTTP {r.status}: {r.data[:200]!r}")
+        return
+
+
 def create_pods(kube: Kube, pods: list[Obj]) -> dict[str, str]:
     """Create the pods (:func:`create_object`); returns each created pod's UID by name."""
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import yaml
 
-from ksched.bench.pods import CREATE_WORKERS, create_object, create_pods
+from ksched.bench.pods import CREATE_WORKERS, create_object, create_pods, patch_object
 from ksched.bench.quality.figures import Series
 from ksched.bench.quality.scenarios import Scenario, controllers
 from ksched.cluster import local
@@ -284,14 +284,7 @@ def _scale_up(kube: Kube, s: Scenario, arrivals: Arrivals, stop: threading.Event
     app, replicas = s.scale_up
     namespace = s.pods[0]["metadata"]["namespace"]
     began = time.time()
-    r = kube.request(
-        "PATCH",
-        f"{_collection('ReplicaSet', namespace)}/{app}",
-        body={"spec": {"replicas": replicas}},
-        content_type="application/merge-patch+json",
-    )
-    if not r.ok:
-        raise KschedError(f"scaling ReplicaSet {app}: HTTP {r.status}: {r.data[:200]!r}")
+    patch_object(kube, f"{_collection('ReplicaSet', namespace)}/{app}", {"spec": {"replicas": replicas}})
     deadline = time.monotonic() + SETTLE_TIMEOUT_S
     while True:
         pods = kube.request(

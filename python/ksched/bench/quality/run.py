@@ -363,10 +363,17 @@ def run_quality(opts: QualityOptions, log: Callable[[str], None]) -> QualityResu
     by_shapes: dict[str, list[str]] = {}
     for name in opts.scenarios:
         by_shapes.setdefault(opts.shapes_of(name), []).append(name)
-    for shapes, names in by_shapes.items():
-        _on_one_cluster(opts, shapes, names, workdir, results, log)
-    if opts.out is not None:
-        from ksched.bench.quality.report import write
+    try:
+        for shapes, names in by_shapes.items():
+            _on_one_cluster(opts, shapes, names, workdir, results, log)
+    except BaseException as err:
+        # What the scenarios before it judged is written all the same: a run of an hour that
+        # a dropped connection in its last scenario stopped kept none of it.
+        results.violations.append(f"the run stopped early: {type(err).__name__}: {err}")
+        raise
+    finally:
+        if opts.out is not None:
+            from ksched.bench.quality.report import write
 
-        write(results, opts.out, plot)
+            write(results, opts.out, plot)
     return results
