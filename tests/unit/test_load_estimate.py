@@ -14,6 +14,7 @@ import pytest
 from ksched import _core
 from ksched.config import EstimateConfig, MetricConfig, parse_config
 from ksched.config.metrics import parse_metric, query_window_s
+from ksched.engine.load import before_event
 from ksched.engine.pods import pod_requests
 from ksched.errors import ConfigError
 from ksched.loop.metrics.load_model import LoadModel
@@ -419,10 +420,13 @@ def test_a_node_left_out_of_one_sample_keeps_its_last_value_and_counts_every_pod
     source = Gappy(
         ({"n0": 0.1, "n1": 0.3}, T0 - 5),
         ({"n0": 0.1}, T0 + 10),
+        ({}, T0 + 20),
         ({"n0": 0.1}, T0 + m.max_age_s),
+        ({"n0": 0.1, "n1": 0.4}, T0 + m.max_age_s + 5),
     )
     store = MetricStore([m], source, None, lambda: nodes, clock=clock)  # type: ignore[arg-type]
     store.refresh(m)
+    clock.now = T0 + 5
     state.on_pod("ADDED", bound("api", "n0", T0 + 5), None)
     state.on_pod("ADDED", bound("web", "n1", T0 + 5), None)
     state.sync()
@@ -431,11 +435,25 @@ def test_a_node_left_out_of_one_sample_keeps_its_last_value_and_counts_every_pod
     model = LoadModel(store, state.recent)
     values = model.scheduling(state.snapshot()).values[:, 0]
     # n0's sample (T0 + 10) shows 5 s of api's window; n1's last one (T0 - 5) none of web.
-    assert 0.1 + 0.2 < values[0] < 0.1 + 0.25 and values[1] == pytest.approx(0.3 + 0.25)
+    unseen = float(before_event(T0 + 5, T0 + 10, m.window_s()))
+    assert 0 < unseen < 1
+    assert values.tolist() == [pytest.approx(0.1 + 0.25 * unseen), pytest.approx(0.3 + 0.25)]
     observed = model.observed(state.snapshot()).values[:, 0]
     assert observed[0] == 0.1 and np.isnan(observed[1]), "what the metric reads: n1 has no value"
+    # A sample that left out every node: each keeps its last value, the metric is not dropped.
+    clock.now = T0 + 22
+    store.refresh(m)
+    matrix = model.scheduling(state.snapshot())
+    assert matrix.degraded == [] and matrix.values[1, 0] == pytest.approx(0.3 + 0.25)
+    assert model.observed(state.snapshot()).degraded == ["cpu: no value for any node"]
     # Once the last value is older than maxAge, the node is missing again.
     clock.now = T0 + m.max_age_s + 1
     store.refresh(m)
     values = model.scheduling(state.snapshot()).values[:, 0]
     assert values[0] > 0.1 and np.isnan(values[1])
+    # Back in a sample, it reads that sample's value, which shows part of web by now.
+    clock.now = T0 + m.max_age_s + 6
+    store.refresh(m)
+    unseen = float(before_event(T0 + 5, T0 + m.max_age_s + 5, m.window_s()))
+    assert 0 < unseen < 1
+    assert model.scheduling(state.snapshot()).values[1, 0] == pytest.approx(0.4 + 0.25 * unseen)

@@ -31,11 +31,15 @@ to the engine as missing everywhere, so ``missing: exclude`` can never leave eve
 pod pending. With ``onStale: closed`` it stays, and every node without a fresh value
 is filtered out (its missing policy is ``exclude``): pods wait rather than land by
 stale values. Both are listed as degraded. Unmapped series and nodes without a
-value are counted and logged once per change, never silently dropped.
+value are counted and logged once per change, never silently dropped. A node that the
+latest sample of a live metric leaves out keeps, for the load model (placing, rebalancing),
+the value an earlier sample gave it while younger than ``maxAge`` (:func:`_carry`), with
+when it was sampled, so that every pod bound there since counts; what the metric itself
+reads (:meth:`MetricStore.matrix` without an estimate) is the latest sample alone.
 
 A value that is not finite, or past ``METRIC_VALUE_LIMIT``, is dropped on its node alone
-(:func:`~ksched.engine.snapshot.drop_unusable`: the metric's ``missing`` policy applies
-there): live values as a refresh brings them, annotations as a node table is read. Each is
+(:func:`~ksched.engine.snapshot.drop_unusable`: a live metric's earlier value stands in
+as above, else the metric's ``missing`` policy applies there): live values as a refresh brings them, annotations as a node table is read. Each is
 counted (``ksched_metric_values_rejected_total``) and listed as degraded while it lasts.
 """
 
@@ -246,13 +250,15 @@ class MetricStore:
             st.interval_s = metric.min_refresh_s  # retry soon
             return
         sample = self._usable(metric.name, sample)
+        since = self.clock() - metric.max_age_s
         with self._lock:
-            # Under the lock: a TTLCache read expires entries, so it mutates the cache.
+            # Under the lock: a TTLCache read expires entries, so it mutates the cache. The
+            # carried values with it, so a cycle reads a sample with its own (:meth:`_live`).
             previous = self.cache.get(metric.name)
             self.cache[metric.name] = sample
-        self._carried[metric.name] = _still_carried(
-            self._carried.get(metric.name, {}), previous, sample, self.clock() - metric.max_age_s
-        )
+            self._carried[metric.name] = _still_carried(
+                self._carried.get(metric.name, {}), previous, sample, since
+            )
         if st.last_error is not None:
             log.info("metric %s is back", metric.name)
         st.last_error = None
@@ -369,11 +375,14 @@ class MetricStore:
         notes: list[str] = []
         for m in self.metrics:
             sample: Sample | None = None
+            times = None
             if m.source == "annotation":
                 column, problem, sampled_at = self._annotation(m, snapshot, now, notes)
                 sample = Sample({}, sampled_at)
             else:
-                column, problem, sample = self._live(m, snapshot, now)
+                # Placing (with the estimate) reads a node's carried value; what the metric
+                # itself reads (outcomes) does not.
+                column, problem, sample, times = self._live(m, snapshot, now, carry=extra is not None)
             if problem is not None:
                 if m.on_stale != "closed":
                     degraded.append(f"{m.name}: {problem}")
@@ -386,7 +395,6 @@ class MetricStore:
             caution = np.zeros(snapshot.count, dtype=np.float64) if by_mean else None
             if problem is None and extra is not None and sample is not None:
                 pods = self._pod_sample(m, now)
-                times = self._carry(m, snapshot, column, now) if m.source in LIVE_SOURCES else None
                 calibration = extra(
                     m,
                     sample.sampled_at,
@@ -414,26 +422,6 @@ class MetricStore:
             self.telemetry.set_degraded("metric_values_rejected", bool(self._rejected))
         return Matrix(tuple(used), values, degraded, caution_matrix)
 
-    def _carry(
-        self, m: MetricConfig, snapshot: Snapshot, column: npt.NDArray[np.float64], now: float
-    ) -> npt.NDArray[np.float64] | None:
-        """Give each node that the live metric's last sample left out (a missed scrape, a
-        recording rule late for some series) the value an earlier sample gave it, while younger
-        than maxAge: the load model then adds the pods bound since that value's time, so a node
-        whose value is missing for a refresh is not read as unknown, and placed on as if no pod
-        it took counted. Returns when each row's value was sampled where it is an earlier
-        sample's (NaN elsewhere), or None where none is."""
-        carried = self._carried.get(m.name)
-        if not carried:
-            return None
-        times = np.full(snapshot.count, np.nan, dtype=np.float64)
-        for node, (value, at) in carried.items():
-            row = snapshot.index.get(node)
-            if row is not None and math.isnan(column[row]) and now - at <= m.max_age_s:
-                column[row] = value
-                times[row] = at
-        return None if np.isnan(times).all() else times
-
     def latest(self, name: str) -> Sample | None:
         """A live metric's last sample (each node's value as measured, no estimate) while it is
         fresh: younger than its maxAge, and its source's last refresh succeeded. None otherwise,
@@ -457,11 +445,14 @@ class MetricStore:
         return self._measured(m, self.clock())
 
     def _live(
-        self, m: MetricConfig, snapshot: Snapshot, now: float
-    ) -> tuple[npt.NDArray[np.float64], str | None, Sample | None]:
-        """A live metric's column, or why it has no fresh value."""
+        self, m: MetricConfig, snapshot: Snapshot, now: float, carry: bool = False
+    ) -> tuple[npt.NDArray[np.float64], str | None, Sample | None, npt.NDArray[np.float64] | None]:
+        """A live metric's column, or why it has no fresh value; with ``carry``, each node its
+        sample left out given its earlier value (:func:`_carry`), and when each row's value was
+        sampled where it is such a value (None: none is)."""
         with self._lock:
             sample = self.cache.get(m.name)
+            carried = self._carried.get(m.name)
         st = self.state[m.name]
         age = math.inf if sample is None else now - sample.sampled_at
         if self.telemetry is not None:
@@ -470,13 +461,14 @@ class MetricStore:
         # A source that failed its last refresh is down: drop the metric now rather
         # than score with values that can only grow staler.
         if st.last_error is not None or sample is None or age > m.max_age_s:
-            return empty, st.last_error or f"no value younger than {m.max_age_s:g}s", None
+            return empty, st.last_error or f"no value younger than {m.max_age_s:g}s", None, None
         rows = self._rows.setdefault(m.name, RowMap())
         column = self._column(m.name, snapshot, sample, partial(_live, snapshot, sample, rows))
+        times = _carry(snapshot, column, carried, now - m.max_age_s) if carry and carried else None
         if np.isnan(column).all():
             # Nothing to score with: drop the metric rather than call every node missing.
-            return empty, "no value for any node", None
-        return column, None, sample
+            return empty, "no value for any node", None, None
+        return column, None, sample, times
 
     def _annotation(
         self, m: MetricConfig, snapshot: Snapshot, now: float, notes: list[str]
@@ -619,6 +611,27 @@ def _live(snapshot: Snapshot, sample: Sample, rows: RowMap) -> npt.NDArray[np.fl
     values = np.fromiter(sample.values.values(), dtype=np.float64, count=len(names))
     column[at[known]] = values[known]
     return column
+
+
+def _carry(
+    snapshot: Snapshot,
+    column: npt.NDArray[np.float64],
+    carried: Mapping[str, tuple[float, float]],
+    since: float,
+) -> npt.NDArray[np.float64] | None:
+    """Give each node of ``column`` that the live metric's sample left out (a missed scrape, a
+    recording rule late for some series, a value dropped as unusable) the value an earlier
+    sample gave it (``carried``), sampled at ``since`` or later (within maxAge): the load
+    model then adds every pod bound there since that value's time, where a missing value took
+    a neutral score however many pods went there. Returns when each row's value was sampled
+    where it is such a value (NaN elsewhere), or None where none is."""
+    times = np.full(snapshot.count, np.nan, dtype=np.float64)
+    for node, (value, at) in carried.items():
+        row = snapshot.index.get(node)
+        if row is not None and math.isnan(column[row]) and at >= since:
+            column[row] = value
+            times[row] = at
+    return None if np.isnan(times).all() else times
 
 
 def _still_carried(
