@@ -394,9 +394,9 @@ def _diverse(count: int, ns: str, scheduler: str, rng: random.Random) -> _Plan:
 
 
 def _diverse_best_effort(count: int, ns: str, scheduler: str, rng: random.Random) -> _Plan:
-    """diverse-deployments with :data:`BEST_EFFORT_SHARE` of the workloads BestEffort, each
-    using its multiple of the CPU (and memory) it would have requested (drawn after the
-    workloads, so they are diverse-deployments' own for the seed)."""
+    """diverse-deployments' kind of workloads (from this scenario's own rng, so not
+    diverse-deployments' ones for the seed), :data:`BEST_EFFORT_SHARE` of them BestEffort, each
+    using its multiple of the CPU (and memory) it would have requested."""
     plan = _diverse(count, ns, scheduler, rng)
     for a in plan.arrivals or ():
         if rng.random() < BEST_EFFORT_SHARE:
