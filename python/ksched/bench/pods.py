@@ -19,10 +19,11 @@ import urllib.request
 from collections.abc import Collection, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from ksched.cluster.processes import free_port, terminate
 from ksched.errors import KschedError
-from ksched.loop.client import ApiUnavailableError, Kube
+from ksched.loop.client import ApiUnavailableError, Kube, Response
 from ksched.objects import Obj
 
 # Enough parallel creates that the API server, not the client, limits the creation rate.
@@ -38,47 +39,42 @@ class LostPodsError(KschedError):
     """Pods that a phase created disappeared before the phase ended: something else deleted them."""
 
 
-def create_object(kube: Kube, collection: str, obj: Obj, existing_ok: bool = False) -> Obj:
-    """POST ``obj`` to ``collection``; returns the object created (``existing_ok``: or the one
-    of that name that exists already). A connection the API server closed without an answer (a
-    pooled keep-alive connection it had dropped as idle) is tried again, up to CREATE_TRIES
-    times; an object that then already exists is the one that first try created, and is read
-    back."""
-    name = obj["metadata"]["name"]
+def _send(kube: Kube, method: str, path: str, **kw: Any) -> tuple[Response, bool]:
+    """One request, tried again (up to CREATE_TRIES times, CREATE_RETRY_S apart) where the API
+    server closed a pooled keep-alive connection without an answer; the answer, and whether
+    it took more than one try."""
     for attempt in range(CREATE_TRIES):
         try:
-            r = kube.request("POST", collection, body=obj)
+            return kube.request(method, path, **kw), attempt > 0
         except ApiUnavailableError:
             if attempt + 1 == CREATE_TRIES:
                 raise
             time.sleep(CREATE_RETRY_S)
-            continue
-        if r.status == 409 and (attempt > 0 or existing_ok):
-            r = kube.request("GET", f"{collection}/{name}")
-        if not r.ok:
-            raise KschedError(
-                f"creating {obj.get('kind', 'object')} {name}: HTTP {r.status}: {r.data[:200]!r}"
-            )
-        created: Obj = r.json()
-        return created
     raise AssertionError("unreachable")
+
+
+def create_object(kube: Kube, collection: str, obj: Obj, existing_ok: bool = False) -> Obj:
+    """POST ``obj`` to ``collection``; returns the object created (``existing_ok``: or the one
+    of that name that exists already). A connection the API server closed without an answer (a
+    pooled keep-alive connection it had dropped as idle) is tried again (:func:`_send`); an
+    object that then already exists is the one that first try created, and is read back."""
+    name = obj["metadata"]["name"]
+    r, again = _send(kube, "POST", collection, body=obj)
+    if r.status == 409 and (again or existing_ok):
+        r = kube.request("GET", f"{collection}/{name}")
+    if not r.ok:
+        raise KschedError(f"creating {obj.get('kind', 'object')} {name}: HTTP {r.status}: {r.data[:200]!r}")
+    created: Obj = r.json()
+    return created
 
 
 def patch_object(kube: Kube, path: str, body: Obj) -> None:
     """Merge-patch the object at ``path`` with ``body``, tried again as :func:`create_object`
-    is where the API server closed a pooled connection without an answer (a merge patch that
-    sets fields lands the same twice). Raises KschedError for an error status."""
-    for attempt in range(CREATE_TRIES):
-        try:
-            r = kube.request("PATCH", path, body=body, content_type="application/merge-patch+json")
-        except ApiUnavailableError:
-            if attempt + 1 == CREATE_TRIES:
-                raise
-            time.sleep(CREATE_RETRY_S)
-            continue
-        if not r.ok:
-            raise KschedError(f"patching {path}: HTTP {r.status}: {r.data[:200]!r}")
-        return
+    is (a merge patch that sets fields lands the same twice). Raises KschedError for an error
+    status."""
+    r, _ = _send(kube, "PATCH", path, body=body, content_type="application/merge-patch+json")
+    if not r.ok:
+        raise KschedError(f"patching {path}: HTTP {r.status}: {r.data[:200]!r}")
 
 
 def create_pods(kube: Kube, pods: list[Obj]) -> dict[str, str]:

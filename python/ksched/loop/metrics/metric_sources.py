@@ -39,8 +39,9 @@ reads (:meth:`MetricStore.matrix` without an estimate) is the latest sample alon
 
 A value that is not finite, or past ``METRIC_VALUE_LIMIT``, is dropped on its node alone
 (:func:`~ksched.engine.snapshot.drop_unusable`: a live metric's earlier value stands in
-as above, else the metric's ``missing`` policy applies there): live values as a refresh brings them, annotations as a node table is read. Each is
-counted (``ksched_metric_values_rejected_total``) and listed as degraded while it lasts.
+as above, else the metric's ``missing`` policy applies there): live values as a refresh
+brings them, annotations as a node table is read. Each is counted
+(``ksched_metric_values_rejected_total``) and listed as degraded while it lasts.
 """
 
 from __future__ import annotations
