@@ -288,6 +288,9 @@ class MetricLoad(TypedDict):
 
     # Per metric: the incoming pod's estimate counts against the thresholds.
     incoming: list[bool]
+    # Per metric: the incoming pod's score weighs its caution (``amounts`` over ``expected``)
+    # by the chance that it takes the node past its line (``scoreRisk``).
+    risk: list[bool]
     # ``pods x metrics``: each pod's estimated usage of the estimate's column (engine units):
     # what the metric filter counts it at ...
     amounts: I64

@@ -236,6 +236,29 @@ def test_a_pod_of_an_unknown_workload_is_ranked_by_what_it_is_expected_to_use(
     assert placement.node is None
 
 
+@pytest.mark.parametrize(
+    ("risk", "small", "placed"), [(False, 0.29, "small"), (True, 0.29, "large"), (True, 0.1, "small")]
+)
+def test_a_pod_of_an_unknown_workload_goes_where_its_tail_would_not_cross_the_line(
+    risk: bool, small: float, placed: str
+) -> None:
+    # The same 1-CPU pod of a new Deployment: 1 CPU expected, 2 CPUs at the prior's quantile.
+    # The 4-CPU node reading 0.29 would read 0.54 with it as expected, the 8-CPU one reading 0.42
+    # 0.545: by what it is expected to use, the small node takes it. But at its quantile it takes
+    # the small node to 0.79, a deviation short of the line at 0.8 (a 15 % chance of crossing
+    # it), and the large one to 0.67, two deviations short (2 %). With scoreRisk the caution
+    # counts by that chance, and the large node takes it; a small node far from its line
+    # (0.1: 0.6 at the quantile) keeps it.
+    calibration = Calibration(prior_ratio=2.0, prior_ratio_typical=1.0)
+    estimate = placing_estimate(calibration=calibration, score_pod_by_mean=True, score_risk=risk)
+    nodes = [node("small", cpu="4"), node("large", cpu="8")]
+    p = owned_by(pod("p", cpu="1"), "ReplicaSet")
+    p["metadata"]["labels"] = {"pod-template-hash": "h1"}
+    p["metadata"]["ownerReferences"][0]["name"] = "new-h1"
+    (placement,) = place(usage(estimate=estimate), nodes, [small, 0.42], p)
+    assert placement.node == placed
+
+
 @pytest.mark.parametrize(("score", "scored"), [(False, 1500), ("pod", 1000), (True, 1000)])
 def test_a_prior_pod_is_held_to_the_quantile_and_scored_at_the_typical_figure(
     score: Any, scored: int
@@ -296,6 +319,8 @@ def test_the_pod_being_placed_counts_at_its_calibrated_estimate_plus_deviations(
         ({"scoreByMean": 0, "podQuery": POD_QUERY, "learn": True}, "estimate.scoreByMean: must be true"),
         ({"scoreByMean": 1, "podQuery": POD_QUERY, "learn": True}, "estimate.scoreByMean: must be true"),
         ({"deviations": 1, "podQuery": POD_QUERY, "learn": False}, "estimate.deviations: needs learn: true"),
+        ({"scoreRisk": True, "podQuery": POD_QUERY}, "estimate.scoreRisk: needs learn: true"),
+        ({"scoreRisk": 1, "podQuery": POD_QUERY, "learn": True}, "estimate.scoreRisk: must be true or false"),
     ],
 )
 def test_bad_learning_settings_name_the_key(estimate: dict[str, Any], error: str) -> None:

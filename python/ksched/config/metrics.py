@@ -199,7 +199,8 @@ class EstimateConfig:
     pods not measured yet (independent: the root of the sum of squares). With
     ``score_by_mean`` they count in the metric's filter only, and its score reads the mean;
     with ``score_pod_by_mean`` only the pod being placed is scored at its mean, while each
-    node's reading keeps its caution.
+    node's reading keeps its caution. With ``score_risk`` the score also counts the pod's
+    caution, weighed by the chance that it takes the node past the metric's line.
 
     A learned estimate learns per workload too (``workload_label``, else the pod's controller):
     a pod counts at its own workload's figures, a pod of a workload without a measured pod at
@@ -227,6 +228,10 @@ class EstimateConfig:
     # ``scoreByMean: pod``: the pod being placed is scored at its mean (implied by
     # ``score_by_mean``); each node keeps its caution in the score.
     score_pod_by_mean: bool = False
+    # ``scoreRisk``: the score adds the pod's caution (what the filter counts it at over what
+    # it is expected to use), weighed by the chance that it takes the node past the metric's
+    # line there (the engine's ``LoadInputs.risk``).
+    score_risk: bool = False
     # The pod label that names a pod's workload where set (None: its controller).
     workload_label: str | None = None
     # The longest a pod is taken to ramp up after its bind.
@@ -376,6 +381,7 @@ def _estimate(obj: Any, path: str, metric_resource: str | None) -> EstimateConfi
             "learn",
             "deviations",
             "scoreByMean",
+            "scoreRisk",
             "workloadLabel",
             "warmup",
             "prior",
@@ -419,6 +425,14 @@ def _estimate(obj: Any, path: str, metric_resource: str | None) -> EstimateConfi
             f"{path}.scoreByMean: needs learn: true (podQuery set): the mean and the deviations "
             "are those of the measured pods"
         )
+    score_risk = e.get("scoreRisk", EstimateConfig.score_risk)
+    if not isinstance(score_risk, bool):
+        raise ConfigError(f"{path}.scoreRisk: must be true or false")
+    if score_risk and not learn:
+        raise ConfigError(
+            f"{path}.scoreRisk: needs learn: true (podQuery set): the risk it weighs is the "
+            "spread the measured pods taught"
+        )
     for key in ("workloadLabel", "warmup", "prior", "initialSpread"):
         if key in e and not learn:
             raise ConfigError(f"{path}.{key}: needs learn: true (podQuery set): it shapes what is learned")
@@ -448,6 +462,7 @@ def _estimate(obj: Any, path: str, metric_resource: str | None) -> EstimateConfi
         deviations=deviations,
         score_by_mean=score_by_mean is True,
         score_pod_by_mean=score_by_mean == "pod",
+        score_risk=score_risk,
     )
 
 

@@ -244,6 +244,7 @@ fn preemption<'a>(p: &'a Arrays) -> PyResult<Preemption<'a>> {
 pub fn metric_load<'a>(a: &'a Arrays) -> PyResult<LoadInputs<'a>> {
     Ok(LoadInputs {
         incoming: a.value("incoming")?,
+        risk: a.value("risk")?,
         amounts: a.slice("amounts")?,
         expected: a.slice("expected")?,
         pod_above: a.slice("pod_above")?,

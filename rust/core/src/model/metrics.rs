@@ -56,6 +56,11 @@ pub struct LoadInputs<'a> {
     /// Per metric: the incoming pod's estimate counts against the thresholds
     /// (the legacy `herdEstimate` does not).
     pub incoming: Vec<bool>,
+    /// Per metric: an incoming pod's score weighs its caution by the chance
+    /// that it takes the node past the metric's line (`scoreRisk`): the
+    /// score reads the node's expected value with the pod, plus that chance
+    /// times the gap up to the value the filter reads.
+    pub risk: Vec<bool>,
     /// `pods × metrics`: each pod's estimated usage of the estimate's column
     /// (counted as `amount / allocatable` where it is placed, and where
     /// `incoming`, against the thresholds before).

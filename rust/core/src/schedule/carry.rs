@@ -159,11 +159,12 @@ world! {
     image_node_counts: i64 = images.node_counts;
 }
 
-/// The load inputs no placement changes: which metrics count the incoming pod,
-/// and the nodes' own thresholds (as bits, so a NaN equals itself). The pods'
+/// The load inputs no placement changes: which metrics count the incoming pod
+/// and weigh its risk, and the nodes' own thresholds (as bits, so a NaN equals itself). The pods'
 /// estimates and thresholds are part of their signatures.
 struct LoadWorld {
     incoming: Vec<bool>,
+    risk: Vec<bool>,
     node_above: Vec<u64>,
     node_below: Vec<u64>,
 }
@@ -172,6 +173,7 @@ impl LoadWorld {
     fn of(load: &LoadInputs) -> LoadWorld {
         LoadWorld {
             incoming: load.incoming.clone(),
+            risk: load.risk.clone(),
             node_above: load.node_above.iter().map(|v| v.to_bits()).collect(),
             node_below: load.node_below.iter().map(|v| v.to_bits()).collect(),
         }
@@ -179,7 +181,10 @@ impl LoadWorld {
 
     fn matches(&self, load: &LoadInputs) -> bool {
         let same = |kept: &[u64], now: &[f64]| kept.len() == now.len() && kept.iter().zip(now).all(|(&k, v)| k == v.to_bits());
-        self.incoming == load.incoming && same(&self.node_above, load.node_above) && same(&self.node_below, load.node_below)
+        self.incoming == load.incoming
+            && self.risk == load.risk
+            && same(&self.node_above, load.node_above)
+            && same(&self.node_below, load.node_below)
     }
 }
 

@@ -55,6 +55,53 @@ fn stricter(load: &LoadInputs, m: usize, node: usize, k: usize, pod: (Option<f64
     )
 }
 
+/// Metric `k`'s lines for pod `index` on `node`, as its own verdict reads them
+/// (`exempt`): None where the metric does not filter it.
+#[inline]
+fn pod_lines(load: &LoadInputs, m: usize, index: usize, node: usize, k: usize) -> Option<(Option<f64>, Option<f64>)> {
+    let at = index * m + k;
+    let pod_limits = (limit(load.pod_above[at]), limit(load.pod_below[at]));
+    match load.exempt[at] {
+        METRIC_EXEMPT => None,
+        METRIC_POD_THRESHOLDS => Some(pod_limits),
+        METRIC_STRICTER_THRESHOLDS => Some(stricter(load, m, node, k, pod_limits)),
+        _ => Some(on_node(load, m, node, k, pod_limits)),
+    }
+}
+
+/// The chance that a reading expected at `expected`, with one standard
+/// deviation of `|cautious - expected|` (normal), ends past `lines`: above
+/// the first or below the second. Nil where the reading has no spread.
+pub(super) fn crossing(expected: f64, cautious: f64, lines: (Option<f64>, Option<f64>)) -> f64 {
+    let sd = (cautious - expected).abs();
+    if !(sd > 0.0 && sd.is_finite() && expected.is_finite()) {
+        return 0.0;
+    }
+    let above = lines.0.map_or(0.0, |a| upper_tail((a - expected) / sd));
+    let below = lines.1.map_or(0.0, |b| upper_tail((expected - b) / sd));
+    (above + below).min(1.0)
+}
+
+/// P(Z > z) for a standard normal Z: erfc(z / sqrt 2) / 2, with erfc by the
+/// Chebyshev fit of Numerical Recipes (6.2), fractional error under 1.2e-7.
+#[allow(clippy::excessive_precision)]
+fn upper_tail(z: f64) -> f64 {
+    let x = z / std::f64::consts::SQRT_2;
+    let t = 1.0 / (1.0 + 0.5 * x.abs());
+    let poly = -1.265_512_23
+        + t * (1.000_023_68
+            + t * (0.374_091_96
+                + t * (0.096_784_18
+                    + t * (-0.186_288_06
+                        + t * (0.278_868_07 + t * (-1.135_203_98 + t * (1.488_515_87 + t * (-0.822_152_23 + t * 0.170_872_77))))))));
+    let tail = t * (-x * x + poly).exp();
+    if x >= 0.0 {
+        tail / 2.0
+    } else {
+        1.0 - tail / 2.0
+    }
+}
+
 /// Whether a pod's own estimate of metric `k` (its load row at `at`) counts on
 /// a node, against the thresholds and in its score: not for the legacy
 /// `herdEstimate`, nor for an estimate of nothing.
@@ -114,20 +161,11 @@ impl Engine<'_, '_> {
         let load = self.metrics.load.as_ref().expect("an own metric filter implies load inputs");
         let specs = &self.metrics.specs;
         let (m, r) = (specs.len(), self.resources);
-        let row = pod.index * m;
         metrics::filter_with(
             specs,
             &state.values[node * m..(node + 1) * m],
             r,
-            |k| {
-                let pod_limits = (limit(load.pod_above[row + k]), limit(load.pod_below[row + k]));
-                match load.exempt[row + k] {
-                    METRIC_EXEMPT => None,
-                    METRIC_POD_THRESHOLDS => Some(pod_limits),
-                    METRIC_STRICTER_THRESHOLDS => Some(stricter(load, m, node, k, pod_limits)),
-                    _ => Some(on_node(load, m, node, k, pod_limits)),
-                }
-            },
+            |k| pod_lines(load, m, pod.index, node, k),
             |k| self.own_share(pod.index, node, k, load.amounts),
         )
     }
@@ -168,13 +206,32 @@ impl Engine<'_, '_> {
 
     /// Metric `k` of `node` as a pod's scores read it (`Incoming`): the expected
     /// value, with the pod's expected usage where its own estimate counts.
+    ///
+    /// Where the metric weighs risk (`LoadInputs::risk`), the pod's caution
+    /// counts too, weighed by the chance that the node ends past the line the
+    /// filter holds the pod to there: the gap between the value the filter
+    /// reads (node and pod at their cautious figures) and the expected one is
+    /// taken as one standard deviation of what the node will read. Among nodes
+    /// that all hold the pod's cautious figure, one where its tail would cross
+    /// the line (a small node, or one near its line) ranks below one that
+    /// absorbs it; far from the line the chance is nil and the pod is scored at
+    /// its expected usage alone.
     #[inline]
     pub(super) fn scored_value(&self, state: &BatchState, incoming: Incoming, node: usize, k: usize) -> f64 {
         let v = state.metric_value(node, k);
-        match (incoming, &self.metrics.load) {
-            (Some(index), Some(load)) => v + self.own_share(index, node, k, load.expected),
-            _ => v,
+        let (Some(index), Some(load)) = (incoming, &self.metrics.load) else {
+            return v;
+        };
+        let expected = v + self.own_share(index, node, k, load.expected);
+        let m = self.metrics.specs.len();
+        if !load.risk.get(k).copied().unwrap_or(false) {
+            return expected;
         }
+        let Some(lines) = pod_lines(load, m, index, node, k) else {
+            return expected;
+        };
+        let cautious = state.values[node * m + k] + self.own_share(index, node, k, load.amounts);
+        expected + crossing(expected, cautious, lines) * (cautious - expected)
     }
 
     /// The badness min–max normalization reads of metric `k` of `node` for a pod (`Incoming`).

@@ -11,6 +11,7 @@ use crate::reasons::METRIC_BELOW;
 #[derive(Clone)]
 pub(super) struct OwnedLoad {
     pub incoming: Vec<bool>,
+    pub risk: Vec<bool>,
     pub amounts: Vec<i64>,
     /// What each pod's scores count (None: its `amounts`).
     pub expected: Option<Vec<i64>>,
@@ -30,6 +31,7 @@ impl OwnedLoad {
         let pod_below = (0..pods).flat_map(|_| specs.iter().map(|s| s.below.unwrap_or(f64::NAN))).collect();
         OwnedLoad {
             incoming: vec![incoming; m],
+            risk: vec![false; m],
             amounts: vec![0; pods * m],
             expected: None,
             pod_above,
@@ -44,6 +46,7 @@ impl OwnedLoad {
     pub fn view(&self) -> LoadInputs<'_> {
         LoadInputs {
             incoming: self.incoming.clone(),
+            risk: self.risk.clone(),
             amounts: &self.amounts,
             expected: self.expected.as_deref().unwrap_or(&self.amounts),
             pod_above: &self.pod_above,
@@ -322,6 +325,58 @@ fn the_filter_reads_the_cautious_figures_and_the_scores_the_expected_ones() {
         let out = run(&b, &[pod(100, 1)], &metrics, 0);
         assert_eq!(out.nodes, vec![want], "values {values:?}, caution {caution:?}");
     }
+}
+
+#[test]
+fn a_risky_pod_is_scored_by_the_chance_its_caution_takes_the_node_past_the_line() {
+    // A node of 1000m CPU and one of 2000m, the filter at 0.80. A pod expected at 100m
+    // that may use 300m (its caution: a workload nothing measured). At 0.40 and 0.46 the
+    // small node reads cooler with the pod at its expected usage (0.50 against 0.51), but
+    // its caution reaches 0.70 there, 1.5 deviations short of the line (a 7 % chance of
+    // crossing it), and 0.61 on the large node, 2.9 deviations short (0.2 %): weighing
+    // risk, the large node takes it. Where the small node is far from its line (0.20: 2.5
+    // deviations at 0.30) it keeps it, and without a line there is no risk to weigh.
+    let mut b = NodeBuilder::default();
+    b.node(|n| n.allocatable[CPU] = 1000);
+    b.node(|n| n.allocatable[CPU] = 2000);
+    for (above, values, risk, want) in [
+        (Some(0.80), [0.40, 0.46], false, 0),
+        (Some(0.80), [0.40, 0.46], true, 1),
+        (Some(0.80), [0.20, 0.46], true, 0),
+        (None, [0.40, 0.46], true, 0),
+    ] {
+        let spec = MetricSpec {
+            range: Some((0.0, 1.0)),
+            ..cpu_metric(above, None)
+        };
+        let mut load = OwnedLoad::new(&[spec], 1, 2, true);
+        load.amounts = vec![300];
+        load.expected = Some(vec![100]);
+        load.risk = vec![risk];
+        let metrics = Metrics {
+            load: Some(load.view()),
+            ..Metrics::new(&values, vec![spec])
+        };
+        let out = run(&b, &[pod(100, 1)], &metrics, 0);
+        assert_eq!(out.nodes, vec![want], "line {above:?}, values {values:?}, risk {risk}");
+    }
+}
+
+#[test]
+fn the_chance_of_crossing_is_the_normal_tail_past_either_line() {
+    use crate::schedule::load::crossing;
+    let close = |a: f64, b: f64| (a - b).abs() < 1e-6;
+    // Expected 0.5, one deviation 0.1: a line at 0.5 is crossed half the time, one a
+    // deviation above 16 %, three deviations 0.13 %; a line below counts the same way.
+    assert!(close(crossing(0.5, 0.6, (Some(0.5), None)), 0.5));
+    assert!(close(crossing(0.5, 0.6, (Some(0.6), None)), 0.158_655));
+    assert!(close(crossing(0.5, 0.6, (Some(0.8), None)), 0.001_350));
+    assert!(close(crossing(0.5, 0.4, (None, Some(0.4))), 0.158_655));
+    assert!(close(crossing(0.5, 0.6, (Some(0.4), None)), 0.841_345));
+    // No spread, no line, or no value: no chance to weigh.
+    assert_eq!(crossing(0.5, 0.5, (Some(0.4), None)), 0.0);
+    assert_eq!(crossing(0.5, 0.6, (None, None)), 0.0);
+    assert_eq!(crossing(f64::NAN, 0.6, (Some(0.4), None)), 0.0);
 }
 
 #[test]
