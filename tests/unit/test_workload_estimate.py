@@ -407,8 +407,17 @@ def test_the_score_reads_a_pod_of_an_unknown_workload_at_the_typical_workloads_f
     assert unknown.expected == want
     # explain says what the score counted where it differs from what the filter holds it to.
     assert f"; scored at {want}m" in estimate_text("cpu", unknown)
+    risky = Loop(parse_metric({"scoreByMean": score, "deviations": 1, "scoreRisk": True}))
+    matrix = teach(risky, {"web": 0.5, "batch": 2.0, "api": 1.0})
+    unknown = risky.choice(matrix, owned("new-0", "", cpu="1", owner=("Deployment", "new")))
+    margin = unknown.amount - want
+    assert unknown.risk and margin > 0
+    assert f"; scored at {want}m, and the {margin}m above by the chance" in estimate_text("cpu", unknown)
     known = loop.choice(matrix, owned("web-next", "", cpu="1", owner=("Deployment", "web")))
     assert known.expected == known.amount == round(1000 * figures[0]), "a known workload: its own"
+    assert not risky.choice(matrix, owned("web-next", "", cpu="1", owner=("Deployment", "web"))).risk, (
+        "nothing above its expected usage: no risk to weigh"
+    )
 
 
 def parse_metric(estimate: dict[str, Any], query: str = "q[90s]") -> MetricConfig:

@@ -142,6 +142,10 @@ def estimate_text(resource: str, c: Choice) -> str:
     problem = f"; {c.problem}: ignored" if c.problem else ""
     caution = f"; {quantity(c.caution)} of it is the deviations of its spread" if c.caution else ""
     scored = f"; scored at {quantity(c.mean)}" if c.mean is not None else ""
+    if c.risk:
+        scored += (
+            f", and the {quantity(c.amount - c.expected)} above by the chance it takes a node past the line"
+        )
     return f"{quantity(c.amount)} {resource} ({c.source}: {why}{figure}{caution}{scored}{problem})"
 
 

@@ -280,6 +280,9 @@ class Choice:
     # The part of ``amount`` that is the estimate's ``deviations`` of the pod's spread (its
     # learned spread, else the initial one).
     caution: int = 0
+    # Whether the metric's score also counts the gap from ``expected`` up to ``amount`` by the
+    # chance that it takes the node past the line (``scoreRisk``); only where they differ.
+    risk: bool = False
 
     @property
     def expected(self) -> int:
@@ -326,8 +329,17 @@ def estimate_choice(pod: Obj, requests: PodRequests, estimate: EstimateConfig) -
     amount = round(value)
     expect = round(min(float(scored), float(QUANTITY_MAX)))
     caution = max(amount - round(min(float(mean), float(QUANTITY_MAX))), 0)
+    mean = None if expect == amount else expect
     return Choice(
-        amount, t.source, workload, figure, t.pods, problem, None if expect == amount else expect, caution
+        amount,
+        t.source,
+        workload,
+        figure,
+        t.pods,
+        problem,
+        mean,
+        caution,
+        estimate.score_risk and mean is not None,
     )
 
 
