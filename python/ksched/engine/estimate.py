@@ -329,7 +329,7 @@ def estimate_choice(pod: Obj, requests: PodRequests, estimate: EstimateConfig) -
     amount = round(value)
     expect = round(min(float(scored), float(QUANTITY_MAX)))
     caution = max(amount - round(min(float(mean), float(QUANTITY_MAX))), 0)
-    mean = None if expect == amount else expect
+    scored_at = None if expect == amount else expect
     return Choice(
         amount,
         t.source,
@@ -337,9 +337,9 @@ def estimate_choice(pod: Obj, requests: PodRequests, estimate: EstimateConfig) -
         figure,
         t.pods,
         problem,
-        mean,
+        scored_at,
         caution,
-        estimate.score_risk and mean is not None,
+        estimate.score_risk and scored_at is not None,
     )
 
 
