@@ -55,6 +55,16 @@ fn stricter(load: &LoadInputs, m: usize, node: usize, k: usize, pod: (Option<f64
     )
 }
 
+/// `amount` over `capacity`; 0 where the node has none.
+#[inline]
+fn share(amount: i64, capacity: i64) -> f64 {
+    if capacity > 0 {
+        amount as f64 / capacity as f64
+    } else {
+        0.0
+    }
+}
+
 /// Metric `k`'s lines for pod `index` on `node`, as its own verdict reads them
 /// (`exempt`): None where the metric does not filter it.
 #[inline]
@@ -180,19 +190,16 @@ impl Engine<'_, '_> {
     /// resource; 0 elsewhere.
     #[inline]
     fn own_share(&self, index: usize, node: usize, k: usize, amounts: &[i64]) -> f64 {
-        let Some(load) = &self.metrics.load else {
-            return 0.0;
-        };
-        match self.metrics.specs[k].estimate {
-            Some((column, _)) if load.incoming[k] => {
-                let capacity = self.nodes.allocatable[node * self.resources + column];
-                if capacity > 0 {
-                    amounts[index * self.metrics.specs.len() + k] as f64 / capacity as f64
-                } else {
-                    0.0
-                }
-            }
-            _ => 0.0,
+        share(amounts[index * self.metrics.specs.len() + k], self.capacity(node, k))
+    }
+
+    /// The node's allocatable of metric `k`'s estimate resource where the
+    /// incoming pod's estimate counts; 0 where it does not (no share).
+    #[inline]
+    fn capacity(&self, node: usize, k: usize) -> i64 {
+        match (&self.metrics.load, self.metrics.specs[k].estimate) {
+            (Some(load), Some((column, _))) if load.incoming[k] => self.nodes.allocatable[node * self.resources + column],
+            _ => 0,
         }
     }
 
@@ -226,15 +233,16 @@ impl Engine<'_, '_> {
         let (Some(index), Some(load)) = (incoming, &self.metrics.load) else {
             return v;
         };
-        let expected = v + self.own_share(index, node, k, load.expected);
         let m = self.metrics.specs.len();
+        let (at, capacity) = (index * m + k, self.capacity(node, k));
+        let expected = v + share(load.expected[at], capacity);
         if !load.risk.get(k).copied().unwrap_or(false) {
             return expected;
         }
         let Some(lines) = pod_lines(load, m, index, node, k) else {
             return expected;
         };
-        let cautious = state.values[node * m + k] + self.own_share(index, node, k, load.amounts);
+        let cautious = state.values[node * m + k] + share(load.amounts[at], capacity);
         expected + crossing(expected, cautious, lines) * (cautious - expected)
     }
 
