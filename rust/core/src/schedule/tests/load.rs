@@ -380,6 +380,20 @@ fn the_chance_of_crossing_is_the_normal_tail_past_either_line() {
 }
 
 #[test]
+fn the_tables_tail_is_the_normal_tail_between_its_points_too() {
+    use crate::schedule::load::{normal_tail, upper_tail};
+    // Off the table's points (steps of 1/256), on both sides of the mean, and past its end.
+    for i in 0..8000 {
+        let z = i as f64 * 0.001_013;
+        let tail = normal_tail(z);
+        assert!((upper_tail(z) - tail).abs() < 1e-6, "z {z}: {} against {tail}", upper_tail(z));
+        assert!((upper_tail(-z) - (1.0 - tail)).abs() < 1e-6, "z -{z}");
+    }
+    assert!((upper_tail(1.959_964) - 0.025).abs() < 1e-6);
+    assert_eq!((upper_tail(8.5), upper_tail(-8.5), upper_tail(f64::NAN)), (0.0, 1.0, 0.0));
+}
+
+#[test]
 fn a_placement_adds_its_expected_usage_to_the_scores_and_its_estimate_to_the_filter() {
     // Two nodes of 1000m CPU at 0.30 and 0.35, the filter at 0.85. Pods estimated at
     // 200m, 40m expected. The first takes node 0; counted at 40m there (0.34) for the
