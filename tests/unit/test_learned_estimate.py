@@ -335,6 +335,35 @@ def test_bad_learning_settings_name_the_key(estimate: dict[str, Any], error: str
         parse_config(raw)
 
 
+@pytest.mark.parametrize(
+    ("metric", "error"),
+    [
+        ({"prefer": "target(0.5)"}, "estimate.scoreRisk: needs a metric that scores worse with load"),
+        (
+            {"prefer": "lower", "filter": {"below": 0.1}},
+            "estimate.scoreRisk: needs a metric that scores worse",
+        ),
+        ({"prefer": "lower", "filter": {"above": 0.8, "below": 0.1}}, None),
+        ({"prefer": "higher", "filter": {"below": 0.1}}, None),
+    ],
+)
+def test_risk_is_weighed_only_where_more_load_scores_worse(metric: dict[str, Any], error: str | None) -> None:
+    # The term moves a node's value the way the pod's load does: toward a target it would
+    # score better, and on a metric that falls with load, preferred lower, too.
+    estimate = {"resource": "cpu", "podQuery": POD_QUERY, "learn": True, "scoreRisk": True}
+    raw = {
+        **CONFIG,
+        "prometheus": {"url": "http://prometheus:9090"},
+        "metrics": [{"name": "cpu", "source": "prometheus", "query": "q", "estimate": estimate, **metric}],
+    }
+    if error is None:
+        parsed = parse_config(raw).metrics[0].estimate
+        assert parsed is not None and parsed.score_risk
+    else:
+        with pytest.raises(ConfigError, match=error):
+            parse_config(raw)
+
+
 def test_learning_is_asked_for_and_off_by_default() -> None:
     raw = {
         **CONFIG,

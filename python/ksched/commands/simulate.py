@@ -143,9 +143,8 @@ def estimate_text(resource: str, c: Choice) -> str:
     caution = f"; {quantity(c.caution)} of it is the deviations of its spread" if c.caution else ""
     scored = f"; scored at {quantity(c.mean)}" if c.mean is not None else ""
     if c.risk:
-        scored += (
-            f", and the {quantity(c.amount - c.expected)} above by the chance it takes a node past the line"
-        )
+        above = quantity(c.amount - c.expected)
+        scored += f", and the {above} above by the chance it takes a node past its line, if any"
     return f"{quantity(c.amount)} {resource} ({c.source}: {why}{figure}{caution}{scored}{problem})"
 
 

@@ -229,8 +229,9 @@ class EstimateConfig:
     # ``score_by_mean``); each node keeps its caution in the score.
     score_pod_by_mean: bool = False
     # ``scoreRisk``: the score adds the pod's caution (what the filter counts it at over what
-    # it is expected to use), weighed by the chance that it takes the node past the metric's
-    # line there (the engine's ``LoadInputs.risk``).
+    # it is expected to use; with ``score_by_mean`` the node's caution too, which the score
+    # then leaves out), weighed by the chance that it takes the node past the metric's line
+    # there (the engine's ``LoadInputs.risk``).
     score_risk: bool = False
     # The pod label that names a pod's workload where set (None: its controller).
     workload_label: str | None = None
@@ -615,6 +616,19 @@ def parse_metric(obj: Any, path: str) -> MetricConfig:
         raise ConfigError(
             f"{path}.estimate.podQuery: only for metrics read from a live source (prometheus or "
             "metrics-server); an annotation metric's estimate counts pods by their requests"
+        )
+    falls_with_load = above is None and below is not None
+    if (
+        estimate is not None
+        and estimate.score_risk
+        and (prefer == "target" or (prefer == "lower" and falls_with_load))
+    ):
+        # The risk term moves a node's value the way the pod's load moves it: a penalty only
+        # where more load scores worse (see MetricConfig.load_sign).
+        raise ConfigError(
+            f"{path}.estimate.scoreRisk: needs a metric that scores worse with load: prefer: lower on "
+            "one that rises with load, or prefer: higher; not prefer: target(x), nor prefer: lower "
+            "with only filter.below"
         )
     exempt = tuple(
         as_str(k, f"{path}.filter.exempt[{i}]")

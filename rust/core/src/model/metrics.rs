@@ -110,6 +110,7 @@ impl<'a> Metrics<'a> {
 impl LoadInputs<'_> {
     pub fn validate(&self, pods: usize, nodes: usize, metrics: usize) -> Result<(), EngineError> {
         check_len("metric load incoming", self.incoming.len(), metrics)?;
+        check_len("metric load risk", self.risk.len(), metrics)?;
         check_len("metric load amounts", self.amounts.len(), pods * metrics)?;
         check_len("metric load expected", self.expected.len(), pods * metrics)?;
         check_len("metric load pod_above", self.pod_above.len(), pods * metrics)?;

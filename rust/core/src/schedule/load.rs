@@ -81,16 +81,21 @@ fn pod_lines(load: &LoadInputs, m: usize, index: usize, node: usize, k: usize) -
 }
 
 /// The chance that a reading expected at `expected`, with one standard
-/// deviation of `|cautious - expected|` (normal), ends past `lines`: above
-/// the first or below the second. Nil where the reading has no spread.
+/// deviation of `|cautious - expected|` (normal), ends past the line on the
+/// caution's side: above the first of `lines` where the caution reads higher,
+/// below the second where it reads lower. The line on the other side is not
+/// one the pod's load can take the node past. Nil where the reading has no
+/// spread.
 pub(super) fn crossing(expected: f64, cautious: f64, lines: (Option<f64>, Option<f64>)) -> f64 {
     let sd = (cautious - expected).abs();
     if !(sd > 0.0 && sd.is_finite() && expected.is_finite()) {
         return 0.0;
     }
-    let above = lines.0.map_or(0.0, |a| upper_tail((a - expected) / sd));
-    let below = lines.1.map_or(0.0, |b| upper_tail((expected - b) / sd));
-    (above + below).min(1.0)
+    if cautious > expected {
+        lines.0.map_or(0.0, |a| upper_tail((a - expected) / sd))
+    } else {
+        lines.1.map_or(0.0, |b| upper_tail((expected - b) / sd))
+    }
 }
 
 /// Steps of the tail's table per deviation: linear interpolation between its

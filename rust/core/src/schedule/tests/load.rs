@@ -373,6 +373,9 @@ fn the_chance_of_crossing_is_the_normal_tail_past_either_line() {
     assert!(close(crossing(0.5, 0.6, (Some(0.8), None)), 0.001_350));
     assert!(close(crossing(0.5, 0.4, (None, Some(0.4))), 0.158_655));
     assert!(close(crossing(0.5, 0.6, (Some(0.4), None)), 0.841_345));
+    // Only the line on the caution's side: a node with a line below too is not pushed by it.
+    assert!(close(crossing(0.5, 0.6, (Some(0.8), Some(0.45))), 0.001_350));
+    assert!(close(crossing(0.5, 0.4, (Some(0.55), Some(0.4))), 0.158_655));
     // No spread, no line, or no value: no chance to weigh.
     assert_eq!(crossing(0.5, 0.5, (Some(0.4), None)), 0.0);
     assert_eq!(crossing(0.5, 0.6, (None, None)), 0.0);
