@@ -617,24 +617,11 @@ def parse_metric(obj: Any, path: str) -> MetricConfig:
             f"{path}.estimate.podQuery: only for metrics read from a live source (prometheus or "
             "metrics-server); an annotation metric's estimate counts pods by their requests"
         )
-    falls_with_load = above is None and below is not None
-    if (
-        estimate is not None
-        and estimate.score_risk
-        and (prefer == "target" or (prefer == "lower" and falls_with_load))
-    ):
-        # The risk term moves a node's value the way the pod's load moves it: a penalty only
-        # where more load scores worse (see MetricConfig.load_sign).
-        raise ConfigError(
-            f"{path}.estimate.scoreRisk: needs a metric that scores worse with load: prefer: lower on "
-            "one that rises with load, or prefer: higher; not prefer: target(x), nor prefer: lower "
-            "with only filter.below"
-        )
     exempt = tuple(
         as_str(k, f"{path}.filter.exempt[{i}]")
         for i, k in enumerate(as_list(f.get("exempt", list(DEFAULT_EXEMPT)), f"{path}.filter.exempt"))
     )
-    return MetricConfig(
+    metric = MetricConfig(
         estimate=estimate,
         timestamp_annotation=(
             as_str(obj["timestampAnnotation"], f"{path}.timestampAnnotation")
@@ -666,6 +653,19 @@ def parse_metric(obj: Any, path: str) -> MetricConfig:
         min_refresh_s=min_refresh,
         max_refresh_s=max_refresh,
     )
+    if (
+        estimate is not None
+        and estimate.score_risk
+        and (prefer == "target" or (prefer == "lower" and metric.load_sign < 0))
+    ):
+        # The risk term moves a node's value the way the pod's load moves it: a penalty only
+        # where more load scores worse.
+        raise ConfigError(
+            f"{path}.estimate.scoreRisk: needs a metric that scores worse with load: prefer: lower on "
+            "one that rises with load, or prefer: higher; not prefer: target(x), nor prefer: lower "
+            "with only filter.below"
+        )
+    return metric
 
 
 def metrics_named(names: list[str], metrics: tuple[MetricConfig, ...], path: str) -> list[MetricConfig]:
