@@ -77,6 +77,40 @@ DISRUPTION_TARGET = "DisruptionTarget"
 PREEMPTION_BY_SCHEDULER = "PreemptionByScheduler"
 
 
+# A sharded replica's hand-over (:mod:`ksched.loop.shards`): the pod's nominatedNodeName routes
+# it to that node's owner, and this condition, True, says that the nomination holds no room
+# there: no preemption made any, and the replica that handed it over may not yet have seen
+# another preemptor's nomination of that room. The owner's own nomination sets it False.
+HANDED_OVER = "ksched.io/HandedOver"
+
+
+def handed_over(pod: Obj) -> bool:
+    """Whether the pod's nomination is a hand-over: it routes the pod and holds no room."""
+    for condition in (pod.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == HANDED_OVER:
+            return bool(condition.get("status") == "True")
+    return False
+
+
+def holds_nomination(pod: Obj) -> bool:
+    """Whether the pod is nominated to a node and holds its room there (upstream's nominator):
+    a preemption's nomination does, a hand-over's does not."""
+    return bool((pod.get("status") or {}).get("nominatedNodeName")) and not handed_over(pod)
+
+
+def nominated_to(pod: Obj, node: str | None) -> Obj:
+    """A copy of the pod as nominated to ``node`` by its own replica (None: no nomination):
+    the nomination holds its room, a hand-over's condition is False."""
+    status = {k: v for k, v in (pod.get("status") or {}).items() if k != "nominatedNodeName"}
+    if node is not None:
+        status["nominatedNodeName"] = node
+    if handed_over(pod):
+        status["conditions"] = [
+            {**c, "status": "False"} if c.get("type") == HANDED_OVER else c for c in status["conditions"]
+        ]
+    return {**pod, "status": status}
+
+
 def terminating_by_preemption(pod: Obj) -> bool:
     """Upstream podTerminatingByPreemption: being deleted, and its first DisruptionTarget
     condition is True with reason PreemptionByScheduler (another cause, e.g. a drain, is not)."""

@@ -7,15 +7,18 @@ from __future__ import annotations
 from typing import Any
 
 from ksched.config import Config
+from ksched.loop.client import MERGE_PATCH, Response
 from ksched.loop.metrics.metric_sources import MetricStore
 from ksched.loop.mirror.slim import slim_node
 from ksched.loop.mirror.state import ClusterState
 from ksched.loop.scheduling.binder import Outcome
 from ksched.loop.scheduling.cycle import Scheduler
+from ksched.loop.scheduling.evictor import STRATEGIC_MERGE_PATCH as STRATEGIC
+from ksched.loop.scheduling.evictor import Evictor
 from ksched.loop.scheduling.queue import SchedulingQueue
 from ksched.loop.shards import owner
 from ksched.loop.telemetry import Telemetry
-from ksched.objects import Obj
+from ksched.objects import HANDED_OVER, Obj, handed_over, holds_nomination
 from tests.conftest import node, pod
 from tests.unit.test_shards import Clock, FakeLeases, replica, tick_all
 
@@ -40,7 +43,7 @@ class Binder:
         self.bound[p["metadata"]["name"]] = node_name
         done(Outcome.BOUND)
 
-    def hand_over(self, p: Obj, node_name: str, done: Any) -> None:
+    def hand_over(self, p: Obj, node_name: str, note: str, done: Any) -> None:
         self.handed[p["metadata"]["name"]] = node_name
         done(True)
 
@@ -133,3 +136,117 @@ def test_a_pod_that_fits_nowhere_is_reported_with_every_node_counted() -> None:
     assert not binder.handed and not binder.bound
     (failed,) = binder.failed
     assert failed.startswith("huge: 0/2 nodes are available: 2 Insufficient cpu"), failed
+
+
+def test_a_hand_over_holds_no_room_against_a_preemptors_nomination() -> None:
+    """A soak's violation: replica "a" preempted on its node for "first" (its victims gone
+    since), and "b", whose watch had not yet shown that, handed "second", a preemptor of the
+    same priority, over to the same node. Both nominations held the node's one room, so
+    neither fit; "first" was cleared, and "second" took the room "first"'s victims had left:
+    "first" was neither bound nor nominated. A hand-over only routes the pod: "first" binds."""
+    (mine,), (theirs,) = named("a", "node"), named("b", "node")
+    nodes = [node(mine, cpu="4"), node(theirs, cpu="4")]
+    keeper, full = pod("keeper", cpu="2", node_name=mine), pod("full", cpu="4", node_name=theirs)
+    (first_uid,), (second_uid,) = named("a", "uid"), named("b", "uid")
+    second = with_uid(pod("second", cpu="2"), second_uid)  # older: first in the queue
+    second["status"] = {
+        "nominatedNodeName": mine,
+        "conditions": [{"type": HANDED_OVER, "status": "True", "reason": "HandedOver", "message": "by b"}],
+    }
+    first = with_uid(pod("first", cpu="2"), first_uid)
+    first["status"] = {"nominatedNodeName": mine}
+    for p in (keeper, full, first, second):
+        p["spec"]["priority"] = 1000
+    binder, queue, _ = cycle(nodes, [keeper, full], [second, first])
+    assert binder.bound == {"first": mine} and not binder.preempted
+    (failed,) = binder.failed
+    assert failed.startswith("second: 0/2 nodes are available: 2 Insufficient cpu"), failed
+    assert queue.nominated() == [], "a hand-over holds no room, even this replica's own view of it"
+
+
+def test_a_hand_over_is_placed_by_the_owners_view_and_its_own_nomination_holds() -> None:
+    """The owner places a pod handed to it as any pending pod of its own (not its handed
+    node first); should it preempt, the nomination it writes holds the room."""
+    (mine,), (theirs,) = named("a", "node"), named("b", "node")
+    nodes = [node(mine, cpu="4"), node(theirs, cpu="4")]
+    low = pod("low", cpu="3", node_name=mine)
+    low["spec"]["priority"] = 0
+    full = pod("full", cpu="4", node_name=theirs)
+    full["spec"]["priority"] = 1000
+    (uid,) = named("b", "uid")
+    handed = with_uid(pod("handed", cpu="2"), uid)
+    handed["spec"]["priority"] = 1000
+    handed["status"] = {
+        "nominatedNodeName": mine,
+        "conditions": [{"type": HANDED_OVER, "status": "True", "reason": "HandedOver", "message": "by b"}],
+    }
+    binder, queue, _ = cycle(nodes, [low, full], [handed])
+    assert binder.preempted == ["handed"]
+    (held,) = queue.nominated()
+    assert held["status"]["nominatedNodeName"] == mine and not handed_over(held)
+
+
+class StatusWrites:
+    """A Kube that records each request and answers 200."""
+
+    def __init__(self) -> None:
+        self.writes: list[tuple[str, str, Any, str | None]] = []
+
+    def request(
+        self, method: str, path: str, body: Any = None, content_type: str | None = None, **_: Any
+    ) -> Any:
+        self.writes.append((method, path, body, content_type))
+        return Response(200, b"{}")
+
+
+def test_a_hand_over_writes_its_condition_true_and_the_owners_nomination_turns_it_false() -> None:
+    kube = StatusWrites()
+    evictor = Evictor(kube, lambda: True, Telemetry(), lambda *_: None)  # type: ignore[arg-type]
+    p = with_uid(pod("p", cpu="1"), "uid-p")
+    assert evictor.nominate(p, "n1", [], hand_over="handed to replica b: it fits on n1, its node")
+    ((method, path, body, content_type),) = kube.writes
+    assert (method, path, content_type) == ("PATCH", "/api/v1/namespaces/default/pods/p/status", STRATEGIC)
+    (condition,) = body["status"]["conditions"]
+    assert body["status"]["nominatedNodeName"] == "n1"
+    assert (condition["type"], condition["status"], condition["reason"]) == (
+        HANDED_OVER,
+        "True",
+        "HandedOver",
+    )
+    assert condition["message"] == "handed to replica b: it fits on n1, its node"
+    # As the watch brings it back: the owner's nomination of the same node is written, False.
+    p["status"] = {"nominatedNodeName": "n1", "conditions": [condition]}
+    assert handed_over(p) and not holds_nomination(p)
+    assert evictor.nominate(p, "n1", [])
+    _, _, body, content_type = kube.writes[-1]
+    assert content_type == STRATEGIC and body["status"]["conditions"][0]["status"] == "False"
+    # A plain nomination, or a clear, is the merge patch of nominatedNodeName alone.
+    plain = with_uid(pod("q", cpu="1"), "uid-q")
+    assert evictor.nominate(plain, "n2", [])
+    plain["status"] = {"nominatedNodeName": "n2"}
+    assert evictor.nominate(plain, None, [])
+    assert [(w[2], w[3]) for w in kube.writes[-2:]] == [
+        ({"status": {"nominatedNodeName": "n2"}}, MERGE_PATCH),
+        ({"status": {"nominatedNodeName": None}}, MERGE_PATCH),
+    ]
+
+
+def test_the_queue_holds_room_for_its_own_nomination_of_a_pod_handed_to_it_until_the_watch_shows_it() -> None:
+    handed = with_uid(pod("handed", cpu="1"), "uid-handed")
+    hand_over = {"type": HANDED_OVER, "status": "True", "reason": "HandedOver", "message": "by b"}
+    handed["status"] = {"nominatedNodeName": "n0", "conditions": [hand_over]}
+    queue = SchedulingQueue(lambda: 1000.0)
+    queue.add(handed)
+    assert queue.nominated() == []
+    (qp,) = queue.pop_batch(10, 0.0, 0.0)
+    queue.nominate(qp, "n0")  # this replica preempts there: the same node, now held
+    queue.done_unschedulable(qp, "waiting for its victims")
+    queue.add(handed)  # a copy written before this replica's nomination (its own condition)
+    (held,) = queue.nominated()
+    assert held["status"]["nominatedNodeName"] == "n0" and not handed_over(held)
+    written = {
+        **handed,
+        "status": {"nominatedNodeName": "n0", "conditions": [{**hand_over, "status": "False"}]},
+    }
+    queue.add(written)
+    assert queue.nominated() == [written]

@@ -18,7 +18,7 @@ import pytest
 from ksched._core import POD_PROJECTION, decode_pod_event, decode_pod_list
 from ksched.bench.fuzz.mutations import generate
 from ksched.loop.mirror.slim import slim_pod
-from ksched.objects import DISRUPTION_TARGET, Obj
+from ksched.objects import DISRUPTION_TARGET, HANDED_OVER, Obj
 
 # A pod as the API server sends it once the kubelet (here KWOK) reported it running.
 RUNNING: Obj = {
@@ -85,6 +85,7 @@ RUNNING: Obj = {
             {"type": "Ready", "status": "True", "lastTransitionTime": "2026-11-26T11:00:05Z"},
             {"type": "PodScheduled", "status": "True", "lastProbeTime": None, "reason": "r", "message": "m"},
             {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"},
+            {"type": "ksched.io/HandedOver", "status": "True", "reason": "HandedOver", "message": "to b"},
             {"type": 3, "status": "True"},
         ],
         "containerStatuses": [
@@ -229,8 +230,14 @@ def test_a_line_that_is_no_watch_event_is_a_value_error(line: bytes) -> None:
 
 def test_the_projection_keeps_the_conditions_the_scheduler_reads() -> None:
     # A victim of preemption (upstream podTerminatingByPreemption), the scheduler's own verdict
-    # and an infeasible resize: what the loop reads of a pod's conditions.
-    assert set(POD_PROJECTION["conditions"]) == {DISRUPTION_TARGET, "PodScheduled", "PodResizePending"}
+    # an infeasible resize and a sharded replica's hand-over: what the loop reads of a pod's
+    # conditions.
+    assert set(POD_PROJECTION["conditions"]) == {
+        DISRUPTION_TARGET,
+        "PodScheduled",
+        "PodResizePending",
+        HANDED_OVER,
+    }
 
 
 def replica(i: int) -> Obj:

@@ -97,6 +97,7 @@ def preview(
     from ksched.engine.rebalance import Budget, plan
     from ksched.loop.rebalancing.hot import HotTracker
     from ksched.loop.rebalancing.rebalancer import steering_view
+    from ksched.objects import holds_nomination
 
     rebalance = config.rebalance
     engine = Engine(config, rebalance.profile)
@@ -131,9 +132,7 @@ def preview(
     names = {m.name for m in look.metrics}
     hot = [h for h in tracker.hot() if h.metric in names]
     pods = [p for p in cluster.existing if (p.get("status") or {}).get("phase") == "Running"]
-    reserved = [
-        p for p in cluster.pending + cluster.others if (p.get("status") or {}).get("nominatedNodeName")
-    ]
+    reserved = [p for p in cluster.pending + cluster.others if holds_nomination(p)]
     budget = Budget(evictions=min(rebalance.max_per_cycle, _rate_allows(rebalance.evictions_per_minute)))
     if rebalance.other_schedulers.scheduler_names and not config.steering.enabled:
         notes.append(

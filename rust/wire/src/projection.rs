@@ -36,9 +36,10 @@ pub const POD_SPEC: &[&str] = &[
     "schedulingGates",
     "resourceClaims",
 ];
-/// PodScheduled (the scheduler's own verdict), PodResizePending (an infeasible resize) and
-/// DisruptionTarget (a victim of preemption: upstream `podTerminatingByPreemption`).
-pub const POD_CONDITIONS: &[&str] = &["PodScheduled", "PodResizePending", "DisruptionTarget"];
+/// PodScheduled (the scheduler's own verdict), PodResizePending (an infeasible resize),
+/// DisruptionTarget (a victim of preemption: upstream `podTerminatingByPreemption`) and
+/// ksched.io/HandedOver (a sharded replica's hand-over: its nomination holds no room).
+pub const POD_CONDITIONS: &[&str] = &["PodScheduled", "PodResizePending", "DisruptionTarget", "ksched.io/HandedOver"];
 pub const CONTAINER: &[&str] = &["name", "image", "resources", "ports", "restartPolicy"];
 /// A condition's `lastTransitionTime` is PodScheduled's bind time (the load estimate).
 pub const CONDITION: &[&str] = &["type", "status", "lastTransitionTime", "reason", "message"];

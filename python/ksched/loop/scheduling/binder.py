@@ -189,14 +189,16 @@ class Binder:
         clears it), so the room it held is free again (in the background)."""
         self._reports.submit(self.evictor.nominate, pod, None, [])
 
-    def hand_over(self, pod: Obj, node: str, done: Callable[[bool], None]) -> None:
-        """Nominate ``node``, another replica's (sharding), for the pod: that replica places it
-        (in the background; ``done`` says whether the nomination was written)."""
+    def hand_over(self, pod: Obj, node: str, note: str, done: Callable[[bool], None]) -> None:
+        """Nominate ``node``, another replica's (sharding), for the pod, as a hand-over (its
+        ``ksched.io/HandedOver`` condition True, with ``note``): that replica places it, and
+        the nomination holds no room there (in the background; ``done`` says whether the
+        nomination was written)."""
 
         def nominate() -> None:
             written = False
             try:
-                written = self.evictor.nominate(pod, node, [])
+                written = self.evictor.nominate(pod, node, [], hand_over=note)
             finally:
                 done(written)
 

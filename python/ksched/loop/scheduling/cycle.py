@@ -48,7 +48,17 @@ from ksched.loop.scheduling.handoff import Handoff, opted_out
 from ksched.loop.scheduling.queue import QueuedPod, SchedulingQueue, node_events
 from ksched.loop.shards import Shards
 from ksched.loop.telemetry import Telemetry
-from ksched.objects import Obj, is_terminal, meta, object_key, scheduler_name, spec, uses_resource_claims
+from ksched.objects import (
+    Obj,
+    handed_over,
+    is_terminal,
+    meta,
+    nominated_to,
+    object_key,
+    scheduler_name,
+    spec,
+    uses_resource_claims,
+)
 
 log = logging.getLogger(__name__)
 
@@ -197,7 +207,7 @@ class Scheduler:
         # Replacements of the rebalancer's moves try their held target first (matched before
         # the values are built); the holds no pod has matched keep their load (the load model)
         # and their room.
-        steered = {qp.key: self._steered(qp.pod) for qp in batch}
+        steered = {qp.key: self._engine_view(qp.pod) for qp in batch}
         matrix = self.load.scheduling(snapshot)
         nominated = self.queue.nominated()
         if self.held is not None:
@@ -299,15 +309,16 @@ class Scheduler:
         caution: npt.NDArray[np.float64] | None = None,
     ) -> None:
         """Place ``pods`` on every node: a pod whose node (or node to preempt on) is another
-        replica's is nominated there, for that replica to place (and to preempt on: only a
-        node's owner evicts there); one that preempts on a node of this replica's does so here;
+        replica's is handed over there (nominated, its ``ksched.io/HandedOver`` condition True:
+        the nomination routes it and holds no room), for that replica to place (and to preempt
+        on: only a node's owner evicts there); one that preempts on a node of this replica's does so here;
         the others are reported as any unschedulable pod (the message counts every node)."""
         assert self.shards is not None
         shards = self.shards
         try:
             result = self.engines[profile].schedule(
                 self.state.snapshot(),
-                [qp.pod for qp in pods],
+                [self._engine_view(qp.pod) for qp in pods],
                 values,
                 metrics=metrics,
                 deadline_s=self.config.batch.decision_deadline_s,
@@ -336,14 +347,9 @@ class Scheduler:
             self.telemetry.shard_handoffs.inc()
             shards.handed_over += 1
             why = "fits" if placement.node is not None else "may preempt"
-            self.binder.report(
-                qp.pod,
-                "Normal",
-                HANDED_OVER,
-                "Scheduling",
-                f"handed to replica {owner}: it {why} on {target}, its node",
-            )
-            self.binder.hand_over(qp.pod, target, self._handed_over(qp))
+            note = f"handed to replica {owner}: it {why} on {target}, its node"
+            self.binder.report(qp.pod, "Normal", HANDED_OVER, "Scheduling", note)
+            self.binder.hand_over(qp.pod, target, note, self._handed_over(qp))
 
     def _handed_over(self, qp: QueuedPod) -> Callable[[bool], None]:
         """After a hand-over's nomination: a pod whose nomination was not written is this
@@ -355,9 +361,13 @@ class Scheduler:
 
         return done
 
-    def _steered(self, pod: Obj) -> Obj:
-        """The pod as the engine is given it: a replacement of a rebalancing move nominated
-        to its held target (a shallow copy; nothing is written to the API server)."""
+    def _engine_view(self, pod: Obj) -> Obj:
+        """The pod as the engine is given it (a shallow copy; nothing is written to the API
+        server): without a hand-over's nomination, which only routed it to this replica (the
+        owner places it by its own view, and it holds no room), and a replacement of a
+        rebalancing move nominated to its held target."""
+        if handed_over(pod):
+            pod = nominated_to(pod, None)
         target = self.held.steered_to(pod) if self.held is not None else None
         if target is None:
             return pod
@@ -399,7 +409,7 @@ class Scheduler:
             try:
                 # A gang member alone places only if the gang's bound members already reach minMember.
                 result = self.engines[profile].schedule(
-                    snapshot, [qp.pod], metrics=(), groups=gangs, nodes=own
+                    snapshot, [self._engine_view(qp.pod)], metrics=(), groups=gangs, nodes=own
                 )
             except Exception:
                 log.exception("engine error on %s even alone and without metrics", qp.key)

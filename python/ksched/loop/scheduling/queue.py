@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from ksched import _core
 from ksched.engine.gangs import POD_GROUP_LABEL
 from ksched.loop.telemetry import QUEUES
-from ksched.objects import Obj, meta, object_key, spec
+from ksched.objects import Obj, handed_over, holds_nomination, meta, nominated_to, object_key, spec
 
 # Upstream DefaultPodInitialBackoffDuration / DefaultPodMaxBackoffDuration.
 INITIAL_BACKOFF_S = 1.0
@@ -326,8 +326,7 @@ class SchedulingQueue:
             if self._pods.get(qp.key) is not qp:
                 return
             qp.nominating = node
-            status = qp.pod.get("status") or {}
-            qp.pod = {**qp.pod, "status": {**status, "nominatedNodeName": node}}
+            qp.pod = nominated_to(qp.pod, node)
             self._nominated.add(qp.key)
 
     def nomination_failed(self, qp: QueuedPod, node: str) -> None:
@@ -354,17 +353,18 @@ class SchedulingQueue:
     def _with_nomination(qp: QueuedPod, pod: Obj) -> Obj:
         """``pod`` (a copy from the watch) as the queue holds it: with the nomination ``qp``
         is writing while the copy's nomination is the one the last copy showed (none, or an
-        earlier one: upstream's UpdateNominatedPod keeps its own then); a copy that shows it
-        written, or changed by another, ends the wait."""
+        earlier one: upstream's UpdateNominatedPod keeps its own then, holding its room even
+        where the copy shows the node as a hand-over's); a copy that shows it written, or
+        changed by another, ends the wait."""
         status = pod.get("status") or {}
         shown = str(status.get("nominatedNodeName") or "")
         seen, qp.seen_nomination = qp.seen_nomination, shown
         if qp.nominating is None:
             return pod
-        if shown == qp.nominating or shown != seen:
+        if (shown == qp.nominating and not handed_over(pod)) or shown != seen:
             qp.nominating = None
             return pod
-        return {**pod, "status": {**status, "nominatedNodeName": qp.nominating}}
+        return nominated_to(pod, qp.nominating)
 
     def done_bound(self, qp: QueuedPod) -> None:
         """Bound (or the pod turned out bound already): it leaves the queue."""
@@ -498,7 +498,7 @@ class SchedulingQueue:
                 waiting.pop(key, None)
 
     def _note_nomination(self, key: str, pod: Obj) -> None:
-        if (pod.get("status") or {}).get("nominatedNodeName"):
+        if holds_nomination(pod):
             self._nominated.add(key)
         else:
             self._nominated.discard(key)
