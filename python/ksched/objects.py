@@ -84,12 +84,24 @@ PREEMPTION_BY_SCHEDULER = "PreemptionByScheduler"
 HANDED_OVER = "ksched.io/HandedOver"
 
 
-def handed_over(pod: Obj) -> bool:
-    """Whether the pod's nomination is a hand-over: it routes the pod and holds no room."""
+def hand_over_condition(pod: Obj) -> Obj | None:
+    """The pod's ``ksched.io/HandedOver`` condition (None: it was never handed over)."""
     for condition in (pod.get("status") or {}).get("conditions") or []:
         if condition.get("type") == HANDED_OVER:
-            return bool(condition.get("status") == "True")
-    return False
+            return condition  # type: ignore[no-any-return]
+    return None
+
+
+def handed_over(pod: Obj) -> bool:
+    """Whether the pod's nomination is a hand-over: it routes the pod and holds no room."""
+    condition = hand_over_condition(pod)
+    return condition is not None and condition.get("status") == "True"
+
+
+def without_hand_over(pod: Obj) -> Obj:
+    """The pod as the engine places it: a hand-over's nomination only routed it to this
+    replica (sharding), which places it by its own view (a copy without it; others as they are)."""
+    return nominated_to(pod, None) if handed_over(pod) else pod
 
 
 def holds_nomination(pod: Obj) -> bool:

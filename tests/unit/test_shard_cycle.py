@@ -7,13 +7,14 @@ from __future__ import annotations
 from typing import Any
 
 from ksched.config import Config
+from ksched.engine.cluster_file import ClusterFile
+from ksched.engine.simulation import run_simulation
 from ksched.loop.client import MERGE_PATCH, Response
 from ksched.loop.metrics.metric_sources import MetricStore
 from ksched.loop.mirror.slim import slim_node
 from ksched.loop.mirror.state import ClusterState
 from ksched.loop.scheduling.binder import Outcome
 from ksched.loop.scheduling.cycle import Scheduler
-from ksched.loop.scheduling.evictor import STRATEGIC_MERGE_PATCH as STRATEGIC
 from ksched.loop.scheduling.evictor import Evictor
 from ksched.loop.scheduling.queue import SchedulingQueue
 from ksched.loop.shards import owner
@@ -205,7 +206,9 @@ def test_a_hand_over_writes_its_condition_true_and_the_owners_nomination_turns_i
     p = with_uid(pod("p", cpu="1"), "uid-p")
     assert evictor.nominate(p, "n1", [], hand_over="handed to replica b: it fits on n1, its node")
     ((method, path, body, content_type),) = kube.writes
-    assert (method, path, content_type) == ("PATCH", "/api/v1/namespaces/default/pods/p/status", STRATEGIC)
+    # A strategic merge patch: the condition merges into the pod's others by its type.
+    assert (method, path, content_type) == ("PATCH", "/api/v1/namespaces/default/pods/p/status", MERGE_PATCH)
+    assert MERGE_PATCH == "application/strategic-merge-patch+json"
     (condition,) = body["status"]["conditions"]
     assert body["status"]["nominatedNodeName"] == "n1"
     assert (condition["type"], condition["status"], condition["reason"]) == (
@@ -218,17 +221,39 @@ def test_a_hand_over_writes_its_condition_true_and_the_owners_nomination_turns_i
     p["status"] = {"nominatedNodeName": "n1", "conditions": [condition]}
     assert handed_over(p) and not holds_nomination(p)
     assert evictor.nominate(p, "n1", [])
-    _, _, body, content_type = kube.writes[-1]
-    assert content_type == STRATEGIC and body["status"]["conditions"][0]["status"] == "False"
-    # A plain nomination, or a clear, is the merge patch of nominatedNodeName alone.
+    assert kube.writes[-1][2]["status"]["conditions"][0]["status"] == "False"
+    # A plain nomination, or a clear, is nominatedNodeName alone; nothing to clear, no write.
     plain = with_uid(pod("q", cpu="1"), "uid-q")
     assert evictor.nominate(plain, "n2", [])
     plain["status"] = {"nominatedNodeName": "n2"}
     assert evictor.nominate(plain, None, [])
-    assert [(w[2], w[3]) for w in kube.writes[-2:]] == [
-        ({"status": {"nominatedNodeName": "n2"}}, MERGE_PATCH),
-        ({"status": {"nominatedNodeName": None}}, MERGE_PATCH),
+    assert [w[2] for w in kube.writes[-2:]] == [
+        {"status": {"nominatedNodeName": "n2"}},
+        {"status": {"nominatedNodeName": None}},
     ]
+    writes = len(kube.writes)
+    handed_then_cleared = {**p, "status": {"conditions": [condition]}}
+    assert evictor.nominate(handed_then_cleared, None, []) and len(kube.writes) == writes
+
+
+def test_a_nomination_whose_write_failed_writes_the_hand_overs_condition_false_when_retried() -> None:
+    """The queue's copy turned the condition False when this replica nominated the pod; the
+    write failed, so the API server's is True still: the next nomination writes it False."""
+    queue = SchedulingQueue(lambda: 1000.0)
+    handed = with_uid(pod("handed", cpu="1"), "uid-handed")
+    hand_over = {"type": HANDED_OVER, "status": "True", "reason": "HandedOver", "message": "by b"}
+    handed["status"] = {"nominatedNodeName": "n0", "conditions": [hand_over]}
+    queue.add(handed)
+    (qp,) = queue.pop_batch(10, 0.0, 0.0)
+    queue.nominate(qp, "n1")
+    queue.nomination_failed(qp, "n1")
+    assert queue.nominated() == [] and not handed_over(qp.pod)
+    kube = StatusWrites()
+    evictor = Evictor(kube, lambda: True, Telemetry(), lambda *_: None)  # type: ignore[arg-type]
+    assert evictor.nominate(qp.pod, "n1", [])
+    ((_, _, body, _),) = kube.writes
+    assert body["status"]["nominatedNodeName"] == "n1"
+    assert [c["status"] for c in body["status"]["conditions"]] == ["False"]
 
 
 def test_the_queue_holds_room_for_its_own_nomination_of_a_pod_handed_to_it_until_the_watch_shows_it() -> None:
@@ -250,3 +275,26 @@ def test_the_queue_holds_room_for_its_own_nomination_of_a_pod_handed_to_it_until
     }
     queue.add(written)
     assert queue.nominated() == [written]
+
+
+def test_simulate_places_a_handed_over_pod_as_its_owner_would() -> None:
+    """``ksched simulate`` on a dump taken mid hand-over: its node is not tried first (nor
+    scored unscored, as a nominated node is); the pod goes where the scores send it."""
+    busy = pod("busy", cpu="3", node_name="busy-node")
+    handed = pod("handed", cpu="500m")
+    handed["status"] = {
+        "nominatedNodeName": "busy-node",
+        "conditions": [{"type": HANDED_OVER, "status": "True", "reason": "HandedOver", "message": "by b"}],
+    }
+    nominated = {
+        **handed,
+        "metadata": {**handed["metadata"], "name": "nominated"},
+        "status": {"nominatedNodeName": "busy-node"},
+    }
+    nodes = [node("busy-node", cpu="4"), node("idle-node", cpu="4")]
+    cluster = ClusterFile(nodes=nodes, existing=[busy], pending=[handed, nominated], ignored=0)
+    ((result,), _) = run_simulation(cluster, Config(), None, seed=0)
+    assert {p.pod: p.node for p in result.placements} == {
+        "default/handed": "idle-node",
+        "default/nominated": "busy-node",
+    }

@@ -31,7 +31,7 @@ from ksched.engine.snapshot import (
     to_number,
 )
 from ksched.errors import KschedError
-from ksched.objects import Obj, scheduler_name
+from ksched.objects import Obj, scheduler_name, without_hand_over
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +93,8 @@ def run_simulation(
     results = []
     by_profile: dict[str, list[Obj]] = {}
     for pod in cluster.pending:
-        by_profile.setdefault(scheduler_name(pod), []).append(pod)
+        # A sharded replica's hand-over only routes the pod: placed as the owner would.
+        by_profile.setdefault(scheduler_name(pod), []).append(without_hand_over(pod))
     for profile in config.profiles:
         pods = by_profile.get(profile.scheduler_name, [])
         if not pods:

@@ -42,7 +42,7 @@ from ksched.bench.chaos.soak import Soak
 from ksched.cluster import local
 from ksched.engine.gangs import POD_GROUP_API, POD_GROUP_LABEL
 from ksched.loop.shards import owner
-from ksched.objects import Obj
+from ksched.objects import Obj, holds_nomination
 
 
 def current_failures(soak: Soak) -> dict[str, Obj]:
@@ -305,9 +305,8 @@ def _preemptions(soak: Soak, pods: list[Obj]) -> None:
         note = e.get("note") or ""
         uid = note.split("Preempted by pod ", 1)[-1].split(" ", 1)[0]
         preemptor = uids.get(uid)
-        if preemptor is None or not (
-            preemptor["spec"].get("nodeName") or preemptor["status"].get("nominatedNodeName")
-        ):
+        # A hand-over's nomination holds no room: the preemptor must hold its own.
+        if preemptor is None or not (preemptor["spec"].get("nodeName") or holds_nomination(preemptor)):
             f.victims_without_preemptor += 1
             f.violations.append(
                 f"victim {e['regarding']['name']}: preemptor {uid} neither bound nor nominated"

@@ -50,14 +50,13 @@ from ksched.loop.shards import Shards
 from ksched.loop.telemetry import Telemetry
 from ksched.objects import (
     Obj,
-    handed_over,
     is_terminal,
     meta,
-    nominated_to,
     object_key,
     scheduler_name,
     spec,
     uses_resource_claims,
+    without_hand_over,
 )
 
 log = logging.getLogger(__name__)
@@ -366,8 +365,7 @@ class Scheduler:
         server): without a hand-over's nomination, which only routed it to this replica (the
         owner places it by its own view, and it holds no room), and a replacement of a
         rebalancing move nominated to its held target."""
-        if handed_over(pod):
-            pod = nominated_to(pod, None)
+        pod = without_hand_over(pod)
         target = self.held.steered_to(pod) if self.held is not None else None
         if target is None:
             return pod

@@ -15,7 +15,15 @@ from collections.abc import Callable
 from ksched.loop.client import MERGE_PATCH, ApiUnavailableError, Kube, pod_path
 from ksched.loop.events import COMPONENT, now
 from ksched.loop.telemetry import Telemetry
-from ksched.objects import DISRUPTION_TARGET, HANDED_OVER, PREEMPTION_BY_SCHEDULER, Obj, handed_over, meta
+from ksched.objects import (
+    DISRUPTION_TARGET,
+    HANDED_OVER,
+    PREEMPTION_BY_SCHEDULER,
+    Obj,
+    hand_over_condition,
+    handed_over,
+    meta,
+)
 
 log = logging.getLogger(__name__)
 
@@ -44,37 +52,43 @@ class Evictor:
         (namespace, name, uid) there; nothing is written by a replica that is not the leader.
         ``hand_over``: the nomination only hands the pod to the node's owner (sharding), with
         this message on its ``ksched.io/HandedOver`` condition, True: it holds no room there.
-        Without it, a hand-over's condition the pod shows turns False: the nomination holds.
-        Returns whether the pod's nomination is ``node`` now."""
+        Without it, the nomination of a pod that ever was handed over writes that condition
+        False (whatever this replica's copy shows: a write that failed left its copy False and
+        the API server's True): the nomination holds. Returns whether the pod's nomination is
+        ``node`` now."""
         if not self.is_leader():
             return False
         m = meta(pod)
         ns, name, uid = str(m.get("namespace")), str(m.get("name")), str(m.get("uid", ""))
-        was_handed_over = handed_over(pod)
-        if (
-            (pod.get("status") or {}).get("nominatedNodeName") == node
-            and not victims
-            and was_handed_over == (hand_over is not None)
-        ):
-            return True  # still waiting on the same node: nothing to write
+        shown = (pod.get("status") or {}).get("nominatedNodeName")
+        earlier = hand_over_condition(pod)
+        if shown == node and not victims and (node is None or handed_over(pod) == (hand_over is not None)):
+            return True  # still waiting on the same node, or nothing to clear: nothing to write
         status: Obj = {"nominatedNodeName": node}
-        if hand_over is not None or (was_handed_over and node is not None):
-            condition = {
-                "type": HANDED_OVER,
-                "status": "True" if hand_over is not None else "False",
-                "reason": "HandedOver" if hand_over is not None else "Nominated",
-                "message": hand_over if hand_over is not None else f"{COMPONENT} nominated {node}",
-                "lastTransitionTime": now(),
-            }
-            status["conditions"] = [condition]
+        if hand_over is not None or (earlier is not None and node is not None):
+            state = "True" if hand_over is not None else "False"
+            status["conditions"] = [
+                {
+                    "type": HANDED_OVER,
+                    "status": state,
+                    "reason": "HandedOver" if hand_over is not None else "Nominated",
+                    "message": hand_over if hand_over is not None else f"{COMPONENT} nominated {node}",
+                    "lastTransitionTime": (
+                        earlier["lastTransitionTime"]
+                        if earlier is not None
+                        and earlier.get("status") == state
+                        and earlier.get("lastTransitionTime")
+                        else now()
+                    ),
+                }
+            ]
         try:
             r = self.kube.request(
                 "PATCH",
                 pod_path(ns, name, "status"),
                 body={"status": status},
-                # A strategic merge patch merges the condition by type; a merge patch would
-                # replace the pod's conditions.
-                content_type=STRATEGIC_MERGE_PATCH if "conditions" in status else MERGE_PATCH,
+                # A strategic merge patch: the condition merges into the pod's by its type.
+                content_type=MERGE_PATCH,
                 rate_limited=True,
             )
             if not r.ok:
