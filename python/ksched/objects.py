@@ -84,17 +84,17 @@ PREEMPTION_BY_SCHEDULER = "PreemptionByScheduler"
 HANDED_OVER = "ksched.io/HandedOver"
 
 
-def hand_over_condition(pod: Obj) -> Obj | None:
-    """The pod's ``ksched.io/HandedOver`` condition (None: it was never handed over)."""
+def pod_condition(pod: Obj, kind: str) -> Obj | None:
+    """The pod's first condition of type ``kind`` (None: it has none)."""
     for condition in (pod.get("status") or {}).get("conditions") or []:
-        if condition.get("type") == HANDED_OVER:
+        if condition.get("type") == kind:
             return condition  # type: ignore[no-any-return]
     return None
 
 
 def handed_over(pod: Obj) -> bool:
     """Whether the pod's nomination is a hand-over: it routes the pod and holds no room."""
-    condition = hand_over_condition(pod)
+    condition = pod_condition(pod, HANDED_OVER)
     return condition is not None and condition.get("status") == "True"
 
 
@@ -128,12 +128,12 @@ def terminating_by_preemption(pod: Obj) -> bool:
     condition is True with reason PreemptionByScheduler (another cause, e.g. a drain, is not)."""
     if meta(pod).get("deletionTimestamp") is None:
         return False
-    for condition in (pod.get("status") or {}).get("conditions") or []:
-        if condition.get("type") == DISRUPTION_TARGET:
-            return bool(
-                condition.get("status") == "True" and condition.get("reason") == PREEMPTION_BY_SCHEDULER
-            )
-    return False
+    condition = pod_condition(pod, DISRUPTION_TARGET)
+    return (
+        condition is not None
+        and condition.get("status") == "True"
+        and condition.get("reason") == PREEMPTION_BY_SCHEDULER
+    )
 
 
 def is_terminal(pod: Obj) -> bool:

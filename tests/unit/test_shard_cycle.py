@@ -24,6 +24,8 @@ from tests.conftest import node, pod
 from tests.unit.test_shards import Clock, FakeLeases, replica, tick_all
 
 MEMBERS = ("a", "b")
+# The condition a hand-over by replica "b" wrote.
+HAND_OVER = {"type": HANDED_OVER, "status": "True", "reason": "HandedOver", "message": "by b"}
 
 
 def named(who: str, prefix: str, count: int = 1) -> list[str]:
@@ -152,7 +154,7 @@ def test_a_hand_over_holds_no_room_against_a_preemptors_nomination() -> None:
     second = with_uid(pod("second", cpu="2"), second_uid)  # older: first in the queue
     second["status"] = {
         "nominatedNodeName": mine,
-        "conditions": [{"type": HANDED_OVER, "status": "True", "reason": "HandedOver", "message": "by b"}],
+        "conditions": [HAND_OVER],
     }
     first = with_uid(pod("first", cpu="2"), first_uid)
     first["status"] = {"nominatedNodeName": mine}
@@ -179,7 +181,7 @@ def test_a_hand_over_is_placed_by_the_owners_view_and_its_own_nomination_holds()
     handed["spec"]["priority"] = 1000
     handed["status"] = {
         "nominatedNodeName": mine,
-        "conditions": [{"type": HANDED_OVER, "status": "True", "reason": "HandedOver", "message": "by b"}],
+        "conditions": [HAND_OVER],
     }
     binder, queue, _ = cycle(nodes, [low, full], [handed])
     assert binder.preempted == ["handed"]
@@ -241,8 +243,7 @@ def test_a_nomination_whose_write_failed_writes_the_hand_overs_condition_false_w
     write failed, so the API server's is True still: the next nomination writes it False."""
     queue = SchedulingQueue(lambda: 1000.0)
     handed = with_uid(pod("handed", cpu="1"), "uid-handed")
-    hand_over = {"type": HANDED_OVER, "status": "True", "reason": "HandedOver", "message": "by b"}
-    handed["status"] = {"nominatedNodeName": "n0", "conditions": [hand_over]}
+    handed["status"] = {"nominatedNodeName": "n0", "conditions": [HAND_OVER]}
     queue.add(handed)
     (qp,) = queue.pop_batch(10, 0.0, 0.0)
     queue.nominate(qp, "n1")
@@ -258,8 +259,7 @@ def test_a_nomination_whose_write_failed_writes_the_hand_overs_condition_false_w
 
 def test_the_queue_holds_room_for_its_own_nomination_of_a_pod_handed_to_it_until_the_watch_shows_it() -> None:
     handed = with_uid(pod("handed", cpu="1"), "uid-handed")
-    hand_over = {"type": HANDED_OVER, "status": "True", "reason": "HandedOver", "message": "by b"}
-    handed["status"] = {"nominatedNodeName": "n0", "conditions": [hand_over]}
+    handed["status"] = {"nominatedNodeName": "n0", "conditions": [HAND_OVER]}
     queue = SchedulingQueue(lambda: 1000.0)
     queue.add(handed)
     assert queue.nominated() == []
@@ -271,7 +271,7 @@ def test_the_queue_holds_room_for_its_own_nomination_of_a_pod_handed_to_it_until
     assert held["status"]["nominatedNodeName"] == "n0" and not handed_over(held)
     written = {
         **handed,
-        "status": {"nominatedNodeName": "n0", "conditions": [{**hand_over, "status": "False"}]},
+        "status": {"nominatedNodeName": "n0", "conditions": [{**HAND_OVER, "status": "False"}]},
     }
     queue.add(written)
     assert queue.nominated() == [written]
@@ -284,7 +284,7 @@ def test_simulate_places_a_handed_over_pod_as_its_owner_would() -> None:
     handed = pod("handed", cpu="500m")
     handed["status"] = {
         "nominatedNodeName": "busy-node",
-        "conditions": [{"type": HANDED_OVER, "status": "True", "reason": "HandedOver", "message": "by b"}],
+        "conditions": [HAND_OVER],
     }
     nominated = {
         **handed,

@@ -20,9 +20,8 @@ from ksched.objects import (
     HANDED_OVER,
     PREEMPTION_BY_SCHEDULER,
     Obj,
-    hand_over_condition,
-    handed_over,
     meta,
+    pod_condition,
 )
 
 log = logging.getLogger(__name__)
@@ -61,8 +60,9 @@ class Evictor:
         m = meta(pod)
         ns, name, uid = str(m.get("namespace")), str(m.get("name")), str(m.get("uid", ""))
         shown = (pod.get("status") or {}).get("nominatedNodeName")
-        earlier = hand_over_condition(pod)
-        if shown == node and not victims and (node is None or handed_over(pod) == (hand_over is not None)):
+        earlier = pod_condition(pod, HANDED_OVER)
+        was_handed_over = earlier is not None and earlier.get("status") == "True"
+        if shown == node and not victims and (node is None or was_handed_over == (hand_over is not None)):
             return True  # still waiting on the same node, or nothing to clear: nothing to write
         status: Obj = {"nominatedNodeName": node}
         if hand_over is not None or (earlier is not None and node is not None):
