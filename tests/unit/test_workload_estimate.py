@@ -236,6 +236,64 @@ def test_a_rolling_update_keeps_the_deployments_ratio() -> None:
     assert (choice.source, choice.amount) == ("workload", web), "the new ReplicaSet's pod: web's 0.4x"
 
 
+def test_once_a_rolling_updates_new_pods_are_measured_its_old_ones_no_longer_speak_for_it() -> None:
+    loop = Loop(learned_metric())
+    old = [owned(f"web-{i}", "n0", owner=("Deployment", "web")) for i in range(LEARN_MIN_PODS)]
+    other = [owned(f"other-{i}", "n1", owner=("Deployment", "other")) for i in range(LEARN_MIN_PODS)]
+    loop.add(*old, *other)
+    loop.sample(
+        {f"web-{i}": 30.0 for i in range(LEARN_MIN_PODS)} | {f"other-{i}": 100.0 for i in range(10)}, SETTLE
+    )
+    for p in old:
+        loop.state.on_pod("DELETED", p, None)
+    probe = owned("web-next", "", cpu="1", owner=("Deployment", "web"), labels={"pod-template-hash": "h3"})
+    between = loop.choice(loop.sample({}), probe)
+    assert between.source == "workload" and between.amount < 500, (
+        "no new pod measured yet: the old 0.3x stands"
+    )
+
+    labels = {"pod-template-hash": "h2"}
+    new = [
+        owned(f"web-v2-{i}", "n0", owner=("Deployment", "web"), labels=labels) for i in range(LEARN_MIN_PODS)
+    ]
+    loop.add(*new)
+    matrix = loop.sample({f"web-v2-{i}": 90.0 for i in range(LEARN_MIN_PODS)}, times=SETTLE)
+    choice = loop.choice(matrix, probe)
+    collective = matrix.metrics[0].estimate.calibration.ratio
+    assert choice.source == "workload" and choice.pods == LEARN_MIN_PODS
+    assert choice.amount == pytest.approx(1000 * weighed(0.9, LEARN_MIN_PODS, collective), abs=2), (
+        "the new revision's 0.9x, not a blend with the deleted pods' 0.3x"
+    )
+
+
+def test_agents_that_request_next_to_nothing_do_not_set_what_a_new_workload_is_held_to() -> None:
+    # Eight services using 0.4 of what they request beside two node agents (DaemonSets) that
+    # request 10m and use 40-120m: one workload in five is at a ratio of 8, as agents often are.
+    loop = Loop(learned_metric(deviations=1.0))
+    services = {f"svc{w}": 0.4 for w in range(8)}
+    agents = [
+        owned(f"agent{w}-{i}", "n1", cpu="10m", owner=("DaemonSet", f"agent{w}"))
+        for w in range(2)
+        for i in range(LEARN_MIN_PODS)
+    ]
+    loop.add(*agents)
+    usage = {f"agent{w}-{i}": 40.0 + 80.0 * (i % 2) for w in range(2) for i in range(LEARN_MIN_PODS)}
+    for name, ratio in services.items():
+        for i in range(LEARN_MIN_PODS):
+            loop.add(owned(f"{name}-{i}", "n0", owner=("Deployment", name)))
+            usage[f"{name}-{i}"] = 100 * ratio + 2 * (i % 2)
+    matrix = loop.sample(usage, times=SETTLE)
+    calibration = matrix.metrics[0].estimate.calibration
+    assert calibration.workloads["default/DaemonSet/agent0"].ratio > 4, "the agents' own figure stands"
+    assert calibration.prior_ratio < 1.0, "the quantile weighs each workload by what it requests"
+    assert calibration.prior_ratio_typical < 0.6
+    assert calibration.prior_ratio_sd < 0.25, "the agents scatter by 4 of 10m: little of a CPU"
+    new = loop.choice(matrix, owned("new-0", "", cpu="1", owner=("Deployment", "new")))
+    assert new.source == "prior" and new.amount < 1000, "a new 1-CPU Deployment is not held to 8 cores"
+    service = loop.choice(matrix, owned("svc0-next", "", cpu="1", owner=("Deployment", "svc0")))
+    assert service.amount < 500, "a known service counts near its 0.4x, its spread its own"
+
+
 def test_a_ramping_pod_counts_at_least_its_estimate_until_its_usage_is_stable() -> None:
     loop = Loop(learned_metric())
     loop.add(owned("java", "n1", cpu="1"))

@@ -227,12 +227,23 @@ class RecentPods:
             self.pods[key] = fresh
             self._version += 1
 
-    def drop(self, key: str) -> None:
-        """The pod is gone (deleted, finished, or its bind failed)."""
+    def drop(self, key: str, gone: Obj | None = None) -> None:
+        """The pod is gone (deleted, finished, or its bind failed). ``gone``: the pod as it left
+        the cluster (deleted or finished), whether recent or settled: what it taught its
+        workload then stands only while none of the workload's live pods taught
+        (:meth:`~ksched.loop.metrics.workloads.WorkloadHistory.departed`)."""
         if self.pods.pop(key, None) is not None:
             self._version += 1
         for series in self._series.values():
             series.forget(key)
+        if gone is None:
+            return
+        uid = str(meta(gone).get("uid", ""))
+        for i, history in self._history.items():
+            estimate = self.metrics[i].estimate
+            workload = workload_of(gone, estimate.workload_label) if estimate is not None else None
+            if workload is not None:
+                history.departed(workload, uid)
 
     def add_to(
         self,

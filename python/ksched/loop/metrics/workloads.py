@@ -69,10 +69,18 @@ STATUS_WORKLOADS = 20
 STATUS_RAMPING = 20
 
 
+class _Pod(NamedTuple):
+    kind: int
+    guess: float
+    used: float
+    # False once the pod is gone (:meth:`WorkloadHistory.departed`).
+    live: bool = True
+
+
 @dataclass
 class _Taught:
-    # uid -> (kind of guess, guess, measured usage), oldest first.
-    pods: OrderedDict[str, tuple[int, float, float]] = field(default_factory=OrderedDict)
+    # uid -> what the pod taught, oldest first.
+    pods: OrderedDict[str, _Pod] = field(default_factory=OrderedDict)
     warmups: deque[float] = field(default_factory=lambda: deque(maxlen=WARMUP_MEMORY))
     figures: WorkloadCalibration | None = None
 
@@ -100,10 +108,24 @@ class WorkloadHistory:
             return
         taught = self._entry(now, workload)
         taught.pods.pop(uid, None)
-        taught.pods[uid] = (kind, guess, used)
+        taught.pods[uid] = _Pod(kind, guess, used)
         while len(taught.pods) > POD_MEMORY:
             taught.pods.popitem(last=False)
         taught.figures = None
+
+    def departed(self, workload: str, uid: str) -> None:
+        """The pod ``uid`` of ``workload`` is gone (deleted or finished): what it taught stands
+        only while none of the workload's live pods taught that kind of guess, so that a rolling
+        update's old pods stop speaking for the workload once its new ones are measured, and a
+        workload scaled to zero keeps its history for the next scale-up. Its time to live is
+        not renewed: a pod leaving teaches nothing."""
+        taught = self._taught.get(workload)
+        pod = taught.pods.get(uid) if taught is not None else None
+        if taught is None or pod is None or not pod.live:
+            return
+        taught.pods[uid] = pod._replace(live=False)
+        taught.figures = None
+        self._changed = True
 
     def warmed(self, now: float, workload: str, seconds: float) -> None:
         """A pod of ``workload`` took ``seconds`` after its bind to use a stable amount."""
@@ -144,16 +166,25 @@ class WorkloadHistory:
 
 def _figures(taught: _Taught) -> WorkloadCalibration:
     """The workload's own figures, from as few as one measured pod (:func:`credible` weighs
-    how far they are trusted)."""
-    pods = list(taught.pods.values())
-    ratio = ratio_figures(
-        np.array([g for k, g, _ in pods if k == FROM_REQUEST], dtype=np.float64),
-        np.array([u for k, _, u in pods if k == FROM_REQUEST], dtype=np.float64),
-        min_pods=1,
+    how far they are trusted): of each kind of guess, its live pods' where any taught it, else
+    every remembered pod's (:meth:`WorkloadHistory.departed`)."""
+    from_request = _speaking(taught, FROM_REQUEST)
+    guesses = np.array([p.guess for p in from_request], dtype=np.float64)
+    ratio = ratio_figures(guesses, np.array([p.used for p in from_request], dtype=np.float64), min_pods=1)
+    best = mean_figures(
+        np.array([p.used for p in _speaking(taught, BEST_EFFORT)], dtype=np.float64), min_pods=1
     )
-    best = mean_figures(np.array([u for k, _, u in pods if k == BEST_EFFORT], dtype=np.float64), min_pods=1)
     warmup = statistics.median(taught.warmups) if taught.warmups else None
-    return WorkloadCalibration(*ratio, *best, warmup_s=warmup)
+    request = float(guesses.mean()) if len(guesses) else 0.0
+    return WorkloadCalibration(*ratio, *best, warmup_s=warmup, ratio_request=request)
+
+
+def _speaking(taught: _Taught, kind: int) -> list[_Pod]:
+    """The pods whose figures stand for the workload's guesses of ``kind``: the live ones where
+    any taught it, else those that left (its history)."""
+    pods = [p for p in taught.pods.values() if p.kind == kind]
+    live = [p for p in pods if p.live]
+    return live or pods
 
 
 def ratio_figures(
@@ -200,17 +231,26 @@ def prior_figures(cluster: Learned, workloads: Mapping[str, WorkloadCalibration]
     spread *within* workloads (the pods-weighted root mean square of theirs): the spread of the
     cluster-wide figure mixes workloads that use very different shares of their requests, and
     made every pod of an unknown workload look several times its size. The typical figure is
-    the workloads' mean (each workload one, as a new workload is one more of them), never above
-    the cautious one: what such a pod is expected to use, where the quantile is what it may."""
+    the workloads' mean, never above the cautious one: what such a pod is expected to use,
+    where the quantile is what it may.
+
+    Each workload weighs by what its pods request (``ratio_request``; BestEffort workloads
+    alike): the figures are what a requested core uses, so an agent that requests 10m and uses
+    80m (a ratio of 8, common among DaemonSets) says little of what a new 1-CPU Deployment will
+    use, and a few of them no longer set the quantile every unknown pod is held to."""
     ratio = _prior(
         cluster.ratio,
-        [(w.ratio, w.ratio_sd, w.ratio_pods) for w in workloads.values() if w.ratio is not None],
+        [
+            (w.ratio, w.ratio_sd, w.ratio_pods, w.ratio_request if w.ratio_request > 0 else 1.0)
+            for w in workloads.values()
+            if w.ratio is not None
+        ],
         quantile,
     )
     best = _prior(
         cluster.best_effort,
         [
-            (w.best_effort, w.best_effort_sd, w.best_effort_pods)
+            (w.best_effort, w.best_effort_sd, w.best_effort_pods, 1.0)
             for w in workloads.values()
             if w.best_effort is not None
         ],
@@ -219,33 +259,51 @@ def prior_figures(cluster: Learned, workloads: Mapping[str, WorkloadCalibration]
     return Prior(*ratio, *best)
 
 
+# One workload's figure, its spread, its measured pods and its weight (:func:`prior_figures`).
+_Figure = tuple[float, float, int, float]
+
+
 def _prior(
-    cluster: float | None, learned: list[tuple[float, float, int]], quantile: float
+    cluster: float | None, learned: list[_Figure], quantile: float
 ) -> tuple[float | None, float, float | None]:
     if not learned:
         return None, 0.0, None
-    figures = [f for f, _, _ in learned]
-    high = max(
-        float(np.quantile(figures, quantile, method="higher")), cluster if cluster is not None else 0.0
-    )
+    figures = np.array([f for f, _, _, _ in learned], dtype=np.float64)
+    weights = np.array([w for _, _, _, w in learned], dtype=np.float64)
+    high = max(weighted_quantile(figures, weights, quantile), cluster if cluster is not None else 0.0)
     within = _within(learned)
-    return high, 0.0 if within is None else within, min(float(np.mean(figures)), high)
+    typical = float(np.average(figures, weights=weights))
+    return high, 0.0 if within is None else within, min(typical, high)
 
 
-def _within(learned: list[tuple[float, float, int]]) -> float | None:
+def weighted_quantile(values: npt.NDArray[np.float64], weights: npt.NDArray[np.float64], q: float) -> float:
+    """The smallest of ``values`` at or below which at least ``q`` of the weight lies (the
+    inverted CDF; one of the values, never between two)."""
+    order = np.argsort(values, kind="stable")
+    cumulative = np.cumsum(weights[order])
+    # A share that is q up to rounding counts as q: 9 of 10 equal weights are 0.9 of them.
+    at = int(np.searchsorted(cumulative, q * cumulative[-1] * (1.0 - 1e-12), side="left"))
+    return float(values[order[min(at, len(order) - 1)]])
+
+
+def _within(learned: list[_Figure]) -> float | None:
     """The spread of pods around their own workload's figure, over the workloads with two
     measured pods or more (one pod has no spread of its own): each workload's spread is over its
-    own pods (``n``), so the pooled variance divides by ``n - 1`` a workload to be unbiased.
+    own pods (``n``), so the pooled variance divides by ``n - 1`` a workload to be unbiased. Each
+    weighs by the square of its weight (:func:`prior_figures`: what its pods request), as the
+    CPU its spread stands for does: a ratio's spread grows as the request shrinks, and an agent
+    requesting 10m that uses 40m or 120m scatters by 4 where a 1-CPU service scatters by 0.01.
     None where no workload has two."""
-    spreads = [(sd, n) for _, sd, n in learned if n >= 2]
-    freedom = sum(n - 1 for _, n in spreads)
-    return float(np.sqrt(sum(n * sd * sd for sd, n in spreads) / freedom)) if freedom else None
+    spreads = [(sd, n, w * w) for _, sd, n, w in learned if n >= 2]
+    freedom = sum(w * (n - 1) for _, n, w in spreads)
+    return float(np.sqrt(sum(w * n * sd * sd for sd, n, w in spreads) / freedom)) if freedom else None
 
 
-def credibility_k(learned: list[tuple[float, float, int]]) -> float:
+def credibility_k(learned: list[_Figure]) -> float:
     """Buhlmann's credibility constant for one figure across workloads: the variance of a pod
     around its workload's figure over the variance of the workloads' figures around each other
-    (less what their own few pods add to it). A workload with ``n`` measured pods is trusted
+    (less what their own few pods add to it), each workload weighing as in
+    :func:`prior_figures`. A workload with ``n`` measured pods is trusted
     ``n / (n + k)``: where its replicas agree and workloads differ, one pod says most; where
     they scatter as much as workloads do, it takes many. Between ``MIN_CREDIBILITY_K`` (one pod
     is never trusted whole: it may have been measured idle) and ``LEARN_MIN_PODS`` (a workload
@@ -254,9 +312,14 @@ def credibility_k(learned: list[tuple[float, float, int]]) -> float:
     within = _within(learned)
     if within is None or len(learned) < 2:
         return DEFAULT_CREDIBILITY_K
-    figures = np.array([f for f, _, _ in learned], dtype=np.float64)
-    noise = float(np.mean([within * within / n for _, _, n in learned]))
-    between = float(figures.var(ddof=1)) - noise
+    figures = np.array([f for f, _, _, _ in learned], dtype=np.float64)
+    weights = np.array([w for _, _, _, w in learned], dtype=np.float64)
+    total = float(weights.sum())
+    # The unbiased variance under reliability weights: ddof=1 where the weights are equal.
+    mean = float(np.average(figures, weights=weights))
+    spread = float((weights * (figures - mean) ** 2).sum()) / (total - float((weights**2).sum()) / total)
+    noise = float(np.average([within * within / n for _, _, n, _ in learned], weights=weights))
+    between = spread - noise
     if between <= 0.0:
         return float(LEARN_MIN_PODS)
     return min(max(within * within / between, MIN_CREDIBILITY_K), float(LEARN_MIN_PODS))
@@ -271,9 +334,11 @@ def credible(
     weighed alike between its own and the spread within workloads. So a workload counts at its
     own figures from its first measured pod, as far as one pod can be trusted, and a herd of a
     workload with three measured replicas counts at nearly what they use."""
-    ratios = _weighed({n: (w.ratio, w.ratio_sd, w.ratio_pods) for n, w in workloads.items()}, ratio)
+    ratios = _weighed(
+        {n: (w.ratio, w.ratio_sd, w.ratio_pods, w.ratio_request or 1.0) for n, w in workloads.items()}, ratio
+    )
     bests = _weighed(
-        {n: (w.best_effort, w.best_effort_sd, w.best_effort_pods) for n, w in workloads.items()},
+        {n: (w.best_effort, w.best_effort_sd, w.best_effort_pods, 1.0) for n, w in workloads.items()},
         best_effort,
     )
     return {
@@ -285,15 +350,15 @@ def credible(
 
 
 def _weighed(
-    figures: Mapping[str, tuple[float | None, float, int]], collective: float | None
+    figures: Mapping[str, tuple[float | None, float, int, float]], collective: float | None
 ) -> dict[str, tuple[float | None, float]]:
-    """One figure of each workload (figure, spread, pods) weighed against ``collective`` (else
-    the pods-weighted mean of the workloads')."""
-    learned = [(f, sd, n) for f, sd, n in figures.values() if f is not None]
+    """One figure of each workload (figure, spread, pods, weight) weighed against
+    ``collective`` (else the mean of the workloads', each by its pods and weight)."""
+    learned = [(f, sd, n, w) for f, sd, n, w in figures.values() if f is not None]
     if collective is None and learned:
-        collective = sum(f * n for f, _, n in learned) / sum(n for _, _, n in learned)
+        collective = sum(f * n * w for f, _, n, w in learned) / sum(n * w for _, _, n, w in learned)
     k, within = credibility_k(learned), _within(learned)
-    return {name: _blend(f, sd, n, collective, within, k) for name, (f, sd, n) in figures.items()}
+    return {name: _blend(f, sd, n, collective, within, k) for name, (f, sd, n, _) in figures.items()}
 
 
 def _blend(
@@ -433,8 +498,9 @@ def learned_json(resource: str | None, c: Calibration) -> dict[str, Any]:
     recent pods are counted (``sources``: pods by where their estimate came from, ``ramping``:
     the first of those still ramping up, ``rampingPods``: for the longest bound of them, what
     each counts at and measures, in engine units, and seconds since its bind); and the
-    ``STATUS_WORKLOADS`` workloads with the most measured pods, with their figures and warm-up
-    (seconds)."""
+    ``STATUS_WORKLOADS`` workloads with the most measured pods, with their figures, the mean
+    guess their ratio is from (``ratioRequest``, engine units: what the workload weighs in the
+    prior) and warm-up (seconds)."""
     return {
         "resource": resource,
         "ratio": c.ratio,
@@ -466,6 +532,7 @@ def learned_json(resource: str | None, c: Calibration) -> dict[str, Any]:
                 "ratio": w.ratio,
                 "ratioStdDev": w.ratio_sd,
                 "ratioPods": w.ratio_pods,
+                "ratioRequest": w.ratio_request,
                 "bestEffort": w.best_effort,
                 "bestEffortStdDev": w.best_effort_sd,
                 "bestEffortPods": w.best_effort_pods,

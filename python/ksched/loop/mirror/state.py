@@ -483,7 +483,7 @@ class ClusterState:
         if kind == "DELETED" or is_terminal(pod):
             if current is not None:
                 self._remove(key)
-                self.recent.drop(key)
+                self.recent.drop(key, pod)
             return
         if not node:
             # An update from before our bind landed says nothing about the assumed pod.
