@@ -510,6 +510,48 @@ def test_the_prior_can_be_a_ratio_or_the_pods_limit(prior: Any, limit: str | Non
     assert (choice.source, choice.amount) == ("prior", want)
 
 
+def limited(name: str, node_name: str, workload: str, limit: str, cpu: str = "100m") -> dict[str, Any]:
+    """A pod of Deployment ``workload`` requesting ``cpu`` and allowed up to ``limit``."""
+    p = owned(name, node_name, cpu=cpu, owner=("Deployment", workload))
+    p["spec"]["containers"][0]["resources"]["limits"] = {"cpu": limit}
+    return p
+
+
+def test_a_pod_allowed_past_its_request_counts_at_its_workloads_figure_once_learned_never_past_its_limit() -> (
+    None
+):
+    loop = Loop(learned_metric(deviations=1.0))
+    teach(loop, {"web": 0.5, "other": 1.0})
+    unknown = loop.choice(loop.sample({}), limited("api-0", "", "api", "2"))
+    assert (unknown.source, unknown.amount) == ("limit", 2000), (
+        "nothing learned of api: its limit, an upper bound"
+    )
+
+    # Burstable replicas of api (100m, limit 2) that use 300m: they teach api, and the next
+    # one counts near 300m rather than at 2 cores.
+    replicas = [limited(f"api-{i}", "n1", "api", "2") for i in range(LEARN_MIN_PODS)]
+    loop.add(*replicas)
+    matrix = loop.sample({f"api-{i}": 300.0 + 10 * (i % 2) for i in range(LEARN_MIN_PODS)}, times=SETTLE)
+    calibration = matrix.metrics[0].estimate.calibration
+    assert calibration.workloads["default/Deployment/api"].ratio_pods == LEARN_MIN_PODS
+    known = loop.choice(matrix, limited("api-next", "", "api", "2"))
+    assert known.source == "workload" and 280 < known.amount < 400, "api's own 3x of 100m"
+    capped = loop.choice(matrix, limited("api-small", "", "api", "200m"))
+    assert capped.amount == 200 and capped.expected <= 200, "3x of 100m is past a 200m limit: the limit"
+    other = owned("other-g", "", cpu="100m", owner=("Deployment", "other"))
+    assert loop.choice(matrix, other).amount > 100, (
+        "without a limit, the figure may take a pod past its request"
+    )
+    other["spec"]["containers"][0]["resources"]["limits"] = {"cpu": "100m"}
+    assert loop.choice(matrix, other).amount == 100, "a limit at the request caps it there"
+
+    # Bound and not yet measured, a replica counts on its node at the same figure.
+    before = matrix.values[0, 0]
+    loop.add(limited("api-new", "n0", "api", "2"))
+    after = loop.sample({f"api-{i}": 300.0 for i in range(LEARN_MIN_PODS)})
+    assert 280 / 4000 < after.values[0, 0] - before < 400 / 4000, "api's figure, not its 2-core limit"
+
+
 def test_a_spread_across_workloads_no_longer_makes_a_pod_huge() -> None:
     # As the held-out run's: pods that use far more than they request beside pods that use
     # about what they request; cluster-wide the ratio is high and its spread wide.

@@ -85,12 +85,17 @@ def best_effort_amount(estimate: EstimateConfig) -> int:
     return 0 if q is None else canonical(estimate.resource, parse_quantity(q))
 
 
-# What a guess was made from (:func:`guess`): only FROM_REQUEST and BEST_EFFORT are calibrated.
-FIXED = 0  # a limit above the request (an upper bound), or a legacy estimate
+# What a guess was made from (:func:`guess`): only FROM_REQUEST, LIMITED and BEST_EFFORT are
+# calibrated.
+FIXED = 0  # a limit above the request (an upper bound) where nothing is learned, or a legacy estimate
 FROM_REQUEST = 1
 BEST_EFFORT = 2
 DECLARED = 3  # the pod's ``ksched.io/expected-<resource>``
-KINDS = 4
+# From its request, where the pod's limit is above it and the estimate learns: it counts at
+# its workload's figures once they are learned (at most its limit), at its limit until then.
+LIMITED = 4
+# The kinds whose guess is the request (they teach and read the ratio).
+RATIO_KINDS = (FROM_REQUEST, LIMITED)
 
 # Where an estimate's figures came from (:class:`Terms`, ``/status``, ``explain``).
 CONFIGURED = "configured"  # the guess as configured: nothing learned for it
@@ -158,6 +163,8 @@ def guess(pod: Obj, requests: CountedRequests, estimate: EstimateConfig) -> tupl
         return declared, DECLARED
     limit = pod_limit(pod, estimate.resource)
     if limit is not None and limit > request:
+        if estimate.learns and request > 0:
+            return round(request * estimate.factor), LIMITED
         return limit, FIXED
     if request > 0:
         return round(request * estimate.factor), FROM_REQUEST
@@ -195,6 +202,14 @@ def terms(
     a guess nothing measured has calibrated is no surer than the guesses measured pods
     contradict."""
     source = {FIXED: LIMIT, DECLARED: DECLARED_SOURCE}.get(kind, CONFIGURED)
+    if kind == LIMITED:
+        # Its workload's figures where it taught any, else its limit: what a pod allowed past
+        # its request will use is not what other workloads use of theirs.
+        own = (
+            calibration.workloads.get(workload) if calibration is not None and workload is not None else None
+        )
+        learned = None if own is None else _figures(own, FROM_REQUEST, WORKLOAD)
+        return learned or Terms(1.0, 0.0, 0.0, 0.0, LIMIT, at_limit=True)
     if calibration is None or kind not in (FROM_REQUEST, BEST_EFFORT):
         return Terms(1.0, 0.0, 0.0, 0.0, source)
     plain = Terms(1.0, 0.0, spread, 0.0, source)
@@ -239,13 +254,20 @@ def expected(
     sd_scale: Amount,
     sd_offset: Amount,
     at_limit: Amount,
+    deviations: float = 0.0,
 ) -> tuple[Amount, Amount]:
     """A pod's expected usage and its standard deviation from its guess ``amount`` and its
     :class:`Terms` (one pod, or numpy columns of many): its limit where ``at_limit`` and it
-    sets one (``limit`` > 0; an upper bound, without spread)."""
+    sets one (``limit`` > 0; an upper bound, without spread). A pod never counts past a limit
+    it sets, which it cannot use past: the mean is at most the limit, and the spread at most
+    what keeps ``deviations`` of it within the limit."""
     use_limit = (at_limit > 0) & (limit > 0)
+    capped = limit > 0
     mean = np.where(use_limit, limit, amount * scale + offset)
+    mean = np.where(capped, np.minimum(mean, limit), mean)
     sd = np.where(use_limit, 0.0, amount * sd_scale + sd_offset)
+    if deviations > 0:
+        sd = np.where(capped, np.minimum(sd, (limit - mean) / deviations), sd)
     return mean, sd  # type: ignore[return-value]
 
 
@@ -303,13 +325,20 @@ def estimate_choice(pod: Obj, requests: PodRequests, estimate: EstimateConfig) -
     t = terms(estimate.calibration, kind, workload, estimate.prior[0], estimate.initial_spread)
     limit = pod_limit(pod, estimate.resource) or 0
     mean, sd = expected(
-        float(amount), float(limit), t.scale, t.offset, t.sd_scale, t.sd_offset, float(t.at_limit)
+        float(amount),
+        float(limit),
+        t.scale,
+        t.offset,
+        t.sd_scale,
+        t.sd_offset,
+        float(t.at_limit),
+        estimate.deviations,
     )
     figure = (
         None
         if t.source in (CONFIGURED, LIMIT, DECLARED_SOURCE)
         else t.scale
-        if kind == FROM_REQUEST
+        if kind in RATIO_KINDS
         else t.offset
     )
     value = min(float(mean + estimate.deviations * sd), float(QUANTITY_MAX))
@@ -322,9 +351,9 @@ def estimate_choice(pod: Obj, requests: PodRequests, estimate: EstimateConfig) -
         float(limit),
         np.nan if t.typical is None else t.typical,
         float(t.at_limit),
-        float(kind == FROM_REQUEST),
+        float(kind in RATIO_KINDS),
     )
-    centre = mean if np.isnan(typical) else typical
+    centre = mean if np.isnan(typical) else min(typical, limit) if limit > 0 else typical
     scored = centre if estimate.scores_pod_by_mean else centre + estimate.deviations * sd
     amount = round(value)
     expect = round(min(float(scored), float(QUANTITY_MAX)))

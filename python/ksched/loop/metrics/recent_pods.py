@@ -50,9 +50,9 @@ import numpy.typing as npt
 from ksched.config import EstimateConfig, MetricConfig
 from ksched.config.metrics import NEXT_POD_QUANTILE, Calibration, WorkloadCalibration
 from ksched.engine.estimate import (
-    FROM_REQUEST,
     MEASURED,
     RAMPING,
+    RATIO_KINDS,
     declared_usage,
     expected,
     guess,
@@ -517,15 +517,20 @@ class RecentPods:
         table = np.array([(*t[:4], float(t.at_limit)) for t in chosen], dtype=np.float64).reshape(-1, 5)[
             index
         ]
-        limits = arrays.limits[:, i].astype(np.float64)
-        mean, sd = expected(guesses, limits, *(table[:, k] for k in range(5)))
+        # A learned figure never takes a pod past its limit; a guess as configured stands.
+        limits = arrays.limits[:, i].astype(np.float64) if calibration is not None else np.zeros(len(guesses))
+        scale, offset, sd_scale, sd_offset, at_limit = (table[:, k] for k in range(5))
+        mean, sd = expected(
+            guesses, limits, scale, offset, sd_scale, sd_offset, at_limit, deviations=estimate.deviations
+        )
         mean = np.asarray(mean, dtype=np.float64)
         sources = np.array([t.source for t in chosen] or [""], dtype=object)[index]
         # What each pod counted at a prior is expected to use, as the pod being placed is scored
         # (NaN: not at a prior, or at its limit, an upper bound without margin).
         typical = np.array([np.nan if t.typical is None else t.typical for t in chosen] or [np.nan])[index]
-        from_request = (arrays.kinds[:, i] == FROM_REQUEST).astype(np.float64)
-        centre = typical_usage(guesses, limits, typical, table[:, 4], from_request)
+        from_request = np.isin(arrays.kinds[:, i], RATIO_KINDS).astype(np.float64)
+        centre = typical_usage(guesses, limits, typical, at_limit, from_request)
+        centre = np.where(limits > 0, np.minimum(centre, limits), centre)
         margins = np.where(centre < mean, mean - centre, 0.0)
         return mean - margins, np.asarray(sd, dtype=np.float64), sources, margins
 

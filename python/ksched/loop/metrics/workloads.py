@@ -34,7 +34,7 @@ import numpy.typing as npt
 from cachetools import TTLCache
 
 from ksched.config.metrics import LEARN_MIN_PODS, Calibration, Learned, WorkloadCalibration
-from ksched.engine.estimate import BEST_EFFORT, FROM_REQUEST
+from ksched.engine.estimate import BEST_EFFORT, FROM_REQUEST, LIMITED, RATIO_KINDS
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +102,8 @@ class WorkloadHistory:
         """A stable pod of ``workload`` guessed at ``guess`` measured ``used`` (engine units).
         Without ``displace``, a workload not remembered yet is only taken where there is room:
         it pushes out no other."""
+        if kind == LIMITED:
+            kind = FROM_REQUEST  # its guess is its request too: it teaches the ratio
         if kind not in (FROM_REQUEST, BEST_EFFORT) or (kind == FROM_REQUEST and guess <= 0):
             return
         if not displace and workload not in self._taught and len(self._taught) >= WORKLOAD_MEMORY:
@@ -556,7 +558,7 @@ def learn(
     spread of their measured usage. Each once at least ``LEARN_MIN_PODS`` of its kind are
     measured."""
     is_known = ~np.isnan(known)
-    from_request = is_known & (kinds == FROM_REQUEST) & (guesses > 0)
+    from_request = is_known & np.isin(kinds, RATIO_KINDS) & (guesses > 0)
     best_effort = is_known & (kinds == BEST_EFFORT)
     ratio = ratio_figures(guesses[from_request], known[from_request])
     best = mean_figures(known[best_effort])
