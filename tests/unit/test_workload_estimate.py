@@ -15,7 +15,7 @@ import yaml
 
 from ksched.commands.cli import main
 from ksched.commands.simulate import estimate_text
-from ksched.config import MetricConfig, parse_config
+from ksched.config import EstimateConfig, MetricConfig, parse_config
 from ksched.config.metrics import LEARN_MIN_PODS, Calibration
 from ksched.engine.estimate import FROM_REQUEST, estimate_choice, workload_of
 from ksched.engine.pods import pod_requests
@@ -37,7 +37,7 @@ from ksched.loop.mirror.slim import slim_node, slim_pod
 from ksched.loop.mirror.state import ClusterState
 from ksched.loop.telemetry import Telemetry
 from tests.conftest import node, pod
-from tests.unit.test_learned_estimate import NODE_VALUE, POD_QUERY, learned_metric
+from tests.unit.test_learned_estimate import NODE_VALUE, POD_QUERY, learned_metric, placing_estimate
 from tests.unit.test_load_estimate import CONFIG, T0, Clock, PodUsageSource, rfc3339
 
 
@@ -264,6 +264,33 @@ def test_once_a_rolling_updates_new_pods_are_measured_its_old_ones_no_longer_spe
     assert choice.amount == pytest.approx(1000 * weighed(0.9, LEARN_MIN_PODS, collective), abs=2), (
         "the new revision's 0.9x, not a blend with the deleted pods' 0.3x"
     )
+
+
+def test_a_scale_down_or_a_cronjobs_finished_runs_keep_speaking_for_their_workload() -> None:
+    loop = Loop(learned_metric())
+    pods = [owned(f"web-{i}", "n0", owner=("Deployment", "web")) for i in range(LEARN_MIN_PODS)]
+    loop.add(
+        *pods, *[owned(f"other-{i}", "n1", owner=("Deployment", "other")) for i in range(LEARN_MIN_PODS)]
+    )
+    usage = {f"web-{i}": 80.0 for i in range(LEARN_MIN_PODS)} | {f"other-{i}": 100.0 for i in range(10)}
+    loop.sample(usage, SETTLE)
+    for p in pods[2:]:
+        loop.state.on_pod("DELETED", p, None)
+    matrix = loop.sample({f"web-{i}": 80.0 for i in range(2)})
+    web = matrix.metrics[0].estimate.calibration.workloads["default/Deployment/web"]
+    assert web.ratio_pods == LEARN_MIN_PODS, "the same revision: the pods scaled away still speak"
+
+
+def test_one_huge_workload_weighs_as_ten_typical_ones_not_as_a_hundred() -> None:
+    loop = Loop(learned_metric())
+    for w in range(19):
+        loop.add(*[owned(f"svc{w}-{i}", "n0", cpu="500m", owner=("Deployment", f"svc{w}")) for i in range(3)])
+    loop.add(*[owned(f"big-{i}", "n1", cpu="64", owner=("Deployment", "big")) for i in range(3)])
+    usage = {f"svc{w}-{i}": 500 * (0.9 + 0.05 * w) for w in range(19) for i in range(3)}
+    usage |= {f"big-{i}": 64000 * 0.2 for i in range(3)}
+    calibration = loop.sample(usage, times=SETTLE).metrics[0].estimate.calibration
+    assert calibration.prior_ratio > 1.5, "the services' p90, not the big one's 0.2"
+    assert calibration.prior_ratio_typical > 0.8
 
 
 def test_agents_that_request_next_to_nothing_do_not_set_what_a_new_workload_is_held_to() -> None:
@@ -550,6 +577,13 @@ def test_a_pod_allowed_past_its_request_counts_at_its_workloads_figure_once_lear
     loop.add(limited("api-new", "n0", "api", "2"))
     after = loop.sample({f"api-{i}": 300.0 for i in range(LEARN_MIN_PODS)})
     assert 280 / 4000 < after.values[0, 0] - before < 400 / 4000, "api's figure, not its 2-core limit"
+
+
+def test_before_anything_is_learned_a_pod_allowed_past_its_request_counts_at_its_limit() -> None:
+    p = limited("api-0", "", "api", "2")
+    for estimate in (placing_estimate(), EstimateConfig(resource="cpu")):
+        choice = estimate_choice(p, pod_requests(p), estimate)
+        assert (choice.source, choice.amount) == ("limit", 2000)
 
 
 def test_a_spread_across_workloads_no_longer_makes_a_pod_huge() -> None:

@@ -152,6 +152,18 @@ def workload_of(pod: Obj, label: str | None = None) -> str | None:
     return f"{namespace}/{kind}/{name}"
 
 
+# The label a StatefulSet's or DaemonSet's controller puts on each pod of one revision.
+CONTROLLER_REVISION_LABEL = "controller-revision-hash"
+
+
+def revision_of(pod: Obj) -> str | None:
+    """Which revision of its workload's template the pod was made from (a Deployment's
+    ReplicaSet, a StatefulSet's or DaemonSet's controller revision); None where nothing says."""
+    labels = meta(pod).get("labels") or {}
+    found = labels.get(TEMPLATE_HASH_LABEL) or labels.get(CONTROLLER_REVISION_LABEL)
+    return str(found) if found else None
+
+
 def guess(pod: Obj, requests: CountedRequests, estimate: EstimateConfig) -> tuple[int, int]:
     """The pod's configured guess of its usage of ``estimate.resource`` (engine unit), and
     what it was made from (``FIXED``, ``FROM_REQUEST``, ``BEST_EFFORT``, ``DECLARED``)."""
@@ -320,6 +332,8 @@ def estimate_choice(pod: Obj, requests: PodRequests, estimate: EstimateConfig) -
     amount, kind = guess(pod, requests, estimate)
     problem = None if estimate.legacy else declared_usage(pod, estimate.resource)[1]
     if estimate.calibration is None:
+        if kind == LIMITED:  # nothing learned (yet): its limit, as a pod placed without learning
+            return Choice(pod_limit(pod, estimate.resource) or amount, LIMIT, None, None, 0, problem)
         return Choice(amount, terms(None, kind, None).source, None, None, 0, problem)
     workload = workload_of(pod, estimate.workload_label)
     t = terms(estimate.calibration, kind, workload, estimate.prior[0], estimate.initial_spread)

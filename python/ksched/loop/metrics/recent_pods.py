@@ -57,6 +57,7 @@ from ksched.engine.estimate import (
     expected,
     guess,
     pod_limit,
+    revision_of,
     terms,
     typical_usage,
     workload_of,
@@ -100,6 +101,8 @@ class RecentPod:
     # Per estimating metric, the pod's workload (what it learns under) and its limit (0: none).
     workloads: tuple[str | None, ...]
     limits: tuple[int, ...]
+    # The revision of its workload's template it was made from (:func:`revision_of`).
+    revision: str | None = None
 
 
 @dataclass(frozen=True)
@@ -209,7 +212,9 @@ class RecentPods:
         self._prune(now)
         if not self.metrics or bound_at < now - self.horizon_s:
             return
-        self.pods[key] = RecentPod(uid, node, bound_at, by_ksched, *self._guesses(key, pod, requests))
+        self.pods[key] = RecentPod(
+            uid, node, bound_at, by_ksched, *self._guesses(key, pod, requests), revision_of(pod or {})
+        )
         heapq.heappush(self._by_time, (bound_at, key, uid))
         self._version += 1
 
@@ -221,7 +226,12 @@ class RecentPods:
         if current is None:
             return
         fresh = RecentPod(
-            current.uid, current.node, current.bound_at, current.by_ksched, *self._guesses(key, pod, requests)
+            current.uid,
+            current.node,
+            current.bound_at,
+            current.by_ksched,
+            *self._guesses(key, pod, requests),
+            revision_of(pod),
         )
         if fresh != current:
             self.pods[key] = fresh
@@ -457,7 +467,13 @@ class RecentPods:
             if warmed:
                 history.warmed(now, workload, age)
             history.observe(
-                now, workload, uid, int(arrays.kinds[j, i]), float(arrays.amounts[j, i]), float(known[j])
+                now,
+                workload,
+                uid,
+                int(arrays.kinds[j, i]),
+                float(arrays.amounts[j, i]),
+                float(known[j]),
+                revision=arrays.revisions[j],
             )
         return ramping
 
@@ -582,6 +598,7 @@ class _Arrays:
     kinds: npt.NDArray[np.int8]
     workloads: list[tuple[str | None, ...]]
     limits: npt.NDArray[np.int64]
+    revisions: list[str | None]
     # Per metric, the distinct (kind, workload) of the pods, and each pod's among them: a
     # cycle looks up the terms of each once.
     pairs: list[list[tuple[int, str | None]]]
@@ -608,6 +625,7 @@ class _Arrays:
             np.array([p.kinds for p in values], dtype=np.int8).reshape(n, metrics),
             [p.workloads for p in values],
             np.array([p.limits for p in values], dtype=np.int64).reshape(n, metrics),
+            [p.revision for p in values],
             pairs,
             pair_index,
         )

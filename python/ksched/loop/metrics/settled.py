@@ -34,7 +34,7 @@ import numpy as np
 
 from ksched.config import EstimateConfig
 from ksched.config.metrics import Calibration, Learned
-from ksched.engine.estimate import guess, workload_of
+from ksched.engine.estimate import guess, revision_of, workload_of
 from ksched.engine.pods import CountedRequests
 from ksched.loop.metrics.workloads import WorkloadHistory, learn
 from ksched.objects import Obj
@@ -108,7 +108,16 @@ class SettledPods:
             rows.append((kind, float(amount), float(used)))
             workload = workload_of(pod, estimate.workload_label)
             if workload is not None:
-                history.observe(now, workload, uid, kind, float(amount), float(used), displace=False)
+                history.observe(
+                    now,
+                    workload,
+                    uid,
+                    kind,
+                    float(amount),
+                    float(used),
+                    displace=False,
+                    revision=revision_of(pod),
+                )
         if rows and (not queue or len(rows) >= SETTLED_FIGURES_PODS):
             table = np.array(rows, dtype=np.float64).reshape(-1, 3)
             taught = learn(table[:, 1], table[:, 0].astype(np.int8), table[:, 2])

@@ -73,6 +73,8 @@ class _Pod(NamedTuple):
     kind: int
     guess: float
     used: float
+    # The revision of the workload's template it was made from (:func:`revision_of`).
+    revision: str | None = None
     # False once the pod is gone (:meth:`WorkloadHistory.departed`).
     live: bool = True
 
@@ -97,11 +99,19 @@ class WorkloadHistory:
         self._changed = False
 
     def observe(
-        self, now: float, workload: str, uid: str, kind: int, guess: float, used: float, displace: bool = True
+        self,
+        now: float,
+        workload: str,
+        uid: str,
+        kind: int,
+        guess: float,
+        used: float,
+        displace: bool = True,
+        revision: str | None = None,
     ) -> None:
-        """A stable pod of ``workload`` guessed at ``guess`` measured ``used`` (engine units).
-        Without ``displace``, a workload not remembered yet is only taken where there is room:
-        it pushes out no other."""
+        """A stable pod of ``workload`` (made from its template's ``revision``) guessed at
+        ``guess`` measured ``used`` (engine units). Without ``displace``, a workload not
+        remembered yet is only taken where there is room: it pushes out no other."""
         if kind == LIMITED:
             kind = FROM_REQUEST  # its guess is its request too: it teaches the ratio
         if kind not in (FROM_REQUEST, BEST_EFFORT) or (kind == FROM_REQUEST and guess <= 0):
@@ -110,17 +120,18 @@ class WorkloadHistory:
             return
         taught = self._entry(now, workload)
         taught.pods.pop(uid, None)
-        taught.pods[uid] = _Pod(kind, guess, used)
+        taught.pods[uid] = _Pod(kind, guess, used, revision)
         while len(taught.pods) > POD_MEMORY:
             taught.pods.popitem(last=False)
         taught.figures = None
 
     def departed(self, workload: str, uid: str) -> None:
         """The pod ``uid`` of ``workload`` is gone (deleted or finished): what it taught stands
-        only while none of the workload's live pods taught that kind of guess, so that a rolling
-        update's old pods stop speaking for the workload once its new ones are measured, and a
-        workload scaled to zero keeps its history for the next scale-up. Its time to live is
-        not renewed: a pod leaving teaches nothing."""
+        while it was made from the revision of a live pod that taught that kind of guess, or
+        while none did (:func:`_speaking`), so that a rolling update's old pods stop speaking for
+        the workload once its new ones are measured, while a workload scaled down, a CronJob's
+        finished runs and one scaled to zero keep their history. Its time to live is not
+        renewed: a pod leaving teaches nothing."""
         taught = self._taught.get(workload)
         pod = taught.pods.get(uid) if taught is not None else None
         if taught is None or pod is None or not pod.live:
@@ -182,11 +193,13 @@ def _figures(taught: _Taught) -> WorkloadCalibration:
 
 
 def _speaking(taught: _Taught, kind: int) -> list[_Pod]:
-    """The pods whose figures stand for the workload's guesses of ``kind``: the live ones where
-    any taught it, else those that left (its history)."""
+    """The pods whose figures stand for the workload's guesses of ``kind``: where any live pod
+    taught it, those of the live pods' revisions (a rolling update's departed old pods fall
+    silent once its new ones are measured; a scale-down's do not); else every remembered one
+    (its history)."""
     pods = [p for p in taught.pods.values() if p.kind == kind]
-    live = [p for p in pods if p.live]
-    return live or pods
+    revisions = {p.revision for p in pods if p.live}
+    return [p for p in pods if p.revision in revisions] if revisions else pods
 
 
 def ratio_figures(
@@ -236,17 +249,21 @@ def prior_figures(cluster: Learned, workloads: Mapping[str, WorkloadCalibration]
     the workloads' mean, never above the cautious one: what such a pod is expected to use,
     where the quantile is what it may.
 
-    Each workload weighs by what its pods request (``ratio_request``; BestEffort workloads
-    alike): the figures are what a requested core uses, so an agent that requests 10m and uses
-    80m (a ratio of 8, common among DaemonSets) says little of what a new 1-CPU Deployment will
-    use, and a few of them no longer set the quantile every unknown pod is held to."""
+    Each workload weighs by what its pods request (``ratio_request``, at most
+    ``MAX_WEIGHT_TO_MEDIAN`` times the median workload's; BestEffort workloads alike): the
+    figures are what a requested core uses, so an agent that requests 10m and uses 80m (a ratio
+    of 8, common among DaemonSets) says little of what a new 1-CPU Deployment will use, and a
+    few of them no longer set the quantile every unknown pod is held to, while one 64-CPU
+    workload weighs as ten typical ones rather than as a hundred."""
     ratio = _prior(
         cluster.ratio,
-        [
-            (w.ratio, w.ratio_sd, w.ratio_pods, w.ratio_request if w.ratio_request > 0 else 1.0)
-            for w in workloads.values()
-            if w.ratio is not None
-        ],
+        _by_request(
+            [
+                (w.ratio, w.ratio_sd, w.ratio_pods, w.ratio_request)
+                for w in workloads.values()
+                if w.ratio is not None
+            ]
+        ),
         quantile,
     )
     best = _prior(
@@ -263,6 +280,17 @@ def prior_figures(cluster: Learned, workloads: Mapping[str, WorkloadCalibration]
 
 # One workload's figure, its spread, its measured pods and its weight (:func:`prior_figures`).
 _Figure = tuple[float, float, int, float]
+# A workload weighs by what its pods request up to this many times the median workload's: a
+# 64-CPU workload weighs as ten typical ones, not as a hundred.
+MAX_WEIGHT_TO_MEDIAN = 10.0
+
+
+def _by_request(learned: list[_Figure]) -> list[_Figure]:
+    """``learned`` with each workload's request (its fourth item) as its weight, at most
+    ``MAX_WEIGHT_TO_MEDIAN`` times the median (1 where it has none)."""
+    requests = [r for _, _, _, r in learned if r > 0]
+    cap = MAX_WEIGHT_TO_MEDIAN * float(np.median(requests)) if requests else 1.0
+    return [(f, sd, n, min(r, cap) if r > 0 else 1.0) for f, sd, n, r in learned]
 
 
 def _prior(
@@ -336,8 +364,14 @@ def credible(
     weighed alike between its own and the spread within workloads. So a workload counts at its
     own figures from its first measured pod, as far as one pod can be trusted, and a herd of a
     workload with three measured replicas counts at nearly what they use."""
+    learned = {
+        n: (w.ratio, w.ratio_sd, w.ratio_pods, w.ratio_request)
+        for n, w in workloads.items()
+        if w.ratio is not None
+    }
+    weighted = dict(zip(learned, _by_request(list(learned.values())), strict=True))
     ratios = _weighed(
-        {n: (w.ratio, w.ratio_sd, w.ratio_pods, w.ratio_request or 1.0) for n, w in workloads.items()}, ratio
+        {n: weighted.get(n, (w.ratio, w.ratio_sd, w.ratio_pods, 1.0)) for n, w in workloads.items()}, ratio
     )
     bests = _weighed(
         {n: (w.best_effort, w.best_effort_sd, w.best_effort_pods, 1.0) for n, w in workloads.items()},
