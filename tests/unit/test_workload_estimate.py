@@ -246,6 +246,7 @@ def test_once_a_rolling_updates_new_pods_are_measured_its_old_ones_no_longer_spe
     )
     for p in old:
         loop.state.on_pod("DELETED", p, None)
+    loop.state.sync()
     probe = owned("web-next", "", cpu="1", owner=("Deployment", "web"), labels={"pod-template-hash": "h3"})
     between = loop.choice(loop.sample({}), probe)
     assert between.source == "workload" and between.amount < 500, (
@@ -276,9 +277,25 @@ def test_a_scale_down_or_a_cronjobs_finished_runs_keep_speaking_for_their_worklo
     loop.sample(usage, SETTLE)
     for p in pods[2:]:
         loop.state.on_pod("DELETED", p, None)
+    loop.state.sync()
+    assert "default/web-2" not in loop.state.recent.pods
     matrix = loop.sample({f"web-{i}": 80.0 for i in range(2)})
     web = matrix.metrics[0].estimate.calibration.workloads["default/Deployment/web"]
     assert web.ratio_pods == LEARN_MIN_PODS, "the same revision: the pods scaled away still speak"
+
+
+def test_a_pod_relabelled_to_another_workload_stops_speaking_for_its_old_one() -> None:
+    loop = Loop(learned_metric(workload_label="app"))
+    pods = [owned(f"a-{i}", "n0", owner=None, labels={"app": "a"}) for i in range(3)]
+    loop.add(*pods)
+    loop.sample({"a-0": 50.0, "a-1": 50.0, "a-2": 300.0}, SETTLE)
+    moved = dict(pods[2], metadata={**pods[2]["metadata"], "labels": {"app": "b"}})
+    loop.state.on_pod("MODIFIED", moved, None)
+    loop.state.sync()
+    matrix = loop.sample({"a-0": 50.0, "a-1": 50.0, "a-2": 300.0}, SETTLE)
+    workloads = matrix.metrics[0].estimate.calibration.workloads
+    assert workloads["default/app=a"].ratio_pods == 2, "a-2 now speaks for b only"
+    assert workloads["default/app=b"].ratio_pods == 1
 
 
 def test_one_huge_workload_weighs_as_ten_typical_ones_not_as_a_hundred() -> None:

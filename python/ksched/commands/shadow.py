@@ -232,7 +232,7 @@ _COUNTED = {
     "prior": "the prior: its workload {workload} has no measured pod yet",
     "cluster-wide": "learned from the recent pods cluster-wide",
     "configured": "its guess as configured (nothing learned for it)",
-    "limit": "its limit (above its request), or a legacy estimate",
+    "limit": "its limit (above its request; learning, until its workload has a figure), or a legacy estimate",
     "declared": "declared by its ksched.io/expected annotation",
 }
 

@@ -130,7 +130,7 @@ def estimate_text(resource: str, c: Choice) -> str:
 
     why = {
         "declared": "declared by its ksched.io/expected annotation",
-        "limit": "its limit (above its request), or the legacy estimate",
+        "limit": "its limit (above its request; learning, until its workload has a figure), or the legacy estimate",
         "configured": "its guess as configured (nothing learned for it here)",
         "workload": f"learned from its workload {c.workload}",
         "cluster-wide": "learned from the recent pods cluster-wide",

@@ -166,7 +166,7 @@ def revision_of(pod: Obj) -> str | None:
 
 def guess(pod: Obj, requests: CountedRequests, estimate: EstimateConfig) -> tuple[int, int]:
     """The pod's configured guess of its usage of ``estimate.resource`` (engine unit), and
-    what it was made from (``FIXED``, ``FROM_REQUEST``, ``BEST_EFFORT``, ``DECLARED``)."""
+    what it was made from (``FIXED``, ``FROM_REQUEST``, ``LIMITED``, ``BEST_EFFORT``, ``DECLARED``)."""
     request = requests.requests.get(estimate.resource, 0)
     if estimate.legacy:
         return round(request * estimate.factor), FIXED

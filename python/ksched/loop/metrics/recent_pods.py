@@ -236,6 +236,11 @@ class RecentPods:
         if fresh != current:
             self.pods[key] = fresh
             self._version += 1
+            # Relabelled to another workload: it no longer speaks for its old one.
+            for i, history in self._history.items():
+                before, after = current.workloads[i], fresh.workloads[i]
+                if before is not None and before != after:
+                    history.moved(before, current.uid)
 
     def drop(self, key: str, gone: Obj | None = None) -> None:
         """The pod is gone (deleted, finished, or its bind failed). ``gone``: the pod as it left

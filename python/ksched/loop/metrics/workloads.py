@@ -140,6 +140,14 @@ class WorkloadHistory:
         taught.figures = None
         self._changed = True
 
+    def moved(self, workload: str, uid: str) -> None:
+        """The pod ``uid`` now belongs to another workload (relabelled): it no longer speaks
+        for ``workload`` at all."""
+        taught = self._taught.get(workload)
+        if taught is not None and taught.pods.pop(uid, None) is not None:
+            taught.figures = None
+            self._changed = True
+
     def warmed(self, now: float, workload: str, seconds: float) -> None:
         """A pod of ``workload`` took ``seconds`` after its bind to use a stable amount."""
         taught = self._entry(now, workload)
