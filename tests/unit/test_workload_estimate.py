@@ -298,7 +298,7 @@ def test_a_pod_relabelled_to_another_workload_stops_speaking_for_its_old_one() -
     assert workloads["default/app=b"].ratio_pods == 1
 
 
-def test_one_huge_workload_weighs_as_ten_typical_ones_not_as_a_hundred() -> None:
+def test_one_huge_workload_weighs_as_one_workload() -> None:
     loop = Loop(learned_metric())
     for w in range(19):
         loop.add(*[owned(f"svc{w}-{i}", "n0", cpu="500m", owner=("Deployment", f"svc{w}")) for i in range(3)])

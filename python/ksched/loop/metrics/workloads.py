@@ -257,12 +257,11 @@ def prior_figures(cluster: Learned, workloads: Mapping[str, WorkloadCalibration]
     the workloads' mean, never above the cautious one: what such a pod is expected to use,
     where the quantile is what it may.
 
-    Each workload weighs by what its pods request (``ratio_request``, at most
-    ``MAX_WEIGHT_TO_MEDIAN`` times the median workload's; BestEffort workloads alike): the
-    figures are what a requested core uses, so an agent that requests 10m and uses 80m (a ratio
-    of 8, common among DaemonSets) says little of what a new 1-CPU Deployment will use, and a
-    few of them no longer set the quantile every unknown pod is held to, while one 64-CPU
-    workload weighs as ten typical ones rather than as a hundred."""
+    A workload that requests far less than the others weighs less (:func:`_by_request`): its
+    figure is usage over a request that says little, so an agent that requests 10m and uses
+    80m (a ratio of 8, common among DaemonSets) says little of what a new 1-CPU Deployment will
+    use, and a few of them no longer set the quantile every unknown pod is held to; workloads of
+    the usual sizes weigh one each, as before, small or large."""
     ratio = _prior(
         cluster.ratio,
         _by_request(
@@ -286,19 +285,27 @@ def prior_figures(cluster: Learned, workloads: Mapping[str, WorkloadCalibration]
     return Prior(*ratio, *best)
 
 
-# One workload's figure, its spread, its measured pods and its weight (:func:`prior_figures`).
+# One workload's figure, its spread, its measured pods and its request's share of the median
+# workload's, at most one (:func:`_by_request`).
 _Figure = tuple[float, float, int, float]
-# A workload weighs by what its pods request up to this many times the median workload's: a
-# 64-CPU workload weighs as ten typical ones, not as a hundred.
-MAX_WEIGHT_TO_MEDIAN = 10.0
+# A workload whose pods request less than this share of the median workload's weighs in the
+# figures by how far short it falls (:func:`_weight`); the others weigh one each.
+SMALL_REQUEST_SHARE = 0.25
 
 
 def _by_request(learned: list[_Figure]) -> list[_Figure]:
-    """``learned`` with each workload's request (its fourth item) as its weight, at most
-    ``MAX_WEIGHT_TO_MEDIAN`` times the median (1 where it has none)."""
+    """``learned`` with each workload's request (its fourth item) as its share of the median
+    workload's, at most one (one where it has none)."""
     requests = [r for _, _, _, r in learned if r > 0]
-    cap = MAX_WEIGHT_TO_MEDIAN * float(np.median(requests)) if requests else 1.0
-    return [(f, sd, n, min(r, cap) if r > 0 else 1.0) for f, sd, n, r in learned]
+    median = float(np.median(requests)) if requests else 0.0
+    return [(f, sd, n, min(r / median, 1.0) if r > 0 and median > 0 else 1.0) for f, sd, n, r in learned]
+
+
+def _weight(share: float) -> float:
+    """What a workload whose request is ``share`` of the median's weighs among the figures: one,
+    or less below ``SMALL_REQUEST_SHARE`` of it (an agent requesting 10m beside services of
+    500m weighs 0.08)."""
+    return min(share / SMALL_REQUEST_SHARE, 1.0)
 
 
 def _prior(
@@ -307,7 +314,7 @@ def _prior(
     if not learned:
         return None, 0.0, None
     figures = np.array([f for f, _, _, _ in learned], dtype=np.float64)
-    weights = np.array([w for _, _, _, w in learned], dtype=np.float64)
+    weights = np.array([_weight(w) for _, _, _, w in learned], dtype=np.float64)
     high = max(weighted_quantile(figures, weights, quantile), cluster if cluster is not None else 0.0)
     within = _within(learned)
     typical = float(np.average(figures, weights=weights))
@@ -316,7 +323,9 @@ def _prior(
 
 def weighted_quantile(values: npt.NDArray[np.float64], weights: npt.NDArray[np.float64], q: float) -> float:
     """The smallest of ``values`` at or below which at least ``q`` of the weight lies (the
-    inverted CDF; one of the values, never between two)."""
+    inverted CDF; one of the values, never between two). With equal weights it is numpy's
+    ``higher`` up to nine values, and one value lower from ten (p90 of ten is the second
+    highest); a light value at the top takes no more of the weight than it has."""
     order = np.argsort(values, kind="stable")
     cumulative = np.cumsum(weights[order])
     # A share that is q up to rounding counts as q: 9 of 10 equal weights are 0.9 of them.
@@ -328,7 +337,7 @@ def _within(learned: list[_Figure]) -> float | None:
     """The spread of pods around their own workload's figure, over the workloads with two
     measured pods or more (one pod has no spread of its own): each workload's spread is over its
     own pods (``n``), so the pooled variance divides by ``n - 1`` a workload to be unbiased. Each
-    weighs by the square of its weight (:func:`prior_figures`: what its pods request), as the
+    weighs by the square of its request's share of the median workload's (at most one), as the
     CPU its spread stands for does: a ratio's spread grows as the request shrinks, and an agent
     requesting 10m that uses 40m or 120m scatters by 4 where a 1-CPU service scatters by 0.01.
     None where no workload has two."""
@@ -351,7 +360,7 @@ def credibility_k(learned: list[_Figure]) -> float:
     if within is None or len(learned) < 2:
         return DEFAULT_CREDIBILITY_K
     figures = np.array([f for f, _, _, _ in learned], dtype=np.float64)
-    weights = np.array([w for _, _, _, w in learned], dtype=np.float64)
+    weights = np.array([_weight(w) for _, _, _, w in learned], dtype=np.float64)
     total = float(weights.sum())
     # The unbiased variance under reliability weights: ddof=1 where the weights are equal.
     mean = float(np.average(figures, weights=weights))
@@ -400,7 +409,9 @@ def _weighed(
     ``collective`` (else the mean of the workloads', each by its pods and weight)."""
     learned = [(f, sd, n, w) for f, sd, n, w in figures.values() if f is not None]
     if collective is None and learned:
-        collective = sum(f * n * w for f, _, n, w in learned) / sum(n * w for _, _, n, w in learned)
+        collective = sum(f * n * _weight(w) for f, _, n, w in learned) / sum(
+            n * _weight(w) for _, _, n, w in learned
+        )
     k, within = credibility_k(learned), _within(learned)
     return {name: _blend(f, sd, n, collective, within, k) for name, (f, sd, n, _) in figures.items()}
 
