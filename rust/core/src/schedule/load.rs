@@ -86,15 +86,22 @@ fn pod_lines(load: &LoadInputs, m: usize, index: usize, node: usize, k: usize) -
 /// below the second where it reads lower. The line on the other side is not
 /// one the pod's load can take the node past. Nil where the reading has no
 /// spread.
+#[inline]
 pub(super) fn crossing(expected: f64, cautious: f64, lines: (Option<f64>, Option<f64>)) -> f64 {
     let sd = (cautious - expected).abs();
     if !(sd > 0.0 && sd.is_finite() && expected.is_finite()) {
         return 0.0;
     }
-    if cautious > expected {
-        lines.0.map_or(0.0, |a| upper_tail((a - expected) / sd))
+    // How far short of the line the expected reading is; past `TAIL_END`
+    // deviations the tail is nil, and most nodes are that far (no division).
+    let short = if cautious > expected {
+        lines.0.map(|a| a - expected)
     } else {
-        lines.1.map_or(0.0, |b| upper_tail((expected - b) / sd))
+        lines.1.map(|b| expected - b)
+    };
+    match short {
+        Some(short) if short < TAIL_END * sd => upper_tail(short / sd),
+        _ => 0.0,
     }
 }
 
