@@ -311,8 +311,8 @@ def test_one_huge_workload_weighs_as_one_workload() -> None:
 
 
 def test_agents_that_request_next_to_nothing_do_not_set_what_a_new_workload_is_held_to() -> None:
-    # Eight services using 0.4 of what they request beside two node agents (DaemonSets) that
-    # request 10m and use 40-120m: one workload in five is at a ratio of 8, as agents often are.
+    # Eight services of 500m using 0.4 of it beside two node agents (DaemonSets) that request
+    # 10m and use 40-120m: one workload in five is at a ratio of 8, as agents often are.
     loop = Loop(learned_metric(deviations=1.0))
     services = {f"svc{w}": 0.4 for w in range(8)}
     agents = [
@@ -324,12 +324,12 @@ def test_agents_that_request_next_to_nothing_do_not_set_what_a_new_workload_is_h
     usage = {f"agent{w}-{i}": 40.0 + 80.0 * (i % 2) for w in range(2) for i in range(LEARN_MIN_PODS)}
     for name, ratio in services.items():
         for i in range(LEARN_MIN_PODS):
-            loop.add(owned(f"{name}-{i}", "n0", owner=("Deployment", name)))
-            usage[f"{name}-{i}"] = 100 * ratio + 2 * (i % 2)
+            loop.add(owned(f"{name}-{i}", "n0", cpu="500m", owner=("Deployment", name)))
+            usage[f"{name}-{i}"] = 500 * ratio + 10 * (i % 2)
     matrix = loop.sample(usage, times=SETTLE)
     calibration = matrix.metrics[0].estimate.calibration
     assert calibration.workloads["default/DaemonSet/agent0"].ratio > 4, "the agents' own figure stands"
-    assert calibration.prior_ratio < 1.0, "the quantile weighs each workload by what it requests"
+    assert calibration.prior_ratio < 1.0, "the agents request too little to say what a Deployment uses"
     assert calibration.prior_ratio_typical < 0.6
     assert calibration.prior_ratio_sd < 0.25, "the agents scatter by 4 of 10m: little of a CPU"
     new = loop.choice(matrix, owned("new-0", "", cpu="1", owner=("Deployment", "new")))

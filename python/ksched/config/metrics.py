@@ -138,8 +138,8 @@ class WorkloadCalibration(Learned):
     """What one workload's own measured pods taught (they may have left the recent window),
     ``warmup_s``: how long after their bind its pods took to use a stable amount (None: none of
     them was seen ramping to it), and ``ratio_request``: the mean guess (engine units) of the
-    pods its ratio is from, which is how much the workload weighs among the others
-    (:func:`ksched.loop.metrics.workloads.prior_figures`)."""
+    pods its ratio is from, by which a workload that requests next to nothing is left out of
+    the figures across workloads (:func:`ksched.loop.metrics.workloads.prior_figures`)."""
 
     warmup_s: float | None = None
     ratio_request: float = 0.0

@@ -257,11 +257,11 @@ def prior_figures(cluster: Learned, workloads: Mapping[str, WorkloadCalibration]
     the workloads' mean, never above the cautious one: what such a pod is expected to use,
     where the quantile is what it may.
 
-    A workload that requests far less than the others weighs less (:func:`_by_request`): its
-    figure is usage over a request that says little, so an agent that requests 10m and uses
-    80m (a ratio of 8, common among DaemonSets) says little of what a new 1-CPU Deployment will
-    use, and a few of them no longer set the quantile every unknown pod is held to; workloads of
-    the usual sizes weigh one each, as before, small or large."""
+    A workload whose pods request under a tenth of the median workload's is left out of these
+    figures (:func:`_weight`): its figure is usage over a request that says nothing, so an
+    agent that requests 10m and uses 80m (a ratio of 8, common among DaemonSets) no longer sets
+    the quantile every unknown pod is held to; workloads of the usual sizes count one each, as
+    before, small or large."""
     ratio = _prior(
         cluster.ratio,
         _by_request(
@@ -288,9 +288,10 @@ def prior_figures(cluster: Learned, workloads: Mapping[str, WorkloadCalibration]
 # One workload's figure, its spread, its measured pods and its request's share of the median
 # workload's, at most one (:func:`_by_request`).
 _Figure = tuple[float, float, int, float]
-# A workload whose pods request less than this share of the median workload's weighs in the
-# figures by how far short it falls (:func:`_weight`); the others weigh one each.
-SMALL_REQUEST_SHARE = 0.25
+# A workload whose pods request less than this share of the median workload's is left out of
+# the figures across workloads (:func:`_weight`): its ratio is usage over a request too small
+# to say anything (an agent requesting 10m and using 80m reads 8).
+SMALL_REQUEST_SHARE = 0.1
 
 
 def _by_request(learned: list[_Figure]) -> list[_Figure]:
@@ -302,10 +303,9 @@ def _by_request(learned: list[_Figure]) -> list[_Figure]:
 
 
 def _weight(share: float) -> float:
-    """What a workload whose request is ``share`` of the median's weighs among the figures: one,
-    or less below ``SMALL_REQUEST_SHARE`` of it (an agent requesting 10m beside services of
-    500m weighs 0.08)."""
-    return min(share / SMALL_REQUEST_SHARE, 1.0)
+    """What a workload whose request is ``share`` of the median's weighs among the figures
+    across workloads: one, or none below ``SMALL_REQUEST_SHARE`` (it still counts at its own)."""
+    return 1.0 if share >= SMALL_REQUEST_SHARE else 0.0
 
 
 def _prior(
@@ -322,26 +322,26 @@ def _prior(
 
 
 def weighted_quantile(values: npt.NDArray[np.float64], weights: npt.NDArray[np.float64], q: float) -> float:
-    """The smallest of ``values`` at or below which at least ``q`` of the weight lies (the
-    inverted CDF; one of the values, never between two). With equal weights it is numpy's
-    ``higher`` up to nine values, and one value lower from ten (p90 of ten is the second
-    highest); a light value at the top takes no more of the weight than it has."""
+    """The ``q`` quantile of ``values`` counted by ``weights`` (a usual workload's is one): the
+    smallest value whose cumulative weight reaches ``q`` of the whole plus ``1 - q`` of one
+    workload's, which with weights of one is numpy's ``higher`` method (the value at or above
+    position ``q * (n - 1)``: p90 of ten is the highest), and where a few light values sit at
+    the top (agents requesting next to nothing), one of the heavy ones below them."""
     order = np.argsort(values, kind="stable")
     cumulative = np.cumsum(weights[order])
-    # A share that is q up to rounding counts as q: 9 of 10 equal weights are 0.9 of them.
-    at = int(np.searchsorted(cumulative, q * cumulative[-1] * (1.0 - 1e-12), side="left"))
+    # Up to rounding: with weights of one, 0.9 * 10 + 0.1 is 9.1, reached by the tenth.
+    at = int(np.searchsorted(cumulative, (q * cumulative[-1] + 1.0 - q) * (1.0 - 1e-12), side="left"))
     return float(values[order[min(at, len(order) - 1)]])
 
 
 def _within(learned: list[_Figure]) -> float | None:
     """The spread of pods around their own workload's figure, over the workloads with two
     measured pods or more (one pod has no spread of its own): each workload's spread is over its
-    own pods (``n``), so the pooled variance divides by ``n - 1`` a workload to be unbiased. Each
-    weighs by the square of its request's share of the median workload's (at most one), as the
-    CPU its spread stands for does: a ratio's spread grows as the request shrinks, and an agent
-    requesting 10m that uses 40m or 120m scatters by 4 where a 1-CPU service scatters by 0.01.
-    None where no workload has two."""
-    spreads = [(sd, n, w * w) for _, sd, n, w in learned if n >= 2]
+    own pods (``n``), so the pooled variance divides by ``n - 1`` a workload to be unbiased.
+    Without the workloads that request next to nothing (:func:`_weight`): a ratio's spread
+    grows as the request shrinks, and an agent requesting 10m that uses 40m or 120m scatters by
+    4 where a 1-CPU service scatters by 0.01. None where no workload has two."""
+    spreads = [(sd, n, _weight(w)) for _, sd, n, w in learned if n >= 2]
     freedom = sum(w * (n - 1) for _, n, w in spreads)
     return float(np.sqrt(sum(w * n * sd * sd for sd, n, w in spreads) / freedom)) if freedom else None
 
@@ -362,6 +362,8 @@ def credibility_k(learned: list[_Figure]) -> float:
     figures = np.array([f for f, _, _, _ in learned], dtype=np.float64)
     weights = np.array([_weight(w) for _, _, _, w in learned], dtype=np.float64)
     total = float(weights.sum())
+    if total * total - float((weights**2).sum()) <= 0.0:
+        return DEFAULT_CREDIBILITY_K  # one workload of the usual sizes: nothing to compare
     # The unbiased variance under reliability weights: ddof=1 where the weights are equal.
     mean = float(np.average(figures, weights=weights))
     spread = float((weights * (figures - mean) ** 2).sum()) / (total - float((weights**2).sum()) / total)
@@ -554,8 +556,8 @@ def learned_json(resource: str | None, c: Calibration) -> dict[str, Any]:
     the first of those still ramping up, ``rampingPods``: for the longest bound of them, what
     each counts at and measures, in engine units, and seconds since its bind); and the
     ``STATUS_WORKLOADS`` workloads with the most measured pods, with their figures, the mean
-    guess their ratio is from (``ratioRequest``, engine units: what the workload weighs in the
-    prior) and warm-up (seconds)."""
+    guess their ratio is from (``ratioRequest``, engine units: one that requests next to
+    nothing is left out of the prior) and warm-up (seconds)."""
     return {
         "resource": resource,
         "ratio": c.ratio,
