@@ -245,8 +245,8 @@ class RecentPods:
     def drop(self, key: str, gone: Obj | None = None) -> None:
         """The pod is gone (deleted, finished, or its bind failed). ``gone``: the pod as it left
         the cluster (deleted or finished), whether recent or settled: what it taught its
-        workload then stands only while none of the workload's live pods taught
-        (:meth:`~ksched.loop.metrics.workloads.WorkloadHistory.departed`)."""
+        workload then stands as that of a pod that left, which a measured live pod of another
+        revision silences (:meth:`~ksched.loop.metrics.workloads.WorkloadHistory.departed`)."""
         if self.pods.pop(key, None) is not None:
             self._version += 1
         for series in self._series.values():

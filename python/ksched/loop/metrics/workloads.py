@@ -187,8 +187,8 @@ class WorkloadHistory:
 
 def _figures(taught: _Taught) -> WorkloadCalibration:
     """The workload's own figures, from as few as one measured pod (:func:`credible` weighs
-    how far they are trusted): of each kind of guess, its live pods' where any taught it, else
-    every remembered pod's (:meth:`WorkloadHistory.departed`)."""
+    how far they are trusted): of each kind of guess, from the pods that speak for it
+    (:func:`_speaking`: a rolling update's departed old revision does not)."""
     from_request = _speaking(taught, FROM_REQUEST)
     guesses = np.array([p.guess for p in from_request], dtype=np.float64)
     ratio = ratio_figures(guesses, np.array([p.used for p in from_request], dtype=np.float64), min_pods=1)
