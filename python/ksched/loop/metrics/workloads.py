@@ -254,29 +254,23 @@ def prior_figures(cluster: Learned, workloads: Mapping[str, WorkloadCalibration]
     spread *within* workloads (the pods-weighted root mean square of theirs): the spread of the
     cluster-wide figure mixes workloads that use very different shares of their requests, and
     made every pod of an unknown workload look several times its size. The typical figure is
-    the workloads' mean, never above the cautious one: what such a pod is expected to use,
-    where the quantile is what it may.
-
-    A workload whose pods request under a tenth of the median workload's is left out of these
-    figures (:func:`_weight`): its figure is usage over a request that says nothing, so an
-    agent that requests 10m and uses 80m (a ratio of 8, common among DaemonSets) no longer sets
-    the quantile every unknown pod is held to; workloads of the usual sizes count one each, as
-    before, small or large."""
+    the workloads' mean (each workload one, as a new workload is one more of them), never above
+    the cautious one: what such a pod is expected to use, where the quantile is what it may.
+    The ratios leave out the workloads that request next to nothing (:func:`_sized`)."""
+    sized = _sized(workloads)
     ratio = _prior(
         cluster.ratio,
-        _by_request(
-            [
-                (w.ratio, w.ratio_sd, w.ratio_pods, w.ratio_request)
-                for w in workloads.values()
-                if w.ratio is not None
-            ]
-        ),
+        [
+            (w.ratio, w.ratio_sd, w.ratio_pods)
+            for n, w in workloads.items()
+            if w.ratio is not None and n in sized
+        ],
         quantile,
     )
     best = _prior(
         cluster.best_effort,
         [
-            (w.best_effort, w.best_effort_sd, w.best_effort_pods, 1.0)
+            (w.best_effort, w.best_effort_sd, w.best_effort_pods)
             for w in workloads.values()
             if w.best_effort is not None
         ],
@@ -285,72 +279,49 @@ def prior_figures(cluster: Learned, workloads: Mapping[str, WorkloadCalibration]
     return Prior(*ratio, *best)
 
 
-# One workload's figure, its spread, its measured pods and its request's share of the median
-# workload's, at most one (:func:`_by_request`).
-_Figure = tuple[float, float, int, float]
 # A workload whose pods request less than this share of the median workload's is left out of
-# the figures across workloads (:func:`_weight`): its ratio is usage over a request too small
-# to say anything (an agent requesting 10m and using 80m reads 8).
+# the ratios across workloads (:func:`_sized`): its ratio is usage over a request too small to
+# say anything (an agent requesting 10m and using 80m reads 8).
 SMALL_REQUEST_SHARE = 0.1
 
 
-def _by_request(learned: list[_Figure]) -> list[_Figure]:
-    """``learned`` with each workload's request (its fourth item) as its share of the median
-    workload's, at most one (one where it has none)."""
-    requests = [r for _, _, _, r in learned if r > 0]
-    median = float(np.median(requests)) if requests else 0.0
-    return [(f, sd, n, min(r / median, 1.0) if r > 0 and median > 0 else 1.0) for f, sd, n, r in learned]
-
-
-def _weight(share: float) -> float:
-    """What a workload whose request is ``share`` of the median's weighs among the figures
-    across workloads: one, or none below ``SMALL_REQUEST_SHARE`` (it still counts at its own)."""
-    return 1.0 if share >= SMALL_REQUEST_SHARE else 0.0
+def _sized(workloads: Mapping[str, WorkloadCalibration]) -> set[str]:
+    """The workloads with a ratio whose pods request at least ``SMALL_REQUEST_SHARE`` of the
+    median such workload's (``ratio_request``): those the prior's quantile, typical figure and
+    spread, the credibility constant and the collective mean are taken over. A workload left out
+    still counts at its own figures."""
+    requests = {n: w.ratio_request for n, w in workloads.items() if w.ratio is not None}
+    median = float(np.median(list(requests.values()))) if requests else 0.0
+    return {n for n, r in requests.items() if r >= SMALL_REQUEST_SHARE * median}
 
 
 def _prior(
-    cluster: float | None, learned: list[_Figure], quantile: float
+    cluster: float | None, learned: list[tuple[float, float, int]], quantile: float
 ) -> tuple[float | None, float, float | None]:
     if not learned:
         return None, 0.0, None
-    figures = np.array([f for f, _, _, _ in learned], dtype=np.float64)
-    weights = np.array([_weight(w) for _, _, _, w in learned], dtype=np.float64)
-    high = max(weighted_quantile(figures, weights, quantile), cluster if cluster is not None else 0.0)
+    figures = [f for f, _, _ in learned]
+    high = max(
+        float(np.quantile(figures, quantile, method="higher")), cluster if cluster is not None else 0.0
+    )
     within = _within(learned)
-    typical = float(np.average(figures, weights=weights))
-    return high, 0.0 if within is None else within, min(typical, high)
+    return high, 0.0 if within is None else within, min(float(np.mean(figures)), high)
 
 
-def weighted_quantile(values: npt.NDArray[np.float64], weights: npt.NDArray[np.float64], q: float) -> float:
-    """The ``q`` quantile of ``values`` counted by ``weights`` (a usual workload's is one): the
-    smallest value whose cumulative weight reaches ``q`` of the whole plus ``1 - q`` of one
-    workload's, which with weights of one is numpy's ``higher`` method (the value at or above
-    position ``q * (n - 1)``: p90 of ten is the highest), and where a few light values sit at
-    the top (agents requesting next to nothing), one of the heavy ones below them."""
-    order = np.argsort(values, kind="stable")
-    cumulative = np.cumsum(weights[order])
-    # Up to rounding: with weights of one, 0.9 * 10 + 0.1 is 9.1, reached by the tenth.
-    at = int(np.searchsorted(cumulative, (q * cumulative[-1] + 1.0 - q) * (1.0 - 1e-12), side="left"))
-    return float(values[order[min(at, len(order) - 1)]])
-
-
-def _within(learned: list[_Figure]) -> float | None:
+def _within(learned: list[tuple[float, float, int]]) -> float | None:
     """The spread of pods around their own workload's figure, over the workloads with two
     measured pods or more (one pod has no spread of its own): each workload's spread is over its
     own pods (``n``), so the pooled variance divides by ``n - 1`` a workload to be unbiased.
-    Without the workloads that request next to nothing (:func:`_weight`): a ratio's spread
-    grows as the request shrinks, and an agent requesting 10m that uses 40m or 120m scatters by
-    4 where a 1-CPU service scatters by 0.01. None where no workload has two."""
-    spreads = [(sd, n, _weight(w)) for _, sd, n, w in learned if n >= 2]
-    freedom = sum(w * (n - 1) for _, n, w in spreads)
-    return float(np.sqrt(sum(w * n * sd * sd for sd, n, w in spreads) / freedom)) if freedom else None
+    None where no workload has two."""
+    spreads = [(sd, n) for _, sd, n in learned if n >= 2]
+    freedom = sum(n - 1 for _, n in spreads)
+    return float(np.sqrt(sum(n * sd * sd for sd, n in spreads) / freedom)) if freedom else None
 
 
-def credibility_k(learned: list[_Figure]) -> float:
+def credibility_k(learned: list[tuple[float, float, int]]) -> float:
     """Buhlmann's credibility constant for one figure across workloads: the variance of a pod
     around its workload's figure over the variance of the workloads' figures around each other
-    (less what their own few pods add to it), each workload weighing as in
-    :func:`prior_figures`. A workload with ``n`` measured pods is trusted
+    (less what their own few pods add to it). A workload with ``n`` measured pods is trusted
     ``n / (n + k)``: where its replicas agree and workloads differ, one pod says most; where
     they scatter as much as workloads do, it takes many. Between ``MIN_CREDIBILITY_K`` (one pod
     is never trusted whole: it may have been measured idle) and ``LEARN_MIN_PODS`` (a workload
@@ -359,16 +330,9 @@ def credibility_k(learned: list[_Figure]) -> float:
     within = _within(learned)
     if within is None or len(learned) < 2:
         return DEFAULT_CREDIBILITY_K
-    figures = np.array([f for f, _, _, _ in learned], dtype=np.float64)
-    weights = np.array([_weight(w) for _, _, _, w in learned], dtype=np.float64)
-    total = float(weights.sum())
-    if total * total - float((weights**2).sum()) <= 0.0:
-        return DEFAULT_CREDIBILITY_K  # one workload of the usual sizes: nothing to compare
-    # The unbiased variance under reliability weights: ddof=1 where the weights are equal.
-    mean = float(np.average(figures, weights=weights))
-    spread = float((weights * (figures - mean) ** 2).sum()) / (total - float((weights**2).sum()) / total)
-    noise = float(np.average([within * within / n for _, _, n, _ in learned], weights=weights))
-    between = spread - noise
+    figures = np.array([f for f, _, _ in learned], dtype=np.float64)
+    noise = float(np.mean([within * within / n for _, _, n in learned]))
+    between = float(figures.var(ddof=1)) - noise
     if between <= 0.0:
         return float(LEARN_MIN_PODS)
     return min(max(within * within / between, MIN_CREDIBILITY_K), float(LEARN_MIN_PODS))
@@ -382,18 +346,16 @@ def credible(
     workloads') by how many of its pods were measured (:func:`credibility_k`), with a spread
     weighed alike between its own and the spread within workloads. So a workload counts at its
     own figures from its first measured pod, as far as one pod can be trusted, and a herd of a
-    workload with three measured replicas counts at nearly what they use."""
-    learned = {
-        n: (w.ratio, w.ratio_sd, w.ratio_pods, w.ratio_request)
-        for n, w in workloads.items()
-        if w.ratio is not None
-    }
-    weighted = dict(zip(learned, _by_request(list(learned.values())), strict=True))
+    workload with three measured replicas counts at nearly what they use. The ratios' collective
+    figures leave out the workloads that request next to nothing (:func:`_sized`)."""
+    sized = _sized(workloads)
     ratios = _weighed(
-        {n: weighted.get(n, (w.ratio, w.ratio_sd, w.ratio_pods, 1.0)) for n, w in workloads.items()}, ratio
+        {n: (w.ratio, w.ratio_sd, w.ratio_pods) for n, w in workloads.items()},
+        ratio,
+        pooled=sized,
     )
     bests = _weighed(
-        {n: (w.best_effort, w.best_effort_sd, w.best_effort_pods, 1.0) for n, w in workloads.items()},
+        {n: (w.best_effort, w.best_effort_sd, w.best_effort_pods) for n, w in workloads.items()},
         best_effort,
     )
     return {
@@ -405,17 +367,22 @@ def credible(
 
 
 def _weighed(
-    figures: Mapping[str, tuple[float | None, float, int, float]], collective: float | None
+    figures: Mapping[str, tuple[float | None, float, int]],
+    collective: float | None,
+    pooled: set[str] | None = None,
 ) -> dict[str, tuple[float | None, float]]:
-    """One figure of each workload (figure, spread, pods, weight) weighed against
-    ``collective`` (else the mean of the workloads', each by its pods and weight)."""
-    learned = [(f, sd, n, w) for f, sd, n, w in figures.values() if f is not None]
+    """One figure of each workload (figure, spread, pods) weighed against ``collective`` (else
+    the pods-weighted mean of the workloads'), the collective figures taken over the workloads
+    in ``pooled`` (None: all)."""
+    learned = [
+        (f, sd, n)
+        for name, (f, sd, n) in figures.items()
+        if f is not None and (pooled is None or name in pooled)
+    ]
     if collective is None and learned:
-        collective = sum(f * n * _weight(w) for f, _, n, w in learned) / sum(
-            n * _weight(w) for _, _, n, w in learned
-        )
+        collective = sum(f * n for f, _, n in learned) / sum(n for _, _, n in learned)
     k, within = credibility_k(learned), _within(learned)
-    return {name: _blend(f, sd, n, collective, within, k) for name, (f, sd, n, _) in figures.items()}
+    return {name: _blend(f, sd, n, collective, within, k) for name, (f, sd, n) in figures.items()}
 
 
 def _blend(
@@ -557,7 +524,7 @@ def learned_json(resource: str | None, c: Calibration) -> dict[str, Any]:
     each counts at and measures, in engine units, and seconds since its bind); and the
     ``STATUS_WORKLOADS`` workloads with the most measured pods, with their figures, the mean
     guess their ratio is from (``ratioRequest``, engine units: one that requests next to
-    nothing is left out of the prior) and warm-up (seconds)."""
+    nothing is left out of the prior, :func:`_sized`) and warm-up (seconds)."""
     return {
         "resource": resource,
         "ratio": c.ratio,
