@@ -848,6 +848,36 @@ def test_settled_pods_teach_a_share_a_pass_and_keep_their_workload_known() -> No
         assert taught() == 6, "its replicas still run: taught again, never forgotten"
 
 
+def test_a_workload_getting_new_pods_is_read_again_before_a_pass_reaches_it() -> None:
+    """A scale-up from idle: a Deployment's replicas were taught while idle, then got busy (which
+    is why it scales). In a large cluster a pass reaches them again only after every other pod;
+    a pod of it waiting to be placed has them read at once, so the new replicas count at what
+    the busy ones use now, not at the idle figure."""
+    loop = Loop(learned_metric())
+    loop.state.recent.settled_per_pass(3)
+    loop.source.node_at = None  # sampled at each refresh: fresh an hour on
+    web = [settled(f"web-{i}", "web", T0 - 86400) for i in range(3)]
+    others = [settled(f"batch-{i}", "batch", T0 - 86400) for i in range(30)]
+    loop.add(*web, *others)
+    idle = {**{f"web-{i}": 10.0 for i in range(3)}, **{f"batch-{i}": 100.0 for i in range(30)}}
+
+    def web_figure(usage: dict[str, float]) -> Any:
+        return loop.sample(usage).metrics[0].estimate.calibration.workloads["default/Deployment/web"]
+
+    for _ in range(11):  # a round through the 33 settled pods
+        loop.sample(idle)
+        loop.clock.now += SETTLED_EVERY_S
+    assert web_figure(idle).ratio_pods == 3
+    busy = {**idle, **{f"web-{i}": 150.0 for i in range(3)}}
+    assert web_figure(busy).ratio < 0.3, "no pass is due: the idle figure (0.1) stands"
+    herd = owned("web-new-0", "", owner=("Deployment", "web"))
+    herd["spec"].pop("nodeName", None)
+    herd["status"] = {"phase": "Pending"}
+    loop.add(herd)
+    figure = web_figure(busy)
+    assert (figure.ratio > 1.2, figure.ratio_pods) == (True, 3), "read again at once (1.5)"
+
+
 def test_the_dry_run_learns_from_the_settled_pods_all_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """``ksched rebalance --dry-run`` builds the live loop's load model from one listing: its
     settled pods teach their workloads in one pass, not the live loop's share a pass."""

@@ -46,6 +46,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+from cachetools import TTLCache
 
 from ksched.config import EstimateConfig, MetricConfig
 from ksched.config.metrics import NEXT_POD_QUANTILE, Calibration, WorkloadCalibration
@@ -66,9 +67,10 @@ from ksched.engine.load import before_event, pod_shares
 from ksched.engine.pods import CountedRequests
 from ksched.engine.snapshot import Snapshot
 from ksched.loop.metrics.samples import parse_time
-from ksched.loop.metrics.settled import Lookup, SettledPods
+from ksched.loop.metrics.settled import SETTLED_EVERY_S, Lookup, SettledPods
 from ksched.loop.metrics.workloads import (
     STATUS_RAMPING,
+    WORKLOAD_MEMORY,
     PodSeries,
     WorkloadHistory,
     credible,
@@ -180,6 +182,11 @@ class RecentPods:
         # per learning metric, the pass through them (:mod:`ksched.loop.metrics.settled`).
         self.settled: Lookup | None = None
         self._settled = {i: SettledPods() for i in self._history}
+        # The workloads (by learning metric's column) whose replicas were last sent to be
+        # revisited less than a pass ago (:meth:`pending`).
+        self._revisited: TTLCache[tuple[int, str], bool] = TTLCache(
+            maxsize=WORKLOAD_MEMORY, ttl=SETTLED_EVERY_S, timer=clock
+        )
         # When a learning metric's values were last built, which is when it learns
         # (:meth:`~ksched.loop.metrics.load_model.LoadModel.keep_learning`).
         self.taught_at = -math.inf
@@ -241,6 +248,20 @@ class RecentPods:
                 before, after = current.workloads[i], fresh.workloads[i]
                 if before is not None and before != after:
                     history.moved(before, current.uid)
+
+    def pending(self, pod: Obj) -> None:
+        """A pod of a workload waits to be placed (a scale-up, a rollout, a replacement): the
+        workload's remembered replicas are read again at the next build, whether or not a pass
+        through the settled pods is due (:meth:`~ksched.loop.metrics.settled.SettledPods.revisit`;
+        once a pass per workload), so that a workload scaled up because its replicas got busy
+        counts at what they use now, not at what they used when last visited."""
+        for i, history in self._history.items():
+            estimate = self.metrics[i].estimate
+            workload = workload_of(pod, estimate.workload_label) if estimate is not None else None
+            if workload is None or (i, workload) in self._revisited:
+                continue
+            self._revisited[i, workload] = True
+            self._settled[i].revisit(history.live_keys(workload))
 
     def drop(self, key: str, gone: Obj | None = None) -> None:
         """The pod is gone (deleted, finished, or its bind failed). ``gone``: the pod as it left
@@ -479,6 +500,7 @@ class RecentPods:
                 float(arrays.amounts[j, i]),
                 float(known[j]),
                 revision=arrays.revisions[j],
+                key=key,
             )
         return ramping
 

@@ -77,6 +77,8 @@ class _Pod(NamedTuple):
     revision: str | None = None
     # False once the pod is gone (:meth:`WorkloadHistory.departed`).
     live: bool = True
+    # Its ``namespace/name``, by which its usage is looked up again (:meth:`WorkloadHistory.live_keys`).
+    key: str | None = None
 
 
 @dataclass
@@ -108,10 +110,12 @@ class WorkloadHistory:
         used: float,
         displace: bool = True,
         revision: str | None = None,
+        key: str | None = None,
     ) -> None:
-        """A stable pod of ``workload`` (made from its template's ``revision``) guessed at
-        ``guess`` measured ``used`` (engine units). Without ``displace``, a workload not
-        remembered yet is only taken where there is room: it pushes out no other."""
+        """A stable pod of ``workload`` (made from its template's ``revision``; ``key``: its
+        ``namespace/name``) guessed at ``guess`` measured ``used`` (engine units). Without
+        ``displace``, a workload not remembered yet is only taken where there is room: it
+        pushes out no other."""
         if kind == LIMITED:
             kind = FROM_REQUEST  # its guess is its request too: it teaches the ratio
         if kind not in (FROM_REQUEST, BEST_EFFORT) or (kind == FROM_REQUEST and guess <= 0):
@@ -120,7 +124,7 @@ class WorkloadHistory:
             return
         taught = self._entry(now, workload)
         taught.pods.pop(uid, None)
-        taught.pods[uid] = _Pod(kind, guess, used, revision)
+        taught.pods[uid] = _Pod(kind, guess, used, revision, key=key)
         while len(taught.pods) > POD_MEMORY:
             taught.pods.popitem(last=False)
         taught.figures = None
@@ -147,6 +151,14 @@ class WorkloadHistory:
         if taught is not None and taught.pods.pop(uid, None) is not None:
             taught.figures = None
             self._changed = True
+
+    def live_keys(self, workload: str) -> list[str]:
+        """The ``namespace/name`` of each remembered pod of ``workload`` still running, by
+        which what they use now can be read again."""
+        taught = self._taught.get(workload)
+        if taught is None:
+            return []
+        return [p.key for p in taught.pods.values() if p.live and p.key is not None]
 
     def warmed(self, now: float, workload: str, seconds: float) -> None:
         """A pod of ``workload`` took ``seconds`` after its bind to use a stable amount."""

@@ -490,6 +490,8 @@ class ClusterState:
             if current is not None and (not current.assumed or current.uid != uid):
                 self._remove(key)
                 self.recent.drop(key)
+            elif current is None and self.recent.learns:
+                self.recent.pending(pod)  # its workload's replicas are read again
             return
         if current is not None and current.node == node and current.uid == uid:
             self._update(key, current, pod)
