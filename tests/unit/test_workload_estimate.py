@@ -878,6 +878,32 @@ def test_a_workload_getting_new_pods_is_read_again_before_a_pass_reaches_it() ->
     assert (figure.ratio > 1.2, figure.ratio_pods) == (True, 3), "read again at once (1.5)"
 
 
+def test_a_short_jobs_runs_teach_its_next_runs_though_none_lived_to_settle() -> None:
+    """A CronJob whose runs last two scrapes: no run's usage is ever stable, yet each that
+    succeeds speaks for the next ones at the most it measured, where nothing was learned of
+    them before; a run that failed teaches nothing."""
+    loop = Loop(learned_metric())
+
+    def run(name: str, used: float, phase: str) -> None:
+        p = owned(name, "n0", owner=("Job", f"{name}-29031840"))
+        p["metadata"]["ownerReferences"][0]["name"] = name.rsplit("-", 1)[0] + "-29031840"
+        loop.add(p)
+        loop.sample({name: used * 0.8})
+        loop.sample({name: used})
+        done = {**p, "status": {**p["status"], "phase": phase}}
+        loop.state.on_pod("MODIFIED", done, p)
+        loop.state.sync()
+
+    run("backup-a", 300.0, "Succeeded")
+    run("report-a", 300.0, "Failed")
+    matrix = loop.sample({})
+    workloads = matrix.metrics[0].estimate.calibration.workloads
+    assert "default/CronJob/report" not in workloads, "a failed run teaches nothing"
+    nxt = loop.choice(matrix, owned("backup-b", "", owner=("Job", "backup-29031900")))
+    assert nxt.source == "workload"
+    assert workloads["default/CronJob/backup"].ratio == pytest.approx(3.0)
+
+
 def test_the_dry_run_learns_from_the_settled_pods_all_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """``ksched rebalance --dry-run`` builds the live loop's load model from one listing: its
     settled pods teach their workloads in one pass, not the live loop's share a pass."""

@@ -267,11 +267,29 @@ class RecentPods:
         """The pod is gone (deleted, finished, or its bind failed). ``gone``: the pod as it left
         the cluster (deleted or finished), whether recent or settled: what it taught its
         workload then stands as that of a pod that left, which a measured live pod of another
-        revision silences (:meth:`~ksched.loop.metrics.workloads.WorkloadHistory.departed`)."""
-        if self.pods.pop(key, None) is not None:
+        revision silences (:meth:`~ksched.loop.metrics.workloads.WorkloadHistory.departed`).
+        A recent pod that succeeded before its usage settled (a Job's run shorter than settling
+        takes) first teaches its workload the highest usage it measured."""
+        recent = self.pods.pop(key, None)
+        if recent is not None:
             self._version += 1
-        for series in self._series.values():
-            series.forget(key)
+        succeeded = gone is not None and (gone.get("status") or {}).get("phase") == "Succeeded"
+        for i, series in self._series.items():
+            peak = series.forget(key, recent.uid if recent is not None else "")
+            workload = recent.workloads[i] if recent is not None else None
+            if succeeded and recent is not None and peak and peak > 0 and workload is not None:
+                # A run that completed before its usage could settle (a short Job's pod):
+                # what it used at most speaks for its workload's next runs.
+                self._history[i].observe(
+                    self.clock(),
+                    workload,
+                    recent.uid,
+                    recent.kinds[i],
+                    float(recent.amounts[i]),
+                    peak,
+                    revision=recent.revision,
+                    key=key,
+                )
         if gone is None:
             return
         uid = str(meta(gone).get("uid", ""))
@@ -587,7 +605,7 @@ class RecentPods:
                 del self.pods[key]
                 self._version += 1
                 for series in self._series.values():
-                    series.forget(key)
+                    series.forget(key, uid)
 
     def _current(self, snapshot: Snapshot) -> _Arrays:
         """The recent pods as columns, rebuilt when they or the snapshot's rows changed."""

@@ -469,8 +469,11 @@ class PodSeries:
         s.news_at = at
         return True
 
-    def forget(self, key: str) -> None:
-        self._pods.pop(key, None)
+    def forget(self, key: str, uid: str) -> float | None:
+        """The pod ``key`` left: its highest sample where it never settled (a short Job's run
+        ends before its series can show a stable value), else None."""
+        s = self._pods.pop(key, None)
+        return max(s.values) if s is not None and s.uid == uid and not s.stable else None
 
     def ramping(
         self, key: str, uid: str, at: float, value: float, age: float, warmup: float | None, cap: float
