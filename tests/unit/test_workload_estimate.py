@@ -878,6 +878,31 @@ def test_a_workload_getting_new_pods_is_read_again_before_a_pass_reaches_it() ->
     assert (figure.ratio > 1.2, figure.ratio_pods) == (True, 3), "read again at once (1.5)"
 
 
+def test_revisits_past_what_one_build_reads_are_read_at_the_next() -> None:
+    """Thirty workloads get new pods at once (a node drained): their 150 remembered replicas
+    are read again 100 a build, none dropped, however long it takes a pass to come due."""
+    estimate = learned_metric().estimate
+    assert estimate is not None
+    pods = {
+        f"default/w{w}-{i}": owned(f"w{w}-{i}", "n0", owner=("Deployment", f"w{w}"))
+        for w in range(30)
+        for i in range(5)
+    }
+
+    def lookup(key: str) -> Any:
+        p = pods.get(key)
+        return None if p is None else (p["metadata"]["uid"], T0 - 86400, p, pod_requests(p))
+
+    settled, history = SettledPods(per_pass=100), WorkloadHistory(T0)
+    settled.teach(T0, {}, lookup, (), 0.0, estimate, history)  # a pass ran: the next is not due
+    settled.revisit(pods)
+    measured = dict.fromkeys(pods, 50.0)
+    settled.teach(T0 + 1, measured, lookup, (), 0.0, estimate, history)
+    assert len(history.figures(T0 + 1)) == 20
+    settled.teach(T0 + 2, measured, lookup, (), 0.0, estimate, history)
+    assert len(history.figures(T0 + 2)) == 30
+
+
 def test_a_short_jobs_runs_teach_its_next_runs_though_none_lived_to_settle() -> None:
     """A CronJob whose runs last two scrapes: no run's usage is ever stable, yet each that
     succeeds speaks for the next ones at the most it measured, where nothing was learned of
@@ -888,8 +913,8 @@ def test_a_short_jobs_runs_teach_its_next_runs_though_none_lived_to_settle() -> 
         p = owned(name, "n0", owner=("Job", f"{name}-29031840"))
         p["metadata"]["ownerReferences"][0]["name"] = name.rsplit("-", 1)[0] + "-29031840"
         loop.add(p)
-        loop.sample({name: used * 0.8})
         loop.sample({name: used})
+        loop.sample({name: used * 0.7})  # winding down: the most it used speaks, not the last
         done = {**p, "status": {**p["status"], "phase": phase}}
         loop.state.on_pod("MODIFIED", done, p)
         loop.state.sync()

@@ -25,7 +25,8 @@ figure, and its margin up to the prior's quantile joins that caution: summed wit
 workload on a node, in quadrature across workloads (:meth:`RecentPods._expected`). A measured
 pod still ramping up (:class:`~ksched.loop.metrics.workloads.PodSeries`) counts as the larger
 of its estimate and its measured usage, less what the sample shows of it, until it is stable
-or ``warmup`` after its bind; only stable pods teach. Pods bound before the horizon (past any
+or ``warmup`` after its bind; only stable pods teach (and a pod that succeeds before it is
+stable, at the most it measured: a short Job's run). Pods bound before the horizon (past any
 warm-up) teach their workloads too, a share of them a pass (:attr:`RecentPods.settled`), so
 that a workload running since before ksched started is estimated from its own replicas.
 
@@ -46,7 +47,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from cachetools import TTLCache
+from cachetools import LRUCache
 
 from ksched.config import EstimateConfig, MetricConfig
 from ksched.config.metrics import NEXT_POD_QUANTILE, Calibration, WorkloadCalibration
@@ -182,11 +183,9 @@ class RecentPods:
         # per learning metric, the pass through them (:mod:`ksched.loop.metrics.settled`).
         self.settled: Lookup | None = None
         self._settled = {i: SettledPods() for i in self._history}
-        # The workloads (by learning metric's column) whose replicas were last sent to be
-        # revisited less than a pass ago (:meth:`pending`).
-        self._revisited: TTLCache[tuple[int, str], bool] = TTLCache(
-            maxsize=WORKLOAD_MEMORY, ttl=SETTLED_EVERY_S, timer=clock
-        )
+        # When each workload's (by learning metric's column) replicas were last sent to be
+        # revisited (:meth:`pending`).
+        self._revisited: LRUCache[tuple[int, str], float] = LRUCache(maxsize=WORKLOAD_MEMORY)
         # When a learning metric's values were last built, which is when it learns
         # (:meth:`~ksched.loop.metrics.load_model.LoadModel.keep_learning`).
         self.taught_at = -math.inf
@@ -255,12 +254,17 @@ class RecentPods:
         through the settled pods is due (:meth:`~ksched.loop.metrics.settled.SettledPods.revisit`;
         once a pass per workload), so that a workload scaled up because its replicas got busy
         counts at what they use now, not at what they used when last visited."""
+        now = self.clock()
         for i, history in self._history.items():
             estimate = self.metrics[i].estimate
             workload = workload_of(pod, estimate.workload_label) if estimate is not None else None
-            if workload is None or (i, workload) in self._revisited:
+            if workload is None:
                 continue
-            self._revisited[i, workload] = True
+            # A wall clock set back since (a negative time since) does not hold it back.
+            last = self._revisited.get((i, workload))
+            if last is not None and 0 <= now - last < SETTLED_EVERY_S:
+                continue
+            self._revisited[i, workload] = now
             self._settled[i].revisit(history.live_keys(workload))
 
     def drop(self, key: str, gone: Obj | None = None) -> None:
@@ -273,11 +277,17 @@ class RecentPods:
         recent = self.pods.pop(key, None)
         if recent is not None:
             self._version += 1
-        succeeded = gone is not None and (gone.get("status") or {}).get("phase") == "Succeeded"
+        uid = str(meta(gone).get("uid", "")) if gone is not None else ""
+        succeeded = (
+            gone is not None
+            and recent is not None
+            and recent.uid == uid
+            and (gone.get("status") or {}).get("phase") == "Succeeded"
+        )
         for i, series in self._series.items():
             peak = series.forget(key, recent.uid if recent is not None else "")
             workload = recent.workloads[i] if recent is not None else None
-            if succeeded and recent is not None and peak and peak > 0 and workload is not None:
+            if succeeded and recent is not None and peak is not None and peak > 0 and workload is not None:
                 # A run that completed before its usage could settle (a short Job's pod):
                 # what it used at most speaks for its workload's next runs.
                 self._history[i].observe(
@@ -292,12 +302,14 @@ class RecentPods:
                 )
         if gone is None:
             return
-        uid = str(meta(gone).get("uid", ""))
+        # And the recent pod of that key, where it was another (its deletion missed).
+        uids = {uid} if recent is None else {uid, recent.uid}
         for i, history in self._history.items():
             estimate = self.metrics[i].estimate
             workload = workload_of(gone, estimate.workload_label) if estimate is not None else None
             if workload is not None:
-                history.departed(workload, uid)
+                for gone_uid in uids:
+                    history.departed(workload, gone_uid)
 
     def add_to(
         self,

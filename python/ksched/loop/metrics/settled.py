@@ -68,9 +68,9 @@ class SettledPods:
         self._random = random.Random(seed)
         # What the pods visited since the figures were last taught measured: (kind, guess, used).
         self._rows: list[tuple[int, float, float]] = []
-        # Pods to visit at the next pass, due or not (:meth:`revisit`); bounded like a pass,
-        # the oldest dropped, where no pass runs (no pod usage sample).
-        self._urgent: deque[str] = deque(maxlen=SETTLED_PER_PASS)
+        # Pods to visit at the next builds, a pass due or not (:meth:`revisit`), in order, each
+        # once: remembered pods' keys, so never more than the workloads remember.
+        self._urgent: dict[str, None] = {}
         # The last cluster-wide figures they taught of each kind (from requests, BestEffort), and
         # when: a kind no pod teaches any more expires on its own.
         self._ratio: tuple[float, Learned] | None = None
@@ -89,8 +89,10 @@ class SettledPods:
         """Visit the next measured pods when a pass is due: each bound before ``now -
         horizon_s`` and not in ``recent`` teaches ``history`` under its workload, and the
         cluster-wide figures once enough were visited (or the round through them ended)."""
-        while self._urgent:
-            key = self._urgent.popleft()
+        urgent = self._urgent
+        for _ in range(len(urgent) if self.per_pass is None else min(self.per_pass, len(urgent))):
+            key = next(iter(urgent))
+            del urgent[key]
             self._visit(now, key, measured, lookup, recent, horizon_s, estimate, history, cluster=False)
         if now < self._due:
             return
@@ -113,11 +115,12 @@ class SettledPods:
             rows.clear()
 
     def revisit(self, keys: Iterable[str]) -> None:
-        """Visit these pods at the next :meth:`teach`, whether or not a pass is due: the
-        replicas of a workload that is getting new pods, so that a scale-up from idle counts at
-        what they use now, not at what they used when a pass last reached them (in a cluster
-        of 150,000 pods, up to fifteen minutes before)."""
-        self._urgent.extend(keys)
+        """Visit these pods at the next :meth:`teach`, whether or not a pass is due (up to
+        ``per_pass`` of them a build, the rest at the next): the replicas of a workload that is
+        getting new pods, so that a scale-up from idle counts at what they use now, not at what
+        they used when a pass last reached them (in a cluster of 150,000 pods, up to fifteen
+        minutes before)."""
+        self._urgent.update(dict.fromkeys(keys))
 
     def _visit(
         self,

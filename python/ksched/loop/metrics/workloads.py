@@ -14,7 +14,8 @@ Owns two things for one metric's estimate, both fed by
   unchanged value read before the learned scrape cadence passed is the same sample), while it is
   younger than its workload's learned warm-up, or while it has ``RAMP_SPAN`` samples or fewer;
   never past the estimate's ``warmup``. A pod that stopped ramping is stable for good (usage
-  that swings later is the spread's business), and only stable pods teach.
+  that swings later is the spread's business), and only stable pods teach (and a pod that
+  succeeds before it settles: a short Job's run, at the highest value read of it).
 
 Nothing here reads the cluster state or the clock: times come from the caller.
 """
@@ -418,6 +419,8 @@ class _Series:
     # Its last ``RAMP_SPAN + 1`` new samples, oldest first.
     values: deque[float]
     stable: bool = False
+    # The highest sample read of it (what a run that ends before it settles teaches).
+    peak: float = 0.0
     # When its value was first read or last changed, and whether it has changed since; when
     # its last new sample was read (a change, or an unchanged value taken as a new scrape).
     changed_at: float = 0.0
@@ -470,10 +473,10 @@ class PodSeries:
         return True
 
     def forget(self, key: str, uid: str) -> float | None:
-        """The pod ``key`` left: its highest sample where it never settled (a short Job's run
-        ends before its series can show a stable value), else None."""
+        """The pod ``key`` (``uid``) left: the highest sample read of it where it never
+        settled (a short Job's run ends before its series can show a stable value), else None."""
         s = self._pods.pop(key, None)
-        return max(s.values) if s is not None and s.uid == uid and not s.stable else None
+        return max(s.peak, *s.values) if s is not None and s.uid == uid and not s.stable else None
 
     def ramping(
         self, key: str, uid: str, at: float, value: float, age: float, warmup: float | None, cap: float
@@ -489,6 +492,7 @@ class PodSeries:
                 uid, at, deque([value], maxlen=RAMP_SPAN + 1), changed_at=at, news_at=at
             )
         elif fresh:
+            s.peak = max(s.peak, s.values[0])  # the sample about to leave the window
             s.values.append(value)
             s.at = at
         if s.stable:
