@@ -70,7 +70,8 @@ class SettledPods:
         self._rows: list[tuple[int, float, float]] = []
         # Pods to visit at the next builds, a pass due or not (:meth:`revisit`), in order, each
         # once: remembered pods' keys, so never more than the workloads remember.
-        self._urgent: dict[str, None] = {}
+        self._urgent: deque[str] = deque()
+        self._queued: set[str] = set()
         # The last cluster-wide figures they taught of each kind (from requests, BestEffort), and
         # when: a kind no pod teaches any more expires on its own.
         self._ratio: tuple[float, Learned] | None = None
@@ -89,11 +90,42 @@ class SettledPods:
         """Visit the next measured pods when a pass is due: each bound before ``now -
         horizon_s`` and not in ``recent`` teaches ``history`` under its workload, and the
         cluster-wide figures once enough were visited (or the round through them ended)."""
+
+        def visit(key: str, cluster: bool = True) -> None:
+            """The settled pod ``key`` teaches its workload what it measures, and with
+            ``cluster`` the cluster-wide figures (a revisit does not: its pod would count twice
+            in the round); unless it is recent, unmeasured, gone or bound within the horizon."""
+            used = measured.get(key)
+            if used is None or not math.isfinite(used) or key in recent:
+                return
+            found = lookup(key)
+            if found is None:
+                return
+            uid, bound_at, pod, requests = found
+            if now - bound_at < horizon_s:
+                return  # bound within the horizon: the recent pods' to judge
+            amount, kind = guess(pod, requests, estimate)
+            if cluster:
+                self._rows.append((kind, float(amount), float(used)))
+            workload = workload_of(pod, estimate.workload_label)
+            if workload is not None:
+                history.observe(
+                    now,
+                    workload,
+                    uid,
+                    kind,
+                    float(amount),
+                    float(used),
+                    displace=False,
+                    revision=revision_of(pod),
+                    key=key,
+                )
+
         urgent = self._urgent
         for _ in range(len(urgent) if self.per_pass is None else min(self.per_pass, len(urgent))):
-            key = next(iter(urgent))
-            del urgent[key]
-            self._visit(now, key, measured, lookup, recent, horizon_s, estimate, history, cluster=False)
+            key = urgent.popleft()
+            self._queued.discard(key)
+            visit(key, cluster=False)
         if now < self._due:
             return
         self._due = now + SETTLED_EVERY_S
@@ -104,7 +136,7 @@ class SettledPods:
             queue.extend(keys)
         rows = self._rows
         for _ in range(len(queue) if self.per_pass is None else min(self.per_pass, len(queue))):
-            self._visit(now, queue.popleft(), measured, lookup, recent, horizon_s, estimate, history)
+            visit(queue.popleft())
         if rows and (not queue or len(rows) >= SETTLED_FIGURES_PODS):
             table = np.array(rows, dtype=np.float64).reshape(-1, 3)
             taught = learn(table[:, 1], table[:, 0].astype(np.int8), table[:, 2])
@@ -120,48 +152,10 @@ class SettledPods:
         getting new pods, so that a scale-up from idle counts at what they use now, not at what
         they used when a pass last reached them (in a cluster of 150,000 pods, up to fifteen
         minutes before)."""
-        self._urgent.update(dict.fromkeys(keys))
-
-    def _visit(
-        self,
-        now: float,
-        key: str,
-        measured: Mapping[str, float],
-        lookup: Lookup,
-        recent: Container[str],
-        horizon_s: float,
-        estimate: EstimateConfig,
-        history: WorkloadHistory,
-        cluster: bool = True,
-    ) -> None:
-        """The settled pod ``key`` teaches its workload what it measures, and with
-        ``cluster`` the cluster-wide figures (a revisit does not: its pod would count twice in
-        the round); unless it is recent, unmeasured, gone or bound within the horizon."""
-        used = measured.get(key)
-        if used is None or not math.isfinite(used) or key in recent:
-            return
-        found = lookup(key)
-        if found is None:
-            return
-        uid, bound_at, pod, requests = found
-        if now - bound_at < horizon_s:
-            return  # bound within the horizon: the recent pods' to judge
-        amount, kind = guess(pod, requests, estimate)
-        if cluster:
-            self._rows.append((kind, float(amount), float(used)))
-        workload = workload_of(pod, estimate.workload_label)
-        if workload is not None:
-            history.observe(
-                now,
-                workload,
-                uid,
-                kind,
-                float(amount),
-                float(used),
-                displace=False,
-                revision=revision_of(pod),
-                key=key,
-            )
+        for key in keys:
+            if key not in self._queued:
+                self._queued.add(key)
+                self._urgent.append(key)
 
     def stand_in(self, now: float, recent: Calibration) -> Calibration:
         """The recent pods' cluster-wide figures, with each kind they have not taught (too few
