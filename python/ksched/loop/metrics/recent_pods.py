@@ -278,26 +278,28 @@ class RecentPods:
         if recent is not None:
             self._version += 1
         uid = str(meta(gone).get("uid", "")) if gone is not None else ""
-        succeeded = (
-            gone is not None
-            and recent is not None
+        # A run that completed before its usage could settle (a short Job's pod): what it used
+        # at most speaks for its workload's next runs.
+        run = (
+            recent
+            if recent is not None
+            and gone is not None
             and recent.uid == uid
             and (gone.get("status") or {}).get("phase") == "Succeeded"
+            else None
         )
         for i, series in self._series.items():
             peak = series.forget(key, recent.uid if recent is not None else "")
-            workload = recent.workloads[i] if recent is not None else None
-            if succeeded and recent is not None and peak is not None and peak > 0 and workload is not None:
-                # A run that completed before its usage could settle (a short Job's pod):
-                # what it used at most speaks for its workload's next runs.
+            workload = run.workloads[i] if run is not None else None
+            if run is not None and workload is not None and peak is not None and peak > 0:
                 self._history[i].observe(
                     self.clock(),
                     workload,
-                    recent.uid,
-                    recent.kinds[i],
-                    float(recent.amounts[i]),
+                    run.uid,
+                    run.kinds[i],
+                    float(run.amounts[i]),
                     peak,
-                    revision=recent.revision,
+                    revision=run.revision,
                     key=key,
                 )
         if gone is None:

@@ -476,7 +476,7 @@ class PodSeries:
         """The pod ``key`` (``uid``) left: the highest sample read of it where it never
         settled (a short Job's run ends before its series can show a stable value), else None."""
         s = self._pods.pop(key, None)
-        return max(s.peak, *s.values) if s is not None and s.uid == uid and not s.stable else None
+        return s.peak if s is not None and s.uid == uid and not s.stable else None
 
     def ramping(
         self, key: str, uid: str, at: float, value: float, age: float, warmup: float | None, cap: float
@@ -489,10 +489,10 @@ class PodSeries:
         fresh = s is None or s.uid != uid or (at > s.at and self._news(s, at, value))
         if s is None or s.uid != uid:
             s = self._pods[key] = _Series(
-                uid, at, deque([value], maxlen=RAMP_SPAN + 1), changed_at=at, news_at=at
+                uid, at, deque([value], maxlen=RAMP_SPAN + 1), changed_at=at, news_at=at, peak=value
             )
         elif fresh:
-            s.peak = max(s.peak, s.values[0])  # the sample about to leave the window
+            s.peak = max(s.peak, value)
             s.values.append(value)
             s.at = at
         if s.stable:
