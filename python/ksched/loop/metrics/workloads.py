@@ -416,8 +416,9 @@ def _blend(
 class _Series:
     uid: str
     at: float
-    # Its last ``RAMP_SPAN + 1`` new samples, oldest first.
+    # Its last ``RAMP_SPAN + 1`` new samples, oldest first, and when each was sampled.
     values: deque[float]
+    times: deque[float]
     stable: bool = False
     # The highest sample read of it (what a run that ends before it settles teaches).
     peak: float = 0.0
@@ -489,11 +490,18 @@ class PodSeries:
         fresh = s is None or s.uid != uid or (at > s.at and self._news(s, at, value))
         if s is None or s.uid != uid:
             s = self._pods[key] = _Series(
-                uid, at, deque([value], maxlen=RAMP_SPAN + 1), changed_at=at, news_at=at, peak=value
+                uid,
+                at,
+                deque([value], maxlen=RAMP_SPAN + 1),
+                deque([at], maxlen=RAMP_SPAN + 1),
+                changed_at=at,
+                news_at=at,
+                peak=value,
             )
         elif fresh:
             s.peak = max(s.peak, value)
             s.values.append(value)
+            s.times.append(at)
             s.at = at
         if s.stable:
             return False, False, fresh
@@ -520,6 +528,24 @@ class PodSeries:
             self.cadence(at),
         )
         return False, True, fresh
+
+    def climbed(self, key: str, uid: str, value: float, at: float, now: float) -> float:
+        """What the ramping pod ``key`` (``uid``) uses by ``now``, where ``value`` is what the
+        sample taken at ``at`` measured: ``value`` carried on along its climb over its kept
+        samples (their rise over their span) for as long as the reading trails ``now``, the time
+        since ``at`` and one learned scrape cadence. That is the least a reading trails: a pod
+        query's ``irate`` is the mean over the last scrape interval, which ends a scrape after
+        the sample on average; a ``rate`` over a longer window trails by more. At most twice
+        ``value``: a climb read off a few noisy samples is not carried further. ``value`` itself
+        where the pod does not climb (a level or falling series, one sample, a stable pod)."""
+        s = self._pods.get(key)
+        if s is None or s.uid != uid or s.stable or len(s.values) < 2 or value <= 0:
+            return value
+        span, rise = s.times[-1] - s.times[0], s.values[-1] - s.values[0]
+        if span <= 0 or rise <= 0:
+            return value
+        trail = max(0.0, now - at) + (self.cadence(at) or 0.0)
+        return value + min(value, rise / span * trail)
 
 
 def _taught_by(figure: float | None, settled: bool) -> str | None:
