@@ -371,16 +371,31 @@ def test_a_climbing_pod_counts_what_it_uses_by_now_not_what_a_late_sample_read()
     assert (shown["counts"], shown["measured"]) == (pytest.approx(1150.0), 800.0)
     level = loop.sample({"java": 810.0})
     assert "default/java" in loop.store.learned()["cpu"]["ramping"], "younger than its warm-up cap"
-    # 700 -> 810 over 4 s: the climb slows, and so does what it is carried to.
-    assert level.values[1, 0] == pytest.approx(NODE_VALUE + (810 + 27.5 * 7) / 4000)
-    falling = loop.sample({"java": 650.0})
-    assert falling.values[1, 0] == pytest.approx(NODE_VALUE + 650 / 4000), "falling: its reading"
+    # 700 -> 800 -> 810, 2 s apart: the slower step, 5m/s, is what it is carried on by.
+    assert level.values[1, 0] == pytest.approx(NODE_VALUE + (810 + 5 * 7) / 4000)
+
+
+@pytest.mark.parametrize(
+    ("case", "readings"),
+    [
+        ("a start-up spike falling back", (200.0, 1500.0, 900.0)),
+        ("a step: idle until ready, read first as its average since its start", (300.0, 900.0, 900.0)),
+        ("one step: too few samples to tell a climb", (300.0, 900.0)),
+    ],
+)
+def test_a_pod_that_does_not_climb_counts_at_its_reading(case: str, readings: tuple[float, ...]) -> None:
+    loop = Loop(learned_metric(warmup_s=600.0))
+    loop.add(owned("java", "n1", cpu="250m"))
+    for value in readings:
+        matrix = loop.sample({"java": value})
+    assert "default/java" in loop.store.learned()["cpu"]["ramping"], case
+    assert matrix.values[1, 0] == pytest.approx(NODE_VALUE + readings[-1] / 4000), case
 
 
 @pytest.mark.parametrize(
     ("case", "limit", "want"),
     [
-        ("a jump is carried to twice the reading at the most", None, 2 * 900.0),
+        ("a steep climb is carried to twice the reading at the most", None, 2 * 900.0),
         ("never past its limit", "1200m", 1200.0),
         ("a limit below the reading: the reading", "500m", 900.0),
     ],
@@ -391,9 +406,21 @@ def test_what_a_climb_is_carried_to_is_bounded(case: str, limit: str | None, wan
     if limit is not None:
         java["spec"]["containers"][0]["resources"]["limits"] = {"cpu": limit}
     loop.add(java)
-    loop.sample({"java": 100.0})
-    jumped = loop.sample({"java": 900.0})
-    assert jumped.values[1, 0] == pytest.approx(NODE_VALUE + want / 4000), case
+    for value in (100.0, 500.0):
+        loop.sample({"java": value})
+    climbed = loop.sample({"java": 900.0})  # 200m/s, trailing 7 s: 2,300m by now
+    assert climbed.values[1, 0] == pytest.approx(NODE_VALUE + want / 4000), case
+
+
+def test_a_climbing_pod_partly_shown_by_its_nodes_sample_counts_the_rest_of_what_it_uses_by_now() -> None:
+    loop = Loop(learned_metric(warmup_s=600.0))
+    loop.add(owned("java", "n1", cpu="250m"))
+    loop.clock.now += 200
+    loop.source.node_at = None  # sampled 5 s ago, past the 90 s window: it shows the pod's reading
+    for value in (600.0, 700.0):
+        loop.sample({"java": value})
+    climbing = loop.sample({"java": 800.0})
+    assert climbing.values[1, 0] == pytest.approx(NODE_VALUE + 50 * 7 / 4000), "the node shows 800m of 1150m"
 
 
 def test_noise_does_not_end_a_climb() -> None:
@@ -528,9 +555,8 @@ def test_a_ramping_pod_of_an_unknown_workload_keeps_its_margin_until_it_measures
     past = loop.sample({"a-0": 3000.0, "b-0": 200.0})
     assert loop.store.learned()["cpu"]["ramping"] == ["default/a-0", "default/b-0"]
     assert high < 3000
-    assert past.values[1, 0] == pytest.approx(NODE_VALUE + (2 * 3000 + high) / 4000), (
-        "a-0 at its 3 CPU carried along its climb (twice, at most), no margin left; b-0 alone: "
-        "at the quantile"
+    assert past.values[1, 0] == pytest.approx(NODE_VALUE + (3000 + high) / 4000), (
+        "a-0 at its measured 3 CPU (one step: not carried on), no margin left; b-0 alone: at the quantile"
     )
 
 

@@ -28,6 +28,7 @@ import statistics
 from collections import OrderedDict, deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from itertools import pairwise
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -531,21 +532,24 @@ class PodSeries:
 
     def climbed(self, key: str, uid: str, value: float, at: float, now: float) -> float:
         """What the ramping pod ``key`` (``uid``) uses by ``now``, where ``value`` is what the
-        sample taken at ``at`` measured: ``value`` carried on along its climb over its kept
-        samples (their rise over their span) for as long as the reading trails ``now``, the time
-        since ``at`` and one learned scrape cadence. That is the least a reading trails: a pod
-        query's ``irate`` is the mean over the last scrape interval, which ends a scrape after
-        the sample on average; a ``rate`` over a longer window trails by more. At most twice
-        ``value``: a climb read off a few noisy samples is not carried further. ``value`` itself
-        where the pod does not climb (a level or falling series, one sample, a stable pod)."""
+        sample taken at ``at`` measured: ``value`` carried on along its climb for as long as the
+        reading trails ``now``, the time since ``at`` and one learned scrape cadence. That is
+        the least a reading trails: a pod query's ``irate`` is the mean over the last scrape
+        interval, which ends a scrape after the sample on average; a ``rate`` over a longer
+        window trails by more. The climb is the slower of its last ``RAMP_SPAN`` steps, and only
+        where each of them rose: a peak that falls back (a start-up spike), a step (a pod idle
+        until it was ready, read first as its average since its start) and a pod with fewer
+        samples are not carried. At most twice ``value``: a climb read off a few noisy samples
+        is not carried further. Else ``value`` itself."""
         s = self._pods.get(key)
-        if s is None or s.uid != uid or s.stable or len(s.values) < 2 or value <= 0:
+        if s is None or s.uid != uid or s.stable or len(s.values) <= RAMP_SPAN or value <= 0:
             return value
-        span, rise = s.times[-1] - s.times[0], s.values[-1] - s.values[0]
-        if span <= 0 or rise <= 0:
+        points = zip(s.times, s.values, strict=True)
+        steps = [(v1 - v0) / (t1 - t0) for (t0, v0), (t1, v1) in pairwise(points) if t1 > t0]
+        if len(steps) < RAMP_SPAN or min(steps) <= 0:
             return value
         trail = max(0.0, now - at) + (self.cadence(at) or 0.0)
-        return value + min(value, rise / span * trail)
+        return value + min(value, min(steps) * trail)
 
 
 def _taught_by(figure: float | None, settled: bool) -> str | None:
