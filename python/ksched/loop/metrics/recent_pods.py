@@ -24,9 +24,7 @@ the sum of squares). A pod of a workload without history counts at the typical w
 figure, and its margin up to the prior's quantile joins that caution: summed within a
 workload on a node, in quadrature across workloads (:meth:`RecentPods._expected`). A measured
 pod still ramping up (:class:`~ksched.loop.metrics.workloads.PodSeries`) counts as the larger
-of its estimate and what it uses by now (its measured usage carried on along its climb over the
-time the reading trails, :meth:`~ksched.loop.metrics.workloads.PodSeries.climbed`), less what
-the sample shows of it, until it is stable
+of its estimate and its measured usage, less what the sample shows of it, until it is stable
 or ``warmup`` after its bind; only stable pods teach (and a pod that succeeds before it is
 stable, at the most it measured: a short Job's run). Pods bound before the horizon (past any
 warm-up) teach their workloads too, a share of them a pass (:attr:`RecentPods.settled`), so
@@ -377,10 +375,9 @@ class RecentPods:
                     known[j] = value
         is_known = ~np.isnan(known)
         ramping = np.zeros(len(guesses), dtype=np.bool_)
-        climbed = known
         calibration = None
         if estimate.learns:
-            ramping, climbed = self._ramping(
+            ramping = self._ramping(
                 i, estimate, arrays, known, now if measured_at is None else measured_at, now
             )
             teaching = np.where(ramping, np.nan, known)
@@ -389,26 +386,20 @@ class RecentPods:
             )
         amounts, spreads, sources, margins = self._expected(i, arrays, guesses, calibration, estimate)
         # What the sample does not show of each pod: its fade over the window; for one still
-        # ramping up, the larger of its estimate and what it uses by now (its measured usage
-        # carried on along its climb, never past its limit), less the part of its measured
-        # usage the sample shows.
+        # ramping up, the larger of its estimate and its measured usage, less the part of its
+        # measured usage the sample shows.
         unseen = weight.copy()
         stable = is_known & ~ramping
         amounts[stable] = known[stable]
         spreads[stable] = 0.0
         margins[stable] = 0.0
         if ramping.any():
-            measured_now = climbed[ramping]
-            limits = arrays.limits[ramping, i].astype(np.float64)
-            measured_now = np.where(
-                limits > 0, np.minimum(measured_now, np.maximum(limits, known[ramping])), measured_now
-            )
-            top = np.maximum(amounts[ramping] + margins[ramping], measured_now)
+            top = np.maximum(amounts[ramping] + margins[ramping], known[ramping])
             shown = np.divide(
                 (1.0 - weight[ramping]) * known[ramping], top, out=np.ones_like(top), where=top > 0
             )
             unseen[ramping] = np.maximum(1.0 - shown, weight[ramping])
-            amounts[ramping] = np.maximum(amounts[ramping], measured_now)
+            amounts[ramping] = np.maximum(amounts[ramping], known[ramping])
             margins[ramping] = top - amounts[ramping]
         rows = arrays.rows
         counted, share = pod_shares(snapshot, estimate.resource, rows, amounts)
@@ -517,14 +508,11 @@ class RecentPods:
         known: npt.NDArray[np.float64],
         measured_at: float,
         now: float,
-    ) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.float64]]:
-        """Which measured recent pods still ramp up, and what each uses by ``now``
-        (:meth:`PodSeries.climbed`: for one ramping up, its measured usage carried on along its
-        climb; else its measured usage); a pod that just stopped teaches its workload how long
-        its warm-up took, and each stable one what it uses."""
+    ) -> npt.NDArray[np.bool_]:
+        """Which measured recent pods still ramp up; a pod that just stopped teaches its
+        workload how long its warm-up took, and each stable one what it uses."""
         history, series = self._history[i], self._series[i]
         ramping = np.zeros(len(known), dtype=np.bool_)
-        climbed = known.copy()
         for j in np.flatnonzero(~np.isnan(known)):
             key, workload = arrays.keys[j], arrays.workloads[j][i]
             age = now - float(arrays.bound_at[j])
@@ -532,8 +520,6 @@ class RecentPods:
             ramping[j], warmed, fresh = series.ramping(
                 key, uid, measured_at, float(known[j]), age, history.warmup(workload), estimate.warmup_s
             )
-            if ramping[j]:
-                climbed[j] = series.climbed(key, uid, float(known[j]), measured_at, now)
             if workload is None or ramping[j] or not fresh:
                 continue
             if warmed:
@@ -548,7 +534,7 @@ class RecentPods:
                 revision=arrays.revisions[j],
                 key=key,
             )
-        return ramping, climbed
+        return ramping
 
     def _calibration(self, i: int, estimate: EstimateConfig, cluster: Calibration, now: float) -> Calibration:
         """The cluster-wide figures with each workload's and the prior (``estimate.prior``)."""

@@ -28,7 +28,6 @@ import statistics
 from collections import OrderedDict, deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from itertools import pairwise
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -417,9 +416,8 @@ def _blend(
 class _Series:
     uid: str
     at: float
-    # Its last ``RAMP_SPAN + 1`` new samples, oldest first, and when each was sampled.
+    # Its last ``RAMP_SPAN + 1`` new samples, oldest first.
     values: deque[float]
-    times: deque[float]
     stable: bool = False
     # The highest sample read of it (what a run that ends before it settles teaches).
     peak: float = 0.0
@@ -491,18 +489,11 @@ class PodSeries:
         fresh = s is None or s.uid != uid or (at > s.at and self._news(s, at, value))
         if s is None or s.uid != uid:
             s = self._pods[key] = _Series(
-                uid,
-                at,
-                deque([value], maxlen=RAMP_SPAN + 1),
-                deque([at], maxlen=RAMP_SPAN + 1),
-                changed_at=at,
-                news_at=at,
-                peak=value,
+                uid, at, deque([value], maxlen=RAMP_SPAN + 1), changed_at=at, news_at=at, peak=value
             )
         elif fresh:
             s.peak = max(s.peak, value)
             s.values.append(value)
-            s.times.append(at)
             s.at = at
         if s.stable:
             return False, False, fresh
@@ -529,27 +520,6 @@ class PodSeries:
             self.cadence(at),
         )
         return False, True, fresh
-
-    def climbed(self, key: str, uid: str, value: float, at: float, now: float) -> float:
-        """What the ramping pod ``key`` (``uid``) uses by ``now``, where ``value`` is what the
-        sample taken at ``at`` measured: ``value`` carried on along its climb for as long as the
-        reading trails ``now``, the time since ``at`` and one learned scrape cadence. That is
-        the least a reading trails: a pod query's ``irate`` is the mean over the last scrape
-        interval, which ends a scrape after the sample on average; a ``rate`` over a longer
-        window trails by more. The climb is the slower of its last ``RAMP_SPAN`` steps, and only
-        where each of them rose: a peak that falls back (a start-up spike), a step (a pod idle
-        until it was ready, read first as its average since its start) and a pod with fewer
-        samples are not carried. At most twice ``value``: a climb read off a few noisy samples
-        is not carried further. Else ``value`` itself."""
-        s = self._pods.get(key)
-        if s is None or s.uid != uid or s.stable or len(s.values) <= RAMP_SPAN or value <= 0:
-            return value
-        points = zip(s.times, s.values, strict=True)
-        steps = [(v1 - v0) / (t1 - t0) for (t0, v0), (t1, v1) in pairwise(points) if t1 > t0]
-        if len(steps) < RAMP_SPAN or min(steps) <= 0:
-            return value
-        trail = max(0.0, now - at) + (self.cadence(at) or 0.0)
-        return value + min(value, min(steps) * trail)
 
 
 def _taught_by(figure: float | None, settled: bool) -> str | None:
