@@ -31,6 +31,9 @@ from tests.unit.test_load_estimate_engine import one_cpu_nodes, owned_by, place,
 
 POD_QUERY = "sum by (namespace, pod) (irate(pod_cpu_usage_seconds_total[1m]))"
 NODE_VALUE = 0.1  # what PodUsageSource's sample says of n0 and n1
+# The tests' Prometheus samples pods every second, so that each read (two seconds apart) is a
+# new sample even where the value did not change.
+SCRAPE_S = 1.0
 
 
 def learned_metric(**estimate: Any) -> MetricConfig:
@@ -39,7 +42,10 @@ def learned_metric(**estimate: Any) -> MetricConfig:
         source="prometheus",
         query="node:node_cpu_utilisation:ratio",
         estimate=EstimateConfig(
-            resource="cpu", window_s=90.0, pod_query=POD_QUERY, **{"learn": True, **estimate}
+            resource="cpu",
+            window_s=90.0,
+            pod_query=POD_QUERY,
+            **{"learn": True, "scrape_interval_s": SCRAPE_S, **estimate},
         ),
     )
 

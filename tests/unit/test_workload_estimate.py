@@ -37,7 +37,7 @@ from ksched.loop.mirror.slim import slim_node, slim_pod
 from ksched.loop.mirror.state import ClusterState
 from ksched.loop.telemetry import Telemetry
 from tests.conftest import node, pod
-from tests.unit.test_learned_estimate import NODE_VALUE, POD_QUERY, learned_metric, placing_estimate
+from tests.unit.test_learned_estimate import NODE_VALUE, POD_QUERY, SCRAPE_S, learned_metric, placing_estimate
 from tests.unit.test_load_estimate import CONFIG, T0, Clock, PodUsageSource, rfc3339
 
 
@@ -532,7 +532,13 @@ def parse_metric(estimate: dict[str, Any], query: str = "q[90s]") -> MetricConfi
                 "name": "cpu",
                 "source": "prometheus",
                 "query": query,
-                "estimate": {"resource": "cpu", "podQuery": POD_QUERY, "learn": True, **estimate},
+                "estimate": {
+                    "resource": "cpu",
+                    "podQuery": POD_QUERY,
+                    "learn": True,
+                    **({"scrapeInterval": f"{SCRAPE_S:g}s"} if estimate.get("learn", True) else {}),
+                    **estimate,
+                },
             }
         ],
     }
@@ -671,6 +677,9 @@ def test_explain_says_which_estimate_a_pod_got(tmp_path: Path, capsys: pytest.Ca
         ({"initialSpread": -0.1}, r"estimate.initialSpread: -0.1 is not in 0..10"),
         ({"initialSpread": "wide"}, r"estimate.initialSpread: 'wide' is not a finite number"),
         ({"learn": False, "initialSpread": 1}, r"estimate.initialSpread: needs learn: true"),
+        ({"scrapeInterval": 0}, r"estimate.scrapeInterval: 0s is not in \(0, 600s\]"),
+        ({"scrapeInterval": "20m"}, r"estimate.scrapeInterval: 1200s is not in \(0, 600s\]"),
+        ({"learn": False, "scrapeInterval": "15s"}, r"estimate.scrapeInterval: needs learn: true"),
     ],
 )
 def test_bad_workload_settings_name_the_key(estimate: dict[str, Any], error: str) -> None:
@@ -693,6 +702,7 @@ def test_workload_settings_are_read() -> None:
                     "learn": True,
                     "workloadLabel": "app.kubernetes.io/name",
                     "warmup": "5m",
+                    "scrapeInterval": "15s",
                     "prior": "p75",
                     "initialSpread": 0.5,
                 },
@@ -701,9 +711,11 @@ def test_workload_settings_are_read() -> None:
     }
     (m,) = parse_config(raw).metrics
     assert m.estimate is not None
-    assert (m.estimate.workload_label, m.estimate.warmup_s, m.estimate.prior, m.estimate.initial_spread) == (
+    e = m.estimate
+    assert (e.workload_label, e.warmup_s, e.scrape_interval_s, e.prior, e.initial_spread) == (
         "app.kubernetes.io/name",
         300.0,
+        15.0,
         ("quantile", 0.75),
         0.5,
     )
@@ -993,19 +1005,30 @@ def test_status_tells_how_one_pod_counts_recent_or_pending() -> None:
     assert problem["metric"] is None and "lots" in problem["problem"]
 
 
-def test_before_the_scrape_cadence_is_known_a_repeated_value_is_no_sample_once_values_change() -> None:
+def test_before_the_scrape_cadence_is_known_a_repeated_value_is_a_sample_only_after_the_scrape_interval() -> (
+    None
+):
+    """A fresh ksched does not know how often Prometheus scrapes until a pod's value changed
+    twice; the estimate's ``scrapeInterval`` (by default Prometheus's 1m) stands in. Before,
+    every read was a new sample until some value changed, and the pods measured in a fresh
+    ksched's first scrape interval settled on their first scrape read three times."""
     series = PodSeries()
-    # Another pod's value changed once: reads repeat scrapes, at a pace not known yet (a
-    # cadence needs two changes). Without this, every pod measured in ksched's first scrape
-    # interval settled on its first repeated reads, at a fraction of what it would use.
-    series.ramping("default/other", "u0", 0.0, 100.0, 0.0, None, 180.0)
-    series.ramping("default/other", "u0", 5.0, 120.0, 5.0, None, 180.0)
-    assert series.cadence(5.0) is None
-    for at in (5.0, 7.0, 9.0, 11.0):
-        ramping, _, _ = series.ramping("default/java", "u1", at, 200.0, at, None, 180.0)
-        assert ramping, f"at {at:g}s: 200m read again is still one sample"
-    exact = PodSeries()  # no value ever changed: usage exactly constant, every read a sample
-    results = [exact.ramping("default/flat", "u2", at, 50.0, at, None, 180.0)[0] for at in (0.0, 2.0, 4.0)]
+    for at in (0.0, 5.0, 10.0, 15.0, 60.0, 85.0):
+        ramping, _, fresh = series.ramping("default/java", "u1", at, 200.0, at, None, 180.0)
+        assert ramping, f"at {at:g}s: 200m read again is still its first sample"
+        assert fresh == (at == 0.0)
+    assert series.cadence(85.0) is None
+    ramping, _, fresh = series.ramping("default/java", "u1", 90.0, 200.0, 90.0, None, 180.0)
+    assert ramping and fresh, "1.5 scrape intervals on, the same value is a second sample"
+    # A pod that climbs while the others read the same scrape again: the climb counts, the
+    # repeats do not.
+    series.ramping("default/web", "u2", 0.0, 100.0, 0.0, None, 180.0)
+    for at, value in ((5.0, 100.0), (10.0, 100.0), (15.0, 130.0), (20.0, 130.0), (30.0, 170.0)):
+        ramping, _, _ = series.ramping("default/web", "u2", at, value, at, None, 180.0)
+        assert ramping, f"at {at:g}s ({value:g}m) it still climbs"
+    assert series.cadence(30.0) == 15.0, "learned from its two changes"
+    scraped = PodSeries(scrape_interval_s=1.0)  # told: every read two seconds apart is a sample
+    results = [scraped.ramping("default/flat", "u3", at, 50.0, at, None, 180.0)[0] for at in (0.0, 2.0, 4.0)]
     assert results == [True, True, False]
 
 

@@ -47,6 +47,11 @@ NEXT_POD_QUANTILE = 0.9
 # Python services warm up over 30 s to 3 min); while it ramps it counts at least its estimate.
 DEFAULT_WARMUP_S = 180.0
 MAX_WARMUP_S = 3600.0
+# ``estimate.scrapeInterval``: how often the pod query's values are sampled (Prometheus's
+# ``scrape_interval`` for their series), taken until ksched learned it from the values'
+# changes (:class:`ksched.loop.metrics.workloads.PodSeries`). Prometheus's default.
+DEFAULT_SCRAPE_INTERVAL_S = 60.0
+MAX_SCRAPE_INTERVAL_S = 600.0
 # ``estimate.prior``: how a pod of a workload nothing was learned of counts. A quantile of the
 # workloads' learned ratios (``p90``), its limit (``limit``), or a fixed ratio (a number).
 DEFAULT_PRIOR = ("quantile", 0.9)
@@ -240,6 +245,8 @@ class EstimateConfig:
     workload_label: str | None = None
     # The longest a pod is taken to ramp up after its bind.
     warmup_s: float = DEFAULT_WARMUP_S
+    # How often the pod query's values are sampled, until learned from their changes.
+    scrape_interval_s: float = DEFAULT_SCRAPE_INTERVAL_S
     # How a pod of a workload without history counts: ("quantile", q), ("limit", 0) or ("ratio", x).
     prior: tuple[str, float] = DEFAULT_PRIOR
     # The standard deviation of usage over guess of a guess nothing calibrated yet: what the
@@ -388,6 +395,7 @@ def _estimate(obj: Any, path: str, metric_resource: str | None) -> EstimateConfi
             "scoreRisk",
             "workloadLabel",
             "warmup",
+            "scrapeInterval",
             "prior",
             "initialSpread",
         ),
@@ -437,12 +445,19 @@ def _estimate(obj: Any, path: str, metric_resource: str | None) -> EstimateConfi
             f"{path}.scoreRisk: needs learn: true (podQuery set): the risk it weighs is the "
             "spread the measured pods taught"
         )
-    for key in ("workloadLabel", "warmup", "prior", "initialSpread"):
+    for key in ("workloadLabel", "warmup", "scrapeInterval", "prior", "initialSpread"):
         if key in e and not learn:
             raise ConfigError(f"{path}.{key}: needs learn: true (podQuery set): it shapes what is learned")
     warmup = parse_duration(e["warmup"], f"{path}.warmup") if "warmup" in e else EstimateConfig.warmup_s
     if not 0 <= warmup <= MAX_WARMUP_S:
         raise ConfigError(f"{path}.warmup: {warmup:g}s is not in 0..{MAX_WARMUP_S:g}s")
+    scrape = (
+        parse_duration(e["scrapeInterval"], f"{path}.scrapeInterval")
+        if "scrapeInterval" in e
+        else EstimateConfig.scrape_interval_s
+    )
+    if not 0 < scrape <= MAX_SCRAPE_INTERVAL_S:
+        raise ConfigError(f"{path}.scrapeInterval: {scrape:g}s is not in (0, {MAX_SCRAPE_INTERVAL_S:g}s]")
     spread = as_float(e.get("initialSpread", DEFAULT_INITIAL_SPREAD), f"{path}.initialSpread")
     if not 0 <= spread <= MAX_INITIAL_SPREAD:
         raise ConfigError(f"{path}.initialSpread: {spread:g} is not in 0..{MAX_INITIAL_SPREAD:g}")
@@ -451,6 +466,7 @@ def _estimate(obj: Any, path: str, metric_resource: str | None) -> EstimateConfi
         if "workloadLabel" in e
         else None,
         warmup_s=warmup,
+        scrape_interval_s=scrape,
         prior=_prior(e["prior"], f"{path}.prior") if "prior" in e else DEFAULT_PRIOR,
         initial_spread=spread,
         resource=resource,

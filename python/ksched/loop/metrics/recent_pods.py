@@ -167,7 +167,11 @@ class RecentPods:
             for i, m in enumerate(self.metrics)
             if m.estimate is not None and m.estimate.learns
         }
-        self._series = {i: PodSeries() for i in self._history}
+        self._series = {
+            i: PodSeries(m.estimate.scrape_interval_s)
+            for i, m in enumerate(self.metrics)
+            if i in self._history and m.estimate is not None
+        }
         # Per learning metric, the workloads' figures weighed against the collective figure, and what they
         # were computed from (the figures' mapping, kept so that its id stays its own).
         self._credible: dict[int, tuple[tuple[Any, ...], object, Mapping[str, WorkloadCalibration]]] = {}

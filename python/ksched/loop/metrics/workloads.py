@@ -11,7 +11,7 @@ Owns two things for one metric's estimate, both fed by
   first out, each forgotten ``WORKLOAD_TTL_S`` after it last taught anything.
 - :class:`PodSeries`: per recent pod, its last few measured values. A pod ramps while its
   usage still rises by more than ``RAMP_TOLERANCE`` over its last ``RAMP_SPAN`` samples (an
-  unchanged value read before the learned scrape cadence passed is the same sample), while it is
+  unchanged value read before the scrape cadence passed is the same sample), while it is
   younger than its workload's learned warm-up, or while it has ``RAMP_SPAN`` samples or fewer;
   never past the estimate's ``warmup``. A pod that stopped ramping is stable for good (usage
   that swings later is the spread's business), and only stable pods teach (and a pod that
@@ -34,7 +34,13 @@ import numpy as np
 import numpy.typing as npt
 from cachetools import TTLCache
 
-from ksched.config.metrics import LEARN_MIN_PODS, Calibration, Learned, WorkloadCalibration
+from ksched.config.metrics import (
+    DEFAULT_SCRAPE_INTERVAL_S,
+    LEARN_MIN_PODS,
+    Calibration,
+    Learned,
+    WorkloadCalibration,
+)
 from ksched.engine.estimate import BEST_EFFORT, FROM_REQUEST, LIMITED, RATIO_KINDS
 
 log = logging.getLogger(__name__)
@@ -435,17 +441,16 @@ class PodSeries:
     ``SAME_SCRAPE_CADENCES``) has passed since the pod's last new sample: ksched reads the
     pod query more often than Prometheus scrapes, and the same scrape read twice would
     otherwise end a ramp at its first unchanged reading. Until any pod's value changed twice,
-    the cadence is unknown: then an unchanged value is news only where no pod's value has
-    changed yet (usage that is exactly constant, as a test's), since otherwise the pods that
-    start with a cluster would settle on their first repeated reads."""
+    the cadence is unknown and ``scrape_interval_s`` (the estimate's ``scrapeInterval``)
+    stands in for it: else the pods measured in a fresh ksched's first scrape interval would
+    settle on their first repeated reads, at a fraction of what they will use."""
 
-    def __init__(self) -> None:
+    def __init__(self, scrape_interval_s: float = DEFAULT_SCRAPE_INTERVAL_S) -> None:
         self._pods: dict[str, _Series] = {}
         self._gaps: deque[float] = deque(maxlen=CADENCE_MEMORY)
-        # The cadence, and the sample time it was computed for (once a cycle); whether any
-        # pod's value has changed between reads yet.
+        self._scrape_interval_s = scrape_interval_s
+        # The cadence, and the sample time it was computed for (once a cycle).
         self._cadence: tuple[float, float | None] = (-1.0, None)
-        self._seen_change = False
 
     def cadence(self, at: float) -> float | None:
         """The median seconds between changes of recent pods' measured values, as of the
@@ -461,13 +466,9 @@ class PodSeries:
             if s.changed:
                 self._gaps.append(at - s.changed_at)
             s.changed_at, s.changed, s.news_at = at, True, at
-            self._seen_change = True
             return True
         cadence = self.cadence(at)
-        if cadence is None:
-            if self._seen_change:
-                return False  # values change between reads, at a pace not known yet: wait for it
-        elif at - s.news_at < SAME_SCRAPE_CADENCES * cadence:
+        if at - s.news_at < SAME_SCRAPE_CADENCES * (self._scrape_interval_s if cadence is None else cadence):
             return False
         s.news_at = at
         return True
