@@ -48,9 +48,10 @@ def owned(
     owner: tuple[str, str] | None = ("Deployment", "web"),
     labels: dict[str, str] | None = None,
     annotations: dict[str, str] | None = None,
+    bound_at: float = T0 - 3,
 ) -> dict[str, Any]:
-    """A pod bound to ``node_name`` two seconds before T0, made by ``owner`` (a Deployment's
-    pods are owned by its ReplicaSet ``<name>-h1``)."""
+    """A pod bound to ``node_name`` at ``bound_at`` (by default three seconds before T0), made
+    by ``owner`` (a Deployment's pods are owned by its ReplicaSet ``<name>-h1``)."""
     p = pod(name, cpu=cpu, memory=None, node_name=node_name, scheduler="default-scheduler")
     m = p["metadata"]
     m["uid"] = f"uid-{name}"
@@ -64,7 +65,7 @@ def owned(
         m["ownerReferences"] = [{"kind": kind, "name": owner_name, "controller": True, "uid": "u"}]
     p["status"] = {
         "phase": "Running",
-        "conditions": [{"type": "PodScheduled", "status": "True", "lastTransitionTime": rfc3339(T0 - 3)}],
+        "conditions": [{"type": "PodScheduled", "status": "True", "lastTransitionTime": rfc3339(bound_at)}],
     }
     return slim_pod(p)
 
@@ -298,6 +299,25 @@ def test_a_pod_relabelled_to_another_workload_stops_speaking_for_its_old_one() -
     assert workloads["default/app=b"].ratio_pods == 1
 
 
+def test_a_settled_pod_relabelled_to_another_workload_stops_speaking_for_its_old_one() -> None:
+    """A pod bound long ago (taught by the pass through the settled pods, never recent) that is
+    relabelled speaks for its new workload only, as a recent one does."""
+    loop = Loop(learned_metric(workload_label="app"))
+    day_ago = T0 - 86400
+    pods = [owned(f"a-{i}", "n0", owner=None, labels={"app": "a"}, bound_at=day_ago) for i in range(3)]
+    loop.add(*pods)
+    usage = {"a-0": 50.0, "a-1": 50.0, "a-2": 300.0}
+    before = loop.sample(usage).metrics[0].estimate.calibration.workloads
+    assert before["default/app=a"].ratio_pods == 3 and not loop.state.recent.pods
+    moved = dict(pods[2], metadata={**pods[2]["metadata"], "labels": {"app": "b"}})
+    loop.state.on_pod("MODIFIED", moved, None)
+    loop.state.sync()
+    loop.clock.now += SETTLED_EVERY_S  # the next pass through the settled pods
+    workloads = loop.sample(usage).metrics[0].estimate.calibration.workloads
+    assert workloads["default/app=a"].ratio_pods == 2, "a-2 now speaks for b only"
+    assert workloads["default/app=b"].ratio_pods == 1
+
+
 def test_one_huge_workload_weighs_as_one_workload() -> None:
     loop = Loop(learned_metric())
     for w in range(19):
@@ -385,6 +405,63 @@ def test_the_same_scrape_read_again_does_not_end_a_ramp() -> None:
         "600m for three samples 6 s apart: stable"
     )
     assert stable.values[1, 0] == pytest.approx(NODE_VALUE + 0.6 / 4), "stable: its measured 600m"
+
+
+def warmups(loop: Loop) -> dict[str, float | None]:
+    """Each workload's learned warm-up, as ``/status`` shows it."""
+    return {w["workload"]: w["warmup"] for w in loop.store.learned()["cpu"]["workloads"]}
+
+
+def test_a_workloads_next_pods_ramp_as_long_as_its_first_one_took_to_reach_its_usage() -> None:
+    """A pod's warm-up is its age when its value last changed, not when enough equal samples
+    said so; a later replica whose samples are level early keeps counting at least its
+    estimate until that age."""
+    loop = Loop(learned_metric(warmup_s=600.0))
+    # Bound in the second before T0 - 2 (API times are to the second: ksched takes its end).
+    loop.add(owned("java-0", "n1", cpu="1", owner=("Deployment", "java")))
+    # Read every 2 s from T0 + 2, a new value each time: the scrape cadence is 2 s, so the
+    # same value read again is a new sample every other read.
+    for value in (200.0, 400.0, 600.0, 800.0, 1000.0, 1000.0, 1000.0, 1000.0):
+        loop.sample({"java-0": value})
+        assert loop.store.learned()["cpu"]["ramping"] == ["default/java-0"], f"at {value:g}m it may climb"
+    loop.sample({"java-0": 1000.0})
+    assert loop.store.learned()["cpu"]["ramping"] == [], (
+        "1000m for three samples: stable, 20 s after its bind"
+    )
+    assert warmups(loop) == {"default/Deployment/java": pytest.approx(12.0)}, "it reached 1000m 12 s after"
+    loop.clock.now += 1
+    loop.add(owned("java-1", "n1", cpu="1", owner=("Deployment", "java"), bound_at=loop.clock.now))
+    ages = []
+    while "default/java-1" in loop.store.learned()["cpu"]["ramping"] or not ages:
+        loop.sample({"java-0": 1000.0, "java-1": 300.0})
+        ages.append(loop.clock.now - (T0 + 19))
+    assert ages[-1] == 14.0, (
+        "level from 2 s after its bind (three samples by 10 s), ramping until its workload's 12 s"
+    )
+    # java-1 read 300m from its first scrape, 2 s after its bind: it teaches a warm-up of 2 s.
+    assert warmups(loop) == {"default/Deployment/java": pytest.approx(7.0)}, "the median of 12 s and 2 s"
+
+
+def test_a_pod_that_reads_the_same_from_its_first_scrape_teaches_a_warm_up_of_that_age() -> None:
+    """Before the scrape cadence is known a constant pod waits a whole ``scrapeInterval`` for
+    each sample; the wait is not its warm-up."""
+    series = PodSeries(scrape_interval_s=60.0)
+    ages = []
+    for at in range(0, 300, 5):
+        ramping, warmed, fresh = series.ramping("default/idle", "u1", float(at), 0.0, at + 20.0, None, 600.0)
+        ages.append(at + 20.0)
+        if not ramping:
+            break
+    assert ages[-1] == 20.0 + 2 * 90.0, "its second and third samples 1.5 scrape intervals apart"
+    assert (warmed, fresh) == (20.0, True), "it read the same from its first scrape, 20 s after its bind"
+
+
+def test_a_pod_taken_as_settled_at_the_warm_up_cap_teaches_from_that_read() -> None:
+    series = PodSeries(scrape_interval_s=60.0)
+    series.ramping("default/java", "u1", 0.0, 100.0, 170.0, None, 180.0)
+    ramping, warmed, fresh = series.ramping("default/java", "u1", 10.0, 100.0, 180.0, None, 180.0)
+    assert (ramping, warmed, fresh) == (False, None, True), "at the cap: its value teaches, no warm-up"
+    assert series.ramping("default/java", "u1", 15.0, 100.0, 185.0, None, 180.0) == (False, None, False)
 
 
 def test_a_pod_past_the_window_that_still_ramps_counts_what_the_sample_does_not_show() -> None:

@@ -162,16 +162,13 @@ class RecentPods:
         self.clock = clock
         self.telemetry = telemetry
         # Per learning metric (by column), what it remembers across cycles.
-        self._history = {
-            i: WorkloadHistory(clock())
+        learning = [
+            (i, m.estimate)
             for i, m in enumerate(self.metrics)
             if m.estimate is not None and m.estimate.learns
-        }
-        self._series = {
-            i: PodSeries(m.estimate.scrape_interval_s)
-            for i, m in enumerate(self.metrics)
-            if i in self._history and m.estimate is not None
-        }
+        ]
+        self._history = {i: WorkloadHistory(clock()) for i, _ in learning}
+        self._series = {i: PodSeries(estimate.scrape_interval_s) for i, estimate in learning}
         # Per learning metric, the workloads' figures weighed against the collective figure, and what they
         # were computed from (the figures' mapping, kept so that its id stays its own).
         self._credible: dict[int, tuple[tuple[Any, ...], object, Mapping[str, WorkloadCalibration]]] = {}
@@ -228,12 +225,23 @@ class RecentPods:
         heapq.heappush(self._by_time, (bound_at, key, uid))
         self._version += 1
 
-    def changed(self, key: str, pod: Obj, requests: CountedRequests) -> None:
-        """A recent pod changed in place: its requests (it is expected to use what it asks
-        now), or its metadata (a ReplicaSet adopted it after its bind, a workload label or a
-        declared usage was set), so that it teaches and counts under the workload it has now."""
+    def changed(self, key: str, pod: Obj, requests: CountedRequests, seen: Obj | None = None) -> None:
+        """A bound pod changed in place (``seen``: as it was, where known): its requests (it is
+        expected to use what it asks now), or its metadata (a ReplicaSet adopted it after its
+        bind, a workload label or a declared usage was set), so that it teaches and counts
+        under the workload it has now. A settled pod (bound before the horizon) relabelled to
+        another workload stops speaking for its old one; the pass through the settled pods
+        teaches its new one."""
         current = self.pods.get(key)
         if current is None:
+            if seen is not None:
+                uid = str(meta(pod).get("uid", ""))
+                for i, history in self._history.items():
+                    estimate = self.metrics[i].estimate
+                    label = estimate.workload_label if estimate is not None else None
+                    was = workload_of(seen, label)
+                    if was is not None and was != workload_of(pod, label):
+                        history.moved(was, uid)
             return
         fresh = RecentPod(
             current.uid,
@@ -526,8 +534,8 @@ class RecentPods:
             )
             if workload is None or ramping[j] or not fresh:
                 continue
-            if warmed:
-                history.warmed(now, workload, age)
+            if warmed is not None:
+                history.warmed(now, workload, warmed)
             history.observe(
                 now,
                 workload,

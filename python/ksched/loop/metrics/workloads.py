@@ -481,11 +481,15 @@ class PodSeries:
 
     def ramping(
         self, key: str, uid: str, at: float, value: float, age: float, warmup: float | None, cap: float
-    ) -> tuple[bool, bool, bool]:
+    ) -> tuple[bool, float | None, bool]:
         """Whether the pod ``key`` (``age`` seconds after its bind, measured ``value`` at ``at``)
-        still ramps up, whether it just stopped (its warm-up is then ``age``), and whether
-        ``value`` is a new sample of it. ``warmup``: its workload's learned warm-up; ``cap``: the
-        estimate's ``warmup``."""
+        still ramps up; where it just stopped, its warm-up (else None); and whether ``value`` is a
+        new sample of it, or a value to teach (the read that first takes it as settled).
+        ``warmup``: its workload's learned warm-up; ``cap``: the estimate's ``warmup``.
+
+        The warm-up is its age when its value last changed: a pod whose value stays the same
+        waits for more scrapes before it is taken as settled (a whole ``scrapeInterval`` each
+        while the cadence is unknown), and that wait is not part of its warm-up."""
         s = self._pods.get(key)
         fresh = s is None or s.uid != uid or (at > s.at and self._news(s, at, value))
         if s is None or s.uid != uid:
@@ -497,8 +501,9 @@ class PodSeries:
             s.values.append(value)
             s.at = at
         if s.stable:
-            return False, False, fresh
+            return False, None, fresh
         if age >= cap:
+            # Its value teaches now, a new sample or not: it counts as measured from this read.
             s.stable = True
             log.debug(
                 "pod %s taken as settled at the warm-up cap (%.0fs): last samples %s",
@@ -506,21 +511,23 @@ class PodSeries:
                 cap,
                 list(s.values),
             )
-            return False, False, fresh
+            return False, None, True
         if not fresh:
-            return True, False, False  # the same sample: it settles (and teaches) on the next
+            return True, None, False  # the same sample: it settles (and teaches) on the next
         rising = len(s.values) <= RAMP_SPAN or s.values[-1] > s.values[0] * (1.0 + RAMP_TOLERANCE)
         if rising or (warmup is not None and age < min(warmup, cap)):
-            return True, False, fresh
+            return True, None, fresh
         s.stable = True
+        warmed = max(0.0, age - (at - s.changed_at))
         log.debug(
-            "pod %s settled %.0fs after its bind: last samples %s, scrape cadence %s",
+            "pod %s settled %.0fs after its bind (warmed by %.0fs): last samples %s, scrape cadence %s",
             key,
             age,
+            warmed,
             list(s.values),
             self.cadence(at),
         )
-        return False, True, fresh
+        return False, warmed, fresh
 
 
 def _taught_by(figure: float | None, settled: bool) -> str | None:

@@ -525,12 +525,12 @@ class ClusterState:
         if not _same_requests(fresh.requests, current.requests) or fresh.ports != current.ports:
             self._remove(key)  # an in-place resize: the node counts the pod's new requests
             self._add(key, fresh)
-            self.recent.changed(key, pod, fresh.requests)
+            self.recent.changed(key, pod, fresh.requests, seen)
             return
         if seen is None or seen.get("metadata") != pod.get("metadata"):
             # Adopted by a controller after its bind, a label or an annotation set: the load
             # estimate learns and counts it under the workload it has now.
-            self.recent.changed(key, pod, fresh.requests)
+            self.recent.changed(key, pod, fresh.requests, seen)
         if fresh.info != current.info:  # labels changed, or the pod is being deleted
             self._count_group(current, -1)
             current.info = fresh.info
