@@ -456,6 +456,31 @@ def test_a_pod_that_reads_the_same_from_its_first_scrape_teaches_a_warm_up_of_th
     assert (warmed, fresh) == (20.0, True), "it read the same from its first scrape, 20 s after its bind"
 
 
+def test_a_pod_held_by_its_workloads_warm_up_teaches_when_its_own_samples_levelled() -> None:
+    """A replica that reaches its usage sooner than its workload's warm-up counts as ramping
+    until that warm-up, but teaches its own: else each held replica would teach at least the
+    warm-up that held it, and a workload's warm-up could only grow."""
+    series = PodSeries(scrape_interval_s=1.0)
+    taught = []
+    for age, value in (
+        (10, 300.0),
+        (12, 600.0),
+        (14, 610.0),
+        (16, 605.0),
+        (18, 612.0),
+        (20, 600.0),
+        (30, 608.0),
+    ):
+        ramping, warmed, _ = series.ramping(
+            "default/java-1", "u1", float(age), value, float(age), 25.0, 180.0
+        )
+        taught.append((ramping, warmed))
+    assert taught[:6] == [(True, None)] * 6, (
+        "level from 12 s (three samples by 16 s), held until its workload's 25 s"
+    )
+    assert taught[6] == (False, 16.0), "it teaches 16 s: when its samples first read level"
+
+
 def test_a_pod_taken_as_settled_at_the_warm_up_cap_teaches_from_that_read() -> None:
     series = PodSeries(scrape_interval_s=60.0)
     series.ramping("default/java", "u1", 0.0, 100.0, 170.0, None, 180.0)

@@ -432,6 +432,8 @@ class _Series:
     changed_at: float = 0.0
     changed: bool = False
     news_at: float = 0.0
+    # The warm-up its own samples said, where it was held ramping only by its workload's.
+    level_age: float | None = None
 
 
 class PodSeries:
@@ -489,7 +491,9 @@ class PodSeries:
 
         The warm-up is its age when its value last changed: a pod whose value stays the same
         waits for more scrapes before it is taken as settled (a whole ``scrapeInterval`` each
-        while the cadence is unknown), and that wait is not part of its warm-up."""
+        while the cadence is unknown), and that wait is not part of its warm-up. A pod held
+        ramping by its workload's warm-up alone, its samples level, teaches when they first
+        were."""
         s = self._pods.get(key)
         fresh = s is None or s.uid != uid or (at > s.at and self._news(s, at, value))
         if s is None or s.uid != uid:
@@ -515,10 +519,18 @@ class PodSeries:
         if not fresh:
             return True, None, False  # the same sample: it settles (and teaches) on the next
         rising = len(s.values) <= RAMP_SPAN or s.values[-1] > s.values[0] * (1.0 + RAMP_TOLERANCE)
-        if rising or (warmup is not None and age < min(warmup, cap)):
+        if rising:
+            s.level_age = None
+            return True, None, fresh
+        own = age - (at - s.changed_at)
+        if warmup is not None and age < min(warmup, cap):
+            # Level, yet younger than its workload's warm-up: it counts as ramping, and teaches
+            # the warm-up its own samples say, else the workload's would only ever grow.
+            if s.level_age is None:
+                s.level_age = own
             return True, None, fresh
         s.stable = True
-        warmed = max(0.0, age - (at - s.changed_at))
+        warmed = max(0.0, own if s.level_age is None else s.level_age)
         log.debug(
             "pod %s settled %.0fs after its bind (warmed by %.0fs): last samples %s, scrape cadence %s",
             key,
