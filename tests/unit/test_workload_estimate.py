@@ -268,6 +268,26 @@ def test_once_a_rolling_updates_new_pods_are_measured_its_old_ones_no_longer_spe
     )
 
 
+def test_a_statefulset_pod_replaced_in_a_watch_gap_speaks_only_as_its_new_revision() -> None:
+    """A pod recreated under its name (a StatefulSet's update) whose deletion the watch missed:
+    the old pod left, so once the new revision is measured the old one's figure stops."""
+    loop = Loop(learned_metric())
+
+    def db(i: int, revision: str) -> dict[str, Any]:
+        p = owned(f"db-{i}", "n0", owner=("StatefulSet", "db"), labels={"controller-revision-hash": revision})
+        p["metadata"]["uid"] = f"uid-db-{i}-{revision}"
+        return p
+
+    loop.add(*(db(i, "r1") for i in range(3)))
+    loop.sample({f"db-{i}": 300.0 for i in range(3)}, SETTLE)
+    for i in range(3):
+        loop.state.on_pod("MODIFIED", db(i, "r2"), None)  # no DELETED between
+    loop.state.sync()
+    matrix = loop.sample({f"db-{i}": 50.0 for i in range(3)}, SETTLE)
+    workload = matrix.metrics[0].estimate.calibration.workloads["default/StatefulSet/db"]
+    assert workload.ratio_pods == 3, "the three pods of r2, not r1's three that left as well"
+
+
 def test_a_scale_down_or_a_cronjobs_finished_runs_keep_speaking_for_their_workload() -> None:
     loop = Loop(learned_metric())
     pods = [owned(f"web-{i}", "n0", owner=("Deployment", "web")) for i in range(LEARN_MIN_PODS)]
@@ -481,12 +501,25 @@ def test_a_pod_held_by_its_workloads_warm_up_teaches_when_its_own_samples_levell
     assert taught[6] == (False, 16.0), "it teaches 16 s: when its samples first read level"
 
 
-def test_a_pod_taken_as_settled_at_the_warm_up_cap_teaches_from_that_read() -> None:
-    series = PodSeries(scrape_interval_s=60.0)
-    series.ramping("default/java", "u1", 0.0, 100.0, 170.0, None, 180.0)
-    ramping, warmed, fresh = series.ramping("default/java", "u1", 10.0, 100.0, 180.0, None, 180.0)
-    assert (ramping, warmed, fresh) == (False, None, True), "at the cap: its value teaches, no warm-up"
-    assert series.ramping("default/java", "u1", 15.0, 100.0, 185.0, None, 180.0) == (False, None, False)
+def test_a_pod_taken_as_settled_at_the_warm_up_cap_teaches_on_that_read() -> None:
+    """A pod reading the same scrape again (not a new sample) when it reaches the estimate's
+    ``warmup`` counts as measured and teaches its workload on that read, not a scrape later."""
+    loop = Loop(learned_metric(scrape_interval_s=60.0, warmup_s=20.0))
+    loop.add(owned("web-0", "n1"))
+    matrix = loop.sample({"web-0": 50.0})
+    while loop.store.learned()["cpu"]["ramping"]:
+        matrix = loop.sample({"web-0": 50.0})
+    assert loop.clock.now - (T0 - 2) == 20.0, "at the 20 s cap, one scrape read again all along"
+    assert matrix.metrics[0].estimate.calibration.workloads["default/Deployment/web"].ratio_pods == 1
+    # A pod held by its workload's warm-up up to the cap teaches what its own samples said.
+    series = PodSeries(scrape_interval_s=10.0)
+    for age in range(10, 185, 5):
+        ramping, warmed, fresh = series.ramping(
+            "default/java", "u1", float(age), 500.0, float(age), 178.0, 180.0
+        )
+        if not ramping:
+            break
+    assert (age, warmed, fresh) == (180, 10.0, True), "level from its first read, 10 s after its bind"
 
 
 def test_a_pod_past_the_window_that_still_ramps_counts_what_the_sample_does_not_show() -> None:
@@ -1132,6 +1165,23 @@ def test_before_the_scrape_cadence_is_known_a_repeated_value_is_a_sample_only_af
     scraped = PodSeries(scrape_interval_s=1.0)  # told: every read two seconds apart is a sample
     results = [scraped.ramping("default/flat", "u3", at, 50.0, at, None, 180.0)[0] for at in (0.0, 2.0, 4.0)]
     assert results == [True, True, False]
+
+
+def test_a_fresh_ksched_with_the_default_scrape_interval_holds_a_pod_read_the_same_at_its_estimate() -> None:
+    """Through the whole loop, with the configuration's default ``scrapeInterval`` (1m): a pod
+    whose first scrape a fresh ksched reads every 2 s for a minute is not taken as settled on
+    it; it counts at its request until 1.5 minutes give it a second sample."""
+    loop = Loop(learned_metric(scrape_interval_s=EstimateConfig.scrape_interval_s, warmup_s=600.0))
+    loop.add(owned("java", "n1", cpu="1"))
+    for _ in range(30):
+        matrix = loop.sample({"java": 200.0})
+        assert loop.store.learned()["cpu"]["ramping"] == ["default/java"], "one scrape, read again"
+        assert matrix.values[1, 0] == pytest.approx(NODE_VALUE + 1.0 / 4), "its 1 CPU, not its 200m"
+    loop.source.node_at = None  # the node sample stays fresh (five seconds old)
+    loop.sample({"java": 200.0}, times=59)
+    assert loop.store.learned()["cpu"]["ramping"] == ["default/java"], "its second sample at 90 s"
+    loop.sample({"java": 200.0}, times=2)
+    assert loop.store.learned()["cpu"]["ramping"] == [], "its third sample at 180 s: stable"
 
 
 def test_a_pod_adopted_after_its_bind_teaches_and_counts_under_its_new_workload() -> None:

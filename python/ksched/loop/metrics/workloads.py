@@ -507,7 +507,8 @@ class PodSeries:
         if s.stable:
             return False, None, fresh
         if age >= cap:
-            # Its value teaches now, a new sample or not: it counts as measured from this read.
+            # Its value teaches now, a new sample or not: it counts as measured from this read;
+            # where its samples read level before (held by its workload's warm-up), so does that.
             s.stable = True
             log.debug(
                 "pod %s taken as settled at the warm-up cap (%.0fs): last samples %s",
@@ -515,27 +516,30 @@ class PodSeries:
                 cap,
                 list(s.values),
             )
-            return False, None, True
+            return False, s.level_age, True
         if not fresh:
             return True, None, False  # the same sample: it settles (and teaches) on the next
         rising = len(s.values) <= RAMP_SPAN or s.values[-1] > s.values[0] * (1.0 + RAMP_TOLERANCE)
         if rising:
             s.level_age = None
             return True, None, fresh
+        # Its age when its value last changed (None where the bind time is ahead of the
+        # samples' clock: nothing to teach).
         own = age - (at - s.changed_at)
+        own_warmup = own if own > 0 else None
         if warmup is not None and age < min(warmup, cap):
             # Level, yet younger than its workload's warm-up: it counts as ramping, and teaches
             # the warm-up its own samples say, else the workload's would only ever grow.
             if s.level_age is None:
-                s.level_age = own
+                s.level_age = own_warmup
             return True, None, fresh
         s.stable = True
-        warmed = max(0.0, own if s.level_age is None else s.level_age)
+        warmed = own_warmup if s.level_age is None else s.level_age
         log.debug(
-            "pod %s settled %.0fs after its bind (warmed by %.0fs): last samples %s, scrape cadence %s",
+            "pod %s settled %.0fs after its bind (warmed by %ss): last samples %s, scrape cadence %s",
             key,
             age,
-            warmed,
+            None if warmed is None else round(warmed),
             list(s.values),
             self.cadence(at),
         )

@@ -498,6 +498,9 @@ class ClusterState:
             return
         if current is not None:
             self._remove(key)
+            if current.uid != uid and current.pod is not None:
+                # Another pod of that name (its deletion missed in a watch gap): the old one left.
+                self.recent.drop(key, current.pod)
         usage = _usage_of(pod, assumed=False)
         self._add(key, usage)
         if self.recent.metrics or self.placements is not None:
