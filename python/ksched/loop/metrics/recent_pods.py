@@ -225,6 +225,11 @@ class RecentPods:
         heapq.heappush(self._by_time, (bound_at, key, uid))
         self._version += 1
 
+    def _workload(self, i: int, pod: Obj) -> str | None:
+        """The workload ``pod`` is learned under by the learning metric in column ``i``."""
+        estimate = self.metrics[i].estimate
+        return workload_of(pod, estimate.workload_label) if estimate is not None else None
+
     def changed(self, key: str, pod: Obj, requests: CountedRequests, seen: Obj | None = None) -> None:
         """A bound pod changed in place (``seen``: as it was, where known): its requests (it is
         expected to use what it asks now), or its metadata (a ReplicaSet adopted it after its
@@ -237,10 +242,8 @@ class RecentPods:
             if seen is not None:
                 uid = str(meta(pod).get("uid", ""))
                 for i, history in self._history.items():
-                    estimate = self.metrics[i].estimate
-                    label = estimate.workload_label if estimate is not None else None
-                    was = workload_of(seen, label)
-                    if was is not None and was != workload_of(pod, label):
+                    was = self._workload(i, seen)
+                    if was is not None and was != self._workload(i, pod):
                         history.moved(was, uid)
             return
         fresh = RecentPod(
@@ -268,8 +271,7 @@ class RecentPods:
         counts at what they use now, not at what they used when last visited."""
         now = self.clock()
         for i, history in self._history.items():
-            estimate = self.metrics[i].estimate
-            workload = workload_of(pod, estimate.workload_label) if estimate is not None else None
+            workload = self._workload(i, pod)
             if workload is None:
                 continue
             # A wall clock set back since (a negative time since) does not hold it back.
@@ -319,8 +321,7 @@ class RecentPods:
         # And the recent pod of that key, where it was another (its deletion missed).
         uids = {uid} if recent is None else {uid, recent.uid}
         for i, history in self._history.items():
-            estimate = self.metrics[i].estimate
-            workload = workload_of(gone, estimate.workload_label) if estimate is not None else None
+            workload = self._workload(i, gone)
             if workload is not None:
                 for gone_uid in uids:
                     history.departed(workload, gone_uid)
