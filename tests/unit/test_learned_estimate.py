@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from ksched.config import Config, EstimateConfig, MetricConfig, parse_config
-from ksched.config.metrics import LEARN_MIN_PODS, Calibration
+from ksched.config.estimate import LEARN_MIN_PODS, Calibration
 from ksched.engine.estimate import estimate_choice
 from ksched.engine.pods import pod_requests
 from ksched.engine.scheduler import Engine

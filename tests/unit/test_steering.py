@@ -15,7 +15,7 @@ import orjson
 import pytest
 
 from ksched.config import Config, EstimateConfig, MetricConfig, parse_config
-from ksched.config.metrics import Calibration
+from ksched.config.estimate import Calibration
 from ksched.config.steering import SteeringConfig
 from ksched.engine.reference import make_nodes
 from ksched.engine.snapshot import build_snapshot

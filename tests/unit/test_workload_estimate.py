@@ -16,7 +16,7 @@ import yaml
 from ksched.commands.cli import main
 from ksched.commands.simulate import estimate_text
 from ksched.config import EstimateConfig, MetricConfig, parse_config
-from ksched.config.metrics import LEARN_MIN_PODS, Calibration
+from ksched.config.estimate import LEARN_MIN_PODS, Calibration
 from ksched.engine.estimate import FROM_REQUEST, estimate_choice, workload_of
 from ksched.engine.pods import pod_requests
 from ksched.errors import ConfigError

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ksched.config.documents import decode, load_document, read_bounded
-from ksched.config.metrics import Band, EstimateConfig, MetricConfig, parse_metric
+from ksched.config.estimate import EstimateConfig
+from ksched.config.metrics import Band, MetricConfig, parse_metric
 from ksched.config.profiles import DEFAULT_PROFILE, ProfileConfig, parse_profile
 from ksched.config.rebalance import RebalanceConfig, RebalanceMetric, RebalanceThreshold, parse_rebalance
 from ksched.config.sections import (

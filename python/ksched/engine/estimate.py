@@ -8,7 +8,7 @@ recently bound pods by it and the engine counts each pod it places by it, so bot
 sides of a batch agree on what a placement adds to a node's metric.
 
 A learned estimate (``estimate.learn``) calibrates the last two guesses by what the
-measured pods used (:class:`ksched.config.metrics.Calibration`, kept by
+measured pods used (:class:`ksched.config.estimate.Calibration`, kept by
 :mod:`ksched.loop.metrics.recent_pods`): :func:`guess` gives the uncalibrated figure and its kind,
 :func:`calibration_terms` how each kind of guess turns into a mean and a standard deviation
 (for one pod here, for every recent pod at once there).
@@ -33,7 +33,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ksched.config import EstimateConfig, MetricConfig
-from ksched.config.metrics import BEST_EFFORT_DEFAULTS, Calibration, Learned
+from ksched.config.estimate import BEST_EFFORT_DEFAULTS, Calibration, Learned
 from ksched.engine.pods import CountedRequests, PodRequests, pod_requests
 from ksched.engine.quantity import (
     QUANTITY_MAX,

@@ -60,7 +60,7 @@ import numpy.typing as npt
 from cachetools import TTLCache
 
 from ksched.config import MetricConfig
-from ksched.config.metrics import Calibration
+from ksched.config.estimate import Calibration
 from ksched.engine.snapshot import NOT_FINITE, Snapshot, annotation_column, drop_unusable, dropped_note
 from ksched.loop.metrics.metrics_server import MetricsServerSource
 from ksched.loop.metrics.prometheus import NodeResolver, PrometheusSource

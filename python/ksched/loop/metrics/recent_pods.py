@@ -50,7 +50,7 @@ import numpy.typing as npt
 from cachetools import LRUCache
 
 from ksched.config import EstimateConfig, MetricConfig
-from ksched.config.metrics import NEXT_POD_QUANTILE, Calibration, WorkloadCalibration
+from ksched.config.estimate import NEXT_POD_QUANTILE, Calibration, WorkloadCalibration
 from ksched.engine.estimate import (
     MEASURED,
     RAMPING,
@@ -67,6 +67,7 @@ from ksched.engine.estimate import (
 from ksched.engine.load import before_event, pod_shares
 from ksched.engine.pods import CountedRequests
 from ksched.engine.snapshot import Snapshot
+from ksched.loop.metrics.recent_columns import RecentColumns, RecentPod, margins_by_workload
 from ksched.loop.metrics.samples import parse_time
 from ksched.loop.metrics.settled import SETTLED_EVERY_S, Lookup, SettledPods
 from ksched.loop.metrics.workloads import (
@@ -91,31 +92,13 @@ TIME_RESOLUTION_S = 1.0
 
 
 @dataclass(frozen=True)
-class RecentPod:
-    uid: str
-    node: str
-    bound_at: float
-    # Bound by ksched (the only pods a legacy estimate counts).
-    by_ksched: bool
-    # The configured guess per estimating metric (``RecentPods.metrics``), in the engine's
-    # unit, and what each guess was made from (:func:`ksched.engine.estimate.guess`).
-    amounts: tuple[int, ...]
-    kinds: tuple[int, ...]
-    # Per estimating metric, the pod's workload (what it learns under) and its limit (0: none).
-    workloads: tuple[str | None, ...]
-    limits: tuple[int, ...]
-    # The revision of its workload's template it was made from (:func:`revision_of`).
-    revision: str | None = None
-
-
-@dataclass(frozen=True)
 class _Counted:
     """What one metric's estimate counted each recent pod at, at its last cycle (read by the
     ``/status`` server's thread: replaced whole, never edited)."""
 
     # The estimated resource.
     resource: str
-    arrays: _Arrays
+    arrays: RecentColumns
     # The metric's column in ``arrays``.
     column: int
     amounts: npt.NDArray[np.float64]
@@ -177,7 +160,7 @@ class RecentPods:
         self.pods: dict[str, RecentPod] = {}
         self._by_time: list[tuple[float, str, str]] = []
         self._version = 0
-        self._arrays: tuple[object, object, _Arrays] | None = None
+        self._arrays: tuple[object, object, RecentColumns] | None = None
         # Per metric (by name), what its last cycle counted each recent pod at (:meth:`counted_as`).
         self._counted: dict[str, _Counted] = {}
         # Where the pods bound before the horizon are looked up (the cluster state sets it), and
@@ -426,7 +409,7 @@ class RecentPods:
                 np.add.at(variance, rows[counted], missing * missing)
             if margins.any():
                 _, margin = pod_shares(snapshot, estimate.resource, rows, margins)
-                variance += _margins_by_workload(
+                variance += margins_by_workload(
                     len(column), rows[counted], arrays.pair_index[counted, i], seen * margin
                 )
             deviation = metric.load_sign * np.sqrt(variance)
@@ -517,7 +500,7 @@ class RecentPods:
         self,
         i: int,
         estimate: EstimateConfig,
-        arrays: _Arrays,
+        arrays: RecentColumns,
         known: npt.NDArray[np.float64],
         measured_at: float,
         now: float,
@@ -581,7 +564,7 @@ class RecentPods:
     def _expected(
         self,
         i: int,
-        arrays: _Arrays,
+        arrays: RecentColumns,
         guesses: npt.NDArray[np.float64],
         calibration: Calibration | None,
         estimate: EstimateConfig,
@@ -634,70 +617,14 @@ class RecentPods:
                 for series in self._series.values():
                     series.forget(key, uid)
 
-    def _current(self, snapshot: Snapshot) -> _Arrays:
+    def _current(self, snapshot: Snapshot) -> RecentColumns:
         """The recent pods as columns, rebuilt when they or the snapshot's rows changed."""
         cached = self._arrays
         if cached is None or cached[0] != self._version or cached[1] is not snapshot.index:
-            cached = (self._version, snapshot.index, _Arrays.of(self.pods, snapshot.index, len(self.metrics)))
+            cached = (
+                self._version,
+                snapshot.index,
+                RecentColumns.of(self.pods, snapshot.index, len(self.metrics)),
+            )
             self._arrays = cached
         return cached[2]
-
-
-def _margins_by_workload(
-    nodes: int, rows: npt.NDArray[np.intp], workloads: npt.NDArray[np.intp], margins: npt.NDArray[np.float64]
-) -> npt.NDArray[np.float64]:
-    """Per node (``nodes`` rows), the variance the prior's ``margins`` of its pods (on ``rows``,
-    of ``workloads``) stand for: summed within a workload on a node, squared, and summed across
-    its workloads."""
-    stride = int(workloads.max(initial=0)) + 1
-    unique, inverse = np.unique(rows.astype(np.int64) * stride + workloads, return_inverse=True)
-    per_workload = np.zeros(len(unique))
-    np.add.at(per_workload, inverse, margins)
-    variance = np.zeros(nodes)
-    np.add.at(variance, unique // stride, per_workload * per_workload)
-    return variance
-
-
-@dataclass(frozen=True)
-class _Arrays:
-    keys: list[str]
-    uids: list[str]
-    bound_at: npt.NDArray[np.float64]
-    by_ksched: npt.NDArray[np.bool_]
-    # Snapshot row of each pod's node (-1: not in the table).
-    rows: npt.NDArray[np.intp]
-    amounts: npt.NDArray[np.int64]
-    kinds: npt.NDArray[np.int8]
-    workloads: list[tuple[str | None, ...]]
-    limits: npt.NDArray[np.int64]
-    revisions: list[str | None]
-    # Per metric, the distinct (kind, workload) of the pods, and each pod's among them: a
-    # cycle looks up the terms of each once.
-    pairs: list[list[tuple[int, str | None]]]
-    pair_index: npt.NDArray[np.intp]
-
-    @staticmethod
-    def of(pods: Mapping[str, RecentPod], index: Mapping[str, int], metrics: int) -> _Arrays:
-        n = len(pods)
-        values = pods.values()
-        pairs: list[list[tuple[int, str | None]]] = []
-        pair_index = np.zeros((n, metrics), dtype=np.intp)
-        for i in range(metrics):
-            seen: dict[tuple[int, str | None], int] = {}
-            for j, p in enumerate(values):
-                pair_index[j, i] = seen.setdefault((p.kinds[i], p.workloads[i]), len(seen))
-            pairs.append(list(seen))
-        return _Arrays(
-            list(pods),
-            [p.uid for p in values],
-            np.fromiter((p.bound_at for p in values), dtype=np.float64, count=n),
-            np.fromiter((p.by_ksched for p in values), dtype=np.bool_, count=n),
-            np.fromiter((index.get(p.node, -1) for p in values), dtype=np.intp, count=n),
-            np.array([p.amounts for p in values], dtype=np.int64).reshape(n, metrics),
-            np.array([p.kinds for p in values], dtype=np.int8).reshape(n, metrics),
-            [p.workloads for p in values],
-            np.array([p.limits for p in values], dtype=np.int64).reshape(n, metrics),
-            [p.revision for p in values],
-            pairs,
-            pair_index,
-        )

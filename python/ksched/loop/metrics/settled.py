@@ -35,7 +35,7 @@ from dataclasses import replace
 import numpy as np
 
 from ksched.config import EstimateConfig
-from ksched.config.metrics import Calibration, Learned
+from ksched.config.estimate import Calibration, Learned
 from ksched.engine.estimate import guess, revision_of, workload_of
 from ksched.engine.pods import CountedRequests
 from ksched.loop.metrics.workloads import WorkloadHistory, learn

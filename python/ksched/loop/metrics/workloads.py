@@ -34,7 +34,7 @@ import numpy as np
 import numpy.typing as npt
 from cachetools import TTLCache
 
-from ksched.config.metrics import (
+from ksched.config.estimate import (
     DEFAULT_SCRAPE_INTERVAL_S,
     LEARN_MIN_PODS,
     Calibration,
