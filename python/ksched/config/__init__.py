@@ -7,7 +7,8 @@ the allowed values; a missing file section takes upstream's default.
 
 This module reads the document and its top-level keys; each part has its own
 module: :mod:`~ksched.config.profiles` (plugins and their args),
-:mod:`~ksched.config.metrics`, :mod:`~ksched.config.rebalance`, :mod:`~ksched.config.steering`,
+:mod:`~ksched.config.metrics` (its ``estimate``: :mod:`~ksched.config.estimate`),
+:mod:`~ksched.config.rebalance`, :mod:`~ksched.config.steering`,
 :mod:`~ksched.config.sections` (batch, leader
 election, sharding, client connection, Prometheus, webhook, hand-off, shadow, outcomes) and
 :mod:`~ksched.config.values` (the readers of one value they share).
