@@ -63,6 +63,23 @@ def test_judge(
     assert len(figures.bands) == len(samples)
 
 
+def test_the_excess_over_the_line_tells_a_pool_just_over_it_from_one_heaped_far_over() -> None:
+    """A pool whose load cannot all stay under the line: spread evenly, every node reads a
+    little over it; heaped on one node, the others stay under and that node runs far over. The
+    hot node-minutes favour the heap; the excess over the line does not."""
+    nodes = [f"n{i}" for i in range(4)]
+    even = [{n: 0.85 for n in nodes}] * 4
+    heaped = [{"n0": 1.4, "n1": 0.8, "n2": 0.8, "n3": 0.4}] * 4
+    figures = {}
+    for label, samples in (("even", even), ("heaped", heaped)):
+        figures[label] = QualityFigures(label, "herd", 0)
+        judge(figures[label], Series([15.0 * t for t in range(4)], samples, 15.0), nodes, {}, 0.8)
+    # A minute of samples: four nodes 0.05 over, against one node 0.6 over.
+    assert (figures["even"].hotspot_node_minutes, figures["heaped"].hotspot_node_minutes) == (4.0, 1.0)
+    assert (figures["even"].excess_node_minutes, figures["heaped"].excess_node_minutes) == (0.2, 0.6)
+    assert "excess_node_minutes" in figures["even"].summary(), "--json prints it"
+
+
 def _replica(name: str, owner: str | None, node: str | None) -> dict[str, object]:
     refs = [{"kind": "ReplicaSet", "name": owner, "controller": True}] if owner else []
     return {

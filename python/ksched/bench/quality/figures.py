@@ -141,6 +141,11 @@ class QualityFigures:
     scenario: str
     pods: int
     hotspot_node_minutes: float = 0.0
+    # How far over the line the hot nodes ran, over time: each node's utilisation past the
+    # threshold, summed over the samples, in node-minutes (a node at 0.9 for a minute against
+    # 0.8: 0.1). Where a pool's load cannot all stay under the line, the hot node-minutes
+    # reward heaping it on a few nodes far over; this does not.
+    excess_node_minutes: float = 0.0
     max_utilisation: float = 0.0
     p95_utilisation: float = 0.0
     cv: float = 0.0
@@ -191,6 +196,7 @@ class QualityFigures:
         """The figures ``--json`` prints (the bands stay in results.json)."""
         keys = (
             "hotspot_node_minutes",
+            "excess_node_minutes",
             "p95_utilisation",
             "cv",
             "end_cv",
@@ -328,6 +334,7 @@ def judge(
         row = [sample.get(n, 0.0) for n in nodes]
         everything += row
         figures.hotspot_node_minutes += sum(v > threshold for v in row) * series.step_s / 60.0
+        figures.excess_node_minutes += sum(max(v - threshold, 0.0) for v in row) * series.step_s / 60.0
         mean = statistics.fmean(row) if row else 0.0
         if mean > 0:
             cvs.append(statistics.pstdev(row) / mean)
@@ -336,6 +343,7 @@ def judge(
         round(missing / (len(nodes) * len(series.times)), 3) if nodes and series.times else 1.0
     )
     figures.hotspot_node_minutes = round(figures.hotspot_node_minutes, 2)
+    figures.excess_node_minutes = round(figures.excess_node_minutes, 3)
     figures.max_utilisation = round(max(everything, default=0.0), 3)
     figures.p95_utilisation = round(percentile(everything, 0.95), 3)
     figures.cv = round(statistics.fmean(cvs), 3) if cvs else 0.0
