@@ -84,8 +84,16 @@ def load_state() -> ClusterState | None:
 
 
 def save_state(state: ClusterState) -> None:
+    """Write the state file whole: into a temporary file beside it, then renamed over it, so
+    that ``down`` or ``status`` in another process, reading while a component starts, reads the
+    previous state or this one and never a half-written file (which it would take for no
+    cluster, leaving the running components behind)."""
     Path(state.directory).mkdir(parents=True, exist_ok=True)
-    _state_file().write_text(json.dumps(asdict(state), indent=2))
+    target = _state_file()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(f".{target.name}.{os.getpid()}")
+    partial.write_text(json.dumps(asdict(state), indent=2))
+    os.replace(partial, target)
 
 
 # A component that is one of ksched's own modules runs as ``python -m`` this, its name filled in.
