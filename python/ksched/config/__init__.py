@@ -11,7 +11,8 @@ module: :mod:`~ksched.config.profiles` (plugins and their args),
 :mod:`~ksched.config.rebalance`, :mod:`~ksched.config.steering`,
 :mod:`~ksched.config.sections` (batch, leader
 election, sharding, client connection, Prometheus, webhook, hand-off, shadow, outcomes) and
-:mod:`~ksched.config.values` (the readers of one value they share).
+:mod:`~ksched.config.values` (the readers of one value they share), with
+:mod:`~ksched.config.names` (Kubernetes' grammar for keys, names and label values).
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ksched.config.names import is_qualified_name
 from ksched.config.values import as_float, as_str, check_keys, parse_duration
 from ksched.errors import ConfigError
 
@@ -44,13 +45,6 @@ MAX_INITIAL_SPREAD = 10.0
 _PRIOR_QUANTILE = re.compile(r"^p(\d{1,3})$")
 # A Kubernetes quantity (``100m``, ``200Mi``, ``1.5``, ``1e3``).
 _QUANTITY = re.compile(r"^[+]?(\d+(\.\d*)?|\.\d+)([KMGTPE]i|[numkMGTPE]|[eE][+-]?\d+)?$")
-# A Kubernetes resource name or label key (``estimate.workloadLabel``): a qualified name, an
-# optional DNS subdomain prefix then a name.
-MAX_RESOURCE_NAME = 63
-MAX_RESOURCE_PREFIX = 253
-_QUALIFIED_NAME = re.compile(
-    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
-)
 
 
 @dataclass(frozen=True)
@@ -196,20 +190,10 @@ class EstimateConfig:
         return self.learn and not self.legacy and self.pod_query is not None
 
 
-def _qualified_name(text: str) -> bool:
-    """Whether ``text`` is a qualified name: an optional DNS subdomain prefix and a name."""
-    prefix, _, name = text.rpartition("/")
-    return (
-        bool(_QUALIFIED_NAME.match(text))
-        and len(name) <= MAX_RESOURCE_NAME
-        and len(prefix) <= MAX_RESOURCE_PREFIX
-    )
-
-
 def parse_resource(obj: Any, path: str) -> str:
     """An estimate's ``resource``: a Kubernetes resource name (cpu, memory, example.com/gpu)."""
     resource = as_str(obj, path)
-    if not _qualified_name(resource):
+    if not is_qualified_name(resource):
         raise ConfigError(
             f"{path}: {resource!r} is not a resource name (examples: cpu, memory, example.com/gpu)"
         )
@@ -329,7 +313,7 @@ def parse_estimate(obj: Any, path: str, metric_resource: str | None) -> Estimate
 
 def _label_key(raw: Any, path: str) -> str:
     key = as_str(raw, path)
-    if not _qualified_name(key):
+    if not is_qualified_name(key):
         raise ConfigError(f"{path}: {key!r} is not a label key (example: app.kubernetes.io/name)")
     return key
 

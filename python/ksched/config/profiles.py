@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ksched import _core
+from ksched.config.names import is_label_value, is_qualified_name
 from ksched.config.values import MAX_WEIGHT, as_bool, as_int, as_list, as_str, check_keys
 from ksched.errors import ConfigError
 from ksched.objects import Obj
@@ -45,12 +46,6 @@ MAX_SHAPE_SCORE = 10
 MAX_UTILIZATION = 100
 # The largest int32, upstream's bound on maxSkew and bindTimeoutSeconds.
 MAX_INT32 = 2**31 - 1
-# Upstream ValidateLabelName (a qualified name: optional DNS subdomain prefix, then a name).
-_LABEL_NAME = re.compile(
-    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
-    r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)$"
-)
-_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 NODE_SELECTOR_OPERATORS = tuple(_core.SELECTOR_OPERATORS)
 
 
@@ -314,7 +309,7 @@ def _resource_names(obj: Any, path: str, groups: bool = False) -> tuple[str, ...
             raise ConfigError(f"{p}: must be a string")
         if groups and "/" in name:
             raise ConfigError(f"{p}: {name!r}: resource group name can't contain '/'")
-        if len(name.rpartition("/")[2]) > 63 or not _LABEL_NAME.match(name):
+        if not is_qualified_name(name):
             raise ConfigError(
                 f"{p}: {name!r} is not a valid resource name (a qualified name, e.g. example.com/gpu)"
             )
@@ -364,7 +359,7 @@ def _node_selector_term(obj: Any, path: str) -> None:
                 if key != "metadata.name" or len(values) != 1:
                     raise ConfigError(f"{p}: a field selector takes key metadata.name and exactly one value")
             elif op in ("In", "NotIn"):
-                bad = [v for v in values if len(v) > 63 or not _LABEL_VALUE.match(v)]
+                bad = [v for v in values if not is_label_value(v)]
                 if not values or bad:
                     raise ConfigError(
                         f"{p}.values: {op} takes one or more valid label values (invalid: {bad})"

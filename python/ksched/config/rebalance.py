@@ -14,11 +14,12 @@ namespace.
 
 from __future__ import annotations
 
-import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from ksched.config.metrics import MetricConfig, metrics_named
+from ksched.config.names import is_dns_label
 from ksched.config.values import (
     as_bool,
     as_float,
@@ -51,8 +52,8 @@ _KEYS = (
 )
 _METRIC_KEYS = ("name", "high", "low")
 _OTHER_KEYS = ("schedulerNames", "namespaces")
-# A namespace's name is a DNS label (RFC 1123); a scheduler's name is any non-empty string.
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+# A namespace's name is a DNS label (RFC 1123, :func:`is_dns_label`); a scheduler's name is
+# any non-empty string.
 MAX_LIMIT = 10_000
 # The shortest interval between looks: each look reads every node and pod, and the hot
 # lines judge samples that refresh every few seconds at best.
@@ -173,11 +174,11 @@ def _metric(obj: Any, path: str) -> RebalanceMetric:
     )
 
 
-def _names(obj: Any, path: str, pattern: re.Pattern[str] | None, what: str) -> tuple[str, ...]:
+def _names(obj: Any, path: str, valid: Callable[[str], bool] | None, what: str) -> tuple[str, ...]:
     out = []
     for i, raw in enumerate(as_list(obj, path)):
         name = as_str(raw, f"{path}[{i}]")
-        if pattern is not None and (len(name) > 63 or not pattern.match(name)):
+        if valid is not None and not valid(name):
             raise ConfigError(f"{path}[{i}]: {name!r} is not {what}")
         if name in out:
             raise ConfigError(f"{path}[{i}]: {name!r} is listed twice")
@@ -189,7 +190,7 @@ def _other_schedulers(obj: Any, path: str, profile: str) -> OtherSchedulers:
     o = check_keys(obj, path, _OTHER_KEYS)
     names = _names(o.get("schedulerNames", []), f"{path}.schedulerNames", None, "")
     namespaces = _names(
-        o.get("namespaces", []), f"{path}.namespaces", _DNS_LABEL, "a namespace name (a DNS label)"
+        o.get("namespaces", []), f"{path}.namespaces", is_dns_label, "a namespace name (a DNS label)"
     )
     if profile in names:
         i = names.index(profile)

@@ -7,10 +7,10 @@ missing key or section takes them) and a parser that validates the section.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
+from ksched.config.names import is_dns_subdomain
 from ksched.config.values import (
     as_bool,
     as_float,
@@ -28,8 +28,6 @@ from ksched.errors import ConfigError
 LEADER_JITTER = 1.2
 # The shortest interval between two readings of outcomes: each builds every node's values.
 MIN_OUTCOMES_INTERVAL_S = 0.5
-# A Secret's name is a DNS-1123 subdomain (the API server's own check, up to 253 characters).
-_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
 @dataclass(frozen=True)
@@ -257,7 +255,7 @@ def parse_webhook(obj: Any, profiles: list[str], namespace: str) -> WebhookConfi
     secret = w.get("secretName", WebhookConfig.secret_name)
     if secret is not None:
         secret = as_str(secret, f"{path}.secretName")
-        if len(secret) > 253 or not _SUBDOMAIN.match(secret):
+        if not is_dns_subdomain(secret):
             raise ConfigError(
                 f"{path}.secretName: {secret!r} is not a Secret name (lowercase letters, digits, "
                 "'-' and '.', starting and ending with a letter or digit); null for a certificate "

@@ -16,12 +16,12 @@ marks need ``patch`` on nodes, which the default manifests do not grant.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from ksched.config.metrics import MetricConfig, metrics_named
+from ksched.config.names import is_label_value, is_qualified_name
 from ksched.config.values import as_bool, as_float, as_list, as_str, check_keys, duration_at
 from ksched.errors import ConfigError
 from ksched.objects import Obj
@@ -56,12 +56,6 @@ MARK_EFFECT = "PreferNoSchedule"
 MAX_WARM_LEADS = 10.0
 # The shortest interval between looks: each reads every node's values and may write nodes.
 MIN_INTERVAL_S = 1.0
-# A taint key is a qualified name: an optional DNS-subdomain prefix and a name of at most 63
-# characters (upstream's validation of taint keys).
-_NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
-_TAINT_KEY = re.compile(rf"^([a-z0-9]([-a-z0-9.]{{0,251}}[a-z0-9])?/)?{_NAME}$")
-# A label key has the same form as a taint key; a label value is a name or empty.
-_LABEL_VALUE = re.compile(rf"^({_NAME})?$")
 
 
 def is_mark(taint: Obj, keys: str | tuple[str, ...]) -> bool:
@@ -220,7 +214,7 @@ def parse_steering(obj: Any, metrics: tuple[MetricConfig, ...]) -> SteeringConfi
 
 def _taint_key(s: Obj, key: str, default: str, path: str) -> str:
     value = as_str(s.get(key, default), f"{path}.{key}")
-    if not _TAINT_KEY.match(value):
+    if not is_qualified_name(value):
         raise ConfigError(f"{path}.{key}: {value!r} is not a taint key (an optional prefix/ and a name)")
     return value
 
@@ -230,10 +224,10 @@ def _node_selector(obj: Any, path: str) -> tuple[tuple[str, str], ...]:
         raise ConfigError(f"{path}: expected a map of node label keys to values")
     out = []
     for key, value in sorted(obj.items()):
-        if not isinstance(key, str) or not _TAINT_KEY.match(key):
+        if not isinstance(key, str) or not is_qualified_name(key):
             raise ConfigError(f"{path}: {key!r} is not a label key (an optional prefix/ and a name)")
         text = as_str(value, f"{path}.{key}")
-        if not _LABEL_VALUE.match(text):
+        if not is_label_value(text):
             raise ConfigError(f"{path}.{key}: {text!r} is not a label value")
         out.append((key, text))
     return tuple(out)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ksched import _core
+from ksched.config.names import is_label_value
 from ksched.errors import MalformedObjectError
 from ksched.objects import Obj
 
@@ -46,9 +47,6 @@ class Requirement:
 
 Term = tuple[Requirement, ...]
 
-# Upstream validation.IsValidLabelValue, which labels.NewRequirement applies to In/NotIn values.
-_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
-MAX_LABEL_VALUE_LENGTH = 63
 # A requirement no node meets: no node has a label with the empty key.
 NO_NODE = Requirement("", "Exists", ())
 
@@ -58,7 +56,7 @@ def invalid_label_value(term: Term) -> str | None:
     for r in term:
         if not r.is_field and r.operator in ("In", "NotIn"):
             for v in r.values:
-                if len(v) > MAX_LABEL_VALUE_LENGTH or not _LABEL_VALUE.match(v):
+                if not is_label_value(v):
                     return v
     return None
 
