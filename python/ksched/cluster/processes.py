@@ -90,7 +90,6 @@ def save_state(state: ClusterState) -> None:
     cluster, leaving the running components behind)."""
     Path(state.directory).mkdir(parents=True, exist_ok=True)
     target = _state_file()
-    target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(f".{target.name}.{os.getpid()}")
     partial.write_text(json.dumps(asdict(state), indent=2))
     os.replace(partial, target)

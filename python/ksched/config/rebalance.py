@@ -52,8 +52,6 @@ _KEYS = (
 )
 _METRIC_KEYS = ("name", "high", "low")
 _OTHER_KEYS = ("schedulerNames", "namespaces")
-# A namespace's name is a DNS label (RFC 1123, :func:`is_dns_label`); a scheduler's name is
-# any non-empty string.
 MAX_LIMIT = 10_000
 # The shortest interval between looks: each look reads every node and pod, and the hot
 # lines judge samples that refresh every few seconds at best.
@@ -187,6 +185,7 @@ def _names(obj: Any, path: str, valid: Callable[[str], bool] | None, what: str) 
 
 
 def _other_schedulers(obj: Any, path: str, profile: str) -> OtherSchedulers:
+    # A scheduler's name is any non-empty string; a namespace's name is a DNS label (RFC 1123).
     o = check_keys(obj, path, _OTHER_KEYS)
     names = _names(o.get("schedulerNames", []), f"{path}.schedulerNames", None, "")
     namespaces = _names(
