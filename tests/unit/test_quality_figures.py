@@ -16,6 +16,7 @@ from ksched.bench.quality.figures import (
     hottest_nodes,
     judge,
     node_cores,
+    pool_load,
     replicas_together,
     unjudged,
 )
@@ -78,6 +79,18 @@ def test_the_excess_over_the_line_tells_a_pool_just_over_it_from_one_heaped_far_
     assert (figures["even"].hotspot_node_minutes, figures["heaped"].hotspot_node_minutes) == (4.0, 1.0)
     assert (figures["even"].excess_node_minutes, figures["heaped"].excess_node_minutes) == (0.2, 0.6)
     assert "excess_node_minutes" in figures["even"].summary(), "--json prints it"
+    # Both pools ended at 0.85 on average, past the line: no placement keeps them all under.
+    assert (figures["even"].end_load, figures["heaped"].end_load, figures["even"].line) == (0.85, 0.85, 0.8)
+
+
+def test_the_pools_load_weighs_each_node_by_its_cores() -> None:
+    """An 8-core node at 0.9 and a 4-core node at 0.6 hold 9.6 of 12 cores' worth: 0.8, not
+    the 0.75 of their plain mean; a pool whose nodes state no cores weighs them alike."""
+    ends_of = {"big": 0.9, "small": 0.6}
+    assert pool_load(ends_of, {"big": 8.0, "small": 4.0, "elsewhere": 16.0}) == pytest.approx(0.8)
+    assert pool_load(ends_of, None) == pytest.approx(0.75)
+    assert pool_load(ends_of, {}) == pytest.approx(0.75)
+    assert pool_load({}, None) == 0.0
 
 
 def _replica(name: str, owner: str | None, node: str | None) -> dict[str, object]:

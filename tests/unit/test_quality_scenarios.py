@@ -7,6 +7,7 @@ from __future__ import annotations
 import collections
 import random
 import statistics
+from dataclasses import replace
 
 import pytest
 
@@ -342,6 +343,29 @@ def test_a_gap_too_small_or_missing_is_not_judged() -> None:
     assert gap(5.0, 1.0, None).not_judged == "no oracle in this round"
 
 
+def test_a_pool_whose_load_ends_past_the_line_is_read_by_its_excess() -> None:
+    """herd on a pool whose load ends past the line: ksched, holding every node just over it,
+    runs more hot node-minutes than kube-scheduler, which heaped the overflow on a few nodes far
+    over; the gap table puts the excess beside them and says where the pool ended."""
+    results = QualityResults({})
+    for label, hot, excess, load in (
+        ("kube-scheduler", 21.5, 3.76, 0.805),
+        ("ksched", 25.5, 1.01, 0.807),
+        ("oracle", 22.75, 0.85, 0.806),
+    ):
+        f = QualityFigures(label, "herd", 10)
+        f.hotspot_node_minutes, f.excess_node_minutes, f.end_load, f.line = hot, excess, load, 0.8
+        results.figures.append(f)
+    found = gaps(results)["herd"]["ksched"]
+    assert (found.of_kube_scheduler, found.excess_of_kube_scheduler) == (1.186, 0.269)
+    assert found.load_past_line and found.end_load == 0.807
+    assert gap_rows(results)[1][3:6] == ("119%", "27%", "0.81 (past the line)")
+    under = QualityResults({}, [replace(f, end_load=0.62) for f in results.figures])
+    assert gap_rows(under)[1][5] == "0.62", "under the line: no mark"
+    no_excess = QualityResults({}, [replace(f, excess_node_minutes=0.0) for f in results.figures])
+    assert gaps(no_excess)["herd"]["ksched"].excess_of_kube_scheduler is None
+
+
 def test_the_table_and_json_put_each_setup_between_kube_scheduler_and_the_oracle() -> None:
     results = QualityResults({})
     for scen, figures in (
@@ -356,8 +380,8 @@ def test_the_table_and_json_put_each_setup_between_kube_scheduler_and_the_oracle
     assert set(found) == {"herd", "slow-start"} and set(found["herd"]) == {"ksched"}
     assert found["herd"]["ksched"].gap_closed == 0.75
     rows = gap_rows(results)
-    assert rows[1] == ("herd", "ksched", "10.0", "25%", "75%")
-    assert "too small to judge" in rows[2][4]
+    assert rows[1] == ("herd", "ksched", "10.0", "25%", "-", "0.00", "75%")
+    assert "too small to judge" in rows[2][-1]
     text = table(results)
     assert "gap closed" in text and "75%" in text
     assert gap_rows(QualityResults({}, results.figures[:2])) == [], "no oracle ran: no gap table"

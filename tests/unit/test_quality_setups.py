@@ -121,8 +121,8 @@ def test_each_setup_is_measured_to_the_oracle_of_its_own_means() -> None:
     assert gaps(with_candidate)["mixed-schedulers"]["steer-2s"].gap_closed == 0.5  # 10 of 20
     only_steering = QualityResults({}, [f for f in results.figures if f.scheduler != ORACLE])
     assert gap_rows(only_steering)[1:] == [
-        ("mixed-schedulers", "ksched", "10.0", "50%", "no oracle in this round"),
-        ("mixed-schedulers", KSCHED_STEER, "5.0", "25%", "75%"),
+        ("mixed-schedulers", "ksched", "10.0", "50%", "-", "0.00", "no oracle in this round"),
+        ("mixed-schedulers", KSCHED_STEER, "5.0", "25%", "-", "0.00", "75%"),
     ], "one oracle ran: the table is shown, each row against its own"
 
 

@@ -146,6 +146,12 @@ class QualityFigures:
     # 0.8: 0.1). Where a pool's load cannot all stay under the line, the hot node-minutes
     # reward heaping it on a few nodes far over; this does not.
     excess_node_minutes: float = 0.0
+    # The pool's load where it ended: its nodes' ends (:func:`ends`) weighed by their cores
+    # (alike where no node states its cores), and the line it was judged against. Where the
+    # load ends at or past the line, no placement keeps every node under it, and the hot
+    # node-minutes reward heaping what is over on a few nodes far past it: read the excess.
+    end_load: float = 0.0
+    line: float = 0.0
     max_utilisation: float = 0.0
     p95_utilisation: float = 0.0
     cv: float = 0.0
@@ -197,6 +203,7 @@ class QualityFigures:
         keys = (
             "hotspot_node_minutes",
             "excess_node_minutes",
+            "end_load",
             "p95_utilisation",
             "cv",
             "end_cv",
@@ -351,10 +358,22 @@ def judge(
     ended = list(end_of.values())
     end_mean = statistics.fmean(ended) if ended else 0.0
     figures.end_cv = round(statistics.pstdev(ended) / end_mean, 3) if end_mean > 0 else 0.0
+    figures.end_load, figures.line = round(pool_load(end_of, cores), 3), threshold
     last = series.values[-1] if series.values else {}
     figures.pods_on_hot_nodes = sum(1 for node in bound.values() if last.get(node, 0.0) > threshold)
     if cores is not None:
         figures.shapes = by_shape(series, {n: cores.get(n, 0.0) for n in nodes}, bound, threshold, end_of)
+
+
+def pool_load(end_of: dict[str, float], cores: dict[str, float] | None) -> float:
+    """The pool's load from where each node ended (``end_of``, :func:`ends`): their mean
+    weighed by each node's cores (``cores``, :func:`node_cores`), so that an 8-core node counts
+    twice a 4-core one; alike where no node of the pool states its cores (0.0 for no node)."""
+    weights = {n: cores.get(n, 0.0) for n in end_of} if cores is not None else {}
+    total = sum(weights.values())
+    if total <= 0:
+        return statistics.fmean(end_of.values()) if end_of else 0.0
+    return sum(end * weights[n] for n, end in end_of.items()) / total
 
 
 # How far back :func:`by_shape` averages a node's samples as where it ended.
