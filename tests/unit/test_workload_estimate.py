@@ -562,6 +562,32 @@ def test_a_herd_counts_at_its_workloads_history_else_at_the_prior() -> None:
     assert (bare.source, bare.amount) == ("configured", 1000)
 
 
+def test_before_any_best_effort_pod_is_measured_one_counts_at_what_requesting_pods_use() -> None:
+    """A BestEffort pod tells nothing of its size: until one is measured, a pod of a new
+    BestEffort workload counts at the quantile of what the learned workloads' pods use each, and
+    is scored at their mean, not at the configured 100m that makes the smallest idle node look
+    coolest; once a BestEffort workload taught a figure, that figure is the prior."""
+    loop = Loop(learned_metric())
+    teach_and_leave(loop, {"web": 0.5, "batch": 2.0, "api": 1.0})
+    matrix = loop.sample({})
+    calibration = matrix.metrics[0].estimate.calibration
+    mean = (0.5 + 2.0 + 1.0) / 3
+    used = [100 * weighed(r, LEARN_MIN_PODS, mean) for r in (0.5, 2.0, 1.0)]
+    assert calibration.prior_best_effort == pytest.approx(max(used)), "p90 of three workloads: the highest"
+    assert calibration.prior_best_effort_typical == pytest.approx(sum(used) / 3)
+    be = loop.choice(matrix, owned("cache-0", "", cpu=None, owner=("Deployment", "cache")))
+    assert (be.source, be.amount, be.expected) == ("prior", round(max(used)), round(sum(used) / 3))
+    assert learned_json("cpu", calibration)["prior"]["bestEffortFrom"] == "requesting pods"
+    bare = loop.choice(matrix, owned("be-bare", "", cpu=None, owner=None))
+    assert (bare.source, bare.amount) == ("configured", 100), "a pod of no workload: the cluster-wide figure"
+
+    # A BestEffort workload measured: its own figure is the prior, whatever requesting pods use.
+    loop.add(owned("cache-1", "n0", cpu=None, owner=("Deployment", "cache")))
+    calibration = loop.sample({"cache-1": 30.0}, times=SETTLE).metrics[0].estimate.calibration
+    assert calibration.prior_best_effort == pytest.approx(30.0)
+    assert learned_json("cpu", calibration)["prior"]["bestEffortFrom"] == "best-effort pods"
+
+
 @pytest.mark.parametrize(
     ("case", "workloads", "margins"),
     [

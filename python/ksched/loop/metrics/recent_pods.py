@@ -559,6 +559,7 @@ class RecentPods:
             prior_best_effort=prior.best_effort,
             prior_best_effort_sd=prior.best_effort_sd,
             prior_best_effort_typical=prior.best_effort_typical,
+            prior_best_effort_from_requests=prior.best_effort_from_requests,
         )
 
     def _expected(

@@ -265,6 +265,9 @@ class Prior(NamedTuple):
     best_effort: float | None
     best_effort_sd: float
     best_effort_typical: float | None
+    # Whether the BestEffort figures are what the requesting pods use per pod: no BestEffort
+    # pod has taught any yet (:func:`prior_figures`).
+    best_effort_from_requests: bool = False
 
 
 def prior_figures(cluster: Learned, workloads: Mapping[str, WorkloadCalibration], quantile: float) -> Prior:
@@ -275,7 +278,13 @@ def prior_figures(cluster: Learned, workloads: Mapping[str, WorkloadCalibration]
     made every pod of an unknown workload look several times its size. The typical figure is
     the workloads' mean (each workload one, as a new workload is one more of them), never above
     the cautious one: what such a pod is expected to use, where the quantile is what it may.
-    The ratios leave out the workloads that request next to nothing (:func:`_sized`)."""
+    The ratios leave out the workloads that request next to nothing (:func:`_sized`).
+
+    Until a BestEffort pod is measured, its prior is what the workloads that request use per
+    pod (their ratio times their mean guess, with their spread in the same unit): a pod that
+    requests nothing tells nothing of its size, and counted at the configured guess (100m) it
+    looks lightest on the smallest idle node, which is the first to run hot when it uses what
+    other pods do."""
     sized = _sized(workloads)
     ratio = _prior(
         cluster.ratio,
@@ -295,6 +304,14 @@ def prior_figures(cluster: Learned, workloads: Mapping[str, WorkloadCalibration]
         ],
         quantile,
     )
+    if best[0] is None and cluster.best_effort is None:
+        used = [
+            (w.ratio * w.ratio_request, w.ratio_sd * w.ratio_request, w.ratio_pods)
+            for w in workloads.values()
+            if w.ratio is not None and w.ratio_request > 0
+        ]
+        if used:
+            return Prior(*ratio, *_prior(None, used, quantile), best_effort_from_requests=True)
     return Prior(*ratio, *best)
 
 
@@ -561,7 +578,8 @@ def learned_json(resource: str | None, c: Calibration) -> dict[str, Any]:
     null with no figure) (a cluster-wide figure is null below ``LEARN_MIN_PODS``; a workload's
     is weighed against the collective figure,
     :func:`credible`); the prior a pod of a workload without history counts at (``ratioTypical``
-    and ``bestEffortTypical``: the typical workload's figures, which the score counts it at); how the
+    and ``bestEffortTypical``: the typical workload's figures, which the score counts it at; ``bestEffortFrom``: what
+    taught the BestEffort prior, ``best-effort pods`` or, before any, ``requesting pods``); how the
     recent pods are counted (``sources``: pods by where their estimate came from, ``ramping``:
     the first of those still ramping up, ``rampingPods``: for the longest bound of them, what
     each counts at and measures, in engine units, and seconds since its bind); and the
@@ -585,6 +603,11 @@ def learned_json(resource: str | None, c: Calibration) -> dict[str, Any]:
             "bestEffort": c.prior_best_effort,
             "bestEffortStdDev": c.prior_best_effort_sd,
             "bestEffortTypical": c.prior_best_effort_typical,
+            "bestEffortFrom": None
+            if c.prior_best_effort is None
+            else "requesting pods"
+            if c.prior_best_effort_from_requests
+            else "best-effort pods",
         },
         "sources": dict(c.sources),
         "ramping": list(c.ramping[:STATUS_RAMPING]),
