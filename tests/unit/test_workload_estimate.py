@@ -577,7 +577,7 @@ def test_before_any_best_effort_pod_is_measured_one_counts_at_what_requesting_po
     assert calibration.prior_best_effort_typical == pytest.approx(sum(used) / 3)
     be = loop.choice(matrix, owned("cache-0", "", cpu=None, owner=("Deployment", "cache")))
     assert (be.source, be.amount, be.expected) == ("prior", round(max(used)), round(sum(used) / 3))
-    assert learned_json("cpu", calibration)["prior"]["bestEffortFrom"] == "requesting pods"
+    assert learned_json("cpu", calibration)["prior"]["bestEffortFrom"] == "requesting pods' usage"
     bare = loop.choice(matrix, owned("be-bare", "", cpu=None, owner=None))
     assert (bare.source, bare.amount) == ("configured", 100), "a pod of no workload: the cluster-wide figure"
 
@@ -586,6 +586,32 @@ def test_before_any_best_effort_pod_is_measured_one_counts_at_what_requesting_po
     calibration = loop.sample({"cache-1": 30.0}, times=SETTLE).metrics[0].estimate.calibration
     assert calibration.prior_best_effort == pytest.approx(30.0)
     assert learned_json("cpu", calibration)["prior"]["bestEffortFrom"] == "best-effort pods"
+
+
+def test_before_anything_is_measured_a_best_effort_pod_counts_at_what_pods_request() -> None:
+    """With no pod measured at all (a fresh pool), a pod of a BestEffort workload counts at the
+    quantile of the recent pods' requests, with the initial spread of their mean, and is scored
+    at their mean (with its caution): a pod that asks for nothing is taken to be like the pods that ask."""
+    loop = Loop(learned_metric(initial_spread=0.5, deviations=1.0))
+    requests = [100, 200, 400, 800, 1600]
+    loop.add(
+        *(
+            owned(f"svc{i}-0", "n1", cpu=f"{m}m", owner=("Deployment", f"svc{i}"))
+            for i, m in enumerate(requests)
+        )
+    )
+    matrix = loop.sample({})
+    calibration = matrix.metrics[0].estimate.calibration
+    mean = sum(requests) / len(requests)
+    assert (calibration.prior_best_effort, calibration.prior_best_effort_typical) == (
+        1600,
+        pytest.approx(mean),
+    )
+    assert calibration.prior_best_effort_sd == pytest.approx(0.5 * mean)
+    be = loop.choice(matrix, owned("cache-0", "", cpu=None, owner=("Deployment", "cache")))
+    # Scored at the mean plus its deviation (the estimate scores pods with their caution).
+    assert (be.source, be.amount, be.expected) == ("prior", round(1600 + 0.5 * mean), round(1.5 * mean))
+    assert learned_json("cpu", calibration)["prior"]["bestEffortFrom"] == "requesting pods' requests"
 
 
 @pytest.mark.parametrize(

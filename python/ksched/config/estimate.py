@@ -94,9 +94,9 @@ class Calibration(Learned):
     # prior's figure).
     prior_ratio_typical: float | None = None
     prior_best_effort_typical: float | None = None
-    # Whether the BestEffort prior is what the requesting pods use per pod (no BestEffort pod
-    # of any workload measured yet).
-    prior_best_effort_from_requests: bool = False
+    # What taught the BestEffort prior (``/status``): BestEffort pods, else what the requesting
+    # pods use or request per pod (:func:`ksched.loop.metrics.workloads.prior_figures`).
+    prior_best_effort_from: str | None = None
     # How the recent pods were counted (``/status``): pods by source of their estimate, and
     # the keys of those still ramping up.
     sources: Mapping[str, int] = field(default_factory=dict, compare=False)

@@ -377,8 +377,9 @@ class RecentPods:
                 i, estimate, arrays, known, now if measured_at is None else measured_at, now
             )
             teaching = np.where(ramping, np.nan, known)
+            requested = guesses[np.isin(kinds, RATIO_KINDS) & (guesses > 0)]
             calibration = self._calibration(
-                i, estimate, self._settled[i].stand_in(now, learn(guesses, kinds, teaching)), now
+                i, estimate, self._settled[i].stand_in(now, learn(guesses, kinds, teaching)), now, requested
             )
         amounts, spreads, sources, margins = self._expected(i, arrays, guesses, calibration, estimate)
         # What the sample does not show of each pod: its fade over the window; for one still
@@ -532,8 +533,17 @@ class RecentPods:
             )
         return ramping
 
-    def _calibration(self, i: int, estimate: EstimateConfig, cluster: Calibration, now: float) -> Calibration:
-        """The cluster-wide figures with each workload's and the prior (``estimate.prior``)."""
+    def _calibration(
+        self,
+        i: int,
+        estimate: EstimateConfig,
+        cluster: Calibration,
+        now: float,
+        requested: npt.NDArray[np.float64] | None = None,
+    ) -> Calibration:
+        """The cluster-wide figures with each workload's and the prior (``estimate.prior``);
+        ``requested``: the recent pods' guesses from their requests (a BestEffort pod's prior
+        before anything is measured)."""
         own = self._history[i].figures(now)
         key = (id(own), cluster.ratio, cluster.best_effort)
         cached = self._credible.get(i)
@@ -543,7 +553,9 @@ class RecentPods:
             cached = self._credible[i] = (key, own, credible(own, cluster.ratio, cluster.best_effort))
         workloads = cached[2]
         mode, value = estimate.prior
-        prior = prior_figures(cluster, workloads, value if mode == "quantile" else 0.9)
+        prior = prior_figures(
+            cluster, workloads, value if mode == "quantile" else 0.9, requested, estimate.initial_spread
+        )
         if mode == "ratio":
             # A fixed ratio, with the spread within workloads where any taught one, else the
             # cluster-wide spread, else (nothing measured yet) the initial one.
@@ -559,7 +571,7 @@ class RecentPods:
             prior_best_effort=prior.best_effort,
             prior_best_effort_sd=prior.best_effort_sd,
             prior_best_effort_typical=prior.best_effort_typical,
-            prior_best_effort_from_requests=prior.best_effort_from_requests,
+            prior_best_effort_from=prior.best_effort_from,
         )
 
     def _expected(

@@ -265,12 +265,24 @@ class Prior(NamedTuple):
     best_effort: float | None
     best_effort_sd: float
     best_effort_typical: float | None
-    # Whether the BestEffort figures are what the requesting pods use per pod: no BestEffort
-    # pod has taught any yet (:func:`prior_figures`).
-    best_effort_from_requests: bool = False
+    # What taught the BestEffort figures (:func:`prior_figures`): BestEffort pods, else what the
+    # requesting pods use (``PRIOR_FROM_USAGE``) or, before any is measured, request
+    # (``PRIOR_FROM_REQUESTS``) per pod; None without figures.
+    best_effort_from: str | None = None
 
 
-def prior_figures(cluster: Learned, workloads: Mapping[str, WorkloadCalibration], quantile: float) -> Prior:
+PRIOR_FROM_BEST_EFFORT = "best-effort pods"
+PRIOR_FROM_USAGE = "requesting pods' usage"
+PRIOR_FROM_REQUESTS = "requesting pods' requests"
+
+
+def prior_figures(
+    cluster: Learned,
+    workloads: Mapping[str, WorkloadCalibration],
+    quantile: float,
+    requested: npt.NDArray[np.float64] | None = None,
+    spread: float = 0.0,
+) -> Prior:
     """How a pod of a workload without enough history counts: the ``quantile`` of the learned
     workloads' ratios (and BestEffort means), never below the cluster-wide figure, with the
     spread *within* workloads (the pods-weighted root mean square of theirs): the spread of the
@@ -281,10 +293,12 @@ def prior_figures(cluster: Learned, workloads: Mapping[str, WorkloadCalibration]
     The ratios leave out the workloads that request next to nothing (:func:`_sized`).
 
     Until a BestEffort pod is measured, its prior is what the workloads that request use per
-    pod (their ratio times their mean guess, with their spread in the same unit): a pod that
-    requests nothing tells nothing of its size, and counted at the configured guess (100m) it
-    looks lightest on the smallest idle node, which is the first to run hot when it uses what
-    other pods do."""
+    pod (their ratio times their mean guess, with their spread in the same unit), else, before
+    any of them is measured, what the recent requesting pods are guessed at (``requested``: the
+    quantile and the mean of their guesses, with ``spread``, the estimate's initial spread, of
+    the mean): a pod that requests nothing tells nothing of its size, and counted at the
+    configured guess (100m) it looks lightest on the smallest idle node, which is the first to
+    run hot when it uses what other pods do."""
     sized = _sized(workloads)
     ratio = _prior(
         cluster.ratio,
@@ -304,14 +318,19 @@ def prior_figures(cluster: Learned, workloads: Mapping[str, WorkloadCalibration]
         ],
         quantile,
     )
-    if best[0] is None and cluster.best_effort is None:
-        used = [
-            (w.ratio * w.ratio_request, w.ratio_sd * w.ratio_request, w.ratio_pods)
-            for w in workloads.values()
-            if w.ratio is not None and w.ratio_request > 0
-        ]
-        if used:
-            return Prior(*ratio, *_prior(None, used, quantile), best_effort_from_requests=True)
+    if best[0] is not None or cluster.best_effort is not None:
+        return Prior(*ratio, *best, best_effort_from=PRIOR_FROM_BEST_EFFORT if best[0] is not None else None)
+    used = [
+        (w.ratio * w.ratio_request, w.ratio_sd * w.ratio_request, w.ratio_pods)
+        for w in workloads.values()
+        if w.ratio is not None and w.ratio_request > 0
+    ]
+    if used:
+        return Prior(*ratio, *_prior(None, used, quantile), best_effort_from=PRIOR_FROM_USAGE)
+    if requested is not None and len(requested):
+        high = float(np.quantile(requested, quantile, method="higher"))
+        typical = min(float(np.mean(requested)), high)
+        return Prior(*ratio, high, spread * typical, typical, best_effort_from=PRIOR_FROM_REQUESTS)
     return Prior(*ratio, *best)
 
 
@@ -579,7 +598,8 @@ def learned_json(resource: str | None, c: Calibration) -> dict[str, Any]:
     is weighed against the collective figure,
     :func:`credible`); the prior a pod of a workload without history counts at (``ratioTypical``
     and ``bestEffortTypical``: the typical workload's figures, which the score counts it at; ``bestEffortFrom``: what
-    taught the BestEffort prior, ``best-effort pods`` or, before any, ``requesting pods``); how the
+    taught the BestEffort prior: ``best-effort pods``, else ``requesting pods' usage``, else
+    ``requesting pods' requests``); how the
     recent pods are counted (``sources``: pods by where their estimate came from, ``ramping``:
     the first of those still ramping up, ``rampingPods``: for the longest bound of them, what
     each counts at and measures, in engine units, and seconds since its bind); and the
@@ -603,11 +623,7 @@ def learned_json(resource: str | None, c: Calibration) -> dict[str, Any]:
             "bestEffort": c.prior_best_effort,
             "bestEffortStdDev": c.prior_best_effort_sd,
             "bestEffortTypical": c.prior_best_effort_typical,
-            "bestEffortFrom": None
-            if c.prior_best_effort is None
-            else "requesting pods"
-            if c.prior_best_effort_from_requests
-            else "best-effort pods",
+            "bestEffortFrom": c.prior_best_effort_from,
         },
         "sources": dict(c.sources),
         "ramping": list(c.ramping[:STATUS_RAMPING]),
