@@ -590,8 +590,9 @@ def test_before_any_best_effort_pod_is_measured_one_counts_at_what_requesting_po
 
 def test_before_anything_is_measured_a_best_effort_pod_counts_at_what_pods_request() -> None:
     """With no pod measured at all (a fresh pool), a pod of a BestEffort workload counts at the
-    quantile of the recent pods' requests, with the initial spread of their mean, and is scored
-    at their mean (with its caution): a pod that asks for nothing is taken to be like the pods that ask."""
+    quantile of the recent pods' requests, with the initial spread of it (as a pod guessed at it
+    that nothing measured), and is scored at their mean (with its caution): a pod that asks for
+    nothing is taken to be like the pods that ask."""
     loop = Loop(learned_metric(initial_spread=0.5, deviations=1.0))
     requests = [100, 200, 400, 800, 1600]
     loop.add(
@@ -607,10 +608,10 @@ def test_before_anything_is_measured_a_best_effort_pod_counts_at_what_pods_reque
         1600,
         pytest.approx(mean),
     )
-    assert calibration.prior_best_effort_sd == pytest.approx(0.5 * mean)
+    assert calibration.prior_best_effort_sd == pytest.approx(0.5 * 1600)
     be = loop.choice(matrix, owned("cache-0", "", cpu=None, owner=("Deployment", "cache")))
     # Scored at the mean plus its deviation (the estimate scores pods with their caution).
-    assert (be.source, be.amount, be.expected) == ("prior", round(1600 + 0.5 * mean), round(1.5 * mean))
+    assert (be.source, be.amount, be.expected) == ("prior", round(1.5 * 1600), round(mean + 0.5 * 1600))
     assert learned_json("cpu", calibration)["prior"]["bestEffortFrom"] == "requesting pods' requests"
 
 

@@ -295,8 +295,8 @@ def prior_figures(
     Until a BestEffort pod is measured, its prior is what the workloads that request use per
     pod (their ratio times their mean guess, with their spread in the same unit), else, before
     any of them is measured, what the recent requesting pods are guessed at (``requested``: the
-    quantile and the mean of their guesses, with ``spread``, the estimate's initial spread, of
-    the mean): a pod that requests nothing tells nothing of its size, and counted at the
+    quantile and the mean of their guesses), counted as a pod guessed at the quantile that
+    nothing measured (its spread is ``spread``, the estimate's initial one, of it): a pod that requests nothing tells nothing of its size, and counted at the
     configured guess (100m) it looks lightest on the smallest idle node, which is the first to
     run hot when it uses what other pods do."""
     sized = _sized(workloads)
@@ -330,7 +330,8 @@ def prior_figures(
     if requested is not None and len(requested):
         high = float(np.quantile(requested, quantile, method="higher"))
         typical = min(float(np.mean(requested)), high)
-        return Prior(*ratio, high, spread * typical, typical, best_effort_from=PRIOR_FROM_REQUESTS)
+        # As a pod guessed at ``high`` that nothing measured: its spread is ``spread`` of it.
+        return Prior(*ratio, high, spread * high, typical, best_effort_from=PRIOR_FROM_REQUESTS)
     return Prior(*ratio, *best)
 
 
