@@ -562,26 +562,39 @@ def test_a_herd_counts_at_its_workloads_history_else_at_the_prior() -> None:
     assert (bare.source, bare.amount) == ("configured", 1000)
 
 
-def test_before_any_best_effort_pod_is_measured_one_counts_at_what_requesting_pods_use() -> None:
+REQUESTS_M = (100, 200, 400, 800, 1600)
+
+
+def test_before_any_best_effort_pod_is_measured_one_counts_as_a_new_workload_requesting_what_pods_do() -> (
+    None
+):
     """A BestEffort pod tells nothing of its size: until one is measured, a pod of a new
-    BestEffort workload counts at the quantile of what the learned workloads' pods use each, and
-    is scored at their mean, not at the configured 100m that makes the smallest idle node look
+    BestEffort workload counts as a pod of a workload without history that requests the
+    recent requests' quantile (held to the ratio prior's quantile of it), and is scored at their
+    mean at the typical ratio, not at the configured 100m that makes the smallest idle node look
     coolest; once a BestEffort workload taught a figure, that figure is the prior."""
     loop = Loop(learned_metric())
     teach_and_leave(loop, {"web": 0.5, "batch": 2.0, "api": 1.0})
+    loop.add(
+        *(
+            owned(f"svc{i}-0", "n1", cpu=f"{m}m", owner=("Deployment", f"svc{i}"))
+            for i, m in enumerate(REQUESTS_M)
+        )
+    )
     matrix = loop.sample({})
     calibration = matrix.metrics[0].estimate.calibration
-    mean = (0.5 + 2.0 + 1.0) / 3
-    used = [100 * weighed(r, LEARN_MIN_PODS, mean) for r in (0.5, 2.0, 1.0)]
-    assert calibration.prior_best_effort == pytest.approx(max(used)), "p90 of three workloads: the highest"
-    assert calibration.prior_best_effort_typical == pytest.approx(sum(used) / 3)
+    ratio, typical = calibration.prior_ratio, calibration.prior_ratio_typical
+    assert ratio > typical > 0
+    mean = sum(REQUESTS_M) / len(REQUESTS_M)
+    assert calibration.prior_best_effort == pytest.approx(1600 * ratio), "p90 of five requests: the highest"
+    assert calibration.prior_best_effort_typical == pytest.approx(mean * typical)
     be = loop.choice(matrix, owned("cache-0", "", cpu=None, owner=("Deployment", "cache")))
-    assert (be.source, be.amount, be.expected) == ("prior", round(max(used)), round(sum(used) / 3))
-    assert learned_json("cpu", calibration)["prior"]["bestEffortFrom"] == "requesting pods' usage"
+    assert (be.source, be.amount, be.expected) == ("prior", round(1600 * ratio), round(mean * typical))
+    assert learned_json("cpu", calibration)["prior"]["bestEffortFrom"] == "requesting pods"
     bare = loop.choice(matrix, owned("be-bare", "", cpu=None, owner=None))
     assert (bare.source, bare.amount) == ("configured", 100), "a pod of no workload: the cluster-wide figure"
 
-    # A BestEffort workload measured: its own figure is the prior, whatever requesting pods use.
+    # A BestEffort workload measured: its own figure is the prior, whatever requesting pods ask.
     loop.add(owned("cache-1", "n0", cpu=None, owner=("Deployment", "cache")))
     calibration = loop.sample({"cache-1": 30.0}, times=SETTLE).metrics[0].estimate.calibration
     assert calibration.prior_best_effort == pytest.approx(30.0)
@@ -594,16 +607,15 @@ def test_before_anything_is_measured_a_best_effort_pod_counts_at_what_pods_reque
     that nothing measured), and is scored at their mean (with its caution): a pod that asks for
     nothing is taken to be like the pods that ask."""
     loop = Loop(learned_metric(initial_spread=0.5, deviations=1.0))
-    requests = [100, 200, 400, 800, 1600]
     loop.add(
         *(
             owned(f"svc{i}-0", "n1", cpu=f"{m}m", owner=("Deployment", f"svc{i}"))
-            for i, m in enumerate(requests)
+            for i, m in enumerate(REQUESTS_M)
         )
     )
     matrix = loop.sample({})
     calibration = matrix.metrics[0].estimate.calibration
-    mean = sum(requests) / len(requests)
+    mean = sum(REQUESTS_M) / len(REQUESTS_M)
     assert (calibration.prior_best_effort, calibration.prior_best_effort_typical) == (
         1600,
         pytest.approx(mean),
@@ -612,7 +624,7 @@ def test_before_anything_is_measured_a_best_effort_pod_counts_at_what_pods_reque
     be = loop.choice(matrix, owned("cache-0", "", cpu=None, owner=("Deployment", "cache")))
     # Scored at the mean plus its deviation (the estimate scores pods with their caution).
     assert (be.source, be.amount, be.expected) == ("prior", round(1.5 * 1600), round(mean + 0.5 * 1600))
-    assert learned_json("cpu", calibration)["prior"]["bestEffortFrom"] == "requesting pods' requests"
+    assert learned_json("cpu", calibration)["prior"]["bestEffortFrom"] == "requesting pods"
 
 
 @pytest.mark.parametrize(

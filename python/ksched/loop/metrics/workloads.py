@@ -265,15 +265,14 @@ class Prior(NamedTuple):
     best_effort: float | None
     best_effort_sd: float
     best_effort_typical: float | None
-    # What taught the BestEffort figures (:func:`prior_figures`): BestEffort pods, else what the
-    # requesting pods use (``PRIOR_FROM_USAGE``) or, before any is measured, request
-    # (``PRIOR_FROM_REQUESTS``) per pod; None without figures.
+    # What taught the BestEffort figures (:func:`prior_figures`): BestEffort pods
+    # (``PRIOR_FROM_BEST_EFFORT``), else the requesting pods (``PRIOR_FROM_REQUESTS``); None
+    # without figures.
     best_effort_from: str | None = None
 
 
 PRIOR_FROM_BEST_EFFORT = "best-effort pods"
-PRIOR_FROM_USAGE = "requesting pods' usage"
-PRIOR_FROM_REQUESTS = "requesting pods' requests"
+PRIOR_FROM_REQUESTS = "requesting pods"
 
 
 def prior_figures(
@@ -292,13 +291,13 @@ def prior_figures(
     the cautious one: what such a pod is expected to use, where the quantile is what it may.
     The ratios leave out the workloads that request next to nothing (:func:`_sized`).
 
-    Until a BestEffort pod is measured, its prior is what the workloads that request use per
-    pod (their ratio times their mean guess, with their spread in the same unit), else, before
-    any of them is measured, what the recent requesting pods are guessed at (``requested``: the
-    quantile and the mean of their guesses), counted as a pod guessed at the quantile that
-    nothing measured (its spread is ``spread``, the estimate's initial one, of it): a pod that requests nothing tells nothing of its size, and counted at the
-    configured guess (100m) it looks lightest on the smallest idle node, which is the first to
-    run hot when it uses what other pods do."""
+    Until a BestEffort pod is measured, one counts as a pod of a workload without history that
+    requests what the recent requesting pods do (``requested``, their guesses): the
+    ``quantile`` of their guesses at the ratio prior above, else at the cluster-wide ratio, else
+    (nothing measured) at the guess with ``spread`` (the estimate's initial one) of it; scored
+    at their mean guess at the typical ratio. A pod that requests nothing tells nothing of its
+    size, and counted at the configured guess (100m) it looked lightest on the smallest idle
+    node, which is the first to run hot when it uses what other pods do."""
     sized = _sized(workloads)
     ratio = _prior(
         cluster.ratio,
@@ -320,19 +319,18 @@ def prior_figures(
     )
     if best[0] is not None or cluster.best_effort is not None:
         return Prior(*ratio, *best, best_effort_from=PRIOR_FROM_BEST_EFFORT if best[0] is not None else None)
-    used = [
-        (w.ratio * w.ratio_request, w.ratio_sd * w.ratio_request, w.ratio_pods)
-        for w in workloads.values()
-        if w.ratio is not None and w.ratio_request > 0
-    ]
-    if used:
-        return Prior(*ratio, *_prior(None, used, quantile), best_effort_from=PRIOR_FROM_USAGE)
-    if requested is not None and len(requested):
-        high = float(np.quantile(requested, quantile, method="higher"))
-        typical = min(float(np.mean(requested)), high)
-        # As a pod guessed at ``high`` that nothing measured: its spread is ``spread`` of it.
-        return Prior(*ratio, high, spread * high, typical, best_effort_from=PRIOR_FROM_REQUESTS)
-    return Prior(*ratio, *best)
+    if requested is None or not len(requested):
+        return Prior(*ratio, *best)
+    size = float(np.quantile(requested, quantile, method="higher"))
+    if ratio[0] is not None:
+        scale, sd, typical = ratio[0], ratio[1], ratio[2] if ratio[2] is not None else ratio[0]
+    elif cluster.ratio is not None:
+        scale, sd, typical = cluster.ratio, cluster.ratio_sd, cluster.ratio
+    else:
+        scale, sd, typical = 1.0, spread, 1.0
+    high = size * scale
+    usual = min(float(np.mean(requested)) * typical, high)
+    return Prior(*ratio, high, size * sd, usual, best_effort_from=PRIOR_FROM_REQUESTS)
 
 
 # A workload whose pods request less than this share of the median workload's is left out of
@@ -599,8 +597,7 @@ def learned_json(resource: str | None, c: Calibration) -> dict[str, Any]:
     is weighed against the collective figure,
     :func:`credible`); the prior a pod of a workload without history counts at (``ratioTypical``
     and ``bestEffortTypical``: the typical workload's figures, which the score counts it at; ``bestEffortFrom``: what
-    taught the BestEffort prior: ``best-effort pods``, else ``requesting pods' usage``, else
-    ``requesting pods' requests``); how the
+    taught the BestEffort prior: ``best-effort pods``, else ``requesting pods``); how the
     recent pods are counted (``sources``: pods by where their estimate came from, ``ramping``:
     the first of those still ramping up, ``rampingPods``: for the longest bound of them, what
     each counts at and measures, in engine units, and seconds since its bind); and the
