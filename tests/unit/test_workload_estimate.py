@@ -572,7 +572,8 @@ def test_before_any_best_effort_pod_is_measured_one_counts_as_a_new_workload_req
     BestEffort workload counts as a pod of a workload without history that requests the
     recent requests' quantile (held to the ratio prior's quantile of it), and is scored at their
     mean at the typical ratio, not at the configured 100m that makes the smallest idle node look
-    coolest; once a BestEffort workload taught a figure, that figure is the prior."""
+    coolest; once as many BestEffort workloads as a quantile needs taught theirs, those are the
+    prior."""
     loop = Loop(learned_metric())
     teach_and_leave(loop, {"web": 0.5, "batch": 2.0, "api": 1.0})
     loop.add(
@@ -594,11 +595,18 @@ def test_before_any_best_effort_pod_is_measured_one_counts_as_a_new_workload_req
     bare = loop.choice(matrix, owned("be-bare", "", cpu=None, owner=None))
     assert (bare.source, bare.amount) == ("configured", 100), "a pod of no workload: the cluster-wide figure"
 
-    # A BestEffort workload measured: its own figure is the prior, whatever requesting pods ask.
+    # One light BestEffort workload measured: its figure is not a quantile of anything, and what
+    # the requesting pods say still holds the prior up.
     loop.add(owned("cache-1", "n0", cpu=None, owner=("Deployment", "cache")))
     calibration = loop.sample({"cache-1": 30.0}, times=SETTLE).metrics[0].estimate.calibration
-    assert calibration.prior_best_effort == pytest.approx(30.0)
+    assert calibration.workloads["default/Deployment/cache"].best_effort == pytest.approx(30.0)
+    assert calibration.prior_best_effort == pytest.approx(1600 * ratio)
     assert learned_json("cpu", calibration)["prior"]["bestEffortFrom"] == "best-effort pods"
+    # As many BestEffort workloads measured as a cluster-wide figure needs pods: theirs is the prior.
+    light = {f"be{i}-0": 30.0 + i for i in range(LEARN_MIN_PODS)}
+    loop.add(*(owned(k, "n0", cpu=None, owner=("Deployment", k[:-2])) for k in light))
+    calibration = loop.sample({"cache-1": 30.0, **light}, times=SETTLE).metrics[0].estimate.calibration
+    assert 30.0 <= calibration.prior_best_effort <= 30.0 + LEARN_MIN_PODS
 
 
 def test_before_anything_is_measured_a_best_effort_pod_counts_at_what_pods_request() -> None:

@@ -295,9 +295,12 @@ def prior_figures(
     requests what the recent requesting pods do (``requested``, their guesses): the
     ``quantile`` of their guesses at the ratio prior above, else at the cluster-wide ratio, else
     (nothing measured) at the guess with ``spread`` (the estimate's initial one) of it; scored
-    at their mean guess at the typical ratio. A pod that requests nothing tells nothing of its
-    size, and counted at the configured guess (100m) it looked lightest on the smallest idle
-    node, which is the first to run hot when it uses what other pods do."""
+    at their mean guess at the typical ratio. That holds up each BestEffort figure until
+    ``LEARN_MIN_PODS`` BestEffort workloads are measured: the quantile of fewer is the highest
+    of them, and of one its figure, which in a fresh pool was a light workload measured first.
+    A pod that requests nothing tells nothing of its size, and counted at the configured guess
+    (100m) it looked lightest on the smallest idle node, which is the first to run hot when it
+    uses what other pods do."""
     sized = _sized(workloads)
     ratio = _prior(
         cluster.ratio,
@@ -308,19 +311,38 @@ def prior_figures(
         ],
         quantile,
     )
-    best = _prior(
-        cluster.best_effort,
-        [
-            (w.best_effort, w.best_effort_sd, w.best_effort_pods)
-            for w in workloads.values()
-            if w.best_effort is not None
-        ],
-        quantile,
-    )
-    if best[0] is not None or cluster.best_effort is not None:
-        return Prior(*ratio, *best, best_effort_from=PRIOR_FROM_BEST_EFFORT if best[0] is not None else None)
+    taught = [
+        (w.best_effort, w.best_effort_sd, w.best_effort_pods)
+        for w in workloads.values()
+        if w.best_effort is not None
+    ]
+    best = _prior(cluster.best_effort, taught, quantile)
+    floor = _requested_prior(cluster, ratio, requested, quantile, spread)
+    if floor is None or len(taught) >= LEARN_MIN_PODS:
+        source = PRIOR_FROM_BEST_EFFORT if best[0] is not None else None
+        return Prior(*ratio, *best, best_effort_from=source)
+    if best[0] is None:
+        if cluster.best_effort is not None:
+            return Prior(*ratio, *best)
+        return Prior(*ratio, *floor, best_effort_from=PRIOR_FROM_REQUESTS)
+    # Too few BestEffort workloads for their quantile to be one (of one it is that one's
+    # figure): what the requesting pods say holds each figure up.
+    held = (max(best[0], floor[0]), max(best[1], floor[1]), max(best[2] or 0.0, floor[2]))
+    return Prior(*ratio, *held, best_effort_from=PRIOR_FROM_BEST_EFFORT)
+
+
+def _requested_prior(
+    cluster: Learned,
+    ratio: tuple[float | None, float, float | None],
+    requested: npt.NDArray[np.float64] | None,
+    quantile: float,
+    spread: float,
+) -> tuple[float, float, float] | None:
+    """A BestEffort pod taken for a pod of a workload without history that requests what the
+    recent requesting pods do (:func:`prior_figures`): its cautious figure, spread and typical
+    figure; None without recent requesting pods."""
     if requested is None or not len(requested):
-        return Prior(*ratio, *best)
+        return None
     size = float(np.quantile(requested, quantile, method="higher"))
     if ratio[0] is not None:
         scale, sd, typical = ratio[0], ratio[1], ratio[2] if ratio[2] is not None else ratio[0]
@@ -329,8 +351,7 @@ def prior_figures(
     else:
         scale, sd, typical = 1.0, spread, 1.0
     high = size * scale
-    usual = min(float(np.mean(requested)) * typical, high)
-    return Prior(*ratio, high, size * sd, usual, best_effort_from=PRIOR_FROM_REQUESTS)
+    return high, size * sd, min(float(np.mean(requested)) * typical, high)
 
 
 # A workload whose pods request less than this share of the median workload's is left out of
