@@ -351,10 +351,10 @@ def test_one_huge_workload_weighs_as_one_workload() -> None:
 
 
 def test_agents_that_request_next_to_nothing_do_not_set_what_a_new_workload_is_held_to() -> None:
-    # Eight services of 500m using 0.4 of it beside two node agents (DaemonSets) that request
-    # 10m and use 40-120m: one workload in five is at a ratio of 8, as agents often are.
+    # Ten services of 500m using 0.4 of it beside two node agents (DaemonSets) that request
+    # 10m and use 40-120m: one workload in six is at a ratio of 8, as agents often are.
     loop = Loop(learned_metric(deviations=1.0))
-    services = {f"svc{w}": 0.4 for w in range(8)}
+    services = {f"svc{w}": 0.4 for w in range(LEARN_MIN_PODS)}
     agents = [
         owned(f"agent{w}-{i}", "n1", cpu="10m", owner=("DaemonSet", f"agent{w}"))
         for w in range(2)
@@ -609,6 +609,26 @@ def test_before_any_best_effort_pod_is_measured_one_counts_as_a_new_workload_req
     assert 30.0 <= calibration.prior_best_effort <= 30.0 + LEARN_MIN_PODS
 
 
+def test_the_prior_of_fewer_workloads_than_its_quantile_needs_is_held_up_by_the_guess() -> None:
+    """The 90th percentile of three light workloads is the highest of them, not a quantile: a
+    pod of a new workload is held to at least its guess with the initial spread (as before any
+    workload was measured) until ten workloads taught a ratio; then theirs stands alone."""
+    loop = Loop(learned_metric(initial_spread=0.5, deviations=1.0))
+    teach(loop, {"a": 0.2, "b": 0.3, "c": 0.25})
+    calibration = loop.sample({}).metrics[0].estimate.calibration
+    assert (calibration.prior_ratio, calibration.prior_ratio_sd, calibration.prior_ratio_typical) == (
+        1.0,
+        0.5,
+        1.0,
+    )
+    new = loop.choice(loop.sample({}), owned("new-0", "", cpu="1", owner=("Deployment", "new")))
+    assert (new.source, new.amount) == ("prior", 1500)
+    loop = Loop(learned_metric(initial_spread=0.5, deviations=1.0))
+    teach(loop, {f"w{i}": 0.2 + 0.01 * i for i in range(LEARN_MIN_PODS)})
+    calibration = loop.sample({}).metrics[0].estimate.calibration
+    assert calibration.prior_ratio < 0.3, "ten workloads: their own quantile"
+
+
 def test_before_anything_is_measured_a_best_effort_pod_counts_at_what_pods_request() -> None:
     """With no pod measured at all (a fresh pool), a pod of a BestEffort workload counts at the
     quantile of the recent pods' requests, with the initial spread of it (as a pod guessed at it
@@ -700,25 +720,30 @@ def test_a_ramping_pod_of_an_unknown_workload_keeps_its_margin_until_it_measures
     )
 
 
+# Ten workloads' ratios: as many as the prior's quantile needs before it stands alone.
+TEN_WORKLOADS = {"web": 0.5, "batch": 2.0, "api": 1.0, **{f"svc{i}": 0.6 + 0.1 * i for i in range(7)}}
+
+
 @pytest.mark.parametrize("score", [False, "pod", True])
 def test_the_score_reads_a_pod_of_an_unknown_workload_at_the_typical_workloads_figure(score: Any) -> None:
     loop = Loop(parse_metric({"scoreByMean": score, "deviations": 1}))
-    matrix = teach(loop, {"web": 0.5, "batch": 2.0, "api": 1.0})
+    matrix = teach(loop, TEN_WORKLOADS)
     unknown = loop.choice(matrix, owned("new-0", "", cpu="1", owner=("Deployment", "new")))
-    figures = [weighed(r, LEARN_MIN_PODS, 3.5 / 3) for r in (0.5, 2.0, 1.0)]
+    ratios = list(TEN_WORKLOADS.values())
+    figures = [weighed(r, LEARN_MIN_PODS, sum(ratios) / len(ratios)) for r in ratios]
     calibration = matrix.metrics[0].estimate.calibration
     assert calibration.prior_ratio == pytest.approx(figures[1]), "p90 of the workloads: batch's"
-    assert calibration.prior_ratio_typical == pytest.approx(sum(figures) / 3), "their mean"
+    assert calibration.prior_ratio_typical == pytest.approx(sum(figures) / len(figures)), "their mean"
     # The filter counts it at the quantile; the replicas agree exactly, so no deviation is added.
     assert (unknown.source, unknown.amount) == ("prior", round(1000 * figures[1]))
     # The score counts it at their mean, whatever scoreByMean says: its replicas agree, so
     # it has no deviations to leave out.
-    want = round(1000 * sum(figures) / 3)
+    want = round(1000 * sum(figures) / len(figures))
     assert unknown.expected == want
     # explain says what the score counted where it differs from what the filter holds it to.
     assert f"; scored at {want}m" in estimate_text("cpu", unknown)
     risky = Loop(parse_metric({"scoreByMean": score, "deviations": 1, "scoreRisk": True}))
-    matrix = teach(risky, {"web": 0.5, "batch": 2.0, "api": 1.0})
+    matrix = teach(risky, TEN_WORKLOADS)
     unknown = risky.choice(matrix, owned("new-0", "", cpu="1", owner=("Deployment", "new")))
     margin = unknown.amount - want
     assert unknown.risk and margin > 0
@@ -760,7 +785,7 @@ def parse_metric(estimate: dict[str, Any], query: str = "q[90s]") -> MetricConfi
 )
 def test_the_prior_can_be_a_ratio_or_the_pods_limit(prior: Any, limit: str | None, want: int) -> None:
     loop = Loop(parse_metric({"prior": prior}))
-    teach(loop, {"web": 0.5})
+    teach(loop, {f"web{i}": 0.5 for i in range(LEARN_MIN_PODS)})
     p = owned("new-0", "", cpu="1", owner=("Deployment", "new"))
     if limit is not None:
         p["spec"]["containers"][0]["resources"]["limits"] = {"cpu": limit}

@@ -289,7 +289,10 @@ def prior_figures(
     made every pod of an unknown workload look several times its size. The typical figure is
     the workloads' mean (each workload one, as a new workload is one more of them), never above
     the cautious one: what such a pod is expected to use, where the quantile is what it may.
-    The ratios leave out the workloads that request next to nothing (:func:`_sized`).
+    The ratios leave out the workloads that request next to nothing (:func:`_sized`). Until
+    ``LEARN_MIN_PODS`` workloads taught a ratio, the guess as nothing measured it (ratio 1, with
+    ``spread``, the estimate's initial spread) holds up each ratio figure: the 90th percentile of
+    fewer is their highest, and in a fresh pool the first three measured read 0.18.
 
     Until a BestEffort pod is measured, one counts as a pod of a workload without history that
     requests what the recent requesting pods do (``requested``, their guesses): the
@@ -302,15 +305,16 @@ def prior_figures(
     (100m) it looked lightest on the smallest idle node, which is the first to run hot when it
     uses what other pods do."""
     sized = _sized(workloads)
-    ratio = _prior(
-        cluster.ratio,
-        [
-            (w.ratio, w.ratio_sd, w.ratio_pods)
-            for n, w in workloads.items()
-            if w.ratio is not None and n in sized
-        ],
-        quantile,
-    )
+    ratios = [
+        (w.ratio, w.ratio_sd, w.ratio_pods)
+        for n, w in workloads.items()
+        if w.ratio is not None and n in sized
+    ]
+    ratio = _prior(cluster.ratio, ratios, quantile)
+    if ratio[0] is not None and len(ratios) < LEARN_MIN_PODS:
+        # Too few workloads for their quantile to be one: the guess as configured, which nothing
+        # measured (its ratio 1 with ``spread``), holds each figure up.
+        ratio = (max(ratio[0], 1.0), max(ratio[1], spread), max(ratio[2] or 0.0, 1.0))
     taught = [
         (w.best_effort, w.best_effort_sd, w.best_effort_pods)
         for w in workloads.values()
