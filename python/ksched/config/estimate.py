@@ -94,8 +94,8 @@ class Calibration(Learned):
     # prior's figure).
     prior_ratio_typical: float | None = None
     prior_best_effort_typical: float | None = None
-    # What taught the BestEffort prior (``/status``): BestEffort pods, else what the requesting
-    # pods use or request per pod (:func:`ksched.loop.metrics.workloads.prior_figures`).
+    # What taught the BestEffort prior (``/status``): BestEffort pods, else the requesting pods
+    # (:func:`ksched.loop.metrics.workloads.prior_figures`); None without one.
     prior_best_effort_from: str | None = None
     # How the recent pods were counted (``/status``): pods by source of their estimate, and
     # the keys of those still ramping up.
