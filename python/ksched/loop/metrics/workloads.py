@@ -311,28 +311,38 @@ def prior_figures(
         if w.ratio is not None and n in sized
     ]
     ratio = _prior(cluster.ratio, ratios, quantile)
-    if ratio[0] is not None and len(ratios) < LEARN_MIN_PODS:
+    if len(ratios) < LEARN_MIN_PODS:
         # Too few workloads for their quantile to be one: the guess as configured, which nothing
         # measured (its ratio 1 with ``spread``), holds each figure up.
-        ratio = (max(ratio[0], 1.0), max(ratio[1], spread), max(ratio[2] or 0.0, 1.0))
+        ratio = _held_up(ratio, (1.0, spread, 1.0))
     taught = [
         (w.best_effort, w.best_effort_sd, w.best_effort_pods)
         for w in workloads.values()
         if w.best_effort is not None
     ]
     best = _prior(cluster.best_effort, taught, quantile)
+    source = PRIOR_FROM_BEST_EFFORT if best[0] is not None else None
+    if len(taught) >= LEARN_MIN_PODS or (best[0] is None and cluster.best_effort is not None):
+        return Prior(*ratio, *best, best_effort_from=source)
     floor = _requested_prior(cluster, ratio, requested, quantile, spread)
-    if floor is None or len(taught) >= LEARN_MIN_PODS:
-        source = PRIOR_FROM_BEST_EFFORT if best[0] is not None else None
+    if floor is None:
         return Prior(*ratio, *best, best_effort_from=source)
     if best[0] is None:
-        if cluster.best_effort is not None:
-            return Prior(*ratio, *best)
         return Prior(*ratio, *floor, best_effort_from=PRIOR_FROM_REQUESTS)
     # Too few BestEffort workloads for their quantile to be one (of one it is that one's
     # figure): what the requesting pods say holds each figure up.
-    held = (max(best[0], floor[0]), max(best[1], floor[1]), max(best[2] or 0.0, floor[2]))
-    return Prior(*ratio, *held, best_effort_from=PRIOR_FROM_BEST_EFFORT)
+    return Prior(*ratio, *_held_up(best, floor), best_effort_from=source)
+
+
+def _held_up(
+    figures: tuple[float | None, float, float | None], floor: tuple[float, float, float]
+) -> tuple[float | None, float, float | None]:
+    """A prior's cautious figure, spread and typical figure, each at least ``floor``'s; no
+    prior (None) stays none."""
+    high, sd, typical = figures
+    if high is None:
+        return figures
+    return max(high, floor[0]), max(sd, floor[1]), max(typical or 0.0, floor[2])
 
 
 def _requested_prior(
