@@ -82,6 +82,8 @@ def _side_by_side_options(parser: argparse.ArgumentParser) -> argparse._Argument
         "with its configuration, told each pod's true usage by the annotation ksched.io/expected-cpu), oracle-steady "
         "(the oracle told each pod's steady usage, not its bursts: what placing without foreseeing a burst "
         "reaches), and with --pools "
+        "oracle-measured (ksched told each pod's steady usage one scrape interval after its bind: what "
+        "placing each pod blind reaches with a perfect estimate of those placed before it), "
         "kube-scheduler+descheduler (the descheduler's LowNodeUtilization on actual usage) and "
         "ksched-rebalance (ksched with its rebalancer), which load-shift also judges by their evictions, "
         "ksched-steer (steering on, its pool only), ksched-steer-rebalance (and the rebalancer moving "

@@ -77,6 +77,7 @@ from ksched.bench.quality.scenarios import (
     time_bursts_from,
 )
 from ksched.bench.quality.setups import KNOWING, SHADOW, pool_config, read_outcomes, steers
+from ksched.bench.quality.teller import ORACLE_MEASURED, Teller
 from ksched.cluster import descheduler
 from ksched.cluster.processes import tail, terminate
 from ksched.config import load_config
@@ -233,8 +234,16 @@ def pooled_round(
     moved = {ns for ns, s in plans if s.controlled} if audit_log is not None else set()
     sampler = Sampler(kube, moved)
     pollers: dict[int, StatusPoller] = {}
+    # oracle-measured's pools: each pod told its usage one scrape after its bind.
+    tellers = [
+        Teller(kube, namespace, r.scrape_interval_s)
+        for (_, label), (namespace, _) in zip(r.entries, plans, strict=True)
+        if label == ORACLE_MEASURED
+    ]
     try:
         ports = _start_schedulers(r, kubeconfig, prometheus, workdir, plans, procs, deschedulers)
+        for teller in tellers:
+            teller.start()
         pollers = {
             i: StatusPoller(port, candidates(plans[i][1].pods, scheduler_name(r, i, TRACED)))
             for i, port in ports.items()
@@ -245,6 +254,11 @@ def pooled_round(
         series, arrivals, settled = _observe(kube, prometheus, r, plans, sampler, lambda: exited(procs))
         for poller in pollers.values():
             poller.stop()
+        for teller in tellers:
+            teller.stop()
+        results.violations += [
+            f"{t.namespace}: {t.failed} pods could not be told their usage" for t in tellers if t.failed
+        ]
         # Every placement's horizon ends within the window (:mod:`.setups`); the last ones may
         # still wait for a look or two.
         shadows = {
@@ -303,9 +317,9 @@ def pooled_round(
     finally:
         if sampler.running:
             sampler.stop()
-        for poller in pollers.values():
-            if poller.running:
-                poller.stop()
+        for periodic in [*pollers.values(), *tellers]:
+            if periodic.running:
+                periodic.stop()
         for proc in [*procs, *(d for d, _ in deschedulers)]:
             terminate(proc, 30)
         for namespace, s in plans:

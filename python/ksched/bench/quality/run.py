@@ -85,6 +85,7 @@ from ksched.bench.quality.scenarios import (
     time_bursts_from,
 )
 from ksched.bench.quality.setups import KSCHED_STEER, KSCHED_STEER_REBALANCE, ORACLE_STEER, SHADOW
+from ksched.bench.quality.teller import ORACLE_MEASURED
 from ksched.cluster import local
 from ksched.cluster.load import LoadSimulation
 from ksched.cluster.processes import terminate
@@ -106,6 +107,7 @@ POOLED_SETUPS = (
     KSCHED_STEER,
     KSCHED_STEER_REBALANCE,
     ORACLE_STEER,
+    ORACLE_MEASURED,
     SHADOW,
 )
 SETUPS = (*SCHEDULERS, ORACLE, ORACLE_STEADY, *POOLED_SETUPS)
@@ -240,7 +242,10 @@ def _one(
 
 def _config_of(opts: QualityOptions, label: str) -> Path | None:
     """The configuration file a ksched label runs (None: no metric)."""
-    if label in (KSCHED, ORACLE, ORACLE_STEADY, KSCHED_STEER, ORACLE_STEER, SHADOW) or label in opts.builds:
+    if (
+        label in (KSCHED, ORACLE, ORACLE_STEADY, ORACLE_MEASURED, KSCHED_STEER, ORACLE_STEER, SHADOW)
+        or label in opts.builds
+    ):
         return opts.ksched_config or EXAMPLE_CONFIG
     if label in (KSCHED_REBALANCE, KSCHED_STEER_REBALANCE):
         return opts.rebalance_config or EXAMPLE_REBALANCE_CONFIG

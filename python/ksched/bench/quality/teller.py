@@ -1,0 +1,69 @@
+"""``oracle-measured``: ksched told each pod's true steady usage once a scrape could have seen it.
+
+Owns :class:`Teller`, which sets :data:`~.scenarios.EXPECTED_CPU` on each bound pod of a
+namespace one scrape interval after its bind (:func:`due`), never before: the placement of a
+pod is as blind as ksched's, and each pod placed earlier counts at what it really uses from
+about when its first scrape would show it, without noise, ramp or rate window. Beside ksched
+and the oracle in one round, it says how much of the gap between them an estimate of the
+measured pods could still close, and how much is the pod being placed, which nothing has
+measured.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+
+from ksched.bench.quality.moves import record
+from ksched.bench.quality.periodic import Periodic
+from ksched.bench.quality.scenarios import EXPECTED_CPU, expected_cpu
+from ksched.loop.client import Kube
+from ksched.objects import Obj
+
+ORACLE_MEASURED = "oracle-measured"
+TELL_EVERY_S = 2.0
+
+
+def due(pods: Iterable[Obj], told: set[str], delay_s: float, now: float) -> list[tuple[str, str]]:
+    """Each pod among ``pods`` bound at least ``delay_s`` before ``now`` and not ``told`` yet,
+    with the declared usage it is to be told (its steady usage: no burst foreseen)."""
+    out = []
+    for pod in pods:
+        rec = record(pod)
+        if rec.name in told or rec.node is None or rec.bound is None or rec.bound + delay_s > now:
+            continue
+        out.append((rec.name, f"{round(expected_cpu(pod, 0) * 1000)}m"))
+    return out
+
+
+class Teller(Periodic):
+    """Tells the bound pods of ``namespace`` their usage ``delay_s`` after their bind
+    (:func:`due`), every :data:`TELL_EVERY_S` from :meth:`start` to :meth:`stop`."""
+
+    def __init__(self, kube: Kube, namespace: str, delay_s: float) -> None:
+        super().__init__(f"quality-teller-{namespace}", TELL_EVERY_S)
+        self.kube = kube
+        self.namespace = namespace
+        self.delay_s = delay_s
+        self.told: set[str] = set()
+        # Patches refused (other than for a pod gone): the round says so (:attr:`failed`).
+        self.failed = 0
+
+    def tick(self, now: float | None = None) -> None:
+        r = self.kube.request("GET", f"/api/v1/namespaces/{self.namespace}/pods")
+        if not r.ok:
+            return
+        for name, cpu in due(r.json()["items"], self.told, self.delay_s, time.time() if now is None else now):
+            body = {"metadata": {"annotations": {EXPECTED_CPU: cpu}}}
+            patched = self.kube.request(
+                "PATCH",
+                f"/api/v1/namespaces/{self.namespace}/pods/{name}",
+                body=body,
+                content_type="application/merge-patch+json",
+            )
+            if patched.ok:
+                self.told.add(name)
+            elif patched.status == 404:
+                self.told.add(name)  # gone (evicted, deleted): nothing to tell
+            else:
+                self.failed += 1
