@@ -11,7 +11,7 @@ import orjson
 
 from ksched.bench.quality.run import EXAMPLE_CONFIG, POOLED_SETUPS, QualityOptions, _config_of
 from ksched.bench.quality.scenarios import EXPECTED_CPU, scenario
-from ksched.bench.quality.teller import ORACLE_MEASURED, Teller, due
+from ksched.bench.quality.teller import EARLY_S, ORACLE_MEASURED, Teller, due
 from ksched.cluster.load import BASE, BURST_TO
 from ksched.loop.client import Response
 from ksched.objects import Obj
@@ -63,7 +63,7 @@ class FakeKube:
 
     def request(self, method: str, path: str, **kw: Any) -> Response:
         if method == "GET":
-            assert path == "/api/v1/namespaces/ns/pods"
+            assert path == "/api/v1/namespaces/ns/pods" and kw["query"] == {"resourceVersion": "0"}
             return Response(200, orjson.dumps({"items": self.pods}))
         assert method == "PATCH" and kw["content_type"] == "application/merge-patch+json"
         name = path.rsplit("/", 1)[-1]
@@ -78,10 +78,10 @@ def test_the_teller_patches_each_due_pod_once_and_counts_what_it_could_not_tell(
     names = [p["metadata"]["name"] for p in pods]
     kube = FakeKube(pods, refuse={names[2]})
     teller = Teller(kube, "ns", 15.0)  # type: ignore[arg-type]
-    teller.tick(now=T0 + 5)
+    teller.tick(now=T0 + 15 - EARLY_S - 1)
     assert kube.patches == [], "not before a scrape could have seen them"
+    teller.tick(now=T0 + 15 - EARLY_S)
     teller.tick(now=T0 + 16)
-    teller.tick(now=T0 + 18)
     assert [name for name, _ in kube.patches] == names[:2]
     assert all(EXPECTED_CPU in body["metadata"]["annotations"] for _, body in kube.patches)
     assert teller.failed == 2, "the refused pod, on each tick"

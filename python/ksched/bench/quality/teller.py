@@ -1,7 +1,7 @@
 """``oracle-measured``: ksched told each pod's true steady usage once a scrape could have seen it.
 
 Owns :class:`Teller`, which sets :data:`~.scenarios.EXPECTED_CPU` on each bound pod of a
-namespace one scrape interval after its bind (:func:`due`), never before: the placement of a
+namespace about one scrape interval after its bind (:func:`due`), never much before: the placement of a
 pod is as blind as ksched's, and each pod placed earlier counts at what it really uses from
 about when its first scrape would show it, without noise, ramp or rate window. Beside ksched
 and the oracle in one round, it says how much of the gap between them an estimate of the
@@ -21,7 +21,12 @@ from ksched.loop.client import Kube
 from ksched.objects import Obj
 
 ORACLE_MEASURED = "oracle-measured"
-TELL_EVERY_S = 2.0
+# How often the teller lists its namespace's pods (from the API server's cache: a list of a
+# pool's pods every few seconds is load the round's other processes share), and how much
+# sooner than one scrape interval after its bind a pod is due, so that on average it is told
+# one scrape interval after it.
+TELL_EVERY_S = 5.0
+EARLY_S = TELL_EVERY_S / 2
 
 
 def due(pods: Iterable[Obj], told: set[str], delay_s: float, now: float) -> list[tuple[str, str]]:
@@ -37,8 +42,9 @@ def due(pods: Iterable[Obj], told: set[str], delay_s: float, now: float) -> list
 
 
 class Teller(Periodic):
-    """Tells the bound pods of ``namespace`` their usage ``delay_s`` after their bind
-    (:func:`due`), every :data:`TELL_EVERY_S` from :meth:`start` to :meth:`stop`."""
+    """Tells the bound pods of ``namespace`` their usage about ``delay_s`` after their bind
+    (:func:`due`, :data:`EARLY_S` sooner at the earliest), looking every :data:`TELL_EVERY_S`
+    from :meth:`start` to :meth:`stop`."""
 
     def __init__(self, kube: Kube, namespace: str, delay_s: float) -> None:
         super().__init__(f"quality-teller-{namespace}", TELL_EVERY_S)
@@ -50,10 +56,13 @@ class Teller(Periodic):
         self.failed = 0
 
     def tick(self, now: float | None = None) -> None:
-        r = self.kube.request("GET", f"/api/v1/namespaces/{self.namespace}/pods")
+        r = self.kube.request(
+            "GET", f"/api/v1/namespaces/{self.namespace}/pods", query={"resourceVersion": "0"}
+        )
         if not r.ok:
             return
-        for name, cpu in due(r.json()["items"], self.told, self.delay_s, time.time() if now is None else now):
+        at = time.time() if now is None else now
+        for name, cpu in due(r.json()["items"], self.told, self.delay_s - EARLY_S, at):
             body = {"metadata": {"annotations": {EXPECTED_CPU: cpu}}}
             patched = self.kube.request(
                 "PATCH",
