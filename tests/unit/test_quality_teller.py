@@ -13,7 +13,7 @@ from ksched.bench.quality.run import EXAMPLE_CONFIG, POOLED_SETUPS, QualityOptio
 from ksched.bench.quality.scenarios import EXPECTED_CPU, scenario
 from ksched.bench.quality.teller import EARLY_S, ORACLE_MEASURED, Teller, due
 from ksched.cluster.load import BASE, BURST_TO
-from ksched.loop.client import Response
+from ksched.loop.client import ApiUnavailableError, Response
 from ksched.objects import Obj
 
 T0 = 1_800_000_000.0
@@ -60,8 +60,11 @@ class FakeKube:
     pods: list[Obj]
     refuse: set[str] = field(default_factory=set)
     patches: list[tuple[str, Any]] = field(default_factory=list)
+    down: bool = False
 
     def request(self, method: str, path: str, **kw: Any) -> Response:
+        if self.down:
+            raise ApiUnavailableError(f"{method} {path}: connection refused")
         if method == "GET":
             assert path == "/api/v1/namespaces/ns/pods" and kw["query"] == {"resourceVersion": "0"}
             return Response(200, orjson.dumps({"items": self.pods}))
@@ -86,6 +89,17 @@ def test_the_teller_patches_each_due_pod_once_and_counts_what_it_could_not_tell(
     assert all(EXPECTED_CPU in body["metadata"]["annotations"] for _, body in kube.patches)
     assert teller.failed == 2, "the refused pod, on each tick"
     assert teller.told == set(names[:2])
+
+
+def test_the_teller_counts_an_api_server_that_does_not_answer_and_looks_again() -> None:
+    pods = [_bound(p, T0) for p in _pods()[:1]]
+    kube = FakeKube(pods, down=True)
+    teller = Teller(kube, "ns", 15.0)  # type: ignore[arg-type]
+    teller.tick(now=T0 + 20)
+    assert (teller.failed, kube.patches) == (1, []), "counted, not raised: the thread lives on"
+    kube.down = False
+    teller.tick(now=T0 + 25)
+    assert [name for name, _ in kube.patches] == [pods[0]["metadata"]["name"]]
 
 
 def test_oracle_measured_runs_on_pools_with_the_example_configuration() -> None:

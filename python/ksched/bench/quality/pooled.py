@@ -257,7 +257,10 @@ def pooled_round(
         for teller in tellers:
             teller.stop()
         results.violations += [
-            f"{t.namespace}: {t.failed} pods could not be told their usage" for t in tellers if t.failed
+            f"{t.namespace}: {t.failed} lists or patches of oracle-measured's teller failed: "
+            "its figures are not a judgement"
+            for t in tellers
+            if t.failed
         ]
         # Every placement's horizon ends within the window (:mod:`.setups`); the last ones may
         # still wait for a look or two.

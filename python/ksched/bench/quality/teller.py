@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from ksched.bench.quality.moves import record
 from ksched.bench.quality.periodic import Periodic
 from ksched.bench.quality.scenarios import EXPECTED_CPU, expected_cpu
-from ksched.loop.client import Kube
+from ksched.loop.client import ApiUnavailableError, Kube
 from ksched.objects import Obj
 
 ORACLE_MEASURED = "oracle-measured"
@@ -52,27 +52,36 @@ class Teller(Periodic):
         self.namespace = namespace
         self.delay_s = delay_s
         self.told: set[str] = set()
-        # Patches refused (other than for a pod gone): the round says so (:attr:`failed`).
+        # Lists and patches that failed (a patch refused for a pod gone is not one): the round
+        # names its pool's figures as not a judgement where any did.
         self.failed = 0
 
     def tick(self, now: float | None = None) -> None:
-        r = self.kube.request(
-            "GET", f"/api/v1/namespaces/{self.namespace}/pods", query={"resourceVersion": "0"}
-        )
-        if not r.ok:
+        # A failure is counted and the next look tries again: an exception would end the
+        # thread, and every pod after it would go untold without a word.
+        try:
+            r = self.kube.request(
+                "GET", f"/api/v1/namespaces/{self.namespace}/pods", query={"resourceVersion": "0"}
+            )
+        except ApiUnavailableError:
+            r = None
+        if r is None or not r.ok:
+            self.failed += 1
             return
         at = time.time() if now is None else now
         for name, cpu in due(r.json()["items"], self.told, self.delay_s - EARLY_S, at):
             body = {"metadata": {"annotations": {EXPECTED_CPU: cpu}}}
-            patched = self.kube.request(
-                "PATCH",
-                f"/api/v1/namespaces/{self.namespace}/pods/{name}",
-                body=body,
-                content_type="application/merge-patch+json",
-            )
-            if patched.ok:
-                self.told.add(name)
-            elif patched.status == 404:
-                self.told.add(name)  # gone (evicted, deleted): nothing to tell
+            try:
+                patched = self.kube.request(
+                    "PATCH",
+                    f"/api/v1/namespaces/{self.namespace}/pods/{name}",
+                    body=body,
+                    content_type="application/merge-patch+json",
+                )
+            except ApiUnavailableError:
+                self.failed += 1
+                continue
+            if patched.ok or patched.status == 404:
+                self.told.add(name)  # told, or gone (evicted, deleted): nothing to tell
             else:
                 self.failed += 1
