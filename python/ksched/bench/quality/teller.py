@@ -1,9 +1,10 @@
 """``oracle-measured``: ksched told each pod's true steady usage once a scrape could have seen it.
 
 Owns :class:`Teller`, which sets :data:`~.scenarios.EXPECTED_CPU` on each bound pod of a
-namespace about one scrape interval after its bind (:func:`due`), never much before: the placement of a
-pod is as blind as ksched's, and each pod placed earlier counts at what it really uses from
-about when its first scrape would show it, without noise, ramp or rate window. Beside ksched
+namespace about one scrape interval after its bind (:func:`due`), never much before: the
+placement of a pod is as blind as ksched's, and each pod placed earlier counts at what it
+really uses from about when its first scrape would show it, without noise, ramp or rate
+window. Beside ksched
 and the oracle in one round, it says how much of the gap between them an estimate of the
 measured pods could still close, and how much is the pod being placed, which nothing has
 measured.
@@ -17,7 +18,7 @@ from collections.abc import Iterable
 from ksched.bench.quality.moves import record
 from ksched.bench.quality.periodic import Periodic
 from ksched.bench.quality.scenarios import EXPECTED_CPU, expected_cpu
-from ksched.loop.client import ApiUnavailableError, Kube
+from ksched.loop.client import ApiUnavailableError, Kube, pod_path
 from ksched.objects import Obj
 
 ORACLE_MEASURED = "oracle-measured"
@@ -74,7 +75,7 @@ class Teller(Periodic):
             try:
                 patched = self.kube.request(
                     "PATCH",
-                    f"/api/v1/namespaces/{self.namespace}/pods/{name}",
+                    pod_path(self.namespace, name),
                     body=body,
                     content_type="application/merge-patch+json",
                 )
