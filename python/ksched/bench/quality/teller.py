@@ -4,10 +4,9 @@ Owns :class:`Teller`, which sets :data:`~.scenarios.EXPECTED_CPU` on each bound 
 namespace about one scrape interval after its bind (:func:`due`), never much before: the
 placement of a pod is as blind as ksched's, and each pod placed earlier counts at what it
 really uses from about when its first scrape would show it, without noise, ramp or rate
-window. Beside ksched
-and the oracle in one round, it says how much of the gap between them an estimate of the
-measured pods could still close, and how much is the pod being placed, which nothing has
-measured.
+window. Beside ksched and the oracle in one round, it says how much of the gap between them
+an estimate of the measured pods could still close, and how much is the pod being placed,
+which nothing has measured.
 """
 
 from __future__ import annotations
