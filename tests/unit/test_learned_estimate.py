@@ -19,7 +19,7 @@ from ksched.engine.scheduler import Engine
 from ksched.errors import ConfigError
 from ksched.loop.metrics.load_model import LEARN_EVERY_S, LoadModel
 from ksched.loop.metrics.metric_sources import MetricStore
-from ksched.loop.metrics.workloads import RAMP_SPAN
+from ksched.loop.metrics.pod_series import RAMP_SPAN
 from ksched.loop.mirror.slim import slim_pod
 from ksched.loop.scheduling.cycle import Scheduler
 from ksched.loop.scheduling.queue import SchedulingQueue

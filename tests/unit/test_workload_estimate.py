@@ -22,14 +22,13 @@ from ksched.engine.pods import pod_requests
 from ksched.errors import ConfigError
 from ksched.loop.metrics.load_model import LoadModel
 from ksched.loop.metrics.metric_sources import MetricStore
+from ksched.loop.metrics.pod_series import RAMP_SPAN, PodSeries
 from ksched.loop.metrics.samples import Sample
 from ksched.loop.metrics.settled import SETTLED_EVERY_S, SETTLED_TTL_S, SettledPods
 from ksched.loop.metrics.workloads import (
     MIN_CREDIBILITY_K,
-    RAMP_SPAN,
     WORKLOAD_MEMORY,
     WORKLOAD_TTL_S,
-    PodSeries,
     WorkloadHistory,
     learned_json,
 )

@@ -27,7 +27,7 @@ DEFAULT_WARMUP_S = 180.0
 MAX_WARMUP_S = 3600.0
 # ``estimate.scrapeInterval``: how often the pod query's values are sampled (Prometheus's
 # ``scrape_interval`` for their series), taken until ksched learned it from the values'
-# changes (:class:`ksched.loop.metrics.workloads.PodSeries`). Prometheus's default.
+# changes (:class:`ksched.loop.metrics.pod_series.PodSeries`). Prometheus's default.
 DEFAULT_SCRAPE_INTERVAL_S = 60.0
 MAX_SCRAPE_INTERVAL_S = 600.0
 # ``estimate.prior``: how a pod of a workload nothing was learned of counts. A quantile of the

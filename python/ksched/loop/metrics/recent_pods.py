@@ -23,7 +23,7 @@ of its unmeasured pods' combined spread (the unseen share of each, independent: 
 the sum of squares). A pod of a workload without history counts at the typical workload's
 figure, and its margin up to the prior's quantile joins that caution: summed within a
 workload on a node, in quadrature across workloads (:meth:`RecentPods._expected`). A measured
-pod still ramping up (:class:`~ksched.loop.metrics.workloads.PodSeries`) counts as the larger
+pod still ramping up (:class:`~ksched.loop.metrics.pod_series.PodSeries`) counts as the larger
 of its estimate and its measured usage, less what the sample shows of it, until it is stable
 or ``warmup`` after its bind; only stable pods teach (and a pod that succeeds before it is
 stable, at the most it measured: a short Job's run). Pods bound before the horizon (past any
@@ -67,13 +67,13 @@ from ksched.engine.estimate import (
 from ksched.engine.load import before_event, pod_shares
 from ksched.engine.pods import CountedRequests
 from ksched.engine.snapshot import Snapshot
+from ksched.loop.metrics.pod_series import PodSeries
 from ksched.loop.metrics.recent_columns import RecentColumns, RecentPod, margins_by_workload
 from ksched.loop.metrics.samples import parse_time
 from ksched.loop.metrics.settled import SETTLED_EVERY_S, Lookup, SettledPods
 from ksched.loop.metrics.workloads import (
     STATUS_RAMPING,
     WORKLOAD_MEMORY,
-    PodSeries,
     WorkloadHistory,
     credible,
     learn,

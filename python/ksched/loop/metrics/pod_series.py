@@ -1,0 +1,165 @@
+"""Each recent pod's measured series, and whether it still ramps up.
+
+:class:`PodSeries` keeps, per recent pod, its last few measured values. A pod ramps while its
+usage still rises by more than ``RAMP_TOLERANCE`` over its last ``RAMP_SPAN`` samples (an
+unchanged value read before the scrape cadence passed is the same sample), while it is younger
+than its workload's learned warm-up, or while it has ``RAMP_SPAN`` samples or fewer; never past
+the estimate's ``warmup``. A pod that stopped ramping is stable for good (usage that swings
+later is the spread's business), and only stable pods teach their workload
+(:class:`ksched.loop.metrics.workloads.WorkloadHistory`; a pod that succeeds before it settles,
+a short Job's run, teaches at the highest value read of it).
+
+Nothing here reads the cluster state or the clock: times come from the caller.
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+from collections import deque
+from dataclasses import dataclass
+
+from ksched.config.estimate import DEFAULT_SCRAPE_INTERVAL_S
+
+log = logging.getLogger(__name__)
+
+# A pod still rises by more than this share over its last ``RAMP_SPAN`` samples: it is
+# ramping up. Over one sample, a usage with noise (here, and in the load simulation: +-10 %
+# a scrape) looks settled while it still climbs by a fifth a scrape; over two, a climb of 10 %
+# a scrape is not hidden by noise of 10 %.
+RAMP_TOLERANCE = 0.1
+RAMP_SPAN = 2
+# A pod's value that did not change is the same scrape read again (an instant query answers at
+# the query's time, not the scrape's) until this many of the learned scrape cadences passed
+# since its last new sample; the cadence is the median gap between changes of recent pods'
+# values, over the last ``CADENCE_MEMORY`` changes.
+SAME_SCRAPE_CADENCES = 1.5
+CADENCE_MEMORY = 256
+
+
+@dataclass
+class _Series:
+    uid: str
+    at: float
+    # Its last ``RAMP_SPAN + 1`` new samples, oldest first.
+    values: deque[float]
+    stable: bool = False
+    # The highest sample read of it (what a run that ends before it settles teaches).
+    peak: float = 0.0
+    # When its value was first read or last changed, and whether it has changed since; when
+    # its last new sample was read (a change, or an unchanged value taken as a new scrape).
+    changed_at: float = 0.0
+    changed: bool = False
+    news_at: float = 0.0
+    # The warm-up its own samples said, where it was held ramping only by its workload's.
+    level_age: float | None = None
+
+
+class PodSeries:
+    """Each recent pod's last few measured values, and whether it still ramps up.
+
+    A value equal to the last one read is news only once the learned scrape cadence (times
+    ``SAME_SCRAPE_CADENCES``) has passed since the pod's last new sample: ksched reads the
+    pod query more often than Prometheus scrapes, and the same scrape read twice would
+    otherwise end a ramp at its first unchanged reading. Until any pod's value changed twice,
+    the cadence is unknown and ``scrape_interval_s`` (the estimate's ``scrapeInterval``)
+    stands in for it: else the pods measured in a fresh ksched's first scrape interval would
+    settle on their first repeated reads, at a fraction of what they will use."""
+
+    def __init__(self, scrape_interval_s: float = DEFAULT_SCRAPE_INTERVAL_S) -> None:
+        self._pods: dict[str, _Series] = {}
+        self._gaps: deque[float] = deque(maxlen=CADENCE_MEMORY)
+        self._scrape_interval_s = scrape_interval_s
+        # The cadence, and the sample time it was computed for (once a cycle).
+        self._cadence: tuple[float, float | None] = (-1.0, None)
+
+    def cadence(self, at: float) -> float | None:
+        """The median seconds between changes of recent pods' measured values, as of the
+        sample at ``at`` (None: none changed twice yet)."""
+        if self._cadence[0] != at:
+            self._cadence = (at, statistics.median(self._gaps) if self._gaps else None)
+        return self._cadence[1]
+
+    def _news(self, s: _Series, at: float, value: float) -> bool:
+        """Whether ``value`` read at ``at`` is a new sample of the pod ``s``; learns the
+        cadence from the gaps between changes."""
+        if value != s.values[-1]:
+            if s.changed:
+                self._gaps.append(at - s.changed_at)
+            s.changed_at, s.changed, s.news_at = at, True, at
+            return True
+        cadence = self.cadence(at)
+        if at - s.news_at < SAME_SCRAPE_CADENCES * (self._scrape_interval_s if cadence is None else cadence):
+            return False
+        s.news_at = at
+        return True
+
+    def forget(self, key: str, uid: str) -> float | None:
+        """The pod ``key`` (``uid``) left: the highest sample read of it where it never
+        settled (a short Job's run ends before its series can show a stable value), else None."""
+        s = self._pods.pop(key, None)
+        return s.peak if s is not None and s.uid == uid and not s.stable else None
+
+    def ramping(
+        self, key: str, uid: str, at: float, value: float, age: float, warmup: float | None, cap: float
+    ) -> tuple[bool, float | None, bool]:
+        """Whether the pod ``key`` (``age`` seconds after its bind, measured ``value`` at ``at``)
+        still ramps up; where it just stopped, its warm-up (else None); and whether ``value`` is a
+        new sample of it, or a value to teach (the read that first takes it as settled).
+        ``warmup``: its workload's learned warm-up; ``cap``: the estimate's ``warmup``.
+
+        The warm-up is its age when its value last changed: a pod whose value stays the same
+        waits for more scrapes before it is taken as settled (a whole ``scrapeInterval`` each
+        while the cadence is unknown), and that wait is not part of its warm-up. A pod held
+        ramping by its workload's warm-up alone, its samples level, teaches when they first
+        were."""
+        s = self._pods.get(key)
+        fresh = s is None or s.uid != uid or (at > s.at and self._news(s, at, value))
+        if s is None or s.uid != uid:
+            s = self._pods[key] = _Series(
+                uid, at, deque([value], maxlen=RAMP_SPAN + 1), changed_at=at, news_at=at, peak=value
+            )
+        elif fresh:
+            s.peak = max(s.peak, value)
+            s.values.append(value)
+            s.at = at
+        if s.stable:
+            return False, None, fresh
+        if age >= cap:
+            # Its value teaches now, a new sample or not: it counts as measured from this read;
+            # where its samples read level before (held by its workload's warm-up), so does that.
+            s.stable = True
+            log.debug(
+                "pod %s taken as settled at the warm-up cap (%.0fs): last samples %s",
+                key,
+                cap,
+                list(s.values),
+            )
+            return False, s.level_age, True
+        if not fresh:
+            return True, None, False  # the same sample: it settles (and teaches) on the next
+        rising = len(s.values) <= RAMP_SPAN or s.values[-1] > s.values[0] * (1.0 + RAMP_TOLERANCE)
+        if rising:
+            s.level_age = None
+            return True, None, fresh
+        # Its age when its value last changed (None where the bind time is ahead of the
+        # samples' clock: nothing to teach).
+        own = age - (at - s.changed_at)
+        own_warmup = own if own > 0 else None
+        if warmup is not None and age < min(warmup, cap):
+            # Level, yet younger than its workload's warm-up: it counts as ramping, and teaches
+            # the warm-up its own samples say, else the workload's would only ever grow.
+            if s.level_age is None:
+                s.level_age = own_warmup
+            return True, None, fresh
+        s.stable = True
+        warmed = own_warmup if s.level_age is None else s.level_age
+        log.debug(
+            "pod %s settled %.0fs after its bind (warmed by %ss): last samples %s, scrape cadence %s",
+            key,
+            age,
+            None if warmed is None else round(warmed),
+            list(s.values),
+            self.cadence(at),
+        )
+        return False, warmed, fresh
