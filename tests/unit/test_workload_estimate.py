@@ -145,19 +145,6 @@ def teach_and_leave(loop: Loop, workloads: dict[str, float]) -> None:
         loop.state.recent.drop(key)
 
 
-def climbing_cluster(loop: Loop, pods: int = LEARN_MIN_PODS) -> None:
-    """``pods`` bare pods on ``n0`` climb to 8x their first sample and settle, then leave:
-    the cluster's new pods are known to ramp up, so a pod's first sample is not trusted
-    (:meth:`PodSeries.trusts_first`)."""
-    names = [f"warming-{i}" for i in range(pods)]
-    loop.add(*(owned(n, "n0", owner=None) for n in names))
-    for value in (10.0, 20.0, 40.0, 80.0):
-        loop.sample(dict.fromkeys(names, value))
-    loop.sample(dict.fromkeys(names, 80.0), times=SETTLE)
-    for n in names:
-        loop.state.recent.drop(f"default/{n}")
-
-
 @pytest.mark.parametrize(
     ("case", "owner", "labels", "label", "want"),
     [
@@ -513,49 +500,6 @@ def test_a_pod_held_by_its_workloads_warm_up_teaches_when_its_own_samples_levell
     assert taught[6] == (False, 16.0), "it teaches 16 s: when its samples first read level"
 
 
-def _steady_pods(series: PodSeries, climb: float, pods: int = 12) -> None:
-    """``pods`` pods read three samples 10 s apart, the third ``climb`` times the first."""
-    for p in range(pods):
-        for n, value in enumerate((100.0, 100.0 * (1 + climb) / 2 + 3, 100.0 * climb)):
-            series.ramping(f"default/p{p}", f"u{p}", 10.0 * n + p, value, 10.0 * n + 5, None, 180.0)
-
-
-@pytest.mark.parametrize(("climb", "held"), [(1.05, False), (3.0, True)])
-def test_a_pods_first_sample_is_trusted_where_the_clusters_pods_do_not_ramp(climb: float, held: bool) -> None:
-    """Where the recent pods read at their third sample what they read at their first, a new
-    pod counts as measured from its first sample, and settles (teaches) only at its third, as
-    any pod; where they climbed, it is held for two samples more, as a pod that may still ramp.
-    A trusted pod whose samples then climb is held ramping from its third."""
-    series = PodSeries(scrape_interval_s=10.0)
-    assert not series.trusts_first(0.0), "nothing read yet"
-    _steady_pods(series, climb)
-    reads = [
-        series.ramping("default/new", "u-new", 100.0 + 10 * n, v, 5.0 + 10 * n, None, 180.0)
-        for n, v in enumerate((40.0, 41.0, 40.5))
-    ]
-    assert [(ramping, fresh) for ramping, _, fresh in reads] == [(held, held), (held, held), (False, True)]
-    climbing = [
-        series.ramping("default/c", "u-c", 100.0 + 10 * n, v, 5.0 + 10 * n, None, 180.0)
-        for n, v in enumerate((40.0, 80.0, 160.0))
-    ]
-    assert [ramping for ramping, _, _ in climbing] == [held, held, True]
-    # A workload whose pods took time to warm up holds its young replica whatever the cluster does.
-    ramping, _, _ = series.ramping("default/new2", "u-new2", 100.0, 40.0, 5.0, 60.0, 180.0)
-    assert ramping
-
-
-def test_trusting_first_samples_does_not_teach_itself() -> None:
-    """Pods settled on their first sample still teach their climb two samples on: once the
-    cluster's new pods ramp, first samples are no longer trusted."""
-    series = PodSeries(scrape_interval_s=10.0)
-    _steady_pods(series, 1.0)
-    assert series.trusts_first(50.0)
-    for p in range(40):
-        for n, value in enumerate((10.0, 50.0, 100.0)):
-            series.ramping(f"default/r{p}", f"ur{p}", 100.0 + 10.0 * n + p, value, 10.0 * n + 5, None, 180.0)
-    assert not series.trusts_first(300.0)
-
-
 def test_a_pod_taken_as_settled_at_the_warm_up_cap_teaches_on_that_read() -> None:
     """A pod reading the same scrape again (not a new sample) when it reaches the estimate's
     ``warmup`` counts as measured and teaches its workload on that read, not a scrape later."""
@@ -760,7 +704,6 @@ def test_under_a_limit_prior_a_pod_with_a_limit_counts_at_it_and_the_others_at_t
 def test_a_ramping_pod_of_an_unknown_workload_keeps_its_margin_until_it_measures_past_it() -> None:
     loop = Loop(learned_metric())
     teach_and_leave(loop, {"web": 0.5, "batch": 2.0, "api": 1.0})
-    climbing_cluster(loop)
     loop.add(*(owned(f"{w}-0", "n1", cpu="1", owner=("Deployment", w)) for w in ("a", "b")))
     low = loop.sample({"a-0": 200.0, "b-0": 200.0})
     calibration = low.metrics[0].estimate.calibration
@@ -1261,34 +1204,12 @@ def test_a_workload_is_forgotten_an_hour_after_it_last_taught() -> None:
     assert history.figures(T0 + WORKLOAD_TTL_S + 1) == {}
 
 
-def test_status_says_whether_young_pods_count_at_what_they_measure() -> None:
-    """``/status`` says whether a pod with two samples or fewer counts at what it measures: yes
-    once the pods read three times read at their third sample what they read at their first;
-    no once a tenth of them climbed past one and a half times it."""
-    loop = Loop(learned_metric())
-    teach(loop, {"web": 0.5, "batch": 2.0})
-    loop.sample({})
-    assert loop.store.learned()["cpu"]["firstSamples"] == {
-        "trusted": True,
-        "climb": 1.0,
-        "pods": 2 * LEARN_MIN_PODS,
-    }
-    climbing_cluster(loop)
-    loop.sample({})
-    assert loop.store.learned()["cpu"]["firstSamples"] == {
-        "trusted": False,
-        "climb": 4.0,
-        "pods": 3 * LEARN_MIN_PODS,
-    }
-
-
 def test_status_tells_how_one_pod_counts_recent_or_pending() -> None:
     loop = Loop(learned_metric())
     teach(loop, {"web": 0.5, "batch": 2.0})
     settled = loop.model.estimate_of("default/web-0", None)
     assert settled["state"] == "recent"
     assert (settled["estimates"][0]["source"], settled["estimates"][0]["counts"]) == ("measured", 50.0)
-    climbing_cluster(loop)
     loop.add(owned("java", "n1", cpu="1", owner=("Deployment", "java")))
     loop.sample({"java": 200.0})
     [ramping] = loop.model.estimate_of("default/java", None)["estimates"]

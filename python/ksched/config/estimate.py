@@ -104,10 +104,6 @@ class Calibration(Learned):
     # The longest bound of those (``/status`` shows a few): key, what it counts at, what it
     # measures (engine units) and seconds since its bind.
     ramp: tuple[tuple[str, float, float, float], ...] = field(default=(), compare=False)
-    # Whether a young pod counts at what it measures (``/status``: the recent pods do not ramp
-    # up), the quantile of their climbs that says so, and how many pods it is from
-    # (:meth:`ksched.loop.metrics.pod_series.PodSeries.first_samples`).
-    first_samples: tuple[bool, float | None, int] = field(default=(False, None, 0), compare=False)
     # What a heavy next pod is counted at (engine units): the ``NEXT_POD_QUANTILE`` of what the
     # recent pods count (measured, ramping or estimated); None without recent pods. Steering
     # keeps that much room below a node's line (``steering.anticipate``).

@@ -19,9 +19,7 @@ import statistics
 from collections import deque
 from dataclasses import dataclass
 
-import numpy as np
-
-from ksched.config.estimate import DEFAULT_SCRAPE_INTERVAL_S, LEARN_MIN_PODS
+from ksched.config.estimate import DEFAULT_SCRAPE_INTERVAL_S
 
 log = logging.getLogger(__name__)
 
@@ -37,11 +35,6 @@ RAMP_SPAN = 2
 # values, over the last ``CADENCE_MEMORY`` changes.
 SAME_SCRAPE_CADENCES = 1.5
 CADENCE_MEMORY = 256
-# A pod's first sample is taken as what it uses where this quantile of the recent pods read at
-# most this multiple of their first sample ``RAMP_SPAN`` samples later
-# (:meth:`PodSeries.trusts_first`).
-FIRST_TRUSTED_QUANTILE = 0.9
-FIRST_TRUSTED_CLIMB = 1.5
 
 
 @dataclass
@@ -60,8 +53,6 @@ class _Series:
     news_at: float = 0.0
     # The warm-up its own samples said, where it was held ramping only by its workload's.
     level_age: float | None = None
-    # Whether its climb over its first ``RAMP_SPAN + 1`` samples was taken (:meth:`PodSeries.trusts_first`).
-    climbed: bool = False
 
 
 class PodSeries:
@@ -81,10 +72,6 @@ class PodSeries:
         self._scrape_interval_s = scrape_interval_s
         # The cadence, and the sample time it was computed for (once a cycle).
         self._cadence: tuple[float, float | None] = (-1.0, None)
-        # What each pod read at its ``RAMP_SPAN + 1``-th sample over its first.
-        self._climbs: deque[float] = deque(maxlen=CADENCE_MEMORY)
-        # The sample time the climbs' quantile was taken for, that quantile and the climbs.
-        self._climb: tuple[float, float | None, int] = (-1.0, None, 0)
 
     def cadence(self, at: float) -> float | None:
         """The median seconds between changes of recent pods' measured values, as of the
@@ -106,27 +93,6 @@ class PodSeries:
             return False
         s.news_at = at
         return True
-
-    def trusts_first(self, at: float) -> bool:
-        """Whether a young pod counts at what it measures, as of the sample at ``at``: of the
-        last pods read ``RAMP_SPAN`` samples past their first (at least ``LEARN_MIN_PODS``),
-        the ``FIRST_TRUSTED_QUANTILE`` read at most ``FIRST_TRUSTED_CLIMB`` times their first
-        sample. Where the cluster's new pods do not ramp up, a pod measured below its estimate
-        is light, and counting it at its estimate for ``RAMP_SPAN`` more scrapes makes its node
-        look fuller than it is."""
-        trusted, _, _ = self.first_samples(at)
-        return trusted
-
-    def first_samples(self, at: float) -> tuple[bool, float | None, int]:
-        """Whether first samples are trusted (:meth:`trusts_first`), the
-        ``FIRST_TRUSTED_QUANTILE`` of the recent pods' climbs (None: none read), and how many
-        pods that is from; computed once per sample time."""
-        if self._climb[0] != at:
-            climbs = self._climbs
-            quantile = float(np.quantile(climbs, FIRST_TRUSTED_QUANTILE)) if climbs else None
-            self._climb = (at, quantile, len(climbs))
-        _, climb, pods = self._climb
-        return pods >= LEARN_MIN_PODS and climb is not None and climb <= FIRST_TRUSTED_CLIMB, climb, pods
 
     def forget(self, key: str, uid: str) -> float | None:
         """The pod ``key`` (``uid``) left: the highest sample read of it where it never
@@ -157,12 +123,6 @@ class PodSeries:
             s.peak = max(s.peak, value)
             s.values.append(value)
             s.at = at
-            if not s.climbed and len(s.values) == RAMP_SPAN + 1:
-                # Taken whether or not the pod counted as measured meanwhile, so that trusting
-                # first samples does not teach itself.
-                s.climbed = True
-                if s.values[0] > 0:
-                    self._climbs.append(s.values[-1] / s.values[0])
         if s.stable:
             return False, None, fresh
         if age >= cap:
@@ -176,14 +136,9 @@ class PodSeries:
                 list(s.values),
             )
             return False, s.level_age, True
-        young = len(s.values) <= RAMP_SPAN
-        if young and (warmup is None or age >= warmup) and self.trusts_first(at):
-            # The cluster's new pods do not climb past their first sample: it counts at what it
-            # measures, and settles (and teaches) only once its samples could show a ramp.
-            return False, None, False
         if not fresh:
             return True, None, False  # the same sample: it settles (and teaches) on the next
-        rising = young or s.values[-1] > s.values[0] * (1.0 + RAMP_TOLERANCE)
+        rising = len(s.values) <= RAMP_SPAN or s.values[-1] > s.values[0] * (1.0 + RAMP_TOLERANCE)
         if rising:
             s.level_age = None
             return True, None, fresh

@@ -436,7 +436,6 @@ class RecentPods:
                 )
             ),
             next_pod=float(np.quantile(amounts, NEXT_POD_QUANTILE)) if len(amounts) else None,
-            first_samples=self._series[i].first_samples(now if measured_at is None else measured_at),
         )
 
     def counted_as(self, key: str) -> list[dict[str, Any]] | None:

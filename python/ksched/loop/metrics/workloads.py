@@ -487,9 +487,7 @@ def learned_json(resource: str | None, c: Calibration) -> dict[str, Any]:
     taught the BestEffort prior: ``best-effort pods``, else ``requesting pods``); how the
     recent pods are counted (``sources``: pods by where their estimate came from, ``ramping``:
     the first of those still ramping up, ``rampingPods``: for the longest bound of them, what
-    each counts at and measures, in engine units, and seconds since its bind; ``firstSamples``:
-    whether a young pod counts at what it measures, ``trusted``, as the recent pods' ``climb``
-    from their first sample to their third says, over ``pods`` pods); and the
+    each counts at and measures, in engine units, and seconds since its bind); and the
     ``STATUS_WORKLOADS`` workloads with the most measured pods, with their figures, the mean
     guess their ratio is from (``ratioRequest``, engine units: one that requests next to
     nothing is left out of the prior, :func:`_sized`) and warm-up (seconds)."""
@@ -514,11 +512,6 @@ def learned_json(resource: str | None, c: Calibration) -> dict[str, Any]:
         },
         "sources": dict(c.sources),
         "ramping": list(c.ramping[:STATUS_RAMPING]),
-        "firstSamples": {
-            "trusted": c.first_samples[0],
-            "climb": c.first_samples[1],
-            "pods": c.first_samples[2],
-        },
         "rampingPods": [
             {"pod": key, "counts": counts, "measured": measured, "age": round(age, 1)}
             for key, counts, measured, age in c.ramp
