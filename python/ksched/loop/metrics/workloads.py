@@ -16,7 +16,6 @@ Nothing here reads the cluster state or the clock: times come from the caller.
 from __future__ import annotations
 
 import heapq
-import logging
 import statistics
 from collections import OrderedDict, deque
 from collections.abc import Mapping
@@ -34,8 +33,6 @@ from ksched.config.estimate import (
     WorkloadCalibration,
 )
 from ksched.engine.estimate import BEST_EFFORT, FROM_REQUEST, LIMITED, RATIO_KINDS
-
-log = logging.getLogger(__name__)
 
 # Workloads remembered at once, and how long one is remembered after it last taught.
 WORKLOAD_MEMORY = 4096
