@@ -438,8 +438,8 @@ def test_status_with_a_pod_tells_how_it_counts() -> None:
     )
     assert lines == [
         "pod default/java: recent",
-        "  cpu_utilisation: counts 750m cpu (ramping: ramping up: the larger of its estimate and its "
-        "measured usage; measured 200m, bound 12s ago)",
+        "  cpu_utilisation: counts 750m cpu (ramping: ramping up: the larger of its estimate and what "
+        "its climb says it will reach; measured 200m, bound 12s ago)",
     ]
     pending = pod_lines(
         {

@@ -141,7 +141,8 @@ class EstimateConfig:
     A learned estimate learns per workload too (``workload_label``, else the pod's controller):
     a pod counts at its own workload's figures, a pod of a workload without a measured pod at
     the ``prior`` (its score at the typical workload's figure) and a pod ramping up (for at most ``warmup_s`` after its bind) at the larger
-    of its estimate and its measured usage. A pod annotated ``ksched.io/expected-<resource>``
+    of its estimate and what it is climbing to (its measured usage and the rest of its climb:
+    :meth:`ksched.loop.metrics.pod_series.PodSeries.climb`). A pod annotated ``ksched.io/expected-<resource>``
     counts as that, uncalibrated, in every estimate but the legacy one."""
 
     resource: str

@@ -7,7 +7,8 @@ than its workload's learned warm-up, or while it has ``RAMP_SPAN`` samples or fe
 the estimate's ``warmup``. A pod that stopped ramping is stable for good (usage that swings
 later is the spread's business), and only stable pods teach their workload
 (:class:`ksched.loop.metrics.workloads.WorkloadHistory`; a pod that succeeds before it settles,
-a short Job's run, teaches at the highest value read of it).
+a short Job's run, teaches at the highest value read of it). While a pod ramps, its climb over
+its last samples says how much more it will use (:meth:`PodSeries.climb`).
 
 Nothing here reads the cluster state or the clock: times come from the caller.
 """
@@ -41,8 +42,9 @@ CADENCE_MEMORY = 256
 class _Series:
     uid: str
     at: float
-    # Its last ``RAMP_SPAN + 1`` new samples, oldest first.
+    # Its last ``RAMP_SPAN + 1`` new samples, oldest first, and when each was read.
     values: deque[float]
+    times: deque[float]
     stable: bool = False
     # The highest sample read of it (what a run that ends before it settles teaches).
     peak: float = 0.0
@@ -53,6 +55,8 @@ class _Series:
     news_at: float = 0.0
     # The warm-up its own samples said, where it was held ramping only by its workload's.
     level_age: float | None = None
+    # How many new samples were read of it.
+    samples: int = 1
 
 
 class PodSeries:
@@ -100,6 +104,28 @@ class PodSeries:
         s = self._pods.pop(key, None)
         return s.peak if s is not None and s.uid == uid and not s.stable else None
 
+    def climb(self, key: str, uid: str, age: float, warmup: float | None, cap: float) -> float:
+        """How much more than its last sample the ramping pod ``key`` (``age`` seconds after its
+        bind) is expected to use once it levels off: its climb over its last ``RAMP_SPAN``
+        samples, per second, carried on for its workload's learned warm-up (``warmup``) less its
+        age, or where none is learned for as long again as it has ramped so far, never past the
+        estimate's ``warmup`` (``cap``), and at most its last sample again (a climb read from
+        noisy samples is not taken as more than a doubling). 0.0 where it does not climb by
+        more than ``RAMP_TOLERANCE`` over its span, or where its span still holds its first
+        sample: a rate whose window began before the pod's first scrape, or a pod query's
+        average since the container started (``examples/load-aware.yaml``), reads below what
+        the pod uses then, and the rise from it to the next is no climb."""
+        s = self._pods.get(key)
+        if s is None or s.uid != uid or s.stable or s.samples <= RAMP_SPAN + 1:
+            return 0.0
+        rise, seconds = s.values[-1] - s.values[0], s.times[-1] - s.times[0]
+        if seconds <= 0 or rise <= s.values[0] * RAMP_TOLERANCE:
+            return 0.0
+        remaining = min(age if warmup is None else warmup - age, cap - age)
+        if remaining <= 0:
+            return 0.0
+        return min(rise / seconds * remaining, s.values[-1])
+
     def ramping(
         self, key: str, uid: str, at: float, value: float, age: float, warmup: float | None, cap: float
     ) -> tuple[bool, float | None, bool]:
@@ -117,11 +143,19 @@ class PodSeries:
         fresh = s is None or s.uid != uid or (at > s.at and self._news(s, at, value))
         if s is None or s.uid != uid:
             s = self._pods[key] = _Series(
-                uid, at, deque([value], maxlen=RAMP_SPAN + 1), changed_at=at, news_at=at, peak=value
+                uid,
+                at,
+                deque([value], maxlen=RAMP_SPAN + 1),
+                deque([at], maxlen=RAMP_SPAN + 1),
+                changed_at=at,
+                news_at=at,
+                peak=value,
             )
         elif fresh:
             s.peak = max(s.peak, value)
             s.values.append(value)
+            s.times.append(at)
+            s.samples += 1
             s.at = at
         if s.stable:
             return False, None, fresh

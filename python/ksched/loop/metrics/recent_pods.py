@@ -24,7 +24,8 @@ the sum of squares). A pod of a workload without history counts at the typical w
 figure, and its margin up to the prior's quantile joins that caution: summed within a
 workload on a node, in quadrature across workloads (:meth:`RecentPods._expected`). A measured
 pod still ramping up (:class:`~ksched.loop.metrics.pod_series.PodSeries`) counts as the larger
-of its estimate and its measured usage, less what the sample shows of it, until it is stable
+of its estimate and what it is climbing to (its measured usage and the rest of its climb:
+:meth:`~ksched.loop.metrics.pod_series.PodSeries.climb`), less what the sample shows of it, until it is stable
 or ``warmup`` after its bind; only stable pods teach (and a pod that succeeds before it is
 stable, at the most it measured: a short Job's run). Pods bound before the horizon (past any
 warm-up) teach their workloads too, a share of them a pass (:attr:`RecentPods.settled`), so
@@ -371,9 +372,10 @@ class RecentPods:
                     known[j] = value
         is_known = ~np.isnan(known)
         ramping = np.zeros(len(guesses), dtype=np.bool_)
+        reach = known
         calibration = None
         if estimate.learns:
-            ramping = self._ramping(
+            ramping, reach = self._ramping(
                 i, estimate, arrays, known, now if measured_at is None else measured_at, now
             )
             teaching = np.where(ramping, np.nan, known)
@@ -383,7 +385,7 @@ class RecentPods:
             )
         amounts, spreads, sources, margins = self._expected(i, arrays, guesses, calibration, estimate)
         # What the sample does not show of each pod: its fade over the window; for one still
-        # ramping up, the larger of its estimate and its measured usage, less the part of its
+        # ramping up, the larger of its estimate and what it is climbing to, less the part of its
         # measured usage the sample shows.
         unseen = weight.copy()
         stable = is_known & ~ramping
@@ -391,12 +393,12 @@ class RecentPods:
         spreads[stable] = 0.0
         margins[stable] = 0.0
         if ramping.any():
-            top = np.maximum(amounts[ramping] + margins[ramping], known[ramping])
+            top = np.maximum(amounts[ramping] + margins[ramping], reach[ramping])
             shown = np.divide(
                 (1.0 - weight[ramping]) * known[ramping], top, out=np.ones_like(top), where=top > 0
             )
             unseen[ramping] = np.maximum(1.0 - shown, weight[ramping])
-            amounts[ramping] = np.maximum(amounts[ramping], known[ramping])
+            amounts[ramping] = np.maximum(amounts[ramping], reach[ramping])
             margins[ramping] = top - amounts[ramping]
         rows = arrays.rows
         counted, share = pod_shares(snapshot, estimate.resource, rows, amounts)
@@ -505,18 +507,24 @@ class RecentPods:
         known: npt.NDArray[np.float64],
         measured_at: float,
         now: float,
-    ) -> npt.NDArray[np.bool_]:
-        """Which measured recent pods still ramp up; a pod that just stopped teaches its
-        workload how long its warm-up took, and each stable one what it uses."""
+    ) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.float64]]:
+        """Which measured recent pods still ramp up, and what each measured pod is expected to
+        reach (a ramping one: its sample and the rest of its climb, :meth:`PodSeries.climb`);
+        a pod that just stopped teaches its workload how long its warm-up took, and each
+        stable one what it uses."""
         history, series = self._history[i], self._series[i]
         ramping = np.zeros(len(known), dtype=np.bool_)
+        reach = known.copy()
         for j in np.flatnonzero(~np.isnan(known)):
             key, workload = arrays.keys[j], arrays.workloads[j][i]
             age = now - float(arrays.bound_at[j])
             uid = arrays.uids[j]
+            warmup = history.warmup(workload)
             ramping[j], warmed, fresh = series.ramping(
-                key, uid, measured_at, float(known[j]), age, history.warmup(workload), estimate.warmup_s
+                key, uid, measured_at, float(known[j]), age, warmup, estimate.warmup_s
             )
+            if ramping[j]:
+                reach[j] += series.climb(key, uid, age, warmup, estimate.warmup_s)
             if workload is None or ramping[j] or not fresh:
                 continue
             if warmed is not None:
@@ -531,7 +539,7 @@ class RecentPods:
                 revision=arrays.revisions[j],
                 key=key,
             )
-        return ramping
+        return ramping, reach
 
     def _calibration(
         self,

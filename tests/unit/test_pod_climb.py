@@ -1,0 +1,84 @@
+"""A ramping pod counts at what its climb says it will reach, not at its last sample.
+
+A pod whose usage still rises (a Java or Python service warming up) reads below what it will
+use; counted at its sample, its node looks cool, and the next pods pile onto it. Its climb
+over its last samples, carried on for the rest of its warm-up (its workload's, where learned;
+else as long again as it has ramped so far), is what it counts at while that is more than its
+estimate.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from ksched.loop.metrics.pod_series import RAMP_SPAN, PodSeries
+from tests.unit.test_learned_estimate import NODE_VALUE, learned_metric
+from tests.unit.test_load_estimate import T0
+from tests.unit.test_workload_estimate import Loop, owned
+
+CAP_S = 180.0
+
+
+def climbing(
+    series: PodSeries, values: list[float], bound_s: float = 0.0, warmup_s: float | None = None
+) -> float:
+    """Feeds ``values`` 15 s apart to the pod ``default/java``, bound ``bound_s`` before the
+    first (its workload's warm-up ``warmup_s``); returns its age at the last."""
+    age = bound_s
+    for n, value in enumerate(values):
+        age = bound_s + n * 15.0
+        assert series.ramping("default/java", "u1", n * 15.0, value, age, warmup_s, CAP_S)[0]
+    return age
+
+
+def test_a_linear_climb_is_carried_on_for_as_long_again_as_it_has_ramped() -> None:
+    series = PodSeries(scrape_interval_s=15.0)
+    age = climbing(series, [50.0, 100.0, 200.0, 300.0])
+    # 200m over 30 s, carried on for its 45 s of age: 300m more (at most its sample again).
+    assert series.climb("default/java", "u1", age, None, CAP_S) == pytest.approx(300.0)
+
+
+def test_a_learned_warm_up_says_how_long_the_climb_goes_on() -> None:
+    series = PodSeries(scrape_interval_s=15.0)
+    age = climbing(series, [50.0, 100.0, 200.0, 300.0])
+    assert series.climb("default/java", "u1", age, 60.0, CAP_S) == pytest.approx(100.0), "15 s left"
+    assert series.climb("default/java", "u1", age, 40.0, CAP_S) == 0.0, "past its workload's warm-up"
+    assert series.climb("default/java", "u1", age, None, 50.0) == pytest.approx(33.3, abs=0.1), "the cap"
+
+
+def test_a_climb_is_never_taken_as_more_than_a_doubling() -> None:
+    series = PodSeries(scrape_interval_s=15.0)
+    age = climbing(series, [5.0, 10.0, 20.0, 100.0], bound_s=15.0)
+    assert series.climb("default/java", "u1", age, None, CAP_S) == 100.0
+
+
+def test_no_climb_from_noise_too_few_samples_or_a_fall() -> None:
+    series = PodSeries(scrape_interval_s=15.0)
+    age = climbing(series, [90.0, 100.0, 105.0, 109.0][: RAMP_SPAN + 2], warmup_s=120.0)
+    assert series.climb("default/java", "u1", age, 120.0, CAP_S) == 0.0, "+9 % over two: noise"
+    fell = PodSeries(scrape_interval_s=15.0)
+    age = climbing(fell, [100.0, 300.0, 200.0, 250.0], warmup_s=120.0)
+    assert fell.climb("default/java", "u1", age, 120.0, CAP_S) == 0.0, "below where it was"
+    young = PodSeries(scrape_interval_s=15.0)
+    age = climbing(young, [100.0, 200.0, 300.0])
+    assert young.climb("default/java", "u1", age, None, CAP_S) == 0.0, "a climb from its first sample"
+    assert young.climb("default/other", "u1", age, None, CAP_S) == 0.0, "a pod never read"
+    assert young.climb("default/java", "u2", age, None, CAP_S) == 0.0, "another pod of that name"
+
+
+def test_the_node_counts_a_climbing_pod_at_its_climb_and_a_settled_one_at_its_usage() -> None:
+    loop = Loop(learned_metric(warmup_s=600.0))
+    loop.add(owned("java", "n1", cpu="1"))
+    values = [200.0, 400.0, 800.0, 1200.0]
+    for value in values:
+        matrix = loop.sample({"java": value})
+    age = loop.clock.now - T0
+    # 800m over its last two samples (4 s), carried on for its age (8 s): a doubling, so 2400m.
+    assert age < 800.0 / 4.0
+    assert matrix.values[1, 0] == pytest.approx(NODE_VALUE + 2.4 / 4), "counts 2.4 cores, not its 1.2 read"
+    [shown] = loop.store.learned()["cpu"]["rampingPods"]
+    assert (shown["counts"], shown["measured"]) == (2400.0, 1200.0)
+    for value in (1250.0, 1230.0):
+        matrix = loop.sample({"java": value})
+    assert loop.store.learned()["cpu"]["ramping"] == [], "level over two samples: stable"
+    assert matrix.values[1, 0] == pytest.approx(NODE_VALUE + 1.23 / 4), "settled: its measured 1230m"
