@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from ksched.loop.metrics.pod_series import RAMP_SPAN, PodSeries
+from ksched.loop.metrics.pod_series import PodSeries
 from tests.unit.test_learned_estimate import NODE_VALUE, learned_metric
 from tests.unit.test_load_estimate import T0
 from tests.unit.test_workload_estimate import Loop, owned
@@ -54,7 +54,7 @@ def test_a_climb_is_never_taken_as_more_than_a_doubling() -> None:
 
 def test_no_climb_from_noise_too_few_samples_or_a_fall() -> None:
     series = PodSeries(scrape_interval_s=15.0)
-    age = climbing(series, [90.0, 100.0, 105.0, 109.0][: RAMP_SPAN + 2], warmup_s=120.0)
+    age = climbing(series, [90.0, 100.0, 105.0, 109.0], warmup_s=120.0)
     assert series.climb("default/java", "u1", age, 120.0, CAP_S) == 0.0, "+9 % over two: noise"
     fell = PodSeries(scrape_interval_s=15.0)
     age = climbing(fell, [100.0, 300.0, 200.0, 250.0], warmup_s=120.0)
@@ -73,8 +73,8 @@ def test_the_node_counts_a_climbing_pod_at_its_climb_and_a_settled_one_at_its_us
     for value in values:
         matrix = loop.sample({"java": value})
     age = loop.clock.now - T0
-    # 800m over its last two samples (4 s), carried on for its age (8 s): a doubling, so 2400m.
-    assert age < 800.0 / 4.0
+    # 800m over its last two samples (4 s), carried on for its age (8 s): past a doubling, so 2400m.
+    assert 800.0 / 4.0 * age > values[-1]
     assert matrix.values[1, 0] == pytest.approx(NODE_VALUE + 2.4 / 4), "counts 2.4 cores, not its 1.2 read"
     [shown] = loop.store.learned()["cpu"]["rampingPods"]
     assert (shown["counts"], shown["measured"]) == (2400.0, 1200.0)
