@@ -4,6 +4,7 @@ while its pods arrive stops at once."""
 from __future__ import annotations
 
 import collections
+import re
 import signal
 import subprocess
 import sys
@@ -82,6 +83,19 @@ def test_another_build_runs_kscheds_configuration_with_its_own_command() -> None
     assert _config_of(opts, "cand") == Path("cand.yaml")
     with pytest.raises(KschedError, match="unknown: ksched-rebalance"):
         run_quality(QualityOptions(builds={"ksched-rebalance": ["ksched"]}), log=print)
+
+
+def test_a_label_kubernetes_cannot_name_a_namespace_after_stops_the_run_at_once() -> None:
+    """A label names each scenario's namespace (``q-<scenario>-<label>``): an upper-case one,
+    or one too long, is refused before any cluster starts, not when the API server refuses the
+    namespace after minutes of start-up."""
+    with pytest.raises(KschedError, match="the label 'headB' names the namespace 'q-herd-headB'"):
+        run_quality(QualityOptions(scenarios=("herd",), builds={"headB": ["ksched"]}), log=print)
+    with pytest.raises(KschedError, match=re.escape("the label 'c+' names the namespace 'q-herd-c-'")):
+        run_quality(QualityOptions(scenarios=("herd",), configs={"c+": Path("c.yaml")}), log=print)
+    long = "x" * 60
+    with pytest.raises(KschedError, match=f"the label '{long}' names"):
+        run_quality(QualityOptions(scenarios=("herd",), builds={long: ["ksched"]}), log=print)
 
 
 def test_shapes_put_every_scenario_on_the_nodes_named() -> None:

@@ -98,7 +98,8 @@ def _side_by_side_options(parser: argparse.ArgumentParser) -> argparse._Argument
         metavar="LABEL=COMMAND",
         help=(
             "also run another ksched command (say an older build's venv/bin/ksched) under LABEL; "
-            "with --quality it runs ksched's configuration; repeatable"
+            "with --quality it runs ksched's configuration, and LABEL names its namespaces "
+            "(lowercase letters, digits and '-'); repeatable"
         ),
     )
     group.add_argument(
@@ -240,7 +241,10 @@ def _quality_options(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="LABEL=FILE",
-        help="also run ksched with this configuration under LABEL (say today's beside a candidate's); repeatable",
+        help=(
+            "also run ksched with this configuration under LABEL (say today's beside a candidate's; "
+            "LABEL names its namespaces: lowercase letters, digits and '-'); repeatable"
+        ),
     )
     group.add_argument(
         "--pools",

@@ -67,6 +67,7 @@ from ksched.bench.quality.pooled import (
     WITHOUT_KSCHED,
     Round,
     exited,
+    namespace_of,
     placing,
     pooled_round,
 )
@@ -91,6 +92,7 @@ from ksched.cluster.load import LoadSimulation
 from ksched.cluster.processes import terminate
 from ksched.config import load_config
 from ksched.config.examples import example_path
+from ksched.config.names import is_dns_label
 from ksched.errors import KschedError
 from ksched.loop.client import Kube, load_configuration
 from ksched.objects import Obj
@@ -176,7 +178,7 @@ def _one(
     idle: float,
 ) -> None:
     prometheus = f"http://127.0.0.1:{state.ports['prometheus']}"
-    namespace = f"q-{name}-{label}"
+    namespace = namespace_of(name, label)
     asks = DEFAULT_SCHEDULER if label == KUBE_SCHEDULER else KSCHED
     knows = label in (ORACLE, ORACLE_STEADY)
     s = scenario(
@@ -355,6 +357,14 @@ def run_quality(opts: QualityOptions, log: Callable[[str], None]) -> QualityResu
         raise KschedError(
             f"unknown: {', '.join(sorted(unknown))} (scenarios {SCENARIOS}, schedulers {SETUPS})"
         )
+    # Said now, not when the first scenario's namespace is refused minutes into the run.
+    for label in opts.labels:
+        bad = [n for name in opts.scenarios if not is_dns_label(n := namespace_of(name, label))]
+        if bad:
+            raise KschedError(
+                f"the label {label!r} names the namespace {bad[0]!r}, which Kubernetes refuses "
+                "(lowercase letters, digits and '-', at most 63 characters): choose another label"
+            )
     if opts.shapes is not None and opts.shapes not in SHAPES:
         raise KschedError(f"unknown node shapes {opts.shapes!r} (one of {', '.join(SHAPES)})")
     moving = set(opts.schedulers) & set(POOLED_SETUPS)
