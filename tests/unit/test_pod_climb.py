@@ -2,9 +2,9 @@
 
 A pod whose usage still rises (a Java or Python service warming up) reads below what it will
 use; counted at its sample, its node looks cool, and the next pods pile onto it. Its climb
-over its last samples, carried on for the rest of its warm-up (its workload's, where learned;
-else as long again as it has ramped so far), is what it counts at while that is more than its
-estimate.
+over its last samples (the slower of its last rises: a trend, not one step up), carried on for
+the rest of its warm-up (its workload's, where learned; else as long again as it has ramped so
+far), is what it counts at while that is more than its estimate.
 """
 
 from __future__ import annotations
@@ -48,8 +48,23 @@ def test_a_learned_warm_up_says_how_long_the_climb_goes_on() -> None:
 
 def test_a_climb_is_never_taken_as_more_than_a_doubling() -> None:
     series = PodSeries(scrape_interval_s=15.0)
-    age = climbing(series, [5.0, 10.0, 20.0, 100.0], bound_s=15.0)
+    age = climbing(series, [5.0, 10.0, 50.0, 100.0], bound_s=15.0)
+    # 40m and 50m a scrape: the slower, 40m over 15 s, for its 60 s of age is 160m; 100m at most.
     assert series.climb("default/java", "u1", age, None, CAP_S) == 100.0
+
+
+def test_a_climb_is_its_slower_rise_and_a_step_up_is_none() -> None:
+    levels = PodSeries(scrape_interval_s=15.0)
+    age = climbing(levels, [100.0, 300.0, 400.0, 450.0])
+    # It rose 100m, then 50m: levelling off, it is carried on at the slower rise.
+    assert levels.climb("default/java", "u1", age, None, CAP_S) == pytest.approx(50.0 / 15.0 * 45.0)
+    burst = PodSeries(scrape_interval_s=15.0)
+    age = climbing(burst, [300.0, 400.0, 395.0, 800.0], warmup_s=120.0)
+    assert burst.climb("default/java", "u1", age, 120.0, CAP_S) == 0.0, "a burst: one step up, no trend"
+    noisy = PodSeries(scrape_interval_s=15.0)
+    age = climbing(noisy, [300.0, 500.0, 612.0, 1098.0], warmup_s=120.0)
+    # One sample read high: the step before it (112m) is what the trend still says.
+    assert noisy.climb("default/java", "u1", age, 120.0, CAP_S) == pytest.approx(112.0 / 15.0 * 75.0)
 
 
 def test_no_climb_from_noise_too_few_samples_or_a_fall() -> None:
@@ -60,10 +75,18 @@ def test_no_climb_from_noise_too_few_samples_or_a_fall() -> None:
     age = climbing(fell, [100.0, 300.0, 200.0, 250.0], warmup_s=120.0)
     assert fell.climb("default/java", "u1", age, 120.0, CAP_S) == 0.0, "below where it was"
     young = PodSeries(scrape_interval_s=15.0)
-    age = climbing(young, [100.0, 200.0, 300.0])
-    assert young.climb("default/java", "u1", age, None, CAP_S) == 0.0, "a climb from its first sample"
+    age = climbing(young, [100.0, 200.0])
+    assert young.climb("default/java", "u1", age, None, CAP_S) == 0.0, "one rise is no trend"
     assert young.climb("default/other", "u1", age, None, CAP_S) == 0.0, "a pod never read"
     assert young.climb("default/java", "u2", age, None, CAP_S) == 0.0, "another pod of that name"
+
+
+def test_a_first_sample_that_read_low_does_not_speed_the_climb_up() -> None:
+    series = PodSeries(scrape_interval_s=15.0)
+    # Its first sample, an average since its container started, reads half of what it used then.
+    age = climbing(series, [50.0, 200.0, 300.0], bound_s=15.0)
+    # Read from its third sample on, at its later rise (100m a scrape), not the 150m from the first.
+    assert series.climb("default/java", "u1", age, None, CAP_S) == pytest.approx(100.0 / 15.0 * 45.0)
 
 
 def test_the_node_counts_a_climbing_pod_at_its_climb_and_a_settled_one_at_its_usage() -> None:

@@ -8,7 +8,8 @@ the estimate's ``warmup``. A pod that stopped ramping is stable for good (usage 
 later is the spread's business), and only stable pods teach their workload
 (:class:`ksched.loop.metrics.workloads.WorkloadHistory`; a pod that succeeds before it settles,
 a short Job's run, teaches at the highest value read of it). While a pod ramps, its climb over
-its last samples says how much more it will use (:meth:`PodSeries.climb`).
+its last samples (the slower of its last rises, each of which must rise) says how much more it
+will use (:meth:`PodSeries.climb`).
 
 Nothing here reads the cluster state or the clock: times come from the caller.
 """
@@ -19,6 +20,7 @@ import logging
 import statistics
 from collections import deque
 from dataclasses import dataclass
+from itertools import pairwise
 
 from ksched.config.estimate import DEFAULT_SCRAPE_INTERVAL_S
 
@@ -106,25 +108,31 @@ class PodSeries:
 
     def climb(self, key: str, uid: str, age: float, warmup: float | None, cap: float) -> float:
         """How much more than its last sample the ramping pod ``key`` (``age`` seconds after its
-        bind) is expected to use once it levels off: its climb over its last ``RAMP_SPAN``
-        samples, per second, carried on for its workload's learned warm-up (``warmup``) less its
-        age, or where none is learned for as long again as it has ramped so far, never past the
-        estimate's ``warmup`` (``cap``), and at most its last sample again (a climb read from
-        noisy samples is not taken as more than a doubling). 0.0 where it does not climb by
-        more than ``RAMP_TOLERANCE`` over its span, or where its span still holds its first
-        sample: a rate whose window began before the pod's first scrape, or a pod query's
-        average since the container started (``examples/load-aware.yaml``), reads below what
-        the pod uses then, and the rise from it to the next is no climb."""
+        bind) is expected to use once it levels off: its climb per second, carried on for its
+        workload's learned warm-up (``warmup``) less its age, or where none is learned for as
+        long again as it has ramped so far, never past the estimate's ``warmup`` (``cap``), and
+        at most its last sample again. Its climb per second is the slower of its rises between
+        each two of its last ``RAMP_SPAN + 1`` samples: a climb is a trend, so every step of the
+        span rises, and the slower one is what a ramp that levels off, or a sample that read
+        high once, still says. A step up (a burst, a noisy sample) rises once and is no climb.
+        The slower rise also reads a climb from a span that holds the pod's first sample: a rate
+        whose window began before the pod's first scrape, or a pod query's average since the
+        container started (``examples/load-aware.yaml``), reads below what the pod uses then, so
+        the rise from it is the faster one, and is not taken.
+
+        0.0 where it does not climb by more than ``RAMP_TOLERANCE`` over its span, where a step
+        of the span does not rise, or where it has ``RAMP_SPAN`` samples or fewer."""
         s = self._pods.get(key)
-        if s is None or s.uid != uid or s.stable or s.samples <= RAMP_SPAN + 1:
+        if s is None or s.uid != uid or s.stable or s.samples <= RAMP_SPAN:
             return 0.0
-        rise, seconds = s.values[-1] - s.values[0], s.times[-1] - s.times[0]
-        if seconds <= 0 or rise <= s.values[0] * RAMP_TOLERANCE:
+        if s.values[-1] - s.values[0] <= s.values[0] * RAMP_TOLERANCE:
             return 0.0
+        points = zip(s.times, s.values, strict=True)
+        steps = [(v1 - v0) / (t1 - t0) for (t0, v0), (t1, v1) in pairwise(points) if t1 > t0]
         remaining = min(age if warmup is None else warmup - age, cap - age)
-        if remaining <= 0:
+        if len(steps) < RAMP_SPAN or min(steps) <= 0 or remaining <= 0:
             return 0.0
-        return min(rise / seconds * remaining, s.values[-1])
+        return min(min(steps) * remaining, s.values[-1])
 
     def ramping(
         self, key: str, uid: str, at: float, value: float, age: float, warmup: float | None, cap: float
