@@ -84,9 +84,10 @@ def test_no_climb_from_noise_too_few_samples_or_a_fall() -> None:
 def test_a_first_sample_that_read_low_does_not_speed_the_climb_up() -> None:
     series = PodSeries(scrape_interval_s=15.0)
     # Its first sample, an average since its container started, reads half of what it used then.
-    age = climbing(series, [50.0, 200.0, 300.0], bound_s=15.0)
-    # Read from its third sample on, at its later rise (100m a scrape), not the 150m from the first.
-    assert series.climb("default/java", "u1", age, None, CAP_S) == pytest.approx(100.0 / 15.0 * 45.0)
+    age = climbing(series, [50.0, 200.0, 300.0])
+    # Read from its third sample on, at its later rise (100m a scrape) for its 30 s of age: 200m,
+    # where the 150m from the first would say 300m.
+    assert series.climb("default/java", "u1", age, None, CAP_S) == pytest.approx(100.0 / 15.0 * 30.0)
 
 
 def test_the_node_counts_a_climbing_pod_at_its_climb_and_a_settled_one_at_its_usage() -> None:
