@@ -127,12 +127,13 @@ class PodSeries:
             return 0.0
         if s.values[-1] - s.values[0] <= s.values[0] * RAMP_TOLERANCE:
             return 0.0
+        # More than RAMP_SPAN samples fill the span; a sample is new only at a later time.
         points = zip(s.times, s.values, strict=True)
-        steps = [(v1 - v0) / (t1 - t0) for (t0, v0), (t1, v1) in pairwise(points) if t1 > t0]
+        slower = min((v1 - v0) / (t1 - t0) for (t0, v0), (t1, v1) in pairwise(points))
         remaining = min(age if warmup is None else warmup - age, cap - age)
-        if len(steps) < RAMP_SPAN or min(steps) <= 0 or remaining <= 0:
+        if slower <= 0 or remaining <= 0:
             return 0.0
-        return min(min(steps) * remaining, s.values[-1])
+        return min(slower * remaining, s.values[-1])
 
     def ramping(
         self, key: str, uid: str, at: float, value: float, age: float, warmup: float | None, cap: float
