@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -16,9 +17,9 @@ import orjson
 import pytest
 
 from ksched.bench.pods import parse_kscheds
-from ksched.bench.quality import observe
+from ksched.bench.quality import observe, run
 from ksched.bench.quality.observe import StoppedError, VoidRoundError, create_scenario, settle
-from ksched.bench.quality.pooled import Round, exited, pools, scheduler_name
+from ksched.bench.quality.pooled import Round, exited, log_beside, pools, scheduler_name
 from ksched.bench.quality.run import EXAMPLE_CONFIG, SETUPS, QualityOptions, _config_of, run_quality
 from ksched.bench.quality.scenarios import scenario
 from ksched.cluster.kwok import fake_nodes
@@ -98,6 +99,33 @@ def test_a_label_kubernetes_cannot_name_a_namespace_after_stops_the_run_at_once(
         run_quality(QualityOptions(scenarios=("herd",), builds={long: ["ksched"]}), log=print)
 
 
+def test_the_schedulers_logs_are_kept_under_out(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Each ksched's log and configuration go to ``--out``'s ``logs``, as the side by side's,
+    where the operator finds them beside the table; without ``--out`` a run that ends well
+    leaves no directory behind, and one that fails keeps it, with the logs that say why."""
+    seen: list[Path] = []
+
+    def scenarios(opts: QualityOptions, shapes: str, names: list[str], workdir: Path, *_: object) -> None:
+        seen.append(workdir)
+        (workdir / f"{names[0]}-ksched.log").write_text("placed\n")
+        if opts.seed == 2:
+            raise KschedError("the API server went away")
+
+    monkeypatch.setattr(run, "_on_one_cluster", scenarios)
+    monkeypatch.setattr(run, "pyplot", lambda: None)
+    said: list[str] = []
+    run_quality(QualityOptions(scenarios=("herd",), out=tmp_path / "out"), log=said.append)
+    assert (tmp_path / "out" / "logs" / "herd-ksched.log").read_text() == "placed\n"
+    assert (tmp_path / "out" / "results.json").exists()
+    assert f"each scheduler's log and configuration: {tmp_path / 'out' / 'logs'}" in said
+    run_quality(QualityOptions(scenarios=("herd",)), log=said.append)
+    assert not seen[-1].exists(), "a run without --out that ended well leaves no directory behind"
+    with pytest.raises(KschedError, match="went away"):
+        run_quality(QualityOptions(scenarios=("herd",), seed=2), log=said.append)
+    assert (seen[-1] / "herd-ksched.log").exists(), "a failed run keeps its logs"
+    shutil.rmtree(seen[-1])
+
+
 def test_shapes_put_every_scenario_on_the_nodes_named() -> None:
     """``--shapes mixed`` runs herd (on 4- and 8-core nodes by default) on nodes of 2-16 cores,
     where a herd's pods are a large share of a small node; an unknown name stops the run before
@@ -139,21 +167,24 @@ class _Pending:
 
 
 def test_a_round_whose_ksched_died_stops_at_once_instead_of_waiting_out_its_pods(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """A ksched that crashed (a segfault, here a process killed by a signal) leaves its pods
-    pending; the round stops with why, rather than waiting them out and judging a void round.
-    With no time left to wait, a settle that did not look would return the pending pod."""
+    pending; the round stops with why, and where its log is, rather than waiting them out and
+    judging a void round. With no time left to wait, a settle that did not look would return
+    the pending pod."""
     monkeypatch.setattr(observe, "SETTLE_TIMEOUT_S", 0.0)
+    config = tmp_path / "herd-ksched.yaml"
+    log_beside(config).write_text("Traceback (most recent call last):\n")
     alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    crashed = subprocess.Popen(
-        [sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)"]
-    )
+    crash = "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)"
+    crashed = subprocess.Popen([sys.executable, "-c", crash, "--config", str(config)])
     try:
         crashed.wait(30)
         assert exited([alive]) is None
         why = exited([alive, crashed])
         assert why is not None and f"signal {int(signal.SIGSEGV)})" in why and "ended early" in why
+        assert why.endswith(f"; its log: {tmp_path / 'herd-ksched.log'}"), why
         with pytest.raises(VoidRoundError, match=r"^waiting for the pods of q-ns: .* ended early \(signal"):
             settle(_Pending(), "q-ns", lambda: exited([alive, crashed]))  # type: ignore[arg-type]
         pods, _ = settle(_Pending(), "q-ns", lambda: exited([alive]))  # type: ignore[arg-type]

@@ -385,7 +385,7 @@ def _start_schedulers(
         path = workdir / f"{name}-{label}.yaml"
         path.write_text(yaml.safe_dump(config))
         command = r.commands.get(label, KSCHED_COMMAND)
-        proc, port = start_ksched_run(kubeconfig, workdir / f"{name}-{label}.log", path, command)
+        proc, port = start_ksched_run(kubeconfig, log_beside(path), path, command)
         procs.append(proc)
         ports[i] = port
     for i, ((name, label), (namespace, _)) in enumerate(zip(r.entries, plans, strict=True)):
@@ -396,17 +396,27 @@ def _start_schedulers(
     return ports
 
 
+def log_beside(config: Path) -> Path:
+    """Where a ksched run with ``--config`` ``config`` writes its output: beside it, as
+    ``.log`` (:func:`exited` names it)."""
+    return config.with_suffix(".log")
+
+
 def exited(procs: Sequence[subprocess.Popen[bytes]]) -> str | None:
     """Why the round cannot go on: the first of its processes that exited, and how (a ksched
-    that crashed leaves its pods pending, and the round would wait them out); None while all
-    run. A command is told by its end, where its ``--config`` names the scenario and setup."""
+    that crashed leaves its pods pending, and the round would wait them out), with its log
+    where it has one beside its ``--config`` (:func:`log_beside`); None while all run. A
+    command is told by its end, where its ``--config`` names the scenario and setup."""
     for proc in procs:
         code = proc.poll()
         if code is not None:
             how = f"signal {-code}" if code < 0 else f"exit status {code}"
-            args = proc.args
-            line = " ".join(map(str, args)) if isinstance(args, list | tuple) else str(args)
-            return f"{line[-200:]} ended early ({how})"
+            args = [str(a) for a in proc.args] if isinstance(proc.args, list | tuple) else [str(proc.args)]
+            why = f"{' '.join(args)[-200:]} ended early ({how})"
+            configs = [args[i + 1] for i, a in enumerate(args[:-1]) if a == "--config"]
+            if configs and (log := log_beside(Path(configs[-1]))).exists():
+                why += f"; its log: {log}"
+            return why
     return None
 
 

@@ -24,6 +24,7 @@ Never asserts a timing; a pod lost or a node over-committed is a violation, and 
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 import time
 from collections.abc import Callable
@@ -67,6 +68,7 @@ from ksched.bench.quality.pooled import (
     WITHOUT_KSCHED,
     Round,
     exited,
+    log_beside,
     namespace_of,
     placing,
     pooled_round,
@@ -187,10 +189,10 @@ def _one(
     proc = None
     if label != KUBE_SCHEDULER:
         config: Obj = ksched_config(_config_of(opts, label), prometheus)
-        path = workdir / f"{label}.yaml"
+        path = workdir / f"{name}-{label}.yaml"
         path.write_text(yaml.safe_dump(config))
         proc, _ = start_ksched_run(
-            state.kubeconfig, workdir / f"{label}-{name}.log", path, opts.builds.get(label, KSCHED_COMMAND)
+            state.kubeconfig, log_beside(path), path, opts.builds.get(label, KSCHED_COMMAND)
         )
     try:
         create_namespace(kube, namespace)
@@ -373,7 +375,8 @@ def run_quality(opts: QualityOptions, log: Callable[[str], None]) -> QualityResu
     # Before the run: a missing matplotlib is said now, and only the chart is skipped.
     plot = pyplot() if opts.out is not None else None
     results = QualityResults({k: str(v) for k, v in vars(opts).items()})
-    workdir = Path(tempfile.mkdtemp(prefix="ksched-quality-"))
+    workdir = _logs(opts.out)
+    log(f"each scheduler's log and configuration: {workdir}")
     # One control plane for the scenarios of each node shapes, in the order first named.
     by_shapes: dict[str, list[str]] = {}
     for name in opts.scenarios:
@@ -391,4 +394,15 @@ def run_quality(opts: QualityOptions, log: Callable[[str], None]) -> QualityResu
             from ksched.bench.quality.report import write
 
             write(results, opts.out, plot)
+    if opts.out is None:
+        shutil.rmtree(workdir, ignore_errors=True)  # kept where the run failed: the logs say why
     return results
+
+
+def _logs(out: Path | None) -> Path:
+    """Where the schedulers' logs and configurations go: ``out``'s ``logs`` (as the side by
+    side's), else a temporary directory that a run which ends well removes."""
+    if out is None:
+        return Path(tempfile.mkdtemp(prefix="ksched-quality-"))
+    (out / "logs").mkdir(parents=True, exist_ok=True)
+    return out / "logs"
