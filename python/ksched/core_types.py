@@ -289,8 +289,9 @@ class MetricLoad(TypedDict):
     # Per metric: the incoming pod's estimate counts against the thresholds.
     incoming: list[bool]
     # Per metric: the incoming pod's score weighs its caution (``amounts`` over ``expected``)
-    # by the chance that it takes the node past its line (``scoreRisk``).
-    risk: list[bool]
+    # by the chance that it takes the node past its line, times this weight (``scoreRisk``;
+    # 0: not at all).
+    risk: list[float]
     # ``pods x metrics``: each pod's estimated usage of the estimate's column (engine units):
     # what the metric filter counts it at ...
     amounts: I64

@@ -243,10 +243,17 @@ def test_a_pod_of_an_unknown_workload_is_ranked_by_what_it_is_expected_to_use(
 
 
 @pytest.mark.parametrize(
-    ("risk", "small", "placed"), [(False, 0.29, "small"), (True, 0.29, "large"), (True, 0.1, "small")]
+    ("risk", "small", "placed"),
+    [
+        (0.0, 0.29, "small"),
+        (1.0, 0.29, "large"),
+        (1.0, 0.1, "small"),
+        (1.0, 0.2, "small"),
+        (16.0, 0.2, "large"),
+    ],
 )
 def test_a_pod_of_an_unknown_workload_goes_where_its_tail_would_not_cross_the_line(
-    risk: bool, small: float, placed: str
+    risk: float, small: float, placed: str
 ) -> None:
     # The same 1-CPU pod of a new Deployment: 1 CPU expected, 2 CPUs at the prior's quantile.
     # The 4-CPU node reading 0.29 would read 0.54 with it as expected, the 8-CPU one reading 0.42
@@ -254,7 +261,9 @@ def test_a_pod_of_an_unknown_workload_goes_where_its_tail_would_not_cross_the_li
     # the small node to 0.79, a deviation short of the line at 0.8 (a 15 % chance of crossing
     # it), and the large one to 0.67, two deviations short (2 %). With scoreRisk the caution
     # counts by that chance, and the large node takes it; a small node far from its line
-    # (0.1: 0.6 at the quantile) keeps it.
+    # (0.1: 0.6 at the quantile) keeps it. At 0.2 the small node reads 0.45 with the pod, its
+    # chance of crossing is 8 % and the large node's 2 %: weighed once, the 0.1 the small node
+    # reads cooler wins; weighed 16 times (a crossing costs 16 times the caution), it does not.
     calibration = Calibration(prior_ratio=2.0, prior_ratio_typical=1.0)
     estimate = placing_estimate(calibration=calibration, score_pod_by_mean=True, score_risk=risk)
     nodes = [node("small", cpu="4"), node("large", cpu="8")]
@@ -326,7 +335,19 @@ def test_the_pod_being_placed_counts_at_its_calibrated_estimate_plus_deviations(
         ({"scoreByMean": 1, "podQuery": POD_QUERY, "learn": True}, "estimate.scoreByMean: must be true"),
         ({"deviations": 1, "podQuery": POD_QUERY, "learn": False}, "estimate.deviations: needs learn: true"),
         ({"scoreRisk": True, "podQuery": POD_QUERY}, "estimate.scoreRisk: needs learn: true"),
-        ({"scoreRisk": 1, "podQuery": POD_QUERY, "learn": True}, "estimate.scoreRisk: must be true or false"),
+        (
+            {"scoreRisk": "yes", "podQuery": POD_QUERY, "learn": True},
+            "estimate.scoreRisk: must be true, false or a weight",
+        ),
+        (
+            {"scoreRisk": -1, "podQuery": POD_QUERY, "learn": True},
+            "estimate.scoreRisk: must be true, false or a",
+        ),
+        (
+            {"scoreRisk": float("inf"), "podQuery": POD_QUERY, "learn": True},
+            "estimate.scoreRisk: must be true",
+        ),
+        ({"scoreRisk": 4, "podQuery": POD_QUERY}, "estimate.scoreRisk: needs learn: true"),
     ],
 )
 def test_bad_learning_settings_name_the_key(estimate: dict[str, Any], error: str) -> None:
@@ -339,6 +360,18 @@ def test_bad_learning_settings_name_the_key(estimate: dict[str, Any], error: str
     }
     with pytest.raises(ConfigError, match=error):
         parse_config(raw)
+
+
+@pytest.mark.parametrize(("raw", "weight"), [(True, 1.0), (False, 0.0), (4, 4.0), (0.5, 0.5), (0, 0.0)])
+def test_score_risk_is_a_switch_or_a_weight(raw: Any, weight: float) -> None:
+    estimate = {"resource": "cpu", "podQuery": POD_QUERY, "learn": True, "scoreRisk": raw}
+    raw_config = {
+        **CONFIG,
+        "prometheus": {"url": "http://prometheus:9090"},
+        "metrics": [{"name": "cpu", "source": "prometheus", "query": "q", "estimate": estimate}],
+    }
+    parsed = parse_config(raw_config).metrics[0].estimate
+    assert parsed is not None and parsed.score_risk == weight
 
 
 @pytest.mark.parametrize(

@@ -4,6 +4,7 @@ the estimate each cycle, never parsed). :mod:`ksched.config.metrics` reads the r
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -136,7 +137,8 @@ class EstimateConfig:
     ``score_by_mean`` they count in the metric's filter only, and its score reads the mean;
     with ``score_pod_by_mean`` only the pod being placed is scored at its mean, while each
     node's reading keeps its caution. With ``score_risk`` the score also counts the pod's
-    caution, weighed by the chance that it takes the node past the metric's line.
+    caution, weighed by the chance that it takes the node past the metric's line and by the
+    weight ``score_risk`` gives a crossing.
 
     A learned estimate learns per workload too (``workload_label``, else the pod's controller):
     a pod counts at its own workload's figures, a pod of a workload without a measured pod at
@@ -168,8 +170,8 @@ class EstimateConfig:
     # ``scoreRisk``: the score adds the pod's caution (what the filter counts it at over what
     # it is expected to use; with ``score_by_mean`` the node's caution too, which the score
     # then leaves out), weighed by the chance that it takes the node past the metric's line
-    # there (the engine's ``LoadInputs.risk``).
-    score_risk: bool = False
+    # there, times this weight (the engine's ``LoadInputs.risk``; ``true``: 1, 0: off).
+    score_risk: float = 0.0
     # The pod label that names a pod's workload where set (None: its controller).
     workload_label: str | None = None
     # The longest a pod is taken to ramp up after its bind.
@@ -266,9 +268,7 @@ def parse_estimate(obj: Any, path: str, metric_resource: str | None) -> Estimate
             f"{path}.scoreByMean: needs learn: true (podQuery set): the mean and the deviations "
             "are those of the measured pods"
         )
-    score_risk = e.get("scoreRisk", EstimateConfig.score_risk)
-    if not isinstance(score_risk, bool):
-        raise ConfigError(f"{path}.scoreRisk: must be true or false")
+    score_risk = _risk_weight(e.get("scoreRisk", False), f"{path}.scoreRisk")
     if score_risk and not learn:
         raise ConfigError(
             f"{path}.scoreRisk: needs learn: true (podQuery set): the risk it weighs is the "
@@ -313,6 +313,16 @@ def parse_estimate(obj: Any, path: str, metric_resource: str | None) -> Estimate
         score_pod_by_mean=score_by_mean == "pod",
         score_risk=score_risk,
     )
+
+
+def _risk_weight(raw: Any, path: str) -> float:
+    """``scoreRisk``: false (0), true (weight 1) or how many times the pod's caution a crossing
+    of the line costs in the score."""
+    if isinstance(raw, bool):
+        return 1.0 if raw else 0.0
+    if not isinstance(raw, (int, float)) or not math.isfinite(raw) or raw < 0:
+        raise ConfigError(f"{path}: must be true, false or a weight (a number, at least 0), not {raw!r}")
+    return float(raw)
 
 
 def _label_key(raw: Any, path: str) -> str:

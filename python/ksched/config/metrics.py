@@ -340,7 +340,7 @@ def parse_metric(obj: Any, path: str) -> MetricConfig:
     )
     if (
         estimate is not None
-        and estimate.score_risk
+        and estimate.score_risk > 0
         and (prefer == "target" or (prefer == "lower" and metric.load_sign < 0))
     ):
         # The risk term moves a node's value the way the pod's load moves it: a penalty only

@@ -382,7 +382,7 @@ def estimate_choice(pod: Obj, requests: PodRequests, estimate: EstimateConfig) -
         problem,
         scored_at,
         caution,
-        estimate.score_risk and scored_at is not None,
+        estimate.score_risk > 0 and scored_at is not None,
     )
 
 

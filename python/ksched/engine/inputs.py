@@ -262,7 +262,10 @@ def metric_load(
                 amounts[i, k] = expected[i, k] = int(m.load_sign) * saturated(round(known[m.name]))
     return {
         "incoming": [m.estimate is not None and not m.estimate.legacy for m in metrics],
-        "risk": [m.estimate is not None and not m.estimate.legacy and m.estimate.score_risk for m in metrics],
+        "risk": [
+            m.estimate.score_risk if m.estimate is not None and not m.estimate.legacy else 0.0
+            for m in metrics
+        ],
         "amounts": amounts.reshape(-1),
         "expected": expected.reshape(-1),
         "pod_above": above.reshape(-1),

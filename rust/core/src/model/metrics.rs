@@ -59,8 +59,9 @@ pub struct LoadInputs<'a> {
     /// Per metric: an incoming pod's score weighs its caution by the chance
     /// that it takes the node past the metric's line (`scoreRisk`): the
     /// score reads the node's expected value with the pod, plus that chance
-    /// times the gap up to the value the filter reads.
-    pub risk: Vec<bool>,
+    /// times the gap up to the value the filter reads, times this weight
+    /// (0: not at all).
+    pub risk: Vec<f64>,
     /// `pods × metrics`: each pod's estimated usage of the estimate's column
     /// (counted as `amount / allocatable` where it is placed, and where
     /// `incoming`, against the thresholds before).

@@ -164,7 +164,7 @@ world! {
 /// estimates and thresholds are part of their signatures.
 struct LoadWorld {
     incoming: Vec<bool>,
-    risk: Vec<bool>,
+    risk: Vec<u64>,
     node_above: Vec<u64>,
     node_below: Vec<u64>,
 }
@@ -173,7 +173,7 @@ impl LoadWorld {
     fn of(load: &LoadInputs) -> LoadWorld {
         LoadWorld {
             incoming: load.incoming.clone(),
-            risk: load.risk.clone(),
+            risk: load.risk.iter().map(|v| v.to_bits()).collect(),
             node_above: load.node_above.iter().map(|v| v.to_bits()).collect(),
             node_below: load.node_below.iter().map(|v| v.to_bits()).collect(),
         }
@@ -182,7 +182,7 @@ impl LoadWorld {
     fn matches(&self, load: &LoadInputs) -> bool {
         let same = |kept: &[u64], now: &[f64]| kept.len() == now.len() && kept.iter().zip(now).all(|(&k, v)| k == v.to_bits());
         self.incoming == load.incoming
-            && self.risk == load.risk
+            && same(&self.risk, &load.risk)
             && same(&self.node_above, load.node_above)
             && same(&self.node_below, load.node_below)
     }

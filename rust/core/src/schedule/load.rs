@@ -256,9 +256,10 @@ impl Engine<'_, '_> {
     ///
     /// Where the metric weighs risk (`LoadInputs::risk`), the pod's caution
     /// counts too, weighed by the chance that the node ends past the line the
-    /// filter holds the pod to there: the gap between the value the filter
-    /// reads (node and pod at their cautious figures) and the expected one is
-    /// taken as one standard deviation of what the node will read. Among nodes
+    /// filter holds the pod to there, times the metric's risk weight: the gap
+    /// between the value the filter reads (node and pod at their cautious
+    /// figures) and the expected one is taken as one standard deviation of
+    /// what the node will read. Among nodes
     /// that all hold the pod's cautious figure, one where its tail would cross
     /// the line (a small node, or one near its line) ranks below one that
     /// absorbs it; far from the line the chance is nil and the pod is scored at
@@ -272,14 +273,15 @@ impl Engine<'_, '_> {
         let m = self.metrics.specs.len();
         let (at, capacity) = (index * m + k, self.capacity(node, k));
         let expected = v + share(load.expected[at], capacity);
-        if !load.risk.get(k).copied().unwrap_or(false) {
+        let weight = load.risk.get(k).copied().unwrap_or(0.0);
+        if !(weight > 0.0 && weight.is_finite()) {
             return expected;
         }
         let Some(lines) = pod_lines(load, m, index, node, k) else {
             return expected;
         };
         let cautious = state.values[node * m + k] + share(load.amounts[at], capacity);
-        expected + crossing(expected, cautious, lines) * (cautious - expected)
+        expected + weight * crossing(expected, cautious, lines) * (cautious - expected)
     }
 
     /// The badness min–max normalization reads of metric `k` of `node` for a pod (`Incoming`).

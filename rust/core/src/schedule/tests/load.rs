@@ -11,7 +11,7 @@ use crate::reasons::METRIC_BELOW;
 #[derive(Clone)]
 pub(super) struct OwnedLoad {
     pub incoming: Vec<bool>,
-    pub risk: Vec<bool>,
+    pub risk: Vec<f64>,
     pub amounts: Vec<i64>,
     /// What each pod's scores count (None: its `amounts`).
     pub expected: Option<Vec<i64>>,
@@ -31,7 +31,7 @@ impl OwnedLoad {
         let pod_below = (0..pods).flat_map(|_| specs.iter().map(|s| s.below.unwrap_or(f64::NAN))).collect();
         OwnedLoad {
             incoming: vec![incoming; m],
-            risk: vec![false; m],
+            risk: vec![0.0; m],
             amounts: vec![0; pods * m],
             expected: None,
             pod_above,
@@ -336,14 +336,20 @@ fn a_risky_pod_is_scored_by_the_chance_its_caution_takes_the_node_past_the_line(
     // crossing it), and 0.61 on the large node, 2.9 deviations short (0.2 %): weighing
     // risk, the large node takes it. Where the small node is far from its line (0.20: 2.5
     // deviations at 0.30) it keeps it, and without a line there is no risk to weigh.
+    // At 0.35 the small node reads 0.45 with the pod against the large node's 0.51, and
+    // its 4 % chance of crossing, times its 0.20 of caution, adds 0.008: it keeps the pod
+    // at weight 1, and loses it where a crossing weighs 16 times as much (0.58).
     let mut b = NodeBuilder::default();
     b.node(|n| n.allocatable[CPU] = 1000);
     b.node(|n| n.allocatable[CPU] = 2000);
     for (above, values, risk, want) in [
-        (Some(0.80), [0.40, 0.46], false, 0),
-        (Some(0.80), [0.40, 0.46], true, 1),
-        (Some(0.80), [0.20, 0.46], true, 0),
-        (None, [0.40, 0.46], true, 0),
+        (Some(0.80), [0.40, 0.46], 0.0, 0),
+        (Some(0.80), [0.40, 0.46], 1.0, 1),
+        (Some(0.80), [0.20, 0.46], 1.0, 0),
+        (None, [0.40, 0.46], 1.0, 0),
+        (Some(0.80), [0.35, 0.46], 1.0, 0),
+        (Some(0.80), [0.35, 0.46], 16.0, 1),
+        (Some(0.80), [0.35, 0.46], f64::NAN, 0),
     ] {
         let spec = MetricSpec {
             range: Some((0.0, 1.0)),
