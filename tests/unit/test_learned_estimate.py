@@ -347,6 +347,7 @@ def test_the_pod_being_placed_counts_at_its_calibrated_estimate_plus_deviations(
             {"scoreRisk": float("inf"), "podQuery": POD_QUERY, "learn": True},
             "estimate.scoreRisk: must be true",
         ),
+        ({"scoreRisk": 10**400, "podQuery": POD_QUERY, "learn": True}, "estimate.scoreRisk: must be true"),
         ({"scoreRisk": 4, "podQuery": POD_QUERY}, "estimate.scoreRisk: needs learn: true"),
     ],
 )

@@ -4,14 +4,13 @@ the estimate each cycle, never parsed). :mod:`ksched.config.metrics` reads the r
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from ksched.config.names import is_qualified_name
-from ksched.config.values import as_float, as_str, check_keys, parse_duration
+from ksched.config.values import as_float, as_str, check_keys, finite_number, parse_duration
 from ksched.errors import ConfigError
 
 # What a pod that requests nothing of the estimated resource is counted as (Koordinator's
@@ -320,9 +319,10 @@ def _risk_weight(raw: Any, path: str) -> float:
     of the line costs in the score."""
     if isinstance(raw, bool):
         return 1.0 if raw else 0.0
-    if not isinstance(raw, (int, float)) or not math.isfinite(raw) or raw < 0:
+    weight = finite_number(raw)
+    if weight is None or weight < 0:
         raise ConfigError(f"{path}: must be true, false or a weight (a number, at least 0), not {raw!r}")
-    return float(raw)
+    return weight
 
 
 def _label_key(raw: Any, path: str) -> str:

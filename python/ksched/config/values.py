@@ -54,7 +54,7 @@ def as_int(obj: Any, path: str, lo: int, hi: int) -> int:
     return obj
 
 
-def _finite(obj: Any) -> float | None:
+def finite_number(obj: Any) -> float | None:
     """``obj`` as a finite float, or None (not a number, infinite, NaN, or an integer
     beyond any float)."""
     if not isinstance(obj, int | float) or isinstance(obj, bool):
@@ -67,7 +67,7 @@ def _finite(obj: Any) -> float | None:
 
 
 def as_float(obj: Any, path: str) -> float:
-    value = _finite(obj)
+    value = finite_number(obj)
     if value is None:
         raise ConfigError(f"{path}: {_shown(obj)} is not a finite number")
     return value
@@ -103,7 +103,7 @@ def duration_at(
 def parse_duration(obj: Any, path: str, at_least: float = 0.0, positive: bool = False) -> float:
     """A duration as ``250ms``, ``30s``, ``5m``, ``1h`` or a number of seconds: finite, at
     most :data:`MAX_DURATION_S`, at least ``at_least``, and above 0 where ``positive``."""
-    seconds = _finite(obj)
+    seconds = finite_number(obj)
     m = _DURATION.match(obj) if isinstance(obj, str) else None
     if m is not None:
         seconds = float(m.group(1)) * _DURATION_UNITS[m.group(2)]

@@ -259,11 +259,10 @@ impl Engine<'_, '_> {
     /// filter holds the pod to there, times the metric's risk weight: the gap
     /// between the value the filter reads (node and pod at their cautious
     /// figures) and the expected one is taken as one standard deviation of
-    /// what the node will read. Among nodes
-    /// that all hold the pod's cautious figure, one where its tail would cross
-    /// the line (a small node, or one near its line) ranks below one that
-    /// absorbs it; far from the line the chance is nil and the pod is scored at
-    /// its expected usage alone.
+    /// what the node will read. Among nodes that all hold the pod's cautious
+    /// figure, one where its tail would cross the line (a small node, or one
+    /// near its line) ranks below one that absorbs it; far from the line the
+    /// chance is nil and the pod is scored at its expected usage alone.
     #[inline]
     pub(super) fn scored_value(&self, state: &BatchState, incoming: Incoming, node: usize, k: usize) -> f64 {
         let v = state.metric_value(node, k);
