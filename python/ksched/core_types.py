@@ -309,9 +309,12 @@ class MetricLoad(TypedDict):
     node_above: F64
     node_below: F64
     # ``nodes x metrics``: the caution in each node's value (the deviations the load
-    # estimate added, with ``scoreByMean``; else 0): the filter reads the value, the scores
-    # the value less this.
+    # estimate added, with ``scoreByMean`` or ``scoreRisk``; else 0): the filter reads the
+    # value, the scores the value less this unless ``scores_caution``.
     caution: F64
+    # Per metric: the scores read each node's value with its caution (``scoreByMean: pod``);
+    # it then only widens the deviation that ``risk`` weighs.
+    scores_caution: list[bool]
 
 
 class Profile(TypedDict):

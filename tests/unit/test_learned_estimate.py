@@ -16,6 +16,7 @@ from ksched.config.estimate import LEARN_MIN_PODS, Calibration
 from ksched.engine.estimate import estimate_choice
 from ksched.engine.pods import pod_requests
 from ksched.engine.scheduler import Engine
+from ksched.engine.snapshot import build_snapshot
 from ksched.errors import ConfigError
 from ksched.loop.metrics.load_model import LEARN_EVERY_S, LoadModel
 from ksched.loop.metrics.metric_sources import MetricStore
@@ -136,6 +137,12 @@ def test_deviations_add_the_combined_spread_of_a_nodes_unmeasured_pods() -> None
     assert by_mean.values[1, 0] == matrix.values[1, 0]
     # With scoreByMean the spread is caution, which the filter reads and the scores leave out.
     assert by_mean.caution[:, 0].tolist() == [0.0, pytest.approx(np.sqrt(2.0) / 4)]
+    # Weighing risk, the spread is caution too: the scores keep it (``scoreByMean: pod``) and
+    # the risk term reads it as the node's deviation.
+    risky_metric = learned_metric(deviations=1.0, score_pod_by_mean=True, score_risk=16.0)
+    risky, _ = run(risky_metric, measured_pods(ratios), new)
+    assert risky.values[1, 0] == matrix.values[1, 0]
+    assert risky.caution[:, 0].tolist() == [0.0, pytest.approx(np.sqrt(2.0) / 4)]
     plain, _ = run(learned_metric(), measured_pods(ratios), new)
     assert plain.values[1, 0] == pytest.approx(NODE_VALUE + 4.0 / 4), "no deviations: the mean alone"
     assert plain.caution is None, "no deviations: no caution"
@@ -200,6 +207,38 @@ def test_scores_rank_nodes_by_the_mean_and_the_filter_holds_them_to_the_caution(
     # A 400m pod counts 1200m against the filter (0.3 of a node): n1 reads 0.671 with it,
     # over the line 0.66, though its mean (0.5) is under it; n0 reads 0.65.
     assert placed(pod("q", cpu="400m"), matrix.caution) == "n0"
+
+
+def test_a_nodes_caution_widens_the_risk_terms_deviation_and_stays_in_its_score() -> None:
+    # Two 1-CPU nodes and a crossing weighing 16; a 100m pod whose workload uses 1x its request
+    # with a deviation of 2x: 100m expected, 300m cautious (0.20 of caution). n0 reads 0.50, of
+    # which 0.10 is the caution of pods no sample shows yet (``scoreByMean: pod``: its score
+    # keeps it).
+    # - The line at 0.8, n1 measuring 0.48: with the pod n0's mean is 0.50 with a deviation of
+    #   0.22 (0.10 and 0.20 in quadrature), 1.34 deviations short of the line (a 9 % chance of
+    #   crossing it: 0.29 on its 0.60); n1's mean 0.58 with 0.20 is 1.1 short (14 %: 0.43 on
+    #   0.58). n0 takes the pod. Without the caution given, n0's reading counts as certain
+    #   (0.60 with the pod, one deviation short: 16 %, 0.51), and n1 takes it.
+    # - The line at 0.95, n1 measuring 0.45: both are two deviations short (about 2 %: 0.07),
+    #   and n1 takes the pod, reading 0.55 with it against n0's 0.60 with its caution.
+    calibration = Calibration(ratio=1.0, ratio_sd=2.0, ratio_pods=LEARN_MIN_PODS)
+    estimate = placing_estimate(calibration=calibration, score_pod_by_mean=True, score_risk=16.0)
+    nodes = build_snapshot(one_cpu_nodes(2), [])
+
+    def placed(line: float, values: list[float], caution: list[float] | None) -> str | None:
+        metric = usage(estimate=estimate, above=line)
+        out = Engine(Config(metrics=(metric,))).schedule(
+            nodes,
+            [pod("p", cpu="100m")],
+            np.array(values).reshape(-1, 1),
+            metrics=(metric,),
+            caution=None if caution is None else np.array(caution).reshape(-1, 1),
+        )
+        return out.placements[0].node
+
+    assert placed(0.8, [0.50, 0.48], [0.10, 0.0]) == "n0"
+    assert placed(0.8, [0.50, 0.48], None) == "n1"
+    assert placed(0.95, [0.50, 0.45], [0.10, 0.0]) == "n1"
 
 
 def test_a_pod_counts_at_its_mean_in_the_score_only_with_score_by_mean() -> None:

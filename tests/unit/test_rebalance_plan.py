@@ -151,15 +151,21 @@ def test_the_hot_nodes_largest_pod_moves_to_the_coolest_node() -> None:
 
 
 def test_a_replacement_goes_to_the_node_expected_coolest_and_stays_under_the_line_with_caution() -> None:
-    # n2 reads 0.30 of which 0.05 is caution (unmeasured pods' deviations): expected at 0.25,
-    # cooler than n1's 0.28, so the big pod's replacement goes there, as a pod placed by the
-    # scheduling loop would. With 0.40 of caution n2 reads 0.65 with no room under the target
-    # line 0.6 for the 0.25 the pod takes: the proof's filter reads the caution.
+    # n2 reads 0.30 of which 0.05 is caution (unmeasured pods' deviations): scored by the mean
+    # (``scoreByMean``), expected at 0.25, cooler than n1's 0.28, so the big pod's replacement
+    # goes there, as a pod placed by the scheduling loop would; scored with its caution
+    # (``scoreByMean: pod``) it reads 0.30, and n1 takes it. With 0.40 of caution n2 reads
+    # 0.65 with no room under the target line 0.6 for the 0.25 the pod takes: the proof's
+    # filter reads the caution.
     pods = [workload_pod("small", "n0", cpu="200m"), workload_pod("big", "n0", cpu="1")]
+    by_mean = usage_metric(estimate=EstimateConfig(resource="cpu", score_by_mean=True))
+    pod_by_mean = usage_metric(estimate=EstimateConfig(resource="cpu", score_pod_by_mean=True))
     assert moved(run_plan([0.9, 0.28, 0.30, 0.55], pods)) == [("default/big", "n0", "n1")]
-    cool = run_plan([0.9, 0.28, 0.30, 0.55], pods, caution=[0.0, 0.0, 0.05, 0.0])
+    cool = run_plan([0.9, 0.28, 0.30, 0.55], pods, metric=by_mean, caution=[0.0, 0.0, 0.05, 0.0])
     assert moved(cool) == [("default/big", "n0", "n2")]
-    held = run_plan([0.9, 0.28, 0.65, 0.55], pods, caution=[0.0, 0.0, 0.40, 0.0])
+    kept = run_plan([0.9, 0.28, 0.30, 0.55], pods, metric=pod_by_mean, caution=[0.0, 0.0, 0.05, 0.0])
+    assert moved(kept) == [("default/big", "n0", "n1")]
+    held = run_plan([0.9, 0.28, 0.65, 0.55], pods, metric=by_mean, caution=[0.0, 0.0, 0.40, 0.0])
     assert moved(held) == [("default/big", "n0", "n1")]
 
 

@@ -211,7 +211,8 @@ def metric_load(
     priority band's), the metrics it is exempt from (its controller's kind is in the metric's
     ``exempt``, or it is a mirror pod), the nodes' own thresholds (:func:`node_thresholds`),
     and the caution in each node's value (``caution``, node x metric: the deviations the
-    load estimate added, which the scores leave out; None: none). None where none of it can
+    load estimate added, which the scores leave out unless the estimate scores only the pod
+    by its mean, and which widen the risk term's deviation; None: none). None where none of it can
     change a verdict or an estimate (no metric filters and none has an estimate of its own):
     the specs alone then decide.
 
@@ -279,6 +280,7 @@ def metric_load(
             if caution is None
             else np.ascontiguousarray(caution[:, :width], dtype=np.float64).reshape(-1)
         ),
+        "scores_caution": [m.estimate is not None and not m.estimate.score_by_mean for m in metrics],
     }
 
 

@@ -253,5 +253,6 @@ pub fn metric_load<'a>(a: &'a Arrays) -> PyResult<LoadInputs<'a>> {
         node_above: a.slice("node_above")?,
         node_below: a.slice("node_below")?,
         caution: a.slice("caution")?,
+        scores_caution: a.value("scores_caution")?,
     })
 }

@@ -101,7 +101,7 @@ class Judged:
     measured: Measured
     # Node x ``metrics``: the part of ``values`` that is the estimate's caution
     # (:attr:`~ksched.loop.metrics.metric_sources.Matrix.caution`; None: none), which a proof's
-    # filter reads and its scores leave out, as in placing.
+    # filter and scores read as in placing.
     caution: npt.NDArray[np.float64] | None = None
 
 

@@ -84,7 +84,7 @@ class Estimate(Protocol):
     (:meth:`ksched.loop.metrics.recent_pods.RecentPods.add_to` on the batch's snapshot); returns what a learned estimate
     learned, which the metric's configuration then carries to the engine. Of what it adds,
     the part that is caution (its deviations) it also adds to ``caution`` where given (the
-    metric has ``estimate.scoreByMean``)."""
+    metric has ``estimate.scoreByMean`` or ``estimate.scoreRisk``)."""
 
     def __call__(
         self,
@@ -117,9 +117,11 @@ class Matrix:
     values: npt.NDArray[np.float64]
     degraded: list[str] = field(default_factory=list)
     # Node x metric: the part of ``values`` that is caution, the deviations the load estimate
-    # added for pods no sample shows yet, of the metrics with ``estimate.scoreByMean`` (None:
-    # none). The metric filter reads ``values``; the
-    # metric scores read ``values - caution``, what each node is expected to read.
+    # added for pods no sample shows yet, of the metrics with ``estimate.scoreByMean`` or
+    # ``estimate.scoreRisk`` (None: none). The metric filter reads ``values``; the metric
+    # scores read ``values - caution``, what each node is expected to read, or with
+    # ``scoreByMean: pod`` the values, and the risk term takes the caution as the node's
+    # deviation.
     caution: npt.NDArray[np.float64] | None = None
 
 
@@ -391,9 +393,10 @@ class MetricStore:
                 degraded.append(f"{m.name}: {problem}{CLOSED_NOTE}")
                 column = np.full(snapshot.count, np.nan, dtype=np.float64)
             given = self._given[m.name]
-            # Only a metric whose score reads the mean keeps its caution apart.
-            by_mean = m.estimate is not None and m.estimate.score_by_mean
-            caution = np.zeros(snapshot.count, dtype=np.float64) if by_mean else None
+            # Only a metric whose score reads the mean, or weighs risk (whose deviation the
+            # node's caution widens), keeps its caution apart.
+            apart = m.estimate is not None and (m.estimate.score_by_mean or m.estimate.score_risk > 0)
+            caution = np.zeros(snapshot.count, dtype=np.float64) if apart else None
             if problem is None and extra is not None and sample is not None:
                 pods = self._pod_sample(m, now)
                 calibration = extra(

@@ -59,8 +59,9 @@ pub struct LoadInputs<'a> {
     /// Per metric: an incoming pod's score weighs its caution by the chance
     /// that it takes the node past the metric's line (`scoreRisk`): the
     /// score reads the node's expected value with the pod, plus that chance
-    /// times the gap up to the value the filter reads, times this weight
-    /// (0: not at all).
+    /// times the pod's caution (its `amounts` over its `expected`), times this
+    /// weight (0: not at all). The chance reads the node's caution too
+    /// (`Engine::scored_value`).
     pub risk: Vec<f64>,
     /// `pods × metrics`: each pod's estimated usage of the estimate's column
     /// (counted as `amount / allocatable` where it is placed, and where
@@ -81,11 +82,15 @@ pub struct LoadInputs<'a> {
     pub node_below: &'a [f64],
     /// `nodes × metrics`: the caution in each node's value (the deviations its
     /// estimate adds for pods that no sample shows yet, where the caller scores
-    /// by the mean; else 0). The filter reads a
-    /// node's value; its scores read the value less this, what the node is
-    /// expected to read, so that caution keeps a node from going hot without
-    /// skewing where pods go among the nodes it lets through.
+    /// by the mean or weighs risk; else 0). The filter reads a node's value;
+    /// its scores read the value less this, what the node is expected to read,
+    /// so that caution keeps a node from going hot without skewing where pods
+    /// go among the nodes it lets through, unless `scores_caution`.
     pub caution: &'a [f64],
+    /// Per metric: the scores read each node's value with its caution
+    /// (`scoreByMean: pod`), which then only widens the deviation that `risk`
+    /// weighs.
+    pub scores_caution: Vec<bool>,
 }
 
 /// `LoadInputs::exempt`: the metric does not filter the pod (its owner's kind
@@ -119,6 +124,7 @@ impl LoadInputs<'_> {
         check_len("metric load exempt", self.exempt.len(), pods * metrics)?;
         check_len("metric load node_above", self.node_above.len(), nodes * metrics)?;
         check_len("metric load node_below", self.node_below.len(), nodes * metrics)?;
-        check_len("metric load caution", self.caution.len(), nodes * metrics)
+        check_len("metric load caution", self.caution.len(), nodes * metrics)?;
+        check_len("metric load scores_caution", self.scores_caution.len(), metrics)
     }
 }

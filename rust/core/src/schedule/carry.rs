@@ -264,8 +264,8 @@ struct EndState {
     pod_count: Vec<i64>,
     /// Host ports in use: the node table's, then those placed in the call.
     ports: Vec<Vec<HostPort>>,
-    /// Metric values (with load estimates), then the scored ones, as bits so a
-    /// NaN equals itself: `2 × metrics` per node.
+    /// Metric values (with load estimates), the scored ones, then the caution
+    /// the scores keep, as bits so a NaN equals itself: `3 × metrics` per node.
     values: Vec<u64>,
     /// Nodes with a nominated pod held on them.
     held: Vec<u32>,
@@ -287,8 +287,13 @@ impl EndState {
         let m = state.metrics;
         for node in 0..engine.nodes.count {
             let cells = node * m..(node + 1) * m;
-            self.values
-                .extend(state.values[cells.clone()].iter().chain(&state.scored[cells]).map(|v| v.to_bits()));
+            self.values.extend(
+                state.values[cells.clone()]
+                    .iter()
+                    .chain(&state.scored[cells.clone()])
+                    .chain(&state.kept_caution[cells])
+                    .map(|v| v.to_bits()),
+            );
         }
         self.held.clear();
         self.held.extend(
@@ -360,8 +365,9 @@ impl Kept {
             let cells = node * m..(node + 1) * m;
             let values_differ = state.values[cells.clone()]
                 .iter()
-                .chain(&state.scored[cells])
-                .zip(&end.values[2 * node * m..2 * (node + 1) * m])
+                .chain(&state.scored[cells.clone()])
+                .chain(&state.kept_caution[cells])
+                .zip(&end.values[3 * node * m..3 * (node + 1) * m])
                 .any(|(v, &e)| v.to_bits() != e);
             metrics_changed |= values_differ;
             let differs = values_differ

@@ -80,25 +80,19 @@ fn pod_lines(load: &LoadInputs, m: usize, index: usize, node: usize, k: usize) -
     }
 }
 
-/// The chance that a reading expected at `expected`, with one standard
-/// deviation of `|cautious - expected|` (normal), ends past the line on the
-/// caution's side: above the first of `lines` where the caution reads higher,
-/// below the second where it reads lower. The line on the other side is not
-/// one the pod's load can take the node past. Nil where the reading has no
-/// spread.
+/// The chance that a reading of mean `mean` and standard deviation `sd`
+/// (normal) ends past the line on the caution's side: above the first of
+/// `lines` where `up` (the caution reads higher), below the second else. The
+/// line on the other side is not one the pod's load can take the node past.
+/// Nil where the reading has no spread.
 #[inline]
-pub(super) fn crossing(expected: f64, cautious: f64, lines: (Option<f64>, Option<f64>)) -> f64 {
-    let sd = (cautious - expected).abs();
-    if !(sd > 0.0 && sd.is_finite() && expected.is_finite()) {
+pub(super) fn crossing(mean: f64, sd: f64, up: bool, lines: (Option<f64>, Option<f64>)) -> f64 {
+    if !(sd > 0.0 && sd.is_finite() && mean.is_finite()) {
         return 0.0;
     }
-    // How far short of the line the expected reading is; past `TAIL_END`
+    // How far short of the line the mean reading is; past `TAIL_END`
     // deviations the tail is nil, and most nodes are that far (no division).
-    let short = if cautious > expected {
-        lines.0.map(|a| a - expected)
-    } else {
-        lines.1.map(|b| expected - b)
-    };
+    let short = if up { lines.0.map(|a| a - mean) } else { lines.1.map(|b| mean - b) };
     match short {
         Some(short) if short < TAIL_END * sd => upper_tail(short / sd),
         _ => 0.0,
@@ -256,13 +250,18 @@ impl Engine<'_, '_> {
     ///
     /// Where the metric weighs risk (`LoadInputs::risk`), the pod's caution
     /// counts too, weighed by the chance that the node ends past the line the
-    /// filter holds the pod to there, times the metric's risk weight: the gap
-    /// between the value the filter reads (node and pod at their cautious
-    /// figures) and the expected one is taken as one standard deviation of
-    /// what the node will read. Among nodes that all hold the pod's cautious
-    /// figure, one where its tail would cross the line (a small node, or one
-    /// near its line) ranks below one that absorbs it; far from the line the
-    /// chance is nil and the pod is scored at its expected usage alone.
+    /// filter holds the pod to there, times the metric's risk weight. The node's
+    /// reading with the pod is taken as normal, at its mean (node and pod less
+    /// their caution) with one standard deviation of the node's caution and the
+    /// pod's together (independent: the root of the sum of their squares). The
+    /// node's caution is what its estimate added for the pods no sample shows
+    /// yet, whether or not the scores keep it (`kept_caution`), and what the
+    /// batch's placements there add over their expected usage. Among nodes that
+    /// all hold the pod's cautious figure, one where its tail would cross the
+    /// line (a small node, or one near its line) ranks below one that absorbs
+    /// it; far from the line the chance is nil and the pod is scored at its
+    /// expected usage alone. A node whose reading is already one caution above
+    /// its mean is not taken to hold that caution for certain.
     #[inline]
     pub(super) fn scored_value(&self, state: &BatchState, incoming: Incoming, node: usize, k: usize) -> f64 {
         let v = state.metric_value(node, k);
@@ -279,8 +278,12 @@ impl Engine<'_, '_> {
         let Some(lines) = pod_lines(load, m, index, node, k) else {
             return expected;
         };
-        let cautious = state.values[node * m + k] + share(load.amounts[at], capacity);
-        expected + weight * crossing(expected, cautious, lines) * (cautious - expected)
+        let cell = node * m + k;
+        let pod_caution = share(load.amounts[at], capacity) - share(load.expected[at], capacity);
+        let node_caution = state.values[cell] - v + state.kept_caution[cell];
+        let mean = expected - state.kept_caution[cell];
+        let up = pod_caution + node_caution > 0.0;
+        expected + weight * crossing(mean, node_caution.hypot(pod_caution), up, lines) * pod_caution
     }
 
     /// The badness min–max normalization reads of metric `k` of `node` for a pod (`Incoming`).

@@ -81,6 +81,9 @@ pub(super) struct BatchState {
     /// The same less their caution (`LoadInputs::caution`, and each placement's
     /// estimate over its expected usage): what the metric scores read.
     pub scored: Vec<f64>,
+    /// The caution in `scored` where the scores keep it (`LoadInputs::scores_caution`;
+    /// else 0): the risk term still reads it as the node's deviation.
+    pub kept_caution: Vec<f64>,
     pub metrics: usize,
     /// Each scored value's badness (NaN where missing) and each node's threshold verdict.
     pub badness: Vec<f64>,
@@ -124,19 +127,22 @@ impl BatchState {
             .iter()
             .map(|&v| if v.is_finite() { v } else { f64::NAN })
             .collect();
-        let scored: Vec<f64> = match &metrics_in.load {
-            Some(load) => values
-                .iter()
-                .zip(load.caution)
-                .map(|(&v, &c)| match v - c {
-                    // A caution that is not finite, or that takes the value past the
-                    // largest float, is no caution: the scores read the value.
-                    s if c.is_finite() && (s.is_finite() || v.is_nan()) => s,
-                    _ => v,
-                })
-                .collect(),
-            None => values.clone(),
-        };
+        let mut scored = values.clone();
+        let mut kept_caution = vec![0.0; values.len()];
+        if let Some(load) = &metrics_in.load {
+            for (at, (&v, &c)) in values.iter().zip(load.caution).enumerate() {
+                // A caution that is not finite, or that takes the value past the
+                // largest float, is no caution: the scores read the value.
+                if !(c.is_finite() && ((v - c).is_finite() || v.is_nan())) {
+                    continue;
+                }
+                if load.scores_caution.get(at % m.max(1)).copied().unwrap_or(false) {
+                    kept_caution[at] = c;
+                } else {
+                    scored[at] = v - c;
+                }
+            }
+        }
         let mut state = BatchState {
             requested: nodes.requested.to_vec(),
             nonzero_requested: nodes.nonzero_requested.to_vec(),
@@ -158,6 +164,7 @@ impl BatchState {
                 })
                 .collect(),
             scored,
+            kept_caution,
             metric_codes: (0..n)
                 .map(|node| engine.shared_metric_code(&values[node * m..(node + 1) * m], node))
                 .collect(),

@@ -21,6 +21,7 @@ pub(super) struct OwnedLoad {
     pub node_above: Vec<f64>,
     pub node_below: Vec<f64>,
     pub caution: Vec<f64>,
+    pub scores_caution: Vec<bool>,
 }
 
 impl OwnedLoad {
@@ -40,6 +41,7 @@ impl OwnedLoad {
             node_above: vec![f64::NAN; nodes * m],
             node_below: vec![f64::NAN; nodes * m],
             caution: vec![0.0; nodes * m],
+            scores_caution: vec![false; m],
         }
     }
 
@@ -55,6 +57,7 @@ impl OwnedLoad {
             node_above: &self.node_above,
             node_below: &self.node_below,
             caution: &self.caution,
+            scores_caution: self.scores_caution.clone(),
         }
     }
 
@@ -372,20 +375,57 @@ fn a_risky_pod_is_scored_by_the_chance_its_caution_takes_the_node_past_the_line(
 fn the_chance_of_crossing_is_the_normal_tail_past_either_line() {
     use crate::schedule::load::crossing;
     let close = |a: f64, b: f64| (a - b).abs() < 1e-6;
-    // Expected 0.5, one deviation 0.1: a line at 0.5 is crossed half the time, one a
+    // A mean of 0.5, one deviation 0.1: a line at 0.5 is crossed half the time, one a
     // deviation above 16 %, three deviations 0.13 %; a line below counts the same way.
-    assert!(close(crossing(0.5, 0.6, (Some(0.5), None)), 0.5));
-    assert!(close(crossing(0.5, 0.6, (Some(0.6), None)), 0.158_655));
-    assert!(close(crossing(0.5, 0.6, (Some(0.8), None)), 0.001_350));
-    assert!(close(crossing(0.5, 0.4, (None, Some(0.4))), 0.158_655));
-    assert!(close(crossing(0.5, 0.6, (Some(0.4), None)), 0.841_345));
+    assert!(close(crossing(0.5, 0.1, true, (Some(0.5), None)), 0.5));
+    assert!(close(crossing(0.5, 0.1, true, (Some(0.6), None)), 0.158_655));
+    assert!(close(crossing(0.5, 0.1, true, (Some(0.8), None)), 0.001_350));
+    assert!(close(crossing(0.5, 0.1, false, (None, Some(0.4))), 0.158_655));
+    assert!(close(crossing(0.5, 0.1, true, (Some(0.4), None)), 0.841_345));
     // Only the line on the caution's side: a node with a line below too is not pushed by it.
-    assert!(close(crossing(0.5, 0.6, (Some(0.8), Some(0.45))), 0.001_350));
-    assert!(close(crossing(0.5, 0.4, (Some(0.55), Some(0.4))), 0.158_655));
+    assert!(close(crossing(0.5, 0.1, true, (Some(0.8), Some(0.45))), 0.001_350));
+    assert!(close(crossing(0.5, 0.1, false, (Some(0.55), Some(0.4))), 0.158_655));
     // No spread, no line, or no value: no chance to weigh.
-    assert_eq!(crossing(0.5, 0.5, (Some(0.4), None)), 0.0);
-    assert_eq!(crossing(0.5, 0.6, (None, None)), 0.0);
-    assert_eq!(crossing(f64::NAN, 0.6, (Some(0.4), None)), 0.0);
+    assert_eq!(crossing(0.5, 0.0, true, (Some(0.4), None)), 0.0);
+    assert_eq!(crossing(0.5, 0.1, true, (None, None)), 0.0);
+    assert_eq!(crossing(f64::NAN, 0.1, true, (Some(0.4), None)), 0.0);
+    assert_eq!(crossing(0.5, f64::INFINITY, true, (Some(0.4), None)), 0.0);
+}
+
+#[test]
+fn a_nodes_caution_widens_the_risks_deviation_rather_than_counting_for_certain() {
+    // Two nodes of 1000m CPU, the filter at 0.80, a crossing weighing 16, and a pod expected
+    // at 100m that may use 300m (0.20 of caution). Node 0 reads 0.50, of which 0.10 is the
+    // caution of pods no sample shows yet; node 1 measures 0.48. With the pod, node 0's mean
+    // is 0.50 with a deviation of 0.22 (the root of 0.10 and 0.20 squared), 1.34 deviations
+    // short of the line (a 9 % chance of crossing it, adding 0.29 to the 0.60 it is scored
+    // at); node 1's is 0.58 with 0.20, 1.1 deviations short (14 %: 0.43 on 0.58). Node 0
+    // takes the pod whether the scores keep its caution or read its mean (0.50 + 0.29).
+    // Were node 0's reading one caution above its mean taken for certain (its mean at 0.60,
+    // 1.0 deviation short: 16 %, 0.51 on 0.60), node 1 would.
+    let mut b = NodeBuilder::default();
+    for _ in 0..2 {
+        b.node(|n| n.allocatable[CPU] = 1000);
+    }
+    let values = [0.50, 0.48];
+    let spec = MetricSpec {
+        range: Some((0.0, 1.0)),
+        ..cpu_metric(Some(0.80), None)
+    };
+    for (kept, caution, want) in [(true, 0.10, 0), (false, 0.10, 0), (true, 0.0, 1)] {
+        let mut load = OwnedLoad::new(&[spec], 1, 2, true);
+        load.amounts = vec![300];
+        load.expected = Some(vec![100]);
+        load.risk = vec![16.0];
+        load.caution = vec![caution, 0.0];
+        load.scores_caution = vec![kept];
+        let metrics = Metrics {
+            load: Some(load.view()),
+            ..Metrics::new(&values, vec![spec])
+        };
+        let out = run(&b, &[pod(100, 1)], &metrics, 0);
+        assert_eq!(out.nodes, vec![want], "kept {kept}, caution {caution}");
+    }
 }
 
 #[test]
