@@ -167,9 +167,10 @@ class EstimateConfig:
     # ``score_by_mean``); each node keeps its caution in the score.
     score_pod_by_mean: bool = False
     # ``scoreRisk``: the score adds the pod's caution (what the filter counts it at over what
-    # it is expected to use; with ``score_by_mean`` the node's caution too, which the score
-    # then leaves out), weighed by the chance that it takes the node past the metric's line
-    # there, times this weight (the engine's ``LoadInputs.risk``; ``true``: 1, 0: off).
+    # it is expected to use), weighed by the chance that it takes the node past the metric's
+    # line there (the node's caution and the pod's, in quadrature, as the deviation of the
+    # node's reading around its mean), times this weight (the engine's ``LoadInputs.risk``;
+    # ``true``: 1, 0: off).
     score_risk: float = 0.0
     # The pod label that names a pod's workload where set (None: its controller).
     workload_label: str | None = None
