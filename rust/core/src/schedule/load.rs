@@ -282,7 +282,9 @@ impl Engine<'_, '_> {
         let pod_caution = share(load.amounts[at], capacity) - share(load.expected[at], capacity);
         let node_caution = state.values[cell] - v + state.kept_caution[cell];
         let mean = expected - state.kept_caution[cell];
-        let up = pod_caution + node_caution > 0.0;
+        // The side the pod's caution takes the node to: a pod expected above its cautious
+        // figure (a prior's quantile under the typical figure) has no line to weigh there.
+        let up = pod_caution > 0.0;
         expected + weight * crossing(mean, node_caution.hypot(pod_caution), up, lines) * pod_caution
     }
 

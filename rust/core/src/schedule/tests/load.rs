@@ -429,6 +429,35 @@ fn a_nodes_caution_widens_the_risks_deviation_rather_than_counting_for_certain()
 }
 
 #[test]
+fn a_pod_expected_above_its_cautious_figure_weighs_no_risk() {
+    // Two nodes of 1000m CPU, the filter at 0.80, a crossing weighing 16. A pod the filter
+    // counts at 100m but the score at 300m (a prior's quantile under the typical figure): its
+    // caution is below its mean, on the side with no line, and no chance of crossing
+    // discounts a node. Node 0 reads 0.50 with 0.30 of caution its score keeps, node 1
+    // measures 0.49: by what they read with the pod (0.80 against 0.79), node 1 takes it.
+    let mut b = NodeBuilder::default();
+    for _ in 0..2 {
+        b.node(|n| n.allocatable[CPU] = 1000);
+    }
+    let values = [0.50, 0.49];
+    let spec = MetricSpec {
+        range: Some((0.0, 1.0)),
+        ..cpu_metric(Some(0.80), None)
+    };
+    let mut load = OwnedLoad::new(&[spec], 1, 2, true);
+    load.amounts = vec![100];
+    load.expected = Some(vec![300]);
+    load.risk = vec![16.0];
+    load.caution = vec![0.30, 0.0];
+    load.scores_caution = vec![true];
+    let metrics = Metrics {
+        load: Some(load.view()),
+        ..Metrics::new(&values, vec![spec])
+    };
+    assert_eq!(run(&b, &[pod(100, 1)], &metrics, 0).nodes, vec![1]);
+}
+
+#[test]
 fn the_tables_tail_is_the_normal_tail_between_its_points_too() {
     use crate::schedule::load::{normal_tail, upper_tail};
     // Off the table's points (steps of 1/256), on both sides of the mean, and past its end.
