@@ -392,69 +392,58 @@ fn the_chance_of_crossing_is_the_normal_tail_past_either_line() {
     assert_eq!(crossing(0.5, f64::INFINITY, true, (Some(0.4), None)), 0.0);
 }
 
-#[test]
-fn a_nodes_caution_widens_the_risks_deviation_rather_than_counting_for_certain() {
-    // Two nodes of 1000m CPU, the filter at 0.80, a crossing weighing 16, and a pod expected
-    // at 100m that may use 300m (0.20 of caution). Node 0 reads 0.50, of which 0.10 is the
-    // caution of pods no sample shows yet; node 1 measures 0.48. With the pod, node 0's mean
-    // is 0.50 with a deviation of 0.22 (the root of 0.10 and 0.20 squared), 1.34 deviations
-    // short of the line (a 9 % chance of crossing it, adding 0.29 to the 0.60 it is scored
-    // at); node 1's is 0.58 with 0.20, 1.1 deviations short (14 %: 0.43 on 0.58). Node 0
-    // takes the pod whether the scores keep its caution or read its mean (0.50 + 0.29).
-    // Were node 0's reading one caution above its mean taken for certain (its mean at 0.60,
-    // 1.0 deviation short: 16 %, 0.51 on 0.60), node 1 would.
+/// Where a 100m pod counted at `amount` by the filter and `expected` by the score goes
+/// among two nodes of 1000m CPU reading `values` (node 0's `caution` of it, kept in its score
+/// where `kept`), the filter at 0.80 and a crossing weighing 16.
+fn risky_choice(values: [f64; 2], caution: f64, kept: bool, amount: i64, expected: i64) -> Vec<i64> {
     let mut b = NodeBuilder::default();
     for _ in 0..2 {
         b.node(|n| n.allocatable[CPU] = 1000);
     }
-    let values = [0.50, 0.48];
-    let spec = MetricSpec {
-        range: Some((0.0, 1.0)),
-        ..cpu_metric(Some(0.80), None)
-    };
-    for (kept, caution, want) in [(true, 0.10, 0), (false, 0.10, 0), (true, 0.0, 1)] {
-        let mut load = OwnedLoad::new(&[spec], 1, 2, true);
-        load.amounts = vec![300];
-        load.expected = Some(vec![100]);
-        load.risk = vec![16.0];
-        load.caution = vec![caution, 0.0];
-        load.scores_caution = vec![kept];
-        let metrics = Metrics {
-            load: Some(load.view()),
-            ..Metrics::new(&values, vec![spec])
-        };
-        let out = run(&b, &[pod(100, 1)], &metrics, 0);
-        assert_eq!(out.nodes, vec![want], "kept {kept}, caution {caution}");
-    }
-}
-
-#[test]
-fn a_pod_expected_above_its_cautious_figure_weighs_no_risk() {
-    // Two nodes of 1000m CPU, the filter at 0.80, a crossing weighing 16. A pod the filter
-    // counts at 100m but the score at 300m (a prior's quantile under the typical figure): its
-    // caution is below its mean, on the side with no line, and no chance of crossing
-    // discounts a node. Node 0 reads 0.50 with 0.30 of caution its score keeps, node 1
-    // measures 0.49: by what they read with the pod (0.80 against 0.79), node 1 takes it.
-    let mut b = NodeBuilder::default();
-    for _ in 0..2 {
-        b.node(|n| n.allocatable[CPU] = 1000);
-    }
-    let values = [0.50, 0.49];
     let spec = MetricSpec {
         range: Some((0.0, 1.0)),
         ..cpu_metric(Some(0.80), None)
     };
     let mut load = OwnedLoad::new(&[spec], 1, 2, true);
-    load.amounts = vec![100];
-    load.expected = Some(vec![300]);
+    load.amounts = vec![amount];
+    load.expected = Some(vec![expected]);
     load.risk = vec![16.0];
-    load.caution = vec![0.30, 0.0];
-    load.scores_caution = vec![true];
+    load.caution = vec![caution, 0.0];
+    load.scores_caution = vec![kept];
     let metrics = Metrics {
         load: Some(load.view()),
         ..Metrics::new(&values, vec![spec])
     };
-    assert_eq!(run(&b, &[pod(100, 1)], &metrics, 0).nodes, vec![1]);
+    run(&b, &[pod(100, 1)], &metrics, 0).nodes
+}
+
+#[test]
+fn a_nodes_caution_widens_the_risks_deviation_rather_than_counting_for_certain() {
+    // A pod expected at 100m that may use 300m (0.20 of caution). Node 0 reads 0.50, of which
+    // 0.10 is the caution of pods no sample shows yet; node 1 measures 0.48. With the pod,
+    // node 0's mean is 0.50 with a deviation of 0.22 (the root of 0.10 and 0.20 squared),
+    // 1.34 deviations short of the line (a 9 % chance of crossing it, adding 0.29 to the 0.60
+    // it is scored at); node 1's is 0.58 with 0.20, 1.1 deviations short (14 %: 0.43 on
+    // 0.58). Node 0 takes the pod whether the scores keep its caution or read its mean (0.50
+    // + 0.29). Were node 0's reading one caution above its mean taken for certain (its mean
+    // at 0.60, 1.0 deviation short: 16 %, 0.51 on 0.60), node 1 would.
+    for (kept, caution, want) in [(true, 0.10, 0), (false, 0.10, 0), (true, 0.0, 1)] {
+        assert_eq!(
+            risky_choice([0.50, 0.48], caution, kept, 300, 100),
+            vec![want],
+            "kept {kept}, caution {caution}"
+        );
+    }
+}
+
+#[test]
+fn a_pod_expected_above_its_cautious_figure_weighs_no_risk() {
+    // A pod the filter counts at 100m but the score at 300m (a prior's quantile under the
+    // typical figure): its caution is below its mean, on the side with no line, and no
+    // chance of crossing discounts a node. Node 0 reads 0.50 with 0.30 of caution its score
+    // keeps, node 1 measures 0.49: by what they read with the pod (0.80 against 0.79), node 1
+    // takes it.
+    assert_eq!(risky_choice([0.50, 0.49], 0.30, true, 100, 300), vec![1]);
 }
 
 #[test]
