@@ -312,8 +312,8 @@ class MetricLoad(TypedDict):
     # estimate added, with ``scoreByMean`` or ``scoreRisk``; else 0): the filter reads the
     # value, the scores the value less this unless ``scores_caution``.
     caution: F64
-    # Per metric: the scores read each node's value with its caution (``scoreByMean: pod``);
-    # it then only widens the deviation that ``risk`` weighs.
+    # Per metric: the scores read each node's value with its caution (every estimate but
+    # ``scoreByMean: true``); it then only widens the deviation that ``risk`` weighs.
     scores_caution: list[bool]
 
 

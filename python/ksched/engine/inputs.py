@@ -211,10 +211,10 @@ def metric_load(
     priority band's), the metrics it is exempt from (its controller's kind is in the metric's
     ``exempt``, or it is a mirror pod), the nodes' own thresholds (:func:`node_thresholds`),
     and the caution in each node's value (``caution``, node x metric: the deviations the
-    load estimate added, which the scores leave out unless the estimate scores only the pod
-    by its mean, and which widen the risk term's deviation; None: none). None where none of it can
-    change a verdict or an estimate (no metric filters and none has an estimate of its own):
-    the specs alone then decide.
+    load estimate added, which the scores keep where the metric's estimate scores the nodes
+    with it (all but ``scoreByMean: true``) and leave out otherwise, and which widen the risk
+    term's deviation; None: none). None where none of it can change a verdict or an estimate
+    (no metric filters and none has an estimate of its own): the specs alone then decide.
 
     ``moved``: pods (by key) that move a known load, a rebalancing move's replacement with
     its victim's usage (metric name -> engine units): that usage counts in place of their

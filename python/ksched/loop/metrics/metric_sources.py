@@ -119,8 +119,8 @@ class Matrix:
     # Node x metric: the part of ``values`` that is caution, the deviations the load estimate
     # added for pods no sample shows yet, of the metrics with ``estimate.scoreByMean`` or
     # ``estimate.scoreRisk`` (None: none). The metric filter reads ``values``; the metric
-    # scores read ``values - caution``, what each node is expected to read, or with
-    # ``scoreByMean: pod`` the values, and the risk term takes the caution as the node's
+    # scores read ``values - caution``, what each node is expected to read, under
+    # ``scoreByMean: true``, else the values; the risk term takes the caution as the node's
     # deviation.
     caution: npt.NDArray[np.float64] | None = None
 

@@ -87,9 +87,9 @@ pub struct LoadInputs<'a> {
     /// so that caution keeps a node from going hot without skewing where pods
     /// go among the nodes it lets through, unless `scores_caution`.
     pub caution: &'a [f64],
-    /// Per metric: the scores read each node's value with its caution
-    /// (`scoreByMean: pod`), which then only widens the deviation that `risk`
-    /// weighs.
+    /// Per metric: the scores read each node's value with its caution (every
+    /// estimate but `scoreByMean: true`), which then only widens the deviation
+    /// that `risk` weighs.
     pub scores_caution: Vec<bool>,
 }
 

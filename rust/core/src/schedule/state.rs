@@ -136,7 +136,8 @@ impl BatchState {
                 if !(c.is_finite() && ((v - c).is_finite() || v.is_nan())) {
                     continue;
                 }
-                if load.scores_caution.get(at % m.max(1)).copied().unwrap_or(false) {
+                // `validate` held `scores_caution` to one flag a metric.
+                if load.scores_caution[at % m] {
                     kept_caution[at] = c;
                 } else {
                     scored[at] = v - c;
