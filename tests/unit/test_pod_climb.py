@@ -14,7 +14,7 @@ import pytest
 from ksched.loop.metrics.pod_series import PodSeries
 from tests.unit.test_learned_estimate import NODE_VALUE, learned_metric
 from tests.unit.test_load_estimate import T0
-from tests.unit.test_workload_estimate import Loop, owned
+from tests.unit.test_workload_estimate import Loop, judge, owned
 
 CAP_S = 180.0
 
@@ -106,3 +106,66 @@ def test_the_node_counts_a_climbing_pod_at_its_climb_and_a_settled_one_at_its_us
         matrix = loop.sample({"java": value})
     assert loop.store.learned()["cpu"]["ramping"] == [], "level over two samples: stable"
     assert matrix.values[1, 0] == pytest.approx(NODE_VALUE + 1.23 / 4), "settled: its measured 1230m"
+
+
+def test_the_share_of_pods_that_still_rose_at_their_first_chance() -> None:
+    series = PodSeries(scrape_interval_s=15.0)
+    assert series.rising_share() is None, "none judged yet"
+
+    def feed(key: str, values: list[float]) -> None:
+        for n, value in enumerate(values):
+            series.ramping(key, "u1", n * 15.0, value, n * 15.0, None, CAP_S)
+
+    feed("default/java", [100.0, 102.0])
+    assert series.unjudged("default/java", "u1"), "two samples cannot tell a ramp from a level"
+    assert series.rising_share() is None
+    feed("default/java", [100.0, 102.0, 105.0])
+    assert not series.unjudged("default/java", "u1")
+    assert not series.unjudged("default/other", "u1"), "a pod never read"
+    assert series.rising_share() == 0.0, "level at its first chance"
+    feed("default/web", [50.0, 100.0, 200.0, 300.0, 301.0, 302.0])
+    assert series.rising_share() == 0.5, "web rose at its third sample; later samples judge it no more"
+
+
+@pytest.mark.parametrize(("rising", "held"), [(False, False), (True, True)])
+def test_a_pod_measured_once_counts_at_its_sample_where_the_pods_before_it_were_level(
+    rising: bool, held: bool
+) -> None:
+    loop = Loop(learned_metric())
+    judge(loop, rising)
+    loop.add(owned("new", "n1", cpu="1"))
+    matrix = loop.sample({"new": 200.0})
+    [shown] = loop.store.learned()["cpu"]["rampingPods"]
+    assert loop.store.learned()["cpu"]["risingShare"] == (1.0 if rising else 0.0)
+    if held:
+        assert shown["counts"] > 200.0, "pods rose at their first chance: the larger of its estimate"
+        assert matrix.values[1, 0] > NODE_VALUE + 0.2 / 4
+    else:
+        assert shown["counts"] == 200.0, "no pod rose at its first chance: its sample"
+        assert matrix.values[1, 0] == pytest.approx(NODE_VALUE + 0.2 / 4)
+
+
+def test_a_pod_younger_than_its_workloads_warm_up_is_held_whatever_the_share() -> None:
+    loop = Loop(learned_metric())
+    for n in range(3):
+        judge(loop, rising=False, name=f"level-{n}")
+    # java's first pod climbs for three samples, then levels: its workload warms up for a while.
+    loop.add(owned("java-0", "n0", owner=("Deployment", "java")))
+    for value in (100.0, 200.0, 300.0, 400.0, 402.0, 404.0):
+        loop.sample({"java-0": value})
+    learned = loop.store.learned()["cpu"]
+    [warmup] = [w["warmup"] for w in learned["workloads"] if w["workload"] == "default/Deployment/java"]
+    assert warmup is not None and warmup > 5
+    assert loop.store.learned()["cpu"]["risingShare"] == 0.25
+    now = loop.clock.now
+    loop.add(
+        owned("java-young", "n1", cpu="1", owner=("Deployment", "java"), bound_at=now),
+        owned("java-old", "n2", cpu="1", owner=("Deployment", "java"), bound_at=now - 3 * warmup),
+    )
+    loop.sample({"java-young": 200.0, "java-old": 200.0})
+    counts = {p["pod"]: p["counts"] for p in loop.store.learned()["cpu"]["rampingPods"]}
+    full = counts["default/java-young"]
+    assert full > 200.0, "younger than java's warm-up: the larger of its estimate"
+    assert counts["default/java-old"] == pytest.approx(200.0 + 0.25 * (full - 200.0)), (
+        "past it, its samples too few to tell: a quarter of the excess, as a quarter of pods rose"
+    )

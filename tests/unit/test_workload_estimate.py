@@ -138,6 +138,16 @@ def teach(loop: Loop, workloads: dict[str, float], node_name: str = "n0", pods: 
     return loop.sample(usage, times=SETTLE)
 
 
+def judge(loop: Loop, rising: bool, name: str = "first") -> None:
+    """A bare pod judged at its first chance (its ``SETTLE``-th sample): rising, or level; then
+    it leaves. Whether pods still rose then is how far a measured pod whose samples cannot
+    tell yet is held at its estimate."""
+    loop.add(owned(name, "n0"))
+    for n in range(SETTLE):
+        loop.sample({name: 100.0 * (1 + n) if rising else 100.0 + n})
+    loop.state.recent.drop(f"default/{name}")
+
+
 def teach_and_leave(loop: Loop, workloads: dict[str, float]) -> None:
     """:func:`teach`, then the teachers leave the recent window: what they taught stays."""
     teach(loop, workloads)
@@ -704,18 +714,25 @@ def test_under_a_limit_prior_a_pod_with_a_limit_counts_at_it_and_the_others_at_t
 def test_a_ramping_pod_of_an_unknown_workload_keeps_its_margin_until_it_measures_past_it() -> None:
     loop = Loop(learned_metric())
     teach_and_leave(loop, {"web": 0.5, "batch": 2.0, "api": 1.0})
+    judge(loop, rising=True)
     loop.add(*(owned(f"{w}-0", "n1", cpu="1", owner=("Deployment", w)) for w in ("a", "b")))
     low = loop.sample({"a-0": 200.0, "b-0": 200.0})
     calibration = low.metrics[0].estimate.calibration
     assert loop.store.learned()["cpu"]["ramping"] == ["default/a-0", "default/b-0"]
     high, typical = 1000 * calibration.prior_ratio, 1000 * calibration.prior_ratio_typical
-    both = 2 * typical + math.sqrt(2) * (high - typical)
+    # One pod in 1 + the teachers still rose at its first chance: each is held at that share
+    # of its prior's excess over its 200m, and of its margin.
+    share = calibration.rising_share
+    assert share == pytest.approx(loop.store.learned()["cpu"]["risingShare"], abs=1e-3)
+    assert 0 < share < 1 and 200 < typical < high
+    held = 200 + share * (typical - 200)
+    both = 2 * held + math.sqrt(2) * share * (high - typical)
     assert low.values[1, 0] == pytest.approx(NODE_VALUE + both / 4000), "both below the mean: the prior's sum"
     past = loop.sample({"a-0": 3000.0, "b-0": 200.0})
     assert loop.store.learned()["cpu"]["ramping"] == ["default/a-0", "default/b-0"]
     assert high < 3000
-    assert past.values[1, 0] == pytest.approx(NODE_VALUE + (3000 + high) / 4000), (
-        "a-0 at its measured 3 CPU, no margin left; b-0 alone: at the quantile"
+    assert past.values[1, 0] == pytest.approx(NODE_VALUE + (3000 + held + share * (high - typical)) / 4000), (
+        "a-0 at its measured 3 CPU, no margin left; b-0 alone: its share of the quantile"
     )
 
 
@@ -1210,6 +1227,7 @@ def test_status_tells_how_one_pod_counts_recent_or_pending() -> None:
     settled = loop.model.estimate_of("default/web-0", None)
     assert settled["state"] == "recent"
     assert (settled["estimates"][0]["source"], settled["estimates"][0]["counts"]) == ("measured", 50.0)
+    judge(loop, rising=True)
     loop.add(owned("java", "n1", cpu="1", owner=("Deployment", "java")))
     loop.sample({"java": 200.0})
     [ramping] = loop.model.estimate_of("default/java", None)["estimates"]

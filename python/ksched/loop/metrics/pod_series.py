@@ -11,6 +11,11 @@ a short Job's run, teaches at the highest value read of it). While a pod ramps, 
 its last samples (the slower of its last rises, each of which must rise) says how much more it
 will use (:meth:`PodSeries.climb`).
 
+A pod with ``RAMP_SPAN`` samples or fewer cannot yet tell a ramp from a level: it is *unjudged*.
+How often the pods judged before it still rose at their first chance (:meth:`PodSeries.rising_share`,
+over the last ``JUDGED_MEMORY`` of them) is the chance that it still ramps: where no pod ramps
+its measured value is all but its usage, where every pod ramps it is a fraction of it.
+
 Nothing here reads the cluster state or the clock: times come from the caller.
 """
 
@@ -38,6 +43,9 @@ RAMP_SPAN = 2
 # values, over the last ``CADENCE_MEMORY`` changes.
 SAME_SCRAPE_CADENCES = 1.5
 CADENCE_MEMORY = 256
+# How many pods' first verdicts (rising or level, at their ``RAMP_SPAN + 1``-th sample) the
+# share of rising pods is taken over.
+JUDGED_MEMORY = 256
 
 
 @dataclass
@@ -78,6 +86,8 @@ class PodSeries:
         self._scrape_interval_s = scrape_interval_s
         # The cadence, and the sample time it was computed for (once a cycle).
         self._cadence: tuple[float, float | None] = (-1.0, None)
+        # Per pod judged, oldest first: whether it still rose at its first chance.
+        self._judged: deque[bool] = deque(maxlen=JUDGED_MEMORY)
 
     def cadence(self, at: float) -> float | None:
         """The median seconds between changes of recent pods' measured values, as of the
@@ -85,6 +95,18 @@ class PodSeries:
         if self._cadence[0] != at:
             self._cadence = (at, statistics.median(self._gaps) if self._gaps else None)
         return self._cadence[1]
+
+    def rising_share(self) -> float | None:
+        """The share of the last judged pods that still rose at their first chance (their
+        ``RAMP_SPAN + 1``-th sample): the chance that an unjudged pod still ramps up. None
+        before any pod was judged."""
+        return sum(self._judged) / len(self._judged) if self._judged else None
+
+    def unjudged(self, key: str, uid: str) -> bool:
+        """Whether the pod ``key`` (``uid``) is measured but has too few samples to tell a ramp
+        from a level (``RAMP_SPAN`` or fewer), and is not yet settled."""
+        s = self._pods.get(key)
+        return s is not None and s.uid == uid and not s.stable and s.samples <= RAMP_SPAN
 
     def _news(self, s: _Series, at: float, value: float) -> bool:
         """Whether ``value`` read at ``at`` is a new sample of the pod ``s``; learns the
@@ -182,6 +204,8 @@ class PodSeries:
         if not fresh:
             return True, None, False  # the same sample: it settles (and teaches) on the next
         rising = len(s.values) <= RAMP_SPAN or s.values[-1] > s.values[0] * (1.0 + RAMP_TOLERANCE)
+        if s.samples == RAMP_SPAN + 1:
+            self._judged.append(rising)
         if rising:
             s.level_age = None
             return True, None, fresh

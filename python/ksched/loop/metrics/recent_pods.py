@@ -26,7 +26,9 @@ workload on a node, in quadrature across workloads (:meth:`RecentPods._expected`
 pod still ramping up (:class:`~ksched.loop.metrics.pod_series.PodSeries`) counts as the larger
 of its estimate and what it is climbing to (its measured usage and the rest of its climb:
 :meth:`~ksched.loop.metrics.pod_series.PodSeries.climb`), less what the sample shows of it, until it is stable
-or ``warmup`` after its bind; only stable pods teach (and a pod that succeeds before it is
+or ``warmup`` after its bind (one whose samples are too few to tell, unless younger than its
+workload's warm-up, by only the share of the estimate's excess and margin that the pods judged
+before it make likely: :meth:`~ksched.loop.metrics.pod_series.PodSeries.rising_share`); only stable pods teach (and a pod that succeeds before it is
 stable, at the most it measured: a short Job's run). Pods bound before the horizon (past any
 warm-up) teach their workloads too, a share of them a pass (:attr:`RecentPods.settled`), so
 that a workload running since before ksched started is estimated from its own replicas.
@@ -373,9 +375,10 @@ class RecentPods:
         is_known = ~np.isnan(known)
         ramping = np.zeros(len(guesses), dtype=np.bool_)
         reach = known
+        held = np.ones(len(guesses))
         calibration = None
         if estimate.learns:
-            ramping, reach = self._ramping(
+            ramping, reach, held = self._ramping(
                 i, estimate, arrays, known, now if measured_at is None else measured_at, now
             )
             teaching = np.where(ramping, np.nan, known)
@@ -393,13 +396,21 @@ class RecentPods:
         spreads[stable] = 0.0
         margins[stable] = 0.0
         if ramping.any():
-            top = np.maximum(amounts[ramping] + margins[ramping], reach[ramping])
+            # Held at the larger of its estimate and its reach, the more so the likelier it
+            # still ramps (``held``: 1 where it rises, the share of pods that rose at their
+            # first chance where its samples cannot tell yet).
+            share = held[ramping]
+            reached = reach[ramping]
+            larger = np.maximum(amounts[ramping], reached)
+            top = np.maximum(amounts[ramping] + margins[ramping], reached)
+            amounts[ramping] = reached + share * (larger - reached)
+            margins[ramping] = share * (top - larger)
+            spreads[ramping] *= share
+            top = amounts[ramping] + margins[ramping]
             shown = np.divide(
                 (1.0 - weight[ramping]) * known[ramping], top, out=np.ones_like(top), where=top > 0
             )
             unseen[ramping] = np.maximum(1.0 - shown, weight[ramping])
-            amounts[ramping] = np.maximum(amounts[ramping], reach[ramping])
-            margins[ramping] = top - amounts[ramping]
         rows = arrays.rows
         counted, share = pod_shares(snapshot, estimate.resource, rows, amounts)
         seen = unseen[counted]
@@ -438,6 +449,7 @@ class RecentPods:
                 )
             ),
             next_pod=float(np.quantile(amounts, NEXT_POD_QUANTILE)) if len(amounts) else None,
+            rising_share=self._series[i].rising_share(),
         )
 
     def counted_as(self, key: str) -> list[dict[str, Any]] | None:
@@ -507,14 +519,19 @@ class RecentPods:
         known: npt.NDArray[np.float64],
         measured_at: float,
         now: float,
-    ) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.float64]]:
-        """Which measured recent pods still ramp up, and what each measured pod is expected to
-        reach (a ramping one: its sample and the rest of its climb, :meth:`PodSeries.climb`);
-        a pod that just stopped teaches its workload how long its warm-up took, and each
-        stable one what it uses."""
+    ) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+        """Which measured recent pods still ramp up, what each measured pod is expected to
+        reach (a ramping one: its sample and the rest of its climb, :meth:`PodSeries.climb`),
+        and how much of its estimate's excess over that each ramping one is held at: the share
+        of pods that still rose at their first chance (:meth:`PodSeries.rising_share`; all of
+        it before any was judged) where its own samples are too few to tell and it is not
+        younger than its workload's learned warm-up, else all of it. A pod that just stopped teaches its
+        workload how long its warm-up took, and each stable one what it uses."""
         history, series = self._history[i], self._series[i]
         ramping = np.zeros(len(known), dtype=np.bool_)
         reach = known.copy()
+        held = np.ones(len(known))
+        share = series.rising_share()
         for j in np.flatnonzero(~np.isnan(known)):
             key, workload = arrays.keys[j], arrays.workloads[j][i]
             age = now - float(arrays.bound_at[j])
@@ -525,6 +542,9 @@ class RecentPods:
             )
             if ramping[j]:
                 reach[j] += series.climb(key, uid, age, warmup, estimate.warmup_s)
+                young = warmup is not None and age < warmup
+                if share is not None and not young and series.unjudged(key, uid):
+                    held[j] = share
             if workload is None or ramping[j] or not fresh:
                 continue
             if warmed is not None:
@@ -539,7 +559,7 @@ class RecentPods:
                 revision=arrays.revisions[j],
                 key=key,
             )
-        return ramping, reach
+        return ramping, reach, held
 
     def _calibration(
         self,

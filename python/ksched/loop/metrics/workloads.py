@@ -509,6 +509,7 @@ def learned_json(resource: str | None, c: Calibration) -> dict[str, Any]:
         },
         "sources": dict(c.sources),
         "ramping": list(c.ramping[:STATUS_RAMPING]),
+        "risingShare": None if c.rising_share is None else round(c.rising_share, 3),
         "rampingPods": [
             {"pod": key, "counts": counts, "measured": measured, "age": round(age, 1)}
             for key, counts, measured, age in c.ramp
