@@ -112,19 +112,27 @@ def test_the_share_of_pods_that_still_rose_at_their_first_chance() -> None:
     series = PodSeries(scrape_interval_s=15.0)
     assert series.rising_share() is None, "none judged yet"
 
-    def feed(key: str, values: list[float]) -> None:
-        for n, value in enumerate(values):
-            series.ramping(key, "u1", n * 15.0, value, n * 15.0, None, CAP_S)
+    def feed(key: str, values: list[float]) -> bool:
+        """Whether it ramps after ``values``, 15 s apart."""
+        return [
+            series.ramping(key, "u1", n * 15.0, v, n * 15.0, None, CAP_S)[0] for n, v in enumerate(values)
+        ][-1]
 
-    feed("default/java", [100.0, 102.0])
-    assert series.unjudged("default/java", "u1"), "two samples cannot tell a ramp from a level"
+    feed("default/java", [100.0, 200.0])
+    assert not series.shows_rise("default/java", "u1"), "two samples cannot tell a ramp from a level"
     assert series.rising_share() is None
     feed("default/java", [100.0, 102.0, 105.0])
-    assert not series.unjudged("default/java", "u1")
-    assert not series.unjudged("default/other", "u1"), "a pod never read"
+    assert not series.shows_rise("default/java", "u1")
+    assert not series.shows_rise("default/other", "u1"), "a pod never read"
     assert series.rising_share() == 0.0, "level at its first chance"
+    feed("default/web", [50.0, 100.0, 200.0])
+    assert series.shows_rise("default/web", "u1")
     feed("default/web", [50.0, 100.0, 200.0, 300.0, 301.0, 302.0])
     assert series.rising_share() == 0.5, "web rose at its third sample; later samples judge it no more"
+    # Its first sample an average since its container started, read 2 s after it: low, then level.
+    assert feed("default/api", [60.0, 100.0, 104.0]), "ramping by its span"
+    assert not series.shows_rise("default/api", "u1"), "yet level past its first sample"
+    assert series.rising_share() == pytest.approx(1 / 3)
 
 
 @pytest.mark.parametrize(("rising", "held"), [(False, False), (True, True)])
@@ -169,3 +177,14 @@ def test_a_pod_younger_than_its_workloads_warm_up_is_held_whatever_the_share() -
     assert counts["default/java-old"] == pytest.approx(200.0 + 0.25 * (full - 200.0)), (
         "past it, its samples too few to tell: a quarter of the excess, as a quarter of pods rose"
     )
+
+
+def test_a_pod_whose_first_sample_read_low_counts_at_its_level_where_no_pod_rose() -> None:
+    loop = Loop(learned_metric())
+    judge(loop, rising=False)
+    loop.add(owned("new", "n1", cpu="1"))
+    for value in (60.0, 100.0, 104.0):
+        matrix = loop.sample({"new": value})
+    [shown] = loop.store.learned()["cpu"]["rampingPods"]
+    assert shown["counts"] == 104.0, "ramping by its span from its low first sample, but no rise shown"
+    assert matrix.values[1, 0] == pytest.approx(NODE_VALUE + 0.104 / 4)

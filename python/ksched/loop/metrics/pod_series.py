@@ -11,10 +11,12 @@ a short Job's run, teaches at the highest value read of it). While a pod ramps, 
 its last samples (the slower of its last rises, each of which must rise) says how much more it
 will use (:meth:`PodSeries.climb`).
 
-A pod with ``RAMP_SPAN`` samples or fewer cannot yet tell a ramp from a level: it is *unjudged*.
-How often the pods judged before it still rose at their first chance (:meth:`PodSeries.rising_share`,
-over the last ``JUDGED_MEMORY`` of them) is the chance that it still ramps: where no pod ramps
-its measured value is all but its usage, where every pod ramps it is a fraction of it.
+A ramping pod whose samples do not show a rise (:meth:`PodSeries.shows_rise`: ``RAMP_SPAN`` of
+them or fewer cannot tell a ramp from a level; later, its last above every earlier one of its
+span by more than ``RAMP_TOLERANCE``) may be level: how often the pods before it showed a rise
+at their first chance (their ``RAMP_SPAN + 1``-th sample: :meth:`PodSeries.rising_share`, over
+the last ``JUDGED_MEMORY`` of them) is the chance that it still ramps. Where no pod ramps its
+measured value is all but its usage; where every pod ramps it is a fraction of it.
 
 Nothing here reads the cluster state or the clock: times come from the caller.
 """
@@ -97,16 +99,16 @@ class PodSeries:
         return self._cadence[1]
 
     def rising_share(self) -> float | None:
-        """The share of the last judged pods that still rose at their first chance (their
-        ``RAMP_SPAN + 1``-th sample): the chance that an unjudged pod still ramps up. None
-        before any pod was judged."""
+        """The share of the last judged pods that showed a rise at their first chance (their
+        ``RAMP_SPAN + 1``-th sample, :func:`_shows_rise`): the chance that a ramping pod whose
+        samples show none still ramps up. None before any pod was judged."""
         return sum(self._judged) / len(self._judged) if self._judged else None
 
-    def unjudged(self, key: str, uid: str) -> bool:
-        """Whether the pod ``key`` (``uid``) is measured but has too few samples to tell a ramp
-        from a level (``RAMP_SPAN`` or fewer), and is not yet settled."""
+    def shows_rise(self, key: str, uid: str) -> bool:
+        """Whether the samples of the pod ``key`` (``uid``) show it rising (:func:`_shows_rise`);
+        False for a pod never read, or read ``RAMP_SPAN`` times or fewer: too few to tell."""
         s = self._pods.get(key)
-        return s is not None and s.uid == uid and not s.stable and s.samples <= RAMP_SPAN
+        return s is not None and s.uid == uid and _shows_rise(s)
 
     def _news(self, s: _Series, at: float, value: float) -> bool:
         """Whether ``value`` read at ``at`` is a new sample of the pod ``s``; learns the
@@ -205,7 +207,7 @@ class PodSeries:
             return True, None, False  # the same sample: it settles (and teaches) on the next
         rising = len(s.values) <= RAMP_SPAN or s.values[-1] > s.values[0] * (1.0 + RAMP_TOLERANCE)
         if s.samples == RAMP_SPAN + 1:
-            self._judged.append(rising)
+            self._judged.append(_shows_rise(s))
         if rising:
             s.level_age = None
             return True, None, fresh
@@ -230,3 +232,12 @@ class PodSeries:
             self.cadence(at),
         )
         return False, warmed, fresh
+
+
+def _shows_rise(s: _Series) -> bool:
+    """Whether the pod's last sample is above every earlier one of its span by more than
+    ``RAMP_TOLERANCE``, with more than ``RAMP_SPAN`` samples read. Not its first alone: that may
+    read low (an average since its container started, a rate whose window began before it did)
+    where the pod used the same from the start; such a pod still ramps by its span until its
+    first sample leaves it, yet shows no rise."""
+    return s.samples > RAMP_SPAN and s.values[-1] > max(list(s.values)[:-1]) * (1.0 + RAMP_TOLERANCE)

@@ -26,7 +26,7 @@ workload on a node, in quadrature across workloads (:meth:`RecentPods._expected`
 pod still ramping up (:class:`~ksched.loop.metrics.pod_series.PodSeries`) counts as the larger
 of its estimate and what it is climbing to (its measured usage and the rest of its climb:
 :meth:`~ksched.loop.metrics.pod_series.PodSeries.climb`), less what the sample shows of it, until it is stable
-or ``warmup`` after its bind (one whose samples are too few to tell, unless younger than its
+or ``warmup`` after its bind (one whose samples show no rise, unless younger than its
 workload's warm-up, by only the share of the estimate's excess and margin that the pods judged
 before it make likely: :meth:`~ksched.loop.metrics.pod_series.PodSeries.rising_share`); only stable pods teach (and a pod that succeeds before it is
 stable, at the most it measured: a short Job's run). Pods bound before the horizon (past any
@@ -524,8 +524,9 @@ class RecentPods:
         reach (a ramping one: its sample and the rest of its climb, :meth:`PodSeries.climb`),
         and how much of its estimate's excess over that each ramping one is held at: the share
         of pods that still rose at their first chance (:meth:`PodSeries.rising_share`; all of
-        it before any was judged) where its own samples are too few to tell and it is not
-        younger than its workload's learned warm-up, else all of it. A pod that just stopped teaches its
+        it before any was judged) where its own samples show no rise
+        (:meth:`PodSeries.shows_rise`) and it is not younger than its workload's learned
+        warm-up, else all of it. A pod that just stopped teaches its
         workload how long its warm-up took, and each stable one what it uses."""
         history, series = self._history[i], self._series[i]
         ramping = np.zeros(len(known), dtype=np.bool_)
@@ -543,7 +544,7 @@ class RecentPods:
             if ramping[j]:
                 reach[j] += series.climb(key, uid, age, warmup, estimate.warmup_s)
                 young = warmup is not None and age < warmup
-                if share is not None and not young and series.unjudged(key, uid):
+                if share is not None and not young and not series.shows_rise(key, uid):
                     held[j] = share
             if workload is None or ramping[j] or not fresh:
                 continue
