@@ -140,8 +140,8 @@ def teach(loop: Loop, workloads: dict[str, float], node_name: str = "n0", pods: 
 
 def judge(loop: Loop, rising: bool, name: str = "first") -> None:
     """A bare pod judged at its first chance (its ``SETTLE``-th sample): rising, or level; then
-    it leaves. Whether pods still rose then is how far a measured pod whose samples cannot
-    tell yet is held at its estimate."""
+    it leaves. Whether pods showed a rise then is how far a ramping pod whose samples show
+    none is held at its estimate."""
     loop.add(owned(name, "n0"))
     for n in range(SETTLE):
         loop.sample({name: 100.0 * (1 + n) if rising else 100.0 + n})
@@ -720,7 +720,7 @@ def test_a_ramping_pod_of_an_unknown_workload_keeps_its_margin_until_it_measures
     calibration = low.metrics[0].estimate.calibration
     assert loop.store.learned()["cpu"]["ramping"] == ["default/a-0", "default/b-0"]
     high, typical = 1000 * calibration.prior_ratio, 1000 * calibration.prior_ratio_typical
-    # One pod in 1 + the teachers still rose at its first chance: each is held at that share
+    # One pod in 1 + the teachers showed a rise at its first chance: each is held at that share
     # of its prior's excess over its 200m, and of its margin.
     share = calibration.rising_share
     assert share == pytest.approx(loop.store.learned()["cpu"]["risingShare"], abs=1e-3)

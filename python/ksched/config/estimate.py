@@ -104,8 +104,8 @@ class Calibration(Learned):
     # The longest bound of those (``/status`` shows a few): key, what it counts at, what it
     # measures (engine units) and seconds since its bind.
     ramp: tuple[tuple[str, float, float, float], ...] = field(default=(), compare=False)
-    # The share of the recent pods judged at their first chance that still rose then: how much
-    # of its estimate's excess a measured pod whose samples cannot tell yet is held at (None:
+    # The share of the recent pods judged at their first chance that showed a rise then: how
+    # much of its estimate's excess a ramping pod whose samples show none is held at (None:
     # none judged yet, all of it).
     rising_share: float | None = field(default=None, compare=False)
     # What a heavy next pod is counted at (engine units): the ``NEXT_POD_QUANTILE`` of what the

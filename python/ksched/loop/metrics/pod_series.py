@@ -45,7 +45,7 @@ RAMP_SPAN = 2
 # values, over the last ``CADENCE_MEMORY`` changes.
 SAME_SCRAPE_CADENCES = 1.5
 CADENCE_MEMORY = 256
-# How many pods' first verdicts (rising or level, at their ``RAMP_SPAN + 1``-th sample) the
+# How many pods' first verdicts (a rise shown or not, at their ``RAMP_SPAN + 1``-th sample) the
 # share of rising pods is taken over.
 JUDGED_MEMORY = 256
 
@@ -88,7 +88,7 @@ class PodSeries:
         self._scrape_interval_s = scrape_interval_s
         # The cadence, and the sample time it was computed for (once a cycle).
         self._cadence: tuple[float, float | None] = (-1.0, None)
-        # Per pod judged, oldest first: whether it still rose at its first chance.
+        # Per pod judged, oldest first: whether it showed a rise at its first chance.
         self._judged: deque[bool] = deque(maxlen=JUDGED_MEMORY)
 
     def cadence(self, at: float) -> float | None:

@@ -397,15 +397,15 @@ class RecentPods:
         margins[stable] = 0.0
         if ramping.any():
             # Held at the larger of its estimate and its reach, the more so the likelier it
-            # still ramps (``held``: 1 where it rises, the share of pods that rose at their
-            # first chance where its samples cannot tell yet).
-            share = held[ramping]
+            # still ramps (``held``: 1 where its samples show a rise, else the share of pods
+            # that showed one at their first chance).
+            likely = held[ramping]
             reached = reach[ramping]
             larger = np.maximum(amounts[ramping], reached)
             top = np.maximum(amounts[ramping] + margins[ramping], reached)
-            amounts[ramping] = reached + share * (larger - reached)
-            margins[ramping] = share * (top - larger)
-            spreads[ramping] *= share
+            amounts[ramping] = reached + likely * (larger - reached)
+            margins[ramping] = likely * (top - larger)
+            spreads[ramping] *= likely
             top = amounts[ramping] + margins[ramping]
             shown = np.divide(
                 (1.0 - weight[ramping]) * known[ramping], top, out=np.ones_like(top), where=top > 0
@@ -523,8 +523,8 @@ class RecentPods:
         """Which measured recent pods still ramp up, what each measured pod is expected to
         reach (a ramping one: its sample and the rest of its climb, :meth:`PodSeries.climb`),
         and how much of its estimate's excess over that each ramping one is held at: the share
-        of pods that still rose at their first chance (:meth:`PodSeries.rising_share`; all of
-        it before any was judged) where its own samples show no rise
+        of pods that showed a rise at their first chance (:meth:`PodSeries.rising_share`; all
+        of it before any was judged) where its own samples show no rise
         (:meth:`PodSeries.shows_rise`) and it is not younger than its workload's learned
         warm-up, else all of it. A pod that just stopped teaches its
         workload how long its warm-up took, and each stable one what it uses."""
