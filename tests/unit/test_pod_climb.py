@@ -121,8 +121,8 @@ def test_the_share_of_pods_that_still_rose_at_their_first_chance() -> None:
     feed("default/java", [100.0, 200.0])
     assert not series.shows_rise("default/java", "u1"), "two samples cannot tell a ramp from a level"
     assert series.rising_share() is None
-    feed("default/java", [100.0, 102.0, 105.0])
-    assert not series.shows_rise("default/java", "u1")
+    feed("default/level", [100.0, 102.0, 105.0])
+    assert not series.shows_rise("default/level", "u1")
     assert not series.shows_rise("default/other", "u1"), "a pod never read"
     assert series.rising_share() == 0.0, "level at its first chance"
     feed("default/web", [50.0, 100.0, 200.0])
@@ -188,3 +188,10 @@ def test_a_pod_whose_first_sample_read_low_counts_at_its_level_where_no_pod_rose
     [shown] = loop.store.learned()["cpu"]["rampingPods"]
     assert shown["counts"] == 104.0, "ramping by its span from its low first sample, but no rise shown"
     assert matrix.values[1, 0] == pytest.approx(NODE_VALUE + 0.104 / 4)
+
+
+def test_status_shows_the_share_when_no_pod_is_recent() -> None:
+    loop = Loop(learned_metric())
+    judge(loop, rising=True)
+    loop.sample({})
+    assert loop.store.learned()["cpu"]["risingShare"] == 1.0, "the judged pod left; what it showed stays"

@@ -439,7 +439,8 @@ def test_status_with_a_pod_tells_how_it_counts() -> None:
     assert lines == [
         "pod default/java: recent",
         "  cpu_utilisation: counts 750m cpu (ramping: ramping up: the larger of its estimate and what "
-        "its climb says it will reach; measured 200m, bound 12s ago)",
+        "its climb says it will reach (where its samples show no rise, only the share of that excess "
+        "that the pods before it make likely); measured 200m, bound 12s ago)",
     ]
     pending = pod_lines(
         {

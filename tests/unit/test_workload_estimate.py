@@ -1232,7 +1232,7 @@ def test_status_tells_how_one_pod_counts_recent_or_pending() -> None:
     loop.sample({"java": 200.0})
     [ramping] = loop.model.estimate_of("default/java", None)["estimates"]
     assert (ramping["source"], ramping["measured"], ramping["resource"]) == ("ramping", 200.0, "cpu")
-    assert ramping["counts"] > 200.0, "the larger of its estimate and the 200m measured so far"
+    assert ramping["counts"] > 200.0, "a pod showed a rise before: a share of its estimate's excess over 200m"
     pending = owned("web-next", "", cpu="1", owner=("Deployment", "web"))
     [choice] = loop.model.estimate_of("default/web-next", pending)["estimates"]
     assert (choice["source"], choice["workload"], choice["pods"]) == (

@@ -227,7 +227,10 @@ def render_status(status: dict[str, Any], address: str) -> str:
 # What each source of a pod's count means, as ``ksched status --pod`` says it.
 _COUNTED = {
     "measured": "its measured usage: it settled",
-    "ramping": "ramping up: the larger of its estimate and what its climb says it will reach",
+    "ramping": (
+        "ramping up: the larger of its estimate and what its climb says it will reach (where its samples"
+        " show no rise, only the share of that excess that the pods before it make likely)"
+    ),
     "workload": "learned from its workload {workload}",
     "prior": "the prior: its workload {workload} has no measured pod yet",
     "cluster-wide": "learned from the recent pods cluster-wide",

@@ -349,11 +349,10 @@ class RecentPods:
             )
         if snapshot.resources.get(estimate.resource) is None or not self.pods:
             self._counted.pop(metric.name, None)
-            return (
-                self._calibration(i, estimate, self._settled[i].stand_in(now, Calibration()), now)
-                if estimate.learns
-                else None
-            )
+            if not estimate.learns:
+                return None
+            stood_in = self._calibration(i, estimate, self._settled[i].stand_in(now, Calibration()), now)
+            return replace(stood_in, rising_share=self._series[i].rising_share())
         arrays = self._current(snapshot)
         bound_at = arrays.bound_at
         at: float | npt.NDArray[np.float64] = sampled_at
@@ -388,8 +387,8 @@ class RecentPods:
             )
         amounts, spreads, sources, margins = self._expected(i, arrays, guesses, calibration, estimate)
         # What the sample does not show of each pod: its fade over the window; for one still
-        # ramping up, the larger of its estimate and what it is climbing to, less the part of its
-        # measured usage the sample shows.
+        # ramping up, the larger of its estimate and what it is climbing to (or a share of that
+        # excess, ``held``), less the part of its measured usage the sample shows.
         unseen = weight.copy()
         stable = is_known & ~ramping
         amounts[stable] = known[stable]
