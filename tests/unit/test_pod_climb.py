@@ -179,6 +179,27 @@ def test_a_pod_younger_than_its_workloads_warm_up_is_held_whatever_the_share() -
     )
 
 
+def test_a_level_workloads_next_pod_is_held_only_until_its_first_pod_read_its_level() -> None:
+    """A workload whose pods use the same from their first scrape, with noise, teaches a
+    warm-up of that first scrape's age, not of the read that took its pod as settled (the last
+    of three): a replica measured past it counts at its sample where no pod rose."""
+    loop = Loop(learned_metric())
+    loop.add(owned("api-0", "n0", owner=("Deployment", "api")))
+    for value in (480.0, 530.0, 505.0):
+        loop.sample({"api-0": value})
+    [warmup] = [w["warmup"] for w in loop.store.learned()["cpu"]["workloads"]]
+    assert warmup == pytest.approx(4.0), "level from its first sample, 4 s after its bind"
+    assert loop.store.learned()["cpu"]["risingShare"] == 0.0
+    loop.add(owned("api-1", "n1", cpu="1", owner=("Deployment", "api"), bound_at=loop.clock.now))
+    counts = []
+    for value in (420.0, 440.0):
+        loop.sample({"api-0": 500.0, "api-1": value})
+        [shown] = loop.store.learned()["cpu"]["rampingPods"]
+        counts.append(shown["counts"])
+    assert counts[0] > 440.0, "2 s old: younger than its workload's warm-up, the larger of its estimate"
+    assert counts[1] == 440.0, "4 s old, its samples show no rise where no pod rose: its sample"
+
+
 def test_a_pod_whose_first_sample_read_low_counts_at_its_level_where_no_pod_rose() -> None:
     loop = Loop(learned_metric())
     judge(loop, rising=False)

@@ -442,8 +442,8 @@ def warmups(loop: Loop) -> dict[str, float | None]:
 
 
 def test_a_workloads_next_pods_ramp_as_long_as_its_first_one_took_to_reach_its_usage() -> None:
-    """A pod's warm-up is its age when its value last changed, not when enough equal samples
-    said so; a later replica whose samples are level early keeps counting at least its
+    """A pod's warm-up is its age when its samples first read its level, not when enough equal
+    samples said so; a later replica whose samples are level early keeps counting at least its
     estimate until that age."""
     loop = Loop(learned_metric(warmup_s=600.0))
     # Bound in the second before T0 - 2 (API times are to the second: ksched takes its end).
@@ -469,6 +469,27 @@ def test_a_workloads_next_pods_ramp_as_long_as_its_first_one_took_to_reach_its_u
     )
     # java-1 read 300m from its first scrape, 2 s after its bind: it teaches a warm-up of 2 s.
     assert warmups(loop) == {"default/Deployment/java": pytest.approx(7.0)}, "the median of 12 s and 2 s"
+
+
+def test_a_noisy_pod_level_from_its_first_sample_teaches_that_age_not_its_settling() -> None:
+    """Usage with noise changes at every scrape, so the read that takes a pod as settled is also
+    the last change: a workload that uses the same from its first scrape would otherwise teach
+    a warm-up of three scrapes, and its next pods would be held at their estimate that long."""
+    series = PodSeries(scrape_interval_s=15.0)
+    taught = []
+    for age, value in ((12, 480.0), (27, 530.0), (42, 505.0), (57, 470.0)):
+        ramping, warmed, _ = series.ramping("default/web-0", "u1", float(age), value, float(age), None, 600.0)
+        taught.append((ramping, warmed))
+    assert taught[:2] == [(True, None)] * 2, "two samples cannot tell a ramp from a level"
+    assert taught[2] == (False, 12.0), "settled at its third sample; level from its first, at 12 s"
+    # A pod whose first sample reads low (its CPU time since its container started, over a
+    # lifetime that began before its usage did) levels from its second.
+    series = PodSeries(scrape_interval_s=15.0)
+    taught = []
+    for age, value in ((12, 300.0), (27, 500.0), (42, 530.0), (57, 490.0)):
+        ramping, warmed, _ = series.ramping("default/web-1", "u1", float(age), value, float(age), None, 600.0)
+        taught.append((ramping, warmed))
+    assert taught == [(True, None)] * 3 + [(False, 27.0)], "level from its second sample, at 27 s"
 
 
 def test_a_pod_that_reads_the_same_from_its_first_scrape_teaches_a_warm_up_of_that_age() -> None:
@@ -507,7 +528,7 @@ def test_a_pod_held_by_its_workloads_warm_up_teaches_when_its_own_samples_levell
     assert taught[:6] == [(True, None)] * 6, (
         "level from 12 s (three samples by 16 s), held until its workload's 25 s"
     )
-    assert taught[6] == (False, 16.0), "it teaches 16 s: when its samples first read level"
+    assert taught[6] == (False, 12.0), "it teaches 12 s: the first sample of its level span"
 
 
 def test_a_pod_taken_as_settled_at_the_warm_up_cap_teaches_on_that_read() -> None:

@@ -167,11 +167,14 @@ class PodSeries:
         new sample of it, or a value to teach (the read that first takes it as settled).
         ``warmup``: its workload's learned warm-up; ``cap``: the estimate's ``warmup``.
 
-        The warm-up is its age when its value last changed: a pod whose value stays the same
-        waits for more scrapes before it is taken as settled (a whole ``scrapeInterval`` each
-        while the cadence is unknown), and that wait is not part of its warm-up. A pod held
-        ramping by its workload's warm-up alone, its samples level, teaches when they first
-        were."""
+        The warm-up is its age at the first sample of the span that reads level: from then on
+        its samples no longer read below what it uses, which is what a warm-up tells of its
+        workload's next pods. Not its age when it is taken as settled, two samples later (nor
+        when its value last changed: with noise, that is the same read), else a workload that
+        uses the same from its first scrape would teach a warm-up of three scrapes, and hold its
+        next pods at their estimate for that long; nor a wait for the same value to be read
+        again (a whole ``scrapeInterval`` each while the cadence is unknown). A pod held ramping
+        by its workload's warm-up alone, its samples level, teaches when they first were."""
         s = self._pods.get(key)
         fresh = s is None or s.uid != uid or (at > s.at and self._news(s, at, value))
         if s is None or s.uid != uid:
@@ -211,9 +214,9 @@ class PodSeries:
         if rising:
             s.level_age = None
             return True, None, fresh
-        # Its age when its value last changed (None where the bind time is ahead of the
-        # samples' clock: nothing to teach).
-        own = age - (at - s.changed_at)
+        # Its age at the first sample of its level span (None where the bind time is ahead of
+        # the samples' clock: nothing to teach).
+        own = age - (at - s.times[0])
         own_warmup = own if own > 0 else None
         if warmup is not None and age < min(warmup, cap):
             # Level, yet younger than its workload's warm-up: it counts as ramping, and teaches
