@@ -4,6 +4,7 @@ counts at, and a pod's declared expected usage."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from functools import partial
 from pathlib import Path
@@ -16,10 +17,11 @@ import yaml
 from ksched.commands.cli import main
 from ksched.commands.simulate import estimate_text
 from ksched.config import EstimateConfig, MetricConfig, parse_config
-from ksched.config.estimate import LEARN_MIN_PODS, Calibration
+from ksched.config.estimate import LEARN_MIN_PODS, Calibration, WorkloadCalibration
 from ksched.engine.estimate import FROM_REQUEST, estimate_choice, workload_of
 from ksched.engine.pods import pod_requests
 from ksched.errors import ConfigError
+from ksched.loop.metrics import workloads
 from ksched.loop.metrics.load_model import LoadModel
 from ksched.loop.metrics.metric_sources import MetricStore
 from ksched.loop.metrics.pod_series import RAMP_SPAN, PodSeries
@@ -1240,6 +1242,34 @@ def test_a_workload_is_forgotten_an_hour_after_it_last_taught() -> None:
         history.observe(T0, "default/Deployment/web", f"uid-{i}", FROM_REQUEST, 100.0, 50.0)
     assert history.figures(T0 + WORKLOAD_TTL_S - 1)["default/Deployment/web"].ratio == pytest.approx(0.5)
     assert history.figures(T0 + WORKLOAD_TTL_S + 1) == {}
+
+
+def test_a_workload_let_go_to_make_room_takes_its_figures_and_warmup_with_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(workloads, "WORKLOAD_MEMORY", 3)
+    history, fresh = WorkloadHistory(T0), WorkloadHistory(T0)
+    for n in range(4):
+        for h in (history, fresh) if n else (history,):
+            h.observe(T0 + n, f"default/Deployment/w{n}", f"uid-{n}", FROM_REQUEST, 100.0, 10.0 * (n + 1))
+            h.warmed(T0 + n, f"default/Deployment/w{n}", 30.0 + n)
+        assert history.figures(T0 + n) is history.figures(T0 + n), "unchanged: the same mapping"
+    assert list(history.figures(T0 + 4)) == [f"default/Deployment/w{n}" for n in (1, 2, 3)]
+    assert history.figures(T0 + 4) == fresh.figures(T0 + 4), "as a history that never knew w0"
+    assert dict(history.warmups(T0 + 4)) == {f"default/Deployment/w{n}": 30.0 + n for n in (1, 2, 3)}
+    assert history.warmups(T0 + 3 + WORKLOAD_TTL_S + 1) == {}, "and an hour after they last taught, all"
+
+
+def test_a_workloads_weighed_figures_keep_everything_else_it_taught() -> None:
+    own = WorkloadCalibration(2.0, 0.5, 3, 300.0, 40.0, 2, warmup_s=45.0, ratio_request=250.0)
+    weighed = workloads.credible({"default/Deployment/web": own}, 1.0, 100.0)["default/Deployment/web"]
+    changed = {"ratio", "ratio_sd", "best_effort", "best_effort_sd"}
+    for f in dataclasses.fields(WorkloadCalibration):
+        if f.name not in changed:
+            assert getattr(weighed, f.name) == getattr(own, f.name), f.name
+    assert 1.0 < weighed.ratio < 2.0 and 100.0 < weighed.best_effort < 300.0, (
+        "between its own and the collective"
+    )
 
 
 def test_status_tells_how_one_pod_counts_recent_or_pending() -> None:

@@ -34,8 +34,10 @@ warm-up) teach their workloads too, a share of them a pass (:attr:`RecentPods.se
 that a workload running since before ksched started is estimated from its own replicas.
 
 Kept cheap at any cluster size: only pods bound within the horizon are held, a heap
-by bind time prunes them, and a cycle reads them as numpy columns rebuilt only when
-the set changed; nothing here walks every pod.
+by bind time prunes them, and a cycle reads them as numpy columns that only the pods that
+came, changed or left since the last cycle add to or drop from
+(:class:`~ksched.loop.metrics.recent_columns.ColumnsCache`); nothing here walks every pod of
+the cluster.
 """
 
 from __future__ import annotations
@@ -71,7 +73,7 @@ from ksched.engine.load import before_event, pod_shares
 from ksched.engine.pods import CountedRequests
 from ksched.engine.snapshot import Snapshot
 from ksched.loop.metrics.pod_series import PodSeries
-from ksched.loop.metrics.recent_columns import RecentColumns, RecentPod, margins_by_workload
+from ksched.loop.metrics.recent_columns import ColumnsCache, RecentColumns, RecentPod, margins_by_workload
 from ksched.loop.metrics.samples import parse_time
 from ksched.loop.metrics.settled import SETTLED_EVERY_S, Lookup, SettledPods
 from ksched.loop.metrics.workloads import (
@@ -162,8 +164,7 @@ class RecentPods:
         self.horizon_s = max((horizon_s(m, m.window_s()) for m in self.metrics), default=0.0)
         self.pods: dict[str, RecentPod] = {}
         self._by_time: list[tuple[float, str, str]] = []
-        self._version = 0
-        self._arrays: tuple[object, object, RecentColumns] | None = None
+        self._columns = ColumnsCache(len(self.metrics))
         # Per metric (by name), what its last cycle counted each recent pod at (:meth:`counted_as`).
         self._counted: dict[str, _Counted] = {}
         # Where the pods bound before the horizon are looked up (the cluster state sets it), and
@@ -205,11 +206,13 @@ class RecentPods:
         self._prune(now)
         if not self.metrics or bound_at < now - self.horizon_s:
             return
+        # Set again, a pod goes last (as ``ColumnsCache`` reads the order).
+        self.pods.pop(key, None)
         self.pods[key] = RecentPod(
             uid, node, bound_at, by_ksched, *self._guesses(key, pod, requests), revision_of(pod or {})
         )
         heapq.heappush(self._by_time, (bound_at, key, uid))
-        self._version += 1
+        self._columns.changed(key)
 
     def _workload(self, i: int, pod: Obj) -> str | None:
         """The workload ``pod`` is learned under by the learning metric in column ``i``."""
@@ -241,8 +244,9 @@ class RecentPods:
             revision_of(pod),
         )
         if fresh != current:
+            del self.pods[key]
             self.pods[key] = fresh
-            self._version += 1
+            self._columns.changed(key)
             # Relabelled to another workload: it no longer speaks for its old one.
             for i, history in self._history.items():
                 before, after = current.workloads[i], fresh.workloads[i]
@@ -276,7 +280,7 @@ class RecentPods:
         takes) first teaches its workload the highest usage it measured."""
         recent = self.pods.pop(key, None)
         if recent is not None:
-            self._version += 1
+            self._columns.changed(key)
         uid = str(meta(gone).get("uid", "")) if gone is not None else ""
         # A run that completed before its usage could settle (a short Job's pod): what it used
         # at most speaks for its workload's next runs.
@@ -353,7 +357,7 @@ class RecentPods:
                 return None
             stood_in = self._calibration(i, estimate, self._settled[i].stand_in(now, Calibration()), now)
             return replace(stood_in, rising_share=self._series[i].rising_share())
-        arrays = self._current(snapshot)
+        arrays = self.columns(snapshot)
         bound_at = arrays.bound_at
         at: float | npt.NDArray[np.float64] = sampled_at
         if node_sampled_at is not None and len(arrays.rows):
@@ -532,20 +536,26 @@ class RecentPods:
         reach = known.copy()
         held = np.ones(len(known))
         share = series.rising_share()
-        for j in np.flatnonzero(~np.isnan(known)):
-            key, workload = arrays.keys[j], arrays.workloads[j][i]
-            age = now - float(arrays.bound_at[j])
-            uid = arrays.uids[j]
-            warmup = history.warmup(workload)
-            ramping[j], warmed, fresh = series.ramping(
-                key, uid, measured_at, float(known[j]), age, warmup, estimate.warmup_s
-            )
-            if ramping[j]:
-                reach[j] += series.climb(key, uid, age, warmup, estimate.warmup_s)
+        # Live: a warm-up a pod teaches below shows for the next pods of its workload.
+        warmups = history.warmups(now)
+        cap = estimate.warmup_s
+        # Read as Python values once: a cycle visits every measured recent pod.
+        bound_at, values = arrays.bound_at.tolist(), known.tolist()
+        kinds, amounts = arrays.kinds[:, i].tolist(), arrays.amounts[:, i].tolist()
+        keys, uids, workloads = arrays.keys, arrays.uids, arrays.workloads
+        for j in np.flatnonzero(~np.isnan(known)).tolist():
+            key, workload, uid, value = keys[j], workloads[j][i], uids[j], values[j]
+            age = now - bound_at[j]
+            warmup = None if workload is None else warmups.get(workload)
+            rising, warmed, fresh = series.ramping(key, uid, measured_at, value, age, warmup, cap)
+            if rising:
+                ramping[j] = True
+                reach[j] += series.climb(key, uid, age, warmup, cap)
                 young = warmup is not None and age < warmup
                 if share is not None and not young and not series.shows_rise(key, uid):
                     held[j] = share
-            if workload is None or ramping[j] or not fresh:
+                continue
+            if workload is None or not fresh:
                 continue
             if warmed is not None:
                 history.warmed(now, workload, warmed)
@@ -553,9 +563,9 @@ class RecentPods:
                 now,
                 workload,
                 uid,
-                int(arrays.kinds[j, i]),
-                float(arrays.amounts[j, i]),
-                float(known[j]),
+                kinds[j],
+                float(amounts[j]),
+                value,
                 revision=arrays.revisions[j],
                 key=key,
             )
@@ -654,18 +664,10 @@ class RecentPods:
             current = self.pods.get(key)
             if current is not None and current.uid == uid and current.bound_at == bound_at:
                 del self.pods[key]
-                self._version += 1
+                self._columns.changed(key)
                 for series in self._series.values():
                     series.forget(key, uid)
 
-    def _current(self, snapshot: Snapshot) -> RecentColumns:
-        """The recent pods as columns, rebuilt when they or the snapshot's rows changed."""
-        cached = self._arrays
-        if cached is None or cached[0] != self._version or cached[1] is not snapshot.index:
-            cached = (
-                self._version,
-                snapshot.index,
-                RecentColumns.of(self.pods, snapshot.index, len(self.metrics)),
-            )
-            self._arrays = cached
-        return cached[2]
+    def columns(self, snapshot: Snapshot) -> RecentColumns:
+        """The recent pods as columns, brought up to date from those that changed."""
+        return self._columns.of(self.pods, snapshot.index)
