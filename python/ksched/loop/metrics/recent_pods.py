@@ -171,6 +171,9 @@ class RecentPods:
         # per learning metric, the pass through them (:mod:`ksched.loop.metrics.settled`).
         self.settled: Lookup | None = None
         self._settled = {i: SettledPods() for i in self._history}
+        # Per learning metric, the pod sample's time, and the pods (key -> uid) a cycle found
+        # settled on it (:meth:`_ramping`).
+        self._quiet: dict[int, tuple[float, dict[str, str]]] = {}
         # When each workload's (by learning metric's column) replicas were last sent to be
         # revisited (:meth:`pending`).
         self._revisited: LRUCache[tuple[int, str], float] = LRUCache(maxsize=WORKLOAD_MEMORY)
@@ -539,12 +542,21 @@ class RecentPods:
         # Live: a warm-up a pod teaches below shows for the next pods of its workload.
         warmups = history.warmups(now)
         cap = estimate.warmup_s
+        # The pods found settled on this sample by an earlier cycle: this one can tell nothing
+        # new of them (the sample is the same), so they are passed over.
+        quiet = self._quiet.get(i)
+        if quiet is None or quiet[0] != measured_at:
+            quiet = self._quiet[i] = (measured_at, {})
+        settled = quiet[1]
         # Read as Python values once: a cycle visits every measured recent pod.
         bound_at, values = arrays.bound_at.tolist(), known.tolist()
         kinds, amounts = arrays.kinds[:, i].tolist(), arrays.amounts[:, i].tolist()
         keys, uids, workloads = arrays.keys, arrays.uids, arrays.workloads
         for j in np.flatnonzero(~np.isnan(known)).tolist():
-            key, workload, uid, value = keys[j], workloads[j][i], uids[j], values[j]
+            key, uid = keys[j], uids[j]
+            if settled.get(key) == uid:
+                continue
+            workload, value = workloads[j][i], values[j]
             age = now - bound_at[j]
             warmup = None if workload is None else warmups.get(workload)
             rising, warmed, fresh = series.ramping(key, uid, measured_at, value, age, warmup, cap)
@@ -555,6 +567,8 @@ class RecentPods:
                 if share is not None and not young and not series.shows_rise(key, uid):
                     held[j] = share
                 continue
+            # Not ramping is settled for good (:meth:`PodSeries.ramping`).
+            settled[key] = uid
             if workload is None or not fresh:
                 continue
             if warmed is not None:
