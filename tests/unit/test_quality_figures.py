@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
 from datetime import UTC, datetime
 from types import SimpleNamespace
 
@@ -21,7 +24,7 @@ from ksched.bench.quality.figures import (
     unjudged,
 )
 from ksched.bench.quality.observe import Arrivals
-from ksched.bench.quality.pooled import count_over_threshold, placed_over_threshold, placing
+from ksched.bench.quality.pooled import count_over_threshold, cpu_seconds, placed_over_threshold, placing
 from ksched.bench.quality.report import table
 from ksched.bench.quality.scenarios import DEFAULT_SCHEDULER, SCENARIOS, scenario
 from ksched.cluster.load import BASE, RAMP_SECONDS
@@ -177,7 +180,10 @@ def test_the_table_gives_each_setups_p99_create_to_bind() -> None:
     placing(figures, arrivals, pods, now=datetime(2026, 1, 1, 0, 5, tzinfo=UTC).timestamp())  # type: ignore[arg-type]
     assert (figures.p99_bind_s, figures.max_bind_s) == (101.0, 300.0), "the pending pod waits 300 s so far"
     header, row = table(QualityResults({}, figures=[figures])).splitlines()[:2]
-    assert header.split()[-5:] == ["p99", "bind", "s", "over", "line"] and row.split()[-2:] == ["101", "-"]
+    assert header.split()[-7:-2] == ["p99", "bind", "s", "over", "line"] and row.split()[-3:-1] == [
+        "101",
+        "-",
+    ]
     assert figures.bind_waits == {1: 99, 101: 1, 300: 1}, "a few held back, not every pod slow"
     assert "herd / ksched: 1 s: 99, 101 s: 1, 300 s: 1" in table(QualityResults({}, figures=[figures]))
 
@@ -200,7 +206,7 @@ def test_the_table_counts_the_pods_placed_over_a_threshold_once_each() -> None:
     figures.over_threshold = placed_over_threshold(events)
     assert figures.over_threshold == 2
     header, row = table(QualityResults({}, figures=[figures])).splitlines()[:2]
-    assert header.split()[-2:] == ["over", "line"] and row.split()[-1] == "2"
+    assert header.split()[-4:-2] == ["over", "line"] and row.split()[-2] == "2"
     assert figures.summary()["over_threshold"] == 2
 
 
@@ -219,7 +225,27 @@ def test_events_that_cannot_be_listed_leave_the_over_line_count_out_not_the_roun
     lost = QualityFigures("ksched", "herd", 3)
     lost.over_threshold = counted
     rows = table(QualityResults({}, figures=[kube, lost])).splitlines()[1:3]
-    assert [r.split()[-1] for r in rows] == ["-", "-"], "not counted reads '-', not 0"
+    assert [r.split()[-2] for r in rows] == ["-", "-"], "not counted reads '-', not 0"
+
+
+def test_the_table_gives_each_kscheds_cpu_seconds_read_from_its_process() -> None:
+    """What the metrics cost shows beside ksched without metrics in the same round: each
+    ksched process's CPU seconds, read while it runs; a process that ended reads none."""
+    with subprocess.Popen(
+        [sys.executable, "-c", "sum(range(3_000_000)); input()"], stdin=subprocess.PIPE
+    ) as proc:
+        deadline = time.monotonic() + 30
+        while (used := cpu_seconds(proc)) is not None and used < 0.01 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        proc.communicate(b"\n")
+    assert used is not None and used >= 0.01, "the CPU it spent counting"
+    assert cpu_seconds(proc) is None, "ended (and reaped): nothing to read"
+    kube, ksched = QualityFigures("kube-scheduler", "herd", 3), QualityFigures("ksched", "herd", 3)
+    ksched.cpu_s = 41.6
+    header, *rows = table(QualityResults({}, figures=[kube, ksched])).splitlines()[:3]
+    assert header.split()[-2:] == ["CPU", "s"]
+    assert [r.split()[-1] for r in rows] == ["-", "42"], "kube-scheduler runs no ksched: '-'"
+    assert ksched.summary()["cpu_s"] == 41.6
 
 
 def test_figures_per_node_shape_show_which_shape_took_the_pods_and_ran_hot() -> None:

@@ -176,6 +176,10 @@ class QualityFigures:
     # counted (a setup without ksched, which never places over a threshold, or events that
     # could not be listed).
     over_threshold: int | None = None
+    # The CPU seconds (user and system) its ksched process used from its start to the end of
+    # the window: what the metrics cost, beside ksched without metrics in the same round.
+    # None: a setup without ksched, or one whose process could not be read.
+    cpu_s: float | None = None
     # The share of the pods of a workload (:func:`ksched.engine.estimate.workload_of`) that
     # ended on a node with another replica of their workload: replicas share their usage, so
     # the more of them together, the more a node's load swings with one workload's.
@@ -213,6 +217,7 @@ class QualityFigures:
             "p99_bind_s",
             "max_bind_s",
             "over_threshold",
+            "cpu_s",
             "replicas_together",
         )
         out = {k: getattr(self, k) for k in keys}

@@ -29,7 +29,7 @@ import subprocess
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,7 +37,7 @@ from pathlib import Path
 import yaml
 
 from ksched.bench.invariants import lost, overcommitted, unowned
-from ksched.bench.pods import KSCHED_COMMAND, clear_pods, list_all, start_ksched_run
+from ksched.bench.pods import KSCHED_COMMAND, clear_pods, list_all, process_usage, start_ksched_run
 from ksched.bench.quality.estimates import TRACED, StatusPoller, candidates, trace
 from ksched.bench.quality.figures import (
     QualityFigures,
@@ -228,7 +228,7 @@ def pooled_round(
     nodes = kube.request("GET", "/api/v1/nodes").json()["items"]
     node_pools = pools(nodes, len(r.entries), r.pool_size)
     _label(kube, node_pools)
-    procs: list[subprocess.Popen[bytes]] = []
+    procs: dict[int, subprocess.Popen[bytes]] = {}
     deschedulers: list[tuple[subprocess.Popen[bytes], Path]] = []
     plans = [_scenario(r, i, name, label) for i, (name, label) in enumerate(r.entries)]
     moved = {ns for ns, s in plans if s.controlled} if audit_log is not None else set()
@@ -251,7 +251,11 @@ def pooled_round(
         }
         for poller in pollers.values():
             poller.start()
-        series, arrivals, settled = _observe(kube, prometheus, r, plans, sampler, lambda: exited(procs))
+        series, arrivals, settled = _observe(
+            kube, prometheus, r, plans, sampler, lambda: exited(procs.values())
+        )
+        # What each ksched used over the window, before the settling below adds its idle wait.
+        cpu = {i: cpu_seconds(proc) for i, proc in procs.items()}
         for poller in pollers.values():
             poller.stop()
         for teller in tellers:
@@ -281,9 +285,9 @@ def pooled_round(
             terminate(proc, 30)
         # A ksched that ended within the window (after its pods were placed) changed what would be
         # judged: the round is void, said once here rather than by the first settle below.
-        if (why := exited(procs)) is not None:
+        if (why := exited(procs.values())) is not None:
             raise VoidRoundError(f"{why} within the window")
-        ended = [settle(kube, namespace, lambda: exited(procs))[0] for namespace, _ in plans]
+        ended = [settle(kube, namespace, lambda: exited(procs.values()))[0] for namespace, _ in plans]
         nodes = kube.request("GET", "/api/v1/nodes").json()["items"]
         everywhere = kube.request("GET", "/api/v1/pods").json()["items"]
         results.violations += [f"over-committed {o}" for o in overcommitted(nodes, everywhere)]
@@ -309,6 +313,7 @@ def pooled_round(
             figures.shadow = shadows.get(i)
             if label not in WITHOUT_KSCHED:
                 figures.over_threshold = count_over_threshold(kube, namespace, log)
+                figures.cpu_s = cpu.get(i)
             if i in pollers:
                 figures.estimate = trace(pollers[i].points, pods)
             if r.steers(label):
@@ -323,7 +328,7 @@ def pooled_round(
         for periodic in [*pollers.values(), *tellers]:
             if periodic.running:
                 periodic.stop()
-        for proc in [*procs, *(d for d, _ in deschedulers)]:
+        for proc in [*procs.values(), *(d for d, _ in deschedulers)]:
             terminate(proc, 30)
         for namespace, s in plans:
             if s.controlled:
@@ -369,12 +374,12 @@ def _start_schedulers(
     prometheus: str,
     workdir: Path,
     plans: list[tuple[str, Scenario]],
-    procs: list[subprocess.Popen[bytes]],
+    procs: dict[int, subprocess.Popen[bytes]],
     deschedulers: list[tuple[subprocess.Popen[bytes], Path]],
 ) -> dict[int, int]:
     """A ``ksched run`` per ksched entry, and a descheduler per entry that has one, each
-    appended as it starts (so a failure part way stops those already started). Returns each
-    ksched's ``/status`` port by its entry's index."""
+    kept as it starts (``procs``, by its entry's index, so a failure part way stops those
+    already started). Returns each ksched's ``/status`` port by its entry's index."""
     ports: dict[int, int] = {}
     for i, ((name, label), (namespace, _)) in enumerate(zip(r.entries, plans, strict=True)):
         if label in WITHOUT_KSCHED:
@@ -386,7 +391,7 @@ def _start_schedulers(
         path.write_text(yaml.safe_dump(config))
         command = r.commands.get(label, KSCHED_COMMAND)
         proc, port = start_ksched_run(kubeconfig, log_beside(path), path, command)
-        procs.append(proc)
+        procs[i] = proc
         ports[i] = port
     for i, ((name, label), (namespace, _)) in enumerate(zip(r.entries, plans, strict=True)):
         if label == KUBE_SCHEDULER_DESCHEDULER:
@@ -396,13 +401,22 @@ def _start_schedulers(
     return ports
 
 
+def cpu_seconds(proc: subprocess.Popen[bytes]) -> float | None:
+    """The CPU seconds ``proc`` used so far (user and system), or None where it cannot be read
+    (it ended)."""
+    try:
+        return process_usage(proc.pid)[0]
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def log_beside(config: Path) -> Path:
     """Where a ksched run with ``--config`` ``config`` writes its output: beside it, as
     ``.log`` (:func:`exited` names it)."""
     return config.with_suffix(".log")
 
 
-def exited(procs: Sequence[subprocess.Popen[bytes]]) -> str | None:
+def exited(procs: Iterable[subprocess.Popen[bytes]]) -> str | None:
     """Why the round cannot go on: the first of its processes that exited, and how (a ksched
     that crashed leaves its pods pending, and the round would wait them out), with its log
     where it has one beside its ``--config`` (:func:`log_beside`); None while all run. A

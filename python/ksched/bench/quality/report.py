@@ -75,6 +75,7 @@ def table(results: QualityResults) -> str:
         "pods/s",
         "p99 bind s",
         "over line",
+        "CPU s",
     )
     rows = [header]
     for f in results.figures:
@@ -93,6 +94,7 @@ def table(results: QualityResults) -> str:
                 f"{f.pods_per_s:.1f}",
                 f"{f.p99_bind_s:.0f}",
                 "-" if f.over_threshold is None else str(f.over_threshold),
+                "-" if f.cpu_s is None else f"{f.cpu_s:.0f}",
             )
         )
     lines = _aligned(rows)

@@ -67,6 +67,7 @@ from ksched.bench.quality.pooled import (
     KUBE_SCHEDULER_SETUPS,
     WITHOUT_KSCHED,
     Round,
+    cpu_seconds,
     exited,
     log_beside,
     namespace_of,
@@ -211,6 +212,7 @@ def _one(
         # The last recording-rule evaluation covering ``end`` lands up to one interval later.
         time.sleep(opts.scrape_interval_s)
         series = utilisation(prometheus, start, end, opts.scrape_interval_s)
+        figures.cpu_s = cpu_seconds(proc) if proc is not None else None
         nodes = kube.request("GET", "/api/v1/nodes").json()["items"]
         judge(
             figures, series, [n["metadata"]["name"] for n in nodes], bound, opts.threshold, node_cores(nodes)
