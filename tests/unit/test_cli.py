@@ -212,6 +212,25 @@ def test_explain_names_a_bound_pod_and_explains_it_without_itself(
     assert "default/nope: no such pod in " in capsys.readouterr().err
 
 
+def test_bench_load_model_times_each_cycles_values_with_the_horizon_full(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``ksched bench --workload load-model``: the shipped estimate's values built a cycle over
+    pods bound a few a cycle, timed once the recent pods fill its horizon."""
+    args = ["bench", "--workload", "load-model", "--nodes", "20", "--batch-size", "2"]
+    assert main([*args, "--json"]) == 0
+    f = json.loads(capsys.readouterr().out)
+    # window 90 s + maxAge 2m, or the warm-up if longer: as many half-second cycles of 2 binds.
+    assert f["cycles"] >= 420 and f["recent_pods"] >= 2 * 420
+    assert 0 < f["measured_pods"] < f["recent_pods"], "the last scrape's binds are not measured yet"
+    assert f["workloads"] > f["recent_pods"] / 3
+    assert 0 < f["ms_p50"] <= f["ms_p99"]
+    assert main(args) == 0
+    assert "values a cycle" in capsys.readouterr().out
+    assert main([*args, "--quality"]) == 2
+    assert "runs in-process" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

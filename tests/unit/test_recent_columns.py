@@ -137,3 +137,28 @@ def test_a_herds_cycle_adds_its_pods_to_the_columns_and_drops_those_that_left() 
     assert after.pair_index[:, 0].tolist() == [0] * 7 + [1]
     assert after.pairs[1] == [(web[0], None)], "the memory estimate learns nothing: no workload"
     assert after.rows.tolist() == [0, 1, 3, 0, 1, 2, 3, 1]
+
+
+def test_a_pod_tracked_again_on_the_same_sample_is_read_anew_not_passed_over_as_settled() -> None:
+    """A cycle passes over the pods an earlier cycle found settled on the same pod sample; a pod
+    that left in between (its series with it) and came back is read anew: ramping again."""
+    clock = Clock()
+    recent = RecentPods(METRICS[:1], clock)
+    snap = snapshot(2)
+    p = made("p0", "web", "1")
+    recent.track("default/p0", "uid-0", "n0", T0, True, p, pod_requests(p))
+
+    def cycle(at: float) -> str:
+        clock.now = at + 1
+        # Level with noise: each scrape reads another value.
+        used = 500.0 + (at - T0) % 20
+        recent.add_to(snap, METRICS[0], at, np.zeros(2), measured={"default/p0": used}, measured_at=at)
+        [counted] = recent.counted_as("default/p0") or []
+        return str(counted["source"])
+
+    sources = [cycle(T0 + 15 * k) for k in range(1, 6)]
+    assert sources[-1] == "measured", f"level for three samples and more: settled ({sources})"
+    assert cycle(T0 + 75) == "measured", "the same sample read again: still settled"
+    recent.drop("default/p0")
+    recent.track("default/p0", "uid-0", "n0", T0, True, p, pod_requests(p))
+    assert cycle(T0 + 75) == "ramping", "its series went with it: one sample cannot say it is level"

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ksched.commands.bench_options import add_options
+from ksched.commands.bench_options import LOAD_MODEL, add_options
 from ksched.commands.exit_codes import EXIT_BAD_INPUT, EXIT_OK, EXIT_UNPLACED, EXIT_VIOLATED
 from ksched.errors import KschedError
 
@@ -101,6 +101,23 @@ def _quality(args: argparse.Namespace) -> int:
     return EXIT_VIOLATED if results.violations else EXIT_OK
 
 
+def _load_model(args: argparse.Namespace) -> int:
+    from ksched.bench.load_model import describe, run_load_model_bench
+
+    modes = [f"--{m}" for m in ("cluster", "quality", "chaos", "fuzz", "hostile") if getattr(args, m)]
+    if modes:
+        print(f"ksched bench: --workload {LOAD_MODEL} runs in-process, without {modes[0]}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    nodes = 1000 if args.nodes is None else args.nodes
+    binds = 10 if args.batch_size is None else args.batch_size
+    if nodes < 1 or binds < 1:
+        print("ksched bench: --nodes and --batch-size must be at least 1", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    figures = run_load_model_bench(nodes, binds, args.seed)
+    print(json.dumps(figures.as_json(), indent=2) if args.json else describe(figures))
+    return EXIT_OK
+
+
 def _bench(args: argparse.Namespace, cli: Callable[[list[str]], int]) -> int:
     from ksched.bench.engine import PREEMPTION, run_bench, run_pod_level_bench, run_preemption_bench
 
@@ -118,6 +135,10 @@ def _bench(args: argparse.Namespace, cli: Callable[[list[str]], int]) -> int:
         report = run_fuzz(args.specs, args.seed, args.live, cli=cli, kinds=args.fuzz_kinds)
         print(json.dumps(report.as_json(), indent=2) if args.json else report.render())
         return EXIT_UNPLACED if report.defect_count else EXIT_OK
+    if args.workload == LOAD_MODEL:
+        return _load_model(args)
+    if args.batch_size is None:
+        args.batch_size = 512
     if args.nodes is None:
         args.nodes = 5000
     if args.quality:

@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import argparse
 
+# ``--workload``: the load model's cost a cycle (:mod:`ksched.bench.load_model`).
+LOAD_MODEL = "load-model"
+
 
 def add_options(parser: argparse.ArgumentParser) -> None:
     """Every mode's options, in the order ``--help`` shows them."""
@@ -41,18 +44,29 @@ def _engine_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--existing", type=int, default=0, help="pods already bound (default 0)")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--batch-size", type=int, default=512)
+    parser.add_argument(
+        "--batch-size", type=int, default=None, help="pods a cycle (default 512; --workload load-model: 10)"
+    )
     parser.add_argument(
         "--no-reference", action="store_true", help="skip the pure-Python reference comparison"
     )
     parser.add_argument("--json", action="store_true", help="print figures as JSON (key pods_per_s)")
     parser.add_argument(
         "--workload",
-        choices=("mixed", "anti-affinity", "preferred-affinity", "spread", "preferred-spread", "preemption"),
+        choices=(
+            "mixed",
+            "anti-affinity",
+            "preferred-affinity",
+            "spread",
+            "preferred-spread",
+            "preemption",
+            LOAD_MODEL,
+        ),
         default="mixed",
-        help="mixed (default): node-level constraints and metrics; the others mirror kube-scheduler's "
-        "scheduler_perf cases (required anti-affinity, preferred affinity, topology spread, "
-        "preferred topology spread, PreemptionBasic)",
+        help="mixed (default): node-level constraints and metrics; load-model: what building the "
+        "learned estimate's values costs a cycle (--nodes, default 1000; --batch-size binds a cycle, "
+        "default 10); the others mirror kube-scheduler's scheduler_perf cases (required "
+        "anti-affinity, preferred affinity, topology spread, preferred topology spread, PreemptionBasic)",
     )
     parser.add_argument(
         "--scale",

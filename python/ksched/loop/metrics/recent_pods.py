@@ -46,8 +46,10 @@ import heapq
 import logging
 import math
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from itertools import compress
 from typing import Any
 
 import numpy as np
@@ -295,6 +297,7 @@ class RecentPods:
             and (gone.get("status") or {}).get("phase") == "Succeeded"
             else None
         )
+        self._unsettle(key)
         for i, series in self._series.items():
             peak = series.forget(key, recent.uid if recent is not None else "")
             workload = run.workloads[i] if run is not None else None
@@ -443,11 +446,11 @@ class RecentPods:
         self._counted[metric.name] = _Counted(estimate.resource, arrays, i, amounts, sources, known)
         if calibration is None:
             return None
-        names, counts = np.unique(sources, return_counts=True)
+        # Counted as Python strings: numpy sorts an object column by comparing them one by one.
         return replace(
             calibration,
-            sources={str(k): int(c) for k, c in zip(names, counts, strict=True)},
-            ramping=tuple(k for k, r in zip(arrays.keys, ramping, strict=True) if r),
+            sources=dict(sorted(Counter(map(str, sources.tolist())).items())),
+            ramping=tuple(compress(arrays.keys, ramping.tolist())),
             ramp=tuple(
                 (arrays.keys[j], float(amounts[j]), float(known[j]), now - float(bound_at[j]))
                 for j in heapq.nsmallest(
@@ -679,8 +682,15 @@ class RecentPods:
             if current is not None and current.uid == uid and current.bound_at == bound_at:
                 del self.pods[key]
                 self._columns.changed(key)
+                self._unsettle(key)
                 for series in self._series.values():
                     series.forget(key, uid)
+
+    def _unsettle(self, key: str) -> None:
+        """The pod ``key`` left, and its series with it: were it tracked again, it is read
+        anew, not passed over as settled (:meth:`_ramping`)."""
+        for _, settled in self._quiet.values():
+            settled.pop(key, None)
 
     def columns(self, snapshot: Snapshot) -> RecentColumns:
         """The recent pods as columns, brought up to date from those that changed."""
