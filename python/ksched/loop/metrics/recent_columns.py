@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from itertools import compress
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -92,23 +93,44 @@ class RecentColumns:
         )
 
     def updated(
-        self, pods: Mapping[str, RecentPod], index: Mapping[str, int], left: list[int], came: list[str]
+        self,
+        pods: Mapping[str, RecentPod],
+        index: Mapping[str, int],
+        left: list[int],
+        replaced: list[tuple[int, str]],
+        came: list[str],
     ) -> RecentColumns:
-        """These columns less the rows ``left`` and with the pods ``came`` (keys of ``pods``)
+        """These columns less the rows ``left``, with the rows ``replaced`` (row, key of
+        ``pods``) set to those pods in place, and with the pods ``came`` (keys of ``pods``)
         after them: what :meth:`of` makes of ``pods`` where they hold the pods of these columns
         less those that left, in their order, and then those that came. The pairs are numbered
         again as :meth:`of` numbers them, by first occurrence."""
         keep = np.ones(len(self.keys), dtype=np.bool_)
         keep[left] = False
-        new = RecentColumns.of({k: pods[k] for k in came}, index, self.amounts.shape[1])
+        # Where each kept row goes, and so each replaced one.
+        at = (np.cumsum(keep) - 1)[[row for row, _ in replaced]]
+        r = len(replaced)
+        new = RecentColumns.of(
+            {k: pods[k] for k in [*(k for _, k in replaced), *came]}, index, self.amounts.shape[1]
+        )
+
+        def joined(old: npt.NDArray[Any], fresh: npt.NDArray[Any]) -> npt.NDArray[Any]:
+            kept = old[keep]
+            kept[at] = fresh[:r]
+            return np.concatenate([kept, fresh[r:]])
+
+        def listed(old: list[Any], fresh: list[Any]) -> list[Any]:
+            kept = list(compress(old, keep))
+            for j, position in enumerate(at.tolist()):
+                kept[position] = fresh[j]
+            return kept + fresh[r:]
+
         pairs: list[list[tuple[int, str | None]]] = []
         pair_index = np.zeros((int(keep.sum()) + len(came), self.amounts.shape[1]), dtype=np.intp)
         for i, known in enumerate(self.pairs):
             number = {pair: j for j, pair in enumerate(known)}
             each = [number.setdefault(pair, len(number)) for pair in new.pairs[i]]
-            ids = np.concatenate(
-                [self.pair_index[keep, i], np.asarray(each, dtype=np.intp)[new.pair_index[:, i]]]
-            )
+            ids = joined(self.pair_index[:, i], np.asarray(each, dtype=np.intp)[new.pair_index[:, i]])
             # Numbered again by first occurrence, without the pairs no pod has any longer.
             used, first = np.unique(ids, return_index=True)
             order = used[np.argsort(first, kind="stable")]
@@ -118,16 +140,16 @@ class RecentColumns:
             every = list(number)
             pairs.append([every[j] for j in order])
         return RecentColumns(
-            list(compress(self.keys, keep)) + new.keys,
-            list(compress(self.uids, keep)) + new.uids,
-            np.concatenate([self.bound_at[keep], new.bound_at]),
-            np.concatenate([self.by_ksched[keep], new.by_ksched]),
-            np.concatenate([self.rows[keep], new.rows]),
-            np.concatenate([self.amounts[keep], new.amounts]),
-            np.concatenate([self.kinds[keep], new.kinds]),
-            list(compress(self.workloads, keep)) + new.workloads,
-            np.concatenate([self.limits[keep], new.limits]),
-            list(compress(self.revisions, keep)) + new.revisions,
+            listed(self.keys, new.keys),
+            listed(self.uids, new.uids),
+            joined(self.bound_at, new.bound_at),
+            joined(self.by_ksched, new.by_ksched),
+            joined(self.rows, new.rows),
+            joined(self.amounts, new.amounts),
+            joined(self.kinds, new.kinds),
+            listed(self.workloads, new.workloads),
+            joined(self.limits, new.limits),
+            listed(self.revisions, new.revisions),
             pairs,
             pair_index,
         )
@@ -135,41 +157,50 @@ class RecentColumns:
 
 class ColumnsCache:
     """The recent pods as :class:`RecentColumns`, brought up to date at a read from the pods
-    that changed since the last (:meth:`changed`): the rows of those that left are dropped and
-    those that came are added after the rest, as a dict holds a key deleted and set again. So a
-    cycle in a herd, which binds a few pods and lets a few go, costs their rows, not every
-    recent pod's; the columns are built whole where the node rows changed, or where more than
-    half of the pods did."""
+    that changed since the last, as a dict orders its keys: the rows of the pods that left
+    (:meth:`left`) are dropped, those of the pods set again in place (:meth:`set`) are
+    replaced where they stand, and those that came (:meth:`set`, a key not held, or held and
+    left since) are added after the rest. So a cycle in a herd, which binds a few pods and
+    lets a few go, costs their rows, not every recent pod's; the columns are built whole where
+    the node rows changed, or where more than half of the pods did."""
 
     def __init__(self, metrics: int) -> None:
         self._metrics = metrics
         self._columns: RecentColumns | None = None
         self._index: Mapping[str, int] | None = None
-        # Each key's row in the columns, and the keys that changed since they were built, in the
-        # order they last did.
+        # Each key's row in the columns; the keys set since they were built, in the order they
+        # came; and those that left since.
         self._rows: dict[str, int] = {}
-        self._changed: dict[str, None] = {}
+        self._set: dict[str, None] = {}
+        self._left: set[str] = set()
 
-    def changed(self, key: str) -> None:
-        """The pod ``key`` came, left, or was set again (it is then last in the pods' order)."""
-        self._changed.pop(key, None)
-        self._changed[key] = None
+    def set(self, key: str) -> None:
+        """The pod ``key`` came (last in the pods' order) or was set again in place."""
+        self._set.setdefault(key, None)
+
+    def left(self, key: str) -> None:
+        """The pod ``key`` left (were it to come back, it comes last)."""
+        self._set.pop(key, None)
+        self._left.add(key)
 
     def of(self, pods: Mapping[str, RecentPod], index: Mapping[str, int]) -> RecentColumns:
-        """The columns of ``pods``, which must hold the pods last read less those that changed
-        since, in their order, then those that changed and are still there, in the order they
-        did: what :class:`~ksched.loop.metrics.recent_pods.RecentPods` keeps."""
+        """The columns of ``pods``, which must hold the pods last read less those that left
+        since, in their order, then those that came, in the order they did: a dict's order of
+        its keys, as :class:`~ksched.loop.metrics.recent_pods.RecentPods` keeps them."""
         columns = self._columns
-        if columns is not None and index is self._index and not self._changed:
+        changed = len(self._set) + len(self._left)
+        if columns is not None and index is self._index and not changed:
             return columns
-        if columns is None or index is not self._index or 2 * len(self._changed) > len(columns.keys):
+        if columns is None or index is not self._index or 2 * changed > len(columns.keys):
             columns = RecentColumns.of(pods, index, self._metrics)
         else:
-            rows = self._rows
-            left = [rows[key] for key in self._changed if key in rows]
-            came = [key for key in self._changed if key in pods]
-            columns = columns.updated(pods, index, left, came)
+            rows, gone = self._rows, self._left
+            left = [rows[key] for key in gone if key in rows]
+            replaced = [(rows[key], key) for key in self._set if key in rows and key not in gone]
+            came = [key for key in self._set if key not in rows or key in gone]
+            columns = columns.updated(pods, index, left, replaced, came)
         self._columns, self._index = columns, index
         self._rows = dict(zip(columns.keys, range(len(columns.keys)), strict=True))
-        self._changed.clear()
+        self._set.clear()
+        self._left.clear()
         return columns

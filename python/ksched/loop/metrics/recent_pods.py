@@ -211,13 +211,11 @@ class RecentPods:
         self._prune(now)
         if not self.metrics or bound_at < now - self.horizon_s:
             return
-        # Set again, a pod goes last (as ``ColumnsCache`` reads the order).
-        self.pods.pop(key, None)
         self.pods[key] = RecentPod(
             uid, node, bound_at, by_ksched, *self._guesses(key, pod, requests), revision_of(pod or {})
         )
         heapq.heappush(self._by_time, (bound_at, key, uid))
-        self._columns.changed(key)
+        self._columns.set(key)
 
     def _workload(self, i: int, pod: Obj) -> str | None:
         """The workload ``pod`` is learned under by the learning metric in column ``i``."""
@@ -249,9 +247,8 @@ class RecentPods:
             revision_of(pod),
         )
         if fresh != current:
-            del self.pods[key]
             self.pods[key] = fresh
-            self._columns.changed(key)
+            self._columns.set(key)
             # Relabelled to another workload: it no longer speaks for its old one.
             for i, history in self._history.items():
                 before, after = current.workloads[i], fresh.workloads[i]
@@ -285,7 +282,7 @@ class RecentPods:
         takes) first teaches its workload the highest usage it measured."""
         recent = self.pods.pop(key, None)
         if recent is not None:
-            self._columns.changed(key)
+            self._columns.left(key)
         uid = str(meta(gone).get("uid", "")) if gone is not None else ""
         # A run that completed before its usage could settle (a short Job's pod): what it used
         # at most speaks for its workload's next runs.
@@ -681,7 +678,7 @@ class RecentPods:
             current = self.pods.get(key)
             if current is not None and current.uid == uid and current.bound_at == bound_at:
                 del self.pods[key]
-                self._columns.changed(key)
+                self._columns.left(key)
                 self._unsettle(key)
                 for series in self._series.values():
                     series.forget(key, uid)
