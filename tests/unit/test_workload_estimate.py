@@ -1260,6 +1260,21 @@ def test_a_workload_let_go_to_make_room_takes_its_figures_and_warmup_with_it(
     assert history.warmups(T0 + 3 + WORKLOAD_TTL_S + 1) == {}, "and an hour after they last taught, all"
 
 
+def test_a_workload_forgotten_and_taught_again_comes_last_in_the_figures() -> None:
+    """The figures list the workloads as the cache holds them, as a rebuild over it would: one
+    let go and taught again is last, even where it was marked changed before it went."""
+    history = WorkloadHistory(T0)
+    history.observe(T0, "w", "uid-w", FROM_REQUEST, 100.0, 50.0)
+    history.observe(T0 + 100, "x", "uid-x", FROM_REQUEST, 100.0, 60.0)
+    assert list(history.figures(T0 + 100)) == ["w", "x"]
+    history.departed("w", "uid-w")  # marks it changed, and renews nothing
+    later = T0 + WORKLOAD_TTL_S + 1  # w's hour is up, not x's
+    history.observe(later, "y", "uid-y", FROM_REQUEST, 100.0, 70.0)
+    history.observe(later, "w", "uid-w2", FROM_REQUEST, 100.0, 80.0)
+    assert list(history.figures(later)) == ["x", "y", "w"]
+    assert history.figures(later)["w"].ratio_pods == 1, "taught anew: only its new pod"
+
+
 def test_a_workloads_weighed_figures_keep_everything_else_it_taught() -> None:
     own = WorkloadCalibration(2.0, 0.5, 3, 300.0, 40.0, 2, warmup_s=45.0, ratio_request=250.0)
     weighed = workloads.credible({"default/Deployment/web": own}, 1.0, 100.0)["default/Deployment/web"]

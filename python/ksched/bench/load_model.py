@@ -99,7 +99,7 @@ def run_load_model_bench(nodes: int, binds_per_cycle: int, seed: int) -> LoadMod
     rng = random.Random(seed)
     multiples: list[float] = []
     bound: dict[str, float] = {}
-    warm = int(state.recent.horizon_s / CYCLE_S)
+    warm = max(1, int(state.recent.horizon_s / CYCLE_S))
     times: list[float] = []
     k = 0
     for cycle in range(2 * warm):
@@ -116,9 +116,10 @@ def run_load_model_bench(nodes: int, binds_per_cycle: int, seed: int) -> LoadMod
         sampled_at = clock.now - clock.now % SCRAPE_S
         measured = _measured(state, bound, multiples, sampled_at)
         column, caution = np.zeros(nodes), np.zeros(nodes)
+        snapshot = state.snapshot()
         started = time.perf_counter()
         state.recent.add_to(
-            state.snapshot(),
+            snapshot,
             metric,
             sampled_at,
             column,

@@ -125,6 +125,8 @@ def _bench(args: argparse.Namespace, cli: Callable[[list[str]], int]) -> int:
     if len(modes) > 1:
         print(f"ksched bench: {' and '.join(modes)} are separate modes: give one", file=sys.stderr)
         return EXIT_BAD_INPUT
+    if args.workload == LOAD_MODEL:
+        return _load_model(args)
     if args.chaos:
         return _chaos(args)
     if args.hostile:
@@ -135,8 +137,6 @@ def _bench(args: argparse.Namespace, cli: Callable[[list[str]], int]) -> int:
         report = run_fuzz(args.specs, args.seed, args.live, cli=cli, kinds=args.fuzz_kinds)
         print(json.dumps(report.as_json(), indent=2) if args.json else report.render())
         return EXIT_UNPLACED if report.defect_count else EXIT_OK
-    if args.workload == LOAD_MODEL:
-        return _load_model(args)
     if args.batch_size is None:
         args.batch_size = 512
     if args.nodes is None:

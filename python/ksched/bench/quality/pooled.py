@@ -403,7 +403,9 @@ def _start_schedulers(
 
 def cpu_seconds(proc: subprocess.Popen[bytes]) -> float | None:
     """The CPU seconds ``proc`` used so far (user and system), or None where it cannot be read
-    (it ended)."""
+    (it ended: its pid may be another process's by now)."""
+    if proc.poll() is not None:
+        return None
     try:
         return process_usage(proc.pid)[0]
     except (OSError, ValueError, IndexError):

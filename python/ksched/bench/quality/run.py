@@ -209,10 +209,10 @@ def _one(
         end = max(observation_end(start, [arrivals], opts.observe_s, lag), settled)
         if end > time.time():
             time.sleep(end - time.time())
+        figures.cpu_s = cpu_seconds(proc) if proc is not None else None
         # The last recording-rule evaluation covering ``end`` lands up to one interval later.
         time.sleep(opts.scrape_interval_s)
         series = utilisation(prometheus, start, end, opts.scrape_interval_s)
-        figures.cpu_s = cpu_seconds(proc) if proc is not None else None
         nodes = kube.request("GET", "/api/v1/nodes").json()["items"]
         judge(
             figures, series, [n["metadata"]["name"] for n in nodes], bound, opts.threshold, node_cores(nodes)

@@ -207,8 +207,10 @@ class WorkloadHistory:
         return self._figures
 
     def _forgotten(self, workload: str) -> None:
-        """The cache let ``workload`` go (its time to live ran out, or it made room)."""
+        """The cache let ``workload`` go (its time to live ran out, or it made room): taught
+        again, it is marked changed then, where the cache puts it (last)."""
         self._left.add(workload)
+        self._changed.pop(workload, None)
         self._warmups.pop(workload, None)
 
     def _entry(self, now: float, workload: str) -> _Taught:
