@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from ksched.bench.pods import cpu_seconds
 from ksched.bench.quality.figures import (
     MAX_MISSING,
     QualityFigures,
@@ -24,7 +25,7 @@ from ksched.bench.quality.figures import (
     unjudged,
 )
 from ksched.bench.quality.observe import Arrivals
-from ksched.bench.quality.pooled import count_over_threshold, cpu_seconds, placed_over_threshold, placing
+from ksched.bench.quality.pooled import count_over_threshold, placed_over_threshold, placing
 from ksched.bench.quality.report import table
 from ksched.bench.quality.scenarios import DEFAULT_SCHEDULER, SCENARIOS, scenario
 from ksched.cluster.load import BASE, RAMP_SECONDS

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from ksched.bench.engine import _pod as engine_pod
 from ksched.config import load_config
 from ksched.config.examples import example_path
 from ksched.engine.pods import pod_requests
@@ -71,20 +72,12 @@ def _node(i: int) -> Obj:
 
 def _pod(k: int) -> Obj:
     workload = f"svc-{k // REPLICAS}"
-    return {
-        "kind": "Pod",
-        "metadata": {
-            "name": f"{workload}-{k % REPLICAS}",
-            "namespace": "bench",
-            "uid": f"uid-{k}",
-            "ownerReferences": [
-                {"kind": "ReplicaSet", "name": workload, "uid": f"rs-{workload}", "controller": True}
-            ],
-        },
-        "spec": {
-            "containers": [{"name": "c", "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}}}]
-        },
-    }
+    pod = engine_pod(f"{workload}-{k % REPLICAS}", "500m", "512Mi")
+    pod["metadata"]["uid"] = f"uid-{k}"
+    pod["metadata"]["ownerReferences"] = [
+        {"kind": "ReplicaSet", "name": workload, "uid": f"rs-{workload}", "controller": True}
+    ]
+    return pod
 
 
 def run_load_model_bench(nodes: int, binds_per_cycle: int, seed: int) -> LoadModelFigures:

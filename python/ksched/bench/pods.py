@@ -99,6 +99,17 @@ def process_usage(pid: int) -> tuple[float, float]:
     return cpu, rss
 
 
+def cpu_seconds(proc: subprocess.Popen[bytes]) -> float | None:
+    """The CPU seconds ``proc`` used so far (user and system, :func:`process_usage`), or None
+    where it cannot be read (it ended: its pid may be another process's by now)."""
+    if proc.poll() is not None:
+        return None
+    try:
+        return process_usage(proc.pid)[0]
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def clear_pods(kube: Kube, namespace: str) -> None:
     # Thousands of pods take the API server longer than a request's default timeout.
     kube.request(

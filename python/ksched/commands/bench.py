@@ -101,10 +101,10 @@ def _quality(args: argparse.Namespace) -> int:
     return EXIT_VIOLATED if results.violations else EXIT_OK
 
 
-def _load_model(args: argparse.Namespace) -> int:
+def _load_model(args: argparse.Namespace, modes: list[str]) -> int:
+    """``--workload load-model``; ``modes``: the mode flags given (none may be)."""
     from ksched.bench.load_model import describe, run_load_model_bench
 
-    modes = [f"--{m}" for m in ("cluster", "quality", "chaos", "fuzz", "hostile") if getattr(args, m)]
     if modes:
         print(f"ksched bench: --workload {LOAD_MODEL} runs in-process, without {modes[0]}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -126,7 +126,7 @@ def _bench(args: argparse.Namespace, cli: Callable[[list[str]], int]) -> int:
         print(f"ksched bench: {' and '.join(modes)} are separate modes: give one", file=sys.stderr)
         return EXIT_BAD_INPUT
     if args.workload == LOAD_MODEL:
-        return _load_model(args)
+        return _load_model(args, modes)
     if args.chaos:
         return _chaos(args)
     if args.hostile:

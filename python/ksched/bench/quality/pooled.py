@@ -37,7 +37,7 @@ from pathlib import Path
 import yaml
 
 from ksched.bench.invariants import lost, overcommitted, unowned
-from ksched.bench.pods import KSCHED_COMMAND, clear_pods, list_all, process_usage, start_ksched_run
+from ksched.bench.pods import KSCHED_COMMAND, clear_pods, cpu_seconds, list_all, start_ksched_run
 from ksched.bench.quality.estimates import TRACED, StatusPoller, candidates, trace
 from ksched.bench.quality.figures import (
     QualityFigures,
@@ -399,17 +399,6 @@ def _start_schedulers(
             logs = workdir / f"descheduler-{name}"
             deschedulers.append((descheduler.start(kubeconfig, setup, logs), logs / descheduler.LOG))
     return ports
-
-
-def cpu_seconds(proc: subprocess.Popen[bytes]) -> float | None:
-    """The CPU seconds ``proc`` used so far (user and system), or None where it cannot be read
-    (it ended: its pid may be another process's by now)."""
-    if proc.poll() is not None:
-        return None
-    try:
-        return process_usage(proc.pid)[0]
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 def log_beside(config: Path) -> Path:

@@ -35,7 +35,7 @@ import yaml
 
 from ksched.bench.charts import pyplot
 from ksched.bench.invariants import lost, overcommitted
-from ksched.bench.pods import CREATE_WORKERS, KSCHED_COMMAND, clear_pods, start_ksched_run
+from ksched.bench.pods import CREATE_WORKERS, KSCHED_COMMAND, clear_pods, cpu_seconds, start_ksched_run
 from ksched.bench.quality.figures import (
     DEFAULT_THRESHOLD,
     QualityFigures,
@@ -67,7 +67,6 @@ from ksched.bench.quality.pooled import (
     KUBE_SCHEDULER_SETUPS,
     WITHOUT_KSCHED,
     Round,
-    cpu_seconds,
     exited,
     log_beside,
     namespace_of,
