@@ -21,14 +21,14 @@ from ksched.config.estimate import LEARN_MIN_PODS, Calibration, WorkloadCalibrat
 from ksched.engine.estimate import FROM_REQUEST, estimate_choice, workload_of
 from ksched.engine.pods import pod_requests
 from ksched.errors import ConfigError
-from ksched.loop.metrics import workloads
+from ksched.loop.metrics import across, workloads
+from ksched.loop.metrics.across import MIN_CREDIBILITY_K
 from ksched.loop.metrics.load_model import LoadModel
 from ksched.loop.metrics.metric_sources import MetricStore
 from ksched.loop.metrics.pod_series import RAMP_SPAN, PodSeries
 from ksched.loop.metrics.samples import Sample
 from ksched.loop.metrics.settled import SETTLED_EVERY_S, SETTLED_TTL_S, SettledPods
 from ksched.loop.metrics.workloads import (
-    MIN_CREDIBILITY_K,
     WORKLOAD_MEMORY,
     WORKLOAD_TTL_S,
     WorkloadHistory,
@@ -1277,7 +1277,7 @@ def test_a_workload_forgotten_and_taught_again_comes_last_in_the_figures() -> No
 
 def test_a_workloads_weighed_figures_keep_everything_else_it_taught() -> None:
     own = WorkloadCalibration(2.0, 0.5, 3, 300.0, 40.0, 2, warmup_s=45.0, ratio_request=250.0)
-    weighed = workloads.credible({"default/Deployment/web": own}, 1.0, 100.0)["default/Deployment/web"]
+    weighed = across.credible({"default/Deployment/web": own}, 1.0, 100.0)["default/Deployment/web"]
     changed = {"ratio", "ratio_sd", "best_effort", "best_effort_sd"}
     for f in dataclasses.fields(WorkloadCalibration):
         if f.name not in changed:

@@ -69,7 +69,7 @@ class WorkloadCalibration(Learned):
     ``warmup_s``: how long after their bind its pods took to use a stable amount (None: none of
     them was seen ramping to it), and ``ratio_request``: the mean guess (engine units) of the
     pods its ratio is from, by which a workload that requests next to nothing is left out of
-    the figures across workloads (:func:`ksched.loop.metrics.workloads.prior_figures`)."""
+    the figures across workloads (:func:`ksched.loop.metrics.across.prior_figures`)."""
 
     warmup_s: float | None = None
     ratio_request: float = 0.0
@@ -95,7 +95,7 @@ class Calibration(Learned):
     prior_ratio_typical: float | None = None
     prior_best_effort_typical: float | None = None
     # What taught the BestEffort prior (``/status``): BestEffort pods, else the requesting pods
-    # (:func:`ksched.loop.metrics.workloads.prior_figures`); None without one.
+    # (:func:`ksched.loop.metrics.across.prior_figures`); None without one.
     prior_best_effort_from: str | None = None
     # How the recent pods were counted (``/status``): pods by source of their estimate, and
     # the keys of those still ramping up.

@@ -206,7 +206,7 @@ def terms(
 ) -> Terms:
     """The figures a pod of ``kind`` and ``workload`` counts by: its workload's own where it
     taught one (from one measured pod, weighed against the collective figure:
-    :func:`ksched.loop.metrics.workloads.credible`), else, for a pod of a workload, the prior
+    :func:`ksched.loop.metrics.across.credible`), else, for a pod of a workload, the prior
     where other workloads taught one or it is a fixed ratio (``prior`` is the estimate's
     ``prior`` mode: ``limit`` counts the pod at its limit where it sets one), else the
     cluster-wide figures, else its guess as configured, with ``spread`` (the estimate's

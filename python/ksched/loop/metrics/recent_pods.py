@@ -67,25 +67,18 @@ from ksched.engine.estimate import (
     guess,
     pod_limit,
     revision_of,
-    terms,
     typical_usage,
     workload_of,
 )
 from ksched.engine.load import before_event, pod_shares
 from ksched.engine.pods import CountedRequests
 from ksched.engine.snapshot import Snapshot
+from ksched.loop.metrics.across import credible, pair_terms, prior_figures
 from ksched.loop.metrics.pod_series import PodSeries
 from ksched.loop.metrics.recent_columns import ColumnsCache, RecentColumns, RecentPod, margins_by_workload
 from ksched.loop.metrics.samples import parse_time
 from ksched.loop.metrics.settled import SETTLED_EVERY_S, Lookup, SettledPods
-from ksched.loop.metrics.workloads import (
-    STATUS_RAMPING,
-    WORKLOAD_MEMORY,
-    WorkloadHistory,
-    credible,
-    learn,
-    prior_figures,
-)
+from ksched.loop.metrics.workloads import STATUS_RAMPING, WORKLOAD_MEMORY, WorkloadHistory, learn
 from ksched.loop.telemetry import Telemetry
 from ksched.objects import Obj, meta
 
@@ -649,10 +642,8 @@ class RecentPods:
         quantiles."""
         pairs, index = arrays.pairs[i], arrays.pair_index[:, i]
         prior, spread = estimate.prior[0], estimate.initial_spread
-        chosen = [terms(calibration, kind, workload, prior, spread) for kind, workload in pairs]
-        table = np.array([(*t[:4], float(t.at_limit)) for t in chosen], dtype=np.float64).reshape(-1, 5)[
-            index
-        ]
+        chosen, chosen_sources, chosen_typical = pair_terms(calibration, pairs, prior, spread)
+        table = chosen[index]
         # A learned figure never takes a pod past its limit; a guess as configured stands.
         limits = arrays.limits[:, i].astype(np.float64) if calibration is not None else np.zeros(len(guesses))
         scale, offset, sd_scale, sd_offset, at_limit = (table[:, k] for k in range(5))
@@ -660,10 +651,10 @@ class RecentPods:
             guesses, limits, scale, offset, sd_scale, sd_offset, at_limit, deviations=estimate.deviations
         )
         mean = np.asarray(mean, dtype=np.float64)
-        sources = np.array([t.source for t in chosen] or [""], dtype=object)[index]
+        sources = np.array(chosen_sources or [""], dtype=object)[index]
         # What each pod counted at a prior is expected to use, as the pod being placed is scored
         # (NaN: not at a prior, or at its limit, an upper bound without margin).
-        typical = np.array([np.nan if t.typical is None else t.typical for t in chosen] or [np.nan])[index]
+        typical = (chosen_typical if len(chosen_typical) else np.full(1, np.nan))[index]
         from_request = np.isin(arrays.kinds[:, i], RATIO_KINDS).astype(np.float64)
         centre = typical_usage(guesses, limits, typical, at_limit, from_request)
         centre = np.where(limits > 0, np.minimum(centre, limits), centre)

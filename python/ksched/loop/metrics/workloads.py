@@ -8,7 +8,8 @@ workload (:func:`ksched.engine.estimate.workload_of`), the last measured usage o
 up, kept after the pods left the recent window so that a herd scaled up later is estimated
 from its history. Bounded: at most ``WORKLOAD_MEMORY`` workloads, least recently taught first
 out, each forgotten ``WORKLOAD_TTL_S`` after it last taught anything. Also the figures learned
-from them (the prior, the credibility of each workload's own figure) and ``/status``'s view.
+from them, each workload's own (weighed against the others' and made into the prior by
+:mod:`ksched.loop.metrics.across`), and ``/status``'s view.
 
 Nothing here reads the cluster state or the clock: times come from the caller.
 """
@@ -29,10 +30,10 @@ from cachetools import TTLCache
 from ksched.config.estimate import (
     LEARN_MIN_PODS,
     Calibration,
-    Learned,
     WorkloadCalibration,
 )
 from ksched.engine.estimate import BEST_EFFORT, FROM_REQUEST, LIMITED, RATIO_KINDS
+from ksched.loop.metrics.across import FigureColumns, FigureTable, OwnFigures
 
 # Workloads remembered at once, and how long one is remembered after it last taught.
 WORKLOAD_MEMORY = 4096
@@ -40,11 +41,6 @@ WORKLOAD_TTL_S = 3600.0
 # Measured pods remembered per workload: enough for a steady figure; the oldest make way for a
 # rolling update's new ones.
 POD_MEMORY = 50
-# Buhlmann's credibility constant (:func:`credibility_k`) until the workloads measured can
-# estimate it: a workload with one measured pod is trusted half; and its floor: one measured
-# pod is trusted at most two thirds.
-DEFAULT_CREDIBILITY_K = 1.0
-MIN_CREDIBILITY_K = 0.5
 # Warm-ups remembered per workload (their median is the workload's warm-up).
 WARMUP_MEMORY = 20
 # ``/status``: the learned workloads shown (those with the most measured pods), and the
@@ -100,7 +96,9 @@ class WorkloadHistory:
     def __init__(self, now: float = 0.0) -> None:
         self._now = now
         self._taught = _Remembered(lambda: self._now, self._forgotten)
-        self._figures: Mapping[str, WorkloadCalibration] = {}
+        self._figures = OwnFigures({}, FigureTable.of({}))
+        # The same figures as columns, kept up to date with them.
+        self._columns = FigureColumns()
         # The workloads taught, moved or departed from since the figures were last built (in
         # the order they were first), and those forgotten since: the next build redoes those.
         self._changed: dict[str, None] = {}
@@ -183,25 +181,29 @@ class WorkloadHistory:
         self._taught.expire()
         return self._warmups
 
-    def figures(self, now: float) -> Mapping[str, WorkloadCalibration]:
-        """Each remembered workload's figures (a new mapping whenever they changed: readers on
-        other threads keep the one they hold). Only the workloads that changed or were forgotten
-        since the last mapping are visited, in the order the cache holds them."""
+    def figures(self, now: float) -> OwnFigures:
+        """Each remembered workload's figures, by workload and as columns (a new mapping
+        whenever they changed: readers on other threads keep the one they hold). Only the
+        workloads that changed or were forgotten since the last mapping are visited, in the
+        order the cache holds them."""
         self._now = now
         self._taught.expire()
         if self._changed or self._left:
-            figures = dict(self._figures)
+            figures = dict(self._figures.figures)
             for workload in self._left:
                 figures.pop(workload, None)
+                self._columns.drop(workload)
             for workload in self._changed:
                 taught = self._taught.get(workload)
                 if taught is None:
                     figures.pop(workload, None)
+                    self._columns.drop(workload)
                     continue
                 if taught.figures is None:
                     taught.figures = _figures(taught)
                 figures[workload] = taught.figures
-            self._figures = figures
+                self._columns.set(workload, taught.figures)
+            self._figures = OwnFigures(figures, self._columns.table())
             self._changed.clear()
             self._left.clear()
         return self._figures
@@ -225,7 +227,7 @@ class WorkloadHistory:
 
 
 def _figures(taught: _Taught) -> WorkloadCalibration:
-    """The workload's own figures, from as few as one measured pod (:func:`credible` weighs
+    """The workload's own figures, from as few as one measured pod (:func:`~ksched.loop.metrics.across.credible` weighs
     how far they are trusted): of each kind of guess, from the pods that speak for it
     (:func:`_speaking`: a rolling update's departed old revision does not)."""
     from_request = _speaking(taught, FROM_REQUEST)
@@ -273,258 +275,6 @@ def mean_figures(
     return float(used.mean()), float(used.std()), n
 
 
-class Prior(NamedTuple):
-    """How a pod of a workload without enough history counts (:func:`prior_figures`): the
-    cautious figure and the spread within workloads, per kind of guess, and the typical
-    workload's figure (the mean over the learned workloads), which the metric's score counts
-    a pod being placed at. None where no workload taught that kind."""
-
-    ratio: float | None
-    ratio_sd: float
-    ratio_typical: float | None
-    best_effort: float | None
-    best_effort_sd: float
-    best_effort_typical: float | None
-    # What taught the BestEffort figures (:func:`prior_figures`): BestEffort pods
-    # (``PRIOR_FROM_BEST_EFFORT``), else the requesting pods (``PRIOR_FROM_REQUESTS``); None
-    # without figures.
-    best_effort_from: str | None = None
-
-
-PRIOR_FROM_BEST_EFFORT = "best-effort pods"
-PRIOR_FROM_REQUESTS = "requesting pods"
-
-
-def prior_figures(
-    cluster: Learned,
-    workloads: Mapping[str, WorkloadCalibration],
-    quantile: float,
-    requested: npt.NDArray[np.float64] | None = None,
-    spread: float = 0.0,
-) -> Prior:
-    """How a pod of a workload without enough history counts: the ``quantile`` of the learned
-    workloads' ratios (and BestEffort means), never below the cluster-wide figure, with the
-    spread *within* workloads (the pods-weighted root mean square of theirs): the spread of the
-    cluster-wide figure mixes workloads that use very different shares of their requests, and
-    made every pod of an unknown workload look several times its size. The typical figure is
-    the workloads' mean (each workload one, as a new workload is one more of them), never above
-    the cautious one: what such a pod is expected to use, where the quantile is what it may.
-    The ratios leave out the workloads that request next to nothing (:func:`_sized`). Until
-    ``LEARN_MIN_PODS`` workloads taught a ratio, the guess as nothing measured it (ratio 1, with
-    ``spread``, the estimate's initial spread) holds up each ratio figure: the 90th percentile of
-    fewer is their highest, and in a fresh pool the first three measured read 0.18.
-
-    Until a BestEffort pod is measured, one counts as a pod of a workload without history that
-    requests what the recent requesting pods do (``requested``, their guesses): the
-    ``quantile`` of their guesses at the ratio prior above, else at the cluster-wide ratio, else
-    (nothing measured) at the guess with ``spread`` (the estimate's initial one) of it; scored
-    at their mean guess at the typical ratio. That holds up each BestEffort figure until
-    ``LEARN_MIN_PODS`` BestEffort workloads are measured: the quantile of fewer is the highest
-    of them, and of one its figure, which in a fresh pool was a light workload measured first.
-    A pod that requests nothing tells nothing of its size, and counted at the configured guess
-    (100m) it looked lightest on the smallest idle node, which is the first to run hot when it
-    uses what other pods do."""
-    sized = _sized(workloads)
-    ratios = [
-        (w.ratio, w.ratio_sd, w.ratio_pods)
-        for n, w in workloads.items()
-        if w.ratio is not None and n in sized
-    ]
-    ratio = _prior(cluster.ratio, ratios, quantile)
-    if len(ratios) < LEARN_MIN_PODS:
-        # Too few workloads for their quantile to be one: the guess as configured, which nothing
-        # measured (its ratio 1 with ``spread``), holds each figure up.
-        ratio = _held_up(ratio, (1.0, spread, 1.0))
-    taught = [
-        (w.best_effort, w.best_effort_sd, w.best_effort_pods)
-        for w in workloads.values()
-        if w.best_effort is not None
-    ]
-    best = _prior(cluster.best_effort, taught, quantile)
-    source = PRIOR_FROM_BEST_EFFORT if best[0] is not None else None
-    if len(taught) >= LEARN_MIN_PODS or (best[0] is None and cluster.best_effort is not None):
-        return Prior(*ratio, *best, best_effort_from=source)
-    floor = _requested_prior(cluster, ratio, requested, quantile, spread)
-    if floor is None:
-        return Prior(*ratio, *best, best_effort_from=source)
-    if best[0] is None:
-        return Prior(*ratio, *floor, best_effort_from=PRIOR_FROM_REQUESTS)
-    # Too few BestEffort workloads for their quantile to be one (of one it is that one's
-    # figure): what the requesting pods say holds each figure up.
-    return Prior(*ratio, *_held_up(best, floor), best_effort_from=source)
-
-
-def _held_up(
-    figures: tuple[float | None, float, float | None], floor: tuple[float, float, float]
-) -> tuple[float | None, float, float | None]:
-    """A prior's cautious figure, spread and typical figure, each at least ``floor``'s; no
-    prior (None) stays none."""
-    high, sd, typical = figures
-    if high is None:
-        return figures
-    return max(high, floor[0]), max(sd, floor[1]), max(typical or 0.0, floor[2])
-
-
-def _requested_prior(
-    cluster: Learned,
-    ratio: tuple[float | None, float, float | None],
-    requested: npt.NDArray[np.float64] | None,
-    quantile: float,
-    spread: float,
-) -> tuple[float, float, float] | None:
-    """A BestEffort pod taken for a pod of a workload without history that requests what the
-    recent requesting pods do (:func:`prior_figures`): its cautious figure, spread and typical
-    figure; None without recent requesting pods."""
-    if requested is None or not len(requested):
-        return None
-    size = float(np.quantile(requested, quantile, method="higher"))
-    if ratio[0] is not None:
-        scale, sd, typical = ratio[0], ratio[1], ratio[2] if ratio[2] is not None else ratio[0]
-    elif cluster.ratio is not None:
-        scale, sd, typical = cluster.ratio, cluster.ratio_sd, cluster.ratio
-    else:
-        scale, sd, typical = 1.0, spread, 1.0
-    high = size * scale
-    return high, size * sd, min(float(np.mean(requested)) * typical, high)
-
-
-# A workload whose pods request less than this share of the median workload's is left out of
-# the ratios across workloads (:func:`_sized`): its ratio is usage over a request too small to
-# say anything (an agent requesting 10m and using 80m reads 8).
-SMALL_REQUEST_SHARE = 0.1
-
-
-def _sized(workloads: Mapping[str, WorkloadCalibration]) -> set[str]:
-    """The workloads with a ratio whose pods request at least ``SMALL_REQUEST_SHARE`` of the
-    median such workload's (``ratio_request``): those the prior's quantile, typical figure and
-    spread, the credibility constant and the collective mean are taken over. A workload left out
-    still counts at its own figures."""
-    requests = {n: w.ratio_request for n, w in workloads.items() if w.ratio is not None}
-    median = float(np.median(list(requests.values()))) if requests else 0.0
-    return {n for n, r in requests.items() if r >= SMALL_REQUEST_SHARE * median}
-
-
-def _prior(
-    cluster: float | None, learned: list[tuple[float, float, int]], quantile: float
-) -> tuple[float | None, float, float | None]:
-    if not learned:
-        return None, 0.0, None
-    figures = [f for f, _, _ in learned]
-    high = max(
-        float(np.quantile(figures, quantile, method="higher")), cluster if cluster is not None else 0.0
-    )
-    within = _within(learned)
-    return high, 0.0 if within is None else within, min(float(np.mean(figures)), high)
-
-
-def _within(learned: list[tuple[float, float, int]]) -> float | None:
-    """The spread of pods around their own workload's figure, over the workloads with two
-    measured pods or more (one pod has no spread of its own): each workload's spread is over its
-    own pods (``n``), so the pooled variance divides by ``n - 1`` a workload to be unbiased.
-    None where no workload has two."""
-    spreads = [(sd, n) for _, sd, n in learned if n >= 2]
-    freedom = sum(n - 1 for _, n in spreads)
-    return float(np.sqrt(sum(n * sd * sd for sd, n in spreads) / freedom)) if freedom else None
-
-
-def credibility_k(learned: list[tuple[float, float, int]]) -> float:
-    """Buhlmann's credibility constant for one figure across workloads: the variance of a pod
-    around its workload's figure over the variance of the workloads' figures around each other
-    (less what their own few pods add to it). A workload with ``n`` measured pods is trusted
-    ``n / (n + k)``: where its replicas agree and workloads differ, one pod says most; where
-    they scatter as much as workloads do, it takes many. Between ``MIN_CREDIBILITY_K`` (one pod
-    is never trusted whole: it may have been measured idle) and ``LEARN_MIN_PODS`` (a workload
-    with that many pods is trusted at least half); ``DEFAULT_CREDIBILITY_K`` until two workloads,
-    one of them with two pods, are measured."""
-    within = _within(learned)
-    if within is None or len(learned) < 2:
-        return DEFAULT_CREDIBILITY_K
-    figures = np.array([f for f, _, _ in learned], dtype=np.float64)
-    noise = float(np.mean([within * within / n for _, _, n in learned]))
-    between = float(figures.var(ddof=1)) - noise
-    if between <= 0.0:
-        return float(LEARN_MIN_PODS)
-    return min(max(within * within / between, MIN_CREDIBILITY_K), float(LEARN_MIN_PODS))
-
-
-def credible(
-    workloads: Mapping[str, WorkloadCalibration], ratio: float | None, best_effort: float | None
-) -> dict[str, WorkloadCalibration]:
-    """Each workload's figures as a pod of it counts: its own weighed against the collective
-    figure (``ratio``, ``best_effort``: the cluster-wide ones, else the pods-weighted mean of the
-    workloads') by how many of its pods were measured (:func:`credibility_k`), with a spread
-    weighed alike between its own and the spread within workloads. So a workload counts at its
-    own figures from its first measured pod, as far as one pod can be trusted, and a herd of a
-    workload with three measured replicas counts at nearly what they use. The ratios' collective
-    figures leave out the workloads that request next to nothing (:func:`_sized`)."""
-    sized = _sized(workloads)
-    ratios = _weighed(
-        {n: (w.ratio, w.ratio_sd, w.ratio_pods) for n, w in workloads.items()},
-        ratio,
-        pooled=sized,
-    )
-    bests = _weighed(
-        {n: (w.best_effort, w.best_effort_sd, w.best_effort_pods) for n, w in workloads.items()},
-        best_effort,
-    )
-    return {n: _weighed_figures(w, *ratios[n], *bests[n]) for n, w in workloads.items()}
-
-
-def _weighed_figures(
-    w: WorkloadCalibration,
-    ratio: float | None,
-    ratio_sd: float,
-    best_effort: float | None,
-    best_effort_sd: float,
-) -> WorkloadCalibration:
-    """``w`` with its ratio and BestEffort figures weighed (:func:`credible`): as
-    ``dataclasses.replace`` would make it, at a fraction of its cost (every workload's, each
-    time one taught)."""
-    return WorkloadCalibration(
-        ratio,
-        ratio_sd,
-        w.ratio_pods,
-        best_effort,
-        best_effort_sd,
-        w.best_effort_pods,
-        warmup_s=w.warmup_s,
-        ratio_request=w.ratio_request,
-    )
-
-
-def _weighed(
-    figures: Mapping[str, tuple[float | None, float, int]],
-    collective: float | None,
-    pooled: set[str] | None = None,
-) -> dict[str, tuple[float | None, float]]:
-    """One figure of each workload (figure, spread, pods) weighed against ``collective`` (else
-    the pods-weighted mean of the workloads'), the collective figures taken over the workloads
-    in ``pooled`` (None: all)."""
-    learned = [
-        (f, sd, n)
-        for name, (f, sd, n) in figures.items()
-        if f is not None and (pooled is None or name in pooled)
-    ]
-    if collective is None and learned:
-        collective = sum(f * n for f, _, n in learned) / sum(n for _, _, n in learned)
-    k, within = credibility_k(learned), _within(learned)
-    return {name: _blend(f, sd, n, collective, within, k) for name, (f, sd, n) in figures.items()}
-
-
-def _blend(
-    own: float | None, own_sd: float, pods: int, collective: float | None, within: float | None, k: float
-) -> tuple[float | None, float]:
-    if own is None or pods < 1:
-        return None, 0.0
-    # One pod has no spread of its own: its replicas are taken to scatter as other workloads' do.
-    around = within if within is not None else own_sd
-    spread = own_sd if pods >= 2 else around
-    if collective is None:
-        return own, spread
-    z = pods / (pods + k)
-    return z * own + (1.0 - z) * collective, float(np.sqrt(z * spread * spread + (1.0 - z) * around * around))
-
-
 def _taught_by(figure: float | None, settled: bool) -> str | None:
     """Which pods taught a cluster-wide figure (``/status``): none, the recent or the settled."""
     return None if figure is None else "settled" if settled else "recent"
@@ -539,7 +289,7 @@ def learned_json(resource: str | None, c: Calibration) -> dict[str, Any]:
     or ``settled``, those bound before it standing in while too few recent ones are measured;
     null with no figure) (a cluster-wide figure is null below ``LEARN_MIN_PODS``; a workload's
     is weighed against the collective figure,
-    :func:`credible`); the prior a pod of a workload without history counts at (``ratioTypical``
+    :func:`~ksched.loop.metrics.across.credible`); the prior a pod of a workload without history counts at (``ratioTypical``
     and ``bestEffortTypical``: the typical workload's figures, which the score counts it at; ``bestEffortFrom``: what
     taught the BestEffort prior: ``best-effort pods``, else ``requesting pods``); how the
     recent pods are counted (``sources``: pods by where their estimate came from, ``ramping``:
@@ -547,7 +297,7 @@ def learned_json(resource: str | None, c: Calibration) -> dict[str, Any]:
     each counts at and measures, in engine units, and seconds since its bind); and the
     ``STATUS_WORKLOADS`` workloads with the most measured pods, with their figures, the mean
     guess their ratio is from (``ratioRequest``, engine units: one that requests next to
-    nothing is left out of the prior, :func:`_sized`) and warm-up (seconds)."""
+    nothing is left out of the prior, :meth:`~ksched.loop.metrics.across.FigureTable.sized`) and warm-up (seconds)."""
     return {
         "resource": resource,
         "ratio": c.ratio,
