@@ -6,6 +6,7 @@ figures; each workload weighed from them is weighed as one workload alone would 
 from __future__ import annotations
 
 import math
+import random
 from dataclasses import replace
 
 import numpy as np
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 
 from ksched.config.estimate import Calibration, WorkloadCalibration
 from ksched.engine.estimate import BEST_EFFORT, DECLARED, FIXED, FROM_REQUEST, LIMITED, terms
+from ksched.loop.metrics import workloads
 from ksched.loop.metrics.across import (
     FigureColumns,
     FigureTable,
@@ -23,7 +25,7 @@ from ksched.loop.metrics.across import (
     pair_terms,
     prior_figures,
 )
-from ksched.loop.metrics.workloads import WorkloadHistory
+from ksched.loop.metrics.workloads import WORKLOAD_TTL_S, WorkloadHistory
 
 T0 = 1_800_000_000.0
 NAMES = [f"default/Deployment/w{i}" for i in range(12)]
@@ -75,6 +77,28 @@ def test_a_history_hands_out_its_figures_with_columns_that_agree() -> None:
             history.departed(f"w{n % 7}", f"uid-{n - 7}")
         figures = history.figures(T0 + n)
         assert by_workload(figures.table) == by_workload(FigureTable.of(dict(figures)))
+
+
+def test_the_columns_agree_whatever_the_history_let_go_moved_or_took_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(workloads, "WORKLOAD_MEMORY", 4)  # room for four: the rest push one out
+    rng = random.Random(7)
+    history, now, rows_seen = WorkloadHistory(T0), T0, 0
+    for n in range(400):
+        now += rng.choice((1.0, 1.0, 1.0, WORKLOAD_TTL_S / 3))  # now and then, some hours run out
+        workload, uid = f"w{rng.randrange(7)}", f"uid-{rng.randrange(12)}"
+        action = rng.random()
+        if action < 0.6:
+            history.observe(now, workload, uid, FROM_REQUEST, 100.0 + n, rng.uniform(10.0, 300.0))
+        elif action < 0.8:
+            history.departed(workload, uid)
+        else:
+            history.moved(workload, uid)
+        figures = history.figures(now)
+        assert by_workload(figures.table) == by_workload(FigureTable.of(dict(figures))), n
+        rows_seen = max(rows_seen, figures.table.data.shape[1])
+    assert rows_seen <= 4, "a row let go is taken again"
 
 
 def weighed_alone(
