@@ -150,18 +150,8 @@ def test_each_workload_is_weighed_as_it_would_be_alone(
 def test_every_pair_counts_as_terms_says(
     workloads: dict[str, WorkloadCalibration], prior: str, spread: float
 ) -> None:
-    weighed = credible(workloads, 0.8, None)
-    figures = prior_figures(Calibration(ratio=0.8, ratio_pods=5), weighed, 0.9)
-    calibration = replace(
-        Calibration(ratio=0.8, ratio_sd=0.2, ratio_pods=5),
-        workloads=weighed,
-        prior_ratio=figures.ratio,
-        prior_ratio_sd=figures.ratio_sd,
-        prior_ratio_typical=figures.ratio_typical,
-        prior_best_effort=figures.best_effort,
-        prior_best_effort_sd=figures.best_effort_sd,
-        prior_best_effort_typical=figures.best_effort_typical,
-    )
+    cluster, weighed = Calibration(ratio=0.8, ratio_sd=0.2, ratio_pods=5), credible(workloads, 0.8, None)
+    calibration = prior_figures(cluster, weighed, 0.9).onto(cluster, weighed)
     kinds = (FROM_REQUEST, LIMITED, BEST_EFFORT, FIXED, DECLARED)
     pairs = [(kind, name) for kind in kinds for name in [*NAMES, None]]
     for given_calibration in (calibration, replace(calibration, workloads=dict(weighed)), None):

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 import numpy as np
@@ -113,21 +113,25 @@ def _row(w: WorkloadCalibration) -> tuple[float, ...]:
 
 
 class FigureColumns:
-    """The columns of every remembered workload's own figures, set and dropped one workload at
-    a time; :meth:`table` copies them for a cycle. A dropped workload's row is reused."""
+    """Every remembered workload's own figures, by workload (in the order first set) and as
+    columns, set and dropped one workload at a time; :meth:`snapshot` copies both for readers.
+    A dropped workload's row is reused."""
 
     def __init__(self) -> None:
+        self._figures: dict[str, WorkloadCalibration] = {}
         self._rows: dict[str, int] = {}
         self._free: list[int] = []
         self._data = np.empty((_FIELDS, 0), dtype=np.float64)
 
     def set(self, workload: str, figures: WorkloadCalibration) -> None:
+        self._figures[workload] = figures
         row = self._rows.get(workload)
         if row is None:
             row = self._rows[workload] = self._free.pop() if self._free else self._grow()
         self._data[:, row] = _row(figures)
 
     def drop(self, workload: str) -> None:
+        self._figures.pop(workload, None)
         row = self._rows.pop(workload, None)
         if row is not None:
             self._data[:, row] = _EMPTY
@@ -136,6 +140,9 @@ class FigureColumns:
     def table(self) -> FigureTable:
         used = len(self._rows) + len(self._free)
         return FigureTable(dict(self._rows), self._data[:, :used].copy())
+
+    def snapshot(self) -> OwnFigures:
+        return OwnFigures(dict(self._figures), self.table())
 
     def _grow(self) -> int:
         row = len(self._rows) + len(self._free)
@@ -319,6 +326,21 @@ class Prior(NamedTuple):
     # (``PRIOR_FROM_BEST_EFFORT``), else the requesting pods (``PRIOR_FROM_REQUESTS``); None
     # without figures.
     best_effort_from: str | None = None
+
+    def onto(self, cluster: Calibration, workloads: Mapping[str, WorkloadCalibration]) -> Calibration:
+        """The cluster-wide figures ``cluster`` with each workload's (``workloads``) and this
+        prior: what a cycle's estimate counts by."""
+        return replace(
+            cluster,
+            workloads=workloads,
+            prior_ratio=self.ratio,
+            prior_ratio_sd=self.ratio_sd,
+            prior_ratio_typical=self.ratio_typical,
+            prior_best_effort=self.best_effort,
+            prior_best_effort_sd=self.best_effort_sd,
+            prior_best_effort_typical=self.best_effort_typical,
+            prior_best_effort_from=self.best_effort_from,
+        )
 
 
 PRIOR_FROM_BEST_EFFORT = "best-effort pods"

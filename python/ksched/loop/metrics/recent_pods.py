@@ -607,17 +607,7 @@ class RecentPods:
             fallback = cluster.ratio_sd if cluster.ratio is not None else estimate.initial_spread
             sd = prior.ratio_sd if prior.ratio is not None else fallback
             prior = prior._replace(ratio=value, ratio_sd=sd, ratio_typical=value)
-        return replace(
-            cluster,
-            workloads=workloads,
-            prior_ratio=prior.ratio,
-            prior_ratio_sd=prior.ratio_sd,
-            prior_ratio_typical=prior.ratio_typical,
-            prior_best_effort=prior.best_effort,
-            prior_best_effort_sd=prior.best_effort_sd,
-            prior_best_effort_typical=prior.best_effort_typical,
-            prior_best_effort_from=prior.best_effort_from,
-        )
+        return prior.onto(cluster, workloads)
 
     def _expected(
         self,

@@ -33,7 +33,7 @@ from ksched.config.estimate import (
     WorkloadCalibration,
 )
 from ksched.engine.estimate import BEST_EFFORT, FROM_REQUEST, LIMITED, RATIO_KINDS
-from ksched.loop.metrics.across import FigureColumns, FigureTable, OwnFigures
+from ksched.loop.metrics.across import FigureColumns, OwnFigures
 
 # Workloads remembered at once, and how long one is remembered after it last taught.
 WORKLOAD_MEMORY = 4096
@@ -96,9 +96,10 @@ class WorkloadHistory:
     def __init__(self, now: float = 0.0) -> None:
         self._now = now
         self._taught = _Remembered(lambda: self._now, self._forgotten)
-        self._figures = OwnFigures({}, FigureTable.of({}))
-        # The same figures as columns, kept up to date with them.
+        # The figures by workload and as columns, brought up to date at each build, and the
+        # copy last handed out.
         self._columns = FigureColumns()
+        self._figures = self._columns.snapshot()
         # The workloads taught, moved or departed from since the figures were last built (in
         # the order they were first), and those forgotten since: the next build redoes those.
         self._changed: dict[str, None] = {}
@@ -189,21 +190,17 @@ class WorkloadHistory:
         self._now = now
         self._taught.expire()
         if self._changed or self._left:
-            figures = dict(self._figures.figures)
             for workload in self._left:
-                figures.pop(workload, None)
                 self._columns.drop(workload)
             for workload in self._changed:
                 taught = self._taught.get(workload)
                 if taught is None:
-                    figures.pop(workload, None)
                     self._columns.drop(workload)
                     continue
                 if taught.figures is None:
                     taught.figures = _figures(taught)
-                figures[workload] = taught.figures
                 self._columns.set(workload, taught.figures)
-            self._figures = OwnFigures(figures, self._columns.table())
+            self._figures = self._columns.snapshot()
             self._changed.clear()
             self._left.clear()
         return self._figures
