@@ -5,6 +5,7 @@ figures; each workload weighed from them is weighed as one workload alone would 
 
 from __future__ import annotations
 
+import heapq
 import math
 import random
 from dataclasses import replace
@@ -22,6 +23,7 @@ from ksched.loop.metrics.across import (
     FigureTable,
     credibility_k,
     credible,
+    most_measured,
     pair_terms,
     prior_figures,
 )
@@ -67,6 +69,31 @@ def test_columns_set_and_dropped_one_at_a_time_are_the_columns_made_whole(
     empty = np.setdiff1d(np.arange(table.data.shape[1]), list(table.rows.values()))
     assert np.isnan(table.ratio[empty]).all() and np.isnan(table.best_effort[empty]).all()
     assert not table.ratio_pods[empty].any(), "a row no workload holds counts no pods"
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(NAMES), st.one_of(st.none(), calibrations)), max_size=60))
+def test_status_lists_the_most_measured_workloads_as_nlargest_would_and_weighs_only_those(
+    steps: list[tuple[str, WorkloadCalibration | None]],
+) -> None:
+    # Set and dropped in turn, so that rows are reused out of the mapping's order; counts of
+    # 1-6 pods tie often, and a tie is listed in the mapping's order.
+    columns = FigureColumns()
+    for name, set_to in steps:
+        if set_to is None:
+            columns.drop(name)
+        else:
+            columns.set(name, set_to)
+    own = columns.snapshot()
+    weighed = credible(own, 1.0, 300.0)
+    listed = most_measured(weighed, 5)
+    assert len(weighed._made) == len(listed) <= 5, "only the listed workloads are weighed"
+    whole = dict(weighed.items())
+    expected = heapq.nlargest(
+        5, whole.items(), key=lambda item: item[1].ratio_pods + item[1].best_effort_pods
+    )
+    assert listed == expected
+    assert most_measured(whole, 5) == expected
 
 
 def test_a_history_hands_out_its_figures_with_columns_that_agree() -> None:

@@ -12,6 +12,7 @@ is made only when a pod of it is counted (:class:`Weighed`).
 
 from __future__ import annotations
 
+import heapq
 from abc import abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -228,6 +229,25 @@ def _figure(value: np.float64) -> float | None:
 
 def table_of(workloads: Mapping[str, WorkloadCalibration]) -> FigureTable:
     return workloads.table if isinstance(workloads, Tabled) else FigureTable.of(workloads)
+
+
+def most_measured(
+    workloads: Mapping[str, WorkloadCalibration], count: int
+) -> list[tuple[str, WorkloadCalibration]]:
+    """The ``count`` workloads with the most measured pods (both kinds together), most first and
+    in the mapping's order where tied, as ``heapq.nlargest`` would take them; from a table's
+    columns where it has one, so that only those ``count`` are read (a :class:`Weighed` mapping
+    makes a workload's figures on its first read: ``/status`` would otherwise make them all)."""
+    if not isinstance(workloads, Tabled):
+        return heapq.nlargest(
+            count, workloads.items(), key=lambda item: item[1].ratio_pods + item[1].best_effort_pods
+        )
+    table = workloads.table
+    names = list(workloads)
+    rows = np.fromiter((table.rows[name] for name in names), dtype=np.intp, count=len(names))
+    pods = table.ratio_pods[rows] + table.best_effort_pods[rows]
+    # A stable sort of the negated counts keeps the mapping's order among equal ones.
+    return [(names[j], workloads[names[j]]) for j in np.argsort(-pods, kind="stable")[:count].tolist()]
 
 
 def credible(

@@ -16,7 +16,6 @@ Nothing here reads the cluster state or the clock: times come from the caller.
 
 from __future__ import annotations
 
-import heapq
 import statistics
 from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
@@ -33,7 +32,7 @@ from ksched.config.estimate import (
     WorkloadCalibration,
 )
 from ksched.engine.estimate import BEST_EFFORT, FROM_REQUEST, LIMITED, RATIO_KINDS
-from ksched.loop.metrics.across import FigureColumns, OwnFigures
+from ksched.loop.metrics.across import FigureColumns, OwnFigures, most_measured
 
 # Workloads remembered at once, and how long one is remembered after it last taught.
 WORKLOAD_MEMORY = 4096
@@ -334,11 +333,7 @@ def learned_json(resource: str | None, c: Calibration) -> dict[str, Any]:
                 "bestEffortPods": w.best_effort_pods,
                 "warmup": w.warmup_s,
             }
-            for workload, w in heapq.nlargest(
-                STATUS_WORKLOADS,
-                c.workloads.items(),
-                key=lambda item: item[1].ratio_pods + item[1].best_effort_pods,
-            )
+            for workload, w in most_measured(c.workloads, STATUS_WORKLOADS)
         ],
     }
 
