@@ -4,6 +4,7 @@ while its pods arrive stops at once."""
 from __future__ import annotations
 
 import collections
+import dataclasses
 import re
 import shutil
 import signal
@@ -242,6 +243,57 @@ def test_a_stopped_round_stops_creating_its_pods_at_once_rather_than_waiting_out
     assert made < len(s.pods), "it stopped before the arrivals ended (minutes away)"
     time.sleep(0.2)
     assert len(kube.posted) == made, "and created nothing after"
+
+
+class _Controller:
+    """A Kube whose ReplicaSets make their pods from their templates, as
+    kube-controller-manager does, and that records every object posted, by kind."""
+
+    def __init__(self) -> None:
+        self.posted: list[tuple[str, Obj]] = []
+
+    def request(self, method: str, path: str, body: Obj | None = None, **kw: object) -> Response:
+        if method == "POST" and body is not None:
+            self.posted.append((path.rsplit("/", 1)[1], body))
+            return Response(201, orjson.dumps({**body, "metadata": {**body["metadata"], "uid": "u"}}))
+        app = str(kw["query"]["labelSelector"]).removeprefix("app=")  # type: ignore[index]
+        made = [
+            {"metadata": {"name": f"{app}-{i}x", "uid": f"{app}-{i}", **rs["spec"]["template"]["metadata"]}}
+            for kind, rs in self.posted
+            if kind == "replicasets" and rs["metadata"]["name"] == app
+            for i in range(rs["spec"]["replicas"])
+        ]
+        return Response(200, orjson.dumps({"items": made}))
+
+
+@pytest.mark.parametrize("name", ["diverse-deployments", "diverse-best-effort", "mixed-replicasets-diverse"])
+def test_an_arriving_workload_s_pods_are_made_by_its_replicaset_as_a_deployment_s_are(name: str) -> None:
+    """A Deployment's pods are owned from their creation, so a scheduler sees them as one
+    workload when it places them (default topology spreading, ksched's per-workload
+    estimate). The harness creates no bare pod for a controlled scenario whose workloads
+    arrive over minutes: each workload's ReplicaSet, created at its time, makes its pods, and
+    its template is each of the scenario's pods of that workload but for the name."""
+    s = scenario(name, 60, "ns", "ksched", seed=3, rate=5)
+    assert s.arrivals is not None and s.controlled
+    s = dataclasses.replace(s, arrivals=tuple(dataclasses.replace(a, at_s=a.at_s / 1000) for a in s.arrivals))
+    kube = _Controller()
+    arrivals = create_scenario(kube, s, lag_s=0.0)  # type: ignore[arg-type]
+    kinds = collections.Counter(kind for kind, _ in kube.posted)
+    assert kinds["pods"] == 0, "no bare pod"
+    sets = [rs for kind, rs in kube.posted if kind == "replicasets"]
+    assert [rs["metadata"]["name"] for rs in sets] == [
+        s.pods[a.first]["metadata"]["labels"]["app"] for a in s.arrivals
+    ], "one ReplicaSet per workload, in the order they arrive"
+    for a, rs in zip(s.arrivals, sets, strict=True):
+        assert rs["spec"]["replicas"] == a.count
+        template = rs["spec"]["template"]
+        for pod in s.pods[a.first : a.first + a.count]:
+            assert template["spec"] == pod["spec"]
+            assert template["metadata"] == {
+                k: v for k, v in pod["metadata"].items() if k not in ("name", "namespace")
+            }
+    assert len(arrivals.created) == len(s.pods) and len(arrivals.starts) == len(s.arrivals)
+    assert sorted(len(names) for _, names in arrivals.starts) == sorted(a.count for a in s.arrivals)
 
 
 def test_a_run_that_stops_part_way_still_writes_what_it_judged(

@@ -212,9 +212,10 @@ def pause(seconds: float, stop: threading.Event | None = None) -> None:
 def create_scenario(kube: Kube, s: Scenario, lag_s: float, stop: threading.Event | None = None) -> Arrivals:
     """Create the scenario's pods at its rate, or workload by workload at their times; its
     burst, if any, all at once ``lag_s`` after the others (the time the metric needs to show
-    them); for a scenario whose pods a controller owns, the controllers that adopt them; then
-    its herd, if any: ``lag_s`` later its workload's ReplicaSet scaled at once. Each wait
-    ends early with StoppedError once ``stop`` is set."""
+    them); for a scenario whose pods a controller owns, the controllers that adopt them (an
+    arriving workload's make its pods instead, :func:`_create_over_minutes`); then its herd,
+    if any: ``lag_s`` later its workload's ReplicaSet scaled at once. Each wait ends early
+    with StoppedError once ``stop`` is set."""
     if s.arrivals is not None:
         return _create_over_minutes(kube, s, stop)
     steady = s.pods if s.burst_from is None else s.pods[: s.burst_from]
@@ -242,39 +243,58 @@ def create_scenario(kube: Kube, s: Scenario, lag_s: float, stop: threading.Event
 
 
 def _create_over_minutes(kube: Kube, s: Scenario, stop: threading.Event | None) -> Arrivals:
-    """Each workload's pods at once at its time, and its controllers :data:`ADOPTION_DELAY_S`
-    after them (while later workloads are still to come)."""
+    """Each workload at its time. Where controllers own the scenario's pods, its ReplicaSet
+    (and PodDisruptionBudget) is created then and its controller makes the pods, as a
+    Deployment's are made: owned from their creation, so every scheduler's default topology
+    spreading and ksched's per-workload estimate see them as one workload when they are
+    placed. Otherwise the harness creates the workload's pods at once."""
     assert s.arrivals is not None
     owners: dict[str, list[Obj]] = {}
     for obj in controllers(s.pods) if s.controlled else []:
         owners.setdefault(obj["metadata"]["name"], []).append(obj)
     arrivals = Arrivals({}, [])
-    due: list[tuple[float, list[Obj]]] = []
+    made: list[tuple[float, str, int]] = []
     begin = time.time()
     for a in s.arrivals:
         group = s.pods[a.first : a.first + a.count]
-        _create_due(kube, due, begin + a.at_s, stop)
+        pause(begin + a.at_s - time.time(), stop)
         began = time.time()
-        arrivals.created |= create(kube, group, None)
-        arrivals.starts.append((began, [p["metadata"]["name"] for p in group]))
-        due.append((time.time() + ADOPTION_DELAY_S, owners.get(group[0]["metadata"]["labels"]["app"], [])))
+        if s.controlled:
+            app = group[0]["metadata"]["labels"]["app"]
+            for obj in owners.get(app, []):
+                _create(kube, obj)
+            made.append((began, app, a.count))
+        else:
+            arrivals.created |= create(kube, group, None)
+            arrivals.starts.append((began, [p["metadata"]["name"] for p in group]))
+    namespace = s.pods[0]["metadata"]["namespace"] if s.pods else ""
+    for began, app, count in made:
+        pods = _made_by(kube, namespace, app, count, arrivals.created, stop)
+        arrivals.created |= pods
+        arrivals.starts.append((began, list(pods)))
     arrivals.ended = time.time()
-    _create_due(kube, due, None, stop)
     return arrivals
 
 
-def _create_due(
-    kube: Kube, due: list[tuple[float, list[Obj]]], until: float | None, stop: threading.Event | None
-) -> None:
-    """Create the controllers that are due, in order, sleeping until each is, up to ``until``
-    (None: all of them); those due later stay in ``due``."""
-    while due and (until is None or due[0][0] <= until):
-        at, objs = due.pop(0)
-        pause(at - time.time(), stop)
-        for obj in objs:
-            _create(kube, obj)
-    if until is not None:
-        pause(until - time.time(), stop)
+def _made_by(
+    kube: Kube,
+    namespace: str,
+    app: str,
+    count: int,
+    known: dict[str, str],
+    stop: threading.Event | None,
+) -> dict[str, str]:
+    """Wait (up to :data:`SETTLE_TIMEOUT_S`) until the workload ``app`` has ``count`` pods,
+    as its controller makes them; the ones not in ``known``, name -> UID."""
+    deadline = time.monotonic() + SETTLE_TIMEOUT_S
+    while True:
+        pods = kube.request(
+            "GET", f"/api/v1/namespaces/{namespace}/pods", query={"labelSelector": f"app={app}"}
+        ).json()["items"]
+        if len(pods) >= count or time.monotonic() > deadline:
+            break
+        pause(0.5, stop)
+    return {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods if p["metadata"]["name"] not in known}
 
 
 def _scale_up(kube: Kube, s: Scenario, arrivals: Arrivals, stop: threading.Event | None) -> None:
@@ -285,19 +305,7 @@ def _scale_up(kube: Kube, s: Scenario, arrivals: Arrivals, stop: threading.Event
     namespace = s.pods[0]["metadata"]["namespace"]
     began = time.time()
     patch_object(kube, f"{_collection('ReplicaSet', namespace)}/{app}", {"spec": {"replicas": replicas}})
-    deadline = time.monotonic() + SETTLE_TIMEOUT_S
-    while True:
-        pods = kube.request(
-            "GET", f"/api/v1/namespaces/{namespace}/pods", query={"labelSelector": f"app={app}"}
-        ).json()["items"]
-        if len(pods) >= replicas or time.monotonic() > deadline:
-            break
-        pause(0.5, stop)
-    made = {
-        p["metadata"]["name"]: p["metadata"]["uid"]
-        for p in pods
-        if p["metadata"]["name"] not in arrivals.created
-    }
+    made = _made_by(kube, namespace, app, replicas, arrivals.created, stop)
     arrivals.created |= made
     arrivals.starts.append((began, list(made)))
     arrivals.ended = time.time()

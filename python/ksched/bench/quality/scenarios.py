@@ -4,8 +4,9 @@ Owns each scenario's pods (requests, the scheduler each asks for, and the usage 
 load simulation gives them, :mod:`ksched.cluster.load`), their arrival (all at once, at a
 steady rate, or workload by workload over minutes), the node shapes it runs on, and, for the
 scenarios whose pods are owned, the controllers that own them (:func:`controllers`: a
-ReplicaSet per workload, which adopts the pods the harness created and re-creates any that is
-evicted, and a PodDisruptionBudget on every other workload). Promises: a scenario is a pure
+ReplicaSet per workload, which adopts the pods the harness created, or, for workloads arriving
+over minutes, makes them from its template when the workload arrives, as a Deployment's are
+made, and re-creates any that is evicted; and a PodDisruptionBudget on every other workload). Promises: a scenario is a pure
 function of its name, size, seed and the scheduler under test, so every scheduler sees the
 same pods with the same usage; only the oracle's pods also carry what they will use
 (:data:`EXPECTED_CPU`).
@@ -128,7 +129,7 @@ class Scenario:
     # Once its pods exist, a ReplicaSet per workload adopts them (:func:`controllers`).
     controlled: bool = False
     # Workloads arriving over minutes: each group of pods is created at once at its time (the
-    # rate is not used), and adopted by its controllers shortly after; None: at the rate.
+    # rate is not used), by its ReplicaSet where ``controlled``; None: at the rate.
     arrivals: tuple[Arrival, ...] | None = None
     # A herd: once the pods are placed and the metric has shown them, this workload's
     # ReplicaSet is scaled to this many replicas at once, and its controller makes the pods.
