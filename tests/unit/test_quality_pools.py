@@ -247,53 +247,92 @@ def test_a_stopped_round_stops_creating_its_pods_at_once_rather_than_waiting_out
 
 class _Controller:
     """A Kube whose ReplicaSets make their pods from their templates, as
-    kube-controller-manager does, and that records every object posted, by kind."""
+    kube-controller-manager does (a PATCH scales one), and that records every object posted,
+    by kind, with the time it was."""
 
     def __init__(self) -> None:
-        self.posted: list[tuple[str, Obj]] = []
+        self.posted: list[tuple[str, Obj, float]] = []
 
     def request(self, method: str, path: str, body: Obj | None = None, **kw: object) -> Response:
         if method == "POST" and body is not None:
-            self.posted.append((path.rsplit("/", 1)[1], body))
+            self.posted.append((path.rsplit("/", 1)[1], body, time.monotonic()))
             return Response(201, orjson.dumps({**body, "metadata": {**body["metadata"], "uid": "u"}}))
-        app = str(kw["query"]["labelSelector"]).removeprefix("app=")  # type: ignore[index]
+        sets = {rs["metadata"]["name"]: rs for kind, rs, _ in self.posted if kind == "replicasets"}
+        if method == "PATCH" and body is not None:
+            sets[path.rsplit("/", 1)[1]]["spec"]["replicas"] = body["spec"]["replicas"]
+            return Response(200, b"{}")
+        selector = dict(kw.get("query") or {}).get("labelSelector")  # type: ignore[call-overload]
         made = [
             {"metadata": {"name": f"{app}-{i}x", "uid": f"{app}-{i}", **rs["spec"]["template"]["metadata"]}}
-            for kind, rs in self.posted
-            if kind == "replicasets" and rs["metadata"]["name"] == app
+            for app, rs in sets.items()
+            if selector in (None, f"app={app}")
             for i in range(rs["spec"]["replicas"])
         ]
         return Response(200, orjson.dumps({"items": made}))
 
 
-@pytest.mark.parametrize("name", ["diverse-deployments", "diverse-best-effort", "mixed-replicasets-diverse"])
-def test_an_arriving_workload_s_pods_are_made_by_its_replicaset_as_a_deployment_s_are(name: str) -> None:
+@pytest.mark.parametrize(
+    "name",
+    [
+        "diverse-deployments",
+        "diverse-best-effort",
+        "mixed-replicasets-diverse",
+        "slow-start",
+        "synchronized-bursts",
+        "herd",
+        "load-shift",
+        "mixed-replicasets",
+    ],
+)
+def test_a_controlled_scenario_s_pods_are_made_by_their_replicaset_as_a_deployment_s_are(
+    name: str,
+) -> None:
     """A Deployment's pods are owned from their creation, so a scheduler sees them as one
     workload when it places them (default topology spreading, ksched's per-workload
-    estimate). The harness creates no bare pod for a controlled scenario whose workloads
-    arrive over minutes: each workload's ReplicaSet, created at its time, makes its pods, and
-    its template is each of the scenario's pods of that workload but for the name."""
-    s = scenario(name, 60, "ns", "ksched", seed=3, rate=5)
-    assert s.arrivals is not None and s.controlled
-    s = dataclasses.replace(s, arrivals=tuple(dataclasses.replace(a, at_s=a.at_s / 1000) for a in s.arrivals))
+    estimate). The harness creates no bare pod for a scenario whose pods controllers own:
+    each workload's ReplicaSet, created when the workload arrives (at its time, or at its
+    first pod's turn at the rate), makes its pods, and its template is each of the
+    scenario's pods of that workload but for the name."""
+    s = scenario(name, 60, "ns", "ksched", seed=3, rate=100)
+    assert s.controlled
+    if s.arrivals is not None:
+        s = dataclasses.replace(
+            s, arrivals=tuple(dataclasses.replace(a, at_s=a.at_s / 1000) for a in s.arrivals)
+        )
+        firsts = [(a.first, a.count, a.at_s) for a in s.arrivals]
+    else:
+        apps = [p["metadata"]["labels"]["app"] for p in s.pods]
+        starts = [i for i in range(len(apps)) if i == 0 or apps[i] != apps[i - 1]]
+        firsts = [(i, end - i, i / 100) for i, end in zip(starts, [*starts[1:], len(apps)], strict=True)]
     kube = _Controller()
+    began = time.monotonic()
     arrivals = create_scenario(kube, s, lag_s=0.0)  # type: ignore[arg-type]
-    kinds = collections.Counter(kind for kind, _ in kube.posted)
-    assert kinds["pods"] == 0, "no bare pod"
-    sets = [rs for kind, rs in kube.posted if kind == "replicasets"]
-    assert [rs["metadata"]["name"] for rs in sets] == [
-        s.pods[a.first]["metadata"]["labels"]["app"] for a in s.arrivals
+    assert not [body for kind, body, _ in kube.posted if kind == "pods"], "no bare pod"
+    sets = [(rs, at) for kind, rs, at in kube.posted if kind == "replicasets"]
+    assert [rs["metadata"]["name"] for rs, _ in sets] == [
+        s.pods[first]["metadata"]["labels"]["app"] for first, _, _ in firsts
     ], "one ReplicaSet per workload, in the order they arrive"
-    for a, rs in zip(s.arrivals, sets, strict=True):
-        assert rs["spec"]["replicas"] == a.count
+    for (first, count, at_s), (rs, at) in zip(firsts, sets, strict=True):
+        assert at - began >= at_s, "not before its time"
+        herd = s.scale_up is not None and rs["metadata"]["name"] == s.scale_up[0]
+        assert rs["spec"]["replicas"] == (s.scale_up[1] if herd else count)  # type: ignore[index]
         template = rs["spec"]["template"]
-        for pod in s.pods[a.first : a.first + a.count]:
+        for pod in s.pods[first : first + count]:
             assert template["spec"] == pod["spec"]
             assert template["metadata"] == {
                 k: v for k, v in pod["metadata"].items() if k not in ("name", "namespace")
             }
-    assert len(arrivals.created) == len(s.pods) and len(arrivals.starts) == len(s.arrivals)
-    assert sorted(len(names) for _, names in arrivals.starts) == sorted(a.count for a in s.arrivals)
+    herd = (
+        s.scale_up[1] - sum(1 for p in s.pods if p["metadata"]["labels"]["app"] == s.scale_up[0])
+        if s.scale_up
+        else 0
+    )
+    assert len(arrivals.created) == len(s.pods) + herd
+    parts = [len(names) for _, names in arrivals.starts]
+    if s.arrivals is not None:
+        assert sorted(parts) == sorted(a.count for a in s.arrivals), "a part per workload"
+    else:
+        assert parts == [len(s.pods)] + ([herd] if herd else []), "one part, and the herd's"
 
 
 def test_a_run_that_stops_part_way_still_writes_what_it_judged(

@@ -36,9 +36,6 @@ SETTLE_TIMEOUT_S = 300.0
 # the idle cluster recorded (its nodes' own system usage).
 COOL_MARGIN = 0.02
 COOL_TIMEOUT_S = 300.0
-# How long after its last pod is created a scenario's controllers are: kube-controller-manager's
-# pod informer has seen every pod by then, even on a busy machine.
-ADOPTION_DELAY_S = 3.0
 
 
 def ksched_config(path: Path | None, prometheus: str, scheduler_name: str | None = None) -> Obj:
@@ -212,30 +209,27 @@ def pause(seconds: float, stop: threading.Event | None = None) -> None:
 def create_scenario(kube: Kube, s: Scenario, lag_s: float, stop: threading.Event | None = None) -> Arrivals:
     """Create the scenario's pods at its rate, or workload by workload at their times; its
     burst, if any, all at once ``lag_s`` after the others (the time the metric needs to show
-    them); for a scenario whose pods a controller owns, the controllers that adopt them (an
-    arriving workload's make its pods instead, :func:`_create_over_minutes`); then its herd,
-    if any: ``lag_s`` later its workload's ReplicaSet scaled at once. Each wait ends early
-    with StoppedError once ``stop`` is set."""
-    if s.arrivals is not None:
-        return _create_over_minutes(kube, s, stop)
-    steady = s.pods if s.burst_from is None else s.pods[: s.burst_from]
-    began = time.time()
-    arrivals = Arrivals(
-        create(kube, steady, s.rate, stop), [(began, [p["metadata"]["name"] for p in steady])]
-    )
-    if s.burst_from is not None:
-        pause(lag_s, stop)
-        burst = s.pods[s.burst_from :]
-        began = time.time()
-        arrivals.created |= create(kube, burst, None)
-        arrivals.starts.append((began, [p["metadata"]["name"] for p in burst]))
-    arrivals.ended = time.time()
+    them). Where controllers own the pods, each workload's ReplicaSet makes them when the
+    workload arrives (:func:`_made_by_controllers`). Then its herd, if any: ``lag_s`` later
+    its workload's ReplicaSet scaled at once. Each wait ends early with StoppedError once
+    ``stop`` is set."""
     if s.controlled:
-        # A ReplicaSet that syncs before kube-controller-manager has seen all its pods makes
-        # one more, then deletes a surplus pod, which may be one of ours (a pod lost).
-        pause(ADOPTION_DELAY_S, stop)
-        for obj in controllers(s.pods):
-            _create(kube, obj)
+        arrivals = _made_by_controllers(kube, s, stop)
+    elif s.arrivals is not None:
+        arrivals = _create_over_minutes(kube, s, stop)
+    else:
+        steady = s.pods if s.burst_from is None else s.pods[: s.burst_from]
+        began = time.time()
+        arrivals = Arrivals(
+            create(kube, steady, s.rate, stop), [(began, [p["metadata"]["name"] for p in steady])]
+        )
+        if s.burst_from is not None:
+            pause(lag_s, stop)
+            burst = s.pods[s.burst_from :]
+            began = time.time()
+            arrivals.created |= create(kube, burst, None)
+            arrivals.starts.append((began, [p["metadata"]["name"] for p in burst]))
+        arrivals.ended = time.time()
     if s.scale_up is not None:
         pause(lag_s, stop)
         _scale_up(kube, s, arrivals, stop)
@@ -243,35 +237,60 @@ def create_scenario(kube: Kube, s: Scenario, lag_s: float, stop: threading.Event
 
 
 def _create_over_minutes(kube: Kube, s: Scenario, stop: threading.Event | None) -> Arrivals:
-    """Each workload at its time. Where controllers own the scenario's pods, its ReplicaSet
-    (and PodDisruptionBudget) is created then and its controller makes the pods, as a
-    Deployment's are made: owned from their creation, so every scheduler's default topology
-    spreading and ksched's per-workload estimate see them as one workload when they are
-    placed. Otherwise the harness creates the workload's pods at once."""
+    """Each workload's pods at once at its time."""
     assert s.arrivals is not None
-    owners: dict[str, list[Obj]] = {}
-    for obj in controllers(s.pods) if s.controlled else []:
-        owners.setdefault(obj["metadata"]["name"], []).append(obj)
     arrivals = Arrivals({}, [])
-    made: list[tuple[float, str, int]] = []
     begin = time.time()
     for a in s.arrivals:
         group = s.pods[a.first : a.first + a.count]
         pause(begin + a.at_s - time.time(), stop)
         began = time.time()
-        if s.controlled:
-            app = group[0]["metadata"]["labels"]["app"]
-            for obj in owners.get(app, []):
-                _create(kube, obj)
-            made.append((began, app, a.count))
-        else:
-            arrivals.created |= create(kube, group, None)
-            arrivals.starts.append((began, [p["metadata"]["name"] for p in group]))
+        arrivals.created |= create(kube, group, None)
+        arrivals.starts.append((began, [p["metadata"]["name"] for p in group]))
+    arrivals.ended = time.time()
+    return arrivals
+
+
+def _made_by_controllers(kube: Kube, s: Scenario, stop: threading.Event | None) -> Arrivals:
+    """A controlled scenario's pods, made as a Deployment's are: each workload's ReplicaSet
+    (and PodDisruptionBudget, :func:`controllers`) is created when the workload arrives (at
+    its time, or at its first pod's turn at the scenario's rate) and kube-controller-manager
+    makes its pods from the template, so they are owned from their creation, and every
+    scheduler's default topology spreading and ksched's per-workload estimate see them as
+    one workload when they are placed. The scenario's pods stand for what is made: a
+    workload's differ only by name. Workloads arriving over minutes are a part each; at the
+    rate, the scenario is one part."""
+    if s.arrivals is not None:
+        times = [(a.at_s, a.first, a.count) for a in s.arrivals]
+    else:
+        firsts = [
+            i
+            for i, p in enumerate(s.pods)
+            if i == 0 or p["metadata"]["labels"]["app"] != s.pods[i - 1]["metadata"]["labels"]["app"]
+        ]
+        ends = [*firsts[1:], len(s.pods)]
+        times = [(i / s.rate if s.rate else 0.0, i, end - i) for i, end in zip(firsts, ends, strict=True)]
+    owners: dict[str, list[Obj]] = {}
+    for obj in controllers(s.pods):
+        owners.setdefault(obj["metadata"]["name"], []).append(obj)
+    made: list[tuple[float, str, int]] = []
+    begin = time.time()
+    for at_s, first, count in times:
+        pause(begin + at_s - time.time(), stop)
+        app = s.pods[first]["metadata"]["labels"]["app"]
+        made.append((time.time(), app, count))
+        for obj in owners.get(app, []):
+            _create(kube, obj)
     namespace = s.pods[0]["metadata"]["namespace"] if s.pods else ""
-    for began, app, count in made:
-        pods = _made_by(kube, namespace, app, count, arrivals.created, stop)
+    by_app = _made_by(kube, namespace, None, len(s.pods), {}, stop)
+    arrivals = Arrivals({}, [])
+    for began, app, _ in made:
+        pods = by_app.get(app, {})
         arrivals.created |= pods
-        arrivals.starts.append((began, list(pods)))
+        if s.arrivals is not None:
+            arrivals.starts.append((began, list(pods)))
+    if s.arrivals is None:
+        arrivals.starts.append((begin, list(arrivals.created)))
     arrivals.ended = time.time()
     return arrivals
 
@@ -279,22 +298,27 @@ def _create_over_minutes(kube: Kube, s: Scenario, stop: threading.Event | None) 
 def _made_by(
     kube: Kube,
     namespace: str,
-    app: str,
+    app: str | None,
     count: int,
     known: dict[str, str],
     stop: threading.Event | None,
-) -> dict[str, str]:
-    """Wait (up to :data:`SETTLE_TIMEOUT_S`) until the workload ``app`` has ``count`` pods,
-    as its controller makes them; the ones not in ``known``, name -> UID."""
+) -> dict[str, dict[str, str]]:
+    """Wait (up to :data:`SETTLE_TIMEOUT_S`) until the namespace has ``count`` pods of the
+    workload ``app`` (None: of any), as controllers make them; the ones not in ``known``,
+    name -> UID, by their workload (``app`` label)."""
+    query = {} if app is None else {"labelSelector": f"app={app}"}
     deadline = time.monotonic() + SETTLE_TIMEOUT_S
     while True:
-        pods = kube.request(
-            "GET", f"/api/v1/namespaces/{namespace}/pods", query={"labelSelector": f"app={app}"}
-        ).json()["items"]
+        pods = kube.request("GET", f"/api/v1/namespaces/{namespace}/pods", query=query).json()["items"]
         if len(pods) >= count or time.monotonic() > deadline:
             break
         pause(0.5, stop)
-    return {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods if p["metadata"]["name"] not in known}
+    out: dict[str, dict[str, str]] = {}
+    for p in pods:
+        m = p["metadata"]
+        if m["name"] not in known:
+            out.setdefault(str((m.get("labels") or {}).get("app")), {})[m["name"]] = m["uid"]
+    return out
 
 
 def _scale_up(kube: Kube, s: Scenario, arrivals: Arrivals, stop: threading.Event | None) -> None:
@@ -305,7 +329,7 @@ def _scale_up(kube: Kube, s: Scenario, arrivals: Arrivals, stop: threading.Event
     namespace = s.pods[0]["metadata"]["namespace"]
     began = time.time()
     patch_object(kube, f"{_collection('ReplicaSet', namespace)}/{app}", {"spec": {"replicas": replicas}})
-    made = _made_by(kube, namespace, app, replicas, arrivals.created, stop)
+    made = _made_by(kube, namespace, app, replicas, arrivals.created, stop).get(app, {})
     arrivals.created |= made
     arrivals.starts.append((began, list(made)))
     arrivals.ended = time.time()
