@@ -274,7 +274,6 @@ def lost(created: Mapping[str, str], present: Iterable[Obj]) -> list[str]:
 
 def unowned(pods: Iterable[Obj]) -> list[str]:
     """The names of ``pods`` that no controller owns (no ``ownerReferences`` entry with
-    ``controller: true``), sorted: in a scenario whose pods ReplicaSets adopt, a pod its
-    ReplicaSet had not adopted by the end was nobody's to whatever learns per workload or
-    moves pods."""
+    ``controller: true``), sorted: in a scenario whose pods ReplicaSets own, a pod no
+    controller owned by the end was nobody's to whatever learns per workload or moves pods."""
     return sorted(_name(p) for p in pods if controller_of(p) is None)

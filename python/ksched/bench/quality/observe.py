@@ -259,7 +259,10 @@ def _made_by_controllers(kube: Kube, s: Scenario, stop: threading.Event | None) 
     scheduler's default topology spreading and ksched's per-workload estimate see them as
     one workload when they are placed. The scenario's pods stand for what is made: a
     workload's differ only by name. Workloads arriving over minutes are a part each; at the
-    rate, the scenario is one part."""
+    rate, the scenario is one part. (No controlled scenario has a burst.)"""
+    assert s.burst_from is None, "a controlled scenario's burst is not made by its controllers"
+    if not s.pods:
+        return Arrivals({}, [], time.time())
     if s.arrivals is not None:
         times = [(a.at_s, a.first, a.count) for a in s.arrivals]
     else:
@@ -281,8 +284,7 @@ def _made_by_controllers(kube: Kube, s: Scenario, stop: threading.Event | None) 
         made.append((time.time(), app, count))
         for obj in owners.get(app, []):
             _create(kube, obj)
-    namespace = s.pods[0]["metadata"]["namespace"] if s.pods else ""
-    by_app = _made_by(kube, namespace, None, len(s.pods), {}, stop)
+    by_app = _made_by(kube, s.pods[0]["metadata"]["namespace"], None, len(s.pods), {}, stop)
     arrivals = Arrivals({}, [])
     for began, app, _ in made:
         pods = by_app.get(app, {})

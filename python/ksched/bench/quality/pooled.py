@@ -298,7 +298,7 @@ def pooled_round(
             entry = _Entry(name, label, namespace, names, made, placed, pods)
             if plans[i][1].controlled and (orphans := unowned(pods)):
                 results.violations.append(
-                    f"{name}/{label}: {len(orphans)} pods not adopted by their ReplicaSet by the end "
+                    f"{name}/{label}: {len(orphans)} pods no controller owned by the end "
                     f"(first: {orphans[0]}): nothing learned their workload or could move them"
                 )
             figures = _judge(

@@ -4,9 +4,9 @@ Owns each scenario's pods (requests, the scheduler each asks for, and the usage 
 load simulation gives them, :mod:`ksched.cluster.load`), their arrival (all at once, at a
 steady rate, or workload by workload over minutes), the node shapes it runs on, and, for the
 scenarios whose pods are owned, the controllers that own them (:func:`controllers`: a
-ReplicaSet per workload, which adopts the pods the harness created, or, for workloads arriving
-over minutes, makes them from its template when the workload arrives, as a Deployment's are
-made, and re-creates any that is evicted; and a PodDisruptionBudget on every other workload). Promises: a scenario is a pure
+ReplicaSet per workload, which makes its pods from its template when the workload arrives, as
+a Deployment's are made, and re-creates any that is evicted; and a PodDisruptionBudget on
+every other workload). Promises: a scenario is a pure
 function of its name, size, seed and the scheduler under test, so every scheduler sees the
 same pods with the same usage; only the oracle's pods also carry what they will use
 (:data:`EXPECTED_CPU`).
@@ -126,7 +126,7 @@ class Scenario:
     # The pods from this index on arrive all at once (a rollout burst), once the metric has
     # had time to show the ones before (the harness says how long); None: no burst.
     burst_from: int | None = None
-    # Once its pods exist, a ReplicaSet per workload adopts them (:func:`controllers`).
+    # A ReplicaSet per workload makes its pods when the workload arrives (:func:`controllers`).
     controlled: bool = False
     # Workloads arriving over minutes: each group of pods is created at once at its time (the
     # rate is not used), by its ReplicaSet where ``controlled``; None: at the rate.
@@ -263,7 +263,8 @@ def _load_shift(count: int, ns: str, scheduler: str, rng: random.Random) -> list
 def controllers(pods: list[Obj]) -> list[Obj]:
     """A ReplicaSet per workload (the pods' ``app`` label), whose template is its first pod
     and whose replicas are its pods, and a PodDisruptionBudget on every other workload.
-    Created after the pods, a ReplicaSet adopts them instead of making its own."""
+    Created before its pods, a ReplicaSet makes them from its template, so a workload's pods
+    differ only by their names."""
     workloads: dict[str, list[Obj]] = {}
     for p in pods:
         workloads.setdefault(p["metadata"]["labels"]["app"], []).append(p)
