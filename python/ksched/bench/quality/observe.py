@@ -263,30 +263,27 @@ def _made_by_controllers(kube: Kube, s: Scenario, stop: threading.Event | None) 
     assert s.burst_from is None, "a controlled scenario's burst is not made by its controllers"
     if not s.pods:
         return Arrivals({}, [], time.time())
+    app_of = [p["metadata"]["labels"]["app"] for p in s.pods]
     if s.arrivals is not None:
-        times = [(a.at_s, a.first, a.count) for a in s.arrivals]
+        times = [(a.at_s, app_of[a.first]) for a in s.arrivals]
     else:
-        firsts = [
-            i
-            for i, p in enumerate(s.pods)
-            if i == 0 or p["metadata"]["labels"]["app"] != s.pods[i - 1]["metadata"]["labels"]["app"]
-        ]
-        ends = [*firsts[1:], len(s.pods)]
-        times = [(i / s.rate if s.rate else 0.0, i, end - i) for i, end in zip(firsts, ends, strict=True)]
+        firsts: dict[str, int] = {}
+        for i, app in enumerate(app_of):
+            firsts.setdefault(app, i)
+        times = [(i / s.rate if s.rate else 0.0, app) for app, i in firsts.items()]
     owners: dict[str, list[Obj]] = {}
     for obj in controllers(s.pods):
         owners.setdefault(obj["metadata"]["name"], []).append(obj)
-    made: list[tuple[float, str, int]] = []
+    made: list[tuple[float, str]] = []
     begin = time.time()
-    for at_s, first, count in times:
+    for at_s, app in times:
         pause(begin + at_s - time.time(), stop)
-        app = s.pods[first]["metadata"]["labels"]["app"]
-        made.append((time.time(), app, count))
-        for obj in owners.get(app, []):
+        made.append((time.time(), app))
+        for obj in owners[app]:
             _create(kube, obj)
     by_app = _made_by(kube, s.pods[0]["metadata"]["namespace"], None, len(s.pods), {}, stop)
     arrivals = Arrivals({}, [])
-    for began, app, _ in made:
+    for began, app in made:
         pods = by_app.get(app, {})
         arrivals.created |= pods
         if s.arrivals is not None:
