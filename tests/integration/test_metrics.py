@@ -81,7 +81,8 @@ def test_pod_goes_to_the_lowest_prometheus_value(
         assert wait_for(lambda: "fresh" in k.get("/readyz")[1], 30), k.get("/readyz")
         create(kube, [make_pod("lowest-0", ns)])
         assert wait_for(lambda: bound_nodes(kube, ns).get("lowest-0"), 30) == best, k.output()
-        (event,) = scheduled_events(kube, ns)
+        # The Scheduled event is written after the bind, not with it.
+        (event,) = wait_for(lambda: scheduled_events(kube, ns), 10)
         assert "degraded" not in event["note"]
 
 
@@ -133,7 +134,7 @@ def test_prometheus_outage_degrades_then_recovers(
         create(kube, [make_pod("after-0", ns)])
         best = min(NODE_VALUES, key=NODE_VALUES.__getitem__)
         assert wait_for(lambda: bound_nodes(kube, ns).get("after-0"), 30) == best
-        after = [e for e in scheduled_events(kube, ns) if e["regarding"]["name"] == "after-0"]
+        after = wait_for(lambda: events_for(kube, ns, "after-0", "Scheduled"), 10)
         assert after and "degraded" not in after[0]["note"]
 
 
@@ -161,5 +162,5 @@ def test_bad_metric_answers_never_stop_scheduling(
         # A bad answer drops the metric (degraded) rather than making every node "missing".
         assert k.metric('ksched_degraded{reason="metric_unavailable"}') == 1
         assert wait_for(lambda: logged in k.output(), 15), k.output()
-        (event,) = events_for(kube, ns, "still-0", "Scheduled")
+        (event,) = wait_for(lambda: events_for(kube, ns, "still-0", "Scheduled"), 10)
         assert "(degraded: utilization:" in event["note"]

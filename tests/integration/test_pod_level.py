@@ -152,7 +152,7 @@ def test_competing_gangs_one_placed_whole_the_other_not_at_all(
             per_gang = collections.Counter(name.split("-")[0] for name in bound)
             assert sorted(per_gang.values()) == [3], f"one gang whole, none of the other: {bound}"
             loser = ({"alpha", "beta"} - set(per_gang)).pop()
-            events = events_for(kube, ns, f"{loser}-0", "FailedScheduling")
+            events = wait_for(lambda: events_for(kube, ns, f"{loser}-0", "FailedScheduling"), 10)
             assert events and "minMember 3" in events[-1]["note"], events
             # Lowering the loser's minMember to 1 lets its one member that fits go.
             r = kube.request(
@@ -259,7 +259,7 @@ def test_preemption_evicts_a_lower_priority_pod_and_the_preemptor_binds_there(
             assert wait_for(lambda: _bound(kube, ns).get("urgent-0") == node, 60), k.output()
             left = {p["metadata"]["name"] for p in pods_in(kube, ns)}
             assert left == {"low-0", "urgent-0"}, left
-            preempted = events_for(kube, ns, "low-1", "Preempted")
+            preempted = wait_for(lambda: events_for(kube, ns, "low-1", "Preempted"), 10)
             assert preempted and preempted[-1]["note"].endswith(f"on node {node}"), preempted
             assert k.metric("ksched_preemption_victims_total") == 1
 
