@@ -26,6 +26,7 @@ from ksched.bench.quality.figures import (
 )
 from ksched.bench.quality.observe import Arrivals
 from ksched.bench.quality.pooled import count_over_threshold, placed_over_threshold, placing
+from ksched.bench.quality.rebalance import RebalanceFigures
 from ksched.bench.quality.report import table
 from ksched.bench.quality.scenarios import DEFAULT_SCHEDULER, SCENARIOS, scenario
 from ksched.cluster.load import BASE, RAMP_SECONDS
@@ -187,6 +188,16 @@ def test_the_table_gives_each_setups_p99_create_to_bind() -> None:
     ]
     assert figures.bind_waits == {1: 99, 101: 1, 300: 1}, "a few held back, not every pod slow"
     assert "herd / ksched: 1 s: 99, 101 s: 1, 300 s: 1" in table(QualityResults({}, figures=[figures]))
+
+
+def test_the_rebalance_table_shows_the_evictions_after_the_window_apart() -> None:
+    figures = QualityFigures("ksched-rebalance", "synchronized-bursts", 10)
+    figures.rebalance = RebalanceFigures(seconds_to_cool=30.0, evictions=4, evictions_after_window=3)
+    lines = table(QualityResults({}, figures=[figures])).splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("scenario") and "evictions" in line)
+    columns = [c.strip() for c in lines[header].split("  ") if c.strip()]
+    row = lines[header + 1].split()
+    assert columns[3:5] == ["evictions", "after window"] and row[3:5] == ["4", "3"]
 
 
 def test_the_table_counts_the_pods_placed_over_a_threshold_once_each() -> None:

@@ -139,6 +139,22 @@ def test_each_eviction_is_paired_with_a_later_replacement_of_its_workload_once()
             id="budget-and-pending",
         ),
         pytest.param(
+            "an eviction after the last sample is counted apart: it cooled nothing judged, yet "
+            "its budget still counts",
+            [Eviction(45.0, "w-0", "a", "w"), Eviction(200.0, "w-1", "a", "w")],
+            [_pod("w-0", "a", 0.0), _pod("w-1", "a", 0.0), _pod("w-2", "b", 50.0)],
+            [{"a": 0.9, "b": 0.2}] * 3 + [{"a": 0.5, "b": 0.3}],
+            [BudgetSample(210.0, "w", 1, 2)],
+            {
+                "evictions": 1,
+                "evictions_after_window": 1,
+                "evictions_per_node_cooled": 1.0,
+                "moves": [(45.0, "w-0", "a", "b", False)],
+                "pdb_violations": 1,
+            },
+            id="after-the-window",
+        ),
+        pytest.param(
             "no eviction: a node that cooled by itself, nothing to pair",
             [],
             [_pod("w-0", "a", 0.0)],

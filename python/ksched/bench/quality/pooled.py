@@ -551,7 +551,12 @@ def _summary(entry: _Entry, figures: QualityFigures) -> str:
         f"{figures.pending} pending, {figures.pods_per_s} pods/s, "
         f"{figures.replicas_together:.0%} of replicas beside another"
         + (f", {figures.over_threshold} placed over a threshold" if figures.over_threshold else "")
-        + (f", {figures.rebalance.evictions} evictions" if figures.rebalance else "")
+        + (
+            f", {figures.rebalance.evictions} evictions"
+            + (f" (and {n} after the window)" if (n := figures.rebalance.evictions_after_window) else "")
+            if figures.rebalance
+            else ""
+        )
         + (
             f", shadow: {figures.shadow.hot_node_minutes_avoided_estimated:.1f} hot node-min avoided (estimated)"
             if figures.shadow

@@ -5,7 +5,9 @@ been over the threshold for the run's ``hotSamples`` samples in a row (the rebal
 configuration's, :data:`HOT_SAMPLES` by default), as the rebalancer calls a node hot (one noisy sample over the line is not a hot node, for any setup). Figures: the
 seconds from the first hot sample until no node of the pool is hot any more (None while one
 still is at the end),
-the evictions and how many hot nodes ended cool per eviction, the evictions whose replacement
+the evictions within the judged window (its last sample; the audit log runs on until the pool
+is torn down, and a later move can neither cool nor heat a judged minute, so it is counted
+apart) and how many hot nodes ended cool per eviction, the evictions whose replacement
 landed on a node that was hot or became hot within :data:`PINGPONG_WINDOW_S` (ping-pong), the
 PodDisruptionBudgets seen below their desired healthy pods after an eviction of one of their
 pods, and the replacements left pending. Pure functions of what the harness recorded.
@@ -65,6 +67,8 @@ class BudgetSample:
 class RebalanceFigures:
     seconds_to_cool: float | None = None
     evictions: int = 0
+    # Evictions after the last sample, which the figures above do not judge.
+    evictions_after_window: int = 0
     nodes_cooled: int = 0
     evictions_per_node_cooled: float | None = None
     pingpong: int = 0
@@ -147,7 +151,10 @@ def judge_rebalance(
     samples over the line in a row."""
     hot = hot_nodes(values, nodes, threshold, hot_samples)
     figures = RebalanceFigures(seconds_to_cool=seconds_to_cool(times, hot))
-    figures.evictions = len(evictions)
+    # Budgets and pending replacements are judged over every eviction: safety has no window.
+    judged = [e for e in evictions if not times or e.at <= times[-1]]
+    figures.evictions_after_window = len(evictions) - len(judged)
+    figures.evictions = len(judged)
     ever_hot: set[str] = set().union(*hot)
     figures.nodes_cooled = len(ever_hot - (hot[-1] if hot else set()))
     figures.hot_at_end = {
@@ -156,7 +163,7 @@ def judge_rebalance(
     if figures.nodes_cooled:
         figures.evictions_per_node_cooled = round(figures.evictions / figures.nodes_cooled, 2)
     step = times[1] - times[0] if len(times) > 1 else 0.0
-    ordered = sorted(evictions, key=lambda e: e.at)
+    ordered = sorted(judged, key=lambda e: e.at)
     for e, replacement in zip(ordered, replacements(ordered, pods, initial), strict=True):
         target = replacement.node if replacement is not None else None
         pingpong = False

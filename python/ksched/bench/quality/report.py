@@ -22,6 +22,7 @@ REBALANCE_HEADER = (
     "setup",
     "s to cool",
     "evictions",
+    "after window",
     "nodes cooled",
     "evictions/node cooled",
     "ping-pong",
@@ -43,6 +44,7 @@ def _rebalance_row(f: QualityFigures) -> tuple[str, ...]:
         # Never cooled: hot nodes remained at the end.
         "never" if r.seconds_to_cool is None else f"{r.seconds_to_cool:.0f}",
         str(r.evictions),
+        str(r.evictions_after_window),
         str(r.nodes_cooled),
         _optional(r.evictions_per_node_cooled),
         str(r.pingpong),
