@@ -302,9 +302,14 @@ def _run(kube: Kube, sc: Scenario, namespaces: dict[str, dict[str, str]]) -> str
         # It preempted, and its victims went and it was bound before the first poll.
         kube_verdict.nominated = kube_verdict.node
         uid = pending["metadata"]["uid"]
-        failed = [
-            e for e in events_for(kube, ns, name, "FailedScheduling") if e["regarding"].get("uid") == uid
-        ]
+        # kube-scheduler's event recorder writes its events on goroutines of their own: the
+        # failed attempt's event may land after the bind that followed it.
+        failed = wait_for(
+            lambda: [
+                e for e in events_for(kube, ns, name, "FailedScheduling") if e["regarding"].get("uid") == uid
+            ],
+            10,
+        )
         kube_verdict.message = failed[0]["note"] if failed else None
     kube_node, kube_message = kube_verdict.node, kube_verdict.message
     judged = _judged_over(kube_message)

@@ -60,7 +60,8 @@ def test_bare_pod_ksched_cannot_place_is_recreated_for_default_scheduler(
         # Labels kept (the API server adds the node's topology labels on binding).
         assert stuck["metadata"]["labels"].items() <= pod["metadata"]["labels"].items()
         assert pod["metadata"]["annotations"]["ksched.io/handed-off"] == "true"
-        assert k.metric('ksched_fallback_total{reason="handed_off"}') == 1
+        # Counted once the re-create's POST has returned, not when the new pod shows.
+        assert wait_for(lambda: k.metric('ksched_fallback_total{reason="handed_off"}') == 1, 10)
         opted_out = kube.request("GET", f"/api/v1/namespaces/{ns}/pods/kept-0").json()
         assert opted_out["spec"]["schedulerName"] == "ksched" and not opted_out["spec"].get("nodeName")
 
@@ -124,7 +125,8 @@ def test_controller_owned_pod_is_evicted_and_its_replacement_left_to_default_sch
             )
             assert replacement, (k.output(), pods())
             assert replacement[0]["metadata"]["ownerReferences"][0]["uid"] == owner, "the same ReplicaSet"
-            assert k.metric('ksched_fallback_total{reason="handed_off"}') == 1
+            # Counted once the eviction's POST has returned, not when the eviction lands.
+            assert wait_for(lambda: k.metric('ksched_fallback_total{reason="handed_off"}') == 1, 10)
     finally:
         kube.request("DELETE", mwc_path)
         kube.request("DELETE", f"/apis/apps/v1/namespaces/{ns}/deployments/owned")

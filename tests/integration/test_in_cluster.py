@@ -244,7 +244,11 @@ def assert_serves(real: RealCluster, image: str, tag: str, tmp_path: Path) -> No
     pods = wait_ready(real, image)
     names = {p["metadata"]["name"] for p in pods}
     assert wait_for(lambda: leader(real) in names, LEASE_S * 2, 0.5), f"no ksched pod of {names} leads"
-    # The ServiceAccount's token through the `kubernetes` Service: the informers synced.
+    # The ServiceAccount's token through the `kubernetes` Service: the informers synced. The
+    # leader logs its term on a thread of its own once its Lease write has returned.
+    wait_for(
+        lambda: "became the leader" in real.kubectl("-n", NAMESPACE, "logs", leader(real)).stdout, 10, 0.5
+    )
     logs = real.kubectl("-n", NAMESPACE, "logs", leader(real))
     assert "became the leader" in logs.stdout, logs.stdout[-3000:] + logs.stderr
 
@@ -377,6 +381,9 @@ class Arrivals:
         assert not self.errors, self.errors
         uids = {p["metadata"]["uid"] for p in pods}
         assert not [n for n, uid in self.created.items() if uid not in uids], "pods lost"
+        # The last binds' Scheduled events are posted by ksched's writers after the binds.
+        expected = {f"{n} by ksched" for n in self.created}
+        wait_for(lambda: expected <= set(scheduled_by(self.real, self.ns)), 30, 0.5)
         counts = scheduled_by(self.real, self.ns)
         twice = {k: v for k, v in counts.items() if v != 1}
         assert not twice, f"bound more than once: {twice}"

@@ -261,7 +261,8 @@ def test_preemption_evicts_a_lower_priority_pod_and_the_preemptor_binds_there(
             assert left == {"low-0", "urgent-0"}, left
             preempted = wait_for(lambda: events_for(kube, ns, "low-1", "Preempted"), 10)
             assert preempted and preempted[-1]["note"].endswith(f"on node {node}"), preempted
-            assert k.metric("ksched_preemption_victims_total") == 1
+            # Counted once the Preempted event's POST has returned: just after the event shows.
+            assert wait_for(lambda: k.metric("ksched_preemption_victims_total") == 1, 10), k.output()
 
 
 HOLD = "ksched.io/test-hold"

@@ -92,7 +92,8 @@ def test_webhook_leaves_claims_alone_and_hand_off_gives_them_to_default_schedule
             assert pod["metadata"]["annotations"]["ksched.io/handed-off"] == "true"
             assert pod["spec"]["resourceClaims"] == CLAIMS
             assert not events_for(kube, ns, "dra-0", "FailedScheduling"), "handed off, not reported"
-            assert k.metric('ksched_fallback_total{reason="handed_off"}') == 1
+            # Counted once the re-create's POST has returned, not when the new pod shows.
+            assert wait_for(lambda: k.metric('ksched_fallback_total{reason="handed_off"}') == 1, 10)
     finally:
         kube.request("DELETE", MWC_PATH)
 

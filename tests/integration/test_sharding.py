@@ -117,15 +117,29 @@ def test_three_replicas_bind_at_once_each_onto_its_own_nodes_and_survivors_take_
         per_pod = collections.Counter(e["regarding"]["name"] for e in scheduled_events(kube, ns))
         assert set(per_pod.values()) == {1}, "no pod bound twice"
         assert_no_node_overcommitted(kube)
+
         # Each survivor said, on its own Lease, that it counts the victim gone.
-        views = [
-            (e["reportingInstance"], e["regarding"]["kind"], e["note"])
-            for e in kube.request("GET", "/apis/events.k8s.io/v1/namespaces/kube-system/events").json()[
-                "items"
+        def shards_changed() -> list[tuple[str, str, str]]:
+            return [
+                (e["reportingInstance"], e["regarding"]["kind"], e["note"])
+                for e in kube.request("GET", "/apis/events.k8s.io/v1/namespaces/kube-system/events").json()[
+                    "items"
+                ]
+                if e.get("reason") == "KschedShardsChanged"
             ]
-            if e.get("reason") == "KschedShardsChanged"
-        ]
+
         survivors_now = ", ".join(sorted(IDENTITIES[1:]))
+
+        def said_gone() -> set[str]:
+            return {
+                who
+                for who, kind, note in shards_changed()
+                if kind == "Lease" and note.startswith(f"live replicas: {survivors_now} (2)")
+            }
+
+        # Posted in the background once a survivor's view changed: it may land after the binds.
+        wait_for(lambda: said_gone() >= {k.identity for k in survivors}, 10)
+        views = shards_changed()
         for k in survivors:
             assert any(
                 who == k.identity

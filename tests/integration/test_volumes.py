@@ -156,6 +156,9 @@ def test_statefulset_replicas_land_where_their_local_volumes_are(
             }
 
         assert wait_for(lambda: len(placed()) == 3, 90), k.output()
+        # The bind waits for each claim's volumeName (upstream's checkBindings); the PV controller
+        # writes the claim's phase in a later update.
+        wait_for(lambda: all(c["status"].get("phase") == "Bound" for c in _claims(kube, ns).values()), 10)
         claims = _claims(kube, ns)
         volumes = {
             v["metadata"]["name"]: v for v in kube.request("GET", "/api/v1/persistentvolumes").json()["items"]
