@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ from ksched.commands.cli import main
 from ksched.commands.simulate import saturation_text
 from ksched.config import Config, parse_config
 from ksched.engine import Engine, Placement
+from ksched.engine import scheduler as engine_scheduler
 from ksched.engine.cluster_file import ClusterFile
 from ksched.engine.placements import Saturation
 from ksched.engine.saturation import relax_saturated
@@ -319,18 +319,6 @@ def test_explain_shows_saturation(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert "hot: filtered by Metric/load" in out and "hotter: filtered by Metric/load" in out
 
 
-@dataclass
-class SaturatedBatch:
-    """What ``relax_saturated`` reads of a batch: one pod a threshold keeps rejecting."""
-
-    relaxed: dict[int, dict[int, str]] = field(default_factory=dict)
-    passed_over: dict[tuple[int, int], int] = field(default_factory=dict)
-    off: set[tuple[int, int]] = field(default_factory=set)
-
-    def threshold_hits(self, out: object) -> dict[int, dict[int, str]]:
-        return {0: {0: "above"}}
-
-
 # Each run takes ``run_s``; with a deadline of 1 s, the first of 0.6 s leaves time for one
 # more (a margin of 0.4 s for a loaded machine's late wake-up), and that one none.
 @pytest.mark.parametrize(("deadline_s", "run_s", "runs"), [(None, 0.02, 3), (1.0, 0.02, 3), (1.0, 0.6, 2)])
@@ -341,14 +329,46 @@ def test_saturation_reruns_share_the_decision_deadline(
 
     def run(left: float | None) -> tuple[Any, list[str]]:
         given.append(left)
-        if len(given) == 3:
-            batch.off.add((0, 0))  # no node left to let through: the threshold is off
         time.sleep(run_s)
         return {}, []
 
-    batch = SaturatedBatch()
-    metric = parse_config({**CONFIG_HEAD, "metrics": [load_metric("leastLoaded")]}).metrics
-    relax_saturated(batch, metric, run, deadline_s)  # type: ignore[arg-type]
+    # A threshold moves after each of the first two runs; after the third none is left.
+    relax_saturated(run, lambda _out: len(given) < 3, deadline_s)
     assert len(given) == runs and given[0] == deadline_s
     if deadline_s is not None:
         assert all(left is not None and 0 < left <= deadline_s - run_s for left in given[1:])
+
+
+def test_a_herd_over_every_threshold_goes_pod_by_pod_to_the_least_loaded_node_in_a_few_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Forty nodes of four sizes, each over 0.8 already, and a herd of 160 replicas: each
+    # replica goes to the node that reads least with it at its turn, the replicas before it
+    # counted (a quarter core is 0.125 of a 2-core node, 0.016 of a 16-core one), as if
+    # placed one by one. A run let every replica through to one node more, so it took about
+    # one run a replica; the thresholds predicted from each run take a few.
+    rng = np.random.default_rng(7)
+    cores = [2, 4, 8, 16] * 10
+    nodes = [node(f"n{i}", cpu=str(c), memory="64Gi") for i, c in enumerate(cores)]
+    loads = {f"n{i}": float(v) for i, v in enumerate(rng.uniform(0.81, 0.99, len(cores)))}
+    metric = load_metric("leastLoaded", estimate={"resource": "cpu"})
+    herd = [pod(f"web-{j:03d}", cpu="250m") for j in range(160)]
+    runs: list[int] = []
+    sched_core = engine_scheduler._core
+    real = sched_core.schedule
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        runs.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(sched_core, "schedule", counted)
+    got = simulate(config(metric), herd, loads, nodes=nodes)
+    reading = dict(loads)
+    size = dict(zip((n["metadata"]["name"] for n in nodes), cores, strict=True))
+    for p in herd:
+        name = f"default/{p['metadata']['name']}"
+        want = min(reading, key=lambda n: reading[n] + 0.25 / size[n])
+        assert got[name].node == want, name
+        assert got[name].saturation[0].policy == "leastLoaded"
+        reading[want] += 0.25 / size[want]
+    assert len(runs) <= 3

@@ -73,13 +73,14 @@ class Batch:
     relaxed: dict[int, dict[int, str]] = field(default_factory=dict)
     # Per relaxed (slot, metric): how many of the least-loaded nodes over the threshold
     # the relaxed threshold let through and the pod still could not take
-    # (:func:`ksched.engine.saturation.relaxed_load`); ``off``: those with no node left to
+    # (:func:`ksched.engine.saturation.relax_thresholds`); ``off``: those with no node left to
     # let through, whose threshold is off.
     passed_over: dict[tuple[int, int], int] = field(default_factory=dict)
     off: set[tuple[int, int]] = field(default_factory=set)
-    # Per relaxed (slot, metric): the values of the nodes over the pod's threshold, least
-    # loaded first, which depend on the pod alone, not on the run.
-    rejected: dict[tuple[int, int], npt.NDArray[np.float64]] = field(default_factory=dict)
+    # Per relaxed (slot, metric): its relaxed threshold, and where the pods before it in the
+    # batch were predicted to go when it was set (a hash of their nodes).
+    limits: dict[tuple[int, int], float] = field(default_factory=dict)
+    prefixes: dict[tuple[int, int], int] = field(default_factory=dict)
 
     def explain_row(self) -> int | None:
         """The row of the explained pod, None when it has none (or was dropped with its gang)."""

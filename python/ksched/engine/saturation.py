@@ -2,9 +2,9 @@
 
 A pod that every node passing the other filters rejects on a threshold of a metric
 whose ``onSaturation`` is ``leastLoaded`` is placed again in the same batch with that
-threshold raised to the least-loaded rejected node's value, so that node is the one
-that passes (:func:`relax_saturated`, :func:`relaxed_load`); the metric's missing
-policy still applies. Each such pod's placement says so (``Placement.saturation``,
+threshold at the value the least-loaded node over it reads at the pod's turn, so that node
+is the one that passes (:func:`relax_saturated`, :func:`relax_thresholds`,
+:func:`relaxed_load`); the metric's missing policy still applies. Each such pod's placement says so (``Placement.saturation``,
 :func:`note_saturation`), and so does a pod left pending by a threshold.
 
 Owns the fix-point over the batch's reruns and the thresholds it relaxes
@@ -25,7 +25,7 @@ from ksched import _core
 from ksched.config import MetricConfig
 from ksched.core_types import MetricLoad, Outcome
 from ksched.engine.batch import Batch
-from ksched.engine.load import lines_on_nodes, shares
+from ksched.engine.load import allocatable, lines_on_nodes, shares
 from ksched.engine.placements import LEAST_LOADED, Saturation
 from ksched.engine.snapshot import Snapshot, node_thresholds
 
@@ -35,97 +35,144 @@ POD_THRESHOLDS = _core.METRIC_POD_THRESHOLDS
 
 
 def relax_saturated(
-    batch: Batch,
-    metrics: Sequence[MetricConfig],
     run: Callable[[float | None], tuple[Outcome, list[str]]],
+    relax: Callable[[Outcome], bool],
     deadline_s: float | None,
 ) -> tuple[Outcome, list[str]]:
-    """Run the engine (``run``) on the batch until it leaves no pod unplaced that a threshold
-    of a ``leastLoaded`` metric, still on for that pod, rejected some node on: each such pod
-    runs again (``Batch.relaxed``), at its place in the batch, so the pods before it are
-    placed as before, with that threshold at the least-loaded rejected node's value
-    (:func:`relaxed_load`), so that node passes and the more loaded ones do not. Where the pod
-    still cannot go there (another filter rejects it, or the batch's earlier pods loaded it past
-    that value), the threshold lets the next node through, and is off once none is left.
-    Every run relaxes a threshold further and none back, so this ends. The runs share the
-    decision deadline (``deadline_s``, from the first): once it has passed, the last run's
-    outcome stands, and the pods it left pending are retried."""
+    """Run the engine (``run``) on the batch until ``relax`` (:func:`relax_thresholds`) finds
+    no threshold left to relax after a run. The runs share the decision deadline
+    (``deadline_s``, from the first): once it has passed, the last run's outcome stands, and
+    the pods it left pending are retried."""
     started = time.perf_counter()
     left = deadline_s
     while True:
         out, victim_keys = run(left)
-        more = False
-        for slot, hits in batch.threshold_hits(out).items():
-            for m, side in hits.items():
-                if metrics[m].on_saturation != LEAST_LOADED or (slot, m) in batch.off:
-                    continue
-                relaxed = batch.relaxed.setdefault(slot, {})
-                if m in relaxed:
-                    batch.passed_over[slot, m] += 1
-                else:
-                    relaxed[m] = side
-                    batch.passed_over[slot, m] = 0
-                more = True
+        more = relax(out)
         if deadline_s is not None:
             left = deadline_s - (time.perf_counter() - started)
         if not more or (left is not None and left <= 0):
             return out, victim_keys
 
 
-def relaxed_load(
-    load: MetricLoad | None,
+def relax_thresholds(batch: Batch, metrics: Sequence[MetricConfig], snapshot: Snapshot, out: Outcome) -> bool:
+    """After an engine run (``out``) on the batch, relax the threshold of each pod it left
+    unplaced although a threshold of a ``leastLoaded`` metric, still on for that pod, rejected
+    some node: the pod runs again (``Batch.relaxed``), at its place in the batch, so the pods
+    before it are placed as before, with that threshold at the value the least-loaded node
+    over it will read at the pod's turn, as the metric filter reads it (the pod's estimate
+    added), so that node passes and the more loaded ones do not. Returns whether any threshold
+    moved (another run is due).
+
+    What a node reads at a pod's turn depends on the pods placed before it in the batch, whose
+    estimates the engine adds as it places them. It is predicted from this run: the pods this
+    run placed before it where they went, each pod relaxed now where its own threshold lets it
+    go. So a herd of pods saturating the nodes is placed in a few runs, not one run per pod,
+    as when each run only let every pod through to the next node. Where a pod still cannot go
+    to its node although the pods before it went where predicted (another filter rejects it
+    there), its threshold lets the next node through, and is off once none is left; where they
+    went elsewhere, its threshold is predicted again from where they went. So each run places
+    the first pod left, or lets it through to one node more, and this ends."""
+    hits = batch.threshold_hits(out)
+    todo: dict[int, dict[int, str]] = {}
+    for slot, sides in hits.items():
+        kept = {
+            m: side
+            for m, side in sides.items()
+            if metrics[m].on_saturation == LEAST_LOADED and (slot, m) not in batch.off
+        }
+        if kept:
+            todo[slot] = kept
+    inputs = batch.inputs
+    if not todo or inputs is None or inputs.load is None:
+        return False  # a threshold hit takes load inputs: nothing left to relax
+    load = inputs.load
+    width = len(metrics)
+    nodes = np.asarray(out["nodes"], dtype=np.int64)
+    # Each metric's values as the filter reads them at the row walked, and the estimate
+    # resource's allocatable of each node (None: the metric's estimate adds nothing).
+    values = inputs.values.reshape(snapshot.count, width)
+    reading = [np.where(np.isfinite(values[:, k]), values[:, k], np.nan) for k in range(width)]
+    capacity = [
+        allocatable(snapshot, m.estimate.resource) if m.estimate is not None else None for m in metrics
+    ]
+    # Where each row goes: as this run placed it, a relaxed pod where its threshold lets it go.
+    placed = nodes.copy()
+    lines: dict[tuple[int, float, float], tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]] = {}
+    for j, row in enumerate(batch.rows):
+        for m, side in todo.get(row.slot, {}).items():
+            key, at = (row.slot, m), j * width + m
+            relaxed = batch.relaxed.setdefault(row.slot, {})
+            if m not in relaxed:
+                relaxed[m] = side
+                batch.passed_over[key] = 0
+            elif batch.prefixes.get(key) == hash(nodes[:j].tobytes()):
+                # The pods before it went where predicted, and it still could not go there.
+                batch.passed_over[key] += 1
+            line = (m, float(load["pod_above"][at]), float(load["pod_below"][at]))
+            if line not in lines:
+                lines[line] = lines_on_nodes(snapshot, metrics[m].name, line[1], line[2])
+            seen = reading[m]
+            own = _pod_shares(load, metrics[m], snapshot, at, width)
+            if own is not None:
+                seen = seen + own
+            node = _relax(batch, key, seen, lines[line], side)
+            batch.prefixes[key] = hash(placed[:j].tobytes())
+            placed[j] = -1 if node is None else node
+        node = int(placed[j])
+        if node < 0:
+            continue
+        for k in range(width):
+            alloc = capacity[k]
+            if alloc is not None and alloc[node] > 0:
+                reading[k][node] += float(load["amounts"][j * width + k]) / alloc[node]
+    return True
+
+
+def _relax(
     batch: Batch,
-    metrics: Sequence[MetricConfig],
-    snapshot: Snapshot,
-    values: npt.NDArray[np.float64] | None,
-) -> MetricLoad | None:
+    key: tuple[int, int],
+    seen: npt.NDArray[np.float64],
+    lines: tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]],
+    side: str,
+) -> int | None:
+    """Set the relaxed threshold of pod and metric ``key`` at the ``passed_over``-th
+    least-loaded of the values ``seen`` (each node's, as the metric filter would read it with
+    the pod) past its ``lines`` (``above``, ``below``) on ``side``, or turn it off where there
+    is none; returns a node that reads that value (None: off)."""
+    over = seen > lines[0] if side == "above" else seen < lines[1]
+    candidates = seen[over]
+    passed_over = batch.passed_over[key]
+    if passed_over == 0 and len(candidates):
+        # The least loaded, without sorting them all (most runs relax a pod only once).
+        limit = float(candidates.min() if side == "above" else candidates.max())
+    else:
+        distinct = np.unique(candidates)
+        if side != "above":
+            distinct = distinct[::-1]
+        if passed_over >= len(distinct):
+            batch.off.add(key)
+            batch.limits.pop(key, None)
+            return None
+        limit = float(distinct[passed_over])
+    batch.limits[key] = limit
+    return int(np.flatnonzero(over & (seen == limit))[0])
+
+
+def relaxed_load(load: MetricLoad | None, batch: Batch) -> MetricLoad | None:
     """``load`` with each relaxed pod's threshold of each relaxed metric (``Batch.relaxed``)
-    at the value of the least-loaded node it rejected, past the ``passed_over`` ones (the
-    node's own thresholds no longer apply to the pod there): only that node passes of
-    those over the threshold. The missing policy still applies. A pod is relaxed only after
-    a threshold rejected a node for it, which takes metric values and load inputs."""
-    if not batch.relaxed or load is None or values is None:
+    at its relaxed value (:func:`relax_thresholds`; the node's own thresholds no longer apply
+    to the pod), or off. The missing policy still applies. A pod is relaxed only after a
+    threshold rejected a node for it, which takes metric values and load inputs."""
+    if not batch.relaxed or load is None:
         return load
-    m = len(metrics)
+    m = len(load["incoming"])
     exempt, above, below = load["exempt"].copy(), load["pod_above"].copy(), load["pod_below"].copy()
     for j, row in enumerate(batch.rows):
         for k, side in batch.relaxed.get(row.slot, {}).items():
             at = j * m + k
-            rejected = batch.rejected.get((row.slot, k))
-            if rejected is None:
-                rejected = _rejected_values(load, metrics[k], snapshot, values[:, k], at, m, side)
-                batch.rejected[row.slot, k] = rejected
-            passed_over = batch.passed_over[row.slot, k]
-            limit = math.nan
-            if passed_over < len(rejected):
-                limit = float(rejected[passed_over])
-            else:
-                batch.off.add((row.slot, k))
             exempt[at] = POD_THRESHOLDS
-            (above if side == "above" else below)[at] = limit
+            (above if side == "above" else below)[at] = batch.limits.get((row.slot, k), math.nan)
     return {**load, "exempt": exempt, "pod_above": above, "pod_below": below}
-
-
-def _rejected_values(
-    load: MetricLoad,
-    metric: MetricConfig,
-    snapshot: Snapshot,
-    column: npt.NDArray[np.float64],
-    at: int,
-    m: int,
-    side: str,
-) -> npt.NDArray[np.float64]:
-    """The values, as the metric filter sees them for pod and metric ``at`` (the pod's
-    estimate added where it counts), of the nodes over its threshold on ``side``, distinct,
-    least loaded first."""
-    seen = np.array(column, dtype=np.float64)
-    own = _pod_shares(load, metric, snapshot, at, m)
-    if own is not None:
-        seen += own
-    above, below = lines_on_nodes(snapshot, metric.name, load["pod_above"][at], load["pod_below"][at])
-    if side == "above":
-        return np.unique(seen[seen > above])
-    return np.unique(seen[seen < below])[::-1]
 
 
 def _pod_shares(

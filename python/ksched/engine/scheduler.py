@@ -51,7 +51,7 @@ from ksched.engine.messages import (
 from ksched.engine.placements import LEAST_LOADED, BatchResult, Placement
 from ksched.engine.pod_level import SpreadConstraint
 from ksched.engine.requirements import PodRequirements, requirements
-from ksched.engine.saturation import note_saturation, relax_saturated, relaxed_load
+from ksched.engine.saturation import note_saturation, relax_saturated, relax_thresholds, relaxed_load
 from ksched.engine.selectors import added_affinity, prefilter_node_names
 from ksched.engine.snapshot import Snapshot
 from ksched.engine.verdicts import explanation_of, read_verdicts
@@ -144,7 +144,8 @@ class Engine:
         )
         run = partial(call, deadline_s)
         if any(m.on_saturation == LEAST_LOADED for m in metrics):
-            run = partial(relax_saturated, batch, metrics, call, deadline_s)
+            relax = partial(relax_thresholds, batch, metrics, snapshot)
+            run = partial(relax_saturated, call, relax, deadline_s)
         out, victim_keys = place_whole_gangs(batch, groups or {}, run)
         read_verdicts(snapshot, batch, out, victim_keys)
         if metrics:
@@ -279,7 +280,7 @@ class Engine:
             inputs = batch.inputs = self._compiled(
                 snapshot, batch, metrics, metric_values, nominated, moved, caution
             )
-        load = relaxed_load(inputs.load, batch, metrics, snapshot, metric_values)
+        load = relaxed_load(inputs.load, batch)
         started = time.perf_counter()
         out = _core.schedule(
             inputs.nodes,
