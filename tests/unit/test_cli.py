@@ -231,6 +231,24 @@ def test_bench_load_model_times_each_cycles_values_with_the_horizon_full(
     assert "runs in-process" in capsys.readouterr().err
 
 
+def test_bench_saturated_herd_places_each_replica_on_the_least_loaded_node_in_a_few_runs(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``ksched bench --workload saturated-herd``: a herd's batch onto nodes all over the line
+    goes, replica by replica, to the node that reads least with it, in a few engine runs (one
+    run a replica before the reruns were predicted)."""
+    args = ["bench", "--workload", "saturated-herd", "--nodes", "40", "--pods", "120"]
+    assert main([*args, "--json"]) == 0
+    f = json.loads(capsys.readouterr().out)
+    assert f["placed"] == f["least_loaded"] == 120 and f["runs"] <= 3
+    assert main([*args, "--mixed-requests", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["placed"] == 120
+    assert main(args) == 0
+    assert "on the node that read least with them at their turn" in capsys.readouterr().out
+    assert main([*args, "--quality"]) == 2
+    assert "runs in-process" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

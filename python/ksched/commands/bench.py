@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ksched.commands.bench_options import LOAD_MODEL, add_options
+from ksched.commands.bench_options import LOAD_MODEL, SATURATED_HERD, add_options
 from ksched.commands.exit_codes import EXIT_BAD_INPUT, EXIT_OK, EXIT_UNPLACED, EXIT_VIOLATED
 from ksched.errors import KschedError
 
@@ -118,6 +118,25 @@ def _load_model(args: argparse.Namespace, modes: list[str]) -> int:
     return EXIT_OK
 
 
+def _saturated_herd(args: argparse.Namespace, modes: list[str]) -> int:
+    """``--workload saturated-herd``; ``modes``: the mode flags given (none may be)."""
+    from ksched.bench.saturation import describe, run_saturation_bench
+
+    if modes:
+        print(
+            f"ksched bench: --workload {SATURATED_HERD} runs in-process, without {modes[0]}", file=sys.stderr
+        )
+        return EXIT_BAD_INPUT
+    nodes = 800 if args.nodes is None else args.nodes
+    pods = 300 if args.pods is None else args.pods
+    if nodes < 1 or pods < 1:
+        print("ksched bench: --nodes and --pods must be at least 1", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    figures = run_saturation_bench(nodes, pods, args.seed, args.mixed_requests)
+    print(json.dumps(figures.as_json(), indent=2) if args.json else describe(figures))
+    return EXIT_OK
+
+
 def _bench(args: argparse.Namespace, cli: Callable[[list[str]], int]) -> int:
     from ksched.bench.engine import PREEMPTION, run_bench, run_pod_level_bench, run_preemption_bench
 
@@ -127,6 +146,8 @@ def _bench(args: argparse.Namespace, cli: Callable[[list[str]], int]) -> int:
         return EXIT_BAD_INPUT
     if args.workload == LOAD_MODEL:
         return _load_model(args, modes)
+    if args.workload == SATURATED_HERD:
+        return _saturated_herd(args, modes)
     if args.chaos:
         return _chaos(args)
     if args.hostile:

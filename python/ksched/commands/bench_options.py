@@ -13,6 +13,8 @@ import argparse
 
 # ``--workload``: the load model's cost a cycle (:mod:`ksched.bench.load_model`).
 LOAD_MODEL = "load-model"
+# ``--workload``: a herd's batch onto nodes all over a threshold (:mod:`ksched.bench.saturation`).
+SATURATED_HERD = "saturated-herd"
 
 
 def add_options(parser: argparse.ArgumentParser) -> None:
@@ -61,12 +63,20 @@ def _engine_options(parser: argparse.ArgumentParser) -> None:
             "preferred-spread",
             "preemption",
             LOAD_MODEL,
+            SATURATED_HERD,
         ),
         default="mixed",
         help="mixed (default): node-level constraints and metrics; load-model: what building the "
         "learned estimate's values costs a cycle (--nodes, default 1000; --batch-size binds a cycle, "
-        "default 10); the others mirror kube-scheduler's scheduler_perf cases (required "
+        "default 10); saturated-herd: a herd's batch onto nodes all over onSaturation: leastLoaded's "
+        "threshold, its engine runs and time (--nodes, default 800; --pods, default 300; --mixed-requests); "
+        "the others mirror kube-scheduler's scheduler_perf cases (required "
         "anti-affinity, preferred affinity, topology spread, preferred topology spread, PreemptionBasic)",
+    )
+    parser.add_argument(
+        "--mixed-requests",
+        action="store_true",
+        help="--workload saturated-herd: replicas of 250m, 500m and 1 core in turn (default all 500m)",
     )
     parser.add_argument(
         "--scale",
