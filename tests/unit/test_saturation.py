@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 import yaml
 
+from ksched import _core as sched_core
 from ksched.commands.cli import main
 from ksched.commands.simulate import saturation_text
 from ksched.config import Config, parse_config
 from ksched.engine import Engine, Placement
-from ksched.engine import scheduler as engine_scheduler
 from ksched.engine.cluster_file import ClusterFile
 from ksched.engine.placements import Saturation
 from ksched.engine.saturation import relax_saturated
@@ -330,13 +330,17 @@ def test_saturation_reruns_share_the_decision_deadline(
     def run(left: float | None) -> tuple[Any, list[str]]:
         given.append(left)
         time.sleep(run_s)
-        return {}, []
+        return {"nodes": np.array([-1, 3])}, []
 
-    # A threshold moves after each of the first two runs; after the third none is left.
-    relax_saturated(run, lambda _out: len(given) < 3, deadline_s)
+    # Row 0's threshold moves after each of the first two runs; after the third none is left.
+    out, _ = relax_saturated(run, lambda _out: [0] if len(given) < 3 else [], deadline_s)
     assert len(given) == runs and given[0] == deadline_s
     if deadline_s is not None:
         assert all(left is not None and 0 < left <= deadline_s - run_s for left in given[1:])
+    # Cut short by the deadline while its threshold was still being relaxed, the pod is retried
+    # as one the engine's deadline cut (without metrics), not left pending; row 1 stands.
+    cut = runs < 3
+    assert out["nodes"].tolist() == ([sched_core.NOT_ATTEMPTED, 3] if cut else [-1, 3])
 
 
 def test_a_herd_over_every_threshold_goes_pod_by_pod_to_the_least_loaded_node_in_a_few_runs(
@@ -354,7 +358,6 @@ def test_a_herd_over_every_threshold_goes_pod_by_pod_to_the_least_loaded_node_in
     metric = load_metric("leastLoaded", estimate={"resource": "cpu"})
     herd = [pod(f"web-{j:03d}", cpu="250m") for j in range(160)]
     runs: list[int] = []
-    sched_core = engine_scheduler._core
     real = sched_core.schedule
 
     def counted(*args: Any, **kwargs: Any) -> Any:

@@ -36,32 +36,40 @@ POD_THRESHOLDS = _core.METRIC_POD_THRESHOLDS
 
 def relax_saturated(
     run: Callable[[float | None], tuple[Outcome, list[str]]],
-    relax: Callable[[Outcome], bool],
+    relax: Callable[[Outcome], list[int]],
     deadline_s: float | None,
 ) -> tuple[Outcome, list[str]]:
     """Run the engine (``run``) on the batch until ``relax`` (:func:`relax_thresholds`) finds
     no threshold left to relax after a run. The runs share the decision deadline
-    (``deadline_s``, from the first): once it has passed, the last run's outcome stands, and
-    the pods it left pending are retried."""
+    (``deadline_s``, from the first): once it has passed, the last run's outcome stands, but
+    for the pods whose thresholds were still being relaxed (the rows ``relax`` returned): they
+    were not decided in time, and are retried (without metrics) as a pod the engine's deadline
+    cut, not left pending by a threshold that was to let them through."""
     started = time.perf_counter()
     left = deadline_s
     while True:
         out, victim_keys = run(left)
-        more = relax(out)
+        rows = relax(out)
         if deadline_s is not None:
             left = deadline_s - (time.perf_counter() - started)
-        if not more or (left is not None and left <= 0):
+        if not rows:
             return out, victim_keys
+        if left is not None and left <= 0:
+            nodes = np.array(out["nodes"], copy=True)
+            nodes[rows] = _core.NOT_ATTEMPTED
+            return {**out, "nodes": nodes}, victim_keys
 
 
-def relax_thresholds(batch: Batch, metrics: Sequence[MetricConfig], snapshot: Snapshot, out: Outcome) -> bool:
+def relax_thresholds(
+    batch: Batch, metrics: Sequence[MetricConfig], snapshot: Snapshot, out: Outcome
+) -> list[int]:
     """After an engine run (``out``) on the batch, relax the threshold of each pod it left
     unplaced although a threshold of a ``leastLoaded`` metric, still on for that pod, rejected
     some node: the pod runs again (``Batch.relaxed``), at its place in the batch, so the pods
     before it are placed as before, with that threshold at the value the least-loaded node
     over it will read at the pod's turn, as the metric filter reads it (the pod's estimate
-    added), so that node passes and the more loaded ones do not. Returns whether any threshold
-    moved (another run is due).
+    added), so that node passes and the more loaded ones do not. Returns the rows whose
+    thresholds moved (none: no run is due).
 
     What a node reads at a pod's turn depends on the pods placed before it in the batch, whose
     estimates the engine adds as it places them. It is predicted from this run: the pods this
@@ -70,8 +78,10 @@ def relax_thresholds(batch: Batch, metrics: Sequence[MetricConfig], snapshot: Sn
     as when each run only let every pod through to the next node. Where a pod still cannot go
     to its node although the pods before it went where predicted (another filter rejects it
     there), its threshold lets the next node through, and is off once none is left; where they
-    went elsewhere, its threshold is predicted again from where they went. So each run places
-    the first pod left, or lets it through to one node more, and this ends."""
+    went elsewhere, its threshold is predicted again from where they went, but for the first
+    pod left, which is let through to the next node all the same. So each run places the first
+    pod left, or relaxes it for the first time, or lets it through to one node more, and this
+    ends whether or not the engine places the pods before it alike."""
     hits = batch.threshold_hits(out)
     todo: dict[int, dict[int, str]] = {}
     for slot, sides in hits.items():
@@ -84,7 +94,7 @@ def relax_thresholds(batch: Batch, metrics: Sequence[MetricConfig], snapshot: Sn
             todo[slot] = kept
     inputs = batch.inputs
     if not todo or inputs is None or inputs.load is None:
-        return False  # a threshold hit takes load inputs: nothing left to relax
+        return []  # a threshold hit takes load inputs: nothing left to relax
     load = inputs.load
     width = len(metrics)
     nodes = np.asarray(out["nodes"], dtype=np.int64)
@@ -97,6 +107,7 @@ def relax_thresholds(batch: Batch, metrics: Sequence[MetricConfig], snapshot: Sn
     ]
     # Where each row goes: as this run placed it, a relaxed pod where its threshold lets it go.
     placed = nodes.copy()
+    relaxed_rows: list[int] = []
     lines: dict[tuple[int, float, float], tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]] = {}
     for j, row in enumerate(batch.rows):
         for m, side in todo.get(row.slot, {}).items():
@@ -105,8 +116,9 @@ def relax_thresholds(batch: Batch, metrics: Sequence[MetricConfig], snapshot: Sn
             if m not in relaxed:
                 relaxed[m] = side
                 batch.passed_over[key] = 0
-            elif batch.prefixes.get(key) == hash(nodes[:j].tobytes()):
-                # The pods before it went where predicted, and it still could not go there.
+            elif not relaxed_rows or batch.prefixes.get(key) == hash(nodes[:j].tobytes()):
+                # The first pod left, or the pods before it went where predicted: it still
+                # could not go there.
                 batch.passed_over[key] += 1
             line = (m, float(load["pod_above"][at]), float(load["pod_below"][at]))
             if line not in lines:
@@ -118,6 +130,8 @@ def relax_thresholds(batch: Batch, metrics: Sequence[MetricConfig], snapshot: Sn
             node = _relax(batch, key, seen, lines[line], side)
             batch.prefixes[key] = hash(placed[:j].tobytes())
             placed[j] = -1 if node is None else node
+        if row.slot in todo:
+            relaxed_rows.append(j)
         node = int(placed[j])
         if node < 0:
             continue
@@ -125,7 +139,7 @@ def relax_thresholds(batch: Batch, metrics: Sequence[MetricConfig], snapshot: Sn
             alloc = capacity[k]
             if alloc is not None and alloc[node] > 0:
                 reading[k][node] += float(load["amounts"][j * width + k]) / alloc[node]
-    return True
+    return relaxed_rows
 
 
 def _relax(
