@@ -20,7 +20,7 @@ from ksched.config import Config, parse_config
 from ksched.engine import Engine, Placement
 from ksched.engine.cluster_file import ClusterFile
 from ksched.engine.placements import Saturation
-from ksched.engine.saturation import relax_saturated
+from ksched.engine.saturation import BAND, banded, relax_saturated
 from ksched.engine.simulation import run_simulation
 from ksched.engine.snapshot import build_snapshot
 from ksched.loop.metrics.recent_pods import RecentPods
@@ -343,12 +343,12 @@ def test_saturation_reruns_share_the_decision_deadline(
     assert out["nodes"].tolist() == ([sched_core.NOT_ATTEMPTED, 3] if cut else [-1, 3])
 
 
-def test_a_herd_over_every_threshold_goes_pod_by_pod_to_the_least_loaded_node_in_a_few_runs(
+def test_a_herd_over_every_threshold_goes_pod_by_pod_to_the_least_loaded_nodes_in_a_few_runs(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Forty nodes of four sizes, each over 0.8 already, and a herd of 160 replicas: each
-    # replica goes to the node that reads least with it at its turn, the replicas before it
-    # counted (a quarter core is 0.125 of a 2-core node, 0.016 of a 16-core one), as if
+    # replica goes to the node that reads least with it at its turn, or one within a hundredth
+    # of it, the replicas before it counted (a quarter core is 0.125 of a 2-core node, 0.016 of a 16-core one), as if
     # placed one by one. A run let every replica through to one node more, so it took about
     # one run a replica; the thresholds predicted from each run take a few.
     rng = np.random.default_rng(7)
@@ -370,8 +370,10 @@ def test_a_herd_over_every_threshold_goes_pod_by_pod_to_the_least_loaded_node_in
     size = dict(zip((n["metadata"]["name"] for n in nodes), cores, strict=True))
     for p in herd:
         name = f"default/{p['metadata']['name']}"
-        want = min(reading, key=lambda n: reading[n] + 0.25 / size[n])
-        assert got[name].node == want, name
-        assert got[name].saturation[0].policy == "leastLoaded"
-        reading[want] += 0.25 / size[want]
+        at = got[name].node
+        assert at is not None and got[name].saturation[0].policy == "leastLoaded", name
+        least = min(reading[n] + 0.25 / size[n] for n in reading)
+        # Within the relaxed threshold's band: a hundredth of the least loaded value.
+        assert least <= reading[at] + 0.25 / size[at] <= banded(least, "above") <= least * (1 + BAND), name
+        reading[at] += 0.25 / size[at]
     assert len(runs) <= 3

@@ -81,6 +81,8 @@ class Batch:
     # batch were predicted to go when it was set (a hash of their nodes).
     limits: dict[tuple[int, int], float] = field(default_factory=dict)
     prefixes: dict[tuple[int, int], int] = field(default_factory=dict)
+    # The first pod (by slot) the last rerun relaxed.
+    first_left: int | None = None
 
     def explain_row(self) -> int | None:
         """The row of the explained pod, None when it has none (or was dropped with its gang)."""

@@ -32,6 +32,12 @@ from ksched.engine.snapshot import Snapshot, node_thresholds
 # ``MetricLoad``'s ``exempt``: only the pod's own thresholds apply (a relaxed pod's), not the
 # nodes'; the metric's missing policy still does.
 POD_THRESHOLDS = _core.METRIC_POD_THRESHOLDS
+# A relaxed threshold lets through the nodes within this share of the least-loaded value (on a
+# grid of such steps, so that pods whose least-loaded values are alike share one threshold):
+# the other scores choose among nodes that close, and a rerun's prediction is not undone by
+# another pod moving a node's value by a hair.
+BAND = 0.01
+_LOG_BAND = math.log1p(BAND)
 
 
 def relax_saturated(
@@ -68,20 +74,21 @@ def relax_thresholds(
     some node: the pod runs again (``Batch.relaxed``), at its place in the batch, so the pods
     before it are placed as before, with that threshold at the value the least-loaded node
     over it will read at the pod's turn, as the metric filter reads it (the pod's estimate
-    added), so that node passes and the more loaded ones do not. Returns the rows whose
-    thresholds moved (none: no run is due).
+    added), moved out to the next step of a grid ``BAND`` apart in ratio (:func:`banded`):
+    that node passes, and so do those within a hundredth of its value, and the more loaded ones
+    do not. Returns the rows whose thresholds moved (none: no run is due).
 
     What a node reads at a pod's turn depends on the pods placed before it in the batch, whose
     estimates the engine adds as it places them. It is predicted from this run: the pods this
     run placed before it where they went, each pod relaxed now where its own threshold lets it
     go. So a herd of pods saturating the nodes is placed in a few runs, not one run per pod,
     as when each run only let every pod through to the next node. Where a pod still cannot go
-    to its node although the pods before it went where predicted (another filter rejects it
-    there), its threshold lets the next node through, and is off once none is left; where they
-    went elsewhere, its threshold is predicted again from where they went, but for the first
-    pod left, which is let through to the next node all the same. So each run places the first
-    pod left, or relaxes it for the first time, or lets it through to one node more, and this
-    ends whether or not the engine places the pods before it alike."""
+    to a node of its band although the pods before it went where predicted (another filter
+    rejects it there), its threshold lets it through to the next band, and is off once none is
+    left; where they went elsewhere, its threshold is predicted again from where they went,
+    unless it is the first pod left after two runs in a row, which moves on all the same. So
+    every other run at most places the first pod left, relaxes it for the first time, or moves
+    it on, and this ends whether or not the engine places the pods before it alike."""
     hits = batch.threshold_hits(out)
     todo: dict[int, dict[int, str]] = {}
     for slot, sides in hits.items():
@@ -116,9 +123,11 @@ def relax_thresholds(
             if m not in relaxed:
                 relaxed[m] = side
                 batch.passed_over[key] = 0
-            elif not relaxed_rows or batch.prefixes.get(key) == hash(nodes[:j].tobytes()):
-                # The first pod left, or the pods before it went where predicted: it still
-                # could not go there.
+            elif (not relaxed_rows and batch.first_left == row.slot) or batch.prefixes.get(key) == hash(
+                nodes[:j].tobytes()
+            ):
+                # The first pod left two runs in a row, or the pods before it went where
+                # predicted: it still could not go to a node of its band.
                 batch.passed_over[key] += 1
             line = (m, float(load["pod_above"][at]), float(load["pod_below"][at]))
             if line not in lines:
@@ -131,6 +140,8 @@ def relax_thresholds(
             batch.prefixes[key] = hash(placed[:j].tobytes())
             placed[j] = -1 if node is None else node
         if row.slot in todo:
+            if not relaxed_rows:
+                batch.first_left = row.slot
             relaxed_rows.append(j)
         node = int(placed[j])
         if node < 0:
@@ -149,27 +160,48 @@ def _relax(
     lines: tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]],
     side: str,
 ) -> int | None:
-    """Set the relaxed threshold of pod and metric ``key`` at the ``passed_over``-th
-    least-loaded of the values ``seen`` (each node's, as the metric filter would read it with
-    the pod) past its ``lines`` (``above``, ``below``) on ``side``, or turn it off where there
-    is none; returns a node that reads that value (None: off)."""
+    """Set the relaxed threshold of pod and metric ``key`` at the least-loaded of the values
+    ``seen`` (each node's, as the metric filter would read it with the pod) past its ``lines``
+    (``above``, ``below``) on ``side`` and ``passed_over`` bands of them (:func:`banded`),
+    banded, or turn it off where none is left; returns the node that reads that value (None:
+    off)."""
     over = seen > lines[0] if side == "above" else seen < lines[1]
     candidates = seen[over]
     passed_over = batch.passed_over[key]
-    if passed_over == 0 and len(candidates):
+    if not len(candidates):
+        limit = None
+    elif passed_over == 0:
         # The least loaded, without sorting them all (most runs relax a pod only once).
         limit = float(candidates.min() if side == "above" else candidates.max())
     else:
+        # Past as many bands as it was let through and could not take a node of.
         distinct = np.unique(candidates)
         if side != "above":
             distinct = distinct[::-1]
-        if passed_over >= len(distinct):
-            batch.off.add(key)
-            batch.limits.pop(key, None)
-            return None
-        limit = float(distinct[passed_over])
-    batch.limits[key] = limit
+        at = 0
+        for _ in range(passed_over):
+            band = banded(float(distinct[at]), side)
+            at += int(np.count_nonzero(distinct[at:] <= band if side == "above" else distinct[at:] >= band))
+            if at >= len(distinct):
+                break
+        limit = float(distinct[at]) if at < len(distinct) else None
+    if limit is None:
+        batch.off.add(key)
+        batch.limits.pop(key, None)
+        return None
+    batch.limits[key] = banded(limit, side)
     return int(np.flatnonzero(over & (seen == limit))[0])
+
+
+def banded(limit: float, side: str) -> float:
+    """``limit`` moved out (up for ``above``, down for ``below``) to the next step of a grid
+    ``BAND`` apart in ratio; a value that is not positive stays as it is."""
+    if not (limit > 0 and math.isfinite(limit)):
+        return limit
+    step = math.log(limit) / _LOG_BAND
+    if side == "above":
+        return max(limit, math.exp(_LOG_BAND * math.ceil(step)))
+    return min(limit, math.exp(_LOG_BAND * math.floor(step)))
 
 
 def relaxed_load(load: MetricLoad | None, batch: Batch) -> MetricLoad | None:
