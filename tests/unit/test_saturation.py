@@ -330,7 +330,7 @@ def test_saturation_reruns_share_the_decision_deadline(
     def run(left: float | None) -> tuple[Any, list[str]]:
         given.append(left)
         time.sleep(run_s)
-        return {"nodes": np.array([-1, 3])}, []
+        return {"nodes": np.array([-1, 3]), "nominated": np.array([5, -1])}, []
 
     # Row 0's threshold moves after each of the first two runs; after the third none is left.
     out, _ = relax_saturated(run, lambda _out: [0] if len(given) < 3 else [], deadline_s)
@@ -338,9 +338,11 @@ def test_saturation_reruns_share_the_decision_deadline(
     if deadline_s is not None:
         assert all(left is not None and 0 < left <= deadline_s - run_s for left in given[1:])
     # Cut short by the deadline while its threshold was still being relaxed, the pod is retried
-    # as one the engine's deadline cut (without metrics), not left pending; row 1 stands.
+    # as one the engine's deadline cut (without metrics), not left pending, nor preempting for
+    # (its nomination dropped); row 1 stands.
     cut = runs < 3
     assert out["nodes"].tolist() == ([sched_core.NOT_ATTEMPTED, 3] if cut else [-1, 3])
+    assert out["nominated"].tolist() == ([-1, -1] if cut else [5, -1])
 
 
 def test_a_herd_over_every_threshold_goes_pod_by_pod_to_the_least_loaded_nodes_in_a_few_runs(

@@ -71,7 +71,7 @@ class Batch:
     # Saturation: the pods (by slot) whose thresholds of ``leastLoaded`` metrics are relaxed,
     # each with the side (``above``, ``below``) that rejected the nodes.
     relaxed: dict[int, dict[int, str]] = field(default_factory=dict)
-    # Per relaxed (slot, metric): how many of the least-loaded nodes over the threshold
+    # Per relaxed (slot, metric): how many bands of the least-loaded nodes over the threshold
     # the relaxed threshold let through and the pod still could not take
     # (:func:`ksched.engine.saturation.relax_thresholds`); ``off``: those with no node left to
     # let through, whose threshold is off.
@@ -121,3 +121,6 @@ class Batch:
                 kept.append(row)
         self.rows = kept
         self.inputs = None
+        # The rows changed: what the reruns predicted from the rows before each pod is void.
+        self.prefixes.clear()
+        self.first_left = None

@@ -2,9 +2,10 @@
 
 A pod that every node passing the other filters rejects on a threshold of a metric
 whose ``onSaturation`` is ``leastLoaded`` is placed again in the same batch with that
-threshold at the value the least-loaded node over it reads at the pod's turn, so that node
-is the one that passes (:func:`relax_saturated`, :func:`relax_thresholds`,
-:func:`relaxed_load`); the metric's missing policy still applies. Each such pod's placement says so (``Placement.saturation``,
+threshold at the value the least-loaded node over it reads at the pod's turn, banded, so
+that node and those within a hundredth of its value are the ones that pass
+(:func:`relax_saturated`, :func:`relax_thresholds`, :func:`relaxed_load`); the metric's
+missing policy still applies. Each such pod's placement says so (``Placement.saturation``,
 :func:`note_saturation`), and so does a pod left pending by a threshold.
 
 Owns the fix-point over the batch's reruns and the thresholds it relaxes
@@ -38,6 +39,7 @@ POD_THRESHOLDS = _core.METRIC_POD_THRESHOLDS
 # another pod moving a node's value by a hair.
 BAND = 0.01
 _LOG_BAND = math.log1p(BAND)
+MAX_LOG = math.log(np.finfo(np.float64).max)
 
 
 def relax_saturated(
@@ -61,9 +63,10 @@ def relax_saturated(
         if not rows:
             return out, victim_keys
         if left is not None and left <= 0:
-            nodes = np.array(out["nodes"], copy=True)
-            nodes[rows] = _core.NOT_ATTEMPTED
-            return {**out, "nodes": nodes}, victim_keys
+            # Not preempting for them either: a pod retried is not one that nominates.
+            nodes, nominated = np.array(out["nodes"], copy=True), np.array(out["nominated"], copy=True)
+            nodes[rows], nominated[rows] = _core.NOT_ATTEMPTED, -1
+            return {**out, "nodes": nodes, "nominated": nominated}, victim_keys
 
 
 def relax_thresholds(
@@ -87,7 +90,7 @@ def relax_thresholds(
     rejects it there), its threshold lets it through to the next band, and is off once none is
     left; where they went elsewhere, its threshold is predicted again from where they went,
     unless it is the first pod left after two runs in a row, which moves on all the same. So
-    every other run at most places the first pod left, relaxes it for the first time, or moves
+    at least every other run places the first pod left, relaxes it for the first time, or moves
     it on, and this ends whether or not the engine places the pods before it alike."""
     hits = batch.threshold_hits(out)
     todo: dict[int, dict[int, str]] = {}
@@ -101,6 +104,7 @@ def relax_thresholds(
             todo[slot] = kept
     inputs = batch.inputs
     if not todo or inputs is None or inputs.load is None:
+        batch.first_left = None
         return []  # a threshold hit takes load inputs: nothing left to relax
     load = inputs.load
     width = len(metrics)
@@ -117,9 +121,12 @@ def relax_thresholds(
     relaxed_rows: list[int] = []
     lines: dict[tuple[int, float, float], tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]] = {}
     for j, row in enumerate(batch.rows):
-        for m, side in todo.get(row.slot, {}).items():
+        for m, hit in todo.get(row.slot, {}).items():
             key, at = (row.slot, m), j * width + m
             relaxed = batch.relaxed.setdefault(row.slot, {})
+            # Relaxed on the side that first rejected the nodes (a metric with both lines keeps
+            # that one relaxed; its other line still applies).
+            side = relaxed.get(m, hit)
             if m not in relaxed:
                 relaxed[m] = side
                 batch.passed_over[key] = 0
@@ -199,6 +206,8 @@ def banded(limit: float, side: str) -> float:
     if not (limit > 0 and math.isfinite(limit)):
         return limit
     step = math.log(limit) / _LOG_BAND
+    if math.ceil(step) * _LOG_BAND > MAX_LOG:
+        return limit  # the next step is past the largest float
     if side == "above":
         return max(limit, math.exp(_LOG_BAND * math.ceil(step)))
     return min(limit, math.exp(_LOG_BAND * math.floor(step)))
@@ -246,8 +255,8 @@ def note_saturation(
     load = batch.inputs.load if batch.inputs is not None else None
     for slot in sorted(hits.keys() | batch.relaxed.keys()):
         placement = batch.results[slot]
-        if placement is None:
-            continue
+        if placement is None or not placement.attempted:
+            continue  # retried: not decided, by a threshold or otherwise
         relaxed = batch.relaxed.get(slot, {})
         if placement.node is not None:
             node = snapshot.index[placement.node]
