@@ -101,17 +101,25 @@ def _quality(args: argparse.Namespace) -> int:
     return EXIT_VIOLATED if results.violations else EXIT_OK
 
 
+def _refused(workload: str, modes: list[str], sizes: dict[str, int]) -> bool:
+    """Whether an in-process ``--workload`` cannot run, said on stderr: a mode flag was given
+    (``modes``), or one of ``sizes`` (option -> value) is below 1."""
+    if modes:
+        print(f"ksched bench: --workload {workload} runs in-process, without {modes[0]}", file=sys.stderr)
+        return True
+    if any(v < 1 for v in sizes.values()):
+        print(f"ksched bench: {' and '.join(sizes)} must be at least 1", file=sys.stderr)
+        return True
+    return False
+
+
 def _load_model(args: argparse.Namespace, modes: list[str]) -> int:
     """``--workload load-model``; ``modes``: the mode flags given (none may be)."""
     from ksched.bench.load_model import describe, run_load_model_bench
 
-    if modes:
-        print(f"ksched bench: --workload {LOAD_MODEL} runs in-process, without {modes[0]}", file=sys.stderr)
-        return EXIT_BAD_INPUT
     nodes = 1000 if args.nodes is None else args.nodes
     binds = 10 if args.batch_size is None else args.batch_size
-    if nodes < 1 or binds < 1:
-        print("ksched bench: --nodes and --batch-size must be at least 1", file=sys.stderr)
+    if _refused(LOAD_MODEL, modes, {"--nodes": nodes, "--batch-size": binds}):
         return EXIT_BAD_INPUT
     figures = run_load_model_bench(nodes, binds, args.seed)
     print(json.dumps(figures.as_json(), indent=2) if args.json else describe(figures))
@@ -122,15 +130,9 @@ def _saturated_herd(args: argparse.Namespace, modes: list[str]) -> int:
     """``--workload saturated-herd``; ``modes``: the mode flags given (none may be)."""
     from ksched.bench.saturation import describe, run_saturation_bench
 
-    if modes:
-        print(
-            f"ksched bench: --workload {SATURATED_HERD} runs in-process, without {modes[0]}", file=sys.stderr
-        )
-        return EXIT_BAD_INPUT
     nodes = 800 if args.nodes is None else args.nodes
     pods = 300 if args.pods is None else args.pods
-    if nodes < 1 or pods < 1:
-        print("ksched bench: --nodes and --pods must be at least 1", file=sys.stderr)
+    if _refused(SATURATED_HERD, modes, {"--nodes": nodes, "--pods": pods}):
         return EXIT_BAD_INPUT
     figures = run_saturation_bench(nodes, pods, args.seed, args.mixed_requests)
     print(json.dumps(figures.as_json(), indent=2) if args.json else describe(figures))

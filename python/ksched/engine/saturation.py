@@ -119,6 +119,8 @@ def relax_thresholds(
     # Where each row goes: as this run placed it, a relaxed pod where its threshold lets it go.
     placed = nodes.copy()
     relaxed_rows: list[int] = []
+    # The rows after the last pod relaxed read nothing this walk predicts.
+    last = max(j for j, row in enumerate(batch.rows) if row.slot in todo)
     lines: dict[tuple[int, float, float], tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]] = {}
     for j, row in enumerate(batch.rows):
         for m, hit in todo.get(row.slot, {}).items():
@@ -150,6 +152,8 @@ def relax_thresholds(
             if not relaxed_rows:
                 batch.first_left = row.slot
             relaxed_rows.append(j)
+        if j == last:
+            break
         node = int(placed[j])
         if node < 0:
             continue
