@@ -5,12 +5,10 @@ topology spread themselves are checked against the real kube-scheduler in
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pytest
 
-from ksched import _core as sched_core
 from ksched.config import Config, ProfileConfig, parse_config
 from ksched.engine import Engine, GangStatus
 from ksched.engine.gangs import POD_GROUP_LABEL
@@ -57,32 +55,6 @@ def test_gang_counts_members_already_bound_and_needs_its_pod_group() -> None:
         snapshot, pods, groups={"default/a": GangStatus(3, bound=1)}, deadline_s=0
     ).placements[0]
     assert not late.attempted and late.message is None
-
-
-# The first run takes ``run_s`` of a 1 s deadline: the rerun once gang b is dropped gets the
-# rest, or, past it, attempts nothing, and gang a is retried rather than decided late.
-@pytest.mark.parametrize("run_s", [0.3, 1.1])
-def test_gang_reruns_share_the_decision_deadline(monkeypatch: pytest.MonkeyPatch, run_s: float) -> None:
-    snapshot = build_snapshot([node("n0", cpu="2"), node("n1", cpu="2")], [])
-    pods = [member(f"{g}-{i}", g) for i in range(3) for g in ("a", "b")]
-    groups = {"default/a": GangStatus(3), "default/b": GangStatus(3)}
-    given: list[float] = []
-    real = sched_core.schedule
-
-    def timed(*args: Any, **kwargs: Any) -> Any:
-        given.append(kwargs["deadline_s"])
-        out = real(*args, **kwargs)
-        time.sleep(run_s if len(given) == 1 else 0)
-        return out
-
-    monkeypatch.setattr(sched_core, "schedule", timed)
-    out = Engine(Config()).schedule(snapshot, pods, groups=groups, deadline_s=1.0).placements
-    assert given[0] == pytest.approx(1.0, abs=0.05) and given[1] <= 1.0 - run_s
-    placed = {p.pod for p in out if p.node}
-    if run_s < 1.0:
-        assert placed == {f"default/a-{i}" for i in range(3)}
-    else:
-        assert not placed and not any(p.attempted for p in out if p.pod.startswith("default/a-"))
 
 
 def _priority(p: Obj, value: int, start: str | None = None) -> Obj:

@@ -47,9 +47,7 @@ def place_whole_gangs(
 
     Gangs that cannot are taken out and the batch placed again without them:
     no partial gang is ever placed, and no later pod sees a placement that is
-    undone. The runs share the batch's decision deadline (``run`` gives each what is left
-    of it): past it, a run attempts nothing and its pods are retried. Returns the last run's
-    output and the keys of its evictable pods."""
+    undone. Returns the last run's output and the keys of its evictable pods."""
     if not groups:
         return run()  # no gang: a pod of a PodGroup gets a row only when groups holds it
     while True:

@@ -15,6 +15,7 @@ Owns the fix-point over the batch's reruns and the thresholds it relaxes
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
@@ -44,21 +45,24 @@ MAX_LOG = math.log(np.finfo(np.float64).max)
 def relax_saturated(
     run: Callable[[float | None], tuple[Outcome, list[str]]],
     relax: Callable[[Outcome], list[int]],
-    left: Callable[[], float | None],
+    deadline_s: float | None,
 ) -> tuple[Outcome, list[str]]:
-    """Run the engine (``run``, given what is ``left`` of the decision deadline) on the batch
-    until ``relax`` (:func:`relax_thresholds`) finds no threshold left to relax after a run. The
-    runs share the decision deadline: once it has passed, the last run's outcome stands, but
+    """Run the engine (``run``) on the batch until ``relax`` (:func:`relax_thresholds`) finds
+    no threshold left to relax after a run. The runs share the decision deadline
+    (``deadline_s``, from the first): once it has passed, the last run's outcome stands, but
     for the pods whose thresholds were still being relaxed (the rows ``relax`` returned): they
     were not decided in time, and are retried (without metrics) as a pod the engine's deadline
     cut, not left pending by a threshold that was to let them through."""
+    started = time.perf_counter()
+    left = deadline_s
     while True:
-        out, victim_keys = run(left())
+        out, victim_keys = run(left)
         rows = relax(out)
+        if deadline_s is not None:
+            left = deadline_s - (time.perf_counter() - started)
         if not rows:
             return out, victim_keys
-        remaining = left()
-        if remaining is not None and remaining <= 0:
+        if left is not None and left <= 0:
             # Not preempting for them either: a pod retried is not one that nominates.
             nodes, nominated = np.array(out["nodes"], copy=True), np.array(out["nominated"], copy=True)
             nodes[rows], nominated[rows] = _core.NOT_ATTEMPTED, -1

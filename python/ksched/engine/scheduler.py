@@ -142,24 +142,10 @@ class Engine:
             moved=moved,
             caution=caution,
         )
-
-        first_run: list[float] = []
-
-        def left() -> float | None:
-            """What is left of the decision deadline, counted from the first run: every run of
-            the batch (a gang dropped, a threshold relaxed) shares it, so that it bounds the
-            batch's decision, not each run's."""
-            if deadline_s is None:
-                return None
-            first_run[:] = first_run or [time.perf_counter()]
-            return deadline_s - (time.perf_counter() - first_run[0])
-
-        saturates = any(m.on_saturation == LEAST_LOADED for m in metrics)
-        relax = partial(relax_thresholds, batch, metrics, snapshot) if saturates else None
-
-        def run() -> tuple[Outcome, list[str]]:
-            return call(left()) if relax is None else relax_saturated(call, relax, left)
-
+        run = partial(call, deadline_s)
+        if any(m.on_saturation == LEAST_LOADED for m in metrics):
+            relax = partial(relax_thresholds, batch, metrics, snapshot)
+            run = partial(relax_saturated, call, relax, deadline_s)
         out, victim_keys = place_whole_gangs(batch, groups or {}, run)
         read_verdicts(snapshot, batch, out, victim_keys)
         if metrics:
