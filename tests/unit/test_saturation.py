@@ -62,6 +62,19 @@ def simulate(
     return {p.pod: p for r in results for p in r.placements}
 
 
+def engine_runs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """One entry per engine call from now on."""
+    runs: list[int] = []
+    real = sched_core.schedule
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        runs.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(sched_core, "schedule", counted)
+    return runs
+
+
 @pytest.mark.parametrize(
     ("name", "policy", "want_node", "want_saturation"),
     [
@@ -359,14 +372,7 @@ def test_a_herd_over_every_threshold_goes_pod_by_pod_to_the_least_loaded_nodes_i
     loads = {f"n{i}": float(v) for i, v in enumerate(rng.uniform(0.81, 0.99, len(cores)))}
     metric = load_metric("leastLoaded", estimate={"resource": "cpu"})
     herd = [pod(f"web-{j:03d}", cpu="250m") for j in range(160)]
-    runs: list[int] = []
-    real = sched_core.schedule
-
-    def counted(*args: Any, **kwargs: Any) -> Any:
-        runs.append(1)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(sched_core, "schedule", counted)
+    runs = engine_runs(monkeypatch)
     got = simulate(config(metric), herd, loads, nodes=nodes)
     reading = dict(loads)
     size = dict(zip((n["metadata"]["name"] for n in nodes), cores, strict=True))
@@ -398,14 +404,7 @@ def test_saturated_batches_of_any_mix_keep_the_policy_in_a_bounded_number_of_run
     loads = {f"n{i}": float(v) for i, v in enumerate(rng.uniform(low, 0.99, count))}
     millicores = [int(m) for m in rng.choice([250, 500, 1000, 2000], int(rng.integers(5, 120)))]
     pods = [pod(f"p{j:03d}", cpu=f"{m}m") for j, m in enumerate(millicores)]
-    runs: list[int] = []
-    real = sched_core.schedule
-
-    def counted(*args: Any, **kwargs: Any) -> Any:
-        runs.append(1)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(sched_core, "schedule", counted)
+    runs = engine_runs(monkeypatch)
     got = simulate(config(load_metric("leastLoaded", estimate={"resource": "cpu"})), pods, loads, nodes=nodes)
     size = {f"n{i}": c for i, c in enumerate(cores)}
     free = {n: c * 1000 for n, c in size.items()}
