@@ -244,10 +244,11 @@ def test_pod_deleted_while_pending_causes_no_error_loop(
         counts = [k.metric("ksched_schedule_attempts_total")]
 
         def settled() -> bool:
+            time.sleep(1.0)
             counts.append(k.metric("ksched_schedule_attempts_total"))
             return counts[-1] == counts[-2]
 
-        assert wait_for(settled, 10, 1.0), f"attempts still counted: {counts}"
+        assert wait_for(settled, 10), f"attempts still counted: {counts}"
         attempts = counts[-1]
         time.sleep(3)
         assert k.metric("ksched_schedule_attempts_total") == attempts, "no attempts after deletion"
