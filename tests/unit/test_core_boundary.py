@@ -155,6 +155,9 @@ def test_reason_codes_are_dense_and_parameterized_codes_follow_them() -> None:
     assert names.reason(metric + layout["metric_above"]) == "node(s) had load above 0.9"
     assert names.reason(metric + layout["metric_missing"]) == "node(s) had no value for load"
     assert names.plugin(metric + layout["metric_below"]) == "Metric/load"
+    for side in ("above", "below"):
+        assert names.threshold(names.threshold_code(0, side)) == (0, side)
+    assert names.threshold_code(0, "above") == metric + layout["metric_above"]
 
 
 def test_enum_tables_name_every_kubernetes_value() -> None:

@@ -108,6 +108,22 @@ def test_the_least_loaded_node_is_one_that_passes_the_other_filters() -> None:
     assert got.saturation == (Saturation("load", "leastLoaded", 0.95, "above 0.8"),)
 
 
+def test_nodes_another_filter_refuses_cost_the_saturated_pod_no_rerun(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The two least loaded nodes over the line are too small for the pod: the engine's first
+    # run says which nodes only the threshold refused, so the second places the pod on the
+    # least loaded of those, rather than a run at each node too small for it.
+    nodes = [node("warm", cpu="1"), node("warmer", cpu="1"), node("hot"), node("hotter")]
+    loads = {"warm": 0.82, "warmer": 0.84, "hot": 0.9, "hotter": 0.99}
+    runs = engine_runs(monkeypatch)
+    got = simulate(config(load_metric("leastLoaded")), [pod("web", cpu="2")], loads, nodes=nodes)[
+        "default/web"
+    ]
+    assert (got.node, got.saturation) == ("hot", (Saturation("load", "leastLoaded", 0.9, "above 0.8"),))
+    assert len(runs) == 2
+
+
 def test_a_saturated_pod_still_skips_nodes_without_a_value_where_they_are_excluded() -> None:
     # blank has no value (and the most room): missing: exclude keeps every pod off it, a
     # saturated one too.

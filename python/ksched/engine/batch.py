@@ -81,6 +81,9 @@ class Batch:
     # batch were predicted to go when it was set (a hash of their nodes).
     limits: dict[tuple[int, int], float] = field(default_factory=dict)
     prefixes: dict[tuple[int, int], int] = field(default_factory=dict)
+    # Per relaxed (slot, metric): the node its relaxed threshold was set at (the least loaded
+    # of its band, as predicted).
+    targets: dict[tuple[int, int], int] = field(default_factory=dict)
     # The first pod (by slot) the last rerun relaxed.
     first_left: int | None = None
 
@@ -107,6 +110,19 @@ class Batch:
                 if hit is not None:
                     hits.setdefault(self.rows[j].slot, {}).setdefault(*hit)
         return hits
+
+    def threshold_room(
+        self, out: Outcome, row: int, sides: Mapping[int, str], count: int
+    ) -> npt.NDArray[np.bool_]:
+        """The nodes (a mask over ``count``) where the engine's run (``out``) rejected the pod in
+        ``row`` only by a threshold of one of the metrics ``sides`` names (metric index -> side):
+        every other filter passed there, so those are the nodes relaxing them could open."""
+        lo, hi = int(out["threshold_offsets"][row]), int(out["threshold_offsets"][row + 1])
+        nodes, codes = out["threshold_nodes"][lo:hi], out["threshold_codes"][lo:hi]
+        wanted = [self.names.threshold_code(m, side) for m, side in sides.items()]
+        room = np.zeros(count, dtype=bool)
+        room[nodes[codes == wanted[0] if len(wanted) == 1 else np.isin(codes, wanted)]] = True
+        return room
 
     def drop_gangs(self, short: Mapping[str, str | None]) -> None:
         """Take the members of the ``short`` gangs out of the rows and give each its

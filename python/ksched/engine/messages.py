@@ -93,6 +93,12 @@ class ReasonNames:
             return m, "below"
         return None
 
+    def threshold_code(self, metric: int, side: str) -> int:
+        """The reason code of metric ``metric``'s threshold on ``side`` (``above``, ``below``):
+        :meth:`threshold`'s inverse."""
+        kind = _LAYOUT["metric_above"] if side == "above" else _LAYOUT["metric_below"]
+        return self.first_metric_code + metric * PER_METRIC + kind
+
     def plugin(self, code: int) -> str:
         if code in PLUGIN_OF_REASON:
             return PLUGIN_OF_REASON[code]

@@ -85,10 +85,13 @@ def relax_thresholds(
     estimates the engine adds as it places them. It is predicted from this run: the pods this
     run placed before it where they went, each pod relaxed now where its own threshold lets it
     go. So a herd of pods saturating the nodes is placed in a few runs, not one run per pod,
-    as when each run only let every pod through to the next node. Where a pod still cannot go
-    to a node of its band although the pods before it went where predicted (another filter
-    rejects it there), its threshold lets it through to the next band, and is off once none is
-    left; where they went elsewhere, its threshold is predicted again from where they went,
+    as when each run only let every pod through to the next node. Only the nodes this run
+    refused the pod by such a threshold alone count (the engine names them; the other filters
+    passed there): a node too small for the pod, or tainted, is not one to set it at. Where a
+    pod still cannot go to a node of its band although the pods before it went where predicted,
+    and the node its threshold was set at was again refused by the threshold alone, its
+    threshold lets it through to the next band, and is off once none is left; where they went
+    elsewhere, its threshold is predicted again from where they went,
     unless it is the first pod left after two runs in a row, which moves on all the same. So
     at least every other run places the first pod left, relaxes it for the first time, or moves
     it on, and this ends whether or not the engine places the pods before it alike."""
@@ -123,31 +126,41 @@ def relax_thresholds(
     last = max(j for j, row in enumerate(batch.rows) if row.slot in todo)
     lines: dict[tuple[int, float, float], tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]] = {}
     for j, row in enumerate(batch.rows):
-        for m, hit in todo.get(row.slot, {}).items():
-            key, at = (row.slot, m), j * width + m
-            relaxed = batch.relaxed.setdefault(row.slot, {})
-            # Relaxed on the side that first rejected the nodes (a metric with both lines keeps
-            # that one relaxed; its other line still applies).
-            side = relaxed.get(m, hit)
-            if m not in relaxed:
-                relaxed[m] = side
-                batch.passed_over[key] = 0
-            elif (not relaxed_rows and batch.first_left == row.slot) or batch.prefixes.get(key) == hash(
-                nodes[:j].tobytes()
-            ):
-                # The first pod left two runs in a row, or the pods before it went where
-                # predicted: it still could not go to a node of its band.
-                batch.passed_over[key] += 1
-            line = (m, float(load["pod_above"][at]), float(load["pod_below"][at]))
-            if line not in lines:
-                lines[line] = lines_on_nodes(snapshot, metrics[m].name, line[1], line[2])
-            seen = reading[m]
-            own = _pod_shares(load, metrics[m], snapshot, at, width)
-            if own is not None:
-                seen = seen + own
-            node = _relax(batch, key, seen, lines[line], side)
-            batch.prefixes[key] = hash(placed[:j].tobytes())
-            placed[j] = -1 if node is None else node
+        pod_todo = todo.get(row.slot, {})
+        if pod_todo:
+            sides = {m: batch.relaxed.get(row.slot, {}).get(m, hit) for m, hit in pod_todo.items()}
+            room = batch.threshold_room(out, j, sides, snapshot.count)
+            for m, hit in pod_todo.items():
+                key, at = (row.slot, m), j * width + m
+                relaxed = batch.relaxed.setdefault(row.slot, {})
+                # Relaxed on the side that first rejected the nodes (a metric with both lines keeps
+                # that one relaxed; its other line still applies).
+                side = relaxed.get(m, hit)
+                if m not in relaxed:
+                    relaxed[m] = side
+                    batch.passed_over[key] = 0
+                elif (
+                    (not relaxed_rows and batch.first_left == row.slot)
+                    or batch.prefixes.get(key) == hash(nodes[:j].tobytes())
+                ) and room[batch.targets[key]]:
+                    # The first pod left two runs in a row, or the pods before it went where
+                    # predicted, and the node its threshold was set at still passed the other
+                    # filters: the threshold itself still held the pod off its band. (Where
+                    # another filter refused that node, it is out of ``room``, and the band is
+                    # set among the others.)
+                    batch.passed_over[key] += 1
+                line = (m, float(load["pod_above"][at]), float(load["pod_below"][at]))
+                if line not in lines:
+                    lines[line] = lines_on_nodes(snapshot, metrics[m].name, line[1], line[2])
+                seen = reading[m]
+                own = _pod_shares(load, metrics[m], snapshot, at, width)
+                if own is not None:
+                    seen = seen + own
+                node = _relax(batch, key, seen, lines[line], side, room)
+                if node is not None:
+                    batch.targets[key] = node
+                batch.prefixes[key] = hash(placed[:j].tobytes())
+                placed[j] = -1 if node is None else node
         if row.slot in todo:
             if not relaxed_rows:
                 batch.first_left = row.slot
@@ -170,13 +183,16 @@ def _relax(
     seen: npt.NDArray[np.float64],
     lines: tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]],
     side: str,
+    room: npt.NDArray[np.bool_],
 ) -> int | None:
     """Set the relaxed threshold of pod and metric ``key`` at the least-loaded of the values
     ``seen`` (each node's, as the metric filter would read it with the pod) past its ``lines``
     (``above``, ``below``) on ``side`` and ``passed_over`` bands of them (:func:`banded`),
     banded, or turn it off where none is left; returns the node that reads that value (None:
-    off)."""
-    over = seen > lines[0] if side == "above" else seen < lines[1]
+    off). Only the nodes in ``room`` count (:meth:`Batch.threshold_room`: the other filters
+    passed there in the last run), so the threshold is not set at a node the pod could not
+    take anyway."""
+    over = (seen > lines[0] if side == "above" else seen < lines[1]) & room
     candidates = seen[over]
     passed_over = batch.passed_over[key]
     if not len(candidates):

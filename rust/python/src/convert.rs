@@ -133,6 +133,9 @@ pub fn outcome<'py>(py: Python<'py>, out: Outcome) -> PyResult<Bound<'py, PyDict
     d.set_item("postfilter_counts", PyArray1::from_vec(py, out.postfilter_counts))?;
     d.set_item("volume_offsets", PyArray1::from_vec(py, out.volume_offsets))?;
     d.set_item("volumes", PyArray1::from_vec(py, out.volumes))?;
+    d.set_item("threshold_offsets", PyArray1::from_vec(py, out.threshold_offsets))?;
+    d.set_item("threshold_nodes", PyArray1::from_vec(py, out.threshold_nodes))?;
+    d.set_item("threshold_codes", PyArray1::from_vec(py, out.threshold_codes))?;
     match out.explanation {
         Some(ex) => d.set_item("explanation", explanation(py, ex)?)?,
         None => d.set_item("explanation", py.None())?,

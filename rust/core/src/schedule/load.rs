@@ -20,6 +20,7 @@
 //! node that measures as much, and end cooler.
 
 use super::engine::{Engine, Incoming, MetricFilter, PodView};
+use super::signature::SignatureCache;
 use super::state::BatchState;
 use crate::model::{LoadInputs, MetricSpec, METRIC_EXEMPT, METRIC_POD_THRESHOLDS, METRIC_STRICTER_THRESHOLDS};
 use crate::plugins::{metrics, FEASIBLE};
@@ -182,6 +183,29 @@ impl Engine<'_, '_> {
         } else {
             MetricFilter::Shared
         }
+    }
+
+    /// The nodes a metric's threshold rejected for a pod that fits nowhere
+    /// (`sig`, its evaluation), with their reason codes: the metric filter runs
+    /// after every other, so those nodes passed the rest (`Outcome::threshold_nodes`).
+    /// Nodes are walked only where the histogram counts such a reason.
+    pub(super) fn threshold_nodes(&self, sig: &SignatureCache) -> Vec<(u32, u32)> {
+        let first = metrics::metric(self.resources, 0, 0);
+        let threshold = |code: u32| {
+            code >= first
+                && ((code - first) / metrics::PER_METRIC) < self.metrics.specs.len() as u32
+                && matches!((code - first) % metrics::PER_METRIC, metrics::METRIC_ABOVE | metrics::METRIC_BELOW)
+        };
+        let counted = sig.histogram.iter().enumerate().any(|(code, &n)| n > 0 && threshold(code as u32));
+        if !counted {
+            return Vec::new();
+        }
+        (0..sig.evals.len())
+            .filter_map(|node| match sig.first_reason(node, self.resources) {
+                Some(code) if threshold(code) => Some((node as u32, code)),
+                _ => None,
+            })
+            .collect()
     }
 
     /// The node's shared verdict from its metric values (`m` per node).

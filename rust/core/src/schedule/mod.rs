@@ -402,6 +402,7 @@ impl PodStep<'_, '_, '_> {
             volumes,
             postfilter: None,
             explanation: None,
+            thresholds: Vec::new(),
         }
     }
 
@@ -410,6 +411,7 @@ impl PodStep<'_, '_, '_> {
     /// (upstream adds nominated pods to their node for lower priorities), and
     /// its victims are taken.
     fn preempt<'s>(&self, state: &mut BatchState, sig: &'s SignatureCache) -> PodOutcome<'s> {
+        let thresholds = self.engine.threshold_nodes(sig);
         let post = self.engine.preempt(state, self.cache, &self.pod, sig);
         if let Some(c) = &post.candidate {
             for &v in &c.victims {
@@ -425,6 +427,7 @@ impl PodStep<'_, '_, '_> {
             volumes: Vec::new(),
             postfilter: Some(post),
             explanation: None,
+            thresholds,
         }
     }
 }

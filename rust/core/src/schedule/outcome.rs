@@ -44,6 +44,13 @@ pub struct Outcome {
     /// pods not placed.
     pub volume_offsets: Vec<i64>,
     pub volumes: Vec<i64>,
+    /// Per pod that fits nowhere, the nodes a metric's threshold rejected after
+    /// every other filter passed there (the metric filter runs last), each with
+    /// its reason code (`metrics::METRIC_ABOVE` or `METRIC_BELOW`): the nodes a
+    /// pod whose threshold is relaxed could go to. Empty for other pods.
+    pub threshold_offsets: Vec<i64>,
+    pub threshold_nodes: Vec<u32>,
+    pub threshold_codes: Vec<u32>,
 }
 
 /// One pod's outcome, as its steps decided it (`OutcomeBuilder::push`).
@@ -60,6 +67,8 @@ pub(super) struct PodOutcome<'s> {
     /// DefaultPreemption's PostFilter, for a pod that fits nowhere.
     pub postfilter: Option<PostFilter>,
     pub explanation: Option<Explanation>,
+    /// The (node, reason code) pairs a threshold rejected, for a pod that fits nowhere (`Outcome::threshold_nodes`).
+    pub thresholds: Vec<(u32, u32)>,
 }
 
 impl PodOutcome<'_> {
@@ -73,6 +82,7 @@ impl PodOutcome<'_> {
             volumes: Vec::new(),
             postfilter: None,
             explanation: None,
+            thresholds: Vec::new(),
         }
     }
 }
@@ -90,6 +100,7 @@ impl OutcomeBuilder {
                 victim_offsets: vec![0],
                 volume_offsets: vec![0],
                 postfilter_offsets: vec![0],
+                threshold_offsets: vec![0],
                 ..Outcome::default()
             },
         }
@@ -111,6 +122,11 @@ impl OutcomeBuilder {
         out.reason_offsets.push(out.reason_codes.len() as i64);
         out.volumes.extend(pod.volumes);
         out.volume_offsets.push(out.volumes.len() as i64);
+        for &(node, code) in &pod.thresholds {
+            out.threshold_nodes.push(node);
+            out.threshold_codes.push(code);
+        }
+        out.threshold_offsets.push(out.threshold_nodes.len() as i64);
         let mut nominated = -1;
         if let Some(post) = pod.postfilter {
             if post.verdict != 0 {

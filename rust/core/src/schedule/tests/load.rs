@@ -592,6 +592,10 @@ fn batch_with_load_equals_one_pod_at_a_time() {
         assert!(batch.nodes.contains(&UNSCHEDULABLE), "the cluster fills up");
         let above = metric(4, 0, METRIC_ABOVE);
         assert!(batch.reason_codes.contains(&above), "thresholds reject nodes");
+        assert!(
+            !batch.threshold_nodes.is_empty(),
+            "and some only by a threshold for a pod that fits nowhere"
+        );
         for (i, p) in pods.iter().enumerate() {
             let own = load.pod(i);
             let now = Metrics {
@@ -604,6 +608,9 @@ fn batch_with_load_equals_one_pod_at_a_time() {
             let (lo, hi) = (batch.reason_offsets[i] as usize, batch.reason_offsets[i + 1] as usize);
             assert_eq!(one.reason_codes, batch.reason_codes[lo..hi], "pod {i}");
             assert_eq!(one.reason_counts, batch.reason_counts[lo..hi], "pod {i}");
+            let (lo, hi) = (batch.threshold_offsets[i] as usize, batch.threshold_offsets[i + 1] as usize);
+            assert_eq!(one.threshold_nodes, batch.threshold_nodes[lo..hi], "pod {i}");
+            assert_eq!(one.threshold_codes, batch.threshold_codes[lo..hi], "pod {i}");
             if one.nodes[0] >= 0 {
                 assert_eq!(one.scores[0].to_bits(), batch.scores[i].to_bits(), "pod {i}");
                 let chosen = one.nodes[0] as usize;
