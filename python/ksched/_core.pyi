@@ -108,6 +108,7 @@ def schedule(
     explain: int | None = None,
     parallel: bool = True,
     cache: ScheduleCache | None = None,
+    threshold_metrics: list[int] = ...,
 ) -> Outcome: ...
 def decode_pod_event(line: bytes) -> tuple[Any, Any, dict[str, Any], dict[str, Any]]:
     """One line of a pod watch: the event's type, the object's resourceVersion, the object's

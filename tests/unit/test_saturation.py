@@ -113,13 +113,14 @@ def test_nodes_another_filter_refuses_cost_the_saturated_pod_no_rerun(
 ) -> None:
     # The two least loaded nodes over the line are too small for the pod: the engine's first
     # run says which nodes only the threshold refused, so the second places the pod on the
-    # least loaded of those, rather than a run at each node too small for it.
-    nodes = [node("warm", cpu="1"), node("warmer", cpu="1"), node("hot"), node("hotter")]
+    # least loaded of those, rather than a run at each node too small for it. hotter has the
+    # most room, and the metric no weight: a threshold turned off for want of a node would
+    # send the pod there.
+    nodes = [node("warm", cpu="1"), node("warmer", cpu="1"), node("hot"), node("hotter", cpu="64")]
     loads = {"warm": 0.82, "warmer": 0.84, "hot": 0.9, "hotter": 0.99}
     runs = engine_runs(monkeypatch)
-    got = simulate(config(load_metric("leastLoaded")), [pod("web", cpu="2")], loads, nodes=nodes)[
-        "default/web"
-    ]
+    metric = load_metric("leastLoaded", weight=0)
+    got = simulate(config(metric), [pod("web", cpu="2")], loads, nodes=nodes)["default/web"]
     assert (got.node, got.saturation) == ("hot", (Saturation("load", "leastLoaded", 0.9, "above 0.8"),))
     assert len(runs) == 2
 

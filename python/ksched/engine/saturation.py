@@ -86,15 +86,18 @@ def relax_thresholds(
     run placed before it where they went, each pod relaxed now where its own threshold lets it
     go. So a herd of pods saturating the nodes is placed in a few runs, not one run per pod,
     as when each run only let every pod through to the next node. Only the nodes this run
-    refused the pod by such a threshold alone count (the engine names them; the other filters
-    passed there): a node too small for the pod, or tainted, is not one to set it at. Where a
-    pod still cannot go to a node of its band although the pods before it went where predicted,
-    and the node its threshold was set at was again refused by the threshold alone, its
-    threshold lets it through to the next band, and is off once none is left; where they went
-    elsewhere, its threshold is predicted again from where they went,
-    unless it is the first pod left after two runs in a row, which moves on all the same. So
-    at least every other run places the first pod left, relaxes it for the first time, or moves
-    it on, and this ends whether or not the engine places the pods before it alike."""
+    refused the pod by the threshold of one of its ``leastLoaded`` metrics alone count (the
+    engine names them, ``Outcome.threshold_nodes``; the other filters passed there): a node too
+    small for the pod, or tainted, is not one to set it at. A relaxed pod still left was refused
+    by the other filters on every node of its band, so the next band is set among the nodes its
+    threshold refused, which read more: its threshold rises. Where the node it was set at
+    was itself refused by the threshold again (the prediction was off), and the pods before it
+    went where predicted, or it is the first pod left two runs in a row, its threshold lets it
+    through to the band past that one; where they went elsewhere, it is predicted again from
+    where they went. Once no node is left, its threshold is off. So at least every other run
+    places the first pod left, relaxes it for the first time, or moves it on, and this ends
+    whether or not the engine places the pods before it alike (for a pod relaxed on two metrics
+    this is argued per metric, one's nodes hiding the other's; not proven)."""
     hits = batch.threshold_hits(out)
     todo: dict[int, dict[int, str]] = {}
     for slot, sides in hits.items():
@@ -192,30 +195,32 @@ def _relax(
     off). Only the nodes in ``room`` count (:meth:`Batch.threshold_room`: the other filters
     passed there in the last run), so the threshold is not set at a node the pod could not
     take anyway."""
-    over = (seen > lines[0] if side == "above" else seen < lines[1]) & room
-    candidates = seen[over]
+    over = seen > lines[0] if side == "above" else seen < lines[1]
     passed_over = batch.passed_over[key]
-    if not len(candidates):
-        limit = None
-    elif passed_over == 0:
-        # The least loaded, without sorting them all (most runs relax a pod only once).
-        limit = float(candidates.min() if side == "above" else candidates.max())
-    else:
-        # Past as many bands as it was let through and could not take a node of.
-        distinct = np.unique(candidates)
+    if passed_over:
+        # Past as many bands (of every node over the line) as it was let through and could
+        # not take a node of although that node passed the other filters.
+        distinct = np.unique(seen[over])
         if side != "above":
             distinct = distinct[::-1]
         at = 0
         for _ in range(passed_over):
-            band = banded(float(distinct[at]), side)
-            at += int(np.count_nonzero(distinct[at:] <= band if side == "above" else distinct[at:] >= band))
             if at >= len(distinct):
                 break
-        limit = float(distinct[at]) if at < len(distinct) else None
-    if limit is None:
+            band = banded(float(distinct[at]), side)
+            at += int(np.count_nonzero(distinct[at:] <= band if side == "above" else distinct[at:] >= band))
+        if at < len(distinct):
+            over &= seen >= distinct[at] if side == "above" else seen <= distinct[at]
+        else:
+            over[:] = False
+    over &= room
+    candidates = seen[over]
+    if not len(candidates):
         batch.off.add(key)
         batch.limits.pop(key, None)
         return None
+    # The least loaded, without sorting them all (most runs relax a pod only once).
+    limit = float(candidates.min() if side == "above" else candidates.max())
     batch.limits[key] = banded(limit, side)
     return int(np.flatnonzero(over & (seen == limit))[0])
 

@@ -295,6 +295,8 @@ class Engine:
             explain=inputs.explain_row,
             parallel=self.parallel,
             cache=self.cache,
+            # The nodes only these metrics' thresholds refused are where a saturated pod may go.
+            threshold_metrics=[k for k, m in enumerate(metrics) if m.on_saturation == LEAST_LOADED],
         )
         batch.rust_seconds += time.perf_counter() - started
         return out, inputs.pods.victim_keys

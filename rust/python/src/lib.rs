@@ -67,7 +67,7 @@ impl ScheduleCache {
 ///
 /// The arguments are the TypedDicts of `ksched.core_types`, built by `ksched.engine`.
 #[pyfunction]
-#[pyo3(signature = (nodes, classes, pods, metric_values, metric_specs, profile, *, metric_load=None, seed=0, deadline_s=None, explain=None, parallel=true, cache=None))]
+#[pyo3(signature = (nodes, classes, pods, metric_values, metric_specs, profile, *, metric_load=None, seed=0, deadline_s=None, explain=None, parallel=true, cache=None, threshold_metrics=Vec::new()))]
 #[allow(clippy::too_many_arguments)]
 fn schedule<'py>(
     py: Python<'py>,
@@ -83,6 +83,7 @@ fn schedule<'py>(
     explain: Option<usize>,
     parallel: bool,
     cache: Option<&Bound<'py, ScheduleCache>>,
+    threshold_metrics: Vec<usize>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let started = Instant::now();
     let node_arrays = Arrays::new("nodes", nodes)?;
@@ -128,6 +129,7 @@ fn schedule<'py>(
         deadline: deadline_s.map(|s| started + Duration::from_secs_f64(s.max(0.0))),
         explain,
         parallel,
+        threshold_metrics,
     };
     let cache = cache.map(Bound::get);
     let result = py.detach(|| match cache {

@@ -20,6 +20,10 @@ pub struct ScheduleOptions {
     pub explain: Option<usize>,
     /// Evaluate nodes in parallel on rayon's pool.
     pub parallel: bool,
+    /// The metrics (by index) whose threshold-refused nodes the outcome lists for
+    /// each pod that fits nowhere (`Outcome::threshold_nodes`): those whose
+    /// saturation policy places a pod over the line. Empty: none are listed.
+    pub threshold_metrics: Vec<usize>,
 }
 
 /// The batch's inputs, and how the call evaluates them.
@@ -38,6 +42,9 @@ pub(super) struct Engine<'a, 'm> {
     /// Whether passes over every node run on rayon's pool (`ScheduleOptions::parallel`,
     /// and more than one chunk of nodes).
     pub parallel: bool,
+    /// Per metric, whether the outcome lists the nodes its threshold refused
+    /// (`ScheduleOptions::threshold_metrics`).
+    pub threshold_metrics: Vec<bool>,
 }
 
 /// How the metric filter treats one pod.
@@ -99,6 +106,7 @@ impl<'a, 'm> Engine<'a, 'm> {
             seed: options.seed,
             chunk,
             parallel: options.parallel && nodes.count > chunk,
+            threshold_metrics: (0..metrics.specs.len()).map(|k| options.threshold_metrics.contains(&k)).collect(),
         }
     }
 

@@ -185,15 +185,19 @@ impl Engine<'_, '_> {
         }
     }
 
-    /// The nodes a metric's threshold rejected for a pod that fits nowhere
-    /// (`sig`, its evaluation), with their reason codes: the metric filter runs
-    /// after every other, so those nodes passed the rest (`Outcome::threshold_nodes`).
-    /// Nodes are walked only where the histogram counts such a reason.
+    /// The nodes the threshold of a metric of `ScheduleOptions::threshold_metrics`
+    /// rejected for a pod that fits nowhere (`sig`, its evaluation), with their
+    /// reason codes: the metric filter runs after every other, so those nodes
+    /// passed the rest (`Outcome::threshold_nodes`). Nodes are walked only where
+    /// the histogram counts such a reason.
     pub(super) fn threshold_nodes(&self, sig: &SignatureCache) -> Vec<(u32, u32)> {
         let first = metrics::metric(self.resources, 0, 0);
         let threshold = |code: u32| {
             code >= first
-                && ((code - first) / metrics::PER_METRIC) < self.metrics.specs.len() as u32
+                && self
+                    .threshold_metrics
+                    .get(((code - first) / metrics::PER_METRIC) as usize)
+                    .is_some_and(|&listed| listed)
                 && matches!((code - first) % metrics::PER_METRIC, metrics::METRIC_ABOVE | metrics::METRIC_BELOW)
         };
         let counted = sig.histogram.iter().enumerate().any(|(code, &n)| n > 0 && threshold(code as u32));

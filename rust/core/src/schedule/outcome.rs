@@ -44,10 +44,11 @@ pub struct Outcome {
     /// pods not placed.
     pub volume_offsets: Vec<i64>,
     pub volumes: Vec<i64>,
-    /// Per pod that fits nowhere, the nodes a metric's threshold rejected after
-    /// every other filter passed there (the metric filter runs last), each with
-    /// its reason code (`metrics::METRIC_ABOVE` or `METRIC_BELOW`): the nodes a
-    /// pod whose threshold is relaxed could go to. Empty for other pods.
+    /// Per pod that fits nowhere, the nodes the threshold of a metric of
+    /// `ScheduleOptions::threshold_metrics` rejected after every other filter
+    /// passed there (the metric filter runs last), each with its reason code
+    /// (`metrics::metric`, of kind `METRIC_ABOVE` or `METRIC_BELOW`): the nodes
+    /// a pod whose threshold is relaxed could go to. Empty for other pods.
     pub threshold_offsets: Vec<i64>,
     pub threshold_nodes: Vec<u32>,
     pub threshold_codes: Vec<u32>,

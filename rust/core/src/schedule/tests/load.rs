@@ -581,6 +581,7 @@ fn batch_with_load_equals_one_pod_at_a_time() {
         let options = ScheduleOptions {
             seed: 3,
             parallel,
+            threshold_metrics: vec![0, 1],
             ..ScheduleOptions::default()
         };
         let start = values.clone();

@@ -287,7 +287,8 @@ fn metrics_filter_and_prefer_lower() {
 fn a_pod_that_fits_nowhere_names_the_nodes_only_a_threshold_refused() {
     // Node 0 is tainted and node 3 too small: their own filters refuse them whatever they
     // read. Nodes 1 and 2 passed every other filter and read over the line: those are the
-    // nodes a relaxed threshold could open, and the only ones listed. A pod placed lists none.
+    // nodes a relaxed threshold could open, and the only ones listed, where the call asks
+    // for that metric's. A pod placed lists none.
     let mut b = NodeBuilder::default();
     b.node(|n| n.taints = vec![(5, 6, EFFECT_NO_SCHEDULE)]);
     b.node(|_| {});
@@ -302,15 +303,22 @@ fn a_pod_that_fits_nowhere_names_the_nodes_only_a_threshold_refused() {
         weight: 1.0,
         estimate: None,
     };
+    let listed = ScheduleOptions {
+        threshold_metrics: vec![0],
+        ..ScheduleOptions::default()
+    };
     let over = Metrics::new(&[0.95, 0.95, 0.97, 0.2], vec![spec]);
-    let out = run(&b, &[pod(1000, 1)], &over, 0);
+    let out = try_run(&b, &[pod(1000, 1)], &over, &listed).unwrap();
     assert_eq!(out.nodes, vec![UNSCHEDULABLE]);
     let above = metric(4, 0, METRIC_ABOVE);
     assert_eq!(out.threshold_offsets, vec![0, 2]);
     assert_eq!(out.threshold_nodes, vec![1, 2]);
     assert_eq!(out.threshold_codes, vec![above, above]);
+    // A metric the call does not ask for lists nothing (a `pending` policy's: nothing reads it).
+    let out = run(&b, &[pod(1000, 1)], &over, 0);
+    assert_eq!((out.nodes, out.threshold_offsets), (vec![UNSCHEDULABLE], vec![0, 0]));
     let under = Metrics::new(&[0.95, 0.5, 0.97, 0.2], vec![spec]);
-    let out = run(&b, &[pod(1000, 1)], &under, 0);
+    let out = try_run(&b, &[pod(1000, 1)], &under, &listed).unwrap();
     assert_eq!(out.nodes, vec![1]);
     assert_eq!(out.threshold_offsets, vec![0, 0]);
     assert!(out.threshold_nodes.is_empty());
