@@ -260,6 +260,19 @@ fn first_failing_plugin_reports() {
     assert_eq!(got, vec![(TAINT_TOLERATION, 1), (insufficient(MEMORY), 1)]);
 }
 
+/// A metric that prefers lower values and filters nodes above 0.9, weighted `weight`.
+fn lower_above_0_9(weight: f64) -> MetricSpec {
+    MetricSpec {
+        prefer: Prefer::Lower,
+        range: None,
+        above: Some(0.9),
+        below: None,
+        missing: Missing::Neutral,
+        weight,
+        estimate: None,
+    }
+}
+
 #[test]
 fn metrics_filter_and_prefer_lower() {
     let mut b = NodeBuilder::default();
@@ -267,15 +280,7 @@ fn metrics_filter_and_prefer_lower() {
         b.node(|_| {});
     }
     let values = [0.95, 0.5, 0.2];
-    let spec = MetricSpec {
-        prefer: Prefer::Lower,
-        range: None,
-        above: Some(0.9),
-        below: None,
-        missing: Missing::Neutral,
-        weight: 5.0,
-        estimate: None,
-    };
+    let spec = lower_above_0_9(5.0);
     let metrics = Metrics::new(&values, vec![spec]);
     let out = run(&b, &[pod(100, 1)], &metrics, 0);
     assert_eq!(out.nodes, vec![2]);
@@ -294,15 +299,7 @@ fn a_pod_that_fits_nowhere_names_the_nodes_only_a_threshold_refused() {
     b.node(|_| {});
     b.node(|_| {});
     b.node(|n| n.allocatable[CPU] = 10);
-    let spec = MetricSpec {
-        prefer: Prefer::Lower,
-        range: None,
-        above: Some(0.9),
-        below: None,
-        missing: Missing::Neutral,
-        weight: 1.0,
-        estimate: None,
-    };
+    let spec = lower_above_0_9(1.0);
     let listed = ScheduleOptions {
         threshold_metrics: vec![0],
         ..ScheduleOptions::default()
@@ -414,15 +411,7 @@ fn pod_filters_over_the_signature_match_a_fresh_evaluation() {
         n.allocatable[CPU] = 500 + 250 * (i as i64 % 3);
     }
     let values: Vec<f64> = (0..nodes).map(|i| if i % 4 == 1 { 0.95 } else { 0.1 * (i % 5) as f64 }).collect();
-    let spec = MetricSpec {
-        prefer: Prefer::Lower,
-        range: None,
-        above: Some(0.9),
-        below: None,
-        missing: Missing::Neutral,
-        weight: 2.0,
-        estimate: None,
-    };
+    let spec = lower_above_0_9(2.0);
     let metrics = Metrics::new(&values, vec![spec]);
     let count = 18;
     let mut table = web_table(count, -1, vec![spread(1, ZONE, true, 0)]);
