@@ -380,8 +380,9 @@ class Outcome(TypedDict):
     # Per placed pod, per claim (``VolumeArrays`` order): the PersistentVolume it binds, or ``VOLUME_CODES["provision"]``.
     volume_offsets: I64
     volumes: I64
-    # Per pod that fits nowhere, the nodes a metric's threshold rejected after every other
-    # filter passed there, each with its reason code (above or below a metric's line).
+    # Per pod that fits nowhere, the nodes the threshold of a metric the call names
+    # (``threshold_metrics``) rejected after every other filter passed there, each with its
+    # reason code (above or below that metric's line).
     threshold_offsets: I64
     threshold_nodes: npt.NDArray[np.uint32]
     threshold_codes: npt.NDArray[np.uint32]
