@@ -131,14 +131,14 @@ def relax_thresholds(
     for j, row in enumerate(batch.rows):
         pod_todo = todo.get(row.slot, {})
         if pod_todo:
+            # Relaxed on the side that first rejected the nodes (a metric with both lines keeps
+            # that one relaxed; its other line still applies).
             sides = {m: batch.relaxed.get(row.slot, {}).get(m, hit) for m, hit in pod_todo.items()}
             room = batch.threshold_room(out, j, sides, snapshot.count)
-            for m, hit in pod_todo.items():
+            for m in pod_todo:
                 key, at = (row.slot, m), j * width + m
                 relaxed = batch.relaxed.setdefault(row.slot, {})
-                # Relaxed on the side that first rejected the nodes (a metric with both lines keeps
-                # that one relaxed; its other line still applies).
-                side = relaxed.get(m, hit)
+                side = sides[m]
                 if m not in relaxed:
                     relaxed[m] = side
                     batch.passed_over[key] = 0
